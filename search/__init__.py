@@ -1,0 +1,1 @@
+"""Searchers over strategy spaces: grid, MCMC, TPE and Piper's planner."""

@@ -1,0 +1,1 @@
+"""The driver: Ray fan-out, Parquet results, resume, and the command line."""

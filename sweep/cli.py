@@ -1,0 +1,52 @@
+"""The ``plansweep`` command line: one entry point, one module per subcommand.
+
+Each subcommand lives in ``sweep/_cmd_<name>.py`` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` (a callable taking the parsed args and returning an
+exit code). Bad input raises :class:`costmodel.InputError`; this module prints it as one
+line and exits with code 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from costmodel import InputError
+
+# Subcommand modules, in the order they appear in --help.
+COMMAND_MODULES = (
+    "sweep._cmd_evaluate",
+    "sweep._cmd_rank",
+    "sweep._cmd_validate",
+    "sweep._cmd_bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plansweep",
+        description="Find the fastest way to split training of a large model over a GPU cluster.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except InputError as exc:
+        print(f"plansweep {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `plansweep rank | head`
+        return 0
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
