@@ -1,5 +1,42 @@
-"""plansweep's cost core: frozen specs in, whole columns of metrics out."""
+"""plansweep's cost core: frozen specs in, whole columns of metrics out.
+
+    model = model_preset("gpt3-175b"); cluster = cluster_preset("h100x1024")
+    table = StrategyTable.from_columns(dp=[8, 16], tp=8, pp=[16, 8], global_batch=1536)
+    metrics = evaluate(model, cluster, table)   # one numpy column per metric
+"""
 
 from costmodel._errors import InputError
+from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
+from costmodel._hardware import (
+    EFFICIENCY,
+    GPU,
+    PRECISIONS,
+    Cluster,
+    Efficiency,
+    cluster_names,
+    cluster_preset,
+    gpu_names,
+    gpu_preset,
+    make_cluster,
+)
+from costmodel._linear import (
+    H100_SXM5_SEED001,
+    LinearDevice,
+    linear_end_of_batch_s,
+    linear_fwd_bwd_s,
+)
+from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES, StrategyTable, decode, encode
+from costmodel._workloads import MODEL_PRESETS, Transformer, model_preset
 
-__all__ = ["InputError"]
+__version__ = "0.1.0"
+# Bumped whenever evaluate() can return different numbers for the same input.
+COST_MODEL_VERSION = "1"
+
+__all__ = [
+    "COLUMNS", "COST_MODEL_VERSION", "Cluster", "EFFICIENCY", "Efficiency", "GPU",
+    "H100_SXM5_SEED001", "InputError", "LinearDevice", "METRIC_COLUMNS", "MODEL_PRESETS",
+    "Metrics", "PRECISIONS", "RECOMPUTE", "REASONS", "SCHEDULES", "StrategyTable",
+    "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
+    "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
+    "model_preset",
+]

@@ -1,0 +1,285 @@
+"""GPU presets, the efficiency model, and clusters (nodes x GPUs per node, two link tiers).
+
+Peak figures come from ``data/hardware_presets.csv`` (dense, never sparse; its last column
+names the sources). The efficiency constants below are global per GPU type: the same for
+every model, strategy and measured run.
+
+Efficiency model
+----------------
+A matrix product (M x K) @ (K x N) reaches a fraction of dense peak
+
+    util(M, N, K) = gemm_eff_max * sat(M) * sat(N) * sat(K),   sat(x) = x / (x + gemm_half_dim)
+
+(small or thin products fill the GPU's tiles and waves poorly; large square ones approach
+``gemm_eff_max``). Its time is the roofline maximum of the FLOP time at that utilisation and
+the HBM time of reading both operands and writing the result at ``hbm_eff`` of peak B/s.
+Element-wise work (norms, activations, dropout, residual adds, softmax, cross-entropy, the
+optimizer step) is memory-bound: bytes moved / (hbm_eff * HBM B/s).
+
+Collectives use the bandwidth of the tier that a group spans, times ``link_eff`` (the
+bus-bandwidth fraction NCCL reaches), plus one latency per algorithm step.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+from importlib import resources
+
+from costmodel._errors import InputError
+
+# Precision codes (integer at the boundary; strings only for people).
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One GPU type: sourced peak figures and the global efficiency constants."""
+
+    name: str
+    peak_flops: tuple[float, float, float]  # dense FLOP/s for bf16, fp16, fp8 (PRECISIONS order)
+    hbm_bytes: float
+    hbm_Bps: float
+    scaleup_Bps: float  # NVLink (or xGMI) per GPU per direction
+    scaleout_Bps: float  # inter-node network per GPU per direction
+    # Efficiency constants (see the module docstring and EFFICIENCY for sources).
+    gemm_eff_max: float
+    gemm_half_dim: float
+    hbm_eff: float
+    link_eff: float
+    scaleup_latency_s: float
+    scaleout_latency_s: float
+    kernel_overhead_s: float  # fixed cost per transformer sub-layer kernel launch group
+
+    def __post_init__(self) -> None:
+        for f in ("hbm_bytes", "hbm_Bps", "scaleup_Bps", "scaleout_Bps", "gemm_half_dim"):
+            if not getattr(self, f) > 0:
+                raise InputError(f"gpu.{f}", "a positive number", getattr(self, f))
+        for f in ("gemm_eff_max", "hbm_eff", "link_eff"):
+            v = getattr(self, f)
+            if not 0 < v <= 1:
+                raise InputError(f"gpu.{f}", "a fraction in (0, 1]", v)
+        if any(not p > 0 for p in self.peak_flops[:2]):
+            raise InputError("gpu.peak_flops", "positive bf16 and fp16 peaks", self.peak_flops)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Efficiency:
+    gemm_eff_max: float
+    gemm_half_dim: float
+    hbm_eff: float
+    link_eff: float
+    scaleup_latency_s: float
+    scaleout_latency_s: float
+    kernel_overhead_s: float
+
+
+# Global per-GPU-type constants. Where they come from:
+# - gemm_eff_max = MAMF / dense peak x sustained clock.
+#   MAMF, the maximum achievable bf16 matmul FLOP/s found by a shape sweep (S. Bekman,
+#   "Machine Learning Engineering", compute/accelerator, MAMF comparison table, CUDA 12.1 /
+#   ROCm 6.2): A100 SXM 267.9 of 312 (0.859); H100 SXM 792.1 of 989 (0.801; 798 measured for
+#   8192^3 on an H100 SXM in this workplace, device KINDS.md 2026-11-13); GH200 821.0 of 989
+#   (0.830, used for the H200, the same chip with faster HBM); MI300X 781.9 (0.598 of the
+#   1307.4 preset peak). B200 has no published MAMF row at the time of writing: the H100's
+#   0.801 is assumed.
+#   Sustained clock 0.8: seed 001's base_util, the derating of FLOP/s and HBM B/s by
+#   thermal and power throttling under sustained load (MAMF is a burst of 100 products).
+# - gemm_half_dim: the size of one matrix side at which a product reaches half of
+#   gemm_eff_max along that side: 128 is the tile edge of the CUTLASS/cuBLAS kernels that
+#   dominate bf16 training on Ampere and Hopper (sides below a tile waste tensor cores).
+# - hbm_eff = streaming fraction x sustained clock: copies reach about 0.9 of peak HBM B/s
+#   (3.0 of 3.35 TB/s measured on an H100 here, device KINDS.md), times seed 001's 0.8.
+# - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink
+#   and InfiniBand (nccl-tests on DGX A100: ~230 of 300 GB/s NVLink per direction; ~20 of
+#   25 GB/s per HDR port).
+# - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests
+#   small-message all-reduce times on DGX systems).
+# - kernel_overhead_s: launch and synchronisation cost per transformer sub-layer
+#   (attention block, MLP block), about 20 us per block forward without CUDA graphs.
+SUSTAINED_CLOCK = 0.8  # seed 001, base_util
+STREAM_HBM_FRACTION = 0.9
+MAMF_FRACTION = {
+    "A100-SXM4-40GB": 267.9 / 312,
+    "A100-SXM4-80GB": 267.9 / 312,
+    "H100-SXM5-80GB": 792.1 / 989.4,
+    "H200-SXM-141GB": 821.0 / 989.4,
+    "B200-HGX-180GB": 792.1 / 989.4,
+    "MI300X-OAM-192GB": 781.9 / 1307.4,
+}
+
+
+def _efficiency(mamf_fraction: float) -> Efficiency:
+    return Efficiency(
+        gemm_eff_max=mamf_fraction * SUSTAINED_CLOCK,
+        gemm_half_dim=128.0,
+        hbm_eff=STREAM_HBM_FRACTION * SUSTAINED_CLOCK,
+        link_eff=0.8,
+        scaleup_latency_s=5e-6,
+        scaleout_latency_s=10e-6,
+        kernel_overhead_s=20e-6,
+    )
+
+
+_DEFAULT_EFF = _efficiency(792.1 / 989.4)
+EFFICIENCY: dict[str, Efficiency] = {name: _efficiency(f) for name, f in MAMF_FRACTION.items()}
+
+# Short names users type, mapped to the CSV's names.
+GPU_ALIASES = {
+    "a100-40gb": "A100-SXM4-40GB",
+    "a100": "A100-SXM4-80GB",
+    "a100-80gb": "A100-SXM4-80GB",
+    "h100": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "b200": "B200-HGX-180GB",
+    "mi300x": "MI300X-OAM-192GB",
+}
+
+_GB = 1e9
+_TF = 1e12
+
+
+def _read_presets() -> dict[str, dict[str, str]]:
+    text = resources.files("costmodel").joinpath("data/hardware_presets.csv").read_text()
+    return {row["name"]: row for row in csv.DictReader(text.splitlines())}
+
+
+def _num(row: dict[str, str], key: str) -> float:
+    value = row.get(key, "")
+    return float(value) if value not in ("", None) else 0.0
+
+
+def gpu_names() -> list[str]:
+    return list(_read_presets())
+
+
+def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
+    """The GPU called ``name`` (a CSV name or an alias such as ``h100``)."""
+    rows = _read_presets()
+    full = GPU_ALIASES.get(name.lower(), name)
+    if full not in rows:
+        choices = ", ".join(sorted(set(rows) | set(GPU_ALIASES)))
+        raise InputError("gpu", f"one of {choices}", name)
+    row = rows[full]
+    eff = efficiency or EFFICIENCY.get(full, _DEFAULT_EFF)
+    return GPU(
+        name=full,
+        peak_flops=(
+            _num(row, "bf16_dense_tflops") * _TF,
+            _num(row, "fp16_dense_tflops") * _TF,
+            _num(row, "fp8_dense_tflops") * _TF,
+        ),
+        hbm_bytes=_num(row, "hbm_GB") * _GB,
+        hbm_Bps=_num(row, "hbm_TBps") * 1e12,
+        scaleup_Bps=_num(row, "scaleup_GBps_per_dir") * _GB,
+        scaleout_Bps=_num(row, "scaleout_GBps_per_gpu_per_dir") * _GB,
+        **dataclasses.asdict(eff),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """``nodes`` x ``gpus_per_node`` GPUs of one type with two link tiers.
+
+    Rank placement follows Megatron-LM's default order: tensor-parallel ranks innermost,
+    then context-parallel, then data-parallel, then pipeline-parallel (rank =
+    ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i). A group of ``size`` ranks at stride
+    ``stride`` stays inside a node iff stride * size <= gpus_per_node (with sizes that
+    divide the node); otherwise it is priced on the scale-out tier.
+    """
+
+    gpu: GPU
+    nodes: int
+    gpus_per_node: int
+    scaleup_Bps: float
+    scaleout_Bps: float
+    scaleup_latency_s: float
+    scaleout_latency_s: float
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.nodes, int) and self.nodes >= 1):
+            raise InputError("cluster.nodes", "an integer >= 1", self.nodes)
+        if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
+            raise InputError("cluster.gpus_per_node", "an integer >= 1", self.gpus_per_node)
+        for f in ("scaleup_Bps", "scaleout_Bps"):
+            if not getattr(self, f) > 0:
+                raise InputError(f"cluster.{f}", "a positive bandwidth in B/s", getattr(self, f))
+        for f in ("scaleup_latency_s", "scaleout_latency_s"):
+            if not getattr(self, f) >= 0:
+                raise InputError(f"cluster.{f}", "a latency >= 0 s", getattr(self, f))
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def make_cluster(
+    gpu: GPU | str,
+    num_gpus: int,
+    *,
+    gpus_per_node: int = 8,
+    scaleup_Bps: float | None = None,
+    scaleout_Bps: float | None = None,
+    name: str | None = None,
+) -> Cluster:
+    """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default."""
+    g = gpu_preset(gpu) if isinstance(gpu, str) else gpu
+    if not (isinstance(num_gpus, int) and num_gpus >= 1):
+        raise InputError("num_gpus", "an integer >= 1", num_gpus)
+    if not (isinstance(gpus_per_node, int) and gpus_per_node >= 1):
+        raise InputError("gpus_per_node", "an integer >= 1", gpus_per_node)
+    if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
+        raise InputError(
+            "num_gpus", f"a multiple of gpus_per_node={gpus_per_node}", num_gpus
+        )
+    per_node = min(gpus_per_node, num_gpus)
+    return Cluster(
+        gpu=g,
+        nodes=num_gpus // per_node,
+        gpus_per_node=per_node,
+        scaleup_Bps=scaleup_Bps if scaleup_Bps is not None else g.scaleup_Bps,
+        scaleout_Bps=scaleout_Bps if scaleout_Bps is not None else g.scaleout_Bps,
+        scaleup_latency_s=g.scaleup_latency_s,
+        scaleout_latency_s=g.scaleout_latency_s,
+        name=name or f"{g.name}x{num_gpus}",
+    )
+
+
+# Named clusters. "<gpu>x<N>" (e.g. h100x1024, a100x3072) is also accepted by cluster_preset.
+# seed000-16: seed 000's topology, 16 GPUs linked all-to-all at 200 Gb/s (25 GB/s), which
+# we write as 16 one-GPU nodes on a 25 GB/s network.
+_NAMED_CLUSTERS = {
+    "dgx-h100-1024": ("h100", 1024, 8),
+    "dgx-a100-1024": ("a100", 1024, 8),
+    "selene-3072": ("a100", 3072, 8),
+}
+_CLUSTER_RE = re.compile(r"^([a-z0-9-]+)x(\d+)$")
+
+
+def cluster_names() -> list[str]:
+    return [*_NAMED_CLUSTERS, "seed000-16", "<gpu>x<N> (gpu: " + ", ".join(GPU_ALIASES) + ")"]
+
+
+def cluster_preset(name: str) -> Cluster:
+    key = name.lower()
+    if key == "seed000-16":
+        g = gpu_preset("a100")
+        return Cluster(
+            gpu=g,
+            nodes=16,
+            gpus_per_node=1,
+            scaleup_Bps=25e9,
+            scaleout_Bps=25e9,
+            scaleup_latency_s=g.scaleout_latency_s,
+            scaleout_latency_s=g.scaleout_latency_s,
+            name="seed000-16",
+        )
+    if key in _NAMED_CLUSTERS:
+        gpu, n, per = _NAMED_CLUSTERS[key]
+        return make_cluster(gpu, n, gpus_per_node=per, name=key)
+    m = _CLUSTER_RE.match(key)
+    if m and m.group(1) in GPU_ALIASES:
+        return make_cluster(m.group(1), int(m.group(2)), name=key)
+    raise InputError("cluster", "one of " + ", ".join(cluster_names()), name)

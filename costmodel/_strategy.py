@@ -1,0 +1,157 @@
+"""StrategyTable: N strategies, one numpy column per dimension; strings become codes here.
+
+Columns (all shape (N,)):
+    dp, tp, pp, cp            data, tensor, pipeline and context parallel degrees
+    micro_batch               sequences per micro-batch (b)
+    global_batch              sequences per iteration (B); micro-batches m = B / (dp * b)
+    vpp                       virtual pipeline stages (chunks) per device; 1 = no interleaving
+    schedule                  code into SCHEDULES
+    recompute                 code into RECOMPUTE
+    sequence_parallel         bool
+    zero_stage                0..3
+    precision                 code into PRECISIONS
+    overlap_dp                bool: overlap the data-parallel gradient exchange with backward
+Optional:
+    stage_layers              shape (N, S) int: layers per pipeline stage, zero-padded past pp;
+                              absent means uniform (layers / pp per stage)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from costmodel._errors import InputError
+from costmodel._hardware import PRECISIONS
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "hanayo")
+RECOMPUTE = ("none", "selective", "full")
+
+INT_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage")
+CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}
+BOOL_COLUMNS = ("sequence_parallel", "overlap_dp")
+COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS
+
+DEFAULTS: dict[str, object] = {
+    "dp": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch": 1, "global_batch": 1, "vpp": 1,
+    "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
+    "sequence_parallel": False, "overlap_dp": True,
+}
+
+
+def encode(column: str, values) -> np.ndarray:
+    """Strings (or codes) of a coded column -> int8 codes; raises InputError on unknowns."""
+    names = CODE_COLUMNS[column]
+    arr = np.asarray(values)
+    if arr.dtype.kind in "US":
+        lookup = {n: i for i, n in enumerate(names)}
+        flat = [lookup.get(str(x).lower(), -1) for x in np.atleast_1d(arr).ravel()]
+        out = np.asarray(flat, dtype=np.int8).reshape(arr.shape)
+    else:
+        out = arr.astype(np.int8)
+    bad = (out < 0) | (out >= len(names))
+    if np.any(bad):
+        got = np.atleast_1d(arr)[np.atleast_1d(bad)][0]
+        raise InputError(column, "one of " + ", ".join(names), got.item() if hasattr(got, "item") else got)
+    return out
+
+
+def decode(column: str, codes) -> np.ndarray:
+    return np.asarray(CODE_COLUMNS[column], dtype=object)[np.asarray(codes)]
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyTable:
+    """N strategies as columns. Build with :meth:`from_columns`; do not mutate the arrays."""
+
+    columns: Mapping[str, np.ndarray]
+    stage_layers: np.ndarray | None = None
+
+    @classmethod
+    def from_columns(cls, stage_layers=None, **cols) -> StrategyTable:
+        """Broadcast scalars and lists to N rows, encode strings, check types and ranges."""
+        unknown = set(cols) - set(COLUMNS)
+        if unknown:
+            raise InputError("strategy", "columns among " + ", ".join(COLUMNS), sorted(unknown)[0])
+        merged = {**DEFAULTS, **cols}
+        lengths = {np.size(v) for v in merged.values() if np.ndim(v) > 0}
+        if stage_layers is not None:
+            lengths.add(np.shape(stage_layers)[0])
+        if len(lengths) > 1:
+            raise InputError("strategy", "columns of one length", sorted(lengths))
+        n = lengths.pop() if lengths else 1
+        out: dict[str, np.ndarray] = {}
+        for name in INT_COLUMNS:
+            arr = np.broadcast_to(np.asarray(merged[name]), (n,))
+            if arr.dtype.kind not in "iu":
+                if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+                    arr = arr.astype(np.int64)
+                else:
+                    raise InputError(name, "integers", arr.flat[0] if n else arr)
+            lo = 0 if name == "zero_stage" else 1
+            hi = 3 if name == "zero_stage" else None
+            bad = (arr < lo) | ((arr > hi) if hi is not None else False)
+            if np.any(bad):
+                rng = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
+                raise InputError(name, rng, int(arr[bad][0]))
+            out[name] = np.ascontiguousarray(arr, dtype=np.int64)
+        for name in CODE_COLUMNS:
+            out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
+        for name in BOOL_COLUMNS:
+            v = merged[name]
+            arr = np.asarray(v)
+            if arr.dtype.kind in "US":
+                low = np.char.lower(arr.astype(str))
+                if not np.all(np.isin(low, ["true", "false", "1", "0"])):
+                    raise InputError(name, "true or false", arr.flat[0])
+                arr = np.isin(low, ["true", "1"])
+            out[name] = np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
+        sl = None
+        if stage_layers is not None:
+            sl = np.asarray(stage_layers, dtype=np.int64)
+            if sl.ndim != 2 or np.any(sl < 0):
+                raise InputError("stage_layers", "an (N, S) array of layer counts >= 0", sl.shape)
+        return cls(columns=out, stage_layers=sl)
+
+    def __len__(self) -> int:
+        return len(self.columns["dp"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        cols = self.__dict__.get("columns")
+        if cols is not None and name in cols:
+            return cols[name]
+        raise AttributeError(name)
+
+    @property
+    def num_gpus(self) -> np.ndarray:
+        return self["dp"] * self["tp"] * self["pp"] * self["cp"]
+
+    def take(self, idx) -> StrategyTable:
+        sl = None if self.stage_layers is None else self.stage_layers[idx]
+        return StrategyTable({k: v[idx] for k, v in self.columns.items()}, sl)
+
+    def readable(self) -> dict[str, np.ndarray]:
+        """Columns with names instead of codes (for people and for Parquet)."""
+        out = {}
+        for k, v in self.columns.items():
+            out[k] = decode(k, v) if k in CODE_COLUMNS else v
+        return out
+
+    def row(self, i: int) -> dict[str, object]:
+        """Row i as plain Python values (strings for coded columns)."""
+        r = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in self.readable().items()}
+        if self.stage_layers is not None:
+            r["stage_layers"] = [int(x) for x in self.stage_layers[i] if x > 0]
+        return r
+
+    @staticmethod
+    def concat(tables: list[StrategyTable]) -> StrategyTable:
+        cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in COLUMNS}
+        if any(t.stage_layers is not None for t in tables):
+            raise ValueError("concat of tables with stage_layers is not supported")
+        return StrategyTable(cols)
