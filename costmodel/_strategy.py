@@ -11,9 +11,10 @@ Columns (all shape (N,)):
     zero_stage                0..3
     precision                 code into PRECISIONS
     overlap_dp                bool: overlap the data-parallel gradient exchange with backward
-Optional:
-    stage_layers              shape (N, S) int: layers per pipeline stage, zero-padded past pp;
-                              absent means uniform (layers / pp per stage)
+Optional (per pipeline stage, shape (N, S) with S >= max pp, padded past pp):
+    stage_layers              layers per pipeline stage (zero past pp); absent means uniform
+                              (layers / pp per stage). Row sums must equal the model's layers.
+    stage_recompute           recompute code per stage (overrides ``recompute`` where given)
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ class StrategyTable:
 
     columns: Mapping[str, np.ndarray]
     stage_layers: np.ndarray | None = None
+    stage_recompute: np.ndarray | None = None
 
     @classmethod
-    def from_columns(cls, stage_layers=None, **cols) -> StrategyTable:
+    def from_columns(cls, stage_layers=None, stage_recompute=None, **cols) -> StrategyTable:
         """Broadcast scalars and lists to N rows, encode strings, check types and ranges."""
         unknown = set(cols) - set(COLUMNS)
         if unknown:
@@ -108,12 +110,24 @@ class StrategyTable:
                     raise InputError(name, "true or false", arr.flat[0])
                 arr = np.isin(low, ["true", "1"])
             out[name] = np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
-        sl = None
+        sl = sr = None
         if stage_layers is not None:
             sl = np.asarray(stage_layers, dtype=np.int64)
-            if sl.ndim != 2 or np.any(sl < 0):
-                raise InputError("stage_layers", "an (N, S) array of layer counts >= 0", sl.shape)
-        return cls(columns=out, stage_layers=sl)
+            if sl.ndim == 1:
+                sl = np.broadcast_to(sl, (n, sl.size))
+            if sl.ndim != 2 or sl.shape[0] != n or np.any(sl < 0):
+                raise InputError("stage_layers", f"an ({n}, S) array of layer counts >= 0", np.shape(stage_layers))
+            if sl.shape[1] < out["pp"].max():
+                raise InputError("stage_layers", f"at least pp={out['pp'].max()} stage columns", sl.shape[1])
+            sl = np.ascontiguousarray(sl)
+        if stage_recompute is not None:
+            sr = encode("recompute", stage_recompute)
+            if sr.ndim == 1:
+                sr = np.broadcast_to(sr, (n, sr.size))
+            if sr.ndim != 2 or sr.shape[0] != n or sr.shape[1] < out["pp"].max():
+                raise InputError("stage_recompute", f"an ({n}, S>=pp) array", np.shape(stage_recompute))
+            sr = np.ascontiguousarray(sr)
+        return cls(columns=out, stage_layers=sl, stage_recompute=sr)
 
     def __len__(self) -> int:
         return len(self.columns["dp"])
@@ -133,7 +147,8 @@ class StrategyTable:
 
     def take(self, idx) -> StrategyTable:
         sl = None if self.stage_layers is None else self.stage_layers[idx]
-        return StrategyTable({k: v[idx] for k, v in self.columns.items()}, sl)
+        sr = None if self.stage_recompute is None else self.stage_recompute[idx]
+        return StrategyTable({k: v[idx] for k, v in self.columns.items()}, sl, sr)
 
     def readable(self) -> dict[str, np.ndarray]:
         """Columns with names instead of codes (for people and for Parquet)."""
@@ -145,13 +160,24 @@ class StrategyTable:
     def row(self, i: int) -> dict[str, object]:
         """Row i as plain Python values (strings for coded columns)."""
         r = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in self.readable().items()}
+        pp = int(self.columns["pp"][i])
         if self.stage_layers is not None:
-            r["stage_layers"] = [int(x) for x in self.stage_layers[i] if x > 0]
+            r["stage_layers"] = [int(x) for x in self.stage_layers[i, :pp]]
+        if self.stage_recompute is not None:
+            r["stage_recompute"] = [RECOMPUTE[x] for x in self.stage_recompute[i, :pp]]
         return r
 
     @staticmethod
     def concat(tables: list[StrategyTable]) -> StrategyTable:
         cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in COLUMNS}
-        if any(t.stage_layers is not None for t in tables):
-            raise ValueError("concat of tables with stage_layers is not supported")
-        return StrategyTable(cols)
+        extras = []
+        for attr in ("stage_layers", "stage_recompute"):
+            parts = [getattr(t, attr) for t in tables]
+            if all(x is None for x in parts):
+                extras.append(None)
+                continue
+            if any(x is None for x in parts):
+                raise ValueError(f"concat: {attr} present in some tables only")
+            width = max(x.shape[1] for x in parts)
+            extras.append(np.concatenate([np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in parts]))
+        return StrategyTable(cols, *extras)
