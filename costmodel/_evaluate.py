@@ -251,217 +251,255 @@ def in_flight(sched, p, m, v, stage):
 
 
 # ---- the evaluator -------------------------------------------------------------------------
-def evaluate(model: Transformer, cluster: Cluster, table: StrategyTable) -> Metrics:
-    """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
-
-    Pure and vectorised: numpy over the rows, no Python loop over strategies. Infeasible rows
-    stay, with feasible=False, a reason code (REASONS) and infinite step time.
-    """
-    gpu = cluster.gpu
-    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> np.ndarray:
+    """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
+    L, s = model.layers, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
-    b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
-    sched, rc, zero = table["schedule"], table["recompute"], table["zero_stage"]
-    sp, overlap = table["sequence_parallel"], table["overlap_dp"]
-    peak = np.asarray(gpu.peak_flops)[table["precision"]]
-    peak = np.where(peak > 0, peak, gpu.peak_flops[0])  # a GPU without fp8 runs it as bf16
-    n_gpu = d * t * p * c
-
-    # -- feasibility (first failing reason wins; the arithmetic below stays finite) --
+    b, B, v, sched = table["micro_batch"], table["global_batch"], table["vpp"], table["schedule"]
     if model.kind == "mlp":
         tp_ok = model.hidden % t == 0
     else:
         tp_ok = (model.heads % t == 0) & (model.kv_heads % t == 0)
-    pp_ok = L % p == 0
-    cp_ok = (c == 1) | (s % (2 * c) == 0)
-    batch_ok = B % (d * b) == 0
-    m = np.maximum(B // (d * b), 1)
-    n = L // p  # layers per stage (uniform)
+    if table.stage_layers is None:
+        pp_ok = L % p == 0
+        n_min = L // p
+    else:
+        sl = table.stage_layers
+        active = np.arange(sl.shape[1])[None, :] < p[:, None]  # (N, S)
+        pp_ok = (sl.sum(axis=1, where=active) == L) & np.all(~active | (sl >= 1), axis=1) & np.all(
+            active | (sl == 0), axis=1
+        )
+        n_min = np.min(np.where(active, sl, L), axis=1)
     is_inter = sched == SCHED["interleaved"]
     closed = np.isin(sched, [SCHED[x] for x in CLOSED_FORM_SCHEDULES])
-    sched_ok = closed & np.where(is_inter, (v >= 2) & (p >= 2) & (n % v == 0), v == 1)
-    zero_ok = (zero <= 1) | (p == 1)
-    reason = np.zeros(len(table), dtype=np.int8)
+    # Interleaving needs v chunks per device of whole layers: with uneven stages every stage
+    # must split into v chunks; uniform stages need v | L/p.
+    if table.stage_layers is None:
+        chunks_ok = n_min % v == 0
+    else:
+        chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)
+    sched_ok = closed & np.where(is_inter, (v >= 2) & (p >= 2) & chunks_ok, v == 1)
     checks = [
-        (n_gpu <= cluster.num_gpus, "gpus_exceed_cluster"),
+        (d * t * p * c <= cluster.num_gpus, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
         (pp_ok, "pp_not_divide_layers"),
-        (cp_ok, "cp_not_divide_seq"),
-        (batch_ok, "batch_not_divide"),
+        ((c == 1) | (s % (2 * c) == 0), "cp_not_divide_seq"),
+        (B % (d * b) == 0, "batch_not_divide"),
         (sched_ok, "schedule_invalid"),
-        (zero_ok, "zero_incompatible_pp"),
+        ((table["zero_stage"] <= 1) | (p == 1), "zero_incompatible_pp"),
     ]
+    reason = np.zeros(len(table), dtype=np.int8)
     for ok, name in reversed(checks):
         reason = np.where(ok, reason, REASON[name]).astype(np.int8)
+    return reason
 
-    # -- one layer, one micro-batch --
+
+def _stages(table: StrategyTable, L: int):
+    """Stage layout as (N, k) arrays: stage index, layers, recompute code, weight in sums.
+
+    Uniform stages are represented by three stages, 0, 1 and p - 1 (the first, the busiest
+    interior one for memory, the last), weighted 1, p - 2, 1 in sums over stages; explicit
+    per-stage layer counts use every stage."""
+    p, rc = table["pp"], table["recompute"]
+    if table.stage_layers is None:
+        idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)  # (N, 3)
+        n = np.broadcast_to((L // p)[:, None], idx.shape)
+        w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
+        w = np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
+        rcs = np.broadcast_to(rc[:, None], idx.shape)
+    else:
+        S = table.stage_layers.shape[1]
+        idx = np.broadcast_to(np.arange(S)[None, :], table.stage_layers.shape)
+        n = table.stage_layers
+        w = (idx < p[:, None]).astype(np.int64)
+        rcs = rc[:, None] if table.stage_recompute is None else table.stage_recompute
+        rcs = np.broadcast_to(rcs, idx.shape)
+    return idx, n.astype(np.float64), rcs, w.astype(np.float64)
+
+
+# Rows per block: 16k rows keep a block's float64 temporaries in L2, 1.6x faster per row
+# than whole 1M-row columns on these machines (BENCHMARKS.md, "Cost core").
+BLOCK_ROWS = 16384
+
+
+def evaluate(model: Transformer, cluster: Cluster, table: StrategyTable) -> Metrics:
+    """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
+
+    Pure and vectorised: numpy over the rows (and stages), in cache-sized blocks of rows; no
+    Python loop over strategies. Infeasible rows stay, with feasible=False, a reason code
+    (REASONS) and infinite step time.
+    """
+    N = len(table)
+    if N <= BLOCK_ROWS:
+        return _evaluate_block(model, cluster, table)
+    parts = [
+        _evaluate_block(model, cluster, table.take(slice(i, i + BLOCK_ROWS)))
+        for i in range(0, N, BLOCK_ROWS)
+    ]
+    return Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+
+
+def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable) -> Metrics:
+    gpu = cluster.gpu
+    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+    d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
+    b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
+    sched, zero = table["schedule"], table["zero_stage"]
+    sp, overlap = table["sequence_parallel"], table["overlap_dp"]
+    peak = np.asarray(gpu.peak_flops)[table["precision"]]
+    peak = np.where(peak > 0, peak, gpu.peak_flops[0])  # a GPU without fp8 runs it as bf16
+    n_gpu = d * t * p * c
+    reason = feasibility(model, cluster, table)
+    m = np.maximum(B // (d * b), 1)
+    is_inter = sched == SCHED["interleaved"]
+    col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+
+    # -- one layer, one micro-batch (N,) --
     lc = layer_costs(model, cluster, b, t, c, sp, peak)
     T = lc["T"]
     f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
-    b_L = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
+    bx_L = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
     w_L = lc["gemm"]  # weight-gradient GEMMs
-    tp_L = 2.0 * lc["tp_fwd"]  # forward + backward
-    cp_L = lc["cp_fwd"] + lc["cp_bwd"]
-    full = rc == 2
-    sel = rc == 1
-    re_L = np.where(full, f_L, np.where(sel, lc["attn"], 0.0))
-    re_tp_L = np.where(full, lc["tp_fwd"], 0.0)
-    re_cp_L = np.where(full, lc["cp_fwd"], 0.0)
+    tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
 
-    # -- embedding (first stage) and head (last stage), per micro-batch --
+    # -- embedding (first stage) and head (last stage), per micro-batch (N,) --
     tp_bw, tp_lat = lc["tp_bw"], lc["tp_lat"]
+    zero_col = np.zeros(len(table))
     if model.kind == "mlp":
-        zero_col = np.zeros(len(table))
-        emb_c = emb_tp = head_c = head_tp = zero_col
+        emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
     else:
         # Embedding: gather T rows of h (read + write), backward scatter-add (same again);
-        # vocab-parallel lookup ends in one all-reduce of T*h.
+        # the vocab-parallel lookup ends in one all-reduce of T*h.
         emb_c = hbm_s(ACT_BYTES * 4.0 * T * h, gpu)
         emb_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
-        # Head: final norm, logits GEMM (forward, then dX and dW), cross-entropy traffic;
-        # an all-gather of the input (SP) or its all-reduce in backward: one all-reduce of
-        # T*h, plus the vocab-parallel loss's 3 small all-reduces of T fp32 values.
-        head_c = (
-            3.0 * gemm_s(T, V / t, h, peak, gpu)
-            + hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu)
-        )
+        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic;
+        # the input's all-gather (SP) or all-reduce (backward) of T*h, and the
+        # vocab-parallel loss's 3 small all-reduces of T fp32 values.
+        head_gemm = gemm_s(T, V / t, h, peak, gpu)
+        head_elem = hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu)
         head_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(
             4.0 * T, t, tp_bw, tp_lat
         )
 
-    # -- stage times per micro-batch: first, last (uniform interior stages lie below both) --
-    x_comp_L = f_L + b_L + w_L
-    single = p == 1
-    comp_first = n * x_comp_L + emb_c + np.where(single, head_c, 0.0)
-    comp_last = n * x_comp_L + head_c + np.where(single, emb_c, 0.0)
-    tp_first = n * tp_L + emb_tp + np.where(single, head_tp, 0.0)
-    tp_last = n * tp_L + head_tp + np.where(single, emb_tp, 0.0)
-    re_stage = n * re_L
-    re_comm_stage = n * (re_tp_L + re_cp_L)
-    X_first = comp_first + tp_first + n * cp_L + re_stage + re_comm_stage
-    X_last = comp_last + tp_last + n * cp_L + re_stage + re_comm_stage
-    last_is_max = X_last >= X_first
-    X_max = np.maximum(X_first, X_last)
-    X_sum = np.where(single, X_first, p * n * (x_comp_L + tp_L + cp_L + re_L + re_tp_L + re_cp_L)
-                     + emb_c + emb_tp + head_c + head_tp)
+    # -- stages (N, k) --
+    idx, n, rcs, wt = _stages(table, L)
+    first, last = idx == 0, idx == (p - 1)[:, None]
+    full, sel = rcs == 2, rcs == 1
+    re_L = np.where(full, col(f_L), np.where(sel, col(lc["attn"]), 0.0))
+    re_comm_L = np.where(full, col(tpf_L + cpf_L), 0.0)
+    F = n * col(f_L + tpf_L + cpf_L) + first * col(0.5 * emb_c + emb_tp) + last * col(
+        head_gemm + 0.5 * head_elem + 0.5 * head_tp)
+    Bk = (n * (col(bx_L + tpf_L + cpb_L) + re_L + re_comm_L) + first * col(0.5 * emb_c)
+          + last * col(head_gemm + 0.5 * head_elem + 0.5 * head_tp))
+    W = n * col(w_L) + last * col(head_gemm)
+    X = F + Bk + W  # (N, k) stage time per micro-batch
+    comp = n * col(f_L + bx_L + w_L) + first * col(emb_c) + last * col(3.0 * head_gemm + head_elem)
+    tp_st = n * col(2.0 * tpf_L) + first * col(emb_tp) + last * col(head_tp)
+    cp_st = n * col(cpf_L + cpb_L)
+    re_st = n * re_L
+    re_tp_st = n * np.where(full, col(tpf_L), 0.0)
+    re_cp_st = n * np.where(full, col(cpf_L), 0.0)
 
-    # -- pipeline hand-off and pipeline time --
-    pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
-    T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
+    # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
+    Xa = np.where(wt > 0, X, -np.inf)
+    bot = np.argmax(Xa, axis=1)[:, None]  # (N, 1) bottleneck stage column
+    at = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), bot, axis=1)[:, 0]  # noqa: E731
+    X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
+    X_sum = np.sum(wt * X, axis=1)
     vv = np.where(is_inter, v, 1)
     fill = (X_sum - X_max) / vv
-    # Zero-bubble fills, with the bottleneck stage's F, B, W (per micro-batch).
-    F_max = n * (f_L + lc["tp_fwd"] + lc["cp_fwd"])
-    B_max = n * (b_L + lc["tp_fwd"] + lc["cp_bwd"] + re_L + re_tp_L + re_cp_L)
-    W_max = n * w_L
-    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_max + B_max - W_max, 0.0), fill)
-    fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_max + B_max - 2 * W_max, 0.0), fill)
+    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
+    fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+    pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
+    T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
     pp_comm = 2.0 * (p - 1) * T_C
     pipe = m * X_max + fill + pp_comm
 
-    # -- data-parallel gradient exchange and the optimizer --
+    # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     layer_p = model.layer_params()
     emb_p = model.embedding_params()
-    head_p = model.head_params() + (model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0)
-    params_first = (n * layer_p + emb_p + np.where(single, model.head_params(), 0)) / t
-    params_last = (n * layer_p + np.where(single, emb_p + model.head_params(), head_p)) / t
-    params_stage = np.maximum(params_first, params_last)
+    tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
+    head_p = model.head_params() + np.where(first, 0, tied_copy)  # Megatron's tied copy, pp > 1
+    params = (n * layer_p + first * emb_p + last * head_p) / col(t)  # (N, k) per GPU
+    params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    grad_bytes = GRAD_COMM_BYTES * params_stage
+    grad_bytes = GRAD_COMM_BYTES * params_max
     dp_raw = np.where(
         zero == 3,
         # ZeRO-3: per micro-batch, all-gather weights for forward and backward, reduce-scatter
         # gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume, per pass).
-        m * (2.0 * gather_s(WEIGHT_BYTES * params_stage, g, dp_bw, dp_lat)
+        m * (2.0 * gather_s(WEIGHT_BYTES * params_max, g, dp_bw, dp_lat)
              + gather_s(grad_bytes, g, dp_bw, dp_lat)),
         # ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the same bytes.
         all_reduce_s(grad_bytes, g, dp_bw, dp_lat),
     )
-    window = np.where(zero == 3, m * X_max, B_max + W_max)
+    window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     shard = np.where(zero >= 1, g, 1)
-    opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_stage / shard, gpu)
+    opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
     step = pipe + dp_exposed + opt_s
 
-    # -- memory per GPU (worst of first and last stage) --
+    # -- memory per GPU, per stage, worst stage --
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
-    act_stored_L = np.where(full, ACT_BYTES * T * h / np.where(sp, t, 1), np.where(sel, act_L - score_L, act_L))
-    work_full = np.where(full, act_L, 0.0)  # one layer's full activations while recomputing it
+    sp_div = np.where(sp, t, 1)
+    act_kept = np.where(full, col(ACT_BYTES * T * h / sp_div),
+                        np.where(sel, col(act_L - score_L), col(act_L)))
+    work = np.where(full, col(act_L), 0.0)  # one layer's activations while it is recomputed
     if model.kind == "mlp":
-        emb_act = head_act = np.zeros(len(table))
+        emb_act = head_act = zero_col
     else:
-        emb_act = ACT_BYTES * T * h / np.where(sp, t, 1) + T * h / np.where(sp, t, 1)  # output + dropout mask
+        emb_act = (ACT_BYTES + 1) * T * h / sp_div  # embedding output and its dropout mask
         head_act = 4.0 * T * V / t  # fp32 logits of one micro-batch
-    k_first = in_flight(sched, p, m, v, 0)
-    k_last = in_flight(sched, p, m, v, p - 1)
-    act_first = k_first * (n * act_stored_L + emb_act) + work_full + np.where(single, head_act, 0.0)
-    act_last = k_last * (n * act_stored_L + np.where(single, emb_act, 0.0)) + work_full + head_act
-
-    def states(params):
-        w = WEIGHT_BYTES * params / np.where(zero == 3, g, 1)
-        gr = GRAD_BYTES * params / np.where(zero >= 2, g, 1)
-        op = OPTIM_BYTES * params / shard
-        return w, gr, op
-
-    buffers_common = (
+    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    act = k * (n * act_kept + first * col(emb_act)) + work + last * col(head_act)
+    w_b = WEIGHT_BYTES * params / col(np.where(zero == 3, g, 1))
+    g_b = GRAD_BYTES * params / col(np.where(zero >= 2, g, 1))
+    o_b = OPTIM_BYTES * params / col(shard)
+    buffers = (
         np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_stage, DP_BUCKET_ELEMS), 0.0)
+        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS), 0.0)
         + np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)  # two prefetched layers
         + RESERVED_BYTES
     )
-    wf, gf, of = states(params_first)
-    wl, gl, ol = states(params_last)
-    tot_first = wf + gf + of + act_first + buffers_common
-    tot_last = wl + gl + ol + act_last + buffers_common
-    first_worst = tot_first >= tot_last
-    pick = lambda x, y: np.where(first_worst, x, y)  # noqa: E731
-    mem_total = np.maximum(tot_first, tot_last)
-    reason = np.where((reason == 0) & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
+    tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    worst = np.argmax(tot, axis=1)[:, None]
+    atm = lambda a: np.take_along_axis(np.broadcast_to(a, tot.shape), worst, axis=1)[:, 0]  # noqa: E731
+    mem_total = atm(tot)
+    reason = np.where((reason == 0) & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason)
+    reason = reason.astype(np.int8)
     feasible = reason == 0
-
-    # -- breakdown on the bottleneck stage (parts add up to the step time) --
-    comp_max = np.where(last_is_max, comp_last, comp_first)
-    tp_max = np.where(last_is_max, tp_last, tp_first)
-    compute = m * comp_max
-    recompute = m * re_stage
-    tp_comm = m * (tp_max + n * re_tp_L)
-    cp_comm = m * n * (cp_L + re_cp_L)
-    bubble = fill
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
-    re_flops_tok = np.where(
-        full, model.layer_fwd_flops_per_token(), np.where(sel, 4.0 * s * h if model.kind != "mlp" else 0.0, 0.0)
-    )
-    flops_hw = flops_model + L * re_flops_tok * s * B
-    inf = np.inf
-    step_out = np.where(feasible, step, inf)
+    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
+    re_tok = np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
+    flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, B / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * n_gpu * peak), 0.0)
         hfu = np.where(feasible, flops_hw / (step * n_gpu * peak), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
     return Metrics(
-        step_time_s=step_out,
-        compute_s=compute,
-        recompute_s=recompute,
-        tp_comm_s=tp_comm,
-        cp_comm_s=cp_comm,
+        step_time_s=np.where(feasible, step, np.inf),
+        compute_s=m * at(comp),
+        recompute_s=m * at(re_st),
+        tp_comm_s=m * (at(tp_st) + at(re_tp_st)),
+        cp_comm_s=m * (at(cp_st) + at(re_cp_st)),
         pp_comm_s=pp_comm,
         dp_comm_s=dp_exposed,
-        bubble_s=bubble,
+        bubble_s=fill,
         optimizer_s=opt_s,
         tokens_per_s=samples * s,
         samples_per_s=samples,
         mfu=mfu,
         hfu=hfu,
         bubble_ratio=bubble_ratio,
-        mem_weights_bytes=pick(wf, wl),
-        mem_grads_bytes=pick(gf, gl),
-        mem_optimizer_bytes=pick(of, ol),
-        mem_activations_bytes=pick(act_first, act_last),
-        mem_buffers_bytes=buffers_common,
+        mem_weights_bytes=atm(w_b),
+        mem_grads_bytes=atm(g_b),
+        mem_optimizer_bytes=atm(o_b),
+        mem_activations_bytes=atm(act),
+        mem_buffers_bytes=buffers,
         mem_total_bytes=mem_total,
         microbatches=m.astype(np.int64),
         feasible=feasible,
