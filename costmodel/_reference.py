@@ -1,0 +1,312 @@
+"""The scalar reference evaluator: one strategy at a time, plain Python, slow and obvious.
+
+Used by tests (row-by-row equality with the vectorised evaluator) and by ``plansweep bench``
+(for the speed ratio). It walks every pipeline stage explicitly, with ifs instead of masks,
+and imports only the named constants and the specs from the vectorised module.
+"""
+
+from __future__ import annotations
+
+import math
+
+from costmodel import _evaluate as K
+from costmodel._hardware import Cluster
+from costmodel._strategy import RECOMPUTE, SCHEDULES
+from costmodel._workloads import Transformer
+
+
+def _link(cluster: Cluster, span: int) -> tuple[float, float]:
+    gpu = cluster.gpu
+    if span <= cluster.gpus_per_node:
+        return cluster.scaleup_Bps * gpu.link_eff, cluster.scaleup_latency_s
+    return cluster.scaleout_Bps * gpu.link_eff, cluster.scaleout_latency_s
+
+
+def _allreduce(nbytes: float, n: int, link: tuple[float, float]) -> float:
+    if n <= 1:
+        return 0.0
+    bw, lat = link
+    return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat
+
+
+def _gather(nbytes: float, n: int, link: tuple[float, float]) -> float:
+    if n <= 1:
+        return 0.0
+    bw, lat = link
+    return (n - 1) / n * nbytes / bw + (n - 1) * lat
+
+
+def _util(gpu, *dims: float) -> float:
+    u = gpu.gemm_eff_max
+    for x in dims:
+        u *= x / (x + gpu.gemm_half_dim)
+    return u
+
+
+def _gemm(gpu, peak: float, M: float, N: float, Kd: float) -> float:
+    flop_time = 2 * M * N * Kd / (peak * _util(gpu, M, N, Kd))
+    mem_time = K.ACT_BYTES * (M * Kd + Kd * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
+    return max(flop_time, mem_time)
+
+
+def _hbm(gpu, nbytes: float) -> float:
+    return nbytes / (gpu.hbm_Bps * gpu.hbm_eff)
+
+
+def _reason(model: Transformer, cluster: Cluster, r: dict) -> str:
+    dp, tp, pp, cp = r["dp"], r["tp"], r["pp"], r["cp"]
+    if dp * tp * pp * cp > cluster.num_gpus:
+        return "gpus_exceed_cluster"
+    if model.kind == "mlp":
+        if model.hidden % tp:
+            return "tp_not_divide_heads"
+    elif model.heads % tp or model.kv_heads % tp:
+        return "tp_not_divide_heads"
+    layers = r.get("stage_layers")
+    if layers is None:
+        if model.layers % pp:
+            return "pp_not_divide_layers"
+        layers = [model.layers // pp] * pp
+    elif len(layers) != pp or sum(layers) != model.layers or min(layers) < 1:
+        return "pp_not_divide_layers"
+    if cp > 1 and model.seq_len % (2 * cp):
+        return "cp_not_divide_seq"
+    if r["global_batch"] % (dp * r["micro_batch"]):
+        return "batch_not_divide"
+    sched, v = r["schedule"], r["vpp"]
+    if sched not in K.CLOSED_FORM_SCHEDULES:
+        return "schedule_invalid"
+    if sched == "interleaved":
+        if v < 2 or pp < 2 or any(n % v for n in layers):
+            return "schedule_invalid"
+    elif v != 1:
+        return "schedule_invalid"
+    if r["zero_stage"] >= 2 and pp > 1:
+        return "zero_incompatible_pp"
+    return "ok"
+
+
+def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
+    if sched == "gpipe":
+        return float(m)
+    if sched == "interleaved":
+        return min((p - i - 1) * 2 + (v - 1) * p + 1, m * v) / v
+    if sched == "zb-h1":
+        return float(min(p, m))
+    if sched == "zb-h2":
+        return float(min(2 * p - 1, m))
+    return float(min(p - i, m))
+
+
+def evaluate_row(model: Transformer, cluster: Cluster, r: dict) -> dict:
+    """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats."""
+    gpu = cluster.gpu
+    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+    f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
+    dp, tp, pp, cp = r["dp"], r["tp"], r["pp"], r["cp"]
+    b, B, v, sched = r["micro_batch"], r["global_batch"], r["vpp"], r["schedule"]
+    sp, zero = r["sequence_parallel"], r["zero_stage"]
+    prec = ("bf16", "fp16", "fp8").index(r["precision"])
+    peak = gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0]
+    reason = _reason(model, cluster, r)
+    m = max(B // (dp * b), 1)
+    layers = r.get("stage_layers") or [L // pp] * pp
+    recomputes = r.get("stage_recompute") or [r["recompute"]] * pp
+    T = b * s / cp
+    sc = s / cp
+    tp_link = _link(cluster, tp)
+    ew_div = tp if sp else 1
+
+    # One layer, one micro-batch.
+    if model.kind == "mlp":
+        gemm = _gemm(gpu, peak, T, h / tp, h)
+        attn = 0.0
+        elem = _hbm(gpu, K.ACT_BYTES * 2 * T * h / tp)
+        tp_fwd = 0.5 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        cp_fwd = cp_bwd = 0.0
+        overhead = 0.5 * gpu.kernel_overhead_s
+    else:
+        mats = model.mlp_matrices
+        gemm = (_gemm(gpu, peak, T, (h + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, h / tp)
+                + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
+        attn = 4 * b * sc * s * h / tp / (peak * _util(gpu, sc, s, h / a))
+        tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
+        elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
+        tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        if cp > 1:
+            cp_bw, cp_lat = _link(cluster, tp * cp)
+            ring = (cp - 1) * (K.ACT_BYTES * 2 * b * sc * hk / tp / cp_bw + cp_lat)
+        else:
+            ring = 0.0
+        cp_fwd = max(ring - attn, 0.0)
+        cp_bwd = max(2 * ring - 2 * attn, 0.0)
+        overhead = 2 * gpu.kernel_overhead_s
+    fwd = gemm + attn + elem + overhead
+    bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead)
+    wgt = gemm
+
+    # Embedding and head.
+    if model.kind == "mlp":
+        emb_c = emb_tp = head_gemm = head_elem = head_tp = 0.0
+    else:
+        emb_c = _hbm(gpu, K.ACT_BYTES * 4 * T * h)
+        emb_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        head_gemm = _gemm(gpu, peak, T, V / tp, h)
+        head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + K.XENT_BYTES_PER_LOGIT * T * V / tp)
+        head_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
+
+    # Activation bytes of one layer and micro-batch.
+    if model.kind == "mlp":
+        act_layer = T * h * (K.ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp)
+        score = 0.0
+    else:
+        mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
+        score = K.ACT_SCORE_BYTES * a * b * sc * s / tp
+        act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
+                     + (4 * T * h + 4 * T * hk + mlp_act) / tp + score)
+
+    g = dp * cp
+    shard = g if zero >= 1 else 1
+    layer_p = model.layer_params()
+    stages = []
+    for i in range(pp):
+        n, rc = layers[i], recomputes[i]
+        first, last = i == 0, i == pp - 1
+        if rc == "full":
+            re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
+        elif rc == "selective":
+            re, re_tp, re_cp = attn, 0.0, 0.0
+        else:
+            re, re_tp, re_cp = 0.0, 0.0, 0.0
+        F = n * (fwd + tp_fwd + cp_fwd)
+        Bw = n * (bwd + tp_fwd + cp_bwd + re + re_tp + re_cp)
+        W = n * wgt
+        comp = n * (fwd + bwd + wgt)
+        tps = n * 2 * tp_fwd
+        if first:
+            F += 0.5 * emb_c + emb_tp
+            Bw += 0.5 * emb_c
+            comp += emb_c
+            tps += emb_tp
+        if last:
+            F += head_gemm + 0.5 * head_elem + 0.5 * head_tp
+            Bw += head_gemm + 0.5 * head_elem + 0.5 * head_tp
+            W += head_gemm
+            comp += 3 * head_gemm + head_elem
+            tps += head_tp
+        params = n * layer_p
+        if first:
+            params += model.embedding_params()
+        if last:
+            params += model.head_params()
+            if not first and model.tied_embeddings and model.kind != "mlp":
+                params += model.vocab * h
+        params /= tp
+        if rc == "full":
+            kept = K.ACT_BYTES * T * h / ew_div
+        elif rc == "selective":
+            kept = act_layer - score
+        else:
+            kept = act_layer
+        k = _in_flight(sched, pp, m, v, i)
+        act = k * n * kept
+        if first and model.kind != "mlp":
+            act += k * (K.ACT_BYTES + 1) * T * h / ew_div
+        if rc == "full":
+            act += act_layer
+        if last and model.kind != "mlp":
+            act += 4 * T * V / tp
+        stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps,
+                           cp=n * (cp_fwd + cp_bwd), re=n * re, re_tp=n * re_tp, re_cp=n * re_cp,
+                           params=params, act=act))
+
+    bottleneck = stages[0]
+    for st in stages[1:]:
+        if st["X"] > bottleneck["X"]:
+            bottleneck = st
+    X_max = bottleneck["X"]
+    X_sum = sum(st["X"] for st in stages)
+    if sched == "zb-h1":
+        fill = (pp - 1) * max(bottleneck["F"] + bottleneck["B"] - bottleneck["W"], 0.0)
+    elif sched == "zb-h2":
+        fill = (pp - 1) * max(bottleneck["F"] + bottleneck["B"] - 2 * bottleneck["W"], 0.0)
+    elif sched == "interleaved":
+        fill = (X_sum - X_max) / v
+    else:
+        fill = X_sum - X_max
+    if pp > 1:
+        bw, lat = _link(cluster, tp * cp * dp * pp)
+        t_c = K.ACT_BYTES * T * h / tp / bw + lat
+    else:
+        t_c = 0.0
+    pp_comm = 2 * (pp - 1) * t_c
+    pipe = m * X_max + fill + pp_comm
+
+    params_max = max(st["params"] for st in stages)
+    dp_link = _link(cluster, tp * cp * dp)
+    grad_bytes = K.GRAD_COMM_BYTES * params_max
+    if zero == 3:
+        dp_raw = m * (2 * _gather(K.WEIGHT_BYTES * params_max, g, dp_link) + _gather(grad_bytes, g, dp_link))
+        window = m * X_max
+    else:
+        dp_raw = _allreduce(grad_bytes, g, dp_link)
+        window = bottleneck["B"] + bottleneck["W"]
+    dp_exposed = max(dp_raw - window, 0.0) if r["overlap_dp"] else dp_raw
+    opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
+    step = pipe + dp_exposed + opt
+
+    buffers = K.RESERVED_BYTES
+    if tp > 1:
+        buffers += 2 * K.ACT_BYTES * T * h
+    if g > 1:
+        buffers += 2 * K.GRAD_COMM_BYTES * min(params_max, K.DP_BUCKET_ELEMS)
+    if zero == 3:
+        buffers += 2 * K.WEIGHT_BYTES * layer_p / tp
+    worst, worst_total = None, -math.inf
+    for st in stages:
+        w = K.WEIGHT_BYTES * st["params"] / (g if zero == 3 else 1)
+        gr = K.GRAD_BYTES * st["params"] / (g if zero >= 2 else 1)
+        op = K.OPTIM_BYTES * st["params"] / shard
+        total = w + gr + op + st["act"] + buffers
+        if total > worst_total:
+            worst, worst_total = (w, gr, op, st["act"]), total
+    if reason == "ok" and worst_total > gpu.hbm_bytes:
+        reason = "out_of_memory"
+    feasible = reason == "ok"
+
+    flops_model = model.model_flops_per_sample() * B
+    flops_hw = flops_model
+    for n, rc in zip(layers, recomputes):
+        if rc == "full":
+            flops_hw += n * model.layer_fwd_flops_per_token() * s * B
+        elif rc == "selective" and model.kind != "mlp":
+            flops_hw += n * 4 * s * h * s * B
+    n_gpu = dp * tp * pp * cp
+    return {
+        "step_time_s": step if feasible else math.inf,
+        "compute_s": m * bottleneck["comp"],
+        "recompute_s": m * bottleneck["re"],
+        "tp_comm_s": m * (bottleneck["tp"] + bottleneck["re_tp"]),
+        "cp_comm_s": m * (bottleneck["cp"] + bottleneck["re_cp"]),
+        "pp_comm_s": pp_comm,
+        "dp_comm_s": dp_exposed,
+        "bubble_s": fill,
+        "optimizer_s": opt,
+        "tokens_per_s": B * s / step if feasible else 0.0,
+        "samples_per_s": B / step if feasible else 0.0,
+        "mfu": flops_model / (step * n_gpu * peak) if feasible else 0.0,
+        "hfu": flops_hw / (step * n_gpu * peak) if feasible else 0.0,
+        "bubble_ratio": fill / pipe if pipe > 0 else 0.0,
+        "mem_weights_bytes": worst[0],
+        "mem_grads_bytes": worst[1],
+        "mem_optimizer_bytes": worst[2],
+        "mem_activations_bytes": worst[3],
+        "mem_buffers_bytes": buffers,
+        "mem_total_bytes": worst_total,
+        "microbatches": m,
+        "feasible": feasible,
+        "reason": K.REASONS.index(reason),
+    }
+
+
+assert set(SCHEDULES) >= set(K.CLOSED_FORM_SCHEDULES) and RECOMPUTE == ("none", "selective", "full")
