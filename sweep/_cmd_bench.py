@@ -1,0 +1,72 @@
+"""`plansweep bench`: strategies per second of the vectorised core vs the scalar reference."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from costmodel import StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel._reference import evaluate_row
+
+BENCH_SPACE = (
+    "GPT-3 175B on h100x1024, rows drawn uniformly from: dp in {1,2,4,8,16,32}, "
+    "tp in {1,2,4,8}, pp in {1,2,4,8,16,32}, cp in {1,2}, micro_batch in {1,2,4,8}, "
+    "global_batch 1536, schedule/vpp in {gpipe,1f1b,zb-h1,zb-h2}/1 and interleaved/{2,3,4}, "
+    "recompute x3, sequence_parallel x2, zero_stage 0-3, precision bf16/fp8, overlap_dp x2; "
+    "every output column"
+)
+
+
+def bench_table(n: int, seed: int = 0) -> StrategyTable:
+    rng = np.random.default_rng(seed)
+    inter = rng.random(n) < 0.4
+    return StrategyTable.from_columns(
+        dp=rng.choice([1, 2, 4, 8, 16, 32], n), tp=rng.choice([1, 2, 4, 8], n),
+        pp=rng.choice([1, 2, 4, 8, 16, 32], n), cp=rng.choice([1, 2], n),
+        micro_batch=rng.choice([1, 2, 4, 8], n), global_batch=1536,
+        schedule=np.where(inter, 2, rng.choice([0, 1, 3, 4], n)),
+        vpp=np.where(inter, rng.choice([2, 3, 4], n), 1),
+        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5,
+        zero_stage=rng.integers(0, 4, n), precision=rng.choice([0, 2], n),
+        overlap_dp=rng.random(n) < 0.5,
+    )
+
+
+def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3) -> dict:
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = bench_table(n_vec)
+    evaluate(model, cluster, table.take(slice(0, 1000)))  # warm-up
+    best = min(_time(lambda: evaluate(model, cluster, table)) for _ in range(repeats))
+    sample = table.take(slice(0, n_scalar))
+    rows = [sample.row(i) for i in range(n_scalar)]
+    scalar = _time(lambda: [evaluate_row(model, cluster, r) for r in rows])
+    vec_rate, scalar_rate = n_vec / best, n_scalar / scalar
+    return {"strategies_per_s": vec_rate, "scalar_strategies_per_s": scalar_rate,
+            "ratio": vec_rate / scalar_rate, "rows": n_vec, "space": BENCH_SPACE}
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="strategies per second: vectorised core vs scalar reference")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    res = measure(n_vec=args.rows)
+    if args.json:
+        print(json.dumps({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
+    else:
+        print(f"space: {res['space']}")
+        print(f"vectorised: {res['strategies_per_s']:,.0f} strategies/s ({res['rows']:,} rows, best of 3)")
+        print(f"scalar reference: {res['scalar_strategies_per_s']:,.0f} strategies/s")
+        print(f"ratio: {res['ratio']:,.0f}x")
+    return 0

@@ -1,0 +1,108 @@
+"""`plansweep evaluate`: one strategy, its time and memory broken down."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from costmodel import REASONS, InputError, StrategyTable, evaluate
+from sweep._specs import load_cluster, load_model, reason_error, read_mapping, strategy_from_mapping
+
+STRATEGY_FLAGS = (
+    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),
+    ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str),
+    ("recompute", str), ("precision", str),
+)
+
+
+def add_spec_args(p) -> None:
+    p.add_argument("--model", default="gpt3-175b", help="preset name or JSON/YAML file (default gpt3-175b)")
+    p.add_argument("--cluster", default="h100x1024", help="preset (e.g. h100x1024, dgx-a100-1024) or JSON/YAML file")
+    p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evaluate", help="time and memory of one strategy, broken down")
+    add_spec_args(p)
+    p.add_argument("--strategy", help="JSON/YAML file with the strategy (flags override it)")
+    for name, typ in STRATEGY_FLAGS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ)
+    p.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None)
+    p.add_argument("--no-overlap-dp", dest="overlap_dp", action="store_false", default=None)
+    p.add_argument("--stage-layers", help="layers per pipeline stage, comma-separated")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def _int_list(text: str, argument: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(argument, "comma-separated integers", text) from None
+
+
+def build_strategy(args, model, cluster) -> StrategyTable:
+    data = read_mapping(args.strategy, "--strategy") if args.strategy else {}
+    for name, _ in STRATEGY_FLAGS:
+        if getattr(args, name) is not None:
+            data[name] = getattr(args, name)
+    for name in ("sequence_parallel", "overlap_dp"):
+        if getattr(args, name) is not None:
+            data[name] = getattr(args, name)
+    if args.stage_layers:
+        data["stage_layers"] = _int_list(args.stage_layers, "--stage-layers")
+        data.setdefault("pp", len(data["stage_layers"]))
+    data.setdefault("global_batch", 1536 if model.kind != "mlp" else 8192)
+    degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
+    if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
+        per = degrees[0] * degrees[1] * degrees[2]
+        if cluster.num_gpus % per:
+            raise InputError("tp*pp*cp", f"a divisor of the cluster's {cluster.num_gpus} GPUs (or give --dp)", per)
+        data["dp"] = cluster.num_gpus // per
+    return strategy_from_mapping(data, "--strategy")
+
+
+def report(model, cluster, table: StrategyTable, metrics) -> dict:
+    row = table.row(0)
+    m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
+    m["reason"] = REASONS[int(m["reason"])]
+    return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name,
+            "strategy": row, "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}}
+
+
+def format_report(rep: dict, hbm_bytes: float) -> str:
+    s, m = rep["strategy"], rep["metrics"]
+    lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']})",
+             "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
+    if not m["feasible"]:
+        lines.append(f"INFEASIBLE: {m['reason']}")
+    step = m["step_time_s"] or float("nan")
+    lines.append(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   "
+                 f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
+                 f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
+    parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
+             ("cp comm (exposed)", "cp_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
+             ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]
+    total = sum(m[k] for _, k in parts) or 1.0
+    lines.append("time per iteration (bottleneck stage):")
+    for label, k in parts:
+        lines.append(f"  {label:<20} {m[k]:10.4f} s  {100 * m[k] / total:5.1f}%")
+    lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.0f} GB")
+    for label, k in [("weights", "mem_weights_bytes"), ("gradients", "mem_grads_bytes"),
+                     ("optimizer state", "mem_optimizer_bytes"), ("activations", "mem_activations_bytes"),
+                     ("buffers + reserve", "mem_buffers_bytes")]:
+        lines.append(f"  {label:<20} {m[k] / 1e9:10.2f} GB")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster, args.hardware)
+    table = build_strategy(args, model, cluster)
+    metrics = evaluate(model, cluster, table)
+    reason = REASONS[int(metrics["reason"][0])]
+    if reason not in ("ok", "out_of_memory"):
+        raise reason_error(model, cluster, table.row(0), reason)
+    rep = report(model, cluster, table, metrics)
+    print(json.dumps(rep) if args.json else format_report(rep, cluster.gpu.hbm_bytes))
+    return 0

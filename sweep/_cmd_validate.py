@@ -1,0 +1,53 @@
+"""`plansweep validate` and `plansweep calibrate`: the cost model against measured runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from costmodel import InputError
+from costmodel._validate import calibrate, read_hardware, read_runs, validate, write_hardware
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="predicted vs measured iteration time of real runs")
+    p.add_argument("file", metavar="FILE.csv", help="measured runs (schema: shared/data/README.md)")
+    p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_validate)
+    c = sub.add_parser("calibrate", help="fit a GPU type's efficiency constants to measured runs")
+    c.add_argument("file", metavar="FILE.csv")
+    c.add_argument("--out", default="hardware.json", help="where to write the constants (default hardware.json)")
+    c.set_defaults(func=run_calibrate)
+
+
+def run_validate(args) -> int:
+    eff = read_hardware(args.hardware) if args.hardware else None
+    res = validate(read_runs(args.file, eff))
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8}  chosen for empty cells")
+    for r in res["rows"]:
+        chosen = ", ".join(f"{k}={v}" for k, v in r["chosen"].items()) or "-"
+        print(f"{r['name']:<16} {r['predicted_iteration_time_s']:12.3f} {r['measured_iteration_time_s']:11.3f} "
+              f"{r['error_pct']:+7.1f}%  {chosen}")
+    print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%")
+    return 0
+
+
+def run_calibrate(args) -> int:
+    out = Path(args.out)
+    if out.is_dir():
+        raise InputError("--out", "a file path", f"{out} is a directory")
+    runs = read_runs(args.file)
+    before = validate(runs)["mean_abs_error_pct"]
+    fitted = calibrate(runs)
+    after = validate(read_runs(args.file, fitted))["mean_abs_error_pct"]
+    write_hardware(out, fitted)
+    for name, eff in fitted.items():
+        consts = ", ".join(f"{k}={getattr(eff, k):.4g}" for k in ("gemm_eff_max", "hbm_eff", "link_eff"))
+        print(f"{name}: {consts}")
+    print(f"mean |error| on {args.file}: {before:.2f}% before, {after:.2f}% after; wrote {out}")
+    print(f"use it with: plansweep validate {args.file} --hardware {out}")
+    return 0

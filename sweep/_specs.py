@@ -1,0 +1,131 @@
+"""Turn command-line words into frozen specs: presets or JSON/YAML files, validated once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from costmodel import (
+    COLUMNS,
+    Cluster,
+    InputError,
+    StrategyTable,
+    Transformer,
+    cluster_preset,
+    gpu_preset,
+    make_cluster,
+    model_preset,
+)
+from costmodel._validate import read_hardware
+
+
+def read_mapping(path: str, argument: str) -> dict:
+    """A JSON or YAML file holding one object."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(argument, "an existing JSON or YAML file", path)
+    text = p.read_text()
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
+        raise InputError(argument, "a well-formed JSON or YAML file", f"{path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InputError(argument, "a file holding one object (mapping)", f"{path}: {type(data).__name__}")
+    return data
+
+
+def _looks_like_file(word: str) -> bool:
+    return word.lower().endswith((".json", ".yaml", ".yml")) or "/" in word
+
+
+def load_model(word: str) -> Transformer:
+    """A preset name (gpt3-175b, llama3-70b, ...) or a JSON/YAML file of Transformer fields."""
+    if not _looks_like_file(word):
+        return model_preset(word)
+    data = read_mapping(word, "--model")
+    fields = {f.name for f in dataclasses.fields(Transformer)}
+    unknown = set(data) - fields
+    if unknown:
+        raise InputError("--model", "fields among " + ", ".join(sorted(fields)), sorted(unknown)[0])
+    data.setdefault("name", Path(word).stem)
+    try:
+        return Transformer(**data)
+    except TypeError as exc:
+        raise InputError("--model", "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+
+
+CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")
+
+
+def load_cluster(word: str, hardware: str | None = None) -> Cluster:
+    """A preset (h100x1024, dgx-a100-1024, seed000-16, ...) or a JSON/YAML file with gpu,
+    num_gpus, gpus_per_node and optional scaleup_GBps / scaleout_GBps per GPU per direction.
+    ``hardware`` is a file of fitted efficiency constants from ``plansweep calibrate``."""
+    if _looks_like_file(word):
+        data = read_mapping(word, "--cluster")
+        unknown = set(data) - set(CLUSTER_FIELDS)
+        if unknown:
+            raise InputError("--cluster", "fields among " + ", ".join(CLUSTER_FIELDS), sorted(unknown)[0])
+        for k in ("gpu", "num_gpus"):
+            if k not in data:
+                raise InputError("--cluster", f"a '{k}' field", f"{word} without it")
+        up = data.get("scaleup_GBps")
+        out = data.get("scaleout_GBps")
+        cluster = make_cluster(
+            str(data["gpu"]), data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
+            scaleup_Bps=None if up is None else float(up) * 1e9,
+            scaleout_Bps=None if out is None else float(out) * 1e9,
+            name=data.get("name", Path(word).stem),
+        )
+    else:
+        cluster = cluster_preset(word)
+    if hardware:
+        fitted = read_hardware(hardware)
+        eff = fitted.get(cluster.gpu.name)
+        if eff is not None:
+            gpu = dataclasses.replace(gpu_preset(cluster.gpu.name), **dataclasses.asdict(eff))
+            cluster = dataclasses.replace(cluster, gpu=gpu)
+    return cluster
+
+
+def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
+    allowed = set(COLUMNS) | {"stage_layers", "stage_recompute"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown)[0])
+    cols = {k: [v] for k, v in data.items() if k not in ("stage_layers", "stage_recompute")}
+    extra = {k: [data[k]] for k in ("stage_layers", "stage_recompute") if k in data}
+    return StrategyTable.from_columns(**cols, **extra)
+
+
+def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -> InputError:
+    """The InputError that explains why a strategy was refused (all but out-of-memory)."""
+    dp, tp, pp, cp = row["dp"], row["tp"], row["pp"], row["cp"]
+    if reason == "gpus_exceed_cluster":
+        return InputError("dp*tp*pp*cp", f"at most the cluster's {cluster.num_gpus} GPUs", dp * tp * pp * cp)
+    if reason == "tp_not_divide_heads":
+        what = f"hidden={model.hidden}" if model.kind == "mlp" else f"heads={model.heads} and kv_heads={model.kv_heads}"
+        return InputError("tp", f"a divisor of {what}", tp)
+    if reason == "pp_not_divide_layers":
+        if row.get("stage_layers"):
+            return InputError("stage_layers", f"pp={pp} counts >= 1 summing to layers={model.layers}", row["stage_layers"])
+        return InputError("pp", f"a divisor of layers={model.layers} (or --stage-layers)", pp)
+    if reason == "cp_not_divide_seq":
+        return InputError("cp", f"2*cp dividing seq_len={model.seq_len}", cp)
+    if reason == "batch_not_divide":
+        return InputError("global_batch", f"a multiple of dp*micro_batch={dp * row['micro_batch']}", row["global_batch"])
+    if reason == "schedule_invalid":
+        if row["schedule"] == "interleaved":
+            return InputError("vpp", "vpp >= 2 dividing every stage's layers, with pp >= 2, for interleaved", row["vpp"])
+        if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
+            return InputError("vpp", f"1 for schedule {row['schedule']}", row["vpp"])
+        return InputError("schedule", "gpipe, 1f1b, interleaved, zb-h1 or zb-h2 in the cost core", row["schedule"])
+    if reason == "zero_incompatible_pp":
+        return InputError("zero_stage", "0 or 1 when pp > 1 (ZeRO-2/3 shard gradients a pipeline needs)", row["zero_stage"])
+    return InputError("strategy", "a feasible strategy", reason)

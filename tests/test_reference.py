@@ -1,0 +1,68 @@
+"""The vectorised evaluator equals the scalar reference row by row (1e-9 relative)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from costmodel import REASONS, StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel._reference import evaluate_row
+
+
+def random_table(model, rng, n, uneven):
+    """Seeded random strategies covering every column, half of them nudged towards feasibility."""
+    pp = rng.choice([1, 2, 3, 4, 6, 8, 12, 16], n)
+    nudge = rng.random(n) < 0.5
+    inter = rng.random(n) < 0.3
+    cols = dict(
+        dp=rng.choice([1, 2, 3, 4, 8, 16], n), tp=np.where(nudge, rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 3, 4, 8, 16], n)),
+        pp=pp, cp=rng.choice([1, 2, 4], n), micro_batch=rng.choice([1, 2, 4], n),
+        global_batch=np.where(nudge, 768, rng.choice([64, 96, 100, 512, 1536], n)),
+        vpp=np.where(nudge, np.where(inter, 2, 1), rng.choice([1, 2, 3, 4], n)),
+        schedule=np.where(nudge, np.where(inter, 2, rng.choice([0, 1, 3, 4], n)), rng.integers(0, 7, n)),
+        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5,
+        zero_stage=np.where(nudge & (pp > 1), rng.integers(0, 2, n), rng.integers(0, 4, n)),
+        overlap_dp=rng.random(n) < 0.5, precision=rng.integers(0, 3, n),
+    )
+    if not uneven:
+        return StrategyTable.from_columns(**cols)
+    S = 16
+    layers = np.zeros((n, S), dtype=np.int64)
+    for i in range(n):  # building the test input; the evaluator itself has no row loop
+        cuts = np.sort(rng.choice(np.arange(1, model.layers), pp[i] - 1, replace=False)) if pp[i] > 1 else []
+        layers[i, : pp[i]] = np.diff(np.r_[0, cuts, model.layers])
+        if nudge[i] and inter[i]:
+            layers[i, : pp[i]] = 2 * (layers[i, : pp[i]] // 2)
+    return StrategyTable.from_columns(stage_layers=layers, stage_recompute=rng.integers(0, 3, (n, S)), **cols)
+
+
+CASES = [(name, cluster, uneven) for name, cluster in [
+    ("gpt3-175b", "h100x1024"), ("llama3-70b", "dgx-a100-1024"), ("seed000-mlp", "seed000-16"),
+    ("megatron-22b", "h100x64")] for uneven in (False, True)]
+
+
+@pytest.mark.parametrize("name,cluster,uneven", CASES)
+def test_vectorised_equals_scalar_reference(name, cluster, uneven):
+    rng = np.random.default_rng(len(name) * 7 + uneven)
+    model, cl = model_preset(name), cluster_preset(cluster)
+    table = random_table(model, rng, 1300, uneven)  # 8 cases x 1300 = 10,400 rows
+    vec = evaluate(model, cl, table)
+    reasons = set(int(x) for x in vec["reason"])
+    assert 0 in reasons and len(reasons) >= 4, [REASONS[r] for r in reasons]
+    for i in range(len(table)):
+        ref = evaluate_row(model, cl, table.row(i))
+        for key, want in ref.items():
+            got = vec[key][i]
+            if isinstance(want, float) and math.isinf(want):
+                assert math.isinf(got), (i, key)
+            else:
+                assert got == pytest.approx(want, rel=1e-9, abs=0), (i, key, table.row(i))
+
+
+def test_every_reason_is_exercised_across_cases():
+    seen = set()
+    for name, cluster, uneven in CASES:
+        model, cl = model_preset(name), cluster_preset(cluster)
+        vec = evaluate(model, cl, random_table(model, np.random.default_rng(len(name)), 1300, uneven))
+        seen |= set(int(x) for x in vec["reason"])
+    assert seen == set(range(len(REASONS)))

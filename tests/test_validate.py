@@ -1,0 +1,100 @@
+"""Validation against published runs, calibration, and the CLI's contracts."""
+
+import csv
+import json
+
+import pytest
+
+from sweep.cli import main
+
+NARAYANAN = "data/measured/narayanan2021_table1.csv"
+
+
+def test_validate_narayanan_table1_within_published_bounds(shared, capsys):
+    assert main(["validate", str(shared / NARAYANAN), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) == {"rows", "mean_abs_error_pct", "max_abs_error_pct"}
+    assert len(res["rows"]) == 10
+    for row in res["rows"]:
+        assert set(row) >= {"name", "predicted_iteration_time_s", "measured_iteration_time_s", "error_pct", "chosen"}
+        assert abs(row["error_pct"]) <= 10.0, row
+        # micro_batch and vpp are empty in the file: the validator must say what it took.
+        assert "micro_batch" in row["chosen"] and "vpp" in row["chosen"]
+    assert res["mean_abs_error_pct"] <= 5.0
+    errs = [abs(r["error_pct"]) for r in res["rows"]]
+    assert res["max_abs_error_pct"] == pytest.approx(max(errs))
+
+
+def test_calibrate_recovers_a_slower_gpu(shared, tmp_path, capsys):
+    # Runs that took 25% longer than published: the fitted constants must bring the error
+    # from about 20% (1 - 1/1.25) down, and validate must accept the written file.
+    rows = list(csv.DictReader(open(shared / NARAYANAN)))
+    for r in rows:
+        r["measured_iteration_time_s"] = str(float(r["measured_iteration_time_s"]) * 1.25)
+    slow = tmp_path / "slow.csv"
+    with open(slow, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    main(["validate", str(slow), "--json"])
+    before = json.loads(capsys.readouterr().out)["mean_abs_error_pct"]
+    assert before > 15
+    hw = tmp_path / "hw.json"
+    assert main(["calibrate", str(slow), "--out", str(hw)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(slow), "--hardware", str(hw), "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)["mean_abs_error_pct"]
+    assert after < before / 3
+
+
+def test_evaluate_json_contract(capsys):
+    assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "h100x1024", "--tp", "8", "--pp", "8",
+                 "--recompute", "selective", "--sequence-parallel", "--zero-stage", "1", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["strategy"]["dp"] == 16  # 1024 / (8 * 8)
+    assert rep["metrics"]["feasible"] is True
+    assert rep["metrics"]["microbatches"] == 1536 // 16
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["evaluate", "--model", "gpt-9"], "model: expected one of"),
+    (["evaluate", "--cluster", "h100x"], "cluster: expected one of"),
+    (["evaluate", "--tp", "7", "--dp", "1"], "tp: expected a divisor of heads=96"),
+    (["evaluate", "--pp", "5", "--dp", "1"], "pp: expected a divisor of layers=96"),
+    (["evaluate", "--global-batch", "100"], "global_batch: expected a multiple of dp*micro_batch"),
+    (["evaluate", "--schedule", "bogus"], "schedule: expected one of"),
+    (["evaluate", "--tp", "0"], "tp: expected integers >= 1"),
+    (["validate", "/nonexistent.csv"], "FILE: expected a readable CSV file"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert len(err.splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_strategy_file_is_refused(tmp_path, capsys):
+    bad = tmp_path / "s.json"
+    bad.write_text("{ not json")
+    assert main(["evaluate", "--strategy", str(bad)]) == 2
+    assert "--strategy: expected a well-formed JSON or YAML file" in capsys.readouterr().err
+
+
+def test_malformed_measured_file_names_line_and_column(tmp_path, shared, capsys):
+    rows = list(csv.DictReader(open(shared / NARAYANAN)))
+    rows[1]["tp"] = "two"
+    f = tmp_path / "bad.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["validate", str(f)]) == 2
+    assert "line 3: tp: expected an integer, got 'two'" in capsys.readouterr().err
+
+
+def test_bench_json_keys(capsys):
+    assert main(["bench", "--rows", "20000", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) == {"strategies_per_s", "scalar_strategies_per_s", "ratio"}
+    assert res["ratio"] == pytest.approx(res["strategies_per_s"] / res["scalar_strategies_per_s"])
