@@ -21,9 +21,10 @@ Sources for the op orders:
 - GPipe: Huang et al. 2019, all forwards then all backwards.
 - 1F1B: PipeDream-Flush (Narayanan et al. 2021); warm-up p - i - 1 forwards on stage i.
 - interleaved: Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``
-  (``get_schedule_table`` and ``get_pp_rank_microbatches``): groups of p micro-batches run
-  chunk by chunk; warm-up (p - rank - 1) * 2 + (v - 1) * p virtual micro-batches, capped at
-  m * v; the last group takes the remainder when p does not divide m.
+  (``get_schedule_table``, ``get_pp_rank_microbatches`` and the group-size check of
+  ``forward_backward_pipelining_with_interleaving``): groups of N micro-batches run chunk by
+  chunk; warm-up (p - rank - 1) * 2 + (v - 1) * N virtual micro-batches, capped at m * v;
+  N = p when p divides m, else the smallest group size Megatron-LM accepts (``_group_size``).
 - Hanayo: Liu et al., SC'23, "Hanayo: Harnessing Wave-like Pipeline Parallelism": chunks laid
   out as waves (chunk c runs down the devices for even c and up for odd c); the op order
   reuses Megatron's interleaved table with the warm-up mirrored for the wave (see
@@ -96,9 +97,24 @@ def _table_1f1b(table: list[tuple[int, int]], v: int, warm: int) -> list[tuple[i
     return ops + bwd[total - warm :]
 
 
+def _group_size(p: int, m: int) -> int:
+    """Megatron-LM's ``microbatch_group_size_per_vp_stage`` N for m micro-batches.
+
+    Megatron-LM requires p <= N <= m and m % N == 0 or m % N >= p (a shorter last group
+    "introduces dependency bubbles", and with the warm-up rule below it deadlocks). N = p, the
+    default, when p divides m; else the smallest valid N, which keeps the warm-up (and the
+    activation memory) least; m itself (one group) when m < p.
+    """
+    for n in range(p, m + 1):
+        if m % n == 0 or m % n >= p:
+            return n
+    return m
+
+
 def _interleaved(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
-    table = _megatron_table(m, v, p)
-    return [_table_1f1b(table, v, (p - r - 1) * 2 + (v - 1) * p) for r in range(p)]
+    group = _group_size(p, m)
+    table = _megatron_table(m, v, group)
+    return [_table_1f1b(table, v, (p - r - 1) * 2 + (v - 1) * group) for r in range(p)]
 
 
 def _hanayo(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:

@@ -51,17 +51,24 @@ def order_1f1b(p, m, v, dev):
     return out
 
 
+def megatron_group(p, m):
+    """Megatron-LM accepts a group size N in [p, m] if m % N is 0 or at least p."""
+    valid = [n for n in range(p, m + 1) if m % n == 0 or m % n >= p]
+    return valid[0] if valid else m
+
+
 def order_interleaved(p, m, v, dev):
-    # Megatron-LM: micro-batches in groups of p (last group takes the rest), each group run
-    # chunk after chunk; backward visits chunks in reverse. Warm-up 2(p-dev-1) + (v-1)p.
+    # Megatron-LM: micro-batches in groups of N (last group takes the rest), each group run
+    # chunk after chunk; backward visits chunks in reverse. Warm-up 2(p-dev-1) + (v-1)N.
+    group = megatron_group(p, m)
     seq = []
     start = 0
     while start < m:
-        stop = m if start + p >= m else start + p
+        stop = m if start + group >= m else start + group
         for c in range(v):
             seq.extend((j, c) for j in range(start, stop))
         start = stop
-    warm = min(2 * (p - dev - 1) + (v - 1) * p, len(seq))
+    warm = min(2 * (p - dev - 1) + (v - 1) * group, len(seq))
     fwd = [("F", j, c) for j, c in seq]
     bwd = [("B", j, v - 1 - c) for j, c in seq]
     out = fwd[:warm]
@@ -311,6 +318,9 @@ CASES = [
     ("interleaved", 4, 6, 2),
     ("interleaved", 3, 7, 3),
     ("interleaved", 2, 4, 4),
+    ("interleaved", 8, 12, 2),
+    ("interleaved", 4, 9, 2),
+    ("interleaved", 4, 2, 2),
     ("hanayo", 4, 8, 2),
     ("hanayo", 4, 4, 4),
     ("hanayo", 3, 5, 2),
