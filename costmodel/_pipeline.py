@@ -120,30 +120,36 @@ def _interleaved(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
 def _hanayo(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
     """Hanayo's wave placement, op order by greedy list scheduling at nominal times.
 
-    Hanayo (Liu et al., SC'23) gives its order only for m = D; here the order is the one a
-    device running backward-first, then the oldest micro-batch's deepest ready forward,
-    produces at seed 003's nominal T_F = 1, T_B = 2, T_C = 0, with at most p stage
-    micro-batches of activations in flight (1F1B's first stage) unless the forward belongs to
-    a micro-batch the device already holds. The order is then fixed for any times.
+    Hanayo (Liu et al., SC'23) draws its order for m = D only. Here every device follows
+    1F1B's rule on the wave: after a backward it runs a ready forward if there is one,
+    otherwise a ready backward before a ready forward; ties go to the oldest micro-batch,
+    then the deepest stage. The order is found once at seed 003's nominal T_F = 1, T_B = 2,
+    T_C = 0 and then fixed for any times. At those times it reaches the interleaved bound
+    (v m + p - 1)(T_F + T_B) / v for v = 2 and p | m, with the same peak activations as
+    Megatron-LM's interleaved schedule.
     """
-    return _greedy_order(p, m, v, lambda d, c: _stage_of("hanayo", p, v, d, c), cap=p * v)
+    return _greedy_order(p, m, v, lambda d, c: _stage_of("hanayo", p, v, d, c))
 
 
 # Nominal times for orders found by list scheduling (seed 003's default T_B = 2 T_F).
 _NOMINAL_F, _NOMINAL_B = 1, 2
 
 
-def _greedy_order(p: int, m: int, v: int, stage_of, cap: int) -> list[list[tuple[int, int, int]]]:
+def _greedy_order(p: int, m: int, v: int, stage_of) -> list[list[tuple[int, int, int]]]:
     n_stages = p * v
     where = {stage_of(d, c): (d, c) for d in range(p) for c in range(v)}  # stage: (dev, chunk)
     # (kind, micro-batch, stage) -> time it became ready
     ready_at: dict[tuple[int, int, int], int] = {(F, j, 0): 0 for j in range(m)}
     orders: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
     free_at = [0] * p
-    held = [dict() for _ in range(p)]  # device -> {micro-batch: activations held}
+    last_kind = [F] * p
     events: list[tuple[int, int, int, int]] = []  # (end, kind, mb, stage) not yet released
     remaining = 2 * m * n_stages
     t = 0
+
+    def oldest_deepest(op: tuple[int, int, int]) -> tuple[int, int]:
+        return (op[1], -op[2])
+
     while remaining:
         # Release finished ops at time t: their consumers become ready.
         for e in [e for e in events if e[0] <= t]:
@@ -158,23 +164,17 @@ def _greedy_order(p: int, m: int, v: int, stage_of, cap: int) -> list[list[tuple
                 continue
             mine = [op for op in ready_at if where[op[2]][0] == d]
             bwd = [op for op in mine if op[0] == B]
-            room = sum(held[d].values()) < cap
-            fwd = [op for op in mine if op[0] == F and (op[1] in held[d] or room)]
-            if bwd:
-                op = min(bwd, key=lambda o: (o[1], -o[2]))
-            elif fwd:
-                op = min(fwd, key=lambda o: (o[1], -o[2]))
+            fwd = [op for op in mine if op[0] == F]
+            if fwd and (last_kind[d] == B or not bwd):
+                op = min(fwd, key=oldest_deepest)
+            elif bwd:
+                op = min(bwd, key=oldest_deepest)
             else:
                 continue
             del ready_at[op]
             k, j, s = op
-            if k == F:
-                held[d][j] = held[d].get(j, 0) + 1
-            else:
-                held[d][j] -= 1
-                if not held[d][j]:
-                    del held[d][j]
             orders[d].append((k, j, where[s][1]))
+            last_kind[d] = k
             free_at[d] = t + (_NOMINAL_F if k == F else _NOMINAL_B)
             events.append((free_at[d], k, j, s))
             remaining -= 1

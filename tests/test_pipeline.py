@@ -111,6 +111,14 @@ def test_zb_h2_and_zb_v_have_zero_bubble_when_f_b_w_equal(name, v, p, m):
     assert res.total_time[0] == pytest.approx(3 * m + (p - 1) / v)
 
 
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16), (4, 12)])
+def test_hanayo_one_wave_reaches_the_interleaved_bound_at_nominal_times(p, m):
+    # Its order is found at T_F = 1, T_B = 2, T_C = 0; there it fills the wave as tightly as
+    # interleaved 1F1B with v = 2: (v m + p - 1)(F + B) / v.
+    res = simulate("hanayo", p, m, 2, tf=1.0, tb=2.0)
+    assert res.total_time[0] == pytest.approx((2 * m + p - 1) * 3 / 2)
+
+
 def test_schedules_without_split_fold_w_into_b():
     a = simulate("1f1b", 4, 8, tf=1.0, tb=1.25, tw=0.75, tc=0.3)
     b = simulate("1f1b", 4, 8, tf=1.0, tb=2.0, tc=0.3)

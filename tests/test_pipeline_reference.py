@@ -165,9 +165,9 @@ def orders_hanayo(p, m, v):
     """Hanayo's order: replay a device policy at nominal times F = 1, B = 2, T_C = 0.
 
     At each time step, first every op that ended becomes input to its consumer; then each idle
-    device, in index order, runs a ready backward (oldest micro-batch, deepest stage first),
-    else a ready forward (same key) if it holds fewer than p * v chunk activations or already
-    holds one of that micro-batch.
+    device, in index order, picks: a ready forward if its last op was a backward (1F1B's
+    alternation), else a ready backward, else a ready forward; the oldest micro-batch, then
+    the deepest stage, first.
     """
     last = p * v - 1
     home = {}
@@ -177,7 +177,7 @@ def orders_hanayo(p, m, v):
     ready = {("F", j, 0) for j in range(m)}
     running = []  # (end time, kind, micro, stage)
     busy_until = [0] * p
-    held = [dict() for _ in range(p)]
+    previous = ["F"] * p
     orders = [[] for _ in range(p)]
     left = 2 * m * p * v
     t = 0
@@ -194,20 +194,18 @@ def orders_hanayo(p, m, v):
                 continue
             here = [op for op in ready if home[op[2]][0] == d]
             backs = sorted((op[1], -op[2], op) for op in here if op[0] == "B")
-            n_held = sum(held[d].values())
-            fwds = sorted(
-                (op[1], -op[2], op)
-                for op in here
-                if op[0] == "F" and (n_held < p * v or op[1] in held[d])
-            )
-            pick = backs[0][2] if backs else (fwds[0][2] if fwds else None)
-            if pick is None:
+            fwds = sorted((op[1], -op[2], op) for op in here if op[0] == "F")
+            if fwds and previous[d] == "B":
+                pick = fwds[0][2]
+            elif backs:
+                pick = backs[0][2]
+            elif fwds:
+                pick = fwds[0][2]
+            else:
                 continue
             ready.discard(pick)
             kind, j, s = pick
-            held[d][j] = held[d].get(j, 0) + (1 if kind == "F" else -1)
-            if held[d][j] == 0:
-                del held[d][j]
+            previous[d] = kind
             orders[d].append((kind, j, home[s][1]))
             busy_until[d] = t + (1 if kind == "F" else 2)
             running.append((busy_until[d], kind, j, s))
