@@ -470,7 +470,8 @@ def _per_device(name: str, value: object, p: int) -> np.ndarray:
     elif a.ndim == 1:
         a = a.reshape(1, -1)
     if a.ndim != 2 or a.shape[1] not in (1, p):
-        raise InputError(name, f"one value or one per device (D={p})", list(np.shape(value)))
+        got = f"{a.shape[-1]} values" if a.ndim == 2 else f"shape {np.shape(value)}"
+        raise InputError(name, f"one value or one per device (D={p})", got)
     if not np.all(np.isfinite(a)) or np.any(a < 0):
         raise InputError(name, "finite times >= 0", value if np.size(value) < 20 else "array")
     return a
