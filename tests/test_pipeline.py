@@ -75,8 +75,9 @@ def test_zb_h1_hand_worked_two_stages():
 @pytest.mark.parametrize("p,m", [(2, 2), (3, 9), (4, 4), (4, 8), (8, 16)])
 @pytest.mark.parametrize("f,b,w", [(1, 1, 1), (1, 1, 0.5), (2, 1, 1), (1.5, 2.5, 0.75), (1, 3, 1)])
 def test_zb_h1_matches_zero_bubble_paper(p, m, f, b, w):
-    # Qi et al. 2023, Sec. 2.1: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W), which holds while
-    # T_W <= T_B (and T_W <= T_F; with larger T_W the deferred W passes become the tail).
+    # Qi et al. 2023, Sec. 2.1: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W) (a third of 1F1B's
+    # 3(p - 1) T when T_F = T_B = T_W = T). It needs m >= p and T_W <= T_B and T_W <= T_F:
+    # with a longer W the W passes deferred to the last stage's tail become the critical path.
     assert w <= min(f, b) and m >= p
     res = simulate("zb-h1", p, m, tf=f, tb=b, tw=w)
     assert res.total_time[0] == pytest.approx(m * (f + b + w) + (p - 1) * (f + b - w))
