@@ -281,3 +281,14 @@ def test_experiments_command_writes_parquet_and_png(plansweep, tmp_path, capsys)
         if r["schedule"] == "1F1B" and r["t_c"] == 0:
             d = r["devices"]
             assert r["total_time"] == pytest.approx((3 * d - 1) * 1200 / d)
+
+
+def test_every_valid_shape_compiles_without_deadlock():
+    # Every (D, m) up to D = 6, m = 3D, with the chunk counts each schedule takes.
+    chunk_choices = {"interleaved": (1, 2, 3, 4), "hanayo": (2, 4, 6), "zb-v": (2,)}
+    for name in ("gpipe", "1f1b", "interleaved", "hanayo", "zb-h1", "zb-h2", "zb-v"):
+        for p in range(1, 7):
+            for m in range(1, 3 * p + 1):
+                for v in chunk_choices.get(name, (1,)):
+                    res = simulate(name, p, m, v, tf=1.0, tb=2.0, tw=0.5)
+                    assert np.isfinite(res.total_time[0]) and res.total_time[0] > 0

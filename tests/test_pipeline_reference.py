@@ -362,3 +362,21 @@ def test_scalar_and_per_set_inputs_agree_with_reference():
     for i, tc in enumerate(tcs):
         total, _, _ = event_simulation("1f1b", p, m, 1, tf, 2 * tf, [0.0] * p, tc)
         assert got.total_time[i] == pytest.approx(total, rel=1e-12)
+
+
+def test_random_configurations_match_event_simulation():
+    # Seeded random (schedule, p, m, v) beyond the hand-picked cases above.
+    rng = random.Random(2023)
+    chunk_choices = {"interleaved": [1, 2, 3, 4], "hanayo": [2, 4], "zb-v": [2]}
+    for _ in range(40):
+        name = rng.choice(sorted(STATIC_ORDERS) + ["hanayo"])
+        p, m = rng.randint(1, 6), rng.randint(1, 13)
+        v = rng.choice(chunk_choices.get(name, [1]))
+        tf = [rng.uniform(0.3, 2.0) for _ in range(p)]
+        tb = [rng.uniform(0.3, 3.0) for _ in range(p)]
+        tw = [rng.uniform(0.0, 2.0) for _ in range(p)]
+        tc = rng.uniform(0.0, 1.5)
+        got = simulate(name, p, m, v, tf=tf, tb=tb, tw=tw, tc=tc)
+        total, busy, _ = event_simulation(name, p, m, v, tf, tb, tw, tc)
+        assert got.total_time[0] == pytest.approx(total, rel=1e-12), (name, p, m, v)
+        assert got.busy_time[0] == pytest.approx(busy, rel=1e-12)
