@@ -25,6 +25,8 @@ from costmodel._linear import (
     linear_end_of_batch_s,
     linear_fwd_bwd_s,
 )
+from costmodel._pipeline import PipelineResult, Timeline, simulate
+from costmodel._pipeline_render import chrome_trace, text_timeline
 from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES, StrategyTable, decode, encode
 from costmodel._workloads import MODEL_PRESETS, Transformer, model_preset
 
@@ -38,5 +40,5 @@ __all__ = [
     "Metrics", "PRECISIONS", "RECOMPUTE", "REASONS", "SCHEDULES", "StrategyTable",
     "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
     "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
-    "model_preset",
+    "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
 ]

@@ -20,6 +20,8 @@ COMMAND_MODULES = (
     "sweep._cmd_rank",
     "sweep._cmd_validate",
     "sweep._cmd_bench",
+    "sweep._cmd_schedule",
+    "sweep._cmd_schedule_experiments",
 )
 
 

@@ -1,0 +1,570 @@
+"""Pipeline schedules, simulated over a dependency graph, vectorised over parameter sets.
+
+A schedule is compiled once per (schedule, D, m, v) into a static op graph: every device runs
+its ops (F, B or W of one micro-batch on one chunk) in a fixed order, and an op starts when
+
+    start = max(end of the previous op on its device,
+                end of its producer + T_C if the producer ran on another device)
+
+(asynchronous point-to-point: the sender never waits; a hand-off within a device is free).
+The producer of F(mb, s) is F(mb, s - 1); of B(mb, s) is B(mb, s + 1), or F(mb, S - 1) on the
+last virtual stage; of W(mb, s) is B(mb, s). Virtual stages s = 0 .. S - 1, S = D * v.
+
+The graph is simulated for S parameter sets at once: one numpy row of shape (S,) per op,
+walked in a topological order, ops grouped into independent "waves" so each step is one
+numpy operation over (k, S). No Python loop runs over parameter sets.
+
+Time unit: whatever unit T_F, T_B, T_W, T_C are given in. A chunk's times are its stage's
+times divided by v (seed 003's text; its code forgets the division).
+
+Sources for the op orders:
+- GPipe: Huang et al. 2019, all forwards then all backwards.
+- 1F1B: PipeDream-Flush (Narayanan et al. 2021); warm-up p - i - 1 forwards on stage i.
+- interleaved: Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``
+  (``get_schedule_table``, ``get_pp_rank_microbatches`` and the group-size check of
+  ``forward_backward_pipelining_with_interleaving``): groups of N micro-batches run chunk by
+  chunk; warm-up (p - rank - 1) * 2 + (v - 1) * N virtual micro-batches, capped at m * v;
+  N = p when p divides m, else the smallest group size Megatron-LM accepts (``_group_size``).
+- Hanayo: Liu et al., SC'23, "Hanayo: Harnessing Wave-like Pipeline Parallelism": chunks laid
+  out as waves (chunk c runs down the devices for even c and up for odd c); the op order
+  reuses Megatron's interleaved table with the warm-up mirrored for the wave (see
+  ``_hanayo``).
+- ZB-H1, ZB-H2, ZB-V: Qi et al. 2023, "Zero Bubble Pipeline Parallelism" (arXiv:2401.10241)
+  Section 2 and Section 6; ZB-V's order follows the authors' handcrafted generator
+  (sail-sg/zero-bubble-pipeline-parallelism, ``handcrafted_zb_v``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel._errors import InputError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "hanayo", "zb-h1", "zb-h2", "zb-v")
+
+# Op kinds, encoded once.
+F, B, W = 0, 1, 2
+KIND_NAMES = ("F", "B", "W")
+
+# Schedules that split the backward into B (activation gradient) and W (weight gradient).
+_SPLIT_BACKWARD = frozenset({"zb-h1", "zb-h2", "zb-v"})
+
+# Rows of parameter sets simulated per block: keeps the (ops, block) array cache-sized.
+_BLOCK = 2048
+
+
+# --------------------------------------------------------------------------- op orders
+# Each builder returns, per device, the ops in execution order as (kind, micro-batch, chunk).
+
+
+def _gpipe(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    return [[(F, j, 0) for j in range(m)] + [(B, j, 0) for j in range(m)] for _ in range(p)]
+
+
+def _one_f_one_b(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    orders = []
+    for i in range(p):
+        warm = min(p - i - 1, m)
+        ops = [(F, j, 0) for j in range(warm)]
+        for k in range(m - warm):
+            ops += [(F, warm + k, 0), (B, k, 0)]
+        ops += [(B, j, 0) for j in range(m - warm, m)]
+        orders.append(ops)
+    return orders
+
+
+def _megatron_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) per virtual micro-batch, as Megatron-LM's get_schedule_table."""
+    table = []
+    for lo in range(0, m, group):
+        hi = m if lo + group >= m else lo + group
+        table += [(j, c) for c in range(v) for j in range(lo, hi)]
+    return table
+
+
+def _table_1f1b(table: list[tuple[int, int]], v: int, warm: int) -> list[tuple[int, int, int]]:
+    """Warm-up forwards, then (forward, backward) pairs, then cool-down backwards."""
+    total = len(table)
+    warm = min(warm, total)
+    fwd = [(F, j, c) for j, c in table]
+    bwd = [(B, j, v - 1 - c) for j, c in table]
+    ops = fwd[:warm]
+    for k in range(total - warm):
+        ops += [fwd[warm + k], bwd[k]]
+    return ops + bwd[total - warm :]
+
+
+def _group_size(p: int, m: int) -> int:
+    """Megatron-LM's ``microbatch_group_size_per_vp_stage`` N for m micro-batches.
+
+    Megatron-LM requires p <= N <= m and m % N == 0 or m % N >= p (a shorter last group
+    "introduces dependency bubbles", and with the warm-up rule below it deadlocks). N = p, the
+    default, when p divides m; else the smallest valid N, which keeps the warm-up (and the
+    activation memory) least; m itself (one group) when m < p.
+    """
+    for n in range(p, m + 1):
+        if m % n == 0 or m % n >= p:
+            return n
+    return m
+
+
+def _interleaved(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    group = _group_size(p, m)
+    table = _megatron_table(m, v, group)
+    return [_table_1f1b(table, v, (p - r - 1) * 2 + (v - 1) * group) for r in range(p)]
+
+
+def _hanayo(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    """Hanayo's wave placement, op order by greedy list scheduling at nominal times.
+
+    Hanayo (Liu et al., SC'23) draws its order for m = D only. Here every device follows
+    1F1B's rule on the wave: after a backward it runs a ready forward if there is one,
+    otherwise a ready backward before a ready forward; ties go to the oldest micro-batch,
+    then the deepest stage. The order is found once at seed 003's nominal T_F = 1, T_B = 2,
+    T_C = 0 and then fixed for any times. At those times it reaches the interleaved bound
+    (v m + p - 1)(T_F + T_B) / v for v = 2 and p | m, with the same peak activations as
+    Megatron-LM's interleaved schedule.
+    """
+    return _greedy_order(p, m, v, lambda d, c: _stage_of("hanayo", p, v, d, c))
+
+
+# Nominal times for orders found by list scheduling (seed 003's default T_B = 2 T_F).
+_NOMINAL_F, _NOMINAL_B = 1, 2
+
+
+def _greedy_order(p: int, m: int, v: int, stage_of) -> list[list[tuple[int, int, int]]]:
+    n_stages = p * v
+    where = {stage_of(d, c): (d, c) for d in range(p) for c in range(v)}  # stage: (dev, chunk)
+    # (kind, micro-batch, stage) -> time it became ready
+    ready_at: dict[tuple[int, int, int], int] = {(F, j, 0): 0 for j in range(m)}
+    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
+    free_at = [0] * p
+    last_kind = [F] * p
+    events: list[tuple[int, int, int, int]] = []  # (end, kind, mb, stage) not yet released
+    remaining = 2 * m * n_stages
+    t = 0
+
+    def oldest_deepest(op: tuple[int, int, int]) -> tuple[int, int]:
+        return (op[1], -op[2])
+
+    while remaining:
+        # Release finished ops at time t: their consumers become ready.
+        for e in [e for e in events if e[0] <= t]:
+            events.remove(e)
+            _, k, j, s = e
+            if k == F:
+                ready_at[(F, j, s + 1) if s + 1 < n_stages else (B, j, s)] = t
+            elif s > 0:
+                ready_at[(B, j, s - 1)] = t
+        for d in range(p):
+            if free_at[d] > t:
+                continue
+            mine = [op for op in ready_at if where[op[2]][0] == d]
+            bwd = [op for op in mine if op[0] == B]
+            fwd = [op for op in mine if op[0] == F]
+            if fwd and (last_kind[d] == B or not bwd):
+                op = min(fwd, key=oldest_deepest)
+            elif bwd:
+                op = min(bwd, key=oldest_deepest)
+            else:
+                continue
+            del ready_at[op]
+            k, j, s = op
+            orders[d].append((k, j, where[s][1]))
+            last_kind[d] = k
+            free_at[d] = t + (_NOMINAL_F if k == F else _NOMINAL_B)
+            events.append((free_at[d], k, j, s))
+            remaining -= 1
+        t += 1
+    return orders
+
+
+def _zb_h1(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    """1F1B's F/B order; on stage i, W(k) runs right after B(k + i) (Qi et al. Fig. 3 top).
+
+    Every stage then holds p micro-batches before its first W, as many as 1F1B's first stage.
+    """
+    return [_with_lagged_w(_one_f_one_b(p, m, 1)[i], m, lag=i) for i in range(p)]
+
+
+def _with_lagged_w(ops: list[tuple[int, int, int]], m: int, lag: int) -> list[tuple[int, int, int]]:
+    out = []
+    for op in ops:
+        out.append(op)
+        if op[0] == B and op[1] - lag >= 0:
+            out.append((W, op[1] - lag, 0))
+    return out + [(W, j, 0) for j in range(max(m - lag, 0), m)]
+
+
+def _zb_h2(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    """Stage i runs 2(p - i) - 1 warm-up forwards (Qi et al. Sec. 2.2: up to 2p - 1
+    micro-batches in flight), then B, F pairs; W(k) runs after B(k + 2i) so the tail is a
+    parallelogram of B passes followed by deferred W passes."""
+    orders = []
+    for i in range(p):
+        warm = min(2 * (p - i) - 1, m)
+        ops = [(F, j, 0) for j in range(warm)]
+        for k in range(m - warm):
+            ops += [(B, k, 0), (F, warm + k, 0)]
+        ops += [(B, j, 0) for j in range(m - warm, m)]
+        orders.append(_with_lagged_w(ops, m, lag=2 * i))
+    return orders
+
+
+def _zb_v(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
+    """ZB-V (Qi et al. Sec. 6): two chunks in a V, the authors' handcrafted order.
+
+    Built for n = max(m, 2p - 1) micro-batches; ops of micro-batches >= m are dropped.
+    """
+    n = max(m, 2 * p - 1)
+    orders = []
+    for r in range(p):
+        ops: list[tuple[int, int, int]] = []
+        f0 = f1 = b0 = b1 = 0
+        for _ in range(2 * (p - r) - 1):
+            ops.append((F, f0, 0))
+            f0 += 1
+        for _ in range(r):
+            ops += [(F, f1, 1), (F, f0, 0)]
+            f1 += 1
+            f0 += 1
+        for _ in range(p - r):
+            ops += [(F, f1, 1), (B, b1, 1), (W, b1, 1)]
+            f1 += 1
+            b1 += 1
+        while f1 < f0 or f0 < n:
+            if f0 < n:
+                ops.append((F, f0, 0))
+                f0 += 1
+            ops += [(B, b0, 0), (W, b0, 0), (F, f1, 1), (B, b1, 1), (W, b1, 1)]
+            b0 += 1
+            f1 += 1
+            b1 += 1
+        w0, w1 = b0, b1
+        for _ in range(r):
+            ops += [(B, b0, 0), (B, b1, 1)]
+            b0 += 1
+            b1 += 1
+        for _ in range(p - r):
+            ops += [(B, b0, 0), (W, w0, 0)]
+            b0 += 1
+            w0 += 1
+        ops += [(W, j, 1) for j in range(w1, b1)]
+        ops += [(W, j, 0) for j in range(w0, b0)]
+        orders.append([op for op in ops if op[1] < m])
+    return orders
+
+
+_BUILDERS = {
+    "gpipe": _gpipe,
+    "1f1b": _one_f_one_b,
+    "interleaved": _interleaved,
+    "hanayo": _hanayo,
+    "zb-h1": _zb_h1,
+    "zb-h2": _zb_h2,
+    "zb-v": _zb_v,
+}
+
+
+def _stage_of(schedule: str, p: int, v: int, device: int, chunk: int) -> int:
+    """Virtual stage of (device, chunk): interleaved loops down the devices; waves and V
+    shapes run down for even chunks and back up for odd ones."""
+    if schedule in ("hanayo", "zb-v") and chunk % 2 == 1:
+        return chunk * p + (p - 1 - device)
+    return chunk * p + device
+
+
+# --------------------------------------------------------------------------- compiled graph
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """A schedule's op graph; arrays indexed by op id, ops numbered in a topological order."""
+
+    devices: int
+    chunks: int
+    kind: np.ndarray  # (n,) int: F, B or W
+    micro: np.ndarray  # (n,) int
+    chunk: np.ndarray  # (n,) int
+    device: np.ndarray  # (n,) int
+    prev: np.ndarray  # (n,) int: previous op on the device, or -1
+    dep: np.ndarray  # (n,) int: producer op, or -1
+    cross: np.ndarray  # (n,) bool: producer ran on another device (pay T_C)
+    # per wave: (first id, end id, cross-device ops at its head, prev ids, dep ids, dur rows)
+    wave_slices: tuple[tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray], ...]
+    widest: int  # most ops in one wave
+    last: np.ndarray  # (D,) op id of each device's last op
+    peak_activations: np.ndarray  # (D,) float, stage micro-batches
+
+
+def _validate_shape(schedule: str, p: int, m: int, v: int) -> None:
+    if schedule not in SCHEDULES:
+        raise InputError("schedule", f"one of {', '.join(SCHEDULES)}", schedule)
+    for name, value in (("devices", p), ("microbatches", m), ("chunks", v)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InputError(name, "an integer >= 1", value)
+    if schedule in ("gpipe", "1f1b", "zb-h1", "zb-h2") and v != 1:
+        raise InputError("chunks", f"1 for {schedule}", v)
+    if schedule == "zb-v" and v != 2:
+        raise InputError("chunks", "2 for zb-v", v)
+    if schedule == "hanayo" and v % 2 != 0:
+        raise InputError("chunks", "an even number (2 x waves) for hanayo", v)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_schedule(schedule: str, devices: int, microbatches: int, chunks: int = 1) -> _Graph:
+    """Build and cache the op graph of one (schedule, D, m, v)."""
+    _validate_shape(schedule, devices, microbatches, chunks)
+    p, m, v = devices, microbatches, chunks
+    orders = _BUILDERS[schedule](p, m, v)
+    split = schedule in _SPLIT_BACKWARD
+    n_stages = p * v
+
+    # Flat op list in device order; key (kind, micro, stage) -> flat index.
+    flat = [(k, j, c, d) for d, ops in enumerate(orders) for (k, j, c) in ops]
+    index = {(k, j, _stage_of(schedule, p, v, d, c)): i for i, (k, j, c, d) in enumerate(flat)}
+    expected = m * n_stages * (3 if split else 2)
+    assert len(index) == len(flat) == expected, (schedule, p, m, v, len(flat), expected)
+
+    n = len(flat)
+    kind = np.array([o[0] for o in flat], dtype=np.int64)
+    micro = np.array([o[1] for o in flat], dtype=np.int64)
+    chunk = np.array([o[2] for o in flat], dtype=np.int64)
+    device = np.array([o[3] for o in flat], dtype=np.int64)
+    prev = np.full(n, -1, dtype=np.int64)
+    dep = np.full(n, -1, dtype=np.int64)
+    for i in range(1, n):
+        if device[i] == device[i - 1]:
+            prev[i] = i - 1
+    for i, (k, j, c, d) in enumerate(flat):
+        s = _stage_of(schedule, p, v, d, c)
+        if k == F and s > 0:
+            dep[i] = index[(F, j, s - 1)]
+        elif k == B:
+            dep[i] = index[(B, j, s + 1)] if s < n_stages - 1 else index[(F, j, s)]
+        elif k == W:
+            dep[i] = index[(B, j, s)]
+    cross = (dep >= 0) & (device[np.maximum(dep, 0)] != device)
+
+    level = _levels(prev, dep, schedule, p, m, v)
+    # Topological order by wave; within a wave, cross-device ops first.
+    order = np.lexsort((~cross, level))
+    # Renumber ops so ids follow the topological order (row i of the simulation is op i).
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+
+    def renumber(a: np.ndarray) -> np.ndarray:
+        return np.where(a >= 0, rank[np.maximum(a, 0)], -1)[order]
+
+    prev_r, dep_r = renumber(prev), renumber(dep)
+    device_flat = device
+    kind, micro, chunk, device = kind[order], micro[order], chunk[order], device[order]
+    cross = cross[order]
+    lvl = level[order]
+    bounds = [0, *(np.flatnonzero(np.diff(lvl)) + 1).tolist(), n]
+    prev_s = np.where(prev_r >= 0, prev_r, n)  # n: the zero sentinel row
+    dep_s = np.where(dep_r >= 0, dep_r, n)
+    dur_row = kind * p + device  # row of the (3D, s) duration table
+    waves = tuple(
+        (a, b, int(cross[a:b].sum()), prev_s[a:b], dep_s[a:b], dur_row[a:b])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    )
+    widest = max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+    last = np.array([rank[np.flatnonzero(device_flat == d)[-1]] for d in range(p)])
+    peak = _peak_activations(orders, v, split)
+    return _Graph(p, v, kind, micro, chunk, device, prev_r, dep_r, cross, waves, widest, last, peak)
+
+
+def _levels(prev: np.ndarray, dep: np.ndarray, schedule: str, p: int, m: int, v: int) -> np.ndarray:
+    """Longest-path depth of each op (Kahn's algorithm); a cycle means the order deadlocks."""
+    n = len(prev)
+    indeg = (prev >= 0).astype(np.int64) + (dep >= 0)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        if prev[i] >= 0:
+            children[prev[i]].append(i)
+        if dep[i] >= 0:
+            children[dep[i]].append(i)
+    level = np.zeros(n, dtype=np.int64)
+    ready = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while ready:
+        i = ready.pop()
+        seen += 1
+        for c in children[i]:
+            level[c] = max(level[c], level[i] + 1)
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                ready.append(c)
+    if seen != n:
+        raise InputError(
+            "microbatches", f"a count {schedule} can schedule on D={p}, v={v} without deadlock", m
+        )
+    return level
+
+
+def _peak_activations(orders: list[list[tuple[int, int, int]]], v: int, split: bool) -> np.ndarray:
+    """Peak stage micro-batch activations held per device: a chunk's forward adds 1/v,
+    its last backward op (W when split, else B) frees it."""
+    free_kind = W if split else B
+    peaks = []
+    for ops in orders:
+        held = peak = 0
+        for k, _, _ in ops:
+            if k == F:
+                held += 1
+                peak = max(peak, held)
+            elif k == free_kind:
+                held -= 1
+        peaks.append(peak / v)
+    return np.array(peaks, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every op of the schedule with its start and end for each parameter set."""
+
+    kind: np.ndarray  # (n,) int: 0 F, 1 B, 2 W
+    micro: np.ndarray  # (n,) int
+    chunk: np.ndarray  # (n,) int
+    device: np.ndarray  # (n,) int
+    start: np.ndarray  # (S, n)
+    end: np.ndarray  # (S, n)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """Outputs of :func:`simulate` for S parameter sets.
+
+    total_time: (S,) first start to last end on any device.
+    bubble_ratio: (S,) 1 - sum_d m (T_F + T_B + T_W)(d) / (D * total_time), seed 003's
+        definition.
+    busy_time: (S, D) compute time per device, m (T_F + T_B + T_W)(d).
+    peak_activations: (D,) the most micro-batch activations a device holds at once, in units
+        of one stage micro-batch (a chunk's activation counts 1/v); held from a forward until
+        its last backward op ends (W for zero-bubble schedules). The same for every set.
+    timeline: every op's start and end, when asked for.
+    """
+
+    total_time: np.ndarray
+    bubble_ratio: np.ndarray
+    busy_time: np.ndarray
+    peak_activations: np.ndarray
+    timeline: Timeline | None = None
+
+
+def _per_device(name: str, value: object, p: int) -> np.ndarray:
+    """Times as (S or 1, D or 1); rejects negative, non-finite or wrong-length input."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(name, "a number or one number per device", value) from None
+    if a.ndim == 0:
+        a = a.reshape(1, 1)
+    elif a.ndim == 1:
+        a = a.reshape(1, -1)
+    if a.ndim != 2 or a.shape[1] not in (1, p):
+        got = f"{a.shape[-1]} values" if a.ndim == 2 else f"shape {np.shape(value)}"
+        raise InputError(name, f"one value or one per device (D={p})", got)
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise InputError(name, "finite times >= 0", value if np.size(value) < 20 else "array")
+    return a
+
+
+def simulate(
+    schedule: str,
+    devices: int,
+    microbatches: int,
+    chunks: int = 1,
+    *,
+    tf: object,
+    tb: object,
+    tw: object = 0.0,
+    tc: object = 0.0,
+    timeline: bool = False,
+) -> PipelineResult:
+    """Simulate one schedule for a batch of parameter sets sharing (schedule, D, m, v).
+
+    tf, tb, tw: per-stage forward, activation-backward and weight-backward times; anything
+        broadcastable to (S, D): a scalar, a (D,) per-device list, an (S, 1) column or (S, D).
+        Schedules that do not split the backward run B + W as one backward op.
+    tc: point-to-point time of one hand-off between devices, broadcastable to (S,).
+    chunks: v; 1 for gpipe, 1f1b, zb-h1, zb-h2; 2 for zb-v; 2 x waves for hanayo.
+    """
+    g = compile_schedule(schedule, devices, microbatches, chunks)
+    p, v, m = devices, chunks, microbatches
+    tf2, tb2, tw2 = (_per_device(n, x, p) for n, x in (("tf", tf), ("tb", tb), ("tw", tw)))
+    tc1 = np.asarray(tc, dtype=np.float64)
+    if tc1.ndim > 1 or not np.all(np.isfinite(tc1)) or np.any(tc1 < 0):
+        raise InputError("tc", "a finite time >= 0, or one per parameter set", tc)
+    try:
+        tc_shape = (tc1.size if tc1.ndim else 1, 1)
+        n_sets = np.broadcast_shapes(tf2.shape, tb2.shape, tw2.shape, tc_shape)[0]
+    except ValueError:
+        shapes = [tf2.shape, tb2.shape, tw2.shape, tc1.shape]
+        raise InputError("tf/tb/tw/tc", "shapes broadcastable to (S, D)", shapes) from None
+
+    split = schedule in _SPLIT_BACKWARD
+    shape = (n_sets, p)
+    tf_s = np.broadcast_to(tf2, shape)
+    tb_s = np.broadcast_to(tb2 if split else tb2 + tw2, shape)
+    tw_s = np.broadcast_to(tw2 if split else np.zeros((1, 1)), shape)
+    tc_s = np.broadcast_to(tc1.reshape(-1) if tc1.ndim else tc1.reshape(1), (n_sets,))
+
+    # Duration table (3 * D, S): row kind * D + device, a chunk's share of the stage time.
+    dur = np.concatenate([tf_s.T, tb_s.T, tw_s.T]) / v  # (3D, S)
+    dur_row = g.kind * p + g.device  # (n,) row of the duration table for each op
+
+    total = np.empty(n_sets)
+    starts = ends = None
+    if timeline:
+        starts = np.empty((n_sets, len(g.kind)))
+        ends = np.empty((n_sets, len(g.kind)))
+    for lo in range(0, n_sets, _BLOCK):
+        hi = min(lo + _BLOCK, n_sets)
+        end = _run_block(g, np.ascontiguousarray(dur[:, lo:hi]), tc_s[lo:hi])  # (n, s)
+        total[lo:hi] = end[g.last].max(axis=0)
+        if timeline:
+            ends[lo:hi] = end.T
+            starts[lo:hi] = (end - dur[dur_row, lo:hi]).T
+
+    busy = m * (tf_s + tb_s + tw_s)  # (S, D)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bubble = np.where(total > 0, 1.0 - busy.sum(axis=1) / (p * total), 0.0)
+    tl = None
+    if timeline:
+        tl = Timeline(g.kind, g.micro, g.chunk, g.device, starts, ends)
+    return PipelineResult(total, bubble, np.array(busy), g.peak_activations.copy(), tl)
+
+
+def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray) -> np.ndarray:
+    """End time of every op, (n, s), given per-(kind, device) durations (3D, s) and hand-off
+    times (s,).
+
+    Ops are numbered in topological order and each wave is a contiguous range of ids with
+    its cross-device ops first, so a wave is two gathers, one add of T_C on a prefix, a max,
+    and a gathered add of durations written into a slice.
+    """
+    n = len(g.kind)
+    s = dur_table.shape[1]
+    end = np.zeros((n + 1, s))  # row n stays 0: the "no predecessor" sentinel
+    buf_dep = np.empty((g.widest, s))
+    buf_prev = np.empty((g.widest, s))
+    buf_dur = np.empty((g.widest, s))
+    for a, b, n_cross, prev_ids, dep_ids, dur_rows in g.wave_slices:
+        k = b - a
+        ready, other, dur = buf_dep[:k], buf_prev[:k], buf_dur[:k]
+        np.take(end, dep_ids, axis=0, out=ready)
+        if n_cross:
+            ready[:n_cross] += tc
+        np.take(end, prev_ids, axis=0, out=other)
+        np.maximum(ready, other, out=ready)
+        np.take(dur_table, dur_rows, axis=0, out=dur)
+        np.add(ready, dur, out=end[a:b])
+    return end[:n]

@@ -1,0 +1,101 @@
+"""``plansweep schedule``: simulate one pipeline schedule, draw it, export a Chrome trace.
+
+plansweep schedule --schedule 1f1b --devices 4 --microbatches 8 --tf 1 --tb 2 --tc 0.1
+plansweep schedule --schedule zb-v --devices 4 --microbatches 8 --tf 1 --tb 1 --tw 1 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
+
+# Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
+_DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "schedule",
+        help="simulate and draw one pipeline schedule",
+        description="Simulate one pipeline schedule: total time, bubble ratio, busy time and "
+        "peak activations per device, a text timeline, optionally a Chrome trace.",
+    )
+    p.add_argument("--schedule", required=True, choices=SCHEDULES)
+    p.add_argument("--devices", required=True, type=int, help="pipeline depth D")
+    p.add_argument("--microbatches", required=True, type=int, help="micro-batches m")
+    p.add_argument(
+        "--chunks",
+        type=int,
+        default=None,
+        help="chunks per device v (interleaved: default 2; hanayo: 2 x waves; zb-v: 2)",
+    )
+    for flag, what, required in (
+        ("--tf", "forward", True),
+        ("--tb", "backward (activation gradient)", True),
+        ("--tw", "weight-gradient", False),
+    ):
+        p.add_argument(
+            flag,
+            required=required,
+            default="0",
+            help=f"{what} time per stage: one number or one per device, comma-separated",
+        )
+    p.add_argument("--tc", type=float, default=0.0, help="time of one device-to-device hand-off")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON to FILE")
+    p.set_defaults(func=run)
+
+
+def _times(flag: str, text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(flag, "a number or comma-separated numbers", text) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    chunks = args.chunks if args.chunks is not None else _DEFAULT_CHUNKS.get(args.schedule, 1)
+    if args.tc < 0 or not np.isfinite(args.tc):
+        raise InputError("--tc", "a finite time >= 0", args.tc)
+    times = {k: _times(f"--{k}", getattr(args, k)) for k in ("tf", "tb", "tw")}
+    for key, values in times.items():
+        if len(values) not in (1, args.devices):
+            raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))
+    res = simulate(
+        args.schedule,
+        args.devices,
+        args.microbatches,
+        chunks,
+        tf=times["tf"],
+        tb=times["tb"],
+        tw=times["tw"],
+        tc=args.tc,
+        timeline=True,
+    )
+    if args.trace:
+        tmp = f"{args.trace}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(chrome_trace(res.timeline), fh)
+        os.replace(tmp, args.trace)
+    if args.json:
+        out = {
+            "total_time": float(res.total_time[0]),
+            "bubble_ratio": float(res.bubble_ratio[0]),
+            "busy_time": [float(x) for x in res.busy_time[0]],
+            "peak_activations": [float(x) for x in res.peak_activations],
+        }
+        print(json.dumps(out))
+        return 0
+    print(text_timeline(res.timeline))
+    print(
+        f"{args.schedule}: D={args.devices} m={args.microbatches} v={chunks}  "
+        f"total_time={res.total_time[0]:.6g}  bubble_ratio={res.bubble_ratio[0]:.4f}"
+    )
+    print("busy_time:        " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
+    print("peak_activations: " + " ".join(f"{x:.4g}" for x in res.peak_activations))
+    return 0

@@ -1,0 +1,294 @@
+"""Seed 003's pipeline experiments, recomputed with the vectorised simulator.
+
+Each experiment is a function returning columns (a dict of equal-length lists) with one row
+per (schedule, D, m, v, swept parameter, T_C). Parameter sets that share (schedule, D, m, v)
+are simulated in one vectorised call. Settings are seed 003's:
+
+- stage times T_F = 400 / D and T_B = 800 / D (the whole model takes 400 forward, 800
+  backward), m = 2D unless swept, T_C in {0, 4, 16};
+- the six compared schedules: GPipe, 1F1B, interleaved 1F1B with v = 2, Hanayo with 1 and 2
+  waves (v = 2, 4), and ZB-H1 with the backward split evenly, T_B = T_W = 800 / (2D).
+
+Unlike seed 003's code, a chunk's times are its stage's times divided by v, and Hanayo runs
+all m micro-batches in one schedule (seed 003 repeated its m = D schedule m / D times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import simulate
+
+DEVICES = (2, 4, 8, 16, 32)
+T_C_PANELS = (0.0, 4.0, 16.0)
+# Whole-model forward and backward times of seed 003 (arbitrary time units).
+MODEL_TF, MODEL_TB = 400.0, 800.0
+
+# (label, schedule, chunks, splits the backward): seed 003's comparison set.
+COMPARED = (
+    ("GPipe", "gpipe", 1, False),
+    ("1F1B", "1f1b", 1, False),
+    ("1F1B vpp=2", "interleaved", 2, False),
+    ("Hanayo wave=1", "hanayo", 2, False),
+    ("Hanayo wave=2", "hanayo", 4, False),
+    ("ZB-H1", "zb-h1", 1, True),
+)
+
+
+def _rows(
+    out: dict[str, list],
+    label: str,
+    schedule: str,
+    d: int,
+    m: int,
+    v: int,
+    tf: np.ndarray,  # (S, D)
+    tb: np.ndarray,  # (S, D)
+    tw: np.ndarray,  # (S, D)
+    tc: np.ndarray,  # (S,)
+    extra: dict[str, np.ndarray],  # swept values, each (S,)
+) -> None:
+    res = simulate(schedule, d, m, v, tf=tf, tb=tb, tw=tw, tc=tc)
+    n = len(tc)
+    out["schedule"] += [label] * n
+    out["devices"] += [d] * n
+    out["microbatches"] += [m] * n
+    out["chunks"] += [v] * n
+    out["t_c"] += tc.tolist()
+    for key, values in extra.items():
+        out.setdefault(key, []).extend(np.asarray(values).tolist())
+    out["total_time"] += res.total_time.tolist()
+    out["bubble_ratio"] += res.bubble_ratio.tolist()
+    out["peak_activations_max"] += [float(res.peak_activations.max())] * n
+
+
+def _empty() -> dict[str, list]:
+    keys = ("schedule", "devices", "microbatches", "chunks", "t_c")
+    return {k: [] for k in keys} | {
+        "total_time": [],
+        "bubble_ratio": [],
+        "peak_activations_max": [],
+    }
+
+
+def _compared(
+    out: dict[str, list],
+    d: int,
+    m: int,
+    tf: np.ndarray,
+    tb_whole: np.ndarray,
+    tc: np.ndarray,
+    extra: dict[str, np.ndarray],
+    zb_split: tuple[np.ndarray, np.ndarray] | None = None,
+    schedules: Iterable[tuple[str, str, int, bool]] = COMPARED,
+) -> None:
+    """The comparison set at stage times tf, tb_whole ((S, D) each); ZB-H1 gets zb_split
+    (T_B, T_W), by default half of the backward each."""
+    zero = np.zeros_like(tf)
+    for label, schedule, v, split in schedules:
+        if split:
+            tb, tw = zb_split if zb_split is not None else (tb_whole / 2, tb_whole / 2)
+        else:
+            tb, tw = tb_whole, zero
+        _rows(out, label, schedule, d, m, v, tf, tb, tw, tc, extra)
+
+
+def _uniform(d: int, n: int, value: float | np.ndarray) -> np.ndarray:
+    """(n, d) stage times, the same on every device; value scalar or (n,)."""
+    return np.broadcast_to(np.asarray(value, dtype=float).reshape(-1, 1), (n, d)).copy()
+
+
+def weak_scaling() -> dict[str, list]:
+    out = _empty()
+    tc = np.array(T_C_PANELS)
+    for d in DEVICES:
+        n = len(tc)
+        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
+        _compared(out, d, 2 * d, tf, tb, tc, {})
+    return out
+
+
+def strong_scaling() -> dict[str, list]:
+    out = _empty()
+    tc = np.array(T_C_PANELS)
+    for d in DEVICES:
+        n = len(tc)
+        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
+        _compared(out, d, 32, tf, tb, tc, {})
+    return out
+
+
+def recompute() -> dict[str, list]:
+    """Recompute ratio r in [0, 1]: T_B = (2 + r) T_F; ZB-H1 has T_B = (1 + r) T_F, T_W = T_F."""
+    out = _empty()
+    ratios = np.round(np.arange(0.0, 1.01, 0.2), 2)
+    r, tc = (a.ravel() for a in np.meshgrid(ratios, T_C_PANELS, indexing="ij"))
+    for d in DEVICES:
+        n = len(r)
+        f = MODEL_TF / d
+        tf = _uniform(d, n, f)
+        split = (_uniform(d, n, f * (1 + r)), _uniform(d, n, f))
+        _compared(out, d, 2 * d, tf, _uniform(d, n, f * (2 + r)), tc, {"recompute": r}, split)
+    return out
+
+
+def microbatches_per_device() -> dict[str, list]:
+    out = _empty()
+    tc = np.array(T_C_PANELS)
+    for d in (2, 4, 8, 16):
+        for per in (1, 2, 4, 8):
+            n = len(tc)
+            tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
+            per_col = np.full(n, per)
+            _compared(out, d, per * d, tf, tb, tc, {"microbatches_per_device": per_col})
+    return out
+
+
+def chunks() -> dict[str, list]:
+    """Interleaved with v = chunks, Hanayo with chunks / 2 waves."""
+    out = _empty()
+    tc = np.array(T_C_PANELS)
+    for d in DEVICES:
+        n = len(tc)
+        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
+        for v in (2, 4, 6, 8):
+            pair = (("Interleaved 1F1B", "interleaved", v, False), ("Hanayo", "hanayo", v, False))
+            _compared(out, d, 2 * d, tf, tb, tc, {}, schedules=pair)
+    return out
+
+
+def backward_split() -> dict[str, list]:
+    """ZB-H1 as the share T_B / (T_B + T_W) of a fixed backward 800 / D varies."""
+    out = _empty()
+    shares = np.array([0.2, 0.4, 0.5, 0.6, 0.8])
+    share, tc = (a.ravel() for a in np.meshgrid(shares, T_C_PANELS, indexing="ij"))
+    for per in (1, 2, 4, 8):
+        for d in DEVICES:
+            n = len(share)
+            tb_all = MODEL_TB / d
+            _rows(
+                out,
+                "ZB-H1",
+                "zb-h1",
+                d,
+                per * d,
+                1,
+                _uniform(d, n, MODEL_TF / d),
+                _uniform(d, n, tb_all * share),
+                _uniform(d, n, tb_all * (1 - share)),
+                tc,
+                {"tb_share": share, "microbatches_per_device": np.full(n, per)},
+            )
+    return out
+
+
+def tc_sensitivity() -> dict[str, list]:
+    out = _empty()
+    tc = np.array([0.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    for d in DEVICES:
+        for per in (1, 2, 4):
+            n = len(tc)
+            tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
+            _compared(out, d, per * d, tf, tb, tc, {"microbatches_per_device": np.full(n, per)})
+    return out
+
+
+def imbalanced() -> dict[str, list]:
+    """First and last stages get T_ext = x T_F more forward and 2 T_ext more backward.
+
+    Seed 003 uses T_F = 400 and T_B = 800 per stage here (not divided by D); ZB-H1 puts the
+    extra backward in T_B: T_B = 400 (1 + 2x) at the ends, T_W = 400.
+    """
+    out = _empty()
+    ratios = np.round(np.arange(0.0, 0.41, 0.1), 2)
+    x, tc = (a.ravel() for a in np.meshgrid(ratios, T_C_PANELS, indexing="ij"))
+    for d in DEVICES:
+        n = len(x)
+        ends = np.zeros(d)
+        ends[[0, -1]] = 1.0
+        bump = x[:, None] * ends[None, :]  # (S, D): x on the end stages, else 0
+        tf = 400.0 * (1 + bump)
+        tb = 800.0 * (1 + bump)
+        split = (400.0 * (1 + 2 * bump), np.full((n, d), 400.0))
+        _compared(out, d, 2 * d, tf, tb, tc, {"t_ext_ratio": x}, split)
+    return out
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """How to compute one experiment and how to draw it."""
+
+    columns: Callable[[], dict[str, list]]
+    x: str  # x axis column
+    y: str | tuple[str, ...]  # y axis column(s); several give one subplot row each
+    panel: str  # one subplot per value, across
+    row: str | None  # one subplot row per value, down
+    line: str  # one line per value
+    title: str
+
+
+EXPERIMENTS = {
+    "weak_scaling": Experiment(
+        weak_scaling,
+        "devices",
+        ("total_time", "bubble_ratio"),
+        "t_c",
+        None,
+        "schedule",
+        "Weak scaling, m = 2D, T_F = 400 / D, T_B = 800 / D",
+    ),
+    "strong_scaling": Experiment(
+        strong_scaling,
+        "devices",
+        ("total_time", "bubble_ratio"),
+        "t_c",
+        None,
+        "schedule",
+        "Strong scaling, m = 32, T_F = 400 / D, T_B = 800 / D",
+    ),
+    "recompute": Experiment(
+        recompute, "recompute", "bubble_ratio", "t_c", "devices", "schedule", "Recompute ratio"
+    ),
+    "microbatches_per_device": Experiment(
+        microbatches_per_device,
+        "microbatches_per_device",
+        "bubble_ratio",
+        "t_c",
+        "devices",
+        "schedule",
+        "Micro-batches per device",
+    ),
+    "chunks": Experiment(
+        chunks, "chunks", "bubble_ratio", "t_c", "devices", "schedule", "Chunks, m = 2D"
+    ),
+    "backward_split": Experiment(
+        backward_split,
+        "tb_share",
+        "bubble_ratio",
+        "t_c",
+        "microbatches_per_device",
+        "devices",
+        "ZB-H1: T_B / (T_B + T_W) at fixed T_B + T_W",
+    ),
+    "tc_sensitivity": Experiment(
+        tc_sensitivity,
+        "t_c",
+        "bubble_ratio",
+        "microbatches_per_device",
+        "devices",
+        "schedule",
+        "T_C sensitivity",
+    ),
+    "imbalanced": Experiment(
+        imbalanced,
+        "t_ext_ratio",
+        "bubble_ratio",
+        "t_c",
+        "devices",
+        "schedule",
+        "Imbalanced first and last stages, m = 2D",
+    ),
+}

@@ -1,0 +1,294 @@
+"""Pipeline simulator: closed forms, peak activations, vectorisation, rendering, bad input.
+
+Expected values come from the schedules' closed forms and from small cases worked by hand,
+never from the simulator's own output.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import sweep.cli as cli
+from costmodel import InputError, chrome_trace, simulate, text_timeline
+
+
+@pytest.fixture
+def plansweep(monkeypatch):
+    """sweep.cli.main with only this branch's subcommands registered."""
+    monkeypatch.setattr(
+        cli, "COMMAND_MODULES", ("sweep._cmd_schedule", "sweep._cmd_schedule_experiments")
+    )
+    return cli.main
+
+
+# ----------------------------------------------------------------------------- closed forms
+
+PM = [(1, 1), (2, 1), (2, 5), (4, 2), (4, 4), (4, 8), (5, 7), (8, 32)]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", PM)
+def test_gpipe_and_1f1b_take_m_plus_p_minus_1_slots(name, p, m):
+    f, b = 1.5, 2.25
+    res = simulate(name, p, m, tf=f, tb=b)
+    assert res.total_time[0] == pytest.approx((m + p - 1) * (f + b))
+    # Seed 003's bubble ratio: 1 - m (F + B) / T_tot.
+    assert res.bubble_ratio[0] == pytest.approx(1 - m * (f + b) / ((m + p - 1) * (f + b)))
+
+
+@pytest.mark.parametrize(
+    "p,m,v", [(2, 2, 2), (2, 6, 3), (4, 4, 2), (4, 8, 2), (4, 12, 4), (8, 16, 2)]
+)
+def test_interleaved_takes_vm_plus_p_minus_1_chunk_slots(p, m, v):
+    f, b = 1.0, 2.0
+    res = simulate("interleaved", p, m, v, tf=f, tb=b)
+    assert res.total_time[0] == pytest.approx((v * m + p - 1) * (f + b) / v)
+
+
+@pytest.mark.parametrize("p,m", [(4, 5), (4, 6), (3, 7), (8, 12), (8, 10), (4, 2)])
+def test_interleaved_takes_any_microbatch_count(p, m):
+    # Megatron-LM's grouping when p does not divide m: no faster than the divisible bound,
+    # and no slower than 1F1B with twice the bubble.
+    f, b = 1.0, 2.0
+    res = simulate("interleaved", p, m, 2, tf=f, tb=b)
+    assert res.total_time[0] >= (2 * m + p - 1) * (f + b) / 2 - 1e-9
+    assert res.total_time[0] < (m + p - 1) * (f + b) + (p - 1) * (f + b)
+
+
+def test_zb_h1_hand_worked_two_stages():
+    # p = 2, m = 2, F = B = 1, W = 0.5. Orders: stage 0 F0 F1 B0 W0 B1 W1; stage 1 F0 B0 F1
+    # B1 W0 W1. Stage 0: F0 [0,1] F1 [1,2]; stage 1: F0 [1,2] B0 [2,3] F1 [3,4] B1 [4,5]
+    # W0 [5,5.5] W1 [5.5,6]; stage 0: B0 [3,4] W0 [4,4.5] B1 [5,6] W1 [6,6.5].
+    res = simulate("zb-h1", 2, 2, tf=1.0, tb=1.0, tw=0.5, timeline=True)
+    assert res.total_time[0] == pytest.approx(6.5)
+    tl = res.timeline
+    ends = {
+        ("FBW"[k], int(j), int(d)): e
+        for k, j, d, e in zip(tl.kind, tl.micro, tl.device, tl.end[0], strict=True)
+    }
+    assert ends[("B", 0, 0)] == 4.0 and ends[("W", 0, 1)] == 5.5 and ends[("B", 1, 0)] == 6.0
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (3, 9), (4, 4), (4, 8), (8, 16)])
+@pytest.mark.parametrize("f,b,w", [(1, 1, 1), (1, 1, 0.5), (2, 1, 1), (1.5, 2.5, 0.75), (1, 3, 1)])
+def test_zb_h1_matches_zero_bubble_paper(p, m, f, b, w):
+    # Qi et al. 2023, Sec. 2.1: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W) (a third of 1F1B's
+    # 3(p - 1) T when T_F = T_B = T_W = T). It needs m >= p and T_W <= T_B and T_W <= T_F:
+    # with a longer W the W passes deferred to the last stage's tail become the critical path.
+    assert w <= min(f, b) and m >= p
+    res = simulate("zb-h1", p, m, tf=f, tb=b, tw=w)
+    assert res.total_time[0] == pytest.approx(m * (f + b + w) + (p - 1) * (f + b - w))
+
+
+def test_zb_h1_bubble_is_a_third_of_1f1b_when_f_b_w_equal():
+    p, m, t = 8, 24, 1.0
+    zb = simulate("zb-h1", p, m, tf=t, tb=t, tw=t).total_time[0] - 3 * m * t
+    one = simulate("1f1b", p, m, tf=t, tb=t, tw=t).total_time[0] - 3 * m * t
+    assert zb == pytest.approx(one / 3)
+
+
+def _device_idle(res, index=0):
+    """Idle time of each device between its own first start and its last end."""
+    tl = res.timeline
+    idle = []
+    for d in range(int(tl.device.max()) + 1):
+        mine = tl.device == d
+        span = tl.end[index, mine].max() - tl.start[index, mine].min()
+        idle.append(span - (tl.end[index, mine] - tl.start[index, mine]).sum())
+    return np.array(idle)
+
+
+@pytest.mark.parametrize("name,v", [("zb-h2", 1), ("zb-v", 2)])
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 7), (4, 12), (6, 16)])
+def test_zb_h2_and_zb_v_have_zero_bubble_when_f_b_w_equal(name, v, p, m):
+    # Qi et al. 2023: with T_F = T_B = T_W and m >= 2p - 1 every stage runs without idling
+    # from its first pass to its last; only the fill skew of the first forward remains,
+    # (p - 1) T_F for ZB-H2 and (p - 1) T_F / 2 (half-size chunks) for ZB-V.
+    res = simulate(name, p, m, v, tf=1.0, tb=1.0, tw=1.0, timeline=True)
+    np.testing.assert_allclose(_device_idle(res), 0.0, atol=1e-12)
+    assert res.total_time[0] == pytest.approx(3 * m + (p - 1) / v)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16), (4, 12)])
+def test_hanayo_one_wave_reaches_the_interleaved_bound_at_nominal_times(p, m):
+    # Its order is found at T_F = 1, T_B = 2, T_C = 0; there it fills the wave as tightly as
+    # interleaved 1F1B with v = 2: (v m + p - 1)(F + B) / v.
+    res = simulate("hanayo", p, m, 2, tf=1.0, tb=2.0)
+    assert res.total_time[0] == pytest.approx((2 * m + p - 1) * 3 / 2)
+
+
+def test_schedules_without_split_fold_w_into_b():
+    a = simulate("1f1b", 4, 8, tf=1.0, tb=1.25, tw=0.75, tc=0.3)
+    b = simulate("1f1b", 4, 8, tf=1.0, tb=2.0, tc=0.3)
+    assert a.total_time[0] == pytest.approx(b.total_time[0])
+
+
+def test_tc_adds_two_hops_per_stage_for_one_microbatch():
+    # m = 1: the micro-batch goes down p stages and back: 2 (p - 1) hand-offs.
+    p, f, b, tc = 5, 1.0, 2.0, 0.25
+    for name in ("gpipe", "1f1b", "zb-h1"):
+        res = simulate(name, p, 1, tf=f, tb=b, tc=tc)
+        assert res.total_time[0] == pytest.approx(p * (f + b) + 2 * (p - 1) * tc)
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 2), (8, 32)])
+def test_peak_activations(p, m):
+    stages = np.arange(p)
+    np.testing.assert_array_equal(simulate("gpipe", p, m, tf=1, tb=2).peak_activations, m)
+    np.testing.assert_array_equal(
+        simulate("1f1b", p, m, tf=1, tb=2).peak_activations, np.minimum(p - stages, m)
+    )
+    if m >= p:
+        np.testing.assert_array_equal(simulate("zb-h1", p, m, tf=1, tb=1, tw=1).peak_activations, p)
+    group = p if m % p == 0 else m  # Megatron-LM's group size for these cases (m < p: one)
+    for v in (2, 3):
+        # Megatron-LM: warm-up (p - i - 1) * 2 + (v - 1) N chunk forwards, plus the first
+        # steady-state forward, at most m v; a chunk is 1/v of a stage micro-batch.
+        warm = np.minimum((p - stages - 1) * 2 + (v - 1) * group + 1, m * v)
+        got = simulate("interleaved", p, m, v, tf=1, tb=2).peak_activations
+        np.testing.assert_allclose(got, warm / v)
+
+
+def test_zb_v_holds_as_much_as_1f1b_first_stage_and_zb_h2_twice_minus_one():
+    p, m = 4, 12
+    np.testing.assert_array_equal(simulate("zb-v", p, m, 2, tf=1, tb=1, tw=1).peak_activations, p)
+    np.testing.assert_array_equal(
+        simulate("zb-h2", p, m, tf=1, tb=1, tw=1).peak_activations, 2 * p - 1
+    )
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def test_batch_equals_one_by_one():
+    rng = np.random.default_rng(3)
+    p, m, s = 4, 8, 7
+    tf = rng.uniform(0.5, 2, (s, p))
+    tb = rng.uniform(1, 3, (s, p))
+    tw = rng.uniform(0.2, 1, (s, p))
+    tc = rng.uniform(0, 0.5, s)
+    for name, v in (("1f1b", 1), ("interleaved", 2), ("zb-v", 2), ("hanayo", 4)):
+        batch = simulate(name, p, m, v, tf=tf, tb=tb, tw=tw, tc=tc)
+        for i in range(s):
+            one = simulate(name, p, m, v, tf=tf[i], tb=tb[i], tw=tw[i], tc=tc[i])
+            assert batch.total_time[i] == one.total_time[0]
+            np.testing.assert_array_equal(batch.busy_time[i], one.busy_time[0])
+
+
+def test_busy_time_and_shapes():
+    res = simulate("1f1b", 3, 4, tf=[1.0, 2.0, 3.0], tb=2.0, tw=0.5, tc=np.zeros(5))
+    assert res.total_time.shape == (5,) and res.busy_time.shape == (5, 3)
+    np.testing.assert_allclose(res.busy_time[0], 4 * (np.array([1.0, 2.0, 3.0]) + 2.5))
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def test_text_timeline_and_chrome_trace():
+    res = simulate("1f1b", 3, 4, tf=1.0, tb=2.0, tc=0.5, timeline=True)
+    rows = text_timeline(res.timeline).splitlines()
+    assert len(rows) == 3 and all(r.startswith("dev") for r in rows)
+    trace = json.loads(json.dumps(chrome_trace(res.timeline)))
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(ops) == 2 * 3 * 4
+    assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(ops[0])
+    assert max(e["ts"] + e["dur"] for e in ops) == pytest.approx(res.total_time[0])
+
+
+# ----------------------------------------------------------------------------- CLI and input
+
+
+def test_cli_json(plansweep, capsys):
+    code = plansweep(
+        ["schedule", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8"]
+        + ["--tf", "1", "--tb", "2", "--json"]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total_time"] == pytest.approx(11 * 3)
+    assert out["peak_activations"] == [4, 3, 2, 1]
+    assert set(out) == {"total_time", "bubble_ratio", "busy_time", "peak_activations"}
+
+
+def test_cli_trace_file(plansweep, tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    code = plansweep(
+        ["schedule", "--schedule", "zb-v", "--devices", "2", "--microbatches", "4"]
+        + ["--tf", "1,1.5", "--tb", "1", "--tw", "1", "--tc", "0.1", "--trace", str(path)]
+    )
+    assert code == 0
+    assert "dev1" in capsys.readouterr().out
+    assert len(json.loads(path.read_text())["traceEvents"]) > 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "0", "--tf", "1", "--tb", "1"],
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "4", "--chunks", "2"]
+        + ["--tf", "1", "--tb", "1"],
+        ["--schedule", "hanayo", "--devices", "4", "--microbatches", "4", "--chunks", "3"]
+        + ["--tf", "1", "--tb", "1"],
+        ["--schedule", "zb-v", "--devices", "4", "--microbatches", "4", "--chunks", "4"]
+        + ["--tf", "1", "--tb", "1"],
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "4", "--tf", "1,2"]
+        + ["--tb", "1"],
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "4", "--tf", "-1"]
+        + ["--tb", "1"],
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "4", "--tf", "1"]
+        + ["--tb", "1", "--tc", "-0.5"],
+        ["--schedule", "1f1b", "--devices", "4", "--microbatches", "4", "--tf", "x"]
+        + ["--tb", "1"],
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(plansweep, capsys, args):
+    assert plansweep(["schedule", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected" in err
+
+
+def test_simulate_rejects_bad_input():
+    with pytest.raises(InputError, match="microbatches"):
+        simulate("1f1b", 4, 0, tf=1, tb=1)
+    with pytest.raises(InputError, match="schedule"):
+        simulate("pipedream", 4, 4, tf=1, tb=1)
+    with pytest.raises(InputError, match="tb"):
+        simulate("1f1b", 4, 4, tf=1, tb=[1, 2, 3])
+    with pytest.raises(InputError, match="tw"):
+        simulate("zb-h1", 4, 4, tf=1, tb=1, tw=-0.1)
+    with pytest.raises(InputError, match="tf"):
+        simulate("1f1b", 4, 4, tf=float("nan"), tb=1)
+
+
+def test_experiments_command_writes_parquet_and_png(plansweep, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    assert (
+        plansweep(["schedule-experiments", "--out", str(tmp_path), "--only", "weak_scaling"]) == 0
+    )
+    table = pq.read_table(tmp_path / "weak_scaling.parquet")
+    assert table.num_rows == 6 * 5 * 3  # schedules x D x T_C
+    assert (tmp_path / "weak_scaling.png").stat().st_size > 0
+    # 1F1B rows follow the closed form at T_C = 0: (m + p - 1)(F + B), m = 2D.
+    rows = table.to_pylist()
+    for r in rows:
+        if r["schedule"] == "1F1B" and r["t_c"] == 0:
+            d = r["devices"]
+            assert r["total_time"] == pytest.approx((3 * d - 1) * 1200 / d)
+
+
+def test_every_valid_shape_compiles_without_deadlock():
+    # Every (D, m) up to D = 6, m = 3D, with the chunk counts each schedule takes.
+    chunk_choices = {"interleaved": (1, 2, 3, 4), "hanayo": (2, 4, 6), "zb-v": (2,)}
+    for name in ("gpipe", "1f1b", "interleaved", "hanayo", "zb-h1", "zb-h2", "zb-v"):
+        for p in range(1, 7):
+            for m in range(1, 3 * p + 1):
+                for v in chunk_choices.get(name, (1,)):
+                    res = simulate(name, p, m, v, tf=1.0, tb=2.0, tw=0.5)
+                    assert np.isfinite(res.total_time[0]) and res.total_time[0] > 0
