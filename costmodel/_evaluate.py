@@ -89,9 +89,11 @@ REASONS = (
 )
 REASON = {name: i for i, name in enumerate(REASONS)}
 SCHED = {name: i for i, name in enumerate(SCHEDULES)}
-# Schedules the closed forms above price; the others are reported as schedule_invalid
-# until the simulator prices them.
+# Schedules the closed forms above price; ZB-V and Hanayo have none and are always priced by
+# the pipeline simulator (costmodel._pipeline).
 CLOSED_FORM_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+SIMULATED_SCHEDULES = ("zb-v", "hanayo")
+PIPELINE_MODES = ("closed_form", "simulate")
 
 METRIC_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s",
@@ -270,15 +272,18 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> n
             active | (sl == 0), axis=1
         )
         n_min = np.min(np.where(active, sl, L), axis=1)
-    is_inter = sched == SCHED["interleaved"]
-    closed = np.isin(sched, [SCHED[x] for x in CLOSED_FORM_SCHEDULES])
-    # Interleaving needs v chunks per device of whole layers: with uneven stages every stage
-    # must split into v chunks; uniform stages need v | L/p.
+    # Chunked schedules need v chunks per device of whole layers: with uneven stages every
+    # stage must split into v chunks; uniform stages need v | L/p.
     if table.stage_layers is None:
         chunks_ok = n_min % v == 0
     else:
         chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)
-    sched_ok = closed & np.where(is_inter, (v >= 2) & (p >= 2) & chunks_ok, v == 1)
+    chunked = (v >= 2) & (p >= 2) & chunks_ok
+    sched_ok = np.select(
+        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
+        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
+        v == 1,
+    )
     checks = [
         (d * t * p * c <= cluster.num_gpus, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -322,24 +327,94 @@ def _stages(table: StrategyTable, L: int):
 BLOCK_ROWS = 16384
 
 
-def evaluate(model: Transformer, cluster: Cluster, table: StrategyTable) -> Metrics:
+def evaluate(
+    model: Transformer, cluster: Cluster, table: StrategyTable, *, pipeline: str = "closed_form"
+) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
     Pure and vectorised: numpy over the rows (and stages), in cache-sized blocks of rows; no
     Python loop over strategies. Infeasible rows stay, with feasible=False, a reason code
     (REASONS) and infinite step time.
+
+    ``pipeline``: "closed_form" (default, for bulk screening: the closed forms of the module
+    docstring, exact for uniform stages without hand-off time, within a few percent
+    otherwise) or "simulate" (pipeline time and micro-batches in flight from the schedule
+    simulator, exact for every schedule, uneven stages and hand-off time; grouped by
+    (schedule, pp, micro-batches, vpp), costlier for deep pipelines with many micro-batches).
+    ZB-V and Hanayo rows are always simulated.
     """
+    if pipeline not in PIPELINE_MODES:
+        raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     N = len(table)
     if N <= BLOCK_ROWS:
-        return _evaluate_block(model, cluster, table)
+        out = _evaluate_block(model, cluster, table, pipeline, simulate_now=True)
+        out.pop("_needs_simulation")
+        return out
+    # Pass 1: every row in blocks, closed forms only; rows the simulator must price are
+    # flagged. Pass 2: just those rows, sorted by (schedule, pp, micro-batches, vpp) so each
+    # group meets the simulator once or twice, written back in place.
     parts = [
-        _evaluate_block(model, cluster, table.take(slice(i, i + BLOCK_ROWS)))
+        _evaluate_block(model, cluster, table.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=False)
         for i in range(0, N, BLOCK_ROWS)
     ]
-    return Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    need = np.flatnonzero(out.pop("_needs_simulation"))
+    if need.size:
+        sub = table.take(need)
+        m = sub["global_batch"] // (sub["dp"] * sub["micro_batch"])
+        order = np.lexsort((sub["vpp"], m, sub["pp"], sub["schedule"]))
+        rows = need[order]
+        sub = sub.take(order)
+        for i in range(0, len(rows), BLOCK_ROWS):
+            part = _evaluate_block(model, cluster, sub.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=True)
+            part.pop("_needs_simulation")
+            for k, col in part.items():
+                out[k][rows[i:i + BLOCK_ROWS]] = col
+    return out
 
 
-def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable) -> Metrics:
+def outside_closed_form(sched, p, m, F_b, B_b, W_b):
+    """Rows the closed forms do not price and the simulator always does: ZB-V and Hanayo;
+    interleaving with micro-batches not a multiple of pp (Megatron-LM's grouping then leaves
+    more idle time than (m + (p - 1)/v) X); zero-bubble schedules outside the Zero Bubble
+    paper's regime (m >= p and T_W <= min(T_F, T_B) on the bottleneck stage)."""
+    zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
+    return (
+        np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
+        | ((sched == SCHED["interleaved"]) & (m % p != 0))
+        | (zb & ((m < p) | (W_b > np.minimum(F_b, B_b))))
+    )
+
+
+def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
+    """Exact pipeline time (N,) and micro-batches in flight per stage (N, k) from the
+    simulator for the rows in ``rows`` (bool (N,)); NaN elsewhere. One simulate() call per
+    distinct (schedule, pp, m, vpp): a loop over groups of rows, never over rows."""
+    from costmodel._pipeline import simulate  # the simulator imports this package's errors
+
+    total = np.full(len(table), np.nan)
+    k_act = np.full(idx.shape, np.nan)
+    sel = np.flatnonzero(rows & (reason == 0))
+    if sel.size == 0:
+        return total, k_act
+    sched, p, v = table["schedule"][sel], table["pp"][sel], table["vpp"][sel]
+    keys = np.stack([sched, p, m[sel], v], axis=1)
+    groups, inv = np.unique(keys, axis=0, return_inverse=True)
+    uniform = table.stage_layers is None
+    for g, (code, pg, mg, vg) in enumerate(groups):
+        r = sel[inv.ravel() == g]  # (S,) rows of this group
+        dev = np.arange(pg)
+        # device -> stage column: the 3 representatives (first, interior, last) or itself
+        col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1)) if uniform else dev
+        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=F[r][:, col],
+                       tb=Bk[r][:, col], tw=W[r][:, col], tc=T_C[r])
+        total[r] = res.total_time
+        k_act[r] = res.peak_activations[np.minimum(idx[r], pg - 1)]
+    return total, k_act
+
+
+def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
+                    pipeline: str = "closed_form", simulate_now: bool = True) -> Metrics:
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
@@ -414,6 +489,18 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable) 
     T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
     pp_comm = 2.0 * (p - 1) * T_C
     pipe = m * X_max + fill + pp_comm
+    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
+    needs_simulation = simulated & (reason == 0)
+    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    if simulate_now and np.any(needs_simulation):
+        sim_total, sim_k = _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, simulated)
+        done = ~np.isnan(sim_total)
+        # The simulator's total includes every hand-off; report as pp comm the fill/drain
+        # hand-offs 2 (p - 1) T_C where they are exposed, the rest of the idle time as bubble.
+        pipe = np.where(done, sim_total, pipe)
+        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
+        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
+        k = np.where(done[:, None], sim_k, k)
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     layer_p = model.layer_params()
@@ -451,7 +538,6 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable) 
     else:
         emb_act = (ACT_BYTES + 1) * T * h / sp_div  # embedding output and its dropout mask
         head_act = 4.0 * T * V / t  # fp32 logits of one micro-batch
-    k = in_flight(col(sched), col(p), col(m), col(v), idx)
     act = k * (n * act_kept + first * col(emb_act)) + work + last * col(head_act)
     w_b = WEIGHT_BYTES * params / col(np.where(zero == 3, g, 1))
     g_b = GRAD_BYTES * params / col(np.where(zero >= 2, g, 1))
@@ -504,4 +590,5 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable) 
         microbatches=m.astype(np.int64),
         feasible=feasible,
         reason=reason,
+        _needs_simulation=needs_simulation & ~np.bool_(simulate_now),
     )

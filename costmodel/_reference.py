@@ -74,10 +74,12 @@ def _reason(model: Transformer, cluster: Cluster, r: dict) -> str:
     if r["global_batch"] % (dp * r["micro_batch"]):
         return "batch_not_divide"
     sched, v = r["schedule"], r["vpp"]
-    if sched not in K.CLOSED_FORM_SCHEDULES:
-        return "schedule_invalid"
-    if sched == "interleaved":
+    if sched in ("interleaved", "zb-v", "hanayo"):
         if v < 2 or pp < 2 or any(n % v for n in layers):
+            return "schedule_invalid"
+        if sched == "zb-v" and v != 2:
+            return "schedule_invalid"
+        if sched == "hanayo" and v % 2:
             return "schedule_invalid"
     elif v != 1:
         return "schedule_invalid"
@@ -98,8 +100,11 @@ def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
     return float(min(p - i, m))
 
 
-def evaluate_row(model: Transformer, cluster: Cluster, r: dict) -> dict:
-    """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats."""
+def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form") -> dict:
+    """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats.
+
+    With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
+    micro-batches in flight come from one call of the schedule simulator for this row."""
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
@@ -208,17 +213,17 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict) -> dict:
             kept = act_layer - score
         else:
             kept = act_layer
-        k = _in_flight(sched, pp, m, v, i)
-        act = k * n * kept
+        per_mb = n * kept  # activation bytes kept per micro-batch in flight
         if first and model.kind != "mlp":
-            act += k * (K.ACT_BYTES + 1) * T * h / ew_div
+            per_mb += (K.ACT_BYTES + 1) * T * h / ew_div
+        fixed = 0.0
         if rc == "full":
-            act += act_layer
+            fixed += act_layer
         if last and model.kind != "mlp":
-            act += 4 * T * V / tp
+            fixed += 4 * T * V / tp
         stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps,
                            cp=n * (cp_fwd + cp_bwd), re=n * re, re_tp=n * re_tp, re_cp=n * re_cp,
-                           params=params, act=act))
+                           params=params, per_mb=per_mb, fixed=fixed, k=_in_flight(sched, pp, m, v, i)))
 
     bottleneck = stages[0]
     for st in stages[1:]:
@@ -241,6 +246,22 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict) -> dict:
         t_c = 0.0
     pp_comm = 2 * (pp - 1) * t_c
     pipe = m * X_max + fill + pp_comm
+    b_st = bottleneck
+    outside = (sched in K.SIMULATED_SCHEDULES
+               or (sched == "interleaved" and m % pp != 0)
+               or (sched in ("zb-h1", "zb-h2") and (m < pp or b_st["W"] > min(b_st["F"], b_st["B"]))))
+    if reason == "ok" and (pipeline == "simulate" or outside):
+        from costmodel._pipeline import simulate
+
+        res = simulate(sched, pp, m, v, tf=[st["F"] for st in stages], tb=[st["B"] for st in stages],
+                       tw=[st["W"] for st in stages], tc=t_c)
+        pipe = float(res.total_time[0])
+        pp_comm = min(pp_comm, max(pipe - m * X_max, 0.0))
+        fill = pipe - m * X_max - pp_comm
+        for i, st in enumerate(stages):
+            st["k"] = float(res.peak_activations[i])
+    for st in stages:
+        st["act"] = st["k"] * st["per_mb"] + st["fixed"]
 
     params_max = max(st["params"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
@@ -309,4 +330,5 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict) -> dict:
     }
 
 
-assert set(SCHEDULES) >= set(K.CLOSED_FORM_SCHEDULES) and RECOMPUTE == ("none", "selective", "full")
+assert set(SCHEDULES) == set(K.CLOSED_FORM_SCHEDULES) | set(K.SIMULATED_SCHEDULES)
+assert RECOMPUTE == ("none", "selective", "full")

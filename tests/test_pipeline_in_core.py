@@ -1,0 +1,80 @@
+"""The cost core and the pipeline simulator: where closed forms are exact, where they are
+bounded, and the simulated path checked against the scalar reference."""
+
+import numpy as np
+import pytest
+
+from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
+from costmodel._evaluate import BLOCK_ROWS, SCHED, in_flight
+from costmodel._reference import evaluate_row
+from sweep._cmd_rank import default_space
+from tests.test_reference import random_table
+
+
+@pytest.mark.parametrize("sched,v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3),
+                                     ("zb-h1", 1), ("zb-h2", 1)])
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_in_flight_closed_form_equals_simulator(sched, v, p):
+    # Activation memory: GPipe m, 1F1B p - i, interleaved Megatron's warm-up rule, ZB-H1 p,
+    # ZB-H2 2p - 1 (capped by m), against the simulator's peak per device; interleaving where
+    # p divides m (elsewhere the core asks the simulator).
+    ms = [p, 2 * p, 4 * p] if sched == "interleaved" else [1, 2, p - 1, p, p + 1, 2 * p, 3 * p + 1]
+    for m in [x for x in ms if x >= 1]:
+        sim = simulate(sched, p, m, v, tf=1.0, tb=2.0, tw=1.0 if sched.startswith("zb") else 0.0, tc=0.1)
+        closed = in_flight(np.array([SCHED[sched]]), np.array([p]), np.array([m]), np.array([v]), np.arange(p))
+        np.testing.assert_allclose(closed, sim.peak_activations, err_msg=f"m={m}")
+
+
+def test_two_pass_big_table_equals_small_tables():
+    model, cluster = model_preset("megatron-22b"), cluster_preset("h100x64")
+    table = random_table(model, np.random.default_rng(5), BLOCK_ROWS + 3000, uneven=False)
+    big = evaluate(model, cluster, table)
+    for start in range(0, len(table), 4000):
+        part = evaluate(model, cluster, table.take(slice(start, start + 4000)))
+        for k in big:
+            np.testing.assert_array_equal(big[k][start:start + 4000], part[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name,cluster", [("gpt3-175b", "h100x1024"), ("megatron-22b", "h100x64")])
+def test_simulated_pipeline_equals_scalar_reference(name, cluster):
+    model, cl = model_preset(name), cluster_preset(cluster)
+    table = random_table(model, np.random.default_rng(11), 600, uneven=True)
+    vec = evaluate(model, cl, table, pipeline="simulate")
+    assert vec["feasible"].sum() >= 4
+    for i in range(len(table)):
+        ref = evaluate_row(model, cl, table.row(i), pipeline="simulate")
+        for k, want in ref.items():
+            if np.isinf(want):
+                assert np.isinf(vec[k][i])
+            else:
+                assert vec[k][i] == pytest.approx(want, rel=1e-9, abs=1e-12), (i, k)
+
+
+def test_zb_v_and_hanayo_are_priced_by_the_simulator():
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = StrategyTable.from_columns(dp=8, tp=8, pp=16, micro_batch=1, global_batch=512,
+                                       schedule=["zb-v", "hanayo", "hanayo"], vpp=[2, 2, 6],
+                                       recompute="selective", sequence_parallel=True, zero_stage=1)
+    m = evaluate(model, cl, table)
+    assert np.all(m["feasible"])
+    # the chunked schedules leave less bubble than plain 1F1B (m = 64 micro-batches, p = 16)
+    one = evaluate(model, cl, StrategyTable.from_columns(dp=8, tp=8, pp=16, micro_batch=1, global_batch=512,
+                                                        recompute="selective", sequence_parallel=True, zero_stage=1))
+    assert m["bubble_s"][0] < one["bubble_s"][0]
+
+
+@pytest.mark.parametrize("name,cluster,batch", [("gpt3-175b", "h100x1024", 1536), ("llama3-70b", "h100x256", 512)])
+def test_closed_forms_stay_close_to_the_simulator_on_real_spaces(name, cluster, batch):
+    # The closed forms price uniform stages exactly; the embedding and head make the first and
+    # last stages heavier and hand-offs cost T_C, where the closed forms are approximations.
+    # Measured bound on these spaces: within 3.4% (BENCHMARKS.md); asserted: 5%, and the same
+    # best strategy.
+    model, cl = model_preset(name), cluster_preset(cluster)
+    table = default_space(model, cl, batch)
+    fast = evaluate(model, cl, table)
+    exact = evaluate(model, cl, table, pipeline="simulate")
+    ok = fast["feasible"] & exact["feasible"]
+    assert ok.sum() > 100
+    rel = np.abs(fast["step_time_s"][ok] - exact["step_time_s"][ok]) / exact["step_time_s"][ok]
+    assert rel.max() < 0.05
+    assert np.argmin(fast["step_time_s"]) == np.argmin(exact["step_time_s"])
