@@ -99,7 +99,7 @@ def run(args) -> int:
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
     table = build_strategy(args, model, cluster)
-    metrics = evaluate(model, cluster, table)
+    metrics = evaluate(model, cluster, table, pipeline="simulate")  # one row: exact pipeline
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason)
