@@ -297,7 +297,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model
-    for n, rc in zip(layers, recomputes):
+    for n, rc in zip(layers, recomputes, strict=True):
         if rc == "full":
             flops_hw += n * model.layer_fwd_flops_per_token() * s * B
         elif rc == "selective" and model.kind != "mlp":

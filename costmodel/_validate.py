@@ -81,7 +81,9 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
         try:
             measured = float(row["measured_iteration_time_s"])
         except ValueError:
-            raise InputError(f"line {line}: measured_iteration_time_s", "seconds", row["measured_iteration_time_s"]) from None
+            raise InputError(
+                f"line {line}: measured_iteration_time_s", "seconds", row["measured_iteration_time_s"]
+            ) from None
         if not measured > 0:
             raise InputError(f"line {line}: measured_iteration_time_s", "a positive time", measured)
         gpu = gpu_preset(row["gpu"].strip(), efficiency=(efficiency or {}).get(gpu_preset(row["gpu"].strip()).name))
@@ -121,7 +123,7 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
         "cp": (f.get("cp", 1),),
     }
     grids = np.meshgrid(*[np.arange(len(o)) for o in options.values()], indexing="ij")
-    cols = {k: np.asarray(o, dtype=object)[g.ravel()] for (k, o), g in zip(options.items(), grids)}
+    cols = {k: np.asarray(o, dtype=object)[g.ravel()] for (k, o), g in zip(options.items(), grids, strict=True)}
     vpp = cols["vpp"].astype(np.int64)
     cols = {k: (np.asarray(v.tolist()) if k in ("recompute", "sequence_parallel") else v.astype(np.int64))
             for k, v in cols.items()}
@@ -229,6 +231,7 @@ def read_hardware(path: str | Path) -> dict[str, Efficiency]:
             raise InputError(f"--hardware {name}", "an object of constants", consts)
         unknown = set(consts) - {f.name for f in dataclasses.fields(Efficiency)}
         if unknown:
-            raise InputError(f"--hardware {name}", "constants among " + ", ".join(f.name for f in dataclasses.fields(Efficiency)), sorted(unknown)[0])
+            names = ", ".join(f.name for f in dataclasses.fields(Efficiency))
+            raise InputError(f"--hardware {name}", "constants among " + names, sorted(unknown)[0])
         out[gpu_preset(name).name] = dataclasses.replace(base, **{k: float(v) for k, v in consts.items()})
     return out

@@ -6,7 +6,7 @@ import json
 import math
 
 from costmodel import REASONS, InputError, StrategyTable, evaluate
-from sweep._specs import load_cluster, load_model, reason_error, read_mapping, strategy_from_mapping
+from sweep._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 
 STRATEGY_FLAGS = (
     ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),
@@ -67,7 +67,8 @@ def report(model, cluster, table: StrategyTable, metrics) -> dict:
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = REASONS[int(m["reason"])]
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name,
-            "strategy": row, "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}}
+            "strategy": row,
+            "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}}
 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:

@@ -30,9 +30,11 @@ def default_space(model, cluster, global_batch: int) -> StrategyTable:
         "sequence_parallel": [False, True],
         "zero_stage": [0, 1],
     }
-    sched_vpp = np.array([("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("interleaved", 4), ("zb-h1", 1)], dtype=object)
+    sched_vpp = np.array(
+        [("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("interleaved", 4), ("zb-h1", 1)], dtype=object
+    )
     grids = np.meshgrid(*[np.asarray(v) for v in opts.values()], indexing="ij")
-    cols = {k: g.ravel() for k, g in zip(opts, grids)}
+    cols = {k: g.ravel() for k, g in zip(opts, grids, strict=True)}
     per = cols["tp"] * cols["pp"] * cols["cp"]
     keep = (cluster.num_gpus % per == 0) & ~((cols["tp"] == 1) & cols["sequence_parallel"])
     cols = {k: v[keep] for k, v in cols.items()}
@@ -53,9 +55,10 @@ def register(sub) -> None:
 
 def format_table(table: StrategyTable, metrics, idx) -> str:
     rows = [table.row(int(i)) for i in idx]
-    head = f"{'#':>3} " + " ".join(f"{c[:9]:>9}" for c in TOP_COLUMNS) + f" {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}"
+    head = (f"{'#':>3} " + " ".join(f"{c[:9]:>9}" for c in TOP_COLUMNS)
+            + f" {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}")
     out = [head]
-    for rank, (i, r) in enumerate(zip(idx, rows), start=1):
+    for rank, (i, r) in enumerate(zip(idx, rows, strict=True), start=1):
         out.append(f"{rank:>3} " + " ".join(f"{str(r[c])[:9]:>9}" for c in TOP_COLUMNS)
                    + f" {metrics['step_time_s'][i]:9.3f} {metrics['tokens_per_s'][i]:11,.0f}"
                    f" {100 * metrics['mfu'][i]:5.1f}% {metrics['mem_total_bytes'][i] / 1e9:7.1f}")
@@ -84,8 +87,9 @@ def run(args) -> int:
     table = default_space(model, cluster, args.global_batch)
     metrics = evaluate(model, cluster, table)
     feasible = int(metrics["feasible"].sum())
-    print(f"{model.name} on {cluster.name}: {len(table):,} strategies, {feasible:,} feasible "
-          f"(infeasible: " + ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(np.bincount(metrics['reason'], minlength=len(REASONS))) if k and n) + ")")
+    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
+    why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)
+    print(f"{model.name} on {cluster.name}: {len(table):,} strategies, {feasible:,} feasible (infeasible: {why})")
     idx, exact = refine(model, cluster, table, metrics)
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))

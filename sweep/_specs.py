@@ -114,18 +114,22 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -
         return InputError("tp", f"a divisor of {what}", tp)
     if reason == "pp_not_divide_layers":
         if row.get("stage_layers"):
-            return InputError("stage_layers", f"pp={pp} counts >= 1 summing to layers={model.layers}", row["stage_layers"])
+            expected = f"pp={pp} counts >= 1 summing to layers={model.layers}"
+            return InputError("stage_layers", expected, row["stage_layers"])
         return InputError("pp", f"a divisor of layers={model.layers} (or --stage-layers)", pp)
     if reason == "cp_not_divide_seq":
         return InputError("cp", f"2*cp dividing seq_len={model.seq_len}", cp)
     if reason == "batch_not_divide":
-        return InputError("global_batch", f"a multiple of dp*micro_batch={dp * row['micro_batch']}", row["global_batch"])
+        expected = f"a multiple of dp*micro_batch={dp * row['micro_batch']}"
+        return InputError("global_batch", expected, row["global_batch"])
     if reason == "schedule_invalid":
         if row["schedule"] == "interleaved":
-            return InputError("vpp", "vpp >= 2 dividing every stage's layers, with pp >= 2, for interleaved", row["vpp"])
+            expected = "vpp >= 2 dividing every stage's layers, with pp >= 2, for interleaved"
+            return InputError("vpp", expected, row["vpp"])
         if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
             return InputError("vpp", f"1 for schedule {row['schedule']}", row["vpp"])
         return InputError("schedule", "gpipe, 1f1b, interleaved, zb-h1 or zb-h2 in the cost core", row["schedule"])
     if reason == "zero_incompatible_pp":
-        return InputError("zero_stage", "0 or 1 when pp > 1 (ZeRO-2/3 shard gradients a pipeline needs)", row["zero_stage"])
+        expected = "0 or 1 when pp > 1 (ZeRO-2/3 shard gradients a pipeline needs)"
+        return InputError("zero_stage", expected, row["zero_stage"])
     return InputError("strategy", "a feasible strategy", reason)

@@ -15,7 +15,8 @@ def random_table(model, rng, n, uneven):
     nudge = rng.random(n) < 0.5
     inter = rng.random(n) < 0.3
     cols = dict(
-        dp=rng.choice([1, 2, 3, 4, 8, 16], n), tp=np.where(nudge, rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 3, 4, 8, 16], n)),
+        dp=rng.choice([1, 2, 3, 4, 8, 16], n),
+        tp=np.where(nudge, rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 3, 4, 8, 16], n)),
         pp=pp, cp=rng.choice([1, 2, 4], n), micro_batch=rng.choice([1, 2, 4], n),
         global_batch=np.where(nudge, 768, rng.choice([64, 96, 100, 512, 1536], n)),
         vpp=np.where(nudge, np.where(inter, 2, 1), rng.choice([1, 2, 3, 4], n)),
