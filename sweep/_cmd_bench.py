@@ -53,14 +53,47 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
+PIPELINE_CHECK_SPACES = (("gpt3-175b", "h100x1024", 1536), ("llama3-70b", "h100x256", 512),
+                         ("megatron-22b", "a100x64", 1536))
+
+
+def pipeline_check() -> list[dict]:
+    """Closed-form vs simulated pipeline on `plansweep rank`'s default spaces."""
+    from sweep._cmd_rank import default_space
+
+    out = []
+    for name, cluster_name, batch in PIPELINE_CHECK_SPACES:
+        model, cluster = model_preset(name), cluster_preset(cluster_name)
+        table = default_space(model, cluster, batch)
+        t_fast = _time(lambda: evaluate(model, cluster, table))
+        fast = evaluate(model, cluster, table)
+        t_exact = _time(lambda: evaluate(model, cluster, table, pipeline="simulate"))
+        exact = evaluate(model, cluster, table, pipeline="simulate")
+        ok = fast["feasible"] & exact["feasible"]
+        rel = (fast["step_time_s"][ok] - exact["step_time_s"][ok]) / exact["step_time_s"][ok]
+        out.append({"space": f"{name} on {cluster_name}, batch {batch}", "rows": len(table),
+                    "feasible": int(ok.sum()), "min_rel_err": float(rel.min()), "max_rel_err": float(rel.max()),
+                    "same_best": bool(np.argmin(fast["step_time_s"]) == np.argmin(exact["step_time_s"])),
+                    "closed_form_s": t_fast, "simulate_s": t_exact})
+    return out
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="strategies per second: vectorised core vs scalar reference")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--pipeline-check", action="store_true",
+                   help="instead: closed-form vs simulated pipeline time on rank's default spaces")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.pipeline_check:
+        for r in pipeline_check():
+            print(f"{r['space']}: {r['rows']:,} rows, {r['feasible']:,} feasible; closed form vs simulator "
+                  f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
+                  f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
+        return 0
     res = measure(n_vec=args.rows)
     if args.json:
         print(json.dumps({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
