@@ -406,9 +406,14 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
         dev = np.arange(pg)
         # device -> stage column: the 3 representatives (first, interior, last) or itself
         col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1)) if uniform else dev
-        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=F[r][:, col],
-                       tb=Bk[r][:, col], tw=W[r][:, col], tc=T_C[r])
-        total[r] = res.total_time
+        # Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...)
+        # share their stage times: simulate each distinct (F, B, W, T_C) once.
+        inputs = np.concatenate([F[r][:, col], Bk[r][:, col], W[r][:, col], T_C[r][:, None]], axis=1)
+        uniq, back = np.unique(inputs, axis=0, return_inverse=True)
+        back = back.ravel()
+        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg],
+                       tb=uniq[:, pg:2 * pg], tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, -1])
+        total[r] = res.total_time[back]
         k_act[r] = res.peak_activations[np.minimum(idx[r], pg - 1)]
     return total, k_act
 
