@@ -232,8 +232,9 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
 
 
 def in_flight(sched, p, m, v, stage):
-    """Micro-batch activations held at the peak on pipeline stage ``stage`` (0 or p-1),
-    counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
+    """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
+    stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
+    Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core).
 
     GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
     follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
