@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "sweep._cmd_rank",
     "sweep._cmd_validate",
     "sweep._cmd_bench",
+    "sweep._cmd_search",
 )
 
 
