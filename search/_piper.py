@@ -212,70 +212,81 @@ def stage_candidates(arr: DegreeArrays, graph: PiperGraph, in_stage: np.ndarray,
 
 
 def _enumerate_choices(x, w, a, b, graph, with_choice) -> _Candidates:
-    dx, dw, da, db = (q[:, 1] - q[:, 0] for q in (x, w, a, b))
-    zero_or_less = (dx <= 0) & (dw <= 0) & (da <= 0) & (db <= 0)
-    zero_or_more = (dx >= 0) & (dw >= 0) & (da >= 0) & (db >= 0)
-    fixed = np.where(zero_or_more, 0, 1)  # option 1 only when it is no worse anywhere
-    free = ~(zero_or_less | zero_or_more)
-    base = np.where(free, 0, fixed)
-    rows = np.arange(len(base))
-    totals = [q[rows, base].sum() for q in (x, w, a, b)]
-    free_idx = np.flatnonzero(free)
-    if free_idx.size == 0:
-        cands = [np.array([t]) for t in totals]
-        choice = base[None, :] if with_choice else None
-        return _Candidates(*cands, choice)
-    keys = np.stack([da[free_idx], db[free_idx], dw[free_idx]], axis=1)
-    _, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.ravel()
-    sizes = np.bincount(group)
-    if np.prod(sizes + 1.0) <= MAX_EXACT_CANDIDATES:
-        switch = _exact_switch_sets(free_idx, group, sizes, dx)
+    q = np.stack([x, w, a, b])  # (4, |S|, 2): per node and option, X, w, a, b
+    delta = q[:, :, 1] - q[:, :, 0]  # (4, |S|)
+    option0_no_worse = (delta >= 0).all(axis=0)
+    option1_no_worse = (delta <= 0).all(axis=0)
+    free = ~(option0_no_worse | option1_no_worse)  # a real time/memory trade-off
+    # Fixed nodes take the option that is no worse; free ones start at their faster option.
+    start = np.where(free, delta[0] < 0, ~option0_no_worse).astype(int)  # (|S|,)
+    totals = q[:, np.arange(start.size), start].sum(axis=1)  # (4,)
+    f = np.flatnonzero(free)
+    step = delta[:, f] * np.where(start[f] == 1, -1.0, 1.0)  # (4, F): change when switching
+    if f.size == 0:
+        switch = np.zeros((1, 0), dtype=bool)
     else:
-        switch = _greedy_switch_sets(free_idx, dx, da, db, graph)
-    # switch: (C, |free|) bool, True where the free node takes option 1 instead of 0
-    deltas = np.stack([dx[free_idx], dw[free_idx], da[free_idx], db[free_idx]])  # (4, F)
-    sums = np.asarray(totals)[:, None] + deltas @ switch.T.astype(float)  # (4, C)
+        _, group = np.unique(step[1:].T, axis=0, return_inverse=True)
+        group = group.ravel()
+        sizes = np.bincount(group)
+        if np.prod(sizes + 1.0) > MAX_EXACT_CANDIDATES:
+            orders = _greedy_orders(step, graph.max_devices)
+            sums = totals[:, None] + _prefix_sums(step, orders)
+            switch = _prefix_switches(f.size, orders) if with_choice else None
+            return _candidates(sums, start, f, switch)
+        switch = _exact_switch_sets(group, sizes, step[0])
+    sums = totals[:, None] + step @ switch.T.astype(float)  # (4, C)
+    return _candidates(sums, start, f, switch if with_choice else None)
+
+
+def _candidates(sums, start, free_idx, switch) -> _Candidates:
     choice = None
-    if with_choice:
-        choice = np.repeat(base[None, :], switch.shape[0], axis=0)
-        choice[:, free_idx] = switch.astype(int)
+    if switch is not None:
+        choice = np.repeat(start[None, :], switch.shape[0], axis=0)
+        choice[:, free_idx] ^= switch.astype(int)
     return _Candidates(sums[0], sums[1], sums[2], sums[3], choice)
 
 
-def _exact_switch_sets(free_idx, group, sizes, dx) -> np.ndarray:
-    """Every count per group, switching that group's cheapest nodes (same memory deltas)."""
+def _exact_switch_sets(group, sizes, added_time) -> np.ndarray:
+    """Every count per group, switching that group's cheapest nodes: nodes of one group
+    change w, a and b by the same amounts, so only how many switch matters for memory."""
     grids = np.meshgrid(*[np.arange(size + 1) for size in sizes], indexing="ij")
     counts = np.stack([g.ravel() for g in grids], axis=1)  # (C, G)
-    switch = np.zeros((counts.shape[0], free_idx.size), dtype=bool)  # (C, F)
+    switch = np.zeros((counts.shape[0], group.size), dtype=bool)  # (C, F)
     for g in range(sizes.size):
         members = np.flatnonzero(group == g)
-        cheapest_first = members[np.argsort(dx[free_idx[members]], kind="stable")]
+        cheapest_first = members[np.argsort(added_time[members], kind="stable")]
         for rank, member in enumerate(cheapest_first):
             switch[:, member] = rank < counts[:, g]
     return switch
 
 
-def _greedy_switch_sets(free_idx, dx, da, db, graph) -> np.ndarray:
-    """Heuristic when exact enumeration is too large: at sampled y, switch nodes to their
-    other TMPC in order of time added per byte saved (Piper's own knapsack heuristic), and
-    keep every prefix of that order."""
-    f = free_idx
-    faster_is_1 = dx[f] < 0
-    cost = np.abs(dx[f])  # time added by switching away from the faster TMPC
-    rows = [np.zeros(f.size, dtype=bool)]
-    for y in _sampled_y(graph.max_devices):
-        saved = -(da[f] * y + db[f])  # bytes saved by taking option 1
-        saved = np.where(faster_is_1, -saved, saved)
-        useful = saved > 0
-        ratio = np.where(useful, cost / np.where(useful, saved, 1.0), np.inf)
-        order = np.argsort(ratio, kind="stable")[: int(useful.sum())]
-        prefix = np.zeros((order.size + 1, f.size), dtype=bool)
-        for k, j in enumerate(order):
-            prefix[k + 1:, j] = True
-        rows.append(prefix)
-    moved = np.unique(np.concatenate([r.reshape(-1, f.size) for r in rows]), axis=0)
-    return np.where(faster_is_1[None, :], ~moved, moved)
+def _greedy_orders(step, y_limit: int) -> list[np.ndarray]:
+    """Heuristic when exact enumeration is too large: at sampled y, the order in which to
+    switch nodes, by time added per byte saved (Piper's own knapsack heuristic). Every
+    prefix of every order is a candidate."""
+    added_time = step[0]
+    orders = []
+    for y in _sampled_y(y_limit):
+        saved = -(step[2] * y + step[3])  # bytes saved by switching, at this y
+        useful = np.flatnonzero(saved > 0)
+        orders.append(useful[np.argsort(added_time[useful] / saved[useful], kind="stable")])
+    return orders
+
+
+def _prefix_sums(step, orders) -> np.ndarray:
+    """(4, C) changes of (X, w, a, b): none switched, then every prefix of every order."""
+    parts = [np.zeros((4, 1))] + [np.cumsum(step[:, o], axis=1) for o in orders]
+    return np.concatenate(parts, axis=1)
+
+
+def _prefix_switches(n_free: int, orders) -> np.ndarray:
+    """(C, F) the switch sets of _prefix_sums, same row order."""
+    rows = [np.zeros((1, n_free), dtype=bool)]
+    for o in orders:
+        rank = np.full(n_free, n_free + 1)
+        rank[o] = np.arange(o.size)
+        rows.append(rank[None, :] <= np.arange(o.size)[:, None])  # row k: first k+1 switched
+    return np.concatenate(rows)
 
 
 def _sampled_y(limit: int) -> list[int]:
