@@ -89,9 +89,18 @@ class PiperPlan:
         }
 
 
-def solve_piper(graph: PiperGraph) -> PiperPlan:
-    """The plan with the lowest time per sample (Piper's objective); infeasible -> no stages."""
-    problem = _Problem.build(graph)
+def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan:
+    """The plan with the lowest time per sample (Piper's objective); infeasible -> no stages.
+
+    max_sum_d caps the sum of d over all stages. None applies only the constraints of
+    shared/data/README.md (the sum is then at most K, as every replica takes a device);
+    Piper's algo.cpp also caps it at N (boundOnS = min(N, K)): pass graph.microbatches to
+    compare with it.
+    """
+    s_max = graph.max_devices if max_sum_d is None else min(graph.max_devices, max_sum_d)
+    if s_max < 1:
+        raise InputError("max_sum_d", "an integer >= 1", max_sum_d)
+    problem = _Problem.build(graph, s_max)
     taus = problem.candidate_times()
     if taus.size == 0 or not problem.fits(taus[-1]):
         return PiperPlan(math.inf, ())
@@ -327,14 +336,14 @@ class _Problem:
     pairs_of: list[list[tuple[int, int]]]  # per tail: (pair index, sub-tail index)
     degrees: tuple[int, ...]  # t values
     ds: tuple[int, ...]  # d values: divisors of N that are <= K
-    s_max: int  # largest suffix sum of d: every d uses >= 1 device, so K
+    s_max: int  # largest sum of d over a tail: at most K, as every replica takes a device
     seg_time: np.ndarray  # staircase points, all (pair, t, d) segments concatenated
     seg_y: np.ndarray
     seg_start: np.ndarray  # (P*T*D,) start of each segment
     arrays: dict[int, DegreeArrays]
 
     @classmethod
-    def build(cls, graph: PiperGraph) -> _Problem:
+    def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
         ts = tails(graph)
         index = {m: i for i, m in enumerate(ts)}
         pairs, pairs_of = [], [[] for _ in ts]
@@ -349,7 +358,7 @@ class _Problem:
         ds = tuple(d for d in range(1, min(k, n_mb) + 1) if n_mb % d == 0)
         degrees = graph.degrees
         arrays = {t: degree_arrays(graph, t) for t in degrees}
-        problem = cls(graph, ts, pairs, pairs_of, degrees, ds, k,
+        problem = cls(graph, ts, pairs, pairs_of, degrees, ds, s_max,
                       np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), arrays)
         problem._build_staircases()
         return problem

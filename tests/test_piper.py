@@ -83,9 +83,10 @@ def reference_time(doc: dict, plan: dict) -> float:
 # --- brute force over all plans -----------------------------------------------------------
 
 
-def brute_force(doc: dict) -> float:
+def brute_force(doc: dict, max_sum_d: int | None = None) -> float:
     """Lowest time per sample over every ordered split into stages whose edges go forward,
     every t and d per stage and every TMPC per node; inf if nothing fits."""
+    max_sum_d = doc["maxDevices"] if max_sum_d is None else max_sum_d
     ids = [n["id"] for n in doc["nodes"]]
     nodes = {n["id"]: n for n in doc["nodes"]}
     edges = [(e["sourceId"], e["destId"], e["communicationCost"]) for e in doc["edges"]]
@@ -125,7 +126,7 @@ def brute_force(doc: dict) -> float:
             stages = [frozenset(v for v in ids if label[v] == i) for i in range(m)]
             for ts in itertools.product(degrees, repeat=m):
                 for ds in itertools.product(divisors, repeat=m):
-                    if sum(t * d for t, d in zip(ts, ds, strict=True)) > k:
+                    if sum(t * d for t, d in zip(ts, ds, strict=True)) > k or sum(ds) > max_sum_d:
                         continue
                     worst = 0.0
                     for i in range(m):
@@ -227,6 +228,21 @@ def test_hand_made_chain_worked_by_hand():
     assert _solve_doc(doc)["time_per_sample"] == pytest.approx(2.0)  # (3 + 1) / 2 with d=2
     doc["mbsInBatch"] = 1  # d must divide 1: only the split is left
     assert _solve_doc(doc)["time_per_sample"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("seed", range(40, 52))
+def test_sum_of_d_capped_at_n_like_piper_matches_brute_force(seed):
+    """max_sum_d=N reproduces algo.cpp's extra bound (sum of d <= N)."""
+    doc = random_doc(seed)
+    doc["mbsInBatch"] = 2
+    doc["maxDevices"] = 5
+    expected = brute_force(doc, max_sum_d=2)
+    plan = solve_piper(parse_piper_graph(doc), max_sum_d=2).to_json()
+    if math.isinf(expected):
+        assert plan["time_per_sample"] is None
+        return
+    assert sum(s["d"] for s in plan["stages"]) <= 2
+    assert plan["time_per_sample"] == pytest.approx(expected, rel=REL)
 
 
 @pytest.mark.parametrize("seed", range(12))
