@@ -22,6 +22,9 @@ from costmodel import InputError
 # Piper's planner chooses, per node and tensor degree, between the plain TMPC and one with
 # activation recomputation; more than two options per (node, t) are not part of the format.
 MAX_TMPCS_PER_DEGREE = 2
+# Piper's loose upper bound on the number of devices in any reasonable input (algo.cpp,
+# DEVICES_LIMIT); it also bounds the DP tables here (tails x (K + 1) integers).
+MAX_DEVICES = 10_000
 # A TMPC whose id contains this (case-insensitive) is the activation-recomputation one;
 # Piper's inputs name them "vanilla" and "activation recomp".
 RECOMPUTE_TMPC_MARK = "recomp"
@@ -113,7 +116,7 @@ def load_piper_graph(path: str | Path) -> PiperGraph:
 def parse_piper_graph(data: object) -> PiperGraph:
     """Validate a decoded Piper JSON document and freeze it (nodes in topological order)."""
     doc = _mapping(data, "Piper JSON document")
-    max_devices = _int(_key(doc, "maxDevices", ""), "maxDevices", minimum=1)
+    max_devices = _int(_key(doc, "maxDevices", ""), "maxDevices", minimum=1, maximum=MAX_DEVICES)
     max_memory = _number(_key(doc, "maxMemoryPerDevice", ""), "maxMemoryPerDevice", positive=True)
     bandwidth = _number(_key(doc, "bandwidth", ""), "bandwidth", positive=True)
     microbatches = _int(_key(doc, "mbsInBatch", ""), "mbsInBatch", minimum=1)
@@ -167,7 +170,7 @@ def with_overrides(
     """The same graph with the cluster values replaced where given (validated)."""
     changes: dict[str, object] = {}
     if devices is not None:
-        changes["max_devices"] = _int(devices, "--devices", minimum=1)
+        changes["max_devices"] = _int(devices, "--devices", minimum=1, maximum=MAX_DEVICES)
     if memory_bytes is not None:
         changes["max_memory_bytes"] = _number(memory_bytes, "--memory", positive=True)
     if microbatches is not None:
@@ -326,8 +329,8 @@ def _degree_key(key: object, where: str) -> int:
         t = int(str(key))
     except ValueError:
         raise InputError(where, "tensor degrees (positive integers) as keys", key) from None
-    if t < 1:
-        raise InputError(where, "tensor degrees (positive integers) as keys", key)
+    if not 1 <= t <= MAX_DEVICES:
+        raise InputError(where, f"tensor degrees (integers 1 to {MAX_DEVICES}) as keys", key)
     return t
 
 
@@ -349,13 +352,14 @@ def _list(obj: object, where: str) -> list:
     return obj
 
 
-def _int(value: object, where: str, *, minimum: int = 0) -> int:
+def _int(value: object, where: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    expected = f"an integer >= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(where, f"an integer >= {minimum}", value)
+        raise InputError(where, expected, value)
     if isinstance(value, float) and not value.is_integer():
-        raise InputError(where, f"an integer >= {minimum}", value)
-    if value < minimum:
-        raise InputError(where, f"an integer >= {minimum}", value)
+        raise InputError(where, expected, value)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InputError(where, expected, value)
     return int(value)
 
 

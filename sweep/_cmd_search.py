@@ -31,6 +31,8 @@ def _register_piper(searchers: argparse._SubParsersAction) -> None:
         description="Lowest time per sample over stage splits, tensor/data degrees and "
         "activation recomputation (Tarnawski et al., NeurIPS 2021). Flags override the "
         "file's values.",
+        epilog="exit status: 0 a plan was found, 1 no plan fits the devices and memory, "
+        "2 bad input",
     )
     p.add_argument("file", metavar="FILE.json", help="layer graph in Piper's JSON format")
     # Values are parsed in _run_piper so that bad ones raise InputError (exit 2, one line).

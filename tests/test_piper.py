@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import time
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,7 +21,13 @@ import pytest
 import search._piper as piper_module
 import sweep.cli as cli
 from costmodel import InputError
-from search import load_piper_graph, parse_piper_graph, solve_piper, with_overrides
+from search import (
+    evaluate_piper_plan,
+    load_piper_graph,
+    parse_piper_graph,
+    solve_piper,
+    with_overrides,
+)
 
 INPUTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "piper-inputs"
 BERT = INPUTS / "bert32a100.json"
@@ -201,6 +208,19 @@ def test_small_graph_matches_brute_force(seed):
         return
     assert plan["time_per_sample"] == pytest.approx(expected, rel=REL)
     assert reference_time(doc, plan) == pytest.approx(plan["time_per_sample"], rel=REL)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_evaluate_piper_plan_agrees_with_the_reference(seed):
+    doc = random_doc(seed)
+    graph = parse_piper_graph(doc)
+    plan = solve_piper(graph)
+    if not plan.feasible:
+        return
+    assert evaluate_piper_plan(graph, plan.stages) == pytest.approx(
+        reference_time(doc, plan.to_json()), rel=REL)
+    too_many = replace(plan.stages[0], d=plan.stages[0].d + doc["maxDevices"])
+    assert math.isinf(evaluate_piper_plan(graph, (too_many, *plan.stages[1:])))
 
 
 def test_brute_force_sees_binding_memory_and_several_stages():
