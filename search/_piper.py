@@ -240,8 +240,8 @@ def _enumerate_choices(x, w, a, b, graph, with_choice) -> _Candidates:
         if np.prod(sizes + 1.0) > MAX_EXACT_CANDIDATES:
             orders = _greedy_orders(step, graph.max_devices)
             sums = totals[:, None] + _prefix_sums(step, orders)
-            switch = _prefix_switches(f.size, orders) if with_choice else None
-            return _candidates(sums, start, f, switch)
+            prefixes = _prefix_switches(f.size, orders) if with_choice else None
+            return _candidates(sums, start, f, prefixes)
         switch = _exact_switch_sets(group, sizes, step[0])
     sums = totals[:, None] + step @ switch.T.astype(float)  # (4, C)
     return _candidates(sums, start, f, switch if with_choice else None)
@@ -346,7 +346,8 @@ class _Problem:
     def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
         ts = tails(graph)
         index = {m: i for i, m in enumerate(ts)}
-        pairs, pairs_of = [], [[] for _ in ts]
+        pairs: list[tuple[int, int]] = []
+        pairs_of: list[list[tuple[int, int]]] = [[] for _ in ts]
         for i, m in enumerate(ts):
             for j in range(i):
                 sub = ts[j]
@@ -475,6 +476,7 @@ class _Problem:
         c = int(np.argmin(time_s))
         assert time_s[c] <= tau * (1 + TIME_RTOL), (time_s[c], tau)
         nodes = np.flatnonzero(in_stage)
+        assert cand.choice is not None
         opts = [g.nodes[v].options(t)[min(int(k), len(g.nodes[v].options(t)) - 1)]
                 for v, k in zip(nodes, cand.choice[c], strict=True)]
         stage = PiperStage(

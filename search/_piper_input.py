@@ -168,16 +168,17 @@ def with_overrides(
     bandwidth_Bps: float | None = None,
 ) -> PiperGraph:
     """The same graph with the cluster values replaced where given (validated)."""
-    changes: dict[str, object] = {}
-    if devices is not None:
-        changes["max_devices"] = _int(devices, "--devices", minimum=1, maximum=MAX_DEVICES)
-    if memory_bytes is not None:
-        changes["max_memory_bytes"] = _number(memory_bytes, "--memory", positive=True)
-    if microbatches is not None:
-        changes["microbatches"] = _int(microbatches, "--microbatches", minimum=1)
-    if bandwidth_Bps is not None:
-        changes["bandwidth_Bps"] = _number(bandwidth_Bps, "--bandwidth", positive=True)
-    return replace(graph, **changes)
+    return replace(
+        graph,
+        max_devices=graph.max_devices if devices is None
+        else _int(devices, "--devices", minimum=1, maximum=MAX_DEVICES),
+        max_memory_bytes=graph.max_memory_bytes if memory_bytes is None
+        else _number(memory_bytes, "--memory", positive=True),
+        microbatches=graph.microbatches if microbatches is None
+        else _int(microbatches, "--microbatches", minimum=1),
+        bandwidth_Bps=graph.bandwidth_Bps if bandwidth_Bps is None
+        else _number(bandwidth_Bps, "--bandwidth", positive=True),
+    )
 
 
 def degree_arrays(graph: PiperGraph, t: int) -> DegreeArrays:

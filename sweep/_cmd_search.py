@@ -51,10 +51,10 @@ def _register_piper(searchers: argparse._SubParsersAction) -> None:
 def _run_piper(args: argparse.Namespace) -> int:
     graph = with_overrides(
         load_piper_graph(args.file),
-        devices=_parse(args.devices, "--devices", int),
-        memory_bytes=_parse(args.memory, "--memory", float),
-        microbatches=_parse(args.microbatches, "--microbatches", int),
-        bandwidth_Bps=_parse(args.bandwidth, "--bandwidth", float),
+        devices=_parse_int(args.devices, "--devices"),
+        memory_bytes=_parse_float(args.memory, "--memory"),
+        microbatches=_parse_int(args.microbatches, "--microbatches"),
+        bandwidth_Bps=_parse_float(args.bandwidth, "--bandwidth"),
     )
     plan = solve_piper(graph)
     if args.json:
@@ -78,14 +78,22 @@ def _format_plan(plan: PiperPlan) -> str:
     return "\n".join(lines)
 
 
-def _parse(text: str | None, flag: str, kind: type) -> int | float | None:
+def _parse_int(text: str | None, flag: str) -> int | None:
     if text is None:
         return None
     try:
-        return kind(text)
+        return int(text)
     except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise InputError(flag, what, text) from None
+        raise InputError(flag, "an integer", text) from None
+
+
+def _parse_float(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(flag, "a number", text) from None
 
 
 # Searcher name -> registrar. grid, mcmc and tpe add their own function here.

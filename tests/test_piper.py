@@ -323,6 +323,18 @@ def test_bert_plan_is_feasible_has_its_time_and_beats_uniform_plans(overrides):
 
 
 @needs_inputs
+def test_bert_more_devices_or_memory_is_never_slower():
+    base = with_overrides(load_piper_graph(BERT), memory_bytes=4 * GIB, bandwidth_Bps=25 * GIB)
+    by_devices = [solve_piper(with_overrides(base, devices=k)).time_per_sample_s
+                  for k in (8, 24, 48)]
+    assert all(a >= b for a, b in itertools.pairwise(by_devices))
+    by_memory = [solve_piper(with_overrides(base, devices=24, memory_bytes=m * GIB))
+                 .time_per_sample_s for m in (3, 8, 16)]
+    assert all(a >= b for a, b in itertools.pairwise(by_memory))
+    assert by_devices[0] > by_devices[-1] and by_memory[0] > by_memory[-1]
+
+
+@needs_inputs
 @pytest.mark.slow
 def test_resnet_plan_is_feasible_and_has_its_time():
     doc = _real_doc(RESNET, maxDevices=8, maxMemoryPerDevice=4 * GIB)
