@@ -451,3 +451,101 @@ def test_cli_malformed_and_missing_file_exit_2(run_cli, tmp_path):
     assert code == 2 and "valid JSON" in err
     code, _, err = run_cli("search", "piper", tmp_path / "absent.json")
     assert code == 2 and "FILE" in err
+
+
+# --- Piper's recurrence, literally, on the real BERT input --------------------------------
+
+
+def literal_piper_dp(doc: dict) -> float:
+    """algo.cpp's recurrence written out plainly: dp[tail][k][s] = least max stage time
+    running the tail on <= k devices with sum of d <= s, over (sub-tail, t, d), with
+    Piper's greedy knapsack per y (cheapest time per byte saved first) for the TMPCs."""
+    ids = [n["id"] for n in doc["nodes"]]
+    pos = {v: i for i, v in enumerate(ids)}
+    nodes = doc["nodes"]
+    edges = [(pos[e["sourceId"]], pos[e["destId"]], e["communicationCost"])
+             for e in doc["edges"]]
+    k_max, n_mb = doc["maxDevices"], doc["mbsInBatch"]
+    mem, bw = doc["maxMemoryPerDevice"], doc["bandwidth"]
+    s_max = min(n_mb, k_max)  # algo.cpp's boundOnS
+    succ = [0] * len(ids)
+    for a, b, _ in edges:
+        succ[a] |= 1 << b
+    tails, stack = {0}, [0]
+    while stack:
+        m = stack.pop()
+        for v in range(len(ids)):
+            if not m >> v & 1 and succ[v] & ~m == 0 and m | 1 << v not in tails:
+                tails.add(m | 1 << v)
+                stack.append(m | 1 << v)
+    order = sorted(tails, key=lambda m: (bin(m).count("1"), m))
+    dp = {0: np.zeros((k_max + 1, s_max + 1))}
+    for m in order[1:]:
+        table = np.full((k_max + 1, s_max + 1), np.inf)
+        for sub in order:
+            if sub == m or sub & ~m:
+                continue
+            stage = [v for v in range(len(ids)) if (m & ~sub) >> v & 1]
+            for t in sorted({int(t) for n in nodes for t in n["TMPCs"]}):
+                if any(not nodes[v]["TMPCs"].get(str(t)) for v in stage):
+                    continue
+                for d in range(1, k_max // t + 1):
+                    if n_mb % d:
+                        continue
+                    knap = [_greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw)
+                            for y in range(s_max // d + 2)]
+                    tps = np.array([knap[-(-s // d)] for s in range(s_max + 1)])
+                    prev = dp[sub][: k_max + 1 - t * d, : s_max + 1 - d]
+                    np.minimum(table[t * d:, d:], np.maximum(prev, tps[None, d:]),
+                               out=table[t * d:, d:])
+        table = np.minimum.accumulate(np.minimum.accumulate(table, axis=0), axis=1)
+        dp[m] = table
+    return float(dp[order[-1]][k_max, s_max])
+
+
+def _greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw) -> float:
+    if y == 0:
+        return math.inf
+    members = set(stage)
+    cost, memory = [], []
+    for v in stage:
+        options = nodes[v]["TMPCs"][str(t)]
+        node_cost, node_mem = [], []
+        for tm in options:
+            cut = sum(2 * (c + tm["syncTimeFw"][str(ids[a])]) for a, b, c in edges
+                      if b == v and a not in members)
+            cut += sum(2 * (c + tm["syncTimeBw"][str(ids[b])]) for a, b, c in edges
+                       if a == v and b not in members)
+            resync = 4 * (d - 1) * tm["parameterSize"] / (d * n_mb)
+            node_cost.append(tm["timePerSample"] / d + (cut / d + resync) / bw)
+            node_mem.append(tm["memoryUsageA"] * y + tm["memoryUsageB"])
+        cost.append(node_cost)
+        memory.append(node_mem)
+    pick = [int(np.argmin(c)) for c in cost]
+    excess = sum(m[p] for m, p in zip(memory, pick, strict=True)) - mem
+    if excess <= 0:
+        return sum(c[p] for c, p in zip(cost, pick, strict=True))
+    if sum(min(m) for m in memory) > mem:
+        return math.inf
+    swaps = sorted(((cost[i][j] - cost[i][pick[i]]) / (memory[i][pick[i]] - memory[i][j]), i, j)
+                   for i in range(len(stage)) for j in range(len(cost[i]))
+                   if memory[i][pick[i]] - memory[i][j] > 1e-9)
+    for _, i, j in swaps:
+        excess -= memory[i][pick[i]] - memory[i][j]
+        pick[i] = j
+        if excess < 1e-9:
+            break
+    return sum(c[p] for c, p in zip(cost, pick, strict=True))
+
+
+@needs_inputs
+@pytest.mark.slow
+@pytest.mark.parametrize("devices,memory_gib", [(8, 6), (12, 4)])
+def test_bert_agrees_with_piper_recurrence_written_out(devices, memory_gib):
+    """Memory binds in both (recompute on), and (12, 4) uses t=2 stages. Piper's greedy
+    knapsack could in principle be worse than the exact one here; on these it is not."""
+    doc = _real_doc(BERT, maxDevices=devices, maxMemoryPerDevice=memory_gib * GIB,
+                    bandwidth=25 * GIB)
+    plan = solve_piper(parse_piper_graph(doc), max_sum_d=doc["mbsInBatch"])
+    assert any(any(s.recompute) for s in plan.stages)
+    assert plan.time_per_sample_s == pytest.approx(literal_piper_dp(doc), rel=REL)
