@@ -328,8 +328,11 @@ def stage_time_s(x_s, w_bytes, d, graph: PiperGraph):
 # --- the DP ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Problem:
+    """Everything the bisection needs, built once: tails, stage candidates (pairs) and, for
+    every (pair, t, d), the staircase of its TMPC knapsack."""
+
     graph: PiperGraph
     tails: list[int]
     pairs: list[tuple[int, int]]  # (tail index, sub-tail index)
@@ -337,63 +340,28 @@ class _Problem:
     degrees: tuple[int, ...]  # t values
     ds: tuple[int, ...]  # d values: divisors of N that are <= K
     s_max: int  # largest sum of d over a tail: at most K, as every replica takes a device
+    arrays: dict[int, DegreeArrays]
     seg_time: np.ndarray  # staircase points, all (pair, t, d) segments concatenated
     seg_y: np.ndarray
     seg_start: np.ndarray  # (P*T*D,) start of each segment
-    arrays: dict[int, DegreeArrays]
 
     @classmethod
     def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
         ts = tails(graph)
-        index = {m: i for i, m in enumerate(ts)}
         pairs: list[tuple[int, int]] = []
         pairs_of: list[list[tuple[int, int]]] = [[] for _ in ts]
         for i, m in enumerate(ts):
             for j in range(i):
-                sub = ts[j]
-                if sub & ~m == 0:
+                if ts[j] & ~m == 0:
                     pairs_of[i].append((len(pairs), j))
                     pairs.append((i, j))
-        assert index[0] == 0
         k, n_mb = graph.max_devices, graph.microbatches
         ds = tuple(d for d in range(1, min(k, n_mb) + 1) if n_mb % d == 0)
-        degrees = graph.degrees
-        arrays = {t: degree_arrays(graph, t) for t in degrees}
-        problem = cls(graph, ts, pairs, pairs_of, degrees, ds, s_max,
-                      np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64), arrays)
-        problem._build_staircases()
-        return problem
-
-    def _stage_mask(self, p: int) -> np.ndarray:
-        i, j = self.pairs[p]
-        bits = self.tails[i] & ~self.tails[j]
-        n = len(self.graph.nodes)
-        return np.array([(bits >> v) & 1 for v in range(n)], dtype=bool)
-
-    def _build_staircases(self) -> None:
-        g, ds = self.graph, np.asarray(self.ds)
-        y_cap = -(-self.s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
-        times, ys, lengths = [], [], []
-        empty_t, empty_y = np.array([np.inf]), np.array([0], np.int64)
-        for p in range(len(self.pairs)):
-            in_stage = self._stage_mask(p)
-            for t in self.degrees:
-                arr = self.arrays[t]
-                usable = ds * t <= g.max_devices
-                if not arr.available[in_stage].all() or not usable.any():
-                    for _ in ds:
-                        times.append(empty_t)
-                        ys.append(empty_y)
-                        lengths.append(1)
-                    continue
-                cand = stage_candidates(arr, g, in_stage)
-                pt, py, n_points = _staircases(cand, ds, usable, y_cap, g)
-                times.append(pt)
-                ys.append(py)
-                lengths.extend(n_points.tolist())
-        self.seg_time = np.concatenate(times)
-        self.seg_y = np.concatenate(ys)
-        self.seg_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        arrays = {t: degree_arrays(graph, t) for t in graph.degrees}
+        masks = [_stage_mask(ts, pair, len(graph.nodes)) for pair in pairs]
+        seg_time, seg_y, seg_start = _all_staircases(graph, masks, arrays, ds, s_max)
+        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
+                   seg_time, seg_y, seg_start)
 
     def candidate_times(self) -> np.ndarray:
         finite = self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)]
@@ -467,7 +435,7 @@ class _Problem:
 
     def _make_stage(self, p: int, t: int, d: int, s: int, tau: float) -> PiperStage:
         g = self.graph
-        in_stage = self._stage_mask(p)
+        in_stage = _stage_mask(self.tails, self.pairs[p], len(g.nodes))
         cand = stage_candidates(self.arrays[t], g, in_stage, with_choice=True)
         y = -(-s // d)
         time_s = stage_time_s(cand.x_s, cand.w_bytes, d, g)
@@ -485,6 +453,37 @@ class _Problem:
             time_per_sample_s=float(time_s[c]), memory_bytes=float(mem[c]),
         )
         return stage
+
+
+def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndarray:
+    """(n,) bool: the nodes of tail pair[0] that are not in its sub-tail pair[1]."""
+    bits = tail_masks[pair[0]] & ~tail_masks[pair[1]]
+    return np.array([(bits >> v) & 1 for v in range(n)], dtype=bool)
+
+
+def _all_staircases(graph: PiperGraph, masks: list[np.ndarray], arrays: dict[int, DegreeArrays],
+                    ds_tuple: tuple[int, ...], s_max: int):
+    """Flat staircase points of every (pair, t, d) segment, in that nesting order, and the
+    start of each segment. A segment that cannot run has one point (inf, y=0)."""
+    ds = np.asarray(ds_tuple)
+    y_cap = -(-s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
+    times, ys, lengths = [], [], []
+    no_time, no_y = np.full(ds.size, np.inf), np.zeros(ds.size, np.int64)
+    for in_stage in masks:
+        for t, arr in sorted(arrays.items()):
+            usable = ds * t <= graph.max_devices
+            if not arr.available[in_stage].all() or not usable.any():
+                times.append(no_time)
+                ys.append(no_y)
+                lengths.extend([1] * ds.size)
+                continue
+            cand = stage_candidates(arr, graph, in_stage)
+            pt, py, n_points = _staircases(cand, ds, usable, y_cap, graph)
+            times.append(pt)
+            ys.append(py)
+            lengths.extend(n_points.tolist())
+    seg_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.concatenate(times), np.concatenate(ys), seg_start
 
 
 def _staircases(cand: _Candidates, ds: np.ndarray, usable: np.ndarray, y_cap: np.ndarray,
