@@ -20,8 +20,9 @@ How it is solved (the recurrence of Piper's algo.cpp, reorganised for numpy):
 - For each stage and t, the TMPC choice is a knapsack: minimise time subject to memory at y.
   Nodes whose two TMPCs differ in memory by the same (da, db, dw) are interchangeable except
   for their time, so only *how many* of them switch matters and the cheapest ones switch; the
-  product of these counts is enumerated exactly (up to MAX_EXACT_CANDIDATES), which turns the
-  knapsack, for every d and y at once, into a staircase of (time, largest y that fits).
+  product of these counts is enumerated exactly (up to MAX_EXACT_CANDIDATES; past it, greedy
+  prefixes, a heuristic like Piper's own knapsack), which turns the knapsack, for every d and
+  y at once, into a staircase of (time, largest y that fits).
 - Piper's DP is min over plans of the max stage time. Here it is solved as "smallest tau for
   which a plan with every stage <= tau fits in K devices", by bisection over the finite set of
   staircase times; for a given tau, f[tail][s] = fewest devices to run the tail with suffix
@@ -113,16 +114,19 @@ def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan
             lo = mid + 1
     stages = problem.reconstruct(taus[hi])
     plan_time = max(s.time_per_sample_s for s in stages)
-    assert plan_time <= taus[hi] * (1 + TIME_RTOL) + 1e-300, (plan_time, taus[hi])
+    assert plan_time <= taus[hi] * (1 + TIME_RTOL), (plan_time, taus[hi])
     return PiperPlan(plan_time, stages)
 
 
 def evaluate_piper_plan(graph: PiperGraph, stages: tuple[PiperStage, ...]) -> float:
     """Time per sample of a plan given as stages (nodes, t, d, tmpcs); inf if it does not fit."""
     index = {node.id: v for v, node in enumerate(graph.nodes)}
-    stage_of = {index[i]: k for k, s in enumerate(stages) for i in s.nodes}
-    if sorted(stage_of) != list(range(len(graph.nodes))):
+    listed = [i for s in stages for i in s.nodes]
+    if sorted(listed) != sorted(index) or any(s.t < 1 or s.d < 1 for s in stages):
+        return math.inf  # every node exactly once, degrees >= 1
+    if any(len(s.tmpcs) != len(s.nodes) or not _offers(graph, s, index) for s in stages):
         return math.inf
+    stage_of = {index[i]: k for k, s in enumerate(stages) for i in s.nodes}
     if sum(s.t * s.d for s in stages) > graph.max_devices:
         return math.inf
     suffix = sum(s.d for s in stages)
@@ -138,6 +142,12 @@ def evaluate_piper_plan(graph: PiperGraph, stages: tuple[PiperStage, ...]) -> fl
     if any(stage_of[a] > stage_of[b] for a, b in zip(graph.edge_src, graph.edge_dst, strict=True)):
         return math.inf
     return worst
+
+
+def _offers(graph: PiperGraph, stage: PiperStage, index: dict[int, int]) -> bool:
+    """Every node of the stage has the named TMPC for the stage's t."""
+    return all(any(o.name == name for o in graph.nodes[index[i]].options(stage.t))
+               for i, name in zip(stage.nodes, stage.tmpcs, strict=True))
 
 
 def _stage_cost(graph, stage, k, stage_of, index, suffix_d) -> tuple[float, float]:

@@ -221,6 +221,10 @@ def test_evaluate_piper_plan_agrees_with_the_reference(seed):
         reference_time(doc, plan.to_json()), rel=REL)
     too_many = replace(plan.stages[0], d=plan.stages[0].d + doc["maxDevices"])
     assert math.isinf(evaluate_piper_plan(graph, (too_many, *plan.stages[1:])))
+    twice = (*plan.stages, plan.stages[0])
+    assert math.isinf(evaluate_piper_plan(graph, twice))
+    unknown_tmpc = replace(plan.stages[0], tmpcs=("no such TMPC",) * len(plan.stages[0].nodes))
+    assert math.isinf(evaluate_piper_plan(graph, (unknown_tmpc, *plan.stages[1:])))
 
 
 def test_brute_force_sees_binding_memory_and_several_stages():
