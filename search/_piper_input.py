@@ -272,6 +272,8 @@ def _parse_node(raw: object, i: int, in_ids: list[int], out_ids: list[int]) -> P
     per_degree = []
     for key, options in tmpcs_raw.items():
         t = _degree_key(key, f"{where}.TMPCs")
+        if any(t == seen for seen, _ in per_degree):
+            raise InputError(f"{where}.TMPCs", "each tensor degree once", key)
         opts_raw = _list(options, f"{where}.TMPCs[{key!r}]")
         if len(opts_raw) > MAX_TMPCS_PER_DEGREE:
             raise InputError(f"{where}.TMPCs[{key!r}]",
