@@ -269,7 +269,7 @@ def _parse_node(raw: object, i: int, in_ids: list[int], out_ids: list[int]) -> P
     if not isinstance(name, str):
         raise InputError(where + ".name", "a string", name)
     tmpcs_raw = _mapping(_key(node, "TMPCs", where + "."), where + ".TMPCs")
-    per_degree = []
+    per_degree: list[tuple[int, tuple[Tmpc, ...]]] = []
     for key, options in tmpcs_raw.items():
         t = _degree_key(key, f"{where}.TMPCs")
         if any(t == seen for seen, _ in per_degree):

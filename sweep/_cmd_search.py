@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import TypeVar
 
 from costmodel import InputError
 from search import PiperPlan, load_piper_graph, solve_piper, with_overrides
+
+_Number = TypeVar("_Number", int, float)
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
@@ -51,10 +54,10 @@ def _register_piper(searchers: argparse._SubParsersAction) -> None:
 def _run_piper(args: argparse.Namespace) -> int:
     graph = with_overrides(
         load_piper_graph(args.file),
-        devices=_parse_int(args.devices, "--devices"),
-        memory_bytes=_parse_float(args.memory, "--memory"),
-        microbatches=_parse_int(args.microbatches, "--microbatches"),
-        bandwidth_Bps=_parse_float(args.bandwidth, "--bandwidth"),
+        devices=_parse(args.devices, "--devices", int),
+        memory_bytes=_parse(args.memory, "--memory", float),
+        microbatches=_parse(args.microbatches, "--microbatches", int),
+        bandwidth_Bps=_parse(args.bandwidth, "--bandwidth", float),
     )
     plan = solve_piper(graph)
     if args.json:
@@ -78,22 +81,13 @@ def _format_plan(plan: PiperPlan) -> str:
     return "\n".join(lines)
 
 
-def _parse_int(text: str | None, flag: str) -> int | None:
+def _parse(text: str | None, flag: str, kind: type[_Number]) -> _Number | None:
     if text is None:
         return None
     try:
-        return int(text)
+        return kind(text)
     except ValueError:
-        raise InputError(flag, "an integer", text) from None
-
-
-def _parse_float(text: str | None, flag: str) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(flag, "a number", text) from None
+        raise InputError(flag, "an integer" if kind is int else "a number", text) from None
 
 
 # Searcher name -> registrar. grid, mcmc and tpe add their own function here.
