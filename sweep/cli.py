@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "sweep._cmd_bench",
     "sweep._cmd_schedule",
     "sweep._cmd_schedule_experiments",
+    "sweep._cmd_search",
 )
 
 

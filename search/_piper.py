@@ -1,0 +1,512 @@
+"""Piper's planner (Tarnawski et al., NeurIPS 2021) for layer graphs in Piper's JSON format.
+
+The objective and constraints are those of ``shared/data/README.md``. A plan cuts the DAG
+into contiguous stages; stage i has node set S_i, tensor degree t_i, data degree d_i and one
+TMPC per node. With B = bandwidth and N = micro-batches per batch, its time per sample is
+
+    time_i = sum(p)/d + [ (1/d) * sum_{edges cut at its borders} 2*(c + c_sync)
+                          + sum_{nodes} 4*(d-1)*w/(d*N) ] / B
+
+and the plan's time per sample is max_i time_i (the slowest stage sets the pace). It must use
+sum_i t_i*d_i <= K devices, have d_i | N, and fit sum_{S_i}(a*y_i + b) <= M on each device,
+where y_i = ceil(s_i/d_i) and s_i = sum of d over stage i and all later stages (the number of
+micro-batches in flight in a 1F1B-like schedule).
+
+How it is solved (the recurrence of Piper's algo.cpp, reorganised for numpy):
+
+- Stages are differences of *tails*, the successor-closed node sets (Piper calls them ideals or
+  downsets): the stages after a cut always form a tail. Each pair (tail, proper sub-tail) is a
+  candidate stage.
+- For each stage and t, the TMPC choice is a knapsack: minimise time subject to memory at y.
+  Nodes whose two TMPCs differ in memory by the same (da, db, dw) are interchangeable except
+  for their time, so only *how many* of them switch matters and the cheapest ones switch; the
+  product of these counts is enumerated exactly (up to MAX_EXACT_CANDIDATES; past it, greedy
+  prefixes, a heuristic like Piper's own knapsack), which turns the knapsack, for every d and
+  y at once, into a staircase of (time, largest y that fits).
+- Piper's DP is min over plans of the max stage time. Here it is solved as "smallest tau for
+  which a plan with every stage <= tau fits in K devices", by bisection over the finite set of
+  staircase times; for a given tau, f[tail][s] = fewest devices to run the tail with suffix
+  sum of d equal to s, and a stage (t, d) is allowed where s <= d * ymax_tau(t, d). This has
+  one table dimension fewer than Piper's dp[ideal][k][s] and is vectorised over s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import InputError
+from search._piper_input import DegreeArrays, PiperGraph, degree_arrays
+
+# Piper models the data-parallel weight resync as a parameter-server all-reduce: each replica
+# sends and receives its weights twice per batch (algo.cpp, getDataParallelResyncCost).
+RESYNC_BYTES_PER_PARAM_BYTE = 4.0
+# Each cut edge is crossed forward (activations) and backward (gradients): 2 * (c + c_sync).
+CUT_EDGE_CROSSINGS = 2.0
+# Beyond this many tails the DP (quadratic in tails) is impractical in Python; Piper's own
+# limit is 40,000 (algo.cpp, IDEALS_LIMIT) for C++.
+MAX_TAILS = 4_000
+# Per stage and t, at most this many TMPC combinations are enumerated exactly; beyond it the
+# knapsack falls back to greedy prefixes (cheapest time per byte saved first, at sampled y).
+MAX_EXACT_CANDIDATES = 4_096
+# y values sampled by the greedy fallback: all y up to this, then a geometric ladder.
+GREEDY_ALL_Y_UP_TO = 16
+GREEDY_Y_RATIO = 1.25
+# Relative slack when comparing a recomputed stage time to the bisection threshold.
+TIME_RTOL = 1e-9
+_NO_DEVICES = np.iinfo(np.int64).max // 4  # "no plan" in the device-count table
+
+
+@dataclass(frozen=True)
+class PiperStage:
+    nodes: tuple[int, ...]  # node ids as in the input file, topological order
+    t: int  # tensor-parallel degree
+    d: int  # data-parallel degree
+    tmpcs: tuple[str, ...]  # chosen TMPC id per node
+    recompute: tuple[bool, ...]  # per node: the chosen TMPC recomputes activations
+    time_per_sample_s: float
+    memory_bytes: float  # per device, at this stage's y
+
+
+@dataclass(frozen=True)
+class PiperPlan:
+    time_per_sample_s: float  # inf when no plan fits
+    stages: tuple[PiperStage, ...]  # pipeline order, first stage first
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.stages)
+
+    def to_json(self) -> dict:
+        """The CLI's contract: {"time_per_sample", "stages": [{"nodes","t","d","recompute"}]}."""
+        return {
+            "time_per_sample": self.time_per_sample_s if self.feasible else None,
+            "stages": [
+                {"nodes": list(s.nodes), "t": s.t, "d": s.d, "recompute": list(s.recompute)}
+                for s in self.stages
+            ],
+        }
+
+
+def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan:
+    """The plan with the lowest time per sample (Piper's objective); infeasible -> no stages.
+
+    max_sum_d caps the sum of d over all stages. None applies only the constraints of
+    shared/data/README.md (the sum is then at most K, as every replica takes a device);
+    Piper's algo.cpp also caps it at N (boundOnS = min(N, K)): pass graph.microbatches to
+    compare with it.
+    """
+    s_max = graph.max_devices if max_sum_d is None else min(graph.max_devices, max_sum_d)
+    if s_max < 1:
+        raise InputError("max_sum_d", "an integer >= 1", max_sum_d)
+    problem = _Problem.build(graph, s_max)
+    taus = problem.candidate_times()
+    if taus.size == 0 or not problem.fits(taus[-1]):
+        return PiperPlan(math.inf, ())
+    lo, hi = 0, taus.size - 1  # invariant: taus[hi] fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if problem.fits(taus[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    stages = problem.reconstruct(taus[hi])
+    plan_time = max(s.time_per_sample_s for s in stages)
+    assert plan_time <= taus[hi] * (1 + TIME_RTOL), (plan_time, taus[hi])
+    return PiperPlan(plan_time, stages)
+
+
+def evaluate_piper_plan(graph: PiperGraph, stages: tuple[PiperStage, ...]) -> float:
+    """Time per sample of a plan given as stages (nodes, t, d, tmpcs); inf if it does not fit."""
+    index = {node.id: v for v, node in enumerate(graph.nodes)}
+    listed = [i for s in stages for i in s.nodes]
+    if sorted(listed) != sorted(index) or any(s.t < 1 or s.d < 1 for s in stages):
+        return math.inf  # every node exactly once, degrees >= 1
+    if any(len(s.tmpcs) != len(s.nodes) or not _offers(graph, s, index) for s in stages):
+        return math.inf
+    stage_of = {index[i]: k for k, s in enumerate(stages) for i in s.nodes}
+    if sum(s.t * s.d for s in stages) > graph.max_devices:
+        return math.inf
+    suffix = sum(s.d for s in stages)
+    worst = 0.0
+    for k, s in enumerate(stages):
+        if graph.microbatches % s.d:
+            return math.inf
+        time_s, mem = _stage_cost(graph, s, k, stage_of, index, suffix)
+        suffix -= s.d
+        if mem > graph.max_memory_bytes:
+            return math.inf
+        worst = max(worst, time_s)
+    if any(stage_of[a] > stage_of[b] for a, b in zip(graph.edge_src, graph.edge_dst, strict=True)):
+        return math.inf
+    return worst
+
+
+def _offers(graph: PiperGraph, stage: PiperStage, index: dict[int, int]) -> bool:
+    """Every node of the stage has the named TMPC for the stage's t."""
+    return all(any(o.name == name for o in graph.nodes[index[i]].options(stage.t))
+               for i, name in zip(stage.nodes, stage.tmpcs, strict=True))
+
+
+def _stage_cost(graph, stage, k, stage_of, index, suffix_d) -> tuple[float, float]:
+    """(time per sample, memory per device) of one stage, straight from the formula."""
+    d, n_mb, bw = stage.d, graph.microbatches, graph.bandwidth_Bps
+    y = -(-suffix_d // d)
+    compute = edge_bytes = resync_bytes = mem = 0.0
+    for node_id, name in zip(stage.nodes, stage.tmpcs, strict=True):
+        v = index[node_id]
+        tm = next(o for o in graph.nodes[v].options(stage.t) if o.name == name)
+        compute += tm.time_per_sample_s
+        for j, e in enumerate(graph.in_edges[v]):
+            if stage_of[graph.edge_src[e]] != k:
+                edge_bytes += CUT_EDGE_CROSSINGS * (graph.edge_bytes[e] + tm.sync_fw_bytes[j])
+        for j, e in enumerate(graph.out_edges[v]):
+            if stage_of[graph.edge_dst[e]] != k:
+                edge_bytes += CUT_EDGE_CROSSINGS * (graph.edge_bytes[e] + tm.sync_bw_bytes[j])
+        resync_bytes += RESYNC_BYTES_PER_PARAM_BYTE * (d - 1) * tm.parameter_bytes / (d * n_mb)
+        mem += tm.memory_a_bytes * y + tm.memory_b_bytes
+    return compute / d + (edge_bytes / d + resync_bytes) / bw, mem
+
+
+# --- tails (successor-closed sets) -----------------------------------------------------------
+
+
+def tails(graph: PiperGraph) -> list[int]:
+    """All successor-closed node sets as bitmasks over topological positions, by size."""
+    n = len(graph.nodes)
+    succ = [0] * n
+    for s, d in zip(graph.edge_src, graph.edge_dst, strict=True):
+        succ[s] |= 1 << d
+    seen = {0}
+    stack = [0]
+    while stack:
+        mask = stack.pop()
+        for v in range(n):
+            bit = 1 << v
+            if not mask & bit and succ[v] & ~mask == 0 and mask | bit not in seen:
+                if len(seen) >= MAX_TAILS:
+                    raise InputError("nodes/edges", f"a graph with at most {MAX_TAILS} "
+                                     "successor-closed node sets (Piper's DP is quadratic in "
+                                     "them)", f"more than {MAX_TAILS}")
+                seen.add(mask | bit)
+                stack.append(mask | bit)
+    return sorted(seen, key=lambda m: (m.bit_count(), m))
+
+
+# --- per-stage knapsack: TMPC choices as candidates --------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    x_s: np.ndarray  # (C,) sum of p + cut-edge bytes / B: the part of time divided by d
+    w_bytes: np.ndarray  # (C,) sum of w
+    a_bytes: np.ndarray  # (C,) sum of a
+    b_bytes: np.ndarray  # (C,) sum of b
+    choice: np.ndarray | None  # (C, |S|) option index per stage node, when asked for
+
+
+def stage_candidates(arr: DegreeArrays, graph: PiperGraph, in_stage: np.ndarray,
+                     *, with_choice: bool = False) -> _Candidates:
+    """TMPC combinations for one stage and t that can be optimal for some d and y."""
+    src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
+    c = np.asarray(graph.edge_bytes, float)
+    n = len(graph.nodes)
+    cut_in = in_stage[dst] & ~in_stage[src]  # (E,)
+    cut_out = in_stage[src] & ~in_stage[dst]
+    edge = np.zeros((n, 2))
+    for slot in range(2):
+        edge[:, slot] = (
+            np.bincount(dst[cut_in], CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[cut_in],
+                        minlength=n)
+            + np.bincount(src[cut_out],
+                          CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[cut_out],
+                          minlength=n)
+        )
+    nodes = np.flatnonzero(in_stage)
+    x = arr.time_s[nodes] + edge[nodes] / graph.bandwidth_Bps  # (|S|, 2)
+    w, a, b = arr.param_bytes[nodes], arr.mem_a_bytes[nodes], arr.mem_b_bytes[nodes]
+    return _enumerate_choices(x, w, a, b, graph, with_choice)
+
+
+def _enumerate_choices(x, w, a, b, graph, with_choice) -> _Candidates:
+    q = np.stack([x, w, a, b])  # (4, |S|, 2): per node and option, X, w, a, b
+    delta = q[:, :, 1] - q[:, :, 0]  # (4, |S|)
+    option0_no_worse = (delta >= 0).all(axis=0)
+    option1_no_worse = (delta <= 0).all(axis=0)
+    free = ~(option0_no_worse | option1_no_worse)  # a real time/memory trade-off
+    # Fixed nodes take the option that is no worse; free ones start at their faster option.
+    start = np.where(free, delta[0] < 0, ~option0_no_worse).astype(int)  # (|S|,)
+    totals = q[:, np.arange(start.size), start].sum(axis=1)  # (4,)
+    f = np.flatnonzero(free)
+    step = delta[:, f] * np.where(start[f] == 1, -1.0, 1.0)  # (4, F): change when switching
+    if f.size == 0:
+        switch = np.zeros((1, 0), dtype=bool)
+    else:
+        _, group = np.unique(step[1:].T, axis=0, return_inverse=True)
+        group = group.ravel()
+        sizes = np.bincount(group)
+        if np.prod(sizes + 1.0) > MAX_EXACT_CANDIDATES:
+            orders = _greedy_orders(step, graph.max_devices)
+            sums = totals[:, None] + _prefix_sums(step, orders)
+            prefixes = _prefix_switches(f.size, orders) if with_choice else None
+            return _candidates(sums, start, f, prefixes)
+        switch = _exact_switch_sets(group, sizes, step[0])
+    sums = totals[:, None] + step @ switch.T.astype(float)  # (4, C)
+    return _candidates(sums, start, f, switch if with_choice else None)
+
+
+def _candidates(sums, start, free_idx, switch) -> _Candidates:
+    choice = None
+    if switch is not None:
+        choice = np.repeat(start[None, :], switch.shape[0], axis=0)
+        choice[:, free_idx] ^= switch.astype(int)
+    return _Candidates(sums[0], sums[1], sums[2], sums[3], choice)
+
+
+def _exact_switch_sets(group, sizes, added_time) -> np.ndarray:
+    """Every count per group, switching that group's cheapest nodes: nodes of one group
+    change w, a and b by the same amounts, so only how many switch matters for memory."""
+    grids = np.meshgrid(*[np.arange(size + 1) for size in sizes], indexing="ij")
+    counts = np.stack([g.ravel() for g in grids], axis=1)  # (C, G)
+    switch = np.zeros((counts.shape[0], group.size), dtype=bool)  # (C, F)
+    for g in range(sizes.size):
+        members = np.flatnonzero(group == g)
+        cheapest_first = members[np.argsort(added_time[members], kind="stable")]
+        for rank, member in enumerate(cheapest_first):
+            switch[:, member] = rank < counts[:, g]
+    return switch
+
+
+def _greedy_orders(step, y_limit: int) -> list[np.ndarray]:
+    """Heuristic when exact enumeration is too large: at sampled y, the order in which to
+    switch nodes, by time added per byte saved (Piper's own knapsack heuristic). Every
+    prefix of every order is a candidate."""
+    added_time = step[0]
+    orders = []
+    for y in _sampled_y(y_limit):
+        saved = -(step[2] * y + step[3])  # bytes saved by switching, at this y
+        useful = np.flatnonzero(saved > 0)
+        orders.append(useful[np.argsort(added_time[useful] / saved[useful], kind="stable")])
+    return orders
+
+
+def _prefix_sums(step, orders) -> np.ndarray:
+    """(4, C) changes of (X, w, a, b): none switched, then every prefix of every order."""
+    parts = [np.zeros((4, 1))] + [np.cumsum(step[:, o], axis=1) for o in orders]
+    return np.concatenate(parts, axis=1)
+
+
+def _prefix_switches(n_free: int, orders) -> np.ndarray:
+    """(C, F) the switch sets of _prefix_sums, same row order."""
+    rows = [np.zeros((1, n_free), dtype=bool)]
+    for o in orders:
+        rank = np.full(n_free, n_free + 1)
+        rank[o] = np.arange(o.size)
+        rows.append(rank[None, :] <= np.arange(o.size)[:, None])  # row k: first k+1 switched
+    return np.concatenate(rows)
+
+
+def _sampled_y(limit: int) -> list[int]:
+    ys, y = list(range(1, min(limit, GREEDY_ALL_Y_UP_TO) + 1)), float(GREEDY_ALL_Y_UP_TO)
+    while y < limit:
+        y *= GREEDY_Y_RATIO
+        ys.append(min(limit, int(math.ceil(y))))
+    return ys
+
+
+def largest_y(a_bytes: np.ndarray, b_bytes: np.ndarray, memory_bytes: float,
+              y_cap: int) -> np.ndarray:
+    """Largest integer y in [0, y_cap] with a*y + b <= M (0 when even y = 1 does not fit)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.floor((memory_bytes - b_bytes) / a_bytes)
+    y = np.where(a_bytes > 0, y, np.where(b_bytes <= memory_bytes, y_cap, 0))
+    y = np.clip(np.nan_to_num(y, nan=0.0, posinf=y_cap, neginf=0.0), 0, y_cap).astype(np.int64)
+    over = a_bytes * y + b_bytes > memory_bytes  # floor() on rounded division: correct by one
+    y = np.where(over & (y > 0), y - 1, y)
+    under = (y < y_cap) & (a_bytes * (y + 1) + b_bytes <= memory_bytes)
+    return np.where(under, y + 1, y)
+
+
+def stage_time_s(x_s, w_bytes, d, graph: PiperGraph):
+    """sum(p)/d + [cut bytes/d + sum 4(d-1)w/(dN)]/B, with x = sum(p) + cut bytes/B."""
+    resync = RESYNC_BYTES_PER_PARAM_BYTE * (d - 1) * w_bytes / (d * graph.microbatches)
+    return x_s / d + resync / graph.bandwidth_Bps
+
+
+# --- the DP ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Everything the bisection needs, built once: tails, stage candidates (pairs) and, for
+    every (pair, t, d), the staircase of its TMPC knapsack."""
+
+    graph: PiperGraph
+    tails: list[int]
+    pairs: list[tuple[int, int]]  # (tail index, sub-tail index)
+    pairs_of: list[list[tuple[int, int]]]  # per tail: (pair index, sub-tail index)
+    degrees: tuple[int, ...]  # t values
+    ds: tuple[int, ...]  # d values: divisors of N that are <= K
+    s_max: int  # largest sum of d over a tail: at most K, as every replica takes a device
+    arrays: dict[int, DegreeArrays]
+    seg_time: np.ndarray  # staircase points, all (pair, t, d) segments concatenated
+    seg_y: np.ndarray
+    seg_start: np.ndarray  # (P*T*D,) start of each segment
+
+    @classmethod
+    def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
+        ts = tails(graph)
+        pairs: list[tuple[int, int]] = []
+        pairs_of: list[list[tuple[int, int]]] = [[] for _ in ts]
+        for i, m in enumerate(ts):
+            for j in range(i):
+                if ts[j] & ~m == 0:
+                    pairs_of[i].append((len(pairs), j))
+                    pairs.append((i, j))
+        k, n_mb = graph.max_devices, graph.microbatches
+        ds = tuple(d for d in range(1, min(k, n_mb) + 1) if n_mb % d == 0)
+        arrays = {t: degree_arrays(graph, t) for t in graph.degrees}
+        masks = [_stage_mask(ts, pair, len(graph.nodes)) for pair in pairs]
+        seg_time, seg_y, seg_start = _all_staircases(graph, masks, arrays, ds, s_max)
+        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
+                   seg_time, seg_y, seg_start)
+
+    def candidate_times(self) -> np.ndarray:
+        finite = self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)]
+        return np.unique(finite)
+
+    def _bounds(self, tau: float) -> np.ndarray:
+        """(P, T, D) largest allowed suffix sum s for each stage choice at threshold tau."""
+        allowed_y = np.where(self.seg_time <= tau, self.seg_y, 0)
+        y = np.maximum.reduceat(allowed_y, self.seg_start)
+        shape = (len(self.pairs), len(self.degrees), len(self.ds))
+        return np.minimum(y.reshape(shape) * np.asarray(self.ds), self.s_max)
+
+    def _device_table(self, tau: float) -> np.ndarray:
+        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s."""
+        k_max = self.graph.max_devices
+        bounds = self._bounds(tau).tolist()
+        f = np.full((len(self.tails), self.s_max + 1), _NO_DEVICES, dtype=np.int64)
+        f[0, 0] = 0
+        f_min = [0] + [_NO_DEVICES] * (len(self.tails) - 1)
+        ds = self.ds
+        for i in range(1, len(self.tails)):
+            best = f[i]
+            for p, j in self.pairs_of[i]:
+                base = f_min[j]
+                if base >= k_max:
+                    continue
+                fj = f[j]
+                bp = bounds[p]
+                for di, d in enumerate(ds):
+                    prev = d - 1  # s covered so far for this (pair, d)
+                    for ti, t in enumerate(self.degrees):
+                        hi = bp[ti][di]
+                        if hi <= prev:
+                            continue
+                        cost = t * d
+                        if base + cost > k_max:
+                            break
+                        np.minimum(best[prev + 1: hi + 1], fj[prev + 1 - d: hi + 1 - d] + cost,
+                                   out=best[prev + 1: hi + 1])
+                        prev = hi
+            f_min[i] = int(best.min())
+        return f
+
+    def fits(self, tau: float) -> bool:
+        return int(self._device_table(tau)[-1].min()) <= self.graph.max_devices
+
+    def reconstruct(self, tau: float) -> tuple[PiperStage, ...]:
+        f = self._device_table(tau)
+        bounds = self._bounds(tau)
+        k_max = self.graph.max_devices
+        i = len(self.tails) - 1
+        s = int(np.argmin(f[i]))
+        assert f[i, s] <= k_max
+        stages = []
+        while i != 0:
+            step = self._find_step(f, bounds, i, s)
+            assert step is not None, "DP table has no predecessor"
+            p, j, t, d = step
+            stages.append(self._make_stage(p, t, d, s, tau))
+            i, s = j, s - d
+        assert s == 0
+        return tuple(stages)
+
+    def _find_step(self, f, bounds, i, s):
+        for p, j in self.pairs_of[i]:
+            for ti, t in enumerate(self.degrees):
+                for di, d in enumerate(self.ds):
+                    if d <= s <= bounds[p, ti, di] and f[j, s - d] + t * d == f[i, s]:
+                        return p, j, t, d
+        return None
+
+    def _make_stage(self, p: int, t: int, d: int, s: int, tau: float) -> PiperStage:
+        g = self.graph
+        in_stage = _stage_mask(self.tails, self.pairs[p], len(g.nodes))
+        cand = stage_candidates(self.arrays[t], g, in_stage, with_choice=True)
+        y = -(-s // d)
+        time_s = stage_time_s(cand.x_s, cand.w_bytes, d, g)
+        mem = cand.a_bytes * y + cand.b_bytes
+        time_s = np.where(mem <= g.max_memory_bytes, time_s, np.inf)
+        c = int(np.argmin(time_s))
+        assert time_s[c] <= tau * (1 + TIME_RTOL), (time_s[c], tau)
+        nodes = np.flatnonzero(in_stage)
+        assert cand.choice is not None
+        opts = [g.nodes[v].options(t)[min(int(k), len(g.nodes[v].options(t)) - 1)]
+                for v, k in zip(nodes, cand.choice[c], strict=True)]
+        stage = PiperStage(
+            nodes=tuple(g.nodes[v].id for v in nodes), t=t, d=d,
+            tmpcs=tuple(o.name for o in opts), recompute=tuple(o.recompute for o in opts),
+            time_per_sample_s=float(time_s[c]), memory_bytes=float(mem[c]),
+        )
+        return stage
+
+
+def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndarray:
+    """(n,) bool: the nodes of tail pair[0] that are not in its sub-tail pair[1]."""
+    bits = tail_masks[pair[0]] & ~tail_masks[pair[1]]
+    return np.array([(bits >> v) & 1 for v in range(n)], dtype=bool)
+
+
+def _all_staircases(graph: PiperGraph, masks: list[np.ndarray], arrays: dict[int, DegreeArrays],
+                    ds_tuple: tuple[int, ...], s_max: int):
+    """Flat staircase points of every (pair, t, d) segment, in that nesting order, and the
+    start of each segment. A segment that cannot run has one point (inf, y=0)."""
+    ds = np.asarray(ds_tuple)
+    y_cap = -(-s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
+    times, ys, lengths = [], [], []
+    no_time, no_y = np.full(ds.size, np.inf), np.zeros(ds.size, np.int64)
+    for in_stage in masks:
+        for t, arr in sorted(arrays.items()):
+            usable = ds * t <= graph.max_devices
+            if not arr.available[in_stage].all() or not usable.any():
+                times.append(no_time)
+                ys.append(no_y)
+                lengths.extend([1] * ds.size)
+                continue
+            cand = stage_candidates(arr, graph, in_stage)
+            pt, py, n_points = _staircases(cand, ds, usable, y_cap, graph)
+            times.append(pt)
+            ys.append(py)
+            lengths.extend(n_points.tolist())
+    seg_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.concatenate(times), np.concatenate(ys), seg_start
+
+
+def _staircases(cand: _Candidates, ds: np.ndarray, usable: np.ndarray, y_cap: np.ndarray,
+                graph: PiperGraph):
+    """Per data degree d, the Pareto points (time ascending, largest fitting y strictly
+    ascending) of a stage's TMPC candidates; the first point of each d is always kept (with
+    y = 0 where nothing fits). Returns flat times, ys and the number of points per d."""
+    time_s = stage_time_s(cand.x_s[None, :], cand.w_bytes[None, :], ds[:, None], graph)  # (D,C)
+    y = largest_y(cand.a_bytes, cand.b_bytes, graph.max_memory_bytes, int(y_cap.max()))  # (C,)
+    by_y = np.argsort(-y, kind="stable")  # ties in time: larger y first
+    order = by_y[np.argsort(time_s[:, by_y], axis=1, kind="stable")]  # (D, C)
+    y_sorted = np.minimum(y[order], y_cap[:, None]) * usable[:, None]  # (D, C)
+    best_y = np.maximum.accumulate(y_sorted, axis=1)
+    keep = y_sorted > np.concatenate([np.zeros((ds.size, 1), np.int64), best_y[:, :-1]], axis=1)
+    keep[:, 0] = True
+    return (np.take_along_axis(time_s, order, axis=1)[keep], y_sorted[keep], keep.sum(axis=1))
