@@ -420,7 +420,8 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
 
 
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
-                    pipeline: str = "closed_form", simulate_now: bool = True) -> Metrics:
+                    pipeline: str = "closed_form", simulate_now: bool = True,
+                    stages_out: bool = False) -> Metrics:
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
@@ -572,7 +573,13 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         mfu = np.where(feasible, flops_model / (step * n_gpu * peak), 0.0)
         hfu = np.where(feasible, flops_hw / (step * n_gpu * peak), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
+    extra = {}
+    if stages_out:
+        extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
+                 "_stage_weight_grad_s": W, "_stage_in_flight": k,
+                 "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
     return Metrics(
+        **extra,
         step_time_s=np.where(feasible, step, np.inf),
         compute_s=m * at(comp),
         recompute_s=m * at(re_st),
@@ -598,3 +605,16 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         reason=reason,
         _needs_simulation=needs_simulation & ~np.bool_(simulate_now),
     )
+
+
+def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable) -> dict[str, np.ndarray]:
+    """Per pipeline stage, for a few rows (people's view, not the hot path): (N, S) arrays of
+    layers, forward / backward / weight-gradient time per micro-batch, micro-batches in flight
+    at the peak (from the simulator) and memory per GPU. Uniform rows are expanded to every
+    stage."""
+    if table.stage_layers is None:
+        S = int(table["pp"].max())
+        layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
+        table = StrategyTable(table.columns, layers, table.stage_recompute)
+    out = _evaluate_block(model, cluster, table, "simulate", simulate_now=True, stages_out=True)
+    return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}

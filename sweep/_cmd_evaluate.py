@@ -6,6 +6,7 @@ import json
 import math
 
 from costmodel import REASONS, InputError, StrategyTable, evaluate
+from costmodel._evaluate import stage_breakdown
 from sweep._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 
 STRATEGY_FLAGS = (
@@ -66,9 +67,15 @@ def report(model, cluster, table: StrategyTable, metrics) -> dict:
     row = table.row(0)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = REASONS[int(m["reason"])]
+    st = stage_breakdown(model, cluster, table)
+    active = st.pop("active")[0]
+    stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
+    for s in stages:
+        s["layers"] = int(s["layers"])
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name,
             "strategy": row,
-            "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}}
+            "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
+            "stages": stages}
 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
@@ -88,6 +95,12 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
     lines.append("time per iteration (bottleneck stage):")
     for label, k in parts:
         lines.append(f"  {label:<20} {m[k]:10.4f} s  {100 * m[k] / total:5.1f}%")
+    lines.append("per stage (one micro-batch): layers, forward / backward / weight-gradient time, "
+                 "micro-batches in flight at the peak, memory per GPU")
+    for i, st in enumerate(rep["stages"]):
+        lines.append(f"  stage {i:<3} {st['layers']:4d} layers  F {1e3 * st['forward_s']:9.2f} ms  "
+                     f"B {1e3 * st['backward_s']:9.2f} ms  W {1e3 * st['weight_grad_s']:9.2f} ms  "
+                     f"in flight {st['in_flight']:5.1f}  {st['mem_bytes'] / 1e9:6.1f} GB")
     lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.0f} GB")
     for label, k in [("weights", "mem_weights_bytes"), ("gradients", "mem_grads_bytes"),
                      ("optimizer state", "mem_optimizer_bytes"), ("activations", "mem_activations_bytes"),

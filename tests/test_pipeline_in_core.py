@@ -78,3 +78,24 @@ def test_closed_forms_stay_close_to_the_simulator_on_real_spaces(name, cluster, 
     rel = np.abs(fast["step_time_s"][ok] - exact["step_time_s"][ok]) / exact["step_time_s"][ok]
     assert rel.max() < 0.05
     assert np.argmin(fast["step_time_s"]) == np.argmin(exact["step_time_s"])
+
+
+def test_stage_breakdown_agrees_with_the_totals():
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = StrategyTable.from_columns(dp=16, tp=8, pp=[8, 4], micro_batch=1, global_batch=1536,
+                                       recompute="selective", sequence_parallel=True, zero_stage=1)
+    from costmodel._evaluate import stage_breakdown
+
+    st = stage_breakdown(model, cl, table)
+    exact = evaluate(model, cl, table, pipeline="simulate")
+    for i, pp in enumerate([8, 4]):
+        active = st["active"][i]
+        assert active.sum() == pp
+        assert st["layers"][i][active].sum() == model.layers
+        assert st["mem_bytes"][i][active].max() == pytest.approx(exact["mem_total_bytes"][i], rel=1e-12)
+        # 1F1B holds p - i micro-batches on stage i
+        np.testing.assert_allclose(st["in_flight"][i][active], pp - np.arange(pp))
+        # the bottleneck stage's per-micro-batch time times m is the steady-state part of the step
+        X = (st["forward_s"] + st["backward_s"] + st["weight_grad_s"])[i][active]
+        m = 1536 // 16
+        assert exact["step_time_s"][i] > m * X.max()
