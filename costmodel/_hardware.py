@@ -34,7 +34,20 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GPU:
+class Efficiency:
+    """The efficiency constants of one GPU type (see the module docstring and EFFICIENCY)."""
+
+    gemm_eff_max: float
+    gemm_half_dim: float
+    hbm_eff: float
+    link_eff: float
+    scaleup_latency_s: float
+    scaleout_latency_s: float
+    kernel_overhead_s: float  # fixed cost per transformer sub-layer kernel launch group
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPU(Efficiency):
     """One GPU type: sourced peak figures and the global efficiency constants."""
 
     name: str
@@ -43,14 +56,7 @@ class GPU:
     hbm_Bps: float
     scaleup_Bps: float  # NVLink (or xGMI) per GPU per direction
     scaleout_Bps: float  # inter-node network per GPU per direction
-    # Efficiency constants (see the module docstring and EFFICIENCY for sources).
-    gemm_eff_max: float
-    gemm_half_dim: float
-    hbm_eff: float
-    link_eff: float
-    scaleup_latency_s: float
-    scaleout_latency_s: float
-    kernel_overhead_s: float  # fixed cost per transformer sub-layer kernel launch group
+    # and the efficiency constants, inherited from Efficiency
 
     def __post_init__(self) -> None:
         for f in ("hbm_bytes", "hbm_Bps", "scaleup_Bps", "scaleout_Bps", "gemm_half_dim"):
@@ -62,17 +68,6 @@ class GPU:
                 raise InputError(f"gpu.{f}", "a fraction in (0, 1]", v)
         if any(not p > 0 for p in self.peak_flops[:2]):
             raise InputError("gpu.peak_flops", "positive bf16 and fp16 peaks", self.peak_flops)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Efficiency:
-    gemm_eff_max: float
-    gemm_half_dim: float
-    hbm_eff: float
-    link_eff: float
-    scaleup_latency_s: float
-    scaleout_latency_s: float
-    kernel_overhead_s: float
 
 
 # Global per-GPU-type constants. Where they come from:

@@ -101,24 +101,23 @@ def _uniform(d: int, n: int, value: float | np.ndarray) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, dtype=float).reshape(-1, 1), (n, d)).copy()
 
 
-def weak_scaling() -> dict[str, list]:
+def _scaling(microbatches) -> dict[str, list]:
+    """Every schedule over D = 2..32 with T_F = 400 / D, T_B = 800 / D; m = microbatches(D)."""
     out = _empty()
     tc = np.array(T_C_PANELS)
     for d in DEVICES:
         n = len(tc)
         tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
-        _compared(out, d, 2 * d, tf, tb, tc, {})
+        _compared(out, d, microbatches(d), tf, tb, tc, {})
     return out
+
+
+def weak_scaling() -> dict[str, list]:
+    return _scaling(lambda d: 2 * d)
 
 
 def strong_scaling() -> dict[str, list]:
-    out = _empty()
-    tc = np.array(T_C_PANELS)
-    for d in DEVICES:
-        n = len(tc)
-        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
-        _compared(out, d, 32, tf, tb, tc, {})
-    return out
+    return _scaling(lambda d: 32)
 
 
 def recompute() -> dict[str, list]:
