@@ -239,18 +239,75 @@ def in_flight(sched, p, m, v, stage):
     GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
     follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
     ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023)."""
-    i = stage
-    one_f1b = np.minimum(p - i, m)
-    inter = np.minimum((p - i - 1) * 2 + (v - 1) * p + 1, m * v) / v
-    zb1 = np.minimum(p, m)
-    zb2 = np.minimum(2 * p - 1, m)
-    out = np.select(
-        [sched == SCHED["gpipe"], sched == SCHED["interleaved"], sched == SCHED["zb-h1"],
-         sched == SCHED["zb-h2"]],
-        [m, inter, zb1, zb2],
-        one_f1b,
-    )
-    return out.astype(np.float64)
+    # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
+    # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
+    # the 1F1B form here).
+    sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
+    is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
+    a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
+                  [m, (p - 1) * 2 + (v - 1) * p + 1, p, 2 * p - 1], p)
+    c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
+    q = np.where(is_i, v, 1)
+    return np.minimum(a + c * stage, m * q) / q
+
+
+def distinct_rows(*cols):
+    """(first, inv): for columns of small non-negative integers (or bools), the index of one
+    row per distinct combination, and each row's combination number, so that
+    ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
+    the key range is small, np.unique otherwise."""
+    n = len(cols[0])
+    key = np.zeros(n, dtype=np.int64)
+    K = 1
+    for x in cols:
+        x = np.asarray(x).astype(np.int64)
+        r = int(x.max()) + 1 if n else 1
+        key = key * r + x
+        K *= r
+    if K > max(4 * n, 1 << 16):
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return first, inv.ravel()
+    present = np.zeros(K, dtype=bool)
+    present[key] = True
+    pos = np.cumsum(present) - 1
+    inv = pos[key]
+    first = np.empty(int(present.sum()), dtype=np.int64)
+    first[inv] = np.arange(n)
+    return first, inv
+
+
+def _shape_terms(model: Transformer, cluster: Cluster, b, t, c, sp, peak) -> dict[str, np.ndarray]:
+    """Every per-row term that depends only on the micro-batch shape and the precision: one
+    layer's costs (layer_costs), the embedding and head times, activation bytes."""
+    gpu = cluster.gpu
+    h, V = model.hidden, model.vocab
+    lc = layer_costs(model, cluster, b, t, c, sp, peak)
+    T, tp_bw, tp_lat = lc["T"], lc["tp_bw"], lc["tp_lat"]
+    sp_div = np.where(sp, t, 1)
+    zero = np.zeros_like(T)
+    if model.kind == "mlp":
+        emb_c = emb_tp = head_gemm = head_elem = head_tp = emb_act = head_act = zero
+    else:
+        # Embedding: gather T rows of h (read + write), backward scatter-add (same again);
+        # the vocab-parallel lookup ends in one all-reduce of T*h.
+        emb_c = hbm_s(ACT_BYTES * 4.0 * T * h, gpu)
+        emb_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
+        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic;
+        # the input's all-gather (SP) or all-reduce (backward) of T*h, and the
+        # vocab-parallel loss's 3 small all-reduces of T fp32 values.
+        head_gemm = gemm_s(T, V / t, h, peak, gpu)
+        head_elem = hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu)
+        head_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(
+            4.0 * T, t, tp_bw, tp_lat
+        )
+        emb_act = (ACT_BYTES + 1) * T * h / sp_div  # embedding output and its dropout mask
+        head_act = 4.0 * T * V / t  # fp32 logits of one micro-batch
+    act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
+    out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
+    out.update(emb_c=emb_c + zero, emb_tp=emb_tp + zero, head_gemm=head_gemm + zero, head_elem=head_elem + zero,
+               head_tp=head_tp + zero, emb_act=emb_act + zero, head_act=head_act + zero,
+               act_L=act_L + zero, score_L=score_L + zero)
+    return out
 
 
 # ---- the evaluator -------------------------------------------------------------------------
@@ -423,7 +480,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
                     pipeline: str = "closed_form", simulate_now: bool = True,
                     stages_out: bool = False) -> Metrics:
     gpu = cluster.gpu
-    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+    L, h, s = model.layers, model.hidden, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
     b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
     sched, zero = table["schedule"], table["zero_stage"]
@@ -436,38 +493,25 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     is_inter = sched == SCHED["interleaved"]
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
 
-    # -- one layer, one micro-batch (N,) --
-    lc = layer_costs(model, cluster, b, t, c, sp, peak)
-    T = lc["T"]
-    f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
-    bx_L = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
-    w_L = lc["gemm"]  # weight-gradient GEMMs
-    tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
-
-    # -- embedding (first stage) and head (last stage), per micro-batch (N,) --
-    tp_bw, tp_lat = lc["tp_bw"], lc["tp_lat"]
-    zero_col = np.zeros(len(table))
-    if model.kind == "mlp":
-        emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
-    else:
-        # Embedding: gather T rows of h (read + write), backward scatter-add (same again);
-        # the vocab-parallel lookup ends in one all-reduce of T*h.
-        emb_c = hbm_s(ACT_BYTES * 4.0 * T * h, gpu)
-        emb_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
-        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic;
-        # the input's all-gather (SP) or all-reduce (backward) of T*h, and the
-        # vocab-parallel loss's 3 small all-reduces of T fp32 values.
-        head_gemm = gemm_s(T, V / t, h, peak, gpu)
-        head_elem = hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu)
-        head_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(
-            4.0 * T, t, tp_bw, tp_lat
-        )
+    # -- one layer, one micro-batch, and the embedding / head terms (N,) --
+    # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
+    # in the block (a few dozen) and gathered back to the rows.
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
+    sh = {k: v[inv] for k, v in _shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
+                                             sp[first_row], peak[first_row]).items()}
+    T = sh["T"]
+    f_L = sh["gemm"] + sh["attn"] + sh["elem"] + sh["overhead"]  # forward compute
+    bx_L = sh["gemm"] + 2.0 * sh["attn"] + ELEM_BWD_FACTOR * (sh["elem"] + sh["overhead"])
+    w_L = sh["gemm"]  # weight-gradient GEMMs
+    tpf_L, cpf_L, cpb_L = sh["tp_fwd"], sh["cp_fwd"], sh["cp_bwd"]
+    emb_c, emb_tp, head_gemm, head_elem, head_tp = (
+        sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
 
     # -- stages (N, k) --
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    re_L = np.where(full, col(f_L), np.where(sel, col(lc["attn"]), 0.0))
+    re_L = np.where(full, col(f_L), np.where(sel, col(sh["attn"]), 0.0))
     re_comm_L = np.where(full, col(tpf_L + cpf_L), 0.0)
     F = n * col(f_L + tpf_L + cpf_L) + first * col(0.5 * emb_c + emb_tp) + last * col(
         head_gemm + 0.5 * head_elem + 0.5 * head_tp)
@@ -485,7 +529,11 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
     Xa = np.where(wt > 0, X, -np.inf)
     bot = np.argmax(Xa, axis=1)[:, None]  # (N, 1) bottleneck stage column
-    at = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), bot, axis=1)[:, 0]  # noqa: E731
+    bot_flat = np.arange(len(table)) * X.shape[1] + bot[:, 0]
+
+    def at(a):  # the bottleneck stage's entry of an (N, k) or (N, 1) array
+        return a[:, 0] if a.shape[1] == 1 else a.reshape(-1)[bot_flat]
+
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
     X_sum = np.sum(wt * X, axis=1)
     vv = np.where(is_inter, v, 1)
@@ -535,16 +583,12 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, worst stage --
-    act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
+    act_L, score_L = sh["act_L"], sh["score_L"]
     sp_div = np.where(sp, t, 1)
     act_kept = np.where(full, col(ACT_BYTES * T * h / sp_div),
                         np.where(sel, col(act_L - score_L), col(act_L)))
     work = np.where(full, col(act_L), 0.0)  # one layer's activations while it is recomputed
-    if model.kind == "mlp":
-        emb_act = head_act = zero_col
-    else:
-        emb_act = (ACT_BYTES + 1) * T * h / sp_div  # embedding output and its dropout mask
-        head_act = 4.0 * T * V / t  # fp32 logits of one micro-batch
+    emb_act, head_act = sh["emb_act"], sh["head_act"]
     act = k * (n * act_kept + first * col(emb_act)) + work + last * col(head_act)
     w_b = WEIGHT_BYTES * params / col(np.where(zero == 3, g, 1))
     g_b = GRAD_BYTES * params / col(np.where(zero >= 2, g, 1))
@@ -557,7 +601,11 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     )
     tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
     worst = np.argmax(tot, axis=1)[:, None]
-    atm = lambda a: np.take_along_axis(np.broadcast_to(a, tot.shape), worst, axis=1)[:, 0]  # noqa: E731
+    worst_flat = np.arange(len(table)) * tot.shape[1] + worst[:, 0]
+
+    def atm(a):  # the worst-memory stage's entry of an (N, k) or (N, 1) array
+        return a[:, 0] if a.shape[1] == 1 else np.ascontiguousarray(a).reshape(-1)[worst_flat]
+
     mem_total = atm(tot)
     reason = np.where((reason == 0) & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason)
     reason = reason.astype(np.int8)
