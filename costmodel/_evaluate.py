@@ -74,6 +74,13 @@ XENT_BYTES_PER_LOGIT = 4 + 8 + 2
 # projection input 2h, and MLP intermediates 4f (GeLU) or 6f (SwiGLU); 5 bytes per
 # attention score (softmax output 2, dropout mask 1, dropout output 2).
 ACT_REPLICATED_H = 10
+# Flash attention's utilisation uses the 128-wide tile edge of its kernels as the half-size
+# of each side. Measured on an H100 (benchmarks/gpu_attention_sweep.py, BENCHMARKS.md "GEMM
+# calibration"): PyTorch's fused attention at head dim 128 reaches 360-490 TFLOP/s forward +
+# backward without a mask and 420-880 with a causal one (FLOPs counted over the full s x s
+# square) once b x heads >= 24, less below (107 at 12 heads, b = 1); this term gives about
+# 350-380 whatever b x heads: conservative for causal masks, optimistic for tiny ones.
+ATTN_HALF_DIM = 128.0
 ACT_SCORE_BYTES = 5
 
 REASONS = (
@@ -183,10 +190,9 @@ def layer_costs(model: Transformer, cluster: Cluster, b, t, c, sp, peak):
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
         # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s h / t FLOPs, no s^2
-        # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product.
-        util = gpu.gemm_eff_max * sat(sc, gpu.gemm_half_dim) * sat(s, gpu.gemm_half_dim) * sat(
-            dh, gpu.gemm_half_dim
-        )
+        # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
+        # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
+        util = gpu.gemm_eff_max * sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM) * sat(dh, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * h / t / (peak * util)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)

@@ -89,6 +89,11 @@ class GPU(Efficiency):
 # - gemm_half_dim: the size of one matrix side at which a product reaches half of
 #   gemm_eff_max along that side: 128 is the tile edge of the CUTLASS/cuBLAS kernels that
 #   dominate bf16 training on Ampere and Hopper (sides below a tile waste tensor cores).
+#   H100 (and the H200, the same GH100 chip): 240, fitted (least squares in log time) to
+#   the 96 transformer-layer GEMMs of tests/data/h100_gemm_measured.csv, bf16 products
+#   timed on an H100 SXM in this workplace (benchmarks/gpu_gemm_sweep.py, 2026-11-23;
+#   BENCHMARKS.md "GEMM calibration"): with 128 the model ran 8.1% fast on average (max
+#   18.8%), with 240 it is within 4.1% on average (max 14.4%, bias +1.6%).
 # - hbm_eff = streaming fraction x sustained clock: copies reach about 0.9 of peak HBM B/s
 #   (3.0 of 3.35 TB/s measured on an H100 here, device KINDS.md), times seed 001's 0.8.
 # - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink
@@ -110,10 +115,15 @@ MAMF_FRACTION = {
 }
 
 
-def _efficiency(mamf_fraction: float) -> Efficiency:
+# Measured gemm_half_dim where a GPU type has been measured (see above); 128 otherwise.
+GEMM_HALF_DIM = {"H100-SXM5-80GB": 240.0, "H200-SXM-141GB": 240.0}
+TILE_HALF_DIM = 128.0
+
+
+def _efficiency(mamf_fraction: float, gemm_half_dim: float = TILE_HALF_DIM) -> Efficiency:
     return Efficiency(
         gemm_eff_max=mamf_fraction * SUSTAINED_CLOCK,
-        gemm_half_dim=128.0,
+        gemm_half_dim=gemm_half_dim,
         hbm_eff=STREAM_HBM_FRACTION * SUSTAINED_CLOCK,
         link_eff=0.8,
         scaleup_latency_s=5e-6,
@@ -123,7 +133,9 @@ def _efficiency(mamf_fraction: float) -> Efficiency:
 
 
 _DEFAULT_EFF = _efficiency(792.1 / 989.4)
-EFFICIENCY: dict[str, Efficiency] = {name: _efficiency(f) for name, f in MAMF_FRACTION.items()}
+EFFICIENCY: dict[str, Efficiency] = {
+    name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
+}
 
 # Short names users type, mapped to the CSV's names.
 GPU_ALIASES = {

@@ -134,7 +134,9 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         mats = model.mlp_matrices
         gemm = (_gemm(gpu, peak, T, (h + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, h / tp)
                 + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
-        attn = 4 * b * sc * s * h / tp / (peak * _util(gpu, sc, s, h / a))
+        half = K.ATTN_HALF_DIM
+        attn = 4 * b * sc * s * h / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
+                                          * ((h / a) / (h / a + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
         elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
         tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)

@@ -1,0 +1,94 @@
+"""Measure bf16 matrix-product speed on a real GPU, for calibrating the efficiency model.
+
+Runs where PyTorch and a CUDA GPU are (not in CI): for every (M, N, K) in the shape list it
+times ``a @ b`` with a: (M, K), b: (K, N) in bf16 on random normal data, by CUDA events over
+``--iters`` batches of back-to-back products (about 2 ms each) after ``--warmup`` products, and writes one CSV row per shape with the
+median time and achieved TFLOP/s. Also times a large device-to-device copy (HBM B/s).
+
+    python3 benchmarks/gpu_gemm_sweep.py --out gemm.csv
+
+The shapes: square sides 256 .. 16384; and the four GEMMs of a transformer layer (QKV,
+attention projection, MLP up, MLP down) for GPT-3 175B (h 12288, f 4h) and Llama-3 70B (h 8192,
+f 28672, 8 KV heads of 128) at tp 1, 2, 4, 8 and tokens per micro-batch 2048, 4096, 8192.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+
+
+def shapes() -> list[tuple[str, int, int, int]]:
+    out = [(f"square-{n}", n, n, n) for n in (256, 512, 1024, 2048, 4096, 8192, 16384)]
+    out += [(f"thin-K{k}", 8192, 8192, k) for k in (64, 128, 256, 512, 1024, 2048)]
+    out += [(f"thin-M{m}", m, 8192, 8192) for m in (64, 128, 256, 512, 1024, 2048)]
+    models = {"gpt3": (12288, 4 * 12288, 12288, 1), "llama70": (8192, 28672, 1024, 2)}
+    for name, (h, f, hkv2, mats_extra) in models.items():
+        for t in (1, 2, 4, 8):
+            for T in (2048, 4096, 8192):
+                qkv_n = (h + 2 * (hkv2 if name == "llama70" else h)) // t
+                out += [
+                    (f"{name}-qkv-t{t}-T{T}", T, qkv_n, h),
+                    (f"{name}-proj-t{t}-T{T}", T, h, h // t),
+                    (f"{name}-up-t{t}-T{T}", T, mats_extra * f // t, h),
+                    (f"{name}-down-t{t}-T{T}", T, h, f // t),
+                ]
+    return out
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    rows = []
+    for label, M, N, K in shapes():
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+        for _ in range(args.warmup):
+            a @ b
+        # Back-to-back products between two events, enough of them to fill about 2 ms, so
+        # that launch latency hides behind the queue (a single small product would time the
+        # launch, not the kernel).
+        reps = max(1, min(1000, int(2e-3 / (2 * M * N * K / 700e12))))
+        times = []
+        for _ in range(args.iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(reps):
+                a @ b
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3 / reps)
+        t = statistics.median(times)
+        rows.append({"label": label, "M": M, "N": N, "K": K, "time_s": t, "tflops": 2 * M * N * K / t / 1e12})
+        print(f"{label:24s} {M:6d} {N:6d} {K:6d} {t * 1e6:10.1f} us {rows[-1]['tflops']:7.1f} TFLOP/s", flush=True)
+    n = 1 << 30  # 2 GiB copy: bytes read + written
+    x = torch.empty(n, dtype=torch.uint8, device=dev)
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(10):
+        y.copy_(x)
+    e.record()
+    e.synchronize()
+    copy_Bps = 2 * n * 10 / (s.elapsed_time(e) / 1e3)
+    print(f"device copy: {copy_Bps / 1e12:.2f} TB/s (read + write)")
+    with open(args.out, "w", newline="") as fh:
+        fh.write(f"# {props.name}, torch {torch.__version__}, bf16, median over {args.iters} batches of "
+                 f"back-to-back products (about 2 ms each) after {args.warmup} warm-up products, CUDA events; device copy {copy_Bps:.4g} B/s read+write\n")
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
