@@ -92,7 +92,8 @@ def main(argv=None) -> int:
         return 0
     for r in res:
         if r.get("moves"):
-            print(f"{r['space']} moves: size {r['size']:.3e}; Space.valid on proposals {r['valid_checks_per_s']:,.0f}/s "
+            print(f"{r['space']} moves: size {r['size']:.3e}; "
+                  f"Space.valid on proposals {r['valid_checks_per_s']:,.0f}/s "
                   f"({100 * r['valid_fraction_of_moves']:.1f}% of moves valid)")
             continue
         print(f"{r['space']}: {r['size']:,} points, {r['valid']:,} valid; {r['candidates']:,} candidates in "

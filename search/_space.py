@@ -165,7 +165,8 @@ class Space:
     :func:`partition_space` (or the keyword-only constructor with ready Dims)."""
 
     __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
-                 "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks", "_stage")
+                 "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
+                 "_stage")
 
     def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True):
         dims = tuple(sorted(dims, key=_order_key))

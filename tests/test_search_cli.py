@@ -13,8 +13,8 @@ import pytest
 
 from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
 from search import exact_space
-from sweep.cli import build_parser, main
 from sweep._space_args import space_from_args
+from sweep.cli import build_parser, main
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")

@@ -7,10 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from costmodel import InputError, cluster_preset, evaluate, make_cluster, model_preset
-from costmodel import Transformer
+from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
 from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
-from tests.searcher_contract import SearcherContract, columns_equal, within_space
+from tests.searcher_contract import SearcherContract, columns_equal
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
