@@ -38,6 +38,18 @@ def test_flags_set_choices_and_the_rest_keep_the_named_space():
     assert [x.name for x in p.dims if x.base == "stage_shift"] == ["stage_shift.0", "stage_shift.1", "stage_shift.2"]
 
 
+def test_fixed_space_varies_only_the_flags():
+    mlp, c = model_preset("seed000-mlp"), cluster_preset("seed000-16")
+    args = build_parser().parse_args(["search", "grid", "--space", "fixed", "--global-batch", "8192", "--dp",
+                                      "1,2,4,8,16", "--tp", "1,2,4,8,16", "--pp", "1,2,4,8,16", "--microbatches",
+                                      "1,2,4,8"])
+    s = space_from_args(args, mlp, c)
+    assert [d.name for d in s.dims] == ["dp", "tp", "pp", "microbatches"]
+    t = s.rows(0, s.size)[1]
+    assert len(t) == 15 * 4  # (dp, tp, pp) with product 16, each with 4 counts
+    assert set(t["micro_batch"].tolist()) == {8192 // (d * m) for d in (1, 2, 4, 8, 16) for m in (1, 2, 4, 8)}
+
+
 @pytest.mark.parametrize("argv,flag", [
     (["--tp", "2,x"], "--tp"),
     (["--tp", "0"], "--tp"),
