@@ -440,6 +440,55 @@ class Space:
         cols, sl, sr, _ = self._columns(digits)
         return self._table_from(cols, sl, sr)
 
+    def digits_from_table(self, table: StrategyTable) -> np.ndarray:
+        """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
+        of the space (a value outside the choices, a fixed column or derived dp that differs,
+        stage layers no boundary shifts give) is all -1, which valid() rejects."""
+        n, D = len(table), len(self.dims)
+        digits = np.zeros((n, D), dtype=np.int64)
+        ok = np.ones(n, dtype=bool)
+        B, dp, b = table["global_batch"], table["dp"], table["micro_batch"]
+        pp = table["pp"]
+        S, L = (self.max_stages, self.model.layers) if self._stage is not None else (0, 0)
+        for k, d in enumerate(self.dims):
+            if d.base == SHIFT:
+                if table.stage_layers is None:
+                    ok &= False
+                    continue
+                j = d.stage
+                pos = np.cumsum(table.stage_layers[:, : j + 1], axis=1)[:, -1] if j < table.stage_layers.shape[1] \
+                    else np.full(n, L)
+                uniform = ((j + 1) * L * 2 + pp) // (2 * pp)
+                value = np.where(j < pp - 1, pos - uniform, 0)
+            elif d.base == STAGE_RECOMPUTE:
+                j = d.stage
+                src = table.stage_recompute if table.stage_recompute is not None else table["recompute"][:, None]
+                col = src[:, min(j, src.shape[1] - 1)] if table.stage_recompute is not None else src[:, 0]
+                value = np.where(j < pp, col, self._values[k][0])
+            elif d.base == "microbatches":
+                value = B // np.maximum(dp * b, 1)
+            else:
+                value = table[d.name]
+            vals = self._values[k]
+            match = np.asarray(value)[:, None] == vals[None, :]  # (N, C)
+            ok &= match.any(axis=1)
+            digits[:, k] = np.argmax(match, axis=1)
+        again = self.table(digits)
+        for name in COLUMNS:
+            ok &= again[name] == table[name]
+        if self._stage is not None:
+            active = np.arange(S)[None, :] < pp[:, None]
+            for attr in ("stage_layers", "stage_recompute"):
+                mine, theirs = getattr(again, attr), getattr(table, attr)
+                if theirs is None:
+                    theirs = (np.where(active, (L // pp)[:, None], 0) if attr == "stage_layers"
+                              else np.broadcast_to(table["recompute"][:, None], (n, S)))
+                w = min(S, theirs.shape[1])
+                ok &= np.all(~active[:, :w] | (mine[:, :w] == theirs[:, :w]), axis=1)
+                ok &= np.all(active[:, w:] == 0, axis=1) if w < S else True
+        digits[~ok] = -1
+        return digits
+
     def _digits_arg(self, digits) -> np.ndarray:
         digits = np.asarray(digits, dtype=np.int64)
         if digits.ndim == 1:

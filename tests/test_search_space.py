@@ -221,6 +221,22 @@ def test_start_points():
     assert set(psp) == {"data_parallel", "megatron"}
 
 
+def test_digits_from_table_inverts_table():
+    for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
+        d = space.random_digits(np.random.default_rng(3), 500)
+        np.testing.assert_array_equal(space.digits_from_table(space.table(d)), d)
+    space = exact_space(GPT3, H100, 1536)
+    from costmodel import StrategyTable
+    outside = StrategyTable.from_columns(dp=[128, 64, 128], tp=[8, 8, 8], pp=[1, 2, 1], micro_batch=[1, 1, 5],
+                                         global_batch=1536, recompute="full")
+    # rows 0 and 1 are points (128 * 8 * 1 = 64 * 8 * 2 = 1024 GPUs); row 2 has micro_batch 5,
+    # not a choice
+    got = space.digits_from_table(outside)
+    assert space.valid(got).tolist() == [True, True, False]
+    wrong_dp = StrategyTable.from_columns(dp=[32], tp=[8], pp=[1], global_batch=1536)
+    assert not space.valid(space.digits_from_table(wrong_dp))[0]
+
+
 def test_json_round_trip():
     for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
         again = Space.from_json(space.to_json(), GPT3, H100)
