@@ -556,8 +556,11 @@ class Space:
             return np.empty(0, dtype=np.int64)
         lut = self._lookup_table()
         if lut is None:
-            idx = np.arange(start, stop, dtype=np.int64)
-            return idx[self.valid(self.digits_of(idx))]
+            parts = []
+            for lo in range(start, stop, SCAN_CHUNK):
+                idx = np.arange(lo, min(lo + SCAN_CHUNK, stop), dtype=np.int64)
+                parts.append(idx[self.valid_direct(self.digits_of(idx))])
+            return np.concatenate(parts)
         F = self._free_size
         b0, b1 = start // F, (stop - 1) // F + 1
         blocks = np.flatnonzero(lut[b0:b1]) + b0  # valid blocks touching the range

@@ -302,3 +302,19 @@ def test_grid_covers_range_in_chunks():
         g.tell(t, evaluate(GPT3, H100, t))
     np.testing.assert_array_equal(np.concatenate(seen), space.rows(100, 30_000)[0])
     assert g.done
+
+
+def test_rows_without_lookup_table(monkeypatch):
+    import search._space as sp
+
+    space = small_space()
+    expected = space.rows(0, space.size)
+    monkeypatch.setattr(sp, "LOOKUP_MAX_ENTRIES", 10)
+    monkeypatch.setattr(sp, "SCAN_CHUNK", 1000)
+    plain = small_space()
+    assert plain._lookup_table() is None
+    idx, t = plain.rows(0, plain.size)
+    np.testing.assert_array_equal(idx, expected[0])
+    assert columns_equal(t, expected[1])
+    d = plain.random_digits(np.random.default_rng(0), 200)
+    assert np.all(plain.valid(d)) and np.all(space.valid(d))
