@@ -217,8 +217,14 @@ def test_start_points():
     smaller = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[mg["pp"] // 2],
                                  recompute=["selective"], sequence_parallel=[True], zero_stage=[1])
     assert not evaluate(GPT3, H100, smaller.rows(0, smaller.size)[1])["feasible"][0]
-    psp = partition_space(GPT3, H100, 1536).start_points()
+    part = partition_space(GPT3, H100, 1536)
+    psp = part.start_points()
     assert set(psp) == {"data_parallel", "megatron"}
+    assert np.all(part.valid(np.stack(list(psp.values()))))
+    pm = part.table(psp["megatron"]).row(0)
+    # uniform stages (pp divides 96), selective recompute on every stage in use
+    assert pm["stage_layers"] == [96 // pm["pp"]] * pm["pp"]
+    assert pm["stage_recompute"] == ["selective"] * pm["pp"]
 
 
 def test_digits_from_table_inverts_table():
