@@ -42,7 +42,7 @@ from search._memo import Memo, keys_from_plain, keys_to_plain, match_rows, point
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
-DEFAULT_CHAINS = 16
+DEFAULT_CHAINS = 8
 DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
 DEFAULT_RESET_EVERY = 50
 DEFAULT_JUMP = 0.0
