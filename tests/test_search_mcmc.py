@@ -160,3 +160,13 @@ def test_partition_mcmc_beats_best_uniform_partition():
     assert bm["tokens_per_s"][0] > 1.05 * best_uniform
     row = bt.row(0)
     assert len(set(row["stage_layers"])) > 1 and sum(row["stage_layers"]) == 80
+
+
+def test_stale_chains_restart(exact):
+    # restart_after = 3: no chain goes 3 steps without improving its own best.
+    s = MCMCSearcher(exact, seed=8, chains=8, beta=1e12, reset_every=0, restart_after=3)
+    for _ in range(12):
+        _drive(s, exact, 1)
+        assert np.all(s.state_dict()["stale"] < 3)
+    with pytest.raises(InputError, match="jump"):
+        MCMCSearcher(exact, seed=0, jump=2.0)
