@@ -170,3 +170,5 @@ def test_stale_chains_restart(exact):
         assert np.all(s.state_dict()["stale"] < 3)
     with pytest.raises(InputError, match="jump"):
         MCMCSearcher(exact, seed=0, jump=2.0)
+    with pytest.raises(InputError, match="double"):
+        MCMCSearcher(exact, seed=0, double=-0.5)
