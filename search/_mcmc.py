@@ -86,7 +86,8 @@ class MCMCSearcher(Searcher):
 
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
-                 jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE, starts: Sequence[str] = DEFAULT_STARTS) -> None:
+                 jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
+                 starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
         if not np.isfinite(beta) or beta < 0:
