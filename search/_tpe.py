@@ -1,11 +1,13 @@
 """Optuna's TPE sampler over a Space, through ask and tell, with the study in a journal file.
 
-Parameters. Where the space's valid points can be listed (at most CONDITIONAL_MAX_POINTS),
-the parameters are conditional (define-by-run): dimension by dimension, in the space's digit
-order, a parameter chooses among the digits that some valid point agreeing with the choices so
-far takes; its name carries that allowed set ("vpp|1,2,3,4" after "schedule" chose interleaved,
-none at all when one digit is left), so every trial is a valid point and one name always has
-one distribution. Per-stage dimensions (partition spaces) follow: one parameter each, over all
+Parameters. Where the combinations of the non-stage dimensions can be listed (at most
+CONDITIONAL_MAX_POINTS), every trial is mapped to a valid point, dimension by dimension in the
+space's digit order: the parameter (named as the dimension, over all its digits) is sampled,
+and the digit used is the allowed digit nearest to it, allowed meaning that some valid point
+agrees with it and with the digits fixed so far (no parameter when one digit is allowed). The
+map is fixed, so TPE learns the objective as a function of its own parameters; a first
+version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
+history of one dimension over many names and searched worse than random. Per-stage dimensions (partition spaces) follow: one parameter each, over all
 its digits, for the stages the chosen pp uses. Where the non-stage combinations are too many to
 list: one parameter per dimension over all its digits, and combinations outside the space are
 told as constraint violations (below). Distributions: an IntDistribution over the
@@ -222,23 +224,13 @@ class TPESearcher(Searcher):
         """The trial parameters that make _walk return ``digits``."""
         if self._valid is None:
             return {name: int(digits[k]) for k, name in enumerate(self._names)}
-        index = {name: k for k, name in enumerate(self._names)}
         params: dict = {}
 
-        def pick_int(pname, lo, hi):
-            k = index[pname.split("|")[0]]
-            if "|" in pname:
-                allowed = [int(x) for x in pname.split("|")[1].split(",")]
-                params[pname] = allowed.index(int(digits[k]))
-            else:
-                params[pname] = int(digits[k])
+        def record(pname, *_):
+            params[pname] = int(digits[self._names.index(pname)])
             return params[pname]
 
-        def pick_cat(pname, choices):
-            params[pname] = int(digits[index[pname.split("|")[0]]])
-            return params[pname]
-
-        self._walk(pick_int, pick_cat)
+        self._walk(record, record)
         return params
 
     def _pending_digits(self) -> np.ndarray:
@@ -286,11 +278,13 @@ class TPESearcher(Searcher):
             if allowed.size == 1:
                 digit = int(allowed[0])
             else:
-                pname = f"{name}|{','.join(map(str, allowed.tolist()))}"
                 if isinstance(dist, IntDistribution):
-                    digit = int(allowed[suggest_int(pname, 0, allowed.size - 1)])
+                    want = int(suggest_int(name, dist.low, dist.high))
                 else:
-                    digit = int(suggest_categorical(pname, allowed.tolist()))
+                    want = int(suggest_categorical(name, list(dist.choices)))
+                # The nearest allowed digit (the lower one on a tie): a fixed map from the
+                # sampled parameter to a valid point.
+                digit = int(allowed[np.argmin(np.abs(allowed - want))])
             out[k] = digit
             rows = rows[rows[:, k] == digit]
         if self._stage_dims:
@@ -309,7 +303,7 @@ class TPESearcher(Searcher):
         """(D,) digits of a trial's parameters (either parametrisation)."""
         if self._valid is None:
             return np.array([params[name] for name in self._names], dtype=np.int64)
-        return self._walk(lambda n, lo, hi: params[n], lambda n, ch: params[n])
+        return self._walk(lambda n, *_: params[n], lambda n, *_: params[n])
 
     # -- reading -----------------------------------------------------------------------------
     @property
