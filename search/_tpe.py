@@ -7,13 +7,13 @@ and the digit used is the allowed digit nearest to it, allowed meaning that some
 agrees with it and with the digits fixed so far (no parameter when one digit is allowed). The
 map is fixed, so TPE learns the objective as a function of its own parameters; a first
 version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
-history of one dimension over many names and searched worse than random. Per-stage dimensions (partition spaces) follow: one parameter each, over all
-its digits, for the stages the chosen pp uses. Where the non-stage combinations are too many to
-list: one parameter per dimension over all its digits, and combinations outside the space are
-told as constraint violations (below). Distributions: an IntDistribution over the
-position in the allowed digits for dimensions whose choices are increasing numbers (tp, pp,
-micro-batch, vpp, ZeRO stage, boundary shifts: the Parzen kernels use their order), a
-CategoricalDistribution over the digits otherwise (schedule, recompute, booleans).
+history of one dimension over many names and searched worse than random. Per-stage
+dimensions (partition spaces) follow: one parameter each, over all its digits, for the stages
+the chosen pp uses. Where the non-stage combinations are too many to list: one parameter per
+dimension over all its digits, and combinations outside the space are told as constraint
+violations (below). Distributions: an IntDistribution over the digit for dimensions whose
+choices are increasing numbers (tp, pp, micro-batch, vpp, ZeRO stage, boundary shifts: the
+Parzen kernels use their order), a CategoricalDistribution over the digits otherwise (schedule, recompute, booleans).
 
 Objective: maximise tokens_per_s. Constraints (Optuna 5: Trial.set_constraint; a trial is
 feasible when every value is <= 0, and TPE ranks infeasible trials by their total violation,
@@ -21,9 +21,8 @@ Optuna's c-TPE handling):
     "memory"  mem_total / HBM - 1   (> 0 exactly for out-of-memory rows)
     "model"   1 for rows the cost model rejects for any other reason, else 0
     "space"   1 for digit combinations outside the Space (Space.valid false), else 0
-Combinations outside the space are not evaluated: the trial is told at once with value 0 and
-"space" = 1, so TPE learns to avoid them (no repair: the sampled parameters are exactly the
-strategy evaluated). Points already evaluated are told from a memo, not asked again; after
+Combinations outside the space (only where parameters are not mapped, above) are not
+evaluated: the trial is told at once with value 0 and "space" = 1, so TPE learns to avoid them. Points already evaluated are told from a memo, not asked again; after
 SATURATED_DRAWS draws in a row that bring nothing new (TPE has converged on evaluated points),
 the next trial is a random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that
 TPE records it like any other trial.
