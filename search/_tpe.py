@@ -23,9 +23,10 @@ Optuna's c-TPE handling):
     "space"   1 for digit combinations outside the Space (Space.valid false), else 0
 Combinations outside the space (only where parameters are not mapped, above) are not
 evaluated: the trial is told at once with value 0 and "space" = 1, so TPE learns to avoid them.
-Points already evaluated are told from a memo, not asked again; after SATURATED_DRAWS draws in a row that bring nothing new (TPE has converged on evaluated points),
-the next trial is a random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that
-TPE records it like any other trial.
+Points already evaluated are told from a memo, not asked again; after SATURATED_DRAWS draws
+in a row that bring nothing new (TPE has converged on evaluated points), the next trial is a
+random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that TPE records it
+like any other trial.
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
 when the batch starts), and a batch is the stream of trials until n distinct new valid
