@@ -77,7 +77,8 @@ class TPESearcher(Searcher):
 
     Every TPESampler argument is set explicitly (Optuna 5.0 defaults noted): n_startup_trials,
     n_ei_candidates (24), seed, multivariate (None: True for one objective; set True), group
-    (False: on the exact space group=True was slower per trial, about 4x, and not better),
+    (False: with the first parametrisation group=True was about 4x slower per trial on the
+    exact space and not better; not measured again since),
     constant_liar (True: running
     trials of a batch count as bad so the batch spreads out). Arguments deprecated in Optuna
     4.x-5.0 (consider_prior, prior_weight, consider_magic_clip, consider_endpoints, gamma,
