@@ -1,0 +1,346 @@
+"""Optuna's TPE sampler over a Space, through ask and tell, with the study in a journal file.
+
+Parameters. Where the combinations of the non-stage dimensions can be listed (at most
+CONDITIONAL_MAX_POINTS), every trial is mapped to a valid point, dimension by dimension in the
+space's digit order: the parameter (named as the dimension, over all its digits) is sampled,
+and the digit used is the allowed digit nearest to it, allowed meaning that some valid point
+agrees with it and with the digits fixed so far (no parameter when one digit is allowed). The
+map is fixed, so TPE learns the objective as a function of its own parameters; a first
+version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
+history of one dimension over many names and searched worse than random. Per-stage
+dimensions (partition spaces) follow: one parameter each, over all its digits, for the stages
+the chosen pp uses. Where the non-stage combinations are too many to list: one parameter per
+dimension over all its digits, and combinations outside the space are told as constraint
+violations (below). Distributions: an IntDistribution over the digit for dimensions whose
+choices are increasing numbers (tp, pp, micro-batch, vpp, ZeRO stage, boundary shifts: the
+Parzen kernels use their order), a CategoricalDistribution over the digits otherwise (schedule, recompute, booleans).
+
+Objective: maximise tokens_per_s. Constraints (Optuna 5: Trial.set_constraint; a trial is
+feasible when every value is <= 0, and TPE ranks infeasible trials by their total violation,
+Optuna's c-TPE handling):
+    "memory"  mem_total / HBM - 1   (> 0 exactly for out-of-memory rows)
+    "model"   1 for rows the cost model rejects for any other reason, else 0
+    "space"   1 for digit combinations outside the Space (Space.valid false), else 0
+Combinations outside the space (only where parameters are not mapped, above) are not
+evaluated: the trial is told at once with value 0 and "space" = 1, so TPE learns to avoid them.
+Points already evaluated are told from a memo, not asked again; after SATURATED_DRAWS draws
+in a row that bring nothing new (TPE has converged on evaluated points), the next trial is a
+random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that TPE records it
+like any other trial.
+
+Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
+when the batch starts), and a batch is the stream of trials until n distinct new valid
+points are found (or MAX_DRAWS_PER_POINT * n draws), so ask(n) is a function of the study's
+history. Resume: a TPESearcher on the same journal file (``storage``) continues the study;
+trials left running by an interrupted run are the pending batch, asked again. Without a
+storage file, a fresh searcher told the recorded batches in order rebuilds the same study.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from costmodel import InputError, Metrics, StrategyTable
+from search._base import Searcher
+from search._memo import Memo, match_rows, point_keys, row_costs, row_keys, stage_width
+
+DEFAULT_N_STARTUP_TRIALS = 20
+# Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
+DEFAULT_N_EI_CANDIDATES = 24
+DEFAULT_STUDY_NAME = "plansweep-tpe"
+# Draws allowed per asked point (invalid or already-known draws are not asked).
+MAX_DRAWS_PER_POINT = 50
+# Spaces with at most this many valid points use conditional parameters (module docstring).
+CONDITIONAL_MAX_POINTS = 2_000_000
+SEED_MODULUS = 2**32
+# Draws in a row that bring no new point (TPE has converged on evaluated points) before the
+# next trial is a random new valid point instead.
+SATURATED_DRAWS = 4
+EXPLORE_STREAM = 7
+_CONSTRAINTS = ("memory", "model", "space")
+
+
+def _batch_seed(seed: int, trials: int) -> int:
+    """Seed of the sampler for the batch starting after ``trials`` trials."""
+    return int(np.random.default_rng([seed, trials]).integers(SEED_MODULUS))
+
+
+class TPESearcher(Searcher):
+    """Tree-structured Parzen estimator search (Bergstra et al. 2011; Optuna's TPESampler,
+    multivariate, Falkner et al. 2018) over a Space; see the module docstring.
+
+    Every TPESampler argument is set explicitly (Optuna 5.0 defaults noted): n_startup_trials,
+    n_ei_candidates (24), seed, multivariate (None: True for one objective; set True), group
+    (False: with the first parametrisation group=True was about 4x slower per trial on the
+    exact space and not better; not measured again since),
+    constant_liar (True: running
+    trials of a batch count as bad so the batch spreads out). Arguments deprecated in Optuna
+    4.x-5.0 (consider_prior, prior_weight, consider_magic_clip, consider_endpoints, gamma,
+    weights, warn_independent_sampling, constraints_func) are left at None, which means their
+    documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
+    constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
+    """
+
+    def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
+                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+                 n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
+                 group: bool = False, constant_liar: bool = True) -> None:
+        if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
+            raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
+        if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
+            raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.seed = int(seed)
+        self.study_name = study_name
+        self.storage = None if storage is None else os.fspath(storage)
+        self._sampler_args = dict(n_startup_trials=int(n_startup_trials), n_ei_candidates=int(n_ei_candidates),
+                                  multivariate=bool(multivariate), group=bool(group),
+                                  constant_liar=bool(constant_liar))
+        self._hbm_bytes = float(space.cluster.gpu.hbm_bytes)
+        self._width = stage_width(space)
+        self._names = [d.name for d in space.dims]
+        self._dists = {d.name: _distribution(d.choices) for d in space.dims}
+        # Conditional parameters over the valid combinations of the non-stage dimensions where
+        # they can be listed (module docstring); per-stage dimensions come after them.
+        self._core = [k for k, d in enumerate(space.dims) if "." not in d.name]
+        self._stage_dims = [k for k, d in enumerate(space.dims) if "." in d.name]
+        self._canonical = space.canonical_digits(1)[0]
+        self._valid = _core_valid(space, self._core, self._canonical)
+        if self.storage is None:
+            backend = optuna.storages.InMemoryStorage()
+        else:
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            if os.path.dirname(self.storage) and not os.path.isdir(os.path.dirname(self.storage)):
+                raise InputError("storage", "a file in an existing directory", self.storage)
+            backend = JournalStorage(JournalFileBackend(self.storage))
+        self.study = optuna.create_study(storage=backend, study_name=study_name, direction="maximize",
+                                         sampler=self._sampler(0), load_if_exists=True)
+        self._memo = Memo()
+        self._pending: list = []  # trials asked and not told, in order
+        self._pending_keys = np.zeros(0, dtype=np.int64)
+        self._rebuild_from_study()
+
+    # -- the contract ------------------------------------------------------------------------
+    def ask(self, n: int) -> StrategyTable:
+        if not isinstance(n, (int, np.integer)) or n < 0:
+            raise InputError("n", "an integer >= 0", n)
+        if not self._pending and n > 0:
+            self._new_batch(int(n))
+        digits = self._pending_digits()[: int(n)]
+        return self.space.table(digits)
+
+    def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if not self._pending and len(table):
+            # Replay on a fresh searcher: draw the batch this table came from.
+            self._new_batch(len(table))
+        if not self._pending:
+            return
+        cost, excess = row_costs(metrics, self._hbm_bytes)
+        asked = self.space.table(self._pending_digits())
+        pos = match_rows(row_keys(table, self.space.model.layers, self._width),
+                         row_keys(asked, self.space.model.layers, self._width))
+        hit = pos >= 0
+        keys = self._pending_keys[pos[hit]]
+        vals = np.stack([cost[hit], excess[hit]], axis=1)
+        self._memo.add(keys, vals)
+        for trial, key in zip(self._pending, self._pending_keys, strict=True):
+            found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))
+            if found[0]:
+                self._tell_known(trial, v[0])
+            else:  # asked but not told: this point was not evaluated
+                self.study.tell(trial, state=TrialState.FAIL)
+        self._pending = []
+        self._pending_keys = self._pending_keys[:0]
+
+    # -- batches -----------------------------------------------------------------------------
+    def _sampler(self, trials: int) -> optuna.samplers.TPESampler:
+        with warnings.catch_warnings():
+            # group=True is experimental in Optuna 5 and says so once per sampler.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials), **self._sampler_args)
+
+    def _new_batch(self, n: int) -> None:
+        """Draw trials until n distinct valid points not evaluated yet are pending (or the draw
+        limit is reached: a replayed batch then ends at its last asked point, so a batch cut
+        short by the limit replays with fewer trials)."""
+        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        pending, keys_seen = [], []
+        known_run = 0  # draws in a row that brought nothing new
+        rng = np.random.default_rng([self.seed, len(self.study.get_trials(deepcopy=False)), EXPLORE_STREAM])
+        distinct: set[bytes] = set()
+        for _ in range(MAX_DRAWS_PER_POINT * n):
+            if len(distinct) >= n:
+                break
+            if known_run >= SATURATED_DRAWS:
+                # TPE keeps proposing points already evaluated: the next trial is a random valid
+                # point not evaluated yet (enqueued, so TPE records and learns from it).
+                self._enqueue_random(rng)
+                known_run = 0
+            if self._valid is not None:
+                trial = self.study.ask()
+                digits = self._walk(trial.suggest_int, trial.suggest_categorical)[None, :]
+            else:
+                trial = self.study.ask(self._dists)
+                digits = np.array([[trial.params[name] for name in self._names]], dtype=np.int64)
+            if not self.space.valid(digits)[0]:
+                for name in _CONSTRAINTS:
+                    trial.set_constraint(name, 1.0 if name == "space" else 0.0)
+                self.study.tell(trial, 0.0)
+                known_run += 1
+                continue
+            key = point_keys(self.space, digits)
+            found, v = self._memo.lookup(key)
+            if found[0]:
+                self._tell_known(trial, v[0])
+                known_run += 1
+                continue
+            known_run = 0
+            # A point drawn twice in one batch is asked once; both trials get its result.
+            distinct.add(key[:1].tobytes())
+            pending.append(trial)
+            keys_seen.append(key[0])
+        self._pending = pending
+        self._pending_keys = np.asarray(keys_seen) if keys_seen else np.zeros(0, dtype=np.int64)
+
+    def _enqueue_random(self, rng: np.random.Generator) -> None:
+        """Enqueue a uniformly random valid point that has not been evaluated (if one is found
+        in a few draws)."""
+        for _ in range(8):
+            digits = self.space.random_digits(rng, 16)
+            found, _ = self._memo.lookup(point_keys(self.space, digits))
+            fresh = np.flatnonzero(~found)
+            if fresh.size:
+                self.study.enqueue_trial(self._params_of(digits[fresh[0]]), skip_if_exists=False)
+                return
+
+    def _params_of(self, digits: np.ndarray) -> dict:
+        """The trial parameters that make _walk return ``digits``."""
+        if self._valid is None:
+            return {name: int(digits[k]) for k, name in enumerate(self._names)}
+        params: dict = {}
+
+        def record(pname, *_):
+            params[pname] = int(digits[self._names.index(pname)])
+            return params[pname]
+
+        self._walk(record, record)
+        return params
+
+    def _pending_digits(self) -> np.ndarray:
+        """Digits of the distinct pending points, in the order they were drawn."""
+        if not self._pending:
+            return np.zeros((0, len(self._names)), dtype=np.int64)
+        _, first = np.unique(self._pending_keys, return_index=True)
+        first = np.sort(first)
+        return np.stack([self._digits(self._pending[i].params) for i in first])
+
+    def _tell_known(self, trial, value: np.ndarray) -> None:
+        cost, excess = float(value[0]), float(value[1])
+        feasible = np.isfinite(cost)
+        trial.set_constraint("memory", (excess - 1.0) if (not feasible and np.isfinite(excess)) else -1.0)
+        trial.set_constraint("model", 0.0 if feasible or np.isfinite(excess) else 1.0)
+        trial.set_constraint("space", 0.0)
+        self.study.tell(trial, 1.0 / cost if feasible else 0.0)
+
+    def _rebuild_from_study(self) -> None:
+        """Memo from the study's finished trials; running trials become the pending batch."""
+        trials = self.study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.constraints.get("space", 0.0) <= 0
+                and (self._valid is not None or t.params.keys() == self._dists.keys())]
+        if done:
+            digits = np.stack([self._digits(t.params) for t in done])
+            vals = np.array([_value_of(t) for t in done])
+            self._memo.add(point_keys(self.space, digits), vals)
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        if running:
+            self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
+            digits = np.stack([self._digits(t.params) for t in running])
+            self._pending_keys = point_keys(self.space, digits)
+
+    def _walk(self, suggest_int, suggest_categorical) -> np.ndarray:
+        """Digits chosen dimension by dimension among the valid points agreeing with the digits
+        chosen so far: dimension k's parameter is named "name|allowed digits" (its distribution
+        never changes under one name) and is skipped when one digit is allowed. Per-stage
+        dimensions follow, one parameter each for the stages the chosen pp uses (the others
+        keep their canonical digit)."""
+        rows = self._valid
+        out = self._canonical.copy()
+        for k in self._core:
+            name, dist = self._names[k], self._dists[self._names[k]]
+            allowed = np.unique(rows[:, k])
+            if allowed.size == 1:
+                digit = int(allowed[0])
+            else:
+                if isinstance(dist, IntDistribution):
+                    want = int(suggest_int(name, dist.low, dist.high))
+                else:
+                    want = int(suggest_categorical(name, list(dist.choices)))
+                # The nearest allowed digit (the lower one on a tie): a fixed map from the
+                # sampled parameter to a valid point.
+                digit = int(allowed[np.argmin(np.abs(allowed - want))])
+            out[k] = digit
+            rows = rows[rows[:, k] == digit]
+        if self._stage_dims:
+            pp = int(self.space.table(out[None, :])["pp"][0])
+            for k in self._stage_dims:
+                d = self.space.dims[k]
+                if d.stage < (pp - 1 if d.base == "stage_shift" else pp):
+                    dist = self._dists[d.name]
+                    if isinstance(dist, IntDistribution):
+                        out[k] = suggest_int(d.name, dist.low, dist.high)
+                    else:
+                        out[k] = suggest_categorical(d.name, list(dist.choices))
+        return out
+
+    def _digits(self, params: dict) -> np.ndarray:
+        """(D,) digits of a trial's parameters (either parametrisation)."""
+        if self._valid is None:
+            return np.array([params[name] for name in self._names], dtype=np.int64)
+        return self._walk(lambda n, *_: params[n], lambda n, *_: params[n])
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def trials(self) -> int:
+        """Trials in the study (including those outside the space, told without evaluation)."""
+        return len(self.study.get_trials(deepcopy=False))
+
+
+def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | None:
+    """(V, D) valid digits over the non-stage dimensions (per-stage digits canonical), or None
+    when their combinations number more than CONDITIONAL_MAX_POINTS."""
+    radices = space.radices[core]
+    total = int(np.prod(radices, dtype=object))
+    if total > CONDITIONAL_MAX_POINTS or not core:
+        return None
+    idx = np.arange(total, dtype=np.int64)
+    digits = np.broadcast_to(canonical, (total, len(canonical))).copy()
+    for j in range(len(core) - 1, -1, -1):
+        idx, digits[:, core[j]] = np.divmod(idx, radices[j])
+    valid = digits[space.valid(digits)]
+    return valid if len(valid) else None
+
+
+def _value_of(trial) -> tuple[float, float]:
+    """(cost, excess) of a finished trial, from its value and constraints (row_costs' terms)."""
+    if trial.value and trial.value > 0:
+        return 1.0 / trial.value, 0.0
+    mem = trial.constraints.get("memory", 0.0)
+    if trial.constraints.get("model", 0.0) > 0:
+        return np.inf, np.inf
+    return np.inf, mem + 1.0
+
+
+def _distribution(choices: tuple):
+    """IntDistribution over the digit of increasing numeric choices, else categorical digits."""
+    numeric = all(isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) for c in choices)
+    if numeric and len(choices) > 1 and all(a < b for a, b in zip(choices, choices[1:], strict=False)):
+        return IntDistribution(0, len(choices) - 1)
+    return CategoricalDistribution(tuple(range(len(choices))))
