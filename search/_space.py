@@ -220,6 +220,10 @@ class Space:
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
+    def __reduce__(self):
+        # Pickled (e.g. to Ray workers) as its JSON form; the lookup table is rebuilt on use.
+        return (_space_from_json, (self.to_json(), self.model, self.cluster))
+
     def __repr__(self) -> str:
         dims = ", ".join(f"{d.name}[{len(d.choices)}]" for d in self.dims)
         return f"Space({self.model.name} on {self.cluster.name}, size={self.size:,}, dims={dims})"
@@ -794,6 +798,10 @@ class Space:
 
     def __hash__(self) -> int:
         return hash((self.model.name, self.cluster.name, self.size))
+
+
+def _space_from_json(d: dict, model: Transformer, cluster: Cluster) -> Space:
+    return Space.from_json(d, model, cluster)
 
 
 # ---- named spaces -------------------------------------------------------------------------

@@ -237,11 +237,18 @@ def test_digits_from_table_inverts_table():
     assert not space.valid(space.digits_from_table(wrong_dp))[0]
 
 
-def test_json_round_trip():
+def test_json_and_pickle_round_trip():
+    import json
+    import pickle
+
     for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
-        again = Space.from_json(space.to_json(), GPT3, H100)
+        again = Space.from_json(json.loads(json.dumps(space.to_json())), GPT3, H100)
         assert again == space and again.size == space.size
         assert [d.name for d in again.dims] == [d.name for d in space.dims]
+        unpickled = pickle.loads(pickle.dumps(space))
+        assert unpickled == space
+        d = space.random_digits(np.random.default_rng(0), 50)
+        assert columns_equal(unpickled.table(d), space.table(d))
 
 
 def test_bad_options():
