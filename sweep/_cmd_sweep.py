@@ -92,10 +92,16 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
 
 def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
     """`plansweep search mcmc|tpe ... --out RUN_DIR`: the search as a resumable run."""
+    check_runtime(args)
+    rd, resumed = RunDir.create_or_resume(args.out, search_request(args, kind))
+    with rd:
+        return execute(rd, args, resumed=resumed)
+
+
+def search_request(args: argparse.Namespace, kind: str) -> dict:
+    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json)."""
     from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
     from search._tpe import DEFAULT_N_STARTUP_TRIALS
-
-    check_runtime(args)
 
     def number(name: str, flag: str, kind_of: type, default, low) -> float:
         text = getattr(args, name, None)
@@ -121,11 +127,8 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
                              args.storage)
         options["batch"] = number("batch", "--batch", int, None, 1)
         options["startup_trials"] = number("startup_trials", "--startup-trials", int, DEFAULT_N_STARTUP_TRIALS, 0)
-    request = {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
-               "options": options, "studies": build_studies(args)}
-    rd, resumed = RunDir.create_or_resume(args.out, request)
-    with rd:
-        return execute(rd, args, resumed=resumed)
+    return {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
+            "options": options, "studies": build_studies(args)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:

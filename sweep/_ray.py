@@ -71,7 +71,8 @@ def init_ray(*, workers: int | None, address: str | None) -> str:
         return f"Ray cluster at {address} ({cpus} CPUs)"
     workers = workers or os.cpu_count() or 1
     os.environ.pop("RAY_ADDRESS", None)
-    ray.init(num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
+    # address="local": always a new cluster of our own, never one that `ray start` left running.
+    ray.init(address="local", num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
     return f"embedded local Ray ({workers} workers)"
 
 

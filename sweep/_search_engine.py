@@ -272,9 +272,9 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
 
     Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1. After a
-    kill between the part and the state, the first ask on resume tells which side of the tell
-    the kill fell: the study re-asks a batch left untold (the same rows as part b), or draws the
-    next one (part b was told: it is batch b+1)."""
+    kill between the part and the state, the first ask on resume tells where the kill fell: the
+    study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
+    or draws a new batch (part b was told: this is batch b+1)."""
     info = rd.info
     opts = info["options"]
     budget, n = int(opts["budget"]), int(opts["batch"])
@@ -312,9 +312,19 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
                                  iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
                 path = os.path.join(parts, part_name(s.index, p["batches"]))
-                if check_first.pop(s.index, False) and os.path.exists(path) and not _same_rows(path, arrow):
-                    # Killed after telling batch b but before recording it: this is batch b+1.
-                    p["evaluations"] += _rows_in(path)
+                if check_first.pop(s.index, False) and os.path.exists(path):
+                    # Killed after writing part b and before recording it: is part b told?
+                    old, new = _strategy_keys(_read_strategies(path)), _strategy_keys(arrow)
+                    if new <= old:  # untold or partly told: these rows are batch b, already in part b
+                        searchers[s.index].tell(table, m)
+                        p["batches"] += 1
+                        p["evaluations"] += len(old)
+                        write_json_atomic(p, marker[s.index])
+                        bar.update(len(old), _best_of(arrow))
+                        continue
+                    if new & old:
+                        raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
+                    p["evaluations"] += len(old)  # told: this is batch b+1
                     p["batches"] += 1
                     path = os.path.join(parts, part_name(s.index, p["batches"]))
                     arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
@@ -329,20 +339,20 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         bar.close()
 
 
-def _rows_in(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).metadata.num_rows
-
-
-def _same_rows(path: str, arrow) -> bool:
-    """Does the part at ``path`` hold exactly the strategies of ``arrow``?"""
+def _read_strategies(path: str):
     import pyarrow.parquet as pq
 
     from sweep._results import STRATEGY_COLUMNS
 
-    old = pq.read_table(path, columns=list(STRATEGY_COLUMNS))
-    return old.num_rows == arrow.num_rows and old.to_pylist() == arrow.select(list(STRATEGY_COLUMNS)).to_pylist()
+    return pq.read_table(path, columns=list(STRATEGY_COLUMNS))
+
+
+def _strategy_keys(arrow) -> set[tuple]:
+    """The strategies of an Arrow table of results, as hashable rows (a few rows: one batch)."""
+    from sweep._results import STRATEGY_COLUMNS
+
+    rows = arrow.select(list(STRATEGY_COLUMNS)).to_pylist()
+    return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
 
 
 def _batch_evaluator(in_process: bool):

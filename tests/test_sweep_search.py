@@ -11,16 +11,19 @@ import time
 import numpy as np
 import pytest
 
-from tests.sweep_helpers import cli, kill_when, own_ray_processes, parts, rows, search_run, start
+from tests.sweep_helpers import cli, kill_when, own_ray_processes, parts, rows, start
 
 EXACT = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact"]
-MCMC = {"budget": 1200, "chains": 16, "beta": 20.0, "reset_every": 50, "checkpoint_every": 5}
+MCMC = ["--seed", "3", "--budget", "1200", "--chains", "16", "--checkpoint-every", "5"]
+MCMC_BUDGET = 1200
 # A 360-point space where every point is valid (TPE spends no trials outside it).
 SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--tp", "1,2,4,8", "--pp",
          "1,2,4,8,16", "--micro-batch", "1,2,4", "--recompute", "none,selective,full", "--zero-stage", "0,1"]
-TPE = {"budget": 64, "batch": 8}
-KEY = ["model", "iteration", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
+TPE = ["--seed", "5", "--budget", "64", "--batch", "8"]
+TPE_BUDGET = 64
+STRATEGY = ["model", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
        "sequence_parallel", "zero_stage"]
+KEY = ["iteration", *STRATEGY]
 
 
 def _sorted(df):
@@ -30,7 +33,7 @@ def _sorted(df):
 
 def assert_same_run(a: str, b: str) -> None:
     x, y = rows(a), rows(b)
-    assert not x.duplicated(KEY).any(), "duplicated rows"
+    assert not x.duplicated(STRATEGY).any(), "a strategy evaluated twice"
     assert len(x) == len(y)
     assert _sorted(x).equals(_sorted(y))
 
@@ -44,30 +47,28 @@ def best(run_dir: str) -> tuple:
 @pytest.fixture(scope="module")
 def mcmc_reference(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("mcmc") / "run")
-    search_run(out, "mcmc", EXACT, seed=3, **MCMC)
-    cli("resume", out, "--in-process", "--no-progress")
+    cli("search", "mcmc", *EXACT, *MCMC, "--out", out, "--in-process", "--no-progress")
     return out
 
 
 def test_mcmc_run_checkpoints_and_budget(mcmc_reference):
     df = rows(mcmc_reference)
-    assert len(df) == MCMC["budget"]  # every evaluation kept, none twice (the memo asks new points only)
+    assert len(df) == MCMC_BUDGET  # every evaluation kept, none twice (the memo asks new points only)
     assert set(df["searcher"].astype(str)) == {"mcmc"} and df["grid_index"].isna().all()
     n_parts = len(parts(os.path.join(mcmc_reference, "results", "searcher=mcmc")))
     steps = df["iteration"].nunique()
-    assert n_parts == -(-steps // MCMC["checkpoint_every"])  # a part per checkpoint of 5 steps
+    assert n_parts == -(-steps // 5)  # a part per checkpoint of 5 steps
     assert os.path.exists(os.path.join(mcmc_reference, "state", "mcmc-00.npz"))
     # The reported best is the dataset's best, and resuming a finished run adds nothing.
     out = cli("resume", mcmc_reference, "--in-process", "--no-progress", "--top", "1").stdout
     assert f"{best(mcmc_reference)[-1]:,.0f}" in out
-    assert len(rows(mcmc_reference)) == MCMC["budget"]
+    assert len(rows(mcmc_reference)) == MCMC_BUDGET
 
 
 @pytest.mark.slow
 def test_mcmc_kill_9_then_resume_equals_uninterrupted(mcmc_reference, tmp_path):
     out = str(tmp_path / "run")
-    search_run(out, "mcmc", EXACT, seed=3, **MCMC)
-    proc = start("resume", out, "--workers", "1", "--no-progress")
+    proc = start("search", "mcmc", *EXACT, *MCMC, "--out", out, "--workers", "1", "--no-progress")
     total = len(parts(os.path.join(mcmc_reference, "results", "searcher=mcmc")))
     n = kill_when(proc, os.path.join(out, "results", "searcher=mcmc"), at_least=3)
     assert n < total, f"killed after all {total} checkpoints"
@@ -79,7 +80,6 @@ def test_mcmc_kill_9_then_resume_equals_uninterrupted(mcmc_reference, tmp_path):
 @pytest.mark.slow
 def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_path):
     out = str(tmp_path / "run")
-    search_run(out, "mcmc", EXACT, seed=3, **MCMC)
     killed = []
     directory = os.path.join(out, "results", "searcher=mcmc")
 
@@ -92,10 +92,14 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
                 killed.append(actors[0])
             time.sleep(0.02)
 
+    from sweep._cmd_sweep import search_request
     from sweep._ray import init_ray, shutdown_ray
     from sweep._rundir import RunDir
     from sweep._search_engine import run_search
+    from sweep.cli import build_parser
 
+    args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--out", out])
+    RunDir.create_or_resume(out, search_request(args, "mcmc"))[0].close()
     saved = dict(os.environ)
     init_ray(workers=1, address=None)
     thread = threading.Thread(target=killer, daemon=True)
@@ -115,12 +119,12 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
 @pytest.fixture(scope="module")
 def tpe_reference(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("tpe") / "run")
-    search_run(out, "tpe", SMALL, seed=5, **TPE)
-    cli("resume", out, "--in-process", "--no-progress")
+    cli("search", "tpe", *SMALL, *TPE, "--out", out, "--in-process", "--no-progress")
     return out
 
 
-def _trials(run_dir: str) -> dict[str, int]:
+def _trials(run_dir: str) -> tuple[dict[str, int], int]:
+    """Trials of the run's Optuna study by state, and the distinct points among finished ones."""
     import optuna
 
     from search._tpe import DEFAULT_STUDY_NAME
@@ -128,37 +132,43 @@ def _trials(run_dir: str) -> dict[str, int]:
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(os.path.join(run_dir, "state", "tpe-00.journal")))
     study = optuna.load_study(study_name=DEFAULT_STUDY_NAME, storage=storage)
-    states = [t.state.name for t in study.get_trials(deepcopy=False)]
-    return {s: states.count(s) for s in set(states)}
+    trials = study.get_trials(deepcopy=False)
+    states = [t.state.name for t in trials]
+    points = {tuple(sorted(t.params.items())) for t in trials
+              if t.state.name == "COMPLETE" and t.constraints.get("space", 0.0) <= 0}  # inside the space
+    return {s: states.count(s) for s in set(states)}, len(points)
 
 
 @pytest.mark.slow
 def test_tpe_kill_9_then_resume_trials_add_up(tpe_reference, tmp_path):
     out = str(tmp_path / "run")
-    search_run(out, "tpe", SMALL, seed=5, **TPE)
-    proc = start("resume", out, "--workers", "1", "--no-progress")
+    proc = start("search", "tpe", *SMALL, *TPE, "--out", out, "--workers", "1", "--no-progress")
     n = kill_when(proc, os.path.join(out, "results", "searcher=tpe"), at_least=3)
-    assert n < TPE["budget"] // TPE["batch"]
-    cli("resume", out, "--workers", "1", "--no-progress")
+    assert n < TPE_BUDGET // 8
+    before = rows(out)
+    cli("search", "tpe", *SMALL, *TPE, "--out", out, "--workers", "1", "--no-progress")  # = resume
     df = rows(out)
-    assert len(df) == TPE["budget"] and not df.duplicated(KEY).any()
+    assert len(df) == TPE_BUDGET and not df.duplicated(STRATEGY).any()
     batches = df["iteration"].nunique()  # a batch may hold fewer than 8 new points
     assert sorted(df["iteration"].unique()) == list(range(batches))
-    # The study continued: every evaluated row is one finished trial, none left running, and the
-    # run is the uninterrupted one (batches are seeded by (seed, trials so far)).
-    trials = _trials(out)
-    assert trials.get("RUNNING", 0) == 0 and trials["COMPLETE"] >= TPE["budget"]
-    assert trials == _trials(tpe_reference)
-    assert_same_run(out, tpe_reference)
+    # The study continued (not restarted): batches told before the kill are still there, as the
+    # uninterrupted run has them; every evaluated row is a finished trial and trials add up.
+    told = before[before["iteration"] < n - 1]
+    ref = rows(tpe_reference)
+    assert _sorted(told).equals(_sorted(ref[ref["iteration"] < n - 1]))
+    assert _sorted(df[df["iteration"] < n - 1]).equals(_sorted(told))
+    states, points = _trials(out)
+    assert states.get("RUNNING", 0) == 0
+    assert points == TPE_BUDGET  # distinct finished points = rows evaluated (the rest told from the memo)
     marker = json.load(open(os.path.join(out, "state", "tpe-00.json")))
-    assert marker["batches"] == batches and marker["evaluations"] == TPE["budget"]
+    assert marker["batches"] == batches and marker["evaluations"] == TPE_BUDGET
 
 
 def test_several_studies_side_by_side(tmp_path):
     out = str(tmp_path / "run")
     two = ["--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--space", "exact"]
-    search_run(out, "mcmc", two, seed=3, **{**MCMC, "budget": 200})
-    proc = cli("resume", out, "--in-process", "--no-progress", "--top", "2")
+    proc = cli("search", "mcmc", *two, *MCMC, "--budget", "200", "--out", out, "--in-process", "--no-progress",
+               "--top", "2")
     df = rows(out)
     counts = df.groupby("model").size().to_dict()
     assert counts == {"gpt3-175b": 200, "llama3-70b": 200}
