@@ -1,4 +1,4 @@
-"""Sweep on Ray vs one in-process evaluator, on the same ~10^7-point GPT-3 175B grid.
+"""Sweep on Ray vs one in-process evaluator, on the same 10^7-strategy GPT-3 175B grid.
 
     PYTHONPATH=. python benchmarks/bench_sweep.py [--unit-rows 2e5] [--keep feasible] [space flags]
 
@@ -28,11 +28,13 @@ from sweep._report import count_rows  # noqa: E402
 from sweep._rundir import RunDir  # noqa: E402
 from sweep.cli import build_parser  # noqa: E402
 
-# ~9.5 * 10^6 grid points: the exact space widened (tp 6 x pp 11 x cp 5 x micro-batch 10 x
-# schedule 5 x vpp 6 x SP 2 x ZeRO 4 x recompute 3 x precision 2 x DP overlap 2).
-SPACE = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--tp", "1,2,3,4,6,8",
-         "--pp", "1,2,3,4,6,8,12,16,24,32,48", "--cp", "1,2,4,8,16", "--micro-batch", "1,2,3,4,6,8,12,16,24,32",
-         "--vpp", "1,2,3,4,6,8", "--precision", "bf16,fp8", "--overlap-dp", "true,false"]
+# 10,368,000 strategies, every one valid: GPT-3 175B on 1024 H100s in 4 pipeline stages with
+# uneven layer splits (each of the 3 stage boundaries shifted by -2..2 layers) and per-stage
+# recompute (3^4), tp 4/8, cp 1/2, 8 micro-batch sizes, 1F1B/ZB-H1, SP, ZeRO 0/1, bf16/fp8, DP
+# overlap on/off.
+SPACE = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "partition", "--pp", "4", "--tp", "4,8",
+         "--cp", "1,2", "--micro-batch", "1,2,3,4,6,8,12,16", "--schedule", "1f1b,zb-h1", "--vpp", "1",
+         "--zero-stage", "0,1", "--precision", "bf16,fp8", "--overlap-dp", "true,false", "--stage-shift=-2,-1,0,1,2"]
 
 
 def one(root: str, name: str, extra: list[str], *, workers: int | None) -> dict:

@@ -186,10 +186,15 @@ class RunDir:
         from search import Space  # search/ knows nothing of run directories; we rebuild here
 
         out = []
-        for i, s in enumerate(self.info["studies"]):
-            model = model_from_dict(s["model"])
-            cluster = cluster_from_dict(s["cluster"])
-            out.append(Study(index=i, model=model, cluster=cluster, space=Space.from_json(s["space"], model, cluster)))
+        try:
+            for i, s in enumerate(self.info["studies"]):
+                model = model_from_dict(s["model"])
+                cluster = cluster_from_dict(s["cluster"])
+                space = Space.from_json(s["space"], model, cluster)
+                out.append(Study(index=i, model=model, cluster=cluster, space=space))
+        except (KeyError, TypeError, ValueError) as exc:  # InputError is a ValueError
+            raise InputError("RUN_DIR", "a run.json whose studies this plansweep can read",
+                             f"{self.path}: {type(exc).__name__}: {exc}") from None
         return out
 
     def metadata(self, study: Study) -> dict[bytes, bytes]:
