@@ -7,7 +7,8 @@ import sys
 
 from costmodel import InputError
 from sweep._cmd_evaluate import add_spec_args
-from sweep._grid import SEARCHER as GRID, UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
+from sweep._grid import SEARCHER as GRID
+from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
 from sweep._keep import Keep
 from sweep._rundir import RunDir, study_request
 from sweep._specs import load_cluster, load_model

@@ -84,6 +84,17 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and "run.json" in proc.stderr
 
 
+def test_a_run_json_this_version_cannot_read_is_refused(reference, tmp_path):
+    info = json.load(open(os.path.join(reference, "run.json")))
+    info["studies"][0]["space"]["dims"][0]["name"] = "warp_factor"  # a dimension from some other version
+    os.makedirs(tmp_path / "run")
+    json.dump(info, open(tmp_path / "run" / "run.json", "w"))
+    proc = cli("resume", str(tmp_path / "run"), "--in-process", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "a run.json whose studies this plansweep can read" in proc.stderr
+    assert sorted(os.listdir(tmp_path / "run")) == ["run.json", "state"]  # no results written
+
+
 @pytest.mark.slow
 def test_kill_9_in_the_middle_then_resume(reference, tmp_path):
     out = str(tmp_path / "run")
