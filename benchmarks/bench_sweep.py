@@ -7,22 +7,26 @@ directory: (1) in-process: one process evaluates the units one after another, no
 embedded local Ray with 1 worker; (3) with 2 workers. Throughput is valid strategies evaluated
 (and grid points covered) per second of the sweep itself; Ray's start-up is timed apart and
 shown with it. Ratios: Ray-2 / in-process (target >= 1.6) and the overhead of Ray-1 over
-in-process (target < 10%).
+in-process (target < 10%). A fourth run splits the same units over 2 plain processes (no Ray):
+what the machine itself allows, to tell Ray's share from a busy machine's.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sweep._cmd_sweep import grid_request  # noqa: E402
-from sweep._grid import run_grid  # noqa: E402
+from sweep._grid import evaluate_unit, plan_units, run_grid  # noqa: E402
+from sweep._keep import Keep  # noqa: E402
 from sweep._ray import init_ray, shutdown_ray  # noqa: E402
 from sweep._report import count_rows  # noqa: E402
 from sweep._rundir import RunDir  # noqa: E402
@@ -37,12 +41,46 @@ SPACE = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "partition
          "--zero-stage", "0,1", "--precision", "bf16,fp8", "--overlap-dp", "true,false", "--stage-shift=-2,-1,0,1,2"]
 
 
-def one(root: str, name: str, extra: list[str], *, workers: int | None) -> dict:
+def _unit_in_pool(job):
+    space, u, keep, run_id, metadata = job
+    return evaluate_unit(space, u.lo, u.hi, keep, study=u.study, unit=u.unit, path=u.path, run_id=run_id,
+                         metadata=metadata).rows
+
+
+def _warm(_: int) -> int:
+    return os.getpid()
+
+
+def _processes(rd: RunDir, n: int, evaluated: list) -> float:
+    """The machine's own parallel capacity: the same units split over n plain processes (no Ray)."""
+    from sweep._ray import register_pickling
+
+    register_pickling()
+    studies = rd.studies()
+    units, _ = plan_units(rd, studies, int(rd.info["options"]["unit_rows"]))
+    keep = Keep.parse(rd.info["options"]["keep"])
+    jobs = [(studies[u.study].space, u, keep, rd.run_id, rd.metadata(studies[u.study])) for u in units]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=register_pickling) as pool:
+        list(pool.map(_warm, range(4 * n)))  # processes started (like Ray's workers) before the clock
+        t0 = time.perf_counter()
+        evaluated.extend(pool.map(_unit_in_pool, jobs))
+        return time.perf_counter() - t0
+
+
+def one(root: str, name: str, extra: list[str], *, workers: int | None, processes: int = 0) -> dict:
     out = os.path.join(root, name)
     args = build_parser().parse_args(["sweep", *SPACE, *extra, "--out", out])
     rd, _ = RunDir.create_or_resume(out, grid_request(args))
     start_s = 0.0
     with rd:
+        if processes:
+            evaluated: list[int] = []
+            sweep_s = _processes(rd, processes, evaluated)
+            size = int(rd.studies()[0].space.size)
+            kept, n_parts = count_rows(rd.results)
+            return {"name": name, "grid": size, "rows": sum(evaluated), "kept": kept, "parts": n_parts,
+                    "sweep_s": sweep_s, "start_s": 0.0}
         if workers:
             t0 = time.perf_counter()
             init_ray(workers=workers, address=None)
@@ -73,7 +111,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     try:
         results = [one(root, "in-process", extra, workers=None), one(root, "ray-1", extra, workers=1),
-                   one(root, "ray-2", extra, workers=2)]
+                   one(root, "ray-2", extra, workers=2), one(root, "2 procs", extra, workers=None, processes=2)]
     finally:
         if a.root is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -92,6 +130,9 @@ def main() -> None:
     print(f"Ray-2 / in-process: {base['sweep_s'] / ray2['sweep_s']:.2f}x (target >= 1.6); "
           f"Ray-1 overhead: {100 * (ray1['sweep_s'] / base['sweep_s'] - 1):+.1f}% (target < 10%); "
           f"load average after: {os.getloadavg()[0]:.2f}")
+    procs = results[3]
+    print(f"machine check, 2 plain processes (no Ray) / in-process: {base['sweep_s'] / procs['sweep_s']:.2f}x; "
+          f"Ray-2 / 2 plain processes: {procs['sweep_s'] / ray2['sweep_s']:.2f}x")
 
 
 if __name__ == "__main__":
