@@ -13,6 +13,7 @@ seeds within 1%, and the median evaluations to reach 1% (">budget" when most see
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -74,6 +75,8 @@ def main() -> None:
         for seed in range(args.seeds):
             best, reach = run(make(name, space, seed), space, budget, BATCH[name], optimum)
             gaps.append(1 - best / optimum)
+            print(f"  {name} seed {seed}: gap {100 * gaps[-1]:.2f}%, reached 1% after {reach} evaluations, "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
             reaches.append(np.inf if reach is None else reach)
         med = float(np.median(reaches))
         print(f"| {name} | {budget:,} | {100 * np.median(gaps):.2f}% | {sum(g <= WITHIN for g in gaps)}/{args.seeds} "
