@@ -73,7 +73,7 @@ def init_ray(*, workers: int | None, address: str | None) -> str:
     os.environ.pop("RAY_ADDRESS", None)
     # address="local": always a new cluster of our own, never one that `ray start` left running.
     ray.init(address="local", num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
-    return f"embedded local Ray ({workers} workers)"
+    return f"embedded local Ray ({workers} worker{'s' if workers != 1 else ''})"
 
 
 def cluster_cpus() -> int:

@@ -203,6 +203,10 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         bar.update(used, _best_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
+    for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
+        if progress_of[s.index]["state"] is not None:
+            make_searcher("mcmc", s.space, seed=seeds[s.index], options=opts).load_state_dict(
+                progress_of[s.index]["state"])
     try:
         if in_process:
             for s in studies:
