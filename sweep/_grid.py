@@ -17,8 +17,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-import numpy as np
-
 from costmodel import InputError, evaluate
 from sweep._keep import Keep
 from sweep._results import to_arrow, write_part
@@ -215,6 +213,3 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     assert not missing, f"units reported done without their part: {missing[:3]}"
     return n
 
-
-def grid_rows_total(studies: list[Study]) -> int:
-    return int(np.sum([int(s.space.size) for s in studies], dtype=object))
