@@ -25,6 +25,11 @@ def env() -> dict[str, str]:
 SMALL_SPACE = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--cp", "1,2"]
 
 
+def workers_import_this_checkout(monkeypatch) -> None:
+    """Ray workers started from this test process import this checkout's code (not an installed one)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "sweep", *args], capture_output=True, text=True, env=env(),
                           timeout=300)

@@ -12,7 +12,16 @@ import pytest
 
 from search import Space
 from sweep._rundir import cluster_from_dict, model_from_dict
-from tests.sweep_helpers import SMALL_SPACE, cli, kill_when, own_ray_processes, parts, rows, start
+from tests.sweep_helpers import (
+    SMALL_SPACE,
+    cli,
+    kill_when,
+    own_ray_processes,
+    parts,
+    rows,
+    start,
+    workers_import_this_checkout,
+)
 
 UNITS = 24  # SMALL_SPACE: 230,400 grid rows in units of 10^4 rows (the last one 400)
 COMPARED = ["grid_index", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
@@ -110,7 +119,8 @@ def test_kill_9_in_the_middle_then_resume(reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_worker_loses_nothing(reference, tmp_path):
+def test_a_killed_worker_loses_nothing(reference, tmp_path, monkeypatch):
+    workers_import_this_checkout(monkeypatch)
     from sweep._cmd_sweep import grid_request
     from sweep._grid import run_grid
     from sweep._ray import init_ray, shutdown_ray
@@ -143,7 +153,8 @@ def test_a_killed_worker_loses_nothing(reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_node_cluster_on_one_machine(reference, tmp_path):
+def test_two_node_cluster_on_one_machine(reference, tmp_path, monkeypatch):
+    workers_import_this_checkout(monkeypatch)
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

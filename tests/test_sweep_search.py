@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.sweep_helpers import cli, kill_when, own_ray_processes, parts, rows, start
+from tests.sweep_helpers import cli, kill_when, own_ray_processes, parts, rows, start, workers_import_this_checkout
 
 EXACT = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact"]
 MCMC = ["--seed", "3", "--budget", "1200", "--chains", "16", "--checkpoint-every", "5"]
@@ -78,7 +78,8 @@ def test_mcmc_kill_9_then_resume_equals_uninterrupted(mcmc_reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_path):
+def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_path, monkeypatch):
+    workers_import_this_checkout(monkeypatch)
     out = str(tmp_path / "run")
     killed = []
     directory = os.path.join(out, "results", "searcher=mcmc")
