@@ -168,3 +168,27 @@ def test_two_node_cluster_on_one_machine(reference, tmp_path, monkeypatch):
         assert_same_rows(out, reference)
     finally:
         cluster.shutdown()
+
+
+def test_two_studies_one_run_progress_and_summary(tmp_path):
+    out = str(tmp_path / "run")
+    proc = cli("sweep", "--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--unit-rows", "1e4",
+               "--out", out, "--in-process", "--top", "3")
+    df = rows(out)
+    names = parts(os.path.join(out, "results", "searcher=grid"))
+    info = json.load(open(os.path.join(out, "run.json")))
+    for i, study in enumerate(info["studies"]):
+        model, cluster = model_from_dict(study["model"]), cluster_from_dict(study["cluster"])
+        space = Space.from_json(study["space"], model, cluster)
+        units = -(-space.size // 10_000)
+        assert [n for n in names if n.startswith(f"part-{i:02d}-")] == [f"part-{i:02d}-{u:06d}.parquet"
+                                                                        for u in range(units)]
+        mine = df[df["model"] == model.name]
+        assert mine["feasible"].all() and len(mine) > 0  # --keep feasible (the default)
+        # The printed best is the study's best row.
+        assert f"best strategies for {model.name} on h100x1024" in proc.stdout
+        assert f"{mine['tokens_per_s'].max():,.0f}" in proc.stdout
+    # The progress bar (stderr): units done of all, rows/s and the best so far.
+    total = sum(n.startswith("part-") for n in names)
+    assert f"{total}/{total}" in proc.stderr and "rows/s" in proc.stderr and "best" in proc.stderr
+    assert f"results: {os.path.join(out, 'results')}" in proc.stdout
