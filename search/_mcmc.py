@@ -17,7 +17,10 @@ all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_
 where infeasible. Among infeasible points the chain walks on memory excess (mem_total / HBM),
 so random starts that do not fit drift towards ones that do; a feasible chain never accepts
 an infeasible point (exp(-inf) = 0). Every ``reset_every`` steps every chain jumps to the
-ensemble's best point.
+ensemble's best point. Options (off by default): ``restart_after`` K restarts a chain from a
+random valid point when it has not improved its own best for K steps; ``jump`` p makes a
+chain's proposal a uniformly random valid point with probability p (an independence move).
+An invalid single move becomes a valid double move where one exists (see _draw_one).
 
 Points already evaluated are remembered (a sorted memo of their costs): ask() returns only
 distinct points the searcher has not been told about, so the evaluation budget is spent on
@@ -46,6 +49,7 @@ DEFAULT_CHAINS = 8
 DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
 DEFAULT_RESET_EVERY = 50
 DEFAULT_JUMP = 0.0
+DEFAULT_DOUBLE = 0.0
 DEFAULT_RESTART_AFTER = 0
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
@@ -81,7 +85,9 @@ class MCMCSearcher(Searcher):
     """
 
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
-                 reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER, jump: float = DEFAULT_JUMP, starts: Sequence[str] = DEFAULT_STARTS) -> None:
+                 reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
+                 jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
+                 starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
         if not np.isfinite(beta) or beta < 0:
@@ -100,7 +106,12 @@ class MCMCSearcher(Searcher):
         self.chains = int(chains)
         self.beta = float(beta)
         self.reset_every = int(reset_every)
+        if not 0.0 <= jump <= 1.0:
+            raise InputError("jump", "a probability in [0, 1]", jump)
         self.jump = float(jump)
+        if not 0.0 <= double <= 1.0:
+            raise InputError("double", "a probability in [0, 1]", double)
+        self.double = float(double)
         if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
             raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
         self.restart_after = int(restart_after)
@@ -216,6 +227,11 @@ class MCMCSearcher(Searcher):
         order = rng.permutation(C)
         unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
         prop = self.space.propose(self._x, rng).astype(np.int64)
+        if self.double > 0:
+            # Double moves: a second change on top of the first for a fraction of the chains
+            # (crosses memory walls that no single change crosses, e.g. cp 2 -> 1 with ZeRO 2 -> 3).
+            two = rng.random(C) < self.double
+            prop = np.where(two[:, None], self.space.propose(prop, rng).astype(np.int64), prop)
         ok = self.space.valid(prop) & ~unknown_here
         # An invalid single move becomes a valid double move where one exists: change one
         # more (non-stage) dimension of the invalid proposal, uniformly among the changes

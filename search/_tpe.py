@@ -165,13 +165,16 @@ class TPESearcher(Searcher):
             return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials), **self._sampler_args)
 
     def _new_batch(self, n: int) -> None:
-        """Draw trials until n distinct valid points not evaluated yet are pending."""
+        """Draw trials until n distinct valid points not evaluated yet are pending (or the draw
+        limit is reached: a replayed batch then ends at its last asked point, so a batch cut
+        short by the limit replays with fewer trials)."""
         self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
         pending, keys_seen = [], []
         known_run = 0  # draws in a row that brought nothing new
         rng = np.random.default_rng([self.seed, len(self.study.get_trials(deepcopy=False)), EXPLORE_STREAM])
+        distinct: set[bytes] = set()
         for _ in range(MAX_DRAWS_PER_POINT * n):
-            if len(pending) >= n:
+            if len(distinct) >= n:
                 break
             if known_run >= SATURATED_DRAWS:
                 # TPE keeps proposing points already evaluated: the next trial is a random valid
@@ -197,12 +200,8 @@ class TPESearcher(Searcher):
                 known_run += 1
                 continue
             known_run = 0
-            if any(k == key[0] for k in keys_seen):
-                # Another trial of this batch holds this point: tell it its twin's result
-                # later; it is not asked twice.
-                pending.append(trial)
-                keys_seen.append(key[0])
-                continue
+            # A point drawn twice in one batch is asked once; both trials get its result.
+            distinct.add(key[:1].tobytes())
             pending.append(trial)
             keys_seen.append(key[0])
         self._pending = pending

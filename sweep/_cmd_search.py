@@ -15,12 +15,12 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable, evaluate
 from search import (
-    MCMCSearcher,
-    TPESearcher,
     GridSearcher,
+    MCMCSearcher,
     PiperPlan,
     RandomSearcher,
     Searcher,
+    TPESearcher,
     load_piper_graph,
     objective,
     solve_piper,
@@ -258,7 +258,8 @@ def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
         "and jump to the best found every --reset-every steps (Jia et al., SysML 2019).")
     add_search_args(p)
     p.add_argument("--chains", metavar="C", default=str(DEFAULT_CHAINS), help=f"chains (default {DEFAULT_CHAINS})")
-    p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA), help=f"inverse temperature (default {DEFAULT_BETA})")
+    p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA),
+                   help=f"inverse temperature (default {DEFAULT_BETA})")
     p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
                    help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
     add_search_run_args(p)

@@ -160,3 +160,43 @@ def test_partition_mcmc_beats_best_uniform_partition():
     assert bm["tokens_per_s"][0] > 1.05 * best_uniform
     row = bt.row(0)
     assert len(set(row["stage_layers"])) > 1 and sum(row["stage_layers"]) == 80
+
+
+def test_stale_chains_restart(exact):
+    # restart_after = 3: no chain goes 3 steps without improving its own best.
+    s = MCMCSearcher(exact, seed=8, chains=8, beta=1e12, reset_every=0, restart_after=3)
+    for _ in range(12):
+        _drive(s, exact, 1)
+        assert np.all(s.state_dict()["stale"] < 3)
+    with pytest.raises(InputError, match="jump"):
+        MCMCSearcher(exact, seed=0, jump=2.0)
+    with pytest.raises(InputError, match="double"):
+        MCMCSearcher(exact, seed=0, double=-0.5)
+
+
+def test_cli_mcmc_and_tpe(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from costmodel import StrategyTable
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    base = [sys.executable, "-m", "sweep", "search"]
+    common = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--seed", "1", "--json",
+              "--top", "2"]
+    for argv, budget in ((["mcmc", "--chains", "8", "--beta", "20"], 200),
+                         (["tpe", "--storage", str(tmp_path / "t.journal")], 32)):
+        out = subprocess.run(base + argv + common + ["--budget", str(budget)], capture_output=True, text=True,
+                             env=env, cwd=root, check=True)
+        doc = json.loads(out.stdout)
+        assert 0 < doc["evaluations"] <= budget and doc["best"]
+        row = doc["best"][0]
+        cols = {k: row[k] for k in ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage",
+                                    "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp")}
+        m = evaluate(GPT3, H100, StrategyTable.from_columns(**cols))
+        assert bool(m["feasible"][0]) and row["tokens_per_s"] == pytest.approx(float(m["tokens_per_s"][0]))
+    bad = subprocess.run(base + ["mcmc", "--beta", "-1"] + common, capture_output=True, text=True, env=env, cwd=root)
+    assert bad.returncode == 2 and "--beta" in bad.stderr and "Traceback" not in bad.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from costmodel import InputError, cluster_preset, evaluate, model_preset
