@@ -30,6 +30,7 @@ from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
 from search._tpe import DEFAULT_N_STARTUP_TRIALS
 from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
+from sweep._cmd_sweep import add_search_run_args, run_search_in_dir
 from sweep._space_args import add_space_args, space_from_args
 from sweep._specs import load_cluster, load_model
 
@@ -231,6 +232,8 @@ def _make_random(args, space):
 
 
 def _run_space_searcher(args: argparse.Namespace) -> int:
+    if getattr(args, "out", None) is not None:  # a resumable run on Ray (sweep/_cmd_sweep.py)
+        return run_search_in_dir(args, args.searcher)
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
     budget = _positive(args.budget, "--budget")
@@ -259,6 +262,7 @@ def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
                    help=f"inverse temperature (default {DEFAULT_BETA})")
     p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
                    help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
+    add_search_run_args(p)
     p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
 
 
@@ -286,6 +290,7 @@ def _register_tpe(searchers: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
     p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),
                    help=f"random trials before TPE (default {DEFAULT_N_STARTUP_TRIALS})")
+    add_search_run_args(p)
     p.set_defaults(func=_run_space_searcher, make=_make_tpe, batch=str(TPE_ASK_BATCH))
 
 

@@ -1,0 +1,392 @@
+"""Searches (MCMC, TPE) through the sweep machinery: run directory, Parquet parts, checkpoints.
+
+MCMC: each study's ensemble of chains runs in one Ray actor (studies side by side, one actor
+each). Every ``checkpoint_every`` steps the actor hands back the rows it evaluated and the
+searcher's state_dict; the driver writes the rows as the part
+``results/searcher=mcmc/part-<study>-<checkpoint>.parquet`` and then the state as
+``state/mcmc-<study>.npz`` (both through a temporary name and a rename). Resume loads the
+state (a fresh searcher + load_state_dict) and goes on from the next checkpoint; a part
+written after the last state is written again, identically, under the same name. A dead
+actor is replaced by a new one built from the last state.
+
+TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
+each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
+part; ``state/tpe-<study>.json`` records the batches whose trials are told.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+import numpy as np
+
+from costmodel import Metrics, StrategyTable, evaluate
+from sweep._results import TMP_PREFIX, TMP_SUFFIX, to_arrow, write_json_atomic, write_part
+from sweep._rundir import RunDir, Study
+
+STATE_KEY = "s."  # searcher state entries in the npz
+ENGINE_KEY = "e."  # engine entries (checkpoints done)
+
+
+def part_name(study: int, index: int) -> str:
+    return f"part-{study:02d}-{index:06d}.parquet"
+
+
+def study_seed(seed: int, study: int) -> int:
+    """Each study's own seed: the run's seed for the first, then seed + study index."""
+    return int(seed) + int(study)
+
+
+# ---- checkpoints: state_dict <-> npz (plain arrays, no pickles) ----------------------------
+def save_state(path: str, state: dict, engine: dict) -> None:
+    arrays = {STATE_KEY + k: np.asarray(v) for k, v in state.items()}
+    arrays.update({ENGINE_KEY + k: np.asarray(v) for k, v in engine.items()})
+    for k, v in arrays.items():
+        if v.dtype == object:
+            raise TypeError(f"state entry {k!r} is not a plain array ({v.dtype})")
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_state(path: str) -> tuple[dict, dict] | None:
+    if not os.path.exists(path):
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        state = {k[len(STATE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(STATE_KEY)}
+        engine = {k[len(ENGINE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(ENGINE_KEY)}
+    return state, engine
+
+
+def _plain(a: np.ndarray):
+    return a.item() if a.ndim == 0 else a
+
+
+# ---- the searchers ---------------------------------------------------------------------------
+def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | None = None):
+    if kind == "mcmc":
+        try:
+            from search import MCMCSearcher
+        except ImportError:  # before search/__init__ re-exports it
+            from search._mcmc import MCMCSearcher
+
+        return MCMCSearcher(space, seed=seed, chains=int(options["chains"]), beta=float(options["beta"]),
+                            reset_every=int(options["reset_every"]))
+    if kind == "tpe":
+        try:
+            from search import TPESearcher
+        except ImportError:
+            from search._tpe import TPESearcher
+
+        from search._tpe import DEFAULT_N_STARTUP_TRIALS
+
+        return TPESearcher(space, seed=seed, storage=storage,
+                           n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
+    raise ValueError(f"unknown searcher {kind!r}")
+
+
+def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[StrategyTable, Metrics]:
+    table = StrategyTable.concat(tables)
+    return table, Metrics({k: np.concatenate([m[k] for m in metrics]) for k in metrics[0]})
+
+
+class ChainRunner:
+    """One study's MCMC ensemble; a Ray actor (or a plain object in-process)."""
+
+    def __init__(self, space, *, seed: int, options: dict, state: dict | None = None) -> None:
+        self.space = space
+        self.searcher = make_searcher("mcmc", space, seed=seed, options=options)
+        if state:
+            self.searcher.load_state_dict(state)
+
+    def advance(self, n_steps: int, evaluations_left: int, *, run_id: str, metadata: dict):
+        """Up to ``n_steps`` steps or ``evaluations_left`` evaluations: returns (arrow rows with
+        iteration = the step, state_dict, evaluations, done: no budget left or the searcher
+        has nothing new to ask)."""
+        tables, metrics, steps = [], [], []
+        chains, used, done = self.searcher.chains, 0, False
+        for _ in range(n_steps):  # a loop over steps; the chains are columns
+            table = self.searcher.ask(min(chains, evaluations_left - used))
+            if len(table) == 0:
+                done = True
+                break
+            m = evaluate(self.space.model, self.space.cluster, table)
+            step = self.searcher.step
+            self.searcher.tell(table, m)
+            tables.append(table)
+            metrics.append(m)
+            steps.append(np.full(len(table), step, dtype=np.int64))
+            used += len(table)
+            if used >= evaluations_left:
+                done = True
+                break
+        if tables:
+            table, m = _collect(tables, metrics)
+            iteration = np.concatenate(steps)
+        else:
+            table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+            m = evaluate(self.space.model, self.space.cluster, table)
+            iteration = np.zeros(0, dtype=np.int64)
+        arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
+                         iteration=iteration, grid_index=None, metadata=metadata)
+        return arrow, self.searcher.state_dict(), used, done
+
+
+def evaluate_table(space, table: StrategyTable) -> Metrics:
+    """A Ray task body: one batch of a driver-side searcher."""
+    return evaluate(space.model, space.cluster, table)
+
+
+class _Bar:
+    def __init__(self, total: int, done: int, *, desc: str, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=done, unit="eval", file=sys.stderr, disable=not enabled,
+                        dynamic_ncols=True, mininterval=0.5, desc=desc)
+        self.best = 0.0
+        self.t0 = time.perf_counter()
+        self.rows = 0
+
+    def update(self, rows: int, best: float) -> None:
+        self.rows += rows
+        self.best = max(self.best, best)
+        rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.update(rows)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _best_of(arrow) -> float:
+    import pyarrow.compute as pc
+
+    tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
+    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
+
+
+# ---- MCMC ------------------------------------------------------------------------------------
+def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    info = rd.info
+    opts = info["options"]
+    budget, every = int(opts["budget"]), int(opts["checkpoint_every"])
+    studies = rd.studies()
+    parts = rd.partition("mcmc")
+    state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
+    # Per study: searcher state, checkpoints written, evaluations so far, finished.
+    progress_of: dict[int, dict] = {}
+    for s in studies:
+        loaded = load_state(state_path[s.index])
+        if loaded:
+            state, eng = loaded
+            progress_of[s.index] = {"state": state, "checkpoints": int(eng["checkpoints"]),
+                                    "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
+        else:
+            progress_of[s.index] = {"state": None, "checkpoints": 0, "evaluations": 0, "done": False}
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
+               enabled=progress)
+
+    def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool) -> None:
+        p = progress_of[s.index]
+        write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
+        p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
+        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
+                                                "done": done})
+        bar.update(used, _best_of(arrow))
+
+    seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
+    for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
+        if progress_of[s.index]["state"] is not None:
+            make_searcher("mcmc", s.space, seed=seeds[s.index], options=opts).load_state_dict(
+                progress_of[s.index]["state"])
+    try:
+        if in_process:
+            for s in studies:
+                p = progress_of[s.index]
+                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"])
+                while not p["done"] and p["evaluations"] < budget:
+                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
+                                         metadata=rd.metadata(s))
+                    finish(s, p["checkpoints"], *out)
+            return
+        _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish)
+    finally:
+        bar.close()
+
+
+def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> None:
+    import ray
+
+    from sweep._ray import DRIVER_RESUBMITS, is_lost_work, register_pickling
+
+    register_pickling()
+    actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
+    opts = rd.info["options"]
+    by_index = {s.index: s for s in studies}
+    space_refs = {s.index: ray.put(s.space) for s in studies}
+    actors: dict[int, object] = {}
+    in_flight: dict[object, int] = {}
+    restarts = {s.index: 0 for s in studies}
+
+    def launch(i: int) -> None:
+        p = progress_of[i]
+        if p["done"] or p["evaluations"] >= budget:
+            return
+        if i not in actors:  # a new actor starts from the last checkpoint
+            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"])
+        ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
+                                       metadata=rd.metadata(by_index[i]))
+        in_flight[ref] = i
+
+    for s in studies:
+        launch(s.index)
+    try:
+        while in_flight:
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            ref = ready[0]
+            i = in_flight.pop(ref)
+            try:
+                out = ray.get(ref)
+            except Exception as exc:
+                if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
+                    restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                    actors.pop(i, None)
+                    launch(i)
+                    continue
+                if isinstance(exc, ray.exceptions.RayTaskError):
+                    raise exc.as_instanceof_cause() from None
+                raise
+            finish(by_index[i], progress_of[i]["checkpoints"], *out)
+            launch(i)
+    finally:
+        for a in actors.values():
+            ray.kill(a)
+
+
+# ---- TPE -------------------------------------------------------------------------------------
+def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
+
+    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1. After a
+    kill between the part and the state, the first ask on resume tells where the kill fell: the
+    study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
+    or draws a new batch (part b was told: this is batch b+1)."""
+    info = rd.info
+    opts = info["options"]
+    budget, n = int(opts["budget"]), int(opts["batch"])
+    studies = rd.studies()
+    parts = rd.partition("tpe")
+    marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
+    journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
+    prog: dict[int, dict] = {}
+    for s in studies:
+        if os.path.exists(marker[s.index]):
+            with open(marker[s.index]) as f:
+                prog[s.index] = json.load(f)
+        else:
+            prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
+    searchers = {s.index: make_searcher("tpe", s.space, seed=study_seed(info["seed"], s.index), options=opts,
+                                        storage=journal[s.index]) for s in studies}
+    check_first = {s.index: True for s in studies}
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="tpe", enabled=progress)
+    evaluate_batch = _batch_evaluator(in_process)
+    try:
+        while True:
+            active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
+            if not active:
+                break
+            asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
+            for s in active:
+                if len(asked[s.index]) == 0:
+                    prog[s.index]["done"] = True
+                    write_json_atomic(prog[s.index], marker[s.index])
+            active = [s for s in active if len(asked[s.index])]
+            results = evaluate_batch([(s.space, asked[s.index]) for s in active])
+            for s, m in zip(active, results, strict=True):
+                p = prog[s.index]
+                table = asked[s.index]
+                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                                 iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                path = os.path.join(parts, part_name(s.index, p["batches"]))
+                if check_first.pop(s.index, False) and os.path.exists(path):
+                    # Killed after writing part b and before recording it: is part b told?
+                    old, new = _strategy_keys(_read_strategies(path)), _strategy_keys(arrow)
+                    if new <= old:  # untold or partly told: these rows are batch b, already in part b
+                        searchers[s.index].tell(table, m)
+                        p["batches"] += 1
+                        p["evaluations"] += len(old)
+                        write_json_atomic(p, marker[s.index])
+                        bar.update(len(old), _best_of(arrow))
+                        continue
+                    if new & old:
+                        raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
+                    p["evaluations"] += len(old)  # told: this is batch b+1
+                    p["batches"] += 1
+                    path = os.path.join(parts, part_name(s.index, p["batches"]))
+                    arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                                     iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                write_part(arrow, path)
+                searchers[s.index].tell(table, m)
+                p["batches"] += 1
+                p["evaluations"] += len(table)
+                write_json_atomic(p, marker[s.index])
+                bar.update(len(table), _best_of(arrow))
+    finally:
+        bar.close()
+
+
+def _read_strategies(path: str):
+    import pyarrow.parquet as pq
+
+    from sweep._results import STRATEGY_COLUMNS
+
+    return pq.read_table(path, columns=list(STRATEGY_COLUMNS))
+
+
+def _strategy_keys(arrow) -> set[tuple]:
+    """The strategies of an Arrow table of results, as hashable rows (a few rows: one batch)."""
+    from sweep._results import STRATEGY_COLUMNS
+
+    rows = arrow.select(list(STRATEGY_COLUMNS)).to_pylist()
+    return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
+
+
+def _batch_evaluator(in_process: bool):
+    if in_process:
+        return lambda jobs: [evaluate_table(space, table) for space, table in jobs]
+    import ray
+
+    from sweep._ray import TASK_MAX_RETRIES, register_pickling
+
+    register_pickling()
+    remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_table)
+    space_refs: dict[int, object] = {}
+
+    def run(jobs):
+        refs = []
+        for space, table in jobs:
+            key = id(space)
+            if key not in space_refs:
+                space_refs[key] = ray.put(space)
+            refs.append(remote.remote(space_refs[key], table))
+        return ray.get(refs)
+
+    return run
+
+
+def run_search(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    kind = rd.info["searcher"]
+    if kind == "mcmc":
+        run_mcmc(rd, in_process=in_process, progress=progress)
+    elif kind == "tpe":
+        run_tpe(rd, in_process=in_process, progress=progress)
+    else:
+        raise ValueError(f"run.json names an unknown searcher {kind!r}")
