@@ -102,23 +102,38 @@ def format_stages(view: RunView, row: dict) -> str | None:
     return "\n".join(out)
 
 
+def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
+    counts = summary(study)
+    rows = rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
+    return counts, rows
+
+
 def run(args: argparse.Namespace) -> int:
     k = _top(args.top)
     view = open_run(args.run_dir)
-    counts = summary(view)
-    rows = rows_as_dicts(best_rows(view, k, include_infeasible=args.include_infeasible))
+    studies = view.studies()
+    reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:
-        print(json.dumps({"run_dir": view.run_dir, "model": view.model.get("name"),
-                          "cluster": view.cluster.get("name"), "throughput_column": view.throughput_column,
-                          **counts, "rows": rows}, allow_nan=False))
+        total = summary(view)
+        print(json.dumps({
+            "run_dir": view.run_dir, "keep": view.keep, **total,
+            "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
+                         "throughput_column": s.throughput_column, **counts, "rows": rows}
+                        for s, counts, rows in reports],
+        }, allow_nan=False))
         return 0
-    why = ", ".join(f"{reason} {n:,}" for reason, n in counts["infeasible_reasons"].items()) or "none"
-    print(f"{view.name}: {counts['num_rows']:,} rows, {counts['num_feasible']:,} feasible (infeasible: {why})")
-    if not rows:
-        print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
-        return 0
-    print(format_rows(view, rows, with_reason=args.include_infeasible))
-    stages = format_stages(view, rows[0])
-    if stages:
-        print(stages)
+    if view.keep not in (None, "all"):
+        print(f"(this run stored {view.keep} rows only: the counts below are of the stored rows)")
+    for i, (study, counts, rows) in enumerate(reports):
+        if i:
+            print()
+        why = ", ".join(f"{reason} {n:,}" for reason, n in counts["infeasible_reasons"].items()) or "none"
+        print(f"{study.name}: {counts['num_rows']:,} rows, {counts['num_feasible']:,} feasible (infeasible: {why})")
+        if not rows:
+            print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
+            continue
+        print(format_rows(study, rows, with_reason=args.include_infeasible))
+        stages = format_stages(study, rows[0])
+        if stages:
+            print(stages)
     return 0

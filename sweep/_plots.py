@@ -100,7 +100,7 @@ def _save(fig, out_dir: str, name: str) -> str:
     return path
 
 
-def plot_degrees(c: Columns, title: str, out_dir: str) -> str | None:
+def plot_degrees(c: Columns, title: str, out_dir: str, suffix: str = "") -> str | None:
     """Best throughput against each degree that takes more than one value (best over the rest)."""
     varied = [d for d in DEGREES if np.unique(c.degrees[d]).size > 1]
     if not varied or c.throughput.size == 0:
@@ -117,7 +117,7 @@ def plot_degrees(c: Columns, title: str, out_dir: str) -> str | None:
     axes[0][0].legend(loc="best", fontsize=9)
     fig.suptitle(f"{title}: best feasible throughput per degree")
     fig.tight_layout()
-    return _save(fig, out_dir, "throughput_vs_degrees")
+    return _save(fig, out_dir, "throughput_vs_degrees" + suffix)
 
 
 def _mb_label(m: int, pp_values: np.ndarray) -> str:
@@ -126,7 +126,7 @@ def _mb_label(m: int, pp_values: np.ndarray) -> str:
     return f"{m} microbatch" + ("es" if m != 1 else "")
 
 
-def plot_grid_search(c: Columns, title: str, out_dir: str) -> str | None:
+def plot_grid_search(c: Columns, title: str, out_dir: str, suffix: str = "") -> str | None:
     """Seed 000's grid-search figure: a panel per data-parallel degree, throughput against the
     horizontal degree, one line per micro-batch count; configurations that use every GPU."""
     d = c.degrees
@@ -160,10 +160,10 @@ def plot_grid_search(c: Columns, title: str, out_dir: str) -> str | None:
     fig.suptitle(f"{title}: grid search on {c.num_gpus} GPUs (best over the rest; missing points do not fit)",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    return _save(fig, out_dir, "grid_search")
+    return _save(fig, out_dir, "grid_search" + suffix)
 
 
-def plot_isolated(c: Columns, title: str, out_dir: str) -> list[str]:
+def plot_isolated(c: Columns, title: str, out_dir: str, suffix: str = "") -> list[str]:
     """Seed 000's isolated scaling: one degree varied, the other degrees at 1, one line per
     (global batch, micro-batch count); a figure per degree with at least two points."""
     written = []
@@ -191,26 +191,44 @@ def plot_isolated(c: Columns, title: str, out_dir: str) -> list[str]:
         ax.legend(fontsize=8, loc="best")
         ax.set_title(f"{title}: isolated {DEGREE_LABELS[deg].lower()}", fontsize=10)
         fig.tight_layout()
-        written.append(_save(fig, out_dir, name))
+        written.append(_save(fig, out_dir, name + suffix))
     return written
 
 
 def plot_run(view: RunView, out_dir: str, *, seed000: bool | None = None) -> tuple[list[str], list[str]]:
-    """Draw the figures of a run into out_dir; (files written, notes on figures not drawn).
-    Seed 000's figures are drawn for MLP runs (or when ``seed000`` is True)."""
+    """Draw the figures of every study of a run into out_dir; (files written, notes on figures
+    not drawn). Seed 000's figures are drawn for MLP studies (or when ``seed000`` is True).
+    A run of several (model, cluster) studies gets one set of files per study, named
+    ``<figure>-<model>-<cluster>.png``."""
     os.makedirs(out_dir, exist_ok=True)
+    studies = view.studies()
+    written, notes = [], []
+    for study in studies:
+        suffix = "" if len(studies) == 1 else "-" + _slug(f"{study.model.get('name')}-{study.cluster.get('name')}")
+        w, n = _plot_study(study, out_dir, suffix, seed000)
+        written += w
+        notes += [f"{study.name}: {x}" if suffix else x for x in n]
+    return written, notes
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+
+def _plot_study(view: RunView, out_dir: str, suffix: str, seed000: bool | None) -> tuple[list[str], list[str]]:
     c = load_columns(view)
     title = view.name
     written, notes = [], []
     if c.throughput.size == 0:
         return [], ["no feasible rows: nothing to plot"]
-    p = plot_degrees(c, title, out_dir)
+    p = plot_degrees(c, title, out_dir, suffix)
     (written.append(p) if p else notes.append("throughput_vs_degrees: no degree takes two values"))
     if seed000 if seed000 is not None else view.is_mlp:
-        p = plot_grid_search(c, title, out_dir)
+        p = plot_grid_search(c, title, out_dir, suffix)
         (written.append(p) if p else notes.append(f"grid_search: no feasible row uses all {c.num_gpus} GPUs"))
-        iso = plot_isolated(c, title, out_dir)
+        iso = plot_isolated(c, title, out_dir, suffix)
         written += iso
-        drawn = {os.path.splitext(os.path.basename(f))[0] for f in iso}
-        notes += [f"{n}: fewer than two {deg} degrees with the others at 1" for deg, n in ISOLATED if n not in drawn]
+        drawn = {os.path.basename(f).removesuffix(suffix + ".png") for f in iso}
+        notes += [f"{n}: fewer than two {deg} degrees with the others at 1 among the feasible rows"
+                  for deg, n in ISOLATED if n not in drawn]
     return written, notes

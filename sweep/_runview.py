@@ -41,9 +41,10 @@ class RunView:
     run_dir: str
     info: Mapping[str, object]        # run.json ({} where the engine wrote none)
     dataset: ds.Dataset               # results/ with the hive partition (searcher=<name>)
-    model: Mapping[str, object]       # from the schema metadata ({} where absent)
+    model: Mapping[str, object]       # the study's model spec (run.json or schema metadata; {} if absent)
     cluster: Mapping[str, object]
     versions: Mapping[str, object]
+    where: pc.Expression | None = None  # the rows of one study (None: every row)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -60,6 +61,37 @@ class RunView:
         return "samples_per_s" if self.is_mlp else "tokens_per_s"
 
     @property
+    def keep(self) -> str | None:
+        """The engine's keep policy (all, feasible, best:K), where run.json records it."""
+        opts = self.info.get("options")
+        return opts.get("keep") if isinstance(opts, dict) else None
+
+    def scan(self, columns: Sequence[str] | None = None, flt: pc.Expression | None = None) -> pa.Table:
+        """Rows of this view (one study), optionally projected and filtered."""
+        cond = self.where if flt is None else (flt if self.where is None else self.where & flt)
+        return self.dataset.to_table(columns=None if columns is None else list(columns), filter=cond)
+
+    def studies(self) -> list[RunView]:
+        """One view per (model, cluster) study of the run (the engine runs several side by side
+        and writes their names in the ``model`` and ``cluster`` columns)."""
+        if "model" not in self.columns or "cluster" not in self.columns or self.where is not None:
+            return [self]
+        pairs = self.dataset.to_table(columns=["model", "cluster"]).group_by(["model", "cluster"]).aggregate([])
+        pairs = sorted(zip(pairs.column("model").to_pylist(), pairs.column("cluster").to_pylist(), strict=True))
+        if not pairs:
+            return [self]
+        specs = self.info.get("studies") if isinstance(self.info.get("studies"), list) else []
+        out = []
+        for model, cluster in pairs:
+            m = next((s["model"] for s in specs if _name(s, "model") == model), None)
+            c = next((s["cluster"] for s in specs if _name(s, "cluster") == cluster), None)
+            m = m or (self.model if self.model.get("name") == model else {"name": model})
+            c = c or (self.cluster if self.cluster.get("name") == cluster else {"name": cluster})
+            out.append(dataclasses.replace(self, model=m, cluster=c,
+                                           where=(pc.field("model") == model) & (pc.field("cluster") == cluster)))
+        return out
+
+    @property
     def name(self) -> str:
         model = self.model.get("name", "?")
         cluster = self.cluster.get("name", "?")
@@ -70,8 +102,7 @@ class RunView:
         missing = [c for c in columns if c not in self.columns]
         if missing:
             raise InputError("RUN_DIR", f"results with a {missing[0]!r} column", self.run_dir)
-        flt = pc.field("feasible") if feasible_only else None
-        table = self.dataset.to_table(columns=list(columns), filter=flt)
+        table = self.scan(columns, pc.field("feasible") if feasible_only else None)
         return {c: _to_numpy(table.column(c)) for c in columns}
 
 
@@ -145,13 +176,18 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
     return RunView(run_dir=run_dir, info=info, dataset=dataset, model=model, cluster=cluster, versions=versions)
 
 
+def _name(study: object, key: str) -> object:
+    spec = study.get(key) if isinstance(study, dict) else None
+    return spec.get("name") if isinstance(spec, dict) else None
+
+
 def _dict(x) -> dict:
     return x if isinstance(x, dict) else {}
 
 
 def summary(view: RunView) -> dict[str, object]:
     """Row count, feasible count and infeasible rows per reason (most frequent first)."""
-    t = view.dataset.to_table(columns=["feasible", "reason"])
+    t = view.scan(["feasible", "reason"])
     feasible = int(pc.sum(t.column("feasible")).as_py() or 0)
     infeasible = t.filter(pc.invert(t.column("feasible")))
     counts = infeasible.group_by("reason").aggregate([("reason", "count")]).to_pydict()
@@ -165,18 +201,18 @@ def best_rows(view: RunView, k: int | None, *, include_infeasible: bool = False)
     memory-feasible first: by memory ascending), so a run without one feasible row still shows
     what came close."""
     thr = view.throughput_column
-    feas = view.dataset.to_table(columns=[thr], filter=pc.field("feasible")).column(thr).to_numpy()
+    feas = view.scan([thr], pc.field("feasible")).column(thr).to_numpy()
     flt = pc.field("feasible")
     if k is not None and feas.size > k:
         # The k-th best throughput is a threshold: read only rows at or above it.
         kth = np.partition(feas, feas.size - k)[feas.size - k]
         flt = flt & (pc.field(thr) >= float(kth))
-    top = view.dataset.to_table(filter=flt)
+    top = view.scan(None, flt)
     top = top.take(pc.sort_indices(top, sort_keys=[(thr, "descending"), ("step_time_s", "ascending")]))
     if k is not None:
         top = top.slice(0, k)
     if include_infeasible and (k is None or top.num_rows < k):
-        rest = view.dataset.to_table(filter=~pc.field("feasible"))
+        rest = view.scan(None, ~pc.field("feasible"))
         if "mem_total_bytes" in rest.column_names:
             rest = rest.take(pc.sort_indices(rest, sort_keys=[("mem_total_bytes", "ascending")]))
         if k is not None:

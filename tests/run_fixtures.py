@@ -25,7 +25,7 @@ STRINGS = ("schedule", "recompute", "precision")
 BOOLS = ("sequence_parallel", "overlap_dp")
 
 
-def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, iteration: int,
+def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, model_name: str, cluster_name: str, iteration: int,
                    grid_index: np.ndarray | None) -> pa.Table:
     """One Arrow table in the agreed schema (the searcher column comes from the partition)."""
     readable = table.readable()
@@ -60,6 +60,8 @@ def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, iteration: int
         else:
             cols[k] = pa.array(v, type=pa.float64())
     cols["run_id"] = pa.array([run_id] * n, type=pa.string())
+    cols["model"] = pa.array([model_name] * n, type=pa.string())
+    cols["cluster"] = pa.array([cluster_name] * n, type=pa.string())
     cols["iteration"] = pa.array(np.full(n, iteration, dtype=np.int64))
     cols["grid_index"] = (pa.nulls(n, type=pa.int64()) if grid_index is None
                           else pa.array(np.asarray(grid_index, dtype=np.int64)))
@@ -76,22 +78,26 @@ def _metadata(model, cluster) -> dict[bytes, bytes]:
 
 
 def write_fixture_run(run_dir, model, cluster, table: StrategyTable, *, searcher: str = "grid",
-                      run_id: str = "fixture", parts: int = 1) -> pathlib.Path:
-    """Evaluate ``table`` and write a run directory; returns its path."""
+                      run_id: str = "fixture", parts: int = 1,
+                      more_studies: tuple = ()) -> pathlib.Path:
+    """Evaluate ``table`` and write a run directory; returns its path. ``more_studies`` holds
+    further (model, cluster, table) studies written side by side (the engine's several studies)."""
     run_dir = pathlib.Path(run_dir)
-    metrics = evaluate(model, cluster, table)
     out = run_dir / "results" / f"searcher={searcher}"
     out.mkdir(parents=True, exist_ok=True)
     (run_dir / "state").mkdir(exist_ok=True)
-    bounds = np.linspace(0, len(table), parts + 1).astype(int)
-    for p, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        idx = np.arange(lo, hi)
-        t = table_to_arrow(table.take(idx), metrics.take(idx), run_id=run_id, iteration=p,
-                           grid_index=idx if searcher == "grid" else None)
-        t = t.replace_schema_metadata(_metadata(model, cluster))
-        pq.write_table(t, out / f"part-{p:05d}.parquet", compression="zstd")
-    info = {"run_id": run_id, "command": "fixture", "model": dataclasses.asdict(model),
-            "cluster": dataclasses.asdict(cluster),
+    studies = [(model, cluster, table), *more_studies]
+    for k, (mod, clu, tab) in enumerate(studies):
+        metrics = evaluate(mod, clu, tab)
+        bounds = np.linspace(0, len(tab), parts + 1).astype(int)
+        for p, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            idx = np.arange(lo, hi)
+            t = table_to_arrow(tab.take(idx), metrics.take(idx), run_id=run_id, model_name=mod.name,
+                               cluster_name=clu.name, iteration=p, grid_index=idx if searcher == "grid" else None)
+            t = t.replace_schema_metadata(_metadata(mod, clu))
+            pq.write_table(t, out / f"part-{k:02d}-{p:06d}.parquet", compression="zstd")
+    info = {"run_id": run_id, "command": "fixture", "searcher": searcher, "options": {"keep": "all"},
+            "studies": [{"model": dataclasses.asdict(m), "cluster": dataclasses.asdict(c)} for m, c, _ in studies],
             "versions": {"plansweep": "0.1.0", "cost_model": costmodel.COST_MODEL_VERSION}}
     (run_dir / "run.json").write_text(json.dumps(info, indent=1))
     return run_dir

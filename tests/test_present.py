@@ -85,8 +85,10 @@ def test_show_table_and_json(seed_run):
     assert len(lines) == 2 + 3
     js = cli("show", str(run), "--top", "4", "--json")
     doc = json.loads(js.stdout)
-    assert doc["num_rows"] == n and doc["num_feasible"] == f and len(doc["rows"]) == 4
-    thr = [r["samples_per_s"] for r in doc["rows"]]
+    assert doc["num_rows"] == n and doc["num_feasible"] == f and len(doc["studies"]) == 1
+    rows = doc["studies"][0]["rows"]
+    assert len(rows) == 4 and doc["studies"][0]["model"] == "seed000-mlp"
+    thr = [r["samples_per_s"] for r in rows]
     assert thr == sorted(thr, reverse=True)
 
 
@@ -94,7 +96,7 @@ def test_show_all_lists_infeasible_rows_with_null_times(seed_run):
     run, table, m = seed_run
     k = int(m["feasible"].sum()) + 2
     doc = json.loads(cli("show", str(run), "--top", str(k), "--all", "--json").stdout)
-    rows = doc["rows"]
+    rows = doc["studies"][0]["rows"]
     assert len(rows) == k
     assert [r["feasible"] for r in rows[-2:]] == [False, False]
     assert rows[-1]["step_time_s"] is None and rows[-1]["reason"] == "out_of_memory"
@@ -182,3 +184,24 @@ def test_plot_out_must_be_a_folder(seed_run, tmp_path):
     f.write_text("x")
     out = cli("plot", str(seed_run[0]), "--out", str(f))
     assert out.returncode == 2 and "--out" in out.stderr
+
+
+def test_several_studies_are_shown_and_plotted_apart(tmp_path):
+    # The engine runs one study per (model, cluster) side by side in one run directory.
+    other = costmodel.cluster_preset("a100x16")  # 2 nodes of 8 A100s on NVLink + network
+    table = seed000_table()
+    run = write_fixture_run(tmp_path / "two", MODEL, CLUSTER, table, more_studies=((MODEL, other, table),))
+    doc = json.loads(cli("show", str(run), "--top", "1", "--json").stdout)
+    assert doc["num_rows"] == 2 * len(table)
+    by = {s["cluster"]: s for s in doc["studies"]}
+    assert set(by) == {"seed000-16", "a100x16"}
+    for name, clu in (("seed000-16", CLUSTER), ("a100x16", other)):
+        m = evaluate(MODEL, clu, table)
+        assert by[name]["num_rows"] == len(table)
+        assert by[name]["rows"][0]["samples_per_s"] == pytest.approx(m["samples_per_s"][m["feasible"]].max())
+    # NVLink inside a node makes the best strategy faster than on seed 000's 25 GB/s links.
+    assert by["a100x16"]["rows"][0]["samples_per_s"] > by["seed000-16"]["rows"][0]["samples_per_s"]
+    out = cli("plot", str(run), "--out", str(tmp_path / "fig"))
+    assert out.returncode == 0, out.stderr
+    for suffix in ("seed000-mlp-seed000-16", "seed000-mlp-a100x16"):
+        assert (tmp_path / "fig" / f"grid_search-{suffix}.png").is_file()
