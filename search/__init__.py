@@ -1,5 +1,7 @@
 """Searchers over strategy spaces: grid, MCMC, TPE and Piper's planner."""
 
+from search._base import Searcher, objective
+from search._grid import GridSearcher, RandomSearcher
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -9,16 +11,38 @@ from search._piper_input import (
     parse_piper_graph,
     with_overrides,
 )
+from search._space import (
+    EXACT_CHOICES,
+    PARTITION_SHIFTS,
+    Dim,
+    Space,
+    default_choices,
+    default_space,
+    exact_space,
+    partition_space,
+)
 
 __all__ = [
+    "Dim",
+    "EXACT_CHOICES",
+    "GridSearcher",
+    "PARTITION_SHIFTS",
     "PiperGraph",
     "PiperNode",
     "PiperPlan",
     "PiperStage",
+    "RandomSearcher",
+    "Searcher",
+    "Space",
     "Tmpc",
+    "default_choices",
+    "default_space",
     "evaluate_piper_plan",
+    "exact_space",
     "load_piper_graph",
+    "objective",
     "parse_piper_graph",
+    "partition_space",
     "solve_piper",
     "with_overrides",
 ]

@@ -1,0 +1,164 @@
+"""``plansweep sweep`` (a grid sweep on Ray into a run directory) and ``plansweep resume``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from costmodel import InputError
+from sweep._cmd_evaluate import add_spec_args
+from sweep._grid import SEARCHER as GRID, UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
+from sweep._keep import Keep
+from sweep._rundir import RunDir, study_request
+from sweep._specs import load_cluster, load_model
+
+BEST_SHOWN = 10
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from sweep._space_args import add_space_args
+
+    p = sub.add_parser(
+        "sweep", help="grid sweep of a strategy space on Ray, into a run directory",
+        description="Evaluate every strategy of a space on an embedded local Ray (or the cluster at "
+        "--address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
+        "same arguments, or `plansweep resume OUT`, to continue after a stop.",
+        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.",
+    )
+    add_spec_args(p)
+    add_space_args(p)
+    p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (new, empty, or this same run)")
+    p.add_argument("--unit-rows", type=float, default=UNIT_ROWS_DEFAULT, metavar="N",
+                   help=f"grid rows per unit of work, 1e4..1e6 (default {UNIT_ROWS_DEFAULT:.0e})")
+    p.add_argument("--keep", default="feasible", metavar="POLICY",
+                   help="rows written: all, feasible (default) or best:K per unit")
+    add_runtime_args(p)
+    p.set_defaults(func=run_sweep)
+
+    r = sub.add_parser("resume", help="continue a sweep or search from its run directory",
+                       description="Continue the run in RUN_DIR from what is on disk (run.json, results, state).")
+    r.add_argument("run_dir", metavar="RUN_DIR")
+    add_runtime_args(r)
+    r.set_defaults(func=run_resume)
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """How to run (not what): never part of a run's identity, free to change on resume."""
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="CPUs of the embedded local Ray (default: the machine's cores)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="join the Ray cluster at ADDR (default $RAY_ADDRESS; none: embedded local Ray)")
+    p.add_argument("--max-in-flight", type=int, default=None, metavar="K",
+                   help="units submitted at once (default 2 per cluster CPU)")
+    p.add_argument("--in-process", action="store_true",
+                   help="no Ray: evaluate the same units one after another in this process")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K", help="best strategies printed at the end")
+
+
+def _words(text: str, flag: str) -> list[str]:
+    words = [w.strip() for w in str(text).split(",") if w.strip()]
+    if not words:
+        raise InputError(flag, "one or more comma-separated names", text)
+    return words
+
+
+def build_studies(args: argparse.Namespace) -> list[dict]:
+    """One study per (model, cluster) pair of the comma-separated --model and --cluster."""
+    from sweep._space_args import space_from_args
+
+    studies = []
+    for m in _words(args.model, "--model"):
+        model = load_model(m)
+        for c in _words(args.cluster, "--cluster"):
+            cluster = load_cluster(c, getattr(args, "hardware", None))
+            space = space_from_args(args, model, cluster)
+            studies.append(study_request(model, cluster, space))
+    return studies
+
+
+def check_runtime(args: argparse.Namespace) -> None:
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers", "an integer >= 1", args.workers)
+    if args.max_in_flight is not None and args.max_in_flight < 1:
+        raise InputError("--max-in-flight", "an integer >= 1", args.max_in_flight)
+    if args.top < 0:
+        raise InputError("--top", "an integer >= 0", args.top)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    check_runtime(args)
+    if args.unit_rows != int(args.unit_rows):
+        raise InputError("--unit-rows", "an integer", args.unit_rows)
+    unit_rows = check_unit_rows(int(args.unit_rows))
+    keep = Keep.parse(args.keep)
+    studies = build_studies(args)
+    request = {
+        "command": "sweep",
+        "searcher": GRID,
+        "seed": None,
+        "argv": sys.argv[1:],
+        "options": {"unit_rows": unit_rows, "keep": str(keep)},
+        "studies": studies,
+    }
+    rd, resumed = RunDir.create_or_resume(args.out, request)
+    with rd:
+        for s in rd.studies():
+            check_grid_size(s)
+        return execute(rd, args, resumed=resumed)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    check_runtime(args)
+    with RunDir.open(args.run_dir) as rd:
+        return execute(rd, args, resumed=True)
+
+
+def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
+    """Run (or continue) whatever rd's run.json asks, then print where results are and the best."""
+    from sweep._ray import init_ray, shutdown_ray
+
+    searcher = rd.info["searcher"]
+    how = "in this process (no Ray)"
+    started = False
+    try:
+        if not args.in_process:
+            how = init_ray(workers=args.workers, address=args.address)
+            started = True
+        verb = "resuming" if resumed else "starting"
+        labels = "; ".join(s.label for s in rd.studies())
+        print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
+        try:
+            if searcher == GRID:
+                run_grid(rd, in_process=args.in_process, max_in_flight=args.max_in_flight,
+                         progress=not args.no_progress)
+            else:
+                from sweep._search_engine import run_search
+
+                run_search(rd, in_process=args.in_process, progress=not args.no_progress)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
+                  file=sys.stderr)
+            return 130
+    finally:
+        if started:
+            shutdown_ray()
+    print_summary(rd, args.top)
+    return 0
+
+
+def print_summary(rd: RunDir, top: int) -> None:
+    from sweep._report import best_rows, count_rows, format_rows
+
+    n_rows, n_parts = count_rows(rd.results)
+    print(f"results: {rd.results} ({n_rows:,} rows in {n_parts} Parquet parts; "
+          f"pandas.read_parquet({os.path.relpath(rd.results)!r}))")
+    if top == 0:
+        return
+    best = best_rows(rd.results, top)
+    if not best:
+        print("no feasible strategy found")
+    for (model, cluster), rows in best.items():
+        print(f"\nbest strategies for {model} on {cluster} (tokens/s, closed-form pipeline prices):")
+        print(format_rows(rows))

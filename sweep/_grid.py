@@ -1,0 +1,218 @@
+"""Grid sweeps: a space cut into units (integer ranges of its rows), fanned out over Ray.
+
+A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate`` -> the keep policy -> one Parquet
+part with a fixed name (``results/searcher=grid/part-<study>-<unit>.parquet``), written
+through a temporary file and a rename, so a unit run twice leaves one file. The driver keeps
+a bounded number of units in flight and handles them in completion order (ray.wait); a unit
+whose worker or node died is sent again. On resume the units whose part exists are skipped:
+the files on disk are the truth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from costmodel import InputError, evaluate
+from sweep._keep import Keep
+from sweep._results import to_arrow, write_part
+from sweep._rundir import RunDir, Study
+
+SEARCHER = "grid"
+# Unit size bounds (rows of the grid per unit): large enough that a unit's fixed costs (a task,
+# a file) are small next to evaluating it (~1 s per 10^6 rows per core), small enough that a
+# lost unit costs little and progress moves.
+UNIT_ROWS_MIN = 10_000
+UNIT_ROWS_MAX = 1_000_000
+UNIT_ROWS_DEFAULT = 200_000
+# Beyond this many grid rows a sweep would take days on a small cluster: use a search.
+GRID_ROWS_MAX = 10**11
+PART_RE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
+
+
+def part_name(study: int, unit: int) -> str:
+    return f"part-{study:02d}-{unit:06d}.parquet"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UnitSummary:
+    study: int
+    unit: int
+    rows: int  # valid grid rows evaluated
+    kept: int  # rows written
+    feasible: int
+    best_tokens_per_s: float  # 0.0 when nothing feasible
+
+
+def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int, path: str, run_id: str,
+                  metadata: dict) -> UnitSummary:
+    """Evaluate grid rows [lo, hi) of ``space`` and write the kept rows to ``path``. Pure apart
+    from the file, and safe to run twice (the same rows, the same file)."""
+    idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
+    metrics = evaluate(space.model, space.cluster, table)
+    sel = keep.select(metrics)  # (K,)
+    arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
+                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata)
+    write_part(arrow, path)
+    feasible = metrics["feasible"]
+    best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0
+    return UnitSummary(study=study, unit=unit, rows=len(idx), kept=len(sel), feasible=int(feasible.sum()),
+                       best_tokens_per_s=best)
+
+
+def check_unit_rows(unit_rows: int) -> int:
+    if not (UNIT_ROWS_MIN <= unit_rows <= UNIT_ROWS_MAX):
+        raise InputError("--unit-rows", f"an integer in [{UNIT_ROWS_MIN:.0e}, {UNIT_ROWS_MAX:.0e}]", unit_rows)
+    return int(unit_rows)
+
+
+def check_grid_size(study: Study) -> None:
+    if int(study.space.size) > GRID_ROWS_MAX:
+        raise InputError("space", f"at most {GRID_ROWS_MAX:.0e} grid rows for a sweep (use `plansweep search "
+                         "mcmc` or `tpe` beyond)", f"{int(study.space.size):.3e} rows for {study.label}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Unit:
+    study: int
+    unit: int
+    lo: int
+    hi: int
+    path: str
+
+
+def plan_units(rd: RunDir, studies: list[Study], unit_rows: int) -> tuple[list[Unit], int]:
+    """All units of all studies, and how many are already done (their part exists)."""
+    directory = rd.partition(SEARCHER)
+    done = {(int(m.group(1)), int(m.group(2))) for m in map(PART_RE.match, os.listdir(directory)) if m}
+    todo: list[Unit] = []
+    n_done = 0
+    for s in studies:
+        size = int(s.space.size)
+        for u in range(-(-size // unit_rows)):
+            if (s.index, u) in done:
+                n_done += 1
+                continue
+            lo, hi = u * unit_rows, min((u + 1) * unit_rows, size)
+            todo.append(Unit(study=s.index, unit=u, lo=lo, hi=hi, path=os.path.join(directory, part_name(s.index, u))))
+    return todo, n_done
+
+
+class Progress:
+    """tqdm over units: units done, rows/s, best tokens/s so far, time left (stderr)."""
+
+    def __init__(self, total: int, done: int, best: float, *, enabled: bool = True) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=done, unit="unit", file=sys.stderr, disable=not enabled,
+                        dynamic_ncols=True, mininterval=0.5, desc="sweep")
+        self.rows = 0
+        self.best = best
+        self.t0 = time.perf_counter()
+
+    def update(self, s: UnitSummary) -> None:
+        self.rows += s.rows
+        self.best = max(self.best, s.best_tokens_per_s)
+        rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _run_local(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDir,
+               metadata: dict[int, dict]) -> Iterator[UnitSummary]:
+    for u in units:
+        yield evaluate_unit(spaces[u.study], u.lo, u.hi, keep, study=u.study, unit=u.unit, path=u.path,
+                            run_id=rd.run_id, metadata=metadata[u.study])
+
+
+def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDir, metadata: dict[int, dict],
+             max_in_flight: int) -> Iterator[UnitSummary]:
+    import ray
+
+    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, is_lost_work
+
+    remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_unit)
+    space_refs = {k: ray.put(v) for k, v in spaces.items()}  # each space (model, cluster) shipped once
+    keep_ref = ray.put(keep)
+    pending = list(reversed(units))  # pop() from the end: units go out in order
+    in_flight: dict[ray.ObjectRef, tuple[Unit, int]] = {}
+
+    def submit(u: Unit, attempt: int) -> None:
+        ref = remote.remote(space_refs[u.study], u.lo, u.hi, keep_ref, study=u.study, unit=u.unit, path=u.path,
+                            run_id=rd.run_id, metadata=metadata[u.study])
+        in_flight[ref] = (u, attempt)
+
+    try:
+        while pending or in_flight:
+            while pending and len(in_flight) < max_in_flight:
+                submit(pending.pop(), 0)
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                u, attempt = in_flight.pop(ref)
+                try:
+                    summary = ray.get(ref)
+                except Exception as exc:
+                    if is_lost_work(exc) and attempt < DRIVER_RESUBMITS:
+                        submit(u, attempt + 1)  # safe: the part has a fixed name
+                        continue
+                    if isinstance(exc, ray.exceptions.RayTaskError):
+                        raise exc.as_instanceof_cause() from None
+                    raise
+                yield summary
+    finally:
+        for ref in in_flight:
+            ray.cancel(ref, force=True)
+
+
+def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progress: bool = True,
+             on_unit: Callable[[UnitSummary], None] | None = None) -> int:
+    """Run (or continue) the grid sweep described by ``rd``'s run.json. Returns the number of
+    units evaluated now."""
+    from sweep._report import best_rows
+
+    opts = rd.info["options"]
+    keep = Keep.parse(opts["keep"])
+    unit_rows = check_unit_rows(int(opts["unit_rows"]))
+    studies = rd.studies()
+    for s in studies:
+        check_grid_size(s)
+    units, n_done = plan_units(rd, studies, unit_rows)
+    spaces = {s.index: s.space for s in studies}
+    metadata = {s.index: rd.metadata(s) for s in studies}
+    best0 = 0.0
+    if n_done:
+        prior = best_rows(rd.results, 1, searcher=SEARCHER)
+        best0 = max((t["tokens_per_s"][0].as_py() for t in prior.values() if t.num_rows), default=0.0)
+    bar = Progress(n_done + len(units), n_done, best0, enabled=progress)
+    try:
+        if in_process:
+            stream = _run_local(units, spaces, keep, rd, metadata)
+        else:
+            from sweep._ray import cluster_cpus
+
+            limit = max_in_flight or 2 * cluster_cpus()
+            stream = _run_ray(units, spaces, keep, rd, metadata, limit)
+        n = 0
+        for summary in stream:
+            bar.update(summary)
+            n += 1
+            if on_unit is not None:
+                on_unit(summary)
+    finally:
+        bar.close()
+    missing = [u for u in units if not os.path.exists(u.path)]
+    assert not missing, f"units reported done without their part: {missing[:3]}"
+    return n
+
+
+def grid_rows_total(studies: list[Study]) -> int:
+    return int(np.sum([int(s.space.size) for s in studies], dtype=object))

@@ -1,0 +1,67 @@
+"""Starting or joining Ray, quickly and quietly, and telling lost work from failed work."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+# Environment read by Ray when it starts: no usage-stats prompt or upload, no uv hook, no
+# per-process log deduplication notices, no "accelerator env var override" warnings.
+QUIET_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
+
+# A unit sent this many times without an answer (its workers or nodes died each time) fails
+# the run; Ray itself retries a task whose worker died up to TASK_MAX_RETRIES times first.
+TASK_MAX_RETRIES = 3
+DRIVER_RESUBMITS = 3
+
+
+def init_ray(*, workers: int | None, address: str | None) -> str:
+    """Join the cluster at ``address`` (or $RAY_ADDRESS), else start an embedded local Ray with
+    ``workers`` CPUs (default: the machine's cores). Returns a one-line description."""
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
+    warnings.filterwarnings("ignore", module="ray")
+    import ray
+
+    if ray.is_initialized():
+        return "Ray (already initialised)"
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    common = dict(log_to_driver=False, logging_level=logging.ERROR, configure_logging=True)
+    if address:
+        ray.init(address=address, **common)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        return f"Ray cluster at {address} ({cpus} CPUs)"
+    workers = workers or os.cpu_count() or 1
+    os.environ.pop("RAY_ADDRESS", None)
+    ray.init(num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
+    return f"embedded local Ray ({workers} workers)"
+
+
+def cluster_cpus() -> int:
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def is_lost_work(exc: BaseException) -> bool:
+    """True where the work was lost with its worker, actor or node (send it again); False for
+    an exception raised by our own code in the task (a real failure: re-raise it)."""
+    import ray.exceptions as rex
+
+    if isinstance(exc, rex.RayTaskError):
+        return isinstance(exc.cause, (rex.WorkerCrashedError, rex.NodeDiedError, rex.ActorDiedError))
+    return isinstance(exc, (rex.WorkerCrashedError, rex.NodeDiedError, rex.ObjectLostError,
+                            rex.ActorDiedError, rex.ActorUnavailableError, rex.OwnerDiedError))
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,167 @@
+"""Results as Parquet: StrategyTable + Metrics -> one Arrow table -> one part file.
+
+Schema (README, "Parquet results"): the strategy columns with readable values (the schedule
+as its name), stage_layers / stage_recompute as lists (null when the row's stages are
+uniform), the metric columns of costmodel.METRIC_COLUMNS (units in their names; reason as its
+REASONS name), then run_id, model, cluster, iteration and grid_index. The column ``searcher``
+comes from the hive partition directory ``searcher=<name>``. The model, cluster and versions
+are in the schema metadata under b"plansweep.model", b"plansweep.cluster",
+b"plansweep.versions" (JSON).
+
+Parts are written to a hidden temporary name in the same directory (ignored by readers:
+pyarrow skips names starting with ".") and renamed into place, so a part is either whole
+or absent, and writing the same part twice leaves one file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from costmodel import METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
+from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS
+
+COMPRESSION = "zstd"
+# Temporary part names start with "." so that pyarrow.dataset / pandas never read them.
+TMP_PREFIX = "."
+TMP_SUFFIX = ".tmp"
+
+STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
+BOOK_COLUMNS = ("run_id", "model", "cluster", "iteration", "grid_index")
+
+
+def _metric_type(name: str) -> pa.DataType:
+    if name == "feasible":
+        return pa.bool_()
+    if name == "reason":
+        return pa.string()
+    if name == "microbatches":
+        return pa.int64()
+    return pa.float64()
+
+
+def result_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
+    """The schema every part has (so parts of empty and full units read as one dataset)."""
+    fields = [pa.field(c, pa.int64()) for c in INT_COLUMNS]
+    fields += [pa.field(c, pa.string()) for c in CODE_COLUMNS]
+    fields += [pa.field(c, pa.bool_()) for c in BOOL_COLUMNS]
+    fields += [pa.field("stage_layers", pa.list_(pa.int64())), pa.field("stage_recompute", pa.list_(pa.string()))]
+    fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
+    fields += [pa.field("run_id", pa.string()), pa.field("model", pa.string()), pa.field("cluster", pa.string()),
+               pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
+    return pa.schema(fields, metadata=dict(metadata or {}))
+
+
+def schema_metadata(model_dict: dict, cluster_dict: dict, versions: dict) -> dict[bytes, bytes]:
+    return {
+        b"plansweep.model": json.dumps(model_dict, sort_keys=True).encode(),
+        b"plansweep.cluster": json.dumps(cluster_dict, sort_keys=True).encode(),
+        b"plansweep.versions": json.dumps(versions, sort_keys=True).encode(),
+    }
+
+
+def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, values: np.ndarray | None = None) -> pa.Array:
+    """(N, S) per-stage array -> list array of each row's first pp entries; null where the row's
+    stages are all equal (a uniform row). ``values`` maps codes to strings (stage_recompute)."""
+    n = len(pp)
+    typ = pa.list_(pa.int64()) if values is None else pa.list_(pa.string())
+    if per_stage is None or n == 0:
+        return pa.nulls(n, typ)
+    width = per_stage.shape[1]
+    active = np.arange(width)[None, :] < pp[:, None]  # (N, S)
+    uniform = np.all((per_stage == per_stage[:, :1]) | ~active, axis=1)  # (N,)
+    counts = np.where(uniform, 0, pp)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    flat = per_stage[active & ~uniform[:, None]]  # row-major: each row's stages in order
+    flat_arr = pa.array(flat.astype(np.int64)) if values is None else pa.array(values[flat])
+    return pa.ListArray.from_arrays(pa.array(offsets), flat_arr, mask=pa.array(uniform))
+
+
+def to_arrow(
+    table: StrategyTable,
+    metrics: Metrics,
+    *,
+    run_id: str,
+    model: str,
+    cluster: str,
+    iteration: np.ndarray | int,
+    grid_index: np.ndarray | None,
+    metadata: Mapping[bytes, bytes] | None = None,
+) -> pa.Table:
+    """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns)."""
+    n = len(table)
+    cols: dict[str, pa.Array] = {}
+    for c in INT_COLUMNS:
+        cols[c] = pa.array(table[c], type=pa.int64())
+    recompute_codes = table["recompute"]
+    if table.stage_recompute is not None and n:
+        # A row whose stages all recompute alike reports that choice in ``recompute``.
+        sr = table.stage_recompute
+        active = np.arange(sr.shape[1])[None, :] < table["pp"][:, None]
+        uniform = np.all((sr == sr[:, :1]) | ~active, axis=1)
+        recompute_codes = np.where(uniform, sr[:, 0], recompute_codes)
+    for c, names in CODE_COLUMNS.items():
+        codes = recompute_codes if c == "recompute" else table[c]
+        # Dictionary-decode: a handful of names, indexed by code (no Python loop over rows).
+        cols[c] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names))).cast(
+            pa.string()
+        )
+    for c in BOOL_COLUMNS:
+        cols[c] = pa.array(table[c], type=pa.bool_())
+    cols["stage_layers"] = _stage_list(table.stage_layers, table["pp"])
+    cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], np.asarray(RECOMPUTE, dtype=object))
+    for c in METRIC_COLUMNS:
+        v = metrics[c]
+        if c == "reason":
+            cols[c] = pa.DictionaryArray.from_arrays(pa.array(v.astype(np.int32)), pa.array(list(REASONS))).cast(
+                pa.string()
+            )
+        else:
+            cols[c] = pa.array(v, type=_metric_type(c))
+    cols["run_id"] = pa.array(np.full(n, run_id, dtype=object), type=pa.string())
+    cols["model"] = pa.array(np.full(n, model, dtype=object), type=pa.string())
+    cols["cluster"] = pa.array(np.full(n, cluster, dtype=object), type=pa.string())
+    cols["iteration"] = pa.array(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (n,)), type=pa.int64())
+    cols["grid_index"] = (
+        pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))
+    )
+    schema = result_schema(metadata)
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def write_part(arrow: pa.Table, path: str) -> None:
+    """Write ``arrow`` to ``path`` whole or not at all: a hidden temporary file in the same
+    directory, fsync'd, then renamed over ``path`` (atomic on POSIX file systems)."""
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    try:
+        pq.write_table(arrow, tmp, compression=COMPRESSION)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json_atomic(obj: object, path: str) -> None:
+    """JSON file written through a temporary name and a rename (never half a file)."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,238 @@
+"""The run directory: everything a run needs to be understood, continued and read.
+
+    RUN_DIR/run.json        what was asked (command, searcher, seed, options, one study per
+                            (model, cluster) with its space), the model and cluster specs,
+                            the plansweep / cost-model / run-format versions
+    RUN_DIR/results/        the Parquet dataset, hive-partitioned only by searcher=<name>
+    RUN_DIR/state/lock      held (fcntl.flock) by the one process running the run
+    RUN_DIR/state/...       chain checkpoints, the Optuna journal
+
+The files on disk are the truth: a grid unit is done when its part file exists; a search
+continues from its last checkpoint. Nothing already written is deleted, only hidden
+temporary files left by a killed writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import fcntl
+import json
+import os
+import uuid
+from typing import Any
+
+import costmodel
+from costmodel import GPU, Cluster, InputError, Transformer
+from sweep._results import TMP_PREFIX, TMP_SUFFIX, schema_metadata, write_json_atomic
+
+# Bumped whenever the layout of a run directory or of its Parquet parts changes.
+RUN_FORMAT = 1
+RUN_JSON = "run.json"
+RESULTS = "results"
+STATE = "state"
+LOCK = "lock"
+
+
+def versions() -> dict[str, object]:
+    return {
+        "plansweep": costmodel.__version__,
+        "cost_model": costmodel.COST_MODEL_VERSION,
+        "run_format": RUN_FORMAT,
+    }
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(str(version).split(".")[:2])
+
+
+def incompatibility(recorded: dict) -> str | None:
+    """Why results written under ``recorded`` versions must not be mixed with ours, or None."""
+    now = versions()
+    if recorded.get("run_format") != now["run_format"]:
+        return f"run format {recorded.get('run_format')!r}, this plansweep reads format {now['run_format']}"
+    if str(recorded.get("cost_model")) != str(now["cost_model"]):
+        return (f"cost model version {recorded.get('cost_model')!r}, this plansweep has {now['cost_model']!r} "
+                "(its numbers would differ)")
+    if _major_minor(str(recorded.get("plansweep"))) != _major_minor(str(now["plansweep"])):
+        return f"plansweep {recorded.get('plansweep')!r}, this is plansweep {now['plansweep']!r}"
+    return None
+
+
+# ---- specs <-> plain dicts (for run.json and the Parquet schema metadata) ------------------
+def model_to_dict(model: Transformer) -> dict:
+    return dataclasses.asdict(model)
+
+
+def cluster_to_dict(cluster: Cluster) -> dict:
+    return dataclasses.asdict(cluster)
+
+
+def model_from_dict(d: dict) -> Transformer:
+    return Transformer(**d)
+
+
+def cluster_from_dict(d: dict) -> Cluster:
+    d = dict(d)
+    gpu = dict(d.pop("gpu"))
+    gpu["peak_flops"] = tuple(gpu["peak_flops"])
+    return Cluster(gpu=GPU(**gpu), **d)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Study:
+    """One (model, cluster) pair and its space: an independent sweep or search in the run."""
+
+    index: int
+    model: Transformer
+    cluster: Cluster
+    space: Any  # search.Space
+
+    @property
+    def label(self) -> str:
+        return f"{self.model.name} on {self.cluster.name}"
+
+
+class RunDir:
+    """An open run directory, locked for this process (use as a context manager)."""
+
+    def __init__(self, path: str, info: dict, lock_fd: int) -> None:
+        self.path = path
+        self.info = info
+        self._lock_fd = lock_fd
+
+    # -- opening -----------------------------------------------------------------------------
+    @classmethod
+    def create_or_resume(cls, path: str, request: dict) -> tuple[RunDir, bool]:
+        """Open ``path`` for ``request`` (the identity of a run: command, searcher, seed,
+        options, studies). A new or empty directory gets a new run; a directory holding the
+        same run is resumed (returns resumed=True); anything else is refused."""
+        path = os.path.abspath(path)
+        run_json = os.path.join(path, RUN_JSON)
+        if os.path.isfile(run_json):
+            rd = cls.open(path)
+            if _identity(rd.info) != _identity(request):
+                rd.close()
+                raise InputError("--out", "a new or empty directory, or one holding this same run "
+                                 "(resume it with `plansweep resume`)",
+                                 f"{path}: holds a different run ({_describe(rd.info)})")
+            return rd, True
+        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+            raise InputError("--out", "a new or empty directory", f"{path}: not empty and holds no run.json")
+        os.makedirs(os.path.join(path, STATE), exist_ok=True)
+        os.makedirs(os.path.join(path, RESULTS), exist_ok=True)
+        fd = _lock(path)
+        info = {
+            **request,
+            "run_id": uuid.uuid4().hex[:12],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "versions": versions(),
+        }
+        write_json_atomic(info, run_json)
+        return cls(path, info, fd), False
+
+    @classmethod
+    def open(cls, path: str) -> RunDir:
+        """Open an existing run for resuming: checks run.json, the versions and the lock."""
+        path = os.path.abspath(path)
+        run_json = os.path.join(path, RUN_JSON)
+        if not os.path.isfile(run_json):
+            raise InputError("RUN_DIR", "a run directory holding run.json", path)
+        try:
+            with open(run_json) as f:
+                info = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError("RUN_DIR", "a readable run.json", f"{run_json}: {exc}") from None
+        why = incompatibility(info.get("versions", {}))
+        if why:
+            raise InputError("RUN_DIR", "a run written by a compatible plansweep", f"{path}: written with {why}")
+        os.makedirs(os.path.join(path, STATE), exist_ok=True)
+        fd = _lock(path)
+        rd = cls(path, info, fd)
+        rd.remove_temporaries()
+        return rd
+
+    def close(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- layout ------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.info["run_id"]
+
+    @property
+    def results(self) -> str:
+        return os.path.join(self.path, RESULTS)
+
+    @property
+    def state(self) -> str:
+        return os.path.join(self.path, STATE)
+
+    def partition(self, searcher: str) -> str:
+        d = os.path.join(self.results, f"searcher={searcher}")
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def studies(self) -> list[Study]:
+        from search import Space  # search/ knows nothing of run directories; we rebuild here
+
+        out = []
+        for i, s in enumerate(self.info["studies"]):
+            model = model_from_dict(s["model"])
+            cluster = cluster_from_dict(s["cluster"])
+            out.append(Study(index=i, model=model, cluster=cluster, space=Space.from_json(s["space"], model, cluster)))
+        return out
+
+    def metadata(self, study: Study) -> dict[bytes, bytes]:
+        return schema_metadata(model_to_dict(study.model), cluster_to_dict(study.cluster), self.info["versions"])
+
+    def remove_temporaries(self) -> None:
+        """Hidden temporary files of a killed writer (never a finished part)."""
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
+                    try:
+                        os.unlink(os.path.join(root, name))
+                    except FileNotFoundError:
+                        pass
+
+
+def study_request(model: Transformer, cluster: Cluster, space) -> dict:
+    return {"model": model_to_dict(model), "cluster": cluster_to_dict(cluster), "space": space.to_json()}
+
+
+def _identity(info: dict) -> str:
+    keys = ("command", "searcher", "seed", "options", "studies")
+    return json.dumps({k: info.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def _describe(info: dict) -> str:
+    studies = ", ".join(f"{s['model'].get('name')} on {s['cluster'].get('name')}" for s in info.get("studies", []))
+    return f"{info.get('command')} of {studies}, seed {info.get('seed')}"
+
+
+def _lock(path: str) -> int:
+    """Take RUN_DIR/state/lock for this process, or refuse in one line naming the holder."""
+    lock_path = os.path.join(path, STATE, LOCK)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        finally:
+            os.close(fd)
+        raise InputError("RUN_DIR", "a run directory no other process is using",
+                         f"{path}: in use by process {holder} (wait for it to finish or stop it)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

@@ -1,0 +1,310 @@
+"""Searches (MCMC, TPE) through the sweep machinery: run directory, Parquet parts, checkpoints.
+
+MCMC: each study's ensemble of chains runs in one Ray actor (studies side by side, one actor
+each). Every ``checkpoint_every`` steps the actor hands back the rows it evaluated and the
+searcher's state_dict; the driver writes the rows as the part
+``results/searcher=mcmc/part-<study>-<checkpoint>.parquet`` and then the state as
+``state/mcmc-<study>.npz`` (both through a temporary name and a rename). Resume loads the
+state (a fresh searcher + load_state_dict) and goes on from the next checkpoint; a part
+written after the last state is written again, identically, under the same name. A dead
+actor is replaced by a new one built from the last state.
+
+TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
+each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
+part; ``state/tpe-<study>.json`` records the batches whose trials are told.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+import numpy as np
+
+from costmodel import Metrics, StrategyTable, evaluate
+from sweep._results import TMP_PREFIX, TMP_SUFFIX, to_arrow, write_json_atomic, write_part
+from sweep._rundir import RunDir, Study
+
+STATE_KEY = "s."  # searcher state entries in the npz
+ENGINE_KEY = "e."  # engine entries (checkpoints done)
+
+
+def part_name(study: int, index: int) -> str:
+    return f"part-{study:02d}-{index:06d}.parquet"
+
+
+def study_seed(seed: int, study: int) -> int:
+    """Each study's own seed: the run's seed for the first, then seed + study index."""
+    return int(seed) + int(study)
+
+
+# ---- checkpoints: state_dict <-> npz (plain arrays, no pickles) ----------------------------
+def save_state(path: str, state: dict, engine: dict) -> None:
+    arrays = {STATE_KEY + k: np.asarray(v) for k, v in state.items()}
+    arrays.update({ENGINE_KEY + k: np.asarray(v) for k, v in engine.items()})
+    for k, v in arrays.items():
+        if v.dtype == object:
+            raise TypeError(f"state entry {k!r} is not a plain array ({v.dtype})")
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_state(path: str) -> tuple[dict, dict] | None:
+    if not os.path.exists(path):
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        state = {k[len(STATE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(STATE_KEY)}
+        engine = {k[len(ENGINE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(ENGINE_KEY)}
+    return state, engine
+
+
+def _plain(a: np.ndarray):
+    return a.item() if a.ndim == 0 else a
+
+
+# ---- the searchers ---------------------------------------------------------------------------
+def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | None = None):
+    if kind == "mcmc":
+        from search import MCMCSearcher
+
+        return MCMCSearcher(space, seed=seed, chains=int(options["chains"]), beta=float(options["beta"]),
+                            reset_every=int(options["reset_every"]))
+    if kind == "tpe":
+        from search import TPESearcher
+
+        return TPESearcher(space, seed=seed, storage=storage)
+    raise ValueError(f"unknown searcher {kind!r}")
+
+
+def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[StrategyTable, Metrics]:
+    table = StrategyTable.concat(tables)
+    return table, Metrics({k: np.concatenate([m[k] for m in metrics]) for k in metrics[0]})
+
+
+class ChainRunner:
+    """One study's MCMC ensemble; a Ray actor (or a plain object in-process)."""
+
+    def __init__(self, space, *, seed: int, options: dict, state: dict | None = None) -> None:
+        self.space = space
+        self.searcher = make_searcher("mcmc", space, seed=seed, options=options)
+        if state:
+            self.searcher.load_state_dict(state)
+
+    def advance(self, first_step: int, n_steps: int, *, run_id: str, metadata: dict):
+        """Take steps first_step .. first_step + n_steps - 1: returns (arrow rows, state_dict)."""
+        tables, metrics, steps = [], [], []
+        chains = self.searcher.chains
+        for k in range(first_step, first_step + n_steps):  # a loop over steps; rows are columns
+            table = self.searcher.ask(chains)
+            m = evaluate(self.space.model, self.space.cluster, table)
+            self.searcher.tell(table, m)
+            if len(table):
+                tables.append(table)
+                metrics.append(m)
+                steps.append(np.full(len(table), k, dtype=np.int64))
+        if tables:
+            table, m = _collect(tables, metrics)
+            iteration = np.concatenate(steps)
+        else:
+            table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+            m = evaluate(self.space.model, self.space.cluster, table)
+            iteration = np.zeros(0, dtype=np.int64)
+        arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
+                         iteration=iteration, grid_index=None, metadata=metadata)
+        return arrow, self.searcher.state_dict()
+
+
+def evaluate_table(space, table: StrategyTable) -> Metrics:
+    """A Ray task body: one batch of a driver-side searcher."""
+    return evaluate(space.model, space.cluster, table)
+
+
+class _Bar:
+    def __init__(self, total: int, done: int, *, desc: str, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=done, unit="step", file=sys.stderr, disable=not enabled,
+                        dynamic_ncols=True, mininterval=0.5, desc=desc)
+        self.best = 0.0
+        self.rows = 0
+        self.t0 = time.perf_counter()
+
+    def update(self, steps: int, rows: int, best: float) -> None:
+        self.rows += rows
+        self.best = max(self.best, best)
+        rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.update(steps)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _best_of(arrow) -> float:
+    import pyarrow.compute as pc
+
+    tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
+    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
+
+
+# ---- MCMC ------------------------------------------------------------------------------------
+def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    info = rd.info
+    opts = info["options"]
+    steps, every = int(opts["steps"]), int(opts["checkpoint_every"])
+    n_ckpt = -(-steps // every)
+    studies = rd.studies()
+    parts = rd.partition("mcmc")
+    state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
+    done: dict[int, int] = {}
+    states: dict[int, dict | None] = {}
+    for s in studies:
+        loaded = load_state(state_path[s.index])
+        states[s.index] = loaded[0] if loaded else None
+        done[s.index] = int(loaded[1]["checkpoints"]) if loaded else 0
+    bar = _Bar(steps * len(studies), sum(min(d * every, steps) for d in done.values()), desc="mcmc",
+               enabled=progress)
+
+    def finish(s: Study, c: int, arrow, state: dict) -> None:
+        write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
+        save_state(state_path[s.index], state, {"checkpoints": c + 1})
+        done[s.index] = c + 1
+        states[s.index] = state
+        bar.update(min(every, steps - c * every), arrow.num_rows, _best_of(arrow))
+
+    def span(c: int) -> tuple[int, int]:
+        return c * every, min(every, steps - c * every)
+
+    seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
+    try:
+        if in_process:
+            for s in studies:
+                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=states[s.index])
+                for c in range(done[s.index], n_ckpt):
+                    arrow, state = runner.advance(*span(c), run_id=rd.run_id, metadata=rd.metadata(s))
+                    finish(s, c, arrow, state)
+            return
+        _run_mcmc_ray(rd, studies, seeds, states, done, n_ckpt, span, finish)
+    finally:
+        bar.close()
+
+
+def _run_mcmc_ray(rd, studies, seeds, states, done, n_ckpt, span, finish) -> None:
+    import ray
+
+    from sweep._ray import DRIVER_RESUBMITS, is_lost_work
+
+    actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
+    opts = rd.info["options"]
+    by_index = {s.index: s for s in studies}
+    space_refs = {s.index: ray.put(s.space) for s in studies}
+    actors: dict[int, object] = {}
+    in_flight: dict[object, tuple[int, int]] = {}
+    restarts = {s.index: 0 for s in studies}
+
+    def launch(i: int) -> None:
+        if done[i] >= n_ckpt:
+            return
+        if i not in actors:
+            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=states[i])
+        ref = actors[i].advance.remote(*span(done[i]), run_id=rd.run_id, metadata=rd.metadata(by_index[i]))
+        in_flight[ref] = (i, done[i])
+
+    for s in studies:
+        launch(s.index)
+    while in_flight:
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        ref = ready[0]
+        i, c = in_flight.pop(ref)
+        try:
+            arrow, state = ray.get(ref)
+        except Exception as exc:
+            if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
+                restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                actors.pop(i, None)
+                launch(i)
+                continue
+            if isinstance(exc, ray.exceptions.RayTaskError):
+                raise exc.as_instanceof_cause() from None
+            raise
+        finish(by_index[i], c, arrow, state)
+        launch(i)
+    for a in actors.values():
+        ray.kill(a)
+
+
+# ---- TPE -------------------------------------------------------------------------------------
+def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    info = rd.info
+    opts = info["options"]
+    batches, n = int(opts["batches"]), int(opts["batch_size"])
+    studies = rd.studies()
+    parts = rd.partition("tpe")
+    marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
+    journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
+    done = {}
+    for s in studies:
+        done[s.index] = json.load(open(marker[s.index]))["batches"] if os.path.exists(marker[s.index]) else 0
+    searchers = {s.index: make_searcher("tpe", s.space, seed=study_seed(info["seed"], s.index), options=opts,
+                                        storage=journal[s.index]) for s in studies}
+    bar = _Bar(batches * len(studies), sum(done.values()), desc="tpe", enabled=progress)
+    evaluate_batch = _batch_evaluator(in_process)
+    try:
+        while True:
+            active = [s for s in studies if done[s.index] < batches]
+            if not active:
+                break
+            asked = {s.index: searchers[s.index].ask(n) for s in active}
+            results = evaluate_batch([(s.space, asked[s.index]) for s in active])
+            for s, m in zip(active, results, strict=True):
+                b = done[s.index]
+                table = asked[s.index]
+                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                                 iteration=b, grid_index=None, metadata=rd.metadata(s))
+                write_part(arrow, os.path.join(parts, part_name(s.index, b)))
+                searchers[s.index].tell(table, m)
+                write_json_atomic({"batches": b + 1}, marker[s.index])
+                done[s.index] = b + 1
+                bar.update(1, arrow.num_rows, _best_of(arrow))
+    finally:
+        bar.close()
+
+
+def _batch_evaluator(in_process: bool):
+    if in_process:
+        return lambda jobs: [evaluate_table(space, table) for space, table in jobs]
+    import ray
+
+    from sweep._ray import TASK_MAX_RETRIES
+
+    remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_table)
+    space_refs: dict[int, object] = {}
+
+    def run(jobs):
+        refs = []
+        for space, table in jobs:
+            key = id(space)
+            if key not in space_refs:
+                space_refs[key] = ray.put(space)
+            refs.append(remote.remote(space_refs[key], table))
+        return ray.get(refs)
+
+    return run
+
+
+def run_search(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    kind = rd.info["searcher"]
+    if kind == "mcmc":
+        run_mcmc(rd, in_process=in_process, progress=progress)
+    elif kind == "tpe":
+        run_tpe(rd, in_process=in_process, progress=progress)
+    else:
+        raise ValueError(f"run.json names an unknown searcher {kind!r}")
