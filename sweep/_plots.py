@@ -120,43 +120,49 @@ def plot_degrees(c: Columns, title: str, out_dir: str, suffix: str = "") -> str 
     return _save(fig, out_dir, "throughput_vs_degrees" + suffix)
 
 
-def _mb_label(m: int, pp_values: np.ndarray) -> str:
-    if m == 1 and np.all(pp_values == 1):
-        return "No pipeline parallelism"  # seed 000's label for m = 1 (p = 1 only)
-    return f"{m} microbatch" + ("es" if m != 1 else "")
+NO_PIPELINE = 0  # line key of the strategies without pipeline stages in the grid figure
+
+
+def _mb_label(key: int) -> str:
+    if key == NO_PIPELINE:
+        return "No pipeline parallelism"  # seed 000's label (its p = 1 runs use m = 1)
+    return f"{key} microbatch" + ("es" if key != 1 else "")
 
 
 def plot_grid_search(c: Columns, title: str, out_dir: str, suffix: str = "") -> str | None:
     """Seed 000's grid-search figure: a panel per data-parallel degree, throughput against the
-    horizontal degree, one line per micro-batch count; configurations that use every GPU."""
+    horizontal degree, configurations that use every GPU. As in the seed, the strategies without
+    pipeline stages (p = 1) form one line, "No pipeline parallelism" (best over their micro-batch
+    counts: without stages, micro-batches are only gradient accumulation), and the pipelined ones
+    one line per micro-batch count."""
     d = c.degrees
     full = d["dp"] * d["tp"] * d["pp"] * d["cp"] == c.num_gpus
     if not np.any(full):
         return None
-    keys, best = best_by([d["dp"][full], c.microbatches[full], d["tp"][full]], c.throughput[full])
+    line = np.where(d["pp"][full] == 1, NO_PIPELINE, c.microbatches[full])  # (F,)
+    keys, best = best_by([d["dp"][full], line, d["tp"][full]], c.throughput[full])
     dps = np.unique(keys[:, 0])[:MAX_GRID_PANELS]
-    mbs = np.unique(keys[:, 1])
+    lines = np.unique(keys[:, 1])
     tps = np.unique(keys[:, 2])
     fig, axes = plt.subplots(1, len(dps), figsize=(3.3 * len(dps) + 0.6, 3.4), sharex=True, sharey=True,
                              squeeze=False)
     handles: dict[int, object] = {}
     for ax, dp in zip(axes[0], dps, strict=True):
-        for j, m in enumerate(mbs):
-            sel = (keys[:, 0] == dp) & (keys[:, 1] == m)
+        for j, key in enumerate(lines):
+            sel = (keys[:, 0] == dp) & (keys[:, 1] == key)
             if not np.any(sel):
                 continue
-            pp_m = d["pp"][full][c.microbatches[full] == m]
-            (line,) = ax.plot(keys[sel, 2], best[sel], marker=MARKERS[j % len(MARKERS)], color=f"C{j % 10}",
-                              label=_mb_label(int(m), pp_m))
-            handles.setdefault(int(m), line)
+            (h,) = ax.plot(keys[sel, 2], best[sel], marker=MARKERS[j % len(MARKERS)], color=f"C{j % 10}",
+                           label=_mb_label(int(key)))
+            handles.setdefault(int(key), h)
         ax.set_title("No data parallelism" if dp == 1 else f"{dp} data parallel partitions", fontsize=11)
         _log2_axis(ax, tps)
         _thousands(ax)
         ax.set_xlabel("# Horizontal parallel partitions")
     axes[0][0].set_ylabel(c.label)
     order = sorted(handles)
-    fig.legend([handles[m] for m in order], [handles[m].get_label() for m in order], loc="lower center",
-               ncol=min(len(order), 6), frameon=False, bbox_to_anchor=(0.5, -0.02))
+    fig.legend([handles[k] for k in order], [handles[k].get_label() for k in order], loc="lower center",
+               ncol=min(len(order), 7), frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(f"{title}: grid search on {c.num_gpus} GPUs (best over the rest; missing points do not fit)",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
@@ -175,7 +181,7 @@ def plot_isolated(c: Columns, title: str, out_dir: str, suffix: str = "") -> lis
             continue
         keys, best = best_by([c.global_batch[sel], c.microbatches[sel], d[deg][sel]], c.throughput[sel])
         lines = np.unique(keys[:, :2], axis=0)
-        fig, ax = plt.subplots(figsize=(5.4, 3.6))
+        fig, ax = plt.subplots(figsize=(7.6, 3.6))
         for j, (B, m) in enumerate(lines):
             s = (keys[:, 0] == B) & (keys[:, 1] == m)
             if s.sum() < 2 and len(lines) > 1:
@@ -188,7 +194,7 @@ def plot_isolated(c: Columns, title: str, out_dir: str, suffix: str = "") -> lis
         ax.set_xlabel("# " + {"dp": "Data parallel", "tp": "Horizontal parallel", "pp": "Pipeline parallel"}[deg]
                       + " partitions (others 1)")
         ax.set_ylabel(c.label)
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         ax.set_title(f"{title}: isolated {DEGREE_LABELS[deg].lower()}", fontsize=10)
         fig.tight_layout()
         written.append(_save(fig, out_dir, name + suffix))

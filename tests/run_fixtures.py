@@ -1,10 +1,11 @@
-"""Test fixtures: small run directories written in the INTERFACES.md Parquet schema.
+"""Test fixtures: small run directories in the results schema, without Ray or a Space.
 
-This writer lives in tests/ on purpose: the package's writer belongs to the sweep engine.
-It evaluates a StrategyTable with costmodel.evaluate and writes RUN_DIR/run.json and
-RUN_DIR/results/searcher=<name>/part-00000.parquet (zstd), column for column as agreed:
-readable strategy columns, the metric columns, run_id / iteration / grid_index, and the
-model, cluster and versions as JSON in the schema metadata.
+It evaluates StrategyTables with costmodel.evaluate (any rows, e.g. seed 000's exact grid, or
+uneven stages) and writes RUN_DIR/run.json and RUN_DIR/results/searcher=<name>/part-SS-UUUUUU.parquet
+(zstd) with the engine's row encoder (sweep._results.to_arrow): readable strategy columns, the
+metric columns, run_id / model / cluster / iteration / grid_index, and the model, cluster and
+versions as JSON in the schema metadata. Real runs of the engine are tested in
+tests/test_seed000_sweep.py.
 """
 
 from __future__ import annotations
@@ -18,54 +19,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import costmodel
-from costmodel import METRIC_COLUMNS, REASONS, RECOMPUTE, StrategyTable, evaluate
-
-INT64 = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage")
-STRINGS = ("schedule", "recompute", "precision")
-BOOLS = ("sequence_parallel", "overlap_dp")
+from costmodel import StrategyTable, evaluate
 
 
 def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, model_name: str, cluster_name: str, iteration: int,
                    grid_index: np.ndarray | None) -> pa.Table:
-    """One Arrow table in the agreed schema (the searcher column comes from the partition)."""
-    readable = table.readable()
-    n = len(table)
-    cols: dict[str, pa.Array] = {}
-    for k in INT64:
-        cols[k] = pa.array(readable[k], type=pa.int64())
-    for k in STRINGS:
-        cols[k] = pa.array(readable[k].astype(str), type=pa.string())
-    for k in BOOLS:
-        cols[k] = pa.array(readable[k], type=pa.bool_())
-    pp = table["pp"]
-    if table.stage_layers is None:
-        cols["stage_layers"] = pa.nulls(n, type=pa.list_(pa.int64()))
-    else:
-        cols["stage_layers"] = pa.array([list(map(int, r[:p])) for r, p in zip(table.stage_layers, pp)],
-                                        type=pa.list_(pa.int64()))
-    if table.stage_recompute is None:
-        cols["stage_recompute"] = pa.nulls(n, type=pa.list_(pa.string()))
-    else:
-        cols["stage_recompute"] = pa.array(
-            [[RECOMPUTE[c] for c in r[:p]] for r, p in zip(table.stage_recompute, pp)],
-            type=pa.list_(pa.string()))
-    for k in METRIC_COLUMNS:
-        v = np.asarray(metrics[k])
-        if k == "microbatches":
-            cols[k] = pa.array(v, type=pa.int64())
-        elif k == "feasible":
-            cols[k] = pa.array(v, type=pa.bool_())
-        elif k == "reason":
-            cols[k] = pa.array(np.asarray(REASONS, dtype=object)[v].astype(str), type=pa.string())
-        else:
-            cols[k] = pa.array(v, type=pa.float64())
-    cols["run_id"] = pa.array([run_id] * n, type=pa.string())
-    cols["model"] = pa.array([model_name] * n, type=pa.string())
-    cols["cluster"] = pa.array([cluster_name] * n, type=pa.string())
-    cols["iteration"] = pa.array(np.full(n, iteration, dtype=np.int64))
-    cols["grid_index"] = (pa.nulls(n, type=pa.int64()) if grid_index is None
-                          else pa.array(np.asarray(grid_index, dtype=np.int64)))
-    return pa.table(cols)
+    """One Arrow table in the agreed schema, by the engine's own writer (sweep._results), so
+    fixtures cannot drift from real runs (the searcher column comes from the partition)."""
+    from sweep._results import to_arrow
+
+    return to_arrow(table, metrics, run_id=run_id, model=model_name, cluster=cluster_name, iteration=iteration,
+                    grid_index=grid_index)
 
 
 def _metadata(model, cluster) -> dict[bytes, bytes]:

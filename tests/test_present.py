@@ -129,10 +129,10 @@ def test_open_run_by_uri(seed_run):
 
 def test_show_prints_stages_of_the_top_row(tmp_path):
     # Two uneven 4-stage partitions of the 64 layers; the first has per-stage recompute.
+    parts = [[10, 22, 22, 10], [17, 15, 15, 17]]
     table = StrategyTable.from_columns(
         dp=1, tp=[4, 4], pp=4, micro_batch=256, global_batch=8192, schedule="1f1b",
-        stage_layers=[[10, 22, 22, 10], [16, 16, 16, 16]],
-        stage_recompute=[["none", "full", "full", "none"], ["none"] * 4])
+        stage_layers=parts, stage_recompute=[["none", "full", "full", "none"], ["none", "none", "none", "full"]])
     run = write_fixture_run(tmp_path / "stages", MODEL, CLUSTER, table)
     m = evaluate(MODEL, CLUSTER, table)
     best = int(np.argmax(m["samples_per_s"]))
@@ -141,9 +141,19 @@ def test_show_prints_stages_of_the_top_row(tmp_path):
     text = out.stdout
     assert "per stage (top row):" in text
     stage_lines = text.split("per stage (top row):")[1].strip().splitlines()[1:]
-    layers = [int(s.split()[1]) for s in stage_lines]
-    assert layers == [[10, 22, 22, 10], [16, 16, 16, 16]][best]
+    assert [int(s.split()[1]) for s in stage_lines] == parts[best]
+    assert [s.split()[2] for s in stage_lines] == [["none", "full", "full", "none"],
+                                                   ["none", "none", "none", "full"]][best]
     assert len(stage_lines) == 4
+
+
+def test_uniform_top_row_prints_no_stage_lines(tmp_path):
+    # Uniform stages are stored as null (the engine's encoding): nothing per stage to print.
+    table = StrategyTable.from_columns(dp=1, tp=4, pp=4, micro_batch=256, global_batch=8192,
+                                       stage_layers=[[16, 16, 16, 16]])
+    run = write_fixture_run(tmp_path / "uniform", MODEL, CLUSTER, table)
+    out = cli("show", str(run))
+    assert out.returncode == 0 and "per stage" not in out.stdout
 
 
 def test_best_by_is_a_group_maximum():
