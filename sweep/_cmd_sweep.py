@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from costmodel import InputError
@@ -153,7 +152,7 @@ def print_summary(rd: RunDir, top: int) -> None:
 
     n_rows, n_parts = count_rows(rd.results)
     print(f"results: {rd.results} ({n_rows:,} rows in {n_parts} Parquet parts; "
-          f"pandas.read_parquet({os.path.relpath(rd.results)!r}))")
+          f"open with pandas.read_parquet({rd.results!r}))")
     if top == 0:
         return
     best = best_rows(rd.results, top)

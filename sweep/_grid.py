@@ -138,7 +138,9 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
              max_in_flight: int) -> Iterator[UnitSummary]:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, is_lost_work
+    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, is_lost_work, register_pickling
+
+    register_pickling()
 
     remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_unit)
     space_refs = {k: ray.put(v) for k, v in spaces.items()}  # each space (model, cluster) shipped once

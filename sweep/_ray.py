@@ -21,6 +21,26 @@ TASK_MAX_RETRIES = 3
 DRIVER_RESUBMITS = 3
 
 
+def _rebuild_space(d: dict, model, cluster):
+    from search import Space
+
+    return Space.from_json(d, model, cluster)
+
+
+def _reduce_space(space):
+    return _rebuild_space, (space.to_json(), space.model, space.cluster)
+
+
+def register_pickling() -> None:
+    """Ship a Space to Ray workers as its JSON description (rebuilt there in microseconds): a
+    Space has __slots__ and refuses attribute assignment, which pickle's default path needs."""
+    import copyreg
+
+    from search import Space
+
+    copyreg.pickle(Space, _reduce_space)
+
+
 def init_ray(*, workers: int | None, address: str | None) -> str:
     """Join the cluster at ``address`` (or $RAY_ADDRESS), else start an embedded local Ray with
     ``workers`` CPUs (default: the machine's cores). Returns a one-line description."""
@@ -29,6 +49,7 @@ def init_ray(*, workers: int | None, address: str | None) -> str:
     warnings.filterwarnings("ignore", module="ray")
     import ray
 
+    register_pickling()
     if ray.is_initialized():
         return "Ray (already initialised)"
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -63,5 +84,6 @@ def is_lost_work(exc: BaseException) -> bool:
 def shutdown_ray() -> None:
     import ray
 
+    register_pickling()
     if ray.is_initialized():
         ray.shutdown()

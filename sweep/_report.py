@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -43,10 +44,8 @@ def best_rows(results_dir: str, k: int, *, searcher: str | None = None) -> dict[
     studies = keys.group_by(["model", "cluster"]).aggregate([]).to_pylist()
     for s in studies:
         mask = pc.and_(pc.equal(keys["model"], s["model"]), pc.equal(keys["cluster"], s["cluster"]))
-        tps = pc.filter(keys["tokens_per_s"], mask)
-        # k-th largest throughput of the study: read only the rows at or above it.
-        top = pc.sort_indices(tps, order="descending")[: min(k, len(tps))]
-        threshold = tps.take(top)[-1].as_py()
+        tps = np.sort(pc.filter(keys["tokens_per_s"], mask).to_numpy())  # ascending
+        threshold = float(tps[-min(k, len(tps))])  # the study's k-th largest: read rows at or above it
         rows = dataset.to_table(filter=cond & (pc.field("model") == s["model"]) & (pc.field("cluster") == s["cluster"])
                                 & (pc.field("tokens_per_s") >= threshold))
         rows = rows.sort_by([("tokens_per_s", "descending")]).slice(0, k)

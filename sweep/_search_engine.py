@@ -200,7 +200,9 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
 def _run_mcmc_ray(rd, studies, seeds, states, done, n_ckpt, span, finish) -> None:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, is_lost_work
+    from sweep._ray import DRIVER_RESUBMITS, is_lost_work, register_pickling
+
+    register_pickling()
 
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
     opts = rd.info["options"]
@@ -283,7 +285,9 @@ def _batch_evaluator(in_process: bool):
         return lambda jobs: [evaluate_table(space, table) for space, table in jobs]
     import ray
 
-    from sweep._ray import TASK_MAX_RETRIES
+    from sweep._ray import TASK_MAX_RETRIES, register_pickling
+
+    register_pickling()
 
     remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_table)
     space_refs: dict[int, object] = {}
