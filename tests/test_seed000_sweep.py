@@ -96,7 +96,7 @@ def test_seed000_winner_makes_sense(seed_run):
     # Upper bound: 16 GPUs at the best GEMM efficiency, GPipe's m / (m + p - 1) busy fraction.
     gpu = costmodel.cluster_preset("seed000-16").gpu
     flops_per_sample = 6 * LAYERS * WIDTH * WIDTH  # forward 2, backward 4 per weight and sample
-    peak = gpu.peak_flops[0] * gpu.gemm_eff_max
+    peak = gpu.peak_flops[costmodel.PRECISIONS.index("bf16")] * gpu.gemm_eff_max
     m, p = 32, 16
     assert best.samples_per_s <= 16 * peak / flops_per_sample * m / (m + p - 1)
     # The same throughput is in samples/s and tokens/s (an MLP sample is one token).
