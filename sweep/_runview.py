@@ -195,27 +195,48 @@ def summary(view: RunView) -> dict[str, object]:
     return {"num_rows": t.num_rows, "num_feasible": feasible, "infeasible_reasons": reasons}
 
 
-def best_rows(view: RunView, k: int | None, *, include_infeasible: bool = False) -> pa.Table:
-    """The ``k`` rows of highest throughput (all rows where k is None), best first, every
-    column; with ``include_infeasible`` the infeasible rows follow the feasible ones (most
-    memory-feasible first: by memory ascending), so a run without one feasible row still shows
-    what came close."""
+# The columns that name a strategy (the engine's strategy columns); rows equal on these are the
+# same strategy, which a search (MCMC, TPE) may evaluate many times.
+STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage",
+                 "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
+                 "stage_recompute")
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    """First row of each strategy (``table`` holds the few best rows, sorted)."""
+    keys = [c for c in STRATEGY_KEYS if c in table.column_names]
+    cols = [table.column(c).to_pylist() for c in keys]
+    seen: set = set()
+    keep = []
+    for i, key in enumerate(zip(*cols, strict=True)):
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in key)
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return table.take(pa.array(keep, type=pa.int64()))
+
+
+def best_rows(view: RunView, k: int, *, include_infeasible: bool = False) -> pa.Table:
+    """The ``k`` distinct strategies of highest throughput, best first, every column (a
+    strategy a search evaluated several times is listed once); with ``include_infeasible`` the
+    infeasible rows fill up to k after the feasible ones (least memory first), so a run without
+    one feasible row still shows what came close."""
     thr = view.throughput_column
     feas = view.scan([thr], pc.field("feasible")).column(thr).to_numpy()
-    flt = pc.field("feasible")
-    if k is not None and feas.size > k:
-        # The k-th best throughput is a threshold: read only rows at or above it.
-        kth = np.partition(feas, feas.size - k)[feas.size - k]
-        flt = flt & (pc.field(thr) >= float(kth))
-    top = view.scan(None, flt)
-    top = top.take(pc.sort_indices(top, sort_keys=[(thr, "descending"), ("step_time_s", "ascending")]))
-    if k is not None:
-        top = top.slice(0, k)
-    if include_infeasible and (k is None or top.num_rows < k):
+    want = k
+    while True:
+        # The want-th best throughput is a threshold: read only rows at or above it.
+        kth = np.partition(feas, feas.size - want)[feas.size - want] if feas.size > want else -np.inf
+        top = view.scan(None, pc.field("feasible") & (pc.field(thr) >= float(kth)))
+        top = _distinct(top.take(pc.sort_indices(top, sort_keys=[(thr, "descending"), ("step_time_s", "ascending")])))
+        if top.num_rows >= k or feas.size <= want:
+            break
+        want *= 4  # repeats of the same strategies filled the threshold: read further down
+    top = top.slice(0, k)
+    if include_infeasible and top.num_rows < k:
         rest = view.scan(None, ~pc.field("feasible"))
         if "mem_total_bytes" in rest.column_names:
             rest = rest.take(pc.sort_indices(rest, sort_keys=[("mem_total_bytes", "ascending")]))
-        if k is not None:
-            rest = rest.slice(0, k - top.num_rows)
+        rest = _distinct(rest).slice(0, k - top.num_rows)
         top = pa.concat_tables([top, rest.cast(top.schema)])
     return top

@@ -215,3 +215,17 @@ def test_several_studies_are_shown_and_plotted_apart(tmp_path):
     assert out.returncode == 0, out.stderr
     for suffix in ("seed000-mlp-seed000-16", "seed000-mlp-a100x16"):
         assert (tmp_path / "fig" / f"grid_search-{suffix}.png").is_file()
+
+
+def test_a_search_revisiting_strategies_shows_each_once(tmp_path):
+    # An MCMC chain visits the same strategies again and again: listed once each.
+    base = seed000_table()
+    table = base.take(np.tile(np.arange(len(base)), 5))  # every strategy 5 times
+    run = write_fixture_run(tmp_path / "mcmc", MODEL, CLUSTER, table, searcher="mcmc")
+    doc = json.loads(cli("show", str(run), "--top", "4", "--json").stdout)
+    rows = doc["studies"][0]["rows"]
+    m = evaluate(MODEL, CLUSTER, base)
+    expect = np.sort(m["samples_per_s"][m["feasible"]])[::-1][:4]
+    np.testing.assert_allclose([r["samples_per_s"] for r in rows], expect)
+    assert len({(r["dp"], r["tp"], r["pp"], r["micro_batch"]) for r in rows}) == 4
+    assert {r["searcher"] for r in rows} == {"mcmc"} and doc["num_rows"] == 5 * len(base)
