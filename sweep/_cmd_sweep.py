@@ -86,21 +86,25 @@ def check_runtime(args: argparse.Namespace) -> None:
         raise InputError("--top", "an integer >= 0", args.top)
 
 
-def run_sweep(args: argparse.Namespace) -> int:
-    check_runtime(args)
+def grid_request(args: argparse.Namespace) -> dict:
+    """What a `plansweep sweep` asks: the identity of its run (run.json)."""
     if args.unit_rows != int(args.unit_rows):
         raise InputError("--unit-rows", "an integer", args.unit_rows)
     unit_rows = check_unit_rows(int(args.unit_rows))
     keep = Keep.parse(args.keep)
-    studies = build_studies(args)
-    request = {
+    return {
         "command": "sweep",
         "searcher": GRID,
         "seed": None,
         "argv": sys.argv[1:],
         "options": {"unit_rows": unit_rows, "keep": str(keep)},
-        "studies": studies,
+        "studies": build_studies(args),
     }
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    check_runtime(args)
+    request = grid_request(args)
     rd, resumed = RunDir.create_or_resume(args.out, request)
     with rd:
         for s in rd.studies():

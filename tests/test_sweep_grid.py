@@ -1,0 +1,148 @@
+"""Grid sweeps into a run directory: the dataset, kill -9 and resume, a killed worker, two nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+
+from search import Space
+from sweep._rundir import cluster_from_dict, model_from_dict
+from tests.sweep_helpers import SMALL_SPACE, cli, kill_when, own_ray_processes, parts, rows, start
+
+UNITS = 24  # SMALL_SPACE: 230,400 grid rows in units of 10^4 rows (the last one 400)
+COMPARED = ["grid_index", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
+            "sequence_parallel", "zero_stage", "step_time_s", "tokens_per_s", "mem_total_bytes", "feasible",
+            "reason", "iteration"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted sweep of SMALL_SPACE, in one process (no Ray), every row kept."""
+    out = str(tmp_path_factory.mktemp("ref") / "run")
+    cli("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all", "--in-process", "--no-progress")
+    return out
+
+
+def _sorted(df):
+    return df[COMPARED].sort_values("grid_index").reset_index(drop=True)
+
+
+def assert_same_rows(run_dir: str, reference: str) -> None:
+    got, want = rows(run_dir), rows(reference)
+    assert got["grid_index"].is_unique, "duplicated rows"
+    assert len(got) == len(want)
+    assert np.array_equal(np.sort(got["grid_index"].to_numpy()), np.sort(want["grid_index"].to_numpy()))
+    a, b = _sorted(got), _sorted(want)
+    assert a.equals(b)
+
+
+def test_dataset_opens_with_nothing_but_the_path(reference):
+    info = json.load(open(os.path.join(reference, "run.json")))
+    study = info["studies"][0]
+    model, cluster = model_from_dict(study["model"]), cluster_from_dict(study["cluster"])
+    space = Space.from_json(study["space"], model, cluster)
+    n_valid = sum(len(space.rows(lo, min(lo + 10**5, space.size))[0]) for lo in range(0, space.size, 10**5))
+    df = rows(reference)  # pandas.read_parquet(RUN_DIR/results)
+    assert len(df) == n_valid and set(df["searcher"].astype(str)) == {"grid"}
+    assert df["schedule"].isin(["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]).all()
+    assert (df["dp"] * df["tp"] * df["pp"] * df["cp"] == 1024).all()  # every GPU used
+    # Infeasible rows are kept with a reason and infinite step time; feasible ones fit in HBM.
+    assert (np.isinf(df.loc[~df["feasible"], "step_time_s"])).all()
+    assert (df.loc[df["feasible"], "mem_total_bytes"] <= cluster.gpu.hbm_bytes).all()
+    assert (df.loc[df["feasible"], "reason"] == "ok").all()
+    dataset = ds.dataset(os.path.join(reference, "results"))  # pyarrow, nothing but the path
+    assert dataset.count_rows() == n_valid
+    meta = dataset.schema.metadata
+    assert json.loads(meta[b"plansweep.model"])["name"] == "gpt3-175b"
+    assert json.loads(meta[b"plansweep.cluster"])["name"] == "h100x1024"
+    assert json.loads(meta[b"plansweep.versions"])["cost_model"] == info["versions"]["cost_model"]
+    assert len(parts(os.path.join(reference, "results", "searcher=grid"))) == UNITS
+
+
+def test_keep_best_k_keeps_each_units_best(reference, tmp_path):
+    out = str(tmp_path / "best")
+    cli("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "best:3", "--in-process",
+        "--no-progress")
+    got = rows(out)
+    full = rows(reference)
+    want = (full[full["feasible"]].sort_values(["iteration", "tokens_per_s", "grid_index"],
+                                                ascending=[True, False, True]).groupby("iteration").head(3))
+    assert sorted(got["grid_index"]) == sorted(want["grid_index"])
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    for args, flag in ((["--unit-rows", "5"], "--unit-rows"), (["--keep", "most"], "--keep")):
+        proc = cli("sweep", *SMALL_SPACE, "--out", str(tmp_path / "x"), *args, "--in-process", check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and flag in proc.stderr
+        assert not os.path.exists(tmp_path / "x")  # nothing written
+    proc = cli("resume", str(tmp_path / "nothing"), check=False)
+    assert proc.returncode == 2 and "run.json" in proc.stderr
+
+
+@pytest.mark.slow
+def test_kill_9_in_the_middle_then_resume(reference, tmp_path):
+    out = str(tmp_path / "run")
+    proc = start("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all", "--workers", "1",
+                 "--max-in-flight", "1", "--no-progress")
+    n = kill_when(proc, os.path.join(out, "results", "searcher=grid"), at_least=3)
+    assert 3 <= n < UNITS, f"killed with {n} of {UNITS} units done"
+    cli("resume", out, "--workers", "2", "--no-progress")
+    assert_same_rows(out, reference)
+    # Resuming a finished run changes nothing.
+    cli("resume", out, "--in-process", "--no-progress")
+    assert_same_rows(out, reference)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_loses_nothing(reference, tmp_path):
+    from sweep._cmd_sweep import grid_request
+    from sweep._grid import run_grid
+    from sweep._ray import init_ray, shutdown_ray
+    from sweep._rundir import RunDir
+    from sweep.cli import build_parser
+
+    killed = []
+
+    def kill_one(_summary) -> None:  # after a unit completes, SIGKILL a worker busy with another
+        if not killed:
+            busy = own_ray_processes("ray::evaluate_unit")
+            if busy:
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append(busy[0])
+
+    out = str(tmp_path / "run")
+    args = build_parser().parse_args(["sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all"])
+    rd, _ = RunDir.create_or_resume(out, grid_request(args))
+    saved = dict(os.environ)  # ray.init sets variables (RAY_AUTH_MODE...) that would leak into later tests
+    init_ray(workers=2, address=None)
+    try:
+        with rd:
+            run_grid(rd, in_process=False, max_in_flight=4, progress=False, on_unit=kill_one)
+    finally:
+        shutdown_ray()
+        os.environ.clear()
+        os.environ.update(saved)
+    assert killed, "no busy worker was found to kill"
+    assert_same_rows(out, reference)
+
+
+@pytest.mark.slow
+def test_two_node_cluster_on_one_machine(reference, tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        out = str(tmp_path / "run")
+        proc = cli("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all",
+                   "--address", cluster.address, "--no-progress")
+        assert f"Ray cluster at {cluster.address} (2 CPUs)" in proc.stderr
+        assert_same_rows(out, reference)
+    finally:
+        cluster.shutdown()
