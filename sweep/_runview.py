@@ -165,6 +165,7 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
         raise InputError("RUN_DIR", "results/ holding Parquet files", f"{run_dir} ({exc})") from exc
     if not dataset.files:
         raise InputError("RUN_DIR", "results/ holding at least one Parquet part", f"{run_dir} (none yet)")
+    _check_format(info, run_dir)
     missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
     if missing:
         raise InputError("RUN_DIR", "results in plansweep's schema", f"{run_dir} (no {missing[0]!r} column)")
@@ -174,6 +175,18 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
     cluster = _json_meta(meta, META_CLUSTER, run_dir) or _dict(info.get("cluster"))
     versions = _json_meta(meta, META_VERSIONS, run_dir) or _dict(info.get("versions"))
     return RunView(run_dir=run_dir, info=info, dataset=dataset, model=model, cluster=cluster, versions=versions)
+
+
+def _check_format(info: Mapping[str, object], run_dir: str) -> None:
+    """Refuse a run directory laid out in another run format than the one this plansweep
+    writes (its columns could mean something else), rather than misread it."""
+    from sweep._rundir import RUN_FORMAT
+
+    versions = info.get("versions")
+    recorded = versions.get("run_format") if isinstance(versions, dict) else None
+    if recorded is not None and recorded != RUN_FORMAT:
+        raise InputError("RUN_DIR", f"a run directory in run format {RUN_FORMAT} (this plansweep's)",
+                         f"{run_dir} (run format {recorded!r}, from plansweep {versions.get('plansweep')!r})")
 
 
 def _name(study: object, key: str) -> object:

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import costmodel
 from costmodel import StrategyTable, evaluate
+from sweep._rundir import versions
 
 
 def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, model_name: str, cluster_name: str, iteration: int,
@@ -33,11 +33,10 @@ def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, model_name: st
 
 
 def _metadata(model, cluster) -> dict[bytes, bytes]:
-    versions = {"plansweep": "0.1.0", "cost_model": costmodel.COST_MODEL_VERSION}
     return {
         b"plansweep.model": json.dumps(dataclasses.asdict(model)).encode(),
         b"plansweep.cluster": json.dumps(dataclasses.asdict(cluster)).encode(),
-        b"plansweep.versions": json.dumps(versions).encode(),
+        b"plansweep.versions": json.dumps(versions()).encode(),
     }
 
 
@@ -54,7 +53,7 @@ def write_fixture_run(run_dir, model, cluster, table: StrategyTable, *, searcher
     for k, (mod, clu, tab) in enumerate(studies):
         metrics = evaluate(mod, clu, tab)
         bounds = np.linspace(0, len(tab), parts + 1).astype(int)
-        for p, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        for p, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
             idx = np.arange(lo, hi)
             t = table_to_arrow(tab.take(idx), metrics.take(idx), run_id=run_id, model_name=mod.name,
                                cluster_name=clu.name, iteration=p, grid_index=idx if searcher == "grid" else None)
@@ -62,7 +61,7 @@ def write_fixture_run(run_dir, model, cluster, table: StrategyTable, *, searcher
             pq.write_table(t, out / f"part-{k:02d}-{p:06d}.parquet", compression="zstd")
     info = {"run_id": run_id, "command": "fixture", "searcher": searcher, "options": {"keep": "all"},
             "studies": [{"model": dataclasses.asdict(m), "cluster": dataclasses.asdict(c)} for m, c, _ in studies],
-            "versions": {"plansweep": "0.1.0", "cost_model": costmodel.COST_MODEL_VERSION}}
+            "versions": versions()}
     (run_dir / "run.json").write_text(json.dumps(info, indent=1))
     return run_dir
 

@@ -30,9 +30,8 @@ def test_ray_validates_cluster_yaml(config):
 
 def test_ray_rejects_a_broken_copy(config):
     # The validation is real: a node type the head refers to must exist.
-    from ray.autoscaler._private.util import validate_config
-
     import jsonschema
+    from ray.autoscaler._private.util import validate_config
 
     broken = copy.deepcopy(config)
     broken["head_node_type"] = "no-such-type"

@@ -55,7 +55,8 @@ def test_summary_counts(seed_run):
     s = summary(open_run(run))
     assert s["num_rows"] == len(table)
     assert s["num_feasible"] == int(m["feasible"].sum())
-    reasons = {REASONS[k]: int(n) for k, n in zip(*np.unique(m["reason"][~m["feasible"]], return_counts=True))}
+    codes, counts = np.unique(m["reason"][~m["feasible"]], return_counts=True)
+    reasons = {REASONS[k]: int(n) for k, n in zip(codes, counts, strict=True)}
     assert s["infeasible_reasons"] == reasons
 
 
@@ -229,3 +230,13 @@ def test_a_search_revisiting_strategies_shows_each_once(tmp_path):
     np.testing.assert_allclose([r["samples_per_s"] for r in rows], expect)
     assert len({(r["dp"], r["tp"], r["pp"], r["micro_batch"]) for r in rows}) == 4
     assert {r["searcher"] for r in rows} == {"mcmc"} and doc["num_rows"] == 5 * len(base)
+
+
+def test_show_refuses_another_run_format(tmp_path):
+    table = seed000_table()
+    run = write_fixture_run(tmp_path / "old", MODEL, CLUSTER, table)
+    info = json.loads((run / "run.json").read_text())
+    info["versions"]["run_format"] = 999
+    (run / "run.json").write_text(json.dumps(info))
+    out = cli("show", str(run))
+    assert out.returncode == 2 and "run format 999" in out.stderr and "Traceback" not in out.stderr
