@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Throughput against the data / tensor / pipeline degrees (best over "
                        "the other dimensions); for an MLP run also seed 000's figures: throughput against "
                        "the horizontal degree, a line per micro-batch count, a panel per data-parallel "
-                       "degree, and the isolated data / horizontal / pipeline scaling figures.")
+                       "degree, and the isolated data / horizontal / pipeline scaling figures.",
+                       epilog="exit status: 0 figures written, 1 nothing to draw (no feasible row), 2 bad input")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
     p.add_argument("--out", metavar="DIR", help=f"folder for the PNGs (default RUN_DIR/{PLOTS_DIR})")
     p.add_argument("--seed000", choices=("auto", "yes", "no"), default="auto",

@@ -240,3 +240,16 @@ def test_show_refuses_another_run_format(tmp_path):
     (run / "run.json").write_text(json.dumps(info))
     out = cli("show", str(run))
     assert out.returncode == 2 and "run format 999" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_run_without_feasible_rows(tmp_path):
+    # One GPU cannot hold the 4.3e9-parameter MLP with Adam (18 B/param = 77 GB + activations).
+    table = StrategyTable.from_columns(dp=1, tp=1, pp=1, micro_batch=[8192, 4096], global_batch=8192)
+    run = write_fixture_run(tmp_path / "none", MODEL, CLUSTER, table)
+    show = cli("show", str(run))
+    assert show.returncode == 0
+    assert "2 rows, 0 feasible (infeasible: out_of_memory 2)" in show.stdout and "no feasible row" in show.stdout
+    rows = json.loads(cli("show", str(run), "--all", "--json").stdout)["studies"][0]["rows"]
+    assert [r["reason"] for r in rows] == ["out_of_memory"] * 2
+    plot = cli("plot", str(run), "--out", str(tmp_path / "fig"))
+    assert plot.returncode == 1 and "nothing to plot" in plot.stdout
