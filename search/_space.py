@@ -54,8 +54,9 @@ DIM_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "schedule", 
 SHIFT = "stage_shift"
 STAGE_RECOMPUTE = "stage_recompute"
 DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches"}
-# Largest lookup table of the constrained block (bools): 2**24 entries = 16 MiB.
-LOOKUP_MAX_ENTRIES = 1 << 24
+# Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
+# a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
+LOOKUP_MAX_ENTRIES = 1 << 22
 INT64_LIMIT = 1 << 63
 # Rows per chunk when a space's whole core is scanned (start points, lookup tables).
 SCAN_CHUNK = 1 << 20
@@ -164,7 +165,8 @@ class Space:
     :func:`partition_space` (or the keyword-only constructor with ready Dims)."""
 
     __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
-                 "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_stage")
+                 "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
+                 "_stage")
 
     def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True):
         dims = tuple(sorted(dims, key=_order_key))
@@ -211,11 +213,16 @@ class Space:
         sets(self, "_block_size", math.prod(int(r) for r in radices[:nblock]))
         sets(self, "_free_size", math.prod(int(r) for r in radices[nblock:]))
         sets(self, "_lookup", None)
-        sets(self, "_stage", self._stage_layout())
+        sets(self, "_valid_blocks", None)
         self._check_stage_dims()
+        sets(self, "_stage", self._stage_layout())
 
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __reduce__(self):
+        # Pickled (e.g. to Ray workers) as its JSON form; the lookup table is rebuilt on use.
+        return (_space_from_json, (self.to_json(), self.model, self.cluster))
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{d.name}[{len(d.choices)}]" for d in self.dims)
@@ -275,24 +282,46 @@ class Space:
         return cls(model=model, cluster=cluster, fixed=fixed, dims=dims, all_gpus=all_gpus)
 
     def _stage_layout(self):
-        """Column indices of the per-stage dimensions, or None."""
+        """Per-stage dimensions: their digit columns (contiguous, J ascending), their values as
+        one (cols, choices) matrix, and per-pp tables of the uniform boundary positions
+        round((J + 1) L / pp) (halves up), of the boundaries in use and of the stages in use."""
         shift = [k for k, d in enumerate(self.dims) if d.base == SHIFT]
         rc = [k for k, d in enumerate(self.dims) if d.base == STAGE_RECOMPUTE]
         if not shift and not rc:
             return None
-        return {"shift": np.array(shift, dtype=np.int64), "recompute": np.array(rc, dtype=np.int64)}
+        S, L = self.max_stages, self.model.layers
+
+        def values(cols, dtype):
+            width = max(len(self.dims[k].choices) for k in cols)
+            out = np.zeros((len(cols), width), dtype=dtype)
+            for i, k in enumerate(cols):
+                out[i, : len(self._values[k])] = self._values[k]
+            return out
+
+        p = np.arange(S + 1)[:, None]  # (S+1, 1) pp values 0..S (0 unused)
+        J = np.arange(S)[None, :]
+        uniform = ((J[:, :-1] + 1) * L * 2 + p) // np.maximum(2 * p, 1)  # (S+1, S-1)
+        return {
+            "shift": np.array(shift, dtype=np.int64), "recompute": np.array(rc, dtype=np.int64),
+            "shift_values": values(shift, np.int32) if shift else None,
+            "shift_shared": bool(shift) and len({self.dims[k].choices for k in shift}) == 1,
+            "rc_shared": bool(rc) and len({self.dims[k].choices for k in rc}) == 1,
+            "shift_zero": np.array([self.dims[k].choices.index(0) for k in shift], dtype=np.int64),
+            "rc_values": values(rc, np.int8) if rc else None,
+            "uniform": uniform.astype(np.int32), "inner": J[:, :-1] < p - 1, "active": J < p,
+        }
 
     def _check_stage_dims(self) -> None:
-        if self._stage is None:
+        if not any(d.base in (SHIFT, STAGE_RECOMPUTE) for d in self.dims):
             return
         maxpp = int(max(self.choices_of("pp")))
         for fam, want in ((SHIFT, maxpp - 1), (STAGE_RECOMPUTE, maxpp)):
             got = sorted(d.stage for d in self.dims if d.base == fam)
             if got and got != list(range(want)):
                 raise InputError(fam, f"{fam}.J for J = 0..{want - 1} (max pp = {maxpp})", got)
-        for k in self._stage["shift"]:
-            if 0 not in self.dims[k].choices:
-                raise InputError(self.dims[k].name, "offsets including 0", list(self.dims[k].choices))
+        for d in self.dims:
+            if d.base == SHIFT and 0 not in d.choices:
+                raise InputError(d.name, "offsets including 0", list(d.choices))
 
     @property
     def partitioned(self) -> bool:
@@ -337,6 +366,9 @@ class Space:
         Tolerant of invalid digits (guards against division by zero); ``ok`` holds the checks
         feasibility() does not make."""
         n = len(digits)
+        if self._stage is not None and len(self.dims) and int(self.radices.max()) <= 127:
+            # wide per-stage digit rows: one int8 copy keeps the column gathers in cache
+            digits = digits.astype(np.int8)
         cols: dict[str, np.ndarray] = {}
         for k, d in enumerate(self.dims):
             if d.base in (SHIFT, STAGE_RECOMPUTE):
@@ -377,29 +409,32 @@ class Space:
         n, S, L = len(digits), self.max_stages, self.model.layers
         st = self._stage
         ok = np.ones(n, dtype=bool)
-        J = np.arange(S)
+        p = np.clip(pp, 0, S)
+        active = st["active"][p]  # (N, S)
         if st["shift"].size:
-            off = np.stack([self._values[k][digits[:, k]] for k in st["shift"]], axis=1)  # (N, S-1)
-            jb = J[None, :-1]
-            p = pp[:, None]
-            uniform = ((jb + 1) * L * 2 + p) // (2 * p)  # round((J+1) L / p), halves up
-            inner = jb < p - 1
-            bounds = np.where(inner, uniform + off, L)
-            ok &= np.all(inner | (off == 0), axis=1)  # canonical past the last boundary
-            edges = np.concatenate([np.zeros((n, 1), np.int64), bounds, np.full((n, 1), L, np.int64)], axis=1)
-            layers = np.diff(edges, axis=1)  # (N, S): zero past pp
-            ok &= np.all((layers >= 1) | (J[None, :] >= p), axis=1)
-            layers = np.maximum(layers, 0)
+            dg = digits[:, st["shift"][0]: st["shift"][-1] + 1]  # (N, S-1), contiguous columns
+            vals = st["shift_values"]
+            off = vals[0][dg] if st["shift_shared"] else np.take_along_axis(vals[None], dg[:, :, None], axis=2)[..., 0]
+            inner = st["inner"][p]  # (N, S-1) boundaries in use
+            ok &= np.all(inner | (dg == st["shift_zero"][None, :]), axis=1)  # canonical past the last one
+            edges = np.empty((n, S + 1), dtype=np.int32)  # layer positions (int32: cache)
+            edges[:, 0] = 0
+            edges[:, S] = L
+            edges[:, 1:S] = np.where(inner, st["uniform"][p] + off, L)
+            layers = edges[:, 1:] - edges[:, :-1]  # (N, S): zero past pp
+            ok &= np.all((layers >= 1) | ~active, axis=1)
+            np.maximum(layers, 0, out=layers)
         else:
-            ok &= L % pp == 0
-            layers = np.where(J[None, :] < pp[:, None], (L // pp)[:, None], 0)
+            ok &= L % np.maximum(pp, 1) == 0
+            layers = np.where(active, (L // np.maximum(pp, 1))[:, None], 0)
         if st["recompute"].size:
-            rc = np.stack([self._values[k][digits[:, k]] for k in st["recompute"]], axis=1)  # (N, S)
-            canon = np.array([self._values[k][0] for k in st["recompute"]], dtype=rc.dtype)
-            ok &= np.all((J[None, :] < pp[:, None]) | (rc == canon[None, :]), axis=1)
+            dg = digits[:, st["recompute"][0]: st["recompute"][-1] + 1]  # (N, S)
+            vals = st["rc_values"]
+            rc = vals[0][dg] if st["rc_shared"] else np.take_along_axis(vals[None], dg[:, :, None], axis=2)[..., 0]
+            ok &= np.all(active | (dg == 0), axis=1)  # unused stages hold their first choice
             recompute[:] = rc[:, 0]
         else:
-            rc = np.broadcast_to(recompute[:, None], (n, S)).astype(np.int8)
+            rc = np.broadcast_to(recompute[:, None], (n, S))
         return np.ascontiguousarray(layers, dtype=np.int64), np.ascontiguousarray(rc, dtype=np.int8), ok
 
     def _table_from(self, cols, sl, sr) -> StrategyTable:
@@ -412,6 +447,55 @@ class Space:
         cols, sl, sr, _ = self._columns(digits)
         return self._table_from(cols, sl, sr)
 
+    def digits_from_table(self, table: StrategyTable) -> np.ndarray:
+        """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
+        of the space (a value outside the choices, a fixed column or derived dp that differs,
+        stage layers no boundary shifts give) is all -1, which valid() rejects."""
+        n, D = len(table), len(self.dims)
+        digits = np.zeros((n, D), dtype=np.int64)
+        ok = np.ones(n, dtype=bool)
+        B, dp, b = table["global_batch"], table["dp"], table["micro_batch"]
+        pp = table["pp"]
+        S, L = (self.max_stages, self.model.layers) if self._stage is not None else (0, 0)
+        for k, d in enumerate(self.dims):
+            if d.base == SHIFT:
+                if table.stage_layers is None:
+                    ok &= False
+                    continue
+                j = d.stage
+                pos = np.cumsum(table.stage_layers[:, : j + 1], axis=1)[:, -1] if j < table.stage_layers.shape[1] \
+                    else np.full(n, L)
+                uniform = ((j + 1) * L * 2 + pp) // (2 * pp)
+                value = np.where(j < pp - 1, pos - uniform, 0)
+            elif d.base == STAGE_RECOMPUTE:
+                j = d.stage
+                src = table.stage_recompute if table.stage_recompute is not None else table["recompute"][:, None]
+                col = src[:, min(j, src.shape[1] - 1)] if table.stage_recompute is not None else src[:, 0]
+                value = np.where(j < pp, col, self._values[k][0])
+            elif d.base == "microbatches":
+                value = B // np.maximum(dp * b, 1)
+            else:
+                value = table[d.name]
+            vals = self._values[k]
+            match = np.asarray(value)[:, None] == vals[None, :]  # (N, C)
+            ok &= match.any(axis=1)
+            digits[:, k] = np.argmax(match, axis=1)
+        again = self.table(digits)
+        for name in COLUMNS:
+            ok &= again[name] == table[name]
+        if self._stage is not None:
+            active = np.arange(S)[None, :] < pp[:, None]
+            for attr in ("stage_layers", "stage_recompute"):
+                mine, theirs = getattr(again, attr), getattr(table, attr)
+                if theirs is None:
+                    theirs = (np.where(active, (L // pp)[:, None], 0) if attr == "stage_layers"
+                              else np.broadcast_to(table["recompute"][:, None], (n, S)))
+                w = min(S, theirs.shape[1])
+                ok &= np.all(~active[:, :w] | (mine[:, :w] == theirs[:, :w]), axis=1)
+                ok &= np.all(active[:, w:] == 0, axis=1) if w < S else True
+        digits[~ok] = -1
+        return digits
+
     def _digits_arg(self, digits) -> np.ndarray:
         digits = np.asarray(digits, dtype=np.int64)
         if digits.ndim == 1:
@@ -422,10 +506,24 @@ class Space:
 
     # ---- constraints -----------------------------------------------------------------------
     def valid(self, digits) -> np.ndarray:
-        """(N,) bool: digits in range and every structural constraint holds (not memory)."""
+        """(N,) bool: digits in range and every structural constraint holds (not memory).
+
+        Spaces with a lookup table (see the module docstring) answer from it; the others, and
+        the table itself, come from :meth:`valid_direct`."""
+        digits = self._digits_arg(digits)
+        lut = self._lookup_table()
+        if lut is None:
+            return self.valid_direct(digits)
+        inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
+        nb = self._block_dims
+        block = np.where(inrange[:, None], digits[:, :nb], 0) @ (self.strides[:nb] // self._free_size)
+        return inrange & lut[block]
+
+    def valid_direct(self, digits) -> np.ndarray:
+        """(N,) bool: :meth:`valid` computed from the constraints (no lookup table)."""
         digits = self._digits_arg(digits)
         inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
-        safe = np.where(inrange[:, None], digits, 0)
+        safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
         cols, sl, sr, ok = self._columns(safe)
         table = self._table_from(cols, sl, sr)
         reason = feasibility(self.model, self.cluster, table)
@@ -441,8 +539,10 @@ class Space:
                 digits = np.zeros((blk.size, D), dtype=np.int64)
                 for k in range(nb - 1, -1, -1):
                     blk, digits[:, k] = np.divmod(blk, self.radices[k])
-                parts.append(self.valid(digits))
-            object.__setattr__(self, "_lookup", np.concatenate(parts))
+                parts.append(self.valid_direct(digits))
+            lut = np.concatenate(parts)
+            object.__setattr__(self, "_lookup", lut)
+            object.__setattr__(self, "_valid_blocks", np.flatnonzero(lut))
         return self._lookup
 
     def valid_count(self) -> int | None:
@@ -459,8 +559,11 @@ class Space:
             return np.empty(0, dtype=np.int64)
         lut = self._lookup_table()
         if lut is None:
-            idx = np.arange(start, stop, dtype=np.int64)
-            return idx[self.valid(self.digits_of(idx))]
+            parts = []
+            for lo in range(start, stop, SCAN_CHUNK):
+                idx = np.arange(lo, min(lo + SCAN_CHUNK, stop), dtype=np.int64)
+                parts.append(idx[self.valid_direct(self.digits_of(idx))])
+            return np.concatenate(parts)
         F = self._free_size
         b0, b1 = start // F, (stop - 1) // F + 1
         blocks = np.flatnonzero(lut[b0:b1]) + b0  # valid blocks touching the range
@@ -490,12 +593,18 @@ class Space:
     def random_digits(self, rng: np.random.Generator, n: int, *, max_rounds: int = 1000) -> np.ndarray:
         """(n, D) valid digits drawn at random.
 
-        Spaces without per-stage dimensions: uniform over the valid points (rejection).
+        Spaces without per-stage dimensions: uniform over the valid points (from the lookup
+        table's valid blocks, else by rejection).
         Per-stage spaces: the other dimensions uniform over their valid combinations (with
         canonical stage digits), then the per-stage recompute digits uniform and the boundary
         shifts drawn boundary by boundary, each uniform among the offsets that keep the stage
         before it at least one layer (vpp layers under interleaving) and leave room for the
         stages after it; rows that still fail keep the uniform partition."""
+        if self._lookup_table() is not None:
+            if not self._valid_blocks.size:
+                raise ValueError("random_digits: the space has no valid point")
+            blocks = self._valid_blocks[rng.integers(0, self._valid_blocks.size, size=n)]
+            return self.digits_of(blocks * self._free_size + rng.integers(0, self._free_size, size=n))
         out = np.empty((0, len(self.dims)), dtype=np.int64)
         ns = self._nonstage()
         for _ in range(max_rounds):
@@ -544,22 +653,45 @@ class Space:
         out[bad] = digits[bad]
         return out
 
+    def column(self, digits, name: str) -> np.ndarray:
+        """(N,) numeric values of one dimension or fixed column for (N, D) digits (codes for
+        coded columns); cheaper than table() when one column is needed."""
+        digits = self._digits_arg(digits)
+        if name in self._index:
+            k = self._index[name]
+            return self._values[k][digits[:, k]]
+        if name in self._fixed_num:
+            return np.full(len(digits), self._fixed_num[name])
+        if name == "dp":
+            return self.table(digits)["dp"]
+        return np.full(len(digits), _numeric(name, (DEFAULTS[name],))[0])
+
     def propose(self, digits, rng: np.random.Generator) -> np.ndarray:
         """(C, D) -> (C, D): one local move per row. A dimension is picked uniformly among those
         with more than one choice (per-stage ones only for stages the row uses); an ordinal one
-        (a stage boundary shift) steps its digit by +-1 (moving the boundary one layer), any
-        other takes another choice uniformly. In a per-stage space a pp change also resets the
-        boundary shifts to the uniform positions and the unused stages' recompute digits.
-        The result need not be valid."""
+        (a stage boundary shift) steps its digit by +-1, moving the boundary one layer (vpp
+        layers under interleaving, where stages hold whole chunks), any other takes another
+        choice uniformly. In a per-stage space a pp change also resets the boundary shifts to the
+        uniform positions and the unused stages' recompute digits. The result need not be
+        valid."""
         digits = self._digits_arg(digits)
         C, D = digits.shape
         movable = np.broadcast_to(self.radices[None, :] > 1, (C, D)).copy()
-        if self._stage is not None:
-            pp = self.table(digits)["pp"]
-            for k in self._stage["shift"]:
-                movable[:, k] &= self.dims[k].stage < pp - 1
-            for k in self._stage["recompute"]:
-                movable[:, k] &= self.dims[k].stage < pp
+        st = self._stage
+        if st is not None:
+            pp = self.column(digits, "pp")
+            S = self.max_stages
+            if st["shift"].size:
+                movable[:, st["shift"]] &= np.arange(S - 1)[None, :] < (pp - 1)[:, None]
+            if st["recompute"].size:
+                movable[:, st["recompute"]] &= np.arange(S)[None, :] < pp[:, None]
+        v = np.ones(C, dtype=np.int64)  # boundary step in layers
+        if st is not None and st["shift"].size:
+            inter = self.column(digits, "schedule") == SCHEDULES.index("interleaved")
+            v = np.where(inter, self.column(digits, "vpp"), 1)
+            dg = digits[:, st["shift"]]
+            rad_s = self.radices[st["shift"]][None, :]
+            movable[:, st["shift"]] &= (dg - v[:, None] >= 0) | (dg + v[:, None] < rad_s)
         cnt = movable.sum(axis=1)
         pick = np.floor(rng.random(C) * np.maximum(cnt, 1)).astype(np.int64)
         col = np.argmax(np.cumsum(movable, axis=1) > pick[:, None], axis=1)  # (C,)
@@ -567,21 +699,24 @@ class Space:
         cur = digits[rows, col]
         rad = self.radices[col]
         ordinal = np.array([d.ordinal for d in self.dims], dtype=bool)[col]
-        step = np.where(rng.random(C) < 0.5, -1, 1)
-        step = np.where(cur + step < 0, 1, np.where(cur + step >= rad, -1, step))
+        size = np.where(np.isin(col, st["shift"]), v, 1) if st is not None else v
+        step = np.where(rng.random(C) < 0.5, -size, size)
+        step = np.where(cur + step < 0, size, np.where(cur + step >= rad, -size, step))
         other = (cur + 1 + np.floor(rng.random(C) * np.maximum(rad - 1, 1)).astype(np.int64)) % rad
         new = np.where(ordinal, cur + step, other)
         out = digits.copy()
         out[rows, col] = np.where(cnt > 0, new, cur)
-        if self._stage is not None and "pp" in self._index:
-            changed = (col == self._index["pp"]) & (cnt > 0)
-            if np.any(changed):
+        if st is not None and "pp" in self._index:
+            changed = np.flatnonzero((col == self._index["pp"]) & (cnt > 0))
+            if changed.size:
                 canon = self.canonical_digits(1)[0]
-                pp_new = self.table(out[changed])["pp"]
-                for k in self._stage["shift"]:
-                    out[changed, k] = canon[k]
-                for k in self._stage["recompute"]:
-                    out[changed, k] = np.where(self.dims[k].stage < pp_new, out[changed, k], canon[k])
+                if st["shift"].size:
+                    out[np.ix_(changed, st["shift"])] = canon[st["shift"]][None, :]
+                if st["recompute"].size:
+                    pp_new = self.column(out[changed], "pp")
+                    sub = out[np.ix_(changed, st["recompute"])]
+                    keep = np.arange(self.max_stages)[None, :] < pp_new[:, None]
+                    out[np.ix_(changed, st["recompute"])] = np.where(keep, sub, canon[st["recompute"]][None, :])
         return out
 
     # ---- start points ----------------------------------------------------------------------
@@ -642,7 +777,8 @@ class Space:
             ], axis=1).astype(np.int64)
             best = np.all(score == score[np.lexsort(score.T[::-1])[0]][None, :], axis=1)
             cand = np.flatnonzero(best)
-            cand = cand[np.argsort(t["pp"][cand], kind="stable")]
+            # pp dividing the layers first (Megatron's uniform stages), then the smallest
+            cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0))]
             m = evaluate(self.model, self.cluster, t.take(cand))
             fits = np.flatnonzero(m["reason"] != REASON["out_of_memory"])
             out["megatron"] = digits[cand[fits[0]] if fits.size else cand[-1]]
@@ -668,6 +804,10 @@ class Space:
 
     def __hash__(self) -> int:
         return hash((self.model.name, self.cluster.name, self.size))
+
+
+def _space_from_json(d: dict, model: Transformer, cluster: Cluster) -> Space:
+    return Space.from_json(d, model, cluster)
 
 
 # ---- named spaces -------------------------------------------------------------------------

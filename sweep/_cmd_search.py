@@ -14,8 +14,16 @@ from typing import TypeVar
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable, evaluate
-from search import GridSearcher, PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper, \
-    with_overrides
+from search import (
+    GridSearcher,
+    PiperPlan,
+    RandomSearcher,
+    Searcher,
+    load_piper_graph,
+    objective,
+    solve_piper,
+    with_overrides,
+)
 from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
 from sweep._space_args import add_space_args, space_from_args

@@ -16,7 +16,7 @@ import argparse
 from costmodel import PRECISIONS, RECOMPUTE, SCHEDULES, Cluster, InputError, Transformer
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
 
-SPACES = ("default", "exact", "partition")
+SPACES = ("default", "exact", "partition", "fixed")
 DEFAULT_GLOBAL_BATCH = 1536  # GPT-3 175B's batch in sequences (Brown et al. 2020, Table 2.1)
 
 # (dimension, flag, kind): kind "int" >= 1, "zero" 0-3, "shift" any integer, a tuple of names,
@@ -46,7 +46,9 @@ def add_space_args(parser: argparse.ArgumentParser) -> None:
         "--space's choices (without --dp, dp = GPUs / (tp pp cp))")
     g.add_argument("--space", default="default", metavar="{" + ",".join(SPACES) + "}",
                    help="default: plansweep rank's space; exact: GPT-3-scale global degrees, micro-batch, "
-                   "schedule, recompute, ZeRO; partition: exact + uneven stages and per-stage recompute")
+                   "schedule, recompute, ZeRO; partition: exact + uneven stages and per-stage recompute; fixed: only "
+                   "the dimensions given by flags vary, the rest keep single defaults (1F1B, no recompute, "
+                   "bf16, ...)")
     g.add_argument("--global-batch", metavar="N", default=None,
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
     g.add_argument("--partial-gpus", action="store_true",
@@ -109,6 +111,8 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
         raise InputError("--microbatches", "either --micro-batch or --microbatches, not both", given["microbatches"])
     if args.space == "default":
         base = default_choices(model, cluster)
+    elif args.space == "fixed":
+        base = {}
     else:
         base = dict(EXACT_CHOICES)
         if args.space == "partition":

@@ -110,6 +110,9 @@ class SearcherContract:
     def test_never_outside_the_space(self, space, make_searcher):
         for t in self._run(make_searcher(2), space, self.rounds):
             assert np.all(within_space(space, t))
+            digits = space.digits_from_table(t)
+            assert np.all(space.valid(digits))
+            assert columns_equal(space.table(digits), t)
             # feasible() of the cost core agrees that these are structurally valid
             from costmodel._evaluate import feasibility
             assert np.all(feasibility(space.model, space.cluster, t) == 0)

@@ -7,10 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from costmodel import InputError, cluster_preset, evaluate, make_cluster, model_preset
-from costmodel import Transformer
+from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
 from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
-from tests.searcher_contract import SearcherContract, columns_equal, within_space
+from tests.searcher_contract import SearcherContract, columns_equal
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -83,7 +82,7 @@ def test_rows_over_split_ranges_concatenate():
     from costmodel import StrategyTable
     assert columns_equal(StrategyTable.concat([p[1] for p in parts]), t)
     # lookup-table path equals the direct check of every candidate
-    direct = np.flatnonzero(space.valid(space.digits_of(np.arange(space.size))))
+    direct = np.flatnonzero(space.valid_direct(space.digits_of(np.arange(space.size))))
     np.testing.assert_array_equal(direct, whole)
     assert columns_equal(space.table(space.digits_of(whole)), t)
 
@@ -176,14 +175,28 @@ def test_propose_moves_one_dimension(which):
     assert np.all(n_changed[~pp_moved] == 1)
     assert np.all((changed & ~stage)[pp_moved].sum(axis=1) == 1)
     ordinal = np.array([x.ordinal for x in space.dims])
-    step = (p - d)[changed & ordinal[None, :] & ~pp_moved[:, None]]
-    assert np.all(np.abs(step) == 1)
     if which == "partition":
         t0, t1 = space.table(d), space.table(p)
         shift = (changed & ordinal[None, :]).any(axis=1) & ~pp_moved
         assert shift.sum() > 50
-        moved = np.abs(t1.stage_layers[shift] - t0.stage_layers[shift]).sum(axis=1)
-        assert np.all(moved == 2)  # one layer leaves one stage and joins its neighbour
+        # one layer (vpp layers under interleaving: whole chunks) leaves one stage for its neighbour
+        v = np.where(t0["schedule"] == 2, t0["vpp"], 1)[shift]
+        step = (p - d)[shift][(changed & ordinal[None, :])[shift]]
+        assert np.all(np.abs(step) == v)
+        diff = t1.stage_layers[shift] - t0.stage_layers[shift]
+        assert np.all(np.abs(diff).sum(axis=1) == 2 * v)
+        assert np.all((diff != 0).sum(axis=1) == 2)
+
+
+def test_random_digits_uniform_over_valid_points():
+    space = small_space(recompute=["none"])
+    rng = np.random.default_rng(7)
+    valid = space.valid_indices(0, space.size)
+    draws = space.index_of(space.random_digits(rng, 400 * valid.size))
+    assert np.all(np.isin(draws, valid))
+    counts = np.bincount(np.searchsorted(valid, draws), minlength=valid.size)
+    # 400 expected per point, binomial sd 20: every count within 6 sd
+    assert counts.min() > 400 - 120 and counts.max() < 400 + 120
 
 
 def test_start_points():
@@ -204,15 +217,44 @@ def test_start_points():
     smaller = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[mg["pp"] // 2],
                                  recompute=["selective"], sequence_parallel=[True], zero_stage=[1])
     assert not evaluate(GPT3, H100, smaller.rows(0, smaller.size)[1])["feasible"][0]
-    psp = partition_space(GPT3, H100, 1536).start_points()
+    part = partition_space(GPT3, H100, 1536)
+    psp = part.start_points()
     assert set(psp) == {"data_parallel", "megatron"}
+    assert np.all(part.valid(np.stack(list(psp.values()))))
+    pm = part.table(psp["megatron"]).row(0)
+    # uniform stages (pp divides 96), selective recompute on every stage in use
+    assert pm["stage_layers"] == [96 // pm["pp"]] * pm["pp"]
+    assert pm["stage_recompute"] == ["selective"] * pm["pp"]
 
 
-def test_json_round_trip():
+def test_digits_from_table_inverts_table():
     for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
-        again = Space.from_json(space.to_json(), GPT3, H100)
+        d = space.random_digits(np.random.default_rng(3), 500)
+        np.testing.assert_array_equal(space.digits_from_table(space.table(d)), d)
+    space = exact_space(GPT3, H100, 1536)
+    from costmodel import StrategyTable
+    outside = StrategyTable.from_columns(dp=[128, 64, 128], tp=[8, 8, 8], pp=[1, 2, 1], micro_batch=[1, 1, 5],
+                                         global_batch=1536, recompute="full")
+    # rows 0 and 1 are points (128 * 8 * 1 = 64 * 8 * 2 = 1024 GPUs); row 2 has micro_batch 5,
+    # not a choice
+    got = space.digits_from_table(outside)
+    assert space.valid(got).tolist() == [True, True, False]
+    wrong_dp = StrategyTable.from_columns(dp=[32], tp=[8], pp=[1], global_batch=1536)
+    assert not space.valid(space.digits_from_table(wrong_dp))[0]
+
+
+def test_json_and_pickle_round_trip():
+    import json
+    import pickle
+
+    for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
+        again = Space.from_json(json.loads(json.dumps(space.to_json())), GPT3, H100)
         assert again == space and again.size == space.size
         assert [d.name for d in again.dims] == [d.name for d in space.dims]
+        unpickled = pickle.loads(pickle.dumps(space))
+        assert unpickled == space
+        d = space.random_digits(np.random.default_rng(0), 50)
+        assert columns_equal(unpickled.table(d), space.table(d))
 
 
 def test_bad_options():
@@ -266,3 +308,19 @@ def test_grid_covers_range_in_chunks():
         g.tell(t, evaluate(GPT3, H100, t))
     np.testing.assert_array_equal(np.concatenate(seen), space.rows(100, 30_000)[0])
     assert g.done
+
+
+def test_rows_without_lookup_table(monkeypatch):
+    import search._space as sp
+
+    space = small_space()
+    expected = space.rows(0, space.size)
+    monkeypatch.setattr(sp, "LOOKUP_MAX_ENTRIES", 10)
+    monkeypatch.setattr(sp, "SCAN_CHUNK", 1000)
+    plain = small_space()
+    assert plain._lookup_table() is None
+    idx, t = plain.rows(0, plain.size)
+    np.testing.assert_array_equal(idx, expected[0])
+    assert columns_equal(t, expected[1])
+    d = plain.random_digits(np.random.default_rng(0), 200)
+    assert np.all(plain.valid(d)) and np.all(space.valid(d))
