@@ -13,6 +13,7 @@ from sweep._rundir import RunDir, study_request
 from sweep._specs import load_cluster, load_model
 
 BEST_SHOWN = 10
+CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_resume)
 
 
-def add_runtime_args(p: argparse.ArgumentParser) -> None:
+def add_runtime_args(p: argparse.ArgumentParser, *, top: bool = True) -> None:
     """How to run (not what): never part of a run's identity, free to change on resume."""
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="CPUs of the embedded local Ray (default: the machine's cores)")
@@ -53,7 +54,9 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="no Ray: evaluate the same units one after another in this process")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K", help="best strategies printed at the end")
+    if top:
+        p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K",
+                       help="best strategies printed at the end")
 
 
 def _words(text: str, flag: str) -> list[str]:
@@ -77,11 +80,64 @@ def build_studies(args: argparse.Namespace) -> list[dict]:
     return studies
 
 
+def add_search_run_args(p: argparse.ArgumentParser) -> None:
+    """For `plansweep search mcmc|tpe`: --out RUN_DIR runs the search through the sweep machinery
+    (Ray, Parquet parts, checkpoints, resume), plus how to run it."""
+    p.add_argument("--out", default=None, metavar="RUN_DIR",
+                   help="run on Ray into this run directory (results, checkpoints; `plansweep resume` continues)")
+    p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, metavar="STEPS",
+                   help=f"MCMC steps between checkpoints with --out (default {CHECKPOINT_EVERY})")
+    add_runtime_args(p, top=False)
+
+
+def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
+    """`plansweep search mcmc|tpe ... --out RUN_DIR`: the search as a resumable run."""
+    from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
+
+    check_runtime(args)
+
+    def positive(name: str, flag: str, default=None) -> int:
+        text = getattr(args, name, None)
+        text = default if text is None else text
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise InputError(flag, "an integer", text) from None
+        if value < 1:
+            raise InputError(flag, "an integer >= 1", value)
+        return value
+
+    try:
+        seed = int(args.seed)
+    except (TypeError, ValueError):
+        raise InputError("--seed", "an integer", args.seed) from None
+    options: dict[str, object] = {"budget": positive("budget", "--budget")}
+    if kind == "mcmc":
+        options["chains"] = positive("chains", "--chains", DEFAULT_CHAINS)
+        beta = getattr(args, "beta", None)
+        options["beta"] = float(DEFAULT_BETA if beta is None else beta)
+        reset = getattr(args, "reset_every", None)
+        options["reset_every"] = int(DEFAULT_RESET_EVERY if reset is None else reset)
+        options["checkpoint_every"] = positive("checkpoint_every", "--checkpoint-every")
+    else:
+        options["batch"] = positive("batch", "--batch")
+    request = {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
+               "options": options, "studies": build_studies(args)}
+    rd, resumed = RunDir.create_or_resume(args.out, request)
+    with rd:
+        return execute(rd, args, resumed=resumed)
+
+
 def check_runtime(args: argparse.Namespace) -> None:
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers", "an integer >= 1", args.workers)
     if args.max_in_flight is not None and args.max_in_flight < 1:
         raise InputError("--max-in-flight", "an integer >= 1", args.max_in_flight)
+    top = getattr(args, "top", BEST_SHOWN)
+    try:
+        args.top = int(top)
+    except (TypeError, ValueError):
+        raise InputError("--top", "an integer >= 0", top) from None
     if args.top < 0:
         raise InputError("--top", "an integer >= 0", args.top)
 

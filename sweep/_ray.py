@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -21,14 +22,24 @@ TASK_MAX_RETRIES = 3
 DRIVER_RESUBMITS = 3
 
 
-def _rebuild_space(d: dict, model, cluster):
-    from search import Space
+# Spaces rebuilt in this (worker) process, by description: a Space builds a lookup table of its
+# valid rows on first use (about a second for 10^7 grid points), so each worker builds it once,
+# not once per task.
+_SPACES: dict[tuple, object] = {}
 
-    return Space.from_json(d, model, cluster)
+
+def _rebuild_space(text: str, model, cluster):
+    key = (text, model, cluster)
+    space = _SPACES.get(key)
+    if space is None:
+        from search import Space
+
+        space = _SPACES[key] = Space.from_json(json.loads(text), model, cluster)
+    return space
 
 
 def _reduce_space(space):
-    return _rebuild_space, (space.to_json(), space.model, space.cluster)
+    return _rebuild_space, (json.dumps(space.to_json(), sort_keys=True), space.model, space.cluster)
 
 
 def register_pickling() -> None:

@@ -73,12 +73,18 @@ def _plain(a: np.ndarray):
 # ---- the searchers ---------------------------------------------------------------------------
 def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | None = None):
     if kind == "mcmc":
-        from search import MCMCSearcher
+        try:
+            from search import MCMCSearcher
+        except ImportError:  # before search/__init__ re-exports it
+            from search._mcmc import MCMCSearcher
 
         return MCMCSearcher(space, seed=seed, chains=int(options["chains"]), beta=float(options["beta"]),
                             reset_every=int(options["reset_every"]))
     if kind == "tpe":
-        from search import TPESearcher
+        try:
+            from search import TPESearcher
+        except ImportError:
+            from search._tpe import TPESearcher
 
         return TPESearcher(space, seed=seed, storage=storage)
     raise ValueError(f"unknown searcher {kind!r}")
@@ -98,18 +104,27 @@ class ChainRunner:
         if state:
             self.searcher.load_state_dict(state)
 
-    def advance(self, first_step: int, n_steps: int, *, run_id: str, metadata: dict):
-        """Take steps first_step .. first_step + n_steps - 1: returns (arrow rows, state_dict)."""
+    def advance(self, n_steps: int, evaluations_left: int, *, run_id: str, metadata: dict):
+        """Up to ``n_steps`` steps or ``evaluations_left`` evaluations: returns (arrow rows with
+        iteration = the step, state_dict, evaluations, done: no budget left or the searcher
+        has nothing new to ask)."""
         tables, metrics, steps = [], [], []
-        chains = self.searcher.chains
-        for k in range(first_step, first_step + n_steps):  # a loop over steps; rows are columns
-            table = self.searcher.ask(chains)
+        chains, used, done = self.searcher.chains, 0, False
+        for _ in range(n_steps):  # a loop over steps; the chains are columns
+            table = self.searcher.ask(min(chains, evaluations_left - used))
+            if len(table) == 0:
+                done = True
+                break
             m = evaluate(self.space.model, self.space.cluster, table)
+            step = self.searcher.step
             self.searcher.tell(table, m)
-            if len(table):
-                tables.append(table)
-                metrics.append(m)
-                steps.append(np.full(len(table), k, dtype=np.int64))
+            tables.append(table)
+            metrics.append(m)
+            steps.append(np.full(len(table), step, dtype=np.int64))
+            used += len(table)
+            if used >= evaluations_left:
+                done = True
+                break
         if tables:
             table, m = _collect(tables, metrics)
             iteration = np.concatenate(steps)
@@ -119,7 +134,7 @@ class ChainRunner:
             iteration = np.zeros(0, dtype=np.int64)
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
                          iteration=iteration, grid_index=None, metadata=metadata)
-        return arrow, self.searcher.state_dict()
+        return arrow, self.searcher.state_dict(), used, done
 
 
 def evaluate_table(space, table: StrategyTable) -> Metrics:
@@ -131,18 +146,18 @@ class _Bar:
     def __init__(self, total: int, done: int, *, desc: str, enabled: bool) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=done, unit="step", file=sys.stderr, disable=not enabled,
+        self.bar = tqdm(total=total, initial=done, unit="eval", file=sys.stderr, disable=not enabled,
                         dynamic_ncols=True, mininterval=0.5, desc=desc)
         self.best = 0.0
-        self.rows = 0
         self.t0 = time.perf_counter()
+        self.rows = 0
 
-    def update(self, steps: int, rows: int, best: float) -> None:
+    def update(self, rows: int, best: float) -> None:
         self.rows += rows
         self.best = max(self.best, best)
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
         self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
-        self.bar.update(steps)
+        self.bar.update(rows)
 
     def close(self) -> None:
         self.bar.close()
@@ -159,125 +174,172 @@ def _best_of(arrow) -> float:
 def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     info = rd.info
     opts = info["options"]
-    steps, every = int(opts["steps"]), int(opts["checkpoint_every"])
-    n_ckpt = -(-steps // every)
+    budget, every = int(opts["budget"]), int(opts["checkpoint_every"])
     studies = rd.studies()
     parts = rd.partition("mcmc")
     state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
-    done: dict[int, int] = {}
-    states: dict[int, dict | None] = {}
+    # Per study: searcher state, checkpoints written, evaluations so far, finished.
+    progress_of: dict[int, dict] = {}
     for s in studies:
         loaded = load_state(state_path[s.index])
-        states[s.index] = loaded[0] if loaded else None
-        done[s.index] = int(loaded[1]["checkpoints"]) if loaded else 0
-    bar = _Bar(steps * len(studies), sum(min(d * every, steps) for d in done.values()), desc="mcmc",
+        if loaded:
+            state, eng = loaded
+            progress_of[s.index] = {"state": state, "checkpoints": int(eng["checkpoints"]),
+                                    "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
+        else:
+            progress_of[s.index] = {"state": None, "checkpoints": 0, "evaluations": 0, "done": False}
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                enabled=progress)
 
-    def finish(s: Study, c: int, arrow, state: dict) -> None:
+    def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool) -> None:
+        p = progress_of[s.index]
         write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
-        save_state(state_path[s.index], state, {"checkpoints": c + 1})
-        done[s.index] = c + 1
-        states[s.index] = state
-        bar.update(min(every, steps - c * every), arrow.num_rows, _best_of(arrow))
-
-    def span(c: int) -> tuple[int, int]:
-        return c * every, min(every, steps - c * every)
+        p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
+        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
+                                                "done": done})
+        bar.update(used, _best_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     try:
         if in_process:
             for s in studies:
-                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=states[s.index])
-                for c in range(done[s.index], n_ckpt):
-                    arrow, state = runner.advance(*span(c), run_id=rd.run_id, metadata=rd.metadata(s))
-                    finish(s, c, arrow, state)
+                p = progress_of[s.index]
+                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"])
+                while not p["done"] and p["evaluations"] < budget:
+                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
+                                         metadata=rd.metadata(s))
+                    finish(s, p["checkpoints"], *out)
             return
-        _run_mcmc_ray(rd, studies, seeds, states, done, n_ckpt, span, finish)
+        _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish)
     finally:
         bar.close()
 
 
-def _run_mcmc_ray(rd, studies, seeds, states, done, n_ckpt, span, finish) -> None:
+def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> None:
     import ray
 
     from sweep._ray import DRIVER_RESUBMITS, is_lost_work, register_pickling
 
     register_pickling()
-
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
     opts = rd.info["options"]
     by_index = {s.index: s for s in studies}
     space_refs = {s.index: ray.put(s.space) for s in studies}
     actors: dict[int, object] = {}
-    in_flight: dict[object, tuple[int, int]] = {}
+    in_flight: dict[object, int] = {}
     restarts = {s.index: 0 for s in studies}
 
     def launch(i: int) -> None:
-        if done[i] >= n_ckpt:
+        p = progress_of[i]
+        if p["done"] or p["evaluations"] >= budget:
             return
-        if i not in actors:
-            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=states[i])
-        ref = actors[i].advance.remote(*span(done[i]), run_id=rd.run_id, metadata=rd.metadata(by_index[i]))
-        in_flight[ref] = (i, done[i])
+        if i not in actors:  # a new actor starts from the last checkpoint
+            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"])
+        ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
+                                       metadata=rd.metadata(by_index[i]))
+        in_flight[ref] = i
 
     for s in studies:
         launch(s.index)
-    while in_flight:
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
-        ref = ready[0]
-        i, c = in_flight.pop(ref)
-        try:
-            arrow, state = ray.get(ref)
-        except Exception as exc:
-            if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
-                restarts[i] += 1  # the actor died: a new one from the last checkpoint
-                actors.pop(i, None)
-                launch(i)
-                continue
-            if isinstance(exc, ray.exceptions.RayTaskError):
-                raise exc.as_instanceof_cause() from None
-            raise
-        finish(by_index[i], c, arrow, state)
-        launch(i)
-    for a in actors.values():
-        ray.kill(a)
+    try:
+        while in_flight:
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            ref = ready[0]
+            i = in_flight.pop(ref)
+            try:
+                out = ray.get(ref)
+            except Exception as exc:
+                if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
+                    restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                    actors.pop(i, None)
+                    launch(i)
+                    continue
+                if isinstance(exc, ray.exceptions.RayTaskError):
+                    raise exc.as_instanceof_cause() from None
+                raise
+            finish(by_index[i], progress_of[i]["checkpoints"], *out)
+            launch(i)
+    finally:
+        for a in actors.values():
+            ray.kill(a)
 
 
 # ---- TPE -------------------------------------------------------------------------------------
 def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
+
+    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1. After a
+    kill between the part and the state, the first ask on resume tells which side of the tell
+    the kill fell: the study re-asks a batch left untold (the same rows as part b), or draws the
+    next one (part b was told: it is batch b+1)."""
     info = rd.info
     opts = info["options"]
-    batches, n = int(opts["batches"]), int(opts["batch_size"])
+    budget, n = int(opts["budget"]), int(opts["batch"])
     studies = rd.studies()
     parts = rd.partition("tpe")
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
-    done = {}
+    prog: dict[int, dict] = {}
     for s in studies:
-        done[s.index] = json.load(open(marker[s.index]))["batches"] if os.path.exists(marker[s.index]) else 0
+        if os.path.exists(marker[s.index]):
+            with open(marker[s.index]) as f:
+                prog[s.index] = json.load(f)
+        else:
+            prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
     searchers = {s.index: make_searcher("tpe", s.space, seed=study_seed(info["seed"], s.index), options=opts,
                                         storage=journal[s.index]) for s in studies}
-    bar = _Bar(batches * len(studies), sum(done.values()), desc="tpe", enabled=progress)
+    check_first = {s.index: True for s in studies}
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="tpe", enabled=progress)
     evaluate_batch = _batch_evaluator(in_process)
     try:
         while True:
-            active = [s for s in studies if done[s.index] < batches]
+            active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
             if not active:
                 break
-            asked = {s.index: searchers[s.index].ask(n) for s in active}
+            asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
+            for s in active:
+                if len(asked[s.index]) == 0:
+                    prog[s.index]["done"] = True
+                    write_json_atomic(prog[s.index], marker[s.index])
+            active = [s for s in active if len(asked[s.index])]
             results = evaluate_batch([(s.space, asked[s.index]) for s in active])
             for s, m in zip(active, results, strict=True):
-                b = done[s.index]
+                p = prog[s.index]
                 table = asked[s.index]
                 arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
-                                 iteration=b, grid_index=None, metadata=rd.metadata(s))
-                write_part(arrow, os.path.join(parts, part_name(s.index, b)))
+                                 iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                path = os.path.join(parts, part_name(s.index, p["batches"]))
+                if check_first.pop(s.index, False) and os.path.exists(path) and not _same_rows(path, arrow):
+                    # Killed after telling batch b but before recording it: this is batch b+1.
+                    p["evaluations"] += _rows_in(path)
+                    p["batches"] += 1
+                    path = os.path.join(parts, part_name(s.index, p["batches"]))
+                    arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                                     iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                write_part(arrow, path)
                 searchers[s.index].tell(table, m)
-                write_json_atomic({"batches": b + 1}, marker[s.index])
-                done[s.index] = b + 1
-                bar.update(1, arrow.num_rows, _best_of(arrow))
+                p["batches"] += 1
+                p["evaluations"] += len(table)
+                write_json_atomic(p, marker[s.index])
+                bar.update(len(table), _best_of(arrow))
     finally:
         bar.close()
+
+
+def _rows_in(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def _same_rows(path: str, arrow) -> bool:
+    """Does the part at ``path`` hold exactly the strategies of ``arrow``?"""
+    import pyarrow.parquet as pq
+
+    from sweep._results import STRATEGY_COLUMNS
+
+    old = pq.read_table(path, columns=list(STRATEGY_COLUMNS))
+    return old.num_rows == arrow.num_rows and old.to_pylist() == arrow.select(list(STRATEGY_COLUMNS)).to_pylist()
 
 
 def _batch_evaluator(in_process: bool):
@@ -288,7 +350,6 @@ def _batch_evaluator(in_process: bool):
     from sweep._ray import TASK_MAX_RETRIES, register_pickling
 
     register_pickling()
-
     remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_table)
     space_refs: dict[int, object] = {}
 

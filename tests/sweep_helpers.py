@@ -104,3 +104,16 @@ def cmdline(pid: int) -> str:
 def own_ray_processes(title: str) -> list[int]:
     """Our own Ray workers whose process title starts with ``title`` (e.g. "ray::evaluate_unit")."""
     return [p for p in descendants(os.getpid()) if cmdline(p).startswith(title)]
+
+
+def search_run(out: str, kind: str, space_args: list[str], *, seed: int, **options) -> None:
+    """Create the run directory of a `plansweep search KIND ... --out OUT` (run.json only), so
+    that `plansweep resume OUT` runs it."""
+    from sweep._cmd_sweep import build_studies
+    from sweep._rundir import RunDir
+    from sweep.cli import build_parser
+
+    ns = build_parser().parse_args(["sweep", *space_args, "--out", out])
+    request = {"command": f"search {kind}", "searcher": kind, "seed": seed, "options": options,
+               "studies": build_studies(ns)}
+    RunDir.create_or_resume(out, request)[0].close()
