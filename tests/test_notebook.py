@@ -89,5 +89,5 @@ def test_duckdb_opens_the_dataset_by_path(run):
     duckdb = pytest.importorskip("duckdb")
     path, table, _ = run
     glob = os.path.join(path, "results", "**", "*.parquet")
-    n = duckdb.sql(f"select count(*) from read_parquet('{glob}', hive_partitioning = true)").fetchone()[0]
+    n = duckdb.sql(f"select count(*) from read_parquet('{glob}', hive_partitioning = true)").fetchall()[0][0]
     assert n == len(table)
