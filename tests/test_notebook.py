@@ -91,3 +91,8 @@ def test_duckdb_opens_the_dataset_by_path(run):
     glob = os.path.join(path, "results", "**", "*.parquet")
     n = duckdb.sql(f"select count(*) from read_parquet('{glob}', hive_partitioning = true)").fetchall()[0][0]
     assert n == len(table)
+
+
+def test_notebook_validates_against_the_nbformat_schema():
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.read(str(NOTEBOOK), as_version=4))
