@@ -2,6 +2,7 @@
 
 from search._base import Searcher, objective
 from search._grid import GridSearcher, RandomSearcher
+from search._mcmc import MCMCSearcher
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -21,11 +22,13 @@ from search._space import (
     exact_space,
     partition_space,
 )
+from search._tpe import TPESearcher
 
 __all__ = [
     "Dim",
     "EXACT_CHOICES",
     "GridSearcher",
+    "MCMCSearcher",
     "PARTITION_SHIFTS",
     "PiperGraph",
     "PiperNode",
@@ -34,6 +37,7 @@ __all__ = [
     "RandomSearcher",
     "Searcher",
     "Space",
+    "TPESearcher",
     "Tmpc",
     "default_choices",
     "default_space",

@@ -43,7 +43,7 @@ DEFAULT_N_STARTUP_TRIALS = 20
 DEFAULT_N_EI_CANDIDATES = 24
 DEFAULT_STUDY_NAME = "plansweep-tpe"
 # Draws allowed per asked point (invalid or already-known draws are not asked).
-MAX_DRAWS_PER_POINT = 20
+MAX_DRAWS_PER_POINT = 50
 SEED_MODULUS = 2**32
 _CONSTRAINTS = ("memory", "model", "space")
 

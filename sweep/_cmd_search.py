@@ -15,6 +15,8 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable, evaluate
 from search import (
+    MCMCSearcher,
+    TPESearcher,
     GridSearcher,
     PiperPlan,
     RandomSearcher,
@@ -24,8 +26,11 @@ from search import (
     solve_piper,
     with_overrides,
 )
+from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
+from search._tpe import DEFAULT_N_STARTUP_TRIALS
 from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
+from sweep._cmd_sweep import add_search_run_args, run_search_in_dir
 from sweep._space_args import add_space_args, space_from_args
 from sweep._specs import load_cluster, load_model
 
@@ -227,6 +232,8 @@ def _make_random(args, space):
 
 
 def _run_space_searcher(args: argparse.Namespace) -> int:
+    if getattr(args, "out", None) is not None:  # a resumable run on Ray (sweep/_cmd_sweep.py)
+        return run_search_in_dir(args, args.searcher)
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
     budget = _positive(args.budget, "--budget")
@@ -243,9 +250,62 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     return 0
 
 
-# Searcher name -> registrar. mcmc and tpe add their own function here.
+def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser(
+        "mcmc", help="FlexFlow-style Metropolis-Hastings over a strategy space (an ensemble of chains)",
+        description="Chains start from data parallelism, Megatron-LM's recipe and random strategies, propose "
+        "one change at a time, accept a worse strategy with probability exp(-beta * relative slow-down) "
+        "and jump to the best found every --reset-every steps (Jia et al., SysML 2019).")
+    add_search_args(p)
+    p.add_argument("--chains", metavar="C", default=str(DEFAULT_CHAINS), help=f"chains (default {DEFAULT_CHAINS})")
+    p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA), help=f"inverse temperature (default {DEFAULT_BETA})")
+    p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
+                   help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
+    add_search_run_args(p)
+    p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
+
+
+def _make_mcmc(args, space):
+    beta = _parse(args.beta, "--beta", float)
+    reset = _parse(args.reset_every, "--reset-every", int)
+    if reset < 0:
+        raise InputError("--reset-every", "an integer >= 0", reset)
+    if not beta >= 0:
+        raise InputError("--beta", "a number >= 0", beta)
+    return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
+                        beta=beta, reset_every=reset)
+
+
+TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's model fresh
+
+
+def _register_tpe(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser(
+        "tpe", help="Optuna's TPE sampler over a strategy space (ask/tell in batches)",
+        description="Tree-structured Parzen estimator (Optuna TPESampler, multivariate, constant liar); "
+        "out-of-memory strategies are constraint violations. With --storage the study lives in an "
+        "Optuna journal file and a later run on the same file continues it.")
+    add_search_args(p)
+    p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
+    p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),
+                   help=f"random trials before TPE (default {DEFAULT_N_STARTUP_TRIALS})")
+    add_search_run_args(p)
+    p.set_defaults(func=_run_space_searcher, make=_make_tpe, batch=str(TPE_ASK_BATCH))
+
+
+def _make_tpe(args, space):
+    startup = _parse(args.startup_trials, "--startup-trials", int)
+    if startup < 0:
+        raise InputError("--startup-trials", "an integer >= 0", startup)
+    return TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
+                       n_startup_trials=startup)
+
+
+# Searcher name -> registrar.
 SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "grid": _register_grid,
     "random": _register_random,
+    "mcmc": _register_mcmc,
+    "tpe": _register_tpe,
     "piper": _register_piper,
 }

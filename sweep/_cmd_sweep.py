@@ -93,34 +93,34 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
 def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
     """`plansweep search mcmc|tpe ... --out RUN_DIR`: the search as a resumable run."""
     from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
+    from search._tpe import DEFAULT_N_STARTUP_TRIALS
 
     check_runtime(args)
 
-    def positive(name: str, flag: str, default=None) -> int:
+    def number(name: str, flag: str, kind_of: type, default, low) -> float:
         text = getattr(args, name, None)
         text = default if text is None else text
         try:
-            value = int(text)
+            value = kind_of(text)
         except (TypeError, ValueError):
-            raise InputError(flag, "an integer", text) from None
-        if value < 1:
-            raise InputError(flag, "an integer >= 1", value)
+            raise InputError(flag, "an integer" if kind_of is int else "a number", text) from None
+        if not value >= low:
+            raise InputError(flag, f"{'an integer' if kind_of is int else 'a number'} >= {low}", value)
         return value
 
-    try:
-        seed = int(args.seed)
-    except (TypeError, ValueError):
-        raise InputError("--seed", "an integer", args.seed) from None
-    options: dict[str, object] = {"budget": positive("budget", "--budget")}
+    seed = number("seed", "--seed", int, 0, -(2**63))
+    options: dict[str, object] = {"budget": number("budget", "--budget", int, None, 1)}
     if kind == "mcmc":
-        options["chains"] = positive("chains", "--chains", DEFAULT_CHAINS)
-        beta = getattr(args, "beta", None)
-        options["beta"] = float(DEFAULT_BETA if beta is None else beta)
-        reset = getattr(args, "reset_every", None)
-        options["reset_every"] = int(DEFAULT_RESET_EVERY if reset is None else reset)
-        options["checkpoint_every"] = positive("checkpoint_every", "--checkpoint-every")
+        options["chains"] = number("chains", "--chains", int, DEFAULT_CHAINS, 1)
+        options["beta"] = number("beta", "--beta", float, DEFAULT_BETA, 0.0)
+        options["reset_every"] = number("reset_every", "--reset-every", int, DEFAULT_RESET_EVERY, 0)
+        options["checkpoint_every"] = number("checkpoint_every", "--checkpoint-every", int, CHECKPOINT_EVERY, 1)
     else:
-        options["batch"] = positive("batch", "--batch")
+        if getattr(args, "storage", None):
+            raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)",
+                             args.storage)
+        options["batch"] = number("batch", "--batch", int, None, 1)
+        options["startup_trials"] = number("startup_trials", "--startup-trials", int, DEFAULT_N_STARTUP_TRIALS, 0)
     request = {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
                "options": options, "studies": build_studies(args)}
     rd, resumed = RunDir.create_or_resume(args.out, request)

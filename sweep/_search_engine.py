@@ -86,7 +86,10 @@ def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | 
         except ImportError:
             from search._tpe import TPESearcher
 
-        return TPESearcher(space, seed=seed, storage=storage)
+        from search._tpe import DEFAULT_N_STARTUP_TRIALS
+
+        return TPESearcher(space, seed=seed, storage=storage,
+                           n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
     raise ValueError(f"unknown searcher {kind!r}")
 
 
