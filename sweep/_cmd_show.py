@@ -72,6 +72,13 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
             + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))
+    # Uneven partitions (null = uniform stages): layers per stage and recompute initials per stage.
+    with_layers = any(r.get("stage_layers") for r in rows)
+    with_rc = any(r.get("stage_recompute") for r in rows)
+    if with_layers:
+        head += "  stage layers"
+    if with_rc:
+        head += "  stage recompute"
     out = [head]
     for rank, r in enumerate(rows, start=1):
         step = r.get("step_time_s")
@@ -82,6 +89,10 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
                 + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
         if with_reason:
             line += f"  {r.get('reason', '')}"
+        if with_layers:
+            line += f"  {','.join(map(str, r.get('stage_layers') or [])) or 'uniform':<12}"
+        if with_rc:
+            line += "  " + ("".join(x[0] for x in r.get("stage_recompute") or []) or "uniform")
         out.append(line)
     return "\n".join(out)
 

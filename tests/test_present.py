@@ -141,6 +141,8 @@ def test_show_prints_stages_of_the_top_row(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "per stage (top row):" in text
+    assert "stage layers" in text.splitlines()[1]  # every listed row's partition in the table
+    assert "10,22,22,10" in text and "17,15,15,17" in text and "nffn" in text and "nnnf" in text
     stage_lines = text.split("per stage (top row):")[1].strip().splitlines()[1:]
     assert [int(s.split()[1]) for s in stage_lines] == parts[best]
     assert [s.split()[2] for s in stage_lines] == [["none", "full", "full", "none"],
