@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "sweep._cmd_schedule_experiments",
     "sweep._cmd_search",
     "sweep._cmd_sweep",
+    "sweep._cmd_show",
+    "sweep._cmd_plot",
 )
 
 

@@ -1,0 +1,45 @@
+"""``plansweep plot RUN_DIR``: PNG figures of a run (throughput against the degrees, and
+seed 000's grid-search and isolated-scaling figures for MLP runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from costmodel import InputError
+from sweep._runview import open_run
+
+PLOTS_DIR = "plots"  # default output folder inside a local run directory
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot", help="draw PNG figures of a run directory",
+                       description="Throughput against the data / tensor / pipeline degrees (best over "
+                       "the other dimensions); for an MLP run also seed 000's figures: throughput against "
+                       "the horizontal degree, a line per micro-batch count, a panel per data-parallel "
+                       "degree, and the isolated data / horizontal / pipeline scaling figures.",
+                       epilog="exit status: 0 figures written, 1 nothing to draw (no feasible row), 2 bad input")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
+    p.add_argument("--out", metavar="DIR", help=f"folder for the PNGs (default RUN_DIR/{PLOTS_DIR})")
+    p.add_argument("--seed000", choices=("auto", "yes", "no"), default="auto",
+                   help="draw seed 000's figures: auto = for MLP runs (default)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    view = open_run(args.run_dir)
+    out = args.out
+    if out is None:
+        if "://" in args.run_dir:
+            raise InputError("--out", "a local folder for the PNGs when RUN_DIR is a URI", None)
+        out = os.path.join(args.run_dir, PLOTS_DIR)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError("--out", "a folder", f"{out} (a file)")
+    from sweep._plots import plot_run  # matplotlib only when plotting
+
+    written, notes = plot_run(view, out, seed000={"auto": None, "yes": True, "no": False}[args.seed000])
+    for path in written:
+        print(f"wrote {path}")
+    for note in notes:
+        print(f"not drawn: {note}")
+    return 0 if written else 1

@@ -1,0 +1,150 @@
+"""``plansweep show RUN_DIR``: the best feasible rows of a run as a table (or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pyarrow as pa
+
+from costmodel import InputError
+from sweep._runview import RunView, best_rows, open_run, summary
+
+GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote HBM)
+
+# (column, header, width, format) for the table; absent columns are left out.
+TABLE_COLUMNS = (
+    ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"),
+    ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"), ("schedule", "schedule", 11, "s"),
+    ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"), ("sequence_parallel", "SP", 3, "b"),
+    ("zero_stage", "ZeRO", 4, "d"),
+)
+# Columns of one value per pipeline stage (list columns); printed per stage for the top row.
+STAGE_COLUMN_HINT = "stage_"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("show", help="print the best strategies of a run directory",
+                       description="Read RUN_DIR/results (Parquet) and run.json; print the best "
+                       "feasible rows, the row and feasible counts and why the rest are infeasible.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
+    p.add_argument("--top", default="10", metavar="K", help="rows to print (default 10)")
+    p.add_argument("--all", action="store_true", dest="include_infeasible",
+                   help="fill up to K with infeasible rows too (after the feasible ones, with their reason)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: counts and the rows")
+    p.set_defaults(func=run)
+
+
+def _top(value: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        k = -1
+    if k < 1:
+        raise InputError("--top", "an integer >= 1", value)
+    return k
+
+
+def _plain(v):
+    """Arrow values -> JSON: non-finite floats become null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def rows_as_dicts(table: pa.Table) -> list[dict]:
+    return [{k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v] for k, v in r.items()}
+            for r in table.to_pylist()]
+
+
+def _cell(v, fmt: str) -> str:
+    if v is None:
+        return "-"
+    if fmt == "b":
+        return "yes" if v else "no"
+    return format(v, fmt)
+
+
+def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
+    thr = view.throughput_column
+    cols = [c for c in TABLE_COLUMNS if c[0] in view.columns]
+    unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
+    head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
+            + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))
+    # Uneven partitions (null = uniform stages): layers per stage and recompute initials per stage.
+    with_layers = any(r.get("stage_layers") for r in rows)
+    with_rc = any(r.get("stage_recompute") for r in rows)
+    if with_layers:
+        head += "  stage layers"
+    if with_rc:
+        head += "  stage recompute"
+    out = [head]
+    for rank, r in enumerate(rows, start=1):
+        step = r.get("step_time_s")
+        mfu = r.get("mfu")
+        mem = r.get("mem_total_bytes")
+        line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
+                + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
+                + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
+        if with_reason:
+            line += f"  {r.get('reason', '')}"
+        if with_layers:
+            line += f"  {','.join(map(str, r.get('stage_layers') or [])) or 'uniform':<12}"
+        if with_rc:
+            line += "  " + ("".join(x[0] for x in r.get("stage_recompute") or []) or "uniform")
+        out.append(line)
+    return "\n".join(out)
+
+
+def format_stages(view: RunView, row: dict) -> str | None:
+    """The top row's per-stage columns (stage_layers, stage_recompute, per-stage pools or
+    degrees of heterogeneous runs: any list column), one line per stage; None if it has none."""
+    stage_cols = [c for c in view.columns if isinstance(row.get(c), list)]
+    if not stage_cols:
+        return None
+    n = max(len(row[c]) for c in stage_cols)
+    names = [c.removeprefix(STAGE_COLUMN_HINT) for c in stage_cols]
+    widths = [max(len(h), 9) for h in names]
+    out = ["per stage (top row):", f"{'stage':>5} " + " ".join(f"{h:>{w}}" for h, w in zip(names, widths, strict=True))]
+    for s in range(n):
+        cells = [str(row[c][s]) if s < len(row[c]) else "-" for c in stage_cols]
+        out.append(f"{s:>5} " + " ".join(f"{x:>{w}}" for x, w in zip(cells, widths, strict=True)))
+    return "\n".join(out)
+
+
+def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
+    counts = summary(study)
+    rows = rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
+    return counts, rows
+
+
+def run(args: argparse.Namespace) -> int:
+    k = _top(args.top)
+    view = open_run(args.run_dir)
+    studies = view.studies()
+    reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
+    if args.json:
+        total = summary(view)
+        print(json.dumps({
+            "run_dir": view.run_dir, "keep": view.keep, **total,
+            "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
+                         "throughput_column": s.throughput_column, **counts, "rows": rows}
+                        for s, counts, rows in reports],
+        }, allow_nan=False))
+        return 0
+    if view.keep not in (None, "all"):
+        print(f"(this run stored {view.keep} rows only: the counts below are of the stored rows)")
+    for i, (study, counts, rows) in enumerate(reports):
+        if i:
+            print()
+        why = ", ".join(f"{reason} {n:,}" for reason, n in counts["infeasible_reasons"].items()) or "none"
+        print(f"{study.name}: {counts['num_rows']:,} rows, {counts['num_feasible']:,} feasible (infeasible: {why})")
+        if not rows:
+            print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
+            continue
+        print(format_rows(study, rows, with_reason=args.include_infeasible))
+        stages = format_stages(study, rows[0])
+        if stages:
+            print(stages)
+    return 0

@@ -1,0 +1,255 @@
+"""Reading a run directory: run.json, the Parquet dataset under results/, its metadata.
+
+The reading side of the results schema in README.md ("Results (Parquet schema)"); the
+engine writes it. A run directory is a local path or a URI that pyarrow's filesystems
+understand (``s3://bucket/run``, ``gs://...``). Only the columns a caller asks for are read,
+and the best rows are found by a filter on the throughput column, so a show or a plot of a
+large run never holds every column of every row at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from costmodel import InputError
+
+RUN_JSON = "run.json"
+RESULTS_DIR = "results"
+# Schema metadata keys (JSON bytes) written with every Parquet part.
+META_MODEL = b"plansweep.model"
+META_CLUSTER = b"plansweep.cluster"
+META_VERSIONS = b"plansweep.versions"
+# The degree columns, in Megatron's rank order (tp innermost).
+DEGREES = ("dp", "tp", "pp", "cp")
+# Columns every results dataset must have for show and plot to read it.
+REQUIRED_COLUMNS = ("dp", "tp", "pp", "feasible", "reason", "tokens_per_s", "samples_per_s", "step_time_s")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunView:
+    """An opened run directory (read-only)."""
+
+    run_dir: str
+    info: Mapping[str, object]        # run.json ({} where the engine wrote none)
+    dataset: ds.Dataset               # results/ with the hive partition (searcher=<name>)
+    model: Mapping[str, object]       # the study's model spec (run.json or schema metadata; {} if absent)
+    cluster: Mapping[str, object]
+    versions: Mapping[str, object]
+    where: pc.Expression | None = None  # the rows of one study (None: every row)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.dataset.schema.names)
+
+    @property
+    def is_mlp(self) -> bool:
+        """A multi-layer perceptron (seed 000's workload), whose throughput is samples/s."""
+        return self.model.get("kind") == "mlp"
+
+    @property
+    def throughput_column(self) -> str:
+        """samples/s for an MLP (a sample is one row of the batch), tokens/s otherwise."""
+        return "samples_per_s" if self.is_mlp else "tokens_per_s"
+
+    @property
+    def keep(self) -> str | None:
+        """The engine's keep policy (all, feasible, best:K), where run.json records it."""
+        opts = self.info.get("options")
+        return opts.get("keep") if isinstance(opts, dict) else None
+
+    def scan(self, columns: Sequence[str] | None = None, flt: pc.Expression | None = None) -> pa.Table:
+        """Rows of this view (one study), optionally projected and filtered."""
+        cond = self.where if flt is None else (flt if self.where is None else self.where & flt)
+        return self.dataset.to_table(columns=None if columns is None else list(columns), filter=cond)
+
+    def studies(self) -> list[RunView]:
+        """One view per (model, cluster) study of the run (the engine runs several side by side
+        and writes their names in the ``model`` and ``cluster`` columns)."""
+        if "model" not in self.columns or "cluster" not in self.columns or self.where is not None:
+            return [self]
+        pairs = self.dataset.to_table(columns=["model", "cluster"]).group_by(["model", "cluster"]).aggregate([])
+        pairs = sorted(zip(pairs.column("model").to_pylist(), pairs.column("cluster").to_pylist(), strict=True))
+        if not pairs:
+            return [self]
+        specs = self.info.get("studies") if isinstance(self.info.get("studies"), list) else []
+        out = []
+        for model, cluster in pairs:
+            m = next((s["model"] for s in specs if _name(s, "model") == model), None)
+            c = next((s["cluster"] for s in specs if _name(s, "cluster") == cluster), None)
+            m = m or (self.model if self.model.get("name") == model else {"name": model})
+            c = c or (self.cluster if self.cluster.get("name") == cluster else {"name": cluster})
+            out.append(dataclasses.replace(self, model=m, cluster=c,
+                                           where=(pc.field("model") == model) & (pc.field("cluster") == cluster)))
+        return out
+
+    @property
+    def name(self) -> str:
+        model = self.model.get("name", "?")
+        cluster = self.cluster.get("name", "?")
+        return f"{model} on {cluster}"
+
+    def read(self, columns: Sequence[str], *, feasible_only: bool = False) -> dict[str, np.ndarray]:
+        """Whole columns as numpy arrays (strings as object arrays), optionally feasible rows only."""
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise InputError("RUN_DIR", f"results with a {missing[0]!r} column", self.run_dir)
+        table = self.scan(columns, pc.field("feasible") if feasible_only else None)
+        return {c: _to_numpy(table.column(c)) for c in columns}
+
+
+def _to_numpy(col: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return np.asarray(col.to_pylist(), dtype=object)
+    return col.to_numpy()
+
+
+def _filesystem(run_dir: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in run_dir:
+        try:
+            return pafs.FileSystem.from_uri(run_dir)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise InputError("RUN_DIR", "a path or a URI pyarrow.fs understands", f"{run_dir} ({exc})") from exc
+    return pafs.LocalFileSystem(), os.path.abspath(run_dir)
+
+
+def _json_meta(meta: Mapping[bytes, bytes] | None, key: bytes, run_dir: str) -> dict:
+    if not meta or key not in meta:
+        return {}
+    try:
+        value = json.loads(meta[key])
+    except ValueError as exc:
+        raise InputError("RUN_DIR", f"JSON in the {key.decode()} schema metadata", run_dir) from exc
+    return value if isinstance(value, dict) else {}
+
+
+def open_run(run_dir: str | os.PathLike) -> RunView:
+    """Open RUN_DIR (path or URI); raises InputError, naming what is missing, for anything
+    that is not a readable run directory with results."""
+    run_dir = os.fspath(run_dir)
+    fs, base = _filesystem(run_dir)
+    expected = "a run directory holding run.json and results/ (a Parquet dataset)"
+    try:
+        kind = fs.get_file_info(base).type
+        res_kind = fs.get_file_info(f"{base}/{RESULTS_DIR}").type
+    except OSError as exc:
+        raise InputError("RUN_DIR", expected, f"{run_dir} ({exc})") from exc
+    if kind != pafs.FileType.Directory:
+        raise InputError("RUN_DIR", expected, f"{run_dir} (no such directory)")
+    if res_kind != pafs.FileType.Directory:
+        raise InputError("RUN_DIR", expected, f"{run_dir} (no results/ in it)")
+    info: dict = {}
+    if fs.get_file_info(f"{base}/{RUN_JSON}").type == pafs.FileType.File:
+        try:
+            with fs.open_input_stream(f"{base}/{RUN_JSON}") as f:
+                info = json.loads(f.read())
+        except ValueError as exc:
+            raise InputError("RUN_DIR", f"{RUN_JSON} holding a JSON object", f"{run_dir} ({exc})") from exc
+        if not isinstance(info, dict):
+            raise InputError("RUN_DIR", f"{RUN_JSON} holding a JSON object", f"{run_dir} ({type(info).__name__})")
+    try:
+        dataset = ds.dataset(f"{base}/{RESULTS_DIR}", filesystem=fs, format="parquet", partitioning="hive",
+                             exclude_invalid_files=False, ignore_prefixes=[".", "_"])
+        schema = dataset.schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError("RUN_DIR", "results/ holding Parquet files", f"{run_dir} ({exc})") from exc
+    if not dataset.files:
+        raise InputError("RUN_DIR", "results/ holding at least one Parquet part", f"{run_dir} (none yet)")
+    _check_format(info, run_dir)
+    missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+    if missing:
+        raise InputError("RUN_DIR", "results in plansweep's schema", f"{run_dir} (no {missing[0]!r} column)")
+    # The unified dataset schema carries the first part's metadata; fall back to run.json.
+    meta = schema.metadata
+    model = _json_meta(meta, META_MODEL, run_dir) or _dict(info.get("model"))
+    cluster = _json_meta(meta, META_CLUSTER, run_dir) or _dict(info.get("cluster"))
+    versions = _json_meta(meta, META_VERSIONS, run_dir) or _dict(info.get("versions"))
+    return RunView(run_dir=run_dir, info=info, dataset=dataset, model=model, cluster=cluster, versions=versions)
+
+
+def _check_format(info: Mapping[str, object], run_dir: str) -> None:
+    """Refuse a run directory laid out in another run format than the one this plansweep
+    writes (its columns could mean something else), rather than misread it."""
+    from sweep._rundir import RUN_FORMAT
+
+    versions = info.get("versions")
+    recorded = versions.get("run_format") if isinstance(versions, dict) else None
+    if recorded is not None and recorded != RUN_FORMAT:
+        raise InputError("RUN_DIR", f"a run directory in run format {RUN_FORMAT} (this plansweep's)",
+                         f"{run_dir} (run format {recorded!r}, from plansweep {versions.get('plansweep')!r})")
+
+
+def _name(study: object, key: str) -> object:
+    spec = study.get(key) if isinstance(study, dict) else None
+    return spec.get("name") if isinstance(spec, dict) else None
+
+
+def _dict(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def summary(view: RunView) -> dict[str, object]:
+    """Row count, feasible count and infeasible rows per reason (most frequent first)."""
+    t = view.scan(["feasible", "reason"])
+    feasible = int(pc.sum(t.column("feasible")).as_py() or 0)
+    infeasible = t.filter(pc.invert(t.column("feasible")))
+    counts = infeasible.group_by("reason").aggregate([("reason", "count")]).to_pydict()
+    reasons = dict(sorted(zip(counts["reason"], counts["reason_count"], strict=True), key=lambda kv: -kv[1]))
+    return {"num_rows": t.num_rows, "num_feasible": feasible, "infeasible_reasons": reasons}
+
+
+# The columns that name a strategy (the engine's strategy columns); rows equal on these are the
+# same strategy, which a search (MCMC, TPE) may evaluate many times.
+STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage",
+                 "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
+                 "stage_recompute")
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    """First row of each strategy (``table`` holds the few best rows, sorted)."""
+    keys = [c for c in STRATEGY_KEYS if c in table.column_names]
+    cols = [table.column(c).to_pylist() for c in keys]
+    seen: set = set()
+    keep = []
+    for i, key in enumerate(zip(*cols, strict=True)):
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in key)
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return table.take(pa.array(keep, type=pa.int64()))
+
+
+def best_rows(view: RunView, k: int, *, include_infeasible: bool = False) -> pa.Table:
+    """The ``k`` distinct strategies of highest throughput, best first, every column (a
+    strategy a search evaluated several times is listed once); with ``include_infeasible`` the
+    infeasible rows fill up to k after the feasible ones (least memory first), so a run without
+    one feasible row still shows what came close."""
+    thr = view.throughput_column
+    feas = view.scan([thr], pc.field("feasible")).column(thr).to_numpy()
+    want = k
+    while True:
+        # The want-th best throughput is a threshold: read only rows at or above it.
+        kth = np.partition(feas, feas.size - want)[feas.size - want] if feas.size > want else -np.inf
+        top = view.scan(None, pc.field("feasible") & (pc.field(thr) >= float(kth)))
+        top = _distinct(top.take(pc.sort_indices(top, sort_keys=[(thr, "descending"), ("step_time_s", "ascending")])))
+        if top.num_rows >= k or feas.size <= want:
+            break
+        want *= 4  # repeats of the same strategies filled the threshold: read further down
+    top = top.slice(0, k)
+    if include_infeasible and top.num_rows < k:
+        rest = view.scan(None, ~pc.field("feasible"))
+        if "mem_total_bytes" in rest.column_names:
+            rest = rest.take(pc.sort_indices(rest, sort_keys=[("mem_total_bytes", "ascending")]))
+        rest = _distinct(rest).slice(0, k - top.num_rows)
+        top = pa.concat_tables([top, rest.cast(top.schema)])
+    return top
