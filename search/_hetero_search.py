@@ -93,3 +93,52 @@ def run_search(space, evaluate_fn, *, steps: int, seed: int = 0, chains: int = 3
         s.tell(t, evaluate_fn(t))
         hist.append(s.best_score)
     return s.best_digits, s.best_score, hist
+
+
+class PlacementTPE:
+    """Optuna's TPE over a Space's digits (ordinal dims as integers, the rest categorical),
+    through ask/tell in batches; the space's start points are enqueued as the first trials.
+    Stands in until TPESearcher (helper "mcmc") lands."""
+
+    def __init__(self, space, seed: int = 0, *, n_startup_trials: int = 32):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, multivariate=True)
+        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        for d in space.start_points().values():
+            self.study.enqueue_trial({dim.name: int(d[k]) for k, dim in enumerate(space.dims)})
+        self._trials: list = []
+        self.best_digits: np.ndarray | None = None
+        self.best_score = np.inf
+
+    def ask(self, n: int):
+        self._trials = [self.study.ask() for _ in range(n)]
+        rows = []
+        for tr in self._trials:
+            row = []
+            for k, dim in enumerate(self.space.dims):
+                r = len(dim.choices)
+                if dim.ordinal:
+                    row.append(tr.suggest_int(dim.name, 0, r - 1))
+                else:
+                    row.append(tr.suggest_categorical(dim.name, list(range(r))))
+            rows.append(row)
+        self._digits = np.array(rows, dtype=np.int64)
+        return self.space.table(self._digits)
+
+    def tell(self, table, metrics: Metrics) -> None:
+        s = score(metrics)
+        s = np.where(self.space.valid(self._digits), s, 2 * INFEASIBLE_BASE_S)
+        for tr, v in zip(self._trials, s, strict=True):
+            self.study.tell(tr, float(v))
+        i = int(np.argmin(s))
+        if s[i] < self.best_score:
+            self.best_score, self.best_digits = float(s[i]), self._digits[i].copy()
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

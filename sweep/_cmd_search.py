@@ -91,6 +91,13 @@ def _parse(text: str | None, flag: str, kind: type[_Number]) -> _Number | None:
 
 
 # Searcher name -> registrar. grid, mcmc and tpe add their own function here.
+def _register_placement(searchers: argparse._SubParsersAction) -> None:
+    from sweep._cmd_search_hetero import register_placement
+
+    register_placement(searchers)
+
+
 SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "piper": _register_piper,
+    "placement": _register_placement,
 }
