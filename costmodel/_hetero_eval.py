@@ -128,14 +128,9 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     return reason
 
 
-def _last(a, p):
-    """Column p - 1 of an (N, S) array (the last active stage), (N,)."""
-    return np.take_along_axis(a, (p - 1)[:, None], axis=1)[:, 0]
-
-
-def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows):
-    """Exact pipeline time (N,) and in-flight micro-batches (N, S) for ``rows``; NaN elsewhere.
-    One simulate() call per distinct (schedule, pp, m, vpp)."""
+def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts):
+    """Exact pipeline time (N,) and in-flight micro-batches (M,) (flat stages) for ``rows``;
+    NaN elsewhere. One simulate() call per distinct (schedule, pp, m, vpp)."""
     from costmodel._pipeline import simulate
 
     total = np.full(len(table), np.nan)
@@ -147,42 +142,56 @@ def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows):
     groups, inv = np.unique(keys, axis=0, return_inverse=True)
     for gi, (code, pg, mg, vg) in enumerate(groups):
         r = sel[inv.ravel() == gi]
-        inputs = np.concatenate([F[r, :pg], Bk[r, :pg], W[r, :pg], T_C[r, :pg]], axis=1)
+        fi = starts[r][:, None] + np.arange(pg)[None, :]  # (R, pg) flat stage indices
+        inputs = np.concatenate([F[fi], Bk[fi], W[fi], T_C[fi]], axis=1)
         uniq, back = np.unique(inputs, axis=0, return_inverse=True)
         back = back.ravel()
         res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg], tb=uniq[:, pg:2 * pg],
                        tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, 3 * pg:])
         total[r] = res.total_time[back]
-        k_act[r, :pg] = res.peak_activations[None, :]
+        k_act[fi] = res.peak_activations[None, :]
     return total, k_act
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
                            pipeline: str, stages_out: bool = False) -> Metrics:
+    """One block of rows. Stages are kept flat: the M = sum(pp) active (row, stage) pairs in
+    row order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the
+    rows' first stages, so padding past pp costs nothing."""
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     N = len(table)
     p, m, B = table["pp"], table["microbatches"], table["global_batch"]
     c, v, sched, zero = table["cp"], table["vpp"], table["schedule"], table["zero_stage"]
     sp, overlap = table["sequence_parallel"], table["overlap_dp"]
     S = table.num_stages
-    idx = np.broadcast_to(np.arange(S)[None, :], (N, S))
-    active = idx < p[:, None]
-    wt = active.astype(np.float64)
-    first = idx == 0
-    last = idx == (p - 1)[:, None]
     P = len(cluster.pools)
-    pool = np.where(active, np.minimum(table.stages["pool"], P - 1), 0)  # (N, S)
-    d = table.stages["dp"]
-    t = table.stages["tp"]
-    order = table.stages["order"]
-    n = table.stages["layers"].astype(np.float64)
-    col = lambda x: np.asarray(x)[:, None]  # noqa: E731  (N,) -> (N, 1)
-    cc = col(c)
+    starts = np.cumsum(p) - p  # (N,) flat index of each row's first stage
+    M = int(p.sum())
+    r = np.repeat(np.arange(N), p)  # (M,) row of each stage
+    j = np.arange(M) - starts[r]  # (M,) stage index within its row
+    R = lambda x: np.asarray(x)[r]  # noqa: E731  (N,) -> (M,)
+    first = j == 0
+    pr = R(p)
+    last = j == pr - 1
+    heads = starts + p - 1  # (N,) flat index of each row's last stage
+    pool = np.minimum(table.stages["pool"][r, j], P - 1)
+    d = table.stages["dp"][r, j]
+    t = table.stages["tp"][r, j]
+    order = table.stages["order"][r, j]
+    n = table.stages["layers"][r, j].astype(np.float64)
+    cc = R(c)
     reason = hetero_feasibility(model, cluster, table, pa)
+    add = lambda a: np.add.reduceat(a, starts)  # noqa: E731  sum over a row's stages
+    top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
-    # -- per-stage GPU and links (N, S) --
+    def first_max(a):
+        """(N,) flat index of the first stage holding its row's maximum of ``a``."""
+        hit = a == top(a)[r]
+        return np.minimum.reduceat(np.where(hit, np.arange(M), M), starts)
+
+    # -- per-stage GPU and links (M,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool] for f in _GPU_FIELDS})
-    peak = pa["peak"][pool, col(table["precision"])]
+    peak = pa["peak"][pool, R(table["precision"])]
     G, up_bw, out_bw = pa["gpus_per_node"][pool], pa["intra_Bps"][pool], pa["inter_Bps"][pool]
     up_lat, out_lat = pa["intra_latency_s"][pool], pa["inter_latency_s"][pool]
     tp_inner = order == 0
@@ -197,11 +206,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     tp_link = link(tp_stride, t)
     cp_link = link(cp_stride, cc)
     dp_link = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
-    b = col(B) / (d * col(m))  # sequences per micro-batch on one replica of the stage
-    b = np.where(active, b, 1.0)
+    b = R(B) / (d * R(m))  # sequences per micro-batch on one replica of the stage
 
-    # -- one layer, one micro-batch, per stage (N, S) --
-    lc = layer_costs(model, None, b, t, cc, col(sp), peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    # -- one layer, one micro-batch, per stage (M,) --
+    spr = R(sp)
+    lc = layer_costs(model, None, b, t, cc, spr, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
     T = lc["T"]
     f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
     bx_L = lc["gemm"] + 2.0 * lc["attn"] + K.ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
@@ -214,105 +223,94 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     if model.kind == "mlp":
         emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
     else:
-        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[:, 0] for f in _GPU_FIELDS})
-        T0, t0 = T[:, 0], t[:, 0]
+        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[starts] for f in _GPU_FIELDS})
+        T0, t0 = T[starts], t[starts]
         emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
-        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[:, 0], tp_lat[:, 0])
-        gl = types.SimpleNamespace(**{f: _last(getattr(gpu, f), p) for f in _GPU_FIELDS})
-        Tl, tl, pkl = _last(T, p), _last(t, p), _last(peak, p)
-        bwl, latl = _last(tp_bw, p), _last(tp_lat, p)
+        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[starts], tp_lat[starts])
+        gl = types.SimpleNamespace(**{f: getattr(gpu, f)[heads] for f in _GPU_FIELDS})
+        Tl, tl, pkl, bwl, latl = T[heads], t[heads], peak[heads], tp_bw[heads], tp_lat[heads]
         head_gemm = gemm_s(Tl, V / tl, h, pkl, gl)
         head_elem = hbm_s(K.ACT_BYTES * 3.0 * Tl * h + K.XENT_BYTES_PER_LOGIT * Tl * V / tl, gl)
         head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
 
-    # -- stages (N, S) --
-    rcs = col(table["recompute"]) if table.stage_recompute is None else table.stage_recompute
-    rcs = np.broadcast_to(rcs, (N, S))
+    # -- stages (M,) --
+    rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute[r, j]
     full, sel = rcs == 2, rcs == 1
     re_L = np.where(full, f_L, np.where(sel, lc["attn"], 0.0))
     re_comm_L = np.where(full, tpf_L + cpf_L, 0.0)
-    F = n * (f_L + tpf_L + cpf_L) + first * col(0.5 * emb_c + emb_tp) + last * col(
-        head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    Bk = (n * (bx_L + tpf_L + cpb_L + re_L + re_comm_L) + first * col(0.5 * emb_c)
-          + last * col(head_gemm + 0.5 * head_elem + 0.5 * head_tp))
-    W = n * w_L + last * col(head_gemm)
+    emb_F, head_FB = R(0.5 * emb_c + emb_tp), R(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
+    F = n * (f_L + tpf_L + cpf_L) + first * emb_F + last * head_FB
+    Bk = n * (bx_L + tpf_L + cpb_L + re_L + re_comm_L) + first * R(0.5 * emb_c) + last * head_FB
+    W = n * w_L + last * R(head_gemm)
     X = F + Bk + W
-    comp = n * (f_L + bx_L + w_L) + first * col(emb_c) + last * col(3.0 * head_gemm + head_elem)
-    tp_st = n * (2.0 * tpf_L) + first * col(emb_tp) + last * col(head_tp)
-    cp_st = n * (cpf_L + cpb_L)
-    re_st = n * re_L
-    re_tp_st = n * np.where(full, tpf_L, 0.0)
-    re_cp_st = n * np.where(full, cpf_L, 0.0)
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
-    nxt = np.where(idx + 1 < col(p), idx + 1, 0)  # (N, S) the stage after j (wrapping)
-    take = lambda a: np.take_along_axis(a, nxt, axis=1)  # noqa: E731
-    pool_n = take(pool)
+    flat = np.arange(M)
+    nxt = np.where(j + 1 < pr, flat + 1, starts[r])
+    pool_n = pool[nxt]
     share = K.ACT_BYTES * T * h / t  # bytes each GPU of a stage sends or receives
-    hand_bytes = np.maximum(share, take(share))
+    hand_bytes = np.maximum(share, share[nxt])
     g_stage = d * t * cc
     # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.sum((g_stage * active)[:, :, None] * (pool[:, :, None] == np.arange(P)), axis=1)
-    fits = np.take_along_axis(used, pool, axis=1) <= G
-    same_bw = np.where(fits, up_bw, np.where(np.mod(g_stage, G) == 0, out_bw, np.minimum(up_bw, out_bw)))
-    same_lat = np.where(fits, up_lat, np.where(np.mod(g_stage, G) == 0, out_lat, np.maximum(up_lat, out_lat)))
-    eff_n = take(gpu.link_eff)
+    used = np.stack([add(np.where(pool == q, g_stage, 0)) for q in range(P)], axis=1)
+    fits = used[r, pool] <= G
+    whole = np.mod(g_stage, G) == 0
+    same_bw = np.where(fits, up_bw, np.where(whole, out_bw, np.minimum(up_bw, out_bw)))
+    same_lat = np.where(fits, up_lat, np.where(whole, out_lat, np.maximum(up_lat, out_lat)))
     cross = pool != pool_n
-    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(gpu.link_eff, eff_n), same_bw * gpu.link_eff)
+    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(gpu.link_eff, gpu.link_eff[nxt]),
+                      same_bw * gpu.link_eff)
     hop_lat = np.where(cross, pa["link_latency_s"][pool, pool_n], same_lat)
-    T_C = np.where(col(p) > 1, hand_bytes / hop_bw + hop_lat, 0.0)  # (N, S)
-    inner = idx < col(p - 1)  # the p - 1 forward boundaries
+    T_C = np.where(pr > 1, hand_bytes / hop_bw + hop_lat, 0.0)  # (M,)
+    inner = j < pr - 1  # the p - 1 forward boundaries
 
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
-    Xa = np.where(active, X, -np.inf)
-    bot = np.argmax(Xa, axis=1)[:, None]
-    at = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), bot, axis=1)[:, 0]  # noqa: E731
-    X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
-    X_sum = np.sum(wt * X, axis=1)
+    bot = first_max(X)  # (N,) flat index of the bottleneck stage
+    X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
+    X_sum = add(X)
     is_inter = sched == SCHED["interleaved"]
     vv = np.where(is_inter, v, 1)
     fill = (X_sum - X_max) / vv
     fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
     fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
-    pp_comm = 2.0 * np.sum(np.where(inner, T_C, 0.0), axis=1)
+    pp_comm = 2.0 * add(np.where(inner, T_C, 0.0))
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
-    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    k = in_flight(R(sched), pr, R(m), R(v), j)
     if np.any(simulated & (reason == 0)):
-        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated)
+        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts)
         done = ~np.isnan(sim_total)
         pipe = np.where(done, sim_total, pipe)
         pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
         fill = np.where(done, pipe - m * X_max - pp_comm, fill)
-        k = np.where(done[:, None] & active, sim_k, k)
+        k = np.where(done[r], sim_k, k)
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
     layer_p = model.layer_params()
     emb_p = model.embedding_params()
     tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
     head_p = model.head_params() + np.where(first, 0, tied_copy)
-    params = (n * layer_p + first * emb_p + last * head_p) / t  # (N, S) per GPU
-    params = np.where(active, params, 0.0)
-    params_max = np.max(params, axis=1)
+    params = (n * layer_p + first * emb_p + last * head_p) / t  # (M,) per GPU
+    params_max = top(params)
     g = d * cc
+    z3, zr = R(zero) == 3, R(zero)
     dp_bw, dp_lat = dp_link
     grad_bytes = K.GRAD_COMM_BYTES * params
     dp_st = np.where(
-        col(zero) == 3,
-        col(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dp_bw, dp_lat) + gather_s(grad_bytes, g, dp_bw, dp_lat)),
+        z3,
+        R(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dp_bw, dp_lat) + gather_s(grad_bytes, g, dp_bw, dp_lat)),
         all_reduce_s(grad_bytes, g, dp_bw, dp_lat),
     )
-    dp_raw = np.max(np.where(active, dp_st, 0.0), axis=1)
+    dp_raw = top(dp_st)
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
-    shard = np.where(col(zero) >= 1, g, 1)
-    opt_st = hbm_s(K.ADAM_BYTES_TOUCHED * params / shard, gpu)
-    opt_s = np.max(np.where(active, opt_st, 0.0), axis=1)
+    shard = np.where(zr >= 1, g, 1)
+    opt_s = top(hbm_s(K.ADAM_BYTES_TOUCHED * params / shard, gpu))
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    act_L, score_L = _act_layer_bytes(model, b, t, cc, col(sp))
-    sp_div = np.where(col(sp), t, 1)
+    act_L, score_L = _act_layer_bytes(model, b, t, cc, spr)
+    sp_div = np.where(spr, t, 1)
     act_kept = np.where(full, K.ACT_BYTES * T * h / sp_div, np.where(sel, act_L - score_L, act_L))
     work = np.where(full, act_L, 0.0)
     if model.kind == "mlp":
@@ -321,50 +319,64 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         emb_act = (K.ACT_BYTES + 1) * T * h / sp_div
         head_act = 4.0 * T * V / t
     act = k * (n * act_kept + first * emb_act) + work + last * head_act
-    w_b = K.WEIGHT_BYTES * params / np.where(col(zero) == 3, g, 1)
-    g_b = K.GRAD_BYTES * params / np.where(col(zero) >= 2, g, 1)
+    w_b = K.WEIGHT_BYTES * params / np.where(z3, g, 1)
+    g_b = K.GRAD_BYTES * params / np.where(zr >= 2, g, 1)
     o_b = K.OPTIM_BYTES * params / shard
     buffers = (
         np.where(t > 1, 2.0 * K.ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(col(params_max), K.DP_BUCKET_ELEMS), 0.0)
-        + np.where(col(zero) == 3, 2.0 * K.WEIGHT_BYTES * layer_p / t, 0.0)
+        + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
+        + np.where(z3, 2.0 * K.WEIGHT_BYTES * layer_p / t, 0.0)
         + K.RESERVED_BYTES
     )
     tot = w_b + g_b + o_b + act + buffers
-    frac = np.where(active, tot / gpu.hbm_bytes, -np.inf)
-    worst = np.argmax(frac, axis=1)[:, None]
-    atm = lambda a: np.take_along_axis(np.broadcast_to(a, tot.shape), worst, axis=1)[:, 0]  # noqa: E731
-    mem_total = atm(tot)
-    reason = np.where((reason == 0) & (atm(frac) > 1.0), REASON["out_of_memory"], reason).astype(np.int8)
+    frac = tot / gpu.hbm_bytes
+    worst = first_max(frac)
+    mem_total = tot[worst]
+    reason = np.where((reason == 0) & (frac[worst] > 1.0), REASON["out_of_memory"], reason).astype(np.int8)
     feasible = reason == 0
+
+    # -- the bottleneck stage's time parts (per micro-batch, then x m) --
+    fb, nb = first[bot], n[bot]
+    lb = last[bot]
+    fullb, selb = full[bot], sel[bot]
+    comp_b = nb * (f_L[bot] + bx_L[bot] + w_L[bot]) + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
+    tp_b = nb * (2.0 * tpf_L[bot]) + fb * emb_tp + lb * head_tp + nb * np.where(fullb, tpf_L[bot], 0.0)
+    cp_b = nb * (cpf_L[bot] + cpb_L[bot]) + nb * np.where(fullb, cpf_L[bot], 0.0)
+    re_b = nb * re_L[bot]
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
     re_tok = np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
-    flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
-    peak_sum = np.sum(wt * g_stage * peak, axis=1)  # sum over stages of GPUs x their peak
+    flops_hw = flops_model + add(n * re_tok) * s * B
+    peak_sum = add(g_stage * peak)  # sum over stages of GPUs x their peak
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, B / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
         hfu = np.where(feasible, flops_hw / (step * peak_sum), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
+    del fullb, selb
     extra = {}
     if stages_out:
-        extra = {"_stage_pool": np.where(active, pool, -1), "_stage_dp": d, "_stage_tp": t,
-                 "_stage_layers": np.where(active, n, 0), "_stage_micro_batch": b,
-                 "_stage_forward_s": F, "_stage_backward_s": Bk, "_stage_weight_grad_s": W,
-                 "_stage_time_s": m[:, None] * X, "_stage_handoff_s": np.where(inner, T_C, 0.0),
-                 "_stage_dp_comm_s": dp_st, "_stage_in_flight": k,
-                 "_stage_mem_bytes": np.where(active, tot, 0.0),
-                 "_stage_hbm_bytes": gpu.hbm_bytes, "_stage_active": active}
+        def grid(a, fill_value=0.0):
+            out = np.full((N, S), fill_value, dtype=np.float64)
+            out[r, j] = a
+            return out
+
+        extra = {"_stage_pool": grid(pool, -1).astype(np.int64), "_stage_dp": grid(d, 1).astype(np.int64),
+                 "_stage_tp": grid(t, 1).astype(np.int64), "_stage_layers": grid(n),
+                 "_stage_micro_batch": grid(b), "_stage_forward_s": grid(F), "_stage_backward_s": grid(Bk),
+                 "_stage_weight_grad_s": grid(W), "_stage_time_s": grid(R(m) * X),
+                 "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
+                 "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(gpu.hbm_bytes),
+                 "_stage_active": grid(np.ones(M)) > 0}
     return Metrics(
         **extra,
         step_time_s=np.where(feasible, step, np.inf),
-        compute_s=m * at(comp),
-        recompute_s=m * at(re_st),
-        tp_comm_s=m * (at(tp_st) + at(re_tp_st)),
-        cp_comm_s=m * (at(cp_st) + at(re_cp_st)),
+        compute_s=m * comp_b,
+        recompute_s=m * re_b,
+        tp_comm_s=m * tp_b,
+        cp_comm_s=m * cp_b,
         pp_comm_s=pp_comm,
         dp_comm_s=dp_exposed,
         bubble_s=fill,
@@ -374,11 +386,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         mfu=mfu,
         hfu=hfu,
         bubble_ratio=bubble_ratio,
-        mem_weights_bytes=atm(w_b),
-        mem_grads_bytes=atm(g_b),
-        mem_optimizer_bytes=atm(o_b),
-        mem_activations_bytes=atm(act),
-        mem_buffers_bytes=atm(buffers),
+        mem_weights_bytes=w_b[worst],
+        mem_grads_bytes=g_b[worst],
+        mem_optimizer_bytes=o_b[worst],
+        mem_activations_bytes=act[worst],
+        mem_buffers_bytes=buffers[worst],
         mem_total_bytes=mem_total,
         microbatches=m.astype(np.int64),
         feasible=feasible,
