@@ -153,11 +153,32 @@ def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts):
     return total, k_act
 
 
+def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct configurations among M stages: (index of one stage per configuration (U,),
+    configuration of each stage (M,)). Columns are non-negative integers, combined into one
+    int64 key as a mixed-radix number (every stage its own configuration if that would
+    overflow)."""
+    M = len(cols[0])
+    key = np.zeros(M, dtype=np.int64)
+    span = 1
+    for c in cols:
+        radix = int(c.max()) + 1 if M else 1
+        span *= radix
+        if span >= 2**62:
+            return np.arange(M), np.arange(M)
+        key = key * radix + c
+    _, rep, inv = np.unique(key, return_index=True, return_inverse=True)
+    return rep, inv.ravel()
+
+
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
                            pipeline: str, stages_out: bool = False) -> Metrics:
-    """One block of rows. Stages are kept flat: the M = sum(pp) active (row, stage) pairs in
-    row order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the
-    rows' first stages, so padding past pp costs nothing."""
+    """One block of rows. Stages are kept flat: the M = sum(pp) (row, stage) pairs in row
+    order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the rows'
+    first stages, so padding past pp costs nothing. Everything that depends only on a
+    stage's configuration (pool, rank order, dp, tp, recompute and the row's micro-batches,
+    batch, cp, SP, precision) is computed once per distinct configuration (U of them, a
+    few hundred in a search) and gathered back."""
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     N = len(table)
     p, m, B = table["pp"], table["microbatches"], table["global_batch"]
@@ -174,12 +195,13 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     pr = R(p)
     last = j == pr - 1
     heads = starts + p - 1  # (N,) flat index of each row's last stage
-    pool = np.minimum(table.stages["pool"][r, j], P - 1)
-    d = table.stages["dp"][r, j]
-    t = table.stages["tp"][r, j]
-    order = table.stages["order"][r, j]
-    n = table.stages["layers"][r, j].astype(np.float64)
-    cc = R(c)
+    fl = r * S + j  # flat index into (N, S) stage columns
+    pool = np.minimum(table.stages["pool"].ravel()[fl], P - 1)
+    d = table.stages["dp"].ravel()[fl]
+    t = table.stages["tp"].ravel()[fl]
+    order = table.stages["order"].ravel()[fl]
+    n = table.stages["layers"].ravel()[fl].astype(np.float64)
+    rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
     reason = hetero_feasibility(model, cluster, table, pa)
     add = lambda a: np.add.reduceat(a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
@@ -189,77 +211,106 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         hit = a == top(a)[r]
         return np.minimum.reduceat(np.where(hit, np.arange(M), M), starts)
 
-    # -- per-stage GPU and links (M,) --
-    gpu = types.SimpleNamespace(**{f: pa[f][pool] for f in _GPU_FIELDS})
-    peak = pa["peak"][pool, R(table["precision"])]
-    G, up_bw, out_bw = pa["gpus_per_node"][pool], pa["intra_Bps"][pool], pa["inter_Bps"][pool]
-    up_lat, out_lat = pa["intra_latency_s"][pool], pa["inter_latency_s"][pool]
-    tp_inner = order == 0
+    # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
+    row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
+    row_rep, row_code = _config_index(row_cols)
+    rep, inv = _config_index([R(row_code), pool, order, d, t, rcs.astype(np.int64)])
+    ru = r[rep]  # (U,) a row of each configuration
+    U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
+    pool_u, order_u, d_u, t_u, rc_u = pool[rep], order[rep], d[rep], t[rep], rcs[rep]
+    c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
+
+    # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
+    gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
+    peak = pa["peak"][pool_u, U(table["precision"])]
+    G, up_bw, out_bw = pa["gpus_per_node"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
+    up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
+    tp_inner = order_u == 0
     # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
-    tp_stride = np.where(tp_inner, 1, d)
-    cp_stride = np.where(tp_inner, t, d * t)
+    tp_stride = np.where(tp_inner, 1, d_u)
+    cp_stride = np.where(tp_inner, t_u, d_u * t_u)
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
-    dp_stride = np.where(tp_inner, t, 1)
-    dp_size = np.where(tp_inner | (cc == 1), d * cc, d * t * cc)
+    dp_stride = np.where(tp_inner, t_u, 1)
+    dp_size = np.where(tp_inner | (c_u == 1), d_u * c_u, d_u * t_u * c_u)
     link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
                                            gpu.link_eff)
-    tp_link = link(tp_stride, t)
-    cp_link = link(cp_stride, cc)
-    dp_link = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
-    b = R(B) / (d * R(m))  # sequences per micro-batch on one replica of the stage
-
-    # -- one layer, one micro-batch, per stage (M,) --
-    spr = R(sp)
-    lc = layer_costs(model, None, b, t, cc, spr, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    tp_link = link(tp_stride, t_u)
+    cp_link = link(cp_stride, c_u)
+    dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
+    b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
+    lc = layer_costs(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
     T = lc["T"]
     f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
     bx_L = lc["gemm"] + 2.0 * lc["attn"] + K.ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
     w_L = lc["gemm"]
     tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     tp_bw, tp_lat = tp_link
+    full_u, sel_u = rc_u == 2, rc_u == 1
+    re_L = np.where(full_u, f_L, np.where(sel_u, lc["attn"], 0.0))
+    Fl = f_L + tpf_L + cpf_L  # per layer, forward
+    Bl = bx_L + tpf_L + cpb_L + re_L + np.where(full_u, tpf_L + cpf_L, 0.0)  # backward (+ recompute)
+    comp_l = f_L + bx_L + w_L
+    tp_l = 2.0 * tpf_L + np.where(full_u, tpf_L, 0.0)
+    cp_l = cpf_L + cpb_L + np.where(full_u, cpf_L, 0.0)
+    share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
+    g_u = d_u * c_u
+    act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
+    sp_div = np.where(sp_u, t_u, 1)
+    act_kept = np.where(full_u, K.ACT_BYTES * T * h / sp_div, np.where(sel_u, act_L - score_L, act_L))
+    work = np.where(full_u, act_L, 0.0)
+    if model.kind == "mlp":
+        emb_act_u = head_act_u = np.zeros_like(T)
+    else:
+        emb_act_u = (K.ACT_BYTES + 1) * T * h / sp_div
+        head_act_u = 4.0 * T * V / t_u
+    z3_u = zero_u == 3
+    layer_p = model.layer_params()
+    buf_u = (np.where(t_u > 1, 2.0 * K.ACT_BYTES * T * h, 0.0)
+             + np.where(z3_u, 2.0 * K.WEIGHT_BYTES * layer_p / t_u, 0.0) + K.RESERVED_BYTES)
+    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
+    re_tok_u = np.where(full_u, model.layer_fwd_flops_per_token(), np.where(sel_u, attn_re, 0.0))
+    hbm_Bps_eff = gpu.hbm_Bps * gpu.hbm_eff
 
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
     zero_col = np.zeros(N)
+    u0, ul = inv[starts], inv[heads]
     if model.kind == "mlp":
         emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
     else:
-        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[starts] for f in _GPU_FIELDS})
-        T0, t0 = T[starts], t[starts]
+        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[u0] for f in _GPU_FIELDS})
+        T0, t0 = T[u0], t_u[u0]
         emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
-        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[starts], tp_lat[starts])
-        gl = types.SimpleNamespace(**{f: getattr(gpu, f)[heads] for f in _GPU_FIELDS})
-        Tl, tl, pkl, bwl, latl = T[heads], t[heads], peak[heads], tp_bw[heads], tp_lat[heads]
+        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[u0], tp_lat[u0])
+        gl = types.SimpleNamespace(**{f: getattr(gpu, f)[ul] for f in _GPU_FIELDS})
+        Tl, tl, pkl, bwl, latl = T[ul], t_u[ul], peak[ul], tp_bw[ul], tp_lat[ul]
         head_gemm = gemm_s(Tl, V / tl, h, pkl, gl)
         head_elem = hbm_s(K.ACT_BYTES * 3.0 * Tl * h + K.XENT_BYTES_PER_LOGIT * Tl * V / tl, gl)
         head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
 
     # -- stages (M,) --
-    rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute[r, j]
-    full, sel = rcs == 2, rcs == 1
-    re_L = np.where(full, f_L, np.where(sel, lc["attn"], 0.0))
-    re_comm_L = np.where(full, tpf_L + cpf_L, 0.0)
     emb_F, head_FB = R(0.5 * emb_c + emb_tp), R(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    F = n * (f_L + tpf_L + cpf_L) + first * emb_F + last * head_FB
-    Bk = n * (bx_L + tpf_L + cpb_L + re_L + re_comm_L) + first * R(0.5 * emb_c) + last * head_FB
-    W = n * w_L + last * R(head_gemm)
+    F = n * Fl[inv] + first * emb_F + last * head_FB
+    Bk = n * Bl[inv] + first * R(0.5 * emb_c) + last * head_FB
+    W = n * w_L[inv] + last * R(head_gemm)
     X = F + Bk + W
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
-    flat = np.arange(M)
-    nxt = np.where(j + 1 < pr, flat + 1, starts[r])
+    nxt = np.where(j + 1 < pr, np.arange(M) + 1, starts[r])
+    un = inv[nxt]
     pool_n = pool[nxt]
-    share = K.ACT_BYTES * T * h / t  # bytes each GPU of a stage sends or receives
-    hand_bytes = np.maximum(share, share[nxt])
-    g_stage = d * t * cc
+    hand_bytes = np.maximum(share[inv], share[un])
+    g_stage = (d * t) * R(c)
     # GPUs the strategy puts on each pool, (N, P), read back per stage
     used = np.stack([add(np.where(pool == q, g_stage, 0)) for q in range(P)], axis=1)
-    fits = used[r, pool] <= G
-    whole = np.mod(g_stage, G) == 0
-    same_bw = np.where(fits, up_bw, np.where(whole, out_bw, np.minimum(up_bw, out_bw)))
-    same_lat = np.where(fits, up_lat, np.where(whole, out_lat, np.maximum(up_lat, out_lat)))
+    Gs = G[inv]
+    fits = used[r, pool] <= Gs
+    whole = np.mod(g_stage, Gs) == 0
+    ub, ob, ul_, ol_ = up_bw[inv], out_bw[inv], up_lat[inv], out_lat[inv]
+    same_bw = np.where(fits, ub, np.where(whole, ob, np.minimum(ub, ob)))
+    same_lat = np.where(fits, ul_, np.where(whole, ol_, np.maximum(ul_, ol_)))
     cross = pool != pool_n
-    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(gpu.link_eff, gpu.link_eff[nxt]),
-                      same_bw * gpu.link_eff)
+    eff_s = gpu.link_eff[inv]
+    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(eff_s, gpu.link_eff[un]), same_bw * eff_s)
     hop_lat = np.where(cross, pa["link_latency_s"][pool, pool_n], same_lat)
     T_C = np.where(pr > 1, hand_bytes / hop_bw + hop_lat, 0.0)  # (M,)
     inner = j < pr - 1  # the p - 1 forward boundaries
@@ -286,76 +337,57 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         k = np.where(done[r], sim_k, k)
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
-    layer_p = model.layer_params()
     emb_p = model.embedding_params()
     tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
     head_p = model.head_params() + np.where(first, 0, tied_copy)
     params = (n * layer_p + first * emb_p + last * head_p) / t  # (M,) per GPU
     params_max = top(params)
-    g = d * cc
-    z3, zr = R(zero) == 3, R(zero)
-    dp_bw, dp_lat = dp_link
+    g = g_u[inv]
+    z3, zr = z3_u[inv], zero_u[inv]
+    dbw, dlat = dp_bw[inv], dp_lat[inv]
     grad_bytes = K.GRAD_COMM_BYTES * params
     dp_st = np.where(
         z3,
-        R(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dp_bw, dp_lat) + gather_s(grad_bytes, g, dp_bw, dp_lat)),
-        all_reduce_s(grad_bytes, g, dp_bw, dp_lat),
+        R(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dbw, dlat) + gather_s(grad_bytes, g, dbw, dlat)),
+        all_reduce_s(grad_bytes, g, dbw, dlat),
     )
     dp_raw = top(dp_st)
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     shard = np.where(zr >= 1, g, 1)
-    opt_s = top(hbm_s(K.ADAM_BYTES_TOUCHED * params / shard, gpu))
+    opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_Bps_eff[inv])
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    act_L, score_L = _act_layer_bytes(model, b, t, cc, spr)
-    sp_div = np.where(spr, t, 1)
-    act_kept = np.where(full, K.ACT_BYTES * T * h / sp_div, np.where(sel, act_L - score_L, act_L))
-    work = np.where(full, act_L, 0.0)
-    if model.kind == "mlp":
-        emb_act = head_act = 0.0
-    else:
-        emb_act = (K.ACT_BYTES + 1) * T * h / sp_div
-        head_act = 4.0 * T * V / t
-    act = k * (n * act_kept + first * emb_act) + work + last * head_act
+    act = k * (n * act_kept[inv] + first * emb_act_u[inv]) + work[inv] + last * head_act_u[inv]
     w_b = K.WEIGHT_BYTES * params / np.where(z3, g, 1)
     g_b = K.GRAD_BYTES * params / np.where(zr >= 2, g, 1)
     o_b = K.OPTIM_BYTES * params / shard
-    buffers = (
-        np.where(t > 1, 2.0 * K.ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
-        + np.where(z3, 2.0 * K.WEIGHT_BYTES * layer_p / t, 0.0)
-        + K.RESERVED_BYTES
-    )
+    buffers = buf_u[inv] + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
     tot = w_b + g_b + o_b + act + buffers
-    frac = tot / gpu.hbm_bytes
+    hbm = gpu.hbm_bytes[inv]
+    frac = tot / hbm
     worst = first_max(frac)
     mem_total = tot[worst]
     reason = np.where((reason == 0) & (frac[worst] > 1.0), REASON["out_of_memory"], reason).astype(np.int8)
     feasible = reason == 0
 
     # -- the bottleneck stage's time parts (per micro-batch, then x m) --
-    fb, nb = first[bot], n[bot]
-    lb = last[bot]
-    fullb, selb = full[bot], sel[bot]
-    comp_b = nb * (f_L[bot] + bx_L[bot] + w_L[bot]) + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
-    tp_b = nb * (2.0 * tpf_L[bot]) + fb * emb_tp + lb * head_tp + nb * np.where(fullb, tpf_L[bot], 0.0)
-    cp_b = nb * (cpf_L[bot] + cpb_L[bot]) + nb * np.where(fullb, cpf_L[bot], 0.0)
-    re_b = nb * re_L[bot]
+    ub_, nb, fb, lb = inv[bot], n[bot], first[bot], last[bot]
+    comp_b = nb * comp_l[ub_] + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
+    tp_b = nb * tp_l[ub_] + fb * emb_tp + lb * head_tp
+    cp_b = nb * cp_l[ub_]
+    re_b = nb * re_L[ub_]
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
-    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
-    re_tok = np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
-    flops_hw = flops_model + add(n * re_tok) * s * B
-    peak_sum = add(g_stage * peak)  # sum over stages of GPUs x their peak
+    flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
+    peak_sum = add(g_stage * peak[inv])  # sum over stages of GPUs x their peak
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, B / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
         hfu = np.where(feasible, flops_hw / (step * peak_sum), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
-    del fullb, selb
     extra = {}
     if stages_out:
         def grid(a, fill_value=0.0):
@@ -365,11 +397,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
         extra = {"_stage_pool": grid(pool, -1).astype(np.int64), "_stage_dp": grid(d, 1).astype(np.int64),
                  "_stage_tp": grid(t, 1).astype(np.int64), "_stage_layers": grid(n),
-                 "_stage_micro_batch": grid(b), "_stage_forward_s": grid(F), "_stage_backward_s": grid(Bk),
+                 "_stage_micro_batch": grid(b_u[inv]), "_stage_forward_s": grid(F), "_stage_backward_s": grid(Bk),
                  "_stage_weight_grad_s": grid(W), "_stage_time_s": grid(R(m) * X),
                  "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
-                 "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(gpu.hbm_bytes),
+                 "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
+    del row_rep
     return Metrics(
         **extra,
         step_time_s=np.where(feasible, step, np.inf),
