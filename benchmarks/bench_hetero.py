@@ -86,7 +86,7 @@ def margins(steps: int, chains: int, seed: int) -> None:
     print("plan:", {k: v for k, v in r.items() if k != "stages"})
 
 
-def speed(rows: int, repeats: int = 3) -> None:
+def speed(rows: int, repeats: int = 5) -> None:
     """Strategies/s in one run: the homogeneous bench rows (`plansweep bench`'s space), the
     same rows as single-pool HeteroTables, and a placement space on a100x64+h100x64."""
     model = model_preset("gpt3-175b")
@@ -102,18 +102,17 @@ def speed(rows: int, repeats: int = 3) -> None:
     d = rng.integers(0, space.radices, size=(rows, len(space.dims)))
     placed = space.table(d)
 
-    def best(fn):
-        ts = []
-        for _ in range(repeats):
+    evaluate(model, cluster, table.take(slice(0, 1000)))
+    evaluate_hetero(model, cluster, same.take(slice(0, 1000)))
+    runs = {"homo": lambda: evaluate(model, cluster, table), "same": lambda: evaluate_hetero(model, cluster, same),
+            "placed": lambda: evaluate_hetero(model, hc, placed)}
+    best = dict.fromkeys(runs, np.inf)
+    for _ in range(repeats):  # interleaved, so load from other jobs hits all three alike
+        for k, fn in runs.items():
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
-
-    evaluate(model, cluster, table.take(slice(0, 1000)))
-    t_h = best(lambda: evaluate(model, cluster, table))
-    t_s = best(lambda: evaluate_hetero(model, cluster, same))
-    t_p = best(lambda: evaluate_hetero(model, hc, placed))
+            best[k] = min(best[k], time.perf_counter() - t0)
+    t_h, t_s, t_p = best["homo"], best["same"], best["placed"]
     print(f"rows {rows:,}, best of {repeats}")
     print(f"homogeneous evaluate, bench space:               {rows / t_h:12,.0f} strategies/s")
     print(f"evaluate_hetero, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "

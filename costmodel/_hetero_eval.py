@@ -86,27 +86,38 @@ def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     return bw, lat
 
 
-def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None) -> np.ndarray:
-    """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
+def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
+                       flat=None) -> np.ndarray:
+    """Reason code per row for everything but memory (0 = ok; first failing check wins).
+    Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
+    pool, dp, tp, layers) when the caller has them."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
     sched = table["schedule"]
-    pool, d, t, n = (table.stages[k] for k in ("pool", "dp", "tp", "layers"))
-    S = pool.shape[1]
-    active = np.arange(S)[None, :] < p[:, None]
-    P = len(cluster.pools)
-    pool_ok = np.all(~active | (pool < P), axis=1)
-    used = (d * t * c[:, None])[:, :, None] * ((pool[:, :, None] == np.arange(P)) & active[:, :, None])
-    gpus_ok = pool_ok & np.all(used.sum(axis=1) <= pa["num_gpus"][None, :], axis=1)
-    if model.kind == "mlp":
-        tp_ok = np.all(~active | (model.hidden % t == 0), axis=1)
+    N, S, P = len(table), table.num_stages, len(cluster.pools)
+    if flat is None:
+        starts = np.cumsum(p) - p
+        r = np.repeat(np.arange(N), p)
+        fl = r * S + (np.arange(r.size) - starts[r])
+        pool, d, t, n = (table.stages[k].ravel()[fl] for k in ("pool", "dp", "tp", "layers"))
     else:
-        tp_ok = np.all(~active | ((model.heads % t == 0) & (model.kv_heads % t == 0)), axis=1)
-    pp_ok = ((np.sum(np.where(active, n, 0), axis=1) == L) & np.all(~active | (n >= 1), axis=1)
-             & np.all(active | (n == 0), axis=1))
-    batch_ok = np.all(~active | (B[:, None] % (d * m[:, None]) == 0), axis=1)
-    chunks_ok = np.all(~active | (n % v[:, None] == 0), axis=1)
+        starts, r, pool, d, t, n = flat
+    add = lambda a: np.add.reduceat(a, starts)  # noqa: E731
+    every = lambda ok: np.logical_and.reduceat(ok, starts)  # noqa: E731
+    # stages past pp must be empty
+    pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
+    g = d * t * c[r]
+    gpus_ok = every(pool < P)
+    for q in range(P):
+        gpus_ok &= add(np.where(pool == q, g, 0)) <= pa["num_gpus"][q]
+    if model.kind == "mlp":
+        tp_ok = every(model.hidden % t == 0)
+    else:
+        tp_ok = every((model.heads % t == 0) & (model.kv_heads % t == 0))
+    pp_ok = (add(n) == L) & every(n >= 1) & pad_ok
+    batch_ok = every(B[r] % (d * m[r]) == 0)
+    chunks_ok = every(n % v[r] == 0)
     chunked = (v >= 2) & (p >= 2) & chunks_ok
     sched_ok = np.select(
         [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
@@ -172,7 +183,7 @@ def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
-                           pipeline: str, stages_out: bool = False) -> Metrics:
+                           pipeline: str, stages_out: bool = False, simulate_now: bool = True) -> Metrics:
     """One block of rows. Stages are kept flat: the M = sum(pp) (row, stage) pairs in row
     order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the rows'
     first stages, so padding past pp costs nothing. Everything that depends only on a
@@ -196,13 +207,15 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     last = j == pr - 1
     heads = starts + p - 1  # (N,) flat index of each row's last stage
     fl = r * S + j  # flat index into (N, S) stage columns
-    pool = np.minimum(table.stages["pool"].ravel()[fl], P - 1)
+    pool_in = table.stages["pool"].ravel()[fl]
     d = table.stages["dp"].ravel()[fl]
     t = table.stages["tp"].ravel()[fl]
     order = table.stages["order"].ravel()[fl]
-    n = table.stages["layers"].ravel()[fl].astype(np.float64)
+    n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
-    reason = hetero_feasibility(model, cluster, table, pa)
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int))
+    pool = np.minimum(pool_in, P - 1)
+    n = n_int.astype(np.float64)
     add = lambda a: np.add.reduceat(a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
@@ -328,7 +341,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
     k = in_flight(R(sched), pr, R(m), R(v), j)
-    if np.any(simulated & (reason == 0)):
+    needs_simulation = simulated & (reason == 0)
+    if simulate_now and np.any(needs_simulation):
         sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts)
         done = ~np.isnan(sim_total)
         pipe = np.where(done, sim_total, pipe)
@@ -403,6 +417,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
                  "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
     del row_rep
+    if not simulate_now:
+        extra["_needs_simulation"] = needs_simulation
     return Metrics(
         **extra,
         step_time_s=np.where(feasible, step, np.inf),
@@ -445,9 +461,21 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     N = len(table)
     if N <= K.BLOCK_ROWS:
         return _evaluate_hetero_block(model, hc, table, pa, pipeline)
-    parts = [_evaluate_hetero_block(model, hc, table.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline)
-             for i in range(0, N, K.BLOCK_ROWS)]
-    return Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    # Two passes as in costmodel.evaluate: closed forms in blocks, then the rows the
+    # simulator must price, sorted by (schedule, pp, micro-batches, vpp), written back.
+    parts = [_evaluate_hetero_block(model, hc, table.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline,
+                                    simulate_now=False) for i in range(0, N, K.BLOCK_ROWS)]
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    need = np.flatnonzero(out.pop("_needs_simulation"))
+    if need.size:
+        sub = table.take(need)
+        order = np.lexsort((sub["vpp"], sub["microbatches"], sub["pp"], sub["schedule"]))
+        rows, sub = need[order], sub.take(order)
+        for i in range(0, len(rows), K.BLOCK_ROWS):
+            part = _evaluate_hetero_block(model, hc, sub.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline)
+            for k, col in part.items():
+                out[k][rows[i:i + K.BLOCK_ROWS]] = col
+    return out
 
 
 def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,
