@@ -459,6 +459,9 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     hc = as_hetero(cluster)
     pa = _pool_arrays(hc)
     N = len(table)
+    if N == 0:
+        return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
+                                    else np.int64 if k == "microbatches" else np.float64) for k in K.METRIC_COLUMNS})
     if N <= K.BLOCK_ROWS:
         return _evaluate_hetero_block(model, hc, table, pa, pipeline)
     # Two passes as in costmodel.evaluate: closed forms in blocks, then the rows the

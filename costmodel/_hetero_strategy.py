@@ -109,17 +109,18 @@ class HeteroTable:
             out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
         for name in GLOBAL_BOOL:
             out[name] = np.ascontiguousarray(np.broadcast_to(np.asarray(merged[name]).astype(bool), (n,)))
-        if out["pp"].max() > S:
+        if n and out["pp"].max() > S:
             raise InputError("pp", f"at most the {S} stage columns given", int(out["pp"].max()))
         for k in ("dp", "tp"):
             if np.any(stages[k] < 1):
-                raise InputError(k, "degrees >= 1 on every stage", int(stages[k].min()))
+                raise InputError(k, "degrees >= 1 on every stage", int(stages[k][stages[k] < 1][0]))
         if np.any(stages["layers"] < 0):
-            raise InputError("layers", "layer counts >= 0", int(stages["layers"].min()))
+            raise InputError("layers", "layer counts >= 0", int(stages["layers"][stages["layers"] < 0][0]))
         if np.any(stages["pool"] < 0):
-            raise InputError("pool", "pool indices >= 0", int(stages["pool"].min()))
-        if np.any((stages["order"] < 0) | (stages["order"] >= len(ORDERS))):
-            raise InputError("order", "0 (tp-inner) or 1 (tp-across)", int(stages["order"].max()))
+            raise InputError("pool", "pool indices >= 0", int(stages["pool"][stages["pool"] < 0][0]))
+        bad = (stages["order"] < 0) | (stages["order"] >= len(ORDERS))
+        if np.any(bad):
+            raise InputError("order", "0 (tp-inner) or 1 (tp-across)", int(stages["order"][bad][0]))
         sr = None
         if stage_recompute is not None:
             sr = encode("recompute", stage_recompute)

@@ -1,5 +1,8 @@
 """Searchers over strategy spaces: grid, MCMC, TPE and Piper's planner."""
 
+from search._base import Searcher, objective
+from search._grid import GridSearcher, RandomSearcher
+from search._mcmc import MCMCSearcher
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -9,16 +12,41 @@ from search._piper_input import (
     parse_piper_graph,
     with_overrides,
 )
+from search._space import (
+    EXACT_CHOICES,
+    PARTITION_SHIFTS,
+    Dim,
+    Space,
+    default_choices,
+    default_space,
+    exact_space,
+    partition_space,
+)
+from search._tpe import TPESearcher
 
 __all__ = [
+    "Dim",
+    "EXACT_CHOICES",
+    "GridSearcher",
+    "MCMCSearcher",
+    "PARTITION_SHIFTS",
     "PiperGraph",
     "PiperNode",
     "PiperPlan",
     "PiperStage",
+    "RandomSearcher",
+    "Searcher",
+    "Space",
+    "TPESearcher",
     "Tmpc",
+    "default_choices",
+    "default_space",
     "evaluate_piper_plan",
+    "exact_space",
     "load_piper_graph",
+    "objective",
     "parse_piper_graph",
+    "partition_space",
     "solve_piper",
     "with_overrides",
 ]

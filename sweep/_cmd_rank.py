@@ -1,55 +1,33 @@
-"""`plansweep rank`: evaluate a default strategy space in one process and print the best."""
+"""`plansweep rank`: evaluate a strategy space (default: search.default_space) in one process
+and print the best."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from costmodel import REASONS, StrategyTable, evaluate
+from search import default_space as search_default_space
 from sweep._cmd_evaluate import add_spec_args
+from sweep._space_args import add_space_args, space_from_args
 from sweep._specs import load_cluster, load_model
 
 TOP_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
                "sequence_parallel", "zero_stage")
 
 
-def divisors(n: int, limit: int) -> list[int]:
-    return [k for k in range(1, min(n, limit) + 1) if n % k == 0]
-
-
 def default_space(model, cluster, global_batch: int) -> StrategyTable:
-    """Every GPU used: tp | heads (<= a node), pp | layers, cp in {1, 2}, dp the rest; micro-batch
-    1-8; 1F1B, interleaved (v = 2, 3, 4), ZB-H1; recompute, SP, ZeRO 0-1, DP overlap on."""
-    heads = model.heads if model.kind != "mlp" else model.hidden
-    opts = {
-        "tp": divisors(heads, cluster.gpus_per_node),
-        "pp": divisors(model.layers, 64),
-        "cp": [1, 2] if model.seq_len >= 4096 else [1],
-        "micro_batch": [1, 2, 4, 8],
-        "sched": [0, 1, 2, 3, 4],  # index into SCHED_VPP
-        "recompute": [0, 1, 2],
-        "sequence_parallel": [False, True],
-        "zero_stage": [0, 1],
-    }
-    sched_vpp = np.array(
-        [("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("interleaved", 4), ("zb-h1", 1)], dtype=object
-    )
-    grids = np.meshgrid(*[np.asarray(v) for v in opts.values()], indexing="ij")
-    cols = {k: g.ravel() for k, g in zip(opts, grids, strict=True)}
-    per = cols["tp"] * cols["pp"] * cols["cp"]
-    keep = (cluster.num_gpus % per == 0) & ~((cols["tp"] == 1) & cols["sequence_parallel"])
-    cols = {k: v[keep] for k, v in cols.items()}
-    sv = sched_vpp[cols.pop("sched")]
-    return StrategyTable.from_columns(
-        dp=cluster.num_gpus // (cols["tp"] * cols["pp"] * cols["cp"]), global_batch=global_batch,
-        schedule=sv[:, 0].astype(str), vpp=sv[:, 1].astype(np.int64), **cols,
-    )
+    """The valid rows of search.default_space (one definition of the default space): every GPU
+    used, tp | heads (<= a node), pp | layers (<= 64), cp in {1, 2} for long sequences, micro-batch
+    1-8, 1F1B / interleaved (v = 2, 3, 4) / ZB-H1, recompute, SP, ZeRO 0-1, DP overlap on."""
+    space = search_default_space(model, cluster, global_batch)
+    return space.rows(0, space.size)[1]
 
 
 def register(sub) -> None:
     p = sub.add_parser("rank", help="rank a default strategy space in one process")
     add_spec_args(p)
-    p.add_argument("--global-batch", type=int, default=1536)
     p.add_argument("--top", type=int, default=10)
+    add_space_args(p)
     p.set_defaults(func=run)
 
 
@@ -84,7 +62,8 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP)
 def run(args) -> int:
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
-    table = default_space(model, cluster, args.global_batch)
+    space = space_from_args(args, model, cluster)
+    table = space.rows(0, space.size)[1]
     metrics = evaluate(model, cluster, table)
     feasible = int(metrics["feasible"].sum())
     counts = np.bincount(metrics["reason"], minlength=len(REASONS))

@@ -1,4 +1,4 @@
-"""``plansweep search``: searchers as sub-subcommands (``piper`` now; grid, mcmc, tpe later).
+"""``plansweep search``: searchers as sub-subcommands (grid, random, piper; mcmc, tpe).
 
 Each searcher has its own registrar in SEARCHERS: a function that adds its parser to the
 ``search`` sub-subparsers and sets ``func``. Adding one is a new function and one entry.
@@ -11,8 +11,27 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
-from costmodel import InputError
-from search import PiperPlan, load_piper_graph, solve_piper, with_overrides
+import numpy as np
+
+from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any
+from search import (
+    MCMCSearcher,
+    TPESearcher,
+    GridSearcher,
+    PiperPlan,
+    RandomSearcher,
+    Searcher,
+    load_piper_graph,
+    objective,
+    solve_piper,
+    with_overrides,
+)
+from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
+from search._tpe import DEFAULT_N_STARTUP_TRIALS
+from sweep._cmd_evaluate import add_spec_args
+from sweep._cmd_rank import format_table
+from sweep._space_args import add_space_args, space_from_args
+from sweep._specs import load_any_cluster, load_model
 
 _Number = TypeVar("_Number", int, float)
 
@@ -90,14 +109,216 @@ def _parse(text: str | None, flag: str, kind: type[_Number]) -> _Number | None:
         raise InputError(flag, "an integer" if kind is int else "a number", text) from None
 
 
-# Searcher name -> registrar. grid, mcmc and tpe add their own function here.
 def _register_placement(searchers: argparse._SubParsersAction) -> None:
     from sweep._cmd_search_hetero import register_placement
 
     register_placement(searchers)
 
 
+# ---- searchers over a strategy Space (grid, random; mcmc and tpe reuse these helpers) --------
+DEFAULT_BUDGET = 10_000  # evaluations
+ASK_BATCH = 4096  # rows per ask: large enough for the vectorised core, small enough to stop on budget
+
+
+def add_search_args(p: argparse.ArgumentParser) -> None:
+    """--model/--cluster/--hardware, the space options, --budget, --seed, --batch, --top, --json."""
+    add_spec_args(p)
+    p.add_argument("--budget", metavar="N", default=str(DEFAULT_BUDGET),
+                   help=f"evaluations at most (default {DEFAULT_BUDGET:,})")
+    p.add_argument("--seed", metavar="S", default="0", help="random seed (default 0)")
+    p.add_argument("--batch", metavar="N", default=str(ASK_BATCH), help=f"rows per ask (default {ASK_BATCH})")
+    p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_space_args(p)
+
+
+def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int, top: int):
+    """The driver loop: ask, evaluate, tell until ``budget`` evaluations or the searcher is done.
+
+    Returns (evaluations, feasible rows, best table, its metrics), best first (at most ``top``
+    feasible rows by tokens per second; repeated strategies counted once among the best)."""
+    evaluations = feasible = 0
+    best_t: StrategyTable | None = None
+    best_m: Metrics | None = None
+    while evaluations < budget:
+        t = searcher.ask(min(batch, budget - evaluations))
+        if len(t) == 0:
+            break
+        m = evaluate_any(model, cluster, t)  # costmodel.evaluate, or evaluate_hetero for a HeteroTable
+        searcher.tell(t, m)
+        evaluations += len(t)
+        feasible += int(np.sum(m["feasible"]))
+        keep = np.flatnonzero(m["feasible"])
+        if keep.size:
+            t, m = t.take(keep), m.take(keep)
+            if best_t is not None:
+                t = type(t).concat([best_t, t])
+                m = Metrics({k: np.concatenate([best_m[k], m[k]]) for k in best_m})
+            order = _distinct_best(t, objective(m), top)
+            best_t, best_m = t.take(order), m.take(order)
+    return evaluations, feasible, best_t, best_m
+
+
+def _distinct_best(t: StrategyTable, score: np.ndarray, top: int) -> np.ndarray:
+    """Indices of the ``top`` best rows, best first, each strategy once."""
+    order = np.argsort(-score, kind="stable")
+    seen, out = set(), []
+    for i in order:  # over at most top + batch candidates, once per batch
+        key = repr(t.row(int(i)))
+        if key not in seen:
+            seen.add(key)
+            out.append(int(i))
+            if len(out) == top:
+                break
+    return np.asarray(out, dtype=np.int64)
+
+
+def _positive(text: str, flag: str) -> int:
+    value = _parse(text, flag, int)
+    if value < 1:
+        raise InputError(flag, "an integer >= 1", value)
+    return value
+
+
+def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
+    """Print the best strategies found and the evaluations used (text or --json)."""
+    n_best = 0 if best_t is None else len(best_t)
+    if args.json:
+        rows = []
+        for i in range(n_best):
+            r = best_t.row(i)
+            r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
+            rows.append(r)
+        print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
+                          "feasible": feasible, "best": rows}))
+        return
+    print(f"{name} search on {space.model.name} / {space.cluster.name}: space of {space.size:,} points, "
+          f"{evaluations:,} evaluations, {feasible:,} feasible")
+    if n_best:
+        print(format_table(best_t, best_m, np.arange(n_best)))
+        if best_t.stage_layers is not None:
+            for i in range(n_best):
+                r = best_t.row(i)
+                print(f"{i + 1:>3} stage_layers {r['stage_layers']} stage_recompute {r['stage_recompute']}")
+    else:
+        print("no feasible strategy found")
+
+
+def _register_grid(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser("grid", help="exhaustive search over a strategy space (or a range of its grid)",
+                             description="Every valid strategy of the space in grid order, evaluated in "
+                             "batches, until --budget evaluations.")
+    add_search_args(p)
+    p.add_argument("--start", metavar="I", default="0", help="first grid index (default 0)")
+    p.add_argument("--stop", metavar="J", default=None, help="one past the last grid index (default: the end)")
+    p.set_defaults(func=_run_space_searcher, make=_make_grid)
+
+
+def _register_random(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser("random", help="uniform random search over the valid strategies of a space")
+    add_search_args(p)
+    p.set_defaults(func=_run_space_searcher, make=_make_random)
+
+
+def _make_grid(args, space):
+    if space.strides is None:
+        raise InputError("--space", "a space of fewer than 2**63 points for grid search", f"{space.size:.3e}")
+    start = _parse(args.start, "--start", int)
+    stop = _parse(args.stop, "--stop", int)
+    if start < 0:
+        raise InputError("--start", "an integer >= 0", start)
+    if stop is not None and stop <= start:
+        raise InputError("--stop", f"an integer > --start={start}", stop)
+    return GridSearcher(space, start=start, stop=stop)
+
+
+def _make_random(args, space):
+    return RandomSearcher(space, _parse(args.seed, "--seed", int))
+
+
+def _run_space_searcher(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
+    cluster = load_any_cluster(args.cluster, args.hardware)
+    budget = _positive(args.budget, "--budget")
+    batch = _positive(args.batch, "--batch")
+    top = _positive(args.top, "--top")
+    _parse(args.seed, "--seed", int)
+    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
+        from sweep._cmd_search_hetero import hetero_report, hetero_space_from_args
+
+        space = hetero_space_from_args(args, model, cluster)
+        searcher = args.make(args, space)
+        found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
+        hetero_report(args, args.searcher, space, *found)
+        return 0
+    space = space_from_args(args, model, cluster)
+    count = space.valid_count()
+    if count == 0:
+        raise InputError("space options", "a space with at least one valid strategy", "none valid")
+    searcher = args.make(args, space)
+    found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
+    report(args, args.searcher, space, *found)
+    return 0
+
+
+def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser(
+        "mcmc", help="FlexFlow-style Metropolis-Hastings over a strategy space (an ensemble of chains)",
+        description="Chains start from data parallelism, Megatron-LM's recipe and random strategies, propose "
+        "one change at a time, accept a worse strategy with probability exp(-beta * relative slow-down) "
+        "and jump to the best found every --reset-every steps (Jia et al., SysML 2019).")
+    add_search_args(p)
+    p.add_argument("--chains", metavar="C", default=str(DEFAULT_CHAINS), help=f"chains (default {DEFAULT_CHAINS})")
+    p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA), help=f"inverse temperature (default {DEFAULT_BETA})")
+    p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
+                   help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
+    p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
+
+
+def _make_mcmc(args, space):
+    beta = _parse(args.beta, "--beta", float)
+    reset = _parse(args.reset_every, "--reset-every", int)
+    if reset < 0:
+        raise InputError("--reset-every", "an integer >= 0", reset)
+    if not beta >= 0:
+        raise InputError("--beta", "a number >= 0", beta)
+    extra = {}
+    if hasattr(space.cluster, "pools"):  # a placement space: start from its named placements too
+        extra["starts"] = (*space.start_points(), "random")
+    return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
+                        beta=beta, reset_every=reset, **extra)
+
+
+TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's model fresh
+
+
+def _register_tpe(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser(
+        "tpe", help="Optuna's TPE sampler over a strategy space (ask/tell in batches)",
+        description="Tree-structured Parzen estimator (Optuna TPESampler, multivariate, constant liar); "
+        "out-of-memory strategies are constraint violations. With --storage the study lives in an "
+        "Optuna journal file and a later run on the same file continues it.")
+    add_search_args(p)
+    p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
+    p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),
+                   help=f"random trials before TPE (default {DEFAULT_N_STARTUP_TRIALS})")
+    p.set_defaults(func=_run_space_searcher, make=_make_tpe, batch=str(TPE_ASK_BATCH))
+
+
+def _make_tpe(args, space):
+    startup = _parse(args.startup_trials, "--startup-trials", int)
+    if startup < 0:
+        raise InputError("--startup-trials", "an integer >= 0", startup)
+    return TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
+                       n_startup_trials=startup)
+
+
+# Searcher name -> registrar.
 SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "grid": _register_grid,
+    "random": _register_random,
+    "mcmc": _register_mcmc,
+    "tpe": _register_tpe,
     "piper": _register_piper,
     "placement": _register_placement,
 }

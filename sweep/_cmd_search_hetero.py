@@ -118,5 +118,63 @@ def run(args) -> int:
     return 0
 
 
+# Defaults of a placement space where `plansweep search mcmc|tpe --cluster HETERO` gets no flag.
+HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2, 4, 8),
+                   "microbatches": (16, 24, 32, 48, 64, 96, 128, 192), "schedule": ("1f1b",),
+                   "recompute": ("selective", "full"), "zero_stage": (0, 1), "sequence_parallel": (True,)}
+HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
+                "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
+                "sequence_parallel": "--sequence-parallel"}
+
+
+def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
+    """The placement space of `plansweep search grid|random|mcmc|tpe` on a heterogeneous cluster:
+    the space flags --pp --dp --tp --microbatches --schedule --recompute --zero-stage
+    --sequence-parallel (others are refused), HETERO_DEFAULTS elsewhere."""
+    from sweep._space_args import SPACE_FLAGS, _parse_list
+
+    choices = dict(HETERO_DEFAULTS)
+    for dest, flag, kind in SPACE_FLAGS:
+        text = getattr(args, "space_" + dest, None)
+        if text is None:
+            continue
+        if dest not in HETERO_FLAGS:
+            raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
+        choices[dest] = tuple(_parse_list(text, flag, kind))
+    batch = 1536 if getattr(args, "global_batch", None) is None else _ints(str(args.global_batch), "--global-batch")[0]
+    try:
+        return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
+    except InputError as exc:
+        raise InputError(HETERO_FLAGS.get(exc.argument, exc.argument), exc.expected, exc.got) from None
+
+
+def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
+    """The best placements found (the first with its stages), text or --json."""
+    names = [p.name for p in space.cluster.pools]
+    n_best = 0 if best_t is None else len(best_t)
+    if args.json:
+        rows = []
+        for i in range(n_best):
+            r = best_t.row(i, names)
+            r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
+            rows.append(r)
+        print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
+                          "feasible": feasible, "best": rows}))
+        return
+    print(f"{name} placement search on {space.model.name} / {space.cluster.name}: {space.cluster.describe()}")
+    print(f"space of {space.size:.3e} points, {evaluations:,} evaluations, {feasible:,} feasible")
+    if not n_best:
+        print("no feasible placement found")
+        return
+    for i in range(n_best):
+        r = best_t.row(i, names)
+        stages = " | ".join(f"{st['pool']} dp{st['dp']} tp{st['tp']}{'x' if st['order'] == 'tp-across' else ''}"
+                            f" L{st['layers']}" for st in r["stages"])
+        print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} "
+              f"{r['recompute']} zero{r['zero_stage']}  {stages}")
+    print("best, per stage (exact pipeline):")
+    print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
+
+
 def space_digits(searcher) -> np.ndarray:
     return searcher._pending if isinstance(searcher, PlacementMCMC) else searcher._digits

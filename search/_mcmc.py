@@ -1,0 +1,290 @@
+"""FlexFlow's Markov chain Monte Carlo search, run as an ensemble of chains in numpy arrays.
+
+Jia, Zaharia, Aiken, "Beyond Data and Model Parallelism for Deep Neural Networks" (SysML
+2019), Sec. 5.2: from the current strategy S propose S* by changing one dimension at random
+(the proposal is symmetric), accept it with the Metropolis-Hastings probability
+
+    alpha(S -> S*) = min(1, exp(-beta * (cost(S*) - cost(S)) / cost(S)))
+
+(the paper uses the absolute difference; here the increase is relative, so one beta serves
+models whose step times differ by orders of magnitude), start from data parallelism, an
+expert strategy and random strategies, and restart from the best strategy found.
+
+The ensemble: C chains as a (C, D) digits array ``x`` with their costs (C,). One step = one
+proposal per chain (Space.propose, masked with Space.valid; invalid proposals are drawn again
+up to MAX_REDRAWS times, then the chain proposes its own point), one batch of evaluations for
+all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_s), infinite
+where infeasible. Among infeasible points the chain walks on memory excess (mem_total / HBM),
+so random starts that do not fit drift towards ones that do; a feasible chain never accepts
+an infeasible point (exp(-inf) = 0). Every ``reset_every`` steps every chain jumps to the
+ensemble's best point.
+
+Points already evaluated are remembered (a sorted memo of their costs): ask() returns only
+distinct points the searcher has not been told about, so the evaluation budget is spent on
+new points; chains whose proposal is known move at tell() without an evaluation.
+
+Determinism and resume (INTERFACES.md): everything random in step k is drawn from
+np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of
+the told batches, so replaying the tells on a fresh searcher restores it; state_dict() holds
+the same state as plain arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from costmodel import InputError, Metrics, StrategyTable
+from search._base import Searcher
+from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, row_costs, row_keys, stage_width
+
+# Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
+# settings for every seed.
+DEFAULT_CHAINS = 8
+DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
+DEFAULT_RESET_EVERY = 50
+DEFAULT_JUMP = 0.0
+DEFAULT_STARTS = ("data_parallel", "megatron", "random")
+# Attempts to draw a valid proposal for a chain before it proposes its own point.
+MAX_REDRAWS = 8
+# Steps taken in a row without an evaluation (every proposal known) before ask() gives up.
+MAX_SKIPPED_STEPS = 1000
+# Stream tags for np.random.default_rng([seed, tag, ...]).
+START_STREAM = 1
+STEP_STREAM = 2
+STATE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """Everything random about step k, a pure function of (seed, k, state before the step)."""
+
+    proposal: np.ndarray  # (C, D) digits proposed by each chain
+    keys: np.ndarray  # (C,) keys of the proposals
+    u: np.ndarray  # (C,) uniforms for the acceptance test
+    ask_keys: np.ndarray  # (U,) distinct unknown proposal keys, in asking order
+    ask_rows: np.ndarray  # (U,) a chain proposing each of them
+
+
+class MCMCSearcher(Searcher):
+    """Ensemble Metropolis-Hastings over a Space (module docstring).
+
+    ask(n) returns at most min(n, chains) rows: the distinct proposals of this step whose cost
+    is not known yet, in an order drawn for the step (so that with n < chains every chain gets
+    its turn). tell(table, metrics) matches the told rows to this step's proposals by their
+    strategy columns, records their costs, moves every chain whose proposal now has a known
+    cost and advances the step; proposals left untold stay unknown and their chains stay put.
+    """
+
+    def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
+                 reset_every: int = DEFAULT_RESET_EVERY, jump: float = DEFAULT_JUMP, starts: Sequence[str] = DEFAULT_STARTS) -> None:
+        if not isinstance(chains, (int, np.integer)) or chains < 1:
+            raise InputError("chains", "an integer >= 1", chains)
+        if not np.isfinite(beta) or beta < 0:
+            raise InputError("beta", "a number >= 0", beta)
+        if not isinstance(reset_every, (int, np.integer)) or reset_every < 0:
+            raise InputError("reset_every", "an integer >= 0 (0: never reset)", reset_every)
+        named = space.start_points()
+        known_starts = ("random", *named)
+        for s in starts:
+            if s not in ("random", "data_parallel", "megatron", *named):
+                raise InputError("starts", "names among " + ", ".join(known_starts), s)
+        if len(starts) == 0:
+            raise InputError("starts", "at least one start", "none")
+        self.space = space
+        self.seed = int(seed)
+        self.chains = int(chains)
+        self.beta = float(beta)
+        self.reset_every = int(reset_every)
+        self.jump = float(jump)
+        self.starts = tuple(starts)
+        self._hbm_bytes = hbm_of(space.cluster)
+        self._width = stage_width(space)
+        C, D = self.chains, len(space.dims)
+        # Chain j starts at starts[j % len(starts)]; a named start the space cannot hold
+        # (Space.start_points omits it) is replaced by a random point.
+        which = [self.starts[j % len(self.starts)] for j in range(C)]
+        rng = np.random.default_rng([self.seed, START_STREAM])
+        x = space.random_digits(rng, C).astype(np.int64).reshape(C, D)
+        for j, name in enumerate(which):
+            if name in named:
+                x[j] = named[name]
+        self._x = x  # (C, D)
+        self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
+        self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
+        self._best_x = x[0].copy()
+        self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
+        self._step = 0
+        self._memo = Memo()
+        # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
+        nonstage = [k for k, d in enumerate(space.dims) if "." not in d.name and len(d.choices) > 1]
+        self._moves = (np.array([k for k in nonstage for _ in space.dims[k].choices], dtype=np.int64),
+                       np.array([v for k in nonstage for v in range(len(space.dims[k].choices))], dtype=np.int64))
+        self._cached: tuple[int, _Step] | None = None
+        self.accepted = 0  # bookkeeping for reports: accepted moves so far
+
+    # -- the contract ------------------------------------------------------------------------
+    def ask(self, n: int) -> StrategyTable:
+        if not isinstance(n, (int, np.integer)) or n < 0:
+            raise InputError("n", "an integer >= 0", n)
+        st = self._draw()
+        rows = st.ask_rows[: int(n)]
+        return self.space.table(st.proposal[rows])
+
+    def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        st = self._draw()
+        if len(table):
+            cost, excess = row_costs(metrics, self._hbm_bytes)
+            if len(st.ask_rows):
+                asked = self.space.table(st.proposal[st.ask_rows])
+                pos = match_rows(row_keys(table, self.space.model.layers, self._width),
+                                 row_keys(asked, self.space.model.layers, self._width))
+                hit = pos >= 0
+                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit]], axis=1))
+        self._advance(st)
+
+    def state_dict(self) -> dict:
+        keys, vals = self._memo.arrays()
+        return {
+            "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
+            "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
+            "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
+            "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        C, D = self.chains, len(self.space.dims)
+        if int(state["version"]) != STATE_VERSION or int(state["chains"]) != C or int(state["seed"]) != self.seed:
+            raise InputError("state", f"an MCMC state of version {STATE_VERSION}, {C} chains, seed {self.seed}",
+                             f"version {state['version']}, {state['chains']} chains, seed {state['seed']}")
+        x = np.asarray(state["x"], dtype=np.int64)
+        if x.shape != (C, D):
+            raise InputError("state", f"chains of shape {(C, D)}", x.shape)
+        self._x = x.copy()
+        self._cost = np.asarray(state["cost"], dtype=np.float64).copy()
+        self._excess = np.asarray(state["excess"], dtype=np.float64).copy()
+        self._best_x = np.asarray(state["best_x"], dtype=np.int64).copy()
+        self._best = np.asarray(state["best"], dtype=np.float64).copy()
+        self._step = int(state["step"])
+        self.accepted = int(state["accepted"])
+        self._memo = Memo(keys_from_plain(state["memo_keys"]), np.asarray(state["memo_values"], dtype=np.float64))
+        self._cached = None
+
+    # -- reading the state -------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def best(self) -> tuple[StrategyTable, float]:
+        """The best point told so far and its tokens per second (0 if none is feasible)."""
+        tps = 1.0 / self._best[0] if np.isfinite(self._best[0]) else 0.0
+        return self.space.table(self._best_x[None, :]), tps
+
+    # -- the step ----------------------------------------------------------------------------
+    def _draw(self) -> _Step:
+        """The next step with something to evaluate (cached until tell).
+
+        A step whose proposals all have known costs needs no evaluation: it is taken here at
+        once (a pure function of the told history, so ask stays reproducible), up to
+        MAX_SKIPPED_STEPS in a row; after that the step is returned with nothing to ask (the
+        chains have exhausted what they can reach) and ask() returns an empty table."""
+        for _ in range(MAX_SKIPPED_STEPS):
+            st = self._draw_one()
+            if len(st.ask_rows):
+                return st
+            self._advance(st)
+        return self._draw_one()
+
+    def _draw_one(self) -> _Step:
+        if self._cached is not None and self._cached[0] == self._step:
+            return self._cached[1]
+        C = self.chains
+        rng = np.random.default_rng([self.seed, STEP_STREAM, self._step])
+        u = rng.random(C)
+        order = rng.permutation(C)
+        unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
+        prop = self.space.propose(self._x, rng).astype(np.int64)
+        ok = self.space.valid(prop) & ~unknown_here
+        # An invalid single move becomes a valid double move where one exists: change one
+        # more (non-stage) dimension of the invalid proposal, uniformly among the changes
+        # that make it valid (zero_stage 1 -> 3 under pp = 16 is invalid, with pp = 1 too it
+        # is not; interleaving needs vpp >= 2). Without this the chains could not cross
+        # such coupled constraints.
+        bad = np.flatnonzero(~ok & ~unknown_here)
+        if bad.size:
+            fixed, fixed_ok = self._repair(prop[bad], rng)
+            prop[bad] = np.where(fixed_ok[:, None], fixed, prop[bad])
+            ok[bad] = fixed_ok
+        for _ in range(MAX_REDRAWS):
+            bad = np.flatnonzero(~ok & ~unknown_here)
+            if bad.size == 0:
+                break
+            again = self.space.propose(self._x[bad], rng).astype(np.int64)
+            prop[bad] = again
+            ok[bad] = self.space.valid(again)
+        prop = np.where(ok[:, None], prop, self._x)  # unknown or never valid: the chain's own point
+        if self.jump > 0:
+            # Independence proposals: a uniformly random valid point for a few chains.
+            leap = np.flatnonzero((rng.random(C) < self.jump) & ~unknown_here)
+            if leap.size:
+                prop[leap] = self.space.random_digits(rng, leap.size)
+        keys = point_keys(self.space, prop)
+        found, _ = self._memo.lookup(keys)
+        # Distinct unknown proposals, first occurrence in the drawn chain order.
+        cand = order[~found[order]]
+        _, first = np.unique(keys[cand], return_index=True)
+        ask_rows = cand[np.sort(first)]
+        st = _Step(proposal=prop, keys=keys, u=u, ask_keys=keys[ask_rows], ask_rows=ask_rows)
+        self._cached = (self._step, st)
+        return st
+
+    def _repair(self, bad: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(B, D) invalid digits -> (B, D) digits one more non-stage change away, valid where
+        possible (ok (B,)), drawn uniformly among the valid changes."""
+        ks, vs = self._moves  # (K,) dimension and new digit of every single change
+        B, K = len(bad), len(ks)
+        if K == 0:
+            return bad, np.zeros(B, dtype=bool)
+        cand = np.repeat(bad[:, None, :], K, axis=1)  # (B, K, D)
+        cand[:, np.arange(K), ks] = vs[None, :]
+        good = self.space.valid(cand.reshape(B * K, -1)).reshape(B, K) & (bad[:, ks] != vs[None, :])
+        cnt = good.sum(axis=1)
+        pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
+        col = np.argmax(np.cumsum(good, axis=1) > pick[:, None], axis=1)
+        return cand[np.arange(B), col], cnt > 0
+
+    def _advance(self, st: _Step) -> None:
+        """Metropolis acceptance for every chain whose proposal has a known cost; best; reset."""
+        found, vals = self._memo.lookup(st.keys)
+        new_c, new_e = vals[:, 0], vals[:, 1]  # (C,)
+        old_c, old_e = self._cost, self._excess
+        fresh = np.isnan(old_c)  # the chain's own point, evaluated now
+        f_old, f_new = np.isfinite(old_c), np.isfinite(new_c)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            rel = np.select(
+                [f_old & f_new, f_old, f_new, old_e == new_e, np.isinf(old_e)],
+                [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf],
+                (new_e - old_e) / old_e,
+            )
+            accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
+        moved = accept & ~fresh & np.any(st.proposal != self._x, axis=1)
+        self.accepted += int(moved.sum())
+        self._x = np.where(accept[:, None], st.proposal, self._x)
+        self._cost = np.where(accept, new_c, old_c)
+        self._excess = np.where(accept, new_e, old_e)
+        # Best: lowest cost, then lowest excess, over the chains' evaluated points.
+        known = ~np.isnan(self._cost)
+        if np.any(known):
+            cand = np.flatnonzero(known)
+            i = cand[np.lexsort((self._excess[cand], self._cost[cand]))[0]]
+            if (self._cost[i], self._excess[i]) < tuple(self._best):
+                self._best = np.array([self._cost[i], self._excess[i]])
+                self._best_x = self._x[i].copy()
+        self._step += 1
+        self._cached = None
+        if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
+            self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
+            self._cost = np.full(self.chains, self._best[0])
+            self._excess = np.full(self.chains, self._best[1])

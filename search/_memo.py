@@ -1,0 +1,189 @@
+"""Bookkeeping shared by the MCMC and TPE searchers: point keys, a sorted memo of costs, the
+cost of a told row, and matching told rows back to the points that were asked.
+
+A *key* names one point of a Space: its grid index (int64) where the space has fewer than
+2**63 points, else its digits as raw bytes (a numpy void scalar per row). Both sort, so a memo
+is two sorted arrays searched with np.searchsorted: no Python dict, no loop over rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel import REASONS, Metrics, StrategyTable
+
+_OOM = REASONS.index("out_of_memory")
+_COLUMN_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule",
+                 "recompute", "precision", "sequence_parallel", "overlap_dp")
+
+
+def point_keys(space, digits: np.ndarray) -> np.ndarray:
+    """(N, D) digits -> (N,) keys: int64 grid indices, or void rows where the space is too large."""
+    digits = np.asarray(digits, dtype=np.int64)
+    if space.size < 2**63:
+        return np.asarray(space.index_of(digits), dtype=np.int64)
+    narrow = np.uint8 if int(np.max(space.radices)) <= 256 else np.int64
+    raw = np.ascontiguousarray(digits.astype(narrow))
+    return raw.view(np.dtype((np.void, raw.shape[1] * raw.itemsize))).ravel()
+
+
+def keys_to_plain(keys: np.ndarray) -> np.ndarray:
+    """Keys as a plain integer array for state_dict: int64 (N,) or uint8 (N, bytes)."""
+    if keys.dtype.kind == "V":
+        return np.frombuffer(keys.tobytes(), dtype=np.uint8).reshape(len(keys), keys.dtype.itemsize).copy()
+    return np.asarray(keys, dtype=np.int64).copy()
+
+
+def keys_from_plain(arr) -> np.ndarray:
+    arr = np.asarray(arr)
+    if arr.ndim == 2:
+        raw = np.ascontiguousarray(arr.astype(np.uint8))
+        return raw.view(np.dtype((np.void, raw.shape[1]))).ravel()
+    return arr.astype(np.int64)
+
+
+def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
+    """(N,) void keys naming each row's strategy by its column values, so that a table rebuilt
+    elsewhere (another process, Parquet) matches the table that was asked. Per-stage columns
+    are expanded to ``width`` stages (uniform layers / the row's recompute where absent)."""
+    if hasattr(table, "stages"):  # a costmodel.HeteroTable: its global and per-stage columns
+        return _hetero_row_keys(table, width)
+    n = len(table)
+    pp = table["pp"]
+    cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER]
+    stage = np.arange(width)[None, :] < pp[:, None]  # (N, W)
+    if table.stage_layers is None:
+        layers = np.where(stage, (num_layers // pp)[:, None], 0)
+    else:
+        sl = table.stage_layers[:, :width]
+        layers = np.where(stage, np.pad(sl, ((0, 0), (0, width - sl.shape[1]))), 0)
+    if table.stage_recompute is None:
+        rec = np.where(stage, table["recompute"][:, None].astype(np.int64), 0)
+    else:
+        sr = table.stage_recompute[:, :width].astype(np.int64)
+        rec = np.where(stage, np.pad(sr, ((0, 0), (0, width - sr.shape[1]))), 0)
+    mat = np.ascontiguousarray(np.concatenate([np.stack(cols, axis=1), layers, rec], axis=1).astype(np.int64))
+    return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def _hetero_row_keys(table, width: int) -> np.ndarray:
+    from costmodel._hetero_strategy import GLOBAL_COLUMNS, STAGE_COLUMNS
+
+    n = len(table)
+    stage = np.arange(width)[None, :] < table["pp"][:, None]
+    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in GLOBAL_COLUMNS]
+    for c in STAGE_COLUMNS:
+        a = table.stages[c][:, :width].astype(np.int64)
+        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+    if table.stage_recompute is not None:
+        a = table.stage_recompute[:, :width].astype(np.int64)
+        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+    mat = np.ascontiguousarray(np.concatenate(cols, axis=1))
+    return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def hbm_of(cluster) -> float:
+    """HBM bytes per GPU to measure an out-of-memory row's excess against: the cluster's GPU,
+    or for a costmodel.HeteroCluster the smallest HBM among its pools."""
+    if hasattr(cluster, "pools"):
+        return float(min(p.gpu.hbm_bytes for p in cluster.pools))
+    return float(cluster.gpu.hbm_bytes)
+
+
+def match_rows(told: np.ndarray, asked: np.ndarray) -> np.ndarray:
+    """Position in ``asked`` of each key in ``told`` (-1 where absent). ``asked`` distinct."""
+    if len(asked) == 0 or len(told) == 0:
+        return np.full(len(told), -1, dtype=np.int64)
+    order = np.argsort(asked, kind="stable")
+    pos = np.minimum(np.searchsorted(asked[order], told), len(asked) - 1)
+    hit = asked[order][pos] == told
+    return np.where(hit, order[pos], -1)
+
+
+def row_costs(metrics: Metrics, hbm_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, excess), both (N,): cost = seconds per token (1 / tokens_per_s), inf where
+    infeasible; excess = how far an infeasible row is from feasible: the memory ratio
+    mem_total / HBM (> 1) for out-of-memory rows, inf for rows the cost model rejects for any
+    other reason, 0 for feasible rows."""
+    feasible = np.asarray(metrics["feasible"], dtype=bool)
+    tps = np.asarray(metrics["tokens_per_s"], dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        cost = np.where(feasible & (tps > 0), 1.0 / np.where(tps > 0, tps, 1.0), np.inf)
+    oom = np.asarray(metrics["reason"]) == _OOM
+    ratio = np.asarray(metrics["mem_total_bytes"], dtype=np.float64) / hbm_bytes
+    excess = np.where(np.isfinite(cost), 0.0, np.where(oom & np.isfinite(ratio), ratio, np.inf))
+    return cost, excess
+
+
+class Memo:
+    """Costs of points already evaluated: sorted keys, searched in O(log M) per lookup.
+
+    New entries go to a small sorted buffer that is merged into the main array when it grows
+    past a quarter of it, so that adding B rows costs O(B log M) amortised."""
+
+    def __init__(self, keys=None, values=None) -> None:
+        self._keys = keys if keys is not None else np.zeros(0, dtype=np.int64)
+        self._vals = values if values is not None else np.zeros((0, 2))
+        self._buf_keys = self._keys[:0]
+        self._buf_vals = self._vals[:0]
+        if len(self._keys):
+            self._keys, self._vals = _sorted_unique(self._keys, self._vals)
+
+    def __len__(self) -> int:
+        return len(self._keys) + len(self._buf_keys)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found (N,) bool, values (N, 2)) for (N,) keys; values are NaN where not found."""
+        found = np.zeros(len(keys), dtype=bool)
+        vals = np.full((len(keys), 2), np.nan)
+        for k, v in ((self._keys, self._vals), (self._buf_keys, self._buf_vals)):
+            if len(k) == 0:
+                continue
+            pos = np.minimum(np.searchsorted(k, keys), len(k) - 1)
+            hit = k[pos] == keys
+            vals = np.where(hit[:, None], v[pos], vals)
+            found |= hit
+        return found, vals
+
+    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add (N,) keys with (N, 2) values; keys already present keep their first value."""
+        if len(keys) == 0:
+            return
+        if len(self._keys) == 0 and len(self._buf_keys) == 0:
+            self._keys = keys[:0]
+            self._vals = values[:0]
+            self._buf_keys, self._buf_vals = keys[:0], values[:0]
+        found, _ = self.lookup(keys)
+        keys, values = keys[~found], values[~found]
+        bk = np.concatenate([self._buf_keys, keys])
+        bv = np.concatenate([self._buf_vals, values])
+        self._buf_keys, self._buf_vals = _sorted_unique(bk, bv)
+        if len(self._buf_keys) * 4 > len(self._keys):
+            self._keys, self._vals = _sorted_unique(np.concatenate([self._keys, self._buf_keys]),
+                                                    np.concatenate([self._vals, self._buf_vals]))
+            self._buf_keys, self._buf_vals = self._keys[:0], self._vals[:0]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        keys, vals = _sorted_unique(np.concatenate([self._keys, self._buf_keys]),
+                                    np.concatenate([self._vals, self._buf_vals]))
+        return keys, vals
+
+
+def _sorted_unique(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(keys, kind="stable")
+    keys, vals = keys[order], vals[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return keys[first], vals[first]
+
+
+def stage_width(space) -> int:
+    """Widest pipeline the space can hold (stage columns for row_keys)."""
+    for dim in space.dims:
+        if dim.name == "pp":
+            return int(max(dim.choices))
+    return int(space.fixed.get("pp", 1))
+
+
+__all__ = ["Memo", "hbm_of", "keys_from_plain", "keys_to_plain", "match_rows", "point_keys", "row_costs",
+           "row_keys", "stage_width"]

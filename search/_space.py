@@ -1,0 +1,857 @@
+"""A strategy space as a mixed-radix number: row i of the grid is the digits of i.
+
+A :class:`Space` holds dimensions (:class:`Dim`), each a tuple of readable choices; digit k of
+a dimension means ``choices[k]``. The grid index of digits (d_0, ..., d_{D-1}) is
+``sum_k d_k * stride_k`` with the last dimension varying fastest (C order, as
+``np.ravel_multi_index``), so a shard of the grid is a range of integers and enumerating a range
+is ``divmod`` over an ``arange``.
+
+Constraints (``Space.valid``) are the structural ones, everything but memory:
+    * degrees multiply to the GPU count (``all_gpus=True``, default) or at most it; without a
+      ``dp`` dimension dp is derived as GPUs / (tp * pp * cp) and must be whole;
+    * tp divides heads and kv_heads (an MLP: its hidden size); cp: 2 cp divides the sequence;
+    * pp divides layers, unless the space has per-stage dimensions (then stage sizes >= 1 that
+      sum to the layers, computed from the boundary shifts);
+    * micro-batch size divides the per-replica batch (or, with a ``microbatches`` dimension, the
+      count m divides it: micro_batch = global_batch / (dp * m));
+    * schedule limits as costmodel's feasibility(): interleaved needs vpp >= 2, pp >= 2 and vpp
+      dividing every stage's layers; ZB-V vpp = 2; Hanayo even vpp; the others vpp = 1;
+    * sequence parallelism only with tp > 1; ZeRO 2/3 only with pp = 1;
+    * per-stage digits past the row's pp hold their canonical digit (zero shift, the first
+      recompute choice), so that each strategy has exactly one index.
+The checks reuse ``costmodel._evaluate.feasibility`` (all its reasons but out-of-memory) and add
+the ones it does not make.
+
+Per-stage dimensions (the uneven-partition space):
+    ``stage_shift.J`` (J = 0 .. maxpp - 2): boundary J (between stage J and J + 1) sits at
+        round((J + 1) * L / pp) + shift layers; choices are integer offsets (ordinal).
+    ``stage_recompute.J`` (J = 0 .. maxpp - 1): the recompute choice of stage J.
+
+Speed: when the dimensions that take part in a constraint (all but recompute, precision and
+overlap_dp, which come last in the digit order) span at most ``LOOKUP_MAX_ENTRIES`` combinations,
+their validity is computed once into a lookup table; ``rows(start, stop)`` then expands the valid
+entries of that table into grid indices without touching an invalid candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from costmodel import Cluster, InputError, StrategyTable, Transformer
+from costmodel._evaluate import REASON, feasibility
+from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES, encode
+
+# Dimensions no structural constraint reads; they come last in the digit order so that the
+# constrained ones form the high-order block of the index (one lookup per block).
+FREE_DIMS = ("recompute", "precision", "overlap_dp")
+# Digit order of the named dimensions (stage dimensions go between zero_stage and recompute).
+DIM_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "schedule", "vpp", "sequence_parallel",
+             "zero_stage")
+SHIFT = "stage_shift"
+STAGE_RECOMPUTE = "stage_recompute"
+DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches"}
+# Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
+# a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
+LOOKUP_MAX_ENTRIES = 1 << 22
+INT64_LIMIT = 1 << 63
+# Rows per chunk when a space's whole core is scanned (start points, lookup tables).
+SCAN_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Dim:
+    """One dimension: a StrategyTable column (or "microbatches", or a per-stage dimension
+    "stage_shift.J" / "stage_recompute.J") and its readable choices, in digit order."""
+
+    name: str
+    choices: tuple
+    ordinal: bool = False
+
+    def __post_init__(self) -> None:
+        base = self.name.split(".")[0]
+        if base in (SHIFT, STAGE_RECOMPUTE):
+            if not self.name[len(base) + 1:].isdigit():
+                raise InputError("dim", f"{base}.J with J a stage index", self.name)
+        elif self.name not in DIM_NAMES:
+            raise InputError("dim", "a name among " + ", ".join(sorted(DIM_NAMES)), self.name)
+        if not isinstance(self.choices, tuple) or not self.choices:
+            raise InputError(self.name, "a non-empty tuple of choices", self.choices)
+        if len(set(self.choices)) != len(self.choices):
+            raise InputError(self.name, "distinct choices", list(self.choices))
+
+    @property
+    def base(self) -> str:
+        """The column or per-stage family: "tp", "stage_shift", ..."""
+        return self.name.split(".")[0]
+
+    @property
+    def stage(self) -> int:
+        """J of a per-stage dimension (-1 otherwise)."""
+        return int(self.name.split(".")[1]) if "." in self.name else -1
+
+
+def _numeric(name: str, choices: tuple) -> np.ndarray:
+    """Readable choices -> the StrategyTable's numbers (int64, int8 codes or bool)."""
+    base = name.split(".")[0]
+    if base == STAGE_RECOMPUTE:
+        return encode("recompute", np.asarray(choices, dtype=str))
+    if base in CODE_COLUMNS:
+        return encode(base, np.asarray(choices, dtype=str))
+    if base in ("sequence_parallel", "overlap_dp"):
+        return _bools(name, choices)
+    out = []
+    for c in choices:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
+            raise InputError(name, "integers", c)
+        out.append(int(c))
+    arr = np.asarray(out, dtype=np.int64)
+    lo = {"zero_stage": 0, SHIFT: -(1 << 40)}.get(base, 1)
+    hi = 3 if base == "zero_stage" else None
+    bad = (arr < lo) | ((arr > hi) if hi is not None else False)
+    if np.any(bad):
+        expected = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
+        raise InputError(name, expected, int(arr[bad][0]))
+    return arr
+
+
+def _bools(name: str, choices: tuple) -> np.ndarray:
+    out = []
+    for c in choices:
+        if isinstance(c, (bool, np.bool_)):
+            out.append(bool(c))
+        elif isinstance(c, str) and c.lower() in ("true", "false", "1", "0"):
+            out.append(c.lower() in ("true", "1"))
+        else:
+            raise InputError(name, "true or false", c)
+    return np.asarray(out, dtype=bool)
+
+
+def _readable(name: str, value):
+    """A readable value in canonical Python form (str lower-case, bool, int)."""
+    base = name.split(".")[0]
+    if base in CODE_COLUMNS or base == STAGE_RECOMPUTE:
+        return str(value).lower()
+    if base in ("sequence_parallel", "overlap_dp"):
+        return bool(_bools(name, (value,))[0])
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    return value
+
+
+def _order_key(dim: Dim) -> tuple:
+    if dim.base in DIM_ORDER:
+        return (0, DIM_ORDER.index(dim.base), 0)
+    if dim.base == SHIFT:
+        return (1, 0, dim.stage)
+    if dim.base == STAGE_RECOMPUTE:
+        return (1, 1, dim.stage)
+    return (2, FREE_DIMS.index(dim.base), 0)
+
+
+def divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of n, at most ``limit``."""
+    top = n if limit is None else min(n, limit)
+    return [k for k in range(1, top + 1) if n % k == 0]
+
+
+class Space:
+    """Strategy dimensions, their choices and constraints, as a mixed-radix number.
+
+    Frozen: build with :meth:`from_options`, :func:`default_space`, :func:`exact_space` or
+    :func:`partition_space` (or the keyword-only constructor with ready Dims)."""
+
+    __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
+                 "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
+                 "_stage")
+
+    def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True):
+        dims = tuple(sorted(dims, key=_order_key))
+        names = [d.name for d in dims]
+        if len(set(names)) != len(names):
+            raise InputError("dims", "distinct dimension names", names)
+        fixed = {k: _readable(k, v) for k, v in fixed.items()}
+        if "global_batch" not in fixed:
+            raise InputError("global_batch", "a fixed global batch (sequences per iteration)", None)
+        for k in fixed:
+            if k not in COLUMNS and k != "microbatches":
+                raise InputError("fixed", "columns among " + ", ".join(COLUMNS), k)
+            if k in names:
+                raise InputError(k, "either a dimension or a fixed value, not both", fixed[k])
+        has = set(names) | set(fixed)
+        if "micro_batch" in has and "microbatches" in has:
+            raise InputError("microbatches", "either micro_batch or microbatches, not both", "both")
+        if any(d.base == STAGE_RECOMPUTE for d in dims) and "recompute" in names:
+            raise InputError("recompute", "no recompute dimension beside stage_recompute.J", "both")
+        sets = object.__setattr__
+        sets(self, "model", model)
+        sets(self, "cluster", cluster)
+        sets(self, "fixed", dict(fixed))
+        sets(self, "dims", dims)
+        sets(self, "all_gpus", bool(all_gpus))
+        radices = np.array([len(d.choices) for d in dims], dtype=np.int64)
+        sets(self, "radices", radices)
+        size = math.prod(int(r) for r in radices)
+        sets(self, "size", size)
+        strides = [1] * len(dims)
+        for k in range(len(dims) - 2, -1, -1):
+            strides[k] = strides[k + 1] * int(radices[k + 1])
+        sets(self, "strides", np.array(strides, dtype=np.int64) if size < INT64_LIMIT else None)
+        sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
+        fixed_num = {}
+        for k, v in fixed.items():
+            fixed_num[k] = _numeric(k, (v,))[0] if k not in ("global_batch", "microbatches") else int(v)
+        sets(self, "_fixed_num", fixed_num)
+        sets(self, "_index", {d.name: k for k, d in enumerate(dims)})
+        nblock = len(dims)
+        while nblock and dims[nblock - 1].base in FREE_DIMS:
+            nblock -= 1
+        sets(self, "_block_dims", nblock)
+        sets(self, "_block_size", math.prod(int(r) for r in radices[:nblock]))
+        sets(self, "_free_size", math.prod(int(r) for r in radices[nblock:]))
+        sets(self, "_lookup", None)
+        sets(self, "_valid_blocks", None)
+        self._check_stage_dims()
+        sets(self, "_stage", self._stage_layout())
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{d.name}[{len(d.choices)}]" for d in self.dims)
+        return f"Space({self.model.name} on {self.cluster.name}, size={self.size:,}, dims={dims})"
+
+    # ---- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, model: Transformer, cluster: Cluster, *, global_batch: int, base: str = "default",
+                     all_gpus: bool = True, **choices) -> Space:
+        """A space from lists of readable values per dimension.
+
+        ``base="default"``: dimensions not given take :func:`default_space`'s choices;
+        ``base="fixed"``: they are held at the StrategyTable defaults (dp derived from the GPUs).
+        A dimension given one value is held fixed. ``stage_shift=[-4, ..., 4]`` and/or
+        ``stage_recompute=["none", "selective", "full"]`` add the per-stage dimensions for
+        every stage up to the largest pp; ``microbatches`` replaces ``micro_batch``."""
+        if not (isinstance(global_batch, (int, np.integer)) and global_batch >= 1):
+            raise InputError("global_batch", "an integer >= 1", global_batch)
+        if base not in ("default", "fixed"):
+            raise InputError("base", "default or fixed", base)
+        unknown = set(choices) - DIM_NAMES - {SHIFT, STAGE_RECOMPUTE}
+        if unknown:
+            raise InputError("space option", "names among " + ", ".join(sorted(DIM_NAMES)), sorted(unknown)[0])
+        opts: dict[str, list] = {}
+        if base == "default":
+            opts.update(default_choices(model, cluster))
+        for k, v in choices.items():
+            if v is None:
+                continue
+            vals = list(v) if isinstance(v, (list, tuple, range, np.ndarray)) else [v]
+            if not vals:
+                raise InputError(k, "at least one value", vals)
+            opts[k] = [_readable(k, x) for x in vals]
+        if "microbatches" in opts:
+            opts.pop("micro_batch", None)
+        if STAGE_RECOMPUTE in opts:
+            opts.pop("recompute", None)
+        fixed: dict[str, object] = {"global_batch": int(global_batch)}
+        dims = []
+        shift = opts.pop(SHIFT, None)
+        stage_rc = opts.pop(STAGE_RECOMPUTE, None)
+        for name, vals in opts.items():
+            if len(vals) == 1:
+                fixed[name] = vals[0]
+            else:
+                dims.append(Dim(name=name, choices=tuple(vals)))
+        if shift is not None or stage_rc is not None:
+            pps = opts.get("pp", [DEFAULTS["pp"]])
+            maxpp = max(int(p) for p in pps)
+            if shift is not None:
+                shift = sorted(int(x) for x in shift)
+                if 0 not in shift:
+                    raise InputError("stage_shift", "offsets including 0", shift)
+                dims += [Dim(name=f"{SHIFT}.{j}", choices=tuple(shift), ordinal=True) for j in range(maxpp - 1)]
+            if stage_rc is not None:
+                dims += [Dim(name=f"{STAGE_RECOMPUTE}.{j}", choices=tuple(stage_rc)) for j in range(maxpp)]
+        return cls(model=model, cluster=cluster, fixed=fixed, dims=dims, all_gpus=all_gpus)
+
+    def _stage_layout(self):
+        """Per-stage dimensions: their digit columns (contiguous, J ascending), their values as
+        one (cols, choices) matrix, and per-pp tables of the uniform boundary positions
+        round((J + 1) L / pp) (halves up), of the boundaries in use and of the stages in use."""
+        shift = [k for k, d in enumerate(self.dims) if d.base == SHIFT]
+        rc = [k for k, d in enumerate(self.dims) if d.base == STAGE_RECOMPUTE]
+        if not shift and not rc:
+            return None
+        S, L = self.max_stages, self.model.layers
+
+        def values(cols, dtype):
+            width = max(len(self.dims[k].choices) for k in cols)
+            out = np.zeros((len(cols), width), dtype=dtype)
+            for i, k in enumerate(cols):
+                out[i, : len(self._values[k])] = self._values[k]
+            return out
+
+        p = np.arange(S + 1)[:, None]  # (S+1, 1) pp values 0..S (0 unused)
+        J = np.arange(S)[None, :]
+        uniform = ((J[:, :-1] + 1) * L * 2 + p) // np.maximum(2 * p, 1)  # (S+1, S-1)
+        return {
+            "shift": np.array(shift, dtype=np.int64), "recompute": np.array(rc, dtype=np.int64),
+            "shift_values": values(shift, np.int64) if shift else None,
+            "shift_shared": bool(shift) and len({self.dims[k].choices for k in shift}) == 1,
+            "rc_shared": bool(rc) and len({self.dims[k].choices for k in rc}) == 1,
+            "shift_zero": np.array([self.dims[k].choices.index(0) for k in shift], dtype=np.int64),
+            "rc_values": values(rc, np.int8) if rc else None,
+            "uniform": uniform, "inner": J[:, :-1] < p - 1, "active": J < p,
+        }
+
+    def _check_stage_dims(self) -> None:
+        if not any(d.base in (SHIFT, STAGE_RECOMPUTE) for d in self.dims):
+            return
+        maxpp = int(max(self.choices_of("pp")))
+        for fam, want in ((SHIFT, maxpp - 1), (STAGE_RECOMPUTE, maxpp)):
+            got = sorted(d.stage for d in self.dims if d.base == fam)
+            if got and got != list(range(want)):
+                raise InputError(fam, f"{fam}.J for J = 0..{want - 1} (max pp = {maxpp})", got)
+        for d in self.dims:
+            if d.base == SHIFT and 0 not in d.choices:
+                raise InputError(d.name, "offsets including 0", list(d.choices))
+
+    @property
+    def partitioned(self) -> bool:
+        """True when rows carry explicit per-stage layers (stage_layers / stage_recompute)."""
+        return self._stage is not None
+
+    @property
+    def max_stages(self) -> int:
+        return int(max(self.choices_of("pp")))
+
+    def choices_of(self, name: str) -> tuple:
+        """A dimension's choices, or (value,) for a fixed column, or the StrategyTable default."""
+        if name in self._index:
+            return self.dims[self._index[name]].choices
+        if name in self.fixed:
+            return (self.fixed[name],)
+        return (DEFAULTS.get(name),)
+
+    # ---- digits <-> indices ----------------------------------------------------------------
+    def _need_int64(self, what: str) -> None:
+        if self.strides is None:
+            raise ValueError(f"{what} needs a space of fewer than 2**63 points; this one has {self.size:.3e}")
+
+    def digits_of(self, idx) -> np.ndarray:
+        """(N,) grid indices -> (N, D) int64 digits."""
+        self._need_int64("digits_of")
+        idx = np.asarray(idx, dtype=np.int64).copy()
+        out = np.empty((idx.size, len(self.dims)), dtype=np.int64)
+        for k in range(len(self.dims) - 1, -1, -1):
+            idx, out[:, k] = np.divmod(idx, self.radices[k])
+        return out
+
+    def index_of(self, digits) -> np.ndarray:
+        """(N, D) digits -> (N,) int64 grid indices."""
+        self._need_int64("index_of")
+        return np.asarray(digits, dtype=np.int64) @ self.strides
+
+    # ---- columns ---------------------------------------------------------------------------
+    def _columns(self, digits: np.ndarray):
+        """(N, D) digits -> (numeric StrategyTable columns, stage_layers, stage_recompute, extra ok).
+
+        Tolerant of invalid digits (guards against division by zero); ``ok`` holds the checks
+        feasibility() does not make."""
+        n = len(digits)
+        cols: dict[str, np.ndarray] = {}
+        for k, d in enumerate(self.dims):
+            if d.base in (SHIFT, STAGE_RECOMPUTE):
+                continue
+            cols[d.name] = self._values[k][digits[:, k]]
+        for name, v in self._fixed_num.items():
+            cols[name] = np.full(n, v)
+        for name in COLUMNS:
+            if name not in cols and name != "dp":
+                cols[name] = np.full(n, _numeric(name, (DEFAULTS[name],))[0])
+        G = self.cluster.num_gpus
+        tp, pp, cp = cols["tp"], cols["pp"], cols["cp"]
+        per = tp * pp * cp
+        ok = np.ones(n, dtype=bool)
+        if "dp" not in cols:
+            dp = G // per
+            ok &= (dp >= 1) & ((G % per == 0) | ~np.bool_(self.all_gpus))
+            cols["dp"] = np.maximum(dp, 1)
+        elif self.all_gpus:
+            ok &= cols["dp"] * per == G
+        B = cols["global_batch"]
+        if "microbatches" in cols:
+            m = cols.pop("microbatches")
+            rep = cols["dp"] * m
+            ok &= B % rep == 0
+            cols["micro_batch"] = np.maximum(B // rep, 1)
+        ok &= ~cols["sequence_parallel"] | (tp > 1)
+        for name in INT_COLUMNS:
+            cols[name] = cols[name].astype(np.int64, copy=False)
+        sl = sr = None
+        if self._stage is not None:
+            sl, sr, stage_ok = self._stage_columns(digits, pp, cols["recompute"])
+            ok &= stage_ok
+        return cols, sl, sr, ok
+
+    def _stage_columns(self, digits, pp, recompute):
+        """Stage layers (N, S) and recompute codes (N, S) from the per-stage digits."""
+        n, S, L = len(digits), self.max_stages, self.model.layers
+        st = self._stage
+        ok = np.ones(n, dtype=bool)
+        p = np.clip(pp, 0, S)
+        active = st["active"][p]  # (N, S)
+        if st["shift"].size:
+            dg = digits[:, st["shift"][0]: st["shift"][-1] + 1]  # (N, S-1), contiguous columns
+            vals = st["shift_values"]
+            off = vals[0][dg] if st["shift_shared"] else np.take_along_axis(vals[None], dg[:, :, None], axis=2)[..., 0]
+            inner = st["inner"][p]  # (N, S-1) boundaries in use
+            ok &= np.all(inner | (dg == st["shift_zero"][None, :]), axis=1)  # canonical past the last one
+            edges = np.empty((n, S + 1), dtype=np.int64)
+            edges[:, 0] = 0
+            edges[:, S] = L
+            edges[:, 1:S] = np.where(inner, st["uniform"][p] + off, L)
+            layers = edges[:, 1:] - edges[:, :-1]  # (N, S): zero past pp
+            ok &= np.all((layers >= 1) | ~active, axis=1)
+            np.maximum(layers, 0, out=layers)
+        else:
+            ok &= L % np.maximum(pp, 1) == 0
+            layers = np.where(active, (L // np.maximum(pp, 1))[:, None], 0)
+        if st["recompute"].size:
+            dg = digits[:, st["recompute"][0]: st["recompute"][-1] + 1]  # (N, S)
+            vals = st["rc_values"]
+            rc = vals[0][dg] if st["rc_shared"] else np.take_along_axis(vals[None], dg[:, :, None], axis=2)[..., 0]
+            ok &= np.all(active | (dg == 0), axis=1)  # unused stages hold their first choice
+            recompute[:] = rc[:, 0]
+        else:
+            rc = np.broadcast_to(recompute[:, None], (n, S))
+        return np.ascontiguousarray(layers, dtype=np.int64), np.ascontiguousarray(rc, dtype=np.int8), ok
+
+    def _table_from(self, cols, sl, sr) -> StrategyTable:
+        columns = {name: cols[name] for name in COLUMNS}
+        return StrategyTable(columns, sl, sr)
+
+    def table(self, digits) -> StrategyTable:
+        """The StrategyTable of (N, D) digits (meaningful for valid digits)."""
+        digits = self._digits_arg(digits)
+        cols, sl, sr, _ = self._columns(digits)
+        return self._table_from(cols, sl, sr)
+
+    def digits_from_table(self, table: StrategyTable) -> np.ndarray:
+        """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
+        of the space (a value outside the choices, a fixed column or derived dp that differs,
+        stage layers no boundary shifts give) is all -1, which valid() rejects."""
+        n, D = len(table), len(self.dims)
+        digits = np.zeros((n, D), dtype=np.int64)
+        ok = np.ones(n, dtype=bool)
+        B, dp, b = table["global_batch"], table["dp"], table["micro_batch"]
+        pp = table["pp"]
+        S, L = (self.max_stages, self.model.layers) if self._stage is not None else (0, 0)
+        for k, d in enumerate(self.dims):
+            if d.base == SHIFT:
+                if table.stage_layers is None:
+                    ok &= False
+                    continue
+                j = d.stage
+                pos = np.cumsum(table.stage_layers[:, : j + 1], axis=1)[:, -1] if j < table.stage_layers.shape[1] \
+                    else np.full(n, L)
+                uniform = ((j + 1) * L * 2 + pp) // (2 * pp)
+                value = np.where(j < pp - 1, pos - uniform, 0)
+            elif d.base == STAGE_RECOMPUTE:
+                j = d.stage
+                src = table.stage_recompute if table.stage_recompute is not None else table["recompute"][:, None]
+                col = src[:, min(j, src.shape[1] - 1)] if table.stage_recompute is not None else src[:, 0]
+                value = np.where(j < pp, col, self._values[k][0])
+            elif d.base == "microbatches":
+                value = B // np.maximum(dp * b, 1)
+            else:
+                value = table[d.name]
+            vals = self._values[k]
+            match = np.asarray(value)[:, None] == vals[None, :]  # (N, C)
+            ok &= match.any(axis=1)
+            digits[:, k] = np.argmax(match, axis=1)
+        again = self.table(digits)
+        for name in COLUMNS:
+            ok &= again[name] == table[name]
+        if self._stage is not None:
+            active = np.arange(S)[None, :] < pp[:, None]
+            for attr in ("stage_layers", "stage_recompute"):
+                mine, theirs = getattr(again, attr), getattr(table, attr)
+                if theirs is None:
+                    theirs = (np.where(active, (L // pp)[:, None], 0) if attr == "stage_layers"
+                              else np.broadcast_to(table["recompute"][:, None], (n, S)))
+                w = min(S, theirs.shape[1])
+                ok &= np.all(~active[:, :w] | (mine[:, :w] == theirs[:, :w]), axis=1)
+                ok &= np.all(active[:, w:] == 0, axis=1) if w < S else True
+        digits[~ok] = -1
+        return digits
+
+    def _digits_arg(self, digits) -> np.ndarray:
+        digits = np.asarray(digits, dtype=np.int64)
+        if digits.ndim == 1:
+            digits = digits[None, :]
+        if digits.ndim != 2 or digits.shape[1] != len(self.dims):
+            raise ValueError(f"digits must be (N, {len(self.dims)}), got {digits.shape}")
+        return digits
+
+    # ---- constraints -----------------------------------------------------------------------
+    def valid(self, digits) -> np.ndarray:
+        """(N,) bool: digits in range and every structural constraint holds (not memory).
+
+        Spaces with a lookup table (see the module docstring) answer from it; the others, and
+        the table itself, come from :meth:`valid_direct`."""
+        digits = self._digits_arg(digits)
+        lut = self._lookup_table()
+        if lut is None:
+            return self.valid_direct(digits)
+        inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
+        nb = self._block_dims
+        block = np.where(inrange[:, None], digits[:, :nb], 0) @ (self.strides[:nb] // self._free_size)
+        return inrange & lut[block]
+
+    def valid_direct(self, digits) -> np.ndarray:
+        """(N,) bool: :meth:`valid` computed from the constraints (no lookup table)."""
+        digits = self._digits_arg(digits)
+        inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
+        safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
+        cols, sl, sr, ok = self._columns(safe)
+        table = self._table_from(cols, sl, sr)
+        reason = feasibility(self.model, self.cluster, table)
+        return inrange & ok & (reason == REASON["ok"])
+
+    def _lookup_table(self) -> np.ndarray | None:
+        """Validity of every combination of the constrained block (free digits 0), or None."""
+        if self._lookup is None and self._block_size <= LOOKUP_MAX_ENTRIES and self.strides is not None:
+            nb, D = self._block_dims, len(self.dims)
+            parts = []
+            for lo in range(0, self._block_size, SCAN_CHUNK):
+                blk = np.arange(lo, min(lo + SCAN_CHUNK, self._block_size), dtype=np.int64)
+                digits = np.zeros((blk.size, D), dtype=np.int64)
+                for k in range(nb - 1, -1, -1):
+                    blk, digits[:, k] = np.divmod(blk, self.radices[k])
+                parts.append(self.valid_direct(digits))
+            lut = np.concatenate(parts)
+            object.__setattr__(self, "_lookup", lut)
+            object.__setattr__(self, "_valid_blocks", np.flatnonzero(lut))
+        return self._lookup
+
+    def valid_count(self) -> int | None:
+        """Number of valid points (None when the space is too large to count by table)."""
+        lut = self._lookup_table()
+        return None if lut is None else int(lut.sum()) * self._free_size
+
+    # ---- enumeration -----------------------------------------------------------------------
+    def valid_indices(self, start: int, stop: int) -> np.ndarray:
+        """Grid indices (int64, ascending) of the valid rows in [start, stop)."""
+        self._need_int64("rows")
+        start, stop = max(int(start), 0), min(int(stop), self.size)
+        if stop <= start:
+            return np.empty(0, dtype=np.int64)
+        lut = self._lookup_table()
+        if lut is None:
+            idx = np.arange(start, stop, dtype=np.int64)
+            return idx[self.valid(self.digits_of(idx))]
+        F = self._free_size
+        b0, b1 = start // F, (stop - 1) // F + 1
+        blocks = np.flatnonzero(lut[b0:b1]) + b0  # valid blocks touching the range
+        idx = (blocks[:, None] * F + np.arange(F, dtype=np.int64)[None, :]).ravel()
+        if blocks.size and (blocks[0] == b0 or blocks[-1] == b1 - 1):
+            idx = idx[(idx >= start) & (idx < stop)]
+        return idx
+
+    def rows(self, start: int, stop: int) -> tuple[np.ndarray, StrategyTable]:
+        """Grid indices of the valid rows in [start, stop) and their StrategyTable."""
+        idx = self.valid_indices(start, stop)
+        return idx, self.table(self.digits_of(idx))
+
+    # ---- sampling and moves ----------------------------------------------------------------
+    def _nonstage(self) -> np.ndarray:
+        return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)],
+                        dtype=np.int64)
+
+    def canonical_digits(self, n: int = 1) -> np.ndarray:
+        """(n, D) zeros with every per-stage shift at its zero-offset digit."""
+        out = np.zeros((n, len(self.dims)), dtype=np.int64)
+        if self._stage is not None:
+            for k in self._stage["shift"]:
+                out[:, k] = self.dims[k].choices.index(0)
+        return out
+
+    def random_digits(self, rng: np.random.Generator, n: int, *, max_rounds: int = 1000) -> np.ndarray:
+        """(n, D) valid digits drawn at random.
+
+        Spaces without per-stage dimensions: uniform over the valid points (from the lookup
+        table's valid blocks, else by rejection).
+        Per-stage spaces: the other dimensions uniform over their valid combinations (with
+        canonical stage digits), then the per-stage recompute digits uniform and the boundary
+        shifts drawn boundary by boundary, each uniform among the offsets that keep the stage
+        before it at least one layer (vpp layers under interleaving) and leave room for the
+        stages after it; rows that still fail keep the uniform partition."""
+        if self._lookup_table() is not None:
+            if not self._valid_blocks.size:
+                raise ValueError("random_digits: the space has no valid point")
+            blocks = self._valid_blocks[rng.integers(0, self._valid_blocks.size, size=n)]
+            return self.digits_of(blocks * self._free_size + rng.integers(0, self._free_size, size=n))
+        out = np.empty((0, len(self.dims)), dtype=np.int64)
+        ns = self._nonstage()
+        for _ in range(max_rounds):
+            want = n - len(out)
+            if want <= 0:
+                break
+            draw = max(2 * want, 64)
+            digits = self.canonical_digits(draw)
+            digits[:, ns] = rng.integers(0, self.radices[ns][None, :], size=(draw, ns.size))
+            digits = digits[self.valid(digits)]
+            out = np.concatenate([out, digits[:want]])
+        if len(out) < n:
+            raise ValueError(f"random_digits: found {len(out)} of {n} valid points in {max_rounds} rounds")
+        if self._stage is not None:
+            out = self._random_stages(rng, out)
+        return out
+
+    def _random_stages(self, rng, digits):
+        n, L = len(digits), self.model.layers
+        cols, _, _, _ = self._columns(digits)
+        p, v = cols["pp"], np.where(cols["schedule"] == SCHEDULES.index("interleaved"), cols["vpp"], 1)
+        st = self._stage
+        out = digits.copy()
+        for k in st["recompute"]:
+            draw = rng.integers(0, self.radices[k], size=n)
+            out[:, k] = np.where(self.dims[k].stage < p, draw, 0)
+        if not st["shift"].size:
+            return out
+        prev = np.zeros(n, dtype=np.int64)  # position of the previous boundary
+        for j, k in enumerate(st["shift"]):
+            vals = self._values[k]  # (C,) offsets
+            active = j < p - 1
+            uniform = ((j + 1) * L * 2 + p) // (2 * p)
+            pos = uniform[:, None] + vals[None, :]  # (N, C) candidate boundary positions
+            size = pos - prev[:, None]
+            room = L - pos  # layers left for stages j+1 .. p-1 (p - 1 - j of them)
+            allowed = (size >= v[:, None]) & (size % v[:, None] == 0) & (room >= (p - 1 - j)[:, None] * v[:, None])
+            cnt = allowed.sum(axis=1)
+            pick = np.floor(rng.random(n) * np.maximum(cnt, 1)).astype(np.int64)
+            choice = np.argmax(np.cumsum(allowed, axis=1) > pick[:, None], axis=1)
+            zero = self.dims[k].choices.index(0)
+            digit = np.where(active & (cnt > 0), choice, zero)
+            out[:, k] = digit
+            prev = np.where(active, uniform + vals[digit], prev)
+        bad = ~self.valid(out)
+        out[bad] = digits[bad]
+        return out
+
+    def column(self, digits, name: str) -> np.ndarray:
+        """(N,) numeric values of one dimension or fixed column for (N, D) digits (codes for
+        coded columns); cheaper than table() when one column is needed."""
+        digits = self._digits_arg(digits)
+        if name in self._index:
+            k = self._index[name]
+            return self._values[k][digits[:, k]]
+        if name in self._fixed_num:
+            return np.full(len(digits), self._fixed_num[name])
+        if name == "dp":
+            return self.table(digits)["dp"]
+        return np.full(len(digits), _numeric(name, (DEFAULTS[name],))[0])
+
+    def propose(self, digits, rng: np.random.Generator) -> np.ndarray:
+        """(C, D) -> (C, D): one local move per row. A dimension is picked uniformly among those
+        with more than one choice (per-stage ones only for stages the row uses); an ordinal one
+        (a stage boundary shift) steps its digit by +-1, moving the boundary one layer (vpp
+        layers under interleaving, where stages hold whole chunks), any other takes another
+        choice uniformly. In a per-stage space a pp change also resets the boundary shifts to the
+        uniform positions and the unused stages' recompute digits. The result need not be
+        valid."""
+        digits = self._digits_arg(digits)
+        C, D = digits.shape
+        movable = np.broadcast_to(self.radices[None, :] > 1, (C, D)).copy()
+        st = self._stage
+        if st is not None:
+            pp = self.column(digits, "pp")
+            S = self.max_stages
+            if st["shift"].size:
+                movable[:, st["shift"]] &= np.arange(S - 1)[None, :] < (pp - 1)[:, None]
+            if st["recompute"].size:
+                movable[:, st["recompute"]] &= np.arange(S)[None, :] < pp[:, None]
+        v = np.ones(C, dtype=np.int64)  # boundary step in layers
+        if st is not None and st["shift"].size:
+            inter = self.column(digits, "schedule") == SCHEDULES.index("interleaved")
+            v = np.where(inter, self.column(digits, "vpp"), 1)
+            dg = digits[:, st["shift"]]
+            rad_s = self.radices[st["shift"]][None, :]
+            movable[:, st["shift"]] &= (dg - v[:, None] >= 0) | (dg + v[:, None] < rad_s)
+        cnt = movable.sum(axis=1)
+        pick = np.floor(rng.random(C) * np.maximum(cnt, 1)).astype(np.int64)
+        col = np.argmax(np.cumsum(movable, axis=1) > pick[:, None], axis=1)  # (C,)
+        rows = np.arange(C)
+        cur = digits[rows, col]
+        rad = self.radices[col]
+        ordinal = np.array([d.ordinal for d in self.dims], dtype=bool)[col]
+        size = np.where(np.isin(col, st["shift"]), v, 1) if st is not None else v
+        step = np.where(rng.random(C) < 0.5, -size, size)
+        step = np.where(cur + step < 0, size, np.where(cur + step >= rad, -size, step))
+        other = (cur + 1 + np.floor(rng.random(C) * np.maximum(rad - 1, 1)).astype(np.int64)) % rad
+        new = np.where(ordinal, cur + step, other)
+        out = digits.copy()
+        out[rows, col] = np.where(cnt > 0, new, cur)
+        if st is not None and "pp" in self._index:
+            changed = np.flatnonzero((col == self._index["pp"]) & (cnt > 0))
+            if changed.size:
+                canon = self.canonical_digits(1)[0]
+                if st["shift"].size:
+                    out[np.ix_(changed, st["shift"])] = canon[st["shift"]][None, :]
+                if st["recompute"].size:
+                    pp_new = self.column(out[changed], "pp")
+                    sub = out[np.ix_(changed, st["recompute"])]
+                    keep = np.arange(self.max_stages)[None, :] < pp_new[:, None]
+                    out[np.ix_(changed, st["recompute"])] = np.where(keep, sub, canon[st["recompute"]][None, :])
+        return out
+
+    # ---- start points ----------------------------------------------------------------------
+    def _core_valid(self, extra: dict[str, object] | None = None):
+        """Valid digits of the space with per-stage digits canonical (per-stage recompute set
+        from ``extra['stage_recompute']`` for the stages in use): (M, D) digits and their table."""
+        ns = self._nonstage()
+        rad = self.radices[ns]
+        total = math.prod(int(r) for r in rad)
+        if total > LOOKUP_MAX_ENTRIES * 4:
+            raise ValueError(f"start points: the non-stage core has {total:,} points, too many to scan")
+        found = []
+        for lo in range(0, total, SCAN_CHUNK):
+            i = np.arange(lo, min(lo + SCAN_CHUNK, total), dtype=np.int64)
+            digits = self.canonical_digits(i.size)
+            for j in range(ns.size - 1, -1, -1):
+                i, digits[:, ns[j]] = np.divmod(i, rad[j])
+            if self._stage is not None and extra and "stage_recompute" in extra:
+                pp = self.table(digits)["pp"]
+                for k in self._stage["recompute"]:
+                    ch = self.dims[k].choices
+                    want = extra["stage_recompute"]
+                    if want in ch:
+                        digits[:, k] = np.where(self.dims[k].stage < pp, ch.index(want), 0)
+            found.append(digits[self.valid(digits)])
+        digits = np.concatenate(found)
+        return digits, self.table(digits)
+
+    def start_points(self) -> dict[str, np.ndarray]:
+        """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
+        possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al.
+        2021 / Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it,
+        the smallest pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved),
+        selective recompute, sequence parallelism, ZeRO-1 (distributed optimizer), micro-batch
+        1). A name is omitted when the space holds no such point."""
+        from costmodel import evaluate
+
+        out: dict[str, np.ndarray] = {}
+        digits, t = self._core_valid()
+        if len(digits):
+            rc = t["recompute"] if self._stage is None else t.stage_recompute.max(axis=1)
+            keys = (t["micro_batch"], t["overlap_dp"] == 0, t["zero_stage"], rc, t["sequence_parallel"],
+                    t["vpp"], t["schedule"] != SCHEDULES.index("1f1b"), t["cp"], t["tp"], t["pp"], -t["dp"])
+            out["data_parallel"] = digits[np.lexsort(keys)[0]]
+        digits, t = self._core_valid({"stage_recompute": "selective"})
+        if len(digits):
+            node = self.cluster.gpus_per_node
+            tps = t["tp"]
+            tp_want = tps[tps <= node].max() if np.any(tps <= node) else tps.min()
+            rc = t["recompute"] if self._stage is None else t.stage_recompute[:, 0]
+            sched_rank = np.where(t["schedule"] == SCHEDULES.index("1f1b"), 0,
+                                  np.where(t["schedule"] == SCHEDULES.index("interleaved"), 1, 2))
+            score = np.stack([
+                tps != tp_want, rc != RECOMPUTE.index("selective"), ~t["sequence_parallel"],
+                t["zero_stage"] != 1, t["micro_batch"] != t["micro_batch"].min(), sched_rank,
+                t["vpp"], t["cp"] != 1, t["overlap_dp"] == 0,
+                t["precision"] != _numeric("precision", ("bf16",))[0],
+            ], axis=1).astype(np.int64)
+            best = np.all(score == score[np.lexsort(score.T[::-1])[0]][None, :], axis=1)
+            cand = np.flatnonzero(best)
+            # pp dividing the layers first (Megatron's uniform stages), then the smallest
+            cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0))]
+            m = evaluate(self.model, self.cluster, t.take(cand))
+            fits = np.flatnonzero(m["reason"] != REASON["out_of_memory"])
+            out["megatron"] = digits[cand[fits[0]] if fits.size else cand[-1]]
+        return out
+
+    # ---- persistence -----------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "model": self.model.name, "cluster": self.cluster.name, "all_gpus": self.all_gpus,
+            "fixed": dict(self.fixed),
+            "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, model: Transformer, cluster: Cluster) -> Space:
+        dims = [Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=bool(x.get("ordinal", False)))
+                for x in d["dims"]]
+        return cls(model=model, cluster=cluster, fixed=d["fixed"], dims=dims, all_gpus=d.get("all_gpus", True))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, Space) and self.model == other.model and self.cluster == other.cluster
+                and self.to_json() == other.to_json())
+
+    def __hash__(self) -> int:
+        return hash((self.model.name, self.cluster.name, self.size))
+
+
+# ---- named spaces -------------------------------------------------------------------------
+def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
+    """The default space's choices (``plansweep rank``): every GPU used, tp dividing heads (at
+    most a node), pp dividing layers (at most 64), cp in {1, 2} for sequences >= 4096,
+    micro-batch 1-8, 1F1B / interleaved (vpp 2-4) / ZB-H1, recompute, SP, ZeRO 0-1."""
+    heads = model.heads if model.kind != "mlp" else model.hidden
+    return {
+        "tp": divisors(heads, cluster.gpus_per_node),
+        "pp": divisors(model.layers, 64),
+        "cp": [1, 2] if model.seq_len >= 4096 else [1],
+        "micro_batch": [1, 2, 4, 8],
+        "schedule": ["1f1b", "interleaved", "zb-h1"],
+        "vpp": [1, 2, 3, 4],
+        "recompute": list(RECOMPUTE),
+        "sequence_parallel": [False, True],
+        "zero_stage": [0, 1],
+    }
+
+
+def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
+    """See :func:`default_choices`; dp = GPUs / (tp pp cp)."""
+    return Space.from_options(model, cluster, global_batch=global_batch)
+
+
+# The exact space (issue 4, search quality): GPT-3 175B on 1024 H100, global batch 1536.
+EXACT_CHOICES: dict[str, list] = {
+    "tp": [1, 2, 4, 8],
+    "pp": [1, 2, 4, 8, 16, 32],
+    "cp": [1, 2, 4, 8],
+    "micro_batch": [1, 2, 3, 4, 6, 8, 12, 16],
+    "schedule": ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
+    "vpp": [1, 2, 3, 4, 6],
+    "recompute": list(RECOMPUTE),
+    "sequence_parallel": [False, True],
+    "zero_stage": [0, 1, 2, 3],
+}
+
+
+def exact_space(model: Transformer, cluster: Cluster, global_batch: int = 1536) -> Space:
+    """Global degrees (tp, pp, cp; dp = GPUs / (tp pp cp)), micro-batch, schedule (+ vpp),
+    recompute, SP and ZeRO stage: small enough to evaluate whole (EXACT_CHOICES), meant for
+    GPT-3 175B on h100x1024 with global batch 1536 (460,800 points, 52,806 valid, 11,474
+    feasible by costmodel.evaluate's closed forms at COST_MODEL_VERSION 1)."""
+    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", **EXACT_CHOICES)
+
+
+# Boundary offsets of the partition space: up to 4 layers either way of the uniform position.
+PARTITION_SHIFTS = list(range(-4, 5))
+
+
+def partition_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
+    """Uneven pipeline partitions and per-stage recompute over the exact space's degrees:
+    stage_shift.J in -4..4 layers, stage_recompute.J in none/selective/full; pp need not
+    divide the layers. Far beyond exhaustive search (a Python int size)."""
+    pps = [p for p in (1, 2, 4, 8, 16, 32) if p <= model.layers]
+    opts = {k: v for k, v in EXACT_CHOICES.items() if k not in ("recompute",)}
+    opts["pp"] = pps
+    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed",
+                              stage_shift=PARTITION_SHIFTS, stage_recompute=list(RECOMPUTE), **opts)

@@ -1,0 +1,228 @@
+"""Optuna's TPE sampler over a Space, through ask and tell, with the study in a journal file.
+
+Parameters: one per dimension, named as the dimension, over the dimension's *digit* (the
+index of the choice): an IntDistribution(0, r - 1) for dimensions whose choices are numbers in
+increasing order (tp, pp, micro-batch, vpp, ZeRO stage, boundary shifts: the Parzen kernels
+then use their order), a CategoricalDistribution over the digits otherwise (schedule,
+recompute, booleans).
+
+Objective: maximise tokens_per_s. Constraints (Optuna 5: Trial.set_constraint; a trial is
+feasible when every value is <= 0, and TPE ranks infeasible trials by their total violation,
+Optuna's c-TPE handling):
+    "memory"  mem_total / HBM - 1   (> 0 exactly for out-of-memory rows)
+    "model"   1 for rows the cost model rejects for any other reason, else 0
+    "space"   1 for digit combinations outside the Space (Space.valid false), else 0
+Combinations outside the space are not evaluated: the trial is told at once with value 0 and
+"space" = 1, so TPE learns to avoid them (no repair: the sampled parameters are exactly the
+strategy evaluated). Points already evaluated are told from a memo, not asked again.
+
+Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
+when the batch starts), and a batch is the stream of trials until n distinct new valid
+points are found (or MAX_DRAWS_PER_POINT * n draws), so ask(n) is a function of the study's
+history. Resume: a TPESearcher on the same journal file (``storage``) continues the study;
+trials left running by an interrupted run are the pending batch, asked again. Without a
+storage file, a fresh searcher told the recorded batches in order rebuilds the same study.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from costmodel import InputError, Metrics, StrategyTable
+from search._base import Searcher
+from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, stage_width
+
+DEFAULT_N_STARTUP_TRIALS = 20
+# Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
+DEFAULT_N_EI_CANDIDATES = 24
+DEFAULT_STUDY_NAME = "plansweep-tpe"
+# Draws allowed per asked point (invalid or already-known draws are not asked).
+MAX_DRAWS_PER_POINT = 50
+SEED_MODULUS = 2**32
+_CONSTRAINTS = ("memory", "model", "space")
+
+
+def _batch_seed(seed: int, trials: int) -> int:
+    """Seed of the sampler for the batch starting after ``trials`` trials."""
+    return int(np.random.default_rng([seed, trials]).integers(SEED_MODULUS))
+
+
+class TPESearcher(Searcher):
+    """Tree-structured Parzen estimator search (Bergstra et al. 2011; Optuna's TPESampler,
+    multivariate, Falkner et al. 2018) over a Space; see the module docstring.
+
+    Every TPESampler argument is set explicitly (Optuna 5.0 defaults noted): n_startup_trials,
+    n_ei_candidates (24), seed, multivariate (None: True for one objective; set True), group
+    (False; True handles the per-stage parameters' varying use), constant_liar (True: running
+    trials of a batch count as bad so the batch spreads out). Arguments deprecated in Optuna
+    4.x-5.0 (consider_prior, prior_weight, consider_magic_clip, consider_endpoints, gamma,
+    weights, warn_independent_sampling, constraints_func) are left at None, which means their
+    documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
+    constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
+    """
+
+    def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
+                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+                 n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
+                 group: bool = False, constant_liar: bool = True) -> None:
+        if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
+            raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
+        if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
+            raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.seed = int(seed)
+        self.study_name = study_name
+        self.storage = None if storage is None else os.fspath(storage)
+        self._sampler_args = dict(n_startup_trials=int(n_startup_trials), n_ei_candidates=int(n_ei_candidates),
+                                  multivariate=bool(multivariate), group=bool(group),
+                                  constant_liar=bool(constant_liar))
+        self._hbm_bytes = hbm_of(space.cluster)
+        self._width = stage_width(space)
+        self._names = [d.name for d in space.dims]
+        self._dists = {d.name: _distribution(d.choices) for d in space.dims}
+        if self.storage is None:
+            backend = optuna.storages.InMemoryStorage()
+        else:
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            if os.path.dirname(self.storage) and not os.path.isdir(os.path.dirname(self.storage)):
+                raise InputError("storage", "a file in an existing directory", self.storage)
+            backend = JournalStorage(JournalFileBackend(self.storage))
+        self.study = optuna.create_study(storage=backend, study_name=study_name, direction="maximize",
+                                         sampler=self._sampler(0), load_if_exists=True)
+        self._memo = Memo()
+        self._pending: list = []  # trials asked and not told, in order
+        self._pending_keys = np.zeros(0, dtype=np.int64)
+        self._rebuild_from_study()
+
+    # -- the contract ------------------------------------------------------------------------
+    def ask(self, n: int) -> StrategyTable:
+        if not isinstance(n, (int, np.integer)) or n < 0:
+            raise InputError("n", "an integer >= 0", n)
+        if not self._pending and n > 0:
+            self._new_batch(int(n))
+        digits = self._pending_digits()[: int(n)]
+        return self.space.table(digits)
+
+    def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if not self._pending and len(table):
+            # Replay on a fresh searcher: draw the batch this table came from.
+            self._new_batch(len(table))
+        if not self._pending:
+            return
+        cost, excess = row_costs(metrics, self._hbm_bytes)
+        asked = self.space.table(self._pending_digits())
+        pos = match_rows(row_keys(table, self.space.model.layers, self._width),
+                         row_keys(asked, self.space.model.layers, self._width))
+        hit = pos >= 0
+        keys = self._pending_keys[pos[hit]]
+        vals = np.stack([cost[hit], excess[hit]], axis=1)
+        self._memo.add(keys, vals)
+        for trial, key in zip(self._pending, self._pending_keys, strict=True):
+            found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))
+            if found[0]:
+                self._tell_known(trial, v[0])
+            else:  # asked but not told: this point was not evaluated
+                self.study.tell(trial, state=TrialState.FAIL)
+        self._pending = []
+        self._pending_keys = self._pending_keys[:0]
+
+    # -- batches -----------------------------------------------------------------------------
+    def _sampler(self, trials: int) -> optuna.samplers.TPESampler:
+        with warnings.catch_warnings():
+            # group=True is experimental in Optuna 5 and says so once per sampler.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials), **self._sampler_args)
+
+    def _new_batch(self, n: int) -> None:
+        """Draw trials until n distinct valid points not evaluated yet are pending."""
+        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        pending, keys_seen = [], []
+        for _ in range(MAX_DRAWS_PER_POINT * n):
+            if len(pending) >= n:
+                break
+            trial = self.study.ask(self._dists)
+            digits = np.array([[trial.params[name] for name in self._names]], dtype=np.int64)
+            if not self.space.valid(digits)[0]:
+                for name in _CONSTRAINTS:
+                    trial.set_constraint(name, 1.0 if name == "space" else 0.0)
+                self.study.tell(trial, 0.0)
+                continue
+            key = point_keys(self.space, digits)
+            found, v = self._memo.lookup(key)
+            if found[0]:
+                self._tell_known(trial, v[0])
+                continue
+            if any(k == key[0] for k in keys_seen):
+                # Another trial of this batch holds this point: tell it its twin's result
+                # later; it is not asked twice.
+                pending.append(trial)
+                keys_seen.append(key[0])
+                continue
+            pending.append(trial)
+            keys_seen.append(key[0])
+        self._pending = pending
+        self._pending_keys = np.asarray(keys_seen) if keys_seen else np.zeros(0, dtype=np.int64)
+
+    def _pending_digits(self) -> np.ndarray:
+        """Digits of the distinct pending points, in the order they were drawn."""
+        if not self._pending:
+            return np.zeros((0, len(self._names)), dtype=np.int64)
+        _, first = np.unique(self._pending_keys, return_index=True)
+        first = np.sort(first)
+        return np.array([[self._pending[i].params[name] for name in self._names] for i in first],
+                        dtype=np.int64)
+
+    def _tell_known(self, trial, value: np.ndarray) -> None:
+        cost, excess = float(value[0]), float(value[1])
+        feasible = np.isfinite(cost)
+        trial.set_constraint("memory", (excess - 1.0) if (not feasible and np.isfinite(excess)) else -1.0)
+        trial.set_constraint("model", 0.0 if feasible or np.isfinite(excess) else 1.0)
+        trial.set_constraint("space", 0.0)
+        self.study.tell(trial, 1.0 / cost if feasible else 0.0)
+
+    def _rebuild_from_study(self) -> None:
+        """Memo from the study's finished trials; running trials become the pending batch."""
+        trials = self.study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.constraints.get("space", 0.0) <= 0
+                and t.params.keys() == self._dists.keys()]
+        if done:
+            digits = np.array([[t.params[name] for name in self._names] for t in done], dtype=np.int64)
+            vals = np.array([_value_of(t) for t in done])
+            self._memo.add(point_keys(self.space, digits), vals)
+        running = [t for t in trials if t.state == TrialState.RUNNING]
+        if running:
+            self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
+            digits = np.array([[t.params[name] for name in self._names] for t in running], dtype=np.int64)
+            self._pending_keys = point_keys(self.space, digits)
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def trials(self) -> int:
+        """Trials in the study (including those outside the space, told without evaluation)."""
+        return len(self.study.get_trials(deepcopy=False))
+
+
+def _value_of(trial) -> tuple[float, float]:
+    """(cost, excess) of a finished trial, from its value and constraints (row_costs' terms)."""
+    if trial.value and trial.value > 0:
+        return 1.0 / trial.value, 0.0
+    mem = trial.constraints.get("memory", 0.0)
+    if trial.constraints.get("model", 0.0) > 0:
+        return np.inf, np.inf
+    return np.inf, mem + 1.0
+
+
+def _distribution(choices: tuple):
+    """IntDistribution over the digit of increasing numeric choices, else categorical digits."""
+    numeric = all(isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) for c in choices)
+    if numeric and len(choices) > 1 and all(a < b for a, b in zip(choices, choices[1:], strict=False)):
+        return IntDistribution(0, len(choices) - 1)
+    return CategoricalDistribution(tuple(range(len(choices))))

@@ -1,0 +1,138 @@
+"""MCMCSearcher: the searcher contract, the Metropolis rule, resets, the memo, state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, cluster_preset, evaluate, model_preset
+from search import MCMCSearcher, exact_space, partition_space
+from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics
+
+GPT3 = model_preset("gpt3-175b")
+H100 = cluster_preset("h100x1024")
+
+
+@pytest.fixture(scope="module")
+def exact():
+    return exact_space(GPT3, H100, 1536)
+
+
+class TestMCMCContract(SearcherContract):
+    @pytest.fixture
+    def space(self, exact):
+        return exact
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: MCMCSearcher(space, seed=seed, chains=16)
+
+
+class TestMCMCPartitionContract(SearcherContract):
+    @pytest.fixture
+    def space(self):
+        return partition_space(GPT3, H100, 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: MCMCSearcher(space, seed=seed, chains=16)
+
+
+def _drive(s, space, steps, n=None):
+    told = []
+    for _ in range(steps):
+        t = s.ask(n or s.chains)
+        m = evaluate(space.model, space.cluster, t)
+        s.tell(t, m)
+        told.append((t, m))
+    return told
+
+
+def test_greedy_chains_never_get_worse(exact):
+    # beta huge: exp(-beta * rel) = 0 for any increase, so each chain's cost is non-increasing.
+    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0)
+    _drive(s, exact, 1)
+    prev = s.state_dict()["cost"]
+    for _ in range(15):
+        _drive(s, exact, 1)
+        cost = s.state_dict()["cost"]
+        both = np.isfinite(prev)
+        assert np.all(cost[both] <= prev[both])
+        prev = cost
+
+
+def test_beta_zero_accepts_every_known_proposal(exact):
+    # beta = 0: exp(0) = 1 > u, so a chain moves to every feasible proposal it is told about.
+    s = MCMCSearcher(exact, seed=3, chains=8, beta=0.0, reset_every=0, starts=("random",))
+    _drive(s, exact, 3)
+    st = s._draw()
+    t = exact.table(st.proposal[st.ask_rows])
+    m = evaluate(exact.model, exact.cluster, t)
+    s.tell(t, m)
+    x = s.state_dict()["x"]
+    feas_rows = st.ask_rows[np.asarray(m["feasible"])]
+    assert np.array_equal(x[feas_rows], st.proposal[feas_rows])
+
+
+def test_reset_moves_every_chain_to_the_best(exact):
+    s = MCMCSearcher(exact, seed=1, chains=8, reset_every=5)
+    told = _drive(s, exact, 5)
+    tps = np.concatenate([m["tokens_per_s"] for _, m in told])
+    x = s.state_dict()["x"]
+    assert np.all(x == x[0])
+    _, best_tps = s.best()
+    assert best_tps == pytest.approx(tps.max())
+
+
+def test_never_asks_a_point_twice(exact):
+    s = MCMCSearcher(exact, seed=2, chains=16)
+    seen = []
+    for t, _ in _drive(s, exact, 20):
+        seen.append(exact.index_of(exact.digits_from_table(t)))
+    allidx = np.concatenate(seen)
+    assert len(np.unique(allidx)) == len(allidx)
+
+
+def test_ask_fewer_than_chains_and_partial_tell(exact):
+    s = MCMCSearcher(exact, seed=4, chains=16)
+    t = s.ask(5)
+    assert len(t) == 5
+    assert columns_equal(t, s.ask(5))  # ask is pure until tell
+    s.tell(t.take(np.arange(3)), evaluate(GPT3, H100, t.take(np.arange(3))))
+    assert s.step >= 1
+    t2 = s.ask(16)
+    idx2 = exact.index_of(exact.digits_from_table(t2))
+    assert not np.isin(exact.index_of(exact.digits_from_table(t.take(np.arange(3)))), idx2).any()
+
+
+def test_infeasible_start_walks_to_feasible(exact):
+    # Data parallelism does not fit GPT-3 175B; a chain started there reaches a feasible point.
+    s = MCMCSearcher(exact, seed=0, chains=4, starts=("data_parallel",))
+    first = _drive(s, exact, 1)
+    assert not first[0][1]["feasible"].any()
+    _drive(s, exact, 60)
+    assert s.best()[1] > 0
+
+
+def test_bad_arguments(exact):
+    with pytest.raises(InputError, match="chains"):
+        MCMCSearcher(exact, seed=0, chains=0)
+    with pytest.raises(InputError, match="beta"):
+        MCMCSearcher(exact, seed=0, beta=-1.0)
+    with pytest.raises(InputError, match="starts"):
+        MCMCSearcher(exact, seed=0, starts=("zero_bubble_magic",))
+    s = MCMCSearcher(exact, seed=0)
+    with pytest.raises(InputError, match="n"):
+        s.ask(-1)
+    state = s.state_dict()
+    with pytest.raises(InputError, match="state"):
+        MCMCSearcher(exact, seed=0, chains=4).load_state_dict(state)
+
+
+def test_infeasible_tells_keep_state_plain(exact):
+    s = MCMCSearcher(exact, seed=5, chains=8)
+    t = s.ask(8)
+    s.tell(t, infeasible_metrics(t))
+    state = s.state_dict()
+    for v in state.values():
+        assert isinstance(v, (int, float, np.ndarray))

@@ -1,0 +1,297 @@
+"""Space (mixed-radix grid), GridSearcher and RandomSearcher."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
+from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
+from tests.searcher_contract import SearcherContract, columns_equal
+
+GPT3 = model_preset("gpt3-175b")
+H100 = cluster_preset("h100x1024")
+# A small model: 12 layers, 8 heads (4 K/V heads), on 16 GPUs in nodes of 4.
+SMALL = Transformer(name="small", layers=12, hidden=512, heads=8, kv_heads=4, seq_len=1024, vocab=1000)
+C16 = make_cluster("h100", 16, gpus_per_node=4)
+
+
+def small_space(**kw):
+    opts = dict(dp=[1, 2, 4, 8, 16], tp=[1, 2, 3, 4, 8], pp=[1, 2, 3, 4, 5], micro_batch=[1, 2, 3, 4],
+                schedule=["gpipe", "1f1b", "interleaved", "zb-h1"], vpp=[1, 2, 3], sequence_parallel=[False, True],
+                zero_stage=[0, 1, 2, 3], recompute=["none", "full"])
+    opts.update(kw)
+    return Space.from_options(SMALL, C16, global_batch=48, base="fixed", **opts)
+
+
+def plain_valid(dp, tp, pp, mb, sched, vpp, sp, zero, *, G=16, B=48, L=12, heads=8, kv=4, all_gpus=True):
+    """The constraints written out plainly, for one point."""
+    if (dp * tp * pp != G) if all_gpus else (dp * tp * pp > G):
+        return False
+    if heads % tp or kv % tp or L % pp or B % (dp * mb):
+        return False
+    if sched == "interleaved":
+        if not (vpp >= 2 and pp >= 2 and (L // pp) % vpp == 0):
+            return False
+    elif vpp != 1:
+        return False
+    if sp and tp == 1:
+        return False
+    return not (zero >= 2 and pp > 1)
+
+
+@pytest.mark.parametrize("all_gpus", [True, False])
+def test_grid_equals_filtered_product(all_gpus):
+    space = small_space() if all_gpus else Space.from_options(
+        SMALL, C16, global_batch=48, base="fixed", all_gpus=False, dp=[1, 2, 4, 8, 16], tp=[1, 2, 3, 4, 8],
+        pp=[1, 2, 3, 4, 5], micro_batch=[1, 2, 3, 4], schedule=["gpipe", "1f1b", "interleaved", "zb-h1"],
+        vpp=[1, 2, 3], sequence_parallel=[False, True], zero_stage=[0, 1, 2, 3], recompute=["none", "full"])
+    names = ("dp", "tp", "pp", "micro_batch", "schedule", "vpp", "sequence_parallel", "zero_stage", "recompute")
+    choices = [space.choices_of(n) for n in names]
+    expected = sorted(
+        p for p in itertools.product(*choices) if plain_valid(*p[:8], all_gpus=all_gpus)
+    )
+    idx, t = space.rows(0, space.size)
+    r = t.readable()
+    got = sorted(zip(*(r[n].tolist() for n in names), strict=True))
+    assert got == [tuple(x) for x in expected]
+    assert len(expected) > 50
+    assert np.all(np.diff(idx) > 0)
+    assert space.valid_count() == len(expected)
+
+
+def test_digits_index_round_trip():
+    space = small_space()
+    idx = np.arange(space.size)
+    d = space.digits_of(idx)
+    assert d.shape == (space.size, len(space.dims))
+    assert np.all(d < space.radices) and np.all(d >= 0)
+    np.testing.assert_array_equal(space.index_of(d), idx)
+    # mixed radix, last dimension fastest: index 1 is digit 1 of the last dimension
+    assert list(d[1]) == [0] * (len(space.dims) - 1) + [1]
+
+
+def test_rows_over_split_ranges_concatenate():
+    space = default_space(GPT3, H100, 1536)
+    whole, t = space.rows(0, space.size)
+    cuts = [0, 1, 7, 1000, 1001, 20_000, 37_999, space.size]
+    parts = [space.rows(a, b) for a, b in itertools.pairwise(cuts)]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), whole)
+    from costmodel import StrategyTable
+    assert columns_equal(StrategyTable.concat([p[1] for p in parts]), t)
+    # lookup-table path equals the direct check of every candidate
+    direct = np.flatnonzero(space.valid_direct(space.digits_of(np.arange(space.size))))
+    np.testing.assert_array_equal(direct, whole)
+    assert columns_equal(space.table(space.digits_of(whole)), t)
+
+
+def test_default_space_matches_rank_choices():
+    space = default_space(GPT3, H100, 1536)
+    assert space.choices_of("tp") == (1, 2, 3, 4, 6, 8)  # divisors of 96 up to a node of 8
+    assert space.choices_of("pp") == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+    idx, t = space.rows(0, space.size)
+    assert np.all(t.num_gpus == 1024)
+    assert np.all(96 % t["tp"] == 0) and np.all(96 % t["pp"] == 0)
+
+
+def test_microbatches_dimension():
+    mlp, c = model_preset("seed000-mlp"), cluster_preset("seed000-16")
+    space = Space.from_options(mlp, c, global_batch=8192, base="fixed", dp=[1, 2, 4, 8, 16], tp=[1, 2, 4, 8, 16],
+                               pp=[1, 2, 4, 8, 16], microbatches=[1, 2, 4, 8, 16, 32])
+    idx, t = space.rows(0, space.size)
+    m = 8192 // (t["dp"] * t["micro_batch"])
+    assert np.all(t["dp"] * t["micro_batch"] * m == 8192)
+    assert np.all(t.num_gpus == 16)
+    # 15 (dp, tp, pp) triples with product 16 (pp | 64 always), times 6 counts m
+    assert len(t) == 15 * 6
+
+
+def test_exact_space_has_10k_feasible():
+    space = exact_space(GPT3, H100, 1536)
+    idx, t = space.rows(0, space.size)
+    m = evaluate(GPT3, H100, t)
+    assert int(m["feasible"].sum()) >= 10_000
+
+
+def test_partition_space():
+    space = partition_space(GPT3, H100, 1536)
+    # tp 4, pp 6, cp 4, micro-batch 8, schedule 5, vpp 5, SP 2, ZeRO 4; 31 boundaries of 9
+    # shifts, 32 stages of 3 recompute choices
+    assert space.size == 4 * 6 * 4 * 8 * 5 * 5 * 2 * 4 * 9 ** 31 * 3 ** 32
+    assert space.size > 2 ** 63 and isinstance(space.size, int)
+    rng = np.random.default_rng(0)
+    d = space.random_digits(rng, 300)
+    assert np.all(space.valid(d))
+    t = space.table(d)
+    active = np.arange(t.stage_layers.shape[1])[None, :] < t["pp"][:, None]
+    assert np.all(t.stage_layers.sum(axis=1) == 96)
+    assert np.all((t.stage_layers >= 1) | ~active) and np.all((t.stage_layers == 0) | active)
+    # pp = 32 over 96 layers with zero shifts is 3 layers a stage; uneven rows exist
+    assert np.any(np.ptp(np.where(active, t.stage_layers, t.stage_layers.max()), axis=1) > 0)
+    m = evaluate(GPT3, H100, t)
+    assert np.all(m["reason"] != 3)  # the cost core accepts every partition (pp_not_divide_layers)
+
+
+def test_partition_shift_positions():
+    # pp = 4 over 10 layers: uniform boundaries round(2.5)=3 (halves up), 5, round(7.5)=8
+    m = Transformer(name="t10", layers=10, hidden=256, heads=4, seq_len=128, vocab=100)
+    c = make_cluster("h100", 4, gpus_per_node=4)
+    space = Space.from_options(m, c, global_batch=8, base="fixed", pp=[1, 2, 4], stage_shift=[-1, 0, 1])
+    digits = space.canonical_digits(1)
+    digits[0, space.dims.index(next(d for d in space.dims if d.name == "pp"))] = 2  # pp = 4
+    t = space.table(digits)
+    assert t.stage_layers[0].tolist() == [3, 2, 3, 2]
+    k = [d.name for d in space.dims].index("stage_shift.1")
+    digits[0, k] = 2  # boundary 1 moves from 5 to 6
+    assert space.table(digits).stage_layers[0].tolist() == [3, 3, 2, 2]
+    digits[0, k] = 1
+    k3 = [d.name for d in space.dims].index("stage_shift.2")
+    digits[0, k3] = 0  # boundary 2 from 8 to 7
+    assert space.table(digits).stage_layers[0].tolist() == [3, 2, 2, 3]
+    # a shift past the row's last boundary is not canonical: invalid (one index per strategy)
+    d2 = space.canonical_digits(1)
+    d2[0, [d.name for d in space.dims].index("pp")] = 1  # pp = 2, only boundary 0 is used
+    assert space.valid(d2)[0]
+    d2[0, k3] = 2
+    assert not space.valid(d2)[0]
+
+
+@pytest.mark.parametrize("which", ["exact", "partition"])
+def test_propose_moves_one_dimension(which):
+    space = exact_space(GPT3, H100, 1536) if which == "exact" else partition_space(GPT3, H100, 1536)
+    rng = np.random.default_rng(1)
+    d = space.random_digits(rng, 500)
+    p = space.propose(d, rng)
+    assert np.all((p >= 0) & (p < space.radices))
+    changed = p != d
+    names = [x.name for x in space.dims]
+    pp_col = names.index("pp")
+    stage = np.array([x.base.startswith("stage_") for x in space.dims])
+    n_changed = changed.sum(axis=1)
+    pp_moved = changed[:, pp_col]
+    # exactly one dimension moves, except that a pp move also resets per-stage digits
+    assert np.all(n_changed[~pp_moved] == 1)
+    assert np.all((changed & ~stage)[pp_moved].sum(axis=1) == 1)
+    ordinal = np.array([x.ordinal for x in space.dims])
+    if which == "partition":
+        t0, t1 = space.table(d), space.table(p)
+        shift = (changed & ordinal[None, :]).any(axis=1) & ~pp_moved
+        assert shift.sum() > 50
+        # one layer (vpp layers under interleaving: whole chunks) leaves one stage for its neighbour
+        v = np.where(t0["schedule"] == 2, t0["vpp"], 1)[shift]
+        step = (p - d)[shift][(changed & ordinal[None, :])[shift]]
+        assert np.all(np.abs(step) == v)
+        diff = t1.stage_layers[shift] - t0.stage_layers[shift]
+        assert np.all(np.abs(diff).sum(axis=1) == 2 * v)
+        assert np.all((diff != 0).sum(axis=1) == 2)
+
+
+def test_random_digits_uniform_over_valid_points():
+    space = small_space(recompute=["none"])
+    rng = np.random.default_rng(7)
+    valid = space.valid_indices(0, space.size)
+    draws = space.index_of(space.random_digits(rng, 400 * valid.size))
+    assert np.all(np.isin(draws, valid))
+    counts = np.bincount(np.searchsorted(valid, draws), minlength=valid.size)
+    # 400 expected per point, binomial sd 20: every count within 6 sd
+    assert counts.min() > 400 - 120 and counts.max() < 400 + 120
+
+
+def test_start_points():
+    space = exact_space(GPT3, H100, 1536)
+    sp = space.start_points()
+    dp = space.table(sp["data_parallel"]).row(0)
+    # dp = 1024 cannot split 1536 sequences; 512 is the largest that does, tp=2 fills the GPUs
+    assert dp["dp"] == 512 and dp["pp"] == 1 and dp["tp"] * dp["cp"] == 2
+    mg = space.table(sp["megatron"]).row(0)
+    assert (mg["tp"], mg["recompute"], mg["sequence_parallel"], mg["zero_stage"], mg["micro_batch"]) == (
+        8, "selective", True, 1, 1)
+    assert mg["schedule"] == "1f1b"
+    for v in sp.values():
+        assert space.valid(v)[0]
+    m = evaluate(GPT3, H100, space.table(sp["megatron"]))
+    assert m["feasible"][0]
+    # the smallest pp that fits: one pp smaller runs out of memory
+    smaller = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[mg["pp"] // 2],
+                                 recompute=["selective"], sequence_parallel=[True], zero_stage=[1])
+    assert not evaluate(GPT3, H100, smaller.rows(0, smaller.size)[1])["feasible"][0]
+    psp = partition_space(GPT3, H100, 1536).start_points()
+    assert set(psp) == {"data_parallel", "megatron"}
+
+
+def test_digits_from_table_inverts_table():
+    for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
+        d = space.random_digits(np.random.default_rng(3), 500)
+        np.testing.assert_array_equal(space.digits_from_table(space.table(d)), d)
+    space = exact_space(GPT3, H100, 1536)
+    from costmodel import StrategyTable
+    outside = StrategyTable.from_columns(dp=[128, 64, 128], tp=[8, 8, 8], pp=[1, 2, 1], micro_batch=[1, 1, 5],
+                                         global_batch=1536, recompute="full")
+    # rows 0 and 1 are points (128 * 8 * 1 = 64 * 8 * 2 = 1024 GPUs); row 2 has micro_batch 5,
+    # not a choice
+    got = space.digits_from_table(outside)
+    assert space.valid(got).tolist() == [True, True, False]
+    wrong_dp = StrategyTable.from_columns(dp=[32], tp=[8], pp=[1], global_batch=1536)
+    assert not space.valid(space.digits_from_table(wrong_dp))[0]
+
+
+def test_json_round_trip():
+    for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
+        again = Space.from_json(space.to_json(), GPT3, H100)
+        assert again == space and again.size == space.size
+        assert [d.name for d in again.dims] == [d.name for d in space.dims]
+
+
+def test_bad_options():
+    with pytest.raises(InputError, match="tp"):
+        Space.from_options(GPT3, H100, global_batch=1536, tp=["x"])
+    with pytest.raises(InputError, match="schedule"):
+        Space.from_options(GPT3, H100, global_batch=1536, schedule=["2f2b"])
+    with pytest.raises(InputError, match="global_batch"):
+        Space.from_options(GPT3, H100, global_batch=0)
+
+
+class TestGridContract(SearcherContract):
+    @pytest.fixture
+    def space(self):
+        return exact_space(GPT3, H100, 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: GridSearcher(space, start=1000 * seed, chunk=4096)
+
+
+class TestRandomContract(SearcherContract):
+    @pytest.fixture
+    def space(self):
+        return exact_space(GPT3, H100, 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: RandomSearcher(space, seed)
+
+
+class TestRandomPartitionContract(SearcherContract):
+    @pytest.fixture
+    def space(self):
+        return partition_space(GPT3, H100, 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: RandomSearcher(space, seed)
+
+
+def test_grid_covers_range_in_chunks():
+    space = default_space(GPT3, H100, 1536)
+    g = GridSearcher(space, start=100, stop=30_000, chunk=999)
+    seen = []
+    while True:
+        t = g.ask(77)
+        if len(t) == 0:
+            break
+        seen.append(g.last_indices)
+        g.tell(t, evaluate(GPT3, H100, t))
+    np.testing.assert_array_equal(np.concatenate(seen), space.rows(100, 30_000)[0])
+    assert g.done

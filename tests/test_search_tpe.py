@@ -1,0 +1,107 @@
+"""TPESearcher: the searcher contract, constraints, the journal file and resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, cluster_preset, evaluate, model_preset
+from search import Space, TPESearcher, exact_space
+from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics
+
+GPT3 = model_preset("gpt3-175b")
+H100 = cluster_preset("h100x1024")
+
+
+def small_exact():
+    # The exact space's degrees and schedules with fewer minor choices (fast Optuna asks).
+    return Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[2, 4, 8], pp=[1, 4, 8, 16],
+                              micro_batch=[1, 2], schedule=["1f1b", "interleaved"], vpp=[1, 2, 3],
+                              recompute=["selective", "full"], sequence_parallel=[False, True],
+                              zero_stage=[1, 3])
+
+
+@pytest.fixture(scope="module")
+def small():
+    return small_exact()
+
+
+class TestTPEContract(SearcherContract):
+    batch = 8
+    rounds = 3
+
+    @pytest.fixture
+    def space(self, small):
+        return small
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: TPESearcher(space, seed=seed, n_startup_trials=8)
+
+
+def _drive(s, space, rounds, n=8):
+    out = []
+    for _ in range(rounds):
+        t = s.ask(n)
+        m = evaluate(space.model, space.cluster, t)
+        s.tell(t, m)
+        out.append((t, m))
+    return out
+
+
+def test_constraints_recorded(small):
+    s = TPESearcher(small, seed=0, n_startup_trials=8)
+    _drive(s, small, 3)
+    trials = s.study.get_trials(deepcopy=False)
+    for tr in trials:
+        digits = np.array([[tr.params[d.name] for d in small.dims]])
+        valid = bool(small.valid(digits)[0])
+        assert (tr.constraints["space"] > 0) == (not valid)
+        if valid:
+            m = evaluate(GPT3, H100, small.table(digits))
+            assert (tr.constraints["memory"] > 0) == (int(m["reason"][0]) == 8)
+            assert tr.value == pytest.approx(float(m["tokens_per_s"][0]))
+
+
+def test_journal_resume_adds_up(tmp_path, small):
+    path = tmp_path / "tpe.journal"
+    a = TPESearcher(small, seed=3, storage=path, n_startup_trials=8)
+    _drive(a, small, 2)
+    n_a = a.trials
+    nxt = a.ask(8)  # asked, then the run is "killed" before tell
+    b = TPESearcher(small, seed=3, storage=path, n_startup_trials=8)
+    assert b.trials == n_a + len(a._pending) or b.trials >= n_a
+    assert columns_equal(b.ask(8), nxt)  # running trials are the pending batch
+    _drive(b, small, 1)
+    assert b.trials > n_a
+    c = TPESearcher(small, seed=3, storage=path, n_startup_trials=8)
+    assert c.trials == b.trials
+
+
+def test_storage_run_equals_memory_run(tmp_path, small):
+    mem = TPESearcher(small, seed=6, n_startup_trials=8)
+    disk = TPESearcher(small, seed=6, storage=tmp_path / "j.log", n_startup_trials=8)
+    for (t1, _), (t2, _) in zip(_drive(mem, small, 3), _drive(disk, small, 3), strict=True):
+        assert columns_equal(t1, t2)
+
+
+def test_infeasible_only(small):
+    s = TPESearcher(small, seed=1, n_startup_trials=4)
+    for _ in range(3):
+        t = s.ask(4)
+        s.tell(t, infeasible_metrics(t))
+    assert len(s.ask(4)) > 0
+
+
+def test_bad_arguments(small, tmp_path):
+    with pytest.raises(InputError, match="n_startup_trials"):
+        TPESearcher(small, seed=0, n_startup_trials=-1)
+    with pytest.raises(InputError, match="storage"):
+        TPESearcher(small, seed=0, storage=tmp_path / "no" / "such" / "dir.log")
+
+
+def test_exact_space_is_supported():
+    # About 11% of the exact space's digit combinations are valid; the first batch is drawn at
+    # random (startup trials), so 4 valid points come within the draw limit.
+    s = TPESearcher(exact_space(GPT3, H100, 1536), seed=0)
+    assert len(s.ask(4)) == 4
