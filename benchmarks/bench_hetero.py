@@ -7,7 +7,7 @@ Margins (GPT-3 175B, global batch 1536, 64 A100 + 64 H100):
   (a) "all A100": the best plan of `plansweep rank`'s default space on 128 A100 (every GPU
       treated as the slower type; the A100 pool's links);
   (b) "H100 only": the best plan of the same space on the 64 H100 alone;
-  (c) the placement search (search.PlacementMCMC over search.HeteroSpace, evaluate_hetero).
+  (c) the placement search (search.MCMCSearcher over search.HeteroSpace, evaluate_hetero).
 Every final plan is re-priced with the exact pipeline simulator.
 """
 
@@ -28,8 +28,7 @@ from costmodel import (
     model_preset,
     stage_rows,
 )
-from search._hetero_search import PlacementMCMC, score
-from search._hetero_space import HeteroSpace
+from search import HeteroSpace, MCMCSearcher
 from sweep._cmd_bench import bench_table
 from sweep._cmd_rank import default_space
 
@@ -43,41 +42,46 @@ def best_homogeneous(model, cluster, batch):
     return table.take(top[i:i + 1]), exact.take(slice(i, i + 1))
 
 
-def search_hetero(model, hc, batch, steps, chains, seed):
+def search_hetero(model, hc, batch, budget, chains, seed):
+    """MCMCSearcher (helper "mcmc") over the placement space, started from the space's named
+    placements and random points; the best distinct placements re-priced exactly."""
     space = HeteroSpace.from_options(model, hc, global_batch=batch, pp=(4, 6, 8, 12, 16), dp=(1, 2, 4, 8, 16),
                                      tp=(1, 2, 4, 8), microbatches=(16, 24, 32, 48, 64, 96, 128, 192),
                                      schedule=("1f1b",), recompute=("selective", "full"), zero_stage=(0, 1))
-    s = PlacementMCMC(space, seed, chains=chains, beta=20.0)
-    top: list[tuple[float, np.ndarray]] = []
-    for _ in range(steps):
-        t = s.ask(chains)
+    s = MCMCSearcher(space, seed=seed, chains=chains, starts=(*space.start_points(), "random"))
+    seen, tables, scores = 0, [], []
+    while seen < budget:
+        t = s.ask(64)
+        if len(t) == 0:
+            break
         m = evaluate_hetero(model, hc, t)
         s.tell(t, m)
-        sc = score(m)
-        for i in np.argsort(sc)[:4]:
-            top.append((float(sc[i]), s._pending[i].copy()))
-        top = sorted(top, key=lambda x: x[0])[:40]
-    digits = np.unique(np.stack([d for _, d in top]), axis=0)
-    table = space.table(digits)
-    exact = evaluate_hetero(model, hc, table, pipeline="simulate")
-    i = int(np.argmin(exact["step_time_s"]))
-    return space, table.take(slice(i, i + 1)), exact.take(slice(i, i + 1))
+        seen += len(t)
+        keep = np.argsort(-m["tokens_per_s"])[:4]
+        tables.append(t.take(keep))
+        scores.append(m["tokens_per_s"][keep])
+    cand = HeteroTable.concat(tables)
+    top = np.argsort(-np.concatenate(scores))[:40]
+    cand = cand.take(top)
+    exact = evaluate_hetero(model, hc, cand, pipeline="simulate")
+    i = int(np.argmax(exact["tokens_per_s"]))
+    return space, cand.take(slice(i, i + 1)), exact.take(slice(i, i + 1)), seen
 
 
-def margins(steps: int, chains: int, seed: int) -> None:
+def margins(budget: int, chains: int, seed: int) -> None:
     model, batch = model_preset("gpt3-175b"), 1536
     hc = hetero_preset("a100x64+h100x64")
     t0 = time.perf_counter()
     ta, ma = best_homogeneous(model, make_cluster("a100", 128), batch)
     tb, mb = best_homogeneous(model, make_cluster("h100", 64), batch)
     t1 = time.perf_counter()
-    space, tc, mc = search_hetero(model, hc, batch, steps, chains, seed)
+    space, tc, mc, seen = search_hetero(model, hc, batch, budget, chains, seed)
     t2 = time.perf_counter()
     a, b, c = (float(m["tokens_per_s"][0]) for m in (ma, mb, mc))
     print(f"GPT-3 175B, global batch {batch}, cluster {hc.name}: {hc.describe()}")
     print(f"(a) all 128 GPUs as A100 (best of rank's default space): {a:,.0f} tokens/s  {ta.row(0)}")
     print(f"(b) the 64 H100 only (best of rank's default space):     {b:,.0f} tokens/s  {tb.row(0)}")
-    print(f"(c) placement search ({steps} steps x {chains} chains, seed {seed}): {c:,.0f} tokens/s, "
+    print(f"(c) placement search (MCMCSearcher, {seen:,} evaluations, {chains} chains, seed {seed}): {c:,.0f} tokens/s, "
           f"MFU {100 * float(mc['mfu'][0]):.1f}% of the pools' summed peak")
     print(f"margin over (a): {100 * (c / a - 1):+.1f}%   margin over (b): {100 * (c / b - 1):+.1f}%")
     print(f"baselines {t1 - t0:.1f} s, search {t2 - t1:.1f} s")
@@ -125,14 +129,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--chains", type=int, default=64)
+    ap.add_argument("--budget", type=int, default=20_000, help="evaluations for the placement search")
+    ap.add_argument("--chains", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.speed:
         speed(args.rows)
     else:
-        margins(args.steps, args.chains, args.seed)
+        margins(args.budget, args.chains, args.seed)
 
 
 if __name__ == "__main__":

@@ -109,12 +109,6 @@ def _parse(text: str | None, flag: str, kind: type[_Number]) -> _Number | None:
         raise InputError(flag, "an integer" if kind is int else "a number", text) from None
 
 
-def _register_placement(searchers: argparse._SubParsersAction) -> None:
-    from sweep._cmd_search_hetero import register_placement
-
-    register_placement(searchers)
-
-
 # ---- searchers over a strategy Space (grid, random; mcmc and tpe reuse these helpers) --------
 DEFAULT_BUDGET = 10_000  # evaluations
 ASK_BATCH = 4096  # rows per ask: large enough for the vectorised core, small enough to stop on budget
@@ -246,6 +240,9 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
         from sweep._cmd_search_hetero import hetero_report, hetero_space_from_args
 
+        if args.searcher == "grid":
+            raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
+                             "far beyond a grid)", "grid")
         space = hetero_space_from_args(args, model, cluster)
         searcher = args.make(args, space)
         found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
@@ -320,5 +317,4 @@ SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "mcmc": _register_mcmc,
     "tpe": _register_tpe,
     "piper": _register_piper,
-    "placement": _register_placement,
 }
