@@ -167,7 +167,15 @@ def run_hetero(args, model, cluster, data) -> int:
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
-        raise InputError(arg, expected, reason)
+        row = table.row(0, names)
+        got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
+                               f"dp per stage {[st['dp'] for st in row['stages']]}",
+               "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
+               "stages[].layers": f"layers {[st['layers'] for st in row['stages']]} (model: {model.layers})",
+               "zero_stage": row["zero_stage"], "schedule": f"{row['schedule']} with vpp={row['vpp']}",
+               "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]]}.get(
+                   arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
+        raise InputError(arg, expected, got)
     rows = stage_rows(model, cluster, table)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason

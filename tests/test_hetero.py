@@ -232,3 +232,52 @@ def test_hetero_space_moves_and_start_points():
     assert again.dims == space.dims and (again.radices == space.radices).all()
     r = space.random_digits(rng, 50)
     assert r.shape == (50, len(space.dims)) and space.valid(r).all()
+
+
+def _cli(*argv):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "sweep", *argv], capture_output=True, text=True, env=env, cwd=root)
+
+
+def test_cli_evaluate_hetero_strategy(tmp_path):
+    """`plansweep evaluate --cluster PRESET --strategy FILE` prints one row per stage with its
+    pool, degrees and layers; a bad stage field is one line naming it, exit code 2."""
+    strat = {"global_batch": 1536, "microbatches": 192, "recompute": "selective", "zero_stage": 1,
+             "sequence_parallel": True,
+             "stages": [{"pool": "a100", "dp": 4, "tp": 4, "layers": 6}, {"pool": "a100", "dp": 4, "tp": 4, "layers": 7},
+                        {"pool": "a100", "dp": 4, "tp": 4, "layers": 7}, {"pool": "a100", "dp": 4, "tp": 4, "layers": 7},
+                        {"pool": "h100", "dp": 2, "tp": 8, "layers": 17}, {"pool": "h100", "dp": 2, "tp": 8, "layers": 17},
+                        {"pool": "h100", "dp": 2, "tp": 8, "layers": 18}, {"pool": "h100", "dp": 2, "tp": 8, "layers": 17}]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(strat))
+    res = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert [(s["pool"], s["dp"], s["tp"], s["layers"]) for s in out["stages"]] == [
+        (s["pool"], s["dp"], s["tp"], s["layers"]) for s in strat["stages"]]
+    assert out["metrics"]["feasible"]
+    text = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f))
+    assert text.returncode == 0 and "h100" in text.stdout and "hand-off" in text.stdout
+    strat["stages"][0]["pool"] = "v100"
+    f.write_text(json.dumps(strat))
+    bad = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f))
+    assert bad.returncode == 2 and "--strategy.stages[0].pool" in bad.stderr and "Traceback" not in bad.stderr
+    cl = tmp_path / "c.yaml"
+    cl.write_text("pools:\n  - {name: a, gpu: a100, nodes: 0}\n")
+    bad = _cli("evaluate", "--cluster", str(cl), "--strategy", str(f))
+    assert bad.returncode == 2 and "cluster.pools[0].nodes" in bad.stderr
+
+
+def test_cli_search_mcmc_on_hetero_cluster():
+    res = _cli("search", "mcmc", "--cluster", "a100x64+h100x64", "--budget", "640", "--batch", "64", "--json",
+               "--top", "1", "--pp", "4,8")
+    assert res.returncode == 0, res.stderr
+    best = json.loads(res.stdout)["best"][0]
+    assert best["feasible"] and {s["pool"] for s in best["stages"]} <= {"a100", "h100"}
+    assert sum(s["layers"] for s in best["stages"]) == 96
