@@ -178,8 +178,16 @@ def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         if span >= 2**62:
             return np.arange(M), np.arange(M)
         key = key * radix + c
-    _, rep, inv = np.unique(key, return_index=True, return_inverse=True)
-    return rep, inv.ravel()
+    if span <= max(4 * M, 1 << 16):  # a small key range: a lookup table instead of a sort
+        present = np.zeros(span, dtype=bool)
+        present[key] = True
+        code = np.cumsum(present) - 1
+        inv = code[key]
+    else:
+        inv = np.unique(key, return_inverse=True)[1].ravel()
+    rep = np.empty(int(inv.max()) + 1 if M else 0, dtype=np.int64)
+    rep[inv] = np.arange(M)  # any stage of each configuration will do
+    return rep, inv
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
