@@ -54,7 +54,7 @@ from costmodel._evaluate import (
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
-from costmodel._hetero_strategy import HeteroTable
+from costmodel._hetero_strategy import STAGE_COLUMNS, HeteroTable
 from costmodel._strategy import SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -86,11 +86,26 @@ def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     return bw, lat
 
 
+def _uniform_rows(table: HeteroTable) -> np.ndarray:
+    """(N,) rows with pp >= 4 whose stages all share pool, dp, tp, order, layers and recompute."""
+    p = table["pp"]
+    S = table.num_stages
+    active = np.arange(S)[None, :] < p[:, None]
+    same = p >= 4
+    cols = [table.stages[k] for k in STAGE_COLUMNS]
+    if table.stage_recompute is not None:
+        cols.append(table.stage_recompute)
+    for a in cols:
+        same &= np.all(~active | (a == a[:, :1]), axis=1)
+    return same
+
+
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
                        flat=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
-    pool, dp, tp, layers) when the caller has them."""
+    pool, dp, tp, layers, weight) when the caller has them (weight: stages a flat stage
+    stands for)."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -101,9 +116,10 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         r = np.repeat(np.arange(N), p)
         fl = r * S + (np.arange(r.size) - starts[r])
         pool, d, t, n = (table.stages[k].ravel()[fl] for k in ("pool", "dp", "tp", "layers"))
+        w = 1
     else:
-        starts, r, pool, d, t, n = flat
-    add = lambda a: np.add.reduceat(a, starts)  # noqa: E731
+        starts, r, pool, d, t, n, w = flat
+    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731
     every = lambda ok: np.logical_and.reduceat(ok, starts)  # noqa: E731
     # stages past pp must be empty
     pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
@@ -139,7 +155,7 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     return reason
 
 
-def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts):
+def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts, nrep, comp, j):
     """Exact pipeline time (N,) and in-flight micro-batches (M,) (flat stages) for ``rows``;
     NaN elsewhere. One simulate() call per distinct (schedule, pp, m, vpp)."""
     from costmodel._pipeline import simulate
@@ -153,14 +169,17 @@ def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts):
     groups, inv = np.unique(keys, axis=0, return_inverse=True)
     for gi, (code, pg, mg, vg) in enumerate(groups):
         r = sel[inv.ravel() == gi]
-        fi = starts[r][:, None] + np.arange(pg)[None, :]  # (R, pg) flat stage indices
+        dev = np.arange(pg)[None, :]
+        rep_col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1))  # device -> representative
+        fi = starts[r][:, None] + np.where(comp[r][:, None], rep_col, dev)  # (R, pg) flat stage indices
         inputs = np.concatenate([F[fi], Bk[fi], W[fi], T_C[fi]], axis=1)
         uniq, back = np.unique(inputs, axis=0, return_inverse=True)
         back = back.ravel()
         res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg], tb=uniq[:, pg:2 * pg],
                        tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, 3 * pg:])
         total[r] = res.total_time[back]
-        k_act[fi] = res.peak_activations[None, :]
+        own = starts[r][:, None] + np.minimum(dev, nrep[r][:, None] - 1)  # (R, pg) each flat stage once
+        k_act[own] = res.peak_activations[j[own]]
     return total, k_act
 
 
@@ -191,7 +210,8 @@ def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
-                           pipeline: str, stages_out: bool = False, simulate_now: bool = True) -> Metrics:
+                           pipeline: str, stages_out: bool = False, simulate_now: bool = True,
+                           compress: bool = True) -> Metrics:
     """One block of rows. Stages are kept flat: the M = sum(pp) (row, stage) pairs in row
     order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the rows'
     first stages, so padding past pp costs nothing. Everything that depends only on a
@@ -205,15 +225,22 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     sp, overlap = table["sequence_parallel"], table["overlap_dp"]
     S = table.num_stages
     P = len(cluster.pools)
-    starts = np.cumsum(p) - p  # (N,) flat index of each row's first stage
-    M = int(p.sum())
-    r = np.repeat(np.arange(N), p)  # (M,) row of each stage
-    j = np.arange(M) - starts[r]  # (M,) stage index within its row
+    # Uniform rows (every stage the same pool, degrees, layers and recompute, pp >= 4) keep 3
+    # representative stages, first, one interior (weight pp - 2) and last, as costmodel.evaluate.
+    comp = _uniform_rows(table) if compress else np.zeros(N, dtype=bool)
+    nrep = np.where(comp, 3, p)  # (N,) flat stages per row
+    starts = np.cumsum(nrep) - nrep  # (N,) flat index of each row's first stage
+    M = int(nrep.sum())
+    r = np.repeat(np.arange(N), nrep)  # (M,) row of each flat stage
+    kk = np.arange(M) - starts[r]  # (M,) position within the row's flat stages
+    compr = comp[r]
+    j = np.where(compr & (kk == 2), p[r] - 1, kk)  # (M,) the stage's index in its pipeline
+    w = np.where(compr & (kk == 1), p[r] - 2, 1)  # (M,) stages each flat stage stands for
     R = lambda x: np.asarray(x)[r]  # noqa: E731  (N,) -> (M,)
     first = j == 0
     pr = R(p)
     last = j == pr - 1
-    heads = starts + p - 1  # (N,) flat index of each row's last stage
+    heads = starts + nrep - 1  # (N,) flat index of each row's last stage
     fl = r * S + j  # flat index into (N, S) stage columns
     pool_in = table.stages["pool"].ravel()[fl]
     d = table.stages["dp"].ravel()[fl]
@@ -221,10 +248,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order = table.stages["order"].ravel()[fl]
     n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
-    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int))
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w))
     pool = np.minimum(pool_in, P - 1)
     n = n_int.astype(np.float64)
-    add = lambda a: np.add.reduceat(a, starts)  # noqa: E731  sum over a row's stages
+    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
     def first_max(a):
@@ -316,7 +343,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     X = F + Bk + W
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
-    nxt = np.where(j + 1 < pr, np.arange(M) + 1, starts[r])
+    nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
     un = inv[nxt]
     pool_n = pool[nxt]
     hand_bytes = np.maximum(share[inv], share[un])
@@ -351,7 +378,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     k = in_flight(R(sched), pr, R(m), R(v), j)
     needs_simulation = simulated & (reason == 0)
     if simulate_now and np.any(needs_simulation):
-        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts)
+        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts, nrep, comp, j)
         done = ~np.isnan(sim_total)
         pipe = np.where(done, sim_total, pipe)
         pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
@@ -496,7 +523,7 @@ def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,
     iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, in-flight
     micro-batches (simulator) and memory per GPU with its pool's HBM."""
     hc = as_hetero(cluster)
-    out = _evaluate_hetero_block(model, hc, table, _pool_arrays(hc), "simulate", stages_out=True)
+    out = _evaluate_hetero_block(model, hc, table, _pool_arrays(hc), "simulate", stages_out=True, compress=False)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 

@@ -281,3 +281,26 @@ def test_cli_search_mcmc_on_hetero_cluster():
     best = json.loads(res.stdout)["best"][0]
     assert best["feasible"] and {s["pool"] for s in best["stages"]} <= {"a100", "h100"}
     assert sum(s["layers"] for s in best["stages"]) == 96
+
+
+def test_uniform_rows_compressed_equal_every_stage():
+    """Uniform rows are priced on 3 representative stages; pricing every stage gives the same
+    numbers (closed forms and simulator), on a two-pool cluster with stages on either pool."""
+    from costmodel._hetero_eval import _evaluate_hetero_block, _pool_arrays
+
+    model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    rng = np.random.default_rng(3)
+    n, S = 400, 16
+    p = rng.choice([4, 8, 16], n)
+    act = np.arange(S)[None, :] < p[:, None]
+    pool = np.where(act, rng.integers(0, 2, n)[:, None], 0)
+    tp = np.where(act, rng.choice([4, 8], n)[:, None], 1)
+    dp = np.where(act, rng.choice([1, 2], n)[:, None], 1)
+    layers = np.where(act, (96 // p)[:, None], 0)
+    t = HeteroTable.from_columns(pool=pool, dp=dp, tp=tp, layers=layers, pp=p, global_batch=1536,
+                                 microbatches=rng.choice([24, 48, 96], n), recompute=rng.integers(0, 3, n),
+                                 schedule=rng.choice([1, 3, 4], n), zero_stage=1, sequence_parallel=True)
+    for mode in ("closed_form", "simulate"):
+        a = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=True)
+        b = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=False)
+        _assert_same(a, b, mode)
