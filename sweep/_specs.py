@@ -150,7 +150,13 @@ def load_any_cluster(word: str, hardware: str | None = None) -> Cluster | Hetero
     elif word.lower() in hetero_names():
         hc = hetero_preset(word)
     else:
-        return load_cluster(word, hardware)
+        try:
+            return load_cluster(word, hardware)
+        except InputError as exc:
+            if exc.argument != "cluster":
+                raise
+            raise InputError("--cluster", exc.expected + ", or a heterogeneous preset: " + ", ".join(hetero_names())
+                             + ", or a JSON/YAML file", word) from None
     if hardware:
         fitted = read_hardware(hardware)
         pools = []
