@@ -81,7 +81,8 @@ def margins(budget: int, chains: int, seed: int) -> None:
     print(f"GPT-3 175B, global batch {batch}, cluster {hc.name}: {hc.describe()}")
     print(f"(a) all 128 GPUs as A100 (best of rank's default space): {a:,.0f} tokens/s  {ta.row(0)}")
     print(f"(b) the 64 H100 only (best of rank's default space):     {b:,.0f} tokens/s  {tb.row(0)}")
-    print(f"(c) placement search (MCMCSearcher, {seen:,} evaluations, {chains} chains, seed {seed}): {c:,.0f} tokens/s, "
+    print(f"(c) placement search (MCMCSearcher, {seen:,} evaluations, {chains} chains, seed {seed}): "
+          f"{c:,.0f} tokens/s, "
           f"MFU {100 * float(mc['mfu'][0]):.1f}% of the pools' summed peak")
     print(f"margin over (a): {100 * (c / a - 1):+.1f}%   margin over (b): {100 * (c / b - 1):+.1f}%")
     print(f"baselines {t1 - t0:.1f} s, search {t2 - t1:.1f} s")

@@ -218,7 +218,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     stage's configuration (pool, rank order, dp, tp, recompute and the row's micro-batches,
     batch, cp, SP, precision) is computed once per distinct configuration (U of them, a
     few hundred in a search) and gathered back."""
-    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
+    h, s, V = model.hidden, model.seq_len, model.vocab
     N = len(table)
     p, m, B = table["pp"], table["microbatches"], table["global_batch"]
     c, v, sched, zero = table["cp"], table["vpp"], table["schedule"], table["zero_stage"]

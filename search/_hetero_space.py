@@ -143,8 +143,9 @@ class HeteroSpace:
         n = digits.shape[0]
         j = np.arange(S - 1)[None, :]
         base = np.rint(L * (j + 1) / p[:, None]).astype(np.int64)
-        shifts = np.stack([np.asarray(self.dims[self._col(f"stage_shift.{i}")].choices)[digits[:, self._col(f"stage_shift.{i}")]]
-                           for i in range(S - 1)], axis=1) if S > 1 else np.zeros((n, 0), dtype=np.int64)
+        cols = [self._col(f"stage_shift.{i}") for i in range(S - 1)]
+        shifts = (np.stack([np.asarray(self.dims[k].choices)[digits[:, k]] for k in cols], axis=1) if S > 1
+                  else np.zeros((n, 0), dtype=np.int64))
         cuts = np.where(j < (p - 1)[:, None], base + shifts * self.shift_layers, L)
         edges = np.concatenate([np.zeros((n, 1), dtype=np.int64), cuts, np.full((n, 1), L)], axis=1)
         layers = np.diff(edges, axis=1)  # (N, S); zero past pp, negative where cuts cross

@@ -150,7 +150,8 @@ def test_unequal_dp_resharding_handoff_by_hand():
     m = 8 and B = 64: b0 = 64 / (4 x 8) = 2, b1 = 4 sequences; each stage-0 GPU sends
     2 s h / 2 x 2 bytes, each stage-1 GPU receives 4 s h / 4 x 2 bytes: the same 2 s h bytes,
     over the inter-pool link (25 GB/s x 0.8, 12 us given in the file)."""
-    hc = hetero_from_mapping({"pools": [{"name": "h", "gpu": "h100", "nodes": 1}, {"name": "a", "gpu": "a100", "nodes": 1}],
+    hc = hetero_from_mapping({"pools": [{"name": "h", "gpu": "h100", "nodes": 1},
+                                        {"name": "a", "gpu": "a100", "nodes": 1}],
                               "links": [{"between": ["h", "a"], "GBps": 25, "latency_us": 12}]})
     model = model_preset("megatron-22b")
     t = strategy_from_file({"global_batch": 64, "microbatches": 8, "recompute": "full", "zero_stage": 1,
@@ -250,10 +251,8 @@ def test_cli_evaluate_hetero_strategy(tmp_path):
     pool, degrees and layers; a bad stage field is one line naming it, exit code 2."""
     strat = {"global_batch": 1536, "microbatches": 192, "recompute": "selective", "zero_stage": 1,
              "sequence_parallel": True,
-             "stages": [{"pool": "a100", "dp": 4, "tp": 4, "layers": 6}, {"pool": "a100", "dp": 4, "tp": 4, "layers": 7},
-                        {"pool": "a100", "dp": 4, "tp": 4, "layers": 7}, {"pool": "a100", "dp": 4, "tp": 4, "layers": 7},
-                        {"pool": "h100", "dp": 2, "tp": 8, "layers": 17}, {"pool": "h100", "dp": 2, "tp": 8, "layers": 17},
-                        {"pool": "h100", "dp": 2, "tp": 8, "layers": 18}, {"pool": "h100", "dp": 2, "tp": 8, "layers": 17}]}
+             "stages": [{"pool": "a100", "dp": 4, "tp": 4, "layers": n} for n in (6, 7, 7, 7)]
+             + [{"pool": "h100", "dp": 2, "tp": 8, "layers": n} for n in (17, 17, 18, 17)]}
     f = tmp_path / "s.json"
     f.write_text(json.dumps(strat))
     res = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f), "--json")
