@@ -306,8 +306,14 @@ def _make_tpe(args, space):
     startup = _parse(args.startup_trials, "--startup-trials", int)
     if startup < 0:
         raise InputError("--startup-trials", "an integer >= 0", startup)
-    return TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
-                       n_startup_trials=startup)
+    searcher = TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
+                           n_startup_trials=startup)
+    if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
+        # A placement space is mostly infeasible at random: a new study tries its named
+        # placements first (stored in the study, so a resumed run does not add them again).
+        for digits in space.start_points().values():
+            searcher.study.enqueue_trial({d.name: int(x) for d, x in zip(space.dims, digits, strict=True)})
+    return searcher
 
 
 # Searcher name -> registrar.

@@ -303,3 +303,13 @@ def test_uniform_rows_compressed_equal_every_stage():
         a = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=True)
         b = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=False)
         _assert_same(a, b, mode)
+
+
+def test_cli_search_tpe_on_hetero_cluster_starts_from_named_placements():
+    """TPE's first trials are the placement space's named start points (random placements are
+    almost all infeasible), so even 16 evaluations find a feasible placement."""
+    res = _cli("search", "tpe", "--cluster", "a100x64+h100x64", "--budget", "16", "--json", "--top", "1",
+               "--pp", "4,8")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["feasible"] >= 1 and out["best"][0]["feasible"]
