@@ -220,6 +220,10 @@ class Space:
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
+    def __reduce__(self):
+        # Pickled (e.g. to Ray workers) as its JSON form; the lookup table is rebuilt on use.
+        return (_space_from_json, (self.to_json(), self.model, self.cluster))
+
     def __repr__(self) -> str:
         dims = ", ".join(f"{d.name}[{len(d.choices)}]" for d in self.dims)
         return f"Space({self.model.name} on {self.cluster.name}, size={self.size:,}, dims={dims})"
@@ -299,12 +303,12 @@ class Space:
         uniform = ((J[:, :-1] + 1) * L * 2 + p) // np.maximum(2 * p, 1)  # (S+1, S-1)
         return {
             "shift": np.array(shift, dtype=np.int64), "recompute": np.array(rc, dtype=np.int64),
-            "shift_values": values(shift, np.int64) if shift else None,
+            "shift_values": values(shift, np.int32) if shift else None,
             "shift_shared": bool(shift) and len({self.dims[k].choices for k in shift}) == 1,
             "rc_shared": bool(rc) and len({self.dims[k].choices for k in rc}) == 1,
             "shift_zero": np.array([self.dims[k].choices.index(0) for k in shift], dtype=np.int64),
             "rc_values": values(rc, np.int8) if rc else None,
-            "uniform": uniform, "inner": J[:, :-1] < p - 1, "active": J < p,
+            "uniform": uniform.astype(np.int32), "inner": J[:, :-1] < p - 1, "active": J < p,
         }
 
     def _check_stage_dims(self) -> None:
@@ -362,6 +366,9 @@ class Space:
         Tolerant of invalid digits (guards against division by zero); ``ok`` holds the checks
         feasibility() does not make."""
         n = len(digits)
+        if self._stage is not None and len(self.dims) and int(self.radices.max()) <= 127:
+            # wide per-stage digit rows: one int8 copy keeps the column gathers in cache
+            digits = digits.astype(np.int8)
         cols: dict[str, np.ndarray] = {}
         for k, d in enumerate(self.dims):
             if d.base in (SHIFT, STAGE_RECOMPUTE):
@@ -410,7 +417,7 @@ class Space:
             off = vals[0][dg] if st["shift_shared"] else np.take_along_axis(vals[None], dg[:, :, None], axis=2)[..., 0]
             inner = st["inner"][p]  # (N, S-1) boundaries in use
             ok &= np.all(inner | (dg == st["shift_zero"][None, :]), axis=1)  # canonical past the last one
-            edges = np.empty((n, S + 1), dtype=np.int64)
+            edges = np.empty((n, S + 1), dtype=np.int32)  # layer positions (int32: cache)
             edges[:, 0] = 0
             edges[:, S] = L
             edges[:, 1:S] = np.where(inner, st["uniform"][p] + off, L)
@@ -552,8 +559,11 @@ class Space:
             return np.empty(0, dtype=np.int64)
         lut = self._lookup_table()
         if lut is None:
-            idx = np.arange(start, stop, dtype=np.int64)
-            return idx[self.valid(self.digits_of(idx))]
+            parts = []
+            for lo in range(start, stop, SCAN_CHUNK):
+                idx = np.arange(lo, min(lo + SCAN_CHUNK, stop), dtype=np.int64)
+                parts.append(idx[self.valid_direct(self.digits_of(idx))])
+            return np.concatenate(parts)
         F = self._free_size
         b0, b1 = start // F, (stop - 1) // F + 1
         blocks = np.flatnonzero(lut[b0:b1]) + b0  # valid blocks touching the range
@@ -794,6 +804,10 @@ class Space:
 
     def __hash__(self) -> int:
         return hash((self.model.name, self.cluster.name, self.size))
+
+
+def _space_from_json(d: dict, model: Transformer, cluster: Cluster) -> Space:
+    return Space.from_json(d, model, cluster)
 
 
 # ---- named spaces -------------------------------------------------------------------------

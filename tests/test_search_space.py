@@ -217,8 +217,14 @@ def test_start_points():
     smaller = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[mg["pp"] // 2],
                                  recompute=["selective"], sequence_parallel=[True], zero_stage=[1])
     assert not evaluate(GPT3, H100, smaller.rows(0, smaller.size)[1])["feasible"][0]
-    psp = partition_space(GPT3, H100, 1536).start_points()
+    part = partition_space(GPT3, H100, 1536)
+    psp = part.start_points()
     assert set(psp) == {"data_parallel", "megatron"}
+    assert np.all(part.valid(np.stack(list(psp.values()))))
+    pm = part.table(psp["megatron"]).row(0)
+    # uniform stages (pp divides 96), selective recompute on every stage in use
+    assert pm["stage_layers"] == [96 // pm["pp"]] * pm["pp"]
+    assert pm["stage_recompute"] == ["selective"] * pm["pp"]
 
 
 def test_digits_from_table_inverts_table():
@@ -237,11 +243,18 @@ def test_digits_from_table_inverts_table():
     assert not space.valid(space.digits_from_table(wrong_dp))[0]
 
 
-def test_json_round_trip():
+def test_json_and_pickle_round_trip():
+    import json
+    import pickle
+
     for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
-        again = Space.from_json(space.to_json(), GPT3, H100)
+        again = Space.from_json(json.loads(json.dumps(space.to_json())), GPT3, H100)
         assert again == space and again.size == space.size
         assert [d.name for d in again.dims] == [d.name for d in space.dims]
+        unpickled = pickle.loads(pickle.dumps(space))
+        assert unpickled == space
+        d = space.random_digits(np.random.default_rng(0), 50)
+        assert columns_equal(unpickled.table(d), space.table(d))
 
 
 def test_bad_options():
@@ -295,3 +308,19 @@ def test_grid_covers_range_in_chunks():
         g.tell(t, evaluate(GPT3, H100, t))
     np.testing.assert_array_equal(np.concatenate(seen), space.rows(100, 30_000)[0])
     assert g.done
+
+
+def test_rows_without_lookup_table(monkeypatch):
+    import search._space as sp
+
+    space = small_space()
+    expected = space.rows(0, space.size)
+    monkeypatch.setattr(sp, "LOOKUP_MAX_ENTRIES", 10)
+    monkeypatch.setattr(sp, "SCAN_CHUNK", 1000)
+    plain = small_space()
+    assert plain._lookup_table() is None
+    idx, t = plain.rows(0, plain.size)
+    np.testing.assert_array_equal(idx, expected[0])
+    assert columns_equal(t, expected[1])
+    d = plain.random_digits(np.random.default_rng(0), 200)
+    assert np.all(plain.valid(d)) and np.all(space.valid(d))
