@@ -46,6 +46,7 @@ DEFAULT_CHAINS = 8
 DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
 DEFAULT_RESET_EVERY = 50
 DEFAULT_JUMP = 0.0
+DEFAULT_RESTART_AFTER = 0
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -54,6 +55,7 @@ MAX_SKIPPED_STEPS = 1000
 # Stream tags for np.random.default_rng([seed, tag, ...]).
 START_STREAM = 1
 STEP_STREAM = 2
+RESTART_STREAM = 3
 STATE_VERSION = 1
 
 
@@ -79,7 +81,7 @@ class MCMCSearcher(Searcher):
     """
 
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
-                 reset_every: int = DEFAULT_RESET_EVERY, jump: float = DEFAULT_JUMP, starts: Sequence[str] = DEFAULT_STARTS) -> None:
+                 reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER, jump: float = DEFAULT_JUMP, starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
         if not np.isfinite(beta) or beta < 0:
@@ -99,6 +101,9 @@ class MCMCSearcher(Searcher):
         self.beta = float(beta)
         self.reset_every = int(reset_every)
         self.jump = float(jump)
+        if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
+            raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
+        self.restart_after = int(restart_after)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
@@ -116,6 +121,8 @@ class MCMCSearcher(Searcher):
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
         self._best_x = x[0].copy()
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
+        self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
+        self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
         self._step = 0
         self._memo = Memo()
         # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
@@ -151,6 +158,7 @@ class MCMCSearcher(Searcher):
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
             "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
+            "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 
@@ -169,6 +177,8 @@ class MCMCSearcher(Searcher):
         self._best = np.asarray(state["best"], dtype=np.float64).copy()
         self._step = int(state["step"])
         self.accepted = int(state["accepted"])
+        self._chain_best = np.asarray(state["chain_best"], dtype=np.float64).reshape(C, 2).copy()
+        self._stale = np.asarray(state["stale"], dtype=np.int64).copy()
         self._memo = Memo(keys_from_plain(state["memo_keys"]), np.asarray(state["memo_values"], dtype=np.float64))
         self._cached = None
 
@@ -282,8 +292,21 @@ class MCMCSearcher(Searcher):
             if (self._cost[i], self._excess[i]) < tuple(self._best):
                 self._best = np.array([self._cost[i], self._excess[i]])
                 self._best_x = self._x[i].copy()
+        # Chains that have not improved on their own best for restart_after steps start again
+        # from a random point (FlexFlow restarts a search that stopped improving).
+        better = (self._cost < self._chain_best[:, 0]) | (
+            np.isinf(self._cost) & np.isinf(self._chain_best[:, 0]) & (self._excess < self._chain_best[:, 1]))
+        self._chain_best = np.where(better[:, None], np.stack([self._cost, self._excess], axis=1), self._chain_best)
+        self._stale = np.where(better | fresh, 0, self._stale + 1)
         self._step += 1
         self._cached = None
+        stale = np.flatnonzero(self._stale >= self.restart_after) if self.restart_after else np.zeros(0, int)
+        if stale.size:
+            rng = np.random.default_rng([self.seed, RESTART_STREAM, self._step])
+            self._x[stale] = self.space.random_digits(rng, stale.size)
+            self._cost[stale] = self._excess[stale] = np.nan
+            self._chain_best[stale] = np.inf
+            self._stale[stale] = 0
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
             self._cost = np.full(self.chains, self._best[0])

@@ -1,10 +1,16 @@
 """Optuna's TPE sampler over a Space, through ask and tell, with the study in a journal file.
 
-Parameters: one per dimension, named as the dimension, over the dimension's *digit* (the
-index of the choice): an IntDistribution(0, r - 1) for dimensions whose choices are numbers in
-increasing order (tp, pp, micro-batch, vpp, ZeRO stage, boundary shifts: the Parzen kernels
-then use their order), a CategoricalDistribution over the digits otherwise (schedule,
-recompute, booleans).
+Parameters. Where the space's valid points can be listed (at most CONDITIONAL_MAX_POINTS),
+the parameters are conditional (define-by-run): dimension by dimension, in the space's digit
+order, a parameter chooses among the digits that some valid point agreeing with the choices so
+far takes; its name carries that allowed set ("vpp|1,2,3,4" after "schedule" chose interleaved,
+none at all when one digit is left), so every trial is a valid point and one name always has
+one distribution (TPESampler's group=True decomposes such conditional spaces). Otherwise (the
+partition spaces): one parameter per dimension over all its digits, and combinations outside
+the space are told as constraint violations (below). Distributions: an IntDistribution over the
+position in the allowed digits for dimensions whose choices are increasing numbers (tp, pp,
+micro-batch, vpp, ZeRO stage, boundary shifts: the Parzen kernels use their order), a
+CategoricalDistribution over the digits otherwise (schedule, recompute, booleans).
 
 Objective: maximise tokens_per_s. Constraints (Optuna 5: Trial.set_constraint; a trial is
 feasible when every value is <= 0, and TPE ranks infeasible trials by their total violation,
@@ -44,6 +50,8 @@ DEFAULT_N_EI_CANDIDATES = 24
 DEFAULT_STUDY_NAME = "plansweep-tpe"
 # Draws allowed per asked point (invalid or already-known draws are not asked).
 MAX_DRAWS_PER_POINT = 50
+# Spaces with at most this many valid points use conditional parameters (module docstring).
+CONDITIONAL_MAX_POINTS = 2_000_000
 SEED_MODULUS = 2**32
 _CONSTRAINTS = ("memory", "model", "space")
 
@@ -70,7 +78,7 @@ class TPESearcher(Searcher):
     def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
                  study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
-                 group: bool = False, constant_liar: bool = True) -> None:
+                 group: bool = True, constant_liar: bool = True) -> None:
         if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
@@ -87,6 +95,12 @@ class TPESearcher(Searcher):
         self._width = stage_width(space)
         self._names = [d.name for d in space.dims]
         self._dists = {d.name: _distribution(d.choices) for d in space.dims}
+        # Conditional parameters over the valid combinations of the non-stage dimensions where
+        # they can be listed (module docstring); per-stage dimensions come after them.
+        self._core = [k for k, d in enumerate(space.dims) if "." not in d.name]
+        self._stage_dims = [k for k, d in enumerate(space.dims) if "." in d.name]
+        self._canonical = space.canonical_digits(1)[0]
+        self._valid = _core_valid(space, self._core, self._canonical)
         if self.storage is None:
             backend = optuna.storages.InMemoryStorage()
         else:
@@ -148,8 +162,12 @@ class TPESearcher(Searcher):
         for _ in range(MAX_DRAWS_PER_POINT * n):
             if len(pending) >= n:
                 break
-            trial = self.study.ask(self._dists)
-            digits = np.array([[trial.params[name] for name in self._names]], dtype=np.int64)
+            if self._valid is not None:
+                trial = self.study.ask()
+                digits = self._walk(trial.suggest_int, trial.suggest_categorical)[None, :]
+            else:
+                trial = self.study.ask(self._dists)
+                digits = np.array([[trial.params[name] for name in self._names]], dtype=np.int64)
             if not self.space.valid(digits)[0]:
                 for name in _CONSTRAINTS:
                     trial.set_constraint(name, 1.0 if name == "space" else 0.0)
@@ -177,8 +195,7 @@ class TPESearcher(Searcher):
             return np.zeros((0, len(self._names)), dtype=np.int64)
         _, first = np.unique(self._pending_keys, return_index=True)
         first = np.sort(first)
-        return np.array([[self._pending[i].params[name] for name in self._names] for i in first],
-                        dtype=np.int64)
+        return np.stack([self._digits(self._pending[i].params) for i in first])
 
     def _tell_known(self, trial, value: np.ndarray) -> None:
         cost, excess = float(value[0]), float(value[1])
@@ -192,22 +209,76 @@ class TPESearcher(Searcher):
         """Memo from the study's finished trials; running trials become the pending batch."""
         trials = self.study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state == TrialState.COMPLETE and t.constraints.get("space", 0.0) <= 0
-                and t.params.keys() == self._dists.keys()]
+                and (self._valid is not None or t.params.keys() == self._dists.keys())]
         if done:
-            digits = np.array([[t.params[name] for name in self._names] for t in done], dtype=np.int64)
+            digits = np.stack([self._digits(t.params) for t in done])
             vals = np.array([_value_of(t) for t in done])
             self._memo.add(point_keys(self.space, digits), vals)
         running = [t for t in trials if t.state == TrialState.RUNNING]
         if running:
             self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
-            digits = np.array([[t.params[name] for name in self._names] for t in running], dtype=np.int64)
+            digits = np.stack([self._digits(t.params) for t in running])
             self._pending_keys = point_keys(self.space, digits)
+
+    def _walk(self, suggest_int, suggest_categorical) -> np.ndarray:
+        """Digits chosen dimension by dimension among the valid points agreeing with the digits
+        chosen so far: dimension k's parameter is named "name|allowed digits" (its distribution
+        never changes under one name) and is skipped when one digit is allowed. Per-stage
+        dimensions follow, one parameter each for the stages the chosen pp uses (the others
+        keep their canonical digit)."""
+        rows = self._valid
+        out = self._canonical.copy()
+        for k in self._core:
+            name, dist = self._names[k], self._dists[self._names[k]]
+            allowed = np.unique(rows[:, k])
+            if allowed.size == 1:
+                digit = int(allowed[0])
+            else:
+                pname = f"{name}|{','.join(map(str, allowed.tolist()))}"
+                if isinstance(dist, IntDistribution):
+                    digit = int(allowed[suggest_int(pname, 0, allowed.size - 1)])
+                else:
+                    digit = int(suggest_categorical(pname, allowed.tolist()))
+            out[k] = digit
+            rows = rows[rows[:, k] == digit]
+        if self._stage_dims:
+            pp = int(self.space.table(out[None, :])["pp"][0])
+            for k in self._stage_dims:
+                d = self.space.dims[k]
+                if d.stage < (pp - 1 if d.base == "stage_shift" else pp):
+                    dist = self._dists[d.name]
+                    if isinstance(dist, IntDistribution):
+                        out[k] = suggest_int(d.name, dist.low, dist.high)
+                    else:
+                        out[k] = suggest_categorical(d.name, list(dist.choices))
+        return out
+
+    def _digits(self, params: dict) -> np.ndarray:
+        """(D,) digits of a trial's parameters (either parametrisation)."""
+        if self._valid is None:
+            return np.array([params[name] for name in self._names], dtype=np.int64)
+        return self._walk(lambda n, lo, hi: params[n], lambda n, ch: params[n])
 
     # -- reading -----------------------------------------------------------------------------
     @property
     def trials(self) -> int:
         """Trials in the study (including those outside the space, told without evaluation)."""
         return len(self.study.get_trials(deepcopy=False))
+
+
+def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | None:
+    """(V, D) valid digits over the non-stage dimensions (per-stage digits canonical), or None
+    when their combinations number more than CONDITIONAL_MAX_POINTS."""
+    radices = space.radices[core]
+    total = int(np.prod(radices, dtype=object))
+    if total > CONDITIONAL_MAX_POINTS or not core:
+        return None
+    idx = np.arange(total, dtype=np.int64)
+    digits = np.broadcast_to(canonical, (total, len(canonical))).copy()
+    for j in range(len(core) - 1, -1, -1):
+        idx, digits[:, core[j]] = np.divmod(idx, radices[j])
+    valid = digits[space.valid(digits)]
+    return valid if len(valid) else None
 
 
 def _value_of(trial) -> tuple[float, float]:

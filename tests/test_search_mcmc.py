@@ -136,3 +136,27 @@ def test_infeasible_tells_keep_state_plain(exact):
     state = s.state_dict()
     for v in state.values():
         assert isinstance(v, (int, float, np.ndarray))
+
+
+def test_partition_mcmc_beats_best_uniform_partition():
+    # Llama-3 70B (80 layers, 128k vocabulary) on 64 H100, tp 8, pp 8, 1F1B, micro-batch 1:
+    # uniform stages of 10 layers fit only with full recompute everywhere (stage 0 holds 8
+    # micro-batches in flight plus the embedding). Uneven stages (fewer layers where more
+    # micro-batches are in flight) with per-stage recompute fit with selective recompute.
+    from costmodel import make_cluster
+    from search import Space
+    from sweep._cmd_search import run_searcher
+
+    model, cluster = model_preset("llama3-70b"), make_cluster("h100", 64, gpus_per_node=8)
+    common = dict(global_batch=256, base="fixed", tp=[8], pp=[8], micro_batch=[1], schedule=["1f1b"])
+    uniform = Space.from_options(model, cluster, recompute=["none", "selective", "full"], **common)
+    _, t = uniform.rows(0, uniform.size)
+    best_uniform = float(evaluate(model, cluster, t)["tokens_per_s"].max())
+    assert best_uniform > 0
+    part = Space.from_options(model, cluster, stage_shift=list(range(-4, 5)),
+                              stage_recompute=["none", "selective", "full"], **common)
+    s = MCMCSearcher(part, seed=0, chains=8, beta=100.0)
+    _, _, bt, bm = run_searcher(s, model, cluster, budget=3000, batch=8, top=1)
+    assert bm["tokens_per_s"][0] > 1.05 * best_uniform
+    row = bt.row(0)
+    assert len(set(row["stage_layers"])) > 1 and sum(row["stage_layers"]) == 80

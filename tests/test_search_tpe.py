@@ -54,7 +54,7 @@ def test_constraints_recorded(small):
     _drive(s, small, 3)
     trials = s.study.get_trials(deepcopy=False)
     for tr in trials:
-        digits = np.array([[tr.params[d.name] for d in small.dims]])
+        digits = s._digits(tr.params)[None, :]
         valid = bool(small.valid(digits)[0])
         assert (tr.constraints["space"] > 0) == (not valid)
         if valid:
@@ -105,3 +105,19 @@ def test_exact_space_is_supported():
     # random (startup trials), so 4 valid points come within the draw limit.
     s = TPESearcher(exact_space(GPT3, H100, 1536), seed=0)
     assert len(s.ask(4)) == 4
+
+
+class TestTPEPartitionContract(SearcherContract):
+    # Too large to list: one parameter per dimension, invalid combinations told as violations.
+    batch = 4
+    rounds = 2
+
+    @pytest.fixture(scope="class")
+    def space(self):
+        from search import partition_space
+
+        return partition_space(GPT3, H100, 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: TPESearcher(space, seed=seed, n_startup_trials=4)
