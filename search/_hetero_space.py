@@ -40,6 +40,16 @@ class Dim:
     choices: tuple
     ordinal: bool = False
 
+    @property
+    def base(self) -> str:
+        """The family: "pool", "dp", "tp", "order", "stage_shift", or the global name."""
+        return self.name.split(".")[0]
+
+    @property
+    def stage(self) -> int:
+        """J of a per-stage dimension (-1 otherwise)."""
+        return int(self.name.split(".")[1]) if "." in self.name else -1
+
 
 # Schedules a HeteroSpace may use (no interleaving: one chunk per device).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2")
@@ -129,6 +139,14 @@ class HeteroSpace:
         out = np.zeros(d.shape[0], dtype=np.int64)
         for k in range(len(self.dims)):
             out = out * self.radices[k] + d[:, k]
+        return out
+
+    def canonical_digits(self, n: int = 1) -> np.ndarray:
+        """(n, D) zeros with every boundary shift at its zero offset (uniform stages)."""
+        out = np.zeros((n, len(self.dims)), dtype=np.int64)
+        for k, d in enumerate(self.dims):
+            if d.base == "stage_shift":
+                out[:, k] = d.choices.index(0)
         return out
 
     # ---- digits -> table ------------------------------------------------------------------

@@ -311,8 +311,9 @@ def _make_tpe(args, space):
     if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
         # A placement space is mostly infeasible at random: a new study tries its named
         # placements first (stored in the study, so a resumed run does not add them again).
-        for digits in space.start_points().values():
-            searcher.study.enqueue_trial({d.name: int(x) for d, x in zip(space.dims, digits, strict=True)})
+        from sweep._cmd_search_hetero import enqueue_start_points
+
+        enqueue_start_points(searcher, space)
     return searcher
 
 
