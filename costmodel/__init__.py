@@ -19,6 +19,19 @@ from costmodel._hardware import (
     gpu_preset,
     make_cluster,
 )
+from costmodel._hetero_cluster import (
+    HeteroCluster,
+    Pool,
+    as_hetero,
+    hetero_from_mapping,
+    hetero_names,
+    hetero_preset,
+    hetero_to_mapping,
+    make_hetero,
+    make_pool,
+)
+from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
+from costmodel._hetero_strategy import HeteroTable
 from costmodel._linear import (
     H100_SXM5_SEED001,
     LinearDevice,
@@ -41,4 +54,15 @@ __all__ = [
     "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
     "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
     "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
+    "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_any", "evaluate_hetero",
+    "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
+    "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows",
 ]
+
+
+def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form") -> Metrics:
+    """costmodel.evaluate for a StrategyTable, evaluate_hetero for a HeteroTable (the driver
+    can call this for either kind of space)."""
+    if isinstance(table, HeteroTable):
+        return evaluate_hetero(model, cluster, table, pipeline=pipeline)
+    return evaluate(model, cluster, table, pipeline=pipeline)

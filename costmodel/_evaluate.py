@@ -163,14 +163,19 @@ def tier(span, cluster: Cluster, gpu):
     return bw, lat
 
 
-def layer_costs(model: Transformer, cluster: Cluster, b, t, c, sp, peak):
-    """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays."""
-    gpu = cluster.gpu
+def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
+                tp_link=None, cp_link=None):
+    """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays.
+
+    The heterogeneous evaluator passes ``gpu`` (an object whose efficiency and peak fields are
+    (N, S) arrays, one GPU type per stage) and the (bandwidth, latency) of the tp and cp
+    groups' links; every input then broadcasts to (N, S)."""
+    gpu = cluster.gpu if gpu is None else gpu
     h, f, hk, a, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.heads, model.seq_len
     sc = s / c
     T = b * sc  # tokens on this rank
-    tp_bw, tp_lat = tier(t, cluster, gpu)
-    cp_bw, cp_lat = tier(t * c, cluster, gpu)
+    tp_bw, tp_lat = tier(t, cluster, gpu) if tp_link is None else tp_link
+    cp_bw, cp_lat = tier(t * c, cluster, gpu) if cp_link is None else cp_link
     split = np.where(sp, t, 1)  # element-wise work is split across tp only under SP
     if model.kind == "mlp":
         gemm = gemm_s(T, h / t, h, peak, gpu)

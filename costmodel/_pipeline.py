@@ -494,17 +494,21 @@ def simulate(
     tf, tb, tw: per-stage forward, activation-backward and weight-backward times; anything
         broadcastable to (S, D): a scalar, a (D,) per-device list, an (S, 1) column or (S, D).
         Schedules that do not split the backward run B + W as one backward op.
-    tc: point-to-point time of one hand-off between devices, broadcastable to (S,).
+    tc: point-to-point time of one hand-off between devices, broadcastable to (S,); or an
+        (S, D) array, one time per link: link d joins devices d and d + 1, link D - 1 joins
+        the last device and the first (the wrap of interleaved chunks).
     chunks: v; 1 for gpipe, 1f1b, zb-h1, zb-h2; 2 for zb-v; 2 x waves for hanayo.
     """
     g = compile_schedule(schedule, devices, microbatches, chunks)
     p, v, m = devices, chunks, microbatches
     tf2, tb2, tw2 = (_per_device(n, x, p) for n, x in (("tf", tf), ("tb", tb), ("tw", tw)))
     tc1 = np.asarray(tc, dtype=np.float64)
-    if tc1.ndim > 1 or not np.all(np.isfinite(tc1)) or np.any(tc1 < 0):
-        raise InputError("tc", "a finite time >= 0, or one per parameter set", tc)
+    per_link = tc1.ndim == 2
+    if (tc1.ndim > 2 or (per_link and tc1.shape[1] != p) or not np.all(np.isfinite(tc1))
+            or np.any(tc1 < 0)):
+        raise InputError("tc", "a finite time >= 0, one per parameter set, or (S, D) per link", tc)
     try:
-        tc_shape = (tc1.size if tc1.ndim else 1, 1)
+        tc_shape = (tc1.shape[0] if per_link else (tc1.size if tc1.ndim else 1), 1)
         n_sets = np.broadcast_shapes(tf2.shape, tb2.shape, tw2.shape, tc_shape)[0]
     except ValueError:
         shapes = [tf2.shape, tb2.shape, tw2.shape, tc1.shape]
@@ -515,7 +519,15 @@ def simulate(
     tf_s = np.broadcast_to(tf2, shape)
     tb_s = np.broadcast_to(tb2 if split else tb2 + tw2, shape)
     tw_s = np.broadcast_to(tw2 if split else np.zeros((1, 1)), shape)
-    tc_s = np.broadcast_to(tc1.reshape(-1) if tc1.ndim else tc1.reshape(1), (n_sets,))
+    if per_link:
+        # (D, S): link d joins devices d and d + 1; link D - 1 joins the last device and the
+        # first (interleaved chunks wrap around). A cross-device op pays its link's time.
+        tc_s = np.ascontiguousarray(np.broadcast_to(tc1, (n_sets, p)).T)
+        src = g.device[np.maximum(g.dep, 0)]
+        link = np.where(np.abs(src - g.device) == 1, np.minimum(src, g.device), p - 1)
+    else:
+        tc_s = np.broadcast_to(tc1.reshape(-1) if tc1.ndim else tc1.reshape(1), (n_sets,))
+        link = None
 
     # Duration table (3 * D, S): row kind * D + device, a chunk's share of the stage time.
     dur = np.concatenate([tf_s.T, tb_s.T, tw_s.T]) / v  # (3D, S)
@@ -528,7 +540,8 @@ def simulate(
         ends = np.empty((n_sets, len(g.kind)))
     for lo in range(0, n_sets, _BLOCK):
         hi = min(lo + _BLOCK, n_sets)
-        end = _run_block(g, np.ascontiguousarray(dur[:, lo:hi]), tc_s[lo:hi])  # (n, s)
+        tc_blk = tc_s[:, lo:hi] if per_link else tc_s[lo:hi]
+        end = _run_block(g, np.ascontiguousarray(dur[:, lo:hi]), tc_blk, link)  # (n, s)
         total[lo:hi] = end[g.last].max(axis=0)
         if timeline:
             ends[lo:hi] = end.T
@@ -543,7 +556,7 @@ def simulate(
     return PipelineResult(total, bubble, np.array(busy), g.peak_activations.copy(), tl)
 
 
-def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray) -> np.ndarray:
+def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarray | None = None) -> np.ndarray:
     """End time of every op, (n, s), given per-(kind, device) durations (3D, s) and hand-off
     times (s,).
 
@@ -562,7 +575,7 @@ def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray) -> np.ndarray:
         ready, other, dur = buf_dep[:k], buf_prev[:k], buf_dur[:k]
         np.take(end, dep_ids, axis=0, out=ready)
         if n_cross:
-            ready[:n_cross] += tc
+            ready[:n_cross] += tc if link is None else tc[link[a:a + n_cross]]
         np.take(end, prev_ids, axis=0, out=other)
         np.maximum(ready, other, out=ready)
         np.take(dur_table, dur_rows, axis=0, out=dur)

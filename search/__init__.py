@@ -2,6 +2,7 @@
 
 from search._base import Searcher, objective
 from search._grid import GridSearcher, RandomSearcher
+from search._hetero_space import HeteroSpace
 from search._mcmc import MCMCSearcher
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
@@ -28,6 +29,7 @@ __all__ = [
     "Dim",
     "EXACT_CHOICES",
     "GridSearcher",
+    "HeteroSpace",
     "MCMCSearcher",
     "PARTITION_SHIFTS",
     "PiperGraph",

@@ -41,7 +41,7 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher
-from search._memo import Memo, keys_from_plain, keys_to_plain, match_rows, point_keys, row_costs, row_keys, stage_width
+from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, row_costs, row_keys, stage_width
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
@@ -116,7 +116,7 @@ class MCMCSearcher(Searcher):
             raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
         self.restart_after = int(restart_after)
         self.starts = tuple(starts)
-        self._hbm_bytes = float(space.cluster.gpu.hbm_bytes)
+        self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
         C, D = self.chains, len(space.dims)
         # Chain j starts at starts[j % len(starts)]; a named start the space cannot hold

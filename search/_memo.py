@@ -46,6 +46,8 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
     """(N,) void keys naming each row's strategy by its column values, so that a table rebuilt
     elsewhere (another process, Parquet) matches the table that was asked. Per-stage columns
     are expanded to ``width`` stages (uniform layers / the row's recompute where absent)."""
+    if hasattr(table, "stages"):  # a costmodel.HeteroTable: its global and per-stage columns
+        return _hetero_row_keys(table, width)
     n = len(table)
     pp = table["pp"]
     cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER]
@@ -62,6 +64,30 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
         rec = np.where(stage, np.pad(sr, ((0, 0), (0, width - sr.shape[1]))), 0)
     mat = np.ascontiguousarray(np.concatenate([np.stack(cols, axis=1), layers, rec], axis=1).astype(np.int64))
     return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def _hetero_row_keys(table, width: int) -> np.ndarray:
+    from costmodel._hetero_strategy import GLOBAL_COLUMNS, STAGE_COLUMNS
+
+    n = len(table)
+    stage = np.arange(width)[None, :] < table["pp"][:, None]
+    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in GLOBAL_COLUMNS]
+    for c in STAGE_COLUMNS:
+        a = table.stages[c][:, :width].astype(np.int64)
+        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+    if table.stage_recompute is not None:
+        a = table.stage_recompute[:, :width].astype(np.int64)
+        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+    mat = np.ascontiguousarray(np.concatenate(cols, axis=1))
+    return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def hbm_of(cluster) -> float:
+    """HBM bytes per GPU to measure an out-of-memory row's excess against: the cluster's GPU,
+    or for a costmodel.HeteroCluster the smallest HBM among its pools."""
+    if hasattr(cluster, "pools"):
+        return float(min(p.gpu.hbm_bytes for p in cluster.pools))
+    return float(cluster.gpu.hbm_bytes)
 
 
 def match_rows(told: np.ndarray, asked: np.ndarray) -> np.ndarray:
@@ -159,5 +185,5 @@ def stage_width(space) -> int:
     return int(space.fixed.get("pp", 1))
 
 
-__all__ = ["Memo", "keys_from_plain", "keys_to_plain", "match_rows", "point_keys", "row_costs",
+__all__ = ["Memo", "hbm_of", "keys_from_plain", "keys_to_plain", "match_rows", "point_keys", "row_costs",
            "row_keys", "stage_width"]

@@ -48,7 +48,7 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher
-from search._memo import Memo, match_rows, point_keys, row_costs, row_keys, stage_width
+from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, stage_width
 
 DEFAULT_N_STARTUP_TRIALS = 20
 # Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
@@ -103,7 +103,7 @@ class TPESearcher(Searcher):
         self._sampler_args = dict(n_startup_trials=int(n_startup_trials), n_ei_candidates=int(n_ei_candidates),
                                   multivariate=bool(multivariate), group=bool(group),
                                   constant_liar=bool(constant_liar))
-        self._hbm_bytes = float(space.cluster.gpu.hbm_bytes)
+        self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
         self._names = [d.name for d in space.dims]
         self._dists = {d.name: _distribution(d.choices) for d in space.dims}

@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 import math
 
-from costmodel import REASONS, InputError, StrategyTable, evaluate
+from costmodel import (
+    REASONS,
+    HeteroCluster,
+    InputError,
+    StrategyTable,
+    as_hetero,
+    evaluate,
+    evaluate_hetero,
+    format_stage_rows,
+    stage_rows,
+)
 from costmodel._evaluate import stage_breakdown
-from sweep._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
+from costmodel._hetero_strategy import hetero_from_mapping
+from sweep._specs import load_any_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 
 STRATEGY_FLAGS = (
     ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),
@@ -18,7 +29,9 @@ STRATEGY_FLAGS = (
 
 def add_spec_args(p) -> None:
     p.add_argument("--model", default="gpt3-175b", help="preset name or JSON/YAML file (default gpt3-175b)")
-    p.add_argument("--cluster", default="h100x1024", help="preset (e.g. h100x1024, dgx-a100-1024) or JSON/YAML file")
+    p.add_argument("--cluster", default="h100x1024",
+                   help="preset (e.g. h100x1024, dgx-a100-1024, a100x64+h100x64) or JSON/YAML file (with "
+                   "'pools' for a heterogeneous cluster)")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
 
 
@@ -111,7 +124,10 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
 
 def run(args) -> int:
     model = load_model(args.model)
-    cluster = load_cluster(args.cluster, args.hardware)
+    cluster = load_any_cluster(args.cluster, args.hardware)
+    data = read_mapping(args.strategy, "--strategy") if args.strategy else None
+    if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
+        return run_hetero(args, model, as_hetero(cluster), data)
     table = build_strategy(args, model, cluster)
     metrics = evaluate(model, cluster, table, pipeline="simulate")  # one row: exact pipeline
     reason = REASONS[int(metrics["reason"][0])]
@@ -119,4 +135,65 @@ def run(args) -> int:
         raise reason_error(model, cluster, table.row(0), reason)
     rep = report(model, cluster, table, metrics)
     print(json.dumps(rep) if args.json else format_report(rep, cluster.gpu.hbm_bytes))
+    return 0
+
+
+HETERO_REASONS = {
+    "gpus_exceed_cluster": ("stages", "per pool, at most its GPUs (dp x tp x cp summed over its stages)"),
+    "tp_not_divide_heads": ("stages[].tp", "a divisor of the model's heads and kv_heads"),
+    "pp_not_divide_layers": ("stages[].layers", "counts >= 1 summing to the model's layers"),
+    "cp_not_divide_seq": ("cp", "2*cp dividing seq_len"),
+    "batch_not_divide": ("global_batch", "a multiple of dp x microbatches on every stage"),
+    "schedule_invalid": ("schedule", "gpipe, 1f1b, zb-h1 or zb-h2 with vpp 1 (or vpp dividing every stage)"),
+    "zero_incompatible_pp": ("zero_stage", "0 or 1 when there are several stages"),
+}
+
+
+def run_hetero(args, model, cluster, data) -> int:
+    """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
+    if data is None or "stages" not in data:
+        raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
+                         "heterogeneous cluster", args.strategy)
+    for name, _ in STRATEGY_FLAGS:
+        if getattr(args, name) is not None and name not in ("dp", "tp", "pp", "micro_batch"):
+            data[name] = getattr(args, name)
+    for name in ("sequence_parallel", "overlap_dp"):
+        if getattr(args, name) is not None:
+            data[name] = getattr(args, name)
+    data.setdefault("global_batch", 1536 if model.kind != "mlp" else 8192)
+    names = [p.name for p in cluster.pools]
+    table = hetero_from_mapping(data, names)
+    metrics = evaluate_hetero(model, cluster, table, pipeline="simulate")
+    reason = REASONS[int(metrics["reason"][0])]
+    if reason not in ("ok", "out_of_memory"):
+        arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
+        row = table.row(0, names)
+        got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
+                               f"dp per stage {[st['dp'] for st in row['stages']]}",
+               "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
+               "stages[].layers": f"layers {[st['layers'] for st in row['stages']]} (model: {model.layers})",
+               "zero_stage": row["zero_stage"], "schedule": f"{row['schedule']} with vpp={row['vpp']}",
+               "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]]}.get(
+                   arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
+        raise InputError(arg, expected, got)
+    rows = stage_rows(model, cluster, table)
+    m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
+    m["reason"] = reason
+    if args.json:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
+        print(json.dumps({"model": model.name, "cluster": cluster.name, "strategy": table.row(0, names),
+                          "metrics": clean, "stages": rows}))
+        return 0
+    print(f"{model.name} on {cluster.name}: {cluster.describe()}")
+    glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}
+    print("strategy: " + " ".join(f"{k}={v}" for k, v in glob.items()))
+    if not m["feasible"]:
+        print(f"INFEASIBLE: {reason}")
+    step = m["step_time_s"]
+    print(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   MFU {100 * m['mfu']:.1f}% "
+          f"(of the stages' summed peak)   {m['microbatches']} micro-batches, bubble ratio "
+          f"{100 * m['bubble_ratio']:.1f}%")
+    print("per stage: pool, degrees, layers, micro-batch per replica, F/B/W per micro-batch, busy time per "
+          "iteration, hand-off to the next stage, data-parallel exchange, memory per GPU of the pool's HBM")
+    print(format_stage_rows(rows))
     return 0

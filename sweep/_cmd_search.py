@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from costmodel import InputError, Metrics, StrategyTable, evaluate
+from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any
 from search import (
     GridSearcher,
     MCMCSearcher,
@@ -32,7 +32,7 @@ from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
 from sweep._cmd_sweep import add_search_run_args, run_search_in_dir
 from sweep._space_args import add_space_args, space_from_args
-from sweep._specs import load_cluster, load_model
+from sweep._specs import load_any_cluster, load_model
 
 _Number = TypeVar("_Number", int, float)
 
@@ -139,7 +139,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
         t = searcher.ask(min(batch, budget - evaluations))
         if len(t) == 0:
             break
-        m = evaluate(model, cluster, t)
+        m = evaluate_any(model, cluster, t)  # costmodel.evaluate, or evaluate_hetero for a HeteroTable
         searcher.tell(t, m)
         evaluations += len(t)
         feasible += int(np.sum(m["feasible"]))
@@ -147,7 +147,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
         if keep.size:
             t, m = t.take(keep), m.take(keep)
             if best_t is not None:
-                t = StrategyTable.concat([best_t, t])
+                t = type(t).concat([best_t, t])
                 m = Metrics({k: np.concatenate([best_m[k], m[k]]) for k in best_m})
             order = _distinct_best(t, objective(m), top)
             best_t, best_m = t.take(order), m.take(order)
@@ -235,11 +235,22 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     if getattr(args, "out", None) is not None:  # a resumable run on Ray (sweep/_cmd_sweep.py)
         return run_search_in_dir(args, args.searcher)
     model = load_model(args.model)
-    cluster = load_cluster(args.cluster, args.hardware)
+    cluster = load_any_cluster(args.cluster, args.hardware)
     budget = _positive(args.budget, "--budget")
     batch = _positive(args.batch, "--batch")
     top = _positive(args.top, "--top")
     _parse(args.seed, "--seed", int)
+    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
+        from sweep._cmd_search_hetero import hetero_report, hetero_space_from_args
+
+        if args.searcher == "grid":
+            raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
+                             "far beyond a grid)", "grid")
+        space = hetero_space_from_args(args, model, cluster)
+        searcher = args.make(args, space)
+        found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
+        hetero_report(args, args.searcher, space, *found)
+        return 0
     space = space_from_args(args, model, cluster)
     count = space.valid_count()
     if count == 0:
@@ -273,8 +284,11 @@ def _make_mcmc(args, space):
         raise InputError("--reset-every", "an integer >= 0", reset)
     if not beta >= 0:
         raise InputError("--beta", "a number >= 0", beta)
+    extra = {}
+    if hasattr(space.cluster, "pools"):  # a placement space: start from its named placements too
+        extra["starts"] = (*space.start_points(), "random")
     return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
-                        beta=beta, reset_every=reset)
+                        beta=beta, reset_every=reset, **extra)
 
 
 TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's model fresh
@@ -298,8 +312,15 @@ def _make_tpe(args, space):
     startup = _parse(args.startup_trials, "--startup-trials", int)
     if startup < 0:
         raise InputError("--startup-trials", "an integer >= 0", startup)
-    return TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
-                       n_startup_trials=startup)
+    searcher = TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
+                           n_startup_trials=startup)
+    if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
+        # A placement space is mostly infeasible at random: a new study tries its named
+        # placements first (stored in the study, so a resumed run does not add them again).
+        from sweep._cmd_search_hetero import enqueue_start_points
+
+        enqueue_start_points(searcher, space)
+    return searcher
 
 
 # Searcher name -> registrar.

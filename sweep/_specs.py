@@ -17,6 +17,7 @@ from costmodel import (
     make_cluster,
     model_preset,
 )
+from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._validate import read_hardware
 
 
@@ -133,3 +134,35 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -
         expected = "0 or 1 when pp > 1 (ZeRO-2/3 shard gradients a pipeline needs)"
         return InputError("zero_stage", expected, row["zero_stage"])
     return InputError("strategy", "a feasible strategy", reason)
+
+
+def load_any_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroCluster:
+    """A homogeneous cluster (load_cluster) or a heterogeneous one: a preset among
+    costmodel.hetero_names() or a JSON/YAML file with a ``pools`` list (costmodel's
+    _hetero_cluster docstring). ``hardware`` replaces the efficiency constants of every pool
+    whose GPU it fits."""
+    if _looks_like_file(word):
+        data = read_mapping(word, "--cluster")
+        if "pools" not in data:
+            return load_cluster(word, hardware)
+        data.setdefault("name", Path(word).stem)
+        hc = hetero_from_mapping(data)
+    elif word.lower() in hetero_names():
+        hc = hetero_preset(word)
+    else:
+        try:
+            return load_cluster(word, hardware)
+        except InputError as exc:
+            if exc.argument != "cluster":
+                raise
+            raise InputError("--cluster", exc.expected + ", or a heterogeneous preset: " + ", ".join(hetero_names())
+                             + ", or a JSON/YAML file", word) from None
+    if hardware:
+        fitted = read_hardware(hardware)
+        pools = []
+        for p in hc.pools:
+            eff = fitted.get(p.gpu.name)
+            gpu = p.gpu if eff is None else dataclasses.replace(p.gpu, **dataclasses.asdict(eff))
+            pools.append(dataclasses.replace(p, gpu=gpu))
+        hc = dataclasses.replace(hc, pools=tuple(pools))
+    return hc

@@ -1,0 +1,560 @@
+"""The heterogeneous evaluator: (model, HeteroCluster, HeteroTable) -> Metrics, vectorised.
+
+Every quantity of costmodel._evaluate becomes an (N, S) array, one column per pipeline stage,
+with the stage's own GPU type (peak FLOP/s, efficiency, HBM), its own degrees (dp_i, tp_i),
+its micro-batch share b_i = B / (dp_i m) and its links. The formulas are the homogeneous
+ones (layer_costs, in_flight, the closed forms, the simulator); on a single pool with equal
+degrees on every stage the result equals costmodel.evaluate row by row.
+
+Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (see ORDERS in
+costmodel._hetero_strategy) is priced on the slowest link it crosses:
+    span = stride * size <= gpus_per_node   -> the pool's intra-node link
+    stride a multiple of gpus_per_node      -> one rank per node: the inter-node network only
+    otherwise                               -> both: min(intra, inter) bandwidth, max latency
+so a cluster whose network beats its intra-node link (PCIe nodes on a 400 Gb/s network)
+prices tensor parallelism strided across nodes (order "tp-across") on the network.
+
+Pipeline hand-offs. Boundary i -> i + 1 moves the larger of the two per-GPU activation
+shares (micro-batch re-sharding when dp_i != dp_{i+1}, see costmodel._hetero_strategy)
+over: the link between the two pools when they differ; within a pool, the intra-node link
+if the stages the strategy puts on that pool fit in one node, else the network (or the
+slower of both when the sender's block is not a whole number of nodes). Closed forms charge
+2 sum_i T_C,i for fill and drain (2 (p - 1) T_C when equal); the simulator takes one T_C per
+link.
+
+Data parallelism. Each stage's gradients are reduced over its own dp_i x cp replicas, inside
+its pool, on the link its dp group crosses. All stages reduce at the end of the step at
+once; the step waits for the slowest (max over stages), overlapped with the bottleneck
+stage's last backward as in the homogeneous model. The optimizer step is the slowest
+stage's. MFU divides by the sum over stages of GPUs x that GPU's peak.
+
+Memory is per stage against that pool's HBM; the reported breakdown is the stage closest to
+its HBM (the largest fraction).
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from costmodel import _evaluate as K
+from costmodel._evaluate import (
+    REASON,
+    SCHED,
+    Metrics,
+    _act_layer_bytes,
+    all_reduce_s,
+    gather_s,
+    gemm_s,
+    hbm_s,
+    in_flight,
+    layer_costs,
+    outside_closed_form,
+)
+from costmodel._hardware import Cluster
+from costmodel._hetero_cluster import HeteroCluster, as_hetero
+from costmodel._hetero_strategy import STAGE_COLUMNS, HeteroTable
+from costmodel._strategy import SCHEDULES
+from costmodel._workloads import Transformer
+
+_GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff",
+               "kernel_overhead_s")
+_POOL_FIELDS = ("gpus_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
+
+
+def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
+    """(P,) arrays of every pool attribute the evaluator needs, and (P, 3) peaks."""
+    pools = cluster.pools
+    out = {f: np.array([getattr(p.gpu, f) for p in pools], dtype=np.float64) for f in _GPU_FIELDS}
+    for f in _POOL_FIELDS:
+        out[f] = np.array([getattr(p, f) for p in pools], dtype=np.float64)
+    peaks = np.array([p.gpu.peak_flops for p in pools], dtype=np.float64)  # (P, 3)
+    out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
+    out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
+    out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
+    return out
+
+
+def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
+    """(bandwidth, latency) of a group of ``size`` ranks at ``stride``: the slowest link it
+    crosses (module docstring). All arguments broadcast."""
+    inside = stride * size <= G
+    per_node = np.mod(stride, G) == 0
+    bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
+    lat = np.where(inside, up_lat, np.where(per_node, out_lat, np.maximum(up_lat, out_lat)))
+    return bw, lat
+
+
+def _uniform_rows(table: HeteroTable) -> np.ndarray:
+    """(N,) rows with pp >= 4 whose stages all share pool, dp, tp, order, layers and recompute."""
+    p = table["pp"]
+    S = table.num_stages
+    active = np.arange(S)[None, :] < p[:, None]
+    same = p >= 4
+    cols = [table.stages[k] for k in STAGE_COLUMNS]
+    if table.stage_recompute is not None:
+        cols.append(table.stage_recompute)
+    for a in cols:
+        same &= np.all(~active | (a == a[:, :1]), axis=1)
+    return same
+
+
+def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
+                       flat=None) -> np.ndarray:
+    """Reason code per row for everything but memory (0 = ok; first failing check wins).
+    Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
+    pool, dp, tp, layers, weight) when the caller has them (weight: stages a flat stage
+    stands for)."""
+    pa = pa or _pool_arrays(cluster)
+    L, s = model.layers, model.seq_len
+    p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
+    sched = table["schedule"]
+    N, S, P = len(table), table.num_stages, len(cluster.pools)
+    if flat is None:
+        starts = np.cumsum(p) - p
+        r = np.repeat(np.arange(N), p)
+        fl = r * S + (np.arange(r.size) - starts[r])
+        pool, d, t, n = (table.stages[k].ravel()[fl] for k in ("pool", "dp", "tp", "layers"))
+        w = 1
+    else:
+        starts, r, pool, d, t, n, w = flat
+    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731
+    every = lambda ok: np.logical_and.reduceat(ok, starts)  # noqa: E731
+    # stages past pp must be empty
+    pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
+    g = d * t * c[r]
+    gpus_ok = every(pool < P)
+    for q in range(P):
+        gpus_ok &= add(np.where(pool == q, g, 0)) <= pa["num_gpus"][q]
+    if model.kind == "mlp":
+        tp_ok = every(model.hidden % t == 0)
+    else:
+        tp_ok = every((model.heads % t == 0) & (model.kv_heads % t == 0))
+    pp_ok = (add(n) == L) & every(n >= 1) & pad_ok
+    batch_ok = every(B[r] % (d * m[r]) == 0)
+    chunks_ok = every(n % v[r] == 0)
+    chunked = (v >= 2) & (p >= 2) & chunks_ok
+    sched_ok = np.select(
+        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
+        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
+        v == 1,
+    )
+    checks = [
+        (gpus_ok, "gpus_exceed_cluster"),
+        (tp_ok, "tp_not_divide_heads"),
+        (pp_ok, "pp_not_divide_layers"),
+        ((c == 1) | (s % (2 * c) == 0), "cp_not_divide_seq"),
+        (batch_ok, "batch_not_divide"),
+        (sched_ok, "schedule_invalid"),
+        ((table["zero_stage"] <= 1) | (p == 1), "zero_incompatible_pp"),
+    ]
+    reason = np.zeros(len(table), dtype=np.int8)
+    for ok, name in reversed(checks):
+        reason = np.where(ok, reason, REASON[name]).astype(np.int8)
+    return reason
+
+
+def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts, nrep, comp, j):
+    """Exact pipeline time (N,) and in-flight micro-batches (M,) (flat stages) for ``rows``;
+    NaN elsewhere. One simulate() call per distinct (schedule, pp, m, vpp)."""
+    from costmodel._pipeline import simulate
+
+    total = np.full(len(table), np.nan)
+    k_act = np.full(F.shape, np.nan)
+    sel = np.flatnonzero(rows & (reason == 0))
+    if sel.size == 0:
+        return total, k_act
+    keys = np.stack([table["schedule"][sel], table["pp"][sel], m[sel], table["vpp"][sel]], axis=1)
+    groups, inv = np.unique(keys, axis=0, return_inverse=True)
+    for gi, (code, pg, mg, vg) in enumerate(groups):
+        r = sel[inv.ravel() == gi]
+        dev = np.arange(pg)[None, :]
+        rep_col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1))  # device -> representative
+        fi = starts[r][:, None] + np.where(comp[r][:, None], rep_col, dev)  # (R, pg) flat stage indices
+        inputs = np.concatenate([F[fi], Bk[fi], W[fi], T_C[fi]], axis=1)
+        uniq, back = np.unique(inputs, axis=0, return_inverse=True)
+        back = back.ravel()
+        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg], tb=uniq[:, pg:2 * pg],
+                       tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, 3 * pg:])
+        total[r] = res.total_time[back]
+        own = starts[r][:, None] + np.minimum(dev, nrep[r][:, None] - 1)  # (R, pg) each flat stage once
+        k_act[own] = res.peak_activations[j[own]]
+    return total, k_act
+
+
+def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct configurations among M stages: (index of one stage per configuration (U,),
+    configuration of each stage (M,)). Columns are non-negative integers, combined into one
+    int64 key as a mixed-radix number (every stage its own configuration if that would
+    overflow)."""
+    M = len(cols[0])
+    key = np.zeros(M, dtype=np.int64)
+    span = 1
+    for c in cols:
+        radix = int(c.max()) + 1 if M else 1
+        span *= radix
+        if span >= 2**62:
+            return np.arange(M), np.arange(M)
+        key = key * radix + c
+    if span <= max(4 * M, 1 << 16):  # a small key range: a lookup table instead of a sort
+        present = np.zeros(span, dtype=bool)
+        present[key] = True
+        code = np.cumsum(present) - 1
+        inv = code[key]
+    else:
+        inv = np.unique(key, return_inverse=True)[1].ravel()
+    rep = np.empty(int(inv.max()) + 1 if M else 0, dtype=np.int64)
+    rep[inv] = np.arange(M)  # any stage of each configuration will do
+    return rep, inv
+
+
+def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
+                           pipeline: str, stages_out: bool = False, simulate_now: bool = True,
+                           compress: bool = True) -> Metrics:
+    """One block of rows. Stages are kept flat: the M = sum(pp) (row, stage) pairs in row
+    order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the rows'
+    first stages, so padding past pp costs nothing. Everything that depends only on a
+    stage's configuration (pool, rank order, dp, tp, recompute and the row's micro-batches,
+    batch, cp, SP, precision) is computed once per distinct configuration (U of them, a
+    few hundred in a search) and gathered back."""
+    h, s, V = model.hidden, model.seq_len, model.vocab
+    N = len(table)
+    p, m, B = table["pp"], table["microbatches"], table["global_batch"]
+    c, v, sched, zero = table["cp"], table["vpp"], table["schedule"], table["zero_stage"]
+    sp, overlap = table["sequence_parallel"], table["overlap_dp"]
+    S = table.num_stages
+    P = len(cluster.pools)
+    # Uniform rows (every stage the same pool, degrees, layers and recompute, pp >= 4) keep 3
+    # representative stages, first, one interior (weight pp - 2) and last, as costmodel.evaluate.
+    comp = _uniform_rows(table) if compress else np.zeros(N, dtype=bool)
+    nrep = np.where(comp, 3, p)  # (N,) flat stages per row
+    starts = np.cumsum(nrep) - nrep  # (N,) flat index of each row's first stage
+    M = int(nrep.sum())
+    r = np.repeat(np.arange(N), nrep)  # (M,) row of each flat stage
+    kk = np.arange(M) - starts[r]  # (M,) position within the row's flat stages
+    compr = comp[r]
+    j = np.where(compr & (kk == 2), p[r] - 1, kk)  # (M,) the stage's index in its pipeline
+    w = np.where(compr & (kk == 1), p[r] - 2, 1)  # (M,) stages each flat stage stands for
+    R = lambda x: np.asarray(x)[r]  # noqa: E731  (N,) -> (M,)
+    first = j == 0
+    pr = R(p)
+    last = j == pr - 1
+    heads = starts + nrep - 1  # (N,) flat index of each row's last stage
+    fl = r * S + j  # flat index into (N, S) stage columns
+    pool_in = table.stages["pool"].ravel()[fl]
+    d = table.stages["dp"].ravel()[fl]
+    t = table.stages["tp"].ravel()[fl]
+    order = table.stages["order"].ravel()[fl]
+    n_int = table.stages["layers"].ravel()[fl]
+    rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w))
+    pool = np.minimum(pool_in, P - 1)
+    n = n_int.astype(np.float64)
+    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
+    top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
+
+    def first_max(a):
+        """(N,) flat index of the first stage holding its row's maximum of ``a``."""
+        hit = a == top(a)[r]
+        return np.minimum.reduceat(np.where(hit, np.arange(M), M), starts)
+
+    # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
+    row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
+    row_rep, row_code = _config_index(row_cols)
+    rep, inv = _config_index([R(row_code), pool, order, d, t, rcs.astype(np.int64)])
+    ru = r[rep]  # (U,) a row of each configuration
+    U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
+    pool_u, order_u, d_u, t_u, rc_u = pool[rep], order[rep], d[rep], t[rep], rcs[rep]
+    c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
+
+    # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
+    gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
+    peak = pa["peak"][pool_u, U(table["precision"])]
+    G, up_bw, out_bw = pa["gpus_per_node"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
+    up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
+    tp_inner = order_u == 0
+    # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
+    tp_stride = np.where(tp_inner, 1, d_u)
+    cp_stride = np.where(tp_inner, t_u, d_u * t_u)
+    # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
+    dp_stride = np.where(tp_inner, t_u, 1)
+    dp_size = np.where(tp_inner | (c_u == 1), d_u * c_u, d_u * t_u * c_u)
+    link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
+                                           gpu.link_eff)
+    tp_link = link(tp_stride, t_u)
+    cp_link = link(cp_stride, c_u)
+    dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
+    b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
+    lc = layer_costs(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    T = lc["T"]
+    f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
+    bx_L = lc["gemm"] + 2.0 * lc["attn"] + K.ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
+    w_L = lc["gemm"]
+    tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
+    tp_bw, tp_lat = tp_link
+    full_u, sel_u = rc_u == 2, rc_u == 1
+    re_L = np.where(full_u, f_L, np.where(sel_u, lc["attn"], 0.0))
+    Fl = f_L + tpf_L + cpf_L  # per layer, forward
+    Bl = bx_L + tpf_L + cpb_L + re_L + np.where(full_u, tpf_L + cpf_L, 0.0)  # backward (+ recompute)
+    comp_l = f_L + bx_L + w_L
+    tp_l = 2.0 * tpf_L + np.where(full_u, tpf_L, 0.0)
+    cp_l = cpf_L + cpb_L + np.where(full_u, cpf_L, 0.0)
+    share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
+    g_u = d_u * c_u
+    act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
+    sp_div = np.where(sp_u, t_u, 1)
+    act_kept = np.where(full_u, K.ACT_BYTES * T * h / sp_div, np.where(sel_u, act_L - score_L, act_L))
+    work = np.where(full_u, act_L, 0.0)
+    if model.kind == "mlp":
+        emb_act_u = head_act_u = np.zeros_like(T)
+    else:
+        emb_act_u = (K.ACT_BYTES + 1) * T * h / sp_div
+        head_act_u = 4.0 * T * V / t_u
+    z3_u = zero_u == 3
+    layer_p = model.layer_params()
+    buf_u = (np.where(t_u > 1, 2.0 * K.ACT_BYTES * T * h, 0.0)
+             + np.where(z3_u, 2.0 * K.WEIGHT_BYTES * layer_p / t_u, 0.0) + K.RESERVED_BYTES)
+    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
+    re_tok_u = np.where(full_u, model.layer_fwd_flops_per_token(), np.where(sel_u, attn_re, 0.0))
+    hbm_Bps_eff = gpu.hbm_Bps * gpu.hbm_eff
+
+    # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
+    zero_col = np.zeros(N)
+    u0, ul = inv[starts], inv[heads]
+    if model.kind == "mlp":
+        emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
+    else:
+        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[u0] for f in _GPU_FIELDS})
+        T0, t0 = T[u0], t_u[u0]
+        emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
+        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[u0], tp_lat[u0])
+        gl = types.SimpleNamespace(**{f: getattr(gpu, f)[ul] for f in _GPU_FIELDS})
+        Tl, tl, pkl, bwl, latl = T[ul], t_u[ul], peak[ul], tp_bw[ul], tp_lat[ul]
+        head_gemm = gemm_s(Tl, V / tl, h, pkl, gl)
+        head_elem = hbm_s(K.ACT_BYTES * 3.0 * Tl * h + K.XENT_BYTES_PER_LOGIT * Tl * V / tl, gl)
+        head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
+
+    # -- stages (M,) --
+    emb_F, head_FB = R(0.5 * emb_c + emb_tp), R(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
+    F = n * Fl[inv] + first * emb_F + last * head_FB
+    Bk = n * Bl[inv] + first * R(0.5 * emb_c) + last * head_FB
+    W = n * w_L[inv] + last * R(head_gemm)
+    X = F + Bk + W
+
+    # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
+    nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
+    un = inv[nxt]
+    pool_n = pool[nxt]
+    hand_bytes = np.maximum(share[inv], share[un])
+    g_stage = (d * t) * R(c)
+    # GPUs the strategy puts on each pool, (N, P), read back per stage
+    used = np.stack([add(np.where(pool == q, g_stage, 0)) for q in range(P)], axis=1)
+    Gs = G[inv]
+    fits = used[r, pool] <= Gs
+    whole = np.mod(g_stage, Gs) == 0
+    ub, ob, ul_, ol_ = up_bw[inv], out_bw[inv], up_lat[inv], out_lat[inv]
+    same_bw = np.where(fits, ub, np.where(whole, ob, np.minimum(ub, ob)))
+    same_lat = np.where(fits, ul_, np.where(whole, ol_, np.maximum(ul_, ol_)))
+    cross = pool != pool_n
+    eff_s = gpu.link_eff[inv]
+    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(eff_s, gpu.link_eff[un]), same_bw * eff_s)
+    hop_lat = np.where(cross, pa["link_latency_s"][pool, pool_n], same_lat)
+    T_C = np.where(pr > 1, hand_bytes / hop_bw + hop_lat, 0.0)  # (M,)
+    inner = j < pr - 1  # the p - 1 forward boundaries
+
+    # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
+    bot = first_max(X)  # (N,) flat index of the bottleneck stage
+    X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
+    X_sum = add(X)
+    is_inter = sched == SCHED["interleaved"]
+    vv = np.where(is_inter, v, 1)
+    fill = (X_sum - X_max) / vv
+    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
+    fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+    pp_comm = 2.0 * add(np.where(inner, T_C, 0.0))
+    pipe = m * X_max + fill + pp_comm
+    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
+    k = in_flight(R(sched), pr, R(m), R(v), j)
+    needs_simulation = simulated & (reason == 0)
+    if simulate_now and np.any(needs_simulation):
+        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts, nrep, comp, j)
+        done = ~np.isnan(sim_total)
+        pipe = np.where(done, sim_total, pipe)
+        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
+        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
+        k = np.where(done[r], sim_k, k)
+
+    # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
+    emb_p = model.embedding_params()
+    tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
+    head_p = model.head_params() + np.where(first, 0, tied_copy)
+    params = (n * layer_p + first * emb_p + last * head_p) / t  # (M,) per GPU
+    params_max = top(params)
+    g = g_u[inv]
+    z3, zr = z3_u[inv], zero_u[inv]
+    dbw, dlat = dp_bw[inv], dp_lat[inv]
+    grad_bytes = K.GRAD_COMM_BYTES * params
+    dp_st = np.where(
+        z3,
+        R(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dbw, dlat) + gather_s(grad_bytes, g, dbw, dlat)),
+        all_reduce_s(grad_bytes, g, dbw, dlat),
+    )
+    dp_raw = top(dp_st)
+    window = np.where(zero == 3, m * X_max, B_b + W_b)
+    dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    shard = np.where(zr >= 1, g, 1)
+    opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_Bps_eff[inv])
+    step = pipe + dp_exposed + opt_s
+
+    # -- memory per GPU, per stage, against its pool's HBM --
+    act = k * (n * act_kept[inv] + first * emb_act_u[inv]) + work[inv] + last * head_act_u[inv]
+    w_b = K.WEIGHT_BYTES * params / np.where(z3, g, 1)
+    g_b = K.GRAD_BYTES * params / np.where(zr >= 2, g, 1)
+    o_b = K.OPTIM_BYTES * params / shard
+    buffers = buf_u[inv] + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
+    tot = w_b + g_b + o_b + act + buffers
+    hbm = gpu.hbm_bytes[inv]
+    frac = tot / hbm
+    worst = first_max(frac)
+    mem_total = tot[worst]
+    reason = np.where((reason == 0) & (frac[worst] > 1.0), REASON["out_of_memory"], reason).astype(np.int8)
+    feasible = reason == 0
+
+    # -- the bottleneck stage's time parts (per micro-batch, then x m) --
+    ub_, nb, fb, lb = inv[bot], n[bot], first[bot], last[bot]
+    comp_b = nb * comp_l[ub_] + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
+    tp_b = nb * tp_l[ub_] + fb * emb_tp + lb * head_tp
+    cp_b = nb * cp_l[ub_]
+    re_b = nb * re_L[ub_]
+
+    # -- throughput and utilisation --
+    flops_model = model.model_flops_per_sample() * B
+    flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
+    peak_sum = add(g_stage * peak[inv])  # sum over stages of GPUs x their peak
+    with np.errstate(divide="ignore", invalid="ignore"):
+        samples = np.where(feasible, B / step, 0.0)
+        mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
+        hfu = np.where(feasible, flops_hw / (step * peak_sum), 0.0)
+        bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
+    extra = {}
+    if stages_out:
+        def grid(a, fill_value=0.0):
+            out = np.full((N, S), fill_value, dtype=np.float64)
+            out[r, j] = a
+            return out
+
+        extra = {"_stage_pool": grid(pool, -1).astype(np.int64), "_stage_dp": grid(d, 1).astype(np.int64),
+                 "_stage_tp": grid(t, 1).astype(np.int64), "_stage_layers": grid(n),
+                 "_stage_micro_batch": grid(b_u[inv]), "_stage_forward_s": grid(F), "_stage_backward_s": grid(Bk),
+                 "_stage_weight_grad_s": grid(W), "_stage_time_s": grid(R(m) * X),
+                 "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
+                 "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
+                 "_stage_active": grid(np.ones(M)) > 0}
+    del row_rep
+    if not simulate_now:
+        extra["_needs_simulation"] = needs_simulation
+    return Metrics(
+        **extra,
+        step_time_s=np.where(feasible, step, np.inf),
+        compute_s=m * comp_b,
+        recompute_s=m * re_b,
+        tp_comm_s=m * tp_b,
+        cp_comm_s=m * cp_b,
+        pp_comm_s=pp_comm,
+        dp_comm_s=dp_exposed,
+        bubble_s=fill,
+        optimizer_s=opt_s,
+        tokens_per_s=samples * s,
+        samples_per_s=samples,
+        mfu=mfu,
+        hfu=hfu,
+        bubble_ratio=bubble_ratio,
+        mem_weights_bytes=w_b[worst],
+        mem_grads_bytes=g_b[worst],
+        mem_optimizer_bytes=o_b[worst],
+        mem_activations_bytes=act[worst],
+        mem_buffers_bytes=buffers[worst],
+        mem_total_bytes=mem_total,
+        microbatches=m.astype(np.int64),
+        feasible=feasible,
+        reason=reason,
+    )
+
+
+def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, *,
+                    pipeline: str = "closed_form") -> Metrics:
+    """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS).
+
+    Vectorised over rows and stages in blocks of rows; rows outside the closed forms'
+    domain (and every row with pipeline="simulate") are priced by the schedule simulator
+    with per-stage times and per-link hand-offs."""
+    if pipeline not in K.PIPELINE_MODES:
+        raise ValueError(f"pipeline must be one of {K.PIPELINE_MODES}, got {pipeline!r}")
+    hc = as_hetero(cluster)
+    pa = _pool_arrays(hc)
+    N = len(table)
+    if N == 0:
+        return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
+                                    else np.int64 if k == "microbatches" else np.float64) for k in K.METRIC_COLUMNS})
+    if N <= K.BLOCK_ROWS:
+        return _evaluate_hetero_block(model, hc, table, pa, pipeline)
+    # Two passes as in costmodel.evaluate: closed forms in blocks, then the rows the
+    # simulator must price, sorted by (schedule, pp, micro-batches, vpp), written back.
+    parts = [_evaluate_hetero_block(model, hc, table.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline,
+                                    simulate_now=False) for i in range(0, N, K.BLOCK_ROWS)]
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    need = np.flatnonzero(out.pop("_needs_simulation"))
+    if need.size:
+        sub = table.take(need)
+        order = np.lexsort((sub["vpp"], sub["microbatches"], sub["pp"], sub["schedule"]))
+        rows, sub = need[order], sub.take(order)
+        for i in range(0, len(rows), K.BLOCK_ROWS):
+            part = _evaluate_hetero_block(model, hc, sub.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline)
+            for k, col in part.items():
+                out[k][rows[i:i + K.BLOCK_ROWS]] = col
+    return out
+
+
+def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,
+                           table: HeteroTable) -> dict[str, np.ndarray]:
+    """Per pipeline stage, for a few rows (people's view): (N, S) arrays of pool index, dp,
+    tp, layers, micro-batch per replica, F / B / W time per micro-batch, busy time per
+    iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, in-flight
+    micro-batches (simulator) and memory per GPU with its pool's HBM."""
+    hc = as_hetero(cluster)
+    out = _evaluate_hetero_block(model, hc, table, _pool_arrays(hc), "simulate", stages_out=True, compress=False)
+    return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
+
+
+def stage_rows(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, i: int = 0) -> list[dict]:
+    """Row i's stages as a list of plain dicts (pool name, dp, tp, layers, time_s, mem_bytes,
+    ...): what `plansweep evaluate` and `show` print per stage."""
+    hc = as_hetero(cluster)
+    st = hetero_stage_breakdown(model, hc, table.take(slice(i, i + 1)))
+    names = [p.name for p in hc.pools]
+    rows = []
+    for j in range(int(st["active"][0].sum())):
+        rows.append({
+            "stage": j, "pool": names[int(st["pool"][0, j])], "gpu": hc.pools[int(st["pool"][0, j])].gpu.name,
+            "dp": int(st["dp"][0, j]), "tp": int(st["tp"][0, j]), "layers": int(st["layers"][0, j]),
+            "micro_batch": float(st["micro_batch"][0, j]),
+            "forward_s": float(st["forward_s"][0, j]), "backward_s": float(st["backward_s"][0, j]),
+            "weight_grad_s": float(st["weight_grad_s"][0, j]), "time_s": float(st["time_s"][0, j]),
+            "handoff_s": float(st["handoff_s"][0, j]), "dp_comm_s": float(st["dp_comm_s"][0, j]),
+            "in_flight": float(st["in_flight"][0, j]), "mem_bytes": float(st["mem_bytes"][0, j]),
+            "hbm_bytes": float(st["hbm_bytes"][0, j]),
+        })
+    return rows
+
+
+def format_stage_rows(rows: list[dict]) -> str:
+    """The per-stage table as text (used by `plansweep evaluate`; `show` can call it too)."""
+    lines = [f"{'stage':>5} {'pool':<12} {'dp':>4} {'tp':>3} {'layers':>6} {'mb':>6} {'F ms':>9} {'B ms':>9} "
+             f"{'W ms':>9} {'busy s':>8} {'hand-off ms':>11} {'dp s':>8} {'mem GB':>7} {'of GB':>6}"]
+    for r in rows:
+        lines.append(f"{r['stage']:>5} {r['pool']:<12} {r['dp']:>4} {r['tp']:>3} {r['layers']:>6} "
+                     f"{r['micro_batch']:>6.3g} {1e3 * r['forward_s']:>9.2f} {1e3 * r['backward_s']:>9.2f} "
+                     f"{1e3 * r['weight_grad_s']:>9.2f} {r['time_s']:>8.3f} {1e3 * r['handoff_s']:>11.3f} "
+                     f"{r['dp_comm_s']:>8.3f} {r['mem_bytes'] / 1e9:>7.1f} {r['hbm_bytes'] / 1e9:>6.0f}")
+    return "\n".join(lines)

@@ -1,0 +1,385 @@
+"""HeteroSpace: stage placement on a heterogeneous cluster as a mixed-radix Space.
+
+The Space interface of INTERFACES.md (radices, dims, size, digits_of, index_of, valid,
+table, rows, random_digits, start_points, propose, to_json / from_json), with table()
+returning a costmodel.HeteroTable, so MCMC / TPE / grid searchers drive it unchanged; the
+driver evaluates it with costmodel.evaluate_any (or evaluate_hetero).
+
+Dimensions, for S = max(pp) stage slots:
+    pp                      number of pipeline stages
+    pool.J, dp.J, tp.J      stage J's pool and degrees
+    order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
+    stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
+                            the uniform cut round(L (J + 1) / pp), J < S - 1
+    microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
+Slots J >= pp are ignored (canonically digit 0).
+
+propose() moves (one per row, chosen uniformly): swap two stages' pools; move one stage
+boundary by one step; change one stage's degrees (dp, tp or order to another choice, or trade
+a factor 2 between its tp and dp keeping its GPUs); change one global choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_hetero
+from costmodel._hetero_eval import hetero_feasibility
+from costmodel._hetero_strategy import ORDERS
+from costmodel._strategy import RECOMPUTE, SCHEDULES
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Dim:
+    """One dimension (the same fields as search._space.Dim)."""
+
+    name: str
+    choices: tuple
+    ordinal: bool = False
+
+    @property
+    def base(self) -> str:
+        """The family: "pool", "dp", "tp", "order", "stage_shift", or the global name."""
+        return self.name.split(".")[0]
+
+    @property
+    def stage(self) -> int:
+        """J of a per-stage dimension (-1 otherwise)."""
+        return int(self.name.split(".")[1]) if "." in self.name else -1
+
+
+# Schedules a HeteroSpace may use (no interleaving: one chunk per device).
+HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2")
+GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel")
+MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeteroSpace:
+    model: Transformer
+    cluster: HeteroCluster
+    fixed: dict
+    dims: tuple[Dim, ...]
+    shift_layers: int = 1
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, model: Transformer, cluster, *, global_batch: int, pp=(2, 4, 8),
+                     dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
+                     shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
+                     recompute=("none", "selective", "full"), zero_stage=(0, 1),
+                     sequence_parallel=(True,)) -> HeteroSpace:
+        hc = as_hetero(cluster)
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+            raise InputError("global_batch", "an integer >= 1", global_batch)
+        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches)):
+            if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
+                raise InputError(name, "a non-empty list of integers >= 1", list(vals))
+        if max(pp) > model.layers:
+            raise InputError("pp", f"at most layers={model.layers}", max(pp))
+        for s in schedule:
+            if s not in HETERO_SCHEDULES:
+                raise InputError("schedule", "among " + ", ".join(HETERO_SCHEDULES), s)
+        for r in recompute:
+            if r not in RECOMPUTE:
+                raise InputError("recompute", "among " + ", ".join(RECOMPUTE), r)
+        for o in order:
+            if o not in ORDERS:
+                raise InputError("order", "among " + ", ".join(ORDERS), o)
+        S = max(pp)
+        if max_shift is None:  # a boundary may move one uniform stage of the shallowest pipeline
+            max_shift = max(1, model.layers // (min(pp) * shift_layers))
+        pools = tuple(p.name for p in hc.pools)
+        dims: list[Dim] = [Dim(name="pp", choices=tuple(sorted(pp)), ordinal=True)]
+        for j in range(S):
+            dims += [Dim(name=f"pool.{j}", choices=pools), Dim(name=f"dp.{j}", choices=tuple(sorted(dp)), ordinal=True),
+                     Dim(name=f"tp.{j}", choices=tuple(sorted(tp)), ordinal=True),
+                     Dim(name=f"order.{j}", choices=tuple(order))]
+        for j in range(S - 1):
+            dims.append(Dim(name=f"stage_shift.{j}", choices=tuple(range(-max_shift, max_shift + 1)), ordinal=True))
+        dims += [Dim(name="microbatches", choices=tuple(sorted(microbatches)), ordinal=True),
+                 Dim(name="schedule", choices=tuple(schedule)), Dim(name="recompute", choices=tuple(recompute)),
+                 Dim(name="zero_stage", choices=tuple(zero_stage)),
+                 Dim(name="sequence_parallel", choices=tuple(bool(x) for x in sequence_parallel))]
+        return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
+                   shift_layers=shift_layers)
+
+    # ---- mixed radix --------------------------------------------------------------------
+    @property
+    def radices(self) -> np.ndarray:
+        return np.array([len(d.choices) for d in self.dims], dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(d.choices) for d in self.dims)
+
+    @property
+    def num_slots(self) -> int:
+        return max(self.dims[0].choices)
+
+    def _col(self, name: str) -> int:
+        for i, d in enumerate(self.dims):
+            if d.name == name:
+                return i
+        raise KeyError(name)
+
+    def digits_of(self, idx) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64).copy()
+        out = np.empty((idx.size, len(self.dims)), dtype=np.int64)
+        for k in range(len(self.dims) - 1, -1, -1):
+            out[:, k] = idx % self.radices[k]
+            idx //= self.radices[k]
+        return out
+
+    def index_of(self, digits) -> np.ndarray:
+        d = np.asarray(digits, dtype=np.int64)
+        out = np.zeros(d.shape[0], dtype=np.int64)
+        for k in range(len(self.dims)):
+            out = out * self.radices[k] + d[:, k]
+        return out
+
+    def canonical_digits(self, n: int = 1) -> np.ndarray:
+        """(n, D) zeros with every boundary shift at its zero offset (uniform stages)."""
+        out = np.zeros((n, len(self.dims)), dtype=np.int64)
+        for k, d in enumerate(self.dims):
+            if d.base == "stage_shift":
+                out[:, k] = d.choices.index(0)
+        return out
+
+    # ---- digits -> table ------------------------------------------------------------------
+    def _values(self, digits, name: str) -> np.ndarray:
+        k = self._col(name)
+        return np.asarray(self.dims[k].choices, dtype=object if name == "schedule" or name == "recompute"
+                          else None)[digits[:, k]]
+
+    def _layers(self, digits, p) -> np.ndarray:
+        """(N, S) layers per stage from pp and the boundary shifts."""
+        L, S = self.model.layers, self.num_slots
+        n = digits.shape[0]
+        j = np.arange(S - 1)[None, :]
+        base = np.rint(L * (j + 1) / p[:, None]).astype(np.int64)
+        cols = [self._col(f"stage_shift.{i}") for i in range(S - 1)]
+        shifts = (np.stack([np.asarray(self.dims[k].choices)[digits[:, k]] for k in cols], axis=1) if S > 1
+                  else np.zeros((n, 0), dtype=np.int64))
+        cuts = np.where(j < (p - 1)[:, None], base + shifts * self.shift_layers, L)
+        edges = np.concatenate([np.zeros((n, 1), dtype=np.int64), cuts, np.full((n, 1), L)], axis=1)
+        layers = np.diff(edges, axis=1)  # (N, S); zero past pp, negative where cuts cross
+        return np.where(np.arange(S)[None, :] < p[:, None], layers, 0)
+
+    def table(self, digits) -> HeteroTable:
+        digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
+        S = self.num_slots
+        p = np.asarray(self.dims[0].choices)[digits[:, 0]]
+        active = np.arange(S)[None, :] < p[:, None]
+        per = {}
+        for k in ("pool", "dp", "tp", "order"):
+            cols = []
+            for j in range(S):
+                c = self._col(f"{k}.{j}")
+                ch = self.dims[c].choices
+                vals = np.arange(len(ch)) if k in ("pool",) else (
+                    np.array([ORDERS.index(o) for o in ch]) if k == "order" else np.asarray(ch))
+                cols.append(vals[digits[:, c]])
+            per[k] = np.where(active, np.stack(cols, axis=1), 0 if k in ("pool", "order") else 1)
+        layers = self._layers(digits, p)
+        glob = {name: self._values(digits, name) for name in GLOBAL_DIMS}
+        glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[
+            digits[:, self._col("schedule")]]
+        glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
+            digits[:, self._col("recompute")]]
+        glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
+        return HeteroTable.from_columns(pool=per["pool"], dp=per["dp"], tp=per["tp"], order=per["order"],
+                                        layers=np.maximum(layers, 0), pp=p,
+                                        global_batch=self.fixed["global_batch"], **glob)
+
+    def valid(self, digits) -> np.ndarray:
+        """The space's constraints (everything but memory): stages of >= 1 layer, pools not
+        over-subscribed, batch divisible, tp dividing the heads, schedule and ZeRO rules."""
+        digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
+        p = np.asarray(self.dims[0].choices)[digits[:, 0]]
+        layers = self._layers(digits, p)
+        ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
+        reason = hetero_feasibility(self.model, self.cluster, self.table(digits))
+        return ok_layers & (reason == 0)
+
+    def rows(self, start: int, stop: int):
+        idx = np.arange(start, min(stop, self.size), dtype=np.int64)
+        d = self.digits_of(idx)
+        ok = self.valid(d)
+        return idx[ok], self.table(d[ok])
+
+    # ---- sampling and moves ------------------------------------------------------------
+    def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n valid digit rows: uniform draws, then random walks from the start points for
+        whatever rejection did not fill (placements that fit are a small part of the grid)."""
+        found: list[np.ndarray] = []
+        have = 0
+        for _ in range(20):
+            d = rng.integers(0, self.radices, size=(max(4 * n, 1024), len(self.dims)))
+            d = d[self.valid(d)]
+            found.append(d)
+            have += len(d)
+            if have >= n:
+                break
+        if have < n:
+            starts = np.stack(list(self.start_points().values()))
+            cur = starts[rng.integers(0, len(starts), max(n, 256))]
+            for _ in range(200):
+                prop = self.propose(cur, rng)
+                ok = self.valid(prop)
+                cur = np.where(ok[:, None], prop, cur)
+                if _ >= 20:
+                    found.append(cur[ok])
+                    have += int(ok.sum())
+                if have >= n:
+                    break
+        out = np.concatenate(found)[:n] if found else np.zeros((0, len(self.dims)), dtype=np.int64)
+        if len(out) < n:
+            raise InputError("space", f"at least {n} valid placements", len(out))
+        return out
+
+    def _digit(self, name: str, value) -> int:
+        return self.dims[self._col(name)].choices.index(value)
+
+    def start_points(self) -> dict[str, np.ndarray]:
+        """Named valid digits: "megatron" (tp 8 inside nodes, stages spread over the pools in
+        proportion to their GPUs, uniform layers, the most data parallelism that fits) and
+        "speed_weighted" (the same placement with layers in proportion to each stage's
+        GPUs x peak FLOP/s). Over pp, micro-batches, recompute and ZeRO choices, the one with
+        the highest throughput (evaluate_hetero, closed forms), else the least memory."""
+        from costmodel import evaluate_hetero
+
+        out = {}
+        for name, weighted in (("megatron", False), ("speed_weighted", True)):
+            cands = [d for pp in self.dims[0].choices if (d := self._start(pp, weighted)) is not None]
+            if not cands:
+                continue
+            base = np.stack(cands)
+            variants = [base]
+            for dim in ("microbatches", "recompute", "zero_stage"):
+                c = self._col(dim)
+                grown = []
+                for v in variants:
+                    for k in range(self.radices[c]):
+                        w = v.copy()
+                        w[:, c] = k
+                        grown.append(w)
+                variants = grown
+            allc = np.concatenate(variants)
+            allc = allc[self.valid(allc)]
+            if not len(allc):
+                continue
+            met = evaluate_hetero(self.model, self.cluster, self.table(allc))
+            score = np.where(met["feasible"], met["tokens_per_s"], -met["mem_total_bytes"] / 1e18)
+            out[name] = allc[int(np.argmax(score))]
+        return out
+
+    def _start(self, pp: int, weighted: bool) -> np.ndarray | None:
+        S, P = self.num_slots, len(self.cluster.pools)
+        d = np.zeros(len(self.dims), dtype=np.int64)
+        d[0] = self._digit("pp", pp)
+        tp_ch = self.dims[self._col("tp.0")].choices
+        dp_ch = self.dims[self._col("dp.0")].choices
+        tps = [x for x in tp_ch if self.model.heads % x == 0 and self.model.kv_heads % x == 0]
+        if not tps:
+            return None
+        tp = min(max(tps), min(p.gpus_per_node for p in self.cluster.pools))
+        tp = max(x for x in tps if x <= tp) if any(x <= tp for x in tps) else min(tps)
+        # stages over pools in proportion to the pools' GPUs (pool order)
+        gpus = np.array([p.num_gpus for p in self.cluster.pools], dtype=float)
+        share = np.floor(pp * gpus / gpus.sum()).astype(int)
+        while share.sum() < pp:
+            share[np.argmax(pp * gpus / gpus.sum() - share)] += 1
+        pools = np.repeat(np.arange(P), share)
+        for j in range(S):
+            pj = int(pools[j]) if j < pp else 0
+            cap = self.cluster.pools[pj].num_gpus // max(int(share[pj]), 1)
+            dps = [x for x in dp_ch if x * tp <= cap] if j < pp else [dp_ch[0]]
+            if not dps:
+                return None
+            d[self._col(f"pool.{j}")] = pj
+            d[self._col(f"tp.{j}")] = tp_ch.index(tp) if j < pp else 0
+            d[self._col(f"dp.{j}")] = dp_ch.index(max(dps))
+        shift_ch = [self.dims[self._col(f"stage_shift.{j}")].choices for j in range(S - 1)]
+        for j in range(S - 1):
+            d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(0)
+        if weighted and pp > 1:
+            speed = np.array([self.cluster.pools[int(pools[j])].gpu.peak_flops[0]
+                              * dp_ch[d[self._col(f"dp.{j}")]] for j in range(pp)])
+            cuts = np.rint(self.model.layers * np.cumsum(speed)[:-1] / speed.sum())
+            base = np.rint(self.model.layers * np.arange(1, pp) / pp)
+            shift = np.rint((cuts - base) / self.shift_layers).astype(int)
+            for j in range(pp - 1):
+                d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(np.clip(shift[j], shift_ch[j][0],
+                                                                                  shift_ch[j][-1])))
+        return d
+
+    def propose(self, digits, rng: np.random.Generator) -> np.ndarray:
+        """One local move per row (module docstring); rows need not come back valid."""
+        cur = np.atleast_2d(np.asarray(digits, dtype=np.int64))
+        out = cur.copy()
+        C, S = len(cur), self.num_slots
+        rows = np.arange(C)
+        p = np.asarray(self.dims[0].choices)[cur[:, 0]]
+        move = rng.integers(0, len(MOVES), C)
+        j1 = (rng.random(C) * p).astype(np.int64)
+        j2 = (rng.random(C) * p).astype(np.int64)
+        pool_cols = np.array([self._col(f"pool.{j}") for j in range(S)])
+        dp_cols = np.array([self._col(f"dp.{j}") for j in range(S)])
+        tp_cols = np.array([self._col(f"tp.{j}") for j in range(S)])
+        order_cols = np.array([self._col(f"order.{j}") for j in range(S)])
+        # swap two stages' pools
+        sw = move == 0
+        a, b = pool_cols[j1], pool_cols[j2]
+        out[rows[sw], a[sw]] = cur[rows[sw], b[sw]]
+        out[rows[sw], b[sw]] = cur[rows[sw], a[sw]]
+        # move a stage boundary by one step (pp = 1: change pp instead)
+        sh = move == 1
+        if S > 1:
+            jb = (rng.random(C) * np.maximum(p - 1, 1)).astype(np.int64)
+            cols = np.array([self._col(f"stage_shift.{j}") for j in range(S - 1)])[jb]
+            step = np.where(rng.random(C) < 0.5, -1, 1)
+            r = self.radices[cols]
+            new = np.clip(cur[rows, cols] + step, 0, r - 1)
+            out[rows[sh], cols[sh]] = new[sh]
+        # change one stage's degrees
+        dg = move == 2
+        kind = rng.integers(0, 4, C)  # 0 dp, 1 tp, 2 order, 3 trade tp x2 <-> dp x2
+        for k, colset in ((0, dp_cols), (1, tp_cols), (2, order_cols)):
+            m = dg & (kind == k)
+            c = colset[j1]
+            r = self.radices[c]
+            new = (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r
+            out[rows[m], c[m]] = new[m]
+        tr = dg & (kind == 3)
+        up = rng.random(C) < 0.5
+        cd, ct = dp_cols[j1], tp_cols[j1]
+        new_t = np.clip(cur[rows, ct] + np.where(up, 1, -1), 0, self.radices[ct] - 1)
+        new_d = np.clip(cur[rows, cd] + np.where(up, -1, 1), 0, self.radices[cd] - 1)
+        out[rows[tr], ct[tr]] = new_t[tr]
+        out[rows[tr], cd[tr]] = new_d[tr]
+        # change one global choice (pp included)
+        gl = move == 3
+        gcols = np.array([0] + [self._col(n) for n in GLOBAL_DIMS])
+        c = gcols[rng.integers(0, len(gcols), C)]
+        r = self.radices[c]
+        new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
+        out[rows[gl], c[gl]] = new[gl]
+        return out
+
+    # ---- persistence --------------------------------------------------------------------
+    def to_json(self) -> dict:
+        from costmodel import hetero_to_mapping
+
+        return {"kind": "hetero", "fixed": dict(self.fixed), "shift_layers": self.shift_layers,
+                "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
+                "cluster": hetero_to_mapping(self.cluster)}
+
+    @classmethod
+    def from_json(cls, d: dict, model: Transformer, cluster) -> HeteroSpace:
+        dims = tuple(Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
+        return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
+                   shift_layers=int(d.get("shift_layers", 1)))

@@ -1,0 +1,129 @@
+"""``plansweep search grid|random|mcmc|tpe --cluster HETERO``: stage placement search.
+
+    plansweep search mcmc --cluster a100x64+h100x64 --model gpt3-175b --budget 20000
+
+On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with ``pools``) the
+searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
+pp, micro-batches, schedule, recompute, ZeRO, SP) and the driver evaluates with
+costmodel.evaluate_any (evaluate_hetero for a HeteroTable). This module builds that space from
+the space flags and prints the best placements with their stages.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from costmodel import InputError, format_stage_rows, stage_rows
+from search._hetero_space import HeteroSpace
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(flag, "comma-separated integers", text) from None
+    if not vals or min(vals) < 1:
+        raise InputError(flag, "integers >= 1", text)
+    return vals
+
+
+# Defaults of a placement space where `plansweep search mcmc|tpe --cluster HETERO` gets no flag.
+HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2, 4, 8),
+                   "microbatches": (16, 24, 32, 48, 64, 96, 128, 192), "schedule": ("1f1b",),
+                   "recompute": ("selective", "full"), "zero_stage": (0, 1), "sequence_parallel": (True,)}
+HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
+                "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
+                "sequence_parallel": "--sequence-parallel"}
+
+
+def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
+    """The placement space of `plansweep search grid|random|mcmc|tpe` on a heterogeneous cluster:
+    the space flags --pp --dp --tp --microbatches --schedule --recompute --zero-stage
+    --sequence-parallel (others are refused), HETERO_DEFAULTS elsewhere."""
+    from sweep._space_args import SPACE_FLAGS, _parse_list
+
+    choices = dict(HETERO_DEFAULTS)
+    for dest, flag, kind in SPACE_FLAGS:
+        text = getattr(args, "space_" + dest, None)
+        if text is None:
+            continue
+        if dest not in HETERO_FLAGS:
+            raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
+        choices[dest] = tuple(_parse_list(text, flag, kind))
+    batch = 1536 if getattr(args, "global_batch", None) is None else _ints(str(args.global_batch), "--global-batch")[0]
+    try:
+        return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
+    except InputError as exc:
+        raise InputError(HETERO_FLAGS.get(exc.argument, exc.argument), exc.expected, exc.got) from None
+
+
+def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
+    """The best placements found (the first with its stages), text or --json."""
+    names = [p.name for p in space.cluster.pools]
+    n_best = 0 if best_t is None else len(best_t)
+    if args.json:
+        rows = []
+        for i in range(n_best):
+            r = best_t.row(i, names)
+            r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
+            rows.append(r)
+        print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
+                          "feasible": feasible, "best": rows}))
+        return
+    print(f"{name} placement search on {space.model.name} / {space.cluster.name}: {space.cluster.describe()}")
+    print(f"space of {space.size:.3e} points, {evaluations:,} evaluations, {feasible:,} feasible")
+    if not n_best:
+        print("no feasible placement found")
+        return
+    for i in range(n_best):
+        r = best_t.row(i, names)
+        stages = " | ".join(f"{st['pool']} dp{st['dp']} tp{st['tp']}{'x' if st['order'] == 'tp-across' else ''}"
+                            f" L{st['layers']}" for st in r["stages"])
+        print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} "
+              f"{r['recompute']} zero{r['zero_stage']}  {stages}")
+    print("best, per stage (exact pipeline):")
+    print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
+
+
+def enqueue_start_points(searcher, space) -> int:
+    """Enqueue the space's named placements as a new TPE study's first trials, in the
+    searcher's own parametrisation (its walk over the valid non-stage combinations, parameters
+    "name|allowed digits", then one per used stage dimension); returns how many were queued.
+    A start point the walk cannot reach is skipped."""
+    names = [d.name for d in space.dims]
+    queued = 0
+    for digits in space.start_points().values():
+        params: dict = {}
+
+        def pick(pname: str, *_):
+            base = pname.split("|")[0]
+            digit = int(digits[names.index(base)])
+            if "|" in pname:
+                allowed = [int(x) for x in pname.split("|")[1].split(",")]
+                if digit not in allowed:
+                    raise LookupError(pname)
+                value = allowed.index(digit) if isinstance(_[0], int) and len(_) == 2 else digit
+            else:
+                value = digit
+            params[pname] = value
+            return value
+
+        def s_int(pname, lo, hi):
+            return pick(pname, lo, hi)
+
+        def s_cat(pname, choices):
+            return pick(pname, list(choices))
+
+        try:
+            walked = searcher._walk(s_int, s_cat) if searcher._valid is not None else digits
+        except LookupError:
+            continue
+        if searcher._valid is None:
+            params = {n: int(x) for n, x in zip(names, digits, strict=True)}
+        elif not (np.asarray(walked) == digits).all():
+            continue
+        searcher.study.enqueue_trial(params)
+        queued += 1
+    return queued

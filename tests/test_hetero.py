@@ -1,0 +1,315 @@
+"""Heterogeneous clusters: single-pool equivalence, hand-worked placements, files, the space."""
+
+import dataclasses
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    REASONS,
+    HeteroTable,
+    InputError,
+    Transformer,
+    cluster_preset,
+    evaluate,
+    evaluate_hetero,
+    gpu_preset,
+    hetero_from_mapping,
+    hetero_preset,
+    hetero_to_mapping,
+    make_hetero,
+    make_pool,
+    model_preset,
+    simulate,
+    stage_rows,
+)
+from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
+from search._hetero_space import HeteroSpace
+from tests.test_reference import random_table
+
+CASES = [("gpt3-175b", "h100x1024"), ("llama3-70b", "dgx-a100-1024"), ("seed000-mlp", "seed000-16"),
+         ("megatron-22b", "h100x64")]
+
+
+def _assert_same(a, b, what):
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype.kind == "f":
+            same = (x == y) | np.isclose(x, y, rtol=1e-9, atol=0.0)
+        else:
+            same = x == y
+        assert same.all(), (what, k, int((~same).sum()), x[~same][:3], y[~same][:3])
+
+
+@pytest.mark.parametrize("name,cluster", CASES)
+@pytest.mark.parametrize("uneven", [False, True])
+def test_single_pool_equals_homogeneous(name, cluster, uneven):
+    """Must-hold 1: a homogeneous cluster as one pool gives the homogeneous numbers row by row."""
+    model, cl = model_preset(name), cluster_preset(cluster)
+    table = random_table(model, np.random.default_rng(11 + len(name) + uneven), 900, uneven)
+    # micro-batch counts are an integer column of HeteroTable: keep rows where B / (dp b) is one
+    table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
+    het = HeteroTable.from_homogeneous(table, model.layers)
+    modes = ("closed_form", "simulate") if name == "megatron-22b" else ("closed_form",)
+    for mode in modes:
+        _assert_same(evaluate(model, cl, table, pipeline=mode), evaluate_hetero(model, cl, het, pipeline=mode),
+                     (name, uneven, mode))
+
+
+def test_simulator_per_link_handoffs():
+    """GPipe, 3 devices, 1 micro-batch: the forward crosses links 0 and 1, the backward comes
+    back over 1 and 0, so total = F0+F1+F2 + B2+B1+B0 + 2 (tc0 + tc1); equal links give the
+    scalar result."""
+    tf, tb, tc = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [0.5, 0.25, 9.0]
+    res = simulate("gpipe", 3, 1, tf=tf, tb=tb, tc=np.array([tc]))
+    assert res.total_time[0] == pytest.approx(sum(tf) + sum(tb) + 2 * (0.5 + 0.25))
+    same = simulate("1f1b", 4, 8, tf=[1, 2, 1, 3], tb=[2, 2, 2, 2], tc=np.full((1, 4), 0.7))
+    scal = simulate("1f1b", 4, 8, tf=[1, 2, 1, 3], tb=[2, 2, 2, 2], tc=0.7)
+    assert same.total_time[0] == scal.total_time[0]
+
+
+def _double_speed(gpu):
+    return dataclasses.replace(gpu, name=gpu.name + "-x2", peak_flops=tuple(2 * x for x in gpu.peak_flops),
+                               hbm_Bps=2 * gpu.hbm_Bps, kernel_overhead_s=gpu.kernel_overhead_s / 2)
+
+
+def test_twice_as_fast_pool_gets_twice_the_layers():
+    """Must-hold 2a. Two pools of 8 GPUs, one GPU type twice as fast in everything it computes
+    (peak FLOP/s, HBM B/s, launch overhead): every per-layer time halves. 48 MLP layers (no
+    embedding or head), pp=2 (slow stage then fast stage), dp=8 each, 64 micro-batches: the
+    pipeline is m * max(n_slow x, n_fast x / 2) + fill, least when n_slow x = n_fast x / 2,
+    i.e. n_slow = 16, n_fast = 32: twice the layers per GPU on the fast pool."""
+    slow = gpu_preset("a100")
+    hc = make_hetero([make_pool("slow", slow, nodes=1), make_pool("fast", _double_speed(slow), nodes=1)])
+    model = Transformer(name="mlp48", layers=48, hidden=8192, kind="mlp", activation="relu", norm="none",
+                        bias=False)
+    n0 = np.arange(1, 48)
+    t = HeteroTable.from_columns(pool=[[0, 1]] * len(n0), dp=[[8, 8]] * len(n0), tp=[[1, 1]] * len(n0),
+                                 layers=np.stack([n0, 48 - n0], 1), microbatches=64, global_batch=8192,
+                                 zero_stage=1)
+    for mode in ("closed_form", "simulate"):
+        m = evaluate_hetero(model, hc, t, pipeline=mode)
+        assert m["feasible"].all()
+        best = int(np.argmin(m["step_time_s"]))
+        assert (n0[best], 48 - n0[best]) == (16, 32), mode
+
+
+def _grid(model, hc, S=8):
+    rows = [(pp, tp, order, m, rc, 64 // (tp * pp))
+            for pp, tp, order, m, rc in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (0, 1), (16, 32, 64), (0, 1, 2))
+            if tp * pp <= 64 and model.layers % pp == 0]
+    a = np.array(rows)
+    act = np.arange(S)[None, :] < a[:, :1]
+    t = HeteroTable.from_columns(
+        pool=np.zeros((len(a), S), int), dp=np.where(act, a[:, 5:6], 1), tp=np.where(act, a[:, 1:2], 1),
+        order=np.where(act, a[:, 2:3], 0), layers=np.where(act, (model.layers // a[:, 0])[:, None], 0),
+        pp=a[:, 0], microbatches=a[:, 3], recompute=a[:, 4], global_batch=1536, zero_stage=1,
+        sequence_parallel=True)
+    return a, evaluate_hetero(model, hc, t)
+
+
+def test_fast_network_puts_tensor_parallelism_across_nodes():
+    """Must-hold 2b. 8 PCIe nodes (12 GB/s inside a node) on a 400 Gb/s network (50 GB/s per
+    GPU): the best Megatron-22B plan on 64 GPUs uses tp > 1 strided across nodes (one tp rank
+    per node, on the network); on NVLink nodes (300 GB/s) with the same network the best plan
+    keeps tp inside the node. Columns of a: pp, tp, order, m, recompute, dp."""
+    model = model_preset("megatron-22b")
+    a, m = _grid(model, hetero_preset("pcie-a100x64-fastnet"))
+    best = a[int(np.argmin(m["step_time_s"]))]
+    assert best[1] > 1 and best[2] == 1 and best[5] % 8 == 0
+    inner = np.min(np.where(a[:, 2] == 0, m["step_time_s"], np.inf))
+    assert m["step_time_s"].min() < 0.95 * inner
+    a2, m2 = _grid(model, make_hetero([make_pool("nv", "a100", nodes=8, inter_GBps=50)]))
+    best2 = a2[int(np.argmin(m2["step_time_s"]))]
+    assert best2[1] == 1 or best2[2] == 0
+
+
+def test_tp_across_nodes_priced_on_the_network_by_hand():
+    """MLP, pp=1, tp=2, dp=32 on the PCIe preset: each layer pair does one all-reduce of
+    T h 2 bytes forward (Megatron's pairs) and one backward; per micro-batch and layer
+    0.5 x 2 x ring all-reduce = 2 (n-1)/n bytes / (bw x link_eff) + 2 (n-1) lat with n = 2.
+    tp-inner: the PCIe link (12 GB/s, 15 us); tp-across (dp innermost, stride 32 = 4 nodes):
+    the network (50 GB/s, 10 us)."""
+    model = Transformer(name="mlp", layers=8, hidden=8192, kind="mlp", activation="relu", norm="none", bias=False)
+    hc = hetero_preset("pcie-a100x64-fastnet")
+    t = HeteroTable.from_columns(pool=[[0]] * 2, dp=[[32]] * 2, tp=[[2]] * 2, layers=[[8]] * 2, order=[[0], [1]],
+                                 microbatches=4, global_batch=4096)
+    m = evaluate_hetero(model, hc, t)
+    T, h, L, mb = 4096 / (32 * 4), 8192, 8, 4
+    eff = gpu_preset("a100").link_eff
+    for i, (bw, lat) in enumerate([(12e9, 15e-6), (50e9, 10e-6)]):
+        ar = 2 * 0.5 * 2 * T * h / (bw * eff) + 2 * lat
+        # forward 0.5 ar per layer, backward the same: tp_comm = m * L * 2 * 0.5 * ar
+        assert m["tp_comm_s"][i] == pytest.approx(mb * L * ar, rel=1e-12)
+
+
+def test_unequal_dp_resharding_handoff_by_hand():
+    """Stage 0: 8 H100 as dp=4 x tp=2; stage 1: 8 A100 as dp=2 x tp=4, in another pool. With
+    m = 8 and B = 64: b0 = 64 / (4 x 8) = 2, b1 = 4 sequences; each stage-0 GPU sends
+    2 s h / 2 x 2 bytes, each stage-1 GPU receives 4 s h / 4 x 2 bytes: the same 2 s h bytes,
+    over the inter-pool link (25 GB/s x 0.8, 12 us given in the file)."""
+    hc = hetero_from_mapping({"pools": [{"name": "h", "gpu": "h100", "nodes": 1},
+                                        {"name": "a", "gpu": "a100", "nodes": 1}],
+                              "links": [{"between": ["h", "a"], "GBps": 25, "latency_us": 12}]})
+    model = model_preset("megatron-22b")
+    t = strategy_from_file({"global_batch": 64, "microbatches": 8, "recompute": "full", "zero_stage": 1,
+                            "stages": [{"pool": "h", "dp": 4, "tp": 2, "layers": 24},
+                                       {"pool": "a", "dp": 2, "tp": 4, "layers": 24}]}, ["h", "a"])
+    rows = stage_rows(model, hc, t)
+    assert [r["micro_batch"] for r in rows] == [2.0, 4.0]
+    s, h = model.seq_len, model.hidden
+    expect = 2 * 2 * s * h / 2 / (25e9 * 0.8) + 12e-6
+    assert rows[0]["handoff_s"] == pytest.approx(expect, rel=1e-12)
+    assert rows[0]["pool"] == "h" and rows[1]["gpu"].startswith("A100")
+
+
+def test_cluster_file_round_trip_and_errors():
+    hc = hetero_preset("h100x64-400g+a100x64-100g")
+    again = hetero_from_mapping(json.loads(json.dumps(hetero_to_mapping(hc))))
+    assert again == hc
+    assert hc.link_Bps[0][1] == 12.5e9  # the older nodes' 100 Gb/s NICs bound the pools' link
+    pcie = hetero_preset("pcie-a100x64-fastnet").pools[0]
+    assert pcie.inter_Bps > pcie.intra_Bps
+    bad = [({"pools": [{"gpu": "a100", "nodes": 0}]}, "cluster.pools[0].nodes"),
+           ({"pools": [{"gpu": "a100", "nodes": 1, "inter_GBps": -1}]}, "cluster.pools[0].inter_GBps"),
+           ({"pools": [{"gpu": "a100", "nodes": 1, "nics": 2}]}, "cluster.pools[0]"),
+           ({"pools": [{"gpu": "a100", "nodes": 1}], "links": [{"between": ["a100", "x"], "GBps": 1}]},
+            "cluster.links.between"),
+           ({"pools": []}, "cluster.pools"),
+           ({"pools": [{"gpu": "z100", "nodes": 1}]}, "gpu")]
+    for data, field in bad:
+        with pytest.raises(InputError) as e:
+            hetero_from_mapping(data)
+        assert e.value.argument == field, (data, e.value.argument)
+
+
+def test_pool_oversubscribed_and_memory_per_pool():
+    """Two stages of 64 GPUs on a 64-GPU pool is refused; a stage that fits an H200's 141 GB
+    but not an H100's 80 GB is out of memory only on the H100 pool."""
+    hc = make_hetero([make_pool("h100", "h100", nodes=8), make_pool("h200", "h200", nodes=8)])
+    model = model_preset("gpt3-175b")
+    over = HeteroTable.from_columns(pool=[[0, 0]], dp=[[8, 8]], tp=[[8, 8]], layers=[[48, 48]], microbatches=24,
+                                    global_batch=1536, zero_stage=1, recompute="full")
+    assert REASONS[evaluate_hetero(model, hc, over)["reason"][0]] == "gpus_exceed_cluster"
+    # 60 + 36 layers, dp 8 x tp 8 per stage, ZeRO-1: the 60-layer stage needs 80-141 GB
+    t = HeteroTable.from_columns(pool=[[1, 0], [0, 1]], dp=[[8, 8]] * 2, tp=[[8, 8]] * 2, layers=[[60, 36]] * 2,
+                                 microbatches=192, global_batch=1536, zero_stage=1, recompute="full")
+    st = stage_rows(model, hc, t, 0)
+    assert 80e9 < st[0]["mem_bytes"] < 141e9 and st[1]["mem_bytes"] < 80e9
+    m = evaluate_hetero(model, hc, t)
+    assert [REASONS[r] for r in m["reason"]] == ["ok", "out_of_memory"]
+    assert m["mem_total_bytes"][1] == pytest.approx(st[0]["mem_bytes"])  # the stage over its HBM
+
+
+def test_hetero_space_moves_and_start_points():
+    model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(32, 64, 128),
+                                     recompute=("selective", "full"), zero_stage=(1,))
+    starts = space.start_points()
+    assert {"megatron", "speed_weighted"} <= set(starts)
+    d = np.stack(list(starts.values()))
+    assert space.valid(d).all()
+    m = evaluate_hetero(model, hc, space.table(d))
+    assert m["feasible"].all()
+    # speed-weighted gives the H100 stages more layers than the A100 ones
+    tw = space.table(starts["speed_weighted"][None])
+    layers, pools = tw["layers"][0, : tw["pp"][0]], tw["pool"][0, : tw["pp"][0]]
+    assert layers[pools == 1].mean() > 2 * layers[pools == 0].mean()
+    rng = np.random.default_rng(0)
+    many = np.repeat(d, 500, axis=0)
+    prop = space.propose(many, rng)
+    changed = (prop != many).sum(axis=1)
+    assert changed.max() <= 2  # one move: one digit, or two for a swap or a tp/dp trade
+    # boundary moves change two stages' layers by one each and keep the total
+    t0, t1 = space.table(many), space.table(prop)
+    diff = np.abs(t1["layers"] - t0["layers"]).sum(axis=1)
+    shift = np.array([space.dims[k].name.startswith("stage_shift") for k in range(len(space.dims))])
+    moved = ((prop != many) & shift[None, :]).any(axis=1) & space.valid(prop)
+    assert moved.any() and (diff[moved] == 2).all()
+    assert (t1["layers"].sum(axis=1)[space.valid(prop)] == model.layers).all()
+    again = HeteroSpace.from_json(json.loads(json.dumps(space.to_json())), model, hc)
+    assert again.dims == space.dims and (again.radices == space.radices).all()
+    r = space.random_digits(rng, 50)
+    assert r.shape == (50, len(space.dims)) and space.valid(r).all()
+
+
+def _cli(*argv):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "sweep", *argv], capture_output=True, text=True, env=env, cwd=root)
+
+
+def test_cli_evaluate_hetero_strategy(tmp_path):
+    """`plansweep evaluate --cluster PRESET --strategy FILE` prints one row per stage with its
+    pool, degrees and layers; a bad stage field is one line naming it, exit code 2."""
+    strat = {"global_batch": 1536, "microbatches": 192, "recompute": "selective", "zero_stage": 1,
+             "sequence_parallel": True,
+             "stages": [{"pool": "a100", "dp": 4, "tp": 4, "layers": n} for n in (6, 7, 7, 7)]
+             + [{"pool": "h100", "dp": 2, "tp": 8, "layers": n} for n in (17, 17, 18, 17)]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(strat))
+    res = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert [(s["pool"], s["dp"], s["tp"], s["layers"]) for s in out["stages"]] == [
+        (s["pool"], s["dp"], s["tp"], s["layers"]) for s in strat["stages"]]
+    assert out["metrics"]["feasible"]
+    text = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f))
+    assert text.returncode == 0 and "h100" in text.stdout and "hand-off" in text.stdout
+    strat["stages"][0]["pool"] = "v100"
+    f.write_text(json.dumps(strat))
+    bad = _cli("evaluate", "--cluster", "a100x64+h100x64", "--strategy", str(f))
+    assert bad.returncode == 2 and "--strategy.stages[0].pool" in bad.stderr and "Traceback" not in bad.stderr
+    cl = tmp_path / "c.yaml"
+    cl.write_text("pools:\n  - {name: a, gpu: a100, nodes: 0}\n")
+    bad = _cli("evaluate", "--cluster", str(cl), "--strategy", str(f))
+    assert bad.returncode == 2 and "cluster.pools[0].nodes" in bad.stderr
+
+
+def test_cli_search_mcmc_on_hetero_cluster():
+    res = _cli("search", "mcmc", "--cluster", "a100x64+h100x64", "--budget", "640", "--batch", "64", "--json",
+               "--top", "1", "--pp", "4,8")
+    assert res.returncode == 0, res.stderr
+    best = json.loads(res.stdout)["best"][0]
+    assert best["feasible"] and {s["pool"] for s in best["stages"]} <= {"a100", "h100"}
+    assert sum(s["layers"] for s in best["stages"]) == 96
+
+
+def test_uniform_rows_compressed_equal_every_stage():
+    """Uniform rows are priced on 3 representative stages; pricing every stage gives the same
+    numbers (closed forms and simulator), on a two-pool cluster with stages on either pool."""
+    from costmodel._hetero_eval import _evaluate_hetero_block, _pool_arrays
+
+    model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    rng = np.random.default_rng(3)
+    n, S = 400, 16
+    p = rng.choice([4, 8, 16], n)
+    act = np.arange(S)[None, :] < p[:, None]
+    pool = np.where(act, rng.integers(0, 2, n)[:, None], 0)
+    tp = np.where(act, rng.choice([4, 8], n)[:, None], 1)
+    dp = np.where(act, rng.choice([1, 2], n)[:, None], 1)
+    layers = np.where(act, (96 // p)[:, None], 0)
+    t = HeteroTable.from_columns(pool=pool, dp=dp, tp=tp, layers=layers, pp=p, global_batch=1536,
+                                 microbatches=rng.choice([24, 48, 96], n), recompute=rng.integers(0, 3, n),
+                                 schedule=rng.choice([1, 3, 4], n), zero_stage=1, sequence_parallel=True)
+    for mode in ("closed_form", "simulate"):
+        a = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=True)
+        b = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=False)
+        _assert_same(a, b, mode)
+
+
+def test_cli_search_tpe_on_hetero_cluster_starts_from_named_placements():
+    """TPE's first trials are the placement space's named start points (random placements are
+    almost all infeasible), so even 16 evaluations find a feasible placement."""
+    res = _cli("search", "tpe", "--cluster", "a100x64+h100x64", "--budget", "16", "--json", "--top", "1",
+               "--pp", "4,8")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["feasible"] >= 1 and out["best"][0]["feasible"]
