@@ -148,7 +148,10 @@ class TPESearcher(Searcher):
         pos = match_rows(row_keys(table, self.space.model.layers, self._width),
                          row_keys(asked, self.space.model.layers, self._width))
         hit = pos >= 0
-        keys = self._pending_keys[pos[hit]]
+        # pos indexes the distinct pending points (the rows of ``asked``), not the trials:
+        # a batch may hold the same point drawn twice.
+        _, first = np.unique(self._pending_keys, return_index=True)
+        keys = self._pending_keys[np.sort(first)][pos[hit]]
         vals = np.stack([cost[hit], excess[hit]], axis=1)
         self._memo.add(keys, vals)
         for trial, key in zip(self._pending, self._pending_keys, strict=True):

@@ -11,7 +11,7 @@ from sweep._cmd_search import run_searcher
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
-SEEDS = (0, 1, 2)
+SEEDS = tuple(range(10))  # the median over 10 seeds (3 seeds proved too noisy)
 
 
 @pytest.fixture(scope="module")

@@ -120,3 +120,23 @@ class TestTPEPartitionContract(SearcherContract):
     @pytest.fixture
     def make_searcher(self, space):
         return lambda seed: TPESearcher(space, seed=seed, n_startup_trials=4)
+
+
+def test_no_point_is_evaluated_twice_when_a_batch_holds_twin_draws():
+    # TPE may draw the same point twice in one batch; tell() must store each told cost under
+    # its own point (positions index the distinct points, not the trials), or a point is
+    # re-asked in a later batch.
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8],
+                               pp=[1, 2, 4, 8, 16], micro_batch=[1, 2, 4], recompute=["none", "selective", "full"],
+                               zero_stage=[0, 1, 3])
+    for seed in range(6):
+        s = TPESearcher(space, seed=seed, n_startup_trials=4)
+        seen = set()
+        for _ in range(8):
+            t = s.ask(16)
+            rows = {tuple(sorted(t.row(i).items())) for i in range(len(t))}
+            assert len(rows) == len(t), "a batch asked a point twice"
+            assert not rows & seen, f"seed {seed}: a point told earlier was asked again"
+            seen |= rows
+            s.tell(t, evaluate(model, cluster, t))
