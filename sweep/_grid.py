@@ -132,6 +132,11 @@ def _run_local(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: Run
                             run_id=rd.run_id, metadata=metadata[u.study])
 
 
+def _warm_worker(*spaces) -> None:
+    for space in spaces:
+        space.rows(0, 1)
+
+
 def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDir, metadata: dict[int, dict],
              max_in_flight: int) -> Iterator[UnitSummary]:
     import ray
@@ -143,6 +148,11 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
     remote = ray.remote(num_cpus=1, max_retries=TASK_MAX_RETRIES)(evaluate_unit)
     space_refs = {k: ray.put(v) for k, v in spaces.items()}  # each space (model, cluster) shipped once
     keep_ref = ray.put(keep)
+    # Warm the workers first: one task per CPU imports the cost model and builds each space's
+    # lookup table (about a second per worker for a 10^7-point grid), all at once, so that
+    # the first units do not each pay it in turn.
+    warm = ray.remote(num_cpus=1)(_warm_worker)
+    ray.get([warm.remote(*space_refs.values()) for _ in range(min(max_in_flight, len(units)))])
     pending = list(reversed(units))  # pop() from the end: units go out in order
     in_flight: dict[ray.ObjectRef, tuple[Unit, int]] = {}
 
