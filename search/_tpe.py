@@ -262,11 +262,22 @@ class TPESearcher(Searcher):
             digits = np.stack([self._digits(t.params) for t in done])
             vals = np.array([_value_of(t) for t in done])
             self._memo.add(point_keys(self.space, digits), vals)
-        running = [t for t in trials if t.state == TrialState.RUNNING]
+        # Running trials become the pending batch; one whose parameters were not all drawn
+        # (the process died between study.ask() and its last suggestion) never named a point
+        # and is closed as failed.
+        running, digits = [], []
+        for t in trials:
+            if t.state != TrialState.RUNNING:
+                continue
+            try:
+                digits.append(self._digits(t.params))
+            except KeyError:
+                self.study.tell(t._trial_id, state=TrialState.FAIL)
+                continue
+            running.append(t)
         if running:
             self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
-            digits = np.stack([self._digits(t.params) for t in running])
-            self._pending_keys = point_keys(self.space, digits)
+            self._pending_keys = point_keys(self.space, np.stack(digits))
 
     def _walk(self, suggest_int, suggest_categorical) -> np.ndarray:
         """Digits chosen dimension by dimension among the valid points agreeing with the digits

@@ -140,3 +140,26 @@ def test_no_point_is_evaluated_twice_when_a_batch_holds_twin_draws():
             assert not rows & seen, f"seed {seed}: a point told earlier was asked again"
             seen |= rows
             s.tell(t, evaluate(model, cluster, t))
+
+
+def test_resume_closes_a_trial_killed_while_its_parameters_were_drawn(tmp_path):
+    # A kill between study.ask() and the trial's last suggestion leaves a RUNNING trial with
+    # some parameters only; a resumed searcher must not take it for a pending point.
+    import optuna
+
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8], pp=[1, 2, 4, 8])
+    storage = str(tmp_path / "study.journal")
+    first = TPESearcher(space, seed=3, storage=storage)
+    t = first.ask(4)
+    first.tell(t, evaluate(model, cluster, t))
+    before = first.trials
+    half = first.study.ask()  # a trial with no parameters drawn, as a kill would leave it
+    assert half.params == {}
+    again = TPESearcher(space, seed=3, storage=storage)
+    states = [tr.state for tr in again.study.get_trials(deepcopy=False)]
+    assert states.count(optuna.trial.TrialState.RUNNING) == 0
+    assert again.trials == before + 1
+    t2 = again.ask(4)
+    assert len(t2) == 4
+    again.tell(t2, evaluate(model, cluster, t2))
