@@ -2,7 +2,8 @@
 
 Runs where PyTorch and a CUDA GPU are (not in CI): for every (M, N, K) in the shape list it
 times ``a @ b`` with a: (M, K), b: (K, N) in bf16 on random normal data, by CUDA events over
-``--iters`` batches of back-to-back products (about 2 ms each) after ``--warmup`` products, and writes one CSV row per shape with the
+``--iters`` batches of back-to-back products (about 2 ms each) after ``--warmup`` products,
+and writes one CSV row per shape with the
 median time and achieved TFLOP/s. Also times a large device-to-device copy (HBM B/s).
 
     python3 benchmarks/gpu_gemm_sweep.py --out gemm.csv
@@ -68,7 +69,8 @@ def main() -> None:
             times.append(s.elapsed_time(e) / 1e3 / reps)
         t = statistics.median(times)
         rows.append({"label": label, "M": M, "N": N, "K": K, "time_s": t, "tflops": 2 * M * N * K / t / 1e12})
-        print(f"{label:24s} {M:6d} {N:6d} {K:6d} {t * 1e6:10.1f} us {rows[-1]['tflops']:7.1f} TFLOP/s", flush=True)
+        print(f"{label:24s} {M:6d} {N:6d} {K:6d} {t * 1e6:10.1f} us {rows[-1]['tflops']:7.1f} TFLOP/s",
+              flush=True)
     n = 1 << 30  # 2 GiB copy: bytes read + written
     x = torch.empty(n, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)
@@ -84,7 +86,8 @@ def main() -> None:
     print(f"device copy: {copy_Bps / 1e12:.2f} TB/s (read + write)")
     with open(args.out, "w", newline="") as fh:
         fh.write(f"# {props.name}, torch {torch.__version__}, bf16, median over {args.iters} batches of "
-                 f"back-to-back products (about 2 ms each) after {args.warmup} warm-up products, CUDA events; device copy {copy_Bps:.4g} B/s read+write\n")
+                 f"back-to-back products (about 2 ms each) after {args.warmup} warm-up products, CUDA events; "
+                 f"device copy {copy_Bps:.4g} B/s read+write\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

@@ -41,7 +41,17 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher
-from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, row_costs, row_keys, stage_width
+from search._memo import (
+    Memo,
+    hbm_of,
+    keys_from_plain,
+    keys_to_plain,
+    match_rows,
+    point_keys,
+    row_costs,
+    row_keys,
+    stage_width,
+)
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.

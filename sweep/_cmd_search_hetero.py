@@ -99,7 +99,7 @@ def enqueue_start_points(searcher, space) -> int:
 
         def pick(pname: str, *_):
             base = pname.split("|")[0]
-            digit = int(digits[names.index(base)])
+            digit = int(digits[names.index(base)])  # noqa: B023 (called inside this iteration)
             if "|" in pname:
                 allowed = [int(x) for x in pname.split("|")[1].split(",")]
                 if digit not in allowed:
@@ -107,7 +107,7 @@ def enqueue_start_points(searcher, space) -> int:
                 value = allowed.index(digit) if isinstance(_[0], int) and len(_) == 2 else digit
             else:
                 value = digit
-            params[pname] = value
+            params[pname] = value  # noqa: B023 (called inside this iteration)
             return value
 
         def s_int(pname, lo, hi):
