@@ -17,6 +17,8 @@ Constraints (``Space.valid``) are the structural ones, everything but memory:
     * schedule limits as costmodel's feasibility(): interleaved needs vpp >= 2, pp >= 2 and vpp
       dividing every stage's layers; ZB-V vpp = 2; Hanayo even vpp; the others vpp = 1;
     * sequence parallelism only with tp > 1; ZeRO 2/3 only with pp = 1;
+    * at pp = 1, ZB-H1 and ZB-H2 only where 1F1B is not a choice (one stage runs, prices and
+      holds them exactly as 1F1B: the same strategy under three names);
     * per-stage digits past the row's pp hold their canonical digit (zero shift, the first
       recompute choice), so that each strategy has exactly one index.
 The checks reuse ``costmodel._evaluate.feasibility`` (all its reasons but out-of-memory) and add
@@ -166,7 +168,7 @@ class Space:
 
     __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
                  "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
-                 "_stage")
+                 "_stage", "_pp1_duplicates")
 
     def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True):
         dims = tuple(sorted(dims, key=_order_key))
@@ -214,6 +216,10 @@ class Space:
         sets(self, "_free_size", math.prod(int(r) for r in radices[nblock:]))
         sets(self, "_lookup", None)
         sets(self, "_valid_blocks", None)
+        # Schedules that duplicate 1F1B at pp 1 (dropped there when 1F1B is a choice).
+        sched = next((d.choices for d in dims if d.name == "schedule"), ())
+        dup = [SCHEDULES.index(x) for x in ("zb-h1", "zb-h2") if x in sched] if "1f1b" in sched else []
+        sets(self, "_pp1_duplicates", np.array(dup, dtype=np.int64))
         self._check_stage_dims()
         sets(self, "_stage", self._stage_layout())
 
@@ -396,6 +402,9 @@ class Space:
             ok &= B % rep == 0
             cols["micro_batch"] = np.maximum(B // rep, 1)
         ok &= ~cols["sequence_parallel"] | (tp > 1)
+        if self._pp1_duplicates.size:
+            # One stage: ZB-H1 and ZB-H2 run, price and hold exactly as 1F1B; keep 1F1B only.
+            ok &= (pp > 1) | ~np.isin(cols["schedule"], self._pp1_duplicates)
         for name in INT_COLUMNS:
             cols[name] = cols[name].astype(np.int64, copy=False)
         sl = sr = None

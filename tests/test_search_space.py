@@ -39,6 +39,8 @@ def plain_valid(dp, tp, pp, mb, sched, vpp, sp, zero, *, G=16, B=48, L=12, heads
         return False
     if sp and tp == 1:
         return False
+    if pp == 1 and sched in ("zb-h1", "zb-h2"):  # 1F1B is a choice here: one stage, the same strategy
+        return False
     return not (zero >= 2 and pp > 1)
 
 
@@ -324,3 +326,24 @@ def test_rows_without_lookup_table(monkeypatch):
     assert columns_equal(t, expected[1])
     d = plain.random_digits(np.random.default_rng(0), 200)
     assert np.all(plain.valid(d)) and np.all(space.valid(d))
+
+
+def test_pp1_zero_bubble_schedules_are_one_strategy_with_1f1b():
+    # With one stage there is nothing to overlap: ZB-H1 and ZB-H2 price and hold exactly as
+    # 1F1B, so a space that offers 1F1B lists pp = 1 once, and one without 1F1B keeps them.
+    from costmodel import METRIC_COLUMNS, StrategyTable
+
+    rows = StrategyTable.from_columns(dp=128, tp=8, pp=1, micro_batch=6, global_batch=1536, zero_stage=3,
+                                      recompute="selective", sequence_parallel=True,
+                                      schedule=["1f1b", "zb-h1", "zb-h2"])
+    m = evaluate(GPT3, H100, rows)
+    for k in METRIC_COLUMNS:
+        assert m[k][1] == m[k][0] and m[k][2] == m[k][0], k
+    with_1f1b = small_space(schedule=["1f1b", "zb-h1"])
+    _, tab = with_1f1b.rows(0, with_1f1b.size)
+    r = tab.readable()
+    assert not np.any((r["pp"] == 1) & (r["schedule"] != "1f1b"))
+    assert np.any((r["pp"] == 1) & (r["schedule"] == "1f1b"))
+    only_zb = small_space(schedule=["zb-h1"], vpp=[1])
+    _, tab = only_zb.rows(0, only_zb.size)
+    assert np.any(tab["pp"] == 1)
