@@ -30,25 +30,18 @@ from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_he
 from costmodel._hetero_eval import hetero_feasibility
 from costmodel._hetero_strategy import ORDERS
 from costmodel._strategy import RECOMPUTE, SCHEDULES
+from search._space import Dim as _SpaceDim
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Dim:
-    """One dimension (the same fields as search._space.Dim)."""
+class Dim(_SpaceDim):
+    """One placement dimension: search._space.Dim's fields, families (``base``: "pool", "dp",
+    "tp", "order", "stage_shift" or the global name) and ``stage``, with per-stage names such as
+    "pool.J" that a homogeneous Space does not know."""
 
-    name: str
-    choices: tuple
-    ordinal: bool = False
-
-    @property
-    def base(self) -> str:
-        """The family: "pool", "dp", "tp", "order", "stage_shift", or the global name."""
-        return self.name.split(".")[0]
-
-    @property
-    def stage(self) -> int:
-        """J of a per-stage dimension (-1 otherwise)."""
-        return int(self.name.split(".")[1]) if "." in self.name else -1
+    def __post_init__(self) -> None:
+        if not isinstance(self.choices, tuple) or not self.choices:
+            raise InputError(self.name, "a non-empty tuple of choices", self.choices)
 
 
 # Schedules a HeteroSpace may use (no interleaving: one chunk per device).
