@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from costmodel._errors import InputError
-from costmodel._strategy import CODE_COLUMNS, RECOMPUTE, StrategyTable, decode, encode
+from costmodel._strategy import CODE_COLUMNS, RECOMPUTE, StrategyTable, bool_column, decode, encode, int_column
 
 GLOBAL_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage")
 GLOBAL_CODE = ("schedule", "recompute", "precision")
@@ -94,21 +94,11 @@ class HeteroTable:
             raise InputError("global_batch", "the global batch in sequences", None)
         out: dict[str, np.ndarray] = {}
         for name in GLOBAL_INT:
-            a = np.broadcast_to(np.asarray(merged[name]), (n,))
-            if a.dtype.kind not in "iu":
-                if a.dtype.kind == "f" and np.all(a == np.round(a)):
-                    a = a.astype(np.int64)
-                else:
-                    raise InputError(name, "integers", a.flat[0] if n else a)
-            lo, hi = (0, 3) if name == "zero_stage" else (1, None)
-            bad = (a < lo) | ((a > hi) if hi is not None else False)
-            if np.any(bad):
-                raise InputError(name, f"integers in [{lo}, {hi}]" if hi else f"integers >= {lo}", int(a[bad][0]))
-            out[name] = np.ascontiguousarray(a, dtype=np.int64)
+            out[name] = int_column(name, merged[name], n)
         for name in GLOBAL_CODE:
             out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
         for name in GLOBAL_BOOL:
-            out[name] = np.ascontiguousarray(np.broadcast_to(np.asarray(merged[name]).astype(bool), (n,)))
+            out[name] = bool_column(name, merged[name], n)
         if n and out["pp"].max() > S:
             raise InputError("pp", f"at most the {S} stage columns given", int(out["pp"].max()))
         for k in ("dp", "tp"):

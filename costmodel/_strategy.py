@@ -63,6 +63,35 @@ def decode(column: str, codes) -> np.ndarray:
     return np.asarray(CODE_COLUMNS[column], dtype=object)[np.asarray(codes)]
 
 
+def int_column(name: str, value, n: int) -> np.ndarray:
+    """(n,) int64 column of an integer strategy dimension, checked: whole numbers, >= 1 (ZeRO
+    stage: 0 to 3); InputError naming the column otherwise."""
+    arr = np.broadcast_to(np.asarray(value), (n,))
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise InputError(name, "integers", arr.flat[0] if n else arr)
+    lo = 0 if name == "zero_stage" else 1
+    hi = 3 if name == "zero_stage" else None
+    bad = (arr < lo) | ((arr > hi) if hi is not None else False)
+    if np.any(bad):
+        rng = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
+        raise InputError(name, rng, int(arr[bad][0]))
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def bool_column(name: str, value, n: int) -> np.ndarray:
+    """(n,) bool column; strings true/false/1/0 (any case) accepted, others an InputError."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "US":
+        low = np.char.lower(arr.astype(str))
+        if not np.all(np.isin(low, ["true", "false", "1", "0"])):
+            raise InputError(name, "true or false", arr.flat[0])
+        arr = np.isin(low, ["true", "1"])
+    return np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyTable:
     """N strategies as columns. Build with :meth:`from_columns`; do not mutate the arrays."""
@@ -86,30 +115,11 @@ class StrategyTable:
         n = lengths.pop() if lengths else 1
         out: dict[str, np.ndarray] = {}
         for name in INT_COLUMNS:
-            arr = np.broadcast_to(np.asarray(merged[name]), (n,))
-            if arr.dtype.kind not in "iu":
-                if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
-                    arr = arr.astype(np.int64)
-                else:
-                    raise InputError(name, "integers", arr.flat[0] if n else arr)
-            lo = 0 if name == "zero_stage" else 1
-            hi = 3 if name == "zero_stage" else None
-            bad = (arr < lo) | ((arr > hi) if hi is not None else False)
-            if np.any(bad):
-                rng = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
-                raise InputError(name, rng, int(arr[bad][0]))
-            out[name] = np.ascontiguousarray(arr, dtype=np.int64)
+            out[name] = int_column(name, merged[name], n)
         for name in CODE_COLUMNS:
             out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
         for name in BOOL_COLUMNS:
-            v = merged[name]
-            arr = np.asarray(v)
-            if arr.dtype.kind in "US":
-                low = np.char.lower(arr.astype(str))
-                if not np.all(np.isin(low, ["true", "false", "1", "0"])):
-                    raise InputError(name, "true or false", arr.flat[0])
-                arr = np.isin(low, ["true", "1"])
-            out[name] = np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
+            out[name] = bool_column(name, merged[name], n)
         sl = sr = None
         if stage_layers is not None:
             sl = np.asarray(stage_layers, dtype=np.int64)
