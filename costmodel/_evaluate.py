@@ -457,9 +457,14 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
 
 def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
     """Exact pipeline time (N,) and micro-batches in flight per stage (N, k) from the
-    simulator for the rows in ``rows`` (bool (N,)); NaN elsewhere. One simulate() call per
-    distinct (schedule, pp, m, vpp): a loop over groups of rows, never over rows."""
-    from costmodel._pipeline import simulate  # the simulator imports this package's errors
+    simulator for the rows in ``rows`` (bool (N,)); NaN elsewhere.
+
+    Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...) share
+    their stage times: each distinct (schedule, pp, m, vpp, F, B, W, T_C) is simulated once.
+    Shapes with many distinct sets (a sweep) get one simulate() call each; the rest (a search
+    step: a few sets of each of many shapes) are simulated together by total_times_mixed. A
+    loop over shapes, never over rows."""
+    from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
 
     total = np.full(len(table), np.nan)
     k_act = np.full(idx.shape, np.nan)
@@ -467,24 +472,50 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
     if sel.size == 0:
         return total, k_act
     sched, p, v = table["schedule"][sel], table["pp"][sel], table["vpp"][sel]
-    keys = np.stack([sched, p, m[sel], v], axis=1)
-    groups, inv = np.unique(keys, axis=0, return_inverse=True)
+    keys = np.stack([sched, p, m[sel], v], axis=1).astype(np.float64)
     uniform = table.stage_layers is None
-    for g, (code, pg, mg, vg) in enumerate(groups):
-        r = sel[inv.ravel() == g]  # (S,) rows of this group
-        dev = np.arange(pg)
-        # device -> stage column: the 3 representatives (first, interior, last) or itself
-        col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1)) if uniform else dev
-        # Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...)
-        # share their stage times: simulate each distinct (F, B, W, T_C) once.
-        inputs = np.concatenate([F[r][:, col], Bk[r][:, col], W[r][:, col], T_C[r][:, None]], axis=1)
-        uniq, back = np.unique(inputs, axis=0, return_inverse=True)
-        back = back.ravel()
-        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg],
-                       tb=uniq[:, pg:2 * pg], tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, -1])
-        total[r] = res.total_time[back]
-        k_act[r] = res.peak_activations[np.minimum(idx[r], pg - 1)]
+    d_max = int(p.max())
+    k = 3 if uniform else d_max  # stage columns: the representatives (first, interior, last) or each stage
+    inputs = np.concatenate([keys, F[sel][:, :k], Bk[sel][:, :k], W[sel][:, :k], T_C[sel][:, None]], axis=1)
+    uniq, back = np.unique(inputs, axis=0, return_inverse=True)
+    back = back.ravel()
+    shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
+    gid = gid.ravel()
+    u_p = uniq[:, 1].astype(np.int64)[:, None]
+    dev = np.arange(d_max)[None, :]
+    col = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1)) if uniform else np.broadcast_to(dev, (len(uniq), d_max))
+    u_tf, u_tb, u_tw = (np.where(dev < u_p, np.take_along_axis(uniq[:, 4 + i * k:4 + (i + 1) * k], col, axis=1), 0.0)
+                        for i in range(3))  # device times; columns past pp unused
+    u_tc = uniq[:, -1]
+    u_total = np.empty(len(uniq))
+    counts = np.bincount(gid, minlength=len(shapes))
+    big = counts > _MIXED_MAX_SETS
+    for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
+        code, pg, mg, vg = (int(x) for x in shapes[g])
+        r = np.flatnonzero(gid == g)
+        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r])
+        u_total[r] = res.total_time
+    small = ~big[gid]
+    if np.any(small):
+        keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
+        renum = np.full(len(shapes), -1)
+        renum[keep] = np.arange(len(keep))
+        mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]
+        r = np.flatnonzero(small)
+        u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
+    total[sel] = u_total[back]
+    # Micro-batches in flight: the schedule's peak per device, the same for every set of a shape.
+    row_shape = gid[back]
+    for g, (code, pg, mg, vg) in enumerate(shapes):
+        r = sel[row_shape == g]
+        peak = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+        k_act[r] = peak[np.minimum(idx[r], pg - 1)]
     return total, k_act
+
+
+# Distinct parameter sets of one pipeline shape above which it is simulated on its own
+# (simulate()'s (ops, sets) walk); at or below, with the other small shapes in one flat walk.
+_MIXED_MAX_SETS = 64
 
 
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,

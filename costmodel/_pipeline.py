@@ -269,10 +269,15 @@ _BUILDERS = {
 }
 
 
+def _wave_back(schedule: str) -> bool:
+    """Whether odd chunks run back up the devices (waves, V shapes)."""
+    return schedule in ("hanayo", "zb-v")
+
+
 def _stage_of(schedule: str, p: int, v: int, device: int, chunk: int) -> int:
     """Virtual stage of (device, chunk): interleaved loops down the devices; waves and V
     shapes run down for even chunks and back up for odd ones."""
-    if schedule in ("hanayo", "zb-v") and chunk % 2 == 1:
+    if _wave_back(schedule) and chunk % 2 == 1:
         return chunk * p + (p - 1 - device)
     return chunk * p + device
 
@@ -298,6 +303,7 @@ class _Graph:
     widest: int  # most ops in one wave
     last: np.ndarray  # (D,) op id of each device's last op
     peak_activations: np.ndarray  # (D,) float, stage micro-batches
+    level_bounds: np.ndarray  # (L + 1,) int: wave l holds op ids level_bounds[l] .. level_bounds[l + 1] - 1
 
 
 def _validate_shape(schedule: str, p: int, m: int, v: int) -> None:
@@ -323,30 +329,29 @@ def compile_schedule(schedule: str, devices: int, microbatches: int, chunks: int
     split = schedule in _SPLIT_BACKWARD
     n_stages = p * v
 
-    # Flat op list in device order; key (kind, micro, stage) -> flat index.
-    flat = [(k, j, c, d) for d, ops in enumerate(orders) for (k, j, c) in ops]
-    index = {(k, j, _stage_of(schedule, p, v, d, c)): i for i, (k, j, c, d) in enumerate(flat)}
+    # Flat op list in device order; (kind, micro, stage) -> flat index through a dense table.
+    ops = np.array([(k, j, c, d) for d, dev_ops in enumerate(orders) for (k, j, c) in dev_ops], dtype=np.int64)
+    kind, micro, chunk, device = ops.T.copy()
+    n = len(kind)
+    stage = chunk * p + np.where(_wave_back(schedule) & (chunk % 2 == 1), p - 1 - device, device)
+    slot = (kind * m + micro) * n_stages + stage  # one slot per (kind, micro, stage)
+    table = np.full(3 * m * n_stages, -1, dtype=np.int64)
+    table[slot] = np.arange(n)
     expected = m * n_stages * (3 if split else 2)
-    assert len(index) == len(flat) == expected, (schedule, p, m, v, len(flat), expected)
+    assert n == expected and np.count_nonzero(table >= 0) == n, (schedule, p, m, v, n, expected)
 
-    n = len(flat)
-    kind = np.array([o[0] for o in flat], dtype=np.int64)
-    micro = np.array([o[1] for o in flat], dtype=np.int64)
-    chunk = np.array([o[2] for o in flat], dtype=np.int64)
-    device = np.array([o[3] for o in flat], dtype=np.int64)
-    prev = np.full(n, -1, dtype=np.int64)
-    dep = np.full(n, -1, dtype=np.int64)
-    for i in range(1, n):
-        if device[i] == device[i - 1]:
-            prev[i] = i - 1
-    for i, (k, j, c, d) in enumerate(flat):
-        s = _stage_of(schedule, p, v, d, c)
-        if k == F and s > 0:
-            dep[i] = index[(F, j, s - 1)]
-        elif k == B:
-            dep[i] = index[(B, j, s + 1)] if s < n_stages - 1 else index[(F, j, s)]
-        elif k == W:
-            dep[i] = index[(B, j, s)]
+    def at(k: np.ndarray, j: np.ndarray, st: np.ndarray) -> np.ndarray:
+        return table[(k * m + j) * n_stages + st]
+
+    prev = np.where(np.r_[False, device[1:] == device[:-1]], np.arange(n) - 1, -1)
+    last_stage = stage == n_stages - 1
+    f_kind, b_kind = np.full(n, F), np.full(n, B)
+    dep = np.select(  # the producers of the module docstring
+        [(kind == F) & (stage > 0), (kind == B) & ~last_stage, (kind == B) & last_stage, kind == W],
+        [at(f_kind, micro, np.maximum(stage - 1, 0)), at(b_kind, micro, np.minimum(stage + 1, n_stages - 1)),
+         at(f_kind, micro, stage), at(b_kind, micro, stage)],
+        default=-1,
+    )
     cross = (dep >= 0) & (device[np.maximum(dep, 0)] != device)
 
     level = _levels(prev, dep, schedule, p, m, v)
@@ -375,27 +380,31 @@ def compile_schedule(schedule: str, devices: int, microbatches: int, chunks: int
     widest = max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
     last = np.array([rank[np.flatnonzero(device_flat == d)[-1]] for d in range(p)])
     peak = _peak_activations(orders, v, split)
-    return _Graph(p, v, kind, micro, chunk, device, prev_r, dep_r, cross, waves, widest, last, peak)
+    return _Graph(p, v, kind, micro, chunk, device, prev_r, dep_r, cross, waves, widest, last, peak,
+                  np.asarray(bounds, dtype=np.int64))
 
 
 def _levels(prev: np.ndarray, dep: np.ndarray, schedule: str, p: int, m: int, v: int) -> np.ndarray:
     """Longest-path depth of each op (Kahn's algorithm); a cycle means the order deadlocks."""
     n = len(prev)
-    indeg = (prev >= 0).astype(np.int64) + (dep >= 0)
+    prev_l, dep_l = prev.tolist(), dep.tolist()
+    indeg = [(a >= 0) + (b >= 0) for a, b in zip(prev_l, dep_l, strict=True)]
     children: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        if prev[i] >= 0:
-            children[prev[i]].append(i)
-        if dep[i] >= 0:
-            children[dep[i]].append(i)
-    level = np.zeros(n, dtype=np.int64)
+    for i, (a, b) in enumerate(zip(prev_l, dep_l, strict=True)):
+        if a >= 0:
+            children[a].append(i)
+        if b >= 0:
+            children[b].append(i)
+    level = [0] * n
     ready = [i for i in range(n) if indeg[i] == 0]
     seen = 0
     while ready:
         i = ready.pop()
         seen += 1
+        nxt = level[i] + 1
         for c in children[i]:
-            level[c] = max(level[c], level[i] + 1)
+            if level[c] < nxt:
+                level[c] = nxt
             indeg[c] -= 1
             if indeg[c] == 0:
                 ready.append(c)
@@ -403,7 +412,7 @@ def _levels(prev: np.ndarray, dep: np.ndarray, schedule: str, p: int, m: int, v:
         raise InputError(
             "microbatches", f"a count {schedule} can schedule on D={p}, v={v} without deadlock", m
         )
-    return level
+    return np.array(level, dtype=np.int64)
 
 
 def _peak_activations(orders: list[list[tuple[int, int, int]]], v: int, split: bool) -> np.ndarray:
@@ -581,3 +590,110 @@ def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarra
         np.take(dur_table, dur_rows, axis=0, out=dur)
         np.add(ready, dur, out=end[a:b])
     return end[:n]
+
+
+# --------------------------------------------------------------------------- mixed groups
+
+# Ops simulated per batch by :func:`total_times_mixed`: keeps its flat arrays cache-friendly
+# and bounded (a few 10 MB) whatever the batch.
+_FLAT_NODES = 1 << 21
+
+
+def total_times_mixed(
+    keys: list[tuple[str, int, int, int]],
+    group: np.ndarray,
+    tf: np.ndarray,
+    tb: np.ndarray,
+    tw: np.ndarray,
+    tc: np.ndarray,
+) -> np.ndarray:
+    """Pipeline time of S parameter sets that need not share (schedule, D, m, v).
+
+    ``keys``: the distinct (schedule, D, m, v); ``group`` (S,): each set's index into ``keys``;
+    ``tf``, ``tb``, ``tw`` (S, D_max): per-device stage times, columns past a set's D unused;
+    ``tc`` (S,): hand-off time. Equal to ``simulate(*keys[group[i]], tf=..., ...).total_time``
+    set by set (tests/test_pipeline.py), for the cost of one simulation.
+
+    :func:`simulate` walks one graph's waves over an (ops, S) array: ideal for many sets of one
+    shape, but a search step brings a few sets each of dozens of shapes, and then the Python
+    walk per shape dominates. Here the graphs of all sets are laid side by side in one flat
+    array ordered by wave, then by set, so one walk over the deepest graph's waves prices all
+    of them: op (set i, op j) of wave l sits at level_start[l] + (offset of i's group in
+    wave l) + (i's rank in its group) * (group's wave width) + (j's place in the wave).
+    """
+    group = np.asarray(group, dtype=np.int64)
+    S = len(group)
+    total = np.zeros(S)
+    if S == 0:
+        return total
+    graphs = [compile_schedule(*k) for k in keys]
+    split = np.array([k[0] in _SPLIT_BACKWARD for k in keys])
+    # Duration per (set, kind, device): F, B (+ W when the backward is one op), W.
+    tb_all = np.where(split[group][:, None], tb, tb + tw)
+    inv_v = 1.0 / np.array([k[3] for k in keys], dtype=np.float64)[group]
+    dur3 = np.stack([tf, tb_all, tw], axis=1) * inv_v[:, None, None]  # (S, 3, D_max)
+    tc = np.broadcast_to(np.asarray(tc, dtype=np.float64), (S,))
+
+    # Pieces (group, its sets) of at most _FLAT_NODES ops, packed into batches.
+    order = np.argsort(group, kind="stable")
+    cuts = np.flatnonzero(np.diff(group[order])) + 1
+    pieces: list[tuple[int, np.ndarray]] = []
+    for sets in np.split(order, cuts):
+        g = int(group[sets[0]])
+        per = max(1, _FLAT_NODES // len(graphs[g].kind))
+        pieces += [(g, sets[i:i + per]) for i in range(0, len(sets), per)]
+    batch: list[tuple[int, np.ndarray]] = []
+    nodes = 0
+    for g, sets in pieces:
+        n = len(sets) * len(graphs[g].kind)
+        if batch and nodes + n > _FLAT_NODES:
+            _flat_batch(graphs, batch, dur3, tc, total)
+            batch, nodes = [], 0
+        batch.append((g, sets))
+        nodes += n
+    _flat_batch(graphs, batch, dur3, tc, total)
+    return total
+
+
+def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3: np.ndarray,
+                tc: np.ndarray, total: np.ndarray) -> None:
+    """Simulate the sets of ``batch`` [(graph index, set indices)] in one flat wave walk and
+    write their pipeline times into ``total``."""
+    gs = [graphs[g] for g, _ in batch]
+    width = [np.diff(gr.level_bounds) for gr in gs]  # (L_g,) ops per wave
+    depth = max(len(w) for w in width)
+    cnt = np.zeros((len(batch), depth), dtype=np.int64)  # ops of each piece in each wave
+    for i, ((_, sets), w) in enumerate(zip(batch, width, strict=True)):
+        cnt[i, :len(w)] = len(sets) * w
+    level_start = np.zeros(depth + 1, dtype=np.int64)
+    np.cumsum(cnt.sum(axis=0), out=level_start[1:])
+    offset = level_start[:-1] + np.cumsum(cnt, axis=0) - cnt  # (pieces, depth) first id of piece in wave
+    n_all = int(level_start[-1])
+    prev = np.empty(n_all, dtype=np.int64)
+    dep = np.empty(n_all, dtype=np.int64)
+    dur = np.empty(n_all)
+    hand = np.empty(n_all)
+    ids = []
+    for i, ((_, sets), gr, w) in enumerate(zip(batch, gs, width, strict=True)):
+        n = len(gr.kind)
+        lvl = np.repeat(np.arange(len(w)), w)
+        pos = np.arange(n) - gr.level_bounds[lvl]
+        new = (offset[i, lvl] + pos)[None, :] + np.arange(len(sets))[:, None] * w[lvl][None, :]  # (s, n)
+        prev[new] = np.where(gr.prev >= 0, new[:, np.maximum(gr.prev, 0)], n_all)
+        dep[new] = np.where(gr.dep >= 0, new[:, np.maximum(gr.dep, 0)], n_all)
+        dur[new] = dur3[sets[:, None], gr.kind[None, :], gr.device[None, :]]
+        hand[new] = np.where(gr.cross[None, :], tc[sets][:, None], 0.0)
+        ids.append(new[:, gr.last])
+    end = np.zeros(n_all + 1)  # entry n_all stays 0: "no predecessor"
+    widest = int(np.diff(level_start).max())
+    a_buf, b_buf = np.empty(widest), np.empty(widest)
+    for lo, hi in zip(level_start[:-1].tolist(), level_start[1:].tolist(), strict=True):
+        k = hi - lo
+        ready, other = a_buf[:k], b_buf[:k]
+        np.take(end, dep[lo:hi], out=ready)
+        ready += hand[lo:hi]
+        np.take(end, prev[lo:hi], out=other)
+        np.maximum(ready, other, out=ready)
+        np.add(ready, dur[lo:hi], out=end[lo:hi])
+    for (_, sets), last in zip(batch, ids, strict=True):
+        total[sets] = end[last].max(axis=1)

@@ -292,3 +292,33 @@ def test_every_valid_shape_compiles_without_deadlock():
                 for v in chunk_choices.get(name, (1,)):
                     res = simulate(name, p, m, v, tf=1.0, tb=2.0, tw=0.5)
                     assert np.isfinite(res.total_time[0]) and res.total_time[0] > 0
+
+
+# ----------------------------------------------------------------------------- mixed shapes
+
+
+@pytest.mark.parametrize("flat_nodes", [1 << 21, 200])
+def test_mixed_shapes_in_one_walk_equal_one_simulation_each(monkeypatch, flat_nodes):
+    # total_times_mixed lays sets of many (schedule, D, m, v) side by side in one flat walk; each
+    # set's time must be what simulate() gives it alone. flat_nodes 200 forces a shape's sets to
+    # be cut into pieces and the pieces into several batches.
+    import costmodel._pipeline as pl
+
+    monkeypatch.setattr(pl, "_FLAT_NODES", flat_nodes)
+    keys = [("gpipe", 3, 4, 1), ("1f1b", 4, 6, 1), ("1f1b", 1, 3, 1), ("interleaved", 4, 6, 2),
+            ("interleaved", 2, 4, 3), ("hanayo", 3, 5, 2), ("zb-h1", 4, 3, 1), ("zb-h2", 3, 7, 1),
+            ("zb-v", 4, 8, 2)]
+    rng = np.random.default_rng(3)
+    n, d_max = 90, 4
+    group = rng.integers(0, len(keys), n)
+    tf, tb, tw = rng.uniform(0.5, 2.0, (3, n, d_max))
+    tc = rng.uniform(0.0, 0.4, n)
+    got = pl.total_times_mixed(keys, group, tf, tb, tw, tc)
+    for i in range(n):
+        s, p, m, v = keys[group[i]]
+        want = simulate(s, p, m, v, tf=tf[i, :p], tb=tb[i, :p], tw=tw[i, :p], tc=tc[i]).total_time[0]
+        assert got[i] == pytest.approx(want, rel=1e-12), (i, keys[group[i]])
+    # and the closed form where one holds: 1F1B with equal stages, no hand-off, (m + p - 1)(F + B)
+    one = pl.total_times_mixed([("1f1b", 4, 6, 1)], np.zeros(2, dtype=int), np.full((2, 4), 1.0),
+                               np.full((2, 4), 2.0), np.zeros((2, 4)), np.zeros(2))
+    np.testing.assert_allclose(one, (6 + 4 - 1) * 3.0)

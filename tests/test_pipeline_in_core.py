@@ -99,3 +99,18 @@ def test_stage_breakdown_agrees_with_the_totals():
         X = (st["forward_s"] + st["backward_s"] + st["weight_grad_s"])[i][active]
         m = 1536 // 16
         assert exact["step_time_s"][i] > m * X.max()
+
+
+def test_mixed_walk_and_per_shape_simulation_agree(monkeypatch):
+    # A search step's few rows of many pipeline shapes go to one mixed walk; a sweep's many rows
+    # of one shape to simulate(). Both routes must price every row the same.
+    import costmodel._evaluate as ev
+
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = random_table(model, np.random.default_rng(21), 800, uneven=True)
+    mixed = evaluate(model, cl, table, pipeline="simulate")
+    monkeypatch.setattr(ev, "_MIXED_MAX_SETS", 0)
+    alone = evaluate(model, cl, table, pipeline="simulate")
+    assert np.isfinite(mixed["bubble_s"]).sum() >= 20
+    for k in mixed:
+        np.testing.assert_allclose(mixed[k], alone[k], rtol=1e-12, err_msg=k)
