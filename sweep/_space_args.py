@@ -127,8 +127,13 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
     choices = {**base, **given}
     flags = {dest: flag for dest, flag, _ in SPACE_FLAGS}
     try:
-        return Space.from_options(model, cluster, global_batch=batch, base="fixed",
-                                  all_gpus=not args.partial_gpus, **choices)
+        space = Space.from_options(model, cluster, global_batch=batch, base="fixed",
+                                   all_gpus=not args.partial_gpus, **choices)
     except InputError as exc:
         name = exc.argument
         raise InputError(flags.get(name.split(".")[0], name), exc.expected, exc.got) from None
+    if space.valid_count() == 0:  # nothing to sweep, rank or search: say so before writing anything
+        raise InputError("space options", "choices with at least one valid strategy (degrees that use the "
+                         f"{cluster.num_gpus} GPUs, dp x micro-batch dividing the global batch, tp dividing the heads)",
+                         f"none of {space.size:,} combinations valid with global batch {batch}")
+    return space
