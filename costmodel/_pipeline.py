@@ -675,24 +675,25 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
     hand = np.empty(n_all)
     ids = []
     for i, ((_, sets), gr, w) in enumerate(zip(batch, gs, width, strict=True)):
-        n = len(gr.kind)
-        lvl = np.repeat(np.arange(len(w)), w)
-        pos = np.arange(n) - gr.level_bounds[lvl]
-        new = (offset[i, lvl] + pos)[None, :] + np.arange(len(sets))[:, None] * w[lvl][None, :]  # (s, n)
-        prev[new] = np.where(gr.prev >= 0, new[:, np.maximum(gr.prev, 0)], n_all)
-        dep[new] = np.where(gr.dep >= 0, new[:, np.maximum(gr.dep, 0)], n_all)
+        lvl = np.repeat(np.arange(len(w)), w)  # each op's wave and the wave's width
+        new = (offset[i, lvl] + np.arange(len(lvl)) - gr.level_bounds[lvl])[None, :] \
+            + np.arange(len(sets))[:, None] * w[lvl][None, :]  # (s, n) flat id of (set, op)
+        with_sentinel = np.concatenate([new, np.full((len(sets), 1), n_all)], axis=1)  # column -1: none
+        prev[new] = with_sentinel[:, gr.prev]
+        dep[new] = with_sentinel[:, gr.dep]
         dur[new] = dur3[sets[:, None], gr.kind[None, :], gr.device[None, :]]
-        hand[new] = np.where(gr.cross[None, :], tc[sets][:, None], 0.0)
+        hand[new] = tc[sets][:, None] * gr.cross[None, :]
         ids.append(new[:, gr.last])
     end = np.zeros(n_all + 1)  # entry n_all stays 0: "no predecessor"
     widest = int(np.diff(level_start).max())
     a_buf, b_buf = np.empty(widest), np.empty(widest)
+    take = end.take
     for lo, hi in zip(level_start[:-1].tolist(), level_start[1:].tolist(), strict=True):
         k = hi - lo
         ready, other = a_buf[:k], b_buf[:k]
-        np.take(end, dep[lo:hi], out=ready)
+        take(dep[lo:hi], out=ready)
         ready += hand[lo:hi]
-        np.take(end, prev[lo:hi], out=other)
+        take(prev[lo:hi], out=other)
         np.maximum(ready, other, out=ready)
         np.add(ready, dur[lo:hi], out=end[lo:hi])
     for (_, sets), last in zip(batch, ids, strict=True):
