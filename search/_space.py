@@ -523,9 +523,12 @@ class Space:
         lut = self._lookup_table()
         if lut is None:
             return self.valid_direct(digits)
-        inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
         nb = self._block_dims
-        block = np.where(inrange[:, None], digits[:, :nb], 0) @ (self.strides[:nb] // self._free_size)
+        weights = self.strides[:nb] // self._free_size
+        if digits.size == 0 or (digits.min() >= 0 and bool((digits < self.radices).all())):
+            return lut[digits[:, :nb] @ weights]  # the usual case (proposals), a third of the time
+        inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
+        block = np.where(inrange[:, None], digits[:, :nb], 0) @ weights
         return inrange & lut[block]
 
     def valid_direct(self, digits) -> np.ndarray:
