@@ -385,10 +385,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
     un = inv[nxt]
     hand_bytes = np.maximum(share[inv], share[un])
-    g_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
-    g_b = d2 * t * R(c)  # on its second pool (0 unless split)
+    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
+    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
     # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.stack([add(np.where(pool == q, g_a, 0) + np.where(pool_b == q, g_b, 0)) for q in range(P)], axis=1)
+    used = np.stack([add(np.where(pool == q, gpus_a, 0) + np.where(pool_b == q, gpus_b, 0)) for q in range(P)], axis=1)
 
     def hop_s(x, y, block):
         """(M,) hand-off time from the stage's GPUs on pool x (a block of ``block`` GPUs) to the
@@ -406,9 +406,9 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         hop_lat = np.where(cross, pa["link_latency_s"][x, y], same_lat)
         return hand_bytes / hop_bw + hop_lat
 
-    T_C = hop_s(pool, pool[nxt], g_a)
+    T_C = hop_s(pool, pool[nxt], gpus_a)
     if any_split:  # replicas on the second pools hand off to each other (HetPipe's virtual workers)
-        T_C = np.maximum(T_C, hop_s(pool_b, pool_b[nxt], np.where(split, g_b, g_a)))
+        T_C = np.maximum(T_C, hop_s(pool_b, pool_b[nxt], np.where(split, gpus_b, gpus_a)))
     T_C = np.where(pr > 1, T_C, 0.0)  # (M,)
     inner = j < pr - 1  # the p - 1 forward boundaries
 
@@ -498,7 +498,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
-    peak_sum = add(g_a * peak[inv] + (g_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
+    peak_sum = add(gpus_a * peak[inv] + (gpus_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, B / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
