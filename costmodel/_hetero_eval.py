@@ -73,6 +73,19 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
     out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
     out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
     out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
+    # Pipeline hand-off links as one lookup, flat index (x * P + y) * 3 + case, for a sender on
+    # pool x and a receiver on pool y: x != y the inter-pool link (the lower efficiency of the
+    # two GPUs); inside pool x, case 0 the intra-node link, 1 the network, 2 the slower of both.
+    P = len(pools)
+    up, net = out["intra_Bps"], out["inter_Bps"]
+    up_l, net_l = out["intra_latency_s"], out["inter_latency_s"]
+    eff = out["link_eff"]
+    same_bw = np.stack([up * eff, net * eff, np.minimum(up, net) * eff], axis=1)  # (P, 3)
+    same_lat = np.stack([up_l, net_l, np.maximum(up_l, net_l)], axis=1)
+    cross_bw = out["link_Bps"] * np.minimum(eff[:, None], eff[None, :])  # (P, P)
+    diag = np.eye(P, dtype=bool)[:, :, None]
+    out["hop_bw"] = np.where(diag, same_bw[:, None, :], cross_bw[:, :, None]).ravel()  # (P * P * 3,)
+    out["hop_lat"] = np.where(diag, same_lat[:, None, :], out["link_latency_s"][:, :, None]).ravel()
     return out
 
 
@@ -134,9 +147,13 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     # stages past pp must be empty
     pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
     g_a, g_b = (d - d2) * t * c[r], d2 * t * c[r]  # GPUs on the stage's pool and on its second pool
-    gpus_ok = every((pool < P) & (pool_b < P))
-    for q in range(P):
-        gpus_ok &= add(np.where(pool == q, g_a, 0) + np.where(pool_b == q, g_b, 0)) <= pa["num_gpus"][q]
+    in_range = (pool < P) & (pool_b < P)
+    gpus_ok = every(in_range)
+    row = r * P
+    wa, wb = np.broadcast_to(w * g_a, r.shape), np.broadcast_to(w * g_b, r.shape)  # GPUs per (row, pool)
+    used = (np.bincount(row + np.where(in_range, pool, 0), weights=wa, minlength=N * P)
+            + np.bincount(row + np.where(in_range, pool_b, 0), weights=wb, minlength=N * P)).reshape(N, P)
+    gpus_ok &= np.all(used <= pa["num_gpus"][None, :], axis=1)
     if model.kind == "mlp":
         tp_ok = every(model.hidden % t == 0)
     else:
@@ -263,7 +280,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     pool = np.minimum(pool_in, P - 1)
     pool_b = np.minimum(pool_b_in, P - 1)
     split = pool_b != pool  # (M,) stages whose dp replicas span two pools
-    any_split = bool(split.any())
+    ks = np.flatnonzero(split)  # (K,) those stages
+    any_split = ks.size > 0
     n = n_int.astype(np.float64)
     add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
@@ -277,12 +295,15 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
     row_rep, row_code = _config_index(row_cols)
     key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
-    if any_split:  # the replicas on the second pool are configurations too: keys of 2M stages
-        key_cols = [np.concatenate([a, pool_b if a is pool else a]) for a in key_cols]
+    if any_split:  # the replicas of split stages on their second pool are configurations too
+        key_cols = [np.concatenate([a, (pool_b if a is pool else a)[ks]]) for a in key_cols]
     rep2, inv2 = _config_index(key_cols)
-    inv, inv_b = (inv2[:M], inv2[M:]) if any_split else (inv2, inv2)  # (M,) configuration on each pool
+    inv, inv_b = inv2[:M], inv2[:M]  # (M,) configuration of each stage on its pool, on its second pool
+    if any_split:
+        inv_b = inv.copy()
+        inv_b[ks] = inv2[M:]
     pool_u = key_cols[1][rep2]
-    rep = rep2 % M  # a flat stage of each configuration (its row and degrees)
+    rep = np.concatenate([np.arange(M), ks])[rep2] if any_split else rep2  # a flat stage of each configuration
     ru = r[rep]  # (U,) a row of each configuration
     U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
     order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
@@ -358,13 +379,15 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
         return emb_c, emb_tp, head_gemm, head_elem, head_tp
 
-    def times(inv_x, e):
-        """(M,) forward, backward, weight-gradient time per micro-batch of configurations inv_x."""
+    def times(inv_x, e, idx=slice(None)):
+        """Forward, backward, weight-gradient time per micro-batch of stages ``idx`` (all: (M,))
+        in configurations inv_x."""
         emb_c, emb_tp, head_gemm, head_elem, head_tp = e
-        emb_F, head_FB = R(0.5 * emb_c + emb_tp), R(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-        F = n * Fl[inv_x] + first * emb_F + last * head_FB
-        Bk = n * Bl[inv_x] + first * R(0.5 * emb_c) + last * head_FB
-        W = n * w_L[inv_x] + last * R(head_gemm)
+        ri, ni, fi, li, ui = r[idx], n[idx], first[idx], last[idx], inv_x[idx]
+        emb_F, head_FB = (0.5 * emb_c + emb_tp)[ri], (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[ri]
+        F = ni * Fl[ui] + fi * emb_F + li * head_FB
+        Bk = ni * Bl[ui] + fi * (0.5 * emb_c)[ri] + li * head_FB
+        W = ni * w_L[ui] + li * head_gemm[ri]
         return F, Bk, W
 
     # -- stages (M,) --
@@ -373,9 +396,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     inv_t = inv  # (M,) the configuration that sets each stage's time
     if any_split:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         e_b = edges(inv_b)
-        F_b, B_b_, W_b_ = times(inv_b, e_b)
-        use_b = split & (F_b + B_b_ + W_b_ > F + Bk + W)
-        F, Bk, W = np.where(use_b, F_b, F), np.where(use_b, B_b_, Bk), np.where(use_b, W_b_, W)
+        F_b, B_b_, W_b_ = times(inv_b, e_b, ks)  # (K,)
+        slower = F_b + B_b_ + W_b_ > F[ks] + Bk[ks] + W[ks]
+        F[ks], Bk[ks], W[ks] = (np.where(slower, xb, xa[ks]) for xa, xb in ((F, F_b), (Bk, B_b_), (W, W_b_)))
+        use_b = np.zeros(M, dtype=bool)
+        use_b[ks] = slower
         inv_t = np.where(use_b, inv_b, inv)
         e = tuple(np.where(use_b[starts if i < 2 else heads], xb, xa) for i, (xa, xb) in enumerate(zip(e, e_b)))
     emb_c, emb_tp, head_gemm, head_elem, head_tp = e
@@ -388,27 +413,25 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
     gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
     # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.stack([add(np.where(pool == q, gpus_a, 0) + np.where(pool_b == q, gpus_b, 0)) for q in range(P)], axis=1)
+    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
+    if any_split:
+        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
+    used = used.reshape(N, P)
 
-    def hop_s(x, y, block):
-        """(M,) hand-off time from the stage's GPUs on pool x (a block of ``block`` GPUs) to the
-        next stage's on pool y: the inter-pool link, or inside x its intra-node link if the
+    def hop_s(x, y, block, rows, nbytes):
+        """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
+        stage's on pool y: the inter-pool link, or inside x its intra-node link if the
         strategy's GPUs on x fit one node, else the network (or the slower of both)."""
         Gx = pa["gpus_per_node"][x]
-        fits = used[r, x] <= Gx
-        whole = np.mod(block, Gx) == 0
-        ub, ob, ul_, ol_ = pa["intra_Bps"][x], pa["inter_Bps"][x], pa["intra_latency_s"][x], pa["inter_latency_s"][x]
-        same_bw = np.where(fits, ub, np.where(whole, ob, np.minimum(ub, ob)))
-        same_lat = np.where(fits, ul_, np.where(whole, ol_, np.maximum(ul_, ol_)))
-        cross = x != y
-        eff_x = pa["link_eff"][x]
-        hop_bw = np.where(cross, pa["link_Bps"][x, y] * np.minimum(eff_x, pa["link_eff"][y]), same_bw * eff_x)
-        hop_lat = np.where(cross, pa["link_latency_s"][x, y], same_lat)
-        return hand_bytes / hop_bw + hop_lat
+        case = np.where(used[rows, x] <= Gx, 0, np.where(np.mod(block, Gx) == 0, 1, 2))
+        k = (x * P + y) * 3 + case
+        return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
 
-    T_C = hop_s(pool, pool[nxt], gpus_a)
+    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes)
     if any_split:  # replicas on the second pools hand off to each other (HetPipe's virtual workers)
-        T_C = np.maximum(T_C, hop_s(pool_b, pool_b[nxt], np.where(split, gpus_b, gpus_a)))
+        sel = np.flatnonzero(split | split[nxt])
+        T_C[sel] = np.maximum(T_C[sel], hop_s(pool_b[sel], pool_b[nxt[sel]],
+                                              np.where(split[sel], gpus_b[sel], gpus_a[sel]), r[sel], hand_bytes[sel]))
     T_C = np.where(pr > 1, T_C, 0.0)  # (M,)
     inner = j < pr - 1  # the p - 1 forward boundaries
 
@@ -447,19 +470,20 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above) and the link between the pools.
-        tp_in, cr = order == 0, R(c)
+        sel = np.flatnonzero(split)
+        xa, xb, ts, cs = pool[sel], pool_b[sel], t[sel], c[r[sel]]
+        tp_in = order[sel] == 0
 
         def part_link(x, d_part):
-            size = np.where(tp_in | (cr == 1), d_part * cr, d_part * t * cr)
-            return group_link(np.where(tp_in, t, 1), size, pa["gpus_per_node"][x], pa["intra_Bps"][x],
+            size = np.where(tp_in | (cs == 1), d_part * cs, d_part * ts * cs)
+            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node"][x], pa["intra_Bps"][x],
                               pa["inter_Bps"][x], pa["intra_latency_s"][x], pa["inter_latency_s"][x],
                               pa["link_eff"][x])
 
-        (bw_a, lat_a), (bw_b, lat_b) = part_link(pool, d - d2), part_link(pool_b, d2)
-        bw_x = pa["link_Bps"][pool, pool_b] * np.minimum(pa["link_eff"][pool], pa["link_eff"][pool_b])
-        lat_x = pa["link_latency_s"][pool, pool_b]
-        dbw = np.where(split, np.minimum(np.minimum(bw_a, bw_b), bw_x), dbw)
-        dlat = np.where(split, np.maximum(np.maximum(lat_a, lat_b), lat_x), dlat)
+        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, d[sel] - d2[sel]), part_link(xb, d2[sel])
+        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
+        dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
+        dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     grad_bytes = K.GRAD_COMM_BYTES * params
     dp_st = np.where(
         z3,
@@ -470,7 +494,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     shard = np.where(zr >= 1, g, 1)
-    hbm_stage_Bps = hbm_Bps_eff[inv] if not any_split else np.minimum(hbm_Bps_eff[inv], hbm_Bps_eff[inv_b])
+    hbm_stage_Bps = hbm_Bps_eff[inv]
+    hbm = gpu.hbm_bytes[inv]
+    if any_split:  # a split stage's optimizer step waits for the slower HBM; its memory fits the smaller
+        hbm_stage_Bps[ks] = np.minimum(hbm_stage_Bps[ks], hbm_Bps_eff[inv_b[ks]])
+        hbm[ks] = np.minimum(hbm[ks], gpu.hbm_bytes[inv_b[ks]])
     opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_stage_Bps)
     step = pipe + dp_exposed + opt_s
 
@@ -481,7 +509,6 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     o_b = K.OPTIM_BYTES * params / shard
     buffers = buf_u[inv] + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
     tot = w_b + g_b + o_b + act + buffers
-    hbm = gpu.hbm_bytes[inv] if not any_split else np.minimum(gpu.hbm_bytes[inv], gpu.hbm_bytes[inv_b])
     frac = tot / hbm
     worst = first_max(frac)
     mem_total = tot[worst]

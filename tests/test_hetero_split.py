@@ -166,7 +166,7 @@ def test_space_split_dims_moves_and_validity():
     prop = space.propose(many, rng)
     split_cols = np.array([d.base in ("pool2", "dp2") for d in space.dims])
     touched = ((prop != many) & split_cols[None, :]).any(axis=1)
-    assert touched.mean() > 0.1  # about 1/5 of the moves
+    assert touched.mean() > 0.05  # about SPLIT_MOVE_SHARE = 1/10 of the moves
     assert ((prop != many)[touched].sum(axis=1) == 1).all()
     dp2_cols = [space._col(f"dp2.{j}") for j in range(space.num_slots)]
     assert (np.abs(prop[touched][:, dp2_cols] - many[touched][:, dp2_cols]) <= 1).all()
