@@ -105,7 +105,8 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     S = table.num_stages
     active = np.arange(S)[None, :] < p[:, None]
     same = p >= 4
-    cols = [table.stages[k] for k in STAGE_COLUMNS]
+    split_free = not np.any(table.stages["dp2"])  # then pool2 means nothing: not compared
+    cols = [table.stages[k] for k in STAGE_COLUMNS if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
     for a in cols:
@@ -363,11 +364,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
     zero_col = np.zeros(N)
 
-    def edges(inv_x):
-        """(N,) embedding and head times of the configurations ``inv_x`` of the first and last stage."""
+    def edges(inv_x, rows=slice(None)):
+        """Embedding and head times of rows ``rows`` (all: (N,)) with their first and last stages
+        in configurations ``inv_x``."""
         if model.kind == "mlp":
-            return zero_col, zero_col, zero_col, zero_col, zero_col
-        u0, ul = inv_x[starts], inv_x[heads]
+            return (zero_col[rows],) * 5
+        u0, ul = inv_x[starts[rows]], inv_x[heads[rows]]
         g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[u0] for f in _GPU_FIELDS})
         T0, t0 = T[u0], t_u[u0]
         emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
@@ -395,7 +397,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     F, Bk, W = times(inv, e)
     inv_t = inv  # (M,) the configuration that sets each stage's time
     if any_split:  # synchronous data parallelism: a split stage runs at its slower pool's replica
-        e_b = edges(inv_b)
+        ends = np.flatnonzero(split[starts] | split[heads])  # rows whose first or last stage is split
+        e_b = [x.copy() for x in e]
+        for x, y in zip(e_b, edges(inv_b, ends), strict=True):
+            x[ends] = y
         F_b, B_b_, W_b_ = times(inv_b, e_b, ks)  # (K,)
         slower = F_b + B_b_ + W_b_ > F[ks] + Bk[ks] + W[ks]
         F[ks], Bk[ks], W[ks] = (np.where(slower, xb, xa[ks]) for xa, xb in ((F, F_b), (Bk, B_b_), (W, W_b_)))
