@@ -201,7 +201,8 @@ class HeteroSpace:
                 cols.append(vals[digits[:, c]])
             per[k] = np.where(active, np.stack(cols, axis=1), 0 if k in ("pool", "order", "pool2", "dp2") else 1)
         if self.has_split:  # dp2 >= dp is not a strategy (valid() rejects it): no split in its table row
-            per["dp2"] = np.where(per["dp2"] < per["dp"], per["dp2"], 0)
+            per["dp2"] = np.where((per["dp2"] < per["dp"]) & (per["pool2"] != per["pool"]), per["dp2"], 0)
+            per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
         glob = {name: self._values(digits, name) for name in GLOBAL_DIMS}
         glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[

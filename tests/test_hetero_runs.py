@@ -1,0 +1,103 @@
+"""Heterogeneous clusters through run directories: `search mcmc|tpe --out`, `show`, `resume`,
+and `sweep` refusing a placement space in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from costmodel import hetero_preset, model_preset, stage_rows
+from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_mapping
+from sweep._results import hetero_row_strategy
+from tests.sweep_helpers import cli, kill_when, parts, rows, start
+
+HETERO = ["--cluster", "a100x64+h100x64", "--pp", "4,8"]
+MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2"]
+STAGES = ["stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_layers", "stage_pool2", "stage_dp2"]
+KEY = ["iteration", "pp", "microbatches", "recompute", "zero_stage", *STAGES]
+
+
+@pytest.fixture(scope="module")
+def mcmc_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("hetero") / "run")
+    cli("search", "mcmc", *HETERO, *MCMC, "--out", out, "--in-process", "--no-progress", "--top", "1")
+    return out
+
+
+def _sorted(df):
+    df = df.copy()
+    for c in STAGES:
+        df[c] = df[c].map(lambda v: ",".join(map(str, v)))
+    return df[KEY + ["step_time_s", "tokens_per_s", "feasible"]].sort_values(KEY).reset_index(drop=True)
+
+
+def test_mcmc_out_writes_placements_and_show_prints_stages(mcmc_run):
+    """Every evaluation is a row with its stages' pools, degrees and layers (96 in all); `show`
+    prints the top row's per-stage breakdown, and its JSON holds the same stages re-priced: the
+    busiest stage's iteration time is the step's pipeline part, no more than the step time."""
+    df = rows(mcmc_run)
+    assert len(df) == 1600 and df["dp"].isna().all()
+    assert df["stage_layers"].map(sum).eq(96).all()
+    assert df["stage_pool"].map(lambda p: set(p) <= {"a100", "h100"}).all()
+    text = cli("show", mcmc_run, "--top", "3").stdout
+    assert "per stage (top row" in text and "hand-off ms" in text and "h100" in text
+    out = json.loads(cli("show", mcmc_run, "--top", "1", "--json").stdout)
+    study = out["studies"][0]
+    top, stages = study["rows"][0], study["top_stages"]
+    assert [s["pool"] for s in stages] == top["stage_pool"]
+    assert [s["layers"] for s in stages] == top["stage_layers"]
+    assert [s["dp"] for s in stages] == top["stage_dp"] and [s["tp"] for s in stages] == top["stage_tp"]
+    assert all(0 < s["mem_bytes"] <= s["hbm_bytes"] for s in stages)
+    assert 0 < max(s["time_s"] for s in stages) <= top["step_time_s"]
+    # the row read back is the strategy that was priced: the same stages from the run's model and cluster
+    hc = hetero_preset("a100x64+h100x64")
+    again = stage_rows(model_preset("gpt3-175b"), hc,
+                       strategy_from_mapping(hetero_row_strategy(top), [p.name for p in hc.pools]))
+    assert again == stages
+
+
+def test_resume_after_kill_equals_uninterrupted(mcmc_run, tmp_path):
+    """kill -9 during the run (in this process, no Ray), then `resume`: the same rows as the
+    uninterrupted run."""
+    out = str(tmp_path / "run")
+    proc = start("search", "mcmc", *HETERO, *MCMC, "--out", out, "--in-process", "--no-progress")
+    total = len(parts(os.path.join(mcmc_run, "results", "searcher=mcmc")))
+    n = kill_when(proc, os.path.join(out, "results", "searcher=mcmc"), at_least=3)
+    if n >= total:
+        pytest.skip(f"the run finished all {total} checkpoints before the kill")
+    res = cli("resume", out, "--in-process", "--no-progress", "--top", "1")
+    assert "placement" in res.stdout
+    assert _sorted(rows(out)).equals(_sorted(rows(mcmc_run)))
+
+
+def test_tpe_out_on_hetero_cluster_and_resume_of_a_finished_run(tmp_path):
+    out = str(tmp_path / "run")
+    cli("search", "tpe", *HETERO, "--budget", "32", "--batch", "16", "--out", out, "--in-process", "--no-progress")
+    df = rows(out)
+    assert len(df) == 32 and df["feasible"].any()  # the named placements come first
+    cli("resume", out, "--in-process", "--no-progress")
+    assert len(rows(out)) == 32
+    assert "per stage (top row" in cli("show", out).stdout
+
+
+def test_sweep_refuses_a_heterogeneous_cluster_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    res = cli("sweep", "--cluster", "a100x64+h100x64", "--out", str(out), "--in-process", check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "--cluster" in res.stderr and "a100x64+h100x64" in res.stderr
+    assert not out.exists()  # nothing written
+    mixed = cli("search", "mcmc", "--cluster", "h100x1024,a100x64+h100x64", "--budget", "16", "--out", str(out),
+                "--in-process", check=False)
+    assert mixed.returncode == 2 and "--cluster" in mixed.stderr and not out.exists()
+
+
+@pytest.mark.slow
+def test_mcmc_out_on_ray_with_a_hetero_cluster(tmp_path):
+    """The placement space travels to a Ray actor and back (one worker, a short budget)."""
+    out = str(tmp_path / "run")
+    cli("search", "mcmc", *HETERO, "--budget", "96", "--chains", "16", "--checkpoint-every", "2", "--out", out,
+        "--workers", "1", "--no-progress")
+    df = rows(out)
+    assert len(df) == 96 and df["feasible"].any() and df["stage_pool"].notna().all()
