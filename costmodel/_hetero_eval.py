@@ -71,6 +71,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
         out[f] = np.array([getattr(p, f) for p in pools], dtype=np.float64)
     peaks = np.array([p.gpu.peak_flops for p in pools], dtype=np.float64)  # (P, 3)
     out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
+    out["gpus_per_node_int"] = np.array([p.gpus_per_node for p in pools], dtype=np.int64)
     out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
     out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
     # Pipeline hand-off links as one lookup, flat index (x * P + y) * 3 + case, for a sender on
@@ -143,25 +144,30 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         pool_b, d2 = split_columns(pool, pool2, d2)
     else:
         starts, r, pool, d, t, n, w, pool_b, d2 = flat
-    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731
-    every = lambda ok: np.logical_and.reduceat(ok, starts)  # noqa: E731
+    layers_sum = np.add.reduceat(w * n, starts)
     # stages past pp must be empty
-    pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
-    g_a, g_b = (d - d2) * t * c[r], d2 * t * c[r]  # GPUs on the stage's pool and on its second pool
+    pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
     in_range = (pool < P) & (pool_b < P)
-    gpus_ok = every(in_range)
-    row = r * P
-    wa, wb = np.broadcast_to(w * g_a, r.shape), np.broadcast_to(w * g_b, r.shape)  # GPUs per (row, pool)
-    used = (np.bincount(row + np.where(in_range, pool, 0), weights=wa, minlength=N * P)
-            + np.bincount(row + np.where(in_range, pool_b, 0), weights=wb, minlength=N * P)).reshape(N, P)
-    gpus_ok &= np.all(used <= pa["num_gpus"][None, :], axis=1)
     if model.kind == "mlp":
-        tp_ok = every(model.hidden % t == 0)
+        tp_bad = model.hidden % t != 0
     else:
-        tp_ok = every((model.heads % t == 0) & (model.kv_heads % t == 0))
-    pp_ok = (add(n) == L) & every(n >= 1) & pad_ok
-    batch_ok = every(B[r] % (d * m[r]) == 0)
-    chunks_ok = every(n % v[r] == 0)
+        tp_bad = (model.heads % t != 0) | (model.kv_heads % t != 0)
+    # per-stage failures as bits, one reduction over each row's stages
+    bits = (~in_range * np.uint8(1) | tp_bad * np.uint8(2) | (n < 1) * np.uint8(4)
+            | (B[r] % (d * m[r]) != 0) * np.uint8(8) | (n % v[r] != 0) * np.uint8(16))
+    flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
+    row = r * P
+    g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
+    used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
+                       minlength=N * P)
+    if np.any(d2):
+        used += np.bincount(row + np.where(in_range, pool_b, 0), weights=np.broadcast_to(w * d2 * t * c[r], r.shape),
+                            minlength=N * P)
+    gpus_ok = (flags & 1 == 0) & np.all(used.reshape(N, P) <= pa["num_gpus"][None, :], axis=1)
+    tp_ok = flags & 2 == 0
+    pp_ok = (layers_sum == L) & (flags & 4 == 0) & pad_ok
+    batch_ok = flags & 8 == 0
+    chunks_ok = flags & 16 == 0
     chunked = (v >= 2) & (p >= 2) & chunks_ok
     sched_ok = np.select(
         [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
@@ -427,9 +433,9 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
         stage's on pool y: the inter-pool link, or inside x its intra-node link if the
         strategy's GPUs on x fit one node, else the network (or the slower of both)."""
-        Gx = pa["gpus_per_node"][x]
-        case = np.where(used[rows, x] <= Gx, 0, np.where(np.mod(block, Gx) == 0, 1, 2))
-        k = (x * P + y) * 3 + case
+        Gx = pa["gpus_per_node_int"][x]
+        spill = used.ravel()[rows * P + x] > Gx  # the strategy's GPUs on x span nodes
+        k = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))  # case 0, 1 or 2
         return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
 
     T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes)
