@@ -107,11 +107,23 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     active = np.arange(S)[None, :] < p[:, None]
     same = p >= 4
     split_free = not np.any(table.stages["dp2"])  # then pool2 means nothing: not compared
-    cols = [table.stages[k] for k in STAGE_COLUMNS if not (split_free and k in ("pool2", "dp2"))]
+    names = ("layers", "pool", "dp", "tp", "order", "pool2", "dp2")  # STAGE_COLUMNS, most varied first
+    assert set(names) == set(STAGE_COLUMNS)
+    cols = [table.stages[k] for k in names if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
+    idx = None  # rows still uniform, once they are few enough to gather (random placements)
     for a in cols:
-        same &= np.all(~active | (a == a[:, :1]), axis=1)
+        if idx is None:
+            same &= np.all(~active | (a == a[:, :1]), axis=1)
+            if np.count_nonzero(same) < len(same) // 4:
+                idx = np.flatnonzero(same)
+        elif idx.size:
+            sub = a[idx]
+            idx = idx[np.all(~active[idx] | (sub == sub[:, :1]), axis=1)]
+    if idx is not None:
+        same = np.zeros(len(p), dtype=bool)
+        same[idx] = True
     return same
 
 
@@ -148,13 +160,17 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     # stages past pp must be empty
     pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
     in_range = (pool < P) & (pool_b < P)
+    tps = np.arange(int(t.max()) + 1 if t.size else 1)
+    tps[0] = 1
     if model.kind == "mlp":
-        tp_bad = model.hidden % t != 0
+        tp_bad = (model.hidden % tps != 0)[t]
     else:
-        tp_bad = (model.heads % t != 0) | (model.kv_heads % t != 0)
+        tp_bad = ((model.heads % tps != 0) | (model.kv_heads % tps != 0))[t]  # a lookup per tp value
     # per-stage failures as bits, one reduction over each row's stages
     bits = (~in_range * np.uint8(1) | tp_bad * np.uint8(2) | (n < 1) * np.uint8(4)
-            | (B[r] % (d * m[r]) != 0) * np.uint8(8) | (n % v[r] != 0) * np.uint8(16))
+            | (B[r] % (d * m[r]) != 0) * np.uint8(8))
+    if np.any(v > 1):
+        bits |= (n % v[r] != 0) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
     row = r * P
     g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
