@@ -93,7 +93,8 @@ def margins(budget: int, chains: int, seed: int) -> None:
 
 def speed(rows: int, repeats: int = 5) -> None:
     """Strategies/s in one run: the homogeneous bench rows (`plansweep bench`'s space), the
-    same rows as single-pool HeteroTables, and a placement space on a100x64+h100x64."""
+    same rows as single-pool HeteroTables, and uniformly random digits of a placement space on
+    a100x64+h100x64 (its split dims included: about a quarter of the stages split)."""
     model = model_preset("gpt3-175b")
     from costmodel import cluster_preset
 
@@ -122,8 +123,11 @@ def speed(rows: int, repeats: int = 5) -> None:
     print(f"homogeneous evaluate, bench space:               {rows / t_h:12,.0f} strategies/s")
     print(f"evaluate_hetero, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "
           f"({t_s / t_h:.2f}x the time; S = {same.num_stages} stage columns)")
+    active = placed["layers"] > 0
+    split = (placed["dp2"] > 0) & (placed["pool2"] != placed["pool"]) & active
     print(f"evaluate_hetero, placements on a100x64+h100x64:  {rows / t_p:12,.0f} strategies/s "
-          f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages})")
+          f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages}; {100 * split.sum() / active.sum():.0f}% of "
+          f"stages split across the pools, {100 * split.any(axis=1).mean():.0f}% of rows with a split)")
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ Dimensions, for S = max(pp) stage slots:
     stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
                             the uniform cut round(L (J + 1) / pp), J < S - 1
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
+    vpp                     (only where given other than 1) chunks per device, for "interleaved"
 Slots J >= pp are ignored (canonically digit 0).
 
 propose() moves (one per row, chosen uniformly): swap two stages' pools; move one stage
@@ -48,9 +49,10 @@ class Dim(_SpaceDim):
             raise InputError(self.name, "a non-empty tuple of choices", self.choices)
 
 
-# Schedules a HeteroSpace may use (no interleaving: one chunk per device).
-HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2")
-GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel")
+# Schedules a HeteroSpace may use: one chunk per device, or Megatron's interleaved 1F1B with
+# vpp chunks per device (every stage's layers a multiple of vpp).
+HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
+GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp")
 MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
 # Share of propose()'s moves that change a stage's split. Splits pay only where a pool has GPUs
 # to spare or the inter-pool link is fast; at 1/5 (uniform over the moves) MCMC on
@@ -73,7 +75,7 @@ class HeteroSpace:
                      dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
-                     sequence_parallel=(True,), dp2=None) -> HeteroSpace:
+                     sequence_parallel=(True,), dp2=None, vpp=(1,)) -> HeteroSpace:
         """``dp2``: replicas a stage may put on a second pool (0 = no split); default 0 and every
         dp choice below the largest, on a cluster of two or more pools (none on one pool)."""
         hc = as_hetero(cluster)
@@ -83,7 +85,7 @@ class HeteroSpace:
             dp2 = (0, *(x for x in sorted(dp) if x < max(dp))) if len(hc.pools) > 1 else (0,)
         if not dp2 or 0 not in dp2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in dp2):
             raise InputError("dp2", "a list of integers >= 0 holding 0 (no split)", list(dp2))
-        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches)):
+        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):
             if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
                 raise InputError(name, "a non-empty list of integers >= 1", list(vals))
         if max(pp) > model.layers:
@@ -115,6 +117,8 @@ class HeteroSpace:
                  Dim(name="schedule", choices=tuple(schedule)), Dim(name="recompute", choices=tuple(recompute)),
                  Dim(name="zero_stage", choices=tuple(zero_stage)),
                  Dim(name="sequence_parallel", choices=tuple(bool(x) for x in sequence_parallel))]
+        if tuple(vpp) != (1,):
+            dims.append(Dim(name="vpp", choices=tuple(sorted(vpp)), ordinal=True))
         return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
                    shift_layers=shift_layers)
 
@@ -130,6 +134,12 @@ class HeteroSpace:
     @property
     def num_slots(self) -> int:
         return max(self.dims[0].choices)
+
+    @property
+    def _global_dims(self) -> tuple[str, ...]:
+        """The global dimensions this space has (vpp only where it was given)."""
+        names = {d.name for d in self.dims}
+        return tuple(n for n in GLOBAL_DIMS if n in names)
 
     @property
     def has_split(self) -> bool:
@@ -204,7 +214,7 @@ class HeteroSpace:
             per["dp2"] = np.where((per["dp2"] < per["dp"]) & (per["pool2"] != per["pool"]), per["dp2"], 0)
             per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
-        glob = {name: self._values(digits, name) for name in GLOBAL_DIMS}
+        glob = {name: self._values(digits, name) for name in self._global_dims}
         glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[
             digits[:, self._col("schedule")]]
         glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
@@ -395,7 +405,7 @@ class HeteroSpace:
         out[rows[tr], cd[tr]] = new_d[tr]
         # change one global choice (pp included)
         gl = move == 3
-        gcols = np.array([0] + [self._col(n) for n in GLOBAL_DIMS])
+        gcols = np.array([0] + [self._col(n) for n in self._global_dims])
         c = gcols[rng.integers(0, len(gcols), C)]
         r = self.radices[c]
         new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])

@@ -198,3 +198,33 @@ def test_strategy_file_with_a_split_stage():
         with pytest.raises(InputError) as e:
             strategy_from_file({"global_batch": 64, "microbatches": 4, "stages": [stage]}, names)
         assert e.value.argument == "--strategy.stages[0]" + (f".{field}" if field else "")
+
+
+def test_space_interleaving_vpp():
+    """With --vpp 1,2 and the interleaved schedule the placement space holds a vpp dimension:
+    interleaved rows are valid only with vpp 2 and every stage's layers even, 1F1B only with vpp
+    1; the interleaved fill is the 1F1B fill over vpp (Narayanan et al. 2021, eq. for the
+    interleaved bubble: (p - 1) / v of the stage time), here per-stage: (sum X - max X) / v."""
+    model = model_preset("gpt3-175b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(64, 128),
+                                     recompute=("full",), zero_stage=(1,), schedule=("1f1b", "interleaved"),
+                                     vpp=(1, 2))
+    assert space.dims[space._col("vpp")].choices == (1, 2)
+    d = space.random_digits(np.random.default_rng(0), 400)
+    t = space.table(d)
+    inter = t["schedule"] == t["schedule"].max()
+    assert inter.any() and (~inter).any()
+    assert (t["vpp"][inter] == 2).all() and (t["vpp"][~inter] == 1).all()
+    assert (t["layers"][inter] % 2 == 0).all()
+    # the same placements under both schedules: the fill halves
+    rows = np.flatnonzero(inter)[:20]
+    sub = t.take(rows)
+    one = HeteroTable.from_columns(pool=sub["pool"], dp=sub["dp"], tp=sub["tp"], layers=sub["layers"],
+                                   order=sub["order"], pool2=sub["pool2"], dp2=sub["dp2"], pp=sub["pp"],
+                                   microbatches=sub["microbatches"], global_batch=1536, recompute="full",
+                                   zero_stage=1, sequence_parallel=True, schedule="1f1b", vpp=1)
+    a, b = evaluate_hetero(model, hc, sub), evaluate_hetero(model, hc, one)
+    assert np.allclose(a["bubble_s"], b["bubble_s"] / 2, rtol=1e-12)
+    plain = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))
+    assert all(dim.name != "vpp" for dim in plain.dims)
