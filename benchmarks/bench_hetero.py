@@ -42,12 +42,13 @@ def best_homogeneous(model, cluster, batch):
     return table.take(top[i:i + 1]), exact.take(slice(i, i + 1))
 
 
-def search_hetero(model, hc, batch, budget, chains, seed):
+def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=None):
     """MCMCSearcher (helper "mcmc") over the placement space, started from the space's named
     placements and random points; the best distinct placements re-priced exactly."""
     space = HeteroSpace.from_options(model, hc, global_batch=batch, pp=(4, 6, 8, 12, 16), dp=(1, 2, 4, 8, 16),
                                      tp=(1, 2, 4, 8), microbatches=(16, 24, 32, 48, 64, 96, 128, 192),
-                                     schedule=("1f1b",), recompute=("selective", "full"), zero_stage=(0, 1))
+                                     schedule=("1f1b",) + (("interleaved",) if max(vpp) > 1 else ()),
+                                     recompute=("selective", "full"), zero_stage=(0, 1), vpp=vpp, dp2=dp2)
     s = MCMCSearcher(space, seed=seed, chains=chains, starts=(*space.start_points(), "random"))
     seen, tables, scores = 0, [], []
     while seen < budget:
@@ -68,14 +69,14 @@ def search_hetero(model, hc, batch, budget, chains, seed):
     return space, cand.take(slice(i, i + 1)), exact.take(slice(i, i + 1)), seen
 
 
-def margins(budget: int, chains: int, seed: int) -> None:
+def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=None) -> None:
     model, batch = model_preset("gpt3-175b"), 1536
     hc = hetero_preset("a100x64+h100x64")
     t0 = time.perf_counter()
     ta, ma = best_homogeneous(model, make_cluster("a100", 128), batch)
     tb, mb = best_homogeneous(model, make_cluster("h100", 64), batch)
     t1 = time.perf_counter()
-    space, tc, mc, seen = search_hetero(model, hc, batch, budget, chains, seed)
+    space, tc, mc, seen = search_hetero(model, hc, batch, budget, chains, seed, vpp, dp2)
     t2 = time.perf_counter()
     a, b, c = (float(m["tokens_per_s"][0]) for m in (ma, mb, mc))
     print(f"GPT-3 175B, global batch {batch}, cluster {hc.name}: {hc.describe()}")
@@ -137,11 +138,15 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=20_000, help="evaluations for the placement search")
     ap.add_argument("--chains", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vpp", default="1", help="interleaving choices of the placement space, e.g. 1,2 (default 1)")
+    ap.add_argument("--dp2", default=None,
+                    help="replicas a stage may put on a second pool, e.g. 0 for no splits (default: the space's)")
     args = ap.parse_args()
     if args.speed:
         speed(args.rows)
     else:
-        margins(args.budget, args.chains, args.seed)
+        ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
+        margins(args.budget, args.chains, args.seed, ints(args.vpp), None if args.dp2 is None else ints(args.dp2))
 
 
 if __name__ == "__main__":
