@@ -42,7 +42,7 @@ def best_homogeneous(model, cluster, batch):
     return table.take(top[i:i + 1]), exact.take(slice(i, i + 1))
 
 
-def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=None):
+def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=(0,)):
     """MCMCSearcher (helper "mcmc") over the placement space, started from the space's named
     placements and random points; the best distinct placements re-priced exactly."""
     space = HeteroSpace.from_options(model, hc, global_batch=batch, pp=(4, 6, 8, 12, 16), dp=(1, 2, 4, 8, 16),
@@ -69,7 +69,7 @@ def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=None):
     return space, cand.take(slice(i, i + 1)), exact.take(slice(i, i + 1)), seen
 
 
-def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=None) -> None:
+def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=(0,)) -> None:
     model, batch = model_preset("gpt3-175b"), 1536
     hc = hetero_preset("a100x64+h100x64")
     t0 = time.perf_counter()
@@ -104,7 +104,8 @@ def speed(rows: int, repeats: int = 5) -> None:
     same = HeteroTable.from_homogeneous(table, model.layers)
     hc = hetero_preset("a100x64+h100x64")
     space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16), tp=(1, 2, 4, 8),
-                                     microbatches=(16, 32, 64, 128), recompute=("none", "selective", "full"))
+                                     microbatches=(16, 32, 64, 128), recompute=("none", "selective", "full"),
+                                     dp2=None)  # with stages split across the pools
     rng = np.random.default_rng(0)
     d = rng.integers(0, space.radices, size=(rows, len(space.dims)))
     placed = space.table(d)
@@ -139,14 +140,14 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vpp", default="1", help="interleaving choices of the placement space, e.g. 1,2 (default 1)")
-    ap.add_argument("--dp2", default=None,
-                    help="replicas a stage may put on a second pool, e.g. 0 for no splits (default: the space's)")
+    ap.add_argument("--dp2", default="0",
+                    help="replicas a stage may put on a second pool, e.g. 0,1,2,4,8 (default 0: no splits)")
     args = ap.parse_args()
     if args.speed:
         speed(args.rows)
     else:
         ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
-        margins(args.budget, args.chains, args.seed, ints(args.vpp), None if args.dp2 is None else ints(args.dp2))
+        margins(args.budget, args.chains, args.seed, ints(args.vpp), ints(args.dp2))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
     pool.J, dp.J, tp.J      stage J's pool and degrees
     order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
-    pool2.J, dp2.J          (two or more pools) stage J split across pools: dp2 of its dp
+    pool2.J, dp2.J          (where dp2 choices are given, two or more pools) stage J split across pools: dp2 of its dp
                             replicas on pool2 (dp2 = 0: not split; dp2 < dp), its gradient
                             all-reduce over the inter-pool link (HetPipe's virtual workers)
     stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
@@ -59,6 +59,9 @@ MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
 # a100x64+h100x64 lost about 5% of its best throughput (bench_hetero.py, seeds 0-3), at 1/10
 # it kept it (BENCHMARKS.md, "Heterogeneous").
 SPLIT_MOVE_SHARE = 0.1
+# Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost MCMC about
+# 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most of its
+# feasible trials (BENCHMARKS.md, "Heterogeneous").
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,14 +78,16 @@ class HeteroSpace:
                      dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
-                     sequence_parallel=(True,), dp2=None, vpp=(1,)) -> HeteroSpace:
-        """``dp2``: replicas a stage may put on a second pool (0 = no split); default 0 and every
-        dp choice below the largest, on a cluster of two or more pools (none on one pool)."""
+                     sequence_parallel=(True,), dp2=(0,), vpp=(1,)) -> HeteroSpace:
+        """``dp2``: replicas a stage may put on a second pool, holding 0 (no split); default (0,):
+        no split dims; None: 0 and every dp choice below the largest. Ignored on one pool."""
         hc = as_hetero(cluster)
         if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
             raise InputError("global_batch", "an integer >= 1", global_batch)
         if dp2 is None:
-            dp2 = (0, *(x for x in sorted(dp) if x < max(dp))) if len(hc.pools) > 1 else (0,)
+            dp2 = (0, *(x for x in sorted(dp) if x < max(dp)))
+        if len(hc.pools) == 1:
+            dp2 = (0,)
         if not dp2 or 0 not in dp2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in dp2):
             raise InputError("dp2", "a list of integers >= 0 holding 0 (no split)", list(dp2))
         for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):

@@ -53,10 +53,17 @@ def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
             raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
         choices[dest] = tuple(_parse_list(text, flag, kind))
     batch = 1536 if getattr(args, "global_batch", None) is None else _ints(str(args.global_batch), "--global-batch")[0]
+    dp2 = getattr(args, "dp2", None)
+    if dp2 is not None:
+        try:
+            choices["dp2"] = tuple(int(x) for x in str(dp2).split(","))
+        except ValueError:
+            raise InputError("--dp2", "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4", dp2) from None
     try:
         return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
     except InputError as exc:
-        raise InputError(HETERO_FLAGS.get(exc.argument, exc.argument), exc.expected, exc.got) from None
+        flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
+        raise InputError(flag, exc.expected, exc.got) from None
 
 
 def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:

@@ -92,6 +92,9 @@ def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[
             if len(kinds) > 1:
                 raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
                                  ",".join(words))
+            if not hetero and getattr(args, "dp2", None) is not None:
+                raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
+                                 "with pools)", c)
             space = hetero_space_from_args(args, model, cluster) if hetero else space_from_args(args, model, cluster)
             studies.append(study_request(model, cluster, space))
     return studies

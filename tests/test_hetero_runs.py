@@ -101,3 +101,21 @@ def test_mcmc_out_on_ray_with_a_hetero_cluster(tmp_path):
         "--workers", "1", "--no-progress")
     df = rows(out)
     assert len(df) == 96 and df["feasible"].any() and df["stage_pool"].notna().all()
+
+
+def test_dp2_flag_puts_split_stages_in_a_run(tmp_path):
+    """--dp2 adds the split dims: the run's rows include stages split across the pools, written
+    with their second pool (null where a stage is not split), and show prints them as pool+pool2;
+    --dp2 on a homogeneous cluster is one line, exit 2."""
+    out = str(tmp_path / "run")
+    cli("search", "mcmc", *HETERO, "--dp2", "0,1,2,4", "--budget", "480", "--chains", "16", "--out", out,
+        "--in-process", "--no-progress")
+    df = rows(out)
+    split = df["stage_dp2"].map(lambda v: [int(x) > 0 for x in v])
+    assert split.map(any).any()
+    for flags, pools2, pools, dp, dp2 in zip(split, df["stage_pool2"], df["stage_pool"], df["stage_dp"],
+                                             df["stage_dp2"], strict=True):
+        for f, q2, q, d, d2 in zip(flags, pools2, pools, dp, dp2, strict=True):
+            assert (q2 is not None and q2 != q and 0 < d2 < d) if f else (q2 is None and d2 == 0)
+    bad = cli("search", "mcmc", "--cluster", "h100x1024", "--dp2", "0,1", "--budget", "16", check=False)
+    assert bad.returncode == 2 and "--dp2" in bad.stderr and "Traceback" not in bad.stderr

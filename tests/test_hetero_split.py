@@ -150,16 +150,18 @@ def test_fast_inter_pool_link_makes_the_split_worthwhile_slow_link_not():
 
 
 def test_space_split_dims_moves_and_validity():
-    """On two pools the placement space has pool2.J / dp2.J per stage (none on one pool); a
+    """Asked for (dp2), the placement space on two pools has pool2.J / dp2.J per stage (none on one pool); a
     "split" move changes one of them by one step; dp2 >= dp is invalid; split rows evaluate."""
     model = model_preset("gpt3-175b")
     hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
     space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(64, 128),
-                                     recompute=("full",), zero_stage=(1,))
+                                     recompute=("full",), zero_stage=(1,), dp2=None)
     assert space.has_split and space.dims[space._col("dp2.0")].choices == (0, 1, 2, 4, 8, 16)
     one = HeteroSpace.from_options(model, make_hetero([make_pool("a", "a100", nodes=8)]), global_batch=1536,
-                                   pp=(4,))
-    assert not one.has_split and not any(d.base in ("pool2", "dp2") for d in one.dims)
+                                   pp=(4,), dp2=(0, 1, 2))
+    default = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))  # splits are opt-in
+    for s in (one, default):
+        assert not s.has_split and not any(d.base in ("pool2", "dp2") for d in s.dims)
     start = np.stack(list(space.start_points().values()))
     rng = np.random.default_rng(1)
     many = np.repeat(start, 400, axis=0)
