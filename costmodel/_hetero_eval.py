@@ -22,11 +22,22 @@ slower of both when the sender's block is not a whole number of nodes). Closed f
 2 sum_i T_C,i for fill and drain (2 (p - 1) T_C when equal); the simulator takes one T_C per
 link.
 
-Data parallelism. Each stage's gradients are reduced over its own dp_i x cp replicas, inside
-its pool, on the link its dp group crosses. All stages reduce at the end of the step at
-once; the step waits for the slowest (max over stages), overlapped with the bottleneck
-stage's last backward as in the homogeneous model. The optimizer step is the slowest
-stage's. MFU divides by the sum over stages of GPUs x that GPU's peak.
+Data parallelism. Each stage's gradients are reduced over its own dp_i x cp replicas, on the
+link its dp group crosses. All stages reduce at the end of the step at once; the step waits
+for the slowest (max over stages), overlapped with the bottleneck stage's last backward as in
+the homogeneous model. The optimizer step is the slowest stage's. MFU divides by the sum over
+stages of GPUs x that GPU's peak.
+
+Stages split across two pools (HeteroTable pool2 / dp2: dp2 of the dp replicas on pool2).
+Every replica holds b_i sequences per micro-batch, so the stage runs at its slower pool's
+replica (F, B, W of that pool's configuration, and its embedding / head on an end stage).
+Its gradient ring spans both pools and runs at the slowest tier it crosses: each pool's part
+of the dp group (its stride and size on that pool's links) and the inter-pool link, i.e.
+2 (n - 1) / n bytes / min(bw) + 2 (n - 1) max(lat). Its hand-off is the slower of the
+pairings pool -> next stage's pool and pool2 -> next stage's pool2 (replicas on the second
+pool feed the next stage's second-pool replicas, HetPipe's virtual workers). Memory is
+checked against the smaller HBM, the optimizer runs at the slower HBM. Split stages are
+priced on their own subset (K of the M stages), so rows without one cost what they did.
 
 Memory is per stage against that pool's HBM; the reported breakdown is the stage closest to
 its HBM (the largest fraction).
@@ -429,7 +440,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         use_b = np.zeros(M, dtype=bool)
         use_b[ks] = slower
         inv_t = np.where(use_b, inv_b, inv)
-        e = tuple(np.where(use_b[starts if i < 2 else heads], xb, xa) for i, (xa, xb) in enumerate(zip(e, e_b)))
+        e = tuple(np.where(use_b[starts if i < 2 else heads], xb, xa)
+                  for i, (xa, xb) in enumerate(zip(e, e_b, strict=True)))
     emb_c, emb_tp, head_gemm, head_elem, head_tp = e
     X = F + Bk + W
 

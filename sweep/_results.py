@@ -61,8 +61,8 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
     fields += [pa.field(c, pa.bool_()) for c in BOOL_COLUMNS]
     fields += [pa.field("stage_layers", pa.list_(pa.int64())), pa.field("stage_recompute", pa.list_(pa.string()))]
     if hetero:
-        fields += [pa.field(c, pa.list_(pa.string() if c in ("stage_pool", "stage_order", "stage_pool2") else pa.int64()))
-                   for c in HETERO_STAGE_COLUMNS]
+        named = ("stage_pool", "stage_order", "stage_pool2")  # strings; the others int64
+        fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
     fields += [pa.field("run_id", pa.string()), pa.field("model", pa.string()), pa.field("cluster", pa.string()),
                pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]

@@ -65,8 +65,7 @@ def test_resume_after_kill_equals_uninterrupted(mcmc_run, tmp_path):
     proc = start("search", "mcmc", *HETERO, *MCMC, "--out", out, "--in-process", "--no-progress")
     total = len(parts(os.path.join(mcmc_run, "results", "searcher=mcmc")))
     n = kill_when(proc, os.path.join(out, "results", "searcher=mcmc"), at_least=3)
-    if n >= total:
-        pytest.skip(f"the run finished all {total} checkpoints before the kill")
+    assert n < total, f"killed after all {total} checkpoints"
     res = cli("resume", out, "--in-process", "--no-progress", "--top", "1")
     assert "placement" in res.stdout
     assert _sorted(rows(out)).equals(_sorted(rows(mcmc_run)))
@@ -119,3 +118,9 @@ def test_dp2_flag_puts_split_stages_in_a_run(tmp_path):
             assert (q2 is not None and q2 != q and 0 < d2 < d) if f else (q2 is None and d2 == 0)
     bad = cli("search", "mcmc", "--cluster", "h100x1024", "--dp2", "0,1", "--budget", "16", check=False)
     assert bad.returncode == 2 and "--dp2" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_plot_refuses_a_heterogeneous_run_in_one_line(mcmc_run, tmp_path):
+    res = cli("plot", mcmc_run, "--out", str(tmp_path / "png"), check=False)
+    assert res.returncode == 2 and "RUN_DIR" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "png").exists()
