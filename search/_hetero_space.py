@@ -9,19 +9,21 @@ Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
     pool.J, dp.J, tp.J      stage J's pool and degrees
     order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
-    pool2.J, dp2.J          (where dp2 choices are given, two or more pools) stage J split across pools: dp2 of its dp
-                            replicas on pool2 (dp2 = 0: not split; dp2 < dp), its gradient
-                            all-reduce over the inter-pool link (HetPipe's virtual workers)
+    pool2.J, dp2.J          (only where dp2 choices are given, on two or more pools) stage J
+                            split across pools: dp2 of its dp replicas on pool2 (dp2 = 0: not
+                            split; dp2 < dp), its gradient all-reduce over the inter-pool link
+                            (HetPipe's virtual workers)
     stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
                             the uniform cut round(L (J + 1) / pp), J < S - 1
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
 Slots J >= pp are ignored (canonically digit 0).
 
-propose() moves (one per row, chosen uniformly): swap two stages' pools; move one stage
-boundary by one step; change one stage's degrees (dp, tp or order to another choice, or trade
-a factor 2 between its tp and dp keeping its GPUs); change one global choice; and, where the
-space has splits, change one stage's split (dp2 one step up or down, or another pool2).
+propose() moves (one per row, the first four chosen uniformly): swap two stages' pools; move
+one stage boundary by one step; change one stage's degrees (dp, tp or order to another choice,
+or trade a factor 2 between its tp and dp keeping its GPUs); change one global choice; and,
+where the space has splits, at a share SPLIT_MOVE_SHARE, change one stage's split (dp2 one
+step up or down, or another pool2).
 """
 
 from __future__ import annotations
@@ -54,14 +56,13 @@ class Dim(_SpaceDim):
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
 GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp")
 MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
-# Share of propose()'s moves that change a stage's split. Splits pay only where a pool has GPUs
-# to spare or the inter-pool link is fast; at 1/5 (uniform over the moves) MCMC on
-# a100x64+h100x64 lost about 5% of its best throughput (bench_hetero.py, seeds 0-3), at 1/10
-# it kept it (BENCHMARKS.md, "Heterogeneous").
+# Share of propose()'s moves (and of random draws' stages) that change a stage's split. Splits
+# pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one move
+# in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
+# optimum. Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost
+# MCMC about 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most
+# of its feasible trials (BENCHMARKS.md, "Heterogeneous").
 SPLIT_MOVE_SHARE = 0.1
-# Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost MCMC about
-# 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most of its
-# feasible trials (BENCHMARKS.md, "Heterogeneous").
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
