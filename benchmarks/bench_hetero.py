@@ -42,12 +42,13 @@ def best_homogeneous(model, cluster, batch):
     return table.take(top[i:i + 1]), exact.take(slice(i, i + 1))
 
 
-def search_hetero(model, hc, batch, budget, chains, seed):
+def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=(0,)):
     """MCMCSearcher (helper "mcmc") over the placement space, started from the space's named
     placements and random points; the best distinct placements re-priced exactly."""
     space = HeteroSpace.from_options(model, hc, global_batch=batch, pp=(4, 6, 8, 12, 16), dp=(1, 2, 4, 8, 16),
                                      tp=(1, 2, 4, 8), microbatches=(16, 24, 32, 48, 64, 96, 128, 192),
-                                     schedule=("1f1b",), recompute=("selective", "full"), zero_stage=(0, 1))
+                                     schedule=("1f1b",) + (("interleaved",) if max(vpp) > 1 else ()),
+                                     recompute=("selective", "full"), zero_stage=(0, 1), vpp=vpp, dp2=dp2)
     s = MCMCSearcher(space, seed=seed, chains=chains, starts=(*space.start_points(), "random"))
     seen, tables, scores = 0, [], []
     while seen < budget:
@@ -68,14 +69,14 @@ def search_hetero(model, hc, batch, budget, chains, seed):
     return space, cand.take(slice(i, i + 1)), exact.take(slice(i, i + 1)), seen
 
 
-def margins(budget: int, chains: int, seed: int) -> None:
+def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=(0,)) -> None:
     model, batch = model_preset("gpt3-175b"), 1536
     hc = hetero_preset("a100x64+h100x64")
     t0 = time.perf_counter()
     ta, ma = best_homogeneous(model, make_cluster("a100", 128), batch)
     tb, mb = best_homogeneous(model, make_cluster("h100", 64), batch)
     t1 = time.perf_counter()
-    space, tc, mc, seen = search_hetero(model, hc, batch, budget, chains, seed)
+    space, tc, mc, seen = search_hetero(model, hc, batch, budget, chains, seed, vpp, dp2)
     t2 = time.perf_counter()
     a, b, c = (float(m["tokens_per_s"][0]) for m in (ma, mb, mc))
     print(f"GPT-3 175B, global batch {batch}, cluster {hc.name}: {hc.describe()}")
@@ -93,7 +94,8 @@ def margins(budget: int, chains: int, seed: int) -> None:
 
 def speed(rows: int, repeats: int = 5) -> None:
     """Strategies/s in one run: the homogeneous bench rows (`plansweep bench`'s space), the
-    same rows as single-pool HeteroTables, and a placement space on a100x64+h100x64."""
+    same rows as single-pool HeteroTables, and uniformly random digits of a placement space on
+    a100x64+h100x64 (its split dims included: about a quarter of the stages split)."""
     model = model_preset("gpt3-175b")
     from costmodel import cluster_preset
 
@@ -102,7 +104,8 @@ def speed(rows: int, repeats: int = 5) -> None:
     same = HeteroTable.from_homogeneous(table, model.layers)
     hc = hetero_preset("a100x64+h100x64")
     space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16), tp=(1, 2, 4, 8),
-                                     microbatches=(16, 32, 64, 128), recompute=("none", "selective", "full"))
+                                     microbatches=(16, 32, 64, 128), recompute=("none", "selective", "full"),
+                                     dp2=None)  # with stages split across the pools
     rng = np.random.default_rng(0)
     d = rng.integers(0, space.radices, size=(rows, len(space.dims)))
     placed = space.table(d)
@@ -122,8 +125,11 @@ def speed(rows: int, repeats: int = 5) -> None:
     print(f"homogeneous evaluate, bench space:               {rows / t_h:12,.0f} strategies/s")
     print(f"evaluate_hetero, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "
           f"({t_s / t_h:.2f}x the time; S = {same.num_stages} stage columns)")
+    active = placed["layers"] > 0
+    split = (placed["dp2"] > 0) & (placed["pool2"] != placed["pool"]) & active
     print(f"evaluate_hetero, placements on a100x64+h100x64:  {rows / t_p:12,.0f} strategies/s "
-          f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages})")
+          f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages}; {100 * split.sum() / active.sum():.0f}% of "
+          f"stages split across the pools, {100 * split.any(axis=1).mean():.0f}% of rows with a split)")
 
 
 def main() -> None:
@@ -133,11 +139,15 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=20_000, help="evaluations for the placement search")
     ap.add_argument("--chains", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vpp", default="1", help="interleaving choices of the placement space, e.g. 1,2 (default 1)")
+    ap.add_argument("--dp2", default="0",
+                    help="replicas a stage may put on a second pool, e.g. 0,1,2,4,8 (default 0: no splits)")
     args = ap.parse_args()
     if args.speed:
         speed(args.rows)
     else:
-        margins(args.budget, args.chains, args.seed)
+        ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
+        margins(args.budget, args.chains, args.seed, ints(args.vpp), ints(args.dp2))
 
 
 if __name__ == "__main__":

@@ -22,11 +22,22 @@ slower of both when the sender's block is not a whole number of nodes). Closed f
 2 sum_i T_C,i for fill and drain (2 (p - 1) T_C when equal); the simulator takes one T_C per
 link.
 
-Data parallelism. Each stage's gradients are reduced over its own dp_i x cp replicas, inside
-its pool, on the link its dp group crosses. All stages reduce at the end of the step at
-once; the step waits for the slowest (max over stages), overlapped with the bottleneck
-stage's last backward as in the homogeneous model. The optimizer step is the slowest
-stage's. MFU divides by the sum over stages of GPUs x that GPU's peak.
+Data parallelism. Each stage's gradients are reduced over its own dp_i x cp replicas, on the
+link its dp group crosses. All stages reduce at the end of the step at once; the step waits
+for the slowest (max over stages), overlapped with the bottleneck stage's last backward as in
+the homogeneous model. The optimizer step is the slowest stage's. MFU divides by the sum over
+stages of GPUs x that GPU's peak.
+
+Stages split across two pools (HeteroTable pool2 / dp2: dp2 of the dp replicas on pool2).
+Every replica holds b_i sequences per micro-batch, so the stage runs at its slower pool's
+replica (F, B, W of that pool's configuration, and its embedding / head on an end stage).
+Its gradient ring spans both pools and runs at the slowest tier it crosses: each pool's part
+of the dp group (its stride and size on that pool's links) and the inter-pool link, i.e.
+2 (n - 1) / n bytes / min(bw) + 2 (n - 1) max(lat). Its hand-off is the slower of the
+pairings pool -> next stage's pool and pool2 -> next stage's pool2 (replicas on the second
+pool feed the next stage's second-pool replicas, HetPipe's virtual workers). Memory is
+checked against the smaller HBM, the optimizer runs at the slower HBM. Split stages are
+priced on their own subset (K of the M stages), so rows without one cost what they did.
 
 Memory is per stage against that pool's HBM; the reported breakdown is the stage closest to
 its HBM (the largest fraction).
@@ -71,8 +82,22 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
         out[f] = np.array([getattr(p, f) for p in pools], dtype=np.float64)
     peaks = np.array([p.gpu.peak_flops for p in pools], dtype=np.float64)  # (P, 3)
     out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
+    out["gpus_per_node_int"] = np.array([p.gpus_per_node for p in pools], dtype=np.int64)
     out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
     out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
+    # Pipeline hand-off links as one lookup, flat index (x * P + y) * 3 + case, for a sender on
+    # pool x and a receiver on pool y: x != y the inter-pool link (the lower efficiency of the
+    # two GPUs); inside pool x, case 0 the intra-node link, 1 the network, 2 the slower of both.
+    P = len(pools)
+    up, net = out["intra_Bps"], out["inter_Bps"]
+    up_l, net_l = out["intra_latency_s"], out["inter_latency_s"]
+    eff = out["link_eff"]
+    same_bw = np.stack([up * eff, net * eff, np.minimum(up, net) * eff], axis=1)  # (P, 3)
+    same_lat = np.stack([up_l, net_l, np.maximum(up_l, net_l)], axis=1)
+    cross_bw = out["link_Bps"] * np.minimum(eff[:, None], eff[None, :])  # (P, P)
+    diag = np.eye(P, dtype=bool)[:, :, None]
+    out["hop_bw"] = np.where(diag, same_bw[:, None, :], cross_bw[:, :, None]).ravel()  # (P * P * 3,)
+    out["hop_lat"] = np.where(diag, same_lat[:, None, :], out["link_latency_s"][:, :, None]).ravel()
     return out
 
 
@@ -92,20 +117,41 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     S = table.num_stages
     active = np.arange(S)[None, :] < p[:, None]
     same = p >= 4
-    cols = [table.stages[k] for k in STAGE_COLUMNS]
+    split_free = not np.any(table.stages["dp2"])  # then pool2 means nothing: not compared
+    names = ("layers", "pool", "dp", "tp", "order", "pool2", "dp2")  # STAGE_COLUMNS, most varied first
+    assert set(names) == set(STAGE_COLUMNS)
+    cols = [table.stages[k] for k in names if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
+    idx = None  # rows still uniform, once they are few enough to gather (random placements)
     for a in cols:
-        same &= np.all(~active | (a == a[:, :1]), axis=1)
+        if idx is None:
+            same &= np.all(~active | (a == a[:, :1]), axis=1)
+            if np.count_nonzero(same) < len(same) // 4:
+                idx = np.flatnonzero(same)
+        elif idx.size:
+            sub = a[idx]
+            idx = idx[np.all(~active[idx] | (sub == sub[:, :1]), axis=1)]
+    if idx is not None:
+        same = np.zeros(len(p), dtype=bool)
+        same[idx] = True
     return same
+
+
+def split_columns(pool, pool2, dp2):
+    """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
+    dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
+    split = (dp2 > 0) & (pool2 != pool)
+    return np.where(split, pool2, pool), np.where(split, dp2, 0)
 
 
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
                        flat=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
-    pool, dp, tp, layers, weight) when the caller has them (weight: stages a flat stage
-    stands for)."""
+    pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
+    stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
+    replicas, pool_b = pool and dp2 = 0 where the stage is not split)."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -115,25 +161,40 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         starts = np.cumsum(p) - p
         r = np.repeat(np.arange(N), p)
         fl = r * S + (np.arange(r.size) - starts[r])
-        pool, d, t, n = (table.stages[k].ravel()[fl] for k in ("pool", "dp", "tp", "layers"))
+        pool, d, t, n, pool2, d2 = (table.stages[k].ravel()[fl] for k in ("pool", "dp", "tp", "layers", "pool2",
+                                                                           "dp2"))
         w = 1
+        pool_b, d2 = split_columns(pool, pool2, d2)
     else:
-        starts, r, pool, d, t, n, w = flat
-    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731
-    every = lambda ok: np.logical_and.reduceat(ok, starts)  # noqa: E731
+        starts, r, pool, d, t, n, w, pool_b, d2 = flat
+    layers_sum = np.add.reduceat(w * n, starts)
     # stages past pp must be empty
-    pad_ok = np.sum(table.stages["layers"], axis=1) == add(n)
-    g = d * t * c[r]
-    gpus_ok = every(pool < P)
-    for q in range(P):
-        gpus_ok &= add(np.where(pool == q, g, 0)) <= pa["num_gpus"][q]
+    pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
+    in_range = (pool < P) & (pool_b < P)
+    tps = np.arange(int(t.max()) + 1 if t.size else 1)
+    tps[0] = 1
     if model.kind == "mlp":
-        tp_ok = every(model.hidden % t == 0)
+        tp_bad = (model.hidden % tps != 0)[t]
     else:
-        tp_ok = every((model.heads % t == 0) & (model.kv_heads % t == 0))
-    pp_ok = (add(n) == L) & every(n >= 1) & pad_ok
-    batch_ok = every(B[r] % (d * m[r]) == 0)
-    chunks_ok = every(n % v[r] == 0)
+        tp_bad = ((model.heads % tps != 0) | (model.kv_heads % tps != 0))[t]  # a lookup per tp value
+    # per-stage failures as bits, one reduction over each row's stages
+    bits = (~in_range * np.uint8(1) | tp_bad * np.uint8(2) | (n < 1) * np.uint8(4)
+            | (B[r] % (d * m[r]) != 0) * np.uint8(8))
+    if np.any(v > 1):
+        bits |= (n % v[r] != 0) * np.uint8(16)
+    flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
+    row = r * P
+    g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
+    used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
+                       minlength=N * P)
+    if np.any(d2):
+        used += np.bincount(row + np.where(in_range, pool_b, 0), weights=np.broadcast_to(w * d2 * t * c[r], r.shape),
+                            minlength=N * P)
+    gpus_ok = (flags & 1 == 0) & np.all(used.reshape(N, P) <= pa["num_gpus"][None, :], axis=1)
+    tp_ok = flags & 2 == 0
+    pp_ok = (layers_sum == L) & (flags & 4 == 0) & pad_ok
+    batch_ok = flags & 8 == 0
+    chunks_ok = flags & 16 == 0
     chunked = (v >= 2) & (p >= 2) & chunks_ok
     sched_ok = np.select(
         [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
@@ -248,8 +309,13 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order = table.stages["order"].ravel()[fl]
     n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
-    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w))
+    pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2))
     pool = np.minimum(pool_in, P - 1)
+    pool_b = np.minimum(pool_b_in, P - 1)
+    split = pool_b != pool  # (M,) stages whose dp replicas span two pools
+    ks = np.flatnonzero(split)  # (K,) those stages
+    any_split = ks.size > 0
     n = n_int.astype(np.float64)
     add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
@@ -262,10 +328,19 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
     row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
     row_rep, row_code = _config_index(row_cols)
-    rep, inv = _config_index([R(row_code), pool, order, d, t, rcs.astype(np.int64)])
+    key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
+    if any_split:  # the replicas of split stages on their second pool are configurations too
+        key_cols = [np.concatenate([a, (pool_b if a is pool else a)[ks]]) for a in key_cols]
+    rep2, inv2 = _config_index(key_cols)
+    inv, inv_b = inv2[:M], inv2[:M]  # (M,) configuration of each stage on its pool, on its second pool
+    if any_split:
+        inv_b = inv.copy()
+        inv_b[ks] = inv2[M:]
+    pool_u = key_cols[1][rep2]
+    rep = np.concatenate([np.arange(M), ks])[rep2] if any_split else rep2  # a flat stage of each configuration
     ru = r[rep]  # (U,) a row of each configuration
     U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
-    pool_u, order_u, d_u, t_u, rc_u = pool[rep], order[rep], d[rep], t[rep], rcs[rep]
+    order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
@@ -321,10 +396,13 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
     zero_col = np.zeros(N)
-    u0, ul = inv[starts], inv[heads]
-    if model.kind == "mlp":
-        emb_c = emb_tp = head_gemm = head_elem = head_tp = zero_col
-    else:
+
+    def edges(inv_x, rows=slice(None)):
+        """Embedding and head times of rows ``rows`` (all: (N,)) with their first and last stages
+        in configurations ``inv_x``."""
+        if model.kind == "mlp":
+            return (zero_col[rows],) * 5
+        u0, ul = inv_x[starts[rows]], inv_x[heads[rows]]
         g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[u0] for f in _GPU_FIELDS})
         T0, t0 = T[u0], t_u[u0]
         emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
@@ -334,33 +412,66 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         head_gemm = gemm_s(Tl, V / tl, h, pkl, gl)
         head_elem = hbm_s(K.ACT_BYTES * 3.0 * Tl * h + K.XENT_BYTES_PER_LOGIT * Tl * V / tl, gl)
         head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
+        return emb_c, emb_tp, head_gemm, head_elem, head_tp
+
+    def times(inv_x, e, idx=slice(None)):
+        """Forward, backward, weight-gradient time per micro-batch of stages ``idx`` (all: (M,))
+        in configurations inv_x."""
+        emb_c, emb_tp, head_gemm, head_elem, head_tp = e
+        ri, ni, fi, li, ui = r[idx], n[idx], first[idx], last[idx], inv_x[idx]
+        emb_F, head_FB = (0.5 * emb_c + emb_tp)[ri], (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[ri]
+        F = ni * Fl[ui] + fi * emb_F + li * head_FB
+        Bk = ni * Bl[ui] + fi * (0.5 * emb_c)[ri] + li * head_FB
+        W = ni * w_L[ui] + li * head_gemm[ri]
+        return F, Bk, W
 
     # -- stages (M,) --
-    emb_F, head_FB = R(0.5 * emb_c + emb_tp), R(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    F = n * Fl[inv] + first * emb_F + last * head_FB
-    Bk = n * Bl[inv] + first * R(0.5 * emb_c) + last * head_FB
-    W = n * w_L[inv] + last * R(head_gemm)
+    e = edges(inv)
+    F, Bk, W = times(inv, e)
+    inv_t = inv  # (M,) the configuration that sets each stage's time
+    if any_split:  # synchronous data parallelism: a split stage runs at its slower pool's replica
+        ends = np.flatnonzero(split[starts] | split[heads])  # rows whose first or last stage is split
+        e_b = [x.copy() for x in e]
+        for x, y in zip(e_b, edges(inv_b, ends), strict=True):
+            x[ends] = y
+        F_b, B_b_, W_b_ = times(inv_b, e_b, ks)  # (K,)
+        slower = F_b + B_b_ + W_b_ > F[ks] + Bk[ks] + W[ks]
+        F[ks], Bk[ks], W[ks] = (np.where(slower, xb, xa[ks]) for xa, xb in ((F, F_b), (Bk, B_b_), (W, W_b_)))
+        use_b = np.zeros(M, dtype=bool)
+        use_b[ks] = slower
+        inv_t = np.where(use_b, inv_b, inv)
+        e = tuple(np.where(use_b[starts if i < 2 else heads], xb, xa)
+                  for i, (xa, xb) in enumerate(zip(e, e_b, strict=True)))
+    emb_c, emb_tp, head_gemm, head_elem, head_tp = e
     X = F + Bk + W
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
     nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
     un = inv[nxt]
-    pool_n = pool[nxt]
     hand_bytes = np.maximum(share[inv], share[un])
-    g_stage = (d * t) * R(c)
+    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
+    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
     # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.stack([add(np.where(pool == q, g_stage, 0)) for q in range(P)], axis=1)
-    Gs = G[inv]
-    fits = used[r, pool] <= Gs
-    whole = np.mod(g_stage, Gs) == 0
-    ub, ob, ul_, ol_ = up_bw[inv], out_bw[inv], up_lat[inv], out_lat[inv]
-    same_bw = np.where(fits, ub, np.where(whole, ob, np.minimum(ub, ob)))
-    same_lat = np.where(fits, ul_, np.where(whole, ol_, np.maximum(ul_, ol_)))
-    cross = pool != pool_n
-    eff_s = gpu.link_eff[inv]
-    hop_bw = np.where(cross, pa["link_Bps"][pool, pool_n] * np.minimum(eff_s, gpu.link_eff[un]), same_bw * eff_s)
-    hop_lat = np.where(cross, pa["link_latency_s"][pool, pool_n], same_lat)
-    T_C = np.where(pr > 1, hand_bytes / hop_bw + hop_lat, 0.0)  # (M,)
+    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
+    if any_split:
+        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
+    used = used.reshape(N, P)
+
+    def hop_s(x, y, block, rows, nbytes):
+        """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
+        stage's on pool y: the inter-pool link, or inside x its intra-node link if the
+        strategy's GPUs on x fit one node, else the network (or the slower of both)."""
+        Gx = pa["gpus_per_node_int"][x]
+        spill = used.ravel()[rows * P + x] > Gx  # the strategy's GPUs on x span nodes
+        k = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))  # case 0, 1 or 2
+        return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
+
+    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes)
+    if any_split:  # replicas on the second pools hand off to each other (HetPipe's virtual workers)
+        sel = np.flatnonzero(split | split[nxt])
+        T_C[sel] = np.maximum(T_C[sel], hop_s(pool_b[sel], pool_b[nxt[sel]],
+                                              np.where(split[sel], gpus_b[sel], gpus_a[sel]), r[sel], hand_bytes[sel]))
+    T_C = np.where(pr > 1, T_C, 0.0)  # (M,)
     inner = j < pr - 1  # the p - 1 forward boundaries
 
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
@@ -394,6 +505,24 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     g = g_u[inv]
     z3, zr = z3_u[inv], zero_u[inv]
     dbw, dlat = dp_bw[inv], dp_lat[inv]
+    if any_split:
+        # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
+        # slowest tier it crosses: each pool's part of the group (its own stride and size, as
+        # above) and the link between the pools.
+        sel = np.flatnonzero(split)
+        xa, xb, ts, cs = pool[sel], pool_b[sel], t[sel], c[r[sel]]
+        tp_in = order[sel] == 0
+
+        def part_link(x, d_part):
+            size = np.where(tp_in | (cs == 1), d_part * cs, d_part * ts * cs)
+            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node"][x], pa["intra_Bps"][x],
+                              pa["inter_Bps"][x], pa["intra_latency_s"][x], pa["inter_latency_s"][x],
+                              pa["link_eff"][x])
+
+        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, d[sel] - d2[sel]), part_link(xb, d2[sel])
+        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
+        dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
+        dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     grad_bytes = K.GRAD_COMM_BYTES * params
     dp_st = np.where(
         z3,
@@ -404,7 +533,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     shard = np.where(zr >= 1, g, 1)
-    opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_Bps_eff[inv])
+    hbm_stage_Bps = hbm_Bps_eff[inv]
+    hbm = gpu.hbm_bytes[inv]
+    if any_split:  # a split stage's optimizer step waits for the slower HBM; its memory fits the smaller
+        hbm_stage_Bps[ks] = np.minimum(hbm_stage_Bps[ks], hbm_Bps_eff[inv_b[ks]])
+        hbm[ks] = np.minimum(hbm[ks], gpu.hbm_bytes[inv_b[ks]])
+    opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_stage_Bps)
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
@@ -414,7 +548,6 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     o_b = K.OPTIM_BYTES * params / shard
     buffers = buf_u[inv] + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
     tot = w_b + g_b + o_b + act + buffers
-    hbm = gpu.hbm_bytes[inv]
     frac = tot / hbm
     worst = first_max(frac)
     mem_total = tot[worst]
@@ -422,7 +555,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     feasible = reason == 0
 
     # -- the bottleneck stage's time parts (per micro-batch, then x m) --
-    ub_, nb, fb, lb = inv[bot], n[bot], first[bot], last[bot]
+    ub_, nb, fb, lb = inv_t[bot], n[bot], first[bot], last[bot]
     comp_b = nb * comp_l[ub_] + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
     tp_b = nb * tp_l[ub_] + fb * emb_tp + lb * head_tp
     cp_b = nb * cp_l[ub_]
@@ -431,7 +564,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
-    peak_sum = add(g_stage * peak[inv])  # sum over stages of GPUs x their peak
+    peak_sum = add(gpus_a * peak[inv] + (gpus_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, B / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
@@ -446,6 +579,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
         extra = {"_stage_pool": grid(pool, -1).astype(np.int64), "_stage_dp": grid(d, 1).astype(np.int64),
                  "_stage_tp": grid(t, 1).astype(np.int64), "_stage_layers": grid(n),
+                 "_stage_pool2": grid(pool_b, -1).astype(np.int64), "_stage_dp2": grid(d2, 0).astype(np.int64),
                  "_stage_micro_batch": grid(b_u[inv]), "_stage_forward_s": grid(F), "_stage_backward_s": grid(Bk),
                  "_stage_weight_grad_s": grid(W), "_stage_time_s": grid(R(m) * X),
                  "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
@@ -535,8 +669,10 @@ def stage_rows(model: Transformer, cluster: HeteroCluster | Cluster, table: Hete
     names = [p.name for p in hc.pools]
     rows = []
     for j in range(int(st["active"][0].sum())):
+        p1, p2, d2 = int(st["pool"][0, j]), int(st["pool2"][0, j]), int(st["dp2"][0, j])
+        split = {"pool2": names[p2], "gpu2": hc.pools[p2].gpu.name, "dp2": d2} if d2 else {}
         rows.append({
-            "stage": j, "pool": names[int(st["pool"][0, j])], "gpu": hc.pools[int(st["pool"][0, j])].gpu.name,
+            "stage": j, "pool": names[p1], "gpu": hc.pools[p1].gpu.name, **split,
             "dp": int(st["dp"][0, j]), "tp": int(st["tp"][0, j]), "layers": int(st["layers"][0, j]),
             "micro_batch": float(st["micro_batch"][0, j]),
             "forward_s": float(st["forward_s"][0, j]), "backward_s": float(st["backward_s"][0, j]),
@@ -549,11 +685,15 @@ def stage_rows(model: Transformer, cluster: HeteroCluster | Cluster, table: Hete
 
 
 def format_stage_rows(rows: list[dict]) -> str:
-    """The per-stage table as text (used by `plansweep evaluate`; `show` can call it too)."""
-    lines = [f"{'stage':>5} {'pool':<12} {'dp':>4} {'tp':>3} {'layers':>6} {'mb':>6} {'F ms':>9} {'B ms':>9} "
+    """The per-stage table as text (used by `plansweep evaluate` and `show`). A stage split
+    across two pools shows both pools and dp as "replicas on the first + on the second"."""
+    lines = [f"{'stage':>5} {'pool':<12} {'dp':>5} {'tp':>3} {'layers':>6} {'mb':>6} {'F ms':>9} {'B ms':>9} "
              f"{'W ms':>9} {'busy s':>8} {'hand-off ms':>11} {'dp s':>8} {'mem GB':>7} {'of GB':>6}"]
     for r in rows:
-        lines.append(f"{r['stage']:>5} {r['pool']:<12} {r['dp']:>4} {r['tp']:>3} {r['layers']:>6} "
+        pool, dp = r["pool"], str(r["dp"])
+        if r.get("dp2"):
+            pool, dp = f"{r['pool']}+{r['pool2']}", f"{r['dp'] - r['dp2']}+{r['dp2']}"
+        lines.append(f"{r['stage']:>5} {pool:<12} {dp:>5} {r['tp']:>3} {r['layers']:>6} "
                      f"{r['micro_batch']:>6.3g} {1e3 * r['forward_s']:>9.2f} {1e3 * r['backward_s']:>9.2f} "
                      f"{1e3 * r['weight_grad_s']:>9.2f} {r['time_s']:>8.3f} {1e3 * r['handoff_s']:>11.3f} "
                      f"{r['dp_comm_s']:>8.3f} {r['mem_bytes'] / 1e9:>7.1f} {r['hbm_bytes'] / 1e9:>6.0f}")

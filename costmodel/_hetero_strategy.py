@@ -10,6 +10,12 @@ Per-stage columns (N, S), S >= max pp, padded past pp (pool 0, dp 1, tp 1, layer
               then dp: tp inside a node); 1 = dp innermost, then tp, then cp (tp strided
               across nodes: a tp group of size <= nodes has one rank per node)
     recompute (optional) recompute code per stage, overriding the global one
+    pool2, dp2  a stage split across two pools (HetPipe's virtual workers, a data-parallel
+              group spanning pools): dp2 of the stage's dp replicas run on pool2, the other
+              dp - dp2 on ``pool`` (0 <= dp2 < dp; dp2 = 0, or pool2 = pool, is no split).
+              Every replica holds the same micro-batch share b_i, so synchronous data
+              parallelism waits for the slower pool's replica, and the stage's gradient
+              all-reduce crosses the inter-pool link (costmodel._hetero_eval).
 
 How micro-batches flow when dp differs between stages (HetPipe / Metis style): every stage
 runs the same m micro-batches per iteration, and every stage sees the whole global batch,
@@ -36,14 +42,14 @@ GLOBAL_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage")
 GLOBAL_CODE = ("schedule", "recompute", "precision")
 GLOBAL_BOOL = ("sequence_parallel", "overlap_dp")
 GLOBAL_COLUMNS = GLOBAL_INT + GLOBAL_CODE + GLOBAL_BOOL
-STAGE_COLUMNS = ("pool", "dp", "tp", "layers", "order")
+STAGE_COLUMNS = ("pool", "dp", "tp", "layers", "order", "pool2", "dp2")
 ORDERS = ("tp-inner", "tp-across")
 
 GLOBAL_DEFAULTS: dict[str, object] = {
     "cp": 1, "vpp": 1, "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
     "sequence_parallel": False, "overlap_dp": True, "microbatches": 1,
 }
-_STAGE_PAD = {"pool": 0, "dp": 1, "tp": 1, "layers": 0, "order": 0}
+_STAGE_PAD = {"pool": 0, "dp": 1, "tp": 1, "layers": 0, "order": 0, "pool2": 0, "dp2": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +61,15 @@ class HeteroTable:
     stage_recompute: np.ndarray | None = None  # (N, S) codes or None
 
     @classmethod
-    def from_columns(cls, *, pool, dp, tp, layers, order=None, stage_recompute=None, **cols) -> HeteroTable:
+    def from_columns(cls, *, pool, dp, tp, layers, order=None, pool2=None, dp2=None, stage_recompute=None,
+                     **cols) -> HeteroTable:
         unknown = set(cols) - set(GLOBAL_COLUMNS)
         if unknown:
             raise InputError("strategy", "global keys among " + ", ".join(GLOBAL_COLUMNS), sorted(unknown)[0])
         st = {"pool": pool, "dp": dp, "tp": tp, "layers": layers}
-        if order is not None:
-            st["order"] = order
+        for k, v in (("order", order), ("pool2", pool2), ("dp2", dp2)):
+            if v is not None:
+                st[k] = v
         arrs = {}
         for k, v in st.items():
             a = np.asarray(v)
@@ -86,7 +94,8 @@ class HeteroTable:
         n = lengths.pop() if lengths else 1
         S = widths.pop()
         stages = {k: np.ascontiguousarray(np.broadcast_to(a, (n, S))) for k, a in arrs.items()}
-        stages.setdefault("order", np.zeros((n, S), dtype=np.int64))
+        for k in ("order", "pool2", "dp2"):
+            stages.setdefault(k, np.zeros((n, S), dtype=np.int64))
         merged = {**GLOBAL_DEFAULTS, **cols}
         if "pp" not in merged:
             merged["pp"] = (stages["layers"] > 0).sum(axis=1)
@@ -106,8 +115,13 @@ class HeteroTable:
                 raise InputError(k, "degrees >= 1 on every stage", int(stages[k][stages[k] < 1][0]))
         if np.any(stages["layers"] < 0):
             raise InputError("layers", "layer counts >= 0", int(stages["layers"][stages["layers"] < 0][0]))
-        if np.any(stages["pool"] < 0):
-            raise InputError("pool", "pool indices >= 0", int(stages["pool"][stages["pool"] < 0][0]))
+        for k in ("pool", "pool2"):
+            if np.any(stages[k] < 0):
+                raise InputError(k, "pool indices >= 0", int(stages[k][stages[k] < 0][0]))
+        bad = (stages["dp2"] < 0) | ((stages["dp2"] >= stages["dp"]) & (stages["dp2"] > 0))
+        if np.any(bad):
+            raise InputError("dp2", "0 <= dp2 < the stage's dp (replicas on the second pool)",
+                             int(stages["dp2"][bad][0]))
         bad = (stages["order"] < 0) | (stages["order"] >= len(ORDERS))
         if np.any(bad):
             raise InputError("order", "0 (tp-inner) or 1 (tp-across)", int(stages["order"][bad][0]))
@@ -163,6 +177,10 @@ class HeteroTable:
             st = {"pool": pool_names[pi] if pool_names and pi < len(pool_names) else pi,
                   "dp": int(self.stages["dp"][i, j]), "tp": int(self.stages["tp"][i, j]),
                   "layers": int(self.stages["layers"][i, j]), "order": ORDERS[int(self.stages["order"][i, j])]}
+            d2, p2 = int(self.stages["dp2"][i, j]), int(self.stages["pool2"][i, j])
+            if d2 > 0 and p2 != pi:
+                st["pool2"] = pool_names[p2] if pool_names and p2 < len(pool_names) else p2
+                st["dp2"] = d2
             if self.stage_recompute is not None:
                 st["recompute"] = RECOMPUTE[int(self.stage_recompute[i, j])]
             stages.append(st)
@@ -189,12 +207,13 @@ class HeteroTable:
 
 def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "--strategy") -> HeteroTable:
     """One strategy from a file: global keys plus ``stages``: [{pool, dp, tp, layers[, order,
-    recompute]}, ...]; pools by name (or index)."""
+    recompute, pool2, dp2]}, ...]; pools by name (or index); dp2 of the stage's dp replicas run
+    on pool2."""
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages:
         raise InputError(f"{argument}.stages", "a non-empty list of {pool, dp, tp, layers}", stages)
-    allowed = {"pool", "dp", "tp", "layers", "order", "recompute"}
-    cols = {k: [] for k in ("pool", "dp", "tp", "layers", "order", "recompute")}
+    allowed = {"pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2"}
+    cols = {k: [] for k in ("pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2")}
     for j, st in enumerate(stages):
         where = f"{argument}.stages[{j}]"
         if not isinstance(st, Mapping):
@@ -205,19 +224,25 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
         for req in ("pool", "layers"):
             if req not in st:
                 raise InputError(f"{where}.{req}", "a value", None)
-        pool = st["pool"]
-        if isinstance(pool, str):
-            if pool not in pool_names:
-                raise InputError(f"{where}.pool", "one of " + ", ".join(pool_names), pool)
-            pool = pool_names.index(pool)
-        elif isinstance(pool, bool) or not isinstance(pool, int) or not 0 <= pool < len(pool_names):
-            raise InputError(f"{where}.pool", f"a pool name or index below {len(pool_names)}", pool)
-        cols["pool"].append(pool)
-        for k in ("dp", "tp", "layers"):
-            v = st.get(k, 1)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if k == "layers" else 1):
-                raise InputError(f"{where}.{k}", "an integer >= 1", v)
+        for key in ("pool", "pool2"):
+            pool = st.get(key, st["pool"])
+            if isinstance(pool, str):
+                if pool not in pool_names:
+                    raise InputError(f"{where}.{key}", "one of " + ", ".join(pool_names), pool)
+                pool = pool_names.index(pool)
+            elif isinstance(pool, bool) or not isinstance(pool, int) or not 0 <= pool < len(pool_names):
+                raise InputError(f"{where}.{key}", f"a pool name or index below {len(pool_names)}", pool)
+            cols[key].append(pool)
+        for k in ("dp", "tp", "layers", "dp2"):
+            v = st.get(k, 0 if k == "dp2" else 1)
+            low = 0 if k in ("layers", "dp2") else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InputError(f"{where}.{k}", f"an integer >= {low}", v)
             cols[k].append(v)
+        if cols["dp2"][-1] >= cols["dp"][-1] and cols["dp2"][-1] > 0:
+            raise InputError(f"{where}.dp2", f"fewer than the stage's dp={cols['dp'][-1]} replicas", cols["dp2"][-1])
+        if ("pool2" in st) != ("dp2" in st):
+            raise InputError(where, "pool2 and dp2 together (dp2 of the dp replicas on pool2)", sorted(st))
         o = st.get("order", "tp-inner")
         if o not in ORDERS:
             raise InputError(f"{where}.order", "tp-inner or tp-across", o)
@@ -231,6 +256,7 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
     glob["pp"] = len(stages)
     sr = cols["recompute"] if any("recompute" in st for st in stages) else None
     return HeteroTable.from_columns(pool=[cols["pool"]], dp=[cols["dp"]], tp=[cols["tp"]],
-                                    layers=[cols["layers"]], order=[cols["order"]],
+                                    layers=[cols["layers"]], order=[cols["order"]], pool2=[cols["pool2"]],
+                                    dp2=[cols["dp2"]],
                                     stage_recompute=None if sr is None else [sr],
                                     **{k: [v] for k, v in glob.items()})

@@ -9,14 +9,21 @@ Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
     pool.J, dp.J, tp.J      stage J's pool and degrees
     order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
+    pool2.J, dp2.J          (only where dp2 choices are given, on two or more pools) stage J
+                            split across pools: dp2 of its dp replicas on pool2 (dp2 = 0: not
+                            split; dp2 < dp), its gradient all-reduce over the inter-pool link
+                            (HetPipe's virtual workers)
     stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
                             the uniform cut round(L (J + 1) / pp), J < S - 1
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
+    vpp                     (only where given other than 1) chunks per device, for "interleaved"
 Slots J >= pp are ignored (canonically digit 0).
 
-propose() moves (one per row, chosen uniformly): swap two stages' pools; move one stage
-boundary by one step; change one stage's degrees (dp, tp or order to another choice, or trade
-a factor 2 between its tp and dp keeping its GPUs); change one global choice.
+propose() moves (one per row, the first four chosen uniformly): swap two stages' pools; move
+one stage boundary by one step; change one stage's degrees (dp, tp or order to another choice,
+or trade a factor 2 between its tp and dp keeping its GPUs); change one global choice; and,
+where the space has splits, at a share SPLIT_MOVE_SHARE, change one stage's split (dp2 one
+step up or down, or another pool2).
 """
 
 from __future__ import annotations
@@ -44,10 +51,18 @@ class Dim(_SpaceDim):
             raise InputError(self.name, "a non-empty tuple of choices", self.choices)
 
 
-# Schedules a HeteroSpace may use (no interleaving: one chunk per device).
-HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2")
-GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel")
-MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global")
+# Schedules a HeteroSpace may use: one chunk per device, or Megatron's interleaved 1F1B with
+# vpp chunks per device (every stage's layers a multiple of vpp).
+HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
+GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp")
+MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
+# Share of propose()'s moves (and of random draws' stages) that change a stage's split. Splits
+# pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one move
+# in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
+# optimum. Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost
+# MCMC about 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most
+# of its feasible trials (BENCHMARKS.md, "Heterogeneous").
+SPLIT_MOVE_SHARE = 0.1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,11 +79,19 @@ class HeteroSpace:
                      dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
-                     sequence_parallel=(True,)) -> HeteroSpace:
+                     sequence_parallel=(True,), dp2=(0,), vpp=(1,)) -> HeteroSpace:
+        """``dp2``: replicas a stage may put on a second pool, holding 0 (no split); default (0,):
+        no split dims; None: 0 and every dp choice below the largest. Ignored on one pool."""
         hc = as_hetero(cluster)
         if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
             raise InputError("global_batch", "an integer >= 1", global_batch)
-        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches)):
+        if dp2 is None:
+            dp2 = (0, *(x for x in sorted(dp) if x < max(dp)))
+        if len(hc.pools) == 1:
+            dp2 = (0,)
+        if not dp2 or 0 not in dp2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in dp2):
+            raise InputError("dp2", "a list of integers >= 0 holding 0 (no split)", list(dp2))
+        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):
             if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
                 raise InputError(name, "a non-empty list of integers >= 1", list(vals))
         if max(pp) > model.layers:
@@ -91,12 +114,17 @@ class HeteroSpace:
             dims += [Dim(name=f"pool.{j}", choices=pools), Dim(name=f"dp.{j}", choices=tuple(sorted(dp)), ordinal=True),
                      Dim(name=f"tp.{j}", choices=tuple(sorted(tp)), ordinal=True),
                      Dim(name=f"order.{j}", choices=tuple(order))]
+            if len(dp2) > 1:
+                dims += [Dim(name=f"pool2.{j}", choices=pools),
+                         Dim(name=f"dp2.{j}", choices=tuple(sorted(dp2)), ordinal=True)]
         for j in range(S - 1):
             dims.append(Dim(name=f"stage_shift.{j}", choices=tuple(range(-max_shift, max_shift + 1)), ordinal=True))
         dims += [Dim(name="microbatches", choices=tuple(sorted(microbatches)), ordinal=True),
                  Dim(name="schedule", choices=tuple(schedule)), Dim(name="recompute", choices=tuple(recompute)),
                  Dim(name="zero_stage", choices=tuple(zero_stage)),
                  Dim(name="sequence_parallel", choices=tuple(bool(x) for x in sequence_parallel))]
+        if tuple(vpp) != (1,):
+            dims.append(Dim(name="vpp", choices=tuple(sorted(vpp)), ordinal=True))
         return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
                    shift_layers=shift_layers)
 
@@ -112,6 +140,17 @@ class HeteroSpace:
     @property
     def num_slots(self) -> int:
         return max(self.dims[0].choices)
+
+    @property
+    def _global_dims(self) -> tuple[str, ...]:
+        """The global dimensions this space has (vpp only where it was given)."""
+        names = {d.name for d in self.dims}
+        return tuple(n for n in GLOBAL_DIMS if n in names)
+
+    @property
+    def has_split(self) -> bool:
+        """Whether stages may split their replicas across two pools (dims pool2.J, dp2.J)."""
+        return any(d.name == "dp2.0" for d in self.dims)
 
     def _col(self, name: str) -> int:
         for i, d in enumerate(self.dims):
@@ -168,24 +207,27 @@ class HeteroSpace:
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
         active = np.arange(S)[None, :] < p[:, None]
         per = {}
-        for k in ("pool", "dp", "tp", "order"):
+        for k in ("pool", "dp", "tp", "order") + (("pool2", "dp2") if self.has_split else ()):
             cols = []
             for j in range(S):
                 c = self._col(f"{k}.{j}")
                 ch = self.dims[c].choices
-                vals = np.arange(len(ch)) if k in ("pool",) else (
+                vals = np.arange(len(ch)) if k in ("pool", "pool2") else (
                     np.array([ORDERS.index(o) for o in ch]) if k == "order" else np.asarray(ch))
                 cols.append(vals[digits[:, c]])
-            per[k] = np.where(active, np.stack(cols, axis=1), 0 if k in ("pool", "order") else 1)
+            per[k] = np.where(active, np.stack(cols, axis=1), 0 if k in ("pool", "order", "pool2", "dp2") else 1)
+        if self.has_split:  # dp2 >= dp is not a strategy (valid() rejects it): no split in its table row
+            per["dp2"] = np.where((per["dp2"] < per["dp"]) & (per["pool2"] != per["pool"]), per["dp2"], 0)
+            per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
-        glob = {name: self._values(digits, name) for name in GLOBAL_DIMS}
+        glob = {name: self._values(digits, name) for name in self._global_dims}
         glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[
             digits[:, self._col("schedule")]]
         glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
             digits[:, self._col("recompute")]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
         return HeteroTable.from_columns(pool=per["pool"], dp=per["dp"], tp=per["tp"], order=per["order"],
-                                        layers=np.maximum(layers, 0), pp=p,
+                                        pool2=per.get("pool2"), dp2=per.get("dp2"), layers=np.maximum(layers, 0), pp=p,
                                         global_batch=self.fixed["global_batch"], **glob)
 
     def valid(self, digits) -> np.ndarray:
@@ -196,7 +238,15 @@ class HeteroSpace:
         layers = self._layers(digits, p)
         ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
         reason = hetero_feasibility(self.model, self.cluster, self.table(digits))
-        return ok_layers & (reason == 0)
+        ok = ok_layers & (reason == 0)
+        if self.has_split:  # a split keeps at least one replica on the stage's own pool
+            S = self.num_slots
+            dp = np.stack([np.asarray(self.dims[self._col(f"dp.{j}")].choices)[digits[:, self._col(f"dp.{j}")]]
+                           for j in range(S)], axis=1)
+            d2 = np.stack([np.asarray(self.dims[self._col(f"dp2.{j}")].choices)[digits[:, self._col(f"dp2.{j}")]]
+                           for j in range(S)], axis=1)
+            ok &= np.all((d2 < dp) | (np.arange(S)[None, :] >= p[:, None]), axis=1)
+        return ok
 
     def rows(self, start: int, stop: int):
         idx = np.arange(start, min(stop, self.size), dtype=np.int64)
@@ -212,6 +262,9 @@ class HeteroSpace:
         have = 0
         for _ in range(20):
             d = rng.integers(0, self.radices, size=(max(4 * n, 1024), len(self.dims)))
+            if self.has_split:  # most stages unsplit: a split stage is drawn at SPLIT_MOVE_SHARE
+                dp2 = np.array([d_.base == "dp2" for d_ in self.dims])
+                d[:, dp2] *= rng.random((len(d), int(dp2.sum()))) < SPLIT_MOVE_SHARE
             d = d[self.valid(d)]
             found.append(d)
             have += len(d)
@@ -317,7 +370,9 @@ class HeteroSpace:
         C, S = len(cur), self.num_slots
         rows = np.arange(C)
         p = np.asarray(self.dims[0].choices)[cur[:, 0]]
-        move = rng.integers(0, len(MOVES), C)
+        move = rng.integers(0, len(MOVES) - 1, C)  # the four placement moves, uniformly
+        if self.has_split:  # a share of SPLIT_MOVE_SHARE becomes a split move
+            move = np.where(rng.random(C) < SPLIT_MOVE_SHARE, len(MOVES) - 1, move)
         j1 = (rng.random(C) * p).astype(np.int64)
         j2 = (rng.random(C) * p).astype(np.int64)
         pool_cols = np.array([self._col(f"pool.{j}") for j in range(S)])
@@ -356,11 +411,23 @@ class HeteroSpace:
         out[rows[tr], cd[tr]] = new_d[tr]
         # change one global choice (pp included)
         gl = move == 3
-        gcols = np.array([0] + [self._col(n) for n in GLOBAL_DIMS])
+        gcols = np.array([0] + [self._col(n) for n in self._global_dims])
         c = gcols[rng.integers(0, len(gcols), C)]
         r = self.radices[c]
         new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
         out[rows[gl], c[gl]] = new[gl]
+        # change one stage's split: dp2 one step (ordinal), or another second pool
+        sp = move == 4
+        if sp.any():
+            pool2_cols = np.array([self._col(f"pool2.{j}") for j in range(S)])
+            dp2_cols = np.array([self._col(f"dp2.{j}") for j in range(S)])
+            on_dp2 = rng.random(C) < 0.5
+            c = np.where(on_dp2, dp2_cols[j1], pool2_cols[j1])
+            r = self.radices[c]
+            step = np.where(rng.random(C) < 0.5, -1, 1)
+            new = np.where(on_dp2, np.clip(cur[rows, c] + step, 0, r - 1),
+                           (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r)
+            out[rows[sp], c[sp]] = new[sp]
         return out
 
     # ---- persistence --------------------------------------------------------------------

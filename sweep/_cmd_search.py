@@ -124,6 +124,9 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", metavar="N", default=str(ASK_BATCH), help=f"rows per ask (default {ASK_BATCH})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--dp2", metavar="V,..", default=None,
+                   help="heterogeneous clusters: replicas a stage may put on a second pool, e.g. 0,1,2,4 "
+                   "(default 0: every stage in one pool)")
     add_space_args(p)
 
 
@@ -251,6 +254,9 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
         found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
         hetero_report(args, args.searcher, space, *found)
         return 0
+    if getattr(args, "dp2", None) is not None:
+        raise InputError("--dp2", "a heterogeneous cluster (a preset such as a100x64+h100x64 or a file with pools)",
+                         args.cluster)
     space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
     searcher = args.make(args, space)
     found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)

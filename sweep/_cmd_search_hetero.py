@@ -35,13 +35,13 @@ HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2,
                    "recompute": ("selective", "full"), "zero_stage": (0, 1), "sequence_parallel": (True,)}
 HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
                 "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
-                "sequence_parallel": "--sequence-parallel"}
+                "sequence_parallel": "--sequence-parallel", "vpp": "--vpp"}
 
 
 def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
     """The placement space of `plansweep search grid|random|mcmc|tpe` on a heterogeneous cluster:
     the space flags --pp --dp --tp --microbatches --schedule --recompute --zero-stage
-    --sequence-parallel (others are refused), HETERO_DEFAULTS elsewhere."""
+    --sequence-parallel --vpp (others are refused), HETERO_DEFAULTS elsewhere."""
     from sweep._space_args import SPACE_FLAGS, _parse_list
 
     choices = dict(HETERO_DEFAULTS)
@@ -53,10 +53,17 @@ def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
             raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
         choices[dest] = tuple(_parse_list(text, flag, kind))
     batch = 1536 if getattr(args, "global_batch", None) is None else _ints(str(args.global_batch), "--global-batch")[0]
+    dp2 = getattr(args, "dp2", None)
+    if dp2 is not None:
+        try:
+            choices["dp2"] = tuple(int(x) for x in str(dp2).split(","))
+        except ValueError:
+            raise InputError("--dp2", "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4", dp2) from None
     try:
         return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
     except InputError as exc:
-        raise InputError(HETERO_FLAGS.get(exc.argument, exc.argument), exc.expected, exc.got) from None
+        flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
+        raise InputError(flag, exc.expected, exc.got) from None
 
 
 def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
@@ -79,9 +86,12 @@ def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_
         return
     for i in range(n_best):
         r = best_t.row(i, names)
-        stages = " | ".join(f"{st['pool']} dp{st['dp']} tp{st['tp']}{'x' if st['order'] == 'tp-across' else ''}"
-                            f" L{st['layers']}" for st in r["stages"])
-        print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} "
+        stages = " | ".join(
+            (f"{st['pool']}+{st['pool2']} dp{st['dp'] - st['dp2']}+{st['dp2']}" if "dp2" in st
+             else f"{st['pool']} dp{st['dp']}")
+            + f" tp{st['tp']}{'x' if st['order'] == 'tp-across' else ''} L{st['layers']}" for st in r["stages"])
+        sched = r["schedule"] + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
+        print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} {sched} "
               f"{r['recompute']} zero{r['zero_stage']}  {stages}")
     print("best, per stage (exact pipeline):")
     print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))

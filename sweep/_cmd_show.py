@@ -79,6 +79,8 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
         head += "  stage layers"
     if with_rc:
         head += "  stage recompute"
+    if any(r.get("stage_pool") for r in rows):
+        head += "  placement (pool:dp x tp per stage)"
     out = [head]
     for rank, r in enumerate(rows, start=1):
         step = r.get("step_time_s")
@@ -93,8 +95,21 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
             line += f"  {','.join(map(str, r.get('stage_layers') or [])) or 'uniform':<12}"
         if with_rc:
             line += "  " + ("".join(x[0] for x in r.get("stage_recompute") or []) or "uniform")
+        if r.get("stage_pool"):
+            line += "  " + format_placement(r)
         out.append(line)
     return "\n".join(out)
+
+
+def format_placement(row: dict) -> str:
+    """A heterogeneous row's stages in one line: pool:dp x tp (a split stage pool:dp+pool2:dp2
+    x tp), a trailing x for tp strided across nodes."""
+    out = []
+    for j, pool in enumerate(row["stage_pool"]):
+        dp, d2, tp = row["stage_dp"][j], row["stage_dp2"][j], row["stage_tp"][j]
+        where = f"{pool}:{dp - d2}+{row['stage_pool2'][j]}:{d2}" if d2 else f"{pool}:{dp}"
+        out.append(f"{where}x{tp}{'x' if row['stage_order'][j] == 'tp-across' else ''}")
+    return " ".join(out)
 
 
 def format_stages(view: RunView, row: dict) -> str | None:
@@ -113,6 +128,23 @@ def format_stages(view: RunView, row: dict) -> str | None:
     return "\n".join(out)
 
 
+def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
+    """Per stage of a heterogeneous run's row (pool, degrees, layers, micro-batch, F/B/W, busy
+    time, hand-off, data-parallel exchange, memory against the pool's HBM), re-priced from the
+    run's model and cluster with the exact pipeline simulator (costmodel.stage_rows); None for
+    a homogeneous run."""
+    if not row.get("stage_pool") or "pools" not in view.cluster or not view.model:
+        return None
+    from costmodel import hetero_from_mapping, stage_rows
+    from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_mapping
+    from sweep._results import hetero_row_strategy
+    from sweep._rundir import model_from_dict
+
+    cluster = hetero_from_mapping(dict(view.cluster))
+    table = strategy_from_mapping(hetero_row_strategy(row), [p.name for p in cluster.pools], argument="RUN_DIR")
+    return stage_rows(model_from_dict(dict(view.model)), cluster, table)
+
+
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
     counts = summary(study)
     rows = rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
@@ -129,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "run_dir": view.run_dir, "keep": view.keep, **total,
             "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
-                         "throughput_column": s.throughput_column, **counts, "rows": rows}
+                         "throughput_column": s.throughput_column, **counts, "rows": rows,
+                         **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
                         for s, counts, rows in reports],
         }, allow_nan=False))
         return 0
@@ -144,6 +177,13 @@ def run(args: argparse.Namespace) -> int:
             print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
             continue
         print(format_rows(study, rows, with_reason=args.include_infeasible))
+        breakdown = stage_breakdown(study, rows[0])
+        if breakdown:
+            from costmodel import format_stage_rows
+
+            print(f"per stage (top row: {format_placement(rows[0])}; exact pipeline):")
+            print(format_stage_rows(breakdown))
+            continue
         stages = format_stages(study, rows[0])
         if stages:
             print(stages)

@@ -11,7 +11,7 @@ from sweep._grid import SEARCHER as GRID
 from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
 from sweep._keep import Keep
 from sweep._rundir import RunDir, study_request
-from sweep._specs import load_cluster, load_model
+from sweep._specs import load_any_cluster, load_model
 
 BEST_SHOWN = 10
 CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
@@ -67,16 +67,35 @@ def _words(text: str, flag: str) -> list[str]:
     return words
 
 
-def build_studies(args: argparse.Namespace) -> list[dict]:
-    """One study per (model, cluster) pair of the comma-separated --model and --cluster."""
+def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[dict]:
+    """One study per (model, cluster) pair of the comma-separated --model and --cluster.
+
+    ``hetero_ok`` (searches): a heterogeneous cluster (preset or file with pools) gets the
+    placement space (search.HeteroSpace). A grid sweep refuses one: its placement space is far
+    beyond a grid. One run holds homogeneous or heterogeneous clusters, not both (their results
+    have different columns)."""
+    from costmodel import HeteroCluster
+    from sweep._cmd_search_hetero import hetero_space_from_args
     from sweep._space_args import space_from_args
 
-    studies = []
+    words = _words(args.cluster, "--cluster")
+    studies, kinds = [], set()
     for m in _words(args.model, "--model"):
         model = load_model(m)
-        for c in _words(args.cluster, "--cluster"):
-            cluster = load_cluster(c, getattr(args, "hardware", None))
-            space = space_from_args(args, model, cluster)
+        for c in words:
+            cluster = load_any_cluster(c, getattr(args, "hardware", None))
+            hetero = isinstance(cluster, HeteroCluster)
+            if hetero and not hetero_ok:
+                raise InputError("--cluster", "a homogeneous cluster for a grid sweep (a heterogeneous cluster's "
+                                 "placement space is far beyond a grid: use `plansweep search mcmc|tpe --out`)", c)
+            kinds.add(hetero)
+            if len(kinds) > 1:
+                raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
+                                 ",".join(words))
+            if not hetero and getattr(args, "dp2", None) is not None:
+                raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
+                                 "with pools)", c)
+            space = hetero_space_from_args(args, model, cluster) if hetero else space_from_args(args, model, cluster)
             studies.append(study_request(model, cluster, space))
     return studies
 
@@ -129,7 +148,7 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
         options["batch"] = number("batch", "--batch", int, None, 1)
         options["startup_trials"] = number("startup_trials", "--startup-trials", int, DEFAULT_N_STARTUP_TRIALS, 0)
     return {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
-            "options": options, "studies": build_studies(args)}
+            "options": options, "studies": build_studies(args, hetero_ok=True)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:

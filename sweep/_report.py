@@ -56,15 +56,21 @@ def best_rows(results_dir: str, k: int, *, searcher: str | None = None) -> dict[
 def format_rows(rows: pa.Table) -> str:
     """A short fixed-width table of strategies and their headline metrics."""
     data = rows.to_pylist()
-    cols = [c for c in SHOWN if c != "stage_layers" or any(r.get(c) for r in data)]
+    placed = "stage_pool" in rows.column_names  # a heterogeneous run: degrees per stage, in "placement"
+    cols = [c for c in SHOWN if (c != "stage_layers" or any(r.get(c) for r in data))
+            and not (placed and c in ("dp", "tp", "micro_batch"))]
     width = {c: max(len(HEADS.get(c, c)), *(len(_cell(r.get(c))) for r in data)) for c in cols}
     head = f"{'#':>3} " + " ".join(f"{HEADS.get(c, c):>{width[c]}}" for c in cols)
-    head += f" {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}"
+    head += f" {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}" + ("  placement" if placed else "")
     lines = [head]
     for i, r in enumerate(data, start=1):
         line = f"{i:>3} " + " ".join(f"{_cell(r.get(c)):>{width[c]}}" for c in cols)
         line += (f" {r['step_time_s']:8.3f} {r['tokens_per_s']:11,.0f} {100 * r['mfu']:5.1f}%"
                  f" {r['mem_total_bytes'] / 1e9:7.1f}")
+        if placed:
+            from sweep._cmd_show import format_placement
+
+            line += "  " + format_placement(r)
         lines.append(line)
     return "\n".join(lines)
 

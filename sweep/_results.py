@@ -33,6 +33,12 @@ TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
+# Heterogeneous runs (a search over search.HeteroSpace) add one list per row of each stage's
+# pool (name), dp, tp, rank order, and second pool / replicas there (a stage split across two
+# pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they differ
+# per stage) and stage_layers is always given.
+HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
+HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
 BOOK_COLUMNS = ("run_id", "model", "cluster", "iteration", "grid_index")
 
 
@@ -46,12 +52,17 @@ def _metric_type(name: str) -> pa.DataType:
     return pa.float64()
 
 
-def result_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
-    """The schema every part has (so parts of empty and full units read as one dataset)."""
+def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool = False) -> pa.Schema:
+    """The schema every part has (so parts of empty and full units read as one dataset);
+    ``hetero``: with the per-stage placement columns of HETERO_STAGE_COLUMNS after the
+    strategy columns."""
     fields = [pa.field(c, pa.int64()) for c in INT_COLUMNS]
     fields += [pa.field(c, pa.string()) for c in CODE_COLUMNS]
     fields += [pa.field(c, pa.bool_()) for c in BOOL_COLUMNS]
     fields += [pa.field("stage_layers", pa.list_(pa.int64())), pa.field("stage_recompute", pa.list_(pa.string()))]
+    if hetero:
+        named = ("stage_pool", "stage_order", "stage_pool2")  # strings; the others int64
+        fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
     fields += [pa.field("run_id", pa.string()), pa.field("model", pa.string()), pa.field("cluster", pa.string()),
                pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
@@ -94,8 +105,13 @@ def to_arrow(
     iteration: np.ndarray | int,
     grid_index: np.ndarray | None,
     metadata: Mapping[bytes, bytes] | None = None,
+    pool_names: list[str] | None = None,
 ) -> pa.Table:
-    """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns)."""
+    """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
+    A costmodel.HeteroTable needs ``pool_names`` (the cluster's pools, in order)."""
+    if hasattr(table, "stages"):
+        return _to_arrow_hetero(table, metrics, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
+                                grid_index=grid_index, metadata=metadata, pool_names=pool_names)
     n = len(table)
     cols: dict[str, pa.Array] = {}
     for c in INT_COLUMNS:
@@ -117,6 +133,14 @@ def to_arrow(
         cols[c] = pa.array(table[c], type=pa.bool_())
     cols["stage_layers"] = _stage_list(table.stage_layers, table["pp"])
     cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], np.asarray(RECOMPUTE, dtype=object))
+    _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
+                             grid_index=grid_index)
+    schema = result_schema(metadata)
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, model, cluster, iteration,
+                             grid_index) -> None:
     for c in METRIC_COLUMNS:
         v = metrics[c]
         if c == "reason":
@@ -132,7 +156,55 @@ def to_arrow(
     cols["grid_index"] = (
         pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))
     )
-    schema = result_schema(metadata)
+
+
+def _every_stage(per_stage: np.ndarray, pp: np.ndarray, names=None, absent: np.ndarray | None = None) -> pa.Array:
+    """(N, S) per-stage values -> list array of each row's first pp entries (never null);
+    ``names`` decodes integer codes to strings, ``absent`` (N, S) marks null entries."""
+    n, width = per_stage.shape
+    active = np.arange(width)[None, :] < pp[:, None]  # (N, S)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(pp, out=offsets[1:])
+    flat = per_stage[active].astype(np.int64)
+    if names is None:
+        values = pa.array(flat, type=pa.int64())
+    else:
+        idx = pa.array(flat.astype(np.int32), mask=None if absent is None else absent[active])
+        values = pa.DictionaryArray.from_arrays(idx, pa.array(list(names), type=pa.string())).cast(pa.string())
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iteration, grid_index, metadata,
+                     pool_names) -> pa.Table:
+    """to_arrow for a costmodel.HeteroTable: global columns, dp / tp / micro_batch null, and the
+    per-stage lists of HETERO_STAGE_COLUMNS (whole columns)."""
+    from costmodel._hetero_strategy import ORDERS
+
+    if pool_names is None:
+        raise ValueError("to_arrow of a HeteroTable needs pool_names")
+    n = len(table)
+    pp = table["pp"]
+    cols: dict[str, pa.Array] = {}
+    for c in INT_COLUMNS:
+        cols[c] = pa.nulls(n, pa.int64()) if c in ("dp", "tp", "micro_batch") else pa.array(table[c], type=pa.int64())
+    for c, names in CODE_COLUMNS.items():
+        cols[c] = pa.DictionaryArray.from_arrays(pa.array(table[c].astype(np.int32)), pa.array(list(names))).cast(
+            pa.string())
+    for c in BOOL_COLUMNS:
+        cols[c] = pa.array(table[c], type=pa.bool_())
+    st = table.stages
+    cols["stage_layers"] = _every_stage(st["layers"], pp)
+    cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, np.asarray(RECOMPUTE, dtype=object))
+    split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
+    cols["stage_pool"] = _every_stage(st["pool"], pp, pool_names)
+    cols["stage_dp"] = _every_stage(st["dp"], pp)
+    cols["stage_tp"] = _every_stage(st["tp"], pp)
+    cols["stage_order"] = _every_stage(st["order"], pp, ORDERS)
+    cols["stage_pool2"] = _every_stage(np.where(split, st["pool2"], 0), pp, pool_names, absent=~split)
+    cols["stage_dp2"] = _every_stage(np.where(split, st["dp2"], 0), pp)
+    _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
+                             grid_index=grid_index)
+    schema = result_schema(metadata, hetero=True)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
@@ -165,3 +237,23 @@ def write_json_atomic(obj: object, path: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def hetero_row_strategy(row: Mapping) -> dict:
+    """A heterogeneous result row (a dict of one row's columns) as a strategy file's mapping
+    (costmodel._hetero_strategy.hetero_from_mapping reads it back: global keys and stages)."""
+    glob = ("global_batch", "microbatches", "cp", "vpp", "zero_stage", "schedule", "recompute", "precision",
+            "sequence_parallel", "overlap_dp")
+    out: dict = {k: row[k] for k in glob}
+    stages = []
+    recompute = row.get("stage_recompute")
+    for j, pool in enumerate(row["stage_pool"]):
+        st = {"pool": pool, "dp": row["stage_dp"][j], "tp": row["stage_tp"][j], "layers": row["stage_layers"][j],
+              "order": row["stage_order"][j]}
+        if row["stage_dp2"][j]:
+            st.update(pool2=row["stage_pool2"][j], dp2=row["stage_dp2"][j])
+        if recompute:
+            st["recompute"] = recompute[j]
+        stages.append(st)
+    out["stages"] = stages
+    return out

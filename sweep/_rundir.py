@@ -23,7 +23,7 @@ import uuid
 from typing import Any
 
 import costmodel
-from costmodel import GPU, Cluster, InputError, Transformer
+from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hetero_from_mapping, hetero_to_mapping
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
@@ -64,7 +64,10 @@ def model_to_dict(model: Transformer) -> dict:
     return dataclasses.asdict(model)
 
 
-def cluster_to_dict(cluster: Cluster) -> dict:
+def cluster_to_dict(cluster: Cluster | HeteroCluster) -> dict:
+    """A cluster's fields; a heterogeneous cluster in its file form (name, pools, links)."""
+    if isinstance(cluster, HeteroCluster):
+        return hetero_to_mapping(cluster)
     return dataclasses.asdict(cluster)
 
 
@@ -72,7 +75,9 @@ def model_from_dict(d: dict) -> Transformer:
     return Transformer(**d)
 
 
-def cluster_from_dict(d: dict) -> Cluster:
+def cluster_from_dict(d: dict) -> Cluster | HeteroCluster:
+    if "pools" in d:
+        return hetero_from_mapping(d)
     d = dict(d)
     gpu = dict(d.pop("gpu"))
     gpu["peak_flops"] = tuple(gpu["peak_flops"])
@@ -85,8 +90,8 @@ class Study:
 
     index: int
     model: Transformer
-    cluster: Cluster
-    space: Any  # search.Space
+    cluster: Cluster | HeteroCluster
+    space: Any  # search.Space, or search.HeteroSpace on a heterogeneous cluster
 
     @property
     def label(self) -> str:
@@ -183,14 +188,15 @@ class RunDir:
         return d
 
     def studies(self) -> list[Study]:
-        from search import Space  # search/ knows nothing of run directories; we rebuild here
+        from search import HeteroSpace, Space  # search/ knows nothing of run directories; we rebuild here
 
         out = []
         try:
             for i, s in enumerate(self.info["studies"]):
                 model = model_from_dict(s["model"])
                 cluster = cluster_from_dict(s["cluster"])
-                space = Space.from_json(s["space"], model, cluster)
+                kind = HeteroSpace if s["space"].get("kind") == "hetero" else Space
+                space = kind.from_json(s["space"], model, cluster)
                 out.append(Study(index=i, model=model, cluster=cluster, space=space))
         except (KeyError, TypeError, ValueError) as exc:  # InputError is a ValueError
             raise InputError("RUN_DIR", "a run.json whose studies this plansweep can read",
@@ -211,7 +217,7 @@ class RunDir:
                         pass
 
 
-def study_request(model: Transformer, cluster: Cluster, space) -> dict:
+def study_request(model: Transformer, cluster: Cluster | HeteroCluster, space) -> dict:
     return {"model": model_to_dict(model), "cluster": cluster_to_dict(cluster), "space": space.to_json()}
 
 

@@ -24,7 +24,7 @@ import uuid
 
 import numpy as np
 
-from costmodel import Metrics, StrategyTable, evaluate
+from costmodel import Metrics, StrategyTable, evaluate_any
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
@@ -71,15 +71,25 @@ def _plain(a: np.ndarray):
 
 
 # ---- the searchers ---------------------------------------------------------------------------
+def pool_names(space) -> list[str] | None:
+    """The pools of a placement space's cluster (names in Parquet's stage_pool), else None."""
+    return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
+
+
 def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | None = None):
+    """The searcher of a run. On a placement space (search.HeteroSpace) MCMC chains also start
+    from its named placements and a new TPE study tries them first, as `plansweep search` does
+    without --out (random placements are almost all infeasible)."""
+    placement = pool_names(space) is not None
     if kind == "mcmc":
         try:
             from search import MCMCSearcher
         except ImportError:  # before search/__init__ re-exports it
             from search._mcmc import MCMCSearcher
 
+        extra = {"starts": (*space.start_points(), "random")} if placement else {}
         return MCMCSearcher(space, seed=seed, chains=int(options["chains"]), beta=float(options["beta"]),
-                            reset_every=int(options["reset_every"]))
+                            reset_every=int(options["reset_every"]), **extra)
     if kind == "tpe":
         try:
             from search import TPESearcher
@@ -88,13 +98,18 @@ def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | 
 
         from search._tpe import DEFAULT_N_STARTUP_TRIALS
 
-        return TPESearcher(space, seed=seed, storage=storage,
-                           n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
+        searcher = TPESearcher(space, seed=seed, storage=storage,
+                               n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
+        if placement and not searcher.study.get_trials(deepcopy=False):
+            from sweep._cmd_search_hetero import enqueue_start_points
+
+            enqueue_start_points(searcher, space)  # stored in the journal: a resumed study has them
+        return searcher
     raise ValueError(f"unknown searcher {kind!r}")
 
 
 def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[StrategyTable, Metrics]:
-    table = StrategyTable.concat(tables)
+    table = type(tables[0]).concat(tables)  # a StrategyTable, or a HeteroTable of a placement space
     return table, Metrics({k: np.concatenate([m[k] for m in metrics]) for k in metrics[0]})
 
 
@@ -118,7 +133,7 @@ class ChainRunner:
             if len(table) == 0:
                 done = True
                 break
-            m = evaluate(self.space.model, self.space.cluster, table)
+            m = evaluate_any(self.space.model, self.space.cluster, table)
             step = self.searcher.step
             self.searcher.tell(table, m)
             tables.append(table)
@@ -133,16 +148,16 @@ class ChainRunner:
             iteration = np.concatenate(steps)
         else:
             table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
-            m = evaluate(self.space.model, self.space.cluster, table)
+            m = evaluate_any(self.space.model, self.space.cluster, table)
             iteration = np.zeros(0, dtype=np.int64)
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
-                         iteration=iteration, grid_index=None, metadata=metadata)
+                         iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space))
         return arrow, self.searcher.state_dict(), used, done
 
 
 def evaluate_table(space, table: StrategyTable) -> Metrics:
     """A Ray task body: one batch of a driver-side searcher."""
-    return evaluate(space.model, space.cluster, table)
+    return evaluate_any(space.model, space.cluster, table)
 
 
 class _Bar:
@@ -314,7 +329,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 p = prog[s.index]
                 table = asked[s.index]
                 arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
-                                 iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                                 iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
+                                 pool_names=pool_names(s.space))
                 path = os.path.join(parts, part_name(s.index, p["batches"]))
                 if check_first.pop(s.index, False) and os.path.exists(path):
                     # Killed after writing part b and before recording it: is part b told?
@@ -332,7 +348,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                     p["batches"] += 1
                     path = os.path.join(parts, part_name(s.index, p["batches"]))
                     arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
-                                     iteration=p["batches"], grid_index=None, metadata=rd.metadata(s))
+                                     iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
+                                     pool_names=pool_names(s.space))
                 write_part(arrow, path)
                 searchers[s.index].tell(table, m)
                 p["batches"] += 1
@@ -346,16 +363,17 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
 def _read_strategies(path: str):
     import pyarrow.parquet as pq
 
-    from sweep._results import STRATEGY_COLUMNS
+    from sweep._results import HETERO_STRATEGY_COLUMNS
 
-    return pq.read_table(path, columns=list(STRATEGY_COLUMNS))
+    names = set(pq.read_schema(path).names)
+    return pq.read_table(path, columns=[c for c in HETERO_STRATEGY_COLUMNS if c in names])
 
 
 def _strategy_keys(arrow) -> set[tuple]:
     """The strategies of an Arrow table of results, as hashable rows (a few rows: one batch)."""
-    from sweep._results import STRATEGY_COLUMNS
+    from sweep._results import HETERO_STRATEGY_COLUMNS
 
-    rows = arrow.select(list(STRATEGY_COLUMNS)).to_pylist()
+    rows = arrow.select([c for c in HETERO_STRATEGY_COLUMNS if c in arrow.column_names]).to_pylist()
     return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
 
 

@@ -1,0 +1,126 @@
+"""Heterogeneous clusters through run directories: `search mcmc|tpe --out`, `show`, `resume`,
+and `sweep` refusing a placement space in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from costmodel import hetero_preset, model_preset, stage_rows
+from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_mapping
+from sweep._results import hetero_row_strategy
+from tests.sweep_helpers import cli, kill_when, parts, rows, start
+
+HETERO = ["--cluster", "a100x64+h100x64", "--pp", "4,8"]
+MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2"]
+STAGES = ["stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_layers", "stage_pool2", "stage_dp2"]
+KEY = ["iteration", "pp", "microbatches", "recompute", "zero_stage", *STAGES]
+
+
+@pytest.fixture(scope="module")
+def mcmc_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("hetero") / "run")
+    cli("search", "mcmc", *HETERO, *MCMC, "--out", out, "--in-process", "--no-progress", "--top", "1")
+    return out
+
+
+def _sorted(df):
+    df = df.copy()
+    for c in STAGES:
+        df[c] = df[c].map(lambda v: ",".join(map(str, v)))
+    return df[KEY + ["step_time_s", "tokens_per_s", "feasible"]].sort_values(KEY).reset_index(drop=True)
+
+
+def test_mcmc_out_writes_placements_and_show_prints_stages(mcmc_run):
+    """Every evaluation is a row with its stages' pools, degrees and layers (96 in all); `show`
+    prints the top row's per-stage breakdown, and its JSON holds the same stages re-priced: the
+    busiest stage's iteration time is the step's pipeline part, no more than the step time."""
+    df = rows(mcmc_run)
+    assert len(df) == 1600 and df["dp"].isna().all()
+    assert df["stage_layers"].map(sum).eq(96).all()
+    assert df["stage_pool"].map(lambda p: set(p) <= {"a100", "h100"}).all()
+    text = cli("show", mcmc_run, "--top", "3").stdout
+    assert "per stage (top row" in text and "hand-off ms" in text and "h100" in text
+    out = json.loads(cli("show", mcmc_run, "--top", "1", "--json").stdout)
+    study = out["studies"][0]
+    top, stages = study["rows"][0], study["top_stages"]
+    assert [s["pool"] for s in stages] == top["stage_pool"]
+    assert [s["layers"] for s in stages] == top["stage_layers"]
+    assert [s["dp"] for s in stages] == top["stage_dp"] and [s["tp"] for s in stages] == top["stage_tp"]
+    assert all(0 < s["mem_bytes"] <= s["hbm_bytes"] for s in stages)
+    assert 0 < max(s["time_s"] for s in stages) <= top["step_time_s"]
+    # the row read back is the strategy that was priced: the same stages from the run's model and cluster
+    hc = hetero_preset("a100x64+h100x64")
+    again = stage_rows(model_preset("gpt3-175b"), hc,
+                       strategy_from_mapping(hetero_row_strategy(top), [p.name for p in hc.pools]))
+    assert again == stages
+
+
+def test_resume_after_kill_equals_uninterrupted(mcmc_run, tmp_path):
+    """kill -9 during the run (in this process, no Ray), then `resume`: the same rows as the
+    uninterrupted run."""
+    out = str(tmp_path / "run")
+    proc = start("search", "mcmc", *HETERO, *MCMC, "--out", out, "--in-process", "--no-progress")
+    total = len(parts(os.path.join(mcmc_run, "results", "searcher=mcmc")))
+    n = kill_when(proc, os.path.join(out, "results", "searcher=mcmc"), at_least=3)
+    assert n < total, f"killed after all {total} checkpoints"
+    res = cli("resume", out, "--in-process", "--no-progress", "--top", "1")
+    assert "placement" in res.stdout
+    assert _sorted(rows(out)).equals(_sorted(rows(mcmc_run)))
+
+
+def test_tpe_out_on_hetero_cluster_and_resume_of_a_finished_run(tmp_path):
+    out = str(tmp_path / "run")
+    cli("search", "tpe", *HETERO, "--budget", "32", "--batch", "16", "--out", out, "--in-process", "--no-progress")
+    df = rows(out)
+    assert len(df) == 32 and df["feasible"].any()  # the named placements come first
+    cli("resume", out, "--in-process", "--no-progress")
+    assert len(rows(out)) == 32
+    assert "per stage (top row" in cli("show", out).stdout
+
+
+def test_sweep_refuses_a_heterogeneous_cluster_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    res = cli("sweep", "--cluster", "a100x64+h100x64", "--out", str(out), "--in-process", check=False)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "--cluster" in res.stderr and "a100x64+h100x64" in res.stderr
+    assert not out.exists()  # nothing written
+    mixed = cli("search", "mcmc", "--cluster", "h100x1024,a100x64+h100x64", "--budget", "16", "--out", str(out),
+                "--in-process", check=False)
+    assert mixed.returncode == 2 and "--cluster" in mixed.stderr and not out.exists()
+
+
+@pytest.mark.slow
+def test_mcmc_out_on_ray_with_a_hetero_cluster(tmp_path):
+    """The placement space travels to a Ray actor and back (one worker, a short budget)."""
+    out = str(tmp_path / "run")
+    cli("search", "mcmc", *HETERO, "--budget", "96", "--chains", "16", "--checkpoint-every", "2", "--out", out,
+        "--workers", "1", "--no-progress")
+    df = rows(out)
+    assert len(df) == 96 and df["feasible"].any() and df["stage_pool"].notna().all()
+
+
+def test_dp2_flag_puts_split_stages_in_a_run(tmp_path):
+    """--dp2 adds the split dims: the run's rows include stages split across the pools, written
+    with their second pool (null where a stage is not split), and show prints them as pool+pool2;
+    --dp2 on a homogeneous cluster is one line, exit 2."""
+    out = str(tmp_path / "run")
+    cli("search", "mcmc", *HETERO, "--dp2", "0,1,2,4", "--budget", "480", "--chains", "16", "--out", out,
+        "--in-process", "--no-progress")
+    df = rows(out)
+    split = df["stage_dp2"].map(lambda v: [int(x) > 0 for x in v])
+    assert split.map(any).any()
+    for flags, pools2, pools, dp, dp2 in zip(split, df["stage_pool2"], df["stage_pool"], df["stage_dp"],
+                                             df["stage_dp2"], strict=True):
+        for f, q2, q, d, d2 in zip(flags, pools2, pools, dp, dp2, strict=True):
+            assert (q2 is not None and q2 != q and 0 < d2 < d) if f else (q2 is None and d2 == 0)
+    bad = cli("search", "mcmc", "--cluster", "h100x1024", "--dp2", "0,1", "--budget", "16", check=False)
+    assert bad.returncode == 2 and "--dp2" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_plot_refuses_a_heterogeneous_run_in_one_line(mcmc_run, tmp_path):
+    res = cli("plot", mcmc_run, "--out", str(tmp_path / "png"), check=False)
+    assert res.returncode == 2 and "RUN_DIR" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "png").exists()

@@ -1,0 +1,232 @@
+"""Stages split across pools: a data-parallel group spanning two pools (HetPipe's virtual workers).
+
+Hand-worked: the split stage's gradient all-reduce is a ring over the whole group priced on the
+slowest link it crosses (the inter-pool link), its compute is the slower pool's replica, and
+whether a split pays depends on the inter-pool link."""
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    REASONS,
+    HeteroTable,
+    InputError,
+    Transformer,
+    evaluate_hetero,
+    gpu_preset,
+    hetero_from_mapping,
+    make_cluster,
+    make_hetero,
+    make_pool,
+    model_preset,
+    stage_rows,
+)
+from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
+from search._hetero_space import HeteroSpace
+
+GRAD_BYTES_ON_WIRE = 2  # bf16 gradients reduced in the training dtype (costmodel GRAD_COMM_BYTES)
+
+
+def _mlp(layers=8, hidden=8192):
+    # no embedding or head: every parameter is one of the layers' h x h weights
+    return Transformer(name="mlp", layers=layers, hidden=hidden, kind="mlp", activation="relu", norm="none",
+                       bias=False)
+
+
+def _a100_h100(link_GBps=25, latency_us=12):
+    return hetero_from_mapping({"pools": [{"name": "a", "gpu": "a100", "nodes": 1},
+                                          {"name": "h", "gpu": "h100", "nodes": 1}],
+                                "links": [{"between": ["a", "h"], "GBps": link_GBps, "latency_us": latency_us}]})
+
+
+def _one_stage(pool, dp, tp, pool2=None, dp2=0, **kw):
+    return HeteroTable.from_columns(pool=[[pool]], dp=[[dp]], tp=[[tp]], layers=[[8]],
+                                    pool2=None if pool2 is None else [[pool2]], dp2=[[dp2]],
+                                    microbatches=4, global_batch=64, overlap_dp=False, **kw)
+
+
+def test_split_stage_all_reduce_on_the_inter_pool_link_by_hand():
+    """One stage, dp 4 x tp 2: 2 replicas on the A100 node, 2 on the H100 node, joined at
+    25 GB/s and 12 us. Each GPU holds 8 h^2 / 2 weights; the ring all-reduce over the 4
+    replicas moves 2 (n - 1) / n x 2 bytes x params at the slowest tier it crosses, the
+    inter-pool link (25 GB/s x link efficiency 0.8; the NVLinks inside either node are faster),
+    and pays 2 (n - 1) steps of its latency (12 us, above NVLink's 5 us). The same group inside
+    the A100 node (span 4 x 2 = 8 GPUs) is priced on NVLink: 300 GB/s x 0.8, 5 us."""
+    model, hc = _mlp(), _a100_h100()
+    h, n = 8192, 4
+    nbytes = GRAD_BYTES_ON_WIRE * 8 * h * h / 2
+    eff = gpu_preset("a100").link_eff
+    assert eff == gpu_preset("h100").link_eff == 0.8
+    split = stage_rows(model, hc, _one_stage(0, 4, 2, pool2=1, dp2=2))[0]
+    assert split["pool"] == "a" and split["pool2"] == "h" and split["dp2"] == 2
+    expect = 2 * (n - 1) / n * nbytes / (25e9 * eff) + 2 * (n - 1) * 12e-6
+    assert split["dp_comm_s"] == pytest.approx(expect, rel=1e-12)
+    inside = stage_rows(model, hc, _one_stage(0, 4, 2))[0]
+    assert inside["dp_comm_s"] == pytest.approx(2 * (n - 1) / n * nbytes / (300e9 * eff) + 2 * (n - 1) * 5e-6,
+                                                 rel=1e-12)
+    # overlap_dp off: the exchange is all exposed, on top of the pipeline and the optimizer
+    m = evaluate_hetero(model, hc, _one_stage(0, 4, 2, pool2=1, dp2=2))
+    assert m["dp_comm_s"][0] == pytest.approx(expect, rel=1e-12)
+
+
+def test_split_stage_runs_at_the_slower_pools_replica():
+    """Every replica holds the same micro-batch share (64 / (4 x 4) = 4 sequences), so the split
+    stage's forward/backward per micro-batch is the A100 replica's (the H100's is shorter),
+    whichever pool is named first; its GPUs count against each pool."""
+    model, hc = _mlp(), _a100_h100()
+    on_a = stage_rows(model, hc, _one_stage(0, 4, 2))[0]
+    on_h = stage_rows(model, hc, _one_stage(1, 4, 2))[0]
+    assert on_h["forward_s"] < 0.8 * on_a["forward_s"]
+    for pool, pool2 in ((0, 1), (1, 0)):
+        st = stage_rows(model, hc, _one_stage(pool, 4, 2, pool2=pool2, dp2=2))[0]
+        assert st["micro_batch"] == on_a["micro_batch"] == 4.0
+        for k in ("forward_s", "backward_s", "weight_grad_s", "time_s"):
+            assert st[k] == on_a[k], (pool, k)
+    # dp 8 x tp 2 = 16 GPUs: 6 + 2 replicas put 12 GPUs on an 8-GPU node; 4 + 4 fit
+    over = evaluate_hetero(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=2))
+    fits = evaluate_hetero(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=4))
+    assert REASONS[over["reason"][0]] == "gpus_exceed_cluster" and fits["feasible"][0]
+    with pytest.raises(InputError) as e:
+        _one_stage(0, 4, 2, pool2=1, dp2=4)  # every replica on the second pool is not a split
+    assert e.value.argument == "dp2"
+
+
+def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
+    """Two pools of one 8-GPU A100 node joined by the A100's own network (25 GB/s, 10 us): a
+    stage whose dp replicas are split half and half is the homogeneous 16-GPU cluster's stage,
+    its dp group crossing the nodes, so every metric is the homogeneous one (ZeRO 0/1/3, both
+    rank orders, every tp)."""
+    model = model_preset("megatron-22b")
+    hc = make_hetero([make_pool("x", "a100", nodes=1), make_pool("y", "a100", nodes=1)])
+    cl = make_cluster("a100", 16)
+    rows = np.array([(tp, 16 // tp, o, z) for tp in (1, 2, 4, 8) for o in (0, 1) for z in (0, 1, 3)])
+    n = len(rows)
+    kw = dict(layers=np.full((n, 1), 48), microbatches=8, global_batch=256, zero_stage=rows[:, 3],
+              recompute="full", sequence_parallel=True, pool=np.zeros((n, 1), int), dp=rows[:, 1:2],
+              tp=rows[:, :1], order=rows[:, 2:3])
+    split = evaluate_hetero(model, hc, HeteroTable.from_columns(pool2=np.ones((n, 1), int), dp2=rows[:, 1:2] // 2,
+                                                                **kw))
+    homo = evaluate_hetero(model, cl, HeteroTable.from_columns(**kw))
+    assert homo["feasible"].sum() >= 8
+    for k in homo:
+        a, b = np.asarray(split[k]), np.asarray(homo[k])
+        assert ((a == b) | np.isclose(a, b, rtol=1e-12, atol=0)).all(), k
+
+
+def _plans(model, hc):
+    """Plans on two 8-GPU pools, tp 1-8: (i) one stage on pool 0 (dp 8 / tp); (ii) one stage
+    over both pools, dp 16 / tp split half and half; (iii) two stages, one per pool."""
+    rows = []
+    for tp in (1, 2, 4, 8):
+        d = 8 // tp
+        rows += [("one pool", 1, [0, 0], [d, 1], [tp, 1], [0, 0], [0, 0]),
+                 ("split", 1, [0, 0], [2 * d, 1], [tp, 1], [1, 0], [d, 0]),
+                 ("two stages", 2, [0, 1], [d, d], [tp, tp], [0, 0], [0, 0])]
+    kind = [r[0] for r in rows]
+    pp = np.array([r[1] for r in rows])
+    layers = np.where(pp[:, None] == 1, [model.layers, 0], model.layers // 2)
+    t = HeteroTable.from_columns(pool=[r[2] for r in rows], dp=[r[3] for r in rows], tp=[r[4] for r in rows],
+                                 pool2=[r[5] for r in rows], dp2=[r[6] for r in rows], layers=layers, pp=pp,
+                                 microbatches=16, global_batch=256, zero_stage=1, recompute="full",
+                                 sequence_parallel=True)
+    m = evaluate_hetero(model, hc, t, pipeline="simulate")
+    assert m["feasible"].sum() >= 6
+    return kind, m
+
+
+def test_fast_inter_pool_link_makes_the_split_worthwhile_slow_link_not():
+    """Llama-3 8B on two 8-GPU H100 nodes in separate pools. With a 50 GB/s link between them
+    (the H100's own 400 Gb/s NIC) the best plan splits one stage over both pools: 16 replicas,
+    no pipeline bubble, the gradient ring on the link, hidden behind the last backward. At
+    0.5 GB/s (a 4 Gb/s WAN per GPU) the ring moves 2 x 15/16 x 2 bytes x 8e9 / tp parameters at
+    0.4 GB/s, about 75 s / tp, and the best plan keeps every data-parallel group inside a pool
+    (two stages, one per pool, passing only activations over the link)."""
+    model = model_preset("llama3-8b")
+    for link_GBps, want in ((50, "split"), (0.5, "two stages")):
+        hc = make_hetero([make_pool("p", "h100", nodes=1), make_pool("q", "h100", nodes=1)],
+                         {("p", "q"): (link_GBps * 1e9, 10e-6)})
+        kind, m = _plans(model, hc)
+        assert kind[int(np.argmin(m["step_time_s"]))] == want, link_GBps
+
+
+def test_space_split_dims_moves_and_validity():
+    """Asked for (dp2), the placement space on two pools has pool2.J / dp2.J per stage (none on one pool); a
+    "split" move changes one of them by one step; dp2 >= dp is invalid; split rows evaluate."""
+    model = model_preset("gpt3-175b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(64, 128),
+                                     recompute=("full",), zero_stage=(1,), dp2=None)
+    assert space.has_split and space.dims[space._col("dp2.0")].choices == (0, 1, 2, 4, 8, 16)
+    one = HeteroSpace.from_options(model, make_hetero([make_pool("a", "a100", nodes=8)]), global_batch=1536,
+                                   pp=(4,), dp2=(0, 1, 2))
+    default = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))  # splits are opt-in
+    for s in (one, default):
+        assert not s.has_split and not any(d.base in ("pool2", "dp2") for d in s.dims)
+    start = np.stack(list(space.start_points().values()))
+    rng = np.random.default_rng(1)
+    many = np.repeat(start, 400, axis=0)
+    prop = space.propose(many, rng)
+    split_cols = np.array([d.base in ("pool2", "dp2") for d in space.dims])
+    touched = ((prop != many) & split_cols[None, :]).any(axis=1)
+    assert touched.mean() > 0.05  # about SPLIT_MOVE_SHARE = 1/10 of the moves
+    assert ((prop != many)[touched].sum(axis=1) == 1).all()
+    dp2_cols = [space._col(f"dp2.{j}") for j in range(space.num_slots)]
+    assert (np.abs(prop[touched][:, dp2_cols] - many[touched][:, dp2_cols]) <= 1).all()
+    # a stage of dp 2 putting 2 replicas on its second pool is not a strategy
+    bad = start[:1].copy()
+    bad[0, space._col("dp.0")] = space.dims[space._col("dp.0")].choices.index(2)
+    bad[0, space._col("dp2.0")] = space.dims[space._col("dp2.0")].choices.index(2)
+    assert not space.valid(bad)[0]
+    # one of its 2 replicas on the H100s (stage 3 there down to dp 2 to make room): valid
+    ok = bad.copy()
+    ok[0, space._col("dp2.0")] = space.dims[space._col("dp2.0")].choices.index(1)
+    ok[0, space._col("pool2.0")] = 1 - ok[0, space._col("pool.0")]
+    ok[0, space._col("dp.3")] = space.dims[space._col("dp.3")].choices.index(2)
+    t = space.table(ok)
+    assert space.valid(ok)[0]
+    assert t["dp2"][0, 0] == 1 and t["pool2"][0, 0] != t["pool"][0, 0]
+    assert REASONS[evaluate_hetero(model, hc, t)["reason"][0]] in ("ok", "out_of_memory")
+
+
+def test_strategy_file_with_a_split_stage():
+    names = ["a", "h"]
+    t = strategy_from_file({"global_batch": 64, "microbatches": 4,
+                            "stages": [{"pool": "a", "dp": 4, "tp": 2, "layers": 8, "pool2": "h", "dp2": 2}]}, names)
+    assert t.row(0, names)["stages"][0] == {"pool": "a", "dp": 4, "tp": 2, "layers": 8, "order": "tp-inner",
+                                           "pool2": "h", "dp2": 2}
+    for stage, field in (({"pool": "a", "dp": 4, "layers": 8, "pool2": "h", "dp2": 4}, "dp2"),
+                         ({"pool": "a", "dp": 4, "layers": 8, "dp2": 1}, ""),
+                         ({"pool": "a", "dp": 4, "layers": 8, "pool2": "z", "dp2": 1}, "pool2")):
+        with pytest.raises(InputError) as e:
+            strategy_from_file({"global_batch": 64, "microbatches": 4, "stages": [stage]}, names)
+        assert e.value.argument == "--strategy.stages[0]" + (f".{field}" if field else "")
+
+
+def test_space_interleaving_vpp():
+    """With --vpp 1,2 and the interleaved schedule the placement space holds a vpp dimension:
+    interleaved rows are valid only with vpp 2 and every stage's layers even, 1F1B only with vpp
+    1; the interleaved fill is the 1F1B fill over vpp (Narayanan et al. 2021, eq. for the
+    interleaved bubble: (p - 1) / v of the stage time), here per-stage: (sum X - max X) / v."""
+    model = model_preset("gpt3-175b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(64, 128),
+                                     recompute=("full",), zero_stage=(1,), schedule=("1f1b", "interleaved"),
+                                     vpp=(1, 2))
+    assert space.dims[space._col("vpp")].choices == (1, 2)
+    d = space.random_digits(np.random.default_rng(0), 400)
+    t = space.table(d)
+    inter = t["schedule"] == t["schedule"].max()
+    assert inter.any() and (~inter).any()
+    assert (t["vpp"][inter] == 2).all() and (t["vpp"][~inter] == 1).all()
+    assert (t["layers"][inter] % 2 == 0).all()
+    # the same placements under both schedules: the fill halves
+    rows = np.flatnonzero(inter)[:20]
+    sub = t.take(rows)
+    one = HeteroTable.from_columns(pool=sub["pool"], dp=sub["dp"], tp=sub["tp"], layers=sub["layers"],
+                                   order=sub["order"], pool2=sub["pool2"], dp2=sub["dp2"], pp=sub["pp"],
+                                   microbatches=sub["microbatches"], global_batch=1536, recompute="full",
+                                   zero_stage=1, sequence_parallel=True, schedule="1f1b", vpp=1)
+    a, b = evaluate_hetero(model, hc, sub), evaluate_hetero(model, hc, one)
+    assert np.allclose(a["bubble_s"], b["bubble_s"] / 2, rtol=1e-12)
+    plain = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))
+    assert all(dim.name != "vpp" for dim in plain.dims)
