@@ -50,6 +50,7 @@ from search._memo import (
     point_keys,
     row_costs,
     row_keys,
+    row_time_proxy,
     stage_width,
 )
 
@@ -61,6 +62,8 @@ DEFAULT_RESET_EVERY = 50
 DEFAULT_JUMP = 0.0
 DEFAULT_DOUBLE = 0.0
 DEFAULT_RESTART_AFTER = 0
+DEFAULT_MEMORY_PENALTY = 0.0
+DEFAULT_REPAIR_PAIRS = False
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -70,7 +73,7 @@ MAX_SKIPPED_STEPS = 1000
 START_STREAM = 1
 STEP_STREAM = 2
 RESTART_STREAM = 3
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +100,7 @@ class MCMCSearcher(Searcher):
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, repair_pairs: bool = DEFAULT_REPAIR_PAIRS,
                  starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
@@ -125,6 +129,10 @@ class MCMCSearcher(Searcher):
         if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
             raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
         self.restart_after = int(restart_after)
+        if not np.isfinite(memory_penalty) or memory_penalty < 0:
+            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
+        self.memory_penalty = float(memory_penalty)
+        self.repair_pairs = bool(repair_pairs)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
@@ -140,16 +148,21 @@ class MCMCSearcher(Searcher):
         self._x = x  # (C, D)
         self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
+        self._proxy = np.full(C, np.nan)  # (C,) seconds per token ignoring memory (row_time_proxy)
         self._best_x = x[0].copy()
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
         self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
         self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
         self._step = 0
-        self._memo = Memo()
+        self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
         # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
         nonstage = [k for k, d in enumerate(space.dims) if "." not in d.name and len(d.choices) > 1]
         self._moves = (np.array([k for k in nonstage for _ in space.dims[k].choices], dtype=np.int64),
                        np.array([v for k in nonstage for v in range(len(space.dims[k].choices))], dtype=np.int64))
+        # Pairs of single changes of two different dimensions (P,), for _repair_pair.
+        i, j = np.triu_indices(len(self._moves[0]), k=1)
+        distinct = self._moves[0][i] != self._moves[0][j]
+        self._pairs = (i[distinct], j[distinct])
         self._cached: tuple[int, _Step] | None = None
         self.accepted = 0  # bookkeeping for reports: accepted moves so far
 
@@ -165,12 +178,13 @@ class MCMCSearcher(Searcher):
         st = self._draw()
         if len(table):
             cost, excess = row_costs(metrics, self._hbm_bytes)
+            proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
             if len(st.ask_rows):
                 asked = self.space.table(st.proposal[st.ask_rows])
                 pos = match_rows(row_keys(table, self.space.model.layers, self._width),
                                  row_keys(asked, self.space.model.layers, self._width))
                 hit = pos >= 0
-                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit]], axis=1))
+                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
         self._advance(st)
 
     def state_dict(self) -> dict:
@@ -178,6 +192,7 @@ class MCMCSearcher(Searcher):
         return {
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
             "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
+            "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
             "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
@@ -194,13 +209,15 @@ class MCMCSearcher(Searcher):
         self._x = x.copy()
         self._cost = np.asarray(state["cost"], dtype=np.float64).copy()
         self._excess = np.asarray(state["excess"], dtype=np.float64).copy()
+        self._proxy = np.asarray(state["proxy"], dtype=np.float64).copy()
         self._best_x = np.asarray(state["best_x"], dtype=np.int64).copy()
         self._best = np.asarray(state["best"], dtype=np.float64).copy()
         self._step = int(state["step"])
         self.accepted = int(state["accepted"])
         self._chain_best = np.asarray(state["chain_best"], dtype=np.float64).reshape(C, 2).copy()
         self._stale = np.asarray(state["stale"], dtype=np.int64).copy()
-        self._memo = Memo(keys_from_plain(state["memo_keys"]), np.asarray(state["memo_values"], dtype=np.float64))
+        self._memo = Memo(keys_from_plain(state["memo_keys"]),
+                          np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
         self._cached = None
 
     # -- reading the state -------------------------------------------------------------------
@@ -250,9 +267,18 @@ class MCMCSearcher(Searcher):
         # such coupled constraints.
         bad = np.flatnonzero(~ok & ~unknown_here)
         if bad.size:
-            fixed, fixed_ok = self._repair(prop[bad], rng)
+            moved = (prop[bad] != self._x[bad]) if self.repair_pairs else np.zeros_like(prop[bad], dtype=bool)
+            fixed, fixed_ok = self._repair(prop[bad], moved, rng)
             prop[bad] = np.where(fixed_ok[:, None], fixed, prop[bad])
             ok[bad] = fixed_ok
+        if self.repair_pairs:
+            # Still invalid: two more changes, leaving the moved dimension as moved (pp 16 -> 1
+            # from an interleaved point also needs 1F1B and vpp 1).
+            bad = np.flatnonzero(~ok & ~unknown_here)
+            if bad.size:
+                fixed, fixed_ok = self._repair_pair(prop[bad], prop[bad] != self._x[bad], rng)
+                prop[bad] = np.where(fixed_ok[:, None], fixed, prop[bad])
+                ok[bad] = fixed_ok
         for _ in range(MAX_REDRAWS):
             bad = np.flatnonzero(~ok & ~unknown_here)
             if bad.size == 0:
@@ -276,7 +302,29 @@ class MCMCSearcher(Searcher):
         self._cached = (self._step, st)
         return st
 
-    def _repair(self, bad: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _repair_pair(self, bad: np.ndarray, moved: np.ndarray,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(B, D) invalid digits -> (B, D) digits two more changes (of two other non-stage
+        dimensions than those in ``moved`` (B, D)) away, valid where possible (ok (B,)), drawn
+        uniformly among the valid pairs of changes."""
+        ks, vs = self._moves
+        pi, pj = self._pairs  # (P,) indices into the single changes, distinct dimensions
+        B, P = len(bad), len(pi)
+        if P == 0:
+            return bad, np.zeros(B, dtype=bool)
+        cand = np.repeat(bad[:, None, :], P, axis=1)  # (B, P, D)
+        cand[:, np.arange(P), ks[pi]] = vs[pi][None, :]
+        cand[:, np.arange(P), ks[pj]] = vs[pj][None, :]
+        good = (self.space.valid(cand.reshape(B * P, -1)).reshape(B, P)
+                & (bad[:, ks[pi]] != vs[pi][None, :]) & (bad[:, ks[pj]] != vs[pj][None, :])
+                & ~moved[:, ks[pi]] & ~moved[:, ks[pj]])
+        cnt = good.sum(axis=1)
+        pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
+        col = np.argmax(np.cumsum(good, axis=1) > pick[:, None], axis=1)
+        return cand[np.arange(B), col], cnt > 0
+
+    def _repair(self, bad: np.ndarray, moved: np.ndarray,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(B, D) invalid digits -> (B, D) digits one more non-stage change away, valid where
         possible (ok (B,)), drawn uniformly among the valid changes."""
         ks, vs = self._moves  # (K,) dimension and new digit of every single change
@@ -285,7 +333,7 @@ class MCMCSearcher(Searcher):
             return bad, np.zeros(B, dtype=bool)
         cand = np.repeat(bad[:, None, :], K, axis=1)  # (B, K, D)
         cand[:, np.arange(K), ks] = vs[None, :]
-        good = self.space.valid(cand.reshape(B * K, -1)).reshape(B, K) & (bad[:, ks] != vs[None, :])
+        good = self.space.valid(cand.reshape(B * K, -1)).reshape(B, K) & (bad[:, ks] != vs[None, :]) & ~moved[:, ks]
         cnt = good.sum(axis=1)
         pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
         col = np.argmax(np.cumsum(good, axis=1) > pick[:, None], axis=1)
@@ -294,8 +342,8 @@ class MCMCSearcher(Searcher):
     def _advance(self, st: _Step) -> None:
         """Metropolis acceptance for every chain whose proposal has a known cost; best; reset."""
         found, vals = self._memo.lookup(st.keys)
-        new_c, new_e = vals[:, 0], vals[:, 1]  # (C,)
-        old_c, old_e = self._cost, self._excess
+        new_c, new_e, new_p = vals[:, 0], vals[:, 1], vals[:, 2]  # (C,)
+        old_c, old_e, old_p = self._cost, self._excess, self._proxy
         fresh = np.isnan(old_c)  # the chain's own point, evaluated now
         f_old, f_new = np.isfinite(old_c), np.isfinite(new_c)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -304,20 +352,31 @@ class MCMCSearcher(Searcher):
                 [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf],
                 (new_e - old_e) / old_e,
             )
+            if self.memory_penalty > 0:
+                # Soft memory walls: both points priced by their penalised time (_soft_cost).
+                s_old, s_new = self._soft_cost(old_c, old_e, old_p), self._soft_cost(new_c, new_e, new_p)
+                soft = np.isfinite(s_old) & np.isfinite(s_new) & ~(f_old & f_new)
+                rel = np.where(soft, (s_new - s_old) / s_old, rel)
             accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
         moved = accept & ~fresh & np.any(st.proposal != self._x, axis=1)
         self.accepted += int(moved.sum())
         self._x = np.where(accept[:, None], st.proposal, self._x)
         self._cost = np.where(accept, new_c, old_c)
         self._excess = np.where(accept, new_e, old_e)
-        # Best: lowest cost, then lowest excess, over the chains' evaluated points.
-        known = ~np.isnan(self._cost)
+        self._proxy = np.where(accept, new_p, old_p)
+        # Best: lowest cost, then lowest excess, over the chains' evaluated points and this
+        # step's evaluated proposals (with soft memory walls a chain may turn down a feasible
+        # proposal that beats its penalised out-of-memory point).
+        pts = np.concatenate([self._x, st.proposal])  # (2C, D)
+        pc = np.concatenate([self._cost, np.where(found, new_c, np.nan)])
+        pe = np.concatenate([self._excess, np.where(found, new_e, np.nan)])
+        known = ~np.isnan(pc)
         if np.any(known):
             cand = np.flatnonzero(known)
-            i = cand[np.lexsort((self._excess[cand], self._cost[cand]))[0]]
-            if (self._cost[i], self._excess[i]) < tuple(self._best):
-                self._best = np.array([self._cost[i], self._excess[i]])
-                self._best_x = self._x[i].copy()
+            i = cand[np.lexsort((pe[cand], pc[cand]))[0]]
+            if (pc[i], pe[i]) < tuple(self._best):
+                self._best = np.array([pc[i], pe[i]])
+                self._best_x = pts[i].copy()
         # Chains that have not improved on their own best for restart_after steps start again
         # from a random point (FlexFlow restarts a search that stopped improving).
         better = (self._cost < self._chain_best[:, 0]) | (
@@ -330,10 +389,19 @@ class MCMCSearcher(Searcher):
         if stale.size:
             rng = np.random.default_rng([self.seed, RESTART_STREAM, self._step])
             self._x[stale] = self.space.random_digits(rng, stale.size)
-            self._cost[stale] = self._excess[stale] = np.nan
+            self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
             self._chain_best[stale] = np.inf
             self._stale[stale] = 0
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
             self._cost = np.full(self.chains, self._best[0])
             self._excess = np.full(self.chains, self._best[1])
+            self._proxy = np.full(self.chains, self._best[0])
+
+    def _soft_cost(self, cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray) -> np.ndarray:
+        """(C,) cost with soft memory walls: the cost where feasible; for an out-of-memory point
+        its time proxy times (1 + memory_penalty * overflow), overflow = mem_total / HBM - 1
+        (the fraction of HBM it lacks); inf where neither is known."""
+        with np.errstate(invalid="ignore"):
+            penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
+        return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))
