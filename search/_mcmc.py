@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from costmodel import InputError, Metrics, StrategyTable
+from costmodel import RECOMPUTE, InputError, Metrics, StrategyTable
 from search._base import Searcher
 from search._memo import (
     Memo,
@@ -64,6 +64,25 @@ DEFAULT_DOUBLE = 0.0
 DEFAULT_RESTART_AFTER = 0
 DEFAULT_MEMORY_PENALTY = 0.0
 DEFAULT_REPAIR_PAIRS = False
+DEFAULT_MEMORY_REPAIR = 0
+DEFAULT_TEMPERATURES = 1
+DEFAULT_RESTART_NOVEL = False
+DEFAULT_RESTART_DUPLICATES = False
+# Random valid candidates per restarting chain, of which the most novel is taken (restart_novel).
+NOVELTY_CANDIDATES = 64
+DEFAULT_BETA_RATIO = 2.0
+# Dimensions with a known direction that lowers memory per GPU (memory repair): rank of a
+# readable value, higher = less memory. ZeRO stages 1-3 shard optimizer state, gradients, then
+# weights over dp (Rajbhandari et al., SC 2020); more tensor / pipeline / context parallelism
+# splits weights or activations over more GPUs (Shoeybi et al. 2019; Narayanan et al. 2021;
+# Korthikanti et al. 2022 for sequence parallelism and selective recompute); a smaller
+# micro-batch (more micro-batches) keeps fewer activations; recompute none < selective < full.
+MEMORY_SAVING_RANK = {
+    "zero_stage": lambda v: float(v), "tp": lambda v: float(v), "pp": lambda v: float(v),
+    "cp": lambda v: float(v), "microbatches": lambda v: float(v), "micro_batch": lambda v: -float(v),
+    "sequence_parallel": lambda v: float(bool(v)), "recompute": lambda v: float(RECOMPUTE.index(v)),
+    "stage_recompute": lambda v: float(RECOMPUTE.index(v)),
+}
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -85,6 +104,8 @@ class _Step:
     u: np.ndarray  # (C,) uniforms for the acceptance test
     ask_keys: np.ndarray  # (U,) distinct unknown proposal keys, in asking order
     ask_rows: np.ndarray  # (U,) a chain proposing each of them
+    repaired: np.ndarray  # (C,) bool: the proposal is a memory repair
+    swap_u: np.ndarray  # (C,) uniforms for the replica-exchange test
 
 
 class MCMCSearcher(Searcher):
@@ -101,6 +122,9 @@ class MCMCSearcher(Searcher):
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, repair_pairs: bool = DEFAULT_REPAIR_PAIRS,
+                 memory_repair: int = DEFAULT_MEMORY_REPAIR, temperatures: int = DEFAULT_TEMPERATURES,
+                 beta_ratio: float = DEFAULT_BETA_RATIO, restart_novel: bool = DEFAULT_RESTART_NOVEL,
+                 restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
                  starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
@@ -133,6 +157,21 @@ class MCMCSearcher(Searcher):
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
         self.memory_penalty = float(memory_penalty)
         self.repair_pairs = bool(repair_pairs)
+        if not isinstance(memory_repair, (int, np.integer)) or memory_repair < 0:
+            raise InputError("memory_repair", "an integer >= 0 (0: no memory repair)", memory_repair)
+        self.memory_repair = int(memory_repair)
+        if not isinstance(temperatures, (int, np.integer)) or not 1 <= temperatures <= chains:
+            raise InputError("temperatures", f"an integer in [1, chains={chains}]", temperatures)
+        if not np.isfinite(beta_ratio) or beta_ratio < 1:
+            raise InputError("beta_ratio", "a number >= 1", beta_ratio)
+        self.temperatures = int(temperatures)
+        self.restart_novel = bool(restart_novel)
+        self.restart_duplicates = bool(restart_duplicates)
+        self.beta_ratio = float(beta_ratio)
+        # Replica exchange: chain j runs at level j % temperatures with beta / beta_ratio**level;
+        # chains g*T .. g*T+T-1 form one ladder (T = temperatures).
+        self._level = np.arange(self.chains) % self.temperatures  # (C,)
+        self._betas = self.beta / self.beta_ratio ** self._level  # (C,)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
@@ -153,6 +192,12 @@ class MCMCSearcher(Searcher):
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
         self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
         self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
+        # Memory repair: the out-of-memory point a chain last turned down (C, D) and how many
+        # repairs of it are left (C,).
+        self._oom_x = x.copy()
+        self._repairs_left = np.zeros(C, dtype=np.int64)
+        # Evaluated points per (dimension, digit) (D, max radix), for novel restarts.
+        self._visits = np.zeros((D, int(max(space.radices))), dtype=np.int64)
         self._step = 0
         self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
         # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
@@ -163,6 +208,18 @@ class MCMCSearcher(Searcher):
         i, j = np.triu_indices(len(self._moves[0]), k=1)
         distinct = self._moves[0][i] != self._moves[0][j]
         self._pairs = (i[distinct], j[distinct])
+        # Memory-saving single changes (MEMORY_SAVING_RANK): dimension, digit and rank (M,), and
+        # the rank of every digit of every dimension (D, max radix; -inf where no direction).
+        rank = np.full((len(space.dims), int(max(space.radices))), -np.inf)
+        for k, d in enumerate(space.dims):
+            f = MEMORY_SAVING_RANK.get(d.base)
+            if f is not None and len(d.choices) > 1:
+                rank[k, : len(d.choices)] = [f(c) for c in d.choices]
+        mk = np.array([k for k in range(len(space.dims)) for v in range(space.radices[k]) if np.isfinite(rank[k, v])],
+                      dtype=np.int64)
+        mv = np.array([v for k in range(len(space.dims)) for v in range(space.radices[k]) if np.isfinite(rank[k, v])],
+                      dtype=np.int64)
+        self._mem_moves = (mk, mv, rank)
         self._cached: tuple[int, _Step] | None = None
         self.accepted = 0  # bookkeeping for reports: accepted moves so far
 
@@ -185,6 +242,8 @@ class MCMCSearcher(Searcher):
                                  row_keys(asked, self.space.model.layers, self._width))
                 hit = pos >= 0
                 self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
+                told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
+                np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
         self._advance(st)
 
     def state_dict(self) -> dict:
@@ -195,6 +254,7 @@ class MCMCSearcher(Searcher):
             "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
             "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
+            "oom_x": self._oom_x.copy(), "repairs_left": self._repairs_left.copy(), "visits": self._visits.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 
@@ -216,6 +276,9 @@ class MCMCSearcher(Searcher):
         self.accepted = int(state["accepted"])
         self._chain_best = np.asarray(state["chain_best"], dtype=np.float64).reshape(C, 2).copy()
         self._stale = np.asarray(state["stale"], dtype=np.int64).copy()
+        self._oom_x = np.asarray(state["oom_x"], dtype=np.int64).reshape(C, D).copy()
+        self._repairs_left = np.asarray(state["repairs_left"], dtype=np.int64).copy()
+        self._visits = np.asarray(state["visits"], dtype=np.int64).reshape(self._visits.shape).copy()
         self._memo = Memo(keys_from_plain(state["memo_keys"]),
                           np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
         self._cached = None
@@ -251,6 +314,7 @@ class MCMCSearcher(Searcher):
         C = self.chains
         rng = np.random.default_rng([self.seed, STEP_STREAM, self._step])
         u = rng.random(C)
+        swap_u = rng.random(C) if self.temperatures > 1 else u
         order = rng.permutation(C)
         unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
         prop = self.space.propose(self._x, rng).astype(np.int64)
@@ -287,6 +351,15 @@ class MCMCSearcher(Searcher):
             prop[bad] = again
             ok[bad] = self.space.valid(again)
         prop = np.where(ok[:, None], prop, self._x)  # unknown or never valid: the chain's own point
+        repaired = np.zeros(C, dtype=bool)
+        if self.memory_repair:
+            # A chain that turned down an out-of-memory point proposes that point with one
+            # memory-saving change instead (_memory_fix), up to memory_repair times in a row.
+            r = np.flatnonzero((self._repairs_left > 0) & ~unknown_here)
+            if r.size:
+                fixed, fixed_ok = self._memory_fix(self._oom_x[r], self._x[r], rng)
+                prop[r] = np.where(fixed_ok[:, None], fixed, prop[r])
+                repaired[r] = fixed_ok
         if self.jump > 0:
             # Independence proposals: a uniformly random valid point for a few chains.
             leap = np.flatnonzero((rng.random(C) < self.jump) & ~unknown_here)
@@ -298,9 +371,38 @@ class MCMCSearcher(Searcher):
         cand = order[~found[order]]
         _, first = np.unique(keys[cand], return_index=True)
         ask_rows = cand[np.sort(first)]
-        st = _Step(proposal=prop, keys=keys, u=u, ask_keys=keys[ask_rows], ask_rows=ask_rows)
+        st = _Step(proposal=prop, keys=keys, u=u, ask_keys=keys[ask_rows], ask_rows=ask_rows, repaired=repaired,
+                   swap_u=swap_u)
         self._cached = (self._step, st)
         return st
+
+    def _memory_fix(self, oom: np.ndarray, here: np.ndarray,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(B, D) out-of-memory digits -> (B, D) digits with one memory-saving change (ok (B,)):
+        a dimension drawn uniformly among those with a valid choice of higher memory-saving rank
+        (MEMORY_SAVING_RANK) that leaves a dimension in which ``oom`` differs from the chain's
+        point ``here`` (B, D) alone, set to the nearest such choice."""
+        mk, mv, rank = self._mem_moves
+        B, M = len(oom), len(mk)
+        if M == 0:
+            return oom, np.zeros(B, dtype=bool)
+        cand = np.repeat(oom[:, None, :], M, axis=1)  # (B, M, D)
+        cand[:, np.arange(M), mk] = mv[None, :]
+        cur_rank = rank[mk[None, :], oom[:, mk]]  # (B, M) rank of the current digit of that dimension
+        gain = rank[mk, mv][None, :] - cur_rank  # (B, M)
+        moved = (oom != here)[:, mk]
+        good = (gain > 0) & ~moved & self.space.valid(cand.reshape(B * M, -1)).reshape(B, M)
+        # the nearest valid saving choice per dimension
+        score = np.where(good, gain, np.inf)
+        nearest = np.zeros((B, M), dtype=bool)
+        for k in np.unique(mk):
+            cols = np.flatnonzero(mk == k)
+            best = np.argmin(score[:, cols], axis=1)
+            nearest[np.arange(B), cols[best]] = np.isfinite(score[np.arange(B), cols[best]])
+        cnt = nearest.sum(axis=1)
+        pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
+        col = np.argmax(np.cumsum(nearest, axis=1) > pick[:, None], axis=1)
+        return cand[np.arange(B), col], cnt > 0
 
     def _repair_pair(self, bad: np.ndarray, moved: np.ndarray,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -357,13 +459,20 @@ class MCMCSearcher(Searcher):
                 s_old, s_new = self._soft_cost(old_c, old_e, old_p), self._soft_cost(new_c, new_e, new_p)
                 soft = np.isfinite(s_old) & np.isfinite(s_new) & ~(f_old & f_new)
                 rel = np.where(soft, (s_new - s_old) / s_old, rel)
-            accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
+            accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self._betas * rel)))
         moved = accept & ~fresh & np.any(st.proposal != self._x, axis=1)
         self.accepted += int(moved.sum())
         self._x = np.where(accept[:, None], st.proposal, self._x)
         self._cost = np.where(accept, new_c, old_c)
         self._excess = np.where(accept, new_e, old_e)
         self._proxy = np.where(accept, new_p, old_p)
+        if self.memory_repair:
+            # Out-of-memory proposals turned down: repair them next step (memory_repair times at
+            # most, counting this proposal if it was a repair itself).
+            turned_down = found & ~accept & np.isinf(new_c) & np.isfinite(new_e)
+            left = np.where(st.repaired, self._repairs_left - 1, self.memory_repair)
+            self._oom_x = np.where(turned_down[:, None], st.proposal, self._oom_x)
+            self._repairs_left = np.where(turned_down, left, np.where(found, 0, self._repairs_left))
         # Best: lowest cost, then lowest excess, over the chains' evaluated points and this
         # step's evaluated proposals (with soft memory walls a chain may turn down a feasible
         # proposal that beats its penalised out-of-memory point).
@@ -377,6 +486,8 @@ class MCMCSearcher(Searcher):
             if (pc[i], pe[i]) < tuple(self._best):
                 self._best = np.array([pc[i], pe[i]])
                 self._best_x = pts[i].copy()
+        if self.temperatures > 1:
+            self._exchange(st.swap_u)
         # Chains that have not improved on their own best for restart_after steps start again
         # from a random point (FlexFlow restarts a search that stopped improving).
         better = (self._cost < self._chain_best[:, 0]) | (
@@ -386,14 +497,32 @@ class MCMCSearcher(Searcher):
         self._step += 1
         self._cached = None
         stale = np.flatnonzero(self._stale >= self.restart_after) if self.restart_after else np.zeros(0, int)
+        if self.restart_duplicates:
+            # Chains on the same evaluated point as a chain before them duplicate its work: restart them.
+            keys = point_keys(self.space, self._x)
+            _, first = np.unique(keys, return_index=True)
+            dup = np.ones(self.chains, dtype=bool)
+            dup[first] = False
+            stale = np.union1d(stale, np.flatnonzero(dup & ~np.isnan(self._cost)))
         if stale.size:
             rng = np.random.default_rng([self.seed, RESTART_STREAM, self._step])
-            self._x[stale] = self.space.random_digits(rng, stale.size)
+            if self.restart_novel:
+                # The most novel of NOVELTY_CANDIDATES random valid points: the largest sum over
+                # dimensions of 1 / sqrt(1 + points evaluated with that digit) (count-based
+                # exploration bonus, as in Strehl & Littman 2008's MBIE-EB).
+                R, D = NOVELTY_CANDIDATES, self._x.shape[1]
+                cand = self.space.random_digits(rng, stale.size * R).reshape(stale.size, R, D)
+                bonus = (1.0 / np.sqrt(1.0 + self._visits[np.arange(D)[None, None, :], cand])).sum(axis=2)
+                self._x[stale] = cand[np.arange(stale.size), np.argmax(bonus, axis=1)]
+            else:
+                self._x[stale] = self.space.random_digits(rng, stale.size)
             self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
             self._chain_best[stale] = np.inf
             self._stale[stale] = 0
+            self._repairs_left[stale] = 0
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
+            self._repairs_left[:] = 0
             self._cost = np.full(self.chains, self._best[0])
             self._excess = np.full(self.chains, self._best[1])
             self._proxy = np.full(self.chains, self._best[0])
@@ -405,3 +534,26 @@ class MCMCSearcher(Searcher):
         with np.errstate(invalid="ignore"):
             penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
         return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))
+
+    def _exchange(self, u: np.ndarray) -> None:
+        """Replica exchange (Swendsen & Wang 1986; Geyer 1991) within each ladder: at step k the
+        pairs of levels (l, l+1) with l = k mod 2 (mod 2) swap their states with probability
+        min(1, exp((beta_l - beta_{l+1}) (E_l - E_{l+1}))), E = log of the (soft) cost, so the
+        colder chain gets the better point whenever it is better and sometimes otherwise.
+        Pairs where either point has no finite cost do not swap."""
+        T, C = self.temperatures, self.chains
+        lo = np.flatnonzero((self._level % 2 == self._step % 2) & (self._level < T - 1))
+        lo = lo[lo + 1 < C]
+        hi = lo + 1
+        soft = (self._soft_cost(self._cost, self._excess, self._proxy) if self.memory_penalty > 0
+                else np.where(np.isnan(self._cost), np.inf, self._cost))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            energy = np.log(soft)
+            a = (self._betas[lo] - self._betas[hi]) * (energy[lo] - energy[hi])
+            swap = np.isfinite(energy[lo]) & np.isfinite(energy[hi]) & (u[lo] < np.exp(np.minimum(a, 0.0)))
+        i, j = lo[swap], hi[swap]
+        if i.size == 0:
+            return
+        for name in ("_x", "_cost", "_excess", "_proxy", "_oom_x", "_repairs_left"):
+            arr = getattr(self, name)
+            arr[i], arr[j] = arr[j].copy(), arr[i].copy()
