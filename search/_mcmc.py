@@ -14,13 +14,29 @@ The ensemble: C chains as a (C, D) digits array ``x`` with their costs (C,). One
 proposal per chain (Space.propose, masked with Space.valid; invalid proposals are drawn again
 up to MAX_REDRAWS times, then the chain proposes its own point), one batch of evaluations for
 all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_s), infinite
-where infeasible. Among infeasible points the chain walks on memory excess (mem_total / HBM),
-so random starts that do not fit drift towards ones that do; a feasible chain never accepts
-an infeasible point (exp(-inf) = 0). Every ``reset_every`` steps every chain jumps to the
-ensemble's best point. Options (off by default): ``restart_after`` K restarts a chain from a
-random valid point when it has not improved its own best for K steps; ``jump`` p makes a
-chain's proposal a uniformly random valid point with probability p (an independence move).
-An invalid single move becomes a valid double move where one exists (see _draw_one).
+where infeasible. An invalid single move becomes a valid double move where one exists (see
+_draw_one).
+
+Memory walls. With ``memory_penalty`` lambda > 0 (the default, 0.1) an out-of-memory point is
+priced in the acceptance test as its time proxy (search._memo.row_time_proxy: the step's
+parts that the cost model still reports, per token) times (1 + lambda * overflow), overflow =
+mem_total / HBM - 1, so a chain can step through a point that does not fit to one that does
+(at pp 1 on GPT-3 175B only ZeRO-3 fits; a feasible point next to it is reached through a
+ZeRO-1 or ZeRO-2 point that does not). With lambda = 0 a feasible chain never accepts an
+infeasible point (exp(-inf) = 0). Points the cost model rejects for other reasons, or without
+a time proxy, stay walls; among them a chain walks on memory excess (mem_total / HBM), so
+random starts that do not fit drift towards ones that do. The best point is only ever a
+feasible one (or, before any is found, the one nearest to fitting).
+
+Restarts. ``restart_duplicates`` (default on; ignored with ``reset_every``): a chain on the same
+point as a chain before it does that chain's work twice and restarts. ``restart_after`` K (off by default) restarts a
+chain that has not improved its own best for K steps. A restart goes to a uniformly random
+valid point, or with ``restart_novel`` (default on) to the most novel of NOVELTY_CANDIDATES
+random valid points: the largest sum over dimensions of 1 / sqrt(1 + evaluated points with
+that digit), so restarts go where the ensemble has not looked (at pp 1, say, when the chains
+have settled on pipelines). Every ``reset_every`` steps (0, off, by default) every chain jumps
+to the ensemble's best point; ``jump`` p (off) makes a chain's proposal a uniformly random
+valid point with probability p (an independence move).
 
 Points already evaluated are remembered (a sorted memo of their costs): ask() returns only
 distinct points the searcher has not been told about, so the evaluation budget is spent on
@@ -39,7 +55,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from costmodel import RECOMPUTE, InputError, Metrics, StrategyTable
+from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher
 from search._memo import (
     Memo,
@@ -57,32 +73,20 @@ from search._memo import (
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
 DEFAULT_CHAINS = 8
-DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
-DEFAULT_RESET_EVERY = 50
+# A 1% slower proposal is accepted with probability exp(-1.6) = 0.2, a 5% slower one with
+# exp(-8) = 3e-4: the chains climb almost greedily and leave a local optimum through the soft
+# memory walls and the restarts below rather than by going downhill.
+DEFAULT_BETA = 160.0
+DEFAULT_RESET_EVERY = 0
 DEFAULT_JUMP = 0.0
 DEFAULT_DOUBLE = 0.0
 DEFAULT_RESTART_AFTER = 0
-DEFAULT_MEMORY_PENALTY = 0.0
-DEFAULT_REPAIR_PAIRS = False
-DEFAULT_MEMORY_REPAIR = 0
-DEFAULT_TEMPERATURES = 1
-DEFAULT_RESTART_NOVEL = False
-DEFAULT_RESTART_DUPLICATES = False
+# Soft memory walls: an out-of-memory point costs its time proxy x (1 + 0.1 x overflow).
+DEFAULT_MEMORY_PENALTY = 0.1
+DEFAULT_RESTART_NOVEL = True
+DEFAULT_RESTART_DUPLICATES = True
 # Random valid candidates per restarting chain, of which the most novel is taken (restart_novel).
 NOVELTY_CANDIDATES = 64
-DEFAULT_BETA_RATIO = 2.0
-# Dimensions with a known direction that lowers memory per GPU (memory repair): rank of a
-# readable value, higher = less memory. ZeRO stages 1-3 shard optimizer state, gradients, then
-# weights over dp (Rajbhandari et al., SC 2020); more tensor / pipeline / context parallelism
-# splits weights or activations over more GPUs (Shoeybi et al. 2019; Narayanan et al. 2021;
-# Korthikanti et al. 2022 for sequence parallelism and selective recompute); a smaller
-# micro-batch (more micro-batches) keeps fewer activations; recompute none < selective < full.
-MEMORY_SAVING_RANK = {
-    "zero_stage": lambda v: float(v), "tp": lambda v: float(v), "pp": lambda v: float(v),
-    "cp": lambda v: float(v), "microbatches": lambda v: float(v), "micro_batch": lambda v: -float(v),
-    "sequence_parallel": lambda v: float(bool(v)), "recompute": lambda v: float(RECOMPUTE.index(v)),
-    "stage_recompute": lambda v: float(RECOMPUTE.index(v)),
-}
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -104,8 +108,6 @@ class _Step:
     u: np.ndarray  # (C,) uniforms for the acceptance test
     ask_keys: np.ndarray  # (U,) distinct unknown proposal keys, in asking order
     ask_rows: np.ndarray  # (U,) a chain proposing each of them
-    repaired: np.ndarray  # (C,) bool: the proposal is a memory repair
-    swap_u: np.ndarray  # (C,) uniforms for the replica-exchange test
 
 
 class MCMCSearcher(Searcher):
@@ -121,9 +123,7 @@ class MCMCSearcher(Searcher):
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, repair_pairs: bool = DEFAULT_REPAIR_PAIRS,
-                 memory_repair: int = DEFAULT_MEMORY_REPAIR, temperatures: int = DEFAULT_TEMPERATURES,
-                 beta_ratio: float = DEFAULT_BETA_RATIO, restart_novel: bool = DEFAULT_RESTART_NOVEL,
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
                  restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
                  starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
@@ -156,22 +156,8 @@ class MCMCSearcher(Searcher):
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
         self.memory_penalty = float(memory_penalty)
-        self.repair_pairs = bool(repair_pairs)
-        if not isinstance(memory_repair, (int, np.integer)) or memory_repair < 0:
-            raise InputError("memory_repair", "an integer >= 0 (0: no memory repair)", memory_repair)
-        self.memory_repair = int(memory_repair)
-        if not isinstance(temperatures, (int, np.integer)) or not 1 <= temperatures <= chains:
-            raise InputError("temperatures", f"an integer in [1, chains={chains}]", temperatures)
-        if not np.isfinite(beta_ratio) or beta_ratio < 1:
-            raise InputError("beta_ratio", "a number >= 1", beta_ratio)
-        self.temperatures = int(temperatures)
         self.restart_novel = bool(restart_novel)
         self.restart_duplicates = bool(restart_duplicates)
-        self.beta_ratio = float(beta_ratio)
-        # Replica exchange: chain j runs at level j % temperatures with beta / beta_ratio**level;
-        # chains g*T .. g*T+T-1 form one ladder (T = temperatures).
-        self._level = np.arange(self.chains) % self.temperatures  # (C,)
-        self._betas = self.beta / self.beta_ratio ** self._level  # (C,)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
@@ -192,10 +178,6 @@ class MCMCSearcher(Searcher):
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
         self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
         self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
-        # Memory repair: the out-of-memory point a chain last turned down (C, D) and how many
-        # repairs of it are left (C,).
-        self._oom_x = x.copy()
-        self._repairs_left = np.zeros(C, dtype=np.int64)
         # Evaluated points per (dimension, digit) (D, max radix), for novel restarts.
         self._visits = np.zeros((D, int(max(space.radices))), dtype=np.int64)
         self._step = 0
@@ -204,22 +186,6 @@ class MCMCSearcher(Searcher):
         nonstage = [k for k, d in enumerate(space.dims) if "." not in d.name and len(d.choices) > 1]
         self._moves = (np.array([k for k in nonstage for _ in space.dims[k].choices], dtype=np.int64),
                        np.array([v for k in nonstage for v in range(len(space.dims[k].choices))], dtype=np.int64))
-        # Pairs of single changes of two different dimensions (P,), for _repair_pair.
-        i, j = np.triu_indices(len(self._moves[0]), k=1)
-        distinct = self._moves[0][i] != self._moves[0][j]
-        self._pairs = (i[distinct], j[distinct])
-        # Memory-saving single changes (MEMORY_SAVING_RANK): dimension, digit and rank (M,), and
-        # the rank of every digit of every dimension (D, max radix; -inf where no direction).
-        rank = np.full((len(space.dims), int(max(space.radices))), -np.inf)
-        for k, d in enumerate(space.dims):
-            f = MEMORY_SAVING_RANK.get(d.base)
-            if f is not None and len(d.choices) > 1:
-                rank[k, : len(d.choices)] = [f(c) for c in d.choices]
-        mk = np.array([k for k in range(len(space.dims)) for v in range(space.radices[k]) if np.isfinite(rank[k, v])],
-                      dtype=np.int64)
-        mv = np.array([v for k in range(len(space.dims)) for v in range(space.radices[k]) if np.isfinite(rank[k, v])],
-                      dtype=np.int64)
-        self._mem_moves = (mk, mv, rank)
         self._cached: tuple[int, _Step] | None = None
         self.accepted = 0  # bookkeeping for reports: accepted moves so far
 
@@ -254,7 +220,7 @@ class MCMCSearcher(Searcher):
             "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
             "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
-            "oom_x": self._oom_x.copy(), "repairs_left": self._repairs_left.copy(), "visits": self._visits.copy(),
+            "visits": self._visits.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 
@@ -276,8 +242,6 @@ class MCMCSearcher(Searcher):
         self.accepted = int(state["accepted"])
         self._chain_best = np.asarray(state["chain_best"], dtype=np.float64).reshape(C, 2).copy()
         self._stale = np.asarray(state["stale"], dtype=np.int64).copy()
-        self._oom_x = np.asarray(state["oom_x"], dtype=np.int64).reshape(C, D).copy()
-        self._repairs_left = np.asarray(state["repairs_left"], dtype=np.int64).copy()
         self._visits = np.asarray(state["visits"], dtype=np.int64).reshape(self._visits.shape).copy()
         self._memo = Memo(keys_from_plain(state["memo_keys"]),
                           np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
@@ -314,7 +278,6 @@ class MCMCSearcher(Searcher):
         C = self.chains
         rng = np.random.default_rng([self.seed, STEP_STREAM, self._step])
         u = rng.random(C)
-        swap_u = rng.random(C) if self.temperatures > 1 else u
         order = rng.permutation(C)
         unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
         prop = self.space.propose(self._x, rng).astype(np.int64)
@@ -331,18 +294,9 @@ class MCMCSearcher(Searcher):
         # such coupled constraints.
         bad = np.flatnonzero(~ok & ~unknown_here)
         if bad.size:
-            moved = (prop[bad] != self._x[bad]) if self.repair_pairs else np.zeros_like(prop[bad], dtype=bool)
-            fixed, fixed_ok = self._repair(prop[bad], moved, rng)
+            fixed, fixed_ok = self._repair(prop[bad], rng)
             prop[bad] = np.where(fixed_ok[:, None], fixed, prop[bad])
             ok[bad] = fixed_ok
-        if self.repair_pairs:
-            # Still invalid: two more changes, leaving the moved dimension as moved (pp 16 -> 1
-            # from an interleaved point also needs 1F1B and vpp 1).
-            bad = np.flatnonzero(~ok & ~unknown_here)
-            if bad.size:
-                fixed, fixed_ok = self._repair_pair(prop[bad], prop[bad] != self._x[bad], rng)
-                prop[bad] = np.where(fixed_ok[:, None], fixed, prop[bad])
-                ok[bad] = fixed_ok
         for _ in range(MAX_REDRAWS):
             bad = np.flatnonzero(~ok & ~unknown_here)
             if bad.size == 0:
@@ -351,15 +305,6 @@ class MCMCSearcher(Searcher):
             prop[bad] = again
             ok[bad] = self.space.valid(again)
         prop = np.where(ok[:, None], prop, self._x)  # unknown or never valid: the chain's own point
-        repaired = np.zeros(C, dtype=bool)
-        if self.memory_repair:
-            # A chain that turned down an out-of-memory point proposes that point with one
-            # memory-saving change instead (_memory_fix), up to memory_repair times in a row.
-            r = np.flatnonzero((self._repairs_left > 0) & ~unknown_here)
-            if r.size:
-                fixed, fixed_ok = self._memory_fix(self._oom_x[r], self._x[r], rng)
-                prop[r] = np.where(fixed_ok[:, None], fixed, prop[r])
-                repaired[r] = fixed_ok
         if self.jump > 0:
             # Independence proposals: a uniformly random valid point for a few chains.
             leap = np.flatnonzero((rng.random(C) < self.jump) & ~unknown_here)
@@ -371,62 +316,11 @@ class MCMCSearcher(Searcher):
         cand = order[~found[order]]
         _, first = np.unique(keys[cand], return_index=True)
         ask_rows = cand[np.sort(first)]
-        st = _Step(proposal=prop, keys=keys, u=u, ask_keys=keys[ask_rows], ask_rows=ask_rows, repaired=repaired,
-                   swap_u=swap_u)
+        st = _Step(proposal=prop, keys=keys, u=u, ask_keys=keys[ask_rows], ask_rows=ask_rows)
         self._cached = (self._step, st)
         return st
 
-    def _memory_fix(self, oom: np.ndarray, here: np.ndarray,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """(B, D) out-of-memory digits -> (B, D) digits with one memory-saving change (ok (B,)):
-        a dimension drawn uniformly among those with a valid choice of higher memory-saving rank
-        (MEMORY_SAVING_RANK) that leaves a dimension in which ``oom`` differs from the chain's
-        point ``here`` (B, D) alone, set to the nearest such choice."""
-        mk, mv, rank = self._mem_moves
-        B, M = len(oom), len(mk)
-        if M == 0:
-            return oom, np.zeros(B, dtype=bool)
-        cand = np.repeat(oom[:, None, :], M, axis=1)  # (B, M, D)
-        cand[:, np.arange(M), mk] = mv[None, :]
-        cur_rank = rank[mk[None, :], oom[:, mk]]  # (B, M) rank of the current digit of that dimension
-        gain = rank[mk, mv][None, :] - cur_rank  # (B, M)
-        moved = (oom != here)[:, mk]
-        good = (gain > 0) & ~moved & self.space.valid(cand.reshape(B * M, -1)).reshape(B, M)
-        # the nearest valid saving choice per dimension
-        score = np.where(good, gain, np.inf)
-        nearest = np.zeros((B, M), dtype=bool)
-        for k in np.unique(mk):
-            cols = np.flatnonzero(mk == k)
-            best = np.argmin(score[:, cols], axis=1)
-            nearest[np.arange(B), cols[best]] = np.isfinite(score[np.arange(B), cols[best]])
-        cnt = nearest.sum(axis=1)
-        pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
-        col = np.argmax(np.cumsum(nearest, axis=1) > pick[:, None], axis=1)
-        return cand[np.arange(B), col], cnt > 0
-
-    def _repair_pair(self, bad: np.ndarray, moved: np.ndarray,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """(B, D) invalid digits -> (B, D) digits two more changes (of two other non-stage
-        dimensions than those in ``moved`` (B, D)) away, valid where possible (ok (B,)), drawn
-        uniformly among the valid pairs of changes."""
-        ks, vs = self._moves
-        pi, pj = self._pairs  # (P,) indices into the single changes, distinct dimensions
-        B, P = len(bad), len(pi)
-        if P == 0:
-            return bad, np.zeros(B, dtype=bool)
-        cand = np.repeat(bad[:, None, :], P, axis=1)  # (B, P, D)
-        cand[:, np.arange(P), ks[pi]] = vs[pi][None, :]
-        cand[:, np.arange(P), ks[pj]] = vs[pj][None, :]
-        good = (self.space.valid(cand.reshape(B * P, -1)).reshape(B, P)
-                & (bad[:, ks[pi]] != vs[pi][None, :]) & (bad[:, ks[pj]] != vs[pj][None, :])
-                & ~moved[:, ks[pi]] & ~moved[:, ks[pj]])
-        cnt = good.sum(axis=1)
-        pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
-        col = np.argmax(np.cumsum(good, axis=1) > pick[:, None], axis=1)
-        return cand[np.arange(B), col], cnt > 0
-
-    def _repair(self, bad: np.ndarray, moved: np.ndarray,
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def _repair(self, bad: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(B, D) invalid digits -> (B, D) digits one more non-stage change away, valid where
         possible (ok (B,)), drawn uniformly among the valid changes."""
         ks, vs = self._moves  # (K,) dimension and new digit of every single change
@@ -435,7 +329,7 @@ class MCMCSearcher(Searcher):
             return bad, np.zeros(B, dtype=bool)
         cand = np.repeat(bad[:, None, :], K, axis=1)  # (B, K, D)
         cand[:, np.arange(K), ks] = vs[None, :]
-        good = self.space.valid(cand.reshape(B * K, -1)).reshape(B, K) & (bad[:, ks] != vs[None, :]) & ~moved[:, ks]
+        good = self.space.valid(cand.reshape(B * K, -1)).reshape(B, K) & (bad[:, ks] != vs[None, :])
         cnt = good.sum(axis=1)
         pick = np.floor(rng.random(B) * np.maximum(cnt, 1)).astype(np.int64)
         col = np.argmax(np.cumsum(good, axis=1) > pick[:, None], axis=1)
@@ -459,20 +353,13 @@ class MCMCSearcher(Searcher):
                 s_old, s_new = self._soft_cost(old_c, old_e, old_p), self._soft_cost(new_c, new_e, new_p)
                 soft = np.isfinite(s_old) & np.isfinite(s_new) & ~(f_old & f_new)
                 rel = np.where(soft, (s_new - s_old) / s_old, rel)
-            accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self._betas * rel)))
+            accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
         moved = accept & ~fresh & np.any(st.proposal != self._x, axis=1)
         self.accepted += int(moved.sum())
         self._x = np.where(accept[:, None], st.proposal, self._x)
         self._cost = np.where(accept, new_c, old_c)
         self._excess = np.where(accept, new_e, old_e)
         self._proxy = np.where(accept, new_p, old_p)
-        if self.memory_repair:
-            # Out-of-memory proposals turned down: repair them next step (memory_repair times at
-            # most, counting this proposal if it was a repair itself).
-            turned_down = found & ~accept & np.isinf(new_c) & np.isfinite(new_e)
-            left = np.where(st.repaired, self._repairs_left - 1, self.memory_repair)
-            self._oom_x = np.where(turned_down[:, None], st.proposal, self._oom_x)
-            self._repairs_left = np.where(turned_down, left, np.where(found, 0, self._repairs_left))
         # Best: lowest cost, then lowest excess, over the chains' evaluated points and this
         # step's evaluated proposals (with soft memory walls a chain may turn down a feasible
         # proposal that beats its penalised out-of-memory point).
@@ -486,8 +373,6 @@ class MCMCSearcher(Searcher):
             if (pc[i], pe[i]) < tuple(self._best):
                 self._best = np.array([pc[i], pe[i]])
                 self._best_x = pts[i].copy()
-        if self.temperatures > 1:
-            self._exchange(st.swap_u)
         # Chains that have not improved on their own best for restart_after steps start again
         # from a random point (FlexFlow restarts a search that stopped improving).
         better = (self._cost < self._chain_best[:, 0]) | (
@@ -497,8 +382,9 @@ class MCMCSearcher(Searcher):
         self._step += 1
         self._cached = None
         stale = np.flatnonzero(self._stale >= self.restart_after) if self.restart_after else np.zeros(0, int)
-        if self.restart_duplicates:
-            # Chains on the same evaluated point as a chain before them duplicate its work: restart them.
+        if self.restart_duplicates and not self.reset_every:
+            # Chains on the same evaluated point as a chain before them duplicate its work: restart
+            # them (not with resets, which put every chain on one point on purpose).
             keys = point_keys(self.space, self._x)
             _, first = np.unique(keys, return_index=True)
             dup = np.ones(self.chains, dtype=bool)
@@ -519,10 +405,8 @@ class MCMCSearcher(Searcher):
             self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
             self._chain_best[stale] = np.inf
             self._stale[stale] = 0
-            self._repairs_left[stale] = 0
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
-            self._repairs_left[:] = 0
             self._cost = np.full(self.chains, self._best[0])
             self._excess = np.full(self.chains, self._best[1])
             self._proxy = np.full(self.chains, self._best[0])
@@ -534,26 +418,3 @@ class MCMCSearcher(Searcher):
         with np.errstate(invalid="ignore"):
             penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
         return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))
-
-    def _exchange(self, u: np.ndarray) -> None:
-        """Replica exchange (Swendsen & Wang 1986; Geyer 1991) within each ladder: at step k the
-        pairs of levels (l, l+1) with l = k mod 2 (mod 2) swap their states with probability
-        min(1, exp((beta_l - beta_{l+1}) (E_l - E_{l+1}))), E = log of the (soft) cost, so the
-        colder chain gets the better point whenever it is better and sometimes otherwise.
-        Pairs where either point has no finite cost do not swap."""
-        T, C = self.temperatures, self.chains
-        lo = np.flatnonzero((self._level % 2 == self._step % 2) & (self._level < T - 1))
-        lo = lo[lo + 1 < C]
-        hi = lo + 1
-        soft = (self._soft_cost(self._cost, self._excess, self._proxy) if self.memory_penalty > 0
-                else np.where(np.isnan(self._cost), np.inf, self._cost))
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            energy = np.log(soft)
-            a = (self._betas[lo] - self._betas[hi]) * (energy[lo] - energy[hi])
-            swap = np.isfinite(energy[lo]) & np.isfinite(energy[hi]) & (u[lo] < np.exp(np.minimum(a, 0.0)))
-        i, j = lo[swap], hi[swap]
-        if i.size == 0:
-            return
-        for name in ("_x", "_cost", "_excess", "_proxy", "_oom_x", "_repairs_left"):
-            arr = getattr(self, name)
-            arr[i], arr[j] = arr[j].copy(), arr[i].copy()

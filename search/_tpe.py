@@ -48,11 +48,9 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher
-from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
+from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, stage_width
 
 DEFAULT_N_STARTUP_TRIALS = 20
-# 0: out-of-memory rows are constraint violations (c-TPE); > 0: soft memory walls (below).
-DEFAULT_MEMORY_PENALTY = 0.0
 # Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
 DEFAULT_N_EI_CANDIDATES = 24
 DEFAULT_STUDY_NAME = "plansweep-tpe"
@@ -92,16 +90,11 @@ class TPESearcher(Searcher):
     def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
                  study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
-                 group: bool = False, constant_liar: bool = True,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY) -> None:
+                 group: bool = False, constant_liar: bool = True) -> None:
         if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
             raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
-        if not np.isfinite(memory_penalty) or memory_penalty < 0:
-            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory rows violate a constraint)",
-                             memory_penalty)
-        self.memory_penalty = float(memory_penalty)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space = space
         self.seed = int(seed)
@@ -130,7 +123,7 @@ class TPESearcher(Searcher):
             backend = JournalStorage(JournalFileBackend(self.storage))
         self.study = optuna.create_study(storage=backend, study_name=study_name, direction="maximize",
                                          sampler=self._sampler(0), load_if_exists=True)
-        self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
+        self._memo = Memo()
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._rebuild_from_study()
@@ -151,7 +144,6 @@ class TPESearcher(Searcher):
         if not self._pending:
             return
         cost, excess = row_costs(metrics, self._hbm_bytes)
-        proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
         asked = self.space.table(self._pending_digits())
         pos = match_rows(row_keys(table, self.space.model.layers, self._width),
                          row_keys(asked, self.space.model.layers, self._width))
@@ -160,7 +152,7 @@ class TPESearcher(Searcher):
         # a batch may hold the same point drawn twice.
         _, first = np.unique(self._pending_keys, return_index=True)
         keys = self._pending_keys[np.sort(first)][pos[hit]]
-        vals = np.stack([cost[hit], excess[hit], proxy[hit]], axis=1)
+        vals = np.stack([cost[hit], excess[hit]], axis=1)
         self._memo.add(keys, vals)
         for trial, key in zip(self._pending, self._pending_keys, strict=True):
             found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))
@@ -254,21 +246,8 @@ class TPESearcher(Searcher):
         return np.stack([self._digits(self._pending[i].params) for i in first])
 
     def _tell_known(self, trial, value: np.ndarray) -> None:
-        cost, excess, proxy = float(value[0]), float(value[1]), float(value[2])
+        cost, excess = float(value[0]), float(value[1])
         feasible = np.isfinite(cost)
-        # The row's own terms, so that a resumed study rebuilds the memo exactly (_value_of).
-        trial.set_user_attr("cost", cost)
-        trial.set_user_attr("excess", excess)
-        trial.set_user_attr("proxy", proxy)
-        if self.memory_penalty > 0 and not feasible and np.isfinite(excess) and np.isfinite(proxy):
-            # Soft memory wall: an out-of-memory row is told as feasible with its time proxy's
-            # throughput divided by (1 + memory_penalty * overflow), overflow = mem / HBM - 1, so
-            # TPE models how fast the region is and how far it is from fitting (the searcher's
-            # results, the rows' own metrics, still say out of memory).
-            for name in _CONSTRAINTS:
-                trial.set_constraint(name, -1.0 if name == "memory" else 0.0)
-            self.study.tell(trial, 1.0 / (proxy * (1.0 + self.memory_penalty * (excess - 1.0))))
-            return
         trial.set_constraint("memory", (excess - 1.0) if (not feasible and np.isfinite(excess)) else -1.0)
         trial.set_constraint("model", 0.0 if feasible or np.isfinite(excess) else 1.0)
         trial.set_constraint("space", 0.0)
@@ -363,18 +342,14 @@ def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | N
     return valid if len(valid) else None
 
 
-def _value_of(trial) -> tuple[float, float, float]:
-    """(cost, excess, time proxy) of a finished trial: its user attributes where recorded, else
-    from its value and constraints (row_costs' terms; proxy unknown, inf, for infeasible rows)."""
-    attrs = trial.user_attrs
-    if "cost" in attrs:
-        return float(attrs["cost"]), float(attrs["excess"]), float(attrs["proxy"])
+def _value_of(trial) -> tuple[float, float]:
+    """(cost, excess) of a finished trial, from its value and constraints (row_costs' terms)."""
     if trial.value and trial.value > 0:
-        return 1.0 / trial.value, 0.0, 1.0 / trial.value
+        return 1.0 / trial.value, 0.0
     mem = trial.constraints.get("memory", 0.0)
     if trial.constraints.get("model", 0.0) > 0:
-        return np.inf, np.inf, np.inf
-    return np.inf, mem + 1.0, np.inf
+        return np.inf, np.inf
+    return np.inf, mem + 1.0
 
 
 def _distribution(choices: tuple):

@@ -1,5 +1,5 @@
-"""MCMC across memory walls: soft memory penalty, memory repair, two-change validity repair and
-replica exchange, each on a tiny hand-made space whose answer is worked out by hand.
+"""MCMC across memory walls (soft memory penalty) and its restarts (duplicates, novelty), on a
+tiny hand-made space whose answers are worked out by hand.
 
 The objective here is synthetic (a table of seconds per token and memory ratios per point, told
 as Metrics), so that which points are walls is set by the test, not by the cost model."""
@@ -75,10 +75,11 @@ def _run(s, space, objective, steps=40):
     return bests, asked
 
 
-def _greedy(space, **kw):
+def _greedy(space, memory_penalty=0.0, **kw):
     # beta 1e12: only moves that do not raise the (soft) cost are ever taken, so the outcome is
     # the same for every draw of the proposals.
-    s = MCMCSearcher(space, seed=0, chains=1, beta=1e12, reset_every=0, starts=("random",), **kw)
+    s = MCMCSearcher(space, seed=0, chains=1, beta=1e12, reset_every=0, memory_penalty=memory_penalty,
+                     starts=("random",), **kw)
     _start_at(s, [0, 0])  # (micro_batch 1, ZeRO 0)
     return s
 
@@ -108,17 +109,6 @@ def test_a_heavy_penalty_keeps_the_wall(wall_space):
     assert (2, 1) not in asked
 
 
-def test_memory_repair_raises_zero_after_an_oom_micro_batch(wall_space):
-    # Hard walls. Proposing micro-batch 2 (out of memory, turned down) is followed by the same
-    # point with one memory-saving change of another dimension: ZeRO 0 -> 1, the best point.
-    # Proposing ZeRO 1 first has no repair (micro-batch 1 is already the smallest), so the
-    # chain draws again until it proposes micro-batch 2.
-    bests, asked = _run(_greedy(wall_space, memory_repair=1), wall_space, WALL)
-    assert bests[-1] == pytest.approx(BEST_TPS)
-    i = asked.index((2, 0))
-    assert asked[i + 1] == (2, 1)
-
-
 def test_time_proxy_is_the_step_time_where_feasible_and_the_parts_where_not():
     space = exact_space(GPT3, H100, 1536)
     t = space.table(space.random_digits(np.random.default_rng(0), 3000))
@@ -137,8 +127,8 @@ def test_time_proxy_is_the_step_time_where_feasible_and_the_parts_where_not():
 
 
 def test_soft_penalty_resume_from_told_history(wall_space):
-    opts = dict(memory_penalty=0.5, memory_repair=1, repair_pairs=True, restart_after=2, restart_novel=True,
-                restart_duplicates=True, temperatures=2, starts=("random",))
+    opts = dict(memory_penalty=0.5, restart_after=2, restart_novel=True, restart_duplicates=True,
+                starts=("random",))
     a = MCMCSearcher(wall_space, seed=3, chains=2, **opts)
     told = []
     for _ in range(6):
@@ -151,7 +141,7 @@ def test_soft_penalty_resume_from_told_history(wall_space):
         b.ask(2)
         b.tell(t, m)
     sa, sb = a.state_dict(), b.state_dict()
-    for k in ("x", "cost", "excess", "proxy", "oom_x", "repairs_left", "visits", "memo_values"):
+    for k in ("x", "cost", "excess", "proxy", "visits", "memo_values"):
         np.testing.assert_array_equal(np.asarray(sa[k]), np.asarray(sb[k]))
 
 
@@ -165,7 +155,7 @@ def test_novel_restart_goes_where_nothing_was_evaluated(wall_space, seed):
     # uniform draws over 4 points) lands on a point not evaluated yet. A uniform restart would
     # do so for half the seeds.
     s = MCMCSearcher(wall_space, seed=seed, chains=1, beta=1e12, reset_every=0, restart_after=1,
-                     restart_novel=True, starts=("random",))
+                     memory_penalty=0.0, restart_novel=True, starts=("random",))
     _start_at(s, [0, 0])
     _, asked = _run(s, wall_space, WALL, steps=3)
     assert asked[0] == (1, 0) and asked[1] in ((2, 0), (1, 1))
@@ -177,7 +167,7 @@ def test_duplicate_chains_restart(wall_space):
     # novel point (visits: (1, 0) once, so the most novel is (2, 1), the one differing in both
     # dimensions: 1 + 1 = 2 against 1 + 1/sqrt(2) for the two others).
     s = MCMCSearcher(wall_space, seed=0, chains=2, beta=1e12, reset_every=0, restart_duplicates=True,
-                     restart_novel=True, starts=("random",))
+                     memory_penalty=0.0, restart_novel=True, starts=("random",))
     _start_at(s, [0, 0])
     t = s.ask(2)
     assert len(t) == 1  # one distinct point asked for both chains
