@@ -85,8 +85,11 @@ DEFAULT_RESTART_AFTER = 0
 DEFAULT_MEMORY_PENALTY = 0.1
 DEFAULT_RESTART_NOVEL = True
 DEFAULT_RESTART_DUPLICATES = True
-# Random valid candidates per restarting chain, of which the most novel is taken (restart_novel).
+# Random valid candidates per restarting chain, of which the most novel is taken (restart_novel),
+# and at most this many in one step over all restarting chains (large ensembles restart many
+# chains at once; fewer candidates each keeps a step's cost near one evaluation batch).
 NOVELTY_CANDIDATES = 64
+NOVELTY_CANDIDATES_PER_STEP = 4096
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -396,7 +399,8 @@ class MCMCSearcher(Searcher):
                 # The most novel of NOVELTY_CANDIDATES random valid points: the largest sum over
                 # dimensions of 1 / sqrt(1 + points evaluated with that digit) (count-based
                 # exploration bonus, as in Strehl & Littman 2008's MBIE-EB).
-                R, D = NOVELTY_CANDIDATES, self._x.shape[1]
+                R = max(1, min(NOVELTY_CANDIDATES, NOVELTY_CANDIDATES_PER_STEP // stale.size))
+                D = self._x.shape[1]
                 cand = self.space.random_digits(rng, stale.size * R).reshape(stale.size, R, D)
                 bonus = (1.0 / np.sqrt(1.0 + self._visits[np.arange(D)[None, None, :], cand])).sum(axis=2)
                 self._x[stale] = cand[np.arange(stale.size), np.argmax(bonus, axis=1)]
