@@ -29,14 +29,14 @@ random starts that do not fit drift towards ones that do. The best point is only
 feasible one (or, before any is found, the one nearest to fitting).
 
 Restarts. ``restart_duplicates`` (default on; ignored with ``reset_every``): a chain on the same
-point as a chain before it does that chain's work twice and restarts. ``restart_after`` K (off by default) restarts a
-chain that has not improved its own best for K steps. A restart goes to a uniformly random
-valid point, or with ``restart_novel`` (default on) to the most novel of NOVELTY_CANDIDATES
-random valid points: the largest sum over dimensions of 1 / sqrt(1 + evaluated points with
-that digit), so restarts go where the ensemble has not looked (at pp 1, say, when the chains
-have settled on pipelines). Every ``reset_every`` steps (0, off, by default) every chain jumps
-to the ensemble's best point; ``jump`` p (off) makes a chain's proposal a uniformly random
-valid point with probability p (an independence move).
+point as a chain before it does that chain's work twice and restarts. ``restart_after`` K (off
+by default) restarts a chain that has not improved its own best for K steps. A restart goes to
+a uniformly random valid point, or with ``restart_novel`` (default on) to the most novel of
+NOVELTY_CANDIDATES random valid points: the largest sum over dimensions of
+1 / sqrt(1 + evaluated points with that digit), so restarts go where the ensemble has not
+looked (at pp 1, say, when the chains have settled on pipelines). Every ``reset_every`` steps
+(0, off, by default) every chain jumps to the ensemble's best point; ``jump`` p (off) makes a
+chain's proposal a uniformly random valid point with probability p (an independence move).
 
 Points already evaluated are remembered (a sorted memo of their costs): ask() returns only
 distinct points the searcher has not been told about, so the evaluation budget is spent on

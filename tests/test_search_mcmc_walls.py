@@ -39,8 +39,8 @@ def synthetic_metrics(table, objective) -> Metrics:
     time goes into compute_s, rows above HBM are out of memory with infinite step time."""
     n = len(table)
     out = {k: np.zeros(n) for k in METRIC_COLUMNS}
-    spt = np.array([objective[(int(b), int(z))][0] for b, z in zip(table["micro_batch"], table["zero_stage"])])
-    ratio = np.array([objective[(int(b), int(z))][1] for b, z in zip(table["micro_batch"], table["zero_stage"])])
+    pairs = zip(table["micro_batch"].tolist(), table["zero_stage"].tolist(), strict=True)
+    spt, ratio = np.array([objective[p] for p in pairs]).reshape(n, 2).T
     fits = ratio <= 1.0
     tokens = table["global_batch"] * GPT3.seq_len
     out["compute_s"] = spt * tokens
@@ -69,7 +69,7 @@ def _run(s, space, objective, steps=40):
         t = s.ask(s.chains)
         if len(t) == 0:
             break
-        asked += list(zip(t["micro_batch"].tolist(), t["zero_stage"].tolist()))
+        asked += list(zip(t["micro_batch"].tolist(), t["zero_stage"].tolist(), strict=True))
         s.tell(t, synthetic_metrics(t, objective))
         bests.append(s.best()[1])
     return bests, asked
