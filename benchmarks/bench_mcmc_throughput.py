@@ -1,7 +1,7 @@
 """MCMC ensemble throughput (issue 4, point 4): proposals per second per core.
 
     PYTHONPATH=. taskset -c 0 python benchmarks/bench_mcmc_throughput.py [--chains 4096] [--steps 30]
-        [--space exact|default]
+        [--space exact|default] [--mcmc beta=20,reset_every=50]
 
 One step = every chain proposes (Space.propose, valid double moves, redraws), the new points are
 evaluated with one costmodel.evaluate call, and every chain's Metropolis test runs in one numpy
@@ -21,6 +21,7 @@ from search import EXACT_CHOICES, MCMCSearcher, Space, default_space, exact_spac
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chains", type=int, default=4096)
+    ap.add_argument("--mcmc", default="", help="MCMCSearcher options other than the defaults (bench_search_quality)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--space", default="exact", choices=("exact", "default", "exact-1f1b"),
                     help="exact-1f1b: the exact space with 1F1B and GPipe only (closed forms, no simulator)")
@@ -31,7 +32,9 @@ def main() -> None:
         space = Space.from_options(model, cluster, global_batch=1536, base="fixed", **opts)
     else:
         space = (exact_space if args.space == "exact" else default_space)(model, cluster, 1536)
-    s = MCMCSearcher(space, seed=0, chains=args.chains)
+    from benchmarks.bench_search_quality import parse_options
+
+    s = MCMCSearcher(space, seed=0, chains=args.chains, **parse_options(args.mcmc))
     t = s.ask(args.chains)  # warm-up: the start points
     s.tell(t, evaluate(model, cluster, t))
     evaluated, step0, t0 = 0, s.step, time.perf_counter()

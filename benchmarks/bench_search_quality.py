@@ -2,7 +2,8 @@
 the grid's optimum at a budget of 2% of the grid's evaluations.
 
     PYTHONPATH=. python benchmarks/bench_search_quality.py [--seeds 10] [--fraction 0.02]
-        [--searchers mcmc,tpe,random]
+        [--searchers mcmc,tpe,random] [--mcmc beta=20,memory_penalty=0.5] [--tpe n_startup_trials=20]
+        [--space exact|default] [--first-seed 0]
 
 Evaluations are the rows a searcher asks (every asked row is a valid point of the space; the
 searchers do not ask a point twice except RandomSearcher, whose repeats count). Prints one
@@ -19,17 +20,29 @@ import time
 import numpy as np
 
 from costmodel import cluster_preset, evaluate, model_preset
-from search import MCMCSearcher, RandomSearcher, TPESearcher, exact_space
+from search import MCMCSearcher, RandomSearcher, TPESearcher, default_space, exact_space
 
 WITHIN = 0.01
 
 
-def make(name: str, space, seed: int):
+def make(name: str, space, seed: int, options: dict | None = None):
+    """A searcher with its defaults, or with ``options`` (keyword arguments) where given."""
+    options = options or {}
     if name == "mcmc":
-        return MCMCSearcher(space, seed=seed)
+        return MCMCSearcher(space, seed=seed, **options)
     if name == "tpe":
-        return TPESearcher(space, seed=seed)
+        return TPESearcher(space, seed=seed, **options)
     return RandomSearcher(space, seed)
+
+
+def parse_options(text: str) -> dict:
+    """"beta=20,memory_penalty=0.5" -> {"beta": 20.0, "memory_penalty": 0.5} (ints stay ints)."""
+    out: dict = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=")
+        out[key] = int(value) if value.lstrip("-").isdigit() else (
+            value == "true" if value in ("true", "false") else float(value))
+    return out
 
 
 BATCH = {"mcmc": 4096, "tpe": 16, "random": 64}
@@ -58,22 +71,28 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--fraction", type=float, default=0.02)
     ap.add_argument("--searchers", default="mcmc,tpe,random")
+    ap.add_argument("--space", default="exact", choices=("exact", "default"),
+                    help="default: rank's default space for the same model and cluster")
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--mcmc", default="", help="MCMCSearcher options other than the defaults, e.g. beta=20,chains=8")
+    ap.add_argument("--tpe", default="", help="TPESearcher options other than the defaults, e.g. n_startup_trials=50")
     args = ap.parse_args()
     model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
-    space = exact_space(model, cluster, 1536)
+    space = (exact_space if args.space == "exact" else default_space)(model, cluster, 1536)
     _, table = space.rows(0, space.size)
     m = evaluate(model, cluster, table)
     optimum = float(m["tokens_per_s"].max())
     budget = int(args.fraction * len(table))
-    print(f"exact space: {len(table):,} valid points (grid evaluations), {int(m['feasible'].sum()):,} feasible, "
+    print(f"{args.space} space: {len(table):,} valid points (grid evaluations), {int(m['feasible'].sum()):,} feasible, "
           f"optimum {optimum:,.0f} tokens/s, {int((m['tokens_per_s'] >= (1 - WITHIN) * optimum).sum())} points "
           f"within 1%; budget {budget:,} evaluations ({args.fraction:.0%})")
     print("| searcher | budget | median gap to optimum | seeds within 1% | median evaluations to 1% | s per seed |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in args.searchers.split(","):
         gaps, reaches, t0 = [], [], time.perf_counter()
-        for seed in range(args.seeds):
-            best, reach = run(make(name, space, seed), space, budget, BATCH[name], optimum)
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            options = parse_options(getattr(args, name, "") or "")
+            best, reach = run(make(name, space, seed, options), space, budget, BATCH[name], optimum)
             gaps.append(1 - best / optimum)
             print(f"  {name} seed {seed}: gap {100 * gaps[-1]:.2f}%, reached 1% after {reach} evaluations, "
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

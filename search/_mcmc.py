@@ -14,13 +14,29 @@ The ensemble: C chains as a (C, D) digits array ``x`` with their costs (C,). One
 proposal per chain (Space.propose, masked with Space.valid; invalid proposals are drawn again
 up to MAX_REDRAWS times, then the chain proposes its own point), one batch of evaluations for
 all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_s), infinite
-where infeasible. Among infeasible points the chain walks on memory excess (mem_total / HBM),
-so random starts that do not fit drift towards ones that do; a feasible chain never accepts
-an infeasible point (exp(-inf) = 0). Every ``reset_every`` steps every chain jumps to the
-ensemble's best point. Options (off by default): ``restart_after`` K restarts a chain from a
-random valid point when it has not improved its own best for K steps; ``jump`` p makes a
+where infeasible. An invalid single move becomes a valid double move where one exists (see
+_draw_one).
+
+Memory walls. With ``memory_penalty`` lambda > 0 (the default, 0.1) an out-of-memory point is
+priced in the acceptance test as its time proxy (search._memo.row_time_proxy: the step's
+parts that the cost model still reports, per token) times (1 + lambda * overflow), overflow =
+mem_total / HBM - 1, so a chain can step through a point that does not fit to one that does
+(at pp 1 on GPT-3 175B only ZeRO-3 fits; a feasible point next to it is reached through a
+ZeRO-1 or ZeRO-2 point that does not). With lambda = 0 a feasible chain never accepts an
+infeasible point (exp(-inf) = 0). Points the cost model rejects for other reasons, or without
+a time proxy, stay walls; among them a chain walks on memory excess (mem_total / HBM), so
+random starts that do not fit drift towards ones that do. The best point is only ever a
+feasible one (or, before any is found, the one nearest to fitting).
+
+Restarts. ``restart_duplicates`` (default on; ignored with ``reset_every``): a chain on the same
+point as a chain before it does that chain's work twice and restarts. ``restart_after`` K (off
+by default) restarts a chain that has not improved its own best for K steps. A restart goes to
+a uniformly random valid point, or with ``restart_novel`` (default on) to the most novel of
+NOVELTY_CANDIDATES random valid points: the largest sum over dimensions of
+1 / sqrt(1 + evaluated points with that digit), so restarts go where the ensemble has not
+looked (at pp 1, say, when the chains have settled on pipelines). Every ``reset_every`` steps
+(0, off, by default) every chain jumps to the ensemble's best point; ``jump`` p (off) makes a
 chain's proposal a uniformly random valid point with probability p (an independence move).
-An invalid single move becomes a valid double move where one exists (see _draw_one).
 
 Points already evaluated are remembered (a sorted memo of their costs): ask() returns only
 distinct points the searcher has not been told about, so the evaluation budget is spent on
@@ -50,17 +66,30 @@ from search._memo import (
     point_keys,
     row_costs,
     row_keys,
+    row_time_proxy,
     stage_width,
 )
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
 DEFAULT_CHAINS = 8
-DEFAULT_BETA = 20.0  # a 5% slower proposal is accepted with probability exp(-1) = 0.37
-DEFAULT_RESET_EVERY = 50
+# A 1% slower proposal is accepted with probability exp(-1.6) = 0.2, a 5% slower one with
+# exp(-8) = 3e-4: the chains climb almost greedily and leave a local optimum through the soft
+# memory walls and the restarts below rather than by going downhill.
+DEFAULT_BETA = 160.0
+DEFAULT_RESET_EVERY = 0
 DEFAULT_JUMP = 0.0
 DEFAULT_DOUBLE = 0.0
 DEFAULT_RESTART_AFTER = 0
+# Soft memory walls: an out-of-memory point costs its time proxy x (1 + 0.1 x overflow).
+DEFAULT_MEMORY_PENALTY = 0.1
+DEFAULT_RESTART_NOVEL = True
+DEFAULT_RESTART_DUPLICATES = True
+# Random valid candidates per restarting chain, of which the most novel is taken (restart_novel),
+# and at most this many in one step over all restarting chains (large ensembles restart many
+# chains at once; fewer candidates each keeps a step's cost near one evaluation batch).
+NOVELTY_CANDIDATES = 64
+NOVELTY_CANDIDATES_PER_STEP = 4096
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
@@ -70,7 +99,7 @@ MAX_SKIPPED_STEPS = 1000
 START_STREAM = 1
 STEP_STREAM = 2
 RESTART_STREAM = 3
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +126,8 @@ class MCMCSearcher(Searcher):
     def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
+                 restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
                  starts: Sequence[str] = DEFAULT_STARTS) -> None:
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
@@ -125,6 +156,11 @@ class MCMCSearcher(Searcher):
         if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
             raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
         self.restart_after = int(restart_after)
+        if not np.isfinite(memory_penalty) or memory_penalty < 0:
+            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
+        self.memory_penalty = float(memory_penalty)
+        self.restart_novel = bool(restart_novel)
+        self.restart_duplicates = bool(restart_duplicates)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
@@ -140,12 +176,15 @@ class MCMCSearcher(Searcher):
         self._x = x  # (C, D)
         self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
+        self._proxy = np.full(C, np.nan)  # (C,) seconds per token ignoring memory (row_time_proxy)
         self._best_x = x[0].copy()
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
         self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
         self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
+        # Evaluated points per (dimension, digit) (D, max radix), for novel restarts.
+        self._visits = np.zeros((D, int(max(space.radices))), dtype=np.int64)
         self._step = 0
-        self._memo = Memo()
+        self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
         # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
         nonstage = [k for k, d in enumerate(space.dims) if "." not in d.name and len(d.choices) > 1]
         self._moves = (np.array([k for k in nonstage for _ in space.dims[k].choices], dtype=np.int64),
@@ -165,12 +204,15 @@ class MCMCSearcher(Searcher):
         st = self._draw()
         if len(table):
             cost, excess = row_costs(metrics, self._hbm_bytes)
+            proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
             if len(st.ask_rows):
                 asked = self.space.table(st.proposal[st.ask_rows])
                 pos = match_rows(row_keys(table, self.space.model.layers, self._width),
                                  row_keys(asked, self.space.model.layers, self._width))
                 hit = pos >= 0
-                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit]], axis=1))
+                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
+                told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
+                np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
         self._advance(st)
 
     def state_dict(self) -> dict:
@@ -178,8 +220,10 @@ class MCMCSearcher(Searcher):
         return {
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
             "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
+            "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
             "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
+            "visits": self._visits.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 
@@ -194,13 +238,16 @@ class MCMCSearcher(Searcher):
         self._x = x.copy()
         self._cost = np.asarray(state["cost"], dtype=np.float64).copy()
         self._excess = np.asarray(state["excess"], dtype=np.float64).copy()
+        self._proxy = np.asarray(state["proxy"], dtype=np.float64).copy()
         self._best_x = np.asarray(state["best_x"], dtype=np.int64).copy()
         self._best = np.asarray(state["best"], dtype=np.float64).copy()
         self._step = int(state["step"])
         self.accepted = int(state["accepted"])
         self._chain_best = np.asarray(state["chain_best"], dtype=np.float64).reshape(C, 2).copy()
         self._stale = np.asarray(state["stale"], dtype=np.int64).copy()
-        self._memo = Memo(keys_from_plain(state["memo_keys"]), np.asarray(state["memo_values"], dtype=np.float64))
+        self._visits = np.asarray(state["visits"], dtype=np.int64).reshape(self._visits.shape).copy()
+        self._memo = Memo(keys_from_plain(state["memo_keys"]),
+                          np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
         self._cached = None
 
     # -- reading the state -------------------------------------------------------------------
@@ -294,8 +341,8 @@ class MCMCSearcher(Searcher):
     def _advance(self, st: _Step) -> None:
         """Metropolis acceptance for every chain whose proposal has a known cost; best; reset."""
         found, vals = self._memo.lookup(st.keys)
-        new_c, new_e = vals[:, 0], vals[:, 1]  # (C,)
-        old_c, old_e = self._cost, self._excess
+        new_c, new_e, new_p = vals[:, 0], vals[:, 1], vals[:, 2]  # (C,)
+        old_c, old_e, old_p = self._cost, self._excess, self._proxy
         fresh = np.isnan(old_c)  # the chain's own point, evaluated now
         f_old, f_new = np.isfinite(old_c), np.isfinite(new_c)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -304,20 +351,31 @@ class MCMCSearcher(Searcher):
                 [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf],
                 (new_e - old_e) / old_e,
             )
+            if self.memory_penalty > 0:
+                # Soft memory walls: both points priced by their penalised time (_soft_cost).
+                s_old, s_new = self._soft_cost(old_c, old_e, old_p), self._soft_cost(new_c, new_e, new_p)
+                soft = np.isfinite(s_old) & np.isfinite(s_new) & ~(f_old & f_new)
+                rel = np.where(soft, (s_new - s_old) / s_old, rel)
             accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
         moved = accept & ~fresh & np.any(st.proposal != self._x, axis=1)
         self.accepted += int(moved.sum())
         self._x = np.where(accept[:, None], st.proposal, self._x)
         self._cost = np.where(accept, new_c, old_c)
         self._excess = np.where(accept, new_e, old_e)
-        # Best: lowest cost, then lowest excess, over the chains' evaluated points.
-        known = ~np.isnan(self._cost)
+        self._proxy = np.where(accept, new_p, old_p)
+        # Best: lowest cost, then lowest excess, over the chains' evaluated points and this
+        # step's evaluated proposals (with soft memory walls a chain may turn down a feasible
+        # proposal that beats its penalised out-of-memory point).
+        pts = np.concatenate([self._x, st.proposal])  # (2C, D)
+        pc = np.concatenate([self._cost, np.where(found, new_c, np.nan)])
+        pe = np.concatenate([self._excess, np.where(found, new_e, np.nan)])
+        known = ~np.isnan(pc)
         if np.any(known):
             cand = np.flatnonzero(known)
-            i = cand[np.lexsort((self._excess[cand], self._cost[cand]))[0]]
-            if (self._cost[i], self._excess[i]) < tuple(self._best):
-                self._best = np.array([self._cost[i], self._excess[i]])
-                self._best_x = self._x[i].copy()
+            i = cand[np.lexsort((pe[cand], pc[cand]))[0]]
+            if (pc[i], pe[i]) < tuple(self._best):
+                self._best = np.array([pc[i], pe[i]])
+                self._best_x = pts[i].copy()
         # Chains that have not improved on their own best for restart_after steps start again
         # from a random point (FlexFlow restarts a search that stopped improving).
         better = (self._cost < self._chain_best[:, 0]) | (
@@ -327,13 +385,40 @@ class MCMCSearcher(Searcher):
         self._step += 1
         self._cached = None
         stale = np.flatnonzero(self._stale >= self.restart_after) if self.restart_after else np.zeros(0, int)
+        if self.restart_duplicates and not self.reset_every:
+            # Chains on the same evaluated point as a chain before them duplicate its work: restart
+            # them (not with resets, which put every chain on one point on purpose).
+            keys = point_keys(self.space, self._x)
+            _, first = np.unique(keys, return_index=True)
+            dup = np.ones(self.chains, dtype=bool)
+            dup[first] = False
+            stale = np.union1d(stale, np.flatnonzero(dup & ~np.isnan(self._cost)))
         if stale.size:
             rng = np.random.default_rng([self.seed, RESTART_STREAM, self._step])
-            self._x[stale] = self.space.random_digits(rng, stale.size)
-            self._cost[stale] = self._excess[stale] = np.nan
+            if self.restart_novel:
+                # The most novel of NOVELTY_CANDIDATES random valid points: the largest sum over
+                # dimensions of 1 / sqrt(1 + points evaluated with that digit) (count-based
+                # exploration bonus, as in Strehl & Littman 2008's MBIE-EB).
+                R = max(1, min(NOVELTY_CANDIDATES, NOVELTY_CANDIDATES_PER_STEP // stale.size))
+                D = self._x.shape[1]
+                cand = self.space.random_digits(rng, stale.size * R).reshape(stale.size, R, D)
+                bonus = (1.0 / np.sqrt(1.0 + self._visits[np.arange(D)[None, None, :], cand])).sum(axis=2)
+                self._x[stale] = cand[np.arange(stale.size), np.argmax(bonus, axis=1)]
+            else:
+                self._x[stale] = self.space.random_digits(rng, stale.size)
+            self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
             self._chain_best[stale] = np.inf
             self._stale[stale] = 0
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
             self._cost = np.full(self.chains, self._best[0])
             self._excess = np.full(self.chains, self._best[1])
+            self._proxy = np.full(self.chains, self._best[0])
+
+    def _soft_cost(self, cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray) -> np.ndarray:
+        """(C,) cost with soft memory walls: the cost where feasible; for an out-of-memory point
+        its time proxy times (1 + memory_penalty * overflow), overflow = mem_total / HBM - 1
+        (the fraction of HBM it lacks); inf where neither is known."""
+        with np.errstate(invalid="ignore"):
+            penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
+        return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))

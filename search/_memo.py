@@ -115,15 +115,43 @@ def row_costs(metrics: Metrics, hbm_bytes: float) -> tuple[np.ndarray, np.ndarra
     return cost, excess
 
 
+# The parts of a step that costmodel.evaluate adds into step_time_s (Metrics; the sum equals
+# step_time_s on every feasible row of the exact space), kept for out-of-memory rows as well.
+_STEP_PARTS = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
+               "optimizer_s")
+
+
+def row_time_proxy(table: StrategyTable, metrics: Metrics, seq_len: int) -> np.ndarray:
+    """(N,) seconds per token each row would take if memory were unlimited: 1 / tokens_per_s
+    where feasible; for out-of-memory rows the sum of the step's parts that the cost model
+    still reports (compute, communication, bubble, optimizer) over the tokens of a step
+    (global_batch * seq_len); inf where that is not a positive finite number (other reasons,
+    metrics without the parts)."""
+    cost, _ = row_costs(metrics, 1.0)
+    n = len(cost)
+    if not all(p in metrics for p in _STEP_PARTS):
+        return cost
+    parts = np.zeros(n)
+    for p in _STEP_PARTS:
+        parts = parts + np.asarray(metrics[p], dtype=np.float64)
+    tokens = np.asarray(table["global_batch"], dtype=np.float64) * float(seq_len)
+    oom = np.asarray(metrics["reason"]) == _OOM
+    with np.errstate(divide="ignore", invalid="ignore"):
+        proxy = np.where(oom & np.isfinite(parts) & (parts > 0) & (tokens > 0), parts / tokens, np.inf)
+    return np.where(np.isfinite(cost), cost, proxy)
+
+
 class Memo:
-    """Costs of points already evaluated: sorted keys, searched in O(log M) per lookup.
+    """Costs of points already evaluated: sorted keys, searched in O(log M) per lookup; each
+    key holds ``width`` numbers (cost and excess, then whatever the searcher keeps).
 
     New entries go to a small sorted buffer that is merged into the main array when it grows
     past a quarter of it, so that adding B rows costs O(B log M) amortised."""
 
-    def __init__(self, keys=None, values=None) -> None:
+    def __init__(self, keys=None, values=None, *, width: int = 2) -> None:
         self._keys = keys if keys is not None else np.zeros(0, dtype=np.int64)
-        self._vals = values if values is not None else np.zeros((0, 2))
+        self._vals = values if values is not None else np.zeros((0, width))
+        self.width = self._vals.shape[1]
         self._buf_keys = self._keys[:0]
         self._buf_vals = self._vals[:0]
         if len(self._keys):
@@ -133,9 +161,9 @@ class Memo:
         return len(self._keys) + len(self._buf_keys)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found (N,) bool, values (N, 2)) for (N,) keys; values are NaN where not found."""
+        """(found (N,) bool, values (N, width)) for (N,) keys; values are NaN where not found."""
         found = np.zeros(len(keys), dtype=bool)
-        vals = np.full((len(keys), 2), np.nan)
+        vals = np.full((len(keys), self.width), np.nan)
         for k, v in ((self._keys, self._vals), (self._buf_keys, self._buf_vals)):
             if len(k) == 0:
                 continue
@@ -146,7 +174,7 @@ class Memo:
         return found, vals
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Add (N,) keys with (N, 2) values; keys already present keep their first value."""
+        """Add (N,) keys with (N, width) values; keys already present keep their first value."""
         if len(keys) == 0:
             return
         if len(self._keys) == 0 and len(self._buf_keys) == 0:
@@ -186,4 +214,4 @@ def stage_width(space) -> int:
 
 
 __all__ = ["Memo", "hbm_of", "keys_from_plain", "keys_to_plain", "match_rows", "point_keys", "row_costs",
-           "row_keys", "stage_width"]
+           "row_keys", "row_time_proxy", "stage_width"]

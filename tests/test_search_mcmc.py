@@ -49,8 +49,10 @@ def _drive(s, space, steps, n=None):
 
 
 def test_greedy_chains_never_get_worse(exact):
-    # beta huge: exp(-beta * rel) = 0 for any increase, so each chain's cost is non-increasing.
-    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0)
+    # beta huge: exp(-beta * rel) = 0 for any increase, so with hard memory walls and no
+    # restarts each chain's cost is non-increasing.
+    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, memory_penalty=0.0,
+                     restart_duplicates=False)
     _drive(s, exact, 1)
     prev = s.state_dict()["cost"]
     for _ in range(15):
@@ -59,6 +61,29 @@ def test_greedy_chains_never_get_worse(exact):
         both = np.isfinite(prev)
         assert np.all(cost[both] <= prev[both])
         prev = cost
+
+
+def test_greedy_chains_never_get_worse_on_the_soft_cost(exact):
+    # Soft memory walls: the chain's cost may become infinite (an out-of-memory point), but its
+    # soft cost, time proxy x (1 + lambda x (mem / HBM - 1)) there, never rises.
+    lam = 0.3
+    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, memory_penalty=lam,
+                     restart_duplicates=False)
+
+    def soft():
+        st = s.state_dict()
+        return np.where(np.isfinite(st["cost"]), st["cost"], st["proxy"] * (1 + lam * (st["excess"] - 1)))
+
+    _drive(s, exact, 1)
+    prev, moved_into_oom = soft(), False
+    for _ in range(15):
+        _drive(s, exact, 1)
+        cur = soft()
+        both = np.isfinite(prev)
+        assert np.all(cur[both] <= prev[both] * (1 + 1e-12))
+        moved_into_oom |= bool(np.any(np.isinf(s.state_dict()["cost"]) & both))
+        prev = cur
+    assert moved_into_oom  # the walls were crossed at least once (else the test shows nothing)
 
 
 def test_beta_zero_accepts_every_known_proposal(exact):
