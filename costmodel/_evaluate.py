@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel._hardware import Cluster
+from costmodel._sorted_memo import Memo
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 
@@ -487,15 +488,20 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
     u_tf, u_tb, u_tw = (np.where(dev < u_p, np.take_along_axis(uniq[:, 4 + i * k:4 + (i + 1) * k], col, axis=1), 0.0)
                         for i in range(3))  # device times; columns past pp unused
     u_tc = uniq[:, -1]
-    u_total = np.empty(len(uniq))
-    counts = np.bincount(gid, minlength=len(shapes))
+    # Sets simulated by an earlier call (a search step meets many again: a point that differs
+    # from one already priced in the ZeRO stage only) are taken from the cache.
+    u_keys = np.ascontiguousarray(uniq).view(np.dtype((np.void, uniq.shape[1] * 8))).ravel()
+    cache = _simulation_cache(uniq.shape[1])
+    known, cached = cache.lookup(u_keys)
+    u_total = cached[:, 0].copy()
+    counts = np.bincount(gid[~known], minlength=len(shapes))
     big = counts > _MIXED_MAX_SETS
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
-        r = np.flatnonzero(gid == g)
+        r = np.flatnonzero((gid == g) & ~known)
         res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r])
         u_total[r] = res.total_time
-    small = ~big[gid]
+    small = ~big[gid] & ~known
     if np.any(small):
         keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
         renum = np.full(len(shapes), -1)
@@ -503,6 +509,7 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
         mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]
         r = np.flatnonzero(small)
         u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
+    cache.add(u_keys[~known], u_total[~known, None])
     total[sel] = u_total[back]
     # Micro-batches in flight: the schedule's peak per device, the same for every set of a shape.
     row_shape = gid[back]
@@ -516,6 +523,20 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
 # Distinct parameter sets of one pipeline shape above which it is simulated on its own
 # (simulate()'s (ops, sets) walk); at or below, with the other small shapes in one flat walk.
 _MIXED_MAX_SETS = 64
+
+# Simulated pipeline times kept per process: key = (schedule, pp, m, vpp, stage times, T_C) as
+# raw float64 bytes, value = the time. A cache of a pure function: it changes no result, only
+# skips work. Bounded by bytes of keys (a full cache is emptied and starts again).
+_CACHE_MAX_BYTES = 32 << 20
+_CACHES: dict[int, Memo] = {}
+
+
+def _simulation_cache(columns: int) -> Memo:
+    """The cache for keys of ``columns`` float64 values (one per key width)."""
+    cache = _CACHES.get(columns)
+    if cache is None or len(cache) * columns * 8 > _CACHE_MAX_BYTES:
+        cache = _CACHES[columns] = Memo(width=1)
+    return cache
 
 
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,

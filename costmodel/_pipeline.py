@@ -305,6 +305,13 @@ class _Graph:
     peak_activations: np.ndarray  # (D,) float, stage micro-batches
     level_bounds: np.ndarray  # (L + 1,) int: wave l holds op ids level_bounds[l] .. level_bounds[l + 1] - 1
 
+    @functools.cached_property
+    def flat_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n,) each op's wave, its place in the wave, and the wave's width (total_times_mixed)."""
+        width = np.diff(self.level_bounds)
+        lvl = np.repeat(np.arange(len(width)), width)
+        return lvl, np.arange(len(lvl)) - self.level_bounds[lvl], width[lvl]
+
 
 def _validate_shape(schedule: str, p: int, m: int, v: int) -> None:
     if schedule not in SCHEDULES:
@@ -674,10 +681,9 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
     dur = np.empty(n_all)
     hand = np.empty(n_all)
     ids = []
-    for i, ((_, sets), gr, w) in enumerate(zip(batch, gs, width, strict=True)):
-        lvl = np.repeat(np.arange(len(w)), w)  # each op's wave and the wave's width
-        new = (offset[i, lvl] + np.arange(len(lvl)) - gr.level_bounds[lvl])[None, :] \
-            + np.arange(len(sets))[:, None] * w[lvl][None, :]  # (s, n) flat id of (set, op)
+    for i, ((_, sets), gr) in enumerate(zip(batch, gs, strict=True)):
+        lvl, rel, wid = gr.flat_layout
+        new = (offset[i, lvl] + rel)[None, :] + np.arange(len(sets))[:, None] * wid[None, :]  # (s, n) flat id
         with_sentinel = np.concatenate([new, np.full((len(sets), 1), n_all)], axis=1)  # column -1: none
         prev[new] = with_sentinel[:, gr.prev]
         dep[new] = with_sentinel[:, gr.dep]

@@ -190,6 +190,7 @@ class MCMCSearcher(Searcher):
         self._moves = (np.array([k for k in nonstage for _ in space.dims[k].choices], dtype=np.int64),
                        np.array([v for k in nonstage for v in range(len(space.dims[k].choices))], dtype=np.int64))
         self._cached: tuple[int, _Step] | None = None
+        self._last_ask: tuple[int, StrategyTable | None] = (-1, None)  # (step, table) of the last ask()
         self.accepted = 0  # bookkeeping for reports: accepted moves so far
 
     # -- the contract ------------------------------------------------------------------------
@@ -198,7 +199,9 @@ class MCMCSearcher(Searcher):
             raise InputError("n", "an integer >= 0", n)
         st = self._draw()
         rows = st.ask_rows[: int(n)]
-        return self.space.table(st.proposal[rows])
+        table = self.space.table(st.proposal[rows])
+        self._last_ask = (self._step, table)
+        return table
 
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
         st = self._draw()
@@ -206,9 +209,12 @@ class MCMCSearcher(Searcher):
             cost, excess = row_costs(metrics, self._hbm_bytes)
             proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
             if len(st.ask_rows):
-                asked = self.space.table(st.proposal[st.ask_rows])
-                pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                                 row_keys(asked, self.space.model.layers, self._width))
+                if self._last_ask[0] == self._step and self._last_ask[1] is table:
+                    pos = np.arange(len(table))  # the table ask() returned, row for row
+                else:  # rows rebuilt elsewhere (another process, Parquet), in any order
+                    asked = self.space.table(st.proposal[st.ask_rows])
+                    pos = match_rows(row_keys(table, self.space.model.layers, self._width),
+                                     row_keys(asked, self.space.model.layers, self._width))
                 hit = pos >= 0
                 self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
                 told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points

@@ -108,9 +108,37 @@ def test_mixed_walk_and_per_shape_simulation_agree(monkeypatch):
 
     model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     table = random_table(model, np.random.default_rng(21), 800, uneven=True)
+    monkeypatch.setattr(ev, "_CACHES", {})  # nothing simulated before
     mixed = evaluate(model, cl, table, pipeline="simulate")
     monkeypatch.setattr(ev, "_MIXED_MAX_SETS", 0)
+    monkeypatch.setattr(ev, "_CACHES", {})  # simulated again, not read from the cache
     alone = evaluate(model, cl, table, pipeline="simulate")
     assert np.isfinite(mixed["bubble_s"]).sum() >= 20
     for k in mixed:
         np.testing.assert_allclose(mixed[k], alone[k], rtol=1e-12, err_msg=k)
+
+
+def test_simulations_are_cached_between_calls(monkeypatch):
+    # The second evaluation of the same rows must not simulate anything, and give the same
+    # result bit for bit; a full cache is emptied, not grown.
+    import costmodel._evaluate as ev
+    import costmodel._pipeline as pl
+
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = random_table(model, np.random.default_rng(22), 300, uneven=False)
+    monkeypatch.setattr(ev, "_CACHES", {})
+    first = evaluate(model, cl, table, pipeline="simulate")
+    cached = sum(len(c) for c in ev._CACHES.values())
+    assert cached >= 10
+
+    def boom(*args, **kwargs):
+        raise AssertionError("simulated again")
+
+    monkeypatch.setattr(pl, "simulate", boom)
+    monkeypatch.setattr(pl, "total_times_mixed", boom)
+    again = evaluate(model, cl, table, pipeline="simulate")
+    for k in first:
+        np.testing.assert_array_equal(first[k], again[k], err_msg=k)
+    monkeypatch.setattr(ev, "_CACHE_MAX_BYTES", 1)  # every cache is now over its bound
+    (columns,) = ev._CACHES
+    assert len(ev._simulation_cache(columns)) == 0
