@@ -26,7 +26,7 @@ from search import (
     solve_piper,
     with_overrides,
 )
-from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
+from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY
 from search._tpe import DEFAULT_N_STARTUP_TRIALS
 from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
@@ -268,14 +268,19 @@ def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
     p = searchers.add_parser(
         "mcmc", help="FlexFlow-style Metropolis-Hastings over a strategy space (an ensemble of chains)",
         description="Chains start from data parallelism, Megatron-LM's recipe and random strategies, propose "
-        "one change at a time, accept a worse strategy with probability exp(-beta * relative slow-down) "
-        "and jump to the best found every --reset-every steps (Jia et al., SysML 2019).")
+        "one change at a time and accept a worse strategy with probability exp(-beta * relative slow-down) "
+        "(Jia et al., SysML 2019). An out-of-memory point costs its time x (1 + --memory-penalty x the HBM "
+        "it lacks) so chains can cross memory walls; a chain on the same point as another restarts at a "
+        "rarely visited one; --reset-every K > 0 jumps every chain to the best every K steps instead.")
     add_search_args(p)
     p.add_argument("--chains", metavar="C", default=str(DEFAULT_CHAINS), help=f"chains (default {DEFAULT_CHAINS})")
     p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA),
                    help=f"inverse temperature (default {DEFAULT_BETA})")
     p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
                    help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
+    p.add_argument("--memory-penalty", metavar="L", default=str(DEFAULT_MEMORY_PENALTY),
+                   help=f"soft memory walls: cost x (1 + L x overflow) out of memory (0: hard walls; "
+                   f"default {DEFAULT_MEMORY_PENALTY})")
     add_search_run_args(p)
     p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
 
@@ -287,7 +292,10 @@ def _make_mcmc(args, space):
         raise InputError("--reset-every", "an integer >= 0", reset)
     if not beta >= 0:
         raise InputError("--beta", "a number >= 0", beta)
-    extra = {}
+    penalty = _parse(args.memory_penalty, "--memory-penalty", float)
+    if not 0 <= penalty < float("inf"):
+        raise InputError("--memory-penalty", "a finite number >= 0", penalty)
+    extra = {"memory_penalty": penalty}
     if hasattr(space.cluster, "pools"):  # a placement space: start from its named placements too
         extra["starts"] = (*space.start_points(), "random")
     return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
