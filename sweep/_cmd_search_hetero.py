@@ -84,12 +84,13 @@ def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_
     if not n_best:
         print("no feasible placement found")
         return
+    print("  # tokens/s, then per stage: pool, dp, tp (tp* = tp across nodes), L = layers")
     for i in range(n_best):
         r = best_t.row(i, names)
         stages = " | ".join(
             (f"{st['pool']}+{st['pool2']} dp{st['dp'] - st['dp2']}+{st['dp2']}" if "dp2" in st
              else f"{st['pool']} dp{st['dp']}")
-            + f" tp{st['tp']}{'x' if st['order'] == 'tp-across' else ''} L{st['layers']}" for st in r["stages"])
+            + f" tp{st['tp']}{'*' if st['order'] == 'tp-across' else ''} L{st['layers']}" for st in r["stages"])
         sched = r["schedule"] + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
         print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} {sched} "
               f"{r['recompute']} zero{r['zero_stage']}  {stages}")

@@ -80,7 +80,7 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
     if with_rc:
         head += "  stage recompute"
     if any(r.get("stage_pool") for r in rows):
-        head += "  placement (pool:dp x tp per stage)"
+        head += "  placement (pool:dp x tp per stage; tp* = tp across nodes)"
     out = [head]
     for rank, r in enumerate(rows, start=1):
         step = r.get("step_time_s")
@@ -103,12 +103,12 @@ def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
 
 def format_placement(row: dict) -> str:
     """A heterogeneous row's stages in one line: pool:dp x tp (a split stage pool:dp+pool2:dp2
-    x tp), a trailing x for tp strided across nodes."""
+    x tp), tp* for tp strided across nodes."""
     out = []
     for j, pool in enumerate(row["stage_pool"]):
         dp, d2, tp = row["stage_dp"][j], row["stage_dp2"][j], row["stage_tp"][j]
         where = f"{pool}:{dp - d2}+{row['stage_pool2'][j]}:{d2}" if d2 else f"{pool}:{dp}"
-        out.append(f"{where}x{tp}{'x' if row['stage_order'][j] == 'tp-across' else ''}")
+        out.append(f"{where}x{tp}{'*' if row['stage_order'][j] == 'tp-across' else ''}")
     return " ".join(out)
 
 
