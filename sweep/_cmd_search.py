@@ -27,6 +27,7 @@ from search import (
     with_overrides,
 )
 from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY
+from search._tpe import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
 from search._tpe import DEFAULT_N_STARTUP_TRIALS
 from sweep._cmd_evaluate import add_spec_args
 from sweep._cmd_rank import format_table
@@ -285,6 +286,13 @@ def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
 
 
+def _memory_penalty(args) -> float:
+    penalty = _parse(args.memory_penalty, "--memory-penalty", float)
+    if not 0 <= penalty < float("inf"):
+        raise InputError("--memory-penalty", "a finite number >= 0", penalty)
+    return penalty
+
+
 def _make_mcmc(args, space):
     beta = _parse(args.beta, "--beta", float)
     reset = _parse(args.reset_every, "--reset-every", int)
@@ -292,10 +300,7 @@ def _make_mcmc(args, space):
         raise InputError("--reset-every", "an integer >= 0", reset)
     if not beta >= 0:
         raise InputError("--beta", "a number >= 0", beta)
-    penalty = _parse(args.memory_penalty, "--memory-penalty", float)
-    if not 0 <= penalty < float("inf"):
-        raise InputError("--memory-penalty", "a finite number >= 0", penalty)
-    extra = {"memory_penalty": penalty}
+    extra = {"memory_penalty": _memory_penalty(args)}
     if hasattr(space.cluster, "pools"):  # a placement space: start from its named placements too
         extra["starts"] = (*space.start_points(), "random")
     return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
@@ -315,6 +320,9 @@ def _register_tpe(searchers: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
     p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),
                    help=f"random trials before TPE (default {DEFAULT_N_STARTUP_TRIALS})")
+    p.add_argument("--memory-penalty", metavar="L", default=str(TPE_MEMORY_PENALTY),
+                   help="soft memory walls: an out-of-memory trial is told as its unlimited-memory throughput / "
+                   f"(1 + L x overflow) (0: a constraint violation, c-TPE; default {TPE_MEMORY_PENALTY})")
     add_search_run_args(p)
     p.set_defaults(func=_run_space_searcher, make=_make_tpe, batch=str(TPE_ASK_BATCH))
 
@@ -324,7 +332,7 @@ def _make_tpe(args, space):
     if startup < 0:
         raise InputError("--startup-trials", "an integer >= 0", startup)
     searcher = TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
-                           n_startup_trials=startup)
+                           n_startup_trials=startup, memory_penalty=_memory_penalty(args))
     if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
         # A placement space is mostly infeasible at random: a new study tries its named
         # placements first (stored in the study, so a resumed run does not add them again).

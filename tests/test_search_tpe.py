@@ -49,7 +49,8 @@ def _drive(s, space, rounds, n=8):
 
 
 def test_constraints_recorded(small):
-    s = TPESearcher(small, seed=0, n_startup_trials=8)
+    # c-TPE (memory_penalty 0): out-of-memory rows violate the "memory" constraint.
+    s = TPESearcher(small, seed=0, n_startup_trials=8, memory_penalty=0.0)
     _drive(s, small, 3)
     trials = s.study.get_trials(deepcopy=False)
     for tr in trials:
@@ -60,6 +61,32 @@ def test_constraints_recorded(small):
             m = evaluate(GPT3, H100, small.table(digits))
             assert (tr.constraints["memory"] > 0) == (int(m["reason"][0]) == 8)
             assert tr.value == pytest.approx(float(m["tokens_per_s"][0]))
+
+
+def test_soft_memory_walls_tell_out_of_memory_rows_as_penalised_throughput(small):
+    # lambda 0.5: an out-of-memory row is told as feasible, value = tokens of a step / (sum of the
+    # step's parts) / (1 + 0.5 (mem / HBM - 1)); a feasible row keeps its tokens/s.
+    lam = 0.5
+    s = TPESearcher(small, seed=2, n_startup_trials=8, memory_penalty=lam)
+    _drive(s, small, 4)
+    parts = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
+             "optimizer_s")
+    oom = 0
+    for tr in s.study.get_trials(deepcopy=False):
+        digits = s._digits(tr.params)[None, :]
+        if not small.valid(digits)[0] or tr.value is None:
+            continue
+        m = evaluate(GPT3, H100, small.table(digits))
+        assert max(tr.constraints.values()) <= 0  # every evaluated valid row counts as feasible
+        if int(m["reason"][0]) == 8:
+            oom += 1
+            tokens = 1536 * GPT3.seq_len
+            step = sum(float(m[k][0]) for k in parts)
+            over = float(m["mem_total_bytes"][0]) / H100.gpu.hbm_bytes - 1
+            assert tr.value == pytest.approx(tokens / step / (1 + lam * over), rel=1e-9)
+        else:
+            assert tr.value == pytest.approx(float(m["tokens_per_s"][0]))
+    assert oom >= 3
 
 
 def test_journal_resume_adds_up(tmp_path, small):
