@@ -125,6 +125,46 @@ class Metrics(dict):
         return Metrics({k: v[idx] for k, v in self.items()})
 
 
+def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, flops_model, flops_hw, peak_total,
+                     compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm, optimizer, mem_weights, mem_grads,
+                     mem_optimizer, mem_activations, mem_buffers, mem_total, extra=None) -> Metrics:
+    """The Metrics of a block of rows from its parts, (N,) each: throughput, MFU and HFU over
+    ``peak_total`` (the FLOP/s of every GPU the row uses), the bubble's share of the pipeline,
+    infinite step time and zero throughput where infeasible. One definition for the homogeneous
+    and the heterogeneous evaluator; ``extra`` columns (stage views, flags) come first."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        samples = np.where(feasible, batch / step, 0.0)
+        mfu = np.where(feasible, flops_model / (step * peak_total), 0.0)
+        hfu = np.where(feasible, flops_hw / (step * peak_total), 0.0)
+        bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
+    return Metrics(
+        **(extra or {}),
+        step_time_s=np.where(feasible, step, np.inf),
+        compute_s=compute,
+        recompute_s=recompute,
+        tp_comm_s=tp_comm,
+        cp_comm_s=cp_comm,
+        pp_comm_s=pp_comm,
+        dp_comm_s=dp_comm,
+        bubble_s=fill,
+        optimizer_s=optimizer,
+        tokens_per_s=samples * seq_len,
+        samples_per_s=samples,
+        mfu=mfu,
+        hfu=hfu,
+        bubble_ratio=bubble_ratio,
+        mem_weights_bytes=mem_weights,
+        mem_grads_bytes=mem_grads,
+        mem_optimizer_bytes=mem_optimizer,
+        mem_activations_bytes=mem_activations,
+        mem_buffers_bytes=mem_buffers,
+        mem_total_bytes=mem_total,
+        microbatches=m.astype(np.int64),
+        feasible=feasible,
+        reason=reason,
+    )
+
+
 # ---- building blocks (pure, broadcast over columns) -------------------------------------
 def sat(x, half):
     """Utilisation along one matrix side: x / (x + half)."""
@@ -679,43 +719,19 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
     re_tok = np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
     flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
-    with np.errstate(divide="ignore", invalid="ignore"):
-        samples = np.where(feasible, B / step, 0.0)
-        mfu = np.where(feasible, flops_model / (step * n_gpu * peak), 0.0)
-        hfu = np.where(feasible, flops_hw / (step * n_gpu * peak), 0.0)
-        bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
     extra = {}
     if stages_out:
         extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
-    return Metrics(
-        **extra,
-        step_time_s=np.where(feasible, step, np.inf),
-        compute_s=m * at(comp),
-        recompute_s=m * at(re_st),
-        tp_comm_s=m * (at(tp_st) + at(re_tp_st)),
-        cp_comm_s=m * (at(cp_st) + at(re_cp_st)),
-        pp_comm_s=pp_comm,
-        dp_comm_s=dp_exposed,
-        bubble_s=fill,
-        optimizer_s=opt_s,
-        tokens_per_s=samples * s,
-        samples_per_s=samples,
-        mfu=mfu,
-        hfu=hfu,
-        bubble_ratio=bubble_ratio,
-        mem_weights_bytes=atm(w_b),
-        mem_grads_bytes=atm(g_b),
-        mem_optimizer_bytes=atm(o_b),
-        mem_activations_bytes=atm(act),
-        mem_buffers_bytes=buffers,
-        mem_total_bytes=mem_total,
-        microbatches=m.astype(np.int64),
-        feasible=feasible,
-        reason=reason,
-        _needs_simulation=needs_simulation & ~np.bool_(simulate_now),
-    )
+    extra["_needs_simulation"] = needs_simulation & ~np.bool_(simulate_now)
+    return assemble_metrics(
+        feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
+        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak,
+        compute=m * at(comp), recompute=m * at(re_st), tp_comm=m * (at(tp_st) + at(re_tp_st)),
+        cp_comm=m * (at(cp_st) + at(re_cp_st)), pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
+        mem_weights=atm(w_b), mem_grads=atm(g_b), mem_optimizer=atm(o_b), mem_activations=atm(act),
+        mem_buffers=buffers, mem_total=mem_total, extra=extra)
 
 
 def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable) -> dict[str, np.ndarray]:

@@ -187,6 +187,15 @@ def _number(value: object, argument: str, *, positive: bool) -> float:
     return float(value)
 
 
+def _check_entry(entry, where: str, fields) -> None:
+    """A pool or link entry of a cluster file: a mapping with keys among ``fields``."""
+    if not isinstance(entry, Mapping):
+        raise InputError(where, "a mapping", entry)
+    bad = set(entry) - set(fields)
+    if bad:
+        raise InputError(where, "keys among " + ", ".join(fields), sorted(bad)[0])
+
+
 def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> HeteroCluster:
     """Build and validate a HeteroCluster from a parsed file (see the module docstring)."""
     unknown = set(data) - {"name", "pools", "links"}
@@ -198,11 +207,7 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
     pools = []
     for k, p in enumerate(pools_in):
         where = f"cluster.pools[{k}]"
-        if not isinstance(p, Mapping):
-            raise InputError(where, "a mapping", p)
-        bad = set(p) - set(POOL_FIELDS)
-        if bad:
-            raise InputError(where, "keys among " + ", ".join(POOL_FIELDS), sorted(bad)[0])
+        _check_entry(p, where, POOL_FIELDS)
         for req in ("gpu", "nodes"):
             if req not in p:
                 raise InputError(f"{where}.{req}", "a value", None)
@@ -227,11 +232,7 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
     links = {}
     for k, ln in enumerate(links_in):
         where = f"cluster.links[{k}]"
-        if not isinstance(ln, Mapping):
-            raise InputError(where, "a mapping", ln)
-        bad = set(ln) - set(LINK_FIELDS)
-        if bad:
-            raise InputError(where, "keys among " + ", ".join(LINK_FIELDS), sorted(bad)[0])
+        _check_entry(ln, where, LINK_FIELDS)
         pair = ln.get("between")
         if not (isinstance(pair, list) and len(pair) == 2):
             raise InputError(f"{where}.between", "a list of two pool names", pair)

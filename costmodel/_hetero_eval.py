@@ -56,6 +56,7 @@ from costmodel._evaluate import (
     Metrics,
     _act_layer_bytes,
     all_reduce_s,
+    assemble_metrics,
     gather_s,
     gemm_s,
     hbm_s,
@@ -565,11 +566,6 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
     peak_sum = add(gpus_a * peak[inv] + (gpus_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
-    with np.errstate(divide="ignore", invalid="ignore"):
-        samples = np.where(feasible, B / step, 0.0)
-        mfu = np.where(feasible, flops_model / (step * peak_sum), 0.0)
-        hfu = np.where(feasible, flops_hw / (step * peak_sum), 0.0)
-        bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
     extra = {}
     if stages_out:
         def grid(a, fill_value=0.0):
@@ -588,32 +584,13 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     del row_rep
     if not simulate_now:
         extra["_needs_simulation"] = needs_simulation
-    return Metrics(
-        **extra,
-        step_time_s=np.where(feasible, step, np.inf),
-        compute_s=m * comp_b,
-        recompute_s=m * re_b,
-        tp_comm_s=m * tp_b,
-        cp_comm_s=m * cp_b,
-        pp_comm_s=pp_comm,
-        dp_comm_s=dp_exposed,
-        bubble_s=fill,
-        optimizer_s=opt_s,
-        tokens_per_s=samples * s,
-        samples_per_s=samples,
-        mfu=mfu,
-        hfu=hfu,
-        bubble_ratio=bubble_ratio,
-        mem_weights_bytes=w_b[worst],
-        mem_grads_bytes=g_b[worst],
-        mem_optimizer_bytes=o_b[worst],
-        mem_activations_bytes=act[worst],
-        mem_buffers_bytes=buffers[worst],
-        mem_total_bytes=mem_total,
-        microbatches=m.astype(np.int64),
-        feasible=feasible,
-        reason=reason,
-    )
+    return assemble_metrics(
+        feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
+        flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_sum,
+        compute=m * comp_b, recompute=m * re_b, tp_comm=m * tp_b, cp_comm=m * cp_b, pp_comm=pp_comm,
+        dp_comm=dp_exposed, optimizer=opt_s, mem_weights=w_b[worst], mem_grads=g_b[worst],
+        mem_optimizer=o_b[worst], mem_activations=act[worst], mem_buffers=buffers[worst], mem_total=mem_total,
+        extra=extra)
 
 
 def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, *,

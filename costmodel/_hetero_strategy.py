@@ -36,7 +36,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from costmodel._errors import InputError
-from costmodel._strategy import CODE_COLUMNS, RECOMPUTE, StrategyTable, bool_column, decode, encode, int_column
+from costmodel._strategy import CODE_COLUMNS, RECOMPUTE, StrategyTable, decode, encode, typed_columns
 
 GLOBAL_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage")
 GLOBAL_CODE = ("schedule", "recompute", "precision")
@@ -101,13 +101,7 @@ class HeteroTable:
             merged["pp"] = (stages["layers"] > 0).sum(axis=1)
         if "global_batch" not in merged:
             raise InputError("global_batch", "the global batch in sequences", None)
-        out: dict[str, np.ndarray] = {}
-        for name in GLOBAL_INT:
-            out[name] = int_column(name, merged[name], n)
-        for name in GLOBAL_CODE:
-            out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
-        for name in GLOBAL_BOOL:
-            out[name] = bool_column(name, merged[name], n)
+        out = typed_columns(merged, n, ints=GLOBAL_INT, codes=GLOBAL_CODE, bools=GLOBAL_BOOL)
         if n and out["pp"].max() > S:
             raise InputError("pp", f"at most the {S} stage columns given", int(out["pp"].max()))
         for k in ("dp", "tp"):

@@ -92,6 +92,17 @@ def bool_column(name: str, value, n: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
 
 
+def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, np.ndarray]:
+    """(n,) checked columns of ``merged``: integers (int_column), strings encoded to codes, and
+    booleans (bool_column); the one conversion StrategyTable and HeteroTable share."""
+    out = {name: int_column(name, merged[name], n) for name in ints}
+    for name in codes:
+        out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
+    for name in bools:
+        out[name] = bool_column(name, merged[name], n)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyTable:
     """N strategies as columns. Build with :meth:`from_columns`; do not mutate the arrays."""
@@ -113,13 +124,7 @@ class StrategyTable:
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
-        out: dict[str, np.ndarray] = {}
-        for name in INT_COLUMNS:
-            out[name] = int_column(name, merged[name], n)
-        for name in CODE_COLUMNS:
-            out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
-        for name in BOOL_COLUMNS:
-            out[name] = bool_column(name, merged[name], n)
+        out = typed_columns(merged, n, ints=INT_COLUMNS, codes=CODE_COLUMNS, bools=BOOL_COLUMNS)
         sl = sr = None
         if stage_layers is not None:
             sl = np.asarray(stage_layers, dtype=np.int64)
