@@ -363,6 +363,17 @@ def _shape_terms(model: Transformer, cluster: Cluster, b, t, c, sp, peak) -> dic
 
 
 # ---- the evaluator -------------------------------------------------------------------------
+def schedule_fits(sched, p, v, chunks_ok):
+    """(N,) bool: the schedule takes vpp v on pp p: interleaved v >= 2, ZB-V v = 2, Hanayo an even
+    v (2 x waves), each with p >= 2 and whole layers per chunk (``chunks_ok``); the others v = 1."""
+    chunked = (v >= 2) & (p >= 2) & chunks_ok
+    return np.select(
+        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
+        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
+        v == 1,
+    )
+
+
 def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
     L, s = model.layers, model.seq_len
@@ -388,12 +399,7 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> n
         chunks_ok = n_min % v == 0
     else:
         chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)
-    chunked = (v >= 2) & (p >= 2) & chunks_ok
-    sched_ok = np.select(
-        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
-        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
-        v == 1,
-    )
+    sched_ok = schedule_fits(sched, p, v, chunks_ok)
     checks = [
         (d * t * p * c <= cluster.num_gpus, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),

@@ -63,6 +63,7 @@ from costmodel._evaluate import (
     in_flight,
     layer_costs,
     outside_closed_form,
+    schedule_fits,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
@@ -196,12 +197,7 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     pp_ok = (layers_sum == L) & (flags & 4 == 0) & pad_ok
     batch_ok = flags & 8 == 0
     chunks_ok = flags & 16 == 0
-    chunked = (v >= 2) & (p >= 2) & chunks_ok
-    sched_ok = np.select(
-        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
-        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
-        v == 1,
-    )
+    sched_ok = schedule_fits(sched, p, v, chunks_ok)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
