@@ -266,6 +266,101 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
+# -- terms shared by the homogeneous and the heterogeneous evaluator ----------------------------
+# Both call these on arrays that broadcast: (N,) or (N, k) rows x stages here, (M,) flat stages
+# or (U,) stage configurations in costmodel._hetero_eval.
+
+
+def edge_terms(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat) -> dict[str, np.ndarray]:
+    """The embedding's (first stage) and the head's (last stage) terms for one micro-batch of T
+    tokens at tensor parallelism t: times emb_c, emb_tp, head_gemm, head_elem, head_tp and the
+    activation bytes emb_act, head_act; zeros for an MLP, which has neither."""
+    h, V = model.hidden, model.vocab
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    if model.kind == "mlp":
+        return dict.fromkeys(("emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp", "emb_act", "head_act"), zero)
+    sp_div = np.where(sp, t, 1)
+    return {
+        # Embedding: gather T rows of h (read + write), backward scatter-add (same again); the
+        # vocab-parallel lookup ends in one all-reduce of T*h.
+        "emb_c": hbm_s(ACT_BYTES * 4.0 * T * h, gpu) + zero,
+        "emb_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + zero,
+        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic; the
+        # input's all-gather (SP) or all-reduce (backward) of T*h, and the vocab-parallel loss's
+        # 3 small all-reduces of T fp32 values.
+        "head_gemm": gemm_s(T, V / t, h, peak, gpu) + zero,
+        "head_elem": hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu) + zero,
+        "head_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(4.0 * T, t, tp_bw, tp_lat)
+        + zero,
+        "emb_act": (ACT_BYTES + 1) * T * h / sp_div + zero,  # embedding output and its dropout mask
+        "head_act": 4.0 * T * V / t + zero,  # fp32 logits of one micro-batch
+    }
+
+
+def pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
+    """Pipeline fill and drain time of the closed forms (module docstring): (sum - max of the
+    stage times) / v for GPipe, 1F1B and interleaving; ZB-H1 and ZB-H2 fill with the
+    bottleneck's F + B - W and F + B - 2W per stage boundary."""
+    vv = np.where(sched == SCHED["interleaved"], v, 1)
+    fill = (X_sum - X_max) / vv
+    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
+    return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+
+
+def stage_params(model: Transformer, n, first, last, t):
+    """Parameters per GPU of a stage of n layers (plus the embedding on the first stage and
+    the head on the last, with Megatron's tied copy of the embedding on the last when pp > 1)."""
+    tied_copy = model.vocab * model.hidden if (model.tied_embeddings and model.kind != "mlp") else 0
+    head_p = model.head_params() + np.where(first, 0, tied_copy)
+    return (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
+
+
+def dp_exchange_s(zero, m, params, g, bw, lat):
+    """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
+    GPU. ZeRO-3: per micro-batch, all-gather the weights for forward and for backward and
+    reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume,
+    per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the same bytes."""
+    grad_bytes = GRAD_COMM_BYTES * params
+    return np.where(
+        zero == 3,
+        m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
+        all_reduce_s(grad_bytes, g, bw, lat),
+    )
+
+
+def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
+    """Activation bytes one layer keeps per micro-batch in flight under its recompute choice
+    (full: its input only; selective: all but the attention scores; none: all), and the
+    working set of the one layer being recomputed (full recompute)."""
+    kept = np.where(full, ACT_BYTES * T * h / sp_div, np.where(sel, act_L - score_L, act_L))
+    return kept, np.where(full, act_L, 0.0)
+
+
+def state_bytes(params, zero, g):
+    """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
+    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1)."""
+    return (WEIGHT_BYTES * params / np.where(zero == 3, g, 1), GRAD_BYTES * params / np.where(zero >= 2, g, 1),
+            OPTIM_BYTES * params / np.where(zero >= 1, g, 1))
+
+
+def buffer_bytes(T, h, t, g, zero, params_max, layer_p):
+    """Communication buffers per GPU: two tensor-parallel activations, two gradient buckets
+    (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory."""
+    return (
+        np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
+        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS), 0.0)
+        + np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
+        + RESERVED_BYTES
+    )
+
+
+def recompute_flops_per_token(model: Transformer, full, sel):
+    """FLOPs per token one layer recomputes: its forward (full) or the attention scores
+    (selective, 4 s h)."""
+    attn_re = 4.0 * model.seq_len * model.hidden if model.kind != "mlp" else 0.0
+    return np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
+
+
 def _act_layer_bytes(model: Transformer, b, t, c, sp):
     """Activation bytes one layer keeps for one micro-batch with no recompute, and the part
     that is the attention-score term (dropped by selective recompute)."""
@@ -332,33 +427,13 @@ def _shape_terms(model: Transformer, cluster: Cluster, b, t, c, sp, peak) -> dic
     """Every per-row term that depends only on the micro-batch shape and the precision: one
     layer's costs (layer_costs), the embedding and head times, activation bytes."""
     gpu = cluster.gpu
-    h, V = model.hidden, model.vocab
     lc = layer_costs(model, cluster, b, t, c, sp, peak)
-    T, tp_bw, tp_lat = lc["T"], lc["tp_bw"], lc["tp_lat"]
-    sp_div = np.where(sp, t, 1)
+    T = lc["T"]
     zero = np.zeros_like(T)
-    if model.kind == "mlp":
-        emb_c = emb_tp = head_gemm = head_elem = head_tp = emb_act = head_act = zero
-    else:
-        # Embedding: gather T rows of h (read + write), backward scatter-add (same again);
-        # the vocab-parallel lookup ends in one all-reduce of T*h.
-        emb_c = hbm_s(ACT_BYTES * 4.0 * T * h, gpu)
-        emb_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
-        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic;
-        # the input's all-gather (SP) or all-reduce (backward) of T*h, and the
-        # vocab-parallel loss's 3 small all-reduces of T fp32 values.
-        head_gemm = gemm_s(T, V / t, h, peak, gpu)
-        head_elem = hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu)
-        head_tp = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(
-            4.0 * T, t, tp_bw, tp_lat
-        )
-        emb_act = (ACT_BYTES + 1) * T * h / sp_div  # embedding output and its dropout mask
-        head_act = 4.0 * T * V / t  # fp32 logits of one micro-batch
+    edges = edge_terms(model, T, t, sp, peak, gpu, lc["tp_bw"], lc["tp_lat"])
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
-    out.update(emb_c=emb_c + zero, emb_tp=emb_tp + zero, head_gemm=head_gemm + zero, head_elem=head_elem + zero,
-               head_tp=head_tp + zero, emb_act=emb_act + zero, head_act=head_act + zero,
-               act_L=act_L + zero, score_L=score_L + zero)
+    out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     return out
 
 
@@ -599,7 +674,6 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     n_gpu = d * t * p * c
     reason = feasibility(model, cluster, table)
     m = np.maximum(B // (d * b), 1)
-    is_inter = sched == SCHED["interleaved"]
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
 
     # -- one layer, one micro-batch, and the embedding / head terms (N,) --
@@ -645,10 +719,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
     X_sum = np.sum(wt * X, axis=1)
-    vv = np.where(is_inter, v, 1)
-    fill = (X_sum - X_max) / vv
-    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
-    fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+    fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
     pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
     T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
     pp_comm = 2.0 * (p - 1) * T_C
@@ -668,23 +739,11 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     layer_p = model.layer_params()
-    emb_p = model.embedding_params()
-    tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
-    head_p = model.head_params() + np.where(first, 0, tied_copy)  # Megatron's tied copy, pp > 1
-    params = (n * layer_p + first * emb_p + last * head_p) / col(t)  # (N, k) per GPU
+    params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    grad_bytes = GRAD_COMM_BYTES * params_max
-    dp_raw = np.where(
-        zero == 3,
-        # ZeRO-3: per micro-batch, all-gather weights for forward and backward, reduce-scatter
-        # gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume, per pass).
-        m * (2.0 * gather_s(WEIGHT_BYTES * params_max, g, dp_bw, dp_lat)
-             + gather_s(grad_bytes, g, dp_bw, dp_lat)),
-        # ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the same bytes.
-        all_reduce_s(grad_bytes, g, dp_bw, dp_lat),
-    )
+    dp_raw = dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat)
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     shard = np.where(zero >= 1, g, 1)
@@ -692,22 +751,11 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, worst stage --
-    act_L, score_L = sh["act_L"], sh["score_L"]
-    sp_div = np.where(sp, t, 1)
-    act_kept = np.where(full, col(ACT_BYTES * T * h / sp_div),
-                        np.where(sel, col(act_L - score_L), col(act_L)))
-    work = np.where(full, col(act_L), 0.0)  # one layer's activations while it is recomputed
-    emb_act, head_act = sh["emb_act"], sh["head_act"]
-    act = k * (n * act_kept + first * col(emb_act)) + work + last * col(head_act)
-    w_b = WEIGHT_BYTES * params / col(np.where(zero == 3, g, 1))
-    g_b = GRAD_BYTES * params / col(np.where(zero >= 2, g, 1))
-    o_b = OPTIM_BYTES * params / col(shard)
-    buffers = (
-        np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS), 0.0)
-        + np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)  # two prefetched layers
-        + RESERVED_BYTES
-    )
+    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(T), h,
+                                      col(np.where(sp, t, 1)))
+    act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
+    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
+    buffers = buffer_bytes(T, h, t, g, zero, params_max, layer_p)
     tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
     worst = np.argmax(tot, axis=1)[:, None]
     worst_flat = np.arange(len(table)) * tot.shape[1] + worst[:, 0]
@@ -722,8 +770,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
-    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
-    re_tok = np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
+    re_tok = recompute_flops_per_token(model, full, sel)
     flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
     extra = {}
     if stages_out:

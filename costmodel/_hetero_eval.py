@@ -4,7 +4,12 @@ Every quantity of costmodel._evaluate becomes an (N, S) array, one column per pi
 with the stage's own GPU type (peak FLOP/s, efficiency, HBM), its own degrees (dp_i, tp_i),
 its micro-batch share b_i = B / (dp_i m) and its links. The formulas are the homogeneous
 ones (layer_costs, in_flight, the closed forms, the simulator); on a single pool with equal
-degrees on every stage the result equals costmodel.evaluate row by row.
+degrees on every stage the result equals costmodel.evaluate row by row. The terms are the
+same functions too: layer_costs, edge_terms (embedding and head), pipeline_fill,
+stage_params, dp_exchange_s, activation_bytes, state_bytes, buffer_bytes and
+recompute_flops_per_token come from costmodel._evaluate and are called here on flat stages
+or on stage configurations; this module adds only what is heterogeneous (per-stage pools,
+links and hand-offs, split stages, the flat-stage layout).
 
 Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (see ORDERS in
 costmodel._hetero_strategy) is priced on the slowest link it crosses:
@@ -52,18 +57,21 @@ import numpy as np
 from costmodel import _evaluate as K
 from costmodel._evaluate import (
     REASON,
-    SCHED,
     Metrics,
     _act_layer_bytes,
-    all_reduce_s,
+    activation_bytes,
     assemble_metrics,
-    gather_s,
-    gemm_s,
-    hbm_s,
+    buffer_bytes,
+    dp_exchange_s,
+    edge_terms,
     in_flight,
     layer_costs,
     outside_closed_form,
+    pipeline_fill,
+    recompute_flops_per_token,
     schedule_fits,
+    stage_params,
+    state_bytes,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
@@ -276,7 +284,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     stage's configuration (pool, rank order, dp, tp, recompute and the row's micro-batches,
     batch, cp, SP, precision) is computed once per distinct configuration (U of them, a
     few hundred in a search) and gathered back."""
-    h, s, V = model.hidden, model.seq_len, model.vocab
+    h, s = model.hidden, model.seq_len
     N = len(table)
     p, m, B = table["pp"], table["microbatches"], table["global_batch"]
     c, v, sched, zero = table["cp"], table["vpp"], table["schedule"], table["zero_stage"]
@@ -375,41 +383,20 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
     act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
-    sp_div = np.where(sp_u, t_u, 1)
-    act_kept = np.where(full_u, K.ACT_BYTES * T * h / sp_div, np.where(sel_u, act_L - score_L, act_L))
-    work = np.where(full_u, act_L, 0.0)
-    if model.kind == "mlp":
-        emb_act_u = head_act_u = np.zeros_like(T)
-    else:
-        emb_act_u = (K.ACT_BYTES + 1) * T * h / sp_div
-        head_act_u = 4.0 * T * V / t_u
-    z3_u = zero_u == 3
+    act_kept, work = activation_bytes(full_u, sel_u, act_L, score_L, T, h, np.where(sp_u, t_u, 1))
+    # Embedding and head terms of each configuration as a first or a last stage.
+    eu = edge_terms(model, T, t_u, sp_u, peak, gpu, tp_bw, tp_lat)
+    emb_act_u, head_act_u = eu["emb_act"], eu["head_act"]
     layer_p = model.layer_params()
-    buf_u = (np.where(t_u > 1, 2.0 * K.ACT_BYTES * T * h, 0.0)
-             + np.where(z3_u, 2.0 * K.WEIGHT_BYTES * layer_p / t_u, 0.0) + K.RESERVED_BYTES)
-    attn_re = 4.0 * s * h if model.kind != "mlp" else 0.0
-    re_tok_u = np.where(full_u, model.layer_fwd_flops_per_token(), np.where(sel_u, attn_re, 0.0))
+    re_tok_u = recompute_flops_per_token(model, full_u, sel_u)
     hbm_Bps_eff = gpu.hbm_Bps * gpu.hbm_eff
 
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
-    zero_col = np.zeros(N)
-
     def edges(inv_x, rows=slice(None)):
         """Embedding and head times of rows ``rows`` (all: (N,)) with their first and last stages
         in configurations ``inv_x``."""
-        if model.kind == "mlp":
-            return (zero_col[rows],) * 5
         u0, ul = inv_x[starts[rows]], inv_x[heads[rows]]
-        g0 = types.SimpleNamespace(**{f: getattr(gpu, f)[u0] for f in _GPU_FIELDS})
-        T0, t0 = T[u0], t_u[u0]
-        emb_c = hbm_s(K.ACT_BYTES * 4.0 * T0 * h, g0)
-        emb_tp = all_reduce_s(K.ACT_BYTES * T0 * h, t0, tp_bw[u0], tp_lat[u0])
-        gl = types.SimpleNamespace(**{f: getattr(gpu, f)[ul] for f in _GPU_FIELDS})
-        Tl, tl, pkl, bwl, latl = T[ul], t_u[ul], peak[ul], tp_bw[ul], tp_lat[ul]
-        head_gemm = gemm_s(Tl, V / tl, h, pkl, gl)
-        head_elem = hbm_s(K.ACT_BYTES * 3.0 * Tl * h + K.XENT_BYTES_PER_LOGIT * Tl * V / tl, gl)
-        head_tp = all_reduce_s(K.ACT_BYTES * Tl * h, tl, bwl, latl) + 3.0 * all_reduce_s(4.0 * Tl, tl, bwl, latl)
-        return emb_c, emb_tp, head_gemm, head_elem, head_tp
+        return eu["emb_c"][u0], eu["emb_tp"][u0], eu["head_gemm"][ul], eu["head_elem"][ul], eu["head_tp"][ul]
 
     def times(inv_x, e, idx=slice(None)):
         """Forward, backward, weight-gradient time per micro-batch of stages ``idx`` (all: (M,))
@@ -474,12 +461,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
     bot = first_max(X)  # (N,) flat index of the bottleneck stage
     X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
-    X_sum = add(X)
-    is_inter = sched == SCHED["interleaved"]
-    vv = np.where(is_inter, v, 1)
-    fill = (X_sum - X_max) / vv
-    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
-    fill = np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+    fill = pipeline_fill(sched, p, v, add(X), X_max, F_b, B_b, W_b)
     pp_comm = 2.0 * add(np.where(inner, T_C, 0.0))
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
@@ -494,13 +476,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         k = np.where(done[r], sim_k, k)
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
-    emb_p = model.embedding_params()
-    tied_copy = model.vocab * h if (model.tied_embeddings and model.kind != "mlp") else 0
-    head_p = model.head_params() + np.where(first, 0, tied_copy)
-    params = (n * layer_p + first * emb_p + last * head_p) / t  # (M,) per GPU
+    params = stage_params(model, n, first, last, t)  # (M,) per GPU
     params_max = top(params)
     g = g_u[inv]
-    z3, zr = z3_u[inv], zero_u[inv]
+    zr = zero_u[inv]
     dbw, dlat = dp_bw[inv], dp_lat[inv]
     if any_split:
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
@@ -520,12 +499,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
         dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
-    grad_bytes = K.GRAD_COMM_BYTES * params
-    dp_st = np.where(
-        z3,
-        R(m) * (2.0 * gather_s(K.WEIGHT_BYTES * params, g, dbw, dlat) + gather_s(grad_bytes, g, dbw, dlat)),
-        all_reduce_s(grad_bytes, g, dbw, dlat),
-    )
+    dp_st = dp_exchange_s(zr, R(m), params, g, dbw, dlat)  # (M,)
     dp_raw = top(dp_st)
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
@@ -540,10 +514,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
     # -- memory per GPU, per stage, against its pool's HBM --
     act = k * (n * act_kept[inv] + first * emb_act_u[inv]) + work[inv] + last * head_act_u[inv]
-    w_b = K.WEIGHT_BYTES * params / np.where(z3, g, 1)
-    g_b = K.GRAD_BYTES * params / np.where(zr >= 2, g, 1)
-    o_b = K.OPTIM_BYTES * params / shard
-    buffers = buf_u[inv] + np.where(g > 1, 2.0 * K.GRAD_COMM_BYTES * np.minimum(R(params_max), K.DP_BUCKET_ELEMS), 0.0)
+    w_b, g_b, o_b = state_bytes(params, zr, g)
+    buffers = buffer_bytes(T[inv], h, t, g, zr, R(params_max), layer_p)
     tot = w_b + g_b + o_b + act + buffers
     frac = tot / hbm
     worst = first_max(frac)
