@@ -321,11 +321,12 @@ def dp_exchange_s(zero, m, params, g, bw, lat):
     reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume,
     per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the same bytes."""
     grad_bytes = GRAD_COMM_BYTES * params
-    return np.where(
-        zero == 3,
-        m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
-        all_reduce_s(grad_bytes, g, bw, lat),
-    )
+    reduce = all_reduce_s(grad_bytes, g, bw, lat)
+    z3 = zero == 3
+    if not np.any(z3):  # the common case in a search (ZeRO-3 needs pp 1): skip the gathers
+        return reduce + np.zeros_like(z3, dtype=np.float64)
+    return np.where(z3, m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
+                    reduce)
 
 
 def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
