@@ -109,18 +109,24 @@ def speed(rows: int, repeats: int = 5) -> None:
     rng = np.random.default_rng(0)
     d = rng.integers(0, space.radices, size=(rows, len(space.dims)))
     placed = space.table(d)
+    # The same placements without splits (the default of a search: --dp2 is opt-in).
+    plain_space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16),
+                                           tp=(1, 2, 4, 8), microbatches=(16, 32, 64, 128),
+                                           recompute=("none", "selective", "full"))
+    plain = plain_space.table(np.random.default_rng(0).integers(0, plain_space.radices,
+                                                                 size=(rows, len(plain_space.dims))))
 
     evaluate(model, cluster, table.take(slice(0, 1000)))
     evaluate_hetero(model, cluster, same.take(slice(0, 1000)))
     runs = {"homo": lambda: evaluate(model, cluster, table), "same": lambda: evaluate_hetero(model, cluster, same),
-            "placed": lambda: evaluate_hetero(model, hc, placed)}
+            "placed": lambda: evaluate_hetero(model, hc, placed), "plain": lambda: evaluate_hetero(model, hc, plain)}
     best = dict.fromkeys(runs, np.inf)
     for _ in range(repeats):  # interleaved, so load from other jobs hits all three alike
         for k, fn in runs.items():
             t0 = time.perf_counter()
             fn()
             best[k] = min(best[k], time.perf_counter() - t0)
-    t_h, t_s, t_p = best["homo"], best["same"], best["placed"]
+    t_h, t_s, t_p, t_n = best["homo"], best["same"], best["placed"], best["plain"]
     print(f"rows {rows:,}, best of {repeats}")
     print(f"homogeneous evaluate, bench space:               {rows / t_h:12,.0f} strategies/s")
     print(f"evaluate_hetero, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "
@@ -130,6 +136,8 @@ def speed(rows: int, repeats: int = 5) -> None:
     print(f"evaluate_hetero, placements on a100x64+h100x64:  {rows / t_p:12,.0f} strategies/s "
           f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages}; {100 * split.sum() / active.sum():.0f}% of "
           f"stages split across the pools, {100 * split.any(axis=1).mean():.0f}% of rows with a split)")
+    print(f"evaluate_hetero, the same without splits:        {rows / t_n:12,.0f} strategies/s "
+          f"({t_n / t_h:.2f}x the time)")
 
 
 def main() -> None:
