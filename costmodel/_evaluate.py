@@ -476,16 +476,26 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> n
     else:
         chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
+    return reason_codes(gpus_ok=d * t * p * c <= cluster.num_gpus, tp_ok=tp_ok, pp_ok=pp_ok,
+                        batch_ok=B % (d * b) == 0, sched_ok=sched_ok, cp=c, pp=p, seq_len=s,
+                        zero=table["zero_stage"])
+
+
+def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero) -> np.ndarray:
+    """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
+    first failing check in REASONS order wins). The context-parallel (cp divides the sequence
+    into 2 cp chunks) and ZeRO (stages 2 and 3 need pp 1) checks are the same for both and made
+    here."""
     checks = [
-        (d * t * p * c <= cluster.num_gpus, "gpus_exceed_cluster"),
+        (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
         (pp_ok, "pp_not_divide_layers"),
-        ((c == 1) | (s % (2 * c) == 0), "cp_not_divide_seq"),
-        (B % (d * b) == 0, "batch_not_divide"),
+        ((cp == 1) | (seq_len % (2 * cp) == 0), "cp_not_divide_seq"),
+        (batch_ok, "batch_not_divide"),
         (sched_ok, "schedule_invalid"),
-        ((table["zero_stage"] <= 1) | (p == 1), "zero_incompatible_pp"),
+        ((zero <= 1) | (pp == 1), "zero_incompatible_pp"),
     ]
-    reason = np.zeros(len(table), dtype=np.int8)
+    reason = np.zeros(len(np.asarray(pp)), dtype=np.int8)
     for ok, name in reversed(checks):
         reason = np.where(ok, reason, REASON[name]).astype(np.int8)
     return reason

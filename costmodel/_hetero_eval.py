@@ -68,6 +68,7 @@ from costmodel._evaluate import (
     layer_costs,
     outside_closed_form,
     pipeline_fill,
+    reason_codes,
     recompute_flops_per_token,
     schedule_fits,
     stage_params,
@@ -206,19 +207,8 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     batch_ok = flags & 8 == 0
     chunks_ok = flags & 16 == 0
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
-    checks = [
-        (gpus_ok, "gpus_exceed_cluster"),
-        (tp_ok, "tp_not_divide_heads"),
-        (pp_ok, "pp_not_divide_layers"),
-        ((c == 1) | (s % (2 * c) == 0), "cp_not_divide_seq"),
-        (batch_ok, "batch_not_divide"),
-        (sched_ok, "schedule_invalid"),
-        ((table["zero_stage"] <= 1) | (p == 1), "zero_incompatible_pp"),
-    ]
-    reason = np.zeros(len(table), dtype=np.int8)
-    for ok, name in reversed(checks):
-        reason = np.where(ok, reason, REASON[name]).astype(np.int8)
-    return reason
+    return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
+                        pp=p, seq_len=s, zero=table["zero_stage"])
 
 
 def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts, nrep, comp, j):
