@@ -95,7 +95,8 @@ def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=(0,)) -> None:
 def speed(rows: int, repeats: int = 5) -> None:
     """Strategies/s in one run: the homogeneous bench rows (`plansweep bench`'s space), the
     same rows as single-pool HeteroTables, and uniformly random digits of a placement space on
-    a100x64+h100x64 (its split dims included: about a quarter of the stages split)."""
+    a100x64+h100x64, with its split dims (about a quarter of the stages split) and without
+    them (a search's default: --dp2 is opt-in)."""
     model = model_preset("gpt3-175b")
     from costmodel import cluster_preset
 
@@ -103,25 +104,23 @@ def speed(rows: int, repeats: int = 5) -> None:
     table = bench_table(rows)
     same = HeteroTable.from_homogeneous(table, model.layers)
     hc = hetero_preset("a100x64+h100x64")
-    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16), tp=(1, 2, 4, 8),
-                                     microbatches=(16, 32, 64, 128), recompute=("none", "selective", "full"),
-                                     dp2=None)  # with stages split across the pools
-    rng = np.random.default_rng(0)
-    d = rng.integers(0, space.radices, size=(rows, len(space.dims)))
-    placed = space.table(d)
-    # The same placements without splits (the default of a search: --dp2 is opt-in).
-    plain_space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16),
-                                           tp=(1, 2, 4, 8), microbatches=(16, 32, 64, 128),
-                                           recompute=("none", "selective", "full"))
-    plain = plain_space.table(np.random.default_rng(0).integers(0, plain_space.radices,
-                                                                 size=(rows, len(plain_space.dims))))
+
+    def random_placements(**split):
+        space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), dp=(1, 2, 4, 8, 16),
+                                         tp=(1, 2, 4, 8), microbatches=(16, 32, 64, 128),
+                                         recompute=("none", "selective", "full"), **split)
+        d = np.random.default_rng(0).integers(0, space.radices, size=(rows, len(space.dims)))
+        return space.table(d)
+
+    placed = random_placements(dp2=None)  # with stages split across the pools
+    plain = random_placements()
 
     evaluate(model, cluster, table.take(slice(0, 1000)))
     evaluate_hetero(model, cluster, same.take(slice(0, 1000)))
     runs = {"homo": lambda: evaluate(model, cluster, table), "same": lambda: evaluate_hetero(model, cluster, same),
             "placed": lambda: evaluate_hetero(model, hc, placed), "plain": lambda: evaluate_hetero(model, hc, plain)}
     best = dict.fromkeys(runs, np.inf)
-    for _ in range(repeats):  # interleaved, so load from other jobs hits all three alike
+    for _ in range(repeats):  # interleaved, so load from other jobs hits every run alike
         for k, fn in runs.items():
             t0 = time.perf_counter()
             fn()
