@@ -3,7 +3,8 @@ the grid's optimum at a budget of 2% of the grid's evaluations.
 
     PYTHONPATH=. python benchmarks/bench_search_quality.py [--seeds 10] [--fraction 0.02]
         [--searchers mcmc,tpe,random] [--mcmc beta=20,memory_penalty=0.5] [--tpe n_startup_trials=20]
-        [--space exact|default] [--first-seed 0]
+        [--space exact|default] [--first-seed 0] [--model gpt3-175b] [--cluster h100x1024]
+        [--global-batch 1536]
 
 Evaluations are the rows a searcher asks (every asked row is a valid point of the space; the
 searchers do not ask a point twice except RandomSearcher, whose repeats count). Prints one
@@ -36,12 +37,20 @@ def make(name: str, space, seed: int, options: dict | None = None):
 
 
 def parse_options(text: str) -> dict:
-    """"beta=20,memory_penalty=0.5" -> {"beta": 20.0, "memory_penalty": 0.5} (ints stay ints)."""
+    """"beta=20,memory_penalty=0.5,walks=digits" -> {"beta": 20, "memory_penalty": 0.5, "walks":
+    "digits"} (ints stay ints, true/false are booleans, other words stay strings)."""
     out: dict = {}
     for item in filter(None, text.split(",")):
         key, value = item.split("=")
-        out[key] = int(value) if value.lstrip("-").isdigit() else (
-            value == "true" if value in ("true", "false") else float(value))
+        if value.lstrip("-").isdigit():
+            out[key] = int(value)
+        elif value in ("true", "false"):
+            out[key] = value == "true"
+        else:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
     return out
 
 
@@ -74,16 +83,19 @@ def main() -> None:
     ap.add_argument("--space", default="exact", choices=("exact", "default"),
                     help="default: rank's default space for the same model and cluster")
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--model", default="gpt3-175b", help="model preset (the exact space is meant for the default)")
+    ap.add_argument("--cluster", default="h100x1024", help="cluster preset")
+    ap.add_argument("--global-batch", type=int, default=1536)
     ap.add_argument("--mcmc", default="", help="MCMCSearcher options other than the defaults, e.g. beta=20,chains=8")
-    ap.add_argument("--tpe", default="", help="TPESearcher options other than the defaults, e.g. n_startup_trials=50")
+    ap.add_argument("--tpe", default="", help="TPESearcher options other than the defaults, e.g. n_startup_trials=50,walks=digits")
     args = ap.parse_args()
-    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
-    space = (exact_space if args.space == "exact" else default_space)(model, cluster, 1536)
+    model, cluster = model_preset(args.model), cluster_preset(args.cluster)
+    space = (exact_space if args.space == "exact" else default_space)(model, cluster, args.global_batch)
     _, table = space.rows(0, space.size)
     m = evaluate(model, cluster, table)
     optimum = float(m["tokens_per_s"].max())
     budget = int(args.fraction * len(table))
-    print(f"{args.space} space: {len(table):,} valid points (grid evaluations), {int(m['feasible'].sum()):,} feasible, "
+    print(f"{args.space} space ({args.model} on {args.cluster}, global batch {args.global_batch}): {len(table):,} valid points (grid evaluations), {int(m['feasible'].sum()):,} feasible, "
           f"optimum {optimum:,.0f} tokens/s, {int((m['tokens_per_s'] >= (1 - WITHIN) * optimum).sum())} points "
           f"within 1%; budget {budget:,} evaluations ({args.fraction:.0%})")
     print("| searcher | budget | median gap to optimum | seeds within 1% | median evaluations to 1% | s per seed |")

@@ -1,11 +1,29 @@
 """Optuna's TPE sampler over a Space, through ask and tell, with the study in a journal file.
 
 Parameters. Where the combinations of the non-stage dimensions can be listed (at most
-CONDITIONAL_MAX_POINTS), every trial is mapped to a valid point, dimension by dimension in the
-space's digit order: the parameter (named as the dimension, over all its digits) is sampled,
-and the digit used is the allowed digit nearest to it, allowed meaning that some valid point
-agrees with it and with the digits fixed so far (no parameter when one digit is allowed). The
-map is fixed, so TPE learns the objective as a function of its own parameters; a first
+CONDITIONAL_MAX_POINTS), every trial is mapped to a valid point, dimension by dimension: the
+parameter (named as the dimension, over all its digits) is sampled, and the digit used is the
+allowed digit nearest to it, allowed meaning that some valid point agrees with it and with the
+digits fixed so far (no parameter when one digit is allowed). The order of the walk is the
+prior: a choice made early gets an equal share of the sampler's prior, one made late shares
+what the earlier choices left it.
+
+Two walks, two studies (``walks`` "both", the default). No one order suits every problem, so
+two studies take turns, batch by batch (the one that has asked fewer points asks next):
+    "digits"  the space's digit order (tp, pp, cp, micro-batch, schedule, vpp, SP, ZeRO,
+              recompute on the exact space), study ``study_name``;
+    "roots"   the roots of the space's conditional tree first (walk_order: the dimensions
+              whose choices settle the most others), study ``study_name:roots``.
+On the exact GPT-3 space the roots walk starts with the ZeRO stage: ZeRO-2 and -3, which exist
+only without pipelining, get a quarter of the prior each instead of about 1/24 as the
+last-but-one choice under pp 1. Measured alone (BENCHMARKS.md, "Search quality"), each walk
+wins where the other loses: the digit walk finds a pipelined optimum (GPT-3 on 1024 H100 at
+global batch 512) and often misses the exact space's ZeRO-3 one; the roots walk the reverse. The studies share the memo of evaluated points: neither asks a
+point the other has evaluated, and a study that draws one is told its result like any known
+point, but neither study is given the other's trials (a prototype that gave them lost the
+pipelined optimum: 2/5 seeds). Each study records its order (ORDER_ATTR); a study begun before the
+order was recorded keeps the digit order. ``walks`` "digits" or "roots" runs one study.
+The map is fixed, so TPE learns the objective as a function of its own parameters; a first
 version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
 history of one dimension over many names and searched worse than random. Per-stage
 dimensions (partition spaces) follow: one parameter each, over all its digits, for the stages
@@ -36,10 +54,10 @@ random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that TPE
 like any other trial.
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
-when the batch starts), and a batch is the stream of trials until n distinct new valid
-points are found (or MAX_DRAWS_PER_POINT * n draws), so ask(n) is a function of the study's
-history. Resume: a TPESearcher on the same journal file (``storage``) continues the study;
-trials left running by an interrupted run are the pending batch, asked again. Without a
+when the batch starts, the walk), and a batch is the stream of trials until n distinct new
+valid points are found (or MAX_DRAWS_PER_POINT * n draws), so ask(n) is a function of the
+studies' history. Resume: a TPESearcher on the same journal file (``storage``) continues the
+studies; trials left running by an interrupted run are the pending batch, asked again. Without a
 storage file, a fresh searcher told the recorded batches in order rebuilds the same study.
 """
 
@@ -73,11 +91,21 @@ SEED_MODULUS = 2**32
 SATURATED_DRAWS = 4
 EXPLORE_STREAM = 7
 _CONSTRAINTS = ("memory", "model", "space")
+# Study user attribute naming the conditional walk's dimension order (walk_order).
+ORDER_ATTR = "plansweep_walk_order"
+# Trial user attribute marking a trial whose point its study asked (and was evaluated).
+ASKED_ATTR = "asked"
+# The studies a TPESearcher runs, by its ``walks`` argument: one per order of the conditional
+# walk, taking turns batch by batch (module docstring).
+WALKS = {"both": ("digits", "roots"), "digits": ("digits",), "roots": ("roots",)}
+DEFAULT_WALKS = "both"
 
 
-def _batch_seed(seed: int, trials: int) -> int:
-    """Seed of the sampler for the batch starting after ``trials`` trials."""
-    return int(np.random.default_rng([seed, trials]).integers(SEED_MODULUS))
+def _batch_seed(seed: int, trials: int, walk: int = 0) -> int:
+    """Seed of the sampler of walk ``walk``'s study for the batch starting after ``trials`` of
+    its trials."""
+    key = [seed, trials] if walk == 0 else [seed, trials, walk]
+    return int(np.random.default_rng(key).integers(SEED_MODULUS))
 
 
 class TPESearcher(Searcher):
@@ -94,17 +122,21 @@ class TPESearcher(Searcher):
     weights, warn_independent_sampling, constraints_func) are left at None, which means their
     documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
+    ``walks`` ("both", "digits" or "roots"): the studies run, one per order of the conditional
+    walk (module docstring).
     """
 
     def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
                  study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
                  group: bool = False, constant_liar: bool = True,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY) -> None:
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS) -> None:
         if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
             raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
+        if walks not in WALKS:
+            raise InputError("walks", "one of " + ", ".join(WALKS), walks)
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory rows violate a constraint)",
                              memory_penalty)
@@ -135,18 +167,26 @@ class TPESearcher(Searcher):
             if os.path.dirname(self.storage) and not os.path.isdir(os.path.dirname(self.storage)):
                 raise InputError("storage", "a file in an existing directory", self.storage)
             backend = JournalStorage(JournalFileBackend(self.storage))
-        self.study = optuna.create_study(storage=backend, study_name=study_name, direction="maximize",
-                                         sampler=self._sampler(0), load_if_exists=True)
-        self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
+        # One study per walk order (module docstring); one study where nothing is walked.
+        kinds = WALKS[walks] if self._valid is not None else WALKS[walks][:1]
+        self._studies, self._orders = [], []
+        for i, kind in enumerate(kinds):
+            study = optuna.create_study(storage=backend, study_name=study_name if i == 0 else f"{study_name}:{kind}",
+                                        direction="maximize", sampler=self._sampler(0, i), load_if_exists=True)
+            self._studies.append(study)
+            self._orders.append(self._walk_order_of(study, kind))
+        self._asked = [0] * len(kinds)  # points each study has asked (evaluated), its turn order
+        self._memo = Memo(width=3)  # (cost, excess, time proxy) per point, shared by the studies
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
-        self._rebuild_from_study()
+        self._rebuild_from_studies()
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError("n", "an integer >= 0", n)
         if not self._pending and n > 0:
+            self._use(self._next_walk())
             self._new_batch(int(n))
         digits = self._pending_digits()[: int(n)]
         return self.space.table(digits)
@@ -154,6 +194,7 @@ class TPESearcher(Searcher):
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
         if not self._pending and len(table):
             # Replay on a fresh searcher: draw the batch this table came from.
+            self._use(self._next_walk())
             self._new_batch(len(table))
         if not self._pending:
             return
@@ -169,30 +210,49 @@ class TPESearcher(Searcher):
         keys = self._pending_keys[np.sort(first)][pos[hit]]
         vals = np.stack([cost[hit], excess[hit], proxy[hit]], axis=1)
         self._memo.add(keys, vals)
+        self._asked[self._cur] += len(keys)
         for trial, key in zip(self._pending, self._pending_keys, strict=True):
             found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))
             if found[0]:
+                trial.set_user_attr(ASKED_ATTR, True)
                 self._tell_known(trial, v[0])
             else:  # asked but not told: this point was not evaluated
                 self.study.tell(trial, state=TrialState.FAIL)
         self._pending = []
         self._pending_keys = self._pending_keys[:0]
+        self._use(self._next_walk())
+
+    # -- walks -------------------------------------------------------------------------------
+    def _use(self, walk: int) -> None:
+        """Make walk ``walk``'s study and order the ones the methods below draw from."""
+        self._cur = walk
+        self.study = self._studies[walk]
+        self._core = self._orders[walk]
+
+    def _next_walk(self) -> int:
+        """The study that asks next: the one with the pending batch, else the one that has asked
+        the fewest distinct points (the first on a tie), so the studies take turns batch by
+        batch."""
+        if self._pending:
+            return self._cur
+        return int(np.argmin(self._asked))
 
     # -- batches -----------------------------------------------------------------------------
-    def _sampler(self, trials: int) -> optuna.samplers.TPESampler:
+    def _sampler(self, trials: int, walk: int) -> optuna.samplers.TPESampler:
         with warnings.catch_warnings():
             # group=True is experimental in Optuna 5 and says so once per sampler.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials), **self._sampler_args)
+            return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials, walk), **self._sampler_args)
 
     def _new_batch(self, n: int) -> None:
         """Draw trials until n distinct valid points not evaluated yet are pending (or the draw
         limit is reached: a replayed batch then ends at its last asked point, so a batch cut
         short by the limit replays with fewer trials)."""
-        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)), self._cur)
         pending, keys_seen = [], []
         known_run = 0  # draws in a row that brought nothing new
-        rng = np.random.default_rng([self.seed, len(self.study.get_trials(deepcopy=False)), EXPLORE_STREAM])
+        stream = [EXPLORE_STREAM] if self._cur == 0 else [EXPLORE_STREAM, self._cur]
+        rng = np.random.default_rng([self.seed, len(self.study.get_trials(deepcopy=False)), *stream])
         distinct: set[bytes] = set()
         for _ in range(MAX_DRAWS_PER_POINT * n):
             if len(distinct) >= n:
@@ -281,36 +341,71 @@ class TPESearcher(Searcher):
         trial.set_constraint("space", 0.0)
         self.study.tell(trial, 1.0 / cost if feasible else 0.0)
 
-    def _rebuild_from_study(self) -> None:
-        """Memo from the study's finished trials; running trials become the pending batch."""
-        trials = self.study.get_trials(deepcopy=False)
-        done = [t for t in trials if t.state == TrialState.COMPLETE and t.constraints.get("space", 0.0) <= 0
-                and (self._valid is not None or t.params.keys() == self._dists.keys())]
-        if done:
-            digits = np.stack([self._digits(t.params) for t in done])
-            vals = np.array([_value_of(t) for t in done])
-            self._memo.add(point_keys(self.space, digits), vals)
-        # Running trials become the pending batch; one whose parameters were not all drawn
-        # (the process died between study.ask() and its last suggestion) never named a point
-        # and is closed as failed.
-        running, digits = [], []
-        for t in trials:
-            if t.state != TrialState.RUNNING:
-                continue
-            try:
-                digits.append(self._digits(t.params))
-            except KeyError:
-                self.study.tell(t._trial_id, state=TrialState.FAIL)
-                continue
-            running.append(t)
-        if running:
-            self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
-            self._pending_keys = point_keys(self.space, np.stack(digits))
+    def _rebuild_from_studies(self) -> None:
+        """Memo from every study's finished trials, each study's count of asked points; the
+        running trials of a study become the pending batch (of the first such study: the
+        others' are closed as failed, which only an outside writer could leave)."""
+        pending_walk = 0
+        for walk in range(len(self._studies)):
+            self._use(walk)
+            trials = self.study.get_trials(deepcopy=False)
+            done = [t for t in trials if t.state == TrialState.COMPLETE and t.constraints.get("space", 0.0) <= 0
+                    and (self._valid is not None or t.params.keys() == self._dists.keys())]
+            if done:
+                digits = np.stack([self._digits(t.params) for t in done])
+                vals = np.array([_value_of(t) for t in done])
+                keys = point_keys(self.space, digits)
+                self._memo.add(keys, vals)
+                asked = np.array([bool(t.user_attrs.get(ASKED_ATTR)) for t in done])
+                self._asked[walk] = len(np.unique(keys[asked], axis=0))
+            # Running trials become the pending batch; one whose parameters were not all drawn
+            # (the process died between study.ask() and its last suggestion) never named a point
+            # and is closed as failed.
+            running, digits = [], []
+            for t in trials:
+                if t.state != TrialState.RUNNING:
+                    continue
+                try:
+                    if self._pending:
+                        raise KeyError("a batch is already pending")
+                    digits.append(self._digits(t.params))
+                except KeyError:
+                    self.study.tell(t.number, state=TrialState.FAIL)
+                    continue
+                running.append(t)
+            if running:
+                self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
+                self._pending_keys = point_keys(self.space, np.stack(digits))
+                pending_walk = walk
+        self._use(pending_walk if self._pending else self._next_walk())
+
+    def _walk_order_of(self, study, kind: str) -> list[int]:
+        """The order of ``study``'s conditional walk: the one the study records (its user
+        attribute ORDER_ATTR); the space's digit order for a study begun before the order was
+        recorded (trials but no attribute: their parameters name points in that order); else
+        the order of ``kind`` ("digits": the space's order; "roots": walk_order()), recorded in
+        the study."""
+        if self._valid is None:
+            return self._core
+        recorded = study.user_attrs.get(ORDER_ATTR)
+        if recorded is not None:
+            if sorted(recorded) != sorted(self._names[k] for k in self._core):
+                raise InputError("storage", f"a study over the dimensions {[self._names[k] for k in self._core]}",
+                                 f"a study walking {recorded}")
+            return [self._names.index(name) for name in recorded]
+        if study.get_trials(deepcopy=False) or kind == "digits":
+            order = list(self._core)
+        else:
+            order = walk_order(self._valid, self._core)
+        if not study.get_trials(deepcopy=False):
+            study.set_user_attr(ORDER_ATTR, [self._names[k] for k in order])
+        return order
 
     def _walk(self, suggest_int, suggest_categorical) -> np.ndarray:
-        """Digits chosen dimension by dimension among the valid points agreeing with the digits
-        chosen so far: dimension k's parameter is named "name|allowed digits" (its distribution
-        never changes under one name) and is skipped when one digit is allowed. Per-stage
+        """Digits chosen dimension by dimension (in the walk order, self._core) among the valid
+        points agreeing with the digits chosen so far: dimension k's parameter is named as the
+        dimension, over all its digits (its distribution never changes under one name), and is
+        skipped when one digit is allowed. Per-stage
         dimensions follow, one parameter each for the stages the chosen pp uses (the others
         keep their canonical digit)."""
         rows = self._valid
@@ -351,8 +446,8 @@ class TPESearcher(Searcher):
     # -- reading -----------------------------------------------------------------------------
     @property
     def trials(self) -> int:
-        """Trials in the study (including those outside the space, told without evaluation)."""
-        return len(self.study.get_trials(deepcopy=False))
+        """Trials in the studies (including those outside the space, told without evaluation)."""
+        return sum(len(study.get_trials(deepcopy=False)) for study in self._studies)
 
 
 def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | None:
@@ -368,6 +463,24 @@ def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | N
         idx, digits[:, core[j]] = np.divmod(idx, radices[j])
     valid = digits[space.valid(digits)]
     return valid if len(valid) else None
+
+
+def walk_order(valid: np.ndarray, core: list[int]) -> list[int]:
+    """The dimensions ``core`` (columns of the valid digits ``valid``) in the order the conditional
+    walk samples them: roots of the space's conditional tree first. A dimension's rank is the
+    largest number of other dimensions that one of its choices settles (leaves one allowed digit
+    where the valid points have several); ties keep the given order. On the exact space the ZeRO
+    stage comes first (ZeRO-2 and -3 exist only with pp 1 and vpp 1, so they settle two others),
+    then tp, pp, schedule and vpp (one each), then cp, micro-batch, SP and recompute."""
+    several = [k for k in core if np.unique(valid[:, k]).size > 1]
+    settles = {}
+    for k in core:
+        best = 0
+        for digit in np.unique(valid[:, k]):
+            rows = valid[valid[:, k] == digit]
+            best = max(best, sum(np.unique(rows[:, j]).size == 1 for j in several if j != k))
+        settles[k] = best
+    return sorted(core, key=lambda k: -settles[k])
 
 
 def _value_of(trial) -> tuple[float, float, float]:

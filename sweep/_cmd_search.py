@@ -313,9 +313,10 @@ TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's 
 def _register_tpe(searchers: argparse._SubParsersAction) -> None:
     p = searchers.add_parser(
         "tpe", help="Optuna's TPE sampler over a strategy space (ask/tell in batches)",
-        description="Tree-structured Parzen estimator (Optuna TPESampler, multivariate, constant liar); "
-        "out-of-memory strategies are constraint violations. With --storage the study lives in an "
-        "Optuna journal file and a later run on the same file continues it.")
+        description="Tree-structured Parzen estimator (Optuna TPESampler, multivariate, constant liar): two "
+        "studies with different orders of the space's dimensions take turns; out-of-memory strategies "
+        "are told behind soft memory walls (--memory-penalty). With --storage the studies live in an "
+        "Optuna journal file and a later run on the same file continues them.")
     add_search_args(p)
     p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
     p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),

@@ -122,6 +122,8 @@ def test_infeasible_only(small):
 def test_bad_arguments(small, tmp_path):
     with pytest.raises(InputError, match="n_startup_trials"):
         TPESearcher(small, seed=0, n_startup_trials=-1)
+    with pytest.raises(InputError, match="walks"):
+        TPESearcher(small, seed=0, walks="zero_first")
     with pytest.raises(InputError, match="storage"):
         TPESearcher(small, seed=0, storage=tmp_path / "no" / "such" / "dir.log")
 
@@ -190,3 +192,86 @@ def test_resume_closes_a_trial_killed_while_its_parameters_were_drawn(tmp_path):
     t2 = again.ask(4)
     assert len(t2) == 4
     again.tell(t2, evaluate(model, cluster, t2))
+
+
+def test_walk_order_puts_the_roots_of_the_conditional_tree_first():
+    # Columns C, B, A (3 digits each). A = 2 settles B (to 0) and C (to 1); B = 0 settles C (to
+    # 1); C settles nothing (C = 0 or 2 leaves B in {1, 2} and A in {0, 1}). So A, B, C, given
+    # in the order C, B, A.
+    import numpy as np
+
+    from search._tpe import walk_order
+
+    rows = [(c, b, a) for a in range(3) for b in range(3) for c in range(3)
+            if not (a == 2 and (b, c) != (0, 1)) and not (b == 0 and c != 1)]
+    valid = np.array(rows)
+    assert walk_order(valid, [0, 1, 2]) == [2, 1, 0]
+    # Ties keep the order given: with A's column constant no dimension settles another.
+    flat = np.array([(c, b, 0) for b in range(2) for c in range(2)])
+    assert walk_order(flat, [0, 1, 2]) == [0, 1, 2]
+
+
+def test_exact_space_walks_the_zero_stage_first():
+    # In the exact space ZeRO-2/3 exist only with pp 1 (and so vpp 1): two dimensions settled.
+    # tp 1 settles SP (off), pp 1 settles vpp, a non-interleaved schedule settles vpp and vpp > 1
+    # settles the schedule: one each, in the digit order. cp, micro-batch, SP, recompute: none.
+    space = exact_space(GPT3, H100, 1536)
+    s = TPESearcher(space, seed=0)
+    digits, roots = ([s._names[k] for k in order] for order in s._orders)
+    assert digits == [d.name for d in space.dims]
+    assert roots == ["zero_stage", "tp", "pp", "schedule", "vpp", "cp", "micro_batch", "sequence_parallel", "recompute"]
+    assert [st.user_attrs["plansweep_walk_order"] for st in s._studies] == [digits, roots]
+    assert [st.study_name for st in s._studies] == ["plansweep-tpe", "plansweep-tpe:roots"]
+    one = TPESearcher(space, seed=0, walks="roots")
+    assert [[one._names[k] for k in order] for order in one._orders] == [roots]
+
+
+def test_the_two_studies_take_turns_and_share_what_they_learn(small):
+    s = TPESearcher(small, seed=2, n_startup_trials=4)
+    turns, seen = [], set()
+    for _ in range(4):
+        turns.append(s._cur)
+        t = s.ask(8)
+        rows = {tuple(sorted(t.row(i).items())) for i in range(len(t))}
+        assert not rows & seen  # neither study asks a point the other has asked
+        seen |= rows
+        s.tell(t, evaluate(small.model, small.cluster, t))
+    assert turns == [0, 1, 0, 1]
+    assert s._asked == [16, 16]
+    assert s.trials == sum(len(st.get_trials()) for st in s._studies)
+
+
+def test_the_walk_order_recorded_in_the_study_is_kept(tmp_path, small):
+    # A study names points by its parameters in its own walk order: a resumed searcher must walk
+    # in that order, and a study begun before the order was recorded in the digit order.
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    from search._memo import point_keys
+
+    digit_order = [d.name for d in small.dims]
+    recorded = list(reversed(digit_order))
+    path = tmp_path / "recorded.journal"
+    first = TPESearcher(small, seed=0, storage=path)
+    first._studies[0].set_user_attr("plansweep_walk_order", recorded)
+    again = TPESearcher(small, seed=0, storage=path)
+    assert [again._names[k] for k in again._orders[0]] == recorded
+
+    # A study of the earlier code: one study, trials drawn in the digit order, no recorded order.
+    walked = TPESearcher(small, seed=0, storage=tmp_path / "digits.journal", n_startup_trials=4, walks="digits")
+    asked = [t for t, _ in _drive(walked, small, 2)]
+    legacy = optuna.create_study(storage=JournalStorage(JournalFileBackend(str(tmp_path / "legacy.journal"))),
+                                 study_name="plansweep-tpe", direction="maximize")
+    legacy.add_trials(walked.study.get_trials())
+    old = TPESearcher(small, seed=0, storage=tmp_path / "legacy.journal", n_startup_trials=4)
+    assert [old._names[k] for k in old._orders[0]] == digit_order
+    assert "plansweep_walk_order" not in old._studies[0].user_attrs
+    for t in asked:  # the rebuilt memo knows every point asked before
+        found, _ = old._memo.lookup(point_keys(small, small.digits_from_table(t)))
+        assert found.all()
+    assert old._asked == [16, 0] and old._cur == 1  # the new roots-first study asks next
+
+    wrong = tmp_path / "wrong.journal"
+    TPESearcher(small, seed=0, storage=wrong).study.set_user_attr("plansweep_walk_order", ["tp", "pp"])
+    with pytest.raises(InputError, match="storage"):
+        TPESearcher(small, seed=0, storage=wrong)
