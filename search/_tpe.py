@@ -18,11 +18,12 @@ On the exact GPT-3 space the roots walk starts with the ZeRO stage: ZeRO-2 and -
 only without pipelining, get a quarter of the prior each instead of about 1/24 as the
 last-but-one choice under pp 1. Measured alone (BENCHMARKS.md, "Search quality"), each walk
 wins where the other loses: the digit walk finds a pipelined optimum (GPT-3 on 1024 H100 at
-global batch 512) and often misses the exact space's ZeRO-3 one; the roots walk the reverse. The studies share the memo of evaluated points: neither asks a
-point the other has evaluated, and a study that draws one is told its result like any known
-point, but neither study is given the other's trials (a prototype that gave them lost the
-pipelined optimum: 2/5 seeds). Each study records its order (ORDER_ATTR); a study begun before the
-order was recorded keeps the digit order. ``walks`` "digits" or "roots" runs one study.
+global batch 512) and often misses the exact space's ZeRO-3 one; the roots walk the reverse.
+The studies share the memo of evaluated points: neither asks a point the other has evaluated,
+and a study that draws one is told its result like any known point, but neither study is given
+the other's trials (a prototype that gave them lost the pipelined optimum: 2/5 seeds). Each
+study records its order (ORDER_ATTR); a study begun before the order was recorded keeps the
+digit order. ``walks`` "digits" or "roots" runs one study.
 The map is fixed, so TPE learns the objective as a function of its own parameters; a first
 version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
 history of one dimension over many names and searched worse than random. Per-stage
@@ -366,12 +367,13 @@ class TPESearcher(Searcher):
                 if t.state != TrialState.RUNNING:
                     continue
                 try:
-                    if self._pending:
-                        raise KeyError("a batch is already pending")
-                    digits.append(self._digits(t.params))
+                    point = None if self._pending else self._digits(t.params)
                 except KeyError:
+                    point = None
+                if point is None:
                     self.study.tell(t.number, state=TrialState.FAIL)
                     continue
+                digits.append(point)
                 running.append(t)
             if running:
                 self._pending = [optuna.trial.Trial(self.study, t._trial_id) for t in running]
@@ -393,12 +395,10 @@ class TPESearcher(Searcher):
                 raise InputError("storage", f"a study over the dimensions {[self._names[k] for k in self._core]}",
                                  f"a study walking {recorded}")
             return [self._names.index(name) for name in recorded]
-        if study.get_trials(deepcopy=False) or kind == "digits":
-            order = list(self._core)
-        else:
-            order = walk_order(self._valid, self._core)
-        if not study.get_trials(deepcopy=False):
-            study.set_user_attr(ORDER_ATTR, [self._names[k] for k in order])
+        if study.get_trials(deepcopy=False):
+            return list(self._core)
+        order = list(self._core) if kind == "digits" else walk_order(self._valid, self._core)
+        study.set_user_attr(ORDER_ATTR, [self._names[k] for k in order])
         return order
 
     def _walk(self, suggest_int, suggest_categorical) -> np.ndarray:
