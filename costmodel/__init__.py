@@ -45,7 +45,7 @@ from costmodel._workloads import MODEL_PRESETS, Transformer, model_preset
 
 __version__ = "0.1.0"
 # Bumped whenever evaluate() can return different numbers for the same input.
-COST_MODEL_VERSION = "2"
+COST_MODEL_VERSION = "3"
 
 __all__ = [
     "COLUMNS", "COST_MODEL_VERSION", "Cluster", "EFFICIENCY", "Efficiency", "GPU",

@@ -26,9 +26,8 @@ Sources for the op orders:
   chunk; warm-up (p - rank - 1) * 2 + (v - 1) * N virtual micro-batches, capped at m * v;
   N = p when p divides m, else the smallest group size Megatron-LM accepts (``_group_size``).
 - Hanayo: Liu et al., SC'23, "Hanayo: Harnessing Wave-like Pipeline Parallelism": chunks laid
-  out as waves (chunk c runs down the devices for even c and up for odd c); the op order
-  reuses Megatron's interleaved table with the warm-up mirrored for the wave (see
-  ``_hanayo``).
+  out as waves (chunk c runs down the devices for even c and up for odd c); the paper's order
+  for m = D, repeated m / D times as seed 003 does (see ``_hanayo``).
 - ZB-H1, ZB-H2, ZB-V: Qi et al. 2023, "Zero Bubble Pipeline Parallelism" (arXiv:2401.10241)
   Section 2 and Section 6; ZB-V's order follows the authors' handcrafted generator
   (sail-sg/zero-bubble-pipeline-parallelism, ``handcrafted_zb_v``).
@@ -118,68 +117,61 @@ def _interleaved(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
 
 
 def _hanayo(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
-    """Hanayo's wave placement, op order by greedy list scheduling at nominal times.
+    """Hanayo's wave order (Liu et al., SC'23), as seed 003 defines it for m a multiple of D.
 
-    Hanayo (Liu et al., SC'23) draws its order for m = D only. Here every device follows
-    1F1B's rule on the wave: after a backward it runs a ready forward if there is one,
-    otherwise a ready backward before a ready forward; ties go to the oldest micro-batch,
-    then the deepest stage. The order is found once at seed 003's nominal T_F = 1, T_B = 2,
-    T_C = 0 and then fixed for any times. At those times it reaches the interleaved bound
-    (v m + p - 1)(T_F + T_B) / v for v = 2 and p | m, with the same peak activations as
-    Megatron-LM's interleaved schedule.
+    The paper draws the schedule for m = D micro-batches; seed 003 runs that schedule m / D
+    times in a row ("we iterate the Hanayo scheme MBS/D times"). Its order comes from a
+    timetable of unit slots per device at nominal T_F = 1 slot, T_B = 2 slots, T_C = 0:
+
+    - a micro-batch's path: forward down the devices on chunk 2w, up on chunk 2w + 1 for each
+      wave w; then backward through the same stages in reverse;
+    - each op of the path takes the first free slot(s) on its device after the slot where the
+      path's previous op ended;
+    - per group of D micro-batches, the first one is placed from where the previous group's
+      first micro-batch finished its last backward on device 0 (slot -1 for the first group);
+      then the paper's restricted zones are closed: on device d the D - d - 1 free slots
+      before that micro-batch's forward on chunk 1, and the d free slots before its
+      backward on the last chunk; then the group's other micro-batches are placed from the
+      group's start slot;
+    - each device runs its ops in slot order.
+    For m not a multiple of D the last group holds the remaining m mod D micro-batches and is
+    placed by the same rule (the source defines only whole groups). Slot times only fix the
+    order; the simulator then times that order with the real T_F, T_B, T_W and T_C.
     """
-    return _greedy_order(p, m, v, lambda d, c: _stage_of("hanayo", p, v, d, c))
+    path = []  # (device, kind, chunk) of one micro-batch, in dependency order
+    for w in range(v // 2):
+        path += [(d, F, 2 * w) for d in range(p)] + [(d, F, 2 * w + 1) for d in reversed(range(p))]
+    for w in reversed(range(v // 2)):
+        path += [(d, B, 2 * w + 1) for d in range(p)] + [(d, B, 2 * w) for d in reversed(range(p))]
+    busy: list[set[int]] = [set() for _ in range(p)]  # slots taken (by an op or a restricted zone)
+    placed: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(p)]  # slot -> op starting there
 
+    def place(j: int, after: int) -> dict[tuple[int, int, int], int]:
+        """Put micro-batch j's path into the first free slots after ``after``; its slots."""
+        where = {}
+        for d, k, c in path:
+            width = 1 if k == F else 2
+            at = after + 1
+            while any(at + i in busy[d] for i in range(width)):
+                at += 1
+            busy[d].update(range(at, at + width))
+            placed[d][at] = (k, j, c)
+            where[(d, k, c)] = at
+            after = at + width - 1
+        return where
 
-# Nominal times for orders found by list scheduling (seed 003's default T_B = 2 T_F).
-_NOMINAL_F, _NOMINAL_B = 1, 2
-
-
-def _greedy_order(p: int, m: int, v: int, stage_of) -> list[list[tuple[int, int, int]]]:
-    n_stages = p * v
-    where = {stage_of(d, c): (d, c) for d in range(p) for c in range(v)}  # stage: (dev, chunk)
-    # (kind, micro-batch, stage) -> time it became ready
-    ready_at: dict[tuple[int, int, int], int] = {(F, j, 0): 0 for j in range(m)}
-    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
-    free_at = [0] * p
-    last_kind = [F] * p
-    events: list[tuple[int, int, int, int]] = []  # (end, kind, mb, stage) not yet released
-    remaining = 2 * m * n_stages
-    t = 0
-
-    def oldest_deepest(op: tuple[int, int, int]) -> tuple[int, int]:
-        return (op[1], -op[2])
-
-    while remaining:
-        # Release finished ops at time t: their consumers become ready.
-        for e in [e for e in events if e[0] <= t]:
-            events.remove(e)
-            _, k, j, s = e
-            if k == F:
-                ready_at[(F, j, s + 1) if s + 1 < n_stages else (B, j, s)] = t
-            elif s > 0:
-                ready_at[(B, j, s - 1)] = t
-        for d in range(p):
-            if free_at[d] > t:
-                continue
-            mine = [op for op in ready_at if where[op[2]][0] == d]
-            bwd = [op for op in mine if op[0] == B]
-            fwd = [op for op in mine if op[0] == F]
-            if fwd and (last_kind[d] == B or not bwd):
-                op = min(fwd, key=oldest_deepest)
-            elif bwd:
-                op = min(bwd, key=oldest_deepest)
-            else:
-                continue
-            del ready_at[op]
-            k, j, s = op
-            orders[d].append((k, j, where[s][1]))
-            last_kind[d] = k
-            free_at[d] = t + (_NOMINAL_F if k == F else _NOMINAL_B)
-            events.append((free_at[d], k, j, s))
-            remaining -= 1
-        t += 1
-    return orders
+    group_start = -1
+    for lo in range(0, m, p):
+        first = place(lo, group_start)
+        for d in range(p):  # the paper's restricted zones
+            for i in range(1, p - d):
+                busy[d].add(first[(d, F, 1)] - i)
+            for i in range(1, d + 1):
+                busy[d].add(first[(d, B, v - 1)] - i)
+        for j in range(lo + 1, min(lo + p, m)):
+            place(j, group_start)
+        group_start = first[(0, B, 0)] + 1
+    return [[ops[slot] for slot in sorted(ops)] for ops in placed]
 
 
 def _zb_h1(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:

@@ -9,8 +9,8 @@ are simulated in one vectorised call. Settings are seed 003's:
 - the six compared schedules: GPipe, 1F1B, interleaved 1F1B with v = 2, Hanayo with 1 and 2
   waves (v = 2, 4), and ZB-H1 with the backward split evenly, T_B = T_W = 800 / (2D).
 
-Unlike seed 003's code, a chunk's times are its stage's times divided by v, and Hanayo runs
-all m micro-batches in one schedule (seed 003 repeated its m = D schedule m / D times).
+Unlike seed 003's code, a chunk's times are its stage's times divided by v. Hanayo repeats its
+m = D schedule m / D times, as seed 003 does.
 """
 
 from __future__ import annotations

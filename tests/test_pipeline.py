@@ -112,12 +112,49 @@ def test_zb_h2_and_zb_v_have_zero_bubble_when_f_b_w_equal(name, v, p, m):
     assert res.total_time[0] == pytest.approx(3 * m + (p - 1) / v)
 
 
-@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16), (4, 12)])
-def test_hanayo_one_wave_reaches_the_interleaved_bound_at_nominal_times(p, m):
-    # Its order is found at T_F = 1, T_B = 2, T_C = 0; there it fills the wave as tightly as
-    # interleaved 1F1B with v = 2: (v m + p - 1)(F + B) / v.
-    res = simulate("hanayo", p, m, 2, tf=1.0, tb=2.0)
-    assert res.total_time[0] == pytest.approx((2 * m + p - 1) * 3 / 2)
+def test_hanayo_two_devices_two_microbatches_by_hand():
+    # Slots at T_F = 1, T_B = 2 (seed 003's construction, costmodel._pipeline._hanayo).
+    # Micro-batch 0: d0 F.c0 @0, d1 F.c0 @1, d1 F.c1 @2, d0 F.c1 @3, d0 B.c1 @4-5,
+    # d1 B.c1 @6-7, d1 B.c0 @8-9, d0 B.c0 @10-11. Closed zones: d0 slot 2 (p - d - 1 = 1 slot
+    # before F.c1), d1 slot 5 (d = 1 slot before B.c1). Micro-batch 1 from slot -1: d0 F.c0 @1,
+    # d1 F.c0 @3, d1 F.c1 @4, d0 F.c1 @6, d0 B.c1 @7-8, d1 B.c1 @10-11, d1 B.c0 @12-13,
+    # d0 B.c0 @14-15: the last op ends at 16.
+    from costmodel._pipeline import B, F, _hanayo
+
+    assert _hanayo(2, 2, 2) == [
+        [(F, 0, 0), (F, 1, 0), (F, 0, 1), (B, 0, 1), (F, 1, 1), (B, 1, 1), (B, 0, 0), (B, 1, 0)],
+        [(F, 0, 0), (F, 0, 1), (F, 1, 0), (F, 1, 1), (B, 0, 1), (B, 0, 0), (B, 1, 1), (B, 1, 0)],
+    ]
+    # Stage times are chunk times x v (a chunk takes its stage's time / v).
+    assert simulate("hanayo", 2, 2, 2, tf=2.0, tb=4.0).total_time[0] == pytest.approx(16.0)
+
+
+# Seed 003's simulator (C-TC/Megatron-LM, branch crossdc, commit 152e7a52,
+# megatron/core/pipeline_parallel/cdc_scheduler/pp_generator/pipeline.py, Hanayo1F1BPipeline:
+# its schedule() then solve_dependencies(), total = the last op's completion time), run on
+# per-chunk T_F = 1, T_B = 2, T_W = 0 and T_C between every two devices; (D, m, chunks, T_C) ->
+# total. m = D = 32 with two waves is the Hanayo paper's own regime.
+NOTEBOOK_HANAYO = [
+    (2, 2, 2, 0.0, 16.0), (2, 4, 2, 0.0, 29.0), (2, 4, 4, 0.1, 54.4), (4, 4, 2, 0.1, 37.6),
+    (4, 4, 4, 0.0, 60.0), (4, 8, 2, 0.0, 65.0), (4, 12, 4, 0.1, 173.2), (8, 8, 4, 0.1, 130.8),
+    (8, 16, 2, 0.1, 142.8), (8, 24, 4, 0.0, 342.0), (16, 16, 2, 0.1, 164.0), (32, 32, 2, 0.0, 316.0),
+    (32, 32, 4, 0.0, 508.0), (32, 32, 4, 0.1, 540.0),
+]
+
+
+@pytest.mark.parametrize("p,m,v,tc,total", NOTEBOOK_HANAYO)
+def test_hanayo_equals_seed_003_simulator(p, m, v, tc, total):
+    res = simulate("hanayo", p, m, v, tf=1.0 * v, tb=2.0 * v, tc=tc)
+    assert res.total_time[0] == pytest.approx(total, rel=1e-12)
+
+
+def test_hanayo_repeats_its_group_of_d_microbatches():
+    # Seed 003 iterates the m = D schedule m / D times: with T_C = 0 every group after the
+    # first starts where the previous group's first micro-batch left device 0, so the total
+    # grows by the same step per group (29 - 16 = 13 for D = 2, v = 2; 65 - 36 = 29 for D = 4).
+    for p, step in ((2, 13.0), (4, 29.0)):
+        totals = [simulate("hanayo", p, k * p, 2, tf=2.0, tb=4.0).total_time[0] for k in (1, 2, 3)]
+        assert np.diff(totals) == pytest.approx([step, step])
 
 
 def test_schedules_without_split_fold_w_into_b():

@@ -162,56 +162,45 @@ STATIC_ORDERS = {
 
 
 def orders_hanayo(p, m, v):
-    """Hanayo's order: replay a device policy at nominal times F = 1, B = 2, T_C = 0.
+    """Hanayo as seed 003's simulator builds it: a grid of unit slots per device ("." free,
+    "x" closed, or the op starting or continuing there), F one slot, B two; one micro-batch
+    of a group of p first, then the paper's closed zones, then the group's others; each
+    device reads its ops off its row of the grid."""
+    fwd = [(d, c) for w in range(v // 2) for c, devs in ((2 * w, range(p)), (2 * w + 1, range(p - 1, -1, -1)))
+           for d in devs]
+    route = [("F", d, c) for d, c in fwd] + [("B", d, c) for d, c in reversed(fwd)]
+    width = 6 * m * v * p + 8
+    grid = [["."] * width for _ in range(p)]
 
-    At each time step, first every op that ended becomes input to its consumer; then each idle
-    device, in index order, picks: a ready forward if its last op was a backward (1F1B's
-    alternation), else a ready backward, else a ready forward; the oldest micro-batch, then
-    the deepest stage, first.
-    """
-    last = p * v - 1
-    home = {}
-    for d in range(p):
-        for c in range(v):
-            home[stage_on("hanayo", p, v, d, c)] = (d, c)
-    ready = {("F", j, 0) for j in range(m)}
-    running = []  # (end time, kind, micro, stage)
-    busy_until = [0] * p
-    previous = ["F"] * p
-    orders = [[] for _ in range(p)]
-    left = 2 * m * p * v
-    t = 0
-    while left:
-        for item in [r for r in running if r[0] <= t]:
-            running.remove(item)
-            _, kind, j, s = item
-            if kind == "F":
-                ready.add(("F", j, s + 1) if s < last else ("B", j, s))
-            elif s > 0:
-                ready.add(("B", j, s - 1))
+    def put(j, start):
+        slot_of = {}
+        cursor = start
+        for kind, d, c in route:
+            size = 1 if kind == "F" else 2
+            i = cursor + 1
+            while "".join(x if isinstance(x, str) else "#" for x in grid[d][i:i + size]) != "." * size:
+                i += 1
+            grid[d][i] = (kind, j, c)
+            if size == 2:
+                grid[d][i + 1] = "#"
+            slot_of[(kind, d, c)] = i
+            cursor = i + size - 1
+        return slot_of
+
+    start = -1
+    for first in range(0, m, p):
+        slots = put(first, start)
         for d in range(p):
-            if busy_until[d] > t:
-                continue
-            here = [op for op in ready if home[op[2]][0] == d]
-            backs = sorted((op[1], -op[2], op) for op in here if op[0] == "B")
-            fwds = sorted((op[1], -op[2], op) for op in here if op[0] == "F")
-            if fwds and previous[d] == "B":
-                pick = fwds[0][2]
-            elif backs:
-                pick = backs[0][2]
-            elif fwds:
-                pick = fwds[0][2]
-            else:
-                continue
-            ready.discard(pick)
-            kind, j, s = pick
-            previous[d] = kind
-            orders[d].append((kind, j, home[s][1]))
-            busy_until[d] = t + (1 if kind == "F" else 2)
-            running.append((busy_until[d], kind, j, s))
-            left -= 1
-        t += 1
-    return orders
+            for gap in list(range(1, p - d)):
+                if grid[d][slots[("F", d, 1)] - gap] == ".":
+                    grid[d][slots[("F", d, 1)] - gap] = "x"
+            for gap in range(1, d + 1):
+                if grid[d][slots[("B", d, v - 1)] - gap] == ".":
+                    grid[d][slots[("B", d, v - 1)] - gap] = "x"
+        for j in range(first + 1, min(first + p, m)):
+            put(j, start)
+        start = slots[("B", 0, 0)] + 1
+    return [[x for x in row if isinstance(x, tuple)] for row in grid]
 
 
 def all_orders(name, p, m, v):
