@@ -32,7 +32,7 @@ def main() -> None:
     print(f"{'layer':22s} {'fwd ms':>14s} {'fwd+bwd ms':>15s} {'model/meas':>10s} | "
           f"{'act MiB meas':>12s} {'model':>8s} {'no scores':>9s}")
     for r in rows:
-        model = model_preset(r["label"].rsplit("-t", 1)[0])
+        model = model_preset(r["label"].rsplit("-t", 1)[0])  # "megatron-22b-t8-b1-unfused" -> megatron-22b
         s = int(r["seq"])
         model = dataclasses.replace(model, seq_len=s) if model.seq_len != s else model
         b, t = np.array([int(r["micro_batch"])]), np.array([int(r["tp"])])

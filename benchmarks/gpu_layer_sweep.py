@@ -9,7 +9,8 @@ One GPU stands for one rank of a tensor-parallel group of size t without sequenc
 parallelism: the layer holds heads / t query heads, kv_heads / t (at least 1) K/V heads and
 ffn / t MLP columns, while norms, residuals and dropouts work on the whole hidden size h, as
 on every rank of Megatron's tensor parallelism (no communication is timed). bf16 weights and
-activations; attention by torch's fused scaled_dot_product_attention (causal); GPT layers:
+activations; attention by torch's fused scaled_dot_product_attention (causal), and for a
+few GPT shapes also written out (scores, mask, softmax, dropout, V); GPT layers:
 LayerNorm, GeLU MLP, biases, dropout 0.1 after attention and MLP (a 1-byte mask each); Llama
 layers: RMSNorm, SwiGLU MLP, no biases, no dropout.
 
@@ -31,6 +32,10 @@ import statistics
 from functools import partial
 
 # (label, hidden, heads, kv_heads, ffn_hidden, llama-style, tp, seq, micro-batches)
+UNFUSED = [  # the same layers with attention written out (older frameworks), GPT shapes only
+    ("megatron-22b", 6144, 64, 64, 24576, False, 8, 2048, (1, 2)),
+    ("gpt3-175b", 12288, 96, 96, 49152, False, 8, 2048, (1,)),
+]
 SHAPES = [
     ("megatron-22b", 6144, 64, 64, 24576, False, 8, 2048, (1, 2, 4, 8)),
     ("gpt3-175b", 12288, 96, 96, 49152, False, 8, 2048, (1, 2, 4)),
@@ -43,7 +48,7 @@ SHAPES = [
 ]
 
 
-def build(torch, h, heads, kv_heads, ffn, llama, dh):
+def build(torch, h, heads, kv_heads, ffn, llama, dh, fused=True):
     nn, F = torch.nn, torch.nn.functional
 
     class RMSNorm(nn.Module):
@@ -71,7 +76,13 @@ def build(torch, h, heads, kv_heads, ffn, llama, dh):
             q = q.view(s, b, heads, dh).permute(1, 2, 0, 3)
             k = k.view(s, b, kv_heads, dh).permute(1, 2, 0, 3)
             v = v.view(s, b, kv_heads, dh).permute(1, 2, 0, 3)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != heads)
+            if fused:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != heads)
+            else:  # scores, causal mask, softmax, dropout, then V: Korthikanti et al.'s eager attention
+                scores = (q @ k.transpose(-1, -2)) * dh**-0.5
+                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+                probs = F.dropout(scores.masked_fill(mask, float("-inf")).softmax(-1), self.p, training=True)
+                o = probs @ v
             o = o.permute(2, 0, 1, 3).reshape(s, b, heads * dh)
             x = x + F.dropout(self.proj(o), self.p, training=True)
             u = self.up(self.n2(x))
@@ -134,10 +145,11 @@ def main() -> None:
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     rows = []
-    for label, h, a, kv, f, llama, t, s, bs in SHAPES:
+    cases = [(*shape, True) for shape in SHAPES] + [(*shape, False) for shape in UNFUSED]
+    for label, h, a, kv, f, llama, t, s, bs, fused in cases:
         dh = h // a
         heads, kv_heads, ffn = a // t, max(kv // t, 1), f // t
-        layer = build(torch, h, heads, kv_heads, ffn, llama, dh).to(dev, torch.bfloat16)
+        layer = build(torch, h, heads, kv_heads, ffn, llama, dh, fused).to(dev, torch.bfloat16)
         for b in bs:
             x = torch.randn(s, b, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
             dy = torch.randn_like(x)
@@ -147,7 +159,9 @@ def main() -> None:
             act_full, peak_full = kept(torch, layer, partial(checkpoint, layer, use_reentrant=False), x, dy)
             fwd_s = timed(torch, layer, x, dy, False, args.warmup, args.iters)
             fwd_bwd_s = timed(torch, layer, x, dy, True, args.warmup, args.iters)
-            rows.append({"label": f"{label}-t{t}-b{b}", "hidden": h, "heads_local": heads, "kv_heads_local": kv_heads,
+            rows.append({"label": f"{label}-t{t}-b{b}" + ("" if fused else "-unfused"),
+                         "attention": "fused" if fused else "unfused", "hidden": h, "heads_local": heads,
+                         "kv_heads_local": kv_heads,
                          "ffn_local": ffn, "llama": llama, "tp": t, "seq": s, "micro_batch": b,
                          "act_bytes": act, "act_full_bytes": act_full, "peak_bwd_full_bytes": peak_full,
                          "fwd_s": fwd_s, "fwd_bwd_s": fwd_bwd_s})
@@ -160,7 +174,8 @@ def main() -> None:
         torch.cuda.empty_cache()
     with open(args.out, "w", newline="") as fh:
         fh.write(f"# {props.name}, torch {torch.__version__}, one tensor-parallel rank of one layer (no comm), bf16, "
-                 f"fused causal SDPA, median over {args.iters} runs after {args.warmup} warm-ups, CUDA events\n")
+                 f"fused causal SDPA (unfused rows: eager attention), median over {args.iters} runs after "
+                 f"{args.warmup} warm-ups, CUDA events\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
