@@ -1,11 +1,21 @@
-"""Predicted vs measured iteration time for published (or a user's own) training runs, and
+"""Predicted vs measured speed (and memory) of published (or a user's own) training runs, and
 fitting a GPU type's efficiency constants to such runs.
 
 The measured-runs schema is ../shared/data/README.md's (one row per run). An empty cell means
 the source did not say: the authors tuned it, so we take the value the cost model finds
 best among the candidates below, and report which. Settings the schema has no column for
 take Megatron-LM's defaults: no overlap of the data-parallel gradient exchange
-(``--overlap-grad-reduce`` is opt-in), bf16.
+(``--overlap-grad-reduce`` is opt-in), bf16 (or the row's ``precision``).
+
+What a row is compared on is what its source published, the first of: iteration time,
+tokens/s per GPU, TFLOP/s per GPU (with its counting convention, FLOP_CONVENTIONS), MFU, HFU.
+Every quantity is turned into the iteration time it implies, so error_pct means the same
+for every row: (predicted - measured) / measured time, positive when the model is slow.
+
+Memory is judged apart from time: the prediction is the fastest candidate that fits the GPU
+(or, when none does, the fastest one, flagged ``memory_fits: false``), so a run the model
+calls out of memory still gets its predicted time. A ``measured_memory_gb`` cell is compared
+with the predicted bytes per GPU.
 """
 
 from __future__ import annotations
@@ -27,8 +37,21 @@ from costmodel._workloads import Transformer
 REQUIRED = (
     "name", "gpu", "num_gpus", "gpus_per_node", "layers", "hidden", "ffn_hidden", "heads",
     "kv_heads", "seq_len", "vocab", "activation", "tp", "pp", "dp", "cp", "vpp", "global_batch",
-    "micro_batch", "recompute", "sequence_parallel", "zero_stage", "measured_iteration_time_s",
+    "micro_batch", "recompute", "sequence_parallel", "zero_stage",
 )
+# Published speed, most direct first: the first one a row fills is what it is compared on.
+MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
+            "measured_hfu")
+# Counting conventions of published FLOP figures (tflops_convention column), FLOPs per
+# iteration for a model and a global batch of B sequences of s tokens:
+#   narayanan_eq3  Narayanan et al. 2021 Eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h), full
+#                  recompute's extra forward included (GPT shapes)
+#   model_flops    the cost model's own count (Transformer.model_flops_per_sample: matrix
+#                  products, attention over the full s x s square; Korthikanti et al. 2022 Eq. 7
+#                  for GPT shapes), no recompute
+#   6nd            6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
+#   palm           6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
+FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "6nd", "palm")
 # Candidates for cells the source left empty.
 MICRO_BATCH_CANDIDATES = (1, 2, 4, 8, 16)
 VPP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
@@ -41,7 +64,11 @@ class MeasuredRun:
     model: Transformer
     cluster: Cluster
     fixed: dict  # strategy columns the source gave
-    measured_s: float
+    measure: str  # the MEASURES column it is compared on
+    measured: float  # its value
+    convention: str | None = None  # FLOP counting of measured_tflops_per_gpu
+    measured_memory_gb: float | None = None
+    framework: str = ""
 
 
 def _int(row: dict, key: str, line: int) -> int | None:
@@ -78,14 +105,14 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
         for k, v in need.items():
             if v is None:
                 raise InputError(f"line {line}: {k}", "a value (this column may not be empty)", "")
-        try:
-            measured = float(row["measured_iteration_time_s"])
-        except ValueError:
-            raise InputError(
-                f"line {line}: measured_iteration_time_s", "seconds", row["measured_iteration_time_s"]
-            ) from None
-        if not measured > 0:
-            raise InputError(f"line {line}: measured_iteration_time_s", "a positive time", measured)
+        given = {k: _positive(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
+        measure = next((k for k in MEASURES if given[k] is not None), None)
+        if measure is None:
+            raise InputError(f"line {line}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
+        convention = (row.get("tflops_convention") or "").strip().lower() or None
+        if measure == "measured_tflops_per_gpu" and convention not in FLOP_CONVENTIONS:
+            raise InputError(f"line {line}: tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS),
+                             convention or "")
         gpu = gpu_preset(row["gpu"].strip(), efficiency=(efficiency or {}).get(gpu_preset(row["gpu"].strip()).name))
         model = Transformer(
             name=row["name"], layers=need["layers"], hidden=need["hidden"],
@@ -100,15 +127,62 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
             v = _int(row, k, line)
             if v is not None:
                 fixed[k] = v
-        for k in ("recompute", "sequence_parallel"):
+        for k in ("recompute", "sequence_parallel", "precision"):
             v = (row.get(k) or "").strip().lower()
             if v:
                 fixed[k] = v
         if fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1) != need["num_gpus"]:
             raise InputError(f"line {line}: tp*pp*dp*cp", f"num_gpus={need['num_gpus']}",
                              fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1))
-        runs.append(MeasuredRun(row["name"], model, cluster, fixed, measured))
+        runs.append(MeasuredRun(row["name"], model, cluster, fixed, measure, given[measure], convention,
+                                given["measured_memory_gb"], (row.get("framework") or "").strip()))
     return runs
+
+
+def _positive(row: dict, key: str, line: int) -> float | None:
+    v = (row.get(key) or "").strip()
+    if v == "":
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        raise InputError(f"line {line}: {key}", "a number", v) from None
+    if not f > 0:
+        raise InputError(f"line {line}: {key}", "a positive number", v)
+    return f
+
+
+def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
+    """FLOPs of one iteration of ``global_batch`` sequences as ``convention`` counts them
+    (FLOP_CONVENTIONS)."""
+    B, s, L, h, V = global_batch, model.seq_len, model.layers, model.hidden, model.vocab
+    if convention == "narayanan_eq3":
+        return 96.0 * B * s * L * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))
+    if convention == "model_flops":
+        return model.model_flops_per_sample() * B
+    if convention == "6nd":
+        return 6.0 * model.num_params() * B * s
+    if convention == "palm":
+        n = model.num_params() - model.embedding_params()
+        return (6.0 * n + 12.0 * L * h * s) * B * s
+    raise InputError("tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS), convention)
+
+
+def _implied_time_s(run: MeasuredRun, flops_hw: float) -> float:
+    """The iteration time the published quantity implies (``flops_hw``: the model's FLOPs of
+    one iteration with its recompute, for HFU)."""
+    n = run.cluster.num_gpus
+    B = run.fixed["global_batch"]
+    peak = run.cluster.gpu.peak_flops[0]  # utilisation is quoted against the dense bf16 peak
+    if run.measure == "measured_iteration_time_s":
+        return run.measured
+    if run.measure == "measured_tokens_per_s_per_gpu":
+        return B * run.model.seq_len / (run.measured * n)
+    if run.measure == "measured_tflops_per_gpu":
+        return flops_per_iteration(run.model, B, run.convention) / (run.measured * 1e12 * n)
+    if run.measure == "measured_mfu":
+        return run.model.model_flops_per_sample() * B / (run.measured * peak * n)
+    return flops_hw / (run.measured * peak * n)  # measured_hfu
 
 
 def _candidates(run: MeasuredRun) -> StrategyTable:
@@ -129,41 +203,100 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
             for k, v in cols.items()}
     return StrategyTable.from_columns(
         dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
-        schedule=np.where(vpp > 1, "interleaved", "1f1b"), overlap_dp=False, precision="bf16",
+        schedule=np.where(vpp > 1, "interleaved", "1f1b"), overlap_dp=False, precision=f.get("precision", "bf16"),
         **cols,
     )
 
 
 def predict(run: MeasuredRun) -> dict:
-    """The best prediction over the unknown settings, and which values it took."""
+    """The best prediction over the unknown settings, which values it took, and how memory
+    compares. Time is priced with memory unbounded, so every candidate that passes the
+    other checks has one; the chosen one is the fastest that fits the GPU, else the fastest."""
     table = _candidates(run)
-    metrics = evaluate(run.model, run.cluster, table)
-    i = int(np.argmin(metrics["step_time_s"]))
-    t = float(metrics["step_time_s"][i])
+    unbounded = dataclasses.replace(run.cluster.gpu, hbm_bytes=math.inf)
+    metrics = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), table)
+    step = metrics["step_time_s"]
+    fits = metrics["mem_total_bytes"] <= run.cluster.gpu.hbm_bytes
+    pool = np.isfinite(step) & fits
+    pool = pool if np.any(pool) else np.isfinite(step)
+    i = int(np.argmin(np.where(pool, step, np.inf)))
+    t = float(step[i])
     row = table.row(i)
     chosen = {k: row[k] for k in TUNABLE if k not in run.fixed}
     if "vpp" not in run.fixed:
         chosen["schedule"] = row["schedule"]
+    B = run.fixed["global_batch"]
+    peak_all = run.cluster.gpu.peak_flops[0] * run.cluster.num_gpus
+    flops_hw = float(metrics["hfu"][i] * step[i] * peak_all) if math.isfinite(t) else math.nan
+    measured_s = _implied_time_s(run, flops_hw)
     result = {
         "name": run.name,
         "predicted_iteration_time_s": t,
-        "measured_iteration_time_s": run.measured_s,
-        "error_pct": 100.0 * (t - run.measured_s) / run.measured_s if math.isfinite(t) else math.inf,
+        "measured_iteration_time_s": measured_s,
+        "error_pct": 100.0 * (t - measured_s) / measured_s if math.isfinite(t) else math.inf,
         "chosen": chosen,
+        "compared_on": run.measure.removeprefix("measured_"),
+        "measured_value": run.measured,
+        "predicted_value": _as_measure(run, t, B, flops_hw),
+        "memory_fits": bool(fits[i]) if math.isfinite(t) else None,
+        "predicted_memory_gb": float(metrics["mem_total_bytes"][i]) / 1e9 if math.isfinite(t) else math.nan,
+        "framework": run.framework,
     }
-    if not math.isfinite(t):
-        result["reason"] = REASONS[int(np.bincount(metrics["reason"]).argmax())]
+    if run.measured_memory_gb is not None and math.isfinite(t):
+        result["measured_memory_gb"] = run.measured_memory_gb
+        gap = result["predicted_memory_gb"] - run.measured_memory_gb
+        result["memory_error_pct"] = 100.0 * gap / run.measured_memory_gb
+    if not math.isfinite(t):  # every candidate fails a check: the one that got furthest says which
+        result["reason"] = REASONS[int(metrics["reason"].max())]
     return result
 
 
+def _as_measure(run: MeasuredRun, t: float, B: int, flops_hw: float) -> float:
+    """A predicted iteration time t in the unit of the row's published quantity."""
+    if not math.isfinite(t):
+        return math.nan
+    n, peak = run.cluster.num_gpus, run.cluster.gpu.peak_flops[0]
+    return {
+        "measured_iteration_time_s": t,
+        "measured_tokens_per_s_per_gpu": B * run.model.seq_len / (t * n),
+        "measured_tflops_per_gpu": flops_per_iteration(run.model, B, run.convention or "model_flops") / (t * n * 1e12),
+        "measured_mfu": run.model.model_flops_per_sample() * B / (t * peak * n),
+        "measured_hfu": flops_hw / (t * peak * n),
+    }[run.measure]
+
+
 def validate(runs: list[MeasuredRun]) -> dict:
+    """Per-run predictions and the error summary: mean and max |error| over the runs the model
+    can price (every run that passes the structural checks), how many it thinks do not fit
+    in memory, and the memory error where runs publish their memory."""
     rows = [predict(r) for r in runs]
     errs = np.array([abs(r["error_pct"]) for r in rows])
+    priced = errs[np.isfinite(errs)]
+    mem = np.array([abs(r["memory_error_pct"]) for r in rows if "memory_error_pct" in r])
     return {
         "rows": rows,
-        "mean_abs_error_pct": float(errs.mean()),
-        "max_abs_error_pct": float(errs.max()),
+        "mean_abs_error_pct": float(priced.mean()) if priced.size else math.inf,
+        "max_abs_error_pct": float(priced.max()) if priced.size else math.inf,
+        "unpriced_runs": int(np.count_nonzero(~np.isfinite(errs))),
+        "out_of_memory_runs": sum(1 for r in rows if r["memory_fits"] is False),
+        "memory_mean_abs_error_pct": float(mem.mean()) if mem.size else None,
     }
+
+
+def strict_json(value):
+    """``value`` with every non-finite float as None, so json.dumps(..., allow_nan=False)
+    writes standard JSON (no Infinity or NaN)."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
 
 
 # ---- calibration ---------------------------------------------------------------------------

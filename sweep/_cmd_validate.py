@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 from costmodel import InputError
-from costmodel._validate import calibrate, read_hardware, read_runs, validate, write_hardware
+from costmodel._validate import calibrate, read_hardware, read_runs, strict_json, validate, write_hardware
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="predicted vs measured iteration time of real runs")
+    p = sub.add_parser("validate", help="predicted vs measured speed (and memory) of real runs")
     p.add_argument("file", metavar="FILE.csv", help="measured runs (schema: shared/data/README.md)")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     p.add_argument("--json", action="store_true")
@@ -25,14 +25,22 @@ def run_validate(args) -> int:
     eff = read_hardware(args.hardware) if args.hardware else None
     res = validate(read_runs(args.file, eff))
     if args.json:
-        print(json.dumps(res))
+        print(json.dumps(strict_json(res), allow_nan=False))
         return 0
-    print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8}  chosen for empty cells")
+    print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8} {'on':>9} {'memory GB':>10}  "
+          "chosen for empty cells")
     for r in res["rows"]:
         chosen = ", ".join(f"{k}={v}" for k, v in r["chosen"].items()) or "-"
+        err = f"{r['error_pct']:+7.1f}%" if r["error_pct"] != float("inf") else f"{r.get('reason', '-'):>8}"
+        mem = f"{r['predicted_memory_gb']:6.1f}" + ("" if r["memory_fits"] is not False else " OOM")
+        if "measured_memory_gb" in r:
+            mem += f" ({r['measured_memory_gb']:.1f})"
         print(f"{r['name']:<16} {r['predicted_iteration_time_s']:12.3f} {r['measured_iteration_time_s']:11.3f} "
-              f"{r['error_pct']:+7.1f}%  {chosen}")
-    print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%")
+              f"{err:>8} {r['compared_on'].split('_')[0]:>9} {mem:>10}  {chosen}")
+    print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%"
+          + (f"   {res['out_of_memory_runs']} run(s) predicted out of memory" if res["out_of_memory_runs"] else "")
+          + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}%"
+             if res["memory_mean_abs_error_pct"] is not None else ""))
     return 0
 
 

@@ -13,7 +13,7 @@ NARAYANAN = "data/measured/narayanan2021_table1.csv"
 def test_validate_narayanan_table1_within_published_bounds(shared, capsys):
     assert main(["validate", str(shared / NARAYANAN), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert set(res) == {"rows", "mean_abs_error_pct", "max_abs_error_pct"}
+    assert set(res) >= {"rows", "mean_abs_error_pct", "max_abs_error_pct"}
     assert len(res["rows"]) == 10
     for row in res["rows"]:
         assert set(row) >= {"name", "predicted_iteration_time_s", "measured_iteration_time_s", "error_pct", "chosen"}
