@@ -38,6 +38,7 @@ from costmodel._linear import (
     linear_end_of_batch_s,
     linear_fwd_bwd_s,
 )
+from costmodel._model_files import from_calculon, from_hf_config, model_from_mapping
 from costmodel._pipeline import PipelineResult, Timeline, simulate
 from costmodel._pipeline_render import chrome_trace, text_timeline
 from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES, StrategyTable, decode, encode
@@ -56,7 +57,8 @@ __all__ = [
     "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
     "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_any", "evaluate_hetero",
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
-    "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows",
+    "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
+    "model_from_mapping",
 ]
 
 

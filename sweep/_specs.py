@@ -15,6 +15,7 @@ from costmodel import (
     cluster_preset,
     gpu_preset,
     make_cluster,
+    model_from_mapping,
     model_preset,
 )
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
@@ -46,19 +47,11 @@ def _looks_like_file(word: str) -> bool:
 
 
 def load_model(word: str) -> Transformer:
-    """A preset name (gpt3-175b, llama3-70b, ...) or a JSON/YAML file of Transformer fields."""
+    """A preset name (gpt3-175b, llama3-70b, ...) or a JSON/YAML file: Transformer fields, a
+    HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping)."""
     if not _looks_like_file(word):
         return model_preset(word)
-    data = read_mapping(word, "--model")
-    fields = {f.name for f in dataclasses.fields(Transformer)}
-    unknown = set(data) - fields
-    if unknown:
-        raise InputError("--model", "fields among " + ", ".join(sorted(fields)), sorted(unknown)[0])
-    data.setdefault("name", Path(word).stem)
-    try:
-        return Transformer(**data)
-    except TypeError as exc:
-        raise InputError("--model", "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem)
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")

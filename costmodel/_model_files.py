@@ -1,0 +1,115 @@
+"""Models from the files users already have: plansweep's own fields, a HuggingFace
+``config.json``, or a Calculon model file. One entry, ``model_from_mapping``, tells them apart
+by their keys; nothing here needs ``transformers``.
+
+HuggingFace families read (``model_type``):
+    llama, mistral, qwen2, qwen3   gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
+                                   biases counted (Qwen2's Q/K/V biases are 0.01% of its
+                                   parameters and are left out), GQA from num_key_value_heads
+    gpt_neox                       GeLU MLP, LayerNorm with biases, rotary positions
+    gpt2                           GeLU MLP, LayerNorm with biases, learned positions, tied head
+Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
+built for; write a plansweep model file to train at another. A config that plansweep cannot
+price as it is (a head size other than hidden / heads, mixture-of-experts layers) is refused
+with the key that says so.
+
+Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, attn_heads,
+attn_size, num_blocks. Its files carry no vocabulary; plansweep takes Megatron-LM's padded GPT
+vocabulary of 51,200, with a GeLU MLP, LayerNorm, biases, learned positions and a tied head
+(the GPT shapes Calculon's files describe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel._errors import InputError
+from costmodel._workloads import Transformer
+
+HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2")
+_GATED = ("llama", "mistral", "qwen2", "qwen3")
+_HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
+                   "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
+CALCULON_KEYS = ("hidden", "feedforward", "seq_size", "attn_heads", "attn_size", "num_blocks")
+CALCULON_VOCAB = 51200  # Megatron-LM's GPT vocabulary padded to a multiple of 128 x 8
+
+
+def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Transformer:
+    """A Transformer from a mapping read from a file: HuggingFace config (has model_type or
+    architectures), Calculon model (has num_blocks and attn_heads), or Transformer's fields."""
+    if "model_type" in data or "architectures" in data:
+        return from_hf_config(data, name, argument)
+    if "num_blocks" in data and "attn_heads" in data:
+        return from_calculon(data, name, argument)
+    fields = {f.name for f in dataclasses.fields(Transformer)}
+    unknown = set(data) - fields
+    if unknown:
+        raise InputError(argument, "fields among " + ", ".join(sorted(fields))
+                         + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
+    try:
+        return Transformer(**{"name": name, **data})
+    except TypeError as exc:
+        raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+
+
+def _get(data: dict, key: str, argument: str, default=None, kind=int):
+    v = data.get(key, default)
+    if v is None:
+        raise InputError(f"{argument} {key}", "a value (the config must set it)", "missing")
+    if kind is int and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        raise InputError(f"{argument} {key}", "an integer >= 1", v)
+    return v
+
+
+def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transformer:
+    """A Transformer from a HuggingFace config.json of a family in HF_FAMILIES."""
+    family = data.get("model_type")
+    if family not in HF_FAMILIES:
+        raise InputError(f"{argument} model_type", "one of " + ", ".join(HF_FAMILIES), family)
+    moe = [k for k in _MOE_KEYS if data.get(k)]
+    if moe:
+        raise InputError(f"{argument} {moe[0]}", "a dense model (mixture-of-experts layers are not priced yet)",
+                         data[moe[0]])
+    if family == "gpt2":
+        hidden = _get(data, "n_embd", argument)
+        heads = _get(data, "n_head", argument)
+        fields = dict(layers=_get(data, "n_layer", argument), hidden=hidden, heads=heads, kv_heads=heads,
+                      ffn_hidden=data.get("n_inner") or 4 * hidden, seq_len=_get(data, "n_positions", argument),
+                      vocab=_get(data, "vocab_size", argument), norm="layernorm", bias=True,
+                      tied_embeddings=bool(data.get("tie_word_embeddings", True)), learned_positions=True)
+        act = data.get("activation_function", "gelu_new")
+    else:
+        hidden = _get(data, "hidden_size", argument)
+        heads = _get(data, "num_attention_heads", argument)
+        gated = family in _GATED
+        fields = dict(layers=_get(data, "num_hidden_layers", argument), hidden=hidden, heads=heads,
+                      kv_heads=_get(data, "num_key_value_heads", argument, default=heads),
+                      ffn_hidden=_get(data, "intermediate_size", argument),
+                      seq_len=_get(data, "max_position_embeddings", argument),
+                      vocab=_get(data, "vocab_size", argument), norm="rmsnorm" if gated else "layernorm",
+                      bias=not gated, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+                      learned_positions=False)
+        act = data.get("hidden_act", "silu" if gated else "gelu")
+    head_dim = data.get("head_dim")
+    if head_dim is not None and head_dim * heads != hidden:
+        raise InputError(f"{argument} head_dim", f"hidden_size / num_attention_heads = {hidden // heads}", head_dim)
+    if act not in _HF_ACTIVATIONS:
+        raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
+    activation = _HF_ACTIVATIONS[act]
+    if family in _GATED and activation != "swiglu":
+        raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
+    return Transformer(name=name, activation=activation, **fields)
+
+
+def from_calculon(data: dict, name: str, argument: str = "--model") -> Transformer:
+    """A Transformer from a Calculon model file (module docstring for what it adds)."""
+    unknown = set(data) - set(CALCULON_KEYS)
+    if unknown:
+        raise InputError(argument, "Calculon model keys " + ", ".join(CALCULON_KEYS), sorted(unknown)[0])
+    v = {k: _get(data, k, argument) for k in CALCULON_KEYS}
+    if v["attn_heads"] * v["attn_size"] != v["hidden"]:
+        raise InputError(f"{argument} attn_size", f"hidden / attn_heads = {v['hidden'] // v['attn_heads']}",
+                         v["attn_size"])
+    return Transformer(name=name, layers=v["num_blocks"], hidden=v["hidden"], heads=v["attn_heads"],
+                       ffn_hidden=v["feedforward"], seq_len=v["seq_size"], vocab=CALCULON_VOCAB)

@@ -1,0 +1,76 @@
+"""--model from a HuggingFace config.json or a Calculon model file, no transformers needed."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    InputError,
+    StrategyTable,
+    cluster_preset,
+    evaluate,
+    from_hf_config,
+    model_from_mapping,
+    model_preset,
+)
+from sweep._specs import load_model
+
+DATA = Path(__file__).parent / "data" / "models"
+
+
+def _same_metrics(a, b):
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[8, 4, 2], tp=[8, 4, 4], pp=[1, 4, 8], micro_batch=1, global_batch=256,
+                                       recompute=["none", "selective", "full"], sequence_parallel=True, zero_stage=1)
+    ma, mb = evaluate(a, cluster, table), evaluate(b, cluster, table)
+    for k in ma:
+        np.testing.assert_array_equal(ma[k], mb[k], err_msg=k)
+
+
+def test_llama3_8b_config_is_the_preset():
+    model = load_model(str(DATA / "llama3-8b.config.json"))
+    assert dataclasses.replace(model, name="llama3-8b") == model_preset("llama3-8b")
+    _same_metrics(model, model_preset("llama3-8b"))
+
+
+def test_qwen25_7b_config_equals_the_hand_written_file():
+    hf = load_model(str(DATA / "qwen2.5-7b.config.json"))
+    own = load_model(str(DATA / "qwen2.5-7b.plansweep.json"))
+    assert dataclasses.replace(hf, name=own.name) == own
+    assert (hf.layers, hf.hidden, hf.heads, hf.kv_heads, hf.ffn_hidden, hf.vocab) == (28, 3584, 28, 4, 18944, 152064)
+    assert hf.activation == "swiglu" and not hf.tied_embeddings
+    _same_metrics(hf, own)
+
+
+def test_gpt2_config_counts_124m_parameters():
+    # GPT-2 small: 124,439,808 parameters with its tied head (the published count, 124M).
+    model = load_model(str(DATA / "gpt2.config.json"))
+    assert (model.layers, model.hidden, model.heads, model.ffn_hidden, model.seq_len) == (12, 768, 12, 3072, 1024)
+    assert model.num_params() == 124_439_808
+
+
+def test_calculon_model_file_is_megatron_22b():
+    model = load_model(str(DATA / "megatron-22B.calculon.json"))
+    assert dataclasses.replace(model, name="megatron-22b") == model_preset("megatron-22b")
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"model_type": "bert"}, "--model model_type: expected one of llama"),
+    ({"num_local_experts": 8}, "--model num_local_experts: expected a dense model"),
+    ({"head_dim": 256}, "--model head_dim: expected hidden_size / num_attention_heads = 128"),
+    ({"hidden_act": "relu"}, "--model hidden_act: expected silu"),
+    ({"num_hidden_layers": 0}, "--model num_hidden_layers: expected an integer >= 1"),
+])
+def test_bad_hf_configs_name_the_key(change, needle):
+    data = {**json.loads((DATA / "llama3-8b.config.json").read_text()), **change}
+    with pytest.raises(InputError) as err:
+        from_hf_config(data, "x")
+    assert needle in str(err.value)
+
+
+def test_unknown_plansweep_field_still_refused():
+    with pytest.raises(InputError, match="--model: expected fields among"):
+        model_from_mapping({"layers": 2, "hidden": 64, "colour": "blue"}, "x")
