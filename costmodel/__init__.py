@@ -7,6 +7,7 @@
 
 from costmodel._errors import InputError
 from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
+from costmodel._goodput import FailureModel, goodput, plan_goodput
 from costmodel._hardware import (
     EFFICIENCY,
     GPU,
@@ -58,7 +59,7 @@ __all__ = [
     "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_any", "evaluate_hetero",
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
-    "model_from_mapping",
+    "model_from_mapping", "FailureModel", "goodput", "plan_goodput",
 ]
 
 
