@@ -13,6 +13,7 @@ from search._piper_input import (
     parse_piper_graph,
     with_overrides,
 )
+from search._replan import POLICIES, replan
 from search._space import (
     EXACT_CHOICES,
     PARTITION_SHIFTS,
@@ -26,6 +27,8 @@ from search._space import (
 from search._tpe import TPESearcher
 
 __all__ = [
+    "POLICIES",
+    "replan",
     "Dim",
     "EXACT_CHOICES",
     "GridSearcher",
