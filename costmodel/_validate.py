@@ -1,7 +1,7 @@
 """Predicted vs measured speed (and memory) of published (or a user's own) training runs, and
 fitting a GPU type's efficiency constants to such runs.
 
-The measured-runs schema is ../shared/data/README.md's (one row per run). An empty cell means
+The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means
 the source did not say: the authors tuned it, so we take the value the cost model finds
 best among the candidates below, and report which. Settings the schema has no column for
 take Megatron-LM's defaults: no overlap of the data-parallel gradient exchange
@@ -84,16 +84,36 @@ def _int(row: dict, key: str, line: int) -> int | None:
     return int(f)
 
 
+# Published measurement sets shipped with the package (costmodel/data/measured/*.csv), by name:
+# the file's stem with "-" for "_" (narayanan2021-table1, korthikanti2022-mfu).
+MEASURED = Path(__file__).resolve().parent / "data" / "measured"
+
+
+def measured_sets() -> dict[str, Path]:
+    """{name: path} of the published measurement sets shipped with plansweep."""
+    return {p.stem.replace("_", "-"): p for p in sorted(MEASURED.glob("*.csv"))}
+
+
+def measured_path(word: str | Path) -> Path:
+    """A CSV path, or the path of a shipped set named ``word``; InputError naming both kinds."""
+    p = Path(word)
+    if p.is_file():
+        return p
+    sets = measured_sets()
+    if str(word) in sets:
+        return sets[str(word)]
+    raise InputError("FILE", "a readable CSV file or a published set (" + ", ".join(sets) + ")", str(word))
+
+
 def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None) -> list[MeasuredRun]:
-    """Parse and validate a measured-runs CSV; raises InputError naming the line and column."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("FILE", "a readable CSV file", str(path))
+    """Parse and validate a measured-runs CSV (a path or a shipped set's name, see
+    measured_sets); raises InputError naming the line and column."""
+    p = measured_path(path)
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise InputError(str(path), "the measured-runs columns of shared/data/README.md", f"missing {missing}")
+            raise InputError(str(path), "the measured-runs columns (README.md, Validation)", f"missing {missing}")
         rows = list(reader)
     if not rows:
         raise InputError(str(path), "at least one run", "no rows")

@@ -11,12 +11,13 @@ from costmodel._validate import calibrate, read_hardware, read_runs, strict_json
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="predicted vs measured speed (and memory) of real runs")
-    p.add_argument("file", metavar="FILE.csv", help="measured runs (schema: shared/data/README.md)")
+    p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (schema: README.md, Validation), or a "
+                   "published set shipped with plansweep: narayanan2021-table1, korthikanti2022-mfu")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_validate)
     c = sub.add_parser("calibrate", help="fit a GPU type's efficiency constants to measured runs")
-    c.add_argument("file", metavar="FILE.csv")
+    c.add_argument("file", metavar="FILE.csv|SET")
     c.add_argument("--out", default="hardware.json", help="where to write the constants (default hardware.json)")
     c.set_defaults(func=run_calibrate)
 

@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,8 +53,8 @@ def test_model_flops_equal_korthikanti_eq7(name):
     assert m.model_flops_per_sample() * B == pytest.approx(_eq7(B, m.layers, m.seq_len, m.hidden, m.vocab), rel=1e-12)
 
 
-def test_parameter_counts_equal_narayanan_eq2_for_table1(shared):
-    rows = list(csv.DictReader(open(shared / "data" / "megatron_table1.csv")))
+def test_parameter_counts_equal_narayanan_eq2_for_table1():
+    rows = list(csv.DictReader(open(Path(__file__).parent / "data" / "megatron_table1.csv")))
     assert len(rows) == 10
     for r in rows:
         L, h, a = int(r["layers"]), int(r["hidden"]), int(r["attention_heads"])
@@ -173,7 +174,7 @@ def test_tp_group_inside_a_node_is_cheaper_than_across_nodes():
     assert ratio > 5  # bandwidth ratio 9x, latency terms alike
 
 
-def test_gpu_presets_are_dense_figures(shared):
+def test_gpu_presets_are_dense_figures():
     # The data README warns that vendor pages quote sparse FLOP/s (1979 for H100 BF16).
     assert gpu_preset("h100").peak_flops[0] == pytest.approx(989.4e12)
     assert gpu_preset("a100").peak_flops[0] == pytest.approx(312e12)

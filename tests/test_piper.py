@@ -29,11 +29,10 @@ from search import (
     with_overrides,
 )
 
-INPUTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "piper-inputs"
+INPUTS = Path(__file__).resolve().parent / "data" / "piper-inputs"
 BERT = INPUTS / "bert32a100.json"
 RESNET = INPUTS / "resnet.json"
 GNMT = INPUTS / "gnmt.json"
-needs_inputs = pytest.mark.skipif(not BERT.exists(), reason="shared/data/piper-inputs missing")
 GIB = 2**30
 REL = 1e-9
 
@@ -307,7 +306,6 @@ def _uniform_plans(doc: dict):
                                "recompute": [rc] * len(c)} for c in cuts]}
 
 
-@needs_inputs
 @pytest.mark.parametrize(
     "overrides",
     [{}, {"maxDevices": 64, "maxMemoryPerDevice": 8 * GIB, "bandwidth": 25 * GIB},
@@ -326,7 +324,6 @@ def test_bert_plan_is_feasible_has_its_time_and_beats_uniform_plans(overrides):
         assert plan["time_per_sample"] <= simple_time * (1 + REL)
 
 
-@needs_inputs
 def test_bert_more_devices_or_memory_is_never_slower():
     base = with_overrides(load_piper_graph(BERT), memory_bytes=4 * GIB, bandwidth_Bps=25 * GIB)
     by_devices = [solve_piper(with_overrides(base, devices=k)).time_per_sample_s
@@ -338,7 +335,6 @@ def test_bert_more_devices_or_memory_is_never_slower():
     assert by_devices[0] > by_devices[-1] and by_memory[0] > by_memory[-1]
 
 
-@needs_inputs
 @pytest.mark.slow
 def test_resnet_plan_is_feasible_and_has_its_time():
     doc = _real_doc(RESNET, maxDevices=8, maxMemoryPerDevice=4 * GIB)
@@ -347,14 +343,12 @@ def test_resnet_plan_is_feasible_and_has_its_time():
     assert reference_time(doc, plan) == pytest.approx(plan["time_per_sample"], rel=REL)
 
 
-@needs_inputs
 def test_gnmt_is_refused_with_a_clear_error():
     """gnmt has 17,914 successor-closed sets (15M stage candidates): out of reach here."""
     with pytest.raises(InputError, match="successor-closed"):
         solve_piper(load_piper_graph(GNMT))
 
 
-@needs_inputs
 @pytest.mark.slow
 def test_bert_2048_devices_under_a_minute():
     """The issue's benchmark: 2048 devices, 8 GiB, 1920 micro-batches, 25 GiB/s."""
@@ -385,7 +379,6 @@ def run_cli(monkeypatch, capsys):
     return run
 
 
-@needs_inputs
 def test_cli_json_keys_and_overrides(run_cli):
     code, out, err = run_cli("search", "piper", BERT, "--devices", 16, "--memory", 8 * GIB,
                              "--microbatches", 480, "--bandwidth", 25 * GIB, "--json")
@@ -398,7 +391,6 @@ def test_cli_json_keys_and_overrides(run_cli):
     assert reference_time(doc, plan) == pytest.approx(plan["time_per_sample"], rel=REL)
 
 
-@needs_inputs
 def test_cli_text_output_and_no_plan_exit_code(run_cli):
     code, out, _ = run_cli("search", "piper", BERT, "--devices", 4)
     assert code == 0 and "time per sample" in out
@@ -542,7 +534,6 @@ def _greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw) -> float:
     return sum(c[p] for c, p in zip(cost, pick, strict=True))
 
 
-@needs_inputs
 @pytest.mark.slow
 @pytest.mark.parametrize("devices,memory_gib", [(8, 6), (12, 4)])
 def test_bert_agrees_with_piper_recurrence_written_out(devices, memory_gib):

@@ -5,13 +5,14 @@ import json
 
 import pytest
 
+from costmodel._validate import MEASURED
 from sweep.cli import main
 
-NARAYANAN = "data/measured/narayanan2021_table1.csv"
+NARAYANAN = MEASURED / "narayanan2021_table1.csv"
 
 
-def test_validate_narayanan_table1_within_published_bounds(shared, capsys):
-    assert main(["validate", str(shared / NARAYANAN), "--json"]) == 0
+def test_validate_narayanan_table1_within_published_bounds(capsys):
+    assert main(["validate", "narayanan2021-table1", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert set(res) >= {"rows", "mean_abs_error_pct", "max_abs_error_pct"}
     assert len(res["rows"]) == 10
@@ -28,20 +29,17 @@ def test_validate_narayanan_table1_within_published_bounds(shared, capsys):
 def test_validate_korthikanti2022_runs(capsys):
     # A second published A100 set (selective recompute + SP, newer Megatron-LM), same
     # constants: each within 10%, mean within 5%.
-    from pathlib import Path
-
-    data = Path(__file__).parent / "data" / "korthikanti2022_mfu.csv"
-    assert main(["validate", str(data), "--json"]) == 0
+    assert main(["validate", "korthikanti2022-mfu", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert len(res["rows"]) == 4
     assert res["max_abs_error_pct"] <= 10.0
     assert res["mean_abs_error_pct"] <= 5.0
 
 
-def test_calibrate_recovers_a_slower_gpu(shared, tmp_path, capsys):
+def test_calibrate_recovers_a_slower_gpu(tmp_path, capsys):
     # Runs that took 25% longer than published: the fitted constants must bring the error
     # from about 20% (1 - 1/1.25) down, and validate must accept the written file.
-    rows = list(csv.DictReader(open(shared / NARAYANAN)))
+    rows = list(csv.DictReader(open(NARAYANAN)))
     for r in rows:
         r["measured_iteration_time_s"] = str(float(r["measured_iteration_time_s"]) * 1.25)
     slow = tmp_path / "slow.csv"
@@ -94,8 +92,8 @@ def test_malformed_strategy_file_is_refused(tmp_path, capsys):
     assert "--strategy: expected a well-formed JSON or YAML file" in capsys.readouterr().err
 
 
-def test_malformed_measured_file_names_line_and_column(tmp_path, shared, capsys):
-    rows = list(csv.DictReader(open(shared / NARAYANAN)))
+def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
+    rows = list(csv.DictReader(open(NARAYANAN)))
     rows[1]["tp"] = "two"
     f = tmp_path / "bad.csv"
     with open(f, "w", newline="") as fh:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from costmodel import model_preset
-from costmodel._validate import flops_per_iteration, read_runs, validate
+from costmodel._validate import MEASURED, flops_per_iteration, read_runs, validate
 from sweep.cli import main
 
-KORTHIKANTI = Path(__file__).parent / "data" / "korthikanti2022_mfu.csv"
+KORTHIKANTI = MEASURED / "korthikanti2022_mfu.csv"
 
 
 def _strict(text: str):
