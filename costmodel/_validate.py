@@ -49,9 +49,11 @@ MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measu
 #   model_flops    the cost model's own count (Transformer.model_flops_per_sample: matrix
 #                  products, attention over the full s x s square; Korthikanti et al. 2022 Eq. 7
 #                  for GPT shapes), no recompute
+#   causal_model_flops  model_flops with the attention score products over the causal half of
+#                  the s x s square (Megatron-Bridge's performance tables count so)
 #   6nd            6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
 #   palm           6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
-FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "6nd", "palm")
+FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "causal_model_flops", "6nd", "palm")
 # Candidates for cells the source left empty.
 MICRO_BATCH_CANDIDATES = (1, 2, 4, 8, 16)
 VPP_CANDIDATES = (1, 2, 3, 4, 5, 6, 8)
@@ -180,6 +182,8 @@ def flops_per_iteration(model: Transformer, global_batch: int, convention: str) 
         return 96.0 * B * s * L * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))
     if convention == "model_flops":
         return model.model_flops_per_sample() * B
+    if convention == "causal_model_flops":  # QK^T and AV: 2 x 2 s h per token forward, halved; x3 with backward
+        return (model.model_flops_per_sample() - 3.0 * L * 2.0 * s * h * s) * B
     if convention == "6nd":
         return 6.0 * model.num_params() * B * s
     if convention == "palm":

@@ -42,6 +42,8 @@ def test_flop_conventions_by_hand():
     # The model's own count for a GPT shape is Korthikanti et al. 2022 Eq. 7 (no recompute).
     assert flops_per_iteration(m, B, "model_flops") == pytest.approx(
         72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h)), rel=1e-9)
+    assert flops_per_iteration(m, B, "causal_model_flops") == pytest.approx(
+        72 * B * s * L * h**2 * (1 + s / (12 * h) + V / (12 * L * h)), rel=1e-9)
     assert flops_per_iteration(m, B, "6nd") == pytest.approx(6 * m.num_params() * B * s, rel=1e-12)
     n = m.num_params() - m.embedding_params()
     assert flops_per_iteration(m, B, "palm") == pytest.approx((6 * n + 12 * L * h * s) * B * s, rel=1e-12)
@@ -81,7 +83,7 @@ def test_a_row_with_only_tflops_uses_its_convention(tmp_path, capsys):
     rows[0]["tflops_convention"] = "furlongs"
     assert main(["validate", str(_write(tmp_path, rows, "bad.csv"))]) == 2
     err = capsys.readouterr().err.strip()
-    assert "line 2: tflops_convention: expected one of narayanan_eq3, model_flops, 6nd, palm" in err
+    assert "line 2: tflops_convention: expected one of narayanan_eq3, model_flops, causal_model_flops, 6nd, palm" in err
     assert len(err.splitlines()) == 1
 
 
