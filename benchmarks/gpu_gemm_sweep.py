@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16",
+                    help="fp8: e4m3 operands through torch._scaled_mm (per-tensor scales, bf16 output), "
+                         "as Transformer Engine's and torchao's float8 linear layers run")
     args = ap.parse_args()
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
@@ -52,8 +55,17 @@ def main() -> None:
     for label, M, N, K in shapes():
         a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+        if args.dtype == "fp8":  # _scaled_mm wants the second operand column-major
+            a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+            one = torch.ones((), device=dev)
+
+            def product(a8=a8, b8=b8, one=one):
+                return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+            def product(a=a, b=b):
+                return a @ b
         for _ in range(args.warmup):
-            a @ b
+            product()
         # Back-to-back products between two events, enough of them to fill about 2 ms, so
         # that launch latency hides behind the queue (a single small product would time the
         # launch, not the kernel).
@@ -63,7 +75,7 @@ def main() -> None:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             for _ in range(reps):
-                a @ b
+                product()
             e.record()
             e.synchronize()
             times.append(s.elapsed_time(e) / 1e3 / reps)
@@ -85,7 +97,7 @@ def main() -> None:
     copy_Bps = 2 * n * 10 / (s.elapsed_time(e) / 1e3)
     print(f"device copy: {copy_Bps / 1e12:.2f} TB/s (read + write)")
     with open(args.out, "w", newline="") as fh:
-        fh.write(f"# {props.name}, torch {torch.__version__}, bf16, median over {args.iters} batches of "
+        fh.write(f"# {props.name}, torch {torch.__version__}, {args.dtype}, median over {args.iters} batches of "
                  f"back-to-back products (about 2 ms each) after {args.warmup} warm-up products, CUDA events; "
                  f"device copy {copy_Bps:.4g} B/s read+write\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
