@@ -10,7 +10,7 @@ import pytest
 from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
 from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
 from search._moves import propose
-from tests.searcher_contract import SearcherContract, columns_equal
+from tests.searcher_contract import SearcherContract, columns_equal, placement_space
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -277,6 +277,26 @@ class TestGridContract(SearcherContract):
     @pytest.fixture
     def make_searcher(self, space):
         return lambda seed: GridSearcher(space, start=1000 * seed, chunk=4096)
+
+
+class TestGridPlacementContract(SearcherContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space(grid=True)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: GridSearcher(space, start=100 * seed, chunk=512)
+
+
+class TestRandomPlacementContract(SearcherContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space()
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: RandomSearcher(space, seed)
 
 
 class TestRandomContract(SearcherContract):
