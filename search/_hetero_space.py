@@ -230,12 +230,13 @@ class HeteroSpace(SearchSpace):
             if have >= n:
                 break
         if have < n:
-            from search._moves import propose  # a random walk of MCMC's moves
+            from search._moves import proposer  # a random walk of MCMC's moves
 
+            move = proposer(self)
             starts = np.stack(list(self.start_points().values()))
             cur = starts[rng.integers(0, len(starts), max(n, 256))]
             for _ in range(200):
-                prop = propose(self, cur, rng)
+                prop = move(cur, rng)
                 ok = self.valid(prop)
                 cur = np.where(ok[:, None], prop, cur)
                 if _ >= 20:

@@ -11,7 +11,7 @@ models whose step times differ by orders of magnitude), start from data parallel
 expert strategy and random strategies, and restart from the best strategy found.
 
 The ensemble: C chains as a (C, D) digits array ``x`` with their costs (C,). One step = one
-proposal per chain (search._moves.propose, masked with space.valid; invalid proposals are drawn again
+proposal per chain (search._moves, masked with space.valid; invalid proposals are drawn again
 up to MAX_REDRAWS times, then the chain proposes its own point), one batch of evaluations for
 all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_s), infinite
 where infeasible. An invalid single move becomes a valid double move where one exists (see
@@ -69,7 +69,7 @@ from search._memo import (
     row_time_proxy,
     stage_width,
 )
-from search._moves import propose
+from search._moves import proposer
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
@@ -164,6 +164,7 @@ class MCMCSearcher(Searcher):
         self.restart_duplicates = bool(restart_duplicates)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
+        self._propose = proposer(space)  # MCMC's local moves
         self._width = stage_width(space)
         C, D = self.chains, len(space.dims)
         # Chain j starts at starts[j % len(starts)]; a named start the space cannot hold
@@ -290,12 +291,12 @@ class MCMCSearcher(Searcher):
         u = rng.random(C)
         order = rng.permutation(C)
         unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
-        prop = propose(self.space, self._x, rng).astype(np.int64)
+        prop = self._propose(self._x, rng).astype(np.int64)
         if self.double > 0:
             # Double moves: a second change on top of the first for a fraction of the chains
             # (crosses memory walls that no single change crosses, e.g. cp 2 -> 1 with ZeRO 2 -> 3).
             two = rng.random(C) < self.double
-            prop = np.where(two[:, None], propose(self.space, prop, rng).astype(np.int64), prop)
+            prop = np.where(two[:, None], self._propose(prop, rng).astype(np.int64), prop)
         ok = self.space.valid(prop) & ~unknown_here
         # An invalid single move becomes a valid double move where one exists: change one
         # more (non-stage) dimension of the invalid proposal, uniformly among the changes
@@ -311,7 +312,7 @@ class MCMCSearcher(Searcher):
             bad = np.flatnonzero(~ok & ~unknown_here)
             if bad.size == 0:
                 break
-            again = propose(self.space, self._x[bad], rng).astype(np.int64)
+            again = self._propose(self._x[bad], rng).astype(np.int64)
             prop[bad] = again
             ok[bad] = self.space.valid(again)
         prop = np.where(ok[:, None], prop, self._x)  # unknown or never valid: the chain's own point

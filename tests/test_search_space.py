@@ -9,7 +9,7 @@ import pytest
 
 from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
 from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
-from search._moves import propose
+from search._moves import proposer
 from tests.searcher_contract import SearcherContract, columns_equal, placement_space
 
 GPT3 = model_preset("gpt3-175b")
@@ -166,7 +166,7 @@ def test_propose_moves_one_dimension(which):
     space = exact_space(GPT3, H100, 1536) if which == "exact" else partition_space(GPT3, H100, 1536)
     rng = np.random.default_rng(1)
     d = space.random_digits(rng, 500)
-    p = propose(space, d, rng)
+    p = proposer(space)(d, rng)
     assert np.all((p >= 0) & (p < space.radices))
     changed = p != d
     names = [x.name for x in space.dims]
