@@ -21,7 +21,7 @@ from search._memo import row_keys
 
 def placement_space(*, grid: bool = False) -> HeteroSpace:
     """GPT-3 175B placed on a100x64+h100x64 with few choices (fast evaluations). ``grid``: two
-    stages and no boundary shifts, 2,304 points whose first thousands hold valid ones."""
+    stages and no boundary shifts, 2,304 points (528 valid, from index 0 on)."""
     model, cluster = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
     if grid:
         return HeteroSpace.from_options(model, cluster, global_batch=1536, pp=(2,), dp=(4, 8, 16), tp=(4, 8),
