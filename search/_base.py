@@ -1,5 +1,5 @@
 """The two contracts of search/: the space a searcher walks (SearchSpace) and the searcher
-(Searcher: ask(n) -> StrategyTable, tell(table, metrics), optional state hooks).
+(Searcher: ask(n) -> the space's table, tell(table, metrics), optional state hooks).
 
 Objective (every searcher): maximise ``metrics["tokens_per_s"]`` over rows with
 ``metrics["feasible"]``; infeasible rows (feasible False, step time inf) are accepted by tell and
@@ -29,7 +29,8 @@ class SearchSpace(abc.ABC):
 
     Implemented by search.Space (one GPU type; rows are costmodel.StrategyTable) and
     search.HeteroSpace (stages placed on the pools of a mixed cluster; rows are
-    costmodel.HeteroTable). Searchers use only what is declared here.
+    costmodel.HeteroTable). The grid, random and TPE searchers use only what is declared here;
+    MCMC's moves (search._moves) also read each kind's own layout of stages.
 
     Attributes:
         model       the costmodel.Transformer the rows train
