@@ -46,7 +46,7 @@ import numpy as np
 from costmodel import Cluster, InputError, StrategyTable, Transformer
 from costmodel._evaluate import REASON, feasibility
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES, encode
-from search._base import INT64_LIMIT, SearchSpace
+from search._base import SearchSpace
 
 # Dimensions no structural constraint reads; they come last in the digit order so that the
 # constrained ones form the high-order block of the index (one lookup per block).
@@ -198,10 +198,7 @@ class Space(SearchSpace):
         sets(self, "radices", radices)
         size = math.prod(int(r) for r in radices)
         sets(self, "size", size)
-        strides = [1] * len(dims)
-        for k in range(len(dims) - 2, -1, -1):
-            strides[k] = strides[k + 1] * int(radices[k + 1])
-        sets(self, "strides", np.array(strides, dtype=np.int64) if size < INT64_LIMIT else None)
+        sets(self, "strides", SearchSpace.strides.fget(self))  # cached: index_of is on MCMC's hot path
         sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
         fixed_num = {}
         for k, v in fixed.items():
