@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from costmodel import cluster_preset, model_preset  # noqa: E402
 from search import default_space, exact_space, partition_space  # noqa: E402
+from search._moves import proposer  # noqa: E402
 
 
 def _walk(space, chunk: int, min_rows: int, fn) -> tuple[float, int, int]:
@@ -63,12 +64,12 @@ def measure(chunk: int = 65536, min_rows: int = 20_000_000, direct_rows: int = 2
             "valid_rows_per_s": v_lut / s_lut, "direct_candidates_per_s": c_dir / s_dir,
             "ratio": (c_lut / s_lut) / (c_dir / s_dir), "lookup_build_s": setup_s,
         })
-    # Space.valid on random local moves (Space.propose), the check MCMC makes: the exact space
+    # Space.valid on random local moves (MCMC's search._moves), the check MCMC makes: the exact space
     # (lookup table) and the partition space (far beyond a grid; computed from the constraints).
     for name, make in (("exact", exact_space), ("partition", partition_space)):
         space = make(model, cluster, 1536)
         rng = np.random.default_rng(0)
-        prop = space.propose(space.random_digits(rng, 65536), rng)
+        prop = proposer(space)(space.random_digits(rng, 65536), rng)
         space.valid(prop[:10])
         reps = 5
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@
     PYTHONPATH=. taskset -c 0 python benchmarks/bench_mcmc_throughput.py [--chains 4096] [--steps 30]
         [--space exact|default] [--mcmc beta=20,reset_every=50]
 
-One step = every chain proposes (Space.propose, valid double moves, redraws), the new points are
+One step = every chain proposes (search._moves, valid double moves, redraws), the new points are
 evaluated with one costmodel.evaluate call, and every chain's Metropolis test runs in one numpy
 expression. Proposals per second = chains * steps / wall time (evaluated rows reported beside it:
 points already evaluated are answered from the memo, not evaluated again).

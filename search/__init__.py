@@ -1,6 +1,6 @@
-"""Searchers over strategy spaces: grid, MCMC, TPE and Piper's planner."""
+"""Searchers over strategy spaces (SearchSpace: Space, HeteroSpace): grid, MCMC, TPE and Piper's planner."""
 
-from search._base import Searcher, objective
+from search._base import Searcher, SearchSpace, objective
 from search._grid import GridSearcher, RandomSearcher
 from search._hetero_space import HeteroSpace
 from search._mcmc import MCMCSearcher
@@ -40,6 +40,7 @@ __all__ = [
     "PiperPlan",
     "PiperStage",
     "RandomSearcher",
+    "SearchSpace",
     "Searcher",
     "Space",
     "TPESearcher",

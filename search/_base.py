@@ -1,4 +1,5 @@
-"""The searcher contract: ask(n) -> StrategyTable, tell(table, metrics), optional state hooks.
+"""The two contracts of search/: the space a searcher walks (SearchSpace) and the searcher
+(Searcher: ask(n) -> the space's table, tell(table, metrics), optional state hooks).
 
 Objective (every searcher): maximise ``metrics["tokens_per_s"]`` over rows with
 ``metrics["feasible"]``; infeasible rows (feasible False, step time inf) are accepted by tell and
@@ -10,10 +11,124 @@ and telling it every recorded batch again, in order, with no evaluation.
 from __future__ import annotations
 
 import abc
+import math
 
 import numpy as np
 
 from costmodel import Metrics, StrategyTable
+
+INT64_LIMIT = 1 << 63
+
+
+class SearchSpace(abc.ABC):
+    """The strategy space every searcher and the driver work over, as a mixed-radix number.
+
+    A point is a (D,) int64 digit row: digit k picks ``dims[k].choices[digit]``. Its grid index
+    is ``sum_k digit_k * strides_k`` with the last dimension fastest (C order), so a shard of
+    the grid is a range of integers. Methods take (N, D) digits and answer for all rows at once.
+
+    Implemented by search.Space (one GPU type; rows are costmodel.StrategyTable) and
+    search.HeteroSpace (stages placed on the pools of a mixed cluster; rows are
+    costmodel.HeteroTable). The grid, random and TPE searchers use only what is declared here;
+    MCMC's moves (search._moves) also read each kind's own layout of stages.
+
+    Attributes:
+        model       the costmodel.Transformer the rows train
+        cluster     the cluster they run on (a costmodel Cluster or HeteroCluster)
+        fixed       readable values held fixed (at least ``global_batch``)
+        dims        tuple of dimensions, each with ``name``, ``choices`` (readable values in
+                    digit order), ``ordinal`` (choices ordered, neighbours one step apart),
+                    ``base`` (the family, "tp" of "tp.3") and ``stage`` (J of "x.J", else -1)
+    """
+
+    __slots__ = ()
+    model: object
+    cluster: object
+    fixed: dict
+    dims: tuple
+
+    @property
+    def radices(self) -> np.ndarray:
+        """(D,) int64: choices per dimension."""
+        return np.array([len(d.choices) for d in self.dims], dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        """Points in the grid, valid or not (a Python int: it may pass 2**63)."""
+        return math.prod(len(d.choices) for d in self.dims)
+
+    @property
+    def strides(self) -> np.ndarray | None:
+        """(D,) int64 place value of each digit, None where the grid has 2**63 points or more."""
+        if self.size >= INT64_LIMIT:
+            return None
+        r, out = self.radices, np.ones(len(self.dims), dtype=np.int64)
+        out[:-1] = np.cumprod(r[:0:-1])[::-1]
+        return out
+
+    def _need_int64(self, what: str) -> None:
+        if self.strides is None:
+            raise ValueError(f"{what} needs a space of fewer than 2**63 points; this one has {self.size:.3e}")
+
+    def digits_of(self, idx) -> np.ndarray:
+        """(N,) grid indices -> (N, D) int64 digits."""
+        self._need_int64("digits_of")
+        idx = np.asarray(idx, dtype=np.int64).copy()
+        out = np.empty((idx.size, len(self.dims)), dtype=np.int64)
+        for k in range(len(self.dims) - 1, -1, -1):
+            idx, out[:, k] = np.divmod(idx, self.radices[k])
+        return out
+
+    def index_of(self, digits) -> np.ndarray:
+        """(N, D) digits -> (N,) int64 grid indices."""
+        self._need_int64("index_of")
+        return np.asarray(digits, dtype=np.int64) @ self.strides
+
+    def canonical_digits(self, n: int = 1) -> np.ndarray:
+        """(n, D) zeros with every stage boundary shift ("stage_shift.J") at its zero offset: the
+        digits a dimension holds where a row does not use it (stages past its pp)."""
+        out = np.zeros((n, len(self.dims)), dtype=np.int64)
+        for k, d in enumerate(self.dims):
+            if d.base == "stage_shift":
+                out[:, k] = d.choices.index(0)
+        return out
+
+    def rows(self, start: int, stop: int):
+        """Grid indices (ascending) of the valid points in [start, stop) and their table."""
+        idx = self.valid_indices(start, stop)
+        return idx, self.table(self.digits_of(idx))
+
+    @abc.abstractmethod
+    def valid_indices(self, start: int, stop: int) -> np.ndarray:
+        """Grid indices (int64, ascending) of the valid points in [start, stop)."""
+
+    @abc.abstractmethod
+    def valid(self, digits) -> np.ndarray:
+        """(N,) bool: digits in range and every constraint of the space holds but memory (the
+        cost model prices memory; an out-of-memory point is valid and infeasible)."""
+
+    @abc.abstractmethod
+    def table(self, digits):
+        """The rows of (N, D) digits, as the table the cost model evaluates (meaningful for
+        valid digits); costmodel.evaluate_any takes either kind."""
+
+    @abc.abstractmethod
+    def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """(n, D) valid digits drawn with ``rng`` (a pure function of its state)."""
+
+    @abc.abstractmethod
+    def start_points(self) -> dict[str, np.ndarray]:
+        """Named valid (D,) digits where a search may start (an expert's recipe, data
+        parallelism); a name is left out where the space holds no such point."""
+
+    @abc.abstractmethod
+    def to_json(self) -> dict:
+        """Plain JSON of the space; ``from_json(to_json(), model, cluster)`` rebuilds it."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_json(cls, d: dict, model, cluster) -> SearchSpace:
+        """The space of :meth:`to_json`'s output, on ``model`` and ``cluster``."""
 
 
 class Searcher(abc.ABC):

@@ -1,4 +1,4 @@
-"""Exhaustive grid search over a Space (or a range of it) and uniform random search.
+"""Exhaustive grid search over a SearchSpace (or a range of it) and uniform random search.
 
 Both follow the searcher contract (search/_base.py): what they ask next depends only on their
 constructor arguments and on how much they have been told, so a resumed run replays its tells.
@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import Metrics, StrategyTable
-from search._base import Searcher
-from search._space import Space
+from search._base import Searcher, SearchSpace
 
 # Candidate grid indices scanned per step of an ask (the lookup-table path skips invalid
 # blocks without touching them, so a large chunk costs only its valid rows).
@@ -24,7 +23,7 @@ class GridSearcher(Searcher):
     indices are in :attr:`last_indices`. Position = the number of valid rows handed out; tell()
     of rows this searcher did not ask (a replay) moves the position past them."""
 
-    def __init__(self, space: Space, start: int = 0, stop: int | None = None, *, chunk: int = GRID_CHUNK):
+    def __init__(self, space: SearchSpace, start: int = 0, stop: int | None = None, *, chunk: int = GRID_CHUNK):
         if space.strides is None:
             raise ValueError(f"grid search needs a space of fewer than 2**63 points, got {space.size:.3e}")
         self.space = space
@@ -76,12 +75,12 @@ class GridSearcher(Searcher):
 
 
 class RandomSearcher(Searcher):
-    """Points drawn at random over the valid digits (Space.random_digits), with replacement.
+    """Points drawn at random over the valid digits (space.random_digits), with replacement.
 
     The k-th ask draws from ``np.random.default_rng([seed, k])``; tells count batches so that
     a replay of k tells makes the next ask the (k+1)-th."""
 
-    def __init__(self, space: Space, seed: int = 0):
+    def __init__(self, space: SearchSpace, seed: int = 0):
         self.space = space
         self.seed = int(seed)
         self._asks = 0

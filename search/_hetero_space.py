@@ -1,9 +1,6 @@
-"""HeteroSpace: stage placement on a heterogeneous cluster as a mixed-radix Space.
-
-The Space interface of INTERFACES.md (radices, dims, size, digits_of, index_of, valid,
-table, rows, random_digits, start_points, propose, to_json / from_json), with table()
-returning a costmodel.HeteroTable, so MCMC / TPE / grid searchers drive it unchanged; the
-driver evaluates it with costmodel.evaluate_any (or evaluate_hetero).
+"""HeteroSpace: stage placement on a heterogeneous cluster, a search.SearchSpace whose table()
+is a costmodel.HeteroTable, so the grid, MCMC and TPE searchers drive it as they drive a Space;
+the driver evaluates it with costmodel.evaluate_any (or evaluate_hetero).
 
 Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
@@ -18,18 +15,11 @@ Dimensions, for S = max(pp) stage slots:
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
 Slots J >= pp are ignored (canonically digit 0).
-
-propose() moves (one per row, the first four chosen uniformly): swap two stages' pools; move
-one stage boundary by one step; change one stage's degrees (dp, tp or order to another choice,
-or trade a factor 2 between its tp and dp keeping its GPUs); change one global choice; and,
-where the space has splits, at a share SPLIT_MOVE_SHARE, change one stage's split (dp2 one
-step up or down, or another pool2).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -37,6 +27,7 @@ from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_he
 from costmodel._hetero_eval import hetero_feasibility
 from costmodel._hetero_strategy import ORDERS
 from costmodel._strategy import RECOMPUTE, SCHEDULES
+from search._base import SearchSpace
 from search._space import Dim as _SpaceDim
 
 
@@ -55,10 +46,9 @@ class Dim(_SpaceDim):
 # vpp chunks per device (every stage's layers a multiple of vpp).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
 GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp")
-MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
-# Share of propose()'s moves (and of random draws' stages) that change a stage's split. Splits
-# pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one move
-# in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
+# Share of MCMC's moves (search._moves) and of random draws' stages that change a stage's split.
+# Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
+# move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
 # optimum. Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost
 # MCMC about 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most
 # of its feasible trials (BENCHMARKS.md, "Heterogeneous").
@@ -66,7 +56,9 @@ SPLIT_MOVE_SHARE = 0.1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class HeteroSpace:
+class HeteroSpace(SearchSpace):
+    """The SearchSpace of stage placements on a costmodel.HeteroCluster (module docstring)."""
+
     model: Transformer
     cluster: HeteroCluster
     fixed: dict
@@ -130,14 +122,6 @@ class HeteroSpace:
 
     # ---- mixed radix --------------------------------------------------------------------
     @property
-    def radices(self) -> np.ndarray:
-        return np.array([len(d.choices) for d in self.dims], dtype=np.int64)
-
-    @property
-    def size(self) -> int:
-        return math.prod(len(d.choices) for d in self.dims)
-
-    @property
     def num_slots(self) -> int:
         return max(self.dims[0].choices)
 
@@ -157,29 +141,6 @@ class HeteroSpace:
             if d.name == name:
                 return i
         raise KeyError(name)
-
-    def digits_of(self, idx) -> np.ndarray:
-        idx = np.asarray(idx, dtype=np.int64).copy()
-        out = np.empty((idx.size, len(self.dims)), dtype=np.int64)
-        for k in range(len(self.dims) - 1, -1, -1):
-            out[:, k] = idx % self.radices[k]
-            idx //= self.radices[k]
-        return out
-
-    def index_of(self, digits) -> np.ndarray:
-        d = np.asarray(digits, dtype=np.int64)
-        out = np.zeros(d.shape[0], dtype=np.int64)
-        for k in range(len(self.dims)):
-            out = out * self.radices[k] + d[:, k]
-        return out
-
-    def canonical_digits(self, n: int = 1) -> np.ndarray:
-        """(n, D) zeros with every boundary shift at its zero offset (uniform stages)."""
-        out = np.zeros((n, len(self.dims)), dtype=np.int64)
-        for k, d in enumerate(self.dims):
-            if d.base == "stage_shift":
-                out[:, k] = d.choices.index(0)
-        return out
 
     # ---- digits -> table ------------------------------------------------------------------
     def _values(self, digits, name: str) -> np.ndarray:
@@ -248,13 +209,11 @@ class HeteroSpace:
             ok &= np.all((d2 < dp) | (np.arange(S)[None, :] >= p[:, None]), axis=1)
         return ok
 
-    def rows(self, start: int, stop: int):
-        idx = np.arange(start, min(stop, self.size), dtype=np.int64)
-        d = self.digits_of(idx)
-        ok = self.valid(d)
-        return idx[ok], self.table(d[ok])
+    def valid_indices(self, start: int, stop: int) -> np.ndarray:
+        idx = np.arange(max(int(start), 0), min(int(stop), self.size), dtype=np.int64)
+        return idx[self.valid(self.digits_of(idx))]
 
-    # ---- sampling and moves ------------------------------------------------------------
+    # ---- sampling ------------------------------------------------------------
     def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n valid digit rows: uniform draws, then random walks from the start points for
         whatever rejection did not fill (placements that fit are a small part of the grid)."""
@@ -271,10 +230,13 @@ class HeteroSpace:
             if have >= n:
                 break
         if have < n:
+            from search._moves import proposer  # a random walk of MCMC's moves
+
+            move = proposer(self)
             starts = np.stack(list(self.start_points().values()))
             cur = starts[rng.integers(0, len(starts), max(n, 256))]
             for _ in range(200):
-                prop = self.propose(cur, rng)
+                prop = move(cur, rng)
                 ok = self.valid(prop)
                 cur = np.where(ok[:, None], prop, cur)
                 if _ >= 20:
@@ -362,73 +324,6 @@ class HeteroSpace:
                 d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(np.clip(shift[j], shift_ch[j][0],
                                                                                   shift_ch[j][-1])))
         return d
-
-    def propose(self, digits, rng: np.random.Generator) -> np.ndarray:
-        """One local move per row (module docstring); rows need not come back valid."""
-        cur = np.atleast_2d(np.asarray(digits, dtype=np.int64))
-        out = cur.copy()
-        C, S = len(cur), self.num_slots
-        rows = np.arange(C)
-        p = np.asarray(self.dims[0].choices)[cur[:, 0]]
-        move = rng.integers(0, len(MOVES) - 1, C)  # the four placement moves, uniformly
-        if self.has_split:  # a share of SPLIT_MOVE_SHARE becomes a split move
-            move = np.where(rng.random(C) < SPLIT_MOVE_SHARE, len(MOVES) - 1, move)
-        j1 = (rng.random(C) * p).astype(np.int64)
-        j2 = (rng.random(C) * p).astype(np.int64)
-        pool_cols = np.array([self._col(f"pool.{j}") for j in range(S)])
-        dp_cols = np.array([self._col(f"dp.{j}") for j in range(S)])
-        tp_cols = np.array([self._col(f"tp.{j}") for j in range(S)])
-        order_cols = np.array([self._col(f"order.{j}") for j in range(S)])
-        # swap two stages' pools
-        sw = move == 0
-        a, b = pool_cols[j1], pool_cols[j2]
-        out[rows[sw], a[sw]] = cur[rows[sw], b[sw]]
-        out[rows[sw], b[sw]] = cur[rows[sw], a[sw]]
-        # move a stage boundary by one step (pp = 1: change pp instead)
-        sh = move == 1
-        if S > 1:
-            jb = (rng.random(C) * np.maximum(p - 1, 1)).astype(np.int64)
-            cols = np.array([self._col(f"stage_shift.{j}") for j in range(S - 1)])[jb]
-            step = np.where(rng.random(C) < 0.5, -1, 1)
-            r = self.radices[cols]
-            new = np.clip(cur[rows, cols] + step, 0, r - 1)
-            out[rows[sh], cols[sh]] = new[sh]
-        # change one stage's degrees
-        dg = move == 2
-        kind = rng.integers(0, 4, C)  # 0 dp, 1 tp, 2 order, 3 trade tp x2 <-> dp x2
-        for k, colset in ((0, dp_cols), (1, tp_cols), (2, order_cols)):
-            m = dg & (kind == k)
-            c = colset[j1]
-            r = self.radices[c]
-            new = (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r
-            out[rows[m], c[m]] = new[m]
-        tr = dg & (kind == 3)
-        up = rng.random(C) < 0.5
-        cd, ct = dp_cols[j1], tp_cols[j1]
-        new_t = np.clip(cur[rows, ct] + np.where(up, 1, -1), 0, self.radices[ct] - 1)
-        new_d = np.clip(cur[rows, cd] + np.where(up, -1, 1), 0, self.radices[cd] - 1)
-        out[rows[tr], ct[tr]] = new_t[tr]
-        out[rows[tr], cd[tr]] = new_d[tr]
-        # change one global choice (pp included)
-        gl = move == 3
-        gcols = np.array([0] + [self._col(n) for n in self._global_dims])
-        c = gcols[rng.integers(0, len(gcols), C)]
-        r = self.radices[c]
-        new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
-        out[rows[gl], c[gl]] = new[gl]
-        # change one stage's split: dp2 one step (ordinal), or another second pool
-        sp = move == 4
-        if sp.any():
-            pool2_cols = np.array([self._col(f"pool2.{j}") for j in range(S)])
-            dp2_cols = np.array([self._col(f"dp2.{j}") for j in range(S)])
-            on_dp2 = rng.random(C) < 0.5
-            c = np.where(on_dp2, dp2_cols[j1], pool2_cols[j1])
-            r = self.radices[c]
-            step = np.where(rng.random(C) < 0.5, -1, 1)
-            new = np.where(on_dp2, np.clip(cur[rows, c] + step, 0, r - 1),
-                           (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r)
-            out[rows[sp], c[sp]] = new[sp]
-        return out
 
     # ---- persistence --------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -11,7 +11,7 @@ models whose step times differ by orders of magnitude), start from data parallel
 expert strategy and random strategies, and restart from the best strategy found.
 
 The ensemble: C chains as a (C, D) digits array ``x`` with their costs (C,). One step = one
-proposal per chain (Space.propose, masked with Space.valid; invalid proposals are drawn again
+proposal per chain (search._moves, masked with space.valid; invalid proposals are drawn again
 up to MAX_REDRAWS times, then the chain proposes its own point), one batch of evaluations for
 all chains, one vectorised acceptance. Cost = seconds per token (1 / tokens_per_s), infinite
 where infeasible. An invalid single move becomes a valid double move where one exists (see
@@ -42,7 +42,7 @@ Points already evaluated are remembered (a sorted memo of their costs): ask() re
 distinct points the searcher has not been told about, so the evaluation budget is spent on
 new points; chains whose proposal is known move at tell() without an evaluation.
 
-Determinism and resume (INTERFACES.md): everything random in step k is drawn from
+Determinism and resume (the contract of search._base.Searcher): everything random in step k is drawn from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of
 the told batches, so replaying the tells on a fresh searcher restores it; state_dict() holds
 the same state as plain arrays.
@@ -56,7 +56,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher
+from search._base import Searcher, SearchSpace
 from search._memo import (
     Memo,
     hbm_of,
@@ -69,6 +69,7 @@ from search._memo import (
     row_time_proxy,
     stage_width,
 )
+from search._moves import proposer
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed.
@@ -123,7 +124,7 @@ class MCMCSearcher(Searcher):
     cost and advances the step; proposals left untold stay unknown and their chains stay put.
     """
 
-    def __init__(self, space, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
+    def __init__(self, space: SearchSpace, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
@@ -163,6 +164,7 @@ class MCMCSearcher(Searcher):
         self.restart_duplicates = bool(restart_duplicates)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
+        self._propose = proposer(space)  # MCMC's local moves
         self._width = stage_width(space)
         C, D = self.chains, len(space.dims)
         # Chain j starts at starts[j % len(starts)]; a named start the space cannot hold
@@ -289,12 +291,12 @@ class MCMCSearcher(Searcher):
         u = rng.random(C)
         order = rng.permutation(C)
         unknown_here = np.isnan(self._cost)  # chains whose own point is not evaluated yet
-        prop = self.space.propose(self._x, rng).astype(np.int64)
+        prop = self._propose(self._x, rng).astype(np.int64)
         if self.double > 0:
             # Double moves: a second change on top of the first for a fraction of the chains
             # (crosses memory walls that no single change crosses, e.g. cp 2 -> 1 with ZeRO 2 -> 3).
             two = rng.random(C) < self.double
-            prop = np.where(two[:, None], self.space.propose(prop, rng).astype(np.int64), prop)
+            prop = np.where(two[:, None], self._propose(prop, rng).astype(np.int64), prop)
         ok = self.space.valid(prop) & ~unknown_here
         # An invalid single move becomes a valid double move where one exists: change one
         # more (non-stage) dimension of the invalid proposal, uniformly among the changes
@@ -310,7 +312,7 @@ class MCMCSearcher(Searcher):
             bad = np.flatnonzero(~ok & ~unknown_here)
             if bad.size == 0:
                 break
-            again = self.space.propose(self._x[bad], rng).astype(np.int64)
+            again = self._propose(self._x[bad], rng).astype(np.int64)
             prop[bad] = again
             ok[bad] = self.space.valid(again)
         prop = np.where(ok[:, None], prop, self._x)  # unknown or never valid: the chain's own point

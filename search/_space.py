@@ -46,6 +46,7 @@ import numpy as np
 from costmodel import Cluster, InputError, StrategyTable, Transformer
 from costmodel._evaluate import REASON, feasibility
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES, encode
+from search._base import SearchSpace
 
 # Dimensions no structural constraint reads; they come last in the digit order so that the
 # constrained ones form the high-order block of the index (one lookup per block).
@@ -59,7 +60,6 @@ DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches"}
 # Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
 # a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
 LOOKUP_MAX_ENTRIES = 1 << 22
-INT64_LIMIT = 1 << 63
 # Rows per chunk when a space's whole core is scanned (start points, lookup tables).
 SCAN_CHUNK = 1 << 20
 
@@ -160,8 +160,8 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
     return [k for k in range(1, top + 1) if n % k == 0]
 
 
-class Space:
-    """Strategy dimensions, their choices and constraints, as a mixed-radix number.
+class Space(SearchSpace):
+    """The SearchSpace of one GPU type: dimensions are StrategyTable columns (module docstring).
 
     Frozen: build with :meth:`from_options`, :func:`default_space`, :func:`exact_space` or
     :func:`partition_space` (or the keyword-only constructor with ready Dims)."""
@@ -198,10 +198,7 @@ class Space:
         sets(self, "radices", radices)
         size = math.prod(int(r) for r in radices)
         sets(self, "size", size)
-        strides = [1] * len(dims)
-        for k in range(len(dims) - 2, -1, -1):
-            strides[k] = strides[k + 1] * int(radices[k + 1])
-        sets(self, "strides", np.array(strides, dtype=np.int64) if size < INT64_LIMIT else None)
+        sets(self, "strides", SearchSpace.strides.fget(self))  # cached: index_of is on MCMC's hot path
         sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
         fixed_num = {}
         for k, v in fixed.items():
@@ -345,25 +342,6 @@ class Space:
         if name in self.fixed:
             return (self.fixed[name],)
         return (DEFAULTS.get(name),)
-
-    # ---- digits <-> indices ----------------------------------------------------------------
-    def _need_int64(self, what: str) -> None:
-        if self.strides is None:
-            raise ValueError(f"{what} needs a space of fewer than 2**63 points; this one has {self.size:.3e}")
-
-    def digits_of(self, idx) -> np.ndarray:
-        """(N,) grid indices -> (N, D) int64 digits."""
-        self._need_int64("digits_of")
-        idx = np.asarray(idx, dtype=np.int64).copy()
-        out = np.empty((idx.size, len(self.dims)), dtype=np.int64)
-        for k in range(len(self.dims) - 1, -1, -1):
-            idx, out[:, k] = np.divmod(idx, self.radices[k])
-        return out
-
-    def index_of(self, digits) -> np.ndarray:
-        """(N, D) digits -> (N,) int64 grid indices."""
-        self._need_int64("index_of")
-        return np.asarray(digits, dtype=np.int64) @ self.strides
 
     # ---- columns ---------------------------------------------------------------------------
     def _columns(self, digits: np.ndarray):
@@ -584,23 +562,10 @@ class Space:
             idx = idx[(idx >= start) & (idx < stop)]
         return idx
 
-    def rows(self, start: int, stop: int) -> tuple[np.ndarray, StrategyTable]:
-        """Grid indices of the valid rows in [start, stop) and their StrategyTable."""
-        idx = self.valid_indices(start, stop)
-        return idx, self.table(self.digits_of(idx))
-
-    # ---- sampling and moves ----------------------------------------------------------------
+    # ---- sampling ----------------------------------------------------------------
     def _nonstage(self) -> np.ndarray:
         return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)],
                         dtype=np.int64)
-
-    def canonical_digits(self, n: int = 1) -> np.ndarray:
-        """(n, D) zeros with every per-stage shift at its zero-offset digit."""
-        out = np.zeros((n, len(self.dims)), dtype=np.int64)
-        if self._stage is not None:
-            for k in self._stage["shift"]:
-                out[:, k] = self.dims[k].choices.index(0)
-        return out
 
     def random_digits(self, rng: np.random.Generator, n: int, *, max_rounds: int = 1000) -> np.ndarray:
         """(n, D) valid digits drawn at random.
@@ -677,59 +642,6 @@ class Space:
         if name == "dp":
             return self.table(digits)["dp"]
         return np.full(len(digits), _numeric(name, (DEFAULTS[name],))[0])
-
-    def propose(self, digits, rng: np.random.Generator) -> np.ndarray:
-        """(C, D) -> (C, D): one local move per row. A dimension is picked uniformly among those
-        with more than one choice (per-stage ones only for stages the row uses); an ordinal one
-        (a stage boundary shift) steps its digit by +-1, moving the boundary one layer (vpp
-        layers under interleaving, where stages hold whole chunks), any other takes another
-        choice uniformly. In a per-stage space a pp change also resets the boundary shifts to the
-        uniform positions and the unused stages' recompute digits. The result need not be
-        valid."""
-        digits = self._digits_arg(digits)
-        C, D = digits.shape
-        movable = np.broadcast_to(self.radices[None, :] > 1, (C, D)).copy()
-        st = self._stage
-        if st is not None:
-            pp = self.column(digits, "pp")
-            S = self.max_stages
-            if st["shift"].size:
-                movable[:, st["shift"]] &= np.arange(S - 1)[None, :] < (pp - 1)[:, None]
-            if st["recompute"].size:
-                movable[:, st["recompute"]] &= np.arange(S)[None, :] < pp[:, None]
-        v = np.ones(C, dtype=np.int64)  # boundary step in layers
-        if st is not None and st["shift"].size:
-            inter = self.column(digits, "schedule") == SCHEDULES.index("interleaved")
-            v = np.where(inter, self.column(digits, "vpp"), 1)
-            dg = digits[:, st["shift"]]
-            rad_s = self.radices[st["shift"]][None, :]
-            movable[:, st["shift"]] &= (dg - v[:, None] >= 0) | (dg + v[:, None] < rad_s)
-        cnt = movable.sum(axis=1)
-        pick = np.floor(rng.random(C) * np.maximum(cnt, 1)).astype(np.int64)
-        col = np.argmax(np.cumsum(movable, axis=1) > pick[:, None], axis=1)  # (C,)
-        rows = np.arange(C)
-        cur = digits[rows, col]
-        rad = self.radices[col]
-        ordinal = np.array([d.ordinal for d in self.dims], dtype=bool)[col]
-        size = np.where(np.isin(col, st["shift"]), v, 1) if st is not None else v
-        step = np.where(rng.random(C) < 0.5, -size, size)
-        step = np.where(cur + step < 0, size, np.where(cur + step >= rad, -size, step))
-        other = (cur + 1 + np.floor(rng.random(C) * np.maximum(rad - 1, 1)).astype(np.int64)) % rad
-        new = np.where(ordinal, cur + step, other)
-        out = digits.copy()
-        out[rows, col] = np.where(cnt > 0, new, cur)
-        if st is not None and "pp" in self._index:
-            changed = np.flatnonzero((col == self._index["pp"]) & (cnt > 0))
-            if changed.size:
-                canon = self.canonical_digits(1)[0]
-                if st["shift"].size:
-                    out[np.ix_(changed, st["shift"])] = canon[st["shift"]][None, :]
-                if st["recompute"].size:
-                    pp_new = self.column(out[changed], "pp")
-                    sub = out[np.ix_(changed, st["recompute"])]
-                    keep = np.arange(self.max_stages)[None, :] < pp_new[:, None]
-                    out[np.ix_(changed, st["recompute"])] = np.where(keep, sub, canon[st["recompute"]][None, :])
-        return out
 
     # ---- start points ----------------------------------------------------------------------
     def _core_valid(self, extra: dict[str, object] | None = None):

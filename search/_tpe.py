@@ -73,7 +73,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher
+from search._base import Searcher, SearchSpace
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
 
 DEFAULT_N_STARTUP_TRIALS = 20
@@ -127,7 +127,7 @@ class TPESearcher(Searcher):
     walk (module docstring).
     """
 
-    def __init__(self, space, *, seed: int, storage: str | os.PathLike | None = None,
+    def __init__(self, space: SearchSpace, *, seed: int, storage: str | os.PathLike | None = None,
                  study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
                  group: bool = False, constant_liar: bool = True,

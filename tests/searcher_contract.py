@@ -1,17 +1,34 @@
 """The contract every searcher passes (compare optuna/testing/pytest_samplers.py).
 
 Subclass :class:`SearcherContract` in a test module and provide two fixtures:
-    space                      -> the search.Space the searcher works over
+    space                      -> the search.SearchSpace the searcher works over (a Space or a
+                                  HeteroSpace: every check holds for both)
     make_searcher(seed) -> searcher   (a factory fixture: returns a fresh searcher)
-Optionally override ``batch`` (rows per ask) and ``rounds`` (ask/tell rounds per test).
+Optionally override ``batch`` (rows per ask), ``rounds`` (ask/tell rounds per test) and
+:meth:`SearcherContract.resumed` (how the driver resumes this searcher). Every check fails
+against a searcher that breaks it (tests/test_searcher_contract.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from costmodel import METRIC_COLUMNS, Metrics, StrategyTable, evaluate
-from costmodel._strategy import COLUMNS, RECOMPUTE
+from costmodel import METRIC_COLUMNS, HeteroTable, Metrics, StrategyTable, evaluate_any, hetero_preset, model_preset
+from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES
+from search import HeteroSpace, Space
+from search._memo import row_keys
+
+
+def placement_space(*, grid: bool = False) -> HeteroSpace:
+    """GPT-3 175B placed on a100x64+h100x64 with few choices (fast evaluations). ``grid``: two
+    stages and no boundary shifts, 2,304 points (528 valid, from index 0 on)."""
+    model, cluster = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    if grid:
+        return HeteroSpace.from_options(model, cluster, global_batch=1536, pp=(2,), dp=(4, 8, 16), tp=(4, 8),
+                                        max_shift=0, microbatches=(64, 128), recompute=("selective", "full"),
+                                        zero_stage=(1,))
+    return HeteroSpace.from_options(model, cluster, global_batch=1536, pp=(2, 4), dp=(2, 4, 8), tp=(4, 8),
+                                    microbatches=(64, 128), recompute=("selective", "full"), zero_stage=(1,))
 
 
 def _stage_view(t: StrategyTable, attr: str):
@@ -24,8 +41,13 @@ def _stage_view(t: StrategyTable, attr: str):
     return np.where(np.arange(S)[None, :] < t["pp"][:, None], x, 0)
 
 
-def columns_equal(a: StrategyTable, b: StrategyTable) -> bool:
+def columns_equal(a, b) -> bool:
     """Same rows in the same order (per-stage arrays compared on the stages in use)."""
+    if isinstance(a, HeteroTable) or isinstance(b, HeteroTable):
+        if type(a) is not type(b) or len(a) != len(b):
+            return False
+        width = max(int(a["pp"].max(initial=0)), int(b["pp"].max(initial=0)))
+        return np.array_equal(row_keys(a, 0, width), row_keys(b, 0, width))
     if len(a) != len(b) or not all(np.array_equal(a[c], b[c]) for c in COLUMNS):
         return False
     for attr in ("stage_layers", "stage_recompute"):
@@ -35,9 +57,11 @@ def columns_equal(a: StrategyTable, b: StrategyTable) -> bool:
     return True
 
 
-def within_space(space, table: StrategyTable) -> np.ndarray:
+def within_space(space, table) -> np.ndarray:
     """(N,) bool: each row is a point of the space, checked plainly column by column against
     the dimensions' choices and fixed values, then the space's own constraints."""
+    if isinstance(space, HeteroSpace):
+        return _within_placements(space, table)
     n = len(table)
     ok = np.ones(n, dtype=bool)
     readable = table.readable()
@@ -68,6 +92,53 @@ def within_space(space, table: StrategyTable) -> np.ndarray:
     return ok
 
 
+def _within_placements(space: HeteroSpace, t: HeteroTable) -> np.ndarray:
+    """within_space for a placement space: stage by stage against the choices of pool.J, dp.J,
+    tp.J, order.J (and the split dims), layers >= 1 adding up to the model's, every boundary
+    at its uniform cut round(L (J + 1) / pp) plus a shift choice times shift_layers, the global
+    choices and the fixed global batch."""
+    dims = {d.name: d for d in space.dims}
+    choices = {name: [str(c) for c in d.choices] for name, d in dims.items()}
+    pp, L = t["pp"], space.model.layers
+    ok = np.isin(pp.astype(str), choices["pp"]) & (t["global_batch"] == space.fixed["global_batch"])
+    names = {"schedule": SCHEDULES, "recompute": RECOMPUTE}
+    for name in ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp"):
+        col = t[name]
+        readable = np.asarray(names[name], dtype=object)[col] if name in names else col
+        ok &= np.isin(np.asarray(readable).astype(str), choices.get(name, ["1"]))
+    pools = np.asarray([p.name for p in space.cluster.pools], dtype=object)
+    cuts = np.cumsum(t["layers"], axis=1)
+    for j in range(t.num_stages):
+        used = j < pp
+        stage = {"pool": pools[t["pool"][:, j]], "dp": t["dp"][:, j], "tp": t["tp"][:, j],
+                 "order": np.asarray(["tp-inner", "tp-across"], dtype=object)[t["order"][:, j]]}
+        if space.has_split:
+            split = t["dp2"][:, j] > 0
+            stage["dp2"] = t["dp2"][:, j]
+            ok &= ~used | ~split | ((t["dp2"][:, j] < t["dp"][:, j]) & np.isin(
+                pools[t["pool2"][:, j]].astype(str), choices[f"pool2.{j}"]))
+        for k, v in stage.items():
+            ok &= ~used | np.isin(np.asarray(v).astype(str), choices[f"{k}.{j}"])
+        ok &= ~used | (t["layers"][:, j] >= 1)
+        inner = j < pp - 1
+        shift = cuts[:, j] - np.rint(L * (j + 1) / pp).astype(np.int64)
+        if j < space.num_slots - 1:
+            allowed = np.asarray(dims[f"stage_shift.{j}"].choices) * space.shift_layers
+            ok &= ~inner | np.isin(shift, allowed)
+    return ok & (cuts[:, -1] == L)
+
+
+def structural_reasons(space, table) -> np.ndarray:
+    """(N,) the cost model's reason codes for everything but memory (0: a strategy it prices)."""
+    if isinstance(space, HeteroSpace):
+        from costmodel._hetero_eval import hetero_feasibility
+
+        return hetero_feasibility(space.model, space.cluster, table)
+    from costmodel._evaluate import feasibility
+
+    return feasibility(space.model, space.cluster, table)
+
+
 def infeasible_metrics(table: StrategyTable) -> Metrics:
     """Metrics saying every row is infeasible (out of memory), with infinite time."""
     n = len(table)
@@ -83,6 +154,14 @@ class SearcherContract:
     batch = 16
     rounds = 4
 
+    def resumed(self, searcher, make_searcher, seed: int):
+        """A searcher resumed the way the driver resumes this kind: a fresh one (same seed)
+        given ``searcher.state_dict()``. A searcher whose state lives elsewhere (TPE: its
+        journal) overrides this."""
+        fresh = make_searcher(seed)
+        fresh.load_state_dict(searcher.state_dict())
+        return fresh
+
     def _run(self, searcher, space, rounds, infeasible_every: int = 0):
         asked = []
         for r in range(rounds):
@@ -90,7 +169,7 @@ class SearcherContract:
             asked.append(t)
             if len(t) == 0:
                 break
-            m = evaluate(space.model, space.cluster, t)
+            m = evaluate_any(space.model, space.cluster, t)
             if infeasible_every and r % infeasible_every == 0:
                 m = infeasible_metrics(t)
             searcher.tell(t, m)
@@ -110,12 +189,12 @@ class SearcherContract:
     def test_never_outside_the_space(self, space, make_searcher):
         for t in self._run(make_searcher(2), space, self.rounds):
             assert np.all(within_space(space, t))
-            digits = space.digits_from_table(t)
-            assert np.all(space.valid(digits))
-            assert columns_equal(space.table(digits), t)
-            # feasible() of the cost core agrees that these are structurally valid
-            from costmodel._evaluate import feasibility
-            assert np.all(feasibility(space.model, space.cluster, t) == 0)
+            # the cost core agrees that these are structurally valid
+            assert np.all(structural_reasons(space, t) == 0)
+            if isinstance(space, Space):  # and they are the space's own tables of valid digits
+                digits = space.digits_from_table(t)
+                assert np.all(space.valid(digits))
+                assert columns_equal(space.table(digits), t)
 
     def test_accepts_infeasible_rows(self, space, make_searcher):
         s = make_searcher(3)
@@ -129,22 +208,20 @@ class SearcherContract:
         history = []
         for r in range(self.rounds):
             t = first.ask(self.batch)
-            m = evaluate(space.model, space.cluster, t) if r % 2 else infeasible_metrics(t)
+            m = evaluate_any(space.model, space.cluster, t) if r % 2 else infeasible_metrics(t)
             first.tell(t, m)
             history.append((t, m))
         again = make_searcher(4)
         for t, m in history:
             again.tell(t, m)
-        assert columns_equal(first.ask(self.batch), again.ask(self.batch))
+        nxt = first.ask(self.batch)
+        assert len(nxt) > 0 and columns_equal(nxt, again.ask(self.batch))
 
-    def test_state_dict_round_trip(self, space, make_searcher):
+    def test_resume_from_state(self, space, make_searcher):
         s = make_searcher(5)
         for _ in range(2):
             t = s.ask(self.batch)
-            s.tell(t, evaluate(space.model, space.cluster, t))
-        state = s.state_dict()
-        assert isinstance(state, dict)
-        if state:
-            fresh = make_searcher(5)
-            fresh.load_state_dict(state)
-            assert columns_equal(s.ask(self.batch), fresh.ask(self.batch))
+            s.tell(t, evaluate_any(space.model, space.cluster, t))
+        again = self.resumed(s, make_searcher, 5)
+        nxt = s.ask(self.batch)
+        assert len(nxt) > 0 and columns_equal(nxt, again.ask(self.batch))

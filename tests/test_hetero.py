@@ -27,6 +27,7 @@ from costmodel import (
 )
 from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
 from search._hetero_space import HeteroSpace
+from search._moves import proposer
 from tests.test_reference import random_table
 
 CASES = [("gpt3-175b", "h100x1024"), ("llama3-70b", "dgx-a100-1024"), ("seed000-mlp", "seed000-16"),
@@ -219,7 +220,7 @@ def test_hetero_space_moves_and_start_points():
     assert layers[pools == 1].mean() > 2 * layers[pools == 0].mean()
     rng = np.random.default_rng(0)
     many = np.repeat(d, 500, axis=0)
-    prop = space.propose(many, rng)
+    prop = proposer(space)(many, rng)
     changed = (prop != many).sum(axis=1)
     assert changed.max() <= 2  # one move: one digit, or two for a swap or a tp/dp trade
     # boundary moves change two stages' layers by one each and keep the total

@@ -23,6 +23,7 @@ from costmodel import (
 )
 from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
 from search._hetero_space import HeteroSpace
+from search._moves import proposer
 
 GRAD_BYTES_ON_WIRE = 2  # bf16 gradients reduced in the training dtype (costmodel GRAD_COMM_BYTES)
 
@@ -165,7 +166,7 @@ def test_space_split_dims_moves_and_validity():
     start = np.stack(list(space.start_points().values()))
     rng = np.random.default_rng(1)
     many = np.repeat(start, 400, axis=0)
-    prop = space.propose(many, rng)
+    prop = proposer(space)(many, rng)
     split_cols = np.array([d.base in ("pool2", "dp2") for d in space.dims])
     touched = ((prop != many) & split_cols[None, :]).any(axis=1)
     assert touched.mean() > 0.05  # about SPLIT_MOVE_SHARE = 1/10 of the moves

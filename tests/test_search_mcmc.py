@@ -7,7 +7,7 @@ import pytest
 
 from costmodel import InputError, cluster_preset, evaluate, model_preset
 from search import MCMCSearcher, exact_space, partition_space
-from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics
+from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics, placement_space
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -36,6 +36,17 @@ class TestMCMCPartitionContract(SearcherContract):
     @pytest.fixture
     def make_searcher(self, space):
         return lambda seed: MCMCSearcher(space, seed=seed, chains=16)
+
+
+class TestMCMCPlacementContract(SearcherContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space()
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        # as the driver builds it: chains from the placement start points, then random ones
+        return lambda seed: MCMCSearcher(space, seed=seed, chains=16, starts=(*space.start_points(), "random"))
 
 
 def _drive(s, space, steps, n=None):

@@ -9,7 +9,8 @@ import pytest
 
 from costmodel import InputError, Transformer, cluster_preset, evaluate, make_cluster, model_preset
 from search import GridSearcher, RandomSearcher, Space, default_space, exact_space, partition_space
-from tests.searcher_contract import SearcherContract, columns_equal
+from search._moves import proposer
+from tests.searcher_contract import SearcherContract, columns_equal, placement_space
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -165,7 +166,7 @@ def test_propose_moves_one_dimension(which):
     space = exact_space(GPT3, H100, 1536) if which == "exact" else partition_space(GPT3, H100, 1536)
     rng = np.random.default_rng(1)
     d = space.random_digits(rng, 500)
-    p = space.propose(d, rng)
+    p = proposer(space)(d, rng)
     assert np.all((p >= 0) & (p < space.radices))
     changed = p != d
     names = [x.name for x in space.dims]
@@ -276,6 +277,26 @@ class TestGridContract(SearcherContract):
     @pytest.fixture
     def make_searcher(self, space):
         return lambda seed: GridSearcher(space, start=1000 * seed, chunk=4096)
+
+
+class TestGridPlacementContract(SearcherContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space(grid=True)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: GridSearcher(space, start=100 * seed, chunk=512)
+
+
+class TestRandomPlacementContract(SearcherContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space()
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: RandomSearcher(space, seed)
 
 
 class TestRandomContract(SearcherContract):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import shutil
+
 import pytest
 
 from costmodel import InputError, cluster_preset, evaluate, model_preset
 from search import Space, TPESearcher, exact_space
-from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics
+from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics, placement_space
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -25,17 +28,35 @@ def small():
     return small_exact()
 
 
-class TestTPEContract(SearcherContract):
+class TPEContract(SearcherContract):
+    """TPE keeps its state in its journal (state_dict is empty), so every searcher here has a
+    journal file of its own and is resumed as the driver resumes it: a new TPESearcher on that
+    file (a copy, so that the two do not write to one journal)."""
+
     batch = 8
     rounds = 3
+    startup = 8
 
+    @pytest.fixture
+    def make_searcher(self, space, tmp_path):
+        files = itertools.count()
+        return lambda seed, storage=None: TPESearcher(space, seed=seed, n_startup_trials=self.startup,
+                                                      storage=storage or tmp_path / f"tpe-{next(files)}.journal")
+
+    def resumed(self, searcher, make_searcher, seed):
+        return make_searcher(seed, storage=shutil.copy(searcher.storage, searcher.storage + ".copy"))
+
+
+class TestTPEContract(TPEContract):
     @pytest.fixture
     def space(self, small):
         return small
 
-    @pytest.fixture
-    def make_searcher(self, space):
-        return lambda seed: TPESearcher(space, seed=seed, n_startup_trials=8)
+
+class TestTPEPlacementContract(TPEContract):
+    @pytest.fixture(scope="class")
+    def space(self):
+        return placement_space()
 
 
 def _drive(s, space, rounds, n=8):
@@ -135,20 +156,17 @@ def test_exact_space_is_supported():
     assert len(s.ask(4)) == 4
 
 
-class TestTPEPartitionContract(SearcherContract):
+class TestTPEPartitionContract(TPEContract):
     # Too large to list: one parameter per dimension, invalid combinations told as violations.
     batch = 4
     rounds = 2
+    startup = 4
 
     @pytest.fixture(scope="class")
     def space(self):
         from search import partition_space
 
         return partition_space(GPT3, H100, 1536)
-
-    @pytest.fixture
-    def make_searcher(self, space):
-        return lambda seed: TPESearcher(space, seed=seed, n_startup_trials=4)
 
 
 def test_no_point_is_evaluated_twice_when_a_batch_holds_twin_draws():
