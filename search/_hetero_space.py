@@ -210,8 +210,18 @@ class HeteroSpace(SearchSpace):
         return ok
 
     def valid_indices(self, start: int, stop: int) -> np.ndarray:
+        """Valid grid indices in [start, stop) whose unused stage slots (J >= pp; boundary
+        shifts J >= pp - 1) hold their canonical digit, so that a grid lists each placement
+        once. valid() itself does not ask this: MCMC's moves may leave other digits there."""
         idx = np.arange(max(int(start), 0), min(int(stop), self.size), dtype=np.int64)
-        return idx[self.valid(self.digits_of(idx))]
+        digits = self.digits_of(idx)
+        p = np.asarray(self.dims[0].choices)[digits[:, 0]]
+        canon = self.canonical_digits(1)[0]
+        used_up_to = np.array([d.stage + (1 if d.base == "stage_shift" else 0) if d.stage >= 0 else -1
+                               for d in self.dims])  # a slot's dimension is unused where it reaches pp
+        unused = (used_up_to[None, :] >= p[:, None]) & (used_up_to[None, :] >= 0)
+        canonical = np.all(~unused | (digits == canon[None, :]), axis=1)
+        return idx[canonical & self.valid(digits)]
 
     # ---- sampling ------------------------------------------------------------
     def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -150,3 +150,27 @@ def test_each_check_fails_on_a_searcher_that_breaks_it(space, check, mutant, err
 def test_every_check_has_a_mutant():
     checks = {n for n in dir(SearcherContract) if n.startswith("test_")}
     assert checks == {check for check, _, _ in MUTANTS}
+
+
+def test_a_placement_grid_lists_each_placement_once():
+    # Slots past a row's pp do not change its strategy; the grid keeps only their canonical
+    # digit, so no two listed rows are the same placement, and none is lost: every valid
+    # point's placement is listed.
+    import numpy as np
+
+    space = placement_space(grid=True)
+    idx, table = space.rows(0, space.size)
+    p = table["pp"]
+
+    def key(t, i):
+        glob = tuple(t[k][i].item() for k in ("pp", "microbatches", "schedule", "recompute", "zero_stage",
+                                               "sequence_parallel", "vpp"))
+        return glob + tuple(tuple(t.stages[k][i, :t["pp"][i]].tolist()) for k in sorted(t.stages))
+
+    keys = [key(table, i) for i in range(len(idx))]
+    assert len(set(keys)) == len(keys) > 0
+    every = np.arange(space.size)
+    valid = every[space.valid(space.digits_of(every))]
+    full = space.table(space.digits_of(valid))
+    assert {key(full, i) for i in range(len(valid))} == set(keys)
+    assert len(valid) > len(keys) or int(p.max()) == int(p.min())
