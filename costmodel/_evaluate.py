@@ -547,28 +547,32 @@ def evaluate(
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now),
+                      lambda sub: sub["global_batch"] // (sub["dp"] * sub["micro_batch"]))
+
+
+def run_blocks(table, block, microbatches) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
+
+    Pass 1: every row in blocks, closed forms only; rows the simulator must price come back
+    flagged in ``_needs_simulation``. Pass 2: just those rows, sorted by (schedule, pp,
+    micro-batches (``microbatches(sub_table)``), vpp) so each shape meets the simulator once or
+    twice, written back in place. A table of one block is priced in one call."""
     N = len(table)
     if N <= BLOCK_ROWS:
-        out = _evaluate_block(model, cluster, table, pipeline, simulate_now=True)
+        out = block(table, True)
         out.pop("_needs_simulation")
         return out
-    # Pass 1: every row in blocks, closed forms only; rows the simulator must price are
-    # flagged. Pass 2: just those rows, sorted by (schedule, pp, micro-batches, vpp) so each
-    # group meets the simulator once or twice, written back in place.
-    parts = [
-        _evaluate_block(model, cluster, table.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=False)
-        for i in range(0, N, BLOCK_ROWS)
-    ]
+    parts = [block(table.take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
     out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
-        m = sub["global_batch"] // (sub["dp"] * sub["micro_batch"])
-        order = np.lexsort((sub["vpp"], m, sub["pp"], sub["schedule"]))
+        order = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
         rows = need[order]
         sub = sub.take(order)
         for i in range(0, len(rows), BLOCK_ROWS):
-            part = _evaluate_block(model, cluster, sub.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=True)
+            part = block(sub.take(slice(i, i + BLOCK_ROWS)), True)
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
@@ -588,40 +592,36 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     )
 
 
-def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
-    """Exact pipeline time (N,) and micro-batches in flight per stage (N, k) from the
-    simulator for the rows in ``rows`` (bool (N,)); NaN elsewhere.
+def simulate_pipelines(shape, comp, F, Bk, W, tc):
+    """Exact pipeline time (R,) of R rows from the schedule simulator, and the schedule's peak
+    micro-batches in flight per device: (row_shape (R,), peaks (G, D_max)), so stage j of row
+    i holds ``peaks[row_shape[i], j]``.
+
+    ``shape`` (R, 4): schedule code, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k):
+    forward, backward, weight-gradient time and the hand-off on the link after each stage
+    column; a row's columns are its stages 0 .. pp - 1 (columns past pp zero), or where
+    ``comp`` (R,) is set its three representatives (first, interior, last) of stages alike.
 
     Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...) share
-    their stage times: each distinct (schedule, pp, m, vpp, F, B, W, T_C) is simulated once.
-    Shapes with many distinct sets (a sweep) get one simulate() call each; the rest (a search
-    step: a few sets of each of many shapes) are simulated together by total_times_mixed. A
-    loop over shapes, never over rows."""
+    their inputs: each distinct input is simulated once. Shapes with many distinct inputs (a
+    sweep) get one simulate() call each; the rest (a search step: a few inputs of each of many
+    shapes) are simulated together by total_times_mixed. Inputs simulated by an earlier call
+    (a search meets many again) come from a per-process cache. A loop over shapes, never over
+    rows."""
     from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
 
-    total = np.full(len(table), np.nan)
-    k_act = np.full(idx.shape, np.nan)
-    sel = np.flatnonzero(rows & (reason == 0))
-    if sel.size == 0:
-        return total, k_act
-    sched, p, v = table["schedule"][sel], table["pp"][sel], table["vpp"][sel]
-    keys = np.stack([sched, p, m[sel], v], axis=1).astype(np.float64)
-    uniform = table.stage_layers is None
-    d_max = int(p.max())
-    k = 3 if uniform else d_max  # stage columns: the representatives (first, interior, last) or each stage
-    inputs = np.concatenate([keys, F[sel][:, :k], Bk[sel][:, :k], W[sel][:, :k], T_C[sel][:, None]], axis=1)
+    k = F.shape[1]
+    inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
     uniq, back = np.unique(inputs, axis=0, return_inverse=True)
     back = back.ravel()
     shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
     gid = gid.ravel()
     u_p = uniq[:, 1].astype(np.int64)[:, None]
-    dev = np.arange(d_max)[None, :]
-    col = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1)) if uniform else np.broadcast_to(dev, (len(uniq), d_max))
-    u_tf, u_tb, u_tw = (np.where(dev < u_p, np.take_along_axis(uniq[:, 4 + i * k:4 + (i + 1) * k], col, axis=1), 0.0)
-                        for i in range(3))  # device times; columns past pp unused
-    u_tc = uniq[:, -1]
-    # Sets simulated by an earlier call (a search step meets many again: a point that differs
-    # from one already priced in the ZeRO stage only) are taken from the cache.
+    dev = np.arange(int(u_p.max()))[None, :]
+    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
+    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
+    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
+                                       0.0) for i in range(4))  # per device; columns past pp unused
     u_keys = np.ascontiguousarray(uniq).view(np.dtype((np.void, uniq.shape[1] * 8))).ravel()
     cache = _simulation_cache(uniq.shape[1])
     known, cached = cache.lookup(u_keys)
@@ -631,7 +631,8 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
         r = np.flatnonzero((gid == g) & ~known)
-        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r])
+        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
+                       tc=u_tc[r, :pg])
         u_total[r] = res.total_time
     small = ~big[gid] & ~known
     if np.any(small):
@@ -642,14 +643,10 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
         r = np.flatnonzero(small)
         u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
     cache.add(u_keys[~known], u_total[~known, None])
-    total[sel] = u_total[back]
-    # Micro-batches in flight: the schedule's peak per device, the same for every set of a shape.
-    row_shape = gid[back]
+    peaks = np.zeros((len(shapes), dev.shape[1]))
     for g, (code, pg, mg, vg) in enumerate(shapes):
-        r = sel[row_shape == g]
-        peak = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
-        k_act[r] = peak[np.minimum(idx[r], pg - 1)]
-    return total, k_act
+        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+    return u_total[back], gid[back], peaks
 
 
 # Distinct parameter sets of one pipeline shape above which it is simulated on its own
@@ -739,7 +736,16 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     needs_simulation = simulated & (reason == 0)
     k = in_flight(col(sched), col(p), col(m), col(v), idx)
     if simulate_now and np.any(needs_simulation):
-        sim_total, sim_k = _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, simulated)
+        q = np.flatnonzero(needs_simulation)
+        shape = np.stack([sched[q], p[q], m[q], v[q]], axis=1)
+        reps = np.full(q.size, table.stage_layers is None)
+        kk = 3 if table.stage_layers is None else int(p[q].max())
+        sim, row_shape, peaks = simulate_pipelines(shape, reps, F[q, :kk], Bk[q, :kk], W[q, :kk],
+                                                   np.broadcast_to(T_C[q, None], (q.size, kk)))
+        sim_total = np.full(len(table), np.nan)
+        sim_total[q] = sim
+        sim_k = np.full(idx.shape, np.nan)
+        sim_k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
         done = ~np.isnan(sim_total)
         # The simulator's total includes every hand-off; report as pp comm the fill/drain
         # hand-offs 2 (p - 1) T_C where they are exposed, the rest of the idle time as bubble.

@@ -71,13 +71,13 @@ from costmodel._evaluate import (
     reason_codes,
     recompute_flops_per_token,
     schedule_fits,
+    simulate_pipelines,
     stage_params,
     state_bytes,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
 from costmodel._hetero_strategy import STAGE_COLUMNS, HeteroTable
-from costmodel._strategy import SCHEDULES
 from costmodel._workloads import Transformer
 
 _GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff",
@@ -209,34 +209,6 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
     return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
                         pp=p, seq_len=s, zero=table["zero_stage"])
-
-
-def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts, nrep, comp, j):
-    """Exact pipeline time (N,) and in-flight micro-batches (M,) (flat stages) for ``rows``;
-    NaN elsewhere. One simulate() call per distinct (schedule, pp, m, vpp)."""
-    from costmodel._pipeline import simulate
-
-    total = np.full(len(table), np.nan)
-    k_act = np.full(F.shape, np.nan)
-    sel = np.flatnonzero(rows & (reason == 0))
-    if sel.size == 0:
-        return total, k_act
-    keys = np.stack([table["schedule"][sel], table["pp"][sel], m[sel], table["vpp"][sel]], axis=1)
-    groups, inv = np.unique(keys, axis=0, return_inverse=True)
-    for gi, (code, pg, mg, vg) in enumerate(groups):
-        r = sel[inv.ravel() == gi]
-        dev = np.arange(pg)[None, :]
-        rep_col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1))  # device -> representative
-        fi = starts[r][:, None] + np.where(comp[r][:, None], rep_col, dev)  # (R, pg) flat stage indices
-        inputs = np.concatenate([F[fi], Bk[fi], W[fi], T_C[fi]], axis=1)
-        uniq, back = np.unique(inputs, axis=0, return_inverse=True)
-        back = back.ravel()
-        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg], tb=uniq[:, pg:2 * pg],
-                       tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, 3 * pg:])
-        total[r] = res.total_time[back]
-        own = starts[r][:, None] + np.minimum(dev, nrep[r][:, None] - 1)  # (R, pg) each flat stage once
-        k_act[own] = res.peak_activations[j[own]]
-    return total, k_act
 
 
 def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -458,7 +430,21 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     k = in_flight(R(sched), pr, R(m), R(v), j)
     needs_simulation = simulated & (reason == 0)
     if simulate_now and np.any(needs_simulation):
-        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts, nrep, comp, j)
+        q = np.flatnonzero(needs_simulation)
+        kmax = int(nrep[q].max())
+        col = np.arange(kmax)[None, :]
+        fi = starts[q][:, None] + np.minimum(col, nrep[q][:, None] - 1)  # (R, kmax) flat stages
+        pad = col < nrep[q][:, None]
+        shape = np.stack([sched[q], p[q], m[q], v[q]], axis=1)
+        stage_cols = (np.where(pad, x[fi], 0.0) for x in (F, Bk, W, T_C))
+        sim, row_shape, peaks = simulate_pipelines(shape, comp[q], *stage_cols)
+        sim_total = np.full(N, np.nan)
+        sim_total[q] = sim
+        shape_of = np.full(N, -1)
+        shape_of[q] = row_shape
+        fs = np.flatnonzero(needs_simulation[r])  # flat stages of those rows
+        sim_k = np.full(M, np.nan)
+        sim_k[fs] = peaks[shape_of[r[fs]], j[fs]]
         done = ~np.isnan(sim_total)
         pipe = np.where(done, sim_total, pipe)
         pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
@@ -540,8 +526,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
                  "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
     del row_rep
-    if not simulate_now:
-        extra["_needs_simulation"] = needs_simulation
+    extra["_needs_simulation"] = needs_simulation & ~np.bool_(simulate_now)
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
         flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_sum,
@@ -566,23 +551,8 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     if N == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in K.METRIC_COLUMNS})
-    if N <= K.BLOCK_ROWS:
-        return _evaluate_hetero_block(model, hc, table, pa, pipeline)
-    # Two passes as in costmodel.evaluate: closed forms in blocks, then the rows the
-    # simulator must price, sorted by (schedule, pp, micro-batches, vpp), written back.
-    parts = [_evaluate_hetero_block(model, hc, table.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline,
-                                    simulate_now=False) for i in range(0, N, K.BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
-    need = np.flatnonzero(out.pop("_needs_simulation"))
-    if need.size:
-        sub = table.take(need)
-        order = np.lexsort((sub["vpp"], sub["microbatches"], sub["pp"], sub["schedule"]))
-        rows, sub = need[order], sub.take(order)
-        for i in range(0, len(rows), K.BLOCK_ROWS):
-            part = _evaluate_hetero_block(model, hc, sub.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline)
-            for k, col in part.items():
-                out[k][rows[i:i + K.BLOCK_ROWS]] = col
-    return out
+    return K.run_blocks(table, lambda sub, now: _evaluate_hetero_block(model, hc, sub, pa, pipeline, simulate_now=now),
+                        lambda sub: sub["microbatches"])
 
 
 def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,
