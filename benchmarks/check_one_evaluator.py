@@ -141,6 +141,7 @@ def compare(a_path: str, b_path: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", help="the other checkout (e.g. /work/ref)")
+    ap.add_argument("--new", help="the checkout to compare (default: the one holding this script)")
     ap.add_argument("--dump", help="internal: compute the cases with the checkout on PYTHONPATH into this file")
     args = ap.parse_args()
     if args.dump:
@@ -148,7 +149,7 @@ def main() -> None:
         return
     if not args.ref:
         ap.error("--ref is required")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.abspath(args.new) if args.new else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         for label, root in (("ref", os.path.abspath(args.ref)), ("new", here)):

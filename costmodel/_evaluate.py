@@ -344,15 +344,20 @@ def state_bytes(params, zero, g):
             OPTIM_BYTES * params / np.where(zero >= 1, g, 1))
 
 
-def buffer_bytes(T, h, t, g, zero, params_max, layer_p):
+def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):
     """Communication buffers per GPU: two tensor-parallel activations, two gradient buckets
-    (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory."""
-    return (
-        np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS), 0.0)
-        + np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
-        + RESERVED_BYTES
-    )
+    (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory.
+
+    ``stage_of``, ``rows``: where given, T, t, g and zero are per stage configuration and
+    params_max per row, and the buffers are those of the stages of configurations
+    ``stage_of`` in rows ``rows``."""
+    tp_buf = np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
+    bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
+    z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
+    reduced = g > 1
+    if stage_of is not None:
+        tp_buf, bucket, z3_buf, reduced = tp_buf[stage_of], bucket[rows], z3_buf[stage_of], reduced[stage_of]
+    return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
 def recompute_flops_per_token(model: Transformer, full, sel):
@@ -379,14 +384,17 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
     return repl + split + scores, scores
 
 
-def in_flight(sched, p, m, v, stage):
+def in_flight(sched, p, m, v, stage, rows=None):
     """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
     stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
     Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core).
 
     GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
     follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
-    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023)."""
+    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023).
+
+    ``rows``: where given, the schedule columns are per row and ``stage`` holds stages of rows
+    ``rows`` (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
     # the 1F1B form here).
@@ -396,7 +404,10 @@ def in_flight(sched, p, m, v, stage):
                   [m, (p - 1) * 2 + (v - 1) * p + 1, p, 2 * p - 1], p)
     c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
     q = np.where(is_i, v, 1)
-    return np.minimum(a + c * stage, m * q) / q
+    cap = m * q
+    if rows is not None:
+        a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
+    return np.minimum(a + c * stage, cap) / q
 
 
 def distinct_rows(*cols):
@@ -592,6 +603,62 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     )
 
 
+def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
+    """Per layer and micro-batch, from one layer's costs ``lc`` (layer_costs) and the
+    recompute masks ``full`` / ``sel`` (selective): the stage times F (forward + exposed tp
+    and cp comm), B (backward, recompute and its comm), W (weight gradients), and the parts
+    reported: compute, recompute, tp and cp comm (recompute's included)."""
+    f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
+    bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
+    tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
+    re = np.where(full, f, np.where(sel, lc["attn"], 0.0))
+    return {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, 0.0), "W": lc["gemm"],
+            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, 0.0),
+            "cp": cpf + cpb + np.where(full, cpf, 0.0)}
+
+
+def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
+    """Compute, recompute, tp and cp time per iteration of the bottleneck stage (n layers,
+    first / last: it holds the embedding / the head), from its layer_terms ``lt``."""
+    return {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
+            "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
+            "cp_comm": m * (n * lt["cp"])}
+
+
+def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
+                  stage_inputs):
+    """Pipeline time of a block's rows (N,): the closed forms (module docstring) with the fill
+    and drain hand-offs ``pp_comm``, then the simulator for the feasible rows outside the
+    closed forms' domain (every feasible row with pipeline="simulate"), where ``simulate_now``.
+
+    ``stage_inputs(rows)``: (representative flags, F, B, W, hand-off) of those rows as
+    simulate_pipelines takes them. Returns (pipe, fill, pp_comm, rows still to simulate (N,)
+    bool, None or (rows simulated, their shape index, the shapes' peaks in flight))."""
+    fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
+    pipe = m * X_max + fill + pp_comm
+    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
+    needs = simulated & (reason == 0)
+    if not (simulate_now and np.any(needs)):
+        return pipe, fill, pp_comm, needs & ~np.bool_(simulate_now), None
+    q = np.flatnonzero(needs)
+    total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q))
+    # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
+    # where they are exposed, the rest of the idle time as bubble.
+    busy = m[q] * X_max[q]
+    pipe[q] = total
+    pp_comm = pp_comm.copy()
+    pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
+    fill[q] = total - busy - pp_comm[q]
+    return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
+
+
+def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw):
+    """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck
+    stage's last backward (B + W), or under ZeRO-3 with the whole pipeline (m X_max)."""
+    window = np.where(zero == 3, m * X_max, B_b + W_b)
+    return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+
+
 def simulate_pipelines(shape, comp, F, Bk, W, tc):
     """Exact pipeline time (R,) of R rows from the schedule simulator, and the schedule's peak
     micro-batches in flight per device: (row_shape (R,), peaks (G, D_max)), so stage j of row
@@ -691,10 +758,6 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     sh = {k: v[inv] for k, v in _shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
                                              sp[first_row], peak[first_row]).items()}
     T = sh["T"]
-    f_L = sh["gemm"] + sh["attn"] + sh["elem"] + sh["overhead"]  # forward compute
-    bx_L = sh["gemm"] + 2.0 * sh["attn"] + ELEM_BWD_FACTOR * (sh["elem"] + sh["overhead"])
-    w_L = sh["gemm"]  # weight-gradient GEMMs
-    tpf_L, cpf_L, cpb_L = sh["tp_fwd"], sh["cp_fwd"], sh["cp_bwd"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (
         sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
 
@@ -702,20 +765,13 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    re_L = np.where(full, col(f_L), np.where(sel, col(sh["attn"]), 0.0))
-    re_comm_L = np.where(full, col(tpf_L + cpf_L), 0.0)
-    F = n * col(f_L + tpf_L + cpf_L) + first * col(0.5 * emb_c + emb_tp) + last * col(
-        head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    Bk = (n * (col(bx_L + tpf_L + cpb_L) + re_L + re_comm_L) + first * col(0.5 * emb_c)
-          + last * col(head_gemm + 0.5 * head_elem + 0.5 * head_tp))
-    W = n * col(w_L) + last * col(head_gemm)
+    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd")},
+                     full, sel)  # (N, 1) or (N, k) per layer
+    head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
+    F = n * lt["F"] + first * col(0.5 * emb_c + emb_tp) + last * head_FB
+    Bk = n * lt["B"] + first * col(0.5 * emb_c) + last * head_FB
+    W = n * lt["W"] + last * col(head_gemm)
     X = F + Bk + W  # (N, k) stage time per micro-batch
-    comp = n * col(f_L + bx_L + w_L) + first * col(emb_c) + last * col(3.0 * head_gemm + head_elem)
-    tp_st = n * col(2.0 * tpf_L) + first * col(emb_tp) + last * col(head_tp)
-    cp_st = n * col(cpf_L + cpb_L)
-    re_st = n * re_L
-    re_tp_st = n * np.where(full, col(tpf_L), 0.0)
-    re_cp_st = n * np.where(full, col(cpf_L), 0.0)
 
     # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
     Xa = np.where(wt > 0, X, -np.inf)
@@ -726,33 +782,22 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         return a[:, 0] if a.shape[1] == 1 else a.reshape(-1)[bot_flat]
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
-    X_sum = np.sum(wt * X, axis=1)
-    fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
     pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
     T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
-    pp_comm = 2.0 * (p - 1) * T_C
-    pipe = m * X_max + fill + pp_comm
-    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
-    needs_simulation = simulated & (reason == 0)
-    k = in_flight(col(sched), col(p), col(m), col(v), idx)
-    if simulate_now and np.any(needs_simulation):
-        q = np.flatnonzero(needs_simulation)
-        shape = np.stack([sched[q], p[q], m[q], v[q]], axis=1)
-        reps = np.full(q.size, table.stage_layers is None)
+
+    def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or every stage
         kk = 3 if table.stage_layers is None else int(p[q].max())
-        sim, row_shape, peaks = simulate_pipelines(shape, reps, F[q, :kk], Bk[q, :kk], W[q, :kk],
-                                                   np.broadcast_to(T_C[q, None], (q.size, kk)))
-        sim_total = np.full(len(table), np.nan)
-        sim_total[q] = sim
-        sim_k = np.full(idx.shape, np.nan)
-        sim_k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
-        done = ~np.isnan(sim_total)
-        # The simulator's total includes every hand-off; report as pp comm the fill/drain
-        # hand-offs 2 (p - 1) T_C where they are exposed, the rest of the idle time as bubble.
-        pipe = np.where(done, sim_total, pipe)
-        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
-        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
-        k = np.where(done[:, None], sim_k, k)
+        return (np.full(q.size, table.stage_layers is None), F[q, :kk], Bk[q, :kk], W[q, :kk],
+                np.broadcast_to(T_C[q, None], (q.size, kk)))
+
+    pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
+        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=1), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        pp_comm=2.0 * (p - 1) * T_C, reason=reason, pipeline=pipeline, simulate_now=simulate_now,
+        stage_inputs=stage_inputs)
+    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    if sim is not None:
+        q, row_shape, peaks = sim
+        k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     layer_p = model.layer_params()
@@ -760,9 +805,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    dp_raw = dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat)
-    window = np.where(zero == 3, m * X_max, B_b + W_b)
-    dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat))
     shard = np.where(zero >= 1, g, 1)
     opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
     step = pipe + dp_exposed + opt_s
@@ -794,12 +837,13 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
-    extra["_needs_simulation"] = needs_simulation & ~np.bool_(simulate_now)
+    extra["_needs_simulation"] = needs_simulation
+    lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
+    parts = bottleneck_parts(m, at(n), at(first), at(last), lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
-        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak,
-        compute=m * at(comp), recompute=m * at(re_st), tp_comm=m * (at(tp_st) + at(re_tp_st)),
-        cp_comm=m * (at(cp_st) + at(re_cp_st)), pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
+        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak, **parts,
+        pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
         mem_weights=atm(w_b), mem_grads=atm(g_b), mem_optimizer=atm(o_b), mem_activations=atm(act),
         mem_buffers=buffers, mem_total=mem_total, extra=extra)
 

@@ -61,17 +61,18 @@ from costmodel._evaluate import (
     _act_layer_bytes,
     activation_bytes,
     assemble_metrics,
+    bottleneck_parts,
     buffer_bytes,
     dp_exchange_s,
     edge_terms,
+    exposed_dp_s,
     in_flight,
     layer_costs,
-    outside_closed_form,
-    pipeline_fill,
+    layer_terms,
+    pipeline_step,
     reason_codes,
     recompute_flops_per_token,
     schedule_fits,
-    simulate_pipelines,
     stage_params,
     state_bytes,
 )
@@ -82,7 +83,7 @@ from costmodel._workloads import Transformer
 
 _GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff",
                "kernel_overhead_s")
-_POOL_FIELDS = ("gpus_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
+_POOL_FIELDS = ("intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
 
 
 def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
@@ -114,7 +115,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
 
 def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     """(bandwidth, latency) of a group of ``size`` ranks at ``stride``: the slowest link it
-    crosses (module docstring). All arguments broadcast."""
+    crosses (module docstring). All arguments broadcast; stride, size and G integers."""
     inside = stride * size <= G
     per_node = np.mod(stride, G) == 0
     bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
@@ -157,12 +158,13 @@ def split_columns(pool, pool2, dp2):
 
 
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
-                       flat=None) -> np.ndarray:
+                       flat=None, used=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
     pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
     stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
-    replicas, pool_b = pool and dp2 = 0 where the stage is not split)."""
+    replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) the GPUs
+    each row puts on each pool when the caller has counted them."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -194,14 +196,18 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     if np.any(v > 1):
         bits |= (n % v[r] != 0) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
-    row = r * P
-    g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
-    used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
-                       minlength=N * P)
-    if np.any(d2):
-        used += np.bincount(row + np.where(in_range, pool_b, 0), weights=np.broadcast_to(w * d2 * t * c[r], r.shape),
-                            minlength=N * P)
-    gpus_ok = (flags & 1 == 0) & np.all(used.reshape(N, P) <= pa["num_gpus"][None, :], axis=1)
+    if used is None:
+        row = r * P
+        g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
+        used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
+                           minlength=N * P)
+        if np.any(d2):
+            used += np.bincount(row + np.where(in_range, pool_b, 0),
+                                weights=np.broadcast_to(w * d2 * t * c[r], r.shape), minlength=N * P)
+        used = used.reshape(N, P)
+    gpus_ok = flags & 1 == 0
+    for x in range(P):
+        gpus_ok &= used[:, x] <= pa["num_gpus"][x]
     tp_ok = flags & 2 == 0
     pp_ok = (layers_sum == L) & (flags & 4 == 0) & pad_ok
     batch_ok = flags & 8 == 0
@@ -277,20 +283,32 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
     pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
-    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2))
     pool = np.minimum(pool_in, P - 1)
     pool_b = np.minimum(pool_b_in, P - 1)
     split = pool_b != pool  # (M,) stages whose dp replicas span two pools
     ks = np.flatnonzero(split)  # (K,) those stages
     any_split = ks.size > 0
+    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
+    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
+    # GPUs the strategy puts on each pool, (N, P)
+    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
+    if any_split:
+        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
+    used = used.reshape(N, P)
+    in_range = np.all(pool_in < P) and np.all(pool_b_in < P)  # else feasibility counts them itself
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
+                                used=used if in_range else None)
     n = n_int.astype(np.float64)
     add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
     def first_max(a):
         """(N,) flat index of the first stage holding its row's maximum of ``a``."""
-        hit = a == top(a)[r]
-        return np.minimum.reduceat(np.where(hit, np.arange(M), M), starts)
+        hit = np.flatnonzero(a == top(a)[r])  # every row has one at least
+        rh = r[hit]
+        first_hit = np.ones(hit.size, dtype=bool)
+        first_hit[1:] = rh[1:] != rh[:-1]
+        return hit[first_hit]
 
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
     row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
@@ -313,7 +331,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
     peak = pa["peak"][pool_u, U(table["precision"])]
-    G, up_bw, out_bw = pa["gpus_per_node"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
+    G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
     up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
     tp_inner = order_u == 0
     # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
@@ -330,18 +348,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
     lc = layer_costs(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
     T = lc["T"]
-    f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
-    bx_L = lc["gemm"] + 2.0 * lc["attn"] + K.ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
-    w_L = lc["gemm"]
-    tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     tp_bw, tp_lat = tp_link
     full_u, sel_u = rc_u == 2, rc_u == 1
-    re_L = np.where(full_u, f_L, np.where(sel_u, lc["attn"], 0.0))
-    Fl = f_L + tpf_L + cpf_L  # per layer, forward
-    Bl = bx_L + tpf_L + cpb_L + re_L + np.where(full_u, tpf_L + cpf_L, 0.0)  # backward (+ recompute)
-    comp_l = f_L + bx_L + w_L
-    tp_l = 2.0 * tpf_L + np.where(full_u, tpf_L, 0.0)
-    cp_l = cpf_L + cpb_L + np.where(full_u, cpf_L, 0.0)
+    lt = layer_terms(lc, full_u, sel_u)  # (U,) per layer
+    Fl, Bl, w_L = lt["F"], lt["B"], lt["W"]
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
     act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
@@ -364,11 +374,16 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         """Forward, backward, weight-gradient time per micro-batch of stages ``idx`` (all: (M,))
         in configurations inv_x."""
         emb_c, emb_tp, head_gemm, head_elem, head_tp = e
-        ri, ni, fi, li, ui = r[idx], n[idx], first[idx], last[idx], inv_x[idx]
-        emb_F, head_FB = (0.5 * emb_c + emb_tp)[ri], (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[ri]
-        F = ni * Fl[ui] + fi * emb_F + li * head_FB
-        Bk = ni * Bl[ui] + fi * (0.5 * emb_c)[ri] + li * head_FB
-        W = ni * w_L[ui] + li * head_gemm[ri]
+        ri, ni, ui = r[idx], n[idx], inv_x[idx]
+        F, Bk, W = ni * Fl[ui], ni * Bl[ui], ni * w_L[ui]
+        f0, l0 = np.flatnonzero(first[idx]), np.flatnonzero(last[idx])  # the embedding's, the head's stages
+        rf, rl = ri[f0], ri[l0]
+        F[f0] += (0.5 * emb_c + emb_tp)[rf]
+        Bk[f0] += (0.5 * emb_c)[rf]
+        head_FB = (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[rl]
+        F[l0] += head_FB
+        Bk[l0] += head_FB
+        W[l0] += head_gemm[rl]
         return F, Bk, W
 
     # -- stages (M,) --
@@ -392,23 +407,18 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     X = F + Bk + W
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
-    nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
+    nxt = np.arange(1, M + 1)
+    nxt[heads] = starts
     un = inv[nxt]
     hand_bytes = np.maximum(share[inv], share[un])
-    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
-    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
-    # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
-    if any_split:
-        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
-    used = used.reshape(N, P)
+    spans_nodes = (used > pa["gpus_per_node_int"][None, :]).ravel()  # (N * P,) the strategy's GPUs on a pool span nodes
 
     def hop_s(x, y, block, rows, nbytes):
         """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
         stage's on pool y: the inter-pool link, or inside x its intra-node link if the
         strategy's GPUs on x fit one node, else the network (or the slower of both)."""
         Gx = pa["gpus_per_node_int"][x]
-        spill = used.ravel()[rows * P + x] > Gx  # the strategy's GPUs on x span nodes
+        spill = spans_nodes[rows * P + x]
         k = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))  # case 0, 1 or 2
         return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
 
@@ -423,33 +433,25 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
     bot = first_max(X)  # (N,) flat index of the bottleneck stage
     X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
-    fill = pipeline_fill(sched, p, v, add(X), X_max, F_b, B_b, W_b)
-    pp_comm = 2.0 * add(np.where(inner, T_C, 0.0))
-    pipe = m * X_max + fill + pp_comm
-    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
-    k = in_flight(R(sched), pr, R(m), R(v), j)
-    needs_simulation = simulated & (reason == 0)
-    if simulate_now and np.any(needs_simulation):
-        q = np.flatnonzero(needs_simulation)
+
+    def stage_inputs(q):  # the simulated rows' flat stages as (R, k) columns, zeros past each row's
         kmax = int(nrep[q].max())
         col = np.arange(kmax)[None, :]
         fi = starts[q][:, None] + np.minimum(col, nrep[q][:, None] - 1)  # (R, kmax) flat stages
         pad = col < nrep[q][:, None]
-        shape = np.stack([sched[q], p[q], m[q], v[q]], axis=1)
-        stage_cols = (np.where(pad, x[fi], 0.0) for x in (F, Bk, W, T_C))
-        sim, row_shape, peaks = simulate_pipelines(shape, comp[q], *stage_cols)
-        sim_total = np.full(N, np.nan)
-        sim_total[q] = sim
+        return (comp[q], *(np.where(pad, x[fi], 0.0) for x in (F, Bk, W, T_C)))
+
+    pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
+        sched=sched, p=p, m=m, v=v, X_sum=add(X), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        pp_comm=2.0 * add(np.where(inner, T_C, 0.0)), reason=reason, pipeline=pipeline, simulate_now=simulate_now,
+        stage_inputs=stage_inputs)
+    k = in_flight(sched, p, m, v, j, rows=r)
+    if sim is not None:
+        q, row_shape, peaks = sim
         shape_of = np.full(N, -1)
         shape_of[q] = row_shape
-        fs = np.flatnonzero(needs_simulation[r])  # flat stages of those rows
-        sim_k = np.full(M, np.nan)
-        sim_k[fs] = peaks[shape_of[r[fs]], j[fs]]
-        done = ~np.isnan(sim_total)
-        pipe = np.where(done, sim_total, pipe)
-        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
-        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
-        k = np.where(done[r], sim_k, k)
+        fs = np.flatnonzero(shape_of[r] >= 0)  # flat stages of those rows
+        k[fs] = peaks[shape_of[r[fs]], j[fs]]
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
     params = stage_params(model, n, first, last, t)  # (M,) per GPU
@@ -467,7 +469,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
         def part_link(x, d_part):
             size = np.where(tp_in | (cs == 1), d_part * cs, d_part * ts * cs)
-            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node"][x], pa["intra_Bps"][x],
+            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node_int"][x], pa["intra_Bps"][x],
                               pa["inter_Bps"][x], pa["intra_latency_s"][x], pa["inter_latency_s"][x],
                               pa["link_eff"][x])
 
@@ -476,9 +478,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     dp_st = dp_exchange_s(zr, R(m), params, g, dbw, dlat)  # (M,)
-    dp_raw = top(dp_st)
-    window = np.where(zero == 3, m * X_max, B_b + W_b)
-    dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, top(dp_st))
     shard = np.where(zr >= 1, g, 1)
     hbm_stage_Bps = hbm_Bps_eff[inv]
     hbm = gpu.hbm_bytes[inv]
@@ -489,9 +489,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    act = k * (n * act_kept[inv] + first * emb_act_u[inv]) + work[inv] + last * head_act_u[inv]
+    act = n * act_kept[inv]
+    act[starts] += emb_act_u[inv[starts]]  # the first stage keeps the embedding's output
+    act = k * act + work[inv]
+    act[heads] += head_act_u[inv[heads]]  # the last the logits
     w_b, g_b, o_b = state_bytes(params, zr, g)
-    buffers = buffer_bytes(T[inv], h, t, g, zr, R(params_max), layer_p)
+    buffers = buffer_bytes(T, h, t_u, g_u, zero_u, params_max, layer_p, stage_of=inv, rows=r)
     tot = w_b + g_b + o_b + act + buffers
     frac = tot / hbm
     worst = first_max(frac)
@@ -500,11 +503,9 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     feasible = reason == 0
 
     # -- the bottleneck stage's time parts (per micro-batch, then x m) --
-    ub_, nb, fb, lb = inv_t[bot], n[bot], first[bot], last[bot]
-    comp_b = nb * comp_l[ub_] + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
-    tp_b = nb * tp_l[ub_] + fb * emb_tp + lb * head_tp
-    cp_b = nb * cp_l[ub_]
-    re_b = nb * re_L[ub_]
+    ub_ = inv_t[bot]
+    parts = bottleneck_parts(m, n[bot], first[bot], last[bot], {k: lt[k][ub_] for k in ("compute", "recompute", "tp",
+                             "cp")}, emb_c, emb_tp, head_gemm, head_elem, head_tp)
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
@@ -526,11 +527,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
                  "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
     del row_rep
-    extra["_needs_simulation"] = needs_simulation & ~np.bool_(simulate_now)
+    extra["_needs_simulation"] = needs_simulation
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
         flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_sum,
-        compute=m * comp_b, recompute=m * re_b, tp_comm=m * tp_b, cp_comm=m * cp_b, pp_comm=pp_comm,
+        **parts, pp_comm=pp_comm,
         dp_comm=dp_exposed, optimizer=opt_s, mem_weights=w_b[worst], mem_grads=g_b[worst],
         mem_optimizer=o_b[worst], mem_activations=act[worst], mem_buffers=buffers[worst], mem_total=mem_total,
         extra=extra)
