@@ -461,15 +461,20 @@ def schedule_fits(sched, p, v, chunks_ok):
     )
 
 
+def tp_divides(model: Transformer, t):
+    """Tensor parallelism t splits the model evenly: its heads and K/V heads (an MLP: its
+    hidden width). Broadcasts over t."""
+    if model.kind == "mlp":
+        return model.hidden % t == 0
+    return (model.heads % t == 0) & (model.kv_heads % t == 0)
+
+
 def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
     L, s = model.layers, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
     b, B, v, sched = table["micro_batch"], table["global_batch"], table["vpp"], table["schedule"]
-    if model.kind == "mlp":
-        tp_ok = model.hidden % t == 0
-    else:
-        tp_ok = (model.heads % t == 0) & (model.kv_heads % t == 0)
+    tp_ok = tp_divides(model, t)
     if table.stage_layers is None:
         pp_ok = L % p == 0
         n_min = L // p

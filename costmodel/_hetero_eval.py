@@ -4,12 +4,16 @@ Every quantity of costmodel._evaluate becomes an (N, S) array, one column per pi
 with the stage's own GPU type (peak FLOP/s, efficiency, HBM), its own degrees (dp_i, tp_i),
 its micro-batch share b_i = B / (dp_i m) and its links. The formulas are the homogeneous
 ones (layer_costs, in_flight, the closed forms, the simulator); on a single pool with equal
-degrees on every stage the result equals costmodel.evaluate row by row. The terms are the
-same functions too: layer_costs, edge_terms (embedding and head), pipeline_fill,
-stage_params, dp_exchange_s, activation_bytes, state_bytes, buffer_bytes and
-recompute_flops_per_token come from costmodel._evaluate and are called here on flat stages
-or on stage configurations; this module adds only what is heterogeneous (per-stage pools,
-links and hand-offs, split stages, the flat-stage layout).
+degrees on every stage the result equals costmodel.evaluate row by row. The code is the
+same too: from costmodel._evaluate come the cost terms (layer_costs, edge_terms, stage_params,
+dp_exchange_s, activation_bytes, state_bytes, buffer_bytes, recompute_flops_per_token), the
+per-layer stage times (layer_terms), the pipeline step (pipeline_step: the closed forms, then
+simulate_pipelines, the one simulation with its cache and mixed-shape walk), the exposed
+data-parallel time (exposed_dp_s), the bottleneck's parts (bottleneck_parts), the Metrics
+(assemble_metrics), the two-pass block loop (run_blocks) and the feasibility checks
+(tp_divides, schedule_fits, reason_codes). They are called here on flat stages or on stage
+configurations; this module adds only what is heterogeneous (per-stage pools, links and
+hand-offs, split stages, the flat-stage layout).
 
 Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (see ORDERS in
 costmodel._hetero_strategy) is priced on the slowest link it crosses:
@@ -75,6 +79,7 @@ from costmodel._evaluate import (
     schedule_fits,
     stage_params,
     state_bytes,
+    tp_divides,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
@@ -135,7 +140,11 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     cols = [table.stages[k] for k in names if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
+    for a in cols:  # stages 0, 1 and 2 alike first: three column compares settle most placements
+        same &= (a[:, 0] == a[:, 1]) & (a[:, 1] == a[:, 2]) if S >= 3 else True
     idx = None  # rows still uniform, once they are few enough to gather (random placements)
+    if np.count_nonzero(same) < len(same) // 4:
+        idx = np.flatnonzero(same)
     for a in cols:
         if idx is None:
             same &= np.all(~active | (a == a[:, :1]), axis=1)
@@ -158,13 +167,15 @@ def split_columns(pool, pool2, dp2):
 
 
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
-                       flat=None, used=None) -> np.ndarray:
+                       flat=None, used=None, stage_bits=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
     pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
     stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
     replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) the GPUs
-    each row puts on each pool when the caller has counted them."""
+    each row puts on each pool when the caller has counted them; ``stage_bits`` (M,) uint8 the
+    failures of each stage's configuration (2: tp does not divide the heads, 8: the batch does
+    not divide into dp x micro-batches) when the caller has them."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -184,15 +195,13 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     # stages past pp must be empty
     pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
     in_range = (pool < P) & (pool_b < P)
-    tps = np.arange(int(t.max()) + 1 if t.size else 1)
-    tps[0] = 1
-    if model.kind == "mlp":
-        tp_bad = (model.hidden % tps != 0)[t]
-    else:
-        tp_bad = ((model.heads % tps != 0) | (model.kv_heads % tps != 0))[t]  # a lookup per tp value
+    if stage_bits is None:
+        tps = np.arange(int(t.max()) + 1 if t.size else 1)
+        tps[0] = 1
+        tp_bad = ~tp_divides(model, tps)[t]  # a lookup per tp value
+        stage_bits = tp_bad * np.uint8(2) | (B[r] % (d * m[r]) != 0) * np.uint8(8)
     # per-stage failures as bits, one reduction over each row's stages
-    bits = (~in_range * np.uint8(1) | tp_bad * np.uint8(2) | (n < 1) * np.uint8(4)
-            | (B[r] % (d * m[r]) != 0) * np.uint8(8))
+    bits = ~in_range * np.uint8(1) | stage_bits | (n < 1) * np.uint8(4)
     if np.any(v > 1):
         bits |= (n % v[r] != 0) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
@@ -282,9 +291,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order = table.stages["order"].ravel()[fl]
     n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
-    pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
+    if np.any(table.stages["dp2"]):
+        pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
+    else:  # no stage split across two pools (a search's default)
+        pool_b_in, d2 = pool_in, np.zeros_like(d)
     pool = np.minimum(pool_in, P - 1)
-    pool_b = np.minimum(pool_b_in, P - 1)
+    pool_b = np.minimum(pool_b_in, P - 1) if pool_b_in is not pool_in else pool
     split = pool_b != pool  # (M,) stages whose dp replicas span two pools
     ks = np.flatnonzero(split)  # (K,) those stages
     any_split = ks.size > 0
@@ -295,9 +307,6 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     if any_split:
         used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
     used = used.reshape(N, P)
-    in_range = np.all(pool_in < P) and np.all(pool_b_in < P)  # else feasibility counts them itself
-    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
-                                used=used if in_range else None)
     n = n_int.astype(np.float64)
     add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
@@ -311,7 +320,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         return hit[first_hit]
 
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
-    row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
+    row_cols = [m, B - (B.min() if N else 0), c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
     row_rep, row_code = _config_index(row_cols)
     key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
     if any_split:  # the replicas of split stages on their second pool are configurations too
@@ -327,6 +336,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
     order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
+    cfg_bits = (~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * m_u) != 0) * np.uint8(8)).astype(np.uint8)
+    in_range = np.all(pool_in < P) and np.all(pool_b_in < P)  # else feasibility counts them itself
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
+                                used=used if in_range else None, stage_bits=cfg_bits[inv])
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
