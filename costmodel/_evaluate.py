@@ -337,11 +337,15 @@ def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
     return kept, np.where(full, act_L, 0.0)
 
 
-def state_bytes(params, zero, g):
+def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
-    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1)."""
-    return (WEIGHT_BYTES * params / np.where(zero == 3, g, 1), GRAD_BYTES * params / np.where(zero >= 2, g, 1),
-            OPTIM_BYTES * params / np.where(zero >= 1, g, 1))
+    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: where
+    given, zero and g are per stage configuration and params those of stages of configurations
+    ``stage_of``."""
+    shards = (np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1))
+    if stage_of is not None:
+        shards = tuple(x[stage_of] for x in shards)
+    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), shards, strict=True))
 
 
 def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):

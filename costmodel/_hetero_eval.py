@@ -276,14 +276,16 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     M = int(nrep.sum())
     r = np.repeat(np.arange(N), nrep)  # (M,) row of each flat stage
     kk = np.arange(M) - starts[r]  # (M,) position within the row's flat stages
-    compr = comp[r]
-    j = np.where(compr & (kk == 2), p[r] - 1, kk)  # (M,) the stage's index in its pipeline
-    w = np.where(compr & (kk == 1), p[r] - 2, 1)  # (M,) stages each flat stage stands for
+    j, w = kk, 1  # (M,) the stage's index in its pipeline, stages each flat stage stands for
+    if np.any(comp):
+        compr = comp[r]
+        j = np.where(compr & (kk == 2), p[r] - 1, kk)
+        w = np.where(compr & (kk == 1), p[r] - 2, 1)
     R = lambda x: np.asarray(x)[r]  # noqa: E731  (N,) -> (M,)
-    first = j == 0
-    pr = R(p)
-    last = j == pr - 1
     heads = starts + nrep - 1  # (N,) flat index of each row's last stage
+    first, last = np.zeros(M, dtype=bool), np.zeros(M, dtype=bool)
+    first[starts] = True
+    last[heads] = True
     fl = r * S + j  # flat index into (N, S) stage columns
     pool_in = table.stages["pool"].ravel()[fl]
     d = table.stages["dp"].ravel()[fl]
@@ -308,7 +310,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
     used = used.reshape(N, P)
     n = n_int.astype(np.float64)
-    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
+    if np.any(comp):
+        add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
+    else:  # every flat stage stands for itself (w = 1)
+        add = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
     def first_max(a):
@@ -440,8 +445,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         sel = np.flatnonzero(split | split[nxt])
         T_C[sel] = np.maximum(T_C[sel], hop_s(pool_b[sel], pool_b[nxt[sel]],
                                               np.where(split[sel], gpus_b[sel], gpus_a[sel]), r[sel], hand_bytes[sel]))
-    T_C = np.where(pr > 1, T_C, 0.0)  # (M,)
-    inner = j < pr - 1  # the p - 1 forward boundaries
+    T_C[starts[p == 1]] = 0.0  # (M,) no hand-off without a pipeline
+    inner = ~last  # the p - 1 forward boundaries
 
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
     bot = first_max(X)  # (N,) flat index of the bottleneck stage
@@ -492,7 +497,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     dp_st = dp_exchange_s(zr, R(m), params, g, dbw, dlat)  # (M,)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, top(dp_st))
-    shard = np.where(zr >= 1, g, 1)
+    shard = np.where(zero_u >= 1, g_u, 1)[inv]
     hbm_stage_Bps = hbm_Bps_eff[inv]
     hbm = gpu.hbm_bytes[inv]
     if any_split:  # a split stage's optimizer step waits for the slower HBM; its memory fits the smaller
@@ -506,7 +511,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     act[starts] += emb_act_u[inv[starts]]  # the first stage keeps the embedding's output
     act = k * act + work[inv]
     act[heads] += head_act_u[inv[heads]]  # the last the logits
-    w_b, g_b, o_b = state_bytes(params, zr, g)
+    w_b, g_b, o_b = state_bytes(params, zero_u, g_u, stage_of=inv)
     buffers = buffer_bytes(T, h, t_u, g_u, zero_u, params_max, layer_p, stage_of=inv, rows=r)
     tot = w_b + g_b + o_b + act + buffers
     frac = tot / hbm
