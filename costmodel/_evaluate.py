@@ -339,9 +339,8 @@ def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
 
 def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
-    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: where
-    given, zero and g are per stage configuration and params those of stages of configurations
-    ``stage_of``."""
+    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
+    g are per configuration, params per stage of configuration ``stage_of``."""
     shards = (np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1))
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
@@ -351,10 +350,8 @@ def state_bytes(params, zero, g, stage_of=None):
 def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):
     """Communication buffers per GPU: two tensor-parallel activations, two gradient buckets
     (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory.
-
-    ``stage_of``, ``rows``: where given, T, t, g and zero are per stage configuration and
-    params_max per row, and the buffers are those of the stages of configurations
-    ``stage_of`` in rows ``rows``."""
+    ``stage_of``, ``rows``: T, t, g, zero per configuration, params_max per row: the buffers of
+    stages of configurations ``stage_of`` in rows ``rows``."""
     tp_buf = np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
     bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
@@ -395,10 +392,8 @@ def in_flight(sched, p, m, v, stage, rows=None):
 
     GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
     follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
-    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023).
-
-    ``rows``: where given, the schedule columns are per row and ``stage`` holds stages of rows
-    ``rows`` (flat stages)."""
+    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023). ``rows``: the schedule
+    columns are per row and ``stage`` holds stages of rows ``rows`` (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
     # the 1F1B form here).
@@ -418,15 +413,18 @@ def distinct_rows(*cols):
     """(first, inv): for columns of small non-negative integers (or bools), the index of one
     row per distinct combination, and each row's combination number, so that
     ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
-    the key range is small, np.unique otherwise."""
+    the key range is small, np.unique otherwise (every row its own combination if the key
+    would overflow int64)."""
     n = len(cols[0])
     key = np.zeros(n, dtype=np.int64)
     K = 1
     for x in cols:
-        x = np.asarray(x).astype(np.int64)
+        x = np.asarray(x, dtype=np.int64)
         r = int(x.max()) + 1 if n else 1
-        key = key * r + x
         K *= r
+        if K >= 2**62:
+            return np.arange(n), np.arange(n)
+        key = key * r + x
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
@@ -439,11 +437,11 @@ def distinct_rows(*cols):
     return first, inv
 
 
-def _shape_terms(model: Transformer, cluster: Cluster, b, t, c, sp, peak) -> dict[str, np.ndarray]:
-    """Every per-row term that depends only on the micro-batch shape and the precision: one
-    layer's costs (layer_costs), the embedding and head times, activation bytes."""
-    gpu = cluster.gpu
-    lc = layer_costs(model, cluster, b, t, c, sp, peak)
+def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, **links) -> dict[str, np.ndarray]:
+    """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
+    costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes."""
+    gpu = links.get("gpu") or cluster.gpu
+    lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
     edges = edge_terms(model, T, t, sp, peak, gpu, lc["tp_bw"], lc["tp_lat"])
@@ -466,8 +464,7 @@ def schedule_fits(sched, p, v, chunks_ok):
 
 
 def tp_divides(model: Transformer, t):
-    """Tensor parallelism t splits the model evenly: its heads and K/V heads (an MLP: its
-    hidden width). Broadcasts over t."""
+    """Tensor parallelism t splits the heads and K/V heads (an MLP: the hidden width) evenly."""
     if model.kind == "mlp":
         return model.hidden % t == 0
     return (model.heads % t == 0) & (model.kv_heads % t == 0)
@@ -573,11 +570,8 @@ def evaluate(
 
 def run_blocks(table, block, microbatches) -> Metrics:
     """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
-
-    Pass 1: every row in blocks, closed forms only; rows the simulator must price come back
-    flagged in ``_needs_simulation``. Pass 2: just those rows, sorted by (schedule, pp,
-    micro-batches (``microbatches(sub_table)``), vpp) so each shape meets the simulator once or
-    twice, written back in place. A table of one block is priced in one call."""
+    Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
+    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
     if N <= BLOCK_ROWS:
         out = block(table, True)
@@ -613,10 +607,9 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
 
 
 def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
-    """Per layer and micro-batch, from one layer's costs ``lc`` (layer_costs) and the
-    recompute masks ``full`` / ``sel`` (selective): the stage times F (forward + exposed tp
-    and cp comm), B (backward, recompute and its comm), W (weight gradients), and the parts
-    reported: compute, recompute, tp and cp comm (recompute's included)."""
+    """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
+    times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
+    gradients) and the parts reported: compute, recompute, tp and cp comm."""
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
@@ -636,13 +629,10 @@ def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
 
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
                   stage_inputs):
-    """Pipeline time of a block's rows (N,): the closed forms (module docstring) with the fill
-    and drain hand-offs ``pp_comm``, then the simulator for the feasible rows outside the
-    closed forms' domain (every feasible row with pipeline="simulate"), where ``simulate_now``.
-
-    ``stage_inputs(rows)``: (representative flags, F, B, W, hand-off) of those rows as
-    simulate_pipelines takes them. Returns (pipe, fill, pp_comm, rows still to simulate (N,)
-    bool, None or (rows simulated, their shape index, the shapes' peaks in flight))."""
+    """Pipeline time (N,): the closed forms with fill and drain hand-offs ``pp_comm``, then, if
+    ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
+    "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
+    Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
     fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
@@ -654,8 +644,7 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
     # where they are exposed, the rest of the idle time as bubble.
     busy = m[q] * X_max[q]
-    pipe[q] = total
-    pp_comm = pp_comm.copy()
+    pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
     pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
     fill[q] = total - busy - pp_comm[q]
     return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
@@ -669,21 +658,14 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw):
 
 
 def simulate_pipelines(shape, comp, F, Bk, W, tc):
-    """Exact pipeline time (R,) of R rows from the schedule simulator, and the schedule's peak
-    micro-batches in flight per device: (row_shape (R,), peaks (G, D_max)), so stage j of row
-    i holds ``peaks[row_shape[i], j]``.
+    """Exact pipeline time (R,) of R rows and the peak micro-batches in flight (row_shape (R,),
+    peaks (G, D_max)): stage j of row i holds ``peaks[row_shape[i], j]``. ``shape`` (R, 4):
+    schedule, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k): the stage times and
+    the hand-off on the link after each stage column, the stages 0 .. pp - 1 (zero past pp) or,
+    where ``comp`` is set, three representatives (first, interior, last) of stages alike.
 
-    ``shape`` (R, 4): schedule code, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k):
-    forward, backward, weight-gradient time and the hand-off on the link after each stage
-    column; a row's columns are its stages 0 .. pp - 1 (columns past pp zero), or where
-    ``comp`` (R,) is set its three representatives (first, interior, last) of stages alike.
-
-    Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...) share
-    their inputs: each distinct input is simulated once. Shapes with many distinct inputs (a
-    sweep) get one simulate() call each; the rest (a search step: a few inputs of each of many
-    shapes) are simulated together by total_times_mixed. Inputs simulated by an earlier call
-    (a search meets many again) come from a per-process cache. A loop over shapes, never over
-    rows."""
+    Each distinct input is simulated once, or taken from a per-process cache; shapes with many
+    distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
     from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
 
     k = F.shape[1]
@@ -764,7 +746,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: v[inv] for k, v in _shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
+    sh = {k: v[inv] for k, v in shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
                                              sp[first_row], peak[first_row]).items()}
     T = sh["T"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (

@@ -5,13 +5,9 @@ with the stage's own GPU type (peak FLOP/s, efficiency, HBM), its own degrees (d
 its micro-batch share b_i = B / (dp_i m) and its links. The formulas are the homogeneous
 ones (layer_costs, in_flight, the closed forms, the simulator); on a single pool with equal
 degrees on every stage the result equals costmodel.evaluate row by row. The code is the
-same too: from costmodel._evaluate come the cost terms (layer_costs, edge_terms, stage_params,
-dp_exchange_s, activation_bytes, state_bytes, buffer_bytes, recompute_flops_per_token), the
-per-layer stage times (layer_terms), the pipeline step (pipeline_step: the closed forms, then
-simulate_pipelines, the one simulation with its cache and mixed-shape walk), the exposed
-data-parallel time (exposed_dp_s), the bottleneck's parts (bottleneck_parts), the Metrics
-(assemble_metrics), the two-pass block loop (run_blocks) and the feasibility checks
-(tp_divides, schedule_fits, reason_codes). They are called here on flat stages or on stage
+same too: costmodel._evaluate's cost terms, layer_terms, pipeline_step (closed forms, then the
+one simulation with its cache and mixed-shape walk), exposed_dp_s, bottleneck_parts,
+assemble_metrics, run_blocks and feasibility checks, called here on flat stages or stage
 configurations; this module adds only what is heterogeneous (per-stage pools, links and
 hand-offs, split stages, the flat-stage layout).
 
@@ -62,28 +58,27 @@ from costmodel import _evaluate as K
 from costmodel._evaluate import (
     REASON,
     Metrics,
-    _act_layer_bytes,
     activation_bytes,
     assemble_metrics,
     bottleneck_parts,
     buffer_bytes,
+    distinct_rows,
     dp_exchange_s,
-    edge_terms,
     exposed_dp_s,
     in_flight,
-    layer_costs,
     layer_terms,
     pipeline_step,
     reason_codes,
     recompute_flops_per_token,
     schedule_fits,
+    shape_terms,
     stage_params,
     state_bytes,
     tp_divides,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
-from costmodel._hetero_strategy import STAGE_COLUMNS, HeteroTable
+from costmodel._hetero_strategy import HeteroTable
 from costmodel._workloads import Transformer
 
 _GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff",
@@ -136,15 +131,12 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     same = p >= 4
     split_free = not np.any(table.stages["dp2"])  # then pool2 means nothing: not compared
     names = ("layers", "pool", "dp", "tp", "order", "pool2", "dp2")  # STAGE_COLUMNS, most varied first
-    assert set(names) == set(STAGE_COLUMNS)
     cols = [table.stages[k] for k in names if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
-    for a in cols:  # stages 0, 1 and 2 alike first: three column compares settle most placements
-        same &= (a[:, 0] == a[:, 1]) & (a[:, 1] == a[:, 2]) if S >= 3 else True
-    idx = None  # rows still uniform, once they are few enough to gather (random placements)
-    if np.count_nonzero(same) < len(same) // 4:
-        idx = np.flatnonzero(same)
+    for a in cols if S >= 4 else ():  # stages 0-2 alike first: three column compares settle most placements
+        same &= (a[:, 0] == a[:, 1]) & (a[:, 1] == a[:, 2])
+    idx = np.flatnonzero(same) if np.count_nonzero(same) < len(same) // 4 else None  # rows still uniform, once few
     for a in cols:
         if idx is None:
             same &= np.all(~active | (a == a[:, :1]), axis=1)
@@ -157,6 +149,15 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
         same = np.zeros(len(p), dtype=bool)
         same[idx] = True
     return same
+
+
+def _gpus_per_pool(N, P, r, w, pool, gpus, pool_b, gpus_b) -> np.ndarray:
+    """(N, P) GPUs each row puts on each pool: its flat stages (rows ``r``, standing for ``w``
+    stages each) hold ``gpus`` on ``pool`` and, where pool_b is given, ``gpus_b`` on pool_b."""
+    used = np.bincount(r * P + pool, weights=np.broadcast_to(w * gpus, r.shape), minlength=N * P)
+    if pool_b is not None:
+        used += np.bincount(r * P + pool_b, weights=np.broadcast_to(w * gpus_b, r.shape), minlength=N * P)
+    return used.reshape(N, P)
 
 
 def split_columns(pool, pool2, dp2):
@@ -172,10 +173,9 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
     pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
     stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
-    replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) the GPUs
-    each row puts on each pool when the caller has counted them; ``stage_bits`` (M,) uint8 the
-    failures of each stage's configuration (2: tp does not divide the heads, 8: the batch does
-    not divide into dp x micro-batches) when the caller has them."""
+    replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) GPUs per
+    pool and ``stage_bits`` (M,) (2: tp does not divide the heads, 8: the batch does not divide
+    into dp x micro-batches) when the caller has them."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -205,15 +205,9 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     if np.any(v > 1):
         bits |= (n % v[r] != 0) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
-    if used is None:
-        row = r * P
-        g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
-        used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
-                           minlength=N * P)
-        if np.any(d2):
-            used += np.bincount(row + np.where(in_range, pool_b, 0),
-                                weights=np.broadcast_to(w * d2 * t * c[r], r.shape), minlength=N * P)
-        used = used.reshape(N, P)
+    if used is None:  # pools out of range are counted on the last (their rows fail in_range anyway)
+        used = _gpus_per_pool(N, P, r, w, np.minimum(pool, P - 1), (d - d2) * t * c[r],
+                              np.minimum(pool_b, P - 1) if np.any(d2) else None, d2 * t * c[r])
     gpus_ok = flags & 1 == 0
     for x in range(P):
         gpus_ok &= used[:, x] <= pa["num_gpus"][x]
@@ -224,32 +218,6 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
     return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
                         pp=p, seq_len=s, zero=table["zero_stage"])
-
-
-def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct configurations among M stages: (index of one stage per configuration (U,),
-    configuration of each stage (M,)). Columns are non-negative integers, combined into one
-    int64 key as a mixed-radix number (every stage its own configuration if that would
-    overflow)."""
-    M = len(cols[0])
-    key = np.zeros(M, dtype=np.int64)
-    span = 1
-    for c in cols:
-        radix = int(c.max()) + 1 if M else 1
-        span *= radix
-        if span >= 2**62:
-            return np.arange(M), np.arange(M)
-        key = key * radix + c
-    if span <= max(4 * M, 1 << 16):  # a small key range: a lookup table instead of a sort
-        present = np.zeros(span, dtype=bool)
-        present[key] = True
-        code = np.cumsum(present) - 1
-        inv = code[key]
-    else:
-        inv = np.unique(key, return_inverse=True)[1].ravel()
-    rep = np.empty(int(inv.max()) + 1 if M else 0, dtype=np.int64)
-    rep[inv] = np.arange(M)  # any stage of each configuration will do
-    return rep, inv
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
@@ -304,11 +272,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     any_split = ks.size > 0
     gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
     gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
-    # GPUs the strategy puts on each pool, (N, P)
-    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
-    if any_split:
-        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
-    used = used.reshape(N, P)
+    used = _gpus_per_pool(N, P, r, w, pool, gpus_a, pool_b if any_split else None, gpus_b)
     n = n_int.astype(np.float64)
     if np.any(comp):
         add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
@@ -326,11 +290,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
     row_cols = [m, B - (B.min() if N else 0), c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
-    row_rep, row_code = _config_index(row_cols)
+    row_code = distinct_rows(*row_cols)[1]
     key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
     if any_split:  # the replicas of split stages on their second pool are configurations too
         key_cols = [np.concatenate([a, (pool_b if a is pool else a)[ks]]) for a in key_cols]
-    rep2, inv2 = _config_index(key_cols)
+    rep2, inv2 = distinct_rows(*key_cols)
     inv, inv_b = inv2[:M], inv2[:M]  # (M,) configuration of each stage on its pool, on its second pool
     if any_split:
         inv_b = inv.copy()
@@ -342,9 +306,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
     cfg_bits = (~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * m_u) != 0) * np.uint8(8)).astype(np.uint8)
-    in_range = np.all(pool_in < P) and np.all(pool_b_in < P)  # else feasibility counts them itself
     reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
-                                used=used if in_range else None, stage_bits=cfg_bits[inv])
+                                used=used, stage_bits=cfg_bits[inv])
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
@@ -364,18 +327,14 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     cp_link = link(cp_stride, c_u)
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
-    lc = layer_costs(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
-    T = lc["T"]
-    tp_bw, tp_lat = tp_link
+    # one layer, the embedding and head as a first or last stage, activation bytes (U,)
+    eu = shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
-    lt = layer_terms(lc, full_u, sel_u)  # (U,) per layer
-    Fl, Bl, w_L = lt["F"], lt["B"], lt["W"]
+    lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
-    act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
-    act_kept, work = activation_bytes(full_u, sel_u, act_L, score_L, T, h, np.where(sp_u, t_u, 1))
-    # Embedding and head terms of each configuration as a first or a last stage.
-    eu = edge_terms(model, T, t_u, sp_u, peak, gpu, tp_bw, tp_lat)
+    act_kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["score_L"], T, h, np.where(sp_u, t_u, 1))
     emb_act_u, head_act_u = eu["emb_act"], eu["head_act"]
     layer_p = model.layer_params()
     re_tok_u = recompute_flops_per_token(model, full_u, sel_u)
@@ -393,7 +352,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         in configurations inv_x."""
         emb_c, emb_tp, head_gemm, head_elem, head_tp = e
         ri, ni, ui = r[idx], n[idx], inv_x[idx]
-        F, Bk, W = ni * Fl[ui], ni * Bl[ui], ni * w_L[ui]
+        F, Bk, W = ni * lt["F"][ui], ni * lt["B"][ui], ni * lt["W"][ui]
         f0, l0 = np.flatnonzero(first[idx]), np.flatnonzero(last[idx])  # the embedding's, the head's stages
         rf, rl = ri[f0], ri[l0]
         F[f0] += (0.5 * emb_c + emb_tp)[rf]
@@ -431,16 +390,20 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     hand_bytes = np.maximum(share[inv], share[un])
     spans_nodes = (used > pa["gpus_per_node_int"][None, :]).ravel()  # (N * P,) the strategy's GPUs on a pool span nodes
 
-    def hop_s(x, y, block, rows, nbytes):
+    def hop_s(x, y, block, rows, nbytes, ragged=None):
         """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
         stage's on pool y: the inter-pool link, or inside x its intra-node link if the
-        strategy's GPUs on x fit one node, else the network (or the slower of both)."""
-        Gx = pa["gpus_per_node_int"][x]
+        strategy's GPUs on x fit one node, else the network (or the slower of both). ``ragged``:
+        the block is not a whole number of nodes, where the caller has it."""
+        if ragged is None:
+            ragged = block % pa["gpus_per_node_int"][x] != 0
         spill = spans_nodes[rows * P + x]
-        k = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))  # case 0, 1 or 2
+        k = (x * P + y) * 3 + spill * (1 + ragged)  # case 0, 1 or 2
         return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
 
-    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes)
+    gpus_u = d_u * t_u * c_u  # GPUs of a stage configuration (on one pool)
+    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes,
+                ragged=None if any_split else (gpus_u % G != 0)[inv])
     if any_split:  # replicas on the second pools hand off to each other (HetPipe's virtual workers)
         sel = np.flatnonzero(split | split[nxt])
         T_C[sel] = np.maximum(T_C[sel], hop_s(pool_b[sel], pool_b[nxt[sel]],
@@ -528,7 +491,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
-    peak_sum = add(gpus_a * peak[inv] + (gpus_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
+    # sum over the GPUs of their peak
+    peak_sum = add(gpus_a * peak[inv] + gpus_b * peak[inv_b]) if any_split else add((gpus_u * peak)[inv])
     extra = {}
     if stages_out:
         def grid(a, fill_value=0.0):
@@ -544,7 +508,6 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
                  "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
                  "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
-    del row_rep
     extra["_needs_simulation"] = needs_simulation
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
@@ -557,11 +520,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
 def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, *,
                     pipeline: str = "closed_form") -> Metrics:
-    """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS).
-
-    Vectorised over rows and stages in blocks of rows; rows outside the closed forms'
-    domain (and every row with pipeline="simulate") are priced by the schedule simulator
-    with per-stage times and per-link hand-offs."""
+    """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS), in blocks of rows
+    (run_blocks); the simulator prices rows as in costmodel.evaluate, with per-link hand-offs."""
     if pipeline not in K.PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {K.PIPELINE_MODES}, got {pipeline!r}")
     hc = as_hetero(cluster)

@@ -314,8 +314,7 @@ class _Graph:
 
     @functools.cached_property
     def link(self) -> np.ndarray:
-        """(n,) the link a cross-device op's hand-off takes: link d joins devices d and d + 1,
-        link D - 1 the last device and the first (the wrap of interleaved chunks)."""
+        """(n,) the link of a cross-device op's hand-off (link d: devices d, d + 1; D - 1: wrap)."""
         src = self.device[np.maximum(self.dep, 0)]
         return np.where(np.abs(src - self.device) == 1, np.minimum(src, self.device), self.devices - 1)
 
@@ -624,9 +623,8 @@ def total_times_mixed(
 
     ``keys``: the distinct (schedule, D, m, v); ``group`` (S,): each set's index into ``keys``;
     ``tf``, ``tb``, ``tw`` (S, D_max): per-device stage times, columns past a set's D unused;
-    ``tc`` (S,): hand-off time, or (S, D_max) one per link as in :func:`simulate`.
-    Equal to ``simulate(*keys[group[i]], tf=..., ...).total_time``
-    set by set (tests/test_pipeline.py), for the cost of one simulation.
+    ``tc`` (S,): hand-off time, or (S, D_max) one per link as in :func:`simulate`. Equal to
+    ``simulate(*keys[group[i]], tf=..., ...).total_time`` set by set (tests/test_pipeline.py).
 
     :func:`simulate` walks one graph's waves over an (ops, S) array: ideal for many sets of one
     shape, but a search step brings a few sets each of dozens of shapes, and then the Python
