@@ -193,7 +193,7 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         starts, r, pool, d, t, n, w, pool_b, d2 = flat
     layers_sum = np.add.reduceat(w * n, starts)
     # stages past pp must be empty
-    pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
+    pad_ok = table.stages["layers"] @ np.ones(S, dtype=np.int64) == layers_sum  # (a matmul: a fast row sum)
     in_range = (pool < P) & (pool_b < P)
     if stage_bits is None:
         tps = np.arange(int(t.max()) + 1 if t.size else 1)
