@@ -324,7 +324,7 @@ def dp_exchange_s(zero, m, params, g, bw, lat):
     reduce = all_reduce_s(grad_bytes, g, bw, lat)
     z3 = zero == 3
     if not np.any(z3):  # the common case in a search (ZeRO-3 needs pp 1): skip the gathers
-        return reduce + np.zeros_like(z3, dtype=np.float64)
+        return reduce if reduce.shape == z3.shape else reduce + np.zeros_like(z3, dtype=np.float64)
     return np.where(z3, m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
                     reduce)
 
@@ -356,8 +356,8 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
     reduced = g > 1
-    if stage_of is not None:
-        tp_buf, bucket, z3_buf, reduced = tp_buf[stage_of], bucket[rows], z3_buf[stage_of], reduced[stage_of]
+    if stage_of is not None:  # the configurations' part first, then the rows' buckets
+        return (tp_buf + z3_buf + RESERVED_BYTES)[stage_of] + np.where(reduced[stage_of], bucket[rows], 0.0)
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
