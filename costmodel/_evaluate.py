@@ -324,7 +324,7 @@ def dp_exchange_s(zero, m, params, g, bw, lat):
     reduce = all_reduce_s(grad_bytes, g, bw, lat)
     z3 = zero == 3
     if not np.any(z3):  # the common case in a search (ZeRO-3 needs pp 1): skip the gathers
-        return reduce + np.zeros_like(z3, dtype=np.float64)
+        return reduce if reduce.shape == z3.shape else reduce + np.zeros_like(z3, dtype=np.float64)
     return np.where(z3, m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
                     reduce)
 
@@ -337,22 +337,28 @@ def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
     return kept, np.where(full, act_L, 0.0)
 
 
-def state_bytes(params, zero, g):
+def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
-    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1)."""
-    return (WEIGHT_BYTES * params / np.where(zero == 3, g, 1), GRAD_BYTES * params / np.where(zero >= 2, g, 1),
-            OPTIM_BYTES * params / np.where(zero >= 1, g, 1))
+    over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
+    g are per configuration, params per stage of configuration ``stage_of``."""
+    shards = (np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1))
+    if stage_of is not None:
+        shards = tuple(x[stage_of] for x in shards)
+    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), shards, strict=True))
 
 
-def buffer_bytes(T, h, t, g, zero, params_max, layer_p):
+def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):
     """Communication buffers per GPU: two tensor-parallel activations, two gradient buckets
-    (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory."""
-    return (
-        np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
-        + np.where(g > 1, 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS), 0.0)
-        + np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
-        + RESERVED_BYTES
-    )
+    (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory.
+    ``stage_of``, ``rows``: T, t, g, zero per configuration, params_max per row: the buffers of
+    stages of configurations ``stage_of`` in rows ``rows``."""
+    tp_buf = np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
+    bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
+    z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
+    reduced = g > 1
+    if stage_of is not None:  # the configurations' part first, then the rows' buckets
+        return (tp_buf + z3_buf + RESERVED_BYTES)[stage_of] + np.where(reduced[stage_of], bucket[rows], 0.0)
+    return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
 def recompute_flops_per_token(model: Transformer, full, sel):
@@ -379,14 +385,15 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
     return repl + split + scores, scores
 
 
-def in_flight(sched, p, m, v, stage):
+def in_flight(sched, p, m, v, stage, rows=None):
     """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
     stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
     Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core).
 
     GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
     follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
-    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023)."""
+    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023). ``rows``: the schedule
+    columns are per row and ``stage`` holds stages of rows ``rows`` (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
     # the 1F1B form here).
@@ -396,22 +403,28 @@ def in_flight(sched, p, m, v, stage):
                   [m, (p - 1) * 2 + (v - 1) * p + 1, p, 2 * p - 1], p)
     c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
     q = np.where(is_i, v, 1)
-    return np.minimum(a + c * stage, m * q) / q
+    cap = m * q
+    if rows is not None:
+        a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
+    return np.minimum(a + c * stage, cap) / q
 
 
 def distinct_rows(*cols):
     """(first, inv): for columns of small non-negative integers (or bools), the index of one
     row per distinct combination, and each row's combination number, so that
     ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
-    the key range is small, np.unique otherwise."""
+    the key range is small, np.unique otherwise (every row its own combination if the key
+    would overflow int64)."""
     n = len(cols[0])
     key = np.zeros(n, dtype=np.int64)
     K = 1
     for x in cols:
-        x = np.asarray(x).astype(np.int64)
+        x = np.asarray(x, dtype=np.int64)
         r = int(x.max()) + 1 if n else 1
-        key = key * r + x
         K *= r
+        if K >= 2**62:
+            return np.arange(n), np.arange(n)
+        key = key * r + x
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
@@ -424,11 +437,11 @@ def distinct_rows(*cols):
     return first, inv
 
 
-def _shape_terms(model: Transformer, cluster: Cluster, b, t, c, sp, peak) -> dict[str, np.ndarray]:
-    """Every per-row term that depends only on the micro-batch shape and the precision: one
-    layer's costs (layer_costs), the embedding and head times, activation bytes."""
-    gpu = cluster.gpu
-    lc = layer_costs(model, cluster, b, t, c, sp, peak)
+def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, **links) -> dict[str, np.ndarray]:
+    """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
+    costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes."""
+    gpu = links.get("gpu") or cluster.gpu
+    lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
     edges = edge_terms(model, T, t, sp, peak, gpu, lc["tp_bw"], lc["tp_lat"])
@@ -450,15 +463,19 @@ def schedule_fits(sched, p, v, chunks_ok):
     )
 
 
+def tp_divides(model: Transformer, t):
+    """Tensor parallelism t splits the heads and K/V heads (an MLP: the hidden width) evenly."""
+    if model.kind == "mlp":
+        return model.hidden % t == 0
+    return (model.heads % t == 0) & (model.kv_heads % t == 0)
+
+
 def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
     L, s = model.layers, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
     b, B, v, sched = table["micro_batch"], table["global_batch"], table["vpp"], table["schedule"]
-    if model.kind == "mlp":
-        tp_ok = model.hidden % t == 0
-    else:
-        tp_ok = (model.heads % t == 0) & (model.kv_heads % t == 0)
+    tp_ok = tp_divides(model, t)
     if table.stage_layers is None:
         pp_ok = L % p == 0
         n_min = L // p
@@ -547,28 +564,29 @@ def evaluate(
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now),
+                      lambda sub: sub["global_batch"] // (sub["dp"] * sub["micro_batch"]))
+
+
+def run_blocks(table, block, microbatches) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
+    Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
+    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
     if N <= BLOCK_ROWS:
-        out = _evaluate_block(model, cluster, table, pipeline, simulate_now=True)
+        out = block(table, True)
         out.pop("_needs_simulation")
         return out
-    # Pass 1: every row in blocks, closed forms only; rows the simulator must price are
-    # flagged. Pass 2: just those rows, sorted by (schedule, pp, micro-batches, vpp) so each
-    # group meets the simulator once or twice, written back in place.
-    parts = [
-        _evaluate_block(model, cluster, table.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=False)
-        for i in range(0, N, BLOCK_ROWS)
-    ]
+    parts = [block(table.take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
     out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
-        m = sub["global_batch"] // (sub["dp"] * sub["micro_batch"])
-        order = np.lexsort((sub["vpp"], m, sub["pp"], sub["schedule"]))
+        order = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
         rows = need[order]
         sub = sub.take(order)
         for i in range(0, len(rows), BLOCK_ROWS):
-            part = _evaluate_block(model, cluster, sub.take(slice(i, i + BLOCK_ROWS)), pipeline, simulate_now=True)
+            part = block(sub.take(slice(i, i + BLOCK_ROWS)), True)
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
@@ -588,40 +606,80 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     )
 
 
-def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
-    """Exact pipeline time (N,) and micro-batches in flight per stage (N, k) from the
-    simulator for the rows in ``rows`` (bool (N,)); NaN elsewhere.
+def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
+    """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
+    times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
+    gradients) and the parts reported: compute, recompute, tp and cp comm."""
+    f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
+    bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
+    tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
+    re = np.where(full, f, np.where(sel, lc["attn"], 0.0))
+    return {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, 0.0), "W": lc["gemm"],
+            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, 0.0),
+            "cp": cpf + cpb + np.where(full, cpf, 0.0)}
 
-    Rows differing only in what the pipeline does not see (ZeRO stage, DP overlap, ...) share
-    their stage times: each distinct (schedule, pp, m, vpp, F, B, W, T_C) is simulated once.
-    Shapes with many distinct sets (a sweep) get one simulate() call each; the rest (a search
-    step: a few sets of each of many shapes) are simulated together by total_times_mixed. A
-    loop over shapes, never over rows."""
+
+def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
+    """Compute, recompute, tp and cp time per iteration of the bottleneck stage (n layers,
+    first / last: it holds the embedding / the head), from its layer_terms ``lt``."""
+    return {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
+            "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
+            "cp_comm": m * (n * lt["cp"])}
+
+
+def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
+                  stage_inputs):
+    """Pipeline time (N,): the closed forms with fill and drain hand-offs ``pp_comm``, then, if
+    ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
+    "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
+    Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
+    fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
+    pipe = m * X_max + fill + pp_comm
+    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
+    needs = simulated & (reason == 0)
+    if not (simulate_now and np.any(needs)):
+        return pipe, fill, pp_comm, needs & ~np.bool_(simulate_now), None
+    q = np.flatnonzero(needs)
+    total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q))
+    # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
+    # where they are exposed, the rest of the idle time as bubble.
+    busy = m[q] * X_max[q]
+    pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
+    pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
+    fill[q] = total - busy - pp_comm[q]
+    return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
+
+
+def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw):
+    """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck
+    stage's last backward (B + W), or under ZeRO-3 with the whole pipeline (m X_max)."""
+    window = np.where(zero == 3, m * X_max, B_b + W_b)
+    return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+
+
+def simulate_pipelines(shape, comp, F, Bk, W, tc):
+    """Exact pipeline time (R,) of R rows and the peak micro-batches in flight (row_shape (R,),
+    peaks (G, D_max)): stage j of row i holds ``peaks[row_shape[i], j]``. ``shape`` (R, 4):
+    schedule, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k): the stage times and
+    the hand-off on the link after each stage column, the stages 0 .. pp - 1 (zero past pp) or,
+    where ``comp`` is set, three representatives (first, interior, last) of stages alike.
+
+    Each distinct input is simulated once, or taken from a per-process cache; shapes with many
+    distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
     from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
 
-    total = np.full(len(table), np.nan)
-    k_act = np.full(idx.shape, np.nan)
-    sel = np.flatnonzero(rows & (reason == 0))
-    if sel.size == 0:
-        return total, k_act
-    sched, p, v = table["schedule"][sel], table["pp"][sel], table["vpp"][sel]
-    keys = np.stack([sched, p, m[sel], v], axis=1).astype(np.float64)
-    uniform = table.stage_layers is None
-    d_max = int(p.max())
-    k = 3 if uniform else d_max  # stage columns: the representatives (first, interior, last) or each stage
-    inputs = np.concatenate([keys, F[sel][:, :k], Bk[sel][:, :k], W[sel][:, :k], T_C[sel][:, None]], axis=1)
+    k = F.shape[1]
+    inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
     uniq, back = np.unique(inputs, axis=0, return_inverse=True)
     back = back.ravel()
     shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
     gid = gid.ravel()
     u_p = uniq[:, 1].astype(np.int64)[:, None]
-    dev = np.arange(d_max)[None, :]
-    col = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1)) if uniform else np.broadcast_to(dev, (len(uniq), d_max))
-    u_tf, u_tb, u_tw = (np.where(dev < u_p, np.take_along_axis(uniq[:, 4 + i * k:4 + (i + 1) * k], col, axis=1), 0.0)
-                        for i in range(3))  # device times; columns past pp unused
-    u_tc = uniq[:, -1]
-    # Sets simulated by an earlier call (a search step meets many again: a point that differs
-    # from one already priced in the ZeRO stage only) are taken from the cache.
+    dev = np.arange(int(u_p.max()))[None, :]
+    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
+    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
+    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
+                                       0.0) for i in range(4))  # per device; columns past pp unused
     u_keys = np.ascontiguousarray(uniq).view(np.dtype((np.void, uniq.shape[1] * 8))).ravel()
     cache = _simulation_cache(uniq.shape[1])
     known, cached = cache.lookup(u_keys)
@@ -631,7 +689,8 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
         r = np.flatnonzero((gid == g) & ~known)
-        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r])
+        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
+                       tc=u_tc[r, :pg])
         u_total[r] = res.total_time
     small = ~big[gid] & ~known
     if np.any(small):
@@ -642,14 +701,10 @@ def _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, rows):
         r = np.flatnonzero(small)
         u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
     cache.add(u_keys[~known], u_total[~known, None])
-    total[sel] = u_total[back]
-    # Micro-batches in flight: the schedule's peak per device, the same for every set of a shape.
-    row_shape = gid[back]
+    peaks = np.zeros((len(shapes), dev.shape[1]))
     for g, (code, pg, mg, vg) in enumerate(shapes):
-        r = sel[row_shape == g]
-        peak = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
-        k_act[r] = peak[np.minimum(idx[r], pg - 1)]
-    return total, k_act
+        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+    return u_total[back], gid[back], peaks
 
 
 # Distinct parameter sets of one pipeline shape above which it is simulated on its own
@@ -691,13 +746,9 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: v[inv] for k, v in _shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
+    sh = {k: v[inv] for k, v in shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
                                              sp[first_row], peak[first_row]).items()}
     T = sh["T"]
-    f_L = sh["gemm"] + sh["attn"] + sh["elem"] + sh["overhead"]  # forward compute
-    bx_L = sh["gemm"] + 2.0 * sh["attn"] + ELEM_BWD_FACTOR * (sh["elem"] + sh["overhead"])
-    w_L = sh["gemm"]  # weight-gradient GEMMs
-    tpf_L, cpf_L, cpb_L = sh["tp_fwd"], sh["cp_fwd"], sh["cp_bwd"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (
         sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
 
@@ -705,20 +756,13 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    re_L = np.where(full, col(f_L), np.where(sel, col(sh["attn"]), 0.0))
-    re_comm_L = np.where(full, col(tpf_L + cpf_L), 0.0)
-    F = n * col(f_L + tpf_L + cpf_L) + first * col(0.5 * emb_c + emb_tp) + last * col(
-        head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    Bk = (n * (col(bx_L + tpf_L + cpb_L) + re_L + re_comm_L) + first * col(0.5 * emb_c)
-          + last * col(head_gemm + 0.5 * head_elem + 0.5 * head_tp))
-    W = n * col(w_L) + last * col(head_gemm)
+    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd")},
+                     full, sel)  # (N, 1) or (N, k) per layer
+    head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
+    F = n * lt["F"] + first * col(0.5 * emb_c + emb_tp) + last * head_FB
+    Bk = n * lt["B"] + first * col(0.5 * emb_c) + last * head_FB
+    W = n * lt["W"] + last * col(head_gemm)
     X = F + Bk + W  # (N, k) stage time per micro-batch
-    comp = n * col(f_L + bx_L + w_L) + first * col(emb_c) + last * col(3.0 * head_gemm + head_elem)
-    tp_st = n * col(2.0 * tpf_L) + first * col(emb_tp) + last * col(head_tp)
-    cp_st = n * col(cpf_L + cpb_L)
-    re_st = n * re_L
-    re_tp_st = n * np.where(full, col(tpf_L), 0.0)
-    re_cp_st = n * np.where(full, col(cpf_L), 0.0)
 
     # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
     Xa = np.where(wt > 0, X, -np.inf)
@@ -729,24 +773,22 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         return a[:, 0] if a.shape[1] == 1 else a.reshape(-1)[bot_flat]
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
-    X_sum = np.sum(wt * X, axis=1)
-    fill = pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
     pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
     T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
-    pp_comm = 2.0 * (p - 1) * T_C
-    pipe = m * X_max + fill + pp_comm
-    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
-    needs_simulation = simulated & (reason == 0)
+
+    def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or every stage
+        kk = 3 if table.stage_layers is None else int(p[q].max())
+        return (np.full(q.size, table.stage_layers is None), F[q, :kk], Bk[q, :kk], W[q, :kk],
+                np.broadcast_to(T_C[q, None], (q.size, kk)))
+
+    pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
+        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=1), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        pp_comm=2.0 * (p - 1) * T_C, reason=reason, pipeline=pipeline, simulate_now=simulate_now,
+        stage_inputs=stage_inputs)
     k = in_flight(col(sched), col(p), col(m), col(v), idx)
-    if simulate_now and np.any(needs_simulation):
-        sim_total, sim_k = _simulate_groups(table, reason, idx, wt, F, Bk, W, T_C, m, simulated)
-        done = ~np.isnan(sim_total)
-        # The simulator's total includes every hand-off; report as pp comm the fill/drain
-        # hand-offs 2 (p - 1) T_C where they are exposed, the rest of the idle time as bubble.
-        pipe = np.where(done, sim_total, pipe)
-        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
-        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
-        k = np.where(done[:, None], sim_k, k)
+    if sim is not None:
+        q, row_shape, peaks = sim
+        k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     layer_p = model.layer_params()
@@ -754,9 +796,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    dp_raw = dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat)
-    window = np.where(zero == 3, m * X_max, B_b + W_b)
-    dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat))
     shard = np.where(zero >= 1, g, 1)
     opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
     step = pipe + dp_exposed + opt_s
@@ -788,12 +828,13 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
-    extra["_needs_simulation"] = needs_simulation & ~np.bool_(simulate_now)
+    extra["_needs_simulation"] = needs_simulation
+    lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
+    parts = bottleneck_parts(m, at(n), at(first), at(last), lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
-        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak,
-        compute=m * at(comp), recompute=m * at(re_st), tp_comm=m * (at(tp_st) + at(re_tp_st)),
-        cp_comm=m * (at(cp_st) + at(re_cp_st)), pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
+        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak, **parts,
+        pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
         mem_weights=atm(w_b), mem_grads=atm(g_b), mem_optimizer=atm(o_b), mem_activations=atm(act),
         mem_buffers=buffers, mem_total=mem_total, extra=extra)
 

@@ -4,12 +4,12 @@ Every quantity of costmodel._evaluate becomes an (N, S) array, one column per pi
 with the stage's own GPU type (peak FLOP/s, efficiency, HBM), its own degrees (dp_i, tp_i),
 its micro-batch share b_i = B / (dp_i m) and its links. The formulas are the homogeneous
 ones (layer_costs, in_flight, the closed forms, the simulator); on a single pool with equal
-degrees on every stage the result equals costmodel.evaluate row by row. The terms are the
-same functions too: layer_costs, edge_terms (embedding and head), pipeline_fill,
-stage_params, dp_exchange_s, activation_bytes, state_bytes, buffer_bytes and
-recompute_flops_per_token come from costmodel._evaluate and are called here on flat stages
-or on stage configurations; this module adds only what is heterogeneous (per-stage pools,
-links and hand-offs, split stages, the flat-stage layout).
+degrees on every stage the result equals costmodel.evaluate row by row. The code is the
+same too: costmodel._evaluate's cost terms, layer_terms, pipeline_step (closed forms, then the
+one simulation with its cache and mixed-shape walk), exposed_dp_s, bottleneck_parts,
+assemble_metrics, run_blocks and feasibility checks, called here on flat stages or stage
+configurations; this module adds only what is heterogeneous (per-stage pools, links and
+hand-offs, split stages, the flat-stage layout).
 
 Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (see ORDERS in
 costmodel._hetero_strategy) is priced on the slowest link it crosses:
@@ -58,31 +58,32 @@ from costmodel import _evaluate as K
 from costmodel._evaluate import (
     REASON,
     Metrics,
-    _act_layer_bytes,
     activation_bytes,
     assemble_metrics,
+    bottleneck_parts,
     buffer_bytes,
+    distinct_rows,
     dp_exchange_s,
-    edge_terms,
+    exposed_dp_s,
     in_flight,
-    layer_costs,
-    outside_closed_form,
-    pipeline_fill,
+    layer_terms,
+    pipeline_step,
     reason_codes,
     recompute_flops_per_token,
     schedule_fits,
+    shape_terms,
     stage_params,
     state_bytes,
+    tp_divides,
 )
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
-from costmodel._hetero_strategy import STAGE_COLUMNS, HeteroTable
-from costmodel._strategy import SCHEDULES
+from costmodel._hetero_strategy import HeteroTable
 from costmodel._workloads import Transformer
 
 _GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff",
                "kernel_overhead_s")
-_POOL_FIELDS = ("gpus_per_node", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
+_POOL_FIELDS = ("intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
 
 
 def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
@@ -114,7 +115,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
 
 def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     """(bandwidth, latency) of a group of ``size`` ranks at ``stride``: the slowest link it
-    crosses (module docstring). All arguments broadcast."""
+    crosses (module docstring). All arguments broadcast; stride, size and G integers."""
     inside = stride * size <= G
     per_node = np.mod(stride, G) == 0
     bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
@@ -130,11 +131,12 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     same = p >= 4
     split_free = not np.any(table.stages["dp2"])  # then pool2 means nothing: not compared
     names = ("layers", "pool", "dp", "tp", "order", "pool2", "dp2")  # STAGE_COLUMNS, most varied first
-    assert set(names) == set(STAGE_COLUMNS)
     cols = [table.stages[k] for k in names if not (split_free and k in ("pool2", "dp2"))]
     if table.stage_recompute is not None:
         cols.append(table.stage_recompute)
-    idx = None  # rows still uniform, once they are few enough to gather (random placements)
+    for a in cols if S >= 4 else ():  # stages 0-2 alike first: three column compares settle most placements
+        same &= (a[:, 0] == a[:, 1]) & (a[:, 1] == a[:, 2])
+    idx = np.flatnonzero(same) if np.count_nonzero(same) < len(same) // 4 else None  # rows still uniform, once few
     for a in cols:
         if idx is None:
             same &= np.all(~active | (a == a[:, :1]), axis=1)
@@ -149,6 +151,15 @@ def _uniform_rows(table: HeteroTable) -> np.ndarray:
     return same
 
 
+def _gpus_per_pool(N, P, r, w, pool, gpus, pool_b, gpus_b) -> np.ndarray:
+    """(N, P) GPUs each row puts on each pool: its flat stages (rows ``r``, standing for ``w``
+    stages each) hold ``gpus`` on ``pool`` and, where pool_b is given, ``gpus_b`` on pool_b."""
+    used = np.bincount(r * P + pool, weights=np.broadcast_to(w * gpus, r.shape), minlength=N * P)
+    if pool_b is not None:
+        used += np.bincount(r * P + pool_b, weights=np.broadcast_to(w * gpus_b, r.shape), minlength=N * P)
+    return used.reshape(N, P)
+
+
 def split_columns(pool, pool2, dp2):
     """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
     dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
@@ -157,12 +168,14 @@ def split_columns(pool, pool2, dp2):
 
 
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
-                       flat=None) -> np.ndarray:
+                       flat=None, used=None, stage_bits=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
     pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
     stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
-    replicas, pool_b = pool and dp2 = 0 where the stage is not split)."""
+    replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) GPUs per
+    pool and ``stage_bits`` (M,) (2: tp does not divide the heads, 8: the batch does not divide
+    into dp x micro-batches) when the caller has them."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -180,28 +193,24 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         starts, r, pool, d, t, n, w, pool_b, d2 = flat
     layers_sum = np.add.reduceat(w * n, starts)
     # stages past pp must be empty
-    pad_ok = np.sum(table.stages["layers"], axis=1) == layers_sum
+    pad_ok = table.stages["layers"] @ np.ones(S, dtype=np.int64) == layers_sum  # (a matmul: a fast row sum)
     in_range = (pool < P) & (pool_b < P)
-    tps = np.arange(int(t.max()) + 1 if t.size else 1)
-    tps[0] = 1
-    if model.kind == "mlp":
-        tp_bad = (model.hidden % tps != 0)[t]
-    else:
-        tp_bad = ((model.heads % tps != 0) | (model.kv_heads % tps != 0))[t]  # a lookup per tp value
+    if stage_bits is None:
+        tps = np.arange(int(t.max()) + 1 if t.size else 1)
+        tps[0] = 1
+        tp_bad = ~tp_divides(model, tps)[t]  # a lookup per tp value
+        stage_bits = tp_bad * np.uint8(2) | (B[r] % (d * m[r]) != 0) * np.uint8(8)
     # per-stage failures as bits, one reduction over each row's stages
-    bits = (~in_range * np.uint8(1) | tp_bad * np.uint8(2) | (n < 1) * np.uint8(4)
-            | (B[r] % (d * m[r]) != 0) * np.uint8(8))
+    bits = ~in_range * np.uint8(1) | stage_bits | (n < 1) * np.uint8(4)
     if np.any(v > 1):
         bits |= (n % v[r] != 0) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
-    row = r * P
-    g_a = (d - d2) * t * c[r]  # GPUs on the stage's pool (and d2 t c on its second pool)
-    used = np.bincount(row + np.where(in_range, pool, 0), weights=np.broadcast_to(w * g_a, r.shape),
-                       minlength=N * P)
-    if np.any(d2):
-        used += np.bincount(row + np.where(in_range, pool_b, 0), weights=np.broadcast_to(w * d2 * t * c[r], r.shape),
-                            minlength=N * P)
-    gpus_ok = (flags & 1 == 0) & np.all(used.reshape(N, P) <= pa["num_gpus"][None, :], axis=1)
+    if used is None:  # pools out of range are counted on the last (their rows fail in_range anyway)
+        used = _gpus_per_pool(N, P, r, w, np.minimum(pool, P - 1), (d - d2) * t * c[r],
+                              np.minimum(pool_b, P - 1) if np.any(d2) else None, d2 * t * c[r])
+    gpus_ok = flags & 1 == 0
+    for x in range(P):
+        gpus_ok &= used[:, x] <= pa["num_gpus"][x]
     tp_ok = flags & 2 == 0
     pp_ok = (layers_sum == L) & (flags & 4 == 0) & pad_ok
     batch_ok = flags & 8 == 0
@@ -209,60 +218,6 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
     return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
                         pp=p, seq_len=s, zero=table["zero_stage"])
-
-
-def _simulate_hetero(table, reason, F, Bk, W, T_C, m, rows, starts, nrep, comp, j):
-    """Exact pipeline time (N,) and in-flight micro-batches (M,) (flat stages) for ``rows``;
-    NaN elsewhere. One simulate() call per distinct (schedule, pp, m, vpp)."""
-    from costmodel._pipeline import simulate
-
-    total = np.full(len(table), np.nan)
-    k_act = np.full(F.shape, np.nan)
-    sel = np.flatnonzero(rows & (reason == 0))
-    if sel.size == 0:
-        return total, k_act
-    keys = np.stack([table["schedule"][sel], table["pp"][sel], m[sel], table["vpp"][sel]], axis=1)
-    groups, inv = np.unique(keys, axis=0, return_inverse=True)
-    for gi, (code, pg, mg, vg) in enumerate(groups):
-        r = sel[inv.ravel() == gi]
-        dev = np.arange(pg)[None, :]
-        rep_col = np.where(dev == 0, 0, np.where(dev == pg - 1, 2, 1))  # device -> representative
-        fi = starts[r][:, None] + np.where(comp[r][:, None], rep_col, dev)  # (R, pg) flat stage indices
-        inputs = np.concatenate([F[fi], Bk[fi], W[fi], T_C[fi]], axis=1)
-        uniq, back = np.unique(inputs, axis=0, return_inverse=True)
-        back = back.ravel()
-        res = simulate(SCHEDULES[code], int(pg), int(mg), int(vg), tf=uniq[:, :pg], tb=uniq[:, pg:2 * pg],
-                       tw=uniq[:, 2 * pg:3 * pg], tc=uniq[:, 3 * pg:])
-        total[r] = res.total_time[back]
-        own = starts[r][:, None] + np.minimum(dev, nrep[r][:, None] - 1)  # (R, pg) each flat stage once
-        k_act[own] = res.peak_activations[j[own]]
-    return total, k_act
-
-
-def _config_index(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct configurations among M stages: (index of one stage per configuration (U,),
-    configuration of each stage (M,)). Columns are non-negative integers, combined into one
-    int64 key as a mixed-radix number (every stage its own configuration if that would
-    overflow)."""
-    M = len(cols[0])
-    key = np.zeros(M, dtype=np.int64)
-    span = 1
-    for c in cols:
-        radix = int(c.max()) + 1 if M else 1
-        span *= radix
-        if span >= 2**62:
-            return np.arange(M), np.arange(M)
-        key = key * radix + c
-    if span <= max(4 * M, 1 << 16):  # a small key range: a lookup table instead of a sort
-        present = np.zeros(span, dtype=bool)
-        present[key] = True
-        code = np.cumsum(present) - 1
-        inv = code[key]
-    else:
-        inv = np.unique(key, return_inverse=True)[1].ravel()
-    rep = np.empty(int(inv.max()) + 1 if M else 0, dtype=np.int64)
-    rep[inv] = np.arange(M)  # any stage of each configuration will do
-    return rep, inv
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
@@ -289,14 +244,16 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     M = int(nrep.sum())
     r = np.repeat(np.arange(N), nrep)  # (M,) row of each flat stage
     kk = np.arange(M) - starts[r]  # (M,) position within the row's flat stages
-    compr = comp[r]
-    j = np.where(compr & (kk == 2), p[r] - 1, kk)  # (M,) the stage's index in its pipeline
-    w = np.where(compr & (kk == 1), p[r] - 2, 1)  # (M,) stages each flat stage stands for
+    j, w = kk, 1  # (M,) the stage's index in its pipeline, stages each flat stage stands for
+    if np.any(comp):
+        compr = comp[r]
+        j = np.where(compr & (kk == 2), p[r] - 1, kk)
+        w = np.where(compr & (kk == 1), p[r] - 2, 1)
     R = lambda x: np.asarray(x)[r]  # noqa: E731  (N,) -> (M,)
-    first = j == 0
-    pr = R(p)
-    last = j == pr - 1
     heads = starts + nrep - 1  # (N,) flat index of each row's last stage
+    first, last = np.zeros(M, dtype=bool), np.zeros(M, dtype=bool)
+    first[starts] = True
+    last[heads] = True
     fl = r * S + j  # flat index into (N, S) stage columns
     pool_in = table.stages["pool"].ravel()[fl]
     d = table.stages["dp"].ravel()[fl]
@@ -304,29 +261,40 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order = table.stages["order"].ravel()[fl]
     n_int = table.stages["layers"].ravel()[fl]
     rcs = R(table["recompute"]) if table.stage_recompute is None else table.stage_recompute.ravel()[fl]
-    pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
-    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2))
+    if np.any(table.stages["dp2"]):
+        pool_b_in, d2 = split_columns(pool_in, table.stages["pool2"].ravel()[fl], table.stages["dp2"].ravel()[fl])
+    else:  # no stage split across two pools (a search's default)
+        pool_b_in, d2 = pool_in, np.zeros_like(d)
     pool = np.minimum(pool_in, P - 1)
-    pool_b = np.minimum(pool_b_in, P - 1)
+    pool_b = np.minimum(pool_b_in, P - 1) if pool_b_in is not pool_in else pool
     split = pool_b != pool  # (M,) stages whose dp replicas span two pools
     ks = np.flatnonzero(split)  # (K,) those stages
     any_split = ks.size > 0
+    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
+    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
+    used = _gpus_per_pool(N, P, r, w, pool, gpus_a, pool_b if any_split else None, gpus_b)
     n = n_int.astype(np.float64)
-    add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
+    if np.any(comp):
+        add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
+    else:  # every flat stage stands for itself (w = 1)
+        add = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
     def first_max(a):
         """(N,) flat index of the first stage holding its row's maximum of ``a``."""
-        hit = a == top(a)[r]
-        return np.minimum.reduceat(np.where(hit, np.arange(M), M), starts)
+        hit = np.flatnonzero(a == top(a)[r])  # every row has one at least
+        rh = r[hit]
+        first_hit = np.ones(hit.size, dtype=bool)
+        first_hit[1:] = rh[1:] != rh[:-1]
+        return hit[first_hit]
 
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
-    row_cols = [m, B, c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
-    row_rep, row_code = _config_index(row_cols)
+    row_cols = [m, B - (B.min() if N else 0), c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
+    row_code = distinct_rows(*row_cols)[1]
     key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
     if any_split:  # the replicas of split stages on their second pool are configurations too
         key_cols = [np.concatenate([a, (pool_b if a is pool else a)[ks]]) for a in key_cols]
-    rep2, inv2 = _config_index(key_cols)
+    rep2, inv2 = distinct_rows(*key_cols)
     inv, inv_b = inv2[:M], inv2[:M]  # (M,) configuration of each stage on its pool, on its second pool
     if any_split:
         inv_b = inv.copy()
@@ -337,11 +305,14 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     U = lambda x: np.asarray(x)[ru]  # noqa: E731  (N,) -> (U,)
     order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
+    cfg_bits = (~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * m_u) != 0) * np.uint8(8)).astype(np.uint8)
+    reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
+                                used=used, stage_bits=cfg_bits[inv])
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
     peak = pa["peak"][pool_u, U(table["precision"])]
-    G, up_bw, out_bw = pa["gpus_per_node"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
+    G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
     up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
     tp_inner = order_u == 0
     # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
@@ -356,26 +327,14 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     cp_link = link(cp_stride, c_u)
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
-    lc = layer_costs(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
-    T = lc["T"]
-    f_L = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
-    bx_L = lc["gemm"] + 2.0 * lc["attn"] + K.ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
-    w_L = lc["gemm"]
-    tpf_L, cpf_L, cpb_L = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
-    tp_bw, tp_lat = tp_link
+    # one layer, the embedding and head as a first or last stage, activation bytes (U,)
+    eu = shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
-    re_L = np.where(full_u, f_L, np.where(sel_u, lc["attn"], 0.0))
-    Fl = f_L + tpf_L + cpf_L  # per layer, forward
-    Bl = bx_L + tpf_L + cpb_L + re_L + np.where(full_u, tpf_L + cpf_L, 0.0)  # backward (+ recompute)
-    comp_l = f_L + bx_L + w_L
-    tp_l = 2.0 * tpf_L + np.where(full_u, tpf_L, 0.0)
-    cp_l = cpf_L + cpb_L + np.where(full_u, cpf_L, 0.0)
+    lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
-    act_L, score_L = _act_layer_bytes(model, b_u, t_u, c_u, sp_u)
-    act_kept, work = activation_bytes(full_u, sel_u, act_L, score_L, T, h, np.where(sp_u, t_u, 1))
-    # Embedding and head terms of each configuration as a first or a last stage.
-    eu = edge_terms(model, T, t_u, sp_u, peak, gpu, tp_bw, tp_lat)
+    act_kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["score_L"], T, h, np.where(sp_u, t_u, 1))
     emb_act_u, head_act_u = eu["emb_act"], eu["head_act"]
     layer_p = model.layer_params()
     re_tok_u = recompute_flops_per_token(model, full_u, sel_u)
@@ -392,11 +351,16 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         """Forward, backward, weight-gradient time per micro-batch of stages ``idx`` (all: (M,))
         in configurations inv_x."""
         emb_c, emb_tp, head_gemm, head_elem, head_tp = e
-        ri, ni, fi, li, ui = r[idx], n[idx], first[idx], last[idx], inv_x[idx]
-        emb_F, head_FB = (0.5 * emb_c + emb_tp)[ri], (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[ri]
-        F = ni * Fl[ui] + fi * emb_F + li * head_FB
-        Bk = ni * Bl[ui] + fi * (0.5 * emb_c)[ri] + li * head_FB
-        W = ni * w_L[ui] + li * head_gemm[ri]
+        ri, ni, ui = r[idx], n[idx], inv_x[idx]
+        F, Bk, W = ni * lt["F"][ui], ni * lt["B"][ui], ni * lt["W"][ui]
+        f0, l0 = np.flatnonzero(first[idx]), np.flatnonzero(last[idx])  # the embedding's, the head's stages
+        rf, rl = ri[f0], ri[l0]
+        F[f0] += (0.5 * emb_c + emb_tp)[rf]
+        Bk[f0] += (0.5 * emb_c)[rf]
+        head_FB = (head_gemm + 0.5 * head_elem + 0.5 * head_tp)[rl]
+        F[l0] += head_FB
+        Bk[l0] += head_FB
+        W[l0] += head_gemm[rl]
         return F, Bk, W
 
     # -- stages (M,) --
@@ -420,50 +384,55 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     X = F + Bk + W
 
     # -- hand-offs: link j joins stage j and j + 1; link p - 1 the last and the first --
-    nxt = np.where(kk + 1 < nrep[r], np.arange(M) + 1, starts[r])
+    nxt = np.arange(1, M + 1)
+    nxt[heads] = starts
     un = inv[nxt]
     hand_bytes = np.maximum(share[inv], share[un])
-    gpus_a = (d - d2) * t * R(c)  # (M,) the stage's GPUs on its pool
-    gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
-    # GPUs the strategy puts on each pool, (N, P), read back per stage
-    used = np.bincount(r * P + pool, weights=w * gpus_a, minlength=N * P)
-    if any_split:
-        used += np.bincount(r * P + pool_b, weights=w * gpus_b, minlength=N * P)
-    used = used.reshape(N, P)
+    spans_nodes = (used > pa["gpus_per_node_int"][None, :]).ravel()  # (N * P,) the strategy's GPUs on a pool span nodes
 
-    def hop_s(x, y, block, rows, nbytes):
+    def hop_s(x, y, block, rows, nbytes, ragged=None):
         """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
         stage's on pool y: the inter-pool link, or inside x its intra-node link if the
-        strategy's GPUs on x fit one node, else the network (or the slower of both)."""
-        Gx = pa["gpus_per_node_int"][x]
-        spill = used.ravel()[rows * P + x] > Gx  # the strategy's GPUs on x span nodes
-        k = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))  # case 0, 1 or 2
+        strategy's GPUs on x fit one node, else the network (or the slower of both). ``ragged``:
+        the block is not a whole number of nodes, where the caller has it."""
+        if ragged is None:
+            ragged = block % pa["gpus_per_node_int"][x] != 0
+        spill = spans_nodes[rows * P + x]
+        k = (x * P + y) * 3 + spill * (1 + ragged)  # case 0, 1 or 2
         return nbytes / pa["hop_bw"][k] + pa["hop_lat"][k]
 
-    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes)
+    gpus_u = d_u * t_u * c_u  # GPUs of a stage configuration (on one pool)
+    T_C = hop_s(pool, pool[nxt], gpus_a, r, hand_bytes,
+                ragged=None if any_split else (gpus_u % G != 0)[inv])
     if any_split:  # replicas on the second pools hand off to each other (HetPipe's virtual workers)
         sel = np.flatnonzero(split | split[nxt])
         T_C[sel] = np.maximum(T_C[sel], hop_s(pool_b[sel], pool_b[nxt[sel]],
                                               np.where(split[sel], gpus_b[sel], gpus_a[sel]), r[sel], hand_bytes[sel]))
-    T_C = np.where(pr > 1, T_C, 0.0)  # (M,)
-    inner = j < pr - 1  # the p - 1 forward boundaries
+    T_C[starts[p == 1]] = 0.0  # (M,) no hand-off without a pipeline
+    inner = ~last  # the p - 1 forward boundaries
 
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
     bot = first_max(X)  # (N,) flat index of the bottleneck stage
     X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
-    fill = pipeline_fill(sched, p, v, add(X), X_max, F_b, B_b, W_b)
-    pp_comm = 2.0 * add(np.where(inner, T_C, 0.0))
-    pipe = m * X_max + fill + pp_comm
-    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
-    k = in_flight(R(sched), pr, R(m), R(v), j)
-    needs_simulation = simulated & (reason == 0)
-    if simulate_now and np.any(needs_simulation):
-        sim_total, sim_k = _simulate_hetero(table, reason, F, Bk, W, T_C, m, simulated, starts, nrep, comp, j)
-        done = ~np.isnan(sim_total)
-        pipe = np.where(done, sim_total, pipe)
-        pp_comm = np.where(done, np.minimum(pp_comm, np.maximum(sim_total - m * X_max, 0.0)), pp_comm)
-        fill = np.where(done, pipe - m * X_max - pp_comm, fill)
-        k = np.where(done[r], sim_k, k)
+
+    def stage_inputs(q):  # the simulated rows' flat stages as (R, k) columns, zeros past each row's
+        kmax = int(nrep[q].max())
+        col = np.arange(kmax)[None, :]
+        fi = starts[q][:, None] + np.minimum(col, nrep[q][:, None] - 1)  # (R, kmax) flat stages
+        pad = col < nrep[q][:, None]
+        return (comp[q], *(np.where(pad, x[fi], 0.0) for x in (F, Bk, W, T_C)))
+
+    pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
+        sched=sched, p=p, m=m, v=v, X_sum=add(X), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        pp_comm=2.0 * add(np.where(inner, T_C, 0.0)), reason=reason, pipeline=pipeline, simulate_now=simulate_now,
+        stage_inputs=stage_inputs)
+    k = in_flight(sched, p, m, v, j, rows=r)
+    if sim is not None:
+        q, row_shape, peaks = sim
+        shape_of = np.full(N, -1)
+        shape_of[q] = row_shape
+        fs = np.flatnonzero(shape_of[r] >= 0)  # flat stages of those rows
+        k[fs] = peaks[shape_of[r[fs]], j[fs]]
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
     params = stage_params(model, n, first, last, t)  # (M,) per GPU
@@ -481,7 +450,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
         def part_link(x, d_part):
             size = np.where(tp_in | (cs == 1), d_part * cs, d_part * ts * cs)
-            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node"][x], pa["intra_Bps"][x],
+            return group_link(np.where(tp_in, ts, 1), size, pa["gpus_per_node_int"][x], pa["intra_Bps"][x],
                               pa["inter_Bps"][x], pa["intra_latency_s"][x], pa["inter_latency_s"][x],
                               pa["link_eff"][x])
 
@@ -490,10 +459,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     dp_st = dp_exchange_s(zr, R(m), params, g, dbw, dlat)  # (M,)
-    dp_raw = top(dp_st)
-    window = np.where(zero == 3, m * X_max, B_b + W_b)
-    dp_exposed = np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
-    shard = np.where(zr >= 1, g, 1)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, top(dp_st))
+    shard = np.where(zero_u >= 1, g_u, 1)[inv]
     hbm_stage_Bps = hbm_Bps_eff[inv]
     hbm = gpu.hbm_bytes[inv]
     if any_split:  # a split stage's optimizer step waits for the slower HBM; its memory fits the smaller
@@ -503,9 +470,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    act = k * (n * act_kept[inv] + first * emb_act_u[inv]) + work[inv] + last * head_act_u[inv]
-    w_b, g_b, o_b = state_bytes(params, zr, g)
-    buffers = buffer_bytes(T[inv], h, t, g, zr, R(params_max), layer_p)
+    act = n * act_kept[inv]
+    act[starts] += emb_act_u[inv[starts]]  # the first stage keeps the embedding's output
+    act = k * act + work[inv]
+    act[heads] += head_act_u[inv[heads]]  # the last the logits
+    w_b, g_b, o_b = state_bytes(params, zero_u, g_u, stage_of=inv)
+    buffers = buffer_bytes(T, h, t_u, g_u, zero_u, params_max, layer_p, stage_of=inv, rows=r)
     tot = w_b + g_b + o_b + act + buffers
     frac = tot / hbm
     worst = first_max(frac)
@@ -514,16 +484,15 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     feasible = reason == 0
 
     # -- the bottleneck stage's time parts (per micro-batch, then x m) --
-    ub_, nb, fb, lb = inv_t[bot], n[bot], first[bot], last[bot]
-    comp_b = nb * comp_l[ub_] + fb * emb_c + lb * (3.0 * head_gemm + head_elem)
-    tp_b = nb * tp_l[ub_] + fb * emb_tp + lb * head_tp
-    cp_b = nb * cp_l[ub_]
-    re_b = nb * re_L[ub_]
+    ub_ = inv_t[bot]
+    parts = bottleneck_parts(m, n[bot], first[bot], last[bot], {k: lt[k][ub_] for k in ("compute", "recompute", "tp",
+                             "cp")}, emb_c, emb_tp, head_gemm, head_elem, head_tp)
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
-    peak_sum = add(gpus_a * peak[inv] + (gpus_b * peak[inv_b] if any_split else 0.0))  # sum of GPUs x their peak
+    # sum over the GPUs of their peak
+    peak_sum = add(gpus_a * peak[inv] + gpus_b * peak[inv_b]) if any_split else add((gpus_u * peak)[inv])
     extra = {}
     if stages_out:
         def grid(a, fill_value=0.0):
@@ -539,13 +508,11 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
                  "_stage_handoff_s": grid(np.where(inner, T_C, 0.0)), "_stage_dp_comm_s": grid(dp_st),
                  "_stage_in_flight": grid(k), "_stage_mem_bytes": grid(tot), "_stage_hbm_bytes": grid(hbm),
                  "_stage_active": grid(np.ones(M)) > 0}
-    del row_rep
-    if not simulate_now:
-        extra["_needs_simulation"] = needs_simulation
+    extra["_needs_simulation"] = needs_simulation
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
         flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_sum,
-        compute=m * comp_b, recompute=m * re_b, tp_comm=m * tp_b, cp_comm=m * cp_b, pp_comm=pp_comm,
+        **parts, pp_comm=pp_comm,
         dp_comm=dp_exposed, optimizer=opt_s, mem_weights=w_b[worst], mem_grads=g_b[worst],
         mem_optimizer=o_b[worst], mem_activations=act[worst], mem_buffers=buffers[worst], mem_total=mem_total,
         extra=extra)
@@ -553,11 +520,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
 def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, *,
                     pipeline: str = "closed_form") -> Metrics:
-    """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS).
-
-    Vectorised over rows and stages in blocks of rows; rows outside the closed forms'
-    domain (and every row with pipeline="simulate") are priced by the schedule simulator
-    with per-stage times and per-link hand-offs."""
+    """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS), in blocks of rows
+    (run_blocks); the simulator prices rows as in costmodel.evaluate, with per-link hand-offs."""
     if pipeline not in K.PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {K.PIPELINE_MODES}, got {pipeline!r}")
     hc = as_hetero(cluster)
@@ -566,23 +530,8 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     if N == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in K.METRIC_COLUMNS})
-    if N <= K.BLOCK_ROWS:
-        return _evaluate_hetero_block(model, hc, table, pa, pipeline)
-    # Two passes as in costmodel.evaluate: closed forms in blocks, then the rows the
-    # simulator must price, sorted by (schedule, pp, micro-batches, vpp), written back.
-    parts = [_evaluate_hetero_block(model, hc, table.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline,
-                                    simulate_now=False) for i in range(0, N, K.BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
-    need = np.flatnonzero(out.pop("_needs_simulation"))
-    if need.size:
-        sub = table.take(need)
-        order = np.lexsort((sub["vpp"], sub["microbatches"], sub["pp"], sub["schedule"]))
-        rows, sub = need[order], sub.take(order)
-        for i in range(0, len(rows), K.BLOCK_ROWS):
-            part = _evaluate_hetero_block(model, hc, sub.take(slice(i, i + K.BLOCK_ROWS)), pa, pipeline)
-            for k, col in part.items():
-                out[k][rows[i:i + K.BLOCK_ROWS]] = col
-    return out
+    return K.run_blocks(table, lambda sub, now: _evaluate_hetero_block(model, hc, sub, pa, pipeline, simulate_now=now),
+                        lambda sub: sub["microbatches"])
 
 
 def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,

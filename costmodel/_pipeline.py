@@ -304,6 +304,12 @@ class _Graph:
         lvl = np.repeat(np.arange(len(width)), width)
         return lvl, np.arange(len(lvl)) - self.level_bounds[lvl], width[lvl]
 
+    @functools.cached_property
+    def link(self) -> np.ndarray:
+        """(n,) the link of a cross-device op's hand-off (link d: devices d, d + 1; D - 1: wrap)."""
+        src = self.device[np.maximum(self.dep, 0)]
+        return np.where(np.abs(src - self.device) == 1, np.minimum(src, self.device), self.devices - 1)
+
 
 def _validate_shape(schedule: str, p: int, m: int, v: int) -> None:
     if schedule not in SCHEDULES:
@@ -531,8 +537,7 @@ def simulate(
         # (D, S): link d joins devices d and d + 1; link D - 1 joins the last device and the
         # first (interleaved chunks wrap around). A cross-device op pays its link's time.
         tc_s = np.ascontiguousarray(np.broadcast_to(tc1, (n_sets, p)).T)
-        src = g.device[np.maximum(g.dep, 0)]
-        link = np.where(np.abs(src - g.device) == 1, np.minimum(src, g.device), p - 1)
+        link = g.link
     else:
         tc_s = np.broadcast_to(tc1.reshape(-1) if tc1.ndim else tc1.reshape(1), (n_sets,))
         link = None
@@ -610,8 +615,8 @@ def total_times_mixed(
 
     ``keys``: the distinct (schedule, D, m, v); ``group`` (S,): each set's index into ``keys``;
     ``tf``, ``tb``, ``tw`` (S, D_max): per-device stage times, columns past a set's D unused;
-    ``tc`` (S,): hand-off time. Equal to ``simulate(*keys[group[i]], tf=..., ...).total_time``
-    set by set (tests/test_pipeline.py), for the cost of one simulation.
+    ``tc`` (S,): hand-off time, or (S, D_max) one per link as in :func:`simulate`. Equal to
+    ``simulate(*keys[group[i]], tf=..., ...).total_time`` set by set (tests/test_pipeline.py).
 
     :func:`simulate` walks one graph's waves over an (ops, S) array: ideal for many sets of one
     shape, but a search step brings a few sets each of dozens of shapes, and then the Python
@@ -631,7 +636,9 @@ def total_times_mixed(
     tb_all = np.where(split[group][:, None], tb, tb + tw)
     inv_v = 1.0 / np.array([k[3] for k in keys], dtype=np.float64)[group]
     dur3 = np.stack([tf, tb_all, tw], axis=1) * inv_v[:, None, None]  # (S, 3, D_max)
-    tc = np.broadcast_to(np.asarray(tc, dtype=np.float64), (S,))
+    tc = np.asarray(tc, dtype=np.float64)
+    if tc.ndim < 2:
+        tc = np.broadcast_to(tc, (S,))
 
     # Pieces (group, its sets) of at most _FLAT_NODES ops, packed into batches.
     order = np.argsort(group, kind="stable")
@@ -680,7 +687,7 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
         prev[new] = with_sentinel[:, gr.prev]
         dep[new] = with_sentinel[:, gr.dep]
         dur[new] = dur3[sets[:, None], gr.kind[None, :], gr.device[None, :]]
-        hand[new] = tc[sets][:, None] * gr.cross[None, :]
+        hand[new] = (tc[sets][:, None] if tc.ndim == 1 else tc[sets][:, gr.link]) * gr.cross[None, :]
         ids.append(new[:, gr.last])
     end = np.zeros(n_all + 1)  # entry n_all stays 0: "no predecessor"
     widest = int(np.diff(level_start).max())

@@ -355,6 +355,13 @@ def test_mixed_shapes_in_one_walk_equal_one_simulation_each(monkeypatch, flat_no
         s, p, m, v = keys[group[i]]
         want = simulate(s, p, m, v, tf=tf[i, :p], tb=tb[i, :p], tw=tw[i, :p], tc=tc[i]).total_time[0]
         assert got[i] == pytest.approx(want, rel=1e-12), (i, keys[group[i]])
+    # one hand-off time per link (the heterogeneous evaluator's): each set as simulate() gives it
+    tc_link = rng.uniform(0.0, 0.4, (n, d_max))
+    got = pl.total_times_mixed(keys, group, tf, tb, tw, tc_link)
+    for i in range(n):
+        s, p, m, v = keys[group[i]]
+        want = simulate(s, p, m, v, tf=tf[i, :p], tb=tb[i, :p], tw=tw[i, :p], tc=tc_link[i:i + 1, :p]).total_time[0]
+        assert got[i] == pytest.approx(want, rel=1e-12), (i, keys[group[i]])
     # and the closed form where one holds: 1F1B with equal stages, no hand-off, (m + p - 1)(F + B)
     one = pl.total_times_mixed([("1f1b", 4, 6, 1)], np.zeros(2, dtype=int), np.full((2, 4), 1.0),
                                np.full((2, 4), 2.0), np.zeros((2, 4)), np.zeros(2))

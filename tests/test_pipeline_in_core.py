@@ -142,3 +142,57 @@ def test_simulations_are_cached_between_calls(monkeypatch):
     monkeypatch.setattr(ev, "_CACHE_MAX_BYTES", 1)  # every cache is now over its bound
     (columns,) = ev._CACHES
     assert len(ev._simulation_cache(columns)) == 0
+
+
+def test_simulate_pipelines_representatives_equal_every_stage():
+    # Three representative columns (first, interior, last) stand for stages alike: the same
+    # totals and peaks as every stage given; 1F1B with equal stages and no hand-off is
+    # (m + p - 1) X by hand (Narayanan et al. 2021).
+    from costmodel._evaluate import simulate_pipelines
+
+    rng = np.random.default_rng(4)
+    n, p = 40, 6
+    shape = np.stack([rng.choice([SCHED["1f1b"], SCHED["zb-h1"], SCHED["interleaved"]], n), np.full(n, p),
+                      rng.choice([6, 12, 13], n), np.ones(n, dtype=int)], axis=1)
+    shape[shape[:, 0] == SCHED["interleaved"], 3] = 2
+    rep = rng.uniform(0.5, 2.0, (4, n, 3))  # F, B, W, hand-off of the first, interior, last stage
+    every = np.concatenate([rep[:, :, :1], np.repeat(rep[:, :, 1:2], p - 2, axis=2), rep[:, :, 2:]], axis=2)
+    a_t, a_s, a_peaks = simulate_pipelines(shape, np.ones(n, dtype=bool), *rep)
+    b_t, b_s, b_peaks = simulate_pipelines(shape, np.zeros(n, dtype=bool), *every)
+    np.testing.assert_allclose(a_t, b_t, rtol=1e-12)
+    np.testing.assert_array_equal(a_peaks[a_s], b_peaks[b_s])
+    one = np.array([[SCHED["1f1b"], 4, 8, 1]])
+    t, _, _ = simulate_pipelines(one, np.ones(1, dtype=bool), np.full((1, 3), 1.0), np.full((1, 3), 2.0),
+                                 np.full((1, 3), 0.5), np.zeros((1, 3)))
+    assert t[0] == pytest.approx((8 + 4 - 1) * 3.5, rel=1e-12)
+
+
+def test_heterogeneous_rows_use_the_simulation_cache(monkeypatch):
+    # A placement table priced twice with the simulator: the second time every pipeline comes
+    # from the per-process cache (the simulator is never called) and the numbers are the same.
+    import costmodel._pipeline as pl
+    from costmodel import evaluate_hetero, hetero_preset
+    from search import HeteroSpace
+
+    model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4, 8), microbatches=(16, 32),
+                                     schedule=("1f1b", "interleaved"), vpp=(1, 2), dp2=None)
+    rng = np.random.default_rng(1)
+    d = np.repeat(np.stack(list(space.start_points().values())), 100, axis=0)  # the named placements
+    for i, dim in enumerate(space.dims):  # with other schedules and micro-batches, a quarter with splits
+        if dim.name in ("microbatches", "schedule", "vpp", "recompute"):
+            d[:, i] = rng.integers(0, space.radices[i], len(d))
+        elif dim.name.startswith("dp2."):
+            d[::4, i] = rng.integers(0, space.radices[i], len(d[::4]))
+    table = space.table(d)
+    first = evaluate_hetero(model, hc, table, pipeline="simulate")
+    assert first["feasible"].sum() >= 10 and np.any(table["dp2"] > 0)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("simulated again")
+
+    monkeypatch.setattr(pl, "simulate", refuse)
+    monkeypatch.setattr(pl, "total_times_mixed", refuse)
+    again = evaluate_hetero(model, hc, table, pipeline="simulate")
+    for k in first:
+        np.testing.assert_array_equal(first[k], again[k], err_msg=k)
