@@ -1,6 +1,6 @@
-"""Models from the files users already have: plansweep's own fields, a HuggingFace
-``config.json``, or a Calculon model file. One entry, ``model_from_mapping``, tells them apart
-by their keys; nothing here needs ``transformers``.
+"""Models (and clusters) from the files users already have: plansweep's own fields, a
+HuggingFace ``config.json``, or Calculon's model and system files. ``model_from_mapping`` tells
+the model files apart by their keys; nothing here needs ``transformers``.
 
 HuggingFace families read (``model_type``):
     llama, mistral, qwen2, qwen3   gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel._errors import InputError
+from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._workloads import Transformer
 
 HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2")
@@ -113,3 +114,50 @@ def from_calculon(data: dict, name: str, argument: str = "--model") -> Transform
                          v["attn_size"])
     return Transformer(name=name, layers=v["num_blocks"], hidden=v["hidden"], heads=v["attn_heads"],
                        ffn_hidden=v["feedforward"], seq_len=v["seq_size"], vocab=CALCULON_VOCAB)
+
+
+CALCULON_SYSTEM_KEYS = ("matrix", "mem1", "networks")
+
+
+def is_calculon_system(data: dict) -> bool:
+    return all(k in data for k in CALCULON_SYSTEM_KEYS)
+
+
+def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = "--cluster") -> Cluster:
+    """A Cluster from a Calculon system file (calculon-ai/calculon, systems/*.json) and a GPU count
+    (its files leave that to the run): dense peaks from ``matrix`` (float16 for bf16/fp16,
+    float8 where given), HBM size (GiB) and bandwidth from ``mem1``, the first network as the
+    node's scale-up link (its ``size`` GPUs per node, ``bandwidth`` GB/s per direction,
+    ``latency``) and the second as the scale-out network. Efficiency constants are
+    plansweep's own, never Calculon's tables: those of the preset GPU with the same dense
+    peak and HBM size, else the H100's (costmodel._hardware)."""
+    missing = [k for k in CALCULON_SYSTEM_KEYS if k not in data]
+    if missing:
+        raise InputError(argument, "a Calculon system file (matrix, mem1, networks)", f"missing {missing[0]}")
+    try:
+        f16 = float(data["matrix"]["float16"]["tflops"]) * 1e12
+        f8 = float(data["matrix"].get("float8", {}).get("tflops", 0.0)) * 1e12
+        hbm = float(data["mem1"]["GiB"]) * 2**30
+        hbm_Bps = float(data["mem1"]["GBps"]) * 1e9
+        nets = data["networks"]
+        up, out = nets[0], nets[1] if len(nets) > 1 else nets[0]
+        per_node = int(up["size"])
+        up_Bps, out_Bps = float(up["bandwidth"]) * 1e9, float(out["bandwidth"]) * 1e9
+        up_lat, out_lat = float(up["latency"]), float(out["latency"])
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(argument, "a Calculon system file (matrix.float16.tflops, mem1.GiB/GBps, networks[]."
+                         "bandwidth/size/latency)", f"{type(exc).__name__}: {exc}") from None
+    if not (isinstance(num_gpus, int) and num_gpus >= 1):
+        raise InputError(f"{argument} GPUs", "an integer >= 1", num_gpus)
+    per_node = min(per_node, num_gpus)
+    if num_gpus % per_node:
+        raise InputError(f"{argument} GPUs", f"a multiple of the file's {per_node} GPUs per node", num_gpus)
+    like = [g for g in (gpu_preset(n) for n in EFFICIENCY) if g.peak_flops[0] == f16 and abs(g.hbm_bytes - hbm) < 8e9]
+    base = like[0] if like else gpu_preset("h100")
+    gpu = GPU(name=name, peak_flops=(f16, f16, f8), hbm_bytes=hbm, hbm_Bps=hbm_Bps, scaleup_Bps=up_Bps,
+              scaleout_Bps=out_Bps, **{k: getattr(base, k) for k in ("gemm_eff_max", "gemm_half_dim", "hbm_eff",
+                                                                      "link_eff", "kernel_overhead_s")},
+              scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
+    return Cluster(gpu=gpu, nodes=num_gpus // per_node, gpus_per_node=per_node, scaleup_Bps=up_Bps,
+                   scaleout_Bps=out_Bps, scaleup_latency_s=up_lat, scaleout_latency_s=out_lat,
+                   name=f"{name}x{num_gpus}")

@@ -74,3 +74,25 @@ def test_bad_hf_configs_name_the_key(change, needle):
 def test_unknown_plansweep_field_still_refused():
     with pytest.raises(InputError, match="--model: expected fields among"):
         model_from_mapping({"layers": 2, "hidden": 64, "colour": "blue"}, "x")
+
+
+def test_calculon_system_file_by_hand():
+    from costmodel._model_files import cluster_from_calculon
+
+    data = json.loads((DATA / "a100_80g.calculon-system.json").read_text())
+    c = cluster_from_calculon(data, 64, "a100_80g")
+    g = c.gpu
+    assert g.peak_flops == (312e12, 312e12, 0.0)  # no float8 entry: fp8 runs as bf16
+    assert g.hbm_bytes == 80 * 2**30 and g.hbm_Bps == 2048e9
+    assert (c.nodes, c.gpus_per_node) == (8, 8)
+    assert (c.scaleup_Bps, c.scaleout_Bps) == (300e9, 25e9)
+    assert (c.scaleup_latency_s, c.scaleout_latency_s) == (1e-5, 2e-5)
+    # plansweep's own efficiency constants of the matching preset, not Calculon's tables
+    from costmodel import gpu_preset
+
+    ref = gpu_preset("a100")
+    assert (g.gemm_eff_max, g.hbm_eff, g.link_eff) == (ref.gemm_eff_max, ref.hbm_eff, ref.link_eff)
+    with pytest.raises(InputError, match="GPUs: expected a multiple of the file's 8 GPUs per node"):
+        cluster_from_calculon(data, 12, "x")
+    with pytest.raises(InputError, match="--cluster: expected a Calculon system file"):
+        cluster_from_calculon({k: v for k, v in data.items() if k != "networks"}, 8, "x")
