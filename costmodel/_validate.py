@@ -73,17 +73,25 @@ class MeasuredRun:
     framework: str = ""
 
 
-def _int(row: dict, key: str, line: int) -> int | None:
+def _number(row: dict, key: str, line: int, *, integer: bool = False) -> float | int | None:
+    """A cell as a non-negative integer (``integer``) or a positive number; None when empty (the
+    source does not say); InputError naming the line and column otherwise."""
     v = (row.get(key) or "").strip()
     if v == "":
         return None
     try:
         f = float(v)
     except ValueError:
-        raise InputError(f"line {line}: {key}", "an integer", v) from None
-    if f != int(f) or f < 0:
+        raise InputError(f"line {line}: {key}", "an integer" if integer else "a number", v) from None
+    if integer and (f != int(f) or f < 0):
         raise InputError(f"line {line}: {key}", "a non-negative integer", v)
-    return int(f)
+    if not integer and not f > 0:
+        raise InputError(f"line {line}: {key}", "a positive number", v)
+    return int(f) if integer else f
+
+
+def _int(row: dict, key: str, line: int) -> int | None:
+    return _number(row, key, line, integer=True)
 
 
 # Published measurement sets shipped with the package (costmodel/data/measured/*.csv), by name:
@@ -127,7 +135,7 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
         for k, v in need.items():
             if v is None:
                 raise InputError(f"line {line}: {k}", "a value (this column may not be empty)", "")
-        given = {k: _positive(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
+        given = {k: _number(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
         measure = next((k for k in MEASURES if given[k] is not None), None)
         if measure is None:
             raise InputError(f"line {line}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
@@ -159,19 +167,6 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
         runs.append(MeasuredRun(row["name"], model, cluster, fixed, measure, given[measure], convention,
                                 given["measured_memory_gb"], (row.get("framework") or "").strip()))
     return runs
-
-
-def _positive(row: dict, key: str, line: int) -> float | None:
-    v = (row.get(key) or "").strip()
-    if v == "":
-        return None
-    try:
-        f = float(v)
-    except ValueError:
-        raise InputError(f"line {line}: {key}", "a number", v) from None
-    if not f > 0:
-        raise InputError(f"line {line}: {key}", "a positive number", v)
-    return f
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
