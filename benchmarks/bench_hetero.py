@@ -29,8 +29,8 @@ from costmodel import (
     stage_rows,
 )
 from search import HeteroSpace, MCMCSearcher
-from sweep._cmd_bench import bench_table
-from sweep._cmd_rank import default_space
+from cli._cmd_bench import bench_table
+from cli._cmd_rank import default_space
 
 
 def best_homogeneous(model, cluster, batch):

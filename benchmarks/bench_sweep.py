@@ -24,13 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sweep._cmd_sweep import grid_request  # noqa: E402
+from cli._cmd_sweep import grid_request  # noqa: E402
 from sweep._grid import evaluate_unit, plan_units, run_grid  # noqa: E402
 from sweep._keep import Keep  # noqa: E402
 from sweep._ray import init_ray, shutdown_ray  # noqa: E402
 from sweep._report import count_rows  # noqa: E402
 from sweep._rundir import RunDir  # noqa: E402
-from sweep.cli import build_parser  # noqa: E402
+from cli import build_parser  # noqa: E402
 
 # 10,368,000 strategies, every one valid: GPT-3 175B on 1024 H100s in 4 pipeline stages with
 # uneven layer splits (each of the 3 stage boundaries shifted by -2..2 layers) and per-stage

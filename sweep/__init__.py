@@ -1,10 +1,11 @@
-"""The driver: Ray fan-out, Parquet results, resume, and the command line.
+"""The driver: Ray fan-out, the run directory, Parquet results, resume, reports and plots.
 
     rd, resumed = RunDir.create_or_resume("runs/gpt3", request)   # run.json, lock, versions
     run_grid(rd, in_process=False, max_in_flight=None)           # units on Ray -> Parquet parts
     best_rows(rd.results, 10)                                    # {(model, cluster): Arrow table}
 
-Only this package imports ray (lazily, in sweep._ray) and writes results.
+Only this package imports ray (lazily, in sweep._ray) and writes results; the command line
+(package cli) calls it.
 """
 
 from sweep._grid import run_grid

@@ -101,9 +101,7 @@ def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | 
         searcher = TPESearcher(space, seed=seed, storage=storage,
                                n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
         if placement and not searcher.study.get_trials(deepcopy=False):
-            from sweep._cmd_search_hetero import enqueue_start_points
-
-            enqueue_start_points(searcher, space)  # stored in the journal: a resumed study has them
+            searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
         return searcher
     raise ValueError(f"unknown searcher {kind!r}")
 

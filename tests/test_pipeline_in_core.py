@@ -7,7 +7,7 @@ import pytest
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
 from costmodel._evaluate import BLOCK_ROWS, SCHED, in_flight
 from costmodel._reference import evaluate_row
-from sweep._cmd_rank import default_space
+from cli._cmd_rank import default_space
 from tests.test_reference import random_table
 
 

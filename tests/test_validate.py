@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from sweep.cli import main
+from cli import main
 
 NARAYANAN = "data/measured/narayanan2021_table1.csv"
 

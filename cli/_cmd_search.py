@@ -13,6 +13,11 @@ from typing import TypeVar
 
 import numpy as np
 
+from cli._cmd_evaluate import add_spec_args
+from cli._cmd_rank import format_table
+from cli._cmd_sweep import add_search_run_args, run_search_in_dir
+from cli._space_args import add_space_args, space_from_args
+from cli._specs import load_any_cluster, load_model
 from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any
 from search import (
     GridSearcher,
@@ -29,11 +34,6 @@ from search import (
 from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY
 from search._tpe import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
 from search._tpe import DEFAULT_N_STARTUP_TRIALS
-from sweep._cmd_evaluate import add_spec_args
-from sweep._cmd_rank import format_table
-from sweep._cmd_sweep import add_search_run_args, run_search_in_dir
-from sweep._space_args import add_space_args, space_from_args
-from sweep._specs import load_any_cluster, load_model
 
 _Number = TypeVar("_Number", int, float)
 
@@ -245,7 +245,7 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     top = _positive(args.top, "--top")
     _parse(args.seed, "--seed", int)
     if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
-        from sweep._cmd_search_hetero import hetero_report, hetero_space_from_args
+        from cli._cmd_search_hetero import hetero_report, hetero_space_from_args
 
         if args.searcher == "grid":
             raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
@@ -337,9 +337,7 @@ def _make_tpe(args, space):
     if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
         # A placement space is mostly infeasible at random: a new study tries its named
         # placements first (stored in the study, so a resumed run does not add them again).
-        from sweep._cmd_search_hetero import enqueue_start_points
-
-        enqueue_start_points(searcher, space)
+        searcher.enqueue(list(space.start_points().values()))
     return searcher
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from cli._specs import load_any_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     REASONS,
     HeteroCluster,
@@ -18,7 +19,6 @@ from costmodel import (
 )
 from costmodel._evaluate import stage_breakdown
 from costmodel._hetero_strategy import hetero_from_mapping
-from sweep._specs import load_any_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 
 STRATEGY_FLAGS = (
     ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from costmodel import InputError, format_stage_rows, stage_rows
 from search._hetero_space import HeteroSpace
 
@@ -42,7 +40,7 @@ def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
     """The placement space of `plansweep search grid|random|mcmc|tpe` on a heterogeneous cluster:
     the space flags --pp --dp --tp --microbatches --schedule --recompute --zero-stage
     --sequence-parallel --vpp (others are refused), HETERO_DEFAULTS elsewhere."""
-    from sweep._space_args import SPACE_FLAGS, _parse_list
+    from cli._space_args import SPACE_FLAGS, _parse_list
 
     choices = dict(HETERO_DEFAULTS)
     for dest, flag, kind in SPACE_FLAGS:
@@ -96,45 +94,3 @@ def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_
               f"{r['recompute']} zero{r['zero_stage']}  {stages}")
     print("best, per stage (exact pipeline):")
     print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
-
-
-def enqueue_start_points(searcher, space) -> int:
-    """Enqueue the space's named placements as a new TPE study's first trials, in the
-    searcher's own parametrisation (its walk over the valid non-stage combinations, parameters
-    "name|allowed digits", then one per used stage dimension); returns how many were queued.
-    A start point the walk cannot reach is skipped."""
-    names = [d.name for d in space.dims]
-    queued = 0
-    for digits in space.start_points().values():
-        params: dict = {}
-
-        def pick(pname: str, *_):
-            base = pname.split("|")[0]
-            digit = int(digits[names.index(base)])  # noqa: B023 (called inside this iteration)
-            if "|" in pname:
-                allowed = [int(x) for x in pname.split("|")[1].split(",")]
-                if digit not in allowed:
-                    raise LookupError(pname)
-                value = allowed.index(digit) if isinstance(_[0], int) and len(_) == 2 else digit
-            else:
-                value = digit
-            params[pname] = value  # noqa: B023 (called inside this iteration)
-            return value
-
-        def s_int(pname, lo, hi):
-            return pick(pname, lo, hi)
-
-        def s_cat(pname, choices):
-            return pick(pname, list(choices))
-
-        try:
-            walked = searcher._walk(s_int, s_cat) if searcher._valid is not None else digits
-        except LookupError:
-            continue
-        if searcher._valid is None:
-            params = {n: int(x) for n, x in zip(names, digits, strict=True)}
-        elif not (np.asarray(walked) == digits).all():
-            continue
-        searcher.study.enqueue_trial(params)
-        queued += 1
-    return queued

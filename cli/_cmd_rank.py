@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from cli._cmd_evaluate import add_spec_args
+from cli._space_args import add_space_args, space_from_args
+from cli._specs import load_cluster, load_model
 from costmodel import REASONS, StrategyTable, evaluate
 from search import default_space as search_default_space
-from sweep._cmd_evaluate import add_spec_args
-from sweep._space_args import add_space_args, space_from_args
-from sweep._specs import load_cluster, load_model
 
 TOP_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
                "sequence_parallel", "zero_stage")
