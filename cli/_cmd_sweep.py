@@ -7,7 +7,7 @@ import sys
 
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_placement
-from cli._specs import load_any_cluster, load_model
+from cli._specs import load_any_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._grid import SEARCHER as GRID
 from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
@@ -120,36 +120,19 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 
 
 def search_request(args: argparse.Namespace, kind: str) -> dict:
-    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json)."""
-    from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
-    from search._tpe import DEFAULT_N_STARTUP_TRIALS
-
-    def number(name: str, flag: str, kind_of: type, default, low) -> float:
-        text = getattr(args, name, None)
-        text = default if text is None else text
-        try:
-            value = kind_of(text)
-        except (TypeError, ValueError):
-            raise InputError(flag, "an integer" if kind_of is int else "a number", text) from None
-        if not value >= low:
-            raise InputError(flag, f"{'an integer' if kind_of is int else 'a number'} >= {low}", value)
-        return value
-
-    seed = number("seed", "--seed", int, 0, -(2**63))
-    options: dict[str, object] = {"budget": number("budget", "--budget", int, None, 1)}
+    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json), with the
+    searcher's options (search._options) recorded whole beside the run's budget."""
+    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1)}
     if kind == "mcmc":
-        options["chains"] = number("chains", "--chains", int, DEFAULT_CHAINS, 1)
-        options["beta"] = number("beta", "--beta", float, DEFAULT_BETA, 0.0)
-        options["reset_every"] = number("reset_every", "--reset-every", int, DEFAULT_RESET_EVERY, 0)
-        options["checkpoint_every"] = number("checkpoint_every", "--checkpoint-every", int, CHECKPOINT_EVERY, 1)
+        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
     else:
         if getattr(args, "storage", None):
             raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)",
                              args.storage)
-        options["batch"] = number("batch", "--batch", int, None, 1)
-        options["startup_trials"] = number("startup_trials", "--startup-trials", int, DEFAULT_N_STARTUP_TRIALS, 0)
-    return {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
-            "options": options, "studies": build_studies(args, hetero_ok=True)}
+        options["batch"] = number(args.batch, "--batch", int, 1)
+    options.update(options_from_args(args.options, args).to_json())
+    return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
+            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, hetero_ok=True)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:

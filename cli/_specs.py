@@ -166,3 +166,41 @@ def load_any_cluster(word: str, hardware: str | None = None) -> Cluster | Hetero
             pools.append(dataclasses.replace(p, gpu=gpu))
         hc = dataclasses.replace(hc, pools=tuple(pools))
     return hc
+
+
+def number(text, flag: str, kind: type, low=None):
+    """``text`` (a flag's word) as an int or float; InputError naming ``flag`` unless it is one
+    (and >= ``low`` where given)."""
+    word = "an integer" if kind is int else "a number"
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise InputError(flag, word, text) from None
+    if low is not None and not value >= low:
+        raise InputError(flag, f"{word} >= {low}", value)
+    return value
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_options(p, options_class) -> None:
+    """One flag per field of a searcher's options dataclass (search._options), its default in the help."""
+    for f in dataclasses.fields(options_class):
+        default = "" if f.default is None else f" (default {f.default})"
+        p.add_argument(_flag(f), dest=f.name, metavar="N" if f.metadata["kind"] is int else "X", default=None,
+                       help=f.metadata["help"] + default)
+
+
+def options_from_args(options_class, args):
+    """The options dataclass of the flags add_options added (a flag not given: the field's default);
+    InputError naming the flag."""
+    fields = {f.name: f for f in dataclasses.fields(options_class)}
+    given = {k: number(getattr(args, k), _flag(f), f.metadata["kind"]) for k, f in fields.items()
+             if getattr(args, k, None) is not None}
+    try:
+        return options_class(**given)
+    except InputError as exc:
+        raise InputError(_flag(fields[exc.argument]) if exc.argument in fields else exc.argument,
+                         exc.expected, exc.got) from None
