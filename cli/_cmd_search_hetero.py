@@ -16,17 +16,6 @@ import json
 from costmodel import InputError, format_stage_rows, stage_rows
 from search._hetero_space import HeteroSpace
 
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise InputError(flag, "comma-separated integers", text) from None
-    if not vals or min(vals) < 1:
-        raise InputError(flag, "integers >= 1", text)
-    return vals
-
-
 # Defaults of a placement space where `plansweep search mcmc|tpe --cluster HETERO` gets no flag.
 HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2, 4, 8),
                    "microbatches": (16, 24, 32, 48, 64, 96, 128, 192), "schedule": ("1f1b",),
@@ -40,17 +29,17 @@ def hetero_space_from_args(args, model, cluster) -> HeteroSpace:
     """The placement space of `plansweep search grid|random|mcmc|tpe` on a heterogeneous cluster:
     the space flags --pp --dp --tp --microbatches --schedule --recompute --zero-stage
     --sequence-parallel --vpp (others are refused), HETERO_DEFAULTS elsewhere."""
-    from cli._space_args import SPACE_FLAGS, _parse_list
+    from cli._space_args import SPACE_FLAGS, global_batch, parse_list
 
     choices = dict(HETERO_DEFAULTS)
-    for dest, flag, kind in SPACE_FLAGS:
-        text = getattr(args, "space_" + dest, None)
+    for dim, flag in SPACE_FLAGS:
+        text = getattr(args, "space_" + dim, None)
         if text is None:
             continue
-        if dest not in HETERO_FLAGS:
+        if dim not in HETERO_FLAGS:
             raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
-        choices[dest] = tuple(_parse_list(text, flag, kind))
-    batch = 1536 if getattr(args, "global_batch", None) is None else _ints(str(args.global_batch), "--global-batch")[0]
+        choices[dim] = tuple(parse_list(text, flag, dim))
+    batch = global_batch(args)
     dp2 = getattr(args, "dp2", None)
     if dp2 is not None:
         try:
