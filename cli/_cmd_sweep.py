@@ -68,14 +68,14 @@ def _words(text: str, flag: str) -> list[str]:
     return words
 
 
-def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[dict]:
+def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dict]:
     """One study per (model, cluster) pair of the comma-separated --model and --cluster.
 
-    ``hetero_ok`` (searches): a heterogeneous cluster (preset or file with pools) gets the
-    placement space (search.HeteroSpace). A grid sweep refuses one: its placement space is far
-    beyond a grid. One run holds homogeneous or heterogeneous clusters, not both (their results
-    have different columns)."""
-    from cli._cmd_search_hetero import hetero_space_from_args
+    A heterogeneous cluster (preset or file with pools) gets the placement space
+    (search.HeteroSpace) with the defaults of a search, or of a sweep (SWEEP_HETERO_DEFAULTS: a
+    grid multiplies every stage's choices). One run holds homogeneous or heterogeneous clusters,
+    not both (their results have different columns)."""
+    from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
     from cli._space_args import space_from_args
     from costmodel import HeteroCluster
 
@@ -86,9 +86,6 @@ def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[
         for c in words:
             cluster = load_any_cluster(c, getattr(args, "hardware", None))
             hetero = isinstance(cluster, HeteroCluster)
-            if hetero and not hetero_ok:
-                raise InputError("--cluster", "a homogeneous cluster for a grid sweep (a heterogeneous cluster's "
-                                 "placement space is far beyond a grid: use `plansweep search mcmc|tpe --out`)", c)
             kinds.add(hetero)
             if len(kinds) > 1:
                 raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
@@ -96,7 +93,8 @@ def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[
             if not hetero and getattr(args, "dp2", None) is not None:
                 raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
                                  "with pools)", c)
-            space = hetero_space_from_args(args, model, cluster) if hetero else space_from_args(args, model, cluster)
+            space = (hetero_space_from_args(args, model, cluster, HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
+                     if hetero else space_from_args(args, model, cluster))
             studies.append(study_request(model, cluster, space))
     return studies
 
@@ -132,7 +130,7 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
         options["batch"] = number(args.batch, "--batch", int, 1)
     options.update(options_from_args(args.options, args).to_json())
     return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
-            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, hetero_ok=True)}
+            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, search=True)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:

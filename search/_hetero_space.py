@@ -249,9 +249,16 @@ class HeteroSpace:
         return ok
 
     def rows(self, start: int, stop: int):
+        """Grid rows [start, stop) that are valid placements with every unused slot (J >= pp) at
+        its canonical digit, so that each placement is one grid row: their indices and table."""
         idx = np.arange(start, min(stop, self.size), dtype=np.int64)
         d = self.digits_of(idx)
         ok = self.valid(d)
+        pp = np.asarray(self.dims[self._col("pp")].choices)[d[:, self._col("pp")]]  # (N,)
+        canonical = self.canonical_digits(1)[0]
+        for k, dim in enumerate(self.dims):
+            if dim.stage >= 0:
+                ok &= (dim.stage < pp - (dim.base == "stage_shift")) | (d[:, k] == canonical[k])
         return idx[ok], self.table(d[ok])
 
     # ---- sampling and moves ------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Grid sweeps: a space cut into units (integer ranges of its rows), fanned out over Ray.
 
-A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate`` -> the keep policy -> one Parquet
+A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate_any`` -> the keep policy -> one Parquet
 part with a fixed name (``results/searcher=grid/part-<study>-<unit>.parquet``), written
 through a temporary file and a rename, so a unit run twice leaves one file. The driver keeps
 a bounded number of units in flight and handles them in completion order (ray.wait); a unit
@@ -17,9 +17,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from costmodel import InputError, evaluate
+from costmodel import InputError, evaluate_any
 from sweep._keep import Keep
-from sweep._results import to_arrow, write_part
+from sweep._results import pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
 
 SEARCHER = "grid"
@@ -53,10 +53,11 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     """Evaluate grid rows [lo, hi) of ``space`` and write the kept rows to ``path``. Pure apart
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
-    metrics = evaluate(space.model, space.cluster, table)
+    metrics = evaluate_any(space.model, space.cluster, table)
     sel = keep.select(metrics)  # (K,)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
-                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata)
+                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata,
+                     pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0

@@ -95,6 +95,11 @@ def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, values: np.ndarray
     return pa.ListArray.from_arrays(pa.array(offsets), flat_arr, mask=pa.array(uniform))
 
 
+def pool_names(space) -> list[str] | None:
+    """The pools of a placement space's cluster (the names in stage_pool), else None."""
+    return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
+
+
 def to_arrow(
     table: StrategyTable,
     metrics: Metrics,

@@ -26,7 +26,7 @@ import numpy as np
 
 from costmodel import Metrics, StrategyTable, evaluate_any
 from search._options import MCMCOptions, TPEOptions
-from sweep._results import TMP_PREFIX, TMP_SUFFIX, to_arrow, write_json_atomic, write_part
+from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
 STATE_KEY = "s."  # searcher state entries in the npz
@@ -73,11 +73,6 @@ def _plain(a: np.ndarray):
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def pool_names(space) -> list[str] | None:
-    """The pools of a placement space's cluster (names in Parquet's stage_pool), else None."""
-    return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
-
-
 def searcher_options(kind: str, recorded: dict) -> MCMCOptions | TPEOptions:
     """The searcher options a run.json records (its "options"; a field it lacks: the default)."""
     if kind not in SEARCHER_OPTIONS:
