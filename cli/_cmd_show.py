@@ -141,8 +141,10 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
     from sweep._rundir import model_from_dict
 
     cluster = hetero_from_mapping(dict(view.cluster))
-    table = strategy_from_mapping(hetero_row_strategy(row), [p.name for p in cluster.pools], argument="RUN_DIR")
-    return stage_rows(model_from_dict(dict(view.model)), cluster, table)
+    model = model_from_dict(dict(view.model))
+    table = strategy_from_mapping(hetero_row_strategy(row, model.layers), [p.name for p in cluster.pools],
+                                  argument="RUN_DIR")
+    return stage_rows(model, cluster, table)
 
 
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
