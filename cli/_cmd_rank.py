@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from cli._cmd_evaluate import add_spec_args
+from cli._cmd_show import format_rows, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, StrategyTable, evaluate
 from search import default_space as search_default_space
-
-TOP_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
-               "sequence_parallel", "zero_stage")
+from sweep._results import to_arrow
 
 
 def default_space(model, cluster, global_batch: int) -> StrategyTable:
@@ -29,18 +28,6 @@ def register(sub) -> None:
     p.add_argument("--top", type=int, default=10)
     add_space_args(p)
     p.set_defaults(func=run)
-
-
-def format_table(table: StrategyTable, metrics, idx) -> str:
-    rows = [table.row(int(i)) for i in idx]
-    head = (f"{'#':>3} " + " ".join(f"{c[:9]:>9}" for c in TOP_COLUMNS)
-            + f" {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}")
-    out = [head]
-    for rank, (i, r) in enumerate(zip(idx, rows, strict=True), start=1):
-        out.append(f"{rank:>3} " + " ".join(f"{str(r[c])[:9]:>9}" for c in TOP_COLUMNS)
-                   + f" {metrics['step_time_s'][i]:9.3f} {metrics['tokens_per_s'][i]:11,.0f}"
-                   f" {100 * metrics['mfu'][i]:5.1f}% {metrics['mem_total_bytes'][i] / 1e9:7.1f}")
-    return "\n".join(out)
 
 
 # Candidates re-priced with the exact pipeline simulator before the final ranking: the
@@ -72,6 +59,9 @@ def run(args) -> int:
     idx, exact = refine(model, cluster, table, metrics)
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))
-    print(format_table(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), np.arange(top)))
+    arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,
+                     cluster=cluster.name, iteration=0, grid_index=None)
+    print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
+                      rows_as_dicts(arrow)))
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator)")
     return 0

@@ -13,13 +13,14 @@ from collections.abc import Callable
 import numpy as np
 
 from cli._cmd_evaluate import add_spec_args
-from cli._cmd_rank import format_table
+from cli._cmd_show import format_rows, rows_as_dicts
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import add_options, load_any_cluster, load_model, number, options_from_args
-from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any
+from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any, format_stage_rows, stage_rows
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
 from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from sweep._results import pool_names, to_arrow
 from sweep._search_engine import make_searcher
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
@@ -135,27 +136,32 @@ def _distinct_best(t: StrategyTable, score: np.ndarray, top: int) -> np.ndarray:
 
 
 def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
-    """Print the best strategies found and the evaluations used (text or --json)."""
+    """Print the best strategies found and the evaluations used (text or --json); a placement's
+    stages per row, and the first one's per-stage breakdown."""
     n_best = 0 if best_t is None else len(best_t)
+    pools = pool_names(space)
     if args.json:
         rows = []
         for i in range(n_best):
-            r = best_t.row(i)
+            r = best_t.row(i, pools) if pools else best_t.row(i)
             r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
             rows.append(r)
         print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
                           "feasible": feasible, "best": rows}))
         return
-    print(f"{name} search on {space.model.name} / {space.cluster.name}: space of {space.size:,} points, "
+    size = f"{space.size:,}" if space.size < 10**12 else f"{space.size:.3e}"
+    print(f"{name} search on {space.model.name} / {space.cluster.name}: space of {size} points, "
           f"{evaluations:,} evaluations, {feasible:,} feasible")
-    if n_best:
-        print(format_table(best_t, best_m, np.arange(n_best)))
-        if best_t.stage_layers is not None:
-            for i in range(n_best):
-                r = best_t.row(i)
-                print(f"{i + 1:>3} stage_layers {r['stage_layers']} stage_recompute {r['stage_recompute']}")
-    else:
+    if not n_best:
         print("no feasible strategy found")
+        return
+    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name, iteration=0,
+                     grid_index=None, pool_names=pools)
+    print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
+                      rows_as_dicts(arrow)))
+    if pools:
+        print("best, per stage (exact pipeline):")
+        print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
 
 
 def _register_grid(searchers: argparse._SubParsersAction) -> None:
@@ -195,14 +201,14 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     top = number(args.top, "--top", int, 1)
     seed = number(args.seed, "--seed", int)
     if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
-        from cli._cmd_search_hetero import hetero_report, hetero_space_from_args
+        from cli._cmd_search_hetero import hetero_space_from_args
 
         if args.searcher == "grid":
             raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
                              "far beyond a grid)", "grid")
         space = hetero_space_from_args(args, model, cluster)
         found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
-        hetero_report(args, args.searcher, space, *found)
+        report(args, args.searcher, space, *found)
         return 0
     if getattr(args, "dp2", None) is not None:
         raise InputError("--dp2", "a heterogeneous cluster (a preset such as a100x64+h100x64 or a file with pools)",

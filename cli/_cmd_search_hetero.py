@@ -6,14 +6,12 @@ On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with 
 searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
 pp, micro-batches, schedule, recompute, ZeRO, SP) and the driver evaluates with
 costmodel.evaluate_any (evaluate_hetero for a HeteroTable). This module builds that space from
-the space flags and prints the best placements with their stages.
+the space flags.
 """
 
 from __future__ import annotations
 
-import json
-
-from costmodel import InputError, format_stage_rows, stage_rows
+from costmodel import InputError
 from search._hetero_space import HeteroSpace
 
 # Defaults of a placement space where `plansweep search mcmc|tpe --cluster HETERO` gets no flag.
@@ -58,35 +56,3 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     except InputError as exc:
         flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
         raise InputError(flag, exc.expected, exc.got) from None
-
-
-def hetero_report(args, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
-    """The best placements found (the first with its stages), text or --json."""
-    names = [p.name for p in space.cluster.pools]
-    n_best = 0 if best_t is None else len(best_t)
-    if args.json:
-        rows = []
-        for i in range(n_best):
-            r = best_t.row(i, names)
-            r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
-            rows.append(r)
-        print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
-                          "feasible": feasible, "best": rows}))
-        return
-    print(f"{name} placement search on {space.model.name} / {space.cluster.name}: {space.cluster.describe()}")
-    print(f"space of {space.size:.3e} points, {evaluations:,} evaluations, {feasible:,} feasible")
-    if not n_best:
-        print("no feasible placement found")
-        return
-    print("  # tokens/s, then per stage: pool, dp, tp (tp* = tp across nodes), L = layers")
-    for i in range(n_best):
-        r = best_t.row(i, names)
-        stages = " | ".join(
-            (f"{st['pool']}+{st['pool2']} dp{st['dp'] - st['dp2']}+{st['dp2']}" if "dp2" in st
-             else f"{st['pool']} dp{st['dp']}")
-            + f" tp{st['tp']}{'*' if st['order'] == 'tp-across' else ''} L{st['layers']}" for st in r["stages"])
-        sched = r["schedule"] + (f" vpp{r['vpp']}" if r["vpp"] > 1 else "")
-        print(f"{i + 1:>3} {float(best_m['tokens_per_s'][i]):>11,.0f} tokens/s  m={r['microbatches']} {sched} "
-              f"{r['recompute']} zero{r['zero_stage']}  {stages}")
-    print("best, per stage (exact pipeline):")
-    print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))

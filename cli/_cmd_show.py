@@ -54,6 +54,7 @@ def _plain(v):
 
 
 def rows_as_dicts(table: pa.Table) -> list[dict]:
+    """Arrow rows as dicts for JSON and format_rows (non-finite floats as None)."""
     return [{k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v] for k, v in r.items()}
             for r in table.to_pylist()]
 
@@ -66,9 +67,10 @@ def _cell(v, fmt: str) -> str:
     return format(v, fmt)
 
 
-def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
-    thr = view.throughput_column
-    cols = [c for c in TABLE_COLUMNS if c[0] in view.columns]
+def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = False) -> str:
+    """The rows (dicts of result columns, as rows_as_dicts gives) as a fixed-width table of
+    the strategy columns among ``columns``, throughput ``thr`` and the headline metrics."""
+    cols = [c for c in TABLE_COLUMNS if c[0] in columns]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
             + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         if not rows:
             print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
             continue
-        print(format_rows(study, rows, with_reason=args.include_infeasible))
+        print(format_rows(study.columns, study.throughput_column, rows, with_reason=args.include_infeasible))
         breakdown = stage_breakdown(study, rows[0])
         if breakdown:
             from costmodel import format_stage_rows

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cli._cmd_evaluate import add_spec_args
-from cli._cmd_show import format_placement
+from cli._cmd_show import format_rows, rows_as_dicts
 from cli._specs import load_any_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._grid import SEARCHER as GRID
 from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
 from sweep._keep import Keep
 from sweep._rundir import RunDir, study_request
+from sweep._runview import best_rows, open_run
 
 BEST_SHOWN = 10
 CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
@@ -213,51 +215,14 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
 
 def print_summary(rd: RunDir, top: int) -> None:
-    from sweep._report import best_rows, count_rows
-
-    n_rows, n_parts = count_rows(rd.results)
-    print(f"results: {rd.results} ({n_rows:,} rows in {n_parts} Parquet parts; "
-          f"open with pandas.read_parquet({rd.results!r}))")
-    if top == 0:
+    """Where the results are, and the best ``top`` strategies of each study (show's table)."""
+    if not any(files for _, _, files in os.walk(rd.results)):
+        print(f"results: {rd.results} (no rows)")
         return
-    best = best_rows(rd.results, top)
-    if not best:
-        print("no feasible strategy found")
-    for (model, cluster), rows in best.items():
-        print(f"\nbest strategies for {model} on {cluster} (tokens/s, closed-form pipeline prices):")
-        print(format_rows(rows))
-
-
-SHOWN = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute", "sequence_parallel",
-         "zero_stage", "stage_layers")
-HEADS = {"micro_batch": "mb", "sequence_parallel": "sp", "zero_stage": "zero", "stage_layers": "stages"}
-
-
-def format_rows(rows) -> str:
-    """A short fixed-width table of strategies (an Arrow table of rows) and their headline metrics."""
-    data = rows.to_pylist()
-    placed = "stage_pool" in rows.column_names  # a heterogeneous run: degrees per stage, in "placement"
-    cols = [c for c in SHOWN if (c != "stage_layers" or any(r.get(c) for r in data))
-            and not (placed and c in ("dp", "tp", "micro_batch"))]
-    width = {c: max(len(HEADS.get(c, c)), *(len(_cell(r.get(c))) for r in data)) for c in cols}
-    head = f"{'#':>3} " + " ".join(f"{HEADS.get(c, c):>{width[c]}}" for c in cols)
-    head += f" {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}" + ("  placement" if placed else "")
-    lines = [head]
-    for i, r in enumerate(data, start=1):
-        line = f"{i:>3} " + " ".join(f"{_cell(r.get(c)):>{width[c]}}" for c in cols)
-        line += (f" {r['step_time_s']:8.3f} {r['tokens_per_s']:11,.0f} {100 * r['mfu']:5.1f}%"
-                 f" {r['mem_total_bytes'] / 1e9:7.1f}")
-        if placed:
-            line += "  " + format_placement(r)
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, list):
-        return ",".join(map(str, v))
-    return str(v)
+    view = open_run(rd.path)
+    print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
+          f"open with pandas.read_parquet({rd.results!r}))")
+    for study in view.studies() if top else []:
+        rows = rows_as_dicts(best_rows(study, top))
+        print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")
+        print(format_rows(study.columns, study.throughput_column, rows) if rows else "no feasible strategy found")

@@ -188,8 +188,6 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
              on_unit: Callable[[UnitSummary], None] | None = None) -> int:
     """Run (or continue) the grid sweep described by ``rd``'s run.json. Returns the number of
     units evaluated now."""
-    from sweep._report import best_rows
-
     opts = rd.info["options"]
     keep = Keep.parse(opts["keep"])
     unit_rows = check_unit_rows(int(opts["unit_rows"]))
@@ -201,8 +199,12 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     metadata = {s.index: rd.metadata(s) for s in studies}
     best0 = 0.0
     if n_done:
-        prior = best_rows(rd.results, 1, searcher=SEARCHER)
-        best0 = max((t["tokens_per_s"][0].as_py() for t in prior.values() if t.num_rows), default=0.0)
+        import pyarrow.compute as pc
+
+        from sweep._runview import open_run
+
+        done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
+        best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
     bar = Progress(n_done + len(units), n_done, best0, enabled=progress)
     try:
         if in_process:

@@ -5,9 +5,9 @@ as its name), stage_layers / stage_recompute as lists, null when the row's stage
 uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
 costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), then run_id,
-model, cluster, iteration and grid_index. The column ``searcher`` comes from the hive partition directory ``searcher=<name>``. The model, cluster and versions
-are in the schema metadata under b"plansweep.model", b"plansweep.cluster",
-b"plansweep.versions" (JSON).
+model, cluster, iteration and grid_index. The column ``searcher`` comes from the hive
+partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
+metadata under b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
 
 Parts are written to a hidden temporary name in the same directory (ignored by readers:
 pyarrow skips names starting with ".") and renamed into place, so a part is either whole

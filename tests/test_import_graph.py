@@ -66,11 +66,11 @@ def test_the_check_finds_an_upward_import(tmp_path):
             dest = tmp_path / path.relative_to(ROOT)
             os.makedirs(dest.parent, exist_ok=True)
             dest.write_text(path.read_text())
-    report = tmp_path / "sweep" / "_report.py"
-    report.write_text(report.read_text() + "\n\ndef _late():\n    from cli._cmd_show import format_placement\n")
+    grid = tmp_path / "sweep" / "_grid.py"
+    grid.write_text(grid.read_text() + "\n\ndef _late():\n    from cli._cmd_show import format_placement\n")
     init = tmp_path / "costmodel" / "__init__.py"
     init.write_text(init.read_text() + "\nimport search._grid\n")
     bad = upward_imports(tmp_path)
     assert len(bad) == 2
-    assert any(b.startswith("sweep/_report.py:") and b.endswith("sweep._report imports cli._cmd_show") for b in bad)
+    assert any(b.startswith("sweep/_grid.py:") and b.endswith("sweep._grid imports cli._cmd_show") for b in bad)
     assert any(b.endswith("costmodel imports search._grid") for b in bad)
