@@ -184,7 +184,7 @@ def _make(args, options, space, seed: int):
     if options is None:
         return RandomSearcher(space, seed)
     if isinstance(options, GridOptions):
-        if space.strides is None:
+        if int(space.size) >= 2**63:
             raise InputError("--space", "a space of fewer than 2**63 points for grid search", f"{space.size:.3e}")
         return options.searcher(space)
     return make_searcher(space, options, seed=seed, storage=args.storage if args.searcher == "tpe" else None)
@@ -201,12 +201,10 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     top = number(args.top, "--top", int, 1)
     seed = number(args.seed, "--seed", int)
     if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
-        from cli._cmd_search_hetero import hetero_space_from_args
+        from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 
-        if args.searcher == "grid":
-            raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
-                             "far beyond a grid)", "grid")
-        space = hetero_space_from_args(args, model, cluster)
+        space = hetero_space_from_args(args, model, cluster,
+                                       SWEEP_HETERO_DEFAULTS if args.searcher == "grid" else HETERO_DEFAULTS)
         found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
         report(args, args.searcher, space, *found)
         return 0

@@ -25,7 +25,7 @@ class GridSearcher(Searcher):
     of rows this searcher did not ask (a replay) moves the position past them."""
 
     def __init__(self, space: Space, start: int = 0, stop: int | None = None, *, chunk: int = GRID_CHUNK):
-        if space.strides is None:
+        if int(space.size) >= 2**63:
             raise ValueError(f"grid search needs a space of fewer than 2**63 points, got {space.size:.3e}")
         self.space = space
         self.start = max(int(start), 0)

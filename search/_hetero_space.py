@@ -248,10 +248,10 @@ class HeteroSpace:
             ok &= np.all((d2 < dp) | (np.arange(S)[None, :] >= p[:, None]), axis=1)
         return ok
 
-    def rows(self, start: int, stop: int):
-        """Grid rows [start, stop) that are valid placements with every unused slot (J >= pp) at
-        its canonical digit, so that each placement is one grid row: their indices and table."""
-        idx = np.arange(start, min(stop, self.size), dtype=np.int64)
+    def valid_indices(self, start: int, stop: int) -> np.ndarray:
+        """Grid indices (int64, ascending) in [start, stop) of the valid placements with every
+        unused slot (J >= pp) at its canonical digit, so that each placement is one grid row."""
+        idx = np.arange(max(int(start), 0), min(int(stop), self.size), dtype=np.int64)
         d = self.digits_of(idx)
         ok = self.valid(d)
         pp = np.asarray(self.dims[self._col("pp")].choices)[d[:, self._col("pp")]]  # (N,)
@@ -259,7 +259,12 @@ class HeteroSpace:
         for k, dim in enumerate(self.dims):
             if dim.stage >= 0:
                 ok &= (dim.stage < pp - (dim.base == "stage_shift")) | (d[:, k] == canonical[k])
-        return idx[ok], self.table(d[ok])
+        return idx[ok]
+
+    def rows(self, start: int, stop: int):
+        """valid_indices(start, stop) and their table."""
+        idx = self.valid_indices(start, stop)
+        return idx, self.table(self.digits_of(idx))
 
     # ---- sampling and moves ------------------------------------------------------------
     def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -97,7 +97,7 @@ def test_sweep_on_a_mixed_cluster_lists_every_placement_once(tmp_path):
     """Every placement of the grid is one row: for pp stages on two 64-GPU pools with tp 8 and
     dp 2 or 4 per stage, the placements that fit are the pool/dp choices whose GPUs per pool
     are at most 64 (counted here by hand), each with 2 micro-batch counts; show and plot read it,
-    and rank ranks the same placements."""
+    and rank and `search grid` go over the same placements."""
     import itertools
 
     out = str(tmp_path / "run")
@@ -115,6 +115,8 @@ def test_sweep_on_a_mixed_cluster_lists_every_placement_once(tmp_path):
     assert "placement" in cli("show", out, "--top", "3").stdout
     ranked = cli("rank", *SWEEP[:-4], "--top", "1").stdout  # the same grid, in one process
     assert f"{len(expected):,} strategies" in ranked and "a100:" in ranked
+    grid = json.loads(cli("search", "grid", *SWEEP[:-4], "--budget", "100000", "--json").stdout)
+    assert grid["evaluations"] == len(expected) and grid["best"][0]["stages"]
     plot = cli("plot", out).stdout
     assert "throughput_vs_degrees.png" in plot and os.path.getsize(os.path.join(out, "plots",
                                                                               "throughput_vs_degrees.png")) > 0
