@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from cli._specs import load_any_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
+from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     REASONS,
     HeteroCluster,
@@ -127,7 +127,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
 
 def run(args) -> int:
     model = load_model(args.model)
-    cluster = load_any_cluster(args.cluster, args.hardware)
+    cluster = load_cluster(args.cluster, args.hardware)
     data = read_mapping(args.strategy, "--strategy") if args.strategy else None
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
         return run_hetero(args, model, as_hetero(cluster), data)

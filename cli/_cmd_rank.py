@@ -9,7 +9,7 @@ from cli._cmd_evaluate import add_spec_args
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
-from cli._specs import load_any_cluster, load_model
+from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, StrategyTable, evaluate_any
 from search import default_space as search_default_space
 from sweep._results import pool_names, to_arrow
@@ -54,7 +54,7 @@ def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
     of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags)."""
     model = load_model(args.model)
-    cluster = load_any_cluster(args.cluster, args.hardware)
+    cluster = load_cluster(args.cluster, args.hardware)
     if isinstance(cluster, HeteroCluster):
         space = hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS)
     else:

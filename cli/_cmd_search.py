@@ -16,7 +16,7 @@ from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
-from cli._specs import add_options, load_any_cluster, load_model, number, options_from_args
+from cli._specs import add_options, load_cluster, load_model, number, options_from_args
 from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any, format_stage_rows, stage_rows
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
 from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
@@ -195,7 +195,7 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
         return run_search_in_dir(args, args.searcher)
     options = None if args.options is None else options_from_args(args.options, args)
     model = load_model(args.model)
-    cluster = load_any_cluster(args.cluster, args.hardware)
+    cluster = load_cluster(args.cluster, args.hardware)
     budget = number(args.budget, "--budget", int, 1)
     batch = number(args.batch, "--batch", int, 1)
     top = number(args.top, "--top", int, 1)

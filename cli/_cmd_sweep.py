@@ -8,7 +8,7 @@ import sys
 
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_rows, rows_as_dicts
-from cli._specs import load_any_cluster, load_model, number, options_from_args
+from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._grid import SEARCHER as GRID
 from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
@@ -86,7 +86,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     for m in _words(args.model, "--model"):
         model = load_model(m)
         for c in words:
-            cluster = load_any_cluster(c, getattr(args, "hardware", None))
+            cluster = load_cluster(c, getattr(args, "hardware", None))
             hetero = isinstance(cluster, HeteroCluster)
             kinds.add(hetero)
             if len(kinds) > 1:
