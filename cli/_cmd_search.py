@@ -200,18 +200,16 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     batch = number(args.batch, "--batch", int, 1)
     top = number(args.top, "--top", int, 1)
     seed = number(args.seed, "--seed", int)
-    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
+    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace
         from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 
         space = hetero_space_from_args(args, model, cluster,
                                        SWEEP_HETERO_DEFAULTS if args.searcher == "grid" else HETERO_DEFAULTS)
-        found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
-        report(args, args.searcher, space, *found)
-        return 0
-    if getattr(args, "dp2", None) is not None:
+    elif getattr(args, "dp2", None) is not None:
         raise InputError("--dp2", "a heterogeneous cluster (a preset such as a100x64+h100x64 or a file with pools)",
                          args.cluster)
-    space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
+    else:
+        space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
     found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
     report(args, args.searcher, space, *found)
     return 0

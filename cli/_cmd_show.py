@@ -8,7 +8,7 @@ import math
 
 import pyarrow as pa
 
-from costmodel import InputError
+from cli._specs import number
 from sweep._runview import RunView, best_rows, open_run, summary
 
 GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote HBM)
@@ -34,16 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fill up to K with infeasible rows too (after the feasible ones, with their reason)")
     p.add_argument("--json", action="store_true", help="print one JSON object: counts and the rows")
     p.set_defaults(func=run)
-
-
-def _top(value: str) -> int:
-    try:
-        k = int(value)
-    except ValueError:
-        k = -1
-    if k < 1:
-        raise InputError("--top", "an integer >= 1", value)
-    return k
 
 
 def _plain(v):
@@ -156,7 +146,7 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
 
 
 def run(args: argparse.Namespace) -> int:
-    k = _top(args.top)
+    k = number(args.top, "--top", int, 1)
     view = open_run(args.run_dir)
     studies = view.studies()
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]

@@ -136,17 +136,10 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
 
 
 def check_runtime(args: argparse.Namespace) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", "an integer >= 1", args.workers)
-    if args.max_in_flight is not None and args.max_in_flight < 1:
-        raise InputError("--max-in-flight", "an integer >= 1", args.max_in_flight)
-    top = getattr(args, "top", BEST_SHOWN)
-    try:
-        args.top = int(top)
-    except (TypeError, ValueError):
-        raise InputError("--top", "an integer >= 0", top) from None
-    if args.top < 0:
-        raise InputError("--top", "an integer >= 0", args.top)
+    for name, flag in (("workers", "--workers"), ("max_in_flight", "--max-in-flight")):
+        if getattr(args, name) is not None:
+            number(getattr(args, name), flag, int, 1)
+    args.top = number(getattr(args, "top", BEST_SHOWN), "--top", int, 0)
 
 
 def grid_request(args: argparse.Namespace) -> dict:

@@ -4,6 +4,7 @@ from search._base import Searcher, objective
 from search._grid import GridSearcher, RandomSearcher
 from search._hetero_space import HeteroSpace
 from search._mcmc import MCMCSearcher
+from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -28,17 +29,21 @@ from search._tpe import TPESearcher
 __all__ = [
     "Dim",
     "EXACT_CHOICES",
+    "GridOptions",
     "GridSearcher",
     "HeteroSpace",
+    "MCMCOptions",
     "MCMCSearcher",
     "PARTITION_SHIFTS",
     "PiperGraph",
     "PiperNode",
+    "PiperOptions",
     "PiperPlan",
     "PiperStage",
     "RandomSearcher",
     "Searcher",
     "Space",
+    "TPEOptions",
     "TPESearcher",
     "Tmpc",
     "default_choices",

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import search._piper as piper_module
 import cli
+import search._piper as piper_module
 from costmodel import InputError
 from search import (
     evaluate_piper_plan,

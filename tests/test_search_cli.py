@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
+from cli import build_parser, main
+from cli._space_args import space_from_args
 from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
 from search import exact_space
-from cli._space_args import space_from_args
-from cli import build_parser, main
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")

@@ -168,9 +168,9 @@ def test_partition_mcmc_beats_best_uniform_partition():
     # uniform stages of 10 layers fit only with full recompute everywhere (stage 0 holds 8
     # micro-batches in flight plus the embedding). Uneven stages (fewer layers where more
     # micro-batches are in flight) with per-stage recompute fit with selective recompute.
+    from cli._cmd_search import run_searcher
     from costmodel import make_cluster
     from search import Space
-    from cli._cmd_search import run_searcher
 
     model, cluster = model_preset("llama3-70b"), make_cluster("h100", 64, gpus_per_node=8)
     common = dict(global_batch=256, base="fixed", tp=[8], pp=[8], micro_batch=[1], schedule=["1f1b"])
