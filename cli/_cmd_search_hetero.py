@@ -1,9 +1,10 @@
-"""``plansweep search grid|random|mcmc|tpe --cluster HETERO``: stage placement search.
+"""The placement space of `plansweep sweep|rank|search ... --cluster HETERO`.
 
     plansweep search mcmc --cluster a100x64+h100x64 --model gpt3-175b --budget 20000
+    plansweep sweep --cluster a100x64+h100x64 --model gpt3-175b --out RUN_DIR
 
 On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with ``pools``) the
-searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
+grid and the searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
 pp, micro-batches, schedule, recompute, ZeRO, SP) and the driver evaluates with
 costmodel.evaluate_any (evaluate_hetero for a HeteroTable). This module builds that space from
 the space flags.
