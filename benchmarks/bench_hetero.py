@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+from cli._cmd_bench import bench_table
+from cli._cmd_rank import default_space
 from costmodel import (
     HeteroTable,
     evaluate,
@@ -29,8 +31,6 @@ from costmodel import (
     stage_rows,
 )
 from search import HeteroSpace, MCMCSearcher
-from sweep._cmd_bench import bench_table
-from sweep._cmd_rank import default_space
 
 
 def best_homogeneous(model, cluster, batch):

@@ -24,13 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sweep._cmd_sweep import grid_request  # noqa: E402
+from cli import build_parser  # noqa: E402
+from cli._cmd_sweep import grid_request  # noqa: E402
 from sweep._grid import evaluate_unit, plan_units, run_grid  # noqa: E402
 from sweep._keep import Keep  # noqa: E402
 from sweep._ray import init_ray, shutdown_ray  # noqa: E402
-from sweep._report import count_rows  # noqa: E402
 from sweep._rundir import RunDir  # noqa: E402
-from sweep.cli import build_parser  # noqa: E402
+from sweep._runview import open_run  # noqa: E402
 
 # 10,368,000 strategies, every one valid: GPT-3 175B on 1024 H100s in 4 pipeline stages with
 # uneven layer splits (each of the 3 stage boundaries shifted by -2..2 layers) and per-stage
@@ -78,7 +78,7 @@ def one(root: str, name: str, extra: list[str], *, workers: int | None, processe
             evaluated: list[int] = []
             sweep_s = _processes(rd, processes, evaluated)
             size = int(rd.studies()[0].space.size)
-            kept, n_parts = count_rows(rd.results)
+            kept, n_parts = _count_rows(rd)
             return {"name": name, "grid": size, "rows": sum(evaluated), "kept": kept, "parts": n_parts,
                     "sweep_s": sweep_s, "start_s": 0.0}
         if workers:
@@ -95,7 +95,7 @@ def one(root: str, name: str, extra: list[str], *, workers: int | None, processe
             if workers:
                 shutdown_ray()
         size = int(rd.studies()[0].space.size)
-    kept, n_parts = count_rows(rd.results)
+    kept, n_parts = _count_rows(rd)
     return {"name": name, "grid": size, "rows": sum(evaluated), "kept": kept, "parts": n_parts, "sweep_s": sweep_s,
             "start_s": start_s}
 
@@ -137,3 +137,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _count_rows(rd) -> tuple[int, int]:
+    view = open_run(rd.path)
+    return view.dataset.count_rows(), len(view.dataset.files)

@@ -49,10 +49,10 @@ def _placements(model, hc, rows, split):
 def dump(path: str) -> None:
     """Compute every case with the checkout on sys.path and save it to ``path``."""
     import costmodel
+    from cli._cmd_bench import bench_table
     from costmodel import HeteroTable, cluster_preset, evaluate, evaluate_hetero, hetero_preset, model_preset
     from costmodel._evaluate import stage_breakdown
     from search import exact_space
-    from sweep._cmd_bench import bench_table
     from tests.test_reference import random_table
 
     out: dict[str, np.ndarray] = {}

@@ -35,6 +35,51 @@ CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PREC
 BOOL_COLUMNS = ("sequence_parallel", "overlap_dp")
 COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS
 
+# GPT-3 175B's global batch in sequences (Brown et al. 2020, Table 2.1): the global batch of a
+# space or a strategy where none is given.
+DEFAULT_GLOBAL_BATCH = 1536
+
+# The values of every strategy dimension, one table for the strategy table, the spaces and the
+# command line's flags: (lowest, highest) whole numbers (None: no bound), the names of a coded
+# column (read in any case), or bool (also read from the words of BOOL_WORDS). A per-stage
+# dimension base.J takes the values of its base.
+DIMENSION_VALUES: dict[str, tuple | type] = {
+    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "global_batch", "vpp")},
+    "zero_stage": (0, 3), "stage_shift": (None, None),
+    **CODE_COLUMNS, "stage_recompute": RECOMPUTE,
+    **{name: bool for name in BOOL_COLUMNS},
+}
+BOOL_WORDS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def dimension_values(name: str, values) -> np.ndarray:
+    """Values of the strategy dimension ``name`` (DIMENSION_VALUES) as the strategy table's
+    numbers: int64, int8 codes or bool; InputError naming ``name`` for a value outside it."""
+    kind = DIMENSION_VALUES[name.split(".")[0]]
+    values = list(values)
+    if kind is bool:
+        words = [BOOL_WORDS.get(v.lower()) if isinstance(v, str) else bool(v) if isinstance(v, (bool, np.bool_))
+                 else None for v in values]
+        if None in words:
+            raise InputError(name, "true or false", values[words.index(None)])
+        return np.asarray(words, dtype=bool)
+    if all(isinstance(x, str) for x in kind):
+        codes = [kind.index(str(v).lower()) if str(v).lower() in kind else -1 for v in values]
+        if -1 in codes:
+            raise InputError(name, "one of " + ", ".join(kind), values[codes.index(-1)])
+        return np.asarray(codes, dtype=np.int8)
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise InputError(name, "integers", v)
+    arr = np.asarray(values, dtype=np.int64)
+    lo, hi = kind
+    bad = ((arr < lo) if lo is not None else False) | ((arr > hi) if hi is not None else False)
+    if np.any(bad):
+        raise InputError(name, f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}",
+                         int(arr[bad][0]))
+    return arr
+
+
 DEFAULTS: dict[str, object] = {
     "dp": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch": 1, "global_batch": 1, "vpp": 1,
     "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
@@ -72,8 +117,7 @@ def int_column(name: str, value, n: int) -> np.ndarray:
             arr = arr.astype(np.int64)
         else:
             raise InputError(name, "integers", arr.flat[0] if n else arr)
-    lo = 0 if name == "zero_stage" else 1
-    hi = 3 if name == "zero_stage" else None
+    lo, hi = DIMENSION_VALUES.get(name, (1, None))
     bad = (arr < lo) | ((arr > hi) if hi is not None else False)
     if np.any(bad):
         rng = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
@@ -86,9 +130,9 @@ def bool_column(name: str, value, n: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind in "US":
         low = np.char.lower(arr.astype(str))
-        if not np.all(np.isin(low, ["true", "false", "1", "0"])):
+        if not np.all(np.isin(low, list(BOOL_WORDS))):
             raise InputError(name, "true or false", arr.flat[0])
-        arr = np.isin(low, ["true", "1"])
+        arr = np.isin(low, [w for w, v in BOOL_WORDS.items() if v])
     return np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
 
 

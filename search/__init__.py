@@ -4,6 +4,7 @@ from search._base import Searcher, SearchSpace, objective
 from search._grid import GridSearcher, RandomSearcher
 from search._hetero_space import HeteroSpace
 from search._mcmc import MCMCSearcher
+from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -31,18 +32,22 @@ __all__ = [
     "replan",
     "Dim",
     "EXACT_CHOICES",
+    "GridOptions",
     "GridSearcher",
     "HeteroSpace",
+    "MCMCOptions",
     "MCMCSearcher",
     "PARTITION_SHIFTS",
     "PiperGraph",
     "PiperNode",
+    "PiperOptions",
     "PiperPlan",
     "PiperStage",
     "RandomSearcher",
     "SearchSpace",
     "Searcher",
     "Space",
+    "TPEOptions",
     "TPESearcher",
     "Tmpc",
     "default_choices",

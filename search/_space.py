@@ -45,7 +45,8 @@ import numpy as np
 
 from costmodel import Cluster, InputError, StrategyTable, Transformer
 from costmodel._evaluate import REASON, feasibility
-from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES, encode
+from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
+from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
 from search._base import SearchSpace
 
 # Dimensions no structural constraint reads; they come last in the digit order so that the
@@ -96,49 +97,13 @@ class Dim:
         return int(self.name.split(".")[1]) if "." in self.name else -1
 
 
-def _numeric(name: str, choices: tuple) -> np.ndarray:
-    """Readable choices -> the StrategyTable's numbers (int64, int8 codes or bool)."""
-    base = name.split(".")[0]
-    if base == STAGE_RECOMPUTE:
-        return encode("recompute", np.asarray(choices, dtype=str))
-    if base in CODE_COLUMNS:
-        return encode(base, np.asarray(choices, dtype=str))
-    if base in ("sequence_parallel", "overlap_dp"):
-        return _bools(name, choices)
-    out = []
-    for c in choices:
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
-            raise InputError(name, "integers", c)
-        out.append(int(c))
-    arr = np.asarray(out, dtype=np.int64)
-    lo = {"zero_stage": 0, SHIFT: -(1 << 40)}.get(base, 1)
-    hi = 3 if base == "zero_stage" else None
-    bad = (arr < lo) | ((arr > hi) if hi is not None else False)
-    if np.any(bad):
-        expected = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
-        raise InputError(name, expected, int(arr[bad][0]))
-    return arr
-
-
-def _bools(name: str, choices: tuple) -> np.ndarray:
-    out = []
-    for c in choices:
-        if isinstance(c, (bool, np.bool_)):
-            out.append(bool(c))
-        elif isinstance(c, str) and c.lower() in ("true", "false", "1", "0"):
-            out.append(c.lower() in ("true", "1"))
-        else:
-            raise InputError(name, "true or false", c)
-    return np.asarray(out, dtype=bool)
-
-
 def _readable(name: str, value):
     """A readable value in canonical Python form (str lower-case, bool, int)."""
     base = name.split(".")[0]
     if base in CODE_COLUMNS or base == STAGE_RECOMPUTE:
         return str(value).lower()
     if base in ("sequence_parallel", "overlap_dp"):
-        return bool(_bools(name, (value,))[0])
+        return bool(_numeric(name, (value,))[0])
     if isinstance(value, (np.integer,)):
         return int(value)
     return value
@@ -772,7 +737,7 @@ EXACT_CHOICES: dict[str, list] = {
 }
 
 
-def exact_space(model: Transformer, cluster: Cluster, global_batch: int = 1536) -> Space:
+def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAULT_GLOBAL_BATCH) -> Space:
     """Global degrees (tp, pp, cp; dp = GPUs / (tp pp cp)), micro-batch, schedule (+ vpp),
     recompute, SP and ZeRO stage: small enough to evaluate whole (EXACT_CHOICES), meant for
     GPT-3 175B on h100x1024 with global batch 1536 (460,800 points, 52,806 valid, 11,474

@@ -300,6 +300,18 @@ class TPESearcher(Searcher):
                 self.study.enqueue_trial(self._params_of(digits[fresh[0]]), skip_if_exists=False)
                 return
 
+    def enqueue(self, points) -> int:
+        """Queue points (rows of digits of this searcher's space) as the next trials of its
+        current study, in the study's own parametrisation (stored in the study, so a resumed
+        study has them); a point the walk does not reach is skipped. Returns how many were queued."""
+        queued = 0
+        for digits in np.atleast_2d(np.asarray(points, dtype=np.int64)):
+            params = self._params_of(digits)
+            if (self._digits(params) == digits).all():
+                self.study.enqueue_trial(params)
+                queued += 1
+        return queued
+
     def _params_of(self, digits: np.ndarray) -> dict:
         """The trial parameters that make _walk return ``digits``."""
         if self._valid is None:

@@ -1,6 +1,6 @@
 """Grid sweeps: a space cut into units (integer ranges of its rows), fanned out over Ray.
 
-A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate`` -> the keep policy -> one Parquet
+A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate_any`` -> the keep policy -> one Parquet
 part with a fixed name (``results/searcher=grid/part-<study>-<unit>.parquet``), written
 through a temporary file and a rename, so a unit run twice leaves one file. The driver keeps
 a bounded number of units in flight and handles them in completion order (ray.wait); a unit
@@ -17,9 +17,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from costmodel import InputError, evaluate
+from costmodel import InputError, evaluate_any
 from sweep._keep import Keep
-from sweep._results import to_arrow, write_part
+from sweep._results import pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
 
 SEARCHER = "grid"
@@ -53,10 +53,11 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     """Evaluate grid rows [lo, hi) of ``space`` and write the kept rows to ``path``. Pure apart
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
-    metrics = evaluate(space.model, space.cluster, table)
+    metrics = evaluate_any(space.model, space.cluster, table)
     sel = keep.select(metrics)  # (K,)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
-                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata)
+                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata,
+                     pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0
@@ -187,8 +188,6 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
              on_unit: Callable[[UnitSummary], None] | None = None) -> int:
     """Run (or continue) the grid sweep described by ``rd``'s run.json. Returns the number of
     units evaluated now."""
-    from sweep._report import best_rows
-
     opts = rd.info["options"]
     keep = Keep.parse(opts["keep"])
     unit_rows = check_unit_rows(int(opts["unit_rows"]))
@@ -200,8 +199,12 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     metadata = {s.index: rd.metadata(s) for s in studies}
     best0 = 0.0
     if n_done:
-        prior = best_rows(rd.results, 1, searcher=SEARCHER)
-        best0 = max((t["tokens_per_s"][0].as_py() for t in prior.values() if t.num_rows), default=0.0)
+        import pyarrow.compute as pc
+
+        from sweep._runview import open_run
+
+        done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
+        best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
     bar = Progress(n_done + len(units), n_done, best0, enabled=progress)
     try:
         if in_process:

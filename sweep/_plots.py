@@ -51,12 +51,17 @@ class Columns:
     throughput: np.ndarray           # samples/s or tokens/s (see label)
     label: str                       # axis label of the throughput
     num_gpus: int                    # the cluster's GPUs (or the most any row uses)
+    widest: bool = False             # a placement run: dp and tp are each row's widest stage's
 
 
 def load_columns(view: RunView) -> Columns:
+    """The feasible rows' columns; a placement run's dp and tp are its widest stage's
+    (stage_dp, stage_tp: each row's largest)."""
     thr = view.throughput_column
-    want = [c for c in (*DEGREES, "microbatches", "global_batch") if c in view.columns] + [thr]
+    placed = {"dp": "stage_dp", "tp": "stage_tp"} if "stage_dp" in view.columns else {}
+    want = [placed.get(c, c) for c in (*DEGREES, "microbatches", "global_batch") if c in view.columns] + [thr]
     cols = view.read(want, feasible_only=True)
+    cols.update({d: cols.pop(c) for d, c in placed.items()})
     n = cols[thr].size
     degrees = {d: cols[d].astype(np.int64) if d in cols else np.ones(n, np.int64) for d in DEGREES}
     used = degrees["dp"] * degrees["tp"] * degrees["pp"] * degrees["cp"]
@@ -68,7 +73,7 @@ def load_columns(view: RunView) -> Columns:
         microbatches=cols["microbatches"].astype(np.int64) if "microbatches" in cols else np.ones(n, np.int64),
         global_batch=cols["global_batch"].astype(np.int64) if "global_batch" in cols else np.zeros(n, np.int64),
         throughput=cols[thr].astype(np.float64), label=f"Throughput ({unit})", num_gpus=num_gpus,
-    )
+        widest=bool(placed))
 
 
 def best_by(keys: list[np.ndarray], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +116,7 @@ def plot_degrees(c: Columns, title: str, out_dir: str, suffix: str = "") -> str 
         x = keys[:, 0]
         ax.plot(x, best, marker="o", color="C0", label="best over the other dimensions")
         _log2_axis(ax, x)
-        ax.set_xlabel(DEGREE_LABELS[d])
+        ax.set_xlabel(DEGREE_LABELS[d] + (" (widest stage)" if c.widest and d in ("dp", "tp") else ""))
         _thousands(ax)
     axes[0][0].set_ylabel(c.label)
     axes[0][0].legend(loc="best", fontsize=9)

@@ -1,12 +1,13 @@
 """Results as Parquet: StrategyTable + Metrics -> one Arrow table -> one part file.
 
 Schema (README, "Parquet results"): the strategy columns with readable values (the schedule
-as its name), stage_layers / stage_recompute as lists (null when the row's stages are
-uniform), the metric columns of costmodel.METRIC_COLUMNS (units in their names; reason as its
-REASONS name), then run_id, model, cluster, iteration and grid_index. The column ``searcher``
-comes from the hive partition directory ``searcher=<name>``. The model, cluster and versions
-are in the schema metadata under b"plansweep.model", b"plansweep.cluster",
-b"plansweep.versions" (JSON).
+as its name), stage_layers / stage_recompute as lists, null when the row's stages are
+uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
+stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
+costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), then run_id,
+model, cluster, iteration and grid_index. The column ``searcher`` comes from the hive
+partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
+metadata under b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
 
 Parts are written to a hidden temporary name in the same directory (ignored by readers:
 pyarrow skips names starting with ".") and renamed into place, so a part is either whole
@@ -93,6 +94,11 @@ def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, values: np.ndarray
     flat = per_stage[active & ~uniform[:, None]]  # row-major: each row's stages in order
     flat_arr = pa.array(flat.astype(np.int64)) if values is None else pa.array(values[flat])
     return pa.ListArray.from_arrays(pa.array(offsets), flat_arr, mask=pa.array(uniform))
+
+
+def pool_names(space) -> list[str] | None:
+    """The pools of a placement space's cluster (the names in stage_pool), else None."""
+    return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
 
 
 def to_arrow(
@@ -193,7 +199,7 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
     for c in BOOL_COLUMNS:
         cols[c] = pa.array(table[c], type=pa.bool_())
     st = table.stages
-    cols["stage_layers"] = _every_stage(st["layers"], pp)
+    cols["stage_layers"] = _stage_list(st["layers"], pp)
     cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, np.asarray(RECOMPUTE, dtype=object))
     split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
     cols["stage_pool"] = _every_stage(st["pool"], pp, pool_names)
@@ -239,16 +245,18 @@ def write_json_atomic(obj: object, path: str) -> None:
     os.replace(tmp, path)
 
 
-def hetero_row_strategy(row: Mapping) -> dict:
-    """A heterogeneous result row (a dict of one row's columns) as a strategy file's mapping
-    (costmodel._hetero_strategy.hetero_from_mapping reads it back: global keys and stages)."""
+def hetero_row_strategy(row: Mapping, layers: int) -> dict:
+    """A heterogeneous result row (a dict of one row's columns) of a model of ``layers`` layers
+    as a strategy file's mapping (costmodel._hetero_strategy.hetero_from_mapping reads it back:
+    global keys and stages)."""
     glob = ("global_batch", "microbatches", "cp", "vpp", "zero_stage", "schedule", "recompute", "precision",
             "sequence_parallel", "overlap_dp")
     out: dict = {k: row[k] for k in glob}
     stages = []
     recompute = row.get("stage_recompute")
+    stage_layers = row.get("stage_layers") or [layers // row["pp"]] * row["pp"]  # null: uniform stages
     for j, pool in enumerate(row["stage_pool"]):
-        st = {"pool": pool, "dp": row["stage_dp"][j], "tp": row["stage_tp"][j], "layers": row["stage_layers"][j],
+        st = {"pool": pool, "dp": row["stage_dp"][j], "tp": row["stage_tp"][j], "layers": stage_layers[j],
               "order": row["stage_order"][j]}
         if row["stage_dp2"][j]:
             st.update(pool2=row["stage_pool2"][j], dp2=row["stage_dp2"][j])

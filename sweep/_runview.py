@@ -98,7 +98,8 @@ class RunView:
         return f"{model} on {cluster}"
 
     def read(self, columns: Sequence[str], *, feasible_only: bool = False) -> dict[str, np.ndarray]:
-        """Whole columns as numpy arrays (strings as object arrays), optionally feasible rows only."""
+        """Whole columns as numpy arrays (strings as object arrays; a per-stage list column as each
+        row's largest stage value), optionally feasible rows only."""
         missing = [c for c in columns if c not in self.columns]
         if missing:
             raise InputError("RUN_DIR", f"results with a {missing[0]!r} column", self.run_dir)
@@ -107,6 +108,10 @@ class RunView:
 
 
 def _to_numpy(col: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_list(col.type):  # one value per stage: the row's largest (rows list >= 1 stage)
+        lists = col.combine_chunks()
+        return np.maximum.reduceat(lists.flatten().to_numpy(), lists.offsets.to_numpy()[:-1]) if len(lists) else (
+            np.zeros(0, np.int64))
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
@@ -212,7 +217,8 @@ def summary(view: RunView) -> dict[str, object]:
 # same strategy, which a search (MCMC, TPE) may evaluate many times.
 STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage",
                  "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
-                 "stage_recompute")
+                 "stage_recompute", "microbatches", "stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2",
+                 "stage_dp2")
 
 
 def _distinct(table: pa.Table) -> pa.Table:

@@ -25,11 +25,13 @@ import uuid
 import numpy as np
 
 from costmodel import Metrics, StrategyTable, evaluate_any
-from sweep._results import TMP_PREFIX, TMP_SUFFIX, to_arrow, write_json_atomic, write_part
+from search._options import MCMCOptions, TPEOptions
+from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
+SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions}
 
 
 def part_name(study: int, index: int) -> str:
@@ -71,41 +73,25 @@ def _plain(a: np.ndarray):
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def pool_names(space) -> list[str] | None:
-    """The pools of a placement space's cluster (names in Parquet's stage_pool), else None."""
-    return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
+def searcher_options(kind: str, recorded: dict) -> MCMCOptions | TPEOptions:
+    """The searcher options a run.json records (its "options"; a field it lacks: the default)."""
+    if kind not in SEARCHER_OPTIONS:
+        raise ValueError(f"unknown searcher {kind!r}")
+    return SEARCHER_OPTIONS[kind].from_json(recorded)
 
 
-def make_searcher(kind: str, space, *, seed: int, options: dict, storage: str | None = None):
+def make_searcher(space, options: MCMCOptions | TPEOptions, *, seed: int, storage: str | None = None):
     """The searcher of a run. On a placement space (search.HeteroSpace) MCMC chains also start
-    from its named placements and a new TPE study tries them first, as `plansweep search` does
-    without --out (random placements are almost all infeasible)."""
+    from its named placements and a new TPE study tries them first (random placements are
+    almost all infeasible)."""
     placement = pool_names(space) is not None
-    if kind == "mcmc":
-        try:
-            from search import MCMCSearcher
-        except ImportError:  # before search/__init__ re-exports it
-            from search._mcmc import MCMCSearcher
-
-        extra = {"starts": (*space.start_points(), "random")} if placement else {}
-        return MCMCSearcher(space, seed=seed, chains=int(options["chains"]), beta=float(options["beta"]),
-                            reset_every=int(options["reset_every"]), **extra)
-    if kind == "tpe":
-        try:
-            from search import TPESearcher
-        except ImportError:
-            from search._tpe import TPESearcher
-
-        from search._tpe import DEFAULT_N_STARTUP_TRIALS
-
-        searcher = TPESearcher(space, seed=seed, storage=storage,
-                               n_startup_trials=int(options.get("startup_trials", DEFAULT_N_STARTUP_TRIALS)))
-        if placement and not searcher.study.get_trials(deepcopy=False):
-            from sweep._cmd_search_hetero import enqueue_start_points
-
-            enqueue_start_points(searcher, space)  # stored in the journal: a resumed study has them
-        return searcher
-    raise ValueError(f"unknown searcher {kind!r}")
+    if isinstance(options, MCMCOptions):
+        return options.searcher(space, seed=seed, **({"starts": (*space.start_points(), "random")} if placement
+                                                      else {}))
+    searcher = options.searcher(space, seed=seed, storage=storage)
+    if placement and not searcher.study.get_trials(deepcopy=False):
+        searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
+    return searcher
 
 
 def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[StrategyTable, Metrics]:
@@ -116,9 +102,9 @@ def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[Strat
 class ChainRunner:
     """One study's MCMC ensemble; a Ray actor (or a plain object in-process)."""
 
-    def __init__(self, space, *, seed: int, options: dict, state: dict | None = None) -> None:
+    def __init__(self, space, *, seed: int, options: MCMCOptions, state: dict | None = None) -> None:
         self.space = space
-        self.searcher = make_searcher("mcmc", space, seed=seed, options=options)
+        self.searcher = make_searcher(space, options, seed=seed)
         if state:
             self.searcher.load_state_dict(state)
 
@@ -191,8 +177,8 @@ def _best_of(arrow) -> float:
 # ---- MCMC ------------------------------------------------------------------------------------
 def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     info = rd.info
-    opts = info["options"]
-    budget, every = int(opts["budget"]), int(opts["checkpoint_every"])
+    opts = searcher_options("mcmc", info["options"])
+    budget, every = int(info["options"]["budget"]), int(info["options"]["checkpoint_every"])
     studies = rd.studies()
     parts = rd.partition("mcmc")
     state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
@@ -220,7 +206,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
         if progress_of[s.index]["state"] is not None:
-            make_searcher("mcmc", s.space, seed=seeds[s.index], options=opts).load_state_dict(
+            make_searcher(s.space, opts, seed=seeds[s.index]).load_state_dict(
                 progress_of[s.index]["state"])
     try:
         if in_process:
@@ -244,7 +230,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
 
     register_pickling()
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
-    opts = rd.info["options"]
+    opts = searcher_options("mcmc", rd.info["options"])
     by_index = {s.index: s for s in studies}
     space_refs = {s.index: ray.put(s.space) for s in studies}
     actors: dict[int, object] = {}
@@ -295,8 +281,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
     or draws a new batch (part b was told: this is batch b+1)."""
     info = rd.info
-    opts = info["options"]
-    budget, n = int(opts["budget"]), int(opts["batch"])
+    opts = searcher_options("tpe", info["options"])
+    budget, n = int(info["options"]["budget"]), int(info["options"]["batch"])
     studies = rd.studies()
     parts = rd.partition("tpe")
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
@@ -308,7 +294,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 prog[s.index] = json.load(f)
         else:
             prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
-    searchers = {s.index: make_searcher("tpe", s.space, seed=study_seed(info["seed"], s.index), options=opts,
+    searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index]) for s in studies}
     check_first = {s.index: True for s in studies}
     bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="tpe", enabled=progress)

@@ -31,7 +31,7 @@ def workers_import_this_checkout(monkeypatch) -> None:
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "sweep", *args], capture_output=True, text=True, env=env(),
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env(),
                           timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"plansweep {' '.join(args)} -> {proc.returncode}\n{proc.stderr[-3000:]}")
@@ -40,7 +40,7 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def start(*args: str) -> subprocess.Popen:
     """The CLI in its own process group (so that a kill takes its embedded Ray with it)."""
-    return subprocess.Popen([sys.executable, "-m", "sweep", *args], stdout=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "cli", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env(), start_new_session=True)
 
 

@@ -31,10 +31,10 @@ def test_tracked_tree_runs_without_shared(tmp_path):
                 "tests/test_model_files.py", "-k", "not bench")
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     assert " passed" in tests.stdout and "skipped" not in tests.stdout
-    val = run("-m", "sweep", "validate", "narayanan2021-table1")
+    val = run("-m", "cli", "validate", "narayanan2021-table1")
     assert val.returncode == 0, val.stderr
     assert "mean |error|" in val.stdout
-    piper = run("-m", "sweep", "search", "piper", "tests/data/piper-inputs/bert32a100.json", "--devices", "64",
+    piper = run("-m", "cli", "search", "piper", "tests/data/piper-inputs/bert32a100.json", "--devices", "64",
                 "--memory", "8589934592", "--microbatches", "1920", "--bandwidth", "26843545600", "--json")
     assert piper.returncode == 0, piper.stderr
     assert '"time_per_sample"' in piper.stdout

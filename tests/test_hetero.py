@@ -244,7 +244,7 @@ def _cli(*argv):
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, "-m", "sweep", *argv], capture_output=True, text=True, env=env, cwd=root)
+    return subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, env=env, cwd=root)
 
 
 def test_cli_evaluate_hetero_strategy(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli._specs import load_model
 from costmodel import (
     InputError,
     StrategyTable,
@@ -16,7 +17,6 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
-from sweep._specs import load_model
 
 DATA = Path(__file__).parent / "data" / "models"
 

@@ -11,15 +11,15 @@ import json
 import numpy as np
 import pytest
 
-import sweep.cli as cli
+import cli
 from costmodel import InputError, chrome_trace, simulate, text_timeline
 
 
 @pytest.fixture
 def plansweep(monkeypatch):
-    """sweep.cli.main with only this branch's subcommands registered."""
+    """cli.main with only this branch's subcommands registered."""
     monkeypatch.setattr(
-        cli, "COMMAND_MODULES", ("sweep._cmd_schedule", "sweep._cmd_schedule_experiments")
+        cli, "COMMAND_MODULES", ("cli._cmd_schedule", "cli._cmd_schedule_experiments")
     )
     return cli.main
 

@@ -4,10 +4,10 @@ bounded, and the simulated path checked against the scalar reference."""
 import numpy as np
 import pytest
 
+from cli._cmd_rank import default_space
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
 from costmodel._evaluate import BLOCK_ROWS, SCHED, in_flight
 from costmodel._reference import evaluate_row
-from sweep._cmd_rank import default_space
 from tests.test_reference import random_table
 
 

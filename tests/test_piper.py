@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli
 import search._piper as piper_module
-import sweep.cli as cli
 from costmodel import InputError
 from search import (
     evaluate_piper_plan,
@@ -369,7 +369,7 @@ def test_bert_2048_devices_under_a_minute():
 @pytest.fixture
 def run_cli(monkeypatch, capsys):
     # only this subcommand: the others live in modules other people are writing
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("sweep._cmd_search",))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("cli._cmd_search",))
 
     def run(*argv):
         code = cli.main(list(map(str, argv)))

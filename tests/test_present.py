@@ -24,7 +24,7 @@ CLUSTER = costmodel.cluster_preset("seed000-16")
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": ROOT, "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "sweep", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
+from cli import build_parser, main
+from cli._space_args import space_from_args
 from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
 from search import exact_space
-from sweep._space_args import space_from_args
-from sweep.cli import build_parser, main
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
@@ -105,7 +105,7 @@ def test_budget_limits_evaluations(capsys):
 
 def test_bad_input_exits_2_with_one_line():
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "sweep", "search", "grid", "--vpp", "1,two"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "cli", "search", "grid", "--vpp", "1,two"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--vpp" in proc.stderr and "Traceback" not in proc.stderr

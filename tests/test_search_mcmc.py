@@ -179,9 +179,9 @@ def test_partition_mcmc_beats_best_uniform_partition():
     # uniform stages of 10 layers fit only with full recompute everywhere (stage 0 holds 8
     # micro-batches in flight plus the embedding). Uneven stages (fewer layers where more
     # micro-batches are in flight) with per-stage recompute fit with selective recompute.
+    from cli._cmd_search import run_searcher
     from costmodel import make_cluster
     from search import Space
-    from sweep._cmd_search import run_searcher
 
     model, cluster = model_preset("llama3-70b"), make_cluster("h100", 64, gpus_per_node=8)
     common = dict(global_batch=256, base="fixed", tp=[8], pp=[8], micro_batch=[1], schedule=["1f1b"])
@@ -220,7 +220,7 @@ def test_cli_mcmc_and_tpe(tmp_path):
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root}
-    base = [sys.executable, "-m", "sweep", "search"]
+    base = [sys.executable, "-m", "cli", "search"]
     common = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--seed", "1", "--json",
               "--top", "2"]
     for argv, budget in ((["mcmc", "--chains", "8", "--beta", "20"], 200),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cli._cmd_search import run_searcher
 from costmodel import cluster_preset, evaluate, model_preset
 from search import MCMCSearcher, RandomSearcher, Space, TPESearcher
-from sweep._cmd_search import run_searcher
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")

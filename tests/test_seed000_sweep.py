@@ -41,7 +41,7 @@ BYTES_PER_PARAM = 18
 def cli(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": ROOT, "MPLBACKEND": "Agg"}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "sweep", *argv], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)
 
 

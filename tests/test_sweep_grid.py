@@ -127,11 +127,11 @@ def test_kill_9_in_the_middle_then_resume(reference, tmp_path):
 @pytest.mark.slow
 def test_a_killed_worker_loses_nothing(reference, tmp_path, monkeypatch):
     workers_import_this_checkout(monkeypatch)
-    from sweep._cmd_sweep import grid_request
+    from cli import build_parser
+    from cli._cmd_sweep import grid_request
     from sweep._grid import run_grid
     from sweep._ray import init_ray, shutdown_ray
     from sweep._rundir import RunDir
-    from sweep.cli import build_parser
 
     killed = []
 

@@ -36,7 +36,7 @@ def test_second_process_is_refused_while_a_run_holds_the_directory(tmp_path):
         with pytest.raises(InputError, match=f"in use by process {os.getpid()}"):
             RunDir.open(out)
         env = dict(os.environ, PYTHONPATH=ROOT)
-        proc = subprocess.run([sys.executable, "-m", "sweep", "resume", out], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "cli", "resume", out], capture_output=True, text=True,
                               env=env, timeout=60)
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()

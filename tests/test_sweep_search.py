@@ -93,11 +93,11 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
                 killed.append(actors[0])
             time.sleep(0.02)
 
-    from sweep._cmd_sweep import search_request
+    from cli import build_parser
+    from cli._cmd_sweep import search_request
     from sweep._ray import init_ray, shutdown_ray
     from sweep._rundir import RunDir
     from sweep._search_engine import run_search
-    from sweep.cli import build_parser
 
     args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--out", out])
     RunDir.create_or_resume(out, search_request(args, "mcmc"))[0].close()

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from cli import main
 from costmodel._validate import MEASURED
-from sweep.cli import main
 
 NARAYANAN = MEASURED / "narayanan2021_table1.csv"
 

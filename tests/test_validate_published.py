@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cli import main
 from costmodel import model_preset
 from costmodel._validate import MEASURED, flops_per_iteration, read_runs, validate
-from sweep.cli import main
 
 KORTHIKANTI = MEASURED / "korthikanti2022_mfu.csv"
 

@@ -59,7 +59,7 @@ PIPELINE_CHECK_SPACES = (("gpt3-175b", "h100x1024", 1536), ("llama3-70b", "h100x
 
 def pipeline_check() -> list[dict]:
     """Closed-form vs simulated pipeline on `plansweep rank`'s default spaces."""
-    from sweep._cmd_rank import default_space
+    from cli._cmd_rank import default_space
 
     out = []
     for name, cluster_name, batch in PIPELINE_CHECK_SPACES:

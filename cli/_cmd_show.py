@@ -8,7 +8,7 @@ import math
 
 import pyarrow as pa
 
-from costmodel import InputError
+from cli._specs import number
 from sweep._runview import RunView, best_rows, open_run, summary
 
 GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote HBM)
@@ -36,16 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _top(value: str) -> int:
-    try:
-        k = int(value)
-    except ValueError:
-        k = -1
-    if k < 1:
-        raise InputError("--top", "an integer >= 1", value)
-    return k
-
-
 def _plain(v):
     """Arrow values -> JSON: non-finite floats become null."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -54,6 +44,7 @@ def _plain(v):
 
 
 def rows_as_dicts(table: pa.Table) -> list[dict]:
+    """Arrow rows as dicts for JSON and format_rows (non-finite floats as None)."""
     return [{k: _plain(v) if not isinstance(v, list) else [_plain(x) for x in v] for k, v in r.items()}
             for r in table.to_pylist()]
 
@@ -66,9 +57,10 @@ def _cell(v, fmt: str) -> str:
     return format(v, fmt)
 
 
-def format_rows(view: RunView, rows: list[dict], *, with_reason: bool) -> str:
-    thr = view.throughput_column
-    cols = [c for c in TABLE_COLUMNS if c[0] in view.columns]
+def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = False) -> str:
+    """The rows (dicts of result columns, as rows_as_dicts gives) as a fixed-width table of
+    the strategy columns among ``columns``, throughput ``thr`` and the headline metrics."""
+    cols = [c for c in TABLE_COLUMNS if c[0] in columns]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
             + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))
@@ -141,8 +133,10 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
     from sweep._rundir import model_from_dict
 
     cluster = hetero_from_mapping(dict(view.cluster))
-    table = strategy_from_mapping(hetero_row_strategy(row), [p.name for p in cluster.pools], argument="RUN_DIR")
-    return stage_rows(model_from_dict(dict(view.model)), cluster, table)
+    model = model_from_dict(dict(view.model))
+    table = strategy_from_mapping(hetero_row_strategy(row, model.layers), [p.name for p in cluster.pools],
+                                  argument="RUN_DIR")
+    return stage_rows(model, cluster, table)
 
 
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
@@ -152,7 +146,7 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
 
 
 def run(args: argparse.Namespace) -> int:
-    k = _top(args.top)
+    k = number(args.top, "--top", int, 1)
     view = open_run(args.run_dir)
     studies = view.studies()
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
@@ -176,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         if not rows:
             print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
             continue
-        print(format_rows(study, rows, with_reason=args.include_infeasible))
+        print(format_rows(study.columns, study.throughput_column, rows, with_reason=args.include_infeasible))
         breakdown = stage_breakdown(study, rows[0])
         if breakdown:
             from costmodel import format_stage_rows

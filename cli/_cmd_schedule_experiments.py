@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
-from sweep._schedule_experiments import EXPERIMENTS, Experiment
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -28,9 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     view = open_run(args.run_dir)
-    if "stage_pool" in view.columns:  # a heterogeneous run (sweep._results.HETERO_STAGE_COLUMNS)
-        raise InputError("RUN_DIR", "a homogeneous run (the figures draw throughput against global dp / tp / pp; a "
-                         "heterogeneous run's degrees are per stage: `plansweep show` prints them)", args.run_dir)
     out = args.out
     if out is None:
         if "://" in args.run_dir:

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from cli._cmd_evaluate import add_spec_args
+from cli._cmd_show import format_rows, rows_as_dicts
+from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
-from sweep._cmd_evaluate import add_spec_args
 from sweep._grid import SEARCHER as GRID
 from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
 from sweep._keep import Keep
 from sweep._rundir import RunDir, study_request
-from sweep._specs import load_any_cluster, load_model
+from sweep._runview import best_rows, open_run
 
 BEST_SHOWN = 10
 CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from sweep._space_args import add_space_args
+    from cli._space_args import add_space_args
 
     p = sub.add_parser(
         "sweep", help="grid sweep of a strategy space on Ray, into a run directory",
@@ -67,27 +70,24 @@ def _words(text: str, flag: str) -> list[str]:
     return words
 
 
-def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[dict]:
+def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dict]:
     """One study per (model, cluster) pair of the comma-separated --model and --cluster.
 
-    ``hetero_ok`` (searches): a heterogeneous cluster (preset or file with pools) gets the
-    placement space (search.HeteroSpace). A grid sweep refuses one: its placement space is far
-    beyond a grid. One run holds homogeneous or heterogeneous clusters, not both (their results
-    have different columns)."""
+    A heterogeneous cluster (preset or file with pools) gets the placement space
+    (search.HeteroSpace) with the defaults of a search, or of a sweep (SWEEP_HETERO_DEFAULTS: a
+    grid multiplies every stage's choices). One run holds homogeneous or heterogeneous clusters,
+    not both (their results have different columns)."""
+    from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
+    from cli._space_args import space_from_args
     from costmodel import HeteroCluster
-    from sweep._cmd_search_hetero import hetero_space_from_args
-    from sweep._space_args import space_from_args
 
     words = _words(args.cluster, "--cluster")
     studies, kinds = [], set()
     for m in _words(args.model, "--model"):
         model = load_model(m)
         for c in words:
-            cluster = load_any_cluster(c, getattr(args, "hardware", None))
+            cluster = load_cluster(c, getattr(args, "hardware", None))
             hetero = isinstance(cluster, HeteroCluster)
-            if hetero and not hetero_ok:
-                raise InputError("--cluster", "a homogeneous cluster for a grid sweep (a heterogeneous cluster's "
-                                 "placement space is far beyond a grid: use `plansweep search mcmc|tpe --out`)", c)
             kinds.add(hetero)
             if len(kinds) > 1:
                 raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
@@ -95,7 +95,8 @@ def build_studies(args: argparse.Namespace, *, hetero_ok: bool = False) -> list[
             if not hetero and getattr(args, "dp2", None) is not None:
                 raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
                                  "with pools)", c)
-            space = hetero_space_from_args(args, model, cluster) if hetero else space_from_args(args, model, cluster)
+            space = (hetero_space_from_args(args, model, cluster, HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
+                     if hetero else space_from_args(args, model, cluster))
             studies.append(study_request(model, cluster, space))
     return studies
 
@@ -119,50 +120,26 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 
 
 def search_request(args: argparse.Namespace, kind: str) -> dict:
-    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json)."""
-    from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_RESET_EVERY
-    from search._tpe import DEFAULT_N_STARTUP_TRIALS
-
-    def number(name: str, flag: str, kind_of: type, default, low) -> float:
-        text = getattr(args, name, None)
-        text = default if text is None else text
-        try:
-            value = kind_of(text)
-        except (TypeError, ValueError):
-            raise InputError(flag, "an integer" if kind_of is int else "a number", text) from None
-        if not value >= low:
-            raise InputError(flag, f"{'an integer' if kind_of is int else 'a number'} >= {low}", value)
-        return value
-
-    seed = number("seed", "--seed", int, 0, -(2**63))
-    options: dict[str, object] = {"budget": number("budget", "--budget", int, None, 1)}
+    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json), with the
+    searcher's options (search._options) recorded whole beside the run's budget."""
+    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1)}
     if kind == "mcmc":
-        options["chains"] = number("chains", "--chains", int, DEFAULT_CHAINS, 1)
-        options["beta"] = number("beta", "--beta", float, DEFAULT_BETA, 0.0)
-        options["reset_every"] = number("reset_every", "--reset-every", int, DEFAULT_RESET_EVERY, 0)
-        options["checkpoint_every"] = number("checkpoint_every", "--checkpoint-every", int, CHECKPOINT_EVERY, 1)
+        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
     else:
         if getattr(args, "storage", None):
             raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)",
                              args.storage)
-        options["batch"] = number("batch", "--batch", int, None, 1)
-        options["startup_trials"] = number("startup_trials", "--startup-trials", int, DEFAULT_N_STARTUP_TRIALS, 0)
-    return {"command": f"search {kind}", "searcher": kind, "seed": seed, "argv": sys.argv[1:],
-            "options": options, "studies": build_studies(args, hetero_ok=True)}
+        options["batch"] = number(args.batch, "--batch", int, 1)
+    options.update(options_from_args(args.options, args).to_json())
+    return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
+            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, search=True)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", "an integer >= 1", args.workers)
-    if args.max_in_flight is not None and args.max_in_flight < 1:
-        raise InputError("--max-in-flight", "an integer >= 1", args.max_in_flight)
-    top = getattr(args, "top", BEST_SHOWN)
-    try:
-        args.top = int(top)
-    except (TypeError, ValueError):
-        raise InputError("--top", "an integer >= 0", top) from None
-    if args.top < 0:
-        raise InputError("--top", "an integer >= 0", args.top)
+    for name, flag in (("workers", "--workers"), ("max_in_flight", "--max-in-flight")):
+        if getattr(args, name) is not None:
+            number(getattr(args, name), flag, int, 1)
+    args.top = number(getattr(args, "top", BEST_SHOWN), "--top", int, 0)
 
 
 def grid_request(args: argparse.Namespace) -> dict:
@@ -231,16 +208,14 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
 
 def print_summary(rd: RunDir, top: int) -> None:
-    from sweep._report import best_rows, count_rows, format_rows
-
-    n_rows, n_parts = count_rows(rd.results)
-    print(f"results: {rd.results} ({n_rows:,} rows in {n_parts} Parquet parts; "
-          f"open with pandas.read_parquet({rd.results!r}))")
-    if top == 0:
+    """Where the results are, and the best ``top`` strategies of each study (show's table)."""
+    if not any(files for _, _, files in os.walk(rd.results)):
+        print(f"results: {rd.results} (no rows)")
         return
-    best = best_rows(rd.results, top)
-    if not best:
-        print("no feasible strategy found")
-    for (model, cluster), rows in best.items():
-        print(f"\nbest strategies for {model} on {cluster} (tokens/s, closed-form pipeline prices):")
-        print(format_rows(rows))
+    view = open_run(rd.path)
+    print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
+          f"open with pandas.read_parquet({rd.results!r}))")
+    for study in view.studies() if top else []:
+        rows = rows_as_dicts(best_rows(study, top))
+        print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")
+        print(format_rows(study.columns, study.throughput_column, rows) if rows else "no feasible strategy found")

@@ -13,7 +13,6 @@ from costmodel import (
     StrategyTable,
     Transformer,
     cluster_preset,
-    gpu_preset,
     make_cluster,
     model_from_mapping,
     model_preset,
@@ -57,35 +56,50 @@ def load_model(word: str) -> Transformer:
 CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")
 
 
-def load_cluster(word: str, hardware: str | None = None) -> Cluster:
-    """A preset (h100x1024, dgx-a100-1024, seed000-16, ...) or a JSON/YAML file with gpu,
-    num_gpus, gpus_per_node and optional scaleup_GBps / scaleout_GBps per GPU per direction.
-    ``hardware`` is a file of fitted efficiency constants from ``plansweep calibrate``."""
+def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroCluster:
+    """A homogeneous cluster: a preset (h100x1024, dgx-a100-1024, seed000-16, ...) or a JSON/YAML
+    file with gpu, num_gpus, gpus_per_node and optional scaleup_GBps / scaleout_GBps per GPU per
+    direction; or a heterogeneous one: a preset among costmodel.hetero_names() or a file with a
+    ``pools`` list (costmodel's _hetero_cluster docstring). ``hardware`` is a file of fitted
+    efficiency constants from ``plansweep calibrate``, replacing those of every GPU it fits."""
     if _looks_like_file(word):
         data = read_mapping(word, "--cluster")
-        unknown = set(data) - set(CLUSTER_FIELDS)
-        if unknown:
-            raise InputError("--cluster", "fields among " + ", ".join(CLUSTER_FIELDS), sorted(unknown)[0])
-        for k in ("gpu", "num_gpus"):
-            if k not in data:
-                raise InputError("--cluster", f"a '{k}' field", f"{word} without it")
-        up = data.get("scaleup_GBps")
-        out = data.get("scaleout_GBps")
-        cluster = make_cluster(
-            str(data["gpu"]), data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
-            scaleup_Bps=None if up is None else float(up) * 1e9,
-            scaleout_Bps=None if out is None else float(out) * 1e9,
-            name=data.get("name", Path(word).stem),
-        )
+        data.setdefault("name", Path(word).stem)
+        cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, word)
+    elif word.lower() in hetero_names():
+        cluster = hetero_preset(word)
     else:
-        cluster = cluster_preset(word)
-    if hardware:
-        fitted = read_hardware(hardware)
-        eff = fitted.get(cluster.gpu.name)
-        if eff is not None:
-            gpu = dataclasses.replace(gpu_preset(cluster.gpu.name), **dataclasses.asdict(eff))
-            cluster = dataclasses.replace(cluster, gpu=gpu)
-    return cluster
+        try:
+            cluster = cluster_preset(word)
+        except InputError as exc:
+            if exc.argument != "cluster":
+                raise
+            raise InputError("--cluster", exc.expected + ", or a heterogeneous preset: " + ", ".join(hetero_names())
+                             + ", or a JSON/YAML file", word) from None
+    if not hardware:
+        return cluster
+    fitted = read_hardware(hardware)
+
+    def fit(gpu):
+        eff = fitted.get(gpu.name)
+        return gpu if eff is None else dataclasses.replace(gpu, **dataclasses.asdict(eff))
+
+    if isinstance(cluster, HeteroCluster):
+        return dataclasses.replace(cluster, pools=tuple(dataclasses.replace(p, gpu=fit(p.gpu)) for p in cluster.pools))
+    return dataclasses.replace(cluster, gpu=fit(cluster.gpu))
+
+
+def _cluster_file(data: dict, word: str) -> Cluster:
+    unknown = set(data) - set(CLUSTER_FIELDS)
+    if unknown:
+        raise InputError("--cluster", "fields among " + ", ".join(CLUSTER_FIELDS), sorted(unknown)[0])
+    for k in ("gpu", "num_gpus"):
+        if k not in data:
+            raise InputError("--cluster", f"a '{k}' field", f"{word} without it")
+    up, out = data.get("scaleup_GBps"), data.get("scaleout_GBps")
+    return make_cluster(str(data["gpu"]), data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
+                        scaleup_Bps=None if up is None else float(up) * 1e9,
+                        scaleout_Bps=None if out is None else float(out) * 1e9, name=data["name"])
 
 
 def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
@@ -129,33 +143,39 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -
     return InputError("strategy", "a feasible strategy", reason)
 
 
-def load_any_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroCluster:
-    """A homogeneous cluster (load_cluster) or a heterogeneous one: a preset among
-    costmodel.hetero_names() or a JSON/YAML file with a ``pools`` list (costmodel's
-    _hetero_cluster docstring). ``hardware`` replaces the efficiency constants of every pool
-    whose GPU it fits."""
-    if _looks_like_file(word):
-        data = read_mapping(word, "--cluster")
-        if "pools" not in data:
-            return load_cluster(word, hardware)
-        data.setdefault("name", Path(word).stem)
-        hc = hetero_from_mapping(data)
-    elif word.lower() in hetero_names():
-        hc = hetero_preset(word)
-    else:
-        try:
-            return load_cluster(word, hardware)
-        except InputError as exc:
-            if exc.argument != "cluster":
-                raise
-            raise InputError("--cluster", exc.expected + ", or a heterogeneous preset: " + ", ".join(hetero_names())
-                             + ", or a JSON/YAML file", word) from None
-    if hardware:
-        fitted = read_hardware(hardware)
-        pools = []
-        for p in hc.pools:
-            eff = fitted.get(p.gpu.name)
-            gpu = p.gpu if eff is None else dataclasses.replace(p.gpu, **dataclasses.asdict(eff))
-            pools.append(dataclasses.replace(p, gpu=gpu))
-        hc = dataclasses.replace(hc, pools=tuple(pools))
-    return hc
+def number(text, flag: str, kind: type, low=None):
+    """``text`` (a flag's word) as an int or float; InputError naming ``flag`` unless it is one
+    (and >= ``low`` where given)."""
+    word = "an integer" if kind is int else "a number"
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise InputError(flag, word, text) from None
+    if low is not None and not value >= low:
+        raise InputError(flag, f"{word} >= {low}", value)
+    return value
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_options(p, options_class) -> None:
+    """One flag per field of a searcher's options dataclass (search._options), its default in the help."""
+    for f in dataclasses.fields(options_class):
+        default = "" if f.default is None else f" (default {f.default})"
+        p.add_argument(_flag(f), dest=f.name, metavar="N" if f.metadata["kind"] is int else "X", default=None,
+                       help=f.metadata["help"] + default)
+
+
+def options_from_args(options_class, args):
+    """The options dataclass of the flags add_options added (a flag not given: the field's default);
+    InputError naming the flag."""
+    fields = {f.name: f for f in dataclasses.fields(options_class)}
+    given = {k: number(getattr(args, k), _flag(f), f.metadata["kind"]) for k, f in fields.items()
+             if getattr(args, k, None) is not None}
+    try:
+        return options_class(**given)
+    except InputError as exc:
+        raise InputError(_flag(fields[exc.argument]) if exc.argument in fields else exc.argument,
+                         exc.expected, exc.got) from None

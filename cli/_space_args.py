@@ -13,31 +13,29 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel import PRECISIONS, RECOMPUTE, SCHEDULES, Cluster, InputError, Transformer
+from cli._specs import number
+from costmodel import RECOMPUTE, Cluster, InputError, Transformer
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, dimension_values
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
 
 SPACES = ("default", "exact", "partition", "fixed")
-DEFAULT_GLOBAL_BATCH = 1536  # GPT-3 175B's batch in sequences (Brown et al. 2020, Table 2.1)
 
-# (dimension, flag, kind): kind "int" >= 1, "zero" 0-3, "shift" any integer, a tuple of names,
-# or "bool".
-SPACE_FLAGS = (
-    ("dp", "--dp", "int"),
-    ("tp", "--tp", "int"),
-    ("pp", "--pp", "int"),
-    ("cp", "--cp", "int"),
-    ("micro_batch", "--micro-batch", "int"),
-    ("microbatches", "--microbatches", "int"),
-    ("schedule", "--schedule", SCHEDULES),
-    ("vpp", "--vpp", "int"),
-    ("recompute", "--recompute", RECOMPUTE),
-    ("sequence_parallel", "--sequence-parallel", "bool"),
-    ("zero_stage", "--zero-stage", "zero"),
-    ("precision", "--precision", PRECISIONS),
-    ("overlap_dp", "--overlap-dp", "bool"),
-    ("stage_shift", "--stage-shift", "shift"),
-    ("stage_recompute", "--stage-recompute", RECOMPUTE),
-)
+# The dimensions with a flag, in --help order: the flag is the name with dashes, the values and
+# their spellings those of costmodel's DIMENSION_VALUES.
+SPACE_DIMS = ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "schedule", "vpp", "recompute",
+              "sequence_parallel", "zero_stage", "precision", "overlap_dp", "stage_shift", "stage_recompute")
+SPACE_FLAGS = tuple((dim, "--" + dim.replace("_", "-")) for dim in SPACE_DIMS)
+
+
+def _what(dim: str) -> str:
+    kind = DIMENSION_VALUES[dim]
+    if kind is bool:
+        return "true,false"
+    if all(isinstance(x, str) for x in kind):
+        return "names among " + ",".join(kind)
+    lo, hi = kind
+    return ("integers, e.g. --stage-shift=-2,-1,0,1,2" if lo is None else f"integers >= {lo}" if hi is None
+            else f"integers {lo}-{hi}")
 
 
 def add_space_args(parser: argparse.ArgumentParser) -> None:
@@ -53,60 +51,50 @@ def add_space_args(parser: argparse.ArgumentParser) -> None:
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
     g.add_argument("--partial-gpus", action="store_true",
                    help="degrees may use fewer GPUs than the cluster has (default: all of them)")
-    for dest, flag, kind in SPACE_FLAGS:
-        what = ("names among " + ",".join(kind)) if isinstance(kind, tuple) else {
-            "int": "integers >= 1", "zero": "ZeRO stages 0-3", "bool": "true,false",
-            "shift": "layer offsets, e.g. --stage-shift=-2,-1,0,1,2"}[kind]
-        g.add_argument(flag, dest="space_" + dest, metavar="V,..", default=None, help=what)
+    for dim, flag in SPACE_FLAGS:
+        g.add_argument(flag, dest="space_" + dim, metavar="V,..", default=None, help=_what(dim))
 
 
-def _parse_list(text: str, flag: str, kind) -> list:
+def parse_list(text: str, flag: str, dim: str) -> list:
+    """A flag's comma-separated values of dimension ``dim``, checked against DIMENSION_VALUES,
+    in readable form (ints, lower-case names, bools); InputError naming the flag."""
     items = [x.strip() for x in str(text).split(",")]
     if not items or any(x == "" for x in items):
         raise InputError(flag, "a comma-separated list of values", text)
-    if isinstance(kind, tuple):
-        bad = [x for x in items if x.lower() not in kind]
-        if bad:
-            raise InputError(flag, "names among " + ", ".join(kind), bad[0])
-        out = [x.lower() for x in items]
-    elif kind == "bool":
-        bad = [x for x in items if x.lower() not in ("true", "false", "1", "0")]
-        if bad:
-            raise InputError(flag, "true or false", bad[0])
-        out = [x.lower() in ("true", "1") for x in items]
-    else:
+    kind = DIMENSION_VALUES[dim]
+    if kind is not bool and not all(isinstance(x, str) for x in kind):
         try:
-            out = [int(x) for x in items]
+            items = [int(x) for x in items]
         except ValueError:
             raise InputError(flag, "comma-separated integers", text) from None
-        lo, hi = {"int": (1, None), "zero": (0, 3), "shift": (None, None)}[kind]
-        bad = [x for x in out if (lo is not None and x < lo) or (hi is not None and x > hi)]
-        if bad:
-            rng = f"integers >= {lo}" if hi is None else f"integers in [{lo}, {hi}]"
-            raise InputError(flag, rng, bad[0])
+    try:
+        numbers = dimension_values(dim, items)
+    except InputError as exc:
+        raise InputError(flag, exc.expected, exc.got) from None
+    out = [bool(x) for x in numbers] if kind is bool else [str(x).lower() for x in items] if isinstance(
+        items[0], str) else items
     if len(set(out)) != len(out):
         raise InputError(flag, "distinct values", text)
     return out
+
+
+def global_batch(args: argparse.Namespace) -> int:
+    """--global-batch, DEFAULT_GLOBAL_BATCH when not given."""
+    if args.global_batch is None:
+        return DEFAULT_GLOBAL_BATCH
+    return number(args.global_batch, "--global-batch", int, 1)
 
 
 def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Cluster) -> Space:
     """The Space the flags describe (see the module docstring)."""
     if args.space not in SPACES:
         raise InputError("--space", "one of " + ", ".join(SPACES), args.space)
-    if args.global_batch is None:
-        batch = DEFAULT_GLOBAL_BATCH
-    else:
-        try:
-            batch = int(args.global_batch)
-        except ValueError:
-            raise InputError("--global-batch", "an integer >= 1", args.global_batch) from None
-        if batch < 1:
-            raise InputError("--global-batch", "an integer >= 1", batch)
+    batch = global_batch(args)
     given = {}
-    for dest, flag, kind in SPACE_FLAGS:
-        text = getattr(args, "space_" + dest, None)
+    for dim, flag in SPACE_FLAGS:
+        text = getattr(args, "space_" + dim, None)
         if text is not None:
-            given[dest] = _parse_list(text, flag, kind)
+            given[dim] = parse_list(text, flag, dim)
     if "micro_batch" in given and "microbatches" in given:
         raise InputError("--microbatches", "either --micro-batch or --microbatches, not both", given["microbatches"])
     if args.space == "default":
@@ -125,7 +113,7 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
     if "recompute" in given and args.space == "partition" and "stage_recompute" not in given:
         base.pop("stage_recompute", None)
     choices = {**base, **given}
-    flags = {dest: flag for dest, flag, _ in SPACE_FLAGS}
+    flags = dict(SPACE_FLAGS)
     try:
         space = Space.from_options(model, cluster, global_batch=batch, base="fixed",
                                    all_gpus=not args.partial_gpus, **choices)

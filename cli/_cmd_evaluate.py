@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     REASONS,
     HeteroCluster,
@@ -18,7 +19,9 @@ from costmodel import (
 )
 from costmodel._evaluate import stage_breakdown
 from costmodel._hetero_strategy import hetero_from_mapping
-from sweep._specs import load_any_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH
+
+MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
 STRATEGY_FLAGS = (
     ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),
@@ -66,7 +69,7 @@ def build_strategy(args, model, cluster) -> StrategyTable:
     if args.stage_layers:
         data["stage_layers"] = _int_list(args.stage_layers, "--stage-layers")
         data.setdefault("pp", len(data["stage_layers"]))
-    data.setdefault("global_batch", 1536 if model.kind != "mlp" else 8192)
+    data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
         per = degrees[0] * degrees[1] * degrees[2]
@@ -124,7 +127,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
 
 def run(args) -> int:
     model = load_model(args.model)
-    cluster = load_any_cluster(args.cluster, args.hardware)
+    cluster = load_cluster(args.cluster, args.hardware)
     data = read_mapping(args.strategy, "--strategy") if args.strategy else None
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
         return run_hetero(args, model, as_hetero(cluster), data)
@@ -160,7 +163,7 @@ def run_hetero(args, model, cluster, data) -> int:
     for name in ("sequence_parallel", "overlap_dp"):
         if getattr(args, name) is not None:
             data[name] = getattr(args, name)
-    data.setdefault("global_batch", 1536 if model.kind != "mlp" else 8192)
+    data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
     names = [p.name for p in cluster.pools]
     table = hetero_from_mapping(data, names)
     metrics = evaluate_hetero(model, cluster, table, pipeline="simulate")

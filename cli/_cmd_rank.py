@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import REASONS, StrategyTable, evaluate
+from cli._cmd_evaluate import add_spec_args
+from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
+from cli._cmd_show import format_rows, rows_as_dicts
+from cli._space_args import add_space_args, space_from_args
+from cli._specs import load_cluster, load_model
+from costmodel import REASONS, HeteroCluster, StrategyTable, evaluate_any
 from search import default_space as search_default_space
-from sweep._cmd_evaluate import add_spec_args
-from sweep._space_args import add_space_args, space_from_args
-from sweep._specs import load_cluster, load_model
-
-TOP_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
-               "sequence_parallel", "zero_stage")
+from sweep._results import pool_names, to_arrow
 
 
 def default_space(model, cluster, global_batch: int) -> StrategyTable:
@@ -31,18 +31,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def format_table(table: StrategyTable, metrics, idx) -> str:
-    rows = [table.row(int(i)) for i in idx]
-    head = (f"{'#':>3} " + " ".join(f"{c[:9]:>9}" for c in TOP_COLUMNS)
-            + f" {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'mem GB':>7}")
-    out = [head]
-    for rank, (i, r) in enumerate(zip(idx, rows, strict=True), start=1):
-        out.append(f"{rank:>3} " + " ".join(f"{str(r[c])[:9]:>9}" for c in TOP_COLUMNS)
-                   + f" {metrics['step_time_s'][i]:9.3f} {metrics['tokens_per_s'][i]:11,.0f}"
-                   f" {100 * metrics['mfu'][i]:5.1f}% {metrics['mem_total_bytes'][i] / 1e9:7.1f}")
-    return "\n".join(out)
-
-
 # Candidates re-priced with the exact pipeline simulator before the final ranking: the
 # closed forms screen within a few percent (BENCHMARKS.md), so the top few hundred hold the
 # exact best.
@@ -54,17 +42,26 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP)
     the simulator and sorted by exact step time."""
     cand = np.argsort(metrics["step_time_s"], kind="stable")[:top]
     cand = cand[metrics["feasible"][cand]]
-    exact = evaluate(model, cluster, table.take(cand), pipeline="simulate")
+    exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate")
     order = np.argsort(exact["step_time_s"], kind="stable")
     return cand[order], exact.take(order)
 
 
+RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is mostly invalid rows)
+
+
 def run(args) -> int:
+    """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
+    of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags)."""
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
-    space = space_from_args(args, model, cluster)
-    table = space.rows(0, space.size)[1]
-    metrics = evaluate(model, cluster, table)
+    if isinstance(cluster, HeteroCluster):
+        space = hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS)
+    else:
+        space = space_from_args(args, model, cluster)
+    tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
+    table = type(tables[0]).concat(tables)
+    metrics = evaluate_any(model, cluster, table)
     feasible = int(metrics["feasible"].sum())
     counts = np.bincount(metrics["reason"], minlength=len(REASONS))
     why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)
@@ -72,6 +69,9 @@ def run(args) -> int:
     idx, exact = refine(model, cluster, table, metrics)
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))
-    print(format_table(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), np.arange(top)))
+    arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,
+                     cluster=cluster.name, iteration=0, grid_index=None, pool_names=pool_names(space))
+    print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
+                      rows_as_dicts(arrow)))
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator)")
     return 0

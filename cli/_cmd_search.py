@@ -9,33 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import TypeVar
 
 import numpy as np
 
-from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any
-from search import (
-    GridSearcher,
-    MCMCSearcher,
-    PiperPlan,
-    RandomSearcher,
-    Searcher,
-    TPESearcher,
-    load_piper_graph,
-    objective,
-    solve_piper,
-    with_overrides,
-)
-from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY
-from search._tpe import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
-from search._tpe import DEFAULT_N_STARTUP_TRIALS
-from sweep._cmd_evaluate import add_spec_args
-from sweep._cmd_rank import format_table
-from sweep._cmd_sweep import add_search_run_args, run_search_in_dir
-from sweep._space_args import add_space_args, space_from_args
-from sweep._specs import load_any_cluster, load_model
-
-_Number = TypeVar("_Number", int, float)
+from cli._cmd_evaluate import add_spec_args
+from cli._cmd_show import format_rows, rows_as_dicts
+from cli._cmd_sweep import add_search_run_args, run_search_in_dir
+from cli._space_args import add_space_args, space_from_args
+from cli._specs import add_options, load_cluster, load_model, number, options_from_args
+from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any, format_stage_rows, stage_rows
+from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
+from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from sweep._results import pool_names, to_arrow
+from sweep._search_engine import make_searcher
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
@@ -59,28 +45,14 @@ def _register_piper(searchers: argparse._SubParsersAction) -> None:
         "2 bad input",
     )
     p.add_argument("file", metavar="FILE.json", help="layer graph in Piper's JSON format")
-    # Values are parsed in _run_piper so that bad ones raise InputError (exit 2, one line).
-    p.add_argument("--devices", metavar="K", help="number of devices, overrides maxDevices")
-    p.add_argument("--memory", metavar="BYTES",
-                   help="memory per device, overrides maxMemoryPerDevice")
-    p.add_argument("--microbatches", metavar="N",
-                   help="micro-batches per batch, overrides mbsInBatch")
-    p.add_argument("--bandwidth", metavar="BYTES_PER_S",
-                   help="bandwidth per device, overrides bandwidth")
+    add_options(p, PiperOptions)
     p.add_argument("--json", action="store_true",
                    help='print {"time_per_sample", "stages": [{"nodes", "t", "d", "recompute"}]}')
     p.set_defaults(func=_run_piper)
 
 
 def _run_piper(args: argparse.Namespace) -> int:
-    graph = with_overrides(
-        load_piper_graph(args.file),
-        devices=_parse(args.devices, "--devices", int),
-        memory_bytes=_parse(args.memory, "--memory", float),
-        microbatches=_parse(args.microbatches, "--microbatches", int),
-        bandwidth_Bps=_parse(args.bandwidth, "--bandwidth", float),
-    )
-    plan = solve_piper(graph)
+    plan = solve_piper(options_from_args(PiperOptions, args).apply(load_piper_graph(args.file)))
     if args.json:
         print(json.dumps(plan.to_json()))
     else:
@@ -102,27 +74,18 @@ def _format_plan(plan: PiperPlan) -> str:
     return "\n".join(lines)
 
 
-def _parse(text: str | None, flag: str, kind: type[_Number]) -> _Number | None:
-    if text is None:
-        return None
-    try:
-        return kind(text)
-    except ValueError:
-        raise InputError(flag, "an integer" if kind is int else "a number", text) from None
-
-
 # ---- searchers over a strategy Space (grid, random; mcmc and tpe reuse these helpers) --------
 DEFAULT_BUDGET = 10_000  # evaluations
 ASK_BATCH = 4096  # rows per ask: large enough for the vectorised core, small enough to stop on budget
 
 
-def add_search_args(p: argparse.ArgumentParser) -> None:
+def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> None:
     """--model/--cluster/--hardware, the space options, --budget, --seed, --batch, --top, --json."""
     add_spec_args(p)
     p.add_argument("--budget", metavar="N", default=str(DEFAULT_BUDGET),
                    help=f"evaluations at most (default {DEFAULT_BUDGET:,})")
     p.add_argument("--seed", metavar="S", default="0", help="random seed (default 0)")
-    p.add_argument("--batch", metavar="N", default=str(ASK_BATCH), help=f"rows per ask (default {ASK_BATCH})")
+    p.add_argument("--batch", metavar="N", default=str(batch), help=f"rows per ask (default {batch})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--dp2", metavar="V,..", default=None,
@@ -172,35 +135,33 @@ def _distinct_best(t: StrategyTable, score: np.ndarray, top: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _positive(text: str, flag: str) -> int:
-    value = _parse(text, flag, int)
-    if value < 1:
-        raise InputError(flag, "an integer >= 1", value)
-    return value
-
-
 def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
-    """Print the best strategies found and the evaluations used (text or --json)."""
+    """Print the best strategies found and the evaluations used (text or --json); a placement's
+    stages per row, and the first one's per-stage breakdown."""
     n_best = 0 if best_t is None else len(best_t)
+    pools = pool_names(space)
     if args.json:
         rows = []
         for i in range(n_best):
-            r = best_t.row(i)
+            r = best_t.row(i, pools) if pools else best_t.row(i)
             r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
             rows.append(r)
         print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
                           "feasible": feasible, "best": rows}))
         return
-    print(f"{name} search on {space.model.name} / {space.cluster.name}: space of {space.size:,} points, "
+    size = f"{space.size:,}" if space.size < 10**12 else f"{space.size:.3e}"
+    print(f"{name} search on {space.model.name} / {space.cluster.name}: space of {size} points, "
           f"{evaluations:,} evaluations, {feasible:,} feasible")
-    if n_best:
-        print(format_table(best_t, best_m, np.arange(n_best)))
-        if best_t.stage_layers is not None:
-            for i in range(n_best):
-                r = best_t.row(i)
-                print(f"{i + 1:>3} stage_layers {r['stage_layers']} stage_recompute {r['stage_recompute']}")
-    else:
+    if not n_best:
         print("no feasible strategy found")
+        return
+    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name, iteration=0,
+                     grid_index=None, pool_names=pools)
+    print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
+                      rows_as_dicts(arrow)))
+    if pools:
+        print("best, per stage (exact pipeline):")
+        print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
 
 
 def _register_grid(searchers: argparse._SubParsersAction) -> None:
@@ -208,59 +169,48 @@ def _register_grid(searchers: argparse._SubParsersAction) -> None:
                              description="Every valid strategy of the space in grid order, evaluated in "
                              "batches, until --budget evaluations.")
     add_search_args(p)
-    p.add_argument("--start", metavar="I", default="0", help="first grid index (default 0)")
-    p.add_argument("--stop", metavar="J", default=None, help="one past the last grid index (default: the end)")
-    p.set_defaults(func=_run_space_searcher, make=_make_grid)
+    add_options(p, GridOptions)
+    p.set_defaults(func=_run_space_searcher, options=GridOptions)
 
 
 def _register_random(searchers: argparse._SubParsersAction) -> None:
     p = searchers.add_parser("random", help="uniform random search over the valid strategies of a space")
     add_search_args(p)
-    p.set_defaults(func=_run_space_searcher, make=_make_random)
+    p.set_defaults(func=_run_space_searcher, options=None)
 
 
-def _make_grid(args, space):
-    if space.strides is None:
-        raise InputError("--space", "a space of fewer than 2**63 points for grid search", f"{space.size:.3e}")
-    start = _parse(args.start, "--start", int)
-    stop = _parse(args.stop, "--stop", int)
-    if start < 0:
-        raise InputError("--start", "an integer >= 0", start)
-    if stop is not None and stop <= start:
-        raise InputError("--stop", f"an integer > --start={start}", stop)
-    return GridSearcher(space, start=start, stop=stop)
-
-
-def _make_random(args, space):
-    return RandomSearcher(space, _parse(args.seed, "--seed", int))
+def _make(args, options, space, seed: int):
+    """The searcher of a run without --out."""
+    if options is None:
+        return RandomSearcher(space, seed)
+    if isinstance(options, GridOptions):
+        if int(space.size) >= 2**63:
+            raise InputError("--space", "a space of fewer than 2**63 points for grid search", f"{space.size:.3e}")
+        return options.searcher(space)
+    return make_searcher(space, options, seed=seed, storage=args.storage if args.searcher == "tpe" else None)
 
 
 def _run_space_searcher(args: argparse.Namespace) -> int:
-    if getattr(args, "out", None) is not None:  # a resumable run on Ray (sweep/_cmd_sweep.py)
+    if getattr(args, "out", None) is not None:  # a resumable run on Ray (cli/_cmd_sweep.py)
         return run_search_in_dir(args, args.searcher)
+    options = None if args.options is None else options_from_args(args.options, args)
     model = load_model(args.model)
-    cluster = load_any_cluster(args.cluster, args.hardware)
-    budget = _positive(args.budget, "--budget")
-    batch = _positive(args.batch, "--batch")
-    top = _positive(args.top, "--top")
-    _parse(args.seed, "--seed", int)
-    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace, evaluate_hetero
-        from sweep._cmd_search_hetero import hetero_report, hetero_space_from_args
+    cluster = load_cluster(args.cluster, args.hardware)
+    budget = number(args.budget, "--budget", int, 1)
+    batch = number(args.batch, "--batch", int, 1)
+    top = number(args.top, "--top", int, 1)
+    seed = number(args.seed, "--seed", int)
+    if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace
+        from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 
-        if args.searcher == "grid":
-            raise InputError("search", "random, mcmc or tpe on a heterogeneous cluster (its placement space is "
-                             "far beyond a grid)", "grid")
-        space = hetero_space_from_args(args, model, cluster)
-        searcher = args.make(args, space)
-        found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
-        hetero_report(args, args.searcher, space, *found)
-        return 0
-    if getattr(args, "dp2", None) is not None:
+        space = hetero_space_from_args(args, model, cluster,
+                                       SWEEP_HETERO_DEFAULTS if args.searcher == "grid" else HETERO_DEFAULTS)
+    elif getattr(args, "dp2", None) is not None:
         raise InputError("--dp2", "a heterogeneous cluster (a preset such as a100x64+h100x64 or a file with pools)",
                          args.cluster)
-    space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
-    searcher = args.make(args, space)
-    found = run_searcher(searcher, model, cluster, budget=budget, batch=batch, top=top)
+    else:
+        space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
+    found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
     report(args, args.searcher, space, *found)
     return 0
 
@@ -274,37 +224,9 @@ def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
         "it lacks) so chains can cross memory walls; a chain on the same point as another restarts at a "
         "rarely visited one; --reset-every K > 0 jumps every chain to the best every K steps instead.")
     add_search_args(p)
-    p.add_argument("--chains", metavar="C", default=str(DEFAULT_CHAINS), help=f"chains (default {DEFAULT_CHAINS})")
-    p.add_argument("--beta", metavar="B", default=str(DEFAULT_BETA),
-                   help=f"inverse temperature (default {DEFAULT_BETA})")
-    p.add_argument("--reset-every", metavar="K", default=str(DEFAULT_RESET_EVERY),
-                   help=f"steps between resets to the best (0: never; default {DEFAULT_RESET_EVERY})")
-    p.add_argument("--memory-penalty", metavar="L", default=str(DEFAULT_MEMORY_PENALTY),
-                   help=f"soft memory walls: cost x (1 + L x overflow) out of memory (0: hard walls; "
-                   f"default {DEFAULT_MEMORY_PENALTY})")
+    add_options(p, MCMCOptions)
     add_search_run_args(p)
-    p.set_defaults(func=_run_space_searcher, make=_make_mcmc)
-
-
-def _memory_penalty(args) -> float:
-    penalty = _parse(args.memory_penalty, "--memory-penalty", float)
-    if not 0 <= penalty < float("inf"):
-        raise InputError("--memory-penalty", "a finite number >= 0", penalty)
-    return penalty
-
-
-def _make_mcmc(args, space):
-    beta = _parse(args.beta, "--beta", float)
-    reset = _parse(args.reset_every, "--reset-every", int)
-    if reset < 0:
-        raise InputError("--reset-every", "an integer >= 0", reset)
-    if not beta >= 0:
-        raise InputError("--beta", "a number >= 0", beta)
-    extra = {"memory_penalty": _memory_penalty(args)}
-    if hasattr(space.cluster, "pools"):  # a placement space: start from its named placements too
-        extra["starts"] = (*space.start_points(), "random")
-    return MCMCSearcher(space, seed=_parse(args.seed, "--seed", int), chains=_positive(args.chains, "--chains"),
-                        beta=beta, reset_every=reset, **extra)
+    p.set_defaults(func=_run_space_searcher, options=MCMCOptions)
 
 
 TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's model fresh
@@ -317,30 +239,11 @@ def _register_tpe(searchers: argparse._SubParsersAction) -> None:
         "studies with different orders of the space's dimensions take turns; out-of-memory strategies "
         "are told behind soft memory walls (--memory-penalty). With --storage the studies live in an "
         "Optuna journal file and a later run on the same file continues them.")
-    add_search_args(p)
+    add_search_args(p, batch=TPE_ASK_BATCH)
     p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
-    p.add_argument("--startup-trials", metavar="N", default=str(DEFAULT_N_STARTUP_TRIALS),
-                   help=f"random trials before TPE (default {DEFAULT_N_STARTUP_TRIALS})")
-    p.add_argument("--memory-penalty", metavar="L", default=str(TPE_MEMORY_PENALTY),
-                   help="soft memory walls: an out-of-memory trial is told as its unlimited-memory throughput / "
-                   f"(1 + L x overflow) (0: a constraint violation, c-TPE; default {TPE_MEMORY_PENALTY})")
+    add_options(p, TPEOptions)
     add_search_run_args(p)
-    p.set_defaults(func=_run_space_searcher, make=_make_tpe, batch=str(TPE_ASK_BATCH))
-
-
-def _make_tpe(args, space):
-    startup = _parse(args.startup_trials, "--startup-trials", int)
-    if startup < 0:
-        raise InputError("--startup-trials", "an integer >= 0", startup)
-    searcher = TPESearcher(space, seed=_parse(args.seed, "--seed", int), storage=args.storage,
-                           n_startup_trials=startup, memory_penalty=_memory_penalty(args))
-    if hasattr(space.cluster, "pools") and not searcher.study.get_trials(deepcopy=False):
-        # A placement space is mostly infeasible at random: a new study tries its named
-        # placements first (stored in the study, so a resumed run does not add them again).
-        from sweep._cmd_search_hetero import enqueue_start_points
-
-        enqueue_start_points(searcher, space)
-    return searcher
+    p.set_defaults(func=_run_space_searcher, options=TPEOptions)
 
 
 # Searcher name -> registrar.

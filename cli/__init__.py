@@ -1,6 +1,7 @@
 """The ``plansweep`` command line: one entry point, one module per subcommand.
 
-Each subcommand lives in ``sweep/_cmd_<name>.py`` and exposes ``register(subparsers)``,
+The packages below (sweep, search, costmodel) never import this one. Each subcommand lives in
+``cli/_cmd_<name>.py`` and exposes ``register(subparsers)``,
 which adds its parser and sets ``func`` (a callable taking the parsed args and returning an
 exit code). Bad input raises :class:`costmodel.InputError`; this module prints it as one
 line and exits with code 2, without a traceback.
@@ -16,16 +17,16 @@ from costmodel import InputError
 
 # Subcommand modules, in the order they appear in --help.
 COMMAND_MODULES = (
-    "sweep._cmd_evaluate",
-    "sweep._cmd_rank",
-    "sweep._cmd_validate",
-    "sweep._cmd_bench",
-    "sweep._cmd_schedule",
-    "sweep._cmd_schedule_experiments",
-    "sweep._cmd_search",
-    "sweep._cmd_sweep",
-    "sweep._cmd_show",
-    "sweep._cmd_plot",
+    "cli._cmd_evaluate",
+    "cli._cmd_rank",
+    "cli._cmd_validate",
+    "cli._cmd_bench",
+    "cli._cmd_schedule",
+    "cli._cmd_schedule_experiments",
+    "cli._cmd_search",
+    "cli._cmd_sweep",
+    "cli._cmd_show",
+    "cli._cmd_plot",
 )
 
 

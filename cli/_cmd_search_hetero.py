@@ -1,0 +1,59 @@
+"""The placement space of `plansweep sweep|rank|search ... --cluster HETERO`.
+
+    plansweep search mcmc --cluster a100x64+h100x64 --model gpt3-175b --budget 20000
+    plansweep sweep --cluster a100x64+h100x64 --model gpt3-175b --out RUN_DIR
+
+On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with ``pools``) the
+grid and the searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
+pp, micro-batches, schedule, recompute, ZeRO, SP) and the driver evaluates with
+costmodel.evaluate_any (evaluate_hetero for a HeteroTable). This module builds that space from
+the space flags.
+"""
+
+from __future__ import annotations
+
+from costmodel import InputError
+from search._hetero_space import HeteroSpace
+
+# Defaults of a placement space where `plansweep search mcmc|tpe --cluster HETERO` gets no flag.
+HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2, 4, 8),
+                   "microbatches": (16, 24, 32, 48, 64, 96, 128, 192), "schedule": ("1f1b",),
+                   "recompute": ("selective", "full"), "zero_stage": (0, 1), "sequence_parallel": (True,)}
+# Defaults of a placement space where `plansweep sweep --cluster HETERO` gets no flag: a grid is
+# the product of every stage's choices, so each stage gets few (tp 8 inside a node, dp 2-8, its
+# pool) and boundaries stay uniform (max_shift 0): 2.7e7 grid rows, 2.0e6 valid on
+# a100x64+h100x64 for GPT-3 175B, about a minute and a quarter on one core.
+SWEEP_HETERO_DEFAULTS = {"pp": (4, 8), "dp": (2, 4, 8), "tp": (8,), "order": ("tp-inner",), "max_shift": 0,
+                         "microbatches": (32, 64), "schedule": ("1f1b",), "recompute": ("selective", "full"),
+                         "zero_stage": (0, 1), "sequence_parallel": (True,)}
+HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
+                "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
+                "sequence_parallel": "--sequence-parallel", "vpp": "--vpp"}
+
+
+def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> HeteroSpace:
+    """The placement space of `plansweep sweep|search` on a heterogeneous cluster: the space flags
+    --pp --dp --tp --microbatches --schedule --recompute --zero-stage --sequence-parallel --vpp
+    (others are refused), ``defaults`` elsewhere."""
+    from cli._space_args import SPACE_FLAGS, global_batch, parse_list
+
+    choices = dict(defaults)
+    for dim, flag in SPACE_FLAGS:
+        text = getattr(args, "space_" + dim, None)
+        if text is None:
+            continue
+        if dim not in HETERO_FLAGS:
+            raise InputError(flag, "only " + ", ".join(HETERO_FLAGS.values()) + " on a heterogeneous cluster", text)
+        choices[dim] = tuple(parse_list(text, flag, dim))
+    batch = global_batch(args)
+    dp2 = getattr(args, "dp2", None)
+    if dp2 is not None:
+        try:
+            choices["dp2"] = tuple(int(x) for x in str(dp2).split(","))
+        except ValueError:
+            raise InputError("--dp2", "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4", dp2) from None
+    try:
+        return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
+    except InputError as exc:
+        flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
+        raise InputError(flag, exc.expected, exc.got) from None

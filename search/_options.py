@@ -1,0 +1,107 @@
+"""The options of each searcher: one frozen dataclass per searcher, checked when built.
+
+    opts = MCMCOptions(chains=16, memory_penalty=0.0)      # InputError naming a bad field
+    searcher = opts.searcher(space, seed=0)                # every field reaches the searcher
+    run_json["options"] = {**opts.to_json(), ...}          # recorded whole
+    MCMCOptions.from_json(run_json["options"])             # a missing field takes its default
+
+Each field's metadata holds what the command line needs to offer it: ``kind`` (int or float),
+``low`` (the smallest value allowed), ``help``, and ``flag`` where the flag is not the field's
+name with dashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from costmodel import InputError
+from search._grid import GridSearcher
+from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
+from search._piper_input import PiperGraph, with_overrides
+from search._tpe import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
+from search._tpe import DEFAULT_N_STARTUP_TRIALS, TPESearcher
+
+
+def _opt(default, kind: type, help: str, low=None, flag: str | None = None):
+    return field(default=default, metadata={"kind": kind, "low": low, "help": help, "flag": flag})
+
+
+class _Options:
+    """Checks and JSON shared by the options dataclasses (each field: kind, low)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value, kind, low = getattr(self, f.name), f.metadata["kind"], f.metadata["low"]
+            if value is None and f.default is None:
+                continue
+            word = "an integer" if kind is int else "a finite number"
+            ok = (isinstance(value, int) and not isinstance(value, bool)) if kind is int else (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+            if not ok or (low is not None and value < low):
+                raise InputError(f.name, word + ("" if low is None else f" >= {low}"), value)
+            object.__setattr__(self, f.name, kind(value))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, mapping: Mapping[str, object]):
+        """The options recorded in ``mapping`` (other keys ignored; a missing field: its default)."""
+        return cls(**{f.name: mapping[f.name] for f in dataclasses.fields(cls) if f.name in mapping})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MCMCOptions(_Options):
+    chains: int = _opt(DEFAULT_CHAINS, int, "chains", low=1)
+    beta: float = _opt(DEFAULT_BETA, float, "inverse temperature", low=0.0)
+    reset_every: int = _opt(DEFAULT_RESET_EVERY, int, "steps between resets to the best (0: never)", low=0)
+    memory_penalty: float = _opt(DEFAULT_MEMORY_PENALTY, float, "soft memory walls: cost x (1 + L x overflow) out "
+                                 "of memory (0: hard walls)", low=0.0)
+
+    def searcher(self, space, *, seed: int, **extra) -> MCMCSearcher:
+        """``extra``: MCMCSearcher's other keywords (starts)."""
+        return MCMCSearcher(space, seed=seed, **self.to_json(), **extra)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TPEOptions(_Options):
+    startup_trials: int = _opt(DEFAULT_N_STARTUP_TRIALS, int, "random trials before TPE", low=0)
+    memory_penalty: float = _opt(TPE_MEMORY_PENALTY, float, "soft memory walls: an out-of-memory trial is told as "
+                                 "its unlimited-memory throughput / (1 + L x overflow) (0: a constraint violation, "
+                                 "c-TPE)", low=0.0)
+
+    def searcher(self, space, *, seed: int, storage=None) -> TPESearcher:
+        return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
+                           memory_penalty=self.memory_penalty)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridOptions(_Options):
+    start: int = _opt(0, int, "first grid index", low=0)
+    stop: int | None = _opt(None, int, "one past the last grid index (default: the end)", low=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stop is not None and self.stop <= self.start:
+            raise InputError("stop", f"an integer > start={self.start}", self.stop)
+
+    def searcher(self, space) -> GridSearcher:
+        return GridSearcher(space, start=self.start, stop=self.stop)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PiperOptions(_Options):
+    """Overrides of a Piper graph's cluster values (None: the file's value)."""
+
+    devices: int | None = _opt(None, int, "number of devices, overrides maxDevices", low=1)
+    memory_bytes: float | None = _opt(None, float, "memory per device in bytes, overrides maxMemoryPerDevice",
+                                      flag="--memory")
+    microbatches: int | None = _opt(None, int, "micro-batches per batch, overrides mbsInBatch", low=1)
+    bandwidth_Bps: float | None = _opt(None, float, "bandwidth per device in bytes/s, overrides bandwidth",
+                                       flag="--bandwidth")
+
+    def apply(self, graph: PiperGraph) -> PiperGraph:
+        return with_overrides(graph, **self.to_json())
