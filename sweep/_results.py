@@ -78,22 +78,26 @@ def schema_metadata(model_dict: dict, cluster_dict: dict, versions: dict) -> dic
     }
 
 
-def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, values: np.ndarray | None = None) -> pa.Array:
-    """(N, S) per-stage array -> list array of each row's first pp entries; null where the row's
-    stages are all equal (a uniform row). ``values`` maps codes to strings (stage_recompute)."""
+def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, names=None, *, uniform_null: bool = True,
+                absent: np.ndarray | None = None) -> pa.Array:
+    """(N, S) per-stage values -> list array of each row's first pp entries; with
+    ``uniform_null``, null where the row's stages are all equal (a uniform row). ``names``
+    decodes integer codes to strings, ``absent`` (N, S) marks null entries."""
     n = len(pp)
-    typ = pa.list_(pa.int64()) if values is None else pa.list_(pa.string())
     if per_stage is None or n == 0:
-        return pa.nulls(n, typ)
-    width = per_stage.shape[1]
-    active = np.arange(width)[None, :] < pp[:, None]  # (N, S)
-    uniform = np.all((per_stage == per_stage[:, :1]) | ~active, axis=1)  # (N,)
-    counts = np.where(uniform, 0, pp)
+        return pa.nulls(n, pa.list_(pa.int64() if names is None else pa.string()))
+    active = np.arange(per_stage.shape[1])[None, :] < pp[:, None]  # (N, S)
+    uniform = np.all((per_stage == per_stage[:, :1]) | ~active, axis=1) & uniform_null  # (N,)
     offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    flat = per_stage[active & ~uniform[:, None]]  # row-major: each row's stages in order
-    flat_arr = pa.array(flat.astype(np.int64)) if values is None else pa.array(values[flat])
-    return pa.ListArray.from_arrays(pa.array(offsets), flat_arr, mask=pa.array(uniform))
+    np.cumsum(np.where(uniform, 0, pp), out=offsets[1:])
+    listed = active & ~uniform[:, None]
+    flat = per_stage[listed]  # row-major: each row's stages in order
+    if names is None:
+        values = pa.array(flat.astype(np.int64), type=pa.int64())
+    else:
+        idx = pa.array(flat.astype(np.int32), mask=None if absent is None else absent[listed])
+        values = pa.DictionaryArray.from_arrays(idx, pa.array(list(names), type=pa.string())).cast(pa.string())
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(uniform) if uniform_null else None)
 
 
 def pool_names(space) -> list[str] | None:
@@ -138,7 +142,7 @@ def to_arrow(
     for c in BOOL_COLUMNS:
         cols[c] = pa.array(table[c], type=pa.bool_())
     cols["stage_layers"] = _stage_list(table.stage_layers, table["pp"])
-    cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], np.asarray(RECOMPUTE, dtype=object))
+    cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], RECOMPUTE)
     _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
                              grid_index=grid_index)
     schema = result_schema(metadata)
@@ -164,22 +168,6 @@ def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, mo
     )
 
 
-def _every_stage(per_stage: np.ndarray, pp: np.ndarray, names=None, absent: np.ndarray | None = None) -> pa.Array:
-    """(N, S) per-stage values -> list array of each row's first pp entries (never null);
-    ``names`` decodes integer codes to strings, ``absent`` (N, S) marks null entries."""
-    n, width = per_stage.shape
-    active = np.arange(width)[None, :] < pp[:, None]  # (N, S)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(pp, out=offsets[1:])
-    flat = per_stage[active].astype(np.int64)
-    if names is None:
-        values = pa.array(flat, type=pa.int64())
-    else:
-        idx = pa.array(flat.astype(np.int32), mask=None if absent is None else absent[active])
-        values = pa.DictionaryArray.from_arrays(idx, pa.array(list(names), type=pa.string())).cast(pa.string())
-    return pa.ListArray.from_arrays(pa.array(offsets), values)
-
-
 def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iteration, grid_index, metadata,
                      pool_names) -> pa.Table:
     """to_arrow for a costmodel.HeteroTable: global columns, dp / tp / micro_batch null, and the
@@ -200,14 +188,15 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
         cols[c] = pa.array(table[c], type=pa.bool_())
     st = table.stages
     cols["stage_layers"] = _stage_list(st["layers"], pp)
-    cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, np.asarray(RECOMPUTE, dtype=object))
+    cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, RECOMPUTE)
     split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
-    cols["stage_pool"] = _every_stage(st["pool"], pp, pool_names)
-    cols["stage_dp"] = _every_stage(st["dp"], pp)
-    cols["stage_tp"] = _every_stage(st["tp"], pp)
-    cols["stage_order"] = _every_stage(st["order"], pp, ORDERS)
-    cols["stage_pool2"] = _every_stage(np.where(split, st["pool2"], 0), pp, pool_names, absent=~split)
-    cols["stage_dp2"] = _every_stage(np.where(split, st["dp2"], 0), pp)
+    cols["stage_pool"] = _stage_list(st["pool"], pp, pool_names, uniform_null=False)
+    cols["stage_dp"] = _stage_list(st["dp"], pp, uniform_null=False)
+    cols["stage_tp"] = _stage_list(st["tp"], pp, uniform_null=False)
+    cols["stage_order"] = _stage_list(st["order"], pp, ORDERS, uniform_null=False)
+    cols["stage_pool2"] = _stage_list(np.where(split, st["pool2"], 0), pp, pool_names, uniform_null=False,
+                                      absent=~split)
+    cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
     _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
                              grid_index=grid_index)
     schema = result_schema(metadata, hetero=True)
