@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from costmodel import (
@@ -18,6 +19,7 @@ from costmodel import (
     model_preset,
 )
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
+from costmodel._model_files import cluster_from_calculon, is_calculon_system
 from costmodel._validate import read_hardware
 
 
@@ -57,15 +59,24 @@ CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_
 
 
 def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroCluster:
-    """A homogeneous cluster: a preset (h100x1024, dgx-a100-1024, seed000-16, ...) or a JSON/YAML
+    """A homogeneous cluster: a preset (h100x1024, dgx-a100-1024, seed000-16, ...), a JSON/YAML
     file with gpu, num_gpus, gpus_per_node and optional scaleup_GBps / scaleout_GBps per GPU per
-    direction; or a heterogeneous one: a preset among costmodel.hetero_names() or a file with a
+    direction, or a Calculon system file with a GPU count (FILE.json@1024,
+    costmodel.cluster_from_calculon); or a heterogeneous one: a preset among costmodel.hetero_names() or a file with a
     ``pools`` list (costmodel's _hetero_cluster docstring). ``hardware`` is a file of fitted
     efficiency constants from ``plansweep calibrate``, replacing those of every GPU it fits."""
-    if _looks_like_file(word):
-        data = read_mapping(word, "--cluster")
-        data.setdefault("name", Path(word).stem)
-        cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, word)
+    at = re.match(r"^(.+\.(?:json|ya?ml))@(\d+)$", word, flags=re.IGNORECASE)  # FILE@GPUS (Calculon's files)
+    if at or _looks_like_file(word):
+        path = at.group(1) if at else word
+        data = read_mapping(path, "--cluster")
+        if is_calculon_system(data):
+            gpus = int(at.group(2)) if at else data.get("num_gpus")
+            if gpus is None:
+                raise InputError("--cluster", "a Calculon system file with its GPU count, FILE.json@GPUS", word)
+            cluster = cluster_from_calculon(data, int(gpus), Path(path).stem)
+        else:
+            data.setdefault("name", Path(path).stem)
+            cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, path)
     elif word.lower() in hetero_names():
         cluster = hetero_preset(word)
     else:

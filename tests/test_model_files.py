@@ -96,3 +96,17 @@ def test_calculon_system_file_by_hand():
         cluster_from_calculon(data, 12, "x")
     with pytest.raises(InputError, match="--cluster: expected a Calculon system file"):
         cluster_from_calculon({k: v for k, v in data.items() if k != "networks"}, 8, "x")
+
+
+def test_calculon_system_on_the_command_line(capsys):
+    from cli import main
+
+    path = str(DATA / "a100_80g.calculon-system.json")
+    assert main(["evaluate", "--model", "gpt3-175b", "--cluster", path + "@1024", "--tp", "8", "--pp", "8",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["strategy"]["dp"] == 16  # 1024 GPUs from the @1024
+    assert main(["evaluate", "--cluster", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--cluster: expected a Calculon system file with its GPU count, FILE.json@GPUS" in err
+    assert len(err.splitlines()) == 1
