@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "cli._cmd_sweep",
     "cli._cmd_show",
     "cli._cmd_plot",
+    "cli._cmd_replan",
 )
 
 

@@ -8,6 +8,7 @@ import math
 from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     REASONS,
+    FailureModel,
     HeteroCluster,
     InputError,
     StrategyTable,
@@ -15,6 +16,7 @@ from costmodel import (
     evaluate,
     evaluate_hetero,
     format_stage_rows,
+    plan_goodput,
     stage_rows,
 )
 from costmodel._evaluate import stage_breakdown
@@ -41,14 +43,46 @@ def add_spec_args(p) -> None:
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="time and memory of one strategy, broken down")
     add_spec_args(p)
+    add_strategy_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_failure_args(p)
+    p.set_defaults(func=run)
+
+
+def add_strategy_args(p) -> None:
+    """One strategy as flags or a file (evaluate, replan)."""
     p.add_argument("--strategy", help="JSON/YAML file with the strategy (flags override it)")
     for name, typ in STRATEGY_FLAGS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ)
     p.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None)
     p.add_argument("--no-overlap-dp", dest="overlap_dp", action="store_false", default=None)
     p.add_argument("--stage-layers", help="layers per pipeline stage, comma-separated")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.set_defaults(func=run)
+
+
+def add_failure_args(p) -> None:
+    """The failure model's flags (costmodel.FailureModel; defaults from the Llama 3 405B run)."""
+    d = FailureModel()
+    p.add_argument("--gpu-mtbf-h", type=float, default=d.gpu_mtbf_h,
+                   help=f"mean time between failures of one GPU, hours (default {d.gpu_mtbf_h:,.0f})")
+    p.add_argument("--restart-s", type=float, default=d.restart_s,
+                   help=f"restart after a failure, checkpoint load excluded, s (default {d.restart_s:.0f})")
+    p.add_argument("--ckpt-write-GBps", type=float, default=d.write_Bps_per_gpu / 1e9,
+                   help=f"checkpoint write bandwidth per GPU, GB/s (default {d.write_Bps_per_gpu / 1e9:.3f})")
+    p.add_argument("--ckpt-read-GBps", type=float, default=d.read_Bps_per_gpu / 1e9,
+                   help=f"checkpoint read bandwidth per GPU, GB/s (default {d.read_Bps_per_gpu / 1e9:.3f})")
+
+
+FAILURE_FLAGS = {"gpu_mtbf_h": "--gpu-mtbf-h", "restart_s": "--restart-s", "write_Bps_per_gpu": "--ckpt-write-GBps",
+                 "read_Bps_per_gpu": "--ckpt-read-GBps"}
+
+
+def failure_from_args(args) -> FailureModel:
+    try:
+        return FailureModel(gpu_mtbf_h=args.gpu_mtbf_h, restart_s=args.restart_s,
+                            write_Bps_per_gpu=args.ckpt_write_GBps * 1e9, read_Bps_per_gpu=args.ckpt_read_GBps * 1e9)
+    except InputError as exc:
+        flag = FAILURE_FLAGS.get(exc.argument.removeprefix("failure."), exc.argument)
+        raise InputError(flag, exc.expected, exc.got) from None
 
 
 def _int_list(text: str, argument: str) -> list[int]:
@@ -79,7 +113,7 @@ def build_strategy(args, model, cluster) -> StrategyTable:
     return strategy_from_mapping(data, "--strategy")
 
 
-def report(model, cluster, table: StrategyTable, metrics) -> dict:
+def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel | None = None) -> dict:
     row = table.row(0)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = REASONS[int(m["reason"])]
@@ -88,10 +122,11 @@ def report(model, cluster, table: StrategyTable, metrics) -> dict:
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
         s["layers"] = int(s["layers"])
+    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, failure).items()}
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name,
             "strategy": row,
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
-            "stages": stages}
+            "stages": stages, "goodput": g}
 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
@@ -122,6 +157,14 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
                      ("optimizer state", "mem_optimizer_bytes"), ("activations", "mem_activations_bytes"),
                      ("buffers + reserve", "mem_buffers_bytes")]:
         lines.append(f"  {label:<20} {m[k] / 1e9:10.2f} GB")
+    g = rep.get("goodput")
+    if g and m["feasible"]:
+        lines.append(f"goodput under failures: {g['goodput_tokens_per_s']:,.0f} tokens/s "
+                     f"({100 * g['goodput_ratio']:.1f}% of the time useful; job fails every "
+                     f"{g['job_mtbf_s'] / 3600:.1f} h)")
+        lines.append(f"  checkpoint every {g['checkpoint_interval_s'] / 60:.1f} min (Daly), "
+                     f"{g['checkpoint_write_s']:.1f} s to write: {100 * g['checkpoint_overhead']:.1f}% overhead; "
+                     f"work redone {100 * g['rework_fraction']:.1f}%, restarts {100 * g['restart_fraction']:.1f}%")
     return "\n".join(lines)
 
 
@@ -136,7 +179,7 @@ def run(args) -> int:
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason)
-    rep = report(model, cluster, table, metrics)
+    rep = report(model, cluster, table, metrics, failure_from_args(args))
     print(json.dumps(rep) if args.json else format_report(rep, cluster.gpu.hbm_bytes))
     return 0
 

@@ -1,0 +1,99 @@
+"""`plansweep replan`: the best plan after losing (or gaining) nodes, per re-planning policy
+(search.replan): a table over the nodes lost, and with --out a Parquet file and a PNG."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
+from cli._specs import load_cluster, load_model
+from costmodel import HeteroCluster, InputError
+from search import POLICIES, replan
+
+
+def register(sub) -> None:
+    p = sub.add_parser("replan", help="the best plan on the nodes left after failures, per policy")
+    add_spec_args(p)
+    add_strategy_args(p)
+    p.add_argument("--lost", default="1-16", help="nodes lost: a range A-B or a list (default 1-16; negative: gained)")
+    p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated, of " + ", ".join(POLICIES))
+    p.add_argument("--objective", choices=("tokens_per_s", "goodput"), default="tokens_per_s")
+    add_failure_args(p)
+    p.add_argument("--out", help="a directory to write replan.parquet and replan.png into")
+    p.set_defaults(func=run)
+
+
+def _lost(text: str) -> list[int]:
+    try:
+        if "-" in text.lstrip("-") and "," not in text:
+            a, b = text.rsplit("-", 1) if not text.startswith("-") else text[1:].split("-", 1)
+            lo, hi = (int(a) if not text.startswith("-") else -int(a)), int(b)
+            return list(range(lo, hi + 1))
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError("--lost", "a range A-B or comma-separated node counts", text) from None
+
+
+def run(args) -> int:
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster, args.hardware)
+    if isinstance(cluster, HeteroCluster):
+        raise InputError("--cluster", "a cluster of one GPU type (replan re-plans one pool)", args.cluster)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError("--out", "a directory", str(out))
+    plan = build_strategy(args, model, cluster).row(0)
+    records = replan(model, cluster, plan, _lost(args.lost), policies=args.policies.split(","),
+                     objective=args.objective, failure=failure_from_args(args))
+    print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "
+          f"{plan['cp']} GPUs (dp x tp x pp x cp), by {args.objective}")
+    print(f"{'lost':>5} {'GPUs left':>9} {'policy':<11} {'used':>5} {'tokens/s':>11} {'goodput':>11} {'kept':>6}  plan")
+    for r in records:
+        p = r["plan"]
+        what = "none fits" if p is None else (
+            f"dp {p['dp']} tp {p['tp']} pp {p['pp']} cp {p['cp']} b {p['micro_batch']} {p['schedule']} "
+            f"vpp {p['vpp']} {p['recompute']} ZeRO {p['zero_stage']}")
+        print(f"{r['nodes_lost']:>5} {r['gpus_left']:>9} {r['policy']:<11} {r['gpus_used']:>5} "
+              f"{r['tokens_per_s']:>11,.0f} {r['goodput_tokens_per_s']:>11,.0f} {100 * r['kept']:5.1f}%  {what}")
+    if out is not None:
+        write_outputs(out, records, args.objective)
+        print(f"wrote {out / 'replan.parquet'} and {out / 'replan.png'}")
+    return 0
+
+
+def write_outputs(out: Path, records: list[dict], objective: str) -> None:
+    """replan.parquet (one row per nodes lost and policy) and replan.png (throughput against the
+    GPUs left, a line per policy), each written to a temporary name and renamed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    cols = {k: [r[k] for r in records] for k in ("nodes_lost", "gpus_left", "policy", "gpus_used", "tokens_per_s",
+                                                  "goodput_tokens_per_s", "kept")}
+    for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero_stage"):
+        cols[k] = [None if r["plan"] is None else int(r["plan"][k]) for r in records]
+    for k in ("schedule", "recompute"):
+        cols[k] = [None if r["plan"] is None else str(r["plan"][k]) for r in records]
+    tmp = out / "replan.parquet.tmp"
+    pq.write_table(pa.table(cols), tmp)
+    os.replace(tmp, out / "replan.parquet")
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    key = "tokens_per_s" if objective == "tokens_per_s" else "goodput_tokens_per_s"
+    for policy in dict.fromkeys(r["policy"] for r in records):
+        pts = [(r["gpus_left"], r[key]) for r in records if r["policy"] == policy]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=policy)
+    ax.set_xlabel("GPUs left")
+    ax.set_ylabel(key.replace("_per_s", "/s"))
+    ax.set_title("Best plan on what is left, per re-planning policy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp_png = out / "replan.png.tmp.png"
+    fig.savefig(tmp_png, dpi=110)
+    plt.close(fig)
+    os.replace(tmp_png, out / "replan.png")
