@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 from costmodel import InputError
+from costmodel._validate import strict_json
 
 # Subcommand modules, in the order they appear in --help.
 COMMAND_MODULES = (
@@ -29,6 +31,12 @@ COMMAND_MODULES = (
     "cli._cmd_plot",
     "cli._cmd_replan",
 )
+
+
+def print_json(value) -> None:
+    """One JSON document on stdout for every ``--json``: standard JSON (a strict parser reads it),
+    so what cannot be priced is null, never Infinity or NaN (costmodel._validate.strict_json)."""
+    print(json.dumps(strict_json(value), allow_nan=False))
 
 
 class _Parser(argparse.ArgumentParser):

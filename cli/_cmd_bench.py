@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
+from cli import print_json
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset
 from costmodel._reference import evaluate_row
 
@@ -97,7 +97,7 @@ def run(args) -> int:
         return 0
     res = measure(n_vec=args.rows)
     if args.json:
-        print(json.dumps({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
+        print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
     else:
         print(f"space: {res['space']}")
         print(f"vectorised: {res['strategies_per_s']:,.0f} strategies/s ({res['rows']:,} rows, best of 3)")

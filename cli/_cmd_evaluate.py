@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
 
+from cli import print_json
 from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     REASONS,
@@ -180,7 +180,10 @@ def run(args) -> int:
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason)
     rep = report(model, cluster, table, metrics, failure_from_args(args))
-    print(json.dumps(rep) if args.json else format_report(rep, cluster.gpu.hbm_bytes))
+    if args.json:
+        print_json(rep)
+    else:
+        print(format_report(rep, cluster.gpu.hbm_bytes))
     return 0
 
 
@@ -227,7 +230,7 @@ def run_hetero(args, model, cluster, data) -> int:
     m["reason"] = reason
     if args.json:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
-        print(json.dumps({"model": model.name, "cluster": cluster.name, "strategy": table.row(0, names),
+        print_json(({"model": model.name, "cluster": cluster.name, "strategy": table.row(0, names),
                           "metrics": clean, "stages": rows}))
         return 0
     print(f"{model.name} on {cluster.name}: {cluster.describe()}")

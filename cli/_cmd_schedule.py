@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from cli import print_json
 from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             "busy_time": [float(x) for x in res.busy_time[0]],
             "peak_activations": [float(x) for x in res.peak_activations],
         }
-        print(json.dumps(out))
+        print_json((out))
         return 0
     print(text_timeline(res.timeline))
     print(

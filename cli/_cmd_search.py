@@ -7,17 +7,26 @@ Each searcher has its own registrar in SEARCHERS: a function that adds its parse
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 
 import numpy as np
 
+from cli import print_json
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import add_options, load_cluster, load_model, number, options_from_args
-from costmodel import HeteroCluster, InputError, Metrics, StrategyTable, evaluate_any, format_stage_rows, stage_rows
+from costmodel import (
+    REASONS,
+    HeteroCluster,
+    InputError,
+    Metrics,
+    StrategyTable,
+    evaluate_any,
+    format_stage_rows,
+    stage_rows,
+)
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
 from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from sweep._results import pool_names, to_arrow
@@ -54,7 +63,7 @@ def _register_piper(searchers: argparse._SubParsersAction) -> None:
 def _run_piper(args: argparse.Namespace) -> int:
     plan = solve_piper(options_from_args(PiperOptions, args).apply(load_piper_graph(args.file)))
     if args.json:
-        print(json.dumps(plan.to_json()))
+        print_json((plan.to_json()))
     else:
         print(_format_plan(plan))
     return 0 if plan.feasible else EXIT_NO_PLAN
@@ -145,8 +154,9 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
         for i in range(n_best):
             r = best_t.row(i, pools) if pools else best_t.row(i)
             r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
+            r["reason"] = REASONS[int(r["reason"])]  # the Parquet rows' vocabulary ("ok", ...)
             rows.append(r)
-        print(json.dumps({"searcher": name, "space_size": str(space.size), "evaluations": evaluations,
+        print_json(({"searcher": name, "space_size": int(space.size), "evaluations": evaluations,
                           "feasible": feasible, "best": rows}))
         return
     size = f"{space.size:,}" if space.size < 10**12 else f"{space.size:.3e}"

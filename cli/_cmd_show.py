@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import pyarrow as pa
 
+from cli import print_json
 from cli._specs import number
 from sweep._runview import RunView, best_rows, open_run, summary
 
@@ -152,13 +152,13 @@ def run(args: argparse.Namespace) -> int:
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:
         total = summary(view)
-        print(json.dumps({
+        print_json({
             "run_dir": view.run_dir, "keep": view.keep, **total,
             "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
                          "throughput_column": s.throughput_column, **counts, "rows": rows,
                          **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
                         for s, counts, rows in reports],
-        }, allow_nan=False))
+        })
         return 0
     if view.keep not in (None, "all"):
         print(f"(this run stored {view.keep} rows only: the counts below are of the stored rows)")

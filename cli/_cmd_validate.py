@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from cli import print_json
 from costmodel import InputError
-from costmodel._validate import calibrate, read_hardware, read_runs, strict_json, validate, write_hardware
+from costmodel._validate import calibrate, read_hardware, read_runs, validate, write_hardware
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def run_validate(args) -> int:
     eff = read_hardware(args.hardware) if args.hardware else None
     res = validate(read_runs(args.file, eff))
     if args.json:
-        print(json.dumps(strict_json(res), allow_nan=False))
+        print_json(res)
         return 0
     print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8} {'on':>9} {'memory GB':>10}  "
           "chosen for empty cells")
