@@ -7,6 +7,7 @@
 
 from costmodel._errors import InputError
 from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
+from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
 from costmodel._goodput import FailureModel, goodput, plan_goodput
 from costmodel._hardware import (
     EFFICIENCY,
@@ -60,12 +61,13 @@ __all__ = [
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
     "model_from_mapping", "FailureModel", "goodput", "plan_goodput",
+    "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",
 ]
 
 
-def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form") -> Metrics:
+def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> Metrics:
     """costmodel.evaluate for a StrategyTable, evaluate_hetero for a HeteroTable (the driver
     can call this for either kind of space)."""
     if isinstance(table, HeteroTable):
-        return evaluate_hetero(model, cluster, table, pipeline=pipeline)
-    return evaluate(model, cluster, table, pipeline=pipeline)
+        return evaluate_hetero(model, cluster, table, pipeline=pipeline, framework=framework)
+    return evaluate(model, cluster, table, pipeline=pipeline, framework=framework)

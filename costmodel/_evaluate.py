@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel._hardware import Cluster
+from costmodel._frameworks import Framework, framework_preset
+from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._sorted_memo import Memo
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
@@ -93,6 +94,7 @@ REASONS = (
     "batch_not_divide",
     "schedule_invalid",
     "zero_incompatible_pp",
+    "framework_unsupported",
     "out_of_memory",
 )
 REASON = {name: i for i, name in enumerate(REASONS)}
@@ -470,8 +472,9 @@ def tp_divides(model: Transformer, t):
     return (model.heads % t == 0) & (model.kv_heads % t == 0)
 
 
-def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> np.ndarray:
-    """Reason code per row for everything but memory (0 = ok; first failing check wins)."""
+def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, framework=None) -> np.ndarray:
+    """Reason code per row for everything but memory (0 = ok; first failing check wins) under
+    ``framework`` (costmodel._frameworks; None: the default profile)."""
     L, s = model.layers, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
     b, B, v, sched = table["micro_batch"], table["global_batch"], table["vpp"], table["schedule"]
@@ -495,14 +498,29 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable) -> n
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
     return reason_codes(gpus_ok=d * t * p * c <= cluster.num_gpus, tp_ok=tp_ok, pp_ok=pp_ok,
                         batch_ok=B % (d * b) == 0, sched_ok=sched_ok, cp=c, pp=p, seq_len=s,
-                        zero=table["zero_stage"])
+                        zero=table["zero_stage"], framework=framework, schedule=sched,
+                        sequence_parallel=table["sequence_parallel"], precision=table["precision"])
 
 
-def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero) -> np.ndarray:
+def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision) -> np.ndarray:
+    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP and precision."""
+    ok = np.isin(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
+    if not fw.sequence_parallel:
+        ok &= ~sequence_parallel
+    if not fw.fp8:
+        ok &= precision != PRECISIONS.index("fp8")
+    return ok
+
+
+def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework=None,
+                 schedule=None, sequence_parallel=None, precision=None) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
-    into 2 cp chunks) and ZeRO (stages 2 and 3 need pp 1) checks are the same for both and made
-    here."""
+    into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
+    framework checks are the same for both and made here (the framework's when ``schedule``,
+    ``sequence_parallel`` and ``precision`` are given)."""
+    fw = framework_preset(framework)
+    fw_ok = True if schedule is None else framework_runs(fw, schedule, zero, sequence_parallel, precision)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -510,7 +528,8 @@ def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, 
         ((cp == 1) | (seq_len % (2 * cp) == 0), "cp_not_divide_seq"),
         (batch_ok, "batch_not_divide"),
         (sched_ok, "schedule_invalid"),
-        ((zero <= 1) | (pp == 1), "zero_incompatible_pp"),
+        ((zero <= fw.max_zero_with_pp) | (pp == 1), "zero_incompatible_pp"),
+        (fw_ok, "framework_unsupported"),
     ]
     reason = np.zeros(len(np.asarray(pp)), dtype=np.int8)
     for ok, name in reversed(checks):
@@ -547,7 +566,8 @@ BLOCK_ROWS = 16384
 
 
 def evaluate(
-    model: Transformer, cluster: Cluster, table: StrategyTable, *, pipeline: str = "closed_form"
+    model: Transformer, cluster: Cluster, table: StrategyTable, *, pipeline: str = "closed_form",
+    framework: str | Framework | None = None,
 ) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
@@ -561,10 +581,16 @@ def evaluate(
     simulator, exact for every schedule, uneven stages and hand-off time; grouped by
     (schedule, pp, micro-batches, vpp), costlier for deep pipelines with many micro-batches).
     ZB-V and Hanayo rows are always simulated.
+
+    ``framework``: a profile of costmodel._frameworks (or its name; None: "generic", the model
+    before profiles): what it can run, what it overlaps, how it shards with a pipeline, whether
+    its attention kernel stores the s x s scores.
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
-    return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now),
+    fw = framework_preset(framework)
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now,
+                                                              framework=fw),
                       lambda sub: sub["global_batch"] // (sub["dp"] * sub["micro_batch"]))
 
 
@@ -726,9 +752,27 @@ def _simulation_cache(columns: int) -> Memo:
     return cache
 
 
+def framework_columns(fw: Framework, p, zero, overlap):
+    """The ZeRO stage and overlap the framework prices a row with: ZeRO-2/3 with pp > 1 as
+    ZeRO-1 where it shards once per step with a pipeline; overlap fixed where it has one value."""
+    if fw.shard_with_pp_once:
+        zero = np.where((p > 1) & (zero >= 2), 1, zero)
+    if len(fw.overlap_dp) == 1:
+        overlap = np.full(np.shape(overlap), fw.overlap_dp[0])
+    return zero, overlap
+
+
+def without_scores(fw: Framework, terms: dict) -> dict:
+    """Shape terms with the attention scores' activation bytes dropped where the framework's
+    kernel is fused (it keeps none)."""
+    if not fw.fused_attention:
+        return terms
+    return {**terms, "act_L": terms["act_L"] - terms["score_L"], "score_L": np.zeros_like(terms["score_L"])}
+
+
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
                     pipeline: str = "closed_form", simulate_now: bool = True,
-                    stages_out: bool = False) -> Metrics:
+                    stages_out: bool = False, framework=None) -> Metrics:
     gpu = cluster.gpu
     L, h, s = model.layers, model.hidden, model.seq_len
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
@@ -738,7 +782,9 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     peak = np.asarray(gpu.peak_flops)[table["precision"]]
     peak = np.where(peak > 0, peak, gpu.peak_flops[0])  # a GPU without fp8 runs it as bf16
     n_gpu = d * t * p * c
-    reason = feasibility(model, cluster, table)
+    fw = framework_preset(framework)
+    reason = feasibility(model, cluster, table, fw)
+    zero, overlap = framework_columns(fw, p, zero, overlap)
     m = np.maximum(B // (d * b), 1)
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
 
@@ -746,8 +792,8 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: v[inv] for k, v in shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
-                                             sp[first_row], peak[first_row]).items()}
+    sh = {k: v[inv] for k, v in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
+                                                                c[first_row], sp[first_row], peak[first_row])).items()}
     T = sh["T"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (
         sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
@@ -839,7 +885,8 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         mem_buffers=buffers, mem_total=mem_total, extra=extra)
 
 
-def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable) -> dict[str, np.ndarray]:
+def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable,
+                    framework=None) -> dict[str, np.ndarray]:
     """Per pipeline stage, for a few rows (people's view, not the hot path): (N, S) arrays of
     layers, forward / backward / weight-gradient time per micro-batch, micro-batches in flight
     at the peak (from the simulator) and memory per GPU. Uniform rows are expanded to every
@@ -848,5 +895,5 @@ def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable) 
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
         table = StrategyTable(table.columns, layers, table.stage_recompute)
-    out = _evaluate_block(model, cluster, table, "simulate", simulate_now=True, stages_out=True)
+    out = _evaluate_block(model, cluster, table, "simulate", simulate_now=True, stages_out=True, framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}

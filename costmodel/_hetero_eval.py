@@ -65,6 +65,7 @@ from costmodel._evaluate import (
     distinct_rows,
     dp_exchange_s,
     exposed_dp_s,
+    framework_columns,
     in_flight,
     layer_terms,
     pipeline_step,
@@ -75,7 +76,9 @@ from costmodel._evaluate import (
     stage_params,
     state_bytes,
     tp_divides,
+    without_scores,
 )
+from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
 from costmodel._hetero_strategy import HeteroTable
@@ -168,7 +171,7 @@ def split_columns(pool, pool2, dp2):
 
 
 def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa=None,
-                       flat=None, used=None, stage_bits=None) -> np.ndarray:
+                       flat=None, used=None, stage_bits=None, framework=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins).
     Stages flat as in _evaluate_hetero_block (M = sum(pp) pairs); ``flat`` = (starts, r,
     pool, dp, tp, layers, weight, pool_b, dp2) when the caller has them (weight: stages a flat
@@ -217,12 +220,13 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     chunks_ok = flags & 16 == 0
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
     return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
-                        pp=p, seq_len=s, zero=table["zero_stage"])
+                        pp=p, seq_len=s, zero=table["zero_stage"], framework=framework, schedule=sched,
+                        sequence_parallel=table["sequence_parallel"], precision=table["precision"])
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
                            pipeline: str, stages_out: bool = False, simulate_now: bool = True,
-                           compress: bool = True) -> Metrics:
+                           compress: bool = True, framework=None) -> Metrics:
     """One block of rows. Stages are kept flat: the M = sum(pp) (row, stage) pairs in row
     order, (M,) arrays; sums and maxima over a row's stages are ufunc.reduceat at the rows'
     first stages, so padding past pp costs nothing. Everything that depends only on a
@@ -234,6 +238,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     p, m, B = table["pp"], table["microbatches"], table["global_batch"]
     c, v, sched, zero = table["cp"], table["vpp"], table["schedule"], table["zero_stage"]
     sp, overlap = table["sequence_parallel"], table["overlap_dp"]
+    fw = framework_preset(framework)
+    zero, overlap = framework_columns(fw, p, zero, overlap)
     S = table.num_stages
     P = len(cluster.pools)
     # Uniform rows (every stage the same pool, degrees, layers and recompute, pp >= 4) keep 3
@@ -307,7 +313,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
     cfg_bits = (~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * m_u) != 0) * np.uint8(8)).astype(np.uint8)
     reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
-                                used=used, stage_bits=cfg_bits[inv])
+                                used=used, stage_bits=cfg_bits[inv], framework=fw)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in _GPU_FIELDS})
@@ -328,7 +334,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
     # one layer, the embedding and head as a first or last stage, activation bytes (U,)
-    eu = shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link, cp_link=cp_link)
+    eu = without_scores(fw, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
+                                        cp_link=cp_link))
     T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer
@@ -519,7 +526,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
 
 def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, *,
-                    pipeline: str = "closed_form") -> Metrics:
+                    pipeline: str = "closed_form", framework=None) -> Metrics:
     """Evaluate every row of a HeteroTable (columns of costmodel.METRIC_COLUMNS), in blocks of rows
     (run_blocks); the simulator prices rows as in costmodel.evaluate, with per-link hand-offs."""
     if pipeline not in K.PIPELINE_MODES:
@@ -530,26 +537,30 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     if N == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in K.METRIC_COLUMNS})
-    return K.run_blocks(table, lambda sub, now: _evaluate_hetero_block(model, hc, sub, pa, pipeline, simulate_now=now),
+    fw = framework_preset(framework)
+    return K.run_blocks(table, lambda sub, now: _evaluate_hetero_block(model, hc, sub, pa, pipeline, simulate_now=now,
+                                                                       framework=fw),
                         lambda sub: sub["microbatches"])
 
 
 def hetero_stage_breakdown(model: Transformer, cluster: HeteroCluster | Cluster,
-                           table: HeteroTable) -> dict[str, np.ndarray]:
+                           table: HeteroTable, framework=None) -> dict[str, np.ndarray]:
     """Per pipeline stage, for a few rows (people's view): (N, S) arrays of pool index, dp,
     tp, layers, micro-batch per replica, F / B / W time per micro-batch, busy time per
     iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, in-flight
     micro-batches (simulator) and memory per GPU with its pool's HBM."""
     hc = as_hetero(cluster)
-    out = _evaluate_hetero_block(model, hc, table, _pool_arrays(hc), "simulate", stages_out=True, compress=False)
+    out = _evaluate_hetero_block(model, hc, table, _pool_arrays(hc), "simulate", stages_out=True, compress=False,
+                                 framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 
-def stage_rows(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, i: int = 0) -> list[dict]:
+def stage_rows(model: Transformer, cluster: HeteroCluster | Cluster, table: HeteroTable, i: int = 0,
+               framework=None) -> list[dict]:
     """Row i's stages as a list of plain dicts (pool name, dp, tp, layers, time_s, mem_bytes,
     ...): what `plansweep evaluate` and `show` print per stage."""
     hc = as_hetero(cluster)
-    st = hetero_stage_breakdown(model, hc, table.take(slice(i, i + 1)))
+    st = hetero_stage_breakdown(model, hc, table.take(slice(i, i + 1)), framework)
     names = [p.name for p in hc.pools]
     rows = []
     for j in range(int(st["active"][0].sum())):

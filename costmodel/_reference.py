@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from costmodel import _evaluate as K
+from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
@@ -53,7 +54,7 @@ def _hbm(gpu, nbytes: float) -> float:
     return nbytes / (gpu.hbm_Bps * gpu.hbm_eff)
 
 
-def _reason(model: Transformer, cluster: Cluster, r: dict) -> str:
+def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     dp, tp, pp, cp = r["dp"], r["tp"], r["pp"], r["cp"]
     if dp * tp * pp * cp > cluster.num_gpus:
         return "gpus_exceed_cluster"
@@ -83,8 +84,11 @@ def _reason(model: Transformer, cluster: Cluster, r: dict) -> str:
             return "schedule_invalid"
     elif v != 1:
         return "schedule_invalid"
-    if r["zero_stage"] >= 2 and pp > 1:
+    if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
+    if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
+            or (r["precision"] == "fp8" and not fw.fp8)):
+        return "framework_unsupported"
     return "ok"
 
 
@@ -100,7 +104,8 @@ def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
     return float(min(p - i, m))
 
 
-def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form") -> dict:
+def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
+                 framework=None) -> dict:
     """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats.
 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
@@ -113,7 +118,11 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     sp, zero = r["sequence_parallel"], r["zero_stage"]
     prec = ("bf16", "fp16", "fp8").index(r["precision"])
     peak = gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0]
-    reason = _reason(model, cluster, r)
+    fw = framework_preset(framework)
+    reason = _reason(model, cluster, r, fw)
+    if fw.shard_with_pp_once and pp > 1 and zero >= 2:
+        zero = 1  # weights gathered and gradients reduce-scattered once per step: ZeRO-1's bytes
+    overlap = fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"]
     m = max(B // (dp * b), 1)
     layers = r.get("stage_layers") or [L // pp] * pp
     recomputes = r.get("stage_recompute") or [r["recompute"]] * pp
@@ -168,7 +177,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         score = 0.0
     else:
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
-        score = K.ACT_SCORE_BYTES * a * b * sc * s / tp
+        score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
         act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
                      + (4 * T * h + 4 * T * hk + mlp_act) / tp + score)
 
@@ -274,7 +283,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     else:
         dp_raw = _allreduce(grad_bytes, g, dp_link)
         window = bottleneck["B"] + bottleneck["W"]
-    dp_exposed = max(dp_raw - window, 0.0) if r["overlap_dp"] else dp_raw
+    dp_exposed = max(dp_raw - window, 0.0) if overlap else dp_raw
     opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
     step = pipe + dp_exposed + opt
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel._errors import InputError
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._evaluate import REASONS, evaluate
 from costmodel._hardware import EFFICIENCY, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import StrategyTable
@@ -70,7 +71,7 @@ class MeasuredRun:
     measured: float  # its value
     convention: str | None = None  # FLOP counting of measured_tflops_per_gpu
     measured_memory_gb: float | None = None
-    framework: str = ""
+    framework: str = DEFAULT_FRAMEWORK  # its profile's name (costmodel._frameworks)
 
 
 def _number(row: dict, key: str, line: int, *, integer: bool = False) -> float | int | None:
@@ -115,9 +116,12 @@ def measured_path(word: str | Path) -> Path:
     raise InputError("FILE", "a readable CSV file or a published set (" + ", ".join(sets) + ")", str(word))
 
 
-def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None) -> list[MeasuredRun]:
+def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
+              framework: str | None = None) -> list[MeasuredRun]:
     """Parse and validate a measured-runs CSV (a path or a shipped set's name, see
-    measured_sets); raises InputError naming the line and column."""
+    measured_sets); raises InputError naming the line and column. A row's ``framework`` cell
+    names its profile (costmodel._frameworks, aliases too); an empty cell takes ``framework``
+    (None: the default profile)."""
     p = measured_path(path)
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -164,8 +168,9 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None)
         if fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1) != need["num_gpus"]:
             raise InputError(f"line {line}: tp*pp*dp*cp", f"num_gpus={need['num_gpus']}",
                              fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1))
+        fw = framework_preset((row.get("framework") or "").strip() or framework, f"line {line}: framework")
         runs.append(MeasuredRun(row["name"], model, cluster, fixed, measure, given[measure], convention,
-                                given["measured_memory_gb"], (row.get("framework") or "").strip()))
+                                given["measured_memory_gb"], fw.name))
     return runs
 
 
@@ -222,7 +227,8 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
             for k, v in cols.items()}
     return StrategyTable.from_columns(
         dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
-        schedule=np.where(vpp > 1, "interleaved", "1f1b"), overlap_dp=False, precision=f.get("precision", "bf16"),
+        schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
+        overlap_dp=framework_preset(run.framework).overlap_dp_usual,
         **cols,
     )
 
@@ -233,7 +239,7 @@ def predict(run: MeasuredRun) -> dict:
     other checks has one; the chosen one is the fastest that fits the GPU, else the fastest."""
     table = _candidates(run)
     unbounded = dataclasses.replace(run.cluster.gpu, hbm_bytes=math.inf)
-    metrics = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), table)
+    metrics = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), table, framework=run.framework)
     step = metrics["step_time_s"]
     fits = metrics["mem_total_bytes"] <= run.cluster.gpu.hbm_bytes
     pool = np.isfinite(step) & fits

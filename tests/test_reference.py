@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from costmodel import REASONS, StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel import FRAMEWORKS, REASONS, StrategyTable, cluster_preset, evaluate, model_preset
 from costmodel._reference import evaluate_row
 
 
@@ -42,16 +42,22 @@ CASES = [(name, cluster, uneven) for name, cluster in [
     ("megatron-22b", "h100x64")] for uneven in (False, True)]
 
 
-@pytest.mark.parametrize("name,cluster,uneven", CASES)
-def test_vectorised_equals_scalar_reference(name, cluster, uneven):
+# Every framework profile but the default on two models, fewer rows each.
+FRAMEWORK_CASES = [(name, cluster, uneven, fw, 1000) for fw in FRAMEWORKS if fw != "generic"
+                   for name, cluster, uneven in (("gpt3-175b", "h100x1024", False), ("megatron-22b", "h100x64", True))]
+
+
+@pytest.mark.parametrize("name,cluster,uneven,framework,rows",
+                         [(*c, None, 1300) for c in CASES] + FRAMEWORK_CASES)
+def test_vectorised_equals_scalar_reference(name, cluster, uneven, framework, rows):
     rng = np.random.default_rng(len(name) * 7 + uneven)
     model, cl = model_preset(name), cluster_preset(cluster)
-    table = random_table(model, rng, 1300, uneven)  # 8 cases x 1300 = 10,400 rows
-    vec = evaluate(model, cl, table)
+    table = random_table(model, rng, rows, uneven)  # 8 cases x 1300 = 10,400 rows, 8 x 1000 more
+    vec = evaluate(model, cl, table, framework=framework)
     reasons = set(int(x) for x in vec["reason"])
     assert 0 in reasons and len(reasons) >= 4, [REASONS[r] for r in reasons]
     for i in range(len(table)):
-        ref = evaluate_row(model, cl, table.row(i))
+        ref = evaluate_row(model, cl, table.row(i), framework=framework)
         for key, want in ref.items():
             got = vec[key][i]
             if isinstance(want, float) and math.isinf(want):
@@ -62,8 +68,9 @@ def test_vectorised_equals_scalar_reference(name, cluster, uneven):
 
 def test_every_reason_is_exercised_across_cases():
     seen = set()
-    for name, cluster, uneven in CASES:
+    for name, cluster, uneven, framework, rows in [(*c, None, 1300) for c in CASES] + FRAMEWORK_CASES:
         model, cl = model_preset(name), cluster_preset(cluster)
-        vec = evaluate(model, cl, random_table(model, np.random.default_rng(len(name)), 1300, uneven))
+        vec = evaluate(model, cl, random_table(model, np.random.default_rng(len(name)), rows, uneven),
+                       framework=framework)
         seen |= set(int(x) for x in vec["reason"])
     assert seen == set(range(len(REASONS)))

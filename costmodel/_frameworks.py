@@ -1,0 +1,128 @@
+"""Training frameworks as an input of the cost model: one table, one row per framework.
+
+A profile says what the framework can run (pipeline schedules, ZeRO / FSDP sharding stages,
+sharding with a pipeline, sequence parallelism, fp8), what it overlaps (the data-parallel
+gradient exchange), how its attention kernel keeps activations, and what its published runs
+use when a source does not say. The evaluator reads these fields and nothing else about the
+framework, so a new framework is a new row, not a branch in the arithmetic.
+
+Pricing rules the fields drive (costmodel._evaluate):
+    schedules, max_zero, sequence_parallel, fp8   a row asking for more is infeasible with
+                          reason ``framework_unsupported``
+    max_zero_with_pp      ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
+    shard_with_pp_once    ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first
+                          forward to its last backward and reduce-scatters the gradients once,
+                          at the last micro-batch: priced as ZeRO-1 (the same bytes on the wire
+                          and, at the peak, the same bytes in memory)
+    overlap_dp            the values of the strategy's ``overlap_dp`` it can run; one value
+                          means the framework decides and the column is not read
+    overlap_dp_usual      what `plansweep validate` assumes when a run does not say
+    fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
+                          no s x s scores (Dao et al. 2022); False: the scores are stored
+                          (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+
+Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY): no framework has a
+kernel-speed constant of its own, because none was measured apart from the GPU's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from costmodel._errors import InputError
+from costmodel._strategy import SCHEDULES
+
+
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    name: str
+    what: str
+    schedules: tuple[str, ...]
+    max_zero: int
+    max_zero_with_pp: int
+    shard_with_pp_once: bool
+    overlap_dp: tuple[bool, ...]
+    overlap_dp_usual: bool
+    fused_attention: bool
+    sequence_parallel: bool
+    fp8: bool
+    sources: tuple[str, ...]
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework(
+        name="generic",
+        what="plansweep's model before framework profiles (cost model version 3): every schedule, overlap as "
+             "the strategy says, ZeRO-2/3 only without a pipeline, attention scores stored",
+        schedules=SCHEDULES, max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=False, fused_attention=False, sequence_parallel=True, fp8=True,
+        sources=("costmodel/_evaluate.py module docstring",),
+    ),
+    Framework(
+        name="megatron-2021",
+        what="Megatron-LM as in Narayanan et al. 2021 and Korthikanti et al. 2022: 1F1B and interleaved 1F1B, "
+             "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
+        schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
+        overlap_dp=(False,), overlap_dp_usual=False, fused_attention=False, sequence_parallel=True, fp8=False,
+        sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
+                 "with 5 a s^2 b bytes of attention scores per layer)"),
+    ),
+    Framework(
+        name="megatron-core",
+        what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
+             "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=True, fused_attention=True, sequence_parallel=True, fp8=True,
+        sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
+                 "without_interleaving, _with_interleaving)",
+                 "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
+                 "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
+                 "--overlap-param-gather",
+                 "Transformer Engine DotProductAttention (flash / cuDNN fused attention)"),
+    ),
+    Framework(
+        name="deepspeed",
+        what="DeepSpeed (Megatron-DeepSpeed): ZeRO 1-3, its pipeline engine (1F1B only) with ZeRO-0/1 only, "
+             "overlap_comm off by default, unfused attention",
+        schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=False, fused_attention=False, sequence_parallel=True, fp8=False,
+        sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
+                 "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
+                 "DeepSpeed config JSON docs, zero_optimization.overlap_comm (default false)"),
+    ),
+    Framework(
+        name="fsdp2",
+        what="PyTorch FSDP2 as torchtitan runs it: FSDP (ZeRO-2/3) also with pipelines (weights kept gathered "
+             "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
+             "torch.distributed.pipelining schedules, SDPA flash attention, float8",
+        schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
+        overlap_dp=(True,), overlap_dp_usual=True, fused_attention=True, sequence_parallel=True, fp8=True,
+        sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
+                 "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
+                 "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
+                 "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
+                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)"),
+    ),
+)}
+FRAMEWORK_ALIASES = {
+    "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron-deepspeed": "deepspeed",
+    "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "fsdp": "fsdp2", "llm-foundry": "fsdp2",
+}
+DEFAULT_FRAMEWORK = "generic"
+
+
+def framework_names() -> list[str]:
+    return list(FRAMEWORKS)
+
+
+def framework_preset(name: str | Framework | None, argument: str = "--framework") -> Framework:
+    """The profile named ``name`` (or an alias: FRAMEWORK_ALIASES); None is the default."""
+    if isinstance(name, Framework):
+        return name
+    if name is None or name == "":
+        return FRAMEWORKS[DEFAULT_FRAMEWORK]
+    key = FRAMEWORK_ALIASES.get(str(name).lower(), str(name).lower())
+    if key not in FRAMEWORKS:
+        raise InputError(argument, "one of " + ", ".join([*FRAMEWORKS, *FRAMEWORK_ALIASES]), name)
+    return FRAMEWORKS[key]
