@@ -7,6 +7,8 @@ import math
 from cli import print_json
 from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORKS,
     REASONS,
     FailureModel,
     HeteroCluster,
@@ -16,6 +18,7 @@ from costmodel import (
     evaluate,
     evaluate_hetero,
     format_stage_rows,
+    framework_preset,
     plan_goodput,
     stage_rows,
 )
@@ -38,6 +41,23 @@ def add_spec_args(p) -> None:
                    help="preset (e.g. h100x1024, dgx-a100-1024, a100x64+h100x64) or JSON/YAML file (with "
                    "'pools' for a heterogeneous cluster)")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
+    add_framework_arg(p)
+
+
+def add_framework_arg(p, what: str = "the training framework whose schedules, sharding, overlap and attention "
+                     "kernel are priced") -> None:
+    p.add_argument("--framework", default=DEFAULT_FRAMEWORK, type=framework_arg,
+                   help=f"{what}: " + ", ".join(FRAMEWORKS) + f" (default {DEFAULT_FRAMEWORK}; README, Frameworks)")
+
+
+def framework_arg(text: str) -> str:
+    """--framework's word as a profile name (aliases resolved); argparse names the flag."""
+    import argparse
+
+    try:
+        return framework_preset(text).name
+    except InputError as e:
+        raise argparse.ArgumentTypeError(f"expected {e.expected}, got {text!r}") from None
 
 
 def register(sub) -> None:
@@ -113,17 +133,18 @@ def build_strategy(args, model, cluster) -> StrategyTable:
     return strategy_from_mapping(data, "--strategy")
 
 
-def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel | None = None) -> dict:
+def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel | None = None,
+           framework: str = DEFAULT_FRAMEWORK) -> dict:
     row = table.row(0)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = REASONS[int(m["reason"])]
-    st = stage_breakdown(model, cluster, table)
+    st = stage_breakdown(model, cluster, table, framework)
     active = st.pop("active")[0]
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
         s["layers"] = int(s["layers"])
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, failure).items()}
-    return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name,
+    return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
             "strategy": row,
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "stages": stages, "goodput": g}
@@ -131,7 +152,7 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
     s, m = rep["strategy"], rep["metrics"]
-    lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']})",
+    lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']}), framework {rep['framework']}",
              "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
     if not m["feasible"]:
         lines.append(f"INFEASIBLE: {m['reason']}")
@@ -175,11 +196,11 @@ def run(args) -> int:
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
         return run_hetero(args, model, as_hetero(cluster), data)
     table = build_strategy(args, model, cluster)
-    metrics = evaluate(model, cluster, table, pipeline="simulate")  # one row: exact pipeline
+    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=args.framework)  # one row: exact
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason)
-    rep = report(model, cluster, table, metrics, failure_from_args(args))
+        raise reason_error(model, cluster, table.row(0), reason, args.framework)
+    rep = report(model, cluster, table, metrics, failure_from_args(args), args.framework)
     if args.json:
         print_json(rep)
     else:
@@ -194,7 +215,8 @@ HETERO_REASONS = {
     "cp_not_divide_seq": ("cp", "2*cp dividing seq_len"),
     "batch_not_divide": ("global_batch", "a multiple of dp x microbatches on every stage"),
     "schedule_invalid": ("schedule", "gpipe, 1f1b, zb-h1 or zb-h2 with vpp 1 (or vpp dividing every stage)"),
-    "zero_incompatible_pp": ("zero_stage", "0 or 1 when there are several stages"),
+    "zero_incompatible_pp": ("zero_stage", "a ZeRO stage the framework runs with several stages"),
+    "framework_unsupported": ("--framework", "a framework that runs this schedule, ZeRO stage, SP and precision"),
 }
 
 
@@ -212,7 +234,7 @@ def run_hetero(args, model, cluster, data) -> int:
     data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
     names = [p.name for p in cluster.pools]
     table = hetero_from_mapping(data, names)
-    metrics = evaluate_hetero(model, cluster, table, pipeline="simulate")
+    metrics = evaluate_hetero(model, cluster, table, pipeline="simulate", framework=args.framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
@@ -225,15 +247,16 @@ def run_hetero(args, model, cluster, data) -> int:
                "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]]}.get(
                    arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
         raise InputError(arg, expected, got)
-    rows = stage_rows(model, cluster, table)
+    rows = stage_rows(model, cluster, table, framework=args.framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason
     if args.json:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
-        print_json(({"model": model.name, "cluster": cluster.name, "strategy": table.row(0, names),
+        print_json(({"model": model.name, "cluster": cluster.name, "framework": args.framework,
+                     "strategy": table.row(0, names),
                           "metrics": clean, "stages": rows}))
         return 0
-    print(f"{model.name} on {cluster.name}: {cluster.describe()}")
+    print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {args.framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}
     print("strategy: " + " ".join(f"{k}={v}" for k, v in glob.items()))
     if not m["feasible"]:

@@ -37,12 +37,12 @@ def register(sub) -> None:
 REFINE_TOP = 256
 
 
-def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP):
+def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP, framework=None):
     """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
     the simulator and sorted by exact step time."""
     cand = np.argsort(metrics["step_time_s"], kind="stable")[:top]
     cand = cand[metrics["feasible"][cand]]
-    exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate")
+    exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
     order = np.argsort(exact["step_time_s"], kind="stable")
     return cand[order], exact.take(order)
 
@@ -61,12 +61,13 @@ def run(args) -> int:
         space = space_from_args(args, model, cluster)
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
-    metrics = evaluate_any(model, cluster, table)
+    metrics = evaluate_any(model, cluster, table, framework=args.framework)
     feasible = int(metrics["feasible"].sum())
     counts = np.bincount(metrics["reason"], minlength=len(REASONS))
     why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)
-    print(f"{model.name} on {cluster.name}: {len(table):,} strategies, {feasible:,} feasible (infeasible: {why})")
-    idx, exact = refine(model, cluster, table, metrics)
+    print(f"{model.name} on {cluster.name} ({args.framework}): {len(table):,} strategies, {feasible:,} feasible "
+          f"(infeasible: {why})")
+    idx, exact = refine(model, cluster, table, metrics, framework=args.framework)
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))
     arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,

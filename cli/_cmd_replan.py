@@ -45,7 +45,7 @@ def run(args) -> int:
         raise InputError("--out", "a directory", str(out))
     plan = build_strategy(args, model, cluster).row(0)
     records = replan(model, cluster, plan, _lost(args.lost), policies=args.policies.split(","),
-                     objective=args.objective, failure=failure_from_args(args))
+                     objective=args.objective, failure=failure_from_args(args), framework=args.framework)
     print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "
           f"{plan['cp']} GPUs (dp x tp x pp x cp), by {args.objective}")
     print(f"{'lost':>5} {'GPUs left':>9} {'policy':<11} {'used':>5} {'tokens/s':>11} {'goodput':>11} {'kept':>6}  plan")

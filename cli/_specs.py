@@ -18,6 +18,7 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
+from costmodel._frameworks import framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._model_files import cluster_from_calculon, is_calculon_system
 from costmodel._validate import read_hardware
@@ -123,7 +124,7 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     return StrategyTable.from_columns(**cols, **extra)
 
 
-def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -> InputError:
+def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, framework=None) -> InputError:
     """The InputError that explains why a strategy was refused (all but out-of-memory)."""
     dp, tp, pp, cp = row["dp"], row["tp"], row["pp"], row["cp"]
     if reason == "gpus_exceed_cluster":
@@ -148,9 +149,18 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str) -
         if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
             return InputError("vpp", f"1 for schedule {row['schedule']}", row["vpp"])
         return InputError("schedule", "gpipe, 1f1b, interleaved, zb-h1 or zb-h2 in the cost core", row["schedule"])
+    fw = framework_preset(framework)
     if reason == "zero_incompatible_pp":
-        expected = "0 or 1 when pp > 1 (ZeRO-2/3 shard gradients a pipeline needs)"
+        expected = f"at most {fw.max_zero_with_pp} when pp > 1 under framework {fw.name}"
         return InputError("zero_stage", expected, row["zero_stage"])
+    if reason == "framework_unsupported":
+        if row["schedule"] not in fw.schedules:
+            return InputError("schedule", f"one of {', '.join(fw.schedules)} under framework {fw.name}", row["schedule"])
+        if row["zero_stage"] > fw.max_zero:
+            return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
+        if row["precision"] == "fp8" and not fw.fp8:
+            return InputError("precision", f"bf16 or fp16 under framework {fw.name}", row["precision"])
+        return InputError("sequence_parallel", f"false under framework {fw.name}", row["sequence_parallel"])
     return InputError("strategy", "a feasible strategy", reason)
 
 

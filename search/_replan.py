@@ -75,11 +75,11 @@ def _candidates(model: Transformer, cluster: Cluster, plan: Mapping, policy: str
 
 def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iterable[int], *,
            policies: Iterable[str] = POLICIES, objective: str = "tokens_per_s",
-           failure: FailureModel | None = None) -> list[dict]:
+           failure: FailureModel | None = None, framework=None) -> list[dict]:
     """One record per (nodes lost, policy), by nodes lost then policy: the best plan on what is
     left (its readable row), its tokens/s and goodput, the GPUs it uses and its share of the
     original plan's throughput (by ``objective``); ``plan`` = None where the policy finds no
-    feasible plan."""
+    feasible plan. Every plan is priced under ``framework`` (costmodel._frameworks)."""
     if objective not in OBJECTIVES:
         raise InputError("objective", "one of " + ", ".join(OBJECTIVES), objective)
     policies = tuple(policies)
@@ -88,7 +88,7 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
             raise InputError("policy", "one of " + ", ".join(POLICIES), p)
     plan = dict(plan)
     base_table = StrategyTable.from_columns(**{k: plan[k] for k in COLUMNS if k in plan})
-    base = _score(model, cluster, base_table, objective, failure)
+    base = _score(model, cluster, base_table, objective, failure, framework)
     if not np.isfinite(base["score"][0]) or base["score"][0] <= 0:
         raise InputError("plan", f"a feasible plan on {cluster.name}", "infeasible there")
     ks = sorted({int(k) for k in nodes_lost})
@@ -102,7 +102,7 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
     for policy in policies:
         table = _candidates(model, largest, plan, policy)
         if table is not None:
-            s = _score(model, largest, table, objective, failure)
+            s = _score(model, largest, table, objective, failure, framework)
             used = table["dp"] * table["tp"] * table["pp"] * table["cp"]
         for k in ks:
             left = smaller_cluster(cluster, k)
@@ -121,8 +121,8 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
     return out
 
 
-def _score(model, cluster, table, objective, failure) -> dict[str, np.ndarray]:
-    m = evaluate(model, cluster, table)
+def _score(model, cluster, table, objective, failure, framework=None) -> dict[str, np.ndarray]:
+    m = evaluate(model, cluster, table, framework=framework)
     g = plan_goodput(m, table, failure)["goodput_tokens_per_s"]
     tok = m["tokens_per_s"]
     return {"tokens_per_s": tok, "goodput_tokens_per_s": g, "score": tok if objective == "tokens_per_s" else g}

@@ -1,0 +1,141 @@
+"""Framework profiles: each profile's distinguishing terms against a hand calculation or the
+rule its sources state (costmodel._frameworks)."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    FRAMEWORKS,
+    REASONS,
+    InputError,
+    StrategyTable,
+    cluster_preset,
+    evaluate,
+    framework_preset,
+    model_preset,
+)
+from costmodel._validate import read_runs
+
+GPT3 = model_preset("gpt3-175b")  # 96 layers, hidden 12288, 96 heads, seq 2048
+H100 = cluster_preset("h100x1024")
+
+
+def _one(framework, **cols):
+    cols = {"dp": 16, "tp": 8, "pp": 8, "micro_batch": 1, "global_batch": 1536, **cols}
+    return evaluate(GPT3, H100, StrategyTable.from_columns(**cols), framework=framework)
+
+
+def test_fused_attention_drops_exactly_the_scores_of_the_layers_in_flight():
+    # pp 1, 1F1B: one micro-batch in flight, 96 layers each storing 5 a b s^2 / t bytes of
+    # attention scores when the kernel is unfused (Korthikanti et al. 2022 Sec. 4.1).
+    fused = dataclasses.replace(FRAMEWORKS["generic"], name="generic-fused", fused_attention=True)
+    cols = dict(dp=128, tp=8, pp=1, recompute="none")
+    a, b = _one("generic", **cols), _one(fused, **cols)
+    scores = 96 * 5 * 96 * 1 * 2048**2 / 8  # layers x 5 bytes x heads x b x s^2 / t
+    assert a["mem_activations_bytes"][0] - b["mem_activations_bytes"][0] == pytest.approx(scores, rel=1e-12)
+    assert a["step_time_s"][0] == b["step_time_s"][0]  # time already priced the kernel as fused
+
+
+def test_fused_profiles_are_the_ones_with_flash_kernels():
+    assert {n for n, f in FRAMEWORKS.items() if f.fused_attention} == {"megatron-core", "fsdp2"}
+
+
+def test_megatron_2021_never_overlaps_and_never_shards():
+    base = dict(dp=16, tp=8, pp=8, zero_stage=0)
+    m21 = _one("megatron-2021", overlap_dp=True, **base)
+    no = _one("generic", overlap_dp=False, **base)
+    yes = _one("generic", overlap_dp=True, **base)
+    assert m21["dp_comm_s"][0] == no["dp_comm_s"][0] > yes["dp_comm_s"][0]
+    z1 = _one("megatron-2021", zero_stage=1, dp=16, tp=8, pp=8)
+    assert REASONS[z1["reason"][0]] == "zero_incompatible_pp"
+    z1_pp1 = _one("megatron-2021", zero_stage=1, dp=128, tp=8, pp=1)
+    assert REASONS[z1_pp1["reason"][0]] == "framework_unsupported"
+
+
+def test_fsdp2_prices_zero3_with_a_pipeline_as_zero1():
+    # torchtitan keeps the weights gathered from the first forward to the last backward and
+    # reduce-scatters gradients once per step when pp > 1: ZeRO-1's bytes, in time and memory.
+    z3 = _one("fsdp2", zero_stage=3)
+    z1 = _one("fsdp2", zero_stage=1)
+    assert REASONS[z3["reason"][0]] in ("ok", "out_of_memory")
+    for k in ("step_time_s", "dp_comm_s", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
+              "mem_total_bytes"):
+        assert z3[k][0] == z1[k][0], k
+    # ... while without a pipeline ZeRO-3 shards the weights over the 128 data-parallel ranks
+    flat3, flat1 = _one("fsdp2", zero_stage=3, dp=128, pp=1), _one("fsdp2", zero_stage=1, dp=128, pp=1)
+    assert flat3["mem_weights_bytes"][0] == pytest.approx(flat1["mem_weights_bytes"][0] / 128, rel=1e-12)
+    assert REASONS[_one("generic", zero_stage=3)["reason"][0]] == "zero_incompatible_pp"
+
+
+def test_fsdp2_always_overlaps():
+    a = _one("fsdp2", overlap_dp=False, zero_stage=1)
+    b = _one("fsdp2", overlap_dp=True, zero_stage=1)
+    assert a["dp_comm_s"][0] == b["dp_comm_s"][0]
+
+
+@pytest.mark.parametrize("cols", [dict(schedule="interleaved", vpp=2), dict(precision="fp8"),
+                                  dict(schedule="zb-h1")])
+def test_deepspeed_refuses_what_its_pipeline_engine_lacks(cols):
+    assert REASONS[_one("deepspeed", **cols)["reason"][0]] == "framework_unsupported"
+    assert REASONS[_one("generic", **cols)["reason"][0]] in ("ok", "out_of_memory")
+
+
+def test_deepspeed_and_megatron_core_refuse_zero2_with_a_pipeline():
+    for fw in ("deepspeed", "megatron-core"):
+        assert REASONS[_one(fw, zero_stage=2)["reason"][0]] == "zero_incompatible_pp"
+        assert REASONS[_one(fw, zero_stage=3, dp=128, pp=1)["reason"][0]] in ("ok", "out_of_memory")
+
+
+def test_aliases_and_unknown_names():
+    assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
+    assert framework_preset("LLM-Foundry") is FRAMEWORKS["fsdp2"]
+    assert framework_preset(None) is FRAMEWORKS["generic"]
+    with pytest.raises(InputError, match="--framework"):
+        framework_preset("jax")
+
+
+def test_every_profile_cites_sources_and_offers_1f1b():
+    for fw in FRAMEWORKS.values():
+        assert fw.sources and all(fw.sources)
+        assert "1f1b" in fw.schedules
+        assert fw.max_zero_with_pp <= fw.max_zero
+
+
+def test_validate_reads_the_framework_cell(tmp_path):
+    head = ("name,gpu,num_gpus,gpus_per_node,layers,hidden,ffn_hidden,heads,kv_heads,seq_len,vocab,activation,"
+            "tp,pp,dp,cp,vpp,global_batch,micro_batch,recompute,sequence_parallel,zero_stage,framework,"
+            "measured_iteration_time_s\n")
+    row = "r,h100,64,8,32,4096,16384,32,32,4096,50000,gelu,8,1,8,1,1,64,1,none,true,1,{},1.0\n"
+    f = tmp_path / "runs.csv"
+    f.write_text(head + row.format("torchtitan") + row.format(""))
+    runs = read_runs(f, framework="megatron-core")
+    assert [r.framework for r in runs] == ["fsdp2", "megatron-core"]
+    f.write_text(head + row.format("jax"))
+    with pytest.raises(InputError, match="line 2: framework"):
+        read_runs(f)
+
+
+def test_cli_framework_flag(tmp_path):
+    run = [sys.executable, "-m", "cli", "evaluate", "--tp", "8", "--pp", "8", "--dp", "16", "--json"]
+    out = subprocess.run([*run, "--framework", "mcore"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["framework"] == "megatron-core"
+    bad = subprocess.run([*run, "--framework", "jax"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and "--framework" in bad.stderr and "'jax'" in bad.stderr
+    z = subprocess.run([*run[:-1], "--zero-stage", "1", "--framework", "megatron-2021"], capture_output=True, text=True)
+    assert z.returncode == 2 and "zero_stage" in z.stderr and "megatron-2021" in z.stderr
+
+
+def test_default_profile_is_todays_model():
+    rng = np.random.default_rng(0)
+    t = StrategyTable.from_columns(dp=rng.choice([8, 16], 50), tp=8, pp=rng.choice([4, 8], 50), global_batch=1536,
+                                   micro_batch=rng.choice([1, 2], 50), zero_stage=rng.choice([0, 1], 50),
+                                   overlap_dp=rng.random(50) < 0.5)
+    a, b = evaluate(GPT3, H100, t), evaluate(GPT3, H100, t, framework="generic")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
