@@ -209,6 +209,15 @@ def _implied_time_s(run: MeasuredRun, flops_hw: float) -> float:
     return flops_hw / (run.measured * peak * n)  # measured_hfu
 
 
+def balanced_stage_layers(L: int, p: int) -> list[int]:
+    """L layers over p stages as evenly as whole layers allow, the lighter stages at both ends
+    (they hold the embedding and the head): Megatron-Core's --decoder-first/last-pipeline-num-
+    layers and Llama 3 405B's 7, 8 x 14, 7 over 16 stages (Llama 3 paper, Sec. 3.3.2)."""
+    base, extra = divmod(L, p)
+    light = p - extra  # stages with base layers, split between the two ends
+    return [base + (light // 2 <= i < p - (light - light // 2)) for i in range(p)]
+
+
 def _candidates(run: MeasuredRun) -> StrategyTable:
     """Every combination of the unknown settings, the known ones fixed: one table."""
     f = run.fixed
@@ -225,8 +234,10 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
     vpp = cols["vpp"].astype(np.int64)
     cols = {k: (np.asarray(v.tolist()) if k in ("recompute", "sequence_parallel") else v.astype(np.int64))
             for k, v in cols.items()}
+    L, p = run.model.layers, f["pp"]
+    layers = None if L % p == 0 else np.tile(balanced_stage_layers(L, p), (len(vpp), 1))
     return StrategyTable.from_columns(
-        dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
+        stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
         schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
         overlap_dp=framework_preset(run.framework).overlap_dp_usual,
         **cols,

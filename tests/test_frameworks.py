@@ -139,3 +139,13 @@ def test_default_profile_is_todays_model():
     a, b = evaluate(GPT3, H100, t), evaluate(GPT3, H100, t, framework="generic")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_balanced_stage_layers_put_the_light_stages_at_both_ends():
+    from costmodel._validate import balanced_stage_layers
+
+    assert balanced_stage_layers(126, 16) == [7] + [8] * 14 + [7]  # Llama 3 405B (Llama 3 paper, Sec. 3.3.2)
+    assert balanced_stage_layers(126, 8) == [15] + [16] * 6 + [15]
+    assert balanced_stage_layers(70, 12) == [5] + [6] * 10 + [5]
+    assert balanced_stage_layers(10, 4) == [2, 3, 3, 2]
+    assert balanced_stage_layers(96, 8) == [12] * 8
