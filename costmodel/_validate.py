@@ -239,7 +239,7 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
     return StrategyTable.from_columns(
         stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
         schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
-        overlap_dp=framework_preset(run.framework).overlap_dp_usual,
+        overlap_dp=np.asarray(framework_preset(run.framework).overlap_dp_usual)[cols["zero_stage"]],
         **cols,
     )
 

@@ -91,6 +91,20 @@ def test_deepspeed_and_megatron_core_refuse_zero2_with_a_pipeline():
         assert REASONS[_one(fw, zero_stage=3, dp=128, pp=1)["reason"][0]] in ("ok", "out_of_memory")
 
 
+def test_validate_assumes_deepspeeds_overlap_only_under_zero3(tmp_path):
+    # DeepSpeed's overlap_comm defaults to stage == 3 (deepspeed/runtime/zero/config.py)
+    head = ("name,gpu,num_gpus,gpus_per_node,layers,hidden,ffn_hidden,heads,kv_heads,seq_len,vocab,activation,"
+            "tp,pp,dp,cp,vpp,global_batch,micro_batch,recompute,sequence_parallel,zero_stage,framework,"
+            "measured_iteration_time_s\n")
+    row = "r{z},a100,64,8,32,4096,16384,32,32,2048,50000,gelu,1,1,64,1,1,512,8,full,false,{z},deepspeed,1.0\n"
+    f = tmp_path / "runs.csv"
+    f.write_text(head + "".join(row.format(z=z) for z in (1, 3)))
+    from costmodel._validate import _candidates
+
+    z1, z3 = (_candidates(r) for r in read_runs(f))
+    assert not z1["overlap_dp"].any() and z3["overlap_dp"].all()
+
+
 def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["fsdp2"]
