@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import METRIC_COLUMNS, HeteroTable, Metrics, StrategyTable, evaluate_any, hetero_preset, model_preset
+from costmodel import METRIC_COLUMNS, REASONS, HeteroTable, Metrics, StrategyTable, evaluate_any, hetero_preset, model_preset
 from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES
 from search import HeteroSpace, Space
 from search._memo import row_keys
@@ -145,7 +145,7 @@ def infeasible_metrics(table: StrategyTable) -> Metrics:
     out = {k: np.zeros(n) for k in METRIC_COLUMNS}
     out["step_time_s"] = np.full(n, np.inf)
     out["feasible"] = np.zeros(n, dtype=bool)
-    out["reason"] = np.full(n, 8, dtype=np.int8)
+    out["reason"] = np.full(n, REASONS.index("out_of_memory"), dtype=np.int8)
     out["microbatches"] = np.ones(n, dtype=np.int64)
     return Metrics(out)
 

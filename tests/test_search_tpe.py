@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from costmodel import InputError, cluster_preset, evaluate, model_preset
+from costmodel import REASONS, InputError, cluster_preset, evaluate, model_preset
 from search import Space, TPESearcher, exact_space
 from tests.searcher_contract import SearcherContract, columns_equal, infeasible_metrics, placement_space
 
@@ -80,7 +80,7 @@ def test_constraints_recorded(small):
         assert (tr.constraints["space"] > 0) == (not valid)
         if valid:
             m = evaluate(GPT3, H100, small.table(digits))
-            assert (tr.constraints["memory"] > 0) == (int(m["reason"][0]) == 8)
+            assert (tr.constraints["memory"] > 0) == (int(m["reason"][0]) == REASONS.index("out_of_memory"))
             assert tr.value == pytest.approx(float(m["tokens_per_s"][0]))
 
 
@@ -99,7 +99,7 @@ def test_soft_memory_walls_tell_out_of_memory_rows_as_penalised_throughput(small
             continue
         m = evaluate(GPT3, H100, small.table(digits))
         assert max(tr.constraints.values()) <= 0  # every evaluated valid row counts as feasible
-        if int(m["reason"][0]) == 8:
+        if int(m["reason"][0]) == REASONS.index("out_of_memory"):
             oom += 1
             tokens = 1536 * GPT3.seq_len
             step = sum(float(m[k][0]) for k in parts)
