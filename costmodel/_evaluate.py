@@ -489,9 +489,17 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, fram
             active | (sl == 0), axis=1
         )
         n_min = np.min(np.where(active, sl, L), axis=1)
-    # Chunked schedules need v chunks per device of whole layers: with uneven stages every
-    # stage must split into v chunks; uniform stages need v | L/p.
-    if table.stage_layers is None:
+    # Chunked schedules need v chunks per device of whole layers. Where the framework splits
+    # chunks unevenly (framework.uneven_chunks: Megatron-Core's pipeline layouts, torchtitan's
+    # split points; Llama 3 405B's interleaved 7, 8 x 14, 7 layers over 16 stages) every stage
+    # needs at least v layers, a stage that v does not divide getting chunks one layer apart;
+    # the closed forms and the simulator take each chunk as 1/v of its stage's time (exact when
+    # v divides the stage, else within a layer's time per chunk). Otherwise v must divide every
+    # stage's layers (uniform stages: v | L/p).
+    fw = framework_preset(framework)
+    if fw.uneven_chunks:
+        chunks_ok = n_min >= v
+    elif table.stage_layers is None:
         chunks_ok = n_min % v == 0
     else:
         chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)

@@ -18,6 +18,8 @@ Pricing rules the fields drive (costmodel._evaluate):
                           means the framework decides and the column is not read
     overlap_dp_usual      what `plansweep validate` assumes when a run does not say, per ZeRO
                           stage 0-3
+    uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks
+                          one layer apart (else v must divide every stage's layers)
     fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
                           no s x s scores (Dao et al. 2022); False: the scores are stored
                           (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
@@ -46,6 +48,7 @@ class Framework:
     overlap_dp_usual: tuple[bool, bool, bool, bool]  # by ZeRO stage
     fused_attention: bool
     sequence_parallel: bool
+    uneven_chunks: bool
     fp8: bool
     sources: tuple[str, ...]
 
@@ -57,14 +60,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "the strategy says, ZeRO-2/3 only without a pipeline, attention scores stored",
         schedules=SCHEDULES, max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
-        fp8=True, sources=("costmodel/_evaluate.py module docstring",),
+        uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
     ),
     Framework(
         name="megatron-2021",
         what="Megatron-LM as in Narayanan et al. 2021 and Korthikanti et al. 2022: 1F1B and interleaved 1F1B, "
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
-        overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True, fp8=False,
+        overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
+        uneven_chunks=False, fp8=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
@@ -74,13 +78,16 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
              "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
         schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True, fp8=True,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
+        uneven_chunks=True, fp8=True,
         sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
                  "without_interleaving, _with_interleaving)",
                  "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
                  "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
                  "--overlap-param-gather",
-                 "Transformer Engine DotProductAttention (flash / cuDNN fused attention)"),
+                 "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
+                 "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
+                 "(chunks of any whole-layer size)"),
     ),
     Framework(
         name="deepspeed",
@@ -88,7 +95,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "overlap_comm on by default for ZeRO-3 only, unfused attention",
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
-        sequence_parallel=True, fp8=False,
+        sequence_parallel=True, uneven_chunks=False, fp8=False,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
@@ -100,12 +107,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True, fp8=True,
+        overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
+        uneven_chunks=True, fp8=True,
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
-                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)"),
+                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)",
+                 "torchtitan torchtitan/config/configs.py pipeline_parallel_layers_per_stage (stages split at "
+                 "any layer)"),
     ),
 )}
 FRAMEWORK_ALIASES = {

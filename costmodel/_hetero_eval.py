@@ -206,7 +206,8 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     # per-stage failures as bits, one reduction over each row's stages
     bits = ~in_range * np.uint8(1) | stage_bits | (n < 1) * np.uint8(4)
     if np.any(v > 1):
-        bits |= (n % v[r] != 0) * np.uint8(16)
+        # v chunks of whole layers (costmodel._evaluate.feasibility)
+        bits |= ((n < v[r]) if framework_preset(framework).uneven_chunks else (n % v[r] != 0)) * np.uint8(16)
     flags = np.bitwise_or.reduceat(bits.astype(np.uint8), starts)
     if used is None:  # pools out of range are counted on the last (their rows fail in_range anyway)
         used = _gpus_per_pool(N, P, r, w, np.minimum(pool, P - 1), (d - d2) * t * c[r],

@@ -76,7 +76,7 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "batch_not_divide"
     sched, v = r["schedule"], r["vpp"]
     if sched in ("interleaved", "zb-v", "hanayo"):
-        if v < 2 or pp < 2 or any(n % v for n in layers):
+        if v < 2 or pp < 2 or (min(layers) < v if fw.uneven_chunks else any(n % v for n in layers)):
             return "schedule_invalid"
         if sched == "zb-v" and v != 2:
             return "schedule_invalid"

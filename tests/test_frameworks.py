@@ -163,3 +163,28 @@ def test_balanced_stage_layers_put_the_light_stages_at_both_ends():
     assert balanced_stage_layers(70, 12) == [5] + [6] * 10 + [5]
     assert balanced_stage_layers(10, 4) == [2, 3, 3, 2]
     assert balanced_stage_layers(96, 8) == [12] * 8
+
+
+def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
+    # 96 layers over 8 stages as 11, 12 x 6, 13 with two chunks a stage: Megatron-Core and
+    # torchtitan split the odd stages into chunks one layer apart; Megatron-LM 2021 (and the
+    # default profile) need v to divide every stage.
+    layers = [11] + [12] * 6 + [13]
+    cols = dict(dp=16, tp=8, pp=8, stage_layers=[layers], micro_batch=1, global_batch=1536, recompute="full",
+                sequence_parallel=True, zero_stage=1)
+    inter = StrategyTable.from_columns(schedule="interleaved", vpp=2, **cols)
+    plain = StrategyTable.from_columns(schedule="1f1b", vpp=1, **cols)
+    for fw in ("generic", "megatron-2021"):
+        assert REASONS[evaluate(GPT3, H100, inter, framework=fw)["reason"][0]] == "schedule_invalid"
+    for fw in ("megatron-core", "fsdp2"):
+        a, b = evaluate(GPT3, H100, inter, framework=fw), evaluate(GPT3, H100, plain, framework=fw)
+        assert a["feasible"][0] and b["feasible"][0]
+        # Narayanan et al. 2021 Sec. 2.2.2: v chunks divide the fill by v (96 micro-batches, a
+        # multiple of pp: the closed form prices both)
+        assert a["bubble_s"][0] == pytest.approx(b["bubble_s"][0] / 2, rel=1e-12)
+    # uniform stages: 12 layers a stage, v = 5 -> chunks 3, 3, 2, 2, 2
+    five = StrategyTable.from_columns(dp=16, tp=8, pp=8, schedule="interleaved", vpp=5, global_batch=1536)
+    assert REASONS[evaluate(GPT3, H100, five)["reason"][0]] == "schedule_invalid"
+    assert REASONS[evaluate(GPT3, H100, five, framework="megatron-core")["reason"][0]] != "schedule_invalid"
+    thirteen = StrategyTable.from_columns(dp=16, tp=8, pp=8, schedule="interleaved", vpp=13, global_batch=1536)
+    assert REASONS[evaluate(GPT3, H100, thirteen, framework="megatron-core")["reason"][0]] == "schedule_invalid"

@@ -63,7 +63,7 @@ def test_vectorised_equals_scalar_reference(name, cluster, uneven, framework, ro
             if isinstance(want, float) and math.isinf(want):
                 assert math.isinf(got), (i, key)
             else:
-                assert got == pytest.approx(want, rel=1e-9, abs=0), (i, key, table.row(i))
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (i, key, table.row(i))  # abs: 1 ns of round-off
 
 
 def test_every_reason_is_exercised_across_cases():
