@@ -139,32 +139,15 @@ def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, f
         mfu = np.where(feasible, flops_model / (step * peak_total), 0.0)
         hfu = np.where(feasible, flops_hw / (step * peak_total), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
-    return Metrics(
-        **(extra or {}),
-        step_time_s=np.where(feasible, step, np.inf),
-        compute_s=compute,
-        recompute_s=recompute,
-        tp_comm_s=tp_comm,
-        cp_comm_s=cp_comm,
-        pp_comm_s=pp_comm,
-        dp_comm_s=dp_comm,
-        bubble_s=fill,
-        optimizer_s=optimizer,
-        tokens_per_s=samples * seq_len,
-        samples_per_s=samples,
-        mfu=mfu,
-        hfu=hfu,
-        bubble_ratio=bubble_ratio,
-        mem_weights_bytes=mem_weights,
-        mem_grads_bytes=mem_grads,
-        mem_optimizer_bytes=mem_optimizer,
-        mem_activations_bytes=mem_activations,
-        mem_buffers_bytes=mem_buffers,
-        mem_total_bytes=mem_total,
-        microbatches=m.astype(np.int64),
-        feasible=feasible,
-        reason=reason,
-    )
+    times = dict(zip(("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
+                      "optimizer_s"), (compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm, fill, optimizer),
+                     strict=True))
+    memory = dict(zip(("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
+                       "mem_buffers_bytes", "mem_total_bytes"),
+                      (mem_weights, mem_grads, mem_optimizer, mem_activations, mem_buffers, mem_total), strict=True))
+    return Metrics(**(extra or {}), step_time_s=np.where(feasible, step, np.inf), **times,
+                   tokens_per_s=samples * seq_len, samples_per_s=samples, mfu=mfu, hfu=hfu, bubble_ratio=bubble_ratio,
+                   **memory, microbatches=m.astype(np.int64), feasible=feasible, reason=reason)
 
 
 # ---- building blocks (pure, broadcast over columns) -------------------------------------
