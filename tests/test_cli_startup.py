@@ -1,0 +1,53 @@
+"""A fast command line: building the parser, --help and one evaluate import no heavy library.
+
+The contract is the import set, not the clock (a loaded machine makes clocks flaky): pandas,
+pyarrow, ray, optuna, matplotlib (and scipy) belong to the commands that use them only.
+Each case runs in a fresh interpreter, so nothing imported by other tests hides an import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "pyarrow", "ray", "optuna", "matplotlib", "scipy")
+
+REPORT = """
+import json, sys
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
+"""
+
+CASES = {
+    "import costmodel": "import costmodel",
+    "import search": "import search",
+    "import sweep": "import sweep",
+    "build the parser": "from cli import build_parser; build_parser()",
+    "--help": "from cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass",
+    "evaluate --help": "from cli import main\ntry:\n    main(['evaluate', '--help'])\nexcept SystemExit:\n    pass",
+    "evaluate one strategy": "from cli import main\n"
+                             "main(['evaluate', '--model', 'gpt3-175b', '--cluster', 'h100x1024', '--tp', '8', "
+                             "'--pp', '8', '--recompute', 'selective', '--sequence-parallel', '--zero-stage', '1'])",
+}
+
+
+def _heavy_after(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\n" + REPORT.format(heavy=HEAVY)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_starting_imports_no_heavy_library(case):
+    assert _heavy_after(CASES[case]) == []
+
+
+def test_the_check_sees_a_heavy_import():
+    # Reading a run needs pyarrow: the same probe must report it, or the test above proves nothing.
+    assert "pyarrow" in _heavy_after("import sweep; sweep.open_run")
+    assert "optuna" in _heavy_after("import search; search.TPESearcher")
