@@ -20,6 +20,7 @@ from costmodel._validate import strict_json
 # Subcommand modules, in the order they appear in --help.
 COMMAND_MODULES = (
     "cli._cmd_evaluate",
+    "cli._cmd_export",
     "cli._cmd_rank",
     "cli._cmd_validate",
     "cli._cmd_bench",

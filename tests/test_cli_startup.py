@@ -32,6 +32,9 @@ CASES = {
     "evaluate one strategy": "from cli import main\n"
                              "main(['evaluate', '--model', 'gpt3-175b', '--cluster', 'h100x1024', '--tp', '8', "
                              "'--pp', '8', '--recompute', 'selective', '--sequence-parallel', '--zero-stage', '1'])",
+    "export one strategy": "from cli import main\n"
+                           "main(['export', '--framework', 'megatron', '--model', 'llama3-8b', '--cluster', 'h100x64', "
+                           "'--tp', '2', '--pp', '2'])",
 }
 
 
