@@ -197,7 +197,8 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster) -> str:
     a += MEGATRON_PRECISION[plan["precision"]]
     lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / (tp {plan['tp']} x pp {p} x cp {plan['cp']}); "
-             "add your data, tokenizer, optimizer and checkpoint arguments",
+             f"add your data, tokenizer (plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint "
+             "arguments",
              f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
     words = [str(x) for x in a]
     args, i = [], 0

@@ -54,3 +54,24 @@ def test_the_check_sees_a_heavy_import():
     # Reading a run needs pyarrow: the same probe must report it, or the test above proves nothing.
     assert "pyarrow" in _heavy_after("import sweep; sweep.open_run")
     assert "optuna" in _heavy_after("import search; search.TPESearcher")
+
+
+def test_evaluate_imports_only_its_own_command():
+    # `plansweep evaluate` builds the parser of its own module only: no searcher, no run reader.
+    code = CASES["evaluate one strategy"] + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules " \
+        "if m.split('.')[0] in ('search', 'sweep') or m.startswith('cli._cmd_'))))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["cli._cmd_evaluate"]
+
+
+def test_command_table_names_every_command_and_its_module():
+    from cli import COMMAND_OF, build_parser
+
+    def commands(parser):
+        action = next(a for a in parser._actions if a.dest == "command")
+        return set(action.choices)
+
+    assert commands(build_parser()) == set(COMMAND_OF)
+    for name in COMMAND_OF:
+        assert name in commands(build_parser(name)), name
