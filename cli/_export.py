@@ -294,6 +294,11 @@ def _toml_value(v) -> str:
 def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
     """A torchtitan TOML job config (the sections the plan sets)."""
     _model_kind(model, "torchtitan")
+    shape = (model.activation, model.norm, model.bias, model.learned_positions)
+    if shape != ("swiglu", "rmsnorm", False, False):
+        raise InputError("--model", "a Llama-shaped transformer for torchtitan's llama3 model (swiglu, rmsnorm, no "
+                         "bias, rotary positions)", f"{model.name} ({model.activation}, {model.norm}, "
+                         f"bias={model.bias}, learned positions={model.learned_positions})")
     recompute = _one_recompute(plan, "torchtitan")
     if plan["schedule"] not in TORCHTITAN_SCHEDULES:
         raise InputError("schedule", "gpipe, 1f1b, interleaved or zb-v (torchtitan's pipeline schedules)",

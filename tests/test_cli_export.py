@@ -257,6 +257,7 @@ def test_deepspeed_worked_example():
     ("torchtitan", ["--tp", "2"], "sequence_parallel"),
     ("torchtitan", ["--no-overlap-dp"], "overlap_dp"),
     ("torchtitan", ["--precision", "fp16"], "precision"),
+    ("torchtitan", ["--model", "gpt3-175b", "--tp", "8", "--sequence-parallel"], "--model"),
     ("deepspeed", ["--cp", "2"], "cp"),
     ("deepspeed", ["--recompute", "selective"], "recompute"),
     ("deepspeed", ["--pp", "4", "--stage-layers", "7,9,9,7"], "stage_layers"),
