@@ -7,7 +7,6 @@ import argparse
 import os
 
 from costmodel import InputError
-from sweep._runview import open_run
 
 PLOTS_DIR = "plots"  # default output folder inside a local run directory
 
@@ -15,18 +14,22 @@ PLOTS_DIR = "plots"  # default output folder inside a local run directory
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="draw PNG figures of a run directory",
                        description="Throughput against the data / tensor / pipeline degrees (best over "
-                       "the other dimensions); for an MLP run also seed 000's figures: throughput against "
+                       "the other dimensions); for an MLP run also the grid-search figure: throughput against "
                        "the horizontal degree, a line per micro-batch count, a panel per data-parallel "
                        "degree, and the isolated data / horizontal / pipeline scaling figures.",
                        epilog="exit status: 0 figures written, 1 nothing to draw (no feasible row), 2 bad input")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
     p.add_argument("--out", metavar="DIR", help=f"folder for the PNGs (default RUN_DIR/{PLOTS_DIR})")
-    p.add_argument("--seed000", choices=("auto", "yes", "no"), default="auto",
-                   help="draw seed 000's figures: auto = for MLP runs (default)")
+    p.add_argument("--mlp-figures", dest="mlp_figures", choices=("auto", "yes", "no"), default="auto",
+                   help="draw the grid-search and isolated-scaling figures: auto = for MLP runs (default)")
+    # The flag's old name, still accepted, not shown.
+    p.add_argument("--seed000", dest="mlp_figures", choices=("auto", "yes", "no"), help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweep._runview import open_run  # pyarrow only when a run is read
+
     view = open_run(args.run_dir)
     out = args.out
     if out is None:
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--out", "a folder", f"{out} (a file)")
     from sweep._plots import plot_run  # matplotlib only when plotting
 
-    written, notes = plot_run(view, out, seed000={"auto": None, "yes": True, "no": False}[args.seed000])
+    written, notes = plot_run(view, out, seed000={"auto": None, "yes": True, "no": False}[args.mlp_figures])
     for path in written:
         print(f"wrote {path}")
     for note in notes:

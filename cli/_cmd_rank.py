@@ -12,7 +12,6 @@ from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, StrategyTable, evaluate_any
 from search import default_space as search_default_space
-from sweep._results import pool_names, to_arrow
 
 
 def default_space(model, cluster, global_batch: int) -> StrategyTable:
@@ -53,6 +52,8 @@ RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is most
 def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
     of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags)."""
+    from sweep._results import pool_names, to_arrow  # pyarrow only when ranking
+
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
     if isinstance(cluster, HeteroCluster):

@@ -12,8 +12,6 @@ import os
 import time
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
@@ -22,7 +20,8 @@ from costmodel import InputError
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "schedule-experiments",
-        help="reproduce seed 003's pipeline-schedule experiments (Parquet + PNG)",
+        help="compare GPipe, 1F1B, interleaved 1F1B, Hanayo and ZB-H1 on synthetic stage times "
+        "(Parquet + PNG)",
     )
     p.add_argument("--out", required=True, help="folder for the Parquet files and figures")
     p.add_argument(
@@ -34,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _write_parquet(columns: dict[str, list], path: str) -> None:
+    import pyarrow as pa  # only when writing
+    import pyarrow.parquet as pq
+
     tmp = f"{path}.tmp"
     pq.write_table(pa.table(columns), tmp)
     os.replace(tmp, path)

@@ -29,8 +29,6 @@ from costmodel import (
 )
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
 from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
-from sweep._results import pool_names, to_arrow
-from sweep._search_engine import make_searcher
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
@@ -147,6 +145,8 @@ def _distinct_best(t: StrategyTable, score: np.ndarray, top: int) -> np.ndarray:
 def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
     """Print the best strategies found and the evaluations used (text or --json); a placement's
     stages per row, and the first one's per-stage breakdown."""
+    from sweep._results import pool_names, to_arrow  # pyarrow only when reporting
+
     n_best = 0 if best_t is None else len(best_t)
     pools = pool_names(space)
     if args.json:
@@ -191,6 +191,8 @@ def _register_random(searchers: argparse._SubParsersAction) -> None:
 
 def _make(args, options, space, seed: int):
     """The searcher of a run without --out."""
+    from sweep._search_engine import make_searcher
+
     if options is None:
         return RandomSearcher(space, seed)
     if isinstance(options, GridOptions):

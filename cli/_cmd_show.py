@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 import math
-
-import pyarrow as pa
 
 from cli import print_json
 from cli._specs import number
-from sweep._runview import RunView, best_rows, open_run, summary
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sweep._runview import RunView
 
 GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote HBM)
 
@@ -140,12 +143,16 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
 
 
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
+    from sweep._runview import best_rows, summary
+
     counts = summary(study)
     rows = rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
     return counts, rows
 
 
 def run(args: argparse.Namespace) -> int:
+    from sweep._runview import open_run, summary  # pyarrow only when a run is read
+
     k = number(args.top, "--top", int, 1)
     view = open_run(args.run_dir)
     studies = view.studies()

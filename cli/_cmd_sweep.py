@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 import os
 import sys
 
@@ -10,11 +11,15 @@ from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
-from sweep._grid import SEARCHER as GRID
-from sweep._grid import UNIT_ROWS_DEFAULT, check_grid_size, check_unit_rows, run_grid
 from sweep._keep import Keep
-from sweep._rundir import RunDir, study_request
-from sweep._runview import best_rows, open_run
+from sweep._units import UNIT_ROWS_DEFAULT
+
+if TYPE_CHECKING:
+    from sweep._rundir import RunDir
+
+# sweep._grid, sweep._rundir and sweep._runview (pyarrow) are imported by the functions that
+# run or read a sweep, not when the parser is built.
+GRID = "grid"  # sweep._grid.SEARCHER
 
 BEST_SHOWN = 10
 CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
@@ -80,6 +85,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
     from cli._space_args import space_from_args
     from costmodel import HeteroCluster
+    from sweep._rundir import study_request
 
     words = _words(args.cluster, "--cluster")
     studies, kinds = [], set()
@@ -113,6 +119,8 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
 
 def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
     """`plansweep search mcmc|tpe ... --out RUN_DIR`: the search as a resumable run."""
+    from sweep._rundir import RunDir
+
     check_runtime(args)
     rd, resumed = RunDir.create_or_resume(args.out, search_request(args, kind))
     with rd:
@@ -144,6 +152,8 @@ def check_runtime(args: argparse.Namespace) -> None:
 
 def grid_request(args: argparse.Namespace) -> dict:
     """What a `plansweep sweep` asks: the identity of its run (run.json)."""
+    from sweep._grid import check_unit_rows
+
     if args.unit_rows != int(args.unit_rows):
         raise InputError("--unit-rows", "an integer", args.unit_rows)
     unit_rows = check_unit_rows(int(args.unit_rows))
@@ -159,6 +169,9 @@ def grid_request(args: argparse.Namespace) -> dict:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    from sweep._grid import check_grid_size
+    from sweep._rundir import RunDir
+
     check_runtime(args)
     request = grid_request(args)
     rd, resumed = RunDir.create_or_resume(args.out, request)
@@ -169,6 +182,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_resume(args: argparse.Namespace) -> int:
+    from sweep._rundir import RunDir
+
     check_runtime(args)
     with RunDir.open(args.run_dir) as rd:
         return execute(rd, args, resumed=True)
@@ -176,6 +191,7 @@ def run_resume(args: argparse.Namespace) -> int:
 
 def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     """Run (or continue) whatever rd's run.json asks, then print where results are and the best."""
+    from sweep._grid import run_grid
     from sweep._ray import init_ray, shutdown_ray
 
     searcher = rd.info["searcher"]
@@ -209,6 +225,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
 def print_summary(rd: RunDir, top: int) -> None:
     """Where the results are, and the best ``top`` strategies of each study (show's table)."""
+    from sweep._runview import best_rows, open_run
     if not any(files for _, _, files in os.walk(rd.results)):
         print(f"results: {rd.results} (no rows)")
         return

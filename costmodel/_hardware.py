@@ -264,8 +264,8 @@ def make_cluster(
 
 
 # Named clusters. "<gpu>x<N>" (e.g. h100x1024, a100x3072) is also accepted by cluster_preset.
-# seed000-16: seed 000's topology, 16 GPUs linked all-to-all at 200 Gb/s (25 GB/s), which
-# we write as 16 one-GPU nodes on a 25 GB/s network.
+# a100x16-flat: 16 A100s linked all-to-all at 200 Gb/s (25 GB/s), written as 16 one-GPU nodes
+# on a 25 GB/s network (seed 000's topology; its old name "seed000-16" stays as an alias).
 _NAMED_CLUSTERS = {
     "dgx-h100-1024": ("h100", 1024, 8),
     "dgx-a100-1024": ("a100", 1024, 8),
@@ -274,13 +274,19 @@ _NAMED_CLUSTERS = {
 _CLUSTER_RE = re.compile(r"^([a-z0-9-]+)x(\d+)$")
 
 
+FLAT_A100X16 = "a100x16-flat"
+# Old preset names that still work: alias -> the name it stands for.
+CLUSTER_ALIASES: dict[str, str] = {"seed000-16": FLAT_A100X16}
+
+
 def cluster_names() -> list[str]:
-    return [*_NAMED_CLUSTERS, "seed000-16", "<gpu>x<N> (gpu: " + ", ".join(GPU_ALIASES) + ")"]
+    return [*_NAMED_CLUSTERS, FLAT_A100X16, "<gpu>x<N> (gpu: " + ", ".join(GPU_ALIASES) + ")"]
 
 
 def cluster_preset(name: str) -> Cluster:
     key = name.lower()
-    if key == "seed000-16":
+    key = CLUSTER_ALIASES.get(key, key)
+    if key == FLAT_A100X16:
         g = gpu_preset("a100")
         return Cluster(
             gpu=g,
@@ -290,7 +296,7 @@ def cluster_preset(name: str) -> Cluster:
             scaleout_Bps=25e9,
             scaleup_latency_s=g.scaleout_latency_s,
             scaleout_latency_s=g.scaleout_latency_s,
-            name="seed000-16",
+            name=FLAT_A100X16,
         )
     if key in _NAMED_CLUSTERS:
         gpu, n, per = _NAMED_CLUSTERS[key]

@@ -147,7 +147,8 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int):
 
 # Presets. GPT-3: Brown et al. 2020 Table 2.1 (vocab padded to 51200 as Megatron does).
 # Megatron 22B/175B/530B/1T: Korthikanti et al. 2022 Table 3. Llama-3: Meta's Llama 3 paper
-# (Dubey et al. 2024) Table 3, seq 8192. seed000-mlp: seed 000's MLP (64 layers, 8192 wide).
+# (Dubey et al. 2024) Table 3, seq 8192. mlp-64x8192: an MLP of 64 ReLU layers of 8192 x 8192
+# (seed 000's workload; its old name "seed000-mlp" stays as an alias, MODEL_ALIASES).
 MODEL_PRESETS: dict[str, Transformer] = {
     "gpt3-175b": _gpt("gpt3-175b", 96, 12288, 96),
     "megatron-22b": _gpt("megatron-22b", 48, 6144, 64),
@@ -157,15 +158,20 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
-    "seed000-mlp": Transformer(
-        name="seed000-mlp", layers=64, hidden=8192, kind="mlp", activation="relu",
+    "mlp-64x8192": Transformer(
+        name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,
     ),
 }
 
 
+# Old preset names that still work: alias -> the name it stands for (the same object).
+MODEL_ALIASES: dict[str, str] = {"seed000-mlp": "mlp-64x8192"}
+
+
 def model_preset(name: str) -> Transformer:
     key = name.lower()
+    key = MODEL_ALIASES.get(key, key)
     if key not in MODEL_PRESETS:
         raise InputError("model", "one of " + ", ".join(MODEL_PRESETS), name)
     return MODEL_PRESETS[key]

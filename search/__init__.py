@@ -25,7 +25,15 @@ from search._space import (
     exact_space,
     partition_space,
 )
-from search._tpe import TPESearcher
+
+
+def __getattr__(name: str):
+    # TPESearcher imports optuna: only when asked for (the command line starts without it).
+    if name == "TPESearcher":
+        from search._tpe import TPESearcher
+
+        return TPESearcher
+    raise AttributeError(f"module 'search' has no attribute {name!r}")
 
 __all__ = [
     "POLICIES",

@@ -16,13 +16,17 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from costmodel import InputError
 from search._grid import GridSearcher
 from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
 from search._piper_input import PiperGraph, with_overrides
-from search._tpe import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
-from search._tpe import DEFAULT_N_STARTUP_TRIALS, TPESearcher
+from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
+from search._tpe_defaults import DEFAULT_N_STARTUP_TRIALS
+
+if TYPE_CHECKING:
+    from search._tpe import TPESearcher
 
 
 def _opt(default, kind: type, help: str, low=None, flag: str | None = None):
@@ -74,6 +78,8 @@ class TPEOptions(_Options):
                                  "c-TPE)", low=0.0)
 
     def searcher(self, space, *, seed: int, storage=None) -> TPESearcher:
+        from search._tpe import TPESearcher  # optuna only when TPE runs
+
         return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
                            memory_penalty=self.memory_penalty)
 

@@ -74,11 +74,11 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
+from search._tpe_defaults import DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
 
-DEFAULT_N_STARTUP_TRIALS = 20
-# 0: out-of-memory rows are constraint violations (c-TPE); > 0: soft memory walls (module docstring).
-DEFAULT_MEMORY_PENALTY = 0.1
+# DEFAULT_N_STARTUP_TRIALS, DEFAULT_MEMORY_PENALTY: in search._tpe_defaults, which the options
+# read without importing optuna.
 # Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
 DEFAULT_N_EI_CANDIDATES = 24
 DEFAULT_STUDY_NAME = "plansweep-tpe"

@@ -8,12 +8,27 @@ Only this package imports ray (lazily, in sweep._ray) and writes results; the co
 (package cli) calls it.
 """
 
-from sweep._grid import run_grid
-from sweep._keep import Keep
-from sweep._results import result_schema
-from sweep._rundir import RUN_FORMAT, RunDir
-from sweep._runview import RunView, best_rows, open_run, summary
-from sweep._search_engine import run_search
+import importlib
+
+# Public name -> the private module that defines it. Imported on first use (module __getattr__,
+# PEP 562), so that importing one light part of sweep (the command line's --help does) does not
+# import pyarrow.
+_EXPORTS = {
+    "run_grid": "sweep._grid", "Keep": "sweep._keep", "result_schema": "sweep._results",
+    "RUN_FORMAT": "sweep._rundir", "RunDir": "sweep._rundir", "RunView": "sweep._runview",
+    "best_rows": "sweep._runview", "open_run": "sweep._runview", "summary": "sweep._runview",
+    "run_search": "sweep._search_engine",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'sweep' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
 
 __all__ = ["Keep", "RUN_FORMAT", "RunDir", "RunView", "best_rows", "open_run", "result_schema", "run_grid",
            "run_search", "summary"]

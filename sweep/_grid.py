@@ -21,14 +21,9 @@ from costmodel import InputError, evaluate_any
 from sweep._keep import Keep
 from sweep._results import pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
+from sweep._units import UNIT_ROWS_DEFAULT, UNIT_ROWS_MAX, UNIT_ROWS_MIN  # noqa: F401 (re-exported)
 
 SEARCHER = "grid"
-# Unit size bounds (rows of the grid per unit): large enough that a unit's fixed costs (a task,
-# a file) are small next to evaluating it (~1 s per 10^6 rows per core), small enough that a
-# lost unit costs little and progress moves.
-UNIT_ROWS_MIN = 10_000
-UNIT_ROWS_MAX = 1_000_000
-UNIT_ROWS_DEFAULT = 200_000
 # Beyond this many grid rows a sweep would take days on a small cluster: use a search.
 GRID_ROWS_MAX = 10**11
 PART_RE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")

@@ -103,7 +103,7 @@ def test_notebook_cells_report_the_run(executed, run):
     n, f = len(table), int(m["feasible"].sum())
     # the load cell prints the row and feasible counts; the study cell names the study
     assert _stdout(code[1]).startswith(f"{n:,} rows, {f:,} feasible; versions ")
-    assert _stdout(code[2]).strip() == f"seed000-mlp on seed000-16: {n:,} rows, {f:,} feasible"
+    assert _stdout(code[2]).strip() == f"mlp-64x8192 on a100x16-flat: {n:,} rows, {f:,} feasible"
     # why rows are infeasible: the counts per reason of the evaluated metrics
     codes, counts = np.unique(m["reason"][~m["feasible"]], return_counts=True)
     want = {costmodel.REASONS[r]: int(c) for r, c in zip(codes, counts, strict=True)}
@@ -143,7 +143,7 @@ def test_pandas_and_pyarrow_open_the_dataset_by_path(run):
     assert t.num_rows == len(table)
     assert t.schema.field("stage_layers").type == pa.list_(pa.int64())
     dset = ds.dataset(results, partitioning="hive")
-    assert json.loads(dset.schema.metadata[b"plansweep.model"])["name"] == "seed000-mlp"
+    assert json.loads(dset.schema.metadata[b"plansweep.model"])["name"] == "mlp-64x8192"
     assert dset.to_table(filter=ds.field("feasible")).num_rows == int(m["feasible"].sum())
 
 

@@ -88,7 +88,7 @@ def test_show_table_and_json(seed_run):
     doc = json.loads(js.stdout)
     assert doc["num_rows"] == n and doc["num_feasible"] == f and len(doc["studies"]) == 1
     rows = doc["studies"][0]["rows"]
-    assert len(rows) == 4 and doc["studies"][0]["model"] == "seed000-mlp"
+    assert len(rows) == 4 and doc["studies"][0]["model"] == "mlp-64x8192"
     thr = [r["samples_per_s"] for r in rows]
     assert thr == sorted(thr, reverse=True)
 
@@ -207,16 +207,16 @@ def test_several_studies_are_shown_and_plotted_apart(tmp_path):
     doc = json.loads(cli("show", str(run), "--top", "1", "--json").stdout)
     assert doc["num_rows"] == 2 * len(table)
     by = {s["cluster"]: s for s in doc["studies"]}
-    assert set(by) == {"seed000-16", "a100x16"}
-    for name, clu in (("seed000-16", CLUSTER), ("a100x16", other)):
+    assert set(by) == {"a100x16-flat", "a100x16"}
+    for name, clu in (("a100x16-flat", CLUSTER), ("a100x16", other)):
         m = evaluate(MODEL, clu, table)
         assert by[name]["num_rows"] == len(table)
         assert by[name]["rows"][0]["samples_per_s"] == pytest.approx(m["samples_per_s"][m["feasible"]].max())
     # NVLink inside a node makes the best strategy faster than on seed 000's 25 GB/s links.
-    assert by["a100x16"]["rows"][0]["samples_per_s"] > by["seed000-16"]["rows"][0]["samples_per_s"]
+    assert by["a100x16"]["rows"][0]["samples_per_s"] > by["a100x16-flat"]["rows"][0]["samples_per_s"]
     out = cli("plot", str(run), "--out", str(tmp_path / "fig"))
     assert out.returncode == 0, out.stderr
-    for suffix in ("seed000-mlp-seed000-16", "seed000-mlp-a100x16"):
+    for suffix in ("mlp-64x8192-a100x16-flat", "mlp-64x8192-a100x16"):
         assert (tmp_path / "fig" / f"grid_search-{suffix}.png").is_file()
 
 

@@ -1,0 +1,105 @@
+"""`plansweep export`: one plan as a launch configuration for Megatron-LM, torchtitan or DeepSpeed.
+
+The plan is the strategy of `plansweep evaluate` (flags or --strategy FILE) or the N-th best
+row of a run directory (--run DIR --rank N). It is evaluated first: a plan the cost model
+refuses (tp not dividing the heads, ...) is refused here with evaluate's message, and one that
+does not fit in memory is exported with a warning on stderr. The formats are cli._export's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from cli._cmd_evaluate import add_strategy_args, build_strategy
+from cli._export import FRAMEWORKS, WRITERS, canonical_plan
+from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
+from costmodel import REASONS, HeteroCluster, InputError, evaluate
+
+STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
+                 "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config",
+                       description="Write one plan (evaluate's strategy flags, --strategy FILE, or the N-th best "
+                       "row of a run directory) as a launch configuration. A dimension the framework cannot "
+                       "express is an error (exit code 2), never dropped.")
+    p.add_argument("--framework", required=True, choices=FRAMEWORKS,
+                   help="megatron: a torchrun command line of Megatron-LM arguments (core_v0.15.0); torchtitan: "
+                   "a TOML job config (v0.2.2, the last with TOML configs); deepspeed: ds_config JSON and the "
+                   "launcher's parallel sizes (v0.19.5)")
+    p.add_argument("--model", default=None, help="preset name or JSON/YAML file (default gpt3-175b; with --run: "
+                   "the run's)")
+    p.add_argument("--cluster", default=None,
+                   help="preset or JSON/YAML file (default h100x1024; with --run: the run's)")
+    p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
+    add_strategy_args(p)
+    p.add_argument("--run", metavar="DIR", help="take the plan from this run directory's best rows")
+    p.add_argument("--rank", type=int, default=None, metavar="N", help="with --run: the N-th best plan (default 1)")
+    p.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(func=run)
+
+
+def _from_run(args):
+    """(model, cluster, StrategyTable) of the args.rank-th best row of the run args.run."""
+    from sweep._results import STRATEGY_COLUMNS
+    from sweep._rundir import cluster_from_dict, model_from_dict
+    from sweep._runview import best_rows, open_run
+
+    rank = 1 if args.rank is None else args.rank
+    if rank < 1:
+        raise InputError("--rank", "an integer >= 1", rank)
+    studies = open_run(args.run).studies()
+    if len(studies) > 1:
+        wanted = [s for s in studies if (args.model is None or s.model.get("name") == args.model)
+                  and (args.cluster is None or s.cluster.get("name") == args.cluster)]
+        if len(wanted) != 1:
+            raise InputError("--model/--cluster", "the names of one study of the run: "
+                             + "; ".join(s.name for s in studies), f"{args.model} on {args.cluster}")
+        studies = wanted
+    study = studies[0]
+    if "pools" in study.cluster:
+        raise InputError("--run", "a run on a homogeneous cluster (placement plans have per-stage pools)", args.run)
+    rows = best_rows(study, rank).to_pylist()
+    if len(rows) < rank:
+        raise InputError("--rank", f"at most the run's {len(rows)} distinct feasible plans", rank)
+    row = rows[rank - 1]
+    data = {k: row[k] for k in STRATEGY_COLUMNS if row.get(k) is not None}
+    return model_from_dict(dict(study.model)), cluster_from_dict(dict(study.cluster)), strategy_from_mapping(
+        data, "--run")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.run:
+        given = [f for f in ("strategy", "stage_layers", *STRATEGY_KEYS) if getattr(args, f, None) is not None]
+        if given:
+            raise InputError("--run", "no strategy flags beside it (the plan is the run's row)",
+                             "--" + given[0].replace("_", "-"))
+        model, cluster, table = _from_run(args)
+    else:
+        if args.rank is not None:
+            raise InputError("--rank", "only with --run DIR", args.rank)
+        model = load_model(args.model or "gpt3-175b")
+        cluster = load_cluster(args.cluster or "h100x1024", args.hardware)
+        if isinstance(cluster, HeteroCluster):
+            raise InputError("--cluster", "a homogeneous cluster (one GPU type)", cluster.name)
+        table = build_strategy(args, model, cluster)
+    metrics = evaluate(model, cluster, table)
+    reason = REASONS[int(metrics["reason"][0])]
+    if reason not in ("ok", "out_of_memory"):
+        raise reason_error(model, cluster, table.row(0), reason)
+    text = WRITERS[args.framework](canonical_plan(table.row(0), model), model, cluster)
+    if reason == "out_of_memory":
+        print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
+              f"more than the {cluster.gpu.hbm_bytes / 1e9:.0f} GB of {cluster.gpu.name}", file=sys.stderr)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    tmp = f"{args.out}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,477 @@
+"""A plan as a launch configuration for Megatron-LM, torchtitan or DeepSpeed, and back.
+
+A *plan* here is one strategy row in canonical form (``canonical_plan``): the StrategyTable's
+columns as plain values, with ``stage_layers`` and ``stage_recompute`` always written out per
+pipeline stage (uniform stages too), so two plans are the same plan exactly when their dicts
+are equal. Each framework has a writer (plan -> text) and a reader (text -> plan); the reader
+is plansweep's own (argparse for Megatron's arguments, tomllib for torchtitan's TOML, json for
+DeepSpeed) and the round trip read(write(plan)) == plan is tested on random feasible plans.
+
+A dimension the framework cannot express raises InputError naming the dimension, what the
+framework takes and what the plan holds; nothing is silently dropped.
+
+Framework versions the option names are taken from (tests/test_cli_export.py holds the names
+against lists cut from these files):
+
+- Megatron-LM core_v0.15.0 (commit 0d7e02bd26, 2025-12-05), megatron/training/arguments.py,
+  the last release where every argument used here is a literal add_argument (later releases
+  generate many of them from the config dataclasses; the names are unchanged).
+- torchtitan v0.2.2 (commit 73a0e6979d, 2026-02-20), torchtitan/config/job_config.py: the last
+  release whose jobs are TOML files (commit 9810191bb, "Config System Refactor: TOML to Python
+  Dataclass Registry", replaced them with Python configs). Schedule names are those of
+  torch.distributed.pipelining's get_schedule_class, as torchtitan's integration tests use them.
+- DeepSpeed v0.19.5 (commit cf44300453, 2026-08-09): deepspeed/runtime/constants.py,
+  deepspeed/runtime/zero/config.py, deepspeed/runtime/activation_checkpointing/config.py,
+  deepspeed/runtime/tensor_parallel/config.py (AutoTP's ``autotp_size``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+
+from costmodel import Cluster, InputError, Transformer
+
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arguments.py"
+TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
+DEEPSPEED_VERSION = "DeepSpeed v0.19.5 (cf44300453), deepspeed/runtime/config.py and its section configs"
+
+PLAN_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
+             "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
+
+
+# ---- the canonical plan ----------------------------------------------------------------------
+def canonical_plan(row: dict, model: Transformer) -> dict:
+    """``row`` (StrategyTable.row: plain values, optional stage lists) with every stage written
+    out: stage_layers (layers per pipeline stage, uniform ones too) and stage_recompute."""
+    pp = int(row["pp"])
+    plan = {k: row[k] for k in PLAN_KEYS[:13]}
+    layers = row.get("stage_layers")
+    if layers is None:
+        assert model.layers % pp == 0, "a feasible row with uniform stages has pp | layers"
+        layers = [model.layers // pp] * pp
+    plan["stage_layers"] = [int(x) for x in layers]
+    rec = row.get("stage_recompute")
+    plan["stage_recompute"] = list(rec) if rec is not None else [row["recompute"]] * pp
+    if len(set(plan["stage_recompute"])) == 1:
+        plan["recompute"] = plan["stage_recompute"][0]
+    return plan
+
+
+def _one_recompute(plan: dict, framework: str) -> str:
+    """The plan's recompute granularity, which must be the same on every stage: none of the three
+    frameworks sets a granularity per pipeline stage."""
+    kinds = sorted(set(plan["stage_recompute"]))
+    if len(kinds) != 1:
+        raise InputError("stage_recompute", f"one recompute granularity for every stage ({framework} sets one for "
+                         "the whole model)", plan["stage_recompute"])
+    return kinds[0]
+
+
+def _launcher(plan: dict, cluster: Cluster) -> tuple[int, int]:
+    """(nodes, GPUs per node) of a launcher running dp*tp*pp*cp processes on ``cluster``."""
+    world = plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"]
+    per = cluster.gpus_per_node
+    if world <= per:
+        return 1, world
+    if world % per:
+        raise InputError("dp*tp*pp*cp", f"at most {per} or a multiple of the cluster's {per} GPUs per node "
+                         "(a launcher starts the same number of processes on every node)", world)
+    return world // per, per
+
+
+def _model_kind(model: Transformer, framework: str) -> None:
+    if model.kind != "transformer":
+        raise InputError("--model", f"a transformer ({framework} trains GPT-style models)",
+                         f"{model.name} ({model.kind})")
+
+
+def _microbatches(plan: dict) -> int:
+    return plan["global_batch"] // (plan["dp"] * plan["micro_batch"])
+
+
+# ---- Megatron-LM -----------------------------------------------------------------------------
+# Megatron-LM's arguments plansweep writes and reads: flag -> (argparse keyword arguments).
+# Names and choices from megatron/training/arguments.py at core_v0.15.0.
+MEGATRON_ARGS: dict[str, dict] = {
+    "--tensor-model-parallel-size": {"type": int, "default": 1},
+    "--pipeline-model-parallel-size": {"type": int, "default": 1},
+    "--context-parallel-size": {"type": int, "default": 1},
+    "--num-layers-per-virtual-pipeline-stage": {"type": int},
+    "--num-virtual-stages-per-pipeline-rank": {"type": int},
+    "--decoder-first-pipeline-num-layers": {"type": int},
+    "--decoder-last-pipeline-num-layers": {"type": int},
+    "--sequence-parallel": {"action": "store_true"},
+    "--use-distributed-optimizer": {"action": "store_true"},
+    "--use-megatron-fsdp": {"action": "store_true"},
+    "--data-parallel-sharding-strategy": {"choices": ["no_shard", "optim", "optim_grads", "optim_grads_params"],
+                                          "default": "no_shard"},
+    "--overlap-grad-reduce": {"action": "store_true"},
+    "--overlap-param-gather": {"action": "store_true"},
+    "--recompute-granularity": {"choices": ["full", "selective"]},
+    "--recompute-method": {"choices": ["uniform", "block"]},
+    "--recompute-num-layers": {"type": int},
+    "--micro-batch-size": {"type": int},
+    "--global-batch-size": {"type": int},
+    "--bf16": {"action": "store_true"},
+    "--fp16": {"action": "store_true"},
+    "--fp8-format": {"choices": ["e4m3", "hybrid"]},
+    "--num-layers": {"type": int},
+    "--hidden-size": {"type": int},
+    "--ffn-hidden-size": {"type": int},
+    "--num-attention-heads": {"type": int},
+    "--group-query-attention": {"action": "store_true"},
+    "--num-query-groups": {"type": int, "default": 1},
+    "--seq-length": {"type": int},
+    "--max-position-embeddings": {"type": int},
+    "--swiglu": {"action": "store_true"},
+    "--normalization": {"choices": ["LayerNorm", "RMSNorm"], "default": "LayerNorm"},
+    "--disable-bias-linear": {"action": "store_true"},
+    "--untie-embeddings-and-output-weights": {"action": "store_true"},
+    "--position-embedding-type": {"choices": ["learned_absolute", "rope", "mrope", "relative", "none"],
+                                  "default": "learned_absolute"},
+}
+# ZeRO stage -> Megatron-LM's flags: 1 = its distributed optimizer (optimizer state sharded over
+# data-parallel ranks); 2 and 3 = Megatron-FSDP with gradients (2) and parameters too (3) sharded.
+MEGATRON_ZERO = {0: [], 1: ["--use-distributed-optimizer"],
+                 2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
+                 3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]}
+MEGATRON_SCHEDULES = ("1f1b", "interleaved")  # Megatron-LM's 1F1B and interleaved 1F1B (vpp >= 2)
+MEGATRON_PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}
+MEGATRON_SCRIPT = "pretrain_gpt.py"
+
+
+def to_megatron(plan: dict, model: Transformer, cluster: Cluster) -> str:
+    """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments."""
+    _model_kind(model, "Megatron-LM")
+    if plan["schedule"] not in MEGATRON_SCHEDULES:
+        raise InputError("schedule", "1f1b or interleaved (Megatron-LM's pipeline schedules)", plan["schedule"])
+    recompute = _one_recompute(plan, "Megatron-LM")
+    nodes, per_node = _launcher(plan, cluster)
+    p, v, sl = plan["pp"], plan["vpp"], plan["stage_layers"]
+    a: list[str] = []
+    a += ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size", model.ffn_hidden,
+          "--num-attention-heads", model.heads]
+    if model.kv_heads != model.heads:
+        a += ["--group-query-attention", "--num-query-groups", model.kv_heads]
+    a += ["--seq-length", model.seq_len, "--max-position-embeddings", model.seq_len]
+    if model.activation == "swiglu":
+        a += ["--swiglu"]
+    if model.norm == "rmsnorm":
+        a += ["--normalization", "RMSNorm"]
+    if not model.bias:
+        a += ["--disable-bias-linear"]
+    if not model.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    if not model.learned_positions:
+        a += ["--position-embedding-type", "rope"]
+    a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size", p,
+          "--context-parallel-size", plan["cp"]]
+    if plan["sequence_parallel"]:
+        a += ["--sequence-parallel"]
+    uniform = len(set(sl)) == 1
+    if not uniform:
+        # Megatron-LM takes the first and last stage's layers; the stages between share the rest evenly.
+        middle = sl[1:-1]
+        if len(set(middle)) > 1:
+            raise InputError("stage_layers", "equal layers on every stage but the first and last (Megatron-LM's "
+                             "--decoder-first/last-pipeline-num-layers)", sl)
+        a += ["--decoder-first-pipeline-num-layers", sl[0], "--decoder-last-pipeline-num-layers", sl[-1]]
+    if v > 1:
+        if uniform:
+            a += ["--num-layers-per-virtual-pipeline-stage", sl[0] // v]
+        else:
+            a += ["--num-virtual-stages-per-pipeline-rank", v]
+    a += MEGATRON_ZERO[plan["zero_stage"]]
+    if plan["overlap_dp"]:
+        a += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan["zero_stage"] == 1 else [])
+    if recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+    elif recompute == "full":
+        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size", plan["global_batch"]]
+    a += MEGATRON_PRECISION[plan["precision"]]
+    lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_VERSION}",
+             f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / (tp {plan['tp']} x pp {p} x cp {plan['cp']}); "
+             f"add your data, tokenizer (plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint "
+             "arguments",
+             f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
+    words = [str(x) for x in a]
+    args, i = [], 0
+    while i < len(words):  # one flag (and its value) per line
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        args.append("    " + " ".join(shlex.quote(w) for w in words[i:j]))
+        i = j
+    return "\n".join(lines) + "\n" + " \\\n".join(args) + "\n"
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise InputError("megatron arguments", "Megatron-LM arguments plansweep writes", message)
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """plansweep's reader of the Megatron-LM arguments it writes (MEGATRON_ARGS)."""
+    p = _RaisingParser(prog=MEGATRON_SCRIPT, add_help=False, allow_abbrev=False)
+    for flag, kw in MEGATRON_ARGS.items():
+        p.add_argument(flag, **kw)
+    return p
+
+
+def from_megatron(text: str) -> dict:
+    """The plan of a command line written by to_megatron."""
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    words = shlex.split(body.replace("\\\n", " "))
+    if "torchrun" not in words or MEGATRON_SCRIPT not in words:
+        raise InputError("megatron command", f"torchrun ... {MEGATRON_SCRIPT} ARGS", text[:60])
+    launch = argparse.ArgumentParser(add_help=False)
+    launch.add_argument("--nnodes", type=int)
+    launch.add_argument("--nproc-per-node", type=int)
+    i = words.index(MEGATRON_SCRIPT)
+    lw = launch.parse_args(words[words.index("torchrun") + 1:i])
+    a = megatron_parser().parse_args(words[i + 1:])
+    t, p, c, L = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size, a.num_layers
+    dp = lw.nnodes * lw.nproc_per_node // (t * p * c)
+    if a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
+        stage_layers = [L // p] * p
+    else:
+        first = a.decoder_first_pipeline_num_layers
+        last = a.decoder_last_pipeline_num_layers
+        stage_layers = [first] + [(L - first - last) // (p - 2)] * (p - 2) + [last] if p > 2 else [first, last]
+    if a.num_layers_per_virtual_pipeline_stage:
+        vpp = stage_layers[0] // a.num_layers_per_virtual_pipeline_stage
+    else:
+        vpp = a.num_virtual_stages_per_pipeline_rank or 1
+    zero = 1 if a.use_distributed_optimizer else 0
+    if a.use_megatron_fsdp:
+        zero = {"optim_grads": 2, "optim_grads_params": 3}[a.data_parallel_sharding_strategy]
+    recompute = a.recompute_granularity or "none"
+    precision = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
+    return {"dp": dp, "tp": t, "pp": p, "cp": c, "micro_batch": a.micro_batch_size,
+            "global_batch": a.global_batch_size, "vpp": vpp, "zero_stage": zero,
+            "schedule": "interleaved" if vpp > 1 else "1f1b", "recompute": recompute, "precision": precision,
+            "sequence_parallel": a.sequence_parallel, "overlap_dp": a.overlap_grad_reduce,
+            "stage_layers": stage_layers, "stage_recompute": [recompute] * p}
+
+
+# ---- torchtitan (TOML job config) ------------------------------------------------------------
+# plansweep schedule -> torch.distributed.pipelining schedule name (torchtitan's
+# parallelism.pipeline_parallel_schedule); "v" places virtual stage j on rank j for j < pp and on
+# rank 2 pp - 1 - j after (ZBV's V shape), "loop" on rank j mod pp.
+TORCHTITAN_SCHEDULES = {"gpipe": ("GPipe", "loop"), "1f1b": ("1F1B", "loop"),
+                        "interleaved": ("Interleaved1F1B", "loop"), "zb-v": ("ZBVZeroBubble", "v")}
+# ZeRO stage -> (data_parallel sharded?, fsdp_reshard_after_forward). FSDP2 shards parameters,
+# gradients and optimizer state; "never" keeps the gathered parameters from forward to backward
+# (the memory of ZeRO-2, as FSDP1's SHARD_GRAD_OP), "always" frees them after forward (ZeRO-3).
+# ZeRO 0 is plain replication (DDP). torchtitan has no optimizer-only sharding (ZeRO-1).
+TORCHTITAN_ZERO = {0: (False, "default"), 2: (True, "never"), 3: (True, "always")}
+TORCHTITAN_PRECISION = {"bf16": [], "fp8": ["quantize.linear.float8"]}  # model.converters
+
+
+def _stage_of(j: int, pp: int, style: str) -> int:
+    """The rank (pipeline stage) holding virtual stage j."""
+    if style == "v":
+        return j if j < pp else 2 * pp - 1 - j
+    return j % pp
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+
+
+def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
+    """A torchtitan TOML job config (the sections the plan sets)."""
+    _model_kind(model, "torchtitan")
+    shape = (model.activation, model.norm, model.bias, model.learned_positions)
+    if shape != ("swiglu", "rmsnorm", False, False):
+        raise InputError("--model", "a Llama-shaped transformer for torchtitan's llama3 model (swiglu, rmsnorm, no "
+                         "bias, rotary positions)", f"{model.name} ({model.activation}, {model.norm}, "
+                         f"bias={model.bias}, learned positions={model.learned_positions})")
+    recompute = _one_recompute(plan, "torchtitan")
+    if plan["schedule"] not in TORCHTITAN_SCHEDULES:
+        raise InputError("schedule", "gpipe, 1f1b, interleaved or zb-v (torchtitan's pipeline schedules)",
+                         plan["schedule"])
+    if plan["zero_stage"] not in TORCHTITAN_ZERO:
+        raise InputError("zero_stage", "0 (DDP), 2 or 3 (FSDP2; torchtitan has no optimizer-only sharding)",
+                         plan["zero_stage"])
+    if plan["precision"] not in TORCHTITAN_PRECISION:
+        raise InputError("precision", "bf16 or fp8 (torchtitan's mixed precision)", plan["precision"])
+    if plan["sequence_parallel"] != (plan["tp"] > 1):
+        raise InputError("sequence_parallel", f"{plan['tp'] > 1} with tp={plan['tp']} (torchtitan's tensor "
+                         "parallelism always shards the sequence between blocks, and only it does)",
+                         plan["sequence_parallel"])
+    if not plan["overlap_dp"]:
+        raise InputError("overlap_dp", "true (torchtitan's FSDP2 and DDP always overlap the gradient exchange)",
+                         plan["overlap_dp"])
+    nodes, per_node = _launcher(plan, cluster)
+    p, v, sl = plan["pp"], plan["vpp"], plan["stage_layers"]
+    sharded, reshard = TORCHTITAN_ZERO[plan["zero_stage"]]
+    dp, B, b = plan["dp"], plan["global_batch"], plan["micro_batch"]
+    par = {"data_parallel_replicate_degree": 1 if sharded else dp, "data_parallel_shard_degree": dp if sharded else 1,
+           "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": plan["tp"],
+           "context_parallel_degree": plan["cp"], "pipeline_parallel_degree": p,
+           "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[plan["schedule"]][0],
+           "pipeline_parallel_microbatch_size": b}
+    if p > 1:
+        style = TORCHTITAN_SCHEDULES[plan["schedule"]][1]
+        if any(n % v for n in sl):
+            raise InputError("stage_layers", f"layer counts divisible by vpp={v}", sl)
+        chunk = [sl[_stage_of(j, p, style)] // v for j in range(p * v)]
+        parts, start = [], 0
+        for j, n in enumerate(chunk):
+            part = (["tok_embeddings"] if j == 0 else []) + [f"layers.{k}" for k in range(start, start + n)]
+            parts.append(part + (["norm", "output"] if j == p * v - 1 else []))
+            start += n
+        par["module_fqns_per_model_part"] = parts
+    # Pipelined: one step runs all B/dp sequences of a replica as micro-batches of b; otherwise
+    # torchtitan accumulates gradients over global / (local x dp) steps of local = b sequences.
+    local = B // dp if p > 1 else b
+    sections = {
+        "job": {"description": f"plansweep export: {model.name} on {cluster.name}"},
+        "model": {"name": "llama3", "flavor": model.name, "converters": TORCHTITAN_PRECISION[plan["precision"]]},
+        "training": {"local_batch_size": local, "global_batch_size": B, "seq_len": model.seq_len,
+                     "mixed_precision_param": "bfloat16"},
+        "parallelism": par,
+        "activation_checkpoint": {"mode": recompute, **({"selective_ac_option": "op"} if recompute == "selective"
+                                                        else {})},
+    }
+    out = [f"# plansweep export for {TORCHTITAN_VERSION}",
+           f"# launch: NGPU={per_node} on each of {nodes} node(s) (torchrun --nnodes {nodes} --nproc-per-node "
+           f"{per_node} -m torchtitan.train --job.config_file THIS.toml)",
+           f"# model.flavor names plansweep's model: register a flavor of that name with layers={model.layers}, "
+           f"dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.kv_heads}, ffn={model.ffn_hidden}, "
+           f"vocab={model.vocab}"]
+    for name, body in sections.items():
+        out.append(f"\n[{name}]")
+        out += [f"{k} = {_toml_value(val)}" for k, val in body.items()]
+    return "\n".join(out) + "\n"
+
+
+def from_torchtitan(text: str) -> dict:
+    """The plan of a TOML job config written by to_torchtitan (read with tomllib)."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError("torchtitan config", "a TOML job config", str(exc)) from None
+    par, tr, ac = doc["parallelism"], doc["training"], doc["activation_checkpoint"]
+    p = par["pipeline_parallel_degree"]
+    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    zero = {"default": 0, "never": 2, "always": 3}[par["fsdp_reshard_after_forward"]]
+    schedule, style = next((k, s) for k, (name, s) in TORCHTITAN_SCHEDULES.items()
+                           if name == par["pipeline_parallel_schedule"])
+    if p > 1:
+        parts = par["module_fqns_per_model_part"]
+        v = len(parts) // p
+        layers = [0] * p
+        for j, part in enumerate(parts):
+            layers[_stage_of(j, p, style)] += sum(1 for m in part if re.fullmatch(r"layers\.\d+", m))
+        b = par["pipeline_parallel_microbatch_size"]
+    else:
+        v, b = 1, tr["local_batch_size"]
+        layers = None
+    recompute = ac["mode"]
+    precision = "fp8" if "quantize.linear.float8" in doc["model"].get("converters", []) else "bf16"
+    plan = {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
+            "micro_batch": b, "global_batch": tr["global_batch_size"], "vpp": v, "zero_stage": zero,
+            "schedule": schedule, "recompute": recompute, "precision": precision,
+            "sequence_parallel": par["tensor_parallel_degree"] > 1, "overlap_dp": True,
+            "stage_layers": layers, "stage_recompute": [recompute] * p}
+    return plan
+
+
+# ---- DeepSpeed (ds_config JSON + the launcher's parallel sizes) --------------------------------
+DEEPSPEED_PRECISION = {"bf16": "bf16", "fp16": "fp16"}  # ds_config section enabling it
+
+
+def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster) -> str:
+    """One JSON object: ``ds_config`` (the file deepspeed.initialize reads) and ``launcher`` (the
+    deepspeed launcher's node and GPU counts and the sizes the training script passes on:
+    PipelineModule(num_stages=pipeline_parallel_size, partition_method, activation_checkpoint_interval))."""
+    recompute = _one_recompute(plan, "DeepSpeed")
+    if plan["cp"] > 1:
+        raise InputError("cp", "1 (DeepSpeed's Ulysses sequence parallelism exchanges heads by all-to-all, not "
+                         "the ring attention plansweep prices)", plan["cp"])
+    if plan["sequence_parallel"]:
+        raise InputError("sequence_parallel", "false (DeepSpeed's tensor parallelism (AutoTP) does not shard the "
+                         "sequence)", plan["sequence_parallel"])
+    if plan["schedule"] != "1f1b" or plan["vpp"] != 1:
+        raise InputError("schedule", "1f1b with vpp 1 (DeepSpeed's pipeline engine runs one 1F1B schedule)",
+                         f"{plan['schedule']} with vpp={plan['vpp']}")
+    if len(set(plan["stage_layers"])) > 1:
+        raise InputError("stage_layers", "equal layers per stage (PipelineModule's partition_method='uniform')",
+                         plan["stage_layers"])
+    if recompute == "selective":
+        raise InputError("recompute", "none or full (DeepSpeed checkpoints whole layers)", recompute)
+    if plan["precision"] not in DEEPSPEED_PRECISION:
+        raise InputError("precision", "bf16 or fp16 (ds_config's precision sections)", plan["precision"])
+    nodes, per_node = _launcher(plan, cluster)
+    ds: dict[str, object] = {
+        "train_batch_size": plan["global_batch"],
+        "train_micro_batch_size_per_gpu": plan["micro_batch"],
+        "gradient_accumulation_steps": _microbatches(plan),
+        DEEPSPEED_PRECISION[plan["precision"]]: {"enabled": True},
+        "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]},
+    }
+    if plan["tp"] > 1:
+        ds["tensor_parallel"] = {"autotp_size": plan["tp"]}
+    if recompute == "full":
+        ds["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+                                          "cpu_checkpointing": False}
+    launcher = {"num_nodes": nodes, "num_gpus": per_node, "data_parallel_size": plan["dp"],
+                "tensor_parallel_size": plan["tp"], "pipeline_parallel_size": plan["pp"],
+                "partition_method": "uniform", "activation_checkpoint_interval": 1 if recompute == "full" else 0}
+    doc = {"plansweep": f"{model.name} on {cluster.name}, for {DEEPSPEED_VERSION}", "ds_config": ds,
+           "launcher": launcher}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def from_deepspeed(text: str) -> dict:
+    """The plan of a document written by to_deepspeed (read with json)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError("deepspeed config", "a JSON document", str(exc)) from None
+    ds, la = doc["ds_config"], doc["launcher"]
+    p = la["pipeline_parallel_size"]
+    precision = next(k for k, sec in DEEPSPEED_PRECISION.items() if ds.get(sec, {}).get("enabled"))
+    recompute = "full" if la["activation_checkpoint_interval"] else "none"
+    dp = la["num_nodes"] * la["num_gpus"] // (la["tensor_parallel_size"] * p)
+    if dp != la["data_parallel_size"]:
+        raise InputError("launcher.data_parallel_size", "num_nodes x num_gpus / (tensor x pipeline sizes)",
+                         la["data_parallel_size"])
+    b = ds["train_micro_batch_size_per_gpu"]
+    if ds["train_batch_size"] != b * ds["gradient_accumulation_steps"] * dp:
+        raise InputError("train_batch_size", "micro batch x gradient accumulation x data parallel",
+                         ds["train_batch_size"])
+    return {"dp": dp, "tp": ds.get("tensor_parallel", {}).get("autotp_size", 1), "pp": p, "cp": 1,
+            "micro_batch": b, "global_batch": ds["train_batch_size"], "vpp": 1,
+            "zero_stage": ds["zero_optimization"]["stage"], "schedule": "1f1b", "recompute": recompute,
+            "precision": precision, "sequence_parallel": False, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
+            "stage_layers": None, "stage_recompute": [recompute] * p}
+
+
+WRITERS = {"megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed}
+READERS = {"megatron": from_megatron, "torchtitan": from_torchtitan, "deepspeed": from_deepspeed}
+
+
+def read_back(framework: str, text: str, model: Transformer) -> dict:
+    """The canonical plan of an exported text (uniform stages written out from the model's layers)."""
+    plan = READERS[framework](text)
+    if plan["stage_layers"] is None:
+        plan["stage_layers"] = [model.layers // plan["pp"]] * plan["pp"]
+    assert math.prod([plan["dp"], plan["tp"], plan["pp"], plan["cp"]]) >= 1
+    return plan

@@ -1,0 +1,301 @@
+"""`plansweep export`: plans as Megatron-LM arguments, torchtitan TOML and DeepSpeed configs.
+
+None of the three frameworks installs here without a GPU stack (Megatron-LM and DeepSpeed need
+torch; torchtitan's TOML release needs torch nightly), so the option names are held against lists
+cut by hand from each framework's source at the version cli/_export.py names (file and version
+above each list). The round trip (write, read back with plansweep's own reader of the format,
+compare) runs on 20 random feasible plans per framework.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import costmodel
+from cli._export import (
+    MEGATRON_ARGS,
+    WRITERS,
+    canonical_plan,
+    from_megatron,
+    megatron_parser,
+    read_back,
+)
+from costmodel import StrategyTable, evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Megatron-LM core_v0.15.0 (commit 0d7e02bd26), megatron/training/arguments.py: the flags
+# plansweep uses, each a literal group.add_argument there, with the choices it declares.
+MEGATRON_V0_15_FLAGS = {
+    "--tensor-model-parallel-size": None, "--pipeline-model-parallel-size": None, "--context-parallel-size": None,
+    "--num-layers-per-virtual-pipeline-stage": None, "--num-virtual-stages-per-pipeline-rank": None,
+    "--decoder-first-pipeline-num-layers": None, "--decoder-last-pipeline-num-layers": None,
+    "--sequence-parallel": None, "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
+    "--data-parallel-sharding-strategy": ["no_shard", "optim", "optim_grads", "optim_grads_params"],
+    "--overlap-grad-reduce": None, "--overlap-param-gather": None,
+    "--recompute-granularity": ["full", "selective"], "--recompute-method": ["uniform", "block"],
+    "--recompute-num-layers": None, "--micro-batch-size": None, "--global-batch-size": None,
+    "--bf16": None, "--fp16": None, "--fp8-format": ["e4m3", "hybrid"],
+    "--num-layers": None, "--hidden-size": None, "--ffn-hidden-size": None, "--num-attention-heads": None,
+    "--group-query-attention": None, "--num-query-groups": None, "--seq-length": None,
+    "--max-position-embeddings": None, "--swiglu": None, "--normalization": ["LayerNorm", "RMSNorm"],
+    "--disable-bias-linear": None, "--untie-embeddings-and-output-weights": None,
+    "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative", "none"],
+}
+# torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
+# and the fields plansweep writes, with their Literal values where declared.
+TORCHTITAN_V0_2_2_FIELDS = {
+    "job": {"description": None},
+    "model": {"name": None, "flavor": None, "converters": None},
+    "training": {"local_batch_size": None, "global_batch_size": None, "seq_len": None,
+                 "mixed_precision_param": ["bfloat16", "float32"]},
+    "parallelism": {"data_parallel_replicate_degree": None, "data_parallel_shard_degree": None,
+                    "fsdp_reshard_after_forward": ["default", "always", "never"], "tensor_parallel_degree": None,
+                    "context_parallel_degree": None, "pipeline_parallel_degree": None,
+                    "pipeline_parallel_schedule": None, "pipeline_parallel_microbatch_size": None,
+                    "module_fqns_per_model_part": None},
+    "activation_checkpoint": {"mode": ["selective", "full", "memory_budget", "none"], "selective_ac_option": None},
+}
+# torch.distributed.pipelining's get_schedule_class names that torchtitan v0.2.2 passes through
+# (its tests/integration_tests/features.py and models.py run GPipe, 1F1B, Interleaved1F1B,
+# ZBVZeroBubble); model converters: torchtitan/components/quantization/float8.py registers
+# "quantize.linear.float8".
+TORCHTITAN_SCHEDULE_NAMES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+                             "ZBVZeroBubble", "DualPipeV"}
+TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
+                         "quantize.grouped_mm.mx"}
+# DeepSpeed v0.19.5 (commit cf44300453): ds_config keys from deepspeed/runtime/constants.py
+# (batch sizes, "bf16"/"fp16" with "enabled"), zero/config.py ("zero_optimization": stage,
+# overlap_comm), tensor_parallel/config.py ("tensor_parallel": autotp_size) and
+# activation_checkpointing/config.py; the launcher's --num_nodes/--num_gpus
+# (deepspeed/launcher/runner.py) and PipelineModule's num_stages, partition_method,
+# activation_checkpoint_interval (deepspeed/runtime/pipe/module.py).
+DEEPSPEED_V0_19_5_KEYS = {
+    "train_batch_size": None, "train_micro_batch_size_per_gpu": None, "gradient_accumulation_steps": None,
+    "bf16": {"enabled"}, "fp16": {"enabled"}, "zero_optimization": {"stage", "overlap_comm"},
+    "tensor_parallel": {"autotp_size"},
+    "activation_checkpointing": {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
+                                 "number_checkpoints", "synchronize_checkpoint_boundary", "profile"},
+}
+DEEPSPEED_LAUNCHER_KEYS = {"num_nodes", "num_gpus", "data_parallel_size", "tensor_parallel_size",
+                           "pipeline_parallel_size", "partition_method", "activation_checkpoint_interval"}
+
+MODEL = costmodel.model_preset("llama3-8b")      # 32 layers, 32 heads, 8 KV heads
+CLUSTER = costmodel.cluster_preset("h100x64")    # 8 nodes of 8
+
+
+# ---- random feasible plans -------------------------------------------------------------------
+def _stage_layers(rng, fw: str, p: int, v: int, L: int) -> list[int]:
+    """Layers per stage, each a multiple of v: uneven in the framework's expressible shape."""
+    if p == 1 or fw == "deepspeed" or rng.random() < 0.4:
+        return [L // p] * p
+    units = L // v  # chunks of v layers to hand out
+    if fw == "megatron":  # first and last free, the middle ones equal
+        for _ in range(50):
+            first, last = rng.integers(1, units // p + 3, size=2)
+            rest = units - first - last
+            if p == 2 and rest == 0:
+                return [int(first) * v, int(last) * v]
+            if p > 2 and rest > 0 and rest % (p - 2) == 0:
+                return [int(first) * v] + [int(rest) // (p - 2) * v] * (p - 2) + [int(last) * v]
+        return [L // p] * p
+    cuts = np.sort(rng.choice(np.arange(1, units), size=p - 1, replace=False))
+    return [int(x) * v for x in np.diff(np.concatenate([[0], cuts, [units]]))]
+
+
+def _draw(fw: str, n: int, seed: int) -> StrategyTable:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        tp, pp = (int(x) for x in rng.choice([1, 2, 4, 8], size=2))
+        cp = 1 if fw == "deepspeed" else int(rng.choice([1, 2]))
+        if fw == "megatron":
+            schedule = str(rng.choice(["1f1b", "interleaved"]))
+        elif fw == "torchtitan":
+            schedule = str(rng.choice(["gpipe", "1f1b", "interleaved", "zb-v"]))
+        else:
+            schedule = "1f1b"
+        vpp = {"interleaved": int(rng.choice([2, 4])), "zb-v": 2}.get(schedule, 1)
+        zero = int(rng.choice({"torchtitan": [0, 2, 3]}.get(fw, [0, 1, 2, 3])))
+        recompute = str(rng.choice(["none", "full"] if fw == "deepspeed" else ["none", "selective", "full"]))
+        precision = str(rng.choice({"megatron": ["bf16", "fp16", "fp8"], "torchtitan": ["bf16", "fp8"],
+                                    "deepspeed": ["bf16", "fp16"]}[fw]))
+        sp = {"torchtitan": tp > 1, "deepspeed": False}.get(fw, bool(rng.integers(2)))
+        overlap = True if fw == "torchtitan" else bool(rng.integers(2))
+        sl = _stage_layers(rng, fw, pp, vpp, MODEL.layers)
+        rows.append(dict(dp=max(1, 64 // (tp * pp * cp)), tp=tp, pp=pp, cp=cp, micro_batch=int(rng.choice([1, 2])),
+                         global_batch=int(rng.choice([128, 256, 512])), vpp=vpp, zero_stage=zero,
+                         schedule=schedule, recompute=recompute, precision=precision, sequence_parallel=sp,
+                         overlap_dp=overlap, stage_layers=sl + [0] * (8 - len(sl))))
+    cols = {k: [r[k] for r in rows] for k in rows[0] if k != "stage_layers"}
+    return StrategyTable.from_columns(stage_layers=np.array([r["stage_layers"] for r in rows]), **cols)
+
+
+def _feasible_plans(fw: str, k: int = 20, seed: int = 0) -> list[dict]:
+    table = _draw(fw, 600, seed)
+    ok = np.flatnonzero(evaluate(MODEL, CLUSTER, table)["feasible"])[:k]
+    assert ok.size == k
+    return [canonical_plan(table.row(int(i)), MODEL) for i in ok]
+
+
+@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed"])
+def test_round_trip_of_random_feasible_plans(fw):
+    plans = _feasible_plans(fw)
+    for plan in plans:
+        text = WRITERS[fw](plan, MODEL, CLUSTER)
+        assert read_back(fw, text, MODEL) == plan, text
+    # The sample exercises the dimensions, so the round trip is not checked on defaults only.
+    assert {p["pp"] > 1 for p in plans} == {True, False}
+    assert len({p["zero_stage"] for p in plans}) >= 2 and len({p["recompute"] for p in plans}) >= 2
+    assert len({p["precision"] for p in plans}) >= 2 and len({p["tp"] for p in plans}) >= 2
+    if fw != "deepspeed":
+        assert any(p["vpp"] > 1 for p in plans) and any(len(set(p["stage_layers"])) > 1 for p in plans)
+        assert any(p["cp"] > 1 for p in plans)
+
+
+# ---- option names against the frameworks' own -----------------------------------------------
+def test_megatron_flags_are_megatrons():
+    for flag, kw in MEGATRON_ARGS.items():
+        assert flag in MEGATRON_V0_15_FLAGS, flag
+        if "choices" in kw:
+            assert kw["choices"] == MEGATRON_V0_15_FLAGS[flag], flag
+    for plan in _feasible_plans("megatron", 10, seed=1):
+        words = WRITERS["megatron"](plan, MODEL, CLUSTER).split()
+        assert {w for w in words if w.startswith("--") and w not in ("--nnodes", "--nproc-per-node")} <= set(
+            MEGATRON_V0_15_FLAGS)
+
+
+def test_torchtitan_keys_are_torchtitans():
+    for plan in _feasible_plans("torchtitan", 10, seed=1):
+        doc = tomllib.loads(WRITERS["torchtitan"](plan, MODEL, CLUSTER))
+        for section, body in doc.items():
+            for key, value in body.items():
+                assert key in TORCHTITAN_V0_2_2_FIELDS[section], (section, key)
+                allowed = TORCHTITAN_V0_2_2_FIELDS[section][key]
+                assert allowed is None or value in allowed, (section, key, value)
+        assert doc["parallelism"]["pipeline_parallel_schedule"] in TORCHTITAN_SCHEDULE_NAMES
+        assert set(doc["model"]["converters"]) <= TORCHTITAN_CONVERTERS
+
+
+def test_deepspeed_keys_are_deepspeeds():
+    for plan in _feasible_plans("deepspeed", 10, seed=1):
+        doc = json.loads(WRITERS["deepspeed"](plan, MODEL, CLUSTER))
+        for key, value in doc["ds_config"].items():
+            assert key in DEEPSPEED_V0_19_5_KEYS, key
+            if isinstance(value, dict):
+                assert set(value) <= DEEPSPEED_V0_19_5_KEYS[key], key
+        assert set(doc["launcher"]) == DEEPSPEED_LAUNCHER_KEYS
+
+
+# ---- worked examples -------------------------------------------------------------------------
+def _cli(*argv, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_megatron_worked_example():
+    # Llama 3 70B (80 layers) on 1024 H100s, tp 8 x pp 4 x vpp 2: dp = 1024 / 32 = 32,
+    # 80 / (4 x 2) = 10 layers per virtual stage, 1024 / 8 = 128 nodes of 8.
+    out = _cli("export", "--framework", "megatron", "--model", "llama3-70b", "--cluster", "h100x1024", "--tp", "8",
+               "--pp", "4", "--vpp", "2", "--schedule", "interleaved", "--recompute", "selective",
+               "--sequence-parallel", "--zero-stage", "1", "--micro-batch", "1", "--global-batch", "1024")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert "torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py" in out.stdout
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.num_layers_per_virtual_pipeline_stage) == (
+        8, 4, 10)
+    assert a.use_distributed_optimizer and a.sequence_parallel and a.recompute_granularity == "selective"
+    assert (a.num_layers, a.hidden_size, a.num_query_groups, a.swiglu) == (80, 8192, 8, True)
+    assert from_megatron(out.stdout)["dp"] == 32
+
+
+def test_torchtitan_worked_example():
+    # Llama 3 8B, stages of 6, 10, 10, 6 layers, interleaved with 2 chunks per rank: rank r holds
+    # virtual stages r and r + 4 (chunks of 3, 5, 5, 3 layers, twice), so virtual stage 0 is the
+    # embedding and layers 0-2, stage 4 (rank 0's second chunk) layers 16-18, stage 7 layers 29-31
+    # with the norm and output. dp = 64 / (2 x 4) = 8 replicas (DDP), 256 / 8 = 32 sequences per
+    # replica per step, in micro-batches of 1.
+    out = _cli("export", "--framework", "torchtitan", "--model", "llama3-8b", "--cluster", "h100x64", "--tp", "2",
+               "--pp", "4", "--vpp", "2", "--schedule", "interleaved", "--stage-layers", "6,10,10,6",
+               "--sequence-parallel", "--global-batch", "256", "--recompute", "full")
+    assert out.returncode == 0, out.stderr
+    doc = tomllib.loads(out.stdout)
+    parts = doc["parallelism"]["module_fqns_per_model_part"]
+    assert parts[0] == ["tok_embeddings", "layers.0", "layers.1", "layers.2"]
+    assert parts[4] == ["layers.16", "layers.17", "layers.18"]
+    assert parts[7] == ["layers.29", "layers.30", "layers.31", "norm", "output"]
+    assert (doc["training"]["local_batch_size"], doc["parallelism"]["data_parallel_replicate_degree"]) == (32, 8)
+    assert doc["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert doc["activation_checkpoint"]["mode"] == "full"
+
+
+def test_deepspeed_worked_example():
+    # 64 GPUs / (tp 2 x pp 4) = dp 8; 256 sequences / (8 x micro-batch 2) = 16 micro-batches.
+    out = _cli("export", "--framework", "deepspeed", "--model", "llama3-8b", "--cluster", "h100x64", "--tp", "2",
+               "--pp", "4", "--micro-batch", "2", "--global-batch", "256", "--zero-stage", "1", "--recompute", "full")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ds = doc["ds_config"]
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
+        256, 2, 16)
+    assert ds["zero_optimization"]["stage"] == 1 and ds["tensor_parallel"] == {"autotp_size": 2}
+    assert doc["launcher"]["pipeline_parallel_size"] == 4 and doc["launcher"]["data_parallel_size"] == 8
+    assert doc["launcher"]["activation_checkpoint_interval"] == 1
+
+
+# ---- what a framework cannot express ---------------------------------------------------------
+@pytest.mark.parametrize("fw, flags, argument", [
+    ("megatron", ["--schedule", "zb-h1"], "schedule"),
+    ("megatron", ["--pp", "4", "--stage-layers", "6,8,10,8"], "stage_layers"),
+    ("torchtitan", ["--zero-stage", "1"], "zero_stage"),
+    ("torchtitan", ["--tp", "2"], "sequence_parallel"),
+    ("torchtitan", ["--no-overlap-dp"], "overlap_dp"),
+    ("torchtitan", ["--precision", "fp16"], "precision"),
+    ("torchtitan", ["--model", "gpt3-175b", "--tp", "8", "--sequence-parallel"], "--model"),
+    ("deepspeed", ["--cp", "2"], "cp"),
+    ("deepspeed", ["--recompute", "selective"], "recompute"),
+    ("deepspeed", ["--pp", "4", "--stage-layers", "7,9,9,7"], "stage_layers"),
+    ("deepspeed", ["--pp", "4", "--vpp", "2", "--schedule", "interleaved"], "schedule"),
+    ("deepspeed", ["--precision", "fp8"], "precision"),
+])
+def test_inexpressible_dimension_is_an_error(tmp_path, fw, flags, argument):
+    out_file = tmp_path / "out.txt"
+    out = _cli("export", "--framework", fw, "--model", "llama3-8b", "--cluster", "h100x64", *flags,
+               "--out", str(out_file))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"plansweep export: error: {argument}: expected "), out.stderr
+    assert not out_file.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_infeasible_plan_is_refused_like_evaluate(tmp_path):
+    out = _cli("export", "--framework", "megatron", "--model", "llama3-8b", "--cluster", "h100x64", "--tp", "3",
+               "--dp", "1",
+               "--out", str(tmp_path / "x"))
+    assert out.returncode == 2 and "tp: expected a divisor of heads=32" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- a run directory's n-th best plan --------------------------------------------------------
+def test_export_from_a_run_takes_its_nth_best_row(tmp_path):
+    from tests.run_fixtures import write_fixture_run
+
+    tps, pps = [1, 2, 4, 8, 2, 4], [1, 1, 2, 4, 4, 2]
+    table = StrategyTable.from_columns(tp=tps, pp=pps, dp=[64 // (t * p) for t, p in zip(tps, pps, strict=True)],
+                                       global_batch=256, recompute="full", zero_stage=1)
+    run = write_fixture_run(tmp_path / "run", MODEL, CLUSTER, table)
+    m = evaluate(MODEL, CLUSTER, table)
+    order = np.argsort(-np.where(m["feasible"], m["tokens_per_s"], -np.inf), kind="stable")
+    for rank in (1, 2):
+        out = _cli("export", "--framework", "megatron", "--run", str(run), "--rank", str(rank))
+        assert out.returncode == 0, out.stderr
+        want = canonical_plan(table.row(int(order[rank - 1])), MODEL)
+        assert from_megatron(out.stdout) == want
+    bad = _cli("export", "--framework", "megatron", "--run", str(run), "--tp", "2")
+    assert bad.returncode == 2 and "--run: expected no strategy flags" in bad.stderr
