@@ -12,11 +12,14 @@ import argparse
 import os
 import sys
 
-from cli._cmd_evaluate import add_strategy_args, build_strategy
-from cli._export import FRAMEWORKS, WRITERS, canonical_plan
+from cli._cmd_evaluate import add_strategy_args, build_strategy, framework_arg
+from cli._export import WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
 
+# Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
+EXPORT_FORMAT = {"megatron-core": "megatron", "megatron-2021": "megatron", "fsdp2": "torchtitan",
+                 "deepspeed": "deepspeed"}
 STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
                  "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
 
@@ -26,10 +29,11 @@ def register(sub) -> None:
                        description="Write one plan (evaluate's strategy flags, --strategy FILE, or the N-th best "
                        "row of a run directory) as a launch configuration. A dimension the framework cannot "
                        "express is an error (exit code 2), never dropped.")
-    p.add_argument("--framework", required=True, choices=FRAMEWORKS,
-                   help="megatron: a torchrun command line of Megatron-LM arguments (core_v0.15.0); torchtitan: "
-                   "a TOML job config (v0.2.2, the last with TOML configs); deepspeed: ds_config JSON and the "
-                   "launcher's parallel sizes (v0.19.5)")
+    p.add_argument("--framework", required=True, type=framework_arg,
+                   help="the framework profile the plan is priced under and launched with: megatron-core (alias "
+                   "megatron) or megatron-2021: a torchrun command line of Megatron-LM arguments (core_v0.15.0); "
+                   "fsdp2 (alias torchtitan): a torchtitan TOML job config (v0.2.2, the last with TOML configs); "
+                   "deepspeed: ds_config JSON and the launcher's parallel sizes (v0.19.5)")
     p.add_argument("--model", default=None, help="preset name or JSON/YAML file (default gpt3-175b; with --run: "
                    "the run's)")
     p.add_argument("--cluster", default=None,
@@ -86,11 +90,13 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(cluster, HeteroCluster):
             raise InputError("--cluster", "a homogeneous cluster (one GPU type)", cluster.name)
         table = build_strategy(args, model, cluster)
-    metrics = evaluate(model, cluster, table)
+    if args.framework not in EXPORT_FORMAT:
+        raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
+    metrics = evaluate(model, cluster, table, framework=args.framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason)
-    text = WRITERS[args.framework](canonical_plan(table.row(0), model), model, cluster)
+        raise reason_error(model, cluster, table.row(0), reason, args.framework)
+    text = WRITERS[EXPORT_FORMAT[args.framework]](canonical_plan(table.row(0), model), model, cluster)
     if reason == "out_of_memory":
         print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
               f"more than the {cluster.gpu.hbm_bytes / 1e9:.0f} GB of {cluster.gpu.name}", file=sys.stderr)

@@ -119,7 +119,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
 )}
 FRAMEWORK_ALIASES = {
-    "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron-deepspeed": "deepspeed",
+    "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
     "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "fsdp": "fsdp2", "llm-foundry": "fsdp2",
 }
 DEFAULT_FRAMEWORK = "generic"

@@ -299,3 +299,15 @@ def test_export_from_a_run_takes_its_nth_best_row(tmp_path):
         assert from_megatron(out.stdout) == want
     bad = _cli("export", "--framework", "megatron", "--run", str(run), "--tp", "2")
     assert bad.returncode == 2 and "--run: expected no strategy flags" in bad.stderr
+
+
+def test_framework_names_are_the_pricing_profiles(tmp_path):
+    # --framework takes the profiles of costmodel._frameworks (and their aliases): the plan is
+    # priced under the framework it is exported for; a profile without a launch format is refused.
+    plan = ("--model", "llama3-8b", "--cluster", "h100x64", "--tp", "8", "--sequence-parallel", "--dp", "8")
+    a = _cli("export", "--framework", "megatron", *plan)
+    b = _cli("export", "--framework", "megatron-core", *plan)
+    assert a.returncode == 0 and a.stdout == b.stdout
+    out = _cli("export", "--framework", "generic", *plan, "--out", str(tmp_path / "x"))
+    assert out.returncode == 2 and "--framework: expected a framework with a launch format" in out.stderr
+    assert list(tmp_path.iterdir()) == []
