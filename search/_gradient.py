@@ -184,7 +184,6 @@ class GradientSearcher(Searcher):
         self.restart = int(restart)
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
-        D = len(space.dims)
         radices = space.radices
         self._mask = np.arange(int(radices.max()))[None, :] < radices[:, None]  # (D, C) choices that exist
         self._theta = np.zeros(self._mask.shape)  # (D, C) logits
@@ -202,7 +201,6 @@ class GradientSearcher(Searcher):
         self._fixed_pp = int(space.fixed.get("pp", 1))
         self._cached: tuple[int, _Step] | None = None
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
-        assert D == self._mask.shape[0]
 
 
     @staticmethod
@@ -345,7 +343,6 @@ class GradientSearcher(Searcher):
         """Rounds of S draws until S distinct new points (draws after the S-th new one dropped)."""
         S = self.samples
         parts_d, parts_s = [], []
-        new_keys: list = []
         for _ in range(MAX_ROUNDS):
             d, s = self.sample(theta, tau, rng, S)
             parts_d.append(d)
@@ -362,9 +359,8 @@ class GradientSearcher(Searcher):
                 digits, keys, valid, new = digits[:cut], keys[:cut], valid[:cut], new[:S]
                 parts_s = [np.concatenate(parts_s)[:cut]]
                 break
-        new_keys = keys[new]
         return _Step(digits=digits, score=np.concatenate(parts_s), keys=keys, valid=valid,
-                     ask_digits=digits[new], ask_keys=new_keys, restart=restart)
+                     ask_digits=digits[new], ask_keys=keys[new], restart=restart)
 
     def _fill(self, st: _Step) -> _Step:
         """Top the step's new points up to S with uniformly random valid points not evaluated yet."""
