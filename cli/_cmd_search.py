@@ -1,4 +1,4 @@
-"""``plansweep search``: searchers as sub-subcommands (grid, random, piper; mcmc, tpe).
+"""``plansweep search``: searchers as sub-subcommands (grid, random, piper; mcmc, tpe, gradient).
 
 Each searcher has its own registrar in SEARCHERS: a function that adds its parser to the
 ``search`` sub-subparsers and sets ``func``. Adding one is a new function and one entry.
@@ -28,7 +28,7 @@ from costmodel import (
     stage_rows,
 )
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
-from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
@@ -258,11 +258,30 @@ def _register_tpe(searchers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_space_searcher, options=TPEOptions)
 
 
+def _register_gradient(searchers: argparse._SubParsersAction) -> None:
+    p = searchers.add_parser(
+        "gradient", help="differentiable search: a softmax per dimension, trained by score-function gradients",
+        description="One softmax distribution per dimension of the space (per stage for boundary shifts and "
+        "per-stage recompute), drawn dimension by dimension among the choices some valid strategy allows. "
+        "Each step draws --samples strategies, evaluates the new ones in one batch, and moves the logits "
+        "along the REINFORCE estimate of the gradient of a rank-shaped utility (the best draws up, the "
+        "worst down); out-of-memory strategies cost their time x (1 + --memory-penalty x the HBM they "
+        "lack). --cooling < 1 anneals the temperature, --entropy > 0 keeps the distributions wide; a "
+        "distribution that has collapsed on evaluated strategies starts again from uniform (--restart 1). "
+        "A placement space (heterogeneous cluster) is searched too, but most of its draws fall outside the "
+        "space and are filled with random placements.")
+    add_search_args(p)
+    add_options(p, GradientOptions)
+    add_search_run_args(p)
+    p.set_defaults(func=_run_space_searcher, options=GradientOptions)
+
+
 # Searcher name -> registrar.
 SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "grid": _register_grid,
     "random": _register_random,
     "mcmc": _register_mcmc,
     "tpe": _register_tpe,
+    "gradient": _register_gradient,
     "piper": _register_piper,
 }

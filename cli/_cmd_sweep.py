@@ -108,7 +108,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
 
 
 def add_search_run_args(p: argparse.ArgumentParser) -> None:
-    """For `plansweep search mcmc|tpe`: --out RUN_DIR runs the search through the sweep machinery
+    """For `plansweep search mcmc|tpe|gradient`: --out RUN_DIR runs the search through the sweep machinery
     (Ray, Parquet parts, checkpoints, resume), plus how to run it."""
     p.add_argument("--out", default=None, metavar="RUN_DIR",
                    help="run on Ray into this run directory (results, checkpoints; `plansweep resume` continues)")
@@ -118,7 +118,7 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
-    """`plansweep search mcmc|tpe ... --out RUN_DIR`: the search as a resumable run."""
+    """`plansweep search mcmc|tpe|gradient ... --out RUN_DIR`: the search as a resumable run."""
     from sweep._rundir import RunDir
 
     check_runtime(args)
@@ -128,7 +128,7 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 
 
 def search_request(args: argparse.Namespace, kind: str) -> dict:
-    """What a `plansweep search mcmc|tpe --out` asks: the identity of its run (run.json), with the
+    """What a `plansweep search mcmc|tpe|gradient --out` asks: the identity of its run (run.json), with the
     searcher's options (search._options) recorded whole beside the run's budget."""
     options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1)}
     if kind == "mcmc":

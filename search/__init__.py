@@ -1,10 +1,12 @@
-"""Searchers over strategy spaces (SearchSpace: Space, HeteroSpace): grid, MCMC, TPE and Piper's planner."""
+"""Searchers over strategy spaces (SearchSpace: Space, HeteroSpace): grid, MCMC, TPE, gradient and Piper's
+planner."""
 
 from search._base import Searcher, SearchSpace, objective
+from search._gradient import GradientSearcher
 from search._grid import GridSearcher, RandomSearcher
 from search._hetero_space import HeteroSpace
 from search._mcmc import MCMCSearcher
-from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
 from search._piper_input import (
     PiperGraph,
@@ -40,6 +42,8 @@ __all__ = [
     "replan",
     "Dim",
     "EXACT_CHOICES",
+    "GradientOptions",
+    "GradientSearcher",
     "GridOptions",
     "GridSearcher",
     "HeteroSpace",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from costmodel import InputError
+from search import _gradient as gradient
+from search._gradient import GradientSearcher
 from search._grid import GridSearcher
 from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
 from search._piper_input import PiperGraph, with_overrides
@@ -82,6 +84,30 @@ class TPEOptions(_Options):
 
         return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
                            memory_penalty=self.memory_penalty)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientOptions(_Options):
+    samples: int = _opt(gradient.DEFAULT_SAMPLES, int, "draws per step (the step's new points to evaluate)", low=2)
+    lr: float = _opt(gradient.DEFAULT_LR, float, "step size on the logits (> 0)", low=0.0)
+    temperature: float = _opt(gradient.DEFAULT_TEMPERATURE, float, "initial softmax temperature (> 0)", low=0.0)
+    cooling: float = _opt(gradient.DEFAULT_COOLING, float, "temperature x this per step, in (0, 1] (1: no "
+                          "annealing)", low=0.0)
+    min_temperature: float = _opt(gradient.DEFAULT_MIN_TEMPERATURE, float, "lowest temperature of the annealing "
+                                  "(> 0)", low=0.0)
+    entropy: float = _opt(gradient.DEFAULT_ENTROPY, float, "weight of the entropy bonus (0: none)", low=0.0)
+    memory_penalty: float = _opt(gradient.DEFAULT_MEMORY_PENALTY, float, "soft memory walls: an out-of-memory "
+                                 "point costs its time x (1 + L x overflow) (0: the worst)", low=0.0)
+    restart: int = _opt(gradient.DEFAULT_RESTART, int, "1: back to the uniform distribution when a step finds "
+                        "few new points; 0: never", low=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # The searcher's own checks (> 0, at most 1, ...), so a bad value fails here, naming its field.
+        GradientSearcher.check_options(**self.to_json())
+
+    def searcher(self, space, *, seed: int) -> GradientSearcher:
+        return GradientSearcher(space, seed=seed, **self.to_json())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Searches (MCMC, TPE) through the sweep machinery: run directory, Parquet parts, checkpoints.
+"""Searches (MCMC, TPE, gradient) through the sweep machinery: run directory, Parquet parts, checkpoints.
 
 MCMC: each study's ensemble of chains runs in one Ray actor (studies side by side, one actor
 each). Every ``checkpoint_every`` steps the actor hands back the rows it evaluated and the
@@ -12,6 +12,12 @@ actor is replaced by a new one built from the last state.
 TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
 each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
 part; ``state/tpe-<study>.json`` records the batches whose trials are told.
+
+Gradient: ask/tell on the driver, each study's step (its batch of samples) evaluated by a Ray
+task, the studies' steps in flight together. Per step: ask, evaluate, write part b, tell, then
+the state ``state/gradient-<study>.npz`` (the searcher's state_dict and the steps done). After a
+kill between the part and the state, the resumed searcher asks the same step again (ask is a
+function of the state), and part b is written again, identically, under the same name.
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ import uuid
 import numpy as np
 
 from costmodel import Metrics, StrategyTable, evaluate_any
-from search._options import MCMCOptions, TPEOptions
+from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
-SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions}
+SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions, "gradient": GradientOptions}
+SearcherOptions = MCMCOptions | TPEOptions | GradientOptions
 
 
 def part_name(study: int, index: int) -> str:
@@ -73,17 +80,19 @@ def _plain(a: np.ndarray):
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def searcher_options(kind: str, recorded: dict) -> MCMCOptions | TPEOptions:
+def searcher_options(kind: str, recorded: dict) -> SearcherOptions:
     """The searcher options a run.json records (its "options"; a field it lacks: the default)."""
     if kind not in SEARCHER_OPTIONS:
         raise ValueError(f"unknown searcher {kind!r}")
     return SEARCHER_OPTIONS[kind].from_json(recorded)
 
 
-def make_searcher(space, options: MCMCOptions | TPEOptions, *, seed: int, storage: str | None = None):
+def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None):
     """The searcher of a run. On a placement space (search.HeteroSpace) MCMC chains also start
     from its named placements and a new TPE study tries them first (random placements are
-    almost all infeasible)."""
+    almost all infeasible). ``storage``: TPE's journal (the others keep no file of their own)."""
+    if isinstance(options, GradientOptions):
+        return options.searcher(space, seed=seed)
     placement = pool_names(space) is not None
     if isinstance(options, MCMCOptions):
         return options.searcher(space, seed=seed, **({"starts": (*space.start_points(), "random")} if placement
@@ -155,23 +164,28 @@ class _Bar:
         self.best = 0.0
         self.t0 = time.perf_counter()
         self.rows = 0
+        self.feasible = 0
 
-    def update(self, rows: int, best: float) -> None:
+    def update(self, rows: int, best: float, feasible: int = 0) -> None:
+        """``rows`` evaluated, of which ``feasible`` fit; ``best`` tokens/s among them."""
         self.rows += rows
+        self.feasible += feasible
         self.best = max(self.best, best)
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {self.feasible:,} feasible seen (this session), best "
+                                 f"{self.best:,.0f} tokens/s", refresh=False)
         self.bar.update(rows)
 
     def close(self) -> None:
         self.bar.close()
 
 
-def _best_of(arrow) -> float:
+def _best_of(arrow) -> tuple[float, int]:
+    """(best tokens/s among the feasible rows, 0 if none; feasible rows) of an Arrow table."""
     import pyarrow.compute as pc
 
     tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
-    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
+    return (float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0), len(tps)
 
 
 # ---- MCMC ------------------------------------------------------------------------------------
@@ -201,7 +215,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, _best_of(arrow))
+        bar.update(used, *_best_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
@@ -326,7 +340,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                         p["batches"] += 1
                         p["evaluations"] += len(old)
                         write_json_atomic(p, marker[s.index])
-                        bar.update(len(old), _best_of(arrow))
+                        bar.update(len(old), *_best_of(arrow))
                         continue
                     if new & old:
                         raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
@@ -341,7 +355,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 p["batches"] += 1
                 p["evaluations"] += len(table)
                 write_json_atomic(p, marker[s.index])
-                bar.update(len(table), _best_of(arrow))
+                bar.update(len(table), *_best_of(arrow))
     finally:
         bar.close()
 
@@ -386,11 +400,70 @@ def _batch_evaluator(in_process: bool):
     return run
 
 
+# ---- gradient ----------------------------------------------------------------------------------
+def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
+    """Steps of up to ``batch`` asks per study until ``budget`` evaluations; step b is part b.
+
+    Order per step: ask, evaluate (a Ray task per study, the studies' steps together), write
+    part b, tell, write the state (module docstring)."""
+    info = rd.info
+    opts = searcher_options("gradient", info["options"])
+    budget, n = int(info["options"]["budget"]), int(info["options"]["batch"])
+    studies = rd.studies()
+    parts = rd.partition("gradient")
+    path = {s.index: os.path.join(rd.state, f"gradient-{s.index:02d}.npz") for s in studies}
+    searchers, prog = {}, {}
+    for s in studies:
+        searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
+        loaded = load_state(path[s.index])
+        if loaded:
+            state, eng = loaded
+            searchers[s.index].load_state_dict(state)  # a state it cannot load is refused in one line
+            prog[s.index] = {"steps": int(eng["steps"]), "evaluations": int(eng["evaluations"]),
+                             "done": bool(eng["done"])}
+        else:
+            prog[s.index] = {"steps": 0, "evaluations": 0, "done": False}
+
+    def save(i: int) -> None:
+        save_state(path[i], searchers[i].state_dict(), prog[i])
+
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="gradient",
+               enabled=progress)
+    evaluate_batch = _batch_evaluator(in_process)
+    try:
+        while True:
+            active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
+            if not active:
+                break
+            asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
+            for s in active:
+                if len(asked[s.index]) == 0:  # nothing new left to ask: every valid point evaluated
+                    prog[s.index]["done"] = True
+                    save(s.index)
+            active = [s for s in active if len(asked[s.index])]
+            results = evaluate_batch([(s.space, asked[s.index]) for s in active])
+            for s, m in zip(active, results, strict=True):
+                p, table = prog[s.index], asked[s.index]
+                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                                 iteration=p["steps"], grid_index=None, metadata=rd.metadata(s),
+                                 pool_names=pool_names(s.space))
+                write_part(arrow, os.path.join(parts, part_name(s.index, p["steps"])))  # rows first
+                searchers[s.index].tell(table, m)
+                p["steps"] += 1
+                p["evaluations"] += len(table)
+                save(s.index)  # then the state
+                bar.update(len(table), *_best_of(arrow))
+    finally:
+        bar.close()
+
+
 def run_search(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     kind = rd.info["searcher"]
     if kind == "mcmc":
         run_mcmc(rd, in_process=in_process, progress=progress)
     elif kind == "tpe":
         run_tpe(rd, in_process=in_process, progress=progress)
+    elif kind == "gradient":
+        run_gradient(rd, in_process=in_process, progress=progress)
     else:
         raise ValueError(f"run.json names an unknown searcher {kind!r}")

@@ -14,7 +14,7 @@ import sweep._search_engine as engine
 from cli._specs import options_from_args
 from costmodel import InputError, cluster_preset, model_preset
 from search import exact_space
-from search._options import GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from search._piper_input import load_piper_graph
 from tests.sweep_helpers import rows
 
@@ -29,6 +29,13 @@ NON_DEFAULT = {
                   "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty)},
     TPEOptions: {"startup_trials": (3, "--startup-trials", lambda s: s._sampler_args["n_startup_trials"]),
                  "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty)},
+    GradientOptions: {"samples": (5, "--samples", lambda s: s.samples), "lr": (0.25, "--lr", lambda s: s.lr),
+                      "temperature": (2.0, "--temperature", lambda s: s.temperature),
+                      "cooling": (0.9, "--cooling", lambda s: s.cooling),
+                      "min_temperature": (0.5, "--min-temperature", lambda s: s.min_temperature),
+                      "entropy": (0.02, "--entropy", lambda s: s.entropy),
+                      "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty),
+                      "restart": (0, "--restart", lambda s: s.restart)},
     GridOptions: {"start": (5, "--start", lambda s: s.start), "stop": (900, "--stop", lambda s: s.stop)},
     PiperOptions: {"devices": (3, "--devices", lambda g: g.max_devices),
                    "memory_bytes": (2.5e9, "--memory", lambda g: g.max_memory_bytes),
@@ -61,7 +68,7 @@ def _record_searchers(monkeypatch) -> list:
     return built
 
 
-@pytest.mark.parametrize("cls,kind", [(MCMCOptions, "mcmc"), (TPEOptions, "tpe")])
+@pytest.mark.parametrize("cls,kind", [(MCMCOptions, "mcmc"), (TPEOptions, "tpe"), (GradientOptions, "gradient")])
 def test_options_reach_the_searcher_of_a_run_and_of_its_resume(cls, kind, tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "run")
     built = _record_searchers(monkeypatch)

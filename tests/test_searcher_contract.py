@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 
 from costmodel import cluster_preset, evaluate_any, model_preset
-from search import GridSearcher, HeteroSpace, RandomSearcher, SearchSpace, Space, TPESearcher, exact_space
+from search import (
+    GradientSearcher,
+    GridSearcher,
+    HeteroSpace,
+    RandomSearcher,
+    SearchSpace,
+    Space,
+    TPESearcher,
+    exact_space,
+    partition_space,
+)
 from tests.searcher_contract import (
     SearcherContract,
     columns_equal,
@@ -72,14 +82,15 @@ def test_plain_placement_check_agrees_with_the_space():
     np.testing.assert_array_equal(ok, valid)
 
 
-@pytest.mark.parametrize("kind", ["grid", "random", "tpe"])
+@pytest.mark.parametrize("kind", ["grid", "random", "tpe", "gradient"])
 def test_searchers_use_only_declared_members(space, kind, tmp_path):
     """A searcher driven through OnlyDeclared asks what it asks on the space itself (MCMC's moves
     read the structure of each kind of space, so they are not part of this check)."""
     if kind == "grid" and space.strides is None:
         pytest.skip("no grid over 2**63 points")
     make = {"grid": lambda s: GridSearcher(s, chunk=4096), "random": lambda s: RandomSearcher(s, seed=3),
-            "tpe": lambda s: TPESearcher(s, seed=3, n_startup_trials=4)}[kind]
+            "tpe": lambda s: TPESearcher(s, seed=3, n_startup_trials=4),
+            "gradient": lambda s: GradientSearcher(s, seed=3, samples=8)}[kind]
     plain, proxied = make(space), make(OnlyDeclared(space))
     for _ in range(2):
         a, b = plain.ask(6), proxied.ask(6)
@@ -87,6 +98,27 @@ def test_searchers_use_only_declared_members(space, kind, tmp_path):
         m = evaluate_any(space.model, space.cluster, a)
         plain.tell(a, m)
         proxied.tell(b, m)
+
+
+# ---- the gradient searcher passes the contract on every kind of space -------------------------
+class TestGradientContract(SearcherContract):
+    """On the exact and the placement space (the module's ``space``)."""
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: GradientSearcher(space, seed=seed, samples=16)
+
+
+class TestGradientPartitionContract(SearcherContract):
+    """Per-stage distributions: boundary shifts and recompute of each stage."""
+
+    @pytest.fixture(scope="class")
+    def space(self):
+        return partition_space(model_preset("gpt3-175b"), cluster_preset("h100x1024"), 1536)
+
+    @pytest.fixture
+    def make_searcher(self, space):
+        return lambda seed: GradientSearcher(space, seed=seed, samples=16)
 
 
 # ---- mutants: RandomSearcher broken in one way each ----------------------------------------

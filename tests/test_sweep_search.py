@@ -1,4 +1,5 @@
-"""MCMC and TPE searches as runs: checkpoints, kill -9 and resume, a killed actor, several studies."""
+"""MCMC, TPE and gradient searches as runs: checkpoints, kill -9 and resume, a killed actor, several
+studies."""
 
 from __future__ import annotations
 
@@ -167,6 +168,67 @@ def test_tpe_kill_9_then_resume_trials_add_up(tpe_reference, tmp_path):
     assert states.get("RUNNING", 0) == 0 and states["COMPLETE"] >= TPE_BUDGET
     marker = json.load(open(os.path.join(out, "state", "tpe-00.json")))
     assert marker["batches"] == batches and marker["evaluations"] == TPE_BUDGET
+
+
+GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16"]
+GRADIENT_BUDGET = 160
+
+
+@pytest.fixture(scope="module")
+def gradient_reference(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("gradient") / "run")
+    cli("search", "gradient", *EXACT, *GRADIENT, "--out", out, "--in-process", "--no-progress")
+    return out
+
+
+def test_gradient_run_parts_state_and_budget(gradient_reference):
+    df = rows(gradient_reference)
+    assert len(df) == GRADIENT_BUDGET and not df.duplicated(STRATEGY).any()  # the memo asks new points only
+    assert set(df["searcher"].astype(str)) == {"gradient"}
+    steps = df["iteration"].nunique()
+    assert steps == GRADIENT_BUDGET // 16  # 16 new points per step
+    assert len(parts(os.path.join(gradient_reference, "results", "searcher=gradient"))) == steps  # a part per step
+    with np.load(os.path.join(gradient_reference, "state", "gradient-00.npz"), allow_pickle=False) as z:
+        assert int(z["e.steps"]) == steps == int(z["s.step"]) and int(z["e.evaluations"]) == GRADIENT_BUDGET
+    out = cli("resume", gradient_reference, "--in-process", "--no-progress", "--top", "1").stdout
+    assert f"{best(gradient_reference)[-1]:,.0f}" in out
+    assert len(rows(gradient_reference)) == GRADIENT_BUDGET
+
+
+def test_gradient_interrupted_between_part_and_state_resumes_as_uninterrupted(gradient_reference, tmp_path,
+                                                                              monkeypatch):
+    # The run stops after writing part 3 and before its state: the resumed run asks step 3 again and
+    # writes part 3 again under the same name; the rows equal the uninterrupted run's.
+    import cli as plansweep
+    import sweep._search_engine as engine
+
+    out = str(tmp_path / "run")
+    real, calls = engine.save_state, []
+
+    def stop_at_fourth(path, state, eng):
+        calls.append(path)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        real(path, state, eng)
+
+    monkeypatch.setattr(engine, "save_state", stop_at_fourth)
+    argv = ["search", "gradient", *EXACT, *GRADIENT, "--out", out, "--in-process", "--no-progress"]
+    assert plansweep.main(argv) == 130
+    assert len(parts(os.path.join(out, "results", "searcher=gradient"))) == 4 and len(rows(out)) == 64
+    monkeypatch.setattr(engine, "save_state", real)
+    assert plansweep.main(["resume", out, "--in-process", "--no-progress"]) == 0
+    assert_same_run(out, gradient_reference)
+
+
+@pytest.mark.slow
+def test_gradient_kill_9_then_resume_equals_uninterrupted(gradient_reference, tmp_path):
+    out = str(tmp_path / "run")
+    proc = start("search", "gradient", *EXACT, *GRADIENT, "--out", out, "--workers", "1", "--no-progress")
+    n = kill_when(proc, os.path.join(out, "results", "searcher=gradient"), at_least=3)
+    assert n < GRADIENT_BUDGET // 16, "killed after the last step"
+    cli("resume", out, "--workers", "1", "--no-progress")
+    assert_same_run(out, gradient_reference)
+    assert best(out) == best(gradient_reference)
 
 
 def test_several_studies_side_by_side(tmp_path):
