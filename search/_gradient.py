@@ -74,7 +74,6 @@ from search._memo import (
     row_time_proxy,
     stage_width,
 )
-from search._tpe import _core_valid, walk_order
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
 # partition problem), kept apart from the reported seeds 0-9 (BENCHMARKS.md, "Gradient search").
@@ -194,6 +193,8 @@ class GradientSearcher(Searcher):
         self._canonical = space.canonical_digits(1)[0]
         core = [k for k, d in enumerate(space.dims) if "." not in d.name]
         self._stage_dims = [k for k, d in enumerate(space.dims) if "." in d.name]
+        from search._tpe import _core_valid, walk_order  # here: search._tpe imports optuna
+
         valid = _core_valid(space, core, self._canonical)
         self._walk = _Walk(valid, walk_order(valid, core)) if valid is not None else None
         self._free = [] if valid is not None else core  # drawn independently (no walk)
