@@ -75,8 +75,16 @@ from optuna.trial import TrialState
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
+from search._screen import screened
 
 DEFAULT_N_STARTUP_TRIALS = 20
+# ``n_startup_trials`` None (auto): DEFAULT_N_STARTUP_TRIALS without a budget; with one, a tenth
+# of it, between MIN_STARTUP_TRIALS and DEFAULT_N_STARTUP_TRIALS (auto_startup_trials).
+MIN_STARTUP_TRIALS = 4
+STARTUP_SHARE = 10
+# Study user attributes of an enumeration (search._screen): points told, feasible among them.
+ENUM_ATTR = "plansweep_enumerated"
+ENUM_FEASIBLE_ATTR = "plansweep_enumerated_feasible"
 # 0: out-of-memory rows are constraint violations (c-TPE); > 0: soft memory walls (module docstring).
 DEFAULT_MEMORY_PENALTY = 0.1
 # Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
@@ -128,10 +136,15 @@ class TPESearcher(Searcher):
     """
 
     def __init__(self, space: SearchSpace, *, seed: int, storage: str | os.PathLike | None = None,
-                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int | None = None,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
                  group: bool = False, constant_liar: bool = True,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS) -> None:
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS,
+                 budget: int | None = None, screen: bool = True) -> None:
+        if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
+            raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
+        if n_startup_trials is None:
+            n_startup_trials = auto_startup_trials(budget)
         if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
@@ -143,6 +156,15 @@ class TPESearcher(Searcher):
                              memory_penalty)
         self.memory_penalty = float(memory_penalty)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # Feasibility first (search._screen): the walk covers only the points that fit in memory
+        # where the space can be screened; all of them are evaluated where the budget covers them.
+        self.base_space = space
+        self.screen = bool(screen)
+        space, members = screened(space, enabled=screen)
+        self.points_fit = None if members is None else int(members.size)
+        self.budget = None if budget is None else int(budget)
+        self._enumeration = members if (budget is not None and members is not None
+                                        and 0 < members.size <= budget) else None
         self.space = space
         self.seed = int(seed)
         self.study_name = study_name
@@ -181,18 +203,42 @@ class TPESearcher(Searcher):
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._rebuild_from_studies()
+        if members is not None and members.size and self._enumeration is None and not self.trials:
+            # Feasibility first: a new study over the points that fit tries the space's recipes
+            # first (data parallelism and Megatron-LM's, chosen among the points that fit); the
+            # first study only (queued in both studies as well, 6 seeds on 5 problems of
+            # BENCHMARKS.md "Search quality on more problems" came out no better).
+            self.enqueue(list(space.start_points().values()))
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError("n", "an integer >= 0", n)
+        if self._enumeration is not None:  # the budget covers every point that fits: all of them
+            told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
+            return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
         if not self._pending and n > 0:
             self._use(self._next_walk())
             self._new_batch(int(n))
         digits = self._pending_digits()[: int(n)]
         return self.space.table(digits)
 
+    @property
+    def feasible_seen(self) -> int:
+        """Distinct feasible points told so far."""
+        if self._enumeration is not None:
+            return int(self._studies[0].user_attrs.get(ENUM_FEASIBLE_ATTR, 0))
+        _, vals = self._memo.arrays()
+        return int(np.isfinite(vals[:, 0]).sum()) if len(vals) else 0
+
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if self._enumeration is not None:  # the next points of the list, in order (state in the study)
+            study = self._studies[0]
+            cost, _ = row_costs(metrics, self._hbm_bytes)
+            study.set_user_attr(ENUM_ATTR, int(study.user_attrs.get(ENUM_ATTR, 0)) + len(table))
+            study.set_user_attr(ENUM_FEASIBLE_ATTR, int(study.user_attrs.get(ENUM_FEASIBLE_ATTR, 0))
+                                + int(np.isfinite(cost).sum()))
+            return
         if not self._pending and len(table):
             # Replay on a fresh searcher: draw the batch this table came from.
             self._use(self._next_walk())
@@ -460,6 +506,15 @@ class TPESearcher(Searcher):
     def trials(self) -> int:
         """Trials in the studies (including those outside the space, told without evaluation)."""
         return sum(len(study.get_trials(deepcopy=False)) for study in self._studies)
+
+
+def auto_startup_trials(budget: int | None) -> int:
+    """Start-up (random) trials per study for ``n_startup_trials=None``: DEFAULT_N_STARTUP_TRIALS
+    without a budget; with one, budget / STARTUP_SHARE between MIN_STARTUP_TRIALS and
+    DEFAULT_N_STARTUP_TRIALS (a budget of 42: 4 per study; 200 or more: 20)."""
+    if budget is None:
+        return DEFAULT_N_STARTUP_TRIALS
+    return int(min(max(budget // STARTUP_SHARE, MIN_STARTUP_TRIALS), DEFAULT_N_STARTUP_TRIALS))
 
 
 def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | None:
