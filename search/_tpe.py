@@ -8,7 +8,8 @@ digits fixed so far (no parameter when one digit is allowed). The order of the w
 prior: a choice made early gets an equal share of the sampler's prior, one made late shares
 what the earlier choices left it.
 
-Two walks, two studies (``walks`` "both", the default). No one order suits every problem, so
+Two walks, two studies (``walks`` "both", the default from a budget of SINGLE_WALK_BUDGET, or
+without a budget; below it "auto" runs the "roots" study alone). No one order suits every problem, so
 two studies take turns, batch by batch (the one that has asked fewer points asks next):
     "digits"  the space's digit order (tp, pp, cp, micro-batch, schedule, vpp, SP, ZeRO,
               recompute on the exact space), study ``study_name``;
@@ -107,7 +108,14 @@ ASKED_ATTR = "asked"
 # The studies a TPESearcher runs, by its ``walks`` argument: one per order of the conditional
 # walk, taking turns batch by batch (module docstring).
 WALKS = {"both": ("digits", "roots"), "digits": ("digits",), "roots": ("roots",)}
-DEFAULT_WALKS = "both"
+DEFAULT_WALKS = "auto"
+# walks "auto": one study ("roots") below this budget, where two studies would halve each one's
+# trials, else "both". At 2% budgets of 15-106 evaluations (BENCHMARKS.md, "Search quality on more
+# problems", 10 seeds) "roots" alone had a smaller or equal median gap than "both" on all eight
+# problems (e.g. 405B 0.26% against 2.61%, GPT-3 4.73% against 8.44%, 22B 0.00% against 4.37%;
+# Llama 70B: 0.00% both, but 6/10 seeds within 1% against 8/10); "both" stays for budgets like
+# the exact space's 980, where it was measured.
+SINGLE_WALK_BUDGET = 256
 
 
 def _batch_seed(seed: int, trials: int, walk: int = 0) -> int:
@@ -131,8 +139,9 @@ class TPESearcher(Searcher):
     weights, warn_independent_sampling, constraints_func) are left at None, which means their
     documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
-    ``walks`` ("both", "digits" or "roots"): the studies run, one per order of the conditional
-    walk (module docstring).
+    ``walks`` ("auto", "both", "digits" or "roots"): the studies run, one per order of the
+    conditional walk (module docstring); "auto" is "roots" for a budget below SINGLE_WALK_BUDGET,
+    else "both".
     """
 
     def __init__(self, space: SearchSpace, *, seed: int, storage: str | os.PathLike | None = None,
@@ -149,8 +158,11 @@ class TPESearcher(Searcher):
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
             raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
-        if walks not in WALKS:
-            raise InputError("walks", "one of " + ", ".join(WALKS), walks)
+        if walks not in (*WALKS, "auto"):
+            raise InputError("walks", "one of auto, " + ", ".join(WALKS), walks)
+        if walks == "auto":
+            walks = "roots" if budget is not None and budget < SINGLE_WALK_BUDGET else "both"
+        self.walks = walks
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory rows violate a constraint)",
                              memory_penalty)
