@@ -15,9 +15,8 @@ from search import default_space as search_default_space
 
 
 def default_space(model, cluster, global_batch: int) -> StrategyTable:
-    """The valid rows of search.default_space (one definition of the default space): every GPU
-    used, tp | heads (<= a node), pp | layers (<= 64), cp in {1, 2} for long sequences, micro-batch
-    1-8, 1F1B / interleaved (v = 2, 3, 4) / ZB-H1, recompute, SP, ZeRO 0-1, DP overlap on."""
+    """The valid rows of search.default_space (one definition of the default space, derived from
+    the model and the cluster: search.default_choices)."""
     space = search_default_space(model, cluster, global_batch)
     return space.rows(0, space.size)[1]
 
@@ -44,6 +43,17 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
     exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
     order = np.argsort(exact["step_time_s"], kind="stable")
     return cand[order], exact.take(order)
+
+
+def idle_note(table, cluster) -> str:
+    """One line on the GPUs the printed rows leave idle (dp x tp x pp x cp below the cluster's)."""
+    if isinstance(cluster, HeteroCluster) or not len(table):
+        return "GPUs used: every row uses all of them" if len(table) else ""
+    idle = cluster.num_gpus - np.asarray(table.num_gpus)
+    rows = [f"#{i + 1} {int(n):,}" for i, n in enumerate(idle) if n > 0]
+    if not rows:
+        return f"GPUs used: every row uses all {cluster.num_gpus:,}"
+    return f"idle GPUs (of {cluster.num_gpus:,}; dp is the largest that fits beside tp x pp x cp): " + ", ".join(rows)
 
 
 RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is mostly invalid rows)
@@ -75,5 +85,6 @@ def run(args) -> int:
                      cluster=cluster.name, iteration=0, grid_index=None, pool_names=pool_names(space))
     print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
+    print(idle_note(table.take(idx[keep][:top]), cluster))
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator)")
     return 0

@@ -189,8 +189,8 @@ def _register_random(searchers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_space_searcher, options=None)
 
 
-def _make(args, options, space, seed: int):
-    """The searcher of a run without --out."""
+def _make(args, options, space, seed: int, budget: int | None = None):
+    """The searcher of a run without --out (``budget``: the run's evaluations)."""
     from sweep._search_engine import make_searcher
 
     if options is None:
@@ -199,7 +199,8 @@ def _make(args, options, space, seed: int):
         if int(space.size) >= 2**63:
             raise InputError("--space", "a space of fewer than 2**63 points for grid search", f"{space.size:.3e}")
         return options.searcher(space)
-    return make_searcher(space, options, seed=seed, storage=args.storage if args.searcher == "tpe" else None)
+    return make_searcher(space, options, seed=seed, storage=args.storage if args.searcher == "tpe" else None,
+                         budget=budget)
 
 
 def _run_space_searcher(args: argparse.Namespace) -> int:
@@ -222,7 +223,7 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
                          args.cluster)
     else:
         space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
-    found = run_searcher(_make(args, options, space, seed), model, cluster, budget=budget, batch=batch, top=top)
+    found = run_searcher(_make(args, options, space, seed, budget), model, cluster, budget=budget, batch=batch, top=top)
     report(args, args.searcher, space, *found)
     return 0
 

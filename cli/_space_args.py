@@ -17,12 +17,13 @@ from cli._specs import number
 from costmodel import RECOMPUTE, Cluster, InputError, Transformer
 from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, dimension_values
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
+from search._space import DEFAULT_SPACE_FLAGS
 
 SPACES = ("default", "exact", "partition", "fixed")
 
 # The dimensions with a flag, in --help order: the flag is the name with dashes, the values and
 # their spellings those of costmodel's DIMENSION_VALUES.
-SPACE_DIMS = ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "schedule", "vpp", "recompute",
+SPACE_DIMS = ("dp", "tp", "pp", "light_ends", "cp", "micro_batch", "microbatches", "schedule", "vpp", "recompute",
               "sequence_parallel", "zero_stage", "precision", "overlap_dp", "stage_shift", "stage_recompute")
 SPACE_FLAGS = tuple((dim, "--" + dim.replace("_", "-")) for dim in SPACE_DIMS)
 
@@ -41,16 +42,24 @@ def _what(dim: str) -> str:
 def add_space_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "strategy space", "comma-separated choices per dimension; a dimension without a flag keeps the "
-        "--space's choices (without --dp, dp = GPUs / (tp pp cp))")
+        "--space's choices (without --dp, dp is derived: GPUs / (tp pp cp), or with idle GPUs allowed the "
+        "largest dp that fits and divides the batch)")
     g.add_argument("--space", default="default", metavar="{" + ",".join(SPACES) + "}",
-                   help="default: plansweep rank's space; exact: GPT-3-scale global degrees, micro-batch, "
-                   "schedule, recompute, ZeRO; partition: exact + uneven stages and per-stage recompute; fixed: only "
-                   "the dimensions given by flags vary, the rest keep single defaults (1F1B, no recompute, "
-                   "bf16, ...)")
+                   help="default: plansweep rank's space, derived from the model and the cluster (tp | heads "
+                   "within a node, pp from the layer count with balanced stages and first/last stages 0-2 layers "
+                   "lighter, ZeRO 0-3, idle GPUs allowed); exact: GPT-3-scale global degrees (pp powers of two, "
+                   "balanced stages), micro-batch, schedule, recompute, ZeRO; partition: exact + uneven stages and "
+                   "per-stage recompute; fixed: only the dimensions given by flags vary, the rest keep single "
+                   "defaults (1F1B, no recompute, bf16, ...)")
     g.add_argument("--global-batch", metavar="N", default=None,
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
-    g.add_argument("--partial-gpus", action="store_true",
-                   help="degrees may use fewer GPUs than the cluster has (default: all of them)")
+    gpus = g.add_mutually_exclusive_group()
+    gpus.add_argument("--partial-gpus", action="store_true",
+                      help="degrees may use fewer GPUs than the cluster has (dp the largest that fits); the "
+                      "default space's default")
+    gpus.add_argument("--all-gpus", action="store_true",
+                      help="degrees must use every GPU of the cluster; the default of the exact, partition and "
+                      "fixed spaces")
     for dim, flag in SPACE_FLAGS:
         g.add_argument(flag, dest="space_" + dim, metavar="V,..", default=None, help=_what(dim))
 
@@ -108,20 +117,28 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
             base.update(stage_shift=list(PARTITION_SHIFTS), stage_recompute=list(RECOMPUTE))
     if "microbatches" in given:
         base.pop("micro_batch", None)
+    if "stage_shift" in given and "light_ends" not in given:
+        base.pop("light_ends", None)
     if "stage_recompute" in given:
         base.pop("recompute", None)
     if "recompute" in given and args.space == "partition" and "stage_recompute" not in given:
         base.pop("stage_recompute", None)
     choices = {**base, **given}
     flags = dict(SPACE_FLAGS)
+    all_gpus = DEFAULT_SPACE_FLAGS["all_gpus"] if args.space == "default" else True
+    all_gpus = True if getattr(args, "all_gpus", False) else False if args.partial_gpus else all_gpus
+    uneven = DEFAULT_SPACE_FLAGS["uneven"] if args.space == "default" else args.space == "exact"
+    if "stage_shift" in choices:
+        uneven = False
     try:
-        space = Space.from_options(model, cluster, global_batch=batch, base="fixed",
-                                   all_gpus=not args.partial_gpus, **choices)
+        space = Space.from_options(model, cluster, global_batch=batch, base="fixed", all_gpus=all_gpus,
+                                   uneven=uneven, **choices)
     except InputError as exc:
         name = exc.argument
         raise InputError(flags.get(name.split(".")[0], name), exc.expected, exc.got) from None
     if space.valid_count() == 0:  # nothing to sweep, rank or search: say so before writing anything
-        raise InputError("space options", "choices with at least one valid strategy (degrees that use the "
-                         f"{cluster.num_gpus} GPUs, dp x micro-batch dividing the global batch, tp dividing the heads)",
+        raise InputError("space options", "choices with at least one valid strategy (degrees that use "
+                         f"{'the' if all_gpus else 'at most the'} {cluster.num_gpus} GPUs, dp x micro-batch dividing the "
+                         "global batch, tp dividing the heads)",
                          f"none of {space.size:,} combinations valid with global batch {batch}")
     return space

@@ -34,6 +34,7 @@ from costmodel._hetero_cluster import (
 )
 from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
 from costmodel._hetero_strategy import HeteroTable
+from costmodel._memory import memory_screen
 from costmodel._linear import (
     H100_SXM5_SEED001,
     LinearDevice,
@@ -60,7 +61,7 @@ __all__ = [
     "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_any", "evaluate_hetero",
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
-    "model_from_mapping", "FailureModel", "goodput", "plan_goodput",
+    "model_from_mapping", "FailureModel", "goodput", "plan_goodput", "memory_screen",
     "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",
 ]
 

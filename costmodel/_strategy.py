@@ -45,7 +45,7 @@ DEFAULT_GLOBAL_BATCH = 1536
 # dimension base.J takes the values of its base.
 DIMENSION_VALUES: dict[str, tuple | type] = {
     **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "global_batch", "vpp")},
-    "zero_stage": (0, 3), "stage_shift": (None, None),
+    "zero_stage": (0, 3), "stage_shift": (None, None), "light_ends": (0, None),
     **CODE_COLUMNS, "stage_recompute": RECOMPUTE,
     **{name: bool for name in BOOL_COLUMNS},
 }

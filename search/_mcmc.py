@@ -70,10 +70,18 @@ from search._memo import (
     stage_width,
 )
 from search._moves import proposer
+from search._screen import screened
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
-# settings for every seed.
+# settings for every seed. ``chains`` None (auto): DEFAULT_CHAINS, or with a budget
+# budget // STEPS_PER_CHAIN chains, at least MIN_CHAINS and at most DEFAULT_CHAINS (auto_chains).
 DEFAULT_CHAINS = 8
+MIN_CHAINS = 2
+STEPS_PER_CHAIN = 32
+# Steps without a new point (every proposal's cost known) after which every chain restarts at a
+# novel point: the chains have exhausted their neighbourhoods (small screened spaces; only where
+# the walk is screened, search._screen).
+EXHAUSTED_STEPS = 20
 # A 1% slower proposal is accepted with probability exp(-1.6) = 0.2, a 5% slower one with
 # exp(-8) = 3e-4: the chains climb almost greedily and leave a local optimum through the soft
 # memory walls and the restarts below rather than by going downhill.
@@ -100,6 +108,7 @@ MAX_SKIPPED_STEPS = 1000
 START_STREAM = 1
 STEP_STREAM = 2
 RESTART_STREAM = 3
+EXHAUSTED_STREAM = 4
 STATE_VERSION = 2
 
 
@@ -124,12 +133,26 @@ class MCMCSearcher(Searcher):
     cost and advances the step; proposals left untold stay unknown and their chains stay put.
     """
 
-    def __init__(self, space: SearchSpace, *, seed: int, chains: int = DEFAULT_CHAINS, beta: float = DEFAULT_BETA,
+    def __init__(self, space: SearchSpace, *, seed: int, chains: int | None = None, beta: float = DEFAULT_BETA,
                  reset_every: int = DEFAULT_RESET_EVERY, restart_after: int = DEFAULT_RESTART_AFTER,
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
                  restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
-                 starts: Sequence[str] = DEFAULT_STARTS) -> None:
+                 starts: Sequence[str] = DEFAULT_STARTS, budget: int | None = None, screen: bool = True) -> None:
+        if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
+            raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
+        # Feasibility first (search._screen): walk only the points that fit in memory where the
+        # space can be screened; evaluate all of them where the budget covers them.
+        self.base_space = space
+        self.screen = bool(screen)
+        space, members = screened(space, enabled=screen)
+        self.points_fit = None if members is None else int(members.size)
+        self.budget = None if budget is None else int(budget)
+        self._enumeration = members if (budget is not None and members is not None
+                                        and 0 < members.size <= budget) else None
+        self._enum_told = 0
+        self.feasible_seen = 0  # distinct feasible points told
+        chains = auto_chains(self.budget) if chains is None else chains
         if not isinstance(chains, (int, np.integer)) or chains < 1:
             raise InputError("chains", "an integer >= 1", chains)
         if not np.isfinite(beta) or beta < 0:
@@ -199,6 +222,9 @@ class MCMCSearcher(Searcher):
     def ask(self, n: int) -> StrategyTable:
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError("n", "an integer >= 0", n)
+        if self._enumeration is not None:  # the budget covers every point that fits: all of them
+            idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
+            return self.space.table(self.space.digits_of(idx))
         st = self._draw()
         rows = st.ask_rows[: int(n)]
         table = self.space.table(st.proposal[rows])
@@ -206,6 +232,9 @@ class MCMCSearcher(Searcher):
         return table
 
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if self._enumeration is not None:
+            self._tell_enumerated(table, metrics)
+            return
         st = self._draw()
         if len(table):
             cost, excess = row_costs(metrics, self._hbm_bytes)
@@ -218,14 +247,30 @@ class MCMCSearcher(Searcher):
                     pos = match_rows(row_keys(table, self.space.model.layers, self._width),
                                      row_keys(asked, self.space.model.layers, self._width))
                 hit = pos >= 0
+                new, _ = self._memo.lookup(st.ask_keys[pos[hit]])
+                self.feasible_seen += int(np.sum(np.isfinite(cost[hit]) & ~new))
                 self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
                 told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
                 np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
         self._advance(st)
 
+    def _tell_enumerated(self, table: StrategyTable, metrics: Metrics) -> None:
+        """Enumeration: the told rows are the next points of the list, in order."""
+        idx = self._enumeration[self._enum_told: self._enum_told + len(table)]
+        cost, excess = row_costs(metrics, self._hbm_bytes)
+        self._enum_told += len(idx)
+        self.feasible_seen += int(np.isfinite(cost[: len(idx)]).sum())
+        if len(idx):
+            i = int(np.lexsort((excess[: len(idx)], cost[: len(idx)]))[0])
+            if (cost[i], excess[i]) < tuple(self._best):
+                self._best = np.array([cost[i], excess[i]])
+                self._best_x = self.space.digits_of(idx[i: i + 1])[0]
+        self._step += 1
+
     def state_dict(self) -> dict:
         keys, vals = self._memo.arrays()
         return {
+            "enum_told": self._enum_told, "feasible_seen": self.feasible_seen,
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
             "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
             "proxy": self._proxy.copy(),
@@ -256,6 +301,8 @@ class MCMCSearcher(Searcher):
         self._visits = np.asarray(state["visits"], dtype=np.int64).reshape(self._visits.shape).copy()
         self._memo = Memo(keys_from_plain(state["memo_keys"]),
                           np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
+        self._enum_told = int(state.get("enum_told", 0))
+        self.feasible_seen = int(state.get("feasible_seen", 0))
         self._cached = None
 
     # -- reading the state -------------------------------------------------------------------
@@ -276,11 +323,14 @@ class MCMCSearcher(Searcher):
         once (a pure function of the told history, so ask stays reproducible), up to
         MAX_SKIPPED_STEPS in a row; after that the step is returned with nothing to ask (the
         chains have exhausted what they can reach) and ask() returns an empty table."""
-        for _ in range(MAX_SKIPPED_STEPS):
+        for skipped in range(MAX_SKIPPED_STEPS):
             st = self._draw_one()
             if len(st.ask_rows):
                 return st
             self._advance(st)
+            if self.points_fit and skipped % EXHAUSTED_STEPS == EXHAUSTED_STEPS - 1:
+                # Nothing new for EXHAUSTED_STEPS steps: every chain starts again at a novel point.
+                self._restart(np.arange(self.chains), EXHAUSTED_STREAM)
         return self._draw_one()
 
     def _draw_one(self) -> _Step:
@@ -402,26 +452,31 @@ class MCMCSearcher(Searcher):
             dup[first] = False
             stale = np.union1d(stale, np.flatnonzero(dup & ~np.isnan(self._cost)))
         if stale.size:
-            rng = np.random.default_rng([self.seed, RESTART_STREAM, self._step])
-            if self.restart_novel:
-                # The most novel of NOVELTY_CANDIDATES random valid points: the largest sum over
-                # dimensions of 1 / sqrt(1 + points evaluated with that digit) (count-based
-                # exploration bonus, as in Strehl & Littman 2008's MBIE-EB).
-                R = max(1, min(NOVELTY_CANDIDATES, NOVELTY_CANDIDATES_PER_STEP // stale.size))
-                D = self._x.shape[1]
-                cand = self.space.random_digits(rng, stale.size * R).reshape(stale.size, R, D)
-                bonus = (1.0 / np.sqrt(1.0 + self._visits[np.arange(D)[None, None, :], cand])).sum(axis=2)
-                self._x[stale] = cand[np.arange(stale.size), np.argmax(bonus, axis=1)]
-            else:
-                self._x[stale] = self.space.random_digits(rng, stale.size)
-            self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
-            self._chain_best[stale] = np.inf
-            self._stale[stale] = 0
+            self._restart(stale)
         if self.reset_every and self._step % self.reset_every == 0 and np.isfinite(self._best[0]):
             self._x = np.broadcast_to(self._best_x, self._x.shape).copy()
             self._cost = np.full(self.chains, self._best[0])
             self._excess = np.full(self.chains, self._best[1])
             self._proxy = np.full(self.chains, self._best[0])
+
+    def _restart(self, stale: np.ndarray, stream: int = RESTART_STREAM) -> None:
+        """Chains ``stale`` start again at novel (restart_novel) or random valid points."""
+        rng = np.random.default_rng([self.seed, stream, self._step])
+        if self.restart_novel:
+            # The most novel of NOVELTY_CANDIDATES random valid points: the largest sum over
+            # dimensions of 1 / sqrt(1 + points evaluated with that digit) (count-based
+            # exploration bonus, as in Strehl & Littman 2008's MBIE-EB).
+            R = max(1, min(NOVELTY_CANDIDATES, NOVELTY_CANDIDATES_PER_STEP // stale.size))
+            D = self._x.shape[1]
+            cand = self.space.random_digits(rng, stale.size * R).reshape(stale.size, R, D)
+            bonus = (1.0 / np.sqrt(1.0 + self._visits[np.arange(D)[None, None, :], cand])).sum(axis=2)
+            self._x[stale] = cand[np.arange(stale.size), np.argmax(bonus, axis=1)]
+        else:
+            self._x[stale] = self.space.random_digits(rng, stale.size)
+        self._cost[stale] = self._excess[stale] = self._proxy[stale] = np.nan
+        self._chain_best[stale] = np.inf
+        self._stale[stale] = 0
+        self._cached = None
 
     def _soft_cost(self, cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray) -> np.ndarray:
         """(C,) cost with soft memory walls: the cost where feasible; for an out-of-memory point
@@ -430,3 +485,12 @@ class MCMCSearcher(Searcher):
         with np.errstate(invalid="ignore"):
             penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
         return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))
+
+
+def auto_chains(budget: int | None) -> int:
+    """Chains for ``chains=None``: DEFAULT_CHAINS without a budget; with one, one chain per
+    STEPS_PER_CHAIN evaluations, between MIN_CHAINS and DEFAULT_CHAINS (a budget of 42 runs 2
+    chains of about 21 steps, one of 980 the 8 chains the defaults were tuned with)."""
+    if budget is None:
+        return DEFAULT_CHAINS
+    return int(min(max(budget // STEPS_PER_CHAIN, MIN_CHAINS), DEFAULT_CHAINS))

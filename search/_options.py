@@ -22,13 +22,16 @@ from costmodel import InputError
 from search import _gradient as gradient
 from search._gradient import GradientSearcher
 from search._grid import GridSearcher
-from search._mcmc import DEFAULT_BETA, DEFAULT_CHAINS, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
+from search._mcmc import DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
 from search._piper_input import PiperGraph, with_overrides
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
-from search._tpe_defaults import DEFAULT_N_STARTUP_TRIALS
 
 if TYPE_CHECKING:
     from search._tpe import TPESearcher
+
+SCREEN_HELP = ("feasibility first: 1 walks only the points that fit in memory (a memory-only screen of the whole "
+               "space, where it has at most 2,000,000 valid points) and evaluates all of them when the budget covers "
+               "them; 0 walks every valid point")
 
 
 def _opt(default, kind: type, help: str, low=None, flag: str | None = None):
@@ -61,29 +64,35 @@ class _Options:
 
 @dataclass(frozen=True, kw_only=True)
 class MCMCOptions(_Options):
-    chains: int = _opt(DEFAULT_CHAINS, int, "chains", low=1)
+    chains: int | None = _opt(None, int, "chains (default auto: budget / 32 between 2 and 8; 8 without a "
+                              "budget)", low=1)
     beta: float = _opt(DEFAULT_BETA, float, "inverse temperature", low=0.0)
     reset_every: int = _opt(DEFAULT_RESET_EVERY, int, "steps between resets to the best (0: never)", low=0)
     memory_penalty: float = _opt(DEFAULT_MEMORY_PENALTY, float, "soft memory walls: cost x (1 + L x overflow) out "
-                                 "of memory (0: hard walls)", low=0.0)
+                                 "of memory (0: hard walls; out-of-memory points are walked only with --screen 0 "
+                                 "or where the space is too large to screen)", low=0.0)
+    screen: int = _opt(1, int, SCREEN_HELP, low=0)
 
-    def searcher(self, space, *, seed: int, **extra) -> MCMCSearcher:
-        """``extra``: MCMCSearcher's other keywords (starts)."""
-        return MCMCSearcher(space, seed=seed, **self.to_json(), **extra)
+    def searcher(self, space, *, seed: int, budget: int | None = None, **extra) -> MCMCSearcher:
+        """``extra``: MCMCSearcher's other keywords (starts); ``budget``: evaluations the run may
+        spend (chains scale with it; a budget covering every point that fits enumerates them)."""
+        return MCMCSearcher(space, seed=seed, budget=budget, **{**self.to_json(), "screen": bool(self.screen)}, **extra)
 
 
 @dataclass(frozen=True, kw_only=True)
 class TPEOptions(_Options):
-    startup_trials: int = _opt(DEFAULT_N_STARTUP_TRIALS, int, "random trials before TPE", low=0)
+    startup_trials: int | None = _opt(None, int, "random trials before TPE, per study (default auto: budget / 10 "
+                                      "between 4 and 20; 20 without a budget)", low=0)
     memory_penalty: float = _opt(TPE_MEMORY_PENALTY, float, "soft memory walls: an out-of-memory trial is told as "
                                  "its unlimited-memory throughput / (1 + L x overflow) (0: a constraint violation, "
                                  "c-TPE)", low=0.0)
+    screen: int = _opt(1, int, SCREEN_HELP, low=0)
 
-    def searcher(self, space, *, seed: int, storage=None) -> TPESearcher:
+    def searcher(self, space, *, seed: int, storage=None, budget: int | None = None) -> TPESearcher:
         from search._tpe import TPESearcher  # optuna only when TPE runs
 
         return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
-                           memory_penalty=self.memory_penalty)
+                           memory_penalty=self.memory_penalty, budget=budget, screen=bool(self.screen))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,11 +53,14 @@ from search._base import SearchSpace
 # constrained ones form the high-order block of the index (one lookup per block).
 FREE_DIMS = ("recompute", "precision", "overlap_dp")
 # Digit order of the named dimensions (stage dimensions go between zero_stage and recompute).
-DIM_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "schedule", "vpp", "sequence_parallel",
-             "zero_stage")
+DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "micro_batch", "microbatches", "schedule", "vpp",
+             "sequence_parallel", "zero_stage")
+# Space-only dimensions (not StrategyTable columns): the micro-batch count m (micro_batch = B /
+# (dp m)) and the layers the first and last pipeline stages give up (balanced_stages).
+LIGHT_ENDS = "light_ends"
 SHIFT = "stage_shift"
 STAGE_RECOMPUTE = "stage_recompute"
-DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches"}
+DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches", LIGHT_ENDS}
 # Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
 # a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
 LOOKUP_MAX_ENTRIES = 1 << 22
@@ -119,6 +122,27 @@ def _order_key(dim: Dim) -> tuple:
     return (2, FREE_DIMS.index(dim.base), 0)
 
 
+def balanced_stages(layers: int, pp, light, width: int | None = None) -> np.ndarray:
+    """(N, W) layers per pipeline stage (zero past pp; W = ``width`` or the largest pp) of the
+    balanced split with the first and the last stage ``light`` layers lighter, the layout of
+    Megatron-Core's uneven pipelines (--decoder-first/last-pipeline-num-layers) and of Llama 3
+    405B's 16 stages (the embedding and the output head make the end stages heavier per layer):
+    L + 2e layers split as evenly as possible over pp stages, the q + 1-layer stages (r of them,
+    q, r = divmod(L + 2e, pp)) taken from the last interior stage backwards, then the last and the
+    first stage, and e taken off the first and the last. pp dividing L and e = 0 gives L / pp
+    everywhere; L = 126, pp = 16, e = 0: 7, 8 x 14, 7; L = 105, pp = 35: 3 each. A stage may come
+    out with fewer than one layer (Space.valid rejects it)."""
+    pp = np.asarray(pp, dtype=np.int64)
+    light = np.broadcast_to(np.asarray(light, dtype=np.int64), pp.shape)
+    W = int(pp.max(initial=1)) if width is None else int(width)
+    p, e = pp[:, None], light[:, None]
+    j = np.arange(W)[None, :]
+    q, r = np.divmod(layers + 2 * e, np.maximum(p, 1))
+    rank = np.where(j == 0, p - 1, np.where(j == p - 1, p - 2, p - 2 - j))  # order of taking an extra layer
+    out = q + (rank < r) - e * (j == 0) - e * (j == p - 1)
+    return np.where(j < p, out, 0)
+
+
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Divisors of n, at most ``limit``."""
     top = n if limit is None else min(n, limit)
@@ -133,9 +157,11 @@ class Space(SearchSpace):
 
     __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
                  "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
-                 "_stage", "_pp1_duplicates")
+                 "_stage", "_pp1_duplicates", "uneven", "_batch_divisors",
+                 "_balanced_cache")
 
-    def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True):
+    def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True,
+                 uneven: bool = False):
         dims = tuple(sorted(dims, key=_order_key))
         names = [d.name for d in dims]
         if len(set(names)) != len(names):
@@ -144,7 +170,7 @@ class Space(SearchSpace):
         if "global_batch" not in fixed:
             raise InputError("global_batch", "a fixed global batch (sequences per iteration)", None)
         for k in fixed:
-            if k not in COLUMNS and k != "microbatches":
+            if k not in COLUMNS and k not in ("microbatches", LIGHT_ENDS):
                 raise InputError("fixed", "columns among " + ", ".join(COLUMNS), k)
             if k in names:
                 raise InputError(k, "either a dimension or a fixed value, not both", fixed[k])
@@ -159,6 +185,11 @@ class Space(SearchSpace):
         sets(self, "fixed", dict(fixed))
         sets(self, "dims", dims)
         sets(self, "all_gpus", bool(all_gpus))
+        if LIGHT_ENDS in has and any(d.base == SHIFT for d in dims):
+            raise InputError(LIGHT_ENDS, "no light_ends beside stage_shift.J (both set the stage sizes)", "both")
+        sets(self, "uneven", bool(uneven) or LIGHT_ENDS in has)
+        sets(self, "_batch_divisors", np.array(divisors(int(fixed["global_batch"])), dtype=np.int64))
+        sets(self, "_balanced_cache", None)
         radices = np.array([len(d.choices) for d in dims], dtype=np.int64)
         sets(self, "radices", radices)
         size = math.prod(int(r) for r in radices)
@@ -167,7 +198,7 @@ class Space(SearchSpace):
         sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
         fixed_num = {}
         for k, v in fixed.items():
-            fixed_num[k] = _numeric(k, (v,))[0] if k not in ("global_batch", "microbatches") else int(v)
+            fixed_num[k] = _numeric(k, (v,))[0] if k not in ("global_batch", "microbatches", LIGHT_ENDS) else int(v)
         sets(self, "_fixed_num", fixed_num)
         sets(self, "_index", {d.name: k for k, d in enumerate(dims)})
         nblock = len(dims)
@@ -199,14 +230,17 @@ class Space(SearchSpace):
     # ---- construction ----------------------------------------------------------------------
     @classmethod
     def from_options(cls, model: Transformer, cluster: Cluster, *, global_batch: int, base: str = "default",
-                     all_gpus: bool = True, **choices) -> Space:
+                     all_gpus: bool | None = None, uneven: bool | None = None, **choices) -> Space:
         """A space from lists of readable values per dimension.
 
         ``base="default"``: dimensions not given take :func:`default_space`'s choices;
         ``base="fixed"``: they are held at the StrategyTable defaults (dp derived from the GPUs).
         A dimension given one value is held fixed. ``stage_shift=[-4, ..., 4]`` and/or
         ``stage_recompute=["none", "selective", "full"]`` add the per-stage dimensions for
-        every stage up to the largest pp; ``microbatches`` replaces ``micro_batch``."""
+        every stage up to the largest pp; ``microbatches`` replaces ``micro_batch``.
+        ``all_gpus`` / ``uneven`` (None: the base's, :data:`DEFAULT_SPACE_FLAGS` for "default",
+        True / False for "fixed"): every GPU used, or dp the largest that fits (idle GPUs
+        allowed); pp dividing the layers, or balanced stages (:func:`balanced_stages`)."""
         if not (isinstance(global_batch, (int, np.integer)) and global_batch >= 1):
             raise InputError("global_batch", "an integer >= 1", global_batch)
         if base not in ("default", "fixed"):
@@ -247,7 +281,10 @@ class Space(SearchSpace):
                 dims += [Dim(name=f"{SHIFT}.{j}", choices=tuple(shift), ordinal=True) for j in range(maxpp - 1)]
             if stage_rc is not None:
                 dims += [Dim(name=f"{STAGE_RECOMPUTE}.{j}", choices=tuple(stage_rc)) for j in range(maxpp)]
-        return cls(model=model, cluster=cluster, fixed=fixed, dims=dims, all_gpus=all_gpus)
+        flags = DEFAULT_SPACE_FLAGS if base == "default" else {"all_gpus": True, "uneven": False}
+        return cls(model=model, cluster=cluster, fixed=fixed, dims=dims,
+                   all_gpus=flags["all_gpus"] if all_gpus is None else all_gpus,
+                   uneven=flags["uneven"] if uneven is None else uneven)
 
     def _stage_layout(self):
         """Per-stage dimensions: their digit columns (contiguous, J ascending), their values as
@@ -306,6 +343,8 @@ class Space(SearchSpace):
             return self.dims[self._index[name]].choices
         if name in self.fixed:
             return (self.fixed[name],)
+        if name == LIGHT_ENDS:
+            return (0,)
         return (DEFAULTS.get(name),)
 
     # ---- columns ---------------------------------------------------------------------------
@@ -332,13 +371,26 @@ class Space(SearchSpace):
         tp, pp, cp = cols["tp"], cols["pp"], cols["cp"]
         per = tp * pp * cp
         ok = np.ones(n, dtype=bool)
+        B = cols["global_batch"]
         if "dp" not in cols:
-            dp = G // per
-            ok &= (dp >= 1) & ((G % per == 0) | ~np.bool_(self.all_gpus))
+            cap = G // per
+            if self.all_gpus:
+                dp = cap
+                ok &= (dp >= 1) & (G % per == 0)
+            else:
+                # The largest dp that fits beside tp pp cp and divides the batch into whole
+                # micro-batches (dp b | B, or dp m | B): more replicas never slow a step at a fixed
+                # global batch, so the smaller ones would only repeat a slower plan.
+                unit = cols["microbatches"] if "microbatches" in cols else cols["micro_batch"]
+                D = self._batch_divisors[None, :]  # (1, K) divisors of B, ascending
+                fits = (D <= cap[:, None]) & (B[:, None] % (D * unit[:, None]) == 0)  # (N, K)
+                last = D.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1)
+                dp = np.where(fits.any(axis=1), self._batch_divisors[last], 0)
+                ok &= dp >= 1
             cols["dp"] = np.maximum(dp, 1)
         elif self.all_gpus:
             ok &= cols["dp"] * per == G
-        B = cols["global_batch"]
+        light = cols.pop(LIGHT_ENDS, None)
         if "microbatches" in cols:
             m = cols.pop("microbatches")
             rep = cols["dp"] * m
@@ -354,7 +406,38 @@ class Space(SearchSpace):
         if self._stage is not None:
             sl, sr, stage_ok = self._stage_columns(digits, pp, cols["recompute"])
             ok &= stage_ok
+        elif self.uneven:
+            light = np.zeros(n, dtype=np.int64) if light is None else light.astype(np.int64)
+            stages, split_ok = self._balanced_table()
+            P, E = split_ok.shape
+            inside = (pp >= 0) & (pp < P) & (light >= 0) & (light < E)
+            p_i, e_i = np.where(inside, pp, 0), np.where(inside, light, 0)
+            ok &= inside & split_ok[p_i, e_i]
+            W = max(int(pp.max(initial=1)), 1) if n else 1
+            sl = stages[:, :, :W][p_i, e_i]  # (N, W) gathered, not recomputed per row
         return cols, sl, sr, ok
+
+    def _balanced_table(self):
+        """Balanced stages of every (pp, e) of the space, as one (maxpp + 1, maxe + 1, maxpp) table
+        of layers and a (maxpp + 1, maxe + 1) bool: the split has every stage >= 1 layer and no
+        smaller e gives the same stages (one index per partition: any e at pp <= 2 is e = 0)."""
+        cached = getattr(self, "_balanced_cache", None)
+        if cached is not None:
+            return cached
+        pps = sorted({int(x) for x in self.choices_of("pp")})
+        es = sorted({int(x) for x in self.choices_of(LIGHT_ENDS)})
+        P, E = max(pps) + 1, max(es) + 1
+        stages = np.zeros((P, E, max(pps)), dtype=np.int64)
+        split_ok = np.zeros((P, E), dtype=bool)
+        for p in pps:
+            seen = []
+            for e in es:
+                sl = balanced_stages(self.model.layers, np.array([p]), np.array([e]), width=max(pps))[0]
+                stages[p, e] = sl
+                split_ok[p, e] = bool(np.all(sl[:p] >= 1)) and not any(np.array_equal(sl, x) for x in seen)
+                seen.append(sl)
+        object.__setattr__(self, "_balanced_cache", (stages, split_ok))
+        return stages, split_ok
 
     def _stage_columns(self, digits, pp, recompute):
         """Stage layers (N, S) and recompute codes (N, S) from the per-stage digits."""
@@ -426,6 +509,12 @@ class Space(SearchSpace):
                 value = np.where(j < pp, col, self._values[k][0])
             elif d.base == "microbatches":
                 value = B // np.maximum(dp * b, 1)
+            elif d.base == LIGHT_ENDS:
+                have = _layers_of(table, self.model.layers)
+                value = np.full(n, -1)
+                for e in reversed(d.choices):  # the smallest e giving the row's stages
+                    split = balanced_stages(self.model.layers, pp, np.full(n, int(e)), width=have.shape[1])
+                    value = np.where(np.all(split == have, axis=1), int(e), value)
             else:
                 value = table[d.name]
             vals = self._values[k]
@@ -435,6 +524,11 @@ class Space(SearchSpace):
         again = self.table(digits)
         for name in COLUMNS:
             ok &= again[name] == table[name]
+        if self._stage is None:  # stage layers: the space's (uniform or balanced) and the table's
+            mine, theirs = _layers_of(again, self.model.layers), _layers_of(table, self.model.layers)
+            w = max(mine.shape[1], theirs.shape[1])
+            ok &= np.all(np.pad(mine, ((0, 0), (0, w - mine.shape[1]))) == np.pad(theirs, ((0, 0), (0, w - theirs.shape[1]))),
+                         axis=1)
         if self._stage is not None:
             active = np.arange(S)[None, :] < pp[:, None]
             for attr in ("stage_layers", "stage_recompute"):
@@ -634,8 +728,9 @@ class Space(SearchSpace):
         digits = np.concatenate(found)
         return digits, self.table(digits)
 
-    def start_points(self) -> dict[str, np.ndarray]:
-        """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
+    def start_points(self, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """``within``: sorted grid indices the points are chosen among (search._screen: the points
+        that fit in memory), None for every valid point. Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
         possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al.
         2021 / Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it,
         the smallest pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved),
@@ -644,13 +739,21 @@ class Space(SearchSpace):
         from costmodel import evaluate
 
         out: dict[str, np.ndarray] = {}
-        digits, t = self._core_valid()
+
+        def among(found):
+            digits, t = found
+            if within is None or not len(digits):
+                return digits, t
+            keep = np.isin(self.index_of(digits), within)
+            return digits[keep], t.take(np.flatnonzero(keep))
+
+        digits, t = among(self._core_valid())
         if len(digits):
             rc = t["recompute"] if self._stage is None else t.stage_recompute.max(axis=1)
             keys = (t["micro_batch"], t["overlap_dp"] == 0, t["zero_stage"], rc, t["sequence_parallel"],
                     t["vpp"], t["schedule"] != SCHEDULES.index("1f1b"), t["cp"], t["tp"], t["pp"], -t["dp"])
             out["data_parallel"] = digits[np.lexsort(keys)[0]]
-        digits, t = self._core_valid({"stage_recompute": "selective"})
+        digits, t = among(self._core_valid({"stage_recompute": "selective"}))
         if len(digits):
             node = self.cluster.gpus_per_node
             tps = t["tp"]
@@ -676,7 +779,7 @@ class Space(SearchSpace):
     # ---- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict:
         return {
-            "model": self.model.name, "cluster": self.cluster.name, "all_gpus": self.all_gpus,
+            "model": self.model.name, "cluster": self.cluster.name, "all_gpus": self.all_gpus, "uneven": self.uneven,
             "fixed": dict(self.fixed),
             "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
         }
@@ -685,7 +788,8 @@ class Space(SearchSpace):
     def from_json(cls, d: dict, model: Transformer, cluster: Cluster) -> Space:
         dims = [Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=bool(x.get("ordinal", False)))
                 for x in d["dims"]]
-        return cls(model=model, cluster=cluster, fixed=d["fixed"], dims=dims, all_gpus=d.get("all_gpus", True))
+        return cls(model=model, cluster=cluster, fixed=d["fixed"], dims=dims, all_gpus=d.get("all_gpus", True),
+                   uneven=d.get("uneven", False))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, Space) and self.model == other.model and self.cluster == other.cluster
@@ -695,31 +799,78 @@ class Space(SearchSpace):
         return hash((self.model.name, self.cluster.name, self.size))
 
 
+def _layers_of(table: StrategyTable, layers: int) -> np.ndarray:
+    """(N, W) layers per stage of a table's rows (uniform where it has no stage_layers)."""
+    if table.stage_layers is not None:
+        return table.stage_layers
+    pp = table["pp"]
+    W = int(pp.max(initial=1))
+    return np.where(np.arange(W)[None, :] < pp[:, None], (layers // pp)[:, None], 0)
+
+
 def _space_from_json(d: dict, model: Transformer, cluster: Cluster) -> Space:
     return Space.from_json(d, model, cluster)
 
 
 # ---- named spaces -------------------------------------------------------------------------
+# The default space's flags (Space.from_options with base="default"): degrees may leave GPUs idle
+# (dp the largest that fits) and pipelines may split the layers unevenly (balanced_stages).
+DEFAULT_SPACE_FLAGS = {"all_gpus": False, "uneven": True}
+# Deepest pipeline of the default space, and the lighter-ends choices (layers the first and the
+# last stage give up for the embedding and the head: Megatron-Core's uneven first / last stage).
+DEFAULT_MAX_PP = 64
+DEFAULT_LIGHT_ENDS = (0, 1, 2)
+
+
+def pipeline_degrees(layers: int, limit: int = DEFAULT_MAX_PP, light_ends=DEFAULT_LIGHT_ENDS) -> list[int]:
+    """Pipeline degrees of a model of ``layers`` layers, at most ``limit`` and L / 2 (two layers a
+    stage on average, one on a lighter end): those that split L + 2e layers evenly for a
+    lighter-ends choice e (so every stage but the lighter ends holds the same layers: pp | L,
+    pp | L + 2, pp | L + 4), and the powers of two (balanced stages one layer apart where they do
+    not divide). 105 layers: 1-5, 7, 8, 15, 16, 21, 32, 35; 126 layers: 1-10, 13, 14, 16, 18,
+    21, 26, 32, 42, 63."""
+    top = max(min(limit, layers // 2), 1)
+    even = {p for p in range(1, top + 1) if any((layers + 2 * e) % p == 0 for e in light_ends)}
+    return sorted(even | {1 << k for k in range(top.bit_length()) if 1 << k <= top})
+
+
+def tensor_degrees(model: Transformer, cluster: Cluster) -> list[int]:
+    """Tensor-parallel degrees the hardware and the model allow: at most a node (tp spans NVLink),
+    dividing the heads and the K/V heads (an MLP: its hidden width)."""
+    if model.kind == "mlp":
+        return divisors(model.hidden, cluster.gpus_per_node)
+    return [t for t in divisors(model.heads, cluster.gpus_per_node) if model.kv_heads % t == 0]
+
+
+def context_degrees(model: Transformer) -> list[int]:
+    """Context-parallel degrees: 1, and 2 for sequences of 4096 tokens or more (cp splits the
+    sequence into 2 cp chunks of at least 1024 tokens; longer cp is for long-context phases)."""
+    return [c for c in (1, 2) if c == 1 or (model.seq_len >= 4096 and model.seq_len % (2 * c) == 0)]
+
+
 def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
-    """The default space's choices (``plansweep rank``): every GPU used, tp dividing heads (at
-    most a node), pp dividing layers (at most 64), cp in {1, 2} for sequences >= 4096,
-    micro-batch 1-8, 1F1B / interleaved (vpp 2-4) / ZB-H1, recompute, SP, ZeRO 0-1."""
-    heads = model.heads if model.kind != "mlp" else model.hidden
+    """The default space's choices (``plansweep rank``, derived from the model and the cluster):
+    tp from tensor_degrees, pp from pipeline_degrees (at most 64) with the first and last stage
+    0-2 layers lighter (light_ends, balanced_stages), cp from context_degrees, dp the largest that
+    fits beside them (GPUs may stay idle, DEFAULT_SPACE_FLAGS), micro-batch 1-8, 1F1B /
+    interleaved (vpp 2-4) / ZB-H1, recompute, SP, ZeRO 0-3 (ZeRO-2/3 where the cost model prices
+    them: today pp 1; ZeRO-1, the distributed optimizer, with any pp)."""
     return {
-        "tp": divisors(heads, cluster.gpus_per_node),
-        "pp": divisors(model.layers, 64),
-        "cp": [1, 2] if model.seq_len >= 4096 else [1],
+        "tp": tensor_degrees(model, cluster),
+        "pp": pipeline_degrees(model.layers),
+        "light_ends": list(DEFAULT_LIGHT_ENDS),
+        "cp": context_degrees(model),
         "micro_batch": [1, 2, 4, 8],
         "schedule": ["1f1b", "interleaved", "zb-h1"],
         "vpp": [1, 2, 3, 4],
         "recompute": list(RECOMPUTE),
         "sequence_parallel": [False, True],
-        "zero_stage": [0, 1],
+        "zero_stage": [0, 1, 2, 3],
     }
 
 
 def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
-    """See :func:`default_choices`; dp = GPUs / (tp pp cp)."""
+    """See :func:`default_choices`; dp derived (the largest that fits)."""
     return Space.from_options(model, cluster, global_batch=global_batch)
 
 
@@ -741,8 +892,12 @@ def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAUL
     """Global degrees (tp, pp, cp; dp = GPUs / (tp pp cp)), micro-batch, schedule (+ vpp),
     recompute, SP and ZeRO stage: small enough to evaluate whole (EXACT_CHOICES), meant for
     GPT-3 175B on h100x1024 with global batch 1536 (460,800 points, 52,806 valid, 11,474
-    feasible by costmodel.evaluate's closed forms at COST_MODEL_VERSION 1)."""
-    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", **EXACT_CHOICES)
+    feasible by costmodel.evaluate's closed forms at COST_MODEL_VERSION 1). A power-of-two pp
+    that does not divide another model's layers splits them into balanced stages
+    (balanced_stages with e = 0: Llama 3 405B's pp 16 is 7, 8 x 14, 7)."""
+    pps = [p for p in EXACT_CHOICES["pp"] if p <= model.layers]
+    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", uneven=True,
+                              **{**EXACT_CHOICES, "pp": pps})
 
 
 # Boundary offsets of the partition space: up to 4 layers either way of the uniform position.

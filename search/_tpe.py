@@ -8,7 +8,8 @@ digits fixed so far (no parameter when one digit is allowed). The order of the w
 prior: a choice made early gets an equal share of the sampler's prior, one made late shares
 what the earlier choices left it.
 
-Two walks, two studies (``walks`` "both", the default). No one order suits every problem, so
+Two walks, two studies (``walks`` "both", the default from a budget of SINGLE_WALK_BUDGET, or
+without a budget; below it "auto" runs the "roots" study alone). No one order suits every problem, so
 two studies take turns, batch by batch (the one that has asked fewer points asks next):
     "digits"  the space's digit order (tp, pp, cp, micro-batch, schedule, vpp, SP, ZeRO,
               recompute on the exact space), study ``study_name``;
@@ -76,9 +77,17 @@ from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
+from search._screen import screened
 
 # DEFAULT_N_STARTUP_TRIALS, DEFAULT_MEMORY_PENALTY: in search._tpe_defaults, which the options
 # read without importing optuna.
+# ``n_startup_trials`` None (auto): DEFAULT_N_STARTUP_TRIALS without a budget; with one, a tenth
+# of it, between MIN_STARTUP_TRIALS and DEFAULT_N_STARTUP_TRIALS (auto_startup_trials).
+MIN_STARTUP_TRIALS = 4
+STARTUP_SHARE = 10
+# Study user attributes of an enumeration (search._screen): points told, feasible among them.
+ENUM_ATTR = "plansweep_enumerated"
+ENUM_FEASIBLE_ATTR = "plansweep_enumerated_feasible"
 # Optuna's default number of candidates per sample (TPESampler n_ei_candidates=24).
 DEFAULT_N_EI_CANDIDATES = 24
 DEFAULT_STUDY_NAME = "plansweep-tpe"
@@ -99,7 +108,14 @@ ASKED_ATTR = "asked"
 # The studies a TPESearcher runs, by its ``walks`` argument: one per order of the conditional
 # walk, taking turns batch by batch (module docstring).
 WALKS = {"both": ("digits", "roots"), "digits": ("digits",), "roots": ("roots",)}
-DEFAULT_WALKS = "both"
+DEFAULT_WALKS = "auto"
+# walks "auto": one study ("roots") below this budget, where two studies would halve each one's
+# trials, else "both". At 2% budgets of 15-106 evaluations (BENCHMARKS.md, "Search quality on more
+# problems", 10 seeds) "roots" alone had a smaller or equal median gap than "both" on all eight
+# problems (e.g. 405B 0.26% against 2.61%, GPT-3 4.73% against 8.44%, 22B 0.00% against 4.37%;
+# Llama 70B: 0.00% both, but 6/10 seeds within 1% against 8/10); "both" stays for budgets like
+# the exact space's 980, where it was measured.
+SINGLE_WALK_BUDGET = 256
 
 
 def _batch_seed(seed: int, trials: int, walk: int = 0) -> int:
@@ -123,26 +139,44 @@ class TPESearcher(Searcher):
     weights, warn_independent_sampling, constraints_func) are left at None, which means their
     documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
-    ``walks`` ("both", "digits" or "roots"): the studies run, one per order of the conditional
-    walk (module docstring).
+    ``walks`` ("auto", "both", "digits" or "roots"): the studies run, one per order of the
+    conditional walk (module docstring); "auto" is "roots" for a budget below SINGLE_WALK_BUDGET,
+    else "both".
     """
 
     def __init__(self, space: SearchSpace, *, seed: int, storage: str | os.PathLike | None = None,
-                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int = DEFAULT_N_STARTUP_TRIALS,
+                 study_name: str = DEFAULT_STUDY_NAME, n_startup_trials: int | None = None,
                  n_ei_candidates: int = DEFAULT_N_EI_CANDIDATES, multivariate: bool = True,
                  group: bool = False, constant_liar: bool = True,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS) -> None:
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS,
+                 budget: int | None = None, screen: bool = True) -> None:
+        if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
+            raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
+        if n_startup_trials is None:
+            n_startup_trials = auto_startup_trials(budget)
         if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
             raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
         if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
             raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
-        if walks not in WALKS:
-            raise InputError("walks", "one of " + ", ".join(WALKS), walks)
+        if walks not in (*WALKS, "auto"):
+            raise InputError("walks", "one of auto, " + ", ".join(WALKS), walks)
+        if walks == "auto":
+            walks = "roots" if budget is not None and budget < SINGLE_WALK_BUDGET else "both"
+        self.walks = walks
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory rows violate a constraint)",
                              memory_penalty)
         self.memory_penalty = float(memory_penalty)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # Feasibility first (search._screen): the walk covers only the points that fit in memory
+        # where the space can be screened; all of them are evaluated where the budget covers them.
+        self.base_space = space
+        self.screen = bool(screen)
+        space, members = screened(space, enabled=screen)
+        self.points_fit = None if members is None else int(members.size)
+        self.budget = None if budget is None else int(budget)
+        self._enumeration = members if (budget is not None and members is not None
+                                        and 0 < members.size <= budget) else None
         self.space = space
         self.seed = int(seed)
         self.study_name = study_name
@@ -181,18 +215,42 @@ class TPESearcher(Searcher):
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._rebuild_from_studies()
+        if members is not None and members.size and self._enumeration is None and not self.trials:
+            # Feasibility first: a new study over the points that fit tries the space's recipes
+            # first (data parallelism and Megatron-LM's, chosen among the points that fit); the
+            # first study only (queued in both studies as well, 6 seeds on 5 problems of
+            # BENCHMARKS.md "Search quality on more problems" came out no better).
+            self.enqueue(list(space.start_points().values()))
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise InputError("n", "an integer >= 0", n)
+        if self._enumeration is not None:  # the budget covers every point that fits: all of them
+            told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
+            return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
         if not self._pending and n > 0:
             self._use(self._next_walk())
             self._new_batch(int(n))
         digits = self._pending_digits()[: int(n)]
         return self.space.table(digits)
 
+    @property
+    def feasible_seen(self) -> int:
+        """Distinct feasible points told so far."""
+        if self._enumeration is not None:
+            return int(self._studies[0].user_attrs.get(ENUM_FEASIBLE_ATTR, 0))
+        _, vals = self._memo.arrays()
+        return int(np.isfinite(vals[:, 0]).sum()) if len(vals) else 0
+
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if self._enumeration is not None:  # the next points of the list, in order (state in the study)
+            study = self._studies[0]
+            cost, _ = row_costs(metrics, self._hbm_bytes)
+            study.set_user_attr(ENUM_ATTR, int(study.user_attrs.get(ENUM_ATTR, 0)) + len(table))
+            study.set_user_attr(ENUM_FEASIBLE_ATTR, int(study.user_attrs.get(ENUM_FEASIBLE_ATTR, 0))
+                                + int(np.isfinite(cost).sum()))
+            return
         if not self._pending and len(table):
             # Replay on a fresh searcher: draw the batch this table came from.
             self._use(self._next_walk())
@@ -460,6 +518,15 @@ class TPESearcher(Searcher):
     def trials(self) -> int:
         """Trials in the studies (including those outside the space, told without evaluation)."""
         return sum(len(study.get_trials(deepcopy=False)) for study in self._studies)
+
+
+def auto_startup_trials(budget: int | None) -> int:
+    """Start-up (random) trials per study for ``n_startup_trials=None``: DEFAULT_N_STARTUP_TRIALS
+    without a budget; with one, budget / STARTUP_SHARE between MIN_STARTUP_TRIALS and
+    DEFAULT_N_STARTUP_TRIALS (a budget of 42: 4 per study; 200 or more: 20)."""
+    if budget is None:
+        return DEFAULT_N_STARTUP_TRIALS
+    return int(min(max(budget // STARTUP_SHARE, MIN_STARTUP_TRIALS), DEFAULT_N_STARTUP_TRIALS))
 
 
 def _core_valid(space, core: list[int], canonical: np.ndarray) -> np.ndarray | None:

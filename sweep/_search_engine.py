@@ -87,17 +87,19 @@ def searcher_options(kind: str, recorded: dict) -> SearcherOptions:
     return SEARCHER_OPTIONS[kind].from_json(recorded)
 
 
-def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None):
-    """The searcher of a run. On a placement space (search.HeteroSpace) MCMC chains also start
-    from its named placements and a new TPE study tries them first (random placements are
+def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None,
+                  budget: int | None = None):
+    """The searcher of a run (``budget``: the run's evaluations per study, which the searchers'
+    automatic settings scale with). On a placement space (search.HeteroSpace) MCMC chains also
+    start from its named placements and a new TPE study tries them first (random placements are
     almost all infeasible). ``storage``: TPE's journal (the others keep no file of their own)."""
     if isinstance(options, GradientOptions):
         return options.searcher(space, seed=seed)
     placement = pool_names(space) is not None
     if isinstance(options, MCMCOptions):
-        return options.searcher(space, seed=seed, **({"starts": (*space.start_points(), "random")} if placement
-                                                      else {}))
-    searcher = options.searcher(space, seed=seed, storage=storage)
+        return options.searcher(space, seed=seed, budget=budget,
+                                **({"starts": (*space.start_points(), "random")} if placement else {}))
+    searcher = options.searcher(space, seed=seed, storage=storage, budget=budget)
     if placement and not searcher.study.get_trials(deepcopy=False):
         searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
     return searcher
@@ -111,9 +113,10 @@ def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[Strat
 class ChainRunner:
     """One study's MCMC ensemble; a Ray actor (or a plain object in-process)."""
 
-    def __init__(self, space, *, seed: int, options: MCMCOptions, state: dict | None = None) -> None:
+    def __init__(self, space, *, seed: int, options: MCMCOptions, state: dict | None = None,
+                 budget: int | None = None) -> None:
         self.space = space
-        self.searcher = make_searcher(space, options, seed=seed)
+        self.searcher = make_searcher(space, options, seed=seed, budget=budget)
         if state:
             self.searcher.load_state_dict(state)
 
@@ -167,21 +170,27 @@ class _Bar:
         self.feasible = 0
 
     def update(self, rows: int, best: float, feasible: int = 0) -> None:
-        """``rows`` evaluated, of which ``feasible`` fit; ``best`` tokens/s among them."""
+        """``rows`` more evaluations, ``feasible`` of them feasible (the searchers ask distinct
+        points, so the sum is the feasible points seen), the best tokens/s among them."""
         self.rows += rows
         self.feasible += feasible
         self.best = max(self.best, best)
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {self.feasible:,} feasible seen (this session), best "
-                                 f"{self.best:,.0f} tokens/s", refresh=False)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {self.feasible:,} feasible seen, best {self.best:,.0f} "
+                                 "tokens/s", refresh=False)
         self.bar.update(rows)
 
     def close(self) -> None:
         self.bar.close()
 
 
-def _best_of(arrow) -> tuple[float, int]:
-    """(best tokens/s among the feasible rows, 0 if none; feasible rows) of an Arrow table."""
+def _feasible_of(arrow) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(arrow["feasible"]).as_py() or 0) if len(arrow) else 0
+
+
+def _best_of(arrow) -> float:
     import pyarrow.compute as pc
 
     tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
@@ -215,18 +224,18 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, *_best_of(arrow))
+        bar.update(used, _best_of(arrow), _feasible_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
         if progress_of[s.index]["state"] is not None:
-            make_searcher(s.space, opts, seed=seeds[s.index]).load_state_dict(
+            make_searcher(s.space, opts, seed=seeds[s.index], budget=budget).load_state_dict(
                 progress_of[s.index]["state"])
     try:
         if in_process:
             for s in studies:
                 p = progress_of[s.index]
-                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"])
+                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget)
                 while not p["done"] and p["evaluations"] < budget:
                     out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
                                          metadata=rd.metadata(s))
@@ -256,7 +265,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
         if p["done"] or p["evaluations"] >= budget:
             return
         if i not in actors:  # a new actor starts from the last checkpoint
-            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"])
+            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget)
         ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
                                        metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
@@ -309,7 +318,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         else:
             prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
-                                        storage=journal[s.index]) for s in studies}
+                                        storage=journal[s.index], budget=budget) for s in studies}
     check_first = {s.index: True for s in studies}
     bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="tpe", enabled=progress)
     evaluate_batch = _batch_evaluator(in_process)
@@ -340,7 +349,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                         p["batches"] += 1
                         p["evaluations"] += len(old)
                         write_json_atomic(p, marker[s.index])
-                        bar.update(len(old), *_best_of(arrow))
+                        bar.update(len(old), _best_of(arrow), _feasible_of(arrow))
                         continue
                     if new & old:
                         raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
@@ -355,7 +364,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 p["batches"] += 1
                 p["evaluations"] += len(table)
                 write_json_atomic(p, marker[s.index])
-                bar.update(len(table), *_best_of(arrow))
+                bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
     finally:
         bar.close()
 
@@ -452,7 +461,7 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 p["steps"] += 1
                 p["evaluations"] += len(table)
                 save(s.index)  # then the state
-                bar.update(len(table), *_best_of(arrow))
+                bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
     finally:
         bar.close()
 

@@ -68,9 +68,16 @@ def test_closed_forms_stay_close_to_the_simulator_on_real_spaces(name, cluster, 
     # The closed forms price uniform stages exactly; the embedding and head make the first and
     # last stages heavier and hand-offs cost T_C, where the closed forms are approximations.
     # Measured bound on these spaces: within 3.4% (BENCHMARKS.md); asserted: 5%, and the same
-    # best strategy.
+    # best strategy. The rows of the space the bound was measured on: uniform stages, every GPU
+    # used, ZeRO 0-1 (the default space now also holds balanced and lighter-ends stages, idle
+    # GPUs and ZeRO 2-3, where the closed forms are further off: BENCHMARKS.md, "Search quality
+    # on more problems"; `plansweep rank` re-prices its best with the simulator).
     model, cl = model_preset(name), cluster_preset(cluster)
     table = default_space(model, cl, batch)
+    sl = table.stage_layers
+    uniform = np.flatnonzero((sl.max(axis=1) == sl[:, 0]) & (sl[:, 0] * table["pp"] == model.layers)
+                             & (table.num_gpus == cl.num_gpus) & (table["zero_stage"] <= 1))
+    table = StrategyTable(table.take(uniform).columns)
     fast = evaluate(model, cl, table)
     exact = evaluate(model, cl, table, pipeline="simulate")
     ok = fast["feasible"] & exact["feasible"]

@@ -62,7 +62,7 @@ def _drive(s, space, steps, n=None):
 def test_greedy_chains_never_get_worse(exact):
     # beta huge: exp(-beta * rel) = 0 for any increase, so with hard memory walls and no
     # restarts each chain's cost is non-increasing.
-    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, memory_penalty=0.0,
+    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, screen=False, memory_penalty=0.0,
                      restart_duplicates=False)
     _drive(s, exact, 1)
     prev = s.state_dict()["cost"]
@@ -78,7 +78,7 @@ def test_greedy_chains_never_get_worse_on_the_soft_cost(exact):
     # Soft memory walls: the chain's cost may become infinite (an out-of-memory point), but its
     # soft cost, time proxy x (1 + lambda x (mem / HBM - 1)) there, never rises.
     lam = 0.3
-    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, memory_penalty=lam,
+    s = MCMCSearcher(exact, seed=7, chains=8, beta=1e12, reset_every=0, screen=False, memory_penalty=lam,
                      restart_duplicates=False)
 
     def soft():
@@ -142,8 +142,9 @@ def test_ask_fewer_than_chains_and_partial_tell(exact):
 
 
 def test_infeasible_start_walks_to_feasible(exact):
-    # Data parallelism does not fit GPT-3 175B; a chain started there reaches a feasible point.
-    s = MCMCSearcher(exact, seed=0, chains=4, starts=("data_parallel",))
+    # Data parallelism does not fit GPT-3 175B; a chain started there reaches a feasible point
+    # (unscreened: a screened walk starts at the most data-parallel point that fits).
+    s = MCMCSearcher(exact, seed=0, chains=4, starts=("data_parallel",), screen=False)
     first = _drive(s, exact, 1)
     assert not first[0][1]["feasible"].any()
     _drive(s, exact, 60)

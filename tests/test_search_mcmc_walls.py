@@ -78,7 +78,7 @@ def _run(s, space, objective, steps=40):
 def _greedy(space, memory_penalty=0.0, **kw):
     # beta 1e12: only moves that do not raise the (soft) cost are ever taken, so the outcome is
     # the same for every draw of the proposals.
-    s = MCMCSearcher(space, seed=0, chains=1, beta=1e12, reset_every=0, memory_penalty=memory_penalty,
+    s = MCMCSearcher(space, seed=0, chains=1, beta=1e12, reset_every=0, memory_penalty=memory_penalty, screen=False,
                      starts=("random",), **kw)
     _start_at(s, [0, 0])  # (micro_batch 1, ZeRO 0)
     return s
@@ -129,14 +129,14 @@ def test_time_proxy_is_the_step_time_where_feasible_and_the_parts_where_not():
 def test_soft_penalty_resume_from_told_history(wall_space):
     opts = dict(memory_penalty=0.5, restart_after=2, restart_novel=True, restart_duplicates=True,
                 starts=("random",))
-    a = MCMCSearcher(wall_space, seed=3, chains=2, **opts)
+    a = MCMCSearcher(wall_space, seed=3, chains=2, screen=False, **opts)
     told = []
     for _ in range(6):
         t = a.ask(2)
         m = synthetic_metrics(t, WALL)
         a.tell(t, m)
         told.append((t, m))
-    b = MCMCSearcher(wall_space, seed=3, chains=2, **opts)
+    b = MCMCSearcher(wall_space, seed=3, chains=2, screen=False, **opts)
     for t, m in told:
         b.ask(2)
         b.tell(t, m)
@@ -154,7 +154,7 @@ def test_novel_restart_goes_where_nothing_was_evaluated(wall_space, seed):
     # and 1/sqrt(2) + 1 = 1.71 for the two unvisited ones, so the restart (the most novel of 64
     # uniform draws over 4 points) lands on a point not evaluated yet. A uniform restart would
     # do so for half the seeds.
-    s = MCMCSearcher(wall_space, seed=seed, chains=1, beta=1e12, reset_every=0, restart_after=1,
+    s = MCMCSearcher(wall_space, seed=seed, chains=1, beta=1e12, reset_every=0, restart_after=1, screen=False,
                      memory_penalty=0.0, restart_novel=True, starts=("random",))
     _start_at(s, [0, 0])
     _, asked = _run(s, wall_space, WALL, steps=3)
@@ -166,7 +166,7 @@ def test_duplicate_chains_restart(wall_space):
     # Two chains on the start, told: the second duplicates the first and restarts at the most
     # novel point (visits: (1, 0) once, so the most novel is (2, 1), the one differing in both
     # dimensions: 1 + 1 = 2 against 1 + 1/sqrt(2) for the two others).
-    s = MCMCSearcher(wall_space, seed=0, chains=2, beta=1e12, reset_every=0, restart_duplicates=True,
+    s = MCMCSearcher(wall_space, seed=0, chains=2, beta=1e12, reset_every=0, restart_duplicates=True, screen=False,
                      memory_penalty=0.0, restart_novel=True, starts=("random",))
     _start_at(s, [0, 0])
     t = s.ask(2)

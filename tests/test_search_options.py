@@ -26,9 +26,11 @@ SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "
 NON_DEFAULT = {
     MCMCOptions: {"chains": (3, "--chains", lambda s: s.chains), "beta": (7.5, "--beta", lambda s: s.beta),
                   "reset_every": (2, "--reset-every", lambda s: s.reset_every),
-                  "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty)},
+                  "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty),
+                  "screen": (0, "--screen", lambda s: int(s.screen and s.points_fit is not None))},
     TPEOptions: {"startup_trials": (3, "--startup-trials", lambda s: s._sampler_args["n_startup_trials"]),
-                 "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty)},
+                 "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty),
+                 "screen": (0, "--screen", lambda s: int(s.screen and s.points_fit is not None))},
     GradientOptions: {"samples": (5, "--samples", lambda s: s.samples), "lr": (0.25, "--lr", lambda s: s.lr),
                       "temperature": (2.0, "--temperature", lambda s: s.temperature),
                       "cooling": (0.9, "--cooling", lambda s: s.cooling),
@@ -113,13 +115,15 @@ def test_bad_option_names_its_flag():
 
 
 def test_memory_penalty_zero_changes_an_mcmc_run(tmp_path):
-    """Hard memory walls (0) and the default soft ones (0.1) walk different chains from one seed."""
+    """Hard memory walls (0) and the default soft ones (0.1) walk different chains from one seed
+    (without the memory screen, which leaves no wall in the walk)."""
     runs = {}
     for penalty in ("0", None):
         out = str(tmp_path / f"run{penalty}")
         extra = [] if penalty is None else ["--memory-penalty", penalty]
         argv = ["search", "mcmc", "--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--seed", "3",
-                "--budget", "600", *extra, "--out", out, "--in-process", "--no-progress", "--top", "0"]
+                "--budget", "600", *extra, "--out", out, "--in-process", "--no-progress", "--top", "0",
+                    "--screen", "0"]  # screened, the walk holds no out-of-memory point: no wall to price
         assert cli.main(argv) == 0
         with open(os.path.join(out, "run.json")) as f:
             assert json.load(f)["options"]["memory_penalty"] == (0.0 if penalty else 0.1)

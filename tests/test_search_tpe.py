@@ -70,8 +70,9 @@ def _drive(s, space, rounds, n=8):
 
 
 def test_constraints_recorded(small):
-    # c-TPE (memory_penalty 0): out-of-memory rows violate the "memory" constraint.
-    s = TPESearcher(small, seed=0, n_startup_trials=8, memory_penalty=0.0)
+    # c-TPE (memory_penalty 0): out-of-memory rows violate the "memory" constraint (unscreened: a
+    # screened walk holds no out-of-memory row).
+    s = TPESearcher(small, seed=0, n_startup_trials=8, memory_penalty=0.0, screen=False)
     _drive(s, small, 3)
     trials = s.study.get_trials(deepcopy=False)
     for tr in trials:
@@ -88,7 +89,7 @@ def test_soft_memory_walls_tell_out_of_memory_rows_as_penalised_throughput(small
     # lambda 0.5: an out-of-memory row is told as feasible, value = tokens of a step / (sum of the
     # step's parts) / (1 + 0.5 (mem / HBM - 1)); a feasible row keeps its tokens/s.
     lam = 0.5
-    s = TPESearcher(small, seed=2, n_startup_trials=8, memory_penalty=lam)
+    s = TPESearcher(small, seed=2, n_startup_trials=8, memory_penalty=lam, screen=False)
     _drive(s, small, 4)
     parts = ("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
              "optimizer_s")

@@ -1,0 +1,115 @@
+"""Memory-only screening: does a strategy fit in HBM, without pricing its time.
+
+``memory_screen(model, cluster, table)`` gives, per row, the bytes per GPU of its worst stage
+(weights, gradients, optimizer state, activations, buffers) and a reason code (costmodel's
+REASONS: the structural checks of ``feasibility`` and ``out_of_memory``), the same numbers as
+``costmodel.evaluate``'s ``mem_total_bytes`` and ``reason`` for the closed-form pipeline (the
+default), from the same terms (costmodel._evaluate's building blocks), but without the step's
+times: no GEMM roofline per row, no communication, no pipeline fill. Searchers use it to find
+which points of a space fit before they spend evaluations (search._screen).
+
+Micro-batches in flight: the closed form (``in_flight``) where the schedule's shape is inside
+the closed forms' domain, else the op graph's peak (costmodel._pipeline.compile_schedule), a
+function of (schedule, pp, micro-batches, vpp) alone. ZB-H1/H2 with m >= pp are the one case
+where evaluate's choice also reads the stage times (T_W > min(T_F, T_B) sends a row to the
+simulator); there the closed form equals the graph's peak (tests/test_search_screen.py checks
+the equality on whole spaces), so the choice does not change the bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel._evaluate import (
+    REASON,
+    SCHED,
+    SIMULATED_SCHEDULES,
+    _stages,
+    activation_bytes,
+    buffer_bytes,
+    distinct_rows,
+    feasibility,
+    in_flight,
+    shape_terms,
+    stage_params,
+    state_bytes,
+)
+from costmodel._hardware import Cluster
+from costmodel._strategy import SCHEDULES, StrategyTable
+from costmodel._workloads import Transformer
+
+# Rows per block, as costmodel._evaluate.BLOCK_ROWS (cache-sized temporaries).
+SCREEN_BLOCK_ROWS = 16384
+
+
+def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable) -> tuple[np.ndarray, np.ndarray]:
+    """(mem_total_bytes (N,) float64, reason (N,) int8) of every row; see the module docstring."""
+    N = len(table)
+    mem = np.empty(N, dtype=np.float64)
+    reason = np.empty(N, dtype=np.int8)
+    for lo in range(0, N, SCREEN_BLOCK_ROWS):
+        sub = table.take(slice(lo, lo + SCREEN_BLOCK_ROWS)) if N > SCREEN_BLOCK_ROWS else table
+        mem[lo:lo + len(sub)], reason[lo:lo + len(sub)] = _screen_block(model, cluster, sub)
+    return mem, reason
+
+
+def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
+    """(N, k) micro-batches in flight from the op graphs of rows outside the closed forms'
+    domain by shape (ZB-V, Hanayo, interleaving with m not a multiple of pp, ZB-H1/H2 with
+    m < pp); NaN for the other rows."""
+    from costmodel._pipeline import compile_schedule
+
+    zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
+    graph = (np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
+             | ((sched == SCHED["interleaved"]) & (m % p != 0)) | (zb & (m < p)))
+    out = np.full(idx.shape, np.nan)
+    q = np.flatnonzero(graph)
+    if not q.size:
+        return out
+    shapes, gid = np.unique(np.stack([sched[q], p[q], m[q], v[q]], axis=1), axis=0, return_inverse=True)
+    gid = gid.ravel()
+    width = int(p[q].max())
+    peaks = np.zeros((len(shapes), width))
+    for g, (code, pg, mg, vg) in enumerate(shapes):
+        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+    out[q] = peaks[gid[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
+    return out
+
+
+def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable):
+    gpu = cluster.gpu
+    L, h = model.layers, model.hidden
+    d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
+    b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
+    sched, zero, sp = table["schedule"], table["zero_stage"], table["sequence_parallel"]
+    peak = np.asarray(gpu.peak_flops)[table["precision"]]
+    peak = np.where(peak > 0, peak, gpu.peak_flops[0])
+    reason = feasibility(model, cluster, table)
+    m = np.maximum(B // (d * b), 1)
+    col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
+    # shape (a few dozen per block), as evaluate computes them.
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
+    sh = {k: x[inv] for k, x in shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
+                                             sp[first_row], peak[first_row]).items()
+          if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
+    T = sh["T"]
+    idx, n, rcs, wt = _stages(table, L)
+    first, last = idx == 0, idx == (p - 1)[:, None]
+    full, sel = rcs == 2, rcs == 1
+    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    ok = reason == 0
+    graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
+    k = np.where(np.isnan(graph), k, graph)
+    params = stage_params(model, n, first, last, col(t))
+    params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
+    g = d * c
+    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(T), h,
+                                      col(np.where(sp, t, 1)))
+    act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
+    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
+    buffers = buffer_bytes(T, h, t, g, zero, params_max, model.layer_params())
+    tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    mem_total = tot.max(axis=1)
+    reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
+    return mem_total, reason
