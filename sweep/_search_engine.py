@@ -194,7 +194,7 @@ def _best_of(arrow) -> float:
     import pyarrow.compute as pc
 
     tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
-    return (float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0), len(tps)
+    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
 
 
 # ---- MCMC ------------------------------------------------------------------------------------
