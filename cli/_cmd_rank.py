@@ -82,7 +82,8 @@ def run(args) -> int:
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))
     arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,
-                     cluster=cluster.name, iteration=0, grid_index=None, pool_names=pool_names(space))
+                     cluster=cluster.name, framework=space.framework, iteration=0, grid_index=None,
+                     pool_names=pool_names(space))
     print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
     print(idle_note(table.take(idx[keep][:top]), cluster))

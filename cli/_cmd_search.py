@@ -101,7 +101,7 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
     add_space_args(p)
 
 
-def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int, top: int):
+def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int, top: int, framework=None):
     """The driver loop: ask, evaluate, tell until ``budget`` evaluations or the searcher is done.
 
     Returns (evaluations, feasible rows, best table, its metrics), best first (at most ``top``
@@ -113,7 +113,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
         t = searcher.ask(min(batch, budget - evaluations))
         if len(t) == 0:
             break
-        m = evaluate_any(model, cluster, t)  # costmodel.evaluate, or evaluate_hetero for a HeteroTable
+        m = evaluate_any(model, cluster, t, framework=framework)  # evaluate, or evaluate_hetero for a HeteroTable
         searcher.tell(t, m)
         evaluations += len(t)
         feasible += int(np.sum(m["feasible"]))
@@ -165,7 +165,8 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
     if not n_best:
         print("no feasible strategy found")
         return
-    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name, iteration=0,
+    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name,
+                     framework=space.framework, iteration=0,
                      grid_index=None, pool_names=pools)
     print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
@@ -223,7 +224,8 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
                          args.cluster)
     else:
         space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
-    found = run_searcher(_make(args, options, space, seed, budget), model, cluster, budget=budget, batch=batch, top=top)
+    found = run_searcher(_make(args, options, space, seed, budget), model, cluster, budget=budget, batch=batch, top=top,
+                         framework=space.framework)
     report(args, args.searcher, space, *found)
     return 0
 

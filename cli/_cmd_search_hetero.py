@@ -53,7 +53,8 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
         except ValueError:
             raise InputError("--dp2", "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4", dp2) from None
     try:
-        return HeteroSpace.from_options(model, cluster, global_batch=batch, **choices)
+        return HeteroSpace.from_options(model, cluster, global_batch=batch, framework=getattr(args, "framework", None),
+                                        **choices)
     except InputError as exc:
         flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
         raise InputError(flag, exc.expected, exc.got) from None

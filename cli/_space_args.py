@@ -132,7 +132,7 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
         uneven = False
     try:
         space = Space.from_options(model, cluster, global_batch=batch, base="fixed", all_gpus=all_gpus,
-                                   uneven=uneven, **choices)
+                                   uneven=uneven, framework=getattr(args, "framework", None), **choices)
     except InputError as exc:
         name = exc.argument
         raise InputError(flags.get(name.split(".")[0], name), exc.expected, exc.got) from None

@@ -29,11 +29,14 @@ from costmodel._evaluate import (
     buffer_bytes,
     distinct_rows,
     feasibility,
+    framework_columns,
     in_flight,
     shape_terms,
     stage_params,
     state_bytes,
+    without_scores,
 )
+from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
@@ -42,14 +45,17 @@ from costmodel._workloads import Transformer
 SCREEN_BLOCK_ROWS = 16384
 
 
-def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable) -> tuple[np.ndarray, np.ndarray]:
-    """(mem_total_bytes (N,) float64, reason (N,) int8) of every row; see the module docstring."""
+def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
+                  framework=None) -> tuple[np.ndarray, np.ndarray]:
+    """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
+    (costmodel._frameworks); see the module docstring."""
+    fw = framework_preset(framework)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)
     reason = np.empty(N, dtype=np.int8)
     for lo in range(0, N, SCREEN_BLOCK_ROWS):
         sub = table.take(slice(lo, lo + SCREEN_BLOCK_ROWS)) if N > SCREEN_BLOCK_ROWS else table
-        mem[lo:lo + len(sub)], reason[lo:lo + len(sub)] = _screen_block(model, cluster, sub)
+        mem[lo:lo + len(sub)], reason[lo:lo + len(sub)] = _screen_block(model, cluster, sub, fw)
     return mem, reason
 
 
@@ -76,7 +82,7 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     return out
 
 
-def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable):
+def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw):
     gpu = cluster.gpu
     L, h = model.layers, model.hidden
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
@@ -84,14 +90,15 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable):
     sched, zero, sp = table["schedule"], table["zero_stage"], table["sequence_parallel"]
     peak = np.asarray(gpu.peak_flops)[table["precision"]]
     peak = np.where(peak > 0, peak, gpu.peak_flops[0])
-    reason = feasibility(model, cluster, table)
+    reason = feasibility(model, cluster, table, fw)
+    zero, _ = framework_columns(fw, p, zero, table["overlap_dp"])
     m = np.maximum(B // (d * b), 1)
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: x[inv] for k, x in shape_terms(model, cluster, b[first_row], t[first_row], c[first_row],
-                                             sp[first_row], peak[first_row]).items()
+    sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
+                                                                c[first_row], sp[first_row], peak[first_row])).items()
           if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
     T = sh["T"]
     idx, n, rcs, wt = _stages(table, L)

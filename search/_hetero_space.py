@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_hetero
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._hetero_eval import hetero_feasibility
 from costmodel._hetero_strategy import ORDERS
 from costmodel._strategy import RECOMPUTE, SCHEDULES
@@ -64,6 +65,7 @@ class HeteroSpace(SearchSpace):
     fixed: dict
     dims: tuple[Dim, ...]
     shift_layers: int = 1
+    framework: str = DEFAULT_FRAMEWORK  # the costmodel._frameworks profile it is priced under
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -71,7 +73,7 @@ class HeteroSpace(SearchSpace):
                      dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
-                     sequence_parallel=(True,), dp2=(0,), vpp=(1,)) -> HeteroSpace:
+                     sequence_parallel=(True,), dp2=(0,), vpp=(1,), framework: str | None = None) -> HeteroSpace:
         """``dp2``: replicas a stage may put on a second pool, holding 0 (no split); default (0,):
         no split dims; None: 0 and every dp choice below the largest. Ignored on one pool."""
         hc = as_hetero(cluster)
@@ -118,7 +120,7 @@ class HeteroSpace(SearchSpace):
         if tuple(vpp) != (1,):
             dims.append(Dim(name="vpp", choices=tuple(sorted(vpp)), ordinal=True))
         return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
-                   shift_layers=shift_layers)
+                   shift_layers=shift_layers, framework=framework_preset(framework).name)
 
     # ---- mixed radix --------------------------------------------------------------------
     @property
@@ -198,7 +200,7 @@ class HeteroSpace(SearchSpace):
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
         layers = self._layers(digits, p)
         ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
-        reason = hetero_feasibility(self.model, self.cluster, self.table(digits))
+        reason = hetero_feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
         ok = ok_layers & (reason == 0)
         if self.has_split:  # a split keeps at least one replica on the stage's own pool
             S = self.num_slots
@@ -290,7 +292,7 @@ class HeteroSpace(SearchSpace):
             allc = allc[self.valid(allc)]
             if not len(allc):
                 continue
-            met = evaluate_hetero(self.model, self.cluster, self.table(allc))
+            met = evaluate_hetero(self.model, self.cluster, self.table(allc), framework=self.framework)
             score = np.where(met["feasible"], met["tokens_per_s"], -met["mem_total_bytes"] / 1e18)
             out[name] = allc[int(np.argmax(score))]
         return out
@@ -341,10 +343,12 @@ class HeteroSpace(SearchSpace):
 
         return {"kind": "hetero", "fixed": dict(self.fixed), "shift_layers": self.shift_layers,
                 "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
-                "cluster": hetero_to_mapping(self.cluster)}
+                "cluster": hetero_to_mapping(self.cluster),
+                **({} if self.framework == DEFAULT_FRAMEWORK else {"framework": self.framework})}
 
     @classmethod
     def from_json(cls, d: dict, model: Transformer, cluster) -> HeteroSpace:
         dims = tuple(Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
         return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
-                   shift_layers=int(d.get("shift_layers", 1)))
+                   shift_layers=int(d.get("shift_layers", 1)),
+                   framework=framework_preset(d.get("framework")).name)

@@ -42,7 +42,7 @@ def fitting_indices(space) -> np.ndarray | None:
     if count is None or count > SCREEN_MAX_POINTS:
         return None
     idx, table = space.rows(0, space.size)
-    _, reason = memory_screen(space.model, space.cluster, table)
+    _, reason = memory_screen(space.model, space.cluster, table, space.framework)
     return idx[reason == _OK]
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from costmodel import Cluster, InputError, StrategyTable, Transformer
 from costmodel._evaluate import REASON, feasibility
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
 from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
 from search._base import SearchSpace
@@ -158,10 +159,10 @@ class Space(SearchSpace):
     __slots__ = ("model", "cluster", "fixed", "dims", "all_gpus", "radices", "size", "strides", "_values",
                  "_fixed_num", "_index", "_block_dims", "_block_size", "_free_size", "_lookup", "_valid_blocks",
                  "_stage", "_pp1_duplicates", "uneven", "_batch_divisors",
-                 "_balanced_cache")
+                 "_balanced_cache", "framework")
 
     def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True,
-                 uneven: bool = False):
+                 uneven: bool = False, framework: str | None = None):
         dims = tuple(sorted(dims, key=_order_key))
         names = [d.name for d in dims]
         if len(set(names)) != len(names):
@@ -185,6 +186,7 @@ class Space(SearchSpace):
         sets(self, "fixed", dict(fixed))
         sets(self, "dims", dims)
         sets(self, "all_gpus", bool(all_gpus))
+        sets(self, "framework", framework_preset(framework).name)  # what evaluate prices it under
         if LIGHT_ENDS in has and any(d.base == SHIFT for d in dims):
             raise InputError(LIGHT_ENDS, "no light_ends beside stage_shift.J (both set the stage sizes)", "both")
         sets(self, "uneven", bool(uneven) or LIGHT_ENDS in has)
@@ -230,7 +232,8 @@ class Space(SearchSpace):
     # ---- construction ----------------------------------------------------------------------
     @classmethod
     def from_options(cls, model: Transformer, cluster: Cluster, *, global_batch: int, base: str = "default",
-                     all_gpus: bool | None = None, uneven: bool | None = None, **choices) -> Space:
+                     all_gpus: bool | None = None, uneven: bool | None = None, framework: str | None = None,
+                     **choices) -> Space:
         """A space from lists of readable values per dimension.
 
         ``base="default"``: dimensions not given take :func:`default_space`'s choices;
@@ -284,7 +287,7 @@ class Space(SearchSpace):
         flags = DEFAULT_SPACE_FLAGS if base == "default" else {"all_gpus": True, "uneven": False}
         return cls(model=model, cluster=cluster, fixed=fixed, dims=dims,
                    all_gpus=flags["all_gpus"] if all_gpus is None else all_gpus,
-                   uneven=flags["uneven"] if uneven is None else uneven)
+                   uneven=flags["uneven"] if uneven is None else uneven, framework=framework)
 
     def _stage_layout(self):
         """Per-stage dimensions: their digit columns (contiguous, J ascending), their values as
@@ -575,7 +578,7 @@ class Space(SearchSpace):
         safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
         cols, sl, sr, ok = self._columns(safe)
         table = self._table_from(cols, sl, sr)
-        reason = feasibility(self.model, self.cluster, table)
+        reason = feasibility(self.model, self.cluster, table, self.framework)
         return inrange & ok & (reason == REASON["ok"])
 
     def _lookup_table(self) -> np.ndarray | None:
@@ -771,7 +774,7 @@ class Space(SearchSpace):
             cand = np.flatnonzero(best)
             # pp dividing the layers first (Megatron's uniform stages), then the smallest
             cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0))]
-            m = evaluate(self.model, self.cluster, t.take(cand))
+            m = evaluate(self.model, self.cluster, t.take(cand), framework=self.framework)
             fits = np.flatnonzero(m["reason"] != REASON["out_of_memory"])
             out["megatron"] = digits[cand[fits[0]] if fits.size else cand[-1]]
         return out
@@ -782,6 +785,7 @@ class Space(SearchSpace):
             "model": self.model.name, "cluster": self.cluster.name, "all_gpus": self.all_gpus, "uneven": self.uneven,
             "fixed": dict(self.fixed),
             "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
+            **({} if self.framework == DEFAULT_FRAMEWORK else {"framework": self.framework}),
         }
 
     @classmethod
@@ -789,7 +793,7 @@ class Space(SearchSpace):
         dims = [Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=bool(x.get("ordinal", False)))
                 for x in d["dims"]]
         return cls(model=model, cluster=cluster, fixed=d["fixed"], dims=dims, all_gpus=d.get("all_gpus", True),
-                   uneven=d.get("uneven", False))
+                   uneven=d.get("uneven", False), framework=d.get("framework"))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, Space) and self.model == other.model and self.cluster == other.cluster

@@ -48,10 +48,10 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     """Evaluate grid rows [lo, hi) of ``space`` and write the kept rows to ``path``. Pure apart
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
-    metrics = evaluate_any(space.model, space.cluster, table)
+    metrics = evaluate_any(space.model, space.cluster, table, framework=space.framework)
     sel = keep.select(metrics)  # (K,)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
-                     cluster=space.cluster.name, iteration=unit, grid_index=idx[sel], metadata=metadata,
+                     cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel], metadata=metadata,
                      pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]

@@ -5,7 +5,8 @@ as its name), stage_layers / stage_recompute as lists, null when the row's stage
 uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
 costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), then run_id,
-model, cluster, iteration and grid_index. The column ``searcher`` comes from the hive
+model, cluster, framework (the costmodel._frameworks profile it was priced under), iteration
+and grid_index. The column ``searcher`` comes from the hive
 partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
 metadata under b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
 
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from costmodel import METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
+from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
 from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS
 
 COMPRESSION = "zstd"
@@ -66,7 +67,7 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
         fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
     fields += [pa.field("run_id", pa.string()), pa.field("model", pa.string()), pa.field("cluster", pa.string()),
-               pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
+               pa.field("framework", pa.string()), pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
     return pa.schema(fields, metadata=dict(metadata or {}))
 
 
@@ -113,6 +114,7 @@ def to_arrow(
     model: str,
     cluster: str,
     iteration: np.ndarray | int,
+    framework: str = DEFAULT_FRAMEWORK,
     grid_index: np.ndarray | None,
     metadata: Mapping[bytes, bytes] | None = None,
     pool_names: list[str] | None = None,
@@ -121,7 +123,7 @@ def to_arrow(
     A costmodel.HeteroTable needs ``pool_names`` (the cluster's pools, in order)."""
     if hasattr(table, "stages"):
         return _to_arrow_hetero(table, metrics, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                                grid_index=grid_index, metadata=metadata, pool_names=pool_names)
+                                grid_index=grid_index, metadata=metadata, pool_names=pool_names, framework=framework)
     n = len(table)
     cols: dict[str, pa.Array] = {}
     for c in INT_COLUMNS:
@@ -144,13 +146,13 @@ def to_arrow(
     cols["stage_layers"] = _stage_list(table.stage_layers, table["pp"])
     cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], RECOMPUTE)
     _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                             grid_index=grid_index)
+                             grid_index=grid_index, framework=framework)
     schema = result_schema(metadata)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
 def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, model, cluster, iteration,
-                             grid_index) -> None:
+                             grid_index, framework=DEFAULT_FRAMEWORK) -> None:
     for c in METRIC_COLUMNS:
         v = metrics[c]
         if c == "reason":
@@ -162,6 +164,7 @@ def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, mo
     cols["run_id"] = pa.array(np.full(n, run_id, dtype=object), type=pa.string())
     cols["model"] = pa.array(np.full(n, model, dtype=object), type=pa.string())
     cols["cluster"] = pa.array(np.full(n, cluster, dtype=object), type=pa.string())
+    cols["framework"] = pa.array(np.full(n, framework, dtype=object), type=pa.string())
     cols["iteration"] = pa.array(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (n,)), type=pa.int64())
     cols["grid_index"] = (
         pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))
@@ -169,7 +172,7 @@ def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, mo
 
 
 def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iteration, grid_index, metadata,
-                     pool_names) -> pa.Table:
+                     pool_names, framework=DEFAULT_FRAMEWORK) -> pa.Table:
     """to_arrow for a costmodel.HeteroTable: global columns, dp / tp / micro_batch null, and the
     per-stage lists of HETERO_STAGE_COLUMNS (whole columns)."""
     from costmodel._hetero_strategy import ORDERS
@@ -198,7 +201,7 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
                                       absent=~split)
     cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
     _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                             grid_index=grid_index)
+                             grid_index=grid_index, framework=framework)
     schema = result_schema(metadata, hetero=True)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 

@@ -27,7 +27,7 @@ from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hete
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
-RUN_FORMAT = 1
+RUN_FORMAT = 2  # 2: a framework column in every part
 RUN_JSON = "run.json"
 RESULTS = "results"
 STATE = "state"

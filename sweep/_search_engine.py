@@ -131,7 +131,7 @@ class ChainRunner:
             if len(table) == 0:
                 done = True
                 break
-            m = evaluate_any(self.space.model, self.space.cluster, table)
+            m = evaluate_any(self.space.model, self.space.cluster, table, framework=self.space.framework)
             step = self.searcher.step
             self.searcher.tell(table, m)
             tables.append(table)
@@ -146,16 +146,17 @@ class ChainRunner:
             iteration = np.concatenate(steps)
         else:
             table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
-            m = evaluate_any(self.space.model, self.space.cluster, table)
+            m = evaluate_any(self.space.model, self.space.cluster, table, framework=self.space.framework)
             iteration = np.zeros(0, dtype=np.int64)
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
+                         framework=self.space.framework,
                          iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space))
         return arrow, self.searcher.state_dict(), used, done
 
 
 def evaluate_table(space, table: StrategyTable) -> Metrics:
     """A Ray task body: one batch of a driver-side searcher."""
-    return evaluate_any(space.model, space.cluster, table)
+    return evaluate_any(space.model, space.cluster, table, framework=space.framework)
 
 
 class _Bar:
@@ -337,7 +338,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             for s, m in zip(active, results, strict=True):
                 p = prog[s.index]
                 table = asked[s.index]
-                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
                                  iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
                                  pool_names=pool_names(s.space))
                 path = os.path.join(parts, part_name(s.index, p["batches"]))
@@ -356,7 +357,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                     p["evaluations"] += len(old)  # told: this is batch b+1
                     p["batches"] += 1
                     path = os.path.join(parts, part_name(s.index, p["batches"]))
-                    arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                    arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
                                      iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
                                      pool_names=pool_names(s.space))
                 write_part(arrow, path)
@@ -453,7 +454,7 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             results = evaluate_batch([(s.space, asked[s.index]) for s in active])
             for s, m in zip(active, results, strict=True):
                 p, table = prog[s.index], asked[s.index]
-                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
                                  iteration=p["steps"], grid_index=None, metadata=rd.metadata(s),
                                  pool_names=pool_names(s.space))
                 write_part(arrow, os.path.join(parts, part_name(s.index, p["steps"])))  # rows first

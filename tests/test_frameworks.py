@@ -188,3 +188,26 @@ def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
     assert REASONS[evaluate(GPT3, H100, five, framework="megatron-core")["reason"][0]] != "schedule_invalid"
     thirteen = StrategyTable.from_columns(dp=16, tp=8, pp=8, schedule="interleaved", vpp=13, global_batch=1536)
     assert REASONS[evaluate(GPT3, H100, thirteen, framework="megatron-core")["reason"][0]] == "schedule_invalid"
+
+
+def test_a_sweep_and_a_search_run_under_the_framework_and_record_it(tmp_path):
+    # The space holds only what the framework runs (DeepSpeed: 1F1B, ZeRO <= 1 with pp > 1), every
+    # Parquet row names the framework, run.json records it, and a resume keeps it.
+    from tests.sweep_helpers import cli, rows
+
+    space = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--cp", "1", "--pp", "1,2,8",
+             "--micro-batch", "1,2", "--framework", "deepspeed", "--in-process", "--no-progress"]
+    out = str(tmp_path / "sweep")
+    cli("sweep", *space, "--out", out)
+    got = rows(out)
+    assert len(got) and set(got["framework"]) == {"deepspeed"}
+    assert set(got["schedule"]) == {"1f1b"}
+    assert not ((got["pp"] > 1) & (got["zero_stage"] > 1)).any()
+    assert ((got["pp"] == 1) & (got["zero_stage"] == 3)).any()
+    info = json.loads((tmp_path / "sweep" / "run.json").read_text())
+    assert "deepspeed" in json.dumps(info)
+    cli("resume", out, "--in-process", "--no-progress")
+    assert set(rows(out)["framework"]) == {"deepspeed"}
+    found = tmp_path / "search"
+    cli("search", "mcmc", *space, "--budget", "200", "--out", str(found))
+    assert set(rows(str(found))["framework"]) == {"deepspeed"} and set(rows(str(found))["schedule"]) == {"1f1b"}

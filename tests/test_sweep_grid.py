@@ -91,9 +91,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
         assert not os.path.exists(tmp_path / "x")  # nothing written
     proc = cli("resume", str(tmp_path / "nothing"), check=False)
     assert proc.returncode == 2 and "run.json" in proc.stderr
-    # A global batch of 7 on 1024 GPUs: dp x micro-batch must divide 7, so dp = 1, and tp x pp
+    # A global batch of 7 on all 1024 GPUs: dp x micro-batch must divide 7, so dp = 1, and tp x pp
     # cannot reach 1024 (tp <= 8, pp <= 96 layers): no valid strategy, refused before writing.
-    proc = cli("sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--global-batch", "7",
+    proc = cli("sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--global-batch", "7", "--all-gpus",
                "--out", str(tmp_path / "y"), "--in-process", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "space options" in proc.stderr
     assert "global batch 7" in proc.stderr and not os.path.exists(tmp_path / "y")
