@@ -20,7 +20,7 @@ MCMC_BUDGET = 1200
 # A 360-point space where every point is valid (TPE spends no trials outside it).
 SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--tp", "1,2,4,8", "--pp",
          "1,2,4,8,16", "--micro-batch", "1,2,4", "--recompute", "none,selective,full", "--zero-stage", "0,1"]
-TPE = ["--seed", "5", "--budget", "64", "--batch", "8"]
+TPE = ["--seed", "5", "--budget", "64", "--batch", "8", "--screen", "0"]  # screen 0: walk the whole budget (38 points fit)
 TPE_BUDGET = 64
 STRATEGY = ["model", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
        "sequence_parallel", "zero_stage"]
