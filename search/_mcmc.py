@@ -70,7 +70,7 @@ from search._memo import (
     stage_width,
 )
 from search._moves import proposer
-from search._screen import screened
+from search._screen import screen_searcher
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
 # settings for every seed. ``chains`` None (auto): DEFAULT_CHAINS, or with a budget
@@ -143,13 +143,7 @@ class MCMCSearcher(Searcher):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         # Feasibility first (search._screen): walk only the points that fit in memory where the
         # space can be screened; evaluate all of them where the budget covers them.
-        self.base_space = space
-        self.screen = bool(screen)
-        space, members = screened(space, enabled=screen)
-        self.points_fit = None if members is None else int(members.size)
-        self.budget = None if budget is None else int(budget)
-        self._enumeration = members if (budget is not None and members is not None
-                                        and 0 < members.size <= budget) else None
+        space = screen_searcher(self, space, screen=screen, budget=budget)
         self._enum_told = 0
         self.feasible_seen = 0  # distinct feasible points told
         chains = auto_chains(self.budget) if chains is None else chains

@@ -121,6 +121,21 @@ class ScreenedSpace(SearchSpace):
         return cls(space, members if members is not None else np.zeros(0, dtype=np.int64))
 
 
+def screen_searcher(searcher, space, *, screen: bool, budget: int | None):
+    """Feasibility first for a searcher (MCMC, TPE): sets ``base_space``, ``screen``, ``points_fit``
+    (points that fit, or None where the space cannot be screened), ``budget`` and ``_enumeration``
+    (the grid indices of every point that fits, where the budget covers them all, else None), and
+    returns the space to walk (screened(space))."""
+    searcher.base_space = space
+    searcher.screen = bool(screen)
+    space, members = screened(space, enabled=screen)
+    searcher.points_fit = None if members is None else int(members.size)
+    searcher.budget = None if budget is None else int(budget)
+    searcher._enumeration = members if (budget is not None and members is not None
+                                        and 0 < members.size <= budget) else None
+    return space
+
+
 def screened(space, *, enabled: bool = True):
     """(the space to walk, the grid indices of the points that fit or None): a ScreenedSpace
     where ``space`` can be screened and some point fits, else ``space`` itself."""

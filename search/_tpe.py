@@ -77,7 +77,7 @@ from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
-from search._screen import screened
+from search._screen import screen_searcher
 
 # DEFAULT_N_STARTUP_TRIALS, DEFAULT_MEMORY_PENALTY: in search._tpe_defaults, which the options
 # read without importing optuna.
@@ -170,13 +170,7 @@ class TPESearcher(Searcher):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # Feasibility first (search._screen): the walk covers only the points that fit in memory
         # where the space can be screened; all of them are evaluated where the budget covers them.
-        self.base_space = space
-        self.screen = bool(screen)
-        space, members = screened(space, enabled=screen)
-        self.points_fit = None if members is None else int(members.size)
-        self.budget = None if budget is None else int(budget)
-        self._enumeration = members if (budget is not None and members is not None
-                                        and 0 < members.size <= budget) else None
+        space = screen_searcher(self, space, screen=screen, budget=budget)
         self.space = space
         self.seed = int(seed)
         self.study_name = study_name
@@ -215,7 +209,7 @@ class TPESearcher(Searcher):
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._rebuild_from_studies()
-        if members is not None and members.size and self._enumeration is None and not self.trials:
+        if self.points_fit and self._enumeration is None and not self.trials:
             # Feasibility first: a new study over the points that fit tries the space's recipes
             # first (data parallelism and Megatron-LM's, chosen among the points that fit); the
             # first study only (queued in both studies as well, 6 seeds on 5 problems of
@@ -229,6 +223,10 @@ class TPESearcher(Searcher):
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
             return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
+        if not self._pending and self.points_fit and len(self._memo) >= self.points_fit:
+            # a screened walk that has told every point that fits has nothing new to ask (drawing
+            # on would spend its whole draw limit per ask and find nothing)
+            return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
         if not self._pending and n > 0:
             self._use(self._next_walk())
             self._new_batch(int(n))

@@ -179,7 +179,7 @@ def test_no_point_is_evaluated_twice_when_a_batch_holds_twin_draws():
                                pp=[1, 2, 4, 8, 16], micro_batch=[1, 2, 4], recompute=["none", "selective", "full"],
                                zero_stage=[0, 1, 3])
     for seed in range(6):
-        s = TPESearcher(space, seed=seed, n_startup_trials=4)
+        s = TPESearcher(space, seed=seed, n_startup_trials=4, screen=False)  # the whole space: 318 points
         seen = set()
         for _ in range(8):
             t = s.ask(16)
@@ -235,13 +235,13 @@ def test_exact_space_walks_the_zero_stage_first():
     # tp 1 settles SP (off), pp 1 settles vpp, a non-interleaved schedule settles vpp and vpp > 1
     # settles the schedule: one each, in the digit order. cp, micro-batch, SP, recompute: none.
     space = exact_space(GPT3, H100, 1536)
-    s = TPESearcher(space, seed=0)
+    s = TPESearcher(space, seed=0, screen=False)  # the walk over every valid point, not the ones that fit
     digits, roots = ([s._names[k] for k in order] for order in s._orders)
     assert digits == [d.name for d in space.dims]
     assert roots == ["zero_stage", "tp", "pp", "schedule", "vpp", "cp", "micro_batch", "sequence_parallel", "recompute"]
     assert [st.user_attrs["plansweep_walk_order"] for st in s._studies] == [digits, roots]
     assert [st.study_name for st in s._studies] == ["plansweep-tpe", "plansweep-tpe:roots"]
-    one = TPESearcher(space, seed=0, walks="roots")
+    one = TPESearcher(space, seed=0, walks="roots", screen=False)
     assert [[one._names[k] for k in order] for order in one._orders] == [roots]
 
 
