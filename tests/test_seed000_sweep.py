@@ -28,7 +28,7 @@ MICROBATCHES = (1, 2, 4, 8, 16, 32)
 SEED000_SWEEP = (
     "sweep", "--model", "seed000-mlp", "--cluster", "seed000-16", "--dp", POW2, "--tp", POW2, "--pp", POW2,
     "--microbatches", ",".join(map(str, MICROBATCHES)), "--global-batch", "8192", "--schedule", "gpipe",
-    "--recompute", "none", "--sequence-parallel", "false", "--zero-stage", "0,1", "--partial-gpus",
+    "--recompute", "none", "--sequence-parallel", "false", "--zero-stage", "0,1", "--partial-gpus", "--light-ends", "0",
     "--keep", "all", "--no-progress",
 )
 FIGURES = ("throughput_vs_degrees", "grid_search", "data_parallelism", "horizontal_parallelism",
