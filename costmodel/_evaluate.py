@@ -503,15 +503,15 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision) 
     return ok
 
 
-def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework=None,
-                 schedule=None, sequence_parallel=None, precision=None) -> np.ndarray:
+def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
+                 schedule, sequence_parallel, precision) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
-    framework checks are the same for both and made here (the framework's when ``schedule``,
-    ``sequence_parallel`` and ``precision`` are given)."""
+    framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision) are the same
+    for both and made here."""
     fw = framework_preset(framework)
-    fw_ok = True if schedule is None else framework_runs(fw, schedule, zero, sequence_parallel, precision)
+    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -761,6 +761,26 @@ def without_scores(fw: Framework, terms: dict) -> dict:
     return {**terms, "act_L": terms["act_L"] - terms["score_L"], "score_L": np.zeros_like(terms["score_L"])}
 
 
+def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt) -> dict:
+    """Bytes per GPU of every stage, the one memory formula of evaluate and of the memory-only
+    screen (costmodel._memory): weights, grads, optimizer and activations (N, k), buffers (N,),
+    their total per stage (N, k; -inf on the padding columns of rows with fewer stages) and the
+    largest stage's parameters per GPU (N,). ``sh``: the per-row shape terms (T, act_L, score_L,
+    emb_act, head_act); ``k``: micro-batches in flight per stage; ``zero`` after the framework's
+    columns; ``g`` the replicas gradients are reduced over (dp x cp)."""
+    col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
+    params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
+    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(sh["T"]), model.hidden,
+                                      col(np.where(sp, t, 1)))
+    act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
+    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
+    buffers = buffer_bytes(sh["T"], model.hidden, t, g, zero, params_max, model.layer_params())
+    total = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
+            "total": total, "params_max": params_max}
+
+
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
                     pipeline: str = "closed_form", simulate_now: bool = True,
                     stages_out: bool = False, framework=None) -> Metrics:
@@ -827,24 +847,21 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         q, row_shape, peaks = sim
         k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
 
-    # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
-    layer_p = model.layer_params()
-    params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
-    params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
+    # -- memory per GPU, per stage (the worst stage is taken below) --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
+    mem = stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt)
+    params_max = mem["params_max"]
+
+    # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat))
     shard = np.where(zero >= 1, g, 1)
     opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
     step = pipe + dp_exposed + opt_s
 
-    # -- memory per GPU, per stage, worst stage --
-    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(T), h,
-                                      col(np.where(sp, t, 1)))
-    act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
-    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
-    buffers = buffer_bytes(T, h, t, g, zero, params_max, layer_p)
-    tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    # -- the worst stage's memory --
+    w_b, g_b, o_b, act, buffers, tot = (mem[x] for x in ("weights", "grads", "optimizer", "activations",
+                                                          "buffers", "total"))
     worst = np.argmax(tot, axis=1)[:, None]
     worst_flat = np.arange(len(table)) * tot.shape[1] + worst[:, 0]
 

@@ -4,7 +4,7 @@
 (weights, gradients, optimizer state, activations, buffers) and a reason code (costmodel's
 REASONS: the structural checks of ``feasibility`` and ``out_of_memory``), the same numbers as
 ``costmodel.evaluate``'s ``mem_total_bytes`` and ``reason`` for the closed-form pipeline (the
-default), from the same terms (costmodel._evaluate's building blocks), but without the step's
+default), from the same terms (costmodel._evaluate.stage_memory, the one memory formula), but without the step's
 times: no GEMM roofline per row, no communication, no pipeline fill. Searchers use it to find
 which points of a space fit before they spend evaluations (search._screen).
 
@@ -25,15 +25,12 @@ from costmodel._evaluate import (
     SCHED,
     SIMULATED_SCHEDULES,
     _stages,
-    activation_bytes,
-    buffer_bytes,
     distinct_rows,
     feasibility,
     framework_columns,
     in_flight,
     shape_terms,
-    stage_params,
-    state_bytes,
+    stage_memory,
     without_scores,
 )
 from costmodel._frameworks import framework_preset
@@ -84,7 +81,7 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
 
 def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw):
     gpu = cluster.gpu
-    L, h = model.layers, model.hidden
+    L = model.layers
     d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
     b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
     sched, zero, sp = table["schedule"], table["zero_stage"], table["sequence_parallel"]
@@ -100,7 +97,6 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row])).items()
           if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
-    T = sh["T"]
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
@@ -108,15 +104,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     ok = reason == 0
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
     k = np.where(np.isnan(graph), k, graph)
-    params = stage_params(model, n, first, last, col(t))
-    params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
-    g = d * c
-    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(T), h,
-                                      col(np.where(sp, t, 1)))
-    act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
-    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
-    buffers = buffer_bytes(T, h, t, g, zero, params_max, model.layer_params())
-    tot = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt)["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
     return mem_total, reason

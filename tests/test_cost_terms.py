@@ -85,12 +85,18 @@ def test_recompute_flops_per_token():
     ({"tp_ok": False}, "tp_not_divide_heads"),
     ({"cp": 3}, "cp_not_divide_seq"),  # 2048 is not a multiple of 2 x 3
     ({"zero": 2, "pp": 2}, "zero_incompatible_pp"),
+    # Megatron-LM 2021 had no distributed optimizer (Narayanan et al. 2021 shard nothing)
+    ({"zero": 1, "framework": "megatron-2021"}, "framework_unsupported"),
+    ({"zero": 2, "pp": 2, "framework": "megatron-2021"}, "zero_incompatible_pp"),  # before the framework check
     ({}, None),
 ])
 def test_reason_codes(bad, reason):
     from costmodel import REASONS
 
+    from costmodel._strategy import SCHEDULES
+
     args = dict(gpus_ok=True, tp_ok=True, pp_ok=True, batch_ok=True, sched_ok=True, cp=1, pp=1, seq_len=2048,
-                zero=0) | bad
-    got = reason_codes(**{k: np.array([v]) for k, v in args.items()})
+                zero=0, schedule=SCHEDULES.index("1f1b"), sequence_parallel=False, precision=0) | bad
+    framework = args.pop("framework", "generic")
+    got = reason_codes(framework=framework, **{k: np.array([v]) for k, v in args.items()})
     assert got[0] == (0 if reason is None else REASONS.index(reason))
