@@ -306,9 +306,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     or draws a new batch (part b was told: this is batch b+1)."""
     info = rd.info
     opts = searcher_options("tpe", info["options"])
-    budget, n = int(info["options"]["budget"]), int(info["options"]["batch"])
+    budget = int(info["options"]["budget"])
     studies = rd.studies()
-    parts = rd.partition("tpe")
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
     prog: dict[int, dict] = {}
@@ -320,8 +319,29 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
-    check_first = {s.index: True for s in studies}
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="tpe", enabled=progress)
+    _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
+              save=lambda i: write_json_atomic(prog[i], marker[i]), parts_may_lead=True)
+
+
+def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_process: bool, progress: bool,
+              save, parts_may_lead: bool = False) -> None:
+    """The ask / evaluate / write / tell loop of the batch searchers (TPE, gradient), every
+    study's batch evaluated together, until each study has spent its budget or has nothing new
+    to ask. ``prog[study]`` counts parts (under ``key``) and evaluations; ``save(study)``
+    records it after the tell (rows first, then the state). ``parts_may_lead``: the state may
+    lag the parts by one (TPE's journal; run_tpe's docstring), checked at each study's first
+    batch."""
+    budget, n = int(rd.info["options"]["budget"]), int(rd.info["options"]["batch"])
+    parts = rd.partition(rd.info["searcher"])
+    check_first = {s.index for s in studies} if parts_may_lead else set()
+
+    def rows(s, table, m, part: int):
+        return to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
+                        framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
+                        pool_names=pool_names(s.space))
+
+    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
+               enabled=progress)
     evaluate_batch = _batch_evaluator(in_process)
     try:
         while True:
@@ -330,41 +350,38 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 break
             asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
             for s in active:
-                if len(asked[s.index]) == 0:
+                if len(asked[s.index]) == 0:  # nothing new left to ask: every valid point evaluated
                     prog[s.index]["done"] = True
-                    write_json_atomic(prog[s.index], marker[s.index])
+                    save(s.index)
             active = [s for s in active if len(asked[s.index])]
             results = evaluate_batch([(s.space, asked[s.index]) for s in active])
             for s, m in zip(active, results, strict=True):
-                p = prog[s.index]
-                table = asked[s.index]
-                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
-                                 iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
-                                 pool_names=pool_names(s.space))
-                path = os.path.join(parts, part_name(s.index, p["batches"]))
-                if check_first.pop(s.index, False) and os.path.exists(path):
+                i, p, table = s.index, prog[s.index], asked[s.index]
+                arrow = rows(s, table, m, p[key])
+                path = os.path.join(parts, part_name(i, p[key]))
+                if i in check_first and os.path.exists(path):
                     # Killed after writing part b and before recording it: is part b told?
                     old, new = _strategy_keys(_read_strategies(path)), _strategy_keys(arrow)
                     if new <= old:  # untold or partly told: these rows are batch b, already in part b
-                        searchers[s.index].tell(table, m)
-                        p["batches"] += 1
+                        searchers[i].tell(table, m)
+                        p[key] += 1
                         p["evaluations"] += len(old)
-                        write_json_atomic(p, marker[s.index])
+                        save(i)
                         bar.update(len(old), _best_of(arrow), _feasible_of(arrow))
+                        check_first.discard(i)
                         continue
                     if new & old:
                         raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
                     p["evaluations"] += len(old)  # told: this is batch b+1
-                    p["batches"] += 1
-                    path = os.path.join(parts, part_name(s.index, p["batches"]))
-                    arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
-                                     iteration=p["batches"], grid_index=None, metadata=rd.metadata(s),
-                                     pool_names=pool_names(s.space))
-                write_part(arrow, path)
-                searchers[s.index].tell(table, m)
-                p["batches"] += 1
+                    p[key] += 1
+                    arrow = rows(s, table, m, p[key])
+                    path = os.path.join(parts, part_name(i, p[key]))
+                check_first.discard(i)
+                write_part(arrow, path)  # rows first
+                searchers[i].tell(table, m)
+                p[key] += 1
                 p["evaluations"] += len(table)
-                write_json_atomic(p, marker[s.index])
+                save(i)  # then the state
                 bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
     finally:
         bar.close()
@@ -418,9 +435,7 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     part b, tell, write the state (module docstring)."""
     info = rd.info
     opts = searcher_options("gradient", info["options"])
-    budget, n = int(info["options"]["budget"]), int(info["options"]["batch"])
     studies = rd.studies()
-    parts = rd.partition("gradient")
     path = {s.index: os.path.join(rd.state, f"gradient-{s.index:02d}.npz") for s in studies}
     searchers, prog = {}, {}
     for s in studies:
@@ -433,38 +448,8 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                              "done": bool(eng["done"])}
         else:
             prog[s.index] = {"steps": 0, "evaluations": 0, "done": False}
-
-    def save(i: int) -> None:
-        save_state(path[i], searchers[i].state_dict(), prog[i])
-
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc="gradient",
-               enabled=progress)
-    evaluate_batch = _batch_evaluator(in_process)
-    try:
-        while True:
-            active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
-            if not active:
-                break
-            asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
-            for s in active:
-                if len(asked[s.index]) == 0:  # nothing new left to ask: every valid point evaluated
-                    prog[s.index]["done"] = True
-                    save(s.index)
-            active = [s for s in active if len(asked[s.index])]
-            results = evaluate_batch([(s.space, asked[s.index]) for s in active])
-            for s, m in zip(active, results, strict=True):
-                p, table = prog[s.index], asked[s.index]
-                arrow = to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name, framework=s.space.framework,
-                                 iteration=p["steps"], grid_index=None, metadata=rd.metadata(s),
-                                 pool_names=pool_names(s.space))
-                write_part(arrow, os.path.join(parts, part_name(s.index, p["steps"])))  # rows first
-                searchers[s.index].tell(table, m)
-                p["steps"] += 1
-                p["evaluations"] += len(table)
-                save(s.index)  # then the state
-                bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
-    finally:
-        bar.close()
+    _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
+              save=lambda i: save_state(path[i], searchers[i].state_dict(), prog[i]))
 
 
 def run_search(rd: RunDir, *, in_process: bool, progress: bool) -> None:
