@@ -135,7 +135,9 @@ def test_one_run_holds_homogeneous_or_heterogeneous_clusters(tmp_path):
 def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
     """`plansweep sweep --cluster a100x64+h100x64 --model gpt3-175b` on the embedded Ray, kill -9
     after a few units, `resume`: every part once, and the rows are exactly the feasible valid
-    grid rows of every unit (recomputed here, unit by unit), none twice."""
+    grid rows of every unit (recomputed here, unit by unit), none twice. Six stages, each on
+    either pool at dp 2, 4 or 8: 6^6 placements x 2 micro-batch counts x 2 recomputes, 19 units
+    of 10,000 rows."""
     import numpy as np
 
     from costmodel import evaluate_any
@@ -143,8 +145,8 @@ def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
     from sweep._rundir import RunDir
 
     out = str(tmp_path / "run")
-    proc = start("sweep", "--cluster", "a100x64+h100x64", "--model", "gpt3-175b", "--out", out, "--workers", "2",
-                 "--no-progress")
+    proc = start("sweep", "--cluster", "a100x64+h100x64", "--model", "gpt3-175b", "--pp", "6", "--zero-stage", "1",
+                 "--unit-rows", "10000", "--out", out, "--workers", "2", "--no-progress")
     directory = os.path.join(out, "results", "searcher=grid")
     n = kill_when(proc, directory, at_least=3)
     cli("resume", out, "--workers", "2", "--no-progress", "--top", "1")

@@ -149,7 +149,8 @@ def test_tpe_kill_9_then_resume_trials_add_up(tpe_reference, tmp_path):
     n = kill_when(proc, os.path.join(out, "results", "searcher=tpe"), at_least=3)
     assert n < TPE_BUDGET // 8
     before = rows(out)
-    cli("search", "tpe", *SMALL, *TPE, "--out", out, "--workers", "1", "--no-progress")  # = resume
+    # = resume; in this process (the run killed was on Ray: the state on disk is the same)
+    cli("search", "tpe", *SMALL, *TPE, "--out", out, "--in-process", "--no-progress")
     df = rows(out)
     assert len(df) == TPE_BUDGET and not df.duplicated(KEY).any()
     batches = df["iteration"].nunique()  # a batch may hold fewer than 8 new points
@@ -227,7 +228,7 @@ def test_gradient_kill_9_then_resume_equals_uninterrupted(gradient_reference, tm
     proc = start("search", "gradient", *EXACT, *GRADIENT, "--out", out, "--workers", "1", "--no-progress")
     n = kill_when(proc, os.path.join(out, "results", "searcher=gradient"), at_least=3)
     assert n < GRADIENT_BUDGET // 16, "killed after the last step"
-    cli("resume", out, "--workers", "1", "--no-progress")
+    cli("resume", out, "--in-process", "--no-progress")  # the killed run was on Ray; the state is the same
     assert_same_run(out, gradient_reference)
     assert best(out) == best(gradient_reference)
 
