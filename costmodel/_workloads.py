@@ -288,6 +288,15 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int):
     )
 
 
+def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq: int, vocab: int, **moe):
+    """A SwiGLU / RMSNorm / rotary / untied-head MoE transformer (all four MoE presets are)."""
+    return Transformer(
+        name=name, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads, kv_heads=kv, seq_len=seq,
+        vocab=vocab, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+        learned_positions=False, **moe,
+    )
+
+
 # Presets. GPT-3: Brown et al. 2020 Table 2.1 (vocab padded to 51200 as Megatron does).
 # Megatron 22B/175B/530B/1T: Korthikanti et al. 2022 Table 3. Llama-3: Meta's Llama 3 paper
 # (Dubey et al. 2024) Table 3, seq 8192. mlp-64x8192: an MLP of 64 ReLU layers of 8192 x 8192
@@ -301,6 +310,33 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
+    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads,
+    # 8 KV heads, intermediate 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et
+    # al. 2024, arXiv:2401.04088 (every layer MoE; 32k-token context: seq 32768). 46.7B / 12.9B.
+    "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
+    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads,
+    # 8 KV heads, intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions).
+    # Mistral AI's announcement: 141B total, 39B active.
+    "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
+    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3
+    # config.json: 61 layers, hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048,
+    # top-8, the first 3 layers dense with ffn 18432, vocab 129280, pre-training at 4K tokens.
+    # 671B total / 37B active (without the multi-token-prediction module, not counted here).
+    # Its attention is MLA (low-rank Q and KV projections, head size 192 for QK and 128 for
+    # V); plansweep has no MLA and takes standard multi-head attention with its 128 heads of
+    # 7168 / 128 = 56: 4 h^2 = 205.5M attention parameters per layer against MLA's 187.1M
+    # (+1.1B in all: +0.17% of the total, +3% of the active count), and the s x s score
+    # FLOPs (4 s h) below MLA's (2 s a (192 + 128)).
+    "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
+                        experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3),
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
+    # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
+    # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head
+    # Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B and 235B / 22B.
+    "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
+                          experts_per_token=8, expert_ffn_hidden=768),
+    "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,
+                            experts_per_token=8, expert_ffn_hidden=1536),
     "mlp-64x8192": Transformer(
         name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,
