@@ -27,6 +27,9 @@ KINDS = ("transformer", "mlp")
 # then keep its dense value, so that no MoE setting is silently priced as dense).
 MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
                     "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1}
+# The fields added with MoE models and their values in every model before them: files written
+# for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
+FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

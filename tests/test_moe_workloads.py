@@ -223,3 +223,16 @@ def test_cli_refuses_moe_models_with_exit_2(command, capsys):
     err = capsys.readouterr().err.strip()
     assert "model.experts: expected 1 (expert layers are not priced yet: issue 18), got 8" in err
     assert len(err.splitlines()) == 1
+
+
+def test_run_files_of_a_dense_model_read_as_before():
+    from sweep._rundir import model_from_dict, model_to_dict
+
+    # Transformer's fields before the MoE ones: a dense model's run.json, its identity on resume
+    # and Parquet metadata keep exactly these keys.
+    before = {"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "activation", "norm",
+              "bias", "tied_embeddings", "learned_positions", "kind"}
+    assert set(model_to_dict(model_preset("llama3-70b"))) == before
+    for name in ("llama3-70b", "deepseek-v3", "qwen3-30b-a3b"):
+        assert model_from_dict(model_to_dict(model_preset(name))) == model_preset(name)
+    assert model_to_dict(model_preset("mixtral-8x7b"))["experts"] == 8
