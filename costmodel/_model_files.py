@@ -17,6 +17,8 @@ HuggingFace families read (``model_type``):
                                    (i + 1) % decoder_sparse_step == 0 and i is not in
                                    mlp_only_layers (read when those are the first layers, or
                                    empty); dense layers of intermediate_size; head_dim read
+                                   (for mixtral too); Qwen2-MoE's shared-expert gate (an h x 1
+                                   matrix) is left out with its Q/K/V biases, as for qwen2
     deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
                                    num_experts_per_tok, first_k_dense_replace dense layers of
                                    intermediate_size, moe_layer_freq 1. MLA attention is taken as
