@@ -8,10 +8,30 @@ HuggingFace families read (``model_type``):
                                    parameters and are left out), GQA from num_key_value_heads
     gpt_neox                       GeLU MLP, LayerNorm with biases, rotary positions
     gpt2                           GeLU MLP, LayerNorm with biases, learned positions, tied head
+    mixtral                        as mistral; num_local_experts routed experts of
+                                   intermediate_size, num_experts_per_tok per token, every
+                                   layer MoE (Mistral AI's Mixtral-8x7B-v0.1 config.json)
+    qwen2_moe, qwen3_moe           as qwen2 / qwen3; num_experts of moe_intermediate_size,
+                                   num_experts_per_tok, one shared expert of
+                                   shared_expert_intermediate_size (qwen2_moe), layer i MoE when
+                                   (i + 1) % decoder_sparse_step == 0 and i is not in
+                                   mlp_only_layers (read when those are the first layers, or
+                                   empty); dense layers of intermediate_size; head_dim read
+                                   (for mixtral too); Qwen2-MoE's shared-expert gate (an h x 1
+                                   matrix) is left out with its Q/K/V biases, as for qwen2
+    deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
+                                   num_experts_per_tok, first_k_dense_replace dense layers of
+                                   intermediate_size, moe_layer_freq 1. MLA attention is taken as
+                                   standard multi-head attention of num_attention_heads heads of
+                                   hidden / heads (plansweep has no MLA; costmodel._workloads'
+                                   deepseek-v3 preset says what that changes); the
+                                   multi-token-prediction layers are not counted
+The evaluators refuse MoE models until expert layers are priced (issue 18); the closed forms
+(Transformer.num_params, active_params, model_flops_per_sample) already count them.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
 built for; write a plansweep model file to train at another. A config that plansweep cannot
-price as it is (a head size other than hidden / heads, mixture-of-experts layers) is refused
-with the key that says so.
+price as it is (a dense model with a head size other than hidden / heads, MoE keys in a dense
+family) is refused with the key that says so.
 
 Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, attn_heads,
 attn_size, num_blocks. Its files carry no vocabulary; plansweep takes Megatron-LM's padded GPT
@@ -27,8 +47,9 @@ from costmodel._errors import InputError
 from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._workloads import Transformer
 
-HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2")
-_GATED = ("llama", "mistral", "qwen2", "qwen3")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2")
+HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES)
+_GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
                    "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
@@ -69,9 +90,9 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     if family not in HF_FAMILIES:
         raise InputError(f"{argument} model_type", "one of " + ", ".join(HF_FAMILIES), family)
     moe = [k for k in _MOE_KEYS if data.get(k)]
-    if moe:
-        raise InputError(f"{argument} {moe[0]}", "a dense model (mixture-of-experts layers are not priced yet)",
-                         data[moe[0]])
+    if moe and family not in _MOE_FAMILIES:
+        raise InputError(f"{argument} {moe[0]}", f"a dense model (model_type {family}; the MoE families read are "
+                         + ", ".join(_MOE_FAMILIES) + ")", data[moe[0]])
     if family == "gpt2":
         hidden = _get(data, "n_embd", argument)
         heads = _get(data, "n_head", argument)
@@ -93,7 +114,11 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
     head_dim = data.get("head_dim")
-    if head_dim is not None and head_dim * heads != hidden:
+    if family in _MOE_FAMILIES:
+        fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
+        if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
+            fields["head_dim"] = _get(data, "head_dim", argument)
+    elif head_dim is not None and head_dim * heads != hidden:
         raise InputError(f"{argument} head_dim", f"hidden_size / num_attention_heads = {hidden // heads}", head_dim)
     if act not in _HF_ACTIVATIONS:
         raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
@@ -101,6 +126,43 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     if family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
     return Transformer(name=name, activation=activation, **fields)
+
+
+def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
+    """Transformer's MoE fields from the config of a family in _MOE_FAMILIES (module docstring)."""
+    if family == "mixtral":
+        return dict(experts=_get(data, "num_local_experts", argument),
+                    experts_per_token=_get(data, "num_experts_per_tok", argument))
+    if family in ("qwen2_moe", "qwen3_moe"):
+        step = _get(data, "decoder_sparse_step", argument, default=1)
+        mlp_only = data.get("mlp_only_layers") or []
+        first = len(mlp_only)
+        if list(mlp_only) != list(range(first)) or (first and step != 1):
+            raise InputError(f"{argument} mlp_only_layers", "the first layers [0, 1, ..., d - 1] (with "
+                             "decoder_sparse_step 1), or none", mlp_only)
+        shared = data.get("shared_expert_intermediate_size") or 0
+        if not (isinstance(shared, int) and shared >= 0):
+            raise InputError(f"{argument} shared_expert_intermediate_size", "an integer >= 0", shared)
+        return dict(experts=_get(data, "num_experts", argument),
+                    experts_per_token=_get(data, "num_experts_per_tok", argument),
+                    expert_ffn_hidden=_get(data, "moe_intermediate_size", argument),
+                    shared_experts=1 if shared else 0, shared_expert_ffn_hidden=shared or None,
+                    dense_layers=first, moe_layer_freq=step)
+    # deepseek_v3, deepseek_v2: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+    freq = _get(data, "moe_layer_freq", argument, default=1)
+    if freq != 1:
+        raise InputError(f"{argument} moe_layer_freq", "1 (every layer after the first_k_dense_replace is MoE)",
+                         freq)
+    first = data.get("first_k_dense_replace") or 0
+    if not (isinstance(first, int) and 0 <= first < layers):
+        raise InputError(f"{argument} first_k_dense_replace", f"an integer in [0, num_hidden_layers={layers})", first)
+    shared = data.get("n_shared_experts") or 0
+    if not (isinstance(shared, int) and shared >= 0):
+        raise InputError(f"{argument} n_shared_experts", "an integer >= 0", shared)
+    return dict(experts=_get(data, "n_routed_experts", argument),
+                experts_per_token=_get(data, "num_experts_per_tok", argument),
+                expert_ffn_hidden=_get(data, "moe_intermediate_size", argument), shared_experts=shared,
+                dense_layers=first)
 
 
 def from_calculon(data: dict, name: str, argument: str = "--model") -> Transformer:

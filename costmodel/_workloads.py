@@ -1,8 +1,17 @@
-"""Workloads: a GPT-style transformer (which also covers seed 000's MLP) and presets.
+"""Workloads: a GPT-style transformer (which also covers seed 000's MLP), its
+mixture-of-experts form, and presets.
 
 Symbols as in Korthikanti et al. 2022 (arXiv:2205.05198): L layers, h hidden, a heads,
-s sequence length, V vocabulary, b micro-batch (sequences). We add f (ffn hidden) and
-hk = h * kv_heads / heads (the width of K and V under grouped-query attention).
+s sequence length, V vocabulary, b micro-batch (sequences). We add f (ffn hidden),
+d (head size, hidden / heads unless given), q = a * d (the width of Q and of the attention
+output) and hk = kv_heads * d (the width of K and V under grouped-query attention).
+
+Mixture of experts (Shazeer et al. 2017, arXiv:1701.06538; Mixtral, arXiv:2401.04088;
+DeepSeek-V3, arXiv:2412.19437): in an MoE layer the MLP is a router (an h x E matrix) and E
+routed experts of ffn hidden fe, of which each token goes through k, plus Es shared experts
+(ffn hidden fs) every token goes through. The first ``dense_layers`` layers keep the dense
+MLP (ffn hidden f); after them every ``moe_layer_freq``-th layer is an MoE layer. E = 1 is a
+dense model and prices exactly as before the MoE fields existed.
 """
 
 from __future__ import annotations
@@ -14,6 +23,13 @@ from costmodel._errors import InputError
 ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm", "none")
 KINDS = ("transformer", "mlp")
+# The MoE fields and their dense values (experts = 1 means a dense model; each of these must
+# then keep its dense value, so that no MoE setting is silently priced as dense).
+MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
+                    "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1}
+# The fields added with MoE models and their values in every model before them: files written
+# for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
+FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -23,6 +39,14 @@ class Transformer:
     For kind="mlp" (seed 000): ``layers`` linear layers of ``hidden`` x ``hidden`` each
     followed by ``activation`` (relu), one sample is one token (seq_len=1), no attention,
     no embedding and no LM head.
+
+    Mixture of experts (module docstring): ``experts`` routed experts E (1: dense), of which
+    ``experts_per_token`` (top-k) take each token; ``shared_experts`` that take every token;
+    ``expert_ffn_hidden`` (default ffn_hidden) and ``shared_expert_ffn_hidden`` (default
+    expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep the dense
+    MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router
+    is an h x E matrix without bias. ``head_dim`` (default hidden / heads) is the size of one
+    attention head; the evaluators price only hidden / heads (``require_priced``).
     """
 
     name: str
@@ -39,6 +63,14 @@ class Transformer:
     tied_embeddings: bool = True
     learned_positions: bool = True
     kind: str = "transformer"
+    head_dim: int | None = None
+    experts: int = 1
+    experts_per_token: int = 1
+    shared_experts: int = 0
+    expert_ffn_hidden: int | None = None
+    shared_expert_ffn_hidden: int | None = None
+    dense_layers: int = 0
+    moe_layer_freq: int = 1
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -66,28 +98,118 @@ class Transformer:
                 raise InputError("model.vocab", "an integer >= 1", self.vocab)
             if not (isinstance(self.ffn_hidden, int) and self.ffn_hidden >= 1):
                 raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
+        self._check_moe()
+
+    def _check_moe(self) -> None:
+        """The head size and the MoE fields: one InputError naming the first bad field."""
+        for f in ("head_dim", "expert_ffn_hidden", "shared_expert_ffn_hidden"):
+            v = getattr(self, f)
+            if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise InputError(f"model.{f}", "an integer >= 1 (or null for its default)", v)
+        for f, lo in (("experts", 1), ("experts_per_token", 1), ("moe_layer_freq", 1), ("shared_experts", 0),
+                      ("dense_layers", 0)):
+            v = getattr(self, f)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
+                raise InputError(f"model.{f}", f"an integer >= {lo}", v)
+        if self.kind == "mlp" and self.experts != 1:
+            raise InputError("model.experts", "1 (kind=mlp has no expert layers)", self.experts)
+        if self.experts == 1:
+            for f, dense in MOE_DENSE_VALUES.items():
+                if getattr(self, f) != dense:
+                    raise InputError(f"model.{f}", f"{dense} for a dense model (experts=1)", getattr(self, f))
+            return
+        if self.experts_per_token > self.experts:
+            raise InputError("model.experts_per_token", f"an integer in [1, experts={self.experts}]",
+                             self.experts_per_token)
+        if self.dense_layers >= self.layers:
+            raise InputError("model.dense_layers", f"fewer than layers={self.layers} (an MoE model has MoE layers)",
+                             self.dense_layers)
+        if self.moe_layer_freq > self.layers - self.dense_layers:
+            raise InputError("model.moe_layer_freq",
+                             f"at most layers - dense_layers = {self.layers - self.dense_layers}", self.moe_layer_freq)
 
     # -- closed forms -------------------------------------------------------------------
     @property
+    def head_size(self) -> int:
+        """d: the size of one attention head (head_dim, else hidden / heads)."""
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def q_hidden(self) -> int:
+        """q = a * d: the width of Q and of the attention output (h unless head_dim is set)."""
+        return self.hidden if self.head_dim is None else self.heads * self.head_dim
+
+    @property
     def kv_hidden(self) -> int:
-        """hk: the width of K (and of V) = h * kv_heads / heads."""
-        return self.hidden * self.kv_heads // self.heads
+        """hk: the width of K (and of V) = kv_heads * d (h * kv_heads / heads unless head_dim is set)."""
+        return self.hidden * self.kv_heads // self.heads if self.head_dim is None else self.kv_heads * self.head_dim
 
     @property
     def mlp_matrices(self) -> int:
         """Number of h x f weight matrices in the MLP: 2 (GeLU/ReLU) or 3 (SwiGLU)."""
         return 3 if self.activation == "swiglu" else 2
 
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of MoE layers: every moe_layer_freq-th layer after the dense_layers (0 if dense)."""
+        return (self.layers - self.dense_layers) // self.moe_layer_freq if self.is_moe else 0
+
+    @property
+    def expert_ffn(self) -> int:
+        """fe: the ffn hidden size of one routed expert."""
+        return self.expert_ffn_hidden if self.expert_ffn_hidden is not None else self.ffn_hidden
+
+    @property
+    def shared_expert_ffn(self) -> int:
+        """fs: the ffn hidden size of one shared expert."""
+        return self.shared_expert_ffn_hidden if self.shared_expert_ffn_hidden is not None else self.expert_ffn
+
+    def require_priced(self, argument: str = "model") -> None:
+        """Refuse, with one InputError, a model the evaluators cannot price yet (they would
+        price it as a dense model of hidden / heads heads): expert layers or another head size."""
+        if self.is_moe:
+            raise InputError(f"{argument}.experts", "1 (expert layers are not priced yet: issue 18)", self.experts)
+        if self.q_hidden != self.hidden:
+            raise InputError(f"{argument}.head_dim", f"hidden / heads = {self.hidden // self.heads} "
+                             "(other head sizes are not priced yet: issue 18)", self.head_dim)
+
+    def _attn_params(self) -> int:
+        """Q, K, V and output projections (with their biases) of one layer."""
+        h, q, hk = self.hidden, self.q_hidden, self.kv_hidden
+        return h * (q + 2 * hk) + q * h + ((q + 2 * hk) + h if self.bias else 0)
+
+    def _mlp_params(self, f: int) -> int:
+        """One MLP (or expert) of ffn hidden f: mlp_matrices h x f matrices and their biases."""
+        h = self.hidden
+        return self.mlp_matrices * h * f + (f * (self.mlp_matrices - 1) + h if self.bias else 0)
+
     def layer_params(self) -> int:
-        """Parameters of one layer (weights, biases, norms)."""
-        h, f, hk = self.hidden, self.ffn_hidden, self.kv_hidden
+        """Parameters of one dense layer (weights, biases, norms): every layer of a dense model."""
+        h = self.hidden
         if self.kind == "mlp":
             return h * h + (h if self.bias else 0)
-        attn = h * (h + 2 * hk) + h * h  # QKV and output projection
-        mlp = self.mlp_matrices * h * f
-        biases = (h + 2 * hk) + h + f * (self.mlp_matrices - 1) + h if self.bias else 0
-        norms = 2 * self._norm_params()
-        return attn + mlp + biases + norms
+        return self._attn_params() + self._mlp_params(self.ffn_hidden) + 2 * self._norm_params()
+
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (its MLP of ffn hidden fe)."""
+        return self._mlp_params(self.expert_ffn)
+
+    def router_params(self) -> int:
+        """The router of one MoE layer: an h x E matrix."""
+        return self.hidden * self.experts
+
+    def moe_layer_expert_params(self) -> int:
+        """Parameters of the E routed experts of one MoE layer (what expert parallelism shards)."""
+        return self.experts * self.expert_params()
+
+    def moe_layer_params(self) -> int:
+        """Parameters of one MoE layer: attention, router, E routed and Es shared experts, norms."""
+        return (self._attn_params() + self.router_params() + self.moe_layer_expert_params()
+                + self.shared_experts * self._mlp_params(self.shared_expert_ffn) + 2 * self._norm_params())
 
     def _norm_params(self) -> int:
         return {"layernorm": 2, "rmsnorm": 1, "none": 0}[self.norm] * self.hidden
@@ -106,30 +228,54 @@ class Transformer:
         return head + self._norm_params()
 
     def num_params(self) -> int:
-        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+        """Total parameters (every expert counted)."""
+        n_moe = self.moe_layers
+        return ((self.layers - n_moe) * self.layer_params() + (n_moe * self.moe_layer_params() if n_moe else 0)
+                + self.embedding_params() + self.head_params())
+
+    def active_params(self) -> int:
+        """Parameters one token goes through: num_params less the E - k routed experts per MoE
+        layer it skips (embeddings and head counted whole, as num_params counts them)."""
+        return self.num_params() - self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params()
+
+    def _attn_fwd_flops_per_token(self) -> float:
+        """QK^T and AV: 2*s*q each per token (the full s x s square, as Korthikanti Eq. 7 counts it)."""
+        return 4.0 * self.seq_len * self.q_hidden
 
     def layer_fwd_flops_per_token(self) -> float:
-        """Forward FLOPs per token of one layer, counting matrix products only.
+        """Forward FLOPs per token of one dense layer, counting matrix products only.
 
         2 FLOPs per multiply-add on each weight matrix, plus attention: QK^T and AV cost
         2*s*h each per token (the full s x s square, as Korthikanti Eq. 7 counts it).
         """
-        h, f, hk, s = self.hidden, self.ffn_hidden, self.kv_hidden, self.seq_len
+        h, f, q, hk = self.hidden, self.ffn_hidden, self.q_hidden, self.kv_hidden
         if self.kind == "mlp":
             return 2.0 * h * h
-        weights = h * (h + 2 * hk) + h * h + self.mlp_matrices * h * f
-        return 2.0 * weights + 4.0 * s * h
+        weights = h * (q + 2 * hk) + q * h + self.mlp_matrices * h * f
+        return 2.0 * weights + self._attn_fwd_flops_per_token()
+
+    def moe_layer_fwd_flops_per_token(self) -> float:
+        """Forward FLOPs per token of one MoE layer on its active weights: attention, the router
+        (h x E), the k routed experts the token goes to and the Es shared experts."""
+        h, q, hk, m = self.hidden, self.q_hidden, self.kv_hidden, self.mlp_matrices
+        weights = (h * (q + 2 * hk) + q * h + h * self.experts
+                   + m * h * (self.experts_per_token * self.expert_ffn + self.shared_experts * self.shared_expert_ffn))
+        return 2.0 * weights + self._attn_fwd_flops_per_token()
 
     def head_fwd_flops_per_token(self) -> float:
         return 0.0 if self.kind == "mlp" else 2.0 * self.hidden * self.vocab
 
     def model_flops_per_sample(self) -> float:
-        """Model FLOPs (forward + backward = 3x forward) per sequence, no recompute.
+        """Model FLOPs (forward + backward = 3x forward) per sequence, no recompute; for an MoE
+        model on the active weights only (MFU counted on active parameters).
 
         For GPT (f = 4h, MHA) this is Korthikanti Eq. 7 divided by the batch B:
         72 L s h^2 (1 + s/6h + V/12hL).
         """
-        per_token = self.layers * self.layer_fwd_flops_per_token() + self.head_fwd_flops_per_token()
+        n_moe = self.moe_layers
+        per_token = (self.layers - n_moe) * self.layer_fwd_flops_per_token() + self.head_fwd_flops_per_token()
+        if n_moe:
+            per_token += n_moe * self.moe_layer_fwd_flops_per_token()
         return 3.0 * per_token * self.seq_len
 
 
@@ -142,6 +288,15 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int):
         name=name, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads, kv_heads=kv,
         seq_len=8192, vocab=128256, activation="swiglu", norm="rmsnorm", bias=False,
         tied_embeddings=False, learned_positions=False,
+    )
+
+
+def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq: int, vocab: int, **moe):
+    """A SwiGLU / RMSNorm / rotary / untied-head MoE transformer (all four MoE presets are)."""
+    return Transformer(
+        name=name, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads, kv_heads=kv, seq_len=seq,
+        vocab=vocab, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+        learned_positions=False, **moe,
     )
 
 
@@ -158,6 +313,33 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
+    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads,
+    # 8 KV heads, intermediate 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et
+    # al. 2024, arXiv:2401.04088 (every layer MoE; 32k-token context: seq 32768). 46.7B / 12.9B.
+    "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
+    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads,
+    # 8 KV heads, intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions).
+    # Mistral AI's announcement: 141B total, 39B active.
+    "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
+    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3
+    # config.json: 61 layers, hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048,
+    # top-8, the first 3 layers dense with ffn 18432, vocab 129280, pre-training at 4K tokens.
+    # 671B total / 37B active (without the multi-token-prediction module, not counted here).
+    # Its attention is MLA (low-rank Q and KV projections, head size 192 for QK and 128 for
+    # V); plansweep has no MLA and takes standard multi-head attention with its 128 heads of
+    # 7168 / 128 = 56: 4 h^2 = 205.5M attention parameters per layer against MLA's 187.1M
+    # (+1.1B in all: +0.17% of the total, +3% of the active count), and the s x s score
+    # FLOPs (4 s h) below MLA's (2 s a (192 + 128)).
+    "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
+                        experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3),
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
+    # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
+    # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head
+    # Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B and 235B / 22B.
+    "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
+                          experts_per_token=8, expert_ffn_hidden=768),
+    "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,
+                            experts_per_token=8, expert_ffn_hidden=1536),
     "mlp-64x8192": Transformer(
         name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,

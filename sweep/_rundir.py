@@ -24,6 +24,7 @@ from typing import Any
 
 import costmodel
 from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hetero_from_mapping, hetero_to_mapping
+from costmodel._workloads import FIELDS_SINCE_MOE
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
@@ -61,7 +62,10 @@ def incompatibility(recorded: dict) -> str | None:
 
 # ---- specs <-> plain dicts (for run.json and the Parquet schema metadata) ------------------
 def model_to_dict(model: Transformer) -> dict:
-    return dataclasses.asdict(model)
+    """The model's fields, less those added with MoE models where they hold their dense value
+    (a dense model's run.json, its identity on resume and Parquet metadata read as before)."""
+    return {k: v for k, v in dataclasses.asdict(model).items()
+            if not (k in FIELDS_SINCE_MOE and v == FIELDS_SINCE_MOE[k])}
 
 
 def cluster_to_dict(cluster: Cluster | HeteroCluster) -> dict:

@@ -110,6 +110,8 @@ def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_hold
     checked = 0
     for name in MODEL_PRESETS:
         model = model_preset(name)
+        if model.is_moe:  # the evaluators refuse MoE models until expert layers are priced (issue 18)
+            continue
         for cname in PRESET_CLUSTERS:
             cluster = cluster_preset(cname)
             if _state_bytes(model) > cluster.num_gpus * (cluster.gpu.hbm_bytes - RESERVED_BYTES):
