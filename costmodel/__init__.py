@@ -5,11 +5,8 @@
     metrics = evaluate(model, cluster, table)   # one numpy column per metric
 """
 
-import functools
-
 from costmodel._errors import InputError
-from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics
-from costmodel._evaluate import evaluate as _evaluate_homogeneous
+from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
 from costmodel._goodput import FailureModel, goodput, plan_goodput
 from costmodel._hardware import (
@@ -35,10 +32,9 @@ from costmodel._hetero_cluster import (
     make_hetero,
     make_pool,
 )
-from costmodel._hetero_eval import evaluate_hetero as _evaluate_hetero
-from costmodel._hetero_eval import format_stage_rows, hetero_stage_breakdown, stage_rows
+from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
 from costmodel._hetero_strategy import HeteroTable
-from costmodel._memory import memory_screen as _memory_screen
+from costmodel._memory import memory_screen
 from costmodel._linear import (
     H100_SXM5_SEED001,
     LinearDevice,
@@ -68,21 +64,6 @@ __all__ = [
     "model_from_mapping", "FailureModel", "goodput", "plan_goodput", "memory_screen",
     "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",
 ]
-
-
-def _priced(fn):
-    """``fn`` after Transformer.require_priced: the package's evaluators refuse, with one
-    InputError, a model they would otherwise price as something else (an MoE model as dense)."""
-    @functools.wraps(fn)
-    def checked(model, *args, **kwargs):
-        model.require_priced()
-        return fn(model, *args, **kwargs)
-    return checked
-
-
-evaluate = _priced(_evaluate_homogeneous)
-evaluate_hetero = _priced(_evaluate_hetero)
-memory_screen = _priced(_memory_screen)
 
 
 def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> Metrics:

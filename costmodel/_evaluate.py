@@ -579,6 +579,7 @@ def evaluate(
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
+    model.require_priced()
     fw = framework_preset(framework)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now,
                                                               framework=fw),

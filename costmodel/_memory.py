@@ -46,6 +46,7 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
                   framework=None) -> tuple[np.ndarray, np.ndarray]:
     """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
     (costmodel._frameworks); see the module docstring."""
+    model.require_priced()
     fw = framework_preset(framework)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)

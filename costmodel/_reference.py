@@ -110,6 +110,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
     micro-batches in flight come from one call of the schedule simulator for this row."""
+    model.require_priced()
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
