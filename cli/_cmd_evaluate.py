@@ -143,7 +143,7 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
         s["layers"] = int(s["layers"])
-    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, failure).items()}
+    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure).items()}
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
             "strategy": row,
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
