@@ -225,5 +225,5 @@ def plan_goodput(metrics, table, cluster, failure: FailureModel | None = None) -
                         f.restart_s + io["checkpoint_load_s"] + wait)
     out.update(checkpoint_load_s=io["checkpoint_load_s"], checkpoint_bytes=io["checkpoint_bytes"],
                spare_nodes=spares.astype(np.float64), spare_wait_s=wait,
-               nodes_used=nodes_used.astype(np.float64))
+               nodes_used=nodes_used.astype(np.float64), restart_s=np.full(len(M), f.restart_s))
     return out
