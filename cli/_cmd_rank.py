@@ -63,7 +63,7 @@ def goodput_lines(metrics, table, cluster, failure=None) -> str:
     out = ["goodput under failures (job MTBF from the nodes used; idle nodes are hot spares):",
            f"{'#':>3} {'goodput tok/s':>14} {'useful':>7} {'nodes':>6} {'spares':>6} {'MTBF h':>7} "
            f"{'ckpt write s':>12} {'every min':>9} {'load s':>7} {'wait s':>7}"]
-    for i in range(len(table)):
+    for i in range(len(g["goodput_ratio"])):
         out.append(f"{i + 1:>3} {g['goodput_tokens_per_s'][i]:14,.0f} {100 * g['goodput_ratio'][i]:6.2f}% "
                    f"{g['nodes_used'][i]:6.0f} {g['spare_nodes'][i]:6.0f} {g['job_mtbf_s'][i] / 3600:7.2f} "
                    f"{g['checkpoint_write_s'][i]:12.1f} {g['checkpoint_interval_s'][i] / 60:9.1f} "

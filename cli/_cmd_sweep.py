@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", default="feasible", metavar="POLICY",
                    help="rows written: all, feasible (default) or best:K per unit")
     add_runtime_args(p)
+    from cli._cmd_rank import add_objective_args
+
+    add_objective_args(p)
     p.set_defaults(func=run_sweep)
 
     r = sub.add_parser("resume", help="continue a sweep or search from its run directory",
@@ -158,13 +161,27 @@ def grid_request(args: argparse.Namespace) -> dict:
         raise InputError("--unit-rows", "an integer", args.unit_rows)
     unit_rows = check_unit_rows(int(args.unit_rows))
     keep = Keep.parse(args.keep)
+    options: dict[str, object] = {"unit_rows": unit_rows, "keep": str(keep)}
+    studies = build_studies(args)
+    if args.objective != "tokens_per_s":  # runs by raw throughput keep their run.json as before
+        import dataclasses
+
+        from cli._cmd_evaluate import failure_from_args
+        from cli._cmd_rank import check_objective
+
+        for c in _words(args.cluster, "--cluster"):
+            check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
+        if str(keep) not in ("feasible", "all"):
+            raise InputError("--keep", "feasible or all with --objective goodput (best:K keeps rows by raw "
+                             "throughput)", args.keep)
+        options.update(objective=args.objective, failure=dataclasses.asdict(failure_from_args(args)))
     return {
         "command": "sweep",
         "searcher": GRID,
         "seed": None,
         "argv": sys.argv[1:],
-        "options": {"unit_rows": unit_rows, "keep": str(keep)},
-        "studies": build_studies(args),
+        "options": options,
+        "studies": studies,
     }
 
 
@@ -223,6 +240,33 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     return 0
 
 
+def _goodput_summary(rd: RunDir, view, top: int) -> None:
+    """print_summary's best strategies by goodput (run.json's objective and failure model), per study:
+    costmodel.plan_goodput over the study's feasible rows as written."""
+    from cli._cmd_rank import goodput_lines
+    from costmodel import FailureModel, plan_goodput
+    from sweep._runview import best_rows_by
+
+    failure = FailureModel(**rd.info["options"]["failure"])
+    clusters = {s.label: s.cluster for s in rd.studies()}
+    keys = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
+    for study in view.studies():
+        cluster = clusters[study.name]
+
+        def goodput_of(rows, cluster=cluster):
+            cols = {k: rows.column(k).to_numpy() for k in keys}
+            return plan_goodput(cols, cols, cluster, failure)["goodput_tokens_per_s"]
+
+        rows, _ = best_rows_by(study, top, goodput_of)
+        print(f"\nbest strategies for {study.name} by goodput (closed-form pipeline prices):")
+        if not rows.num_rows:
+            print("no feasible strategy found")
+            continue
+        print(format_rows(study.columns, study.throughput_column, rows_as_dicts(rows)))
+        cols = {k: rows.column(k).to_numpy() for k in keys}
+        print(goodput_lines(cols, cols, cluster, failure))
+
+
 def print_summary(rd: RunDir, top: int) -> None:
     """Where the results are, and the best ``top`` strategies of each study (show's table)."""
     from sweep._runview import best_rows, open_run
@@ -232,6 +276,9 @@ def print_summary(rd: RunDir, top: int) -> None:
     view = open_run(rd.path)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
+    if top and rd.info["options"].get("objective", "tokens_per_s") != "tokens_per_s":
+        _goodput_summary(rd, view, top)
+        return
     for study in view.studies() if top else []:
         rows = rows_as_dicts(best_rows(study, top))
         print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")

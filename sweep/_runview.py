@@ -221,6 +221,19 @@ STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "glo
                  "stage_dp2")
 
 
+def best_rows_by(view: RunView, k: int, score) -> tuple[pa.Table, np.ndarray]:
+    """The ``k`` distinct feasible strategies of highest ``score(rows)`` ((N,) from a pyarrow table of
+    the feasible rows, every column), best first, and their scores."""
+    rows = view.scan(None, pc.field("feasible"))
+    if rows.num_rows == 0:
+        return rows, np.zeros(0)
+    val = np.asarray(score(rows), dtype=np.float64)
+    order = np.argsort(-val, kind="stable")
+    rows = rows.append_column("__score", pa.array(val)).take(pa.array(order, type=pa.int64()))
+    top = _distinct(rows).slice(0, k)
+    return top.drop(["__score"]), top.column("__score").to_numpy()
+
+
 def _distinct(table: pa.Table) -> pa.Table:
     """First row of each strategy (``table`` holds the few best rows, sorted)."""
     keys = [c for c in STRATEGY_KEYS if c in table.column_names]
