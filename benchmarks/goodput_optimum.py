@@ -1,6 +1,6 @@
 """Does the best plan by goodput differ from the best by raw throughput? (issue 15 part 2)
 
-    PYTHONPATH=. python benchmarks/goodput_optimum.py [--space default|exact]
+    PYTHONPATH=. python benchmarks/goodput_optimum.py [--space default|exact] [--union]
 
 GPT-3 175B on h100x1024, global batch 1536, the space of `plansweep rank --space ...` (default: the
 derived space, whose plans may leave GPUs idle), every row priced by the closed forms, then the
@@ -48,14 +48,17 @@ def describe(table, i, metrics, g) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--space", default="default", choices=SPACES[:2])
+    ap.add_argument("--union", action="store_true")
     args = ap.parse_args()
+    union = {"space_micro_batch": "1,2,3,4,6,8,12,16", "space_schedule": "gpipe,1f1b,interleaved,zb-h1,zb-h2",
+             "space_vpp": "1,2,3,4,6"} if args.union else {}
     model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     flags = argparse.Namespace(space=args.space, global_batch="1536", partial_gpus=False, all_gpus=False,
-                               **{"space_" + d: None for d in SPACE_DIMS})
+                               **{"space_" + d: None for d in SPACE_DIMS} | union)
     space = space_from_args(flags, model, cluster)  # `plansweep rank --space ... --global-batch 1536`
     table = space.rows(0, space.size)[1]
     metrics = evaluate(model, cluster, table)
-    print(f"{args.space} space: {len(table):,} rows, {int(metrics['feasible'].sum()):,} feasible, "
+    print(f"{args.space} space{' + the exact space choices' if args.union else ''}: {len(table):,} rows, {int(metrics['feasible'].sum()):,} feasible, "
           f"{int((table.num_gpus < cluster.num_gpus).sum()):,} leave GPUs idle")
     i_thr, m_thr = best(model, cluster, table, metrics, "tokens_per_s", None)
     for name, f in MODELS.items():

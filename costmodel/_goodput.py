@@ -62,7 +62,9 @@ LLAMA3_READ_BPS_PER_GPU = 7e12 / 16384
 # NSDI 2024); 10 minutes is chosen with one published figure in view: with the Llama 3 failure
 # rate and storage above, a 405B plan on 16,384 GPUs then trains usefully 92% of the time,
 # where Dubey et al. (Sec. 3.3.4) report "higher than 90% effective training time" (20
-# minutes would give 87%).
+# minutes would give 87%; that calibration is goodput() alone: a job whose cluster has spare
+# nodes outside it, as Meta's had). The restart includes swapping in a spare node when a free one
+# exists: automated detect-and-replace is reported at under 5 minutes (Crusoe, "AutoClusters", 2025).
 RESTART_S = 600.0
 # A node's storage bandwidth: NVIDIA's HGX H100/H200 AI Factory enterprise reference architecture
 # ("Network Logical Architecture") connects each node's converged north/south network, storage
