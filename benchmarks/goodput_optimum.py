@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
 from cli._cmd_rank import REFINE_TOP, refine
 from cli._space_args import SPACE_DIMS, SPACES, space_from_args
 from costmodel import FailureModel, cluster_preset, evaluate, model_preset, plan_goodput
@@ -41,7 +39,8 @@ def best(model, cluster, table, metrics, objective, failure):
 def describe(table, i, metrics, g) -> str:
     r = table.row(i)
     return (f"dp {r['dp']} tp {r['tp']} pp {r['pp']} cp {r['cp']} ZeRO-{r['zero_stage']} {r['schedule']} "
-            f"mb {r['micro_batch']}: {metrics['tokens_per_s'][0]:,.0f} tok/s, goodput {g['goodput_tokens_per_s'][0]:,.0f} "
+            f"mb {r['micro_batch']}: {metrics['tokens_per_s'][0]:,.0f} tok/s, "
+            f"goodput {g['goodput_tokens_per_s'][0]:,.0f} "
             f"({100 * g['goodput_ratio'][0]:.2f}%), {g['nodes_used'][0]:.0f} nodes, {g['spare_nodes'][0]:.0f} spare")
 
 
@@ -58,7 +57,8 @@ def main() -> None:
     space = space_from_args(flags, model, cluster)  # `plansweep rank --space ... --global-batch 1536`
     table = space.rows(0, space.size)[1]
     metrics = evaluate(model, cluster, table)
-    print(f"{args.space} space{' + the exact space choices' if args.union else ''}: {len(table):,} rows, {int(metrics['feasible'].sum()):,} feasible, "
+    what = args.space + (" + the exact space choices" if args.union else "")
+    print(f"{what} space: {len(table):,} rows, {int(metrics['feasible'].sum()):,} feasible, "
           f"{int((table.num_gpus < cluster.num_gpus).sum()):,} leave GPUs idle")
     i_thr, m_thr = best(model, cluster, table, metrics, "tokens_per_s", None)
     for name, f in MODELS.items():
@@ -69,8 +69,10 @@ def main() -> None:
         print("  best by goodput:    " + describe(table, i_g, m_g, plan_goodput(m_g, table.take([i_g]), cluster, f)))
         # the shortest repair time at which the goodput optimum moves (closed forms + refine)
         lo, hi = 0.0, 48.0
-        moved = lambda h: best(model, cluster, table, metrics, "goodput",  # noqa: E731
-                               dataclasses.replace(f, repair_h=h))[0] != i_thr
+
+        def moved(h, f=f):
+            return best(model, cluster, table, metrics, "goodput", dataclasses.replace(f, repair_h=h))[0] != i_thr
+
         if not moved(hi):
             print(f"  the optimum stays for every repair time up to {hi} h")
             continue

@@ -202,7 +202,8 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
         lines.append(f"  checkpoint every {g['checkpoint_interval_s'] / 60:.1f} min (Daly), "
                      f"{g['checkpoint_bytes'] / 1e12:.2f} TB in {g['checkpoint_write_s']:.1f} s: "
                      f"{100 * g['checkpoint_overhead']:.2f}% overhead; work redone {100 * g['rework_fraction']:.2f}%")
-        lines.append(f"  per failure: {g['restart_s']:.0f} s restart + {g['checkpoint_load_s']:.1f} s to load + {g['spare_wait_s']:.0f} s "
+        lines.append(f"  per failure: {g['restart_s']:.0f} s restart + {g['checkpoint_load_s']:.1f} s to load + "
+                     f"{g['spare_wait_s']:.0f} s "
                      f"waiting for a node on average ({g['spare_nodes']:.0f} idle nodes as spares): "
                      f"{100 * g['restart_fraction']:.2f}% of the time")
     return "\n".join(lines)
