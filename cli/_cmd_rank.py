@@ -60,8 +60,9 @@ def score(metrics, table, cluster, objective: str, failure=None) -> np.ndarray:
 def goodput_lines(metrics, table, cluster, failure=None) -> str:
     """Per printed row: goodput, its share, the checkpoint and failure terms (costmodel.plan_goodput)."""
     g = plan_goodput(metrics, table, cluster, failure)
-    out = ["goodput under failures (job MTBF from the nodes used; idle nodes are hot spares):",
-           f"{'#':>3} {'goodput tok/s':>14} {'useful':>7} {'nodes':>6} {'spares':>6} {'MTBF h':>7} "
+    out = ["goodput under failures (throughput x useful share; job MTBF from the nodes used; idle nodes are "
+           "hot spares):",
+           f"{'#':>3} {'goodput /s':>14} {'useful':>7} {'nodes':>6} {'spares':>6} {'MTBF h':>7} "
            f"{'ckpt write s':>12} {'every min':>9} {'load s':>7} {'wait s':>7}"]
     for i in range(len(g["goodput_ratio"])):
         out.append(f"{i + 1:>3} {g['goodput_tokens_per_s'][i]:14,.0f} {100 * g['goodput_ratio'][i]:6.2f}% "
