@@ -142,8 +142,25 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
                              args.storage)
         options["batch"] = number(args.batch, "--batch", int, 1)
     options.update(options_from_args(args.options, args).to_json())
+    studies = build_studies(args, search=True)
+    options.update(objective_options(args))
     return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
-            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, search=True)}
+            "argv": sys.argv[1:], "options": options, "studies": studies}
+
+
+def objective_options(args: argparse.Namespace) -> dict:
+    """run.json's objective and failure model for a run by goodput; nothing for one by raw throughput
+    (so such runs keep the run.json they always had)."""
+    if args.objective == "tokens_per_s":
+        return {}
+    import dataclasses
+
+    from cli._cmd_evaluate import failure_from_args
+    from cli._cmd_rank import check_objective
+
+    for c in _words(args.cluster, "--cluster"):
+        check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
+    return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
 
 
 def check_runtime(args: argparse.Namespace) -> None:
@@ -163,18 +180,10 @@ def grid_request(args: argparse.Namespace) -> dict:
     keep = Keep.parse(args.keep)
     options: dict[str, object] = {"unit_rows": unit_rows, "keep": str(keep)}
     studies = build_studies(args)
-    if args.objective != "tokens_per_s":  # runs by raw throughput keep their run.json as before
-        import dataclasses
-
-        from cli._cmd_evaluate import failure_from_args
-        from cli._cmd_rank import check_objective
-
-        for c in _words(args.cluster, "--cluster"):
-            check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
-        if str(keep) not in ("feasible", "all"):
-            raise InputError("--keep", "feasible or all with --objective goodput (best:K keeps rows by raw "
-                             "throughput)", args.keep)
-        options.update(objective=args.objective, failure=dataclasses.asdict(failure_from_args(args)))
+    if args.objective != "tokens_per_s" and str(keep) not in ("feasible", "all"):
+        raise InputError("--keep", "feasible or all with --objective goodput (best:K keeps rows by raw "
+                         "throughput)", args.keep)
+    options.update(objective_options(args))
     return {
         "command": "sweep",
         "searcher": GRID,

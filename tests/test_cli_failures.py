@@ -73,9 +73,13 @@ def test_search_and_sweep_rank_by_goodput(capsys, tmp_path):
     best = json.loads(capsys.readouterr().out)["best"][0]
     assert (best["dp"], best["tp"], best["pp"]) == (24, 3, 14)
     assert 0 < best["goodput_tokens_per_s"] < best["tokens_per_s"]
+    # a resumable search (--out) records the objective and failure model, its searcher walks by goodput
     assert main(["search", "mcmc", *SMALL_SPACE, "--budget", "64", "--objective", "goodput", "--out",
-                 str(tmp_path / "r")]) == 2
-    assert "--objective: expected tokens_per_s with --out" in capsys.readouterr().err
+                 str(tmp_path / "r"), "--in-process", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "by goodput" in out and _first_row(out)[1:4] == ["24", "3", "14"]
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert info["options"]["objective"] == "goodput" and info["options"]["failure"]["gpu_mtbf_h"] == 8090
     run = tmp_path / "sweep"
     assert main(["sweep", *SMALL_SPACE, "--out", str(run), "--in-process", "--no-progress", "--top", "1",
                  "--objective", "goodput"]) == 0
