@@ -75,10 +75,12 @@ NODE_STORAGE_BPS = 2 * 200e9 / 8
 # hardware issues ... or suspected hardware-related issues".
 HARDWARE_FRACTION = 0.78
 # Repair time of a failed node (drain, diagnose, fix or swap, back in service), hours: 2.2 h is
-# the mean GPU-failure recovery time measured on NCSA Delta (Cui et al. 2025, "Characterizing GPU
-# Resilience and Impact on AI/HPC Systems", arXiv 2503.11901), the shortest published figure found;
-# a vendor's replacement without on-site spares takes days (an RMA: 1-14 business days). A short
-# repair time is the conservative choice here: it makes idle spare nodes worth the least.
+# the GPU-failure recovery time behind the node-availability projection of NCSA Delta's study (Cui
+# et al. 2025, "Characterizing GPU Resilience and Impact on AI/HPC Systems", arXiv 2503.11901), as
+# a secondary summary quotes it (the figure was not checked against the paper's own text); the
+# shortest figure found: a vendor's replacement without on-site spares takes days (an RMA). A short
+# repair time is the conservative choice here: it makes idle spare nodes worth the least
+# (BENCHMARKS.md, "Goodput and re-planning", gives the repair times at which plans change).
 REPAIR_H = 2.2
 
 
