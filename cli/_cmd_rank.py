@@ -57,9 +57,9 @@ def score(metrics, table, cluster, objective: str, failure=None) -> np.ndarray:
     return np.where(metrics["feasible"], np.asarray(val, dtype=np.float64), -np.inf)
 
 
-def goodput_lines(metrics, table, cluster, failure=None) -> str:
-    """Per printed row: goodput, its share, the checkpoint and failure terms (costmodel.plan_goodput)."""
-    g = plan_goodput(metrics, table, cluster, failure)
+def goodput_lines(g: dict) -> str:
+    """Per printed row: goodput, its share, the checkpoint and failure terms (costmodel.plan_goodput's
+    columns ``g``)."""
     out = ["goodput under failures (throughput x useful share; job MTBF from the nodes used; idle nodes are "
            "hot spares):",
            f"{'#':>3} {'goodput /s':>14} {'useful':>7} {'nodes':>6} {'spares':>6} {'MTBF h':>7} "
@@ -141,7 +141,8 @@ def run(args) -> int:
                       rows_as_dicts(arrow)))
     print(idle_note(table.take(idx[keep][:top]), cluster))
     if not isinstance(cluster, HeteroCluster):
-        print(goodput_lines(exact.take(np.flatnonzero(keep)[:top]), table.take(idx[keep][:top]), cluster, failure))
+        print(goodput_lines(plan_goodput(exact.take(np.flatnonzero(keep)[:top]), table.take(idx[keep][:top]), cluster,
+                                         failure)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
     return 0

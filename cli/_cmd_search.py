@@ -26,6 +26,7 @@ from costmodel import (
     StrategyTable,
     evaluate_any,
     format_stage_rows,
+    plan_goodput,
     stage_rows,
 )
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
@@ -182,7 +183,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
     print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
     if getattr(args, "objective", "tokens_per_s") != "tokens_per_s":
-        print(goodput_lines(best_m, best_t, space.cluster, failure))
+        print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure)))
         print(f"(ranked by {args.objective})")
     if pools:
         print("best, per stage (exact pipeline):")

@@ -249,31 +249,20 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     return 0
 
 
-def _goodput_summary(rd: RunDir, view, top: int) -> None:
+def _goodput_summary(view, top: int, failure) -> None:
     """print_summary's best strategies by goodput (run.json's objective and failure model), per study:
     costmodel.plan_goodput over the study's feasible rows as written."""
     from cli._cmd_rank import goodput_lines
-    from costmodel import FailureModel, plan_goodput
-    from sweep._runview import best_rows_by
+    from sweep._runview import best_rows_by_goodput
 
-    failure = FailureModel(**rd.info["options"]["failure"])
-    clusters = {s.label: s.cluster for s in rd.studies()}
-    keys = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
     for study in view.studies():
-        cluster = clusters[study.name]
-
-        def goodput_of(rows, cluster=cluster):
-            cols = {k: rows.column(k).to_numpy() for k in keys}
-            return plan_goodput(cols, cols, cluster, failure)["goodput_tokens_per_s"]
-
-        rows, _ = best_rows_by(study, top, goodput_of)
+        rows, g = best_rows_by_goodput(study, top, failure)
         print(f"\nbest strategies for {study.name} by goodput (closed-form pipeline prices):")
         if not rows.num_rows:
             print("no feasible strategy found")
             continue
         print(format_rows(study.columns, study.throughput_column, rows_as_dicts(rows)))
-        cols = {k: rows.column(k).to_numpy() for k in keys}
-        print(goodput_lines(cols, cols, cluster, failure))
+        print(goodput_lines(g))
 
 
 def print_summary(rd: RunDir, top: int) -> None:
@@ -285,8 +274,11 @@ def print_summary(rd: RunDir, top: int) -> None:
     view = open_run(rd.path)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
-    if top and rd.info["options"].get("objective", "tokens_per_s") != "tokens_per_s":
-        _goodput_summary(rd, view, top)
+    from sweep._runview import run_failure_model
+
+    failure = run_failure_model(view)
+    if top and failure is not None:
+        _goodput_summary(view, top, failure)
         return
     for study in view.studies() if top else []:
         rows = rows_as_dicts(best_rows(study, top))

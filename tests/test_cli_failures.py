@@ -86,6 +86,9 @@ def test_search_and_sweep_rank_by_goodput(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "by goodput" in out and _first_row(out)[1:4] == ["24", "3", "14"]
     assert json.loads((run / "run.json").read_text())["options"]["objective"] == "goodput"
+    assert main(["show", str(run), "--top", "1"]) == 0  # show ranks the run by its recorded objective
+    out = capsys.readouterr().out
+    assert "ranked by goodput" in out and _first_row(out)[1:4] == ["24", "3", "14"]
     assert main(["sweep", *SMALL_SPACE, "--out", str(tmp_path / "k"), "--in-process", "--keep", "best:1",
                  "--objective", "goodput"]) == 2
     assert "--keep: expected feasible or all" in capsys.readouterr().err
