@@ -175,3 +175,18 @@ def test_infeasible_rows_have_no_goodput_and_bad_models_are_refused():
     assert goodput([0.0], [8], [1e9])["goodput_tokens_per_s"][0] == 0.0
     with pytest.raises(InputError, match="failure.gpu_mtbf_h: expected a positive number"):
         FailureModel(gpu_mtbf_h=0)
+
+
+def test_searchers_maximise_the_objective_column_where_the_driver_adds_it():
+    # search._base.objective and the searchers' row costs (search._memo.row_costs) read the
+    # objective column (goodput) when present, tokens_per_s otherwise; infeasible rows stay worst
+    from search import objective
+    from search._memo import row_costs
+
+    m = Metrics(feasible=np.array([True, True, False]), tokens_per_s=np.array([400.0, 390.0, 0.0]),
+                reason=np.array([0, 0, 1]), mem_total_bytes=np.array([1.0, 1.0, 2.0]))
+    np.testing.assert_array_equal(objective(m), [400.0, 390.0, -np.inf])
+    m["objective"] = np.array([300.0, 380.0, 0.0])  # the faster row loses more to failures
+    np.testing.assert_array_equal(objective(m), [300.0, 380.0, -np.inf])
+    cost, _ = row_costs(m, 1.0)
+    np.testing.assert_allclose(cost, [1 / 300.0, 1 / 380.0, np.inf])
