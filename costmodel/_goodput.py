@@ -71,8 +71,8 @@ RESTART_S = 600.0
 # included, with two 200 GbE ports: 2 x 200 Gb/s = 50 GB/s.
 NODE_STORAGE_BPS = 2 * 200e9 / 8
 # Share of failures that take a node out (the job can restart only on another node): Dubey et
-# al. 2024, Sec. 3.3.4, "about 78% of the unexpected interruptions are attributed to confirmed
-# hardware issues ... or suspected hardware-related issues".
+# al. 2024, Sec. 3.3.4, attribute approximately 78% of the unexpected interruptions to confirmed
+# hardware issues (GPU or host components) or suspected hardware-related ones.
 HARDWARE_FRACTION = 0.78
 # Repair time of a failed node (drain, diagnose, fix or swap, back in service), hours: 2.2 h is
 # the GPU-failure recovery time behind the node-availability projection of NCSA Delta's study (Cui
