@@ -25,9 +25,9 @@ from costmodel import FailureModel, cluster_preset, evaluate, model_preset, plan
 SLOW = {"write_Bps_per_gpu": 2e11 / 16384, "read_Bps_per_gpu": 7e11 / 16384}
 MODELS = {
     "Llama 3 (50,700 GPU-h)": FailureModel(),
-    "Kokolis 1,024-GPU MTTF (8,090 GPU-h)": FailureModel(gpu_mtbf_h=7.9 * 1024),
+    "Kokolis 1,024-GPU MTTF (8,090 GPU-h)": FailureModel(gpu_mtbf_h=8090.0),
     "Llama 3, storage / 10": FailureModel(**SLOW),
-    "Kokolis, storage / 10": FailureModel(gpu_mtbf_h=7.9 * 1024, **SLOW),
+    "Kokolis, storage / 10": FailureModel(gpu_mtbf_h=8090.0, **SLOW),
 }
 
 
