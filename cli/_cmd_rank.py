@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from cli._cmd_evaluate import add_spec_args
+from cli._cmd_evaluate import add_failure_args, add_spec_args, failure_from_args
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
-from costmodel import REASONS, HeteroCluster, StrategyTable, evaluate_any
+from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate_any, plan_goodput
 from search import default_space as search_default_space
 
 
@@ -26,7 +26,50 @@ def register(sub) -> None:
     add_spec_args(p)
     p.add_argument("--top", type=int, default=10)
     add_space_args(p)
+    add_objective_args(p)
     p.set_defaults(func=run)
+
+
+OBJECTIVES = ("tokens_per_s", "goodput")
+
+
+def add_objective_args(p) -> None:
+    """--objective and the failure model's flags (rank, sweep, search)."""
+    p.add_argument("--objective", choices=OBJECTIVES, default="tokens_per_s",
+                   help="rank by raw throughput (default) or by goodput: throughput x the share of time "
+                   "training usefully under failures (checkpoints, restarts, rework, waiting for a node; "
+                   "costmodel.plan_goodput and the failure flags)")
+    add_failure_args(p)
+
+
+def check_objective(objective: str, cluster) -> None:
+    if objective != "tokens_per_s" and isinstance(cluster, HeteroCluster):
+        raise InputError("--objective", "tokens_per_s on a heterogeneous cluster (goodput is priced on "
+                         "homogeneous clusters only)", objective)
+
+
+def score(metrics, table, cluster, objective: str, failure=None) -> np.ndarray:
+    """(N,) larger-is-better score by ``objective``, -inf where infeasible."""
+    if objective == "tokens_per_s":
+        val = metrics["tokens_per_s"]
+    else:
+        val = plan_goodput(metrics, table, cluster, failure)["goodput_tokens_per_s"]
+    return np.where(metrics["feasible"], np.asarray(val, dtype=np.float64), -np.inf)
+
+
+def goodput_lines(g: dict) -> str:
+    """Per printed row: goodput, its share, the checkpoint and failure terms (costmodel.plan_goodput's
+    columns ``g``)."""
+    out = ["goodput under failures (throughput x useful share; job MTBF from the nodes used; idle nodes are "
+           "hot spares):",
+           f"{'#':>3} {'goodput /s':>14} {'useful':>7} {'nodes':>6} {'spares':>6} {'MTBF h':>7} "
+           f"{'ckpt write s':>12} {'every min':>9} {'load s':>7} {'wait s':>7}"]
+    for i in range(len(g["goodput_ratio"])):
+        out.append(f"{i + 1:>3} {g['goodput_tokens_per_s'][i]:14,.0f} {100 * g['goodput_ratio'][i]:6.2f}% "
+                   f"{g['nodes_used'][i]:6.0f} {g['spare_nodes'][i]:6.0f} {g['job_mtbf_s'][i] / 3600:7.2f} "
+                   f"{g['checkpoint_write_s'][i]:12.1f} {g['checkpoint_interval_s'][i] / 60:9.1f} "
+                   f"{g['checkpoint_load_s'][i]:7.1f} {g['spare_wait_s'][i]:7.0f}")
+    return "\n".join(out)
 
 
 # Candidates re-priced with the exact pipeline simulator before the final ranking: the
@@ -35,13 +78,20 @@ def register(sub) -> None:
 REFINE_TOP = 256
 
 
-def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP, framework=None):
+def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP, framework=None,
+           objective: str = "tokens_per_s", failure=None):
     """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
-    the simulator and sorted by exact step time."""
-    cand = np.argsort(metrics["step_time_s"], kind="stable")[:top]
+    the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput."""
+    if objective == "tokens_per_s":
+        cand = np.argsort(metrics["step_time_s"], kind="stable")[:top]
+    else:
+        cand = np.argsort(-score(metrics, table, cluster, objective, failure), kind="stable")[:top]
     cand = cand[metrics["feasible"][cand]]
     exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
-    order = np.argsort(exact["step_time_s"], kind="stable")
+    if objective == "tokens_per_s":
+        order = np.argsort(exact["step_time_s"], kind="stable")
+    else:
+        order = np.argsort(-score(exact, table.take(cand), cluster, objective, failure), kind="stable")
     return cand[order], exact.take(order)
 
 
@@ -66,6 +116,8 @@ def run(args) -> int:
 
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
+    failure = failure_from_args(args)
+    check_objective(args.objective, cluster)
     if isinstance(cluster, HeteroCluster):
         space = hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS)
     else:
@@ -78,7 +130,8 @@ def run(args) -> int:
     why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)
     print(f"{model.name} on {cluster.name} ({args.framework}): {len(table):,} strategies, {feasible:,} feasible "
           f"(infeasible: {why})")
-    idx, exact = refine(model, cluster, table, metrics, framework=args.framework)
+    idx, exact = refine(model, cluster, table, metrics, framework=args.framework, objective=args.objective,
+                        failure=failure)
     keep = exact["feasible"]
     top = min(args.top, int(keep.sum()))
     arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,
@@ -87,5 +140,9 @@ def run(args) -> int:
     print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
     print(idle_note(table.take(idx[keep][:top]), cluster))
-    print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator)")
+    if not isinstance(cluster, HeteroCluster):
+        print(goodput_lines(plan_goodput(exact.take(np.flatnonzero(keep)[:top]), table.take(idx[keep][:top]), cluster,
+                                         failure)))
+    by = "goodput" if args.objective == "goodput" else "step time"
+    print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
     return 0

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from cli import print_json
-from cli._cmd_evaluate import add_spec_args
+from cli._cmd_evaluate import add_spec_args, failure_from_args
+from cli._cmd_rank import add_objective_args, check_objective, goodput_lines, score
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
@@ -25,9 +26,11 @@ from costmodel import (
     StrategyTable,
     evaluate_any,
     format_stage_rows,
+    plan_goodput,
     stage_rows,
 )
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
+from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
@@ -99,13 +102,17 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
                    help="heterogeneous clusters: replicas a stage may put on a second pool, e.g. 0,1,2,4 "
                    "(default 0: every stage in one pool)")
     add_space_args(p)
+    add_objective_args(p)
 
 
-def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int, top: int, framework=None):
+def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int, top: int, framework=None,
+                 objective_name: str = "tokens_per_s", failure=None):
     """The driver loop: ask, evaluate, tell until ``budget`` evaluations or the searcher is done.
+    With ``objective_name`` "goodput" the driver adds the goodput column (costmodel.plan_goodput under
+    ``failure``) as the metrics' objective column, which every searcher maximises.
 
     Returns (evaluations, feasible rows, best table, its metrics), best first (at most ``top``
-    feasible rows by tokens per second; repeated strategies counted once among the best)."""
+    feasible rows by the objective; repeated strategies counted once among the best)."""
     evaluations = feasible = 0
     best_t: StrategyTable | None = None
     best_m: Metrics | None = None
@@ -114,6 +121,8 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
         if len(t) == 0:
             break
         m = evaluate_any(model, cluster, t, framework=framework)  # evaluate, or evaluate_hetero for a HeteroTable
+        if objective_name != "tokens_per_s":
+            m[OBJECTIVE_COLUMN] = score(m, t, cluster, objective_name, failure)
         searcher.tell(t, m)
         evaluations += len(t)
         feasible += int(np.sum(m["feasible"]))
@@ -142,7 +151,8 @@ def _distinct_best(t: StrategyTable, score: np.ndarray, top: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m) -> None:
+def report(args: argparse.Namespace, name: str, space, evaluations: int, feasible: int, best_t, best_m,
+           failure=None) -> None:
     """Print the best strategies found and the evaluations used (text or --json); a placement's
     stages per row, and the first one's per-stage breakdown."""
     from sweep._results import pool_names, to_arrow  # pyarrow only when reporting
@@ -155,6 +165,8 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
             r = best_t.row(i, pools) if pools else best_t.row(i)
             r.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in best_m.items()})
             r["reason"] = REASONS[int(r["reason"])]  # the Parquet rows' vocabulary ("ok", ...)
+            if OBJECTIVE_COLUMN in r:
+                r["goodput_tokens_per_s"] = r.pop(OBJECTIVE_COLUMN)
             rows.append(r)
         print_json(({"searcher": name, "space_size": int(space.size), "evaluations": evaluations,
                           "feasible": feasible, "best": rows}))
@@ -170,6 +182,9 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
                      grid_index=None, pool_names=pools)
     print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
                       rows_as_dicts(arrow)))
+    if getattr(args, "objective", "tokens_per_s") != "tokens_per_s":
+        print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure)))
+        print(f"(ranked by {args.objective})")
     if pools:
         print("best, per stage (exact pipeline):")
         print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
@@ -224,9 +239,11 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
                          args.cluster)
     else:
         space = space_from_args(args, model, cluster)  # refuses a space with no valid strategy
+    check_objective(args.objective, cluster)
+    failure = failure_from_args(args)
     found = run_searcher(_make(args, options, space, seed, budget), model, cluster, budget=budget, batch=batch, top=top,
-                         framework=space.framework)
-    report(args, args.searcher, space, *found)
+                         framework=space.framework, objective_name=args.objective, failure=failure)
+    report(args, args.searcher, space, *found, failure=failure)
     return 0
 
 

@@ -143,10 +143,18 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
 
 
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:
-    from sweep._runview import best_rows, summary
+    """Counts and the best ``k`` rows: by goodput in a run that ranks by it (run.json's objective;
+    each row then carries its goodput_tokens_per_s and goodput_ratio), else by throughput."""
+    from sweep._runview import best_rows, best_rows_by_goodput, run_failure_model, summary
 
     counts = summary(study)
-    rows = rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
+    failure = run_failure_model(study)
+    if failure is None or "pools" in study.cluster:
+        return counts, rows_as_dicts(best_rows(study, k, include_infeasible=include_infeasible))
+    top, g = best_rows_by_goodput(study, k, failure)
+    rows = rows_as_dicts(top)
+    for i, r in enumerate(rows):
+        r.update(goodput_tokens_per_s=float(g["goodput_tokens_per_s"][i]), goodput_ratio=float(g["goodput_ratio"][i]))
     return counts, rows
 
 
@@ -178,6 +186,10 @@ def run(args: argparse.Namespace) -> int:
             print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
             continue
         print(format_rows(study.columns, study.throughput_column, rows, with_reason=args.include_infeasible))
+        if "goodput_tokens_per_s" in rows[0]:
+            print("ranked by goodput (run.json's failure model): " + ", ".join(
+                f"#{i + 1} {r['goodput_tokens_per_s']:,.0f} ({100 * r['goodput_ratio']:.2f}%)"
+                for i, r in enumerate(rows)))
         breakdown = stage_breakdown(study, rows[0])
         if breakdown:
             from costmodel import format_stage_rows

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", default="feasible", metavar="POLICY",
                    help="rows written: all, feasible (default) or best:K per unit")
     add_runtime_args(p)
+    from cli._cmd_rank import add_objective_args
+
+    add_objective_args(p)
     p.set_defaults(func=run_sweep)
 
     r = sub.add_parser("resume", help="continue a sweep or search from its run directory",
@@ -139,8 +142,25 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
                              args.storage)
         options["batch"] = number(args.batch, "--batch", int, 1)
     options.update(options_from_args(args.options, args).to_json())
+    studies = build_studies(args, search=True)
+    options.update(objective_options(args))
     return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
-            "argv": sys.argv[1:], "options": options, "studies": build_studies(args, search=True)}
+            "argv": sys.argv[1:], "options": options, "studies": studies}
+
+
+def objective_options(args: argparse.Namespace) -> dict:
+    """run.json's objective and failure model for a run by goodput; nothing for one by raw throughput
+    (so such runs keep the run.json they always had)."""
+    if args.objective == "tokens_per_s":
+        return {}
+    import dataclasses
+
+    from cli._cmd_evaluate import failure_from_args
+    from cli._cmd_rank import check_objective
+
+    for c in _words(args.cluster, "--cluster"):
+        check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
+    return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
 
 
 def check_runtime(args: argparse.Namespace) -> None:
@@ -158,13 +178,19 @@ def grid_request(args: argparse.Namespace) -> dict:
         raise InputError("--unit-rows", "an integer", args.unit_rows)
     unit_rows = check_unit_rows(int(args.unit_rows))
     keep = Keep.parse(args.keep)
+    options: dict[str, object] = {"unit_rows": unit_rows, "keep": str(keep)}
+    studies = build_studies(args)
+    if args.objective != "tokens_per_s" and str(keep) not in ("feasible", "all"):
+        raise InputError("--keep", "feasible or all with --objective goodput (best:K keeps rows by raw "
+                         "throughput)", args.keep)
+    options.update(objective_options(args))
     return {
         "command": "sweep",
         "searcher": GRID,
         "seed": None,
         "argv": sys.argv[1:],
-        "options": {"unit_rows": unit_rows, "keep": str(keep)},
-        "studies": build_studies(args),
+        "options": options,
+        "studies": studies,
     }
 
 
@@ -223,6 +249,22 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     return 0
 
 
+def _goodput_summary(view, top: int, failure) -> None:
+    """print_summary's best strategies by goodput (run.json's objective and failure model), per study:
+    costmodel.plan_goodput over the study's feasible rows as written."""
+    from cli._cmd_rank import goodput_lines
+    from sweep._runview import best_rows_by_goodput
+
+    for study in view.studies():
+        rows, g = best_rows_by_goodput(study, top, failure)
+        print(f"\nbest strategies for {study.name} by goodput (closed-form pipeline prices):")
+        if not rows.num_rows:
+            print("no feasible strategy found")
+            continue
+        print(format_rows(study.columns, study.throughput_column, rows_as_dicts(rows)))
+        print(goodput_lines(g))
+
+
 def print_summary(rd: RunDir, top: int) -> None:
     """Where the results are, and the best ``top`` strategies of each study (show's table)."""
     from sweep._runview import best_rows, open_run
@@ -232,6 +274,12 @@ def print_summary(rd: RunDir, top: int) -> None:
     view = open_run(rd.path)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
+    from sweep._runview import run_failure_model
+
+    failure = run_failure_model(view)
+    if top and failure is not None:
+        _goodput_summary(view, top, failure)
+        return
     for study in view.studies() if top else []:
         rows = rows_as_dicts(best_rows(study, top))
         print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")

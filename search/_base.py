@@ -1,7 +1,8 @@
 """The two contracts of search/: the space a searcher walks (SearchSpace) and the searcher
 (Searcher: ask(n) -> the space's table, tell(table, metrics), optional state hooks).
 
-Objective (every searcher): maximise ``metrics["tokens_per_s"]`` over rows with
+Objective (every searcher): maximise ``metrics["objective"]`` where the driver adds that column
+(goodput: ``--objective goodput``), else ``metrics["tokens_per_s"]``, over rows with
 ``metrics["feasible"]``; infeasible rows (feasible False, step time inf) are accepted by tell and
 count as the worst. ask() is a pure function of the constructor arguments (seed included) and the
 sequence of told batches, so a run resumes by building a fresh searcher with the same arguments
@@ -150,7 +151,17 @@ class Searcher(abc.ABC):
         """Restore from :meth:`state_dict`'s output; replaying tells is the other way."""
 
 
+# The optional metrics column a driver adds when it ranks by something other than raw throughput
+# (tokens per second scaled down: goodput_tokens_per_s); searchers read it through objective_values.
+OBJECTIVE_COLUMN = "objective"
+
+
+def objective_values(metrics: Metrics) -> np.ndarray:
+    """(N,) the value to maximise, in tokens per second: metrics["objective"] where the driver added
+    it, else tokens_per_s; infeasible rows as the metrics have them."""
+    return np.asarray(metrics.get(OBJECTIVE_COLUMN, metrics["tokens_per_s"]), dtype=np.float64)
+
+
 def objective(metrics: Metrics) -> np.ndarray:
-    """(N,) tokens per second with infeasible rows at -inf: larger is better."""
-    return np.where(np.asarray(metrics["feasible"], dtype=bool), np.asarray(metrics["tokens_per_s"], dtype=np.float64),
-                    -np.inf)
+    """(N,) objective_values with infeasible rows at -inf: larger is better."""
+    return np.where(np.asarray(metrics["feasible"], dtype=bool), objective_values(metrics), -np.inf)

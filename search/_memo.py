@@ -12,6 +12,7 @@ import numpy as np
 
 from costmodel import REASONS, Metrics, StrategyTable
 from costmodel._sorted_memo import Memo
+from search._base import objective_values
 
 _OOM = REASONS.index("out_of_memory")
 _COLUMN_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule",
@@ -102,12 +103,13 @@ def match_rows(told: np.ndarray, asked: np.ndarray) -> np.ndarray:
 
 
 def row_costs(metrics: Metrics, hbm_bytes: float) -> tuple[np.ndarray, np.ndarray]:
-    """(cost, excess), both (N,): cost = seconds per token (1 / tokens_per_s), inf where
+    """(cost, excess), both (N,): cost = seconds per token (1 / tokens_per_s, or 1 / the objective
+    column search._base.objective_values reads: seconds per useful token for goodput), inf where
     infeasible; excess = how far an infeasible row is from feasible: the memory ratio
     mem_total / HBM (> 1) for out-of-memory rows, inf for rows the cost model rejects for any
     other reason, 0 for feasible rows."""
     feasible = np.asarray(metrics["feasible"], dtype=bool)
-    tps = np.asarray(metrics["tokens_per_s"], dtype=np.float64)
+    tps = objective_values(metrics)
     with np.errstate(divide="ignore"):
         cost = np.where(feasible & (tps > 0), 1.0 / np.where(tps > 0, tps, 1.0), np.inf)
     oom = np.asarray(metrics["reason"]) == _OOM
@@ -127,7 +129,8 @@ def row_time_proxy(table: StrategyTable, metrics: Metrics, seq_len: int) -> np.n
     where feasible; for out-of-memory rows the sum of the step's parts that the cost model
     still reports (compute, communication, bubble, optimizer) over the tokens of a step
     (global_batch * seq_len); inf where that is not a positive finite number (other reasons,
-    metrics without the parts)."""
+    metrics without the parts). With a goodput objective column the out-of-memory rows stay in raw
+    seconds per token (goodput is priced on feasible rows only): a screening proxy, a few percent apart."""
     cost, _ = row_costs(metrics, 1.0)
     n = len(cost)
     if not all(p in metrics for p in _STEP_PARTS):

@@ -102,10 +102,12 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
     for policy in policies:
         table = _candidates(model, largest, plan, policy)
         if table is not None:
-            s = _score(model, largest, table, objective, failure, framework)
+            m = evaluate(model, largest, table, framework=framework)
             used = table["dp"] * table["tp"] * table["pp"] * table["cp"]
         for k in ks:
             left = smaller_cluster(cluster, k)
+            if table is not None:  # goodput counts the nodes left idle as spares: per cluster
+                s = _scores(m, table, left, objective, failure)
             rec = {"nodes_lost": k, "gpus_left": left.num_gpus, "policy": policy, "plan": None,
                    "tokens_per_s": 0.0, "goodput_tokens_per_s": 0.0, "gpus_used": 0, "kept": 0.0}
             if table is not None:
@@ -122,8 +124,11 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
 
 
 def _score(model, cluster, table, objective, failure, framework=None) -> dict[str, np.ndarray]:
-    m = evaluate(model, cluster, table, framework=framework)
-    g = plan_goodput(m, table, failure)["goodput_tokens_per_s"]
+    return _scores(evaluate(model, cluster, table, framework=framework), table, cluster, objective, failure)
+
+
+def _scores(m, table, cluster, objective, failure) -> dict[str, np.ndarray]:
+    g = plan_goodput(m, table, cluster, failure)["goodput_tokens_per_s"]
     tok = m["tokens_per_s"]
     return {"tokens_per_s": tok, "goodput_tokens_per_s": g, "score": tok if objective == "tokens_per_s" else g}
 

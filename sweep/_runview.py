@@ -221,6 +221,50 @@ STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "glo
                  "stage_dp2")
 
 
+GOODPUT_KEYS = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
+
+
+def run_failure_model(view: RunView):
+    """The costmodel.FailureModel of a run that ranks by goodput (run.json's options), else None."""
+    from costmodel import FailureModel
+
+    opts = view.info.get("options") if isinstance(view.info.get("options"), Mapping) else {}
+    if opts.get("objective", "tokens_per_s") != "goodput":
+        return None
+    return FailureModel(**opts["failure"])
+
+
+def goodput_columns(rows: pa.Table, cluster, failure) -> dict[str, np.ndarray]:
+    """costmodel.plan_goodput of result rows (their strategy and memory columns) on ``cluster``."""
+    from costmodel import plan_goodput
+
+    cols = {k: rows.column(k).to_numpy() for k in GOODPUT_KEYS}
+    return plan_goodput(cols, cols, cluster, failure)
+
+
+def best_rows_by_goodput(view: RunView, k: int, failure) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The ``k`` distinct feasible strategies of highest goodput under ``failure`` (a homogeneous
+    study: its cluster from run.json), best first, and their goodput columns."""
+    from sweep._rundir import cluster_from_dict
+
+    cluster = cluster_from_dict(dict(view.cluster))
+    rows, _ = best_rows_by(view, k, lambda r: goodput_columns(r, cluster, failure)["goodput_tokens_per_s"])
+    return rows, goodput_columns(rows, cluster, failure)
+
+
+def best_rows_by(view: RunView, k: int, score) -> tuple[pa.Table, np.ndarray]:
+    """The ``k`` distinct feasible strategies of highest ``score(rows)`` ((N,) from a pyarrow table of
+    the feasible rows, every column), best first, and their scores."""
+    rows = view.scan(None, pc.field("feasible"))
+    if rows.num_rows == 0:
+        return rows, np.zeros(0)
+    val = np.asarray(score(rows), dtype=np.float64)
+    order = np.argsort(-val, kind="stable")
+    rows = rows.append_column("__score", pa.array(val)).take(pa.array(order, type=pa.int64()))
+    top = _distinct(rows).slice(0, k)
+    return top.drop(["__score"]), top.column("__score").to_numpy()
+
+
 def _distinct(table: pa.Table) -> pa.Table:
     """First row of each strategy (``table`` holds the few best rows, sorted)."""
     keys = [c for c in STRATEGY_KEYS if c in table.column_names]

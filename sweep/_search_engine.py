@@ -30,7 +30,8 @@ import uuid
 
 import numpy as np
 
-from costmodel import Metrics, StrategyTable, evaluate_any
+from costmodel import FailureModel, Metrics, StrategyTable, evaluate_any, plan_goodput
+from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
@@ -114,8 +115,9 @@ class ChainRunner:
     """One study's MCMC ensemble; a Ray actor (or a plain object in-process)."""
 
     def __init__(self, space, *, seed: int, options: MCMCOptions, state: dict | None = None,
-                 budget: int | None = None) -> None:
+                 budget: int | None = None, failure: FailureModel | None = None) -> None:
         self.space = space
+        self.failure = failure
         self.searcher = make_searcher(space, options, seed=seed, budget=budget)
         if state:
             self.searcher.load_state_dict(state)
@@ -131,7 +133,7 @@ class ChainRunner:
             if len(table) == 0:
                 done = True
                 break
-            m = evaluate_any(self.space.model, self.space.cluster, table, framework=self.space.framework)
+            m = evaluate_table(self.space, table, self.failure)
             step = self.searcher.step
             self.searcher.tell(table, m)
             tables.append(table)
@@ -154,9 +156,19 @@ class ChainRunner:
         return arrow, self.searcher.state_dict(), used, done
 
 
-def evaluate_table(space, table: StrategyTable) -> Metrics:
-    """A Ray task body: one batch of a driver-side searcher."""
-    return evaluate_any(space.model, space.cluster, table, framework=space.framework)
+def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = None) -> Metrics:
+    """A Ray task body: one batch of a driver-side searcher; with ``failure`` (a run by goodput) the
+    metrics carry the goodput as the objective column the searchers maximise (search._base)."""
+    m = evaluate_any(space.model, space.cluster, table, framework=space.framework)
+    if failure is not None:
+        m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure)["goodput_tokens_per_s"]
+    return m
+
+
+def failure_of(info: dict) -> FailureModel | None:
+    """The failure model of a run that ranks by goodput (run.json's options), else None."""
+    opts = info["options"]
+    return FailureModel(**opts["failure"]) if opts.get("objective", "tokens_per_s") == "goodput" else None
 
 
 class _Bar:
@@ -236,7 +248,8 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         if in_process:
             for s in studies:
                 p = progress_of[s.index]
-                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget)
+                runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
+                                     failure=failure_of(info))
                 while not p["done"] and p["evaluations"] < budget:
                     out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
                                          metadata=rd.metadata(s))
@@ -266,7 +279,8 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
         if p["done"] or p["evaluations"] >= budget:
             return
         if i not in actors:  # a new actor starts from the last checkpoint
-            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget)
+            actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget,
+                                         failure=failure_of(rd.info))
         ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
                                        metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
@@ -342,7 +356,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
 
     bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
                enabled=progress)
-    evaluate_batch = _batch_evaluator(in_process)
+    evaluate_batch = _batch_evaluator(in_process, failure_of(rd.info))
     try:
         while True:
             active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
@@ -404,9 +418,9 @@ def _strategy_keys(arrow) -> set[tuple]:
     return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
 
 
-def _batch_evaluator(in_process: bool):
+def _batch_evaluator(in_process: bool, failure: FailureModel | None = None):
     if in_process:
-        return lambda jobs: [evaluate_table(space, table) for space, table in jobs]
+        return lambda jobs: [evaluate_table(space, table, failure) for space, table in jobs]
     import ray
 
     from sweep._ray import TASK_MAX_RETRIES, register_pickling
@@ -421,7 +435,7 @@ def _batch_evaluator(in_process: bool):
             key = id(space)
             if key not in space_refs:
                 space_refs[key] = ray.put(space)
-            refs.append(remote.remote(space_refs[key], table))
+            refs.append(remote.remote(space_refs[key], table, failure))
         return ray.get(refs)
 
     return run

@@ -5,14 +5,17 @@ import math
 import numpy as np
 import pytest
 
-from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel import InputError, Metrics, StrategyTable, cluster_preset, evaluate, make_cluster, model_preset
 from costmodel._goodput import (
     LLAMA3_GPU_MTBF_H,
     FailureModel,
     checkpoint_bytes_per_writer,
+    checkpoint_io_s,
     daly_interval_s,
     goodput,
     plan_goodput,
+    poisson_at_least,
+    spare_wait_s,
 )
 
 
@@ -56,23 +59,134 @@ def test_llama3_defaults_give_about_the_published_effective_training_time():
 
 def test_checkpoint_bytes_per_writer_by_zero_stage():
     # weights 2 GB, optimizer 12 GB per GPU unsharded; dp x cp = 8
-    assert checkpoint_bytes_per_writer(2e9, 12e9, 0, 8) == pytest.approx(14e9)
+    # ZeRO-0, spread over the 8 replicas (torch.distributed.checkpoint): 14 GB / 8;
+    # written by dp rank 0 alone (legacy torch.save): all 14 GB
+    assert checkpoint_bytes_per_writer(2e9, 12e9, 0, 8) == pytest.approx(14e9 / 8)
+    assert checkpoint_bytes_per_writer(2e9, 12e9, 0, 8, spread=False) == pytest.approx(14e9)
+    # ZeRO-1: its own optimizer shard 12/8 GB, plus the replicated weights: 2/8 GB spread, 2 GB by rank 0
     assert checkpoint_bytes_per_writer(2e9, 12e9 / 8, 1, 8) == pytest.approx(2e9 / 8 + 12e9 / 8)
+    assert checkpoint_bytes_per_writer(2e9, 12e9 / 8, 1, 8, spread=False) == pytest.approx(2e9 + 12e9 / 8)
+    # ZeRO-3: nothing replicated, its shards of both either way
     assert checkpoint_bytes_per_writer(2e9 / 8, 12e9 / 8, 3, 8) == pytest.approx(14e9 / 8)
+    assert checkpoint_bytes_per_writer(2e9 / 8, 12e9 / 8, 3, 8, spread=False) == pytest.approx(14e9 / 8)
 
 
-def test_a_zero_plan_checkpoints_dp_times_faster():
+def test_checkpoint_io_by_hand():
+    # dp 4, tp 2 on 16 GPUs of 4 per node; 2 GB weights + 12 GB optimizer per GPU unsharded.
+    # Node NIC 10 GB/s; filesystem 1 GB/s write, 2 GB/s read per cluster GPU: 16 and 32 GB/s.
+    f = FailureModel(node_storage_Bps=10e9, write_Bps_per_gpu=1e9, read_Bps_per_gpu=2e9)
+    deg = (4, 2, 1, 1)
+    # ZeRO-0 spread: each GPU writes 14/4 = 3.5 GB, a node 4 x 3.5 = 14 GB -> 1.4 s on its NIC;
+    # the state once is tp x 14 GB = 28 GB -> 28 / 16 = 1.75 s on the filesystem: 1.75 s.
+    io = checkpoint_io_s(2e9, 12e9, 0, deg, 4, 16, f)
+    assert io["checkpoint_bytes"] == pytest.approx(28e9)
+    assert io["checkpoint_write_s"] == pytest.approx(1.75)
+    # reload: every GPU reads its 14 GB: a node 56 GB -> 5.6 s; all 8 GPUs 112 GB / 32 = 3.5 s: 5.6 s
+    assert io["checkpoint_load_s"] == pytest.approx(5.6)
+    # dp rank 0 writes alone: 14 GB a GPU, 56 GB its node -> 5.6 s on the NIC (the filesystem idles)
+    io0 = checkpoint_io_s(2e9, 12e9, 0, deg, 4, 16, FailureModel(node_storage_Bps=10e9, write_Bps_per_gpu=1e9,
+                                                                  read_Bps_per_gpu=2e9, ckpt_spread=False))
+    assert io0["checkpoint_write_s"] == pytest.approx(5.6)
+    # ZeRO-1 holds 12/4 = 3 GB of optimizer a GPU: the state once is still 2 x (3 x 4 + 2) = 28 GB
+    io1 = checkpoint_io_s(2e9, 3e9, 1, deg, 4, 16, f)
+    assert io1["checkpoint_bytes"] == pytest.approx(28e9)
+    assert io1["checkpoint_write_s"] == pytest.approx(1.75)
+
+
+def test_poisson_tail_and_spare_wait_by_hand():
+    # P(Poisson(0.5) >= 0) = 1, >= 1: 1 - e^-0.5 = 0.393469, >= 2: 1 - e^-0.5 (1 + 0.5) = 0.090204
+    np.testing.assert_allclose(poisson_at_least(0.5, [0, 1, 2]), [1.0, 0.3934693, 0.0902040], atol=1e-7)
+    # job MTBF 10,000 s, half the failures need a node, repair 1 h: lam = 0.5 x 3600 / 10,000 = 0.18.
+    # No spare: every such failure waits the repair, 0.5 x 3600 = 1800 s on average per failure.
+    # One spare: 1800 (1 - e^-0.18) = 296.51 s; two: 1800 (1 - e^-0.18 x 1.18) = 25.886 s.
+    f = FailureModel(hardware_fraction=0.5, repair_h=1.0)
+    np.testing.assert_allclose(spare_wait_s(10_000.0, [0, 1, 2], f), [1800.0, 296.514, 25.886], atol=1e-3)
+    assert spare_wait_s(10_000.0, 0, FailureModel(repair_h=0.0)) == 0.0
+
+
+def test_plan_goodput_by_hand():
+    # dp 3 x tp 4 = 12 GPUs on 4 nodes of 8 (32 GPUs): the job holds 2 whole nodes (16 GPUs) and
+    # leaves 2 idle as spares. Each GPU fails every 16 x 10,000 / 3600 h: the job every 10,000 s.
+    cluster = make_cluster("h100", 32, gpus_per_node=8)
+    f = FailureModel(gpu_mtbf_h=16 * 10_000 / 3600, restart_s=100.0, node_storage_Bps=10e9,
+                     write_Bps_per_gpu=0.5e9, read_Bps_per_gpu=1e9, hardware_fraction=0.5, repair_h=1.0)
+    table = StrategyTable.from_columns(dp=3, tp=4, pp=1, global_batch=48, zero_stage=0)
+    m = Metrics(tokens_per_s=np.array([1e6]), mem_weights_bytes=np.array([1e9]),
+                mem_optimizer_bytes=np.array([6e9]))
+    out = plan_goodput(m, table, cluster, f)
+    # ZeRO-0 spread over dp 3: 7/3 GB a GPU, 8 GPUs on the busiest node: 18.67 GB / 10 GB/s = 1.8667 s;
+    # the filesystem: 4 x 7 = 28 GB / (0.5 x 32 = 16 GB/s) = 1.75 s -> delta = 1.8667 s (the NIC).
+    delta = 8 * 7e9 / 3 / 10e9
+    # reload: 8 x 7 GB / 10 GB/s = 5.6 s on the node, 12 x 7 GB / 32 GB/s = 2.625 s: 5.6 s.
+    # spares 2: wait 25.886 s (test above); R = 100 + 5.6 + 25.886 = 131.486 s.
+    R = 100 + 5.6 + 1800 * (1 - math.exp(-0.18) * 1.18)
+    tau = math.sqrt(2 * delta * 1e4) * (1 + math.sqrt(delta / 2e4) / 3 + delta / 2e4 / 9) - delta  # 191.976 s
+    ratio = tau / (tau + delta) * (1 - (R + (tau + delta) / 2) / 1e4)
+    assert out["nodes_used"][0] == 2 and out["spare_nodes"][0] == 2
+    assert out["job_mtbf_s"][0] == pytest.approx(10_000.0)
+    assert out["checkpoint_write_s"][0] == pytest.approx(delta)
+    assert out["checkpoint_load_s"][0] == pytest.approx(5.6)
+    assert out["spare_wait_s"][0] == pytest.approx(25.886, abs=1e-3)
+    assert out["checkpoint_interval_s"][0] == pytest.approx(191.976, abs=1e-3)
+    assert out["goodput_ratio"][0] == pytest.approx(ratio, rel=1e-12)
+    assert out["goodput_ratio"][0] == pytest.approx(0.96775, abs=1e-5)
+    # the same plan on exactly its 2 nodes: no spare, each hardware failure waits 1800 s
+    small = plan_goodput(m, table, make_cluster("h100", 16, gpus_per_node=8), f)
+    assert small["spare_nodes"][0] == 0
+    assert small["spare_wait_s"][0] == pytest.approx(1800.0)
+    assert small["goodput_ratio"][0] < out["goodput_ratio"][0]
+
+
+def test_job_mtbf_counts_the_nodes_a_plan_holds():
+    # GPT-3 175B on h100x1024: tp 3 pp 14 dp 24 uses 1008 GPUs, i.e. 126 whole nodes, and fails
+    # 1024 / 1008 times less often than a plan on all 128 nodes; the 2 idle nodes are spares.
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = StrategyTable.from_columns(dp=[24, 16], tp=[3, 8], pp=[14, 8], global_batch=1536, zero_stage=1,
+                                       recompute="selective", sequence_parallel=True)
+    out = plan_goodput(evaluate(model, cluster, table), table, cluster)
+    np.testing.assert_array_equal(out["nodes_used"], [126, 128])
+    np.testing.assert_array_equal(out["spare_nodes"], [2, 0])
+    assert out["job_mtbf_s"][0] / out["job_mtbf_s"][1] == pytest.approx(1024 / 1008, rel=1e-12)
+    # no spare: 78% of failures wait the 2.2 h repair: 0.78 x 7920 s = 6177.6 s per failure
+    assert out["spare_wait_s"][1] == pytest.approx(0.78 * 2.2 * 3600)
+    assert out["spare_wait_s"][0] < 10.0
+
+
+def test_dp_rank0_checkpoints_slower_than_spread_on_a_plan():
+    # Legacy torch.save (dp rank 0 writes the replicated state) vs torch.distributed.checkpoint's
+    # spread, ZeRO-0, GPT-3 175B tp 8 pp 8 dp 16, with 10x Llama 3's filesystem (1024 x 1.22 GB/s
+    # = 1.25 TB/s). Spread, the 64 model-parallel positions' state S = 64 s (s a GPU's bytes) goes
+    # at the filesystem's pace, 64 s / 1.25e12 (each node writes only 8 s / 16 through its NIC);
+    # rank 0's 8 nodes each write 8 s through a 50 GB/s NIC: 8 s / 50e9. Ratio
+    # (8 / 50e9) / (64 / 1.25e12) = 3.125 (GPT-3: s ~ 38 GB, ~6 s against ~2 s).
     model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     table = StrategyTable.from_columns(dp=16, tp=8, pp=8, global_batch=1536, zero_stage=[0, 1],
                                        recompute="selective", sequence_parallel=True)
     m = evaluate(model, cluster, table)
-    out = plan_goodput(m, table)
-    assert out["checkpoint_write_s"][0] / out["checkpoint_write_s"][1] == pytest.approx(16.0, rel=1e-12)
-    assert out["goodput_ratio"][1] > out["goodput_ratio"][0]
-    np.testing.assert_array_less(out["goodput_tokens_per_s"], m["tokens_per_s"])
+    fast_fs = dict(write_Bps_per_gpu=10 * 2e12 / 16384)
+    spread = plan_goodput(m, table, cluster, FailureModel(**fast_fs))
+    rank0 = plan_goodput(m, table, cluster, FailureModel(ckpt_spread=False, **fast_fs))
+    assert rank0["checkpoint_write_s"][0] == pytest.approx(3.125 * spread["checkpoint_write_s"][0], rel=1e-9)
+    assert rank0["goodput_ratio"][0] < spread["goodput_ratio"][0]
+    np.testing.assert_array_less(spread["goodput_tokens_per_s"], m["tokens_per_s"])
 
 
 def test_infeasible_rows_have_no_goodput_and_bad_models_are_refused():
     assert goodput([0.0], [8], [1e9])["goodput_tokens_per_s"][0] == 0.0
     with pytest.raises(InputError, match="failure.gpu_mtbf_h: expected a positive number"):
         FailureModel(gpu_mtbf_h=0)
+
+
+def test_searchers_maximise_the_objective_column_where_the_driver_adds_it():
+    # search._base.objective and the searchers' row costs (search._memo.row_costs) read the
+    # objective column (goodput) when present, tokens_per_s otherwise; infeasible rows stay worst
+    from search import objective
+    from search._memo import row_costs
+
+    m = Metrics(feasible=np.array([True, True, False]), tokens_per_s=np.array([400.0, 390.0, 0.0]),
+                reason=np.array([0, 0, 1]), mem_total_bytes=np.array([1.0, 1.0, 2.0]))
+    np.testing.assert_array_equal(objective(m), [400.0, 390.0, -np.inf])
+    m["objective"] = np.array([300.0, 380.0, 0.0])  # the faster row loses more to failures
+    np.testing.assert_array_equal(objective(m), [300.0, 380.0, -np.inf])
+    cost, _ = row_costs(m, 1.0)
+    np.testing.assert_allclose(cost, [1 / 300.0, 1 / 380.0, np.inf])
