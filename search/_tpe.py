@@ -85,9 +85,9 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
-from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
 from search._screen import screen_searcher
+from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 
 # DEFAULT_N_STARTUP_TRIALS, DEFAULT_MEMORY_PENALTY: in search._tpe_defaults, which the options
 # read without importing optuna.
