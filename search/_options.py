@@ -24,6 +24,7 @@ from search._gradient import GradientSearcher
 from search._grid import GridSearcher
 from search._mcmc import DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
 from search._piper_input import PiperGraph, with_overrides
+from search._tpe_defaults import DEFAULT_LOCAL_SHARE as TPE_LOCAL_SHARE
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
 
 if TYPE_CHECKING:
@@ -86,13 +87,21 @@ class TPEOptions(_Options):
     memory_penalty: float = _opt(TPE_MEMORY_PENALTY, float, "soft memory walls: an out-of-memory trial is told as "
                                  "its unlimited-memory throughput / (1 + L x overflow) (0: a constraint violation, "
                                  "c-TPE)", low=0.0)
+    local_share: float = _opt(TPE_LOCAL_SHARE, float, "with a budget and a screened space: the last share of the "
+                              "budget is spent on the neighbours of the best feasible plan, in [0, 1]", low=0.0)
     screen: int = _opt(1, int, SCREEN_HELP, low=0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.local_share > 1:
+            raise InputError("local_share", "a number in [0, 1]", self.local_share)
 
     def searcher(self, space, *, seed: int, storage=None, budget: int | None = None) -> TPESearcher:
         from search._tpe import TPESearcher  # optuna only when TPE runs
 
         return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
-                           memory_penalty=self.memory_penalty, budget=budget, screen=bool(self.screen))
+                           memory_penalty=self.memory_penalty, budget=budget, screen=bool(self.screen),
+                           local_share=self.local_share)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ NON_DEFAULT = {
                   "screen": (0, "--screen", lambda s: int(s.screen and s.points_fit is not None))},
     TPEOptions: {"startup_trials": (3, "--startup-trials", lambda s: s._sampler_args["n_startup_trials"]),
                  "memory_penalty": (0.0, "--memory-penalty", lambda s: s.memory_penalty),
+                 "local_share": (0.25, "--local-share", lambda s: s.local_share),
                  "screen": (0, "--screen", lambda s: int(s.screen and s.points_fit is not None))},
     GradientOptions: {"samples": (5, "--samples", lambda s: s.samples), "lr": (0.25, "--lr", lambda s: s.lr),
                       "temperature": (2.0, "--temperature", lambda s: s.temperature),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import shutil
 
+import numpy as np
 import pytest
 
 from costmodel import REASONS, InputError, cluster_preset, evaluate, model_preset
@@ -294,3 +295,39 @@ def test_the_walk_order_recorded_in_the_study_is_kept(tmp_path, small):
     TPESearcher(small, seed=0, storage=wrong).study.set_user_attr("plansweep_walk_order", ["tp", "pp"])
     with pytest.raises(InputError, match="storage"):
         TPESearcher(small, seed=0, storage=wrong)
+
+
+def _hamming(a, b):
+    return int((a != b).sum())
+
+
+def test_late_budget_asks_the_neighbours_of_the_best_and_replays(tmp_path, small):
+    # budget 40 over 144 points that fit: from 8 evaluated points on (local_share 0.8), every
+    # batch is the untried neighbours of the best feasible point (one change, or a pair that
+    # repairs an invalid one); batches of budget / MIN_BATCHES = 5; a resumed journal and a fresh
+    # searcher told the batches in order ask the same next batch.
+    path = tmp_path / "local.journal"
+    a = TPESearcher(small, seed=2, budget=40, storage=path)
+    assert a.points_fit == 144
+    told, best = [], None
+    while len(a._memo) < 30:
+        t = a.ask(16)
+        assert 0 < len(t) <= 5
+        if len(a._memo) >= 8:  # the local phase: near the best, and near some feasible point told
+            d = small.digits_from_table(t)
+            keys, vals = a._memo.arrays()
+            fit = small.digits_of(keys[np.isfinite(vals[:, 0])])
+            assert _hamming(d[0], best) <= 2
+            assert all(min(_hamming(row, f) for f in fit) <= 2 for row in d)
+        m = evaluate(small.model, small.cluster, t)
+        a.tell(t, m)
+        told.append((t, m))
+        keys, vals = a._memo.arrays()
+        best = small.digits_of(keys[[int(vals[:, 0].argmin())]])[0]
+    nxt = a.ask(16)
+    b = TPESearcher(small, seed=2, budget=40, storage=shutil.copy(path, tmp_path / "copy.journal"))
+    assert columns_equal(b.ask(16), nxt)
+    c = TPESearcher(small, seed=2, budget=40)
+    for t, m in told:
+        c.tell(t, m)
+    assert columns_equal(c.ask(16), nxt)
