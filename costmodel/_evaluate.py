@@ -754,12 +754,28 @@ def framework_columns(fw: Framework, p, zero, overlap):
     return zero, overlap
 
 
-def without_scores(fw: Framework, terms: dict) -> dict:
-    """Shape terms with the attention scores' activation bytes dropped where the framework's
-    kernel is fused (it keeps none)."""
-    if not fw.fused_attention:
-        return terms
-    return {**terms, "act_L": terms["act_L"] - terms["score_L"], "score_L": np.zeros_like(terms["score_L"])}
+def fp8_input_saving(model: Transformer, T, t, sp) -> np.ndarray:
+    """Bytes per layer and micro-batch that a framework keeping its linear layers' inputs in fp8
+    (Framework.fp8_saved_inputs) saves against 16 bits: one byte an element of the QKV and FC1
+    inputs (h per token, split by t only under sequence parallelism) and of the projection and
+    FC2 inputs (h and f per token, split by t)."""
+    if model.kind == "mlp":
+        return np.zeros_like(T)
+    h, f = model.hidden, model.ffn_hidden
+    return T * (2.0 * h / np.where(sp, t, 1) + (h + f) / t)
+
+
+def framework_activations(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
+    """Shape terms with the activation bytes the framework's kernels do not keep taken out: the
+    attention scores where its attention is fused, and half of each linear layer's saved input
+    where it keeps those in fp8 and the row runs fp8. ``t``, ``sp``, ``precision``: the columns
+    of the rows ``terms`` were computed for."""
+    act, score = terms["act_L"], terms["score_L"]
+    if fw.fused_attention:
+        act, score = act - score, np.zeros_like(score)
+    if fw.fp8_saved_inputs:
+        act = act - np.where(precision == PRECISIONS.index("fp8"), fp8_input_saving(model, terms["T"], t, sp), 0.0)
+    return {**terms, "act_L": act, "score_L": score}
 
 
 def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt) -> dict:
@@ -804,8 +820,10 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: v[inv] for k, v in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
-                                                                c[first_row], sp[first_row], peak[first_row])).items()}
+    f_t, f_sp = t[first_row], sp[first_row]
+    sh = {k: v[inv] for k, v in framework_activations(
+        fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row]), f_t, f_sp,
+        table["precision"][first_row]).items()}
     T = sh["T"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (
         sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])

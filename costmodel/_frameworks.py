@@ -23,6 +23,10 @@ Pricing rules the fields drive (costmodel._evaluate):
     fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
                           no s x s scores (Dao et al. 2022); False: the scores are stored
                           (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+    fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
+                          GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
+                          FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
+                          float8 linear saves the high-precision input)
 
 Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY): no framework has a
 kernel-speed constant of its own, because none was measured apart from the GPU's.
@@ -47,6 +51,7 @@ class Framework:
     overlap_dp: tuple[bool, ...]
     overlap_dp_usual: tuple[bool, bool, bool, bool]  # by ZeRO stage
     fused_attention: bool
+    fp8_saved_inputs: bool
     sequence_parallel: bool
     uneven_chunks: bool
     fp8: bool
@@ -59,16 +64,16 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         what="plansweep's model before framework profiles (cost model version 3): every schedule, overlap as "
              "the strategy says, ZeRO-2/3 only without a pipeline, attention scores stored",
         schedules=SCHEDULES, max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
-        uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
+        overlap_dp=(False, True), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
+        sequence_parallel=True, uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
     ),
     Framework(
         name="megatron-2021",
         what="Megatron-LM as in Narayanan et al. 2021 and Korthikanti et al. 2022: 1F1B and interleaved 1F1B, "
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
-        overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
-        uneven_chunks=False, fp8=False,
+        overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
+        sequence_parallel=True, uneven_chunks=False, fp8=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
@@ -78,14 +83,17 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
              "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
         schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
-        uneven_chunks=True, fp8=True,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
+        sequence_parallel=True, uneven_chunks=True, fp8=True,
         sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
                  "without_interleaving, _with_interleaving)",
                  "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
                  "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
                  "--overlap-param-gather",
                  "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
+                 "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, "
+                 "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
+                 "the backward pass",
                  "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
                  "(chunks of any whole-layer size)"),
     ),
@@ -95,7 +103,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "overlap_comm on by default for ZeRO-3 only, unfused attention",
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
-        sequence_parallel=True, uneven_chunks=False, fp8=False,
+        fp8_saved_inputs=False, sequence_parallel=True, uneven_chunks=False, fp8=False,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
@@ -107,13 +115,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
-        uneven_chunks=True, fp8=True,
+        overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
+        sequence_parallel=True, uneven_chunks=True, fp8=True,
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
                  "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)",
+                 "torchao torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args.forward saves the "
+                 "high-precision input and weight for the backward pass",
                  "torchtitan torchtitan/config/configs.py pipeline_parallel_layers_per_stage (stages split at "
                  "any layer)"),
     ),

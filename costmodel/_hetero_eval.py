@@ -65,6 +65,7 @@ from costmodel._evaluate import (
     distinct_rows,
     dp_exchange_s,
     exposed_dp_s,
+    framework_activations,
     framework_columns,
     in_flight,
     layer_terms,
@@ -76,7 +77,6 @@ from costmodel._evaluate import (
     stage_params,
     state_bytes,
     tp_divides,
-    without_scores,
 )
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
@@ -335,8 +335,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
     # one layer, the embedding and head as a first or last stage, activation bytes (U,)
-    eu = without_scores(fw, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
-                                        cp_link=cp_link))
+    eu = framework_activations(fw, model, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
+                                                      cp_link=cp_link), t_u, sp_u, U(table["precision"]))
     T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer

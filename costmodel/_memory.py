@@ -27,11 +27,11 @@ from costmodel._evaluate import (
     _stages,
     distinct_rows,
     feasibility,
+    framework_activations,
     framework_columns,
     in_flight,
     shape_terms,
     stage_memory,
-    without_scores,
 )
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
@@ -95,8 +95,9 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
-    sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
-                                                                c[first_row], sp[first_row], peak[first_row])).items()
+    f_t, f_sp = t[first_row], sp[first_row]
+    terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row])
+    sh = {k: x[inv] for k, x in framework_activations(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
           if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]

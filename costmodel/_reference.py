@@ -181,6 +181,10 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
         act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
                      + (4 * T * h + 4 * T * hk + mlp_act) / tp + score)
+        if fw.fp8_saved_inputs and r["precision"] == "fp8":
+            # one byte, not two, for the QKV and FC1 inputs (replicated without SP) and the
+            # projection and FC2 inputs (split by tp)
+            act_layer -= T * (h + h) / ew_div + T * (h + f) / tp
 
     g = dp * cp
     shard = g if zero >= 1 else 1
