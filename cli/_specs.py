@@ -142,14 +142,16 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
     if reason == "batch_not_divide":
         expected = f"a multiple of dp*micro_batch={dp * row['micro_batch']}"
         return InputError("global_batch", expected, row["global_batch"])
+    fw = framework_preset(framework)
     if reason == "schedule_invalid":
         if row["schedule"] == "interleaved":
-            expected = "vpp >= 2 dividing every stage's layers, with pp >= 2, for interleaved"
-            return InputError("vpp", expected, row["vpp"])
+            expected = ("vpp >= 2 and at most every stage's layers (one layer or more per chunk)"
+                        if fw.uneven_chunks else "vpp >= 2 dividing every stage's layers")
+            return InputError("vpp", f"{expected}, with pp >= 2, for interleaved under framework {fw.name}",
+                              row["vpp"])
         if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
             return InputError("vpp", f"1 for schedule {row['schedule']}", row["vpp"])
         return InputError("schedule", "gpipe, 1f1b, interleaved, zb-h1 or zb-h2 in the cost core", row["schedule"])
-    fw = framework_preset(framework)
     if reason == "zero_incompatible_pp":
         expected = f"at most {fw.max_zero_with_pp} when pp > 1 under framework {fw.name}"
         return InputError("zero_stage", expected, row["zero_stage"])

@@ -226,3 +226,21 @@ def test_a_sweep_and_a_search_run_under_the_framework_and_record_it(tmp_path):
     found = tmp_path / "search"
     cli("search", "mcmc", *space, "--budget", "200", "--out", str(found))
     assert set(rows(str(found))["framework"]) == {"deepspeed"} and set(rows(str(found))["schedule"]) == {"1f1b"}
+
+
+def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
+    # Llama 3 405B's layout, pp 16 with 7 layers on the first and last stage (Llama 3 paper Sec.
+    # 3.3.2): fsdp2 splits a stage at any layer, so vpp 7 runs and vpp 8 leaves a chunk empty;
+    # the generic profile needs vpp to divide every stage (7 and 8: only 1).
+    from cli import main
+
+    args = ["evaluate", "--model", "llama3-405b", "--cluster", "h100x16384", "--tp", "8", "--pp", "16",
+            "--schedule", "interleaved", "--global-batch", "2048", "--zero-stage", "1", "--sequence-parallel",
+            "--recompute", "full", "--stage-layers", ",".join(["7"] + ["8"] * 14 + ["7"]), "--json"]
+    assert main([*args, "--framework", "fsdp2", "--vpp", "7"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["step_time_s"] > 0
+    assert main([*args, "--framework", "fsdp2", "--vpp", "8"]) == 2
+    assert ("vpp: expected vpp >= 2 and at most every stage's layers (one layer or more per chunk), with pp >= 2, "
+            "for interleaved under framework fsdp2, got 8") in capsys.readouterr().err
+    assert main([*args, "--vpp", "7"]) == 2
+    assert "vpp >= 2 dividing every stage's layers" in capsys.readouterr().err
