@@ -314,12 +314,13 @@ def dp_exchange_s(zero, m, params, g, bw, lat):
                     reduce)
 
 
-def activation_bytes(full, sel, act_L, score_L, T, h, sp_div):
+def activation_bytes(full, sel, act_L, sel_kept, sel_work, T, h, sp_div):
     """Activation bytes one layer keeps per micro-batch in flight under its recompute choice
-    (full: its input only; selective: all but the attention scores; none: all), and the
-    working set of the one layer being recomputed (full recompute)."""
-    kept = np.where(full, ACT_BYTES * T * h / sp_div, np.where(sel, act_L - score_L, act_L))
-    return kept, np.where(full, act_L, 0.0)
+    (full: its input only; selective: ``sel_kept``, what the framework's selective policy keeps;
+    none: all), and the working set of the one layer being recomputed (full: the whole layer;
+    selective: ``sel_work``)."""
+    kept = np.where(full, ACT_BYTES * T * h / sp_div, np.where(sel, sel_kept, act_L))
+    return kept, np.where(full, act_L, np.where(sel, sel_work, 0.0))
 
 
 def state_bytes(params, zero, g, stage_of=None):
@@ -346,11 +347,31 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
-def recompute_flops_per_token(model: Transformer, full, sel):
-    """FLOPs per token one layer recomputes: its forward (full) or the attention scores
-    (selective, 4 s h)."""
-    attn_re = 4.0 * model.seq_len * model.hidden if model.kind != "mlp" else 0.0
-    return np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, attn_re, 0.0))
+def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework):
+    """FLOPs per token one layer recomputes: its forward (full); under selective, the attention
+    scores (4 s h) or, under per-op checkpointing (Framework.selective "op"), the matrix
+    products it does not save."""
+    if model.kind == "mlp":
+        sel_re = 0.0
+    elif fw.selective == "op":
+        sel_re = op_checkpoint_products(model)[1]
+    else:
+        sel_re = 4.0 * model.seq_len * model.hidden
+    return np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, sel_re, 0.0))
+
+
+def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
+    """A layer's matrix products in the order torchtitan's Llama block runs them (wq, wk, wv,
+    wo, then w1, w3, w2 for SwiGLU or fc1, fc2), as (output width per token, split by tensor
+    parallelism, saved) with every other one saved (torchtitan's per-op policy saves the 1st,
+    3rd, ... product of a block), the FLOPs per token of those recomputed, and of all."""
+    h, hk, f = model.hidden, model.kv_hidden, model.ffn_hidden
+    ffn = [(h, f), (h, f), (f, h)] if model.activation == "swiglu" else [(h, f), (f, h)]
+    shapes = [(h, h), (h, hk), (h, hk), (h, h), *ffn]  # (input, output) widths
+    row_parallel = {3, len(shapes) - 1}  # wo and the last FFN product: full-width partial sums
+    mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
+    flops = [2.0 * a * b for a, b in shapes]
+    return mms, sum(x for x, (_, _, kept) in zip(flops, mms, strict=True) if not kept), sum(flops)
 
 
 def _act_layer_bytes(model: Transformer, b, t, c, sp):
@@ -631,9 +652,10 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
-    re = np.where(full, f, np.where(sel, lc["attn"], 0.0))
-    return {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, 0.0), "W": lc["gemm"],
-            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, 0.0),
+    re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
+    sel_tp = np.where(sel, lc["sel_tp"], 0.0)
+    return {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
+            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
             "cp": cpf + cpb + np.where(full, cpf, 0.0)}
 
 
@@ -765,17 +787,34 @@ def fp8_input_saving(model: Transformer, T, t, sp) -> np.ndarray:
     return T * (2.0 * h / np.where(sp, t, 1) + (h + f) / t)
 
 
-def framework_activations(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
-    """Shape terms with the activation bytes the framework's kernels do not keep taken out: the
-    attention scores where its attention is fused, and half of each linear layer's saved input
-    where it keeps those in fp8 and the row runs fp8. ``t``, ``sp``, ``precision``: the columns
-    of the rows ``terms`` were computed for."""
+def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
+    """Shape terms under the framework: the activation bytes its kernels do not keep taken out
+    (the attention scores where its attention is fused; half of each linear layer's saved input
+    where it keeps those in fp8 and the row runs fp8), and what its selective recompute keeps
+    (sel_kept), holds while recomputing a layer (sel_work), recomputes (sel_re, seconds per
+    layer) and communicates again (sel_tp). ``t``, ``sp``, ``precision``: the columns of the
+    rows ``terms`` were computed for."""
     act, score = terms["act_L"], terms["score_L"]
     if fw.fused_attention:
         act, score = act - score, np.zeros_like(score)
     if fw.fp8_saved_inputs:
         act = act - np.where(precision == PRECISIONS.index("fp8"), fp8_input_saving(model, terms["T"], t, sp), 0.0)
-    return {**terms, "act_L": act, "score_L": score}
+    zero = np.zeros_like(act)
+    if fw.selective == "op" and model.kind != "mlp":
+        mms, re_flops, all_flops = op_checkpoint_products(model)
+        T, sp_div = terms["T"], np.where(sp, t, 1)
+        saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
+        # the block's input, the saved products, the attention output (its kernel's result is
+        # saved too) and, with sequence parallelism, the two reduce-scatters' outputs
+        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.hidden / t
+                                + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
+        sel_kept = np.minimum(kept, act)
+        sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
+               "sel_re": re_flops / all_flops * terms["gemm"] + terms["elem"] + terms["overhead"],
+               "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
+    else:
+        sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
+    return {**terms, "act_L": act, "score_L": score, **sel}
 
 
 def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt) -> dict:
@@ -788,7 +827,8 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
-    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(sh["T"]), model.hidden,
+    act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["sel_kept"]), col(sh["sel_work"]),
+                                      col(sh["T"]), model.hidden,
                                       col(np.where(sp, t, 1)))
     act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
     w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
@@ -821,7 +861,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # in the block (a few dozen) and gathered back to the rows.
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
     f_t, f_sp = t[first_row], sp[first_row]
-    sh = {k: v[inv] for k, v in framework_activations(
+    sh = {k: v[inv] for k, v in framework_terms(
         fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row]), f_t, f_sp,
         table["precision"][first_row]).items()}
     T = sh["T"]
@@ -832,7 +872,8 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd")},
+    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd",
+                                              "sel_re", "sel_tp")},
                      full, sel)  # (N, 1) or (N, k) per layer
     head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
     F = n * lt["F"] + first * col(0.5 * emb_c + emb_tp) + last * head_FB
@@ -894,7 +935,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
-    re_tok = recompute_flops_per_token(model, full, sel)
+    re_tok = recompute_flops_per_token(model, full, sel, fw)
     flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
     extra = {}
     if stages_out:

@@ -23,6 +23,12 @@ Pricing rules the fields drive (costmodel._evaluate):
     fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
                           no s x s scores (Dao et al. 2022); False: the scores are stored
                           (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+    selective             what recompute "selective" means: "attention", the attention core
+                          recomputed, everything else kept (Korthikanti et al. 2022 Sec. 5);
+                          "op", torchtitan's per-op policy: a layer keeps its input, every other
+                          matrix product's output (the 1st, 3rd, ...), the attention kernel's
+                          output and the tensor-parallel reduce-scatters' outputs, and recomputes
+                          the rest (the other products, norms, activations, the all-gathers)
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
@@ -52,6 +58,7 @@ class Framework:
     overlap_dp_usual: tuple[bool, bool, bool, bool]  # by ZeRO stage
     fused_attention: bool
     fp8_saved_inputs: bool
+    selective: str
     sequence_parallel: bool
     uneven_chunks: bool
     fp8: bool
@@ -65,7 +72,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "the strategy says, ZeRO-2/3 only without a pipeline, attention scores stored",
         schedules=SCHEDULES, max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
-        sequence_parallel=True, uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
+        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
     ),
     Framework(
         name="megatron-2021",
@@ -73,7 +80,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
-        sequence_parallel=True, uneven_chunks=False, fp8=False,
+        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
@@ -84,7 +91,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
         schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-        sequence_parallel=True, uneven_chunks=True, fp8=True,
+        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True,
         sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
                  "without_interleaving, _with_interleaving)",
                  "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
@@ -103,7 +110,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "overlap_comm on by default for ZeRO-3 only, unfused attention",
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
-        fp8_saved_inputs=False, sequence_parallel=True, uneven_chunks=False, fp8=False,
+        fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
@@ -113,15 +120,18 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         name="fsdp2",
         what="PyTorch FSDP2 as torchtitan runs it: FSDP (ZeRO-2/3) also with pipelines (weights kept gathered "
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
-             "torch.distributed.pipelining schedules, SDPA flash attention, float8",
+             "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
-        sequence_parallel=True, uneven_chunks=True, fp8=True,
+        selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True,
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
                  "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)",
+                 "torchtitan torchtitan/parallelisms/parallelize_llama.py (commit 9dec370) _save_list and "
+                 "_apply_ac_to_transformer_block: per-op selective checkpointing saves mm (every other one), "
+                 "SDPA and reduce_scatter outputs; train_configs/llama3_*.toml selective_ac_option = 'op'",
                  "torchao torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args.forward saves the "
                  "high-precision input and weight for the backward pass",
                  "torchtitan torchtitan/config/configs.py pipeline_parallel_layers_per_stage (stages split at "

@@ -65,7 +65,7 @@ from costmodel._evaluate import (
     distinct_rows,
     dp_exchange_s,
     exposed_dp_s,
-    framework_activations,
+    framework_terms,
     framework_columns,
     in_flight,
     layer_terms,
@@ -335,17 +335,18 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
     # one layer, the embedding and head as a first or last stage, activation bytes (U,)
-    eu = framework_activations(fw, model, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
+    eu = framework_terms(fw, model, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
                                                       cp_link=cp_link), t_u, sp_u, U(table["precision"]))
     T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
-    act_kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["score_L"], T, h, np.where(sp_u, t_u, 1))
+    act_kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], T, h,
+                                      np.where(sp_u, t_u, 1))
     emb_act_u, head_act_u = eu["emb_act"], eu["head_act"]
     layer_p = model.layer_params()
-    re_tok_u = recompute_flops_per_token(model, full_u, sel_u)
+    re_tok_u = recompute_flops_per_token(model, full_u, sel_u, fw)
     hbm_Bps_eff = gpu.hbm_Bps * gpu.hbm_eff
 
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --

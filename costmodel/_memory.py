@@ -27,7 +27,7 @@ from costmodel._evaluate import (
     _stages,
     distinct_rows,
     feasibility,
-    framework_activations,
+    framework_terms,
     framework_columns,
     in_flight,
     shape_terms,
@@ -97,8 +97,8 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
     f_t, f_sp = t[first_row], sp[first_row]
     terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row])
-    sh = {k: x[inv] for k, x in framework_activations(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
-          if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
+    sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
+          if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act")}
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1

@@ -186,6 +186,19 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             # projection and FC2 inputs (split by tp)
             act_layer -= T * (h + h) / ew_div + T * (h + f) / tp
 
+    # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products
+    # wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved.
+    op_sac = fw.selective == "op" and model.kind != "mlp"
+    if op_sac:
+        ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.activation == "swiglu" else [(h, f, True), (f, h, False)]
+        prods = [(h, h, True), (h, hk, True), (h, hk, True), (h, h, False)] + ffn  # (in, out, column-parallel)
+        saved_w = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods) if j % 2 == 0)
+        sac_re_flops = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
+        sac_frac = sac_re_flops / sum(2 * i * o for i, o, _ in prods)
+        # input, saved products, attention output, the two reduce-scatter outputs under SP
+        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + h / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
+                       act_layer)
+
     g = dp * cp
     shard = g if zero >= 1 else 1
     layer_p = model.layer_params()
@@ -195,6 +208,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         first, last = i == 0, i == pp - 1
         if rc == "full":
             re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
+        elif rc == "selective" and op_sac:
+            re, re_tp, re_cp = sac_frac * gemm + elem + overhead, 0.5 * tp_fwd, 0.0
         elif rc == "selective":
             re, re_tp, re_cp = attn, 0.0, 0.0
         else:
@@ -225,6 +240,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         params /= tp
         if rc == "full":
             kept = K.ACT_BYTES * T * h / ew_div
+        elif rc == "selective" and op_sac:
+            kept = sac_kept
         elif rc == "selective":
             kept = act_layer - score
         else:
@@ -235,6 +252,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         fixed = 0.0
         if rc == "full":
             fixed += act_layer
+        elif rc == "selective" and op_sac:
+            fixed += act_layer - sac_kept
         if last and model.kind != "mlp":
             fixed += 4 * T * V / tp
         stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps,
@@ -316,6 +335,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     for n, rc in zip(layers, recomputes, strict=True):
         if rc == "full":
             flops_hw += n * model.layer_fwd_flops_per_token() * s * B
+        elif rc == "selective" and op_sac:
+            flops_hw += n * sac_re_flops * s * B
         elif rc == "selective" and model.kind != "mlp":
             flops_hw += n * 4 * s * h * s * B
     n_gpu = dp * tp * pp * cp

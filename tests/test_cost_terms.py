@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import model_preset
+from costmodel import framework_preset, model_preset
 from costmodel._evaluate import (
     GRAD_COMM_BYTES,
     SCHED,
@@ -74,10 +74,18 @@ def test_stage_params_embedding_head_and_tied_copy():
 def test_recompute_flops_per_token():
     gpt = model_preset("gpt3-175b")
     rc = np.array([0, 1, 2])  # none, selective, full
-    got = recompute_flops_per_token(gpt, rc == 2, rc == 1)
+    got = recompute_flops_per_token(gpt, rc == 2, rc == 1, framework_preset("megatron-core"))
     # Selective recomputes the attention scores and their product with V: 2 x 2 s h FLOPs per
     # token (Korthikanti et al. 2022); full recomputes the layer's whole forward.
     np.testing.assert_allclose(got, [0.0, 4.0 * 2048 * 12288, gpt.layer_fwd_flops_per_token()])
+    # torchtitan's per-op policy (fsdp2) recomputes the 2nd, 4th and 6th products of the block:
+    # wk (h x h for GPT-3's MHA), wo (h x h) and fc2 (4h x h), 2 FLOPs a multiply-add.
+    llama = model_preset("llama3-8b")  # h 4096, 8 K/V heads of 128: 1024, SwiGLU f 14336
+    got = recompute_flops_per_token(gpt, rc == 2, rc == 1, framework_preset("fsdp2"))
+    h = 12288
+    np.testing.assert_allclose(got[1], 2.0 * (h * h + h * h + 4 * h * h))
+    got = recompute_flops_per_token(llama, rc == 2, rc == 1, framework_preset("fsdp2"))
+    np.testing.assert_allclose(got[1], 2.0 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336))  # wk, wo, w3
 
 
 @pytest.mark.parametrize("bad, reason", [

@@ -59,6 +59,22 @@ def test_megatron_core_keeps_the_linear_inputs_of_fp8_layers_in_one_byte():
     assert a == b
 
 
+def test_fsdp2_selective_is_torchtitans_per_op_policy():
+    # torchtitan's op-level selective checkpointing keeps, per layer and token (bf16 bytes): the
+    # block's input h, the outputs of the 1st, 3rd, 5th and 7th products (wq h, wv 1024 for 8
+    # K/V heads of 128, w1 f, w2 h), the attention kernel's output h. Llama 3 8B, tp 1, pp 1, one
+    # micro-batch of 8,192 tokens, 32 layers. Against full recompute (its input 2h kept per
+    # layer, the whole layer while recomputing it), selective keeps 31 layers' worth and holds
+    # the recomputed rest of one layer: (L - 1) x kept - L x 2 T h.
+    llama = model_preset("llama3-8b")
+    h, hk, f, T, L = 4096, 1024, 14336, 8192, 32
+    kept = 2 * T * (h + h + hk + f + h + h)
+    cols = dict(dp=64, tp=1, pp=1, micro_batch=1, global_batch=512, zero_stage=3)
+    act = {rc: evaluate(llama, H100, StrategyTable.from_columns(recompute=rc, **cols),
+                        framework="fsdp2")["mem_activations_bytes"][0] for rc in ("selective", "full")}
+    assert act["selective"] - act["full"] == pytest.approx((L - 1) * kept - L * 2 * T * h, rel=1e-12)
+
+
 def test_megatron_2021_never_overlaps_and_never_shards():
     base = dict(dp=16, tp=8, pp=8, zero_stage=0)
     m21 = _one("megatron-2021", overlap_dp=True, **base)
