@@ -180,10 +180,15 @@ def gather_s(nbytes, size, bw, lat):
     return np.where(size > 1, (size - 1) / size * nbytes / bw + (size - 1) * lat, 0.0)
 
 
-def tier(span, cluster: Cluster, gpu):
-    """Effective bandwidth and latency of a group whose ranks span ``span`` consecutive
-    ranks (stride * size): inside a node if span <= gpus_per_node, else the network."""
-    inside = span <= cluster.gpus_per_node
+def tier(span, cluster: Cluster, gpu, *, one_group: bool = False):
+    """Effective bandwidth and latency of the groups whose ranks span ``span`` consecutive
+    ranks (stride * size), laid side by side from rank 0: inside a node if span divides
+    gpus_per_node (every group then sits in one node), else the network (some group crosses a
+    node boundary and its collective waits for the slowest link: tp 3 on 8-GPU nodes puts
+    ranks 6-8 on two nodes; a job smaller than a node with such groups is priced so too).
+    ``one_group``: the span is the whole job, inside a node if it fits one."""
+    G = cluster.gpus_per_node
+    inside = (span <= G) if one_group else (span <= G) & (G % span == 0)
     bw = np.where(inside, cluster.scaleup_Bps, cluster.scaleout_Bps) * gpu.link_eff
     lat = np.where(inside, cluster.scaleup_latency_s, cluster.scaleout_latency_s)
     return bw, lat
@@ -890,7 +895,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         return a[:, 0] if a.shape[1] == 1 else a.reshape(-1)[bot_flat]
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
-    pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu)
+    pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu, one_group=True)
     T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
 
     def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or every stage

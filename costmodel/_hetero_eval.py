@@ -119,7 +119,8 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
 def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     """(bandwidth, latency) of a group of ``size`` ranks at ``stride``: the slowest link it
     crosses (module docstring). All arguments broadcast; stride, size and G integers."""
-    inside = stride * size <= G
+    span = stride * size
+    inside = (span <= G) & (np.mod(G, span) == 0)  # else some group of the layout crosses a node boundary
     per_node = np.mod(stride, G) == 0
     bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
     lat = np.where(inside, up_lat, np.where(per_node, out_lat, np.maximum(up_lat, out_lat)))

@@ -16,9 +16,11 @@ from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
 
-def _link(cluster: Cluster, span: int) -> tuple[float, float]:
+def _link(cluster: Cluster, span: int, whole_job: bool = False) -> tuple[float, float]:
     gpu = cluster.gpu
-    if span <= cluster.gpus_per_node:
+    # inside a node only if every group of the layout is: span divides the node's GPUs (the
+    # pipeline's hand-offs: the whole job fits one node)
+    if span <= cluster.gpus_per_node and (whole_job or cluster.gpus_per_node % span == 0):
         return cluster.scaleup_Bps * gpu.link_eff, cluster.scaleup_latency_s
     return cluster.scaleout_Bps * gpu.link_eff, cluster.scaleout_latency_s
 
@@ -275,7 +277,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     else:
         fill = X_sum - X_max
     if pp > 1:
-        bw, lat = _link(cluster, tp * cp * dp * pp)
+        bw, lat = _link(cluster, tp * cp * dp * pp, whole_job=True)
         t_c = K.ACT_BYTES * T * h / tp / bw + lat
     else:
         t_c = 0.0
