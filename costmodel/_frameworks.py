@@ -20,6 +20,11 @@ Pricing rules the fields drive (costmodel._evaluate):
                           stage 0-3
     uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks
                           one layer apart (else v must divide every stage's layers)
+    expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert
+                          parallelism)
+    overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of
+                          another micro-batch's layer (Megatron-Core --overlap-moe-expert-parallel-
+                          comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
     fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
                           no s x s scores (Dao et al. 2022); False: the scores are stored
                           (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
@@ -51,6 +56,8 @@ class Framework:
     uneven_chunks: bool
     fp8: bool
     sources: tuple[str, ...]
+    expert_parallel: bool = True
+    overlap_ep: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -68,7 +75,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
-        uneven_chunks=False, fp8=False,
+        uneven_chunks=False, fp8=False, expert_parallel=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),

@@ -26,9 +26,12 @@ from costmodel._evaluate import (
     SIMULATED_SCHEDULES,
     _stages,
     distinct_rows,
+    expert_groups,
     feasibility,
     framework_columns,
     in_flight,
+    moe_explicit_stages,
+    moe_stage_layers,
     shape_terms,
     stage_memory,
     without_scores,
@@ -48,6 +51,7 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
     (costmodel._frameworks); see the module docstring."""
     model.require_priced()
     fw = framework_preset(framework)
+    table = moe_explicit_stages(model, table)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)
     reason = np.empty(N, dtype=np.int8)
@@ -94,10 +98,14 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
+    moe = model.is_moe
+    e, edp = expert_groups(table)
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
     sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
-                                                                c[first_row], sp[first_row], peak[first_row])).items()
-          if k in ("T", "act_L", "score_L", "emb_act", "head_act")}
+                                                                c[first_row], sp[first_row], peak[first_row],
+                                                                moe=(e[first_row], fw.overlap_ep) if moe else None)
+                                               ).items()
+          if k in ("T", "act_L", "score_L", "emb_act", "head_act", "moe_act_L")}
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
@@ -105,7 +113,8 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     ok = reason == 0
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
     k = np.where(np.isnan(graph), k, graph)
-    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt)["total"]
+    moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp) if moe else None
+    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg)["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
     return mem_total, reason
