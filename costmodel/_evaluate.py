@@ -349,6 +349,8 @@ def _act_moe_layer_bytes(model: Transformer, b, t, c, sp):
 def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
     """(N, k) MoE layers of each stage column (idx, n as _stages gives them): the stage covers
     layers [lo, lo + n), lo = idx * n for uniform stages, else the layers of the stages before."""
+    if model.moe_layers == model.layers:  # every layer an MoE layer (Mixtral, Qwen3-MoE)
+        return n
     lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
     return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
 
@@ -969,12 +971,16 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     expert_max = np.max(np.where(on, expert_p, 0.0), axis=1)
     params_max = np.max(np.where(on, dense_p + expert_p, 0.0), axis=1)
     sp_div = col(np.where(sp, t, 1))
-    kept_d, work_d = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(sh["T"]), model.hidden,
-                                      sp_div)
     kept_m, work_m = activation_bytes(full, sel, col(sh["moe_act_L"]), col(sh["score_L"]), col(sh["T"]),
                                       model.hidden, sp_div)
-    work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
-    act = k * (n_d * kept_d + n_m * kept_m + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
+    if model.moe_layers == model.layers:  # every layer an MoE layer
+        kept, work = n_m * kept_m, work_m
+    else:
+        kept_d, work_d = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(sh["T"]),
+                                          model.hidden, sp_div)
+        kept = n_d * kept_d + n_m * kept_m
+        work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
+    act = k * (kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
     w_d, g_d, o_d = state_bytes(dense_p, col(zero), col(g))
     w_e, g_e, o_e = state_bytes(expert_p, col(zero), edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
@@ -1031,15 +1037,20 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd")},
-                     full, sel)  # (N, 1) or (N, k) per layer
+    all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
+    if not all_moe:
+        lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd")},
+                         full, sel)  # (N, 1) or (N, k) per layer
     if moe:  # stage sums over its dense and its MoE layers
         n_m = moe_stage_layers(model, table, idx, n)
         n_d = n - n_m
         lt_m = layer_terms({k: col(sh["moe_" + k] if k in MOE_TERMS else sh[k])
                             for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", *MOE_TERMS[3:])},
                            full, sel)
-        layers = lambda key: n_d * lt[key] + n_m * lt_m[key]  # noqa: E731
+        if all_moe:
+            layers = lambda key: n * lt_m[key]  # noqa: E731
+        else:
+            layers = lambda key: n_d * lt[key] + n_m * lt_m[key]  # noqa: E731
     else:
         layers = lambda key: n * lt[key]  # noqa: E731
     head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
@@ -1116,7 +1127,8 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     re_tok = recompute_flops_per_token(model, full, sel)
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, moe_layer=True)
-        flops_hw = flops_model + np.sum(wt * (n_d * re_tok + n_m * re_moe), axis=1) * s * B
+        re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
+        flops_hw = flops_model + np.sum(wt * re_stage, axis=1) * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
     extra = {}
@@ -1125,7 +1137,10 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
     extra["_needs_simulation"] = needs_simulation
-    if moe:  # the bottleneck stage's layers summed over both kinds (n = 1 below)
+    if all_moe:
+        lt_b = {k: at(lt_m[k]) for k in ("compute", "recompute", "tp", "cp", "ep")}
+        n_b = at(n)
+    elif moe:  # the bottleneck stage's layers summed over both kinds (n = 1 below)
         lt_b = {k: at(n_d * lt[k]) + at(n_m * lt_m[k]) for k in ("compute", "recompute", "tp", "cp")}
         lt_b["ep"] = at(n_m * lt_m["ep"])
         n_b = np.ones(len(table))

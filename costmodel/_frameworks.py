@@ -94,7 +94,20 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "--overlap-param-gather",
                  "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
                  "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
-                 "(chunks of any whole-layer size)"),
+                 "(chunks of any whole-layer size)",
+                 "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
+                 "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default"),
+    ),
+    Framework(
+        name="megatron-core-a2a-overlap",
+        what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
+             "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
+        uneven_chunks=True, fp8=True, overlap_ep=True,
+        sources=("Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
+                 "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)",
+                 "the megatron-core profile's sources"),
     ),
     Framework(
         name="deepspeed",

@@ -249,7 +249,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     start = 0
     for i in range(pp):
         n, rc = layers[i], recomputes[i]
-        n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n))
+        n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
         n_d = n - n_m
         first, last = i == 0, i == pp - 1
@@ -407,14 +407,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     flops_hw = flops_model
     start = 0
     for n, rc in zip(layers, recomputes, strict=True):
-        for j in range(start, start + n):
-            if rc == "full":
-                per_token = model.moe_layer_fwd_flops_per_token() if _is_moe_layer(model, j) else (
-                    model.layer_fwd_flops_per_token())
-                flops_hw += per_token * s * B
-            elif rc == "selective" and model.kind != "mlp":
-                flops_hw += 4 * s * h * s * B
+        n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
+        if rc == "full":
+            flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
+                         + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
+        elif rc == "selective" and model.kind != "mlp":
+            flops_hw += n * 4 * s * h * s * B
     n_gpu = dp * tp * pp * cp
     return {
         "step_time_s": step if feasible else math.inf,
