@@ -280,17 +280,34 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
-def all_to_all_s(nbytes, size, cluster: Cluster, gpu):
+def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None):
     """All-to-all over ``size`` consecutive ranks, each sending a buffer of ``nbytes`` spread evenly
     over the group: (size - 1) / size of it leaves the GPU, the share to ranks of its own node
     (min(size, gpus_per_node) - 1 of them) on the scale-up link and the rest on the network, both
-    at once; one latency of the slower tier."""
+    at once; one latency of the slower tier. ``net_bytes``: a per-node dispatcher's network bytes
+    instead (each token once per other node); NVLink then carries every copy that leaves the GPU
+    (inside its node, or forwarded inside the node it reaches)."""
     g = cluster.gpus_per_node
     local = np.minimum(size, g)
-    up = (local - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
-    out = (size - local) / size * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    if net_bytes is None:
+        up = (local - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        out = (size - local) / size * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    else:
+        up = (size - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
     lat = np.where(size > g, cluster.scaleout_latency_s, cluster.scaleup_latency_s)
     return np.where(size > 1, np.maximum(up, out) + lat, 0.0)
+
+
+def remote_nodes_per_token(model: Transformer, e, cluster: Cluster):
+    """Expected other nodes a token's k experts sit on, ep spread over ceil(ep / gpus_per_node)
+    nodes of E / nodes experts each, the k chosen uniformly without repeats: (nodes - 1) x
+    (1 - P(none of k on a given node)), P = prod_i (E - E / nodes - i) / (E - i). 0 inside a node."""
+    nodes = np.maximum(np.ceil(np.asarray(e, dtype=np.float64) / cluster.gpus_per_node), 1.0)
+    E, k = float(model.experts), model.experts_per_token
+    i = np.arange(k, dtype=np.float64)
+    miss = np.prod(np.maximum(((E - E / nodes)[..., None] - i) / (E - i), 0.0), axis=-1)
+    return (nodes - 1.0) * (1.0 - miss)
 
 
 def routed_copies(model: Transformer, T, t):
@@ -298,7 +315,8 @@ def routed_copies(model: Transformer, T, t):
     return model.capacity_factor * model.experts_per_token * T / t
 
 
-def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool) -> dict:
+def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
+                    per_node: bool = False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
@@ -322,7 +340,10 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     split = np.where(sp, t, 1)
     elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
              + ELEM_PERMUTE_PER_COPY * copies * h)
-    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu)  # dispatch + combine
+    # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
+    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster) if (
+        per_node) else None
+    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net)
     window = gemm + lc["attn"] if overlap_ep else 0.0
     exposed = np.maximum(a2a - window, 0.0)
     return {**lc, "gemm": gemm, "elem": hbm_s(ACT_BYTES * elems, gpu),
@@ -549,7 +570,7 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
-    ``moe`` = (ep column, overlap_ep) for an MoE model: adds the MoE layer's terms as moe_<key>
+    ``moe`` = (ep column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
     (MOE_TERMS, and moe_act_L)."""
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
@@ -560,8 +581,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
-        e, overlap_ep = moe
-        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, overlap_ep)
+        e, fw = moe
+        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node)
         out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
         out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp)[0] + zero
     return out
@@ -1025,7 +1046,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     moe = model.is_moe
     e, edp = expert_groups(table)
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
-    moe_arg = (e[first_row], fw.overlap_ep) if moe else None
+    moe_arg = (e[first_row], fw) if moe else None
     sh = {k: v[inv] for k, v in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row],
                                                                 moe=moe_arg)).items()}

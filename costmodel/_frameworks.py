@@ -22,6 +22,10 @@ Pricing rules the fields drive (costmodel._evaluate):
                           one layer apart (else v must divide every stage's layers)
     expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert
                           parallelism)
+    ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its
+                          experts and forwards it inside that node over NVLink (DeepEP, HybridEP:
+                          Megatron-Core's flex dispatcher; DeepSeek-V3's own), instead of once per
+                          routed expert (the alltoall dispatcher)
     overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of
                           another micro-batch's layer (Megatron-Core --overlap-moe-expert-parallel-
                           comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
@@ -58,6 +62,7 @@ class Framework:
     sources: tuple[str, ...]
     expert_parallel: bool = True
     overlap_ep: bool = False
+    ep_dispatch_per_node: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -108,6 +113,29 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         sources=("Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
                  "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)",
                  "the megatron-core profile's sources"),
+    ),
+    Framework(
+        name="megatron-core-deepep",
+        what="Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
+             "network once per destination node, then NVLink), no EP A2A overlap",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
+        uneven_chunks=True, fp8=True, ep_dispatch_per_node=True,
+        sources=("Megatron-LM megatron/core/transformer/moe/README.md, token dispatchers: 'FlexDispatcher with "
+                 "DeepEP backend: removes redundant tokens during cross-node communication' "
+                 "(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep|hybridep)",
+                 "the megatron-core profile's sources"),
+    ),
+    Framework(
+        name="megatron-core-deepep-a2a-overlap",
+        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap; the nearest profile to "
+             "DeepSeek-V3's own runs (DeepEP-style dispatch, DualPipe hiding the all-to-alls)",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
+        uneven_chunks=True, fp8=True, overlap_ep=True, ep_dispatch_per_node=True,
+        sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",
+                 "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.2: tokens sent by IB once to each target node "
+                 "and forwarded by NVLink; DualPipe overlaps the all-to-alls with computation"),
     ),
     Framework(
         name="deepspeed",

@@ -103,7 +103,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
     sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row],
-                                                                moe=(e[first_row], fw.overlap_ep) if moe else None)
+                                                                moe=(e[first_row], fw) if moe else None)
                                                ).items()
           if k in ("T", "act_L", "score_L", "emb_act", "head_act", "moe_act_L")}
     idx, n, rcs, wt = _stages(table, L)

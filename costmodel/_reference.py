@@ -101,15 +101,21 @@ def _is_moe_layer(model: Transformer, j: int) -> bool:
         model.moe_layer_freq - 1)
 
 
-def _all_to_all(cluster: Cluster, nbytes: float, n: int) -> float:
+def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None) -> float:
     """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other
-    ranks of its node on NVLink, the share to other nodes on the network, at the same time."""
+    ranks of its node on NVLink, the share to other nodes on the network, at the same time. With
+    ``net_bytes`` (a per-node dispatcher): those bytes on the network, every copy leaving the GPU
+    on NVLink."""
     if n <= 1:
         return 0.0
     gpu, g = cluster.gpu, cluster.gpus_per_node
     in_node = min(n, g)
-    t_up = (in_node - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
-    t_out = (n - in_node) / n * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    if net_bytes is None:
+        t_up = (in_node - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        t_out = (n - in_node) / n * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    else:
+        t_up = (n - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        t_out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
     lat = cluster.scaleout_latency_s if n > g else cluster.scaleup_latency_s
     return max(t_up, t_out) + lat
 
@@ -133,7 +139,15 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
                                     + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
                                     + K.ELEM_PERMUTE_PER_COPY * copies * h))
-    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep)
+    net = None
+    if fw.ep_dispatch_per_node:  # each token once to every other node holding one of its k experts
+        nodes = max(math.ceil(ep / cluster.gpus_per_node), 1)
+        per_node = E / nodes
+        miss = 1.0
+        for i in range(model.experts_per_token):
+            miss *= max((E - per_node - i) / (E - i), 0.0)
+        net = K.ACT_BYTES * (copies / model.experts_per_token) * h * (nodes - 1) * (1 - miss)
+    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep, net)
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4

@@ -51,6 +51,8 @@ CASES = [
     ("tiny", "h100x64", False, "fsdp2", 400),
     ("tiny", "dgx-a100-1024", True, OVERLAP, 400),
     ("tiny", "h100x64", True, "megatron-2021", 300),
+    ("mixtral-8x7b", "h100x1024", True, "megatron-core-deepep", 300),
+    ("tiny", "h100x64", False, "megatron-core-deepep-a2a-overlap", 300),
 ]
 
 
@@ -138,6 +140,28 @@ def test_all_to_all_volume_per_token_top_k_over_ep():
     per_layer = 4 * (7 / 8 * ACT_BYTES * 2 * 4096 * mix.hidden / bw + cl.scaleup_latency_s)
     m, layers = 64 // 8, 32 // 4
     assert out["ep_comm_s"][0] == pytest.approx(m * layers * per_layer, rel=1e-12)
+
+
+def test_per_node_dispatch_sends_each_token_once_per_other_node():
+    """A per-node dispatcher (DeepEP, HybridEP): 16 experts, top-2, ep = 16 over 2 nodes of 8 GPUs.
+    A token's 2 experts (drawn without repeats) both miss the other node with probability
+    (8/16)(7/15) = 7/30, so it crosses the network 1 - 7/30 = 23/30 times; the alltoall
+    dispatcher sends 2 copies x 8/16 = 1 copy's worth over the network."""
+    from costmodel._evaluate import remote_nodes_per_token
+
+    cl = cluster_preset("h100x64")
+    model = dataclasses.replace(TINY, experts=16, experts_per_token=2, capacity_factor=1.0)
+    assert remote_nodes_per_token(model, np.array([16]), cl)[0] == pytest.approx(23 / 30, rel=1e-12)
+    assert remote_nodes_per_token(model, np.array([8]), cl)[0] == 0.0  # one node
+    T, h = 4096.0, model.hidden
+    copies = 2 * T
+    bw, net = cl.scaleup_Bps * cl.gpu.link_eff, cl.scaleout_Bps * cl.gpu.link_eff
+    per_node = max(15 / 16 * 2 * copies * h / bw, 2 * T * h * 23 / 30 / net) + cl.scaleout_latency_s
+    alltoall = max(7 / 16 * 2 * copies * h / bw, 8 / 16 * 2 * copies * h / net) + cl.scaleout_latency_s
+    assert all_to_all_s(2 * copies * h, np.array([16]), cl, cl.gpu, 2 * T * h * 23 / 30)[0] == pytest.approx(
+        per_node, rel=1e-12)
+    assert all_to_all_s(2 * copies * h, np.array([16]), cl, cl.gpu)[0] == pytest.approx(alltoall, rel=1e-12)
+    assert per_node < alltoall
 
 
 # ---- hand-worked expert memory -----------------------------------------------------------------
