@@ -241,11 +241,12 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         cp_fwd = cp_bwd = np.zeros_like(gemm)
         overhead = gpu.kernel_overhead_s * 0.5
     else:
-        dh = h / a
+        dh = model.head_size if model.head_dim is not None else h / a
+        q = model.q_hidden  # width of Q and of the attention output: h unless head_dim is set
         mats = model.mlp_matrices
         gemm = (
-            gemm_s(T, (h + 2 * hk) / t, h, peak, gpu)  # QKV
-            + gemm_s(T, h, h / t, peak, gpu)  # attention output projection
+            gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
+            + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
             + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
@@ -253,7 +254,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         util = gpu.gemm_eff_max * sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM) * sat(dh, ATTN_HALF_DIM)
-        attn = 4.0 * b * sc * s * h / t / (peak * util)
+        attn = 4.0 * b * sc * s * q / t / (peak * util)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
@@ -322,7 +323,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
     layer's too). Routed experts at expert tensor parallelism 1 over ``e`` = ep ranks."""
     gpu = cluster.gpu
-    h, hk, E, fe = model.hidden, model.kv_hidden, model.experts, model.expert_ffn
+    h, q, hk, E, fe = model.hidden, model.q_hidden, model.kv_hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
     T = lc["T"]
     copies = routed_copies(model, T, t)
@@ -330,8 +331,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     rows = copies / local  # tokens per local expert's GEMM
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     gemm = (
-        gemm_s(T, (h + 2 * hk) / t, h, peak, gpu)  # QKV
-        + gemm_s(T, h, h / t, peak, gpu)  # attention output projection
+        gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
+        + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
         + gemm_s(T / t, E, h, peak, gpu)  # router
         + local * (gemm_s(rows, (mats - 1) * fe, h, peak, gpu) + gemm_s(rows, h, fe, peak, gpu))  # routed experts
     )
@@ -355,13 +356,13 @@ def _act_moe_layer_bytes(model: Transformer, b, t, c, sp):
     terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
     copies' inputs and intermediates, the router's fp32 probabilities), and its attention-score
     part."""
-    h, hk, a, s = model.hidden, model.kv_hidden, model.heads, model.seq_len
+    h, q, hk, a, s = model.hidden, model.q_hidden, model.kv_hidden, model.heads, model.seq_len
     T = b * s / c
     coef = 6 if model.activation == "swiglu" else 4
     fs = model.shared_experts * model.shared_expert_ffn
     copies = routed_copies(model, T, t)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
-    split = (4 * T * h + 4 * T * hk + coef * T * fs) / t
+    split = (4 * T * q + 4 * T * hk + coef * T * fs) / t
     routed = copies * (ACT_BYTES * h + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + routed + scores, scores
@@ -489,7 +490,7 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
 def recompute_flops_per_token(model: Transformer, full, sel, moe_layer: bool = False):
     """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
     weights (full) or the attention scores (selective, 4 s h)."""
-    attn_re = 4.0 * model.seq_len * model.hidden if model.kind != "mlp" else 0.0
+    attn_re = 4.0 * model.seq_len * model.q_hidden if model.kind != "mlp" else 0.0
     fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
     return np.where(full, fwd, np.where(sel, attn_re, 0.0))
 
@@ -506,7 +507,7 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
         return total, np.zeros_like(total)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
     mlp = (6 if model.activation == "swiglu" else 4) * T * f
-    split = (4 * T * h + 4 * T * hk + mlp) / t
+    split = (4 * T * model.q_hidden + 4 * T * hk + mlp) / t  # Q and the projection input: q wide
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + scores, scores
 
@@ -741,7 +742,6 @@ def evaluate(
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
-    model.require_priced()
     fw = framework_preset(framework)
     table = moe_explicit_stages(model, table)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now,

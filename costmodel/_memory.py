@@ -49,7 +49,6 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
                   framework=None) -> tuple[np.ndarray, np.ndarray]:
     """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
     (costmodel._frameworks); see the module docstring."""
-    model.require_priced()
     fw = framework_preset(framework)
     table = moe_explicit_stages(model, table)
     N = len(table)

@@ -125,12 +125,13 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each
     direction), its activation bytes without the score term, at expert tensor parallelism 1."""
     gpu = cluster.gpu
-    h, hk, E, fe, mats = model.hidden, model.kv_hidden, model.experts, model.expert_ffn, model.mlp_matrices
+    h, q, hk, E = model.hidden, model.q_hidden, model.kv_hidden, model.experts
+    fe, mats = model.expert_ffn, model.mlp_matrices
     fs = model.shared_experts * model.shared_expert_ffn
     copies = model.capacity_factor * model.experts_per_token * T / tp  # on the busiest rank
     local = E / ep
     rows = copies / local
-    gemm = (_gemm(gpu, peak, T, (h + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, h / tp)
+    gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
             + _gemm(gpu, peak, T / tp, E, h)
             + local * (_gemm(gpu, peak, rows, (mats - 1) * fe, h) + _gemm(gpu, peak, rows, h, fe)))
     if fs:
@@ -151,7 +152,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4
-    act = (K.ACT_REPLICATED_H * T * h / ew_div + (4 * T * h + 4 * T * hk + coef * T * fs) / tp
+    act = (K.ACT_REPLICATED_H * T * h / ew_div + (4 * T * q + 4 * T * hk + coef * T * fs) / tp
            + copies * (K.ACT_BYTES * h + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
                 copies=copies)
@@ -175,7 +176,6 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
     micro-batches in flight come from one call of the schedule simulator for this row."""
-    model.require_priced()
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
@@ -207,11 +207,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         overhead = 0.5 * gpu.kernel_overhead_s
     else:
         mats = model.mlp_matrices
-        gemm = (_gemm(gpu, peak, T, (h + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, h / tp)
+        q = model.q_hidden  # Q / attention-output width (h unless head_dim is set)
+        dh = model.head_size if model.head_dim is not None else h / a
+        gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
                 + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
         half = K.ATTN_HALF_DIM
-        attn = 4 * b * sc * s * h / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
-                                          * ((h / a) / (h / a + half)))
+        attn = 4 * b * sc * s * q / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
+                                          * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
         elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
         tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
@@ -245,7 +247,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
         score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
         act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
-                     + (4 * T * h + 4 * T * hk + mlp_act) / tp + score)
+                     + (4 * T * model.q_hidden + 4 * T * hk + mlp_act) / tp + score)
 
     g = dp * cp
     shard = g if zero >= 1 else 1
@@ -427,7 +429,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
         elif rc == "selective" and model.kind != "mlp":
-            flops_hw += n * 4 * s * h * s * B
+            flops_hw += n * 4 * s * model.q_hidden * s * B
     n_gpu = dp * tp * pp * cp
     return {
         "step_time_s": step if feasible else math.inf,

@@ -46,7 +46,7 @@ class Transformer:
     expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep the dense
     MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router
     is an h x E matrix without bias. ``head_dim`` (default hidden / heads) is the size of one
-    attention head; the evaluators price only hidden / heads (``require_priced``).
+    attention head (the evaluators price Q and the attention output heads x head_dim wide).
     """
 
     name: str
@@ -189,12 +189,6 @@ class Transformer:
         experts, norms): what tensor parallelism splits and every expert-parallel rank holds."""
         return self.moe_layer_params() - self.moe_layer_expert_params()
 
-    def require_priced(self, argument: str = "model") -> None:
-        """Refuse, with one InputError, a model the evaluators cannot price yet (they would
-        price it as if its heads were hidden / heads wide): a head size other than hidden / heads."""
-        if self.q_hidden != self.hidden:
-            raise InputError(f"{argument}.head_dim", f"hidden / heads = {self.hidden // self.heads} "
-                             "(other head sizes are not priced yet: issue 18)", self.head_dim)
 
     def require_dense(self, argument: str = "model", where: str = "this evaluator") -> None:
         """Refuse an MoE model where expert layers are not priced (one InputError naming it)."""

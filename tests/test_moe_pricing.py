@@ -53,6 +53,7 @@ CASES = [
     ("tiny", "h100x64", True, "megatron-2021", 300),
     ("mixtral-8x7b", "h100x1024", True, "megatron-core-deepep", 300),
     ("tiny", "h100x64", False, "megatron-core-deepep-a2a-overlap", 300),
+    ("qwen3-30b-a3b", "h100x64", True, "megatron-core-deepep", 300),  # head_dim 128 on 32 heads of 2048
 ]
 
 
