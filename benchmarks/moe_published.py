@@ -35,6 +35,13 @@ DSV3_REPORT = ("DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv:2412.19437
                "Sec. 4.2: seq 4096, batch 15360 sequences for most of training")
 
 
+BRIDGE_2602_QWEN = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 26.02 NeMo container, DGX-H100, "
+                    "FP8 (force-balanced, dropless): Qwen3_30B_a3B 16 GPUs, GBS 1024, MBS 1, seq 4096, TP1 PP2 VP12 "
+                    "EP8: 5113 tokens/s/GPU; Qwen3_235B_a22B 256 GPUs, GBS 8192, MBS 1, TP2 PP8 VP4 EP32: 1633 "
+                    "tokens/s/GPU; recipe scripts/performance/configs/qwen/qwen3_workload_base_configs.py: 235B on "
+                    "H100 with moe_a2a_overlap True and the alltoall dispatcher")
+
+
 def _deepseek(seq: int = 4096):
     return dataclasses.replace(model_preset("deepseek-v3"), seq_len=seq)
 
@@ -53,6 +60,15 @@ ROWS = [
      dict(dp=16, tp=1, pp=16, ep=8, micro_batch=1, global_batch=4096, schedule="1f1b", vpp=1, zero_stage=1,
           recompute="none", precision="fp8"),
      [3] + [4] * 14 + [2], "tokens/s/GPU", 2689.0),
+    ("Qwen3-30B-A3B, 16 H100, Megatron-Bridge 26.02", BRIDGE_2602_QWEN, model_preset("qwen3-30b-a3b"), "h100x16",
+     "megatron-core-deepep",
+     dict(dp=8, tp=1, pp=2, ep=8, micro_batch=1, global_batch=1024, schedule="interleaved", vpp=12, zero_stage=1,
+          recompute="none", precision="fp8"), None, "tokens/s/GPU", 5113.0),
+    ("Qwen3-235B-A22B, 256 H100, Megatron-Bridge 26.02", BRIDGE_2602_QWEN, model_preset("qwen3-235b-a22b"),
+     "h100x256", "megatron-core-a2a-overlap",
+     dict(dp=16, tp=2, pp=8, ep=32, micro_batch=1, global_batch=8192, schedule="interleaved", vpp=4, zero_stage=1,
+          recompute="none", sequence_parallel=True, precision="fp8"),
+     [11, 12, 12, 12, 12, 12, 12, 11], "tokens/s/GPU", 1633.0),
     ("DeepSeek-V3, 2048 H800, DeepSeek-V3 report", DSV3_REPORT, _deepseek(), "h800x2048",
      "megatron-core-deepep-a2a-overlap",
      dict(dp=128, tp=1, pp=16, ep=64, micro_batch=1, global_batch=15360, schedule="1f1b", vpp=1, zero_stage=1,

@@ -650,6 +650,8 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, fram
 def ep_fits(model: Transformer, e, ranks):
     """(N,) bool: ep divides the experts and the ``ranks`` = tp cp dp of a stage (module docstring,
     "Expert parallelism"); a dense model takes ep = 1."""
+    if not model.is_moe:
+        return e == 1
     return (model.experts % e == 0) & (ranks % e == 0)
 
 
@@ -1044,7 +1046,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     moe = model.is_moe
-    e, edp = expert_groups(table)
+    e, edp = expert_groups(table) if moe else (None, None)
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
     moe_arg = (e[first_row], fw) if moe else None
     sh = {k: v[inv] for k, v in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],

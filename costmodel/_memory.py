@@ -98,7 +98,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
     moe = model.is_moe
-    e, edp = expert_groups(table)
+    e, edp = expert_groups(table) if moe else (None, None)
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
     sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row],
