@@ -228,3 +228,23 @@ def test_hetero_refuses_moe_in_one_line():
         evaluate_hetero(model_preset("mixtral-8x7b"), None, None)
     assert str(err.value).startswith("model.experts: expected 1 (evaluate_hetero prices dense models only")
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_space_gets_ep_for_moe_models_only_and_parquet_has_the_columns():
+    from search import default_space, exact_space
+    from sweep._results import to_arrow
+
+    cl = cluster_preset("h100x64")
+    moe = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096)
+    space = default_space(moe, cl, 256)
+    assert space.choices_of("ep") == (1, 2, 4, 8)
+    assert exact_space(moe, cl, 256).choices_of("ep") == (1, 2, 4, 8)
+    dense = default_space(model_preset("llama3-8b"), cl, 256)
+    assert "ep" not in [d.name for d in dense.dims] and dense.choices_of("ep") == (1,)
+    table = space.table(space.random_digits(np.random.default_rng(0), 2000))
+    assert len(set(table["ep"].tolist())) > 1
+    metrics = evaluate(moe, cl, table)
+    assert np.all(metrics["reason"] != REASONS.index("ep_invalid"))  # the space holds only ep that fit
+    arrow = to_arrow(table, metrics, run_id="r", model=moe.name, cluster=cl.name, iteration=0, grid_index=None)
+    assert {"ep", "ep_comm_s"} <= set(arrow.column_names)
+    assert set(arrow.column("ep").to_pylist()) <= {1, 2, 4, 8}
