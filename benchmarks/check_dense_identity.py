@@ -93,7 +93,7 @@ def compare(base_dir: str, new_dir: str) -> list[dict]:
             if d > worst or not worst_col:
                 worst, worst_col = d, k
         extra = sorted(set(b.files) - set(a.files))
-        new_zero = all(np.all(b[k] == (1 if k == "s_ep" else 0)) for k in extra)
+        new_zero = all(np.all(b[k] == (1 if k.startswith("s_") else 0)) for k in extra)  # ep, etp 1; metrics 0
         out.append({"set": f[:-4], "rows": rows, "columns": len(a.files), "max_rel_diff": worst,
                     "worst_column": worst_col, "new_columns": extra, "new_columns_dense_value": new_zero})
     return out

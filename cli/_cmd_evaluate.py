@@ -29,7 +29,7 @@ from costmodel._strategy import DEFAULT_GLOBAL_BATCH
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
 STRATEGY_FLAGS = (
-    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("micro_batch", int),
+    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
     ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str),
     ("recompute", str), ("precision", str),
 )

@@ -31,19 +31,20 @@ times the micro-batches in flight on that stage; communication buffers; a fixed 
 Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor cf, ep):
     Rule: Megatron-Core's MoE Parallel Folding (Liu et al. 2025, arXiv:2504.14960;
     megatron/core/transformer/moe/README.md): the MoE layers of a pipeline stage run on the same
-    tp x cp x dp ranks as its attention, regrouped as etp x ep x edp. plansweep takes expert
-    tensor parallelism etp = 1 (the README's recommendation for fine-grained MoE, and
-    DeepSeek-V3's layout), so ep must divide E and tp x cp x dp; the expert-data-parallel group
-    has edp = tp cp dp / ep ranks, and an ep group is ep consecutive ranks. A dense model takes
-    ep = 1 only.
+    tp x cp x dp ranks as its attention, regrouped as etp x ep x edp (etp innermost): ep must
+    divide E, etp the expert's ffn width, and ep x etp must divide tp x cp x dp; the
+    expert-data-parallel group has edp = tp cp dp / (ep etp) ranks, an ep group is ep ranks etp
+    apart, an etp group etp consecutive ranks (etp = 1, the README's recommendation for
+    fine-grained MoE and DeepSeek-V3's layout, is the default). A dense model takes ep = etp = 1.
     Each GPU routes its T / tp tokens (T = b s / cp); the busiest rank's E / ep experts take
-    cf k T / tp token copies (grouped GEMMs of cf k T ep / (tp E) rows each, at full expert
-    width); dispatch and combine are all-to-alls of those copies (h values each) over ep ranks,
-    once each forward and again backward, the share to other nodes on the network and the rest
-    on NVLink (all_to_all_s). Where the framework overlaps them (overlap_ep) only what exceeds
+    cf k T / tp token copies (grouped GEMMs of cf k T ep etp / (tp E) rows each after the etp
+    group's all-gather, at 1 / etp of the expert's width); dispatch and combine are all-to-alls
+    of those copies (h values each) over ep ranks, once each forward and again backward, the
+    share to other nodes on the network and the rest on NVLink (all_to_all_s), plus the etp
+    group's all-gather and reduce-scatter. Where the framework overlaps them (overlap_ep) only what exceeds
     the layer's compute is exposed. Shared experts and the router run like a dense MLP split by
-    tp. Expert weights, gradients and optimizer state are split by ep and sharded by ZeRO over
-    edp; their gradients are reduced over edp. Model FLOPs (MFU) count active parameters only.
+    tp. Expert weights, gradients and optimizer state are split by ep x etp and sharded by ZeRO
+    over edp; their gradients are reduced over edp. Model FLOPs (MFU) count active parameters only.
 """
 
 from __future__ import annotations
@@ -281,30 +282,33 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
-def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None):
+def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
     """All-to-all over ``size`` consecutive ranks, each sending a buffer of ``nbytes`` spread evenly
     over the group: (size - 1) / size of it leaves the GPU, the share to ranks of its own node
     (min(size, gpus_per_node) - 1 of them) on the scale-up link and the rest on the network, both
     at once; one latency of the slower tier. ``net_bytes``: a per-node dispatcher's network bytes
     instead (each token once per other node); NVLink then carries every copy that leaves the GPU
-    (inside its node, or forwarded inside the node it reaches)."""
+    (inside its node, or forwarded inside the node it reaches). ``stride``: the group's ranks are
+    that many apart (ep ranks across etp), so a node holds gpus_per_node / stride of them."""
     g = cluster.gpus_per_node
-    local = np.minimum(size, g)
+    local = np.minimum(size, np.maximum(g // stride, 1))
     if net_bytes is None:
         up = (local - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
         out = (size - local) / size * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
     else:
         up = (size - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
         out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
-    lat = np.where(size > g, cluster.scaleout_latency_s, cluster.scaleup_latency_s)
+    lat = np.where(size > local, cluster.scaleout_latency_s, cluster.scaleup_latency_s)
     return np.where(size > 1, np.maximum(up, out) + lat, 0.0)
 
 
-def remote_nodes_per_token(model: Transformer, e, cluster: Cluster):
-    """Expected other nodes a token's k experts sit on, ep spread over ceil(ep / gpus_per_node)
-    nodes of E / nodes experts each, the k chosen uniformly without repeats: (nodes - 1) x
-    (1 - P(none of k on a given node)), P = prod_i (E - E / nodes - i) / (E - i). 0 inside a node."""
-    nodes = np.maximum(np.ceil(np.asarray(e, dtype=np.float64) / cluster.gpus_per_node), 1.0)
+def remote_nodes_per_token(model: Transformer, e, cluster: Cluster, u=1):
+    """Expected other nodes a token's k experts sit on, the ep ranks (stride u = etp) spread over
+    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes experts each, the k chosen uniformly
+    without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i (E - E / nodes
+    - i) / (E - i). 0 inside a node."""
+    e = np.asarray(e, dtype=np.float64)
+    nodes = np.maximum(np.minimum(e, np.ceil(e * u / cluster.gpus_per_node)), 1.0)
     E, k = float(model.experts), model.experts_per_token
     i = np.arange(k, dtype=np.float64)
     miss = np.prod(np.maximum(((E - E / nodes)[..., None] - i) / (E - i), 0.0), axis=-1)
@@ -317,41 +321,46 @@ def routed_copies(model: Transformer, T, t):
 
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
-                    per_node: bool = False) -> dict:
+                    per_node: bool = False, u=1) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
-    layer's too). Routed experts at expert tensor parallelism 1 over ``e`` = ep ranks."""
+    layer's too). Routed experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp
+    group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
+    reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd)."""
     gpu = cluster.gpu
     h, q, hk, E, fe = model.hidden, model.q_hidden, model.kv_hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
     T = lc["T"]
     copies = routed_copies(model, T, t)
-    local = E / e  # experts per GPU
-    rows = copies / local  # tokens per local expert's GEMM
+    local = E / e  # experts per GPU (each 1 / u of its width)
+    rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     gemm = (
         gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
         + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
         + gemm_s(T / t, E, h, peak, gpu)  # router
-        + local * (gemm_s(rows, (mats - 1) * fe, h, peak, gpu) + gemm_s(rows, h, fe, peak, gpu))  # routed experts
+        + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
     )
     if fs:
         gemm = gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
     split = np.where(sp, t, 1)
     elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
-             + ELEM_PERMUTE_PER_COPY * copies * h)
+             + ELEM_PERMUTE_PER_COPY * u * copies * h)
     # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
-    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster) if (
+    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster, u) if (
         per_node) else None
-    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net)
+    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net, stride=u)
+    if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
+        etp_bw, etp_lat = tier(u, cluster, gpu)
+        a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
     window = gemm + lc["attn"] if overlap_ep else 0.0
     exposed = np.maximum(a2a - window, 0.0)
     return {**lc, "gemm": gemm, "elem": hbm_s(ACT_BYTES * elems, gpu),
             "overhead": lc["overhead"] * (1.0 + MOE_OVERHEAD_UNITS / 2.0), "ep_fwd": exposed, "ep_bwd": exposed}
 
 
-def _act_moe_layer_bytes(model: Transformer, b, t, c, sp):
+def _act_moe_layer_bytes(model: Transformer, b, t, c, sp, u=1):
     """Activation bytes one MoE layer keeps for one micro-batch with no recompute (the dense layer's
     terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
     copies' inputs and intermediates, the router's fp32 probabilities), and its attention-score
@@ -363,7 +372,8 @@ def _act_moe_layer_bytes(model: Transformer, b, t, c, sp):
     copies = routed_copies(model, T, t)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
     split = (4 * T * q + 4 * T * hk + coef * T * fs) / t
-    routed = copies * (ACT_BYTES * h + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
+    # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
+    routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + routed + scores, scores
 
@@ -386,10 +396,11 @@ def moe_stages_alike(model: Transformer, p):
 
 
 def expert_groups(table: StrategyTable):
-    """(ep, edp) columns: the expert-parallel degree and the expert-data-parallel ranks tp cp dp / ep
-    (module docstring, "Expert parallelism")."""
-    e = table["ep"]
-    return e, np.maximum(table["dp"] * table["cp"] * table["tp"] // e, 1)
+    """(ep, edp, etp) columns: the expert-parallel degree, the expert-data-parallel ranks
+    tp cp dp / (ep etp) and the expert-tensor-parallel degree (module docstring, "Expert
+    parallelism")."""
+    e, u = table["ep"], table["etp"]
+    return e, np.maximum(table["dp"] * table["cp"] * table["tp"] // (e * u), 1), u
 
 
 # -- terms shared by the homogeneous and the heterogeneous evaluator ----------------------------
@@ -571,7 +582,7 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
-    ``moe`` = (ep column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
+    ``moe`` = (ep column, etp column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
     (MOE_TERMS, and moe_act_L)."""
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
@@ -582,10 +593,10 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
-        e, fw = moe
-        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node)
+        e, u, fw = moe
+        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u)
         out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
-        out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp)[0] + zero
+        out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
     return out
 
 
@@ -644,22 +655,25 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, fram
                         batch_ok=B % (d * b) == 0, sched_ok=sched_ok, cp=c, pp=p, seq_len=s,
                         zero=table["zero_stage"], framework=framework, schedule=sched,
                         sequence_parallel=table["sequence_parallel"], precision=table["precision"],
-                        ep_ok=ep_fits(model, table["ep"], d * c * t), ep=table["ep"])
+                        ep_ok=ep_fits(model, table["ep"], d * c * t, table["etp"]), ep=table["ep"],
+                        etp=table["etp"])
 
 
-def ep_fits(model: Transformer, e, ranks):
-    """(N,) bool: ep divides the experts and the ``ranks`` = tp cp dp of a stage (module docstring,
-    "Expert parallelism"); a dense model takes ep = 1."""
+def ep_fits(model: Transformer, e, ranks, u):
+    """(N,) bool: ep divides the experts, etp the expert's ffn width, and ep x etp the ``ranks`` =
+    tp cp dp of a stage (module docstring, "Expert parallelism"); a dense model takes 1 and 1."""
     if not model.is_moe:
-        return e == 1
-    return (model.experts % e == 0) & (ranks % e == 0)
+        return (e == 1) & (u == 1)
+    return (model.experts % e == 0) & (model.expert_ffn % u == 0) & (ranks % (e * u) == 0)
 
 
-def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None) -> np.ndarray:
-    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision and ep."""
+def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None, etp=None) -> np.ndarray:
+    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp."""
     ok = np.isin(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
     if ep is not None and not fw.expert_parallel:
         ok &= ep == 1
+    if etp is not None and not fw.expert_tensor_parallel:
+        ok &= etp == 1
     if not fw.sequence_parallel:
         ok &= ~sequence_parallel
     if not fw.fp8:
@@ -668,14 +682,14 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 
 
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
-                 schedule, sequence_parallel, precision, ep_ok=None, ep=None) -> np.ndarray:
+                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
     framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision) are the same
     for both and made here. ``ep_ok`` (homogeneous only): ep_fits, checked right after tp."""
     fw = framework_preset(framework)
-    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep)
+    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -982,13 +996,15 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     n_m = moe["n_moe"]
-    n_d = n - n_m
-    e, edp = col(moe["e"]), col(moe["edp"])
-    tied_copy = model.vocab * model.hidden if model.tied_embeddings else 0
-    head_p = model.head_params() + np.where(first, 0, tied_copy)
-    dense_p = (n_d * model.layer_params() + n_m * model.moe_layer_dense_params() + first * model.embedding_params()
-               + last * head_p) / col(t)  # (N, k) per GPU
-    expert_p = n_m * (model.experts / e) * model.expert_params()  # (N, k) per GPU
+    all_moe = model.moe_layers == model.layers
+    n_d = None if all_moe else n - n_m
+    edp = col(moe["edp"])
+    head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
+    layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
+        n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
+    dense_p = (layers_p + first * model.embedding_params() + last * head_p) / col(t)  # (N, k) per GPU
+    # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then (N, k)
+    expert_p = n_m * col(model.experts * model.expert_params() / (moe["e"] * moe["u"]))  # (N, k) per GPU
     on = wt > 0
     dense_max = np.max(np.where(on, dense_p, 0.0), axis=1)
     expert_max = np.max(np.where(on, expert_p, 0.0), axis=1)
@@ -996,7 +1012,7 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     sp_div = col(np.where(sp, t, 1))
     kept_m, work_m = activation_bytes(full, sel, col(sh["moe_act_L"]), col(sh["score_L"]), col(sh["T"]),
                                       model.hidden, sp_div)
-    if model.moe_layers == model.layers:  # every layer an MoE layer
+    if all_moe:  # every layer an MoE layer
         kept, work = n_m * kept_m, work_m
     else:
         kept_d, work_d = activation_bytes(full, sel, col(sh["act_L"]), col(sh["score_L"]), col(sh["T"]),
@@ -1008,10 +1024,10 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     w_e, g_e, o_e = state_bytes(expert_p, col(zero), edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
-    moe_layer_p = model.moe_layer_dense_params() + (model.experts / moe["e"]) * model.expert_params() * t
+    moe_layer_p = model.moe_layer_dense_params() + (model.experts / moe["e"]) * model.expert_params() / moe["u"] * t
     buffers = buffer_bytes(sh["T"], model.hidden, t, np.maximum(g, moe["edp"]), zero, params_max,
                            np.maximum(model.layer_params(), moe_layer_p))
-    buffers = buffers + 2.0 * ACT_BYTES * routed_copies(model, sh["T"], t) * model.hidden
+    buffers = buffers + 2.0 * ACT_BYTES * moe["u"] * routed_copies(model, sh["T"], t) * model.hidden
     w_b, g_b, o_b = w_d + w_e, g_d + g_e, o_d + o_e
     total = np.where(on, w_b + g_b + o_b + act + col(buffers), -np.inf)
     return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
@@ -1046,9 +1062,9 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
     moe = model.is_moe
-    e, edp = expert_groups(table) if moe else (None, None)
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
-    moe_arg = (e[first_row], fw) if moe else None
+    e, edp, u = expert_groups(table) if moe else (None, None, None)
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
+    moe_arg = (e[first_row], u[first_row], fw) if moe else None
     sh = {k: v[inv] for k, v in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row],
                                                                 moe=moe_arg)).items()}
@@ -1114,7 +1130,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # -- memory per GPU, per stage (the worst stage is taken below) --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     mem = stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt,
-                       moe=dict(n_moe=n_m, e=e, edp=edp) if moe else None)
+                       moe=dict(n_moe=n_m, e=e, edp=edp, u=u) if moe else None)
     params_max = mem["params_max"]
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --

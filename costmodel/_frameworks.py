@@ -22,6 +22,8 @@ Pricing rules the fields drive (costmodel._evaluate):
                           one layer apart (else v must divide every stage's layers)
     expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert
                           parallelism)
+    expert_tensor_parallel  False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
+                          --expert-tensor-parallel-size; the others are priced with etp 1)
     ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its
                           experts and forwards it inside that node over NVLink (DeepEP, HybridEP:
                           Megatron-Core's flex dispatcher; DeepSeek-V3's own), instead of once per
@@ -61,6 +63,7 @@ class Framework:
     fp8: bool
     sources: tuple[str, ...]
     expert_parallel: bool = True
+    expert_tensor_parallel: bool = True
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
 
@@ -80,7 +83,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, sequence_parallel=True,
-        uneven_chunks=False, fp8=False, expert_parallel=False,
+        uneven_chunks=False, fp8=False, expert_parallel=False, expert_tensor_parallel=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
@@ -143,7 +146,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "overlap_comm on by default for ZeRO-3 only, unfused attention",
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
-        sequence_parallel=True, uneven_chunks=False, fp8=False,
+        sequence_parallel=True, uneven_chunks=False, fp8=False, expert_tensor_parallel=False,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
@@ -156,7 +159,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "torch.distributed.pipelining schedules, SDPA flash attention, float8",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, sequence_parallel=True,
-        uneven_chunks=True, fp8=True,
+        uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "

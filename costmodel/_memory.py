@@ -98,11 +98,11 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
     moe = model.is_moe
-    e, edp = expert_groups(table) if moe else (None, None)
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e,) if moe else ()))
+    e, edp, u = expert_groups(table) if moe else (None, None, None)
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
     sh = {k: x[inv] for k, x in without_scores(fw, shape_terms(model, cluster, b[first_row], t[first_row],
                                                                 c[first_row], sp[first_row], peak[first_row],
-                                                                moe=(e[first_row], fw) if moe else None)
+                                                                moe=(e[first_row], u[first_row], fw) if moe else None)
                                                ).items()
           if k in ("T", "act_L", "score_L", "emb_act", "head_act", "moe_act_L")}
     idx, n, rcs, wt = _stages(table, L)
@@ -112,7 +112,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     ok = reason == 0
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
     k = np.where(np.isnan(graph), k, graph)
-    moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp) if moe else None
+    moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp, u=u) if moe else None
     tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg)["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)

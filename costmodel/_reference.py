@@ -63,8 +63,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             return "tp_not_divide_heads"
     elif model.heads % tp or model.kv_heads % tp:
         return "tp_not_divide_heads"
-    ep = r.get("ep", 1)
-    if model.experts % ep or (dp * cp * tp) % ep:
+    ep, etp = r.get("ep", 1), r.get("etp", 1)
+    if model.experts % ep or (dp * cp * tp) % (ep * etp) or (etp > 1 and (not model.is_moe or model.expert_ffn % etp)):
         return "ep_invalid"
     layers = r.get("stage_layers")
     if layers is None:
@@ -90,7 +90,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
-            or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)):
+            or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
+            or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)):
         return "framework_unsupported"
     return "ok"
 
@@ -101,7 +102,7 @@ def _is_moe_layer(model: Transformer, j: int) -> bool:
         model.moe_layer_freq - 1)
 
 
-def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None) -> float:
+def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None, stride: int = 1) -> float:
     """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other
     ranks of its node on NVLink, the share to other nodes on the network, at the same time. With
     ``net_bytes`` (a per-node dispatcher): those bytes on the network, every copy leaving the GPU
@@ -109,51 +110,53 @@ def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None
     if n <= 1:
         return 0.0
     gpu, g = cluster.gpu, cluster.gpus_per_node
-    in_node = min(n, g)
+    in_node = min(n, max(g // stride, 1))  # the group's ranks are ``stride`` apart
     if net_bytes is None:
         t_up = (in_node - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
         t_out = (n - in_node) / n * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
     else:
         t_up = (n - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
         t_out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
-    lat = cluster.scaleout_latency_s if n > g else cluster.scaleup_latency_s
+    lat = cluster.scaleout_latency_s if n > in_node else cluster.scaleup_latency_s
     return max(t_up, t_out) + lat
 
 
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
-               attn: float, overhead: float) -> dict:
+               attn: float, overhead: float, etp: int = 1) -> dict:
     """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each
-    direction), its activation bytes without the score term, at expert tensor parallelism 1."""
+    direction, with the etp group's all-gather and reduce-scatter), its activation bytes without
+    the score term."""
     gpu = cluster.gpu
     h, q, hk, E = model.hidden, model.q_hidden, model.kv_hidden, model.experts
     fe, mats = model.expert_ffn, model.mlp_matrices
     fs = model.shared_experts * model.shared_expert_ffn
     copies = model.capacity_factor * model.experts_per_token * T / tp  # on the busiest rank
-    local = E / ep
-    rows = copies / local
+    local = E / ep  # experts on this GPU, each etp-th of its width
+    rows = etp * copies / local  # every copy the etp group received, after its all-gather
     gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
             + _gemm(gpu, peak, T / tp, E, h)
-            + local * (_gemm(gpu, peak, rows, (mats - 1) * fe, h) + _gemm(gpu, peak, rows, h, fe)))
+            + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
     if fs:
         gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
     ew_div = tp if sp else 1
     elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
                                     + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
-                                    + K.ELEM_PERMUTE_PER_COPY * copies * h))
+                                    + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
     net = None
     if fw.ep_dispatch_per_node:  # each token once to every other node holding one of its k experts
-        nodes = max(math.ceil(ep / cluster.gpus_per_node), 1)
+        nodes = max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1)
         per_node = E / nodes
         miss = 1.0
         for i in range(model.experts_per_token):
             miss *= max((E - per_node - i) / (E - i), 0.0)
         net = K.ACT_BYTES * (copies / model.experts_per_token) * h * (nodes - 1) * (1 - miss)
-    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep, net)
+    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep, net, stride=etp)
+    a2a += 2 * _gather(K.ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4
     act = (K.ACT_REPLICATED_H * T * h / ew_div + (4 * T * q + 4 * T * hk + coef * T * fs) / tp
-           + copies * (K.ACT_BYTES * h + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
+           + copies * (K.ACT_BYTES * h * etp + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
                 copies=copies)
 
@@ -252,15 +255,15 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     g = dp * cp
     shard = g if zero >= 1 else 1
     layer_p = model.layer_params()
-    ep = r.get("ep", 1)
-    edp = max(dp * cp * tp // ep, 1)  # expert-data-parallel ranks (etp = 1)
+    ep, etp = r.get("ep", 1), r.get("etp", 1)
+    edp = max(dp * cp * tp // (ep * etp), 1)  # expert-data-parallel ranks
     if model.is_moe:
-        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead)
+        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp)
         fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"]
         bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"])
         act_layer_m = mo["act"] + score
         moe_dense_p = model.moe_layer_dense_params()
-        experts_p = model.experts / ep * model.expert_params()  # routed expert parameters per GPU per MoE layer
+        experts_p = model.experts / ep * model.expert_params() / etp  # routed expert parameters per GPU per MoE layer
     stages = []
     start = 0
     for i in range(pp):
@@ -405,7 +408,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             prefetch_p = max(prefetch_p, moe_dense_p / tp + experts_p)
         buffers += 2 * K.WEIGHT_BYTES * prefetch_p
     if model.is_moe:
-        buffers += 2 * K.ACT_BYTES * mo["copies"] * h  # all-to-all send and receive buffers
+        buffers += 2 * K.ACT_BYTES * etp * mo["copies"] * h  # all-to-all send and receive buffers
     worst, worst_total = None, -math.inf
     for st in stages:
         pd, pe = st["params"], st["params_e"]

@@ -54,7 +54,7 @@ from search._base import SearchSpace
 # constrained ones form the high-order block of the index (one lookup per block).
 FREE_DIMS = ("recompute", "precision", "overlap_dp")
 # Digit order of the named dimensions (stage dimensions go between zero_stage and recompute).
-DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "ep", "micro_batch", "microbatches", "schedule", "vpp",
+DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "ep", "etp", "micro_batch", "microbatches", "schedule", "vpp",
              "sequence_parallel", "zero_stage")
 # Space-only dimensions (not StrategyTable columns): the micro-batch count m (micro_batch = B /
 # (dp m)) and the layers the first and last pipeline stages give up (balanced_stages).

@@ -40,7 +40,11 @@ def with_ep(table: StrategyTable, rng, experts: int) -> StrategyTable:
     pick = np.array(good)[rng.integers(0, len(good), n)]
     fitting = np.gcd(pick, ranks)
     ep = np.where(rng.random(n) < 0.6, fitting, rng.choice([1, 2, 4, 8, 16, 64], n))
-    return StrategyTable({**table.columns, "ep": ep.astype(np.int64)}, table.stage_layers, table.stage_recompute)
+    # expert tensor parallelism on a third of the rows, mostly fitting the ranks left beside ep
+    etp = np.where(rng.random(n) < 0.33, np.gcd(rng.choice([2, 4, 8], n), np.maximum(ranks // ep, 1)), 1)
+    etp = np.where(rng.random(n) < 0.1, rng.choice([2, 3, 4], n), etp)
+    return StrategyTable({**table.columns, "ep": ep.astype(np.int64), "etp": etp.astype(np.int64)},
+                         table.stage_layers, table.stage_recompute)
 
 
 OVERLAP = dataclasses.replace(framework_preset("megatron-core"), name="mcore-a2a-overlap", overlap_ep=True)
@@ -185,11 +189,12 @@ def test_expert_memory_split_by_ep_and_sharded_over_expert_dp():
     # the last the head: compare a pipeline of 8 with uneven stages that make an interior stage the
     # largest? Simpler: pp = 1 would hold all 32 layers; use the formula on the first stage instead.
     emb = 32000 * 4096
-    for dp, tp, ep, zero in ((8, 1, 8, 0), (8, 1, 4, 0), (8, 1, 8, 1), (8, 1, 2, 1), (4, 2, 8, 1), (4, 2, 2, 1)):
-        w, g, o = _state(model, cl, dp=dp, tp=tp, pp=8, ep=ep, zero_stage=zero)
+    for dp, tp, ep, etp, zero in ((8, 1, 8, 1, 0), (8, 1, 4, 1, 0), (8, 1, 8, 1, 1), (8, 1, 2, 1, 1), (4, 2, 8, 1, 1),
+                                  (4, 2, 2, 1, 1), (8, 1, 4, 2, 1), (8, 1, 2, 4, 0), (4, 2, 2, 2, 1)):
+        w, g, o = _state(model, cl, dp=dp, tp=tp, pp=8, ep=ep, etp=etp, zero_stage=zero)
         dense_gpu = (layers * dense + emb) / tp  # first stage: 4 MoE layers and the embedding
-        expert_gpu = layers * (8 / ep) * expert  # E / ep whole experts a layer (etp = 1)
-        edp = dp * tp // ep  # expert-data-parallel ranks
+        expert_gpu = layers * (8 / ep) * expert / etp  # E / ep experts a layer, each split etp ways
+        edp = dp * tp // (ep * etp)  # expert-data-parallel ranks
         assert w == pytest.approx(2 * (dense_gpu + expert_gpu), rel=1e-12), (dp, tp, ep, zero)
         assert g == pytest.approx(4 * (dense_gpu + expert_gpu), rel=1e-12)
         if zero == 0:
@@ -206,6 +211,19 @@ def test_expert_memory_split_by_ep_and_sharded_over_expert_dp():
         assert w == pytest.approx(2 * (dense_gpu / dp + expert_gpu / edp), rel=1e-12), (dp, ep)
         assert g == pytest.approx(4 * (dense_gpu / dp + expert_gpu / edp), rel=1e-12)
         assert o == pytest.approx(12 * (dense_gpu / dp + expert_gpu / edp), rel=1e-12)
+
+
+def test_expert_tensor_parallelism_rule_and_its_gather():
+    """etp splits each expert's ffn: etp must divide expert_ffn_hidden and ep x etp the tp cp dp
+    ranks; megatron-core runs it, fsdp2 (priced with etp 1) does not. Its all-gather and
+    reduce-scatter of the copies are part of ep_comm_s."""
+    model, cl = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096), cluster_preset("h100x64")
+    t = StrategyTable.from_columns(dp=8, tp=1, pp=8, ep=[4, 4, 8, 4], etp=[1, 2, 2, 3], micro_batch=1,
+                                   global_batch=64, recompute="full", zero_stage=1)
+    out = evaluate(model, cl, t, framework="megatron-core")
+    assert [REASONS[r] for r in out["reason"]][2:] == ["ep_invalid", "ep_invalid"]  # 16 > 8 ranks; 3 / 14336
+    assert out["ep_comm_s"][1] > out["ep_comm_s"][0]  # the same a2a plus the etp gather
+    assert REASONS[evaluate(model, cl, t.take([1]), framework="fsdp2")["reason"][0]] == "framework_unsupported"
 
 
 def test_more_ep_less_expert_memory_and_active_mfu():
