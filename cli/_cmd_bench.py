@@ -19,10 +19,12 @@ BENCH_SPACE = (
 )
 
 
-def bench_table(n: int, seed: int = 0) -> StrategyTable:
+def bench_table(n: int, seed: int = 0, experts: int = 1) -> StrategyTable:
+    """The bench rows; for an MoE model of ``experts`` experts an ep column too, drawn from its
+    divisors up to 64 (drawn after every other column, so the dense rows are the same rows)."""
     rng = np.random.default_rng(seed)
     inter = rng.random(n) < 0.4
-    return StrategyTable.from_columns(
+    table = StrategyTable.from_columns(
         dp=rng.choice([1, 2, 4, 8, 16, 32], n), tp=rng.choice([1, 2, 4, 8], n),
         pp=rng.choice([1, 2, 4, 8, 16, 32], n), cp=rng.choice([1, 2], n),
         micro_batch=rng.choice([1, 2, 4, 8], n), global_batch=1536,
@@ -32,11 +34,15 @@ def bench_table(n: int, seed: int = 0) -> StrategyTable:
         zero_stage=rng.integers(0, 4, n), precision=rng.choice([0, 2], n),
         overlap_dp=rng.random(n) < 0.5,
     )
+    if experts == 1:
+        return table
+    ep = rng.choice([e for e in (1, 2, 4, 8, 16, 32, 64) if experts % e == 0], n)
+    return StrategyTable({**table.columns, "ep": ep.astype(np.int64)})
 
 
-def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3) -> dict:
-    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
-    table = bench_table(n_vec)
+def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3, model_name: str = "gpt3-175b") -> dict:
+    model, cluster = model_preset(model_name), cluster_preset("h100x1024")
+    table = bench_table(n_vec, experts=model.experts)
     evaluate(model, cluster, table.take(slice(0, 1000)))  # warm-up
     best = min(_time(lambda: evaluate(model, cluster, table)) for _ in range(repeats))
     sample = table.take(slice(0, n_scalar))
@@ -44,7 +50,9 @@ def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3) -> d
     scalar = _time(lambda: [evaluate_row(model, cluster, r) for r in rows])
     vec_rate, scalar_rate = n_vec / best, n_scalar / scalar
     return {"strategies_per_s": vec_rate, "scalar_strategies_per_s": scalar_rate,
-            "ratio": vec_rate / scalar_rate, "rows": n_vec, "space": BENCH_SPACE}
+            "ratio": vec_rate / scalar_rate, "rows": n_vec,
+            "space": BENCH_SPACE if model_name == "gpt3-175b" else BENCH_SPACE.replace(
+                "GPT-3 175B", model.name) + ", ep among the divisors of the experts up to 64"}
 
 
 def _time(fn) -> float:
@@ -82,6 +90,8 @@ def pipeline_check() -> list[dict]:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="strategies per second: vectorised core vs scalar reference")
     p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--model", default="gpt3-175b",
+                   help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--pipeline-check", action="store_true",
                    help="instead: closed-form vs simulated pipeline time on rank's default spaces")
@@ -95,7 +105,7 @@ def run(args) -> int:
                   f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
                   f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
         return 0
-    res = measure(n_vec=args.rows)
+    res = measure(n_vec=args.rows, model_name=args.model)
     if args.json:
         print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
     else:

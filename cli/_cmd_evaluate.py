@@ -29,7 +29,7 @@ from costmodel._strategy import DEFAULT_GLOBAL_BATCH
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
 STRATEGY_FLAGS = (
-    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("micro_batch", int),
+    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
     ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str),
     ("recompute", str), ("precision", str),
 )
@@ -177,7 +177,8 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
                  f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
                  f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
     parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
-             ("cp comm (exposed)", "cp_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
+             ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"),
+             ("pp comm (exposed)", "pp_comm_s"),
              ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]
     total = sum(m[k] for _, k in parts) or 1.0
     lines.append("time per iteration (bottleneck stage):")

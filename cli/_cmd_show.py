@@ -18,7 +18,8 @@ GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote 
 
 # (column, header, width, format) for the table; absent columns are left out.
 TABLE_COLUMNS = (
-    ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"),
+    ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"), ("ep", "ep", 3, "d"),
+    ("etp", "etp", 3, "d"),
     ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"), ("schedule", "schedule", 11, "s"),
     ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"), ("sequence_parallel", "SP", 3, "b"),
     ("zero_stage", "ZeRO", 4, "d"),
@@ -63,7 +64,9 @@ def _cell(v, fmt: str) -> str:
 def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = False) -> str:
     """The rows (dicts of result columns, as rows_as_dicts gives) as a fixed-width table of
     the strategy columns among ``columns``, throughput ``thr`` and the headline metrics."""
-    cols = [c for c in TABLE_COLUMNS if c[0] in columns]
+    # ep / etp only where a row has them above 1 (an MoE model's run): dense tables print as before
+    shown = {k for k in ("ep", "etp") if any((r.get(k) or 1) > 1 for r in rows)}
+    cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp") or c[0] in shown)]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
             + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))

@@ -88,6 +88,9 @@ def _model_kind(model: Transformer, framework: str) -> None:
     if model.kind != "transformer":
         raise InputError("--model", f"a transformer ({framework} trains GPT-style models)",
                          f"{model.name} ({model.kind})")
+    if model.is_moe or model.head_dim is not None:  # the writers emit no expert or head-size arguments
+        raise InputError("--model", "a dense model with hidden / heads heads (export writes no expert-parallel "
+                         "or MoE arguments yet: issue 18)", model.name)
 
 
 def _microbatches(plan: dict) -> int:
@@ -401,6 +404,7 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster) -> str:
     """One JSON object: ``ds_config`` (the file deepspeed.initialize reads) and ``launcher`` (the
     deepspeed launcher's node and GPU counts and the sizes the training script passes on:
     PipelineModule(num_stages=pipeline_parallel_size, partition_method, activation_checkpoint_interval))."""
+    _model_kind(model, "DeepSpeed")
     recompute = _one_recompute(plan, "DeepSpeed")
     if plan["cp"] > 1:
         raise InputError("cp", "1 (DeepSpeed's Ulysses sequence parallelism exchanges heads by all-to-all, not "

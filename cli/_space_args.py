@@ -23,7 +23,7 @@ SPACES = ("default", "exact", "partition", "fixed")
 
 # The dimensions with a flag, in --help order: the flag is the name with dashes, the values and
 # their spellings those of costmodel's DIMENSION_VALUES.
-SPACE_DIMS = ("dp", "tp", "pp", "light_ends", "cp", "micro_batch", "microbatches", "schedule", "vpp", "recompute",
+SPACE_DIMS = ("dp", "tp", "pp", "light_ends", "cp", "ep", "etp", "micro_batch", "microbatches", "schedule", "vpp", "recompute",
               "sequence_parallel", "zero_stage", "precision", "overlap_dp", "stage_shift", "stage_recompute")
 SPACE_FLAGS = tuple((dim, "--" + dim.replace("_", "-")) for dim in SPACE_DIMS)
 

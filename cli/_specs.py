@@ -132,6 +132,15 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
     if reason == "tp_not_divide_heads":
         what = f"hidden={model.hidden}" if model.kind == "mlp" else f"heads={model.heads} and kv_heads={model.kv_heads}"
         return InputError("tp", f"a divisor of {what}", tp)
+    if reason == "ep_invalid":
+        if not model.is_moe:
+            bad = "ep" if row.get("ep", 1) != 1 else "etp"
+            return InputError(bad, "1 for a dense model (experts=1)", row.get(bad))
+        ranks, etp = tp * cp * dp, row.get("etp", 1)
+        if etp > 1 and (model.expert_ffn % etp or ranks % (row.get("ep", 1) * etp)):
+            return InputError("etp", f"a divisor of expert_ffn_hidden={model.expert_ffn} with ep*etp dividing "
+                              f"tp*cp*dp={ranks}", etp)
+        return InputError("ep", f"a divisor of experts={model.experts} and of tp*cp*dp={ranks}", row.get("ep"))
     if reason == "pp_not_divide_layers":
         if row.get("stage_layers"):
             expected = f"pp={pp} counts >= 1 summing to layers={model.layers}"
@@ -162,6 +171,10 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
         if row["precision"] == "fp8" and not fw.fp8:
             return InputError("precision", f"bf16 or fp16 under framework {fw.name}", row["precision"])
+        if row.get("ep", 1) > 1 and not fw.expert_parallel:
+            return InputError("ep", f"1 under framework {fw.name} (no expert parallelism)", row["ep"])
+        if row.get("etp", 1) > 1 and not fw.expert_tensor_parallel:
+            return InputError("etp", f"1 under framework {fw.name} (no expert tensor parallelism)", row["etp"])
         return InputError("sequence_parallel", f"false under framework {fw.name}", row["sequence_parallel"])
     return InputError("strategy", "a feasible strategy", reason)
 

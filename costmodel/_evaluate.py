@@ -27,6 +27,24 @@ Memory (per GPU, worst stage): Megatron's 18 bytes per parameter (2 bf16 weight,
 gradient, 12 fp32 master + Adam moments) sharded by ZeRO stage over dp * cp; activations
 from Korthikanti et al. 2022 Sec. 4 generalised to GQA, SwiGLU and context parallelism,
 times the micro-batches in flight on that stage; communication buffers; a fixed reserve.
+
+Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor cf, ep):
+    Rule: Megatron-Core's MoE Parallel Folding (Liu et al. 2025, arXiv:2504.14960;
+    megatron/core/transformer/moe/README.md): the MoE layers of a pipeline stage run on the same
+    tp x cp x dp ranks as its attention, regrouped as etp x ep x edp (etp innermost): ep must
+    divide E, etp the expert's ffn width, and ep x etp must divide tp x cp x dp; the
+    expert-data-parallel group has edp = tp cp dp / (ep etp) ranks, an ep group is ep ranks etp
+    apart, an etp group etp consecutive ranks (etp = 1, the README's recommendation for
+    fine-grained MoE and DeepSeek-V3's layout, is the default). A dense model takes ep = etp = 1.
+    Each GPU routes its T / tp tokens (T = b s / cp); the busiest rank's E / ep experts take
+    cf k T / tp token copies (grouped GEMMs of cf k T ep etp / (tp E) rows each after the etp
+    group's all-gather, at 1 / etp of the expert's width); dispatch and combine are all-to-alls
+    of those copies (h values each) over ep ranks, once each forward and again backward, the
+    share to other nodes on the network and the rest on NVLink (all_to_all_s), plus the etp
+    group's all-gather and reduce-scatter. Where the framework overlaps them (overlap_ep) only what exceeds
+    the layer's compute is exposed. Shared experts and the router run like a dense MLP split by
+    tp. Expert weights, gradients and optimizer state are split by ep x etp and sharded by ZeRO
+    over edp; their gradients are reduced over edp. Model FLOPs (MFU) count active parameters only.
 """
 
 from __future__ import annotations
@@ -84,6 +102,15 @@ ACT_REPLICATED_H = 10
 # 350-380 whatever b x heads: conservative for causal masks, optimistic for tiny ones.
 ATTN_HALF_DIM = 128.0
 ACT_SCORE_BYTES = 5
+# Mixture of experts. Routing traffic per token copy, in elements of h: permute (read the token,
+# write its copy in expert order) and unpermute (read the copy, write the weighted sum), 2 + 2.
+ELEM_PERMUTE_PER_COPY = 4
+# Router probabilities kept for backward in fp32 (Megatron-Core --moe-router-dtype fp32), bytes
+# per token and expert.
+ROUTER_PROB_BYTES = 4
+# Kernel launches an MoE layer adds to a dense one, in units of the GPU's kernel_overhead_s (of
+# which a dense layer pays 2): router and top-k, permute, grouped-GEMM setup, unpermute.
+MOE_OVERHEAD_UNITS = 2.0
 
 REASONS = (
     "ok",
@@ -96,6 +123,7 @@ REASONS = (
     "zero_incompatible_pp",
     "framework_unsupported",
     "out_of_memory",
+    "ep_invalid",  # appended: the codes before it keep their numbers (checked after tp, see reason_codes)
 )
 REASON = {name: i for i, name in enumerate(REASONS)}
 SCHED = {name: i for i, name in enumerate(SCHEDULES)}
@@ -106,7 +134,7 @@ SIMULATED_SCHEDULES = ("zb-v", "hanayo")
 PIPELINE_MODES = ("closed_form", "simulate")
 
 METRIC_COLUMNS = (
-    "step_time_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s",
+    "step_time_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
     "dp_comm_s", "bubble_s", "optimizer_s", "tokens_per_s", "samples_per_s", "mfu", "hfu",
     "bubble_ratio", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
     "mem_activations_bytes", "mem_buffers_bytes", "mem_total_bytes", "microbatches",
@@ -129,19 +157,21 @@ class Metrics(dict):
 
 def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, flops_model, flops_hw, peak_total,
                      compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm, optimizer, mem_weights, mem_grads,
-                     mem_optimizer, mem_activations, mem_buffers, mem_total, extra=None) -> Metrics:
+                     mem_optimizer, mem_activations, mem_buffers, mem_total, ep_comm=None, extra=None) -> Metrics:
     """The Metrics of a block of rows from its parts, (N,) each: throughput, MFU and HFU over
     ``peak_total`` (the FLOP/s of every GPU the row uses), the bubble's share of the pipeline,
     infinite step time and zero throughput where infeasible. One definition for the homogeneous
-    and the heterogeneous evaluator; ``extra`` columns (stage views, flags) come first."""
+    and the heterogeneous evaluator; ``extra`` columns (stage views, flags) come first; ``ep_comm``
+    (the exposed expert all-to-alls) is zero where not given (a dense model)."""
+    ep_comm = np.zeros_like(compute) if ep_comm is None else ep_comm
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, batch / step, 0.0)
         mfu = np.where(feasible, flops_model / (step * peak_total), 0.0)
         hfu = np.where(feasible, flops_hw / (step * peak_total), 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
-    times = dict(zip(("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s",
-                      "optimizer_s"), (compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm, fill, optimizer),
-                     strict=True))
+    times = dict(zip(("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
+                      "bubble_s", "optimizer_s"),
+                     (compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm, fill, optimizer), strict=True))
     memory = dict(zip(("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
                        "mem_buffers_bytes", "mem_total_bytes"),
                       (mem_weights, mem_grads, mem_optimizer, mem_activations, mem_buffers, mem_total), strict=True))
@@ -217,11 +247,12 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         cp_fwd = cp_bwd = np.zeros_like(gemm)
         overhead = gpu.kernel_overhead_s * 0.5
     else:
-        dh = h / a
+        dh = model.head_size if model.head_dim is not None else h / a
+        q = model.q_hidden  # width of Q and of the attention output: h unless head_dim is set
         mats = model.mlp_matrices
         gemm = (
-            gemm_s(T, (h + 2 * hk) / t, h, peak, gpu)  # QKV
-            + gemm_s(T, h, h / t, peak, gpu)  # attention output projection
+            gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
+            + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
             + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
@@ -229,7 +260,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         util = gpu.gemm_eff_max * sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM) * sat(dh, ATTN_HALF_DIM)
-        attn = 4.0 * b * sc * s * h / t / (peak * util)
+        attn = 4.0 * b * sc * s * q / t / (peak * util)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
@@ -254,6 +285,127 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "tp_lat": tp_lat,
         "T": T,
     }
+
+
+def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
+    """All-to-all over ``size`` consecutive ranks, each sending a buffer of ``nbytes`` spread evenly
+    over the group: (size - 1) / size of it leaves the GPU, the share to ranks of its own node
+    (min(size, gpus_per_node) - 1 of them) on the scale-up link and the rest on the network, both
+    at once; one latency of the slower tier. ``net_bytes``: a per-node dispatcher's network bytes
+    instead (each token once per other node); NVLink then carries every copy that leaves the GPU
+    (inside its node, or forwarded inside the node it reaches). ``stride``: the group's ranks are
+    that many apart (ep ranks across etp), so a node holds gpus_per_node / stride of them."""
+    g = cluster.gpus_per_node
+    local = np.minimum(size, np.maximum(g // stride, 1))
+    if net_bytes is None:
+        up = (local - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        out = (size - local) / size * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    else:
+        up = (size - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
+    lat = np.where(size > local, cluster.scaleout_latency_s, cluster.scaleup_latency_s)
+    return np.where(size > 1, np.maximum(up, out) + lat, 0.0)
+
+
+def remote_nodes_per_token(model: Transformer, e, cluster: Cluster, u=1):
+    """Expected other nodes a token's k experts sit on, the ep ranks (stride u = etp) spread over
+    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes experts each, the k chosen uniformly
+    without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i (E - E / nodes
+    - i) / (E - i). 0 inside a node."""
+    e = np.asarray(e, dtype=np.float64)
+    nodes = np.maximum(np.minimum(e, np.ceil(e * u / cluster.gpus_per_node)), 1.0)
+    E, k = float(model.experts), model.experts_per_token
+    i = np.arange(k, dtype=np.float64)
+    miss = np.prod(np.maximum(((E - E / nodes)[..., None] - i) / (E - i), 0.0), axis=-1)
+    return (nodes - 1.0) * (1.0 - miss)
+
+
+def routed_copies(model: Transformer, T, t):
+    """Token copies the busiest rank's experts take per micro-batch: cf k T / t (module docstring)."""
+    return model.capacity_factor * model.experts_per_token * T / t
+
+
+def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
+                    per_node: bool = False, u=1) -> dict:
+    """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
+    ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
+    layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
+    layer's too). Routed experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp
+    group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
+    reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd)."""
+    gpu = cluster.gpu
+    h, q, hk, E, fe = model.hidden, model.q_hidden, model.kv_hidden, model.experts, model.expert_ffn
+    mats, act = model.mlp_matrices, model.activation
+    T = lc["T"]
+    copies = routed_copies(model, T, t)
+    local = E / e  # experts per GPU (each 1 / u of its width)
+    rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
+    fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
+    gemm = (
+        gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
+        + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
+        + gemm_s(T / t, E, h, peak, gpu)  # router
+        + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
+    )
+    if fs:
+        gemm = gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
+    split = np.where(sp, t, 1)
+    elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
+             + ELEM_PERMUTE_PER_COPY * u * copies * h)
+    # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
+    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster, u) if (
+        per_node) else None
+    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net, stride=u)
+    if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
+        etp_bw, etp_lat = tier(u, cluster, gpu)
+        a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
+    window = gemm + lc["attn"] if overlap_ep else 0.0
+    exposed = np.maximum(a2a - window, 0.0)
+    return {**lc, "gemm": gemm, "elem": hbm_s(ACT_BYTES * elems, gpu),
+            "overhead": lc["overhead"] * (1.0 + MOE_OVERHEAD_UNITS / 2.0), "ep_fwd": exposed, "ep_bwd": exposed}
+
+
+def _act_moe_layer_bytes(model: Transformer, b, t, c, sp, u=1):
+    """Activation bytes one MoE layer keeps for one micro-batch with no recompute (the dense layer's
+    terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
+    copies' inputs and intermediates, the router's fp32 probabilities), and its attention-score
+    part."""
+    h, q, hk, a, s = model.hidden, model.q_hidden, model.kv_hidden, model.heads, model.seq_len
+    T = b * s / c
+    coef = 6 if model.activation == "swiglu" else 4
+    fs = model.shared_experts * model.shared_expert_ffn
+    copies = routed_copies(model, T, t)
+    repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
+    split = (4 * T * q + 4 * T * hk + coef * T * fs) / t
+    # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
+    routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
+    scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
+    return repl + split + routed + scores, scores
+
+
+def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
+    """(N, k) MoE layers of each stage column (idx, n as _stages gives them): the stage covers
+    layers [lo, lo + n), lo = idx * n for uniform stages, else the layers of the stages before."""
+    if model.moe_layers == model.layers:  # every layer an MoE layer (Mixtral, Qwen3-MoE)
+        return n
+    lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
+    return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
+
+
+def moe_stages_alike(model: Transformer, p):
+    """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
+    representative stages of _stages assume): pp <= 3, or the dense layers all on stage 0 and
+    moe_layer_freq dividing the layers per stage."""
+    n = model.layers // p
+    return (p <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+
+
+def expert_groups(table: StrategyTable):
+    """(ep, edp, etp) columns: the expert-parallel degree, the expert-data-parallel ranks
+    tp cp dp / (ep etp) and the expert-tensor-parallel degree (module docstring, "Expert
+    parallelism")."""
+    e, u = table["ep"], table["etp"]
+    return e, np.maximum(table["dp"] * table["cp"] * table["tp"] // (e * u), 1), u
 
 
 # -- terms shared by the homogeneous and the heterogeneous evaluator ----------------------------
@@ -352,27 +504,30 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
-def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework):
-    """FLOPs per token one layer recomputes: its forward (full); under selective, the attention
-    scores (4 s h) or, under per-op checkpointing (Framework.selective "op"), the matrix
-    products it does not save."""
+def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False):
+    """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
+    weights (full); under selective, the attention scores (4 s x the query width) or, for a dense
+    layer under per-op checkpointing (Framework.selective "op"), the matrix products it does not
+    save (expert layers keep the attention-core policy: per-op checkpointing of experts is not
+    modelled)."""
     if model.kind == "mlp":
         sel_re = 0.0
-    elif fw.selective == "op":
+    elif fw.selective == "op" and not moe_layer:
         sel_re = op_checkpoint_products(model)[1]
     else:
-        sel_re = 4.0 * model.seq_len * model.hidden
-    return np.where(full, model.layer_fwd_flops_per_token(), np.where(sel, sel_re, 0.0))
+        sel_re = 4.0 * model.seq_len * model.q_hidden
+    fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
+    return np.where(full, fwd, np.where(sel, sel_re, 0.0))
 
 
 def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
-    """A layer's matrix products in the order torchtitan's Llama block runs them (wq, wk, wv,
-    wo, then w1, w3, w2 for SwiGLU or fc1, fc2), as (output width per token, split by tensor
+    """A dense layer's matrix products in the order torchtitan's Llama block runs them (wq, wk,
+    wv, wo, then w1, w3, w2 for SwiGLU or fc1, fc2), as (output width per token, split by tensor
     parallelism, saved) with every other one saved (torchtitan's per-op policy saves the 1st,
     3rd, ... product of a block), the FLOPs per token of those recomputed, and of all."""
-    h, hk, f = model.hidden, model.kv_hidden, model.ffn_hidden
+    h, hk, f, qh = model.hidden, model.kv_hidden, model.ffn_hidden, model.q_hidden
     ffn = [(h, f), (h, f), (f, h)] if model.activation == "swiglu" else [(h, f), (f, h)]
-    shapes = [(h, h), (h, hk), (h, hk), (h, h), *ffn]  # (input, output) widths
+    shapes = [(h, qh), (h, hk), (h, hk), (qh, h), *ffn]  # (input, output) widths
     row_parallel = {3, len(shapes) - 1}  # wo and the last FFN product: full-width partial sums
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
     flops = [2.0 * a * b for a, b in shapes]
@@ -391,7 +546,7 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
         return total, np.zeros_like(total)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
     mlp = (6 if model.activation == "swiglu" else 4) * T * f
-    split = (4 * T * h + 4 * T * hk + mlp) / t
+    split = (4 * T * model.q_hidden + 4 * T * hk + mlp) / t  # Q and the projection input: q wide
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + scores, scores
 
@@ -448,9 +603,15 @@ def distinct_rows(*cols):
     return first, inv
 
 
-def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, **links) -> dict[str, np.ndarray]:
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
+
+
+def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, moe=None,
+                **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
-    costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes."""
+    costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
+    ``moe`` = (ep column, etp column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
+    (MOE_TERMS, and moe_act_L)."""
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
@@ -459,6 +620,11 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
+    if moe is not None:
+        e, u, fw = moe
+        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u)
+        out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
+        out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
     return out
 
 
@@ -516,12 +682,26 @@ def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, fram
     return reason_codes(gpus_ok=d * t * p * c <= cluster.num_gpus, tp_ok=tp_ok, pp_ok=pp_ok,
                         batch_ok=B % (d * b) == 0, sched_ok=sched_ok, cp=c, pp=p, seq_len=s,
                         zero=table["zero_stage"], framework=framework, schedule=sched,
-                        sequence_parallel=table["sequence_parallel"], precision=table["precision"])
+                        sequence_parallel=table["sequence_parallel"], precision=table["precision"],
+                        ep_ok=ep_fits(model, table["ep"], d * c * t, table["etp"]), ep=table["ep"],
+                        etp=table["etp"])
 
 
-def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision) -> np.ndarray:
-    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP and precision."""
+def ep_fits(model: Transformer, e, ranks, u):
+    """(N,) bool: ep divides the experts, etp the expert's ffn width, and ep x etp the ``ranks`` =
+    tp cp dp of a stage (module docstring, "Expert parallelism"); a dense model takes 1 and 1."""
+    if not model.is_moe:
+        return (e == 1) & (u == 1)
+    return (model.experts % e == 0) & (model.expert_ffn % u == 0) & (ranks % (e * u) == 0)
+
+
+def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None, etp=None) -> np.ndarray:
+    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp."""
     ok = np.isin(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
+    if ep is not None and not fw.expert_parallel:
+        ok &= ep == 1
+    if etp is not None and not fw.expert_tensor_parallel:
+        ok &= etp == 1
     if not fw.sequence_parallel:
         ok &= ~sequence_parallel
     if not fw.fp8:
@@ -530,17 +710,18 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision) 
 
 
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
-                 schedule, sequence_parallel, precision) -> np.ndarray:
+                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
     framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision) are the same
-    for both and made here."""
+    for both and made here. ``ep_ok`` (homogeneous only): ep_fits, checked right after tp."""
     fw = framework_preset(framework)
-    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision)
+    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
+        *(((ep_ok, "ep_invalid"),) if ep_ok is not None else ()),
         (pp_ok, "pp_not_divide_layers"),
         ((cp == 1) | (seq_len % (2 * cp) == 0), "cp_not_divide_seq"),
         (batch_ok, "batch_not_divide"),
@@ -605,11 +786,22 @@ def evaluate(
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
-    model.require_priced()
     fw = framework_preset(framework)
+    table = moe_explicit_stages(model, table)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now,
                                                               framework=fw),
                       lambda sub: sub["global_batch"] // (sub["dp"] * sub["micro_batch"]))
+
+
+def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
+    """``table`` with explicit stage_layers (L / pp each) where uniform stages of an MoE model do
+    not hold alike MoE layers (moe_stages_alike): the three representative stages would not
+    stand for the interior ones. Unchanged otherwise (every dense model)."""
+    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+        return table
+    p = table["pp"]
+    layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
+    return StrategyTable(table.columns, layers, table.stage_recompute)
 
 
 def run_blocks(table, block, microbatches) -> Metrics:
@@ -659,17 +851,27 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
     sel_tp = np.where(sel, lc["sel_tp"], 0.0)
-    return {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
-            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
-            "cp": cpf + cpb + np.where(full, cpf, 0.0)}
+    out = {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
+           "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
+           "cp": cpf + cpb + np.where(full, cpf, 0.0)}
+    if "ep_fwd" in lc:  # an MoE layer: its all-to-alls forward, backward and again in a full recompute
+        epf, epb = lc["ep_fwd"], lc["ep_bwd"]
+        out["F"] = out["F"] + epf
+        out["B"] = out["B"] + epb + np.where(full, epf, 0.0)
+        out["ep"] = epf + epb + np.where(full, epf, 0.0)
+    return out
 
 
 def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
-    """Compute, recompute, tp and cp time per iteration of the bottleneck stage (n layers,
-    first / last: it holds the embedding / the head), from its layer_terms ``lt``."""
-    return {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
-            "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
-            "cp_comm": m * (n * lt["cp"])}
+    """Compute, recompute, tp and cp (and, where ``lt`` has it, ep) time per iteration of the
+    bottleneck stage (n layers, first / last: it holds the embedding / the head), from its
+    layer_terms ``lt``."""
+    out = {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
+           "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
+           "cp_comm": m * (n * lt["cp"])}
+    if "ep" in lt:
+        out["ep_comm"] = m * (n * lt["ep"])
+    return out
 
 
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
@@ -781,15 +983,16 @@ def framework_columns(fw: Framework, p, zero, overlap):
     return zero, overlap
 
 
-def fp8_input_saving(model: Transformer, T, t, sp) -> np.ndarray:
+def fp8_input_saving(model: Transformer, T, t, sp) -> tuple[np.ndarray, np.ndarray]:
     """Bytes per layer and micro-batch that a framework keeping its linear layers' inputs in fp8
-    (Framework.fp8_saved_inputs) saves against 16 bits: one byte an element of the QKV and FC1
-    inputs (h per token, split by t only under sequence parallelism) and of the projection and
-    FC2 inputs (h and f per token, split by t)."""
+    (Framework.fp8_saved_inputs) saves against 16 bits, one byte an element: in attention, the
+    QKV input (h per token, split by t only under sequence parallelism) and the projection input
+    (the query width, split by t); in the dense FFN, the FC1 input (h, as QKV's) and the FC2
+    input (f, split by t)."""
     if model.kind == "mlp":
-        return np.zeros_like(T)
-    h, f = model.hidden, model.ffn_hidden
-    return T * (2.0 * h / np.where(sp, t, 1) + (h + f) / t)
+        return np.zeros_like(T), np.zeros_like(T)
+    h, sp_div = model.hidden, np.where(sp, t, 1)
+    return T * (h / sp_div + model.q_hidden / t), T * (h / sp_div + model.ffn_hidden / t)
 
 
 def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
@@ -797,13 +1000,21 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     (the attention scores where its attention is fused; half of each linear layer's saved input
     where it keeps those in fp8 and the row runs fp8), and what its selective recompute keeps
     (sel_kept), holds while recomputing a layer (sel_work), recomputes (sel_re, seconds per
-    layer) and communicates again (sel_tp). ``t``, ``sp``, ``precision``: the columns of the
-    rows ``terms`` were computed for."""
+    layer) and communicates again (sel_tp); the same with a moe_ prefix for an MoE layer, whose
+    experts keep their inputs in 16 bits and take the attention-core policy (fp8 expert inputs
+    and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
+    columns of the rows ``terms`` were computed for."""
     act, score = terms["act_L"], terms["score_L"]
+    moe_act = terms.get("moe_act_L")
     if fw.fused_attention:
-        act, score = act - score, np.zeros_like(score)
+        act = act - score
+        moe_act = None if moe_act is None else moe_act - score
+        score = np.zeros_like(score)
     if fw.fp8_saved_inputs:
-        act = act - np.where(precision == PRECISIONS.index("fp8"), fp8_input_saving(model, terms["T"], t, sp), 0.0)
+        fp8 = precision == PRECISIONS.index("fp8")
+        attn_b, ffn_b = fp8_input_saving(model, terms["T"], t, sp)
+        act = act - np.where(fp8, attn_b + ffn_b, 0.0)
+        moe_act = None if moe_act is None else moe_act - np.where(fp8, attn_b, 0.0)
     zero = np.zeros_like(act)
     if fw.selective == "op" and model.kind != "mlp":
         mms, re_flops, all_flops = op_checkpoint_products(model)
@@ -811,7 +1022,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
         # the block's input, the saved products, the attention output (its kernel's result is
         # saved too) and, with sequence parallelism, the two reduce-scatters' outputs
-        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.hidden / t
+        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.q_hidden / t
                                 + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
         sel_kept = np.minimum(kept, act)
         sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
@@ -819,16 +1030,23 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
     else:
         sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
-    return {**terms, "act_L": act, "score_L": score, **sel}
+    out = {**terms, "act_L": act, "score_L": score, **sel}
+    if moe_act is not None:
+        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - score, moe_sel_work=zero, moe_sel_re=terms["attn"] + zero,
+                   moe_sel_tp=zero)
+    return out
 
 
-def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt) -> dict:
+def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None) -> dict:
     """Bytes per GPU of every stage, the one memory formula of evaluate and of the memory-only
     screen (costmodel._memory): weights, grads, optimizer and activations (N, k), buffers (N,),
     their total per stage (N, k; -inf on the padding columns of rows with fewer stages) and the
-    largest stage's parameters per GPU (N,). ``sh``: the per-row shape terms (T, act_L, score_L,
-    emb_act, head_act); ``k``: micro-batches in flight per stage; ``zero`` after the framework's
-    columns; ``g`` the replicas gradients are reduced over (dp x cp)."""
+    largest stage's parameters per GPU (N,). ``sh``: the per-row shape terms (T, act_L, sel_kept,
+    sel_work, emb_act, head_act; moe_act_L, moe_sel_kept, moe_sel_work for an MoE model); ``k``: micro-batches in flight per stage; ``zero`` after the framework's
+    columns; ``g`` the replicas gradients are reduced over (dp x cp). ``moe`` (an MoE model): a dict
+    of n_moe (N, k) MoE layers per stage, e (ep) and edp (N,) (_moe_stage_memory)."""
+    if moe is not None:
+        return _moe_stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt, moe)
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
@@ -841,6 +1059,58 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
     total = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
     return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
             "total": total, "params_max": params_max}
+
+
+def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe) -> dict:
+    """stage_memory of an MoE model: a stage of n layers holds n_moe MoE layers; their routed
+    experts (E / ep per GPU, whole: etp = 1) are sharded by ZeRO over edp, everything else as a
+    dense layer's parameters over g; activations per layer type; the all-to-all buffers (the routed
+    copies sent and received). Adds dense_max and expert_max: the largest stage's parameters per
+    GPU of each kind (N,)."""
+    col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    n_m = moe["n_moe"]
+    all_moe = model.moe_layers == model.layers
+    n_d = None if all_moe else n - n_m
+    edp = col(moe["edp"])
+    head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
+    layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
+        n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
+    dense_p = (layers_p + first * model.embedding_params() + last * head_p) / col(t)  # (N, k) per GPU
+    # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then (N, k)
+    expert_p = n_m * col(model.experts * model.expert_params() / (moe["e"] * moe["u"]))  # (N, k) per GPU
+    on = wt > 0
+    dense_max = np.max(np.where(on, dense_p, 0.0), axis=1)
+    expert_max = np.max(np.where(on, expert_p, 0.0), axis=1)
+    params_max = np.max(np.where(on, dense_p + expert_p, 0.0), axis=1)
+    sp_div = col(np.where(sp, t, 1))
+    kept_m, work_m = activation_bytes(full, sel, col(sh["moe_act_L"]), col(sh["moe_sel_kept"]),
+                                      col(sh["moe_sel_work"]), col(sh["T"]), model.hidden, sp_div)
+    if all_moe:  # every layer an MoE layer
+        kept, work = n_m * kept_m, work_m
+    else:
+        kept_d, work_d = activation_bytes(full, sel, col(sh["act_L"]), col(sh["sel_kept"]), col(sh["sel_work"]),
+                                          col(sh["T"]), model.hidden, sp_div)
+        kept = n_d * kept_d + n_m * kept_m
+        work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
+    act = k * (kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
+    w_d, g_d, o_d = state_bytes(dense_p, col(zero), col(g))
+    w_e, g_e, o_e = state_bytes(expert_p, col(zero), edp)
+    # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
+    # buffer_bytes divides by t).
+    moe_layer_p = model.moe_layer_dense_params() + (model.experts / moe["e"]) * model.expert_params() / moe["u"] * t
+    buffers = buffer_bytes(sh["T"], model.hidden, t, np.maximum(g, moe["edp"]), zero, params_max,
+                           np.maximum(model.layer_params(), moe_layer_p))
+    buffers = buffers + 2.0 * ACT_BYTES * moe["u"] * routed_copies(model, sh["T"], t) * model.hidden
+    w_b, g_b, o_b = w_d + w_e, g_d + g_e, o_d + o_e
+    total = np.where(on, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
+            "total": total, "params_max": params_max, "dense_max": dense_max, "expert_max": expert_max}
+
+
+# MoE rows: stage times within this relative distance of the slowest count as tied (the first is
+# the bottleneck), so that round-off does not pick another stage than the scalar reference does.
+# Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
+TIE_REL = 1e-12
 
 
 def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
@@ -864,11 +1134,14 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # -- one layer, one micro-batch, and the embedding / head terms (N,) --
     # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
     # in the block (a few dozen) and gathered back to the rows.
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
+    moe = model.is_moe
+    e, edp, u = expert_groups(table) if moe else (None, None, None)
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
+    moe_arg = (e[first_row], u[first_row], fw) if moe else None
     f_t, f_sp = t[first_row], sp[first_row]
     sh = {k: v[inv] for k, v in framework_terms(
-        fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row]), f_t, f_sp,
-        table["precision"][first_row]).items()}
+        fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row], moe=moe_arg),
+        f_t, f_sp, table["precision"][first_row]).items()}
     T = sh["T"]
     emb_c, emb_tp, head_gemm, head_elem, head_tp = (
         sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
@@ -877,18 +1150,36 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd",
-                                              "sel_re", "sel_tp")},
-                     full, sel)  # (N, 1) or (N, k) per layer
+    all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
+    if not all_moe:
+        lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd",
+                                                  "sel_re", "sel_tp")},
+                         full, sel)  # (N, 1) or (N, k) per layer
+    if moe:  # stage sums over its dense and its MoE layers
+        n_m = moe_stage_layers(model, table, idx, n)
+        n_d = n - n_m
+        lt_m = layer_terms({k: col(sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k])
+                            for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re",
+                                      "sel_tp", *MOE_TERMS[3:])},
+                           full, sel)
+        if all_moe:
+            layers = lambda key: n * lt_m[key]  # noqa: E731
+        else:
+            layers = lambda key: n_d * lt[key] + n_m * lt_m[key]  # noqa: E731
+    else:
+        layers = lambda key: n * lt[key]  # noqa: E731
     head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    F = n * lt["F"] + first * col(0.5 * emb_c + emb_tp) + last * head_FB
-    Bk = n * lt["B"] + first * col(0.5 * emb_c) + last * head_FB
-    W = n * lt["W"] + last * col(head_gemm)
+    F = layers("F") + first * col(0.5 * emb_c + emb_tp) + last * head_FB
+    Bk = layers("B") + first * col(0.5 * emb_c) + last * head_FB
+    W = layers("W") + last * col(head_gemm)
     X = F + Bk + W  # (N, k) stage time per micro-batch
 
     # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
     Xa = np.where(wt > 0, X, -np.inf)
-    bot = np.argmax(Xa, axis=1)[:, None]  # (N, 1) bottleneck stage column
+    if moe:  # the first stage within TIE_REL of the slowest (equal stages break ties alike in the reference)
+        bot = np.argmax(Xa >= np.max(Xa, axis=1, keepdims=True) * (1.0 - TIE_REL), axis=1)[:, None]
+    else:
+        bot = np.argmax(Xa, axis=1)[:, None]  # (N, 1) bottleneck stage column
     bot_flat = np.arange(len(table)) * X.shape[1] + bot[:, 0]
 
     def at(a):  # the bottleneck stage's entry of an (N, k) or (N, 1) array
@@ -914,14 +1205,22 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
 
     # -- memory per GPU, per stage (the worst stage is taken below) --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
-    mem = stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt)
+    mem = stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt,
+                       moe=dict(n_moe=n_m, e=e, edp=edp, u=u) if moe else None)
     params_max = mem["params_max"]
 
     # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
     dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat))
     shard = np.where(zero >= 1, g, 1)
-    opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
+    if moe:  # dense parameters over dp x cp, routed experts over the edp ranks (same span of ranks)
+        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g, dp_bw, dp_lat)
+                  + dp_exchange_s(zero, m, mem["expert_max"], edp, dp_bw, dp_lat))
+        opt_s = hbm_s(ADAM_BYTES_TOUCHED * (mem["dense_max"] / shard + mem["expert_max"] / np.where(zero >= 1, edp, 1)),
+                      gpu)
+    else:
+        dp_raw = dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat)
+        opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
     # -- the worst stage's memory --
@@ -941,15 +1240,29 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
     re_tok = recompute_flops_per_token(model, full, sel, fw)
-    flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
+    if moe:
+        re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
+        re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
+        flops_hw = flops_model + np.sum(wt * re_stage, axis=1) * s * B
+    else:
+        flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
     extra = {}
     if stages_out:
         extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
     extra["_needs_simulation"] = needs_simulation
-    lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
-    parts = bottleneck_parts(m, at(n), at(first), at(last), lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
+    if all_moe:
+        lt_b = {k: at(lt_m[k]) for k in ("compute", "recompute", "tp", "cp", "ep")}
+        n_b = at(n)
+    elif moe:  # the bottleneck stage's layers summed over both kinds (n = 1 below)
+        lt_b = {k: at(n_d * lt[k]) + at(n_m * lt_m[k]) for k in ("compute", "recompute", "tp", "cp")}
+        lt_b["ep"] = at(n_m * lt_m["ep"])
+        n_b = np.ones(len(table))
+    else:
+        lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
+        n_b = at(n)
+    parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
         flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak, **parts,

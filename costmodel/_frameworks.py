@@ -20,6 +20,17 @@ Pricing rules the fields drive (costmodel._evaluate):
                           stage 0-3
     uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks
                           one layer apart (else v must divide every stage's layers)
+    expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert
+                          parallelism)
+    expert_tensor_parallel  False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
+                          --expert-tensor-parallel-size; the others are priced with etp 1)
+    ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its
+                          experts and forwards it inside that node over NVLink (DeepEP, HybridEP:
+                          Megatron-Core's flex dispatcher; DeepSeek-V3's own), instead of once per
+                          routed expert (the alltoall dispatcher)
+    overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of
+                          another micro-batch's layer (Megatron-Core --overlap-moe-expert-parallel-
+                          comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
     fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
                           no s x s scores (Dao et al. 2022); False: the scores are stored
                           (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
@@ -63,6 +74,10 @@ class Framework:
     uneven_chunks: bool
     fp8: bool
     sources: tuple[str, ...]
+    expert_parallel: bool = True
+    expert_tensor_parallel: bool = True
+    overlap_ep: bool = False
+    ep_dispatch_per_node: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -80,7 +95,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "no optimizer sharding, gradient all-reduce after the backward pass, unfused attention",
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
-        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
+        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
+        expert_tensor_parallel=False,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
@@ -102,7 +118,43 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
                  "the backward pass",
                  "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
-                 "(chunks of any whole-layer size)"),
+                 "(chunks of any whole-layer size)",
+                 "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
+                 "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default"),
+    ),
+    Framework(
+        name="megatron-core-a2a-overlap",
+        what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
+             "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
+        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, overlap_ep=True,
+        sources=("Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
+                 "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)",
+                 "the megatron-core profile's sources"),
+    ),
+    Framework(
+        name="megatron-core-deepep",
+        what="Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
+             "network once per destination node, then NVLink), no EP A2A overlap",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
+        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, ep_dispatch_per_node=True,
+        sources=("Megatron-LM megatron/core/transformer/moe/README.md, token dispatchers: 'FlexDispatcher with "
+                 "DeepEP backend: removes redundant tokens during cross-node communication' "
+                 "(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep|hybridep)",
+                 "the megatron-core profile's sources"),
+    ),
+    Framework(
+        name="megatron-core-deepep-a2a-overlap",
+        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap; the nearest profile to "
+             "DeepSeek-V3's own runs (DeepEP-style dispatch, DualPipe hiding the all-to-alls)",
+        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
+        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, overlap_ep=True, ep_dispatch_per_node=True,
+        sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",
+                 "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.2: tokens sent by IB once to each target node "
+                 "and forwarded by NVLink; DualPipe overlaps the all-to-alls with computation"),
     ),
     Framework(
         name="deepspeed",
@@ -111,6 +163,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
+        expert_tensor_parallel=False,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
@@ -123,7 +176,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
-        selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True,
+        selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "

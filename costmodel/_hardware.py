@@ -112,6 +112,8 @@ MAMF_FRACTION = {
     # Grand Teton's 96 GB part: the same die, so the H100's ceiling; its 500 W power limit
     # (lower sustained clocks) is not modelled.
     "H100-SXM5-96GB-500W": 792.1 / 989.4,
+    # H800: the H100 SXM5 die with NVLink cut to 400 GB/s; the same compute ceiling.
+    "H800-SXM5-80GB": 792.1 / 989.4,
     "H200-SXM-141GB": 821.0 / 989.4,
     "B200-HGX-180GB": 792.1 / 989.4,
     "MI300X-OAM-192GB": 781.9 / 1307.4,
@@ -119,7 +121,8 @@ MAMF_FRACTION = {
 
 
 # Measured gemm_half_dim where a GPU type has been measured (see above); 128 otherwise.
-GEMM_HALF_DIM = {"H100-SXM5-80GB": 240.0, "H100-SXM5-96GB-500W": 240.0, "H200-SXM-141GB": 240.0}
+GEMM_HALF_DIM = {"H100-SXM5-80GB": 240.0, "H100-SXM5-96GB-500W": 240.0, "H800-SXM5-80GB": 240.0,
+                 "H200-SXM-141GB": 240.0}
 TILE_HALF_DIM = 128.0
 
 
@@ -147,6 +150,7 @@ GPU_ALIASES = {
     "a100-80gb": "A100-SXM4-80GB",
     "h100": "H100-SXM5-80GB",
     "h100-96gb": "H100-SXM5-96GB-500W",
+    "h800": "H800-SXM5-80GB",
     "h200": "H200-SXM-141GB",
     "b200": "B200-HGX-180GB",
     "mi300x": "MI300X-OAM-192GB",

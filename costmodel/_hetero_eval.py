@@ -534,7 +534,7 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     (run_blocks); the simulator prices rows as in costmodel.evaluate, with per-link hand-offs."""
     if pipeline not in K.PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {K.PIPELINE_MODES}, got {pipeline!r}")
-    model.require_priced()
+    model.require_dense(where="evaluate_hetero")
     hc = as_hetero(cluster)
     pa = _pool_arrays(hc)
     N = len(table)

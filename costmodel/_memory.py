@@ -26,10 +26,13 @@ from costmodel._evaluate import (
     SIMULATED_SCHEDULES,
     _stages,
     distinct_rows,
+    expert_groups,
     feasibility,
-    framework_terms,
     framework_columns,
+    framework_terms,
     in_flight,
+    moe_explicit_stages,
+    moe_stage_layers,
     shape_terms,
     stage_memory,
 )
@@ -46,8 +49,8 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
                   framework=None) -> tuple[np.ndarray, np.ndarray]:
     """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
     (costmodel._frameworks); see the module docstring."""
-    model.require_priced()
     fw = framework_preset(framework)
+    table = moe_explicit_stages(model, table)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)
     reason = np.empty(N, dtype=np.int8)
@@ -94,11 +97,15 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     # Activation bytes per layer and the embedding / head activations: per distinct micro-batch
     # shape (a few dozen per block), as evaluate computes them.
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"])
+    moe = model.is_moe
+    e, edp, u = expert_groups(table) if moe else (None, None, None)
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
     f_t, f_sp = t[first_row], sp[first_row]
-    terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row])
+    terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row],
+                        moe=(e[first_row], u[first_row], fw) if moe else None)
     sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
-          if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act")}
+          if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L",
+                   "moe_sel_kept", "moe_sel_work")}
     idx, n, rcs, wt = _stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
@@ -106,7 +113,8 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     ok = reason == 0
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
     k = np.where(np.isnan(graph), k, graph)
-    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt)["total"]
+    moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp, u=u) if moe else None
+    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg)["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
     return mem_total, reason

@@ -65,6 +65,9 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             return "tp_not_divide_heads"
     elif model.heads % tp or model.kv_heads % tp:
         return "tp_not_divide_heads"
+    ep, etp = r.get("ep", 1), r.get("etp", 1)
+    if model.experts % ep or (dp * cp * tp) % (ep * etp) or (etp > 1 and (not model.is_moe or model.expert_ffn % etp)):
+        return "ep_invalid"
     layers = r.get("stage_layers")
     if layers is None:
         if model.layers % pp:
@@ -89,9 +92,75 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
-            or (r["precision"] == "fp8" and not fw.fp8)):
+            or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
+            or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)):
         return "framework_unsupported"
     return "ok"
+
+
+def _is_moe_layer(model: Transformer, j: int) -> bool:
+    """Layer j (from 0) is an MoE layer: after the dense layers, every moe_layer_freq-th one."""
+    return model.is_moe and j >= model.dense_layers and (j - model.dense_layers) % model.moe_layer_freq == (
+        model.moe_layer_freq - 1)
+
+
+def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None, stride: int = 1) -> float:
+    """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other
+    ranks of its node on NVLink, the share to other nodes on the network, at the same time. With
+    ``net_bytes`` (a per-node dispatcher): those bytes on the network, every copy leaving the GPU
+    on NVLink."""
+    if n <= 1:
+        return 0.0
+    gpu, g = cluster.gpu, cluster.gpus_per_node
+    in_node = min(n, max(g // stride, 1))  # the group's ranks are ``stride`` apart
+    if net_bytes is None:
+        t_up = (in_node - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        t_out = (n - in_node) / n * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+    else:
+        t_up = (n - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
+        t_out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
+    lat = cluster.scaleout_latency_s if n > in_node else cluster.scaleup_latency_s
+    return max(t_up, t_out) + lat
+
+
+def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
+               attn: float, overhead: float, etp: int = 1) -> dict:
+    """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each
+    direction, with the etp group's all-gather and reduce-scatter), its activation bytes without
+    the score term."""
+    gpu = cluster.gpu
+    h, q, hk, E = model.hidden, model.q_hidden, model.kv_hidden, model.experts
+    fe, mats = model.expert_ffn, model.mlp_matrices
+    fs = model.shared_experts * model.shared_expert_ffn
+    copies = model.capacity_factor * model.experts_per_token * T / tp  # on the busiest rank
+    local = E / ep  # experts on this GPU, each etp-th of its width
+    rows = etp * copies / local  # every copy the etp group received, after its all-gather
+    gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
+            + _gemm(gpu, peak, T / tp, E, h)
+            + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
+    if fs:
+        gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
+    ew_div = tp if sp else 1
+    elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
+                                    + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
+                                    + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
+    net = None
+    if fw.ep_dispatch_per_node:  # each token once to every other node holding one of its k experts
+        nodes = max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1)
+        per_node = E / nodes
+        miss = 1.0
+        for i in range(model.experts_per_token):
+            miss *= max((E - per_node - i) / (E - i), 0.0)
+        net = K.ACT_BYTES * (copies / model.experts_per_token) * h * (nodes - 1) * (1 - miss)
+    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep, net, stride=etp)
+    a2a += 2 * _gather(K.ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
+    if fw.overlap_ep:
+        a2a = max(a2a - (gemm + attn), 0.0)
+    coef = 6 if model.activation == "swiglu" else 4
+    act = (K.ACT_REPLICATED_H * T * h / ew_div + (4 * T * q + 4 * T * hk + coef * T * fs) / tp
+           + copies * (K.ACT_BYTES * h * etp + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
+    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
+                copies=copies)
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -112,7 +181,6 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
     micro-batches in flight come from one call of the schedule simulator for this row."""
-    model.require_priced()
     gpu = cluster.gpu
     L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
     f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
@@ -144,11 +212,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         overhead = 0.5 * gpu.kernel_overhead_s
     else:
         mats = model.mlp_matrices
-        gemm = (_gemm(gpu, peak, T, (h + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, h / tp)
+        q = model.q_hidden  # Q / attention-output width (h unless head_dim is set)
+        dh = model.head_size if model.head_dim is not None else h / a
+        gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
                 + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
         half = K.ATTN_HALF_DIM
-        attn = 4 * b * sc * s * h / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
-                                          * ((h / a) / (h / a + half)))
+        attn = 4 * b * sc * s * q / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
+                                          * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
         elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
         tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
@@ -182,31 +252,48 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
         score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
         act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
-                     + (4 * T * h + 4 * T * hk + mlp_act) / tp + score)
+                     + (4 * T * model.q_hidden + 4 * T * hk + mlp_act) / tp + score)
         if fw.fp8_saved_inputs and r["precision"] == "fp8":
             # one byte, not two, for the QKV and FC1 inputs (replicated without SP) and the
             # projection and FC2 inputs (split by tp)
-            act_layer -= T * (h + h) / ew_div + T * (h + f) / tp
+            act_layer -= T * (h + h) / ew_div + T * (model.q_hidden + f) / tp
 
     # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products
-    # wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved.
+    # wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved. MoE layers
+    # keep the attention-core policy (not modelled for expert layers).
     op_sac = fw.selective == "op" and model.kind != "mlp"
     if op_sac:
         ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.activation == "swiglu" else [(h, f, True), (f, h, False)]
-        prods = [(h, h, True), (h, hk, True), (h, hk, True), (h, h, False)] + ffn  # (in, out, column-parallel)
+        qh = model.q_hidden
+        prods = [(h, qh, True), (h, hk, True), (h, hk, True), (qh, h, False)] + ffn  # (in, out, column-parallel)
         saved_w = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods) if j % 2 == 0)
         sac_re_flops = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
         sac_frac = sac_re_flops / sum(2 * i * o for i, o, _ in prods)
         # input, saved products, attention output, the two reduce-scatter outputs under SP
-        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + h / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
+        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + qh / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
                        act_layer)
 
     g = dp * cp
     shard = g if zero >= 1 else 1
     layer_p = model.layer_params()
+    ep, etp = r.get("ep", 1), r.get("etp", 1)
+    edp = max(dp * cp * tp // (ep * etp), 1)  # expert-data-parallel ranks
+    if model.is_moe:
+        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp)
+        fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"]
+        bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"])
+        act_layer_m = mo["act"] + score
+        if fw.fp8_saved_inputs and r["precision"] == "fp8":  # attention's QKV and projection inputs only
+            act_layer_m -= T * h / ew_div + T * model.q_hidden / tp
+        moe_dense_p = model.moe_layer_dense_params()
+        experts_p = model.experts / ep * model.expert_params() / etp  # routed expert parameters per GPU per MoE layer
     stages = []
+    start = 0
     for i in range(pp):
         n, rc = layers[i], recomputes[i]
+        n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
+        start += n
+        n_d = n - n_m
         first, last = i == 0, i == pp - 1
         if rc == "full":
             re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
@@ -216,11 +303,23 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             re, re_tp, re_cp = attn, 0.0, 0.0
         else:
             re, re_tp, re_cp = 0.0, 0.0, 0.0
-        F = n * (fwd + tp_fwd + cp_fwd)
-        Bw = n * (bwd + tp_fwd + cp_bwd + re + re_tp + re_cp)
-        W = n * wgt
-        comp = n * (fwd + bwd + wgt)
+        re_tp_m = 0.0 if (rc == "selective" and op_sac) else re_tp  # expert layers: attention-core policy
+        F = n_d * (fwd + tp_fwd + cp_fwd)
+        Bw = n_d * (bwd + tp_fwd + cp_bwd + re + re_tp + re_cp)
+        W = n_d * wgt
+        comp = n_d * (fwd + bwd + wgt)
         tps = n * 2 * tp_fwd
+        ep_s = re_m = 0.0
+        if n_m:
+            re_m = {"full": fwd_m, "selective": attn}.get(rc, 0.0)
+            re_ep = mo["ep"] if rc == "full" else 0.0
+            F += n_m * (fwd_m + tp_fwd + cp_fwd + mo["ep"])
+            # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, so
+            # ties between stages break alike)
+            Bw += n_m * (bwd_m + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + mo["ep"] + re_ep)
+            W += n_m * mo["gemm"]
+            comp += n_m * (fwd_m + bwd_m + mo["gemm"])
+            ep_s = n_m * (2 * mo["ep"] + re_ep)
         if first:
             F += 0.5 * emb_c + emb_tp
             Bw += 0.5 * emb_c
@@ -232,7 +331,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             W += head_gemm
             comp += 3 * head_gemm + head_elem
             tps += head_tp
-        params = n * layer_p
+        params = n_d * layer_p + (n_m * moe_dense_p if n_m else 0)
         if first:
             params += model.embedding_params()
         if last:
@@ -240,32 +339,40 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             if not first and model.tied_embeddings and model.kind != "mlp":
                 params += model.vocab * h
         params /= tp
+        params_e = n_m * experts_p if n_m else 0.0
         if rc == "full":
             kept = K.ACT_BYTES * T * h / ew_div
+            kept_m = kept
         elif rc == "selective" and op_sac:
             kept = sac_kept
+            kept_m = act_layer_m - score if n_m else 0.0
         elif rc == "selective":
             kept = act_layer - score
+            kept_m = act_layer_m - score if n_m else 0.0
         else:
             kept = act_layer
-        per_mb = n * kept  # activation bytes kept per micro-batch in flight
+            kept_m = act_layer_m if n_m else 0.0
+        per_mb = n_d * kept + n_m * kept_m  # activation bytes kept per micro-batch in flight
         if first and model.kind != "mlp":
             per_mb += (K.ACT_BYTES + 1) * T * h / ew_div
         fixed = 0.0
         if rc == "full":
-            fixed += act_layer
-        elif rc == "selective" and op_sac:
+            fixed += max(act_layer if n_d else 0.0, act_layer_m if n_m else 0.0)
+        elif rc == "selective" and op_sac and n_d:
             fixed += act_layer - sac_kept
         if last and model.kind != "mlp":
             fixed += 4 * T * V / tp
-        stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps,
-                           cp=n * (cp_fwd + cp_bwd), re=n * re, re_tp=n * re_tp, re_cp=n * re_cp,
-                           params=params, per_mb=per_mb, fixed=fixed, k=_in_flight(sched, pp, m, v, i)))
+        stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps, ep=ep_s,
+                           cp=n * (cp_fwd + cp_bwd), re=n_d * re + n_m * re_m, re_tp=n_d * re_tp + n_m * re_tp_m, re_cp=n * re_cp,
+                           params=params, params_e=params_e, per_mb=per_mb, fixed=fixed,
+                           k=_in_flight(sched, pp, m, v, i)))
 
     bottleneck = stages[0]
     for st in stages[1:]:
         if st["X"] > bottleneck["X"]:
             bottleneck = st
+    if model.is_moe:  # MoE rows: the first stage within TIE_REL of the slowest
+        bottleneck = next(st for st in stages if st["X"] >= bottleneck["X"] * (1.0 - K.TIE_REL))
     X_max = bottleneck["X"]
     X_sum = sum(st["X"] for st in stages)
     if sched == "zb-h1":
@@ -300,31 +407,45 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     for st in stages:
         st["act"] = st["k"] * st["per_mb"] + st["fixed"]
 
-    params_max = max(st["params"] for st in stages)
+    dense_max = max(st["params"] for st in stages)
+    expert_max = max(st["params_e"] for st in stages)
+    params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
-    grad_bytes = K.GRAD_COMM_BYTES * params_max
-    if zero == 3:
-        dp_raw = m * (2 * _gather(K.WEIGHT_BYTES * params_max, g, dp_link) + _gather(grad_bytes, g, dp_link))
-        window = m * X_max
+
+    def exchange(n_params: float, ranks: int) -> float:
+        grad_bytes = K.GRAD_COMM_BYTES * n_params
+        if zero == 3:
+            return m * (2 * _gather(K.WEIGHT_BYTES * n_params, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+        return _allreduce(grad_bytes, ranks, dp_link)
+
+    if model.is_moe:
+        dp_raw = exchange(dense_max, g) + exchange(expert_max, edp)
+        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
-        dp_raw = _allreduce(grad_bytes, g, dp_link)
-        window = bottleneck["B"] + bottleneck["W"]
+        dp_raw = exchange(params_max, g)
+        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
+    window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
     dp_exposed = max(dp_raw - window, 0.0) if overlap else dp_raw
-    opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
     step = pipe + dp_exposed + opt
 
     buffers = K.RESERVED_BYTES
     if tp > 1:
         buffers += 2 * K.ACT_BYTES * T * h
-    if g > 1:
+    if g > 1 or (model.is_moe and edp > 1):
         buffers += 2 * K.GRAD_COMM_BYTES * min(params_max, K.DP_BUCKET_ELEMS)
     if zero == 3:
-        buffers += 2 * K.WEIGHT_BYTES * layer_p / tp
+        prefetch_p = layer_p / tp
+        if model.is_moe:
+            prefetch_p = max(prefetch_p, moe_dense_p / tp + experts_p)
+        buffers += 2 * K.WEIGHT_BYTES * prefetch_p
+    if model.is_moe:
+        buffers += 2 * K.ACT_BYTES * etp * mo["copies"] * h  # all-to-all send and receive buffers
     worst, worst_total = None, -math.inf
     for st in stages:
-        w = K.WEIGHT_BYTES * st["params"] / (g if zero == 3 else 1)
-        gr = K.GRAD_BYTES * st["params"] / (g if zero >= 2 else 1)
-        op = K.OPTIM_BYTES * st["params"] / shard
+        pd, pe = st["params"], st["params_e"]
+        w = K.WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
+        gr = K.GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
+        op = K.OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:
             worst, worst_total = (w, gr, op, st["act"]), total
@@ -334,13 +455,17 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model
+    start = 0
     for n, rc in zip(layers, recomputes, strict=True):
+        n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
+        start += n
         if rc == "full":
-            flops_hw += n * model.layer_fwd_flops_per_token() * s * B
+            flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
+                         + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
         elif rc == "selective" and op_sac:
-            flops_hw += n * sac_re_flops * s * B
+            flops_hw += ((n - n_m) * sac_re_flops + n_m * 4 * s * model.q_hidden) * s * B
         elif rc == "selective" and model.kind != "mlp":
-            flops_hw += n * 4 * s * h * s * B
+            flops_hw += n * 4 * s * model.q_hidden * s * B
     n_gpu = dp * tp * pp * cp
     return {
         "step_time_s": step if feasible else math.inf,
@@ -348,6 +473,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         "recompute_s": m * bottleneck["re"],
         "tp_comm_s": m * (bottleneck["tp"] + bottleneck["re_tp"]),
         "cp_comm_s": m * (bottleneck["cp"] + bottleneck["re_cp"]),
+        "ep_comm_s": m * bottleneck["ep"],
         "pp_comm_s": pp_comm,
         "dp_comm_s": dp_exposed,
         "bubble_s": fill,

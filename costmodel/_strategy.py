@@ -2,6 +2,11 @@
 
 Columns (all shape (N,)):
     dp, tp, pp, cp            data, tensor, pipeline and context parallel degrees
+    ep                        expert parallel degree (1 for a dense model): the experts of an MoE
+                              layer are split over ep ranks folded into the dp x cp x tp ranks of
+                              a pipeline stage (costmodel._evaluate, "Expert parallelism")
+    etp                       expert tensor parallel degree (1 for a dense model): each expert's
+                              ffn split over etp ranks; etp x ep divides dp x cp x tp
     micro_batch               sequences per micro-batch (b)
     global_batch              sequences per iteration (B); micro-batches m = B / (dp * b)
     vpp                       virtual pipeline stages (chunks) per device; 1 = no interleaving
@@ -30,7 +35,7 @@ from costmodel._hardware import PRECISIONS
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "hanayo")
 RECOMPUTE = ("none", "selective", "full")
 
-INT_COLUMNS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage")
+INT_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage")
 CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}
 BOOL_COLUMNS = ("sequence_parallel", "overlap_dp")
 COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS
@@ -44,7 +49,7 @@ DEFAULT_GLOBAL_BATCH = 1536
 # column (read in any case), or bool (also read from the words of BOOL_WORDS). A per-stage
 # dimension base.J takes the values of its base.
 DIMENSION_VALUES: dict[str, tuple | type] = {
-    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "micro_batch", "microbatches", "global_batch", "vpp")},
+    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "microbatches", "global_batch", "vpp")},
     "zero_stage": (0, 3), "stage_shift": (None, None), "light_ends": (0, None),
     **CODE_COLUMNS, "stage_recompute": RECOMPUTE,
     **{name: bool for name in BOOL_COLUMNS},
@@ -81,7 +86,7 @@ def dimension_values(name: str, values) -> np.ndarray:
 
 
 DEFAULTS: dict[str, object] = {
-    "dp": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch": 1, "global_batch": 1, "vpp": 1,
+    "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "micro_batch": 1, "global_batch": 1, "vpp": 1,
     "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
     "sequence_parallel": False, "overlap_dp": True,
 }

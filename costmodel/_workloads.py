@@ -26,7 +26,7 @@ KINDS = ("transformer", "mlp")
 # The MoE fields and their dense values (experts = 1 means a dense model; each of these must
 # then keep its dense value, so that no MoE setting is silently priced as dense).
 MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
-                    "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1}
+                    "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0}
 # The fields added with MoE models and their values in every model before them: files written
 # for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES}
@@ -46,7 +46,7 @@ class Transformer:
     expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep the dense
     MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router
     is an h x E matrix without bias. ``head_dim`` (default hidden / heads) is the size of one
-    attention head; the evaluators price only hidden / heads (``require_priced``).
+    attention head (the evaluators price Q and the attention output heads x head_dim wide).
     """
 
     name: str
@@ -71,6 +71,7 @@ class Transformer:
     shared_expert_ffn_hidden: int | None = None
     dense_layers: int = 0
     moe_layer_freq: int = 1
+    capacity_factor: float = 1.0
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -111,6 +112,10 @@ class Transformer:
             v = getattr(self, f)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
                 raise InputError(f"model.{f}", f"an integer >= {lo}", v)
+        cf = self.capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf >= 1.0:
+            raise InputError("model.capacity_factor", "a number >= 1.0", cf)
+        object.__setattr__(self, "capacity_factor", float(cf))
         if self.kind == "mlp" and self.experts != 1:
             raise InputError("model.experts", "1 (kind=mlp has no expert layers)", self.experts)
         if self.experts == 1:
@@ -168,14 +173,28 @@ class Transformer:
         """fs: the ffn hidden size of one shared expert."""
         return self.shared_expert_ffn_hidden if self.shared_expert_ffn_hidden is not None else self.expert_ffn
 
-    def require_priced(self, argument: str = "model") -> None:
-        """Refuse, with one InputError, a model the evaluators cannot price yet (they would
-        price it as a dense model of hidden / heads heads): expert layers or another head size."""
+    def moe_layers_before(self, x):
+        """MoE layers among the first ``x`` layers (numpy-broadcast over x): layer j is an MoE layer
+        when j >= dense_layers and (j - dense_layers) % moe_layer_freq == moe_layer_freq - 1 (every
+        freq-th layer, Qwen2-MoE's decoder_sparse_step rule), so that moe_layers_before(layers) ==
+        moe_layers."""
+        import numpy as np
+
+        if not self.is_moe:
+            return np.zeros_like(x)
+        return np.maximum(np.asarray(x) - self.dense_layers, 0) // self.moe_layer_freq
+
+    def moe_layer_dense_params(self) -> int:
+        """Parameters of one MoE layer outside its routed experts (attention, router, shared
+        experts, norms): what tensor parallelism splits and every expert-parallel rank holds."""
+        return self.moe_layer_params() - self.moe_layer_expert_params()
+
+
+    def require_dense(self, argument: str = "model", where: str = "this evaluator") -> None:
+        """Refuse an MoE model where expert layers are not priced (one InputError naming it)."""
         if self.is_moe:
-            raise InputError(f"{argument}.experts", "1 (expert layers are not priced yet: issue 18)", self.experts)
-        if self.q_hidden != self.hidden:
-            raise InputError(f"{argument}.head_dim", f"hidden / heads = {self.hidden // self.heads} "
-                             "(other head sizes are not priced yet: issue 18)", self.head_dim)
+            raise InputError(f"{argument}.experts", f"1 ({where} prices dense models only; expert layers are "
+                             "priced on homogeneous clusters: costmodel.evaluate)", self.experts)
 
     def _attn_params(self) -> int:
         """Q, K, V and output projections (with their biases) of one layer."""

@@ -54,7 +54,7 @@ from search._base import SearchSpace
 # constrained ones form the high-order block of the index (one lookup per block).
 FREE_DIMS = ("recompute", "precision", "overlap_dp")
 # Digit order of the named dimensions (stage dimensions go between zero_stage and recompute).
-DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "micro_batch", "microbatches", "schedule", "vpp",
+DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "ep", "etp", "micro_batch", "microbatches", "schedule", "vpp",
              "sequence_parallel", "zero_stage")
 # Space-only dimensions (not StrategyTable columns): the micro-batch count m (micro_batch = B /
 # (dp m)) and the layers the first and last pipeline stages give up (balanced_stages).
@@ -852,14 +852,23 @@ def context_degrees(model: Transformer) -> list[int]:
     return [c for c in (1, 2) if c == 1 or (model.seq_len >= 4096 and model.seq_len % (2 * c) == 0)]
 
 
+def expert_degrees(model: Transformer, cluster: Cluster) -> list[int]:
+    """Expert-parallel degrees: the divisors of the experts up to the GPUs (an MoE model); [1] for
+    a dense model. Which fit a row's tp cp dp is feasibility's check (costmodel._evaluate.ep_fits)."""
+    return divisors(model.experts, cluster.num_gpus) if model.is_moe else [1]
+
+
 def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
     """The default space's choices (``plansweep rank``, derived from the model and the cluster):
     tp from tensor_degrees, pp from pipeline_degrees (at most 64) with the first and last stage
     0-2 layers lighter (light_ends, balanced_stages), cp from context_degrees, dp the largest that
     fits beside them (GPUs may stay idle, DEFAULT_SPACE_FLAGS), micro-batch 1-8, 1F1B /
     interleaved (vpp 2-4) / ZB-H1, recompute, SP, ZeRO 0-3 (ZeRO-2/3 where the cost model prices
-    them: today pp 1; ZeRO-1, the distributed optimizer, with any pp)."""
+    them: today pp 1; ZeRO-1, the distributed optimizer, with any pp); an MoE model adds ep
+    (expert_degrees), a dense one holds ep = 1."""
+    moe = {"ep": expert_degrees(model, cluster)} if model.is_moe else {}
     return {
+        **moe,
         "tp": tensor_degrees(model, cluster),
         "pp": pipeline_degrees(model.layers),
         "light_ends": list(DEFAULT_LIGHT_ENDS),
@@ -900,8 +909,9 @@ def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAUL
     that does not divide another model's layers splits them into balanced stages
     (balanced_stages with e = 0: Llama 3 405B's pp 16 is 7, 8 x 14, 7)."""
     pps = [p for p in EXACT_CHOICES["pp"] if p <= model.layers]
+    moe = {"ep": expert_degrees(model, cluster)} if model.is_moe else {}  # an MoE model: ep too
     return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", uneven=True,
-                              **{**EXACT_CHOICES, "pp": pps})
+                              **{**EXACT_CHOICES, "pp": pps, **moe})
 
 
 # Boundary offsets of the partition space: up to 4 layers either way of the uniform position.

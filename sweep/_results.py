@@ -183,6 +183,9 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
     pp = table["pp"]
     cols: dict[str, pa.Array] = {}
     for c in INT_COLUMNS:
+        if c in ("ep", "etp"):  # placement rows price dense models only (evaluate_hetero refuses expert layers)
+            cols[c] = pa.array(np.ones(n, dtype=np.int64))
+            continue
         cols[c] = pa.nulls(n, pa.int64()) if c in ("dp", "tp", "micro_batch") else pa.array(table[c], type=pa.int64())
     for c, names in CODE_COLUMNS.items():
         cols[c] = pa.DictionaryArray.from_arrays(pa.array(table[c].astype(np.int32)), pa.array(list(names))).cast(

@@ -204,25 +204,28 @@ def test_bad_moe_configs_name_the_key(config, change, needle):
     assert needle in str(err.value)
 
 
-# ---- the evaluators refuse MoE models until they price expert layers -----------------------
-def test_evaluators_refuse_moe_models():
+# ---- the evaluators price MoE models and other head sizes (issue 18, slice 2;
+# tests/test_moe_pricing.py compares them with the scalar reference); evaluate_hetero refuses MoE
+def test_evaluators_price_moe_models_and_other_head_sizes():
     cluster = cluster_preset("h100x64")
-    table = StrategyTable.from_columns(dp=8, tp=8, pp=1, micro_batch=1, global_batch=64)
-    for fn in (evaluate, evaluate_any, memory_screen):
-        with pytest.raises(InputError, match=r"model\.experts: expected 1 \(expert layers are not priced yet: "
-                                             r"issue 18\), got 8"):
-            fn(model_preset("mixtral-8x7b"), cluster, table)
-    dense_wide_heads = Transformer(name="x", layers=2, hidden=64, heads=4, head_dim=32, vocab=10)
-    with pytest.raises(InputError, match=r"model\.head_dim: expected hidden / heads = 16"):
-        evaluate(dense_wide_heads, cluster, table)
+    table = StrategyTable.from_columns(dp=8, tp=1, pp=8, ep=8, micro_batch=1, global_batch=64, recompute="full")
+    model = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096)
+    for fn in (evaluate, evaluate_any):
+        assert fn(model, cluster, table)["ep_comm_s"][0] > 0
+    assert memory_screen(model, cluster, table)[1][0] == 0
+    # head_dim 32 on 4 heads of a 64-wide model: Q and the attention output are 128 wide, so the
+    # attention GEMMs and the compute take longer than at hidden / heads = 16
+    wide = Transformer(name="x", layers=2, hidden=64, heads=4, head_dim=32, vocab=10)
+    narrow = dataclasses.replace(wide, head_dim=None)
+    dense = StrategyTable.from_columns(dp=8, tp=1, pp=1, micro_batch=1, global_batch=64)
+    assert evaluate(wide, cluster, dense)["compute_s"][0] > evaluate(narrow, cluster, dense)["compute_s"][0]
 
 
 @pytest.mark.parametrize("command", ["evaluate", "rank"])
-def test_cli_refuses_moe_models_with_exit_2(command, capsys):
-    assert main([command, "--model", "mixtral-8x7b", "--cluster", "h100x64"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "model.experts: expected 1 (expert layers are not priced yet: issue 18), got 8" in err
-    assert len(err.splitlines()) == 1
+def test_cli_prices_qwen3_moe(command, capsys):
+    args = ["--ep", "8", "--pp", "8"] if command == "evaluate" else ["--pp", "4,8", "--zero-stage", "1"]
+    assert main([command, "--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--global-batch", "512", *args]) == 0
+    assert "qwen3-30b-a3b on h100x64" in capsys.readouterr().out
 
 
 def test_run_files_of_a_dense_model_read_as_before():

@@ -76,4 +76,7 @@ def test_every_reason_is_exercised_across_cases():
         vec = evaluate(model, cl, random_table(model, np.random.default_rng(len(name)), rows, uneven),
                        framework=framework)
         seen |= set(int(x) for x in vec["reason"])
+    # ep_invalid needs an MoE model (tests/test_moe_pricing.py compares MoE rows with the reference)
+    moe = evaluate(model_preset("mixtral-8x7b"), cluster_preset("h100x64"), StrategyTable.from_columns(dp=8, ep=3))
+    seen |= set(int(x) for x in moe["reason"])
     assert seen == set(range(len(REASONS)))

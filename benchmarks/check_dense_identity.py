@@ -1,0 +1,131 @@
+"""A dense model prices exactly as before expert parallelism (issue 18, slice 2), row by row.
+
+Evaluates the same rows with this tree and with a base tree (a checkout of the commit before the
+change: ``git archive <commit> | tar -x -C /tmp/base``) in two processes, and compares every metric
+column of the base (1e-12 relative; infinities and booleans exactly). Row sets:
+    bench         plansweep bench's rows (cli._cmd_bench.bench_table), GPT-3 175B on h100x1024
+    exact         every valid row of the exact space of GPT-3 175B on h100x1024 (search.exact_space)
+    exact-sim     the same rows under pipeline="simulate", megatron-core profile
+    llama3-70b    seeded random rows (tests/test_reference.random_table), dgx-a100-1024, uneven stages
+    megatron-22b  the same on h100x64 under fsdp2, and the MLP (seed 000) on seed000-16
+    screen        costmodel.memory_screen over the exact space (mem_total_bytes, reason)
+
+    python3 benchmarks/check_dense_identity.py --base /tmp/base [--bench-rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def row_sets(bench_rows: int):
+    """(name, model, cluster, table builder, framework, pipeline) of every set; tables are built
+    inside each tree by its own code (the base tree has no ep column)."""
+    return [
+        ("bench", "gpt3-175b", "h100x1024", ("bench", bench_rows), None, "closed_form"),
+        ("exact", "gpt3-175b", "h100x1024", ("exact",), None, "closed_form"),
+        ("exact-sim", "gpt3-175b", "h100x1024", ("exact",), "megatron-core", "simulate"),
+        ("llama3-70b", "llama3-70b", "dgx-a100-1024", ("random", 4000, True), "megatron-core", "closed_form"),
+        ("megatron-22b", "megatron-22b", "h100x64", ("random", 4000, True), "fsdp2", "closed_form"),
+        ("mlp", "seed000-mlp", "seed000-16", ("random", 2000, False), None, "closed_form"),
+    ]
+
+
+def build(kind, model, cluster):
+    if kind[0] == "bench":
+        from cli._cmd_bench import bench_table
+
+        return bench_table(kind[1])
+    if kind[0] == "exact":
+        from search._space import exact_space
+
+        space = exact_space(model, cluster)
+        idx = space.valid_indices(0, space.size)
+        return space.table(space.digits_of(idx))
+    sys.path.insert(0, os.path.join(HERE, "tests"))
+    from test_reference import random_table
+
+    return random_table(model, np.random.default_rng(7), kind[1], kind[2])
+
+
+def dump(out_dir: str, bench_rows: int) -> None:
+    """Evaluate every set with the costmodel on sys.path; one .npz per set."""
+    from costmodel import cluster_preset, evaluate, memory_screen, model_preset
+
+    for name, m, c, kind, fw, pipeline in row_sets(bench_rows):
+        model, cluster = model_preset(m), cluster_preset(c)
+        table = build(kind, model, cluster)
+        metrics = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
+        cols = {f"m_{k}": np.asarray(v) for k, v in metrics.items()}
+        cols.update({f"s_{k}": np.asarray(v) for k, v in table.columns.items()})
+        np.savez(os.path.join(out_dir, f"{name}.npz"), **cols)
+        if name == "exact":
+            mem, reason = memory_screen(model, cluster, table)
+            np.savez(os.path.join(out_dir, "screen.npz"), m_mem_total_bytes=mem, m_reason=reason)
+
+
+def compare(base_dir: str, new_dir: str) -> list[dict]:
+    out = []
+    for f in sorted(os.listdir(base_dir)):
+        a, b = np.load(os.path.join(base_dir, f)), np.load(os.path.join(new_dir, f))
+        worst, worst_col, rows = 0.0, "", 0
+        for k in a.files:  # every column of the base: metrics and strategy columns
+            x, y = a[k], b[k]
+            rows = len(x)
+            assert x.shape == y.shape, (f, k, x.shape, y.shape)
+            if x.dtype.kind == "f":
+                same_inf = np.array_equal(np.isinf(x), np.isinf(y)) and np.array_equal(x[np.isinf(x)], y[np.isinf(y)])
+                fin = np.isfinite(x)
+                rel = np.abs(x[fin] - y[fin]) / np.maximum(np.abs(x[fin]), 1e-300)
+                d = float(rel.max()) if rel.size else 0.0
+                if not same_inf:
+                    d = np.inf
+            else:
+                d = 0.0 if np.array_equal(x, y) else np.inf
+            if d > worst or not worst_col:
+                worst, worst_col = d, k
+        extra = sorted(set(b.files) - set(a.files))
+        new_zero = all(np.all(b[k] == (1 if k.startswith("s_") else 0)) for k in extra)  # ep, etp 1; metrics 0
+        out.append({"set": f[:-4], "rows": rows, "columns": len(a.files), "max_rel_diff": worst,
+                    "worst_column": worst_col, "new_columns": extra, "new_columns_dense_value": new_zero})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", help="a checkout of the base commit")
+    ap.add_argument("--bench-rows", type=int, default=1_000_000)
+    ap.add_argument("--dump", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.dump:
+        dump(args.dump, args.bench_rows)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {}
+        for label, root in (("base", os.path.abspath(args.base)), ("this", HERE)):
+            dirs[label] = os.path.join(tmp, label)
+            os.makedirs(dirs[label])
+            env = {**os.environ, "PYTHONPATH": root}
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--dump", dirs[label], "--bench-rows",
+                            str(args.bench_rows)], check=True, env=env, cwd=root)
+        res = compare(dirs["base"], dirs["this"])
+    ok = True
+    for r in res:
+        good = r["max_rel_diff"] <= 1e-12 and r["new_columns_dense_value"]
+        ok &= good
+        print(f"{r['set']:13s} {r['rows']:>9,} rows x {r['columns']} columns: largest relative difference "
+              f"{r['max_rel_diff']:.3g} ({r['worst_column']}); new columns {r['new_columns']} at their dense value: "
+              f"{r['new_columns_dense_value']}  {'OK' if good else 'DIFFERENT'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
