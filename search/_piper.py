@@ -368,8 +368,10 @@ class _Problem:
         k, n_mb = graph.max_devices, graph.microbatches
         ds = tuple(d for d in range(1, min(k, n_mb) + 1) if n_mb % d == 0)
         arrays = {t: degree_arrays(graph, t) for t in graph.degrees}
-        masks = [_stage_mask(ts, pair, len(graph.nodes)) for pair in pairs]
-        seg_time, seg_y, seg_start = _all_staircases(graph, masks, arrays, ds, s_max)
+        inside = _membership(ts, len(graph.nodes))  # (tails, n)
+        ij = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        members = inside[ij[:, 0]] & ~inside[ij[:, 1]]  # (P, n) each stage's nodes
+        seg_time, seg_y, seg_start = _all_staircases(graph, members, arrays, ds, s_max)
         return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
                    seg_time, seg_y, seg_start)
 
@@ -471,42 +473,166 @@ def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndar
     return np.array([(bits >> v) & 1 for v in range(n)], dtype=bool)
 
 
-def _all_staircases(graph: PiperGraph, masks: list[np.ndarray], arrays: dict[int, DegreeArrays],
+def _membership(tail_masks: list[int], n: int) -> np.ndarray:
+    """(tails, n) bool: node v (topological position) is in tail i."""
+    bits = np.array([[(m >> v) & 1 for v in range(n)] for m in tail_masks], dtype=bool)
+    return bits.reshape(len(tail_masks), n)
+
+
+def _all_staircases(graph: PiperGraph, members: np.ndarray, arrays: dict[int, DegreeArrays],
                     ds_tuple: tuple[int, ...], s_max: int):
-    """Flat staircase points of every (pair, t, d) segment, in that nesting order, and the
-    start of each segment. A segment that cannot run has one point (inf, y=0)."""
+    """Staircase points of every (pair, t, d) segment, segments in that nesting order, and the
+    start of each segment; within a segment the points are in no particular order. A segment
+    that cannot run has one point (inf, y=0). members is (P, n): each stage's nodes.
+
+    Every stage candidate is handled at once per t (whole arrays, no loop over stages)."""
     ds = np.asarray(ds_tuple)
+    n_pairs, n_t, n_d = members.shape[0], len(arrays), ds.size
     y_cap = -(-s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
-    times, ys, lengths = [], [], []
-    no_time, no_y = np.full(ds.size, np.inf), np.zeros(ds.size, np.int64)
-    for in_stage in masks:
-        for t, arr in sorted(arrays.items()):
-            usable = ds * t <= graph.max_devices
-            if not arr.available[in_stage].all() or not usable.any():
-                times.append(no_time)
-                ys.append(no_y)
-                lengths.extend([1] * ds.size)
-                continue
-            cand = stage_candidates(arr, graph, in_stage)
-            pt, py, n_points = _staircases(cand, ds, usable, y_cap, graph)
-            times.append(pt)
-            ys.append(py)
-            lengths.extend(n_points.tolist())
-    seg_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return np.concatenate(times), np.concatenate(ys), seg_start
+    segs, times, ys = [], [], []
+    for ti, (t, arr) in enumerate(sorted(arrays.items())):
+        usable = ds * t <= graph.max_devices  # (D,)
+        runs = ~(members & ~arr.available).any(axis=1) & usable.any()  # (P,)
+        rows = np.flatnonzero(runs)
+        seg_base = (rows * n_t + ti) * n_d  # (R,) first segment of each running stage
+        cand_row, x, w, a, b = _batch_candidates(arr, graph, members[rows])
+        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable, y_cap,
+                                           graph)
+        idle = ((np.flatnonzero(~runs) * n_t + ti) * n_d)[:, None] + np.arange(n_d)  # (I, D)
+        segs += [seg, idle.ravel()]
+        times += [time_s, np.full(idle.size, np.inf)]
+        ys += [y, np.zeros(idle.size, np.int64)]
+    seg = np.concatenate(segs)
+    order = np.argsort(seg, kind="stable")
+    counts = np.bincount(seg, minlength=n_pairs * n_t * n_d)
+    seg_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return np.concatenate(times)[order], np.concatenate(ys)[order], seg_start
 
 
-def _staircases(cand: _Candidates, ds: np.ndarray, usable: np.ndarray, y_cap: np.ndarray,
-                graph: PiperGraph):
-    """Per data degree d, the Pareto points (time ascending, largest fitting y strictly
-    ascending) of a stage's TMPC candidates; the first point of each d is always kept (with
-    y = 0 where nothing fits). Returns flat times, ys and the number of points per d."""
-    time_s = stage_time_s(cand.x_s[None, :], cand.w_bytes[None, :], ds[:, None], graph)  # (D,C)
-    y = largest_y(cand.a_bytes, cand.b_bytes, graph.max_memory_bytes, int(y_cap.max()))  # (C,)
-    by_y = np.argsort(-y, kind="stable")  # ties in time: larger y first
-    order = by_y[np.argsort(time_s[:, by_y], axis=1, kind="stable")]  # (D, C)
-    y_sorted = np.minimum(y[order], y_cap[:, None]) * usable[:, None]  # (D, C)
-    best_y = np.maximum.accumulate(y_sorted, axis=1)
-    keep = y_sorted > np.concatenate([np.zeros((ds.size, 1), np.int64), best_y[:, :-1]], axis=1)
-    keep[:, 0] = True
-    return (np.take_along_axis(time_s, order, axis=1)[keep], y_sorted[keep], keep.sum(axis=1))
+def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray):
+    """stage_candidates for R stages at once: flat (C,) arrays row, X, w, a, b, rows in
+    ascending order. Stages past MAX_EXACT_CANDIDATES go through stage_candidates one by one
+    (its greedy fallback)."""
+    n_rows, n = members.shape
+    src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
+    c = np.asarray(graph.edge_bytes, float)
+    n_e = src.size
+    into = np.zeros((n_e, n))  # (E, n) edge e enters node v
+    into[np.arange(n_e), dst] = 1.0
+    out_of = np.zeros((n_e, n))
+    out_of[np.arange(n_e), src] = 1.0
+    cut_in = (members[:, dst] & ~members[:, src]).astype(float)  # (R, E)
+    cut_out = (members[:, src] & ~members[:, dst]).astype(float)
+    edge = np.stack([
+        cut_in @ (into * CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[:, None])
+        + cut_out @ (out_of * CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[:, None])
+        for slot in range(2)], axis=-1)  # (R, n, 2) cut-edge bytes per node and option
+    x = arr.time_s[None] + edge / graph.bandwidth_Bps  # (R, n, 2)
+    q = np.stack(np.broadcast_arrays(x, arr.param_bytes[None], arr.mem_a_bytes[None],
+                                     arr.mem_b_bytes[None]))  # (4, R, n, 2)
+    delta = q[..., 1] - q[..., 0]  # (4, R, n)
+    option0_no_worse = (delta >= 0).all(axis=0)
+    option1_no_worse = (delta <= 0).all(axis=0)
+    free = ~(option0_no_worse | option1_no_worse) & members  # (R, n)
+    start = np.where(free, delta[0] < 0, ~option0_no_worse)  # (R, n) bool: option 1
+    totals = np.where(members, np.where(start, q[..., 1], q[..., 0]), 0.0).sum(axis=2)  # (4, R)
+    step = delta * np.where(start, -1.0, 1.0)  # (4, R, n): change when switching
+    fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
+    fstep = step[:, fr, fv]  # (4, F)
+    # Groups: free nodes of one stage with the same (w, a, b) change, as in _enumerate_choices.
+    keys, group = np.unique(np.column_stack([fr, fstep[1:].T]), axis=0, return_inverse=True)
+    group = group.ravel()
+    g_row = keys[:, 0].astype(np.int64)  # (G,)
+    sizes = np.bincount(group, minlength=g_row.size)
+    log_count = np.bincount(g_row, np.log(sizes + 1.0), minlength=n_rows)  # (R,)
+    exact = log_count <= math.log(MAX_EXACT_CANDIDATES) + 1e-9
+    # Per group, the time added by switching its k cheapest members, k = 0 .. size.
+    by_time = np.lexsort((fv, fstep[0], group))
+    rank = np.arange(group.size) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[group[by_time]]
+    prefix = np.zeros((g_row.size, int(sizes.max(initial=0)) + 1))  # (G, 1 + largest group)
+    prefix[group[by_time], rank + 1] = fstep[0, by_time]
+    prefix = np.cumsum(prefix, axis=1)
+    # Enumerate every count per group (the last group of a stage varying fastest).
+    g_exact = np.flatnonzero(exact[g_row])
+    row = np.flatnonzero(exact)  # (C,) start: one candidate per exact stage, nothing switched
+    sums = totals[:, row]  # (4, C)
+    g_first = np.searchsorted(g_row[g_exact], row)  # each candidate's next group to expand
+    g_end = np.searchsorted(g_row[g_exact], row, side="right")
+    while True:
+        expand = g_first < g_end
+        if not expand.any():
+            break
+        g = g_exact[np.minimum(g_first, g_exact.size - 1)]  # (C,)
+        reps = np.where(expand, sizes[g] + 1, 1)
+        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in
+                                          (row, g_first, g_end, g, expand))
+        sums = np.repeat(sums, reps, axis=1)
+        count = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)  # (C,)
+        count = np.where(expand, count, 0)
+        gi = np.where(expand, g, 0)
+        sums = sums + np.where(expand, np.stack([prefix[gi, count], *(count * keys[gi, 1:].T)]),
+                               0.0)
+        g_first = g_first + expand
+    parts = [(row, sums)]
+    for r in np.flatnonzero(~exact):
+        cand = stage_candidates(arr, graph, members[r])
+        parts.append((np.full(cand.x_s.size, r),
+                      np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
+    row = np.concatenate([p[0] for p in parts])
+    sums = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(row, kind="stable")
+    return row[order], *sums[:, order]
+
+
+def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
+    """Per stage (row) and data degree d, the Pareto points (time ascending, largest fitting
+    y strictly ascending) of its TMPC candidates; the first point of each d is always kept
+    (with y = 0 where nothing fits). Returns flat (segment, time, y)."""
+    n_d = ds.size
+    y = largest_y(a, b, graph.max_memory_bytes, int(y_cap.max()))  # (C,)
+    y_span = int(y_cap.max()) + 1
+    # Where w is the same for all of a stage's candidates, time(d) = X/d + resync(w, d) orders
+    # them alike for every d: one sort by X serves all d.
+    lo = np.full(seg_base.size, np.inf)
+    hi = np.full(seg_base.size, -np.inf)
+    np.minimum.at(lo, row, w)
+    np.maximum.at(hi, row, w)
+    one_order = (lo == hi)[row]  # (C,)
+    out = []
+    r1 = row[one_order]
+    x1, w1, y1 = x[one_order], w[one_order], y[one_order]
+    order = np.lexsort((-y1, x1, r1))
+    r1, x1, w1, y1 = r1[order], x1[order], w1[order], y1[order]
+    keep = _pareto(r1, y1, y_span)
+    r1, x1, w1, y1 = r1[keep], x1[keep], w1[keep], y1[keep]
+    first = np.ones(r1.size, dtype=bool)  # (K,) first point of its stage
+    first[1:] = r1[1:] != r1[:-1]
+    y_prev = np.zeros_like(y1)
+    y_prev[1:] = y1[:-1]
+    # Capping y at y_cap[d] keeps the prefix up to the first point that reaches the cap.
+    keep_d = first[:, None] | (usable[None, :] & (y_prev[:, None] < y_cap[None, :]))  # (K, D)
+    time_d = stage_time_s(x1[:, None], w1[:, None], ds[None, :], graph)  # (K, D)
+    y_d = np.minimum(y1[:, None], y_cap[None, :]) * usable[None, :]
+    seg_d = seg_base[r1][:, None] + np.arange(n_d)[None, :]
+    out.append((seg_d[keep_d], time_d[keep_d], y_d[keep_d]))
+    if not one_order.all():
+        many = ~one_order
+        r2 = row[many]
+        time_d = stage_time_s(x[many][:, None], w[many][:, None], ds[None, :], graph)  # (C2, D)
+        y_d = np.minimum(y[many][:, None], y_cap[None, :]) * usable[None, :]
+        seg_d = seg_base[r2][:, None] + np.arange(n_d)[None, :]
+        seg_d, time_d, y_d = seg_d.ravel(), time_d.ravel(), y_d.ravel()
+        order = np.lexsort((-y_d, time_d, seg_d))
+        seg_d, time_d, y_d = seg_d[order], time_d[order], y_d[order]
+        keep = _pareto(seg_d, y_d, y_span)
+        out.append((seg_d[keep], time_d[keep], y_d[keep]))
+    return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
+
+
+def _pareto(seg: np.ndarray, y: np.ndarray, y_span: int) -> np.ndarray:
+    """(Q,) keep mask over points sorted by segment then time: the first point of each segment
+    and every point whose y beats all earlier ones of its segment (0 <= y < y_span)."""
+    key = seg.astype(np.int64) * y_span + y  # ascending across segments
+    before = np.full_like(key, -1)  # best key before each point
+    before[1:] = np.maximum.accumulate(key)[:-1]
+    return key > before
