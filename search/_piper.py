@@ -56,6 +56,10 @@ GREEDY_ALL_Y_UP_TO = 16
 GREEDY_Y_RATIO = 1.25
 # Relative slack when comparing a recomputed stage time to the bisection threshold.
 TIME_RTOL = 1e-9
+# The device-count DP either builds every (move, s) cell as one array (cost per cell) or
+# works on one slice per move (cost per move, in Python); below this many cells per move the
+# first is cheaper (measured on bert32a100, K = 8 .. 2048).
+CELLS_PER_RANGE = 100
 _NO_DEVICES = np.iinfo(np.int64).max // 4  # "no plan" in the device-count table
 
 
@@ -103,16 +107,20 @@ def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan
         raise InputError("max_sum_d", "an integer >= 1", max_sum_d)
     problem = _Problem.build(graph, s_max)
     taus = problem.candidate_times()
-    if taus.size == 0 or not problem.fits(taus[-1]):
+    if taus.size == 0:
         return PiperPlan(math.inf, ())
-    lo, hi = 0, taus.size - 1  # invariant: taus[hi] fits
+    table = problem.device_table(taus[-1])
+    if not problem.fits(table):
+        return PiperPlan(math.inf, ())
+    lo, hi = 0, taus.size - 1  # invariant: taus[hi] fits, with device table `table`
     while lo < hi:
         mid = (lo + hi) // 2
-        if problem.fits(taus[mid]):
-            hi = mid
+        trial = problem.device_table(taus[mid])
+        if problem.fits(trial):
+            hi, table = mid, trial
         else:
             lo = mid + 1
-    stages = problem.reconstruct(taus[hi])
+    stages = problem.reconstruct(taus[hi], table)
     plan_time = max(s.time_per_sample_s for s in stages)
     assert plan_time <= taus[hi] * (1 + TIME_RTOL), (plan_time, taus[hi])
     return PiperPlan(plan_time, stages)
@@ -339,6 +347,38 @@ def stage_time_s(x_s, w_bytes, d, graph: PiperGraph):
 
 
 @dataclass(frozen=True)
+class _Moves:
+    """Every step of the device-count DP: tail i is run as stage pair p (its sub-tail j left
+    for later stages) with degrees (t, d), t*d <= K and d <= s_max. Moves are grouped by tail,
+    in (pair, t, d) order within a tail."""
+
+    pair: np.ndarray  # (M,)
+    sub_tail: np.ndarray  # (M,)
+    t: np.ndarray  # (M,)
+    d: np.ndarray  # (M,)
+    cost: np.ndarray  # (M,) t * d devices
+    segment: np.ndarray  # (M,) index of (pair, t, d) in the flat (P*T*D,) bounds
+    tail_start: np.ndarray  # (tails + 1,) moves of tail i: tail_start[i] .. tail_start[i+1]
+    pair_sub_tail: np.ndarray  # (P,) sub-tail of each pair
+    pair_first: np.ndarray  # (tails + 1,) pairs of tail i: pair_first[i] .. pair_first[i+1]
+
+    @classmethod
+    def build(cls, pairs: np.ndarray, n_tails: int, degrees: tuple[int, ...],
+              ds: tuple[int, ...], k_max: int, s_max: int) -> _Moves:
+        t, d = np.asarray(degrees), np.asarray(ds)
+        p, ti, di = (g.ravel() for g in np.meshgrid(np.arange(pairs.shape[0]), np.arange(t.size),
+                                                    np.arange(d.size), indexing="ij"))
+        keep = (t[ti] * d[di] <= k_max) & (d[di] <= s_max)
+        p, ti, di = p[keep], ti[keep], di[keep]
+        tail_start = np.searchsorted(pairs[p, 0], np.arange(n_tails + 1)) if p.size else \
+            np.zeros(n_tails + 1, np.int64)
+        pair_first = np.searchsorted(pairs[:, 0], np.arange(n_tails + 1))
+        return cls(p, pairs[p, 1], t[ti], d[di], t[ti] * d[di], (p * t.size + ti) * d.size + di,
+                   tail_start, pairs[:, 1], pair_first)
+
+
+
+@dataclass(frozen=True)
 class _Problem:
     """Everything the bisection needs, built once: tails, stage candidates (pairs) and, for
     every (pair, t, d), the staircase of its TMPC knapsack."""
@@ -354,6 +394,7 @@ class _Problem:
     seg_time: np.ndarray  # staircase points, all (pair, t, d) segments concatenated
     seg_y: np.ndarray
     seg_start: np.ndarray  # (P*T*D,) start of each segment
+    moves: _Moves
 
     @classmethod
     def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
@@ -372,8 +413,9 @@ class _Problem:
         ij = np.array(pairs, dtype=np.int64).reshape(-1, 2)
         members = inside[ij[:, 0]] & ~inside[ij[:, 1]]  # (P, n) each stage's nodes
         seg_time, seg_y, seg_start = _all_staircases(graph, members, arrays, ds, s_max)
+        moves = _Moves.build(ij, len(ts), graph.degrees, ds, k, s_max)
         return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
-                   seg_time, seg_y, seg_start)
+                   seg_time, seg_y, seg_start, moves)
 
     def candidate_times(self) -> np.ndarray:
         finite = self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)]
@@ -386,14 +428,49 @@ class _Problem:
         shape = (len(self.pairs), len(self.degrees), len(self.ds))
         return np.minimum(y.reshape(shape) * np.asarray(self.ds), self.s_max)
 
-    def _device_table(self, tau: float) -> np.ndarray:
-        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s."""
-        k_max = self.graph.max_devices
-        bounds = self._bounds(tau).tolist()
+    def device_table(self, tau: float) -> np.ndarray:
+        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s
+        (_NO_DEVICES where more than K)."""
+        bounds = self._bounds(tau).ravel()  # (P*T*D,)
         f = np.full((len(self.tails), self.s_max + 1), _NO_DEVICES, dtype=np.int64)
         f[0, 0] = 0
+        top = bounds.reshape(len(self.pairs), len(self.degrees), -1)  # (P, T, D)
+        # Per (pair, d), degree t serves the suffix sums s above those a smaller (cheaper) t
+        # serves, up to top[p, t, d]: that range is the move's (cells).
+        d = np.asarray(self.ds)
+        below = np.maximum.accumulate(np.maximum(top, d - 1), axis=1)  # (P, T, D)
+        covered = np.concatenate([np.broadcast_to(d - 1, (top.shape[0], 1, d.size)),
+                                  below[:, :-1]], axis=1)  # s served by a smaller t
+        length = np.maximum(top - covered, 0)  # (P, T, D)
+        if length.sum() <= CELLS_PER_RANGE * np.count_nonzero(length):
+            self._ranged_table(f, covered, length)
+        else:
+            self._sliced_table(f, bounds.reshape(len(self.pairs), -1).tolist())
+        return f
+
+    def _ranged_table(self, f: np.ndarray, covered: np.ndarray, length: np.ndarray) -> None:
+        """Every (move, s) cell at once, then tail by tail a scatter-min into f."""
+        d = np.asarray(self.ds)  # (D,)
+        t = np.asarray(self.degrees)  # (T,)
+        p, ti, di = np.nonzero(length)  # (E,) in (pair, t, d) order, so grouped by tail
+        n = length[p, ti, di]
+        first = np.cumsum(n) - n  # (E,) first cell of each move
+        s_cell = np.arange(first[-1] + n[-1] if n.size else 0) + np.repeat(
+            covered[p, ti, di] + 1 - first, n)  # (L,) suffix sum s of each cell
+        source = s_cell + np.repeat(self.moves.pair_sub_tail[p] * (self.s_max + 1) - d[di], n)
+        devices = np.repeat(t[ti] * d[di], n)  # (L,)
+        tail_first = np.searchsorted(p, self.moves.pair_first)  # (tails + 1,) by move
+        cell_first = np.append(first, s_cell.size)[tail_first]  # (tails + 1,) by cell
+        flat = f.reshape(-1)  # f[j, s - d] is flat[j * (S+1) + s - d]
+        for i in range(1, len(self.tails)):
+            lo, hi = cell_first[i], cell_first[i + 1]
+            if lo < hi:
+                np.minimum.at(f[i], s_cell[lo:hi], flat[source[lo:hi]] + devices[lo:hi])
+
+    def _sliced_table(self, f: np.ndarray, bounds: list[list[int]]) -> None:
+        """Large tables: per (pair, d), each t over the range of s it is the cheapest for."""
+        k_max, n_d = self.graph.max_devices, len(self.ds)
         f_min = [0] + [_NO_DEVICES] * (len(self.tails) - 1)
-        ds = self.ds
         for i in range(1, len(self.tails)):
             best = f[i]
             for p, j in self.pairs_of[i]:
@@ -402,48 +479,43 @@ class _Problem:
                     continue
                 fj = f[j]
                 bp = bounds[p]
-                for di, d in enumerate(ds):
+                for di, d in enumerate(self.ds):
                     prev = d - 1  # s covered so far for this (pair, d)
                     for ti, t in enumerate(self.degrees):
-                        hi = bp[ti][di]
-                        if hi <= prev:
+                        top = bp[ti * n_d + di]
+                        if top <= prev:
                             continue
                         cost = t * d
                         if base + cost > k_max:
                             break
-                        np.minimum(best[prev + 1: hi + 1], fj[prev + 1 - d: hi + 1 - d] + cost,
-                                   out=best[prev + 1: hi + 1])
-                        prev = hi
+                        np.minimum(best[prev + 1: top + 1], fj[prev + 1 - d: top + 1 - d] + cost,
+                                   out=best[prev + 1: top + 1])
+                        prev = top
             f_min[i] = int(best.min())
-        return f
 
-    def fits(self, tau: float) -> bool:
-        return int(self._device_table(tau)[-1].min()) <= self.graph.max_devices
+    def fits(self, table: np.ndarray) -> bool:
+        return int(table[-1].min()) <= self.graph.max_devices
 
-    def reconstruct(self, tau: float) -> tuple[PiperStage, ...]:
-        f = self._device_table(tau)
-        bounds = self._bounds(tau)
-        k_max = self.graph.max_devices
+    def reconstruct(self, tau: float, f: np.ndarray) -> tuple[PiperStage, ...]:
+        """The plan behind device_table(tau) = f, first stage first."""
+        bounds = self._bounds(tau).ravel()
+        mv, k_max = self.moves, self.graph.max_devices
         i = len(self.tails) - 1
         s = int(np.argmin(f[i]))
         assert f[i, s] <= k_max
         stages = []
         while i != 0:
-            step = self._find_step(f, bounds, i, s)
-            assert step is not None, "DP table has no predecessor"
-            p, j, t, d = step
-            stages.append(self._make_stage(p, t, d, s, tau))
-            i, s = j, s - d
+            lo, hi = mv.tail_start[i], mv.tail_start[i + 1]
+            d = mv.d[lo:hi]
+            prior = f[mv.sub_tail[lo:hi], np.maximum(s - d, 0)] + mv.cost[lo:hi]  # (M_i,)
+            ok = (d <= s) & (s <= bounds[mv.segment[lo:hi]]) & (prior == f[i, s])
+            assert ok.any(), "DP table has no predecessor"
+            m = lo + int(np.argmax(ok))  # the first in (pair, t, d) order
+            p, j, t, d_m = (int(mv.pair[m]), int(mv.sub_tail[m]), int(mv.t[m]), int(mv.d[m]))
+            stages.append(self._make_stage(p, t, d_m, s, tau))
+            i, s = j, s - d_m
         assert s == 0
         return tuple(stages)
-
-    def _find_step(self, f, bounds, i, s):
-        for p, j in self.pairs_of[i]:
-            for ti, t in enumerate(self.degrees):
-                for di, d in enumerate(self.ds):
-                    if d <= s <= bounds[p, ti, di] and f[j, s - d] + t * d == f[i, s]:
-                        return p, j, t, d
-        return None
 
     def _make_stage(self, p: int, t: int, d: int, s: int, tau: float) -> PiperStage:
         g = self.graph
@@ -540,9 +612,15 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
     fstep = step[:, fr, fv]  # (4, F)
     # Groups: free nodes of one stage with the same (w, a, b) change, as in _enumerate_choices.
-    keys, group = np.unique(np.column_stack([fr, fstep[1:].T]), axis=0, return_inverse=True)
-    group = group.ravel()
-    g_row = keys[:, 0].astype(np.int64)  # (G,)
+    by_key = np.lexsort((fstep[3], fstep[2], fstep[1], fr))  # by (row, w, a, b)
+    new_key = np.ones(fr.size, dtype=bool)
+    new_key[1:] = (fr[by_key][1:] != fr[by_key][:-1]) | (
+        fstep[1:, by_key][:, 1:] != fstep[1:, by_key][:, :-1]).any(axis=0)
+    group = np.empty(fr.size, dtype=np.int64)  # (F,) group ids in (row, w, a, b) order
+    group[by_key] = np.cumsum(new_key) - 1
+    heads = by_key[new_key]  # (G,) one member per group
+    keys = np.column_stack([fr[heads], fstep[1:, heads].T])  # (G, 4) row, w, a, b change
+    g_row = fr[heads]  # (G,)
     sizes = np.bincount(group, minlength=g_row.size)
     log_count = np.bincount(g_row, np.log(sizes + 1.0), minlength=n_rows)  # (R,)
     exact = log_count <= math.log(MAX_EXACT_CANDIDATES) + 1e-9
@@ -573,6 +651,8 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         sums = sums + np.where(expand, np.stack([prefix[gi, count], *(count * keys[gi, 1:].T)]),
                                0.0)
         g_first = g_first + expand
+    if exact.all():
+        return row, *sums
     parts = [(row, sums)]
     for r in np.flatnonzero(~exact):
         cand = stage_candidates(arr, graph, members[r])
