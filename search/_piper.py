@@ -588,29 +588,26 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     n_rows, n = members.shape
     src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
     c = np.asarray(graph.edge_bytes, float)
-    n_e = src.size
-    into = np.zeros((n_e, n))  # (E, n) edge e enters node v
-    into[np.arange(n_e), dst] = 1.0
-    out_of = np.zeros((n_e, n))
-    out_of[np.arange(n_e), src] = 1.0
-    cut_in = (members[:, dst] & ~members[:, src]).astype(float)  # (R, E)
-    cut_out = (members[:, src] & ~members[:, dst]).astype(float)
-    edge = np.stack([
-        cut_in @ (into * CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[:, None])
-        + cut_out @ (out_of * CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[:, None])
-        for slot in range(2)], axis=-1)  # (R, n, 2) cut-edge bytes per node and option
-    x = arr.time_s[None] + edge / graph.bandwidth_Bps  # (R, n, 2)
-    q = np.stack(np.broadcast_arrays(x, arr.param_bytes[None], arr.mem_a_bytes[None],
-                                     arr.mem_b_bytes[None]))  # (4, R, n, 2)
-    delta = q[..., 1] - q[..., 0]  # (4, R, n)
-    option0_no_worse = (delta >= 0).all(axis=0)
-    option1_no_worse = (delta <= 0).all(axis=0)
+    edge = np.zeros((n_rows, n, 2))  # (R, n, 2) cut-edge bytes per stage, node and option
+    for cut, end, sync in ((members[:, dst] & ~members[:, src], dst, arr.sync_in_bytes),
+                           (members[:, src] & ~members[:, dst], src, arr.sync_out_bytes)):
+        r, e = np.nonzero(cut)  # cut edges of every stage
+        np.add.at(edge, (r, end[e]), CUT_EDGE_CROSSINGS * (c[e, None] + sync[e]))
+    x = arr.time_s[None] + edge / graph.bandwidth_Bps  # (R, n, 2) X per node and option
+    wab = np.stack([arr.param_bytes, arr.mem_a_bytes, arr.mem_b_bytes])  # (3, n, 2) w, a, b
+    dx = x[..., 1] - x[..., 0]  # (R, n)
+    dwab = wab[..., 1] - wab[..., 0]  # (3, n)
+    option0_no_worse = (dx >= 0) & (dwab >= 0).all(axis=0)
+    option1_no_worse = (dx <= 0) & (dwab <= 0).all(axis=0)
     free = ~(option0_no_worse | option1_no_worse) & members  # (R, n)
-    start = np.where(free, delta[0] < 0, ~option0_no_worse)  # (R, n) bool: option 1
-    totals = np.where(members, np.where(start, q[..., 1], q[..., 0]), 0.0).sum(axis=2)  # (4, R)
-    step = delta * np.where(start, -1.0, 1.0)  # (4, R, n): change when switching
+    start = np.where(free, dx < 0, ~option0_no_worse)  # (R, n) bool: option 1
+    totals = np.concatenate([
+        np.where(members, np.where(start, x[..., 1], x[..., 0]), 0.0).sum(axis=1)[None],
+        np.where(members & start, wab[:, None, :, 1], np.where(members, wab[:, None, :, 0], 0.0))
+        .sum(axis=2)])  # (4, R) X, w, a, b with every node at its start option
     fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
-    fstep = step[:, fr, fv]  # (4, F)
+    sign = np.where(start[fr, fv], -1.0, 1.0)
+    fstep = np.concatenate([(dx[fr, fv] * sign)[None], dwab[:, fv] * sign])  # (4, F) switching
     # Groups: free nodes of one stage with the same (w, a, b) change, as in _enumerate_choices.
     by_key = np.lexsort((fstep[3], fstep[2], fstep[1], fr))  # by (row, w, a, b)
     new_key = np.ones(fr.size, dtype=bool)
@@ -648,8 +645,8 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         count = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)  # (C,)
         count = np.where(expand, count, 0)
         gi = np.where(expand, g, 0)
-        sums = sums + np.where(expand, np.stack([prefix[gi, count], *(count * keys[gi, 1:].T)]),
-                               0.0)
+        sums[0] += prefix[gi, count]  # count is 0 (and so is the change) where not expanding
+        sums[1:] += count * keys[gi, 1:].T
         g_first = g_first + expand
     if exact.all():
         return row, *sums
@@ -681,7 +678,7 @@ def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
     out = []
     r1 = row[one_order]
     x1, w1, y1 = x[one_order], w[one_order], y[one_order]
-    order = np.lexsort((-y1, x1, r1))
+    order = np.lexsort((x1, r1))  # ties in X: whichever y first, the staircase is the same
     r1, x1, w1, y1 = r1[order], x1[order], w1[order], y1[order]
     keep = _pareto(r1, y1, y_span)
     r1, x1, w1, y1 = r1[keep], x1[keep], w1[keep], y1[keep]
