@@ -418,8 +418,10 @@ class _Problem:
                    seg_time, seg_y, seg_start, moves)
 
     def candidate_times(self) -> np.ndarray:
-        finite = self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)]
-        return np.unique(finite)
+        finite = np.sort(self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)])
+        distinct = np.ones(finite.size, dtype=bool)
+        distinct[1:] = finite[1:] != finite[:-1]
+        return finite[distinct]  # np.unique, without its first-call cost
 
     def _bounds(self, tau: float) -> np.ndarray:
         """(P, T, D) largest allowed suffix sum s for each stage choice at threshold tau."""
@@ -588,11 +590,16 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     n_rows, n = members.shape
     src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
     c = np.asarray(graph.edge_bytes, float)
-    edge = np.zeros((n_rows, n, 2))  # (R, n, 2) cut-edge bytes per stage, node and option
+    # Cut-edge bytes per (stage, node, option): the stage's crossing edges summed at the node
+    # inside it, in edge order (np.bincount over flat (row, node, option) indices).
+    cells = []
     for cut, end, sync in ((members[:, dst] & ~members[:, src], dst, arr.sync_in_bytes),
                            (members[:, src] & ~members[:, dst], src, arr.sync_out_bytes)):
         r, e = np.nonzero(cut)  # cut edges of every stage
-        np.add.at(edge, (r, end[e]), CUT_EDGE_CROSSINGS * (c[e, None] + sync[e]))
+        cells.append(((r * n + end[e]) * 2)[:, None] + np.arange(2))
+        cells.append(CUT_EDGE_CROSSINGS * (c[e, None] + sync[e]))
+    edge = np.bincount(np.concatenate(cells[0::2]).ravel(), np.concatenate(cells[1::2]).ravel(),
+                       minlength=n_rows * n * 2).reshape(n_rows, n, 2)
     x = arr.time_s[None] + edge / graph.bandwidth_Bps  # (R, n, 2) X per node and option
     wab = np.stack([arr.param_bytes, arr.mem_a_bytes, arr.mem_b_bytes])  # (3, n, 2) w, a, b
     dx = x[..., 1] - x[..., 0]  # (R, n)
@@ -606,26 +613,30 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         np.where(members & start, wab[:, None, :, 1], np.where(members, wab[:, None, :, 0], 0.0))
         .sum(axis=2)])  # (4, R) X, w, a, b with every node at its start option
     fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
-    sign = np.where(start[fr, fv], -1.0, 1.0)
-    fstep = np.concatenate([(dx[fr, fv] * sign)[None], dwab[:, fv] * sign])  # (4, F) switching
+    fstart = start[fr, fv]
+    sign = np.where(fstart, -1.0, 1.0)
     # Groups: free nodes of one stage with the same (w, a, b) change, as in _enumerate_choices.
-    by_key = np.lexsort((fstep[3], fstep[2], fstep[1], fr))  # by (row, w, a, b)
-    new_key = np.ones(fr.size, dtype=bool)
-    new_key[1:] = (fr[by_key][1:] != fr[by_key][:-1]) | (
-        fstep[1:, by_key][:, 1:] != fstep[1:, by_key][:, :-1]).any(axis=0)
-    group = np.empty(fr.size, dtype=np.int64)  # (F,) group ids in (row, w, a, b) order
-    group[by_key] = np.cumsum(new_key) - 1
-    heads = by_key[new_key]  # (G,) one member per group
-    keys = np.column_stack([fr[heads], fstep[1:, heads].T])  # (G, 4) row, w, a, b change
-    g_row = fr[heads]  # (G,)
+    # That change is one of 2n vectors (node, start option): number them in (w, a, b) order.
+    change = [tuple(dwab[:, v] * sgn) for v in range(n) for sgn in (1.0, -1.0)]
+    distinct = sorted(set(change))
+    class_id = {key: k for k, key in enumerate(distinct)}
+    change_class = np.array([class_id[key] for key in change]).reshape(n, 2)  # (n, start)
+    key = fr * len(distinct) + change_class[fv, fstart.astype(int)]  # (F,) (row, class)
+    used = np.zeros(n_rows * len(distinct), dtype=bool)
+    used[key] = True
+    group = (np.cumsum(used) - 1)[key]  # (F,) group ids in (row, w, a, b) order
+    g_key = np.flatnonzero(used)  # (G,)
+    g_row = g_key // len(distinct)
+    g_change = np.array(distinct).reshape(-1, 3)[g_key % len(distinct)].T  # (3, G) w, a, b
+    g_time = dx[fr, fv] * sign  # (F,) time added by switching
     sizes = np.bincount(group, minlength=g_row.size)
     log_count = np.bincount(g_row, np.log(sizes + 1.0), minlength=n_rows)  # (R,)
     exact = log_count <= math.log(MAX_EXACT_CANDIDATES) + 1e-9
     # Per group, the time added by switching its k cheapest members, k = 0 .. size.
-    by_time = np.lexsort((fv, fstep[0], group))
+    by_time = np.lexsort((fv, g_time, group))
     rank = np.arange(group.size) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[group[by_time]]
     prefix = np.zeros((g_row.size, int(sizes.max(initial=0)) + 1))  # (G, 1 + largest group)
-    prefix[group[by_time], rank + 1] = fstep[0, by_time]
+    prefix[group[by_time], rank + 1] = g_time[by_time]
     prefix = np.cumsum(prefix, axis=1)
     # Enumerate every count per group (the last group of a stage varying fastest).
     g_exact = np.flatnonzero(exact[g_row])
@@ -646,7 +657,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         count = np.where(expand, count, 0)
         gi = np.where(expand, g, 0)
         sums[0] += prefix[gi, count]  # count is 0 (and so is the change) where not expanding
-        sums[1:] += count * keys[gi, 1:].T
+        sums[1:] += g_change[:, gi] * count
         g_first = g_first + expand
     if exact.all():
         return row, *sums
@@ -678,7 +689,13 @@ def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
     out = []
     r1 = row[one_order]
     x1, w1, y1 = x[one_order], w[one_order], y[one_order]
-    order = np.lexsort((x1, r1))  # ties in X: whichever y first, the staircase is the same
+    # Sort each stage's candidates by X (ties: whichever y first, the staircase is the same).
+    # Stages with one group of switchable nodes come sorted already: sort only the others.
+    order = np.arange(r1.size)
+    unsorted = np.zeros(seg_base.size, dtype=bool)
+    unsorted[r1[1:][(r1[1:] == r1[:-1]) & (x1[1:] < x1[:-1])]] = True
+    redo = np.flatnonzero(unsorted[r1])  # whole stages, in row order
+    order[redo] = redo[np.lexsort((x1[redo], r1[redo]))]
     r1, x1, w1, y1 = r1[order], x1[order], w1[order], y1[order]
     keep = _pareto(r1, y1, y_span)
     r1, x1, w1, y1 = r1[keep], x1[keep], w1[keep], y1[keep]
