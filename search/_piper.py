@@ -109,10 +109,7 @@ def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan
     taus = problem.candidate_times()
     if taus.size == 0:
         return PiperPlan(math.inf, ())
-    table = problem.device_table(taus[-1])
-    if not problem.fits(table):
-        return PiperPlan(math.inf, ())
-    lo, hi = 0, taus.size - 1  # invariant: taus[hi] fits, with device table `table`
+    lo, hi, table = 0, taus.size, None  # taus[hi] fits (device table `table`); hi = size: none
     while lo < hi:
         mid = (lo + hi) // 2
         trial = problem.device_table(taus[mid])
@@ -120,6 +117,8 @@ def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan
             hi, table = mid, trial
         else:
             lo = mid + 1
+    if table is None:
+        return PiperPlan(math.inf, ())
     stages = problem.reconstruct(taus[hi], table)
     plan_time = max(s.time_per_sample_s for s in stages)
     assert plan_time <= taus[hi] * (1 + TIME_RTOL), (plan_time, taus[hi])
@@ -412,7 +411,10 @@ class _Problem:
         inside = _membership(ts, len(graph.nodes))  # (tails, n)
         ij = np.array(pairs, dtype=np.int64).reshape(-1, 2)
         members = inside[ij[:, 0]] & ~inside[ij[:, 1]]  # (P, n) each stage's nodes
-        seg_time, seg_y, seg_start = _all_staircases(graph, members, arrays, ds, s_max)
+        # A stage with nodes before it (tail i not everything) or after it (sub-tail j not
+        # empty) leaves devices to at least one more stage on each such side.
+        others = (ij[:, 0] != len(ts) - 1).astype(int) + (ij[:, 1] != 0)  # (P,)
+        seg_time, seg_y, seg_start = _all_staircases(graph, members, others, arrays, ds, s_max)
         moves = _Moves.build(ij, len(ts), graph.degrees, ds, k, s_max)
         return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
                    seg_time, seg_y, seg_start, moves)
@@ -440,7 +442,9 @@ class _Problem:
         # Per (pair, d), degree t serves the suffix sums s above those a smaller (cheaper) t
         # serves, up to top[p, t, d]: that range is the move's (cells).
         d = np.asarray(self.ds)
-        below = np.maximum.accumulate(np.maximum(top, d - 1), axis=1)  # (P, T, D)
+        below = np.maximum(top, d - 1)  # (P, T, D), then the running max over t
+        for k in range(1, below.shape[1]):
+            np.maximum(below[:, k - 1], below[:, k], out=below[:, k])
         covered = np.concatenate([np.broadcast_to(d - 1, (top.shape[0], 1, d.size)),
                                   below[:, :-1]], axis=1)  # s served by a smaller t
         length = np.maximum(top - covered, 0)  # (P, T, D)
@@ -553,11 +557,12 @@ def _membership(tail_masks: list[int], n: int) -> np.ndarray:
     return bits.reshape(len(tail_masks), n)
 
 
-def _all_staircases(graph: PiperGraph, members: np.ndarray, arrays: dict[int, DegreeArrays],
-                    ds_tuple: tuple[int, ...], s_max: int):
+def _all_staircases(graph: PiperGraph, members: np.ndarray, others: np.ndarray,
+                    arrays: dict[int, DegreeArrays], ds_tuple: tuple[int, ...], s_max: int):
     """Staircase points of every (pair, t, d) segment, segments in that nesting order, and the
     start of each segment; within a segment the points are in no particular order. A segment
-    that cannot run has one point (inf, y=0). members is (P, n): each stage's nodes.
+    that cannot run has one point (inf, y=0). members is (P, n): each stage's nodes; others
+    (P,): how many other stages a plan with it has at least (each takes a device).
 
     Every stage candidate is handled at once per t (whole arrays, no loop over stages)."""
     ds = np.asarray(ds_tuple)
@@ -565,12 +570,12 @@ def _all_staircases(graph: PiperGraph, members: np.ndarray, arrays: dict[int, De
     y_cap = -(-s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
     segs, times, ys = [], [], []
     for ti, (t, arr) in enumerate(sorted(arrays.items())):
-        usable = ds * t <= graph.max_devices  # (D,)
-        runs = ~(members & ~arr.available).any(axis=1) & usable.any()  # (P,)
+        usable = ds[None, :] * t <= graph.max_devices - others[:, None]  # (P, D)
+        runs = ~(members & ~arr.available).any(axis=1) & usable.any(axis=1)  # (P,)
         rows = np.flatnonzero(runs)
         seg_base = (rows * n_t + ti) * n_d  # (R,) first segment of each running stage
         cand_row, x, w, a, b = _batch_candidates(arr, graph, members[rows])
-        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable, y_cap,
+        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap,
                                            graph)
         idle = ((np.flatnonzero(~runs) * n_t + ti) * n_d)[:, None] + np.arange(n_d)  # (I, D)
         segs += [seg, idle.ravel()]
@@ -610,8 +615,8 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     start = np.where(free, dx < 0, ~option0_no_worse)  # (R, n) bool: option 1
     totals = np.concatenate([
         np.where(members, np.where(start, x[..., 1], x[..., 0]), 0.0).sum(axis=1)[None],
-        np.where(members & start, wab[:, None, :, 1], np.where(members, wab[:, None, :, 0], 0.0))
-        .sum(axis=2)])  # (4, R) X, w, a, b with every node at its start option
+        (members @ wab[..., 0].T + (members & start) @ dwab.T).T,
+    ])  # (4, R) X, w, a, b with every node at its start option
     fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
     fstart = start[fr, fv]
     sign = np.where(fstart, -1.0, 1.0)
@@ -657,7 +662,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         count = np.where(expand, count, 0)
         gi = np.where(expand, g, 0)
         sums[0] += prefix[gi, count]  # count is 0 (and so is the change) where not expanding
-        sums[1:] += g_change[:, gi] * count
+        sums[1:] += np.take(g_change, gi, axis=1) * count
         g_first = g_first + expand
     if exact.all():
         return row, *sums
@@ -704,16 +709,16 @@ def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
     y_prev = np.zeros_like(y1)
     y_prev[1:] = y1[:-1]
     # Capping y at y_cap[d] keeps the prefix up to the first point that reaches the cap.
-    keep_d = first[:, None] | (usable[None, :] & (y_prev[:, None] < y_cap[None, :]))  # (K, D)
+    keep_d = first[:, None] | (usable[r1] & (y_prev[:, None] < y_cap[None, :]))  # (K, D)
     time_d = stage_time_s(x1[:, None], w1[:, None], ds[None, :], graph)  # (K, D)
-    y_d = np.minimum(y1[:, None], y_cap[None, :]) * usable[None, :]
+    y_d = np.minimum(y1[:, None], y_cap[None, :]) * usable[r1]
     seg_d = seg_base[r1][:, None] + np.arange(n_d)[None, :]
     out.append((seg_d[keep_d], time_d[keep_d], y_d[keep_d]))
     if not one_order.all():
         many = ~one_order
         r2 = row[many]
         time_d = stage_time_s(x[many][:, None], w[many][:, None], ds[None, :], graph)  # (C2, D)
-        y_d = np.minimum(y[many][:, None], y_cap[None, :]) * usable[None, :]
+        y_d = np.minimum(y[many][:, None], y_cap[None, :]) * usable[r2]
         seg_d = seg_base[r2][:, None] + np.arange(n_d)[None, :]
         seg_d, time_d, y_d = seg_d.ravel(), time_d.ravel(), y_d.ravel()
         order = np.lexsort((-y_d, time_d, seg_d))
