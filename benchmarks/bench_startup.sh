@@ -11,7 +11,9 @@
 # BEFORE_COMMIT's tree is exported (git archive) to a temporary folder; the working tree is
 # "after". Each of RUNS rounds runs, alternating before and after, `python3 -m cli --help` and
 # one `python3 -m cli evaluate ...`, timed by /usr/bin/time (wall and user+sys CPU seconds).
-# Prints the median of each, and `python3 -c pass` for the interpreter's own start-up.
+# Prints the median of each, `python3 -c pass` for the interpreter's own start-up and
+# `python3 -c 'import numpy'` for numpy's (evaluate needs numpy), and the load average before and
+# after (the machine may be shared).
 set -euo pipefail
 before=${1:?usage: $0 BEFORE_COMMIT [RUNS]}
 runs=${2:-15}
@@ -35,14 +37,17 @@ one() {  # label dir args...
 for dir in "$old" "$here"; do  # warm-up (writes the bytecode cache when cached)
     (cd "$dir" && python3 -m cli --help >/dev/null && python3 -m cli "${EVAL[@]}" >/dev/null)
 done
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq "$runs"); do
     one "python-pass" "$here" python3 -c pass
+    one "python-numpy" "$here" python3 -c "import numpy"
     for side in before after; do
         dir=$here; [ "$side" = before ] && dir=$old
         one "$side-help" "$dir" python3 -m cli --help
         one "$side-evaluate" "$dir" python3 -m cli "${EVAL[@]}"
     done
 done
+echo "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$out" "$runs" <<'PY'
 import statistics, sys
 rows = {}
@@ -51,7 +56,7 @@ for line in open(sys.argv[1]):
     rows.setdefault(label, []).append((float(wall), float(user) + float(sys_)))
 print(f"| command | median wall s | median CPU s (user+sys) | runs |")
 print("| --- | ---: | ---: | ---: |")
-for label in ("python-pass", "before-help", "after-help", "before-evaluate", "after-evaluate"):
+for label in ("python-pass", "python-numpy", "before-help", "after-help", "before-evaluate", "after-evaluate"):
     r = rows[label]
     print(f"| {label} | {statistics.median(w for w, _ in r):.3f} | {statistics.median(c for _, c in r):.3f} | {len(r)} |")
 PY
