@@ -288,7 +288,7 @@ def test_greedy_knapsack_fallback_stays_feasible(seed, monkeypatch):
 def _envelope(times, ys) -> list[tuple[float, int]]:
     """A staircase as the points where its largest fitting y rises (y > 0), time ascending."""
     out, best = [], 0
-    for time_s, y in sorted(zip(times, ys), key=lambda p: (p[0], -p[1])):
+    for time_s, y in sorted(zip(times, ys, strict=True), key=lambda p: (p[0], -p[1])):
         if y > best and np.isfinite(time_s):
             out.append((float(time_s), int(y)))
             best = y
@@ -300,7 +300,7 @@ def _per_stage_staircases(problem) -> list[list[tuple[float, int]]]:
     g = problem.graph
     ds = np.asarray(problem.ds)
     out = []
-    for p, (i, j) in enumerate(problem.pairs):
+    for i, j in problem.pairs:
         in_stage = piper_module._stage_mask(problem.tails, (i, j), len(g.nodes))
         others = int(i != len(problem.tails) - 1) + int(j != 0)  # stages before / after it
         for t in problem.degrees:
