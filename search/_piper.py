@@ -28,6 +28,10 @@ How it is solved (the recurrence of Piper's algo.cpp, reorganised for numpy):
   staircase times; for a given tau, f[tail][s] = fewest devices to run the tail with suffix
   sum of d equal to s, and a stage (t, d) is allowed where s <= d * ymax_tau(t, d). This has
   one table dimension fewer than Piper's dp[ideal][k][s] and is vectorised over s.
+- Whole arrays throughout: the staircases of every stage candidate are built together, one t
+  at a time (_all_staircases; stage_candidates, one stage at a time, is the reference the tests
+  hold it to and what rebuilds the chosen stages), and the device-count DP handles every
+  (move, s) cell of a threshold at once where moves cover few s (_Problem.device_table).
 """
 
 from __future__ import annotations
@@ -376,7 +380,6 @@ class _Moves:
                    tail_start, pairs[:, 1], pair_first)
 
 
-
 @dataclass(frozen=True)
 class _Problem:
     """Everything the bisection needs, built once: tails, stage candidates (pairs) and, for
@@ -433,8 +436,8 @@ class _Problem:
         return np.minimum(y.reshape(shape) * np.asarray(self.ds), self.s_max)
 
     def device_table(self, tau: float) -> np.ndarray:
-        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s
-        (_NO_DEVICES where more than K)."""
+        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s;
+        any value above K means "not within K devices" (_NO_DEVICES, or a sum built on it)."""
         bounds = self._bounds(tau).ravel()  # (P*T*D,)
         f = np.full((len(self.tails), self.s_max + 1), _NO_DEVICES, dtype=np.int64)
         f[0, 0] = 0
