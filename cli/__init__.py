@@ -16,30 +16,32 @@ import sys
 
 from costmodel import InputError
 
-# Subcommand modules, in the order they appear in --help.
-COMMAND_MODULES = (
-    "cli._cmd_evaluate",
-    "cli._cmd_export",
-    "cli._cmd_rank",
-    "cli._cmd_validate",
-    "cli._cmd_bench",
-    "cli._cmd_schedule",
-    "cli._cmd_schedule_experiments",
-    "cli._cmd_search",
-    "cli._cmd_sweep",
-    "cli._cmd_show",
-    "cli._cmd_plot",
-    "cli._cmd_replan",
+# Every command: its name, the module that registers it, and its line in --help (the module's
+# parser takes it from here), in --help's order. `plansweep --help` lists these without importing
+# any command module (tests/test_cli_startup.py holds that listing equal to the full parser's).
+COMMANDS = (
+    ("evaluate", "cli._cmd_evaluate", "time and memory of one strategy, broken down"),
+    ("export", "cli._cmd_export", "a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config"),
+    ("rank", "cli._cmd_rank", "rank a default strategy space in one process"),
+    ("validate", "cli._cmd_validate", "predicted vs measured speed (and memory) of real runs"),
+    ("calibrate", "cli._cmd_validate", "fit a GPU type's efficiency constants to measured runs"),
+    ("bench", "cli._cmd_bench", "strategies per second: vectorised core vs scalar reference"),
+    ("schedule", "cli._cmd_schedule", "simulate and draw one pipeline schedule"),
+    ("schedule-experiments", "cli._cmd_schedule_experiments",
+     "compare GPipe, 1F1B, interleaved 1F1B, Hanayo and ZB-H1 on synthetic stage times (Parquet + PNG)"),
+    ("search", "cli._cmd_search", "search for the best plan with one searcher"),
+    ("sweep", "cli._cmd_sweep", "grid sweep of a strategy space on Ray, into a run directory"),
+    ("resume", "cli._cmd_sweep", "continue a sweep or search from its run directory"),
+    ("show", "cli._cmd_show", "print the best strategies of a run directory"),
+    ("plot", "cli._cmd_plot", "draw PNG figures of a run directory"),
+    ("replan", "cli._cmd_replan", "the best plan on the nodes left after failures, per policy"),
 )
+# Subcommand modules, in the order they appear in --help.
+COMMAND_MODULES = tuple(dict.fromkeys(module for _, module, _ in COMMANDS))
 # Which module registers each command: a command line naming one imports that module only
 # (tests/test_cli_startup.py checks this table against the parsers the modules register).
-COMMAND_OF = {
-    "evaluate": "cli._cmd_evaluate", "export": "cli._cmd_export", "rank": "cli._cmd_rank",
-    "validate": "cli._cmd_validate", "calibrate": "cli._cmd_validate", "bench": "cli._cmd_bench",
-    "schedule": "cli._cmd_schedule", "schedule-experiments": "cli._cmd_schedule_experiments",
-    "search": "cli._cmd_search", "sweep": "cli._cmd_sweep", "resume": "cli._cmd_sweep", "show": "cli._cmd_show",
-    "plot": "cli._cmd_plot", "replan": "cli._cmd_replan",
-}
+COMMAND_OF = {name: module for name, module, _ in COMMANDS}
+COMMAND_HELP = {name: line for name, _, line in COMMANDS}
 
 
 def print_json(value) -> None:
@@ -57,23 +59,42 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with ``command`` (a name in COMMAND_OF) only the module that
-    registers it is imported (the others' commands are then absent from this parser)."""
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = _Parser(
         prog="plansweep",
         description="Find the fastest way to split training of a large model over a GPU cluster.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    return parser, sub
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command`` (a name in COMMAND_OF) only the module that
+    registers it is imported (the others' commands are then absent from this parser)."""
+    parser, sub = _top_parser()
     for name in COMMAND_MODULES if command is None else (COMMAND_OF[command],):
         importlib.import_module(name).register(sub)
     return parser
 
 
+def commands_parser() -> argparse.ArgumentParser:
+    """The command level only (each command's name and help line, none of its arguments), built
+    without importing any command module: what `plansweep --help` and a command line naming no
+    command need. Its --help and errors are the full parser's."""
+    parser, sub = _top_parser()
+    for name, _, line in COMMANDS:
+        sub.add_parser(name, help=line)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
-    parser = build_parser(words[0] if words and words[0] in COMMAND_OF else None)
+    if words and words[0] in COMMAND_OF:
+        parser = build_parser(words[0])
+    else:  # --help, no command or an unknown one: the command level answers (and exits)
+        commands_parser().parse_args(words)
+        parser = build_parser()  # reached only by odd lines such as `-- evaluate ...`
     args = parser.parse_args(words)
     try:
         code = args.func(args)

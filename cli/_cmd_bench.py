@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset
 from costmodel._reference import evaluate_row
 
@@ -88,7 +88,7 @@ def pipeline_check() -> list[dict]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="strategies per second: vectorised core vs scalar reference")
+    p = sub.add_parser("bench", help=COMMAND_HELP["bench"])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--model", default="gpt3-175b",
                    help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     DEFAULT_FRAMEWORK,
@@ -16,11 +16,8 @@ from costmodel import (
     StrategyTable,
     as_hetero,
     evaluate,
-    evaluate_hetero,
-    format_stage_rows,
     framework_preset,
     plan_goodput,
-    stage_rows,
 )
 from costmodel._evaluate import stage_breakdown
 from costmodel._hetero_strategy import hetero_from_mapping
@@ -61,7 +58,7 @@ def framework_arg(text: str) -> str:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="time and memory of one strategy, broken down")
+    p = sub.add_parser("evaluate", help=COMMAND_HELP["evaluate"])
     add_spec_args(p)
     add_strategy_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -243,6 +240,8 @@ HETERO_REASONS = {
 
 def run_hetero(args, model, cluster, data) -> int:
     """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
+    from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, stage_rows  # hetero only
+
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
                          "heterogeneous cluster", args.strategy)

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_strategy_args, build_strategy, framework_arg
 from cli._export import WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
@@ -25,7 +26,7 @@ STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config",
+    p = sub.add_parser("export", help=COMMAND_HELP["export"],
                        description="Write one plan (evaluate's strategy flags, --strategy FILE, or the N-th best "
                        "row of a run directory) as a launch configuration. A dimension the framework cannot "
                        "express is an error (exit code 2), never dropped.")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 
+from cli import COMMAND_HELP
 from costmodel import InputError
 
 PLOTS_DIR = "plots"  # default output folder inside a local run directory
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot", help="draw PNG figures of a run directory",
+    p = sub.add_parser("plot", help=COMMAND_HELP["plot"],
                        description="Throughput against the data / tensor / pipeline degrees (best over "
                        "the other dimensions); for an MLP run also the grid-search figure: throughput against "
                        "the horizontal degree, a line per micro-batch count, a panel per data-parallel "

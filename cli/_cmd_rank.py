@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, failure_from_args
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_rows, rows_as_dicts
@@ -22,7 +23,7 @@ def default_space(model, cluster, global_batch: int) -> StrategyTable:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("rank", help="rank a default strategy space in one process")
+    p = sub.add_parser("rank", help=COMMAND_HELP["rank"])
     add_spec_args(p)
     p.add_argument("--top", type=int, default=10)
     add_space_args(p)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import HeteroCluster, InputError
@@ -13,7 +14,7 @@ from search import POLICIES, replan
 
 
 def register(sub) -> None:
-    p = sub.add_parser("replan", help="the best plan on the nodes left after failures, per policy")
+    p = sub.add_parser("replan", help=COMMAND_HELP["replan"])
     add_spec_args(p)
     add_strategy_args(p)
     p.add_argument("--lost", default="1-16", help="nodes lost: a range A-B or a list (default 1-16; negative: gained)")

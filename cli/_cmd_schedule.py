@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
@@ -22,7 +22,7 @@ _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "schedule",
-        help="simulate and draw one pipeline schedule",
+        help=COMMAND_HELP["schedule"],
         description="Simulate one pipeline schedule: total time, bubble ratio, busy time and "
         "peak activations per device, a text timeline, optionally a Chrome trace.",
     )

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from cli import COMMAND_HELP
 from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
 
@@ -20,8 +21,7 @@ from costmodel import InputError
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "schedule-experiments",
-        help="compare GPipe, 1F1B, interleaved 1F1B, Hanayo and ZB-H1 on synthetic stage times "
-        "(Parquet + PNG)",
+        help=COMMAND_HELP["schedule-experiments"],
     )
     p.add_argument("--out", required=True, help="folder for the Parquet files and figures")
     p.add_argument(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_spec_args, failure_from_args
 from cli._cmd_rank import add_objective_args, check_objective, goodput_lines, score
 from cli._cmd_show import format_rows, rows_as_dicts
@@ -37,7 +37,7 @@ EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("search", help="search for the best plan with one searcher")
+    parser = subparsers.add_parser("search", help=COMMAND_HELP["search"])
     searchers = parser.add_subparsers(dest="searcher", metavar="SEARCHER")
     searchers.required = True
     for add in SEARCHERS.values():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 import math
+from typing import TYPE_CHECKING
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from cli._specs import number
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ STAGE_COLUMN_HINT = "stage_"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("show", help="print the best strategies of a run directory",
+    p = sub.add_parser("show", help=COMMAND_HELP["show"],
                        description="Read RUN_DIR/results (Parquet) and run.json; print the best "
                        "feasible rows, the row and feasible counts and why the rest are infeasible.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 import os
 import sys
+from typing import TYPE_CHECKING
 
+from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._specs import load_cluster, load_model, number, options_from_args
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cli._space_args import add_space_args
 
     p = sub.add_parser(
-        "sweep", help="grid sweep of a strategy space on Ray, into a run directory",
+        "sweep", help=COMMAND_HELP["sweep"],
         description="Evaluate every strategy of a space on an embedded local Ray (or the cluster at "
         "--address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
         "same arguments, or `plansweep resume OUT`, to continue after a stop.",
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_objective_args(p)
     p.set_defaults(func=run_sweep)
 
-    r = sub.add_parser("resume", help="continue a sweep or search from its run directory",
+    r = sub.add_parser("resume", help=COMMAND_HELP["resume"],
                        description="Continue the run in RUN_DIR from what is on disk (run.json, results, state).")
     r.add_argument("run_dir", metavar="RUN_DIR")
     add_runtime_args(r)

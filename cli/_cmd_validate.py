@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cli import print_json
+from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg
 from costmodel import InputError
 from costmodel._validate import calibrate, read_hardware, read_runs, validate, write_hardware
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="predicted vs measured speed (and memory) of real runs")
+    p = sub.add_parser("validate", help=COMMAND_HELP["validate"])
     p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (schema: README.md, Validation), or a "
                    "published set shipped with plansweep: narayanan2021-table1, korthikanti2022-mfu")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     add_framework_arg(p, "the framework of rows whose framework cell is empty")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_validate)
-    c = sub.add_parser("calibrate", help="fit a GPU type's efficiency constants to measured runs")
+    c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
     c.add_argument("file", metavar="FILE.csv|SET")
     add_framework_arg(c, "the framework of rows whose framework cell is empty")
     c.add_argument("--out", default="hardware.json", help="where to write the constants (default hardware.json)")

@@ -20,8 +20,6 @@ from costmodel import (
 )
 from costmodel._frameworks import framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
-from costmodel._model_files import cluster_from_calculon, is_calculon_system
-from costmodel._validate import read_hardware
 
 
 def read_mapping(path: str, argument: str) -> dict:
@@ -70,6 +68,8 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
     if at or _looks_like_file(word):
         path = at.group(1) if at else word
         data = read_mapping(path, "--cluster")
+        from costmodel._model_files import cluster_from_calculon, is_calculon_system  # files only
+
         if is_calculon_system(data):
             gpus = int(at.group(2)) if at else data.get("num_gpus")
             if gpus is None:
@@ -90,6 +90,8 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
                              + ", or a JSON/YAML file", word) from None
     if not hardware:
         return cluster
+    from costmodel._validate import read_hardware  # with --hardware only
+
     fitted = read_hardware(hardware)
 
     def fit(gpu):

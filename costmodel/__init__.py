@@ -5,47 +5,83 @@
     metrics = evaluate(model, cluster, table)   # one numpy column per metric
 """
 
-from costmodel._errors import InputError
-from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
-from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
-from costmodel._goodput import FailureModel, goodput, plan_goodput
-from costmodel._hardware import (
-    EFFICIENCY,
-    GPU,
-    PRECISIONS,
-    Cluster,
-    Efficiency,
-    cluster_names,
-    cluster_preset,
-    gpu_names,
-    gpu_preset,
-    make_cluster,
-)
-from costmodel._hetero_cluster import (
-    HeteroCluster,
-    Pool,
-    as_hetero,
-    hetero_from_mapping,
-    hetero_names,
-    hetero_preset,
-    hetero_to_mapping,
-    make_hetero,
-    make_pool,
-)
-from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
-from costmodel._hetero_strategy import HeteroTable
-from costmodel._memory import memory_screen
-from costmodel._linear import (
-    H100_SXM5_SEED001,
-    LinearDevice,
-    linear_end_of_batch_s,
-    linear_fwd_bwd_s,
-)
-from costmodel._model_files import from_calculon, from_hf_config, model_from_mapping
-from costmodel._pipeline import PipelineResult, Timeline, simulate
-from costmodel._pipeline_render import chrome_trace, text_timeline
-from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES, StrategyTable, decode, encode
-from costmodel._workloads import MODEL_PRESETS, Transformer, model_preset
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from costmodel._errors import InputError
+    from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
+    from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
+    from costmodel._goodput import FailureModel, goodput, plan_goodput
+    from costmodel._hardware import (
+        EFFICIENCY,
+        GPU,
+        PRECISIONS,
+        Cluster,
+        Efficiency,
+        cluster_names,
+        cluster_preset,
+        gpu_names,
+        gpu_preset,
+        make_cluster,
+    )
+    from costmodel._hetero_cluster import (
+        HeteroCluster,
+        Pool,
+        as_hetero,
+        hetero_from_mapping,
+        hetero_names,
+        hetero_preset,
+        hetero_to_mapping,
+        make_hetero,
+        make_pool,
+    )
+    from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
+    from costmodel._hetero_strategy import HeteroTable
+    from costmodel._linear import (
+        H100_SXM5_SEED001,
+        LinearDevice,
+        linear_end_of_batch_s,
+        linear_fwd_bwd_s,
+    )
+    from costmodel._memory import memory_screen
+    from costmodel._model_files import from_calculon, from_hf_config, model_from_mapping
+    from costmodel._pipeline import PipelineResult, Timeline, simulate
+    from costmodel._pipeline_render import chrome_trace, text_timeline
+    from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES, StrategyTable, decode, encode
+    from costmodel._workloads import MODEL_PRESETS, Transformer, model_preset
+
+# Private module -> the public names it defines. Imported on first use (module __getattr__,
+# PEP 562), so that a command importing one part (the command line's InputError) does not
+# import every module and numpy with it. tests/test_cli_startup.py holds this table equal
+# to the imports above.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "costmodel._errors": ("InputError",),
+    "costmodel._evaluate": ("METRIC_COLUMNS", "REASONS", "Metrics", "evaluate"),
+    "costmodel._frameworks": (
+        "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names",
+        "framework_preset"
+    ),
+    "costmodel._goodput": ("FailureModel", "goodput", "plan_goodput"),
+    "costmodel._hardware": (
+        "EFFICIENCY", "GPU", "PRECISIONS", "Cluster", "Efficiency", "cluster_names",
+        "cluster_preset", "gpu_names", "gpu_preset", "make_cluster"
+    ),
+    "costmodel._hetero_cluster": (
+        "HeteroCluster", "Pool", "as_hetero", "hetero_from_mapping", "hetero_names",
+        "hetero_preset", "hetero_to_mapping", "make_hetero", "make_pool"
+    ),
+    "costmodel._hetero_eval": ("evaluate_hetero", "format_stage_rows", "hetero_stage_breakdown", "stage_rows"),
+    "costmodel._hetero_strategy": ("HeteroTable",),
+    "costmodel._linear": ("H100_SXM5_SEED001", "LinearDevice", "linear_end_of_batch_s", "linear_fwd_bwd_s"),
+    "costmodel._memory": ("memory_screen",),
+    "costmodel._model_files": ("from_calculon", "from_hf_config", "model_from_mapping"),
+    "costmodel._pipeline": ("PipelineResult", "Timeline", "simulate"),
+    "costmodel._pipeline_render": ("chrome_trace", "text_timeline"),
+    "costmodel._strategy": ("COLUMNS", "RECOMPUTE", "SCHEDULES", "StrategyTable", "decode", "encode"),
+    "costmodel._workloads": ("MODEL_PRESETS", "Transformer", "model_preset"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __version__ = "0.1.0"
 # Bumped whenever evaluate() can return different numbers for the same input.
@@ -66,9 +102,25 @@ __all__ = [
 ]
 
 
-def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> Metrics:
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
+
+
+def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> "Metrics":
     """costmodel.evaluate for a StrategyTable, evaluate_hetero for a HeteroTable (the driver
     can call this for either kind of space)."""
+    from costmodel._evaluate import evaluate
+    from costmodel._hetero_eval import evaluate_hetero
+    from costmodel._hetero_strategy import HeteroTable
+
     if isinstance(table, HeteroTable):
         return evaluate_hetero(model, cluster, table, pipeline=pipeline, framework=framework)
     return evaluate(model, cluster, table, pipeline=pipeline, framework=framework)

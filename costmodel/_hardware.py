@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import re
-from importlib import resources
+from pathlib import Path
 
 from costmodel._errors import InputError
 
@@ -161,7 +161,9 @@ _TF = 1e12
 
 
 def _read_presets() -> dict[str, dict[str, str]]:
-    text = resources.files("costmodel").joinpath("data/hardware_presets.csv").read_text()
+    # The package's own data folder (installed unzipped with it: pyproject's package-data), read
+    # by path: importlib.resources would import its zip readers at every start-up.
+    text = (Path(__file__).parent / "data" / "hardware_presets.csv").read_text()
     return {row["name"]: row for row in csv.DictReader(text.splitlines())}
 
 

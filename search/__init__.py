@@ -1,41 +1,75 @@
 """Searchers over strategy spaces (SearchSpace: Space, HeteroSpace): grid, MCMC, TPE, gradient and Piper's
 planner."""
 
-from search._base import Searcher, SearchSpace, objective
-from search._gradient import GradientSearcher
-from search._grid import GridSearcher, RandomSearcher
-from search._hetero_space import HeteroSpace
-from search._mcmc import MCMCSearcher
-from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
-from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
-from search._piper_input import (
-    PiperGraph,
-    PiperNode,
-    Tmpc,
-    load_piper_graph,
-    parse_piper_graph,
-    with_overrides,
-)
-from search._replan import POLICIES, replan
-from search._space import (
-    EXACT_CHOICES,
-    PARTITION_SHIFTS,
-    Dim,
-    Space,
-    default_choices,
-    default_space,
-    exact_space,
-    partition_space,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
+    from search._base import Searcher, SearchSpace, objective
+    from search._gradient import GradientSearcher
+    from search._grid import GridSearcher, RandomSearcher
+    from search._hetero_space import HeteroSpace
+    from search._mcmc import MCMCSearcher
+    from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
+    from search._piper import PiperPlan, PiperStage, evaluate_piper_plan, solve_piper
+    from search._piper_input import (
+        PiperGraph,
+        PiperNode,
+        Tmpc,
+        load_piper_graph,
+        parse_piper_graph,
+        with_overrides,
+    )
+    from search._replan import POLICIES, replan
+    from search._space import (
+        EXACT_CHOICES,
+        PARTITION_SHIFTS,
+        Dim,
+        Space,
+        default_choices,
+        default_space,
+        exact_space,
+        partition_space,
+    )
+    from search._tpe import TPESearcher
+
+# Private module -> the public names it defines. Imported on first use (module __getattr__,
+# PEP 562), so that a command importing one part (the command line's InputError) does not
+# import every module and numpy with it. tests/test_cli_startup.py holds this table equal
+# to the imports above.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "search._base": ("Searcher", "SearchSpace", "objective"),
+    "search._gradient": ("GradientSearcher",),
+    "search._grid": ("GridSearcher", "RandomSearcher"),
+    "search._hetero_space": ("HeteroSpace",),
+    "search._mcmc": ("MCMCSearcher",),
+    "search._options": ("GradientOptions", "GridOptions", "MCMCOptions", "PiperOptions", "TPEOptions"),
+    "search._piper": ("PiperPlan", "PiperStage", "evaluate_piper_plan", "solve_piper"),
+    "search._piper_input": (
+        "PiperGraph", "PiperNode", "Tmpc", "load_piper_graph", "parse_piper_graph",
+        "with_overrides"
+    ),
+    "search._replan": ("POLICIES", "replan"),
+    "search._space": (
+        "EXACT_CHOICES", "PARTITION_SHIFTS", "Dim", "Space", "default_choices", "default_space",
+        "exact_space", "partition_space"
+    ),
+    "search._tpe": ("TPESearcher",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
 def __getattr__(name: str):
-    # TPESearcher imports optuna: only when asked for (the command line starts without it).
-    if name == "TPESearcher":
-        from search._tpe import TPESearcher
-
-        return TPESearcher
+    # TPESearcher imports optuna: like every name here, imported only when asked for.
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 'search' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
 
 __all__ = [
     "POLICIES",

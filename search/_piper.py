@@ -28,6 +28,10 @@ How it is solved (the recurrence of Piper's algo.cpp, reorganised for numpy):
   staircase times; for a given tau, f[tail][s] = fewest devices to run the tail with suffix
   sum of d equal to s, and a stage (t, d) is allowed where s <= d * ymax_tau(t, d). This has
   one table dimension fewer than Piper's dp[ideal][k][s] and is vectorised over s.
+- Whole arrays throughout: the staircases of every stage candidate are built together, one t
+  at a time (_all_staircases; stage_candidates, one stage at a time, is the reference the tests
+  hold it to and what rebuilds the chosen stages), and the device-count DP handles every
+  (move, s) cell of a threshold at once where moves cover few s (_Problem.device_table).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ GREEDY_ALL_Y_UP_TO = 16
 GREEDY_Y_RATIO = 1.25
 # Relative slack when comparing a recomputed stage time to the bisection threshold.
 TIME_RTOL = 1e-9
+# The device-count DP either builds every (move, s) cell as one array (cost per cell) or
+# works on one slice per move (cost per move, in Python); below this many cells per move the
+# first is cheaper (measured on bert32a100, K = 8 .. 2048).
+CELLS_PER_RANGE = 100
 _NO_DEVICES = np.iinfo(np.int64).max // 4  # "no plan" in the device-count table
 
 
@@ -103,16 +111,19 @@ def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan
         raise InputError("max_sum_d", "an integer >= 1", max_sum_d)
     problem = _Problem.build(graph, s_max)
     taus = problem.candidate_times()
-    if taus.size == 0 or not problem.fits(taus[-1]):
+    if taus.size == 0:
         return PiperPlan(math.inf, ())
-    lo, hi = 0, taus.size - 1  # invariant: taus[hi] fits
+    lo, hi, table = 0, taus.size, None  # taus[hi] fits (device table `table`); hi = size: none
     while lo < hi:
         mid = (lo + hi) // 2
-        if problem.fits(taus[mid]):
-            hi = mid
+        trial = problem.device_table(taus[mid])
+        if problem.fits(trial):
+            hi, table = mid, trial
         else:
             lo = mid + 1
-    stages = problem.reconstruct(taus[hi])
+    if table is None:
+        return PiperPlan(math.inf, ())
+    stages = problem.reconstruct(taus[hi], table)
     plan_time = max(s.time_per_sample_s for s in stages)
     assert plan_time <= taus[hi] * (1 + TIME_RTOL), (plan_time, taus[hi])
     return PiperPlan(plan_time, stages)
@@ -339,6 +350,37 @@ def stage_time_s(x_s, w_bytes, d, graph: PiperGraph):
 
 
 @dataclass(frozen=True)
+class _Moves:
+    """Every step of the device-count DP: tail i is run as stage pair p (its sub-tail j left
+    for later stages) with degrees (t, d), t*d <= K and d <= s_max. Moves are grouped by tail,
+    in (pair, t, d) order within a tail."""
+
+    pair: np.ndarray  # (M,)
+    sub_tail: np.ndarray  # (M,)
+    t: np.ndarray  # (M,)
+    d: np.ndarray  # (M,)
+    cost: np.ndarray  # (M,) t * d devices
+    segment: np.ndarray  # (M,) index of (pair, t, d) in the flat (P*T*D,) bounds
+    tail_start: np.ndarray  # (tails + 1,) moves of tail i: tail_start[i] .. tail_start[i+1]
+    pair_sub_tail: np.ndarray  # (P,) sub-tail of each pair
+    pair_first: np.ndarray  # (tails + 1,) pairs of tail i: pair_first[i] .. pair_first[i+1]
+
+    @classmethod
+    def build(cls, pairs: np.ndarray, n_tails: int, degrees: tuple[int, ...],
+              ds: tuple[int, ...], k_max: int, s_max: int) -> _Moves:
+        t, d = np.asarray(degrees), np.asarray(ds)
+        p, ti, di = (g.ravel() for g in np.meshgrid(np.arange(pairs.shape[0]), np.arange(t.size),
+                                                    np.arange(d.size), indexing="ij"))
+        keep = (t[ti] * d[di] <= k_max) & (d[di] <= s_max)
+        p, ti, di = p[keep], ti[keep], di[keep]
+        tail_start = np.searchsorted(pairs[p, 0], np.arange(n_tails + 1)) if p.size else \
+            np.zeros(n_tails + 1, np.int64)
+        pair_first = np.searchsorted(pairs[:, 0], np.arange(n_tails + 1))
+        return cls(p, pairs[p, 1], t[ti], d[di], t[ti] * d[di], (p * t.size + ti) * d.size + di,
+                   tail_start, pairs[:, 1], pair_first)
+
+
+@dataclass(frozen=True)
 class _Problem:
     """Everything the bisection needs, built once: tails, stage candidates (pairs) and, for
     every (pair, t, d), the staircase of its TMPC knapsack."""
@@ -354,6 +396,7 @@ class _Problem:
     seg_time: np.ndarray  # staircase points, all (pair, t, d) segments concatenated
     seg_y: np.ndarray
     seg_start: np.ndarray  # (P*T*D,) start of each segment
+    moves: _Moves
 
     @classmethod
     def build(cls, graph: PiperGraph, s_max: int) -> _Problem:
@@ -368,14 +411,22 @@ class _Problem:
         k, n_mb = graph.max_devices, graph.microbatches
         ds = tuple(d for d in range(1, min(k, n_mb) + 1) if n_mb % d == 0)
         arrays = {t: degree_arrays(graph, t) for t in graph.degrees}
-        masks = [_stage_mask(ts, pair, len(graph.nodes)) for pair in pairs]
-        seg_time, seg_y, seg_start = _all_staircases(graph, masks, arrays, ds, s_max)
+        inside = _membership(ts, len(graph.nodes))  # (tails, n)
+        ij = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        members = inside[ij[:, 0]] & ~inside[ij[:, 1]]  # (P, n) each stage's nodes
+        # A stage with nodes before it (tail i not everything) or after it (sub-tail j not
+        # empty) leaves devices to at least one more stage on each such side.
+        others = (ij[:, 0] != len(ts) - 1).astype(int) + (ij[:, 1] != 0)  # (P,)
+        seg_time, seg_y, seg_start = _all_staircases(graph, members, others, arrays, ds, s_max)
+        moves = _Moves.build(ij, len(ts), graph.degrees, ds, k, s_max)
         return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
-                   seg_time, seg_y, seg_start)
+                   seg_time, seg_y, seg_start, moves)
 
     def candidate_times(self) -> np.ndarray:
-        finite = self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)]
-        return np.unique(finite)
+        finite = np.sort(self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)])
+        distinct = np.ones(finite.size, dtype=bool)
+        distinct[1:] = finite[1:] != finite[:-1]
+        return finite[distinct]  # np.unique, without its first-call cost
 
     def _bounds(self, tau: float) -> np.ndarray:
         """(P, T, D) largest allowed suffix sum s for each stage choice at threshold tau."""
@@ -384,14 +435,51 @@ class _Problem:
         shape = (len(self.pairs), len(self.degrees), len(self.ds))
         return np.minimum(y.reshape(shape) * np.asarray(self.ds), self.s_max)
 
-    def _device_table(self, tau: float) -> np.ndarray:
-        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s."""
-        k_max = self.graph.max_devices
-        bounds = self._bounds(tau).tolist()
+    def device_table(self, tau: float) -> np.ndarray:
+        """f[tail, s]: fewest devices running the tail with all stages <= tau, suffix sum s;
+        any value above K means "not within K devices" (_NO_DEVICES, or a sum built on it)."""
+        bounds = self._bounds(tau).ravel()  # (P*T*D,)
         f = np.full((len(self.tails), self.s_max + 1), _NO_DEVICES, dtype=np.int64)
         f[0, 0] = 0
+        top = bounds.reshape(len(self.pairs), len(self.degrees), -1)  # (P, T, D)
+        # Per (pair, d), degree t serves the suffix sums s above those a smaller (cheaper) t
+        # serves, up to top[p, t, d]: that range is the move's (cells).
+        d = np.asarray(self.ds)
+        below = np.maximum(top, d - 1)  # (P, T, D), then the running max over t
+        for k in range(1, below.shape[1]):
+            np.maximum(below[:, k - 1], below[:, k], out=below[:, k])
+        covered = np.concatenate([np.broadcast_to(d - 1, (top.shape[0], 1, d.size)),
+                                  below[:, :-1]], axis=1)  # s served by a smaller t
+        length = np.maximum(top - covered, 0)  # (P, T, D)
+        if length.sum() <= CELLS_PER_RANGE * np.count_nonzero(length):
+            self._ranged_table(f, covered, length)
+        else:
+            self._sliced_table(f, bounds.reshape(len(self.pairs), -1).tolist())
+        return f
+
+    def _ranged_table(self, f: np.ndarray, covered: np.ndarray, length: np.ndarray) -> None:
+        """Every (move, s) cell at once, then tail by tail a scatter-min into f."""
+        d = np.asarray(self.ds)  # (D,)
+        t = np.asarray(self.degrees)  # (T,)
+        p, ti, di = np.nonzero(length)  # (E,) in (pair, t, d) order, so grouped by tail
+        n = length[p, ti, di]
+        first = np.cumsum(n) - n  # (E,) first cell of each move
+        s_cell = np.arange(first[-1] + n[-1] if n.size else 0) + np.repeat(
+            covered[p, ti, di] + 1 - first, n)  # (L,) suffix sum s of each cell
+        source = s_cell + np.repeat(self.moves.pair_sub_tail[p] * (self.s_max + 1) - d[di], n)
+        devices = np.repeat(t[ti] * d[di], n)  # (L,)
+        tail_first = np.searchsorted(p, self.moves.pair_first)  # (tails + 1,) by move
+        cell_first = np.append(first, s_cell.size)[tail_first]  # (tails + 1,) by cell
+        flat = f.reshape(-1)  # f[j, s - d] is flat[j * (S+1) + s - d]
+        for i in range(1, len(self.tails)):
+            lo, hi = cell_first[i], cell_first[i + 1]
+            if lo < hi:
+                np.minimum.at(f[i], s_cell[lo:hi], flat[source[lo:hi]] + devices[lo:hi])
+
+    def _sliced_table(self, f: np.ndarray, bounds: list[list[int]]) -> None:
+        """Large tables: per (pair, d), each t over the range of s it is the cheapest for."""
+        k_max, n_d = self.graph.max_devices, len(self.ds)
         f_min = [0] + [_NO_DEVICES] * (len(self.tails) - 1)
-        ds = self.ds
         for i in range(1, len(self.tails)):
             best = f[i]
             for p, j in self.pairs_of[i]:
@@ -400,48 +488,43 @@ class _Problem:
                     continue
                 fj = f[j]
                 bp = bounds[p]
-                for di, d in enumerate(ds):
+                for di, d in enumerate(self.ds):
                     prev = d - 1  # s covered so far for this (pair, d)
                     for ti, t in enumerate(self.degrees):
-                        hi = bp[ti][di]
-                        if hi <= prev:
+                        top = bp[ti * n_d + di]
+                        if top <= prev:
                             continue
                         cost = t * d
                         if base + cost > k_max:
                             break
-                        np.minimum(best[prev + 1: hi + 1], fj[prev + 1 - d: hi + 1 - d] + cost,
-                                   out=best[prev + 1: hi + 1])
-                        prev = hi
+                        np.minimum(best[prev + 1: top + 1], fj[prev + 1 - d: top + 1 - d] + cost,
+                                   out=best[prev + 1: top + 1])
+                        prev = top
             f_min[i] = int(best.min())
-        return f
 
-    def fits(self, tau: float) -> bool:
-        return int(self._device_table(tau)[-1].min()) <= self.graph.max_devices
+    def fits(self, table: np.ndarray) -> bool:
+        return int(table[-1].min()) <= self.graph.max_devices
 
-    def reconstruct(self, tau: float) -> tuple[PiperStage, ...]:
-        f = self._device_table(tau)
-        bounds = self._bounds(tau)
-        k_max = self.graph.max_devices
+    def reconstruct(self, tau: float, f: np.ndarray) -> tuple[PiperStage, ...]:
+        """The plan behind device_table(tau) = f, first stage first."""
+        bounds = self._bounds(tau).ravel()
+        mv, k_max = self.moves, self.graph.max_devices
         i = len(self.tails) - 1
         s = int(np.argmin(f[i]))
         assert f[i, s] <= k_max
         stages = []
         while i != 0:
-            step = self._find_step(f, bounds, i, s)
-            assert step is not None, "DP table has no predecessor"
-            p, j, t, d = step
-            stages.append(self._make_stage(p, t, d, s, tau))
-            i, s = j, s - d
+            lo, hi = mv.tail_start[i], mv.tail_start[i + 1]
+            d = mv.d[lo:hi]
+            prior = f[mv.sub_tail[lo:hi], np.maximum(s - d, 0)] + mv.cost[lo:hi]  # (M_i,)
+            ok = (d <= s) & (s <= bounds[mv.segment[lo:hi]]) & (prior == f[i, s])
+            assert ok.any(), "DP table has no predecessor"
+            m = lo + int(np.argmax(ok))  # the first in (pair, t, d) order
+            p, j, t, d_m = (int(mv.pair[m]), int(mv.sub_tail[m]), int(mv.t[m]), int(mv.d[m]))
+            stages.append(self._make_stage(p, t, d_m, s, tau))
+            i, s = j, s - d_m
         assert s == 0
         return tuple(stages)
-
-    def _find_step(self, f, bounds, i, s):
-        for p, j in self.pairs_of[i]:
-            for ti, t in enumerate(self.degrees):
-                for di, d in enumerate(self.ds):
-                    if d <= s <= bounds[p, ti, di] and f[j, s - d] + t * d == f[i, s]:
-                        return p, j, t, d
-        return None
 
     def _make_stage(self, p: int, t: int, d: int, s: int, tau: float) -> PiperStage:
         g = self.graph
@@ -471,42 +554,187 @@ def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndar
     return np.array([(bits >> v) & 1 for v in range(n)], dtype=bool)
 
 
-def _all_staircases(graph: PiperGraph, masks: list[np.ndarray], arrays: dict[int, DegreeArrays],
-                    ds_tuple: tuple[int, ...], s_max: int):
-    """Flat staircase points of every (pair, t, d) segment, in that nesting order, and the
-    start of each segment. A segment that cannot run has one point (inf, y=0)."""
+def _membership(tail_masks: list[int], n: int) -> np.ndarray:
+    """(tails, n) bool: node v (topological position) is in tail i."""
+    bits = np.array([[(m >> v) & 1 for v in range(n)] for m in tail_masks], dtype=bool)
+    return bits.reshape(len(tail_masks), n)
+
+
+def _all_staircases(graph: PiperGraph, members: np.ndarray, others: np.ndarray,
+                    arrays: dict[int, DegreeArrays], ds_tuple: tuple[int, ...], s_max: int):
+    """Staircase points of every (pair, t, d) segment, segments in that nesting order, and the
+    start of each segment; within a segment the points are in no particular order. A segment
+    that cannot run has one point (inf, y=0). members is (P, n): each stage's nodes; others
+    (P,): how many other stages a plan with it has at least (each takes a device).
+
+    Every stage candidate is handled at once per t (whole arrays, no loop over stages)."""
     ds = np.asarray(ds_tuple)
+    n_pairs, n_t, n_d = members.shape[0], len(arrays), ds.size
     y_cap = -(-s_max // ds)  # (D,) y never exceeds ceil(s_max / d)
-    times, ys, lengths = [], [], []
-    no_time, no_y = np.full(ds.size, np.inf), np.zeros(ds.size, np.int64)
-    for in_stage in masks:
-        for t, arr in sorted(arrays.items()):
-            usable = ds * t <= graph.max_devices
-            if not arr.available[in_stage].all() or not usable.any():
-                times.append(no_time)
-                ys.append(no_y)
-                lengths.extend([1] * ds.size)
-                continue
-            cand = stage_candidates(arr, graph, in_stage)
-            pt, py, n_points = _staircases(cand, ds, usable, y_cap, graph)
-            times.append(pt)
-            ys.append(py)
-            lengths.extend(n_points.tolist())
-    seg_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return np.concatenate(times), np.concatenate(ys), seg_start
+    segs, times, ys = [], [], []
+    for ti, (t, arr) in enumerate(sorted(arrays.items())):
+        usable = ds[None, :] * t <= graph.max_devices - others[:, None]  # (P, D)
+        runs = ~(members & ~arr.available).any(axis=1) & usable.any(axis=1)  # (P,)
+        rows = np.flatnonzero(runs)
+        seg_base = (rows * n_t + ti) * n_d  # (R,) first segment of each running stage
+        cand_row, x, w, a, b = _batch_candidates(arr, graph, members[rows])
+        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap,
+                                           graph)
+        idle = ((np.flatnonzero(~runs) * n_t + ti) * n_d)[:, None] + np.arange(n_d)  # (I, D)
+        segs += [seg, idle.ravel()]
+        times += [time_s, np.full(idle.size, np.inf)]
+        ys += [y, np.zeros(idle.size, np.int64)]
+    seg = np.concatenate(segs)
+    order = np.argsort(seg, kind="stable")
+    counts = np.bincount(seg, minlength=n_pairs * n_t * n_d)
+    seg_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return np.concatenate(times)[order], np.concatenate(ys)[order], seg_start
 
 
-def _staircases(cand: _Candidates, ds: np.ndarray, usable: np.ndarray, y_cap: np.ndarray,
-                graph: PiperGraph):
-    """Per data degree d, the Pareto points (time ascending, largest fitting y strictly
-    ascending) of a stage's TMPC candidates; the first point of each d is always kept (with
-    y = 0 where nothing fits). Returns flat times, ys and the number of points per d."""
-    time_s = stage_time_s(cand.x_s[None, :], cand.w_bytes[None, :], ds[:, None], graph)  # (D,C)
-    y = largest_y(cand.a_bytes, cand.b_bytes, graph.max_memory_bytes, int(y_cap.max()))  # (C,)
-    by_y = np.argsort(-y, kind="stable")  # ties in time: larger y first
-    order = by_y[np.argsort(time_s[:, by_y], axis=1, kind="stable")]  # (D, C)
-    y_sorted = np.minimum(y[order], y_cap[:, None]) * usable[:, None]  # (D, C)
-    best_y = np.maximum.accumulate(y_sorted, axis=1)
-    keep = y_sorted > np.concatenate([np.zeros((ds.size, 1), np.int64), best_y[:, :-1]], axis=1)
-    keep[:, 0] = True
-    return (np.take_along_axis(time_s, order, axis=1)[keep], y_sorted[keep], keep.sum(axis=1))
+def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray):
+    """stage_candidates for R stages at once: flat (C,) arrays row, X, w, a, b, rows in
+    ascending order. Stages past MAX_EXACT_CANDIDATES go through stage_candidates one by one
+    (its greedy fallback)."""
+    n_rows, n = members.shape
+    src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
+    c = np.asarray(graph.edge_bytes, float)
+    # Cut-edge bytes per (stage, node, option): the stage's crossing edges summed at the node
+    # inside it, in edge order (np.bincount over flat (row, node, option) indices).
+    cells = []
+    for cut, end, sync in ((members[:, dst] & ~members[:, src], dst, arr.sync_in_bytes),
+                           (members[:, src] & ~members[:, dst], src, arr.sync_out_bytes)):
+        r, e = np.nonzero(cut)  # cut edges of every stage
+        cells.append(((r * n + end[e]) * 2)[:, None] + np.arange(2))
+        cells.append(CUT_EDGE_CROSSINGS * (c[e, None] + sync[e]))
+    edge = np.bincount(np.concatenate(cells[0::2]).ravel(), np.concatenate(cells[1::2]).ravel(),
+                       minlength=n_rows * n * 2).reshape(n_rows, n, 2)
+    x = arr.time_s[None] + edge / graph.bandwidth_Bps  # (R, n, 2) X per node and option
+    wab = np.stack([arr.param_bytes, arr.mem_a_bytes, arr.mem_b_bytes])  # (3, n, 2) w, a, b
+    dx = x[..., 1] - x[..., 0]  # (R, n)
+    dwab = wab[..., 1] - wab[..., 0]  # (3, n)
+    option0_no_worse = (dx >= 0) & (dwab >= 0).all(axis=0)
+    option1_no_worse = (dx <= 0) & (dwab <= 0).all(axis=0)
+    free = ~(option0_no_worse | option1_no_worse) & members  # (R, n)
+    start = np.where(free, dx < 0, ~option0_no_worse)  # (R, n) bool: option 1
+    totals = np.concatenate([
+        np.where(members, np.where(start, x[..., 1], x[..., 0]), 0.0).sum(axis=1)[None],
+        (members @ wab[..., 0].T + (members & start) @ dwab.T).T,
+    ])  # (4, R) X, w, a, b with every node at its start option
+    fr, fv = np.nonzero(free)  # (F,) free (row, node), row-major
+    fstart = start[fr, fv]
+    sign = np.where(fstart, -1.0, 1.0)
+    # Groups: free nodes of one stage with the same (w, a, b) change, as in _enumerate_choices.
+    # That change is one of 2n vectors (node, start option): number them in (w, a, b) order.
+    change = [tuple(dwab[:, v] * sgn) for v in range(n) for sgn in (1.0, -1.0)]
+    distinct = sorted(set(change))
+    class_id = {key: k for k, key in enumerate(distinct)}
+    change_class = np.array([class_id[key] for key in change]).reshape(n, 2)  # (n, start)
+    key = fr * len(distinct) + change_class[fv, fstart.astype(int)]  # (F,) (row, class)
+    used = np.zeros(n_rows * len(distinct), dtype=bool)
+    used[key] = True
+    group = (np.cumsum(used) - 1)[key]  # (F,) group ids in (row, w, a, b) order
+    g_key = np.flatnonzero(used)  # (G,)
+    g_row = g_key // len(distinct)
+    g_change = np.array(distinct).reshape(-1, 3)[g_key % len(distinct)].T  # (3, G) w, a, b
+    g_time = dx[fr, fv] * sign  # (F,) time added by switching
+    sizes = np.bincount(group, minlength=g_row.size)
+    log_count = np.bincount(g_row, np.log(sizes + 1.0), minlength=n_rows)  # (R,)
+    exact = log_count <= math.log(MAX_EXACT_CANDIDATES) + 1e-9
+    # Per group, the time added by switching its k cheapest members, k = 0 .. size.
+    by_time = np.lexsort((fv, g_time, group))
+    rank = np.arange(group.size) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[group[by_time]]
+    prefix = np.zeros((g_row.size, int(sizes.max(initial=0)) + 1))  # (G, 1 + largest group)
+    prefix[group[by_time], rank + 1] = g_time[by_time]
+    prefix = np.cumsum(prefix, axis=1)
+    # Enumerate every count per group (the last group of a stage varying fastest).
+    g_exact = np.flatnonzero(exact[g_row])
+    row = np.flatnonzero(exact)  # (C,) start: one candidate per exact stage, nothing switched
+    sums = totals[:, row]  # (4, C)
+    g_first = np.searchsorted(g_row[g_exact], row)  # each candidate's next group to expand
+    g_end = np.searchsorted(g_row[g_exact], row, side="right")
+    while True:
+        expand = g_first < g_end
+        if not expand.any():
+            break
+        g = g_exact[np.minimum(g_first, g_exact.size - 1)]  # (C,)
+        reps = np.where(expand, sizes[g] + 1, 1)
+        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in
+                                          (row, g_first, g_end, g, expand))
+        sums = np.repeat(sums, reps, axis=1)
+        count = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)  # (C,)
+        count = np.where(expand, count, 0)
+        gi = np.where(expand, g, 0)
+        sums[0] += prefix[gi, count]  # count is 0 (and so is the change) where not expanding
+        sums[1:] += np.take(g_change, gi, axis=1) * count
+        g_first = g_first + expand
+    if exact.all():
+        return row, *sums
+    parts = [(row, sums)]
+    for r in np.flatnonzero(~exact):
+        cand = stage_candidates(arr, graph, members[r])
+        parts.append((np.full(cand.x_s.size, r),
+                      np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
+    row = np.concatenate([p[0] for p in parts])
+    sums = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(row, kind="stable")
+    return row[order], *sums[:, order]
+
+
+def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
+    """Per stage (row) and data degree d, the Pareto points (time ascending, largest fitting
+    y strictly ascending) of its TMPC candidates; the first point of each d is always kept
+    (with y = 0 where nothing fits). Returns flat (segment, time, y)."""
+    n_d = ds.size
+    y = largest_y(a, b, graph.max_memory_bytes, int(y_cap.max()))  # (C,)
+    y_span = int(y_cap.max()) + 1
+    # Where w is the same for all of a stage's candidates, time(d) = X/d + resync(w, d) orders
+    # them alike for every d: one sort by X serves all d.
+    lo = np.full(seg_base.size, np.inf)
+    hi = np.full(seg_base.size, -np.inf)
+    np.minimum.at(lo, row, w)
+    np.maximum.at(hi, row, w)
+    one_order = (lo == hi)[row]  # (C,)
+    out = []
+    r1 = row[one_order]
+    x1, w1, y1 = x[one_order], w[one_order], y[one_order]
+    # Sort each stage's candidates by X (ties: whichever y first, the staircase is the same).
+    # Stages with one group of switchable nodes come sorted already: sort only the others.
+    order = np.arange(r1.size)
+    unsorted = np.zeros(seg_base.size, dtype=bool)
+    unsorted[r1[1:][(r1[1:] == r1[:-1]) & (x1[1:] < x1[:-1])]] = True
+    redo = np.flatnonzero(unsorted[r1])  # whole stages, in row order
+    order[redo] = redo[np.lexsort((x1[redo], r1[redo]))]
+    r1, x1, w1, y1 = r1[order], x1[order], w1[order], y1[order]
+    keep = _pareto(r1, y1, y_span)
+    r1, x1, w1, y1 = r1[keep], x1[keep], w1[keep], y1[keep]
+    first = np.ones(r1.size, dtype=bool)  # (K,) first point of its stage
+    first[1:] = r1[1:] != r1[:-1]
+    y_prev = np.zeros_like(y1)
+    y_prev[1:] = y1[:-1]
+    # Capping y at y_cap[d] keeps the prefix up to the first point that reaches the cap.
+    keep_d = first[:, None] | (usable[r1] & (y_prev[:, None] < y_cap[None, :]))  # (K, D)
+    time_d = stage_time_s(x1[:, None], w1[:, None], ds[None, :], graph)  # (K, D)
+    y_d = np.minimum(y1[:, None], y_cap[None, :]) * usable[r1]
+    seg_d = seg_base[r1][:, None] + np.arange(n_d)[None, :]
+    out.append((seg_d[keep_d], time_d[keep_d], y_d[keep_d]))
+    if not one_order.all():
+        many = ~one_order
+        r2 = row[many]
+        time_d = stage_time_s(x[many][:, None], w[many][:, None], ds[None, :], graph)  # (C2, D)
+        y_d = np.minimum(y[many][:, None], y_cap[None, :]) * usable[r2]
+        seg_d = seg_base[r2][:, None] + np.arange(n_d)[None, :]
+        seg_d, time_d, y_d = seg_d.ravel(), time_d.ravel(), y_d.ravel()
+        order = np.lexsort((-y_d, time_d, seg_d))
+        seg_d, time_d, y_d = seg_d[order], time_d[order], y_d[order]
+        keep = _pareto(seg_d, y_d, y_span)
+        out.append((seg_d[keep], time_d[keep], y_d[keep]))
+    return tuple(np.concatenate([o[k] for o in out]) for k in range(3))
+
+
+def _pareto(seg: np.ndarray, y: np.ndarray, y_span: int) -> np.ndarray:
+    """(Q,) keep mask over points sorted by segment then time: the first point of each segment
+    and every point whose y beats all earlier ones of its segment (0 <= y < y_span)."""
+    key = seg.astype(np.int64) * y_span + y  # ascending across segments
+    before = np.full_like(key, -1)  # best key before each point
+    before[1:] = np.maximum.accumulate(key)[:-1]
+    return key > before

@@ -282,6 +282,74 @@ def test_greedy_knapsack_fallback_stays_feasible(seed, monkeypatch):
     assert reference_time(doc, plan) == pytest.approx(plan["time_per_sample"], rel=REL)
 
 
+# --- the batched staircase builder equals the per-stage knapsack, stage by stage ----------
+
+
+def _envelope(times, ys) -> list[tuple[float, int]]:
+    """A staircase as the points where its largest fitting y rises (y > 0), time ascending."""
+    out, best = [], 0
+    for time_s, y in sorted(zip(times, ys, strict=True), key=lambda p: (p[0], -p[1])):
+        if y > best and np.isfinite(time_s):
+            out.append((float(time_s), int(y)))
+            best = y
+    return out
+
+
+def _per_stage_staircases(problem) -> list[list[tuple[float, int]]]:
+    """Every (pair, t, d) staircase from stage_candidates, one stage at a time (the reference)."""
+    g = problem.graph
+    ds = np.asarray(problem.ds)
+    out = []
+    for i, j in problem.pairs:
+        in_stage = piper_module._stage_mask(problem.tails, (i, j), len(g.nodes))
+        others = int(i != len(problem.tails) - 1) + int(j != 0)  # stages before / after it
+        for t in problem.degrees:
+            arr = problem.arrays[t]
+            runs = arr.available[in_stage].all()
+            cand = piper_module.stage_candidates(arr, g, in_stage) if runs else None
+            for d in ds:
+                if cand is None or t * d > g.max_devices - others:
+                    out.append([])
+                    continue
+                y_cap = -(-problem.s_max // d)
+                time_s = piper_module.stage_time_s(cand.x_s, cand.w_bytes, d, g)
+                y = piper_module.largest_y(cand.a_bytes, cand.b_bytes, g.max_memory_bytes, y_cap)
+                out.append(_envelope(time_s, y))
+    return out
+
+
+def _batched_staircases(problem) -> list[list[tuple[float, int]]]:
+    ends = np.append(problem.seg_start[1:], problem.seg_time.size)
+    return [_envelope(problem.seg_time[a:b], problem.seg_y[a:b])
+            for a, b in zip(problem.seg_start, ends, strict=True)]
+
+
+# Random instances where some stage fits (in 5, 10 and 22 none does: nothing to compare).
+@pytest.mark.parametrize("case", [f"random-{seed}" for seed in (0, 1, 2, 3, 4, 6, 7, 8, 9, 11, 12, 13)]
+                         + ["bert-8", "bert-12-4GiB", "bert-48-2GiB"])
+def test_batched_staircases_equal_the_per_stage_knapsack(case, monkeypatch):
+    """_all_staircases builds every stage's staircase at once (whole arrays); the reference
+    builds each from stage_candidates alone. Same points: y exactly, times to 1e-12 (sums are
+    added in another order). Random graphs have w differing between TMPCs (every d sorted on
+    its own); bert's do not (one sort for all d); random-0..3 also take the greedy fallback."""
+    if case.startswith("random"):
+        seed = int(case.split("-")[1])
+        if seed < 4:
+            monkeypatch.setattr(piper_module, "MAX_EXACT_CANDIDATES", 1)
+        graph = parse_piper_graph(random_doc(seed))
+    else:
+        k, *mem = case.split("-")[1:]
+        graph = with_overrides(load_piper_graph(BERT), devices=int(k), bandwidth_Bps=25 * GIB,
+                               memory_bytes=int(mem[0][:-3]) * GIB if mem else 8 * GIB)
+    problem = piper_module._Problem.build(graph, graph.max_devices)
+    batched, reference = _batched_staircases(problem), _per_stage_staircases(problem)
+    assert len(batched) == len(reference)
+    assert any(reference), "no stage fits: the comparison would prove nothing"
+    for got, want in zip(batched, reference, strict=True):
+        assert [y for _, y in got] == [y for _, y in want]
+        assert [t for t, _ in got] == pytest.approx([t for t, _ in want], rel=1e-12)
+
+
 # --- (a) real inputs: the plan fits and has the time it reports ---------------------------
 
 
