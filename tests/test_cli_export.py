@@ -26,6 +26,7 @@ from cli._export import (
     from_megatron,
     megatron_parser,
     read_back,
+    torchtitan_model,
 )
 from costmodel import StrategyTable, evaluate
 
@@ -48,6 +49,13 @@ MEGATRON_V0_15_FLAGS = {
     "--max-position-embeddings": None, "--swiglu": None, "--normalization": ["LayerNorm", "RMSNorm"],
     "--disable-bias-linear": None, "--untie-embeddings-and-output-weights": None,
     "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative", "none"],
+    # _add_network_size_args, and _add_moe_args (the "moe" group)
+    "--kv-channels": None, "--num-experts": None, "--moe-router-topk": None, "--moe-ffn-hidden-size": None,
+    "--moe-shared-expert-intermediate-size": None, "--moe-layer-freq": None, "--expert-model-parallel-size": None,
+    "--expert-tensor-parallel-size": None, "--moe-grouped-gemm": None,
+    "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"], "--moe-enable-deepep": None,
+    "--moe-expert-capacity-factor": None, "--moe-pad-expert-input-to-capacity": None,
+    "--overlap-moe-expert-parallel-comm": None,
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -60,7 +68,8 @@ TORCHTITAN_V0_2_2_FIELDS = {
                     "fsdp_reshard_after_forward": ["default", "always", "never"], "tensor_parallel_degree": None,
                     "context_parallel_degree": None, "pipeline_parallel_degree": None,
                     "pipeline_parallel_schedule": None, "pipeline_parallel_microbatch_size": None,
-                    "module_fqns_per_model_part": None},
+                    "module_fqns_per_model_part": None, "expert_parallel_degree": None,
+                    "expert_tensor_parallel_degree": None, "expert_parallel_comm_backend": ["standard", "deepep"]},
     "activation_checkpoint": {"mode": ["selective", "full", "memory_budget", "none"], "selective_ac_option": None},
 }
 # torch.distributed.pipelining's get_schedule_class names that torchtitan v0.2.2 passes through
@@ -69,6 +78,17 @@ TORCHTITAN_V0_2_2_FIELDS = {
 # "quantize.linear.float8".
 TORCHTITAN_SCHEDULE_NAMES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
                              "ZBVZeroBubble", "DualPipeV"}
+# torchtitan/models/__init__.py's _supported_models at v0.2.2, and the fields of the flavors
+# plansweep names in its comment line: llama3 (its ffn width is derived, so plansweep names it
+# ffn), qwen3/model/args.py Qwen3ModelArgs, deepseek_v3/model/args.py DeepSeekV3ModelArgs, and
+# moe/moe.py MoEArgs (num_experts, num_shared_experts, top_k).
+TORCHTITAN_MODELS = {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3"}
+TORCHTITAN_FLAVOR_FIELDS = {
+    "qwen3": {"dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size", "moe_enabled",
+              "moe_inter_dim"},
+    "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim"},
+}
+TORCHTITAN_MOE_ARGS = {"num_experts", "num_shared_experts", "top_k"}
 TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
                          "quantize.grouped_mm.mx"}
 # DeepSpeed v0.19.5 (commit cf44300453): ds_config keys from deepspeed/runtime/constants.py
@@ -86,6 +106,11 @@ DEEPSPEED_V0_19_5_KEYS = {
 }
 DEEPSPEED_LAUNCHER_KEYS = {"num_nodes", "num_gpus", "data_parallel_size", "tensor_parallel_size",
                            "pipeline_parallel_size", "partition_method", "activation_checkpoint_interval"}
+# DeepSpeed v0.16.4 (e2dc3eeb19, the newest tag in plansweep's mirror), deepspeed/moe/layer.py:
+# MoE.__init__'s keyword parameters plansweep writes; expert_ffn_hidden and moe_layers are the
+# training script's own (the expert module it passes, the layers it puts an MoE layer in).
+DEEPSPEED_MOE_V0_16_4_PARAMS = {"num_experts", "ep_size", "k", "capacity_factor", "drop_tokens"}
+DEEPSPEED_MOE_SCRIPT_KEYS = {"expert_ffn_hidden", "moe_layers"}
 
 MODEL = costmodel.model_preset("llama3-8b")      # 32 layers, 32 heads, 8 KV heads
 CLUSTER = costmodel.cluster_preset("h100x64")    # 8 nodes of 8
@@ -93,9 +118,13 @@ CLUSTER = costmodel.cluster_preset("h100x64")    # 8 nodes of 8
 
 # ---- random feasible plans -------------------------------------------------------------------
 def _stage_layers(rng, fw: str, p: int, v: int, L: int) -> list[int]:
-    """Layers per stage, each a multiple of v: uneven in the framework's expressible shape."""
-    if p == 1 or fw == "deepspeed" or rng.random() < 0.4:
+    """Layers per stage, each a multiple of v: uneven in the framework's expressible shape (always
+    uneven where p x v does not divide L, as DeepSeek-V3's 61 layers)."""
+    even = L % (p * v) == 0
+    if p == 1 or fw == "deepspeed" or (even and rng.random() < 0.4):
         return [L // p] * p
+    if not even:  # any split (Megatron-Core and fsdp2 split a stage into chunks one layer apart)
+        v = 1
     units = L // v  # chunks of v layers to hand out
     if fw == "megatron":  # first and last free, the middle ones equal
         for _ in range(50):
@@ -106,15 +135,31 @@ def _stage_layers(rng, fw: str, p: int, v: int, L: int) -> list[int]:
             if p > 2 and rest > 0 and rest % (p - 2) == 0:
                 return [int(first) * v] + [int(rest) // (p - 2) * v] * (p - 2) + [int(last) * v]
         return [L // p] * p
+    if units < p:  # too few chunks: a row the evaluator refuses
+        return [L // p] * p
     cuts = np.sort(rng.choice(np.arange(1, units), size=p - 1, replace=False))
     return [int(x) * v for x in np.diff(np.concatenate([[0], cuts, [units]]))]
 
 
-def _draw(fw: str, n: int, seed: int) -> StrategyTable:
+def _expert_degrees(rng, fw: str, model, tp: int, cp: int, dp: int, zero: int) -> tuple[int, int]:
+    """(ep, etp) for the framework: ep a divisor of the experts that folds into the ranks the
+    framework folds it into (Megatron: tp cp dp; torchtitan: FSDP x cp x tp; DeepSpeed: dp)."""
+    if not model.is_moe:
+        return 1, 1
+    etp = int(rng.choice([1, 1, 2])) if fw == "megatron" and tp > 1 else 1
+    fold = {"megatron": tp * cp * dp, "torchtitan": (dp if zero else 1) * cp * tp, "deepspeed": dp}[fw] // etp
+    eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if model.experts % e == 0 and fold % e == 0]
+    return int(rng.choice(eps)), etp
+
+
+def _draw(fw: str, n: int, seed: int, model=None, gpus: int = 64) -> StrategyTable:
+    model = model or MODEL
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n):
         tp, pp = (int(x) for x in rng.choice([1, 2, 4, 8], size=2))
+        if model.layers % 2:  # an odd layer count: deeper pipelines (uneven stages), as DeepSeek-V3 runs
+            pp = int(rng.choice([1, 4, 8, 16]))
         cp = 1 if fw == "deepspeed" else int(rng.choice([1, 2]))
         if fw == "megatron":
             schedule = str(rng.choice(["1f1b", "interleaved"]))
@@ -123,34 +168,56 @@ def _draw(fw: str, n: int, seed: int) -> StrategyTable:
         else:
             schedule = "1f1b"
         vpp = {"interleaved": int(rng.choice([2, 4])), "zb-v": 2}.get(schedule, 1)
-        zero = int(rng.choice({"torchtitan": [0, 2, 3]}.get(fw, [0, 1, 2, 3])))
+        zero_choices = {"torchtitan": [0, 2, 3], "deepspeed": [0, 1, 2] if model.is_moe else [0, 1, 2, 3]}
+        zero = int(rng.choice(zero_choices.get(fw, [0, 1, 2, 3])))
         recompute = str(rng.choice(["none", "full"] if fw == "deepspeed" else ["none", "selective", "full"]))
-        precision = str(rng.choice({"megatron": ["bf16", "fp16", "fp8"], "torchtitan": ["bf16", "fp8"],
-                                    "deepspeed": ["bf16", "fp16"]}[fw]))
+        precision = str(rng.choice({"megatron": ["bf16", "fp8"] if model.is_moe else ["bf16", "fp16", "fp8"],
+                                    "torchtitan": ["bf16", "fp8"], "deepspeed": ["bf16", "fp16"]}[fw]))
         sp = {"torchtitan": tp > 1, "deepspeed": False}.get(fw, bool(rng.integers(2)))
         overlap = True if fw == "torchtitan" else bool(rng.integers(2))
-        sl = _stage_layers(rng, fw, pp, vpp, MODEL.layers)
-        rows.append(dict(dp=max(1, 64 // (tp * pp * cp)), tp=tp, pp=pp, cp=cp, micro_batch=int(rng.choice([1, 2])),
-                         global_batch=int(rng.choice([128, 256, 512])), vpp=vpp, zero_stage=zero,
-                         schedule=schedule, recompute=recompute, precision=precision, sequence_parallel=sp,
-                         overlap_dp=overlap, stage_layers=sl + [0] * (8 - len(sl))))
+        sl = _stage_layers(rng, fw, pp, vpp, model.layers)
+        dp = max(1, gpus // (tp * pp * cp))
+        ep, etp = _expert_degrees(rng, fw, model, tp, cp, dp, zero)
+        rows.append(dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, micro_batch=int(rng.choice([1, 2])),
+                         global_batch=int(rng.choice([128, 256, 512])) * max(1, gpus // 64), vpp=vpp,
+                         zero_stage=zero, schedule=schedule, recompute=recompute, precision=precision,
+                         sequence_parallel=sp, overlap_dp=overlap, stage_layers=sl + [0] * (16 - len(sl))))
     cols = {k: [r[k] for r in rows] for k in rows[0] if k != "stage_layers"}
     return StrategyTable.from_columns(stage_layers=np.array([r["stage_layers"] for r in rows]), **cols)
 
 
-def _feasible_plans(fw: str, k: int = 20, seed: int = 0) -> list[dict]:
-    table = _draw(fw, 600, seed)
-    ok = np.flatnonzero(evaluate(MODEL, CLUSTER, table)["feasible"])[:k]
+# The spaces of the round trip: (model, cluster) per framework. The MoE ones are priced under the
+# framework's own profile, so every plan drawn is one the profile runs (expert parallelism and
+# its limits are the profile's); the dense one as before the MoE rows (generic), the same sample.
+SPACES = {
+    "dense": (MODEL, CLUSTER),
+    "mixtral": (costmodel.model_preset("mixtral-8x7b"), costmodel.cluster_preset("h100x64")),
+    "deepseek": (costmodel.model_preset("deepseek-v3"), costmodel.cluster_preset("h100x2048")),
+    "qwen3": (costmodel.model_preset("qwen3-30b-a3b"), costmodel.cluster_preset("h100x64")),
+}
+PROFILE = {"megatron": "megatron-core", "torchtitan": "fsdp2", "deepspeed": "deepspeed"}
+
+
+def _feasible_plans(fw: str, k: int = 20, seed: int = 0, space: str = "dense") -> list[dict]:
+    model, cluster = SPACES[space]
+    table = _draw(fw, 600, seed, model, cluster.num_gpus)
+    profile = PROFILE[fw] if model.is_moe else None
+    ok = np.flatnonzero(evaluate(model, cluster, table, framework=profile)["feasible"])[:k]
     assert ok.size == k
-    return [canonical_plan(table.row(int(i)), MODEL) for i in ok]
+    return [canonical_plan(table.row(int(i)), model) for i in ok]
 
 
-@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed"])
-def test_round_trip_of_random_feasible_plans(fw):
-    plans = _feasible_plans(fw)
+ROUND_TRIP = [("megatron", "dense"), ("torchtitan", "dense"), ("deepspeed", "dense"), ("megatron", "mixtral"),
+              ("megatron", "deepseek"), ("torchtitan", "mixtral"), ("torchtitan", "deepseek"), ("deepspeed", "qwen3")]
+
+
+@pytest.mark.parametrize("fw, space", ROUND_TRIP)
+def test_round_trip_of_random_feasible_plans(fw, space):
+    model, cluster = SPACES[space]
+    plans = _feasible_plans(fw, space=space)
     for plan in plans:
-        text = WRITERS[fw](plan, MODEL, CLUSTER)
-        assert read_back(fw, text, MODEL) == plan, text
+        text = WRITERS[fw](plan, model, cluster)
+        assert read_back(fw, text, model) == plan, text
     # The sample exercises the dimensions, so the round trip is not checked on defaults only.
     assert {p["pp"] > 1 for p in plans} == {True, False}
     assert len({p["zero_stage"] for p in plans}) >= 2 and len({p["recompute"] for p in plans}) >= 2
@@ -158,23 +225,43 @@ def test_round_trip_of_random_feasible_plans(fw):
     if fw != "deepspeed":
         assert any(p["vpp"] > 1 for p in plans) and any(len(set(p["stage_layers"])) > 1 for p in plans)
         assert any(p["cp"] > 1 for p in plans)
+    if model.is_moe:
+        assert len({p["ep"] for p in plans}) >= 2 and max(p["ep"] for p in plans) >= 4
+        if fw == "megatron":
+            assert any(p["etp"] > 1 for p in plans)
+    else:
+        assert {(p["ep"], p["etp"]) for p in plans} == {(1, 1)}
 
 
 # ---- option names against the frameworks' own -----------------------------------------------
-def test_megatron_flags_are_megatrons():
+MEGATRON_PROFILES = ("megatron-core", "megatron-core-a2a-overlap", "megatron-core-deepep",
+                     "megatron-core-deepep-a2a-overlap")
+
+
+@pytest.mark.parametrize("space", ["dense", "mixtral", "deepseek"])
+def test_megatron_flags_are_megatrons(space):
     for flag, kw in MEGATRON_ARGS.items():
         assert flag in MEGATRON_V0_15_FLAGS, flag
         if "choices" in kw:
             assert kw["choices"] == MEGATRON_V0_15_FLAGS[flag], flag
-    for plan in _feasible_plans("megatron", 10, seed=1):
-        words = WRITERS["megatron"](plan, MODEL, CLUSTER).split()
-        assert {w for w in words if w.startswith("--") and w not in ("--nnodes", "--nproc-per-node")} <= set(
-            MEGATRON_V0_15_FLAGS)
+    model, cluster = SPACES[space]
+    written = set()
+    for i, plan in enumerate(_feasible_plans("megatron", 10, seed=1, space=space)):
+        profile = MEGATRON_PROFILES[i % 4]
+        if "a2a" in profile and (plan["recompute"] == "full" or (plan["pp"] > 1 and plan["vpp"] == 1)):
+            profile = "megatron-core-deepep"  # what the overlap refuses: test_megatron_moe_refusals
+        words = WRITERS["megatron"](plan, model, cluster, profile=profile).split()
+        written |= {w for w in words if w.startswith("--") and w not in ("--nnodes", "--nproc-per-node")}
+    assert written <= set(MEGATRON_V0_15_FLAGS)
+    assert ("--num-experts" in written) == model.is_moe
 
 
-def test_torchtitan_keys_are_torchtitans():
-    for plan in _feasible_plans("torchtitan", 10, seed=1):
-        doc = tomllib.loads(WRITERS["torchtitan"](plan, MODEL, CLUSTER))
+@pytest.mark.parametrize("space", ["dense", "mixtral", "deepseek"])
+def test_torchtitan_keys_are_torchtitans(space):
+    model, cluster = SPACES[space]
+    for plan in _feasible_plans("torchtitan", 10, seed=1, space=space):
+        text = WRITERS["torchtitan"](plan, model, cluster)
+        doc = tomllib.loads(text)
         for section, body in doc.items():
             for key, value in body.items():
                 assert key in TORCHTITAN_V0_2_2_FIELDS[section], (section, key)
@@ -182,16 +269,30 @@ def test_torchtitan_keys_are_torchtitans():
                 assert allowed is None or value in allowed, (section, key, value)
         assert doc["parallelism"]["pipeline_parallel_schedule"] in TORCHTITAN_SCHEDULE_NAMES
         assert set(doc["model"]["converters"]) <= TORCHTITAN_CONVERTERS
+        assert doc["model"]["name"] in TORCHTITAN_MODELS
+        flavor = torchtitan_model(text)
+        if flavor["model"] != "llama3":
+            fields = {k for k in flavor if k != "model" and not k.startswith("moe_args_")}
+            assert fields <= TORCHTITAN_FLAVOR_FIELDS[flavor["model"]], fields
+            assert {k.removeprefix("moe_args_") for k in flavor if k.startswith("moe_args_")} <= TORCHTITAN_MOE_ARGS
+        assert ("expert_parallel_degree" in doc["parallelism"]) == model.is_moe
 
 
-def test_deepspeed_keys_are_deepspeeds():
-    for plan in _feasible_plans("deepspeed", 10, seed=1):
-        doc = json.loads(WRITERS["deepspeed"](plan, MODEL, CLUSTER))
+@pytest.mark.parametrize("space", ["dense", "qwen3"])
+def test_deepspeed_keys_are_deepspeeds(space):
+    model, cluster = SPACES[space]
+    for plan in _feasible_plans("deepspeed", 10, seed=1, space=space):
+        doc = json.loads(WRITERS["deepspeed"](plan, model, cluster))
         for key, value in doc["ds_config"].items():
             assert key in DEEPSPEED_V0_19_5_KEYS, key
             if isinstance(value, dict):
                 assert set(value) <= DEEPSPEED_V0_19_5_KEYS[key], key
-        assert set(doc["launcher"]) == DEEPSPEED_LAUNCHER_KEYS
+        launcher = dict(doc["launcher"])
+        moe = launcher.pop("moe", None)
+        assert set(launcher) == DEEPSPEED_LAUNCHER_KEYS
+        assert (moe is not None) == model.is_moe
+        if moe is not None:
+            assert set(moe) == DEEPSPEED_MOE_V0_16_4_PARAMS | DEEPSPEED_MOE_SCRIPT_KEYS
 
 
 # ---- worked examples -------------------------------------------------------------------------
