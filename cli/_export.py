@@ -176,13 +176,12 @@ MEGATRON_PROFILES = ("megatron-core", "megatron-2021", "megatron-core-a2a-overla
                      "megatron-core-deepep-a2a-overlap")
 
 
-def _megatron_pattern(pattern: list[int]) -> str:
-    """--moe-layer-freq's list expression for a pattern of d dense layers, then n groups of
-    (f - 1 dense, 1 MoE), then r dense (Megatron evaluates it: digits, [], (), + and * only)."""
-    d = pattern.index(1)
-    f = pattern[d + 1:].index(1) + 1 if pattern[d + 1:].count(1) else 1
-    n = sum(pattern)
-    r = len(pattern) - d - n * f
+def _megatron_pattern(model: Transformer) -> str:
+    """--moe-layer-freq's list expression for the model's layers: d = dense_layers dense layers,
+    n = moe_layers groups of (f - 1 dense, 1 MoE) with f = moe_layer_freq, then the r left over
+    dense (moe_layer_pattern's rule; Megatron evaluates it: digits, [], (), + and * only)."""
+    d, f, n = model.dense_layers, model.moe_layer_freq, model.moe_layers
+    r = model.layers - d - n * f
     group = "[1]" if f == 1 else f"([0]*{f - 1}+[1])"
     parts = ([f"[0]*{d}"] if d else []) + [f"{group}*{n}"] + ([f"[0]*{r}"] if r else [])
     return "+".join(parts)
@@ -246,9 +245,8 @@ def _megatron_moe(plan: dict, model: Transformer, profile: str, recompute: str) 
     a: list = ["--num-experts", E, "--moe-router-topk", k, "--moe-ffn-hidden-size", model.expert_ffn]
     if model.shared_experts:  # Megatron takes the shared experts' total ffn width
         a += ["--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_expert_ffn]
-    pattern = moe_layer_pattern(model)
-    if pattern != [1] * model.layers:
-        a += ["--moe-layer-freq", _megatron_pattern(pattern)]
+    if moe_layer_pattern(model) != [1] * model.layers:  # Megatron's default, an int 1: every layer
+        a += ["--moe-layer-freq", _megatron_pattern(model)]
     a += ["--moe-grouped-gemm", "--expert-model-parallel-size", ep, "--expert-tensor-parallel-size", etp]
     a += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"] if flex else [
         "--moe-token-dispatcher-type", "alltoall"]

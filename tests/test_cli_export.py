@@ -10,6 +10,7 @@ compare) runs on 20 random feasible plans per framework.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -21,10 +22,14 @@ import pytest
 import costmodel
 from cli._export import (
     MEGATRON_ARGS,
+    _megatron_pattern,
+    _moe_pattern,
     WRITERS,
     canonical_plan,
     from_megatron,
+    megatron_model,
     megatron_parser,
+    moe_layer_pattern,
     read_back,
     torchtitan_model,
 )
@@ -207,6 +212,18 @@ def _feasible_plans(fw: str, k: int = 20, seed: int = 0, space: str = "dense") -
     return [canonical_plan(table.row(int(i)), model) for i in ok]
 
 
+def _megatron_shape(model) -> dict:
+    """What megatron_model should read back for ``model`` (the published shape's fields)."""
+    out = {"layers": model.layers, "hidden": model.hidden, "ffn_hidden": model.ffn_hidden, "heads": model.heads,
+           "kv_heads": model.kv_heads, "head_dim": model.head_dim, "experts": model.experts}
+    if model.is_moe:
+        out.update(experts_per_token=model.experts_per_token, expert_ffn_hidden=model.expert_ffn,
+                   shared_ffn_total=model.shared_experts * model.shared_expert_ffn,
+                   moe_pattern=moe_layer_pattern(model), capacity_factor=model.capacity_factor,
+                   dispatcher="alltoall", deepep=False, overlap_ep=False)
+    return out
+
+
 ROUND_TRIP = [("megatron", "dense"), ("torchtitan", "dense"), ("deepspeed", "dense"), ("megatron", "mixtral"),
               ("megatron", "deepseek"), ("torchtitan", "mixtral"), ("torchtitan", "deepseek"), ("deepspeed", "qwen3")]
 
@@ -218,6 +235,18 @@ def test_round_trip_of_random_feasible_plans(fw, space):
     for plan in plans:
         text = WRITERS[fw](plan, model, cluster)
         assert read_back(fw, text, model) == plan, text
+        if fw == "megatron":
+            assert megatron_model(text) == _megatron_shape(model)
+        elif fw == "torchtitan" and model.is_moe:
+            flavor = torchtitan_model(text)
+            assert (flavor["moe_args_num_experts"], flavor["moe_args_top_k"], flavor["moe_inter_dim"]) == (
+                model.experts, model.experts_per_token, model.expert_ffn)
+            assert flavor.get("n_dense_layers", 0) == model.dense_layers
+        elif fw == "deepspeed" and model.is_moe:
+            moe = json.loads(text)["launcher"]["moe"]
+            assert (moe["num_experts"], moe["k"], moe["expert_ffn_hidden"]) == (
+                model.experts, model.experts_per_token, model.expert_ffn)
+            assert len(moe["moe_layers"]) == model.moe_layers
     # The sample exercises the dimensions, so the round trip is not checked on defaults only.
     assert {p["pp"] > 1 for p in plans} == {True, False}
     assert len({p["zero_stage"] for p in plans}) >= 2 and len({p["recompute"] for p in plans}) >= 2
@@ -381,6 +410,171 @@ def test_infeasible_plan_is_refused_like_evaluate(tmp_path):
                "--out", str(tmp_path / "x"))
     assert out.returncode == 2 and "tp: expected a divisor of heads=32" in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- mixture of experts: Mixtral 8x7B, worked by hand -----------------------------------------
+# Mixtral 8x7B's published shape (mistralai/Mixtral-8x7B-v0.1 config.json; arXiv:2401.04088):
+# 32 layers, hidden 4096, 32 heads of 128, 8 KV heads, ffn 14336 per expert, 8 experts, top-2,
+# every layer MoE, no shared expert, RMSNorm, SwiGLU, rotary positions, untied head, no biases,
+# 32768 positions, vocabulary 32000.
+MIXTRAL = ("--model", "mixtral-8x7b", "--cluster", "h100x64")
+
+
+def _megatron_words(stdout: str) -> list[str]:
+    return shlex.split(stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " "))
+
+
+def test_megatron_mixtral_worked_example():
+    # tp 4 x pp 4 x cp 2 = 32: dp = 64 / 32 = 2; ep 4 x etp 2 = 8 divides tp cp dp = 16.
+    out = _cli("export", "--framework", "megatron", *MIXTRAL, "--tp", "4", "--pp", "4", "--cp", "2", "--ep", "4",
+               "--etp", "2", "--sequence-parallel", "--zero-stage", "1", "--recompute", "selective",
+               "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    assert "torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py" in out.stdout
+    assert _megatron_words(out.stdout) == [
+        "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+        "--group-query-attention", "--num-query-groups", "8", "--seq-length", "32768",
+        "--max-position-embeddings", "32768", "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
+        "--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "14336", "--moe-grouped-gemm",
+        "--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "2",
+        "--moe-token-dispatcher-type", "alltoall",
+        "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "4", "--context-parallel-size", "2",
+        "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--recompute-granularity", "selective", "--micro-batch-size", "1", "--global-batch-size", "256", "--bf16"]
+    plan = from_megatron(out.stdout)
+    assert (plan["dp"], plan["ep"], plan["etp"]) == (2, 4, 2)
+
+
+@pytest.mark.parametrize("profile, words", [
+    ("megatron-core", ["--moe-token-dispatcher-type", "alltoall"]),
+    ("megatron-core-a2a-overlap", ["--moe-token-dispatcher-type", "alltoall", "--overlap-moe-expert-parallel-comm"]),
+    ("megatron-core-deepep", ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]),
+    ("megatron-core-deepep-a2a-overlap", ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep",
+                                         "--overlap-moe-expert-parallel-comm"]),
+])
+def test_megatron_dispatcher_follows_the_profile(profile, words):
+    out = _cli("export", "--framework", profile, *MIXTRAL, "--tp", "4", "--cp", "2", "--ep", "8",
+               "--sequence-parallel", "--zero-stage", "1", "--recompute", "selective", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    w = _megatron_words(out.stdout)
+    i = w.index("--moe-token-dispatcher-type")
+    assert w[i:i + len(words)] == words and w[i + len(words)] == "--tensor-model-parallel-size"
+
+
+def test_megatron_deepseek_v3_layer_pattern_and_shared_expert():
+    # DeepSeek-V3: the first 3 of 61 layers dense (ffn 18432), then 58 MoE layers of 256 experts
+    # (ffn 2048), top-8, one shared expert of 2048; tp 1 x pp 16 (3, 4 x 14, 2 layers) x dp 128.
+    out = _cli("export", "--framework", "megatron-core-deepep-a2a-overlap", "--model", "deepseek-v3", "--cluster",
+               "h100x2048", "--pp", "16", "--vpp", "2", "--schedule", "interleaved", "--ep", "64",
+               "--stage-layers", ",".join(["3"] + ["4"] * 14 + ["2"]), "--zero-stage", "1", "--global-batch", "15360")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(_megatron_words(out.stdout))
+    assert (a.num_experts, a.moe_router_topk, a.moe_ffn_hidden_size, a.ffn_hidden_size) == (256, 8, 2048, 18432)
+    assert a.moe_shared_expert_intermediate_size == 2048 and a.moe_layer_freq == "[0]*3+[1]*58"
+    assert (a.expert_model_parallel_size, a.moe_token_dispatcher_type, a.moe_enable_deepep) == (64, "flex", True)
+    assert a.overlap_moe_expert_parallel_comm and a.num_virtual_stages_per_pipeline_rank == 2
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers) == (3, 2)
+
+
+def test_moe_layer_pattern_as_megatron_reads_it():
+    # Worked by hand: 8 layers, 1 dense, then every 2nd an MoE layer: layers 2, 4, 6
+    # (plansweep's rule, Qwen2-MoE's decoder_sparse_step); Megatron's int 2 is layers 0, 2, 4, 6.
+    m = costmodel.Transformer(name="x", layers=8, hidden=64, heads=4, vocab=10, experts=4, experts_per_token=2,
+                              dense_layers=1, moe_layer_freq=2)
+    assert moe_layer_pattern(m) == [0, 0, 1, 0, 1, 0, 1, 0]
+    assert _megatron_pattern(m) == "[0]*1+([0]*1+[1])*3+[0]*1"
+    assert _moe_pattern(_megatron_pattern(m), 8) == moe_layer_pattern(m)
+    assert _moe_pattern("2", 8) == [1, 0, 1, 0, 1, 0, 1, 0]
+    assert _moe_pattern("([1]*3+[0]*1)*3", 12) == [1, 1, 1, 0] * 3
+
+
+def test_torchtitan_mixtral_worked_example():
+    # FSDP (ZeRO 3) over dp = 64 / (tp 4 x pp 4 x cp 2) = 2; ep 8 folds into dp_shard x cp x tp = 16.
+    out = _cli("export", "--framework", "torchtitan", *MIXTRAL, "--tp", "4", "--pp", "4", "--cp", "2", "--ep", "8",
+               "--sequence-parallel", "--zero-stage", "3", "--recompute", "full", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    doc = tomllib.loads(out.stdout)
+    par = doc["parallelism"]
+    parts = par.pop("module_fqns_per_model_part")
+    assert par == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 2,
+                   "fsdp_reshard_after_forward": "always", "tensor_parallel_degree": 4, "context_parallel_degree": 2,
+                   "pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+                   "pipeline_parallel_microbatch_size": 1, "expert_parallel_degree": 8,
+                   "expert_tensor_parallel_degree": 1, "expert_parallel_comm_backend": "standard"}
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[3][-3:] == ["layers.31", "norm", "output"]
+    assert doc["model"]["name"] == "qwen3" and doc["training"]["local_batch_size"] == 128
+    assert torchtitan_model(out.stdout) == {
+        "model": "qwen3", "dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+        "hidden_dim": 14336, "vocab_size": 32000, "moe_enabled": True, "moe_inter_dim": 14336,
+        "moe_args_num_experts": 8, "moe_args_num_shared_experts": 0, "moe_args_top_k": 2}
+
+
+def test_deepspeed_mixtral_worked_example():
+    # tp 8 x pp 4: dp = 2, ep 2 = the data-parallel group; 256 / (2 x 1) = 128 micro-batches.
+    out = _cli("export", "--framework", "deepspeed", *MIXTRAL, "--tp", "8", "--pp", "4", "--ep", "2",
+               "--zero-stage", "1", "--recompute", "full", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["launcher"]["moe"] == {"num_experts": 8, "ep_size": 2, "k": 2, "capacity_factor": 1.0,
+                                      "drop_tokens": False, "expert_ffn_hidden": 14336, "moe_layers": list(range(32))}
+    assert doc["ds_config"]["gradient_accumulation_steps"] == 128 and doc["launcher"]["data_parallel_size"] == 2
+
+
+@pytest.mark.parametrize("fw, model, flags, argument", [
+    # Megatron-LM: fp16 with ep > 1; the all-to-all overlap without virtual stages, or with full recompute
+    ("megatron", "mixtral-8x7b", ["--tp", "4", "--cp", "2", "--ep", "8", "--sequence-parallel", "--precision",
+                                  "fp16"], "precision"),
+    ("megatron-core-a2a-overlap", "mixtral-8x7b", ["--tp", "4", "--pp", "4", "--cp", "2", "--ep", "4",
+                                                   "--sequence-parallel"], "vpp"),
+    ("megatron-core-a2a-overlap", "mixtral-8x7b", ["--tp", "4", "--cp", "2", "--ep", "8", "--sequence-parallel",
+                                                   "--recompute", "full"], "recompute"),
+    # torchtitan: experts fold into FSDP ranks, not DDP replicas
+    ("torchtitan", "mixtral-8x7b", ["--tp", "2", "--ep", "8", "--sequence-parallel", "--zero-stage", "0"], "ep"),
+    # DeepSpeed: ep from dp only, no ZeRO-3 with MoE, no shared experts
+    ("deepspeed", "mixtral-8x7b", ["--tp", "8", "--pp", "4", "--ep", "4", "--recompute", "full"], "ep"),
+    ("deepspeed", "qwen3-30b-a3b", ["--tp", "4", "--ep", "8", "--zero-stage", "3"], "zero_stage"),
+    ("deepspeed", "deepseek-v3", ["--cluster", "h100x2048", "--tp", "8", "--ep", "64"], "model.shared_experts"),
+])
+def test_inexpressible_moe_dimension_is_an_error(tmp_path, fw, model, flags, argument):
+    out_file = tmp_path / "out.txt"
+    cluster = [] if "--cluster" in flags else ["--cluster", "h100x64"]
+    out = _cli("export", "--framework", fw, "--model", model, *cluster, "--global-batch", "256", *flags,
+               "--out", str(out_file))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"plansweep export: error: {argument}: expected "), out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_moe_model_fields_a_framework_cannot_set(tmp_path):
+    # A model file with a capacity factor (torchtitan's experts are dropless; Megatron's flex
+    # dispatcher does not pad to capacity) and one with MoE every 2nd layer (torchtitan's models
+    # put experts in every layer after the dense ones).
+    base = dict(name="moe-test", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, seq_len=2048,
+                vocab=32000, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                learned_positions=False, experts=8, experts_per_token=2)
+    cases = [("torchtitan", dict(capacity_factor=1.25), "model.capacity_factor"),
+             ("megatron-core-deepep", dict(capacity_factor=1.25), "model.capacity_factor"),
+             ("torchtitan", dict(moe_layer_freq=2), "model.moe_layer_freq")]
+    for fw, extra, argument in cases:
+        path = tmp_path / "model.json"
+        path.write_text(json.dumps(base | extra))
+        flags = ["--tp", "2", "--sequence-parallel", "--zero-stage", "3"] if fw == "torchtitan" else ["--tp", "2"]
+        out = _cli("export", "--framework", fw, "--model", str(path), "--cluster", "h100x64", "--ep", "4", *flags,
+                   "--global-batch", "256", "--out", str(tmp_path / "out"))
+        assert out.returncode == 2, (fw, out.stderr)
+        assert out.stderr.startswith(f"plansweep export: error: {argument}: expected "), out.stderr
+        assert not (tmp_path / "out").exists()
+    # Megatron writes the capacity factor, padded to capacity (what plansweep prices).
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(base | dict(capacity_factor=1.25, moe_layer_freq=2)))
+    out = _cli("export", "--framework", "megatron", "--model", str(path), "--cluster", "h100x64", "--tp", "2",
+               "--ep", "4", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(_megatron_words(out.stdout))
+    assert (a.moe_expert_capacity_factor, a.moe_pad_expert_input_to_capacity) == (1.25, True)
+    assert a.moe_layer_freq == "([0]*1+[1])*4"
 
 
 # ---- a run directory's n-th best plan --------------------------------------------------------
