@@ -596,6 +596,24 @@ def test_export_from_a_run_takes_its_nth_best_row(tmp_path):
     assert bad.returncode == 2 and "--run: expected no strategy flags" in bad.stderr
 
 
+def test_export_from_an_moe_run_tells_plans_apart_by_ep(tmp_path):
+    # Three feasible Mixtral plans that differ in ep only are three distinct plans of the run
+    # (ep = 1 does not fit in memory here): ranks 1-3 are ep 8, 4, 2, the fastest first.
+    from tests.run_fixtures import write_fixture_run
+
+    model, cluster = SPACES["mixtral"]
+    table = StrategyTable.from_columns(tp=4, cp=2, pp=4, dp=2, ep=[1, 2, 4, 8], sequence_parallel=True,
+                                       global_batch=256, zero_stage=1, recompute="selective")
+    m = evaluate(model, cluster, table)
+    assert m["feasible"].tolist() == [False, True, True, True]
+    order = np.argsort(-np.where(m["feasible"], m["tokens_per_s"], -np.inf), kind="stable")
+    run = write_fixture_run(tmp_path / "run", model, cluster, table)
+    for rank in (1, 2, 3):
+        out = _cli("export", "--framework", "megatron", "--run", str(run), "--rank", str(rank))
+        assert out.returncode == 0, out.stderr
+        assert from_megatron(out.stdout) == canonical_plan(table.row(int(order[rank - 1])), model)
+
+
 def test_framework_names_are_the_pricing_profiles(tmp_path):
     # --framework takes the profiles of costmodel._frameworks (and their aliases): the plan is
     # priced under the framework it is exported for; a profile without a launch format is refused.
