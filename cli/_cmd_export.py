@@ -33,7 +33,9 @@ def register(sub) -> None:
                        "express is an error (exit code 2), never dropped.")
     p.add_argument("--framework", required=True, type=framework_arg,
                    help="the framework profile the plan is priced under and launched with: megatron-core (alias "
-                   "megatron) or megatron-2021: a torchrun command line of Megatron-LM arguments (core_v0.15.0); "
+                   "megatron), megatron-2021, megatron-core-a2a-overlap, megatron-core-deepep or "
+                   "megatron-core-deepep-a2a-overlap: a torchrun command line of Megatron-LM arguments (core_v0.15.0; "
+                   "the MoE profiles pick the token dispatcher and the all-to-all overlap); "
                    "fsdp2 (alias torchtitan): a torchtitan TOML job config (v0.2.2, the last with TOML configs); "
                    "deepspeed: ds_config JSON and the launcher's parallel sizes (v0.19.5)")
     p.add_argument("--model", default=None, help="preset name or JSON/YAML file (default gpt3-175b; with --run: "

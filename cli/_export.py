@@ -10,6 +10,13 @@ DeepSpeed) and the round trip read(write(plan)) == plan is tested on random feas
 A dimension the framework cannot express raises InputError naming the dimension, what the
 framework takes and what the plan holds; nothing is silently dropped.
 
+Mixture-of-experts models (issue 18): the plan carries ep and etp (1 and 1 for a dense model)
+and each writer adds the MoE layer's shape (experts, top-k, expert and shared-expert ffn widths,
+which layers are MoE layers, capacity factor) in the framework's own terms: Megatron-LM
+arguments; torchtitan's expert degrees, with the shape in the comment naming the flavor to
+register (qwen3 or deepseek_v3 fields); DeepSpeed's launcher.moe, the arguments the training
+script passes to deepspeed.moe.layer.MoE. plansweep's capacity_factor 1 is a dropless expert.
+
 Framework versions the option names are taken from (tests/test_cli_export.py holds the names
 against lists cut from these files):
 
@@ -22,7 +29,15 @@ against lists cut from these files):
   torch.distributed.pipelining's get_schedule_class, as torchtitan's integration tests use them.
 - DeepSpeed v0.19.5 (commit cf44300453, 2026-08-09): deepspeed/runtime/constants.py,
   deepspeed/runtime/zero/config.py, deepspeed/runtime/activation_checkpointing/config.py,
-  deepspeed/runtime/tensor_parallel/config.py (AutoTP's ``autotp_size``).
+  deepspeed/runtime/tensor_parallel/config.py (AutoTP's ``autotp_size``). The MoE names were
+  checked at v0.16.4 (commit e2dc3eeb19, 2025-02-20), the newest release in plansweep's mirror of
+  DeepSpeed: deepspeed/moe/layer.py (MoE's parameters), deepspeed/utils/groups.py (expert groups
+  cut from the data-parallel ranks), deepspeed/runtime/engine.py ("MoE not supported with Stage
+  3"); MoE with pipeline models since v0.14.1 (commit 08e0733e4).
+- The MoE names of Megatron-LM come from the same file's _add_moe_args (--kv-channels from
+  _add_network_size_args), torchtitan's from job_config.py's Parallelism (expert_parallel_degree,
+  expert_tensor_parallel_degree, expert_parallel_comm_backend), distributed/parallel_dims.py
+  (the expert mesh) and the models' args.py files at the same tags.
 """
 
 from __future__ import annotations

@@ -225,7 +225,8 @@ def _megatron_shape(model) -> dict:
 
 
 ROUND_TRIP = [("megatron", "dense"), ("torchtitan", "dense"), ("deepspeed", "dense"), ("megatron", "mixtral"),
-              ("megatron", "deepseek"), ("torchtitan", "mixtral"), ("torchtitan", "deepseek"), ("deepspeed", "qwen3")]
+              ("megatron", "deepseek"), ("megatron", "qwen3"), ("torchtitan", "mixtral"), ("torchtitan", "deepseek"),
+              ("torchtitan", "qwen3"), ("deepspeed", "qwen3")]
 
 
 @pytest.mark.parametrize("fw, space", ROUND_TRIP)
@@ -239,6 +240,7 @@ def test_round_trip_of_random_feasible_plans(fw, space):
             assert megatron_model(text) == _megatron_shape(model)
         elif fw == "torchtitan" and model.is_moe:
             flavor = torchtitan_model(text)
+            assert flavor.get("head_dim", model.head_size) == model.head_size
             assert (flavor["moe_args_num_experts"], flavor["moe_args_top_k"], flavor["moe_inter_dim"]) == (
                 model.experts, model.experts_per_token, model.expert_ffn)
             assert flavor.get("n_dense_layers", 0) == model.dense_layers
