@@ -549,6 +549,26 @@ def test_inexpressible_moe_dimension_is_an_error(tmp_path, fw, model, flags, arg
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed"])
+def test_writers_refuse_expert_degrees_their_framework_cannot_take(fw):
+    # evaluate refuses these first (ep on a dense model: ep_invalid; etp > 1 under fsdp2 and
+    # deepspeed: framework_unsupported); a writer called on such a plan still names the dimension.
+    dense = _feasible_plans(fw, 1)[0]
+    with pytest.raises(costmodel.InputError) as e:
+        WRITERS[fw](dense | {"ep": 2}, MODEL, CLUSTER)
+    assert e.value.argument == "ep"
+    model, cluster = SPACES["qwen3"]
+    moe = _feasible_plans(fw, 1, space="qwen3")[0] | {"tp": 2, "etp": 2, "sequence_parallel": fw == "torchtitan",
+                                                      "cp": 1, "pp": 1, "vpp": 1, "stage_layers": [48],
+                                                      "stage_recompute": ["none"], "recompute": "none"}
+    if fw == "megatron":  # Megatron-LM takes etp > 1
+        assert "--expert-tensor-parallel-size 2" in WRITERS[fw](moe, model, cluster)
+    else:
+        with pytest.raises(costmodel.InputError) as e:
+            WRITERS[fw](moe, model, cluster)
+        assert e.value.argument == "etp"
+
+
 def test_moe_model_fields_a_framework_cannot_set(tmp_path):
     # A model file with a capacity factor (torchtitan's experts are dropless; Megatron's flex
     # dispatcher does not pad to capacity) and one with MoE every 2nd layer (torchtitan's models
