@@ -19,9 +19,10 @@ from cli._specs import load_cluster, load_model, reason_error, strategy_from_map
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
-EXPORT_FORMAT = {"megatron-core": "megatron", "megatron-2021": "megatron", "fsdp2": "torchtitan",
-                 "deepspeed": "deepspeed"}
-STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
+EXPORT_FORMAT = {"megatron-core": "megatron", "megatron-2021": "megatron", "megatron-core-a2a-overlap": "megatron",
+                 "megatron-core-deepep": "megatron", "megatron-core-deepep-a2a-overlap": "megatron",
+                 "fsdp2": "torchtitan", "deepspeed": "deepspeed"}
+STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
                  "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
 
 
@@ -32,7 +33,9 @@ def register(sub) -> None:
                        "express is an error (exit code 2), never dropped.")
     p.add_argument("--framework", required=True, type=framework_arg,
                    help="the framework profile the plan is priced under and launched with: megatron-core (alias "
-                   "megatron) or megatron-2021: a torchrun command line of Megatron-LM arguments (core_v0.15.0); "
+                   "megatron), megatron-2021, megatron-core-a2a-overlap, megatron-core-deepep or "
+                   "megatron-core-deepep-a2a-overlap: a torchrun command line of Megatron-LM arguments (core_v0.15.0; "
+                   "the MoE profiles pick the token dispatcher and the all-to-all overlap); "
                    "fsdp2 (alias torchtitan): a torchtitan TOML job config (v0.2.2, the last with TOML configs); "
                    "deepspeed: ds_config JSON and the launcher's parallel sizes (v0.19.5)")
     p.add_argument("--model", default=None, help="preset name or JSON/YAML file (default gpt3-175b; with --run: "
@@ -97,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason, args.framework)
-    text = WRITERS[EXPORT_FORMAT[args.framework]](canonical_plan(table.row(0), model), model, cluster)
+    text = WRITERS[EXPORT_FORMAT[args.framework]](canonical_plan(table.row(0), model), model, cluster,
+                                                   profile=args.framework)
     if reason == "out_of_memory":
         print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
               f"more than the {cluster.gpu.hbm_bytes / 1e9:.0f} GB of {cluster.gpu.name}", file=sys.stderr)

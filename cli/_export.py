@@ -10,6 +10,13 @@ DeepSpeed) and the round trip read(write(plan)) == plan is tested on random feas
 A dimension the framework cannot express raises InputError naming the dimension, what the
 framework takes and what the plan holds; nothing is silently dropped.
 
+Mixture-of-experts models (issue 18): the plan carries ep and etp (1 and 1 for a dense model)
+and each writer adds the MoE layer's shape (experts, top-k, expert and shared-expert ffn widths,
+which layers are MoE layers, capacity factor) in the framework's own terms: Megatron-LM
+arguments; torchtitan's expert degrees, with the shape in the comment naming the flavor to
+register (qwen3 or deepseek_v3 fields); DeepSpeed's launcher.moe, the arguments the training
+script passes to deepspeed.moe.layer.MoE. plansweep's capacity_factor 1 is a dropless expert.
+
 Framework versions the option names are taken from (tests/test_cli_export.py holds the names
 against lists cut from these files):
 
@@ -22,7 +29,15 @@ against lists cut from these files):
   torch.distributed.pipelining's get_schedule_class, as torchtitan's integration tests use them.
 - DeepSpeed v0.19.5 (commit cf44300453, 2026-08-09): deepspeed/runtime/constants.py,
   deepspeed/runtime/zero/config.py, deepspeed/runtime/activation_checkpointing/config.py,
-  deepspeed/runtime/tensor_parallel/config.py (AutoTP's ``autotp_size``).
+  deepspeed/runtime/tensor_parallel/config.py (AutoTP's ``autotp_size``). The MoE names were
+  checked at v0.16.4 (commit e2dc3eeb19, 2025-02-20), the newest release in plansweep's mirror of
+  DeepSpeed: deepspeed/moe/layer.py (MoE's parameters), deepspeed/utils/groups.py (expert groups
+  cut from the data-parallel ranks), deepspeed/runtime/engine.py ("MoE not supported with Stage
+  3"); MoE with pipeline models since v0.14.1 (commit 08e0733e4).
+- The MoE names of Megatron-LM come from the same file's _add_moe_args (--kv-channels from
+  _add_network_size_args), torchtitan's from job_config.py's Parallelism (expert_parallel_degree,
+  expert_tensor_parallel_degree, expert_parallel_comm_backend), distributed/parallel_dims.py
+  (the expert mesh) and the models' args.py files at the same tags.
 """
 
 from __future__ import annotations
@@ -40,8 +55,8 @@ MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arg
 TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
 DEEPSPEED_VERSION = "DeepSpeed v0.19.5 (cf44300453), deepspeed/runtime/config.py and its section configs"
 
-PLAN_KEYS = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
-             "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
+PLAN_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule",
+             "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
 
 
 # ---- the canonical plan ----------------------------------------------------------------------
@@ -49,7 +64,7 @@ def canonical_plan(row: dict, model: Transformer) -> dict:
     """``row`` (StrategyTable.row: plain values, optional stage lists) with every stage written
     out: stage_layers (layers per pipeline stage, uniform ones too) and stage_recompute."""
     pp = int(row["pp"])
-    plan = {k: row[k] for k in PLAN_KEYS[:13]}
+    plan = {k: row.get(k, 1) if k in ("ep", "etp") else row[k] for k in PLAN_KEYS[:15]}
     layers = row.get("stage_layers")
     if layers is None:
         assert model.layers % pp == 0, "a feasible row with uniform stages has pp | layers"
@@ -84,13 +99,20 @@ def _launcher(plan: dict, cluster: Cluster) -> tuple[int, int]:
     return world // per, per
 
 
-def _model_kind(model: Transformer, framework: str) -> None:
+def _model_kind(model: Transformer, plan: dict, framework: str) -> None:
     if model.kind != "transformer":
         raise InputError("--model", f"a transformer ({framework} trains GPT-style models)",
                          f"{model.name} ({model.kind})")
-    if model.is_moe or model.head_dim is not None:  # the writers emit no expert or head-size arguments
-        raise InputError("--model", "a dense model with hidden / heads heads (export writes no expert-parallel "
-                         "or MoE arguments yet: issue 18)", model.name)
+    # evaluate refuses these first (reason ep_invalid); a plan read from elsewhere meets them here
+    if not model.is_moe and (plan["ep"], plan["etp"]) != (1, 1):
+        raise InputError("ep", f"ep = etp = 1 for the dense model {model.name}", f"ep={plan['ep']}, etp={plan['etp']}")
+
+
+def moe_layer_pattern(model: Transformer) -> list[int]:
+    """1 for each MoE layer, 0 for each dense one (Transformer.moe_layers_before's rule: layer j is
+    an MoE layer when j >= dense_layers and (j - dense_layers) % moe_layer_freq == freq - 1)."""
+    d, f = model.dense_layers, model.moe_layer_freq
+    return [int(j >= d and (j - d) % f == f - 1) for j in range(model.layers)]
 
 
 def _microbatches(plan: dict) -> int:
@@ -137,6 +159,21 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--untie-embeddings-and-output-weights": {"action": "store_true"},
     "--position-embedding-type": {"choices": ["learned_absolute", "rope", "mrope", "relative", "none"],
                                   "default": "learned_absolute"},
+    "--kv-channels": {"type": int},
+    # _add_moe_args (the "moe" group)
+    "--num-experts": {"type": int},
+    "--moe-router-topk": {"type": int, "default": 2},
+    "--moe-ffn-hidden-size": {"type": int},
+    "--moe-shared-expert-intermediate-size": {"type": int},
+    "--moe-layer-freq": {"default": "1"},  # an int or a list expression; read by _moe_pattern
+    "--expert-model-parallel-size": {"type": int, "default": 1},
+    "--expert-tensor-parallel-size": {"type": int},  # None: Megatron takes the tensor-parallel size
+    "--moe-grouped-gemm": {"action": "store_true"},
+    "--moe-token-dispatcher-type": {"choices": ["allgather", "alltoall", "flex"], "default": "allgather"},
+    "--moe-enable-deepep": {"action": "store_true"},
+    "--moe-expert-capacity-factor": {"type": float},
+    "--moe-pad-expert-input-to-capacity": {"action": "store_true"},
+    "--overlap-moe-expert-parallel-comm": {"action": "store_true"},
 }
 # ZeRO stage -> Megatron-LM's flags: 1 = its distributed optimizer (optimizer state sharded over
 # data-parallel ranks); 2 and 3 = Megatron-FSDP with gradients (2) and parameters too (3) sharded.
@@ -146,11 +183,102 @@ MEGATRON_ZERO = {0: [], 1: ["--use-distributed-optimizer"],
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")  # Megatron-LM's 1F1B and interleaved 1F1B (vpp >= 2)
 MEGATRON_PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}
 MEGATRON_SCRIPT = "pretrain_gpt.py"
+# Profile (costmodel._frameworks) -> Megatron-LM's token dispatcher for expert parallelism: the
+# alltoall dispatcher (the MoE README's choice with ep > 1), or the flex dispatcher with DeepEP
+# (core_v0.15.0: --moe-enable-deepep, "only works with flex token dispatcher") for the profiles
+# priced with per-node dispatch; the *-a2a-overlap profiles add --overlap-moe-expert-parallel-comm.
+MEGATRON_PROFILES = ("megatron-core", "megatron-2021", "megatron-core-a2a-overlap", "megatron-core-deepep",
+                     "megatron-core-deepep-a2a-overlap")
 
 
-def to_megatron(plan: dict, model: Transformer, cluster: Cluster) -> str:
-    """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments."""
-    _model_kind(model, "Megatron-LM")
+def _megatron_pattern(model: Transformer) -> str:
+    """--moe-layer-freq's list expression for the model's layers: d = dense_layers dense layers,
+    n = moe_layers groups of (f - 1 dense, 1 MoE) with f = moe_layer_freq, then the r left over
+    dense (moe_layer_pattern's rule; Megatron evaluates it: digits, [], (), + and * only)."""
+    d, f, n = model.dense_layers, model.moe_layer_freq, model.moe_layers
+    r = model.layers - d - n * f
+    group = "[1]" if f == 1 else f"([0]*{f - 1}+[1])"
+    parts = ([f"[0]*{d}"] if d else []) + [f"{group}*{n}"] + ([f"[0]*{r}"] if r else [])
+    return "+".join(parts)
+
+
+def _moe_pattern(text: str, layers: int) -> list[int]:
+    """The layer pattern of --moe-layer-freq: an int N (layer i is MoE when i % N == 0) or a list
+    expression of 0/1 lists joined by + and repeated by * (read here without eval)."""
+    text = text.replace(" ", "")
+    if text.isdigit():
+        return [int(i % int(text) == 0) for i in range(layers)]
+    if re.search(r"[^,\d\[\]()+*]", text):
+        raise InputError("--moe-layer-freq", "an integer or a list expression of [0/1,...], +, * and ()", text)
+    pos = 0
+
+    def term() -> list[int]:  # term := atom ('*' int)*
+        nonlocal pos
+        if text[pos] == "(":
+            pos += 1
+            out = expr()
+            pos += 1  # ')'
+        else:
+            end = text.index("]", pos)
+            out = [int(x) for x in text[pos + 1:end].split(",") if x]
+            pos = end + 1
+        while pos < len(text) and text[pos] == "*":
+            m = re.match(r"\d+", text[pos + 1:])
+            out, pos = out * int(m.group()), pos + 1 + len(m.group())
+        return out
+
+    def expr() -> list[int]:  # expr := term ('+' term)*
+        nonlocal pos
+        out = term()
+        while pos < len(text) and text[pos] == "+":
+            pos += 1
+            out = out + term()
+        return out
+
+    return expr()
+
+
+def _megatron_moe(plan: dict, model: Transformer, profile: str, recompute: str) -> list:
+    """The MoE model's arguments and the expert-parallel degrees (none for a dense model)."""
+    if not model.is_moe:
+        return []
+    E, k, ep, etp = model.experts, model.experts_per_token, plan["ep"], plan["etp"]
+    flex = "deepep" in profile
+    overlap = "a2a-overlap" in profile and ep > 1  # Megatron asserts ep > 1 for the overlap
+    if ep > 1 and plan["precision"] == "fp16":
+        raise InputError("precision", "bf16 or fp8 with ep > 1 (Megatron-LM refuses fp16 with expert parallelism)",
+                         plan["precision"])
+    if overlap and plan["pp"] > 1 and plan["vpp"] == 1:
+        raise InputError("vpp", "2 or more with pp > 1 (Megatron-LM's --overlap-moe-expert-parallel-comm needs "
+                         "virtual pipeline stages)", plan["vpp"])
+    if overlap and recompute == "full":
+        raise InputError("recompute", "none or selective (Megatron-LM's --overlap-moe-expert-parallel-comm "
+                         "refuses full recomputation)", recompute)
+    if flex and model.capacity_factor != 1.0:
+        raise InputError("model.capacity_factor", "1.0 with the flex dispatcher (it does not pad expert inputs "
+                         "to capacity, which plansweep prices)", model.capacity_factor)
+    a: list = ["--num-experts", E, "--moe-router-topk", k, "--moe-ffn-hidden-size", model.expert_ffn]
+    if model.shared_experts:  # Megatron takes the shared experts' total ffn width
+        a += ["--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_expert_ffn]
+    if moe_layer_pattern(model) != [1] * model.layers:  # Megatron's default, an int 1: every layer
+        a += ["--moe-layer-freq", _megatron_pattern(model)]
+    a += ["--moe-grouped-gemm", "--expert-model-parallel-size", ep, "--expert-tensor-parallel-size", etp]
+    a += ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"] if flex else [
+        "--moe-token-dispatcher-type", "alltoall"]
+    if overlap:
+        a += ["--overlap-moe-expert-parallel-comm"]
+    if model.capacity_factor != 1.0:  # plansweep prices capacity_factor x the routed copies: padded
+        a += ["--moe-expert-capacity-factor", model.capacity_factor, "--moe-pad-expert-input-to-capacity"]
+    return a
+
+
+def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "megatron-core") -> str:
+    """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments.
+    ``profile``, the framework profile the plan was priced under, picks the MoE token dispatcher
+    and the all-to-all overlap (MEGATRON_PROFILES)."""
+    if profile not in MEGATRON_PROFILES:
+        raise InputError("--framework", "a Megatron profile: " + ", ".join(MEGATRON_PROFILES), profile)
+    _model_kind(model, plan, "Megatron-LM")
     if plan["schedule"] not in MEGATRON_SCHEDULES:
         raise InputError("schedule", "1f1b or interleaved (Megatron-LM's pipeline schedules)", plan["schedule"])
     recompute = _one_recompute(plan, "Megatron-LM")
@@ -159,6 +287,8 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster) -> str:
     a: list[str] = []
     a += ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size", model.ffn_hidden,
           "--num-attention-heads", model.heads]
+    if model.head_dim is not None:
+        a += ["--kv-channels", model.head_dim]
     if model.kv_heads != model.heads:
         a += ["--group-query-attention", "--num-query-groups", model.kv_heads]
     a += ["--seq-length", model.seq_len, "--max-position-embeddings", model.seq_len]
@@ -172,6 +302,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster) -> str:
         a += ["--untie-embeddings-and-output-weights"]
     if not model.learned_positions:
         a += ["--position-embedding-type", "rope"]
+    a += _megatron_moe(plan, model, profile, recompute)
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size", p,
           "--context-parallel-size", plan["cp"]]
     if plan["sequence_parallel"]:
@@ -227,8 +358,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     return p
 
 
-def from_megatron(text: str) -> dict:
-    """The plan of a command line written by to_megatron."""
+def _megatron_words(text: str) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """(torchrun's arguments, Megatron-LM's arguments) of a command line written by to_megatron."""
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     words = shlex.split(body.replace("\\\n", " "))
     if "torchrun" not in words or MEGATRON_SCRIPT not in words:
@@ -238,7 +369,30 @@ def from_megatron(text: str) -> dict:
     launch.add_argument("--nproc-per-node", type=int)
     i = words.index(MEGATRON_SCRIPT)
     lw = launch.parse_args(words[words.index("torchrun") + 1:i])
-    a = megatron_parser().parse_args(words[i + 1:])
+    return lw, megatron_parser().parse_args(words[i + 1:])
+
+
+def megatron_model(text: str) -> dict:
+    """The model shape a command line written by to_megatron gives Megatron-LM, in plansweep's
+    Transformer field names (the shared experts as one total width, as Megatron takes them)."""
+    _, a = _megatron_words(text)
+    L = a.num_layers
+    out = {"layers": L, "hidden": a.hidden_size, "ffn_hidden": a.ffn_hidden_size, "heads": a.num_attention_heads,
+           "kv_heads": a.num_query_groups if a.group_query_attention else a.num_attention_heads,
+           "head_dim": a.kv_channels, "experts": a.num_experts or 1}
+    if a.num_experts:
+        out.update(experts_per_token=a.moe_router_topk, expert_ffn_hidden=a.moe_ffn_hidden_size,
+                   shared_ffn_total=a.moe_shared_expert_intermediate_size or 0,
+                   moe_pattern=_moe_pattern(a.moe_layer_freq, L),
+                   capacity_factor=a.moe_expert_capacity_factor or 1.0,
+                   dispatcher=a.moe_token_dispatcher_type, deepep=a.moe_enable_deepep,
+                   overlap_ep=a.overlap_moe_expert_parallel_comm)
+    return out
+
+
+def from_megatron(text: str) -> dict:
+    """The plan of a command line written by to_megatron."""
+    lw, a = _megatron_words(text)
     t, p, c, L = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size, a.num_layers
     dp = lw.nnodes * lw.nproc_per_node // (t * p * c)
     if a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
@@ -256,8 +410,10 @@ def from_megatron(text: str) -> dict:
         zero = {"optim_grads": 2, "optim_grads_params": 3}[a.data_parallel_sharding_strategy]
     recompute = a.recompute_granularity or "none"
     precision = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
-    return {"dp": dp, "tp": t, "pp": p, "cp": c, "micro_batch": a.micro_batch_size,
-            "global_batch": a.global_batch_size, "vpp": vpp, "zero_stage": zero,
+    # Megatron's expert tensor parallel size defaults to the tensor-parallel size
+    etp = (a.expert_tensor_parallel_size or t) if a.num_experts else 1
+    return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": a.expert_model_parallel_size, "etp": etp,
+            "micro_batch": a.micro_batch_size, "global_batch": a.global_batch_size, "vpp": vpp, "zero_stage": zero,
             "schedule": "interleaved" if vpp > 1 else "1f1b", "recompute": recompute, "precision": precision,
             "sequence_parallel": a.sequence_parallel, "overlap_dp": a.overlap_grad_reduce,
             "stage_layers": stage_layers, "stage_recompute": [recompute] * p}
@@ -294,15 +450,16 @@ def _toml_value(v) -> str:
     return "[" + ", ".join(_toml_value(x) for x in v) + "]"
 
 
-def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
-    """A torchtitan TOML job config (the sections the plan sets)."""
-    _model_kind(model, "torchtitan")
+def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "fsdp2") -> str:
+    """A torchtitan TOML job config (the sections the plan sets); one profile, fsdp2."""
+    _model_kind(model, plan, "torchtitan")
     shape = (model.activation, model.norm, model.bias, model.learned_positions)
     if shape != ("swiglu", "rmsnorm", False, False):
         raise InputError("--model", "a Llama-shaped transformer for torchtitan's llama3 model (swiglu, rmsnorm, no "
                          "bias, rotary positions)", f"{model.name} ({model.activation}, {model.norm}, "
                          f"bias={model.bias}, learned positions={model.learned_positions})")
     recompute = _one_recompute(plan, "torchtitan")
+    tt_model = _torchtitan_model(model)
     if plan["schedule"] not in TORCHTITAN_SCHEDULES:
         raise InputError("schedule", "gpipe, 1f1b, interleaved or zb-v (torchtitan's pipeline schedules)",
                          plan["schedule"])
@@ -321,17 +478,37 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
     nodes, per_node = _launcher(plan, cluster)
     p, v, sl = plan["pp"], plan["vpp"], plan["stage_layers"]
     sharded, reshard = TORCHTITAN_ZERO[plan["zero_stage"]]
+    ep, etp = plan["ep"], plan["etp"]
+    if etp != 1:
+        raise InputError("etp", "1 (torchtitan v0.2.2 takes etp 1 or etp = tp, and plansweep prices the fsdp2 "
+                         "profile with etp 1)", etp)
+    # torchtitan's expert mesh is (pp, dp_replicate, efsdp, ep, etp): the experts fold into the
+    # FSDP, CP and TP ranks of a replica (parallel_dims.py: efsdp = dp_shard cp tp / (etp ep)).
+    fold = (plan["dp"] if sharded else 1) * plan["cp"] * plan["tp"]
+    if fold % (ep * etp):
+        raise InputError("ep", f"a divisor of data_parallel_shard_degree x cp x tp = {fold} (torchtitan folds the "
+                         "experts into FSDP, CP and TP ranks, not DDP replicas; ZeRO 2 or 3 shards dp)", ep)
     dp, B, b = plan["dp"], plan["global_batch"], plan["micro_batch"]
     par = {"data_parallel_replicate_degree": 1 if sharded else dp, "data_parallel_shard_degree": dp if sharded else 1,
            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": plan["tp"],
            "context_parallel_degree": plan["cp"], "pipeline_parallel_degree": p,
            "pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[plan["schedule"]][0],
            "pipeline_parallel_microbatch_size": b}
+    if model.is_moe:
+        par |= {"expert_parallel_degree": ep, "expert_tensor_parallel_degree": etp,
+                "expert_parallel_comm_backend": "standard"}
     if p > 1:
         style = TORCHTITAN_SCHEDULES[plan["schedule"]][1]
-        if any(n % v for n in sl):
-            raise InputError("stage_layers", f"layer counts divisible by vpp={v}", sl)
-        chunk = [sl[_stage_of(j, p, style)] // v for j in range(p * v)]
+        if any(n < v for n in sl):
+            raise InputError("stage_layers", f"at least vpp={v} layers on every stage", sl)
+        # A stage's v chunks differ by at most a layer, the larger first (the fsdp2 profile's
+        # uneven_chunks): chunk i of a stage of n layers has n // v layers, one more for i < n % v.
+        seen = [0] * p
+        chunk = []
+        for j in range(p * v):
+            r = _stage_of(j, p, style)
+            chunk.append(sl[r] // v + (seen[r] < sl[r] % v))
+            seen[r] += 1
         parts, start = [], 0
         for j, n in enumerate(chunk):
             part = (["tok_embeddings"] if j == 0 else []) + [f"layers.{k}" for k in range(start, start + n)]
@@ -343,7 +520,7 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
     local = B // dp if p > 1 else b
     sections = {
         "job": {"description": f"plansweep export: {model.name} on {cluster.name}"},
-        "model": {"name": "llama3", "flavor": model.name, "converters": TORCHTITAN_PRECISION[plan["precision"]]},
+        "model": {"name": tt_model, "flavor": model.name, "converters": TORCHTITAN_PRECISION[plan["precision"]]},
         "training": {"local_batch_size": local, "global_batch_size": B, "seq_len": model.seq_len,
                      "mixed_precision_param": "bfloat16"},
         "parallelism": par,
@@ -353,13 +530,65 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster) -> str:
     out = [f"# plansweep export for {TORCHTITAN_VERSION}",
            f"# launch: NGPU={per_node} on each of {nodes} node(s) (torchrun --nnodes {nodes} --nproc-per-node "
            f"{per_node} -m torchtitan.train --job.config_file THIS.toml)",
-           f"# model.flavor names plansweep's model: register a flavor of that name with layers={model.layers}, "
-           f"dim={model.hidden}, n_heads={model.heads}, n_kv_heads={model.kv_heads}, ffn={model.ffn_hidden}, "
-           f"vocab={model.vocab}"]
+           f"# model.flavor names plansweep's model: register a {tt_model} flavor of that name with "
+           + _torchtitan_flavor(model)]
+    if tt_model == "deepseek_v3":
+        out.append("# deepseek_v3's attention is MLA; plansweep priced multi-head attention of the same heads")
     for name, body in sections.items():
         out.append(f"\n[{name}]")
         out += [f"{k} = {_toml_value(val)}" for k, val in body.items()]
     return "\n".join(out) + "\n"
+
+
+# plansweep model -> torchtitan v0.2.2's model (torchtitan/models/*/model/args.py): llama3 for
+# dense models with hidden / heads heads; qwen3 (head_dim; moe_enabled puts MoE in every layer)
+# for a set head size or an MoE model without dense layers; deepseek_v3 (n_dense_layers dense
+# layers, then MoE) for one with. Both MoE models take MoEArgs (torchtitan/models/moe/moe.py):
+# num_experts, num_shared_experts, top_k; their experts are dropless (no capacity factor).
+def _torchtitan_model(model: Transformer) -> str:
+    if model.is_moe and model.moe_layer_freq != 1:
+        raise InputError("model.moe_layer_freq", "1 (torchtitan v0.2.2's MoE models put experts in every layer "
+                         "after the dense ones)", model.moe_layer_freq)
+    if model.capacity_factor != 1.0:
+        raise InputError("model.capacity_factor", "1.0 (torchtitan's MoE is dropless: no capacity factor)",
+                         model.capacity_factor)
+    if model.is_moe and model.shared_experts and model.shared_expert_ffn != model.expert_ffn:
+        raise InputError("model.shared_expert_ffn_hidden", f"the routed experts' {model.expert_ffn} (torchtitan's "
+                         "shared experts are num_shared_experts x moe_inter_dim wide)", model.shared_expert_ffn)
+    if model.is_moe and model.dense_layers:
+        if model.head_dim is not None or model.kv_heads != model.heads:
+            raise InputError("model.head_dim", "null with kv_heads = heads for a model with dense layers "
+                             "(torchtitan's deepseek_v3 sets its heads through MLA: no head_dim, no n_kv_heads)",
+                             f"head_dim={model.head_dim}, kv_heads={model.kv_heads}")
+        return "deepseek_v3"
+    return "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
+
+
+def _torchtitan_flavor(model: Transformer) -> str:
+    """The flavor's fields in the torchtitan model's own names (a comment line of the TOML)."""
+    m = _torchtitan_model(model)
+    f = {"llama3": dict(layers=model.layers, dim=model.hidden, n_heads=model.heads, n_kv_heads=model.kv_heads,
+                        ffn=model.ffn_hidden, vocab=model.vocab),  # llama3 derives its ffn width: set it to ffn
+         "qwen3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
+                       head_dim=model.head_size, hidden_dim=model.ffn_hidden, vocab_size=model.vocab,
+                       moe_enabled=model.is_moe),
+         "deepseek_v3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, inter_dim=model.ffn_hidden,
+                             n_dense_layers=model.dense_layers, vocab_size=model.vocab)}[m]
+    if model.is_moe:
+        f |= {"moe_inter_dim": model.expert_ffn, "moe_args.num_experts": model.experts,
+              "moe_args.num_shared_experts": model.shared_experts, "moe_args.top_k": model.experts_per_token}
+    return ", ".join(f"{k}={_toml_value(v)}" for k, v in f.items())
+
+
+def torchtitan_model(text: str) -> dict:
+    """The torchtitan model and the flavor fields of a TOML written by to_torchtitan (its comment line)."""
+    import tomllib
+
+    line = next(x for x in text.splitlines() if x.startswith("# model.flavor names"))
+    name = re.search(r"register a (\w+) flavor", line).group(1)
+    fields = line.split(" flavor of that name with ", 1)[1]
+    body = "\n".join(f"{k.replace('.', '_')} = {v}" for k, v in (kv.split("=", 1) for kv in fields.split(", ")))
+    return {"model": name, **tomllib.loads(body)}
 
 
 def from_torchtitan(text: str) -> dict:
@@ -389,6 +618,7 @@ def from_torchtitan(text: str) -> dict:
     recompute = ac["mode"]
     precision = "fp8" if "quantize.linear.float8" in doc["model"].get("converters", []) else "bf16"
     plan = {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
+            "ep": par.get("expert_parallel_degree", 1), "etp": par.get("expert_tensor_parallel_degree", 1),
             "micro_batch": b, "global_batch": tr["global_batch_size"], "vpp": v, "zero_stage": zero,
             "schedule": schedule, "recompute": recompute, "precision": precision,
             "sequence_parallel": par["tensor_parallel_degree"] > 1, "overlap_dp": True,
@@ -398,13 +628,41 @@ def from_torchtitan(text: str) -> dict:
 
 # ---- DeepSpeed (ds_config JSON + the launcher's parallel sizes) --------------------------------
 DEEPSPEED_PRECISION = {"bf16": "bf16", "fp16": "fp16"}  # ds_config section enabling it
+# The MoE layer's sizes the training script passes to deepspeed.moe.layer.MoE (num_experts,
+# ep_size, k, capacity_factor, drop_tokens: its keyword parameters, deepspeed/moe/layer.py at
+# v0.16.4, e2dc3eeb19, the newest tag in plansweep's mirror of DeepSpeed) and the two the script
+# uses itself: the expert module's ffn width and which layers hold an MoE layer.
+DEEPSPEED_MOE_VERSION = "DeepSpeed v0.16.4 (e2dc3eeb19), deepspeed/moe/layer.py and deepspeed/utils/groups.py"
 
 
-def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster) -> str:
+def _deepspeed_moe(plan: dict, model: Transformer) -> dict:
+    """launcher.moe: the MoE layer's arguments (refusing what DeepSpeed's MoE cannot express)."""
+    ep = plan["ep"]
+    if plan["etp"] != 1:
+        raise InputError("etp", "1 (DeepSpeed's enable_expert_tensor_parallelism can only reuse the whole tensor-"
+                         "parallel group, and plansweep prices the deepspeed profile with etp 1)", plan["etp"])
+    if plan["dp"] % ep:
+        raise InputError("ep", f"a divisor of dp={plan['dp']} (DeepSpeed carves expert-parallel groups out of the "
+                         "data-parallel ranks: deepspeed/utils/groups.py)", ep)
+    if plan["zero_stage"] == 3:
+        raise InputError("zero_stage", "0, 1 or 2 with an MoE model (DeepSpeed's engine asserts 'MoE not supported "
+                         "with Stage 3')", plan["zero_stage"])
+    if model.shared_experts:
+        raise InputError("model.shared_experts", "0 (DeepSpeed's MoE layer has no shared experts; use_residual is "
+                         "Residual MoE's one dense MLP mixed by a learned coefficient)", model.shared_experts)
+    # capacity_factor 1 is plansweep's dropless expert (the busiest rank runs the routed copies);
+    # DeepSpeed then takes drop_tokens false (capacity = the most tokens any expert receives).
+    cf = model.capacity_factor
+    return {"num_experts": model.experts, "ep_size": ep, "k": model.experts_per_token, "capacity_factor": cf,
+            "drop_tokens": cf != 1.0, "expert_ffn_hidden": model.expert_ffn,
+            "moe_layers": [j for j, m in enumerate(moe_layer_pattern(model)) if m]}
+
+
+def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "deepspeed") -> str:
     """One JSON object: ``ds_config`` (the file deepspeed.initialize reads) and ``launcher`` (the
     deepspeed launcher's node and GPU counts and the sizes the training script passes on:
     PipelineModule(num_stages=pipeline_parallel_size, partition_method, activation_checkpoint_interval))."""
-    _model_kind(model, "DeepSpeed")
+    _model_kind(model, plan, "DeepSpeed")
     recompute = _one_recompute(plan, "DeepSpeed")
     if plan["cp"] > 1:
         raise InputError("cp", "1 (DeepSpeed's Ulysses sequence parallelism exchanges heads by all-to-all, not "
@@ -438,7 +696,10 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster) -> str:
     launcher = {"num_nodes": nodes, "num_gpus": per_node, "data_parallel_size": plan["dp"],
                 "tensor_parallel_size": plan["tp"], "pipeline_parallel_size": plan["pp"],
                 "partition_method": "uniform", "activation_checkpoint_interval": 1 if recompute == "full" else 0}
-    doc = {"plansweep": f"{model.name} on {cluster.name}, for {DEEPSPEED_VERSION}", "ds_config": ds,
+    if model.is_moe:
+        launcher["moe"] = _deepspeed_moe(plan, model)
+    doc = {"plansweep": f"{model.name} on {cluster.name}, for {DEEPSPEED_VERSION}"
+           + (f"; launcher.moe for {DEEPSPEED_MOE_VERSION}" if model.is_moe else ""), "ds_config": ds,
            "launcher": launcher}
     return json.dumps(doc, indent=2) + "\n"
 
@@ -462,7 +723,7 @@ def from_deepspeed(text: str) -> dict:
         raise InputError("train_batch_size", "micro batch x gradient accumulation x data parallel",
                          ds["train_batch_size"])
     return {"dp": dp, "tp": ds.get("tensor_parallel", {}).get("autotp_size", 1), "pp": p, "cp": 1,
-            "micro_batch": b, "global_batch": ds["train_batch_size"], "vpp": 1,
+            "ep": la.get("moe", {}).get("ep_size", 1), "etp": 1, "micro_batch": b, "global_batch": ds["train_batch_size"], "vpp": 1,
             "zero_stage": ds["zero_optimization"]["stage"], "schedule": "1f1b", "recompute": recompute,
             "precision": precision, "sequence_parallel": False, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
             "stage_layers": None, "stage_recompute": [recompute] * p}

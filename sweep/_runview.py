@@ -215,7 +215,7 @@ def summary(view: RunView) -> dict[str, object]:
 
 # The columns that name a strategy (the engine's strategy columns); rows equal on these are the
 # same strategy, which a search (MCMC, TPE) may evaluate many times.
-STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage",
+STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage",
                  "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
                  "stage_recompute", "microbatches", "stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2",
                  "stage_dp2")

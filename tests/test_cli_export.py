@@ -10,6 +10,7 @@ compare) runs on 20 random feasible plans per framework.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -21,11 +22,16 @@ import pytest
 import costmodel
 from cli._export import (
     MEGATRON_ARGS,
+    _megatron_pattern,
+    _moe_pattern,
     WRITERS,
     canonical_plan,
     from_megatron,
+    megatron_model,
     megatron_parser,
+    moe_layer_pattern,
     read_back,
+    torchtitan_model,
 )
 from costmodel import StrategyTable, evaluate
 
@@ -48,6 +54,13 @@ MEGATRON_V0_15_FLAGS = {
     "--max-position-embeddings": None, "--swiglu": None, "--normalization": ["LayerNorm", "RMSNorm"],
     "--disable-bias-linear": None, "--untie-embeddings-and-output-weights": None,
     "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative", "none"],
+    # _add_network_size_args, and _add_moe_args (the "moe" group)
+    "--kv-channels": None, "--num-experts": None, "--moe-router-topk": None, "--moe-ffn-hidden-size": None,
+    "--moe-shared-expert-intermediate-size": None, "--moe-layer-freq": None, "--expert-model-parallel-size": None,
+    "--expert-tensor-parallel-size": None, "--moe-grouped-gemm": None,
+    "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"], "--moe-enable-deepep": None,
+    "--moe-expert-capacity-factor": None, "--moe-pad-expert-input-to-capacity": None,
+    "--overlap-moe-expert-parallel-comm": None,
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -60,7 +73,8 @@ TORCHTITAN_V0_2_2_FIELDS = {
                     "fsdp_reshard_after_forward": ["default", "always", "never"], "tensor_parallel_degree": None,
                     "context_parallel_degree": None, "pipeline_parallel_degree": None,
                     "pipeline_parallel_schedule": None, "pipeline_parallel_microbatch_size": None,
-                    "module_fqns_per_model_part": None},
+                    "module_fqns_per_model_part": None, "expert_parallel_degree": None,
+                    "expert_tensor_parallel_degree": None, "expert_parallel_comm_backend": ["standard", "deepep"]},
     "activation_checkpoint": {"mode": ["selective", "full", "memory_budget", "none"], "selective_ac_option": None},
 }
 # torch.distributed.pipelining's get_schedule_class names that torchtitan v0.2.2 passes through
@@ -69,6 +83,17 @@ TORCHTITAN_V0_2_2_FIELDS = {
 # "quantize.linear.float8".
 TORCHTITAN_SCHEDULE_NAMES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
                              "ZBVZeroBubble", "DualPipeV"}
+# torchtitan/models/__init__.py's _supported_models at v0.2.2, and the fields of the flavors
+# plansweep names in its comment line: llama3 (its ffn width is derived, so plansweep names it
+# ffn), qwen3/model/args.py Qwen3ModelArgs, deepseek_v3/model/args.py DeepSeekV3ModelArgs, and
+# moe/moe.py MoEArgs (num_experts, num_shared_experts, top_k).
+TORCHTITAN_MODELS = {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3"}
+TORCHTITAN_FLAVOR_FIELDS = {
+    "qwen3": {"dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size", "moe_enabled",
+              "moe_inter_dim"},
+    "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim"},
+}
+TORCHTITAN_MOE_ARGS = {"num_experts", "num_shared_experts", "top_k"}
 TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
                          "quantize.grouped_mm.mx"}
 # DeepSpeed v0.19.5 (commit cf44300453): ds_config keys from deepspeed/runtime/constants.py
@@ -86,6 +111,11 @@ DEEPSPEED_V0_19_5_KEYS = {
 }
 DEEPSPEED_LAUNCHER_KEYS = {"num_nodes", "num_gpus", "data_parallel_size", "tensor_parallel_size",
                            "pipeline_parallel_size", "partition_method", "activation_checkpoint_interval"}
+# DeepSpeed v0.16.4 (e2dc3eeb19, the newest tag in plansweep's mirror), deepspeed/moe/layer.py:
+# MoE.__init__'s keyword parameters plansweep writes; expert_ffn_hidden and moe_layers are the
+# training script's own (the expert module it passes, the layers it puts an MoE layer in).
+DEEPSPEED_MOE_V0_16_4_PARAMS = {"num_experts", "ep_size", "k", "capacity_factor", "drop_tokens"}
+DEEPSPEED_MOE_SCRIPT_KEYS = {"expert_ffn_hidden", "moe_layers"}
 
 MODEL = costmodel.model_preset("llama3-8b")      # 32 layers, 32 heads, 8 KV heads
 CLUSTER = costmodel.cluster_preset("h100x64")    # 8 nodes of 8
@@ -93,9 +123,13 @@ CLUSTER = costmodel.cluster_preset("h100x64")    # 8 nodes of 8
 
 # ---- random feasible plans -------------------------------------------------------------------
 def _stage_layers(rng, fw: str, p: int, v: int, L: int) -> list[int]:
-    """Layers per stage, each a multiple of v: uneven in the framework's expressible shape."""
-    if p == 1 or fw == "deepspeed" or rng.random() < 0.4:
+    """Layers per stage, each a multiple of v: uneven in the framework's expressible shape (always
+    uneven where p x v does not divide L, as DeepSeek-V3's 61 layers)."""
+    even = L % (p * v) == 0
+    if p == 1 or fw == "deepspeed" or (even and rng.random() < 0.4):
         return [L // p] * p
+    if not even:  # any split (Megatron-Core and fsdp2 split a stage into chunks one layer apart)
+        v = 1
     units = L // v  # chunks of v layers to hand out
     if fw == "megatron":  # first and last free, the middle ones equal
         for _ in range(50):
@@ -106,15 +140,31 @@ def _stage_layers(rng, fw: str, p: int, v: int, L: int) -> list[int]:
             if p > 2 and rest > 0 and rest % (p - 2) == 0:
                 return [int(first) * v] + [int(rest) // (p - 2) * v] * (p - 2) + [int(last) * v]
         return [L // p] * p
+    if units < p:  # too few chunks: a row the evaluator refuses
+        return [L // p] * p
     cuts = np.sort(rng.choice(np.arange(1, units), size=p - 1, replace=False))
     return [int(x) * v for x in np.diff(np.concatenate([[0], cuts, [units]]))]
 
 
-def _draw(fw: str, n: int, seed: int) -> StrategyTable:
+def _expert_degrees(rng, fw: str, model, tp: int, cp: int, dp: int, zero: int) -> tuple[int, int]:
+    """(ep, etp) for the framework: ep a divisor of the experts that folds into the ranks the
+    framework folds it into (Megatron: tp cp dp; torchtitan: FSDP x cp x tp; DeepSpeed: dp)."""
+    if not model.is_moe:
+        return 1, 1
+    etp = int(rng.choice([1, 1, 2])) if fw == "megatron" and tp > 1 else 1
+    fold = {"megatron": tp * cp * dp, "torchtitan": (dp if zero else 1) * cp * tp, "deepspeed": dp}[fw] // etp
+    eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if model.experts % e == 0 and fold % e == 0]
+    return int(rng.choice(eps)), etp
+
+
+def _draw(fw: str, n: int, seed: int, model=None, gpus: int = 64) -> StrategyTable:
+    model = model or MODEL
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n):
         tp, pp = (int(x) for x in rng.choice([1, 2, 4, 8], size=2))
+        if model.layers % 2:  # an odd layer count: deeper pipelines (uneven stages), as DeepSeek-V3 runs
+            pp = int(rng.choice([1, 4, 8, 16]))
         cp = 1 if fw == "deepspeed" else int(rng.choice([1, 2]))
         if fw == "megatron":
             schedule = str(rng.choice(["1f1b", "interleaved"]))
@@ -123,34 +173,82 @@ def _draw(fw: str, n: int, seed: int) -> StrategyTable:
         else:
             schedule = "1f1b"
         vpp = {"interleaved": int(rng.choice([2, 4])), "zb-v": 2}.get(schedule, 1)
-        zero = int(rng.choice({"torchtitan": [0, 2, 3]}.get(fw, [0, 1, 2, 3])))
+        zero_choices = {"torchtitan": [0, 2, 3], "deepspeed": [0, 1, 2] if model.is_moe else [0, 1, 2, 3]}
+        zero = int(rng.choice(zero_choices.get(fw, [0, 1, 2, 3])))
         recompute = str(rng.choice(["none", "full"] if fw == "deepspeed" else ["none", "selective", "full"]))
-        precision = str(rng.choice({"megatron": ["bf16", "fp16", "fp8"], "torchtitan": ["bf16", "fp8"],
-                                    "deepspeed": ["bf16", "fp16"]}[fw]))
+        precision = str(rng.choice({"megatron": ["bf16", "fp8"] if model.is_moe else ["bf16", "fp16", "fp8"],
+                                    "torchtitan": ["bf16", "fp8"], "deepspeed": ["bf16", "fp16"]}[fw]))
         sp = {"torchtitan": tp > 1, "deepspeed": False}.get(fw, bool(rng.integers(2)))
         overlap = True if fw == "torchtitan" else bool(rng.integers(2))
-        sl = _stage_layers(rng, fw, pp, vpp, MODEL.layers)
-        rows.append(dict(dp=max(1, 64 // (tp * pp * cp)), tp=tp, pp=pp, cp=cp, micro_batch=int(rng.choice([1, 2])),
-                         global_batch=int(rng.choice([128, 256, 512])), vpp=vpp, zero_stage=zero,
-                         schedule=schedule, recompute=recompute, precision=precision, sequence_parallel=sp,
-                         overlap_dp=overlap, stage_layers=sl + [0] * (8 - len(sl))))
+        sl = _stage_layers(rng, fw, pp, vpp, model.layers)
+        dp = max(1, gpus // (tp * pp * cp))
+        ep, etp = _expert_degrees(rng, fw, model, tp, cp, dp, zero)
+        rows.append(dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, micro_batch=int(rng.choice([1, 2])),
+                         global_batch=int(rng.choice([128, 256, 512])) * max(1, gpus // 64), vpp=vpp,
+                         zero_stage=zero, schedule=schedule, recompute=recompute, precision=precision,
+                         sequence_parallel=sp, overlap_dp=overlap, stage_layers=sl + [0] * (16 - len(sl))))
     cols = {k: [r[k] for r in rows] for k in rows[0] if k != "stage_layers"}
     return StrategyTable.from_columns(stage_layers=np.array([r["stage_layers"] for r in rows]), **cols)
 
 
-def _feasible_plans(fw: str, k: int = 20, seed: int = 0) -> list[dict]:
-    table = _draw(fw, 600, seed)
-    ok = np.flatnonzero(evaluate(MODEL, CLUSTER, table)["feasible"])[:k]
+# The spaces of the round trip: (model, cluster) per framework. The MoE ones are priced under the
+# framework's own profile, so every plan drawn is one the profile runs (expert parallelism and
+# its limits are the profile's); the dense one as before the MoE rows (generic), the same sample.
+SPACES = {
+    "dense": (MODEL, CLUSTER),
+    "mixtral": (costmodel.model_preset("mixtral-8x7b"), costmodel.cluster_preset("h100x64")),
+    "deepseek": (costmodel.model_preset("deepseek-v3"), costmodel.cluster_preset("h100x2048")),
+    "qwen3": (costmodel.model_preset("qwen3-30b-a3b"), costmodel.cluster_preset("h100x64")),
+}
+PROFILE = {"megatron": "megatron-core", "torchtitan": "fsdp2", "deepspeed": "deepspeed"}
+
+
+def _feasible_plans(fw: str, k: int = 20, seed: int = 0, space: str = "dense") -> list[dict]:
+    model, cluster = SPACES[space]
+    table = _draw(fw, 600, seed, model, cluster.num_gpus)
+    profile = PROFILE[fw] if model.is_moe else None
+    ok = np.flatnonzero(evaluate(model, cluster, table, framework=profile)["feasible"])[:k]
     assert ok.size == k
-    return [canonical_plan(table.row(int(i)), MODEL) for i in ok]
+    return [canonical_plan(table.row(int(i)), model) for i in ok]
 
 
-@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed"])
-def test_round_trip_of_random_feasible_plans(fw):
-    plans = _feasible_plans(fw)
+def _megatron_shape(model) -> dict:
+    """What megatron_model should read back for ``model`` (the published shape's fields)."""
+    out = {"layers": model.layers, "hidden": model.hidden, "ffn_hidden": model.ffn_hidden, "heads": model.heads,
+           "kv_heads": model.kv_heads, "head_dim": model.head_dim, "experts": model.experts}
+    if model.is_moe:
+        out.update(experts_per_token=model.experts_per_token, expert_ffn_hidden=model.expert_ffn,
+                   shared_ffn_total=model.shared_experts * model.shared_expert_ffn,
+                   moe_pattern=moe_layer_pattern(model), capacity_factor=model.capacity_factor,
+                   dispatcher="alltoall", deepep=False, overlap_ep=False)
+    return out
+
+
+ROUND_TRIP = [("megatron", "dense"), ("torchtitan", "dense"), ("deepspeed", "dense"), ("megatron", "mixtral"),
+              ("megatron", "deepseek"), ("megatron", "qwen3"), ("torchtitan", "mixtral"), ("torchtitan", "deepseek"),
+              ("torchtitan", "qwen3"), ("deepspeed", "qwen3")]
+
+
+@pytest.mark.parametrize("fw, space", ROUND_TRIP)
+def test_round_trip_of_random_feasible_plans(fw, space):
+    model, cluster = SPACES[space]
+    plans = _feasible_plans(fw, space=space)
     for plan in plans:
-        text = WRITERS[fw](plan, MODEL, CLUSTER)
-        assert read_back(fw, text, MODEL) == plan, text
+        text = WRITERS[fw](plan, model, cluster)
+        assert read_back(fw, text, model) == plan, text
+        if fw == "megatron":
+            assert megatron_model(text) == _megatron_shape(model)
+        elif fw == "torchtitan" and model.is_moe:
+            flavor = torchtitan_model(text)
+            assert flavor.get("head_dim", model.head_size) == model.head_size
+            assert (flavor["moe_args_num_experts"], flavor["moe_args_top_k"], flavor["moe_inter_dim"]) == (
+                model.experts, model.experts_per_token, model.expert_ffn)
+            assert flavor.get("n_dense_layers", 0) == model.dense_layers
+        elif fw == "deepspeed" and model.is_moe:
+            moe = json.loads(text)["launcher"]["moe"]
+            assert (moe["num_experts"], moe["k"], moe["expert_ffn_hidden"]) == (
+                model.experts, model.experts_per_token, model.expert_ffn)
+            assert len(moe["moe_layers"]) == model.moe_layers
     # The sample exercises the dimensions, so the round trip is not checked on defaults only.
     assert {p["pp"] > 1 for p in plans} == {True, False}
     assert len({p["zero_stage"] for p in plans}) >= 2 and len({p["recompute"] for p in plans}) >= 2
@@ -158,23 +256,43 @@ def test_round_trip_of_random_feasible_plans(fw):
     if fw != "deepspeed":
         assert any(p["vpp"] > 1 for p in plans) and any(len(set(p["stage_layers"])) > 1 for p in plans)
         assert any(p["cp"] > 1 for p in plans)
+    if model.is_moe:
+        assert len({p["ep"] for p in plans}) >= 2 and max(p["ep"] for p in plans) >= 4
+        if fw == "megatron":
+            assert any(p["etp"] > 1 for p in plans)
+    else:
+        assert {(p["ep"], p["etp"]) for p in plans} == {(1, 1)}
 
 
 # ---- option names against the frameworks' own -----------------------------------------------
-def test_megatron_flags_are_megatrons():
+MEGATRON_PROFILES = ("megatron-core", "megatron-core-a2a-overlap", "megatron-core-deepep",
+                     "megatron-core-deepep-a2a-overlap")
+
+
+@pytest.mark.parametrize("space", ["dense", "mixtral", "deepseek"])
+def test_megatron_flags_are_megatrons(space):
     for flag, kw in MEGATRON_ARGS.items():
         assert flag in MEGATRON_V0_15_FLAGS, flag
         if "choices" in kw:
             assert kw["choices"] == MEGATRON_V0_15_FLAGS[flag], flag
-    for plan in _feasible_plans("megatron", 10, seed=1):
-        words = WRITERS["megatron"](plan, MODEL, CLUSTER).split()
-        assert {w for w in words if w.startswith("--") and w not in ("--nnodes", "--nproc-per-node")} <= set(
-            MEGATRON_V0_15_FLAGS)
+    model, cluster = SPACES[space]
+    written = set()
+    for i, plan in enumerate(_feasible_plans("megatron", 10, seed=1, space=space)):
+        profile = MEGATRON_PROFILES[i % 4]
+        if "a2a" in profile and (plan["recompute"] == "full" or (plan["pp"] > 1 and plan["vpp"] == 1)):
+            profile = "megatron-core-deepep"  # what the overlap refuses: test_megatron_moe_refusals
+        words = WRITERS["megatron"](plan, model, cluster, profile=profile).split()
+        written |= {w for w in words if w.startswith("--") and w not in ("--nnodes", "--nproc-per-node")}
+    assert written <= set(MEGATRON_V0_15_FLAGS)
+    assert ("--num-experts" in written) == model.is_moe
 
 
-def test_torchtitan_keys_are_torchtitans():
-    for plan in _feasible_plans("torchtitan", 10, seed=1):
-        doc = tomllib.loads(WRITERS["torchtitan"](plan, MODEL, CLUSTER))
+@pytest.mark.parametrize("space", ["dense", "mixtral", "deepseek"])
+def test_torchtitan_keys_are_torchtitans(space):
+    model, cluster = SPACES[space]
+    for plan in _feasible_plans("torchtitan", 10, seed=1, space=space):
+        text = WRITERS["torchtitan"](plan, model, cluster)
+        doc = tomllib.loads(text)
         for section, body in doc.items():
             for key, value in body.items():
                 assert key in TORCHTITAN_V0_2_2_FIELDS[section], (section, key)
@@ -182,16 +300,30 @@ def test_torchtitan_keys_are_torchtitans():
                 assert allowed is None or value in allowed, (section, key, value)
         assert doc["parallelism"]["pipeline_parallel_schedule"] in TORCHTITAN_SCHEDULE_NAMES
         assert set(doc["model"]["converters"]) <= TORCHTITAN_CONVERTERS
+        assert doc["model"]["name"] in TORCHTITAN_MODELS
+        flavor = torchtitan_model(text)
+        if flavor["model"] != "llama3":
+            fields = {k for k in flavor if k != "model" and not k.startswith("moe_args_")}
+            assert fields <= TORCHTITAN_FLAVOR_FIELDS[flavor["model"]], fields
+            assert {k.removeprefix("moe_args_") for k in flavor if k.startswith("moe_args_")} <= TORCHTITAN_MOE_ARGS
+        assert ("expert_parallel_degree" in doc["parallelism"]) == model.is_moe
 
 
-def test_deepspeed_keys_are_deepspeeds():
-    for plan in _feasible_plans("deepspeed", 10, seed=1):
-        doc = json.loads(WRITERS["deepspeed"](plan, MODEL, CLUSTER))
+@pytest.mark.parametrize("space", ["dense", "qwen3"])
+def test_deepspeed_keys_are_deepspeeds(space):
+    model, cluster = SPACES[space]
+    for plan in _feasible_plans("deepspeed", 10, seed=1, space=space):
+        doc = json.loads(WRITERS["deepspeed"](plan, model, cluster))
         for key, value in doc["ds_config"].items():
             assert key in DEEPSPEED_V0_19_5_KEYS, key
             if isinstance(value, dict):
                 assert set(value) <= DEEPSPEED_V0_19_5_KEYS[key], key
-        assert set(doc["launcher"]) == DEEPSPEED_LAUNCHER_KEYS
+        launcher = dict(doc["launcher"])
+        moe = launcher.pop("moe", None)
+        assert set(launcher) == DEEPSPEED_LAUNCHER_KEYS
+        assert (moe is not None) == model.is_moe
+        if moe is not None:
+            assert set(moe) == DEEPSPEED_MOE_V0_16_4_PARAMS | DEEPSPEED_MOE_SCRIPT_KEYS
 
 
 # ---- worked examples -------------------------------------------------------------------------
@@ -282,6 +414,191 @@ def test_infeasible_plan_is_refused_like_evaluate(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# ---- mixture of experts: Mixtral 8x7B, worked by hand -----------------------------------------
+# Mixtral 8x7B's published shape (mistralai/Mixtral-8x7B-v0.1 config.json; arXiv:2401.04088):
+# 32 layers, hidden 4096, 32 heads of 128, 8 KV heads, ffn 14336 per expert, 8 experts, top-2,
+# every layer MoE, no shared expert, RMSNorm, SwiGLU, rotary positions, untied head, no biases,
+# 32768 positions, vocabulary 32000.
+MIXTRAL = ("--model", "mixtral-8x7b", "--cluster", "h100x64")
+
+
+def _megatron_words(stdout: str) -> list[str]:
+    return shlex.split(stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " "))
+
+
+def test_megatron_mixtral_worked_example():
+    # tp 4 x pp 4 x cp 2 = 32: dp = 64 / 32 = 2; ep 4 x etp 2 = 8 divides tp cp dp = 16.
+    out = _cli("export", "--framework", "megatron", *MIXTRAL, "--tp", "4", "--pp", "4", "--cp", "2", "--ep", "4",
+               "--etp", "2", "--sequence-parallel", "--zero-stage", "1", "--recompute", "selective",
+               "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    assert "torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py" in out.stdout
+    assert _megatron_words(out.stdout) == [
+        "--num-layers", "32", "--hidden-size", "4096", "--ffn-hidden-size", "14336", "--num-attention-heads", "32",
+        "--group-query-attention", "--num-query-groups", "8", "--seq-length", "32768",
+        "--max-position-embeddings", "32768", "--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
+        "--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "14336", "--moe-grouped-gemm",
+        "--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "2",
+        "--moe-token-dispatcher-type", "alltoall",
+        "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "4", "--context-parallel-size", "2",
+        "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--recompute-granularity", "selective", "--micro-batch-size", "1", "--global-batch-size", "256", "--bf16"]
+    plan = from_megatron(out.stdout)
+    assert (plan["dp"], plan["ep"], plan["etp"]) == (2, 4, 2)
+
+
+@pytest.mark.parametrize("profile, words", [
+    ("megatron-core", ["--moe-token-dispatcher-type", "alltoall"]),
+    ("megatron-core-a2a-overlap", ["--moe-token-dispatcher-type", "alltoall", "--overlap-moe-expert-parallel-comm"]),
+    ("megatron-core-deepep", ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]),
+    ("megatron-core-deepep-a2a-overlap", ["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep",
+                                         "--overlap-moe-expert-parallel-comm"]),
+])
+def test_megatron_dispatcher_follows_the_profile(profile, words):
+    out = _cli("export", "--framework", profile, *MIXTRAL, "--tp", "4", "--cp", "2", "--ep", "8",
+               "--sequence-parallel", "--zero-stage", "1", "--recompute", "selective", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    w = _megatron_words(out.stdout)
+    i = w.index("--moe-token-dispatcher-type")
+    assert w[i:i + len(words)] == words and w[i + len(words)] == "--tensor-model-parallel-size"
+
+
+def test_megatron_deepseek_v3_layer_pattern_and_shared_expert():
+    # DeepSeek-V3: the first 3 of 61 layers dense (ffn 18432), then 58 MoE layers of 256 experts
+    # (ffn 2048), top-8, one shared expert of 2048; tp 1 x pp 16 (3, 4 x 14, 2 layers) x dp 128.
+    out = _cli("export", "--framework", "megatron-core-deepep-a2a-overlap", "--model", "deepseek-v3", "--cluster",
+               "h100x2048", "--pp", "16", "--vpp", "2", "--schedule", "interleaved", "--ep", "64",
+               "--stage-layers", ",".join(["3"] + ["4"] * 14 + ["2"]), "--zero-stage", "1", "--global-batch", "15360")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(_megatron_words(out.stdout))
+    assert (a.num_experts, a.moe_router_topk, a.moe_ffn_hidden_size, a.ffn_hidden_size) == (256, 8, 2048, 18432)
+    assert a.moe_shared_expert_intermediate_size == 2048 and a.moe_layer_freq == "[0]*3+[1]*58"
+    assert (a.expert_model_parallel_size, a.moe_token_dispatcher_type, a.moe_enable_deepep) == (64, "flex", True)
+    assert a.overlap_moe_expert_parallel_comm and a.num_virtual_stages_per_pipeline_rank == 2
+    assert (a.decoder_first_pipeline_num_layers, a.decoder_last_pipeline_num_layers) == (3, 2)
+
+
+def test_moe_layer_pattern_as_megatron_reads_it():
+    # Worked by hand: 8 layers, 1 dense, then every 2nd an MoE layer: layers 2, 4, 6
+    # (plansweep's rule, Qwen2-MoE's decoder_sparse_step); Megatron's int 2 is layers 0, 2, 4, 6.
+    m = costmodel.Transformer(name="x", layers=8, hidden=64, heads=4, vocab=10, experts=4, experts_per_token=2,
+                              dense_layers=1, moe_layer_freq=2)
+    assert moe_layer_pattern(m) == [0, 0, 1, 0, 1, 0, 1, 0]
+    assert _megatron_pattern(m) == "[0]*1+([0]*1+[1])*3+[0]*1"
+    assert _moe_pattern(_megatron_pattern(m), 8) == moe_layer_pattern(m)
+    assert _moe_pattern("2", 8) == [1, 0, 1, 0, 1, 0, 1, 0]
+    assert _moe_pattern("([1]*3+[0]*1)*3", 12) == [1, 1, 1, 0] * 3
+
+
+def test_torchtitan_mixtral_worked_example():
+    # FSDP (ZeRO 3) over dp = 64 / (tp 4 x pp 4 x cp 2) = 2; ep 8 folds into dp_shard x cp x tp = 16.
+    out = _cli("export", "--framework", "torchtitan", *MIXTRAL, "--tp", "4", "--pp", "4", "--cp", "2", "--ep", "8",
+               "--sequence-parallel", "--zero-stage", "3", "--recompute", "full", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    doc = tomllib.loads(out.stdout)
+    par = doc["parallelism"]
+    parts = par.pop("module_fqns_per_model_part")
+    assert par == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 2,
+                   "fsdp_reshard_after_forward": "always", "tensor_parallel_degree": 4, "context_parallel_degree": 2,
+                   "pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+                   "pipeline_parallel_microbatch_size": 1, "expert_parallel_degree": 8,
+                   "expert_tensor_parallel_degree": 1, "expert_parallel_comm_backend": "standard"}
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[3][-3:] == ["layers.31", "norm", "output"]
+    assert doc["model"]["name"] == "qwen3" and doc["training"]["local_batch_size"] == 128
+    assert torchtitan_model(out.stdout) == {
+        "model": "qwen3", "dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+        "hidden_dim": 14336, "vocab_size": 32000, "moe_enabled": True, "moe_inter_dim": 14336,
+        "moe_args_num_experts": 8, "moe_args_num_shared_experts": 0, "moe_args_top_k": 2}
+
+
+def test_deepspeed_mixtral_worked_example():
+    # tp 8 x pp 4: dp = 2, ep 2 = the data-parallel group; 256 / (2 x 1) = 128 micro-batches.
+    out = _cli("export", "--framework", "deepspeed", *MIXTRAL, "--tp", "8", "--pp", "4", "--ep", "2",
+               "--zero-stage", "1", "--recompute", "full", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["launcher"]["moe"] == {"num_experts": 8, "ep_size": 2, "k": 2, "capacity_factor": 1.0,
+                                      "drop_tokens": False, "expert_ffn_hidden": 14336, "moe_layers": list(range(32))}
+    assert doc["ds_config"]["gradient_accumulation_steps"] == 128 and doc["launcher"]["data_parallel_size"] == 2
+
+
+@pytest.mark.parametrize("fw, model, flags, argument", [
+    # Megatron-LM: fp16 with ep > 1; the all-to-all overlap without virtual stages, or with full recompute
+    ("megatron", "mixtral-8x7b", ["--tp", "4", "--cp", "2", "--ep", "8", "--sequence-parallel", "--precision",
+                                  "fp16"], "precision"),
+    ("megatron-core-a2a-overlap", "mixtral-8x7b", ["--tp", "4", "--pp", "4", "--cp", "2", "--ep", "4",
+                                                   "--sequence-parallel"], "vpp"),
+    ("megatron-core-a2a-overlap", "mixtral-8x7b", ["--tp", "4", "--cp", "2", "--ep", "8", "--sequence-parallel",
+                                                   "--recompute", "full"], "recompute"),
+    # torchtitan: experts fold into FSDP ranks, not DDP replicas
+    ("torchtitan", "mixtral-8x7b", ["--tp", "2", "--ep", "8", "--sequence-parallel", "--zero-stage", "0"], "ep"),
+    # DeepSpeed: ep from dp only, no ZeRO-3 with MoE, no shared experts
+    ("deepspeed", "mixtral-8x7b", ["--tp", "8", "--pp", "4", "--ep", "4", "--recompute", "full"], "ep"),
+    ("deepspeed", "qwen3-30b-a3b", ["--tp", "4", "--ep", "8", "--zero-stage", "3"], "zero_stage"),
+    ("deepspeed", "deepseek-v3", ["--cluster", "h100x2048", "--tp", "8", "--ep", "64"], "model.shared_experts"),
+])
+def test_inexpressible_moe_dimension_is_an_error(tmp_path, fw, model, flags, argument):
+    out_file = tmp_path / "out.txt"
+    cluster = [] if "--cluster" in flags else ["--cluster", "h100x64"]
+    out = _cli("export", "--framework", fw, "--model", model, *cluster, "--global-batch", "256", *flags,
+               "--out", str(out_file))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"plansweep export: error: {argument}: expected "), out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed"])
+def test_writers_refuse_expert_degrees_their_framework_cannot_take(fw):
+    # evaluate refuses these first (ep on a dense model: ep_invalid; etp > 1 under fsdp2 and
+    # deepspeed: framework_unsupported); a writer called on such a plan still names the dimension.
+    dense = _feasible_plans(fw, 1)[0]
+    with pytest.raises(costmodel.InputError) as e:
+        WRITERS[fw](dense | {"ep": 2}, MODEL, CLUSTER)
+    assert e.value.argument == "ep"
+    model, cluster = SPACES["qwen3"]
+    moe = _feasible_plans(fw, 1, space="qwen3")[0] | {"tp": 2, "etp": 2, "sequence_parallel": fw == "torchtitan",
+                                                      "cp": 1, "pp": 1, "vpp": 1, "stage_layers": [48],
+                                                      "stage_recompute": ["none"], "recompute": "none"}
+    if fw == "megatron":  # Megatron-LM takes etp > 1
+        assert "--expert-tensor-parallel-size 2" in WRITERS[fw](moe, model, cluster)
+    else:
+        with pytest.raises(costmodel.InputError) as e:
+            WRITERS[fw](moe, model, cluster)
+        assert e.value.argument == "etp"
+
+
+def test_moe_model_fields_a_framework_cannot_set(tmp_path):
+    # A model file with a capacity factor (torchtitan's experts are dropless; Megatron's flex
+    # dispatcher does not pad to capacity) and one with MoE every 2nd layer (torchtitan's models
+    # put experts in every layer after the dense ones).
+    base = dict(name="moe-test", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, seq_len=2048,
+                vocab=32000, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                learned_positions=False, experts=8, experts_per_token=2)
+    cases = [("torchtitan", dict(capacity_factor=1.25), "model.capacity_factor"),
+             ("megatron-core-deepep", dict(capacity_factor=1.25), "model.capacity_factor"),
+             ("torchtitan", dict(moe_layer_freq=2), "model.moe_layer_freq")]
+    for fw, extra, argument in cases:
+        path = tmp_path / "model.json"
+        path.write_text(json.dumps(base | extra))
+        flags = ["--tp", "2", "--sequence-parallel", "--zero-stage", "3"] if fw == "torchtitan" else ["--tp", "2"]
+        out = _cli("export", "--framework", fw, "--model", str(path), "--cluster", "h100x64", "--ep", "4", *flags,
+                   "--global-batch", "256", "--out", str(tmp_path / "out"))
+        assert out.returncode == 2, (fw, out.stderr)
+        assert out.stderr.startswith(f"plansweep export: error: {argument}: expected "), out.stderr
+        assert not (tmp_path / "out").exists()
+    # Megatron writes the capacity factor, padded to capacity (what plansweep prices).
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(base | dict(capacity_factor=1.25, moe_layer_freq=2)))
+    out = _cli("export", "--framework", "megatron", "--model", str(path), "--cluster", "h100x64", "--tp", "2",
+               "--ep", "4", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(_megatron_words(out.stdout))
+    assert (a.moe_expert_capacity_factor, a.moe_pad_expert_input_to_capacity) == (1.25, True)
+    assert a.moe_layer_freq == "([0]*1+[1])*4"
+
+
 # ---- a run directory's n-th best plan --------------------------------------------------------
 def test_export_from_a_run_takes_its_nth_best_row(tmp_path):
     from tests.run_fixtures import write_fixture_run
@@ -299,6 +616,24 @@ def test_export_from_a_run_takes_its_nth_best_row(tmp_path):
         assert from_megatron(out.stdout) == want
     bad = _cli("export", "--framework", "megatron", "--run", str(run), "--tp", "2")
     assert bad.returncode == 2 and "--run: expected no strategy flags" in bad.stderr
+
+
+def test_export_from_an_moe_run_tells_plans_apart_by_ep(tmp_path):
+    # Three feasible Mixtral plans that differ in ep only are three distinct plans of the run
+    # (ep = 1 does not fit in memory here): ranks 1-3 are ep 8, 4, 2, the fastest first.
+    from tests.run_fixtures import write_fixture_run
+
+    model, cluster = SPACES["mixtral"]
+    table = StrategyTable.from_columns(tp=4, cp=2, pp=4, dp=2, ep=[1, 2, 4, 8], sequence_parallel=True,
+                                       global_batch=256, zero_stage=1, recompute="selective")
+    m = evaluate(model, cluster, table)
+    assert m["feasible"].tolist() == [False, True, True, True]
+    order = np.argsort(-np.where(m["feasible"], m["tokens_per_s"], -np.inf), kind="stable")
+    run = write_fixture_run(tmp_path / "run", model, cluster, table)
+    for rank in (1, 2, 3):
+        out = _cli("export", "--framework", "megatron", "--run", str(run), "--rank", str(rank))
+        assert out.returncode == 0, out.stderr
+        assert from_megatron(out.stdout) == canonical_plan(table.row(int(order[rank - 1])), model)
 
 
 def test_framework_names_are_the_pricing_profiles(tmp_path):
