@@ -5,8 +5,9 @@
     metrics = evaluate(model, cluster, table)   # one numpy column per metric
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from costmodel._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from costmodel._errors import InputError
@@ -81,7 +82,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "costmodel._strategy": ("COLUMNS", "RECOMPUTE", "SCHEDULES", "StrategyTable", "decode", "encode"),
     "costmodel._workloads": ("MODEL_PRESETS", "Transformer", "model_preset"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__getattr__, __dir__, _MODULE_OF = lazy_exports("costmodel", _EXPORTS, globals())
 
 __version__ = "0.1.0"
 # Bumped whenever evaluate() can return different numbers for the same input.
@@ -101,17 +102,6 @@ __all__ = [
     "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",
 ]
 
-
-def __getattr__(name: str):
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_MODULE_OF])
 
 
 def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> "Metrics":

@@ -80,6 +80,28 @@ class Framework:
     ep_dispatch_per_node: bool = False
 
 
+_MEGATRON_CORE = Framework(
+    name="megatron-core",
+    what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
+         "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
+    schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
+    overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
+    selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True,
+    sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
+             "without_interleaving, _with_interleaving)",
+             "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
+             "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
+             "--overlap-param-gather",
+             "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
+             "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, "
+             "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
+             "the backward pass",
+             "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
+             "(chunks of any whole-layer size)",
+             "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
+             "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default"),
+)
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework(
         name="generic",
@@ -101,57 +123,28 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
     ),
-    Framework(
-        name="megatron-core",
-        what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
-             "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
-        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True,
-        sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
-                 "without_interleaving, _with_interleaving)",
-                 "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
-                 "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
-                 "--overlap-param-gather",
-                 "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
-                 "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, "
-                 "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
-                 "the backward pass",
-                 "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
-                 "(chunks of any whole-layer size)",
-                 "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
-                 "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default"),
-    ),
-    Framework(
-        name="megatron-core-a2a-overlap",
+    _MEGATRON_CORE,
+    dataclasses.replace(
+        _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
         what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
              "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",
-        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, overlap_ep=True,
         sources=("Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
                  "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)",
                  "the megatron-core profile's sources"),
     ),
-    Framework(
-        name="megatron-core-deepep",
+    dataclasses.replace(
+        _MEGATRON_CORE, name="megatron-core-deepep", ep_dispatch_per_node=True,
         what="Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
              "network once per destination node, then NVLink), no EP A2A overlap",
-        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, ep_dispatch_per_node=True,
         sources=("Megatron-LM megatron/core/transformer/moe/README.md, token dispatchers: 'FlexDispatcher with "
                  "DeepEP backend: removes redundant tokens during cross-node communication' "
                  "(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep|hybridep)",
                  "the megatron-core profile's sources"),
     ),
-    Framework(
-        name="megatron-core-deepep-a2a-overlap",
+    dataclasses.replace(
+        _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
         what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap; the nearest profile to "
              "DeepSeek-V3's own runs (DeepEP-style dispatch, DualPipe hiding the all-to-alls)",
-        schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
-        overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-        selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, overlap_ep=True, ep_dispatch_per_node=True,
         sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",
                  "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.2: tokens sent by IB once to each target node "
                  "and forwarded by NVLink; DualPipe overlaps the all-to-alls with computation"),

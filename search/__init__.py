@@ -1,8 +1,9 @@
 """Searchers over strategy spaces (SearchSpace: Space, HeteroSpace): grid, MCMC, TPE, gradient and Piper's
 planner."""
 
-import importlib
 from typing import TYPE_CHECKING
+
+from costmodel._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from search._base import Searcher, SearchSpace, objective
@@ -37,6 +38,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
 # PEP 562), so that a command importing one part (the command line's InputError) does not
 # import every module and numpy with it. tests/test_cli_startup.py holds this table equal
 # to the imports above.
+# TPESearcher imports optuna: like every name here, imported only when asked for.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "search._base": ("Searcher", "SearchSpace", "objective"),
     "search._gradient": ("GradientSearcher",),
@@ -56,20 +58,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "search._tpe": ("TPESearcher",),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__getattr__, __dir__, _MODULE_OF = lazy_exports("search", _EXPORTS, globals())
 
-
-def __getattr__(name: str):
-    # TPESearcher imports optuna: like every name here, imported only when asked for.
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'search' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_MODULE_OF])
 
 __all__ = [
     "POLICIES",

@@ -50,6 +50,19 @@ FRAMEWORK_CASES = [(name, cluster, uneven, fw, 1000) for fw in FRAMEWORKS if fw 
                    for name, cluster, uneven in (("gpt3-175b", "h100x1024", False), ("llama3-8b", "h100x64", False))]
 
 
+def assert_rows_equal_reference(model, cl, table, vec, framework):
+    """Every metric of every row of ``vec`` (evaluate's output for ``table``) equals the scalar
+    reference's within 1e-9 (abs: 1 ns of round-off), infinities in the same places."""
+    for i in range(len(table)):
+        ref = evaluate_row(model, cl, table.row(i), framework=framework)
+        for key, want in ref.items():
+            got = vec[key][i]
+            if isinstance(want, float) and math.isinf(want):
+                assert math.isinf(got), (i, key)
+            else:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (i, key, table.row(i))
+
+
 @pytest.mark.parametrize("name,cluster,uneven,framework,rows",
                          [(*c, None, 1300) for c in CASES] + FRAMEWORK_CASES)
 def test_vectorised_equals_scalar_reference(name, cluster, uneven, framework, rows):
@@ -59,14 +72,7 @@ def test_vectorised_equals_scalar_reference(name, cluster, uneven, framework, ro
     vec = evaluate(model, cl, table, framework=framework)
     reasons = set(int(x) for x in vec["reason"])
     assert 0 in reasons and len(reasons) >= 4, [REASONS[r] for r in reasons]
-    for i in range(len(table)):
-        ref = evaluate_row(model, cl, table.row(i), framework=framework)
-        for key, want in ref.items():
-            got = vec[key][i]
-            if isinstance(want, float) and math.isinf(want):
-                assert math.isinf(got), (i, key)
-            else:
-                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (i, key, table.row(i))  # abs: 1 ns of round-off
+    assert_rows_equal_reference(model, cl, table, vec, framework)
 
 
 def test_every_reason_is_exercised_across_cases():
