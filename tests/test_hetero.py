@@ -59,6 +59,73 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
                      (name, uneven, mode))
 
 
+# MoE rows (issue 18): mixtral (every layer MoE), qwen3 (its own head size), DeepSeek-V3 shortened
+# to 17 layers (3 dense, 14 MoE: stages of unlike layer kinds), the tiny model of test_moe_pricing
+# (MoE every second layer, a shared expert, capacity factor), under several framework profiles.
+MOE_CASES = [("mixtral-8x7b", "h100x64", False, None), ("mixtral-8x7b", "h100x1024", True, "megatron-core"),
+             ("qwen3-30b-a3b", "h100x64", True, "megatron-core-deepep"),
+             ("deepseek-v3-17", "h100x1024", True, "megatron-core-deepep-a2a-overlap"),
+             ("tiny", "dgx-a100-1024", False, "fsdp2"), ("tiny", "h100x64", True, "megatron-core")]
+
+
+def _moe_model(name):
+    from tests.test_moe_pricing import TINY
+
+    if name == "deepseek-v3-17":
+        return dataclasses.replace(model_preset("deepseek-v3"), name=name, layers=17)
+    return TINY if name == "tiny" else model_preset(name)
+
+
+@pytest.mark.parametrize("name,cluster,uneven,framework", MOE_CASES)
+def test_single_pool_moe_equals_homogeneous(name, cluster, uneven, framework):
+    """Must-hold 1 for MoE rows: random rows with ep and etp on one pool give the homogeneous
+    numbers row by row (every metric, feasible or not), and price all-to-alls somewhere."""
+    from tests.test_moe_pricing import with_ep
+
+    model, cl = _moe_model(name), cluster_preset(cluster)
+    rng = np.random.default_rng(23 + len(name) + uneven)
+    table = with_ep(random_table(model, rng, 700, uneven), rng, model.experts)
+    table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
+    het = HeteroTable.from_homogeneous(table, model.layers)
+    modes = ("closed_form", "simulate") if name == "tiny" else ("closed_form",)
+    for mode in modes:
+        ref = evaluate(model, cl, table, pipeline=mode, framework=framework)
+        _assert_same(ref, evaluate_hetero(model, cl, het, pipeline=mode, framework=framework),
+                     (name, uneven, mode))
+        assert ref["feasible"].any() or name == "deepseek-v3-17"
+        assert np.any(ref["reason"] == REASONS.index("ep_invalid"))
+
+
+def test_moe_on_two_pools_prices_experts_per_stage():
+    """A MoE placement over a100x64+h100x64: ep and etp are row columns checked per stage (ep x
+    etp must divide each stage's tp x cp x dp), all-to-alls on each stage's pool, a split stage
+    refused as ep_invalid, a dense model ep = 1 only."""
+    model, hc = model_preset("mixtral-8x7b"), hetero_preset("a100x64+h100x64")
+
+    def rows(**kw):
+        cols = dict(pool=[[0, 1]], dp=[[8, 8]], tp=[[8, 8]], layers=[[12, 20]], microbatches=16, global_batch=256,
+                    zero_stage=1, recompute="full", sequence_parallel=True)
+        cols.update(kw)
+        return HeteroTable.from_columns(**cols)
+
+    out = evaluate_hetero(model, hc, HeteroTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
+                          framework="megatron-core")
+    assert [REASONS[r] for r in out["reason"]] == ["out_of_memory", "ok", "ok"]  # every expert on every GPU
+    assert out["ep_comm_s"][0] == 0.0 and np.all(out["ep_comm_s"][1:] > 0)
+    # experts split 8 ways: less expert state per GPU than ep = 1
+    assert out["mem_weights_bytes"][1] < out["mem_weights_bytes"][0]
+    bad = [rows(ep=8, dp=[[8, 4]], tp=[[8, 1]], global_batch=[64]),  # 8 does not divide stage 1's 4 ranks
+           rows(ep=3),  # 3 does not divide the 8 experts
+           rows(ep=8, dp=[[4, 8]], pool2=[[0, 0]], dp2=[[0, 2]])]  # stage 1 split over both pools
+    got = evaluate_hetero(model, hc, HeteroTable.concat(bad), framework="megatron-core")
+    assert [REASONS[r] for r in got["reason"]] == ["ep_invalid"] * 3
+    dense = evaluate_hetero(model_preset("llama3-8b"), hc, HeteroTable.concat([rows(ep=1, layers=[[12, 20]]),
+                                                                             rows(ep=2, layers=[[12, 20]])]))
+    assert REASONS[dense["reason"][1]] == "ep_invalid" and REASONS[dense["reason"][0]] != "ep_invalid"
+    rows_out = stage_rows(model, hc, rows(ep=8), framework="megatron-core")
+    assert [r["pool"] for r in rows_out] == ["a100", "h100"] and rows_out[0]["mem_bytes"] > 0
+
+
 def test_simulator_per_link_handoffs():
     """GPipe, 3 devices, 1 micro-batch: the forward crosses links 0 and 1, the backward comes
     back over 1 and 0, so total = F0+F1+F2 + B2+B1+B0 + 2 (tc0 + tc1); equal links give the
