@@ -341,6 +341,26 @@ def test_cli_evaluate_hetero_strategy(tmp_path):
     assert bad.returncode == 2 and "cluster.pools[0].nodes" in bad.stderr
 
 
+def test_cli_evaluate_moe_on_mixed_cluster(tmp_path):
+    """`plansweep evaluate --model mixtral-8x7b --cluster a100x64+h100x64 --strategy FILE --ep 8`
+    prices the experts (ep comm in the report, ep in the strategy); an ep that does not fold into a
+    stage is one line naming ep, exit code 2."""
+    strat = {"global_batch": 256, "microbatches": 16, "recompute": "full", "zero_stage": 1, "sequence_parallel": True,
+             "stages": [{"pool": "a100", "dp": 8, "tp": 8, "layers": 12}, {"pool": "h100", "dp": 8, "tp": 8, "layers": 20}]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(strat))
+    args = ("evaluate", "--model", "mixtral-8x7b", "--cluster", "a100x64+h100x64", "--strategy", str(f),
+            "--framework", "megatron-core")
+    res = _cli(*args, "--ep", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["strategy"]["ep"] == 8 and out["metrics"]["feasible"] and out["metrics"]["ep_comm_s"] > 0
+    text = _cli(*args, "--ep", "8")
+    assert text.returncode == 0 and "ep comm (exposed)" in text.stdout
+    bad = _cli(*args, "--ep", "3")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ep: expected" in bad.stderr
+
+
 def test_cli_search_mcmc_on_hetero_cluster():
     res = _cli("search", "mcmc", "--cluster", "a100x64+h100x64", "--budget", "640", "--batch", "64", "--json",
                "--top", "1", "--pp", "4,8")
