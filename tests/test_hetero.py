@@ -361,6 +361,27 @@ def test_cli_evaluate_moe_on_mixed_cluster(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ep: expected" in bad.stderr
 
 
+def test_placement_space_gets_ep_for_moe_models():
+    """HeteroSpace: an MoE model's space has a global ep dimension (the divisors of its experts),
+    a dense model's none; MoE stages are not split; start points and random draws price the
+    experts (ep > 1 where ep = 1 does not fit)."""
+    hc = hetero_preset("a100x64+h100x64")
+    moe = HeteroSpace.from_options(model_preset("mixtral-8x7b"), hc, global_batch=1536, pp=(4, 8),
+                                   framework="megatron-core")
+    assert moe.dims[moe._col("ep")].choices == (1, 2, 4, 8)
+    dense = HeteroSpace.from_options(model_preset("llama3-70b"), hc, global_batch=1536)
+    assert "ep" not in {d.name for d in dense.dims}
+    with pytest.raises(InputError):
+        HeteroSpace.from_options(model_preset("mixtral-8x7b"), hc, global_batch=1536, dp2=(0, 2))
+    with pytest.raises(InputError):
+        HeteroSpace.from_options(model_preset("llama3-70b"), hc, global_batch=1536, ep=(1, 2))
+    starts = moe.start_points()
+    met = evaluate_hetero(moe.model, hc, moe.table(np.stack(list(starts.values()))), framework="megatron-core")
+    assert met["feasible"].any()
+    draws = moe.table(moe.random_digits(np.random.default_rng(0), 64))
+    assert len(set(draws["ep"].tolist())) > 1
+
+
 def test_cli_search_mcmc_on_hetero_cluster():
     res = _cli("search", "mcmc", "--cluster", "a100x64+h100x64", "--budget", "640", "--batch", "64", "--json",
                "--top", "1", "--pp", "4,8")
