@@ -46,6 +46,17 @@ priced on their own subset (K of the M stages), so rows without one cost what th
 
 Memory is per stage against that pool's HBM; the reported breakdown is the stage closest to
 its HBM (the largest fraction).
+
+Mixture of experts (costmodel._evaluate, "Expert parallelism"). ep and etp are row columns;
+each stage folds its own tp x cp x dp ranks into etp x ep x edp (ep_fits per stage, else
+ep_invalid). Per configuration the MoE layer's terms come from shape_terms(..., moe=...) with
+the configuration's pool as the cluster (its GPU; all_to_all_s splits the dispatch and combine
+over its intra-node link and network; the etp group on group_link's tier); a stage holds
+moe_layers_in its layer range; memory is moe_memory with the expert state sharded over the
+stage's edp ranks, whose gradient ring runs on the link that group crosses. As costmodel.evaluate
+does, the step adds the slowest stage's dense exchange and the slowest stage's expert exchange
+(and the same for the optimizer). Stages of an MoE row split across two pools are refused
+(ep_invalid): their expert groups would cross the inter-pool link, which is not priced.
 """
 
 from __future__ import annotations
