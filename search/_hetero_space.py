@@ -154,6 +154,12 @@ class HeteroSpace(SearchSpace):
         return tuple(n for n in GLOBAL_DIMS if n in names)
 
     @property
+    def stage_bound(self) -> tuple[str, ...]:
+        """ep: valid where it divides every stage's tp x cp x dp (HeteroTable), so it depends on
+        the stages' degrees."""
+        return ("ep",) if any(d.name == "ep" for d in self.dims) else ()
+
+    @property
     def has_split(self) -> bool:
         """Whether stages may split their replicas across two pools (dims pool2.J, dp2.J)."""
         return any(d.name == "dp2.0" for d in self.dims)

@@ -382,6 +382,27 @@ def test_placement_space_gets_ep_for_moe_models():
     assert len(set(draws["ep"].tolist())) > 1
 
 
+def test_tpe_samples_ep_with_the_stages():
+    """ep is valid by the stages' degrees (stage_bound), so TPE samples it with the stages, not in
+    its walk over the global dimensions (where the canonical stages, dp = tp = 1, allow ep = 1
+    only): its trials price every expert degree, each folding into its stages."""
+    from search import TPESearcher
+
+    space = HeteroSpace.from_options(model_preset("mixtral-8x7b"), hetero_preset("a100x64+h100x64"),
+                                     global_batch=1536, pp=(4, 8), framework="megatron-core")
+    assert space.stage_bound == ("ep",)
+    assert HeteroSpace.from_options(model_preset("llama3-70b"), space.cluster, global_batch=1536).stage_bound == ()
+    tpe = TPESearcher(space, seed=0, budget=128)
+    eps = set()
+    for _ in range(2):
+        table = tpe.ask(64)
+        met = evaluate_hetero(space.model, space.cluster, table, framework="megatron-core")
+        tpe.tell(table, met)
+        eps |= set(table["ep"].tolist())
+        assert not np.any(met["reason"] == REASONS.index("ep_invalid"))
+    assert eps == {1, 2, 4, 8}
+
+
 def test_cli_search_mcmc_on_hetero_cluster():
     res = _cli("search", "mcmc", "--cluster", "a100x64+h100x64", "--budget", "640", "--batch", "64", "--json",
                "--top", "1", "--pp", "4,8")
