@@ -23,6 +23,7 @@ Slots J >= pp are ignored (canonically digit 0).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -159,16 +160,18 @@ class HeteroSpace(SearchSpace):
         the stages' degrees."""
         return ("ep",) if any(d.name == "ep" for d in self.dims) else ()
 
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        """Dimension name -> its column (built once: MCMC's draws look columns up by name often)."""
+        return {d.name: i for i, d in enumerate(self.dims)}
+
+    def _col(self, name: str) -> int:
+        return self._index[name]
+
     @property
     def has_split(self) -> bool:
         """Whether stages may split their replicas across two pools (dims pool2.J, dp2.J)."""
-        return any(d.name == "dp2.0" for d in self.dims)
-
-    def _col(self, name: str) -> int:
-        for i, d in enumerate(self.dims):
-            if d.name == name:
-                return i
-        raise KeyError(name)
+        return "dp2.0" in self._index
 
     # ---- digits -> table ------------------------------------------------------------------
     def _values(self, digits, name: str) -> np.ndarray:
