@@ -234,7 +234,10 @@ HETERO_REASONS = {
     "batch_not_divide": ("global_batch", "a multiple of dp x microbatches on every stage"),
     "schedule_invalid": ("schedule", "gpipe, 1f1b, zb-h1 or zb-h2 with vpp 1 (or vpp dividing every stage)"),
     "zero_incompatible_pp": ("zero_stage", "a ZeRO stage the framework runs with several stages"),
-    "framework_unsupported": ("--framework", "a framework that runs this schedule, ZeRO stage, SP and precision"),
+    "framework_unsupported": ("--framework", "a framework that runs this schedule, ZeRO stage, SP, precision, ep "
+                              "and etp"),
+    "ep_invalid": ("ep", "a divisor of the model's experts (1 for a dense model) with ep x etp dividing every "
+                   "stage's tp x cp x dp, and no stage of an MoE model split across two pools"),
 }
 
 
@@ -264,7 +267,10 @@ def run_hetero(args, model, cluster, data) -> int:
                "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
                "stages[].layers": f"layers {[st['layers'] for st in row['stages']]} (model: {model.layers})",
                "zero_stage": row["zero_stage"], "schedule": f"{row['schedule']} with vpp={row['vpp']}",
-               "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]]}.get(
+               "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]],
+               "ep": f"ep={row['ep']}, etp={row['etp']}, tp*cp*dp per stage "
+                     f"{[st['dp'] * st['tp'] * row['cp'] for st in row['stages']]}"
+                     + (", a stage split across two pools" if any("dp2" in st for st in row["stages"]) else "")}.get(
                    arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
         raise InputError(arg, expected, got)
     rows = stage_rows(model, cluster, table, framework=args.framework)
@@ -285,6 +291,8 @@ def run_hetero(args, model, cluster, data) -> int:
     print(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   MFU {100 * m['mfu']:.1f}% "
           f"(of the stages' summed peak)   {m['microbatches']} micro-batches, bubble ratio "
           f"{100 * m['bubble_ratio']:.1f}%")
+    if model.is_moe:
+        print(f"ep comm (exposed) {m['ep_comm_s']:.4f} s of the bottleneck stage's iteration")
     print("per stage: pool, degrees, layers, micro-batch per replica, F/B/W per micro-batch, busy time per "
           "iteration, hand-off to the next stage, data-parallel exchange, memory per GPU of the pool's HBM")
     print(format_stage_rows(rows))

@@ -5,7 +5,7 @@
 
 On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with ``pools``) the
 grid and the searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
-pp, micro-batches, schedule, recompute, ZeRO, SP) and the driver evaluates with
+pp, micro-batches, schedule, recompute, ZeRO, SP, and ep for an MoE model) and the driver evaluates with
 costmodel.evaluate_any (evaluate_hetero for a HeteroTable). This module builds that space from
 the space flags.
 """
@@ -28,13 +28,13 @@ SWEEP_HETERO_DEFAULTS = {"pp": (4, 8), "dp": (2, 4, 8), "tp": (8,), "order": ("t
                          "zero_stage": (0, 1), "sequence_parallel": (True,)}
 HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
                 "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
-                "sequence_parallel": "--sequence-parallel", "vpp": "--vpp"}
+                "sequence_parallel": "--sequence-parallel", "vpp": "--vpp", "ep": "--ep"}
 
 
 def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> HeteroSpace:
     """The placement space of `plansweep sweep|search` on a heterogeneous cluster: the space flags
     --pp --dp --tp --microbatches --schedule --recompute --zero-stage --sequence-parallel --vpp
-    (others are refused), ``defaults`` elsewhere."""
+    --ep (an MoE model; default: the divisors of its experts; others are refused), ``defaults`` elsewhere."""
     from cli._space_args import SPACE_FLAGS, global_batch, parse_list
 
     choices = dict(defaults)

@@ -326,13 +326,16 @@ def routed_copies(model: Transformer, T, t):
 
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
-                    per_node: bool = False, u=1) -> dict:
+                    per_node: bool = False, u=1, etp_link=None) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
     layer's too). Routed experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp
     group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
-    reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd)."""
+    reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd;
+    ``etp_link``: that link's (bandwidth, latency) where the caller has it, as layer_costs's
+    tp_link). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool
+    (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, q, hk, E, fe = model.hidden, model.q_hidden, model.kv_hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -357,7 +360,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
         per_node) else None
     a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net, stride=u)
     if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
-        etp_bw, etp_lat = tier(u, cluster, gpu)
+        etp_bw, etp_lat = tier(u, cluster, gpu) if etp_link is None else etp_link
         a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
     window = gemm + lc["attn"] if overlap_ep else 0.0
     exposed = np.maximum(a2a - window, 0.0)
@@ -389,6 +392,11 @@ def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
     if model.moe_layers == model.layers:  # every layer an MoE layer (Mixtral, Qwen3-MoE)
         return n
     lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
+    return moe_layers_in(model, lo, n)
+
+
+def moe_layers_in(model: Transformer, lo, n):
+    """MoE layers among layers [lo, lo + n) (any broadcasting arrays), as floats."""
     return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
 
 
@@ -606,12 +614,33 @@ def distinct_rows(*cols):
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
 
 
+def moe_layer_inputs(sh: dict) -> dict:
+    """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
+    framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
+    return {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
+            for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp",
+                      *MOE_TERMS[3:])}
+
+
+def moe_stage_terms(n, n_m, lt, lt_m):
+    """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_parts
+    takes them: the MoE layer's terms with n where every layer is one (``lt`` None), else the
+    stage's sums over both kinds with 1 layer."""
+    if lt is None:
+        return n, {k: lt_m[k] for k in ("compute", "recompute", "tp", "cp", "ep")}
+    n_d = n - n_m
+    out = {k: n_d * lt[k] + n_m * lt_m[k] for k in ("compute", "recompute", "tp", "cp")}
+    out["ep"] = n_m * lt_m["ep"]
+    return np.ones(np.shape(n)), out
+
+
 def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, moe=None,
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
     ``moe`` = (ep column, etp column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
-    (MOE_TERMS, and moe_act_L)."""
+    (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
+    etp_link = links.pop("etp_link", None)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
@@ -622,7 +651,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
         e, u, fw = moe
-        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u)
+        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u,
+                             etp_link)
         out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
         out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
     return out
@@ -1062,49 +1092,69 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
 
 
 def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe) -> dict:
-    """stage_memory of an MoE model: a stage of n layers holds n_moe MoE layers; their routed
-    experts (E / ep per GPU, whole: etp = 1) are sharded by ZeRO over edp, everything else as a
-    dense layer's parameters over g; activations per layer type; the all-to-all buffers (the routed
-    copies sent and received). Adds dense_max and expert_max: the largest stage's parameters per
-    GPU of each kind (N,)."""
+    """stage_memory of an MoE model (moe_memory on (N, k) stage columns): adds dense_max and
+    expert_max, the largest stage's parameters per GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
-    n_m = moe["n_moe"]
+    on = wt > 0
+    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS if key in sh}, col(t),
+                     col(np.where(sp, t, 1)), col(zero), col(g), n, moe["n_moe"], first, last, full, sel, k,
+                     col(moe["e"]), col(moe["edp"]), col(moe["u"]),
+                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
+    buffers = out["buffers"]
+    out["buffers"] = buffers[:, 0]
+    out["total"] = np.where(on, out["weights"] + out["grads"] + out["optimizer"] + out["activations"] + buffers,
+                            -np.inf)
+    return out
+
+
+# The shape terms moe_memory reads (act_L, sel_kept, sel_work only where some layer is dense).
+MOE_MEMORY_TERMS = ("T", "act_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L", "moe_sel_kept",
+                    "moe_sel_work")
+
+
+def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, last, full, sel, k, e, edp, u, *,
+               row_max, to_stage) -> dict:
+    """Memory per GPU of stages of an MoE model, every argument an array of stages (both
+    evaluators: (N, k) columns here, (M,) flat stages in costmodel._hetero_eval) or one that
+    broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
+    GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
+    everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
+    layer type; the all-to-all buffers (the routed copies sent and received). ``sh``: the shape
+    terms of MOE_MEMORY_TERMS; ``sp_div``: t under sequence parallelism, else 1; ``row_max``: a
+    stage array to its row's largest (N,); ``to_stage``: a row array (N,) back to the stages.
+    Returns weights, grads, optimizer, activations, buffers and the dense and expert parameters
+    per GPU (dense_params, expert_params) per stage, and per row params_max, dense_max and
+    expert_max: the largest stage's parameters per GPU, of both kinds and each."""
     all_moe = model.moe_layers == model.layers
     n_d = None if all_moe else n - n_m
-    edp = col(moe["edp"])
     head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
         n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
-    dense_p = (layers_p + first * model.embedding_params() + last * head_p) / col(t)  # (N, k) per GPU
-    # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then (N, k)
-    expert_p = n_m * col(model.experts * model.expert_params() / (moe["e"] * moe["u"]))  # (N, k) per GPU
-    on = wt > 0
-    dense_max = np.max(np.where(on, dense_p, 0.0), axis=1)
-    expert_max = np.max(np.where(on, expert_p, 0.0), axis=1)
-    params_max = np.max(np.where(on, dense_p + expert_p, 0.0), axis=1)
-    sp_div = col(np.where(sp, t, 1))
-    kept_m, work_m = activation_bytes(full, sel, col(sh["moe_act_L"]), col(sh["moe_sel_kept"]),
-                                      col(sh["moe_sel_work"]), col(sh["T"]), model.hidden, sp_div)
+    dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t  # per GPU
+    # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
+    expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
+    dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
+    kept_m, work_m = activation_bytes(full, sel, sh["moe_act_L"], sh["moe_sel_kept"], sh["moe_sel_work"], sh["T"],
+                                      model.hidden, sp_div)
     if all_moe:  # every layer an MoE layer
         kept, work = n_m * kept_m, work_m
     else:
-        kept_d, work_d = activation_bytes(full, sel, col(sh["act_L"]), col(sh["sel_kept"]), col(sh["sel_work"]),
-                                          col(sh["T"]), model.hidden, sp_div)
+        kept_d, work_d = activation_bytes(full, sel, sh["act_L"], sh["sel_kept"], sh["sel_work"], sh["T"],
+                                          model.hidden, sp_div)
         kept = n_d * kept_d + n_m * kept_m
         work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
-    act = k * (kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
-    w_d, g_d, o_d = state_bytes(dense_p, col(zero), col(g))
-    w_e, g_e, o_e = state_bytes(expert_p, col(zero), edp)
+    act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
+    w_d, g_d, o_d = state_bytes(dense_p, zero, g)
+    w_e, g_e, o_e = state_bytes(expert_p, zero, edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
-    moe_layer_p = model.moe_layer_dense_params() + (model.experts / moe["e"]) * model.expert_params() / moe["u"] * t
-    buffers = buffer_bytes(sh["T"], model.hidden, t, np.maximum(g, moe["edp"]), zero, params_max,
+    moe_layer_p = model.moe_layer_dense_params() + (model.experts / e) * model.expert_params() / u * t
+    buffers = buffer_bytes(sh["T"], model.hidden, t, np.maximum(g, edp), zero, to_stage(params_max),
                            np.maximum(model.layer_params(), moe_layer_p))
-    buffers = buffers + 2.0 * ACT_BYTES * moe["u"] * routed_copies(model, sh["T"], t) * model.hidden
-    w_b, g_b, o_b = w_d + w_e, g_d + g_e, o_d + o_e
-    total = np.where(on, w_b + g_b + o_b + act + col(buffers), -np.inf)
-    return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
-            "total": total, "params_max": params_max, "dense_max": dense_max, "expert_max": expert_max}
+    buffers = buffers + 2.0 * ACT_BYTES * u * routed_copies(model, sh["T"], t) * model.hidden
+    return {"weights": w_d + w_e, "grads": g_d + g_e, "optimizer": o_d + o_e, "activations": act,
+            "buffers": buffers, "params_max": params_max, "dense_max": dense_max, "expert_max": expert_max,
+            "dense_params": dense_p, "expert_params": expert_p}
 
 
 # MoE rows: stage times within this relative distance of the slowest count as tied (the first is
@@ -1158,10 +1208,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     if moe:  # stage sums over its dense and its MoE layers
         n_m = moe_stage_layers(model, table, idx, n)
         n_d = n - n_m
-        lt_m = layer_terms({k: col(sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k])
-                            for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re",
-                                      "sel_tp", *MOE_TERMS[3:])},
-                           full, sel)
+        lt_m = layer_terms({k: col(x) for k, x in moe_layer_inputs(sh).items()}, full, sel)
         if all_moe:
             layers = lambda key: n * lt_m[key]  # noqa: E731
         else:
@@ -1252,13 +1299,9 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
                  "_stage_weight_grad_s": W, "_stage_in_flight": k,
                  "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
     extra["_needs_simulation"] = needs_simulation
-    if all_moe:
-        lt_b = {k: at(lt_m[k]) for k in ("compute", "recompute", "tp", "cp", "ep")}
-        n_b = at(n)
-    elif moe:  # the bottleneck stage's layers summed over both kinds (n = 1 below)
-        lt_b = {k: at(n_d * lt[k]) + at(n_m * lt_m[k]) for k in ("compute", "recompute", "tp", "cp")}
-        lt_b["ep"] = at(n_m * lt_m["ep"])
-        n_b = np.ones(len(table))
+    if moe:  # the bottleneck stage's layers summed over both kinds
+        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {k: at(lt[k]) for k in lt},
+                                    {k: at(lt_m[k]) for k in lt_m})
     else:
         lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
         n_b = at(n)

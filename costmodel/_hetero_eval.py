@@ -46,6 +46,17 @@ priced on their own subset (K of the M stages), so rows without one cost what th
 
 Memory is per stage against that pool's HBM; the reported breakdown is the stage closest to
 its HBM (the largest fraction).
+
+Mixture of experts (costmodel._evaluate, "Expert parallelism"). ep and etp are row columns;
+each stage folds its own tp x cp x dp ranks into etp x ep x edp (ep_fits per stage, else
+ep_invalid). Per configuration the MoE layer's terms come from shape_terms(..., moe=...) with
+the configuration's pool as the cluster (its GPU; all_to_all_s splits the dispatch and combine
+over its intra-node link and network; the etp group on group_link's tier); a stage holds
+moe_layers_in its layer range; memory is moe_memory with the expert state sharded over the
+stage's edp ranks, whose gradient ring runs on the link that group crosses. As costmodel.evaluate
+does, the step adds the slowest stage's dense exchange and the slowest stage's expert exchange
+(and the same for the optimizer). Stages of an MoE row split across two pools are refused
+(ep_invalid): their expert groups would cross the inter-pool link, which is not priced.
 """
 
 from __future__ import annotations
@@ -58,17 +69,25 @@ from costmodel import _evaluate as K
 from costmodel._evaluate import (
     REASON,
     Metrics,
+    MOE_MEMORY_TERMS,
+    TIE_REL,
     activation_bytes,
     assemble_metrics,
     bottleneck_parts,
     buffer_bytes,
     distinct_rows,
     dp_exchange_s,
+    ep_fits,
     exposed_dp_s,
     framework_terms,
     framework_columns,
     in_flight,
     layer_terms,
+    moe_layer_inputs,
+    moe_layers_in,
+    moe_memory,
+    moe_stage_terms,
+    moe_stages_alike,
     pipeline_step,
     reason_codes,
     recompute_flops_per_token,
@@ -179,7 +198,9 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     stage stands for; pool_b, dp2: the second pool of a stage split across two pools and its
     replicas, pool_b = pool and dp2 = 0 where the stage is not split); ``used`` (N, P) GPUs per
     pool and ``stage_bits`` (M,) (2: tp does not divide the heads, 8: the batch does not divide
-    into dp x micro-batches) when the caller has them."""
+    into dp x micro-batches, 32: an MoE model's ep x etp does not fold into the stage's tp cp dp
+    ranks, ep_fits) when the caller has them. An MoE model's stage split across two pools is
+    refused as ep_invalid (its expert groups would span two pools: not priced)."""
     pa = pa or _pool_arrays(cluster)
     L, s = model.layers, model.seq_len
     p, m, B, c, v = (table[k] for k in ("pp", "microbatches", "global_batch", "cp", "vpp"))
@@ -204,8 +225,12 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
         tps[0] = 1
         tp_bad = ~tp_divides(model, tps)[t]  # a lookup per tp value
         stage_bits = tp_bad * np.uint8(2) | (B[r] % (d * m[r]) != 0) * np.uint8(8)
+        if model.is_moe:
+            stage_bits = stage_bits | ~ep_fits(model, table["ep"][r], d * t * c[r], table["etp"][r]) * np.uint8(32)
     # per-stage failures as bits, one reduction over each row's stages
     bits = ~in_range * np.uint8(1) | stage_bits | (n < 1) * np.uint8(4)
+    if model.is_moe and np.any(d2):
+        bits |= (d2 > 0) * np.uint8(32)
     if np.any(v > 1):
         # v chunks of whole layers (costmodel._evaluate.feasibility)
         bits |= ((n < v[r]) if framework_preset(framework).uneven_chunks else (n % v[r] != 0)) * np.uint8(16)
@@ -221,9 +246,12 @@ def hetero_feasibility(model: Transformer, cluster: HeteroCluster, table: Hetero
     batch_ok = flags & 8 == 0
     chunks_ok = flags & 16 == 0
     sched_ok = schedule_fits(sched, p, v, chunks_ok)
+    ep, etp = table["ep"], table["etp"]
+    ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, ep, 1, etp)  # a dense model: 1 and 1
     return reason_codes(gpus_ok=gpus_ok, tp_ok=tp_ok, pp_ok=pp_ok, batch_ok=batch_ok, sched_ok=sched_ok, cp=c,
                         pp=p, seq_len=s, zero=table["zero_stage"], framework=framework, schedule=sched,
-                        sequence_parallel=table["sequence_parallel"], precision=table["precision"])
+                        sequence_parallel=table["sequence_parallel"], precision=table["precision"], ep_ok=ep_ok,
+                        ep=ep, etp=etp)
 
 
 def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: HeteroTable, pa: dict,
@@ -247,6 +275,10 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     # Uniform rows (every stage the same pool, degrees, layers and recompute, pp >= 4) keep 3
     # representative stages, first, one interior (weight pp - 2) and last, as costmodel.evaluate.
     comp = _uniform_rows(table) if compress else np.zeros(N, dtype=bool)
+    moe = model.is_moe
+    all_moe = moe and model.moe_layers == model.layers  # no dense layer: the dense terms are not needed
+    if moe and np.any(comp):  # as costmodel.evaluate: three representatives where the MoE layers repeat alike
+        comp &= moe_stages_alike(model, p)
     nrep = np.where(comp, 3, p)  # (N,) flat stages per row
     starts = np.cumsum(nrep) - nrep  # (N,) flat index of each row's first stage
     M = int(nrep.sum())
@@ -282,15 +314,20 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     gpus_b = d2 * t * R(c)  # on its second pool (0 unless split)
     used = _gpus_per_pool(N, P, r, w, pool, gpus_a, pool_b if any_split else None, gpus_b)
     n = n_int.astype(np.float64)
+    if moe:  # MoE layers of each stage, layers [lo, lo + n) (costmodel._evaluate.moe_stage_layers)
+        lay = table.stages["layers"]
+        n_m = n if all_moe else moe_layers_in(model, (np.cumsum(lay, axis=1) - lay).ravel()[fl], n_int)
+        n_d = n - n_m
     if np.any(comp):
         add = lambda a: np.add.reduceat(w * a, starts)  # noqa: E731  sum over a row's stages
     else:  # every flat stage stands for itself (w = 1)
         add = lambda a: np.add.reduceat(a, starts)  # noqa: E731
     top = lambda a: np.maximum.reduceat(a, starts)  # noqa: E731  max over a row's stages
 
-    def first_max(a):
-        """(N,) flat index of the first stage holding its row's maximum of ``a``."""
-        hit = np.flatnonzero(a == top(a)[r])  # every row has one at least
+    def first_max(a, tol=False):
+        """(N,) flat index of the first stage holding its row's maximum of ``a`` (``tol``: within
+        TIE_REL of it, as costmodel.evaluate picks an MoE row's bottleneck)."""
+        hit = np.flatnonzero(a >= top(a)[r] * (1.0 - TIE_REL) if tol else a == top(a)[r])  # every row has one
         rh = r[hit]
         first_hit = np.ones(hit.size, dtype=bool)
         first_hit[1:] = rh[1:] != rh[:-1]
@@ -298,6 +335,8 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
     # -- distinct stage configurations: u = inv[stage], rep[u] = one stage of it --
     row_cols = [m, B - (B.min() if N else 0), c, sp.astype(np.int64), table["precision"].astype(np.int64), zero]
+    if moe:  # the expert degrees shape an MoE layer
+        row_cols += [table["ep"], table["etp"]]
     row_code = distinct_rows(*row_cols)[1]
     key_cols = [R(row_code), pool, order, d, t, rcs.astype(np.int64)]
     if any_split:  # the replicas of split stages on their second pool are configurations too
@@ -314,6 +353,9 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     order_u, d_u, t_u, rc_u = order[rep], d[rep], t[rep], rcs[rep]
     c_u, sp_u, m_u, zero_u = U(c), U(sp), U(m), U(zero)
     cfg_bits = (~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * m_u) != 0) * np.uint8(8)).astype(np.uint8)
+    if moe:
+        e_u, u_u = U(table["ep"]), U(table["etp"])
+        cfg_bits |= ~ep_fits(model, e_u, d_u * t_u * c_u, u_u) * np.uint8(32)
     reason = hetero_feasibility(model, cluster, table, pa, flat=(starts, r, pool_in, d, t, n_int, w, pool_b_in, d2),
                                 used=used, stage_bits=cfg_bits[inv], framework=fw)
 
@@ -335,12 +377,27 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     cp_link = link(cp_stride, c_u)
     dp_bw, dp_lat = link(dp_stride, dp_size)  # gradients are reduced over dp x cp (Megatron-LM)
     b_u = U(B) / (d_u * m_u)  # sequences per micro-batch on one replica of the stage
+    moe_kw, pool_net = {}, None
+    if moe:
+        # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
+        # attention's order: etp consecutive ranks, ep ranks etp apart, edp ranks ep etp apart. The
+        # all-to-alls split their bytes over the configuration's pool's intra-node link and network
+        # (costmodel._evaluate.all_to_all_s, on the pool as a cluster of (U,) arrays).
+        pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
+                                         scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
+        moe_kw = {"moe": (e_u, u_u, fw), "etp_link": link(1, u_u)}
+        edp_u = np.maximum(d_u * c_u * t_u // (e_u * u_u), 1)
+        # expert gradients are reduced over the edp group: ep etp apart, spanning the stage's ranks
+        # (size tp cp dp / (ep etp), whole where ep_fits; as a fraction elsewhere, so that the span
+        # is the stage's ranks, as costmodel.evaluate prices both exchanges on one tier)
+        ep_bw, ep_lat = link(e_u * u_u, d_u * c_u * t_u / (e_u * u_u))
     # one layer, the embedding and head as a first or last stage, activation bytes (U,)
-    eu = framework_terms(fw, model, shape_terms(model, None, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
-                                                      cp_link=cp_link), t_u, sp_u, U(table["precision"]))
+    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu, tp_link=tp_link,
+                                                cp_link=cp_link, **moe_kw), t_u, sp_u, U(table["precision"]))
     T = eu["T"]
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = layer_terms(eu, full_u, sel_u)  # (U,) per layer
+    lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
     share = K.ACT_BYTES * T * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
     g_u = d_u * c_u
     act_kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], T, h,
@@ -348,6 +405,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     emb_act_u, head_act_u = eu["emb_act"], eu["head_act"]
     layer_p = model.layer_params()
     re_tok_u = recompute_flops_per_token(model, full_u, sel_u, fw)
+    re_moe_u = recompute_flops_per_token(model, full_u, sel_u, fw, moe_layer=True) if moe else None
     hbm_Bps_eff = gpu.hbm_Bps * gpu.hbm_eff
 
     # -- embedding (stage 0) and head (stage p - 1), (N,) on those stages' GPUs --
@@ -362,7 +420,12 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         in configurations inv_x."""
         emb_c, emb_tp, head_gemm, head_elem, head_tp = e
         ri, ni, ui = r[idx], n[idx], inv_x[idx]
-        F, Bk, W = ni * lt["F"][ui], ni * lt["B"][ui], ni * lt["W"][ui]
+        if not moe:
+            F, Bk, W = ni * lt["F"][ui], ni * lt["B"][ui], ni * lt["W"][ui]
+        elif all_moe:
+            F, Bk, W = (ni * lt_m[x][ui] for x in ("F", "B", "W"))
+        else:  # the stage's dense and MoE layers (costmodel._evaluate's stage sums)
+            F, Bk, W = (n_d[idx] * lt[x][ui] + n_m[idx] * lt_m[x][ui] for x in ("F", "B", "W"))
         f0, l0 = np.flatnonzero(first[idx]), np.flatnonzero(last[idx])  # the embedding's, the head's stages
         rf, rl = ri[f0], ri[l0]
         F[f0] += (0.5 * emb_c + emb_tp)[rf]
@@ -422,7 +485,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
     inner = ~last  # the p - 1 forward boundaries
 
     # -- pipeline: closed forms (costmodel._evaluate), hand-offs summed over boundaries --
-    bot = first_max(X)  # (N,) flat index of the bottleneck stage
+    bot = first_max(X, tol=moe)  # (N,) flat index of the bottleneck stage
     X_max, F_b, B_b, W_b = X[bot], F[bot], Bk[bot], W[bot]
 
     def stage_inputs(q):  # the simulated rows' flat stages as (R, k) columns, zeros past each row's
@@ -445,10 +508,16 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         k[fs] = peaks[shape_of[r[fs]], j[fs]]
 
     # -- data-parallel gradient exchange and the optimizer, per stage, the slowest --
-    params = stage_params(model, n, first, last, t)  # (M,) per GPU
-    params_max = top(params)
     g = g_u[inv]
     zr = zero_u[inv]
+    if moe:  # memory first: its dense and expert parameters per stage price the exchanges
+        mm = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, t,
+                        np.where(sp_u, t_u, 1)[inv], zr, g, n, n_m, first, last, full_u[inv], sel_u[inv], k,
+                        e_u[inv], edp_u[inv], u_u[inv], row_max=top, to_stage=R)
+        params = mm["dense_params"]  # (M,) per GPU, outside the routed experts
+    else:
+        params = stage_params(model, n, first, last, t)  # (M,) per GPU
+        params_max = top(params)
     dbw, dlat = dp_bw[inv], dp_lat[inv]
     if any_split:
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
@@ -469,7 +538,13 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         dbw[sel] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat[sel] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     dp_st = dp_exchange_s(zr, R(m), params, g, dbw, dlat)  # (M,)
-    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, top(dp_st))
+    if moe:  # as costmodel.evaluate: the slowest dense exchange (dp x cp) and the slowest expert one (edp)
+        ep_st = dp_exchange_s(zr, R(m), mm["expert_params"], edp_u[inv], ep_bw[inv], ep_lat[inv])
+        dp_raw = top(dp_st) + top(ep_st)
+        dp_st = dp_st + ep_st
+    else:
+        dp_raw = top(dp_st)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     shard = np.where(zero_u >= 1, g_u, 1)[inv]
     hbm_stage_Bps = hbm_Bps_eff[inv]
     hbm = gpu.hbm_bytes[inv]
@@ -477,15 +552,21 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         hbm_stage_Bps[ks] = np.minimum(hbm_stage_Bps[ks], hbm_Bps_eff[inv_b[ks]])
         hbm[ks] = np.minimum(hbm[ks], gpu.hbm_bytes[inv_b[ks]])
     opt_s = top(K.ADAM_BYTES_TOUCHED * params / shard / hbm_stage_Bps)
+    if moe:  # the routed experts' states, sharded over edp
+        opt_s = opt_s + top(K.ADAM_BYTES_TOUCHED * mm["expert_params"] / np.where(zero_u >= 1, edp_u, 1)[inv]
+                            / hbm_stage_Bps)
     step = pipe + dp_exposed + opt_s
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    act = n * act_kept[inv]
-    act[starts] += emb_act_u[inv[starts]]  # the first stage keeps the embedding's output
-    act = k * act + work[inv]
-    act[heads] += head_act_u[inv[heads]]  # the last the logits
-    w_b, g_b, o_b = state_bytes(params, zero_u, g_u, stage_of=inv)
-    buffers = buffer_bytes(T, h, t_u, g_u, zero_u, params_max, layer_p, stage_of=inv, rows=r)
+    if moe:
+        w_b, g_b, o_b, act, buffers = (mm[x] for x in ("weights", "grads", "optimizer", "activations", "buffers"))
+    else:
+        act = n * act_kept[inv]
+        act[starts] += emb_act_u[inv[starts]]  # the first stage keeps the embedding's output
+        act = k * act + work[inv]
+        act[heads] += head_act_u[inv[heads]]  # the last the logits
+        w_b, g_b, o_b = state_bytes(params, zero_u, g_u, stage_of=inv)
+        buffers = buffer_bytes(T, h, t_u, g_u, zero_u, params_max, layer_p, stage_of=inv, rows=r)
     tot = w_b + g_b + o_b + act + buffers
     frac = tot / hbm
     worst = first_max(frac)
@@ -495,12 +576,21 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
 
     # -- the bottleneck stage's time parts (per micro-batch, then x m) --
     ub_ = inv_t[bot]
-    parts = bottleneck_parts(m, n[bot], first[bot], last[bot], {k: lt[k][ub_] for k in ("compute", "recompute", "tp",
-                             "cp")}, emb_c, emb_tp, head_gemm, head_elem, head_tp)
+    if moe:  # the bottleneck stage's layers summed over both kinds
+        n_bot, lt_bot = moe_stage_terms(n[bot], n_m[bot], None if all_moe else {k: lt[k][ub_] for k in lt},
+                                        {k: lt_m[k][ub_] for k in lt_m})
+    else:
+        n_bot, lt_bot = n[bot], {k: lt[k][ub_] for k in ("compute", "recompute", "tp", "cp")}
+    parts = bottleneck_parts(m, n_bot, first[bot], last[bot], lt_bot, emb_c, emb_tp, head_gemm, head_elem, head_tp)
 
     # -- throughput and utilisation --
     flops_model = model.model_flops_per_sample() * B
-    flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
+    if not moe:
+        flops_hw = flops_model + add(n * re_tok_u[inv]) * s * B
+    elif all_moe:
+        flops_hw = flops_model + add(n * re_moe_u[inv]) * s * B
+    else:
+        flops_hw = flops_model + add(n_d * re_tok_u[inv] + n_m * re_moe_u[inv]) * s * B
     # sum over the GPUs of their peak
     peak_sum = add(gpus_a * peak[inv] + gpus_b * peak[inv_b]) if any_split else add((gpus_u * peak)[inv])
     extra = {}
@@ -534,7 +624,6 @@ def evaluate_hetero(model: Transformer, cluster: HeteroCluster | Cluster, table:
     (run_blocks); the simulator prices rows as in costmodel.evaluate, with per-link hand-offs."""
     if pipeline not in K.PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {K.PIPELINE_MODES}, got {pipeline!r}")
-    model.require_dense(where="evaluate_hetero")
     hc = as_hetero(cluster)
     pa = _pool_arrays(hc)
     N = len(table)

@@ -1,7 +1,10 @@
 """HeteroTable: N strategies whose pipeline stages each have a pool, degrees and layers.
 
 Global columns (N,): pp, microbatches (m, the same for every stage), global_batch (B), cp,
-vpp, schedule, recompute, sequence_parallel, zero_stage, precision, overlap_dp.
+vpp, schedule, recompute, sequence_parallel, zero_stage, precision, overlap_dp, and for a
+mixture-of-experts model ep and etp (default 1, as in StrategyTable): the MoE layers of every
+stage fold its tp x cp x dp ranks into etp x ep x edp (Megatron-Core's parallel folding, per
+stage: ep x etp must divide each stage's tp cp dp; costmodel._evaluate, "Expert parallelism").
 Per-stage columns (N, S), S >= max pp, padded past pp (pool 0, dp 1, tp 1, layers 0):
     pool      index into HeteroCluster.pools
     dp, tp    the stage's own data- and tensor-parallel degrees
@@ -38,7 +41,7 @@ import numpy as np
 from costmodel._errors import InputError
 from costmodel._strategy import CODE_COLUMNS, RECOMPUTE, StrategyTable, decode, encode, typed_columns
 
-GLOBAL_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage")
+GLOBAL_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage", "ep", "etp")
 GLOBAL_CODE = ("schedule", "recompute", "precision")
 GLOBAL_BOOL = ("sequence_parallel", "overlap_dp")
 GLOBAL_COLUMNS = GLOBAL_INT + GLOBAL_CODE + GLOBAL_BOOL
@@ -47,7 +50,7 @@ ORDERS = ("tp-inner", "tp-across")
 
 GLOBAL_DEFAULTS: dict[str, object] = {
     "cp": 1, "vpp": 1, "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
-    "sequence_parallel": False, "overlap_dp": True, "microbatches": 1,
+    "sequence_parallel": False, "overlap_dp": True, "microbatches": 1, "ep": 1, "etp": 1,
 }
 _STAGE_PAD = {"pool": 0, "dp": 1, "tp": 1, "layers": 0, "order": 0, "pool2": 0, "dp2": 0}
 

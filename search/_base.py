@@ -49,6 +49,13 @@ class SearchSpace(abc.ABC):
     dims: tuple
 
     @property
+    def stage_bound(self) -> tuple[str, ...]:
+        """Names of non-stage dimensions whose valid choices depend on the per-stage digits
+        (a searcher that walks the non-stage dimensions first, with the stages canonical, samples
+        these with the stages instead); none by default."""
+        return ()
+
+    @property
     def radices(self) -> np.ndarray:
         """(D,) int64: choices per dimension."""
         return np.array([len(d.choices) for d in self.dims], dtype=np.int64)

@@ -14,12 +14,16 @@ Dimensions, for S = max(pp) stage slots:
                             the uniform cut round(L (J + 1) / pp), J < S - 1
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
+    ep                      (an MoE model) the expert-parallel degree, a row column folded into
+                            every stage's tp x cp x dp ranks (HeteroTable; ep_invalid where it
+                            does not divide a stage's); etp stays 1
 Slots J >= pp are ignored (canonically digit 0).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -30,6 +34,7 @@ from costmodel._hetero_strategy import ORDERS
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from search._base import SearchSpace
 from search._space import Dim as _SpaceDim
+from search._space import divisors
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,7 +51,7 @@ class Dim(_SpaceDim):
 # Schedules a HeteroSpace may use: one chunk per device, or Megatron's interleaved 1F1B with
 # vpp chunks per device (every stage's layers a multiple of vpp).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
-GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp")
+GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "ep")
 # Share of MCMC's moves (search._moves) and of random draws' stages that change a stage's split.
 # Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
 # move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
@@ -73,10 +78,21 @@ class HeteroSpace(SearchSpace):
                      dp=(1, 2, 4, 8, 16, 32), tp=(1, 2, 4, 8), order=ORDERS, max_shift: int | None = None,
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
-                     sequence_parallel=(True,), dp2=(0,), vpp=(1,), framework: str | None = None) -> HeteroSpace:
+                     sequence_parallel=(True,), dp2=(0,), vpp=(1,), ep=None,
+                     framework: str | None = None) -> HeteroSpace:
         """``dp2``: replicas a stage may put on a second pool, holding 0 (no split); default (0,):
-        no split dims; None: 0 and every dp choice below the largest. Ignored on one pool."""
+        no split dims; None: 0 and every dp choice below the largest. Ignored on one pool.
+        ``ep``: expert-parallel degrees; None: an MoE model's divisors of its experts up to the
+        largest pool's GPUs (an ep group lives inside one stage on one pool), (1,) for a dense one.
+        An MoE model's stages are not split (dp2 choices refused: evaluate_hetero does not price
+        expert groups across pools)."""
         hc = as_hetero(cluster)
+        if ep is None:
+            ep = tuple(divisors(model.experts, max(p.num_gpus for p in hc.pools))) if model.is_moe else (1,)
+        if not ep or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in ep):
+            raise InputError("ep", "a non-empty list of integers >= 1", list(ep))
+        if not model.is_moe and tuple(ep) != (1,):
+            raise InputError("ep", "1 for a dense model (experts=1)", list(ep))
         if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
             raise InputError("global_batch", "an integer >= 1", global_batch)
         if dp2 is None:
@@ -85,6 +101,9 @@ class HeteroSpace(SearchSpace):
             dp2 = (0,)
         if not dp2 or 0 not in dp2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in dp2):
             raise InputError("dp2", "a list of integers >= 0 holding 0 (no split)", list(dp2))
+        if model.is_moe and tuple(dp2) != (0,):
+            raise InputError("dp2", "0 for an MoE model (stages split across pools are not priced with experts)",
+                             list(dp2))
         for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):
             if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
                 raise InputError(name, "a non-empty list of integers >= 1", list(vals))
@@ -119,6 +138,8 @@ class HeteroSpace(SearchSpace):
                  Dim(name="sequence_parallel", choices=tuple(bool(x) for x in sequence_parallel))]
         if tuple(vpp) != (1,):
             dims.append(Dim(name="vpp", choices=tuple(sorted(vpp)), ordinal=True))
+        if tuple(ep) != (1,):
+            dims.append(Dim(name="ep", choices=tuple(sorted(ep)), ordinal=True))
         return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
                    shift_layers=shift_layers, framework=framework_preset(framework).name)
 
@@ -134,15 +155,23 @@ class HeteroSpace(SearchSpace):
         return tuple(n for n in GLOBAL_DIMS if n in names)
 
     @property
-    def has_split(self) -> bool:
-        """Whether stages may split their replicas across two pools (dims pool2.J, dp2.J)."""
-        return any(d.name == "dp2.0" for d in self.dims)
+    def stage_bound(self) -> tuple[str, ...]:
+        """ep: valid where it divides every stage's tp x cp x dp (HeteroTable), so it depends on
+        the stages' degrees."""
+        return ("ep",) if any(d.name == "ep" for d in self.dims) else ()
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        """Dimension name -> its column (built once: MCMC's draws look columns up by name often)."""
+        return {d.name: i for i, d in enumerate(self.dims)}
 
     def _col(self, name: str) -> int:
-        for i, d in enumerate(self.dims):
-            if d.name == name:
-                return i
-        raise KeyError(name)
+        return self._index[name]
+
+    @property
+    def has_split(self) -> bool:
+        """Whether stages may split their replicas across two pools (dims pool2.J, dp2.J)."""
+        return "dp2.0" in self._index
 
     # ---- digits -> table ------------------------------------------------------------------
     def _values(self, digits, name: str) -> np.ndarray:
@@ -279,7 +308,7 @@ class HeteroSpace(SearchSpace):
                 continue
             base = np.stack(cands)
             variants = [base]
-            for dim in ("microbatches", "recompute", "zero_stage"):
+            for dim in ("microbatches", "recompute", "zero_stage") + (("ep",) if "ep" in self._global_dims else ()):
                 c = self._col(dim)
                 grown = []
                 for v in variants:

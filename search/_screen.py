@@ -76,6 +76,10 @@ class ScreenedSpace(SearchSpace):
     def strides(self):
         return self.base.strides
 
+    @property
+    def stage_bound(self) -> tuple[str, ...]:
+        return self.base.stage_bound
+
     def _member(self, idx: np.ndarray) -> np.ndarray:
         if not self.members.size:
             return np.zeros(np.shape(idx), dtype=bool)

@@ -214,8 +214,9 @@ class TPESearcher(Searcher):
         self._dists = {d.name: _distribution(d.choices) for d in space.dims}
         # Conditional parameters over the valid combinations of the non-stage dimensions where
         # they can be listed (module docstring); per-stage dimensions come after them.
-        self._core = [k for k, d in enumerate(space.dims) if "." not in d.name]
-        self._stage_dims = [k for k, d in enumerate(space.dims) if "." in d.name]
+        # (the space's stage_bound dimensions, valid or not by the stages' digits, go with the stages)
+        self._core = [k for k, d in enumerate(space.dims) if "." not in d.name and d.name not in space.stage_bound]
+        self._stage_dims = [k for k, d in enumerate(space.dims) if "." in d.name or d.name in space.stage_bound]
         self._canonical = space.canonical_digits(1)[0]
         self._valid = _core_valid(space, self._core, self._canonical)
         if self.storage is None:

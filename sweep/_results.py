@@ -182,10 +182,7 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
     n = len(table)
     pp = table["pp"]
     cols: dict[str, pa.Array] = {}
-    for c in INT_COLUMNS:
-        if c in ("ep", "etp"):  # placement rows price dense models only (evaluate_hetero refuses expert layers)
-            cols[c] = pa.array(np.ones(n, dtype=np.int64))
-            continue
+    for c in INT_COLUMNS:  # ep and etp: row columns of a HeteroTable too (1 for a dense model)
         cols[c] = pa.nulls(n, pa.int64()) if c in ("dp", "tp", "micro_batch") else pa.array(table[c], type=pa.int64())
     for c, names in CODE_COLUMNS.items():
         cols[c] = pa.DictionaryArray.from_arrays(pa.array(table[c].astype(np.int32)), pa.array(list(names))).cast(
@@ -247,6 +244,7 @@ def hetero_row_strategy(row: Mapping, layers: int) -> dict:
     glob = ("global_batch", "microbatches", "cp", "vpp", "zero_stage", "schedule", "recompute", "precision",
             "sequence_parallel", "overlap_dp")
     out: dict = {k: row[k] for k in glob}
+    out.update({k: row.get(k) or 1 for k in ("ep", "etp")})  # an MoE model's; 1 in a dense run
     stages = []
     recompute = row.get("stage_recompute")
     stage_layers = row.get("stage_layers") or [layers // row["pp"]] * row["pp"]  # null: uniform stages

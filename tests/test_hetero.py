@@ -59,6 +59,73 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
                      (name, uneven, mode))
 
 
+# MoE rows (issue 18): mixtral (every layer MoE), qwen3 (its own head size), DeepSeek-V3 shortened
+# to 17 layers (3 dense, 14 MoE: stages of unlike layer kinds), the tiny model of test_moe_pricing
+# (MoE every second layer, a shared expert, capacity factor), under several framework profiles.
+MOE_CASES = [("mixtral-8x7b", "h100x64", False, None), ("mixtral-8x7b", "h100x1024", True, "megatron-core"),
+             ("qwen3-30b-a3b", "h100x64", True, "megatron-core-deepep"),
+             ("deepseek-v3-17", "h100x1024", True, "megatron-core-deepep-a2a-overlap"),
+             ("tiny", "dgx-a100-1024", False, "fsdp2"), ("tiny", "h100x64", True, "megatron-core")]
+
+
+def _moe_model(name):
+    from tests.test_moe_pricing import TINY
+
+    if name == "deepseek-v3-17":
+        return dataclasses.replace(model_preset("deepseek-v3"), name=name, layers=17)
+    return TINY if name == "tiny" else model_preset(name)
+
+
+@pytest.mark.parametrize("name,cluster,uneven,framework", MOE_CASES)
+def test_single_pool_moe_equals_homogeneous(name, cluster, uneven, framework):
+    """Must-hold 1 for MoE rows: random rows with ep and etp on one pool give the homogeneous
+    numbers row by row (every metric, feasible or not), and price all-to-alls somewhere."""
+    from tests.test_moe_pricing import with_ep
+
+    model, cl = _moe_model(name), cluster_preset(cluster)
+    rng = np.random.default_rng(23 + len(name) + uneven)
+    table = with_ep(random_table(model, rng, 700, uneven), rng, model.experts)
+    table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
+    het = HeteroTable.from_homogeneous(table, model.layers)
+    modes = ("closed_form", "simulate") if name == "tiny" else ("closed_form",)
+    for mode in modes:
+        ref = evaluate(model, cl, table, pipeline=mode, framework=framework)
+        _assert_same(ref, evaluate_hetero(model, cl, het, pipeline=mode, framework=framework),
+                     (name, uneven, mode))
+        assert ref["feasible"].any() or name == "deepseek-v3-17"
+        assert np.any(ref["reason"] == REASONS.index("ep_invalid"))
+
+
+def test_moe_on_two_pools_prices_experts_per_stage():
+    """A MoE placement over a100x64+h100x64: ep and etp are row columns checked per stage (ep x
+    etp must divide each stage's tp x cp x dp), all-to-alls on each stage's pool, a split stage
+    refused as ep_invalid, a dense model ep = 1 only."""
+    model, hc = model_preset("mixtral-8x7b"), hetero_preset("a100x64+h100x64")
+
+    def rows(**kw):
+        cols = dict(pool=[[0, 1]], dp=[[8, 8]], tp=[[8, 8]], layers=[[12, 20]], microbatches=16, global_batch=256,
+                    zero_stage=1, recompute="full", sequence_parallel=True)
+        cols.update(kw)
+        return HeteroTable.from_columns(**cols)
+
+    out = evaluate_hetero(model, hc, HeteroTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
+                          framework="megatron-core")
+    assert [REASONS[r] for r in out["reason"]] == ["out_of_memory", "ok", "ok"]  # every expert on every GPU
+    assert out["ep_comm_s"][0] == 0.0 and np.all(out["ep_comm_s"][1:] > 0)
+    # experts split 8 ways: less expert state per GPU than ep = 1
+    assert out["mem_weights_bytes"][1] < out["mem_weights_bytes"][0]
+    bad = [rows(ep=8, dp=[[8, 4]], tp=[[8, 1]], global_batch=[64]),  # 8 does not divide stage 1's 4 ranks
+           rows(ep=3),  # 3 does not divide the 8 experts
+           rows(ep=8, dp=[[4, 8]], pool2=[[0, 0]], dp2=[[0, 2]])]  # stage 1 split over both pools
+    got = evaluate_hetero(model, hc, HeteroTable.concat(bad), framework="megatron-core")
+    assert [REASONS[r] for r in got["reason"]] == ["ep_invalid"] * 3
+    dense = evaluate_hetero(model_preset("llama3-8b"), hc, HeteroTable.concat([rows(ep=1, layers=[[12, 20]]),
+                                                                             rows(ep=2, layers=[[12, 20]])]))
+    assert REASONS[dense["reason"][1]] == "ep_invalid" and REASONS[dense["reason"][0]] != "ep_invalid"
+    rows_out = stage_rows(model, hc, rows(ep=8), framework="megatron-core")
+    assert [r["pool"] for r in rows_out] == ["a100", "h100"] and rows_out[0]["mem_bytes"] > 0
+
+
 def test_simulator_per_link_handoffs():
     """GPipe, 3 devices, 1 micro-batch: the forward crosses links 0 and 1, the backward comes
     back over 1 and 0, so total = F0+F1+F2 + B2+B1+B0 + 2 (tc0 + tc1); equal links give the
@@ -272,6 +339,68 @@ def test_cli_evaluate_hetero_strategy(tmp_path):
     cl.write_text("pools:\n  - {name: a, gpu: a100, nodes: 0}\n")
     bad = _cli("evaluate", "--cluster", str(cl), "--strategy", str(f))
     assert bad.returncode == 2 and "cluster.pools[0].nodes" in bad.stderr
+
+
+def test_cli_evaluate_moe_on_mixed_cluster(tmp_path):
+    """`plansweep evaluate --model mixtral-8x7b --cluster a100x64+h100x64 --strategy FILE --ep 8`
+    prices the experts (ep comm in the report, ep in the strategy); an ep that does not fold into a
+    stage is one line naming ep, exit code 2."""
+    strat = {"global_batch": 256, "microbatches": 16, "recompute": "full", "zero_stage": 1, "sequence_parallel": True,
+             "stages": [{"pool": "a100", "dp": 8, "tp": 8, "layers": 12}, {"pool": "h100", "dp": 8, "tp": 8, "layers": 20}]}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(strat))
+    args = ("evaluate", "--model", "mixtral-8x7b", "--cluster", "a100x64+h100x64", "--strategy", str(f),
+            "--framework", "megatron-core")
+    res = _cli(*args, "--ep", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["strategy"]["ep"] == 8 and out["metrics"]["feasible"] and out["metrics"]["ep_comm_s"] > 0
+    text = _cli(*args, "--ep", "8")
+    assert text.returncode == 0 and "ep comm (exposed)" in text.stdout
+    bad = _cli(*args, "--ep", "3")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ep: expected" in bad.stderr
+
+
+def test_placement_space_gets_ep_for_moe_models():
+    """HeteroSpace: an MoE model's space has a global ep dimension (the divisors of its experts),
+    a dense model's none; MoE stages are not split; start points and random draws price the
+    experts (ep > 1 where ep = 1 does not fit)."""
+    hc = hetero_preset("a100x64+h100x64")
+    moe = HeteroSpace.from_options(model_preset("mixtral-8x7b"), hc, global_batch=1536, pp=(4, 8),
+                                   framework="megatron-core")
+    assert moe.dims[moe._col("ep")].choices == (1, 2, 4, 8)
+    dense = HeteroSpace.from_options(model_preset("llama3-70b"), hc, global_batch=1536)
+    assert "ep" not in {d.name for d in dense.dims}
+    with pytest.raises(InputError):
+        HeteroSpace.from_options(model_preset("mixtral-8x7b"), hc, global_batch=1536, dp2=(0, 2))
+    with pytest.raises(InputError):
+        HeteroSpace.from_options(model_preset("llama3-70b"), hc, global_batch=1536, ep=(1, 2))
+    starts = moe.start_points()
+    met = evaluate_hetero(moe.model, hc, moe.table(np.stack(list(starts.values()))), framework="megatron-core")
+    assert met["feasible"].any()
+    draws = moe.table(moe.random_digits(np.random.default_rng(0), 64))
+    assert len(set(draws["ep"].tolist())) > 1
+
+
+def test_tpe_samples_ep_with_the_stages():
+    """ep is valid by the stages' degrees (stage_bound), so TPE samples it with the stages, not in
+    its walk over the global dimensions (where the canonical stages, dp = tp = 1, allow ep = 1
+    only): its trials price every expert degree, each folding into its stages."""
+    from search import TPESearcher
+
+    space = HeteroSpace.from_options(model_preset("mixtral-8x7b"), hetero_preset("a100x64+h100x64"),
+                                     global_batch=1536, pp=(4, 8), framework="megatron-core")
+    assert space.stage_bound == ("ep",)
+    assert HeteroSpace.from_options(model_preset("llama3-70b"), space.cluster, global_batch=1536).stage_bound == ()
+    tpe = TPESearcher(space, seed=0, budget=128)
+    eps = set()
+    for _ in range(2):
+        table = tpe.ask(64)
+        met = evaluate_hetero(space.model, space.cluster, table, framework="megatron-core")
+        tpe.tell(table, met)
+        eps |= set(table["ep"].tolist())
+        assert not np.any(met["reason"] == REASONS.index("ep_invalid"))
+    assert eps == {1, 2, 4, 8}
 
 
 def test_cli_search_mcmc_on_hetero_cluster():

@@ -196,3 +196,22 @@ def test_plot_draws_a_placement_search(mcmc_run, tmp_path):
     """A placement run's figure: throughput against pp and its widest stage's dp and tp."""
     res = cli("plot", mcmc_run, "--out", str(tmp_path / "png"))
     assert res.returncode == 0 and os.path.getsize(tmp_path / "png" / "throughput_vs_degrees.png") > 0
+
+
+def test_moe_placement_run_records_ep(tmp_path):
+    """An MoE model's placement search as a run: its rows carry the priced ep (not 1 throughout),
+    and the top row read back (hetero_row_strategy) is the strategy that was priced."""
+    out = str(tmp_path / "moe")
+    cli("search", "mcmc", "--model", "mixtral-8x7b", "--framework", "megatron-core", *HETERO, "--seed", "1",
+        "--budget", "320", "--chains", "8", "--out", out, "--in-process", "--no-progress", "--top", "1")
+    df = rows(out)
+    assert len(df) == 320 and df["ep"].nunique() > 1 and df["feasible"].any()
+    top = json.loads(df[df["feasible"]].sort_values("tokens_per_s").iloc[-1:].to_json(orient="records"))[0]
+    strategy = hetero_row_strategy(top, 32)
+    assert strategy["ep"] == top["ep"]
+    hc = hetero_preset("a100x64+h100x64")
+    from costmodel import evaluate_hetero
+
+    again = evaluate_hetero(model_preset("mixtral-8x7b"), hc,
+                            strategy_from_mapping(strategy, [p.name for p in hc.pools]), framework="megatron-core")
+    assert again["tokens_per_s"][0] == pytest.approx(top["tokens_per_s"], rel=1e-9)

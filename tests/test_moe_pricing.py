@@ -8,7 +8,6 @@ import pytest
 
 from costmodel import (
     REASONS,
-    InputError,
     StrategyTable,
     Transformer,
     cluster_preset,
@@ -228,15 +227,6 @@ def test_more_ep_less_expert_memory_and_active_mfu():
     ok = out["feasible"]
     flops = model.model_flops_per_sample() * 256
     np.testing.assert_allclose(out["mfu"][ok], flops / (out["step_time_s"][ok] * 64 * cl.gpu.peak_flops[0]))
-
-
-def test_hetero_refuses_moe_in_one_line():
-    from costmodel import evaluate_hetero
-
-    with pytest.raises(InputError) as err:
-        evaluate_hetero(model_preset("mixtral-8x7b"), None, None)
-    assert str(err.value).startswith("model.experts: expected 1 (evaluate_hetero prices dense models only")
-    assert len(str(err.value).splitlines()) == 1
 
 
 def test_space_gets_ep_for_moe_models_only_and_parquet_has_the_columns():

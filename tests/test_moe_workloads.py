@@ -205,7 +205,8 @@ def test_bad_moe_configs_name_the_key(config, change, needle):
 
 
 # ---- the evaluators price MoE models and other head sizes (issue 18, slice 2;
-# tests/test_moe_pricing.py compares them with the scalar reference); evaluate_hetero refuses MoE
+# tests/test_moe_pricing.py compares them with the scalar reference; tests/test_hetero.py the mixed-
+# cluster evaluator with the homogeneous one on MoE rows)
 def test_evaluators_price_moe_models_and_other_head_sizes():
     cluster = cluster_preset("h100x64")
     table = StrategyTable.from_columns(dp=8, tp=1, pp=8, ep=8, micro_batch=1, global_batch=64, recompute="full")
