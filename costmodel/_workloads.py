@@ -189,13 +189,6 @@ class Transformer:
         experts, norms): what tensor parallelism splits and every expert-parallel rank holds."""
         return self.moe_layer_params() - self.moe_layer_expert_params()
 
-
-    def require_dense(self, argument: str = "model", where: str = "this evaluator") -> None:
-        """Refuse an MoE model where expert layers are not priced (one InputError naming it)."""
-        if self.is_moe:
-            raise InputError(f"{argument}.experts", f"1 ({where} prices dense models only; expert layers are "
-                             "priced on homogeneous clusters: costmodel.evaluate)", self.experts)
-
     def _attn_params(self) -> int:
         """Q, K, V and output projections (with their biases) of one layer."""
         h, q, hk = self.hidden, self.q_hidden, self.kv_hidden
