@@ -187,7 +187,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
         print(f"(ranked by {args.objective})")
     if pools:
         print("best, per stage (exact pipeline):")
-        print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0)))
+        print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0, framework=space.framework)))
 
 
 def _register_grid(searchers: argparse._SubParsersAction) -> None:

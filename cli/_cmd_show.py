@@ -129,8 +129,8 @@ def format_stages(view: RunView, row: dict) -> str | None:
 def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
     """Per stage of a heterogeneous run's row (pool, degrees, layers, micro-batch, F/B/W, busy
     time, hand-off, data-parallel exchange, memory against the pool's HBM), re-priced from the
-    run's model and cluster with the exact pipeline simulator (costmodel.stage_rows); None for
-    a homogeneous run."""
+    run's model and cluster under the row's framework with the exact pipeline simulator
+    (costmodel.stage_rows); None for a homogeneous run."""
     if not row.get("stage_pool") or "pools" not in view.cluster or not view.model:
         return None
     from costmodel import hetero_from_mapping, stage_rows
@@ -142,7 +142,7 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
     model = model_from_dict(dict(view.model))
     table = strategy_from_mapping(hetero_row_strategy(row, model.layers), [p.name for p in cluster.pools],
                                   argument="RUN_DIR")
-    return stage_rows(model, cluster, table)
+    return stage_rows(model, cluster, table, framework=row.get("framework") or None)
 
 
 def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dict, list[dict]]:

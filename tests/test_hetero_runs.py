@@ -215,3 +215,21 @@ def test_moe_placement_run_records_ep(tmp_path):
     again = evaluate_hetero(model_preset("mixtral-8x7b"), hc,
                             strategy_from_mapping(strategy, [p.name for p in hc.pools]), framework="megatron-core")
     assert again["tokens_per_s"][0] == pytest.approx(top["tokens_per_s"], rel=1e-9)
+
+
+def test_show_reprices_stages_under_the_runs_framework(tmp_path):
+    """A placement run under fsdp2 (fused attention: no s x s scores kept): `show`'s per-stage
+    view prices the top row under fsdp2, as the search did, not under the default profile,
+    whose unfused attention stores the scores and so reports more memory per stage."""
+    out = str(tmp_path / "run")
+    cli("search", "mcmc", *HETERO, "--framework", "fsdp2", "--seed", "1", "--budget", "64", "--chains", "4",
+        "--out", out, "--in-process", "--no-progress", "--top", "1")
+    study = json.loads(cli("show", out, "--top", "1", "--json").stdout)["studies"][0]
+    top, stages = study["rows"][0], study["top_stages"]
+    assert top["framework"] == "fsdp2"
+    hc = hetero_preset("a100x64+h100x64")
+    table = strategy_from_mapping(hetero_row_strategy(top, 96), [p.name for p in hc.pools])
+    model = model_preset("gpt3-175b")
+    assert stages == stage_rows(model, hc, table, framework="fsdp2")
+    generic = stage_rows(model, hc, table)
+    assert all(g["mem_bytes"] > s["mem_bytes"] for g, s in zip(generic, stages, strict=True))
