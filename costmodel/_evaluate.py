@@ -251,8 +251,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         q = model.q_hidden  # width of Q and of the attention output: h unless head_dim is set
         mats = model.mlp_matrices
         gemm = (
-            gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
-            + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
+            attention_gemm_s(model, T, t, peak, gpu)
             + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
@@ -285,6 +284,13 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "tp_lat": tp_lat,
         "T": T,
     }
+
+
+def attention_gemm_s(model: Transformer, T, t, peak, gpu):
+    """The QKV and attention output projections of one layer (dense or MoE) on one GPU of the
+    tensor-parallel group: T tokens, the query width q and the K/V width hk split by t."""
+    h, q, hk = model.hidden, model.q_hidden, model.kv_hidden
+    return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
 
 
 def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
@@ -337,7 +343,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     tp_link). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool
     (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
-    h, q, hk, E, fe = model.hidden, model.q_hidden, model.kv_hidden, model.experts, model.expert_ffn
+    h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
     T = lc["T"]
     copies = routed_copies(model, T, t)
@@ -345,8 +351,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     gemm = (
-        gemm_s(T, (q + 2 * hk) / t, h, peak, gpu)  # QKV
-        + gemm_s(T, h, q / t, peak, gpu)  # attention output projection
+        attention_gemm_s(model, T, t, peak, gpu)
         + gemm_s(T / t, E, h, peak, gpu)  # router
         + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
     )
@@ -612,14 +617,15 @@ def distinct_rows(*cols):
 
 
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
+# What layer_terms reads of a dense layer's shape terms (after framework_terms).
+LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp")
 
 
 def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     return {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-            for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp",
-                      *MOE_TERMS[3:])}
+            for k in (*LAYER_INPUTS, *MOE_TERMS[3:])}
 
 
 def moe_stage_terms(n, n_m, lt, lt_m):
@@ -1202,9 +1208,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     full, sel = rcs == 2, rcs == 1
     all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
     if not all_moe:
-        lt = layer_terms({k: col(sh[k]) for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd",
-                                                  "sel_re", "sel_tp")},
-                         full, sel)  # (N, 1) or (N, k) per layer
+        lt = layer_terms({k: col(sh[k]) for k in LAYER_INPUTS}, full, sel)  # (N, 1) or (N, k) per layer
     if moe:  # stage sums over its dense and its MoE layers
         n_m = moe_stage_layers(model, table, idx, n)
         n_d = n - n_m

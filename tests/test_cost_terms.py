@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import framework_preset, model_preset
+from costmodel import cluster_preset, framework_preset, model_preset
 from costmodel._evaluate import (
     GRAD_COMM_BYTES,
     SCHED,
@@ -20,6 +20,7 @@ from costmodel._evaluate import (
     recompute_flops_per_token,
     stage_params,
     state_bytes,
+    tier,
 )
 
 
@@ -108,3 +109,18 @@ def test_reason_codes(bad, reason):
     framework = args.pop("framework", "generic")
     got = reason_codes(framework=framework, **{k: np.array([v]) for k, v in args.items()})
     assert got[0] == (0 if reason is None else REASONS.index(reason))
+
+
+def test_a_group_is_inside_a_node_only_if_its_span_divides_the_node():
+    # h100x1024: 8 GPUs a node, NVLink 450 GB/s, network 50 GB/s per GPU, 0.8 of either reached.
+    # Groups of `span` consecutive ranks laid from rank 0: spans 1, 2, 4, 8 tile a node; 3 and 6 put
+    # a group across two nodes (ranks 6-8 for tp 3), so every group's collective waits on the network;
+    # 16 spans two nodes. A whole job (one group) of 6 GPUs fits one node.
+    cluster = cluster_preset("h100x1024")
+    span = np.array([1, 2, 3, 4, 6, 8, 16])
+    bw, lat = tier(span, cluster, cluster.gpu)
+    nvlink, net = 450e9 * 0.8, 50e9 * 0.8
+    np.testing.assert_allclose(bw, [nvlink, nvlink, net, nvlink, net, nvlink, net])
+    np.testing.assert_allclose(lat, [5e-6, 5e-6, 10e-6, 5e-6, 10e-6, 5e-6, 10e-6])
+    bw, _ = tier(np.array([6, 8, 12]), cluster, cluster.gpu, one_group=True)
+    np.testing.assert_allclose(bw, [nvlink, nvlink, net])
