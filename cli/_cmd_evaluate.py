@@ -243,7 +243,7 @@ HETERO_REASONS = {
 
 def run_hetero(args, model, cluster, data) -> int:
     """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
-    from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, stage_rows  # hetero only
+    from costmodel._evaluate import evaluate_hetero, format_stage_rows, stage_rows
 
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "

@@ -11,7 +11,7 @@ from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_rows, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
-from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate_any, plan_goodput
+from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate, plan_goodput
 from search import default_space as search_default_space
 
 
@@ -88,7 +88,7 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
     else:
         cand = np.argsort(-score(metrics, table, cluster, objective, failure), kind="stable")[:top]
     cand = cand[metrics["feasible"][cand]]
-    exact = evaluate_any(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
+    exact = evaluate(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
     if objective == "tokens_per_s":
         order = np.argsort(exact["step_time_s"], kind="stable")
     else:
@@ -125,7 +125,7 @@ def run(args) -> int:
         space = space_from_args(args, model, cluster)
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
-    metrics = evaluate_any(model, cluster, table, framework=args.framework)
+    metrics = evaluate(model, cluster, table, framework=args.framework)
     feasible = int(metrics["feasible"].sum())
     counts = np.bincount(metrics["reason"], minlength=len(REASONS))
     why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)

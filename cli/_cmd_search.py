@@ -24,7 +24,7 @@ from costmodel import (
     InputError,
     Metrics,
     StrategyTable,
-    evaluate_any,
+    evaluate,
     format_stage_rows,
     plan_goodput,
     stage_rows,
@@ -120,7 +120,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
         t = searcher.ask(min(batch, budget - evaluations))
         if len(t) == 0:
             break
-        m = evaluate_any(model, cluster, t, framework=framework)  # evaluate, or evaluate_hetero for a HeteroTable
+        m = evaluate(model, cluster, t, framework=framework)
         if objective_name != "tokens_per_s":
             m[OBJECTIVE_COLUMN] = score(m, t, cluster, objective_name, failure)
         searcher.tell(t, m)

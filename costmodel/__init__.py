@@ -11,7 +11,16 @@ from costmodel._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from costmodel._errors import InputError
-    from costmodel._evaluate import METRIC_COLUMNS, REASONS, Metrics, evaluate
+    from costmodel._evaluate import (
+        METRIC_COLUMNS,
+        REASONS,
+        Metrics,
+        evaluate,
+        evaluate_hetero,
+        format_stage_rows,
+        hetero_stage_breakdown,
+        stage_rows,
+    )
     from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
     from costmodel._goodput import FailureModel, goodput, plan_goodput
     from costmodel._hardware import (
@@ -37,7 +46,6 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         make_hetero,
         make_pool,
     )
-    from costmodel._hetero_eval import evaluate_hetero, format_stage_rows, hetero_stage_breakdown, stage_rows
     from costmodel._hetero_strategy import HeteroTable
     from costmodel._linear import (
         H100_SXM5_SEED001,
@@ -58,7 +66,10 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
 # to the imports above.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "costmodel._errors": ("InputError",),
-    "costmodel._evaluate": ("METRIC_COLUMNS", "REASONS", "Metrics", "evaluate"),
+    "costmodel._evaluate": (
+        "METRIC_COLUMNS", "REASONS", "Metrics", "evaluate", "evaluate_hetero", "format_stage_rows",
+        "hetero_stage_breakdown", "stage_rows"
+    ),
     "costmodel._frameworks": (
         "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names",
         "framework_preset"
@@ -72,7 +83,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "HeteroCluster", "Pool", "as_hetero", "hetero_from_mapping", "hetero_names",
         "hetero_preset", "hetero_to_mapping", "make_hetero", "make_pool"
     ),
-    "costmodel._hetero_eval": ("evaluate_hetero", "format_stage_rows", "hetero_stage_breakdown", "stage_rows"),
     "costmodel._hetero_strategy": ("HeteroTable",),
     "costmodel._linear": ("H100_SXM5_SEED001", "LinearDevice", "linear_end_of_batch_s", "linear_fwd_bwd_s"),
     "costmodel._memory": ("memory_screen",),
@@ -95,22 +105,9 @@ __all__ = [
     "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
     "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
     "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
-    "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_any", "evaluate_hetero",
+    "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_hetero",
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
     "model_from_mapping", "FailureModel", "goodput", "plan_goodput", "memory_screen",
     "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",
 ]
-
-
-
-def evaluate_any(model, cluster, table, *, pipeline: str = "closed_form", framework=None) -> "Metrics":
-    """costmodel.evaluate for a StrategyTable, evaluate_hetero for a HeteroTable (the driver
-    can call this for either kind of space)."""
-    from costmodel._evaluate import evaluate
-    from costmodel._hetero_eval import evaluate_hetero
-    from costmodel._hetero_strategy import HeteroTable
-
-    if isinstance(table, HeteroTable):
-        return evaluate_hetero(model, cluster, table, pipeline=pipeline, framework=framework)
-    return evaluate(model, cluster, table, pipeline=pipeline, framework=framework)

@@ -49,11 +49,22 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._sorted_memo import Memo
+from costmodel._stages import (
+    GPU_FIELDS,
+    StageView,
+    group_link,
+    microbatches,
+    moe_explicit_stages,
+    pool_arrays,
+    stage_view,
+)
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 
@@ -405,14 +416,6 @@ def moe_layers_in(model: Transformer, lo, n):
     return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
 
 
-def moe_stages_alike(model: Transformer, p):
-    """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
-    representative stages of _stages assume): pp <= 3, or the dense layers all on stage 0 and
-    moe_layer_freq dividing the layers per stage."""
-    n = model.layers // p
-    return (p <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
-
-
 def expert_groups(table: StrategyTable):
     """(ep, edp, etp) columns: the expert-parallel degree, the expert-data-parallel ranks
     tp cp dp / (ep etp) and the expert-tensor-parallel degree (module docstring, "Expert
@@ -421,9 +424,8 @@ def expert_groups(table: StrategyTable):
     return e, np.maximum(table["dp"] * table["cp"] * table["tp"] // (e * u), 1), u
 
 
-# -- terms shared by the homogeneous and the heterogeneous evaluator ----------------------------
-# Both call these on arrays that broadcast: (N,) or (N, k) rows x stages here, (M,) flat stages
-# or (U,) stage configurations in costmodel._hetero_eval.
+# -- terms of the evaluator block, the memory screen and the scalar reference -----------------
+# Called on arrays that broadcast: (N,) rows, (N, k) rows x stages, or (U,) stage configurations.
 
 
 def edge_terms(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat) -> dict[str, np.ndarray]:
@@ -683,44 +685,68 @@ def tp_divides(model: Transformer, t):
     return (model.heads % t == 0) & (model.kv_heads % t == 0)
 
 
-def feasibility(model: Transformer, cluster: Cluster, table: StrategyTable, framework=None) -> np.ndarray:
+def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins) under
-    ``framework`` (costmodel._frameworks; None: the default profile)."""
-    L, s = model.layers, model.seq_len
-    d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
-    b, B, v, sched = table["micro_batch"], table["global_batch"], table["vpp"], table["schedule"]
-    tp_ok = tp_divides(model, t)
-    if table.stage_layers is None:
-        pp_ok = L % p == 0
-        n_min = L // p
+    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable or a
+    HeteroTable on a Cluster or a HeteroCluster (costmodel._stages)."""
+    return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
+
+
+def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework):
+    """(reason (N,), GPUs each row puts on each pool (N, P)) of a StageView on pools ``pa``.
+
+    Per stage: its pools exist, tp splits the heads, whole layers (>= 1; the pipeline's stages
+    hold the model's), the batch divides into dp x micro-batches, ep x etp folds into its ranks
+    (an MoE model; not across two pools). Chunked schedules need v chunks per device of whole
+    layers. Where the framework splits chunks unevenly (framework.uneven_chunks: Megatron-Core's
+    pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7, 8 x 14, 7 layers
+    over 16 stages) every stage needs at least v layers, a stage that v does not divide getting
+    chunks one layer apart; the closed forms and the simulator take each chunk as 1/v of its
+    stage's time (exact when v divides the stage, else within a layer's time per chunk).
+    Otherwise v must divide every stage's layers."""
+    r = sv.rows
+    p, c, v, B = r["pp"], r["cp"], r["vpp"], r["global_batch"]
+    L, P = model.layers, pa["num_gpus"].size
+    on = sv.j < p[:, None]  # (N, k) stages of the pipeline (padding past pp is not)
+    d, t, n = sv.dp, sv.tp, sv.layers
+
+    def every(ok):  # (N,) ok on every stage of the row; ok (N, 1) or (N, k)
+        return ok[:, 0] if ok.shape[1] == 1 else np.all(~on | ok, axis=1)
+
+    gpus = d * t * c[:, None]
+    pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails in_range; counted on the last
+    in_range = sv.pool < P
+    if sv.dp2 is None:
+        parts = ((pool, gpus),)
     else:
-        sl = table.stage_layers
-        active = np.arange(sl.shape[1])[None, :] < p[:, None]  # (N, S)
-        pp_ok = (sl.sum(axis=1, where=active) == L) & np.all(~active | (sl >= 1), axis=1) & np.all(
-            active | (sl == 0), axis=1
-        )
-        n_min = np.min(np.where(active, sl, L), axis=1)
-    # Chunked schedules need v chunks per device of whole layers. Where the framework splits
-    # chunks unevenly (framework.uneven_chunks: Megatron-Core's pipeline layouts, torchtitan's
-    # split points; Llama 3 405B's interleaved 7, 8 x 14, 7 layers over 16 stages) every stage
-    # needs at least v layers, a stage that v does not divide getting chunks one layer apart;
-    # the closed forms and the simulator take each chunk as 1/v of its stage's time (exact when
-    # v divides the stage, else within a layer's time per chunk). Otherwise v must divide every
-    # stage's layers (uniform stages: v | L/p).
-    fw = framework_preset(framework)
+        in_range = in_range & (sv.pool2 < P)
+        parts = ((pool, (d - sv.dp2) * t * c[:, None]), (np.minimum(sv.pool2, P - 1), sv.dp2 * t * c[:, None]))
+    if P == 1:
+        used = [sum(np.sum(sv.w * g, axis=1) for _, g in parts)]
+    else:
+        used = [sum(np.sum(sv.w * np.where(x == y, g, 0), axis=1) for x, g in parts) for y in range(P)]
+    gpus_ok = every(in_range)
+    for y in range(P):
+        gpus_ok &= used[y] <= pa["num_gpus"][y]
+    pp_ok = (np.sum(sv.w * n, axis=1) == L) & every(n >= 1) & np.all(on | (n == 0), axis=1)
     if fw.uneven_chunks:
-        chunks_ok = n_min >= v
-    elif table.stage_layers is None:
-        chunks_ok = n_min % v == 0
+        chunks_ok = np.min(np.where(on, n, L), axis=1) >= v
     else:
-        chunks_ok = np.all(~active | (table.stage_layers % v[:, None] == 0), axis=1)
-    sched_ok = schedule_fits(sched, p, v, chunks_ok)
-    return reason_codes(gpus_ok=d * t * p * c <= cluster.num_gpus, tp_ok=tp_ok, pp_ok=pp_ok,
-                        batch_ok=B % (d * b) == 0, sched_ok=sched_ok, cp=c, pp=p, seq_len=s,
-                        zero=table["zero_stage"], framework=framework, schedule=sched,
-                        sequence_parallel=table["sequence_parallel"], precision=table["precision"],
-                        ep_ok=ep_fits(model, table["ep"], d * c * t, table["etp"]), ep=table["ep"],
-                        etp=table["etp"])
+        chunks_ok = every(n % v[:, None] == 0)
+    e, u = r["ep"], r["etp"]
+    if model.is_moe:
+        ep_ok = every(ep_fits(model, e[:, None], gpus, u[:, None]))
+        if sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
+            ep_ok &= every(sv.dp2 == 0)
+    else:
+        ep_ok = ep_fits(model, e, 1, u)
+    reason = reason_codes(gpus_ok=gpus_ok, tp_ok=every(tp_divides(model, t)), pp_ok=pp_ok,
+                          batch_ok=every(B[:, None] % sv.batch_div == 0),
+                          sched_ok=schedule_fits(r["schedule"], p, v, chunks_ok), cp=c, pp=p, seq_len=model.seq_len,
+                          zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
+                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e,
+                          etp=u)
+    return reason, np.stack(used, axis=1)
 
 
 def ep_fits(model: Transformer, e, ranks, u):
@@ -771,43 +797,20 @@ def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, 
     return reason
 
 
-def _stages(table: StrategyTable, L: int):
-    """Stage layout as (N, k) arrays: stage index, layers, recompute code, weight in sums.
-
-    Uniform stages are represented by three stages, 0, 1 and p - 1 (the first, the busiest
-    interior one for memory, the last), weighted 1, p - 2, 1 in sums over stages; explicit
-    per-stage layer counts use every stage."""
-    p, rc = table["pp"], table["recompute"]
-    if table.stage_layers is None:
-        idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)  # (N, 3)
-        n = np.broadcast_to((L // p)[:, None], idx.shape)
-        w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
-        w = np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
-        rcs = np.broadcast_to(rc[:, None], idx.shape)
-    else:
-        S = table.stage_layers.shape[1]
-        idx = np.broadcast_to(np.arange(S)[None, :], table.stage_layers.shape)
-        n = table.stage_layers
-        w = (idx < p[:, None]).astype(np.int64)
-        rcs = rc[:, None] if table.stage_recompute is None else table.stage_recompute
-        rcs = np.broadcast_to(rcs, idx.shape)
-    return idx, n.astype(np.float64), rcs, w.astype(np.float64)
-
-
 # Rows per block: 16k rows keep a block's float64 temporaries in L2, 1.6x faster per row
 # than whole 1M-row columns on these machines (BENCHMARKS.md, "Cost core").
 BLOCK_ROWS = 16384
 
 
-def evaluate(
-    model: Transformer, cluster: Cluster, table: StrategyTable, *, pipeline: str = "closed_form",
-    framework: str | Framework | None = None,
-) -> Metrics:
+def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form",
+             framework: str | Framework | None = None) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
-    Pure and vectorised: numpy over the rows (and stages), in cache-sized blocks of rows; no
-    Python loop over strategies. Infeasible rows stay, with feasible=False, a reason code
-    (REASONS) and infinite step time.
+    ``table``: a StrategyTable (global degrees) or a HeteroTable (per-stage pools and degrees);
+    ``cluster``: a Cluster (one pool) or a HeteroCluster. Pure and vectorised: numpy over the
+    rows and their stages (costmodel._stages), in cache-sized blocks of rows; no Python loop
+    over strategies. Infeasible rows stay, with feasible=False, a reason code (REASONS) and
+    infinite step time.
 
     ``pipeline``: "closed_form" (default, for bulk screening: the closed forms of the module
     docstring, exact for uniform stages without hand-off time, within a few percent
@@ -823,21 +826,14 @@ def evaluate(
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     fw = framework_preset(framework)
-    table = moe_explicit_stages(model, table)
-    return run_blocks(table, lambda sub, now: _evaluate_block(model, cluster, sub, pipeline, simulate_now=now,
-                                                              framework=fw),
-                      lambda sub: sub["global_batch"] // (sub["dp"] * sub["micro_batch"]))
-
-
-def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
-    """``table`` with explicit stage_layers (L / pp each) where uniform stages of an MoE model do
-    not hold alike MoE layers (moe_stages_alike): the three representative stages would not
-    stand for the interior ones. Unchanged otherwise (every dense model)."""
-    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
-        return table
-    p = table["pp"]
-    layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
-    return StrategyTable(table.columns, layers, table.stage_recompute)
+    pa = pool_arrays(cluster)
+    if isinstance(table, StrategyTable):
+        table = moe_explicit_stages(model, table)
+    if len(table) == 0:
+        return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
+                                    else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, stage_view(model, sub), pipeline,
+                                                              simulate_now=now, framework=fw), microbatches)
 
 
 def run_blocks(table, block, microbatches) -> Metrics:
@@ -1120,9 +1116,8 @@ MOE_MEMORY_TERMS = ("T", "act_L", "sel_kept", "sel_work", "emb_act", "head_act",
 
 def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, last, full, sel, k, e, edp, u, *,
                row_max, to_stage) -> dict:
-    """Memory per GPU of stages of an MoE model, every argument an array of stages (both
-    evaluators: (N, k) columns here, (M,) flat stages in costmodel._hetero_eval) or one that
-    broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
+    """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
+    columns) or one that broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
     layer type; the all-to-all buffers (the routed copies sent and received). ``sh``: the shape
@@ -1169,126 +1164,266 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
 TIE_REL = 1e-12
 
 
-def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
-                    pipeline: str = "closed_form", simulate_now: bool = True,
-                    stages_out: bool = False, framework=None) -> Metrics:
-    gpu = cluster.gpu
-    L, h, s = model.layers, model.hidden, model.seq_len
-    d, t, p, c = table["dp"], table["tp"], table["pp"], table["cp"]
-    b, B, v = table["micro_batch"], table["global_batch"], table["vpp"]
-    sched, zero = table["schedule"], table["zero_stage"]
-    sp, overlap = table["sequence_parallel"], table["overlap_dp"]
-    peak = np.asarray(gpu.peak_flops)[table["precision"]]
-    peak = np.where(peak > 0, peak, gpu.peak_flops[0])  # a GPU without fp8 runs it as bf16
-    n_gpu = d * t * p * c
+def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
+                    simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
+    """One block of rows, stages as (N, k) columns (StageView; (N, 1) where a row's stages share
+    a value). Everything that depends only on a stage's configuration (pool, rank order, tp,
+    recompute, the shape key of the view and the row's cp, SP, precision, ep, etp) is computed
+    once per distinct configuration (U of them: a few dozen to a few hundred per block) and
+    gathered back to the stages."""
     fw = framework_preset(framework)
-    reason = feasibility(model, cluster, table, fw)
-    zero, overlap = framework_columns(fw, p, zero, overlap)
-    m = np.maximum(B // (d * b), 1)
-    col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
-
-    # -- one layer, one micro-batch, and the embedding / head terms (N,) --
-    # They depend on (b, t, c, sp, precision) alone: computed once per distinct combination
-    # in the block (a few dozen) and gathered back to the rows.
+    h, s, L = model.hidden, model.seq_len, model.layers
+    r = sv.rows
+    p, m, B, c, v = r["pp"], r["m"], r["global_batch"], r["cp"], r["vpp"]
+    sched, sp, prec = r["schedule"], r["sequence_parallel"], r["precision"]
+    zero, overlap = framework_columns(fw, p, r["zero_stage"], r["overlap_dp"])
+    N, P = len(p), pa["num_gpus"].size
     moe = model.is_moe
-    e, edp, u = expert_groups(table) if moe else (None, None, None)
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
-    moe_arg = (e[first_row], u[first_row], fw) if moe else None
-    f_t, f_sp = t[first_row], sp[first_row]
-    sh = {k: v[inv] for k, v in framework_terms(
-        fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row], moe=moe_arg),
-        f_t, f_sp, table["precision"][first_row]).items()}
-    T = sh["T"]
-    emb_c, emb_tp, head_gemm, head_elem, head_tp = (
-        sh["emb_c"], sh["emb_tp"], sh["head_gemm"], sh["head_elem"], sh["head_tp"])
+    all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
+    reason, used = stage_feasibility(model, pa, sv, fw)
+    col = lambda x: np.asarray(x)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    j, d, t, rc = sv.j, sv.dp, sv.tp, sv.recompute
+    n = sv.layers.astype(np.float64)
+    wt = sv.w.astype(np.float64)
+    on = wt > 0
+    first, last = j == 0, j == col(p - 1)
+    pool = np.minimum(sv.pool, P - 1)
+    full, sel = rc == 2, rc == 1
+    e_r, u_r = r["ep"], r["etp"]
+
+    # -- distinct stage configurations: inv (N, 1) or (N, k) -> configuration --
+    keys = [*sv.key, col(c), col(sp), col(prec), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order, t, rc]
+    E = np.broadcast_shapes(*(x.shape for x in keys))
+    flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
+    kf = [flat(x) for x in keys]
+    ip = len(keys) - 4  # the pool's key column
+    split = ks = None
+    if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
+        split = (sv.pool2 != sv.pool) & (j < col(p))
+        ks = np.flatnonzero(split.reshape(-1))
+        pool_b = np.minimum(sv.pool2, P - 1)
+        kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
+    rep2, inv2 = distinct_rows(*kf)
+    ne = E[0] * E[1]
+    inv = inv2[:ne].reshape(E)
+    src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
+    pool_u, order_u, t_u, rc_u = (kf[i][rep2] for i in range(ip, ip + 4))
+    U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
+    c_u, sp_u, prec_u, b_u, d_u = U(col(c)), U(col(sp)), U(col(prec)), U(sv.b), U(d)
+
+    # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
+    gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in GPU_FIELDS})
+    peak = pa["peak"][pool_u, prec_u]
+    G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
+    up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
+    link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
+                                           gpu.link_eff)
+    # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
+    tp_inner = order_u == 0
+    moe_kw, pool_net = {}, None
+    if moe:
+        # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
+        # attention's order; the all-to-alls split their bytes over the configuration's pool's
+        # intra-node link and network (all_to_all_s, on the pool as a cluster of (U,) arrays).
+        e_u, u_u = U(col(e_r)), U(col(u_r))
+        pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
+                                         scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
+        moe_kw = {"moe": (e_u, u_u, fw), "etp_link": link(1, u_u)}
+    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu,
+                                                tp_link=link(np.where(tp_inner, 1, d_u), t_u),
+                                                cp_link=link(np.where(tp_inner, t_u, d_u * t_u), c_u), **moe_kw),
+                         t_u, sp_u, prec_u)
+    full_u, sel_u = rc_u == 2, rc_u == 1
+    lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
+    lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
+    emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
+    head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
+    if moe:  # MoE layers of each stage, layers [lo, lo + n)
+        n_m = n if all_moe else moe_layers_in(model, sv.lo, sv.layers)
+        n_d = n - n_m
+
+    def times(ix, nn, nd, nm, fi, la):
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
+        if not moe:
+            F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
+        elif all_moe:
+            F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
+        else:  # the stage's dense and MoE layers
+            F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
+        hf = head_fb[ix]
+        return F + fi * emb_f[ix] + la * hf, Bk + fi * emb_b[ix] + la * hf, W + la * eu["head_gemm"][ix]
 
     # -- stages (N, k) --
-    idx, n, rcs, wt = _stages(table, L)
-    first, last = idx == 0, idx == (p - 1)[:, None]
-    full, sel = rcs == 2, rcs == 1
-    all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
-    if not all_moe:
-        lt = layer_terms({k: col(sh[k]) for k in LAYER_INPUTS}, full, sel)  # (N, 1) or (N, k) per layer
-    if moe:  # stage sums over its dense and its MoE layers
-        n_m = moe_stage_layers(model, table, idx, n)
-        n_d = n - n_m
-        lt_m = layer_terms({k: col(x) for k, x in moe_layer_inputs(sh).items()}, full, sel)
-        if all_moe:
-            layers = lambda key: n * lt_m[key]  # noqa: E731
-        else:
-            layers = lambda key: n_d * lt[key] + n_m * lt_m[key]  # noqa: E731
-    else:
-        layers = lambda key: n * lt[key]  # noqa: E731
-    head_FB = col(head_gemm + 0.5 * head_elem + 0.5 * head_tp)
-    F = layers("F") + first * col(0.5 * emb_c + emb_tp) + last * head_FB
-    Bk = layers("B") + first * col(0.5 * emb_c) + last * head_FB
-    W = layers("W") + last * col(head_gemm)
-    X = F + Bk + W  # (N, k) stage time per micro-batch
+    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
+    inv_t = inv  # the configuration that sets each stage's time
+    if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
+        sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
+        inv_b = inv2[ne:]
+        Fb, Bb, Wb = times(inv_b, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
+        Ff, Bf, Wf = F.reshape(-1), Bk.reshape(-1), W.reshape(-1)
+        slower = Fb + Bb + Wb > Ff[ks] + Bf[ks] + Wf[ks]
+        for x, y in ((Ff, Fb), (Bf, Bb), (Wf, Wb)):
+            x[ks] = np.where(slower, y, x[ks])
+        inv_t = inv.copy()
+        inv_t.reshape(-1)[ks] = np.where(slower, inv_b, inv_t.reshape(-1)[ks])
+    X = F + Bk + W
 
-    # -- pipeline: bottleneck stage, fill, hand-offs (closed forms, module docstring) --
-    Xa = np.where(wt > 0, X, -np.inf)
-    if moe:  # the first stage within TIE_REL of the slowest (equal stages break ties alike in the reference)
-        bot = np.argmax(Xa >= np.max(Xa, axis=1, keepdims=True) * (1.0 - TIE_REL), axis=1)[:, None]
+    # -- hand-offs: the link after each stage (the last one's to the first) --
+    share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
+    ga = (d if sv.dp2 is None else d - sv.dp2) * t * col(c)  # the stage's GPUs on its pool
+
+    def hop_s(x, y, block, nbytes):
+        """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
+        stage's on pool y: the inter-pool link, or inside x its intra-node link if the row's
+        GPUs on x fit one node, else the network (or the slower of both when the block is not a
+        whole number of nodes)."""
+        Gx = pa["gpus_per_node_int"][x]
+        spill = np.take_along_axis(used, x, axis=1) > Gx
+        kcase = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))
+        return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
+
+    if E[1] == 1:  # one configuration per row: every link alike
+        T_C = hop_s(pool, pool, ga, share[inv])
     else:
-        bot = np.argmax(Xa, axis=1)[:, None]  # (N, 1) bottleneck stage column
-    bot_flat = np.arange(len(table)) * X.shape[1] + bot[:, 0]
+        nxt = np.where(j >= col(p - 1), 0, j + 1)  # the last stage (and the padding) to the first
+        after = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), nxt, axis=1)  # noqa: E731
+        T_C = hop_s(pool, after(pool), ga, np.maximum(share[inv], share[after(inv)]))
+        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe)
+            q = split | after(split)
+            x, y = pool_b[q], after(pool_b)[q]
+            rows_q = np.broadcast_to(np.arange(N)[:, None], X.shape)[q]
+            Gx = pa["gpus_per_node_int"][x]
+            block = np.where(split, sv.dp2 * t * col(c), ga)[q]
+            kcase = (x * P + y) * 3 + (used[rows_q, x] > Gx) * (1 + (block % Gx != 0))
+            T_C = T_C.copy()
+            T_C[q] = np.maximum(T_C[q], np.maximum(share[inv], share[after(inv)])[q] / pa["hop_bw"][kcase]
+                                + pa["hop_lat"][kcase])
+    T_C = np.where(col(p) > 1, T_C, 0.0)  # no hand-off without a pipeline
+    inner = on & ~last  # the p - 1 forward boundaries
+    if T_C.shape[1] == 1:
+        pp_comm = 2.0 * (p - 1) * T_C[:, 0]
+    else:
+        pp_comm = 2.0 * np.sum(np.where(inner, wt * T_C, 0.0), axis=1)
+
+    # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
+    Xa = np.where(on, X, -np.inf)
+    if moe:  # the first stage within TIE_REL of the slowest (equal stages break ties alike in the reference)
+        bot = np.argmax(Xa >= np.max(Xa, axis=1, keepdims=True) * (1.0 - TIE_REL), axis=1)
+    else:
+        bot = np.argmax(Xa, axis=1)  # (N,) bottleneck stage column
+    bot_flat = np.arange(N) * X.shape[1] + bot
 
     def at(a):  # the bottleneck stage's entry of an (N, k) or (N, 1) array
-        return a[:, 0] if a.shape[1] == 1 else a.reshape(-1)[bot_flat]
+        return a[:, 0] if a.shape[1] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
-    pp_bw, pp_lat = tier(t * c * d * p, cluster, gpu, one_group=True)
-    T_C = np.where(p > 1, ACT_BYTES * T * h / t / pp_bw + pp_lat, 0.0)
 
-    def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or every stage
-        kk = 3 if table.stage_layers is None else int(p[q].max())
-        return (np.full(q.size, table.stage_layers is None), F[q, :kk], Bk[q, :kk], W[q, :kk],
-                np.broadcast_to(T_C[q, None], (q.size, kk)))
+    def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or the stages to pp
+        kk = X.shape[1] if np.all(sv.comp[q]) else int(p[q].max())
+        tc = np.where(j[q, :kk] < col(p[q]), np.broadcast_to(T_C[q], (q.size, X.shape[1]))[:, :kk], 0.0)
+        return sv.comp[q], F[q, :kk], Bk[q, :kk], W[q, :kk], tc
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
         sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=1), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
-        pp_comm=2.0 * (p - 1) * T_C, reason=reason, pipeline=pipeline, simulate_now=simulate_now,
-        stage_inputs=stage_inputs)
-    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+        pp_comm=pp_comm, reason=reason, pipeline=pipeline, simulate_now=simulate_now, stage_inputs=stage_inputs)
+    k = in_flight(col(sched), col(p), col(m), col(v), j)
     if sim is not None:
         q, row_shape, peaks = sim
-        k[q] = peaks[row_shape[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
+        k[q] = peaks[row_shape[:, None], np.minimum(j[q], (p[q] - 1)[:, None])]
 
-    # -- memory per GPU, per stage (the worst stage is taken below) --
-    g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
-    mem = stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt,
-                       moe=dict(n_moe=n_m, e=e, edp=edp, u=u) if moe else None)
-    params_max = mem["params_max"]
-
-    # -- data-parallel gradient exchange and the optimizer (on the largest stage) --
-    dp_bw, dp_lat = tier(t * c * d, cluster, gpu)
-    shard = np.where(zero >= 1, g, 1)
-    if moe:  # dense parameters over dp x cp, routed experts over the edp ranks (same span of ranks)
-        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g, dp_bw, dp_lat)
-                  + dp_exchange_s(zero, m, mem["expert_max"], edp, dp_bw, dp_lat))
-        opt_s = hbm_s(ADAM_BYTES_TOUCHED * (mem["dense_max"] / shard + mem["expert_max"] / np.where(zero >= 1, edp, 1)),
-                      gpu)
+    # -- memory per GPU, per stage, against its pool's HBM --
+    g = d * col(c)  # gradients are reduced over dp x cp (Megatron-LM)
+    tf = t.astype(np.float64)
+    sp_div = np.where(col(sp), t, 1)
+    zc = col(zero)
+    row_max = lambda a: np.max(np.where(on, a, 0.0), axis=1)  # noqa: E731
+    hbm = pa["hbm_bytes"][pool]
+    hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
+    if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
+        hbm, hbm_Bps = np.broadcast_to(hbm, X.shape).copy(), np.broadcast_to(hbm_Bps, X.shape).copy()
+        hbm[split] = np.minimum(hbm[split], pa["hbm_bytes"][pool_b[split]])
+        hbm_Bps[split] = np.minimum(hbm_Bps[split], (pa["hbm_Bps"] * pa["hbm_eff"])[pool_b[split]])
+    if moe:
+        edp = np.maximum(g * t // col(e_r * u_r), 1)
+        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zc, g, n,
+                         n_m, first, last, full, sel, k, col(e_r), edp, col(u_r), row_max=row_max, to_stage=col)
+        params, params_max = mem["dense_params"], mem["params_max"]
     else:
-        dp_raw = dp_exchange_s(zero, m, params_max, g, dp_bw, dp_lat)
-        opt_s = hbm_s(ADAM_BYTES_TOUCHED * params_max / shard, gpu)
+        params = stage_params(model, n, first, last, tf)  # (N, k) per GPU
+        params_max = row_max(params)
+        kept, work = activation_bytes(full, sel, eu["act_L"][inv], eu["sel_kept"][inv], eu["sel_work"][inv],
+                                      eu["T"][inv], h, sp_div)
+        mem = dict(zip(("weights", "grads", "optimizer"), state_bytes(params, zc, g), strict=True))
+        mem["activations"] = k * (n * kept + first * eu["emb_act"][inv]) + work + last * eu["head_act"][inv]
+        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zc, col(params_max), model.layer_params())
+    tot = np.where(on, mem["weights"] + mem["grads"] + mem["optimizer"] + mem["activations"] + mem["buffers"],
+                   -np.inf)
+    # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
+    worst_flat = np.arange(N) * X.shape[1] + np.argmax(tot if hbm.shape[1] == 1 else tot / hbm, axis=1)
+
+    def atm(a):  # the worst-memory stage's entry of an (N, k) or (N, 1) array
+        return a[:, 0] if a.shape[1] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
+
+    mem_total = atm(tot)
+    reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
+    feasible = reason == 0
+
+    # -- data-parallel gradient exchange and the optimizer: the slowest stage's --
+    G_e = pa["gpus_per_node_int"][pool]
+    stage_link = lambda stride, size: group_link(stride, size, G_e, pa["intra_Bps"][pool],  # noqa: E731
+                                                 pa["inter_Bps"][pool], pa["intra_latency_s"][pool],
+                                                 pa["inter_latency_s"][pool], pa["link_eff"][pool])
+    tp_in = sv.order == 0
+    # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
+    dbw, dlat = stage_link(np.where(tp_in, t, 1), np.where(tp_in | (col(c) == 1), g, g * t))
+    if ks is not None and ks.size:
+        # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
+        # slowest tier it crosses: each pool's part of the group (its own stride and size, as
+        # above) and the link between the pools.
+        dbw, dlat = np.broadcast_to(dbw, X.shape).copy(), np.broadcast_to(dlat, X.shape).copy()
+        xa, xb = pool[split], pool_b[split]
+        ts, cs, tin = np.broadcast_to(t, X.shape)[split], np.broadcast_to(col(c), X.shape)[split], tp_in[split]
+        d2 = sv.dp2[split]
+
+        def part_link(x, d_part):
+            return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
+                              pa["gpus_per_node_int"][x], pa["intra_Bps"][x], pa["inter_Bps"][x],
+                              pa["intra_latency_s"][x], pa["inter_latency_s"][x], pa["link_eff"][x])
+
+        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, np.broadcast_to(d, X.shape)[split] - d2), part_link(xb, d2)
+        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
+        dbw[split] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
+        dlat[split] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
+    shard = np.where(zc >= 1, g, 1)
+    alike = dbw.shape[1] == 1 and hbm_Bps.shape[1] == 1  # every stage's exchange on one link: the largest's is slowest
+    if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
+        eu_ = col(e_r * u_r)
+        ep_bw, ep_lat = stage_link(eu_, g * t / eu_)  # ep etp apart, spanning the stage's ranks
+        dp_st = dp_exchange_s(zc, col(m), params, g, dbw, dlat)
+        ep_st = dp_exchange_s(zc, col(m), mem["expert_params"], edp, ep_bw, ep_lat)
+        dp_raw = row_max(dp_st) + row_max(ep_st)
+        dp_st = dp_st + ep_st
+        opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
+                 + row_max(ADAM_BYTES_TOUCHED * mem["expert_params"] / np.where(zc >= 1, edp, 1) / hbm_Bps))
+    elif alike and not stages_out:
+        dp_raw = dp_exchange_s(zero, m, params_max, g[:, 0], dbw[:, 0], dlat[:, 0])
+        opt_s = ADAM_BYTES_TOUCHED * params_max / shard[:, 0] / hbm_Bps[:, 0]
+    else:
+        dp_st = dp_exchange_s(zc, col(m), params, g, dbw, dlat)
+        dp_raw = row_max(dp_st)
+        opt_s = row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
-    # -- the worst stage's memory --
-    w_b, g_b, o_b, act, buffers, tot = (mem[x] for x in ("weights", "grads", "optimizer", "activations",
-                                                          "buffers", "total"))
-    worst = np.argmax(tot, axis=1)[:, None]
-    worst_flat = np.arange(len(table)) * tot.shape[1] + worst[:, 0]
-
-    def atm(a):  # the worst-memory stage's entry of an (N, k) or (N, 1) array
-        return a[:, 0] if a.shape[1] == 1 else np.ascontiguousarray(a).reshape(-1)[worst_flat]
-
-    mem_total = atm(tot)
-    reason = np.where((reason == 0) & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason)
-    reason = reason.astype(np.int8)
-    feasible = reason == 0
-
-    # -- throughput and utilisation --
+    # -- the bottleneck stage's time parts; throughput and utilisation --
+    ub = at(inv_t)
+    if moe:  # the bottleneck stage's layers summed over both kinds
+        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in lt},
+                                    {x: lt_m[x][ub] for x in lt_m})
+    else:
+        n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
+    parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (
+        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
     flops_model = model.model_flops_per_sample() * B
     re_tok = recompute_flops_per_token(model, full, sel, fw)
     if moe:
@@ -1297,36 +1432,88 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
         flops_hw = flops_model + np.sum(wt * re_stage, axis=1) * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
+    peak_e = pa["peak"][pool, col(prec)]
+    if ks is not None and ks.size:  # sum over the GPUs of their peak
+        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * col(c) * pa["peak"][pool_b, col(prec)],
+                                                         0.0)), axis=1)
+    elif peak_e.shape[1] == 1 and ga.shape[1] == 1:
+        peak_total = (np.sum(sv.w, axis=1) * ga[:, 0]) * peak_e[:, 0]
+    else:
+        peak_total = np.sum(wt * (ga * peak_e), axis=1)
     extra = {}
     if stages_out:
-        extra = {"_stage_layers": np.where(wt > 0, n, 0), "_stage_forward_s": F, "_stage_backward_s": Bk,
-                 "_stage_weight_grad_s": W, "_stage_in_flight": k,
-                 "_stage_mem_bytes": np.where(wt > 0, tot, 0.0), "_stage_active": wt > 0}
+        full_shape = lambda a, fill=0: np.where(on, np.broadcast_to(a, X.shape), fill)  # noqa: E731
+        extra = {"_stage_pool": full_shape(pool, -1), "_stage_dp": full_shape(d, 1), "_stage_tp": full_shape(t, 1),
+                 "_stage_layers": full_shape(n), "_stage_micro_batch": full_shape(sv.b, 0.0),
+                 "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
+                 "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
+                 "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),
+                 "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(col(m) * X),
+                 "_stage_handoff_s": np.where(inner, np.broadcast_to(T_C, X.shape), 0.0),
+                 "_stage_dp_comm_s": full_shape(dp_st, 0.0), "_stage_in_flight": full_shape(k, 0.0),
+                 "_stage_mem_bytes": full_shape(tot, 0.0), "_stage_hbm_bytes": full_shape(hbm, 0.0),
+                 "_stage_active": on}
     extra["_needs_simulation"] = needs_simulation
-    if moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {k: at(lt[k]) for k in lt},
-                                    {k: at(lt_m[k]) for k in lt_m})
-    else:
-        lt_b = {k: at(lt[k]) for k in ("compute", "recompute", "tp", "cp")}
-        n_b = at(n)
-    parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
-        flops_model=flops_model, flops_hw=flops_hw, peak_total=n_gpu * peak, **parts,
-        pp_comm=pp_comm, dp_comm=dp_exposed, optimizer=opt_s,
-        mem_weights=atm(w_b), mem_grads=atm(g_b), mem_optimizer=atm(o_b), mem_activations=atm(act),
-        mem_buffers=buffers, mem_total=mem_total, extra=extra)
+        flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_total, **parts, pp_comm=pp_comm,
+        dp_comm=dp_exposed, optimizer=opt_s, mem_weights=atm(mem["weights"]), mem_grads=atm(mem["grads"]),
+        mem_optimizer=atm(mem["optimizer"]), mem_activations=atm(mem["activations"]),
+        mem_buffers=atm(mem["buffers"]), mem_total=mem_total, extra=extra)
 
 
-def stage_breakdown(model: Transformer, cluster: Cluster, table: StrategyTable,
-                    framework=None) -> dict[str, np.ndarray]:
-    """Per pipeline stage, for a few rows (people's view, not the hot path): (N, S) arrays of
-    layers, forward / backward / weight-gradient time per micro-batch, micro-batches in flight
-    at the peak (from the simulator) and memory per GPU. Uniform rows are expanded to every
-    stage."""
-    if table.stage_layers is None:
+def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[str, np.ndarray]:
+    """Per pipeline stage, for a few rows (people's view, not the hot path): (N, S) arrays of pool
+    index, dp, tp, layers, micro-batch per replica, F / B / W time per micro-batch, busy time per
+    iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, micro-batches
+    in flight at the peak (from the simulator), memory per GPU and its pool's HBM, and ``active``
+    (the stage exists). Uniform rows of a StrategyTable are expanded to every stage."""
+    if isinstance(table, StrategyTable) and table.stage_layers is None:
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
         table = StrategyTable(table.columns, layers, table.stage_recompute)
-    out = _evaluate_block(model, cluster, table, "simulate", simulate_now=True, stages_out=True, framework=framework)
+    out = _evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
+                          stages_out=True, framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
+
+
+# The names the mixed-cluster evaluator had: the one evaluator takes both tables and clusters.
+evaluate_hetero = evaluate
+hetero_stage_breakdown = stage_breakdown
+hetero_feasibility = feasibility
+
+
+def stage_rows(model: Transformer, cluster, table, i: int = 0, framework=None) -> list[dict]:
+    """Row i's stages as a list of plain dicts (pool name, dp, tp, layers, time_s, mem_bytes,
+    ...): what `plansweep evaluate` and `show` print per stage."""
+    from costmodel._hetero_cluster import as_hetero
+
+    hc = as_hetero(cluster)
+    st = stage_breakdown(model, hc, table.take(slice(i, i + 1)), framework)
+    names = [p.name for p in hc.pools]
+    rows = []
+    for j in range(int(st["active"][0].sum())):
+        p1, p2, d2 = int(st["pool"][0, j]), int(st["pool2"][0, j]), int(st["dp2"][0, j])
+        split = {"pool2": names[p2], "gpu2": hc.pools[p2].gpu.name, "dp2": d2} if d2 else {}
+        rows.append({"stage": j, "pool": names[p1], "gpu": hc.pools[p1].gpu.name, **split,
+                     "dp": int(st["dp"][0, j]), "tp": int(st["tp"][0, j]), "layers": int(st["layers"][0, j]),
+                     **{k: float(st[k][0, j]) for k in ("micro_batch", "forward_s", "backward_s", "weight_grad_s",
+                                                        "time_s", "handoff_s", "dp_comm_s", "in_flight",
+                                                        "mem_bytes", "hbm_bytes")}})
+    return rows
+
+
+def format_stage_rows(rows: list[dict]) -> str:
+    """The per-stage table as text (used by `plansweep evaluate` and `show`). A stage split
+    across two pools shows both pools and dp as "replicas on the first + on the second"."""
+    lines = [f"{'stage':>5} {'pool':<12} {'dp':>5} {'tp':>3} {'layers':>6} {'mb':>6} {'F ms':>9} {'B ms':>9} "
+             f"{'W ms':>9} {'busy s':>8} {'hand-off ms':>11} {'dp s':>8} {'mem GB':>7} {'of GB':>6}"]
+    for r in rows:
+        pool, dp = r["pool"], str(r["dp"])
+        if r.get("dp2"):
+            pool, dp = f"{r['pool']}+{r['pool2']}", f"{r['dp'] - r['dp2']}+{r['dp2']}"
+        lines.append(f"{r['stage']:>5} {pool:<12} {dp:>5} {r['tp']:>3} {r['layers']:>6} "
+                     f"{r['micro_batch']:>6.3g} {1e3 * r['forward_s']:>9.2f} {1e3 * r['backward_s']:>9.2f} "
+                     f"{1e3 * r['weight_grad_s']:>9.2f} {r['time_s']:>8.3f} {1e3 * r['handoff_s']:>11.3f} "
+                     f"{r['dp_comm_s']:>8.3f} {r['mem_bytes'] / 1e9:>7.1f} {r['hbm_bytes'] / 1e9:>6.0f}")
+    return "\n".join(lines)

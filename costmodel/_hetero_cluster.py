@@ -8,7 +8,7 @@ single-pool case (:func:`as_hetero`).
 
 Nothing here assumes that the link inside a node beats the network between nodes: a group
 of ranks is priced on the slowest link it actually crosses (see ``group_link`` in
-costmodel._hetero_eval), so PCIe-only nodes on a fast network are priced as they are.
+costmodel._stages), so PCIe-only nodes on a fast network are priced as they are.
 
 File format (JSON or YAML), bandwidths in GB/s per GPU per direction, latencies in us::
 

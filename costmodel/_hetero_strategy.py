@@ -18,7 +18,7 @@ Per-stage columns (N, S), S >= max pp, padded past pp (pool 0, dp 1, tp 1, layer
               dp - dp2 on ``pool`` (0 <= dp2 < dp; dp2 = 0, or pool2 = pool, is no split).
               Every replica holds the same micro-batch share b_i, so synchronous data
               parallelism waits for the slower pool's replica, and the stage's gradient
-              all-reduce crosses the inter-pool link (costmodel._hetero_eval).
+              all-reduce crosses the inter-pool link (costmodel._evaluate).
 
 How micro-batches flow when dp differs between stages (HetPipe / Metis style): every stage
 runs the same m micro-batches per iteration, and every stage sees the whole global batch,
@@ -27,7 +27,7 @@ replicas each hold b_i = B / (dp_i * m) sequences (B must be a multiple of dp_i 
 boundary the activations of micro-batch j are re-sharded from dp_i x tp_i senders to
 dp_{i+1} x tp_{i+1} receivers: each sender sends its 1/(dp_i tp_i) share and each receiver
 takes its 1/(dp_{i+1} tp_{i+1}) share, so the hand-off costs the larger share over the link
-between the two stages (costmodel._hetero_eval). With equal degrees this is Megatron's
+between the two stages (costmodel._evaluate). With equal degrees this is Megatron's
 scatter/gather hand-off of T h / t bytes per GPU.
 """
 

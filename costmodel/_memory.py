@@ -24,19 +24,18 @@ from costmodel._evaluate import (
     REASON,
     SCHED,
     SIMULATED_SCHEDULES,
-    _stages,
     distinct_rows,
     expert_groups,
     feasibility,
     framework_columns,
     framework_terms,
     in_flight,
-    moe_explicit_stages,
     moe_stage_layers,
     shape_terms,
     stage_memory,
 )
 from costmodel._frameworks import framework_preset
+from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._hardware import Cluster
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
@@ -106,7 +105,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
           if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L",
                    "moe_sel_kept", "moe_sel_work")}
-    idx, n, rcs, wt = _stages(table, L)
+    idx, n, rcs, wt = representative_stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
     k = in_flight(col(sched), col(p), col(m), col(v), idx)

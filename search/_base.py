@@ -118,7 +118,7 @@ class SearchSpace(abc.ABC):
     @abc.abstractmethod
     def table(self, digits):
         """The rows of (N, D) digits, as the table the cost model evaluates (meaningful for
-        valid digits); costmodel.evaluate_any takes either kind."""
+        valid digits); costmodel.evaluate takes either kind."""
 
     @abc.abstractmethod
     def random_digits(self, rng: np.random.Generator, n: int) -> np.ndarray:

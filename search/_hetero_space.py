@@ -1,6 +1,6 @@
 """HeteroSpace: stage placement on a heterogeneous cluster, a search.SearchSpace whose table()
 is a costmodel.HeteroTable, so the grid, MCMC and TPE searchers drive it as they drive a Space;
-the driver evaluates it with costmodel.evaluate_any (or evaluate_hetero).
+the driver evaluates it with costmodel.evaluate.
 
 Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
@@ -29,7 +29,7 @@ import numpy as np
 
 from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_hetero
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._hetero_eval import hetero_feasibility
+from costmodel._evaluate import hetero_feasibility
 from costmodel._hetero_strategy import ORDERS
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from search._base import SearchSpace

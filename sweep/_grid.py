@@ -1,6 +1,6 @@
 """Grid sweeps: a space cut into units (integer ranges of its rows), fanned out over Ray.
 
-A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate_any`` -> the keep policy -> one Parquet
+A unit is ``space.rows(lo, hi)`` -> ``costmodel.evaluate`` -> the keep policy -> one Parquet
 part with a fixed name (``results/searcher=grid/part-<study>-<unit>.parquet``), written
 through a temporary file and a rename, so a unit run twice leaves one file. The driver keeps
 a bounded number of units in flight and handles them in completion order (ray.wait); a unit
@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from costmodel import InputError, evaluate_any
+from costmodel import InputError, evaluate
 from sweep._keep import Keep
 from sweep._results import pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
@@ -48,7 +48,7 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     """Evaluate grid rows [lo, hi) of ``space`` and write the kept rows to ``path``. Pure apart
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
-    metrics = evaluate_any(space.model, space.cluster, table, framework=space.framework)
+    metrics = evaluate(space.model, space.cluster, table, framework=space.framework)
     sel = keep.select(metrics)  # (K,)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
                      cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel], metadata=metadata,

@@ -30,7 +30,7 @@ import uuid
 
 import numpy as np
 
-from costmodel import FailureModel, Metrics, StrategyTable, evaluate_any, plan_goodput
+from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
@@ -148,7 +148,7 @@ class ChainRunner:
             iteration = np.concatenate(steps)
         else:
             table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
-            m = evaluate_any(self.space.model, self.space.cluster, table, framework=self.space.framework)
+            m = evaluate(self.space.model, self.space.cluster, table, framework=self.space.framework)
             iteration = np.zeros(0, dtype=np.int64)
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
                          framework=self.space.framework,
@@ -159,7 +159,7 @@ class ChainRunner:
 def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = None) -> Metrics:
     """A Ray task body: one batch of a driver-side searcher; with ``failure`` (a run by goodput) the
     metrics carry the goodput as the objective column the searchers maximise (search._base)."""
-    m = evaluate_any(space.model, space.cluster, table, framework=space.framework)
+    m = evaluate(space.model, space.cluster, table, framework=space.framework)
     if failure is not None:
         m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure)["goodput_tokens_per_s"]
     return m

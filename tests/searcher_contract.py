@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import METRIC_COLUMNS, REASONS, HeteroTable, Metrics, StrategyTable, evaluate_any, hetero_preset, model_preset
+from costmodel import METRIC_COLUMNS, REASONS, HeteroTable, Metrics, StrategyTable, evaluate, hetero_preset, model_preset
 from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES
 from search import HeteroSpace, Space
 from search._memo import row_keys
@@ -131,7 +131,7 @@ def _within_placements(space: HeteroSpace, t: HeteroTable) -> np.ndarray:
 def structural_reasons(space, table) -> np.ndarray:
     """(N,) the cost model's reason codes for everything but memory (0: a strategy it prices)."""
     if isinstance(space, HeteroSpace):
-        from costmodel._hetero_eval import hetero_feasibility
+        from costmodel._evaluate import hetero_feasibility
 
         return hetero_feasibility(space.model, space.cluster, table)
     from costmodel._evaluate import feasibility
@@ -169,7 +169,7 @@ class SearcherContract:
             asked.append(t)
             if len(t) == 0:
                 break
-            m = evaluate_any(space.model, space.cluster, t)
+            m = evaluate(space.model, space.cluster, t)
             if infeasible_every and r % infeasible_every == 0:
                 m = infeasible_metrics(t)
             searcher.tell(t, m)
@@ -208,7 +208,7 @@ class SearcherContract:
         history = []
         for r in range(self.rounds):
             t = first.ask(self.batch)
-            m = evaluate_any(space.model, space.cluster, t) if r % 2 else infeasible_metrics(t)
+            m = evaluate(space.model, space.cluster, t) if r % 2 else infeasible_metrics(t)
             first.tell(t, m)
             history.append((t, m))
         again = make_searcher(4)
@@ -221,7 +221,7 @@ class SearcherContract:
         s = make_searcher(5)
         for _ in range(2):
             t = s.ask(self.batch)
-            s.tell(t, evaluate_any(space.model, space.cluster, t))
+            s.tell(t, evaluate(space.model, space.cluster, t))
         again = self.resumed(s, make_searcher, 5)
         nxt = s.ask(self.batch)
         assert len(nxt) > 0 and columns_equal(nxt, again.ask(self.batch))

@@ -22,6 +22,7 @@ from costmodel import (
     make_hetero,
     make_pool,
     model_preset,
+    StrategyTable,
     simulate,
     stage_rows,
 )
@@ -413,25 +414,20 @@ def test_cli_search_mcmc_on_hetero_cluster():
 
 
 def test_uniform_rows_compressed_equal_every_stage():
-    """Uniform rows are priced on 3 representative stages; pricing every stage gives the same
-    numbers (closed forms and simulator), on a two-pool cluster with stages on either pool."""
-    from costmodel._hetero_eval import _evaluate_hetero_block, _pool_arrays
-
-    model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
+    """Uniform rows are priced on 3 representative stages; pricing every stage (the same rows with
+    their layers listed per stage) gives the same numbers, closed forms and simulator."""
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     rng = np.random.default_rng(3)
-    n, S = 400, 16
+    n = 400
     p = rng.choice([4, 8, 16], n)
-    act = np.arange(S)[None, :] < p[:, None]
-    pool = np.where(act, rng.integers(0, 2, n)[:, None], 0)
-    tp = np.where(act, rng.choice([4, 8], n)[:, None], 1)
-    dp = np.where(act, rng.choice([1, 2], n)[:, None], 1)
-    layers = np.where(act, (96 // p)[:, None], 0)
-    t = HeteroTable.from_columns(pool=pool, dp=dp, tp=tp, layers=layers, pp=p, global_batch=1536,
-                                 microbatches=rng.choice([24, 48, 96], n), recompute=rng.integers(0, 3, n),
-                                 schedule=rng.choice([1, 3, 4], n), zero_stage=1, sequence_parallel=True)
+    cols = dict(dp=rng.choice([1, 2, 4], n), tp=rng.choice([4, 8], n), pp=p, micro_batch=rng.choice([1, 2], n),
+                global_batch=1536, recompute=rng.integers(0, 3, n), schedule=rng.choice([1, 3, 4], n), zero_stage=1,
+                sequence_parallel=True)
+    layers = np.where(np.arange(16)[None, :] < p[:, None], (96 // p)[:, None], 0)
     for mode in ("closed_form", "simulate"):
-        a = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=True)
-        b = _evaluate_hetero_block(model, hc, t, _pool_arrays(hc), mode, compress=False)
+        a = evaluate(model, cluster, StrategyTable.from_columns(**cols), pipeline=mode)
+        b = evaluate(model, cluster, StrategyTable.from_columns(stage_layers=layers, **cols), pipeline=mode)
+        assert a["feasible"].sum() > n // 4
         _assert_same(a, b, mode)
 
 

@@ -140,7 +140,7 @@ def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
     of 10,000 rows."""
     import numpy as np
 
-    from costmodel import evaluate_any
+    from costmodel import evaluate
     from sweep._keep import Keep
     from sweep._rundir import RunDir
 
@@ -160,7 +160,7 @@ def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
     keep, want = Keep.parse("feasible"), []
     for u in range(units):
         idx, table = space.rows(u * unit_rows, (u + 1) * unit_rows)
-        want.append(idx[keep.select(evaluate_any(space.model, space.cluster, table))])
+        want.append(idx[keep.select(evaluate(space.model, space.cluster, table))])
     assert sorted(df["grid_index"]) == sorted(np.concatenate(want).tolist())
 
 

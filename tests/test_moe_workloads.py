@@ -13,7 +13,6 @@ from costmodel import (
     Transformer,
     cluster_preset,
     evaluate,
-    evaluate_any,
     from_hf_config,
     memory_screen,
     model_preset,
@@ -211,7 +210,7 @@ def test_evaluators_price_moe_models_and_other_head_sizes():
     cluster = cluster_preset("h100x64")
     table = StrategyTable.from_columns(dp=8, tp=1, pp=8, ep=8, micro_batch=1, global_batch=64, recompute="full")
     model = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096)
-    for fn in (evaluate, evaluate_any):
+    for fn in (evaluate,):
         assert fn(model, cluster, table)["ep_comm_s"][0] > 0
     assert memory_screen(model, cluster, table)[1][0] == 0
     # head_dim 32 on 4 heads of a 64-wide model: Q and the attention output are 128 wide, so the

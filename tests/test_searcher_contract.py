@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import cluster_preset, evaluate_any, model_preset
+from costmodel import cluster_preset, evaluate, model_preset
 from search import (
     GradientSearcher,
     GridSearcher,
@@ -97,7 +97,7 @@ def test_searchers_use_only_declared_members(space, kind, tmp_path):
     for _ in range(2):
         a, b = plain.ask(6), proxied.ask(6)
         assert len(a) > 0 and columns_equal(a, b)
-        m = evaluate_any(space.model, space.cluster, a)
+        m = evaluate(space.model, space.cluster, a)
         plain.tell(a, m)
         proxied.tell(b, m)
 

@@ -1,0 +1,231 @@
+"""What the one evaluator block (costmodel._evaluate) reads of a strategy table: its stages.
+
+A row is a pipeline of stages; each stage has a pool (of the cluster's GPU pools; a homogeneous
+cluster is one pool), data- and tensor-parallel degrees, a rank order, layers and a recompute
+choice, and may be split across two pools (dp2 of its replicas on pool2). A StageView holds
+them as (N, k) arrays, k stage columns per row, and the row columns as (N,) arrays. Stage
+columns that are the same on every stage of a row (a StrategyTable's dp, tp, pool) are (N, 1)
+and broadcast, so the block computes them once per row.
+
+Two tables give views:
+    StrategyTable (global dp, tp, micro-batch): uniform rows as three representative stages,
+        first, one interior (weight pp - 2) and last (``comp``); explicit stage_layers as every
+        stage; one pool, Megatron's rank order.
+    HeteroTable (per-stage pool, dp, tp, layers, order, pool2 / dp2; micro-batches global):
+        every stage, padded past pp (pool 0, dp 1, tp 1, no layers; weight 0).
+
+Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (ORDERS in
+costmodel._hetero_strategy) is priced on the slowest link it crosses (group_link):
+    span = stride * size divides gpus_per_node    -> the pool's intra-node link
+    stride a multiple of gpus_per_node            -> one rank per node: the network only
+    otherwise                                     -> both: min(intra, network), max latency
+On a cluster whose intra-node link is at least as fast as its network this is the homogeneous
+rule (costmodel._evaluate.tier: inside a node, else the network); where the network is faster
+(PCIe nodes on a 400 Gb/s network) a group that crosses node boundaries also crosses the slower
+intra-node link, and waits for it.
+
+Pipeline hand-offs. Boundary i -> i + 1 moves the larger of the two per-GPU activation shares
+(micro-batch re-sharding when dp_i != dp_{i+1}, see costmodel._hetero_strategy) over: the link
+between the two pools when they differ; within a pool, the intra-node link if the row's GPUs on
+that pool fit in one node, else the network (or the slower of both when the sender's block is
+not a whole number of nodes).
+
+Stages split across two pools (dp2 of the dp replicas on pool2). Every replica holds b_i
+sequences per micro-batch, so the stage runs at its slower pool's replica (F, B, W of that
+pool's configuration, and its embedding / head on an end stage). Its gradient ring spans both
+pools and runs at the slowest tier it crosses: each pool's part of the dp group and the
+inter-pool link. Its hand-off is the slower of the pairings pool -> next stage's pool and
+pool2 -> next stage's pool2 (HetPipe's virtual workers). Memory is checked against the smaller
+HBM, the optimizer runs at the slower HBM. An MoE model's split stage is refused (ep_invalid):
+its expert groups would cross the inter-pool link, which is not priced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from costmodel._hetero_cluster import HeteroCluster, as_hetero
+from costmodel._hetero_strategy import HeteroTable
+from costmodel._strategy import StrategyTable
+from costmodel._workloads import Transformer
+
+GPU_FIELDS = ("gemm_eff_max", "gemm_half_dim", "hbm_eff", "hbm_Bps", "hbm_bytes", "link_eff", "kernel_overhead_s")
+_POOL_FIELDS = ("intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "num_gpus")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageView:
+    """N rows' stages (module docstring). Row columns (N,): pp, m (micro-batches), B, cp, vpp,
+    schedule, zero_stage, sequence_parallel, overlap_dp, precision, ep, etp. Stage columns, (N, k):
+    j (the stage's index in its pipeline), layers, w (stages the column stands for in sums; 0 on
+    padding), lo (the stage's first layer); (N, 1) or (N, k): recompute, pool, order, dp, tp, b
+    (sequences per micro-batch on one replica), batch_div (the global batch must be a multiple of
+    it); ``key``: the stage columns besides pool, order, tp and recompute that set a
+    configuration's shape terms; pool2 / dp2 (N, k) or None: no stage split across pools;
+    comp (N,): the k = 3 columns are representatives of uniform stages."""
+
+    rows: dict
+    j: np.ndarray
+    layers: np.ndarray
+    w: np.ndarray
+    lo: np.ndarray
+    recompute: np.ndarray
+    pool: np.ndarray
+    order: np.ndarray
+    dp: np.ndarray
+    tp: np.ndarray
+    b: np.ndarray
+    batch_div: np.ndarray
+    key: tuple
+    comp: np.ndarray
+    pool2: np.ndarray | None = None
+    dp2: np.ndarray | None = None
+
+
+def _rows(c, m) -> dict:
+    names = ("pp", "global_batch", "cp", "vpp", "schedule", "zero_stage", "sequence_parallel", "overlap_dp",
+             "precision", "ep", "etp")
+    return {**{k: c[k] for k in names}, "m": m}
+
+
+def moe_stages_alike(model: Transformer, p):
+    """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
+    representative stages assume): pp <= 3, or the dense layers all on stage 0 and
+    moe_layer_freq dividing the layers per stage."""
+    n = model.layers // p
+    return (p <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+
+
+def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
+    """``table`` with explicit stage_layers (L / pp each) where uniform stages of an MoE model do
+    not hold alike MoE layers (moe_stages_alike): the three representative stages would not
+    stand for the interior ones. Unchanged otherwise (every dense model)."""
+    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+        return table
+    p = table["pp"]
+    layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
+    return StrategyTable(table.columns, layers, table.stage_recompute)
+
+
+def representative_stages(table: StrategyTable, L: int):
+    """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers, recompute code,
+    weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
+    the busiest interior one for memory, the last), weighted 1, p - 2, 1 in sums over stages;
+    explicit per-stage layer counts use every stage."""
+    p, rc = table["pp"], table["recompute"]
+    if table.stage_layers is None:
+        idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)  # (N, 3)
+        n = np.broadcast_to((L // p)[:, None], idx.shape)
+        w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
+        w = np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
+        rcs = rc[:, None]
+    else:
+        S = table.stage_layers.shape[1]
+        idx = np.broadcast_to(np.arange(S)[None, :], table.stage_layers.shape)
+        n = table.stage_layers
+        w = (idx < p[:, None]).astype(np.int64)
+        rcs = rc[:, None] if table.stage_recompute is None else table.stage_recompute[:, :S]
+    return idx, n, rcs, w
+
+
+def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
+    """The stages of a StrategyTable (after moe_explicit_stages): one pool, Megatron's order."""
+    c = table.columns
+    d, t, b, B = c["dp"], c["tp"], c["micro_batch"], c["global_batch"]
+    idx, n, rcs, w = representative_stages(table, model.layers)
+    col = lambda x: x[:, None]  # noqa: E731
+    if table.stage_layers is None:
+        lo = idx * n
+    else:
+        lo = np.cumsum(n, axis=1) - n
+    zeros = np.zeros((len(d), 1), dtype=np.int64)
+    return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=idx, layers=n, w=w, lo=lo, recompute=rcs,
+                     pool=zeros, order=zeros, dp=col(d), tp=col(t), b=col(b).astype(np.float64),
+                     batch_div=col(d * b), key=(col(b),),
+                     comp=np.full(len(d), table.stage_layers is None))
+
+
+def split_columns(pool, pool2, dp2):
+    """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
+    dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
+    split = (dp2 > 0) & (pool2 != pool)
+    return np.where(split, pool2, pool), np.where(split, dp2, 0)
+
+
+def placement_view(table: HeteroTable) -> StageView:
+    """The stages of a HeteroTable: every stage, padded past pp."""
+    c, st = table.columns, table.stages
+    S, N = table.num_stages, len(table)
+    m, B = c["microbatches"], c["global_batch"]
+    idx = np.broadcast_to(np.arange(S)[None, :], (N, S))
+    layers = st["layers"]
+    d = st["dp"]
+    rcs = c["recompute"][:, None] if table.stage_recompute is None else table.stage_recompute
+    pool2 = dp2 = None
+    if np.any(st["dp2"]):
+        pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
+    return StageView(rows=_rows(c, m), j=idx, layers=layers, w=(idx < c["pp"][:, None]).astype(np.int64),
+                     lo=np.cumsum(layers, axis=1) - layers, recompute=rcs, pool=st["pool"], order=st["order"], dp=d,
+                     tp=st["tp"], b=B[:, None] / (d * m[:, None]), batch_div=d * m[:, None],
+                     key=(m[:, None], (B - (B.min() if N else 0))[:, None], d), comp=np.zeros(N, dtype=bool),
+                     pool2=pool2, dp2=dp2)
+
+
+def stage_view(model: Transformer, table: StrategyTable | HeteroTable) -> StageView:
+    return placement_view(table) if isinstance(table, HeteroTable) else strategy_view(model, table)
+
+
+def microbatches(table: StrategyTable | HeteroTable) -> np.ndarray:
+    """(N,) micro-batches per iteration of every row."""
+    if isinstance(table, HeteroTable):
+        return table["microbatches"]
+    return table["global_batch"] // (table["dp"] * table["micro_batch"])
+
+
+@functools.lru_cache(maxsize=64)
+def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
+    pools = cluster.pools
+    out = {f: np.array([getattr(p.gpu, f) for p in pools], dtype=np.float64) for f in GPU_FIELDS}
+    for f in _POOL_FIELDS:
+        out[f] = np.array([getattr(p, f) for p in pools], dtype=np.float64)
+    peaks = np.array([p.gpu.peak_flops for p in pools], dtype=np.float64)  # (P, 3)
+    out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
+    out["gpus_per_node_int"] = np.array([p.gpus_per_node for p in pools], dtype=np.int64)
+    out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
+    out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
+    # Pipeline hand-off links as one lookup, flat index (x * P + y) * 3 + case, for a sender on
+    # pool x and a receiver on pool y: x != y the inter-pool link (the lower efficiency of the
+    # two GPUs); inside pool x, case 0 the intra-node link, 1 the network, 2 the slower of both.
+    P = len(pools)
+    up, net = out["intra_Bps"], out["inter_Bps"]
+    up_l, net_l = out["intra_latency_s"], out["inter_latency_s"]
+    eff = out["link_eff"]
+    same_bw = np.stack([up * eff, net * eff, np.minimum(up, net) * eff], axis=1)  # (P, 3)
+    same_lat = np.stack([up_l, net_l, np.maximum(up_l, net_l)], axis=1)
+    cross_bw = out["link_Bps"] * np.minimum(eff[:, None], eff[None, :])  # (P, P)
+    diag = np.eye(P, dtype=bool)[:, :, None]
+    out["hop_bw"] = np.where(diag, same_bw[:, None, :], cross_bw[:, :, None]).ravel()  # (P * P * 3,)
+    out["hop_lat"] = np.where(diag, same_lat[:, None, :], out["link_latency_s"][:, :, None]).ravel()
+    for a in out.values():
+        a.flags.writeable = False
+    return out
+
+
+def pool_arrays(cluster) -> dict[str, np.ndarray]:
+    """(P,) arrays of every pool attribute the evaluator needs, (P, 3) peaks and the hand-off
+    link table, for a HeteroCluster or a Cluster (one pool); cached per cluster."""
+    return _pool_arrays(as_hetero(cluster))
+
+
+def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
+    """(bandwidth, latency) of a group of ``size`` ranks at ``stride``: the slowest link it
+    crosses (module docstring). All arguments broadcast; stride, size and G integers."""
+    span = stride * size
+    inside = (span <= G) & (np.mod(G, span) == 0)  # else some group of the layout crosses a node boundary
+    per_node = np.mod(stride, G) == 0
+    bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
+    lat = np.where(inside, up_lat, np.where(per_node, out_lat, np.maximum(up_lat, out_lat)))
+    return bw, lat
