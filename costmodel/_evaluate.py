@@ -692,61 +692,67 @@ def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarra
     return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
 
 
-def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework):
+def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework, stage_bits=None):
     """(reason (N,), GPUs each row puts on each pool (N, P)) of a StageView on pools ``pa``.
 
-    Per stage: its pools exist, tp splits the heads, whole layers (>= 1; the pipeline's stages
-    hold the model's), the batch divides into dp x micro-batches, ep x etp folds into its ranks
-    (an MoE model; not across two pools). Chunked schedules need v chunks per device of whole
-    layers. Where the framework splits chunks unevenly (framework.uneven_chunks: Megatron-Core's
-    pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7, 8 x 14, 7 layers
-    over 16 stages) every stage needs at least v layers, a stage that v does not divide getting
-    chunks one layer apart; the closed forms and the simulator take each chunk as 1/v of its
-    stage's time (exact when v divides the stage, else within a layer's time per chunk).
-    Otherwise v must divide every stage's layers."""
+    Per stage, as bits reduced over the row's stages at once: its pools exist (1), tp splits the
+    heads (2), whole layers, at least one (4), the batch divides into dp x micro-batches (8), v
+    chunks of whole layers (16), ep x etp folds into its ranks (32; an MoE model, not across two
+    pools); the pipeline's stages hold the model's layers. ``stage_bits``: bits 2, 8 and 32 where
+    the caller has them per stage (from its configurations). Chunked schedules need v chunks per
+    device of whole layers: where the framework splits chunks unevenly (framework.uneven_chunks:
+    Megatron-Core's pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7,
+    8 x 14, 7 layers over 16 stages) every stage needs at least v layers, a stage that v does not
+    divide getting chunks one layer apart; the closed forms and the simulator take each chunk as
+    1/v of its stage's time (exact when v divides the stage, else within a layer's time per
+    chunk). Otherwise v must divide every stage's layers."""
     r = sv.rows
     p, c, v, B = r["pp"], r["cp"], r["vpp"], r["global_batch"]
-    L, P = model.layers, pa["num_gpus"].size
+    L, P, N = model.layers, pa["num_gpus"].size, len(r["pp"])
     on = sv.j < p[:, None]  # (N, k) stages of the pipeline (padding past pp is not)
     d, t, n = sv.dp, sv.tp, sv.layers
-
-    def every(ok):  # (N,) ok on every stage of the row; ok (N, 1) or (N, k)
-        return ok[:, 0] if ok.shape[1] == 1 else np.all(~on | ok, axis=1)
-
-    gpus = d * t * c[:, None]
-    pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails in_range; counted on the last
-    in_range = sv.pool < P
-    if sv.dp2 is None:
-        parts = ((pool, gpus),)
-    else:
-        in_range = in_range & (sv.pool2 < P)
-        parts = ((pool, (d - sv.dp2) * t * c[:, None]), (np.minimum(sv.pool2, P - 1), sv.dp2 * t * c[:, None]))
-    if P == 1:
-        used = [sum(np.sum(sv.w * g, axis=1) for _, g in parts)]
-    else:
-        used = [sum(np.sum(sv.w * np.where(x == y, g, 0), axis=1) for x, g in parts) for y in range(P)]
-    gpus_ok = every(in_range)
-    for y in range(P):
-        gpus_ok &= used[y] <= pa["num_gpus"][y]
-    pp_ok = (np.sum(sv.w * n, axis=1) == L) & every(n >= 1) & np.all(on | (n == 0), axis=1)
-    if fw.uneven_chunks:
-        chunks_ok = np.min(np.where(on, n, L), axis=1) >= v
-    else:
-        chunks_ok = every(n % v[:, None] == 0)
     e, u = r["ep"], r["etp"]
-    if model.is_moe:
-        ep_ok = every(ep_fits(model, e[:, None], gpus, u[:, None]))
-        if sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
-            ep_ok &= every(sv.dp2 == 0)
-    else:
-        ep_ok = ep_fits(model, e, 1, u)
-    reason = reason_codes(gpus_ok=gpus_ok, tp_ok=every(tp_divides(model, t)), pp_ok=pp_ok,
-                          batch_ok=every(B[:, None] % sv.batch_div == 0),
-                          sched_ok=schedule_fits(r["schedule"], p, v, chunks_ok), cp=c, pp=p, seq_len=model.seq_len,
-                          zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
+    gpus = d * t * c[:, None]
+    if stage_bits is None:
+        tps = np.arange(int(t.max()) + 1 if t.size else 1)
+        stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
+                      | (B[:, None] % sv.batch_div != 0) * np.uint8(8))
+        if model.is_moe:
+            stage_bits = stage_bits | ~ep_fits(model, e[:, None], gpus, u[:, None]) * np.uint8(32)
+    bits = stage_bits | (n < 1) * np.uint8(4)
+    if sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
+        bits = bits | ((sv.pool >= P) | (False if sv.dp2 is None else sv.pool2 >= P)) * np.uint8(1)
+    if model.is_moe and sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
+        bits = bits | (sv.dp2 > 0) * np.uint8(32)
+    if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
+        bits = bits | ((n < v[:, None]) if fw.uneven_chunks else (n % v[:, None] != 0)) * np.uint8(16)
+    bits = np.broadcast_to(bits, on.shape) if bits.shape[1] > 1 else bits
+    flags = bits[:, 0] if bits.shape[1] == 1 else np.bitwise_or.reduce(np.where(on, bits, np.uint8(0)), axis=1)
+    wsum = np.sum(sv.w, axis=1)  # stages in the pipeline
+    pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
+    if P == 1 and gpus.shape[1] == 1:
+        used = (wsum * gpus[:, 0])[:, None]
+    else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
+        rows = np.arange(N)[:, None] * P
+        parts = [(pool, gpus)] if sv.dp2 is None else [(pool, (d - sv.dp2) * t * c[:, None]),
+                                                       (np.minimum(sv.pool2, P - 1), sv.dp2 * t * c[:, None])]
+        used = sum(np.bincount(np.broadcast_to(rows + x, sv.w.shape).ravel(), weights=(sv.w * g).ravel(),
+                               minlength=N * P) for x, g in parts)
+        used = used.reshape(N, P).astype(np.int64)
+    gpus_ok = flags & 1 == 0
+    for y in range(P):
+        gpus_ok &= used[:, y] <= pa["num_gpus"][y]
+    held = wsum * n[:, 0] if n.shape[1] == 1 else np.sum(sv.w * n, axis=1)
+    pp_ok = (held == L) & (flags & 4 == 0)
+    if not np.all(sv.comp):  # stages past pp hold no layers
+        pp_ok &= (held == n.sum(axis=1))
+    ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
+    reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
+                          sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
+                          seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
                           sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e,
                           etp=u)
-    return reason, np.stack(used, axis=1)
+    return reason, used
 
 
 def ep_fits(model: Transformer, e, ranks, u):
@@ -832,8 +838,17 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, stage_view(model, sub), pipeline,
-                                                              simulate_now=now, framework=fw), microbatches)
+    order = None
+    if not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+        # placements by pipeline depth, so that a block's stage columns are its rows' stages
+        order = np.argsort(table["pp"], kind="stable")
+        table = table.take(order)
+    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, stage_view(model, sub), pipeline,
+                                                             simulate_now=now, framework=fw), microbatches)
+    if order is not None:
+        for x in out.values():
+            x[order] = x.copy()
+    return out
 
 
 def run_blocks(table, block, microbatches) -> Metrics:
@@ -1180,23 +1195,23 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     N, P = len(p), pa["num_gpus"].size
     moe = model.is_moe
     all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
-    reason, used = stage_feasibility(model, pa, sv, fw)
     col = lambda x: np.asarray(x)[:, None]  # noqa: E731  (N,) -> (N, 1)
     j, d, t, rc = sv.j, sv.dp, sv.tp, sv.recompute
     n = sv.layers.astype(np.float64)
     wt = sv.w.astype(np.float64)
     on = wt > 0
-    first, last = j == 0, j == col(p - 1)
     pool = np.minimum(sv.pool, P - 1)
-    full, sel = rc == 2, rc == 1
     e_r, u_r = r["ep"], r["etp"]
 
     # -- distinct stage configurations: inv (N, 1) or (N, k) -> configuration --
     keys = [*sv.key, col(c), col(sp), col(prec), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order, t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
+    if E[1] > 1:  # the columns alike on a row's stages first, as one row code (a smaller key)
+        per_row = [x[:, 0] for x in keys if x.shape[1] == 1]
+        keys = [distinct_rows(*per_row)[1][:, None], *(x for x in keys if x.shape[1] > 1 or x is pool)]
     kf = [flat(x) for x in keys]
-    ip = len(keys) - 4  # the pool's key column
+    ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     split = ks = None
     if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
         split = (sv.pool2 != sv.pool) & (j < col(p))
@@ -1207,9 +1222,29 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    pool_u, order_u, t_u, rc_u = (kf[i][rep2] for i in range(ip, ip + 4))
     U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
-    c_u, sp_u, prec_u, b_u, d_u = U(col(c)), U(col(sp)), U(col(prec)), U(sv.b), U(d)
+    # Row columns in stage arithmetic: (N, 1) where every stage column is a row's, else repeated to
+    # (N, k), so that numpy runs each operation as one loop (an (N, 1) x (N, k) broadcast with k of
+    # 3 to 16 costs about three times as much).
+    K = E[1]
+    row = col if K == 1 else (lambda x: np.repeat(np.asarray(x)[:, None], K, axis=1))  # noqa: E731
+    if rc.shape[1] < K:
+        rc = np.repeat(rc, K, axis=1)
+    full, sel = rc == 2, rc == 1
+    first, last = j == 0, j == row(p - 1)
+    pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, col(c), col(sp), col(prec),
+                                                                       sv.b, d))
+    keyed = any(x is d for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
+    cfg_bits = None
+    if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
+        b_ok = U(col(B)) % (d_u * U(col(m))) == 0
+        tp_ok_u = tp_divides(model, t_u)
+        cfg_bits = ~tp_ok_u * np.uint8(2) | ~b_ok * np.uint8(8)
+        if moe:
+            cfg_bits = cfg_bits | ~ep_fits(model, U(col(e_r)), d_u * t_u * U(col(c)), U(col(u_r))) * np.uint8(32)
+        cfg_bits = cfg_bits[inv]
+    reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in GPU_FIELDS})
@@ -1270,7 +1305,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    ga = (d if sv.dp2 is None else d - sv.dp2) * t * col(c)  # the stage's GPUs on its pool
+    ga = (d if sv.dp2 is None else d - sv.dp2) * t * row(c)  # the stage's GPUs on its pool
 
     def hop_s(x, y, block, nbytes):
         """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
@@ -1285,7 +1320,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if E[1] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, ga, share[inv])
     else:
-        nxt = np.where(j >= col(p - 1), 0, j + 1)  # the last stage (and the padding) to the first
+        nxt = np.where(j >= row(p - 1), 0, j + 1)  # the last stage (and the padding) to the first
         after = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), nxt, axis=1)  # noqa: E731
         T_C = hop_s(pool, after(pool), ga, np.maximum(share[inv], share[after(inv)]))
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe)
@@ -1293,12 +1328,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             x, y = pool_b[q], after(pool_b)[q]
             rows_q = np.broadcast_to(np.arange(N)[:, None], X.shape)[q]
             Gx = pa["gpus_per_node_int"][x]
-            block = np.where(split, sv.dp2 * t * col(c), ga)[q]
+            block = np.where(split, sv.dp2 * t * row(c), ga)[q]
             kcase = (x * P + y) * 3 + (used[rows_q, x] > Gx) * (1 + (block % Gx != 0))
             T_C = T_C.copy()
             T_C[q] = np.maximum(T_C[q], np.maximum(share[inv], share[after(inv)])[q] / pa["hop_bw"][kcase]
                                 + pa["hop_lat"][kcase])
-    T_C = np.where(col(p) > 1, T_C, 0.0)  # no hand-off without a pipeline
+    T_C = np.where(row(p) > 1, T_C, 0.0)  # no hand-off without a pipeline
     inner = on & ~last  # the p - 1 forward boundaries
     if T_C.shape[1] == 1:
         pp_comm = 2.0 * (p - 1) * T_C[:, 0]
@@ -1332,10 +1367,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         k[q] = peaks[row_shape[:, None], np.minimum(j[q], (p[q] - 1)[:, None])]
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    g = d * col(c)  # gradients are reduced over dp x cp (Megatron-LM)
+    g = d * row(c)  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
-    sp_div = np.where(col(sp), t, 1)
-    zc = col(zero)
+    sp_div = np.where(row(sp), t, 1)
+    zc = row(zero)
     row_max = lambda a: np.max(np.where(on, a, 0.0), axis=1)  # noqa: E731
     hbm = pa["hbm_bytes"][pool]
     hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
@@ -1344,9 +1379,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         hbm[split] = np.minimum(hbm[split], pa["hbm_bytes"][pool_b[split]])
         hbm_Bps[split] = np.minimum(hbm_Bps[split], (pa["hbm_Bps"] * pa["hbm_eff"])[pool_b[split]])
     if moe:
-        edp = np.maximum(g * t // col(e_r * u_r), 1)
+        edp = np.maximum(g * t // row(e_r * u_r), 1)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zc, g, n,
-                         n_m, first, last, full, sel, k, col(e_r), edp, col(u_r), row_max=row_max, to_stage=col)
+                         n_m, first, last, full, sel, k, row(e_r), edp, row(u_r), row_max=row_max, to_stage=row)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, tf)  # (N, k) per GPU
@@ -1355,7 +1390,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                                       eu["T"][inv], h, sp_div)
         mem = dict(zip(("weights", "grads", "optimizer"), state_bytes(params, zc, g), strict=True))
         mem["activations"] = k * (n * kept + first * eu["emb_act"][inv]) + work + last * eu["head_act"][inv]
-        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zc, col(params_max), model.layer_params())
+        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zc, row(params_max), model.layer_params())
     tot = np.where(on, mem["weights"] + mem["grads"] + mem["optimizer"] + mem["activations"] + mem["buffers"],
                    -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
@@ -1369,20 +1404,26 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     feasible = reason == 0
 
     # -- data-parallel gradient exchange and the optimizer: the slowest stage's --
-    G_e = pa["gpus_per_node_int"][pool]
-    stage_link = lambda stride, size: group_link(stride, size, G_e, pa["intra_Bps"][pool],  # noqa: E731
-                                                 pa["inter_Bps"][pool], pa["intra_latency_s"][pool],
-                                                 pa["inter_latency_s"][pool], pa["link_eff"][pool])
-    tp_in = sv.order == 0
+    if keyed:  # dp is part of a configuration: its links per configuration
+        stage_link = lambda stride, size: tuple(x[inv] for x in link(stride(d_u, t_u), size(d_u, t_u)))  # noqa: E731
+        tp_in, c_ = order_u == 0, c_u
+        eu_x = e_u * u_u if moe else None
+    else:
+        def stage_link(stride, size):
+            return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
+                              pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
+                              pa["link_eff"][pool])
+        tp_in, c_, eu_x = sv.order == 0, row(c), row(e_r * u_r)
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
-    dbw, dlat = stage_link(np.where(tp_in, t, 1), np.where(tp_in | (col(c) == 1), g, g * t))
+    dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
+                           lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
     if ks is not None and ks.size:
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above) and the link between the pools.
         dbw, dlat = np.broadcast_to(dbw, X.shape).copy(), np.broadcast_to(dlat, X.shape).copy()
         xa, xb = pool[split], pool_b[split]
-        ts, cs, tin = np.broadcast_to(t, X.shape)[split], np.broadcast_to(col(c), X.shape)[split], tp_in[split]
+        ts, cs, tin = np.broadcast_to(t, X.shape)[split], np.broadcast_to(row(c), X.shape)[split], (sv.order == 0)[split]
         d2 = sv.dp2[split]
 
         def part_link(x, d_part):
@@ -1397,10 +1438,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     shard = np.where(zc >= 1, g, 1)
     alike = dbw.shape[1] == 1 and hbm_Bps.shape[1] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
-        eu_ = col(e_r * u_r)
-        ep_bw, ep_lat = stage_link(eu_, g * t / eu_)  # ep etp apart, spanning the stage's ranks
-        dp_st = dp_exchange_s(zc, col(m), params, g, dbw, dlat)
-        ep_st = dp_exchange_s(zc, col(m), mem["expert_params"], edp, ep_bw, ep_lat)
+        # ep etp apart, spanning the stage's ranks
+        ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+        dp_st = dp_exchange_s(zc, row(m), params, g, dbw, dlat)
+        ep_st = dp_exchange_s(zc, row(m), mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
@@ -1409,7 +1450,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         dp_raw = dp_exchange_s(zero, m, params_max, g[:, 0], dbw[:, 0], dlat[:, 0])
         opt_s = ADAM_BYTES_TOUCHED * params_max / shard[:, 0] / hbm_Bps[:, 0]
     else:
-        dp_st = dp_exchange_s(zc, col(m), params, g, dbw, dlat)
+        dp_st = dp_exchange_s(zc, row(m), params, g, dbw, dlat)
         dp_raw = row_max(dp_st)
         opt_s = row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
@@ -1432,9 +1473,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         flops_hw = flops_model + np.sum(wt * re_stage, axis=1) * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
-    peak_e = pa["peak"][pool, col(prec)]
+    peak_e = pa["peak"][pool, row(prec)]
     if ks is not None and ks.size:  # sum over the GPUs of their peak
-        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * col(c) * pa["peak"][pool_b, col(prec)],
+        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * row(c) * pa["peak"][pool_b, row(prec)],
                                                          0.0)), axis=1)
     elif peak_e.shape[1] == 1 and ga.shape[1] == 1:
         peak_total = (np.sum(sv.w, axis=1) * ga[:, 0]) * peak_e[:, 0]
@@ -1448,7 +1489,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                  "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
                  "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
                  "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),
-                 "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(col(m) * X),
+                 "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(row(m) * X),
                  "_stage_handoff_s": np.where(inner, np.broadcast_to(T_C, X.shape), 0.0),
                  "_stage_dp_comm_s": full_shape(dp_st, 0.0), "_stage_in_flight": full_shape(k, 0.0),
                  "_stage_mem_bytes": full_shape(tot, 0.0), "_stage_hbm_bytes": full_shape(hbm, 0.0),

@@ -111,14 +111,14 @@ def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTab
 
 
 def representative_stages(table: StrategyTable, L: int):
-    """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers, recompute code,
-    weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
+    """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
+    stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
     the busiest interior one for memory, the last), weighted 1, p - 2, 1 in sums over stages;
     explicit per-stage layer counts use every stage."""
     p, rc = table["pp"], table["recompute"]
     if table.stage_layers is None:
         idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)  # (N, 3)
-        n = np.broadcast_to((L // p)[:, None], idx.shape)
+        n = (L // p)[:, None]  # (N, 1): every stage alike
         w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
         w = np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
         rcs = rc[:, None]
@@ -157,13 +157,16 @@ def split_columns(pool, pool2, dp2):
 
 def placement_view(table: HeteroTable) -> StageView:
     """The stages of a HeteroTable: every stage, padded past pp."""
-    c, st = table.columns, table.stages
-    S, N = table.num_stages, len(table)
+    c, N = table.columns, len(table)
+    S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
+    if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
+        S = table.num_stages
+    st = {k: v[:, :S] for k, v in table.stages.items()}
     m, B = c["microbatches"], c["global_batch"]
     idx = np.broadcast_to(np.arange(S)[None, :], (N, S))
     layers = st["layers"]
     d = st["dp"]
-    rcs = c["recompute"][:, None] if table.stage_recompute is None else table.stage_recompute
+    rcs = c["recompute"][:, None] if table.stage_recompute is None else table.stage_recompute[:, :S]
     pool2 = dp2 = None
     if np.any(st["dp2"]):
         pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
