@@ -708,44 +708,40 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     chunk). Otherwise v must divide every stage's layers."""
     r = sv.rows
     p, c, v, B = r["pp"], r["cp"], r["vpp"], r["global_batch"]
-    L, P, N = model.layers, pa["num_gpus"].size, len(r["pp"])
-    on = sv.j < p[:, None]  # (N, k) stages of the pipeline (padding past pp is not)
+    L, P = model.layers, pa["num_gpus"].size
+    on = sv.j < p  # (k, N) stages of the pipeline (padding past pp is not)
     d, t, n = sv.dp, sv.tp, sv.layers
     e, u = r["ep"], r["etp"]
-    gpus = d * t * c[:, None]
+    gpus = d * t * c
     if stage_bits is None:
         tps = np.arange(int(t.max()) + 1 if t.size else 1)
         stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
-                      | (B[:, None] % sv.batch_div != 0) * np.uint8(8))
+                      | (B % sv.batch_div != 0) * np.uint8(8))
         if model.is_moe:
-            stage_bits = stage_bits | ~ep_fits(model, e[:, None], gpus, u[:, None]) * np.uint8(32)
+            stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
     bits = stage_bits | (n < 1) * np.uint8(4)
     if sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
         bits = bits | ((sv.pool >= P) | (False if sv.dp2 is None else sv.pool2 >= P)) * np.uint8(1)
     if model.is_moe and sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
         bits = bits | (sv.dp2 > 0) * np.uint8(32)
     if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
-        bits = bits | ((n < v[:, None]) if fw.uneven_chunks else (n % v[:, None] != 0)) * np.uint8(16)
-    bits = np.broadcast_to(bits, on.shape) if bits.shape[1] > 1 else bits
-    flags = bits[:, 0] if bits.shape[1] == 1 else np.bitwise_or.reduce(np.where(on, bits, np.uint8(0)), axis=1)
-    wsum = np.sum(sv.w, axis=1)  # stages in the pipeline
+        bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
+    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits * on.astype(np.uint8), axis=0)
+    wsum = np.sum(sv.w, axis=0)  # stages in the pipeline
     pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
-    if P == 1 and gpus.shape[1] == 1:
-        used = (wsum * gpus[:, 0])[:, None]
+    if P == 1 and gpus.shape[0] == 1:
+        used = (wsum * gpus[0])[:, None]
     else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
-        rows = np.arange(N)[:, None] * P
-        parts = [(pool, gpus)] if sv.dp2 is None else [(pool, (d - sv.dp2) * t * c[:, None]),
-                                                       (np.minimum(sv.pool2, P - 1), sv.dp2 * t * c[:, None])]
-        used = sum(np.bincount(np.broadcast_to(rows + x, sv.w.shape).ravel(), weights=(sv.w * g).ravel(),
-                               minlength=N * P) for x, g in parts)
-        used = used.reshape(N, P).astype(np.int64)
+        parts = [(pool, sv.w * gpus)] if sv.dp2 is None else [(pool, sv.w * (d - sv.dp2) * t * c),
+                                                              (np.minimum(sv.pool2, P - 1), sv.w * sv.dp2 * t * c)]
+        used = np.stack([sum(np.sum(np.where(x == y, g, 0), axis=0) for x, g in parts) for y in range(P)], axis=1)
     gpus_ok = flags & 1 == 0
     for y in range(P):
         gpus_ok &= used[:, y] <= pa["num_gpus"][y]
-    held = wsum * n[:, 0] if n.shape[1] == 1 else np.sum(sv.w * n, axis=1)
+    held = wsum * n[0] if n.shape[0] == 1 else np.sum(sv.w * n, axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
     if not np.all(sv.comp):  # stages past pp hold no layers
-        pp_ok &= (held == n.sum(axis=1))
+        pp_ok &= (held == n.sum(axis=0))
     ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
@@ -1179,9 +1175,21 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
 TIE_REL = 1e-12
 
 
+def _first_max(a, tol: bool = False):
+    """(N,) index of the first stage row holding its column's maximum of ``a`` (k, N) (``tol``:
+    within TIE_REL of it): np.argmax over the stages, as k element-wise passes over the N strategies
+    (an argmax over axis 0 costs several times as much)."""
+    top = a.max(axis=0)
+    hit = a >= top * (1.0 - TIE_REL) if tol else a == top
+    out = np.zeros(a.shape[1], dtype=np.int64)
+    for i in range(a.shape[0] - 1, 0, -1):
+        out = np.where(hit[i], i, out)
+    return np.where(hit[0], 0, out)
+
+
 def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
                     simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
-    """One block of rows, stages as (N, k) columns (StageView; (N, 1) where a row's stages share
+    """One block of rows, stages as (k, N) arrays (StageView; (1, N) where a row's stages share
     a value). Everything that depends only on a stage's configuration (pool, rank order, tp,
     recompute, the shape key of the view and the row's cp, SP, precision, ep, etp) is computed
     once per distinct configuration (U of them: a few dozen to a few hundred per block) and
@@ -1195,26 +1203,27 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     N, P = len(p), pa["num_gpus"].size
     moe = model.is_moe
     all_moe = moe and model.moe_layers == L  # no dense layer: the dense terms are not needed
-    col = lambda x: np.asarray(x)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    col = lambda x: np.asarray(x)[None, :]  # noqa: E731  (N,) -> (1, N)
     j, d, t, rc = sv.j, sv.dp, sv.tp, sv.recompute
     n = sv.layers.astype(np.float64)
     wt = sv.w.astype(np.float64)
     on = wt > 0
+    first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
     e_r, u_r = r["ep"], r["etp"]
 
-    # -- distinct stage configurations: inv (N, 1) or (N, k) -> configuration --
+    # -- distinct stage configurations: inv (1, N) or (k, N) -> configuration --
     keys = [*sv.key, col(c), col(sp), col(prec), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order, t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
-    if E[1] > 1:  # the columns alike on a row's stages first, as one row code (a smaller key)
-        per_row = [x[:, 0] for x in keys if x.shape[1] == 1]
-        keys = [distinct_rows(*per_row)[1][:, None], *(x for x in keys if x.shape[1] > 1 or x is pool)]
+    if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
+        per_row = [x[0] for x in keys if x.shape[0] == 1]
+        keys = [distinct_rows(*per_row)[1][None, :], *(x for x in keys if x.shape[0] > 1 or x is pool)]
     kf = [flat(x) for x in keys]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     split = ks = None
     if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
-        split = (sv.pool2 != sv.pool) & (j < col(p))
+        split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
         kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
@@ -1223,26 +1232,15 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
     U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
-    # Row columns in stage arithmetic: (N, 1) where every stage column is a row's, else repeated to
-    # (N, k), so that numpy runs each operation as one loop (an (N, 1) x (N, k) broadcast with k of
-    # 3 to 16 costs about three times as much).
-    K = E[1]
-    row = col if K == 1 else (lambda x: np.repeat(np.asarray(x)[:, None], K, axis=1))  # noqa: E731
-    if rc.shape[1] < K:
-        rc = np.repeat(rc, K, axis=1)
     full, sel = rc == 2, rc == 1
-    first, last = j == 0, j == row(p - 1)
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
-    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, col(c), col(sp), col(prec),
-                                                                       sv.b, d))
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
     keyed = any(x is d for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
     cfg_bits = None
     if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
-        b_ok = U(col(B)) % (d_u * U(col(m))) == 0
-        tp_ok_u = tp_divides(model, t_u)
-        cfg_bits = ~tp_ok_u * np.uint8(2) | ~b_ok * np.uint8(8)
+        cfg_bits = ~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
         if moe:
-            cfg_bits = cfg_bits | ~ep_fits(model, U(col(e_r)), d_u * t_u * U(col(c)), U(col(u_r))) * np.uint8(32)
+            cfg_bits = cfg_bits | ~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32)
         cfg_bits = cfg_bits[inv]
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
@@ -1260,7 +1258,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
         # attention's order; the all-to-alls split their bytes over the configuration's pool's
         # intra-node link and network (all_to_all_s, on the pool as a cluster of (U,) arrays).
-        e_u, u_u = U(col(e_r)), U(col(u_r))
+        e_u, u_u = U(e_r), U(u_r)
         pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
                                          scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
         moe_kw = {"moe": (e_u, u_u, fw), "etp_link": link(1, u_u)}
@@ -1288,7 +1286,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         hf = head_fb[ix]
         return F + fi * emb_f[ix] + la * hf, Bk + fi * emb_b[ix] + la * hf, W + la * eu["head_gemm"][ix]
 
-    # -- stages (N, k) --
+    # -- stages (k, N) --
     F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
@@ -1305,73 +1303,78 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    ga = (d if sv.dp2 is None else d - sv.dp2) * t * row(c)  # the stage's GPUs on its pool
+    ga = (d if sv.dp2 is None else d - sv.dp2) * t * c  # the stage's GPUs on its pool
+    row_pool = np.arange(N) * P  # + pool: a row's entry of used (N, P)
 
-    def hop_s(x, y, block, nbytes):
-        """Hand-off time from a stage's GPUs on pool x (a block of ``block`` GPUs) to the next
-        stage's on pool y: the inter-pool link, or inside x its intra-node link if the row's
-        GPUs on x fit one node, else the network (or the slower of both when the block is not a
-        whole number of nodes)."""
-        Gx = pa["gpus_per_node_int"][x]
-        spill = np.take_along_axis(used, x, axis=1) > Gx
-        kcase = (x * P + y) * 3 + spill * (1 + (block % Gx != 0))
+    spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
+
+    def hop_s(x, y, ragged, nbytes, spill):
+        """Hand-off time from a stage's GPUs on pool x to the next stage's on pool y: the
+        inter-pool link, or inside x its intra-node link if the row's GPUs on x fit one node (not
+        ``spill``), else the network (or the slower of both when the stage's GPUs are not a whole
+        number of nodes: ``ragged``)."""
+        kcase = (x * P + y) * 3 + spill * (1 + ragged)
         return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
 
-    if E[1] == 1:  # one configuration per row: every link alike
-        T_C = hop_s(pool, pool, ga, share[inv])
+    ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
+    if ks is None or not ks.size:  # the stage's GPUs on its pool: a configuration's
+        rag = ragged(pool_u, d_u * t_u * c_u)[inv] if keyed else ragged(pool, ga)
     else:
-        nxt = np.where(j >= row(p - 1), 0, j + 1)  # the last stage (and the padding) to the first
-        after = lambda a: np.take_along_axis(np.broadcast_to(a, X.shape), nxt, axis=1)  # noqa: E731
-        T_C = hop_s(pool, after(pool), ga, np.maximum(share[inv], share[after(inv)]))
+        rag = ragged(pool, ga)
+    spill = spills.reshape(-1)[row_pool + pool]
+    if E[0] == 1:  # one configuration per row: every link alike
+        T_C = hop_s(pool, pool, rag, share[inv], spill)
+    else:
+        last_flat = np.where(sv.comp, X.shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
+
+        def after(a):  # the next stage's entry (the last stage's: the first's; padding: any)
+            a = np.broadcast_to(a, X.shape)
+            out = np.concatenate([a[1:], a[:1]])
+            out.reshape(-1)[last_flat] = a[0]
+            return out
+
+        hand = np.maximum(share[inv], share[after(inv)])
+        T_C = hop_s(pool, after(pool), rag, hand, spill)
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe)
             q = split | after(split)
-            x, y = pool_b[q], after(pool_b)[q]
-            rows_q = np.broadcast_to(np.arange(N)[:, None], X.shape)[q]
-            Gx = pa["gpus_per_node_int"][x]
-            block = np.where(split, sv.dp2 * t * row(c), ga)[q]
-            kcase = (x * P + y) * 3 + (used[rows_q, x] > Gx) * (1 + (block % Gx != 0))
+            x = pool_b[q]
             T_C = T_C.copy()
-            T_C[q] = np.maximum(T_C[q], np.maximum(share[inv], share[after(inv)])[q] / pa["hop_bw"][kcase]
-                                + pa["hop_lat"][kcase])
-    T_C = np.where(row(p) > 1, T_C, 0.0)  # no hand-off without a pipeline
+            T_C[q] = np.maximum(T_C[q], hop_s(x, after(pool_b)[q], ragged(x, np.where(split, sv.dp2 * t * c, ga)[q]),
+                                              hand[q], spills.reshape(-1)[np.broadcast_to(row_pool, X.shape)[q] + x]))
+    T_C = np.where(p > 1, T_C, 0.0)  # no hand-off without a pipeline
     inner = on & ~last  # the p - 1 forward boundaries
-    if T_C.shape[1] == 1:
-        pp_comm = 2.0 * (p - 1) * T_C[:, 0]
+    if T_C.shape[0] == 1:
+        pp_comm = 2.0 * (p - 1) * T_C[0]
     else:
-        pp_comm = 2.0 * np.sum(np.where(inner, wt * T_C, 0.0), axis=1)
+        pp_comm = 2.0 * np.sum(np.where(inner, wt * T_C, 0.0), axis=0)
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
-    Xa = np.where(on, X, -np.inf)
-    if moe:  # the first stage within TIE_REL of the slowest (equal stages break ties alike in the reference)
-        bot = np.argmax(Xa >= np.max(Xa, axis=1, keepdims=True) * (1.0 - TIE_REL), axis=1)
-    else:
-        bot = np.argmax(Xa, axis=1)  # (N,) bottleneck stage column
-    bot_flat = np.arange(N) * X.shape[1] + bot
+    # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
+    bot_flat = _first_max(np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
-    def at(a):  # the bottleneck stage's entry of an (N, k) or (N, 1) array
-        return a[:, 0] if a.shape[1] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
+    def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
+        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
 
     X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
 
-    def stage_inputs(q):  # the simulated rows' stage columns: 3 representatives or the stages to pp
-        kk = X.shape[1] if np.all(sv.comp[q]) else int(p[q].max())
-        tc = np.where(j[q, :kk] < col(p[q]), np.broadcast_to(T_C[q], (q.size, X.shape[1]))[:, :kk], 0.0)
-        return sv.comp[q], F[q, :kk], Bk[q, :kk], W[q, :kk], tc
+    def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
+        kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
+        tc = np.where(j[:kk, q] < p[q], np.broadcast_to(T_C, X.shape)[:kk, q], 0.0)
+        return sv.comp[q], F[:kk, q].T, Bk[:kk, q].T, W[:kk, q].T, tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
-        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=1), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
         pp_comm=pp_comm, reason=reason, pipeline=pipeline, simulate_now=simulate_now, stage_inputs=stage_inputs)
-    k = in_flight(col(sched), col(p), col(m), col(v), j)
+    k = in_flight(sched, p, m, v, j)
     if sim is not None:
         q, row_shape, peaks = sim
-        k[q] = peaks[row_shape[:, None], np.minimum(j[q], (p[q] - 1)[:, None])]
+        k[:, q] = peaks[row_shape[None, :], np.minimum(j[:, q], p[q] - 1)]
 
     # -- memory per GPU, per stage, against its pool's HBM --
-    g = d * row(c)  # gradients are reduced over dp x cp (Megatron-LM)
+    g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
-    sp_div = np.where(row(sp), t, 1)
-    zc = row(zero)
-    row_max = lambda a: np.max(np.where(on, a, 0.0), axis=1)  # noqa: E731
+    sp_div = np.where(sp, t, 1)
+    row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
     hbm = pa["hbm_bytes"][pool]
     hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
@@ -1379,25 +1382,25 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         hbm[split] = np.minimum(hbm[split], pa["hbm_bytes"][pool_b[split]])
         hbm_Bps[split] = np.minimum(hbm_Bps[split], (pa["hbm_Bps"] * pa["hbm_eff"])[pool_b[split]])
     if moe:
-        edp = np.maximum(g * t // row(e_r * u_r), 1)
-        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zc, g, n,
-                         n_m, first, last, full, sel, k, row(e_r), edp, row(u_r), row_max=row_max, to_stage=row)
+        edp = np.maximum(g * t // (e_r * u_r), 1)
+        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
+                         n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
-        params = stage_params(model, n, first, last, tf)  # (N, k) per GPU
+        params = stage_params(model, n, first, last, tf)  # (k, N) per GPU
         params_max = row_max(params)
-        kept, work = activation_bytes(full, sel, eu["act_L"][inv], eu["sel_kept"][inv], eu["sel_work"][inv],
-                                      eu["T"][inv], h, sp_div)
-        mem = dict(zip(("weights", "grads", "optimizer"), state_bytes(params, zc, g), strict=True))
-        mem["activations"] = k * (n * kept + first * eu["emb_act"][inv]) + work + last * eu["head_act"][inv]
-        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zc, row(params_max), model.layer_params())
+        kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
+                                      np.where(sp_u, t_u, 1))  # (U,) per configuration
+        mem = dict(zip(("weights", "grads", "optimizer"), state_bytes(params, zero, g), strict=True))
+        mem["activations"] = k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]
+        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
     tot = np.where(on, mem["weights"] + mem["grads"] + mem["optimizer"] + mem["activations"] + mem["buffers"],
                    -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
-    worst_flat = np.arange(N) * X.shape[1] + np.argmax(tot if hbm.shape[1] == 1 else tot / hbm, axis=1)
+    worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
-    def atm(a):  # the worst-memory stage's entry of an (N, k) or (N, 1) array
-        return a[:, 0] if a.shape[1] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
+    def atm(a):  # the worst-memory stage's entry of a (k, N) or (1, N) array
+        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
 
     mem_total = atm(tot)
     reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
@@ -1413,7 +1416,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
                               pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
                               pa["link_eff"][pool])
-        tp_in, c_, eu_x = sv.order == 0, row(c), row(e_r * u_r)
+        tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
     dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
                            lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
@@ -1423,8 +1426,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # above) and the link between the pools.
         dbw, dlat = np.broadcast_to(dbw, X.shape).copy(), np.broadcast_to(dlat, X.shape).copy()
         xa, xb = pool[split], pool_b[split]
-        ts, cs, tin = np.broadcast_to(t, X.shape)[split], np.broadcast_to(row(c), X.shape)[split], (sv.order == 0)[split]
-        d2 = sv.dp2[split]
+        ts, cs = np.broadcast_to(t, X.shape)[split], np.broadcast_to(c, X.shape)[split]
+        tin, d2 = (sv.order == 0)[split], sv.dp2[split]
 
         def part_link(x, d_part):
             return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
@@ -1435,22 +1438,22 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
         dbw[split] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat[split] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
-    shard = np.where(zc >= 1, g, 1)
-    alike = dbw.shape[1] == 1 and hbm_Bps.shape[1] == 1  # every stage's exchange on one link: the largest's is slowest
+    shard = np.where(zero >= 1, g, 1)
+    alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
-        dp_st = dp_exchange_s(zc, row(m), params, g, dbw, dlat)
-        ep_st = dp_exchange_s(zc, row(m), mem["expert_params"], edp, ep_bw, ep_lat)
+        dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
+        ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
-                 + row_max(ADAM_BYTES_TOUCHED * mem["expert_params"] / np.where(zc >= 1, edp, 1) / hbm_Bps))
+                 + row_max(ADAM_BYTES_TOUCHED * mem["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
-        dp_raw = dp_exchange_s(zero, m, params_max, g[:, 0], dbw[:, 0], dlat[:, 0])
-        opt_s = ADAM_BYTES_TOUCHED * params_max / shard[:, 0] / hbm_Bps[:, 0]
+        dp_raw = dp_exchange_s(zero, m, params_max, g[0], dbw[0], dlat[0])
+        opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
     else:
-        dp_st = dp_exchange_s(zc, row(m), params, g, dbw, dlat)
+        dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
         dp_raw = row_max(dp_st)
         opt_s = row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
@@ -1470,30 +1473,31 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
         re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
-        flops_hw = flops_model + np.sum(wt * re_stage, axis=1) * s * B
+        flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
     else:
-        flops_hw = flops_model + np.sum(wt * n * re_tok, axis=1) * s * B
-    peak_e = pa["peak"][pool, row(prec)]
+        flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
+    peak_e = pa["peak"][pool, prec]
     if ks is not None and ks.size:  # sum over the GPUs of their peak
-        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * row(c) * pa["peak"][pool_b, row(prec)],
-                                                         0.0)), axis=1)
-    elif peak_e.shape[1] == 1 and ga.shape[1] == 1:
-        peak_total = (np.sum(sv.w, axis=1) * ga[:, 0]) * peak_e[:, 0]
+        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * c * pa["peak"][pool_b, prec], 0.0)),
+                            axis=0)
+    elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
+        peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
     else:
-        peak_total = np.sum(wt * (ga * peak_e), axis=1)
+        peak_total = np.sum(wt * (ga * peak_e), axis=0)
     extra = {}
-    if stages_out:
-        full_shape = lambda a, fill=0: np.where(on, np.broadcast_to(a, X.shape), fill)  # noqa: E731
+    if stages_out:  # (N, k): a row per strategy, as people read them
+        full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
+            np.where(on, np.broadcast_to(a, X.shape), fill).T)
         extra = {"_stage_pool": full_shape(pool, -1), "_stage_dp": full_shape(d, 1), "_stage_tp": full_shape(t, 1),
                  "_stage_layers": full_shape(n), "_stage_micro_batch": full_shape(sv.b, 0.0),
                  "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
                  "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
                  "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),
-                 "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(row(m) * X),
-                 "_stage_handoff_s": np.where(inner, np.broadcast_to(T_C, X.shape), 0.0),
+                 "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(m * X),
+                 "_stage_handoff_s": full_shape(np.where(inner, T_C, 0.0), 0.0),
                  "_stage_dp_comm_s": full_shape(dp_st, 0.0), "_stage_in_flight": full_shape(k, 0.0),
                  "_stage_mem_bytes": full_shape(tot, 0.0), "_stage_hbm_bytes": full_shape(hbm, 0.0),
-                 "_stage_active": on}
+                 "_stage_active": np.ascontiguousarray(on.T)}
     extra["_needs_simulation"] = needs_simulation
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,

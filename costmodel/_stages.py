@@ -3,9 +3,11 @@
 A row is a pipeline of stages; each stage has a pool (of the cluster's GPU pools; a homogeneous
 cluster is one pool), data- and tensor-parallel degrees, a rank order, layers and a recompute
 choice, and may be split across two pools (dp2 of its replicas on pool2). A StageView holds
-them as (N, k) arrays, k stage columns per row, and the row columns as (N,) arrays. Stage
-columns that are the same on every stage of a row (a StrategyTable's dp, tp, pool) are (N, 1)
-and broadcast, so the block computes them once per row.
+them as (k, N) arrays, k stage columns of N strategies (stage-major: sums and maxima over a
+row's stages reduce over the first axis, which numpy does at the speed of an element-wise
+operation, where an (N, k) layout costs ten to thirty times as much for k of 3 to 16), and the
+row columns as (N,) arrays. Stage values that are the same on every stage of a row (a
+StrategyTable's dp, tp, pool) are (1, N) and broadcast, so the block computes them once per row.
 
 Two tables give views:
     StrategyTable (global dp, tp, micro-batch): uniform rows as three representative stages,
@@ -58,14 +60,16 @@ _POOL_FIELDS = ("intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", 
 
 @dataclasses.dataclass(frozen=True)
 class StageView:
-    """N rows' stages (module docstring). Row columns (N,): pp, m (micro-batches), B, cp, vpp,
-    schedule, zero_stage, sequence_parallel, overlap_dp, precision, ep, etp. Stage columns, (N, k):
-    j (the stage's index in its pipeline), layers, w (stages the column stands for in sums; 0 on
-    padding), lo (the stage's first layer); (N, 1) or (N, k): recompute, pool, order, dp, tp, b
-    (sequences per micro-batch on one replica), batch_div (the global batch must be a multiple of
-    it); ``key``: the stage columns besides pool, order, tp and recompute that set a
-    configuration's shape terms; pool2 / dp2 (N, k) or None: no stage split across pools;
-    comp (N,): the k = 3 columns are representatives of uniform stages."""
+    """N rows' stages (module docstring), stage-major: an array has a row per stage column and a
+    column per strategy, so that numpy's inner loops run over the N strategies. Row columns (N,):
+    pp, m (micro-batches), global_batch, cp, vpp, schedule, zero_stage, sequence_parallel,
+    overlap_dp, precision, ep, etp. Stage arrays (k, N): j (the stage's index in its pipeline),
+    w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer); (1, N)
+    or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
+    replica), batch_div (the global batch must be a multiple of it); ``key``: the stage arrays
+    besides pool, order, tp and recompute that set a configuration's shape terms; pool2 / dp2
+    (k, N) or None: no stage split across pools; comp (N,): the k = 3 stage rows are
+    representatives of uniform stages."""
 
     rows: dict
     j: np.ndarray
@@ -136,16 +140,13 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     c = table.columns
     d, t, b, B = c["dp"], c["tp"], c["micro_batch"], c["global_batch"]
     idx, n, rcs, w = representative_stages(table, model.layers)
-    col = lambda x: x[:, None]  # noqa: E731
-    if table.stage_layers is None:
-        lo = idx * n
-    else:
-        lo = np.cumsum(n, axis=1) - n
-    zeros = np.zeros((len(d), 1), dtype=np.int64)
-    return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=idx, layers=n, w=w, lo=lo, recompute=rcs,
-                     pool=zeros, order=zeros, dp=col(d), tp=col(t), b=col(b).astype(np.float64),
-                     batch_div=col(d * b), key=(col(b),),
-                     comp=np.full(len(d), table.stage_layers is None))
+    lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
+    row = lambda x: np.asarray(x)[None, :]  # noqa: E731
+    T = lambda x: np.ascontiguousarray(x.T)  # noqa: E731
+    zeros = np.zeros((1, len(d)), dtype=np.int64)
+    return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=T(idx), layers=T(n), w=T(w), lo=T(lo),
+                     recompute=T(rcs), pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
+                     batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), table.stage_layers is None))
 
 
 def split_columns(pool, pool2, dp2):
@@ -156,24 +157,25 @@ def split_columns(pool, pool2, dp2):
 
 
 def placement_view(table: HeteroTable) -> StageView:
-    """The stages of a HeteroTable: every stage, padded past pp."""
+    """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp."""
     c, N = table.columns, len(table)
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    st = {k: v[:, :S] for k, v in table.stages.items()}
-    m, B = c["microbatches"], c["global_batch"]
-    idx = np.broadcast_to(np.arange(S)[None, :], (N, S))
+    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items()}  # (S, N)
+    m, B = c["microbatches"][None, :], c["global_batch"][None, :]
+    idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     layers = st["layers"]
     d = st["dp"]
-    rcs = c["recompute"][:, None] if table.stage_recompute is None else table.stage_recompute[:, :S]
+    rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
+        table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
     if np.any(st["dp2"]):
         pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
-    return StageView(rows=_rows(c, m), j=idx, layers=layers, w=(idx < c["pp"][:, None]).astype(np.int64),
-                     lo=np.cumsum(layers, axis=1) - layers, recompute=rcs, pool=st["pool"], order=st["order"], dp=d,
-                     tp=st["tp"], b=B[:, None] / (d * m[:, None]), batch_div=d * m[:, None],
-                     key=(m[:, None], (B - (B.min() if N else 0))[:, None], d), comp=np.zeros(N, dtype=bool),
+    return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
+                     w=(idx < c["pp"][None, :]).astype(np.int64), lo=np.cumsum(layers, axis=0) - layers,
+                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (d * m),
+                     batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
                      pool2=pool2, dp2=dp2)
 
 
