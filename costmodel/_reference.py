@@ -111,16 +111,15 @@ def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None
     on NVLink."""
     if n <= 1:
         return 0.0
-    gpu, g = cluster.gpu, cluster.gpus_per_node
-    in_node = min(n, max(g // stride, 1))  # the group's ranks are ``stride`` apart
+    peers = min(n, max(cluster.gpus_per_node // stride, 1)) - 1  # the group's other ranks in this node
+    share = nbytes / n  # what each destination rank gets
     if net_bytes is None:
-        t_up = (in_node - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
-        t_out = (n - in_node) / n * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
+        nvlink, network = peers * share, (n - 1 - peers) * share
     else:
-        t_up = (n - 1) / n * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
-        t_out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
-    lat = cluster.scaleout_latency_s if n > in_node else cluster.scaleup_latency_s
-    return max(t_up, t_out) + lat
+        nvlink, network = (n - 1) * share, net_bytes
+    link_eff = cluster.gpu.link_eff
+    seconds = max(nvlink / (cluster.scaleup_Bps * link_eff), network / (cluster.scaleout_Bps * link_eff))
+    return seconds + (cluster.scaleout_latency_s if n - 1 > peers else cluster.scaleup_latency_s)
 
 
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
