@@ -49,6 +49,8 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
@@ -111,6 +113,10 @@ ROUTER_PROB_BYTES = 4
 # Kernel launches an MoE layer adds to a dense one, in units of the GPU's kernel_overhead_s (of
 # which a dense layer pays 2): router and top-k, permute, grouped-GEMM setup, unpermute.
 MOE_OVERHEAD_UNITS = 2.0
+# Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
+# per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
+# scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 REASONS = (
     "ok",
@@ -315,14 +321,39 @@ def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
 
 def remote_nodes_per_token(model: Transformer, e, cluster: Cluster, u=1):
     """Expected other nodes a token's k experts sit on, the ep ranks (stride u = etp) spread over
-    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes experts each, the k chosen uniformly
-    without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i (E - E / nodes
-    - i) / (E - i). 0 inside a node."""
+    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes consecutive experts each, the k chosen
+    uniformly without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i
+    (E - E / nodes - i) / (E - i). 0 inside a node.
+
+    Group-limited routing (model.router_groups G, router_group_topk M < G; DeepSeek-V3 Sec.
+    2.1.2, Megatron-Core's group_limited_topk): the k come uniformly from the S = M E / G experts
+    of M groups chosen uniformly. Where G / nodes = c is whole (a node holds c groups), it holds
+    j of the chosen ones with probability C(M, j) (c)_j (G - c)_(M - j) / (G)_M (falling
+    factorials) and then misses the token with prod_i (S - j E / G - i) / (S - i); where
+    nodes / G is whole (a group spans nodes / G nodes), a node is in a chosen group with
+    probability M / G and then misses with prod_i (S - E / nodes - i) / (S - i); where neither
+    divides, the unlimited P (more nodes than the limit allows: conservative)."""
     e = np.asarray(e, dtype=np.float64)
     nodes = np.maximum(np.minimum(e, np.ceil(e * u / cluster.gpus_per_node)), 1.0)
     E, k = float(model.experts), model.experts_per_token
     i = np.arange(k, dtype=np.float64)
-    miss = np.prod(np.maximum(((E - E / nodes)[..., None] - i) / (E - i), 0.0), axis=-1)
+
+    def miss_of(pool, held):  # P(none of k drawn from ``pool`` experts is among the ``held``)
+        return np.prod(np.maximum(((pool - held)[..., None] - i) / (pool - i), 0.0), axis=-1)
+
+    miss = miss_of(E, E / nodes)
+    G, M = float(model.router_groups), model.router_group_topk
+    if M < G:
+        S = M * E / G
+        c = G / nodes  # groups per node
+
+        def falling(x, j):  # (x)_j = x (x - 1) ... (x - j + 1): 0 where a whole x < j
+            return np.prod([x - r for r in range(j)], axis=0) if j else np.ones_like(x)
+
+        held = sum(math.comb(M, j) * falling(c, j) * falling(G - c, M - j) / falling(np.float64(G), M)
+                   * miss_of(S, j * E / G + np.zeros_like(c)) for j in range(M + 1))
+        spans = (1.0 - M / G) + M / G * miss_of(S, E / nodes)
+        miss = np.where(np.mod(G, nodes) == 0, held, np.where(np.mod(nodes, G) == 0, spans, miss))
     return (nodes - 1.0) * (1.0 - miss)
 
 
@@ -332,7 +363,7 @@ def routed_copies(model: Transformer, T, t):
 
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
-                    per_node: bool = False, u=1, etp_link=None) -> dict:
+                    per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
@@ -340,8 +371,11 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
     reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd;
     ``etp_link``: that link's (bandwidth, latency) where the caller has it, as layer_costs's
-    tp_link). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool
-    (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
+    tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and its
+    mirror in backward: the combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an
+    element, the combine direction 16 bits (Framework.fp8_dispatch). The heterogeneous evaluator
+    passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up /
+    scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -361,9 +395,16 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
              + ELEM_PERMUTE_PER_COPY * u * copies * h)
     # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
-    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster, u) if (
-        per_node) else None
-    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net, stride=u)
+    remote = remote_nodes_per_token(model, e, cluster, u) if per_node else None
+
+    def one_way(nbytes):  # one all-to-all of the copies at nbytes an element
+        net = None if remote is None else nbytes * (copies / model.experts_per_token) * h * remote
+        return all_to_all_s(nbytes * copies * h, e, cluster, gpu, net, stride=u)
+
+    if np.any(fp8_dispatch):
+        a2a = one_way(np.where(fp8_dispatch, FP8_DISPATCH_BYTES, ACT_BYTES)) + one_way(ACT_BYTES)
+    else:
+        a2a = 2.0 * one_way(ACT_BYTES)
     if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
         etp_bw, etp_lat = tier(u, cluster, gpu) if etp_link is None else etp_link
         a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
@@ -644,7 +685,7 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
-    ``moe`` = (ep column, etp column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
+    ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE layer's terms as moe_<key>
     (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
     etp_link = links.pop("etp_link", None)
     gpu = links.get("gpu") or cluster.gpu
@@ -656,9 +697,10 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
-        e, u, fw = moe
+        e, u, fw, precision = moe
+        fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
         ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u,
-                             etp_link)
+                             etp_link, fp8_dispatch)
         out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
         out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
     return out
@@ -1193,7 +1235,7 @@ def _evaluate_block(model: Transformer, cluster: Cluster, table: StrategyTable,
     moe = model.is_moe
     e, edp, u = expert_groups(table) if moe else (None, None, None)
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
-    moe_arg = (e[first_row], u[first_row], fw) if moe else None
+    moe_arg = (e[first_row], u[first_row], fw, table["precision"][first_row]) if moe else None
     f_t, f_sp = t[first_row], sp[first_row]
     sh = {k: v[inv] for k, v in framework_terms(
         fw, model, shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row], moe=moe_arg),

@@ -385,7 +385,7 @@ def _evaluate_hetero_block(model: Transformer, cluster: HeteroCluster, table: He
         # (costmodel._evaluate.all_to_all_s, on the pool as a cluster of (U,) arrays).
         pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
                                          scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
-        moe_kw = {"moe": (e_u, u_u, fw), "etp_link": link(1, u_u)}
+        moe_kw = {"moe": (e_u, u_u, fw, U(table["precision"])), "etp_link": link(1, u_u)}
         edp_u = np.maximum(d_u * c_u * t_u // (e_u * u_u), 1)
         # expert gradients are reduced over the edp group: ep etp apart, spanning the stage's ranks
         # (size tp cp dp / (ep etp), whole where ep_fits; as a fraction elsewhere, so that the span
