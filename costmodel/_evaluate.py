@@ -49,8 +49,6 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
@@ -326,33 +324,29 @@ def remote_nodes_per_token(model: Transformer, e, cluster: Cluster, u=1):
     (E - E / nodes - i) / (E - i). 0 inside a node.
 
     Group-limited routing (model.router_groups G, router_group_topk M < G; DeepSeek-V3 Sec.
-    2.1.2, Megatron-Core's group_limited_topk): the k come uniformly from the S = M E / G experts
-    of M groups chosen uniformly. Where G / nodes = c is whole (a node holds c groups), it holds
-    j of the chosen ones with probability C(M, j) (c)_j (G - c)_(M - j) / (G)_M (falling
-    factorials) and then misses the token with prod_i (S - j E / G - i) / (S - i); where
-    nodes / G is whole (a group spans nodes / G nodes), a node is in a chosen group with
-    probability M / G and then misses with prod_i (S - E / nodes - i) / (S - i); where neither
-    divides, the unlimited P (more nodes than the limit allows: conservative)."""
+    2.1.2, Megatron-Core's group_limited_topk): M groups are picked by the sum of their best
+    k / M scores and the k experts are the best of the picked groups, so (scores alike across
+    experts) each picked group gives the token k / M experts, drawn uniformly within it. Where
+    G / nodes = c is whole (a node holds c groups), a node misses the token when none of its
+    groups is picked: P = (G - c)_M / (G)_M (falling factorials); where nodes / G is whole (a
+    group spans nodes / G nodes), it misses when its group is not picked, or is and its E / nodes
+    experts get none of the group's k / M: P = 1 - M / G + M / G prod_i (E / G - E / nodes - i) /
+    (E / G - i), i < k / M; where neither divides, the unlimited P (conservative)."""
     e = np.asarray(e, dtype=np.float64)
     nodes = np.maximum(np.minimum(e, np.ceil(e * u / cluster.gpus_per_node)), 1.0)
     E, k = float(model.experts), model.experts_per_token
-    i = np.arange(k, dtype=np.float64)
 
-    def miss_of(pool, held):  # P(none of k drawn from ``pool`` experts is among the ``held``)
+    def miss_of(pool, held, draws):  # P(``draws`` experts drawn from ``pool`` avoid ``held`` of them)
+        i = np.arange(draws, dtype=np.float64)
         return np.prod(np.maximum(((pool - held)[..., None] - i) / (pool - i), 0.0), axis=-1)
 
-    miss = miss_of(E, E / nodes)
+    miss = miss_of(E, E / nodes, k)
     G, M = float(model.router_groups), model.router_group_topk
     if M < G:
-        S = M * E / G
         c = G / nodes  # groups per node
-
-        def falling(x, j):  # (x)_j = x (x - 1) ... (x - j + 1): 0 where a whole x < j
-            return np.prod([x - r for r in range(j)], axis=0) if j else np.ones_like(x)
-
-        held = sum(math.comb(M, j) * falling(c, j) * falling(G - c, M - j) / falling(np.float64(G), M)
-                   * miss_of(S, j * E / G + np.zeros_like(c)) for j in range(M + 1))
-        spans = (1.0 - M / G) + M / G * miss_of(S, E / nodes)
+        r = np.arange(M, dtype=np.float64)
+        held = np.prod(np.maximum(((G - c)[..., None] - r) / (G - r), 0.0), axis=-1)
+        spans = (1.0 - M / G) + M / G * miss_of(E / G, E / nodes, k // M)
         miss = np.where(np.mod(G, nodes) == 0, held, np.where(np.mod(nodes, G) == 0, spans, miss))
     return (nodes - 1.0) * (1.0 - miss)
 

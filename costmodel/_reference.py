@@ -125,28 +125,26 @@ def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None
 
 def _remote_nodes(model: Transformer, nodes: int) -> float:
     """Expected other nodes among ``nodes`` (each holding E / nodes consecutive experts) that a
-    token's k experts reach, by enumeration: the token picks M of the G expert groups (all
-    choices alike), then k experts of the picked groups (all choices alike). A node misses the
-    token when none of the k is among its experts that lie in picked groups."""
+    token's k experts reach. Group-limited routing: the token picks M of the G groups (all
+    choices alike) and takes k / M experts of each picked group (all choices alike). A node
+    misses the token when none of the k is among its experts."""
     E, k = model.experts, model.experts_per_token
     G, M = model.router_groups, model.router_group_topk
     if nodes == 1:
         return 0.0
 
-    def none_of_k(pool, mine):  # P(k draws without repeats from pool experts avoid ``mine`` of them)
+    def none_of(pool, mine, draws):  # P(draws without repeats from pool experts avoid ``mine`` of them)
         p = 1.0
-        for i in range(k):
+        for i in range(draws):
             p *= max((pool - mine - i) / (pool - i), 0.0)
         return p
 
     if M == G or (G % nodes and nodes % G):  # no limit, or groups not aligned with nodes: no limit priced
-        miss = none_of_k(E, E / nodes)
-    elif G % nodes == 0:  # each node holds c whole groups; j of them picked
-        c, size = G // nodes, E // G
-        miss = sum(math.comb(c, j) * math.comb(G - c, M - j) / math.comb(G, M) * none_of_k(M * size, j * size)
-                   for j in range(min(c, M) + 1))
-    else:  # each group spans nodes / G nodes: the node's group picked or not
-        miss = (1 - M / G) + M / G * none_of_k(M * E / G, E / nodes)
+        miss = none_of(E, E / nodes, k)
+    elif G % nodes == 0:  # the node holds G / nodes whole groups: it misses when none of them is picked
+        miss = math.comb(G - G // nodes, M) / math.comb(G, M)
+    else:  # the node is a part of one group: that group not picked, or picked and its share missed
+        miss = (1 - M / G) + M / G * none_of(E / G, E / nodes, k // M)
     return (nodes - 1) * (1 - miss)
 
 

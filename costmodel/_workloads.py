@@ -49,8 +49,8 @@ class Transformer:
     is an h x E matrix without bias. Group-limited routing (DeepSeek-V2/V3's device- and
     node-limited routing; Megatron-Core --moe-router-num-groups / --moe-router-group-topk;
     HuggingFace n_group / topk_group): the E experts form ``router_groups`` equal groups of
-    consecutive experts and a token's k experts come from ``router_group_topk`` of them (1 and 1:
-    no limit). ``head_dim`` (default hidden / heads) is the size of one
+    consecutive experts and a token's k experts come from ``router_group_topk`` of them, k /
+    router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
     attention head (the evaluators price Q and the attention output heads x head_dim wide).
     """
 
@@ -136,9 +136,10 @@ class Transformer:
         G, M = self.router_groups, self.router_group_topk
         if self.experts % G:
             raise InputError("model.router_groups", f"a divisor of experts={self.experts}", G)
-        if M > G or M * (self.experts // G) < self.experts_per_token:
-            raise InputError("model.router_group_topk", f"an integer in [1, router_groups={G}] whose groups hold at "
-                             f"least experts_per_token={self.experts_per_token} experts", M)
+        if M > G or M * (self.experts // G) < self.experts_per_token or (M < G and self.experts_per_token % M):
+            raise InputError("model.router_group_topk", f"an integer in [1, router_groups={G}] dividing "
+                             f"experts_per_token={self.experts_per_token}, whose groups hold at least that many "
+                             "experts", M)
         if self.dense_layers >= self.layers:
             raise InputError("model.dense_layers", f"fewer than layers={self.layers} (an MoE model has MoE layers)",
                              self.dense_layers)

@@ -15,6 +15,7 @@ from costmodel import (
     framework_preset,
     model_preset,
 )
+from costmodel._errors import InputError
 from costmodel._evaluate import ACT_BYTES, all_to_all_s, routed_copies
 from costmodel._memory import memory_screen
 from tests.test_reference import assert_rows_equal_reference, random_table
@@ -166,36 +167,40 @@ def test_per_node_dispatch_sends_each_token_once_per_other_node():
 
 
 def test_node_limited_routing_remote_nodes_by_hand():
-    """Group-limited routing, worked by hand. 16 experts in 4 groups of 4, top-2 from 2 groups, ep 16
-    over 2 nodes (2 groups a node): the other node holds j = 0, 1, 2 of the picked groups with
-    probability 1/6, 4/6, 1/6, and then misses both experts (drawn from the 8 of the picked groups)
-    with probability 1, (4/8)(3/7) = 3/14, 0: miss = 1/6 + 4/6 x 3/14 = 13/42, remote 29/42 (against
-    23/30 unlimited). 16 experts in 2 groups of 8, top-2 from 1 group, ep 32 over 4 nodes of 4 experts
-    (a group spans 2 nodes): a node is in the picked group with probability 1/2 and then misses with
-    (4/8)(3/7): miss = 1/2 + 3/28 = 17/28, remote 3 x 11/28 = 33/28. DeepSeek-V3 on 8 nodes (one
-    group a node, 4 of 8 per token, top-8 of 256): miss = 1/2 + 1/2 prod_i (96 - i) / (128 - i)."""
+    """Group-limited routing, worked by hand (each picked group gives k / M of the k experts). 16
+    experts in 4 groups of 4, top-4 from 2 groups, ep 16 over 2 nodes (2 groups a node): the other
+    node misses the token only when neither of its groups is picked, 1 of the C(4, 2) = 6 pairs:
+    remote 5/6, against 1 - (8 7 6 5) / (16 15 14 13) = 25/26 unlimited. 16 experts in 2 groups of
+    8, top-2 from 1 group, ep 16 x etp 2 over 4 nodes of 4 experts (a group spans 2 nodes): a node
+    is in the picked group with probability 1/2 and then misses both experts with (4/8)(3/7):
+    miss = 1/2 + 3/28 = 17/28, remote 3 x 11/28 = 33/28. DeepSeek-V3 on 8 nodes (one group a node,
+    4 of 8 groups, 2 experts each): a node misses with probability 1/2, remote 7/2 against 4.63
+    unlimited."""
     from costmodel._evaluate import remote_nodes_per_token
     from costmodel._reference import _remote_nodes
 
     cl = cluster_preset("h100x64")  # 8 GPUs a node
-    base = dataclasses.replace(TINY, experts=16, experts_per_token=2, capacity_factor=1.0)
+    base = dataclasses.replace(TINY, experts=16, experts_per_token=4, capacity_factor=1.0)
     whole = dataclasses.replace(base, router_groups=4, router_group_topk=2)
-    assert remote_nodes_per_token(whole, np.array([16]), cl)[0] == pytest.approx(29 / 42, rel=1e-12)
-    assert _remote_nodes(whole, 2) == pytest.approx(29 / 42, rel=1e-12)
-    assert remote_nodes_per_token(base, np.array([16]), cl)[0] == pytest.approx(23 / 30, rel=1e-12)
-    spans = dataclasses.replace(base, router_groups=2, router_group_topk=1)
-    # ep 16 x etp 2 = 32 ranks over 4 nodes, 4 experts a node
+    assert remote_nodes_per_token(whole, np.array([16]), cl)[0] == pytest.approx(5 / 6, rel=1e-12)
+    assert _remote_nodes(whole, 2) == pytest.approx(5 / 6, rel=1e-12)
+    assert remote_nodes_per_token(base, np.array([16]), cl)[0] == pytest.approx(25 / 26, rel=1e-12)
+    spans = dataclasses.replace(base, experts_per_token=2, router_groups=2, router_group_topk=1)
     assert remote_nodes_per_token(spans, np.array([16]), cl, 2)[0] == pytest.approx(33 / 28, rel=1e-12)
     assert _remote_nodes(spans, 4) == pytest.approx(33 / 28, rel=1e-12)
     dsv3 = model_preset("deepseek-v3")
     assert (dsv3.router_groups, dsv3.router_group_topk) == (8, 4)
-    p_limited = np.prod([(96 - i) / (128 - i) for i in range(8)])
+    h800 = cluster_preset("h800x2048")
+    assert remote_nodes_per_token(dsv3, np.array([64]), h800)[0] == pytest.approx(3.5, rel=1e-12)
     p_free = np.prod([(224 - i) / (256 - i) for i in range(8)])
-    want = 7 * (1 - (0.5 + 0.5 * p_limited))
-    assert remote_nodes_per_token(dsv3, np.array([64]), cluster_preset("h800x2048"))[0] == pytest.approx(want, rel=1e-12)
-    assert want == pytest.approx(3.175, abs=0.001) and 7 * (1 - p_free) == pytest.approx(4.633, abs=0.001)
-    # no more than M = 4 nodes, so at most 4 other nodes; without the limit, more
-    assert want < 4 < 7 * (1 - p_free)
+    free = dataclasses.replace(dsv3, router_groups=1, router_group_topk=1)
+    assert remote_nodes_per_token(free, np.array([64]), h800)[0] == pytest.approx(7 * (1 - p_free), rel=1e-12)
+    assert 7 * (1 - p_free) == pytest.approx(4.633, abs=0.001)
+    # a bad limit names its field
+    with pytest.raises(InputError, match="router_group_topk"):
+        dataclasses.replace(dsv3, router_group_topk=3)  # does not divide top-8
+    with pytest.raises(InputError, match="router_groups"):
+        dataclasses.replace(dsv3, router_groups=7)
 
 
 def test_fp8_dispatch_bytes_by_hand():
