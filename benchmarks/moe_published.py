@@ -5,7 +5,10 @@ gives them, priced with costmodel.evaluate (pipeline simulator) and no constant 
 Printed: predicted and published throughput in the source's unit and the error. BENCHMARKS.md,
 "Mixture of experts (issue 18)", records the output and what each source leaves open.
 
-    python3 benchmarks/moe_published.py [--json]
+    PYTHONPATH=. python3 benchmarks/moe_published.py [--json | --variants]
+
+--variants: the DeepSeek-V3 rows again without node-limited routing and (the 2048-H800 row) without
+fp8 dispatch, to show what each mechanism moves.
 """
 
 from __future__ import annotations
@@ -105,10 +108,32 @@ def predict(model, cluster_name, framework, cols, stage_layers):
     return {"tokens_per_s_gpu": tok, "tflops_gpu": tflops, "feasible": bool(m["feasible"][0]), **parts}
 
 
+def variants() -> None:
+    """The DeepSeek-V3 rows with and without node-limited routing and fp8 dispatch."""
+    for label, _, model, cluster, fw, cols, sl, _, published in ROWS:
+        if not label.startswith("DeepSeek-V3"):
+            continue
+        free = dataclasses.replace(model, router_groups=1, router_group_topk=1)
+        cases = [("no node limit", free, fw), ("node limit", model, fw)]
+        if fw == "hai-llm":  # fp8 dispatch is hai-llm's; without it the profile is megatron-core-deepep-a2a-overlap
+            cases = [("no node limit, 16-bit dispatch", free, "megatron-core-deepep-a2a-overlap"),
+                     ("node limit, 16-bit dispatch", model, "megatron-core-deepep-a2a-overlap"),
+                     ("no node limit, fp8 dispatch", free, fw), ("node limit, fp8 dispatch", model, fw)]
+        for name, m, f in cases:
+            p = predict(m, cluster, f, cols, sl)
+            tok = p["tokens_per_s_gpu"]
+            print(f"{label:<45} {name:<32} {tok:7.0f} tokens/s/GPU  error {100 * (tok / published - 1):+6.1f}%  "
+                  f"(ep a2a {p['ep_comm_s']:.2f} s of {p['step_time_s']:.2f} s)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--variants", action="store_true")
     args = ap.parse_args()
+    if args.variants:
+        variants()
+        return 0
     out = []
     for label, source, model, cluster, fw, cols, sl, unit, published in ROWS:
         p = predict(model, cluster, fw, cols, sl)
