@@ -159,7 +159,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
-        sources=("DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.1 (HAI-LLM), Sec. 3.2.1 (DualPipe overlaps the "
+        sources=("DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2 (HAI-LLM), Sec. 3.2.1 (DualPipe overlaps the "
                  "all-to-alls with computation), Sec. 3.2.2 (IB once per target node, NVLink forwarding), Sec. "
                  "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16)",
                  "deepseek-ai/DeepEP docs/legacy.md: the DeepSeek-V3/R1 pre-training setting, 'top-4 groups, "
