@@ -45,8 +45,8 @@ BRIDGE_2602_QWEN = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archiv
                     "v0.3.0 (the release whose docs/performance-summary.md first lists 26.02): 235B on H100 with "
                     "moe_a2a_overlap True and the alltoall dispatcher; 30B on H100 (FP8_CS_V1) with moe_a2a_overlap "
                     "True and moe_flex_dispatcher_backend 'deepep'; qwen3_llm_pretrain.py: no recompute")
-BRIDGE_2602_QWEN_B200 = ("the same page, 26.02, DGX-B200, MXFP8 (force-balanced, dropless): Qwen3_30B_a3B 8 GPUs, GBS 512, "
-                         "MBS 1, seq 4096, TP1 PP1 EP8: 9691 tokens/s/GPU; Qwen3_235B_a22B 256 GPUs, GBS 8192, MBS 1, "
+BRIDGE_2602_QWEN_B200 = ("the same page, 26.02, DGX-B200, MXFP8 (force-balanced, dropless): Qwen3_30B_a3B 8 GPUs, "
+                         "GBS 512, MBS 1, seq 4096, TP1 PP1 EP8: 9691 tokens/s/GPU; Qwen3_235B_a22B 256 GPUs, GBS 8192, MBS 1, "
                          "TP1 PP8 EP8, no VP: 3805 tokens/s/GPU; recipe at v0.3.0: B200 30B (FP8_MX_V1) and 235B "
                          "(FP8_MX_V2 = FP8_CS_V1 at 256 GPUs) without moe_a2a_overlap or a flex dispatcher (alltoall), "
                          "no recompute; 235B's 94 layers split with account_for_embedding/loss_in_pipeline_split "

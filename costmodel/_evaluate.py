@@ -679,8 +679,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
-    ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE layer's terms as moe_<key>
-    (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
+    ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
+    layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
     etp_link = links.pop("etp_link", None)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)

@@ -148,8 +148,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
-        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds DeepSeek-V3's "
-             "fp8 dispatch to it)",
+        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds "
+             "DeepSeek-V3's fp8 dispatch to it)",
         sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",
                  "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.2: tokens sent by IB once to each target node "
                  "and forwarded by NVLink; DualPipe overlaps the all-to-alls with computation"),

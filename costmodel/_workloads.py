@@ -356,9 +356,10 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # 7168 / 128 = 56: 4 h^2 = 205.5M attention parameters per layer against MLA's 187.1M
     # (+1.1B in all: +0.17% of the total, +3% of the active count), and the s x s score
     # FLOPs (4 s h) below MLA's (2 s a (192 + 128)).
-    # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2; config.json n_group 8,
-    # topk_group 4; Megatron-Bridge's DeepSeekV3 provider moe_router_num_groups 8,
-    # moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of them per token.
+    # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2;
+    # config.json n_group 8, topk_group 4; Megatron-Bridge's DeepSeekV3 provider
+    # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of
+    # them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
                         router_groups=8, router_group_topk=4),
