@@ -5,7 +5,10 @@ gives them, priced with costmodel.evaluate (pipeline simulator) and no constant 
 Printed: predicted and published throughput in the source's unit and the error. BENCHMARKS.md,
 "Mixture of experts (issue 18)", records the output and what each source leaves open.
 
-    python3 benchmarks/moe_published.py [--json]
+    PYTHONPATH=. python3 benchmarks/moe_published.py [--json | --variants]
+
+--variants: the DeepSeek-V3 rows again without node-limited routing and (the 2048-H800 row) without
+fp8 dispatch, to show what each mechanism moves.
 """
 
 from __future__ import annotations
@@ -38,8 +41,16 @@ DSV3_REPORT = ("DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv:2412.19437
 BRIDGE_2602_QWEN = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 26.02 NeMo container, DGX-H100, "
                     "FP8 (force-balanced, dropless): Qwen3_30B_a3B 16 GPUs, GBS 1024, MBS 1, seq 4096, TP1 PP2 VP12 "
                     "EP8: 5113 tokens/s/GPU; Qwen3_235B_a22B 256 GPUs, GBS 8192, MBS 1, TP2 PP8 VP4 EP32: 1633 "
-                    "tokens/s/GPU; recipe scripts/performance/configs/qwen/qwen3_workload_base_configs.py: 235B on "
-                    "H100 with moe_a2a_overlap True and the alltoall dispatcher")
+                    "tokens/s/GPU; recipe scripts/performance/configs/qwen/qwen3_workload_base_configs.py at tag "
+                    "v0.3.0 (the release whose docs/performance-summary.md first lists 26.02): 235B on H100 with "
+                    "moe_a2a_overlap True and the alltoall dispatcher; 30B on H100 (FP8_CS_V1) with moe_a2a_overlap "
+                    "True and moe_flex_dispatcher_backend 'deepep'; qwen3_llm_pretrain.py: no recompute")
+BRIDGE_2602_QWEN_B200 = ("the same page, 26.02, DGX-B200, MXFP8 (force-balanced, dropless): Qwen3_30B_a3B 8 GPUs, "
+                         "GBS 512, MBS 1, seq 4096, TP1 PP1 EP8: 9691 tokens/s/GPU; Qwen3_235B_a22B 256 GPUs, GBS 8192, MBS 1, "
+                         "TP1 PP8 EP8, no VP: 3805 tokens/s/GPU; recipe at v0.3.0: B200 30B (FP8_MX_V1) and 235B "
+                         "(FP8_MX_V2 = FP8_CS_V1 at 256 GPUs) without moe_a2a_overlap or a flex dispatcher (alltoall), "
+                         "no recompute; 235B's 94 layers split with account_for_embedding/loss_in_pipeline_split "
+                         "(qwen3_moe.py): 11, 12 x 6, 11")
 
 
 def _deepseek(seq: int = 4096):
@@ -61,7 +72,7 @@ ROWS = [
           recompute="none", precision="fp8"),
      [3] + [4] * 14 + [2], "tokens/s/GPU", 2689.0),
     ("Qwen3-30B-A3B, 16 H100, Megatron-Bridge 26.02", BRIDGE_2602_QWEN, model_preset("qwen3-30b-a3b"), "h100x16",
-     "megatron-core-deepep",
+     "megatron-core-deepep-a2a-overlap",
      dict(dp=8, tp=1, pp=2, ep=8, micro_batch=1, global_batch=1024, schedule="interleaved", vpp=12, zero_stage=1,
           recompute="none", precision="fp8"), None, "tokens/s/GPU", 5113.0),
     ("Qwen3-235B-A22B, 256 H100, Megatron-Bridge 26.02", BRIDGE_2602_QWEN, model_preset("qwen3-235b-a22b"),
@@ -69,8 +80,16 @@ ROWS = [
      dict(dp=16, tp=2, pp=8, ep=32, micro_batch=1, global_batch=8192, schedule="interleaved", vpp=4, zero_stage=1,
           recompute="none", sequence_parallel=True, precision="fp8"),
      [11, 12, 12, 12, 12, 12, 12, 11], "tokens/s/GPU", 1633.0),
-    ("DeepSeek-V3, 2048 H800, DeepSeek-V3 report", DSV3_REPORT, _deepseek(), "h800x2048",
-     "megatron-core-deepep-a2a-overlap",
+    ("Qwen3-30B-A3B, 8 B200, Megatron-Bridge 26.02", BRIDGE_2602_QWEN_B200, model_preset("qwen3-30b-a3b"), "b200x8",
+     "megatron-core",
+     dict(dp=8, tp=1, pp=1, ep=8, micro_batch=1, global_batch=512, schedule="1f1b", vpp=1, zero_stage=1,
+          recompute="none", precision="fp8"), None, "tokens/s/GPU", 9691.0),
+    ("Qwen3-235B-A22B, 256 B200, Megatron-Bridge 26.02", BRIDGE_2602_QWEN_B200, model_preset("qwen3-235b-a22b"),
+     "b200x256", "megatron-core",
+     dict(dp=32, tp=1, pp=8, ep=8, micro_batch=1, global_batch=8192, schedule="1f1b", vpp=1, zero_stage=1,
+          recompute="none", precision="fp8"),
+     [11, 12, 12, 12, 12, 12, 12, 11], "tokens/s/GPU", 3805.0),
+    ("DeepSeek-V3, 2048 H800, DeepSeek-V3 report", DSV3_REPORT, _deepseek(), "h800x2048", "hai-llm",
      dict(dp=128, tp=1, pp=16, ep=64, micro_batch=1, global_batch=15360, schedule="1f1b", vpp=1, zero_stage=1,
           recompute="full", precision="fp8"),
      [3] + [4] * 14 + [2], "tokens/s/GPU", 1543.0),
@@ -89,10 +108,32 @@ def predict(model, cluster_name, framework, cols, stage_layers):
     return {"tokens_per_s_gpu": tok, "tflops_gpu": tflops, "feasible": bool(m["feasible"][0]), **parts}
 
 
+def variants() -> None:
+    """The DeepSeek-V3 rows with and without node-limited routing and fp8 dispatch."""
+    for label, _, model, cluster, fw, cols, sl, _, published in ROWS:
+        if not label.startswith("DeepSeek-V3"):
+            continue
+        free = dataclasses.replace(model, router_groups=1, router_group_topk=1)
+        cases = [("no node limit", free, fw), ("node limit", model, fw)]
+        if fw == "hai-llm":  # fp8 dispatch is hai-llm's; without it the profile is megatron-core-deepep-a2a-overlap
+            cases = [("no node limit, 16-bit dispatch", free, "megatron-core-deepep-a2a-overlap"),
+                     ("node limit, 16-bit dispatch", model, "megatron-core-deepep-a2a-overlap"),
+                     ("no node limit, fp8 dispatch", free, fw), ("node limit, fp8 dispatch", model, fw)]
+        for name, m, f in cases:
+            p = predict(m, cluster, f, cols, sl)
+            tok = p["tokens_per_s_gpu"]
+            print(f"{label:<45} {name:<32} {tok:7.0f} tokens/s/GPU  error {100 * (tok / published - 1):+6.1f}%  "
+                  f"(ep a2a {p['ep_comm_s']:.2f} s of {p['step_time_s']:.2f} s)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--variants", action="store_true")
     args = ap.parse_args()
+    if args.variants:
+        variants()
+        return 0
     out = []
     for label, source, model, cluster, fw, cols, sl, unit, published in ROWS:
         p = predict(model, cluster, fw, cols, sl)

@@ -163,6 +163,8 @@ MEGATRON_ARGS: dict[str, dict] = {
     # _add_moe_args (the "moe" group)
     "--num-experts": {"type": int},
     "--moe-router-topk": {"type": int, "default": 2},
+    "--moe-router-num-groups": {"type": int},
+    "--moe-router-group-topk": {"type": int},
     "--moe-ffn-hidden-size": {"type": int},
     "--moe-shared-expert-intermediate-size": {"type": int},
     "--moe-layer-freq": {"default": "1"},  # an int or a list expression; read by _moe_pattern
@@ -258,6 +260,8 @@ def _megatron_moe(plan: dict, model: Transformer, profile: str, recompute: str) 
         raise InputError("model.capacity_factor", "1.0 with the flex dispatcher (it does not pad expert inputs "
                          "to capacity, which plansweep prices)", model.capacity_factor)
     a: list = ["--num-experts", E, "--moe-router-topk", k, "--moe-ffn-hidden-size", model.expert_ffn]
+    if model.router_group_topk < model.router_groups:  # group-limited routing, as plansweep prices it
+        a += ["--moe-router-num-groups", model.router_groups, "--moe-router-group-topk", model.router_group_topk]
     if model.shared_experts:  # Megatron takes the shared experts' total ffn width
         a += ["--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_expert_ffn]
     if moe_layer_pattern(model) != [1] * model.layers:  # Megatron's default, an int 1: every layer
@@ -385,6 +389,7 @@ def megatron_model(text: str) -> dict:
                    shared_ffn_total=a.moe_shared_expert_intermediate_size or 0,
                    moe_pattern=_moe_pattern(a.moe_layer_freq, L),
                    capacity_factor=a.moe_expert_capacity_factor or 1.0,
+                   router_groups=a.moe_router_num_groups or 1, router_group_topk=a.moe_router_group_topk or 1,
                    dispatcher=a.moe_token_dispatcher_type, deepep=a.moe_enable_deepep,
                    overlap_ep=a.overlap_moe_expert_parallel_comm)
     return out

@@ -122,6 +122,10 @@ ROUTER_PROB_BYTES = 4
 # Kernel launches an MoE layer adds to a dense one, in units of the GPU's kernel_overhead_s (of
 # which a dense layer pays 2): router and top-k, permute, grouped-GEMM setup, unpermute.
 MOE_OVERHEAD_UNITS = 2.0
+# Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
+# per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
+# scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 REASONS = (
     "ok",
@@ -326,14 +330,35 @@ def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
 
 def remote_nodes_per_token(model: Transformer, e, cluster: Cluster, u=1):
     """Expected other nodes a token's k experts sit on, the ep ranks (stride u = etp) spread over
-    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes experts each, the k chosen uniformly
-    without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i (E - E / nodes
-    - i) / (E - i). 0 inside a node."""
+    min(ep, ceil(ep u / gpus_per_node)) nodes of E / nodes consecutive experts each, the k chosen
+    uniformly without repeats: (nodes - 1) x (1 - P(none of k on a given node)), P = prod_i
+    (E - E / nodes - i) / (E - i). 0 inside a node.
+
+    Group-limited routing (model.router_groups G, router_group_topk M < G; DeepSeek-V3 Sec.
+    2.1.2, Megatron-Core's group_limited_topk): M groups are picked by the sum of their best
+    k / M scores and the k experts are the best of the picked groups, so (scores alike across
+    experts) each picked group gives the token k / M experts, drawn uniformly within it. Where
+    G / nodes = c is whole (a node holds c groups), a node misses the token when none of its
+    groups is picked: P = (G - c)_M / (G)_M (falling factorials); where nodes / G is whole (a
+    group spans nodes / G nodes), it misses when its group is not picked, or is and its E / nodes
+    experts get none of the group's k / M: P = 1 - M / G + M / G prod_i (E / G - E / nodes - i) /
+    (E / G - i), i < k / M; where neither divides, the unlimited P (conservative)."""
     e = np.asarray(e, dtype=np.float64)
     nodes = np.maximum(np.minimum(e, np.ceil(e * u / cluster.gpus_per_node)), 1.0)
     E, k = float(model.experts), model.experts_per_token
-    i = np.arange(k, dtype=np.float64)
-    miss = np.prod(np.maximum(((E - E / nodes)[..., None] - i) / (E - i), 0.0), axis=-1)
+
+    def miss_of(pool, held, draws):  # P(``draws`` experts drawn from ``pool`` avoid ``held`` of them)
+        i = np.arange(draws, dtype=np.float64)
+        return np.prod(np.maximum(((pool - held)[..., None] - i) / (pool - i), 0.0), axis=-1)
+
+    miss = miss_of(E, E / nodes, k)
+    G, M = float(model.router_groups), model.router_group_topk
+    if M < G:
+        c = G / nodes  # groups per node
+        r = np.arange(M, dtype=np.float64)
+        held = np.prod(np.maximum(((G - c)[..., None] - r) / (G - r), 0.0), axis=-1)
+        spans = (1.0 - M / G) + M / G * miss_of(E / G, E / nodes, k // M)
+        miss = np.where(np.mod(G, nodes) == 0, held, np.where(np.mod(nodes, G) == 0, spans, miss))
     return (nodes - 1.0) * (1.0 - miss)
 
 
@@ -343,7 +368,7 @@ def routed_copies(model: Transformer, T, t):
 
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
-                    per_node: bool = False, u=1, etp_link=None) -> dict:
+                    per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
     layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
@@ -351,8 +376,11 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
     reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd;
     ``etp_link``: that link's (bandwidth, latency) where the caller has it, as layer_costs's
-    tp_link). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool
-    (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
+    tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and its
+    mirror in backward: the combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an
+    element, the combine direction 16 bits (Framework.fp8_dispatch). The heterogeneous evaluator
+    passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up /
+    scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -372,9 +400,16 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
              + ELEM_PERMUTE_PER_COPY * u * copies * h)
     # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
-    net = ACT_BYTES * (copies / model.experts_per_token) * h * remote_nodes_per_token(model, e, cluster, u) if (
-        per_node) else None
-    a2a = 2.0 * all_to_all_s(ACT_BYTES * copies * h, e, cluster, gpu, net, stride=u)
+    remote = remote_nodes_per_token(model, e, cluster, u) if per_node else None
+
+    def one_way(nbytes):  # one all-to-all of the copies at nbytes an element
+        net = None if remote is None else nbytes * (copies / model.experts_per_token) * h * remote
+        return all_to_all_s(nbytes * copies * h, e, cluster, gpu, net, stride=u)
+
+    if np.any(fp8_dispatch):
+        a2a = one_way(np.where(fp8_dispatch, FP8_DISPATCH_BYTES, ACT_BYTES)) + one_way(ACT_BYTES)
+    else:
+        a2a = 2.0 * one_way(ACT_BYTES)
     if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
         etp_bw, etp_lat = tier(u, cluster, gpu) if etp_link is None else etp_link
         a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
@@ -646,8 +681,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
-    ``moe`` = (ep column, etp column, framework) for an MoE model: adds the MoE layer's terms as moe_<key>
-    (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
+    ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
+    layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
     etp_link = links.pop("etp_link", None)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
@@ -658,9 +693,10 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
     out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
-        e, u, fw = moe
+        e, u, fw, precision = moe
+        fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
         ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u,
-                             etp_link)
+                             etp_link, fp8_dispatch)
         out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
         out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
     return out
@@ -1261,7 +1297,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         e_u, u_u = U(e_r), U(u_r)
         pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
                                          scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
-        moe_kw = {"moe": (e_u, u_u, fw), "etp_link": link(1, u_u)}
+        moe_kw = {"moe": (e_u, u_u, fw, prec_u), "etp_link": link(1, u_u)}
     eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu,
                                                 tp_link=link(np.where(tp_inner, 1, d_u), t_u),
                                                 cp_link=link(np.where(tp_inner, t_u, d_u * t_u), c_u), **moe_kw),

@@ -28,6 +28,10 @@ Pricing rules the fields drive (costmodel._evaluate):
                           experts and forwards it inside that node over NVLink (DeepEP, HybridEP:
                           Megatron-Core's flex dispatcher; DeepSeek-V3's own), instead of once per
                           routed expert (the alltoall dispatcher)
+    fp8_dispatch          under fp8, the dispatch all-to-all (and its mirror in backward, the combine's
+                          gradient sent back to the experts) moves fp8 activations with 1 x 128 fp32
+                          scales; the combine and its mirror stay in 16 bits (DeepSeek-V3 report Sec.
+                          3.3.2, DeepEP's "FP8 dispatching, BF16 combining")
     overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of
                           another micro-batch's layer (Megatron-Core --overlap-moe-expert-parallel-
                           comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
@@ -78,6 +82,7 @@ class Framework:
     expert_tensor_parallel: bool = True
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
+    fp8_dispatch: bool = False
 
 
 _MEGATRON_CORE = Framework(
@@ -143,11 +148,24 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
-        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap; the nearest profile to "
-             "DeepSeek-V3's own runs (DeepEP-style dispatch, DualPipe hiding the all-to-alls)",
+        what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds "
+             "DeepSeek-V3's fp8 dispatch to it)",
         sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",
                  "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.2: tokens sent by IB once to each target node "
                  "and forwarded by NVLink; DualPipe overlaps the all-to-alls with computation"),
+    ),
+    dataclasses.replace(
+        _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
+        what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
+             "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
+             "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
+        sources=("DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2 (HAI-LLM), Sec. 3.2.1 (DualPipe overlaps the "
+                 "all-to-alls with computation), Sec. 3.2.2 (IB once per target node, NVLink forwarding), Sec. "
+                 "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16)",
+                 "deepseek-ai/DeepEP docs/legacy.md: the DeepSeek-V3/R1 pre-training setting, 'top-4 groups, "
+                 "top-8 experts, FP8 dispatching and BF16 combining'; deep_ep/buffer.py dispatch: x as "
+                 "[tokens, hidden] float8_e4m3fn and [tokens, hidden // 128] float scales",
+                 "the megatron-core-deepep-a2a-overlap profile's sources"),
     ),
     Framework(
         name="deepspeed",

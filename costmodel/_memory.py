@@ -101,7 +101,7 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
     f_t, f_sp = t[first_row], sp[first_row]
     terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row],
-                        moe=(e[first_row], u[first_row], fw) if moe else None)
+                        moe=(e[first_row], u[first_row], fw, table["precision"][first_row]) if moe else None)
     sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
           if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L",
                    "moe_sel_kept", "moe_sel_work")}

@@ -21,7 +21,9 @@ HuggingFace families read (``model_type``):
                                    matrix) is left out with its Q/K/V biases, as for qwen2
     deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
                                    num_experts_per_tok, first_k_dense_replace dense layers of
-                                   intermediate_size, moe_layer_freq 1. MLA attention is taken as
+                                   intermediate_size, moe_layer_freq 1, group-limited routing
+                                   from n_group / topk_group (none with topk_method "greedy").
+                                   MLA attention is taken as
                                    standard multi-head attention of num_attention_heads heads of
                                    hidden / heads (plansweep has no MLA; costmodel._workloads'
                                    deepseek-v3 preset says what that changes); the
@@ -159,10 +161,15 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     shared = data.get("n_shared_experts") or 0
     if not (isinstance(shared, int) and shared >= 0):
         raise InputError(f"{argument} n_shared_experts", "an integer >= 0", shared)
+    # group-limited routing: n_group groups, topk_group of them per token (DeepSeek-V3: 8 and 4); the
+    # "greedy" top-k method (DeepSeek-V2-Lite) routes over all experts whatever the groups
+    groups, topk_group = data.get("n_group") or 1, data.get("topk_group") or 1
+    if data.get("topk_method") == "greedy":
+        groups, topk_group = 1, 1
     return dict(experts=_get(data, "n_routed_experts", argument),
                 experts_per_token=_get(data, "num_experts_per_tok", argument),
                 expert_ffn_hidden=_get(data, "moe_intermediate_size", argument), shared_experts=shared,
-                dense_layers=first)
+                dense_layers=first, router_groups=groups, router_group_topk=topk_group)
 
 
 def from_calculon(data: dict, name: str, argument: str = "--model") -> Transformer:

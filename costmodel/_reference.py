@@ -122,8 +122,33 @@ def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None
     return seconds + (cluster.scaleout_latency_s if n - 1 > peers else cluster.scaleup_latency_s)
 
 
+def _remote_nodes(model: Transformer, nodes: int) -> float:
+    """Expected other nodes among ``nodes`` (each holding E / nodes consecutive experts) that a
+    token's k experts reach. Group-limited routing: the token picks M of the G groups (all
+    choices alike) and takes k / M experts of each picked group (all choices alike). A node
+    misses the token when none of the k is among its experts."""
+    E, k = model.experts, model.experts_per_token
+    G, M = model.router_groups, model.router_group_topk
+    if nodes == 1:
+        return 0.0
+
+    def none_of(pool, mine, draws):  # P(draws without repeats from pool experts avoid ``mine`` of them)
+        p = 1.0
+        for i in range(draws):
+            p *= max((pool - mine - i) / (pool - i), 0.0)
+        return p
+
+    if M == G or (G % nodes and nodes % G):  # no limit, or groups not aligned with nodes: no limit priced
+        miss = none_of(E, E / nodes, k)
+    elif G % nodes == 0:  # the node holds G / nodes whole groups: it misses when none of them is picked
+        miss = math.comb(G - G // nodes, M) / math.comb(G, M)
+    else:  # the node is a part of one group: that group not picked, or picked and its share missed
+        miss = (1 - M / G) + M / G * none_of(E / G, E / nodes, k // M)
+    return (nodes - 1) * (1 - miss)
+
+
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
-               attn: float, overhead: float, etp: int = 1) -> dict:
+               attn: float, overhead: float, etp: int = 1, fp8: bool = False) -> dict:
     """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each
     direction, with the etp group's all-gather and reduce-scatter), its activation bytes without
     the score term."""
@@ -143,15 +168,14 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
                                     + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
                                     + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
-    net = None
-    if fw.ep_dispatch_per_node:  # each token once to every other node holding one of its k experts
-        nodes = max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1)
-        per_node = E / nodes
-        miss = 1.0
-        for i in range(model.experts_per_token):
-            miss *= max((E - per_node - i) / (E - i), 0.0)
-        net = K.ACT_BYTES * (copies / model.experts_per_token) * h * (nodes - 1) * (1 - miss)
-    a2a = 2 * _all_to_all(cluster, K.ACT_BYTES * copies * h, ep, net, stride=etp)
+    remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
+    # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
+    d_bytes = K.FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else K.ACT_BYTES
+    a2a = 0.0
+    for nbytes in (d_bytes, K.ACT_BYTES):
+        # a per-node dispatcher sends each token once to every other node holding one of its k experts
+        net = nbytes * (copies / model.experts_per_token) * h * remote if fw.ep_dispatch_per_node else None
+        a2a += _all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
     a2a += 2 * _gather(K.ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
@@ -278,7 +302,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     ep, etp = r.get("ep", 1), r.get("etp", 1)
     edp = max(dp * cp * tp // (ep * etp), 1)  # expert-data-parallel ranks
     if model.is_moe:
-        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp)
+        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp, fp8=prec == 2)
         fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"]
         bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"])
         act_layer_m = mo["act"] + score

@@ -26,7 +26,8 @@ KINDS = ("transformer", "mlp")
 # The MoE fields and their dense values (experts = 1 means a dense model; each of these must
 # then keep its dense value, so that no MoE setting is silently priced as dense).
 MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
-                    "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0}
+                    "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0,
+                    "router_groups": 1, "router_group_topk": 1}
 # The fields added with MoE models and their values in every model before them: files written
 # for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES}
@@ -45,7 +46,11 @@ class Transformer:
     ``expert_ffn_hidden`` (default ffn_hidden) and ``shared_expert_ffn_hidden`` (default
     expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep the dense
     MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router
-    is an h x E matrix without bias. ``head_dim`` (default hidden / heads) is the size of one
+    is an h x E matrix without bias. Group-limited routing (DeepSeek-V2/V3's device- and
+    node-limited routing; Megatron-Core --moe-router-num-groups / --moe-router-group-topk;
+    HuggingFace n_group / topk_group): the E experts form ``router_groups`` equal groups of
+    consecutive experts and a token's k experts come from ``router_group_topk`` of them, k /
+    router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
     attention head (the evaluators price Q and the attention output heads x head_dim wide).
     """
 
@@ -72,6 +77,8 @@ class Transformer:
     dense_layers: int = 0
     moe_layer_freq: int = 1
     capacity_factor: float = 1.0
+    router_groups: int = 1
+    router_group_topk: int = 1
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -108,7 +115,7 @@ class Transformer:
             if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise InputError(f"model.{f}", "an integer >= 1 (or null for its default)", v)
         for f, lo in (("experts", 1), ("experts_per_token", 1), ("moe_layer_freq", 1), ("shared_experts", 0),
-                      ("dense_layers", 0)):
+                      ("dense_layers", 0), ("router_groups", 1), ("router_group_topk", 1)):
             v = getattr(self, f)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
                 raise InputError(f"model.{f}", f"an integer >= {lo}", v)
@@ -126,6 +133,13 @@ class Transformer:
         if self.experts_per_token > self.experts:
             raise InputError("model.experts_per_token", f"an integer in [1, experts={self.experts}]",
                              self.experts_per_token)
+        G, M = self.router_groups, self.router_group_topk
+        if self.experts % G:
+            raise InputError("model.router_groups", f"a divisor of experts={self.experts}", G)
+        if M > G or M * (self.experts // G) < self.experts_per_token or (M < G and self.experts_per_token % M):
+            raise InputError("model.router_group_topk", f"an integer in [1, router_groups={G}] dividing "
+                             f"experts_per_token={self.experts_per_token}, whose groups hold at least that many "
+                             "experts", M)
         if self.dense_layers >= self.layers:
             raise InputError("model.dense_layers", f"fewer than layers={self.layers} (an MoE model has MoE layers)",
                              self.dense_layers)
@@ -342,8 +356,13 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # 7168 / 128 = 56: 4 h^2 = 205.5M attention parameters per layer against MLA's 187.1M
     # (+1.1B in all: +0.17% of the total, +3% of the active count), and the s x s score
     # FLOPs (4 s h) below MLA's (2 s a (192 + 128)).
+    # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2;
+    # config.json n_group 8, topk_group 4; Megatron-Bridge's DeepSeekV3 provider
+    # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of
+    # them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
-                        experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3),
+                        experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
+                        router_groups=8, router_group_topk=4),
     # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
     # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
     # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head

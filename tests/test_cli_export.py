@@ -56,6 +56,7 @@ MEGATRON_V0_15_FLAGS = {
     "--position-embedding-type": ["learned_absolute", "rope", "mrope", "relative", "none"],
     # _add_network_size_args, and _add_moe_args (the "moe" group)
     "--kv-channels": None, "--num-experts": None, "--moe-router-topk": None, "--moe-ffn-hidden-size": None,
+    "--moe-router-num-groups": None, "--moe-router-group-topk": None,
     "--moe-shared-expert-intermediate-size": None, "--moe-layer-freq": None, "--expert-model-parallel-size": None,
     "--expert-tensor-parallel-size": None, "--moe-grouped-gemm": None,
     "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"], "--moe-enable-deepep": None,
@@ -220,6 +221,7 @@ def _megatron_shape(model) -> dict:
         out.update(experts_per_token=model.experts_per_token, expert_ffn_hidden=model.expert_ffn,
                    shared_ffn_total=model.shared_experts * model.shared_expert_ffn,
                    moe_pattern=moe_layer_pattern(model), capacity_factor=model.capacity_factor,
+                   router_groups=model.router_groups, router_group_topk=model.router_group_topk,
                    dispatcher="alltoall", deepep=False, overlap_ep=False)
     return out
 

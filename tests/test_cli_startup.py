@@ -107,9 +107,9 @@ def test_importing_the_packages_imports_nothing_heavy_until_a_name_is_used():
 
 def test_evaluate_imports_only_the_cost_core_it_prices_with():
     imported = _modules_after(CASES["evaluate one strategy"], ("costmodel", "search", "sweep"))
-    # The heterogeneous evaluator, the validation reader and the schedule renderer are other
-    # commands' (or other flags') business.
-    for unused in ("costmodel._hetero_eval", "costmodel._validate", "costmodel._pipeline_render",
+    # The validation reader, the memory screen, the linear device model and the schedule renderer
+    # are other commands' (or other flags') business.
+    for unused in ("costmodel._validate", "costmodel._pipeline_render",
                    "costmodel._memory", "costmodel._linear"):
         assert unused not in imported, unused
     assert "costmodel._evaluate" in imported

@@ -66,6 +66,7 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
 MOE_CASES = [("mixtral-8x7b", "h100x64", False, None), ("mixtral-8x7b", "h100x1024", True, "megatron-core"),
              ("qwen3-30b-a3b", "h100x64", True, "megatron-core-deepep"),
              ("deepseek-v3-17", "h100x1024", True, "megatron-core-deepep-a2a-overlap"),
+             ("deepseek-v3-17", "h100x1024", False, "hai-llm"),  # node-limited routing, fp8 dispatch
              ("tiny", "dgx-a100-1024", False, "fsdp2"), ("tiny", "h100x64", True, "megatron-core")]
 
 

@@ -15,6 +15,7 @@ from costmodel import (
     framework_preset,
     model_preset,
 )
+from costmodel._errors import InputError
 from costmodel._evaluate import ACT_BYTES, all_to_all_s, routed_copies
 from costmodel._memory import memory_screen
 from tests.test_reference import assert_rows_equal_reference, random_table
@@ -55,10 +56,16 @@ CASES = [
     ("mixtral-8x7b", "h100x1024", True, "megatron-core-deepep", 300),
     ("tiny", "h100x64", False, "megatron-core-deepep-a2a-overlap", 300),
     ("qwen3-30b-a3b", "h100x64", True, "megatron-core-deepep", 300),  # head_dim 128 on 32 heads of 2048
+    # group-limited routing (4 groups of 2 experts, 2 per token) and fp8 dispatch: nodes holding whole
+    # groups, groups spanning nodes, and (etp 3) neither
+    ("tiny-groups", "h100x64", False, "hai-llm", 300),
+    ("deepseek-v3", "h800x2048", True, "hai-llm", 200),
 ]
 
 
 def _model(name):
+    if name == "tiny-groups":
+        return dataclasses.replace(TINY, router_groups=4, router_group_topk=2)
     return TINY if name == "tiny" else model_preset(name)
 
 
@@ -157,6 +164,70 @@ def test_per_node_dispatch_sends_each_token_once_per_other_node():
         per_node, rel=1e-12)
     assert all_to_all_s(2 * copies * h, np.array([16]), cl, cl.gpu)[0] == pytest.approx(alltoall, rel=1e-12)
     assert per_node < alltoall
+
+
+def test_node_limited_routing_remote_nodes_by_hand():
+    """Group-limited routing, worked by hand (each picked group gives k / M of the k experts). 16
+    experts in 4 groups of 4, top-4 from 2 groups, ep 16 over 2 nodes (2 groups a node): the other
+    node misses the token only when neither of its groups is picked, 1 of the C(4, 2) = 6 pairs:
+    remote 5/6, against 1 - (8 7 6 5) / (16 15 14 13) = 25/26 unlimited. 16 experts in 2 groups of
+    8, top-2 from 1 group, ep 16 x etp 2 over 4 nodes of 4 experts (a group spans 2 nodes): a node
+    is in the picked group with probability 1/2 and then misses both experts with (4/8)(3/7):
+    miss = 1/2 + 3/28 = 17/28, remote 3 x 11/28 = 33/28. DeepSeek-V3 on 8 nodes (one group a node,
+    4 of 8 groups, 2 experts each): a node misses with probability 1/2, remote 7/2 against 4.63
+    unlimited."""
+    from costmodel._evaluate import remote_nodes_per_token
+    from costmodel._reference import _remote_nodes
+
+    cl = cluster_preset("h100x64")  # 8 GPUs a node
+    base = dataclasses.replace(TINY, experts=16, experts_per_token=4, capacity_factor=1.0)
+    whole = dataclasses.replace(base, router_groups=4, router_group_topk=2)
+    assert remote_nodes_per_token(whole, np.array([16]), cl)[0] == pytest.approx(5 / 6, rel=1e-12)
+    assert _remote_nodes(whole, 2) == pytest.approx(5 / 6, rel=1e-12)
+    assert remote_nodes_per_token(base, np.array([16]), cl)[0] == pytest.approx(25 / 26, rel=1e-12)
+    spans = dataclasses.replace(base, experts_per_token=2, router_groups=2, router_group_topk=1)
+    assert remote_nodes_per_token(spans, np.array([16]), cl, 2)[0] == pytest.approx(33 / 28, rel=1e-12)
+    assert _remote_nodes(spans, 4) == pytest.approx(33 / 28, rel=1e-12)
+    dsv3 = model_preset("deepseek-v3")
+    assert (dsv3.router_groups, dsv3.router_group_topk) == (8, 4)
+    h800 = cluster_preset("h800x2048")
+    assert remote_nodes_per_token(dsv3, np.array([64]), h800)[0] == pytest.approx(3.5, rel=1e-12)
+    p_free = np.prod([(224 - i) / (256 - i) for i in range(8)])
+    free = dataclasses.replace(dsv3, router_groups=1, router_group_topk=1)
+    assert remote_nodes_per_token(free, np.array([64]), h800)[0] == pytest.approx(7 * (1 - p_free), rel=1e-12)
+    assert 7 * (1 - p_free) == pytest.approx(4.633, abs=0.001)
+    # a bad limit names its field
+    with pytest.raises(InputError, match="router_group_topk"):
+        dataclasses.replace(dsv3, router_group_topk=3)  # does not divide top-8
+    with pytest.raises(InputError, match="router_groups"):
+        dataclasses.replace(dsv3, router_groups=7)
+
+
+def test_fp8_dispatch_bytes_by_hand():
+    """fp8 dispatch (DeepSeek-V3 Sec. 3.3.3, DeepEP): the dispatch moves 1 byte an element plus one
+    fp32 scale per 128 (1 + 4/128 = 1.03125 bytes), the combine 2 bytes, forward and backward alike.
+    Mixtral 8x7B, ep 8 in one node, top-2 of T = 4096 tokens: per layer and micro-batch
+    2 x [7/8 x 1.03125 x 2 T h / bw + lat + 7/8 x 2 x 2 T h / bw + lat]; in bf16 the same with 2 bytes
+    both ways; without fp8_dispatch fp8 rows price 2 bytes."""
+    from costmodel._evaluate import FP8_DISPATCH_BYTES
+
+    assert FP8_DISPATCH_BYTES == 1.03125
+    cl = cluster_preset("h100x64")
+    fw = dataclasses.replace(framework_preset("megatron-core-deepep"), name="deepep-fp8-dispatch", fp8_dispatch=True)
+    mix = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096)
+    bw, lat, h = cl.scaleup_Bps * cl.gpu.link_eff, cl.scaleup_latency_s, mix.hidden
+    copies = 2 * 4096
+    m, layers = 64 // 8, 32 // 4
+
+    def ep_comm(precision, framework):
+        t = StrategyTable.from_columns(dp=8, tp=1, pp=4, ep=8, micro_batch=1, global_batch=64, precision=precision)
+        return evaluate(mix, cl, t, framework=framework)["ep_comm_s"][0]
+
+    fp8_layer = 2 * ((7 / 8 * 1.03125 * copies * h / bw + lat) + (7 / 8 * 2 * copies * h / bw + lat))
+    bf16_layer = 2 * 2 * (7 / 8 * 2 * copies * h / bw + lat)
+    assert ep_comm("fp8", fw) == pytest.approx(m * layers * fp8_layer, rel=1e-12)
+    assert ep_comm("bf16", fw) == pytest.approx(m * layers * bf16_layer, rel=1e-12)
+    assert ep_comm("fp8", "megatron-core-deepep") == pytest.approx(m * layers * bf16_layer, rel=1e-12)
 
 
 # ---- hand-worked expert memory -----------------------------------------------------------------

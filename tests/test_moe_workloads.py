@@ -146,6 +146,7 @@ DEEPSEEK_V3 = {  # deepseek-ai/DeepSeek-V3
     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
     "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
     "max_position_embeddings": 163840, "tie_word_embeddings": False, "vocab_size": 129280,
+    "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc",
 }
 QWEN3_235B = {  # Qwen/Qwen3-235B-A22B
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu", "hidden_size": 4096,
