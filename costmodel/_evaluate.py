@@ -770,7 +770,9 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
         parts = [(pool, sv.w * gpus)] if sv.dp2 is None else [(pool, sv.w * (d - sv.dp2) * t * c),
                                                               (np.minimum(sv.pool2, P - 1), sv.w * sv.dp2 * t * c)]
-        used = np.stack([sum(np.sum(np.where(x == y, g, 0), axis=0) for x, g in parts) for y in range(P)], axis=1)
+        total = sum(np.sum(g, axis=0) for _, g in parts)
+        on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
+        used = np.stack([total - sum(on_pool), *on_pool], axis=1)
     gpus_ok = flags & 1 == 0
     for y in range(P):
         gpus_ok &= used[:, y] <= pa["num_gpus"][y]
@@ -1415,8 +1417,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
         hbm, hbm_Bps = np.broadcast_to(hbm, X.shape).copy(), np.broadcast_to(hbm_Bps, X.shape).copy()
-        hbm[split] = np.minimum(hbm[split], pa["hbm_bytes"][pool_b[split]])
-        hbm_Bps[split] = np.minimum(hbm_Bps[split], (pa["hbm_Bps"] * pa["hbm_eff"])[pool_b[split]])
+        pb = sub(pool_b)
+        hbm.reshape(-1)[ks] = np.minimum(hbm.reshape(-1)[ks], pa["hbm_bytes"][pb])
+        hbm_Bps.reshape(-1)[ks] = np.minimum(hbm_Bps.reshape(-1)[ks], (pa["hbm_Bps"] * pa["hbm_eff"])[pb])
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
@@ -1461,19 +1464,18 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above) and the link between the pools.
         dbw, dlat = np.broadcast_to(dbw, X.shape).copy(), np.broadcast_to(dlat, X.shape).copy()
-        xa, xb = pool[split], pool_b[split]
-        ts, cs = np.broadcast_to(t, X.shape)[split], np.broadcast_to(c, X.shape)[split]
-        tin, d2 = (sv.order == 0)[split], sv.dp2[split]
+        xa, xb = sub(pool), sub(pool_b)
+        ts, cs, tin, d2 = sub(t), sub(c), sub(sv.order == 0), sub(sv.dp2)
 
         def part_link(x, d_part):
             return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
                               pa["gpus_per_node_int"][x], pa["intra_Bps"][x], pa["inter_Bps"][x],
                               pa["intra_latency_s"][x], pa["inter_latency_s"][x], pa["link_eff"][x])
 
-        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, np.broadcast_to(d, X.shape)[split] - d2), part_link(xb, d2)
+        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, sub(d) - d2), part_link(xb, d2)
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        dbw[split] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
-        dlat[split] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
+        dbw.reshape(-1)[ks] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
+        dlat.reshape(-1)[ks] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
     shard = np.where(zero >= 1, g, 1)
     alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
@@ -1513,9 +1515,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
     peak_e = pa["peak"][pool, prec]
-    if ks is not None and ks.size:  # sum over the GPUs of their peak
-        peak_total = np.sum(wt * (ga * peak_e + np.where(split, sv.dp2 * t * c * pa["peak"][pool_b, prec], 0.0)),
-                            axis=0)
+    if ks is not None and ks.size:  # sum over the GPUs of their peak, the split stages' second pools too
+        peak_total = np.sum(wt * (ga * peak_e), axis=0) + np.bincount(
+            ks % N, weights=sub(wt * sv.dp2 * t * c) * pa["peak"][sub(pool_b), sub(prec)], minlength=N)
     elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
         peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
     else:

@@ -156,8 +156,10 @@ def split_columns(pool, pool2, dp2):
     return np.where(split, pool2, pool), np.where(split, dp2, 0)
 
 
-def placement_view(table: HeteroTable) -> StageView:
-    """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp."""
+def placement_view(table: HeteroTable, model: Transformer | None = None) -> StageView:
+    """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp; or,
+    where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers), three
+    representatives as a StrategyTable's uniform rows."""
     c, N = table.columns, len(table)
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
@@ -172,6 +174,20 @@ def placement_view(table: HeteroTable) -> StageView:
     pool2 = dp2 = None
     if np.any(st["dp2"]):
         pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
+    else:
+        on = idx < c["pp"][None, :]
+        alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
+        if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
+                np.all((a == a[:1]) | ~on) for a in alike):  # every row's stages alike: three representatives
+            p = c["pp"]
+            j = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1])  # (3, N), as representative_stages
+            w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)])
+            w[1] = np.where(j[1] == j[2], 0, w[1])
+            one = {k: a[:1] for k, a in st.items()}
+            return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
+                             recompute=rcs[:1], pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
+                             b=B / (one["dp"] * m), batch_div=one["dp"] * m,
+                             key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
                      w=(idx < c["pp"][None, :]).astype(np.int64), lo=np.cumsum(layers, axis=0) - layers,
                      recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (d * m),
@@ -180,7 +196,7 @@ def placement_view(table: HeteroTable) -> StageView:
 
 
 def stage_view(model: Transformer, table: StrategyTable | HeteroTable) -> StageView:
-    return placement_view(table) if isinstance(table, HeteroTable) else strategy_view(model, table)
+    return placement_view(table, model) if isinstance(table, HeteroTable) else strategy_view(model, table)
 
 
 def microbatches(table: StrategyTable | HeteroTable) -> np.ndarray:
