@@ -1,0 +1,94 @@
+"""The one evaluator block (costmodel._evaluate, views in costmodel._stages): the paths a table can
+take through it give the same numbers, and the homogeneous link rule is the placement one."""
+
+import numpy as np
+import pytest
+
+from costmodel import (
+    METRIC_COLUMNS,
+    HeteroTable,
+    StrategyTable,
+    evaluate,
+    make_cluster,
+    hetero_preset,
+    model_preset,
+)
+from costmodel._evaluate import BLOCK_ROWS, _first_max
+from costmodel._stages import placement_view
+
+
+def _same(a, b, rtol=1e-12):
+    for k in METRIC_COLUMNS:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype.kind == "f":
+            ok = (x == y) | np.isclose(x, y, rtol=rtol, atol=0.0)
+        else:
+            ok = x == y
+        assert ok.all(), (k, x[~ok][:3], y[~ok][:3])
+
+
+def test_first_max_is_argmax_with_ties_to_the_first():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 4, size=(7, 5000)).astype(np.float64)  # many ties
+    a[:, :10] = -np.inf
+    a[3, :10] = 1.0
+    assert np.array_equal(_first_max(a), np.argmax(a, axis=0))
+    # within 1e-12 of the largest counts as it (MoE rows): the first such stage
+    b = np.array([[1.0], [1.0 + 1e-13], [0.5]])
+    assert _first_max(b, tol=True)[0] == 0 and _first_max(b)[0] == 1
+
+
+def _uniform_placements(n, rng):
+    p = rng.choice([4, 8], n)
+    on = np.arange(8)[None, :] < p[:, None]
+    pool = np.where(on, rng.integers(0, 2, n)[:, None], 0)
+    return HeteroTable.from_columns(pool=pool, dp=np.where(on, rng.choice([1, 2], n)[:, None], 1),
+                                    tp=np.where(on, rng.choice([2, 4], n)[:, None], 1),
+                                    layers=np.where(on, (48 // p)[:, None], 0), pp=p, global_batch=1536,
+                                    microbatches=rng.choice([24, 48], n), recompute=rng.integers(0, 3, n),
+                                    schedule=rng.choice([1, 3, 4], n), zero_stage=1, sequence_parallel=True)
+
+
+def test_alike_placements_on_three_representatives_equal_every_stage():
+    """A block of placements whose stages are all alike is priced on three representative stages;
+    the same rows beside one placement with unlike stages are priced on every stage."""
+    model, hc = model_preset("megatron-22b"), hetero_preset("a100x64+h100x64")
+    t = _uniform_placements(300, np.random.default_rng(1))
+    assert placement_view(t, model).j.shape[0] == 3
+    odd = t.take(slice(0, 1))
+    st = {k: v.copy() for k, v in odd.stages.items()}
+    st["dp"][0, 0] = 1 + (st["dp"][0, 0] % 2)  # stage 0 unlike the others
+    mixed = HeteroTable.concat([t, HeteroTable(odd.columns, st, None)])
+    assert placement_view(mixed, model).j.shape[0] == 8
+    for mode in ("closed_form", "simulate"):
+        a = evaluate(model, hc, t, pipeline=mode)
+        b = evaluate(model, hc, mixed, pipeline=mode)
+        assert a["feasible"].sum() > 50
+        _same(a, b.take(slice(0, len(t))))
+
+
+def test_rows_come_back_in_their_order_after_the_sort_by_pp():
+    """Large placement tables are priced sorted by pp; every row's metrics are its own."""
+    model, hc = model_preset("megatron-22b"), hetero_preset("a100x64+h100x64")
+    rng = np.random.default_rng(2)
+    n = BLOCK_ROWS // 4 + 500
+    t = _uniform_placements(n, rng)
+    st = {k: v.copy() for k, v in t.stages.items()}
+    st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)  # (tp 8 where the others have 2 or 4)  # unlike stages, so no three representatives
+    t = HeteroTable(t.columns, st, None)
+    whole = evaluate(model, hc, t)
+    for i in rng.choice(n, 40, replace=False):
+        _same(evaluate(model, hc, t.take(slice(i, i + 1))), whole.take(slice(i, i + 1)))
+
+
+def test_fast_network_group_across_nodes_waits_for_the_node_link():
+    """tp 4 on 2-GPU nodes whose own link (10 GB/s) is slower than the network (50 GB/s): the
+    ring crosses both, so it runs at the node link's 10 GB/s x link efficiency, with the
+    network's latency; the same group inside a 4-GPU node runs at the node link too."""
+    model = model_preset("gpt3-175b")
+    a = make_cluster("a100", 8, gpus_per_node=2, scaleup_Bps=10e9, scaleout_Bps=50e9)
+    b = make_cluster("a100", 8, gpus_per_node=4, scaleup_Bps=10e9, scaleout_Bps=50e9)
+    t = StrategyTable.from_columns(dp=1, tp=4, pp=2, micro_batch=1, global_batch=16)
+    ta, tb = evaluate(model, a, t)["tp_comm_s"][0], evaluate(model, b, t)["tp_comm_s"][0]
+    assert ta > tb  # the network's larger latency on top of the same bandwidth
+    assert ta == pytest.approx(tb, rel=0.05)  # and not the 5x faster network's bandwidth
