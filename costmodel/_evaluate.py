@@ -509,16 +509,23 @@ def stage_params(model: Transformer, n, first, last, t):
 
 def dp_exchange_s(zero, m, params, g, bw, lat):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
-    GPU. ZeRO-3: per micro-batch, all-gather the weights for forward and for backward and
-    reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume,
-    per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the same bytes."""
-    grad_bytes = GRAD_COMM_BYTES * params
-    reduce = all_reduce_s(grad_bytes, g, bw, lat)
+    GPU: dp_exchange_coef's a x params + b."""
+    a, b = dp_exchange_coef(zero, m, g, bw, lat)
+    return a * params + b
+
+
+def dp_exchange_coef(zero, m, g, bw, lat):
+    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for
+    ``params`` parameters per GPU. ZeRO-3: per micro-batch, all-gather the weights for forward
+    and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the
+    all-reduce volume, per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the
+    same bytes. Each pass is a ring: (g - 1) / g of its bytes over the link, g - 1 latencies."""
+    many = g > 1
+    per_byte = np.where(many, (g - 1) / g / bw, 0.0)
+    steps = np.where(many, (g - 1) * lat, 0.0)
     z3 = zero == 3
-    if not np.any(z3):  # the common case in a search (ZeRO-3 needs pp 1): skip the gathers
-        return reduce if reduce.shape == z3.shape else reduce + np.zeros_like(z3, dtype=np.float64)
-    return np.where(z3, m * (2.0 * gather_s(WEIGHT_BYTES * params, g, bw, lat) + gather_s(grad_bytes, g, bw, lat)),
-                    reduce)
+    a = np.where(z3, m * (2.0 * WEIGHT_BYTES + GRAD_COMM_BYTES) * per_byte, 2.0 * GRAD_COMM_BYTES * per_byte)
+    return a, np.where(z3, 3.0 * m * steps, 2.0 * steps)
 
 
 def activation_bytes(full, sel, act_L, sel_kept, sel_work, T, h, sp_div):
@@ -534,10 +541,20 @@ def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
     g are per configuration, params per stage of configuration ``stage_of``."""
-    shards = (np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1))
+    shards = _state_shards(zero, g)
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
     return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), shards, strict=True))
+
+
+def state_bytes_per_param(zero, g):
+    """state_bytes' three parts together, per parameter (a stage's total is this x its parameters)."""
+    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), _state_shards(zero, g),
+                                               strict=True))
+
+
+def _state_shards(zero, g):
+    return np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1)
 
 
 def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):
@@ -1251,7 +1268,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     e_r, u_r = r["ep"], r["etp"]
 
     # -- distinct stage configurations: inv (1, N) or (k, N) -> configuration --
-    keys = [*sv.key, col(c), col(sp), col(prec), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order, t, rc]
+    keys = [*sv.key, col(c), col(sp), col(prec), col(zero), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order,
+            t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1272,7 +1290,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
-    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u, zero_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d,
+                                                                               zero))
     keyed = any(x is d for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
     cfg_bits = None
     if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
@@ -1430,11 +1449,17 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
-        mem = dict(zip(("weights", "grads", "optimizer"), state_bytes(params, zero, g), strict=True))
-        mem["activations"] = k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]
-        mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
-    tot = np.where(on, mem["weights"] + mem["grads"] + mem["optimizer"] + mem["activations"] + mem["buffers"],
-                   -np.inf)
+        mem = {"activations": k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]}
+        if keyed:  # per configuration, then each stage's
+            state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
+            mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
+                                          stage_of=inv, rows=slice(None))
+        else:  # per row
+            state = params * state_bytes_per_param(zero, g)
+            mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
+    if moe:
+        state = mem["weights"] + mem["grads"] + mem["optimizer"]
+    tot = np.where(on, state + mem["activations"] + mem["buffers"], -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
@@ -1442,15 +1467,21 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
 
     mem_total = atm(tot)
+    # the worst stage's state by part
+    worst_state = state_bytes(atm(params), zero, atm(g)) if not moe else tuple(
+        atm(mem[x]) for x in ("weights", "grads", "optimizer"))
     reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
     feasible = reason == 0
 
     # -- data-parallel gradient exchange and the optimizer: the slowest stage's --
     if keyed:  # dp is part of a configuration: its links per configuration
-        stage_link = lambda stride, size: tuple(x[inv] for x in link(stride(d_u, t_u), size(d_u, t_u)))  # noqa: E731
-        tp_in, c_ = order_u == 0, c_u
+        stage_link = lambda stride, size: link(stride(d_u, t_u), size(d_u, t_u))  # noqa: E731
+        back = lambda a: a[inv]  # noqa: E731
+        tp_in, c_, z_, m_, g_ = order_u == 0, c_u, zero_u, U(m), d_u * c_u
         eu_x = e_u * u_u if moe else None
     else:
+        back = lambda a: a  # noqa: E731
+        z_, m_, g_ = zero, m, g
         def stage_link(stride, size):
             return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
                               pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
@@ -1459,11 +1490,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
     dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
                            lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
+    # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
+    dp_a, dp_b = (back(x).copy() if ks is not None and ks.size else back(x)
+                  for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
     if ks is not None and ks.size:
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above) and the link between the pools.
-        dbw, dlat = np.broadcast_to(dbw, X.shape).copy(), np.broadcast_to(dlat, X.shape).copy()
+        dbw, dlat = np.broadcast_to(back(dbw), X.shape).copy(), np.broadcast_to(back(dlat), X.shape).copy()
         xa, xb = sub(pool), sub(pool_b)
         ts, cs, tin, d2 = sub(t), sub(c), sub(sv.order == 0), sub(sv.dp2)
 
@@ -1476,11 +1510,15 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
         dbw.reshape(-1)[ks] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
         dlat.reshape(-1)[ks] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
+        dp_a, dp_b = np.broadcast_to(dp_a, X.shape).copy(), np.broadcast_to(dp_b, X.shape).copy()
+        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(sub(zero), sub(m), sub(g), sub(dbw), sub(dlat))
+    else:
+        dbw, dlat = back(dbw), back(dlat)
     shard = np.where(zero >= 1, g, 1)
     alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
-        ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+        ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
         dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
@@ -1491,9 +1529,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         dp_raw = dp_exchange_s(zero, m, params_max, g[0], dbw[0], dlat[0])
         opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
     else:
-        dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
+        dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        opt_s = row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
+        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps))
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
@@ -1540,8 +1578,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     return assemble_metrics(
         feasible=feasible, reason=reason, step=step, pipe=pipe, fill=fill, m=m, batch=B, seq_len=s,
         flops_model=flops_model, flops_hw=flops_hw, peak_total=peak_total, **parts, pp_comm=pp_comm,
-        dp_comm=dp_exposed, optimizer=opt_s, mem_weights=atm(mem["weights"]), mem_grads=atm(mem["grads"]),
-        mem_optimizer=atm(mem["optimizer"]), mem_activations=atm(mem["activations"]),
+        dp_comm=dp_exposed, optimizer=opt_s, mem_weights=worst_state[0], mem_grads=worst_state[1],
+        mem_optimizer=worst_state[2], mem_activations=atm(mem["activations"]),
         mem_buffers=atm(mem["buffers"]), mem_total=mem_total, extra=extra)
 
 
