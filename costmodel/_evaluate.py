@@ -1154,7 +1154,8 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
     act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
     w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
     buffers = buffer_bytes(sh["T"], model.hidden, t, g, zero, params_max, model.layer_params())
-    total = np.where(wt > 0, w_b + g_b + o_b + act + col(buffers), -np.inf)
+    # (the state as parameters x bytes per parameter, as evaluate sums it)
+    total = np.where(wt > 0, params * state_bytes_per_param(col(zero), col(g)) + act + col(buffers), -np.inf)
     return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
             "total": total, "params_max": params_max}
 
