@@ -61,6 +61,7 @@ from costmodel._stages import (
     StageView,
     group_link,
     microbatches,
+    moe_block_order,
     moe_explicit_stages,
     pool_arrays,
     stage_view,
@@ -867,17 +868,20 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     fw = framework_preset(framework)
     pa = pool_arrays(cluster)
-    if isinstance(table, StrategyTable):
-        table = moe_explicit_stages(model, table)
+    # (an MoE model's rows that need explicit stages: by pp, each block expanded on its own)
+    order = moe_block_order(model, table) if isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS else None
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    order = None
-    if not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is not None:
+        table = table.take(order)
+    elif not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
         table = table.take(order)
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, stage_view(model, sub), pipeline,
+    view = (lambda sub: stage_view(model, moe_explicit_stages(model, sub))) if isinstance(  # noqa: E731
+        table, StrategyTable) else (lambda sub: stage_view(model, sub))
+    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(sub), pipeline,
                                                              simulate_now=now, framework=fw), microbatches)
     if order is not None:
         for x in out.values():
@@ -1251,7 +1255,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     e_r, u_r = r["ep"], r["etp"]
 
     # -- distinct stage configurations: inv (1, N) or (k, N) -> configuration --
-    keys = [*sv.key, col(c), col(sp), col(prec), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order, t, rc]
+    # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
+    # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
+    keys = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), pool,
+            sv.order, t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1481,6 +1488,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+    if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
+        # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
+        # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
+        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g[0], dbw[0], dlat[0])
+                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0]))
+        opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
+                 + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
+    elif moe:
         dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)

@@ -114,6 +114,21 @@ def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTab
     return StrategyTable(table.columns, layers, table.stage_recompute)
 
 
+def moe_block_order(model: Transformer, table: StrategyTable) -> np.ndarray | None:
+    """Row order for evaluating ``table`` in blocks, each block through moe_explicit_stages on its
+    own: the rows whose uniform stages hold alike MoE layers first (three representative stages
+    each), then the others by pp (every stage, to their block's deepest pipeline only), as
+    alikeness depends on pp alone. None where no row needs explicit stages (every dense model)."""
+    if not model.is_moe or table.stage_layers is not None:
+        return None
+    p = table["pp"]
+    alike = moe_stages_alike(model, p)
+    if np.all(alike):
+        return None
+    key = np.where(alike, 0, p)
+    return np.argsort(key.astype(np.int16) if p.max() < 2**15 else key, kind="stable")  # int16: a radix sort
+
+
 def representative_stages(table: StrategyTable, L: int):
     """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
     stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
