@@ -62,7 +62,7 @@ from costmodel._stages import (
     group_link,
     microbatches,
     moe_block_order,
-    moe_explicit_stages,
+    moe_block_view,
     pool_arrays,
     stage_view,
 )
@@ -879,9 +879,9 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
         table = table.take(order)
-    view = (lambda sub: stage_view(model, moe_explicit_stages(model, sub))) if isinstance(  # noqa: E731
-        table, StrategyTable) else (lambda sub: stage_view(model, sub))
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(sub), pipeline,
+    # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
+    view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
+    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                              simulate_now=now, framework=fw), microbatches)
     if order is not None:
         for x in out.values():

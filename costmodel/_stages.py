@@ -129,6 +129,34 @@ def moe_block_order(model: Transformer, table: StrategyTable) -> np.ndarray | No
     return np.argsort(key.astype(np.int16) if p.max() < 2**15 else key, kind="stable")  # int16: a radix sort
 
 
+def moe_run_stages(model: Transformer, p):
+    """(k, N) stage index and weight of representatives of uniform stages (L // p layers each) of
+    an MoE model whose stages may hold unlike MoE layers: the first stage, the first of each run of
+    interior stages holding as many MoE layers (weight: the run's length; the run's busiest for
+    memory, as micro-batches in flight fall along the pipeline), and the last in the last column;
+    rows with fewer runs padded before it with stage 0 at weight 0. Alike stages give the three
+    representative stages (representative_stages). Worked out once per distinct pp, then gathered."""
+    present = np.zeros(int(p.max()) + 1, dtype=bool)
+    present[p] = True
+    ps = np.flatnonzero(present)  # (D,) the distinct pipeline depths
+    n = model.layers // ps
+    jj = np.arange(int(ps[-1]))[:, None]  # (S, 1)
+    n_m = model.moe_layers_before((jj + 1) * n) - model.moe_layers_before(jj * n)  # (S, D)
+    last = jj == ps - 1
+    start = (jj >= 1) & (jj < ps - 1) & ((jj == 1) | (n_m != np.roll(n_m, 1, axis=0)))
+    pick = start | (jj == 0) | last
+    k = int(pick.sum(axis=0).max())
+    after = np.minimum.accumulate(np.where(pick, jj, jj.size)[::-1], axis=0)[::-1]  # the first pick at or after j
+    weight = np.where(last, 1, np.concatenate([after[1:], np.full((1, len(ps)), jj.size)]) - jj)
+    col = np.where(last, k - 1, np.cumsum(pick, axis=0) - 1)
+    j_d, w_d = np.zeros((k, len(ps)), dtype=np.int64), np.zeros((k, len(ps)), dtype=np.int64)
+    at = (col[pick], np.broadcast_to(np.arange(len(ps)), pick.shape)[pick])
+    j_d[at] = np.broadcast_to(jj, pick.shape)[pick]
+    w_d[at] = weight[pick]
+    row = (np.cumsum(present) - 1)[p]  # each row's depth among ps
+    return j_d[:, row], w_d[:, row]
+
+
 def representative_stages(table: StrategyTable, L: int):
     """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
     stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
@@ -162,6 +190,19 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=T(idx), layers=T(n), w=T(w), lo=T(lo),
                      recompute=T(rcs), pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
                      batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), table.stage_layers is None))
+
+
+def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
+    """strategy_view of a block of rows; where an MoE model's uniform stages do not all hold alike
+    MoE layers (moe_stages_alike), every stage (``explicit``: moe_explicit_stages, as the simulator
+    takes them) or the runs of alike stages (moe_run_stages, for the closed forms)."""
+    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+        return strategy_view(model, table)
+    if explicit:
+        return strategy_view(model, moe_explicit_stages(model, table))
+    sv = strategy_view(model, table)  # uniform: layers, recompute, dp, tp (1, N)
+    j, w = moe_run_stages(model, table["pp"])
+    return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
 
 
 def split_columns(pool, pool2, dp2):
