@@ -666,6 +666,10 @@ def moe_layer_inputs(sh: dict) -> dict:
             for k in (*LAYER_INPUTS, *MOE_TERMS[3:])}
 
 
+# The layer terms moe_stage_terms reads (the dense layer's: the first four).
+MOE_PART_KEYS = ("compute", "recompute", "tp", "cp", "ep")
+
+
 def moe_stage_terms(n, n_m, lt, lt_m):
     """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_parts
     takes them: the MoE layer's terms with n where every layer is one (``lt`` None), else the
@@ -1211,6 +1215,19 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
             "dense_params": dense_p, "expert_params": expert_p}
 
 
+def ep_group_link(pa: dict, eu, ranks, pool):
+    """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
+    stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
+    once per distinct (eu, ranks, pool), a few dozen in a block, gathered back."""
+    shape = np.broadcast_shapes(np.shape(eu), np.shape(ranks), np.shape(pool))
+    cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
+    first, inv = distinct_rows(*cols)
+    x, r, q = (a[first] for a in cols)
+    bw, lat = group_link(x, r / x, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
+                         pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+    return bw[inv].reshape(shape), lat[inv].reshape(shape)
+
+
 # MoE rows: stage times within this relative distance of the slowest count as tied (the first is
 # the bottleneck), so that round-off does not pick another stage than the scalar reference does.
 # Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
@@ -1487,7 +1504,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
-        ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+        if keyed:
+            ep_bw, ep_lat = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+        else:
+            ep_bw, ep_lat = ep_group_link(pa, eu_x, d * c * t, pool)
     if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
@@ -1515,8 +1535,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- the bottleneck stage's time parts; throughput and utilisation --
     ub = at(inv_t)
     if moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in lt},
-                                    {x: lt_m[x][ub] for x in lt_m})
+        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in MOE_PART_KEYS[:4]},
+                                    {x: lt_m[x][ub] for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
     parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (

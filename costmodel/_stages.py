@@ -99,8 +99,12 @@ def moe_stages_alike(model: Transformer, p):
     """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
     representative stages assume): pp <= 3, or the dense layers all on stage 0 and
     moe_layer_freq dividing the layers per stage."""
-    n = model.layers // p
-    return (p <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    p = np.asarray(p)
+    lookup = p.size > 64 and 0 < p.min() and p.max() <= 4096  # one entry per pipeline depth: integer divisions are slow
+    q = np.arange(1, int(p.max()) + 1) if lookup else p
+    n = model.layers // q
+    alike = (q <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    return alike[p - 1] if lookup else alike
 
 
 def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
