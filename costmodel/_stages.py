@@ -100,6 +100,8 @@ def moe_stages_alike(model: Transformer, p):
     representative stages assume): pp <= 3, or the dense layers all on stage 0 and
     moe_layer_freq dividing the layers per stage."""
     p = np.asarray(p)
+    if model.dense_layers == 0 and model.moe_layer_freq == 1:  # every layer an MoE layer: any stages alike
+        return np.ones(p.shape, dtype=bool)
     lookup = p.size > 64 and 0 < p.min() and p.max() <= 4096  # one entry per pipeline depth: integer divisions are slow
     q = np.arange(1, int(p.max()) + 1) if lookup else p
     n = model.layers // q
