@@ -201,7 +201,8 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
 def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
     """strategy_view of a block of rows; where an MoE model's uniform stages do not all hold alike
     MoE layers (moe_stages_alike), every stage (``explicit``: moe_explicit_stages, as the simulator
-    takes them) or the runs of alike stages (moe_run_stages, for the closed forms)."""
+    takes them) or the runs of alike stages (moe_run_stages, for the closed forms only: its rows are
+    ``comp`` with k >= 3 columns, and the simulator maps a comp row's devices to three)."""
     if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
         return strategy_view(model, table)
     if explicit:
