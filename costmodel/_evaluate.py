@@ -61,7 +61,8 @@ from costmodel._stages import (
     StageView,
     group_link,
     microbatches,
-    moe_explicit_stages,
+    moe_block_order,
+    moe_block_view,
     pool_arrays,
     stage_view,
 )
@@ -682,6 +683,10 @@ def moe_layer_inputs(sh: dict) -> dict:
             for k in (*LAYER_INPUTS, *MOE_TERMS[3:])}
 
 
+# The layer terms moe_stage_terms reads (the dense layer's: the first four).
+MOE_PART_KEYS = ("compute", "recompute", "tp", "cp", "ep")
+
+
 def moe_stage_terms(n, n_m, lt, lt_m):
     """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_parts
     takes them: the MoE layer's terms with n where every layer is one (``lt`` None), else the
@@ -884,17 +889,20 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     fw = framework_preset(framework)
     pa = pool_arrays(cluster)
-    if isinstance(table, StrategyTable):
-        table = moe_explicit_stages(model, table)
+    # (an MoE model's rows that need explicit stages: by pp, each block expanded on its own)
+    order = moe_block_order(model, table) if isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS else None
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    order = None
-    if not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is not None:
+        table = table.take(order)
+    elif not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
         table = table.take(order)
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, stage_view(model, sub), pipeline,
+    # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
+    view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
+    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                              simulate_now=now, framework=fw), microbatches)
     if order is not None:
         for x in out.values():
@@ -1225,6 +1233,19 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
             "dense_params": dense_p, "expert_params": expert_p}
 
 
+def ep_group_link(pa: dict, eu, ranks, pool):
+    """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
+    stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
+    once per distinct (eu, ranks, pool), a few dozen in a block, gathered back."""
+    shape = np.broadcast_shapes(np.shape(eu), np.shape(ranks), np.shape(pool))
+    cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
+    first, inv = distinct_rows(*cols)
+    x, r, q = (a[first] for a in cols)
+    bw, lat = group_link(x, r / x, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
+                         pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+    return bw[inv].reshape(shape), lat[inv].reshape(shape)
+
+
 # MoE rows: stage times within this relative distance of the slowest count as tied (the first is
 # the bottleneck), so that round-off does not pick another stage than the scalar reference does.
 # Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
@@ -1269,8 +1290,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     e_r, u_r = r["ep"], r["etp"]
 
     # -- distinct stage configurations: inv (1, N) or (k, N) -> configuration --
-    keys = [*sv.key, col(c), col(sp), col(prec), col(zero), *((col(e_r), col(u_r)) if moe else ()), pool, sv.order,
-            t, rc]
+    # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
+    # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
+    keys = [*sv.key, col(c), col(sp), col(prec), col(zero), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()),
+            pool, sv.order, t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1519,7 +1542,18 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
-        ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
+        if keyed:
+            ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
+        else:
+            ep_bw, ep_lat = ep_group_link(pa, eu_x, d * c * t, pool)
+    if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
+        # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
+        # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
+        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g[0], dbw[0], dlat[0])
+                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0]))
+        opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
+                 + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
+    elif moe:
         dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
@@ -1539,8 +1573,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- the bottleneck stage's time parts; throughput and utilisation --
     ub = at(inv_t)
     if moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in lt},
-                                    {x: lt_m[x][ub] for x in lt_m})
+        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in MOE_PART_KEYS[:4]},
+                                    {x: lt_m[x][ub] for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
     parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (

@@ -99,8 +99,14 @@ def moe_stages_alike(model: Transformer, p):
     """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
     representative stages assume): pp <= 3, or the dense layers all on stage 0 and
     moe_layer_freq dividing the layers per stage."""
-    n = model.layers // p
-    return (p <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    p = np.asarray(p)
+    if model.dense_layers == 0 and model.moe_layer_freq == 1:  # every layer an MoE layer: any stages alike
+        return np.ones(p.shape, dtype=bool)
+    lookup = p.size > 64 and 0 < p.min() and p.max() <= 4096  # one entry per pipeline depth: integer divisions are slow
+    q = np.arange(1, int(p.max()) + 1) if lookup else p
+    n = model.layers // q
+    alike = (q <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    return alike[p - 1] if lookup else alike
 
 
 def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
@@ -112,6 +118,49 @@ def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTab
     p = table["pp"]
     layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
     return StrategyTable(table.columns, layers, table.stage_recompute)
+
+
+def moe_block_order(model: Transformer, table: StrategyTable) -> np.ndarray | None:
+    """Row order for evaluating ``table`` in blocks, each block through moe_explicit_stages on its
+    own: the rows whose uniform stages hold alike MoE layers first (three representative stages
+    each), then the others by pp (every stage, to their block's deepest pipeline only), as
+    alikeness depends on pp alone. None where no row needs explicit stages (every dense model)."""
+    if not model.is_moe or table.stage_layers is not None:
+        return None
+    p = table["pp"]
+    alike = moe_stages_alike(model, p)
+    if np.all(alike):
+        return None
+    key = np.where(alike, 0, p)
+    return np.argsort(key.astype(np.int16) if p.max() < 2**15 else key, kind="stable")  # int16: a radix sort
+
+
+def moe_run_stages(model: Transformer, p):
+    """(k, N) stage index and weight of representatives of uniform stages (L // p layers each) of
+    an MoE model whose stages may hold unlike MoE layers: the first stage, the first of each run of
+    interior stages holding as many MoE layers (weight: the run's length; the run's busiest for
+    memory, as micro-batches in flight fall along the pipeline), and the last in the last column;
+    rows with fewer runs padded before it with stage 0 at weight 0. Alike stages give the three
+    representative stages (representative_stages). Worked out once per distinct pp, then gathered."""
+    present = np.zeros(int(p.max()) + 1, dtype=bool)
+    present[p] = True
+    ps = np.flatnonzero(present)  # (D,) the distinct pipeline depths
+    n = model.layers // ps
+    jj = np.arange(int(ps[-1]))[:, None]  # (S, 1)
+    n_m = model.moe_layers_before((jj + 1) * n) - model.moe_layers_before(jj * n)  # (S, D)
+    last = jj == ps - 1
+    start = (jj >= 1) & (jj < ps - 1) & ((jj == 1) | (n_m != np.roll(n_m, 1, axis=0)))
+    pick = start | (jj == 0) | last
+    k = int(pick.sum(axis=0).max())
+    after = np.minimum.accumulate(np.where(pick, jj, jj.size)[::-1], axis=0)[::-1]  # the first pick at or after j
+    weight = np.where(last, 1, np.concatenate([after[1:], np.full((1, len(ps)), jj.size)]) - jj)
+    col = np.where(last, k - 1, np.cumsum(pick, axis=0) - 1)
+    j_d, w_d = np.zeros((k, len(ps)), dtype=np.int64), np.zeros((k, len(ps)), dtype=np.int64)
+    at = (col[pick], np.broadcast_to(np.arange(len(ps)), pick.shape)[pick])
+    j_d[at] = np.broadcast_to(jj, pick.shape)[pick]
+    w_d[at] = weight[pick]
+    row = (np.cumsum(present) - 1)[p]  # each row's depth among ps
+    return j_d[:, row], w_d[:, row]
 
 
 def representative_stages(table: StrategyTable, L: int):
@@ -147,6 +196,20 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=T(idx), layers=T(n), w=T(w), lo=T(lo),
                      recompute=T(rcs), pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
                      batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), table.stage_layers is None))
+
+
+def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
+    """strategy_view of a block of rows; where an MoE model's uniform stages do not all hold alike
+    MoE layers (moe_stages_alike), every stage (``explicit``: moe_explicit_stages, as the simulator
+    takes them) or the runs of alike stages (moe_run_stages, for the closed forms only: its rows are
+    ``comp`` with k >= 3 columns, and the simulator maps a comp row's devices to three)."""
+    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+        return strategy_view(model, table)
+    if explicit:
+        return strategy_view(model, moe_explicit_stages(model, table))
+    sv = strategy_view(model, table)  # uniform: layers, recompute, dp, tp (1, N)
+    j, w = moe_run_stages(model, table["pp"])
+    return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
 
 
 def split_columns(pool, pool2, dp2):
