@@ -1292,8 +1292,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- distinct stage configurations: inv (1, N) or (k, N) -> configuration --
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
-    keys = [*sv.key, col(c), col(sp), col(prec), col(zero), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()),
-            pool, sv.order, t, rc]
+    keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
+    keys = [*sv.key, col(c), col(sp), col(prec), *((col(zero),) if keyed else ()),  # (ZeRO: per-configuration memory)
+            *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), pool, sv.order, t, rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1314,9 +1315,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
-    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u, zero_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d,
-                                                                               zero))
-    keyed = any(x is d for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    zero_u = U(zero) if keyed else None
     cfg_bits = None
     if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
         cfg_bits = ~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
