@@ -1179,7 +1179,7 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
                      row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
-    out["total"] = np.where(on, out["weights"] + out["grads"] + out["optimizer"] + out["activations"] + buffers,
+    out["total"] = np.where(on, out["state"] + out["activations"] + buffers,
                             -np.inf)
     return out
 
@@ -1198,9 +1198,10 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
     layer type; the all-to-all buffers (the routed copies sent and received). ``sh``: the shape
     terms of MOE_MEMORY_TERMS; ``sp_div``: t under sequence parallelism, else 1; ``row_max``: a
     stage array to its row's largest (N,); ``to_stage``: a row array (N,) back to the stages.
-    Returns weights, grads, optimizer, activations, buffers and the dense and expert parameters
-    per GPU (dense_params, expert_params) per stage, and per row params_max, dense_max and
-    expert_max: the largest stage's parameters per GPU, of both kinds and each."""
+    Returns state (weights, gradients and optimizer together; state_bytes of the two kinds of
+    parameters gives the parts), activations, buffers and the dense and expert parameters per GPU
+    (dense_params, expert_params) per stage, and per row params_max, dense_max and expert_max: the
+    largest stage's parameters per GPU, of both kinds and each."""
     all_moe = model.moe_layers == model.layers
     n_d = None if all_moe else n - n_m
     head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
@@ -1220,15 +1221,14 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
         kept = n_d * kept_d + n_m * kept_m
         work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
     act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
-    w_d, g_d, o_d = state_bytes(dense_p, zero, g)
-    w_e, g_e, o_e = state_bytes(expert_p, zero, edp)
+    state = dense_p * state_bytes_per_param(zero, g) + expert_p * state_bytes_per_param(zero, edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
     moe_layer_p = model.moe_layer_dense_params() + (model.experts / e) * model.expert_params() / u * t
     buffers = buffer_bytes(sh["T"], model.hidden, t, np.maximum(g, edp), zero, to_stage(params_max),
                            np.maximum(model.layer_params(), moe_layer_p))
     buffers = buffers + 2.0 * ACT_BYTES * u * routed_copies(model, sh["T"], t) * model.hidden
-    return {"weights": w_d + w_e, "grads": g_d + g_e, "optimizer": o_d + o_e, "activations": act,
+    return {"state": state, "activations": act,
             "buffers": buffers, "params_max": params_max, "dense_max": dense_max, "expert_max": expert_max,
             "dense_params": dense_p, "expert_params": expert_p}
 
@@ -1482,7 +1482,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             state = params * state_bytes_per_param(zero, g)
             mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
     if moe:
-        state = mem["weights"] + mem["grads"] + mem["optimizer"]
+        state = mem["state"]
     tot = np.where(on, state + mem["activations"] + mem["buffers"], -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
@@ -1492,8 +1492,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     mem_total = atm(tot)
     # the worst stage's state by part
-    worst_state = state_bytes(atm(params), zero, atm(g)) if not moe else tuple(
-        atm(mem[x]) for x in ("weights", "grads", "optimizer"))
+    worst_state = state_bytes(atm(params), zero, atm(g))
+    if moe:  # and the routed experts', sharded over edp
+        worst_state = tuple(a + x for a, x in zip(worst_state, state_bytes(atm(mem["expert_params"]), zero, atm(edp)),
+                                                  strict=True))
     reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
     feasible = reason == 0
 
