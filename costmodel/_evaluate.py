@@ -226,6 +226,13 @@ def gather_s(nbytes, size, bw, lat):
     return np.where(size > 1, (size - 1) / size * nbytes / bw + (size - 1) * lat, 0.0)
 
 
+def ring_pass(size, bw, lat):
+    """(seconds per byte, fixed seconds) of one pass of a ring over ``size`` ranks, as gather_s
+    prices it: (n - 1) / n of the buffer over the link and n - 1 latencies; (0, 0) for one rank."""
+    many = size > 1
+    return np.where(many, (size - 1) / size / bw, 0.0), np.where(many, (size - 1) * lat, 0.0)
+
+
 def tier(span, cluster: Cluster, gpu, *, one_group: bool = False):
     """Effective bandwidth and latency of the groups whose ranks span ``span`` consecutive
     ranks (stride * size), laid side by side from rank 0: inside a node if span divides
@@ -520,10 +527,8 @@ def dp_exchange_coef(zero, m, g, bw, lat):
     ``params`` parameters per GPU. ZeRO-3: per micro-batch, all-gather the weights for forward
     and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the
     all-reduce volume, per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the
-    same bytes. Each pass is a ring: (g - 1) / g of its bytes over the link, g - 1 latencies."""
-    many = g > 1
-    per_byte = np.where(many, (g - 1) / g / bw, 0.0)
-    steps = np.where(many, (g - 1) * lat, 0.0)
+    same bytes. Each pass is a ring (ring_pass)."""
+    per_byte, steps = ring_pass(g, bw, lat)
     z3 = zero == 3
     a = np.where(z3, m * (2.0 * WEIGHT_BYTES + GRAD_COMM_BYTES) * per_byte, 2.0 * GRAD_COMM_BYTES * per_byte)
     return a, np.where(z3, 3.0 * m * steps, 2.0 * steps)

@@ -14,7 +14,8 @@ Two tables give views:
         first, one interior (weight pp - 2) and last (``comp``); explicit stage_layers as every
         stage; one pool, Megatron's rank order.
     HeteroTable (per-stage pool, dp, tp, layers, order, pool2 / dp2; micro-batches global):
-        every stage, padded past pp (pool 0, dp 1, tp 1, no layers; weight 0).
+        every stage, padded past pp (pool 0, dp 1, tp 1, no layers; weight 0); a block whose
+        rows' stages are all alike as three representatives.
 
 Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (ORDERS in
 costmodel._hetero_strategy) is priced on the slowest link it crosses (group_link):
@@ -109,11 +110,20 @@ def moe_stages_alike(model: Transformer, p):
     return alike[p - 1] if lookup else alike
 
 
+def _moe_rows_unlike(model: Transformer, table: StrategyTable):
+    """(N,) moe_stages_alike of a table's uniform rows, or None where three representative stages
+    stand for every row (a dense model, explicit stage_layers, or every row alike)."""
+    if not model.is_moe or table.stage_layers is not None:
+        return None
+    alike = moe_stages_alike(model, table["pp"])
+    return None if np.all(alike) else alike
+
+
 def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
     """``table`` with explicit stage_layers (L / pp each) where uniform stages of an MoE model do
     not hold alike MoE layers (moe_stages_alike): the three representative stages would not
     stand for the interior ones. Unchanged otherwise (every dense model)."""
-    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+    if _moe_rows_unlike(model, table) is None:
         return table
     p = table["pp"]
     layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
@@ -125,12 +135,10 @@ def moe_block_order(model: Transformer, table: StrategyTable) -> np.ndarray | No
     own: the rows whose uniform stages hold alike MoE layers first (three representative stages
     each), then the others by pp (every stage, to their block's deepest pipeline only), as
     alikeness depends on pp alone. None where no row needs explicit stages (every dense model)."""
-    if not model.is_moe or table.stage_layers is not None:
+    alike = _moe_rows_unlike(model, table)
+    if alike is None:
         return None
     p = table["pp"]
-    alike = moe_stages_alike(model, p)
-    if np.all(alike):
-        return None
     key = np.where(alike, 0, p)
     return np.argsort(key.astype(np.int16) if p.max() < 2**15 else key, kind="stable")  # int16: a radix sort
 
@@ -163,17 +171,23 @@ def moe_run_stages(model: Transformer, p):
     return j_d[:, row], w_d[:, row]
 
 
+def three_representatives(p):
+    """(N, 3) stage index and weight of uniform stages of pipelines of depth ``p`` represented by
+    three: stages 0, 1 and p - 1 (the first, the busiest interior one for memory, the last),
+    weighted 1, p - 2, 1 in sums over stages (a stage listed twice counts once)."""
+    idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)
+    w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
+    return idx, np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
+
+
 def representative_stages(table: StrategyTable, L: int):
     """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
-    stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are represented by three stages, 0, 1 and p - 1 (the first,
-    the busiest interior one for memory, the last), weighted 1, p - 2, 1 in sums over stages;
-    explicit per-stage layer counts use every stage."""
+    stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are
+    three_representatives; explicit per-stage layer counts use every stage."""
     p, rc = table["pp"], table["recompute"]
     if table.stage_layers is None:
-        idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)  # (N, 3)
+        idx, w = three_representatives(p)  # (N, 3)
         n = (L // p)[:, None]  # (N, 1): every stage alike
-        w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
-        w = np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
         rcs = rc[:, None]
     else:
         S = table.stage_layers.shape[1]
@@ -203,7 +217,7 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
     MoE layers (moe_stages_alike), every stage (``explicit``: moe_explicit_stages, as the simulator
     takes them) or the runs of alike stages (moe_run_stages, for the closed forms only: its rows are
     ``comp`` with k >= 3 columns, and the simulator maps a comp row's devices to three)."""
-    if not model.is_moe or table.stage_layers is not None or np.all(moe_stages_alike(model, table["pp"])):
+    if _moe_rows_unlike(model, table) is None:
         return strategy_view(model, table)
     if explicit:
         return strategy_view(model, moe_explicit_stages(model, table))
@@ -242,10 +256,7 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
         alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a == a[:1]) | ~on) for a in alike):  # every row's stages alike: three representatives
-            p = c["pp"]
-            j = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1])  # (3, N), as representative_stages
-            w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)])
-            w[1] = np.where(j[1] == j[2], 0, w[1])
+            j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
             one = {k: a[:1] for k, a in st.items()}
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
                              recompute=rcs[:1], pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
