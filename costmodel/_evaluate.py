@@ -54,7 +54,7 @@ import types
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
-from costmodel._hardware import PRECISIONS, Cluster
+from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS, Cluster
 from costmodel._sorted_memo import Memo
 from costmodel._stages import (
     GPU_FIELDS,
@@ -73,6 +73,13 @@ from costmodel._workloads import Transformer
 # Activations and their gradients are kept in 16-bit floats (also under fp8 compute, where
 # Transformer Engine casts to fp8 only inside the GEMMs).
 ACT_BYTES = 2
+# FP8_IN_16_BIT: under fp8 only the transformer layers' linear products run in fp8; the attention
+# core (QK^T and AV inside the fused kernel) and the output head stay in 16 bits, so they are
+# priced at the 16-bit peak. Sources: DeepSeek-V3 technical report Sec. 3.3.1 (embedding, output
+# head, MoE gating, normalisation and attention kept in BF16/FP32); Transformer Engine's recipes
+# leave fp8 attention off (``fp8_dpa=False`` by default, transformer_engine/common/recipe); torchao's
+# float8 training converts nn.Linear only and torchtitan leaves the output layer out
+# (``filter_fqns`` default ["output"]); PyTorch's scaled_dot_product_attention has no fp8 kernel.
 # Per parameter, Megatron-LM mixed precision with Adam (Megatron's
 # theoretical_memory_usage: 18 bytes/param = 2 + 4 + 12; Rajbhandari et al. 2020 Sec. 3.1).
 WEIGHT_BYTES = 2  # bf16/fp16 working copy
@@ -248,13 +255,17 @@ def tier(span, cluster: Cluster, gpu, *, one_group: bool = False):
 
 
 def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
-                tp_link=None, cp_link=None):
+                tp_link=None, cp_link=None, peak16=None, attn_eff=None):
     """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays.
 
-    The heterogeneous evaluator passes ``gpu`` (an object whose efficiency and peak fields are
-    (N, S) arrays, one GPU type per stage) and the (bandwidth, latency) of the tp and cp
-    groups' links; every input then broadcasts to (N, S)."""
+    ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
+    ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
+    ``attn_eff``: the framework's attention kernel's fraction of ``peak16`` where measured, 0
+    (or None) for the standard formula (costmodel._hardware.ATTENTION_KERNELS).
+    The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
+    one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
     gpu = cluster.gpu if gpu is None else gpu
+    peak16 = peak if peak16 is None else peak16
     h, f, hk, a, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.heads, model.seq_len
     sc = s / c
     T = b * sc  # tokens on this rank
@@ -281,8 +292,12 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s h / t FLOPs, no s^2
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
-        util = gpu.gemm_eff_max * sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM) * sat(dh, ATTN_HALF_DIM)
-        attn = 4.0 * b * sc * s * q / t / (peak * util)
+        edges = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
+        attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * edges * sat(dh, ATTN_HALF_DIM))
+        if attn_eff is not None:  # a measured kernel: the causal half of the square at its rate
+            measured = attn_eff > 0
+            attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * edges),
+                            attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
@@ -314,6 +329,25 @@ def attention_gemm_s(model: Transformer, T, t, peak, gpu):
     tensor-parallel group: T tokens, the query width q and the K/V width hk split by t."""
     h, q, hk = model.hidden, model.q_hidden, model.kv_hidden
     return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
+
+
+def fp8_cast_s(model: Transformer, T, t, gpu, casts):
+    """(forward, backward) seconds per layer and micro-batch of T tokens at tensor parallelism t
+    that a framework casting to fp8 outside the GEMMs spends on its casts: ``casts`` = bytes moved
+    per element of each linear layer's input, per weight element forward, per element of its
+    output's gradient and per weight element backward (Framework.fp8_cast_bytes, each (N,) or a
+    scalar; zero where the row does not cast). The layer's linear products as the model counts
+    them: QKV (input h, output (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1)
+    f / t), down (f / t, h), the weights split by t. An MLP has no casts."""
+    zero = np.zeros_like(T)
+    if model.kind == "mlp":
+        return zero, zero
+    h, q, hk, f, mats = model.hidden, model.q_hidden, model.kv_hidden, model.ffn_hidden, model.mlp_matrices
+    x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
+    g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
+    w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
+    cx, cw, cg, cwb = casts
+    return hbm_s(cx * x + cw * w, gpu) + zero, hbm_s(cg * g + cwb * w, gpu) + zero
 
 
 def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
@@ -471,10 +505,11 @@ def expert_groups(table: StrategyTable):
 # Called on arrays that broadcast: (N,) rows, (N, k) rows x stages, or (U,) stage configurations.
 
 
-def edge_terms(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat) -> dict[str, np.ndarray]:
+def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat) -> dict[str, np.ndarray]:
     """The embedding's (first stage) and the head's (last stage) terms for one micro-batch of T
     tokens at tensor parallelism t: times emb_c, emb_tp, head_gemm, head_elem, head_tp and the
-    activation bytes emb_act, head_act; zeros for an MLP, which has neither."""
+    activation bytes emb_act, head_act; zeros for an MLP, which has neither. The head's GEMM
+    runs at the 16-bit FLOP/s ``peak16``, also under fp8 (FP8_IN_16_BIT)."""
     h, V = model.hidden, model.vocab
     zero = np.zeros_like(np.asarray(T, dtype=np.float64))
     if model.kind == "mlp":
@@ -488,7 +523,7 @@ def edge_terms(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat) -> dict[s
         # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic; the
         # input's all-gather (SP) or all-reduce (backward) of T*h, and the vocab-parallel loss's
         # 3 small all-reduces of T fp32 values.
-        "head_gemm": gemm_s(T, V / t, h, peak, gpu) + zero,
+        "head_gemm": gemm_s(T, V / t, h, peak16, gpu) + zero,
         "head_elem": hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu) + zero,
         "head_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(4.0 * T, t, tp_bw, tp_lat)
         + zero,
@@ -678,7 +713,7 @@ def distinct_rows(*cols):
 
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
-LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp")
+LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f", "cast_b")
 
 
 def moe_layer_inputs(sh: dict) -> dict:
@@ -707,18 +742,21 @@ def moe_stage_terms(n, n_m, lt, lt_m):
 def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, moe=None,
                 **links) -> dict[str, np.ndarray]:
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
-    costs (layer_costs, which takes ``links``), the embedding and head times, activation bytes.
+    costs (layer_costs, which takes ``links`` and ``peak16``), the embedding and head times, activation bytes.
     ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
     layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
     etp_link = links.pop("etp_link", None)
+    casts = links.pop("casts", None)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
-    edges = edge_terms(model, T, t, sp, peak, gpu, lc["tp_bw"], lc["tp_lat"])
+    lc["cast_f"], lc["cast_b"] = fp8_cast_s(model, T, t, gpu, casts) if casts is not None else (zero, zero)
+    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"])
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
-    out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T")}
-    out.update(edges, act_L=act_L + zero, score_L=score_L + zero)
+    out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
+                                     "cast_b")}
+    out.update(edge, act_L=act_L + zero, score_L=score_L + zero)
     if moe is not None:
         e, u, fw, precision = moe
         fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
@@ -957,8 +995,8 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
     times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
     gradients) and the parts reported: compute, recompute, tp and cp comm."""
-    f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]  # forward compute
-    bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"])
+    f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
+    bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
     sel_tp = np.where(sel, lc["sel_tp"], 0.0)
@@ -1137,7 +1175,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                                 + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
         sel_kept = np.minimum(kept, act)
         sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
-               "sel_re": re_flops / all_flops * terms["gemm"] + terms["elem"] + terms["overhead"],
+               "sel_re": re_flops / all_flops * (terms["gemm"] + terms["cast_f"]) + terms["elem"] + terms["overhead"],
                "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
     else:
         sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
@@ -1333,6 +1371,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in GPU_FIELDS})
     peak = pa["peak"][pool_u, prec_u]
+    peak16 = pa["peak"][pool_u, np.where(prec_u == PRECISIONS.index("fp8"), 0, prec_u)]  # FP8_IN_16_BIT
+    attn_eff = pa["attn_eff"][pool_u, ATTENTION_KERNELS.index(fw.attention_kernel)]
+    casts = None
+    if any(fw.fp8_cast_bytes):
+        fp8_u = prec_u == PRECISIONS.index("fp8")
+        casts = tuple(np.where(fp8_u, x, 0.0) for x in fw.fp8_cast_bytes)
     G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
     up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
     link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
@@ -1348,7 +1392,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
                                          scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
         moe_kw = {"moe": (e_u, u_u, fw, prec_u), "etp_link": link(1, u_u)}
-    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu,
+    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu, peak16=peak16, attn_eff=attn_eff, casts=casts,
                                                 tp_link=link(np.where(tp_inner, 1, d_u), t_u),
                                                 cp_link=link(np.where(tp_inner, t_u, d_u * t_u), c_u), **moe_kw),
                          t_u, sp_u, prec_u)

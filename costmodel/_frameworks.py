@@ -44,6 +44,15 @@ Pricing rules the fields drive (costmodel._evaluate):
                           matrix product's output (the 1st, 3rd, ...), the attention kernel's
                           output and the tensor-parallel reduce-scatters' outputs, and recomputes
                           the rest (the other products, norms, activations, the all-gathers)
+    attention_kernel      how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS):
+                          "standard", the whole s x s square at the GEMM constant; "flash2"
+                          (FlashAttention-2) or "cudnn" (cuDNN fused attention), the causal half at
+                          the kernel's published rate on GPUs where one is published
+    fp8_cast_bytes        under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per
+                          element of each linear layer's input, per weight element (forward), per
+                          element of its output gradient, per weight element (backward); zeros where
+                          the casts are fused into the norms and activations (Transformer Engine)
+                          or not known
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
@@ -83,6 +92,8 @@ class Framework:
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
     fp8_dispatch: bool = False
+    attention_kernel: str = "standard"
+    fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 _MEGATRON_CORE = Framework(
@@ -91,13 +102,15 @@ _MEGATRON_CORE = Framework(
          "(ZeRO-3) without, --overlap-grad-reduce / --overlap-param-gather, fused attention, SP, fp8",
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
-    selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True,
+    selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
     sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
              "without_interleaving, _with_interleaving)",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
              "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
              "--overlap-param-gather",
-             "Transformer Engine DotProductAttention (flash / cuDNN fused attention)",
+             "Transformer Engine DotProductAttention (flash / cuDNN fused attention); "
+             "Transformer Engine's backend choice (get_attention_backend) prefers cuDNN FusedAttention to "
+             "FlashAttention on Hopper 'for performance reasons' (one release left the preference out)",
              "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, "
              "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
              "the backward pass",
@@ -156,6 +169,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
+        attention_kernel="standard",  # HAI-LLM's attention kernel is not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -188,16 +202,22 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
+        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0),
         sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
-                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)",
+                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels); its "
+                 "flash backend is FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn)",
                  "torchtitan torchtitan/parallelisms/parallelize_llama.py (commit 9dec370) _save_list and "
                  "_apply_ac_to_transformer_block: per-op selective checkpointing saves mm (every other one), "
                  "SDPA and reduce_scatter outputs; train_configs/llama3_*.toml selective_ac_option = 'op'",
                  "torchao torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args.forward saves the "
                  "high-precision input and weight for the backward pass",
+                 "torchao torchao/testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, tensorwise "
+                 "scaling without fusion (benchmarks/float8/float8_roofline.py's default): an input or output "
+                 "gradient is read for its max (2 bytes) and read again and written twice in fp8 (2 + 1 + 1); a "
+                 "weight read for its max (2), then cast for the forward (2 + 1) and again for the backward (2 + 1)",
                  "torchtitan torchtitan/config/configs.py pipeline_parallel_layers_per_stage (stages split at "
                  "any layer)"),
     ),

@@ -143,6 +143,34 @@ EFFICIENCY: dict[str, Efficiency] = {
     name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
 }
 
+# Fused attention kernels, priced apart from the GEMMs (a framework profile names its kernel:
+# Framework.attention_kernel). "standard" is the formula every profile had before: the whole
+# s x s square of QK^T and AV at the GEMM constant times the kernel's tile edges (ATTN_HALF_DIM on
+# the query rows, keys and head dimension). A kernel measured on a GPU is priced instead on the
+# causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate.
+# Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16,
+# head dim 128, 16k tokens (the plateau): FlashAttention-2 (what PyTorch's
+# scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s, backward 322;
+# cuDNN (Transformer Engine's FusedAttention) 539 and 516. A backward pass does 2.5 x the forward's
+# FLOPs (five products to two), so a pass forward and backward runs at 3 / (1 / fwd + 2.5 / bwd),
+# counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
+# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock
+# microbenchmarks). Hopper only: no other GPU's rates are published beside these; elsewhere the
+# standard formula stays. Head dimensions other than 128 are priced at the same rate.
+ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
+_ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
+_HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
+
+
+def attention_kernel_eff(gpu_name: str, kernel: str) -> float:
+    """Fraction of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name``
+    (module notes above ATTENTION_KERNELS); 0.0 where not measured (the standard formula)."""
+    if kernel not in _ATTN_TFLOPS_H100 or gpu_name not in _HOPPER:
+        return 0.0
+    fwd, bwd = _ATTN_TFLOPS_H100[kernel]
+    return 3.0 / (1.0 / fwd + 2.5 / bwd) / 989.4 * SUSTAINED_CLOCK
+
+
 # Short names users type, mapped to the CSV's names.
 GPU_ALIASES = {
     "a100-40gb": "A100-SXM4-40GB",

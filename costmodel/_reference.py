@@ -11,7 +11,7 @@ import math
 
 from costmodel import _evaluate as K
 from costmodel._frameworks import framework_preset
-from costmodel._hardware import Cluster
+from costmodel._hardware import Cluster, attention_kernel_eff
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -212,6 +212,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     sp, zero = r["sequence_parallel"], r["zero_stage"]
     prec = ("bf16", "fp16", "fp8").index(r["precision"])
     peak = gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0]
+    peak16 = gpu.peak_flops[0 if prec == 2 else prec]  # attention core and head in 16 bits (FP8_IN_16_BIT)
     fw = framework_preset(framework)
     reason = _reason(model, cluster, r, fw)
     if fw.shard_with_pp_once and pp > 1 and zero >= 2:
@@ -240,8 +241,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
                 + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
         half = K.ATTN_HALF_DIM
-        attn = 4 * b * sc * s * q / tp / (peak * gpu.gemm_eff_max * (sc / (sc + half)) * (s / (s + half))
-                                          * (dh / (dh + half)))
+        edges = (sc / (sc + half)) * (s / (s + half))
+        kernel = attention_kernel_eff(gpu.name, fw.attention_kernel)
+        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate
+            attn = 2 * b * sc * s * q / tp / (peak16 * kernel * edges)
+        else:
+            attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
         elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
         tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
@@ -253,8 +258,17 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         cp_fwd = max(ring - attn, 0.0)
         cp_bwd = max(2 * ring - 2 * attn, 0.0)
         overhead = 2 * gpu.kernel_overhead_s
-    fwd = gemm + attn + elem + overhead
-    bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead)
+    # Casts to fp8 outside the GEMMs (fw.fp8_cast_bytes), per element of the linear layers' inputs
+    # and output gradients and per weight element.
+    cast_f = cast_b = 0.0
+    if prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
+        cx, cw, cg, cwb = fw.fp8_cast_bytes
+        q, mats = model.q_hidden, model.mlp_matrices
+        w = (h * (q + 2 * hk) + q * h + mats * h * f) / tp
+        cast_f = _hbm(gpu, cx * T * (2 * h + (q + f) / tp) + cw * w)
+        cast_b = _hbm(gpu, cg * T * (2 * h + (q + 2 * hk + (mats - 1) * f) / tp) + cwb * w)
+    fwd = gemm + attn + elem + overhead + cast_f
+    bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
     wgt = gemm
 
     # Embedding and head.
@@ -263,7 +277,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     else:
         emb_c = _hbm(gpu, K.ACT_BYTES * 4 * T * h)
         emb_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
-        head_gemm = _gemm(gpu, peak, T, V / tp, h)
+        head_gemm = _gemm(gpu, peak16, T, V / tp, h)
         head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + K.XENT_BYTES_PER_LOGIT * T * V / tp)
         head_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
 
@@ -303,8 +317,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     edp = max(dp * cp * tp // (ep * etp), 1)  # expert-data-parallel ranks
     if model.is_moe:
         mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp, fp8=prec == 2)
-        fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"]
-        bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"])
+        fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"] + cast_f  # (the dense layer's casts)
+        bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
         act_layer_m = mo["act"] + score
         if fw.fp8_saved_inputs and r["precision"] == "fp8":  # attention's QKV and projection inputs only
             act_layer_m -= T * h / ew_div + T * model.q_hidden / tp
@@ -321,7 +335,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         if rc == "full":
             re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
         elif rc == "selective" and op_sac:
-            re, re_tp, re_cp = sac_frac * gemm + elem + overhead, 0.5 * tp_fwd, 0.0
+            re, re_tp, re_cp = sac_frac * (gemm + cast_f) + elem + overhead, 0.5 * tp_fwd, 0.0
         elif rc == "selective":
             re, re_tp, re_cp = attn, 0.0, 0.0
         else:

@@ -124,3 +124,74 @@ def test_a_group_is_inside_a_node_only_if_its_span_divides_the_node():
     np.testing.assert_allclose(lat, [5e-6, 5e-6, 10e-6, 5e-6, 10e-6, 5e-6, 10e-6])
     bw, _ = tier(np.array([6, 8, 12]), cluster, cluster.gpu, one_group=True)
     np.testing.assert_allclose(bw, [nvlink, nvlink, net])
+
+
+def _one_layer(**kw):
+    """layer_costs of Llama 3 8B's layer at tp 1, one sequence of 8192 tokens, on one H100."""
+    from costmodel._evaluate import layer_costs
+
+    model, cluster = model_preset("llama3-8b"), cluster_preset("h100x8")
+    one = np.array([1])
+    return model, cluster, layer_costs(model, cluster, one, one, one, np.array([False]), **kw)
+
+
+def test_attention_core_runs_in_16_bits_under_fp8():
+    # FP8_IN_16_BIT: the attention core at the 16-bit peak whatever peak the linear layers take
+    # (DeepSeek-V3 report Sec. 3.3.1); standard formula: 4 s^2 q FLOPs at gemm_eff_max x
+    # sat(s)^2 x sat(128) = 0.5 of the tile edge.
+    model, cluster, lc = _one_layer(peak=1978.9e12, peak16=989.4e12)
+    gpu, s, q = cluster.gpu, 8192.0, 4096.0
+    util = gpu.gemm_eff_max * (s / (s + 128)) ** 2 * 0.5
+    np.testing.assert_allclose(lc["attn"], 4 * s * s * q / (989.4e12 * util), rtol=1e-12)
+    _, _, lc16 = _one_layer(peak=989.4e12)
+    np.testing.assert_allclose(lc["attn"], lc16["attn"], rtol=1e-12)
+    assert lc["gemm"][0] < 0.75 * lc16["gemm"][0]  # the linear layers do take the fp8 peak
+
+
+def test_a_measured_attention_kernel_prices_the_causal_half_at_its_rate():
+    from costmodel._hardware import SUSTAINED_CLOCK, attention_kernel_eff
+
+    # Shah et al. 2024 Figs. 5-6 (H100, head dim 128, 16k): FlashAttention-2 causal forward 335
+    # TFLOP/s, backward 322; one forward + backward (2.5 x the FLOPs) at 3 / (1/335 + 2.5/322)
+    # = 279.1 TFLOP/s, times the sustained clock, as a fraction of 989.4.
+    eff = 3 / (1 / 335 + 2.5 / 322) / 989.4 * SUSTAINED_CLOCK
+    assert attention_kernel_eff("H100-SXM5-80GB", "flash2") == pytest.approx(eff, rel=1e-12)
+    assert attention_kernel_eff("H100-SXM5-80GB", "cudnn") == pytest.approx(
+        3 / (1 / 539 + 2.5 / 516) / 989.4 * SUSTAINED_CLOCK, rel=1e-12)
+    # Not measured: the standard formula (0), on another GPU or for the standard kernel.
+    assert attention_kernel_eff("A100-SXM4-80GB", "flash2") == 0.0
+    assert attention_kernel_eff("H100-SXM5-80GB", "standard") == 0.0
+    model, cluster, lc = _one_layer(peak=989.4e12, attn_eff=np.array([eff]))
+    s, q = 8192.0, 4096.0
+    causal = 2 * s * s * q  # half of QK^T and AV's 4 s^2 q
+    np.testing.assert_allclose(lc["attn"], causal / (989.4e12 * eff * (s / (s + 128)) ** 2), rtol=1e-12)
+    # about 279.1 x 0.85 = 237 TFLOP/s on the causal FLOPs, against the standard formula's
+    # 989.4 x 0.68 x 0.97 x 0.5 = 327 on the whole square (164 on the causal half)
+    _, _, std = _one_layer(peak=989.4e12)
+    assert 1.4 < std["attn"][0] / lc["attn"][0] < 1.5
+
+
+def test_profiles_name_their_attention_kernels():
+    assert framework_preset("megatron-core").attention_kernel == "cudnn"
+    assert framework_preset("fsdp2").attention_kernel == "flash2"
+    for name in ("generic", "megatron-2021", "deepspeed", "hai-llm"):
+        assert framework_preset(name).attention_kernel == "standard"
+
+
+def test_torchao_casts_move_the_bytes_of_its_roofline():
+    from costmodel._evaluate import fp8_cast_s
+
+    # torchao's tensorwise roofline without fusion: 6 bytes per input / output-gradient element
+    # (max read 2, read 2, two fp8 writes 1 + 1), a weight 5 forward (max 2, cast 2 + 1) and 3
+    # backward. Llama 3 8B layer, tp 1, 8192 tokens: inputs h + q + h + f = 26,624 per token,
+    # output gradients (q + 2 hk) + h + 2 f + h = 6,144 + 4,096 + 28,672 + 4,096 = 43,008, weights
+    # 4096 x 6144 + 4096 x 4096 + 3 x 4096 x 14336 = 218,103,808.
+    model, cluster = model_preset("llama3-8b"), cluster_preset("h100x8")
+    gpu, T = cluster.gpu, np.array([8192.0])
+    assert framework_preset("fsdp2").fp8_cast_bytes == (6.0, 5.0, 6.0, 3.0)
+    fwd, bwd = fp8_cast_s(model, T, np.array([1]), gpu, (6.0, 5.0, 6.0, 3.0))
+    rate = gpu.hbm_Bps * gpu.hbm_eff
+    np.testing.assert_allclose(fwd, (6 * 8192 * 26624 + 5 * 218103808) / rate, rtol=1e-12)
+    np.testing.assert_allclose(bwd, (6 * 8192 * 43008 + 3 * 218103808) / rate, rtol=1e-12)
+    # Transformer Engine fuses its casts into the norms and activations: nothing priced.
+    assert framework_preset("megatron-core").fp8_cast_bytes == (0.0, 0.0, 0.0, 0.0)
