@@ -150,8 +150,9 @@ EFFICIENCY: dict[str, Efficiency] = {
 # causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate.
 # Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16,
 # head dim 128, 16k tokens (the plateau): FlashAttention-2 (what PyTorch's
-# scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s, backward 322;
-# cuDNN (Transformer Engine's FusedAttention) 539 and 516. A backward pass does 2.5 x the forward's
+# scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s, backward 322
+# (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's
+# FusedAttention) 539 and 516. A backward pass does 2.5 x the forward's
 # FLOPs (five products to two), so a pass forward and backward runs at 3 / (1 / fwd + 2.5 / bwd),
 # counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
 # forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock
