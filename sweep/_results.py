@@ -17,10 +17,11 @@ or absent, and writing the same part twice leaves one file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,11 @@ COMPRESSION = "zstd"
 # Temporary part names start with "." so that pyarrow.dataset / pandas never read them.
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
+
+
+def part_name(study: int, index: int) -> str:
+    """A study's part file: grid unit or searcher checkpoint / batch ``index``."""
+    return f"part-{study:02d}-{index:06d}.parquet"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
 # Heterogeneous runs (a search over search.HeteroSpace) add one list per row of each stage's
@@ -206,14 +212,15 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-def write_part(arrow: pa.Table, path: str) -> None:
-    """Write ``arrow`` to ``path`` whole or not at all: a hidden temporary file in the same
-    directory, fsync'd, then renamed over ``path`` (atomic on POSIX file systems)."""
+@contextlib.contextmanager
+def replaced_atomically(path: str) -> Iterator[str]:
+    """A hidden temporary name in ``path``'s directory to write; when the block ends the file is
+    fsync'd and renamed over ``path`` (atomic on POSIX file systems), so ``path`` is whole or absent.
+    The temporary file is removed if the block fails."""
     directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
     try:
-        pq.write_table(arrow, tmp, compression=COMPRESSION)
+        yield tmp
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -225,16 +232,18 @@ def write_part(arrow: pa.Table, path: str) -> None:
             os.unlink(tmp)
 
 
+def write_part(arrow: pa.Table, path: str) -> None:
+    """Write ``arrow`` to ``path`` whole or not at all (replaced_atomically)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with replaced_atomically(path) as tmp:
+        pq.write_table(arrow, tmp, compression=COMPRESSION)
+
+
 def write_json_atomic(obj: object, path: str) -> None:
     """JSON file written through a temporary name and a rename (never half a file)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    with open(tmp, "w") as f:
+    with replaced_atomically(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def hetero_row_strategy(row: Mapping, layers: int) -> dict:

@@ -24,26 +24,20 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
-import uuid
 
 import numpy as np
 
 from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
-from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
+from sweep._grid import Progress
+from sweep._results import part_name, pool_names, replaced_atomically, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
 SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions, "gradient": GradientOptions}
 SearcherOptions = MCMCOptions | TPEOptions | GradientOptions
-
-
-def part_name(study: int, index: int) -> str:
-    return f"part-{study:02d}-{index:06d}.parquet"
 
 
 def study_seed(seed: int, study: int) -> int:
@@ -58,13 +52,8 @@ def save_state(path: str, state: dict, engine: dict) -> None:
     for k, v in arrays.items():
         if v.dtype == object:
             raise TypeError(f"state entry {k!r} is not a plain array ({v.dtype})")
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    with open(tmp, "wb") as f:
+    with replaced_atomically(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_state(path: str) -> tuple[dict, dict] | None:
@@ -171,32 +160,6 @@ def failure_of(info: dict) -> FailureModel | None:
     return FailureModel(**opts["failure"]) if opts.get("objective", "tokens_per_s") == "goodput" else None
 
 
-class _Bar:
-    def __init__(self, total: int, done: int, *, desc: str, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, initial=done, unit="eval", file=sys.stderr, disable=not enabled,
-                        dynamic_ncols=True, mininterval=0.5, desc=desc)
-        self.best = 0.0
-        self.t0 = time.perf_counter()
-        self.rows = 0
-        self.feasible = 0
-
-    def update(self, rows: int, best: float, feasible: int = 0) -> None:
-        """``rows`` more evaluations, ``feasible`` of them feasible (the searchers ask distinct
-        points, so the sum is the feasible points seen), the best tokens/s among them."""
-        self.rows += rows
-        self.feasible += feasible
-        self.best = max(self.best, best)
-        rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {self.feasible:,} feasible seen, best {self.best:,.0f} "
-                                 "tokens/s", refresh=False)
-        self.bar.update(rows)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _feasible_of(arrow) -> int:
     import pyarrow.compute as pc
 
@@ -228,8 +191,8 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                                     "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
         else:
             progress_of[s.index] = {"state": None, "checkpoints": 0, "evaluations": 0, "done": False}
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
-               enabled=progress)
+    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
+                   unit="eval", enabled=progress)
 
     def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool) -> None:
         p = progress_of[s.index]
@@ -237,7 +200,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, _best_of(arrow), _feasible_of(arrow))
+        bar.update(used, used, _best_of(arrow), _feasible_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
@@ -354,8 +317,8 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
                         pool_names=pool_names(s.space))
 
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
-               enabled=progress)
+    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
+                   unit="eval", enabled=progress)
     evaluate_batch = _batch_evaluator(in_process, failure_of(rd.info))
     try:
         while True:
@@ -381,7 +344,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         p[key] += 1
                         p["evaluations"] += len(old)
                         save(i)
-                        bar.update(len(old), _best_of(arrow), _feasible_of(arrow))
+                        bar.update(len(old), len(old), _best_of(arrow), _feasible_of(arrow))
                         check_first.discard(i)
                         continue
                     if new & old:
@@ -396,7 +359,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                 p[key] += 1
                 p["evaluations"] += len(table)
                 save(i)  # then the state
-                bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
+                bar.update(len(table), len(table), _best_of(arrow), _feasible_of(arrow))
     finally:
         bar.close()
 
