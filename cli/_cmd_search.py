@@ -14,7 +14,7 @@ import numpy as np
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_spec_args, failure_from_args
 from cli._cmd_rank import add_objective_args, check_objective, goodput_lines, score
-from cli._cmd_show import format_rows, rows_as_dicts
+from cli._cmd_show import format_priced
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import add_options, load_cluster, load_model, number, options_from_args
@@ -155,7 +155,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
            failure=None) -> None:
     """Print the best strategies found and the evaluations used (text or --json); a placement's
     stages per row, and the first one's per-stage breakdown."""
-    from sweep._results import pool_names, to_arrow  # pyarrow only when reporting
+    from sweep._results import pool_names  # pyarrow only when reporting
 
     n_best = 0 if best_t is None else len(best_t)
     pools = pool_names(space)
@@ -177,11 +177,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
     if not n_best:
         print("no feasible strategy found")
         return
-    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name,
-                     framework=space.framework, iteration=0,
-                     grid_index=None, pool_names=pools)
-    print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
-                      rows_as_dicts(arrow)))
+    print(format_priced(space, best_t, best_m))
     if getattr(args, "objective", "tokens_per_s") != "tokens_per_s":
         print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure)))
         print(f"(ranked by {args.objective})")
