@@ -47,7 +47,6 @@ STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_la
 # per stage) and stage_layers is always given.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
-BOOK_COLUMNS = ("run_id", "model", "cluster", "iteration", "grid_index")
 
 
 def _metric_type(name: str) -> pa.DataType:
