@@ -55,9 +55,8 @@ GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_
 # Share of MCMC's moves (search._moves) and of random draws' stages that change a stage's split.
 # Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
 # move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
-# optimum. Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost
-# MCMC about 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most
-# of its feasible trials (BENCHMARKS.md, "Heterogeneous").
+# optimum. Splits are opt-in (from_options(dp2=...)): the split dims cost the searchers
+# throughput where splits do not pay (BENCHMARKS.md, "Heterogeneous").
 SPLIT_MOVE_SHARE = 0.1
 
 
