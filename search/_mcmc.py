@@ -57,18 +57,7 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
-from search._memo import (
-    Memo,
-    hbm_of,
-    keys_from_plain,
-    keys_to_plain,
-    match_rows,
-    point_keys,
-    row_costs,
-    row_keys,
-    row_time_proxy,
-    stage_width,
-)
+from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import screen_searcher
 
@@ -230,22 +219,17 @@ class MCMCSearcher(Searcher):
             self._tell_enumerated(table, metrics)
             return
         st = self._draw()
-        if len(table):
-            cost, excess = row_costs(metrics, self._hbm_bytes)
-            proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
-            if len(st.ask_rows):
-                if self._last_ask[0] == self._step and self._last_ask[1] is table:
-                    pos = np.arange(len(table))  # the table ask() returned, row for row
-                else:  # rows rebuilt elsewhere (another process, Parquet), in any order
-                    asked = self.space.table(st.proposal[st.ask_rows])
-                    pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                                     row_keys(asked, self.space.model.layers, self._width))
-                hit = pos >= 0
-                new, _ = self._memo.lookup(st.ask_keys[pos[hit]])
-                self.feasible_seen += int(np.sum(np.isfinite(cost[hit]) & ~new))
-                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
-                told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
-                np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
+        if len(table) and len(st.ask_rows):
+            same = self._last_ask[0] == self._step and self._last_ask[1] is table
+            # else rows rebuilt elsewhere (another process, Parquet), in any order
+            pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                    None if same else self.space.table(st.proposal[st.ask_rows]))
+            hit = pos >= 0
+            known, _ = self._memo.lookup(st.ask_keys[pos[hit]])
+            self.feasible_seen += int(np.sum(np.isfinite(vals[hit, 0]) & ~known))
+            self._memo.add(st.ask_keys[pos[hit]], vals[hit])
+            told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
+            np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
         self._advance(st)
 
     def _tell_enumerated(self, table: StrategyTable, metrics: Metrics) -> None:

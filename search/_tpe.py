@@ -77,7 +77,7 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace
-from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
+from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
 from search._screen import screen_searcher
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 
@@ -140,10 +140,10 @@ class TPESearcher(Searcher):
 
     Every TPESampler argument is set explicitly (Optuna 5.0 defaults noted): n_startup_trials,
     n_ei_candidates (24), seed, multivariate (None: True for one objective; set True), group
-    (False), constant_liar (True: running trials of a batch count as bad so the batch spreads out). Arguments deprecated in Optuna
-    4.x-5.0 (consider_prior, prior_weight, consider_magic_clip, consider_endpoints, gamma,
-    weights, warn_independent_sampling, constraints_func) are left at None, which means their
-    documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
+    (False), constant_liar (True: running trials of a batch count as bad so the batch spreads
+    out). Arguments deprecated in Optuna 4.x-5.0 (consider_prior, prior_weight, consider_magic_clip,
+    consider_endpoints, gamma, weights, warn_independent_sampling, constraints_func) are left at
+    None, which means their documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
     ``walks`` ("auto", "both", "digits" or "roots"): the studies run, one per order of the
     conditional walk (module docstring); "auto" is "roots" for a budget below SINGLE_WALK_BUDGET,
@@ -271,18 +271,14 @@ class TPESearcher(Searcher):
             self._new_batch(self._batch_size(len(table)))
         if not self._pending:
             return
-        cost, excess = row_costs(metrics, self._hbm_bytes)
-        proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
-        asked = self.space.table(self._pending_digits())
-        pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                         row_keys(asked, self.space.model.layers, self._width))
+        pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                self.space.table(self._pending_digits()))
         hit = pos >= 0
-        # pos indexes the distinct pending points (the rows of ``asked``), not the trials:
-        # a batch may hold the same point drawn twice.
+        # pos indexes the distinct pending points (the asked rows), not the trials: a batch may
+        # hold the same point drawn twice.
         _, first = np.unique(self._pending_keys, return_index=True)
         keys = self._pending_keys[np.sort(first)][pos[hit]]
-        vals = np.stack([cost[hit], excess[hit], proxy[hit]], axis=1)
-        self._memo.add(keys, vals)
+        self._memo.add(keys, vals[hit])
         self._asked[self._cur] += len(keys)
         for trial, key in zip(self._pending, self._pending_keys, strict=True):
             found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))
