@@ -9,14 +9,15 @@ does not fit in memory is exported with a warning on stderr. The formats are cli
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_strategy_args, build_strategy, framework_arg
 from cli._export import WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
+from costmodel._files import replaced_atomically
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
 EXPORT_FORMAT = {"megatron-core": "megatron", "megatron-2021": "megatron", "megatron-core-a2a-overlap": "megatron",
@@ -108,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    tmp = f"{args.out}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, args.out)
+    with replaced_atomically(args.out) as tmp:
+        Path(tmp).write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ import numpy as np
 
 from costmodel import InputError, Metrics
 
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Keep:
     """``all`` rows, the ``feasible`` ones, or the ``best`` k feasible rows by tokens/s."""

@@ -17,23 +17,19 @@ or absent, and writing the same part twice leaves one file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
+from costmodel._files import replaced_atomically
 from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS
 
 COMPRESSION = "zstd"
-# Temporary part names start with "." so that pyarrow.dataset / pandas never read them.
-TMP_PREFIX = "."
-TMP_SUFFIX = ".tmp"
 
 
 def part_name(study: int, index: int) -> str:
@@ -209,26 +205,6 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
                              grid_index=grid_index, framework=framework)
     schema = result_schema(metadata, hetero=True)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
-
-
-@contextlib.contextmanager
-def replaced_atomically(path: str) -> Iterator[str]:
-    """A hidden temporary name in ``path``'s directory to write; when the block ends the file is
-    fsync'd and renamed over ``path`` (atomic on POSIX file systems), so ``path`` is whole or absent.
-    The temporary file is removed if the block fails."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_part(arrow: pa.Table, path: str) -> None:

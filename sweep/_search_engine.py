@@ -28,10 +28,11 @@ import os
 import numpy as np
 
 from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
+from costmodel._files import replaced_atomically
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._grid import Progress
-from sweep._results import part_name, pool_names, replaced_atomically, to_arrow, write_json_atomic, write_part
+from sweep._results import part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 
 STATE_KEY = "s."  # searcher state entries in the npz
