@@ -142,7 +142,7 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
              max_in_flight: int) -> Iterator[UnitSummary]:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, is_lost_work, register_pickling
+    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, get_unless_lost, register_pickling
 
     register_pickling()
 
@@ -169,15 +169,10 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in ready:
                 u, attempt = in_flight.pop(ref)
-                try:
-                    summary = ray.get(ref)
-                except Exception as exc:
-                    if is_lost_work(exc) and attempt < DRIVER_RESUBMITS:
-                        submit(u, attempt + 1)  # safe: the part has a fixed name
-                        continue
-                    if isinstance(exc, ray.exceptions.RayTaskError):
-                        raise exc.as_instanceof_cause() from None
-                    raise
+                summary = get_unless_lost(ref, may_resend=attempt < DRIVER_RESUBMITS)
+                if summary is None:
+                    submit(u, attempt + 1)  # safe: the part has a fixed name
+                    continue
                 yield summary
     finally:
         for ref in in_flight:

@@ -224,8 +224,9 @@ STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro
 GOODPUT_KEYS = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
 
 
-def run_failure_model(view: RunView):
-    """The costmodel.FailureModel of a run that ranks by goodput (run.json's options), else None."""
+def run_failure_model(view):
+    """The costmodel.FailureModel of a run that ranks by goodput (run.json's options, ``view.info``
+    of a RunView or a sweep._rundir.RunDir), else None."""
     from costmodel import FailureModel
 
     opts = view.info.get("options") if isinstance(view.info.get("options"), Mapping) else {}

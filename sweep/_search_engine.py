@@ -34,6 +34,7 @@ from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._grid import Progress
 from sweep._results import part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
+from sweep._runview import run_failure_model
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
@@ -155,12 +156,6 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     return m
 
 
-def failure_of(info: dict) -> FailureModel | None:
-    """The failure model of a run that ranks by goodput (run.json's options), else None."""
-    opts = info["options"]
-    return FailureModel(**opts["failure"]) if opts.get("objective", "tokens_per_s") == "goodput" else None
-
-
 def _feasible_of(arrow) -> int:
     import pyarrow.compute as pc
 
@@ -213,7 +208,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             for s in studies:
                 p = progress_of[s.index]
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
-                                     failure=failure_of(info))
+                                     failure=run_failure_model(rd))
                 while not p["done"] and p["evaluations"] < budget:
                     out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
                                          metadata=rd.metadata(s))
@@ -227,7 +222,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
 def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> None:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, is_lost_work, register_pickling
+    from sweep._ray import DRIVER_RESUBMITS, get_unless_lost, register_pickling
 
     register_pickling()
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
@@ -244,7 +239,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
             return
         if i not in actors:  # a new actor starts from the last checkpoint
             actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget,
-                                         failure=failure_of(rd.info))
+                                         failure=run_failure_model(rd))
         ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
                                        metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
@@ -256,17 +251,12 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             ref = ready[0]
             i = in_flight.pop(ref)
-            try:
-                out = ray.get(ref)
-            except Exception as exc:
-                if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
-                    restarts[i] += 1  # the actor died: a new one from the last checkpoint
-                    actors.pop(i, None)
-                    launch(i)
-                    continue
-                if isinstance(exc, ray.exceptions.RayTaskError):
-                    raise exc.as_instanceof_cause() from None
-                raise
+            out = get_unless_lost(ref, may_resend=restarts[i] < DRIVER_RESUBMITS)
+            if out is None:
+                restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                actors.pop(i, None)
+                launch(i)
+                continue
             finish(by_index[i], progress_of[i]["checkpoints"], *out)
             launch(i)
     finally:
@@ -320,7 +310,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
 
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
                    unit="eval", enabled=progress)
-    evaluate_batch = _batch_evaluator(in_process, failure_of(rd.info))
+    evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
     try:
         while True:
             active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
