@@ -67,12 +67,13 @@ PIPELINE_CHECK_SPACES = (("gpt3-175b", "h100x1024", 1536), ("llama3-70b", "h100x
 
 def pipeline_check() -> list[dict]:
     """Closed-form vs simulated pipeline on `plansweep rank`'s default spaces."""
-    from cli._cmd_rank import default_space
+    from search import default_space
 
     out = []
     for name, cluster_name, batch in PIPELINE_CHECK_SPACES:
         model, cluster = model_preset(name), cluster_preset(cluster_name)
-        table = default_space(model, cluster, batch)
+        space = default_space(model, cluster, batch)
+        table = space.rows(0, space.size)[1]  # its valid rows
         t0 = time.perf_counter()
         fast = evaluate(model, cluster, table)
         t1 = time.perf_counter()

@@ -108,15 +108,11 @@ class HeteroSpace(SearchSpace):
                 raise InputError(name, "a non-empty list of integers >= 1", list(vals))
         if max(pp) > model.layers:
             raise InputError("pp", f"at most layers={model.layers}", max(pp))
-        for s in schedule:
-            if s not in HETERO_SCHEDULES:
-                raise InputError("schedule", "among " + ", ".join(HETERO_SCHEDULES), s)
-        for r in recompute:
-            if r not in RECOMPUTE:
-                raise InputError("recompute", "among " + ", ".join(RECOMPUTE), r)
-        for o in order:
-            if o not in ORDERS:
-                raise InputError("order", "among " + ", ".join(ORDERS), o)
+        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("recompute", recompute, RECOMPUTE),
+                                    ("order", order, ORDERS)):
+            for v in vals:
+                if v not in allowed:
+                    raise InputError(name, "among " + ", ".join(allowed), v)
         S = max(pp)
         if max_shift is None:  # a boundary may move one uniform stage of the shallowest pipeline
             max_shift = max(1, model.layers // (min(pp) * shift_layers))
