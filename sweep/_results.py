@@ -72,12 +72,13 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
     return pa.schema(fields, metadata=dict(metadata or {}))
 
 
+# Schema metadata keys (JSON bytes) written with every Parquet part.
+META_MODEL, META_CLUSTER, META_VERSIONS = b"plansweep.model", b"plansweep.cluster", b"plansweep.versions"
+
+
 def schema_metadata(model_dict: dict, cluster_dict: dict, versions: dict) -> dict[bytes, bytes]:
-    return {
-        b"plansweep.model": json.dumps(model_dict, sort_keys=True).encode(),
-        b"plansweep.cluster": json.dumps(cluster_dict, sort_keys=True).encode(),
-        b"plansweep.versions": json.dumps(versions, sort_keys=True).encode(),
-    }
+    return {key: json.dumps(value, sort_keys=True).encode()
+            for key, value in ((META_MODEL, model_dict), (META_CLUSTER, cluster_dict), (META_VERSIONS, versions))}
 
 
 def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, names=None, *, uniform_null: bool = True,
