@@ -61,7 +61,7 @@ import dataclasses
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
+from search._base import Searcher, SearchSpace, check_int
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
@@ -216,8 +216,7 @@ class GradientSearcher(Searcher):
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         st = self._draw()
         table = self.space.table(st.ask_digits[: int(n)])
         self._last_ask = (self._step, table)

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
+from search._base import Searcher, SearchSpace, check_int
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import screen_searcher
@@ -135,13 +135,10 @@ class MCMCSearcher(Searcher):
         space = screen_searcher(self, space, screen=screen, budget=budget)
         self._enum_told = 0
         self.feasible_seen = 0  # distinct feasible points told
-        chains = auto_chains(self.budget) if chains is None else chains
-        if not isinstance(chains, (int, np.integer)) or chains < 1:
-            raise InputError("chains", "an integer >= 1", chains)
+        chains = check_int("chains", auto_chains(self.budget) if chains is None else chains, 1)
         if not np.isfinite(beta) or beta < 0:
             raise InputError("beta", "a number >= 0", beta)
-        if not isinstance(reset_every, (int, np.integer)) or reset_every < 0:
-            raise InputError("reset_every", "an integer >= 0 (0: never reset)", reset_every)
+        check_int("reset_every", reset_every, 0, "an integer >= 0 (0: never reset)")
         named = space.start_points()
         known_starts = ("random", *named)
         for s in starts:
@@ -160,9 +157,7 @@ class MCMCSearcher(Searcher):
         if not 0.0 <= double <= 1.0:
             raise InputError("double", "a probability in [0, 1]", double)
         self.double = float(double)
-        if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
-            raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
-        self.restart_after = int(restart_after)
+        self.restart_after = check_int("restart_after", restart_after, 0, "an integer >= 0 (0: never restart)")
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
         self.memory_penalty = float(memory_penalty)
@@ -203,8 +198,7 @@ class MCMCSearcher(Searcher):
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
             return self.space.table(self.space.digits_of(idx))

@@ -76,7 +76,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
+from search._base import Searcher, SearchSpace, check_int
 from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
 from search._screen import screen_searcher
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
@@ -163,10 +163,8 @@ class TPESearcher(Searcher):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         if n_startup_trials is None:
             n_startup_trials = auto_startup_trials(budget)
-        if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
-            raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
-        if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
-            raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
+        check_int("n_startup_trials", n_startup_trials, 0)
+        check_int("n_ei_candidates", n_ei_candidates, 1)
         if walks not in (*WALKS, "auto"):
             raise InputError("walks", "one of auto, " + ", ".join(WALKS), walks)
         if walks == "auto":
@@ -180,9 +178,7 @@ class TPESearcher(Searcher):
             raise InputError("local_share", "a number in [0, 1] (share of the budget spent on local moves)",
                              local_share)
         self.local_share = float(local_share)
-        if not isinstance(min_batches, (int, np.integer)) or min_batches < 1:
-            raise InputError("min_batches", "an integer >= 1", min_batches)
-        self.min_batches = int(min_batches)
+        self.min_batches = check_int("min_batches", min_batches, 1)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # Feasibility first (search._screen): the walk covers only the points that fit in memory
         # where the space can be screened; all of them are evaluated where the budget covers them.
@@ -234,8 +230,7 @@ class TPESearcher(Searcher):
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
             return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
