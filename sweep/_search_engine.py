@@ -71,6 +71,14 @@ def _plain(a: np.ndarray):
     return a.item() if a.ndim == 0 else a
 
 
+def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
+    """(searcher state or None, progress) of a study's npz checkpoint: its parts written
+    (``key``), evaluations and done flag, as save_state's engine entries; a fresh start without one."""
+    loaded = load_state(path)
+    state, eng = loaded if loaded else (None, {key: 0, "evaluations": 0, "done": False})
+    return state, {key: int(eng[key]), "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
+
+
 # ---- the searchers ---------------------------------------------------------------------------
 def searcher_options(kind: str, recorded: dict) -> SearcherOptions:
     """The searcher options a run.json records (its "options"; a field it lacks: the default)."""
@@ -180,13 +188,8 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     # Per study: searcher state, checkpoints written, evaluations so far, finished.
     progress_of: dict[int, dict] = {}
     for s in studies:
-        loaded = load_state(state_path[s.index])
-        if loaded:
-            state, eng = loaded
-            progress_of[s.index] = {"state": state, "checkpoints": int(eng["checkpoints"]),
-                                    "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
-        else:
-            progress_of[s.index] = {"state": None, "checkpoints": 0, "evaluations": 0, "done": False}
+        state, p = load_progress(state_path[s.index], "checkpoints")
+        progress_of[s.index] = {"state": state, **p}
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                    unit="eval", enabled=progress)
 
@@ -408,14 +411,9 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     searchers, prog = {}, {}
     for s in studies:
         searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
-        loaded = load_state(path[s.index])
-        if loaded:
-            state, eng = loaded
+        state, prog[s.index] = load_progress(path[s.index], "steps")
+        if state is not None:
             searchers[s.index].load_state_dict(state)  # a state it cannot load is refused in one line
-            prog[s.index] = {"steps": int(eng["steps"]), "evaluations": int(eng["evaluations"]),
-                             "done": bool(eng["done"])}
-        else:
-            prog[s.index] = {"steps": 0, "evaluations": 0, "done": False}
     _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
               save=lambda i: save_state(path[i], searchers[i].state_dict(), prog[i]))
 
