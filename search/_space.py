@@ -886,7 +886,7 @@ def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Sp
     return Space.from_options(model, cluster, global_batch=global_batch)
 
 
-# The exact space (issue 4, search quality): GPT-3 175B on 1024 H100, global batch 1536.
+# The exact space (the search-quality problem): GPT-3 175B on 1024 H100, global batch 1536.
 EXACT_CHOICES: dict[str, list] = {
     "tp": [1, 2, 4, 8],
     "pp": [1, 2, 4, 8, 16, 32],
