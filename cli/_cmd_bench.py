@@ -67,13 +67,12 @@ PIPELINE_CHECK_SPACES = (("gpt3-175b", "h100x1024", 1536), ("llama3-70b", "h100x
 
 def pipeline_check() -> list[dict]:
     """Closed-form vs simulated pipeline on `plansweep rank`'s default spaces."""
-    from search import default_space
+    from cli._cmd_rank import default_space
 
     out = []
     for name, cluster_name, batch in PIPELINE_CHECK_SPACES:
         model, cluster = model_preset(name), cluster_preset(cluster_name)
-        space = default_space(model, cluster, batch)
-        table = space.rows(0, space.size)[1]  # its valid rows
+        table = default_space(model, cluster, batch)
         t0 = time.perf_counter()
         fast = evaluate(model, cluster, table)
         t1 = time.perf_counter()

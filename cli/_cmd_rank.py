@@ -12,6 +12,14 @@ from cli._cmd_show import format_priced
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate, plan_goodput
+from search import default_space as search_default_space
+
+
+def default_space(model, cluster, global_batch: int) -> StrategyTable:
+    """The valid rows of search.default_space (one definition of the default space, derived from
+    the model and the cluster: search.default_choices)."""
+    space = search_default_space(model, cluster, global_batch)
+    return space.rows(0, space.size)[1]
 
 
 def register(sub) -> None:
