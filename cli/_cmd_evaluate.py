@@ -125,18 +125,21 @@ def _int_list(text: str, argument: str) -> list[int]:
         raise InputError(argument, "comma-separated integers", text) from None
 
 
+def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
+    """``data`` (a strategy file's mapping) with the strategy flags given (but ``skip``) on top,
+    and the model's default global batch where neither sets one."""
+    for name in (*(name for name, _ in STRATEGY_FLAGS), "sequence_parallel", "overlap_dp"):
+        if getattr(args, name) is not None and name not in skip:
+            data[name] = getattr(args, name)
+    data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
+    return data
+
+
 def build_strategy(args, model, cluster) -> StrategyTable:
-    data = read_mapping(args.strategy, "--strategy") if args.strategy else {}
-    for name, _ in STRATEGY_FLAGS:
-        if getattr(args, name) is not None:
-            data[name] = getattr(args, name)
-    for name in ("sequence_parallel", "overlap_dp"):
-        if getattr(args, name) is not None:
-            data[name] = getattr(args, name)
+    data = _with_flags(args, read_mapping(args.strategy, "--strategy") if args.strategy else {}, model)
     if args.stage_layers:
         data["stage_layers"] = _int_list(args.stage_layers, "--stage-layers")
         data.setdefault("pp", len(data["stage_layers"]))
-    data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
         per = degrees[0] * degrees[1] * degrees[2]
@@ -248,13 +251,7 @@ def run_hetero(args, model, cluster, data) -> int:
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
                          "heterogeneous cluster", args.strategy)
-    for name, _ in STRATEGY_FLAGS:
-        if getattr(args, name) is not None and name not in ("dp", "tp", "pp", "micro_batch"):
-            data[name] = getattr(args, name)
-    for name in ("sequence_parallel", "overlap_dp"):
-        if getattr(args, name) is not None:
-            data[name] = getattr(args, name)
-    data.setdefault("global_batch", DEFAULT_GLOBAL_BATCH if model.kind != "mlp" else MLP_GLOBAL_BATCH)
+    _with_flags(args, data, model, skip=("dp", "tp", "pp", "micro_batch"))  # per stage in the file
     names = [p.name for p in cluster.pools]
     table = hetero_from_mapping(data, names)
     metrics = evaluate_hetero(model, cluster, table, pipeline="simulate", framework=args.framework)
@@ -276,11 +273,9 @@ def run_hetero(args, model, cluster, data) -> int:
     rows = stage_rows(model, cluster, table, framework=args.framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason
-    if args.json:
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
-        print_json(({"model": model.name, "cluster": cluster.name, "framework": args.framework,
-                     "strategy": table.row(0, names),
-                          "metrics": clean, "stages": rows}))
+    if args.json:  # print_json writes non-finite numbers as null
+        print_json({"model": model.name, "cluster": cluster.name, "framework": args.framework,
+                    "strategy": table.row(0, names), "metrics": m, "stages": rows})
         return 0
     print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {args.framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}

@@ -9,21 +9,18 @@ does not fit in memory is exported with a warning on stderr. The formats are cli
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from pathlib import Path
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_strategy_args, build_strategy, framework_arg
-from cli._export import WRITERS, canonical_plan
+from cli._export import MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
+from costmodel._files import replaced_atomically
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
-EXPORT_FORMAT = {"megatron-core": "megatron", "megatron-2021": "megatron", "megatron-core-a2a-overlap": "megatron",
-                 "megatron-core-deepep": "megatron", "megatron-core-deepep-a2a-overlap": "megatron",
-                 "fsdp2": "torchtitan", "deepspeed": "deepspeed"}
-STRATEGY_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule", "recompute",
-                 "precision", "sequence_parallel", "overlap_dp", "stage_layers", "stage_recompute")
+EXPORT_FORMAT = {**dict.fromkeys(MEGATRON_PROFILES, "megatron"), "fsdp2": "torchtitan", "deepspeed": "deepspeed"}
 
 
 def register(sub) -> None:
@@ -81,7 +78,7 @@ def _from_run(args):
 
 def run(args: argparse.Namespace) -> int:
     if args.run:
-        given = [f for f in ("strategy", "stage_layers", *STRATEGY_KEYS) if getattr(args, f, None) is not None]
+        given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS) if getattr(args, f, None) is not None]
         if given:
             raise InputError("--run", "no strategy flags beside it (the plan is the run's row)",
                              "--" + given[0].replace("_", "-"))
@@ -108,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    tmp = f"{args.out}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, args.out)
+    with replaced_atomically(args.out) as tmp:
+        Path(tmp).write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

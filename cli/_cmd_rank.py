@@ -8,7 +8,7 @@ import numpy as np
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, failure_from_args
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
-from cli._cmd_show import format_rows, rows_as_dicts
+from cli._cmd_show import format_priced
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate, plan_goodput
@@ -113,8 +113,6 @@ RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is most
 def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
     of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags)."""
-    from sweep._results import pool_names, to_arrow  # pyarrow only when ranking
-
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.hardware)
     failure = failure_from_args(args)
@@ -134,16 +132,11 @@ def run(args) -> int:
     idx, exact = refine(model, cluster, table, metrics, framework=args.framework, objective=args.objective,
                         failure=failure)
     keep = exact["feasible"]
-    top = min(args.top, int(keep.sum()))
-    arrow = to_arrow(table.take(idx[keep][:top]), exact.take(np.flatnonzero(keep)[:top]), run_id="", model=model.name,
-                     cluster=cluster.name, framework=space.framework, iteration=0, grid_index=None,
-                     pool_names=pool_names(space))
-    print(format_rows(arrow.column_names, "samples_per_s" if model.kind == "mlp" else "tokens_per_s",
-                      rows_as_dicts(arrow)))
-    print(idle_note(table.take(idx[keep][:top]), cluster))
+    best_t, best_m = table.take(idx[keep][:args.top]), exact.take(np.flatnonzero(keep)[:args.top])
+    print(format_priced(space, best_t, best_m))
+    print(idle_note(best_t, cluster))
     if not isinstance(cluster, HeteroCluster):
-        print(goodput_lines(plan_goodput(exact.take(np.flatnonzero(keep)[:top]), table.take(idx[keep][:top]), cluster,
-                                         failure)))
+        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
     return 0

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import HeteroCluster, InputError
+from costmodel._files import replaced_atomically
 from search import POLICIES, replan
 
 
@@ -80,9 +80,8 @@ def write_outputs(out: Path, records: list[dict], objective: str) -> None:
         cols[k] = [None if r["plan"] is None else int(r["plan"][k]) for r in records]
     for k in ("schedule", "recompute"):
         cols[k] = [None if r["plan"] is None else str(r["plan"][k]) for r in records]
-    tmp = out / "replan.parquet.tmp"
-    pq.write_table(pa.table(cols), tmp)
-    os.replace(tmp, out / "replan.parquet")
+    with replaced_atomically(out / "replan.parquet") as tmp:
+        pq.write_table(pa.table(cols), tmp)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     key = "tokens_per_s" if objective == "tokens_per_s" else "goodput_tokens_per_s"
     for policy in dict.fromkeys(r["policy"] for r in records):
@@ -94,7 +93,6 @@ def write_outputs(out: Path, records: list[dict], objective: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp_png = out / "replan.png.tmp.png"
-    fig.savefig(tmp_png, dpi=110)
+    with replaced_atomically(out / "replan.png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp_png, out / "replan.png")

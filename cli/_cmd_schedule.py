@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
 from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
+from costmodel._files import replaced_atomically
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
 _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
@@ -79,10 +79,8 @@ def run(args: argparse.Namespace) -> int:
         timeline=True,
     )
     if args.trace:
-        tmp = f"{args.trace}.tmp"
-        with open(tmp, "w") as fh:
+        with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
             json.dump(chrome_trace(res.timeline), fh)
-        os.replace(tmp, args.trace)
     if args.json:
         out = {
             "total_time": float(res.total_time[0]),

@@ -16,6 +16,7 @@ import numpy as np
 from cli import COMMAND_HELP
 from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
+from costmodel._files import replaced_atomically
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,9 +37,8 @@ def _write_parquet(columns: dict[str, list], path: str) -> None:
     import pyarrow as pa  # only when writing
     import pyarrow.parquet as pq
 
-    tmp = f"{path}.tmp"
-    pq.write_table(pa.table(columns), tmp)
-    os.replace(tmp, path)
+    with replaced_atomically(path) as tmp:
+        pq.write_table(pa.table(columns), tmp)
 
 
 def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
@@ -88,10 +88,9 @@ def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
                 ax.set_yscale("log")
             ax.legend(fontsize=7)
     fig.suptitle(exp.title)
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=80)
+    with replaced_atomically(path) as tmp:
+        fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def run(args: argparse.Namespace) -> int:

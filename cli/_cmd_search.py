@@ -1,7 +1,8 @@
 """``plansweep search``: searchers as sub-subcommands (grid, random, piper; mcmc, tpe, gradient).
 
 Each searcher has its own registrar in SEARCHERS: a function that adds its parser to the
-``search`` sub-subparsers and sets ``func``. Adding one is a new function and one entry.
+``search`` sub-subparsers and sets ``func`` (_space_searcher builds those of the searchers over
+a strategy space). Adding one is one entry.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_spec_args, failure_from_args
 from cli._cmd_rank import add_objective_args, check_objective, goodput_lines, score
-from cli._cmd_show import format_rows, rows_as_dicts
+from cli._cmd_show import format_priced
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import add_options, load_cluster, load_model, number, options_from_args
@@ -155,7 +156,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
            failure=None) -> None:
     """Print the best strategies found and the evaluations used (text or --json); a placement's
     stages per row, and the first one's per-stage breakdown."""
-    from sweep._results import pool_names, to_arrow  # pyarrow only when reporting
+    from sweep._results import pool_names  # pyarrow only when reporting
 
     n_best = 0 if best_t is None else len(best_t)
     pools = pool_names(space)
@@ -177,32 +178,13 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
     if not n_best:
         print("no feasible strategy found")
         return
-    arrow = to_arrow(best_t, best_m, run_id="", model=space.model.name, cluster=space.cluster.name,
-                     framework=space.framework, iteration=0,
-                     grid_index=None, pool_names=pools)
-    print(format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
-                      rows_as_dicts(arrow)))
+    print(format_priced(space, best_t, best_m))
     if getattr(args, "objective", "tokens_per_s") != "tokens_per_s":
         print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure)))
         print(f"(ranked by {args.objective})")
     if pools:
         print("best, per stage (exact pipeline):")
         print(format_stage_rows(stage_rows(space.model, space.cluster, best_t, 0, framework=space.framework)))
-
-
-def _register_grid(searchers: argparse._SubParsersAction) -> None:
-    p = searchers.add_parser("grid", help="exhaustive search over a strategy space (or a range of its grid)",
-                             description="Every valid strategy of the space in grid order, evaluated in "
-                             "batches, until --budget evaluations.")
-    add_search_args(p)
-    add_options(p, GridOptions)
-    p.set_defaults(func=_run_space_searcher, options=GridOptions)
-
-
-def _register_random(searchers: argparse._SubParsersAction) -> None:
-    p = searchers.add_parser("random", help="uniform random search over the valid strategies of a space")
-    add_search_args(p)
-    p.set_defaults(func=_run_space_searcher, options=None)
 
 
 def _make(args, options, space, seed: int, budget: int | None = None):
@@ -247,40 +229,53 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_mcmc(searchers: argparse._SubParsersAction) -> None:
-    p = searchers.add_parser(
-        "mcmc", help="FlexFlow-style Metropolis-Hastings over a strategy space (an ensemble of chains)",
-        description="Chains start from data parallelism, Megatron-LM's recipe and random strategies, propose "
-        "one change at a time and accept a worse strategy with probability exp(-beta * relative slow-down) "
-        "(Jia et al., SysML 2019). An out-of-memory point costs its time x (1 + --memory-penalty x the HBM "
-        "it lacks) so chains can cross memory walls; a chain on the same point as another restarts at a "
-        "rarely visited one; --reset-every K > 0 jumps every chain to the best every K steps instead.")
-    add_search_args(p)
-    add_options(p, MCMCOptions)
-    add_search_run_args(p)
-    p.set_defaults(func=_run_space_searcher, options=MCMCOptions)
+def _space_searcher(name: str, options, *, run_dir: bool = True, batch: int = ASK_BATCH, storage: bool = False,
+                    **parser_kw) -> Callable[[argparse._SubParsersAction], None]:
+    """The registrar of a searcher over a strategy space: the search arguments (add_search_args),
+    TPE's --storage, the flags of its options dataclass (search._options; None: no options) and,
+    with ``run_dir``, --out RUN_DIR and how to run it (add_search_run_args)."""
+
+    def register(searchers: argparse._SubParsersAction) -> None:
+        p = searchers.add_parser(name, **parser_kw)
+        add_search_args(p, batch=batch)
+        if storage:
+            p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
+        if options is not None:
+            add_options(p, options)
+        if run_dir:
+            add_search_run_args(p)
+        p.set_defaults(func=_run_space_searcher, options=options)
+
+    return register
 
 
 TPE_ASK_BATCH = 16  # Optuna asks one trial at a time; small batches keep TPE's model fresh
 
-
-def _register_tpe(searchers: argparse._SubParsersAction) -> None:
-    p = searchers.add_parser(
-        "tpe", help="Optuna's TPE sampler over a strategy space (ask/tell in batches)",
+# Searcher name -> registrar.
+SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "grid": _space_searcher(
+        "grid", GridOptions, run_dir=False, help="exhaustive search over a strategy space (or a range of its grid)",
+        description="Every valid strategy of the space in grid order, evaluated in batches, until --budget "
+        "evaluations."),
+    "random": _space_searcher("random", None, run_dir=False,
+                              help="uniform random search over the valid strategies of a space"),
+    "mcmc": _space_searcher(
+        "mcmc", MCMCOptions, help="FlexFlow-style Metropolis-Hastings over a strategy space (an ensemble of chains)",
+        description="Chains start from data parallelism, Megatron-LM's recipe and random strategies, propose "
+        "one change at a time and accept a worse strategy with probability exp(-beta * relative slow-down) "
+        "(Jia et al., SysML 2019). An out-of-memory point costs its time x (1 + --memory-penalty x the HBM "
+        "it lacks) so chains can cross memory walls; a chain on the same point as another restarts at a "
+        "rarely visited one; --reset-every K > 0 jumps every chain to the best every K steps instead."),
+    "tpe": _space_searcher(
+        "tpe", TPEOptions, batch=TPE_ASK_BATCH, storage=True,
+        help="Optuna's TPE sampler over a strategy space (ask/tell in batches)",
         description="Tree-structured Parzen estimator (Optuna TPESampler, multivariate, constant liar): two "
         "studies with different orders of the space's dimensions take turns; out-of-memory strategies "
         "are told behind soft memory walls (--memory-penalty). With --storage the studies live in an "
-        "Optuna journal file and a later run on the same file continues them.")
-    add_search_args(p, batch=TPE_ASK_BATCH)
-    p.add_argument("--storage", metavar="FILE", default=None, help="Optuna journal file (default: in memory)")
-    add_options(p, TPEOptions)
-    add_search_run_args(p)
-    p.set_defaults(func=_run_space_searcher, options=TPEOptions)
-
-
-def _register_gradient(searchers: argparse._SubParsersAction) -> None:
-    p = searchers.add_parser(
-        "gradient", help="differentiable search: a softmax per dimension, trained by score-function gradients",
+        "Optuna journal file and a later run on the same file continues them."),
+    "gradient": _space_searcher(
+        "gradient", GradientOptions,
+        help="differentiable search: a softmax per dimension, trained by score-function gradients",
         description="One softmax distribution per dimension of the space (per stage for boundary shifts and "
         "per-stage recompute), drawn dimension by dimension among the choices some valid strategy allows. "
         "Each step draws --samples strategies, evaluates the new ones in one batch, and moves the logits "
@@ -289,19 +284,6 @@ def _register_gradient(searchers: argparse._SubParsersAction) -> None:
         "lack). --cooling < 1 anneals the temperature, --entropy > 0 keeps the distributions wide; a "
         "distribution that has collapsed on evaluated strategies starts again from uniform (--restart 1). "
         "A placement space (heterogeneous cluster) is searched too, but most of its draws fall outside the "
-        "space and are filled with random placements.")
-    add_search_args(p)
-    add_options(p, GradientOptions)
-    add_search_run_args(p)
-    p.set_defaults(func=_run_space_searcher, options=GradientOptions)
-
-
-# Searcher name -> registrar.
-SEARCHERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
-    "grid": _register_grid,
-    "random": _register_random,
-    "mcmc": _register_mcmc,
-    "tpe": _register_tpe,
-    "gradient": _register_gradient,
+        "space and are filled with random placements."),
     "piper": _register_piper,
 }

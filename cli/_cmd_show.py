@@ -53,6 +53,17 @@ def rows_as_dicts(table: pa.Table) -> list[dict]:
             for r in table.to_pylist()]
 
 
+def format_priced(space, table, metrics) -> str:
+    """``table``'s rows priced as ``metrics`` on ``space``'s model and cluster, as format_rows
+    prints a run's rows (rank, search)."""
+    from sweep._results import pool_names, to_arrow  # pyarrow only when printing
+
+    arrow = to_arrow(table, metrics, run_id="", model=space.model.name, cluster=space.cluster.name,
+                     framework=space.framework, iteration=0, grid_index=None, pool_names=pool_names(space))
+    return format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
+                       rows_as_dicts(arrow))
+
+
 def _cell(v, fmt: str) -> str:
     if v is None:
         return "-"

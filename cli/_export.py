@@ -10,7 +10,7 @@ DeepSpeed) and the round trip read(write(plan)) == plan is tested on random feas
 A dimension the framework cannot express raises InputError naming the dimension, what the
 framework takes and what the plan holds; nothing is silently dropped.
 
-Mixture-of-experts models (issue 18): the plan carries ep and etp (1 and 1 for a dense model)
+Mixture-of-experts models: the plan carries ep and etp (1 and 1 for a dense model)
 and each writer adds the MoE layer's shape (experts, top-k, expert and shared-expert ffn widths,
 which layers are MoE layers, capacity factor) in the framework's own terms: Megatron-LM
 arguments; torchtitan's expert degrees, with the shape in the comment naming the flavor to

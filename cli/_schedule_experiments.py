@@ -66,12 +66,9 @@ def _rows(
 
 
 def _empty() -> dict[str, list]:
-    keys = ("schedule", "devices", "microbatches", "chunks", "t_c")
-    return {k: [] for k in keys} | {
-        "total_time": [],
-        "bubble_ratio": [],
-        "peak_activations_max": [],
-    }
+    keys = ("schedule", "devices", "microbatches", "chunks", "t_c", "total_time", "bubble_ratio",
+            "peak_activations_max")
+    return {k: [] for k in keys}
 
 
 def _compared(
@@ -101,14 +98,18 @@ def _uniform(d: int, n: int, value: float | np.ndarray) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, dtype=float).reshape(-1, 1), (n, d)).copy()
 
 
+def _even_split(out: dict[str, list], d: int, m: int, tc: np.ndarray, extra: dict[str, np.ndarray],
+                schedules: Iterable[tuple[str, str, int, bool]] = COMPARED) -> None:
+    """The comparison set with the model split evenly over d stages: T_F = 400 / D, T_B = 800 / D."""
+    n = len(tc)
+    _compared(out, d, m, _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d), tc, extra, schedules=schedules)
+
+
 def _scaling(microbatches) -> dict[str, list]:
     """Every schedule over D = 2..32 with T_F = 400 / D, T_B = 800 / D; m = microbatches(D)."""
     out = _empty()
-    tc = np.array(T_C_PANELS)
     for d in DEVICES:
-        n = len(tc)
-        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
-        _compared(out, d, microbatches(d), tf, tb, tc, {})
+        _even_split(out, d, microbatches(d), np.array(T_C_PANELS), {})
     return out
 
 
@@ -139,23 +140,17 @@ def microbatches_per_device() -> dict[str, list]:
     tc = np.array(T_C_PANELS)
     for d in (2, 4, 8, 16):
         for per in (1, 2, 4, 8):
-            n = len(tc)
-            tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
-            per_col = np.full(n, per)
-            _compared(out, d, per * d, tf, tb, tc, {"microbatches_per_device": per_col})
+            _even_split(out, d, per * d, tc, {"microbatches_per_device": np.full(len(tc), per)})
     return out
 
 
 def chunks() -> dict[str, list]:
     """Interleaved with v = chunks, Hanayo with chunks / 2 waves."""
     out = _empty()
-    tc = np.array(T_C_PANELS)
     for d in DEVICES:
-        n = len(tc)
-        tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
         for v in (2, 4, 6, 8):
             pair = (("Interleaved 1F1B", "interleaved", v, False), ("Hanayo", "hanayo", v, False))
-            _compared(out, d, 2 * d, tf, tb, tc, {}, schedules=pair)
+            _even_split(out, d, 2 * d, np.array(T_C_PANELS), {}, schedules=pair)
     return out
 
 
@@ -168,19 +163,9 @@ def backward_split() -> dict[str, list]:
         for d in DEVICES:
             n = len(share)
             tb_all = MODEL_TB / d
-            _rows(
-                out,
-                "ZB-H1",
-                "zb-h1",
-                d,
-                per * d,
-                1,
-                _uniform(d, n, MODEL_TF / d),
-                _uniform(d, n, tb_all * share),
-                _uniform(d, n, tb_all * (1 - share)),
-                tc,
-                {"tb_share": share, "microbatches_per_device": np.full(n, per)},
-            )
+            _rows(out, "ZB-H1", "zb-h1", d, per * d, 1, _uniform(d, n, MODEL_TF / d), _uniform(d, n, tb_all * share),
+                  _uniform(d, n, tb_all * (1 - share)), tc,
+                  {"tb_share": share, "microbatches_per_device": np.full(n, per)})
     return out
 
 
@@ -189,9 +174,7 @@ def tc_sensitivity() -> dict[str, list]:
     tc = np.array([0.0, 2.0, 4.0, 8.0, 16.0, 32.0])
     for d in DEVICES:
         for per in (1, 2, 4):
-            n = len(tc)
-            tf, tb = _uniform(d, n, MODEL_TF / d), _uniform(d, n, MODEL_TB / d)
-            _compared(out, d, per * d, tf, tb, tc, {"microbatches_per_device": np.full(n, per)})
+            _even_split(out, d, per * d, tc, {"microbatches_per_device": np.full(len(tc), per)})
     return out
 
 
@@ -230,64 +213,22 @@ class Experiment:
 
 
 EXPERIMENTS = {
-    "weak_scaling": Experiment(
-        weak_scaling,
-        "devices",
-        ("total_time", "bubble_ratio"),
-        "t_c",
-        None,
-        "schedule",
-        "Weak scaling, m = 2D, T_F = 400 / D, T_B = 800 / D",
-    ),
-    "strong_scaling": Experiment(
-        strong_scaling,
-        "devices",
-        ("total_time", "bubble_ratio"),
-        "t_c",
-        None,
-        "schedule",
-        "Strong scaling, m = 32, T_F = 400 / D, T_B = 800 / D",
-    ),
-    "recompute": Experiment(
-        recompute, "recompute", "bubble_ratio", "t_c", "devices", "schedule", "Recompute ratio"
-    ),
-    "microbatches_per_device": Experiment(
-        microbatches_per_device,
-        "microbatches_per_device",
-        "bubble_ratio",
-        "t_c",
-        "devices",
-        "schedule",
-        "Micro-batches per device",
-    ),
-    "chunks": Experiment(
-        chunks, "chunks", "bubble_ratio", "t_c", "devices", "schedule", "Chunks, m = 2D"
-    ),
-    "backward_split": Experiment(
-        backward_split,
-        "tb_share",
-        "bubble_ratio",
-        "t_c",
-        "microbatches_per_device",
-        "devices",
-        "ZB-H1: T_B / (T_B + T_W) at fixed T_B + T_W",
-    ),
-    "tc_sensitivity": Experiment(
-        tc_sensitivity,
-        "t_c",
-        "bubble_ratio",
-        "microbatches_per_device",
-        "devices",
-        "schedule",
-        "T_C sensitivity",
-    ),
-    "imbalanced": Experiment(
-        imbalanced,
-        "t_ext_ratio",
-        "bubble_ratio",
-        "t_c",
-        "devices",
-        "schedule",
-        "Imbalanced first and last stages, m = 2D",
-    ),
+    "weak_scaling": Experiment(weak_scaling, x="devices", y=("total_time", "bubble_ratio"), panel="t_c", row=None,
+                               line="schedule", title="Weak scaling, m = 2D, T_F = 400 / D, T_B = 800 / D"),
+    "strong_scaling": Experiment(strong_scaling, x="devices", y=("total_time", "bubble_ratio"), panel="t_c", row=None,
+                                 line="schedule", title="Strong scaling, m = 32, T_F = 400 / D, T_B = 800 / D"),
+    "recompute": Experiment(recompute, x="recompute", y="bubble_ratio", panel="t_c", row="devices", line="schedule",
+                            title="Recompute ratio"),
+    "microbatches_per_device": Experiment(microbatches_per_device, x="microbatches_per_device", y="bubble_ratio",
+                                          panel="t_c", row="devices", line="schedule",
+                                          title="Micro-batches per device"),
+    "chunks": Experiment(chunks, x="chunks", y="bubble_ratio", panel="t_c", row="devices", line="schedule",
+                         title="Chunks, m = 2D"),
+    "backward_split": Experiment(backward_split, x="tb_share", y="bubble_ratio", panel="t_c",
+                                 row="microbatches_per_device", line="devices",
+                                 title="ZB-H1: T_B / (T_B + T_W) at fixed T_B + T_W"),
+    "tc_sensitivity": Experiment(tc_sensitivity, x="t_c", y="bubble_ratio", panel="microbatches_per_device",
+                                 row="devices", line="schedule", title="T_C sensitivity"),
+    "imbalanced": Experiment(imbalanced, x="t_ext_ratio", y="bubble_ratio", panel="t_c", row="devices",
+                             line="schedule", title="Imbalanced first and last stages, m = 2D"),
 }

@@ -110,12 +110,6 @@ class HeteroCluster:
     def num_gpus(self) -> int:
         return sum(p.num_gpus for p in self.pools)
 
-    def pool_index(self, name: str) -> int:
-        for i, p in enumerate(self.pools):
-            if p.name == name:
-                return i
-        raise InputError("pool", "one of " + ", ".join(p.name for p in self.pools), name)
-
     def describe(self) -> str:
         parts = []
         for p in self.pools:

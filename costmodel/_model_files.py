@@ -28,7 +28,7 @@ HuggingFace families read (``model_type``):
                                    hidden / heads (plansweep has no MLA; costmodel._workloads'
                                    deepseek-v3 preset says what that changes); the
                                    multi-token-prediction layers are not counted
-Expert layers are priced by both evaluators (issue 18); the closed forms (Transformer.num_params,
+Expert layers are priced by both evaluators; the closed forms (Transformer.num_params,
 active_params, model_flops_per_sample) count them too.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
 built for; write a plansweep model file to train at another. A config that plansweep cannot

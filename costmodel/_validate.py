@@ -31,6 +31,7 @@ import numpy as np
 from costmodel._errors import InputError
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._evaluate import REASONS, evaluate
+from costmodel._files import replaced_atomically
 from costmodel._hardware import EFFICIENCY, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
@@ -376,10 +377,8 @@ def calibrate(runs: list[MeasuredRun]) -> dict[str, Efficiency]:
 
 def write_hardware(path: str | Path, fitted: dict[str, Efficiency]) -> None:
     """Write fitted constants as JSON {gpu name: {constant: value}} (tmp file + rename)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
-    tmp.replace(p)
+    with replaced_atomically(path) as tmp:
+        Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 
 def read_hardware(path: str | Path) -> dict[str, Efficiency]:

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from costmodel import Metrics, StrategyTable
+from costmodel import InputError, Metrics, StrategyTable
 
 INT64_LIMIT = 1 << 63
 
@@ -156,6 +156,14 @@ class Searcher(abc.ABC):
 
     def load_state_dict(self, state: dict) -> None:  # noqa: B027  (optional hook, no-op default)
         """Restore from :meth:`state_dict`'s output; replaying tells is the other way."""
+
+
+def check_int(name: str, value, low: int, expected: str | None = None) -> int:
+    """``value`` as an int; InputError naming ``name`` (expected: ``expected``, or "an integer >=
+    ``low``") unless it is an integer >= ``low``."""
+    if not isinstance(value, (int, np.integer)) or value < low:
+        raise InputError(name, expected or f"an integer >= {low}", value)
+    return int(value)
 
 
 # The optional metrics column a driver adds when it ranks by something other than raw throughput

@@ -61,19 +61,8 @@ import dataclasses
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
-from search._memo import (
-    Memo,
-    hbm_of,
-    keys_from_plain,
-    keys_to_plain,
-    match_rows,
-    point_keys,
-    row_costs,
-    row_keys,
-    row_time_proxy,
-    stage_width,
-)
+from search._base import Searcher, SearchSpace, check_int
+from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
 # partition problem), kept apart from the reported seeds 0-9 (BENCHMARKS.md, "Gradient search").
@@ -227,8 +216,7 @@ class GradientSearcher(Searcher):
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         st = self._draw()
         table = self.space.table(st.ask_digits[: int(n)])
         self._last_ask = (self._step, table)
@@ -237,16 +225,12 @@ class GradientSearcher(Searcher):
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
         st = self._draw()
         if len(table) and len(st.ask_keys):
-            cost, excess = row_costs(metrics, self._hbm_bytes)
-            proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
-            if self._last_ask[0] == self._step and self._last_ask[1] is table:
-                pos = np.arange(len(table))  # the table ask() returned, row for row
-            else:  # rows rebuilt elsewhere (another process, Parquet), in any order
-                asked = self.space.table(st.ask_digits)
-                pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                                 row_keys(asked, self.space.model.layers, self._width))
+            same = self._last_ask[0] == self._step and self._last_ask[1] is table
+            # else rows rebuilt elsewhere (another process, Parquet), in any order
+            pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                    None if same else self.space.table(st.ask_digits))
             hit = pos >= 0
-            self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
+            self._memo.add(st.ask_keys[pos[hit]], vals[hit])
         self._advance(st)
 
     def state_dict(self) -> dict:

@@ -55,9 +55,8 @@ GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_
 # Share of MCMC's moves (search._moves) and of random draws' stages that change a stage's split.
 # Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
 # move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
-# optimum. Splits are opt-in (from_options(dp2=...)): on a100x64+h100x64 the split dims cost
-# MCMC about 2% of its best throughput on average (seeds 0-3, 20,000 evaluations) and TPE most
-# of its feasible trials (BENCHMARKS.md, "Heterogeneous").
+# optimum. Splits are opt-in (from_options(dp2=...)): the split dims cost the searchers
+# throughput where splits do not pay (BENCHMARKS.md, "Heterogeneous").
 SPLIT_MOVE_SHARE = 0.1
 
 
@@ -109,15 +108,11 @@ class HeteroSpace(SearchSpace):
                 raise InputError(name, "a non-empty list of integers >= 1", list(vals))
         if max(pp) > model.layers:
             raise InputError("pp", f"at most layers={model.layers}", max(pp))
-        for s in schedule:
-            if s not in HETERO_SCHEDULES:
-                raise InputError("schedule", "among " + ", ".join(HETERO_SCHEDULES), s)
-        for r in recompute:
-            if r not in RECOMPUTE:
-                raise InputError("recompute", "among " + ", ".join(RECOMPUTE), r)
-        for o in order:
-            if o not in ORDERS:
-                raise InputError("order", "among " + ", ".join(ORDERS), o)
+        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("recompute", recompute, RECOMPUTE),
+                                    ("order", order, ORDERS)):
+            for v in vals:
+                if v not in allowed:
+                    raise InputError(name, "among " + ", ".join(allowed), v)
         S = max(pp)
         if max_shift is None:  # a boundary may move one uniform stage of the shallowest pipeline
             max_shift = max(1, model.layers // (min(pp) * shift_layers))

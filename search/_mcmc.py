@@ -56,19 +56,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
-from search._memo import (
-    Memo,
-    hbm_of,
-    keys_from_plain,
-    keys_to_plain,
-    match_rows,
-    point_keys,
-    row_costs,
-    row_keys,
-    row_time_proxy,
-    stage_width,
-)
+from search._base import Searcher, SearchSpace, check_int
+from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import screen_searcher
 
@@ -146,13 +135,10 @@ class MCMCSearcher(Searcher):
         space = screen_searcher(self, space, screen=screen, budget=budget)
         self._enum_told = 0
         self.feasible_seen = 0  # distinct feasible points told
-        chains = auto_chains(self.budget) if chains is None else chains
-        if not isinstance(chains, (int, np.integer)) or chains < 1:
-            raise InputError("chains", "an integer >= 1", chains)
+        chains = check_int("chains", auto_chains(self.budget) if chains is None else chains, 1)
         if not np.isfinite(beta) or beta < 0:
             raise InputError("beta", "a number >= 0", beta)
-        if not isinstance(reset_every, (int, np.integer)) or reset_every < 0:
-            raise InputError("reset_every", "an integer >= 0 (0: never reset)", reset_every)
+        check_int("reset_every", reset_every, 0, "an integer >= 0 (0: never reset)")
         named = space.start_points()
         known_starts = ("random", *named)
         for s in starts:
@@ -171,9 +157,7 @@ class MCMCSearcher(Searcher):
         if not 0.0 <= double <= 1.0:
             raise InputError("double", "a probability in [0, 1]", double)
         self.double = float(double)
-        if not isinstance(restart_after, (int, np.integer)) or restart_after < 0:
-            raise InputError("restart_after", "an integer >= 0 (0: never restart)", restart_after)
-        self.restart_after = int(restart_after)
+        self.restart_after = check_int("restart_after", restart_after, 0, "an integer >= 0 (0: never restart)")
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
         self.memory_penalty = float(memory_penalty)
@@ -214,8 +198,7 @@ class MCMCSearcher(Searcher):
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
             return self.space.table(self.space.digits_of(idx))
@@ -230,22 +213,17 @@ class MCMCSearcher(Searcher):
             self._tell_enumerated(table, metrics)
             return
         st = self._draw()
-        if len(table):
-            cost, excess = row_costs(metrics, self._hbm_bytes)
-            proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
-            if len(st.ask_rows):
-                if self._last_ask[0] == self._step and self._last_ask[1] is table:
-                    pos = np.arange(len(table))  # the table ask() returned, row for row
-                else:  # rows rebuilt elsewhere (another process, Parquet), in any order
-                    asked = self.space.table(st.proposal[st.ask_rows])
-                    pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                                     row_keys(asked, self.space.model.layers, self._width))
-                hit = pos >= 0
-                new, _ = self._memo.lookup(st.ask_keys[pos[hit]])
-                self.feasible_seen += int(np.sum(np.isfinite(cost[hit]) & ~new))
-                self._memo.add(st.ask_keys[pos[hit]], np.stack([cost[hit], excess[hit], proxy[hit]], axis=1))
-                told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
-                np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
+        if len(table) and len(st.ask_rows):
+            same = self._last_ask[0] == self._step and self._last_ask[1] is table
+            # else rows rebuilt elsewhere (another process, Parquet), in any order
+            pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                    None if same else self.space.table(st.proposal[st.ask_rows]))
+            hit = pos >= 0
+            known, _ = self._memo.lookup(st.ask_keys[pos[hit]])
+            self.feasible_seen += int(np.sum(np.isfinite(vals[hit, 0]) & ~known))
+            self._memo.add(st.ask_keys[pos[hit]], vals[hit])
+            told = st.proposal[st.ask_rows[pos[hit]]]  # (H, D) digits of the evaluated points
+            np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
         self._advance(st)
 
     def _tell_enumerated(self, table: StrategyTable, metrics: Metrics) -> None:

@@ -145,6 +145,20 @@ def row_time_proxy(table: StrategyTable, metrics: Metrics, seq_len: int) -> np.n
     return np.where(np.isfinite(cost), cost, proxy)
 
 
+def told_values(space, width: int, hbm_bytes: float, table: StrategyTable, metrics: Metrics,
+                asked=None) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, vals) of told rows: each row's position among the rows of the ``asked`` table (-1
+    where absent; ``asked`` None: the told table is the one ask() returned, row for row), matched
+    by row_keys over ``width`` stages; and the (N, 3) memo values cost, excess (row_costs) and
+    time proxy (row_time_proxy) of every told row."""
+    cost, excess = row_costs(metrics, hbm_bytes)
+    vals = np.stack([cost, excess, row_time_proxy(table, metrics, space.model.seq_len)], axis=1)
+    if asked is None:
+        return np.arange(len(table)), vals
+    layers = space.model.layers
+    return match_rows(row_keys(table, layers, width), row_keys(asked, layers, width)), vals
+
+
 def stage_width(space) -> int:
     """Widest pipeline the space can hold (stage columns for row_keys)."""
     for dim in space.dims:
@@ -154,4 +168,4 @@ def stage_width(space) -> int:
 
 
 __all__ = ["Memo", "hbm_of", "keys_from_plain", "keys_to_plain", "match_rows", "point_keys", "row_costs",
-           "row_keys", "row_time_proxy", "stage_width"]
+           "row_keys", "row_time_proxy", "stage_width", "told_values"]

@@ -48,7 +48,7 @@ from costmodel._evaluate import REASON, feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
 from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
-from search._base import SearchSpace
+from search._base import SearchSpace, check_int
 
 # Dimensions no structural constraint reads; they come last in the digit order so that the
 # constrained ones form the high-order block of the index (one lookup per block).
@@ -244,8 +244,7 @@ class Space(SearchSpace):
         ``all_gpus`` / ``uneven`` (None: the base's, :data:`DEFAULT_SPACE_FLAGS` for "default",
         True / False for "fixed"): every GPU used, or dp the largest that fits (idle GPUs
         allowed); pp dividing the layers, or balanced stages (:func:`balanced_stages`)."""
-        if not (isinstance(global_batch, (int, np.integer)) and global_batch >= 1):
-            raise InputError("global_batch", "an integer >= 1", global_batch)
+        check_int("global_batch", global_batch, 1)
         if base not in ("default", "fixed"):
             raise InputError("base", "default or fixed", base)
         unknown = set(choices) - DIM_NAMES - {SHIFT, STAGE_RECOMPUTE}
@@ -887,7 +886,7 @@ def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Sp
     return Space.from_options(model, cluster, global_batch=global_batch)
 
 
-# The exact space (issue 4, search quality): GPT-3 175B on 1024 H100, global batch 1536.
+# The exact space (the search-quality problem): GPT-3 175B on 1024 H100, global batch 1536.
 EXACT_CHOICES: dict[str, list] = {
     "tp": [1, 2, 4, 8],
     "pp": [1, 2, 4, 8, 16, 32],

@@ -17,17 +17,12 @@ two studies take turns, batch by batch (the one that has asked fewer points asks
               whose choices settle the most others), study ``study_name:roots``.
 On the exact GPT-3 space the roots walk starts with the ZeRO stage: ZeRO-2 and -3, which exist
 only without pipelining, get a quarter of the prior each instead of about 1/24 as the
-last-but-one choice under pp 1. Measured alone (BENCHMARKS.md, "Search quality"), each walk
-wins where the other loses: the digit walk finds a pipelined optimum (GPT-3 on 1024 H100 at
-global batch 512) and often misses the exact space's ZeRO-3 one; the roots walk the reverse.
-The studies share the memo of evaluated points: neither asks a point the other has evaluated,
-and a study that draws one is told its result like any known point, but neither study is given
-the other's trials (a prototype that gave them lost the pipelined optimum: 2/5 seeds). Each
-study records its order (ORDER_ATTR); a study begun before the order was recorded keeps the
-digit order. ``walks`` "digits" or "roots" runs one study.
-The map is fixed, so TPE learns the objective as a function of its own parameters; a first
-version named each parameter by its allowed set ("vpp|1,2,3,4") instead, which split the
-history of one dimension over many names and searched worse than random. Per-stage
+last-but-one choice under pp 1. Each walk finds optima the other misses (BENCHMARKS.md, "TPE
+with two walk orders"). The studies share the memo of evaluated points: neither asks a point the
+other has evaluated, and a study that draws one is told its result like any known point, but
+neither study is given the other's trials. Each study records its order (ORDER_ATTR); a study
+without one keeps the digit order. ``walks`` "digits" or "roots" runs one study.
+The map is fixed, so TPE learns the objective as a function of its own parameters. Per-stage
 dimensions (partition spaces) follow: one parameter each, over all its digits, for the stages
 the chosen pp uses. Where the non-stage combinations are too many to list: one parameter per
 dimension over all its digits, and combinations outside the space are told as constraint
@@ -45,9 +40,8 @@ Soft memory walls (``memory_penalty`` lambda > 0, the default 0.1): an out-of-me
 told as feasible instead, with the throughput it would have if memory were unlimited (the
 time proxy of search._memo.row_time_proxy) divided by (1 + lambda * (mem_total / HBM - 1)), so
 TPE learns how fast a region is and how far it is from fitting (the searchers' results still
-come from the rows' own metrics, where it is out of memory). On the exact GPT-3 space this
-took TPE from 2/10 to 5/10 seeds within 1% of the optimum (seeds 0-9) and from 1/10 to 3/10
-(seeds 10-19) (BENCHMARKS.md, "Search quality"). lambda 0 gives c-TPE's constraints above.
+come from the rows' own metrics, where it is out of memory; BENCHMARKS.md, "Search quality").
+lambda 0 gives c-TPE's constraints above.
 Combinations outside the space (only where parameters are not mapped, above) are not
 evaluated: the trial is told at once with value 0 and "space" = 1, so TPE learns to avoid them.
 Points already evaluated are told from a memo, not asked again; after SATURATED_DRAWS draws
@@ -61,9 +55,7 @@ evaluated points reach (1 - ``local_share``) of the budget (only on a screened w
 is the unevaluated neighbours of the best feasible point found (its valid single changes, then
 the pairs that repair an invalid single change: MCMC's moves), queued as trials of the study
 (Study.enqueue_trial, so TPE records them and a resumed study replays them), and, where that
-neighbourhood is spent, the next best point's; TPE's own draws fill the rest of a batch. TPE
-alone found the basin of the optimum but seldom its best point within 2% budgets (GPT-3 175B:
-0/10 tuning seeds within 1%); with the last 80% spent on neighbours, 19/20 (search._tpe_defaults).
+neighbourhood is spent, the next best point's; TPE's own draws fill the rest of a batch.
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
 when the batch starts, the walk), and a batch is the stream of trials until n distinct new
@@ -84,8 +76,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace
-from search._memo import Memo, hbm_of, match_rows, point_keys, row_costs, row_keys, row_time_proxy, stage_width
+from search._base import Searcher, SearchSpace, check_int
+from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
 from search._screen import screen_searcher
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 
@@ -120,11 +112,8 @@ ASKED_ATTR = "asked"
 WALKS = {"both": ("digits", "roots"), "digits": ("digits",), "roots": ("roots",)}
 DEFAULT_WALKS = "auto"
 # walks "auto": one study ("roots") below this budget, where two studies would halve each one's
-# trials, else "both". At 2% budgets of 15-106 evaluations (BENCHMARKS.md, "Search quality on more
-# problems", 10 seeds) "roots" alone had a smaller or equal median gap than "both" on all eight
-# problems (e.g. 405B 0.26% against 2.61%, GPT-3 4.73% against 8.44%, 22B 0.00% against 4.37%;
-# Llama 70B: 0.00% both, but 6/10 seeds within 1% against 8/10); "both" stays for budgets like
-# the exact space's 980, where it was measured.
+# trials, else "both" (BENCHMARKS.md, "Search quality on more problems": at 2% budgets of 15-106
+# evaluations "roots" alone does at least as well as "both").
 SINGLE_WALK_BUDGET = 256
 # Late exploitation (``local_share``, default DEFAULT_LOCAL_SHARE in search._tpe_defaults): with a
 # budget and a screened walk, once the evaluated points reach (1 - local_share) of the budget, each
@@ -151,13 +140,10 @@ class TPESearcher(Searcher):
 
     Every TPESampler argument is set explicitly (Optuna 5.0 defaults noted): n_startup_trials,
     n_ei_candidates (24), seed, multivariate (None: True for one objective; set True), group
-    (False: with the first parametrisation group=True was about 4x slower per trial on the
-    exact space and not better; not measured again since),
-    constant_liar (True: running
-    trials of a batch count as bad so the batch spreads out). Arguments deprecated in Optuna
-    4.x-5.0 (consider_prior, prior_weight, consider_magic_clip, consider_endpoints, gamma,
-    weights, warn_independent_sampling, constraints_func) are left at None, which means their
-    documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
+    (False), constant_liar (True: running trials of a batch count as bad so the batch spreads
+    out). Arguments deprecated in Optuna 4.x-5.0 (consider_prior, prior_weight, consider_magic_clip,
+    consider_endpoints, gamma, weights, warn_independent_sampling, constraints_func) are left at
+    None, which means their documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
     ``walks`` ("auto", "both", "digits" or "roots"): the studies run, one per order of the
     conditional walk (module docstring); "auto" is "roots" for a budget below SINGLE_WALK_BUDGET,
@@ -177,10 +163,8 @@ class TPESearcher(Searcher):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         if n_startup_trials is None:
             n_startup_trials = auto_startup_trials(budget)
-        if not isinstance(n_startup_trials, (int, np.integer)) or n_startup_trials < 0:
-            raise InputError("n_startup_trials", "an integer >= 0", n_startup_trials)
-        if not isinstance(n_ei_candidates, (int, np.integer)) or n_ei_candidates < 1:
-            raise InputError("n_ei_candidates", "an integer >= 1", n_ei_candidates)
+        check_int("n_startup_trials", n_startup_trials, 0)
+        check_int("n_ei_candidates", n_ei_candidates, 1)
         if walks not in (*WALKS, "auto"):
             raise InputError("walks", "one of auto, " + ", ".join(WALKS), walks)
         if walks == "auto":
@@ -194,9 +178,7 @@ class TPESearcher(Searcher):
             raise InputError("local_share", "a number in [0, 1] (share of the budget spent on local moves)",
                              local_share)
         self.local_share = float(local_share)
-        if not isinstance(min_batches, (int, np.integer)) or min_batches < 1:
-            raise InputError("min_batches", "an integer >= 1", min_batches)
-        self.min_batches = int(min_batches)
+        self.min_batches = check_int("min_batches", min_batches, 1)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # Feasibility first (search._screen): the walk covers only the points that fit in memory
         # where the space can be screened; all of them are evaluated where the budget covers them.
@@ -242,15 +224,13 @@ class TPESearcher(Searcher):
         self._rebuild_from_studies()
         if self.points_fit and self._enumeration is None and not self.trials:
             # Feasibility first: a new study over the points that fit tries the space's recipes
-            # first (data parallelism and Megatron-LM's, chosen among the points that fit); the
-            # first study only (queued in both studies as well, 6 seeds on 5 problems of
-            # BENCHMARKS.md "Search quality on more problems" came out no better).
+            # first (data parallelism and Megatron-LM's, chosen among the points that fit), in
+            # the first study only.
             self.enqueue(list(space.start_points().values()))
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
-        if not isinstance(n, (int, np.integer)) or n < 0:
-            raise InputError("n", "an integer >= 0", n)
+        n = check_int("n", n, 0)
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
             return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
@@ -286,18 +266,14 @@ class TPESearcher(Searcher):
             self._new_batch(self._batch_size(len(table)))
         if not self._pending:
             return
-        cost, excess = row_costs(metrics, self._hbm_bytes)
-        proxy = row_time_proxy(table, metrics, self.space.model.seq_len)
-        asked = self.space.table(self._pending_digits())
-        pos = match_rows(row_keys(table, self.space.model.layers, self._width),
-                         row_keys(asked, self.space.model.layers, self._width))
+        pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                self.space.table(self._pending_digits()))
         hit = pos >= 0
-        # pos indexes the distinct pending points (the rows of ``asked``), not the trials:
-        # a batch may hold the same point drawn twice.
+        # pos indexes the distinct pending points (the asked rows), not the trials: a batch may
+        # hold the same point drawn twice.
         _, first = np.unique(self._pending_keys, return_index=True)
         keys = self._pending_keys[np.sort(first)][pos[hit]]
-        vals = np.stack([cost[hit], excess[hit], proxy[hit]], axis=1)
-        self._memo.add(keys, vals)
+        self._memo.add(keys, vals[hit])
         self._asked[self._cur] += len(keys)
         for trial, key in zip(self._pending, self._pending_keys, strict=True):
             found, v = self._memo.lookup(np.asarray([key], dtype=self._pending_keys.dtype))

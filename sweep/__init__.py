@@ -8,27 +8,19 @@ Only this package imports ray (lazily, in sweep._ray) and writes results; the co
 (package cli) calls it.
 """
 
-import importlib
+from costmodel._lazy import lazy_exports
 
-# Public name -> the private module that defines it. Imported on first use (module __getattr__,
+# Private module -> the public names it defines. Imported on first use (module __getattr__,
 # PEP 562), so that importing one light part of sweep (the command line's --help does) does not
 # import pyarrow.
-_EXPORTS = {
-    "run_grid": "sweep._grid", "Keep": "sweep._keep", "result_schema": "sweep._results",
-    "RUN_FORMAT": "sweep._rundir", "RunDir": "sweep._rundir", "RunView": "sweep._runview",
-    "best_rows": "sweep._runview", "open_run": "sweep._runview", "summary": "sweep._runview",
-    "run_search": "sweep._search_engine",
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "sweep._grid": ("run_grid",),
+    "sweep._keep": ("Keep",),
+    "sweep._results": ("result_schema",),
+    "sweep._rundir": ("RUN_FORMAT", "RunDir"),
+    "sweep._runview": ("RunView", "best_rows", "open_run", "summary"),
+    "sweep._search_engine": ("run_search",),
 }
+__getattr__, __dir__, _MODULE_OF = lazy_exports("sweep", _EXPORTS, globals())
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'sweep' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
-__all__ = ["Keep", "RUN_FORMAT", "RunDir", "RunView", "best_rows", "open_run", "result_schema", "run_grid",
-           "run_search", "summary"]
+__all__ = sorted(_MODULE_OF)

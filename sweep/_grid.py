@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 from costmodel import InputError, evaluate
 from sweep._keep import Keep
-from sweep._results import pool_names, to_arrow, write_part
+from sweep._results import part_name, pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
 from sweep._units import UNIT_ROWS_DEFAULT, UNIT_ROWS_MAX, UNIT_ROWS_MIN  # noqa: F401 (re-exported)
 
@@ -27,10 +27,6 @@ SEARCHER = "grid"
 # Beyond this many grid rows a sweep would take days on a small cluster: use a search.
 GRID_ROWS_MAX = 10**11
 PART_RE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
-
-
-def part_name(study: int, unit: int) -> str:
-    return f"part-{study:02d}-{unit:06d}.parquet"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,23 +95,32 @@ def plan_units(rd: RunDir, studies: list[Study], unit_rows: int) -> tuple[list[U
 
 
 class Progress:
-    """tqdm over units: units done, rows/s, best tokens/s so far, time left (stderr)."""
+    """tqdm on stderr: rows/s, the feasible points seen (searches), the best tokens/s so far, time left."""
 
-    def __init__(self, total: int, done: int, best: float, *, enabled: bool = True) -> None:
+    def __init__(self, total: int, done: int, *, desc: str, unit: str, best: float = 0.0,
+                 enabled: bool = True) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=done, unit="unit", file=sys.stderr, disable=not enabled,
-                        dynamic_ncols=True, mininterval=0.5, desc="sweep")
+        self.bar = tqdm(total=total, initial=done, unit=unit, file=sys.stderr, disable=not enabled,
+                        dynamic_ncols=True, mininterval=0.5, desc=desc)
         self.rows = 0
+        self.feasible: int | None = None
         self.best = best
         self.t0 = time.perf_counter()
 
-    def update(self, s: UnitSummary) -> None:
-        self.rows += s.rows
-        self.best = max(self.best, s.best_tokens_per_s)
+    def update(self, units: int, rows: int, best: float, feasible: int | None = None) -> None:
+        """``units`` more on the bar, ``rows`` more evaluations, the best tokens/s among them;
+        ``feasible`` (a search's batch) of them feasible: the searchers ask distinct points, so
+        the sum is the feasible points seen."""
+        self.rows += rows
+        self.best = max(self.best, best)
+        seen = ""
+        if feasible is not None:
+            self.feasible = (self.feasible or 0) + feasible
+            seen = f"{self.feasible:,} feasible seen, "
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, best {self.best:,.0f} tokens/s", refresh=False)
-        self.bar.update(1)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {seen}best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.update(units)
 
     def close(self) -> None:
         self.bar.close()
@@ -137,7 +142,7 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
              max_in_flight: int) -> Iterator[UnitSummary]:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, is_lost_work, register_pickling
+    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, get_unless_lost, register_pickling
 
     register_pickling()
 
@@ -164,15 +169,10 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in ready:
                 u, attempt = in_flight.pop(ref)
-                try:
-                    summary = ray.get(ref)
-                except Exception as exc:
-                    if is_lost_work(exc) and attempt < DRIVER_RESUBMITS:
-                        submit(u, attempt + 1)  # safe: the part has a fixed name
-                        continue
-                    if isinstance(exc, ray.exceptions.RayTaskError):
-                        raise exc.as_instanceof_cause() from None
-                    raise
+                summary = get_unless_lost(ref, may_resend=attempt < DRIVER_RESUBMITS)
+                if summary is None:
+                    submit(u, attempt + 1)  # safe: the part has a fixed name
+                    continue
                 yield summary
     finally:
         for ref in in_flight:
@@ -200,7 +200,7 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
 
         done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
         best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
-    bar = Progress(n_done + len(units), n_done, best0, enabled=progress)
+    bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress)
     try:
         if in_process:
             stream = _run_local(units, spaces, keep, rd, metadata)
@@ -211,7 +211,7 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
             stream = _run_ray(units, spaces, keep, rd, metadata, limit)
         n = 0
         for summary in stream:
-            bar.update(summary)
+            bar.update(1, summary.rows, summary.best_tokens_per_s)
             n += 1
             if on_unit is not None:
                 on_unit(summary)

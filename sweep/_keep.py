@@ -8,8 +8,6 @@ import numpy as np
 
 from costmodel import InputError, Metrics
 
-KEEP_KINDS = ("all", "feasible", "best")
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Keep:

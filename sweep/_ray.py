@@ -93,6 +93,22 @@ def is_lost_work(exc: BaseException) -> bool:
                             rex.ActorDiedError, rex.ActorUnavailableError, rex.OwnerDiedError))
 
 
+def get_unless_lost(ref, *, may_resend: bool):
+    """ray.get(ref); None where the work was lost with its worker, actor or node and
+    ``may_resend`` (the caller sends it again). An exception our own code raised in the task is
+    raised as itself."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except Exception as exc:
+        if may_resend and is_lost_work(exc):
+            return None
+        if isinstance(exc, ray.exceptions.RayTaskError):
+            raise exc.as_instanceof_cause() from None
+        raise
+
+
 def shutdown_ray() -> None:
     import ray
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Mapping
 
 import numpy as np
@@ -27,12 +26,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
+from costmodel._files import replaced_atomically
 from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS
 
 COMPRESSION = "zstd"
-# Temporary part names start with "." so that pyarrow.dataset / pandas never read them.
-TMP_PREFIX = "."
-TMP_SUFFIX = ".tmp"
+
+
+def part_name(study: int, index: int) -> str:
+    """A study's part file: grid unit or searcher checkpoint / batch ``index``."""
+    return f"part-{study:02d}-{index:06d}.parquet"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
 # Heterogeneous runs (a search over search.HeteroSpace) add one list per row of each stage's
@@ -41,7 +43,6 @@ STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_la
 # per stage) and stage_layers is always given.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
-BOOK_COLUMNS = ("run_id", "model", "cluster", "iteration", "grid_index")
 
 
 def _metric_type(name: str) -> pa.DataType:
@@ -71,12 +72,13 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
     return pa.schema(fields, metadata=dict(metadata or {}))
 
 
+# Schema metadata keys (JSON bytes) written with every Parquet part.
+META_MODEL, META_CLUSTER, META_VERSIONS = b"plansweep.model", b"plansweep.cluster", b"plansweep.versions"
+
+
 def schema_metadata(model_dict: dict, cluster_dict: dict, versions: dict) -> dict[bytes, bytes]:
-    return {
-        b"plansweep.model": json.dumps(model_dict, sort_keys=True).encode(),
-        b"plansweep.cluster": json.dumps(cluster_dict, sort_keys=True).encode(),
-        b"plansweep.versions": json.dumps(versions, sort_keys=True).encode(),
-    }
+    return {key: json.dumps(value, sort_keys=True).encode()
+            for key, value in ((META_MODEL, model_dict), (META_CLUSTER, cluster_dict), (META_VERSIONS, versions))}
 
 
 def _stage_list(per_stage: np.ndarray | None, pp: np.ndarray, names=None, *, uniform_null: bool = True,
@@ -207,34 +209,17 @@ def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iterati
 
 
 def write_part(arrow: pa.Table, path: str) -> None:
-    """Write ``arrow`` to ``path`` whole or not at all: a hidden temporary file in the same
-    directory, fsync'd, then renamed over ``path`` (atomic on POSIX file systems)."""
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    try:
+    """Write ``arrow`` to ``path`` whole or not at all (replaced_atomically)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with replaced_atomically(path) as tmp:
         pq.write_table(arrow, tmp, compression=COMPRESSION)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_json_atomic(obj: object, path: str) -> None:
     """JSON file written through a temporary name and a rename (never half a file)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    with open(tmp, "w") as f:
+    with replaced_atomically(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def hetero_row_strategy(row: Mapping, layers: int) -> dict:

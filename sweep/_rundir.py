@@ -24,8 +24,9 @@ from typing import Any
 
 import costmodel
 from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hetero_from_mapping, hetero_to_mapping
+from costmodel._files import TMP_PREFIX, TMP_SUFFIX
 from costmodel._workloads import FIELDS_SINCE_MOE
-from sweep._results import TMP_PREFIX, TMP_SUFFIX, schema_metadata, write_json_atomic
+from sweep._results import schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
 RUN_FORMAT = 2  # 2: a framework column in every part

@@ -21,13 +21,10 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from costmodel import InputError
+from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS
+from sweep._rundir import RESULTS as RESULTS_DIR
+from sweep._rundir import RUN_FORMAT, RUN_JSON
 
-RUN_JSON = "run.json"
-RESULTS_DIR = "results"
-# Schema metadata keys (JSON bytes) written with every Parquet part.
-META_MODEL = b"plansweep.model"
-META_CLUSTER = b"plansweep.cluster"
-META_VERSIONS = b"plansweep.versions"
 # The degree columns, in Megatron's rank order (tp innermost).
 DEGREES = ("dp", "tp", "pp", "cp")
 # Columns every results dataset must have for show and plot to read it.
@@ -185,8 +182,6 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
 def _check_format(info: Mapping[str, object], run_dir: str) -> None:
     """Refuse a run directory laid out in another run format than the one this plansweep
     writes (its columns could mean something else), rather than misread it."""
-    from sweep._rundir import RUN_FORMAT
-
     versions = info.get("versions")
     recorded = versions.get("run_format") if isinstance(versions, dict) else None
     if recorded is not None and recorded != RUN_FORMAT:
@@ -224,8 +219,9 @@ STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro
 GOODPUT_KEYS = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
 
 
-def run_failure_model(view: RunView):
-    """The costmodel.FailureModel of a run that ranks by goodput (run.json's options), else None."""
+def run_failure_model(view):
+    """The costmodel.FailureModel of a run that ranks by goodput (run.json's options, ``view.info``
+    of a RunView or a sweep._rundir.RunDir), else None."""
     from costmodel import FailureModel
 
     opts = view.info.get("options") if isinstance(view.info.get("options"), Mapping) else {}

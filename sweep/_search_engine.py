@@ -24,26 +24,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
-import uuid
 
 import numpy as np
 
 from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
+from costmodel._files import replaced_atomically
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
-from sweep._results import TMP_PREFIX, TMP_SUFFIX, pool_names, to_arrow, write_json_atomic, write_part
+from sweep._grid import Progress
+from sweep._results import part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
+from sweep._runview import run_failure_model
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
 SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions, "gradient": GradientOptions}
 SearcherOptions = MCMCOptions | TPEOptions | GradientOptions
-
-
-def part_name(study: int, index: int) -> str:
-    return f"part-{study:02d}-{index:06d}.parquet"
 
 
 def study_seed(seed: int, study: int) -> int:
@@ -58,13 +54,8 @@ def save_state(path: str, state: dict, engine: dict) -> None:
     for k, v in arrays.items():
         if v.dtype == object:
             raise TypeError(f"state entry {k!r} is not a plain array ({v.dtype})")
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
-    with open(tmp, "wb") as f:
+    with replaced_atomically(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_state(path: str) -> tuple[dict, dict] | None:
@@ -78,6 +69,14 @@ def load_state(path: str) -> tuple[dict, dict] | None:
 
 def _plain(a: np.ndarray):
     return a.item() if a.ndim == 0 else a
+
+
+def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
+    """(searcher state or None, progress) of a study's npz checkpoint: its parts written
+    (``key``), evaluations and done flag, as save_state's engine entries; a fresh start without one."""
+    loaded = load_state(path)
+    state, eng = loaded if loaded else (None, {key: 0, "evaluations": 0, "done": False})
+    return state, {key: int(eng[key]), "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
 
 
 # ---- the searchers ---------------------------------------------------------------------------
@@ -165,38 +164,6 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     return m
 
 
-def failure_of(info: dict) -> FailureModel | None:
-    """The failure model of a run that ranks by goodput (run.json's options), else None."""
-    opts = info["options"]
-    return FailureModel(**opts["failure"]) if opts.get("objective", "tokens_per_s") == "goodput" else None
-
-
-class _Bar:
-    def __init__(self, total: int, done: int, *, desc: str, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, initial=done, unit="eval", file=sys.stderr, disable=not enabled,
-                        dynamic_ncols=True, mininterval=0.5, desc=desc)
-        self.best = 0.0
-        self.t0 = time.perf_counter()
-        self.rows = 0
-        self.feasible = 0
-
-    def update(self, rows: int, best: float, feasible: int = 0) -> None:
-        """``rows`` more evaluations, ``feasible`` of them feasible (the searchers ask distinct
-        points, so the sum is the feasible points seen), the best tokens/s among them."""
-        self.rows += rows
-        self.feasible += feasible
-        self.best = max(self.best, best)
-        rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {self.feasible:,} feasible seen, best {self.best:,.0f} "
-                                 "tokens/s", refresh=False)
-        self.bar.update(rows)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _feasible_of(arrow) -> int:
     import pyarrow.compute as pc
 
@@ -221,15 +188,10 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     # Per study: searcher state, checkpoints written, evaluations so far, finished.
     progress_of: dict[int, dict] = {}
     for s in studies:
-        loaded = load_state(state_path[s.index])
-        if loaded:
-            state, eng = loaded
-            progress_of[s.index] = {"state": state, "checkpoints": int(eng["checkpoints"]),
-                                    "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
-        else:
-            progress_of[s.index] = {"state": None, "checkpoints": 0, "evaluations": 0, "done": False}
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
-               enabled=progress)
+        state, p = load_progress(state_path[s.index], "checkpoints")
+        progress_of[s.index] = {"state": state, **p}
+    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
+                   unit="eval", enabled=progress)
 
     def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool) -> None:
         p = progress_of[s.index]
@@ -237,7 +199,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, _best_of(arrow), _feasible_of(arrow))
+        bar.update(used, used, _best_of(arrow), _feasible_of(arrow))
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
@@ -249,7 +211,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             for s in studies:
                 p = progress_of[s.index]
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
-                                     failure=failure_of(info))
+                                     failure=run_failure_model(rd))
                 while not p["done"] and p["evaluations"] < budget:
                     out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
                                          metadata=rd.metadata(s))
@@ -263,7 +225,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
 def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> None:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, is_lost_work, register_pickling
+    from sweep._ray import DRIVER_RESUBMITS, get_unless_lost, register_pickling
 
     register_pickling()
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
@@ -280,7 +242,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
             return
         if i not in actors:  # a new actor starts from the last checkpoint
             actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget,
-                                         failure=failure_of(rd.info))
+                                         failure=run_failure_model(rd))
         ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
                                        metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
@@ -292,17 +254,12 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             ref = ready[0]
             i = in_flight.pop(ref)
-            try:
-                out = ray.get(ref)
-            except Exception as exc:
-                if is_lost_work(exc) and restarts[i] < DRIVER_RESUBMITS:
-                    restarts[i] += 1  # the actor died: a new one from the last checkpoint
-                    actors.pop(i, None)
-                    launch(i)
-                    continue
-                if isinstance(exc, ray.exceptions.RayTaskError):
-                    raise exc.as_instanceof_cause() from None
-                raise
+            out = get_unless_lost(ref, may_resend=restarts[i] < DRIVER_RESUBMITS)
+            if out is None:
+                restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                actors.pop(i, None)
+                launch(i)
+                continue
             finish(by_index[i], progress_of[i]["checkpoints"], *out)
             launch(i)
     finally:
@@ -354,9 +311,9 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
                         pool_names=pool_names(s.space))
 
-    bar = _Bar(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
-               enabled=progress)
-    evaluate_batch = _batch_evaluator(in_process, failure_of(rd.info))
+    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
+                   unit="eval", enabled=progress)
+    evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
     try:
         while True:
             active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
@@ -381,7 +338,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         p[key] += 1
                         p["evaluations"] += len(old)
                         save(i)
-                        bar.update(len(old), _best_of(arrow), _feasible_of(arrow))
+                        bar.update(len(old), len(old), _best_of(arrow), _feasible_of(arrow))
                         check_first.discard(i)
                         continue
                     if new & old:
@@ -396,7 +353,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                 p[key] += 1
                 p["evaluations"] += len(table)
                 save(i)  # then the state
-                bar.update(len(table), _best_of(arrow), _feasible_of(arrow))
+                bar.update(len(table), len(table), _best_of(arrow), _feasible_of(arrow))
     finally:
         bar.close()
 
@@ -454,14 +411,9 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     searchers, prog = {}, {}
     for s in studies:
         searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
-        loaded = load_state(path[s.index])
-        if loaded:
-            state, eng = loaded
+        state, prog[s.index] = load_progress(path[s.index], "steps")
+        if state is not None:
             searchers[s.index].load_state_dict(state)  # a state it cannot load is refused in one line
-            prog[s.index] = {"steps": int(eng["steps"]), "evaluations": int(eng["evaluations"]),
-                             "done": bool(eng["done"])}
-        else:
-            prog[s.index] = {"steps": 0, "evaluations": 0, "done": False}
     _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
               save=lambda i: save_state(path[i], searchers[i].state_dict(), prog[i]))
 
