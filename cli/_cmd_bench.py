@@ -45,6 +45,7 @@ def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3, mode
     table = bench_table(n_vec, experts=model.experts)
     evaluate(model, cluster, table.take(slice(0, 1000)))  # warm-up
     best = min(_time(lambda: evaluate(model, cluster, table)) for _ in range(repeats))
+    n_scalar = min(n_scalar, n_vec)  # the scalar reference prices a sample of the same rows
     sample = table.take(slice(0, n_scalar))
     rows = [sample.row(i) for i in range(n_scalar)]
     scalar = _time(lambda: [evaluate_row(model, cluster, r) for r in rows])

@@ -109,3 +109,9 @@ def test_bench_json_keys(capsys):
     res = json.loads(capsys.readouterr().out)
     assert set(res) == {"strategies_per_s", "scalar_strategies_per_s", "ratio"}
     assert res["ratio"] == pytest.approx(res["strategies_per_s"] / res["scalar_strategies_per_s"])
+
+
+def test_bench_with_fewer_rows_than_its_scalar_sample(capsys):
+    # the scalar reference prices at most the rows evaluated (2,000 by default): 500 rows work
+    assert main(["bench", "--rows", "500", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategies_per_s"] > 0
