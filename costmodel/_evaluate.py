@@ -1421,12 +1421,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
         hand = np.maximum(share[inv], share[after(inv)])
         T_C = hop_s(pool, after(pool), rag, hand, spill)
-        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe)
-            q = split | after(split)
-            x = pool_b[q]
-            T_C = T_C.copy()
-            T_C[q] = np.maximum(T_C[q], hop_s(x, after(pool_b)[q], ragged(x, np.where(split, sv.dp2 * t * c, ga)[q]),
-                                              hand[q], spills.reshape(-1)[np.broadcast_to(row_pool, X.shape)[q] + x]))
+        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
+            # same link where neither stage is split (pool_b = pool there)
+            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), ragged(pool_b, np.where(split, sv.dp2 * t * c, ga)),
+                                        hand, spills.reshape(-1)[row_pool + pool_b]))
     T_C = np.where(p > 1, T_C, 0.0)  # no hand-off without a pipeline
     inner = on & ~last  # the p - 1 forward boundaries
     if T_C.shape[0] == 1:
