@@ -899,44 +899,48 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is not None:
-        table = table.take(order)
-    elif not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
-        table = table.take(order)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                             simulate_now=now, framework=fw), microbatches)
-    if order is not None:
-        for x in out.values():
-            x[order] = x.copy()
-    return out
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
+                                                              simulate_now=now, framework=fw), microbatches, order)
 
 
-def run_blocks(table, block, microbatches) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
-    Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
-    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
+def run_blocks(table, block, microbatches, order=None) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks,
+    taken in ``order`` where given (each block gathered on its own; the results in the table's
+    order). Pass 1: closed forms only, rows the simulator must price flagged in
+    ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``,
+    vpp), written back."""
     N = len(table)
+    take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
     if N <= BLOCK_ROWS:
-        out = block(table, True)
+        out = block(take(slice(0, N)), True)
         out.pop("_needs_simulation")
-        return out
-    parts = [block(table.take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
+        return unsort(out, order)
+    parts = [block(take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
     out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
-        sub = table.take(need)
-        order = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
-        rows = need[order]
-        sub = sub.take(order)
+        sub = take(need)
+        by = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
+        rows = need[by]
+        sub = sub.take(by)
         for i in range(0, len(rows), BLOCK_ROWS):
             part = block(sub.take(slice(i, i + BLOCK_ROWS)), True)
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
+    return unsort(out, order)
+
+
+def unsort(out: Metrics, order) -> Metrics:
+    """Columns computed for the rows taken in ``order`` (None: as they are), in the rows' order."""
+    if order is not None:
+        for x in out.values():
+            x[order] = x.copy()
     return out
 
 
