@@ -1312,11 +1312,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     kf = [flat(x) for x in keys]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     split = ks = None
+    kr = flat(d)  # the stage's replicas on the entry's pool
     if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
         split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
         kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
+        kr = np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])  # dp - dp2 on the first pool, dp2 on the second
+        kf.append(kr)
     rep2, inv2 = distinct_rows(*kf)
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
@@ -1325,6 +1328,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
     cfg_bits = None
     if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
@@ -1381,14 +1385,15 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
-        inv_b = inv2[ne:]
-        Fb, Bb, Wb = times(inv_b, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
+        inv_b = inv.copy()  # each stage's configuration on its second pool (its own where not split)
+        inv_b.reshape(-1)[ks] = inv2[ne:]
+        Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
         Ff, Bf, Wf = F.reshape(-1), Bk.reshape(-1), W.reshape(-1)
         slower = Fb + Bb + Wb > Ff[ks] + Bf[ks] + Wf[ks]
         for x, y in ((Ff, Fb), (Bf, Bb), (Wf, Wb)):
             x[ks] = np.where(slower, y, x[ks])
         inv_t = inv.copy()
-        inv_t.reshape(-1)[ks] = np.where(slower, inv_b, inv_t.reshape(-1)[ks])
+        inv_t.reshape(-1)[ks] = np.where(slower, inv2[ne:], inv_t.reshape(-1)[ks])
     X = F + Bk + W
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
@@ -1407,10 +1412,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
-    if ks is None or not ks.size:  # the stage's GPUs on its pool: a configuration's
-        rag = ragged(pool_u, d_u * t_u * c_u)[inv] if keyed else ragged(pool, ga)
-    else:
-        rag = ragged(pool, ga)
+    rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
+    rag = rag_u[inv] if keyed else ragged(pool, ga)
     spill = spills.reshape(-1)[row_pool + pool]
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, share[inv], spill)
@@ -1427,8 +1430,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         T_C = hop_s(pool, after(pool), rag, hand, spill)
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
             # same link where neither stage is split (pool_b = pool there)
-            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), ragged(pool_b, np.where(split, sv.dp2 * t * c, ga)),
-                                        hand, spills.reshape(-1)[row_pool + pool_b]))
+            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spills.reshape(-1)[row_pool + pool_b]))
     T_C = np.where(p > 1, T_C, 0.0)  # no hand-off without a pipeline
     inner = on & ~last  # the p - 1 forward boundaries
     if T_C.shape[0] == 1:
@@ -1463,13 +1465,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     tf = t.astype(np.float64)
     sp_div = np.where(sp, t, 1)
     row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
-    hbm = pa["hbm_bytes"][pool]
-    hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
+    hbm, hbm_Bps = pa["hbm_bytes"], pa["hbm_Bps"] * pa["hbm_eff"]
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
-        hbm, hbm_Bps = np.broadcast_to(hbm, X.shape).copy(), np.broadcast_to(hbm_Bps, X.shape).copy()
-        pb = sub(pool_b)
-        hbm.reshape(-1)[ks] = np.minimum(hbm.reshape(-1)[ks], pa["hbm_bytes"][pb])
-        hbm_Bps.reshape(-1)[ks] = np.minimum(hbm_Bps.reshape(-1)[ks], (pa["hbm_Bps"] * pa["hbm_eff"])[pb])
+        hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) for x in (hbm, hbm_Bps))  # (pool_b = pool: not split)
+    else:
+        hbm, hbm_Bps = hbm[pool], hbm_Bps[pool]
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
@@ -1521,8 +1521,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                               pa["link_eff"][pool])
         tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
-    dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
-                           lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
+    dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
+    dp_size = lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_)  # noqa: E731
+    dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x).copy() if ks is not None and ks.size else back(x)
                   for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
@@ -1530,19 +1531,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above) and the link between the pools.
+        # (each pool's part per configuration: the replicas on its pool, kr)
         dbw, dlat = np.broadcast_to(back(dbw), X.shape).copy(), np.broadcast_to(back(dlat), X.shape).copy()
-        xa, xb = sub(pool), sub(pool_b)
-        ts, cs, tin, d2 = sub(t), sub(c), sub(sv.order == 0), sub(sv.dp2)
-
-        def part_link(x, d_part):
-            return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
-                              pa["gpus_per_node_int"][x], pa["intra_Bps"][x], pa["inter_Bps"][x],
-                              pa["intra_latency_s"][x], pa["inter_latency_s"][x], pa["link_eff"][x])
-
-        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, sub(d) - d2), part_link(xb, d2)
+        part_bw, part_lat = link(dp_stride(kr[rep2], t_u), dp_size(kr[rep2], t_u))
+        ia, ib = inv2[:ne][ks], inv2[ne:]
+        xa, xb = pool_u[ia], pool_u[ib]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        dbw.reshape(-1)[ks] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
-        dlat.reshape(-1)[ks] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
+        dbw.reshape(-1)[ks] = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
+        dlat.reshape(-1)[ks] = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
         dp_a, dp_b = np.broadcast_to(dp_a, X.shape).copy(), np.broadcast_to(dp_b, X.shape).copy()
         dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(sub(zero), sub(m), sub(g), sub(dbw), sub(dlat))
     else:
@@ -1596,10 +1592,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
-    peak_e = pa["peak"][pool, prec]
+    peak_e = peak[inv] if keyed else pa["peak"][pool, prec]
     if ks is not None and ks.size:  # sum over the GPUs of their peak, the split stages' second pools too
-        peak_total = np.sum(wt * (ga * peak_e), axis=0) + np.bincount(
-            ks % N, weights=sub(wt * sv.dp2 * t * c) * pa["peak"][sub(pool_b), sub(prec)], minlength=N)
+        peak_total = np.sum(wt * (ga * peak_e), axis=0) + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]],
+                                                                       minlength=N)
     elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
         peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
     else:
