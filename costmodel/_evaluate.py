@@ -1273,6 +1273,24 @@ def _first_max(a, tol: bool = False):
     return np.where(hit[0], 0, out)
 
 
+def plus_edges(ix, first, last):
+    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term): the
+    embedding's and the head's terms of stages in configurations ``ix``. Where ``ix`` and ``a`` hold
+    every entry of the masks, added in place on the first and last stages only (the same sums, bit for
+    bit: x + 0.0 = x); otherwise (rows of (1, N)) through the masks, which broadcast them."""
+    whole = np.shape(ix) == np.shape(first)
+    at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))] if whole else None
+
+    def add(a, *terms):  # a: a fresh array of the masks' shape where ``whole``
+        for j, (mask, e) in enumerate(zip((first, last), terms, strict=True)):
+            if e is not None and whole:
+                a.reshape(-1)[at[j][0]] += e[at[j][1]]
+            elif e is not None:
+                a = a + mask * e[ix]
+        return a
+    return add
+
+
 def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
                     simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
     """One block of rows, stages as (k, N) arrays (StageView; (1, N) where a row's stages share
@@ -1294,6 +1312,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     n = sv.layers.astype(np.float64)
     wt = sv.w.astype(np.float64)
     on = wt > 0
+    every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
+    live = (lambda a, fill: a) if every else (lambda a, fill: np.where(on, a, fill))  # noqa: E731
     first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
     e_r, u_r = r["ep"], r["etp"]
@@ -1377,8 +1397,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
         else:  # the stage's dense and MoE layers
             F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
-        hf = head_fb[ix]
-        return F + fi * emb_f[ix] + la * hf, Bk + fi * emb_b[ix] + la * hf, W + la * eu["head_gemm"][ix]
+        edges = plus_edges(ix, fi, la)
+        return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
     F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
@@ -1440,7 +1460,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
-    bot_flat = _first_max(np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
+    bot_flat = _first_max(live(X, -np.inf), tol=moe) * N + np.arange(N)
 
     def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
         return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
@@ -1464,7 +1484,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
     sp_div = np.where(sp, t, 1)
-    row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
+    row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
     hbm, hbm_Bps = pa["hbm_bytes"], pa["hbm_Bps"] * pa["hbm_eff"]
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
         hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) for x in (hbm, hbm_Bps))  # (pool_b = pool: not split)
@@ -1480,7 +1500,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
-        mem = {"activations": k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]}
+        edges = plus_edges(inv, first, last)
+        mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
             state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
@@ -1490,7 +1511,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
     if moe:
         state = mem["state"]
-    tot = np.where(on, state + mem["activations"] + mem["buffers"], -np.inf)
+    tot = live(state + mem["activations"] + mem["buffers"], -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
@@ -1525,24 +1546,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dp_size = lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_)  # noqa: E731
     dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
-    dp_a, dp_b = (back(x).copy() if ks is not None and ks.size else back(x)
-                  for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
-    if ks is not None and ks.size:
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
+    dbw, dlat = back(dbw), back(dlat)
+    if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
-        # above) and the link between the pools.
-        # (each pool's part per configuration: the replicas on its pool, kr)
-        dbw, dlat = np.broadcast_to(back(dbw), X.shape).copy(), np.broadcast_to(back(dlat), X.shape).copy()
+        # above, per configuration: the replicas on its pool, kr) and the link between the pools.
         part_bw, part_lat = link(dp_stride(kr[rep2], t_u), dp_size(kr[rep2], t_u))
         ia, ib = inv2[:ne][ks], inv2[ne:]
         xa, xb = pool_u[ia], pool_u[ib]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        dbw.reshape(-1)[ks] = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
-        dlat.reshape(-1)[ks] = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
-        dp_a, dp_b = np.broadcast_to(dp_a, X.shape).copy(), np.broadcast_to(dp_b, X.shape).copy()
-        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(sub(zero), sub(m), sub(g), sub(dbw), sub(dlat))
-    else:
-        dbw, dlat = back(dbw), back(dlat)
+        bw_s = dbw.reshape(-1)[ks] = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
+        lat_s = dlat.reshape(-1)[ks] = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
+        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
     shard = np.where(zero >= 1, g, 1)
     alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
