@@ -1547,7 +1547,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
-    dbw, dlat = back(dbw), back(dlat)
+    alike = dp_a.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
+        dbw, dlat = back(dbw), back(dlat)
     if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
@@ -1556,11 +1558,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ia, ib = inv2[:ne][ks], inv2[ne:]
         xa, xb = pool_u[ia], pool_u[ib]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        bw_s = dbw.reshape(-1)[ks] = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
-        lat_s = dlat.reshape(-1)[ks] = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
+        bw_s = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
+        lat_s = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
+        if moe:
+            dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
         dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
     shard = np.where(zero >= 1, g, 1)
-    alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         if keyed:
