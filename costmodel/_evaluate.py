@@ -1483,15 +1483,16 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
-    sp_div = np.where(sp, t, 1)
     row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
-    hbm, hbm_Bps = pa["hbm_bytes"], pa["hbm_Bps"] * pa["hbm_eff"]
+    hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]
+    hbm, hbm_Bps = pa["hbm_bytes"], hbm_rate
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
         hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) for x in (hbm, hbm_Bps))  # (pool_b = pool: not split)
     else:
         hbm, hbm_Bps = hbm[pool], hbm_Bps[pool]
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
+        sp_div = np.where(sp, t, 1)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
                          n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
@@ -1590,7 +1591,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps))
+        rate = ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (  # per configuration
+            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]
+        opt_s = row_max(params * rate)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
