@@ -49,6 +49,7 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -652,17 +653,20 @@ def distinct_rows(*cols):
     """(first, inv): for columns of small non-negative integers (or bools), the index of one
     row per distinct combination, and each row's combination number, so that
     ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
-    the key range is small, np.unique otherwise (every row its own combination if the key
-    would overflow int64)."""
+    the key range is small, else the combinations of each half of the columns first, then
+    those pairs; np.unique for two columns of a large range (every row its own combination if
+    the key would overflow int64)."""
     n = len(cols[0])
+    cols = [np.asarray(x, dtype=np.int64) for x in cols]
+    radix = [int(x.max()) + 1 if n else 1 for x in cols]
+    K = math.prod(radix)
+    if K >= 2**62:
+        return np.arange(n), np.arange(n)
+    if K > max(4 * n, 1 << 16) and len(cols) > 2:
+        h = len(cols) // 2
+        return distinct_rows(distinct_rows(*cols[:h])[1], distinct_rows(*cols[h:])[1])
     key = np.zeros(n, dtype=np.int64)
-    K = 1
-    for x in cols:
-        x = np.asarray(x, dtype=np.int64)
-        r = int(x.max()) + 1 if n else 1
-        K *= r
-        if K >= 2**62:
-            return np.arange(n), np.arange(n)
+    for x, r in zip(cols, radix, strict=True):
         key = key * r + x
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
