@@ -793,23 +793,25 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         bits = bits | (sv.dp2 > 0) * np.uint8(32)
     if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
         bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
-    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits * on.astype(np.uint8), axis=0)
+    every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
+    weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
+    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), axis=0)
     wsum = np.sum(sv.w, axis=0)  # stages in the pipeline
     pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
     if P == 1 and gpus.shape[0] == 1:
         used = (wsum * gpus[0])[:, None]
     else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
-        parts = [(pool, sv.w * gpus)] if sv.dp2 is None else [(pool, sv.w * (d - sv.dp2) * t * c),
-                                                              (np.minimum(sv.pool2, P - 1), sv.w * sv.dp2 * t * c)]
+        parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * t * c)),
+                                                              (np.minimum(sv.pool2, P - 1), weigh(sv.dp2 * t * c))]
         total = sum(np.sum(g, axis=0) for _, g in parts)
         on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
         used = np.stack([total - sum(on_pool), *on_pool], axis=1)
     gpus_ok = flags & 1 == 0
     for y in range(P):
         gpus_ok &= used[:, y] <= pa["num_gpus"][y]
-    held = wsum * n[0] if n.shape[0] == 1 else np.sum(sv.w * n, axis=0)
+    held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
-    if not np.all(sv.comp):  # stages past pp hold no layers
+    if not (every or np.all(sv.comp)):  # stages past pp hold no layers
         pp_ok &= (held == n.sum(axis=0))
     ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
@@ -1318,6 +1320,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     on = wt > 0
     every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
     live = (lambda a, fill: a) if every else (lambda a, fill: np.where(on, a, fill))  # noqa: E731
+    weigh = (lambda a: a) if every and not np.any(sv.comp) else (lambda a: wt * a)  # noqa: E731  (weights all 1)
     first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
     e_r, u_r = r["ep"], r["etp"]
@@ -1460,7 +1463,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if T_C.shape[0] == 1:
         pp_comm = 2.0 * (p - 1) * T_C[0]
     else:
-        pp_comm = 2.0 * np.sum(np.where(inner, wt * T_C, 0.0), axis=0)
+        pp_comm = 2.0 * np.sum(np.where(inner, weigh(T_C), 0.0), axis=0)
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
@@ -1477,7 +1480,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return sv.comp[q], F[:kk, q].T, Bk[:kk, q].T, W[:kk, q].T, tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
-        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        sched=sched, p=p, m=m, v=v, X_sum=np.sum(weigh(X), axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
         pp_comm=pp_comm, reason=reason, pipeline=pipeline, simulate_now=simulate_now, stage_inputs=stage_inputs)
     k = in_flight(sched, p, m, v, j)
     if sim is not None:
@@ -1615,17 +1618,17 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
         re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
-        flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
+        flops_hw = flops_model + np.sum(weigh(re_stage), axis=0) * s * B
     else:
-        flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
+        flops_hw = flops_model + np.sum(weigh(n) * re_tok, axis=0) * s * B
     peak_e = peak[inv] if keyed else pa["peak"][pool, prec]
     if ks is not None and ks.size:  # sum over the GPUs of their peak, the split stages' second pools too
-        peak_total = np.sum(wt * (ga * peak_e), axis=0) + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]],
+        peak_total = np.sum(weigh(ga * peak_e), axis=0) + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]],
                                                                        minlength=N)
     elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
         peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
     else:
-        peak_total = np.sum(wt * (ga * peak_e), axis=0)
+        peak_total = np.sum(weigh(ga * peak_e), axis=0)
     extra = {}
     if stages_out:  # (N, k): a row per strategy, as people read them
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
