@@ -158,9 +158,12 @@ class HeteroTable:
         return self.stages["pool"].shape[1]
 
     def take(self, idx) -> HeteroTable:
-        sr = None if self.stage_recompute is None else self.stage_recompute[idx]
-        return HeteroTable({k: v[idx] for k, v in self.columns.items()},
-                           {k: v[idx] for k, v in self.stages.items()}, sr)
+        if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu":  # rows by number: np.take (faster on (N, S))
+            rows = lambda v: np.take(v, idx, axis=0)  # noqa: E731
+        else:
+            rows = lambda v: v[idx]  # noqa: E731
+        sr = None if self.stage_recompute is None else rows(self.stage_recompute)
+        return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()}, sr)
 
     def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
         """Row i as plain Python: global keys and a ``stages`` list of per-stage dicts."""
