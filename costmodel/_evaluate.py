@@ -1458,7 +1458,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
             # same link where neither stage is split (pool_b = pool there)
             T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spills.reshape(-1)[row_pool + pool_b]))
-    T_C = np.where(p > 1, T_C, 0.0)  # no hand-off without a pipeline
+    if np.any(p <= 1):  # no hand-off without a pipeline
+        T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
     if T_C.shape[0] == 1:
         pp_comm = 2.0 * (p - 1) * T_C[0]
