@@ -922,12 +922,8 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
     vpp), written back."""
     N = len(table)
     take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
-    if N <= BLOCK_ROWS:
-        out = block(take(slice(0, N)), True)
-        out.pop("_needs_simulation")
-        return unsort(out, order)
-    parts = [block(take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    parts = [block(take(slice(i, i + BLOCK_ROWS)), N <= BLOCK_ROWS) for i in range(0, N, BLOCK_ROWS)]
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0])
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = take(need)
@@ -939,14 +935,8 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
-    return unsort(out, order)
-
-
-def unsort(out: Metrics, order) -> Metrics:
-    """Columns computed for the rows taken in ``order`` (None: as they are), in the rows' order."""
-    if order is not None:
-        for x in out.values():
-            x[order] = x.copy()
+    for x in out.values() if order is not None else ():  # back in the table's order
+        x[order] = x.copy()
     return out
 
 
@@ -1284,15 +1274,14 @@ def plus_edges(ix, first, last):
     embedding's and the head's terms of stages in configurations ``ix``. Where ``ix`` and ``a`` hold
     every entry of the masks, added in place on the first and last stages only (the same sums, bit for
     bit: x + 0.0 = x); otherwise (rows of (1, N)) through the masks, which broadcast them."""
-    whole = np.shape(ix) == np.shape(first)
-    at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))] if whole else None
+    if np.shape(ix) != np.shape(first):
+        return lambda a, *es: sum((mask * e[ix] for mask, e in zip((first, last), es) if e is not None), a)
+    at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
-    def add(a, *terms):  # a: a fresh array of the masks' shape where ``whole``
-        for j, (mask, e) in enumerate(zip((first, last), terms, strict=True)):
-            if e is not None and whole:
-                a.reshape(-1)[at[j][0]] += e[at[j][1]]
-            elif e is not None:
-                a = a + mask * e[ix]
+    def add(a, *es):  # a: a fresh array of the masks' shape
+        for (i, ix_i), e in zip(at, es, strict=True):
+            if e is not None:
+                a.reshape(-1)[i] += e[ix_i]
         return a
     return add
 

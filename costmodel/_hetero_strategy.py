@@ -158,10 +158,8 @@ class HeteroTable:
         return self.stages["pool"].shape[1]
 
     def take(self, idx) -> HeteroTable:
-        if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu":  # rows by number: np.take (faster on (N, S))
-            rows = lambda v: np.take(v, idx, axis=0)  # noqa: E731
-        else:
-            rows = lambda v: v[idx]  # noqa: E731
+        num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
+        rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
         sr = None if self.stage_recompute is None else rows(self.stage_recompute)
         return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()}, sr)
 
