@@ -1404,12 +1404,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         inv_b = inv.copy()  # each stage's configuration on its second pool (its own where not split)
         inv_b.reshape(-1)[ks] = inv2[ne:]
         Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
-        Ff, Bf, Wf = F.reshape(-1), Bk.reshape(-1), W.reshape(-1)
-        slower = Fb + Bb + Wb > Ff[ks] + Bf[ks] + Wf[ks]
-        for x, y in ((Ff, Fb), (Bf, Bb), (Wf, Wb)):
-            x[ks] = np.where(slower, y, x[ks])
+        slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
         inv_t = inv.copy()
-        inv_t.reshape(-1)[ks] = np.where(slower, inv2[ne:], inv_t.reshape(-1)[ks])
+        for x, y in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
+            x.reshape(-1)[ks] = np.where(slower, y, sub(x))
     X = F + Bk + W
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
@@ -1481,12 +1479,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
     row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
-    hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]
-    hbm, hbm_Bps = pa["hbm_bytes"], hbm_rate
-    if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
-        hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) for x in (hbm, hbm_Bps))  # (pool_b = pool: not split)
-    else:
-        hbm, hbm_Bps = hbm[pool], hbm_Bps[pool]
+    hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
+    hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
+                    for x in (pa["hbm_bytes"], hbm_rate))  # not split)
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         sp_div = np.where(sp, t, 1)
@@ -1558,7 +1553,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
         bw_s = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
         lat_s = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
-        if moe:
+        if moe or alike:
             dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
         dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
     shard = np.where(zero >= 1, g, 1)
