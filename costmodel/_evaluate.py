@@ -1412,7 +1412,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    ga = (d if sv.dp2 is None else d - sv.dp2) * t * c  # the stage's GPUs on its pool
     row_pool = np.arange(N) * P  # + pool: a row's entry of used (N, P)
 
     spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
@@ -1427,7 +1426,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
-    rag = rag_u[inv] if keyed else ragged(pool, ga)
+    rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
     spill = spills.reshape(-1)[row_pool + pool]
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, share[inv], spill)
@@ -1606,14 +1605,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         flops_hw = flops_model + np.sum(weigh(re_stage), axis=0) * s * B
     else:
         flops_hw = flops_model + np.sum(weigh(n) * re_tok, axis=0) * s * B
-    peak_e = peak[inv] if keyed else pa["peak"][pool, prec]
-    if ks is not None and ks.size:  # sum over the GPUs of their peak, the split stages' second pools too
-        peak_total = np.sum(weigh(ga * peak_e), axis=0) + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]],
-                                                                       minlength=N)
-    elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
-        peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
-    else:
-        peak_total = np.sum(weigh(ga * peak_e), axis=0)
+    if inv.shape[0] == 1 or not keyed:  # the stages' GPUs on their pools x their peak: per row, or per stage
+        ga, peak_e = (ga_u[inv], peak[inv]) if keyed else (d * t * c, pa["peak"][pool, prec])
+        peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
+                      else np.sum(weigh(ga * peak_e), axis=0))
+    else:  # per configuration, the split stages' second pools too
+        peak_total = np.sum(weigh((ga_u * peak)[inv]), axis=0)
+        if ks is not None and ks.size:
+            peak_total = peak_total + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]], minlength=N)
     extra = {}
     if stages_out:  # (N, k): a row per strategy, as people read them
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
