@@ -795,7 +795,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
     every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
     weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
-    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), axis=0)
+    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
     wsum = np.sum(sv.w, axis=0)  # stages in the pipeline
     pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
     if P == 1 and gpus.shape[0] == 1:
@@ -1275,7 +1275,7 @@ def plus_edges(ix, first, last):
     every entry of the masks, added in place on the first and last stages only (the same sums, bit for
     bit: x + 0.0 = x); otherwise (rows of (1, N)) through the masks, which broadcast them."""
     if np.shape(ix) != np.shape(first):
-        return lambda a, *es: sum((mask * e[ix] for mask, e in zip((first, last), es) if e is not None), a)
+        return lambda a, *es: sum((mask * e[ix] for mask, e in zip((first, last), es, strict=True) if e is not None), a)
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
@@ -1385,25 +1385,27 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         n_m = n if all_moe else moe_layers_in(model, sv.lo, sv.layers)
         n_d = n - n_m
 
-    def times(ix, nn, nd, nm, fi, la):
-        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
+    def times(ix, nn, nd, nm, edges):
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix
+        (``edges``: plus_edges of their first and last stages)."""
         if not moe:
             F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
         elif all_moe:
             F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
         else:  # the stage's dense and MoE layers
             F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
-        edges = plus_edges(ix, fi, la)
         return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
-    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
+    edges = plus_edges(inv, first, last)
+    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), edges)
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
         inv_b = inv.copy()  # each stage's configuration on its second pool (its own where not split)
         inv_b.reshape(-1)[ks] = inv2[ne:]
-        Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
+        Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
+                           plus_edges(inv2[ne:], sub(first), sub(last)))
         slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
         inv_t = inv.copy()
         for x, y in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
@@ -1427,7 +1429,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
     rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
-    spill = spills.reshape(-1)[row_pool + pool]
+    spill_on = lambda x: spills.reshape(-1)[row_pool + x]  # noqa: E731  (the row's GPUs on pool x span nodes)
+    spill = spill_on(pool)
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, share[inv], spill)
     else:
@@ -1443,7 +1446,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         T_C = hop_s(pool, after(pool), rag, hand, spill)
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
             # same link where neither stage is split (pool_b = pool there)
-            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spills.reshape(-1)[row_pool + pool_b]))
+            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spill_on(pool_b)))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1492,7 +1495,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
-        edges = plus_edges(inv, first, last)
         mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
             state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]

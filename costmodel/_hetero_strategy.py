@@ -156,7 +156,8 @@ class HeteroTable:
         num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
         rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
         sr = None if self.stage_recompute is None else rows(self.stage_recompute)
-        return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()}, sr)
+        return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()},
+                           sr)
 
     def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
         """Row i as plain Python: global keys and a ``stages`` list of per-stage dicts."""
