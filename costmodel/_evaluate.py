@@ -663,8 +663,7 @@ def distinct_rows(*cols):
     if K >= 2**62:
         return np.arange(n), np.arange(n)
     if K > max(4 * n, 1 << 16) and len(cols) > 2:
-        h = len(cols) // 2
-        return distinct_rows(distinct_rows(*cols[:h])[1], distinct_rows(*cols[h:])[1])
+        return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
     key = np.zeros(n, dtype=np.int64)
     for x, r in zip(cols, radix, strict=True):
         key = key * r + x
@@ -1270,10 +1269,9 @@ def _first_max(a, tol: bool = False):
 
 
 def plus_edges(ix, first, last):
-    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term): the
-    embedding's and the head's terms of stages in configurations ``ix``. Where ``ix`` and ``a`` hold
-    every entry of the masks, added in place on the first and last stages only (the same sums, bit for
-    bit: x + 0.0 = x); otherwise (rows of (1, N)) through the masks, which broadcast them."""
+    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
+    and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
+    on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
     if np.shape(ix) != np.shape(first):
         return lambda a, *es: sum((mask * e[ix] for mask, e in zip((first, last), es, strict=True) if e is not None), a)
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
@@ -1308,7 +1306,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     wt = sv.w.astype(np.float64)
     on = wt > 0
     every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
-    live = (lambda a, fill: a) if every else (lambda a, fill: np.where(on, a, fill))  # noqa: E731
     weigh = (lambda a: a) if every and not np.any(sv.comp) else (lambda a: wt * a)  # noqa: E731  (weights all 1)
     first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
@@ -1334,8 +1331,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
         kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
-        kr = np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])  # dp - dp2 on the first pool, dp2 on the second
-        kf.append(kr)
+        kf.append(kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]]))  # dp - dp2 on the first, dp2 on pool2
     rep2, inv2 = distinct_rows(*kf)
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
@@ -1386,8 +1382,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         n_d = n - n_m
 
     def times(ix, nn, nd, nm, edges):
-        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix
-        (``edges``: plus_edges of their first and last stages)."""
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
         if not moe:
             F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
         elif all_moe:
@@ -1402,8 +1397,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
-        inv_b = inv.copy()  # each stage's configuration on its second pool (its own where not split)
-        inv_b.reshape(-1)[ks] = inv2[ne:]
+        np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
         Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                            plus_edges(inv2[ne:], sub(first), sub(last)))
         slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
@@ -1457,7 +1451,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
-    bot_flat = _first_max(live(X, -np.inf), tol=moe) * N + np.arange(N)
+    bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
     def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
         return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
@@ -1505,7 +1499,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
     if moe:
         state = mem["state"]
-    tot = live(state + mem["activations"] + mem["buffers"], -np.inf)
+    tot = state + mem["activations"] + mem["buffers"]
+    tot = tot if every else np.where(on, tot, -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
@@ -1530,10 +1525,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         back = lambda a: a  # noqa: E731
         z_, m_, g_ = zero, m, g
-        def stage_link(stride, size):
-            return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
-                              pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
-                              pa["link_eff"][pool])
+        stage_link = lambda stride, size: group_link(stride(d, t), size(d, t), *(pa[f][pool] for f in (  # noqa: E731
+            "gpus_per_node_int", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "link_eff")))
         tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
     dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
@@ -1584,9 +1577,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        rate = ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (  # per configuration
-            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]
-        opt_s = row_max(params * rate)
+        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (
+            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]))  # (per configuration)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 

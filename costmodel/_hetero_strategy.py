@@ -80,11 +80,8 @@ class HeteroTable:
                 a = a[None, :]
             if a.ndim != 2:
                 raise InputError(k, "one value per stage, (N, S)", np.shape(v))
-            if a.dtype.kind not in "iu":
-                if a.dtype.kind == "f" and np.all(a == np.round(a)):
-                    a = a.astype(np.int64)
-                else:
-                    raise InputError(k, "integers per stage", a.ravel()[:4].tolist())
+            if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
+                raise InputError(k, "integers per stage", a.ravel()[:4].tolist())
             arrs[k] = a.astype(np.int64)
         shapes = {a.shape for a in arrs.values()}
         n_rows = {s[0] for s in shapes} - {1}

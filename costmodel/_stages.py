@@ -65,8 +65,7 @@ class StageView:
     column per strategy, so that numpy's inner loops run over the N strategies. Row columns (N,):
     pp, m (micro-batches), global_batch, cp, vpp, schedule, zero_stage, sequence_parallel,
     overlap_dp, precision, ep, etp. Stage arrays (k, N): j (the stage's index in its pipeline),
-    w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer; None in
-    a dense model's placements, as only MoE layers read it); (1, N)
+    w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer; None: dense placements); (1, N)
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
     replica), batch_div (the global batch must be a multiple of it); ``key``: the stage arrays
     besides pool, order, tp and recompute that set a configuration's shape terms; pool2 / dp2
