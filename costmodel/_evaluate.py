@@ -508,10 +508,12 @@ def pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
 
 
-def stage_params(model: Transformer, n, first, last, t):
-    """Parameters per GPU of a stage of n layers (plus the embedding on the first stage and
-    the head on the last, with Megatron's tied copy of the embedding on the last when pp > 1)."""
+def stage_params(model: Transformer, n, first, last, t, edges=None):
+    """Parameters per GPU of a stage of n layers (plus the embedding on the first stage and the head on the last,
+    with Megatron's tied copy of the embedding on the last when pp > 1); ``edges``: plus_edges, no row of pp 1."""
     tied_copy = model.vocab * model.hidden if (model.tied_embeddings and model.kind != "mlp") else 0
+    if edges is not None:
+        return edges(n * model.layer_params(), model.embedding_params(), model.head_params() + tied_copy) / t
     head_p = model.head_params() + np.where(first, 0, tied_copy)
     return (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
 
@@ -650,12 +652,11 @@ def in_flight(sched, p, m, v, stage, rows=None):
 
 
 def distinct_rows(*cols):
-    """(first, inv): for columns of small non-negative integers (or bools), the index of one
-    row per distinct combination, and each row's combination number, so that
-    ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
-    the key range is small, else the combinations of each half of the columns first, then
-    those pairs; np.unique for two columns of a large range (every row its own combination if
-    the key would overflow int64)."""
+    """(first, inv): for columns of small non-negative integers (or bools), the index of one row per distinct
+    combination, and each row's combination number, so that ``f(x[first])[inv] == f(x)`` for any row-wise f.
+    Dense mixed-radix keys (no sort) when the key range is small, else the combinations of each half of the
+    columns first, then those pairs; np.unique for two columns of a large range (every row its own combination
+    if the key would overflow int64)."""
     n = len(cols[0])
     cols = [np.asarray(x, dtype=np.int64) for x in cols]
     radix = [int(x.max()) + 1 if n else 1 for x in cols]
@@ -914,11 +915,10 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
 
 
 def run_blocks(table, block, microbatches, order=None) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks,
-    taken in ``order`` where given (each block gathered on its own; the results in the table's
-    order). Pass 1: closed forms only, rows the simulator must price flagged in
-    ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``,
-    vpp), written back."""
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks, taken in ``order``
+    where given (each block gathered on its own; the results in the table's order). Pass 1: closed forms only, rows
+    the simulator must price flagged in ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp,
+    ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
     take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
     parts = [block(take(slice(i, i + BLOCK_ROWS)), N <= BLOCK_ROWS) for i in range(0, N, BLOCK_ROWS)]
@@ -1273,13 +1273,14 @@ def plus_edges(ix, first, last):
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
     if np.shape(ix) != np.shape(first):
-        return lambda a, *es: sum((mask * e[ix] for mask, e in zip((first, last), es, strict=True) if e is not None), a)
+        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
+                                   if e is not None), a)
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
         for (i, ix_i), e in zip(at, es, strict=True):
             if e is not None:
-                a.reshape(-1)[i] += e[ix_i]
+                a.reshape(-1)[i] += e[ix_i] if np.ndim(e) else e
         return a
     return add
 
@@ -1485,7 +1486,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                          n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
-        params = stage_params(model, n, first, last, tf)  # (k, N) per GPU
+        params = stage_params(model, n, first, last, tf, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
