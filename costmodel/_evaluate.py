@@ -665,9 +665,7 @@ def distinct_rows(*cols):
         return np.arange(n), np.arange(n)
     if K > max(4 * n, 1 << 16) and len(cols) > 2:
         return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
-    key = np.zeros(n, dtype=np.int64)
-    for x, r in zip(cols, radix, strict=True):
-        key = key * r + x
+    key = np.ravel_multi_index(cols, radix)  # the mixed-radix key, one pass
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
