@@ -1435,8 +1435,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             out.reshape(-1)[last_flat] = a[0]
             return out
 
-        hand = np.maximum(share[inv], share[after(inv)])
-        T_C = hop_s(pool, after(pool), rag, hand, spill)
+        hand = np.maximum(share[inv], share[inv_next := after(inv)])
+        T_C = hop_s(pool, pool_u[inv_next], rag, hand, spill)
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
             # same link where neither stage is split (pool_b = pool there)
             T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spill_on(pool_b)))

@@ -264,8 +264,8 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
                      w=(idx < c["pp"][None, :]).astype(np.int64),
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
-                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (d * m),
-                     batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
+                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (dm := d * m),
+                     batch_div=dm, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
                      pool2=pool2, dp2=dp2)
 
 
