@@ -794,7 +794,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
     weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
     flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
-    wsum = np.sum(sv.w, axis=0)  # stages in the pipeline
+    wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
     pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
     if P == 1 and gpus.shape[0] == 1:
         used = (wsum * gpus[0])[:, None]
