@@ -1598,7 +1598,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         flops_hw = flops_model + np.sum(weigh(re_stage), axis=0) * s * B
     else:
         flops_hw = flops_model + np.sum(weigh(n) * re_tok, axis=0) * s * B
-    if inv.shape[0] == 1 or not keyed:  # the stages' GPUs on their pools x their peak: per row, or per stage
+    if (inv.shape[0] == 1 or not keyed) and not (ks is not None and ks.size):  # the stages' GPUs x their peak
         ga, peak_e = (ga_u[inv], peak[inv]) if keyed else (d * t * c, pa["peak"][pool, prec])
         peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
                       else np.sum(weigh(ga * peak_e), axis=0))
