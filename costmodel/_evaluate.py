@@ -1302,10 +1302,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     col = lambda x: np.asarray(x)[None, :]  # noqa: E731  (N,) -> (1, N)
     j, d, t, rc = sv.j, sv.dp, sv.tp, sv.recompute
     n = sv.layers.astype(np.float64)
-    wt = sv.w.astype(np.float64)
-    on = wt > 0
+    on = sv.w > 0
     every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
-    weigh = (lambda a: a) if every and not np.any(sv.comp) else (lambda a: wt * a)  # noqa: E731  (weights all 1)
+    wt = None if every and not np.any(sv.comp) else sv.w.astype(np.float64)  # None: weights all 1
+    weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
     first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
     e_r, u_r = r["ep"], r["etp"]
@@ -1605,7 +1605,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:  # per configuration, the split stages' second pools too
         peak_total = np.sum(weigh((ga_u * peak)[inv]), axis=0)
         if ks is not None and ks.size:
-            peak_total = peak_total + np.bincount(ks % N, weights=sub(wt) * (ga_u * peak)[inv2[ne:]], minlength=N)
+            peak_total = peak_total + np.bincount(ks % N, weights=(ga_u * peak)[inv2[ne:]], minlength=N)
     extra = {}
     if stages_out:  # (N, k): a row per strategy, as people read them
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
