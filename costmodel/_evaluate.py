@@ -777,7 +777,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     on = sv.j < p  # (k, N) stages of the pipeline (padding past pp is not)
     d, t, n = sv.dp, sv.tp, sv.layers
     e, u = r["ep"], r["etp"]
-    gpus = d * t * c
+    gpus = d * t * c if sv.dp2 is None or stage_bits is None else None  # (split stages: per pool below)
     if stage_bits is None:
         tps = np.arange(int(t.max()) + 1 if t.size else 1)
         stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
@@ -785,7 +785,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         if model.is_moe:
             stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
     bits = stage_bits | (n < 1) * np.uint8(4)
-    if sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
+    if over := sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
         bits = bits | ((sv.pool >= P) | (False if sv.dp2 is None else sv.pool2 >= P)) * np.uint8(1)
     if model.is_moe and sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
         bits = bits | (sv.dp2 > 0) * np.uint8(32)
@@ -795,12 +795,13 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
     flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
     wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
-    pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
-    if P == 1 and gpus.shape[0] == 1:
+    in_range = (lambda x: np.minimum(x, P - 1)) if over else (lambda x: x)  # noqa: E731  (counted on the last)
+    pool = in_range(sv.pool)  # a pool out of range fails bit 1
+    if P == 1 and gpus is not None and gpus.shape[0] == 1:
         used = (wsum * gpus[0])[:, None]
     else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
-        parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * t * c)),
-                                                              (np.minimum(sv.pool2, P - 1), weigh(sv.dp2 * t * c))]
+        parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * (tc := t * c))),
+                                                              (in_range(sv.pool2), weigh(sv.dp2 * tc))]
         total = sum(np.sum(g, axis=0) for _, g in parts)
         on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
         used = np.stack([total - sum(on_pool), *on_pool], axis=1)
