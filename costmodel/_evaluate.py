@@ -1473,19 +1473,18 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
-    tf = t.astype(np.float64)
     row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
     hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
                     for x in (pa["hbm_bytes"], hbm_rate))  # not split)
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
-        sp_div = np.where(sp, t, 1)
+        sp_div, tf = np.where(sp, t, 1), t.astype(np.float64)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
                          n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
-        params = stage_params(model, n, first, last, tf, None if np.any(p == 1) else edges)  # (k, N) per GPU
+        params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
