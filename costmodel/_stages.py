@@ -240,7 +240,8 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items()}  # (S, N)
+    split = np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
+    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     layers = st["layers"]
@@ -248,7 +249,7 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
         table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
-    if np.any(st["dp2"]):
+    if split:
         pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
     else:
         on = idx < c["pp"][None, :]
