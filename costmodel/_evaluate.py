@@ -918,14 +918,13 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
     where given (each block gathered on its own; the results in the table's order). Pass 1: closed forms only, rows
     the simulator must price flagged in ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp,
     ``microbatches(sub_table)``, vpp), written back."""
-    N, out = len(table), Metrics()
-    rows_of = (lambda i: slice(i, i + BLOCK_ROWS)) if order is None else (lambda i: order[i:i + BLOCK_ROWS])  # noqa: E731
-    for i in range(0, N, BLOCK_ROWS):  # each block's results written to its rows
-        for k, col in block(table.take(rows_of(i)), N <= BLOCK_ROWS).items():
-            out.setdefault(k, np.empty(N, dtype=col.dtype))[rows_of(i)] = col
+    N = len(table)
+    take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
+    parts = [block(take(slice(i, i + BLOCK_ROWS)), N <= BLOCK_ROWS) for i in range(0, N, BLOCK_ROWS)]
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0])
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
-        sub = table.take(need)
+        sub = take(need)
         by = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
         rows = need[by]
         sub = sub.take(by)
@@ -934,6 +933,8 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
+    for x in out.values() if order is not None else ():  # back in the table's order
+        x[order] = x.copy()
     return out
 
 
