@@ -49,6 +49,7 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -542,10 +543,12 @@ def pipeline_fill(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
 
 
-def stage_params(model: Transformer, n, first, last, t):
-    """Parameters per GPU of a stage of n layers (plus the embedding on the first stage and
-    the head on the last, with Megatron's tied copy of the embedding on the last when pp > 1)."""
+def stage_params(model: Transformer, n, first, last, t, edges=None):
+    """Parameters per GPU of a stage of n layers (plus the embedding on the first stage and the head on the last,
+    with Megatron's tied copy of the embedding on the last when pp > 1); ``edges``: plus_edges, no row of pp 1."""
     tied_copy = model.vocab * model.hidden if (model.tied_embeddings and model.kind != "mlp") else 0
+    if edges is not None:
+        return edges(n * model.layer_params(), model.embedding_params(), model.head_params() + tied_copy) / t
     head_p = model.head_params() + np.where(first, 0, tied_copy)
     return (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
 
@@ -684,21 +687,20 @@ def in_flight(sched, p, m, v, stage, rows=None):
 
 
 def distinct_rows(*cols):
-    """(first, inv): for columns of small non-negative integers (or bools), the index of one
-    row per distinct combination, and each row's combination number, so that
-    ``f(x[first])[inv] == f(x)`` for any row-wise f. Dense mixed-radix keys (no sort) when
-    the key range is small, np.unique otherwise (every row its own combination if the key
-    would overflow int64)."""
+    """(first, inv): for columns of small non-negative integers (or bools), the index of one row per distinct
+    combination, and each row's combination number, so that ``f(x[first])[inv] == f(x)`` for any row-wise f.
+    Dense mixed-radix keys (no sort) when the key range is small, else the combinations of each half of the
+    columns first, then those pairs; np.unique for two columns of a large range (every row its own combination
+    if the key would overflow int64)."""
     n = len(cols[0])
-    key = np.zeros(n, dtype=np.int64)
-    K = 1
-    for x in cols:
-        x = np.asarray(x, dtype=np.int64)
-        r = int(x.max()) + 1 if n else 1
-        K *= r
-        if K >= 2**62:
-            return np.arange(n), np.arange(n)
-        key = key * r + x
+    cols = [np.asarray(x, dtype=np.int64) for x in cols]
+    radix = [int(x.max()) + 1 if n else 1 for x in cols]
+    K = math.prod(radix)
+    if K >= 2**62:
+        return np.arange(n), np.arange(n)
+    if K > max(4 * n, 1 << 16) and len(cols) > 2:
+        return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
+    key = np.ravel_multi_index(cols, radix)  # the mixed-radix key, one pass
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
@@ -813,7 +815,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     on = sv.j < p  # (k, N) stages of the pipeline (padding past pp is not)
     d, t, n = sv.dp, sv.tp, sv.layers
     e, u = r["ep"], r["etp"]
-    gpus = d * t * c
+    gpus = d * t * c if sv.dp2 is None or stage_bits is None else None  # (split stages: per pool below)
     if stage_bits is None:
         tps = np.arange(int(t.max()) + 1 if t.size else 1)
         stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
@@ -821,29 +823,32 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         if model.is_moe:
             stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
     bits = stage_bits | (n < 1) * np.uint8(4)
-    if sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
+    if over := sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
         bits = bits | ((sv.pool >= P) | (False if sv.dp2 is None else sv.pool2 >= P)) * np.uint8(1)
     if model.is_moe and sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
         bits = bits | (sv.dp2 > 0) * np.uint8(32)
     if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
         bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
-    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits * on.astype(np.uint8), axis=0)
-    wsum = np.sum(sv.w, axis=0)  # stages in the pipeline
-    pool = np.minimum(sv.pool, P - 1)  # a pool out of range fails bit 1; counted on the last
-    if P == 1 and gpus.shape[0] == 1:
+    every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
+    weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
+    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
+    wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
+    in_range = (lambda x: np.minimum(x, P - 1)) if over else (lambda x: x)  # noqa: E731  (counted on the last)
+    pool = in_range(sv.pool)  # a pool out of range fails bit 1
+    if P == 1 and gpus is not None and gpus.shape[0] == 1:
         used = (wsum * gpus[0])[:, None]
     else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
-        parts = [(pool, sv.w * gpus)] if sv.dp2 is None else [(pool, sv.w * (d - sv.dp2) * t * c),
-                                                              (np.minimum(sv.pool2, P - 1), sv.w * sv.dp2 * t * c)]
+        parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * (tc := t * c))),
+                                                              (in_range(sv.pool2), weigh(sv.dp2 * tc))]
         total = sum(np.sum(g, axis=0) for _, g in parts)
         on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
         used = np.stack([total - sum(on_pool), *on_pool], axis=1)
     gpus_ok = flags & 1 == 0
     for y in range(P):
         gpus_ok &= used[:, y] <= pa["num_gpus"][y]
-    held = wsum * n[0] if n.shape[0] == 1 else np.sum(sv.w * n, axis=0)
+    held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
-    if not np.all(sv.comp):  # stages past pp hold no layers
+    if not (every or np.all(sv.comp)):  # stages past pp hold no layers
         pp_ok &= (held == n.sum(axis=0))
     ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
@@ -937,44 +942,37 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is not None:
-        table = table.take(order)
-    elif not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
-        table = table.take(order)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                             simulate_now=now, framework=fw), microbatches)
-    if order is not None:
-        for x in out.values():
-            x[order] = x.copy()
-    return out
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
+                                                              simulate_now=now, framework=fw), microbatches, order)
 
 
-def run_blocks(table, block, microbatches) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
-    Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
-    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
+def run_blocks(table, block, microbatches, order=None) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks, taken in ``order``
+    where given (each block gathered on its own; the results in the table's order). Pass 1: closed forms only, rows
+    the simulator must price flagged in ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp,
+    ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
-    if N <= BLOCK_ROWS:
-        out = block(table, True)
-        out.pop("_needs_simulation")
-        return out
-    parts = [block(table.take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
+    parts = [block(take(slice(i, i + BLOCK_ROWS)), N <= BLOCK_ROWS) for i in range(0, N, BLOCK_ROWS)]
+    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0])
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
-        sub = table.take(need)
-        order = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
-        rows = need[order]
-        sub = sub.take(order)
+        sub = take(need)
+        by = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
+        rows = need[by]
+        sub = sub.take(by)
         for i in range(0, len(rows), BLOCK_ROWS):
             part = block(sub.take(slice(i, i + BLOCK_ROWS)), True)
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
+    for x in out.values() if order is not None else ():  # back in the table's order
+        x[order] = x.copy()
     return out
 
 
@@ -1307,6 +1305,23 @@ def _first_max(a, tol: bool = False):
     return np.where(hit[0], 0, out)
 
 
+def plus_edges(ix, first, last):
+    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
+    and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
+    on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
+    if np.shape(ix) != np.shape(first):
+        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
+                                   if e is not None), a)
+    at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
+
+    def add(a, *es):  # a: a fresh array of the masks' shape
+        for (i, ix_i), e in zip(at, es, strict=True):
+            if e is not None:
+                a.reshape(-1)[i] += e[ix_i] if np.ndim(e) else e
+        return a
+    return add
+
+
 def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
                     simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
     """One block of rows, stages as (k, N) arrays (StageView; (1, N) where a row's stages share
@@ -1326,8 +1341,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     col = lambda x: np.asarray(x)[None, :]  # noqa: E731  (N,) -> (1, N)
     j, d, t, rc = sv.j, sv.dp, sv.tp, sv.recompute
     n = sv.layers.astype(np.float64)
-    wt = sv.w.astype(np.float64)
-    on = wt > 0
+    on = sv.w > 0
+    every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
+    wt = None if every and not np.any(sv.comp) else sv.w.astype(np.float64)  # None: weights all 1
+    weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
     first, last = j == 0, j == p - 1
     pool = np.minimum(sv.pool, P - 1)
     e_r, u_r = r["ep"], r["etp"]
@@ -1346,11 +1363,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     kf = [flat(x) for x in keys]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     split = ks = None
+    kr = flat(d)  # the stage's replicas on the entry's pool
     if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
         split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
         kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
+        kf.append(kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]]))  # dp - dp2 on the first, dp2 on pool2
     rep2, inv2 = distinct_rows(*kf)
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
@@ -1359,6 +1378,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
     cfg_bits = None
     if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
@@ -1405,7 +1425,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         n_m = n if all_moe else moe_layers_in(model, sv.lo, sv.layers)
         n_d = n - n_m
 
-    def times(ix, nn, nd, nm, fi, la):
+    def times(ix, nn, nd, nm, edges):
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
         if not moe:
             F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
@@ -1413,27 +1433,25 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
         else:  # the stage's dense and MoE layers
             F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
-        hf = head_fb[ix]
-        return F + fi * emb_f[ix] + la * hf, Bk + fi * emb_b[ix] + la * hf, W + la * eu["head_gemm"][ix]
+        return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
-    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
+    edges = plus_edges(inv, first, last)
+    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), edges)
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
-        inv_b = inv2[ne:]
-        Fb, Bb, Wb = times(inv_b, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
-        Ff, Bf, Wf = F.reshape(-1), Bk.reshape(-1), W.reshape(-1)
-        slower = Fb + Bb + Wb > Ff[ks] + Bf[ks] + Wf[ks]
-        for x, y in ((Ff, Fb), (Bf, Bb), (Wf, Wb)):
-            x[ks] = np.where(slower, y, x[ks])
+        np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
+        Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
+                           plus_edges(inv2[ne:], sub(first), sub(last)))
+        slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
         inv_t = inv.copy()
-        inv_t.reshape(-1)[ks] = np.where(slower, inv_b, inv_t.reshape(-1)[ks])
+        for x, y in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
+            x.reshape(-1)[ks] = np.where(slower, y, sub(x))
     X = F + Bk + W
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    ga = (d if sv.dp2 is None else d - sv.dp2) * t * c  # the stage's GPUs on its pool
     row_pool = np.arange(N) * P  # + pool: a row's entry of used (N, P)
 
     spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
@@ -1447,11 +1465,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
-    if ks is None or not ks.size:  # the stage's GPUs on its pool: a configuration's
-        rag = ragged(pool_u, d_u * t_u * c_u)[inv] if keyed else ragged(pool, ga)
-    else:
-        rag = ragged(pool, ga)
-    spill = spills.reshape(-1)[row_pool + pool]
+    rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
+    rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
+    spill_on = lambda x: spills.reshape(-1)[row_pool + x]  # noqa: E731  (the row's GPUs on pool x span nodes)
+    spill = spill_on(pool)
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, share[inv], spill)
     else:
@@ -1463,24 +1480,22 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             out.reshape(-1)[last_flat] = a[0]
             return out
 
-        hand = np.maximum(share[inv], share[after(inv)])
-        T_C = hop_s(pool, after(pool), rag, hand, spill)
-        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe)
-            q = split | after(split)
-            x = pool_b[q]
-            T_C = T_C.copy()
-            T_C[q] = np.maximum(T_C[q], hop_s(x, after(pool_b)[q], ragged(x, np.where(split, sv.dp2 * t * c, ga)[q]),
-                                              hand[q], spills.reshape(-1)[np.broadcast_to(row_pool, X.shape)[q] + x]))
-    T_C = np.where(p > 1, T_C, 0.0)  # no hand-off without a pipeline
+        hand = np.maximum(share[inv], share[inv_next := after(inv)])
+        T_C = hop_s(pool, pool_u[inv_next], rag, hand, spill)
+        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
+            # same link where neither stage is split (pool_b = pool there)
+            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spill_on(pool_b)))
+    if np.any(p <= 1):  # no hand-off without a pipeline
+        T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
     if T_C.shape[0] == 1:
         pp_comm = 2.0 * (p - 1) * T_C[0]
     else:
-        pp_comm = 2.0 * np.sum(np.where(inner, wt * T_C, 0.0), axis=0)
+        pp_comm = 2.0 * np.sum(np.where(inner, weigh(T_C), 0.0), axis=0)
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
-    bot_flat = _first_max(np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
+    bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
     def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
         return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
@@ -1493,7 +1508,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return sv.comp[q], F[:kk, q].T, Bk[:kk, q].T, W[:kk, q].T, tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
-        sched=sched, p=p, m=m, v=v, X_sum=np.sum(wt * X, axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
+        sched=sched, p=p, m=m, v=v, X_sum=np.sum(weigh(X), axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
         pp_comm=pp_comm, reason=reason, pipeline=pipeline, simulate_now=simulate_now, stage_inputs=stage_inputs)
     k = in_flight(sched, p, m, v, j)
     if sim is not None:
@@ -1502,27 +1517,22 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
-    tf = t.astype(np.float64)
-    sp_div = np.where(sp, t, 1)
-    row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
-    hbm = pa["hbm_bytes"][pool]
-    hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
-    if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
-        hbm, hbm_Bps = np.broadcast_to(hbm, X.shape).copy(), np.broadcast_to(hbm_Bps, X.shape).copy()
-        pb = sub(pool_b)
-        hbm.reshape(-1)[ks] = np.minimum(hbm.reshape(-1)[ks], pa["hbm_bytes"][pb])
-        hbm_Bps.reshape(-1)[ks] = np.minimum(hbm_Bps.reshape(-1)[ks], (pa["hbm_Bps"] * pa["hbm_eff"])[pb])
+    row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
+    hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
+    hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
+                    for x in (pa["hbm_bytes"], hbm_rate))  # not split)
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
+        sp_div, tf = np.where(sp, t, 1), t.astype(np.float64)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
                          n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
-        params = stage_params(model, n, first, last, tf)  # (k, N) per GPU
+        params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
         kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
                                       np.where(sp_u, t_u, 1))  # (U,) per configuration
-        mem = {"activations": k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]}
+        mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
             state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
@@ -1532,7 +1542,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
     if moe:
         state = mem["state"]
-    tot = np.where(on, state + mem["activations"] + mem["buffers"], -np.inf)
+    tot = state + mem["activations"] + mem["buffers"]
+    tot = tot if every else np.where(on, tot, -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
@@ -1557,40 +1568,32 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         back = lambda a: a  # noqa: E731
         z_, m_, g_ = zero, m, g
-        def stage_link(stride, size):
-            return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
-                              pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
-                              pa["link_eff"][pool])
+        stage_link = lambda stride, size: group_link(stride(d, t), size(d, t), *(pa[f][pool] for f in (  # noqa: E731
+            "gpus_per_node_int", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "link_eff")))
         tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
-    dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
-                           lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
+    dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
+    dp_size = lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_)  # noqa: E731
+    dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
-    dp_a, dp_b = (back(x).copy() if ks is not None and ks.size else back(x)
-                  for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
-    if ks is not None and ks.size:
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
+    alike = dp_a.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
+        dbw, dlat = back(dbw), back(dlat)
+    if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
-        # above) and the link between the pools.
-        dbw, dlat = np.broadcast_to(back(dbw), X.shape).copy(), np.broadcast_to(back(dlat), X.shape).copy()
-        xa, xb = sub(pool), sub(pool_b)
-        ts, cs, tin, d2 = sub(t), sub(c), sub(sv.order == 0), sub(sv.dp2)
-
-        def part_link(x, d_part):
-            return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
-                              pa["gpus_per_node_int"][x], pa["intra_Bps"][x], pa["inter_Bps"][x],
-                              pa["intra_latency_s"][x], pa["inter_latency_s"][x], pa["link_eff"][x])
-
-        (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, sub(d) - d2), part_link(xb, d2)
+        # above, per configuration: the replicas on its pool, kr) and the link between the pools.
+        part_bw, part_lat = link(dp_stride(kr[rep2], t_u), dp_size(kr[rep2], t_u))
+        ia, ib = inv2[:ne][ks], inv2[ne:]
+        xa, xb = pool_u[ia], pool_u[ib]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        dbw.reshape(-1)[ks] = np.minimum(np.minimum(bw_a, bw_b), bw_x)
-        dlat.reshape(-1)[ks] = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
-        dp_a, dp_b = np.broadcast_to(dp_a, X.shape).copy(), np.broadcast_to(dp_b, X.shape).copy()
-        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(sub(zero), sub(m), sub(g), sub(dbw), sub(dlat))
-    else:
-        dbw, dlat = back(dbw), back(dlat)
+        bw_s = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
+        lat_s = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
+        if moe or alike:
+            dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
+        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
     shard = np.where(zero >= 1, g, 1)
-    alike = dbw.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         if keyed:
@@ -1617,7 +1620,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps))
+        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (
+            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]))  # (per configuration)
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
@@ -1635,17 +1639,17 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
         re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
-        flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
+        flops_hw = flops_model + np.sum(weigh(re_stage), axis=0) * s * B
     else:
-        flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
-    peak_e = pa["peak"][pool, prec]
-    if ks is not None and ks.size:  # sum over the GPUs of their peak, the split stages' second pools too
-        peak_total = np.sum(wt * (ga * peak_e), axis=0) + np.bincount(
-            ks % N, weights=sub(wt * sv.dp2 * t * c) * pa["peak"][sub(pool_b), sub(prec)], minlength=N)
-    elif peak_e.shape[0] == 1 and ga.shape[0] == 1:
-        peak_total = (np.sum(sv.w, axis=0) * ga[0]) * peak_e[0]
-    else:
-        peak_total = np.sum(wt * (ga * peak_e), axis=0)
+        flops_hw = flops_model + np.sum(weigh(n) * re_tok, axis=0) * s * B
+    if (inv.shape[0] == 1 or not keyed) and not (ks is not None and ks.size):  # the stages' GPUs x their peak
+        ga, peak_e = (ga_u[inv], peak[inv]) if keyed else (d * t * c, pa["peak"][pool, prec])
+        peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
+                      else np.sum(weigh(ga * peak_e), axis=0))
+    else:  # per configuration, the split stages' second pools too
+        peak_total = np.sum(weigh((ga_u * peak)[inv]), axis=0)
+        if ks is not None and ks.size:
+            peak_total = peak_total + np.bincount(ks % N, weights=(ga_u * peak)[inv2[ne:]], minlength=N)
     extra = {}
     if stages_out:  # (N, k): a row per strategy, as people read them
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731

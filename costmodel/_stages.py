@@ -66,7 +66,7 @@ class StageView:
     column per strategy, so that numpy's inner loops run over the N strategies. Row columns (N,):
     pp, m (micro-batches), global_batch, cp, vpp, schedule, zero_stage, sequence_parallel,
     overlap_dp, precision, ep, etp. Stage arrays (k, N): j (the stage's index in its pipeline),
-    w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer); (1, N)
+    w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer; None: dense placements); (1, N)
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
     replica), batch_div (the global batch must be a multiple of it); ``key``: the stage arrays
     besides pool, order, tp and recompute that set a configuration's shape terms; pool2 / dp2
@@ -77,7 +77,7 @@ class StageView:
     j: np.ndarray
     layers: np.ndarray
     w: np.ndarray
-    lo: np.ndarray
+    lo: np.ndarray | None
     recompute: np.ndarray
     pool: np.ndarray
     order: np.ndarray
@@ -230,8 +230,7 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
 def split_columns(pool, pool2, dp2):
     """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
     dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
-    split = (dp2 > 0) & (pool2 != pool)
-    return np.where(split, pool2, pool), np.where(split, dp2, 0)
+    return np.where(dp2 > 0, pool2, pool), np.where(pool2 != pool, dp2, 0)  # (dp2 >= 0)
 
 
 def placement_view(table: HeteroTable, model: Transformer | None = None) -> StageView:
@@ -242,7 +241,8 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items()}  # (S, N)
+    split = np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
+    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     layers = st["layers"]
@@ -250,7 +250,7 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
         table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
-    if np.any(st["dp2"]):
+    if split:
         pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
     else:
         on = idx < c["pp"][None, :]
@@ -264,9 +264,10 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
                              key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
-                     w=(idx < c["pp"][None, :]).astype(np.int64), lo=np.cumsum(layers, axis=0) - layers,
-                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (d * m),
-                     batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
+                     w=(idx < c["pp"][None, :]).astype(np.int64),
+                     lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
+                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (dm := d * m),
+                     batch_div=dm, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
                      pool2=pool2, dp2=dp2)
 
 
