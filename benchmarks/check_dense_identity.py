@@ -53,7 +53,7 @@ def moe_row_sets(bench_rows: int):
         *((f"{m}-{u}-{pipe}", m, "h100x1024", ("random+ep", 3000, u == "uneven"), fw, pipe)
           for m, fw in (("deepseek-v3", "megatron-core-deepep"), ("mixtral-8x7b", None), ("qwen3-30b-a3b", "fsdp2"))
           for u in ("uniform", "uneven") for pipe in ("closed_form", "simulate")),
-        ("deepseek-v3-het", "deepseek-v3", "h100x1024", ("random+ep-het", 3000, False), "megatron-core",
+        ("deepseek-v3-het", "deepseek-v3", "h100x1024", ("random+ep-het", 6000, False), "megatron-core",
          "closed_form"),
         # 32 layers: 16 stages of 2 unlike (dense, dense + MoE, MoE), some feasible; past a block
         *((f"deepseek-v3-32-{pipe}", "deepseek-v3-32", "h100x1024", ("random+ep", 40000, False), None, pipe)

@@ -899,24 +899,18 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is not None:
-        table = table.take(order)
-    elif not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
-        table = table.take(order)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
-    out = run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                             simulate_now=now, framework=fw), microbatches)
-    if order is not None:
-        for x in out.values():
-            x[order] = x.copy()
-    return out
+    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
+                                                              simulate_now=now, framework=fw), microbatches, order)
 
 
-def run_blocks(table, block, microbatches) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks.
+def run_blocks(table, block, microbatches, order=None) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of
+    consecutive rows of ``order`` (None: of the table), each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
     pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
@@ -924,8 +918,13 @@ def run_blocks(table, block, microbatches) -> Metrics:
         out = block(table, True)
         out.pop("_needs_simulation")
         return out
-    parts = [block(table.take(slice(i, i + BLOCK_ROWS)), False) for i in range(0, N, BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]})
+    out = None
+    for i in range(0, N, BLOCK_ROWS):
+        rows = slice(i, i + BLOCK_ROWS) if order is None else order[i:i + BLOCK_ROWS]
+        part = block(table.take(rows), False)
+        out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
+        for k, col in part.items():
+            out[k][rows] = col
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
