@@ -543,6 +543,21 @@ def activation_bytes(full, sel, act_L, sel_kept, sel_work, T, h, sp_div):
     return kept, np.where(full, act_L, np.where(sel, sel_work, 0.0))
 
 
+def layer_activations(model: Transformer, sh: dict, full, sel, sp_div) -> dict:
+    """activation_bytes (kept, work) of one dense layer where the model has one and (kept_m,
+    work_m) of one MoE layer where it is an MoE model, from the shape terms ``sh``."""
+    def of(pre):
+        return activation_bytes(full, sel, sh[pre + "act_L"], sh[pre + "sel_kept"], sh[pre + "sel_work"], sh["T"],
+                                model.hidden, sp_div)
+
+    out = {}
+    if model.moe_layers < model.layers:  # some dense layer
+        out["kept"], out["work"] = of("")
+    if model.is_moe:
+        out["kept_m"], out["work_m"] = of("moe_")
+    return out
+
+
 def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
@@ -1177,9 +1192,9 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     expert_max, the largest stage's parameters per GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     on = wt > 0
-    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS if key in sh}, col(t),
-                     col(np.where(sp, t, 1)), col(zero), col(g), n, moe["n_moe"], first, last, full, sel, k,
-                     col(moe["e"]), col(moe["edp"]), col(moe["u"]),
+    acts = layer_activations(model, {key: col(x) for key, x in sh.items()}, full, sel, col(np.where(sp, t, 1)))
+    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n,
+                     moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
                      row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
@@ -1188,19 +1203,18 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     return out
 
 
-# The shape terms moe_memory reads (act_L, sel_kept, sel_work only where some layer is dense).
-MOE_MEMORY_TERMS = ("T", "act_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L", "moe_sel_kept",
-                    "moe_sel_work")
+# The shape terms moe_memory reads.
+MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
-def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, last, full, sel, k, e, edp, u, *,
+def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n, n_m, first, last, k, e, edp, u, *,
                row_max, to_stage) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
-    layer type; the all-to-all buffers (the routed copies sent and received). ``sh``: the shape
-    terms of MOE_MEMORY_TERMS; ``sp_div``: t under sequence parallelism, else 1; ``row_max``: a
+    layer type (``acts``: layer_activations); the all-to-all buffers (the routed copies sent and
+    received). ``sh``: the shape terms of MOE_MEMORY_TERMS; ``row_max``: a
     stage array to its row's largest (N,); ``to_stage``: a row array (N,) back to the stages.
     Returns state (weights, gradients and optimizer together; state_bytes of the two kinds of
     parameters gives the parts), activations, buffers and the dense and expert parameters per GPU
@@ -1215,13 +1229,11 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
-    kept_m, work_m = activation_bytes(full, sel, sh["moe_act_L"], sh["moe_sel_kept"], sh["moe_sel_work"], sh["T"],
-                                      model.hidden, sp_div)
+    kept_m, work_m = acts["kept_m"], acts["work_m"]
     if all_moe:  # every layer an MoE layer
         kept, work = n_m * kept_m, work_m
     else:
-        kept_d, work_d = activation_bytes(full, sel, sh["act_L"], sh["sel_kept"], sh["sel_work"], sh["T"],
-                                          model.hidden, sp_div)
+        kept_d, work_d = acts["kept"], acts["work"]
         kept = n_d * kept_d + n_m * kept_m
         work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
     act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
@@ -1354,6 +1366,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
+    acts = layer_activations(model, eu, full_u, sel_u, np.where(sp_u, t_u, 1))  # (U,) activation bytes per layer
     emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
     head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
     if moe:  # MoE layers of each stage, layers [lo, lo + n)
@@ -1458,7 +1471,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
-    sp_div = np.where(sp, t, 1)
     row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
     hbm = pa["hbm_bytes"][pool]
     hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
@@ -1469,15 +1481,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         hbm_Bps.reshape(-1)[ks] = np.minimum(hbm_Bps.reshape(-1)[ks], (pa["hbm_Bps"] * pa["hbm_eff"])[pb])
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
-        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
-                         n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
+        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS}, {x: a[inv] for x, a in acts.items()},
+                         tf, zero, g, n, n_m, first, last, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, tf)  # (k, N) per GPU
         params_max = row_max(params)
-        kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
-                                      np.where(sp_u, t_u, 1))  # (U,) per configuration
-        mem = {"activations": k * (n * kept[inv] + first * eu["emb_act"][inv]) + work[inv] + last * eu["head_act"][inv]}
+        kept, work = acts["kept"][inv], acts["work"][inv]
+        mem = {"activations": k * (n * kept + first * eu["emb_act"][inv]) + work + last * eu["head_act"][inv]}
         if keyed:  # per configuration, then each stage's
             state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
