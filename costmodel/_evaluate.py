@@ -1249,6 +1249,12 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n, n_m, fir
             "dense_params": dense_p, "expert_params": expert_p}
 
 
+def pool_link(pa: dict, q, stride, size):
+    """group_link of groups of ``size`` ranks at ``stride`` on pools q (pool_arrays ``pa``)."""
+    return group_link(stride, size, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
+                      pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+
+
 def ep_group_link(pa: dict, eu, ranks, pool):
     """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
     stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
@@ -1257,8 +1263,7 @@ def ep_group_link(pa: dict, eu, ranks, pool):
     cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
     first, inv = distinct_rows(*cols)
     x, r, q = (a[first] for a in cols)
-    bw, lat = group_link(x, r / x, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
-                         pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+    bw, lat = pool_link(pa, q, x, r / x)
     return bw[inv].reshape(shape), lat[inv].reshape(shape)
 
 
@@ -1342,27 +1347,33 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
-    gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in GPU_FIELDS})
-    peak = pa["peak"][pool_u, prec_u]
-    G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
-    up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
-    link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
-                                           gpu.link_eff)
+    link = lambda stride, size, q=pool_u: pool_link(pa, q, stride, size)  # noqa: E731
     # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
     tp_inner = order_u == 0
-    moe_kw, pool_net = {}, None
-    if moe:
-        # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
-        # attention's order; the all-to-alls split their bytes over the configuration's pool's
-        # intra-node link and network (all_to_all_s, on the pool as a cluster of (U,) arrays).
-        e_u, u_u = U(e_r), U(u_r)
-        pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
-                                         scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
-        moe_kw = {"moe": (e_u, u_u, fw, prec_u), "etp_link": link(1, u_u)}
-    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu,
-                                                tp_link=link(np.where(tp_inner, 1, d_u), t_u),
-                                                cp_link=link(np.where(tp_inner, t_u, d_u * t_u), c_u), **moe_kw),
-                         t_u, sp_u, prec_u)
+    e_u, u_u = (U(e_r), U(u_r)) if moe else (None, None)
+
+    def shape_of(ix):
+        """The shape terms (after framework_terms) of configurations ix."""
+        q, tt, cc, dd, tin, pr, spx = pool_u[ix], t_u[ix], c_u[ix], d_u[ix], tp_inner[ix], prec_u[ix], sp_u[ix]
+        gpu = types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})
+        moe_kw, pool_net = {}, None
+        if moe:
+            # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
+            # attention's order; the all-to-alls split their bytes over the configuration's pool's
+            # intra-node link and network (all_to_all_s, on the pool as a cluster of arrays).
+            pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=pa["gpus_per_node_int"][q],
+                                             scaleup_Bps=pa["intra_Bps"][q], scaleout_Bps=pa["inter_Bps"][q],
+                                             scaleup_latency_s=pa["intra_latency_s"][q],
+                                             scaleout_latency_s=pa["inter_latency_s"][q])
+            moe_kw = {"moe": (e_u[ix], u_u[ix], fw, pr), "etp_link": link(1, u_u[ix], q)}
+        return framework_terms(fw, model, shape_terms(model, pool_net, b_u[ix], tt, cc, spx, pa["peak"][q, pr], gpu=gpu,
+                                                      tp_link=link(np.where(tin, 1, dd), tt, q),
+                                                      cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
+                               tt, spx, pr)
+
+    # (they do not read the recompute choice: once per configuration without it, then gathered)
+    first_s, inv_s = distinct_rows(*(a[rep2] for a, x in zip(kf, keys, strict=True) if x is not rc))
+    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
@@ -1523,10 +1534,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         back = lambda a: a  # noqa: E731
         z_, m_, g_ = zero, m, g
-        def stage_link(stride, size):
-            return group_link(stride(d, t), size(d, t), pa["gpus_per_node_int"][pool], pa["intra_Bps"][pool],
-                              pa["inter_Bps"][pool], pa["intra_latency_s"][pool], pa["inter_latency_s"][pool],
-                              pa["link_eff"][pool])
+        stage_link = lambda stride, size: pool_link(pa, pool, stride(d, t), size(d, t))  # noqa: E731
         tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
     dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
@@ -1543,9 +1551,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ts, cs, tin, d2 = sub(t), sub(c), sub(sv.order == 0), sub(sv.dp2)
 
         def part_link(x, d_part):
-            return group_link(np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs),
-                              pa["gpus_per_node_int"][x], pa["intra_Bps"][x], pa["inter_Bps"][x],
-                              pa["intra_latency_s"][x], pa["inter_latency_s"][x], pa["link_eff"][x])
+            return pool_link(pa, x, np.where(tin, ts, 1), np.where(tin | (cs == 1), d_part * cs, d_part * ts * cs))
 
         (bw_a, lat_a), (bw_b, lat_b) = part_link(xa, sub(d) - d2), part_link(xb, d2)
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
