@@ -569,7 +569,19 @@ def state_bytes(params, zero, g, stage_of=None):
 
 
 def state_bytes_per_param(zero, g):
-    """state_bytes' three parts together, per parameter (a stage's total is this x its parameters)."""
+    """state_bytes' three parts together, per parameter (a stage's total is this x its parameters).
+    Long integer columns: looked up in a table over every (ZeRO stage, g) up to theirs (the same
+    sums, one gather instead of nine passes)."""
+    zero, g = np.asarray(zero), np.asarray(g)
+    if g.size > 1024 and zero.dtype.kind == g.dtype.kind == "i" and min(zero.min(), g.min()) >= 0:
+        G = int(g.max()) + 1
+        with np.errstate(divide="ignore"):
+            table = _bytes_per_param(np.arange(int(zero.max()) + 1)[:, None], np.arange(G))
+        return np.take(table.reshape(-1), zero * G + g)  # (a flat take: a 2-d fancy index is twice as slow)
+    return _bytes_per_param(zero, g)
+
+
+def _bytes_per_param(zero, g):
     return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), _state_shards(zero, g),
                                                strict=True))
 
