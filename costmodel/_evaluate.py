@@ -1392,31 +1392,28 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     acts = layer_activations(model, eu, full_u, sel_u, np.where(sp_u, t_u, 1))  # (U,) activation bytes per layer
     emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
     head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
-    dr = ()  # the stage rows holding dense layers (an MoE model's; the first alone where they all sit on stage 0)
     if moe:  # MoE layers of each stage, layers [lo, lo + n)
         n_m = n if all_moe else moe_layers_in(model, sv.lo, sv.layers)
         n_d = n - n_m
-        dr = () if all_moe else np.flatnonzero(np.any(n_d > 0, axis=1))
-    per_layer = lt_m if moe else lt  # (an MoE model: as if every layer were an MoE layer, then the rows dr again)
 
-    def times(ix, nn, fi, la, nd=None, nm=None):
-        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix
-        (of nd dense and nm MoE layers where given, else nn layers of per_layer's)."""
-        F, Bk, W = (nn * per_layer[x][ix] if nd is None else nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
+    def times(ix, nn, nd, nm, fi, la):
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
+        if not moe:
+            F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
+        elif all_moe:
+            F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
+        else:  # the stage's dense and MoE layers
+            F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
         hf = head_fb[ix]
         return F + fi * emb_f[ix] + la * hf, Bk + fi * emb_b[ix] + la * hf, W + la * eu["head_gemm"][ix]
 
     # -- stages (k, N) --
-    F, Bk, W = times(inv, n, first, last)
-    if len(dr):  # the stage rows holding dense layers: both kinds (the others: nn x the MoE layer's, the same)
-        rows = lambda a: np.broadcast_to(a, F.shape)[dr]  # noqa: E731
-        for a, b in zip((F, Bk, W), times(*(rows(x) for x in (inv, n, first, last, n_d, n_m))), strict=True):
-            a[dr] = b
+    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), first, last)
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
         inv_b = inv2[ne:]
-        Fb, Bb, Wb = times(inv_b, sub(n), sub(first), sub(last), *((sub(n_d), sub(n_m)) if moe and not all_moe else ()))
+        Fb, Bb, Wb = times(inv_b, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)), sub(first), sub(last))
         Ff, Bf, Wf = F.reshape(-1), Bk.reshape(-1), W.reshape(-1)
         slower = Fb + Bb + Wb > Ff[ks] + Bf[ks] + Wf[ks]
         for x, y in ((Ff, Fb), (Bf, Bb), (Wf, Wb)):
@@ -1621,10 +1618,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     re_tok = recompute_flops_per_token(model, full, sel, fw)
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
-        re_stage = n * re_moe
-        if len(dr):  # (as the stage times)
-            re_stage = np.broadcast_to(re_stage, F.shape).copy()
-            re_stage[dr] = rows(n_d) * rows(re_tok) + rows(n_m) * rows(re_moe)
+        re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
         flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
