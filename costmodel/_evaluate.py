@@ -1584,19 +1584,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
-        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g[0], dbw[0], dlat[0])
+        dp_raw = (dp_a[0] * mem["dense_max"] + dp_b[0]
                   + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0]))
         opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif moe:
-        dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
+        dp_st = dp_a * params + dp_b
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
                  + row_max(ADAM_BYTES_TOUCHED * mem["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
-        dp_raw = dp_exchange_s(zero, m, params_max, g[0], dbw[0], dlat[0])
+        dp_raw = dp_a[0] * params_max + dp_b[0]
         opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
     else:
         dp_st = dp_a * params + dp_b
