@@ -1494,7 +1494,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     tf = t.astype(np.float64)
-    row_max = lambda a: np.max(a * on, axis=0)  # noqa: E731  (a >= 0)
+    on_f = on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
+    row_max = lambda a: np.max(a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm = pa["hbm_bytes"][pool]
     hbm_Bps = (pa["hbm_Bps"] * pa["hbm_eff"])[pool]
     if ks is not None and ks.size:  # a split stage's memory fits the smaller HBM, its optimizer the slower
