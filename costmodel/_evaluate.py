@@ -1619,8 +1619,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     re_tok = recompute_flops_per_token(model, full, sel, fw)
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
-        re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
-        flops_hw = flops_model + np.sum(wt * re_stage, axis=0) * s * B
+        if full.shape[0] == 1:  # one recompute choice a row: only hfu reads this, on feasible rows, which hold every layer
+            M = model.moe_layers
+            re_layers = (L - M) * re_tok[0] + M * re_moe[0]
+        else:
+            re_layers = np.sum(wt * (n * re_moe if all_moe else n_d * re_tok + n_m * re_moe), axis=0)
+        flops_hw = flops_model + re_layers * s * B
     else:
         flops_hw = flops_model + np.sum(wt * n * re_tok, axis=0) * s * B
     peak_e = pa["peak"][pool, prec]
