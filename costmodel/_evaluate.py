@@ -456,6 +456,8 @@ def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
 
 def moe_layers_in(model: Transformer, lo, n):
     """MoE layers among layers [lo, lo + n) (any broadcasting arrays), as floats."""
+    if model.is_moe and model.moe_layer_freq == 1:  # every layer past the dense ones: that part of [lo, lo + n)
+        return np.clip(lo + n - model.dense_layers, 0, n).astype(np.float64)
     return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
 
 
