@@ -1207,7 +1207,8 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     on = wt > 0
     acts = layer_activations(model, {key: col(x) for key, x in sh.items()}, full, sel, col(np.where(sp, t, 1)))
-    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n,
+    n_d = None if model.moe_layers == model.layers else n - moe["n_moe"]
+    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n_d,
                      moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
                      row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
     buffers = out["buffers"]
@@ -1221,10 +1222,11 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
 MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
-def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n, n_m, first, last, k, e, edp, u, *,
+def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
                row_max, to_stage) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
-    columns) or one that broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
+    columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
+    layers; the MoE layers' routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
     layer type (``acts``: layer_activations); the all-to-all buffers (the routed copies sent and
@@ -1235,7 +1237,6 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n, n_m, fir
     (dense_params, expert_params) per stage, and per row params_max, dense_max and expert_max: the
     largest stage's parameters per GPU, of both kinds and each."""
     all_moe = model.moe_layers == model.layers
-    n_d = None if all_moe else n - n_m
     head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
         n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
@@ -1508,7 +1509,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS}, {x: a[inv] for x, a in acts.items()},
-                         tf, zero, g, n, n_m, first, last, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
+                         tf, zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r, row_max=row_max,
+                         to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, tf)  # (k, N) per GPU
