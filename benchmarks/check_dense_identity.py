@@ -9,8 +9,13 @@ column of the base (1e-12 relative; infinities and booleans exactly). Row sets:
     llama3-70b    seeded random rows (tests/test_reference.random_table), dgx-a100-1024, uneven stages
     megatron-22b  the same on h100x64 under fsdp2, and the MLP (seed 000) on seed000-16
     screen        costmodel.memory_screen over the exact space (mem_total_bytes, reason)
+With ``--moe`` the MoE rows instead (the base must price ep): the bench rows of DeepSeek-V3,
+Mixtral 8x7B and Qwen3-30B-A3B (cli._cmd_bench.bench_table with their ep column), and random
+rows with ep / etp (tests/test_reference.random_table, tests/test_moe_pricing.with_ep), uniform and
+uneven stages, closed forms and the simulator, as StrategyTables and as placements
+(HeteroTable.from_homogeneous), and memory_screen on DeepSeek-V3's.
 
-    python3 benchmarks/check_dense_identity.py --base /tmp/base [--bench-rows 1000000]
+    python3 benchmarks/check_dense_identity.py --base /tmp/base [--bench-rows 1000000] [--moe]
 """
 
 from __future__ import annotations
@@ -39,11 +44,38 @@ def row_sets(bench_rows: int):
     ]
 
 
+def moe_row_sets(bench_rows: int):
+    """row_sets of MoE models: bench rows, random rows with ep / etp (``+ep``), placements (``het``)."""
+    rows = min(bench_rows, 200_000)  # past a block, so that unlike DeepSeek-V3 rows get blocks of their own
+    return [
+        *((f"bench-{m}", m, "h100x1024", ("bench", rows), None, "closed_form")
+          for m in ("deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b")),
+        *((f"{m}-{u}-{pipe}", m, "h100x1024", ("random+ep", 3000, u == "uneven"), fw, pipe)
+          for m, fw in (("deepseek-v3", "megatron-core-deepep"), ("mixtral-8x7b", None), ("qwen3-30b-a3b", "fsdp2"))
+          for u in ("uniform", "uneven") for pipe in ("closed_form", "simulate")),
+        ("deepseek-v3-het", "deepseek-v3", "h100x1024", ("random+ep-het", 6000, False), "megatron-core",
+         "closed_form"),
+        # 32 layers: 16 stages of 2 unlike (dense, dense + MoE, MoE), some feasible; past a block
+        *((f"deepseek-v3-32-{pipe}", "deepseek-v3-32", "h100x1024", ("random+ep", 40000, False), None, pipe)
+          for pipe in ("closed_form", "simulate")),
+    ]
+
+
+def preset(name: str):
+    from costmodel import model_preset
+
+    if name == "deepseek-v3-32":
+        import dataclasses
+
+        return dataclasses.replace(model_preset("deepseek-v3"), name=name, layers=32)
+    return model_preset(name)
+
+
 def build(kind, model, cluster):
     if kind[0] == "bench":
         from cli._cmd_bench import bench_table
 
-        return bench_table(kind[1])
+        return bench_table(kind[1], experts=model.experts)
     if kind[0] == "exact":
         from search._space import exact_space
 
@@ -53,23 +85,35 @@ def build(kind, model, cluster):
     sys.path.insert(0, os.path.join(HERE, "tests"))
     from test_reference import random_table
 
-    return random_table(model, np.random.default_rng(7), kind[1], kind[2])
+    rng = np.random.default_rng(7)
+    table = random_table(model, rng, kind[1], kind[2])
+    if not kind[0].startswith("random+ep"):
+        return table
+    from test_moe_pricing import with_ep
+
+    table = with_ep(table, rng, model.experts)
+    if kind[0].endswith("-het"):
+        from costmodel._hetero_strategy import HeteroTable
+
+        return HeteroTable.from_homogeneous(table, model.layers)
+    return table
 
 
-def dump(out_dir: str, bench_rows: int) -> None:
+def dump(out_dir: str, bench_rows: int, moe: bool = False) -> None:
     """Evaluate every set with the costmodel on sys.path; one .npz per set."""
-    from costmodel import cluster_preset, evaluate, memory_screen, model_preset
+    from costmodel import cluster_preset, evaluate, memory_screen
 
-    for name, m, c, kind, fw, pipeline in row_sets(bench_rows):
-        model, cluster = model_preset(m), cluster_preset(c)
+    for name, m, c, kind, fw, pipeline in (moe_row_sets if moe else row_sets)(bench_rows):
+        model, cluster = preset(m), cluster_preset(c)
         table = build(kind, model, cluster)
         metrics = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
         cols = {f"m_{k}": np.asarray(v) for k, v in metrics.items()}
         cols.update({f"s_{k}": np.asarray(v) for k, v in table.columns.items()})
         np.savez(os.path.join(out_dir, f"{name}.npz"), **cols)
-        if name == "exact":
+        if name in ("exact", "deepseek-v3-uneven-closed_form", "deepseek-v3-uniform-closed_form"):
             mem, reason = memory_screen(model, cluster, table)
-            np.savez(os.path.join(out_dir, "screen.npz"), m_mem_total_bytes=mem, m_reason=reason)
+            np.savez(os.path.join(out_dir, "screen.npz" if name == "exact" else f"screen-{name}.npz"),
+                     m_mem_total_bytes=mem, m_reason=reason)
 
 
 def compare(base_dir: str, new_dir: str) -> list[dict]:
@@ -103,10 +147,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", help="a checkout of the base commit")
     ap.add_argument("--bench-rows", type=int, default=1_000_000)
+    ap.add_argument("--moe", action="store_true", help="the MoE row sets (moe_row_sets)")
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.dump:
-        dump(args.dump, args.bench_rows)
+        dump(args.dump, args.bench_rows, args.moe)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {}
@@ -115,7 +160,7 @@ def main() -> int:
             os.makedirs(dirs[label])
             env = {**os.environ, "PYTHONPATH": root}
             subprocess.run([sys.executable, os.path.abspath(__file__), "--dump", dirs[label], "--bench-rows",
-                            str(args.bench_rows)], check=True, env=env, cwd=root)
+                            str(args.bench_rows), *(["--moe"] if args.moe else [])], check=True, env=env, cwd=root)
         res = compare(dirs["base"], dirs["this"])
     ok = True
     for r in res:

@@ -491,6 +491,8 @@ def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
 
 def moe_layers_in(model: Transformer, lo, n):
     """MoE layers among layers [lo, lo + n) (any broadcasting arrays), as floats."""
+    if model.is_moe and model.moe_layer_freq == 1:  # every layer past the dense ones: that part of [lo, lo + n)
+        return np.clip(lo + n - model.dense_layers, 0, n).astype(np.float64)
     return (model.moe_layers_before(lo + n) - model.moe_layers_before(lo)).astype(np.float64)
 
 
@@ -581,6 +583,21 @@ def activation_bytes(full, sel, act_L, sel_kept, sel_work, T, h, sp_div):
     return kept, np.where(full, act_L, np.where(sel, sel_work, 0.0))
 
 
+def layer_activations(model: Transformer, sh: dict, full, sel, sp_div) -> dict:
+    """activation_bytes (kept, work) of one dense layer where the model has one and (kept_m,
+    work_m) of one MoE layer where it is an MoE model, from the shape terms ``sh``."""
+    def of(pre):
+        return activation_bytes(full, sel, sh[pre + "act_L"], sh[pre + "sel_kept"], sh[pre + "sel_work"], sh["T"],
+                                model.hidden, sp_div)
+
+    out = {}
+    if model.moe_layers < model.layers:  # some dense layer
+        out["kept"], out["work"] = of("")
+    if model.is_moe:
+        out["kept_m"], out["work_m"] = of("moe_")
+    return out
+
+
 def state_bytes(params, zero, g, stage_of=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
@@ -592,7 +609,19 @@ def state_bytes(params, zero, g, stage_of=None):
 
 
 def state_bytes_per_param(zero, g):
-    """state_bytes' three parts together, per parameter (a stage's total is this x its parameters)."""
+    """state_bytes' three parts together, per parameter (a stage's total is this x its parameters).
+    Long integer columns: looked up in a table over every (ZeRO stage, g) up to theirs (the same
+    sums, one gather instead of nine passes)."""
+    zero, g = np.asarray(zero), np.asarray(g)
+    if g.size > 1024 and zero.dtype.kind == g.dtype.kind == "i" and min(zero.min(), g.min()) >= 0:
+        G = int(g.max()) + 1
+        with np.errstate(divide="ignore"):
+            table = _bytes_per_param(np.arange(int(zero.max()) + 1)[:, None], np.arange(G))
+        return np.take(table.reshape(-1), zero * G + g)  # (a flat take: a 2-d fancy index is twice as slow)
+    return _bytes_per_param(zero, g)
+
+
+def _bytes_per_param(zero, g):
     return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), _state_shards(zero, g),
                                                strict=True))
 
@@ -942,7 +971,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS // 4:
+    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
@@ -952,27 +981,33 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
 
 
 def run_blocks(table, block, microbatches, order=None) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks, taken in ``order``
-    where given (each block gathered on its own; the results in the table's order). Pass 1: closed forms only, rows
-    the simulator must price flagged in ``_needs_simulation``; pass 2: those rows sorted by (schedule, pp,
-    ``microbatches(sub_table)``, vpp), written back."""
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of
+    consecutive rows of ``order`` (None: of the table), each block's results written to its rows.
+    Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
+    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
-    take = table.take if order is None else lambda ix: table.take(order[ix])  # noqa: E731
-    parts = [block(take(slice(i, i + BLOCK_ROWS)), N <= BLOCK_ROWS) for i in range(0, N, BLOCK_ROWS)]
-    out = Metrics({k: np.concatenate([part[k] for part in parts]) for k in parts[0]} if len(parts) > 1 else parts[0])
+    if N <= BLOCK_ROWS:
+        out = block(table, True)
+        out.pop("_needs_simulation")
+        return out
+    out = None
+    for i in range(0, N, BLOCK_ROWS):
+        rows = slice(i, i + BLOCK_ROWS) if order is None else order[i:i + BLOCK_ROWS]
+        part = block(table.take(rows), False)
+        out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
+        for k, col in part.items():
+            out[k][rows] = col
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
-        sub = take(need)
-        by = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
-        rows = need[by]
-        sub = sub.take(by)
+        sub = table.take(need)
+        order = np.lexsort((sub["vpp"], microbatches(sub), sub["pp"], sub["schedule"]))
+        rows = need[order]
+        sub = sub.take(order)
         for i in range(0, len(rows), BLOCK_ROWS):
             part = block(sub.take(slice(i, i + BLOCK_ROWS)), True)
             part.pop("_needs_simulation")
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
-    for x in out.values() if order is not None else ():  # back in the table's order
-        x[order] = x.copy()
     return out
 
 
@@ -1214,9 +1249,10 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     expert_max, the largest stage's parameters per GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
     on = wt > 0
-    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS if key in sh}, col(t),
-                     col(np.where(sp, t, 1)), col(zero), col(g), n, moe["n_moe"], first, last, full, sel, k,
-                     col(moe["e"]), col(moe["edp"]), col(moe["u"]),
+    acts = layer_activations(model, {key: col(x) for key, x in sh.items()}, full, sel, col(np.where(sp, t, 1)))
+    n_d = None if model.moe_layers == model.layers else n - moe["n_moe"]
+    out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n_d,
+                     moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
                      row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
@@ -1225,26 +1261,25 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     return out
 
 
-# The shape terms moe_memory reads (act_L, sel_kept, sel_work only where some layer is dense).
-MOE_MEMORY_TERMS = ("T", "act_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L", "moe_sel_kept",
-                    "moe_sel_work")
+# The shape terms moe_memory reads.
+MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
-def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, last, full, sel, k, e, edp, u, *,
+def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
                row_max, to_stage) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
-    columns) or one that broadcasts to them: a stage of n layers holds n_m MoE layers; their routed experts (E / ep per
+    columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
+    layers; the MoE layers' routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
-    layer type; the all-to-all buffers (the routed copies sent and received). ``sh``: the shape
-    terms of MOE_MEMORY_TERMS; ``sp_div``: t under sequence parallelism, else 1; ``row_max``: a
+    layer type (``acts``: layer_activations); the all-to-all buffers (the routed copies sent and
+    received). ``sh``: the shape terms of MOE_MEMORY_TERMS; ``row_max``: a
     stage array to its row's largest (N,); ``to_stage``: a row array (N,) back to the stages.
     Returns state (weights, gradients and optimizer together; state_bytes of the two kinds of
     parameters gives the parts), activations, buffers and the dense and expert parameters per GPU
     (dense_params, expert_params) per stage, and per row params_max, dense_max and expert_max: the
     largest stage's parameters per GPU, of both kinds and each."""
     all_moe = model.moe_layers == model.layers
-    n_d = None if all_moe else n - n_m
     head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
         n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
@@ -1252,15 +1287,13 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
-    kept_m, work_m = activation_bytes(full, sel, sh["moe_act_L"], sh["moe_sel_kept"], sh["moe_sel_work"], sh["T"],
-                                      model.hidden, sp_div)
+    kept_m, work_m = acts["kept_m"], acts["work_m"]
     if all_moe:  # every layer an MoE layer
         kept, work = n_m * kept_m, work_m
     else:
-        kept_d, work_d = activation_bytes(full, sel, sh["act_L"], sh["sel_kept"], sh["sel_work"], sh["T"],
-                                          model.hidden, sp_div)
+        kept_d, work_d = acts["kept"], acts["work"]
         kept = n_d * kept_d + n_m * kept_m
-        work = np.maximum(np.where(n_d > 0, work_d, 0.0), np.where(n_m > 0, work_m, 0.0))
+        work = np.maximum(work_d * (n_d > 0), work_m * (n_m > 0))  # (finite bytes: x 0 or 1, cheaper than where)
     act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
     state = dense_p * state_bytes_per_param(zero, g) + expert_p * state_bytes_per_param(zero, edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
@@ -1274,6 +1307,12 @@ def moe_memory(model: Transformer, sh: dict, t, sp_div, zero, g, n, n_m, first, 
             "dense_params": dense_p, "expert_params": expert_p}
 
 
+def pool_link(pa: dict, q, stride, size):
+    """group_link of groups of ``size`` ranks at ``stride`` on pools q (pool_arrays ``pa``)."""
+    return group_link(stride, size, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
+                      pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+
+
 def ep_group_link(pa: dict, eu, ranks, pool):
     """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
     stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
@@ -1282,8 +1321,7 @@ def ep_group_link(pa: dict, eu, ranks, pool):
     cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
     first, inv = distinct_rows(*cols)
     x, r, q = (a[first] for a in cols)
-    bw, lat = group_link(x, r / x, pa["gpus_per_node_int"][q], pa["intra_Bps"][q], pa["inter_Bps"][q],
-                         pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
+    bw, lat = pool_link(pa, q, x, r / x)
     return bw[inv].reshape(shape), lat[inv].reshape(shape)
 
 
@@ -1389,36 +1427,43 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
-    gpu = types.SimpleNamespace(**{f: pa[f][pool_u] for f in GPU_FIELDS})
-    peak = pa["peak"][pool_u, prec_u]
-    peak16 = pa["peak"][pool_u, np.where(prec_u == PRECISIONS.index("fp8"), 0, prec_u)]  # FP8_IN_16_BIT
-    attn_eff = pa["attn_eff"][pool_u, ATTENTION_KERNELS.index(fw.attention_kernel)]
-    casts = None
-    if any(fw.fp8_cast_bytes):
-        fp8_u = prec_u == PRECISIONS.index("fp8")
-        casts = tuple(np.where(fp8_u, x, 0.0) for x in fw.fp8_cast_bytes)
-    G, up_bw, out_bw = pa["gpus_per_node_int"][pool_u], pa["intra_Bps"][pool_u], pa["inter_Bps"][pool_u]
-    up_lat, out_lat = pa["intra_latency_s"][pool_u], pa["inter_latency_s"][pool_u]
-    link = lambda stride, size: group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat,  # noqa: E731
-                                           gpu.link_eff)
+    link = lambda stride, size, q=pool_u: pool_link(pa, q, stride, size)  # noqa: E731
     # Strides: tp-inner = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp) innermost first.
     tp_inner = order_u == 0
-    moe_kw, pool_net = {}, None
-    if moe:
-        # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
-        # attention's order; the all-to-alls split their bytes over the configuration's pool's
-        # intra-node link and network (all_to_all_s, on the pool as a cluster of (U,) arrays).
-        e_u, u_u = U(e_r), U(u_r)
-        pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=G, scaleup_Bps=up_bw, scaleout_Bps=out_bw,
-                                         scaleup_latency_s=up_lat, scaleout_latency_s=out_lat)
-        moe_kw = {"moe": (e_u, u_u, fw, prec_u), "etp_link": link(1, u_u)}
-    eu = framework_terms(fw, model, shape_terms(model, pool_net, b_u, t_u, c_u, sp_u, peak, gpu=gpu, peak16=peak16, attn_eff=attn_eff, casts=casts,
-                                                tp_link=link(np.where(tp_inner, 1, d_u), t_u),
-                                                cp_link=link(np.where(tp_inner, t_u, d_u * t_u), c_u), **moe_kw),
-                         t_u, sp_u, prec_u)
+    e_u, u_u = (U(e_r), U(u_r)) if moe else (None, None)
+    kernel = ATTENTION_KERNELS.index(fw.attention_kernel)
+    peak = pa["peak"][pool_u, prec_u]  # a configuration's FLOP/s (for the GPUs' total peak)
+
+    def shape_of(ix):
+        """The shape terms (after framework_terms) of configurations ix."""
+        q, tt, cc, dd, tin, pr, spx = pool_u[ix], t_u[ix], c_u[ix], d_u[ix], tp_inner[ix], prec_u[ix], sp_u[ix]
+        gpu = types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})
+        moe_kw, pool_net = {}, None
+        if moe:
+            # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
+            # attention's order; the all-to-alls split their bytes over the configuration's pool's
+            # intra-node link and network (all_to_all_s, on the pool as a cluster of arrays).
+            pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=pa["gpus_per_node_int"][q],
+                                             scaleup_Bps=pa["intra_Bps"][q], scaleout_Bps=pa["inter_Bps"][q],
+                                             scaleup_latency_s=pa["intra_latency_s"][q],
+                                             scaleout_latency_s=pa["inter_latency_s"][q])
+            moe_kw = {"moe": (e_u[ix], u_u[ix], fw, pr), "etp_link": link(1, u_u[ix], q)}
+        fp8 = pr == PRECISIONS.index("fp8")
+        casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
+        return framework_terms(fw, model, shape_terms(model, pool_net, b_u[ix], tt, cc, spx, pa["peak"][q, pr], gpu=gpu,
+                                                      peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
+                                                      attn_eff=pa["attn_eff"][q, kernel], casts=casts,
+                                                      tp_link=link(np.where(tin, 1, dd), tt, q),
+                                                      cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
+                               tt, spx, pr)
+
+    # (they do not read the recompute choice: once per configuration without it, then gathered)
+    first_s, inv_s = distinct_rows(*(a[rep2] for i, a in enumerate(kf) if i >= len(keys) or keys[i] is not rc))
+    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
+    acts = layer_activations(model, eu, full_u, sel_u, np.where(sp_u, t_u, 1))  # (U,) activation bytes per layer
     emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
     head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
     if moe:  # MoE layers of each stage, layers [lo, lo + n)
@@ -1517,21 +1562,23 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
-    row_max = lambda a: np.max(a if every else a * on, axis=0)  # noqa: E731  (a >= 0)
+    on_f = None if every else on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
+    row_max = lambda a: np.max(a if every else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
     hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
                     for x in (pa["hbm_bytes"], hbm_rate))  # not split)
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
-        sp_div, tf = np.where(sp, t, 1), t.astype(np.float64)
-        mem = moe_memory(model, {key: eu[key][inv] for key in MOE_MEMORY_TERMS if key in eu}, tf, sp_div, zero, g, n,
-                         n_m, first, last, full, sel, k, e_r, edp, u_r, row_max=row_max, to_stage=lambda a: a)
+        # (np.take: a cheaper gather than fancy indexing)
+        mem = moe_memory(model, {key: np.take(eu[key], inv) for key in MOE_MEMORY_TERMS},
+                         {x: np.take(a, inv) for x, a in acts.items()},
+                         t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
+                         row_max=row_max, to_stage=lambda a: a)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
-        kept, work = activation_bytes(full_u, sel_u, eu["act_L"], eu["sel_kept"], eu["sel_work"], eu["T"], h,
-                                      np.where(sp_u, t_u, 1))  # (U,) per configuration
+        kept, work = acts["kept"], acts["work"]  # (U,) per configuration
         mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
             state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
@@ -1568,8 +1615,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         back = lambda a: a  # noqa: E731
         z_, m_, g_ = zero, m, g
-        stage_link = lambda stride, size: group_link(stride(d, t), size(d, t), *(pa[f][pool] for f in (  # noqa: E731
-            "gpus_per_node_int", "intra_Bps", "inter_Bps", "intra_latency_s", "inter_latency_s", "link_eff")))
+        stage_link = lambda stride, size: pool_link(pa, pool, stride(d, t), size(d, t))  # noqa: E731
         tp_in, c_, eu_x = sv.order == 0, c, e_r * u_r
     # the dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block
     dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
@@ -1603,19 +1649,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
-        dp_raw = (dp_exchange_s(zero, m, mem["dense_max"], g[0], dbw[0], dlat[0])
+        dp_raw = (dp_a[0] * mem["dense_max"] + dp_b[0]
                   + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0]))
         opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif moe:
-        dp_st = dp_exchange_s(zero, m, params, g, dbw, dlat)
+        dp_st = dp_a * params + dp_b
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
                  + row_max(ADAM_BYTES_TOUCHED * mem["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
-        dp_raw = dp_exchange_s(zero, m, params_max, g[0], dbw[0], dlat[0])
+        dp_raw = dp_a[0] * params_max + dp_b[0]
         opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
     else:
         dp_st = dp_a * params + dp_b
@@ -1628,8 +1674,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- the bottleneck stage's time parts; throughput and utilisation --
     ub = at(inv_t)
     if moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(n), at(n_m), None if all_moe else {x: lt[x][ub] for x in MOE_PART_KEYS[:4]},
-                                    {x: lt_m[x][ub] for x in MOE_PART_KEYS})
+        n_b, lt_b = moe_stage_terms(at(n), at(n_m),
+                                    None if all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
+                                    {x: np.take(lt_m[x], ub) for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
     parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (
@@ -1638,8 +1685,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     re_tok = recompute_flops_per_token(model, full, sel, fw)
     if moe:
         re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
-        re_stage = n * re_moe if all_moe else n_d * re_tok + n_m * re_moe
-        flops_hw = flops_model + np.sum(weigh(re_stage), axis=0) * s * B
+        if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
+            M = model.moe_layers
+            re_layers = (L - M) * re_tok[0] + M * re_moe[0]
+        else:
+            re_layers = np.sum(weigh(n * re_moe if all_moe else n_d * re_tok + n_m * re_moe), axis=0)
+        flops_hw = flops_model + re_layers * s * B
     else:
         flops_hw = flops_model + np.sum(weigh(n) * re_tok, axis=0) * s * B
     if (inv.shape[0] == 1 or not keyed) and not (ks is not None and ks.size):  # the stages' GPUs x their peak

@@ -169,7 +169,8 @@ def moe_run_stages(model: Transformer, p):
     j_d[at] = np.broadcast_to(jj, pick.shape)[pick]
     w_d[at] = weight[pick]
     row = (np.cumsum(present) - 1)[p]  # each row's depth among ps
-    return j_d[:, row], w_d[:, row]
+    # (np.take: C-ordered, where j_d[:, row] is Fortran-ordered and reductions over its stages ~50x slower)
+    return np.take(j_d, row, axis=1), np.take(w_d, row, axis=1)
 
 
 def three_representatives(p):

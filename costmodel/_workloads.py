@@ -196,7 +196,8 @@ class Transformer:
 
         if not self.is_moe:
             return np.zeros_like(x)
-        return np.maximum(np.asarray(x) - self.dense_layers, 0) // self.moe_layer_freq
+        before = np.maximum(np.asarray(x) - self.dense_layers, 0)
+        return before if self.moe_layer_freq == 1 else before // self.moe_layer_freq
 
     def moe_layer_dense_params(self) -> int:
         """Parameters of one MoE layer outside its routed experts (attention, router, shared
