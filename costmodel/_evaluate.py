@@ -293,11 +293,11 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s h / t FLOPs, no s^2
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
-        edges = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
-        attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * edges * sat(dh, ATTN_HALF_DIM))
+        tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
+        attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
         if attn_eff is not None:  # a measured kernel: the causal half of the square at its rate
             measured = attn_eff > 0
-            attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * edges),
+            attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * tiles),
                             attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
