@@ -58,8 +58,9 @@ Pricing rules the fields drive (costmodel._evaluate):
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
                           float8 linear saves the high-precision input)
 
-Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY): no framework has a
-kernel-speed constant of its own, because none was measured apart from the GPU's.
+Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a
+profile chooses is its attention kernel's, from that kernel's published rate on a GPU
+(costmodel._hardware.ATTENTION_KERNELS).
 """
 
 from __future__ import annotations
