@@ -295,7 +295,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
-        if attn_eff is not None:  # a measured kernel: the causal half of the square at its rate
+        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate
             measured = attn_eff > 0
             attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * tiles),
                             attn)
@@ -1450,7 +1450,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             moe_kw = {"moe": (e_u[ix], u_u[ix], fw, pr), "etp_link": link(1, u_u[ix], q)}
         fp8 = pr == PRECISIONS.index("fp8")
         casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
-        return framework_terms(fw, model, shape_terms(model, pool_net, b_u[ix], tt, cc, spx, pa["peak"][q, pr], gpu=gpu,
+        return framework_terms(fw, model, shape_terms(model, pool_net, b_u[ix], tt, cc, spx, peak[ix], gpu=gpu,
                                                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
                                                       attn_eff=pa["attn_eff"][q, kernel], casts=casts,
                                                       tp_link=link(np.where(tin, 1, dd), tt, q),
