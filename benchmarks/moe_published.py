@@ -28,10 +28,12 @@ BRIDGE_2509 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md,
                "DeepSeekV3 (dropless, force-balanced routing), 1024 GPUs, GBS 8192, MBS 1, seq 4096, TP2 PP8 VP4 "
                "EP64: 1297 tokens/s/GPU, 338 model TFLOP/s/GPU (FP8 blockwise, the 128x128 / 1x128 scaling of the "
                "original DeepSeek-V3 run); recipe: scripts/performance/configs/deepseek/"
-               "deepseek_workload_base_configs.py H100_V1, pp_layout 'Et|(tt|)*30mL', moe_a2a_overlap False")
+               "deepseek_workload_base_configs.py H100_V1, pp_layout 'Et|(tt|)*30mL', moe_a2a_overlap False, "
+               "selective recompute of mla_up_proj and mlp")
 BRIDGE_2602 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 26.02 NeMo container, DGX-B200: "
                "DeepSeekV3, 256 GPUs, MXFP8, GBS 4096, MBS 1, seq 4096, TP1 PP16 EP8, no VP: 2689 tokens/s/GPU "
-               "(force-balanced, dropless)")
+               "(force-balanced, dropless); recipe at v0.3.0 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V2: selective "
+               "recompute of mla_up_proj (deepseek_llm_pretrain.py sets recompute_granularity 'selective')")
 DSV3_REPORT = ("DeepSeek-AI 2024, DeepSeek-V3 Technical Report, arXiv:2412.19437: Table 1 / Sec. 1, 180K H800 GPU "
                "hours per trillion tokens on 2048 H800 (= 1e12 / (180e3 x 3600) = 1543 tokens/s/GPU); Sec. 3.2: "
                "PP 16, EP 64 over 8 nodes, ZeRO-1 DP, no TP, DualPipe hiding the all-to-alls; Sec. 3.3: FP8; "
@@ -69,7 +71,7 @@ ROWS = [
      [7, 8, 8, 8, 8, 8, 8, 6], "tokens/s/GPU", 1297.0),
     ("DeepSeek-V3, 256 B200, Megatron-Bridge 26.02", BRIDGE_2602, _deepseek(), "b200x256", "megatron-core-deepep",
      dict(dp=16, tp=1, pp=16, ep=8, micro_batch=1, global_batch=4096, schedule="1f1b", vpp=1, zero_stage=1,
-          recompute="none", precision="fp8"),
+          recompute="selective", precision="fp8"),
      [3] + [4] * 14 + [2], "tokens/s/GPU", 2689.0),
     ("Qwen3-30B-A3B, 16 H100, Megatron-Bridge 26.02", BRIDGE_2602_QWEN, model_preset("qwen3-30b-a3b"), "h100x16",
      "megatron-core-deepep-a2a-overlap",

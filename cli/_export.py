@@ -160,6 +160,13 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--position-embedding-type": {"choices": ["learned_absolute", "rope", "mrope", "relative", "none"],
                                   "default": "learned_absolute"},
     "--kv-channels": {"type": int},
+    # multi-head latent attention (_add_mla_args)
+    "--multi-latent-attention": {"action": "store_true"},
+    "--q-lora-rank": {"type": int},
+    "--kv-lora-rank": {"type": int, "default": 32},
+    "--qk-head-dim": {"type": int, "default": 128},
+    "--qk-pos-emb-head-dim": {"type": int, "default": 64},
+    "--v-head-dim": {"type": int, "default": 128},
     # _add_moe_args (the "moe" group)
     "--num-experts": {"type": int},
     "--moe-router-topk": {"type": int, "default": 2},
@@ -291,7 +298,11 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     a: list[str] = []
     a += ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size", model.ffn_hidden,
           "--num-attention-heads", model.heads]
-    if model.head_dim is not None:
+    if model.mla:
+        a += ["--multi-latent-attention", "--kv-lora-rank", model.kv_lora_rank, "--qk-head-dim", model.head_size,
+              "--qk-pos-emb-head-dim", model.qk_rope_head_dim, "--v-head-dim", model.v_head_dim or model.head_size]
+        a += [] if model.q_lora_rank is None else ["--q-lora-rank", model.q_lora_rank]
+    elif model.head_dim is not None:
         a += ["--kv-channels", model.head_dim]
     if model.kv_heads != model.heads:
         a += ["--group-query-attention", "--num-query-groups", model.kv_heads]
@@ -384,6 +395,9 @@ def megatron_model(text: str) -> dict:
     out = {"layers": L, "hidden": a.hidden_size, "ffn_hidden": a.ffn_hidden_size, "heads": a.num_attention_heads,
            "kv_heads": a.num_query_groups if a.group_query_attention else a.num_attention_heads,
            "head_dim": a.kv_channels, "experts": a.num_experts or 1}
+    if a.multi_latent_attention:
+        out.update(head_dim=a.qk_head_dim, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
+                   qk_rope_head_dim=a.qk_pos_emb_head_dim, v_head_dim=a.v_head_dim)
     if a.num_experts:
         out.update(experts_per_token=a.moe_router_topk, expert_ffn_hidden=a.moe_ffn_hidden_size,
                    shared_ffn_total=a.moe_shared_expert_intermediate_size or 0,
@@ -537,7 +551,7 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
            f"{per_node} -m torchtitan.train --job.config_file THIS.toml)",
            f"# model.flavor names plansweep's model: register a {tt_model} flavor of that name with "
            + _torchtitan_flavor(model)]
-    if tt_model == "deepseek_v3":
+    if tt_model == "deepseek_v3" and not model.mla:
         out.append("# deepseek_v3's attention is MLA; plansweep priced multi-head attention of the same heads")
     for name, body in sections.items():
         out.append(f"\n[{name}]")
@@ -548,7 +562,7 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
 # plansweep model -> torchtitan v0.2.2's model (torchtitan/models/*/model/args.py): llama3 for
 # dense models with hidden / heads heads; qwen3 (head_dim; moe_enabled puts MoE in every layer)
 # for a set head size or an MoE model without dense layers; deepseek_v3 (n_dense_layers dense
-# layers, then MoE) for one with. Both MoE models take MoEArgs (torchtitan/models/moe/moe.py):
+# layers, then MoE) for one with, and for multi-head latent attention (its MLA fields). Both MoE models take MoEArgs (torchtitan/models/moe/moe.py):
 # num_experts, num_shared_experts, top_k; their experts are dropless (no capacity factor).
 def _torchtitan_model(model: Transformer) -> str:
     if model.is_moe and model.moe_layer_freq != 1:
@@ -560,6 +574,8 @@ def _torchtitan_model(model: Transformer) -> str:
     if model.is_moe and model.shared_experts and model.shared_expert_ffn != model.expert_ffn:
         raise InputError("model.shared_expert_ffn_hidden", f"the routed experts' {model.expert_ffn} (torchtitan's "
                          "shared experts are num_shared_experts x moe_inter_dim wide)", model.shared_expert_ffn)
+    if model.mla:
+        return "deepseek_v3"
     if model.is_moe and model.dense_layers:
         if model.head_dim is not None or model.kv_heads != model.heads:
             raise InputError("model.head_dim", "null with kv_heads = heads for a model with dense layers "
@@ -578,7 +594,12 @@ def _torchtitan_flavor(model: Transformer) -> str:
                        head_dim=model.head_size, hidden_dim=model.ffn_hidden, vocab_size=model.vocab,
                        moe_enabled=model.is_moe),
          "deepseek_v3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, inter_dim=model.ffn_hidden,
-                             n_dense_layers=model.dense_layers, vocab_size=model.vocab)}[m]
+                             n_dense_layers=model.dense_layers if model.is_moe else model.layers,
+                             vocab_size=model.vocab)}[m]
+    if model.mla:  # DeepSeekV3ModelArgs' MLA fields (q_lora_rank 0: full-rank Q)
+        f |= {"q_lora_rank": model.q_lora_rank or 0, "kv_lora_rank": model.kv_lora_rank,
+              "qk_nope_head_dim": model.head_size, "qk_rope_head_dim": model.qk_rope_head_dim,
+              "v_head_dim": model.v_head_dim or model.head_size}
     if model.is_moe:
         f |= {"moe_inter_dim": model.expert_ffn, "moe_args.num_experts": model.experts,
               "moe_args.num_shared_experts": model.shared_experts, "moe_args.top_k": model.experts_per_token}

@@ -11,7 +11,11 @@ Time of one micro-batch through one layer, per GPU of the tensor-parallel group:
     backward B = activation-gradient GEMMs (same FLOPs as forward) + 2x attention core
                  + 2x element-wise + exposed tp / cp comm
     weight   W = weight-gradient GEMMs (same FLOPs as forward)
-    recompute  = full: the whole forward again; selective: the attention core again.
+    recompute  = full: the whole forward again; selective: the attention core again; with
+                 multi-head latent attention instead its up-projections, whose outputs Q, K and
+                 V are not kept (Megatron-Core's recompute module "mla_up_proj", which
+                 Megatron-Bridge's DeepSeek-V3 recipes select without "core_attn", and the
+                 DeepSeek-V3 report's Sec. 3.2.3).
 The first stage adds the embedding, the last the final norm, the LM head and the loss.
 
 Pipeline (closed forms for stage times X_i = F_i + B_i + W_i + recompute; T_C hand-off):
@@ -282,15 +286,15 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         cp_fwd = cp_bwd = np.zeros_like(gemm)
         overhead = gpu.kernel_overhead_s * 0.5
     else:
-        dh = model.head_size if model.head_dim is not None else h / a
-        q = model.q_hidden  # width of Q and of the attention output: h unless head_dim is set
+        q = model.core_hidden  # width of Q and of the attention output (h unless head_dim is set; MLA: their mean)
+        dh = q / a if model.mla else model.head_size if model.head_dim is not None else h / a
         mats = model.mlp_matrices
         gemm = (
-            attention_gemm_s(model, T, t, peak, gpu)
+            attention_gemm_s(model, T, t, peak, gpu, split)
             + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
-        # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s h / t FLOPs, no s^2
+        # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s q / t FLOPs, no s^2
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
@@ -325,10 +329,15 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
-def attention_gemm_s(model: Transformer, T, t, peak, gpu):
+def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):
     """The QKV and attention output projections of one layer (dense or MoE) on one GPU of the
-    tensor-parallel group: T tokens, the query width q and the K/V width hk split by t."""
+    tensor-parallel group: T tokens, the query width q and the K/V width hk split by t (MLA: its
+    matrices, Transformer.attn_matrices; the whole ones on the T / ``split`` tokens of the rank's
+    sequence slice under sequence parallelism, the latents gathered after them)."""
     h, q, hk = model.hidden, model.q_hidden, model.kv_hidden
+    if model.mla:
+        return sum(gemm_s(T / split if s == "dup" else T, o / t if s == "col" else o, i / t if s == "row" else i,
+                          peak, gpu) for i, o, s in model.attn_matrices())
     return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
 
 
@@ -339,7 +348,8 @@ def fp8_cast_s(model: Transformer, T, t, gpu, casts):
     output's gradient and per weight element backward (Framework.fp8_cast_bytes, each (N,) or a
     scalar; zero where the row does not cast). The layer's linear products as the model counts
     them: QKV (input h, output (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1)
-    f / t), down (f / t, h), the weights split by t. An MLP has no casts."""
+    f / t), down (f / t, h), the weights split by t (MLA: its attention matrices, each as
+    Transformer.attn_matrices splits it). An MLP has no casts."""
     zero = np.zeros_like(T)
     if model.kind == "mlp":
         return zero, zero
@@ -347,6 +357,11 @@ def fp8_cast_s(model: Transformer, T, t, gpu, casts):
     x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
     g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
     w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
+    if model.mla:
+        mm = model.attn_matrices()
+        x = T * (h + f / t + sum(i / t if s == "row" else i for i, _, s in mm))
+        g = T * (h + (mats - 1) * f / t + sum(o / t if s == "col" else o for _, o, s in mm))
+        w = mats * h * f / t + sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
     cx, cw, cg, cwb = casts
     return hbm_s(cx * x + cw * w, gpu) + zero, hbm_s(cg * g + cwb * w, gpu) + zero
 
@@ -432,14 +447,14 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     local = E / e  # experts per GPU (each 1 / u of its width)
     rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
+    split = np.where(sp, t, 1)
     gemm = (
-        attention_gemm_s(model, T, t, peak, gpu)
+        attention_gemm_s(model, T, t, peak, gpu, split)
         + gemm_s(T / t, E, h, peak, gpu)  # router
         + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
     )
     if fs:
         gemm = gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
-    split = np.where(sp, t, 1)
     elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
              + ELEM_PERMUTE_PER_COPY * u * copies * h)
     # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
@@ -462,6 +477,13 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
             "overhead": lc["overhead"] * (1.0 + MOE_OVERHEAD_UNITS / 2.0), "ep_fwd": exposed, "ep_bwd": exposed}
 
 
+def _act_latent(model: Transformer, T, split):
+    """MLA's latents a layer keeps (16 bits, whole on every tensor-parallel rank, its sequence slice
+    under sequence parallelism: ``split``): each latent's normalised input to its up-projection and
+    the norm's input (0 without MLA)."""
+    return 2 * ACT_BYTES * T * model.attn_latent() / split if model.mla else 0.0
+
+
 def _act_moe_layer_bytes(model: Transformer, b, t, c, sp, u=1):
     """Activation bytes one MoE layer keeps for one micro-batch with no recompute (the dense layer's
     terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
@@ -472,8 +494,8 @@ def _act_moe_layer_bytes(model: Transformer, b, t, c, sp, u=1):
     coef = 6 if model.activation == "swiglu" else 4
     fs = model.shared_experts * model.shared_expert_ffn
     copies = routed_copies(model, T, t)
-    repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
-    split = (4 * T * q + 4 * T * hk + coef * T * fs) / t
+    repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1) + _act_latent(model, T, np.where(sp, t, 1))
+    split = (2 * T * (q + model.o_hidden) + 4 * T * hk + coef * T * fs) / t
     # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
     routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
@@ -646,7 +668,8 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
 
 def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False):
     """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
-    weights (full); under selective, the attention scores (4 s x the query width) or, for a dense
+    weights (full); under selective, the attention scores (4 s x the query width; MLA: its
+    up-projections, 2 FLOPs a weight) or, for a dense
     layer under per-op checkpointing (Framework.selective "op"), the matrix products it does not
     save (expert layers keep the attention-core policy: per-op checkpointing of experts is not
     modelled)."""
@@ -654,6 +677,8 @@ def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_
         sel_re = 0.0
     elif fw.selective == "op" and not moe_layer:
         sel_re = op_checkpoint_products(model)[1]
+    elif model.mla:  # its up-projections (module docstring, recompute)
+        sel_re = 2.0 * sum(i * o for i, o, s in model.attn_matrices() if s == "col")
     else:
         sel_re = 4.0 * model.seq_len * model.q_hidden
     fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
@@ -667,7 +692,7 @@ def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
     3rd, ... product of a block), the FLOPs per token of those recomputed, and of all."""
     h, hk, f, qh = model.hidden, model.kv_hidden, model.ffn_hidden, model.q_hidden
     ffn = [(h, f), (h, f), (f, h)] if model.activation == "swiglu" else [(h, f), (f, h)]
-    shapes = [(h, qh), (h, hk), (h, hk), (qh, h), *ffn]  # (input, output) widths
+    shapes = [(h, qh), (h, hk), (h, hk), (model.o_hidden, h), *ffn]  # (input, output) widths
     row_parallel = {3, len(shapes) - 1}  # wo and the last FFN product: full-width partial sums
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
     flops = [2.0 * a * b for a, b in shapes]
@@ -684,9 +709,10 @@ def _act_layer_bytes(model: Transformer, b, t, c, sp):
         # for the row-parallel half of the pairs, replicated for the column-parallel half.
         total = T * h * (ACT_BYTES * 0.5 * (1 + 1 / t) + 1 / t)
         return total, np.zeros_like(total)
-    repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1)
+    repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1) + _act_latent(model, T, np.where(sp, t, 1))
     mlp = (6 if model.activation == "swiglu" else 4) * T * f
-    split = (4 * T * model.q_hidden + 4 * T * hk + mlp) / t  # Q and the projection input: q wide
+    # Q, K and V (2 hk), the projection input (o) and the MLP's intermediates
+    split = (2 * T * (model.q_hidden + model.o_hidden) + 4 * T * hk + mlp) / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + scores, scores
 
@@ -788,6 +814,9 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b")}
     out.update(edge, act_L=act_L + zero, score_L=score_L + zero)
+    if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
+        out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o, s in model.attn_matrices() if s == "col") + zero
+        out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
     if moe is not None:
         e, u, fw, precision = moe
         fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
@@ -1174,7 +1203,7 @@ def fp8_input_saving(model: Transformer, T, t, sp) -> tuple[np.ndarray, np.ndarr
     if model.kind == "mlp":
         return np.zeros_like(T), np.zeros_like(T)
     h, sp_div = model.hidden, np.where(sp, t, 1)
-    return T * (h / sp_div + model.q_hidden / t), T * (h / sp_div + model.ffn_hidden / t)
+    return T * (h / sp_div + model.o_hidden / t), T * (h / sp_div + model.ffn_hidden / t)
 
 
 def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
@@ -1204,17 +1233,20 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
         # the block's input, the saved products, the attention output (its kernel's result is
         # saved too) and, with sequence parallelism, the two reduce-scatters' outputs
-        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.q_hidden / t
+        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.o_hidden / t
                                 + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
         sel_kept = np.minimum(kept, act)
         sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
                "sel_re": re_flops / all_flops * (terms["gemm"] + terms["cast_f"]) + terms["elem"] + terms["overhead"],
                "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
+    elif model.mla:  # its up-projections instead of the core (module docstring, recompute)
+        sel = {"sel_kept": act - score - terms["qkv_L"], "sel_work": zero, "sel_re": terms["up"], "sel_tp": zero}
     else:
         sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
     out = {**terms, "act_L": act, "score_L": score, **sel}
     if moe_act is not None:
-        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - score, moe_sel_work=zero, moe_sel_re=terms["attn"] + zero,
+        qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + zero)
+        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - score - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
     return out
 

@@ -22,12 +22,11 @@ HuggingFace families read (``model_type``):
     deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
                                    num_experts_per_tok, first_k_dense_replace dense layers of
                                    intermediate_size, moe_layer_freq 1, group-limited routing
-                                   from n_group / topk_group (none with topk_method "greedy").
-                                   MLA attention is taken as
-                                   standard multi-head attention of num_attention_heads heads of
-                                   hidden / heads (plansweep has no MLA; costmodel._workloads'
-                                   deepseek-v3 preset says what that changes); the
-                                   multi-token-prediction layers are not counted
+                                   from n_group / topk_group (none with topk_method "greedy");
+                                   multi-head latent attention from kv_lora_rank, q_lora_rank
+                                   (null: full-rank Q), qk_nope_head_dim (plansweep's head_dim),
+                                   qk_rope_head_dim and v_head_dim; the multi-token-prediction
+                                   layers are not counted
 Expert layers are priced by both evaluators; the closed forms (Transformer.num_params,
 active_params, model_flops_per_sample) count them too.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
@@ -166,10 +165,16 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     groups, topk_group = data.get("n_group") or 1, data.get("topk_group") or 1
     if data.get("topk_method") == "greedy":
         groups, topk_group = 1, 1
+    mla = {}
+    if data.get("kv_lora_rank") is not None:
+        mla = dict(kv_lora_rank=_get(data, "kv_lora_rank", argument), q_lora_rank=data.get("q_lora_rank"),
+                   head_dim=_get(data, "qk_nope_head_dim", argument),
+                   qk_rope_head_dim=data.get("qk_rope_head_dim") or 0,
+                   v_head_dim=_get(data, "v_head_dim", argument))
     return dict(experts=_get(data, "n_routed_experts", argument),
                 experts_per_token=_get(data, "num_experts_per_tok", argument),
                 expert_ffn_hidden=_get(data, "moe_intermediate_size", argument), shared_experts=shared,
-                dense_layers=first, router_groups=groups, router_group_topk=topk_group)
+                dense_layers=first, router_groups=groups, router_group_topk=topk_group, **mla)
 
 
 def from_calculon(data: dict, name: str, argument: str = "--model") -> Transformer:

@@ -98,6 +98,35 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     return "ok"
 
 
+def _widths(model: Transformer) -> tuple[float, float, float, float]:
+    """Q, K, V and attention-output widths of one layer (MLA, DeepSeek's names: Q and K heads x
+    (qk_nope + qk_rope), V and the output heads x v_head_dim)."""
+    if not model.mla:
+        return model.q_hidden, model.kv_hidden, model.kv_hidden, model.q_hidden
+    qk = model.heads * (model.head_size + model.qk_rope_head_dim)
+    v = model.heads * (model.v_head_dim or model.head_size)
+    return qk, qk, v, v
+
+
+def _projections(model: Transformer, gpu, peak: float, T: float, tp: int, ew_div: int) -> tuple[float, float]:
+    """The attention's projection GEMMs on one rank, and (MLA) the part the up-projections take.
+    MLA: Q down to q_lora_rank and up to Q (or one h -> Q), K/V down to kv_lora_rank + rope and up
+    to the heads' nope keys and values, output from V's width; the down-projections whole on every
+    rank, over its sequence slice under SP."""
+    h = model.hidden
+    qw, kw, vw, ow = _widths(model)
+    if not model.mla:
+        return _gemm(gpu, peak, T, (qw + kw + vw) / tp, h) + _gemm(gpu, peak, T, h, ow / tp), 0.0
+    r, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+    if r is None:
+        down, up = 0.0, _gemm(gpu, peak, T, qw / tp, h)
+    else:
+        down, up = _gemm(gpu, peak, T / ew_div, r, h), _gemm(gpu, peak, T, qw / tp, r)
+    down += _gemm(gpu, peak, T / ew_div, kv + dr, h)
+    up += _gemm(gpu, peak, T, model.heads * model.head_size / tp + vw / tp, kv)
+    return down + up + _gemm(gpu, peak, T, h, ow / tp), up
+
+
 def _is_moe_layer(model: Transformer, j: int) -> bool:
     """Layer j (from 0) is an MoE layer: after the dense layers, every moe_layer_freq-th one."""
     return model.is_moe and j >= model.dense_layers and (j - model.dense_layers) % model.moe_layer_freq == (
@@ -153,18 +182,18 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     direction, with the etp group's all-gather and reduce-scatter), its activation bytes without
     the score term."""
     gpu = cluster.gpu
-    h, q, hk, E = model.hidden, model.q_hidden, model.kv_hidden, model.experts
+    h, E = model.hidden, model.experts
     fe, mats = model.expert_ffn, model.mlp_matrices
     fs = model.shared_experts * model.shared_expert_ffn
     copies = model.capacity_factor * model.experts_per_token * T / tp  # on the busiest rank
     local = E / ep  # experts on this GPU, each etp-th of its width
     rows = etp * copies / local  # every copy the etp group received, after its all-gather
-    gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
+    ew_div = tp if sp else 1
+    gemm = (_projections(model, gpu, peak, T, tp, ew_div)[0]
             + _gemm(gpu, peak, T / tp, E, h)
             + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
     if fs:
         gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
-    ew_div = tp if sp else 1
     elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
                                     + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
                                     + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
@@ -180,10 +209,19 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4
-    act = (K.ACT_REPLICATED_H * T * h / ew_div + (4 * T * q + 4 * T * hk + coef * T * fs) / tp
+    act = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+           + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (K.ACT_BYTES * h * etp + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
                 copies=copies)
+
+
+def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
+    """MLA: each latent (Q's, K/V's with the rope key) before and after its norm, 16 bits, whole on
+    every rank (over its sequence slice under SP)."""
+    if not model.mla:
+        return 0.0
+    return 2 * K.ACT_BYTES * T * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim) / ew_div
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -229,17 +267,18 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     # One layer, one micro-batch.
     if model.kind == "mlp":
         gemm = _gemm(gpu, peak, T, h / tp, h)
-        attn = 0.0
+        attn = up = 0.0
         elem = _hbm(gpu, K.ACT_BYTES * 2 * T * h / tp)
         tp_fwd = 0.5 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
         cp_fwd = cp_bwd = 0.0
         overhead = 0.5 * gpu.kernel_overhead_s
     else:
         mats = model.mlp_matrices
-        q = model.q_hidden  # Q / attention-output width (h unless head_dim is set)
-        dh = model.head_size if model.head_dim is not None else h / a
-        gemm = (_gemm(gpu, peak, T, (q + 2 * hk) / tp, h) + _gemm(gpu, peak, T, h, q / tp)
-                + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp))
+        qw, _, _, ow = _widths(model)
+        q = (qw + ow) / 2  # QK^T over Q's width, AV over the output's (h unless head_dim is set)
+        dh = q / a if model.mla else model.head_size if model.head_dim is not None else h / a
+        proj, up = _projections(model, gpu, peak, T, tp, ew_div)
+        gemm = proj + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp)
         half = K.ATTN_HALF_DIM
         edges = (sc / (sc + half)) * (s / (s + half))
         kernel = attention_kernel_eff(gpu.name, fw.attention_kernel)
@@ -263,10 +302,19 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     cast_f = cast_b = 0.0
     if prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
         cx, cw, cg, cwb = fw.fp8_cast_bytes
-        q, mats = model.q_hidden, model.mlp_matrices
-        w = (h * (q + 2 * hk) + q * h + mats * h * f) / tp
-        cast_f = _hbm(gpu, cx * T * (2 * h + (q + f) / tp) + cw * w)
-        cast_b = _hbm(gpu, cg * T * (2 * h + (q + 2 * hk + (mats - 1) * f) / tp) + cwb * w)
+        mats = model.mlp_matrices
+        qw, kw, vw, ow = _widths(model)
+        if model.mla:  # per matrix: (input, output, weights) elements on one rank
+            r, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+            nope = model.heads * model.head_size
+            mm = [(h, qw / tp, h * qw / tp)] if r is None else [(h, r, h * r), (r, qw / tp, r * qw / tp)]
+            mm += [(h, kv + dr, h * (kv + dr)), (kv, (nope + vw) / tp, kv * (nope + vw) / tp), (ow / tp, h, ow * h / tp)]
+        else:
+            mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp), (ow / tp, h, ow * h / tp)]
+        mm += [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp), (f / tp, h, f * h / tp)]
+        w = sum(x[2] for x in mm)
+        cast_f = _hbm(gpu, cx * T * sum(x[0] for x in mm) + cw * w)
+        cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
     fwd = gemm + attn + elem + overhead + cast_f
     bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
     wgt = gemm
@@ -288,12 +336,14 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     else:
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
         score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
-        act_layer = (K.ACT_REPLICATED_H * T * h / ew_div
-                     + (4 * T * model.q_hidden + 4 * T * hk + mlp_act) / tp + score)
+        act_layer = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+                     + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
         if fw.fp8_saved_inputs and r["precision"] == "fp8":
             # one byte, not two, for the QKV and FC1 inputs (replicated without SP) and the
             # projection and FC2 inputs (split by tp)
-            act_layer -= T * (h + h) / ew_div + T * (model.q_hidden + f) / tp
+            act_layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
+    # MLA under selective recompute: Q, K and V, its up-projections' outputs, are not kept
+    qkv = K.ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0
 
     # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products
     # wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved. MoE layers
@@ -301,13 +351,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     op_sac = fw.selective == "op" and model.kind != "mlp"
     if op_sac:
         ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.activation == "swiglu" else [(h, f, True), (f, h, False)]
-        qh = model.q_hidden
-        prods = [(h, qh, True), (h, hk, True), (h, hk, True), (qh, h, False)] + ffn  # (in, out, column-parallel)
+        qh, ow = model.q_hidden, _widths(model)[3]
+        prods = [(h, qh, True), (h, hk, True), (h, hk, True), (ow, h, False)] + ffn  # (in, out, column-parallel)
         saved_w = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods) if j % 2 == 0)
         sac_re_flops = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
         sac_frac = sac_re_flops / sum(2 * i * o for i, o, _ in prods)
         # input, saved products, attention output, the two reduce-scatter outputs under SP
-        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + qh / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
+        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + ow / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
                        act_layer)
 
     g = dp * cp
@@ -321,7 +371,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
         act_layer_m = mo["act"] + score
         if fw.fp8_saved_inputs and r["precision"] == "fp8":  # attention's QKV and projection inputs only
-            act_layer_m -= T * h / ew_div + T * model.q_hidden / tp
+            act_layer_m -= T * h / ew_div + T * _widths(model)[3] / tp
         moe_dense_p = model.moe_layer_dense_params()
         experts_p = model.experts / ep * model.expert_params() / etp  # routed expert parameters per GPU per MoE layer
     stages = []
@@ -336,8 +386,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
         elif rc == "selective" and op_sac:
             re, re_tp, re_cp = sac_frac * (gemm + cast_f) + elem + overhead, 0.5 * tp_fwd, 0.0
-        elif rc == "selective":
-            re, re_tp, re_cp = attn, 0.0, 0.0
+        elif rc == "selective":  # the attention core (MLA: its up-projections instead)
+            re, re_tp, re_cp = (up if model.mla else attn), 0.0, 0.0
         else:
             re, re_tp, re_cp = 0.0, 0.0, 0.0
         re_tp_m = 0.0 if (rc == "selective" and op_sac) else re_tp  # expert layers: attention-core policy
@@ -348,7 +398,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         tps = n * 2 * tp_fwd
         ep_s = re_m = 0.0
         if n_m:
-            re_m = {"full": fwd_m, "selective": attn}.get(rc, 0.0)
+            re_m = {"full": fwd_m, "selective": up if model.mla else attn}.get(rc, 0.0)
             re_ep = mo["ep"] if rc == "full" else 0.0
             F += n_m * (fwd_m + tp_fwd + cp_fwd + mo["ep"])
             # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, so
@@ -382,10 +432,10 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             kept_m = kept
         elif rc == "selective" and op_sac:
             kept = sac_kept
-            kept_m = act_layer_m - score if n_m else 0.0
+            kept_m = act_layer_m - score - qkv if n_m else 0.0
         elif rc == "selective":
-            kept = act_layer - score
-            kept_m = act_layer_m - score if n_m else 0.0
+            kept = act_layer - score - qkv
+            kept_m = act_layer_m - score - qkv if n_m else 0.0
         else:
             kept = act_layer
             kept_m = act_layer_m if n_m else 0.0
@@ -492,6 +542,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     flops_model = model.model_flops_per_sample() * B
     flops_hw = flops_model
+    # selective recompute per token and layer: the attention core (MLA: its up-projections instead)
+    qw, _, vw, ow = _widths(model)
+    sel_flops = 2 * s * (qw + ow)
+    if model.mla:
+        kv_up = model.kv_lora_rank * (model.heads * model.head_size + vw)
+        sel_flops = 2 * (kv_up + (h if model.q_lora_rank is None else model.q_lora_rank) * qw)
     start = 0
     for n, rc in zip(layers, recomputes, strict=True):
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
@@ -500,9 +556,9 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
         elif rc == "selective" and op_sac:
-            flops_hw += ((n - n_m) * sac_re_flops + n_m * 4 * s * model.q_hidden) * s * B
+            flops_hw += ((n - n_m) * sac_re_flops + n_m * sel_flops) * s * B
         elif rc == "selective" and model.kind != "mlp":
-            flops_hw += n * 4 * s * model.q_hidden * s * B
+            flops_hw += n * sel_flops * s * B
     n_gpu = dp * tp * pp * cp
     return {
         "step_time_s": step if feasible else math.inf,

@@ -30,7 +30,9 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
                     "router_groups": 1, "router_group_topk": 1}
 # The fields added with MoE models and their values in every model before them: files written
 # for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
-FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES}
+# Multi-head latent attention's fields and their values without it (the same rule).
+MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
+FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,6 +54,15 @@ class Transformer:
     consecutive experts and a token's k experts come from ``router_group_topk`` of them, k /
     router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
     attention head (the evaluators price Q and the attention output heads x head_dim wide).
+
+    Multi-head latent attention (MLA; DeepSeek-V2, arXiv:2405.04434 Sec. 2.1; DeepSeek-V3): set
+    ``kv_lora_rank`` (the HuggingFace config's names throughout). K and V come up from a shared
+    latent of kv_lora_rank (an h x (kv_lora_rank + qk_rope_head_dim) down-projection, then
+    kv_lora_rank x heads (head_dim + v_head_dim) up); Q the same way through ``q_lora_rank``
+    (None: one h x heads (head_dim + qk_rope_head_dim) matrix). A head's query and key are
+    head_dim + qk_rope_head_dim wide (``head_dim`` is the config's qk_nope_head_dim), its value
+    and output ``v_head_dim`` (default head_dim). The down-projections run whole on every
+    tensor-parallel rank (Megatron-Core's MLA builds them 'duplicated'), the rest split as usual.
     """
 
     name: str
@@ -79,6 +90,10 @@ class Transformer:
     capacity_factor: float = 1.0
     router_groups: int = 1
     router_group_topk: int = 1
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int = 0
+    v_head_dim: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -110,7 +125,8 @@ class Transformer:
 
     def _check_moe(self) -> None:
         """The head size and the MoE fields: one InputError naming the first bad field."""
-        for f in ("head_dim", "expert_ffn_hidden", "shared_expert_ffn_hidden"):
+        for f in ("head_dim", "expert_ffn_hidden", "shared_expert_ffn_hidden", "q_lora_rank", "kv_lora_rank",
+                  "v_head_dim"):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise InputError(f"model.{f}", "an integer >= 1 (or null for its default)", v)
@@ -123,6 +139,7 @@ class Transformer:
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf >= 1.0:
             raise InputError("model.capacity_factor", "a number >= 1.0", cf)
         object.__setattr__(self, "capacity_factor", float(cf))
+        self._check_mla()
         if self.kind == "mlp" and self.experts != 1:
             raise InputError("model.experts", "1 (kind=mlp has no expert layers)", self.experts)
         if self.experts == 1:
@@ -147,7 +164,26 @@ class Transformer:
             raise InputError("model.moe_layer_freq",
                              f"at most layers - dense_layers = {self.layers - self.dense_layers}", self.moe_layer_freq)
 
+    def _check_mla(self) -> None:
+        """MLA's fields: set only with kv_lora_rank, on a transformer whose heads all have their own K/V."""
+        r = self.qk_rope_head_dim
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise InputError("model.qk_rope_head_dim", "an integer >= 0", r)
+        if self.kv_lora_rank is None:
+            for f, none in MLA_NONE_VALUES.items():
+                if getattr(self, f) != none:
+                    raise InputError(f"model.{f}", f"{none} without multi-head latent attention (kv_lora_rank "
+                                     "null)", getattr(self, f))
+        elif self.kind != "transformer" or self.kv_heads != self.heads:
+            raise InputError("model.kv_lora_rank", "null unless a transformer with kv_heads = heads (MLA gives "
+                             "every head its own K and V)", self.kv_lora_rank)
+
     # -- closed forms -------------------------------------------------------------------
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank set)."""
+        return self.kv_lora_rank is not None
+
     @property
     def head_size(self) -> int:
         """d: the size of one attention head (head_dim, else hidden / heads)."""
@@ -155,13 +191,46 @@ class Transformer:
 
     @property
     def q_hidden(self) -> int:
-        """q = a * d: the width of Q and of the attention output (h unless head_dim is set)."""
+        """q = a * d: the width of Q (h unless head_dim is set; MLA: a (d + qk_rope_head_dim), K's too)."""
+        if self.mla:
+            return self.heads * (self.head_size + self.qk_rope_head_dim)
         return self.hidden if self.head_dim is None else self.heads * self.head_dim
 
     @property
-    def kv_hidden(self) -> int:
-        """hk: the width of K (and of V) = kv_heads * d (h * kv_heads / heads unless head_dim is set)."""
+    def o_hidden(self) -> int:
+        """o: the width of the attention output, the projection's input (q; MLA: a v_head_dim)."""
+        return self.heads * (self.v_head_dim or self.head_size) if self.mla else self.q_hidden
+
+    @property
+    def core_hidden(self) -> float:
+        """(q + o) / 2: QK^T and AV take 2 s q + 2 s o = 4 s core_hidden FLOPs a token (q unless MLA)."""
+        return (self.q_hidden + self.o_hidden) / 2 if self.mla else self.q_hidden
+
+    @property
+    def kv_hidden(self) -> float:
+        """hk: the width of K (and of V) = kv_heads * d (h * kv_heads / heads unless head_dim is set;
+        MLA: the mean of K's q and V's o, so that K and V together are 2 hk wide)."""
+        if self.mla:
+            return self.core_hidden
         return self.hidden * self.kv_heads // self.heads if self.head_dim is None else self.kv_heads * self.head_dim
+
+    def attn_matrices(self) -> list[tuple[int, int, str]]:
+        """The attention's weight matrices as (input width, output width, tensor-parallel split):
+        "col" splits the output, "row" the input, "dup" runs whole on every rank. Standard: QKV
+        (h -> q + 2 hk) and the projection (q -> h); MLA (class docstring): Q's down and up (or
+        one h -> q), KV's down (h -> kv_lora_rank + qk_rope_head_dim) and up (kv_lora_rank -> a
+        (d + v_head_dim)), the projection (o -> h)."""
+        h, q, o = self.hidden, self.q_hidden, self.o_hidden
+        if not self.mla:
+            return [(h, q + 2 * self.kv_hidden, "col"), (q, h, "row")]
+        r, kv = self.q_lora_rank, self.kv_lora_rank
+        qm = [(h, q, "col")] if r is None else [(h, r, "dup"), (r, q, "col")]
+        kvm = [(h, kv + self.qk_rope_head_dim, "dup"), (kv, self.heads * self.head_size + o, "col")]
+        return qm + kvm + [(o, h, "row")]
+
+    def attn_latent(self) -> int:
+        """MLA's latent widths a token keeps per layer, on every tensor-parallel rank (0 unless MLA)."""
+        return (self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
 
     @property
     def mlp_matrices(self) -> int:
@@ -204,9 +273,15 @@ class Transformer:
         experts, norms): what tensor parallelism splits and every expert-parallel rank holds."""
         return self.moe_layer_params() - self.moe_layer_expert_params()
 
+    def _attn_weights(self) -> int:
+        """The attention's weight-matrix elements (attn_matrices)."""
+        return sum(i * o for i, o, _ in self.attn_matrices())
+
     def _attn_params(self) -> int:
-        """Q, K, V and output projections (with their biases) of one layer."""
+        """Q, K, V and output projections (with their biases) of one layer; MLA's latent norms."""
         h, q, hk = self.hidden, self.q_hidden, self.kv_hidden
+        if self.mla:
+            return self._attn_weights() + (self.q_lora_rank or 0) + self.kv_lora_rank
         return h * (q + 2 * hk) + q * h + ((q + 2 * hk) + h if self.bias else 0)
 
     def _mlp_params(self, f: int) -> int:
@@ -266,8 +341,9 @@ class Transformer:
         return self.num_params() - self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params()
 
     def _attn_fwd_flops_per_token(self) -> float:
-        """QK^T and AV: 2*s*q each per token (the full s x s square, as Korthikanti Eq. 7 counts it)."""
-        return 4.0 * self.seq_len * self.q_hidden
+        """QK^T and AV: 2*s*q each per token (the full s x s square, as Korthikanti Eq. 7 counts it;
+        MLA: 2 s q + 2 s o)."""
+        return 4.0 * self.seq_len * self.core_hidden
 
     def layer_fwd_flops_per_token(self) -> float:
         """Forward FLOPs per token of one dense layer, counting matrix products only.
@@ -275,17 +351,17 @@ class Transformer:
         2 FLOPs per multiply-add on each weight matrix, plus attention: QK^T and AV cost
         2*s*h each per token (the full s x s square, as Korthikanti Eq. 7 counts it).
         """
-        h, f, q, hk = self.hidden, self.ffn_hidden, self.q_hidden, self.kv_hidden
+        h, f = self.hidden, self.ffn_hidden
         if self.kind == "mlp":
             return 2.0 * h * h
-        weights = h * (q + 2 * hk) + q * h + self.mlp_matrices * h * f
+        weights = self._attn_weights() + self.mlp_matrices * h * f
         return 2.0 * weights + self._attn_fwd_flops_per_token()
 
     def moe_layer_fwd_flops_per_token(self) -> float:
         """Forward FLOPs per token of one MoE layer on its active weights: attention, the router
         (h x E), the k routed experts the token goes to and the Es shared experts."""
-        h, q, hk, m = self.hidden, self.q_hidden, self.kv_hidden, self.mlp_matrices
-        weights = (h * (q + 2 * hk) + q * h + h * self.experts
+        h, m = self.hidden, self.mlp_matrices
+        weights = (self._attn_weights() + h * self.experts
                    + m * h * (self.experts_per_token * self.expert_ffn + self.shared_experts * self.shared_expert_ffn))
         return 2.0 * weights + self._attn_fwd_flops_per_token()
 
@@ -352,18 +428,16 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # config.json: 61 layers, hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048,
     # top-8, the first 3 layers dense with ffn 18432, vocab 129280, pre-training at 4K tokens.
     # 671B total / 37B active (without the multi-token-prediction module, not counted here).
-    # Its attention is MLA (low-rank Q and KV projections, head size 192 for QK and 128 for
-    # V); plansweep has no MLA and takes standard multi-head attention with its 128 heads of
-    # 7168 / 128 = 56: 4 h^2 = 205.5M attention parameters per layer against MLA's 187.1M
-    # (+1.1B in all: +0.17% of the total, +3% of the active count), and the s x s score
-    # FLOPs (4 s h) below MLA's (2 s a (192 + 128)).
+    # Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+    # 128 = head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer.
     # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2;
     # config.json n_group 8, topk_group 4; Megatron-Bridge's DeepSeekV3 provider
     # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of
     # them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
-                        router_groups=8, router_group_topk=4),
+                        router_groups=8, router_group_topk=4, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
+                        qk_rope_head_dim=64, v_head_dim=128),
     # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
     # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
     # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head

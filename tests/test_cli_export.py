@@ -62,6 +62,9 @@ MEGATRON_V0_15_FLAGS = {
     "--moe-token-dispatcher-type": ["allgather", "alltoall", "flex"], "--moe-enable-deepep": None,
     "--moe-expert-capacity-factor": None, "--moe-pad-expert-input-to-capacity": None,
     "--overlap-moe-expert-parallel-comm": None,
+    # _add_network_size_args (line 1664) and _add_mla_args (lines 3167-3175)
+    "--multi-latent-attention": None, "--q-lora-rank": None, "--kv-lora-rank": None, "--qk-head-dim": None,
+    "--qk-pos-emb-head-dim": None, "--v-head-dim": None,
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -92,7 +95,8 @@ TORCHTITAN_MODELS = {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "l
 TORCHTITAN_FLAVOR_FIELDS = {
     "qwen3": {"dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size", "moe_enabled",
               "moe_inter_dim"},
-    "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim"},
+    "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim",
+                    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"},
 }
 TORCHTITAN_MOE_ARGS = {"num_experts", "num_shared_experts", "top_k"}
 TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
@@ -223,6 +227,9 @@ def _megatron_shape(model) -> dict:
                    moe_pattern=moe_layer_pattern(model), capacity_factor=model.capacity_factor,
                    router_groups=model.router_groups, router_group_topk=model.router_group_topk,
                    dispatcher="alltoall", deepep=False, overlap_ep=False)
+    if model.mla:
+        out.update(q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank,
+                   qk_rope_head_dim=model.qk_rope_head_dim, v_head_dim=model.v_head_dim)
     return out
 
 
@@ -242,7 +249,10 @@ def test_round_trip_of_random_feasible_plans(fw, space):
             assert megatron_model(text) == _megatron_shape(model)
         elif fw == "torchtitan" and model.is_moe:
             flavor = torchtitan_model(text)
-            assert flavor.get("head_dim", model.head_size) == model.head_size
+            assert flavor.get("head_dim", flavor.get("qk_nope_head_dim", model.head_size)) == model.head_size
+            if model.mla:  # DeepSeek-V3's MLA, as its config.json gives it
+                assert [flavor[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")] == [
+                    1536, 512, 64, 128]
             assert (flavor["moe_args_num_experts"], flavor["moe_args_top_k"], flavor["moe_inter_dim"]) == (
                 model.experts, model.experts_per_token, model.expert_ffn)
             assert flavor.get("n_dense_layers", 0) == model.dense_layers

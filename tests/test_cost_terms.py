@@ -195,3 +195,53 @@ def test_torchao_casts_move_the_bytes_of_its_roofline():
     np.testing.assert_allclose(bwd, (6 * 8192 * 43008 + 3 * 218103808) / rate, rtol=1e-12)
     # Transformer Engine fuses its casts into the norms and activations: nothing priced.
     assert framework_preset("megatron-core").fp8_cast_bytes == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_multi_head_latent_attention_terms_by_hand():
+    from costmodel._evaluate import (
+        ACT_BYTES,
+        _act_layer_bytes,
+        attention_gemm_s,
+        framework_terms,
+        gemm_s,
+        layer_costs,
+        shape_terms,
+    )
+
+    # DeepSeek-V3's attention (config.json): 128 heads, Q and K 128 + 64 wide a head, V 128;
+    # Q through a 1536 latent, K/V through 512 (+ 64 rope dims); tp 2 with sequence parallelism,
+    # one sequence of 4096 tokens on an H100.
+    model, cluster = model_preset("deepseek-v3"), cluster_preset("h100x8")
+    gpu, peak, s, t, h = cluster.gpu, 989.4e12, 4096.0, 2, 7168
+    one, two, sp = np.array([1]), np.array([t]), np.array([True])
+    # down-projections whole, over the rank's 2048 tokens; up-projections and output split by t
+    by_hand = (gemm_s(s / t, 1536, h, peak, gpu) + gemm_s(s, 128 * 192 / t, 1536, peak, gpu)
+               + gemm_s(s / t, 512 + 64, h, peak, gpu) + gemm_s(s, 128 * 256 / t, 512, peak, gpu)
+               + gemm_s(s, h, 128 * 128 / t, peak, gpu))
+    np.testing.assert_allclose(attention_gemm_s(model, s, t, peak, gpu, two), by_hand, rtol=1e-12)
+    # The core: QK^T over 192 and AV over 128 a head, 2 s^2 a (192 + 128) FLOPs, twice what the
+    # mean width 160 gives with 4 s^2; cuDNN's measured rate on the causal half
+    eff = 0.5
+    lc = layer_costs(model, cluster, one, two, one, sp, peak, attn_eff=np.array([eff]))
+    tiles = (s / (s + 128)) ** 2
+    np.testing.assert_allclose(lc["attn"], 0.5 * 2 * s * s * 128 * 320 / t / (peak * eff * tiles), rtol=1e-12)
+    # Activations a layer keeps (bytes): Korthikanti's 10 h split by t under SP, Q and K (2 x
+    # 24576) V and the output (2 x 16384) at 2 bytes split by t, the dense MLP's 6 f split by t,
+    # the two latents (1536 + 512 + 64) before and after their norms at 2 bytes over s / t, and
+    # the scores 5 a s^2 / t (taken out by the fused kernel below)
+    act, score = _act_layer_bytes(model, one, two, one, sp)
+    want_score = 5 * 128 * s * s / t
+    want = (10 * s * h / t + 2 * s * (2 * 24576 + 2 * 16384) / t + 6 * s * 18432 / t + 4 * s * 2112 / t
+            + want_score)
+    np.testing.assert_allclose((act[0], score[0]), (want, want_score), rtol=1e-12)
+    # Selective recompute (Megatron-Core's "mla_up_proj"): Q, K, V not kept, the up-projections
+    # run again (not the attention core)
+    sh = shape_terms(model, cluster, one, two, one, sp, peak, gpu=gpu)
+    ft = framework_terms(framework_preset("megatron-core"), model, sh, two, sp, np.array([0]))
+    up = gemm_s(s, 128 * 192 / t, 1536, peak, gpu) + gemm_s(s, 128 * 256 / t, 512, peak, gpu)
+    np.testing.assert_allclose(ft["sel_re"], up, rtol=1e-12)
+    np.testing.assert_allclose(ft["act_L"] - ft["sel_kept"], ACT_BYTES * s * (24576 + 24576 + 16384) / t,
+                               rtol=1e-12)
+    # and the recomputed FLOPs a token count the up-projections' weights
+    sel = recompute_flops_per_token(model, False, True, framework_preset("megatron-core"))
+    assert sel == pytest.approx(2 * (1536 * 24576 + 512 * 32768), rel=1e-12)

@@ -115,20 +115,40 @@ def test_qwen3_30b_a3b_counts():
     assert m.active_params() == pytest.approx(3.3 * B, rel=0.02)
 
 
-def test_deepseek_v3_counts_with_mla_taken_as_multi_head_attention():
+def test_deepseek_v3_counts_with_its_multi_head_latent_attention():
     m = model_preset("deepseek-v3")
     assert m.moe_layers == 58 and m.experts == 256 and m.experts_per_token == 8
     # MLA per layer (arXiv:2412.19437 Sec. 4.2: q_lora_rank 1536, kv_lora_rank 512, 128 heads of
-    # 128 + 64 rope dims for QK and 128 for V, with the two low-rank RMSNorms) against the 4 h^2
-    # of multi-head attention with 128 heads of 56 that plansweep prices instead.
+    # 128 + 64 rope dims for QK and 128 for V, with the two low-rank RMSNorms), by hand
     h, a = 7168, 128
     mla = h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * (128 + 128) + a * 128 * h
-    extra = 61 * (4 * h * h - mla)  # 1.12B more attention parameters than DeepSeek-V3 has
-    assert extra == pytest.approx(1.123 * B, rel=1e-3)
-    # Less that difference: the published 671B total (half its last digit) and 37B activated,
-    # within 1B since the report does not say whether 37B counts the 0.93B input embedding.
-    assert m.num_params() - extra == pytest.approx(671 * B, abs=0.5 * B)
-    assert m.active_params() - extra == pytest.approx(37 * B, abs=1 * B)
+    assert m._attn_params() == mla
+    assert mla == pytest.approx(187.1e6, rel=1e-3)
+    # the published 671B total (half its last digit) and 37B activated, within 1B since the report
+    # does not say whether 37B counts the 0.93B input embedding
+    assert m.num_params() == pytest.approx(671 * B, abs=0.5 * B)
+    assert m.active_params() == pytest.approx(37 * B, abs=1 * B)
+    # forward FLOPs a token: 2 per weight of the attention, plus QK^T over 192 and AV over 128 per head
+    s = 4096
+    core = 2 * s * a * 192 + 2 * s * a * 128
+    per_token = m.moe_layer_fwd_flops_per_token()
+    weights = mla - 1536 - 512 + h * 256 + 3 * h * 2048 * (8 + 1)
+    assert per_token == pytest.approx(2 * weights + core, rel=1e-12)
+
+
+def test_multi_head_latent_attention_fields_are_checked():
+    base = dict(name="x", layers=2, hidden=64, heads=4, vocab=10)
+    with pytest.raises(InputError, match="model.v_head_dim"):
+        Transformer(**base, v_head_dim=32)  # MLA's fields only with kv_lora_rank
+    with pytest.raises(InputError, match="model.kv_lora_rank"):
+        Transformer(**base, kv_heads=2, kv_lora_rank=16)  # MLA gives every head its own K/V
+    with pytest.raises(InputError, match="model.qk_rope_head_dim"):
+        Transformer(**base, kv_lora_rank=16, qk_rope_head_dim=-1)
+    m = Transformer(**base, kv_lora_rank=16, qk_rope_head_dim=8, v_head_dim=32)
+    # Q and K 4 x (16 + 8) = 96 wide, V and the output 4 x 32 = 128: the core's mean width 112
+    assert (m.q_hidden, m.o_hidden, m.core_hidden) == (96, 128, 112)
+    # no q_lora_rank: one 64 x 96 Q matrix; KV down 64 x (16 + 8), up 16 x 4 x (16 + 32), output 128 x 64
+    assert m._attn_params() == 64 * 96 + 64 * 24 + 16 * 4 * 48 + 128 * 64 + 16
 
 
 # ---- HuggingFace config.json ---------------------------------------------------------------
