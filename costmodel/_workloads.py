@@ -80,6 +80,10 @@ class Transformer:
     learned_positions: bool = True
     kind: str = "transformer"
     head_dim: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int = 0
+    v_head_dim: int | None = None
     experts: int = 1
     experts_per_token: int = 1
     shared_experts: int = 0
@@ -90,10 +94,6 @@ class Transformer:
     capacity_factor: float = 1.0
     router_groups: int = 1
     router_group_topk: int = 1
-    q_lora_rank: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int = 0
-    v_head_dim: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
