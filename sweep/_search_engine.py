@@ -153,17 +153,13 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     return m
 
 
-def _feasible_of(arrow) -> int:
-    import pyarrow.compute as pc
-
-    return int(pc.sum(arrow["feasible"]).as_py() or 0) if len(arrow) else 0
-
-
-def _best_of(arrow) -> float:
+def _tick(bar: Progress, n: int, arrow) -> None:
+    """``n`` evaluations more on ``bar``, with the best feasible tokens/s and the feasible rows of ``arrow``."""
     import pyarrow.compute as pc
 
     tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
-    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
+    bar.update(n, n, float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0,
+               int(pc.sum(arrow["feasible"]).as_py() or 0) if len(arrow) else 0)
 
 
 # ---- MCMC ------------------------------------------------------------------------------------
@@ -188,7 +184,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, used, _best_of(arrow), _feasible_of(arrow))
+        _tick(bar, used, arrow)
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
@@ -327,7 +323,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         p[key] += 1
                         p["evaluations"] += len(old)
                         save(i)
-                        bar.update(len(old), len(old), _best_of(arrow), _feasible_of(arrow))
+                        _tick(bar, len(old), arrow)
                         check_first.discard(i)
                         continue
                     if new & old:
@@ -342,7 +338,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                 p[key] += 1
                 p["evaluations"] += len(table)
                 save(i)  # then the state
-                bar.update(len(table), len(table), _best_of(arrow), _feasible_of(arrow))
+                _tick(bar, len(table), arrow)
     finally:
         bar.close()
 
