@@ -83,16 +83,14 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
            objective: str = "tokens_per_s", failure=None):
     """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
     the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput."""
-    if objective == "tokens_per_s":
-        cand = np.argsort(metrics["step_time_s"], kind="stable")[:top]
-    else:
-        cand = np.argsort(-score(metrics, table, cluster, objective, failure), kind="stable")[:top]
+    def best_first(m, t) -> np.ndarray:
+        key = m["step_time_s"] if objective == "tokens_per_s" else -score(m, t, cluster, objective, failure)
+        return np.argsort(key, kind="stable")
+
+    cand = best_first(metrics, table)[:top]
     cand = cand[metrics["feasible"][cand]]
     exact = evaluate(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
-    if objective == "tokens_per_s":
-        order = np.argsort(exact["step_time_s"], kind="stable")
-    else:
-        order = np.argsort(-score(exact, table.take(cand), cluster, objective, failure), kind="stable")
+    order = best_first(exact, table.take(cand))
     return cand[order], exact.take(order)
 
 

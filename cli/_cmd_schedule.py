@@ -20,32 +20,18 @@ _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "schedule",
-        help=COMMAND_HELP["schedule"],
-        description="Simulate one pipeline schedule: total time, bubble ratio, busy time and "
-        "peak activations per device, a text timeline, optionally a Chrome trace.",
-    )
+    p = subparsers.add_parser("schedule", help=COMMAND_HELP["schedule"],
+                              description="Simulate one pipeline schedule: total time, bubble ratio, busy time and "
+                              "peak activations per device, a text timeline, optionally a Chrome trace.")
     p.add_argument("--schedule", required=True, choices=SCHEDULES)
     p.add_argument("--devices", required=True, type=int, help="pipeline depth D")
     p.add_argument("--microbatches", required=True, type=int, help="micro-batches m")
-    p.add_argument(
-        "--chunks",
-        type=int,
-        default=None,
-        help="chunks per device v (interleaved: default 2; hanayo: 2 x waves; zb-v: 2)",
-    )
-    for flag, what, required in (
-        ("--tf", "forward", True),
-        ("--tb", "backward (activation gradient)", True),
-        ("--tw", "weight-gradient", False),
-    ):
-        p.add_argument(
-            flag,
-            required=required,
-            default="0",
-            help=f"{what} time per stage: one number or one per device, comma-separated",
-        )
+    p.add_argument("--chunks", type=int, default=None,
+                   help="chunks per device v (interleaved: default 2; hanayo: 2 x waves; zb-v: 2)")
+    for flag, what, required in (("--tf", "forward", True), ("--tb", "backward (activation gradient)", True),
+                                 ("--tw", "weight-gradient", False)):
+        p.add_argument(flag, required=required, default="0",
+                       help=f"{what} time per stage: one number or one per device, comma-separated")
     p.add_argument("--tc", type=float, default=0.0, help="time of one device-to-device hand-off")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON to FILE")
@@ -67,34 +53,19 @@ def run(args: argparse.Namespace) -> int:
     for key, values in times.items():
         if len(values) not in (1, args.devices):
             raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))
-    res = simulate(
-        args.schedule,
-        args.devices,
-        args.microbatches,
-        chunks,
-        tf=times["tf"],
-        tb=times["tb"],
-        tw=times["tw"],
-        tc=args.tc,
-        timeline=True,
-    )
+    res = simulate(args.schedule, args.devices, args.microbatches, chunks, tf=times["tf"], tb=times["tb"],
+                   tw=times["tw"], tc=args.tc, timeline=True)
     if args.trace:
         with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
             json.dump(chrome_trace(res.timeline), fh)
     if args.json:
-        out = {
-            "total_time": float(res.total_time[0]),
-            "bubble_ratio": float(res.bubble_ratio[0]),
-            "busy_time": [float(x) for x in res.busy_time[0]],
-            "peak_activations": [float(x) for x in res.peak_activations],
-        }
-        print_json((out))
+        print_json({"total_time": float(res.total_time[0]), "bubble_ratio": float(res.bubble_ratio[0]),
+                    "busy_time": [float(x) for x in res.busy_time[0]],
+                    "peak_activations": [float(x) for x in res.peak_activations]})
         return 0
     print(text_timeline(res.timeline))
-    print(
-        f"{args.schedule}: D={args.devices} m={args.microbatches} v={chunks}  "
-        f"total_time={res.total_time[0]:.6g}  bubble_ratio={res.bubble_ratio[0]:.4f}"
-    )
+    print(f"{args.schedule}: D={args.devices} m={args.microbatches} v={chunks}  "
+          f"total_time={res.total_time[0]:.6g}  bubble_ratio={res.bubble_ratio[0]:.4f}")
     print("busy_time:        " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
     print("peak_activations: " + " ".join(f"{x:.4g}" for x in res.peak_activations))
     return 0

@@ -20,16 +20,9 @@ from costmodel._files import replaced_atomically
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "schedule-experiments",
-        help=COMMAND_HELP["schedule-experiments"],
-    )
+    p = subparsers.add_parser("schedule-experiments", help=COMMAND_HELP["schedule-experiments"])
     p.add_argument("--out", required=True, help="folder for the Parquet files and figures")
-    p.add_argument(
-        "--only",
-        default=None,
-        help=f"comma-separated subset of: {', '.join(EXPERIMENTS)}",
-    )
+    p.add_argument("--only", default=None, help=f"comma-separated subset of: {', '.join(EXPERIMENTS)}")
     p.set_defaults(func=run)
 
 
@@ -53,13 +46,8 @@ def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
     row_values = sorted(set(cols[exp.row].tolist())) if exp.row else [None]
     rows = [(r, y) for r in row_values for y in ys]
     lines = list(dict.fromkeys(cols[exp.line].tolist()))
-    fig, axes = plt.subplots(
-        len(rows),
-        len(panels),
-        figsize=(4.2 * len(panels), 3.4 * len(rows)),
-        squeeze=False,
-        layout="constrained",
-    )
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(4.2 * len(panels), 3.4 * len(rows)), squeeze=False,
+                             layout="constrained")
     for i, (row_value, y) in enumerate(rows):
         for j, panel_value in enumerate(panels):
             ax = axes[i][j]
@@ -71,13 +59,8 @@ def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
                 if not sel.any():
                     continue
                 order = np.argsort(cols[exp.x][sel], kind="stable")
-                ax.plot(
-                    cols[exp.x][sel][order],
-                    cols[y][sel][order],
-                    marker="o",
-                    markersize=3,
-                    label=f"{exp.line}={line}" if exp.line != "schedule" else str(line),
-                )
+                ax.plot(cols[exp.x][sel][order], cols[y][sel][order], marker="o", markersize=3,
+                        label=f"{exp.line}={line}" if exp.line != "schedule" else str(line))
             title = f"{exp.panel}={panel_value:g}"
             if exp.row:
                 title = f"{exp.row}={row_value:g}, {title}"
@@ -107,6 +90,5 @@ def run(args: argparse.Namespace) -> int:
         columns = exp.columns()
         _write_parquet(columns, os.path.join(args.out, f"{name}.parquet"))
         _plot(exp, columns, os.path.join(args.out, f"{name}.png"))
-        n = len(columns["schedule"])
-        print(f"{name}: {n} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"{name}: {len(columns['schedule'])} rows in {time.perf_counter() - t0:.1f} s", flush=True)
     return 0

@@ -47,14 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_piper(searchers: argparse._SubParsersAction) -> None:
     p = searchers.add_parser(
-        "piper",
-        help="Piper's dynamic-programming planner over a layer graph in Piper's JSON format",
-        description="Lowest time per sample over stage splits, tensor/data degrees and "
-        "activation recomputation (Tarnawski et al., NeurIPS 2021). Flags override the "
-        "file's values.",
-        epilog="exit status: 0 a plan was found, 1 no plan fits the devices and memory, "
-        "2 bad input",
-    )
+        "piper", help="Piper's dynamic-programming planner over a layer graph in Piper's JSON format",
+        description="Lowest time per sample over stage splits, tensor/data degrees and activation recomputation "
+        "(Tarnawski et al., NeurIPS 2021). Flags override the file's values.",
+        epilog="exit status: 0 a plan was found, 1 no plan fits the devices and memory, 2 bad input")
     p.add_argument("file", metavar="FILE.json", help="layer graph in Piper's JSON format")
     add_options(p, PiperOptions)
     p.add_argument("--json", action="store_true",

@@ -42,9 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _plain(v):
     """Arrow values -> JSON: non-finite floats become null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def rows_as_dicts(table: pa.Table) -> list[dict]:

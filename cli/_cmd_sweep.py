@@ -185,14 +185,8 @@ def grid_request(args: argparse.Namespace) -> dict:
         raise InputError("--keep", "feasible or all with --objective goodput (best:K keeps rows by raw "
                          "throughput)", args.keep)
     options.update(objective_options(args))
-    return {
-        "command": "sweep",
-        "searcher": GRID,
-        "seed": None,
-        "argv": sys.argv[1:],
-        "options": options,
-        "studies": studies,
-    }
+    return {"command": "sweep", "searcher": GRID, "seed": None, "argv": sys.argv[1:], "options": options,
+            "studies": studies}
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -200,8 +194,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from sweep._rundir import RunDir
 
     check_runtime(args)
-    request = grid_request(args)
-    rd, resumed = RunDir.create_or_resume(args.out, request)
+    rd, resumed = RunDir.create_or_resume(args.out, grid_request(args))
     with rd:
         for s in rd.studies():
             check_grid_size(s)
@@ -268,15 +261,14 @@ def _goodput_summary(view, top: int, failure) -> None:
 
 def print_summary(rd: RunDir, top: int) -> None:
     """Where the results are, and the best ``top`` strategies of each study (show's table)."""
-    from sweep._runview import best_rows, open_run
+    from sweep._runview import best_rows, open_run, run_failure_model
+
     if not any(files for _, _, files in os.walk(rd.results)):
         print(f"results: {rd.results} (no rows)")
         return
     view = open_run(rd.path)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
-    from sweep._runview import run_failure_model
-
     failure = run_failure_model(view)
     if top and failure is not None:
         _goodput_summary(view, top, failure)

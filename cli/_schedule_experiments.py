@@ -28,29 +28,14 @@ T_C_PANELS = (0.0, 4.0, 16.0)
 MODEL_TF, MODEL_TB = 400.0, 800.0
 
 # (label, schedule, chunks, splits the backward): seed 003's comparison set.
-COMPARED = (
-    ("GPipe", "gpipe", 1, False),
-    ("1F1B", "1f1b", 1, False),
-    ("1F1B vpp=2", "interleaved", 2, False),
-    ("Hanayo wave=1", "hanayo", 2, False),
-    ("Hanayo wave=2", "hanayo", 4, False),
-    ("ZB-H1", "zb-h1", 1, True),
-)
+COMPARED = (("GPipe", "gpipe", 1, False), ("1F1B", "1f1b", 1, False), ("1F1B vpp=2", "interleaved", 2, False),
+            ("Hanayo wave=1", "hanayo", 2, False), ("Hanayo wave=2", "hanayo", 4, False), ("ZB-H1", "zb-h1", 1, True))
 
 
-def _rows(
-    out: dict[str, list],
-    label: str,
-    schedule: str,
-    d: int,
-    m: int,
-    v: int,
-    tf: np.ndarray,  # (S, D)
-    tb: np.ndarray,  # (S, D)
-    tw: np.ndarray,  # (S, D)
-    tc: np.ndarray,  # (S,)
-    extra: dict[str, np.ndarray],  # swept values, each (S,)
-) -> None:
+def _rows(out: dict[str, list], label: str, schedule: str, d: int, m: int, v: int, tf: np.ndarray, tb: np.ndarray,
+          tw: np.ndarray, tc: np.ndarray, extra: dict[str, np.ndarray]) -> None:
+    """Simulate (S, D) stage times tf, tb, tw and (S,) tc; append the rows, with the swept
+    ``extra`` values (each (S,))."""
     res = simulate(schedule, d, m, v, tf=tf, tb=tb, tw=tw, tc=tc)
     n = len(tc)
     out["schedule"] += [label] * n
@@ -71,17 +56,9 @@ def _empty() -> dict[str, list]:
     return {k: [] for k in keys}
 
 
-def _compared(
-    out: dict[str, list],
-    d: int,
-    m: int,
-    tf: np.ndarray,
-    tb_whole: np.ndarray,
-    tc: np.ndarray,
-    extra: dict[str, np.ndarray],
-    zb_split: tuple[np.ndarray, np.ndarray] | None = None,
-    schedules: Iterable[tuple[str, str, int, bool]] = COMPARED,
-) -> None:
+def _compared(out: dict[str, list], d: int, m: int, tf: np.ndarray, tb_whole: np.ndarray, tc: np.ndarray,
+              extra: dict[str, np.ndarray], zb_split: tuple[np.ndarray, np.ndarray] | None = None,
+              schedules: Iterable[tuple[str, str, int, bool]] = COMPARED) -> None:
     """The comparison set at stage times tf, tb_whole ((S, D) each); ZB-H1 gets zb_split
     (T_B, T_W), by default half of the backward each."""
     zero = np.zeros_like(tf)

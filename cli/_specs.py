@@ -61,9 +61,9 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
     """A homogeneous cluster: a preset (h100x1024, dgx-a100-1024, seed000-16, ...), a JSON/YAML
     file with gpu, num_gpus, gpus_per_node and optional scaleup_GBps / scaleout_GBps per GPU per
     direction, or a Calculon system file with a GPU count (FILE.json@1024,
-    costmodel.cluster_from_calculon); or a heterogeneous one: a preset among costmodel.hetero_names() or a file with a
-    ``pools`` list (costmodel's _hetero_cluster docstring). ``hardware`` is a file of fitted
-    efficiency constants from ``plansweep calibrate``, replacing those of every GPU it fits."""
+    costmodel.cluster_from_calculon); or a heterogeneous one: a preset among costmodel.hetero_names()
+    or a file with a ``pools`` list (costmodel's _hetero_cluster docstring). ``hardware`` is a file
+    of fitted efficiency constants from ``plansweep calibrate``, replacing those of every GPU it fits."""
     at = re.match(r"^(.+\.(?:json|ya?ml))@(\d+)$", word, flags=re.IGNORECASE)  # FILE@GPUS (Calculon's files)
     if at or _looks_like_file(word):
         path = at.group(1) if at else word

@@ -190,16 +190,9 @@ def goodput_terms(tokens_per_s, job_mtbf_s, write_s, lost_per_failure_s) -> dict
     lost = R / M
     ratio = (1.0 - overhead) * np.maximum(0.0, 1.0 - rework - lost)
     ratio = np.where(tokens_per_s > 0, ratio, 0.0)
-    return {
-        "goodput_tokens_per_s": tokens_per_s * ratio,
-        "goodput_ratio": ratio,
-        "checkpoint_interval_s": tau,
-        "checkpoint_write_s": delta,
-        "checkpoint_overhead": overhead,
-        "rework_fraction": rework,
-        "restart_fraction": lost,
-        "job_mtbf_s": M,
-    }
+    return {"goodput_tokens_per_s": tokens_per_s * ratio, "goodput_ratio": ratio, "checkpoint_interval_s": tau,
+            "checkpoint_write_s": delta, "checkpoint_overhead": overhead, "rework_fraction": rework,
+            "restart_fraction": lost, "job_mtbf_s": M}
 
 
 def goodput(tokens_per_s, num_gpus, ckpt_bytes, failure: FailureModel | None = None) -> dict[str, np.ndarray]:

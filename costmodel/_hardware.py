@@ -127,15 +127,9 @@ TILE_HALF_DIM = 128.0
 
 
 def _efficiency(mamf_fraction: float, gemm_half_dim: float = TILE_HALF_DIM) -> Efficiency:
-    return Efficiency(
-        gemm_eff_max=mamf_fraction * SUSTAINED_CLOCK,
-        gemm_half_dim=gemm_half_dim,
-        hbm_eff=STREAM_HBM_FRACTION * SUSTAINED_CLOCK,
-        link_eff=0.8,
-        scaleup_latency_s=5e-6,
-        scaleout_latency_s=10e-6,
-        kernel_overhead_s=20e-6,
-    )
+    return Efficiency(gemm_eff_max=mamf_fraction * SUSTAINED_CLOCK, gemm_half_dim=gemm_half_dim,
+                      hbm_eff=STREAM_HBM_FRACTION * SUSTAINED_CLOCK, link_eff=0.8, scaleup_latency_s=5e-6,
+                      scaleout_latency_s=10e-6, kernel_overhead_s=20e-6)
 
 
 _DEFAULT_EFF = _efficiency(792.1 / 989.4)
@@ -144,20 +138,19 @@ EFFICIENCY: dict[str, Efficiency] = {
 }
 
 # Fused attention kernels, priced apart from the GEMMs (a framework profile names its kernel:
-# Framework.attention_kernel). "standard" is the formula every profile had before: the whole
-# s x s square of QK^T and AV at the GEMM constant times the kernel's tile edges (ATTN_HALF_DIM on
-# the query rows, keys and head dimension). A kernel measured on a GPU is priced instead on the
-# causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate.
-# Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16,
-# head dim 128, 16k tokens (the plateau): FlashAttention-2 (what PyTorch's
-# scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s, backward 322
-# (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's
-# FusedAttention) 539 and 516. A backward pass does 2.5 x the forward's
-# FLOPs (five products to two), so a pass forward and backward runs at 3 / (1 / fwd + 2.5 / bwd),
-# counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
-# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock
-# microbenchmarks). Hopper only: no other GPU's rates are published beside these; elsewhere the
-# standard formula stays. Head dimensions other than 128 are priced at the same rate.
+# Framework.attention_kernel). "standard": the whole s x s square of QK^T and AV at the GEMM constant
+# times the kernel's tile edges (ATTN_HALF_DIM on the query rows, keys and head dimension). A kernel
+# measured on a GPU is priced instead on the causal half of the square (the FLOPs a causal flash
+# kernel computes) at its measured rate. Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608)
+# Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens (the plateau): FlashAttention-2 (what
+# PyTorch's scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s,
+# backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's
+# FusedAttention) 539 and 516. A backward pass does 2.5x the forward's FLOPs (five products to two),
+# so a pass forward and backward runs at 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the
+# evaluator counts it (the backward priced at twice the forward). Times SUSTAINED_CLOCK as the GEMM
+# constant (the figures are burst-clock microbenchmarks). Hopper only: no other GPU's rates are
+# published beside these; elsewhere the standard formula stays. Head dimensions other than 128 are
+# priced at the same rate.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
 _ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
@@ -214,19 +207,10 @@ def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
         raise InputError("gpu", f"one of {choices}", name)
     row = rows[full]
     eff = efficiency or EFFICIENCY.get(full, _DEFAULT_EFF)
-    return GPU(
-        name=full,
-        peak_flops=(
-            _num(row, "bf16_dense_tflops") * _TF,
-            _num(row, "fp16_dense_tflops") * _TF,
-            _num(row, "fp8_dense_tflops") * _TF,
-        ),
-        hbm_bytes=_num(row, "hbm_GB") * _GB,
-        hbm_Bps=_num(row, "hbm_TBps") * 1e12,
-        scaleup_Bps=_num(row, "scaleup_GBps_per_dir") * _GB,
-        scaleout_Bps=_num(row, "scaleout_GBps_per_gpu_per_dir") * _GB,
-        **dataclasses.asdict(eff),
-    )
+    return GPU(name=full, peak_flops=tuple(_num(row, f"{p}_dense_tflops") * _TF for p in PRECISIONS),
+               hbm_bytes=_num(row, "hbm_GB") * _GB, hbm_Bps=_num(row, "hbm_TBps") * 1e12,
+               scaleup_Bps=_num(row, "scaleup_GBps_per_dir") * _GB,
+               scaleout_Bps=_num(row, "scaleout_GBps_per_gpu_per_dir") * _GB, **dataclasses.asdict(eff))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -266,15 +250,8 @@ class Cluster:
         return self.nodes * self.gpus_per_node
 
 
-def make_cluster(
-    gpu: GPU | str,
-    num_gpus: int,
-    *,
-    gpus_per_node: int = 8,
-    scaleup_Bps: float | None = None,
-    scaleout_Bps: float | None = None,
-    name: str | None = None,
-) -> Cluster:
+def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int = 8, scaleup_Bps: float | None = None,
+                 scaleout_Bps: float | None = None, name: str | None = None) -> Cluster:
     """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default."""
     g = gpu_preset(gpu) if isinstance(gpu, str) else gpu
     if not (isinstance(num_gpus, int) and num_gpus >= 1):
@@ -282,20 +259,13 @@ def make_cluster(
     if not (isinstance(gpus_per_node, int) and gpus_per_node >= 1):
         raise InputError("gpus_per_node", "an integer >= 1", gpus_per_node)
     if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
-        raise InputError(
-            "num_gpus", f"a multiple of gpus_per_node={gpus_per_node}", num_gpus
-        )
+        raise InputError("num_gpus", f"a multiple of gpus_per_node={gpus_per_node}", num_gpus)
     per_node = min(gpus_per_node, num_gpus)
-    return Cluster(
-        gpu=g,
-        nodes=num_gpus // per_node,
-        gpus_per_node=per_node,
-        scaleup_Bps=scaleup_Bps if scaleup_Bps is not None else g.scaleup_Bps,
-        scaleout_Bps=scaleout_Bps if scaleout_Bps is not None else g.scaleout_Bps,
-        scaleup_latency_s=g.scaleup_latency_s,
-        scaleout_latency_s=g.scaleout_latency_s,
-        name=name or f"{g.name}x{num_gpus}",
-    )
+    return Cluster(gpu=g, nodes=num_gpus // per_node, gpus_per_node=per_node,
+                   scaleup_Bps=scaleup_Bps if scaleup_Bps is not None else g.scaleup_Bps,
+                   scaleout_Bps=scaleout_Bps if scaleout_Bps is not None else g.scaleout_Bps,
+                   scaleup_latency_s=g.scaleup_latency_s, scaleout_latency_s=g.scaleout_latency_s,
+                   name=name or f"{g.name}x{num_gpus}")
 
 
 # Named clusters. "<gpu>x<N>" (e.g. h100x1024, a100x3072) is also accepted by cluster_preset.
@@ -319,20 +289,12 @@ def cluster_names() -> list[str]:
 
 
 def cluster_preset(name: str) -> Cluster:
-    key = name.lower()
-    key = CLUSTER_ALIASES.get(key, key)
+    key = CLUSTER_ALIASES.get(name.lower(), name.lower())
     if key == FLAT_A100X16:
         g = gpu_preset("a100")
-        return Cluster(
-            gpu=g,
-            nodes=16,
-            gpus_per_node=1,
-            scaleup_Bps=25e9,
-            scaleout_Bps=25e9,
-            scaleup_latency_s=g.scaleout_latency_s,
-            scaleout_latency_s=g.scaleout_latency_s,
-            name=FLAT_A100X16,
-        )
+        return Cluster(gpu=g, nodes=16, gpus_per_node=1, scaleup_Bps=25e9, scaleout_Bps=25e9,
+                       scaleup_latency_s=g.scaleout_latency_s, scaleout_latency_s=g.scaleout_latency_s,
+                       name=FLAT_A100X16)
     if key in _NAMED_CLUSTERS:
         gpu, n, per = _NAMED_CLUSTERS[key]
         return make_cluster(gpu, n, gpus_per_node=per, name=key)

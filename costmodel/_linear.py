@@ -25,9 +25,7 @@ class LinearDevice:
 
 
 # Seed 001's worked example device.
-H100_SXM5_SEED001 = LinearDevice(
-    name="H100 SXM5", flop_per_s_8bit=1979e12, global_Bps=3352e9, net_Bps=900e9
-)
+H100_SXM5_SEED001 = LinearDevice(name="H100 SXM5", flop_per_s_8bit=1979e12, global_Bps=3352e9, net_Bps=900e9)
 
 
 def all_reduce_words(n, p):

@@ -266,14 +266,6 @@ def _wave_back(schedule: str) -> bool:
     return schedule in ("hanayo", "zb-v")
 
 
-def _stage_of(schedule: str, p: int, v: int, device: int, chunk: int) -> int:
-    """Virtual stage of (device, chunk): interleaved loops down the devices; waves and V
-    shapes run down for even chunks and back up for odd ones."""
-    if _wave_back(schedule) and chunk % 2 == 1:
-        return chunk * p + (p - 1 - device)
-    return chunk * p + device
-
-
 # --------------------------------------------------------------------------- compiled graph
 
 
@@ -414,9 +406,7 @@ def _levels(prev: np.ndarray, dep: np.ndarray, schedule: str, p: int, m: int, v:
             if indeg[c] == 0:
                 ready.append(c)
     if seen != n:
-        raise InputError(
-            "microbatches", f"a count {schedule} can schedule on D={p}, v={v} without deadlock", m
-        )
+        raise InputError("microbatches", f"a count {schedule} can schedule on D={p}, v={v} without deadlock", m)
     return np.array(level, dtype=np.int64)
 
 
@@ -491,18 +481,8 @@ def _per_device(name: str, value: object, p: int) -> np.ndarray:
     return a
 
 
-def simulate(
-    schedule: str,
-    devices: int,
-    microbatches: int,
-    chunks: int = 1,
-    *,
-    tf: object,
-    tb: object,
-    tw: object = 0.0,
-    tc: object = 0.0,
-    timeline: bool = False,
-) -> PipelineResult:
+def simulate(schedule: str, devices: int, microbatches: int, chunks: int = 1, *, tf: object, tb: object,
+             tw: object = 0.0, tc: object = 0.0, timeline: bool = False) -> PipelineResult:
     """Simulate one schedule for a batch of parameter sets sharing (schedule, D, m, v).
 
     tf, tb, tw: per-stage forward, activation-backward and weight-backward times; anything
@@ -603,14 +583,8 @@ def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarra
 _FLAT_NODES = 1 << 21
 
 
-def total_times_mixed(
-    keys: list[tuple[str, int, int, int]],
-    group: np.ndarray,
-    tf: np.ndarray,
-    tb: np.ndarray,
-    tw: np.ndarray,
-    tc: np.ndarray,
-) -> np.ndarray:
+def total_times_mixed(keys: list[tuple[str, int, int, int]], group: np.ndarray, tf: np.ndarray, tb: np.ndarray,
+                      tw: np.ndarray, tc: np.ndarray) -> np.ndarray:
     """Pipeline time of S parameter sets that need not share (schedule, D, m, v).
 
     ``keys``: the distinct (schedule, D, m, v); ``group`` (S,): each set's index into ``keys``;

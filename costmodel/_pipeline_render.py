@@ -56,23 +56,12 @@ def chrome_trace(tl: Timeline, index: int = 0, us_per_unit: float = 1.0) -> dict
     us_per_unit: microseconds per time unit of the simulation (1 if times are in us).
     """
     start, end = tl.start[index], tl.end[index]
-    events: list[dict] = []
     n_dev = int(tl.device.max()) + 1 if tl.device.size else 0
-    for d in range(n_dev):
-        events.append(
-            {"name": "thread_name", "ph": "M", "pid": 0, "tid": d, "args": {"name": f"device {d}"}}
-        )
+    events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": d, "args": {"name": f"device {d}"}}
+              for d in range(n_dev)]
     for k in np.argsort(start, kind="stable"):
-        events.append(
-            {
-                "name": _label(tl, k),
-                "cat": KIND_NAMES[tl.kind[k]],
-                "ph": "X",
-                "ts": float(start[k]) * us_per_unit,
-                "dur": float(end[k] - start[k]) * us_per_unit,
-                "pid": 0,
-                "tid": int(tl.device[k]),
-                "args": {"microbatch": int(tl.micro[k]), "chunk": int(tl.chunk[k])},
-            }
-        )
+        events.append({"name": _label(tl, k), "cat": KIND_NAMES[tl.kind[k]], "ph": "X",
+                       "ts": float(start[k]) * us_per_unit, "dur": float(end[k] - start[k]) * us_per_unit,
+                       "pid": 0, "tid": int(tl.device[k]),
+                       "args": {"microbatch": int(tl.micro[k]), "chunk": int(tl.chunk[k])}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}

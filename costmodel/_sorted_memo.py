@@ -45,8 +45,7 @@ class Memo:
         if len(keys) == 0:
             return
         if len(self._keys) == 0 and len(self._buf_keys) == 0:
-            self._keys = keys[:0]
-            self._vals = values[:0]
+            self._keys, self._vals = keys[:0], values[:0]
             self._buf_keys, self._buf_vals = keys[:0], values[:0]
         found, _ = self.lookup(keys)
         keys, values = keys[~found], values[~found]
@@ -59,9 +58,8 @@ class Memo:
             self._buf_keys, self._buf_vals = self._keys[:0], self._vals[:0]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        keys, vals = _sorted_unique(np.concatenate([self._keys, self._buf_keys]),
-                                    np.concatenate([self._vals, self._buf_vals]))
-        return keys, vals
+        return _sorted_unique(np.concatenate([self._keys, self._buf_keys]),
+                              np.concatenate([self._vals, self._buf_vals]))
 
 
 def _sorted_unique(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

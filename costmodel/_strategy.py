@@ -216,10 +216,7 @@ class StrategyTable:
 
     def readable(self) -> dict[str, np.ndarray]:
         """Columns with names instead of codes (for people and for Parquet)."""
-        out = {}
-        for k, v in self.columns.items():
-            out[k] = decode(k, v) if k in CODE_COLUMNS else v
-        return out
+        return {k: decode(k, v) if k in CODE_COLUMNS else v for k, v in self.columns.items()}
 
     def row(self, i: int) -> dict[str, object]:
         """Row i as plain Python values (strings for coded columns)."""

@@ -193,23 +193,6 @@ def flops_per_iteration(model: Transformer, global_batch: int, convention: str) 
     raise InputError("tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS), convention)
 
 
-def _implied_time_s(run: MeasuredRun, flops_hw: float) -> float:
-    """The iteration time the published quantity implies (``flops_hw``: the model's FLOPs of
-    one iteration with its recompute, for HFU)."""
-    n = run.cluster.num_gpus
-    B = run.fixed["global_batch"]
-    peak = run.cluster.gpu.peak_flops[0]  # utilisation is quoted against the dense bf16 peak
-    if run.measure == "measured_iteration_time_s":
-        return run.measured
-    if run.measure == "measured_tokens_per_s_per_gpu":
-        return B * run.model.seq_len / (run.measured * n)
-    if run.measure == "measured_tflops_per_gpu":
-        return flops_per_iteration(run.model, B, run.convention) / (run.measured * 1e12 * n)
-    if run.measure == "measured_mfu":
-        return run.model.model_flops_per_sample() * B / (run.measured * peak * n)
-    return flops_hw / (run.measured * peak * n)  # measured_hfu
-
-
 def balanced_stage_layers(L: int, p: int) -> list[int]:
     """L layers over p stages as evenly as whole layers allow, the lighter stages at both ends
     (they hold the embedding and the head): Megatron-Core's --decoder-first/last-pipeline-num-
@@ -265,7 +248,7 @@ def predict(run: MeasuredRun) -> dict:
     B = run.fixed["global_batch"]
     peak_all = run.cluster.gpu.peak_flops[0] * run.cluster.num_gpus
     flops_hw = float(metrics["hfu"][i] * step[i] * peak_all) if math.isfinite(t) else math.nan
-    measured_s = _implied_time_s(run, flops_hw)
+    measured_s = _as_measure(run, run.measured, B, flops_hw)  # the time the published quantity implies
     result = {
         "name": run.name,
         "predicted_iteration_time_s": t,
@@ -289,10 +272,12 @@ def predict(run: MeasuredRun) -> dict:
 
 
 def _as_measure(run: MeasuredRun, t: float, B: int, flops_hw: float) -> float:
-    """A predicted iteration time t in the unit of the row's published quantity."""
+    """A predicted iteration time t in the unit of the row's published quantity. Each unit is
+    c / t for a constant c, so the same map takes a published quantity to the iteration time it
+    implies (``flops_hw``: the model's FLOPs of one iteration with its recompute, for HFU)."""
     if not math.isfinite(t):
         return math.nan
-    n, peak = run.cluster.num_gpus, run.cluster.gpu.peak_flops[0]
+    n, peak = run.cluster.num_gpus, run.cluster.gpu.peak_flops[0]  # utilisation: against the dense bf16 peak
     return {
         "measured_iteration_time_s": t,
         "measured_tokens_per_s_per_gpu": B * run.model.seq_len / (t * n),

@@ -180,3 +180,11 @@ def objective_values(metrics: Metrics) -> np.ndarray:
 def objective(metrics: Metrics) -> np.ndarray:
     """(N,) objective_values with infeasible rows at -inf: larger is better."""
     return np.where(np.asarray(metrics["feasible"], dtype=bool), objective_values(metrics), -np.inf)
+
+
+def soft_cost(cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray, penalty: float) -> np.ndarray:
+    """(N,) cost with soft memory walls: the cost where feasible; out of memory with ``penalty``
+    lambda > 0, the time proxy x (1 + lambda x (mem / HBM - 1)); inf otherwise (and where unknown)."""
+    with np.errstate(invalid="ignore"):
+        penalised = proxy * (1.0 + penalty * (excess - 1.0))
+    return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised) & (penalty > 0), penalised, np.inf))

@@ -61,7 +61,7 @@ import dataclasses
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace, check_int
+from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
@@ -192,7 +192,6 @@ class GradientSearcher(Searcher):
         self._cached: tuple[int, _Step] | None = None
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
 
-
     @staticmethod
     def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty,
                       restart) -> None:
@@ -297,7 +296,7 @@ class GradientSearcher(Searcher):
             for j, k in enumerate(self._walk.order):
                 allowed, lo = self._walk.allowed(j, group, C)
                 draw(k, allowed, everyone)
-                group = self._walk.next_group(j, lo[rows, digits[:, k]])
+                group = self._walk.groups[j][lo[rows, digits[:, k]]]
         for k in self._free:
             draw(k, np.broadcast_to(self._mask[k], (n, C)), everyone)
         if self._stage_dims:
@@ -366,7 +365,7 @@ class GradientSearcher(Searcher):
     def _advance(self, st: _Step) -> None:
         """The step's gradient from every draw whose cost is known; the update; the next step."""
         found, vals = self._memo.lookup(st.keys)
-        cost = self._soft_cost(vals[:, 0], vals[:, 1], vals[:, 2])
+        cost = soft_cost(vals[:, 0], vals[:, 1], vals[:, 2], self.memory_penalty)
         cost = np.where(st.valid, cost, np.inf)  # outside the space: the worst
         known = found | ~st.valid
         if st.restart:
@@ -382,14 +381,6 @@ class GradientSearcher(Searcher):
             self._theta = np.where(self._mask, self._theta + self.lr * grad, 0.0)
         self._step += 1
         self._cached = None
-
-    def _soft_cost(self, cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray) -> np.ndarray:
-        """Seconds per token where feasible; out of memory with memory_penalty > 0, the time
-        proxy x (1 + memory_penalty x (mem / HBM - 1)); inf otherwise (and where unknown)."""
-        with np.errstate(invalid="ignore"):
-            penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
-        soft = np.isfinite(penalised) & (self.memory_penalty > 0)
-        return np.where(np.isfinite(cost), cost, np.where(soft, penalised, np.inf))
 
 
 class _Walk:
@@ -418,6 +409,3 @@ class _Walk:
         hi = np.searchsorted(self.codes[j], target, side="right")
         ok = (hi > lo) & (np.arange(width)[None, :] < r)
         return ok, np.minimum(lo, len(self.codes[j]) - 1)
-
-    def next_group(self, j: int, first_row: np.ndarray) -> np.ndarray:
-        return self.groups[j][first_row]

@@ -56,14 +56,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
-from search._base import Searcher, SearchSpace, check_int
+from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import screen_searcher
 
-# Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"); the same
-# settings for every seed. ``chains`` None (auto): DEFAULT_CHAINS, or with a budget
-# budget // STEPS_PER_CHAIN chains, at least MIN_CHAINS and at most DEFAULT_CHAINS (auto_chains).
+# Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"), the same for
+# every seed. ``chains`` None: auto_chains.
 DEFAULT_CHAINS = 8
 MIN_CHAINS = 2
 STEPS_PER_CHAIN = 32
@@ -130,8 +129,6 @@ class MCMCSearcher(Searcher):
                  starts: Sequence[str] = DEFAULT_STARTS, budget: int | None = None, screen: bool = True) -> None:
         if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
-        # Feasibility first (search._screen): walk only the points that fit in memory where the
-        # space can be screened; evaluate all of them where the budget covers them.
         space = screen_searcher(self, space, screen=screen, budget=budget)
         self._enum_told = 0
         self.feasible_seen = 0  # distinct feasible points told
@@ -382,8 +379,8 @@ class MCMCSearcher(Searcher):
                 (new_e - old_e) / old_e,
             )
             if self.memory_penalty > 0:
-                # Soft memory walls: both points priced by their penalised time (_soft_cost).
-                s_old, s_new = self._soft_cost(old_c, old_e, old_p), self._soft_cost(new_c, new_e, new_p)
+                lam = self.memory_penalty
+                s_old, s_new = soft_cost(old_c, old_e, old_p, lam), soft_cost(new_c, new_e, new_p, lam)
                 soft = np.isfinite(s_old) & np.isfinite(s_new) & ~(f_old & f_new)
                 rel = np.where(soft, (s_new - s_old) / s_old, rel)
             accept = found & (fresh | (rel <= 0) | (st.u < np.exp(-self.beta * rel)))
@@ -449,14 +446,6 @@ class MCMCSearcher(Searcher):
         self._chain_best[stale] = np.inf
         self._stale[stale] = 0
         self._cached = None
-
-    def _soft_cost(self, cost: np.ndarray, excess: np.ndarray, proxy: np.ndarray) -> np.ndarray:
-        """(C,) cost with soft memory walls: the cost where feasible; for an out-of-memory point
-        its time proxy times (1 + memory_penalty * overflow), overflow = mem_total / HBM - 1
-        (the fraction of HBM it lacks); inf where neither is known."""
-        with np.errstate(invalid="ignore"):
-            penalised = proxy * (1.0 + self.memory_penalty * (excess - 1.0))
-        return np.where(np.isfinite(cost), cost, np.where(np.isfinite(penalised), penalised, np.inf))
 
 
 def auto_chains(budget: int | None) -> int:

@@ -54,18 +54,18 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
     pp = table["pp"]
     cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER]
     stage = np.arange(width)[None, :] < pp[:, None]  # (N, W)
-    if table.stage_layers is None:
-        layers = np.where(stage, (num_layers // pp)[:, None], 0)
-    else:
-        sl = table.stage_layers[:, :width]
-        layers = np.where(stage, np.pad(sl, ((0, 0), (0, width - sl.shape[1]))), 0)
-    if table.stage_recompute is None:
-        rec = np.where(stage, table["recompute"][:, None].astype(np.int64), 0)
-    else:
-        sr = table.stage_recompute[:, :width].astype(np.int64)
-        rec = np.where(stage, np.pad(sr, ((0, 0), (0, width - sr.shape[1]))), 0)
+    layers = (np.where(stage, (num_layers // pp)[:, None], 0) if table.stage_layers is None
+              else _stage_cols(table.stage_layers, stage, width))
+    rec = (np.where(stage, table["recompute"][:, None].astype(np.int64), 0) if table.stage_recompute is None
+           else _stage_cols(table.stage_recompute, stage, width))
     mat = np.ascontiguousarray(np.concatenate([np.stack(cols, axis=1), layers, rec], axis=1).astype(np.int64))
     return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def _stage_cols(a: np.ndarray, stage: np.ndarray, width: int) -> np.ndarray:
+    """(N, width) int64 per-stage values, cut or zero-padded to ``width``, zero where ``stage`` is not."""
+    a = a[:, :width].astype(np.int64)
+    return np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0)
 
 
 def _hetero_row_keys(table, width: int) -> np.ndarray:
@@ -74,12 +74,9 @@ def _hetero_row_keys(table, width: int) -> np.ndarray:
     n = len(table)
     stage = np.arange(width)[None, :] < table["pp"][:, None]
     cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in GLOBAL_COLUMNS]
-    for c in STAGE_COLUMNS:
-        a = table.stages[c][:, :width].astype(np.int64)
-        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+    cols += [_stage_cols(table.stages[c], stage, width) for c in STAGE_COLUMNS]
     if table.stage_recompute is not None:
-        a = table.stage_recompute[:, :width].astype(np.int64)
-        cols.append(np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0))
+        cols.append(_stage_cols(table.stage_recompute, stage, width))
     mat = np.ascontiguousarray(np.concatenate(cols, axis=1))
     return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
 

@@ -89,13 +89,9 @@ class PiperPlan:
 
     def to_json(self) -> dict:
         """The CLI's contract: {"time_per_sample", "stages": [{"nodes","t","d","recompute"}]}."""
-        return {
-            "time_per_sample": self.time_per_sample_s if self.feasible else None,
-            "stages": [
-                {"nodes": list(s.nodes), "t": s.t, "d": s.d, "recompute": list(s.recompute)}
-                for s in self.stages
-            ],
-        }
+        return {"time_per_sample": self.time_per_sample_s if self.feasible else None,
+                "stages": [{"nodes": list(s.nodes), "t": s.t, "d": s.d, "recompute": list(s.recompute)}
+                           for s in self.stages]}
 
 
 def solve_piper(graph: PiperGraph, *, max_sum_d: int | None = None) -> PiperPlan:

@@ -107,9 +107,7 @@ def load_piper_graph(path: str | Path) -> PiperGraph:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(
-            "FILE", "valid JSON", f"{p}: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise InputError("FILE", "valid JSON", f"{p}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     return parse_piper_graph(data)
 
 
@@ -140,33 +138,18 @@ def parse_piper_graph(data: object) -> PiperGraph:
     edge_dst = tuple(rank[d] for d in dst)
     in_edges = tuple(tuple(e for e, d in enumerate(edge_dst) if d == v) for v in range(len(ids)))
     out_edges = tuple(tuple(e for e, s in enumerate(edge_src) if s == v) for v in range(len(ids)))
-    nodes = tuple(
-        _parse_node(raw_nodes[old], old, [ids[src[e]] for e in _edges_into(old, src, dst)],
-                    [ids[dst[e]] for e in _edges_out_of(old, src, dst)])
+    nodes = tuple(  # each node with the ids of its incoming and outgoing neighbours, in edge order
+        _parse_node(raw_nodes[old], old, [ids[s] for s, d in zip(src, dst, strict=True) if d == old],
+                    [ids[d] for s, d in zip(src, dst, strict=True) if s == old])
         for old in order
     )
-    return PiperGraph(
-        max_devices=max_devices,
-        max_memory_bytes=max_memory,
-        bandwidth_Bps=bandwidth,
-        microbatches=microbatches,
-        nodes=nodes,
-        edge_src=edge_src,
-        edge_dst=edge_dst,
-        edge_bytes=tuple(cost),
-        in_edges=in_edges,
-        out_edges=out_edges,
-    )
+    return PiperGraph(max_devices=max_devices, max_memory_bytes=max_memory, bandwidth_Bps=bandwidth,
+                      microbatches=microbatches, nodes=nodes, edge_src=edge_src, edge_dst=edge_dst,
+                      edge_bytes=tuple(cost), in_edges=in_edges, out_edges=out_edges)
 
 
-def with_overrides(
-    graph: PiperGraph,
-    *,
-    devices: int | None = None,
-    memory_bytes: float | None = None,
-    microbatches: int | None = None,
-    bandwidth_Bps: float | None = None,
-) -> PiperGraph:
+def with_overrides(graph: PiperGraph, *, devices: int | None = None, memory_bytes: float | None = None,
+                   microbatches: int | None = None, bandwidth_Bps: float | None = None) -> PiperGraph:
     """The same graph with the cluster values replaced where given (validated)."""
     return replace(
         graph,
@@ -254,14 +237,6 @@ def _topological_order(n: int, src: list[int], dst: list[int]) -> list[int]:
     return order
 
 
-def _edges_into(v: int, src: list[int], dst: list[int]) -> list[int]:
-    return [e for e, d in enumerate(dst) if d == v]
-
-
-def _edges_out_of(v: int, src: list[int], dst: list[int]) -> list[int]:
-    return [e for e, s in enumerate(src) if s == v]
-
-
 def _parse_node(raw: object, i: int, in_ids: list[int], out_ids: list[int]) -> PiperNode:
     where = f"nodes[{i}]"
     node = _mapping(raw, where)
@@ -295,17 +270,14 @@ def _parse_tmpc(raw: object, where: str, in_ids: list[int], out_ids: list[int]) 
     name = _key(tm, "id", where + ".")
     if not isinstance(name, str) or not name:
         raise InputError(where + ".id", "a non-empty string", name)
-    return Tmpc(
-        name=name,
-        time_per_sample_s=_number(_key(tm, "timePerSample", where + "."), where + ".timePerSample"),
-        parameter_bytes=_number(_key(tm, "parameterSize", where + "."), where + ".parameterSize"),
-        memory_a_bytes=_number(_key(tm, "memoryUsageA", where + "."), where + ".memoryUsageA"),
-        memory_b_bytes=_number(_key(tm, "memoryUsageB", where + "."), where + ".memoryUsageB"),
-        sync_fw_bytes=_sync(_key(tm, "syncTimeFw", where + "."), where + ".syncTimeFw",
-                            in_ids, "incoming"),
-        sync_bw_bytes=_sync(_key(tm, "syncTimeBw", where + "."), where + ".syncTimeBw",
-                            out_ids, "outgoing"),
-    )
+
+    def num(key: str) -> float:
+        return _number(_key(tm, key, where + "."), f"{where}.{key}")
+
+    return Tmpc(name=name, time_per_sample_s=num("timePerSample"), parameter_bytes=num("parameterSize"),
+                memory_a_bytes=num("memoryUsageA"), memory_b_bytes=num("memoryUsageB"),
+                sync_fw_bytes=_sync(_key(tm, "syncTimeFw", where + "."), where + ".syncTimeFw", in_ids, "incoming"),
+                sync_bw_bytes=_sync(_key(tm, "syncTimeBw", where + "."), where + ".syncTimeBw", out_ids, "outgoing"))
 
 
 def _sync(raw: object, where: str, neighbour_ids: list[int], side: str) -> tuple[float, ...]:
@@ -357,11 +329,9 @@ def _list(obj: object, where: str) -> list:
 
 def _int(value: object, where: str, *, minimum: int = 0, maximum: int | None = None) -> int:
     expected = f"an integer >= {minimum}" + ("" if maximum is None else f" and <= {maximum}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(where, expected, value)
-    if isinstance(value, float) and not value.is_integer():
-        raise InputError(where, expected, value)
-    if value < minimum or (maximum is not None and value > maximum):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer())
+            or value < minimum or (maximum is not None and value > maximum)):
         raise InputError(where, expected, value)
     return int(value)
 

@@ -223,7 +223,7 @@ class Space(SearchSpace):
 
     def __reduce__(self):
         # Pickled (e.g. to Ray workers) as its JSON form; the lookup table is rebuilt on use.
-        return (_space_from_json, (self.to_json(), self.model, self.cluster))
+        return (Space.from_json, (self.to_json(), self.model, self.cluster))
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{d.name}[{len(d.choices)}]" for d in self.dims)
@@ -321,7 +321,7 @@ class Space(SearchSpace):
     def _check_stage_dims(self) -> None:
         if not any(d.base in (SHIFT, STAGE_RECOMPUTE) for d in self.dims):
             return
-        maxpp = int(max(self.choices_of("pp")))
+        maxpp = self.max_stages
         for fam, want in ((SHIFT, maxpp - 1), (STAGE_RECOMPUTE, maxpp)):
             got = sorted(d.stage for d in self.dims if d.base == fam)
             if got and got != list(range(want)):
@@ -474,15 +474,11 @@ class Space(SearchSpace):
             rc = np.broadcast_to(recompute[:, None], (n, S))
         return np.ascontiguousarray(layers, dtype=np.int64), np.ascontiguousarray(rc, dtype=np.int8), ok
 
-    def _table_from(self, cols, sl, sr) -> StrategyTable:
-        columns = {name: cols[name] for name in COLUMNS}
-        return StrategyTable(columns, sl, sr)
-
     def table(self, digits) -> StrategyTable:
         """The StrategyTable of (N, D) digits (meaningful for valid digits)."""
         digits = self._digits_arg(digits)
         cols, sl, sr, _ = self._columns(digits)
-        return self._table_from(cols, sl, sr)
+        return StrategyTable({name: cols[name] for name in COLUMNS}, sl, sr)
 
     def digits_from_table(self, table: StrategyTable) -> np.ndarray:
         """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
@@ -529,8 +525,8 @@ class Space(SearchSpace):
         if self._stage is None:  # stage layers: the space's (uniform or balanced) and the table's
             mine, theirs = _layers_of(again, self.model.layers), _layers_of(table, self.model.layers)
             w = max(mine.shape[1], theirs.shape[1])
-            ok &= np.all(np.pad(mine, ((0, 0), (0, w - mine.shape[1]))) == np.pad(theirs, ((0, 0), (0, w - theirs.shape[1]))),
-                         axis=1)
+            pad = [np.pad(x, ((0, 0), (0, w - x.shape[1]))) for x in (mine, theirs)]
+            ok &= np.all(pad[0] == pad[1], axis=1)
         if self._stage is not None:
             active = np.arange(S)[None, :] < pp[:, None]
             for attr in ("stage_layers", "stage_recompute"):
@@ -576,7 +572,7 @@ class Space(SearchSpace):
         inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
         safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
         cols, sl, sr, ok = self._columns(safe)
-        table = self._table_from(cols, sl, sr)
+        table = StrategyTable({name: cols[name] for name in COLUMNS}, sl, sr)
         reason = feasibility(self.model, self.cluster, table, self.framework)
         return inrange & ok & (reason == REASON["ok"])
 
@@ -731,13 +727,13 @@ class Space(SearchSpace):
         return digits, self.table(digits)
 
     def start_points(self, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """``within``: sorted grid indices the points are chosen among (search._screen: the points
-        that fit in memory), None for every valid point. Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
-        possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al.
-        2021 / Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it,
-        the smallest pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved),
-        selective recompute, sequence parallelism, ZeRO-1 (distributed optimizer), micro-batch
-        1). A name is omitted when the space holds no such point."""
+        """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
+        possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al. 2021 /
+        Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, the smallest
+        pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved), selective recompute,
+        sequence parallelism, ZeRO-1 (distributed optimizer), micro-batch 1). A name is omitted
+        when the space holds no such point. ``within``: sorted grid indices the points are chosen
+        among (search._screen: the points that fit in memory), None for every valid point."""
         from costmodel import evaluate
 
         out: dict[str, np.ndarray] = {}
@@ -809,10 +805,6 @@ def _layers_of(table: StrategyTable, layers: int) -> np.ndarray:
     pp = table["pp"]
     W = int(pp.max(initial=1))
     return np.where(np.arange(W)[None, :] < pp[:, None], (layers // pp)[:, None], 0)
-
-
-def _space_from_json(d: dict, model: Transformer, cluster: Cluster) -> Space:
-    return Space.from_json(d, model, cluster)
 
 
 # ---- named spaces -------------------------------------------------------------------------

@@ -81,10 +81,7 @@ from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_
 from search._screen import screen_searcher
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 
-# DEFAULT_N_STARTUP_TRIALS, DEFAULT_MEMORY_PENALTY: in search._tpe_defaults, which the options
-# read without importing optuna.
-# ``n_startup_trials`` None (auto): DEFAULT_N_STARTUP_TRIALS without a budget; with one, a tenth
-# of it, between MIN_STARTUP_TRIALS and DEFAULT_N_STARTUP_TRIALS (auto_startup_trials).
+# ``n_startup_trials`` None: auto_startup_trials.
 MIN_STARTUP_TRIALS = 4
 STARTUP_SHARE = 10
 # Study user attributes of an enumeration (search._screen): points told, feasible among them.
@@ -98,32 +95,24 @@ MAX_DRAWS_PER_POINT = 50
 # Spaces with at most this many valid points use conditional parameters (module docstring).
 CONDITIONAL_MAX_POINTS = 2_000_000
 SEED_MODULUS = 2**32
-# Draws in a row that bring no new point (TPE has converged on evaluated points) before the
-# next trial is a random new valid point instead.
+# Draws in a row that bring no new point before the next trial is a random new valid point.
 SATURATED_DRAWS = 4
-EXPLORE_STREAM = 7
 _CONSTRAINTS = ("memory", "model", "space")
 # Study user attribute naming the conditional walk's dimension order (walk_order).
 ORDER_ATTR = "plansweep_walk_order"
 # Trial user attribute marking a trial whose point its study asked (and was evaluated).
 ASKED_ATTR = "asked"
-# The studies a TPESearcher runs, by its ``walks`` argument: one per order of the conditional
-# walk, taking turns batch by batch (module docstring).
+# The studies by ``walks``, one per order of the conditional walk (module docstring).
 WALKS = {"both": ("digits", "roots"), "digits": ("digits",), "roots": ("roots",)}
 DEFAULT_WALKS = "auto"
-# walks "auto": one study ("roots") below this budget, where two studies would halve each one's
-# trials, else "both" (BENCHMARKS.md, "Search quality on more problems": at 2% budgets of 15-106
-# evaluations "roots" alone does at least as well as "both").
+# walks "auto": "roots" alone below this budget, where two studies would halve each one's trials
+# (BENCHMARKS.md, "Search quality on more problems": at 2% budgets "roots" alone does as well).
 SINGLE_WALK_BUDGET = 256
-# Late exploitation (``local_share``, default DEFAULT_LOCAL_SHARE in search._tpe_defaults): with a
-# budget and a screened walk, once the evaluated points reach (1 - local_share) of the budget, each
-# batch is the unevaluated neighbours of the best feasible point (_neighbours: MCMC's single changes,
-# then the coupled pairs of its repair), in a seeded random order; where its neighbourhood is spent,
-# the next best point's.
+# Seed streams of the random points after SATURATED_DRAWS and of the late local phase.
+EXPLORE_STREAM = 7
 LOCAL_STREAM = 11
-# With a budget, one batch asks at most budget / MIN_BATCHES points (at least one), so that TPE
-# learns from several batches however large the driver's batch (a budget of 15 asked in one batch
-# of 16 is random search).
+# A batch asks at most budget / MIN_BATCHES points (module docstring, "Budget"): a budget of 15
+# asked in one batch of 16 is random search.
 MIN_BATCHES = 8
 
 
@@ -145,11 +134,7 @@ class TPESearcher(Searcher):
     consider_endpoints, gamma, weights, warn_independent_sampling, constraints_func) are left at
     None, which means their documented defaults (True, 1.0, True, False, default gamma, default weights, False, none);
     constraints go through Trial.set_constraint, the Optuna 5 replacement of constraints_func.
-    ``walks`` ("auto", "both", "digits" or "roots"): the studies run, one per order of the
-    conditional walk (module docstring); "auto" is "roots" for a budget below SINGLE_WALK_BUDGET,
-    else "both". ``local_share``: the last share of a known budget spent on the neighbours of the
-    best feasible point; ``min_batches``: a batch asks at most budget / min_batches points (module
-    docstring, "Budget").
+    ``walks`` ("auto", "both", "digits" or "roots"), ``local_share``, ``min_batches``: module docstring.
     """
 
     def __init__(self, space: SearchSpace, *, seed: int, storage: str | os.PathLike | None = None,
@@ -180,10 +165,7 @@ class TPESearcher(Searcher):
         self.local_share = float(local_share)
         self.min_batches = check_int("min_batches", min_batches, 1)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # Feasibility first (search._screen): the walk covers only the points that fit in memory
-        # where the space can be screened; all of them are evaluated where the budget covers them.
-        space = screen_searcher(self, space, screen=screen, budget=budget)
-        self.space = space
+        self.space = space = screen_searcher(self, space, screen=screen, budget=budget)
         self.seed = int(seed)
         self.study_name = study_name
         self.storage = None if storage is None else os.fspath(storage)
@@ -447,10 +429,7 @@ class TPESearcher(Searcher):
         trial.set_user_attr("excess", excess)
         trial.set_user_attr("proxy", proxy)
         if self.memory_penalty > 0 and not feasible and np.isfinite(excess) and np.isfinite(proxy):
-            # Soft memory wall: an out-of-memory row is told as feasible with its time proxy's
-            # throughput divided by (1 + memory_penalty * overflow), overflow = mem / HBM - 1, so
-            # TPE models how fast the region is and how far it is from fitting (the searcher's
-            # results, the rows' own metrics, still say out of memory).
+            # Soft memory wall (module docstring): feasible, at the proxy's throughput over (1 + lambda * overflow).
             for name in _CONSTRAINTS:
                 trial.set_constraint(name, -1.0 if name == "memory" else 0.0)
             self.study.tell(trial, 1.0 / (proxy * (1.0 + self.memory_penalty * (excess - 1.0))))
@@ -526,18 +505,20 @@ class TPESearcher(Searcher):
         skipped when one digit is allowed. Per-stage
         dimensions follow, one parameter each for the stages the chosen pp uses (the others
         keep their canonical digit)."""
+        def suggest(name: str) -> int:
+            dist = self._dists[name]
+            if isinstance(dist, IntDistribution):
+                return int(suggest_int(name, dist.low, dist.high))
+            return int(suggest_categorical(name, list(dist.choices)))
+
         rows = self._valid
         out = self._canonical.copy()
         for k in self._core:
-            name, dist = self._names[k], self._dists[self._names[k]]
             allowed = np.unique(rows[:, k])
             if allowed.size == 1:
                 digit = int(allowed[0])
             else:
-                if isinstance(dist, IntDistribution):
-                    want = int(suggest_int(name, dist.low, dist.high))
-                else:
-                    want = int(suggest_categorical(name, list(dist.choices)))
+                want = suggest(self._names[k])
                 # The nearest allowed digit (the lower one on a tie): a fixed map from the
                 # sampled parameter to a valid point.
                 digit = int(allowed[np.argmin(np.abs(allowed - want))])
@@ -548,11 +529,7 @@ class TPESearcher(Searcher):
             for k in self._stage_dims:
                 d = self.space.dims[k]
                 if d.stage < (pp - 1 if d.base == "stage_shift" else pp):
-                    dist = self._dists[d.name]
-                    if isinstance(dist, IntDistribution):
-                        out[k] = suggest_int(d.name, dist.low, dist.high)
-                    else:
-                        out[k] = suggest_categorical(d.name, list(dist.choices))
+                    out[k] = suggest(d.name)
         return out
 
     def _digits(self, params: dict) -> np.ndarray:

@@ -47,8 +47,8 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     metrics = evaluate(space.model, space.cluster, table, framework=space.framework)
     sel = keep.select(metrics)  # (K,)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
-                     cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel], metadata=metadata,
-                     pool_names=pool_names(space))
+                     cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel],
+                     metadata=metadata, pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0

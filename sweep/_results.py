@@ -67,8 +67,8 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
         named = ("stage_pool", "stage_order", "stage_pool2")  # strings; the others int64
         fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
-    fields += [pa.field("run_id", pa.string()), pa.field("model", pa.string()), pa.field("cluster", pa.string()),
-               pa.field("framework", pa.string()), pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
+    fields += [pa.field(c, pa.string()) for c in ("run_id", "model", "cluster", "framework")]
+    fields += [pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
     return pa.schema(fields, metadata=dict(metadata or {}))
 
 
@@ -108,6 +108,11 @@ def pool_names(space) -> list[str] | None:
     return [p.name for p in space.cluster.pools] if hasattr(space.cluster, "pools") else None
 
 
+def _decode(codes: np.ndarray, names) -> pa.Array:
+    """Integer codes as their names: dictionary-decoded (a handful of names, no Python loop over rows)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names))).cast(pa.string())
+
+
 def to_arrow(
     table: StrategyTable,
     metrics: Metrics,
@@ -122,89 +127,50 @@ def to_arrow(
     pool_names: list[str] | None = None,
 ) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
-    A costmodel.HeteroTable needs ``pool_names`` (the cluster's pools, in order)."""
-    if hasattr(table, "stages"):
-        return _to_arrow_hetero(table, metrics, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                                grid_index=grid_index, metadata=metadata, pool_names=pool_names, framework=framework)
-    n = len(table)
+    A costmodel.HeteroTable needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
+    micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns."""
+    hetero = hasattr(table, "stages")
+    if hetero and pool_names is None:
+        raise ValueError("to_arrow of a HeteroTable needs pool_names")
+    n, pp = len(table), table["pp"]
     cols: dict[str, pa.Array] = {}
-    for c in INT_COLUMNS:
-        cols[c] = pa.array(table[c], type=pa.int64())
+    for c in INT_COLUMNS:  # ep and etp: row columns of a HeteroTable too (1 for a dense model)
+        per_stage = hetero and c in ("dp", "tp", "micro_batch")
+        cols[c] = pa.nulls(n, pa.int64()) if per_stage else pa.array(table[c], type=pa.int64())
     recompute_codes = table["recompute"]
-    if table.stage_recompute is not None and n:
+    if not hetero and table.stage_recompute is not None and n:
         # A row whose stages all recompute alike reports that choice in ``recompute``.
         sr = table.stage_recompute
-        active = np.arange(sr.shape[1])[None, :] < table["pp"][:, None]
+        active = np.arange(sr.shape[1])[None, :] < pp[:, None]
         uniform = np.all((sr == sr[:, :1]) | ~active, axis=1)
         recompute_codes = np.where(uniform, sr[:, 0], recompute_codes)
     for c, names in CODE_COLUMNS.items():
-        codes = recompute_codes if c == "recompute" else table[c]
-        # Dictionary-decode: a handful of names, indexed by code (no Python loop over rows).
-        cols[c] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names))).cast(
-            pa.string()
-        )
+        cols[c] = _decode(recompute_codes if c == "recompute" else table[c], names)
     for c in BOOL_COLUMNS:
         cols[c] = pa.array(table[c], type=pa.bool_())
-    cols["stage_layers"] = _stage_list(table.stage_layers, table["pp"])
-    cols["stage_recompute"] = _stage_list(table.stage_recompute, table["pp"], RECOMPUTE)
-    _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                             grid_index=grid_index, framework=framework)
-    schema = result_schema(metadata)
-    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+    cols["stage_layers"] = _stage_list(table.stages["layers"] if hetero else table.stage_layers, pp)
+    cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, RECOMPUTE)
+    if hetero:
+        from costmodel._hetero_strategy import ORDERS
 
-
-def _metric_and_book_columns(cols: dict, metrics: Metrics, n: int, *, run_id, model, cluster, iteration,
-                             grid_index, framework=DEFAULT_FRAMEWORK) -> None:
+        st = table.stages
+        split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
+        cols["stage_pool"] = _stage_list(st["pool"], pp, pool_names, uniform_null=False)
+        cols["stage_dp"] = _stage_list(st["dp"], pp, uniform_null=False)
+        cols["stage_tp"] = _stage_list(st["tp"], pp, uniform_null=False)
+        cols["stage_order"] = _stage_list(st["order"], pp, ORDERS, uniform_null=False)
+        cols["stage_pool2"] = _stage_list(np.where(split, st["pool2"], 0), pp, pool_names, uniform_null=False,
+                                          absent=~split)
+        cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
     for c in METRIC_COLUMNS:
-        v = metrics[c]
-        if c == "reason":
-            cols[c] = pa.DictionaryArray.from_arrays(pa.array(v.astype(np.int32)), pa.array(list(REASONS))).cast(
-                pa.string()
-            )
-        else:
-            cols[c] = pa.array(v, type=_metric_type(c))
-    cols["run_id"] = pa.array(np.full(n, run_id, dtype=object), type=pa.string())
-    cols["model"] = pa.array(np.full(n, model, dtype=object), type=pa.string())
-    cols["cluster"] = pa.array(np.full(n, cluster, dtype=object), type=pa.string())
-    cols["framework"] = pa.array(np.full(n, framework, dtype=object), type=pa.string())
+        cols[c] = _decode(metrics[c], REASONS) if c == "reason" else pa.array(metrics[c], type=_metric_type(c))
+    for c, value in (("run_id", run_id), ("model", model), ("cluster", cluster), ("framework", framework)):
+        cols[c] = pa.array(np.full(n, value, dtype=object), type=pa.string())
     cols["iteration"] = pa.array(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (n,)), type=pa.int64())
     cols["grid_index"] = (
         pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))
     )
-
-
-def _to_arrow_hetero(table, metrics: Metrics, *, run_id, model, cluster, iteration, grid_index, metadata,
-                     pool_names, framework=DEFAULT_FRAMEWORK) -> pa.Table:
-    """to_arrow for a costmodel.HeteroTable: global columns, dp / tp / micro_batch null, and the
-    per-stage lists of HETERO_STAGE_COLUMNS (whole columns)."""
-    from costmodel._hetero_strategy import ORDERS
-
-    if pool_names is None:
-        raise ValueError("to_arrow of a HeteroTable needs pool_names")
-    n = len(table)
-    pp = table["pp"]
-    cols: dict[str, pa.Array] = {}
-    for c in INT_COLUMNS:  # ep and etp: row columns of a HeteroTable too (1 for a dense model)
-        cols[c] = pa.nulls(n, pa.int64()) if c in ("dp", "tp", "micro_batch") else pa.array(table[c], type=pa.int64())
-    for c, names in CODE_COLUMNS.items():
-        cols[c] = pa.DictionaryArray.from_arrays(pa.array(table[c].astype(np.int32)), pa.array(list(names))).cast(
-            pa.string())
-    for c in BOOL_COLUMNS:
-        cols[c] = pa.array(table[c], type=pa.bool_())
-    st = table.stages
-    cols["stage_layers"] = _stage_list(st["layers"], pp)
-    cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, RECOMPUTE)
-    split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
-    cols["stage_pool"] = _stage_list(st["pool"], pp, pool_names, uniform_null=False)
-    cols["stage_dp"] = _stage_list(st["dp"], pp, uniform_null=False)
-    cols["stage_tp"] = _stage_list(st["tp"], pp, uniform_null=False)
-    cols["stage_order"] = _stage_list(st["order"], pp, ORDERS, uniform_null=False)
-    cols["stage_pool2"] = _stage_list(np.where(split, st["pool2"], 0), pp, pool_names, uniform_null=False,
-                                      absent=~split)
-    cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
-    _metric_and_book_columns(cols, metrics, n, run_id=run_id, model=model, cluster=cluster, iteration=iteration,
-                             grid_index=grid_index, framework=framework)
-    schema = result_schema(metadata, hetero=True)
+    schema = result_schema(metadata, hetero=hetero)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

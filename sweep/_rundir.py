@@ -37,11 +37,7 @@ LOCK = "lock"
 
 
 def versions() -> dict[str, object]:
-    return {
-        "plansweep": costmodel.__version__,
-        "cost_model": costmodel.COST_MODEL_VERSION,
-        "run_format": RUN_FORMAT,
-    }
+    return {"plansweep": costmodel.__version__, "cost_model": costmodel.COST_MODEL_VERSION, "run_format": RUN_FORMAT}
 
 
 def _major_minor(version: str) -> tuple[str, ...]:
@@ -132,12 +128,9 @@ class RunDir:
         os.makedirs(os.path.join(path, STATE), exist_ok=True)
         os.makedirs(os.path.join(path, RESULTS), exist_ok=True)
         fd = _lock(path)
-        info = {
-            **request,
-            "run_id": uuid.uuid4().hex[:12],
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "versions": versions(),
-        }
+        info = {**request, "run_id": uuid.uuid4().hex[:12],
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "versions": versions()}
         write_json_atomic(info, run_json)
         return cls(path, info, fd), False
 

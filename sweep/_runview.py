@@ -90,9 +90,7 @@ class RunView:
 
     @property
     def name(self) -> str:
-        model = self.model.get("name", "?")
-        cluster = self.cluster.get("name", "?")
-        return f"{model} on {cluster}"
+        return f"{self.model.get('name', '?')} on {self.cluster.get('name', '?')}"
 
     def read(self, columns: Sequence[str], *, feasible_only: bool = False) -> dict[str, np.ndarray]:
         """Whole columns as numpy arrays (strings as object arrays; a per-stage list column as each
@@ -210,8 +208,8 @@ def summary(view: RunView) -> dict[str, object]:
 
 # The columns that name a strategy (the engine's strategy columns); rows equal on these are the
 # same strategy, which a search (MCMC, TPE) may evaluate many times.
-STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage",
-                 "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
+STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp",
+                 "zero_stage", "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
                  "stage_recompute", "microbatches", "stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2",
                  "stage_dp2")
 

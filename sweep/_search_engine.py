@@ -26,19 +26,19 @@ import json
 import os
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
 from costmodel._files import replaced_atomically
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._grid import Progress
-from sweep._results import part_name, pool_names, to_arrow, write_json_atomic, write_part
+from sweep._results import HETERO_STRATEGY_COLUMNS, part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 from sweep._runview import run_failure_model
 
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
-SEARCHER_OPTIONS = {"mcmc": MCMCOptions, "tpe": TPEOptions, "gradient": GradientOptions}
 SearcherOptions = MCMCOptions | TPEOptions | GradientOptions
 
 
@@ -80,13 +80,6 @@ def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def searcher_options(kind: str, recorded: dict) -> SearcherOptions:
-    """The searcher options a run.json records (its "options"; a field it lacks: the default)."""
-    if kind not in SEARCHER_OPTIONS:
-        raise ValueError(f"unknown searcher {kind!r}")
-    return SEARCHER_OPTIONS[kind].from_json(recorded)
-
-
 def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None,
                   budget: int | None = None):
     """The searcher of a run (``budget``: the run's evaluations per study, which the searchers'
@@ -103,11 +96,6 @@ def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | 
     if placement and not searcher.study.get_trials(deepcopy=False):
         searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
     return searcher
-
-
-def _collect(tables: list[StrategyTable], metrics: list[Metrics]) -> tuple[StrategyTable, Metrics]:
-    table = type(tables[0]).concat(tables)  # a StrategyTable, or a HeteroTable of a placement space
-    return table, Metrics({k: np.concatenate([m[k] for m in metrics]) for k in metrics[0]})
 
 
 class ChainRunner:
@@ -143,7 +131,8 @@ class ChainRunner:
                 done = True
                 break
         if tables:
-            table, m = _collect(tables, metrics)
+            table = type(tables[0]).concat(tables)  # a StrategyTable, or a HeteroTable of a placement space
+            m = Metrics({k: np.concatenate([x[k] for x in metrics]) for k in metrics[0]})
             iteration = np.concatenate(steps)
         else:
             table = self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
@@ -164,23 +153,19 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     return m
 
 
-def _feasible_of(arrow) -> int:
-    import pyarrow.compute as pc
-
-    return int(pc.sum(arrow["feasible"]).as_py() or 0) if len(arrow) else 0
-
-
-def _best_of(arrow) -> float:
+def _tick(bar: Progress, n: int, arrow) -> None:
+    """``n`` evaluations more on ``bar``, with the best feasible tokens/s and the feasible rows of ``arrow``."""
     import pyarrow.compute as pc
 
     tps = pc.filter(arrow["tokens_per_s"], arrow["feasible"])
-    return float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0
+    bar.update(n, n, float(pc.max(tps).as_py() or 0.0) if len(tps) else 0.0,
+               int(pc.sum(arrow["feasible"]).as_py() or 0) if len(arrow) else 0)
 
 
 # ---- MCMC ------------------------------------------------------------------------------------
 def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     info = rd.info
-    opts = searcher_options("mcmc", info["options"])
+    opts = MCMCOptions.from_json(info["options"])
     budget, every = int(info["options"]["budget"]), int(info["options"]["checkpoint_every"])
     studies = rd.studies()
     parts = rd.partition("mcmc")
@@ -199,7 +184,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
                                                 "done": done})
-        bar.update(used, used, _best_of(arrow), _feasible_of(arrow))
+        _tick(bar, used, arrow)
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
@@ -229,7 +214,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
 
     register_pickling()
     actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(ChainRunner)
-    opts = searcher_options("mcmc", rd.info["options"])
+    opts = MCMCOptions.from_json(rd.info["options"])
     by_index = {s.index: s for s in studies}
     space_refs = {s.index: ray.put(s.space) for s in studies}
     actors: dict[int, object] = {}
@@ -276,7 +261,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
     or draws a new batch (part b was told: this is batch b+1)."""
     info = rd.info
-    opts = searcher_options("tpe", info["options"])
+    opts = TPEOptions.from_json(info["options"])
     budget = int(info["options"]["budget"])
     studies = rd.studies()
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
@@ -332,13 +317,13 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                 path = os.path.join(parts, part_name(i, p[key]))
                 if i in check_first and os.path.exists(path):
                     # Killed after writing part b and before recording it: is part b told?
-                    old, new = _strategy_keys(_read_strategies(path)), _strategy_keys(arrow)
+                    old, new = _strategy_keys(pq.read_table(path)), _strategy_keys(arrow)
                     if new <= old:  # untold or partly told: these rows are batch b, already in part b
                         searchers[i].tell(table, m)
                         p[key] += 1
                         p["evaluations"] += len(old)
                         save(i)
-                        bar.update(len(old), len(old), _best_of(arrow), _feasible_of(arrow))
+                        _tick(bar, len(old), arrow)
                         check_first.discard(i)
                         continue
                     if new & old:
@@ -353,24 +338,13 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                 p[key] += 1
                 p["evaluations"] += len(table)
                 save(i)  # then the state
-                bar.update(len(table), len(table), _best_of(arrow), _feasible_of(arrow))
+                _tick(bar, len(table), arrow)
     finally:
         bar.close()
 
 
-def _read_strategies(path: str):
-    import pyarrow.parquet as pq
-
-    from sweep._results import HETERO_STRATEGY_COLUMNS
-
-    names = set(pq.read_schema(path).names)
-    return pq.read_table(path, columns=[c for c in HETERO_STRATEGY_COLUMNS if c in names])
-
-
 def _strategy_keys(arrow) -> set[tuple]:
     """The strategies of an Arrow table of results, as hashable rows (a few rows: one batch)."""
-    from sweep._results import HETERO_STRATEGY_COLUMNS
-
     rows = arrow.select([c for c in HETERO_STRATEGY_COLUMNS if c in arrow.column_names]).to_pylist()
     return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
 
@@ -405,7 +379,7 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     Order per step: ask, evaluate (a Ray task per study, the studies' steps together), write
     part b, tell, write the state (module docstring)."""
     info = rd.info
-    opts = searcher_options("gradient", info["options"])
+    opts = GradientOptions.from_json(info["options"])
     studies = rd.studies()
     path = {s.index: os.path.join(rd.state, f"gradient-{s.index:02d}.npz") for s in studies}
     searchers, prog = {}, {}
@@ -419,12 +393,7 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
 
 
 def run_search(rd: RunDir, *, in_process: bool, progress: bool) -> None:
-    kind = rd.info["searcher"]
-    if kind == "mcmc":
-        run_mcmc(rd, in_process=in_process, progress=progress)
-    elif kind == "tpe":
-        run_tpe(rd, in_process=in_process, progress=progress)
-    elif kind == "gradient":
-        run_gradient(rd, in_process=in_process, progress=progress)
-    else:
-        raise ValueError(f"run.json names an unknown searcher {kind!r}")
+    run = {"mcmc": run_mcmc, "tpe": run_tpe, "gradient": run_gradient}.get(rd.info["searcher"])
+    if run is None:
+        raise ValueError(f"run.json names an unknown searcher {rd.info['searcher']!r}")
+    run(rd, in_process=in_process, progress=progress)
