@@ -977,10 +977,8 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
-        # placements by pipeline depth, so that a block's stage columns are its rows' stages; stage-major
+        # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
-        table = type(table)(table.columns, {k: np.asfortranarray(v) for k, v in table.stages.items()},
-                            table.stage_recompute)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,

@@ -152,11 +152,8 @@ class HeteroTable:
     def take(self, idx) -> HeteroTable:
         num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
         rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
-        # (stage arrays gathered stage-major, an (S, n) array's (n, S) view, as the evaluator reads them: faster
-        # than rows and a transpose, 5x where the table's are stage-major too)
-        cols = (lambda v: np.take(v.T, idx, axis=1).T) if num else rows  # noqa: E731
-        sr = None if self.stage_recompute is None else cols(self.stage_recompute)
-        return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: cols(v) for k, v in self.stages.items()},
+        sr = None if self.stage_recompute is None else rows(self.stage_recompute)
+        return HeteroTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()},
                            sr)
 
     def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
