@@ -1506,7 +1506,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    row_pool = np.arange(N) * P  # + pool: a row's entry of used (N, P)
 
     spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
 
@@ -1521,7 +1520,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
     rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
-    spill_on = lambda x: spills.reshape(-1)[row_pool + x]  # noqa: E731  (the row's GPUs on pool x span nodes)
+    spill_on = lambda x, i=np.arange(N): spills.reshape(-1)[i * P + x]  # noqa: E731  (row i's GPUs on pool x: nodes)
     spill = spill_on(pool)
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, share[inv], spill)
@@ -1534,11 +1533,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             out.reshape(-1)[last_flat] = a[0]
             return out
 
-        hand = np.maximum(share[inv], share[inv_next := after(inv)])
-        T_C = hop_s(pool, pool_u[inv_next], rag, hand, spill)
-        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
-            # same link where neither stage is split (pool_b = pool there)
-            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spill_on(pool_b)))
+        hand = np.maximum(sh := share[inv], after(sh))  # (the next stage's: shifted, not gathered again)
+        T_C = hop_s(pool, after(pool), rag, hand, spill)
+        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe), priced
+            # where the stage or the next is split (elsewhere pool_b = pool: the same link)
+            e = np.flatnonzero(split | after(split))
+            x, y = pool_b.reshape(-1)[e], after(pool_b).reshape(-1)[e]
+            T_C.reshape(-1)[e] = np.maximum(T_C.reshape(-1)[e], hop_s(x, y, rag_u[inv_b.reshape(-1)[e]],
+                                                                      hand.reshape(-1)[e], spill_on(x, e % N)))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1574,8 +1576,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     on_f = None if every else on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
     row_max = lambda a: np.max(a if every else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
-    hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
-                    for x in (pa["hbm_bytes"], hbm_rate))  # not split)
+
+    def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
+        out = x[pool]
+        if ks is not None and ks.size:
+            out.reshape(-1)[ks] = np.minimum(out.reshape(-1)[ks], x[pool_b.reshape(-1)[ks]])
+        return out
+    hbm = per_stage(pa["hbm_bytes"])
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         # (np.take: a cheaper gather than fancy indexing)
@@ -1632,7 +1639,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
-    alike = dp_a.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    hbm_Bps = per_stage(hbm_rate) if moe or alike or ks is not None or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
         dbw, dlat = back(dbw), back(dlat)
     if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
@@ -1648,7 +1656,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if moe or alike:
             dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
         dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
-    shard = np.where(zero >= 1, g, 1)
+    shard = None if hbm_Bps is None else np.where(zero >= 1, g, 1)
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         if keyed:
