@@ -1411,8 +1411,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
-        kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
-        kf.append(kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]]))  # dp - dp2 on the first, dp2 on pool2
+        rest = distinct_rows(*(a for i, a in enumerate(kf) if i != ip))[1]  # the key less the pool, then with it
+        kf = [np.concatenate([rest, rest[ks]]), np.concatenate([kf[ip], pool_b.reshape(-1)[ks]]),
+              kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])]  # dp - dp2 on the first, dp2 on pool2
+        ip = 1
     rep2, inv2 = distinct_rows(*kf)
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
@@ -1464,7 +1466,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # (they do not read the recompute choice: once per configuration without it, then gathered; a recompute
     # choice per row is a part of the row code)
-    if any(x is rc for x in keys):
+    if ks is None and any(x is rc for x in keys):
         first_s, inv_s = distinct_rows(*(a[rep2] for i, a in enumerate(kf) if i >= len(keys) or keys[i] is not rc))
         eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     else:
