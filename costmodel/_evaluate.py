@@ -1419,7 +1419,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
+    row_u = src % N  # the row of that entry: a row column's value per configuration without broadcasting it
+    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[row_u]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
