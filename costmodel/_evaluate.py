@@ -1396,8 +1396,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
-    keys = [*sv.key, col(c), col(sp), col(prec), *((col(zero),) if keyed else ()),  # (ZeRO: per-configuration memory)
-            *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), pool, sv.order, t, rc]
+    shape_keys = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), sv.order,
+                  t]  # (and the pool: what the shape terms read)
+    keys = [*shape_keys, *((col(zero),) if keyed else ()), pool, rc]  # (ZeRO: per-configuration memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1465,13 +1466,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                                                       cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
                                tt, spx, pr)
 
-    # (they do not read the recompute choice: once per configuration without it, then gathered; a recompute
-    # choice per row is a part of the row code)
-    if ks is None and any(x is rc for x in keys):
-        first_s, inv_s = distinct_rows(*(a[rep2] for i, a in enumerate(kf) if i >= len(keys) or keys[i] is not rc))
-        eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
-    else:
-        eu = shape_of(slice(None))
+    # (they do not read the recompute choice, ZeRO or a split stage's replicas: once per configuration without
+    # them, then gathered)
+    first_s, inv_s = distinct_rows(*(U(x) for x in shape_keys), pool_u)
+    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
