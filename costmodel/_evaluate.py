@@ -1557,7 +1557,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
         return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
 
-    X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
+    ub, first_b, last_b = at(inv_t), at(first), at(last)  # its configuration (a split stage's slower pool's)
+    F_b, B_b, W_b = times(ub, at(n), *((at(n_d), at(n_m)) if moe else (None, None)), plus_edges(ub, first_b, last_b))
+    X_max = F_b + B_b + W_b  # (its F, B, W and X priced again on (N,): fewer passes than gathering them)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
@@ -1690,14 +1692,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     step = pipe + dp_exposed + opt_s
 
     # -- the bottleneck stage's time parts; throughput and utilisation --
-    ub = at(inv_t)
     if moe:  # the bottleneck stage's layers summed over both kinds
         n_b, lt_b = moe_stage_terms(at(n), at(n_m),
                                     None if all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
                                     {x: np.take(lt_m[x], ub) for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
-    parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (
+    parts = bottleneck_parts(m, n_b, first_b, last_b, lt_b, *(eu[x][ub] for x in (
         "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
     flops_model = model.model_flops_per_sample() * B
     re_tok = recompute_flops_per_token(model, full, sel, fw)
