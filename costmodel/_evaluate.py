@@ -1643,7 +1643,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
     alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
-    hbm_Bps = per_stage(hbm_rate) if moe or alike or ks is not None or not keyed else None  # (else per configuration)
+    hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
         dbw, dlat = back(dbw), back(dlat)
     if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
@@ -1686,8 +1686,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (
-            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]))  # (per configuration)
+        if keyed:  # per configuration; a split stage's at the slower HBM of both pools
+            opt_u = (ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u])[inv]
+            if ks is not None and ks.size:
+                opt_u.reshape(-1)[ks] = ADAM_BYTES_TOUCHED / shard[ia] / np.minimum(hbm_rate[xa], hbm_rate[xb])
+        opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
