@@ -979,6 +979,9 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages
         order = np.argsort(table["pp"], kind="stable")
+        if not np.any(table.stages["dp2"]):  # no stage split: pool2 and dp2 are not gathered block by block
+            table = type(table)(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")},
+                                table.stage_recompute)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,

@@ -242,7 +242,7 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    split = np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
+    split = "dp2" in table.stages and np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
     st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
@@ -257,15 +257,15 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
         on = idx < c["pp"][None, :]
         alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
-                np.all((a == a[:1]) | ~on) for a in alike):  # every row's stages alike: three representatives
+                np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike):  # all alike: 3 representatives
             j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
             one = {k: a[:1] for k, a in st.items()}
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
                              recompute=rcs[:1], pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
                              key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
-    return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
-                     w=(idx < c["pp"][None, :]).astype(np.int64),
+    w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
+    return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
                      recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (dm := d * m),
                      batch_div=dm, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
