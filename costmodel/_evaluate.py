@@ -731,16 +731,14 @@ def distinct_rows(*cols):
         return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
     key = cols[0].copy()  # the mixed-radix key (np.ravel_multi_index's, in place: 3x faster)
     for x, r in zip(cols[1:], radix[1:], strict=True):
-        key *= r
-        key += x
+        np.add(np.multiply(key, r, out=key), x, out=key)
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
     present = np.zeros(K, dtype=bool)
     present[key] = True
     keys = np.flatnonzero(present)  # the combinations in key order (not a cumsum over the K keys)
-    pos = np.empty(K, dtype=np.int64)
-    pos[keys] = np.arange(len(keys))
+    np.put(pos := np.empty(K, dtype=np.int64), keys, np.arange(len(keys)))
     inv = pos[key]
     first = np.empty(len(keys), dtype=np.int64)
     first[inv] = np.arange(n)
@@ -1321,18 +1319,6 @@ def pool_link(pa: dict, q, stride, size):
                       pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
 
 
-def ep_group_link(pa: dict, eu, ranks, pool):
-    """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
-    stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
-    once per distinct (eu, ranks, pool), a few dozen in a block, gathered back."""
-    shape = np.broadcast_shapes(np.shape(eu), np.shape(ranks), np.shape(pool))
-    cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
-    first, inv = distinct_rows(*cols)
-    x, r, q = (a[first] for a in cols)
-    bw, lat = pool_link(pa, q, x, r / x)
-    return bw[inv].reshape(shape), lat[inv].reshape(shape)
-
-
 # MoE rows: stage times within this relative distance of the slowest count as tied (the first is
 # the bottleneck), so that round-off does not pick another stage than the scalar reference does.
 # Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
@@ -1469,8 +1455,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                                                       cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
                                tt, spx, pr)
 
-    # (they do not read the recompute choice, ZeRO or a split stage's replicas: once per configuration without
-    # them, then gathered)
+    # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
     first_s, inv_s = distinct_rows(*(U(x) for x in shape_keys), pool_u)
     eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
@@ -1667,8 +1652,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # ep etp apart, spanning the stage's ranks
         if keyed:
             ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
-        else:
-            ep_bw, ep_lat = ep_group_link(pa, eu_x, d * c * t, pool)
+        else:  # group_link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
+            cols = np.broadcast_arrays(eu_x, d * c * t, pool)
+            first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
+            x, r, q = (a.reshape(-1)[first_e] for a in cols)
+            ep_bw, ep_lat = (a[inv_e].reshape(cols[0].shape) for a in pool_link(pa, q, x, r / x))
     if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)

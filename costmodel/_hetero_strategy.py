@@ -75,9 +75,7 @@ class HeteroTable:
                 st[k] = v
         arrs = {}
         for k, v in st.items():
-            a = np.asarray(v)
-            if a.ndim == 1:
-                a = a[None, :]
+            a = np.asarray(v)[None, :] if np.ndim(v) == 1 else np.asarray(v)
             if a.ndim != 2:
                 raise InputError(k, "one value per stage, (N, S)", np.shape(v))
             if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):

@@ -228,12 +228,6 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
     return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
 
 
-def split_columns(pool, pool2, dp2):
-    """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
-    dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
-    return np.where(dp2 > 0, pool2, pool), np.where(pool2 != pool, dp2, 0)  # (dp2 >= 0)
-
-
 def placement_view(table: HeteroTable, model: Transformer | None = None) -> StageView:
     """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp; or,
     where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers), three
@@ -251,8 +245,8 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
         table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
-    if split:
-        pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
+    if split:  # a stage's second pool and its replicas there: its own pool and 0 where not split (dp2 >= 0)
+        pool2, dp2 = np.where(st["dp2"] > 0, st["pool2"], st["pool"]), np.where(st["pool2"] != st["pool"], st["dp2"], 0)
     else:
         on = idx < c["pp"][None, :]
         alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
