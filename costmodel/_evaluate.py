@@ -640,7 +640,8 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
     reduced = g > 1
     if stage_of is not None:  # the configurations' part first, then the rows' buckets
-        return (tp_buf + z3_buf + RESERVED_BYTES)[stage_of] + np.where(reduced[stage_of], bucket[rows], 0.0)
+        return (np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of)
+                + np.where(np.take(reduced, stage_of), bucket[rows], 0.0))
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
@@ -971,24 +972,33 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     pa = pool_arrays(cluster)
     # (an MoE model's rows that need explicit stages: by pp, each block expanded on its own)
     order = moe_block_order(model, table) if isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS else None
+    cuts = ()
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
-        # placements by pipeline depth, so that a block's stage columns are its rows' stages
-        order = np.argsort(table["pp"], kind="stable")
-        if not np.any(table.stages["dp2"]):  # no stage split: pool2 and dp2 are not gathered block by block
+        # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
+        # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
+        split = np.zeros(len(table), dtype=bool)
+        for x in table.stages["dp2"].T:  # (a column at a time: 4x faster than np.any over axis 1)
+            split |= x > 0
+        key = 2 * table["pp"] + split
+        order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
+        cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
+        if not split.any():
             table = type(table)(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")},
                                 table.stage_recompute)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                              simulate_now=now, framework=fw), microbatches, order)
+                                                              simulate_now=now, framework=fw),
+                      microbatches, order, cuts)
 
 
-def run_blocks(table, block, microbatches, order=None) -> Metrics:
+def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
     """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of
-    consecutive rows of ``order`` (None: of the table), each block's results written to its rows.
+    consecutive rows of ``order`` (None: of the table), none across a position in ``cuts`` (groups
+    of rows of ``order`` alike: each split into even blocks), each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
     pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
@@ -997,8 +1007,10 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
         out.pop("_needs_simulation")
         return out
     out = None
-    for i in range(0, N, BLOCK_ROWS):
-        rows = slice(i, i + BLOCK_ROWS) if order is None else order[i:i + BLOCK_ROWS]
+    ends = [0, *cuts, N]
+    starts = [int(x) for a, b in zip(ends, ends[1:]) for x in np.linspace(a, b, -(-(b - a) // BLOCK_ROWS) + 1)[:-1]]
+    for i, e in zip(starts, [*starts[1:], N]):
+        rows = slice(i, e) if order is None else order[i:e]
         part = block(table.take(rows), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
@@ -1421,7 +1433,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         cfg_bits = ~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
         if moe:
             cfg_bits = cfg_bits | ~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32)
-        cfg_bits = cfg_bits[inv]
+        cfg_bits = np.take(cfg_bits, inv)  # (np.take: a third faster than fancy indexing)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
@@ -1471,11 +1483,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     def times(ix, nn, nd, nm, edges):
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
         if not moe:
-            F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
+            F, Bk, W = (nn * np.take(lt[x], ix) for x in ("F", "B", "W"))
         elif all_moe:
-            F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
+            F, Bk, W = (nn * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
         else:  # the stage's dense and MoE layers
-            F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
+            F, Bk, W = (nd * np.take(lt[x], ix) + nm * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
         return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
@@ -1504,15 +1516,15 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ``spill``), else the network (or the slower of both when the stage's GPUs are not a whole
         number of nodes: ``ragged``)."""
         kcase = (x * P + y) * 3 + spill * (1 + ragged)
-        return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
+        return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
-    rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
-    spill_on = lambda x, i=np.arange(N): spills.reshape(-1)[i * P + x]  # noqa: E731  (row i's GPUs on pool x: nodes)
+    rag = np.take(rag_u, inv) if keyed else ragged(pool, d * t * c)
+    spill_on = lambda x, i=np.arange(N): np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x: nodes)
     spill = spill_on(pool)
     if E[0] == 1:  # one configuration per row: every link alike
-        T_C = hop_s(pool, pool, rag, share[inv], spill)
+        T_C = hop_s(pool, pool, rag, np.take(share, inv), spill)
     else:
         last_flat = np.where(sv.comp, X.shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
 
@@ -1522,7 +1534,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             out.reshape(-1)[last_flat] = a[0]
             return out
 
-        hand = np.maximum(sh := share[inv], after(sh))  # (the next stage's: shifted, not gathered again)
+        hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
         T_C = hop_s(pool, after(pool), rag, hand, spill)
         if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe), priced
             # where the stage or the next is split (elsewhere pool_b = pool: the same link)
@@ -1569,7 +1581,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
 
     def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
-        out = x[pool]
+        out = np.take(x, pool)
         if ks is not None and ks.size:
             out.reshape(-1)[ks] = np.minimum(out.reshape(-1)[ks], x[pool_b.reshape(-1)[ks]])
         return out
@@ -1585,10 +1597,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
-        kept, work = acts["kept"], acts["work"]  # (U,) per configuration
-        mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
+        kept, work = (np.take(acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
+        mem = {"activations": edges(k * edges(n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
-            state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
+            state = params * np.take(state_bytes_per_param(zero_u, d_u * c_u), inv)
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
                                           stage_of=inv, rows=slice(None))
         else:  # per row
@@ -1616,7 +1628,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- data-parallel gradient exchange and the optimizer: the slowest stage's --
     if keyed:  # dp is part of a configuration: its links per configuration
         stage_link = lambda stride, size: link(stride(d_u, t_u), size(d_u, t_u))  # noqa: E731
-        back = lambda a: a[inv]  # noqa: E731
+        back = lambda a: np.take(a, inv)  # noqa: E731
         tp_in, c_, z_, m_, g_ = order_u == 0, c_u, zero_u, U(m), d_u * c_u
         eu_x = e_u * u_u if moe else None
     else:
@@ -1678,7 +1690,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
         if keyed:  # per configuration; a split stage's at the slower HBM of both pools
-            opt_u = (ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u])[inv]
+            opt_u = np.take(ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u], inv)
             if ks is not None and ks.size:
                 opt_u.reshape(-1)[ks] = ADAM_BYTES_TOUCHED / shard[ia] / np.minimum(hbm_rate[xa], hbm_rate[xb])
         opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
@@ -1711,7 +1723,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
                       else np.sum(weigh(ga * peak_e), axis=0))
     else:  # per configuration, the split stages' second pools too
-        peak_total = np.sum(weigh((ga_u * peak)[inv]), axis=0)
+        peak_total = np.sum(weigh(np.take(ga_u * peak, inv)), axis=0)
         if ks is not None and ks.size:
             peak_total = peak_total + np.bincount(ks % N, weights=(ga_u * peak)[inv2[ne:]], minlength=N)
     extra = {}
