@@ -640,8 +640,7 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
     reduced = g > 1
     if stage_of is not None:  # the configurations' part first, then the rows' buckets
-        return (np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of)
-                + np.where(np.take(reduced, stage_of), bucket[rows], 0.0))
+        return np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of) + np.where(reduced[stage_of], bucket[rows], 0.0)
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
@@ -876,9 +875,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         total = sum(np.sum(g, axis=0) for _, g in parts)
         on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
         used = np.stack([total - sum(on_pool), *on_pool], axis=1)
-    gpus_ok = flags & 1 == 0
-    for y in range(P):
-        gpus_ok &= used[:, y] <= pa["num_gpus"][y]
+    gpus_ok = (flags & 1 == 0) & np.all(used <= pa["num_gpus"], axis=1)
     held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
     if not (every or np.all(sv.comp)):  # stages past pp hold no layers
@@ -979,9 +976,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
-        split = np.zeros(len(table), dtype=bool)
-        for x in table.stages["dp2"].T:  # (a column at a time: 4x faster than np.any over axis 1)
-            split |= x > 0
+        split = sum(x > 0 for x in table.stages["dp2"].T) > 0  # (a column at a time: faster than over axis 1)
         key = 2 * table["pp"] + split
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
@@ -1008,8 +1003,9 @@ def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
         return out
     out = None
     ends = [0, *cuts, N]
-    starts = [int(x) for a, b in zip(ends, ends[1:]) for x in np.linspace(a, b, -(-(b - a) // BLOCK_ROWS) + 1)[:-1]]
-    for i, e in zip(starts, [*starts[1:], N]):
+    starts = [int(x) for a, b in zip(ends[:-1], ends[1:], strict=True)
+              for x in np.linspace(a, b, -(-(b - a) // BLOCK_ROWS) + 1)[:-1]]
+    for i, e in zip(starts, [*starts[1:], N], strict=True):
         rows = slice(i, e) if order is None else order[i:e]
         part = block(table.take(rows), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
@@ -1344,9 +1340,9 @@ def _first_max(a, tol: bool = False):
     top = a.max(axis=0)
     hit = a >= top * (1.0 - TIE_REL) if tol else a == top
     out = np.zeros(a.shape[1], dtype=np.int64)
-    for i in range(a.shape[0] - 1, 0, -1):
+    for i in range(a.shape[0] - 1, -1, -1):
         out = np.where(hit[i], i, out)
-    return np.where(hit[0], 0, out)
+    return out
 
 
 def plus_edges(ix, first, last):
@@ -1397,9 +1393,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
-    shape_keys = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), sv.order,
-                  t]  # (and the pool: what the shape terms read)
-    keys = [*shape_keys, *((col(zero),) if keyed else ()), pool, rc]  # (ZeRO: per-configuration memory)
+    shape_k = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), sv.order, t]
+    keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rc]  # (the shape terms': shape_k, pool; ZeRO: memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1421,19 +1416,16 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    row_u = src % N  # the row of that entry: a row column's value per configuration without broadcasting it
-    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[row_u]  # noqa: E731
+    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src % N]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
     ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
-    cfg_bits = None
-    if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
-        cfg_bits = ~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
-        if moe:
-            cfg_bits = cfg_bits | ~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32)
-        cfg_bits = np.take(cfg_bits, inv)  # (np.take: a third faster than fancy indexing)
+    cfg_bits = None  # the per-stage feasibility bits per configuration (stage_feasibility; np.take: faster than [])
+    if keyed:
+        cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
+                           | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0), inv)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
@@ -1468,7 +1460,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                                tt, spx, pr)
 
     # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
-    first_s, inv_s = distinct_rows(*(U(x) for x in shape_keys), pool_u)
+    first_s, inv_s = distinct_rows(*(U(x) for x in shape_k), pool_u)
     eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
@@ -1521,8 +1513,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
     rag = np.take(rag_u, inv) if keyed else ragged(pool, d * t * c)
-    spill_on = lambda x, i=np.arange(N): np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x: nodes)
-    spill = spill_on(pool)
+    spill_on = lambda x, i: np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x span nodes)
+    spill = spill_on(pool, np.arange(N))
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, np.take(share, inv), spill)
     else:
@@ -1536,12 +1528,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
         hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
         T_C = hop_s(pool, after(pool), rag, hand, spill)
-        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe), priced
-            # where the stage or the next is split (elsewhere pool_b = pool: the same link)
-            e = np.flatnonzero(split | after(split))
-            x, y = pool_b.reshape(-1)[e], after(pool_b).reshape(-1)[e]
-            T_C.reshape(-1)[e] = np.maximum(T_C.reshape(-1)[e], hop_s(x, y, rag_u[inv_b.reshape(-1)[e]],
-                                                                      hand.reshape(-1)[e], spill_on(x, e % N)))
+        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe), priced where
+            e = np.flatnonzero(split | after(split))  # a stage or the next is split (else pool_b = pool: the same link)
+            x, y, ib = np.take(pool_b, e), np.take(after(pool_b), e), np.take(inv_b, e)
+            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, rag_u[ib], np.take(hand, e), spill_on(x, e % N))))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1554,9 +1544,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
     bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
-    def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
-        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
-
+    at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(inv_t), at(first), at(last)  # its configuration (a split stage's slower pool's)
     F_b, B_b, W_b = times(ub, at(n), *((at(n_d), at(n_m)) if moe else (None, None)), plus_edges(ub, first_b, last_b))
     X_max = F_b + B_b + W_b  # (its F, B, W and X priced again on (N,): fewer passes than gathering them)
@@ -1613,9 +1601,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
-    def atm(a):  # the worst-memory stage's entry of a (k, N) or (1, N) array
-        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
-
+    atm = lambda a: a[0] if len(a) == 1 else np.take(a, worst_flat)  # noqa: E731  (the worst-memory stage's entry)
     mem_total = atm(tot)
     # the worst stage's state by part
     worst_state = state_bytes(atm(params), zero, atm(g))
