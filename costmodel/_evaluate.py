@@ -976,7 +976,8 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
-        split = sum(x > 0 for x in table.stages["dp2"].T) > 0  # (a column at a time: faster than over axis 1)
+        dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
+        split = sum(x > 0 for x in dp2.T) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
         key = 2 * table["pp"] + split
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
@@ -1004,7 +1005,7 @@ def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
     out = None
     ends = [0, *cuts, N]
     starts = [int(x) for a, b in zip(ends[:-1], ends[1:], strict=True)
-              for x in np.linspace(a, b, -(-(b - a) // BLOCK_ROWS) + 1)[:-1]]
+              for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * BLOCK_ROWS)) + 1)[:-1]]  # (up to 1.25 BLOCK_ROWS)
     for i, e in zip(starts, [*starts[1:], N], strict=True):
         rows = slice(i, e) if order is None else order[i:e]
         part = block(table.take(rows), False)
@@ -1419,7 +1420,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src % N]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
-    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
+    b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
     ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
     cfg_bits = None  # the per-stage feasibility bits per configuration (stage_feasibility; np.take: faster than [])
@@ -1717,7 +1719,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
             np.where(on, np.broadcast_to(a, X.shape), fill).T)
         extra = {"_stage_pool": full_shape(pool, -1), "_stage_dp": full_shape(d, 1), "_stage_tp": full_shape(t, 1),
-                 "_stage_layers": full_shape(n), "_stage_micro_batch": full_shape(sv.b, 0.0),
+                 "_stage_layers": full_shape(n),
+                 "_stage_micro_batch": full_shape(B / sv.batch_div if sv.b is None else sv.b, 0.0),
                  "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
                  "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
                  "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),

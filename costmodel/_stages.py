@@ -68,8 +68,9 @@ class StageView:
     overlap_dp, precision, ep, etp. Stage arrays (k, N): j (the stage's index in its pipeline),
     w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer; None: dense placements); (1, N)
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
-    replica), batch_div (the global batch must be a multiple of it); ``key``: the stage arrays
-    besides pool, order, tp and recompute that set a configuration's shape terms; pool2 / dp2
+    replica; None: global_batch / batch_div, per configuration), batch_div (the global batch must
+    be a multiple of it); ``key``: the stage arrays besides pool, order, tp and recompute that set
+    a configuration's shape terms; pool2 / dp2
     (k, N) or None: no stage split across pools; comp (N,): the k = 3 stage rows are
     representatives of uniform stages."""
 
@@ -261,8 +262,8 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
-                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (dm := d * m),
-                     batch_div=dm, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
+                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=None,
+                     batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
                      pool2=pool2, dp2=dp2)
 
 
