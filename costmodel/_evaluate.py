@@ -992,9 +992,8 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
 
 
 def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of
-    consecutive rows of ``order`` (None: of the table), none across a position in ``cuts`` (groups
-    of rows of ``order`` alike: each split into even blocks), each block's results written to its rows.
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of consecutive rows of
+    ``order`` (None: of the table), even ones per group between ``cuts``, each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
     pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
@@ -1424,10 +1423,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
     ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
-    cfg_bits = None  # the per-stage feasibility bits per configuration (stage_feasibility; np.take: faster than [])
-    if keyed:
-        cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
-                           | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0), inv)
+    cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)  # the stage
+                       | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0),  # bits per
+                       inv) if keyed else None  # configuration (stage_feasibility; np.take: faster than indexing)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --

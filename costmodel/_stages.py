@@ -241,8 +241,7 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
-    layers = st["layers"]
-    d = st["dp"]
+    layers, d = st["layers"], st["dp"]
     rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
         table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
