@@ -662,7 +662,7 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
     reduced = g > 1
     if stage_of is not None:  # the configurations' part first, then the rows' buckets
-        return (tp_buf + z3_buf + RESERVED_BYTES)[stage_of] + np.where(reduced[stage_of], bucket[rows], 0.0)
+        return np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of) + np.where(reduced[stage_of], bucket[rows], 0.0)
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
@@ -755,15 +755,18 @@ def distinct_rows(*cols):
         return np.arange(n), np.arange(n)
     if K > max(4 * n, 1 << 16) and len(cols) > 2:
         return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
-    key = np.ravel_multi_index(cols, radix)  # the mixed-radix key, one pass
+    key = cols[0].copy()  # the mixed-radix key (np.ravel_multi_index's, in place: 3x faster)
+    for x, r in zip(cols[1:], radix[1:], strict=True):
+        np.add(np.multiply(key, r, out=key), x, out=key)
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
     present = np.zeros(K, dtype=bool)
     present[key] = True
-    pos = np.cumsum(present) - 1
+    keys = np.flatnonzero(present)  # the combinations in key order (not a cumsum over the K keys)
+    np.put(pos := np.empty(K, dtype=np.int64), keys, np.arange(len(keys)))
     inv = pos[key]
-    first = np.empty(int(present.sum()), dtype=np.int64)
+    first = np.empty(len(keys), dtype=np.int64)
     first[inv] = np.arange(n)
     return first, inv
 
@@ -901,9 +904,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         total = sum(np.sum(g, axis=0) for _, g in parts)
         on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
         used = np.stack([total - sum(on_pool), *on_pool], axis=1)
-    gpus_ok = flags & 1 == 0
-    for y in range(P):
-        gpus_ok &= used[:, y] <= pa["num_gpus"][y]
+    gpus_ok = (flags & 1 == 0) & np.all(used <= pa["num_gpus"], axis=1)
     held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
     if not (every or np.all(sv.comp)):  # stages past pp hold no layers
@@ -997,21 +998,31 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     pa = pool_arrays(cluster)
     # (an MoE model's rows that need explicit stages: by pp, each block expanded on its own)
     order = moe_block_order(model, table) if isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS else None
+    cuts = ()
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
     if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
-        # placements by pipeline depth, so that a block's stage columns are its rows' stages
-        order = np.argsort(table["pp"], kind="stable")
+        # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
+        # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
+        dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
+        split = sum(x > 0 for x in dp2.T) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
+        key = 2 * table["pp"] + split
+        order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
+        cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
+        if not split.any():
+            table = type(table)(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")},
+                                table.stage_recompute)
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                              simulate_now=now, framework=fw), microbatches, order)
+                                                              simulate_now=now, framework=fw),
+                      microbatches, order, cuts)
 
 
-def run_blocks(table, block, microbatches, order=None) -> Metrics:
-    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of
-    consecutive rows of ``order`` (None: of the table), each block's results written to its rows.
+def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
+    """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of consecutive rows of
+    ``order`` (None: of the table), even ones per group between ``cuts``, each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
     pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
@@ -1020,12 +1031,17 @@ def run_blocks(table, block, microbatches, order=None) -> Metrics:
         out.pop("_needs_simulation")
         return out
     out = None
-    for i in range(0, N, BLOCK_ROWS):
-        rows = slice(i, i + BLOCK_ROWS) if order is None else order[i:i + BLOCK_ROWS]
-        part = block(table.take(rows), False)
+    ends = [0, *cuts, N]
+    starts = [int(x) for a, b in zip(ends[:-1], ends[1:], strict=True)
+              for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * BLOCK_ROWS)) + 1)[:-1]]  # (up to 1.25 BLOCK_ROWS)
+    for i, e in zip(starts, [*starts[1:], N], strict=True):
+        part = block(table.take(slice(i, e) if order is None else order[i:e]), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
-            out[k][rows] = col
+            out[k][i:e] = col  # (in ``order``, then one gather back: faster than a scatter per block)
+    if order is not None:
+        np.put(back := np.empty(N, dtype=np.int64), order, np.arange(N))
+        out = Metrics({k: np.take(col, back) for k, col in out.items()})
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
@@ -1345,18 +1361,6 @@ def pool_link(pa: dict, q, stride, size):
                       pa["intra_latency_s"][q], pa["inter_latency_s"][q], pa["link_eff"][q])
 
 
-def ep_group_link(pa: dict, eu, ranks, pool):
-    """(bandwidth, latency) of the expert-data-parallel groups: stride ep x etp (``eu``), the
-    stage's tp cp dp ``ranks`` / ``eu`` of them, on ``pool`` (arrays that broadcast). group_link
-    once per distinct (eu, ranks, pool), a few dozen in a block, gathered back."""
-    shape = np.broadcast_shapes(np.shape(eu), np.shape(ranks), np.shape(pool))
-    cols = [np.broadcast_to(x, shape).reshape(-1) for x in (eu, ranks, pool)]
-    first, inv = distinct_rows(*cols)
-    x, r, q = (a[first] for a in cols)
-    bw, lat = pool_link(pa, q, x, r / x)
-    return bw[inv].reshape(shape), lat[inv].reshape(shape)
-
-
 # MoE rows: stage times within this relative distance of the slowest count as tied (the first is
 # the bottleneck), so that round-off does not pick another stage than the scalar reference does.
 # Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
@@ -1370,9 +1374,9 @@ def _first_max(a, tol: bool = False):
     top = a.max(axis=0)
     hit = a >= top * (1.0 - TIE_REL) if tol else a == top
     out = np.zeros(a.shape[1], dtype=np.int64)
-    for i in range(a.shape[0] - 1, 0, -1):
+    for i in range(a.shape[0] - 1, -1, -1):
         out = np.where(hit[i], i, out)
-    return np.where(hit[0], 0, out)
+    return out
 
 
 def plus_edges(ix, first, last):
@@ -1423,8 +1427,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
-    keys = [*sv.key, col(c), col(sp), col(prec), *((col(zero),) if keyed else ()),  # (ZeRO: per-configuration memory)
-            *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), pool, sv.order, t, rc]
+    shape_k = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), sv.order, t]
+    keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rc]  # (the shape terms': shape_k, pool; ZeRO: memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
@@ -1438,24 +1442,24 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
-        kf = [np.concatenate([a, (pool_b.reshape(-1) if i == ip else a)[ks]]) for i, a in enumerate(kf)]
-        kf.append(kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]]))  # dp - dp2 on the first, dp2 on pool2
+        rest = distinct_rows(*(a for i, a in enumerate(kf) if i != ip))[1]  # the key less the pool, then with it
+        kf = [np.concatenate([rest, rest[ks]]), np.concatenate([kf[ip], pool_b.reshape(-1)[ks]]),
+              kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])]  # dp - dp2 on the first, dp2 on pool2
+        ip = 1
     rep2, inv2 = distinct_rows(*kf)
     ne = E[0] * E[1]
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    U = lambda x: flat(x)[src]  # noqa: E731  an entry's value per configuration
+    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src % N]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
-    order_u, t_u, rc_u, c_u, sp_u, prec_u, b_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, sv.b, d))
+    order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
+    b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
     ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
-    cfg_bits = None
-    if keyed:  # the per-stage feasibility bits per configuration (stage_feasibility)
-        cfg_bits = ~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)
-        if moe:
-            cfg_bits = cfg_bits | ~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32)
-        cfg_bits = cfg_bits[inv]
+    cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)  # the stage
+                       | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0),  # bits per
+                       inv) if keyed else None  # configuration (stage_feasibility; np.take: faster than indexing)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
@@ -1489,8 +1493,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                                                       cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
                                tt, spx, pr)
 
-    # (they do not read the recompute choice: once per configuration without it, then gathered)
-    first_s, inv_s = distinct_rows(*(a[rep2] for i, a in enumerate(kf) if i >= len(keys) or keys[i] is not rc))
+    # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
+    first_s, inv_s = distinct_rows(*(U(x) for x in shape_k), pool_u)
     eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
@@ -1505,11 +1509,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     def times(ix, nn, nd, nm, edges):
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
         if not moe:
-            F, Bk, W = nn * lt["F"][ix], nn * lt["B"][ix], nn * lt["W"][ix]
+            F, Bk, W = (nn * np.take(lt[x], ix) for x in ("F", "B", "W"))
         elif all_moe:
-            F, Bk, W = (nn * lt_m[x][ix] for x in ("F", "B", "W"))
+            F, Bk, W = (nn * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
         else:  # the stage's dense and MoE layers
-            F, Bk, W = (nd * lt[x][ix] + nm * lt_m[x][ix] for x in ("F", "B", "W"))
+            F, Bk, W = (nd * np.take(lt[x], ix) + nm * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
         return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
@@ -1529,7 +1533,6 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
-    row_pool = np.arange(N) * P  # + pool: a row's entry of used (N, P)
 
     spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
 
@@ -1539,15 +1542,15 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ``spill``), else the network (or the slower of both when the stage's GPUs are not a whole
         number of nodes: ``ragged``)."""
         kcase = (x * P + y) * 3 + spill * (1 + ragged)
-        return nbytes / pa["hop_bw"][kcase] + pa["hop_lat"][kcase]
+        return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
-    rag = rag_u[inv] if keyed else ragged(pool, d * t * c)
-    spill_on = lambda x: spills.reshape(-1)[row_pool + x]  # noqa: E731  (the row's GPUs on pool x span nodes)
-    spill = spill_on(pool)
+    rag = np.take(rag_u, inv) if keyed else ragged(pool, d * t * c)
+    spill_on = lambda x, i: np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x span nodes)
+    spill = spill_on(pool, np.arange(N))
     if E[0] == 1:  # one configuration per row: every link alike
-        T_C = hop_s(pool, pool, rag, share[inv], spill)
+        T_C = hop_s(pool, pool, rag, np.take(share, inv), spill)
     else:
         last_flat = np.where(sv.comp, X.shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
 
@@ -1557,11 +1560,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             out.reshape(-1)[last_flat] = a[0]
             return out
 
-        hand = np.maximum(share[inv], share[inv_next := after(inv)])
-        T_C = hop_s(pool, pool_u[inv_next], rag, hand, spill)
-        if ks is not None and ks.size:  # replicas on the second pools hand off to each other (HetPipe); the
-            # same link where neither stage is split (pool_b = pool there)
-            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), rag_u[inv_b], hand, spill_on(pool_b)))
+        hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
+        T_C = hop_s(pool, after(pool), rag, hand, spill)
+        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe), priced where
+            e = np.flatnonzero(split | after(split))  # a stage or the next is split (else pool_b = pool: the same link)
+            x, y, ib = np.take(pool_b, e), np.take(after(pool_b), e), np.take(inv_b, e)
+            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, rag_u[ib], np.take(hand, e), spill_on(x, e % N))))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1574,10 +1578,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
     bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
-    def at(a):  # the bottleneck stage's entry of a (k, N) or (1, N) array
-        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[bot_flat]
-
-    X_max, F_b, B_b, W_b = at(X), at(F), at(Bk), at(W)
+    at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
+    ub, first_b, last_b = at(inv_t), at(first), at(last)  # its configuration (a split stage's slower pool's)
+    F_b, B_b, W_b = times(ub, at(n), *((at(n_d), at(n_m)) if moe else (None, None)), plus_edges(ub, first_b, last_b))
+    X_max = F_b + B_b + W_b  # (its F, B, W and X priced again on (N,): fewer passes than gathering them)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
@@ -1597,8 +1601,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     on_f = None if every else on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
     row_max = lambda a: np.max(a if every else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
-    hbm, hbm_Bps = (np.minimum(x[pool], x[pool_b]) if ks is not None and ks.size else x[pool]  # (pool_b = pool:
-                    for x in (pa["hbm_bytes"], hbm_rate))  # not split)
+
+    def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
+        out = np.take(x, pool)
+        if ks is not None and ks.size:
+            out.reshape(-1)[ks] = np.minimum(out.reshape(-1)[ks], x[pool_b.reshape(-1)[ks]])
+        return out
+    hbm = per_stage(pa["hbm_bytes"])
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         # (np.take: a cheaper gather than fancy indexing)
@@ -1610,10 +1619,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
         params_max = row_max(params)
-        kept, work = acts["kept"], acts["work"]  # (U,) per configuration
-        mem = {"activations": edges(k * edges(n * kept[inv], eu["emb_act"], None) + work[inv], None, eu["head_act"])}
+        kept, work = (np.take(acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
+        mem = {"activations": edges(k * edges(n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
         if keyed:  # per configuration, then each stage's
-            state = params * state_bytes_per_param(zero_u, d_u * c_u)[inv]
+            state = params * np.take(state_bytes_per_param(zero_u, d_u * c_u), inv)
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
                                           stage_of=inv, rows=slice(None))
         else:  # per row
@@ -1626,9 +1635,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
-    def atm(a):  # the worst-memory stage's entry of a (k, N) or (1, N) array
-        return a[0] if a.shape[0] == 1 else np.broadcast_to(a, X.shape).reshape(-1)[worst_flat]
-
+    atm = lambda a: a[0] if len(a) == 1 else np.take(a, worst_flat)  # noqa: E731  (the worst-memory stage's entry)
     mem_total = atm(tot)
     # the worst stage's state by part
     worst_state = state_bytes(atm(params), zero, atm(g))
@@ -1641,7 +1648,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- data-parallel gradient exchange and the optimizer: the slowest stage's --
     if keyed:  # dp is part of a configuration: its links per configuration
         stage_link = lambda stride, size: link(stride(d_u, t_u), size(d_u, t_u))  # noqa: E731
-        back = lambda a: a[inv]  # noqa: E731
+        back = lambda a: np.take(a, inv)  # noqa: E731
         tp_in, c_, z_, m_, g_ = order_u == 0, c_u, zero_u, U(m), d_u * c_u
         eu_x = e_u * u_u if moe else None
     else:
@@ -1655,7 +1662,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dbw, dlat = stage_link(dp_stride, dp_size)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
-    alike = dp_a.shape[0] == 1 and hbm_Bps.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
+    hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
         dbw, dlat = back(dbw), back(dlat)
     if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
@@ -1671,13 +1679,16 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if moe or alike:
             dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
         dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
-    shard = np.where(zero >= 1, g, 1)
+    shard = None if hbm_Bps is None else np.where(zero >= 1, g, 1)
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         if keyed:
             ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
-        else:
-            ep_bw, ep_lat = ep_group_link(pa, eu_x, d * c * t, pool)
+        else:  # group_link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
+            cols = np.broadcast_arrays(eu_x, d * c * t, pool)
+            first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
+            x, r, q = (a.reshape(-1)[first_e] for a in cols)
+            ep_bw, ep_lat = (a[inv_e].reshape(cols[0].shape) for a in pool_link(pa, q, x, r / x))
     if moe and alike and ep_bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
@@ -1698,20 +1709,22 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
-        opt_s = row_max(params * (ADAM_BYTES_TOUCHED / shard / hbm_Bps if ks is not None or not keyed else (
-            ADAM_BYTES_TOUCHED / np.where(zero_u >= 1, g_, 1) / hbm_rate[pool_u])[inv]))  # (per configuration)
+        if keyed:  # per configuration; a split stage's at the slower HBM of both pools
+            opt_u = np.take(ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u], inv)
+            if ks is not None and ks.size:
+                opt_u.reshape(-1)[ks] = ADAM_BYTES_TOUCHED / shard[ia] / np.minimum(hbm_rate[xa], hbm_rate[xb])
+        opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
 
     # -- the bottleneck stage's time parts; throughput and utilisation --
-    ub = at(inv_t)
     if moe:  # the bottleneck stage's layers summed over both kinds
         n_b, lt_b = moe_stage_terms(at(n), at(n_m),
                                     None if all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
                                     {x: np.take(lt_m[x], ub) for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
-    parts = bottleneck_parts(m, n_b, at(first), at(last), lt_b, *(eu[x][ub] for x in (
+    parts = bottleneck_parts(m, n_b, first_b, last_b, lt_b, *(eu[x][ub] for x in (
         "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
     flops_model = model.model_flops_per_sample() * B
     re_tok = recompute_flops_per_token(model, full, sel, fw)
@@ -1730,7 +1743,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
                       else np.sum(weigh(ga * peak_e), axis=0))
     else:  # per configuration, the split stages' second pools too
-        peak_total = np.sum(weigh((ga_u * peak)[inv]), axis=0)
+        peak_total = np.sum(weigh(np.take(ga_u * peak, inv)), axis=0)
         if ks is not None and ks.size:
             peak_total = peak_total + np.bincount(ks % N, weights=(ga_u * peak)[inv2[ne:]], minlength=N)
     extra = {}
@@ -1738,7 +1751,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
             np.where(on, np.broadcast_to(a, X.shape), fill).T)
         extra = {"_stage_pool": full_shape(pool, -1), "_stage_dp": full_shape(d, 1), "_stage_tp": full_shape(t, 1),
-                 "_stage_layers": full_shape(n), "_stage_micro_batch": full_shape(sv.b, 0.0),
+                 "_stage_layers": full_shape(n),
+                 "_stage_micro_batch": full_shape(B / sv.batch_div if sv.b is None else sv.b, 0.0),
                  "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
                  "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
                  "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),

@@ -57,19 +57,15 @@ class Pool:
     inter_latency_s: float
 
     def __post_init__(self) -> None:
-        where = f"pools[{self.name}]"
-        for f in ("nodes", "gpus_per_node"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not (isinstance(v, int) and v >= 1):
-                raise InputError(f"{where}.{f}", "an integer >= 1", v)
-        for f in ("intra_Bps", "inter_Bps"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v > 0):
-                raise InputError(f"{where}.{f}", "a positive bandwidth in B/s", v)
-        for f in ("intra_latency_s", "inter_latency_s"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v >= 0):
-                raise InputError(f"{where}.{f}", "a latency >= 0 s", v)
+        for fields, ok, what in ((("nodes", "gpus_per_node"), lambda v: isinstance(v, int) and v >= 1,
+                                  "an integer >= 1"),
+                                 (("intra_Bps", "inter_Bps"), lambda v: isinstance(v, float | int) and v > 0,
+                                  "a positive bandwidth in B/s"),
+                                 (("intra_latency_s", "inter_latency_s"),
+                                  lambda v: isinstance(v, float | int) and v >= 0, "a latency >= 0 s")):
+            for f in fields:
+                if isinstance(v := getattr(self, f), bool) or not ok(v):
+                    raise InputError(f"pools[{self.name}].{f}", what, v)
 
     @property
     def num_gpus(self) -> int:

@@ -70,14 +70,10 @@ class HeteroTable:
         if unknown:
             raise InputError("strategy", "global keys among " + ", ".join(GLOBAL_COLUMNS), sorted(unknown)[0])
         st = {"pool": pool, "dp": dp, "tp": tp, "layers": layers}
-        for k, v in (("order", order), ("pool2", pool2), ("dp2", dp2)):
-            if v is not None:
-                st[k] = v
+        st.update({k: v for k, v in (("order", order), ("pool2", pool2), ("dp2", dp2)) if v is not None})
         arrs = {}
         for k, v in st.items():
-            a = np.asarray(v)
-            if a.ndim == 1:
-                a = a[None, :]
+            a = np.asarray(v)[None, :] if np.ndim(v) == 1 else np.asarray(v)
             if a.ndim != 2:
                 raise InputError(k, "one value per stage, (N, S)", np.shape(v))
             if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):

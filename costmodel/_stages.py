@@ -68,8 +68,9 @@ class StageView:
     overlap_dp, precision, ep, etp. Stage arrays (k, N): j (the stage's index in its pipeline),
     w (stages the column stands for in sums; 0 on padding), lo (the stage's first layer; None: dense placements); (1, N)
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
-    replica), batch_div (the global batch must be a multiple of it); ``key``: the stage arrays
-    besides pool, order, tp and recompute that set a configuration's shape terms; pool2 / dp2
+    replica; None: global_batch / batch_div, per configuration), batch_div (the global batch must
+    be a multiple of it); ``key``: the stage arrays besides pool, order, tp and recompute that set
+    a configuration's shape terms; pool2 / dp2
     (k, N) or None: no stage split across pools; comp (N,): the k = 3 stage rows are
     representatives of uniform stages."""
 
@@ -228,12 +229,6 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
     return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
 
 
-def split_columns(pool, pool2, dp2):
-    """(pool_b, dp2) of stages: a stage's second pool and its replicas there, pool_b = pool and
-    dp2 = 0 where the stage is not split (dp2 = 0, or pool2 the stage's own pool)."""
-    return np.where(dp2 > 0, pool2, pool), np.where(pool2 != pool, dp2, 0)  # (dp2 >= 0)
-
-
 def placement_view(table: HeteroTable, model: Transformer | None = None) -> StageView:
     """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp; or,
     where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers), three
@@ -242,33 +237,32 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    split = np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
+    split = "dp2" in table.stages and np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
     st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
-    layers = st["layers"]
-    d = st["dp"]
+    layers, d = st["layers"], st["dp"]
     rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
         table.stage_recompute[:, :S].T)
     pool2 = dp2 = None
-    if split:
-        pool2, dp2 = split_columns(st["pool"], st["pool2"], st["dp2"])
+    if split:  # a stage's second pool and its replicas there: its own pool and 0 where not split (dp2 >= 0)
+        pool2, dp2 = np.where(st["dp2"] > 0, st["pool2"], st["pool"]), np.where(st["pool2"] != st["pool"], st["dp2"], 0)
     else:
         on = idx < c["pp"][None, :]
         alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
-                np.all((a == a[:1]) | ~on) for a in alike):  # every row's stages alike: three representatives
+                np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike):  # all alike: 3 representatives
             j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
             one = {k: a[:1] for k, a in st.items()}
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
                              recompute=rcs[:1], pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
                              key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
-    return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers,
-                     w=(idx < c["pp"][None, :]).astype(np.int64),
+    w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
+    return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
-                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=B / (dm := d * m),
-                     batch_div=dm, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
+                     recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=None,
+                     batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
                      pool2=pool2, dp2=dp2)
 
 
