@@ -1038,10 +1038,11 @@ def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
         part = block(table.take(slice(i, e) if order is None else order[i:e]), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
-            out[k][i:e] = col  # (in ``order``, then one gather back: faster than a scatter per block)
+            out[k][i:e] = col  # (in ``order``, then one scatter back: faster than one per block or a gather)
     if order is not None:
-        np.put(back := np.empty(N, dtype=np.int64), order, np.arange(N))
-        out = Metrics({k: np.take(col, back) for k, col in out.items()})
+        for k, col in list(out.items()):
+            out[k] = np.empty_like(col)
+            out[k][order] = col
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
