@@ -66,7 +66,6 @@ from costmodel._stages import (
     StageView,
     group_link,
     microbatches,
-    moe_block_order,
     moe_block_view,
     pool_arrays,
     stage_view,
@@ -996,9 +995,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     fw = framework_preset(framework)
     pa = pool_arrays(cluster)
-    # (an MoE model's rows that need explicit stages: by pp, each block expanded on its own)
-    order = moe_block_order(model, table) if isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS else None
-    cuts = ()
+    order, cuts = None, ()
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
@@ -1315,7 +1312,7 @@ MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
 def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
-               row_max, to_stage) -> dict:
+               row_max, to_stage, edges=None) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
     layers; the MoE layers' routed experts (E / ep per
@@ -1327,12 +1324,18 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
     Returns state (weights, gradients and optimizer together; state_bytes of the two kinds of
     parameters gives the parts), activations, buffers and the dense and expert parameters per GPU
     (dense_params, expert_params) per stage, and per row params_max, dense_max and expert_max: the
-    largest stage's parameters per GPU, of both kinds and each."""
+    largest stage's parameters per GPU, of both kinds and each. ``edges`` (plus_edges of an untied model's
+    block, with ``sh``'s emb_act and head_act per configuration): the embedding's and
+    the head's terms added on the first and last stages only (the same sums)."""
     all_moe = model.moe_layers == model.layers
-    head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings else 0)
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
         n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
-    dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t  # per GPU
+    if edges is not None:
+        dense_p = edges(layers_p, model.embedding_params(), model.head_params()) / t  # per GPU
+    else:
+        head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings
+                                        else 0)
+        dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
@@ -1343,7 +1346,10 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
         kept_d, work_d = acts["kept"], acts["work"]
         kept = n_d * kept_d + n_m * kept_m
         work = np.maximum(work_d * (n_d > 0), work_m * (n_m > 0))  # (finite bytes: x 0 or 1, cheaper than where)
-    act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
+    if edges is not None:
+        act = edges(k * edges(kept, sh["emb_act"], None) + work, None, sh["head_act"])
+    else:
+        act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
     state = dense_p * state_bytes_per_param(zero, g) + expert_p * state_bytes_per_param(zero, edp)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
@@ -1378,6 +1384,19 @@ def _first_max(a, tol: bool = False):
     for i in range(a.shape[0] - 1, -1, -1):
         out = np.where(hit[i], i, out)
     return out
+
+
+class _Gathered(dict):
+    """The shape terms per configuration, each gathered from the distinct shapes ``src`` at ``ix``
+    when first read (an MoE model's block reads fewer of its terms than it has)."""
+
+    def __init__(self, src: dict, ix):
+        super().__init__()
+        self.src, self.ix = src, ix
+
+    def __missing__(self, key):
+        self[key] = out = self.src[key][self.ix]
+        return out
 
 
 def plus_edges(ix, first, last):
@@ -1496,7 +1515,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
     first_s, inv_s = distinct_rows(*(U(x) for x in shape_k), pool_u)
-    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
+    eu = _Gathered(shape_of(first_s), inv_s)
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
@@ -1612,10 +1631,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
         # (np.take: a cheaper gather than fancy indexing)
-        mem = moe_memory(model, {key: np.take(eu[key], inv) for key in MOE_MEMORY_TERMS},
+        at_edges = not model.tied_embeddings and np.shape(n_m) == np.shape(first)
+        mem = moe_memory(model, {key: eu[key] if at_edges and key != "T" else np.take(eu[key], inv)
+                                 for key in MOE_MEMORY_TERMS},
                          {x: np.take(a, inv) for x, a in acts.items()},
                          t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
-                         row_max=row_max, to_stage=lambda a: a)
+                         row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU

@@ -132,19 +132,6 @@ def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTab
     return StrategyTable(table.columns, layers, table.stage_recompute)
 
 
-def moe_block_order(model: Transformer, table: StrategyTable) -> np.ndarray | None:
-    """Row order for evaluating ``table`` in blocks, each block through moe_explicit_stages on its
-    own: the rows whose uniform stages hold alike MoE layers first (three representative stages
-    each), then the others by pp (every stage, to their block's deepest pipeline only), as
-    alikeness depends on pp alone. None where no row needs explicit stages (every dense model)."""
-    alike = _moe_rows_unlike(model, table)
-    if alike is None:
-        return None
-    p = table["pp"]
-    key = np.where(alike, 0, p)
-    return np.argsort(key.astype(np.int16) if p.max() < 2**15 else key, kind="stable")  # int16: a radix sort
-
-
 def moe_run_stages(model: Transformer, p):
     """(k, N) stage index and weight of representatives of uniform stages (L // p layers each) of
     an MoE model whose stages may hold unlike MoE layers: the first stage, the first of each run of
