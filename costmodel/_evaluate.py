@@ -1386,19 +1386,6 @@ def _first_max(a, tol: bool = False):
     return out
 
 
-class _Gathered(dict):
-    """The shape terms per configuration, each gathered from the distinct shapes ``src`` at ``ix``
-    when first read (an MoE model's block reads fewer of its terms than it has)."""
-
-    def __init__(self, src: dict, ix):
-        super().__init__()
-        self.src, self.ix = src, ix
-
-    def __missing__(self, key):
-        self[key] = out = self.src[key][self.ix]
-        return out
-
-
 def plus_edges(ix, first, last):
     """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
@@ -1515,7 +1502,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
     first_s, inv_s = distinct_rows(*(U(x) for x in shape_k), pool_u)
-    eu = _Gathered(shape_of(first_s), inv_s)
+    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
@@ -1632,8 +1619,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         edp = np.maximum(g * t // (e_r * u_r), 1)
         # (np.take: a cheaper gather than fancy indexing)
         at_edges = not model.tied_embeddings and np.shape(n_m) == np.shape(first)
-        mem = moe_memory(model, {key: eu[key] if at_edges and key != "T" else np.take(eu[key], inv)
-                                 for key in MOE_MEMORY_TERMS},
+        # (T per row where the view's micro-batch is: a row's stages alike)
+        rows_T = sv.b is not None and np.shape(sv.b)[0] == 1
+        mem = moe_memory(model, {key: np.take(eu[key], inv[:1] if rows_T else inv) if key == "T"
+                                 else eu[key] if at_edges else np.take(eu[key], inv) for key in MOE_MEMORY_TERMS},
                          {x: np.take(a, inv) for x, a in acts.items()},
                          t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
                          row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None)
