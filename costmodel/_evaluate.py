@@ -571,9 +571,11 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     with Megatron's tied copy of the embedding on the last when pp > 1); ``edges``: plus_edges, no row of pp 1."""
     tied_copy = model.vocab * model.hidden if (model.tied_embeddings and model.kind != "mlp") else 0
     if edges is not None:
-        return edges(n * model.layer_params(), model.embedding_params(), model.head_params() + tied_copy) / t
-    head_p = model.head_params() + np.where(first, 0, tied_copy)
-    return (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
+        out = edges(n * model.layer_params(), model.embedding_params(), model.head_params() + tied_copy) / t
+    else:
+        head_p = model.head_params() + np.where(first, 0, tied_copy)
+        out = (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
+    return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
 def dp_exchange_s(zero, m, params, g, bw, lat):
@@ -1336,6 +1338,8 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
         head_p = model.head_params() + (np.where(first, 0, model.vocab * model.hidden) if model.tied_embeddings
                                         else 0)
         dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t
+    if model.mla:  # its down-projections whole on every tensor-parallel rank
+        dense_p = dense_p + (n_m if all_moe else n_d + n_m) * model.tp_replicated_params() * (1 - 1 / t)
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)

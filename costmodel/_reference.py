@@ -426,6 +426,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             if not first and model.tied_embeddings and model.kind != "mlp":
                 params += model.vocab * h
         params /= tp
+        params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
         params_e = n_m * experts_p if n_m else 0.0
         if rc == "full":
             kept = K.ACT_BYTES * T * h / ew_div

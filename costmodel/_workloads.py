@@ -228,6 +228,14 @@ class Transformer:
         kvm = [(h, kv + self.qk_rope_head_dim, "dup"), (kv, self.heads * self.head_size + o, "col")]
         return qm + kvm + [(o, h, "row")]
 
+    def tp_replicated_params(self) -> int:
+        """Parameters of one layer that every tensor-parallel rank holds whole: MLA's down-projections
+        and latent norms (0 without MLA; norms elsewhere are counted as split, as before)."""
+        if not self.mla:
+            return 0
+        dup = sum(i * o for i, o, s in self.attn_matrices() if s == "dup")
+        return dup + (self.q_lora_rank or 0) + self.kv_lora_rank
+
     def attn_latent(self) -> int:
         """MLA's latent widths a token keeps per layer, on every tensor-parallel rank (0 unless MLA)."""
         return (self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0

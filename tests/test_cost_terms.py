@@ -245,3 +245,23 @@ def test_multi_head_latent_attention_terms_by_hand():
     # and the recomputed FLOPs a token count the up-projections' weights
     sel = recompute_flops_per_token(model, False, True, framework_preset("megatron-core"))
     assert sel == pytest.approx(2 * (1536 * 24576 + 512 * 32768), rel=1e-12)
+
+
+def test_mla_down_projections_are_whole_on_every_tensor_parallel_rank():
+    from costmodel import Transformer
+
+    # DeepSeek-V3: Q down 7168 x 1536, K/V down 7168 x (512 + 64), the two latent norms 1536 + 512
+    dsv3 = model_preset("deepseek-v3")
+    assert dsv3.tp_replicated_params() == 7168 * 1536 + 7168 * 576 + 1536 + 512
+    # a 2-layer interior stage at tp 2: the split parameters halved, the replicated ones whole
+    m = Transformer(name="x", layers=4, hidden=64, heads=4, vocab=10, kv_lora_rank=16, q_lora_rank=32,
+                    qk_rope_head_dim=8, v_head_dim=16)
+    R = 64 * 32 + 64 * (16 + 8) + 32 + 16
+    assert m.tp_replicated_params() == R
+    no = np.array([[False]])
+    got = stage_params(m, np.array([[2]]), no, no, np.array([[2.0]]))
+    assert got[0, 0] == pytest.approx(2 * (m.layer_params() - R) / 2 + 2 * R, rel=1e-12)
+    # without MLA nothing is replicated: the same formula as before
+    std = model_preset("llama3-8b")
+    assert std.tp_replicated_params() == 0
+    assert stage_params(std, np.array([[2]]), no, no, np.array([[2.0]]))[0, 0] == 2 * std.layer_params() / 2
