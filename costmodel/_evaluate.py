@@ -286,7 +286,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         overhead = gpu.kernel_overhead_s * 0.5
     else:
         q = model.core_hidden  # width of Q and of the attention output (h unless head_dim is set; MLA: their mean)
-        dh = q / a if model.mla else model.head_size if model.head_dim is not None else h / a
+        dh = q / a  # a head's size (MLA: the mean of its query and value sizes)
         mats = model.mlp_matrices
         gemm = (
             attention_gemm_s(model, T, t, peak, gpu, split)
@@ -353,14 +353,15 @@ def fp8_cast_s(model: Transformer, T, t, gpu, casts):
     if model.kind == "mlp":
         return zero, zero
     h, q, hk, f, mats = model.hidden, model.q_hidden, model.kv_hidden, model.ffn_hidden, model.mlp_matrices
-    x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
-    g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
-    w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
     if model.mla:
         mm = model.attn_matrices()
         x = T * (h + f / t + sum(i / t if s == "row" else i for i, _, s in mm))
         g = T * (h + (mats - 1) * f / t + sum(o / t if s == "col" else o for _, o, s in mm))
         w = mats * h * f / t + sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
+    else:
+        x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
+        g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
+        w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
     cx, cw, cg, cwb = casts
     return hbm_s(cx * x + cw * w, gpu) + zero, hbm_s(cg * g + cwb * w, gpu) + zero
 
@@ -679,7 +680,7 @@ def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_
     elif fw.selective == "op" and not moe_layer:
         sel_re = op_checkpoint_products(model)[1]
     elif model.mla:  # its up-projections (module docstring, recompute)
-        sel_re = 2.0 * sum(i * o for i, o, s in model.attn_matrices() if s == "col")
+        sel_re = 2.0 * sum(i * o for i, o in model.attn_up_matrices())
     else:
         sel_re = 4.0 * model.seq_len * model.q_hidden
     fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
@@ -819,7 +820,7 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
                                      "cast_b")}
     out.update(edge, act_L=act_L + zero, score_L=score_L + zero)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
-        out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o, s in model.attn_matrices() if s == "col") + zero
+        out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o in model.attn_up_matrices()) + zero
         out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
     if moe is not None:
         e, u, fw, precision = moe
@@ -1623,10 +1624,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         edp = np.maximum(g * t // (e_r * u_r), 1)
         # (np.take: a cheaper gather than fancy indexing)
         at_edges = not model.tied_embeddings and np.shape(n_m) == np.shape(first)
-        # (T per row where the view's micro-batch is: a row's stages alike)
-        rows_T = sv.b is not None and np.shape(sv.b)[0] == 1
-        mem = moe_memory(model, {key: np.take(eu[key], inv[:1] if rows_T else inv) if key == "T"
-                                 else eu[key] if at_edges else np.take(eu[key], inv) for key in MOE_MEMORY_TERMS},
+        rows_T = sv.b is not None and np.shape(sv.b)[0] == 1  # (T per row where a row's stages share the micro-batch)
+        edge_acts = {x: eu[x] if at_edges else np.take(eu[x], inv) for x in ("emb_act", "head_act")}
+        mem = moe_memory(model, {"T": np.take(eu["T"], inv[:1] if rows_T else inv), **edge_acts},
                          {x: np.take(a, inv) for x, a in acts.items()},
                          t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
                          row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None)

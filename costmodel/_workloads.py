@@ -228,6 +228,11 @@ class Transformer:
         kvm = [(h, kv + self.qk_rope_head_dim, "dup"), (kv, self.heads * self.head_size + o, "col")]
         return qm + kvm + [(o, h, "row")]
 
+    def attn_up_matrices(self) -> list[tuple[int, int]]:
+        """The attention's tensor-split matrices that make Q, K and V, (input, output) widths: MLA's
+        up-projections, which its selective recompute runs again (empty without MLA)."""
+        return [(i, o) for i, o, s in self.attn_matrices() if s == "col"] if self.mla else []
+
     def tp_replicated_params(self) -> int:
         """Parameters of one layer that every tensor-parallel rank holds whole: MLA's down-projections
         and latent norms (0 without MLA; norms elsewhere are counted as split, as before)."""
