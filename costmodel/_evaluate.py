@@ -1458,6 +1458,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     n = sv.layers.astype(np.float64)
     on = sv.w > 0
     every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
+    real = every or bool(np.all(sv.comp))  # every column a stage (comp: a weight-0 column repeats one): maxima unmasked
     wt = None if every and not np.any(sv.comp) else sv.w.astype(np.float64)  # None: weights all 1
     weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
     first, last = j == 0, j == p - 1
@@ -1641,7 +1642,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
-    bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
+    bot_flat = _first_max(X if real else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(inv_t), at(first), at(last)  # its configuration (a split stage's slower pool's)
@@ -1667,7 +1668,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     on_f = None if every else on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
-    row_max = lambda a: np.max(a if every else a * on_f, axis=0)  # noqa: E731  (a >= 0)
+    row_max = lambda a: np.max(a if real else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
 
     def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
@@ -1703,7 +1704,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         state = mem["state"]
     tot = state + mem["activations"] + mem["buffers"]
-    tot = tot if every else np.where(on, tot, -np.inf)
+    tot = tot if real else np.where(on, tot, -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 

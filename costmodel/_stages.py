@@ -101,14 +101,15 @@ def _rows(c, m) -> dict:
 def moe_stages_alike(model: Transformer, p):
     """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
     representative stages assume): pp <= 3, or the dense layers all on stage 0 and
-    moe_layer_freq dividing the layers per stage."""
+    moe_layer_freq dividing the layers per stage; and pipelines whose depth does not divide the
+    layers (infeasible rows, pp_not_divide_layers, priced on three representative stages)."""
     p = np.asarray(p)
     if model.dense_layers == 0 and model.moe_layer_freq == 1:  # every layer an MoE layer: any stages alike
         return np.ones(p.shape, dtype=bool)
     lookup = p.size > 64 and 0 < p.min() and p.max() <= 4096  # one entry per pipeline depth: integer divisions are slow
     q = np.arange(1, int(p.max()) + 1) if lookup else p
     n = model.layers // q
-    alike = (q <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    alike = (q <= 3) | (n * q != model.layers) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
     return alike[p - 1] if lookup else alike
 
 
