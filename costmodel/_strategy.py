@@ -319,7 +319,11 @@ class StrategyTable:
 
     @property
     def num_gpus(self) -> np.ndarray:
-        return self["dp"] * self["tp"] * self["pp"] * self["cp"]
+        """(N,) GPUs of each row: dp tp pp cp, or with placements dp tp cp summed over its stages."""
+        if not self.placed:
+            return self["dp"] * self["tp"] * self["pp"] * self["cp"]
+        on = np.arange(self.num_stages)[None, :] < self["pp"][:, None]
+        return np.sum(self.stages["dp"] * self.stages["tp"] * on, axis=1) * self["cp"]
 
     def take(self, idx) -> StrategyTable:
         num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)

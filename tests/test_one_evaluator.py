@@ -91,3 +91,23 @@ def test_fast_network_group_across_nodes_waits_for_the_node_link():
     ta, tb = evaluate(model, a, t)["tp_comm_s"][0], evaluate(model, b, t)["tp_comm_s"][0]
     assert ta > tb  # the network's larger latency on top of the same bandwidth
     assert ta == pytest.approx(tb, rel=0.05)  # and not the 5x faster network's bandwidth
+
+
+def test_one_table_absent_stage_columns_take_the_row_value():
+    """A per-stage column left out of the one table is the row's value on every stage: placements
+    from row dp and tp are those given per stage (pool 0, tp-inner, no split), price the same, and
+    rows without placements keep their row form; concat fills a missing stage_recompute with the
+    row's recompute."""
+    model, cl = model_preset("megatron-22b"), make_cluster("a100", 64)
+    kw = dict(stage_layers=[[24, 24]], microbatches=16, global_batch=64, recompute="full")
+    a = StrategyTable.from_columns(dp=4, tp=8, **kw)
+    b = StrategyTable.from_columns(stage_pool=[[0, 0]], stage_dp=[[4, 4]], stage_tp=[[8, 8]], stage_order=[[0, 0]],
+                                   stage_dp2=[[0, 0]], **kw)
+    assert a.placed and a.row(0) == b.row(0) and int(a.num_gpus[0]) == 64
+    _same(evaluate(model, cl, a), evaluate(model, cl, b))
+    h = StrategyTable.from_columns(dp=4, tp=8, pp=2, micro_batch=1, global_batch=64, recompute="full")
+    assert not h.placed and "stages" not in h.row(0) and h.as_placements(model.layers).row(0) == a.row(0)
+    _same(evaluate(model, cl, h), evaluate(model, cl, a))
+    rc = StrategyTable.from_columns(dp=4, tp=8, pp=2, global_batch=64, stage_recompute=[["none", "full"]])
+    both = StrategyTable.concat([h, rc])
+    assert [both.row(i)["stage_recompute"] for i in (0, 1)] == [["full", "full"], ["none", "full"]]
