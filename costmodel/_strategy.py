@@ -29,8 +29,9 @@ Per-stage columns (``stages``, keys without the ``stage_`` of from_columns' argu
 Placements (``placed``: a table with ``microbatches``). Stages may run on different pools with
 their own degrees; the row columns are then pp, microbatches (m, the same for every stage),
 global_batch, cp, vpp, zero_stage, ep, etp and the coded and boolean columns (no dp, tp or
-micro_batch: they are per stage), and every one of these per-stage columns is present (those
-not given take the row's dp / tp, or pool 0, tp-inner and no split):
+micro_batch: they are per stage); stage_layers and global_batch must be given, and every one
+of these per-stage columns is present (those not given take the row's dp / tp, or pool 0,
+tp-inner and no split):
     stage_pool                index into HeteroCluster.pools
     stage_dp, stage_tp        the stage's own data- and tensor-parallel degrees
     stage_order               rank order inside the stage's GPUs: 0 = Megatron's (tp innermost,
