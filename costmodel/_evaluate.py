@@ -876,8 +876,8 @@ def tp_divides(model: Transformer, t):
 
 def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins) under
-    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable or a
-    HeteroTable on a Cluster or a HeteroCluster (costmodel._stages)."""
+    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable, with
+    placements or without, on a Cluster or a HeteroCluster (costmodel._stages)."""
     return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
 
 
@@ -1000,7 +1000,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
              framework: str | Framework | None = None) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
-    ``table``: a StrategyTable (global degrees) or a HeteroTable (per-stage pools and degrees);
+    ``table``: a StrategyTable, with row degrees or with placements (per-stage pools and degrees);
     ``cluster``: a Cluster (one pool) or a HeteroCluster. Pure and vectorised: numpy over the
     rows and their stages (costmodel._stages), in cache-sized blocks of rows; no Python loop
     over strategies. Infeasible rows stay, with feasible=False, a reason code (REASONS) and
@@ -1025,7 +1025,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
+    if order is None and table.placed and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
         dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
@@ -1034,10 +1034,9 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
         if not split.any():
-            table = type(table)(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")},
-                                table.stage_recompute)
+            table = StrategyTable(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")})
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
-    view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
+    view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                               simulate_now=now, framework=fw),
                       microbatches, order, cuts)
@@ -1848,17 +1847,17 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
     index, dp, tp, layers, micro-batch per replica, F / B / W time per micro-batch, busy time per
     iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, micro-batches
     in flight at the peak (from the simulator), memory per GPU and its pool's HBM, and ``active``
-    (the stage exists). Uniform rows of a StrategyTable are expanded to every stage."""
-    if isinstance(table, StrategyTable) and table.stage_layers is None:
+    (the stage exists). Uniform rows without placements are expanded to every stage."""
+    if not table.placed and table.stage_layers is None:
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
-        table = StrategyTable(table.columns, layers, table.stage_recompute)
+        table = StrategyTable(table.columns, {**table.stages, "layers": layers})
     out = _evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
                           stages_out=True, framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 
-# The names the mixed-cluster evaluator had: the one evaluator takes both tables and clusters.
+# Names kept for callers of the mixed-cluster entry points: the one evaluator takes every table and cluster.
 evaluate_hetero = evaluate
 hetero_stage_breakdown = stage_breakdown
 hetero_feasibility = feasibility

@@ -1,11 +1,11 @@
 """HeteroSpace: stage placement on a heterogeneous cluster, a search.SearchSpace whose table()
-is a costmodel.HeteroTable, so the grid, MCMC and TPE searchers drive it as they drive a Space;
+is a costmodel.StrategyTable with placements, so the grid, MCMC and TPE searchers drive it as they drive a Space;
 the driver evaluates it with costmodel.evaluate.
 
 Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
     pool.J, dp.J, tp.J      stage J's pool and degrees
-    order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
+    order.J                 stage J's rank order ("tp-inner" or "tp-across", see StrategyTable)
     pool2.J, dp2.J          (only where dp2 choices are given, on two or more pools) stage J
                             split across pools: dp2 of its dp replicas on pool2 (dp2 = 0: not
                             split; dp2 < dp), its gradient all-reduce over the inter-pool link
@@ -15,7 +15,7 @@ Dimensions, for S = max(pp) stage slots:
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
     ep                      (an MoE model) the expert-parallel degree, a row column folded into
-                            every stage's tp x cp x dp ranks (HeteroTable; ep_invalid where it
+                            every stage's tp x cp x dp ranks (StrategyTable; ep_invalid where it
                             does not divide a stage's); etp stays 1
 Slots J >= pp are ignored (canonically digit 0).
 """
@@ -27,11 +27,10 @@ import functools
 
 import numpy as np
 
-from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_hetero
+from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._evaluate import hetero_feasibility
-from costmodel._hetero_strategy import ORDERS
-from costmodel._strategy import RECOMPUTE, SCHEDULES
+from costmodel._strategy import ORDERS, RECOMPUTE, SCHEDULES
 from search._base import SearchSpace
 from search._space import Dim as _SpaceDim
 from search._space import divisors
@@ -151,7 +150,7 @@ class HeteroSpace(SearchSpace):
 
     @property
     def stage_bound(self) -> tuple[str, ...]:
-        """ep: valid where it divides every stage's tp x cp x dp (HeteroTable), so it depends on
+        """ep: valid where it divides every stage's tp x cp x dp (StrategyTable), so it depends on
         the stages' degrees."""
         return ("ep",) if any(d.name == "ep" for d in self.dims) else ()
 
@@ -188,7 +187,7 @@ class HeteroSpace(SearchSpace):
         layers = np.diff(edges, axis=1)  # (N, S); zero past pp, negative where cuts cross
         return np.where(np.arange(S)[None, :] < p[:, None], layers, 0)
 
-    def table(self, digits) -> HeteroTable:
+    def table(self, digits) -> StrategyTable:
         digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
         S = self.num_slots
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
@@ -213,9 +212,8 @@ class HeteroSpace(SearchSpace):
         glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
             digits[:, self._col("recompute")]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
-        return HeteroTable.from_columns(pool=per["pool"], dp=per["dp"], tp=per["tp"], order=per["order"],
-                                        pool2=per.get("pool2"), dp2=per.get("dp2"), layers=np.maximum(layers, 0), pp=p,
-                                        global_batch=self.fixed["global_batch"], **glob)
+        return StrategyTable.from_columns(stage_layers=np.maximum(layers, 0), pp=p, global_batch=self.fixed["global_batch"],
+                                          **{f"stage_{k}": v for k, v in per.items()}, **glob)
 
     def valid(self, digits) -> np.ndarray:
         """The space's constraints (everything but memory): stages of >= 1 layer, pools not
