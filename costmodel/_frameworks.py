@@ -58,7 +58,8 @@ Pricing rules the fields drive (costmodel._evaluate):
                           ELEM_TF_PER_LAYER), per element of: the norms' input (T h, split like
                           the norms), Q and K ((q + hk) / t, for RoPE), the MLP's intermediate (f / t);
                           priced at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again
-                          where recompute repeats the element-wise work; zeros: fused or compiled
+                          where recompute repeats the element-wise work; zeros: fused or compiled.
+                          Dense layers only (an MoE layer's element-wise work is priced as fused)
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
