@@ -254,6 +254,22 @@ def test_cluster_file_round_trip_and_errors():
         assert e.value.argument == field, (data, e.value.argument)
 
 
+def test_pools_joined_by_plus():
+    """a100x32+h100x64: a pool per part, 4 and 8 DGX nodes, the A100 side's 200 Gb/s NICs (25 GB/s
+    per GPU) bounding the link between them; the named preset is the same cluster; a bad part is
+    one line naming --cluster, exit 2."""
+    hc = hetero_preset("a100x32+h100x64")
+    assert [(p.name, p.nodes, p.gpus_per_node) for p in hc.pools] == [("a100", 4, 8), ("h100", 8, 8)]
+    assert hc.link_Bps[0][1] == 25e9
+    assert [p.name for p in hetero_preset("h100x8+h100x16").pools] == ["h100", "h100-2"]
+    assert hetero_to_mapping(hetero_preset("A100x64+h100x64")) == hetero_to_mapping(hetero_preset("a100x64+h100x64"))
+    with pytest.raises(InputError) as e:
+        hetero_preset("a100x32+z100x8")
+    assert e.value.argument == "cluster" and e.value.got == "z100x8"
+    out = _cli("rank", "--model", "gpt3-175b", "--cluster", "a100x32+z100x8")
+    assert out.returncode == 2 and "--cluster" in out.stderr and "z100x8" in out.stderr
+
+
 def test_pool_oversubscribed_and_memory_per_pool():
     """Two stages of 64 GPUs on a 64-GPU pool is refused; a stage that fits an H200's 141 GB
     but not an H100's 80 GB is out of memory only on the H100 pool."""
