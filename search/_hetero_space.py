@@ -29,8 +29,8 @@ import numpy as np
 
 from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._evaluate import hetero_feasibility
-from costmodel._strategy import ORDERS, RECOMPUTE, SCHEDULES
+from costmodel._evaluate import feasibility
+from costmodel._strategy import ORDERS, dimension_values
 from search._base import SearchSpace
 from search._space import Dim as _SpaceDim
 from search._space import divisors
@@ -82,7 +82,7 @@ class HeteroSpace(SearchSpace):
         no split dims; None: 0 and every dp choice below the largest. Ignored on one pool.
         ``ep``: expert-parallel degrees; None: an MoE model's divisors of its experts up to the
         largest pool's GPUs (an ep group lives inside one stage on one pool), (1,) for a dense one.
-        An MoE model's stages are not split (dp2 choices refused: evaluate_hetero does not price
+        An MoE model's stages are not split (dp2 choices refused: costmodel.evaluate does not price
         expert groups across pools)."""
         hc = as_hetero(cluster)
         if ep is None:
@@ -102,13 +102,14 @@ class HeteroSpace(SearchSpace):
         if model.is_moe and tuple(dp2) != (0,):
             raise InputError("dp2", "0 for an MoE model (stages split across pools are not priced with experts)",
                              list(dp2))
-        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):
-            if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
-                raise InputError(name, "a non-empty list of integers >= 1", list(vals))
+        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp),
+                           ("recompute", recompute), ("zero_stage", zero_stage), ("sequence_parallel", sequence_parallel)):
+            if not len(vals):
+                raise InputError(name, "a non-empty list of choices", list(vals))
+            dimension_values(name, vals)  # the one table of each dimension's values (DIMENSION_VALUES)
         if max(pp) > model.layers:
             raise InputError("pp", f"at most layers={model.layers}", max(pp))
-        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("recompute", recompute, RECOMPUTE),
-                                    ("order", order, ORDERS)):
+        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("order", order, ORDERS)):
             for v in vals:
                 if v not in allowed:
                     raise InputError(name, "among " + ", ".join(allowed), v)
@@ -207,10 +208,8 @@ class HeteroSpace(SearchSpace):
             per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
         glob = {name: self._values(digits, name) for name in self._global_dims}
-        glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[
-            digits[:, self._col("schedule")]]
-        glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
-            digits[:, self._col("recompute")]]
+        for name in ("schedule", "recompute"):  # readable choices -> the table's codes
+            glob[name] = dimension_values(name, self.dims[self._col(name)].choices)[digits[:, self._col(name)]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
         return StrategyTable.from_columns(stage_layers=np.maximum(layers, 0), pp=p, global_batch=self.fixed["global_batch"],
                                           **{f"stage_{k}": v for k, v in per.items()}, **glob)
@@ -222,7 +221,7 @@ class HeteroSpace(SearchSpace):
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
         layers = self._layers(digits, p)
         ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
-        reason = hetero_feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
+        reason = feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
         ok = ok_layers & (reason == 0)
         if self.has_split:  # a split keeps at least one replica on the stage's own pool
             S = self.num_slots
@@ -291,8 +290,8 @@ class HeteroSpace(SearchSpace):
         proportion to their GPUs, uniform layers, the most data parallelism that fits) and
         "speed_weighted" (the same placement with layers in proportion to each stage's
         GPUs x peak FLOP/s). Over pp, micro-batches, recompute and ZeRO choices, the one with
-        the highest throughput (evaluate_hetero, closed forms), else the least memory."""
-        from costmodel import evaluate_hetero
+        the highest throughput (costmodel.evaluate, closed forms), else the least memory."""
+        from costmodel import evaluate
 
         out = {}
         for name, weighted in (("megatron", False), ("speed_weighted", True)):
@@ -314,7 +313,7 @@ class HeteroSpace(SearchSpace):
             allc = allc[self.valid(allc)]
             if not len(allc):
                 continue
-            met = evaluate_hetero(self.model, self.cluster, self.table(allc), framework=self.framework)
+            met = evaluate(self.model, self.cluster, self.table(allc), framework=self.framework)
             score = np.where(met["feasible"], met["tokens_per_s"], -met["mem_total_bytes"] / 1e18)
             out[name] = allc[int(np.argmax(score))]
         return out

@@ -1,6 +1,6 @@
 """Results as Parquet: StrategyTable + Metrics -> one Arrow table -> one part file.
 
-Schema (README, "Parquet results"): the strategy columns with readable values (the schedule
+Schema (README, "Results (Parquet schema)"): the strategy columns with readable values (the schedule
 as its name), stage_layers / stage_recompute as lists, null when the row's stages are
 uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
@@ -37,10 +37,10 @@ def part_name(study: int, index: int) -> str:
     return f"part-{study:02d}-{index:06d}.parquet"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
-# Heterogeneous runs (a search over search.HeteroSpace) add one list per row of each stage's
-# pool (name), dp, tp, rank order, and second pool / replicas there (a stage split across two
-# pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they differ
-# per stage) and stage_layers is always given.
+# Runs over search.HeteroSpace (sweep or search on a cluster with pools) add one list per row of
+# each stage's pool (name), dp, tp, rank order, and second pool / replicas there (a stage split
+# across two pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they
+# differ per stage); stage_layers and stage_recompute are null where uniform, as on one pool.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
 
