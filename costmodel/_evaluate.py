@@ -909,7 +909,8 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * (tc := t * c))),
                                                               (in_range(sv.pool2), weigh(sv.dp2 * tc))]
         total = sum(np.sum(g, axis=0) for _, g in parts)
-        on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
+        on_pool = [sum(np.sum(g * (x if P == 2 else x == y), axis=0) for x, g in parts)  # (pools < P: x == 1 is x)
+                   for y in range(1, P)]
         per_pool = [total - sum(on_pool), *on_pool]
         used = np.stack(per_pool, axis=1)
     if P == 1:
@@ -1488,7 +1489,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     rep2, inv2 = dense if dense is not None else distinct_rows(*kf)
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src % N]  # noqa: E731
+    src_row = src % N  # (once: U reads row columns at it a dozen times)
+    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src_row]  # noqa: E731
     full, sel = rc == 2, rc == 1
     if dense is not None:  # a configuration's pool and replicas there: its first entry's, on the second pool past ne
         second = rep2 >= ne
@@ -1568,10 +1570,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
         Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                            plus_edges(inv2[ne:], sub(first), sub(last)))
-        slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
+        Fa, Ba, Wa, ia = sub(F), sub(Bk), sub(W), sub(inv)  # (the first pool's, each taken once)
+        slower = Fb + Bb + Wb > Fa + Ba + Wa
         inv_t = inv.copy()
-        for x, y in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
-            x.reshape(-1)[ks] = np.where(slower, y, sub(x))
+        for x, a, b in ((F, Fa, Fb), (Bk, Ba, Bb), (W, Wa, Wb), (inv_t, ia, inv2[ne:])):
+            x.reshape(-1)[ks] = np.where(slower, b, a)
     X = F + Bk + W
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
@@ -1720,8 +1723,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         part_bw, part_lat = link(dp_stride(kr_u, t_u), dp_size(kr_u, t_u))
         # per distinct pair of the split stages' configurations (ia, ib), a few thousand, then each split stage's:
         # (ia, second pool) sets ib (ia holds the key less the pool, and its replicas there the rest of dp)
-        ia = np.take(inv2[:ne], ks)
-        pairs, inv_p = distinct_rows(ia, pool_ks)
+        pairs, inv_p = distinct_rows(ia, pool_ks)  # (ia: each split stage's first-pool configuration, above)
         ia_p, ib_p = ia[pairs], inv2[ne:][pairs]
         xa, xb = pool_u[ia_p], pool_u[ib_p]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
