@@ -21,7 +21,7 @@ import numpy as np
 from cli._cmd_bench import bench_table
 from cli._cmd_rank import default_space
 from costmodel import (
-    HeteroTable,
+    StrategyTable,
     evaluate,
     evaluate_hetero,
     format_stage_rows,
@@ -61,7 +61,7 @@ def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=(0,)):
         keep = np.argsort(-m["tokens_per_s"])[:4]
         tables.append(t.take(keep))
         scores.append(m["tokens_per_s"][keep])
-    cand = HeteroTable.concat(tables)
+    cand = StrategyTable.concat(tables)
     top = np.argsort(-np.concatenate(scores))[:40]
     cand = cand.take(top)
     exact = evaluate_hetero(model, hc, cand, pipeline="simulate")
@@ -94,7 +94,7 @@ def margins(budget: int, chains: int, seed: int, vpp=(1,), dp2=(0,)) -> None:
 
 def speed(rows: int, repeats: int = 5, clock=time.perf_counter) -> None:
     """Strategies/s in one run: the homogeneous bench rows (`plansweep bench`'s space), the
-    same rows as single-pool HeteroTables, and uniformly random digits of a placement space on
+    same rows as single-pool placements, and uniformly random digits of a placement space on
     a100x64+h100x64, with its split dims (about a quarter of the stages split) and without
     them (a search's default: --dp2 is opt-in)."""
     model = model_preset("gpt3-175b")
@@ -102,7 +102,7 @@ def speed(rows: int, repeats: int = 5, clock=time.perf_counter) -> None:
 
     cluster = cluster_preset("h100x1024")
     table = bench_table(rows)
-    same = HeteroTable.from_homogeneous(table, model.layers)
+    same = table.as_placements(model.layers)
     hc = hetero_preset("a100x64+h100x64")
 
     def random_placements(**split):

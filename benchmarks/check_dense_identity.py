@@ -13,7 +13,7 @@ With ``--moe`` the MoE rows instead (the base must price ep): the bench rows of 
 Mixtral 8x7B and Qwen3-30B-A3B (cli._cmd_bench.bench_table with their ep column), and random
 rows with ep / etp (tests/test_reference.random_table, tests/test_moe_pricing.with_ep), uniform and
 uneven stages, closed forms and the simulator, as StrategyTables and as placements
-(HeteroTable.from_homogeneous), and memory_screen on DeepSeek-V3's.
+(StrategyTable.as_placements), and memory_screen on DeepSeek-V3's.
 
     python3 benchmarks/check_dense_identity.py --base /tmp/base [--bench-rows 1000000] [--moe]
 """
@@ -93,9 +93,10 @@ def build(kind, model, cluster):
 
     table = with_ep(table, rng, model.experts)
     if kind[0].endswith("-het"):
-        from costmodel._hetero_strategy import HeteroTable
+        sys.path.insert(0, os.path.join(HERE, "benchmarks"))
+        from check_one_evaluator import as_placements
 
-        return HeteroTable.from_homogeneous(table, model.layers)
+        return as_placements(table, model.layers)
     return table
 
 

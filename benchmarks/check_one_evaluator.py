@@ -16,7 +16,7 @@ Cases (closed forms and pipeline="simulate" for each):
   <preset>     tests.test_reference.random_table (4,000 rows uniform, 4,000 uneven with
                per-stage recompute) for llama3-70b on dgx-a100-1024, megatron-530b on
                selene-3072, seed000-mlp on seed000-16
-  one-pool     the uniform and uneven preset rows as single-pool HeteroTables
+  one-pool     the uniform and uneven preset rows as single-pool placements (as_placements)
   stages       the per-stage breakdowns (stage_breakdown, hetero_stage_breakdown) of 200 rows, on the
                stages that exist (``active``; the values past pp are presentation)
 """
@@ -47,11 +47,20 @@ def _placements(model, hc, rows, split):
     return space.table(d)
 
 
+def as_placements(table, layers):
+    """The rows as single-pool placements, in this tree or in one with a separate HeteroTable."""
+    try:
+        from costmodel import HeteroTable
+    except ImportError:
+        return table.as_placements(layers)
+    return HeteroTable.from_homogeneous(table, layers)
+
+
 def dump(path: str) -> None:
     """Compute every case with the checkout on sys.path and save it to ``path``."""
     import costmodel
     from cli._cmd_bench import bench_table
-    from costmodel import HeteroTable, cluster_preset, evaluate, evaluate_hetero, hetero_preset, model_preset
+    from costmodel import cluster_preset, evaluate, evaluate_hetero, hetero_preset, model_preset
     from costmodel._evaluate import stage_breakdown
     from search import exact_space
     from tests.test_reference import random_table
@@ -87,7 +96,7 @@ def dump(path: str) -> None:
             table = random_table(model, np.random.default_rng(7 + uneven), 4000, uneven)
             key = f"{name}-{'uneven' if uneven else 'uniform'}"
             ok = np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0)
-            one = HeteroTable.from_homogeneous(table.take(ok), model.layers)
+            one = as_placements(table.take(ok), model.layers)
             for mode in MODES:
                 run(f"{key}/{mode}", evaluate, model, cluster, table, pipeline=mode)
                 run(f"{key}-one-pool/{mode}", evaluate_hetero, model, cluster, one, pipeline=mode)

@@ -20,7 +20,7 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown
-from costmodel._hetero_strategy import hetero_from_mapping
+from costmodel._strategy import hetero_from_mapping
 from costmodel._strategy import DEFAULT_GLOBAL_BATCH
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
@@ -246,7 +246,7 @@ HETERO_REASONS = {
 
 def run_hetero(args, model, cluster, data) -> int:
     """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
-    from costmodel._evaluate import evaluate_hetero, format_stage_rows, stage_rows
+    from costmodel._evaluate import format_stage_rows, stage_rows
 
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
@@ -254,7 +254,7 @@ def run_hetero(args, model, cluster, data) -> int:
     _with_flags(args, data, model, skip=("dp", "tp", "pp", "micro_batch"))  # per stage in the file
     names = [p.name for p in cluster.pools]
     table = hetero_from_mapping(data, names)
-    metrics = evaluate_hetero(model, cluster, table, pipeline="simulate", framework=args.framework)
+    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=args.framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))

@@ -6,7 +6,7 @@
 On a heterogeneous cluster (a preset of costmodel.hetero_names() or a file with ``pools``) the
 grid and the searchers run over search.HeteroSpace (per stage: pool, dp, tp, rank order, layers; globally:
 pp, micro-batches, schedule, recompute, ZeRO, SP, and ep for an MoE model) and the driver evaluates with
-costmodel.evaluate (a StrategyTable or a HeteroTable). This module builds that space from
+costmodel.evaluate (a StrategyTable with placements). This module builds that space from
 the space flags.
 """
 

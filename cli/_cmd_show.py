@@ -143,7 +143,7 @@ def stage_breakdown(view: RunView, row: dict) -> list[dict] | None:
     if not row.get("stage_pool") or "pools" not in view.cluster or not view.model:
         return None
     from costmodel import hetero_from_mapping, stage_rows
-    from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_mapping
+    from costmodel._strategy import hetero_from_mapping as strategy_from_mapping
     from sweep._results import hetero_row_strategy
     from sweep._rundir import model_from_dict
 

@@ -78,8 +78,11 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
         else:
             data.setdefault("name", Path(path).stem)
             cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, path)
-    elif word.lower() in hetero_names():
-        cluster = hetero_preset(word)
+    elif word.lower() in hetero_names() or "+" in word:
+        try:
+            cluster = hetero_preset(word)
+        except InputError as exc:
+            raise InputError("--cluster", exc.expected, exc.got) from None
     else:
         try:
             cluster = cluster_preset(word)

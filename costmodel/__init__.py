@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         make_hetero,
         make_pool,
     )
-    from costmodel._hetero_strategy import HeteroTable
     from costmodel._linear import (
         H100_SXM5_SEED001,
         LinearDevice,
@@ -83,7 +82,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "HeteroCluster", "Pool", "as_hetero", "hetero_from_mapping", "hetero_names",
         "hetero_preset", "hetero_to_mapping", "make_hetero", "make_pool"
     ),
-    "costmodel._hetero_strategy": ("HeteroTable",),
     "costmodel._linear": ("H100_SXM5_SEED001", "LinearDevice", "linear_end_of_batch_s", "linear_fwd_bwd_s"),
     "costmodel._memory": ("memory_screen",),
     "costmodel._model_files": ("from_calculon", "from_hf_config", "model_from_mapping"),
@@ -105,7 +103,7 @@ __all__ = [
     "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
     "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
     "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
-    "HeteroCluster", "HeteroTable", "Pool", "as_hetero", "evaluate_hetero",
+    "HeteroCluster", "Pool", "as_hetero", "evaluate_hetero",
     "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
     "model_from_mapping", "FailureModel", "goodput", "plan_goodput", "memory_screen",

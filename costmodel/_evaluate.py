@@ -260,7 +260,8 @@ def tier(span, cluster: Cluster, gpu, *, one_group: bool = False):
 
 def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
                 tp_link=None, cp_link=None, peak16=None, attn_eff=None):
-    """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays.
+    """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays (attn_gemm: the attention
+    projections' part of gemm).
 
     ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
     ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
@@ -278,7 +279,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     split = np.where(sp, t, 1)  # element-wise work is split across tp only under SP
     if model.kind == "mlp":
         gemm = gemm_s(T, h / t, h, peak, gpu)
-        attn = np.zeros_like(gemm)
+        attn = attn_gemm = np.zeros_like(gemm)
         elem = hbm_s(ACT_BYTES * 2.0 * T * h / t, gpu)
         # Megatron-style pairs (column- then row-parallel): one all-reduce per two layers.
         tp_fwd = 0.5 * all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
@@ -288,8 +289,9 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         q = model.core_hidden  # width of Q and of the attention output (h unless head_dim is set; MLA: their mean)
         dh = q / a  # a head's size (MLA: the mean of its query and value sizes)
         mats = model.mlp_matrices
+        attn_gemm = attention_gemm_s(model, T, t, peak, gpu, split)
         gemm = (
-            attention_gemm_s(model, T, t, peak, gpu, split)
+            attn_gemm
             + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
             + gemm_s(T, h, f / t, peak, gpu)  # MLP down
         )
@@ -317,6 +319,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     return {
         "gemm": gemm,
         "attn": attn,
+        "attn_gemm": attn_gemm,
         "elem": elem,
         "overhead": overhead + np.zeros_like(gemm),
         "tp_fwd": tp_fwd,
@@ -449,7 +452,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     split = np.where(sp, t, 1)
     gemm = (
-        attention_gemm_s(model, T, t, peak, gpu, split)
+        (lc["attn_gemm"] if "attn_gemm" in lc else attention_gemm_s(model, T, t, peak, gpu, split))
         + gemm_s(T / t, E, h, peak, gpu)  # router
         + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
     )
@@ -509,6 +512,18 @@ def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):
         return n
     lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
     return moe_layers_in(model, lo, n)
+
+
+def layer_mix(n_d, a, n_m, b, first_only: bool = False):
+    """n_d * a + n_m * b of stages holding n_d dense and n_m MoE layers; ``first_only``: (k, N)
+    stage arrays whose n_d is zero past the first stage row (the dense layers all on stage 0), where
+    n_m * b is one product and n_d * a is added on that row only (the same sums bit for bit:
+    0 * a + x = x)."""
+    if not first_only:
+        return n_d * a + n_m * b
+    out = n_m * b
+    out[0] += n_d[0] * (a[0] if np.ndim(a) == 2 else a)
+    return out
 
 
 def moe_layers_in(model: Transformer, lo, n):
@@ -823,18 +838,26 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b")}
-    out.update(edge, act_L=act_L + zero, score_L=score_L + zero)
+    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
         out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o in model.attn_up_matrices()) + zero
         out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
     if moe is not None:
-        e, u, fw, precision = moe
-        fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
-        ml = moe_layer_costs(model, cluster, lc, t, sp, e, peak, fw.overlap_ep, fw.ep_dispatch_per_node, u,
-                             etp_link, fp8_dispatch)
-        out.update({"moe_" + k: ml[k] + zero for k in MOE_TERMS})
-        out["moe_act_L"] = _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero
+        out.update(moe_shape_terms(model, cluster, out, b, t, c, sp, peak, moe, etp_link))
     return out
+
+
+def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None) -> dict:
+    """The MoE layer's shape terms (moe_<key> of MOE_TERMS, and moe_act_L) from the dense ones ``sh``
+    (shape_terms without ``moe``, at the same shape: T, attn, attn_gemm, overhead); ``moe`` = (ep,
+    etp, framework, precision); ``etp_link`` as shape_terms takes it."""
+    e, u, fw, precision = moe
+    fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
+    ml = moe_layer_costs(model, cluster, {k: sh[k] for k in ("T", "attn", "attn_gemm", "overhead")}, t, sp, e, peak,
+                         fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch)
+    zero = np.zeros_like(sh["T"])
+    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS},
+            "moe_act_L": _act_moe_layer_bytes(model, b, t, c, sp, u)[0] + zero}
 
 
 # ---- the evaluator -------------------------------------------------------------------------
@@ -858,8 +881,8 @@ def tp_divides(model: Transformer, t):
 
 def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarray:
     """Reason code per row for everything but memory (0 = ok; first failing check wins) under
-    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable or a
-    HeteroTable on a Cluster or a HeteroCluster (costmodel._stages)."""
+    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable, with
+    placements or without, on a Cluster or a HeteroCluster (costmodel._stages)."""
     return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
 
 
@@ -989,7 +1012,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
              framework: str | Framework | None = None) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
-    ``table``: a StrategyTable (global degrees) or a HeteroTable (per-stage pools and degrees);
+    ``table``: a StrategyTable, with row degrees or with placements (per-stage pools and degrees);
     ``cluster``: a Cluster (one pool) or a HeteroCluster. Pure and vectorised: numpy over the
     rows and their stages (costmodel._stages), in cache-sized blocks of rows; no Python loop
     over strategies. Infeasible rows stay, with feasible=False, a reason code (REASONS) and
@@ -1014,7 +1037,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is None and not isinstance(table, StrategyTable) and len(table) > BLOCK_ROWS:
+    if order is None and table.placed and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
         dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
@@ -1024,10 +1047,9 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
         depths = (key[order[np.r_[0, cuts]]] // 2).tolist()
         if not split.any():
-            table = type(table)(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")},
-                                table.stage_recompute)
+            table = StrategyTable(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")})
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
-    view = moe_block_view if isinstance(table, StrategyTable) else lambda model, sub, now: stage_view(model, sub)
+    view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                               simulate_now=now, framework=fw),
                       microbatches, order, cuts, depths)
@@ -1142,7 +1164,7 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q))
     # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
     # where they are exposed, the rest of the idle time as bubble.
-    busy = m[q] * X_max[q]
+    busy = m[q] * (F_b[q] + B_b[q] + W_b[q])  # (the simulator's stages: F, B, W)
     pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
     pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
     fill[q] = total - busy - pp_comm[q]
@@ -1255,7 +1277,14 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     layer) and communicates again (sel_tp); the same with a moe_ prefix for an MoE layer, whose
     experts keep their inputs in 16 bits and take the attention-core policy (fp8 expert inputs
     and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
-    columns of the rows ``terms`` were computed for."""
+    columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
+    adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at."""
+    if any(fw.eager_elem_bytes) and model.kind != "mlp":
+        T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
+        fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+        eh, eqk, ef = fw.eager_elem_bytes
+        extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
+        terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused)}
     act, score = terms["act_L"], terms["score_L"]
     moe_act = terms.get("moe_act_L")
     if fw.fused_attention:
@@ -1339,10 +1368,10 @@ MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
 def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
-               row_max, to_stage, edges=None) -> dict:
+               row_max, to_stage, edges=None, first_only: bool = False, n=None) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
-    layers; the MoE layers' routed experts (E / ep per
+    layers (``n``: their sum, where the caller has it); the MoE layers' routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
     layer type (``acts``: layer_activations); the all-to-all buffers (the routed copies sent and
@@ -1353,10 +1382,11 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
     (dense_params, expert_params) per stage, and per row params_max, dense_max and expert_max: the
     largest stage's parameters per GPU, of both kinds and each. ``edges`` (plus_edges of an untied model's
     block, with ``sh``'s emb_act and head_act per configuration): the embedding's and
-    the head's terms added on the first and last stages only (the same sums)."""
+    the head's terms added on the first and last stages only (the same sums); ``first_only``:
+    n_d is zero past the first stage row (layer_mix)."""
     all_moe = model.moe_layers == model.layers
-    layers_p = n_m * model.moe_layer_dense_params() if all_moe else (
-        n_d * model.layer_params() + n_m * model.moe_layer_dense_params())
+    layers_p = n_m * model.moe_layer_dense_params() if all_moe else layer_mix(
+        n_d, model.layer_params(), n_m, model.moe_layer_dense_params(), first_only)
     if edges is not None:
         dense_p = edges(layers_p, model.embedding_params(), model.head_params()) / t  # per GPU
     else:
@@ -1364,7 +1394,8 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
                                         else 0)
         dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t
     if model.mla:  # its down-projections whole on every tensor-parallel rank
-        dense_p = dense_p + (n_m if all_moe else n_d + n_m) * model.tp_replicated_params() * (1 - 1 / t)
+        n_all = n_m if all_moe else n_d + n_m if n is None else n  # (n = n_d + n_m, exactly)
+        dense_p = dense_p + n_all * model.tp_replicated_params() * (1 - 1 / t)
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
@@ -1373,8 +1404,12 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
         kept, work = n_m * kept_m, work_m
     else:
         kept_d, work_d = acts["kept"], acts["work"]
-        kept = n_d * kept_d + n_m * kept_m
-        work = np.maximum(work_d * (n_d > 0), work_m * (n_m > 0))  # (finite bytes: x 0 or 1, cheaper than where)
+        kept = layer_mix(n_d, kept_d, n_m, kept_m, first_only)
+        if first_only:  # (past the first stage: max(0, x) = x, bytes >= 0)
+            work = work_m * (n_m > 0)
+            work[0] = np.maximum(work_d[0] * (n_d[0] > 0), work[0])
+        else:
+            work = np.maximum(work_d * (n_d > 0), work_m * (n_m > 0))  # (finite bytes: x 0 or 1, cheaper than where)
     if edges is not None:
         act = edges(k * edges(kept, sh["emb_act"], None) + work, None, sh["head_act"])
     else:
@@ -1453,6 +1488,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     n = sv.layers.astype(np.float64)
     on = sv.w > 0
     every = bool(on.all())  # every column a stage of its row (a block of pipelines alike deep): no masks
+    real = every or bool(np.all(sv.comp))  # every column a stage (comp: a weight-0 column repeats one): maxima unmasked
     wt = None if every and not np.any(sv.comp) else sv.w.astype(np.float64)  # None: weights all 1
     weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
     first, last = j == 0, j == p - 1
@@ -1463,7 +1499,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
-    shape_k = [*sv.key, col(c), col(sp), col(prec), *((col(distinct_rows(e_r, u_r)[1]),) if moe else ()), sv.order, t]
+    ep_key = col(distinct_rows(e_r, u_r)[1]) if moe else None
+    shape_k = [*sv.key, col(c), col(sp), col(prec), *((ep_key,) if moe else ()), sv.order, t]
     keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rc]  # (the shape terms': shape_k, pool; ZeRO: memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
@@ -1526,33 +1563,42 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     e_u, u_u = (U(e_r), U(u_r)) if moe else (None, None)
     kernel = ATTENTION_KERNELS.index(fw.attention_kernel)
     peak = pa["peak"][pool_u, prec_u]  # a configuration's FLOP/s (for the GPUs' total peak)
+    pool_gpu = lambda q: types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})  # noqa: E731
 
     def shape_of(ix):
-        """The shape terms (after framework_terms) of configurations ix."""
-        q, tt, cc, dd, tin, pr, spx = pool_u[ix], t_u[ix], c_u[ix], d_u[ix], tp_inner[ix], prec_u[ix], sp_u[ix]
-        gpu = types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})
-        moe_kw, pool_net = {}, None
-        if moe:
-            # The MoE layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the
-            # attention's order; the all-to-alls split their bytes over the configuration's pool's
-            # intra-node link and network (all_to_all_s, on the pool as a cluster of arrays).
-            pool_net = types.SimpleNamespace(gpu=gpu, gpus_per_node=pa["gpus_per_node_int"][q],
-                                             scaleup_Bps=pa["intra_Bps"][q], scaleout_Bps=pa["inter_Bps"][q],
-                                             scaleup_latency_s=pa["intra_latency_s"][q],
-                                             scaleout_latency_s=pa["inter_latency_s"][q])
-            moe_kw = {"moe": (e_u[ix], u_u[ix], fw, pr), "etp_link": link(1, u_u[ix], q)}
+        """The dense layer's shape terms (shape_terms, before framework_terms) of configurations ix."""
+        q, tt, cc, dd, tin, pr = pool_u[ix], t_u[ix], c_u[ix], d_u[ix], tp_inner[ix], prec_u[ix]
         fp8 = pr == PRECISIONS.index("fp8")
         casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
-        return framework_terms(fw, model, shape_terms(model, pool_net, b_u[ix], tt, cc, spx, peak[ix], gpu=gpu,
-                                                      peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
-                                                      attn_eff=pa["attn_eff"][q, kernel], casts=casts,
-                                                      tp_link=link(np.where(tin, 1, dd), tt, q),
-                                                      cp_link=link(np.where(tin, tt, dd * tt), cc, q), **moe_kw),
-                               tt, spx, pr)
+        return shape_terms(model, None, b_u[ix], tt, cc, sp_u[ix], peak[ix], gpu=pool_gpu(q),
+                           peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
+                           attn_eff=pa["attn_eff"][q, kernel], casts=casts, tp_link=link(np.where(tin, 1, dd), tt, q),
+                           cp_link=link(np.where(tin, tt, dd * tt), cc, q))
 
-    # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read)
+    def moe_of(ix, sh):
+        """The MoE layer's shape terms (moe_shape_terms) of configurations ix, ``sh`` their dense ones. The MoE
+        layers fold the stage's ranks into etp x ep x edp, etp innermost, whatever the attention's order; the
+        all-to-alls split their bytes over the configuration's pool's intra-node link and network (all_to_all_s,
+        on the pool as a cluster of arrays)."""
+        q = pool_u[ix]
+        pool_net = types.SimpleNamespace(gpu=pool_gpu(q), gpus_per_node=pa["gpus_per_node_int"][q],
+                                         scaleup_Bps=pa["intra_Bps"][q], scaleout_Bps=pa["inter_Bps"][q],
+                                         scaleup_latency_s=pa["intra_latency_s"][q],
+                                         scaleout_latency_s=pa["inter_latency_s"][q])
+        return moe_shape_terms(model, pool_net, sh, b_u[ix], t_u[ix], c_u[ix], sp_u[ix], peak[ix],
+                               (e_u[ix], u_u[ix], fw, prec_u[ix]), link(1, u_u[ix], q))
+
+    # (once per configuration less recompute, ZeRO and a split stage's replicas, which they do not read; an MoE
+    # model's dense terms once per configuration less ep and etp too)
     first_s, inv_s = distinct_rows(*(U(x) for x in shape_k), pool_u)
-    eu = {key: a[inv_s] for key, a in shape_of(first_s).items()}
+    if moe:
+        first_d, inv_d = distinct_rows(*(U(x)[first_s] for x in shape_k if x is not ep_key), pool_u[first_s])
+        sh = {key: a[inv_d] for key, a in shape_of(first_s[first_d]).items()}
+        sh.update(moe_of(first_s, sh))
+    else:
+        sh = shape_of(first_s)
+    eu = {key: a[inv_s] for key, a in framework_terms(fw, model, sh, t_u[first_s], sp_u[first_s],
+                                                      prec_u[first_s]).items()}
     full_u, sel_u = rc_u == 2, rc_u == 1
     lt = None if all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if moe else None  # (U,) per MoE layer
@@ -1562,6 +1608,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:  # MoE layers of each stage, layers [lo, lo + n)
         n_m = n if all_moe else moe_layers_in(model, sv.lo, sv.layers)
         n_d = n - n_m
+        # (the dense layers all on the first stage row of (k, N) stages: layer_mix adds them there only)
+        dense_first = not all_moe and n_d.shape[0] > 1 and np.shape(n_m) == n_d.shape and not n_d[1:].any()
 
     def times(ix, nn, nd, nm, edges):
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
@@ -1569,14 +1617,25 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             F, Bk, W = (nn * np.take(lt[x], ix) for x in ("F", "B", "W"))
         elif all_moe:
             F, Bk, W = (nn * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
-        else:  # the stage's dense and MoE layers
-            F, Bk, W = (nd * np.take(lt[x], ix) + nm * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
+        else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
+            fo = dense_first and nd is n_d
+            F, Bk, W = (layer_mix(nd, np.take(lt[x], ix[:1] if fo else ix), nm, np.take(lt_m[x], ix), fo)
+                        for x in ("F", "B", "W"))
         return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
 
     # -- stages (k, N) --
     edges = plus_edges(inv, first, last)
-    F, Bk, W = times(inv, n, *((n_d, n_m) if moe else (None, None)), edges)
+    stage_fbw = lambda: times(inv, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     inv_t = inv  # the configuration that sets each stage's time
+    if moe and not stages_out and not (ks is not None and ks.size):
+        # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
+        X = edges(layer_mix(n_d, np.take(lt["F"] + lt["B"] + lt["W"], inv[:1] if dense_first else inv), n_m,
+                            np.take(lt_m["F"] + lt_m["B"] + lt_m["W"], inv), dense_first) if not all_moe
+                  else n * np.take(lt_m["F"] + lt_m["B"] + lt_m["W"], inv),
+                  emb_f + emb_b, 2.0 * head_fb + eu["head_gemm"])
+        F = None
+    else:
+        F, Bk, W = stage_fbw()
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
         sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
         np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
@@ -1587,7 +1646,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         inv_t = inv.copy()
         for x, a, b in ((F, Fa, Fb), (Bk, Ba, Bb), (W, Wa, Wb), (inv_t, ia, inv2[ne:])):
             x.reshape(-1)[ks] = np.where(slower, b, a)
-    X = F + Bk + W
+    if F is not None:
+        X = F + Bk + W
 
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
@@ -1635,17 +1695,20 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
     # -- pipeline: bottleneck stage, fill (closed forms, module docstring), then the simulator --
     # (MoE rows: the first stage within TIE_REL of the slowest, as the scalar reference picks it)
-    bot_flat = _first_max(X if every else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
+    bot_flat = _first_max(X if real else np.where(on, X, -np.inf), tol=moe) * N + np.arange(N)
 
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(inv_t), at(first), at(last)  # its configuration (a split stage's slower pool's)
     F_b, B_b, W_b = times(ub, at(n), *((at(n_d), at(n_m)) if moe else (None, None)), plus_edges(ub, first_b, last_b))
-    X_max = F_b + B_b + W_b  # (its F, B, W and X priced again on (N,): fewer passes than gathering them)
+    # (its F, B, W and X priced again on (N,): fewer passes than gathering them; an MoE row's X summed at once, its
+    # bottleneck's gathered, so that the fill (X_sum - X_max) of a one-stage pipeline is 0)
+    X_max = F_b + B_b + W_b if F is not None else at(X)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
         tc = np.where(j[:kk, q] < p[q], np.broadcast_to(T_C, X.shape)[:kk, q], 0.0)
-        return sv.comp[q], F[:kk, q].T, Bk[:kk, q].T, W[:kk, q].T, tc.T
+        fbw = stage_fbw() if F is None else (F, Bk, W)
+        return sv.comp[q], *(a[:kk, q].T for a in fbw), tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
         sched=sched, p=p, m=m, v=v, X_sum=np.sum(weigh(X), axis=0), X_max=X_max, F_b=F_b, B_b=B_b, W_b=W_b,
@@ -1658,7 +1721,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- memory per GPU, per stage, against its pool's HBM --
     g = d * c  # gradients are reduced over dp x cp (Megatron-LM)
     on_f = None if every else on.astype(np.float64)  # (once: a product with a bool mask casts it each time)
-    row_max = lambda a: np.max(a if every else a * on_f, axis=0)  # noqa: E731  (a >= 0)
+    row_max = lambda a: np.max(a if real else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
 
     def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
@@ -1676,7 +1739,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         mem = moe_memory(model, {"T": np.take(eu["T"], inv[:1] if rows_T else inv), **edge_acts},
                          {x: np.take(a, inv) for x, a in acts.items()},
                          t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
-                         row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None)
+                         row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None,
+                         first_only=not all_moe and dense_first, n=n)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
@@ -1693,7 +1757,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if moe:
         state = mem["state"]
     tot = state + mem["activations"] + mem["buffers"]
-    tot = tot if every else np.where(on, tot, -np.inf)
+    tot = tot if real else np.where(on, tot, -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
     worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
 
@@ -1842,17 +1906,17 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
     index, dp, tp, layers, micro-batch per replica, F / B / W time per micro-batch, busy time per
     iteration (m x (F + B + W)), hand-off to the next stage, data-parallel exchange, micro-batches
     in flight at the peak (from the simulator), memory per GPU and its pool's HBM, and ``active``
-    (the stage exists). Uniform rows of a StrategyTable are expanded to every stage."""
-    if isinstance(table, StrategyTable) and table.stage_layers is None:
+    (the stage exists). Uniform rows without placements are expanded to every stage."""
+    if not table.placed and table.stage_layers is None:
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
-        table = StrategyTable(table.columns, layers, table.stage_recompute)
+        table = StrategyTable(table.columns, {**table.stages, "layers": layers})
     out = _evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
                           stages_out=True, framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 
-# The names the mixed-cluster evaluator had: the one evaluator takes both tables and clusters.
+# Names kept for callers of the mixed-cluster entry points: the one evaluator takes every table and cluster.
 evaluate_hetero = evaluate
 hetero_stage_breakdown = stage_breakdown
 hetero_feasibility = feasibility

@@ -53,6 +53,13 @@ Pricing rules the fields drive (costmodel._evaluate):
                           element of its output gradient, per weight element (backward); zeros where
                           the casts are fused into the norms and activations (Transformer Engine)
                           or not known
+    eager_elem_bytes      extra HBM bytes per layer forward that eager (uncompiled) element-wise code
+                          moves beyond the fused kernels the model counts (ELEM_TH_PER_LAYER and
+                          ELEM_TF_PER_LAYER), per element of: the norms' input (T h, split like
+                          the norms), Q and K ((q + hk) / t, for RoPE), the MLP's intermediate (f / t);
+                          priced at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again
+                          where recompute repeats the element-wise work; zeros: fused or compiled.
+                          Dense layers only (an MoE layer's element-wise work is priced as fused)
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
@@ -95,6 +102,7 @@ class Framework:
     fp8_dispatch: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 _MEGATRON_CORE = Framework(
@@ -223,9 +231,24 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "any layer)"),
     ),
 )}
+FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
+    FRAMEWORKS["fsdp2"], name="fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0),
+    what="torchtitan without torch.compile (FSDP2 as the fsdp2 profile): its model code's norms, RoPE and "
+         "SwiGLU run as eager PyTorch ops, each reading and writing HBM",
+    sources=("torchtitan torchtitan/models/norms.py (commit 9dec370) RMSNorm.forward: x.float() (read 2, write 4 "
+             "bytes an element), pow(2) (4, 4), mean (4), x * rsqrt (4, 4), type_as (4, 2), * weight (2, 2): 36 "
+             "bytes where a fused norm moves 4, so 32 more for each of a block's two norms (64 per element of T h)",
+             "torchtitan torchtitan/models/llama/model.py (9dec370) apply_rotary_emb: xq.float() (2, 4), the complex "
+             "product (4, 4), type_as (4, 2): 20 bytes an element of Q and of K, which the model otherwise does not "
+             "count; FeedForward: F.silu(w1(x)) (2, 2) * w3(x) (2 + 2, 2): 10 bytes an element of the intermediate "
+             "where the fused SwiGLU counted moves 6 (4 more)",
+             "torchtitan torchtitan/parallelisms/parallelize_llama.py (9dec370): torch.compile per TransformerBlock "
+             "only when training.compile is set (train_configs/llama3_8b.toml: compile = false)",
+             "the fsdp2 profile's sources"),
+)
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
-    "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "fsdp": "fsdp2", "llm-foundry": "fsdp2",
+    "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2", "llm-foundry": "fsdp2",
 }
 DEFAULT_FRAMEWORK = "generic"
 

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from costmodel._errors import InputError
-from costmodel._hardware import GPU, Cluster, gpu_preset
+from costmodel._hardware import GPU, Cluster, cluster_preset, gpu_preset
 
 _GB = 1e9
 _US = 1e-6
@@ -280,11 +280,28 @@ HETERO_PRESETS = {
 
 
 def hetero_names() -> list[str]:
-    return list(HETERO_PRESETS)
+    return [*HETERO_PRESETS, "<gpu>x<N>+<gpu>x<N>[+...]"]
 
 
 def hetero_preset(name: str) -> HeteroCluster:
+    """A named mixed cluster (HETERO_PRESETS), or pools written as homogeneous clusters joined by
+    "+" (a100x32+h100x64: each part a cluster preset, as costmodel.cluster_preset reads it, its
+    pool named after its GPU; the links between pools the slower side's NICs, as make_hetero)."""
     key = name.lower()
-    if key not in HETERO_PRESETS:
-        raise InputError("cluster", "one of " + ", ".join(HETERO_PRESETS), name)
-    return HETERO_PRESETS[key]()
+    if key in HETERO_PRESETS:
+        return HETERO_PRESETS[key]()
+    if "+" not in key:
+        raise InputError("cluster", "one of " + ", ".join(hetero_names()), name)
+    pools, names = [], []
+    for part in key.split("+"):
+        try:
+            c = cluster_preset(part)
+        except InputError as exc:
+            raise InputError("cluster", f"pools joined by + ({exc.expected})", part) from None
+        pool_name = part.rsplit("x", 1)[0] if "x" in part else part
+        names.append(pool_name)
+        pool_name = pool_name if names.count(pool_name) == 1 else f"{pool_name}-{names.count(pool_name)}"
+        pools.append(Pool(name=pool_name, gpu=c.gpu, nodes=c.nodes, gpus_per_node=c.gpus_per_node,
+                          intra_Bps=c.scaleup_Bps, inter_Bps=c.scaleout_Bps, intra_latency_s=c.scaleup_latency_s,
+                          inter_latency_s=c.scaleout_latency_s))
+    return make_hetero(pools, name=key)

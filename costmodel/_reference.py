@@ -288,6 +288,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
         elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
+        eh, eqk, ef = fw.eager_elem_bytes  # eager element-wise code's extra bytes (0 where fused or compiled)
+        elem += _hbm(gpu, eh * T * h / ew_div + eqk * T * (model.q_hidden + model.kv_hidden) / tp + ef * T * f / tp)
         tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
         if cp > 1:
             cp_bw, cp_lat = _link(cluster, tp * cp)

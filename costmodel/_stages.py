@@ -7,18 +7,18 @@ them as (k, N) arrays, k stage columns of N strategies (stage-major: sums and ma
 row's stages reduce over the first axis, which numpy does at the speed of an element-wise
 operation, where an (N, k) layout costs ten to thirty times as much for k of 3 to 16), and the
 row columns as (N,) arrays. Stage values that are the same on every stage of a row (a
-StrategyTable's dp, tp, pool) are (1, N) and broadcast, so the block computes them once per row.
+table's row dp, tp, pool 0) are (1, N) and broadcast, so the block computes them once per row.
 
-Two tables give views:
-    StrategyTable (global dp, tp, micro-batch): uniform rows as three representative stages,
-        first, one interior (weight pp - 2) and last (``comp``); explicit stage_layers as every
-        stage; one pool, Megatron's rank order.
-    HeteroTable (per-stage pool, dp, tp, layers, order, pool2 / dp2; micro-batches global):
-        every stage, padded past pp (pool 0, dp 1, tp 1, no layers; weight 0); a block whose
-        rows' stages are all alike as three representatives.
+Two kinds of StrategyTable rows give views:
+    without placements (row dp, tp, micro-batch; strategy_view): uniform rows as three
+        representative stages, first, one interior (weight pp - 2) and last (``comp``); explicit
+        stage_layers as every stage; one pool, Megatron's rank order.
+    with placements (per-stage pool, dp, tp, layers, order, pool2 / dp2; micro-batches per row;
+        placement_view): every stage, padded past pp (pool 0, dp 1, tp 1, no layers; weight 0);
+        a block whose rows' stages are all alike as three representatives.
 
 Links. A group of ``size`` ranks at ``stride`` inside a stage's GPUs (ORDERS in
-costmodel._hetero_strategy) is priced on the slowest link it crosses (group_link):
+costmodel._strategy) is priced on the slowest link it crosses (group_link):
     span = stride * size divides gpus_per_node    -> the pool's intra-node link
     stride a multiple of gpus_per_node            -> one rank per node: the network only
     otherwise                                     -> both: min(intra, network), max latency
@@ -28,7 +28,7 @@ rule (costmodel._evaluate.tier: inside a node, else the network); where the netw
 intra-node link, and waits for it.
 
 Pipeline hand-offs. Boundary i -> i + 1 moves the larger of the two per-GPU activation shares
-(micro-batch re-sharding when dp_i != dp_{i+1}, see costmodel._hetero_strategy) over: the link
+(micro-batch re-sharding when dp_i != dp_{i+1}, see costmodel._strategy) over: the link
 between the two pools when they differ; within a pool, the intra-node link if the row's GPUs on
 that pool fit in one node, else the network (or the slower of both when the sender's block is
 not a whole number of nodes).
@@ -52,7 +52,6 @@ import numpy as np
 
 from costmodel._hardware import ATTENTION_KERNELS, attention_kernel_eff
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
-from costmodel._hetero_strategy import HeteroTable
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -101,14 +100,15 @@ def _rows(c, m) -> dict:
 def moe_stages_alike(model: Transformer, p):
     """(N,) bool: uniform stages whose interior stages hold the same MoE layers (what the three
     representative stages assume): pp <= 3, or the dense layers all on stage 0 and
-    moe_layer_freq dividing the layers per stage."""
+    moe_layer_freq dividing the layers per stage; and pipelines whose depth does not divide the
+    layers (infeasible rows, pp_not_divide_layers, priced on three representative stages)."""
     p = np.asarray(p)
     if model.dense_layers == 0 and model.moe_layer_freq == 1:  # every layer an MoE layer: any stages alike
         return np.ones(p.shape, dtype=bool)
     lookup = p.size > 64 and 0 < p.min() and p.max() <= 4096  # one entry per pipeline depth: integer divisions are slow
     q = np.arange(1, int(p.max()) + 1) if lookup else p
     n = model.layers // q
-    alike = (q <= 3) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
+    alike = (q <= 3) | (n * q != model.layers) | ((model.dense_layers <= n) & (n % model.moe_layer_freq == 0))
     return alike[p - 1] if lookup else alike
 
 
@@ -129,7 +129,7 @@ def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTab
         return table
     p = table["pp"]
     layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
-    return StrategyTable(table.columns, layers, table.stage_recompute)
+    return StrategyTable(table.columns, {**table.stages, "layers": layers})
 
 
 def moe_run_stages(model: Transformer, p):
@@ -216,16 +216,17 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
     return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
 
 
-def placement_view(table: HeteroTable, model: Transformer | None = None) -> StageView:
-    """The stages of a HeteroTable: every stage to the block's deepest pipeline, padded past pp; or,
+def placement_view(table: StrategyTable, model: Transformer | None = None) -> StageView:
+    """The stages of a table with placements: every stage to the block's deepest pipeline, padded past pp; or,
     where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers), three
-    representatives as a StrategyTable's uniform rows."""
+    representatives as uniform rows without placements."""
     c, N = table.columns, len(table)
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
     split = "dp2" in table.stages and np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
-    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items() if split or k not in ("pool2", "dp2")}
+    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items()
+          if k != "recompute" and (split or k not in ("pool2", "dp2"))}
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     layers, d = st["layers"], st["dp"]
@@ -253,13 +254,13 @@ def placement_view(table: HeteroTable, model: Transformer | None = None) -> Stag
                      pool2=pool2, dp2=dp2)
 
 
-def stage_view(model: Transformer, table: StrategyTable | HeteroTable) -> StageView:
-    return placement_view(table, model) if isinstance(table, HeteroTable) else strategy_view(model, table)
+def stage_view(model: Transformer, table: StrategyTable) -> StageView:
+    return placement_view(table, model) if table.placed else strategy_view(model, table)
 
 
-def microbatches(table: StrategyTable | HeteroTable) -> np.ndarray:
+def microbatches(table: StrategyTable) -> np.ndarray:
     """(N,) micro-batches per iteration of every row."""
-    if isinstance(table, HeteroTable):
+    if table.placed:
         return table["microbatches"]
     return table["global_batch"] // (table["dp"] * table["micro_batch"])
 

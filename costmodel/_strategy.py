@@ -1,6 +1,11 @@
 """StrategyTable: N strategies, one numpy column per dimension; strings become codes here.
 
-Columns (all shape (N,)):
+A row describes its pipeline stages: row columns (N,) hold what is one value per row, and
+optional per-stage columns (N, S), S >= max pp, padded past pp (STAGE_PAD), hold what differs
+between stages; an absent per-stage column means every stage takes the row's value. A
+homogeneous cluster is one pool (pool 0).
+
+Row columns (shape (N,)):
     dp, tp, pp, cp            data, tensor, pipeline and context parallel degrees
     ep                        expert parallel degree (1 for a dense model): the experts of an MoE
                               layer are split over ep ranks folded into the dp x cp x tp ranks of
@@ -16,10 +21,43 @@ Columns (all shape (N,)):
     zero_stage                0..3
     precision                 code into PRECISIONS
     overlap_dp                bool: overlap the data-parallel gradient exchange with backward
-Optional (per pipeline stage, shape (N, S) with S >= max pp, padded past pp):
-    stage_layers              layers per pipeline stage (zero past pp); absent means uniform
-                              (layers / pp per stage). Row sums must equal the model's layers.
-    stage_recompute           recompute code per stage (overrides ``recompute`` where given)
+Per-stage columns (``stages``, keys without the ``stage_`` of from_columns' arguments):
+    stage_layers              layers per stage (zero past pp); absent: layers / pp on every
+                              stage. Row sums must equal the model's layers.
+    stage_recompute           recompute code per stage; absent: ``recompute`` on every stage
+
+Placements (``placed``: a table with ``microbatches``). Stages may run on different pools with
+their own degrees; the row columns are then pp, microbatches (m, the same for every stage),
+global_batch, cp, vpp, zero_stage, ep, etp and the coded and boolean columns (no dp, tp or
+micro_batch: they are per stage); stage_layers and global_batch must be given, and every one
+of these per-stage columns is present (those not given take the row's dp / tp, or pool 0,
+tp-inner and no split):
+    stage_pool                index into HeteroCluster.pools
+    stage_dp, stage_tp        the stage's own data- and tensor-parallel degrees
+    stage_order               rank order inside the stage's GPUs: 0 = Megatron's (tp innermost,
+                              then cp, then dp: tp inside a node); 1 = dp innermost, then tp, then
+                              cp (tp strided across nodes: a tp group of size <= nodes has one
+                              rank per node)
+    stage_pool2, stage_dp2    a stage split across two pools (HetPipe's virtual workers, a data-
+                              parallel group spanning pools): dp2 of the stage's dp replicas run on
+                              pool2, the other dp - dp2 on pool (0 <= dp2 < dp; dp2 = 0, or pool2 =
+                              pool, is no split). Every replica holds the same micro-batch share
+                              b_i, so synchronous data parallelism waits for the slower pool's
+                              replica, and the stage's gradient all-reduce crosses the inter-pool
+                              link (costmodel._evaluate).
+An MoE model's layers fold each stage's tp x cp x dp ranks into etp x ep x edp (Megatron-Core's
+parallel folding, per stage: ep x etp must divide each stage's tp cp dp).
+
+How micro-batches flow when dp differs between stages (HetPipe / Metis style): every stage
+runs the same m micro-batches per iteration, and every stage sees the whole global batch,
+so micro-batch j is B/m sequences everywhere, split over the stage's dp replicas: stage i's
+replicas each hold b_i = B / (dp_i * m) sequences (B must be a multiple of dp_i * m). At a
+boundary the activations of micro-batch j are re-sharded from dp_i x tp_i senders to
+dp_{i+1} x tp_{i+1} receivers: each sender sends its 1/(dp_i tp_i) share and each receiver
+takes its 1/(dp_{i+1} tp_{i+1}) share, so the hand-off costs the larger share over the link
+between the two stages (costmodel._evaluate). With equal degrees this is Megatron's
+scatter/gather hand-off of T h / t bytes per GPU. A table without placements gives b and
+derives m = B / (dp b); one with them gives m and derives each stage's b_i.
 """
 
 from __future__ import annotations
@@ -39,6 +77,13 @@ INT_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch
 CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}
 BOOL_COLUMNS = ("sequence_parallel", "overlap_dp")
 COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS
+# The row columns of a table with placements, and its per-stage columns (in this order).
+PLACED_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage", "ep", "etp")
+PLACED_COLUMNS = PLACED_INT + tuple(CODE_COLUMNS) + BOOL_COLUMNS
+STAGE_COLUMNS = ("pool", "dp", "tp", "layers", "order", "pool2", "dp2")
+PLACEMENT_COLUMNS = ("pool", "dp", "tp", "order", "pool2", "dp2")  # given with ``microbatches``
+ORDERS = ("tp-inner", "tp-across")
+STAGE_PAD = {"pool": 0, "dp": 1, "tp": 1, "layers": 0, "order": 0, "pool2": 0, "dp2": 0, "recompute": 0}
 
 # GPT-3 175B's global batch in sequences (Brown et al. 2020, Table 2.1): the global batch of a
 # space or a strategy where none is given.
@@ -89,6 +134,9 @@ DEFAULTS: dict[str, object] = {
     "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "micro_batch": 1, "global_batch": 1, "vpp": 1,
     "zero_stage": 0, "schedule": "1f1b", "recompute": "none", "precision": "bf16",
     "sequence_parallel": False, "overlap_dp": True,
+}
+PLACED_DEFAULTS: dict[str, object] = {
+    **{k: v for k, v in DEFAULTS.items() if k in PLACED_COLUMNS and k not in ("pp", "global_batch")}, "microbatches": 1,
 }
 
 
@@ -143,7 +191,7 @@ def bool_column(name: str, value, n: int) -> np.ndarray:
 
 def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, np.ndarray]:
     """(n,) checked columns of ``merged``: integers (int_column), strings encoded to codes, and
-    booleans (bool_column); the one conversion StrategyTable and HeteroTable share."""
+    booleans (bool_column)."""
     out = {name: int_column(name, merged[name], n) for name in ints}
     for name in codes:
         out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
@@ -154,50 +202,97 @@ def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, n
 
 @dataclasses.dataclass(frozen=True)
 class StrategyTable:
-    """N strategies as columns. Build with :meth:`from_columns`; do not mutate the arrays."""
+    """N strategies as columns (module docstring). Build with :meth:`from_columns` (or
+    :func:`hetero_from_mapping`); do not mutate the arrays."""
 
-    columns: Mapping[str, np.ndarray]
-    stage_layers: np.ndarray | None = None
-    stage_recompute: np.ndarray | None = None
+    columns: Mapping[str, np.ndarray]  # row columns, (N,)
+    stages: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per stage, (N, S); None: absent
+
+    def __post_init__(self):
+        if any(v is None for v in self.stages.values()):
+            object.__setattr__(self, "stages", {k: v for k, v in self.stages.items() if v is not None})
 
     @classmethod
     def from_columns(cls, stage_layers=None, stage_recompute=None, **cols) -> StrategyTable:
-        """Broadcast scalars and lists to N rows, encode strings, check types and ranges."""
-        unknown = set(cols) - set(COLUMNS)
+        """Broadcast scalars and lists to N rows (per-stage columns to (N, S)), encode strings,
+        check types and ranges. A table with ``microbatches`` or any placement column gets
+        every placement column (absent ones from the row's dp, tp or their defaults)."""
+        per_stage = {k: cols.pop("stage_" + k) for k in PLACEMENT_COLUMNS if cols.get("stage_" + k) is not None}
+        cols = {k: v for k, v in cols.items() if not (k.startswith("stage_") and v is None)}
+        placed = bool(per_stage) or "microbatches" in cols
+        allowed = PLACED_COLUMNS + ("dp", "tp") if placed else COLUMNS
+        unknown = set(cols) - set(allowed)
         if unknown:
-            raise InputError("strategy", "columns among " + ", ".join(COLUMNS), sorted(unknown)[0])
-        merged = {**DEFAULTS, **cols}
-        lengths = {np.size(v) for v in merged.values() if np.ndim(v) > 0}
+            raise InputError("strategy", "columns among " + ", ".join(allowed), sorted(unknown)[0])
         if stage_layers is not None:
-            lengths.add(np.shape(stage_layers)[0])
+            per_stage["layers"] = stage_layers
+        elif placed:
+            raise InputError("stage_layers", "layers per stage (a table with placements lists them)", None)
+        arrs = {k: _stage_array(k, v) for k, v in per_stage.items()}
+        if stage_recompute is not None:
+            sr = encode("recompute", stage_recompute)
+            arrs["recompute"] = sr[None, :] if sr.ndim == 1 else sr
+        shapes = {a.shape for a in arrs.values()}
+        if any(len(s) != 2 for s in shapes) or (placed and len({s[1] for s in shapes}) > 1):
+            raise InputError("strategy", "per-stage columns of one shape (N, S)", sorted(shapes))
+        merged = {**(PLACED_DEFAULTS if placed else DEFAULTS), **cols}
+        lengths = {np.size(v) for v in merged.values() if np.ndim(v) > 0} | ({s[0] for s in shapes} - {1})
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
-        out = typed_columns(merged, n, ints=INT_COLUMNS, codes=CODE_COLUMNS, bools=BOOL_COLUMNS)
-        sl = sr = None
-        if stage_layers is not None:
-            sl = np.asarray(stage_layers, dtype=np.int64)
-            if sl.ndim == 1:
-                sl = np.broadcast_to(sl, (n, sl.size))
-            if sl.ndim != 2 or sl.shape[0] != n or np.any(sl < 0):
-                raise InputError("stage_layers", f"an ({n}, S) array of layer counts >= 0", np.shape(stage_layers))
-            if sl.shape[1] < out["pp"].max():
-                raise InputError("stage_layers", f"at least pp={out['pp'].max()} stage columns", sl.shape[1])
-            sl = np.ascontiguousarray(sl)
-        if stage_recompute is not None:
-            sr = encode("recompute", stage_recompute)
-            if sr.ndim == 1:
-                sr = np.broadcast_to(sr, (n, sr.size))
-            if sr.ndim != 2 or sr.shape[0] != n or sr.shape[1] < out["pp"].max():
-                raise InputError("stage_recompute", f"an ({n}, S>=pp) array", np.shape(stage_recompute))
-            sr = np.ascontiguousarray(sr)
-        return cls(columns=out, stage_layers=sl, stage_recompute=sr)
+        stages = {k: np.ascontiguousarray(np.broadcast_to(a, (n, a.shape[1]))) for k, a in arrs.items()}
+        if placed:
+            S = stages["layers"].shape[1]
+            for k in PLACEMENT_COLUMNS:
+                if k not in stages:
+                    value = int_column(k, merged.pop(k, 1), n)[:, None] if k in ("dp", "tp") else 0
+                    stages[k] = np.ascontiguousarray(np.broadcast_to(value, (n, S)), dtype=np.int64)
+            if "pp" not in merged:
+                merged["pp"] = (stages["layers"] > 0).sum(axis=1)
+            if "global_batch" not in merged:
+                raise InputError("global_batch", "the global batch in sequences", None)
+        out = typed_columns(merged, n, ints=PLACED_INT if placed else INT_COLUMNS, codes=CODE_COLUMNS,
+                            bools=BOOL_COLUMNS)
+        pp = int(out["pp"].max()) if n else 0
+        for k, a in stages.items():
+            if a.shape[1] < pp:
+                raise InputError("stage_" + k, f"at least pp={pp} stage columns", a.shape[1])
+        if placed:
+            d2 = stages["dp2"]
+            for k, bad, what in (("layers", stages["layers"] < 0, "layer counts >= 0"),
+                                 *((k, stages[k] < 1, "degrees >= 1 on every stage") for k in ("dp", "tp")),
+                                 *((k, stages[k] < 0, "pool indices >= 0") for k in ("pool", "pool2")),
+                                 ("dp2", (d2 < 0) | ((d2 >= stages["dp"]) & (d2 > 0)),
+                                  "0 <= dp2 < the stage's dp (replicas on the second pool)"),
+                                 ("order", (stages["order"] < 0) | (stages["order"] >= len(ORDERS)),
+                                  "0 (tp-inner) or 1 (tp-across)")):
+                if np.any(bad):
+                    raise InputError("stage_" + k, what, int(stages[k][bad][0]))
+        elif "layers" in stages and np.any(stages["layers"] < 0):
+            raise InputError("stage_layers", "layer counts >= 0", int(stages["layers"].min()))
+        return cls(columns=out, stages=stages)
+
+    def as_placements(self, layers: int) -> StrategyTable:
+        """The same strategies with their placements (every stage on pool 0, the row's dp and
+        tp, Megatron's order) and micro-batches per iteration m = B // (dp b), at least 1."""
+        if self.placed:
+            return self
+        c, p = self.columns, self.columns["pp"]
+        S = int(p.max())
+        active = np.arange(S)[None, :] < p[:, None]
+        sl = self.stage_layers[:, :S] if self.stage_layers is not None else np.where(active, (layers // p)[:, None], 0)
+        m = np.maximum(c["global_batch"] // (c["dp"] * c["micro_batch"]), 1)
+        return StrategyTable.from_columns(
+            stage_pool=np.zeros((len(self), S), dtype=np.int64), stage_dp=np.where(active, c["dp"][:, None], 1),
+            stage_tp=np.where(active, c["tp"][:, None], 1), stage_layers=sl,
+            stage_recompute=None if self.stage_recompute is None else self.stage_recompute[:, :S], microbatches=m,
+            **{k: c[k] for k in PLACED_COLUMNS if k in c})
 
     def __len__(self) -> int:
-        return len(self.columns["dp"])
+        return len(self.columns["pp"])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
+        return self.columns[name] if name in self.columns else self.stages[name]
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("columns")
@@ -206,39 +301,145 @@ class StrategyTable:
         raise AttributeError(name)
 
     @property
+    def placed(self) -> bool:
+        """Rows with placements: per-stage pools and degrees, ``microbatches`` per iteration."""
+        return "microbatches" in self.columns
+
+    @property
+    def stage_layers(self) -> np.ndarray | None:
+        return self.stages.get("layers")
+
+    @property
+    def stage_recompute(self) -> np.ndarray | None:
+        return self.stages.get("recompute")
+
+    @property
+    def num_stages(self) -> int:
+        """Stage columns S of the per-stage arrays (the deepest pipeline where there are none)."""
+        return max((a.shape[1] for a in self.stages.values()), default=int(self["pp"].max(initial=0)))
+
+    @property
     def num_gpus(self) -> np.ndarray:
-        return self["dp"] * self["tp"] * self["pp"] * self["cp"]
+        """(N,) GPUs of each row: dp tp pp cp, or with placements dp tp cp summed over its stages."""
+        if not self.placed:
+            return self["dp"] * self["tp"] * self["pp"] * self["cp"]
+        on = np.arange(self.num_stages)[None, :] < self["pp"][:, None]
+        return np.sum(self.stages["dp"] * self.stages["tp"] * on, axis=1) * self["cp"]
 
     def take(self, idx) -> StrategyTable:
-        sl = None if self.stage_layers is None else self.stage_layers[idx]
-        sr = None if self.stage_recompute is None else self.stage_recompute[idx]
-        return StrategyTable({k: v[idx] for k, v in self.columns.items()}, sl, sr)
+        num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
+        rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
+        return StrategyTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()})
 
     def readable(self) -> dict[str, np.ndarray]:
-        """Columns with names instead of codes (for people and for Parquet)."""
+        """Row columns with names instead of codes (for people and for Parquet)."""
         return {k: decode(k, v) if k in CODE_COLUMNS else v for k, v in self.columns.items()}
 
-    def row(self, i: int) -> dict[str, object]:
-        """Row i as plain Python values (strings for coded columns)."""
+    def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
+        """Row i as plain Python values (strings for coded columns) with stage_layers /
+        stage_recompute lists where given; a placed row's stages as a ``stages`` list of dicts
+        (pool names from ``pool_names``), the format of hetero_from_mapping."""
         r = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in self.readable().items()}
-        pp = int(self.columns["pp"][i])
-        if self.stage_layers is not None:
-            r["stage_layers"] = [int(x) for x in self.stage_layers[i, :pp]]
-        if self.stage_recompute is not None:
-            r["stage_recompute"] = [RECOMPUTE[x] for x in self.stage_recompute[i, :pp]]
+        pp, st = int(self.columns["pp"][i]), {k: v[i] for k, v in self.stages.items()}
+        if not self.placed:
+            if "layers" in st:
+                r["stage_layers"] = [int(x) for x in st["layers"][:pp]]
+            if "recompute" in st:
+                r["stage_recompute"] = [RECOMPUTE[x] for x in st["recompute"][:pp]]
+            return r
+        name = lambda p: pool_names[p] if pool_names and p < len(pool_names) else p  # noqa: E731
+        stages = []
+        for j in range(pp):
+            s = {"pool": name(int(st["pool"][j])), "dp": int(st["dp"][j]), "tp": int(st["tp"][j]),
+                 "layers": int(st["layers"][j]), "order": ORDERS[int(st["order"][j])]}
+            if st["dp2"][j] > 0 and st["pool2"][j] != st["pool"][j]:
+                s.update(pool2=name(int(st["pool2"][j])), dp2=int(st["dp2"][j]))
+            if "recompute" in st:
+                s["recompute"] = RECOMPUTE[int(st["recompute"][j])]
+            stages.append(s)
+        r["stages"] = stages
         return r
 
     @staticmethod
     def concat(tables: list[StrategyTable]) -> StrategyTable:
-        cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in COLUMNS}
-        extras = []
-        for attr in ("stage_layers", "stage_recompute"):
-            parts = [getattr(t, attr) for t in tables]
-            if all(x is None for x in parts):
-                extras.append(None)
-                continue
-            if any(x is None for x in parts):
-                raise ValueError(f"concat: {attr} present in some tables only")
-            width = max(x.shape[1] for x in parts)
-            extras.append(np.concatenate([np.pad(x, ((0, 0), (0, width - x.shape[1]))) for x in parts]))
-        return StrategyTable(cols, *extras)
+        """Rows of ``tables`` in turn; per-stage columns padded to the widest (STAGE_PAD). A
+        stage_recompute some tables lack is their row's recompute on every stage."""
+        S = max(t.num_stages for t in tables)
+        cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
+        stages = {}
+        for k in dict.fromkeys(k for t in tables for k in t.stages):
+            parts = [t.stages.get(k) for t in tables]
+            if k == "recompute":
+                parts = [np.broadcast_to(t["recompute"][:, None], (len(t), t.num_stages)) if x is None else x
+                         for t, x in zip(tables, parts, strict=True)]
+            elif any(x is None for x in parts):
+                raise ValueError(f"concat: stage_{k} present in some tables only")
+            stages[k] = np.concatenate([np.pad(x, ((0, 0), (0, S - x.shape[1])), constant_values=STAGE_PAD[k])
+                                        for x in parts])
+        return StrategyTable(cols, stages)
+
+
+def _stage_array(name: str, value) -> np.ndarray:
+    """(N, S) or (1, S) int64 array of a per-stage column; InputError unless whole numbers."""
+    a = np.asarray(value)
+    a = a[None, :] if a.ndim == 1 else a
+    if a.ndim != 2:
+        raise InputError("stage_" + name, "one value per stage, (N, S)", np.shape(value))
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
+        raise InputError("stage_" + name, "integers per stage", a.ravel()[:4].tolist())
+    return a.astype(np.int64)
+
+
+def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "--strategy") -> StrategyTable:
+    """One strategy from a file: global keys plus ``stages``: [{pool, dp, tp, layers[, order,
+    recompute, pool2, dp2]}, ...]; pools by name (or index); dp2 of the stage's dp replicas run
+    on pool2."""
+    stages = data.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise InputError(f"{argument}.stages", "a non-empty list of {pool, dp, tp, layers}", stages)
+    allowed = {"pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2"}
+    cols = {k: [] for k in ("pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2")}
+    for j, st in enumerate(stages):
+        where = f"{argument}.stages[{j}]"
+        if not isinstance(st, Mapping):
+            raise InputError(where, "a mapping with pool, dp, tp, layers", st)
+        bad = set(st) - allowed
+        if bad:
+            raise InputError(where, "keys among " + ", ".join(sorted(allowed)), sorted(bad)[0])
+        for req in ("pool", "layers"):
+            if req not in st:
+                raise InputError(f"{where}.{req}", "a value", None)
+        for key in ("pool", "pool2"):
+            pool = st.get(key, st["pool"])
+            if isinstance(pool, str):
+                if pool not in pool_names:
+                    raise InputError(f"{where}.{key}", "one of " + ", ".join(pool_names), pool)
+                pool = pool_names.index(pool)
+            elif isinstance(pool, bool) or not isinstance(pool, int) or not 0 <= pool < len(pool_names):
+                raise InputError(f"{where}.{key}", f"a pool name or index below {len(pool_names)}", pool)
+            cols[key].append(pool)
+        for k in ("dp", "tp", "layers", "dp2"):
+            v = st.get(k, 0 if k == "dp2" else 1)
+            low = 0 if k in ("layers", "dp2") else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InputError(f"{where}.{k}", f"an integer >= {low}", v)
+            cols[k].append(v)
+        if cols["dp2"][-1] >= cols["dp"][-1] and cols["dp2"][-1] > 0:
+            raise InputError(f"{where}.dp2", f"fewer than the stage's dp={cols['dp'][-1]} replicas", cols["dp2"][-1])
+        if ("pool2" in st) != ("dp2" in st):
+            raise InputError(where, "pool2 and dp2 together (dp2 of the dp replicas on pool2)", sorted(st))
+        o = st.get("order", "tp-inner")
+        if o not in ORDERS:
+            raise InputError(f"{where}.order", "tp-inner or tp-across", o)
+        cols["order"].append(ORDERS.index(o))
+        cols["recompute"].append(st.get("recompute", data.get("recompute", "none")))
+    glob = {k: v for k, v in data.items() if k != "stages"}
+    unknown = set(glob) - set(PLACED_COLUMNS)
+    if unknown:
+        raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages",
+                         sorted(unknown)[0])
+    glob["pp"] = len(stages)
+    sr = cols["recompute"] if any("recompute" in st for st in stages) else None
+    return StrategyTable.from_columns(stage_layers=[cols["layers"]], stage_recompute=None if sr is None else [sr],
+                                      **{f"stage_{k}": [cols[k]] for k in PLACEMENT_COLUMNS},
+                                      **{k: [v] for k, v in glob.items()})

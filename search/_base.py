@@ -30,7 +30,7 @@ class SearchSpace(abc.ABC):
 
     Implemented by search.Space (one GPU type; rows are costmodel.StrategyTable) and
     search.HeteroSpace (stages placed on the pools of a mixed cluster; rows are
-    costmodel.HeteroTable). The grid, random and TPE searchers use only what is declared here;
+    costmodel.StrategyTable with placements). The grid, random and TPE searchers use only what is declared here;
     MCMC's moves (search._moves) also read each kind's own layout of stages.
 
     Attributes:

@@ -1,11 +1,11 @@
 """HeteroSpace: stage placement on a heterogeneous cluster, a search.SearchSpace whose table()
-is a costmodel.HeteroTable, so the grid, MCMC and TPE searchers drive it as they drive a Space;
+is a costmodel.StrategyTable with placements, so the grid, MCMC and TPE searchers drive it as they drive a Space;
 the driver evaluates it with costmodel.evaluate.
 
 Dimensions, for S = max(pp) stage slots:
     pp                      number of pipeline stages
     pool.J, dp.J, tp.J      stage J's pool and degrees
-    order.J                 stage J's rank order ("tp-inner" or "tp-across", see HeteroTable)
+    order.J                 stage J's rank order ("tp-inner" or "tp-across", see StrategyTable)
     pool2.J, dp2.J          (only where dp2 choices are given, on two or more pools) stage J
                             split across pools: dp2 of its dp replicas on pool2 (dp2 = 0: not
                             split; dp2 < dp), its gradient all-reduce over the inter-pool link
@@ -15,7 +15,7 @@ Dimensions, for S = max(pp) stage slots:
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
     ep                      (an MoE model) the expert-parallel degree, a row column folded into
-                            every stage's tp x cp x dp ranks (HeteroTable; ep_invalid where it
+                            every stage's tp x cp x dp ranks (StrategyTable; ep_invalid where it
                             does not divide a stage's); etp stays 1
 Slots J >= pp are ignored (canonically digit 0).
 """
@@ -27,11 +27,10 @@ import functools
 
 import numpy as np
 
-from costmodel import HeteroCluster, HeteroTable, InputError, Transformer, as_hetero
+from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._evaluate import hetero_feasibility
-from costmodel._hetero_strategy import ORDERS
-from costmodel._strategy import RECOMPUTE, SCHEDULES
+from costmodel._evaluate import feasibility
+from costmodel._strategy import ORDERS, dimension_values
 from search._base import SearchSpace
 from search._space import Dim as _SpaceDim
 from search._space import divisors
@@ -83,7 +82,7 @@ class HeteroSpace(SearchSpace):
         no split dims; None: 0 and every dp choice below the largest. Ignored on one pool.
         ``ep``: expert-parallel degrees; None: an MoE model's divisors of its experts up to the
         largest pool's GPUs (an ep group lives inside one stage on one pool), (1,) for a dense one.
-        An MoE model's stages are not split (dp2 choices refused: evaluate_hetero does not price
+        An MoE model's stages are not split (dp2 choices refused: costmodel.evaluate does not price
         expert groups across pools)."""
         hc = as_hetero(cluster)
         if ep is None:
@@ -103,13 +102,14 @@ class HeteroSpace(SearchSpace):
         if model.is_moe and tuple(dp2) != (0,):
             raise InputError("dp2", "0 for an MoE model (stages split across pools are not priced with experts)",
                              list(dp2))
-        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp)):
-            if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
-                raise InputError(name, "a non-empty list of integers >= 1", list(vals))
+        for name, vals in (("pp", pp), ("dp", dp), ("tp", tp), ("microbatches", microbatches), ("vpp", vpp),
+                           ("recompute", recompute), ("zero_stage", zero_stage), ("sequence_parallel", sequence_parallel)):
+            if not len(vals):
+                raise InputError(name, "a non-empty list of choices", list(vals))
+            dimension_values(name, vals)  # the one table of each dimension's values (DIMENSION_VALUES)
         if max(pp) > model.layers:
             raise InputError("pp", f"at most layers={model.layers}", max(pp))
-        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("recompute", recompute, RECOMPUTE),
-                                    ("order", order, ORDERS)):
+        for name, vals, allowed in (("schedule", schedule, HETERO_SCHEDULES), ("order", order, ORDERS)):
             for v in vals:
                 if v not in allowed:
                     raise InputError(name, "among " + ", ".join(allowed), v)
@@ -151,7 +151,7 @@ class HeteroSpace(SearchSpace):
 
     @property
     def stage_bound(self) -> tuple[str, ...]:
-        """ep: valid where it divides every stage's tp x cp x dp (HeteroTable), so it depends on
+        """ep: valid where it divides every stage's tp x cp x dp (StrategyTable), so it depends on
         the stages' degrees."""
         return ("ep",) if any(d.name == "ep" for d in self.dims) else ()
 
@@ -188,7 +188,7 @@ class HeteroSpace(SearchSpace):
         layers = np.diff(edges, axis=1)  # (N, S); zero past pp, negative where cuts cross
         return np.where(np.arange(S)[None, :] < p[:, None], layers, 0)
 
-    def table(self, digits) -> HeteroTable:
+    def table(self, digits) -> StrategyTable:
         digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
         S = self.num_slots
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
@@ -208,14 +208,11 @@ class HeteroSpace(SearchSpace):
             per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
         glob = {name: self._values(digits, name) for name in self._global_dims}
-        glob["schedule"] = np.array([SCHEDULES.index(s) for s in self.dims[self._col("schedule")].choices])[
-            digits[:, self._col("schedule")]]
-        glob["recompute"] = np.array([RECOMPUTE.index(s) for s in self.dims[self._col("recompute")].choices])[
-            digits[:, self._col("recompute")]]
+        for name in ("schedule", "recompute"):  # readable choices -> the table's codes
+            glob[name] = dimension_values(name, self.dims[self._col(name)].choices)[digits[:, self._col(name)]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
-        return HeteroTable.from_columns(pool=per["pool"], dp=per["dp"], tp=per["tp"], order=per["order"],
-                                        pool2=per.get("pool2"), dp2=per.get("dp2"), layers=np.maximum(layers, 0), pp=p,
-                                        global_batch=self.fixed["global_batch"], **glob)
+        return StrategyTable.from_columns(stage_layers=np.maximum(layers, 0), pp=p, global_batch=self.fixed["global_batch"],
+                                          **{f"stage_{k}": v for k, v in per.items()}, **glob)
 
     def valid(self, digits) -> np.ndarray:
         """The space's constraints (everything but memory): stages of >= 1 layer, pools not
@@ -224,7 +221,7 @@ class HeteroSpace(SearchSpace):
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
         layers = self._layers(digits, p)
         ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
-        reason = hetero_feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
+        reason = feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
         ok = ok_layers & (reason == 0)
         if self.has_split:  # a split keeps at least one replica on the stage's own pool
             S = self.num_slots
@@ -293,8 +290,8 @@ class HeteroSpace(SearchSpace):
         proportion to their GPUs, uniform layers, the most data parallelism that fits) and
         "speed_weighted" (the same placement with layers in proportion to each stage's
         GPUs x peak FLOP/s). Over pp, micro-batches, recompute and ZeRO choices, the one with
-        the highest throughput (evaluate_hetero, closed forms), else the least memory."""
-        from costmodel import evaluate_hetero
+        the highest throughput (costmodel.evaluate, closed forms), else the least memory."""
+        from costmodel import evaluate
 
         out = {}
         for name, weighted in (("megatron", False), ("speed_weighted", True)):
@@ -316,7 +313,7 @@ class HeteroSpace(SearchSpace):
             allc = allc[self.valid(allc)]
             if not len(allc):
                 continue
-            met = evaluate_hetero(self.model, self.cluster, self.table(allc), framework=self.framework)
+            met = evaluate(self.model, self.cluster, self.table(allc), framework=self.framework)
             score = np.where(met["feasible"], met["tokens_per_s"], -met["mem_total_bytes"] / 1e18)
             out[name] = allc[int(np.argmax(score))]
         return out

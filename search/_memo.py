@@ -48,8 +48,8 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
     """(N,) void keys naming each row's strategy by its column values, so that a table rebuilt
     elsewhere (another process, Parquet) matches the table that was asked. Per-stage columns
     are expanded to ``width`` stages (uniform layers / the row's recompute where absent)."""
-    if hasattr(table, "stages"):  # a costmodel.HeteroTable: its global and per-stage columns
-        return _hetero_row_keys(table, width)
+    if table.placed:  # its row and placement columns
+        return _placed_row_keys(table, width)
     n = len(table)
     pp = table["pp"]
     cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER]
@@ -68,12 +68,12 @@ def _stage_cols(a: np.ndarray, stage: np.ndarray, width: int) -> np.ndarray:
     return np.where(stage, np.pad(a, ((0, 0), (0, width - a.shape[1]))), 0)
 
 
-def _hetero_row_keys(table, width: int) -> np.ndarray:
-    from costmodel._hetero_strategy import GLOBAL_COLUMNS, STAGE_COLUMNS
+def _placed_row_keys(table: StrategyTable, width: int) -> np.ndarray:
+    from costmodel._strategy import PLACED_COLUMNS, STAGE_COLUMNS
 
     n = len(table)
     stage = np.arange(width)[None, :] < table["pp"][:, None]
-    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in GLOBAL_COLUMNS]
+    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in PLACED_COLUMNS]
     cols += [_stage_cols(table.stages[c], stage, width) for c in STAGE_COLUMNS]
     if table.stage_recompute is not None:
         cols.append(_stage_cols(table.stage_recompute, stage, width))

@@ -478,7 +478,7 @@ class Space(SearchSpace):
         """The StrategyTable of (N, D) digits (meaningful for valid digits)."""
         digits = self._digits_arg(digits)
         cols, sl, sr, _ = self._columns(digits)
-        return StrategyTable({name: cols[name] for name in COLUMNS}, sl, sr)
+        return StrategyTable({name: cols[name] for name in COLUMNS}, {"layers": sl, "recompute": sr})
 
     def digits_from_table(self, table: StrategyTable) -> np.ndarray:
         """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
@@ -572,7 +572,7 @@ class Space(SearchSpace):
         inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
         safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
         cols, sl, sr, ok = self._columns(safe)
-        table = StrategyTable({name: cols[name] for name in COLUMNS}, sl, sr)
+        table = StrategyTable({name: cols[name] for name in COLUMNS}, {"layers": sl, "recompute": sr})
         reason = feasibility(self.model, self.cluster, table, self.framework)
         return inrange & ok & (reason == REASON["ok"])
 

@@ -1,6 +1,6 @@
 """Results as Parquet: StrategyTable + Metrics -> one Arrow table -> one part file.
 
-Schema (README, "Parquet results"): the strategy columns with readable values (the schedule
+Schema (README, "Results (Parquet schema)"): the strategy columns with readable values (the schedule
 as its name), stage_layers / stage_recompute as lists, null when the row's stages are
 uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
 from costmodel._files import replaced_atomically
-from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS
+from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS, ORDERS
 
 COMPRESSION = "zstd"
 
@@ -37,10 +37,10 @@ def part_name(study: int, index: int) -> str:
     return f"part-{study:02d}-{index:06d}.parquet"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
-# Heterogeneous runs (a search over search.HeteroSpace) add one list per row of each stage's
-# pool (name), dp, tp, rank order, and second pool / replicas there (a stage split across two
-# pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they differ
-# per stage) and stage_layers is always given.
+# Runs over search.HeteroSpace (sweep or search on a cluster with pools) add one list per row of
+# each stage's pool (name), dp, tp, rank order, and second pool / replicas there (a stage split
+# across two pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they
+# differ per stage); stage_layers and stage_recompute are null where uniform, as on one pool.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
 
@@ -127,14 +127,14 @@ def to_arrow(
     pool_names: list[str] | None = None,
 ) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
-    A costmodel.HeteroTable needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
+    A table with placements needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
     micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns."""
-    hetero = hasattr(table, "stages")
+    hetero = table.placed
     if hetero and pool_names is None:
-        raise ValueError("to_arrow of a HeteroTable needs pool_names")
+        raise ValueError("to_arrow of a table with placements needs pool_names")
     n, pp = len(table), table["pp"]
     cols: dict[str, pa.Array] = {}
-    for c in INT_COLUMNS:  # ep and etp: row columns of a HeteroTable too (1 for a dense model)
+    for c in INT_COLUMNS:  # ep and etp: row columns with placements too (1 for a dense model)
         per_stage = hetero and c in ("dp", "tp", "micro_batch")
         cols[c] = pa.nulls(n, pa.int64()) if per_stage else pa.array(table[c], type=pa.int64())
     recompute_codes = table["recompute"]
@@ -148,11 +148,9 @@ def to_arrow(
         cols[c] = _decode(recompute_codes if c == "recompute" else table[c], names)
     for c in BOOL_COLUMNS:
         cols[c] = pa.array(table[c], type=pa.bool_())
-    cols["stage_layers"] = _stage_list(table.stages["layers"] if hetero else table.stage_layers, pp)
+    cols["stage_layers"] = _stage_list(table.stage_layers, pp)
     cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, RECOMPUTE)
     if hetero:
-        from costmodel._hetero_strategy import ORDERS
-
         st = table.stages
         split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
         cols["stage_pool"] = _stage_list(st["pool"], pp, pool_names, uniform_null=False)
@@ -190,7 +188,7 @@ def write_json_atomic(obj: object, path: str) -> None:
 
 def hetero_row_strategy(row: Mapping, layers: int) -> dict:
     """A heterogeneous result row (a dict of one row's columns) of a model of ``layers`` layers
-    as a strategy file's mapping (costmodel._hetero_strategy.hetero_from_mapping reads it back:
+    as a strategy file's mapping (costmodel._strategy.hetero_from_mapping reads it back:
     global keys and stages)."""
     glob = ("global_batch", "microbatches", "cp", "vpp", "zero_stage", "schedule", "recompute", "precision",
             "sequence_parallel", "overlap_dp")

@@ -131,7 +131,7 @@ class ChainRunner:
                 done = True
                 break
         if tables:
-            table = type(tables[0]).concat(tables)  # a StrategyTable, or a HeteroTable of a placement space
+            table = StrategyTable.concat(tables)
             m = Metrics({k: np.concatenate([x[k] for x in metrics]) for k in metrics[0]})
             iteration = np.concatenate(steps)
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel import METRIC_COLUMNS, REASONS, HeteroTable, Metrics, StrategyTable, evaluate, hetero_preset, model_preset
+from costmodel import METRIC_COLUMNS, REASONS, Metrics, StrategyTable, evaluate, hetero_preset, model_preset
 from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES
 from search import HeteroSpace, Space
 from search._memo import row_keys
@@ -43,8 +43,8 @@ def _stage_view(t: StrategyTable, attr: str):
 
 def columns_equal(a, b) -> bool:
     """Same rows in the same order (per-stage arrays compared on the stages in use)."""
-    if isinstance(a, HeteroTable) or isinstance(b, HeteroTable):
-        if type(a) is not type(b) or len(a) != len(b):
+    if a.placed or b.placed:
+        if a.placed != b.placed or len(a) != len(b):
             return False
         width = max(int(a["pp"].max(initial=0)), int(b["pp"].max(initial=0)))
         return np.array_equal(row_keys(a, 0, width), row_keys(b, 0, width))
@@ -92,7 +92,7 @@ def within_space(space, table) -> np.ndarray:
     return ok
 
 
-def _within_placements(space: HeteroSpace, t: HeteroTable) -> np.ndarray:
+def _within_placements(space: HeteroSpace, t: StrategyTable) -> np.ndarray:
     """within_space for a placement space: stage by stage against the choices of pool.J, dp.J,
     tp.J, order.J (and the split dims), layers >= 1 adding up to the model's, every boundary
     at its uniform cut round(L (J + 1) / pp) plus a shift choice times shift_layers, the global
@@ -130,11 +130,7 @@ def _within_placements(space: HeteroSpace, t: HeteroTable) -> np.ndarray:
 
 def structural_reasons(space, table) -> np.ndarray:
     """(N,) the cost model's reason codes for everything but memory (0: a strategy it prices)."""
-    if isinstance(space, HeteroSpace):
-        from costmodel._evaluate import hetero_feasibility
-
-        return hetero_feasibility(space.model, space.cluster, table)
-    from costmodel._evaluate import feasibility
+    from costmodel._evaluate import feasibility  # one feasibility for every cluster and table
 
     return feasibility(space.model, space.cluster, table)
 

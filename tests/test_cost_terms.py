@@ -265,3 +265,25 @@ def test_mla_down_projections_are_whole_on_every_tensor_parallel_rank():
     std = model_preset("llama3-8b")
     assert std.tp_replicated_params() == 0
     assert stage_params(std, np.array([[2]]), no, no, np.array([[2.0]]))[0, 0] == 2 * std.layer_params() / 2
+
+
+def test_the_500_w_h100_runs_at_the_middle_of_the_sxm_and_nvl_peaks():
+    # torchtitan's benchmark (benchmarks/llama3_h100_202412_torchtitan.md, footnote 2): the 500 W
+    # H100 96GB's peak lies between the H100 SXM's and the H100 NVL's. NVIDIA's datasheet, dense =
+    # half of the sparse figures: SXM BF16 1979 / 2 = 989.4, FP8 3958 / 2 = 1978.9; NVL BF16
+    # 1671 / 2 = 835.5, FP8 3341 / 2 = 1670.5. The middle: 912.45 and 1824.7 TFLOP/s.
+    from costmodel._evaluate import gemm_s
+    from costmodel._hardware import attention_kernel_eff, gpu_preset
+
+    g, sxm = gpu_preset("h100-96gb"), gpu_preset("h100")
+    assert g.peak_flops[0] == pytest.approx((989.4 + 835.5) / 2 * 1e12, rel=1e-12)
+    assert g.peak_flops[2] == pytest.approx((1978.9 + 1670.5) / 2 * 1e12, rel=1e-12)
+    # The same die, so the same fraction of its peak (a lower clock scales every compute-bound
+    # term): a large GEMM and the attention kernel take 989.4 / 912.45 = 1.0843x the SXM's time.
+    assert g.gemm_eff_max == sxm.gemm_eff_max and g.gemm_half_dim == sxm.gemm_half_dim
+    assert attention_kernel_eff(g.name, "flash2") == attention_kernel_eff(sxm.name, "flash2")
+    n = 16384.0
+    t96, t80 = gemm_s(n, n, n, g.peak_flops[0], g), gemm_s(n, n, n, sxm.peak_flops[0], sxm)
+    assert t96 / t80 == pytest.approx(989.4 / 912.45, rel=1e-12)
+    # HBM is not clocked down: 2.4 TB/s as the benchmark publishes it.
+    assert g.hbm_Bps == 2.4e12

@@ -260,3 +260,23 @@ def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
             "for interleaved under framework fsdp2, got 8") in capsys.readouterr().err
     assert main([*args, "--vpp", "7"]) == 2
     assert "vpp >= 2 dividing every stage's layers" in capsys.readouterr().err
+
+
+def test_eager_torchtitan_moves_its_norms_rope_and_swiglu_bytes():
+    # fsdp2-eager: torchtitan's model code without torch.compile (its norms.py RMSNorm, model.py
+    # apply_rotary_emb and FeedForward at 9dec370): per layer forward, 32 more bytes than a fused
+    # norm for each of two norms (64 per element of T h, split by t under SP), 20 per element of Q
+    # and K for RoPE, 4 more per element of the MLP intermediate for SiLU * w3. GPT-3 175B, tp 8
+    # with SP, pp 1, no recompute: T = 2048 tokens a micro-batch, q = hk = h = 12288, f = 4h; 12
+    # micro-batches of 96 layers; forward once and backward twice (ELEM_BWD_FACTOR) at the
+    # H100's HBM rate (3.35 TB/s x 0.9 x 0.85).
+    assert framework_preset("fsdp2-eager").eager_elem_bytes == (64.0, 20.0, 4.0)
+    assert framework_preset("torchtitan-eager") is FRAMEWORKS["fsdp2-eager"]
+    cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
+    a, b = _one("fsdp2", **cols), _one("fsdp2-eager", **cols)
+    h, T = 12288, 2048
+    extra = T * (64 * h / 8 + 20 * 2 * h / 8 + 4 * 4 * h / 8)
+    want = 12 * 96 * 3 * extra / (3.35e12 * 0.9 * 0.85)
+    assert b["compute_s"][0] - a["compute_s"][0] == pytest.approx(want, rel=1e-9)
+    # every other profile moves none of these bytes
+    assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items() if name != "fsdp2-eager")

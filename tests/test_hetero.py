@@ -9,7 +9,6 @@ import pytest
 
 from costmodel import (
     REASONS,
-    HeteroTable,
     InputError,
     Transformer,
     cluster_preset,
@@ -26,7 +25,7 @@ from costmodel import (
     simulate,
     stage_rows,
 )
-from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
+from costmodel._strategy import hetero_from_mapping as strategy_from_file
 from search._hetero_space import HeteroSpace
 from search._moves import proposer
 from tests.test_reference import random_table
@@ -51,9 +50,9 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
     """Must-hold 1: a homogeneous cluster as one pool gives the homogeneous numbers row by row."""
     model, cl = model_preset(name), cluster_preset(cluster)
     table = random_table(model, np.random.default_rng(11 + len(name) + uneven), 900, uneven)
-    # micro-batch counts are an integer column of HeteroTable: keep rows where B / (dp b) is one
+    # micro-batch counts are an integer column with placements: keep rows where B / (dp b) is one
     table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
-    het = HeteroTable.from_homogeneous(table, model.layers)
+    het = table.as_placements(model.layers)
     modes = ("closed_form", "simulate") if name == "megatron-22b" else ("closed_form",)
     for mode in modes:
         _assert_same(evaluate(model, cl, table, pipeline=mode), evaluate_hetero(model, cl, het, pipeline=mode),
@@ -88,7 +87,7 @@ def test_single_pool_moe_equals_homogeneous(name, cluster, uneven, framework):
     rng = np.random.default_rng(23 + len(name) + uneven)
     table = with_ep(random_table(model, rng, 700, uneven), rng, model.experts)
     table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
-    het = HeteroTable.from_homogeneous(table, model.layers)
+    het = table.as_placements(model.layers)
     modes = ("closed_form", "simulate") if name == "tiny" else ("closed_form",)
     for mode in modes:
         ref = evaluate(model, cl, table, pipeline=mode, framework=framework)
@@ -105,24 +104,24 @@ def test_moe_on_two_pools_prices_experts_per_stage():
     model, hc = model_preset("mixtral-8x7b"), hetero_preset("a100x64+h100x64")
 
     def rows(**kw):
-        cols = dict(pool=[[0, 1]], dp=[[8, 8]], tp=[[8, 8]], layers=[[12, 20]], microbatches=16, global_batch=256,
+        cols = dict(stage_pool=[[0, 1]], stage_dp=[[8, 8]], stage_tp=[[8, 8]], stage_layers=[[12, 20]], microbatches=16, global_batch=256,
                     zero_stage=1, recompute="full", sequence_parallel=True)
         cols.update(kw)
-        return HeteroTable.from_columns(**cols)
+        return StrategyTable.from_columns(**cols)
 
-    out = evaluate_hetero(model, hc, HeteroTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
+    out = evaluate_hetero(model, hc, StrategyTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
                           framework="megatron-core")
     assert [REASONS[r] for r in out["reason"]] == ["out_of_memory", "ok", "ok"]  # every expert on every GPU
     assert out["ep_comm_s"][0] == 0.0 and np.all(out["ep_comm_s"][1:] > 0)
     # experts split 8 ways: less expert state per GPU than ep = 1
     assert out["mem_weights_bytes"][1] < out["mem_weights_bytes"][0]
-    bad = [rows(ep=8, dp=[[8, 4]], tp=[[8, 1]], global_batch=[64]),  # 8 does not divide stage 1's 4 ranks
+    bad = [rows(ep=8, stage_dp=[[8, 4]], stage_tp=[[8, 1]], global_batch=[64]),  # 8 does not divide stage 1's 4 ranks
            rows(ep=3),  # 3 does not divide the 8 experts
-           rows(ep=8, dp=[[4, 8]], pool2=[[0, 0]], dp2=[[0, 2]])]  # stage 1 split over both pools
-    got = evaluate_hetero(model, hc, HeteroTable.concat(bad), framework="megatron-core")
+           rows(ep=8, stage_dp=[[4, 8]], stage_pool2=[[0, 0]], stage_dp2=[[0, 2]])]  # stage 1 split over both pools
+    got = evaluate_hetero(model, hc, StrategyTable.concat(bad), framework="megatron-core")
     assert [REASONS[r] for r in got["reason"]] == ["ep_invalid"] * 3
-    dense = evaluate_hetero(model_preset("llama3-8b"), hc, HeteroTable.concat([rows(ep=1, layers=[[12, 20]]),
-                                                                             rows(ep=2, layers=[[12, 20]])]))
+    dense = evaluate_hetero(model_preset("llama3-8b"), hc, StrategyTable.concat([rows(ep=1, stage_layers=[[12, 20]]),
+                                                                             rows(ep=2, stage_layers=[[12, 20]])]))
     assert REASONS[dense["reason"][1]] == "ep_invalid" and REASONS[dense["reason"][0]] != "ep_invalid"
     rows_out = stage_rows(model, hc, rows(ep=8), framework="megatron-core")
     assert [r["pool"] for r in rows_out] == ["a100", "h100"] and rows_out[0]["mem_bytes"] > 0
@@ -156,8 +155,8 @@ def test_twice_as_fast_pool_gets_twice_the_layers():
     model = Transformer(name="mlp48", layers=48, hidden=8192, kind="mlp", activation="relu", norm="none",
                         bias=False)
     n0 = np.arange(1, 48)
-    t = HeteroTable.from_columns(pool=[[0, 1]] * len(n0), dp=[[8, 8]] * len(n0), tp=[[1, 1]] * len(n0),
-                                 layers=np.stack([n0, 48 - n0], 1), microbatches=64, global_batch=8192,
+    t = StrategyTable.from_columns(stage_pool=[[0, 1]] * len(n0), stage_dp=[[8, 8]] * len(n0), stage_tp=[[1, 1]] * len(n0),
+                                 stage_layers=np.stack([n0, 48 - n0], 1), microbatches=64, global_batch=8192,
                                  zero_stage=1)
     for mode in ("closed_form", "simulate"):
         m = evaluate_hetero(model, hc, t, pipeline=mode)
@@ -172,9 +171,9 @@ def _grid(model, hc, S=8):
             if tp * pp <= 64 and model.layers % pp == 0]
     a = np.array(rows)
     act = np.arange(S)[None, :] < a[:, :1]
-    t = HeteroTable.from_columns(
-        pool=np.zeros((len(a), S), int), dp=np.where(act, a[:, 5:6], 1), tp=np.where(act, a[:, 1:2], 1),
-        order=np.where(act, a[:, 2:3], 0), layers=np.where(act, (model.layers // a[:, 0])[:, None], 0),
+    t = StrategyTable.from_columns(
+        stage_pool=np.zeros((len(a), S), int), stage_dp=np.where(act, a[:, 5:6], 1), stage_tp=np.where(act, a[:, 1:2], 1),
+        stage_order=np.where(act, a[:, 2:3], 0), stage_layers=np.where(act, (model.layers // a[:, 0])[:, None], 0),
         pp=a[:, 0], microbatches=a[:, 3], recompute=a[:, 4], global_batch=1536, zero_stage=1,
         sequence_parallel=True)
     return a, evaluate_hetero(model, hc, t)
@@ -204,7 +203,7 @@ def test_tp_across_nodes_priced_on_the_network_by_hand():
     the network (50 GB/s, 10 us)."""
     model = Transformer(name="mlp", layers=8, hidden=8192, kind="mlp", activation="relu", norm="none", bias=False)
     hc = hetero_preset("pcie-a100x64-fastnet")
-    t = HeteroTable.from_columns(pool=[[0]] * 2, dp=[[32]] * 2, tp=[[2]] * 2, layers=[[8]] * 2, order=[[0], [1]],
+    t = StrategyTable.from_columns(stage_pool=[[0]] * 2, stage_dp=[[32]] * 2, stage_tp=[[2]] * 2, stage_layers=[[8]] * 2, stage_order=[[0], [1]],
                                  microbatches=4, global_batch=4096)
     m = evaluate_hetero(model, hc, t)
     T, h, L, mb = 4096 / (32 * 4), 8192, 8, 4
@@ -255,16 +254,32 @@ def test_cluster_file_round_trip_and_errors():
         assert e.value.argument == field, (data, e.value.argument)
 
 
+def test_pools_joined_by_plus():
+    """a100x32+h100x64: a pool per part, 4 and 8 DGX nodes, the A100 side's 200 Gb/s NICs (25 GB/s
+    per GPU) bounding the link between them; the named preset is the same cluster; a bad part is
+    one line naming --cluster, exit 2."""
+    hc = hetero_preset("a100x32+h100x64")
+    assert [(p.name, p.nodes, p.gpus_per_node) for p in hc.pools] == [("a100", 4, 8), ("h100", 8, 8)]
+    assert hc.link_Bps[0][1] == 25e9
+    assert [p.name for p in hetero_preset("h100x8+h100x16").pools] == ["h100", "h100-2"]
+    assert hetero_to_mapping(hetero_preset("A100x64+h100x64")) == hetero_to_mapping(hetero_preset("a100x64+h100x64"))
+    with pytest.raises(InputError) as e:
+        hetero_preset("a100x32+z100x8")
+    assert e.value.argument == "cluster" and e.value.got == "z100x8"
+    out = _cli("rank", "--model", "gpt3-175b", "--cluster", "a100x32+z100x8")
+    assert out.returncode == 2 and "--cluster" in out.stderr and "z100x8" in out.stderr
+
+
 def test_pool_oversubscribed_and_memory_per_pool():
     """Two stages of 64 GPUs on a 64-GPU pool is refused; a stage that fits an H200's 141 GB
     but not an H100's 80 GB is out of memory only on the H100 pool."""
     hc = make_hetero([make_pool("h100", "h100", nodes=8), make_pool("h200", "h200", nodes=8)])
     model = model_preset("gpt3-175b")
-    over = HeteroTable.from_columns(pool=[[0, 0]], dp=[[8, 8]], tp=[[8, 8]], layers=[[48, 48]], microbatches=24,
+    over = StrategyTable.from_columns(stage_pool=[[0, 0]], stage_dp=[[8, 8]], stage_tp=[[8, 8]], stage_layers=[[48, 48]], microbatches=24,
                                     global_batch=1536, zero_stage=1, recompute="full")
     assert REASONS[evaluate_hetero(model, hc, over)["reason"][0]] == "gpus_exceed_cluster"
     # 60 + 36 layers, dp 8 x tp 8 per stage, ZeRO-1: the 60-layer stage needs 80-141 GB
-    t = HeteroTable.from_columns(pool=[[1, 0], [0, 1]], dp=[[8, 8]] * 2, tp=[[8, 8]] * 2, layers=[[60, 36]] * 2,
+    t = StrategyTable.from_columns(stage_pool=[[1, 0], [0, 1]], stage_dp=[[8, 8]] * 2, stage_tp=[[8, 8]] * 2, stage_layers=[[60, 36]] * 2,
                                  microbatches=192, global_batch=1536, zero_stage=1, recompute="full")
     st = stage_rows(model, hc, t, 0)
     assert 80e9 < st[0]["mem_bytes"] < 141e9 and st[1]["mem_bytes"] < 80e9

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from costmodel import hetero_preset, model_preset, stage_rows
-from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_mapping
+from costmodel._strategy import hetero_from_mapping as strategy_from_mapping
 from sweep._results import hetero_row_strategy
 from tests.sweep_helpers import cli, kill_when, parts, rows, start
 

@@ -9,7 +9,7 @@ import pytest
 
 from costmodel import (
     REASONS,
-    HeteroTable,
+    StrategyTable,
     InputError,
     Transformer,
     evaluate_hetero,
@@ -21,7 +21,7 @@ from costmodel import (
     model_preset,
     stage_rows,
 )
-from costmodel._hetero_strategy import hetero_from_mapping as strategy_from_file
+from costmodel._strategy import hetero_from_mapping as strategy_from_file
 from search._hetero_space import HeteroSpace
 from search._moves import proposer
 
@@ -41,8 +41,8 @@ def _a100_h100(link_GBps=25, latency_us=12):
 
 
 def _one_stage(pool, dp, tp, pool2=None, dp2=0, **kw):
-    return HeteroTable.from_columns(pool=[[pool]], dp=[[dp]], tp=[[tp]], layers=[[8]],
-                                    pool2=None if pool2 is None else [[pool2]], dp2=[[dp2]],
+    return StrategyTable.from_columns(stage_pool=[[pool]], stage_dp=[[dp]], stage_tp=[[tp]], stage_layers=[[8]],
+                                    stage_pool2=None if pool2 is None else [[pool2]], stage_dp2=[[dp2]],
                                     microbatches=4, global_batch=64, overlap_dp=False, **kw)
 
 
@@ -89,7 +89,7 @@ def test_split_stage_runs_at_the_slower_pools_replica():
     assert REASONS[over["reason"][0]] == "gpus_exceed_cluster" and fits["feasible"][0]
     with pytest.raises(InputError) as e:
         _one_stage(0, 4, 2, pool2=1, dp2=4)  # every replica on the second pool is not a split
-    assert e.value.argument == "dp2"
+    assert e.value.argument == "stage_dp2"
 
 
 def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
@@ -102,12 +102,12 @@ def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
     cl = make_cluster("a100", 16)
     rows = np.array([(tp, 16 // tp, o, z) for tp in (1, 2, 4, 8) for o in (0, 1) for z in (0, 1, 3)])
     n = len(rows)
-    kw = dict(layers=np.full((n, 1), 48), microbatches=8, global_batch=256, zero_stage=rows[:, 3],
-              recompute="full", sequence_parallel=True, pool=np.zeros((n, 1), int), dp=rows[:, 1:2],
-              tp=rows[:, :1], order=rows[:, 2:3])
-    split = evaluate_hetero(model, hc, HeteroTable.from_columns(pool2=np.ones((n, 1), int), dp2=rows[:, 1:2] // 2,
+    kw = dict(stage_layers=np.full((n, 1), 48), microbatches=8, global_batch=256, zero_stage=rows[:, 3],
+              recompute="full", sequence_parallel=True, stage_pool=np.zeros((n, 1), int), stage_dp=rows[:, 1:2],
+              stage_tp=rows[:, :1], stage_order=rows[:, 2:3])
+    split = evaluate_hetero(model, hc, StrategyTable.from_columns(stage_pool2=np.ones((n, 1), int), stage_dp2=rows[:, 1:2] // 2,
                                                                 **kw))
-    homo = evaluate_hetero(model, cl, HeteroTable.from_columns(**kw))
+    homo = evaluate_hetero(model, cl, StrategyTable.from_columns(**kw))
     assert homo["feasible"].sum() >= 8
     for k in homo:
         a, b = np.asarray(split[k]), np.asarray(homo[k])
@@ -126,8 +126,8 @@ def _plans(model, hc):
     kind = [r[0] for r in rows]
     pp = np.array([r[1] for r in rows])
     layers = np.where(pp[:, None] == 1, [model.layers, 0], model.layers // 2)
-    t = HeteroTable.from_columns(pool=[r[2] for r in rows], dp=[r[3] for r in rows], tp=[r[4] for r in rows],
-                                 pool2=[r[5] for r in rows], dp2=[r[6] for r in rows], layers=layers, pp=pp,
+    t = StrategyTable.from_columns(stage_pool=[r[2] for r in rows], stage_dp=[r[3] for r in rows], stage_tp=[r[4] for r in rows],
+                                 stage_pool2=[r[5] for r in rows], stage_dp2=[r[6] for r in rows], stage_layers=layers, pp=pp,
                                  microbatches=16, global_batch=256, zero_stage=1, recompute="full",
                                  sequence_parallel=True)
     m = evaluate_hetero(model, hc, t, pipeline="simulate")
@@ -223,8 +223,8 @@ def test_space_interleaving_vpp():
     # the same placements under both schedules: the fill halves
     rows = np.flatnonzero(inter)[:20]
     sub = t.take(rows)
-    one = HeteroTable.from_columns(pool=sub["pool"], dp=sub["dp"], tp=sub["tp"], layers=sub["layers"],
-                                   order=sub["order"], pool2=sub["pool2"], dp2=sub["dp2"], pp=sub["pp"],
+    one = StrategyTable.from_columns(stage_pool=sub["pool"], stage_dp=sub["dp"], stage_tp=sub["tp"], stage_layers=sub["layers"],
+                                   stage_order=sub["order"], stage_pool2=sub["pool2"], stage_dp2=sub["dp2"], pp=sub["pp"],
                                    microbatches=sub["microbatches"], global_batch=1536, recompute="full",
                                    zero_stage=1, sequence_parallel=True, schedule="1f1b", vpp=1)
     a, b = evaluate_hetero(model, hc, sub), evaluate_hetero(model, hc, one)

@@ -41,8 +41,7 @@ def with_ep(table: StrategyTable, rng, experts: int) -> StrategyTable:
     # expert tensor parallelism on a third of the rows, mostly fitting the ranks left beside ep
     etp = np.where(rng.random(n) < 0.33, np.gcd(rng.choice([2, 4, 8], n), np.maximum(ranks // ep, 1)), 1)
     etp = np.where(rng.random(n) < 0.1, rng.choice([2, 3, 4], n), etp)
-    return StrategyTable({**table.columns, "ep": ep.astype(np.int64), "etp": etp.astype(np.int64)},
-                         table.stage_layers, table.stage_recompute)
+    return dataclasses.replace(table, columns={**table.columns, "ep": ep.astype(np.int64), "etp": etp.astype(np.int64)})
 
 
 OVERLAP = dataclasses.replace(framework_preset("megatron-core"), name="mcore-a2a-overlap", overlap_ep=True)

@@ -6,7 +6,6 @@ import pytest
 
 from costmodel import (
     METRIC_COLUMNS,
-    HeteroTable,
     StrategyTable,
     evaluate,
     make_cluster,
@@ -42,9 +41,9 @@ def _uniform_placements(n, rng):
     p = rng.choice([4, 8], n)
     on = np.arange(8)[None, :] < p[:, None]
     pool = np.where(on, rng.integers(0, 2, n)[:, None], 0)
-    return HeteroTable.from_columns(pool=pool, dp=np.where(on, rng.choice([1, 2], n)[:, None], 1),
-                                    tp=np.where(on, rng.choice([2, 4], n)[:, None], 1),
-                                    layers=np.where(on, (48 // p)[:, None], 0), pp=p, global_batch=1536,
+    return StrategyTable.from_columns(stage_pool=pool, stage_dp=np.where(on, rng.choice([1, 2], n)[:, None], 1),
+                                    stage_tp=np.where(on, rng.choice([2, 4], n)[:, None], 1),
+                                    stage_layers=np.where(on, (48 // p)[:, None], 0), pp=p, global_batch=1536,
                                     microbatches=rng.choice([24, 48], n), recompute=rng.integers(0, 3, n),
                                     schedule=rng.choice([1, 3, 4], n), zero_stage=1, sequence_parallel=True)
 
@@ -58,7 +57,7 @@ def test_alike_placements_on_three_representatives_equal_every_stage():
     odd = t.take(slice(0, 1))
     st = {k: v.copy() for k, v in odd.stages.items()}
     st["dp"][0, 0] = 1 + (st["dp"][0, 0] % 2)  # stage 0 unlike the others
-    mixed = HeteroTable.concat([t, HeteroTable(odd.columns, st, None)])
+    mixed = StrategyTable.concat([t, StrategyTable(odd.columns, st)])
     assert placement_view(mixed, model).j.shape[0] == 8
     for mode in ("closed_form", "simulate"):
         a = evaluate(model, hc, t, pipeline=mode)
@@ -75,7 +74,7 @@ def test_rows_come_back_in_their_order_after_the_sort_by_pp():
     t = _uniform_placements(n, rng)
     st = {k: v.copy() for k, v in t.stages.items()}
     st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)  # (tp 8 where the others have 2 or 4)  # unlike stages, so no three representatives
-    t = HeteroTable(t.columns, st, None)
+    t = StrategyTable(t.columns, st)
     whole = evaluate(model, hc, t)
     for i in rng.choice(n, 40, replace=False):
         _same(evaluate(model, hc, t.take(slice(i, i + 1))), whole.take(slice(i, i + 1)))
@@ -92,3 +91,23 @@ def test_fast_network_group_across_nodes_waits_for_the_node_link():
     ta, tb = evaluate(model, a, t)["tp_comm_s"][0], evaluate(model, b, t)["tp_comm_s"][0]
     assert ta > tb  # the network's larger latency on top of the same bandwidth
     assert ta == pytest.approx(tb, rel=0.05)  # and not the 5x faster network's bandwidth
+
+
+def test_one_table_absent_stage_columns_take_the_row_value():
+    """A per-stage column left out of the one table is the row's value on every stage: placements
+    from row dp and tp are those given per stage (pool 0, tp-inner, no split), price the same, and
+    rows without placements keep their row form; concat fills a missing stage_recompute with the
+    row's recompute."""
+    model, cl = model_preset("megatron-22b"), make_cluster("a100", 64)
+    kw = dict(stage_layers=[[24, 24]], microbatches=16, global_batch=64, recompute="full")
+    a = StrategyTable.from_columns(dp=4, tp=8, **kw)
+    b = StrategyTable.from_columns(stage_pool=[[0, 0]], stage_dp=[[4, 4]], stage_tp=[[8, 8]], stage_order=[[0, 0]],
+                                   stage_dp2=[[0, 0]], **kw)
+    assert a.placed and a.row(0) == b.row(0) and int(a.num_gpus[0]) == 64
+    _same(evaluate(model, cl, a), evaluate(model, cl, b))
+    h = StrategyTable.from_columns(dp=4, tp=8, pp=2, micro_batch=1, global_batch=64, recompute="full")
+    assert not h.placed and "stages" not in h.row(0) and h.as_placements(model.layers).row(0) == a.row(0)
+    _same(evaluate(model, cl, h), evaluate(model, cl, a))
+    rc = StrategyTable.from_columns(dp=4, tp=8, pp=2, global_batch=64, stage_recompute=[["none", "full"]])
+    both = StrategyTable.concat([h, rc])
+    assert [both.row(i)["stage_recompute"] for i in (0, 1)] == [["full", "full"], ["none", "full"]]

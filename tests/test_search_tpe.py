@@ -60,6 +60,30 @@ class TestTPEPlacementContract(TPEContract):
         return placement_space()
 
 
+class DropsJournal(TPEContract):
+    """A resume that loses TPE's state: a new searcher on a fresh journal, not the run's."""
+
+    def resumed(self, searcher, make_searcher, seed):
+        return make_searcher(seed)
+
+
+@pytest.mark.parametrize("kind", ["exact", "placement"])
+def test_the_state_check_fails_when_the_journal_is_dropped(kind, small, tmp_path):
+    """TPE's state is its journal (state_dict is empty): the contract's resume check passes the
+    journal's copy and fails a resume on a fresh journal, on both kinds of space."""
+    space = small if kind == "exact" else placement_space()
+    files = itertools.count()
+
+    def make(seed, storage=None):
+        return TPESearcher(space, seed=seed, n_startup_trials=TPEContract.startup,
+                           storage=storage or tmp_path / f"tpe-{next(files)}.journal")
+
+    assert make(0).state_dict() == {}
+    TPEContract().test_resume_from_state(space, make)
+    with pytest.raises(AssertionError):
+        DropsJournal().test_resume_from_state(space, make)
+
+
 def _drive(s, space, rounds, n=8):
     out = []
     for _ in range(rounds):

@@ -13,7 +13,7 @@ import pytest
 
 from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
 from sweep._keep import Keep
-from sweep._results import result_schema, to_arrow, write_part
+from sweep._results import HETERO_STAGE_COLUMNS, result_schema, to_arrow, write_part
 from sweep._rundir import RunDir, cluster_from_dict, cluster_to_dict, model_from_dict, model_to_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,3 +119,22 @@ def test_part_holds_readable_strategy_and_metric_columns(tmp_path):
     assert [r["reason"] for r in rows] == [("ok" if f else r["reason"]) for f, r in
                                            zip(metrics["feasible"], rows, strict=True)]
     assert rows[0]["microbatches"] == 1536 // 8  # m = B / (dp * b)
+
+
+def test_the_readme_names_every_column_a_part_has():
+    """README's "Results (Parquet schema)" names every column of a part, one pool or mixed, and
+    its tables list no column that no part has; a mixed cluster's parts add just the placement
+    lists."""
+    import re
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text[text.index("## Results (Parquet schema)"):]
+    section = section[:section.index("\n## ")]
+    named = set(re.findall(r"`([a-z][a-z0-9_]*)`", section))
+    tabled = {n for line in section.splitlines() if line.startswith("| `")
+              for n in re.findall(r"`([a-z][a-z0-9_]*)`", line.split("|")[1])}
+    one, mixed = set(result_schema().names), set(result_schema(hetero=True).names)
+    assert mixed - named == set()
+    assert tabled and tabled <= mixed | {"searcher"}
+    assert mixed - one == set(HETERO_STAGE_COLUMNS)
