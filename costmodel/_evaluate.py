@@ -778,13 +778,18 @@ def distinct_rows(*cols):
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         return first, inv.ravel()
+    return distinct_keys(key, K)
+
+
+def distinct_keys(key, K: int):
+    """distinct_rows of one column of integer keys in [0, K), K not much more than the keys (no sort)."""
     present = np.zeros(K, dtype=bool)
     present[key] = True
     keys = np.flatnonzero(present)  # the combinations in key order (not a cumsum over the K keys)
     np.put(pos := np.empty(K, dtype=np.int64), keys, np.arange(len(keys)))
     inv = pos[key]
     first = np.empty(len(keys), dtype=np.int64)
-    first[inv] = np.arange(n)
+    first[inv] = np.arange(len(key))
     return first, inv
 
 
@@ -927,9 +932,16 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * (tc := t * c))),
                                                               (in_range(sv.pool2), weigh(sv.dp2 * tc))]
         total = sum(np.sum(g, axis=0) for _, g in parts)
-        on_pool = [sum(np.sum(g * (x == y), axis=0) for x, g in parts) for y in range(1, P)]
-        used = np.stack([total - sum(on_pool), *on_pool], axis=1)
-    gpus_ok = (flags & 1 == 0) & np.all(used <= pa["num_gpus"], axis=1)
+        on_pool = [sum(np.sum(g * (x if P == 2 else x == y), axis=0) for x, g in parts)  # (pools < P: x == 1 is x)
+                   for y in range(1, P)]
+        per_pool = [total - sum(on_pool), *on_pool]
+        used = np.stack(per_pool, axis=1)
+    if P == 1:
+        gpus_ok = (flags & 1 == 0) & np.all(used <= pa["num_gpus"], axis=1)
+    else:  # pool by pool (N,): an all over axis 1 of (N, P) costs several times as much
+        gpus_ok = flags & 1 == 0
+        for q, x in enumerate(per_pool):
+            gpus_ok &= x <= pa["num_gpus"][q]
     held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
     pp_ok = (held == L) & (flags & 4 == 0)
     if not (every or np.all(sv.comp)):  # stages past pp hold no layers
@@ -1021,7 +1033,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
     fw = framework_preset(framework)
     pa = pool_arrays(cluster)
-    order, cuts = None, ()
+    order, cuts, depths = None, (), None
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
@@ -1033,18 +1045,28 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         key = 2 * table["pp"] + split
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
+        depths = (key[order[np.r_[0, cuts]]] // 2).tolist()
         if not split.any():
             table = StrategyTable(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")})
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                               simulate_now=now, framework=fw),
-                      microbatches, order, cuts)
+                      microbatches, order, cuts, depths)
 
 
-def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
+# Placements (a block of one pipeline depth q, q stage columns): blocks of PLACEMENT_ENTRIES / q rows, at least
+# BLOCK_ROWS and at most 2 BLOCK_ROWS (each up to 1.25x of it, even ones per group): fewer blocks amortise the
+# per-block work (the configurations, a few thousand a block whatever its rows, and the block's fixed costs);
+# pp 8 rows of 24,576, pp 4 of 32,768 (before: 16,384 at every depth; 5-8% faster placements,
+# in-process CPU time, BENCHMARKS.md).
+PLACEMENT_ENTRIES = 8 * 24576
+
+
+def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> Metrics:
     """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of consecutive rows of
-    ``order`` (None: of the table), even ones per group between ``cuts``, each block's results written to its rows.
+    ``order`` (None: of the table), even ones per group between ``cuts`` (``depths``: each group's pipeline depth,
+    its blocks' rows from PLACEMENT_ENTRIES; None: BLOCK_ROWS), each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
     pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
     N = len(table)
@@ -1054,8 +1076,10 @@ def run_blocks(table, block, microbatches, order=None, cuts=()) -> Metrics:
         return out
     out = None
     ends = [0, *cuts, N]
-    starts = [int(x) for a, b in zip(ends[:-1], ends[1:], strict=True)
-              for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * BLOCK_ROWS)) + 1)[:-1]]  # (up to 1.25 BLOCK_ROWS)
+    per = ([BLOCK_ROWS] * (len(ends) - 1) if depths is None else
+           [min(2 * BLOCK_ROWS, max(BLOCK_ROWS, PLACEMENT_ENTRIES // max(q, 1))) for q in depths])
+    starts = [int(x) for a, b, rows in zip(ends[:-1], ends[1:], per, strict=True)
+              for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]]  # (up to 1.25x the group's rows)
     for i, e in zip(starts, [*starts[1:], N], strict=True):
         part = block(table.take(slice(i, e) if order is None else order[i:e]), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
@@ -1483,28 +1507,49 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
         per_row = [x[0] for x in keys if x.shape[0] == 1]
         keys = [distinct_rows(*per_row)[1][None, :], *(x for x in keys if x.shape[0] > 1 or x is pool)]
-    kf = [flat(x) for x in keys]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
-    split = ks = None
-    kr = flat(d)  # the stage's replicas on the entry's pool
+    split = ks = dense = pool_ks = None
+    ne = E[0] * E[1]
     if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
         split = (sv.pool2 != sv.pool) & (j < p)
         ks = np.flatnonzero(split.reshape(-1))
         pool_b = np.minimum(sv.pool2, P - 1)
-        rest = distinct_rows(*(a for i, a in enumerate(kf) if i != ip))[1]  # the key less the pool, then with it
-        kf = [np.concatenate([rest, rest[ks]]), np.concatenate([kf[ip], pool_b.reshape(-1)[ks]]),
-              kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])]  # dp - dp2 on the first, dp2 on pool2
-        ip = 1
-    rep2, inv2 = distinct_rows(*kf)
-    ne = E[0] * E[1]
+        rest = [x for i, x in enumerate(keys) if i != ip]  # the key less the pool
+        radix = [int(x.max()) + 1 for x in rest]
+        R = int(d.max()) + 1  # replicas on a pool (dp - dp2 >= 1 on the first, dp2 on the second)
+        if (K := math.prod(radix) * P * R) <= max(4 * (ne + ks.size), 1 << 16):
+            # one mixed-radix key (rest, pool, replicas) over the entries and the split ones' second pools
+            key = np.broadcast_to(rest[0], E).astype(np.int64)
+            for x, r in zip(rest[1:], radix[1:], strict=True):
+                np.add(np.multiply(key, r, out=key), x, out=key)
+            pool_ks = np.take(pool_b, ks)  # (the second pools)
+            key_b = (np.take(key, ks) * P + pool_ks) * R + np.take(sv.dp2, ks)
+            np.add(np.multiply(np.add(np.multiply(key, P, out=key), pool, out=key), R, out=key), d - sv.dp2, out=key)
+            dense = distinct_keys(np.concatenate([key.reshape(-1), key_b]), K)
+        else:
+            kf = [flat(x) for x in keys]
+            rest = distinct_rows(*(a for i, a in enumerate(kf) if i != ip))[1]  # the key less the pool, then with it
+            kf = [np.concatenate([rest, rest[ks]]), np.concatenate([kf[ip], pool_b.reshape(-1)[ks]]),
+                  kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])]  # dp - dp2 on the first, dp2 on pool2
+            ip, pool_ks = 1, kf[1][ne:]
+    else:
+        kf = [flat(x) for x in keys]
+        kr = flat(d)  # the stage's replicas on the entry's pool
+    rep2, inv2 = dense if dense is not None else distinct_rows(*kf)
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
-    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src % N]  # noqa: E731
+    src_row = src % N  # (once: U reads row columns at it a dozen times)
+    U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src_row]  # noqa: E731
     full, sel = rc == 2, rc == 1
-    pool_u = kf[ip][rep2]  # (a split stage's second-pool configurations: pool2)
+    if dense is not None:  # a configuration's pool and replicas there: its first entry's, on the second pool past ne
+        second = rep2 >= ne
+        pool_u = np.where(second, U(pool_b), U(pool))
+        kr_u = np.where(second, U(sv.dp2), U(d - sv.dp2))
+    else:
+        pool_u, kr_u = kf[ip][rep2], kr[rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
     b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
-    ga_u = kr[rep2] * t_u * c_u  # a configuration's GPUs on its pool
+    ga_u = kr_u * t_u * c_u  # a configuration's GPUs on its pool
     zero_u = U(zero) if keyed else None
     cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)  # the stage
                        | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0),  # bits per
@@ -1596,10 +1641,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
         Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                            plus_edges(inv2[ne:], sub(first), sub(last)))
-        slower = Fb + Bb + Wb > sub(F) + sub(Bk) + sub(W)
+        Fa, Ba, Wa, ia = sub(F), sub(Bk), sub(W), sub(inv)  # (the first pool's, each taken once)
+        slower = Fb + Bb + Wb > Fa + Ba + Wa
         inv_t = inv.copy()
-        for x, y in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
-            x.reshape(-1)[ks] = np.where(slower, y, sub(x))
+        for x, a, b in ((F, Fa, Fb), (Bk, Ba, Bb), (W, Wa, Wb), (inv_t, ia, inv2[ne:])):
+            x.reshape(-1)[ks] = np.where(slower, b, a)
     if F is not None:
         X = F + Bk + W
 
@@ -1637,7 +1683,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe), priced where
             e = np.flatnonzero(split | after(split))  # a stage or the next is split (else pool_b = pool: the same link)
             x, y, ib = np.take(pool_b, e), np.take(after(pool_b), e), np.take(inv_b, e)
-            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, rag_u[ib], np.take(hand, e), spill_on(x, e % N))))
+            spill_e = np.take(np.tile(spills.reshape(-1), X.shape[0]), e * P + x)  # (entry e's row: e % N, not divided)
+            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, np.take(rag_u, ib), np.take(hand, e), spill_e)))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1749,15 +1796,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as
         # above, per configuration: the replicas on its pool, kr) and the link between the pools.
-        part_bw, part_lat = link(dp_stride(kr[rep2], t_u), dp_size(kr[rep2], t_u))
-        ia, ib = inv2[:ne][ks], inv2[ne:]
-        xa, xb = pool_u[ia], pool_u[ib]
+        part_bw, part_lat = link(dp_stride(kr_u, t_u), dp_size(kr_u, t_u))
+        # per distinct pair of the split stages' configurations (ia, ib), a few thousand, then each split stage's:
+        # (ia, second pool) sets ib (ia holds the key less the pool, and its replicas there the rest of dp)
+        pairs, inv_p = distinct_rows(ia, pool_ks)  # (ia: each split stage's first-pool configuration, above)
+        ia_p, ib_p = ia[pairs], inv2[ne:][pairs]
+        xa, xb = pool_u[ia_p], pool_u[ib_p]
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        bw_s = np.minimum(np.minimum(part_bw[ia], part_bw[ib]), bw_x)
-        lat_s = np.maximum(np.maximum(part_lat[ia], part_lat[ib]), pa["link_latency_s"][xa, xb])
+        bw_s = np.minimum(np.minimum(part_bw[ia_p], part_bw[ib_p]), bw_x)
+        lat_s = np.maximum(np.maximum(part_lat[ia_p], part_lat[ib_p]), pa["link_latency_s"][xa, xb])
         if moe or alike:
-            dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = bw_s, lat_s
-        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = dp_exchange_coef(z_[ia], m_[ia], g_[ia], bw_s, lat_s)
+            dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = np.take(bw_s, inv_p), np.take(lat_s, inv_p)
+        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = (np.take(x, inv_p) for x in dp_exchange_coef(
+            z_[ia_p], m_[ia_p], g_[ia_p], bw_s, lat_s))
     shard = None if hbm_Bps is None else np.where(zero >= 1, g, 1)
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
@@ -1791,7 +1842,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if keyed:  # per configuration; a split stage's at the slower HBM of both pools
             opt_u = np.take(ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u], inv)
             if ks is not None and ks.size:
-                opt_u.reshape(-1)[ks] = ADAM_BYTES_TOUCHED / shard[ia] / np.minimum(hbm_rate[xa], hbm_rate[xb])
+                opt_u.reshape(-1)[ks] = np.take(ADAM_BYTES_TOUCHED / shard[ia_p] / np.minimum(hbm_rate[xa], hbm_rate[xb]),
+                                                inv_p)
         opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
