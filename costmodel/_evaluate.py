@@ -1500,7 +1500,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     keyed = any(x is sv.dp for x in sv.key)  # dp, micro-batches and batch are parts of a configuration
     ep_key = col(distinct_rows(e_r, u_r)[1]) if moe else None
-    shape_k = [*sv.key, col(c), col(sp), col(prec), *((ep_key,) if moe else ()), sv.order, t]
+    # (rows whose framework's bf16 optimizer adds each micro-batch's gradients into fp32: Framework.hp_grad_bytes)
+    hp_key = col((zero <= 1) & (prec == PRECISIONS.index("bf16"))) if fw.hp_grad_bytes and not moe else None
+    shape_k = [*sv.key, col(c), col(sp), col(prec), *((ep_key,) if moe else ()), *(() if hp_key is None else (hp_key,)),
+               sv.order, t]
     keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rc]  # (the shape terms': shape_k, pool; ZeRO: memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
     flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
@@ -1570,10 +1573,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         q, tt, cc, dd, tin, pr = pool_u[ix], t_u[ix], c_u[ix], d_u[ix], tp_inner[ix], prec_u[ix]
         fp8 = pr == PRECISIONS.index("fp8")
         casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
-        return shape_terms(model, None, b_u[ix], tt, cc, sp_u[ix], peak[ix], gpu=pool_gpu(q),
-                           peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
-                           attn_eff=pa["attn_eff"][q, kernel], casts=casts, tp_link=link(np.where(tin, 1, dd), tt, q),
-                           cp_link=link(np.where(tin, tt, dd * tt), cc, q))
+        out = shape_terms(model, None, b_u[ix], tt, cc, sp_u[ix], peak[ix], gpu=(gpu := pool_gpu(q)),
+                          peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
+                          attn_eff=pa["attn_eff"][q, kernel], casts=casts, tp_link=link(np.where(tin, 1, dd), tt, q),
+                          cp_link=link(np.where(tin, tt, dd * tt), cc, q))
+        if hp_key is not None:  # the bf16 optimizer's fp32 gradient accumulation, in each layer's backward
+            hp = hbm_s(fw.hp_grad_bytes * model.layer_params() / tt, gpu)
+            out["cast_b"] = out["cast_b"] + np.where(U(hp_key)[ix], hp, 0.0)
+        return out
 
     def moe_of(ix, sh):
         """The MoE layer's shape terms (moe_shape_terms) of configurations ix, ``sh`` their dense ones. The MoE

@@ -60,6 +60,11 @@ Pricing rules the fields drive (costmodel._evaluate):
                           priced at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again
                           where recompute repeats the element-wise work; zeros: fused or compiled.
                           Dense layers only (an MoE layer's element-wise work is priced as fused)
+    hp_grad_bytes         HBM bytes per parameter per micro-batch its bf16 optimizer wrapper moves
+                          after every micro-batch's backward, adding the bf16 gradients into the fp32
+                          ones, on rows in bf16 with ZeRO 0 or 1 (priced at the HBM rate in each
+                          layer's backward on its parameters per GPU; dense models only, the
+                          embedding and head left out); 0: gradients accumulate in the GEMMs
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
@@ -103,6 +108,7 @@ class Framework:
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    hp_grad_bytes: float = 0.0
 
 
 _MEGATRON_CORE = Framework(
@@ -197,8 +203,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
-        expert_tensor_parallel=False,
+        expert_tensor_parallel=False, hp_grad_bytes=18.0,
         sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
+                 "DeepSpeed v0.16.4 deepspeed/runtime/engine.py _do_optimizer_sanity_check (BF16_Optimizer "
+                 "for bf16 with ZeRO 0, or ZeRO 1 with fp32 gradient accumulation), pipe/engine.py "
+                 "_exec_backward_pass (update_hp_grads after every micro-batch's backward), bf16_optimizer.py "
+                 "_update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + 4 bytes for the cast, 8 + 4 for the add)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
                  "stage == 3"),

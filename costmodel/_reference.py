@@ -317,6 +317,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         w = sum(x[2] for x in mm)
         cast_f = _hbm(gpu, cx * T * sum(x[0] for x in mm) + cw * w)
         cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
+    if fw.hp_grad_bytes and not model.is_moe and zero <= 1 and prec == 0:  # bf16 optimizer's fp32 accumulation
+        cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     fwd = gemm + attn + elem + overhead + cast_f
     bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
     wgt = gemm

@@ -280,3 +280,21 @@ def test_eager_torchtitan_moves_its_norms_rope_and_swiglu_bytes():
     assert b["compute_s"][0] - a["compute_s"][0] == pytest.approx(want, rel=1e-9)
     # every other profile moves none of these bytes
     assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items() if name != "fsdp2-eager")
+
+
+def test_deepspeed_bf16_optimizer_adds_each_micro_batchs_gradients_into_fp32():
+    # DeepSpeed's BF16_Optimizer (bf16 with ZeRO 0 or 1) runs hp_grad.add_(lp.grad.to(float32)) on
+    # every local parameter after every micro-batch's backward (bf16_optimizer.py _update_hp_grad,
+    # pipe/engine.py _exec_backward_pass): 2 + 4 bytes for the cast, 8 + 4 for the add. GPT-3 175B,
+    # tp 8, pp 1, dp 128: 12 micro-batches of 96 layers of 12 h^2 + 13 h parameters, 1/8 of them per
+    # GPU, at the H100's HBM rate (3.35 TB/s x 0.9 x 0.85). ZeRO-2 (DeepSpeed's ZeRO optimizer) and
+    # fp16 rows do not pay it.
+    assert framework_preset("deepspeed").hp_grad_bytes == 18.0
+    cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
+    z0, z1, z2 = (_one("deepspeed", zero_stage=z, **cols) for z in (0, 1, 2))
+    fp16 = _one("deepspeed", zero_stage=0, precision="fp16", **cols)
+    h = 12288
+    want = 12 * 96 * 18 * (12 * h * h + 13 * h) / 8 / (3.35e12 * 0.9 * 0.85)
+    assert z0["compute_s"][0] - z2["compute_s"][0] == pytest.approx(want, rel=1e-9)
+    assert z1["compute_s"][0] == z0["compute_s"][0] and fp16["compute_s"][0] == z2["compute_s"][0]
+    assert all(fw.hp_grad_bytes == 0 for name, fw in FRAMEWORKS.items() if name != "deepspeed")
