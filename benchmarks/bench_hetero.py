@@ -7,7 +7,7 @@ Margins (GPT-3 175B, global batch 1536, 64 A100 + 64 H100):
   (a) "all A100": the best plan of `plansweep rank`'s default space on 128 A100 (every GPU
       treated as the slower type; the A100 pool's links);
   (b) "H100 only": the best plan of the same space on the 64 H100 alone;
-  (c) the placement search (search.MCMCSearcher over search.HeteroSpace, evaluate_hetero).
+  (c) the placement search (search.MCMCSearcher over search.HeteroSpace, evaluate).
 Every final plan is re-priced with the exact pipeline simulator.
 """
 
@@ -23,7 +23,6 @@ from cli._cmd_rank import default_space
 from costmodel import (
     StrategyTable,
     evaluate,
-    evaluate_hetero,
     format_stage_rows,
     hetero_preset,
     make_cluster,
@@ -55,7 +54,7 @@ def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=(0,)):
         t = s.ask(64)
         if len(t) == 0:
             break
-        m = evaluate_hetero(model, hc, t)
+        m = evaluate(model, hc, t)
         s.tell(t, m)
         seen += len(t)
         keep = np.argsort(-m["tokens_per_s"])[:4]
@@ -64,7 +63,7 @@ def search_hetero(model, hc, batch, budget, chains, seed, vpp=(1,), dp2=(0,)):
     cand = StrategyTable.concat(tables)
     top = np.argsort(-np.concatenate(scores))[:40]
     cand = cand.take(top)
-    exact = evaluate_hetero(model, hc, cand, pipeline="simulate")
+    exact = evaluate(model, hc, cand, pipeline="simulate")
     i = int(np.argmax(exact["tokens_per_s"]))
     return space, cand.take(slice(i, i + 1)), exact.take(slice(i, i + 1)), seen
 
@@ -116,9 +115,9 @@ def speed(rows: int, repeats: int = 5, clock=time.perf_counter) -> None:
     plain = random_placements()
 
     evaluate(model, cluster, table.take(slice(0, 1000)))
-    evaluate_hetero(model, cluster, same.take(slice(0, 1000)))
-    runs = {"homo": lambda: evaluate(model, cluster, table), "same": lambda: evaluate_hetero(model, cluster, same),
-            "placed": lambda: evaluate_hetero(model, hc, placed), "plain": lambda: evaluate_hetero(model, hc, plain)}
+    evaluate(model, cluster, same.take(slice(0, 1000)))
+    runs = {"homo": lambda: evaluate(model, cluster, table), "same": lambda: evaluate(model, cluster, same),
+            "placed": lambda: evaluate(model, hc, placed), "plain": lambda: evaluate(model, hc, plain)}
     best = dict.fromkeys(runs, np.inf)
     for _ in range(repeats):  # interleaved, so load from other jobs hits every run alike
         for k, fn in runs.items():
@@ -128,14 +127,14 @@ def speed(rows: int, repeats: int = 5, clock=time.perf_counter) -> None:
     t_h, t_s, t_p, t_n = best["homo"], best["same"], best["placed"], best["plain"]
     print(f"rows {rows:,}, best of {repeats}")
     print(f"homogeneous evaluate, bench space:               {rows / t_h:12,.0f} strategies/s")
-    print(f"evaluate_hetero, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "
+    print(f"evaluate, the same rows as one pool:      {rows / t_s:12,.0f} strategies/s "
           f"({t_s / t_h:.2f}x the time; S = {same.num_stages} stage columns)")
     active = placed["layers"] > 0
     split = (placed["dp2"] > 0) & (placed["pool2"] != placed["pool"]) & active
-    print(f"evaluate_hetero, placements on a100x64+h100x64:  {rows / t_p:12,.0f} strategies/s "
+    print(f"evaluate, placements on a100x64+h100x64:  {rows / t_p:12,.0f} strategies/s "
           f"({t_p / t_h:.2f}x the time; pp 4/8, S = {placed.num_stages}; {100 * split.sum() / active.sum():.0f}% of "
           f"stages split across the pools, {100 * split.any(axis=1).mean():.0f}% of rows with a split)")
-    print(f"evaluate_hetero, the same without splits:        {rows / t_n:12,.0f} strategies/s "
+    print(f"evaluate, the same without splits:        {rows / t_n:12,.0f} strategies/s "
           f"({t_n / t_h:.2f}x the time)")
 
 

@@ -17,7 +17,7 @@ Cases (closed forms and pipeline="simulate" for each):
                per-stage recompute) for llama3-70b on dgx-a100-1024, megatron-530b on
                selene-3072, seed000-mlp on seed000-16
   one-pool     the uniform and uneven preset rows as single-pool placements (as_placements)
-  stages       the per-stage breakdowns (stage_breakdown, hetero_stage_breakdown) of 200 rows, on the
+  stages       the per-stage breakdowns (stage_breakdown) of 200 rows, on the
                stages that exist (``active``; the values past pp are presentation)
 """
 
@@ -58,9 +58,8 @@ def as_placements(table, layers):
 
 def dump(path: str) -> None:
     """Compute every case with the checkout on sys.path and save it to ``path``."""
-    import costmodel
     from cli._cmd_bench import bench_table
-    from costmodel import cluster_preset, evaluate, evaluate_hetero, hetero_preset, model_preset
+    from costmodel import cluster_preset, evaluate, hetero_preset, model_preset
     from costmodel._evaluate import stage_breakdown
     from search import exact_space
     from tests.test_reference import random_table
@@ -89,7 +88,7 @@ def dump(path: str) -> None:
     for name, split in (("placed", True), ("plain", False)):
         t = _placements(gpt, hc, 20_000, split)
         for mode in MODES:
-            run(f"{name}/{mode}", evaluate_hetero, gpt, hc, t, pipeline=mode)
+            run(f"{name}/{mode}", evaluate, gpt, hc, t, pipeline=mode)
     for name, cl in PRESETS:
         model, cluster = model_preset(name), cluster_preset(cl)
         for uneven in (False, True):
@@ -99,10 +98,10 @@ def dump(path: str) -> None:
             one = as_placements(table.take(ok), model.layers)
             for mode in MODES:
                 run(f"{key}/{mode}", evaluate, model, cluster, table, pipeline=mode)
-                run(f"{key}-one-pool/{mode}", evaluate_hetero, model, cluster, one, pipeline=mode)
+                run(f"{key}-one-pool/{mode}", evaluate, model, cluster, one, pipeline=mode)
             run(f"{key}-stages", stage_breakdown, model, cluster, table.take(slice(0, 200)))
     t = _placements(gpt, hc, 200, True)
-    run("placed-stages", costmodel.hetero_stage_breakdown, gpt, hc, t)
+    run("placed-stages", stage_breakdown, gpt, hc, t)
     np.savez_compressed(path, **out)
     for case, s in times.items():
         print(f"{case:40s} {s:8.3f} s", file=sys.stderr)

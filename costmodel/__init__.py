@@ -16,9 +16,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         REASONS,
         Metrics,
         evaluate,
-        evaluate_hetero,
         format_stage_rows,
-        hetero_stage_breakdown,
+        stage_breakdown,
         stage_rows,
     )
     from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
@@ -66,8 +65,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "costmodel._errors": ("InputError",),
     "costmodel._evaluate": (
-        "METRIC_COLUMNS", "REASONS", "Metrics", "evaluate", "evaluate_hetero", "format_stage_rows",
-        "hetero_stage_breakdown", "stage_rows"
+        "METRIC_COLUMNS", "REASONS", "Metrics", "evaluate", "format_stage_rows",
+        "stage_breakdown", "stage_rows"
     ),
     "costmodel._frameworks": (
         "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names",
@@ -103,8 +102,8 @@ __all__ = [
     "Transformer", "cluster_names", "cluster_preset", "decode", "encode", "evaluate",
     "gpu_names", "gpu_preset", "linear_end_of_batch_s", "linear_fwd_bwd_s", "make_cluster",
     "model_preset", "PipelineResult", "Timeline", "simulate", "text_timeline", "chrome_trace",
-    "HeteroCluster", "Pool", "as_hetero", "evaluate_hetero",
-    "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "hetero_stage_breakdown",
+    "HeteroCluster", "Pool", "as_hetero",
+    "format_stage_rows", "hetero_from_mapping", "hetero_names", "hetero_preset", "stage_breakdown",
     "hetero_to_mapping", "make_hetero", "make_pool", "stage_rows", "from_calculon", "from_hf_config",
     "model_from_mapping", "FailureModel", "goodput", "plan_goodput", "memory_screen",
     "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names", "framework_preset",

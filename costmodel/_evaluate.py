@@ -1923,11 +1923,6 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 
-# Names kept for callers of the mixed-cluster entry points: the one evaluator takes every table and cluster.
-evaluate_hetero = evaluate
-hetero_stage_breakdown = stage_breakdown
-hetero_feasibility = feasibility
-
 
 def stage_rows(model: Transformer, cluster, table, i: int = 0, framework=None) -> list[dict]:
     """Row i's stages as a list of plain dicts (pool name, dp, tp, layers, time_s, mem_bytes,

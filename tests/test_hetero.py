@@ -13,7 +13,6 @@ from costmodel import (
     Transformer,
     cluster_preset,
     evaluate,
-    evaluate_hetero,
     gpu_preset,
     hetero_from_mapping,
     hetero_preset,
@@ -55,7 +54,7 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
     het = table.as_placements(model.layers)
     modes = ("closed_form", "simulate") if name == "megatron-22b" else ("closed_form",)
     for mode in modes:
-        _assert_same(evaluate(model, cl, table, pipeline=mode), evaluate_hetero(model, cl, het, pipeline=mode),
+        _assert_same(evaluate(model, cl, table, pipeline=mode), evaluate(model, cl, het, pipeline=mode),
                      (name, uneven, mode))
 
 
@@ -91,7 +90,7 @@ def test_single_pool_moe_equals_homogeneous(name, cluster, uneven, framework):
     modes = ("closed_form", "simulate") if name == "tiny" else ("closed_form",)
     for mode in modes:
         ref = evaluate(model, cl, table, pipeline=mode, framework=framework)
-        _assert_same(ref, evaluate_hetero(model, cl, het, pipeline=mode, framework=framework),
+        _assert_same(ref, evaluate(model, cl, het, pipeline=mode, framework=framework),
                      (name, uneven, mode))
         assert ref["feasible"].any() or name == "deepseek-v3-17"
         assert np.any(ref["reason"] == REASONS.index("ep_invalid"))
@@ -109,7 +108,7 @@ def test_moe_on_two_pools_prices_experts_per_stage():
         cols.update(kw)
         return StrategyTable.from_columns(**cols)
 
-    out = evaluate_hetero(model, hc, StrategyTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
+    out = evaluate(model, hc, StrategyTable.concat([rows(ep=1), rows(ep=8), rows(ep=8, etp=2)]),
                           framework="megatron-core")
     assert [REASONS[r] for r in out["reason"]] == ["out_of_memory", "ok", "ok"]  # every expert on every GPU
     assert out["ep_comm_s"][0] == 0.0 and np.all(out["ep_comm_s"][1:] > 0)
@@ -118,9 +117,9 @@ def test_moe_on_two_pools_prices_experts_per_stage():
     bad = [rows(ep=8, stage_dp=[[8, 4]], stage_tp=[[8, 1]], global_batch=[64]),  # 8 does not divide stage 1's 4 ranks
            rows(ep=3),  # 3 does not divide the 8 experts
            rows(ep=8, stage_dp=[[4, 8]], stage_pool2=[[0, 0]], stage_dp2=[[0, 2]])]  # stage 1 split over both pools
-    got = evaluate_hetero(model, hc, StrategyTable.concat(bad), framework="megatron-core")
+    got = evaluate(model, hc, StrategyTable.concat(bad), framework="megatron-core")
     assert [REASONS[r] for r in got["reason"]] == ["ep_invalid"] * 3
-    dense = evaluate_hetero(model_preset("llama3-8b"), hc, StrategyTable.concat([rows(ep=1, stage_layers=[[12, 20]]),
+    dense = evaluate(model_preset("llama3-8b"), hc, StrategyTable.concat([rows(ep=1, stage_layers=[[12, 20]]),
                                                                              rows(ep=2, stage_layers=[[12, 20]])]))
     assert REASONS[dense["reason"][1]] == "ep_invalid" and REASONS[dense["reason"][0]] != "ep_invalid"
     rows_out = stage_rows(model, hc, rows(ep=8), framework="megatron-core")
@@ -159,7 +158,7 @@ def test_twice_as_fast_pool_gets_twice_the_layers():
                                  stage_layers=np.stack([n0, 48 - n0], 1), microbatches=64, global_batch=8192,
                                  zero_stage=1)
     for mode in ("closed_form", "simulate"):
-        m = evaluate_hetero(model, hc, t, pipeline=mode)
+        m = evaluate(model, hc, t, pipeline=mode)
         assert m["feasible"].all()
         best = int(np.argmin(m["step_time_s"]))
         assert (n0[best], 48 - n0[best]) == (16, 32), mode
@@ -176,7 +175,7 @@ def _grid(model, hc, S=8):
         stage_order=np.where(act, a[:, 2:3], 0), stage_layers=np.where(act, (model.layers // a[:, 0])[:, None], 0),
         pp=a[:, 0], microbatches=a[:, 3], recompute=a[:, 4], global_batch=1536, zero_stage=1,
         sequence_parallel=True)
-    return a, evaluate_hetero(model, hc, t)
+    return a, evaluate(model, hc, t)
 
 
 def test_fast_network_puts_tensor_parallelism_across_nodes():
@@ -205,7 +204,7 @@ def test_tp_across_nodes_priced_on_the_network_by_hand():
     hc = hetero_preset("pcie-a100x64-fastnet")
     t = StrategyTable.from_columns(stage_pool=[[0]] * 2, stage_dp=[[32]] * 2, stage_tp=[[2]] * 2, stage_layers=[[8]] * 2, stage_order=[[0], [1]],
                                  microbatches=4, global_batch=4096)
-    m = evaluate_hetero(model, hc, t)
+    m = evaluate(model, hc, t)
     T, h, L, mb = 4096 / (32 * 4), 8192, 8, 4
     eff = gpu_preset("a100").link_eff
     for i, (bw, lat) in enumerate([(12e9, 15e-6), (50e9, 10e-6)]):
@@ -277,13 +276,13 @@ def test_pool_oversubscribed_and_memory_per_pool():
     model = model_preset("gpt3-175b")
     over = StrategyTable.from_columns(stage_pool=[[0, 0]], stage_dp=[[8, 8]], stage_tp=[[8, 8]], stage_layers=[[48, 48]], microbatches=24,
                                     global_batch=1536, zero_stage=1, recompute="full")
-    assert REASONS[evaluate_hetero(model, hc, over)["reason"][0]] == "gpus_exceed_cluster"
+    assert REASONS[evaluate(model, hc, over)["reason"][0]] == "gpus_exceed_cluster"
     # 60 + 36 layers, dp 8 x tp 8 per stage, ZeRO-1: the 60-layer stage needs 80-141 GB
     t = StrategyTable.from_columns(stage_pool=[[1, 0], [0, 1]], stage_dp=[[8, 8]] * 2, stage_tp=[[8, 8]] * 2, stage_layers=[[60, 36]] * 2,
                                  microbatches=192, global_batch=1536, zero_stage=1, recompute="full")
     st = stage_rows(model, hc, t, 0)
     assert 80e9 < st[0]["mem_bytes"] < 141e9 and st[1]["mem_bytes"] < 80e9
-    m = evaluate_hetero(model, hc, t)
+    m = evaluate(model, hc, t)
     assert [REASONS[r] for r in m["reason"]] == ["ok", "out_of_memory"]
     assert m["mem_total_bytes"][1] == pytest.approx(st[0]["mem_bytes"])  # the stage over its HBM
 
@@ -296,7 +295,7 @@ def test_hetero_space_moves_and_start_points():
     assert {"megatron", "speed_weighted"} <= set(starts)
     d = np.stack(list(starts.values()))
     assert space.valid(d).all()
-    m = evaluate_hetero(model, hc, space.table(d))
+    m = evaluate(model, hc, space.table(d))
     assert m["feasible"].all()
     # speed-weighted gives the H100 stages more layers than the A100 ones
     tw = space.table(starts["speed_weighted"][None])
@@ -393,7 +392,7 @@ def test_placement_space_gets_ep_for_moe_models():
     with pytest.raises(InputError):
         HeteroSpace.from_options(model_preset("llama3-70b"), hc, global_batch=1536, ep=(1, 2))
     starts = moe.start_points()
-    met = evaluate_hetero(moe.model, hc, moe.table(np.stack(list(starts.values()))), framework="megatron-core")
+    met = evaluate(moe.model, hc, moe.table(np.stack(list(starts.values()))), framework="megatron-core")
     assert met["feasible"].any()
     draws = moe.table(moe.random_digits(np.random.default_rng(0), 64))
     assert len(set(draws["ep"].tolist())) > 1
@@ -413,7 +412,7 @@ def test_tpe_samples_ep_with_the_stages():
     eps = set()
     for _ in range(2):
         table = tpe.ask(64)
-        met = evaluate_hetero(space.model, space.cluster, table, framework="megatron-core")
+        met = evaluate(space.model, space.cluster, table, framework="megatron-core")
         tpe.tell(table, met)
         eps |= set(table["ep"].tolist())
         assert not np.any(met["reason"] == REASONS.index("ep_invalid"))

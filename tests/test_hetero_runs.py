@@ -210,9 +210,9 @@ def test_moe_placement_run_records_ep(tmp_path):
     strategy = hetero_row_strategy(top, 32)
     assert strategy["ep"] == top["ep"]
     hc = hetero_preset("a100x64+h100x64")
-    from costmodel import evaluate_hetero
+    from costmodel import evaluate
 
-    again = evaluate_hetero(model_preset("mixtral-8x7b"), hc,
+    again = evaluate(model_preset("mixtral-8x7b"), hc,
                             strategy_from_mapping(strategy, [p.name for p in hc.pools]), framework="megatron-core")
     assert again["tokens_per_s"][0] == pytest.approx(top["tokens_per_s"], rel=1e-9)
 

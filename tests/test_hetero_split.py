@@ -12,7 +12,7 @@ from costmodel import (
     StrategyTable,
     InputError,
     Transformer,
-    evaluate_hetero,
+    evaluate,
     gpu_preset,
     hetero_from_mapping,
     make_cluster,
@@ -66,7 +66,7 @@ def test_split_stage_all_reduce_on_the_inter_pool_link_by_hand():
     assert inside["dp_comm_s"] == pytest.approx(2 * (n - 1) / n * nbytes / (300e9 * eff) + 2 * (n - 1) * 5e-6,
                                                  rel=1e-12)
     # overlap_dp off: the exchange is all exposed, on top of the pipeline and the optimizer
-    m = evaluate_hetero(model, hc, _one_stage(0, 4, 2, pool2=1, dp2=2))
+    m = evaluate(model, hc, _one_stage(0, 4, 2, pool2=1, dp2=2))
     assert m["dp_comm_s"][0] == pytest.approx(expect, rel=1e-12)
 
 
@@ -84,8 +84,8 @@ def test_split_stage_runs_at_the_slower_pools_replica():
         for k in ("forward_s", "backward_s", "weight_grad_s", "time_s"):
             assert st[k] == on_a[k], (pool, k)
     # dp 8 x tp 2 = 16 GPUs: 6 + 2 replicas put 12 GPUs on an 8-GPU node; 4 + 4 fit
-    over = evaluate_hetero(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=2))
-    fits = evaluate_hetero(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=4))
+    over = evaluate(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=2))
+    fits = evaluate(model, hc, _one_stage(0, 8, 2, pool2=1, dp2=4))
     assert REASONS[over["reason"][0]] == "gpus_exceed_cluster" and fits["feasible"][0]
     with pytest.raises(InputError) as e:
         _one_stage(0, 4, 2, pool2=1, dp2=4)  # every replica on the second pool is not a split
@@ -105,9 +105,9 @@ def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
     kw = dict(stage_layers=np.full((n, 1), 48), microbatches=8, global_batch=256, zero_stage=rows[:, 3],
               recompute="full", sequence_parallel=True, stage_pool=np.zeros((n, 1), int), stage_dp=rows[:, 1:2],
               stage_tp=rows[:, :1], stage_order=rows[:, 2:3])
-    split = evaluate_hetero(model, hc, StrategyTable.from_columns(stage_pool2=np.ones((n, 1), int), stage_dp2=rows[:, 1:2] // 2,
+    split = evaluate(model, hc, StrategyTable.from_columns(stage_pool2=np.ones((n, 1), int), stage_dp2=rows[:, 1:2] // 2,
                                                                 **kw))
-    homo = evaluate_hetero(model, cl, StrategyTable.from_columns(**kw))
+    homo = evaluate(model, cl, StrategyTable.from_columns(**kw))
     assert homo["feasible"].sum() >= 8
     for k in homo:
         a, b = np.asarray(split[k]), np.asarray(homo[k])
@@ -130,7 +130,7 @@ def _plans(model, hc):
                                  stage_pool2=[r[5] for r in rows], stage_dp2=[r[6] for r in rows], stage_layers=layers, pp=pp,
                                  microbatches=16, global_batch=256, zero_stage=1, recompute="full",
                                  sequence_parallel=True)
-    m = evaluate_hetero(model, hc, t, pipeline="simulate")
+    m = evaluate(model, hc, t, pipeline="simulate")
     assert m["feasible"].sum() >= 6
     return kind, m
 
@@ -186,7 +186,7 @@ def test_space_split_dims_moves_and_validity():
     t = space.table(ok)
     assert space.valid(ok)[0]
     assert t["dp2"][0, 0] == 1 and t["pool2"][0, 0] != t["pool"][0, 0]
-    assert REASONS[evaluate_hetero(model, hc, t)["reason"][0]] in ("ok", "out_of_memory")
+    assert REASONS[evaluate(model, hc, t)["reason"][0]] in ("ok", "out_of_memory")
 
 
 def test_strategy_file_with_a_split_stage():
@@ -227,7 +227,7 @@ def test_space_interleaving_vpp():
                                    stage_order=sub["order"], stage_pool2=sub["pool2"], stage_dp2=sub["dp2"], pp=sub["pp"],
                                    microbatches=sub["microbatches"], global_batch=1536, recompute="full",
                                    zero_stage=1, sequence_parallel=True, schedule="1f1b", vpp=1)
-    a, b = evaluate_hetero(model, hc, sub), evaluate_hetero(model, hc, one)
+    a, b = evaluate(model, hc, sub), evaluate(model, hc, one)
     assert np.allclose(a["bubble_s"], b["bubble_s"] / 2, rtol=1e-12)
     plain = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))
     assert all(dim.name != "vpp" for dim in plain.dims)

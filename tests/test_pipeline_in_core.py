@@ -178,7 +178,7 @@ def test_heterogeneous_rows_use_the_simulation_cache(monkeypatch):
     # A placement table priced twice with the simulator: the second time every pipeline comes
     # from the per-process cache (the simulator is never called) and the numbers are the same.
     import costmodel._pipeline as pl
-    from costmodel import evaluate_hetero, hetero_preset
+    from costmodel import evaluate, hetero_preset
     from search import HeteroSpace
 
     model, hc = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64")
@@ -192,7 +192,7 @@ def test_heterogeneous_rows_use_the_simulation_cache(monkeypatch):
         elif dim.name.startswith("dp2."):
             d[::4, i] = rng.integers(0, space.radices[i], len(d[::4]))
     table = space.table(d)
-    first = evaluate_hetero(model, hc, table, pipeline="simulate")
+    first = evaluate(model, hc, table, pipeline="simulate")
     assert first["feasible"].sum() >= 10 and np.any(table["dp2"] > 0)
 
     def refuse(*args, **kwargs):
@@ -200,6 +200,6 @@ def test_heterogeneous_rows_use_the_simulation_cache(monkeypatch):
 
     monkeypatch.setattr(pl, "simulate", refuse)
     monkeypatch.setattr(pl, "total_times_mixed", refuse)
-    again = evaluate_hetero(model, hc, table, pipeline="simulate")
+    again = evaluate(model, hc, table, pipeline="simulate")
     for k in first:
         np.testing.assert_array_equal(first[k], again[k], err_msg=k)
