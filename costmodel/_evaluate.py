@@ -53,6 +53,7 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 
@@ -432,16 +433,16 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
     ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
-    layer's costs ``lc`` at the same shape (its attention core and tp / cp terms are the MoE
-    layer's too). Routed experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp
-    group all-gathers the copies it received (u x as many rows at 1 / u of the expert's width) and
-    reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd / ep_bwd;
-    ``etp_link``: that link's (bandwidth, latency) where the caller has it, as layer_costs's
-    tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and its
-    mirror in backward: the combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an
-    element, the combine direction 16 bits (Framework.fp8_dispatch). The heterogeneous evaluator
-    passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up /
-    scale-out links as arrays)."""
+    layer's costs ``lc`` at the same shape (its attention core, attention projections (attn_gemm)
+    and tp / cp terms are the MoE layer's too). Routed experts over ``e`` = ep ranks, each split
+    over ``u`` = etp ranks: the etp group all-gathers the copies it received (u x as many rows at
+    1 / u of the expert's width) and reduce-scatters the results, on the link its u consecutive ranks
+    span (in ep_fwd / ep_bwd; ``etp_link``: that link's (bandwidth, latency) where the caller has
+    it, as layer_costs's tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward
+    dispatch, and its mirror in backward: the combine's gradient sent to the experts) moves
+    FP8_DISPATCH_BYTES an element, the combine direction 16 bits (Framework.fp8_dispatch). The
+    heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
+    and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -452,7 +453,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     split = np.where(sp, t, 1)
     gemm = (
-        (lc["attn_gemm"] if "attn_gemm" in lc else attention_gemm_s(model, T, t, peak, gpu, split))
+        lc["attn_gemm"]
         + gemm_s(T / t, E, h, peak, gpu)  # router
         + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
     )
@@ -1037,7 +1038,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if len(table) == 0:
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if order is None and table.placed and len(table) > BLOCK_ROWS:
+    if table.placed and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
         dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
@@ -1355,7 +1356,7 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     n_d = None if model.moe_layers == model.layers else n - moe["n_moe"]
     out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n_d,
                      moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
-                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col)
+                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
     out["total"] = np.where(on, out["state"] + out["activations"] + buffers,
@@ -1368,10 +1369,10 @@ MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
 def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
-               row_max, to_stage, edges=None, first_only: bool = False, n=None) -> dict:
+               row_max, to_stage, n, edges=None, first_only: bool = False) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
-    layers (``n``: their sum, where the caller has it); the MoE layers' routed experts (E / ep per
+    layers (``n``: their sum); the MoE layers' routed experts (E / ep per
     GPU, each 1 / etp = u of its width) are sharded by ZeRO over the edp expert-data-parallel ranks,
     everything else as a dense layer's parameters over the g = dp x cp replicas; activations per
     layer type (``acts``: layer_activations); the all-to-all buffers (the routed copies sent and
@@ -1394,8 +1395,7 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
                                         else 0)
         dense_p = (layers_p + first * model.embedding_params() + last * head_p) / t
     if model.mla:  # its down-projections whole on every tensor-parallel rank
-        n_all = n_m if all_moe else n_d + n_m if n is None else n  # (n = n_d + n_m, exactly)
-        dense_p = dense_p + n_all * model.tp_replicated_params() * (1 - 1 / t)
+        dense_p = dense_p + n * model.tp_replicated_params() * (1 - 1 / t)
     # E / ep experts a layer, each 1 / etp of its parameters: one factor per row, then per stage
     expert_p = n_m * (model.experts * model.expert_params() / (e * u))  # per GPU
     dense_max, expert_max, params_max = row_max(dense_p), row_max(expert_p), row_max(dense_p + expert_p)
@@ -1618,17 +1618,27 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # (the dense layers all on the first stage row of (k, N) stages: layer_mix adds them there only)
         dense_first = not all_moe and n_d.shape[0] > 1 and np.shape(n_m) == n_d.shape and not n_d[1:].any()
 
-    def times(ix, nn, nd, nm, edges):
-        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix."""
-        if not moe:
-            F, Bk, W = (nn * np.take(lt[x], ix) for x in ("F", "B", "W"))
-        elif all_moe:
-            F, Bk, W = (nn * np.take(lt_m[x], ix) for x in ("F", "B", "W"))
-        else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
-            fo = dense_first and nd is n_d
-            F, Bk, W = (layer_mix(nd, np.take(lt[x], ix[:1] if fo else ix), nm, np.take(lt_m[x], ix), fo)
-                        for x in ("F", "B", "W"))
-        return edges(F, emb_f, head_fb), edges(Bk, emb_b, head_fb), edges(W, None, eu["head_gemm"])
+    edge_of = {"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])}
+
+    def times(ix, nn, nd, nm, edges, parts=("F", "B", "W")):
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix, one array per
+        part; a part may be a tuple of them, summed (the terms per configuration, then the stages')."""
+        out = []
+        for x in parts:
+            xs = x if isinstance(x, tuple) else (x,)
+            per_d = None if all_moe else functools.reduce(np.add, (lt[y] for y in xs))
+            per_m = functools.reduce(np.add, (lt_m[y] for y in xs)) if moe else None
+            if not moe:
+                a = nn * np.take(per_d, ix)
+            elif all_moe:
+                a = nn * np.take(per_m, ix)
+            else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
+                fo = dense_first and nd is n_d
+                a = layer_mix(nd, np.take(per_d, ix[:1] if fo else ix), nm, np.take(per_m, ix), fo)
+            emb = [edge_of[y][0] for y in xs if edge_of[y][0] is not None]
+            out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
+                             functools.reduce(np.add, (edge_of[y][1] for y in xs))))
+        return out
 
     # -- stages (k, N) --
     edges = plus_edges(inv, first, last)
@@ -1636,11 +1646,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     inv_t = inv  # the configuration that sets each stage's time
     if moe and not stages_out and not (ks is not None and ks.size):
         # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
-        X = edges(layer_mix(n_d, np.take(lt["F"] + lt["B"] + lt["W"], inv[:1] if dense_first else inv), n_m,
-                            np.take(lt_m["F"] + lt_m["B"] + lt_m["W"], inv), dense_first) if not all_moe
-                  else n * np.take(lt_m["F"] + lt_m["B"] + lt_m["W"], inv),
-                  emb_f + emb_b, 2.0 * head_fb + eu["head_gemm"])
-        F = None
+        (X,), F = times(inv, n, n_d, n_m, edges, parts=(("F", "B", "W"),)), None
     else:
         F, Bk, W = stage_fbw()
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
@@ -1747,7 +1753,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                          {x: np.take(a, inv) for x, a in acts.items()},
                          t.astype(np.float64), zero, g, None if all_moe else n_d, n_m, first, last, k, e_r, edp, u_r,
                          row_max=row_max, to_stage=lambda a: a, edges=edges if at_edges else None,
-                         first_only=not all_moe and dense_first, n=n)
+                         first_only=dense_first, n=n)
         params, params_max = mem["dense_params"], mem["params_max"]
     else:
         params = stage_params(model, n, first, last, t, None if np.any(p == 1) else edges)  # (k, N) per GPU
