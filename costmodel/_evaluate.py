@@ -431,18 +431,16 @@ def routed_copies(model: Transformer, T, t):
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False) -> dict:
-    """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd /
-    ep_bwd: the exposed dispatch + combine all-to-alls of forward and of backward), from the dense
-    layer's costs ``lc`` at the same shape (its attention core, attention projections (attn_gemm)
-    and tp / cp terms are the MoE layer's too). Routed experts over ``e`` = ep ranks, each split
-    over ``u`` = etp ranks: the etp group all-gathers the copies it received (u x as many rows at
-    1 / u of the expert's width) and reduce-scatters the results, on the link its u consecutive ranks
-    span (in ep_fwd / ep_bwd; ``etp_link``: that link's (bandwidth, latency) where the caller has
-    it, as layer_costs's tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward
-    dispatch, and its mirror in backward: the combine's gradient sent to the experts) moves
-    FP8_DISPATCH_BYTES an element, the combine direction 16 bits (Framework.fp8_dispatch). The
-    heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
-    and the scale-up / scale-out links as arrays)."""
+    """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd / ep_bwd: the exposed
+    dispatch + combine all-to-alls of forward and of backward), from the dense layer's costs ``lc`` at the same
+    shape (its attention core, attention projections (attn_gemm) and tp / cp terms are the MoE layer's too). Routed
+    experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp group all-gathers the copies it
+    received (u x as many rows at 1 / u of the expert's width) and reduce-scatters the results, on the link its u
+    consecutive ranks span (in ep_fwd / ep_bwd; ``etp_link``: that link's (bandwidth, latency) where the caller has
+    it, as layer_costs's tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and
+    its mirror in backward: the combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an element, the
+    combine direction 16 bits (Framework.fp8_dispatch). The heterogeneous evaluator passes as ``cluster`` a stage
+    configuration's pool (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -1624,14 +1622,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix, one array per
         part; a part may be a tuple of them, summed (the terms per configuration, then the stages')."""
         out = []
-        for x in parts:
-            xs = x if isinstance(x, tuple) else (x,)
-            per_d = None if all_moe else functools.reduce(np.add, (lt[y] for y in xs))
-            per_m = functools.reduce(np.add, (lt_m[y] for y in xs)) if moe else None
-            if not moe:
-                a = nn * np.take(per_d, ix)
-            elif all_moe:
-                a = nn * np.take(per_m, ix)
+        for xs in (x if isinstance(x, tuple) else (x,) for x in parts):
+            per_d, per_m = (None if q is None else functools.reduce(np.add, (q[y] for y in xs)) for q in (lt, lt_m))
+            if not moe or all_moe:
+                a = nn * np.take(per_d if per_m is None else per_m, ix)
             else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
                 fo = dense_first and nd is n_d
                 a = layer_mix(nd, np.take(per_d, ix[:1] if fo else ix), nm, np.take(per_m, ix), fo)
