@@ -1039,14 +1039,14 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     if table.placed and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
-        dp2 = table.stages["dp2"]  # (a column at a time: faster than over axis 1; dp2 >= 0)
-        split = sum(x > 0 for x in dp2.T) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
+        dp2 = table.stages.raw("dp2")  # (S, N), a stage row at a time; dp2 >= 0
+        split = sum(x > 0 for x in dp2) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
         key = 2 * table["pp"] + split
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
         depths = (key[order[np.r_[0, cuts]]] // 2).tolist()
         if not split.any():
-            table = StrategyTable(table.columns, {k: v for k, v in table.stages.items() if k not in ("pool2", "dp2")})
+            table = StrategyTable(table.columns, table.stages.without("pool2", "dp2"))
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
     return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,

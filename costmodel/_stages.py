@@ -222,30 +222,30 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     representatives as uniform rows without placements."""
     c, N = table.columns, len(table)
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
-    if np.any(table.stages["layers"][:, S:]):  # unless they hold layers (those rows are refused)
+    stages = table.stages
+    if np.any(stages.raw("layers")[S:]):  # unless they hold layers (those rows are refused)
         S = table.num_stages
-    split = "dp2" in table.stages and np.any(table.stages["dp2"][:, :S])  # (no split: pool2 and dp2 not read)
-    st = {k: np.ascontiguousarray(v[:, :S].T) for k, v in table.stages.items()
-          if k != "recompute" and (split or k not in ("pool2", "dp2"))}
+    split = "dp2" in stages and np.any(stages.raw("dp2")[:S])  # (no split: pool2 and dp2 not read)
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
-    layers, d = st["layers"], st["dp"]
-    rcs = c["recompute"][None, :] if table.stage_recompute is None else np.ascontiguousarray(
-        table.stage_recompute[:, :S].T)
-    pool2 = dp2 = None
-    if split:  # a stage's second pool and its replicas there: its own pool and 0 where not split (dp2 >= 0)
-        pool2, dp2 = np.where(st["dp2"] > 0, st["pool2"], st["pool"]), np.where(st["pool2"] != st["pool"], st["dp2"], 0)
-    else:
+    if not split:  # (the stored int16 arrays compared: only an alike block's first stage row converted)
         on = idx < c["pp"][None, :]
-        alike = [st[k] for k in ("layers", "pool", "dp", "tp", "order")] + ([rcs] if rcs.shape[0] > 1 else [])
+        alike = [stages.raw(k)[:S] for k in ("layers", "pool", "dp", "tp", "order", "recompute") if k in stages]
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike):  # all alike: 3 representatives
             j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
-            one = {k: a[:1] for k, a in st.items()}
+            one = {k: stages.major(k, 1) for k in ("layers", "pool", "dp", "tp", "order")}
+            rc1 = stages.major("recompute", 1) if "recompute" in stages else c["recompute"][None, :]
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
-                             recompute=rcs[:1], pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
+                             recompute=rc1, pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
                              key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
+    st = {k: stages.major(k, S) for k in stages if k != "recompute" and (split or k not in ("pool2", "dp2"))}
+    layers, d = st["layers"], st["dp"]
+    rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
+    pool2 = dp2 = None
+    if split:  # a stage's second pool and its replicas there: its own pool and 0 where not split (dp2 >= 0)
+        pool2, dp2 = np.where(st["dp2"] > 0, st["pool2"], st["pool"]), np.where(st["pool2"] != st["pool"], st["dp2"], 0)
     w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,

@@ -200,6 +200,61 @@ def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, n
     return out
 
 
+class StageColumns(Mapping):
+    """A table's per-stage columns: read as (N, S) arrays (int64; recompute int8 codes, read-only,
+    made on first read), stored stage-major (S, N) in int16 where the values fit (pools, degrees,
+    layers), so that taking a block's rows and its stage-major view (costmodel._stages) move a
+    quarter of the bytes. ``major(k, S)``: the first S stage rows as a C-ordered (S, N) array."""
+
+    def __init__(self, stages: Mapping[str, np.ndarray | None] = (), major: dict | None = None):
+        self._major = major if major is not None else {k: _compact(k, v) for k, v in dict(stages).items()
+                                                        if v is not None}
+        self._wide: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        if k not in self._wide:
+            a = self._major[k]
+            self._wide[k] = w = np.ascontiguousarray(a.T, dtype=np.int8 if k == "recompute" else np.int64)
+            w.flags.writeable = False
+        return self._wide[k]
+
+    def __iter__(self):
+        return iter(self._major)
+
+    def __contains__(self, k) -> bool:
+        return k in self._major
+
+    def __len__(self) -> int:
+        return len(self._major)
+
+    def __getstate__(self):
+        return {"_major": self._major, "_wide": {}}
+
+    @property
+    def width(self) -> int | None:
+        return max((a.shape[0] for a in self._major.values()), default=None)
+
+    def major(self, k: str, S: int | None = None) -> np.ndarray:
+        return np.ascontiguousarray(self._major[k][:S], dtype=np.int8 if k == "recompute" else np.int64)
+
+    def raw(self, k: str) -> np.ndarray:
+        """(S, N) as stored (int16 or int64)."""
+        return self._major[k]
+
+    def take(self, rows, by_number: bool) -> StageColumns:
+        return StageColumns(major={k: np.take(v, rows, axis=1) if by_number else v[:, rows] for k, v in self._major.items()})
+
+    def without(self, *keys: str) -> StageColumns:
+        return StageColumns(major={k: v for k, v in self._major.items() if k not in keys})
+
+
+def _compact(name: str, value) -> np.ndarray:
+    """(S, N) stage-major copy of an (N, S) per-stage column, int16 where its values fit."""
+    a = np.asarray(value)
+    small = a.dtype.itemsize <= 2 or a.size == 0 or (-2**15 <= a.min() and a.max() < 2**15)
+    return np.ascontiguousarray(a.T, dtype=np.int8 if name == "recompute" else np.int16 if small else np.int64)
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyTable:
     """N strategies as columns (module docstring). Build with :meth:`from_columns` (or
@@ -209,8 +264,8 @@ class StrategyTable:
     stages: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per stage, (N, S); None: absent
 
     def __post_init__(self):
-        if any(v is None for v in self.stages.values()):
-            object.__setattr__(self, "stages", {k: v for k, v in self.stages.items() if v is not None})
+        if not isinstance(self.stages, StageColumns):
+            object.__setattr__(self, "stages", StageColumns(self.stages))
 
     @classmethod
     def from_columns(cls, stage_layers=None, stage_recompute=None, **cols) -> StrategyTable:
@@ -307,16 +362,17 @@ class StrategyTable:
 
     @property
     def stage_layers(self) -> np.ndarray | None:
-        return self.stages.get("layers")
+        return self.stages["layers"] if "layers" in self.stages else None
 
     @property
     def stage_recompute(self) -> np.ndarray | None:
-        return self.stages.get("recompute")
+        return self.stages["recompute"] if "recompute" in self.stages else None
 
     @property
     def num_stages(self) -> int:
         """Stage columns S of the per-stage arrays (the deepest pipeline where there are none)."""
-        return max((a.shape[1] for a in self.stages.values()), default=int(self["pp"].max(initial=0)))
+        width = self.stages.width
+        return int(self["pp"].max(initial=0)) if width is None else width
 
     @property
     def num_gpus(self) -> np.ndarray:
@@ -329,7 +385,7 @@ class StrategyTable:
     def take(self, idx) -> StrategyTable:
         num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
         rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
-        return StrategyTable({k: rows(v) for k, v in self.columns.items()}, {k: rows(v) for k, v in self.stages.items()})
+        return StrategyTable({k: rows(v) for k, v in self.columns.items()}, self.stages.take(idx, num))
 
     def readable(self) -> dict[str, np.ndarray]:
         """Row columns with names instead of codes (for people and for Parquet)."""
@@ -340,7 +396,7 @@ class StrategyTable:
         stage_recompute lists where given; a placed row's stages as a ``stages`` list of dicts
         (pool names from ``pool_names``), the format of hetero_from_mapping."""
         r = {k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in self.readable().items()}
-        pp, st = int(self.columns["pp"][i]), {k: v[i] for k, v in self.stages.items()}
+        pp, st = int(self.columns["pp"][i]), {k: self.stages.raw(k)[:, i] for k in self.stages}
         if not self.placed:
             if "layers" in st:
                 r["stage_layers"] = [int(x) for x in st["layers"][:pp]]
