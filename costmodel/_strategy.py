@@ -242,7 +242,8 @@ class StageColumns(Mapping):
         return self._major[k]
 
     def take(self, rows, by_number: bool) -> StageColumns:
-        return StageColumns(major={k: np.take(v, rows, axis=1) if by_number else v[:, rows] for k, v in self._major.items()})
+        pick = (lambda v: np.take(v, rows, axis=1)) if by_number else (lambda v: v[:, rows])  # noqa: E731
+        return StageColumns(major={k: pick(v) for k, v in self._major.items()})
 
     def without(self, *keys: str) -> StageColumns:
         return StageColumns(major={k: v for k, v in self._major.items() if k not in keys})
