@@ -1041,10 +1041,14 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
         dp2 = table.stages.raw("dp2")  # (S, N), a stage row at a time; dp2 >= 0
         split = sum(x > 0 for x in dp2) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
-        key = 2 * table["pp"] + split
+        pp, layers = table["pp"], table.stages.raw("layers")
+        deep = np.zeros(len(table), dtype=bool)  # rows holding layers past their pp (refused): every stage column
+        for i in range(int(pp.min()), len(layers)):
+            deep |= (layers[i] > 0) & (pp <= i)
+        key = 2 * np.where(deep, len(layers), pp) + split
         order = np.argsort(key.astype(np.int16) if key.max() < 2**15 else key, kind="stable")  # int16: a radix sort
         cuts = np.flatnonzero(np.diff(key[order])) + 1  # blocks of one depth, all with or all without a split
-        depths = (key[order[np.r_[0, cuts]]] // 2).tolist()
+        depths = (key[order[np.r_[0, cuts]]] // 2).tolist()  # (a block's stage columns: to its depth)
         if not split.any():
             table = StrategyTable(table.columns, table.stages.without("pool2", "dp2"))
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
@@ -1077,10 +1081,10 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
     ends = [0, *cuts, N]
     per = ([BLOCK_ROWS] * (len(ends) - 1) if depths is None else
            [min(2 * BLOCK_ROWS, max(BLOCK_ROWS, PLACEMENT_ENTRIES // max(q, 1))) for q in depths])
-    starts = [int(x) for a, b, rows in zip(ends[:-1], ends[1:], per, strict=True)
-              for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]]  # (up to 1.25x the group's rows)
-    for i, e in zip(starts, [*starts[1:], N], strict=True):
-        part = block(table.take(slice(i, e) if order is None else order[i:e]), False)
+    starts, widths = zip(*((int(x), q) for a, b, rows, q in zip(ends[:-1], ends[1:], per, depths or per, strict=True)
+                           for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]))  # (<= 1.25x its rows)
+    for i, e, width in zip(starts, [*starts[1:], N], widths, strict=True):
+        part = block(table.take(slice(i, e)) if order is None else table.take(order[i:e], width), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
             out[k][i:e] = col  # (in ``order``, then one scatter back: faster than one per block or a gather)

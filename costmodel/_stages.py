@@ -232,7 +232,8 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
         on = idx < c["pp"][None, :]
         alike = [stages.raw(k)[:S] for k in ("layers", "pool", "dp", "tp", "order", "recompute") if k in stages]
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
-                np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike):  # all alike: 3 representatives
+                np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike) and (  # all alike, and no
+                c["pp"].min() == S or np.all(on | (alike[0] == 0))):  # layers past pp: 3 representatives
             j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
             one = {k: stages.major(k, 1) for k in ("layers", "pool", "dp", "tp", "order")}
             rc1 = stages.major("recompute", 1) if "recompute" in stages else c["recompute"][None, :]

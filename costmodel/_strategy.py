@@ -241,8 +241,8 @@ class StageColumns(Mapping):
         """(S, N) as stored (int16 or int64)."""
         return self._major[k]
 
-    def take(self, rows, by_number: bool) -> StageColumns:
-        pick = (lambda v: np.take(v, rows, axis=1)) if by_number else (lambda v: v[:, rows])  # noqa: E731
+    def take(self, rows, by_number: bool, width: int | None = None) -> StageColumns:
+        pick = (lambda v: np.take(v[:width], rows, axis=1)) if by_number else (lambda v: v[:width, rows])  # noqa: E731
         return StageColumns(major={k: pick(v) for k, v in self._major.items()})
 
     def without(self, *keys: str) -> StageColumns:
@@ -383,10 +383,12 @@ class StrategyTable:
         on = np.arange(self.num_stages)[None, :] < self["pp"][:, None]
         return np.sum(self.stages["dp"] * self.stages["tp"] * on, axis=1) * self["cp"]
 
-    def take(self, idx) -> StrategyTable:
-        num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take, faster on (N, S)
+    def take(self, idx, width: int | None = None) -> StrategyTable:
+        """Rows ``idx`` (numbers, a mask or a slice); ``width``: their first stage columns only (stages past
+        every taken row's pp and holding no layers, which the evaluator does not read)."""
+        num = isinstance(idx, np.ndarray) and idx.dtype.kind in "iu"  # rows by number: np.take
         rows = (lambda v: np.take(v, idx, axis=0)) if num else (lambda v: v[idx])  # noqa: E731
-        return StrategyTable({k: rows(v) for k, v in self.columns.items()}, self.stages.take(idx, num))
+        return StrategyTable({k: rows(v) for k, v in self.columns.items()}, self.stages.take(idx, num, width))
 
     def readable(self) -> dict[str, np.ndarray]:
         """Row columns with names instead of codes (for people and for Parquet)."""

@@ -111,3 +111,23 @@ def test_one_table_absent_stage_columns_take_the_row_value():
     rc = StrategyTable.from_columns(dp=4, tp=8, pp=2, global_batch=64, stage_recompute=[["none", "full"]])
     both = StrategyTable.concat([h, rc])
     assert [both.row(i)["stage_recompute"] for i in (0, 1)] == [["full", "full"], ["none", "full"]]
+
+
+def test_blocks_of_one_depth_read_the_stage_columns_they_need():
+    """A table larger than a block is priced in blocks of one pipeline depth whose rows carry only
+    the stage columns to that depth; a row holding layers past its pp (refused) keeps every column
+    and is refused as it is alone."""
+    model, hc = model_preset("megatron-22b"), hetero_preset("a100x64+h100x64")
+    rng = np.random.default_rng(3)
+    n = BLOCK_ROWS + 2000
+    t = _uniform_placements(n, rng)
+    st = {k: v.copy() for k, v in t.stages.items()}
+    deep = rng.choice(np.flatnonzero(t["pp"] == 4), 30, replace=False)
+    unlike = (rng.random(n) < 0.5) & ~np.isin(np.arange(n), deep)
+    st["tp"][:, 0] = np.where(unlike, 8, st["tp"][:, 0])  # unlike stages on half the other rows
+    st["layers"][deep, 6] = 3  # layers on a stage past pp 4 (their stages to pp alike)
+    t = StrategyTable(t.columns, st)
+    whole = evaluate(model, hc, t)
+    assert whole["feasible"].sum() > 1000 and not whole["feasible"][deep].any()
+    for i in [*deep[:10], *rng.choice(n, 30, replace=False)]:
+        _same(evaluate(model, hc, t.take(slice(i, i + 1))), whole.take(slice(i, i + 1)))
