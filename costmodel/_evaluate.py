@@ -1082,7 +1082,8 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
     per = ([BLOCK_ROWS] * (len(ends) - 1) if depths is None else
            [min(2 * BLOCK_ROWS, max(BLOCK_ROWS, PLACEMENT_ENTRIES // max(q, 1))) for q in depths])
     starts, widths = zip(*((int(x), q) for a, b, rows, q in zip(ends[:-1], ends[1:], per, depths or per, strict=True)
-                           for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]), strict=True)  # (<= 1.25x)
+                           for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]),  # (<= 1.25x its rows)
+                         strict=True)
     for i, e, width in zip(starts, [*starts[1:], N], widths, strict=True):
         part = block(table.take(slice(i, e)) if order is None else table.take(order[i:e], width), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
