@@ -172,6 +172,17 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     _MEGATRON_CORE,
     dataclasses.replace(
+        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2,
+        what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
+             "Engine's Triton cross-entropy)",
+        sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = True; "
+                 "scripts/performance/utils/overrides.py: cross_entropy_fusion_impl = 'te'",
+                 "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_kernel "
+                 "reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes the "
+                 "gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the incoming "
+                 "gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
+    ),
+    dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
         what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
              "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",

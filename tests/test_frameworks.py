@@ -303,7 +303,7 @@ def test_deepspeed_bf16_optimizer_adds_each_micro_batchs_gradients_into_fp32():
 
 
 @pytest.mark.parametrize("name, xent", [("megatron-core", 52), ("megatron-2021", 52), ("deepspeed", 60),
-                                        ("fsdp2", 48), ("fsdp2-eager", 48)])
+                                        ("fsdp2", 48), ("fsdp2-eager", 48), ("megatron-bridge", 10)])
 def test_each_profiles_loss_moves_its_counted_bytes_a_logit(name, xent):
     # The last stage's head_elem moves xent bytes per logit (T V / t of a micro-batch), forward and
     # backward, at the HBM rate, where a fused kernel moves 14 (Framework.xent_bytes' sources).
