@@ -544,11 +544,13 @@ def expert_groups(table: StrategyTable):
 # Called on arrays that broadcast: (N,) rows, (N, k) rows x stages, or (U,) stage configurations.
 
 
-def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat) -> dict[str, np.ndarray]:
+def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
+               xent_bytes=XENT_BYTES_PER_LOGIT) -> dict[str, np.ndarray]:
     """The embedding's (first stage) and the head's (last stage) terms for one micro-batch of T
     tokens at tensor parallelism t: times emb_c, emb_tp, head_gemm, head_elem, head_tp and the
     activation bytes emb_act, head_act; zeros for an MLP, which has neither. The head's GEMM
-    runs at the 16-bit FLOP/s ``peak16``, also under fp8 (FP8_IN_16_BIT)."""
+    runs at the 16-bit FLOP/s ``peak16``, also under fp8 (FP8_IN_16_BIT); its loss moves
+    ``xent_bytes`` a logit (Framework.xent_bytes)."""
     h, V = model.hidden, model.vocab
     zero = np.zeros_like(np.asarray(T, dtype=np.float64))
     if model.kind == "mlp":
@@ -563,7 +565,7 @@ def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat) -> dict
         # input's all-gather (SP) or all-reduce (backward) of T*h, and the vocab-parallel loss's
         # 3 small all-reduces of T fp32 values.
         "head_gemm": gemm_s(T, V / t, h, peak16, gpu) + zero,
-        "head_elem": hbm_s(ACT_BYTES * 3.0 * T * h + XENT_BYTES_PER_LOGIT * T * V / t, gpu) + zero,
+        "head_elem": hbm_s(ACT_BYTES * 3.0 * T * h + xent_bytes * T * V / t, gpu) + zero,
         "head_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(4.0 * T, t, tp_bw, tp_lat)
         + zero,
         "emb_act": (ACT_BYTES + 1) * T * h / sp_div + zero,  # embedding output and its dropout mask
@@ -825,15 +827,17 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
     costs (layer_costs, which takes ``links`` and ``peak16``), the embedding and head times, activation bytes.
     ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
-    layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)."""
+    layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)
+    and the framework's xent_bytes (edge_terms)."""
     etp_link = links.pop("etp_link", None)
     casts = links.pop("casts", None)
+    xent = links.pop("xent_bytes", XENT_BYTES_PER_LOGIT)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
     lc["cast_f"], lc["cast_b"] = fp8_cast_s(model, T, t, gpu, casts) if casts is not None else (zero, zero)
-    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"])
+    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"], xent)
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b")}
@@ -1579,7 +1583,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         out = shape_terms(model, None, b_u[ix], tt, cc, sp_u[ix], peak[ix], gpu=(gpu := pool_gpu(q)),
                           peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
                           attn_eff=pa["attn_eff"][q, kernel], casts=casts, tp_link=link(np.where(tin, 1, dd), tt, q),
-                          cp_link=link(np.where(tin, tt, dd * tt), cc, q))
+                          cp_link=link(np.where(tin, tt, dd * tt), cc, q), xent_bytes=fw.xent_bytes)
         if hp_key is not None:  # the bf16 optimizer's fp32 gradient accumulation, in each layer's backward
             hp = hbm_s(fw.hp_grad_bytes * model.layer_params() / tt, gpu)
             out["cast_b"] = out["cast_b"] + np.where(U(hp_key)[ix], hp, 0.0)

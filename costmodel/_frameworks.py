@@ -65,6 +65,10 @@ Pricing rules the fields drive (costmodel._evaluate):
                           ones, on rows in bf16 with ZeRO 0 or 1 (priced at the HBM rate in each
                           layer's backward on its parameters per GPU; dense models only, the
                           embedding and head left out); 0: gradients accumulate in the GEMMs
+    xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and
+                          backward together, from the 16-bit logits to their 16-bit gradient (the
+                          head's head_elem, at the HBM rate); 14: a fused kernel's count
+                          (costmodel._evaluate.XENT_BYTES_PER_LOGIT)
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
                           GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
                           FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
@@ -109,6 +113,7 @@ class Framework:
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
     hp_grad_bytes: float = 0.0
+    xent_bytes: float = 4 + 8 + 2
 
 
 _MEGATRON_CORE = Framework(
@@ -118,7 +123,13 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    sources=("Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
+    xent_bytes=52.0,
+    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
+             "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
+             ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
+             "(4, 4); backward mul_ (4, 4) and the autograd engine's cast of the fp32 gradient to the 16-bit logits' "
+             "dtype (validate_outputs: 4, 2): 52; language_module.py transposes the labels, not the logits",
+             "Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
              "without_interleaving, _with_interleaving)",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
              "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
@@ -151,12 +162,26 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
-        expert_tensor_parallel=False,
+        expert_tensor_parallel=False, xent_bytes=52.0,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
+                 "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
+                 "count after the cast, the cast's own backward 4, 2): 52",
                  "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
                  "with 5 a s^2 b bytes of attention scores per layer)"),
     ),
     _MEGATRON_CORE,
+    dataclasses.replace(
+        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2,
+        what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
+             "Engine's Triton cross-entropy)",
+        sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = True; "
+                 "scripts/performance/utils/overrides.py: cross_entropy_fusion_impl = 'te'",
+                 "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_kernel "
+                 "reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes the "
+                 "gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the incoming "
+                 "gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
+    ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
         what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
@@ -184,7 +209,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
-        attention_kernel="standard",  # HAI-LLM's attention kernel is not published
+        attention_kernel="standard", xent_bytes=4 + 8 + 2,  # HAI-LLM's attention kernel and loss code are not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -203,8 +228,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
-        expert_tensor_parallel=False, hp_grad_bytes=18.0,
-        sources=("DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
+        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0,
+        sources=("bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
+                 "float16_to_fp32 after the logits (2, 4 bytes a logit; CrossEntropy's .float() then a no-op); "
+                 "megatron/mpu/cross_entropy.py (17e4536) clones the fp32 logits (4, 4), then Megatron's max, sub_, "
+                 "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60",
+                 "DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed v0.16.4 deepspeed/runtime/engine.py _do_optimizer_sanity_check (BF16_Optimizer "
                  "for bf16 with ZeRO 0, or ZeRO 1 with fp32 gradient accumulation), pipe/engine.py "
                  "_exec_backward_pass (update_hp_grads after every micro-batch's backward), bf16_optimizer.py "
@@ -221,8 +250,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
-        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0),
-        sources=("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
+        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
+        sources=("torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), not compiled ('compiling loss "
+                 "function causes CUDA errors'): .float() (2, 4 bytes a logit), log_softmax (PyTorch 000cace "
+                 "SoftMax.cu: a row over sharedMemPerBlock / 4 elements takes cunn_SoftMaxForward, which reads it for "
+                 "the max, the sum of exp and the output, 3 x 4, and writes 4); backward nll_loss's dense fp32 "
+                 "gradient (Loss.cu 00e3254 nll_loss_backward_out_cuda: zero_, 4), cunn_SoftMaxBackward (the "
+                 "gradient read twice, the output once, 4 written: 16), the cast back (4, 2): 22 + 26 = 48",
+                 "torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
@@ -256,9 +291,16 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
              "only when training.compile is set (train_configs/llama3_8b.toml: compile = false)",
              "the fsdp2 profile's sources"),
 )
+FRAMEWORKS["llm-foundry"] = dataclasses.replace(
+    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2,
+    what="LLM Foundry (Composer FSDP): priced as fsdp2 but for its loss, flash-attn's fused cross-entropy",
+    sources=("llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
+             "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
+             "kernel is not counted here: the fused count kept", "the fsdp2 profile's sources"),
+)
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
-    "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2", "llm-foundry": "fsdp2",
+    "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2",
 }
 DEFAULT_FRAMEWORK = "generic"
 

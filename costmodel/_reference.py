@@ -330,7 +330,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         emb_c = _hbm(gpu, K.ACT_BYTES * 4 * T * h)
         emb_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
         head_gemm = _gemm(gpu, peak16, T, V / tp, h)
-        head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + K.XENT_BYTES_PER_LOGIT * T * V / tp)
+        head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + fw.xent_bytes * T * V / tp)
         head_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
 
     # Activation bytes of one layer and micro-batch.

@@ -137,7 +137,9 @@ def test_validate_assumes_deepspeeds_overlap_only_under_zero3(tmp_path):
 
 def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
-    assert framework_preset("LLM-Foundry") is FRAMEWORKS["fsdp2"]
+    assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its fused loss
+    assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0) == \
+        dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["generic"]
     with pytest.raises(InputError, match="--framework"):
         framework_preset("jax")
@@ -298,3 +300,21 @@ def test_deepspeed_bf16_optimizer_adds_each_micro_batchs_gradients_into_fp32():
     assert z0["compute_s"][0] - z2["compute_s"][0] == pytest.approx(want, rel=1e-9)
     assert z1["compute_s"][0] == z0["compute_s"][0] and fp16["compute_s"][0] == z2["compute_s"][0]
     assert all(fw.hp_grad_bytes == 0 for name, fw in FRAMEWORKS.items() if name != "deepspeed")
+
+
+@pytest.mark.parametrize("name, xent", [("megatron-core", 52), ("megatron-2021", 52), ("deepspeed", 60),
+                                        ("fsdp2", 48), ("fsdp2-eager", 48), ("megatron-bridge", 10)])
+def test_each_profiles_loss_moves_its_counted_bytes_a_logit(name, xent):
+    # The last stage's head_elem moves xent bytes per logit (T V / t of a micro-batch), forward and
+    # backward, at the HBM rate, where a fused kernel moves 14 (Framework.xent_bytes' sources).
+    # GPT-3 175B, tp 8, pp 1, dp 128, b 1: 12 micro-batches of 2048 tokens over a vocabulary of
+    # 51200 at the H100's 3.35 TB/s x 0.9 x 0.85.
+    assert framework_preset(name).xent_bytes == xent
+    fused = dataclasses.replace(framework_preset(name), name=name + "-fused-loss", xent_bytes=14)
+    cols = dict(dp=128, tp=8, pp=1, recompute="none")
+    want = 12 * (xent - 14) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * 0.85)
+    assert _one(name, **cols)["compute_s"][0] - _one(fused, **cols)["compute_s"][0] == pytest.approx(want, rel=1e-9)
+    fsdp2, deepspeed = _one("fsdp2", **cols), _one(dataclasses.replace(FRAMEWORKS["fsdp2"], xent_bytes=60), **cols)
+    assert deepspeed["compute_s"][0] - fsdp2["compute_s"][0] == pytest.approx(
+        12 * (60 - 48) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * 0.85), rel=1e-9)
+    assert all(FRAMEWORKS[n].xent_bytes == 14 for n in ("generic", "hai-llm", "llm-foundry"))
