@@ -227,9 +227,6 @@ class StageColumns(Mapping):
     def __len__(self) -> int:
         return len(self._major)
 
-    def __getstate__(self):
-        return {"_major": self._major, "_wide": {}}
-
     @property
     def width(self) -> int | None:
         return max((a.shape[0] for a in self._major.values()), default=None)
