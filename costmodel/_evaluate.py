@@ -1286,13 +1286,17 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     experts keep their inputs in 16 bits and take the attention-core policy (fp8 expert inputs
     and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
     columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
-    adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at."""
-    if any(fw.eager_elem_bytes) and model.kind != "mlp":
+    adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
+    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b)."""
+    repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
+    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
-        terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused)}
+        kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t if repeat else 0.0)
+        terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
+                 "cast_b": terms["cast_b"] + kv}
     act, score = terms["act_L"], terms["score_L"]
     moe_act = terms.get("moe_act_L")
     if fw.fused_attention:

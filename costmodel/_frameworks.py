@@ -65,6 +65,10 @@ Pricing rules the fields drive (costmodel._evaluate):
                           ones, on rows in bf16 with ZeRO 0 or 1 (priced at the HBM rate in each
                           layer's backward on its parameters per GPU; dense models only, the
                           embedding and head left out); 0: gradients accumulate in the GEMMs
+    kv_repeat_bytes       HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V
+                          to every query head for its kernel (forward; its backward sums the copies'
+                          gradients, as many again), at the element-wise HBM rate; 0: the kernel reads
+                          the shared K and V
     xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and
                           backward together, from the 16-bit logits to their 16-bit gradient (the
                           head's head_elem, at the HBM rate); 14: a fused kernel's count
@@ -114,6 +118,7 @@ class Framework:
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
+    kv_repeat_bytes: float = 0.0
 
 
 _MEGATRON_CORE = Framework(
@@ -250,8 +255,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
-        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
-        sources=("torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), not compiled ('compiling loss "
+        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
+        sources=("torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), repeat_kv(xv) "
+                 "(unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each reads its hk columns "
+                 "and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums the copies' gradients",
+                 "torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), not compiled ('compiling loss "
                  "function causes CUDA errors'): .float() (2, 4 bytes a logit), log_softmax (PyTorch 000cace "
                  "SoftMax.cu: a row over sharedMemPerBlock / 4 elements takes cunn_SoftMaxForward, which reads it for "
                  "the max, the sum of exp and the output, 3 x 4, and writes 4); backward nll_loss's dense fp32 "

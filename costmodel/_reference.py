@@ -319,6 +319,9 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
     if fw.hp_grad_bytes and not model.is_moe and zero <= 1 and prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
+    if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
+        kv = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
+        cast_f, cast_b = cast_f + kv, cast_b + kv
     fwd = gemm + attn + elem + overhead + cast_f
     bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
     wgt = gemm
