@@ -300,11 +300,13 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
              "the fsdp2 profile's sources"),
 )
 FRAMEWORKS["llm-foundry"] = dataclasses.replace(
-    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2,
+    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0,
     what="LLM Foundry (Composer FSDP): priced as fsdp2 but for its loss, flash-attn's fused cross-entropy",
     sources=("llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
-             "kernel is not counted here: the fused count kept", "the fsdp2 profile's sources"),
+             "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
+             "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
+             "the fsdp2 profile's sources"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
