@@ -1092,11 +1092,12 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
         part = block(table.take(slice(i, e)) if order is None else table.take(order[i:e], width), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
-            out[k][i:e] = col  # (in ``order``, then one scatter back: faster than one per block or a gather)
+            out[k][i:e] = col  # (in ``order``, then gathered back: faster than a scatter per block)
     if order is not None:
+        back = np.empty_like(order)
+        back[order] = np.arange(N)
         for k, col in list(out.items()):
-            out[k] = np.empty_like(col)
-            out[k][order] = col
+            out[k] = np.take(col, back)
     need = np.flatnonzero(out.pop("_needs_simulation"))
     if need.size:
         sub = table.take(need)
