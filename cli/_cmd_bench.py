@@ -25,15 +25,11 @@ def bench_table(n: int, seed: int = 0, experts: int = 1) -> StrategyTable:
     rng = np.random.default_rng(seed)
     inter = rng.random(n) < 0.4
     table = StrategyTable.from_columns(
-        dp=rng.choice([1, 2, 4, 8, 16, 32], n), tp=rng.choice([1, 2, 4, 8], n),
-        pp=rng.choice([1, 2, 4, 8, 16, 32], n), cp=rng.choice([1, 2], n),
-        micro_batch=rng.choice([1, 2, 4, 8], n), global_batch=1536,
-        schedule=np.where(inter, 2, rng.choice([0, 1, 3, 4], n)),
-        vpp=np.where(inter, rng.choice([2, 3, 4], n), 1),
-        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5,
-        zero_stage=rng.integers(0, 4, n), precision=rng.choice([0, 2], n),
-        overlap_dp=rng.random(n) < 0.5,
-    )
+        dp=rng.choice([1, 2, 4, 8, 16, 32], n), tp=rng.choice([1, 2, 4, 8], n), pp=rng.choice([1, 2, 4, 8, 16, 32], n),
+        cp=rng.choice([1, 2], n), micro_batch=rng.choice([1, 2, 4, 8], n), global_batch=1536,
+        schedule=np.where(inter, 2, rng.choice([0, 1, 3, 4], n)), vpp=np.where(inter, rng.choice([2, 3, 4], n), 1),
+        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5, zero_stage=rng.integers(0, 4, n),
+        precision=rng.choice([0, 2], n), overlap_dp=rng.random(n) < 0.5)
     if experts == 1:
         return table
     ep = rng.choice([e for e in (1, 2, 4, 8, 16, 32, 64) if experts % e == 0], n)

@@ -19,11 +19,9 @@ GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote 
 # (column, header, width, format) for the table; absent columns are left out.
 TABLE_COLUMNS = (
     ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"), ("ep", "ep", 3, "d"),
-    ("etp", "etp", 3, "d"),
-    ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"), ("schedule", "schedule", 11, "s"),
-    ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"), ("sequence_parallel", "SP", 3, "b"),
-    ("zero_stage", "ZeRO", 4, "d"),
-)
+    ("etp", "etp", 3, "d"), ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"),
+    ("schedule", "schedule", 11, "s"), ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"),
+    ("sequence_parallel", "SP", 3, "b"), ("zero_stage", "ZeRO", 4, "d"))
 # Columns of one value per pipeline stage (list columns); printed per stage for the top row.
 STAGE_COLUMN_HINT = "stage_"
 

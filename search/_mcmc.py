@@ -241,11 +241,9 @@ class MCMCSearcher(Searcher):
         return {
             "enum_told": self._enum_told, "feasible_seen": self.feasible_seen,
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
-            "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
-            "proxy": self._proxy.copy(),
+            "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(), "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
-            "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
-            "visits": self._visits.copy(),
+            "chain_best": self._chain_best.copy(), "stale": self._stale.copy(), "visits": self._visits.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 

@@ -225,12 +225,8 @@ def stage_candidates(arr: DegreeArrays, graph: PiperGraph, in_stage: np.ndarray,
     edge = np.zeros((n, 2))
     for slot in range(2):
         edge[:, slot] = (
-            np.bincount(dst[cut_in], CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[cut_in],
-                        minlength=n)
-            + np.bincount(src[cut_out],
-                          CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[cut_out],
-                          minlength=n)
-        )
+            np.bincount(dst[cut_in], CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[cut_in], minlength=n)
+            + np.bincount(src[cut_out], CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[cut_out], minlength=n))
     nodes = np.flatnonzero(in_stage)
     x = arr.time_s[nodes] + edge[nodes] / graph.bandwidth_Bps  # (|S|, 2)
     w, a, b = arr.param_bytes[nodes], arr.mem_a_bytes[nodes], arr.mem_b_bytes[nodes]
@@ -536,12 +532,9 @@ class _Problem:
         assert cand.choice is not None
         opts = [g.nodes[v].options(t)[min(int(k), len(g.nodes[v].options(t)) - 1)]
                 for v, k in zip(nodes, cand.choice[c], strict=True)]
-        stage = PiperStage(
-            nodes=tuple(g.nodes[v].id for v in nodes), t=t, d=d,
-            tmpcs=tuple(o.name for o in opts), recompute=tuple(o.recompute for o in opts),
-            time_per_sample_s=float(time_s[c]), memory_bytes=float(mem[c]),
-        )
-        return stage
+        return PiperStage(nodes=tuple(g.nodes[v].id for v in nodes), t=t, d=d, tmpcs=tuple(o.name for o in opts),
+                          recompute=tuple(o.recompute for o in opts), time_per_sample_s=float(time_s[c]),
+                          memory_bytes=float(mem[c]))
 
 
 def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndarray:

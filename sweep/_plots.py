@@ -30,12 +30,8 @@ from sweep._runview import DEGREES, RunView  # noqa: E402
 
 DPI = 150
 MARKERS = ("o", "D", "v", "s", "<", "x", "^", ">", "P", "*")
-DEGREE_LABELS = {
-    "dp": "Data-parallel degree",
-    "tp": "Horizontal (tensor) parallel degree",
-    "pp": "Pipeline-parallel degree",
-    "cp": "Context-parallel degree",
-}
+DEGREE_LABELS = {"dp": "Data-parallel degree", "tp": "Horizontal (tensor) parallel degree",
+                 "pp": "Pipeline-parallel degree", "cp": "Context-parallel degree"}
 # Seed 000's isolated-scaling figures: the varied degree and the file name the seed saves.
 ISOLATED = (("dp", "data_parallelism"), ("tp", "horizontal_parallelism"), ("pp", "pipeline_parallelism"))
 MAX_GRID_PANELS = 8  # panels of the grid figure (largest data-parallel degrees dropped beyond)
