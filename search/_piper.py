@@ -319,8 +319,7 @@ def _sampled_y(limit: int) -> list[int]:
     return ys
 
 
-def largest_y(a_bytes: np.ndarray, b_bytes: np.ndarray, memory_bytes: float,
-              y_cap: int) -> np.ndarray:
+def largest_y(a_bytes: np.ndarray, b_bytes: np.ndarray, memory_bytes: float, y_cap: int) -> np.ndarray:
     """Largest integer y in [0, y_cap] with a*y + b <= M (0 when even y = 1 does not fit)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.floor((memory_bytes - b_bytes) / a_bytes)
