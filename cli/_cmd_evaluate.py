@@ -20,8 +20,7 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown
-from costmodel._strategy import hetero_from_mapping
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
