@@ -50,7 +50,6 @@ import shlex
 
 from costmodel import Cluster, InputError, Transformer
 
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arguments.py"
 TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
 DEEPSPEED_VERSION = "DeepSpeed v0.19.5 (cf44300453), deepspeed/runtime/config.py and its section configs"
@@ -643,13 +642,12 @@ def from_torchtitan(text: str) -> dict:
         layers = None
     recompute = ac["mode"]
     precision = "fp8" if "quantize.linear.float8" in doc["model"].get("converters", []) else "bf16"
-    plan = {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
+    return {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
             "ep": par.get("expert_parallel_degree", 1), "etp": par.get("expert_tensor_parallel_degree", 1),
             "micro_batch": b, "global_batch": tr["global_batch_size"], "vpp": v, "zero_stage": zero,
             "schedule": schedule, "recompute": recompute, "precision": precision,
             "sequence_parallel": par["tensor_parallel_degree"] > 1, "overlap_dp": True,
             "stage_layers": layers, "stage_recompute": [recompute] * p}
-    return plan
 
 
 # ---- DeepSpeed (ds_config JSON + the launcher's parallel sizes) --------------------------------
@@ -708,12 +706,9 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: s
         raise InputError("precision", "bf16 or fp16 (ds_config's precision sections)", plan["precision"])
     nodes, per_node = _launcher(plan, cluster)
     ds: dict[str, object] = {
-        "train_batch_size": plan["global_batch"],
-        "train_micro_batch_size_per_gpu": plan["micro_batch"],
-        "gradient_accumulation_steps": _microbatches(plan),
-        DEEPSPEED_PRECISION[plan["precision"]]: {"enabled": True},
-        "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]},
-    }
+        "train_batch_size": plan["global_batch"], "train_micro_batch_size_per_gpu": plan["micro_batch"],
+        "gradient_accumulation_steps": _microbatches(plan), DEEPSPEED_PRECISION[plan["precision"]]: {"enabled": True},
+        "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]}}
     if plan["tp"] > 1:
         ds["tensor_parallel"] = {"autotp_size": plan["tp"]}
     if recompute == "full":
