@@ -68,8 +68,7 @@ def add_runtime_args(p: argparse.ArgumentParser, *, top: bool = True) -> None:
                    help="no Ray: evaluate the same units one after another in this process")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     if top:
-        p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K",
-                       help="best strategies printed at the end")
+        p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K", help="best strategies printed at the end")
 
 
 def _words(text: str, flag: str) -> list[str]:
@@ -139,8 +138,7 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
         options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
     else:
         if getattr(args, "storage", None):
-            raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)",
-                             args.storage)
+            raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)", args.storage)
         options["batch"] = number(args.batch, "--batch", int, 1)
     options.update(options_from_args(args.options, args).to_json())
     studies = build_studies(args, search=True)
@@ -233,8 +231,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
                 run_search(rd, in_process=args.in_process, progress=not args.no_progress)
         except KeyboardInterrupt:
-            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
-                  file=sys.stderr)
+            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`", file=sys.stderr)
             return 130
     finally:
         if started:

@@ -208,8 +208,7 @@ class GradientSearcher(Searcher):
         if not np.isfinite(entropy) or entropy < 0:
             raise InputError("entropy", "a number >= 0", entropy)
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
-            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are the worst)",
-                             memory_penalty)
+            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are the worst)", memory_penalty)
         if restart not in (0, 1) or isinstance(restart, bool):
             raise InputError("restart", "0 or 1", restart)
 

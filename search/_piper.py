@@ -410,8 +410,7 @@ class _Problem:
         others = (ij[:, 0] != len(ts) - 1).astype(int) + (ij[:, 1] != 0)  # (P,)
         seg_time, seg_y, seg_start = _all_staircases(graph, members, others, arrays, ds, s_max)
         moves = _Moves.build(ij, len(ts), graph.degrees, ds, k, s_max)
-        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
-                   seg_time, seg_y, seg_start, moves)
+        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays, seg_time, seg_y, seg_start, moves)
 
     def candidate_times(self) -> np.ndarray:
         finite = np.sort(self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)])
@@ -566,8 +565,7 @@ def _all_staircases(graph: PiperGraph, members: np.ndarray, others: np.ndarray,
         rows = np.flatnonzero(runs)
         seg_base = (rows * n_t + ti) * n_d  # (R,) first segment of each running stage
         cand_row, x, w, a, b = _batch_candidates(arr, graph, members[rows])
-        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap,
-                                           graph)
+        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap, graph)
         idle = ((np.flatnonzero(~runs) * n_t + ti) * n_d)[:, None] + np.arange(n_d)  # (I, D)
         segs += [seg, idle.ravel()]
         times += [time_s, np.full(idle.size, np.inf)]
@@ -646,8 +644,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
             break
         g = g_exact[np.minimum(g_first, g_exact.size - 1)]  # (C,)
         reps = np.where(expand, sizes[g] + 1, 1)
-        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in
-                                          (row, g_first, g_end, g, expand))
+        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in (row, g_first, g_end, g, expand))
         sums = np.repeat(sums, reps, axis=1)
         count = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)  # (C,)
         count = np.where(expand, count, 0)
@@ -660,8 +657,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     parts = [(row, sums)]
     for r in np.flatnonzero(~exact):
         cand = stage_candidates(arr, graph, members[r])
-        parts.append((np.full(cand.x_s.size, r),
-                      np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
+        parts.append((np.full(cand.x_s.size, r), np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
     row = np.concatenate([p[0] for p in parts])
     sums = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(row, kind="stable")

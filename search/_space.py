@@ -621,8 +621,7 @@ class Space(SearchSpace):
 
     # ---- sampling ----------------------------------------------------------------
     def _nonstage(self) -> np.ndarray:
-        return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)],
-                        dtype=np.int64)
+        return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)], dtype=np.int64)
 
     def random_digits(self, rng: np.random.Generator, n: int, *, max_rounds: int = 1000) -> np.ndarray:
         """(n, D) valid digits drawn at random.

@@ -145,8 +145,7 @@ def plot_grid_search(c: Columns, title: str, out_dir: str, suffix: str = "") -> 
     dps = np.unique(keys[:, 0])[:MAX_GRID_PANELS]
     lines = np.unique(keys[:, 1])
     tps = np.unique(keys[:, 2])
-    fig, axes = plt.subplots(1, len(dps), figsize=(3.3 * len(dps) + 0.6, 3.4), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(dps), figsize=(3.3 * len(dps) + 0.6, 3.4), sharex=True, sharey=True, squeeze=False)
     handles: dict[int, object] = {}
     for ax, dp in zip(axes[0], dps, strict=True):
         for j, key in enumerate(lines):

@@ -182,8 +182,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p = progress_of[s.index]
         write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
-        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
-                                                "done": done})
+        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": done})
         _tick(bar, used, arrow)
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
@@ -198,8 +197,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
                                      failure=run_failure_model(rd))
                 while not p["done"] and p["evaluations"] < budget:
-                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
-                                         metadata=rd.metadata(s))
+                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id, metadata=rd.metadata(s))
                     finish(s, p["checkpoints"], *out)
             return
         _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish)
