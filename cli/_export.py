@@ -400,8 +400,7 @@ def megatron_model(text: str) -> dict:
     if a.num_experts:
         out.update(experts_per_token=a.moe_router_topk, expert_ffn_hidden=a.moe_ffn_hidden_size,
                    shared_ffn_total=a.moe_shared_expert_intermediate_size or 0,
-                   moe_pattern=_moe_pattern(a.moe_layer_freq, L),
-                   capacity_factor=a.moe_expert_capacity_factor or 1.0,
+                   moe_pattern=_moe_pattern(a.moe_layer_freq, L), capacity_factor=a.moe_expert_capacity_factor or 1.0,
                    router_groups=a.moe_router_num_groups or 1, router_group_topk=a.moe_router_group_topk or 1,
                    dispatcher=a.moe_token_dispatcher_type, deepep=a.moe_enable_deepep,
                    overlap_ep=a.overlap_moe_expert_parallel_comm)

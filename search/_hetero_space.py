@@ -371,5 +371,4 @@ class HeteroSpace(SearchSpace):
     def from_json(cls, d: dict, model: Transformer, cluster) -> HeteroSpace:
         dims = tuple(Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
         return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
-                   shift_layers=int(d.get("shift_layers", 1)),
-                   framework=framework_preset(d.get("framework")).name)
+                   shift_layers=int(d.get("shift_layers", 1)), framework=framework_preset(d.get("framework")).name)

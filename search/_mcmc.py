@@ -371,11 +371,8 @@ class MCMCSearcher(Searcher):
         fresh = np.isnan(old_c)  # the chain's own point, evaluated now
         f_old, f_new = np.isfinite(old_c), np.isfinite(new_c)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            rel = np.select(
-                [f_old & f_new, f_old, f_new, old_e == new_e, np.isinf(old_e)],
-                [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf],
-                (new_e - old_e) / old_e,
-            )
+            rel = np.select([f_old & f_new, f_old, f_new, old_e == new_e, np.isinf(old_e)],
+                            [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf], (new_e - old_e) / old_e)
             if self.memory_penalty > 0:
                 lam = self.memory_penalty
                 s_old, s_new = soft_cost(old_c, old_e, old_p, lam), soft_cost(new_c, new_e, new_p, lam)
