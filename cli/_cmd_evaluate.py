@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from cli import COMMAND_HELP, print_json
-from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
+from cli._specs import load_cluster, load_model, number_list, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
@@ -117,13 +117,6 @@ def failure_from_args(args) -> FailureModel:
         raise InputError(flag, exc.expected, exc.got) from None
 
 
-def _int_list(text: str, argument: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise InputError(argument, "comma-separated integers", text) from None
-
-
 def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
     """``data`` (a strategy file's mapping) with the strategy flags given (but ``skip``) on top,
     and the model's default global batch where neither sets one."""
@@ -137,7 +130,7 @@ def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
 def build_strategy(args, model, cluster) -> StrategyTable:
     data = _with_flags(args, read_mapping(args.strategy, "--strategy") if args.strategy else {}, model)
     if args.stage_layers:
-        data["stage_layers"] = _int_list(args.stage_layers, "--stage-layers")
+        data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):

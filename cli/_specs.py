@@ -196,6 +196,15 @@ def number(text, flag: str, kind: type, low=None):
     return value
 
 
+def number_list(text, flag: str, kind: type, expected: str) -> list:
+    """``text``'s comma-separated words as ``kind`` (int or float); InputError naming ``flag``
+    (expected: ``expected``) unless every word is one."""
+    try:
+        return [kind(x) for x in str(text).split(",")]
+    except ValueError:
+        raise InputError(flag, expected, text) from None
+
+
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
