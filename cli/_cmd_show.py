@@ -177,13 +177,11 @@ def run(args: argparse.Namespace) -> int:
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:
         total = summary(view)
-        print_json({
-            "run_dir": view.run_dir, "keep": view.keep, **total,
-            "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
-                         "throughput_column": s.throughput_column, **counts, "rows": rows,
-                         **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
-                        for s, counts, rows in reports],
-        })
+        print_json({"run_dir": view.run_dir, "keep": view.keep, **total,
+                    "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
+                                 "throughput_column": s.throughput_column, **counts, "rows": rows,
+                                 **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
+                                for s, counts, rows in reports]})
         return 0
     if view.keep not in (None, "all"):
         print(f"(this run stored {view.keep} rows only: the counts below are of the stored rows)")

@@ -68,8 +68,7 @@ def load_columns(view: RunView) -> Columns:
         degrees=degrees,
         microbatches=cols["microbatches"].astype(np.int64) if "microbatches" in cols else np.ones(n, np.int64),
         global_batch=cols["global_batch"].astype(np.int64) if "global_batch" in cols else np.zeros(n, np.int64),
-        throughput=cols[thr].astype(np.float64), label=f"Throughput ({unit})", num_gpus=num_gpus,
-        widest=bool(placed))
+        throughput=cols[thr].astype(np.float64), label=f"Throughput ({unit})", num_gpus=num_gpus, widest=bool(placed))
 
 
 def best_by(keys: list[np.ndarray], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
