@@ -24,11 +24,9 @@ from costmodel._strategy import DEFAULT_GLOBAL_BATCH, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
-STRATEGY_FLAGS = (
-    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
-    ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str),
-    ("recompute", str), ("precision", str),
-)
+STRATEGY_FLAGS = (("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
+                  ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str), ("recompute", str),
+                  ("precision", str))
 
 
 def add_spec_args(p) -> None:

@@ -94,9 +94,8 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
     p.add_argument("--batch", metavar="N", default=str(batch), help=f"rows per ask (default {batch})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--dp2", metavar="V,..", default=None,
-                   help="heterogeneous clusters: replicas a stage may put on a second pool, e.g. 0,1,2,4 "
-                   "(default 0: every stage in one pool)")
+    p.add_argument("--dp2", metavar="V,..", default=None, help="heterogeneous clusters: replicas a stage may put on a "
+                   "second pool, e.g. 0,1,2,4 (default 0: every stage in one pool)")
     add_space_args(p)
     add_objective_args(p)
 

@@ -27,9 +27,8 @@ STAGE_COLUMN_HINT = "stage_"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("show", help=COMMAND_HELP["show"],
-                       description="Read RUN_DIR/results (Parquet) and run.json; print the best "
-                       "feasible rows, the row and feasible counts and why the rest are infeasible.")
+    p = sub.add_parser("show", help=COMMAND_HELP["show"], description="Read RUN_DIR/results (Parquet) and run.json; "
+                       "print the best feasible rows, the row and feasible counts and why the rest are infeasible.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
     p.add_argument("--top", default="10", metavar="K", help="rows to print (default 10)")
     p.add_argument("--all", action="store_true", dest="include_infeasible",

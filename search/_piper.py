@@ -194,9 +194,8 @@ def tails(graph: PiperGraph) -> list[int]:
             bit = 1 << v
             if not mask & bit and succ[v] & ~mask == 0 and mask | bit not in seen:
                 if len(seen) >= MAX_TAILS:
-                    raise InputError("nodes/edges", f"a graph with at most {MAX_TAILS} "
-                                     "successor-closed node sets (Piper's DP is quadratic in "
-                                     "them)", f"more than {MAX_TAILS}")
+                    raise InputError("nodes/edges", f"a graph with at most {MAX_TAILS} successor-closed node sets "
+                                     "(Piper's DP is quadratic in them)", f"more than {MAX_TAILS}")
                 seen.add(mask | bit)
                 stack.append(mask | bit)
     return sorted(seen, key=lambda m: (m.bit_count(), m))
