@@ -11,11 +11,10 @@ from costmodel import StrategyTable, cluster_preset, evaluate, model_preset
 from costmodel._reference import evaluate_row
 
 BENCH_SPACE = (
-    "GPT-3 175B on h100x1024, rows drawn uniformly from: dp in {1,2,4,8,16,32}, "
-    "tp in {1,2,4,8}, pp in {1,2,4,8,16,32}, cp in {1,2}, micro_batch in {1,2,4,8}, "
-    "global_batch 1536, schedule/vpp in {gpipe,1f1b,zb-h1,zb-h2}/1 and interleaved/{2,3,4}, "
-    "recompute x3, sequence_parallel x2, zero_stage 0-3, precision bf16/fp8, overlap_dp x2; "
-    "every output column"
+    "GPT-3 175B on h100x1024, rows drawn uniformly from: dp in {1,2,4,8,16,32}, tp in {1,2,4,8}, "
+    "pp in {1,2,4,8,16,32}, cp in {1,2}, micro_batch in {1,2,4,8}, global_batch 1536, "
+    "schedule/vpp in {gpipe,1f1b,zb-h1,zb-h2}/1 and interleaved/{2,3,4}, recompute x3, sequence_parallel x2, "
+    "zero_stage 0-3, precision bf16/fp8, overlap_dp x2; every output column"
 )
 
 

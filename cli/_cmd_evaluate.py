@@ -167,8 +167,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
                  f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
                  f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
     parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
-             ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"),
-             ("pp comm (exposed)", "pp_comm_s"),
+             ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
              ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]
     total = sum(m[k] for _, k in parts) or 1.0
     lines.append("time per iteration (bottleneck stage):")

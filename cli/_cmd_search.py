@@ -74,9 +74,8 @@ def _format_plan(plan: PiperPlan) -> str:
              f"{sum(s.t * s.d for s in plan.stages)} devices"]
     lines.append(f"{'stage':>5} {'t':>3} {'d':>5} {'time/sample s':>14} {'mem GiB':>8} {'recomp':>6}  nodes")
     for i, s in enumerate(plan.stages):
-        lines.append(f"{i:>5} {s.t:>3} {s.d:>5} {s.time_per_sample_s:>14.6g} "
-                     f"{s.memory_bytes / 2**30:>8.2f} {sum(s.recompute):>6}  "
-                     f"{' '.join(map(str, s.nodes))}")
+        lines.append(f"{i:>5} {s.t:>3} {s.d:>5} {s.time_per_sample_s:>14.6g} {s.memory_bytes / 2**30:>8.2f} "
+                     f"{sum(s.recompute):>6}  {' '.join(map(str, s.nodes))}")
     return "\n".join(lines)
 
 

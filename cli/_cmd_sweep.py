@@ -30,12 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cli._space_args import add_space_args
 
     p = sub.add_parser(
-        "sweep", help=COMMAND_HELP["sweep"],
-        description="Evaluate every strategy of a space on an embedded local Ray (or the cluster at "
-        "--address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
+        "sweep", help=COMMAND_HELP["sweep"], description="Evaluate every strategy of a space on an embedded local Ray "
+        "(or the cluster at --address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
         "same arguments, or `plansweep resume OUT`, to continue after a stop.",
-        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.",
-    )
+        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.")
     add_spec_args(p)
     add_space_args(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (new, empty, or this same run)")
