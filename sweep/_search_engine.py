@@ -80,8 +80,7 @@ def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None,
-                  budget: int | None = None):
+def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None, budget: int | None = None):
     """The searcher of a run (``budget``: the run's evaluations per study, which the searchers'
     automatic settings scale with). On a placement space (search.HeteroSpace) MCMC chains also
     start from its named placements and a new TPE study tries them first (random placements are
