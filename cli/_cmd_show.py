@@ -87,9 +87,7 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         head += "  placement (pool:dp x tp per stage; tp* = tp across nodes)"
     out = [head]
     for rank, r in enumerate(rows, start=1):
-        step = r.get("step_time_s")
-        mfu = r.get("mfu")
-        mem = r.get("mem_total_bytes")
+        step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
         line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
                 + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
                 + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
