@@ -198,10 +198,8 @@ class Space(SearchSpace):
         sets(self, "size", size)
         sets(self, "strides", SearchSpace.strides.fget(self))  # cached: index_of is on MCMC's hot path
         sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
-        fixed_num = {}
-        for k, v in fixed.items():
-            fixed_num[k] = _numeric(k, (v,))[0] if k not in ("global_batch", "microbatches", LIGHT_ENDS) else int(v)
-        sets(self, "_fixed_num", fixed_num)
+        plain = ("global_batch", "microbatches", LIGHT_ENDS)
+        sets(self, "_fixed_num", {k: int(v) if k in plain else _numeric(k, (v,))[0] for k, v in fixed.items()})
         sets(self, "_index", {d.name: k for k, d in enumerate(dims)})
         nblock = len(dims)
         while nblock and dims[nblock - 1].base in FREE_DIMS:
