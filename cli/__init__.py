@@ -60,10 +60,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = _Parser(
-        prog="plansweep",
-        description="Find the fastest way to split training of a large model over a GPU cluster.",
-    )
+    parser = _Parser(prog="plansweep",
+                     description="Find the fastest way to split training of a large model over a GPU cluster.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     return parser, sub

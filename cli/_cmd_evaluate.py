@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from cli import COMMAND_HELP, print_json
-from cli._specs import load_cluster, load_model, read_mapping, reason_error, strategy_from_mapping
+from cli._specs import load_cluster, load_model, number_list, read_mapping, reason_error, strategy_from_mapping
 from costmodel import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
@@ -20,16 +20,13 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown
-from costmodel._strategy import hetero_from_mapping
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
-STRATEGY_FLAGS = (
-    ("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
-    ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str),
-    ("recompute", str), ("precision", str),
-)
+STRATEGY_FLAGS = (("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
+                  ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str), ("recompute", str),
+                  ("precision", str))
 
 
 def add_spec_args(p) -> None:
@@ -118,13 +115,6 @@ def failure_from_args(args) -> FailureModel:
         raise InputError(flag, exc.expected, exc.got) from None
 
 
-def _int_list(text: str, argument: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise InputError(argument, "comma-separated integers", text) from None
-
-
 def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
     """``data`` (a strategy file's mapping) with the strategy flags given (but ``skip``) on top,
     and the model's default global batch where neither sets one."""
@@ -138,7 +128,7 @@ def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
 def build_strategy(args, model, cluster) -> StrategyTable:
     data = _with_flags(args, read_mapping(args.strategy, "--strategy") if args.strategy else {}, model)
     if args.stage_layers:
-        data["stage_layers"] = _int_list(args.stage_layers, "--stage-layers")
+        data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
@@ -177,8 +167,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
                  f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
                  f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
     parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
-             ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"),
-             ("pp comm (exposed)", "pp_comm_s"),
+             ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
              ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]
     total = sum(m[k] for _, k in parts) or 1.0
     lines.append("time per iteration (bottleneck stage):")

@@ -115,10 +115,8 @@ def run(args) -> int:
     cluster = load_cluster(args.cluster, args.hardware)
     failure = failure_from_args(args)
     check_objective(args.objective, cluster)
-    if isinstance(cluster, HeteroCluster):
-        space = hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS)
-    else:
-        space = space_from_args(args, model, cluster)
+    space = (hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS) if isinstance(cluster, HeteroCluster)
+             else space_from_args(args, model, cluster))
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
     metrics = evaluate(model, cluster, table, framework=args.framework)

@@ -87,9 +87,8 @@ def write_outputs(out: Path, records: list[dict], objective: str) -> None:
     for policy in dict.fromkeys(r["policy"] for r in records):
         pts = [(r["gpus_left"], r[key]) for r in records if r["policy"] == policy]
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=policy)
-    ax.set_xlabel("GPUs left")
-    ax.set_ylabel(key.replace("_per_s", "/s"))
-    ax.set_title("Best plan on what is left, per re-planning policy")
+    ax.set(xlabel="GPUs left", ylabel=key.replace("_per_s", "/s"),
+           title="Best plan on what is left, per re-planning policy")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

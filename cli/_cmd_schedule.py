@@ -12,6 +12,7 @@ import json
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
+from cli._specs import number_list
 from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
 from costmodel._files import replaced_atomically
 
@@ -38,18 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _times(flag: str, text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise InputError(flag, "a number or comma-separated numbers", text) from None
-
-
 def run(args: argparse.Namespace) -> int:
     chunks = args.chunks if args.chunks is not None else _DEFAULT_CHUNKS.get(args.schedule, 1)
     if args.tc < 0 or not np.isfinite(args.tc):
         raise InputError("--tc", "a finite time >= 0", args.tc)
-    times = {k: _times(f"--{k}", getattr(args, k)) for k in ("tf", "tb", "tw")}
+    times = {k: number_list(getattr(args, k), f"--{k}", float, "a number or comma-separated numbers")
+             for k in ("tf", "tb", "tw")}
     for key, values in times.items():
         if len(values) not in (1, args.devices):
             raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))

@@ -65,8 +65,7 @@ def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
             if exp.row:
                 title = f"{exp.row}={row_value:g}, {title}"
             ax.set_title(title, fontsize=9)
-            ax.set_xlabel(exp.x)
-            ax.set_ylabel(y)
+            ax.set(xlabel=exp.x, ylabel=y)
             if y == "total_time":
                 ax.set_yscale("log")
             ax.legend(fontsize=7)

@@ -72,12 +72,10 @@ def _format_plan(plan: PiperPlan) -> str:
         return "no plan fits the devices and memory"
     lines = [f"time per sample: {plan.time_per_sample_s:.6g} s, {len(plan.stages)} stages, "
              f"{sum(s.t * s.d for s in plan.stages)} devices"]
-    lines.append(f"{'stage':>5} {'t':>3} {'d':>5} {'time/sample s':>14} {'mem GiB':>8} "
-                 f"{'recomp':>6}  nodes")
+    lines.append(f"{'stage':>5} {'t':>3} {'d':>5} {'time/sample s':>14} {'mem GiB':>8} {'recomp':>6}  nodes")
     for i, s in enumerate(plan.stages):
-        lines.append(f"{i:>5} {s.t:>3} {s.d:>5} {s.time_per_sample_s:>14.6g} "
-                     f"{s.memory_bytes / 2**30:>8.2f} {sum(s.recompute):>6}  "
-                     f"{' '.join(map(str, s.nodes))}")
+        lines.append(f"{i:>5} {s.t:>3} {s.d:>5} {s.time_per_sample_s:>14.6g} {s.memory_bytes / 2**30:>8.2f} "
+                     f"{sum(s.recompute):>6}  {' '.join(map(str, s.nodes))}")
     return "\n".join(lines)
 
 
@@ -95,9 +93,8 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
     p.add_argument("--batch", metavar="N", default=str(batch), help=f"rows per ask (default {batch})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--dp2", metavar="V,..", default=None,
-                   help="heterogeneous clusters: replicas a stage may put on a second pool, e.g. 0,1,2,4 "
-                   "(default 0: every stage in one pool)")
+    p.add_argument("--dp2", metavar="V,..", default=None, help="heterogeneous clusters: replicas a stage may put on a "
+                   "second pool, e.g. 0,1,2,4 (default 0: every stage in one pool)")
     add_space_args(p)
     add_objective_args(p)
 

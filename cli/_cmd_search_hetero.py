@@ -36,6 +36,7 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     --pp --dp --tp --microbatches --schedule --recompute --zero-stage --sequence-parallel --vpp
     --ep (an MoE model; default: the divisors of its experts; others are refused), ``defaults`` elsewhere."""
     from cli._space_args import SPACE_FLAGS, global_batch, parse_list
+    from cli._specs import number_list
 
     choices = dict(defaults)
     for dim, flag in SPACE_FLAGS:
@@ -48,10 +49,7 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     batch = global_batch(args)
     dp2 = getattr(args, "dp2", None)
     if dp2 is not None:
-        try:
-            choices["dp2"] = tuple(int(x) for x in str(dp2).split(","))
-        except ValueError:
-            raise InputError("--dp2", "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4", dp2) from None
+        choices["dp2"] = tuple(number_list(dp2, "--dp2", int, "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4"))
     try:
         return HeteroSpace.from_options(model, cluster, global_batch=batch, framework=getattr(args, "framework", None),
                                         **choices)

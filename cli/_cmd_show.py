@@ -19,19 +19,16 @@ GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote 
 # (column, header, width, format) for the table; absent columns are left out.
 TABLE_COLUMNS = (
     ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"), ("ep", "ep", 3, "d"),
-    ("etp", "etp", 3, "d"),
-    ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"), ("schedule", "schedule", 11, "s"),
-    ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"), ("sequence_parallel", "SP", 3, "b"),
-    ("zero_stage", "ZeRO", 4, "d"),
-)
+    ("etp", "etp", 3, "d"), ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"),
+    ("schedule", "schedule", 11, "s"), ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"),
+    ("sequence_parallel", "SP", 3, "b"), ("zero_stage", "ZeRO", 4, "d"))
 # Columns of one value per pipeline stage (list columns); printed per stage for the top row.
 STAGE_COLUMN_HINT = "stage_"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("show", help=COMMAND_HELP["show"],
-                       description="Read RUN_DIR/results (Parquet) and run.json; print the best "
-                       "feasible rows, the row and feasible counts and why the rest are infeasible.")
+    p = sub.add_parser("show", help=COMMAND_HELP["show"], description="Read RUN_DIR/results (Parquet) and run.json; "
+                       "print the best feasible rows, the row and feasible counts and why the rest are infeasible.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
     p.add_argument("--top", default="10", metavar="K", help="rows to print (default 10)")
     p.add_argument("--all", action="store_true", dest="include_infeasible",
@@ -90,9 +87,7 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         head += "  placement (pool:dp x tp per stage; tp* = tp across nodes)"
     out = [head]
     for rank, r in enumerate(rows, start=1):
-        step = r.get("step_time_s")
-        mfu = r.get("mfu")
-        mem = r.get("mem_total_bytes")
+        step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
         line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
                 + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
                 + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
@@ -179,13 +174,11 @@ def run(args: argparse.Namespace) -> int:
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:
         total = summary(view)
-        print_json({
-            "run_dir": view.run_dir, "keep": view.keep, **total,
-            "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
-                         "throughput_column": s.throughput_column, **counts, "rows": rows,
-                         **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
-                        for s, counts, rows in reports],
-        })
+        print_json({"run_dir": view.run_dir, "keep": view.keep, **total,
+                    "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
+                                 "throughput_column": s.throughput_column, **counts, "rows": rows,
+                                 **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
+                                for s, counts, rows in reports]})
         return 0
     if view.keep not in (None, "all"):
         print(f"(this run stored {view.keep} rows only: the counts below are of the stored rows)")

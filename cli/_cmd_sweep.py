@@ -30,12 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from cli._space_args import add_space_args
 
     p = sub.add_parser(
-        "sweep", help=COMMAND_HELP["sweep"],
-        description="Evaluate every strategy of a space on an embedded local Ray (or the cluster at "
-        "--address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
+        "sweep", help=COMMAND_HELP["sweep"], description="Evaluate every strategy of a space on an embedded local Ray "
+        "(or the cluster at --address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
         "same arguments, or `plansweep resume OUT`, to continue after a stop.",
-        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.",
-    )
+        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.")
     add_spec_args(p)
     add_space_args(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (new, empty, or this same run)")
@@ -68,8 +66,7 @@ def add_runtime_args(p: argparse.ArgumentParser, *, top: bool = True) -> None:
                    help="no Ray: evaluate the same units one after another in this process")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     if top:
-        p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K",
-                       help="best strategies printed at the end")
+        p.add_argument("--top", type=int, default=BEST_SHOWN, metavar="K", help="best strategies printed at the end")
 
 
 def _words(text: str, flag: str) -> list[str]:
@@ -139,8 +136,7 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
         options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
     else:
         if getattr(args, "storage", None):
-            raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)",
-                             args.storage)
+            raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)", args.storage)
         options["batch"] = number(args.batch, "--batch", int, 1)
     options.update(options_from_args(args.options, args).to_json())
     studies = build_studies(args, search=True)
@@ -233,8 +229,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
                 run_search(rd, in_process=args.in_process, progress=not args.no_progress)
         except KeyboardInterrupt:
-            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
-                  file=sys.stderr)
+            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`", file=sys.stderr)
             return 130
     finally:
         if started:

@@ -50,7 +50,6 @@ import shlex
 
 from costmodel import Cluster, InputError, Transformer
 
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arguments.py"
 TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
 DEEPSPEED_VERSION = "DeepSpeed v0.19.5 (cf44300453), deepspeed/runtime/config.py and its section configs"
@@ -401,8 +400,7 @@ def megatron_model(text: str) -> dict:
     if a.num_experts:
         out.update(experts_per_token=a.moe_router_topk, expert_ffn_hidden=a.moe_ffn_hidden_size,
                    shared_ffn_total=a.moe_shared_expert_intermediate_size or 0,
-                   moe_pattern=_moe_pattern(a.moe_layer_freq, L),
-                   capacity_factor=a.moe_expert_capacity_factor or 1.0,
+                   moe_pattern=_moe_pattern(a.moe_layer_freq, L), capacity_factor=a.moe_expert_capacity_factor or 1.0,
                    router_groups=a.moe_router_num_groups or 1, router_group_topk=a.moe_router_group_topk or 1,
                    dispatcher=a.moe_token_dispatcher_type, deepep=a.moe_enable_deepep,
                    overlap_ep=a.overlap_moe_expert_parallel_comm)
@@ -488,9 +486,8 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
     if plan["precision"] not in TORCHTITAN_PRECISION:
         raise InputError("precision", "bf16 or fp8 (torchtitan's mixed precision)", plan["precision"])
     if plan["sequence_parallel"] != (plan["tp"] > 1):
-        raise InputError("sequence_parallel", f"{plan['tp'] > 1} with tp={plan['tp']} (torchtitan's tensor "
-                         "parallelism always shards the sequence between blocks, and only it does)",
-                         plan["sequence_parallel"])
+        raise InputError("sequence_parallel", f"{plan['tp'] > 1} with tp={plan['tp']} (torchtitan's tensor parallelism "
+                         "always shards the sequence between blocks, and only it does)", plan["sequence_parallel"])
     if not plan["overlap_dp"]:
         raise InputError("overlap_dp", "true (torchtitan's FSDP2 and DDP always overlap the gradient exchange)",
                          plan["overlap_dp"])
@@ -643,13 +640,12 @@ def from_torchtitan(text: str) -> dict:
         layers = None
     recompute = ac["mode"]
     precision = "fp8" if "quantize.linear.float8" in doc["model"].get("converters", []) else "bf16"
-    plan = {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
+    return {"dp": dp, "tp": par["tensor_parallel_degree"], "pp": p, "cp": par["context_parallel_degree"],
             "ep": par.get("expert_parallel_degree", 1), "etp": par.get("expert_tensor_parallel_degree", 1),
             "micro_batch": b, "global_batch": tr["global_batch_size"], "vpp": v, "zero_stage": zero,
             "schedule": schedule, "recompute": recompute, "precision": precision,
             "sequence_parallel": par["tensor_parallel_degree"] > 1, "overlap_dp": True,
             "stage_layers": layers, "stage_recompute": [recompute] * p}
-    return plan
 
 
 # ---- DeepSpeed (ds_config JSON + the launcher's parallel sizes) --------------------------------
@@ -708,12 +704,9 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: s
         raise InputError("precision", "bf16 or fp16 (ds_config's precision sections)", plan["precision"])
     nodes, per_node = _launcher(plan, cluster)
     ds: dict[str, object] = {
-        "train_batch_size": plan["global_batch"],
-        "train_micro_batch_size_per_gpu": plan["micro_batch"],
-        "gradient_accumulation_steps": _microbatches(plan),
-        DEEPSPEED_PRECISION[plan["precision"]]: {"enabled": True},
-        "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]},
-    }
+        "train_batch_size": plan["global_batch"], "train_micro_batch_size_per_gpu": plan["micro_batch"],
+        "gradient_accumulation_steps": _microbatches(plan), DEEPSPEED_PRECISION[plan["precision"]]: {"enabled": True},
+        "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]}}
     if plan["tp"] > 1:
         ds["tensor_parallel"] = {"autotp_size": plan["tp"]}
     if recompute == "full":

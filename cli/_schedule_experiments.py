@@ -176,36 +176,31 @@ def imbalanced() -> dict[str, list]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Experiment:
     """How to compute one experiment and how to draw it."""
 
     columns: Callable[[], dict[str, list]]
     x: str  # x axis column
-    y: str | tuple[str, ...]  # y axis column(s); several give one subplot row each
-    panel: str  # one subplot per value, across
-    row: str | None  # one subplot row per value, down
-    line: str  # one line per value
     title: str
+    y: str | tuple[str, ...] = "bubble_ratio"  # y axis column(s); several give one subplot row each
+    panel: str = "t_c"  # one subplot per value, across
+    row: str | None = "devices"  # one subplot row per value, down
+    line: str = "schedule"  # one line per value
 
 
 EXPERIMENTS = {
-    "weak_scaling": Experiment(weak_scaling, x="devices", y=("total_time", "bubble_ratio"), panel="t_c", row=None,
-                               line="schedule", title="Weak scaling, m = 2D, T_F = 400 / D, T_B = 800 / D"),
-    "strong_scaling": Experiment(strong_scaling, x="devices", y=("total_time", "bubble_ratio"), panel="t_c", row=None,
-                                 line="schedule", title="Strong scaling, m = 32, T_F = 400 / D, T_B = 800 / D"),
-    "recompute": Experiment(recompute, x="recompute", y="bubble_ratio", panel="t_c", row="devices", line="schedule",
-                            title="Recompute ratio"),
-    "microbatches_per_device": Experiment(microbatches_per_device, x="microbatches_per_device", y="bubble_ratio",
-                                          panel="t_c", row="devices", line="schedule",
+    "weak_scaling": Experiment(columns=weak_scaling, x="devices", y=("total_time", "bubble_ratio"), row=None,
+                               title="Weak scaling, m = 2D, T_F = 400 / D, T_B = 800 / D"),
+    "strong_scaling": Experiment(columns=strong_scaling, x="devices", y=("total_time", "bubble_ratio"), row=None,
+                                 title="Strong scaling, m = 32, T_F = 400 / D, T_B = 800 / D"),
+    "recompute": Experiment(columns=recompute, x="recompute", title="Recompute ratio"),
+    "microbatches_per_device": Experiment(columns=microbatches_per_device, x="microbatches_per_device",
                                           title="Micro-batches per device"),
-    "chunks": Experiment(chunks, x="chunks", y="bubble_ratio", panel="t_c", row="devices", line="schedule",
-                         title="Chunks, m = 2D"),
-    "backward_split": Experiment(backward_split, x="tb_share", y="bubble_ratio", panel="t_c",
-                                 row="microbatches_per_device", line="devices",
+    "chunks": Experiment(columns=chunks, x="chunks", title="Chunks, m = 2D"),
+    "backward_split": Experiment(columns=backward_split, x="tb_share", row="microbatches_per_device", line="devices",
                                  title="ZB-H1: T_B / (T_B + T_W) at fixed T_B + T_W"),
-    "tc_sensitivity": Experiment(tc_sensitivity, x="t_c", y="bubble_ratio", panel="microbatches_per_device",
-                                 row="devices", line="schedule", title="T_C sensitivity"),
-    "imbalanced": Experiment(imbalanced, x="t_ext_ratio", y="bubble_ratio", panel="t_c", row="devices",
-                             line="schedule", title="Imbalanced first and last stages, m = 2D"),
+    "tc_sensitivity": Experiment(columns=tc_sensitivity, x="t_c", panel="microbatches_per_device",
+                                 title="T_C sensitivity"),
+    "imbalanced": Experiment(columns=imbalanced, x="t_ext_ratio", title="Imbalanced first and last stages, m = 2D"),
 }

@@ -54,12 +54,10 @@ def add_space_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--global-batch", metavar="N", default=None,
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
     gpus = g.add_mutually_exclusive_group()
-    gpus.add_argument("--partial-gpus", action="store_true",
-                      help="degrees may use fewer GPUs than the cluster has (dp the largest that fits); the "
-                      "default space's default")
-    gpus.add_argument("--all-gpus", action="store_true",
-                      help="degrees must use every GPU of the cluster; the default of the exact, partition and "
-                      "fixed spaces")
+    gpus.add_argument("--partial-gpus", action="store_true", help="degrees may use fewer GPUs than the cluster has "
+                      "(dp the largest that fits); the default space's default")
+    gpus.add_argument("--all-gpus", action="store_true", help="degrees must use every GPU of the cluster; the default "
+                      "of the exact, partition and fixed spaces")
     for dim, flag in SPACE_FLAGS:
         g.add_argument(flag, dest="space_" + dim, metavar="V,..", default=None, help=_what(dim))
 

@@ -161,8 +161,7 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if row["schedule"] == "interleaved":
             expected = ("vpp >= 2 and at most every stage's layers (one layer or more per chunk)"
                         if fw.uneven_chunks else "vpp >= 2 dividing every stage's layers")
-            return InputError("vpp", f"{expected}, with pp >= 2, for interleaved under framework {fw.name}",
-                              row["vpp"])
+            return InputError("vpp", f"{expected}, with pp >= 2, for interleaved under framework {fw.name}", row["vpp"])
         if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):
             return InputError("vpp", f"1 for schedule {row['schedule']}", row["vpp"])
         return InputError("schedule", "gpipe, 1f1b, interleaved, zb-h1 or zb-h2 in the cost core", row["schedule"])
@@ -195,6 +194,15 @@ def number(text, flag: str, kind: type, low=None):
     if low is not None and not value >= low:
         raise InputError(flag, f"{word} >= {low}", value)
     return value
+
+
+def number_list(text, flag: str, kind: type, expected: str) -> list:
+    """``text``'s comma-separated words as ``kind`` (int or float); InputError naming ``flag``
+    (expected: ``expected``) unless every word is one."""
+    try:
+        return [kind(x) for x in str(text).split(",")]
+    except ValueError:
+        raise InputError(flag, expected, text) from None
 
 
 def _flag(f: dataclasses.Field) -> str:

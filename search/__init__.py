@@ -47,15 +47,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "search._mcmc": ("MCMCSearcher",),
     "search._options": ("GradientOptions", "GridOptions", "MCMCOptions", "PiperOptions", "TPEOptions"),
     "search._piper": ("PiperPlan", "PiperStage", "evaluate_piper_plan", "solve_piper"),
-    "search._piper_input": (
-        "PiperGraph", "PiperNode", "Tmpc", "load_piper_graph", "parse_piper_graph",
-        "with_overrides"
-    ),
+    "search._piper_input": ("PiperGraph", "PiperNode", "Tmpc", "load_piper_graph", "parse_piper_graph",
+                            "with_overrides"),
     "search._replan": ("POLICIES", "replan"),
-    "search._space": (
-        "EXACT_CHOICES", "PARTITION_SHIFTS", "Dim", "Space", "default_choices", "default_space",
-        "exact_space", "partition_space"
-    ),
+    "search._space": ("EXACT_CHOICES", "PARTITION_SHIFTS", "Dim", "Space", "default_choices", "default_space",
+                      "exact_space", "partition_space"),
     "search._tpe": ("TPESearcher",),
 }
 __getattr__, __dir__, _MODULE_OF = lazy_exports("search", _EXPORTS, globals())

@@ -193,8 +193,7 @@ class GradientSearcher(Searcher):
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
 
     @staticmethod
-    def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty,
-                      restart) -> None:
+    def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty, restart) -> None:
         """InputError naming the first bad option."""
         if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
             raise InputError("samples", "an integer >= 2", samples)
@@ -208,8 +207,7 @@ class GradientSearcher(Searcher):
         if not np.isfinite(entropy) or entropy < 0:
             raise InputError("entropy", "a number >= 0", entropy)
         if not np.isfinite(memory_penalty) or memory_penalty < 0:
-            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are the worst)",
-                             memory_penalty)
+            raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are the worst)", memory_penalty)
         if restart not in (0, 1) or isinstance(restart, bool):
             raise InputError("restart", "0 or 1", restart)
 
@@ -268,8 +266,7 @@ class GradientSearcher(Searcher):
         return softmax(self._theta / self.tau(), self._mask)
 
     # -- sampling ----------------------------------------------------------------------------
-    def sample(self, theta: np.ndarray, tau: float, rng: np.random.Generator, n: int) -> tuple[np.ndarray,
-                                                                                                 np.ndarray]:
+    def sample(self, theta: np.ndarray, tau: float, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(n, D) digits drawn from the distribution with logits ``theta`` at temperature ``tau``
         and (n, D, C) onehot(x_k) - q_k, the masked softmax q_k each digit was drawn from (so
         the gradient of log p(x) with respect to theta_k is that over tau)."""

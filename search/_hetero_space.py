@@ -225,10 +225,7 @@ class HeteroSpace(SearchSpace):
         ok = ok_layers & (reason == 0)
         if self.has_split:  # a split keeps at least one replica on the stage's own pool
             S = self.num_slots
-            dp = np.stack([np.asarray(self.dims[self._col(f"dp.{j}")].choices)[digits[:, self._col(f"dp.{j}")]]
-                           for j in range(S)], axis=1)
-            d2 = np.stack([np.asarray(self.dims[self._col(f"dp2.{j}")].choices)[digits[:, self._col(f"dp2.{j}")]]
-                           for j in range(S)], axis=1)
+            dp, d2 = (np.stack([self._values(digits, f"{k}.{j}") for j in range(S)], axis=1) for k in ("dp", "dp2"))
             ok &= np.all((d2 < dp) | (np.arange(S)[None, :] >= p[:, None]), axis=1)
         return ok
 
@@ -371,5 +368,4 @@ class HeteroSpace(SearchSpace):
     def from_json(cls, d: dict, model: Transformer, cluster) -> HeteroSpace:
         dims = tuple(Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
         return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
-                   shift_layers=int(d.get("shift_layers", 1)),
-                   framework=framework_preset(d.get("framework")).name)
+                   shift_layers=int(d.get("shift_layers", 1)), framework=framework_preset(d.get("framework")).name)

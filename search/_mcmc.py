@@ -241,11 +241,9 @@ class MCMCSearcher(Searcher):
         return {
             "enum_told": self._enum_told, "feasible_seen": self.feasible_seen,
             "version": STATE_VERSION, "seed": self.seed, "chains": self.chains, "step": self._step,
-            "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(),
-            "proxy": self._proxy.copy(),
+            "x": self._x.copy(), "cost": self._cost.copy(), "excess": self._excess.copy(), "proxy": self._proxy.copy(),
             "best_x": self._best_x.copy(), "best": self._best.copy(), "accepted": self.accepted,
-            "chain_best": self._chain_best.copy(), "stale": self._stale.copy(),
-            "visits": self._visits.copy(),
+            "chain_best": self._chain_best.copy(), "stale": self._stale.copy(), "visits": self._visits.copy(),
             "memo_keys": keys_to_plain(keys), "memo_values": vals.copy(),
         }
 
@@ -373,11 +371,8 @@ class MCMCSearcher(Searcher):
         fresh = np.isnan(old_c)  # the chain's own point, evaluated now
         f_old, f_new = np.isfinite(old_c), np.isfinite(new_c)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            rel = np.select(
-                [f_old & f_new, f_old, f_new, old_e == new_e, np.isinf(old_e)],
-                [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf],
-                (new_e - old_e) / old_e,
-            )
+            rel = np.select([f_old & f_new, f_old, f_new, old_e == new_e, np.isinf(old_e)],
+                            [(new_c - old_c) / old_c, np.inf, -np.inf, 0.0, -np.inf], (new_e - old_e) / old_e)
             if self.memory_penalty > 0:
                 lam = self.memory_penalty
                 s_old, s_new = soft_cost(old_c, old_e, old_p, lam), soft_cost(new_c, new_e, new_p, lam)

@@ -194,9 +194,8 @@ def tails(graph: PiperGraph) -> list[int]:
             bit = 1 << v
             if not mask & bit and succ[v] & ~mask == 0 and mask | bit not in seen:
                 if len(seen) >= MAX_TAILS:
-                    raise InputError("nodes/edges", f"a graph with at most {MAX_TAILS} "
-                                     "successor-closed node sets (Piper's DP is quadratic in "
-                                     "them)", f"more than {MAX_TAILS}")
+                    raise InputError("nodes/edges", f"a graph with at most {MAX_TAILS} successor-closed node sets "
+                                     "(Piper's DP is quadratic in them)", f"more than {MAX_TAILS}")
                 seen.add(mask | bit)
                 stack.append(mask | bit)
     return sorted(seen, key=lambda m: (m.bit_count(), m))
@@ -225,12 +224,8 @@ def stage_candidates(arr: DegreeArrays, graph: PiperGraph, in_stage: np.ndarray,
     edge = np.zeros((n, 2))
     for slot in range(2):
         edge[:, slot] = (
-            np.bincount(dst[cut_in], CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[cut_in],
-                        minlength=n)
-            + np.bincount(src[cut_out],
-                          CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[cut_out],
-                          minlength=n)
-        )
+            np.bincount(dst[cut_in], CUT_EDGE_CROSSINGS * (c + arr.sync_in_bytes[:, slot])[cut_in], minlength=n)
+            + np.bincount(src[cut_out], CUT_EDGE_CROSSINGS * (c + arr.sync_out_bytes[:, slot])[cut_out], minlength=n))
     nodes = np.flatnonzero(in_stage)
     x = arr.time_s[nodes] + edge[nodes] / graph.bandwidth_Bps  # (|S|, 2)
     w, a, b = arr.param_bytes[nodes], arr.mem_a_bytes[nodes], arr.mem_b_bytes[nodes]
@@ -323,8 +318,7 @@ def _sampled_y(limit: int) -> list[int]:
     return ys
 
 
-def largest_y(a_bytes: np.ndarray, b_bytes: np.ndarray, memory_bytes: float,
-              y_cap: int) -> np.ndarray:
+def largest_y(a_bytes: np.ndarray, b_bytes: np.ndarray, memory_bytes: float, y_cap: int) -> np.ndarray:
     """Largest integer y in [0, y_cap] with a*y + b <= M (0 when even y = 1 does not fit)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.floor((memory_bytes - b_bytes) / a_bytes)
@@ -415,8 +409,7 @@ class _Problem:
         others = (ij[:, 0] != len(ts) - 1).astype(int) + (ij[:, 1] != 0)  # (P,)
         seg_time, seg_y, seg_start = _all_staircases(graph, members, others, arrays, ds, s_max)
         moves = _Moves.build(ij, len(ts), graph.degrees, ds, k, s_max)
-        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays,
-                   seg_time, seg_y, seg_start, moves)
+        return cls(graph, ts, pairs, pairs_of, graph.degrees, ds, s_max, arrays, seg_time, seg_y, seg_start, moves)
 
     def candidate_times(self) -> np.ndarray:
         finite = np.sort(self.seg_time[np.isfinite(self.seg_time) & (self.seg_y > 0)])
@@ -536,12 +529,9 @@ class _Problem:
         assert cand.choice is not None
         opts = [g.nodes[v].options(t)[min(int(k), len(g.nodes[v].options(t)) - 1)]
                 for v, k in zip(nodes, cand.choice[c], strict=True)]
-        stage = PiperStage(
-            nodes=tuple(g.nodes[v].id for v in nodes), t=t, d=d,
-            tmpcs=tuple(o.name for o in opts), recompute=tuple(o.recompute for o in opts),
-            time_per_sample_s=float(time_s[c]), memory_bytes=float(mem[c]),
-        )
-        return stage
+        return PiperStage(nodes=tuple(g.nodes[v].id for v in nodes), t=t, d=d, tmpcs=tuple(o.name for o in opts),
+                          recompute=tuple(o.recompute for o in opts), time_per_sample_s=float(time_s[c]),
+                          memory_bytes=float(mem[c]))
 
 
 def _stage_mask(tail_masks: list[int], pair: tuple[int, int], n: int) -> np.ndarray:
@@ -574,8 +564,7 @@ def _all_staircases(graph: PiperGraph, members: np.ndarray, others: np.ndarray,
         rows = np.flatnonzero(runs)
         seg_base = (rows * n_t + ti) * n_d  # (R,) first segment of each running stage
         cand_row, x, w, a, b = _batch_candidates(arr, graph, members[rows])
-        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap,
-                                           graph)
+        seg, time_s, y = _batch_staircases(cand_row, x, w, a, b, seg_base, ds, usable[rows], y_cap, graph)
         idle = ((np.flatnonzero(~runs) * n_t + ti) * n_d)[:, None] + np.arange(n_d)  # (I, D)
         segs += [seg, idle.ravel()]
         times += [time_s, np.full(idle.size, np.inf)]
@@ -654,8 +643,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
             break
         g = g_exact[np.minimum(g_first, g_exact.size - 1)]  # (C,)
         reps = np.where(expand, sizes[g] + 1, 1)
-        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in
-                                          (row, g_first, g_end, g, expand))
+        row, g_first, g_end, g, expand = (np.repeat(v, reps) for v in (row, g_first, g_end, g, expand))
         sums = np.repeat(sums, reps, axis=1)
         count = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)  # (C,)
         count = np.where(expand, count, 0)
@@ -668,8 +656,7 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
     parts = [(row, sums)]
     for r in np.flatnonzero(~exact):
         cand = stage_candidates(arr, graph, members[r])
-        parts.append((np.full(cand.x_s.size, r),
-                      np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
+        parts.append((np.full(cand.x_s.size, r), np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
     row = np.concatenate([p[0] for p in parts])
     sums = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(row, kind="stable")

@@ -180,14 +180,12 @@ def degree_arrays(graph: PiperGraph, t: int) -> DegreeArrays:
         n_options[v] = len(opts)
         for slot in range(MAX_TMPCS_PER_DEGREE):
             tm = opts[min(slot, len(opts) - 1)]
-            fields[:, v, slot] = (tm.time_per_sample_s, tm.parameter_bytes,
-                                  tm.memory_a_bytes, tm.memory_b_bytes)
+            fields[:, v, slot] = (tm.time_per_sample_s, tm.parameter_bytes, tm.memory_a_bytes, tm.memory_b_bytes)
             for k, e in enumerate(graph.in_edges[v]):
                 sync_in[e, slot] = tm.sync_fw_bytes[k]
             for k, e in enumerate(graph.out_edges[v]):
                 sync_out[e, slot] = tm.sync_bw_bytes[k]
-    return DegreeArrays(t, available, n_options, fields[0], fields[1], fields[2], fields[3],
-                        sync_in, sync_out)
+    return DegreeArrays(t, available, n_options, fields[0], fields[1], fields[2], fields[3], sync_in, sync_out)
 
 
 # --- parsing helpers -------------------------------------------------------------------------
@@ -251,11 +249,9 @@ def _parse_node(raw: object, i: int, in_ids: list[int], out_ids: list[int]) -> P
             raise InputError(f"{where}.TMPCs", "each tensor degree once", key)
         opts_raw = _list(options, f"{where}.TMPCs[{key!r}]")
         if len(opts_raw) > MAX_TMPCS_PER_DEGREE:
-            raise InputError(f"{where}.TMPCs[{key!r}]",
-                             f"at most {MAX_TMPCS_PER_DEGREE} TMPCs (plain, recompute)",
+            raise InputError(f"{where}.TMPCs[{key!r}]", f"at most {MAX_TMPCS_PER_DEGREE} TMPCs (plain, recompute)",
                              f"{len(opts_raw)} TMPCs")
-        opts = tuple(_parse_tmpc(o, f"{where}.TMPCs[{key!r}][{j}]", in_ids, out_ids)
-                     for j, o in enumerate(opts_raw))
+        opts = tuple(_parse_tmpc(o, f"{where}.TMPCs[{key!r}][{j}]", in_ids, out_ids) for j, o in enumerate(opts_raw))
         names = [o.name for o in opts]
         if len(set(names)) != len(names):
             raise InputError(f"{where}.TMPCs[{key!r}]", "distinct TMPC ids", names)
@@ -289,13 +285,11 @@ def _sync(raw: object, where: str, neighbour_ids: list[int], side: str) -> tuple
         except (TypeError, ValueError):
             raise InputError(where, "node ids as keys", key) from None
         if neighbour not in neighbour_ids:
-            raise InputError(where, f"keys that are the node's {side} neighbours "
-                             f"{sorted(neighbour_ids)}", key)
+            raise InputError(where, f"keys that are the node's {side} neighbours {sorted(neighbour_ids)}", key)
         values[neighbour] = _number(value, f"{where}[{key!r}]")
     missing = [u for u in neighbour_ids if u not in values]
     if missing:
-        raise InputError(where, f"an entry for every {side} neighbour {sorted(neighbour_ids)}",
-                         f"none for {missing}")
+        raise InputError(where, f"an entry for every {side} neighbour {sorted(neighbour_ids)}", f"none for {missing}")
     return tuple(values[u] for u in neighbour_ids)
 
 
@@ -341,6 +335,5 @@ def _number(value: object, where: str, *, positive: bool = False) -> float:
         raise InputError(where, "a number", value)
     x = float(value)
     if not math.isfinite(x) or x < 0 or (positive and x == 0):
-        raise InputError(where, "a finite number > 0" if positive else "a finite number >= 0",
-                         value)
+        raise InputError(where, "a finite number > 0" if positive else "a finite number >= 0", value)
     return x

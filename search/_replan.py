@@ -88,7 +88,7 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
             raise InputError("policy", "one of " + ", ".join(POLICIES), p)
     plan = dict(plan)
     base_table = StrategyTable.from_columns(**{k: plan[k] for k in COLUMNS if k in plan})
-    base = _score(model, cluster, base_table, objective, failure, framework)
+    base = _scores(evaluate(model, cluster, base_table, framework=framework), base_table, cluster, objective, failure)
     if not np.isfinite(base["score"][0]) or base["score"][0] <= 0:
         raise InputError("plan", f"a feasible plan on {cluster.name}", "infeasible there")
     ks = sorted({int(k) for k in nodes_lost})
@@ -121,10 +121,6 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
             out.append(rec)
     out.sort(key=lambda r: (r["nodes_lost"], POLICIES.index(r["policy"])))
     return out
-
-
-def _score(model, cluster, table, objective, failure, framework=None) -> dict[str, np.ndarray]:
-    return _scores(evaluate(model, cluster, table, framework=framework), table, cluster, objective, failure)
 
 
 def _scores(m, table, cluster, objective, failure) -> dict[str, np.ndarray]:

@@ -198,10 +198,8 @@ class Space(SearchSpace):
         sets(self, "size", size)
         sets(self, "strides", SearchSpace.strides.fget(self))  # cached: index_of is on MCMC's hot path
         sets(self, "_values", tuple(_numeric(d.name, d.choices) for d in dims))
-        fixed_num = {}
-        for k, v in fixed.items():
-            fixed_num[k] = _numeric(k, (v,))[0] if k not in ("global_batch", "microbatches", LIGHT_ENDS) else int(v)
-        sets(self, "_fixed_num", fixed_num)
+        plain = ("global_batch", "microbatches", LIGHT_ENDS)
+        sets(self, "_fixed_num", {k: int(v) if k in plain else _numeric(k, (v,))[0] for k, v in fixed.items()})
         sets(self, "_index", {d.name: k for k, d in enumerate(dims)})
         nblock = len(dims)
         while nblock and dims[nblock - 1].base in FREE_DIMS:
@@ -621,8 +619,7 @@ class Space(SearchSpace):
 
     # ---- sampling ----------------------------------------------------------------
     def _nonstage(self) -> np.ndarray:
-        return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)],
-                        dtype=np.int64)
+        return np.array([k for k, d in enumerate(self.dims) if d.base not in (SHIFT, STAGE_RECOMPUTE)], dtype=np.int64)
 
     def random_digits(self, rng: np.random.Generator, n: int, *, max_rounds: int = 1000) -> np.ndarray:
         """(n, D) valid digits drawn at random.
@@ -858,19 +855,10 @@ def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
     them: today pp 1; ZeRO-1, the distributed optimizer, with any pp); an MoE model adds ep
     (expert_degrees), a dense one holds ep = 1."""
     moe = {"ep": expert_degrees(model, cluster)} if model.is_moe else {}
-    return {
-        **moe,
-        "tp": tensor_degrees(model, cluster),
-        "pp": pipeline_degrees(model.layers),
-        "light_ends": list(DEFAULT_LIGHT_ENDS),
-        "cp": context_degrees(model),
-        "micro_batch": [1, 2, 4, 8],
-        "schedule": ["1f1b", "interleaved", "zb-h1"],
-        "vpp": [1, 2, 3, 4],
-        "recompute": list(RECOMPUTE),
-        "sequence_parallel": [False, True],
-        "zero_stage": [0, 1, 2, 3],
-    }
+    return {**moe, "tp": tensor_degrees(model, cluster), "pp": pipeline_degrees(model.layers),
+            "light_ends": list(DEFAULT_LIGHT_ENDS), "cp": context_degrees(model), "micro_batch": [1, 2, 4, 8],
+            "schedule": ["1f1b", "interleaved", "zb-h1"], "vpp": [1, 2, 3, 4], "recompute": list(RECOMPUTE),
+            "sequence_parallel": [False, True], "zero_stage": [0, 1, 2, 3]}
 
 
 def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
@@ -880,15 +868,9 @@ def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Sp
 
 # The exact space (the search-quality problem): GPT-3 175B on 1024 H100, global batch 1536.
 EXACT_CHOICES: dict[str, list] = {
-    "tp": [1, 2, 4, 8],
-    "pp": [1, 2, 4, 8, 16, 32],
-    "cp": [1, 2, 4, 8],
-    "micro_batch": [1, 2, 3, 4, 6, 8, 12, 16],
-    "schedule": ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
-    "vpp": [1, 2, 3, 4, 6],
-    "recompute": list(RECOMPUTE),
-    "sequence_parallel": [False, True],
-    "zero_stage": [0, 1, 2, 3],
+    "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8, 16, 32], "cp": [1, 2, 4, 8], "micro_batch": [1, 2, 3, 4, 6, 8, 12, 16],
+    "schedule": ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"], "vpp": [1, 2, 3, 4, 6],
+    "recompute": list(RECOMPUTE), "sequence_parallel": [False, True], "zero_stage": [0, 1, 2, 3],
 }
 
 

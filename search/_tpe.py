@@ -170,8 +170,7 @@ class TPESearcher(Searcher):
         self.study_name = study_name
         self.storage = None if storage is None else os.fspath(storage)
         self._sampler_args = dict(n_startup_trials=int(n_startup_trials), n_ei_candidates=int(n_ei_candidates),
-                                  multivariate=bool(multivariate), group=bool(group),
-                                  constant_liar=bool(constant_liar))
+                                  multivariate=bool(multivariate), group=bool(group), constant_liar=bool(constant_liar))
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
         self._names = [d.name for d in space.dims]

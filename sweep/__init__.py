@@ -14,11 +14,8 @@ from costmodel._lazy import lazy_exports
 # PEP 562), so that importing one light part of sweep (the command line's --help does) does not
 # import pyarrow.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "sweep._grid": ("run_grid",),
-    "sweep._keep": ("Keep",),
-    "sweep._results": ("result_schema",),
-    "sweep._rundir": ("RUN_FORMAT", "RunDir"),
-    "sweep._runview": ("RunView", "best_rows", "open_run", "summary"),
+    "sweep._grid": ("run_grid",), "sweep._keep": ("Keep",), "sweep._results": ("result_schema",),
+    "sweep._rundir": ("RUN_FORMAT", "RunDir"), "sweep._runview": ("RunView", "best_rows", "open_run", "summary"),
     "sweep._search_engine": ("run_search",),
 }
 __getattr__, __dir__, _MODULE_OF = lazy_exports("sweep", _EXPORTS, globals())

@@ -97,8 +97,7 @@ def plan_units(rd: RunDir, studies: list[Study], unit_rows: int) -> tuple[list[U
 class Progress:
     """tqdm on stderr: rows/s, the feasible points seen (searches), the best tokens/s so far, time left."""
 
-    def __init__(self, total: int, done: int, *, desc: str, unit: str, best: float = 0.0,
-                 enabled: bool = True) -> None:
+    def __init__(self, total: int, done: int, *, desc: str, unit: str, best: float = 0.0, enabled: bool = True) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, initial=done, unit=unit, file=sys.stderr, disable=not enabled,

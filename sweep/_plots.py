@@ -30,12 +30,8 @@ from sweep._runview import DEGREES, RunView  # noqa: E402
 
 DPI = 150
 MARKERS = ("o", "D", "v", "s", "<", "x", "^", ">", "P", "*")
-DEGREE_LABELS = {
-    "dp": "Data-parallel degree",
-    "tp": "Horizontal (tensor) parallel degree",
-    "pp": "Pipeline-parallel degree",
-    "cp": "Context-parallel degree",
-}
+DEGREE_LABELS = {"dp": "Data-parallel degree", "tp": "Horizontal (tensor) parallel degree",
+                 "pp": "Pipeline-parallel degree", "cp": "Context-parallel degree"}
 # Seed 000's isolated-scaling figures: the varied degree and the file name the seed saves.
 ISOLATED = (("dp", "data_parallelism"), ("tp", "horizontal_parallelism"), ("pp", "pipeline_parallelism"))
 MAX_GRID_PANELS = 8  # panels of the grid figure (largest data-parallel degrees dropped beyond)
@@ -72,8 +68,7 @@ def load_columns(view: RunView) -> Columns:
         degrees=degrees,
         microbatches=cols["microbatches"].astype(np.int64) if "microbatches" in cols else np.ones(n, np.int64),
         global_batch=cols["global_batch"].astype(np.int64) if "global_batch" in cols else np.zeros(n, np.int64),
-        throughput=cols[thr].astype(np.float64), label=f"Throughput ({unit})", num_gpus=num_gpus,
-        widest=bool(placed))
+        throughput=cols[thr].astype(np.float64), label=f"Throughput ({unit})", num_gpus=num_gpus, widest=bool(placed))
 
 
 def best_by(keys: list[np.ndarray], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,8 +144,7 @@ def plot_grid_search(c: Columns, title: str, out_dir: str, suffix: str = "") -> 
     dps = np.unique(keys[:, 0])[:MAX_GRID_PANELS]
     lines = np.unique(keys[:, 1])
     tps = np.unique(keys[:, 2])
-    fig, axes = plt.subplots(1, len(dps), figsize=(3.3 * len(dps) + 0.6, 3.4), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(dps), figsize=(3.3 * len(dps) + 0.6, 3.4), sharex=True, sharey=True, squeeze=False)
     handles: dict[int, object] = {}
     for ax, dp in zip(axes[0], dps, strict=True):
         for j, key in enumerate(lines):

@@ -9,12 +9,8 @@ import warnings
 
 # Environment read by Ray when it starts: no usage-stats prompt or upload, no uv hook, no
 # per-process log deduplication notices, no "accelerator env var override" warnings.
-QUIET_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-    "RAY_DEDUP_LOGS": "0",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-}
+QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_DEDUP_LOGS": "0",
+             "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
 # A unit sent this many times without an answer (its workers or nodes died each time) fails
 # the run; Ray itself retries a task whose worker died up to TASK_MAX_RETRIES times first.

@@ -113,19 +113,9 @@ def _decode(codes: np.ndarray, names) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names))).cast(pa.string())
 
 
-def to_arrow(
-    table: StrategyTable,
-    metrics: Metrics,
-    *,
-    run_id: str,
-    model: str,
-    cluster: str,
-    iteration: np.ndarray | int,
-    framework: str = DEFAULT_FRAMEWORK,
-    grid_index: np.ndarray | None,
-    metadata: Mapping[bytes, bytes] | None = None,
-    pool_names: list[str] | None = None,
-) -> pa.Table:
+def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str, cluster: str,
+             iteration: np.ndarray | int, framework: str = DEFAULT_FRAMEWORK, grid_index: np.ndarray | None,
+             metadata: Mapping[bytes, bytes] | None = None, pool_names: list[str] | None = None) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
     A table with placements needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
     micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns."""

@@ -119,9 +119,8 @@ class RunDir:
             rd = cls.open(path)
             if _identity(rd.info) != _identity(request):
                 rd.close()
-                raise InputError("--out", "a new or empty directory, or one holding this same run "
-                                 "(resume it with `plansweep resume`)",
-                                 f"{path}: holds a different run ({_describe(rd.info)})")
+                raise InputError("--out", "a new or empty directory, or one holding this same run (resume it with "
+                                 "`plansweep resume`)", f"{path}: holds a different run ({_describe(rd.info)})")
             return rd, True
         if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
             raise InputError("--out", "a new or empty directory", f"{path}: not empty and holds no run.json")

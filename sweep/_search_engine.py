@@ -80,8 +80,7 @@ def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
 
 
 # ---- the searchers ---------------------------------------------------------------------------
-def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None,
-                  budget: int | None = None):
+def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | None = None, budget: int | None = None):
     """The searcher of a run (``budget``: the run's evaluations per study, which the searchers'
     automatic settings scale with). On a placement space (search.HeteroSpace) MCMC chains also
     start from its named placements and a new TPE study tries them first (random placements are
@@ -182,8 +181,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         p = progress_of[s.index]
         write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
-        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"],
-                                                "done": done})
+        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": done})
         _tick(bar, used, arrow)
 
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
@@ -198,8 +196,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
                                      failure=run_failure_model(rd))
                 while not p["done"] and p["evaluations"] < budget:
-                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id,
-                                         metadata=rd.metadata(s))
+                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id, metadata=rd.metadata(s))
                     finish(s, p["checkpoints"], *out)
             return
         _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish)
