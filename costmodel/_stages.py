@@ -240,7 +240,7 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
                              recompute=rc1, pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
-                             key=(m, B - B.min(), one["dp"]), comp=np.ones(N, dtype=bool))
+                             key=(B - B.min(), one["dp"] * m), comp=np.ones(N, dtype=bool))
     st = {k: stages.major(k, S) for k in stages if k != "recompute" and (split or k not in ("pool2", "dp2"))}
     layers, d = st["layers"], st["dp"]
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
