@@ -1295,7 +1295,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
-        kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t if repeat else 0.0)
+        kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
         terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
                  "cast_b": terms["cast_b"] + kv}
     act, score = terms["act_L"], terms["score_L"]

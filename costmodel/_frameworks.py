@@ -180,12 +180,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2,
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
-        sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = True; "
-                 "scripts/performance/utils/overrides.py: cross_entropy_fusion_impl = 'te'",
-                 "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_kernel "
-                 "reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes the "
-                 "gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the incoming "
-                 "gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
+        sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
+                 "True; scripts/performance/utils/overrides.py: cross_entropy_fusion_impl = 'te'",
+                 "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_"
+                 "kernel reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes "
+                 "the gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the "
+                 "incoming gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
@@ -256,9 +256,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        sources=("torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), repeat_kv(xv) "
-                 "(unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each reads its hk columns "
-                 "and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums the copies' gradients",
+        sources=("torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
+                 "repeat_kv(xv) (unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each "
+                 "reads its hk columns and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums "
+                 "the copies' gradients",
                  "torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), not compiled ('compiling loss "
                  "function causes CUDA errors'): .float() (2, 4 bytes a logit), log_softmax (PyTorch 000cace "
                  "SoftMax.cu: a row over sharedMemPerBlock / 4 elements takes cunn_SoftMaxForward, which reads it for "
