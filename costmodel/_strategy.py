@@ -250,7 +250,7 @@ def _compact(name: str, value) -> np.ndarray:
     """(S, N) stage-major copy of an (N, S) per-stage column, int16 where its values fit."""
     a = np.asarray(value)
     small = a.dtype.itemsize <= 2 or a.size == 0 or (-2**15 <= a.min() and a.max() < 2**15)
-    return np.ascontiguousarray(a.T, dtype=np.int8 if name == "recompute" else np.int16 if small else np.int64)
+    return np.array(a.T, dtype=np.int8 if name == "recompute" else np.int16 if small else np.int64, order="C")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,13 +293,13 @@ class StrategyTable:
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
-        stages = {k: np.ascontiguousarray(np.broadcast_to(a, (n, a.shape[1]))) for k, a in arrs.items()}
+        stages = {k: np.broadcast_to(a, (n, a.shape[1])) for k, a in arrs.items()}  # (StageColumns copies them)
         if placed:
             S = stages["layers"].shape[1]
             for k in PLACEMENT_COLUMNS:
                 if k not in stages:
                     value = int_column(k, merged.pop(k, 1), n)[:, None] if k in ("dp", "tp") else 0
-                    stages[k] = np.ascontiguousarray(np.broadcast_to(value, (n, S)), dtype=np.int64)
+                    stages[k] = np.broadcast_to(np.asarray(value, dtype=np.int64), (n, S))
             if "pp" not in merged:
                 merged["pp"] = (stages["layers"] > 0).sum(axis=1)
             if "global_batch" not in merged:
@@ -443,7 +443,7 @@ def _stage_array(name: str, value) -> np.ndarray:
         raise InputError("stage_" + name, "one value per stage, (N, S)", np.shape(value))
     if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
         raise InputError("stage_" + name, "integers per stage", a.ravel()[:4].tolist())
-    return a.astype(np.int64)
+    return a.astype(np.int64, copy=False)
 
 
 def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "--strategy") -> StrategyTable:

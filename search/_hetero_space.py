@@ -190,19 +190,18 @@ class HeteroSpace(SearchSpace):
 
     def table(self, digits) -> StrategyTable:
         digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
-        S = self.num_slots
+        S, by_dim = self.num_slots, np.ascontiguousarray(digits.T)  # (a digit column at a time)
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
-        active = np.arange(S)[None, :] < p[:, None]
-        per = {}
+        active = np.arange(S)[:, None] < p[None, :]
+        per = {}  # stage-major (S, N), handed over as (N, S) views: the table stores them stage-major
         for k in ("pool", "dp", "tp", "order") + (("pool2", "dp2") if self.has_split else ()):
             cols = []
             for j in range(S):
                 c = self._col(f"{k}.{j}")
                 ch = self.dims[c].choices
-                vals = np.arange(len(ch)) if k in ("pool", "pool2") else (
-                    np.array([ORDERS.index(o) for o in ch]) if k == "order" else np.asarray(ch))
-                cols.append(vals[digits[:, c]])
-            per[k] = np.where(active, np.stack(cols, axis=1), 0 if k in ("pool", "order", "pool2", "dp2") else 1)
+                cols.append(by_dim[c] if k in ("pool", "pool2") else np.take(
+                    np.array([ORDERS.index(o) for o in ch]) if k == "order" else np.asarray(ch), by_dim[c]))
+            per[k] = np.where(active, np.stack(cols), 0 if k in ("pool", "order", "pool2", "dp2") else 1).T
         if self.has_split:  # dp2 >= dp is not a strategy (valid() rejects it): no split in its table row
             per["dp2"] = np.where((per["dp2"] < per["dp"]) & (per["pool2"] != per["pool"]), per["dp2"], 0)
             per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
