@@ -1559,7 +1559,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     if dense is not None:  # a configuration's pool and replicas there: its first entry's, on the second pool past ne
         second = rep2 >= ne
         pool_u = np.where(second, U(pool_b), U(pool))
-        kr_u = np.where(second, U(sv.dp2), U(d - sv.dp2))
+        kr_u = np.where(second, dp2_u := U(sv.dp2), U(d) - dp2_u)
     else:
         pool_u, kr_u = kf[ip][rep2], kr[rep2]  # (a split stage's second-pool configurations: pool2)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
@@ -1663,10 +1663,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                            plus_edges(inv2[ne:], sub(first), sub(last)))
         Fa, Ba, Wa, ia = sub(F), sub(Bk), sub(W), sub(inv)  # (the first pool's, each taken once)
-        slower = Fb + Bb + Wb > Fa + Ba + Wa
-        inv_t = inv.copy()
-        for x, a, b in ((F, Fa, Fb), (Bk, Ba, Bb), (W, Wa, Wb), (inv_t, ia, inv2[ne:])):
-            x.reshape(-1)[ks] = np.where(slower, b, a)
+        slower = np.flatnonzero(Fb + Bb + Wb > Fa + Ba + Wa)  # (elsewhere the stage keeps its first pool's)
+        inv_t, at_slower = inv.copy(), ks[slower]
+        for x, b in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
+            x.reshape(-1)[at_slower] = b[slower]
     if F is not None:
         X = F + Bk + W
 

@@ -178,15 +178,15 @@ class HeteroSpace(SearchSpace):
         """(N, S) layers per stage from pp and the boundary shifts."""
         L, S = self.model.layers, self.num_slots
         n = digits.shape[0]
-        j = np.arange(S - 1)[None, :]
-        base = np.rint(L * (j + 1) / p[:, None]).astype(np.int64)
+        j = np.arange(S - 1)[:, None]  # (stage-major, handed back as an (N, S) view)
+        base = np.rint(L * (j + 1) / p[None, :]).astype(np.int64)
         cols = [self._col(f"stage_shift.{i}") for i in range(S - 1)]
-        shifts = (np.stack([np.asarray(self.dims[k].choices)[digits[:, k]] for k in cols], axis=1) if S > 1
-                  else np.zeros((n, 0), dtype=np.int64))
-        cuts = np.where(j < (p - 1)[:, None], base + shifts * self.shift_layers, L)
-        edges = np.concatenate([np.zeros((n, 1), dtype=np.int64), cuts, np.full((n, 1), L)], axis=1)
-        layers = np.diff(edges, axis=1)  # (N, S); zero past pp, negative where cuts cross
-        return np.where(np.arange(S)[None, :] < p[:, None], layers, 0)
+        shifts = (np.stack([np.take(np.asarray(self.dims[k].choices), digits[:, k]) for k in cols]) if S > 1
+                  else np.zeros((0, n), dtype=np.int64))
+        cuts = np.where(j < (p - 1)[None, :], base + shifts * self.shift_layers, L)
+        edges = np.concatenate([np.zeros((1, n), dtype=np.int64), cuts, np.full((1, n), L)])
+        layers = np.diff(edges, axis=0)  # (S, N); zero past pp, negative where cuts cross
+        return np.where(np.arange(S)[:, None] < p[None, :], layers, 0).T
 
     def table(self, digits) -> StrategyTable:
         digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
