@@ -1937,7 +1937,6 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 
-
 def stage_rows(model: Transformer, cluster, table, i: int = 0, framework=None) -> list[dict]:
     """Row i's stages as a list of plain dicts (pool name, dp, tp, layers, time_s, mem_bytes,
     ...): what `plansweep evaluate` and `show` print per stage."""

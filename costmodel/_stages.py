@@ -192,14 +192,21 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     """The stages of a StrategyTable (after moe_explicit_stages): one pool, Megatron's order."""
     c = table.columns
     d, t, b, B = c["dp"], c["tp"], c["micro_batch"], c["global_batch"]
-    idx, n, rcs, w = representative_stages(table, model.layers)
-    lo = idx * n if table.stage_layers is None else np.cumsum(n, axis=1) - n
     row = lambda x: np.asarray(x)[None, :]  # noqa: E731
-    T = lambda x: np.ascontiguousarray(x.T)  # noqa: E731
+    explicit = "layers" in table.stages
+    if explicit:  # every stage, read stage-major as stored (representative_stages' explicit layout, transposed)
+        S = table.num_stages
+        j = np.ascontiguousarray(np.broadcast_to(np.arange(S)[:, None], (S, len(d))))
+        n, w = table.stages.major("layers", S), (j < c["pp"][None, :]).astype(np.int64)
+        rcs = table.stages.major("recompute", S) if "recompute" in table.stages else row(c["recompute"])
+        lo = np.cumsum(n, axis=0) - n
+    else:
+        j, n, rcs, w = (np.ascontiguousarray(x.T) for x in representative_stages(table, model.layers))
+        lo = j * n
     zeros = np.zeros((1, len(d)), dtype=np.int64)
-    return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=T(idx), layers=T(n), w=T(w), lo=T(lo),
-                     recompute=T(rcs), pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
-                     batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), table.stage_layers is None))
+    return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=j, layers=n, w=w, lo=lo,
+                     recompute=rcs, pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
+                     batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), not explicit))
 
 
 def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
