@@ -909,7 +909,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     on = sv.j < p  # (k, N) stages of the pipeline (padding past pp is not)
     d, t, n = sv.dp, sv.tp, sv.layers
     e, u = r["ep"], r["etp"]
-    gpus = d * t * c if sv.dp2 is None or stage_bits is None else None  # (split stages: per pool below)
+    gpus = d * t * c
     if stage_bits is None:
         tps = np.arange(int(t.max()) + 1 if t.size else 1)
         stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
@@ -917,10 +917,12 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         if model.is_moe:
             stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
     bits = stage_bits | (n < 1) * np.uint8(4)
-    if over := sv.pool.max(initial=0) >= P or (sv.dp2 is not None and sv.pool2.max(initial=0) >= P):
-        bits = bits | ((sv.pool >= P) | (False if sv.dp2 is None else sv.pool2 >= P)) * np.uint8(1)
-    if model.is_moe and sv.dp2 is not None:  # a stage split across two pools: its expert groups would span both
-        bits = bits | (sv.dp2 > 0) * np.uint8(32)
+    ks, pool2, dp2 = sv.split or (np.zeros(0, dtype=np.int64),) * 3  # (stages split across two pools)
+    if over := sv.pool.max(initial=0) >= P or pool2.max(initial=0) >= P:
+        bits = bits | (sv.pool >= P) * np.uint8(1)
+        bits.reshape(-1)[ks] |= (pool2 >= P) * np.uint8(1)
+    if model.is_moe and ks.size:  # a stage split across two pools: its expert groups would span both
+        bits.reshape(-1)[ks] |= np.uint8(32)
     if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
         bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
     every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
@@ -929,14 +931,17 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
     in_range = (lambda x: np.minimum(x, P - 1)) if over else (lambda x: x)  # noqa: E731  (counted on the last)
     pool = in_range(sv.pool)  # a pool out of range fails bit 1
-    if P == 1 and gpus is not None and gpus.shape[0] == 1:
+    if P == 1 and gpus.shape[0] == 1:
         used = (wsum * gpus[0])[:, None]
-    else:  # GPUs per pool: the stages' own pools and, for split stages, the second pools
-        parts = [(pool, weigh(gpus))] if sv.dp2 is None else [(pool, weigh((d - sv.dp2) * (tc := t * c))),
-                                                              (in_range(sv.pool2), weigh(sv.dp2 * tc))]
-        total = sum(np.sum(g, axis=0) for _, g in parts)
-        on_pool = [sum(np.sum(g * (x if P == 2 else x == y), axis=0) for x, g in parts)  # (pools < P: x == 1 is x)
-                   for y in range(1, P)]
+    else:  # GPUs per pool: the stages' own pools, split stages' replicas on their second pools moved there
+        total = np.sum(g := weigh(gpus), axis=0)
+        on_pool = [np.sum(g * (pool if P == 2 else pool == y), axis=0) for y in range(1, P)]  # (P == 2: pool == 1)
+        if ks.size:
+            rows = ks % len(p)
+            moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
+            for y in range(1, P):
+                on_pool[y - 1] += np.bincount(rows, moved * ((in_range(pool2) == y).astype(np.int64)
+                                                             - (np.take(pool, ks) == y)), len(p)).astype(np.int64)
         per_pool = [total - sum(on_pool), *on_pool]
         used = np.stack(per_pool, axis=1)
     if P == 1:
@@ -1523,48 +1528,40 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         per_row = [x[0] for x in keys if x.shape[0] == 1]
         keys = [distinct_rows(*per_row)[1][None, :], *(x for x in keys if x.shape[0] > 1 or x is pool)]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
-    split = ks = dense = pool_ks = None
-    ne = E[0] * E[1]
-    if sv.dp2 is not None:  # split stages: their replicas on the second pool are configurations too
-        split = (sv.pool2 != sv.pool) & (j < p)
-        ks = np.flatnonzero(split.reshape(-1))
-        pool_b = np.minimum(sv.pool2, P - 1)
-        rest = [x for i, x in enumerate(keys) if i != ip]  # the key less the pool
-        radix = [int(x.max()) + 1 for x in rest]
-        R = int(d.max()) + 1  # replicas on a pool (dp - dp2 >= 1 on the first, dp2 on the second)
-        if (K := math.prod(radix) * P * R) <= max(4 * (ne + ks.size), 1 << 16):
-            # one mixed-radix key (rest, pool, replicas) over the entries and the split ones' second pools
+    ks, ne = None, E[0] * E[1]
+    if sv.split is None:
+        rep2, inv2 = distinct_rows(*(flat(x) for x in keys))
+    else:  # stages split across two pools: their configurations on their second pools too, past the ne entries (a
+        ks, pool_ks, dp2_ks = sv.split  # configuration holds no replicas: time, memory and the dp group read dp)
+        pool_ks = np.minimum(pool_ks, P - 1)
+        rest = [x for i, x in enumerate(keys) if i != ip]  # the key less the pool (mixed-radix, or its combinations)
+        if (K := math.prod(radix := [int(x.max()) + 1 for x in rest])) * P <= max(4 * (ne + ks.size), 1 << 16):
             key = np.broadcast_to(rest[0], E).astype(np.int64)
             for x, r in zip(rest[1:], radix[1:], strict=True):
                 np.add(np.multiply(key, r, out=key), x, out=key)
-            pool_ks = np.take(pool_b, ks)  # (the second pools)
-            key_b = (np.take(key, ks) * P + pool_ks) * R + np.take(sv.dp2, ks)
-            np.add(np.multiply(np.add(np.multiply(key, P, out=key), pool, out=key), R, out=key), d - sv.dp2, out=key)
-            dense = distinct_keys(np.concatenate([key.reshape(-1), key_b]), K)
-        else:
-            kf = [flat(x) for x in keys]
-            rest = distinct_rows(*(a for i, a in enumerate(kf) if i != ip))[1]  # the key less the pool, then with it
-            kf = [np.concatenate([rest, rest[ks]]), np.concatenate([kf[ip], pool_b.reshape(-1)[ks]]),
-                  kr := np.concatenate([flat(d - sv.dp2), flat(sv.dp2)[ks]])]  # dp - dp2 on the first, dp2 on pool2
-            ip, pool_ks = 1, kf[1][ne:]
-    else:
-        kf = [flat(x) for x in keys]
-        kr = flat(d)  # the stage's replicas on the entry's pool
-    rep2, inv2 = dense if dense is not None else distinct_rows(*kf)
+        key = key.reshape(-1) if K * P <= max(4 * (ne + ks.size), 1 << 16) else distinct_rows(*map(flat, rest))[1]
+        rep2, inv2 = distinct_rows(np.concatenate([key, np.take(key, ks)]),
+                                   np.concatenate([np.broadcast_to(pool, E).reshape(-1), pool_ks]))
     inv = inv2[:ne].reshape(E)
     src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
     src_row = src % N  # (once: U reads row columns at it a dozen times)
     U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src_row]  # noqa: E731
     full, sel = rc == 2, rc == 1
-    if dense is not None:  # a configuration's pool and replicas there: its first entry's, on the second pool past ne
-        second = rep2 >= ne
-        pool_u = np.where(second, U(pool_b), U(pool))
-        kr_u = np.where(second, dp2_u := U(sv.dp2), U(d) - dp2_u)
-    else:
-        pool_u, kr_u = kf[ip][rep2], kr[rep2]  # (a split stage's second-pool configurations: pool2)
+    pool_u = U(pool)
     order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
     b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
-    ga_u = kr_u * t_u * c_u  # a configuration's GPUs on its pool
+    ga_u = d_u * t_u * c_u  # a configuration's GPUs on its pool
+    pair = lambda u, _: u  # noqa: E731  (the values per configuration and, past them, per split stage's pair)
+    if ks is not None:  # a split stage's configurations (first pool, second), and what reads its replicas on each
+        sec = np.flatnonzero(rep2 >= ne)  # pool (GPUs, links, peak) per distinct (first configuration, second pool,
+        pool_u[sec] = np.take(pool_ks, rep2[sec] - ne)  # replicas there), a few thousand, indexed by inv_q
+        ia, ib = np.take(inv, ks), inv2[ne:]
+        pairs, inv_p = distinct_rows(ia, pool_ks, dp2_ks)
+        np.put(inv_q := inv.copy(), ks, len(rep2) + inv_p)
+        ia_p, ib_p, r2 = ia[pairs], ib[pairs], dp2_ks[pairs]
+        xa, xb, tc = pool_u[ia_p], pool_u[ib_p], t_u[ia_p] * c_u[ia_p]
+        ga_a, ga_b = (d_u[ia_p] - r2) * tc, r2 * tc
+        pair = lambda u, v: np.concatenate([u, v])  # noqa: E731
     zero_u = U(zero) if keyed else None
     cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)  # the stage
                        | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0),  # bits per
@@ -1649,24 +1646,27 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return out
 
     # -- stages (k, N) --
-    edges = plus_edges(inv, first, last)
-    stage_fbw = lambda: times(inv, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     inv_t = inv  # the configuration that sets each stage's time
+    if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica,
+        # B where each of B's terms is at least A's (and one larger), A where A's are, else the stage's sums compared
+        terms = () if moe else (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, eu["head_gemm"])
+        ge = lambda y, z: np.logical_and.reduce([x[y] >= x[z] for x in terms]) if terms else np.zeros(len(y), bool)  # noqa: E731
+        b_ge, a_ge = ge(ib_p, ia_p), ge(ia_p, ib_p)
+        pick = (b_ge & ~a_ge)[inv_p]
+        if (mix := np.flatnonzero(~(b_ge | a_ge)[inv_p])).size:
+            sub = lambda a: np.broadcast_to(a, inv.shape).reshape(-1)[ks[mix]]  # noqa: E731
+            xs = (sum(times(x[mix], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
+                            plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
+            pick[mix] = next(xs) < next(xs)
+        if pick.any():
+            np.put(inv_t := inv.copy(), ks[pick], ib[pick])
+    edges = plus_edges(inv_t, first, last)
+    stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
         # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
-        (X,), F = times(inv, n, n_d, n_m, edges, parts=(("F", "B", "W"),)), None
+        (X,), F = times(inv_t, n, n_d, n_m, edges, parts=(("F", "B", "W"),)), None
     else:
         F, Bk, W = stage_fbw()
-    if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica
-        sub = lambda a: np.broadcast_to(a, F.shape).reshape(-1)[ks]  # noqa: E731
-        np.put(inv_b := inv.copy(), ks, inv2[ne:])  # each stage's configuration on its second pool (not split: its own)
-        Fb, Bb, Wb = times(inv2[ne:], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
-                           plus_edges(inv2[ne:], sub(first), sub(last)))
-        Fa, Ba, Wa, ia = sub(F), sub(Bk), sub(W), sub(inv)  # (the first pool's, each taken once)
-        slower = np.flatnonzero(Fb + Bb + Wb > Fa + Ba + Wa)  # (elsewhere the stage keeps its first pool's)
-        inv_t, at_slower = inv.copy(), ks[slower]
-        for x, b in ((F, Fb), (Bk, Bb), (W, Wb), (inv_t, inv2[ne:])):
-            x.reshape(-1)[at_slower] = b[slower]
     if F is not None:
         X = F + Bk + W
 
@@ -1684,8 +1684,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
-    rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's
-    rag = np.take(rag_u, inv) if keyed else ragged(pool, d * t * c)
+    rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's (a split stage's: on each pool)
+    rag = np.take(pair(rag_u, ragged(xa, ga_a)), inv_q) if ks is not None else np.take(rag_u, inv) if keyed else (
+        ragged(pool, d * t * c))
     spill_on = lambda x, i: np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x span nodes)
     spill = spill_on(pool, np.arange(N))
     if E[0] == 1:  # one configuration per row: every link alike
@@ -1702,10 +1703,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
         T_C = hop_s(pool, after(pool), rag, hand, spill)
         if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe), priced where
-            e = np.flatnonzero(split | after(split))  # a stage or the next is split (else pool_b = pool: the same link)
-            x, y, ib = np.take(pool_b, e), np.take(after(pool_b), e), np.take(inv_b, e)
+            np.put(split := np.zeros(X.shape, dtype=bool), ks, True)  # a stage or the next is split (else its
+            np.put(pool_b := pool.copy(), ks, pool_ks)  # second pool is its pool: the same link)
+            e = np.flatnonzero(split | after(split))
+            x, y = np.take(pool_b, e), np.take(after(pool_b), e)
             spill_e = np.take(np.tile(spills.reshape(-1), X.shape[0]), e * P + x)  # (entry e's row: e % N, not divided)
-            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, np.take(rag_u, ib), np.take(hand, e), spill_e)))
+            rag_e = np.take(pair(rag_u, ragged(xb, ga_b)), np.take(inv_q, e))  # (its second pool's part)
+            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, rag_e, np.take(hand, e), spill_e)))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1746,10 +1750,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
 
     def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
-        out = np.take(x, pool)
-        if ks is not None and ks.size:
-            out.reshape(-1)[ks] = np.minimum(out.reshape(-1)[ks], x[pool_b.reshape(-1)[ks]])
-        return out
+        if ks is None:
+            return np.take(x, pool)
+        return np.take(pair(x[pool_u], np.minimum(x[xa], x[xb])), inv_q)
     hbm = per_stage(pa["hbm_bytes"])
     if moe:
         edp = np.maximum(g * t // (e_r * u_r), 1)
@@ -1807,34 +1810,29 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
     dp_size = lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_)  # noqa: E731
     dbw, dlat = stage_link(dp_stride, dp_size)
+    coef = (z_, m_, g_, dbw, dlat)
+    if ks is not None:  # a dp group spanning two pools: its ring crosses the inter-pool link, so it runs at the
+        # slowest tier it crosses: each pool's part of the group (its own stride and size, as above: the replicas on
+        # its pool) and the link between the pools; per pair
+        tp_p, c_p, t_p = tp_in[ia_p], c_[ia_p], t_u[ia_p]
+        part = lambda r, q: pool_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
+                                      np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
+        (bw_a, lat_a), (bw_b, lat_b) = part(d_u[ia_p] - r2, xa), part(r2, xb)
+        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
+        coef = (*(pair(x, x[ia_p]) for x in coef[:3]), pair(dbw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
+                pair(dlat, np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])))
+        dbw, dlat, back = coef[3], coef[4], lambda a: np.take(a, inv_q)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
-    dp_a, dp_b = (back(x) for x in dp_exchange_coef(z_, m_, g_, dbw, dlat))
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef))
     alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
         dbw, dlat = back(dbw), back(dlat)
-    if ks is not None and ks.size:  # (k, N) arrays of their own, written in place
-        # A dp group spanning two pools: the ring crosses the inter-pool link, so it runs at the
-        # slowest tier it crosses: each pool's part of the group (its own stride and size, as
-        # above, per configuration: the replicas on its pool, kr) and the link between the pools.
-        part_bw, part_lat = link(dp_stride(kr_u, t_u), dp_size(kr_u, t_u))
-        # per distinct pair of the split stages' configurations (ia, ib), a few thousand, then each split stage's:
-        # (ia, second pool) sets ib (ia holds the key less the pool, and its replicas there the rest of dp)
-        pairs, inv_p = distinct_rows(ia, pool_ks)  # (ia: each split stage's first-pool configuration, above)
-        ia_p, ib_p = ia[pairs], inv2[ne:][pairs]
-        xa, xb = pool_u[ia_p], pool_u[ib_p]
-        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        bw_s = np.minimum(np.minimum(part_bw[ia_p], part_bw[ib_p]), bw_x)
-        lat_s = np.maximum(np.maximum(part_lat[ia_p], part_lat[ib_p]), pa["link_latency_s"][xa, xb])
-        if moe or alike:
-            dbw.reshape(-1)[ks], dlat.reshape(-1)[ks] = np.take(bw_s, inv_p), np.take(lat_s, inv_p)
-        dp_a.reshape(-1)[ks], dp_b.reshape(-1)[ks] = (np.take(x, inv_p) for x in dp_exchange_coef(
-            z_[ia_p], m_[ia_p], g_[ia_p], bw_s, lat_s))
     shard = None if hbm_Bps is None else np.where(zero >= 1, g, 1)
     if moe:  # the slowest dense exchange (dp x cp) and the slowest expert one (edp), each with its optimizer
         # ep etp apart, spanning the stage's ranks
         if keyed:
-            ep_bw, ep_lat = (back(x) for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
+            ep_bw, ep_lat = (x[inv] for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
         else:  # group_link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
             cols = np.broadcast_arrays(eu_x, d * c * t, pool)
             first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
@@ -1861,10 +1859,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
         if keyed:  # per configuration; a split stage's at the slower HBM of both pools
-            opt_u = np.take(ADAM_BYTES_TOUCHED / (shard := np.where(zero_u >= 1, g_, 1)) / hbm_rate[pool_u], inv)
-            if ks is not None and ks.size:
-                opt_u.reshape(-1)[ks] = np.take(ADAM_BYTES_TOUCHED / shard[ia_p] / np.minimum(hbm_rate[xa], hbm_rate[xb]),
-                                                inv_p)
+            shard = np.where(zero_u >= 1, g_, 1)
+            opt_u = back(pair(ADAM_BYTES_TOUCHED / shard / hbm_rate[pool_u], ks is not None and (
+                ADAM_BYTES_TOUCHED / shard[ia_p] / np.minimum(hbm_rate[xa], hbm_rate[xb]))))
         opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
     dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
     step = pipe + dp_exposed + opt_s
@@ -1895,18 +1892,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         peak_total = ((np.sum(sv.w, axis=0) * ga[0]) * peak_e[0] if ga.shape[0] == 1 and peak_e.shape[0] == 1
                       else np.sum(weigh(ga * peak_e), axis=0))
     else:  # per configuration, the split stages' second pools too
-        peak_total = np.sum(weigh(np.take(ga_u * peak, inv)), axis=0)
-        if ks is not None and ks.size:
-            peak_total = peak_total + np.bincount(ks % N, weights=(ga_u * peak)[inv2[ne:]], minlength=N)
+        gp = pair(ga_u * peak, ks is not None and ga_a * peak[ia_p] + ga_b * peak[ib_p])
+        peak_total = np.sum(weigh(np.take(gp, inv if ks is None else inv_q)), axis=0)
     extra = {}
     if stages_out:  # (N, k): a row per strategy, as people read them
+        pool2, dp2 = np.broadcast_to(pool, X.shape).copy(), np.zeros(X.shape, dtype=np.int64)
+        if ks is not None:
+            np.put(pool2, ks, pool_ks), np.put(dp2, ks, dp2_ks)
         full_shape = lambda a, fill=0: np.ascontiguousarray(  # noqa: E731
             np.where(on, np.broadcast_to(a, X.shape), fill).T)
         extra = {"_stage_pool": full_shape(pool, -1), "_stage_dp": full_shape(d, 1), "_stage_tp": full_shape(t, 1),
                  "_stage_layers": full_shape(n),
                  "_stage_micro_batch": full_shape(B / sv.batch_div if sv.b is None else sv.b, 0.0),
-                 "_stage_pool2": full_shape(pool if ks is None else np.where(split, pool_b, pool), -1),
-                 "_stage_dp2": full_shape(0 if ks is None else np.where(split, sv.dp2, 0)),
+                 "_stage_pool2": full_shape(pool2, -1), "_stage_dp2": full_shape(dp2),
                  "_stage_forward_s": full_shape(F), "_stage_backward_s": full_shape(Bk),
                  "_stage_weight_grad_s": full_shape(W), "_stage_time_s": full_shape(m * X),
                  "_stage_handoff_s": full_shape(np.where(inner, T_C, 0.0), 0.0),

@@ -69,9 +69,9 @@ class StageView:
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
     replica; None: global_batch / batch_div, per configuration), batch_div (the global batch must
     be a multiple of it); ``key``: the stage arrays besides pool, order, tp and recompute that set
-    a configuration's shape terms; pool2 / dp2
-    (k, N) or None: no stage split across pools; comp (N,): the k = 3 stage rows are
-    representatives of uniform stages."""
+    a configuration's shape terms; split: (ks, pool2, dp2), the flat indices into (k, N) of the
+    stages split across two pools, their second pools and replicas there (None: no split); comp
+    (N,): the k = 3 stage rows are representatives of uniform stages."""
 
     rows: dict
     j: np.ndarray
@@ -87,8 +87,7 @@ class StageView:
     batch_div: np.ndarray
     key: tuple
     comp: np.ndarray
-    pool2: np.ndarray | None = None
-    dp2: np.ndarray | None = None
+    split: tuple | None = None
 
 
 def _rows(c, m) -> dict:
@@ -248,18 +247,19 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
                              recompute=rc1, pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
                              key=(B - B.min(), one["dp"] * m), comp=np.ones(N, dtype=bool))
-    st = {k: stages.major(k, S) for k in stages if k != "recompute" and (split or k not in ("pool2", "dp2"))}
+    st = {k: stages.major(k, S) for k in stages if k not in ("recompute", "pool2", "dp2")}
     layers, d = st["layers"], st["dp"]
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
-    pool2 = dp2 = None
-    if split:  # a stage's second pool and its replicas there: its own pool and 0 where not split (dp2 >= 0)
-        pool2, dp2 = np.where(st["dp2"] > 0, st["pool2"], st["pool"]), np.where(st["pool2"] != st["pool"], st["dp2"], 0)
+    if split:  # the stages in the pipeline with replicas on another pool (read from the stored arrays)
+        d2, p2 = stages.raw("dp2")[:S].reshape(-1), stages.raw("pool2")[:S].reshape(-1)
+        ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S].reshape(-1)) & (idx < c["pp"]).reshape(-1))
+        split = (ks, p2[ks].astype(np.int64), d2[ks].astype(np.int64))
     w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
                      recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=None,
                      batch_div=d * m, key=(m, B - (B.min() if N else 0), d), comp=np.zeros(N, dtype=bool),
-                     pool2=pool2, dp2=dp2)
+                     split=split or None)
 
 
 def stage_view(model: Transformer, table: StrategyTable) -> StageView:

@@ -4,6 +4,8 @@ Hand-worked: the split stage's gradient all-reduce is a ring over the whole grou
 slowest link it crosses (the inter-pool link), its compute is the slower pool's replica, and
 whether a split pays depends on the inter-pool link."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,7 @@ from costmodel import (
     make_hetero,
     make_pool,
     model_preset,
+    stage_breakdown,
     stage_rows,
 )
 from costmodel._strategy import hetero_from_mapping as strategy_from_file
@@ -91,6 +94,33 @@ def test_split_stage_runs_at_the_slower_pools_replica():
         _one_stage(0, 4, 2, pool2=1, dp2=4)  # every replica on the second pool is not a split
     assert e.value.argument == "stage_dp2"
 
+
+
+def test_split_stage_slower_pool_decided_stage_by_stage():
+    """A GPU with an H100's FLOP/s and 7.5% of an A100's HBM bandwidth: its matrix products are
+    faster than the A100's, its memory-bound work (the head's loss over 128k logits) slower, so
+    which replica of a split last stage is slower depends on how many layers the stage holds.
+    The split stage's forward, backward and weight-gradient times are, stage by stage, those of
+    whichever pool alone takes longer."""
+    model, L = model_preset("llama3-8b"), model_preset("llama3-8b").layers
+    slow_hbm = dataclasses.replace(gpu_preset("h100"), name="slow-hbm", hbm_Bps=0.075 * gpu_preset("a100").hbm_Bps)
+    hc = make_hetero([make_pool("a", "a100", nodes=1), make_pool("x", slow_hbm, nodes=1)])
+    k = np.arange(1, L)
+
+    def last_stage(pool, pool2, dp2):  # stage 0 on the A100s, the last stage (k layers) on pool / pool2
+        n = len(k)
+        t = StrategyTable.from_columns(
+            stage_pool=np.tile([0, pool], (n, 1)), stage_dp=np.full((n, 2), 2), stage_tp=np.ones((n, 2), int),
+            stage_pool2=np.tile([0, pool2], (n, 1)), stage_dp2=np.tile([0, dp2], (n, 1)),
+            stage_layers=np.stack([L - k, k], 1), pp=2, microbatches=8, global_batch=64, recompute="none")
+        sb = stage_breakdown(model, hc, t)
+        return {x: sb[x][:, 1] for x in ("forward_s", "backward_s", "weight_grad_s", "time_s")}
+
+    on_a, on_x, split = last_stage(0, 0, 0), last_stage(1, 1, 0), last_stage(0, 1, 1)
+    x_slower = on_x["time_s"] > on_a["time_s"]
+    assert 0 < x_slower.sum() < len(k)  # the slower pool changes with the stage's layers
+    for part in on_a:
+        np.testing.assert_array_equal(split[part], np.where(x_slower, on_x[part], on_a[part]), err_msg=part)
 
 def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
     """Two pools of one 8-GPU A100 node joined by the A100's own network (25 GB/s, 10 us): a
