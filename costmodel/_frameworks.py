@@ -7,76 +7,64 @@ use when a source does not say. The evaluator reads these fields and nothing els
 framework, so a new framework is a new row, not a branch in the arithmetic.
 
 Pricing rules the fields drive (costmodel._evaluate):
-    schedules, max_zero, sequence_parallel, fp8   a row asking for more is infeasible with
-                          reason ``framework_unsupported``
+    schedules, max_zero, sequence_parallel, fp8  a row asking for more is infeasible with reason
+                          ``framework_unsupported``
     max_zero_with_pp      ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
-    shard_with_pp_once    ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first
-                          forward to its last backward and reduce-scatters the gradients once,
-                          at the last micro-batch: priced as ZeRO-1 (the same bytes on the wire
-                          and, at the peak, the same bytes in memory)
-    overlap_dp            the values of the strategy's ``overlap_dp`` it can run; one value
-                          means the framework decides and the column is not read
-    overlap_dp_usual      what `plansweep validate` assumes when a run does not say, per ZeRO
-                          stage 0-3
-    uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks
-                          one layer apart (else v must divide every stage's layers)
-    expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert
-                          parallelism)
+    shard_with_pp_once    ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last
+                          backward and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1
+                          (the same bytes on the wire and, at the peak, the same bytes in memory)
+    overlap_dp            the values of the strategy's ``overlap_dp`` it can run; one value means the framework decides
+                          and the column is not read
+    overlap_dp_usual      what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
+    uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v
+                          must divide every stage's layers)
+    expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
     expert_tensor_parallel  False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
                           --expert-tensor-parallel-size; the others are priced with etp 1)
-    ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its
-                          experts and forwards it inside that node over NVLink (DeepEP, HybridEP:
-                          Megatron-Core's flex dispatcher; DeepSeek-V3's own), instead of once per
-                          routed expert (the alltoall dispatcher)
-    fp8_dispatch          under fp8, the dispatch all-to-all (and its mirror in backward, the combine's
-                          gradient sent back to the experts) moves fp8 activations with 1 x 128 fp32
-                          scales; the combine and its mirror stay in 16 bits (DeepSeek-V3 report Sec.
-                          3.3.2, DeepEP's "FP8 dispatching, BF16 combining")
-    overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of
-                          another micro-batch's layer (Megatron-Core --overlap-moe-expert-parallel-
-                          comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
-    fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics,
-                          no s x s scores (Dao et al. 2022); False: the scores are stored
-                          (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
-    selective             what recompute "selective" means: "attention", the attention core
-                          recomputed, everything else kept (Korthikanti et al. 2022 Sec. 5);
-                          "op", torchtitan's per-op policy: a layer keeps its input, every other
-                          matrix product's output (the 1st, 3rd, ...), the attention kernel's
-                          output and the tensor-parallel reduce-scatters' outputs, and recomputes
-                          the rest (the other products, norms, activations, the all-gathers)
-    attention_kernel      how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS):
-                          "standard", the whole s x s square at the GEMM constant; "flash2"
-                          (FlashAttention-2) or "cudnn" (cuDNN fused attention), the causal half at
-                          the kernel's published rate on GPUs where one is published
-    fp8_cast_bytes        under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per
-                          element of each linear layer's input, per weight element (forward), per
-                          element of its output gradient, per weight element (backward); zeros where
-                          the casts are fused into the norms and activations (Transformer Engine)
-                          or not known
-    eager_elem_bytes      extra HBM bytes per layer forward that eager (uncompiled) element-wise code
-                          moves beyond the fused kernels the model counts (ELEM_TH_PER_LAYER and
-                          ELEM_TF_PER_LAYER), per element of: the norms' input (T h, split like
-                          the norms), Q and K ((q + hk) / t, for RoPE), the MLP's intermediate (f / t);
-                          priced at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again
-                          where recompute repeats the element-wise work; zeros: fused or compiled.
-                          Dense layers only (an MoE layer's element-wise work is priced as fused)
-    hp_grad_bytes         HBM bytes per parameter per micro-batch its bf16 optimizer wrapper moves
-                          after every micro-batch's backward, adding the bf16 gradients into the fp32
-                          ones, on rows in bf16 with ZeRO 0 or 1 (priced at the HBM rate in each
-                          layer's backward on its parameters per GPU; dense models only, the
-                          embedding and head left out); 0: gradients accumulate in the GEMMs
-    kv_repeat_bytes       HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V
-                          to every query head for its kernel (forward; its backward sums the copies'
-                          gradients, as many again), at the element-wise HBM rate; 0: the kernel reads
-                          the shared K and V
-    xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and
-                          backward together, from the 16-bit logits to their 16-bit gradient (the
-                          head's head_elem, at the HBM rate); 14: a fused kernel's count
-                          (costmodel._evaluate.XENT_BYTES_PER_LOGIT)
-    fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient
-                          GEMM in fp8 (1 byte an element, not 2): the QKV, projection, FC1 and
-                          FC2 inputs of a layer (Transformer Engine); False: in 16 bits (torchao's
-                          float8 linear saves the high-precision input)
+    ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its experts and
+                          forwards it inside that node over NVLink (DeepEP, HybridEP: Megatron-Core's flex dispatcher;
+                          DeepSeek-V3's own), instead of once per routed expert (the alltoall dispatcher)
+    fp8_dispatch          under fp8, the dispatch all-to-all (and its mirror in backward, the combine's gradient sent
+                          back to the experts) moves fp8 activations with 1 x 128 fp32 scales; the combine and its
+                          mirror stay in 16 bits (DeepSeek-V3 report Sec. 3.3.2, DeepEP's "FP8 dispatching, BF16
+                          combining")
+    overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's
+                          layer (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed
+                          max(a2a - layer compute, 0)
+    fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et
+                          al. 2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per
+                          layer)
+    selective             what recompute "selective" means: "attention", the attention core recomputed, everything else
+                          kept (Korthikanti et al. 2022 Sec. 5); "op", torchtitan's per-op policy: a layer keeps its
+                          input, every other matrix product's output (the 1st, 3rd, ...), the attention kernel's output
+                          and the tensor-parallel reduce-scatters' outputs, and recomputes the rest (the other products,
+                          norms, activations, the all-gathers)
+    attention_kernel      how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS): "standard", the
+                          whole s x s square at the GEMM constant; "flash2" (FlashAttention-2) or "cudnn" (cuDNN fused
+                          attention), the causal half at the kernel's published rate on GPUs where one is published
+    fp8_cast_bytes        under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per element of each linear
+                          layer's input, per weight element (forward), per element of its output gradient, per weight
+                          element (backward); zeros where the casts are fused into the norms and activations
+                          (Transformer Engine) or not known
+    eager_elem_bytes      extra HBM bytes per layer forward that eager (uncompiled) element-wise code moves beyond the
+                          fused kernels the model counts (ELEM_TH_PER_LAYER and ELEM_TF_PER_LAYER), per element of: the
+                          norms' input (T h, split like the norms), Q and K ((q + hk) / t: RoPE; LLM Foundry's
+                          unpadding), the MLP's intermediate (f / t); priced at the HBM rate, twice that backward
+                          (ELEM_BWD_FACTOR) and again where recompute repeats the element-wise work; zeros: fused or
+                          compiled. Dense layers only (an MoE layer's element-wise work is priced as fused)
+    hp_grad_bytes         HBM bytes per parameter per micro-batch its bf16 optimizer wrapper moves after every
+                          micro-batch's backward, adding the bf16 gradients into the fp32 ones, on rows in bf16 with
+                          ZeRO 0 or 1 (priced at the HBM rate in each layer's backward on its parameters per GPU; dense
+                          models only, the embedding and head left out); 0: gradients accumulate in the GEMMs
+    kv_repeat_bytes       HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V to every
+                          query head for its kernel (forward; its backward sums the copies' gradients, as many again),
+                          at the element-wise HBM rate; 0: the kernel reads the shared K and V
+    xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward
+                          together, from the 16-bit logits to their 16-bit gradient (the head's head_elem, at the HBM
+                          rate); 14: a fused kernel's count (costmodel._evaluate.XENT_BYTES_PER_LOGIT)
+    fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient GEMM in fp8 (1 byte an
+                          element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine);
+                          False: in 16 bits (torchao's float8 linear saves the high-precision input)
 
 Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a
 profile chooses is its attention kernel's, from that kernel's published rate on a GPU
@@ -302,12 +290,28 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
 )
 FRAMEWORKS["llm-foundry"] = dataclasses.replace(
     FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0,
-    what="LLM Foundry (Composer FSDP): priced as fsdp2 but for its loss, flash-attn's fused cross-entropy",
+    eager_elem_bytes=(0.0, 20 / 3, 0.0),  # Q and K's column: 20 bytes an element of q + hk, a third forward
+    what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
     sources=("llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
              "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
              "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
+             "llm-foundry attention.py flash_attn_fn (b2a43a147, 5e85bd62d: the benchmark tables' code) unpads Q, K, V "
+             "(flash_attn bert_padding index_first_axis: torch.gather, 2 + 2 bytes an element) and pads the output "
+             "(index_put_first_axis: zeros, then index_put: 2 + 2 + 2); backward the pad's gather (2 + 2) and for "
+             "Q, K, V zeros and scatter_ (2 + 2 + 2): 20 bytes an element of q and of hk (K and V as one: 2 x 10), "
+             "20 / 3 priced a forward (eager_elem_bytes: twice that backward)",
              "the fsdp2 profile's sources"),
+)
+FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
+    FRAMEWORKS["llm-foundry"], name="llm-foundry-triton", attention_kernel="standard", eager_elem_bytes=(0.0,) * 3,
+    what="LLM Foundry with attn_impl triton: as llm-foundry, its Triton FlashAttention priced by the standard formula",
+    sources=("llm-foundry b2a43a147 scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to 'triton' "
+             "(sweep.sh passes none: the A100 tables); 5e85bd62d sweep.py: --attn_impl triton for 13b and 30b",
+             "attention.py triton_flash_attn_fn (b2a43a147): Q, K, V rearranged as views, no unpadding; "
+             "flash_attn_triton.py has no published rate on these GPUs; Dao 2023 (arXiv:2307.08691) Sec. 4.1: "
+             "FlashAttention-2 1.3-1.5x faster forward and about 2x backward than it",
+             "the llm-foundry profile's sources"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

@@ -139,7 +139,7 @@ def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its fused loss, GQA read
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
-                               kv_repeat_bytes=4.0) == \
+                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["generic"]
     with pytest.raises(InputError, match="--framework"):
@@ -281,8 +281,44 @@ def test_eager_torchtitan_moves_its_norms_rope_and_swiglu_bytes():
     extra = T * (64 * h / 8 + 20 * 2 * h / 8 + 4 * 4 * h / 8)
     want = 12 * 96 * 3 * extra / (3.35e12 * 0.9 * 0.85)
     assert b["compute_s"][0] - a["compute_s"][0] == pytest.approx(want, rel=1e-9)
-    # every other profile moves none of these bytes
-    assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items() if name != "fsdp2-eager")
+    # every other profile moves none of these bytes (llm-foundry: its unpadding copies, the test below)
+    assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items() if name not in ("fsdp2-eager",
+                                                                                               "llm-foundry"))
+
+
+def test_llm_foundry_flash_path_moves_its_unpadding_copies():
+    # llm-foundry's flash_attn_fn (b2a43a147, 5e85bd62d) gathers Q, K and V out of the padded batch (2 + 2 bytes an
+    # element) and scatters the output back into zeros (2 + 2 + 2); backward it gathers the output's gradient
+    # (2 + 2) and scatters Q's, K's and V's into zeros (2 + 2 + 2 each): 10 + 10 bytes an element of q, 4 + 6 of K
+    # and of V. GPT-3 175B is MHA (q = hk = h = 12288): 20 bytes an element of q + hk, forward and backward.
+    # tp 8 with SP, pp 1, dp 128, no recompute: 12 micro-batches of 2048 tokens through 96 layers at the
+    # H100's HBM rate (3.35 TB/s x 0.9 x 0.85).
+    cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
+    fused = dataclasses.replace(FRAMEWORKS["llm-foundry"], name="llm-foundry-no-unpad", eager_elem_bytes=(0.0,) * 3)
+    a, b = _one("llm-foundry", **cols), _one(fused, **cols)
+    h, T = 12288, 2048
+    want = 12 * 96 * 20 * T * (h + h) / 8 / (3.35e12 * 0.9 * 0.85)
+    assert a["compute_s"][0] - b["compute_s"][0] == pytest.approx(want, rel=1e-9)
+    # the Triton path (triton_flash_attn_fn) has no unpadding: only the attention kernel's pricing differs
+    assert dataclasses.replace(FRAMEWORKS["llm-foundry-triton"], name="llm-foundry", what="", sources=(),
+                               attention_kernel="flash2") == \
+        dataclasses.replace(fused, name="llm-foundry", what="", sources=())
+
+
+def test_llm_foundry_triton_prices_its_attention_by_the_standard_formula():
+    # No published rate for Triton FlashAttention: the whole s x s square (4 b s s q / t FLOPs a layer forward) at
+    # the H100's GEMM constant (MAMF 792.1 of 989.4 TFLOP/s x 0.85) times the tile terms s / (s + 128) twice and
+    # head dim 128 / (128 + 128); where llm-foundry (FlashAttention-2) prices the causal half at 3 / (1 / 335 +
+    # 2.5 / 322) TFLOP/s x 0.85 (Shah et al. 2024 Figs. 5-6). Attention runs once forward and twice backward:
+    # GPT-3 175B, tp 8, pp 1, dp 128, no recompute, 12 micro-batches of 2048 tokens, 96 layers.
+    cols = dict(dp=128, tp=8, pp=1, recompute="none")
+    fused = dataclasses.replace(FRAMEWORKS["llm-foundry"], name="llm-foundry-no-unpad", eager_elem_bytes=(0.0,) * 3)
+    triton, flash = _one("llm-foundry-triton", **cols), _one(fused, **cols)
+    s, q, t, peak = 2048, 12288, 8, 989.4e12
+    tiles = (s / (s + 128.0)) ** 2
+    standard = 4 * s * s * q / t / (peak * 792.1 / 989.4 * 0.85 * tiles * 0.5)
+    fa2 = 2 * s * s * q / t / (3 / (1 / 335e12 + 2.5 / 322e12) * 0.85 * tiles)
+    assert triton["compute_s"][0] - flash["compute_s"][0] == pytest.approx(12 * 96 * 3 * (standard - fa2), rel=1e-9)
 
 
 def test_deepspeed_bf16_optimizer_adds_each_micro_batchs_gradients_into_fp32():
