@@ -917,7 +917,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         if model.is_moe:
             stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
     bits = stage_bits | (n < 1) * np.uint8(4)
-    ks, pool2, dp2 = sv.split or (np.zeros(0, dtype=np.int64),) * 3  # (stages split across two pools)
+    ks, rows, pool2, dp2 = sv.split or (np.zeros(0, dtype=np.int64),) * 4  # (stages split across two pools)
     if over := sv.pool.max(initial=0) >= P or pool2.max(initial=0) >= P:
         bits = bits | (sv.pool >= P) * np.uint8(1)
         bits.reshape(-1)[ks] |= (pool2 >= P) * np.uint8(1)
@@ -937,7 +937,6 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         total = np.sum(g := weigh(gpus), axis=0)
         on_pool = [np.sum(g * (pool if P == 2 else pool == y), axis=0) for y in range(1, P)]  # (P == 2: pool == 1)
         if ks.size:
-            rows = ks % len(p)
             moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
             for y in range(1, P):
                 on_pool[y - 1] += np.bincount(rows, moved * ((in_range(pool2) == y).astype(np.int64)
@@ -1049,7 +1048,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
         dp2 = table.stages.raw("dp2")  # (S, N), a stage row at a time; dp2 >= 0
-        split = sum(x > 0 for x in dp2) > 0 if dp2.max(initial=0) > 0 else np.zeros(len(table), dtype=bool)
+        split = np.logical_or.reduce(dp2 > 0, axis=0)
         pp, layers = table["pp"], table.stages.raw("layers")
         deep = np.zeros(len(table), dtype=bool)  # rows holding layers past their pp (refused): every stage column
         for i in range(int(pp.min()), len(layers)):
@@ -1528,36 +1527,32 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         per_row = [x[0] for x in keys if x.shape[0] == 1]
         keys = [distinct_rows(*per_row)[1][None, :], *(x for x in keys if x.shape[0] > 1 or x is pool)]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
-    ks, ne = None, E[0] * E[1]
-    if sv.split is None:
-        rep2, inv2 = distinct_rows(*(flat(x) for x in keys))
-    else:  # stages split across two pools: their configurations on their second pools too, past the ne entries (a
-        ks, pool_ks, dp2_ks = sv.split  # configuration holds no replicas: time, memory and the dp group read dp)
-        pool_ks = np.minimum(pool_ks, P - 1)
-        rest = [x for i, x in enumerate(keys) if i != ip]  # the key less the pool (mixed-radix, or its combinations)
-        if (K := math.prod(radix := [int(x.max()) + 1 for x in rest])) * P <= max(4 * (ne + ks.size), 1 << 16):
-            key = np.broadcast_to(rest[0], E).astype(np.int64)
-            for x, r in zip(rest[1:], radix[1:], strict=True):
-                np.add(np.multiply(key, r, out=key), x, out=key)
-        key = key.reshape(-1) if K * P <= max(4 * (ne + ks.size), 1 << 16) else distinct_rows(*map(flat, rest))[1]
-        rep2, inv2 = distinct_rows(np.concatenate([key, np.take(key, ks)]),
-                                   np.concatenate([np.broadcast_to(pool, E).reshape(-1), pool_ks]))
-    inv = inv2[:ne].reshape(E)
-    src = rep2 if ks is None else np.concatenate([np.arange(ne), ks])[rep2]  # an entry of each configuration
+    ks = None
+    src, inv = distinct_rows(*(flat(x) for x in keys))  # (src: an entry of each configuration)
+    inv = inv.reshape(E)
+    if sv.split is not None:  # stages split across two pools: their configurations on their second pools too, among
+        ks, rows_ks, pool_ks, dp2_ks = sv.split  # the block's or past them (a configuration holds no replicas:
+        pool_ks, ia = np.minimum(pool_ks, P - 1), np.take(inv, ks)  # time, memory and the dp group read dp)
+        at_u = lambda x: x.reshape(-1)[src] if x.shape[0] > 1 else x[0][src % N]  # noqa: E731
+        rest = distinct_rows(*(at_u(x) for i, x in enumerate(keys) if i != ip))[1]  # each's key less the pool
+        np.put(lut := np.full((int(rest.max()) + 1) * P, -1), rest * P + at_u(pool), np.arange(len(src)))
+        ib = np.take(lut, np.take(rest, ia) * P + pool_ks)
+        if (new := np.flatnonzero(ib < 0)).size:
+            first_b, inv_b = distinct_rows(np.take(rest, ia[new]), pool_ks[new])
+            ib[new], src = len(src) + inv_b, np.concatenate([src, ks[new[first_b]]])
     src_row = src % N  # (once: U reads row columns at it a dozen times)
     U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src_row]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = U(pool)
+    if ks is not None and new.size:  # (a configuration first met on a split stage's second pool: that pool)
+        pool_u[-len(first_b):] = pool_ks[new[first_b]]
     order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
     b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
     ga_u = d_u * t_u * c_u  # a configuration's GPUs on its pool
     pair = lambda u, _: u  # noqa: E731  (the values per configuration and, past them, per split stage's pair)
-    if ks is not None:  # a split stage's configurations (first pool, second), and what reads its replicas on each
-        sec = np.flatnonzero(rep2 >= ne)  # pool (GPUs, links, peak) per distinct (first configuration, second pool,
-        pool_u[sec] = np.take(pool_ks, rep2[sec] - ne)  # replicas there), a few thousand, indexed by inv_q
-        ia, ib = np.take(inv, ks), inv2[ne:]
-        pairs, inv_p = distinct_rows(ia, pool_ks, dp2_ks)
-        np.put(inv_q := inv.copy(), ks, len(rep2) + inv_p)
+    if ks is not None:  # what reads a split stage's replicas on each pool (GPUs, links, peak) per distinct (first
+        pairs, inv_p = distinct_rows(ia, pool_ks, dp2_ks)  # configuration, second pool, replicas there), a few
+        np.put(inv_q := inv.copy(), ks, len(src) + inv_p)  # thousand, past the configurations (inv_q)
         ia_p, ib_p, r2 = ia[pairs], ib[pairs], dp2_ks[pairs]
         xa, xb, tc = pool_u[ia_p], pool_u[ib_p], t_u[ia_p] * c_u[ia_p]
         ga_a, ga_b = (d_u[ia_p] - r2) * tc, r2 * tc
@@ -1649,17 +1644,19 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     inv_t = inv  # the configuration that sets each stage's time
     if ks is not None and ks.size:  # synchronous data parallelism: a split stage runs at its slower pool's replica,
         # B where each of B's terms is at least A's (and one larger), A where A's are, else the stage's sums compared
-        terms = () if moe else (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, eu["head_gemm"])
-        ge = lambda y, z: np.logical_and.reduce([x[y] >= x[z] for x in terms]) if terms else np.zeros(len(y), bool)  # noqa: E731
-        b_ge, a_ge = ge(ib_p, ia_p), ge(ia_p, ib_p)
-        pick = (b_ge & ~a_ge)[inv_p]
-        if (mix := np.flatnonzero(~(b_ge | a_ge)[inv_p])).size:
+        side = np.full(len(ia_p), 2)  # per pair: 0 A, 1 B, 2 compared stage by stage
+        if not moe:
+            ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, eu["head_gemm"])])
+                      for i in (ia_p, ib_p))
+            side = np.where((ta >= tb).all(axis=0), 0, np.where((tb >= ta).all(axis=0), 1, side))
+        pick = (side := side[inv_p]) == 1
+        if (mix := np.flatnonzero(side == 2)).size:
             sub = lambda a: np.broadcast_to(a, inv.shape).reshape(-1)[ks[mix]]  # noqa: E731
             xs = (sum(times(x[mix], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                             plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
             pick[mix] = next(xs) < next(xs)
-        if pick.any():
-            np.put(inv_t := inv.copy(), ks[pick], ib[pick])
+        if pick.any():  # (in place but for an MoE model's ep links, which read the first pool's)
+            np.put(inv_t := inv.copy() if moe else inv, ks, np.where(pick, ib, ia))
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
@@ -1702,14 +1699,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
         hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
         T_C = hop_s(pool, after(pool), rag, hand, spill)
-        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe), priced where
-            np.put(split := np.zeros(X.shape, dtype=bool), ks, True)  # a stage or the next is split (else its
-            np.put(pool_b := pool.copy(), ks, pool_ks)  # second pool is its pool: the same link)
-            e = np.flatnonzero(split | after(split))
-            x, y = np.take(pool_b, e), np.take(after(pool_b), e)
-            spill_e = np.take(np.tile(spills.reshape(-1), X.shape[0]), e * P + x)  # (entry e's row: e % N, not divided)
-            rag_e = np.take(pair(rag_u, ragged(xb, ga_b)), np.take(inv_q, e))  # (its second pool's part)
-            np.put(T_C, e, np.maximum(np.take(T_C, e), hop_s(x, y, rag_e, np.take(hand, e), spill_e)))
+        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe): a split stage's
+            # to the next stage's second pool (its pool if not split), the stage before's from its second pool
+            np.put(pool_b := pool.copy(), ks, pool_ks)
+            ends, rag_q = np.take(last_flat, rows_ks), pair(rag_u, ragged(xb, ga_b))  # (its second pool's part)
+            nxt, prv = np.where(ks == ends, rows_ks, ks + N), np.where(ks == rows_ks, ends, ks - N)
+            for e, x, y in ((ks, pool_ks, np.take(pool_b, nxt)), (prv, np.take(pool_b, prv), pool_ks)):
+                hop = hop_s(x, y, np.take(rag_q, np.take(inv_q, e)), np.take(hand, e), spill_on(x, rows_ks))
+                np.put(T_C, e, np.maximum(np.take(T_C, e), hop))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries

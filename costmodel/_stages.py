@@ -69,8 +69,8 @@ class StageView:
     or (k, N): layers, recompute, pool, order, dp, tp, b (sequences per micro-batch on one
     replica; None: global_batch / batch_div, per configuration), batch_div (the global batch must
     be a multiple of it); ``key``: the stage arrays besides pool, order, tp and recompute that set
-    a configuration's shape terms; split: (ks, pool2, dp2), the flat indices into (k, N) of the
-    stages split across two pools, their second pools and replicas there (None: no split); comp
+    a configuration's shape terms; split: (ks, rows, pool2, dp2), the flat indices into (k, N) of
+    the stages split across two pools, their rows, second pools and replicas there (None: no split); comp
     (N,): the k = 3 stage rows are representatives of uniform stages."""
 
     rows: dict
@@ -251,9 +251,10 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     layers, d = st["layers"], st["dp"]
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
     if split:  # the stages in the pipeline with replicas on another pool (read from the stored arrays)
-        d2, p2 = stages.raw("dp2")[:S].reshape(-1), stages.raw("pool2")[:S].reshape(-1)
-        ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S].reshape(-1)) & (idx < c["pp"]).reshape(-1))
-        split = (ks, p2[ks].astype(np.int64), d2[ks].astype(np.int64))
+        d2, p2 = stages.raw("dp2")[:S], stages.raw("pool2")[:S]
+        on = True if c["pp"].min() >= S else idx < c["pp"]
+        ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S]) & on)
+        split = (ks, ks % N, p2.reshape(-1)[ks].astype(np.int64), d2.reshape(-1)[ks].astype(np.int64))
     w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
