@@ -62,6 +62,9 @@ Pricing rules the fields drive (costmodel._evaluate):
     xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward
                           together, from the 16-bit logits to their 16-bit gradient (the head's head_elem, at the HBM
                           rate); 14: a fused kernel's count (costmodel._evaluate.XENT_BYTES_PER_LOGIT)
+    grad_reduce_bytes     bytes a gradient element moves on the wire in the data-parallel reduction (all-reduce; reduce-
+                          scatter under ZeRO / FSDP), by the row's precision (bf16, fp16, fp8): 4 where the framework
+                          reduces in fp32, 2 in the 16-bit training dtype (the weights' all-gathers stay 16-bit)
     fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient GEMM in fp8 (1 byte an
                           element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine);
                           False: in 16 bits (torchao's float8 linear saves the high-precision input)
@@ -107,6 +110,7 @@ class Framework:
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
     kv_repeat_bytes: float = 0.0
+    grad_reduce_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: GRAD_COMM_BYTES
 
 
 _MEGATRON_CORE = Framework(
@@ -116,8 +120,12 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0,
-    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
+    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
+    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets "
+             "accumulate_allreduce_grads_in_fp32 (DDP grad_reduce_in_fp32: fp32 gradients reduced, 4 bytes); "
+             "--fp16 leaves it off (opt-in flag): 2; fp8 runs with --bf16; --grad-reduce-in-bf16 opt-in from "
+             "d165a85 (2025)",
+             "Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
              "(4, 4); backward mul_ (4, 4) and the autograd engine's cast of the fp32 gradient to the 16-bit logits' "
@@ -155,8 +163,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
-        expert_tensor_parallel=False, xent_bytes=52.0,
+        expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Megatron-LM d750965 megatron/arguments.py: bf16 forces accumulate_allreduce_grads_in_fp32 (the "
+                 "all-reduce in fp32: 4 bytes), fp16 leaves it off (2)",
                  "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
                  "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
                  "count after the cast, the cast's own backward 4, 2): 52",
@@ -165,7 +175,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     _MEGATRON_CORE,
     dataclasses.replace(
-        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2,
+        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -173,7 +183,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_"
                  "kernel reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes "
                  "the gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the "
-                 "incoming gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
+                 "incoming gradient is 1 (per-token losses: it is not): 10",
+                 "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py and 067f987 "
+                 "perf_recipes/_common.py _benchmark_common: mixed_precision and ddp grad_reduce_in_fp32 = False (bf16 "
+                 "reduction, 2 bytes; the library's bf16_mixed default is fp32)",
+                 "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
@@ -202,7 +216,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
-        attention_kernel="standard", xent_bytes=4 + 8 + 2,  # HAI-LLM's attention kernel and loss code are not published
+        attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),  # HAI-LLM's attention
+        # kernel, loss code and gradient reduce dtype are not published: generic's
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -221,8 +236,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
-        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0,
-        sources=("bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
+        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0, BLOOM's time, and v0.16.4): unset, "
+                 "fp16 or bf16, the training dtype (2 bytes); ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 "
+                 "gradients to it in allreduce_bucket",
+                 "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
                  "float16_to_fp32 after the logits (2, 4 bytes a logit; CrossEntropy's .float() then a no-op); "
                  "megatron/mpu/cross_entropy.py (17e4536) clones the fp32 logits (4, 4), then Megatron's max, sub_, "
                  "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60",
@@ -244,7 +262,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        sources=("torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
+        grad_reduce_bytes=(4.0, 4.0, 4.0),
+        sources=("torchtitan 9dec370 config_manager.py --training.mixed_precision_reduce: default float32, the only "
+                 "choice (e7c0cae too), FSDP2's reduce_dtype (parallelize_llama.py): 4 bytes at every precision",
+                 "torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
                  "repeat_kv(xv) (unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each "
                  "reads its hk columns and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums "
                  "the copies' gradients",
@@ -292,7 +313,9 @@ FRAMEWORKS["llm-foundry"] = dataclasses.replace(
     FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0,
     eager_elem_bytes=(0.0, 20 / 3, 0.0),  # Q and K's column: 20 bytes an element of q + hk, a third forward
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
-    sources=("llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
+    sources=("composer 28cc4caf6 / eb4fbd081 composer/trainer/mosaic_fsdp_utils.py get_mixed_precision: mixed_precision"
+             " DEFAULT (the default; 'MP Mode' DEFAULT in the H100 and amp_bf16 tables) reduce_dtype torch.float32: 4",
+             "llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
              "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
              "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
@@ -312,6 +335,14 @@ FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
              "flash_attn_triton.py has no published rate on these GPUs; Dao 2023 (arXiv:2307.08691) Sec. 4.1: "
              "FlashAttention-2 1.3-1.5x faster forward and about 2x backward than it",
              "the llm-foundry profile's sources"),
+)
+FRAMEWORKS["llm-foundry-triton-pure"] = dataclasses.replace(
+    FRAMEWORKS["llm-foundry-triton"], name="llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),
+    what="LLM Foundry with attn_impl triton and FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced "
+         "in the 16-bit dtype",
+    sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE sets reduce_dtype to the precision's (bf16: 2); "
+             "llm-foundry 8c8dd48 scripts/train/benchmarking/README.md: the 'bf16 | PURE' rows (A100 40GB; A100 80GB "
+             "70b on 64 GPUs)", "the llm-foundry-triton profile's sources"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

@@ -507,10 +507,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
 
-    def exchange(n_params: float, ranks: int) -> float:
-        grad_bytes = K.GRAD_COMM_BYTES * n_params
+    def exchange(n_params: float, ranks: int) -> float:  # the gradients in the framework's reduce dtype
+        grad_bytes, w_bytes = fw.grad_reduce_bytes[prec] * n_params, K.WEIGHT_BYTES * n_params
         if zero == 3:
-            return m * (2 * _gather(K.WEIGHT_BYTES * n_params, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+            return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated 16-bit weights
+            return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
         return _allreduce(grad_bytes, ranks, dp_link)
 
     if model.is_moe:

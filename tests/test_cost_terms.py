@@ -48,6 +48,14 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     got = dp_exchange_s(np.array([0, 2]), m, params, g, bw, lat)
     np.testing.assert_allclose(got, [ring, ring])
     assert dp_exchange_s(np.array([0]), np.array([1]), np.array([1e9]), np.array([1]), bw, lat)[0] == 0.0
+    # Gradients reduced in fp32 (4 bytes an element, Framework.grad_reduce_bytes), the weights still gathered in
+    # bf16: ZeRO 0 all-reduces 2 x 7/8 x 4e9 bytes (70 ms); ZeRO 1-2 reduce-scatter 7/8 x 4e9 and all-gather
+    # 7/8 x 2e9 (52.5 ms); ZeRO-3 per micro-batch 7/8 x (2 + 2 + 4) e9 (70 ms, x 4); each plus its ring steps.
+    got = dp_exchange_s(np.array([0, 1, 2, 3]), np.full(4, 4), np.full(4, 1e9), np.full(4, 8), bw, lat, grad_bytes=4)
+    np.testing.assert_allclose(got, [0.070 + 14 * lat, 0.0525 + 14 * lat, 0.0525 + 14 * lat, 4 * (0.070 + 21 * lat)])
+    # per row, as the evaluator passes it (the row's precision): 2 bytes is the default's all-reduce
+    got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, grad_bytes=np.array([4.0, 2.0]))
+    np.testing.assert_allclose(got, [0.070 + 14 * lat, ring])
 
 
 def test_state_bytes_shard_by_zero_stage():
