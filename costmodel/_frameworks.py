@@ -1,10 +1,9 @@
 """Training frameworks as an input of the cost model: one table, one row per framework.
 
-A profile says what the framework can run (pipeline schedules, ZeRO / FSDP sharding stages,
-sharding with a pipeline, sequence parallelism, fp8), what it overlaps (the data-parallel
-gradient exchange), how its attention kernel keeps activations, and what its published runs
-use when a source does not say. The evaluator reads these fields and nothing else about the
-framework, so a new framework is a new row, not a branch in the arithmetic.
+A profile says what the framework can run (pipeline schedules, ZeRO / FSDP sharding stages, sharding with a pipeline,
+sequence parallelism, fp8), what it overlaps (the data-parallel gradient exchange), how its attention kernel keeps
+activations, and what its published runs use when a source does not say. The evaluator reads these fields and nothing
+else about the framework, so a new framework is a new row, not a branch in the arithmetic.
 
 Pricing rules the fields drive (costmodel._evaluate):
     schedules, max_zero, sequence_parallel, fp8  a row asking for more is infeasible with reason
@@ -69,9 +68,8 @@ Pricing rules the fields drive (costmodel._evaluate):
                           element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine);
                           False: in 16 bits (torchao's float8 linear saves the high-precision input)
 
-Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a
-profile chooses is its attention kernel's, from that kernel's published rate on a GPU
-(costmodel._hardware.ATTENTION_KERNELS).
+Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a profile chooses is its
+attention kernel's, from that kernel's published rate on a GPU (costmodel._hardware.ATTENTION_KERNELS).
 """
 
 from __future__ import annotations
@@ -121,10 +119,8 @@ _MEGATRON_CORE = Framework(
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
-    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets "
-             "accumulate_allreduce_grads_in_fp32 (DDP grad_reduce_in_fp32: fp32 gradients reduced, 4 bytes); "
-             "--fp16 leaves it off (opt-in flag): 2; fp8 runs with --bf16; --grad-reduce-in-bf16 opt-in from "
-             "d165a85 (2025)",
+    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
+             "in_fp32 (DDP grad_reduce_in_fp32: 4 bytes), --fp16 does not (2); fp8 runs with --bf16",
              "Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
@@ -338,8 +334,7 @@ FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
 )
 FRAMEWORKS["llm-foundry-triton-pure"] = dataclasses.replace(
     FRAMEWORKS["llm-foundry-triton"], name="llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),
-    what="LLM Foundry with attn_impl triton and FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced "
-         "in the 16-bit dtype",
+    what="LLM Foundry, attn_impl triton, FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced in bf16",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE sets reduce_dtype to the precision's (bf16: 2); "
              "llm-foundry 8c8dd48 scripts/train/benchmarking/README.md: the 'bf16 | PURE' rows (A100 40GB; A100 80GB "
              "70b on 64 GPUs)", "the llm-foundry-triton profile's sources"),
