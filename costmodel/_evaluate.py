@@ -328,6 +328,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "cp_bwd": cp_bwd,
         "tp_bw": tp_bw,
         "tp_lat": tp_lat,
+        "cp_bw": cp_bw, "cp_lat": cp_lat,
         "T": T,
     }
 
@@ -843,7 +844,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b")}
-    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero)
+    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
+               cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
         out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o in model.attn_up_matrices()) + zero
         out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
@@ -1295,11 +1297,24 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
     columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
     adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
-    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b)."""
+    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
+    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*."""
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
-    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
+    ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
+    if (any(fw.eager_elem_bytes) or repeat or ring) and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+    if ring:  # per element E of the rank's Q (K, V as wide after repeat_kv): copies at the element-wise rate; K, V
+        # all-gathered in bf16 behind step 0's attention; fp32 dK, dV passed on behind each next step's, the last bare
+        c, E, attn, bw, lat = terms["c"], T * model.q_hidden / t, terms["attn"], terms["cp_bw"], terms["cp_lat"]
+        (ff, fs, bf, bs), on, step = fw.ring_attention_bytes, terms["c"] > 1, terms["elem"] / fused  # s a byte
+        gather, dkv = (c - 1) * (2.0 * ACT_BYTES * E / bw + lat), 2.0 * 4.0 * E / bw + lat  # (bf16 K, V; fp32 dK, dV)
+        terms = {**terms, "cast_f": terms["cast_f"] + np.where(on, step * (ff + fs * (c - 1)) * E, 0.0),
+                 "cast_b": terms["cast_b"] + np.where(on, step * (bf + bs * (c - 1)) * E, 0.0),
+                 "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
+                 "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
+                                    + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
+    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
         kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat

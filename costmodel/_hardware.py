@@ -79,8 +79,7 @@ class GPU(Efficiency):
 #   is a burst of 100 products). Bracketed by seed 001's base_util 0.8 and the A100's clock sustained at its power limit
 #   under HPL, 1305 of 1410 MHz = 0.93 (glennklockwood.com/garden/peak-FLOPS). 0.85 is the one value in that bracket
 #   chosen to balance two published A100 sets, Narayanan et al. 2021 Table 1 (full recompute; 0.8 fits it best) and
-#   Korthikanti et al. 2022's MFU (selective recompute + SP; 0.87 fits it best): the same constant for every GPU type,
-#   no per-row tuning.
+#   Korthikanti et al. 2022's MFU (selective recompute + SP; 0.87 fits it best): one constant for every GPU type.
 # - gemm_half_dim: the size of one matrix side at which a product reaches half of gemm_eff_max along that side: 128 is
 #   the tile edge of the CUTLASS/cuBLAS kernels that dominate bf16 training on Ampere and Hopper (sides below a tile
 #   waste tensor cores). H100 (and the H200, the same GH100 chip): 240, fitted (least squares in log time) to the 96
@@ -91,10 +90,8 @@ class GPU(Efficiency):
 #   an H100 here, device KINDS.md), times seed 001's 0.8.
 # - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink and InfiniBand (nccl-tests
 #   on DGX A100: ~230 of 300 GB/s NVLink per direction; ~20 of 25 GB/s per HDR port).
-# - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests small-message all-reduce
-#   times on DGX systems).
-# - kernel_overhead_s: launch and synchronisation cost per transformer sub-layer (attention block, MLP block), about 20
-#   us per block forward without CUDA graphs.
+# - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests small all-reduces, DGX).
+# - kernel_overhead_s: launch and sync cost per transformer sub-layer (attention, MLP): about 20 us forward, eager.
 SUSTAINED_CLOCK = 0.85  # between seed 001's 0.8 and HPL's 0.93, see above
 STREAM_HBM_FRACTION = 0.9
 MAMF_FRACTION = {
@@ -140,9 +137,8 @@ EFFICIENCY: dict[str, Efficiency] = {
 # backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's FusedAttention) 539
 # and 516. A backward pass does 2.5x the forward's FLOPs (five products to two), so a pass forward and backward runs at
 # 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
-# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only: no
-# other GPU's rates are published beside these; elsewhere the standard formula stays. Head dimensions other than 128 are
-# priced at the same rate.
+# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only (no
+# other GPU's rates published beside these: the standard formula elsewhere); other head dimensions at the same rate.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
 _ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
@@ -259,9 +255,8 @@ def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int = 8, scale
                    name=name or f"{g.name}x{num_gpus}")
 
 
-# Named clusters. "<gpu>x<N>" (e.g. h100x1024, a100x3072) is also accepted by cluster_preset.
-# a100x16-flat: 16 A100s linked all-to-all at 200 Gb/s (25 GB/s), written as 16 one-GPU nodes
-# on a 25 GB/s network (seed 000's topology; its old name "seed000-16" stays as an alias).
+# Named clusters ("<gpu>x<N>", e.g. h100x1024, is also accepted by cluster_preset). a100x16-flat: 16 A100s linked
+# all-to-all at 200 Gb/s (25 GB/s), written as 16 one-GPU nodes on a 25 GB/s network (seed 000's topology).
 _NAMED_CLUSTERS = {
     "dgx-h100-1024": ("h100", 1024, 8),
     "dgx-a100-1024": ("a100", 1024, 8),

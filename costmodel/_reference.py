@@ -215,9 +215,8 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     """MLA: each latent (Q's, K/V's with the rope key) before and after its norm, 16 bits, whole on
     every rank (over its sequence slice under SP)."""
-    if not model.mla:
-        return 0.0
-    return 2 * K.ACT_BYTES * T * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim) / ew_div
+    widths = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0.0
+    return 2 * K.ACT_BYTES * T * widths / ew_div
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -314,6 +313,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
     if fw.hp_grad_bytes and not model.is_moe and zero <= 1 and prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
+    if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
+        (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
+        cast_f, cast_b = cast_f + _hbm(gpu, (ff + fs * (cp - 1)) * E), cast_b + _hbm(gpu, (bf + bs * (cp - 1)) * E)
+        gather, dkv = (cp - 1) * (2 * K.ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
+        cp_fwd = max(gather - attn / cp, 0.0)
+        cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv, cast_b + kv

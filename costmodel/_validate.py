@@ -41,17 +41,16 @@ REQUIRED = (
 # Published speed, most direct first: the first one a row fills is what it is compared on.
 MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
             "measured_hfu")
-# Counting conventions of published FLOP figures (tflops_convention column), FLOPs per
-# iteration for a model and a global batch of B sequences of s tokens:
-#   narayanan_eq3  Narayanan et al. 2021 Eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h), full
-#                  recompute's extra forward included (GPT shapes)
-#   model_flops    the cost model's own count (Transformer.model_flops_per_sample: matrix
-#                  products, attention over the full s x s square; Korthikanti et al. 2022 Eq. 7
-#                  for GPT shapes), no recompute
-#   causal_model_flops  model_flops with the attention score products over the causal half of
-#                  the s x s square (Megatron-Bridge's performance tables count so)
-#   6nd            6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
-#   palm           6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
+# Counting conventions of published FLOP figures (tflops_convention column), FLOPs per iteration for a model and a
+# global batch of B sequences of s tokens:
+#   narayanan_eq3: Narayanan et al. 2021 Eq. 3, 96 B s l h^2 (1 + s / 6h + V / 16 l h), full recompute's extra forward
+#       included (GPT shapes)
+#   model_flops: the cost model's own count (Transformer.model_flops_per_sample: matrix products, attention over the
+#       full s x s square; Korthikanti et al. 2022 Eq. 7 for GPT shapes), no recompute
+#   causal_model_flops: model_flops with the attention score products over the causal half of the s x s square
+#       (Megatron-Bridge's performance tables count so)
+#   6nd: 6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
+#   palm: 6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
 FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "causal_model_flops", "6nd", "palm")
 # Candidates for cells the source left empty.
 MICRO_BATCH_CANDIDATES = (1, 2, 4, 8, 16)

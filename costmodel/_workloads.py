@@ -20,14 +20,13 @@ from costmodel._errors import InputError
 ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm", "none")
 KINDS = ("transformer", "mlp")
-# The MoE fields and their dense values (experts = 1 means a dense model; each of these must
-# then keep its dense value, so that no MoE setting is silently priced as dense).
+# The MoE fields and their dense values (experts = 1 means a dense model; each of these must then keep its dense value,
+# so that no MoE setting is silently priced as dense).
 MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
                     "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0,
                     "router_groups": 1, "router_group_topk": 1}
 # The fields added with MoE models and their values in every model before them: files written for a dense model leave
-# these out and so read as they did (sweep._rundir.model_to_dict).
-# Multi-head latent attention's fields and their values without it (the same rule).
+# these out and so read as they did (sweep._rundir.model_to_dict); MLA's fields and their values without it, the same.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES}
 
@@ -408,8 +407,7 @@ def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq
 
 # Presets. GPT-3: Brown et al. 2020 Table 2.1 (vocab padded to 51200 as Megatron does). Megatron 22B/175B/530B/1T:
 # Korthikanti et al. 2022 Table 3. Llama-3: Meta's Llama 3 paper (Dubey et al. 2024) Table 3, seq 8192. mlp-64x8192: an
-# MLP of 64 ReLU layers of 8192 x 8192 (seed 000's workload; its old name "seed000-mlp" stays as an alias,
-# MODEL_ALIASES).
+# MLP of 64 ReLU layers of 8192 x 8192 (seed 000's workload).
 MODEL_PRESETS: dict[str, Transformer] = {
     "gpt3-175b": _gpt("gpt3-175b", 96, 12288, 96),
     "megatron-22b": _gpt("megatron-22b", 48, 6144, 64),
@@ -419,32 +417,30 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
-    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads,
-    # 8 KV heads, intermediate 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et
-    # al. 2024, arXiv:2401.04088 (every layer MoE; 32k-token context: seq 32768). 46.7B / 12.9B.
+    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate
+    # 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et al. 2024, arXiv:2401.04088 (every layer MoE;
+    # 32k-token context: seq 32768). 46.7B / 12.9B.
     "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
-    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads,
-    # 8 KV heads, intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions).
-    # Mistral AI's announcement: 141B total, 39B active.
+    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads, 8 KV heads,
+    # intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions). Mistral AI's announcement: 141B total,
+    # 39B active.
     "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
-    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3
-    # config.json: 61 layers, hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048,
-    # top-8, the first 3 layers dense with ffn 18432, vocab 129280, pre-training at 4K tokens.
-    # 671B total / 37B active (without the multi-token-prediction module, not counted here).
-    # Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
-    # 128 = head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer.
-    # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2;
-    # config.json n_group 8, topk_group 4; Megatron-Bridge's DeepSeekV3 provider
-    # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of
-    # them per token.
+    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3 config.json: 61 layers,
+    # hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048, top-8, the first 3 layers dense with ffn 18432,
+    # vocab 129280, pre-training at 4K tokens. 671B total / 37B active (without the multi-token-prediction module, not
+    # counted here). Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128 =
+    # head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer. Node-limited routing (Sec.
+    # 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2; config.json n_group 8, topk_group 4;
+    # Megatron-Bridge's DeepSeekV3 provider moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32
+    # consecutive experts, 4 of them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
                         router_groups=8, router_group_topk=4, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
                         qk_rope_head_dim=64, v_head_dim=128),
-    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
-    # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
-    # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head
-    # Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B and 235B / 22B.
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 per token, no
+    # shared expert, every layer MoE, vocab 151936) and the Qwen3 Technical Report (arXiv:2505.09388, Table 2;
+    # pre-training at 4,096 tokens). Their per-head Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B
+    # and 235B / 22B.
     "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
                           experts_per_token=8, expert_ffn_hidden=768),
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,

@@ -76,7 +76,7 @@ def test_fsdp2_selective_is_torchtitans_per_op_policy():
 
 
 def test_megatron_2021_never_overlaps_and_never_shards():
-    base = dict(dp=16, tp=8, pp=8, zero_stage=0, precision="fp16")  # (fp16: its gradients reduced in 2 bytes, as generic)
+    base = dict(dp=16, tp=8, pp=8, zero_stage=0, precision="fp16")  # (fp16: gradients reduced in 2 bytes, as generic)
     m21 = _one("megatron-2021", overlap_dp=True, **base)
     no = _one("generic", overlap_dp=False, **base)
     yes = _one("generic", overlap_dp=True, **base)
@@ -161,7 +161,8 @@ def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its fused loss, GQA read
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
-                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0)) == \
+                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0),
+                               ring_attention_bytes=(20.0, 46.0, 84.0, 60.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["generic"]
     with pytest.raises(InputError, match="--framework"):
