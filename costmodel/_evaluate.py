@@ -90,8 +90,8 @@ ACT_BYTES = 2
 WEIGHT_BYTES = 2  # bf16/fp16 working copy
 GRAD_BYTES = 4  # fp32 main gradient
 OPTIM_BYTES = 12  # fp32 master weight + Adam first and second moments
-# Bytes on the wire per gradient element in the data-parallel reduction (reduced in the
-# training dtype, Megatron-LM's DDP default grad_reduce_in_fp32=False).
+# Bytes on the wire per gradient element in the data-parallel reduction, where a framework does not say
+# (Framework.grad_reduce_bytes: reduced in the 16-bit training dtype).
 GRAD_COMM_BYTES = 2
 # Adam step, bytes touched per (sharded) parameter: read fp32 param, m, v, grad (16) and
 # write fp32 param, m, v (12) plus the 16-bit copy (2).
@@ -328,6 +328,7 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "cp_bwd": cp_bwd,
         "tp_bw": tp_bw,
         "tp_lat": tp_lat,
+        "cp_bw": cp_bw, "cp_lat": cp_lat,
         "T": T,
     }
 
@@ -595,22 +596,24 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
-def dp_exchange_s(zero, m, params, g, bw, lat):
+def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=GRAD_COMM_BYTES):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
     GPU: dp_exchange_coef's a x params + b."""
-    a, b = dp_exchange_coef(zero, m, g, bw, lat)
+    a, b = dp_exchange_coef(zero, m, g, bw, lat, grad_bytes)
     return a * params + b
 
 
-def dp_exchange_coef(zero, m, g, bw, lat):
+def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=GRAD_COMM_BYTES):
     """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for
-    ``params`` parameters per GPU. ZeRO-3: per micro-batch, all-gather the weights for forward
-    and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the
-    all-reduce volume, per pass); ZeRO 0: all-reduce; ZeRO 1-2: reduce-scatter + all-gather, the
-    same bytes. Each pass is a ring (ring_pass)."""
+    ``params`` parameters per GPU, ``grad_bytes`` a gradient element on the wire (the framework's
+    Framework.grad_reduce_bytes at the row's precision). ZeRO-3: per micro-batch, all-gather the
+    16-bit weights for forward and for backward and reduce-scatter the gradients (Rajbhandari et al.
+    2020 Sec. 7: 1.5x the all-reduce volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2:
+    reduce-scatter the gradients and all-gather the updated 16-bit weights. Each pass is a ring."""
     per_byte, steps = ring_pass(g, bw, lat)
     z3 = zero == 3
-    a = np.where(z3, m * (2.0 * WEIGHT_BYTES + GRAD_COMM_BYTES) * per_byte, 2.0 * GRAD_COMM_BYTES * per_byte)
+    a = np.where(z3, m * (2.0 * WEIGHT_BYTES + grad_bytes) * per_byte,
+                 np.where(zero == 0, 2.0 * grad_bytes, grad_bytes + WEIGHT_BYTES) * per_byte)
     return a, np.where(z3, 3.0 * m * steps, 2.0 * steps)
 
 
@@ -841,7 +844,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = _act_layer_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b")}
-    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero)
+    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
+               cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
         out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o in model.attn_up_matrices()) + zero
         out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
@@ -1292,11 +1296,24 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
     columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
     adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
-    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b)."""
+    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
+    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*."""
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
-    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
+    ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
+    if (any(fw.eager_elem_bytes) or repeat or ring) and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+    if ring:  # per element E of the rank's Q (K, V as wide after repeat_kv): copies at the element-wise rate; K, V
+        # all-gathered in bf16 behind step 0's attention; fp32 dK, dV passed on behind each next step's, the last bare
+        c, E, attn, bw, lat = terms["c"], T * model.q_hidden / t, terms["attn"], terms["cp_bw"], terms["cp_lat"]
+        (ff, fs, bf, bs), on, step = fw.ring_attention_bytes, terms["c"] > 1, terms["elem"] / fused  # s a byte
+        gather, dkv = (c - 1) * (2.0 * ACT_BYTES * E / bw + lat), 2.0 * 4.0 * E / bw + lat  # (bf16 K, V; fp32 dK, dV)
+        terms = {**terms, "cast_f": terms["cast_f"] + np.where(on, step * (ff + fs * (c - 1)) * E, 0.0),
+                 "cast_b": terms["cast_b"] + np.where(on, step * (bf + bs * (c - 1)) * E, 0.0),
+                 "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
+                 "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
+                                    + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
+    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
         kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
@@ -1820,7 +1837,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                 pair(dlat, np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])))
         dbw, dlat, back = coef[3], coef[4], lambda a: np.take(a, inv_q)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
-    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef))
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, grad_bytes=np.take(
+        fw.grad_reduce_bytes, pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec)))
     alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
@@ -1839,12 +1857,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
         dp_raw = (dp_a[0] * mem["dense_max"] + dp_b[0]
-                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0]))
+                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0],
+                                  grad_bytes=np.take(fw.grad_reduce_bytes, prec)))
         opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif moe:
         dp_st = dp_a * params + dp_b
-        ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat)
+        ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat,
+                              grad_bytes=np.take(fw.grad_reduce_bytes, prec))
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)

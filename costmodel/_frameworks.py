@@ -1,74 +1,69 @@
 """Training frameworks as an input of the cost model: one table, one row per framework.
 
-A profile says what the framework can run (pipeline schedules, ZeRO / FSDP sharding stages,
-sharding with a pipeline, sequence parallelism, fp8), what it overlaps (the data-parallel
-gradient exchange), how its attention kernel keeps activations, and what its published runs
-use when a source does not say. The evaluator reads these fields and nothing else about the
-framework, so a new framework is a new row, not a branch in the arithmetic.
+A profile says what the framework can run (pipeline schedules, ZeRO / FSDP sharding stages, sharding with a pipeline,
+sequence parallelism, fp8), what it overlaps (the data-parallel gradient exchange), how its attention kernel keeps
+activations, and what its published runs use when a source does not say. The evaluator reads these fields and nothing
+else about the framework, so a new framework is a new row, not a branch in the arithmetic.
 
 Pricing rules the fields drive (costmodel._evaluate):
-    schedules, max_zero, sequence_parallel, fp8  a row asking for more is infeasible with reason
-                          ``framework_unsupported``
-    max_zero_with_pp      ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
-    shard_with_pp_once    ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last
-                          backward and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1
-                          (the same bytes on the wire and, at the peak, the same bytes in memory)
-    overlap_dp            the values of the strategy's ``overlap_dp`` it can run; one value means the framework decides
-                          and the column is not read
-    overlap_dp_usual      what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
-    uneven_chunks         interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v
-                          must divide every stage's layers)
-    expert_parallel       False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
-    expert_tensor_parallel  False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
-                          --expert-tensor-parallel-size; the others are priced with etp 1)
-    ep_dispatch_per_node  the dispatcher sends a token once to each other node that holds one of its experts and
-                          forwards it inside that node over NVLink (DeepEP, HybridEP: Megatron-Core's flex dispatcher;
-                          DeepSeek-V3's own), instead of once per routed expert (the alltoall dispatcher)
-    fp8_dispatch          under fp8, the dispatch all-to-all (and its mirror in backward, the combine's gradient sent
-                          back to the experts) moves fp8 activations with 1 x 128 fp32 scales; the combine and its
-                          mirror stay in 16 bits (DeepSeek-V3 report Sec. 3.3.2, DeepEP's "FP8 dispatching, BF16
-                          combining")
-    overlap_ep            the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's
-                          layer (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed
-                          max(a2a - layer compute, 0)
-    fused_attention       True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et
-                          al. 2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per
-                          layer)
-    selective             what recompute "selective" means: "attention", the attention core recomputed, everything else
-                          kept (Korthikanti et al. 2022 Sec. 5); "op", torchtitan's per-op policy: a layer keeps its
-                          input, every other matrix product's output (the 1st, 3rd, ...), the attention kernel's output
-                          and the tensor-parallel reduce-scatters' outputs, and recomputes the rest (the other products,
-                          norms, activations, the all-gathers)
-    attention_kernel      how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS): "standard", the
-                          whole s x s square at the GEMM constant; "flash2" (FlashAttention-2) or "cudnn" (cuDNN fused
-                          attention), the causal half at the kernel's published rate on GPUs where one is published
-    fp8_cast_bytes        under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per element of each linear
-                          layer's input, per weight element (forward), per element of its output gradient, per weight
-                          element (backward); zeros where the casts are fused into the norms and activations
-                          (Transformer Engine) or not known
-    eager_elem_bytes      extra HBM bytes per layer forward that eager (uncompiled) element-wise code moves beyond the
-                          fused kernels the model counts (ELEM_TH_PER_LAYER and ELEM_TF_PER_LAYER), per element of: the
-                          norms' input (T h, split like the norms), Q and K ((q + hk) / t: RoPE; LLM Foundry's
-                          unpadding), the MLP's intermediate (f / t); priced at the HBM rate, twice that backward
-                          (ELEM_BWD_FACTOR) and again where recompute repeats the element-wise work; zeros: fused or
-                          compiled. Dense layers only (an MoE layer's element-wise work is priced as fused)
-    hp_grad_bytes         HBM bytes per parameter per micro-batch its bf16 optimizer wrapper moves after every
-                          micro-batch's backward, adding the bf16 gradients into the fp32 ones, on rows in bf16 with
-                          ZeRO 0 or 1 (priced at the HBM rate in each layer's backward on its parameters per GPU; dense
-                          models only, the embedding and head left out); 0: gradients accumulate in the GEMMs
-    kv_repeat_bytes       HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V to every
-                          query head for its kernel (forward; its backward sums the copies' gradients, as many again),
-                          at the element-wise HBM rate; 0: the kernel reads the shared K and V
-    xent_bytes            HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward
-                          together, from the 16-bit logits to their 16-bit gradient (the head's head_elem, at the HBM
-                          rate); 14: a fused kernel's count (costmodel._evaluate.XENT_BYTES_PER_LOGIT)
-    fp8_saved_inputs      under fp8, the linear layers keep their inputs for the weight-gradient GEMM in fp8 (1 byte an
-                          element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine);
-                          False: in 16 bits (torchao's float8 linear saves the high-precision input)
+    schedules, max_zero, sequence_parallel, fp8: a row asking for more is infeasible with reason
+        ``framework_unsupported``
+    max_zero_with_pp: ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
+    shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
+        and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes on the wire
+        and, at the peak, the same bytes in memory)
+    overlap_dp: the values of the strategy's ``overlap_dp`` it can run; one value means the framework decides and the
+        column is not read
+    overlap_dp_usual: what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
+    uneven_chunks: interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v must
+        divide every stage's layers)
+    expert_parallel: False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
+    expert_tensor_parallel: False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
+        --expert-tensor-parallel-size; the others are priced with etp 1)
+    ep_dispatch_per_node: the dispatcher sends a token once to each other node that holds one of its experts and
+        forwards it inside that node over NVLink (DeepEP, HybridEP: Megatron-Core's flex dispatcher; DeepSeek-V3's own),
+        instead of once per routed expert (the alltoall dispatcher)
+    fp8_dispatch: under fp8, the dispatch all-to-all (and its mirror in backward, the combine's gradient sent back to
+        the experts) moves fp8 activations with 1 x 128 fp32 scales; the combine and its mirror stay in 16 bits
+        (DeepSeek-V3 report Sec. 3.3.2, DeepEP's "FP8 dispatching, BF16 combining")
+    overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
+        (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
+    fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
+        2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+    selective: what recompute "selective" means: "attention", the attention core recomputed, everything else kept
+        (Korthikanti et al. 2022 Sec. 5); "op", torchtitan's per-op policy: a layer keeps its input, every other matrix
+        product's output (the 1st, 3rd, ...), the attention kernel's output and the tensor-parallel reduce-scatters'
+        outputs, and recomputes the rest (the other products, norms, activations, the all-gathers)
+    attention_kernel: how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS): "standard", the whole s
+        x s square at the GEMM constant; "flash2" (FlashAttention-2) or "cudnn" (cuDNN fused attention), the causal half
+        at the kernel's published rate on GPUs where one is published
+    fp8_cast_bytes: under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per element of each linear layer's
+        input, per weight element (forward), per element of its output gradient, per weight element (backward); zeros
+        where the casts are fused into the norms and activations (Transformer Engine) or not known
+    eager_elem_bytes: extra HBM bytes per layer forward that eager (uncompiled) element-wise code moves beyond the fused
+        kernels the model counts (ELEM_TH_PER_LAYER and ELEM_TF_PER_LAYER), per element of: the norms' input (T h, split
+        like the norms), Q and K ((q + hk) / t: RoPE; LLM Foundry's unpadding), the MLP's intermediate (f / t); priced
+        at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again where recompute repeats the element-wise work;
+        zeros: fused or compiled. Dense layers only (an MoE layer's element-wise work is priced as fused)
+    hp_grad_bytes: HBM bytes per parameter its bf16 optimizer wrapper moves after every micro-batch's backward, adding
+        the bf16 gradients into the fp32 ones, on bf16 rows with ZeRO 0 or 1 (at the HBM rate in each layer's backward,
+        on its parameters per GPU; dense models, the embedding and head left out); 0: gradients accumulate in the GEMMs
+    kv_repeat_bytes: HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V to every
+        query head for its kernel (forward; its backward sums the copies' gradients, as many again), at the element-wise
+        HBM rate; 0: the kernel reads the shared K and V
+    xent_bytes: HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward, from the 16-bit
+        logits to their 16-bit gradient (head_elem, at the HBM rate); 14: a fused kernel's (XENT_BYTES_PER_LOGIT)
+    grad_reduce_bytes: a gradient element's bytes on the wire in the data-parallel reduction, by the row's precision
+        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype (the weights' all-gathers stay 16-bit)
+    ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
+        once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
+        fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
+    fp8_saved_inputs: under fp8, the linear layers keep their inputs for the weight-gradient GEMM in fp8 (1 byte an
+        element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine); False: in 16 bits
+        (torchao's float8 linear saves the high-precision input)
 
-Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a
-profile chooses is its attention kernel's, from that kernel's published rate on a GPU
-(costmodel._hardware.ATTENTION_KERNELS).
+Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a profile chooses is its
+attention kernel's, from that kernel's published rate on a GPU (costmodel._hardware.ATTENTION_KERNELS).
 """
 
 from __future__ import annotations
@@ -107,6 +102,8 @@ class Framework:
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
     kv_repeat_bytes: float = 0.0
+    grad_reduce_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: GRAD_COMM_BYTES
+    ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 _MEGATRON_CORE = Framework(
@@ -116,8 +113,10 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0,
-    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
+    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
+    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
+             "in_fp32 (DDP grad_reduce_in_fp32: 4 bytes), --fp16 does not (2); fp8 runs with --bf16",
+             "Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
              "(4, 4); backward mul_ (4, 4) and the autograd engine's cast of the fp32 gradient to the 16-bit logits' "
@@ -125,14 +124,12 @@ _MEGATRON_CORE = Framework(
              "Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
              "without_interleaving, _with_interleaving)",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
-             "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and "
-             "--overlap-param-gather",
+             "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and --overlap-param-gather",
              "Transformer Engine DotProductAttention (flash / cuDNN fused attention); "
              "Transformer Engine's backend choice (get_attention_backend) prefers cuDNN FusedAttention to "
              "FlashAttention on Hopper 'for performance reasons' (one release left the preference out)",
-             "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, "
-             "_Linear.forward: under fp8 the quantized input (column-wise data only) is what is saved for "
-             "the backward pass",
+             "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, _Linear.forward: "
+             "under fp8 the quantized input (column-wise data only) is what is saved for the backward pass",
              "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
              "(chunks of any whole-layer size)",
              "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
@@ -155,8 +152,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
-        expert_tensor_parallel=False, xent_bytes=52.0,
+        expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Megatron-LM d750965 arguments.py: --bf16 forces accumulate_allreduce_grads_in_fp32 (4), fp16 not (2)",
                  "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
                  "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
                  "count after the cast, the cast's own backward 4, 2): 52",
@@ -165,7 +163,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     _MEGATRON_CORE,
     dataclasses.replace(
-        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2,
+        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -173,7 +171,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_"
                  "kernel reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes "
                  "the gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the "
-                 "incoming gradient is 1 (per-token losses: it is not): 10", "the megatron-core profile's sources"),
+                 "incoming gradient is 1 (per-token losses: it is not): 10",
+                 "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py, 067f987 "
+                 "perf_recipes/_common.py: grad_reduce_in_fp32 = False (2 bytes; bf16_mixed's default is fp32)",
+                 "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
@@ -202,7 +203,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
-        attention_kernel="standard", xent_bytes=4 + 8 + 2,  # HAI-LLM's attention kernel and loss code are not published
+        attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -221,8 +222,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
-        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0,
-        sources=("bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
+        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
+                 "ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 gradients to it (allreduce_bucket)",
+                 "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
                  "float16_to_fp32 after the logits (2, 4 bytes a logit; CrossEntropy's .float() then a no-op); "
                  "megatron/mpu/cross_entropy.py (17e4536) clones the fp32 logits (4, 4), then Megatron's max, sub_, "
                  "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60",
@@ -232,8 +235,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "_exec_backward_pass (update_hp_grads after every micro-batch's backward), bf16_optimizer.py "
                  "_update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + 4 bytes for the cast, 8 + 4 for the add)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
-                 "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to "
-                 "stage == 3"),
+                 "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3"),
     ),
     Framework(
         name="fsdp2",
@@ -244,7 +246,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        sources=("torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
+        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
+        sources=("pytorch tensor/experimental/_attention.py (0123248; the end-2024 nightly unstored), rank c - 1: K, V"
+                 " contiguous 8, K/V cat 8 (c - 1 times), fp32 merge 6 + 32, cast 6: 20 + 46 (c - 1); backward: fp32 "
+                 "zeros 12, contiguous 8, step 0's += 30, dK/dV cat 16 a step, then dK, dV _partial_update 26, dQ += "
+                 "10, K/V cat 8, casts 18: 84 + 60 (c - 1); K, V ALL_GATHER (torchtitan 9dec370's), dK, dV ALL_TO_ALL",
+                 "torchtitan 9dec370 / e7c0cae --training.mixed_precision_reduce: float32, the only choice (4 bytes)",
+                 "torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
                  "repeat_kv(xv) (unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each "
                  "reads its hk columns and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums "
                  "the copies' gradients",
@@ -289,10 +297,11 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
              "the fsdp2 profile's sources"),
 )
 FRAMEWORKS["llm-foundry"] = dataclasses.replace(
-    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0,
+    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
     eager_elem_bytes=(0.0, 20 / 3, 0.0),  # Q and K's column: 20 bytes an element of q + hk, a third forward
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
-    sources=("llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
+    sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: DEFAULT (the tables' mode) reduces in fp32",
+             "llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
              "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
              "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
@@ -312,6 +321,12 @@ FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
              "flash_attn_triton.py has no published rate on these GPUs; Dao 2023 (arXiv:2307.08691) Sec. 4.1: "
              "FlashAttention-2 1.3-1.5x faster forward and about 2x backward than it",
              "the llm-foundry profile's sources"),
+)
+FRAMEWORKS["llm-foundry-triton-pure"] = dataclasses.replace(
+    FRAMEWORKS["llm-foundry-triton"], name="llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),
+    what="LLM Foundry, attn_impl triton, FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced in bf16",
+    sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE reduces in the precision's dtype (bf16: 2); "
+             "llm-foundry 8c8dd48 benchmarking/README.md: 'bf16 | PURE' rows", "llm-foundry-triton's sources"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

@@ -1,8 +1,7 @@
 """GPU presets, the efficiency model, and clusters (nodes x GPUs per node, two link tiers).
 
-Peak figures come from ``data/hardware_presets.csv`` (dense, never sparse; its last column
-names the sources). The efficiency constants below are global per GPU type: the same for
-every model, strategy and measured run.
+Peak figures come from ``data/hardware_presets.csv`` (dense, never sparse; its last column names the sources). The
+efficiency constants below are global per GPU type: the same for every model, strategy and measured run.
 
 Efficiency model
 ----------------
@@ -10,11 +9,10 @@ A matrix product (M x K) @ (K x N) reaches a fraction of dense peak
 
     util(M, N, K) = gemm_eff_max * sat(M) * sat(N) * sat(K),   sat(x) = x / (x + gemm_half_dim)
 
-(small or thin products fill the GPU's tiles and waves poorly; large square ones approach
-``gemm_eff_max``). Its time is the roofline maximum of the FLOP time at that utilisation and
-the HBM time of reading both operands and writing the result at ``hbm_eff`` of peak B/s.
-Element-wise work (norms, activations, dropout, residual adds, softmax, cross-entropy, the
-optimizer step) is memory-bound: bytes moved / (hbm_eff * HBM B/s).
+(small or thin products fill the GPU's tiles and waves poorly; large square ones approach ``gemm_eff_max``). Its time is
+the roofline maximum of the FLOP time at that utilisation and the HBM time of reading both operands and writing the
+result at ``hbm_eff`` of peak B/s. Element-wise work (norms, activations, dropout, residual adds, softmax,
+cross-entropy, the optimizer step) is memory-bound: bytes moved / (hbm_eff * HBM B/s).
 
 Collectives use the bandwidth of the tier that a group spans, times ``link_eff`` (the
 bus-bandwidth fraction NCCL reaches), plus one latency per algorithm step.
@@ -72,47 +70,38 @@ class GPU(Efficiency):
 
 # Global per-GPU-type constants. Where they come from:
 # - gemm_eff_max = MAMF / dense peak x sustained clock.
-#   MAMF, the maximum achievable bf16 matmul FLOP/s found by a shape sweep (S. Bekman,
-#   "Machine Learning Engineering", compute/accelerator, MAMF comparison table, CUDA 12.1 /
-#   ROCm 6.2): A100 SXM 267.9 of 312 (0.859); H100 SXM 792.1 of 989 (0.801; 798 measured for
-#   8192^3 on an H100 SXM in this workplace, device KINDS.md 2026-11-13); GH200 821.0 of 989
-#   (0.830, used for the H200, the same chip with faster HBM); MI300X 781.9 (0.598 of the
-#   1307.4 preset peak). B200 has no published MAMF row at the time of writing: the H100's
-#   0.801 is assumed.
-#   Sustained clock 0.85: the derating of FLOP/s and HBM B/s by thermal and power
-#   throttling under sustained load (MAMF is a burst of 100 products). Bracketed by seed
-#   001's base_util 0.8 and the A100's clock sustained at its power limit under HPL, 1305 of
-#   1410 MHz = 0.93 (glennklockwood.com/garden/peak-FLOPS). 0.85 is the one value in that
-#   bracket chosen to balance two published A100 sets, Narayanan et al. 2021 Table 1 (full
-#   recompute; 0.8 fits it best) and Korthikanti et al. 2022's MFU (selective recompute + SP;
-#   0.87 fits it best): the same constant for every GPU type, no per-row tuning.
-# - gemm_half_dim: the size of one matrix side at which a product reaches half of
-#   gemm_eff_max along that side: 128 is the tile edge of the CUTLASS/cuBLAS kernels that
-#   dominate bf16 training on Ampere and Hopper (sides below a tile waste tensor cores).
-#   H100 (and the H200, the same GH100 chip): 240, fitted (least squares in log time) to
-#   the 96 transformer-layer GEMMs of tests/data/h100_gemm_measured.csv, bf16 products
-#   timed on an H100 SXM in this workplace (benchmarks/gpu_gemm_sweep.py, 2026-11-23;
-#   BENCHMARKS.md "GEMM calibration"): with 128 the model ran 8.1% fast on average (max
-#   18.8%), with 240 it is within 4.1% on average (max 14.4%, bias +1.6%).
-# - hbm_eff = streaming fraction x sustained clock: copies reach about 0.9 of peak HBM B/s
-#   (3.0 of 3.35 TB/s measured on an H100 here, device KINDS.md), times seed 001's 0.8.
-# - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink
-#   and InfiniBand (nccl-tests on DGX A100: ~230 of 300 GB/s NVLink per direction; ~20 of
-#   25 GB/s per HDR port).
-# - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests
-#   small-message all-reduce times on DGX systems).
-# - kernel_overhead_s: launch and synchronisation cost per transformer sub-layer
-#   (attention block, MLP block), about 20 us per block forward without CUDA graphs.
+#   MAMF, the maximum achievable bf16 matmul FLOP/s found by a shape sweep (S. Bekman, "Machine Learning Engineering",
+#   compute/accelerator, MAMF comparison table, CUDA 12.1 / ROCm 6.2): A100 SXM 267.9 of 312 (0.859); H100 SXM 792.1 of
+#   989 (0.801; 798 measured for 8192^3 on an H100 SXM in this workplace, device KINDS.md 2026-11-13); GH200 821.0 of
+#   989 (0.830, used for the H200, the same chip with faster HBM); MI300X 781.9 (0.598 of the 1307.4 preset peak). B200
+#   has no published MAMF row at the time of writing: the H100's 0.801 is assumed.
+#   Sustained clock 0.85: the derating of FLOP/s and HBM B/s by thermal and power throttling under sustained load (MAMF
+#   is a burst of 100 products). Bracketed by seed 001's base_util 0.8 and the A100's clock sustained at its power limit
+#   under HPL, 1305 of 1410 MHz = 0.93 (glennklockwood.com/garden/peak-FLOPS). 0.85 is the one value in that bracket
+#   chosen to balance two published A100 sets, Narayanan et al. 2021 Table 1 (full recompute; 0.8 fits it best) and
+#   Korthikanti et al. 2022's MFU (selective recompute + SP; 0.87 fits it best): one constant for every GPU type.
+# - gemm_half_dim: the size of one matrix side at which a product reaches half of gemm_eff_max along that side: 128 is
+#   the tile edge of the CUTLASS/cuBLAS kernels that dominate bf16 training on Ampere and Hopper (sides below a tile
+#   waste tensor cores). H100 (and the H200, the same GH100 chip): 240, fitted (least squares in log time) to the 96
+#   transformer-layer GEMMs of tests/data/h100_gemm_measured.csv, bf16 products timed on an H100 SXM in this workplace
+#   (benchmarks/gpu_gemm_sweep.py, 2026-11-23; BENCHMARKS.md "GEMM calibration"): with 128 the model ran 8.1% fast on
+#   average (max 18.8%), with 240 it is within 4.1% on average (max 14.4%, bias +1.6%).
+# - hbm_eff = streaming fraction x sustained clock: copies reach about 0.9 of peak HBM B/s (3.0 of 3.35 TB/s measured on
+#   an H100 here, device KINDS.md), times seed 001's 0.8.
+# - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink and InfiniBand (nccl-tests
+#   on DGX A100: ~230 of 300 GB/s NVLink per direction; ~20 of 25 GB/s per HDR port).
+# - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests small all-reduces, DGX).
+# - kernel_overhead_s: launch and sync cost per transformer sub-layer (attention, MLP): about 20 us forward, eager.
 SUSTAINED_CLOCK = 0.85  # between seed 001's 0.8 and HPL's 0.93, see above
 STREAM_HBM_FRACTION = 0.9
 MAMF_FRACTION = {
     "A100-SXM4-40GB": 267.9 / 312,
     "A100-SXM4-80GB": 267.9 / 312,
     "H100-SXM5-80GB": 792.1 / 989.4,
-    # Grand Teton's 96 GB part: the same die, so the H100's fraction of its peak; its 500 W power
-    # limit (lower clocks) is in its preset peaks (data/hardware_presets.csv: the middle of the
-    # H100 SXM's and H100 NVL's, the bracket the torchtitan benchmark's footnote gives), which this
-    # fraction and the attention kernels' rates (ATTENTION_KERNELS) scale with.
+    # Grand Teton's 96 GB part: the same die, so the H100's fraction of its peak; its 500 W power limit (lower clocks)
+    # is in its preset peaks (data/hardware_presets.csv: the middle of the H100 SXM's and H100 NVL's, the bracket the
+    # torchtitan benchmark's footnote gives), which this fraction and the attention kernels' rates (ATTENTION_KERNELS)
+    # scale with.
     "H100-SXM5-96GB-500W": 792.1 / 989.4,
     # H800: the H100 SXM5 die with NVLink cut to 400 GB/s; the same compute ceiling.
     "H800-SXM5-80GB": 792.1 / 989.4,
@@ -140,19 +129,16 @@ EFFICIENCY: dict[str, Efficiency] = {
 }
 
 # Fused attention kernels, priced apart from the GEMMs (a framework profile names its kernel:
-# Framework.attention_kernel). "standard": the whole s x s square of QK^T and AV at the GEMM constant
-# times the kernel's tile edges (ATTN_HALF_DIM on the query rows, keys and head dimension). A kernel
-# measured on a GPU is priced instead on the causal half of the square (the FLOPs a causal flash
-# kernel computes) at its measured rate. Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608)
-# Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens (the plateau): FlashAttention-2 (what
-# PyTorch's scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s,
-# backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's
-# FusedAttention) 539 and 516. A backward pass does 2.5x the forward's FLOPs (five products to two),
-# so a pass forward and backward runs at 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the
-# evaluator counts it (the backward priced at twice the forward). Times SUSTAINED_CLOCK as the GEMM
-# constant (the figures are burst-clock microbenchmarks). Hopper only: no other GPU's rates are
-# published beside these; elsewhere the standard formula stays. Head dimensions other than 128 are
-# priced at the same rate.
+# Framework.attention_kernel). "standard": the whole s x s square of QK^T and AV at the GEMM constant times the kernel's
+# tile edges (ATTN_HALF_DIM on the query rows, keys and head dimension). A kernel measured on a GPU is priced instead on
+# the causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate. Rates: Shah et al. 2024
+# (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens (the plateau):
+# FlashAttention-2 (what PyTorch's scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s,
+# backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's FusedAttention) 539
+# and 516. A backward pass does 2.5x the forward's FLOPs (five products to two), so a pass forward and backward runs at
+# 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
+# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only (no
+# other GPU's rates published beside these: the standard formula elsewhere); other head dimensions at the same rate.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
 _ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
@@ -219,11 +205,10 @@ def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
 class Cluster:
     """``nodes`` x ``gpus_per_node`` GPUs of one type with two link tiers.
 
-    Rank placement follows Megatron-LM's default order: tensor-parallel ranks innermost,
-    then context-parallel, then data-parallel, then pipeline-parallel (rank =
-    ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i). A group of ``size`` ranks at stride
-    ``stride`` stays inside a node iff stride * size <= gpus_per_node (with sizes that
-    divide the node); otherwise it is priced on the scale-out tier.
+    Rank placement follows Megatron-LM's default order: tensor-parallel ranks innermost, then context-parallel, then
+    data-parallel, then pipeline-parallel (rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i). A group of ``size``
+    ranks at stride ``stride`` stays inside a node iff stride * size <= gpus_per_node (with sizes that divide the node);
+    otherwise it is priced on the scale-out tier.
     """
 
     gpu: GPU
@@ -270,9 +255,8 @@ def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int = 8, scale
                    name=name or f"{g.name}x{num_gpus}")
 
 
-# Named clusters. "<gpu>x<N>" (e.g. h100x1024, a100x3072) is also accepted by cluster_preset.
-# a100x16-flat: 16 A100s linked all-to-all at 200 Gb/s (25 GB/s), written as 16 one-GPU nodes
-# on a 25 GB/s network (seed 000's topology; its old name "seed000-16" stays as an alias).
+# Named clusters ("<gpu>x<N>", e.g. h100x1024, is also accepted by cluster_preset). a100x16-flat: 16 A100s linked
+# all-to-all at 200 Gb/s (25 GB/s), written as 16 one-GPU nodes on a 25 GB/s network (seed 000's topology).
 _NAMED_CLUSTERS = {
     "dgx-h100-1024": ("h100", 1024, 8),
     "dgx-a100-1024": ("a100", 1024, 8),

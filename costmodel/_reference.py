@@ -18,8 +18,8 @@ from costmodel._workloads import Transformer
 
 def _link(cluster: Cluster, span: int, whole_job: bool = False) -> tuple[float, float]:
     gpu = cluster.gpu
-    # inside a node only if every group of the layout is: span divides the node's GPUs (the
-    # pipeline's hand-offs: the whole job fits one node)
+    # inside a node only if every group of the layout is: span divides the node's GPUs (the pipeline's hand-offs: the
+    # whole job fits one node)
     if span <= cluster.gpus_per_node and (whole_job or cluster.gpus_per_node % span == 0):
         return cluster.scaleup_Bps * gpu.link_eff, cluster.scaleup_latency_s
     return cluster.scaleout_Bps * gpu.link_eff, cluster.scaleout_latency_s
@@ -109,10 +109,9 @@ def _widths(model: Transformer) -> tuple[float, float, float, float]:
 
 
 def _projections(model: Transformer, gpu, peak: float, T: float, tp: int, ew_div: int) -> tuple[float, float]:
-    """The attention's projection GEMMs on one rank, and (MLA) the part the up-projections take.
-    MLA: Q down to q_lora_rank and up to Q (or one h -> Q), K/V down to kv_lora_rank + rope and up
-    to the heads' nope keys and values, output from V's width; the down-projections whole on every
-    rank, over its sequence slice under SP."""
+    """The attention's projection GEMMs on one rank, and (MLA) the part the up-projections take. MLA: Q down to
+    q_lora_rank and up to Q (or one h -> Q), K/V down to kv_lora_rank + rope and up to the heads' nope keys and values,
+    output from V's width; the down-projections whole on every rank, over its sequence slice under SP."""
     h = model.hidden
     qw, kw, vw, ow = _widths(model)
     if not model.mla:
@@ -134,10 +133,9 @@ def _is_moe_layer(model: Transformer, j: int) -> bool:
 
 
 def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None, stride: int = 1) -> float:
-    """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other
-    ranks of its node on NVLink, the share to other nodes on the network, at the same time. With
-    ``net_bytes`` (a per-node dispatcher): those bytes on the network, every copy leaving the GPU
-    on NVLink."""
+    """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other ranks of its node on
+    NVLink, the share to other nodes on the network, at the same time. With ``net_bytes`` (a per-node dispatcher): those
+    bytes on the network, every copy leaving the GPU on NVLink."""
     if n <= 1:
         return 0.0
     peers = min(n, max(cluster.gpus_per_node // stride, 1)) - 1  # the group's other ranks in this node
@@ -152,10 +150,9 @@ def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None
 
 
 def _remote_nodes(model: Transformer, nodes: int) -> float:
-    """Expected other nodes among ``nodes`` (each holding E / nodes consecutive experts) that a
-    token's k experts reach. Group-limited routing: the token picks M of the G groups (all
-    choices alike) and takes k / M experts of each picked group (all choices alike). A node
-    misses the token when none of the k is among its experts."""
+    """Expected other nodes among ``nodes`` (each holding E / nodes consecutive experts) that a token's k experts reach.
+    Group-limited routing: the token picks M of the G groups (all choices alike) and takes k / M experts of each picked
+    group (all choices alike). A node misses the token when none of the k is among its experts."""
     E, k = model.experts, model.experts_per_token
     G, M = model.router_groups, model.router_group_topk
     if nodes == 1:
@@ -178,9 +175,8 @@ def _remote_nodes(model: Transformer, nodes: int) -> float:
 
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
                attn: float, overhead: float, etp: int = 1, fp8: bool = False) -> dict:
-    """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each
-    direction, with the etp group's all-gather and reduce-scatter), its activation bytes without
-    the score term."""
+    """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each direction, with the
+    etp group's all-gather and reduce-scatter), its activation bytes without the score term."""
     gpu = cluster.gpu
     h, E = model.hidden, model.experts
     fe, mats = model.expert_ffn, model.mlp_matrices
@@ -219,9 +215,8 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     """MLA: each latent (Q's, K/V's with the rope key) before and after its norm, 16 bits, whole on
     every rank (over its sequence slice under SP)."""
-    if not model.mla:
-        return 0.0
-    return 2 * K.ACT_BYTES * T * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim) / ew_div
+    widths = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0.0
+    return 2 * K.ACT_BYTES * T * widths / ew_div
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -299,8 +294,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         cp_fwd = max(ring - attn, 0.0)
         cp_bwd = max(2 * ring - 2 * attn, 0.0)
         overhead = 2 * gpu.kernel_overhead_s
-    # Casts to fp8 outside the GEMMs (fw.fp8_cast_bytes), per element of the linear layers' inputs
-    # and output gradients and per weight element.
+    # Casts to fp8 outside the GEMMs (fw.fp8_cast_bytes), per element of the linear inputs, output gradients, weights
     cast_f = cast_b = 0.0
     if prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
         cx, cw, cg, cwb = fw.fp8_cast_bytes
@@ -319,6 +313,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
     if fw.hp_grad_bytes and not model.is_moe and zero <= 1 and prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
+    if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
+        (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
+        cast_f, cast_b = cast_f + _hbm(gpu, (ff + fs * (cp - 1)) * E), cast_b + _hbm(gpu, (bf + bs * (cp - 1)) * E)
+        gather, dkv = (cp - 1) * (2 * K.ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
+        cp_fwd = max(gather - attn / cp, 0.0)
+        cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv, cast_b + kv
@@ -346,15 +346,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         act_layer = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
                      + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
         if fw.fp8_saved_inputs and r["precision"] == "fp8":
-            # one byte, not two, for the QKV and FC1 inputs (replicated without SP) and the
-            # projection and FC2 inputs (split by tp)
+            # 1 byte, not 2: the QKV and FC1 inputs (whole without SP), the projection and FC2 inputs (split by tp)
             act_layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
     # MLA under selective recompute: Q, K and V, its up-projections' outputs, are not kept
     qkv = K.ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0
 
-    # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products
-    # wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved. MoE layers
-    # keep the attention-core policy (not modelled for expert layers).
+    # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products wq, wk, wv, wo, w1,
+    # w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved; MoE layers keep the attention-core policy.
     op_sac = fw.selective == "op" and model.kind != "mlp"
     if op_sac:
         ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.activation == "swiglu" else [(h, f, True), (f, h, False)]
@@ -507,10 +505,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
 
-    def exchange(n_params: float, ranks: int) -> float:
-        grad_bytes = K.GRAD_COMM_BYTES * n_params
+    def exchange(n_params: float, ranks: int) -> float:  # the gradients in the framework's reduce dtype
+        grad_bytes, w_bytes = fw.grad_reduce_bytes[prec] * n_params, K.WEIGHT_BYTES * n_params
         if zero == 3:
-            return m * (2 * _gather(K.WEIGHT_BYTES * n_params, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+            return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated 16-bit weights
+            return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
         return _allreduce(grad_bytes, ranks, dp_link)
 
     if model.is_moe:

@@ -1,21 +1,18 @@
 """Predicted vs measured speed (and memory) of published (or a user's own) training runs, and
 fitting a GPU type's efficiency constants to such runs.
 
-The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means
-the source did not say: the authors tuned it, so we take the value the cost model finds
-best among the candidates below, and report which. Settings the schema has no column for
-take Megatron-LM's defaults: no overlap of the data-parallel gradient exchange
+The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means the source did not
+say: the authors tuned it, so we take the value the cost model finds best among the candidates below, and report which.
+Settings the schema has no column for take Megatron-LM's defaults: no overlap of the data-parallel gradient exchange
 (``--overlap-grad-reduce`` is opt-in), bf16 (or the row's ``precision``).
 
-What a row is compared on is what its source published, the first of: iteration time,
-tokens/s per GPU, TFLOP/s per GPU (with its counting convention, FLOP_CONVENTIONS), MFU, HFU.
-Every quantity is turned into the iteration time it implies, so error_pct means the same
-for every row: (predicted - measured) / measured time, positive when the model is slow.
+What a row is compared on is what its source published, the first of: iteration time, tokens/s per GPU, TFLOP/s per GPU
+(with its counting convention, FLOP_CONVENTIONS), MFU, HFU. Every quantity is turned into the iteration time it implies,
+so error_pct means the same for every row: (predicted - measured) / measured time, positive when the model is slow.
 
-Memory is judged apart from time: the prediction is the fastest candidate that fits the GPU
-(or, when none does, the fastest one, flagged ``memory_fits: false``), so a run the model
-calls out of memory still gets its predicted time. A ``measured_memory_gb`` cell is compared
-with the predicted bytes per GPU.
+Memory is judged apart from time: the prediction is the fastest candidate that fits the GPU (or, when none does, the
+fastest one, flagged ``memory_fits: false``), so a run the model calls out of memory still gets its predicted time. A
+``measured_memory_gb`` cell is compared with the predicted bytes per GPU.
 """
 
 from __future__ import annotations
@@ -44,17 +41,16 @@ REQUIRED = (
 # Published speed, most direct first: the first one a row fills is what it is compared on.
 MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
             "measured_hfu")
-# Counting conventions of published FLOP figures (tflops_convention column), FLOPs per
-# iteration for a model and a global batch of B sequences of s tokens:
-#   narayanan_eq3  Narayanan et al. 2021 Eq. 3: 96 B s l h^2 (1 + s / 6h + V / 16 l h), full
-#                  recompute's extra forward included (GPT shapes)
-#   model_flops    the cost model's own count (Transformer.model_flops_per_sample: matrix
-#                  products, attention over the full s x s square; Korthikanti et al. 2022 Eq. 7
-#                  for GPT shapes), no recompute
-#   causal_model_flops  model_flops with the attention score products over the causal half of
-#                  the s x s square (Megatron-Bridge's performance tables count so)
-#   6nd            6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
-#   palm           6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
+# Counting conventions of published FLOP figures (tflops_convention column), FLOPs per iteration for a model and a
+# global batch of B sequences of s tokens:
+#   narayanan_eq3: Narayanan et al. 2021 Eq. 3, 96 B s l h^2 (1 + s / 6h + V / 16 l h), full recompute's extra forward
+#       included (GPT shapes)
+#   model_flops: the cost model's own count (Transformer.model_flops_per_sample: matrix products, attention over the
+#       full s x s square; Korthikanti et al. 2022 Eq. 7 for GPT shapes), no recompute
+#   causal_model_flops: model_flops with the attention score products over the causal half of the s x s square
+#       (Megatron-Bridge's performance tables count so)
+#   6nd: 6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
+#   palm: 6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
 FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "causal_model_flops", "6nd", "palm")
 # Candidates for cells the source left empty.
 MICRO_BATCH_CANDIDATES = (1, 2, 4, 8, 16)
@@ -119,10 +115,9 @@ def measured_path(word: str | Path) -> Path:
 
 def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
               framework: str | None = None) -> list[MeasuredRun]:
-    """Parse and validate a measured-runs CSV (a path or a shipped set's name, see
-    measured_sets); raises InputError naming the line and column. A row's ``framework`` cell
-    names its profile (costmodel._frameworks, aliases too); an empty cell takes ``framework``
-    (None: the default profile)."""
+    """Parse and validate a measured-runs CSV (a path or a shipped set's name, see measured_sets); raises InputError
+    naming the line and column. A row's ``framework`` cell names its profile (costmodel._frameworks, aliases too); an
+    empty cell takes ``framework`` (None: the default profile)."""
     p = measured_path(path)
     with p.open(newline="") as fh:
         reader = csv.DictReader(fh)
@@ -176,8 +171,7 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
-    """FLOPs of one iteration of ``global_batch`` sequences as ``convention`` counts them
-    (FLOP_CONVENTIONS)."""
+    """FLOPs of one iteration of ``global_batch`` sequences as ``convention`` counts them (FLOP_CONVENTIONS)."""
     B, s, L, h, V = global_batch, model.seq_len, model.layers, model.hidden, model.vocab
     if convention == "narayanan_eq3":
         return 96.0 * B * s * L * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))

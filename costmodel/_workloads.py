@@ -1,17 +1,14 @@
-"""Workloads: a GPT-style transformer (which also covers seed 000's MLP), its
-mixture-of-experts form, and presets.
+"""Workloads: a GPT-style transformer (which also covers seed 000's MLP), its mixture-of-experts form, and presets.
 
-Symbols as in Korthikanti et al. 2022 (arXiv:2205.05198): L layers, h hidden, a heads,
-s sequence length, V vocabulary, b micro-batch (sequences). We add f (ffn hidden),
-d (head size, hidden / heads unless given), q = a * d (the width of Q and of the attention
-output) and hk = kv_heads * d (the width of K and V under grouped-query attention).
+Symbols as in Korthikanti et al. 2022 (arXiv:2205.05198): L layers, h hidden, a heads, s sequence length, V vocabulary,
+b micro-batch (sequences). We add f (ffn hidden), d (head size, hidden / heads unless given), q = a * d (the width of Q
+and of the attention output) and hk = kv_heads * d (the width of K and V under grouped-query attention).
 
-Mixture of experts (Shazeer et al. 2017, arXiv:1701.06538; Mixtral, arXiv:2401.04088;
-DeepSeek-V3, arXiv:2412.19437): in an MoE layer the MLP is a router (an h x E matrix) and E
-routed experts of ffn hidden fe, of which each token goes through k, plus Es shared experts
-(ffn hidden fs) every token goes through. The first ``dense_layers`` layers keep the dense
-MLP (ffn hidden f); after them every ``moe_layer_freq``-th layer is an MoE layer. E = 1 is a
-dense model and prices exactly as before the MoE fields existed.
+Mixture of experts (Shazeer et al. 2017, arXiv:1701.06538; Mixtral, arXiv:2401.04088; DeepSeek-V3, arXiv:2412.19437): in
+an MoE layer the MLP is a router (an h x E matrix) and E routed experts of ffn hidden fe, of which each token goes
+through k, plus Es shared experts (ffn hidden fs) every token goes through. The first ``dense_layers`` layers keep the
+dense MLP (ffn hidden f); after them every ``moe_layer_freq``-th layer is an MoE layer. E = 1 is a dense model and
+prices exactly as before the MoE fields existed.
 """
 
 from __future__ import annotations
@@ -23,14 +20,13 @@ from costmodel._errors import InputError
 ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm", "none")
 KINDS = ("transformer", "mlp")
-# The MoE fields and their dense values (experts = 1 means a dense model; each of these must
-# then keep its dense value, so that no MoE setting is silently priced as dense).
+# The MoE fields and their dense values (experts = 1 means a dense model; each of these must then keep its dense value,
+# so that no MoE setting is silently priced as dense).
 MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hidden": None,
                     "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0,
                     "router_groups": 1, "router_group_topk": 1}
-# The fields added with MoE models and their values in every model before them: files written
-# for a dense model leave these out and so read as they did (sweep._rundir.model_to_dict).
-# Multi-head latent attention's fields and their values without it (the same rule).
+# The fields added with MoE models and their values in every model before them: files written for a dense model leave
+# these out and so read as they did (sweep._rundir.model_to_dict); MLA's fields and their values without it, the same.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES}
 
@@ -39,30 +35,26 @@ FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NO
 class Transformer:
     """A decoder-only transformer, or (kind="mlp") a stack of square linear layers.
 
-    For kind="mlp" (seed 000): ``layers`` linear layers of ``hidden`` x ``hidden`` each
-    followed by ``activation`` (relu), one sample is one token (seq_len=1), no attention,
-    no embedding and no LM head.
+    For kind="mlp" (seed 000): ``layers`` linear layers of ``hidden`` x ``hidden`` each followed by ``activation``
+    (relu), one sample is one token (seq_len=1), no attention, no embedding and no LM head.
 
-    Mixture of experts (module docstring): ``experts`` routed experts E (1: dense), of which
-    ``experts_per_token`` (top-k) take each token; ``shared_experts`` that take every token;
-    ``expert_ffn_hidden`` (default ffn_hidden) and ``shared_expert_ffn_hidden`` (default
-    expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep the dense
-    MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router
-    is an h x E matrix without bias. Group-limited routing (DeepSeek-V2/V3's device- and
-    node-limited routing; Megatron-Core --moe-router-num-groups / --moe-router-group-topk;
-    HuggingFace n_group / topk_group): the E experts form ``router_groups`` equal groups of
-    consecutive experts and a token's k experts come from ``router_group_topk`` of them, k /
-    router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
+    Mixture of experts (module docstring): ``experts`` routed experts E (1: dense), of which ``experts_per_token``
+    (top-k) take each token; ``shared_experts`` that take every token; ``expert_ffn_hidden`` (default ffn_hidden) and
+    ``shared_expert_ffn_hidden`` (default expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep
+    the dense MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router is an h x E
+    matrix without bias. Group-limited routing (DeepSeek-V2/V3's device- and node-limited routing; Megatron-Core
+    --moe-router-num-groups / --moe-router-group-topk; HuggingFace n_group / topk_group): the E experts form
+    ``router_groups`` equal groups of consecutive experts and a token's k experts come from ``router_group_topk`` of
+    them, k / router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
     attention head (the evaluators price Q and the attention output heads x head_dim wide).
 
-    Multi-head latent attention (MLA; DeepSeek-V2, arXiv:2405.04434 Sec. 2.1; DeepSeek-V3): set
-    ``kv_lora_rank`` (the HuggingFace config's names throughout). K and V come up from a shared
-    latent of kv_lora_rank (an h x (kv_lora_rank + qk_rope_head_dim) down-projection, then
-    kv_lora_rank x heads (head_dim + v_head_dim) up); Q the same way through ``q_lora_rank``
-    (None: one h x heads (head_dim + qk_rope_head_dim) matrix). A head's query and key are
-    head_dim + qk_rope_head_dim wide (``head_dim`` is the config's qk_nope_head_dim), its value
-    and output ``v_head_dim`` (default head_dim). The down-projections run whole on every
-    tensor-parallel rank (Megatron-Core's MLA builds them 'duplicated'), the rest split as usual.
+    Multi-head latent attention (MLA; DeepSeek-V2, arXiv:2405.04434 Sec. 2.1; DeepSeek-V3): set ``kv_lora_rank`` (the
+    HuggingFace config's names throughout). K and V come up from a shared latent of kv_lora_rank (an h x (kv_lora_rank +
+    qk_rope_head_dim) down-projection, then kv_lora_rank x heads (head_dim + v_head_dim) up); Q the same way through
+    ``q_lora_rank`` (None: one h x heads (head_dim + qk_rope_head_dim) matrix). A head's query and key are head_dim +
+    qk_rope_head_dim wide (``head_dim`` is the config's qk_nope_head_dim), its value and output ``v_head_dim`` (default
+    head_dim). The down-projections run whole on every tensor-parallel rank (Megatron-Core's MLA builds them
+    'duplicated'), the rest split as usual.
     """
 
     name: str
@@ -215,11 +207,10 @@ class Transformer:
         return self.hidden * self.kv_heads // self.heads if self.head_dim is None else self.kv_heads * self.head_dim
 
     def attn_matrices(self) -> list[tuple[int, int, str]]:
-        """The attention's weight matrices as (input width, output width, tensor-parallel split):
-        "col" splits the output, "row" the input, "dup" runs whole on every rank. Standard: QKV
-        (h -> q + 2 hk) and the projection (q -> h); MLA (class docstring): Q's down and up (or
-        one h -> q), KV's down (h -> kv_lora_rank + qk_rope_head_dim) and up (kv_lora_rank -> a
-        (d + v_head_dim)), the projection (o -> h)."""
+        """The attention's weight matrices as (input width, output width, tensor-parallel split): "col" splits the
+        output, "row" the input, "dup" runs whole on every rank. Standard: QKV (h -> q + 2 hk) and the projection (q ->
+        h); MLA (class docstring): Q's down and up (or one h -> q), KV's down (h -> kv_lora_rank + qk_rope_head_dim) and
+        up (kv_lora_rank -> a (d + v_head_dim)), the projection (o -> h)."""
         h, q, o = self.hidden, self.q_hidden, self.o_hidden
         if not self.mla:
             return [(h, q + 2 * self.kv_hidden, "col"), (q, h, "row")]
@@ -270,10 +261,9 @@ class Transformer:
         return self.shared_expert_ffn_hidden if self.shared_expert_ffn_hidden is not None else self.expert_ffn
 
     def moe_layers_before(self, x):
-        """MoE layers among the first ``x`` layers (numpy-broadcast over x): layer j is an MoE layer
-        when j >= dense_layers and (j - dense_layers) % moe_layer_freq == moe_layer_freq - 1 (every
-        freq-th layer, Qwen2-MoE's decoder_sparse_step rule), so that moe_layers_before(layers) ==
-        moe_layers."""
+        """MoE layers among the first ``x`` layers (numpy-broadcast over x): layer j is an MoE layer when j >=
+        dense_layers and (j - dense_layers) % moe_layer_freq == moe_layer_freq - 1 (every freq-th layer, Qwen2-MoE's
+        decoder_sparse_step rule), so that moe_layers_before(layers) == moe_layers."""
         import numpy as np
 
         if not self.is_moe:
@@ -385,8 +375,7 @@ class Transformer:
         """Model FLOPs (forward + backward = 3x forward) per sequence, no recompute; for an MoE
         model on the active weights only (MFU counted on active parameters).
 
-        For GPT (f = 4h, MHA) this is Korthikanti Eq. 7 divided by the batch B:
-        72 L s h^2 (1 + s/6h + V/12hL).
+        For GPT (f = 4h, MHA) this is Korthikanti Eq. 7 divided by the batch B: 72 L s h^2 (1 + s/6h + V/12hL).
         """
         n_moe = self.moe_layers
         per_token = (self.layers - n_moe) * self.layer_fwd_flops_per_token() + self.head_fwd_flops_per_token()
@@ -416,10 +405,9 @@ def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq
     )
 
 
-# Presets. GPT-3: Brown et al. 2020 Table 2.1 (vocab padded to 51200 as Megatron does).
-# Megatron 22B/175B/530B/1T: Korthikanti et al. 2022 Table 3. Llama-3: Meta's Llama 3 paper
-# (Dubey et al. 2024) Table 3, seq 8192. mlp-64x8192: an MLP of 64 ReLU layers of 8192 x 8192
-# (seed 000's workload; its old name "seed000-mlp" stays as an alias, MODEL_ALIASES).
+# Presets. GPT-3: Brown et al. 2020 Table 2.1 (vocab padded to 51200 as Megatron does). Megatron 22B/175B/530B/1T:
+# Korthikanti et al. 2022 Table 3. Llama-3: Meta's Llama 3 paper (Dubey et al. 2024) Table 3, seq 8192. mlp-64x8192: an
+# MLP of 64 ReLU layers of 8192 x 8192 (seed 000's workload).
 MODEL_PRESETS: dict[str, Transformer] = {
     "gpt3-175b": _gpt("gpt3-175b", 96, 12288, 96),
     "megatron-22b": _gpt("megatron-22b", 48, 6144, 64),
@@ -429,32 +417,30 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
-    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads,
-    # 8 KV heads, intermediate 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et
-    # al. 2024, arXiv:2401.04088 (every layer MoE; 32k-token context: seq 32768). 46.7B / 12.9B.
+    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate
+    # 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et al. 2024, arXiv:2401.04088 (every layer MoE;
+    # 32k-token context: seq 32768). 46.7B / 12.9B.
     "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
-    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads,
-    # 8 KV heads, intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions).
-    # Mistral AI's announcement: 141B total, 39B active.
+    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads, 8 KV heads,
+    # intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions). Mistral AI's announcement: 141B total,
+    # 39B active.
     "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
-    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3
-    # config.json: 61 layers, hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048,
-    # top-8, the first 3 layers dense with ffn 18432, vocab 129280, pre-training at 4K tokens.
-    # 671B total / 37B active (without the multi-token-prediction module, not counted here).
-    # Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
-    # 128 = head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer.
-    # Node-limited routing (Sec. 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2;
-    # config.json n_group 8, topk_group 4; Megatron-Bridge's DeepSeekV3 provider
-    # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of
-    # them per token.
+    # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3 config.json: 61 layers,
+    # hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048, top-8, the first 3 layers dense with ffn 18432,
+    # vocab 129280, pre-training at 4K tokens. 671B total / 37B active (without the multi-token-prediction module, not
+    # counted here). Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128 =
+    # head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer. Node-limited routing (Sec.
+    # 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2; config.json n_group 8, topk_group 4;
+    # Megatron-Bridge's DeepSeekV3 provider moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32
+    # consecutive experts, 4 of them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
                         router_groups=8, router_group_topk=4, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
                         qk_rope_head_dim=64, v_head_dim=128),
-    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128
-    # experts, 8 per token, no shared expert, every layer MoE, vocab 151936) and the Qwen3
-    # Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096 tokens). Their per-head
-    # Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B and 235B / 22B.
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 per token, no
+    # shared expert, every layer MoE, vocab 151936) and the Qwen3 Technical Report (arXiv:2505.09388, Table 2;
+    # pre-training at 4,096 tokens). Their per-head Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B
+    # and 235B / 22B.
     "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
                           experts_per_token=8, expert_ffn_hidden=768),
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,

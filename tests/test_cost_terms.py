@@ -15,6 +15,7 @@ from costmodel._evaluate import (
     SCHED,
     WEIGHT_BYTES,
     dp_exchange_s,
+    framework_terms,
     pipeline_fill,
     reason_codes,
     recompute_flops_per_token,
@@ -48,6 +49,14 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     got = dp_exchange_s(np.array([0, 2]), m, params, g, bw, lat)
     np.testing.assert_allclose(got, [ring, ring])
     assert dp_exchange_s(np.array([0]), np.array([1]), np.array([1e9]), np.array([1]), bw, lat)[0] == 0.0
+    # Gradients reduced in fp32 (4 bytes an element, Framework.grad_reduce_bytes), the weights still gathered in
+    # bf16: ZeRO 0 all-reduces 2 x 7/8 x 4e9 bytes (70 ms); ZeRO 1-2 reduce-scatter 7/8 x 4e9 and all-gather
+    # 7/8 x 2e9 (52.5 ms); ZeRO-3 per micro-batch 7/8 x (2 + 2 + 4) e9 (70 ms, x 4); each plus its ring steps.
+    got = dp_exchange_s(np.array([0, 1, 2, 3]), np.full(4, 4), np.full(4, 1e9), np.full(4, 8), bw, lat, grad_bytes=4)
+    np.testing.assert_allclose(got, [0.070 + 14 * lat, 0.0525 + 14 * lat, 0.0525 + 14 * lat, 4 * (0.070 + 21 * lat)])
+    # per row, as the evaluator passes it (the row's precision): 2 bytes is the default's all-reduce
+    got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, grad_bytes=np.array([4.0, 2.0]))
+    np.testing.assert_allclose(got, [0.070 + 14 * lat, ring])
 
 
 def test_state_bytes_shard_by_zero_stage():
@@ -287,3 +296,28 @@ def test_the_500_w_h100_runs_at_the_middle_of_the_sxm_and_nvl_peaks():
     assert t96 / t80 == pytest.approx(989.4 / 912.45, rel=1e-12)
     # HBM is not clocked down: 2.4 TB/s as the benchmark publishes it.
     assert g.hbm_Bps == 2.4e12
+
+
+def test_pytorch_ring_attention_copies_and_collectives_by_hand():
+    # Llama 3 8B (h = q = 4096, hk = 1024, f = 14336, SwiGLU), tp 1, cp 4: the rank's Q has E = 2048 x 4096 =
+    # 8,388,608 elements, K and V as many after repeat_kv. The element-wise terms chosen at 1e-12 s a byte: elem =
+    # 2 (11 T h + 3 T f) bytes x 1e-12. fsdp2 (Framework.ring_attention_bytes 20, 46, 84, 60): forward (20 + 46 x 3)
+    # E = 158 E bytes, backward (84 + 60 x 3) E = 264 E; its GQA copies (kv_repeat_bytes 4) add 4 T (q + hk) each way.
+    # Link 100 GB/s, 10 us: K and V all-gathered in bf16 over 3 steps, 3 (4 E / 1e11 + 1e-5) = 1.03663296 ms, behind
+    # step 0's attention (2 ms / 4) forward and its backward (2 x 2 ms / 4) backward; fp32 dK, dV a step 8 E / 1e11 +
+    # 1e-5 = 0.68108864 ms, hidden behind 1 ms but the last. cp 1: the generic terms pass through.
+    model, E, T = model_preset("llama3-8b"), 2048 * 4096, 2048.0
+    z = np.zeros(2)
+    terms = dict(T=np.full(2, T), elem=np.full(2, 2 * (11 * T * 4096 + 3 * T * 14336) * 1e-12), attn=np.full(2, 2e-3),
+                 c=np.array([4, 1]), cp_bw=np.full(2, 1e11), cp_lat=np.full(2, 1e-5), cp_fwd=np.array([7.0, 7.0]),
+                 cp_bwd=np.array([9.0, 9.0]), cast_f=z, cast_b=z, act_L=z, score_L=z, gemm=z, overhead=z, tp_fwd=z)
+    kv = 4 * T * (4096 + 1024) * 1e-12
+    out = framework_terms(framework_preset("fsdp2"), model, terms, np.ones(2), np.zeros(2, bool), np.zeros(2, int))
+    np.testing.assert_allclose(out["cast_f"], [158 * E * 1e-12 + kv, kv], rtol=1e-12)
+    np.testing.assert_allclose(out["cast_b"], [264 * E * 1e-12 + kv, kv], rtol=1e-12)
+    np.testing.assert_allclose(out["cp_fwd"], [1.03663296e-3 - 0.5e-3, 7.0], rtol=1e-12)
+    np.testing.assert_allclose(out["cp_bwd"], [1.03663296e-3 - 1e-3 + 0.68108864e-3, 9.0], rtol=1e-12)
+    # LLM Foundry has no context parallelism of its own: the generic ring's terms stay
+    out = framework_terms(framework_preset("llm-foundry"), model, terms, np.ones(2), np.zeros(2, bool), np.zeros(2))
+    np.testing.assert_allclose(out["cp_fwd"], [7.0, 7.0])
+    np.testing.assert_allclose(out["cast_f"], [0.0, 0.0])

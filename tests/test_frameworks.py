@@ -76,7 +76,7 @@ def test_fsdp2_selective_is_torchtitans_per_op_policy():
 
 
 def test_megatron_2021_never_overlaps_and_never_shards():
-    base = dict(dp=16, tp=8, pp=8, zero_stage=0)
+    base = dict(dp=16, tp=8, pp=8, zero_stage=0, precision="fp16")  # (fp16: gradients reduced in 2 bytes, as generic)
     m21 = _one("megatron-2021", overlap_dp=True, **base)
     no = _one("generic", overlap_dp=False, **base)
     yes = _one("generic", overlap_dp=True, **base)
@@ -85,6 +85,28 @@ def test_megatron_2021_never_overlaps_and_never_shards():
     assert REASONS[z1["reason"][0]] == "zero_incompatible_pp"
     z1_pp1 = _one("megatron-2021", zero_stage=1, dp=128, tp=8, pp=1)
     assert REASONS[z1_pp1["reason"][0]] == "framework_unsupported"
+
+
+def test_gradient_reduce_dtype_by_framework_and_precision():
+    # Gradients on the wire in fp32 (4 bytes) add 2 bytes an element to every gradient pass, none to the 16-bit
+    # weight gathers: an all-reduce (ZeRO 0) passes the gradients twice, ZeRO 1-2 reduce-scatter them once,
+    # ZeRO-3 once per micro-batch (1536 / 128 = 12): the extra time is 2 : 1 : 12, the ring and the link alike.
+    g4 = dataclasses.replace(FRAMEWORKS["generic"], name="generic-fp32-reduce", grad_reduce_bytes=(4.0,) * 3)
+    cols = dict(dp=128, tp=8, pp=1, overlap_dp=False)
+    extra = {z: _one(g4, zero_stage=z, **cols)["dp_comm_s"][0] - _one("generic", zero_stage=z, **cols)["dp_comm_s"][0]
+             for z in (0, 1, 2, 3)}
+    assert extra[1] > 0 and extra[1] == pytest.approx(extra[2], rel=1e-12)
+    assert extra[0] == pytest.approx(2 * extra[1], rel=1e-12) and extra[3] == pytest.approx(12 * extra[1], rel=1e-12)
+    # Megatron: bf16 (and fp8, run with --bf16) reduce in fp32, fp16 in fp16; torchtitan and Composer's DEFAULT
+    # always in fp32; DeepSpeed, Megatron-Bridge's benchmarks and Composer's PURE in the 16-bit dtype
+    want = {"megatron-2021": (4, 2, 4), "megatron-core": (4, 2, 4), "megatron-core-deepep": (4, 2, 4),
+            "megatron-bridge": (2, 2, 2), "deepspeed": (2, 2, 2), "fsdp2": (4, 4, 4), "fsdp2-eager": (4, 4, 4),
+            "llm-foundry": (4, 4, 4), "llm-foundry-triton": (4, 4, 4), "llm-foundry-triton-pure": (2, 2, 2),
+            "generic": (2, 2, 2)}
+    assert {k: FRAMEWORKS[k].grad_reduce_bytes for k in want} == want
+    for prec, like in (("bf16", g4), ("fp16", "generic")):
+        mc = _one("megatron-core", zero_stage=0, precision=prec, **cols)["dp_comm_s"][0]
+        assert mc == pytest.approx(_one(like, zero_stage=0, precision=prec, **cols)["dp_comm_s"][0], rel=1e-12)
 
 
 def test_fsdp2_prices_zero3_with_a_pipeline_as_zero1():
@@ -139,7 +161,8 @@ def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its fused loss, GQA read
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
-                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0)) == \
+                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0),
+                               ring_attention_bytes=(20.0, 46.0, 84.0, 60.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["generic"]
     with pytest.raises(InputError, match="--framework"):

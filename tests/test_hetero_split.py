@@ -73,6 +73,19 @@ def test_split_stage_all_reduce_on_the_inter_pool_link_by_hand():
     assert m["dp_comm_s"][0] == pytest.approx(expect, rel=1e-12)
 
 
+def test_split_stage_reduces_in_the_frameworks_dtype():
+    """The hand-worked split all-reduce above under megatron-core, whose bf16 rows all-reduce fp32 gradients (4
+    bytes an element) and fp16 rows fp16 ones (2); one block, a row of each, so each row reads its own precision."""
+    model, hc = _mlp(), _a100_h100()
+    n, params = 4, 8 * 8192 * 8192 / 2
+    table = StrategyTable.from_columns(stage_pool=[[0], [0]], stage_dp=[[4], [4]], stage_tp=[[2], [2]],
+                                       stage_layers=[[8], [8]], stage_pool2=[[1], [1]], stage_dp2=[[2], [2]],
+                                       microbatches=4, global_batch=64, overlap_dp=False, precision=["bf16", "fp16"])
+    got = evaluate(model, hc, table, framework="megatron-core")["dp_comm_s"]
+    ring = lambda nbytes: 2 * (n - 1) / n * nbytes * params / (25e9 * 0.8) + 2 * (n - 1) * 12e-6  # noqa: E731
+    np.testing.assert_allclose(got, [ring(4), ring(2)], rtol=1e-12)
+
+
 def test_split_stage_runs_at_the_slower_pools_replica():
     """Every replica holds the same micro-batch share (64 / (4 x 4) = 4 sequences), so the split
     stage's forward/backward per micro-batch is the A100 replica's (the H100's is shorter),
