@@ -17,6 +17,7 @@ from costmodel import (
     evaluate,
     gpu_preset,
     hetero_from_mapping,
+    hetero_preset,
     make_cluster,
     make_hetero,
     make_pool,
@@ -134,6 +135,22 @@ def test_split_stage_slower_pool_decided_stage_by_stage():
     assert 0 < x_slower.sum() < len(k)  # the slower pool changes with the stage's layers
     for part in on_a:
         np.testing.assert_array_equal(split[part], np.where(x_slower, on_x[part], on_a[part]), err_msg=part)
+
+
+def test_replicas_on_their_own_pool_are_no_split():
+    """dp2 replicas "on a second pool" that is the stage's own pool split nothing: 20,000 such rows
+    (more than a block, so priced in blocks of placements with dp2 set) price as the same rows
+    without dp2, every metric equal."""
+    model, hc, n = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64"), 20000
+    kw = dict(stage_pool=np.tile([0, 1, 1, 0], (n, 1)), stage_dp=np.full((n, 4), 4), stage_tp=np.full((n, 4), 8),
+              stage_layers=np.full((n, 4), 24), pp=4, microbatches=16, global_batch=np.where(np.arange(n) % 2, 1536, 768),
+              recompute="full", zero_stage=1, sequence_parallel=True)
+    same = evaluate(model, hc, StrategyTable.from_columns(stage_pool2=kw["stage_pool"], stage_dp2=np.full((n, 4), 2),
+                                                          **kw))
+    plain = evaluate(model, hc, StrategyTable.from_columns(**kw))
+    assert plain["feasible"].any()
+    for k in plain:
+        np.testing.assert_array_equal(same[k], plain[k], err_msg=k)
 
 def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
     """Two pools of one 8-GPU A100 node joined by the A100's own network (25 GB/s, 10 us): a
