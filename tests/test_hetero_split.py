@@ -143,8 +143,8 @@ def test_replicas_on_their_own_pool_are_no_split():
     without dp2, every metric equal."""
     model, hc, n = model_preset("gpt3-175b"), hetero_preset("a100x64+h100x64"), 20000
     kw = dict(stage_pool=np.tile([0, 1, 1, 0], (n, 1)), stage_dp=np.full((n, 4), 4), stage_tp=np.full((n, 4), 8),
-              stage_layers=np.full((n, 4), 24), pp=4, microbatches=16, global_batch=np.where(np.arange(n) % 2, 1536, 768),
-              recompute="full", zero_stage=1, sequence_parallel=True)
+              stage_layers=np.full((n, 4), 24), pp=4, microbatches=16, recompute="full", zero_stage=1,
+              global_batch=np.where(np.arange(n) % 2, 1536, 768), sequence_parallel=True)
     same = evaluate(model, hc, StrategyTable.from_columns(stage_pool2=kw["stage_pool"], stage_dp2=np.full((n, 4), 2),
                                                           **kw))
     plain = evaluate(model, hc, StrategyTable.from_columns(**kw))
