@@ -54,7 +54,10 @@ Pricing rules the fields drive (costmodel._evaluate):
     xent_bytes: HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward, from the 16-bit
         logits to their 16-bit gradient (head_elem, at the HBM rate); 14: a fused kernel's (XENT_BYTES_PER_LOGIT)
     grad_reduce_bytes: a gradient element's bytes on the wire in the data-parallel reduction, by the row's precision
-        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype (the weights' all-gathers stay 16-bit)
+        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype
+    weight_gather_bytes, all_reduce_then_gather: by precision, a weight element's bytes in ZeRO 1-3's all-gathers (1:
+        fp8_param_gather, every weight priced so); ZeRO 0-1 all-reduce the gradients, then all-gather (BF16_Optimizer)
+    overlap_param_gather: with overlap, ZeRO 1-2's weight all-gather (its bytes' share) hides under the next forward
     ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
         once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
@@ -103,6 +106,9 @@ class Framework:
     xent_bytes: float = 4 + 8 + 2
     kv_repeat_bytes: float = 0.0
     grad_reduce_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: GRAD_COMM_BYTES
+    weight_gather_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: WEIGHT_BYTES
+    all_reduce_then_gather: tuple[bool, bool, bool] = (False, False, False)  # by PRECISIONS
+    overlap_param_gather: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
@@ -113,8 +119,10 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
-    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
+    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True,
+    sources=("Megatron-LM core_r0.8.0 (baf94af) distrib_optimizer.py --overlap-param-gather: bucket 0's all-gather "
+             "launched in zero_grad, each next when the forward pre-hook waits on the last (the README's runs)",
+             "Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
              "in_fp32 (DDP grad_reduce_in_fp32: 4 bytes), --fp16 does not (2); fp8 runs with --bf16",
              "Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
@@ -164,6 +172,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     _MEGATRON_CORE,
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        weight_gather_bytes=(2.0, 2.0, 1.0),
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -174,6 +183,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "incoming gradient is 1 (per-token losses: it is not): 10",
                  "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py, 067f987 "
                  "perf_recipes/_common.py: grad_reduce_in_fp32 = False (2 bytes; bf16_mixed's default is fp32)",
+                 "Megatron-Bridge v0.2.0, 067f987 performance fp8_cs: fp8_param_gather = True; Megatron-LM 0d8e071 DDP "
+                 "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
@@ -204,6 +215,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
+        overlap_param_gather=False,
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -223,6 +235,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        all_reduce_then_gather=(True, False, False),
         sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
                  "ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 gradients to it (allreduce_bucket)",
                  "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
@@ -234,6 +247,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "for bf16 with ZeRO 0, or ZeRO 1 with fp32 gradient accumulation), pipe/engine.py "
                  "_exec_backward_pass (update_hp_grads after every micro-batch's backward), bf16_optimizer.py "
                  "_update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + 4 bytes for the cast, 8 + 4 for the add)",
+                 "DeepSpeed v0.6.4, v0.16.4 BF16_Optimizer: _bf16_reduce_grads all-reduces, step() all-gathers (bf16)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3"),
     ),

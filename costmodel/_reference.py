@@ -505,11 +505,14 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
 
-    def exchange(n_params: float, ranks: int) -> float:  # the gradients in the framework's reduce dtype
-        grad_bytes, w_bytes = fw.grad_reduce_bytes[prec] * n_params, K.WEIGHT_BYTES * n_params
+    gb, wb, reduce_gather = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
+    def exchange(n_params: float, ranks: int) -> float:  # gradients and weights in the framework's dtypes
+        grad_bytes, w_bytes = gb * n_params, wb * n_params
         if zero == 3:
             return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
-        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated 16-bit weights
+        if zero <= 1 and reduce_gather:  # all-reduce the gradients, then all-gather the updated weights
+            return _allreduce(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
+        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
             return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
         return _allreduce(grad_bytes, ranks, dp_link)
 
@@ -520,7 +523,9 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         dp_raw = exchange(params_max, g)
         opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
     window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
-    dp_exposed = max(dp_raw - window, 0.0) if overlap else dp_raw
+    on = fw.overlap_param_gather and zero in (1, 2)  # the weights' all-gather (its bytes' share) behind the next forward
+    ag = wb / (gb * (1 + (reduce_gather and zero == 1)) + wb) * dp_raw if on else 0.0
+    dp_exposed = max(dp_raw - ag - window, 0.0) + max(ag - bottleneck["F"], 0.0) if overlap else dp_raw
     step = pipe + dp_exposed + opt
 
     buffers = K.RESERVED_BYTES
