@@ -604,13 +604,12 @@ def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: F
 
 
 def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: Framework | None = None, prec=0):
-    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for ``params`` parameters
-    per GPU, ``grad_bytes`` a gradient element on the wire (Framework.grad_reduce_bytes at the row's precision), a
-    weight element ``fw``'s weight_gather_bytes at ``prec`` (no ``fw``: 16 bits). ZeRO-3: per micro-batch, all-gather
-    the weights for forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the
-    all-reduce volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter the gradients and
-    all-gather the updated weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather. Each
-    pass is a ring."""
+    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for ``params`` parameters per
+    GPU, ``grad_bytes`` a gradient element on the wire (Framework.grad_reduce_bytes at the row's precision), a weight
+    element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch, all-gather the weights for
+    forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce
+    volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and all-gather the updated
+    weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather. Each pass a ring."""
     per_byte, steps = ring_pass(g, bw, lat)
     w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
         np.take(fw.all_reduce_then_gather, prec), zero <= 1))
