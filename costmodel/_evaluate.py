@@ -596,25 +596,25 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
-def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=GRAD_COMM_BYTES):
+def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: Framework | None = None, prec=0):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
     GPU: dp_exchange_coef's a x params + b."""
-    a, b = dp_exchange_coef(zero, m, g, bw, lat, grad_bytes)
+    a, b = dp_exchange_coef(zero, m, g, bw, lat, grad_bytes, fw, prec)
     return a * params + b
 
 
-def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=GRAD_COMM_BYTES):
-    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for
-    ``params`` parameters per GPU, ``grad_bytes`` a gradient element on the wire (the framework's
-    Framework.grad_reduce_bytes at the row's precision). ZeRO-3: per micro-batch, all-gather the
-    16-bit weights for forward and for backward and reduce-scatter the gradients (Rajbhandari et al.
-    2020 Sec. 7: 1.5x the all-reduce volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2:
-    reduce-scatter the gradients and all-gather the updated 16-bit weights. Each pass is a ring."""
+def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: Framework | None = None, prec=0):
+    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for ``params`` parameters per
+    GPU, ``grad_bytes`` a gradient element on the wire (Framework.grad_reduce_bytes at the row's precision), a weight
+    element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch, all-gather the weights for
+    forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce
+    volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and all-gather the updated
+    weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather. Each pass a ring."""
     per_byte, steps = ring_pass(g, bw, lat)
-    z3 = zero == 3
-    a = np.where(z3, m * (2.0 * WEIGHT_BYTES + grad_bytes) * per_byte,
-                 np.where(zero == 0, 2.0 * grad_bytes, grad_bytes + WEIGHT_BYTES) * per_byte)
-    return a, np.where(z3, 3.0 * m * steps, 2.0 * steps)
+    w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
+        np.take(fw.all_reduce_then_gather, prec), zero <= 1))
+    z3, a = zero == 3, np.where(both, 2.0 * grad_bytes + w, np.where(zero == 0, 2.0 * grad_bytes, grad_bytes + w))
+    return np.where(z3, m * (2.0 * w + grad_bytes), a) * per_byte, np.where(z3, 3.0 * m, 2.0 + both) * steps
 
 
 def activation_bytes(full, sel, act_L, sel_kept, sel_work, T, h, sp_div):
@@ -1188,11 +1188,16 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
 
 
-def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw):
-    """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck
-    stage's last backward (B + W), or under ZeRO-3 with the whole pipeline (m X_max)."""
+def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0):
+    """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck stage's last backward
+    (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
+    all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
-    return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    if fw is None or not fw.overlap_param_gather:
+        return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+    w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))
+    ag = np.where((zero == 1) | (zero == 2), w / (gr * (1 + (ar & (zero == 1))) + w) * dp_raw, 0.0)
+    return np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + np.maximum(ag - F_b, 0.0), dp_raw)
 
 
 def simulate_pipelines(shape, comp, F, Bk, W, tc):
@@ -1838,7 +1843,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         dbw, dlat, back = coef[3], coef[4], lambda a: np.take(a, inv_q)
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, grad_bytes=np.take(
-        fw.grad_reduce_bytes, pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec)))
+        fw.grad_reduce_bytes, pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec),
+        fw=fw, prec=pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec))
     alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
@@ -1858,13 +1864,13 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
         dp_raw = (dp_a[0] * mem["dense_max"] + dp_b[0]
                   + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0],
-                                  grad_bytes=np.take(fw.grad_reduce_bytes, prec)))
+                                  grad_bytes=np.take(fw.grad_reduce_bytes, prec), fw=fw, prec=prec))
         opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif moe:
         dp_st = dp_a * params + dp_b
         ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat,
-                              grad_bytes=np.take(fw.grad_reduce_bytes, prec))
+                              grad_bytes=np.take(fw.grad_reduce_bytes, prec), fw=fw, prec=prec)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
@@ -1880,7 +1886,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             opt_u = back(pair(ADAM_BYTES_TOUCHED / shard / hbm_rate[pool_u], ks is not None and (
                 ADAM_BYTES_TOUCHED / shard[ia_p] / np.minimum(hbm_rate[xa], hbm_rate[xb]))))
         opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
-    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=F_b, fw=fw, prec=prec)
     step = pipe + dp_exposed + opt_s
 
     # -- the bottleneck stage's time parts; throughput and utilisation --

@@ -12,8 +12,7 @@ Pricing rules the fields drive (costmodel._evaluate):
     shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
         and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes on the wire
         and, at the peak, the same bytes in memory)
-    overlap_dp: the values of the strategy's ``overlap_dp`` it can run; one value means the framework decides and the
-        column is not read
+    overlap_dp: the strategy's ``overlap_dp`` values it can run; one value: the framework decides, the column unread
     overlap_dp_usual: what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
     uneven_chunks: interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v must
         divide every stage's layers)
@@ -54,7 +53,10 @@ Pricing rules the fields drive (costmodel._evaluate):
     xent_bytes: HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward, from the 16-bit
         logits to their 16-bit gradient (head_elem, at the HBM rate); 14: a fused kernel's (XENT_BYTES_PER_LOGIT)
     grad_reduce_bytes: a gradient element's bytes on the wire in the data-parallel reduction, by the row's precision
-        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype (the weights' all-gathers stay 16-bit)
+        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype
+    weight_gather_bytes, all_reduce_then_gather: by precision, a weight element's bytes in ZeRO 1-3's all-gathers (1:
+        fp8_param_gather, every weight priced so); ZeRO 0-1 all-reduce the gradients, then all-gather (BF16_Optimizer)
+    overlap_param_gather: with overlap, ZeRO 1-2's weight all-gather (its bytes' share) hides under the next forward
     ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
         once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
@@ -62,8 +64,7 @@ Pricing rules the fields drive (costmodel._evaluate):
         element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine); False: in 16 bits
         (torchao's float8 linear saves the high-precision input)
 
-Efficiency constants stay per GPU (costmodel._hardware.EFFICIENCY). The one kernel speed a profile chooses is its
-attention kernel's, from that kernel's published rate on a GPU (costmodel._hardware.ATTENTION_KERNELS).
+Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class Framework:
     xent_bytes: float = 4 + 8 + 2
     kv_repeat_bytes: float = 0.0
     grad_reduce_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: GRAD_COMM_BYTES
+    weight_gather_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: WEIGHT_BYTES
+    all_reduce_then_gather: tuple[bool, bool, bool] = (False, False, False)  # by PRECISIONS
+    overlap_param_gather: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
@@ -113,20 +117,19 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
+    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True,
     sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
              "in_fp32 (DDP grad_reduce_in_fp32: 4 bytes), --fp16 does not (2); fp8 runs with --bf16",
-             "Megatron-LM core_r0.8.0 (baf94af) megatron/core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
+             "Megatron-LM core_r0.8.0 (baf94af) core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
-             "(4, 4); backward mul_ (4, 4) and the autograd engine's cast of the fp32 gradient to the 16-bit logits' "
-             "dtype (validate_outputs: 4, 2): 52; language_module.py transposes the labels, not the logits",
-             "Megatron-LM megatron/core/pipeline_parallel/schedules.py (forward_backward_pipelining_"
-             "without_interleaving, _with_interleaving)",
+             "(4, 4); backward mul_ (4, 4) and autograd's cast of the fp32 gradient to the logits' 16-bit dtype "
+             "(validate_outputs: 4, 2): 52; language_module.py transposes the labels, not the logits",
+             "Megatron-LM megatron/core/pipeline_parallel/schedules.py (1F1B, with and without interleaving)",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
-             "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and --overlap-param-gather",
-             "Transformer Engine DotProductAttention (flash / cuDNN fused attention); "
-             "Transformer Engine's backend choice (get_attention_backend) prefers cuDNN FusedAttention to "
+             "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and --overlap-param-gather;"
+             " core_r0.8.0 distrib_optimizer.py: each bucket's weight all-gather waited on in the forward pre-hook",
+             "Transformer Engine DotProductAttention: get_attention_backend prefers cuDNN FusedAttention to "
              "FlashAttention on Hopper 'for performance reasons' (one release left the preference out)",
              "Transformer Engine transformer_engine/pytorch/module/linear.py and layernorm_linear.py, _Linear.forward: "
              "under fp8 the quantized input (column-wise data only) is what is saved for the backward pass",
@@ -158,12 +161,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
                  "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
                  "count after the cast, the cast's own backward 4, 2): 52",
-                 "Korthikanti et al. 2022, Sec. 4 (sequence parallelism, selective recompute; activation memory "
-                 "with 5 a s^2 b bytes of attention scores per layer)"),
+                 "Korthikanti et al. 2022, Sec. 4 (SP, selective recompute; 5 a s^2 b bytes of scores a layer)"),
     ),
     _MEGATRON_CORE,
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        weight_gather_bytes=(2.0, 2.0, 1.0),
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -174,6 +177,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "incoming gradient is 1 (per-token losses: it is not): 10",
                  "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py, 067f987 "
                  "perf_recipes/_common.py: grad_reduce_in_fp32 = False (2 bytes; bf16_mixed's default is fp32)",
+                 "Megatron-Bridge v0.2.0, 067f987 performance fp8_cs: fp8_param_gather = True; Megatron-LM 0d8e071 DDP "
+                 "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
@@ -188,9 +193,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         _MEGATRON_CORE, name="megatron-core-deepep", ep_dispatch_per_node=True,
         what="Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
              "network once per destination node, then NVLink), no EP A2A overlap",
-        sources=("Megatron-LM megatron/core/transformer/moe/README.md, token dispatchers: 'FlexDispatcher with "
-                 "DeepEP backend: removes redundant tokens during cross-node communication' "
-                 "(--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep|hybridep)",
+        sources=("Megatron-LM core/transformer/moe/README.md: 'FlexDispatcher with DeepEP backend: removes redundant "
+                 "tokens during cross-node communication' (--moe-token-dispatcher-type flex, backend deepep|hybridep)",
                  "the megatron-core profile's sources"),
     ),
     dataclasses.replace(
@@ -204,15 +208,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
+        overlap_param_gather=False,
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
         sources=("DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2 (HAI-LLM), Sec. 3.2.1 (DualPipe overlaps the "
                  "all-to-alls with computation), Sec. 3.2.2 (IB once per target node, NVLink forwarding), Sec. "
                  "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16)",
-                 "deepseek-ai/DeepEP docs/legacy.md: the DeepSeek-V3/R1 pre-training setting, 'top-4 groups, "
-                 "top-8 experts, FP8 dispatching and BF16 combining'; deep_ep/buffer.py dispatch: x as "
-                 "[tokens, hidden] float8_e4m3fn and [tokens, hidden // 128] float scales",
+                 "deepseek-ai/DeepEP docs/legacy.md, DeepSeek-V3/R1 pre-training: 'top-4 groups, top-8 experts, FP8 "
+                 "dispatching and BF16 combining'; buffer.py dispatch: [tokens, hidden] fp8 e4m3, hidden / 128 scales",
                  "the megatron-core-deepep-a2a-overlap profile's sources"),
     ),
     Framework(
@@ -223,6 +227,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        all_reduce_then_gather=(True, False, False),
         sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
                  "ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 gradients to it (allreduce_bucket)",
                  "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
@@ -230,10 +235,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "megatron/mpu/cross_entropy.py (17e4536) clones the fp32 logits (4, 4), then Megatron's max, sub_, "
                  "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60",
                  "DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
-                 "DeepSpeed v0.16.4 deepspeed/runtime/engine.py _do_optimizer_sanity_check (BF16_Optimizer "
-                 "for bf16 with ZeRO 0, or ZeRO 1 with fp32 gradient accumulation), pipe/engine.py "
-                 "_exec_backward_pass (update_hp_grads after every micro-batch's backward), bf16_optimizer.py "
-                 "_update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + 4 bytes for the cast, 8 + 4 for the add)",
+                 "DeepSpeed v0.16.4 engine.py _do_optimizer_sanity_check (BF16_Optimizer for bf16 with ZeRO 0, or ZeRO "
+                 "1 with fp32 gradient accumulation), pipe/engine.py _exec_backward_pass (update_hp_grads after every "
+                 "micro-batch's backward), bf16_optimizer.py _update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + "
+                 "4, 8 + 4 bytes the add); _bf16_reduce_grads all-reduces, step() all-gathers bf16 weights (v0.6.4 so)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3"),
     ),
@@ -252,16 +257,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "zeros 12, contiguous 8, step 0's += 30, dK/dV cat 16 a step, then dK, dV _partial_update 26, dQ += "
                  "10, K/V cat 8, casts 18: 84 + 60 (c - 1); K, V ALL_GATHER (torchtitan 9dec370's), dK, dV ALL_TO_ALL",
                  "torchtitan 9dec370 / e7c0cae --training.mixed_precision_reduce: float32, the only choice (4 bytes)",
-                 "torchtitan torchtitan/models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), "
-                 "repeat_kv(xv) (unsqueeze, expand, reshape: a copy) before scaled_dot_product_attention: each "
-                 "reads its hk columns and writes q (2 bytes an element): 4 bytes an element of q + hk; backward sums "
-                 "the copies' gradients",
-                 "torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), not compiled ('compiling loss "
+                 "torchtitan models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), repeat_kv(xv) (expand, "
+                 "reshape: a copy) before SDPA, each reading hk columns and writing q (2 bytes an element): 4 bytes an "
+                 "element of q + hk; backward sums the copies' gradients",
+                 "torchtitan train.py (9dec370) loss_fn: cross_entropy(pred.float()), uncompiled ('compiling loss "
                  "function causes CUDA errors'): .float() (2, 4 bytes a logit), log_softmax (PyTorch 000cace "
-                 "SoftMax.cu: a row over sharedMemPerBlock / 4 elements takes cunn_SoftMaxForward, which reads it for "
-                 "the max, the sum of exp and the output, 3 x 4, and writes 4); backward nll_loss's dense fp32 "
-                 "gradient (Loss.cu 00e3254 nll_loss_backward_out_cuda: zero_, 4), cunn_SoftMaxBackward (the "
-                 "gradient read twice, the output once, 4 written: 16), the cast back (4, 2): 22 + 26 = 48",
+                 "SoftMax.cu, cunn_SoftMaxForward for a row over sharedMemPerBlock / 4: reads 3 x 4 for the max, the "
+                 "sum of exp and the output, writes 4); backward nll_loss's dense fp32 gradient (Loss.cu 00e3254: "
+                 "zero_, 4), cunn_SoftMaxBackward (gradient read twice, output once, 4 written), the cast (4, 2): 48",
                  "torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
@@ -273,12 +276,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "SDPA and reduce_scatter outputs; train_configs/llama3_*.toml selective_ac_option = 'op'",
                  "torchao torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args.forward saves the "
                  "high-precision input and weight for the backward pass",
-                 "torchao torchao/testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, tensorwise "
-                 "scaling without fusion (benchmarks/float8/float8_roofline.py's default): an input or output "
-                 "gradient is read for its max (2 bytes) and read again and written twice in fp8 (2 + 1 + 1); a "
-                 "weight read for its max (2), then cast for the forward (2 + 1) and again for the backward (2 + 1)",
-                 "torchtitan torchtitan/config/configs.py pipeline_parallel_layers_per_stage (stages split at "
-                 "any layer)"),
+                 "torchao testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, tensorwise, unfused "
+                 "(float8_roofline.py's default): an input or output gradient read for its max (2), read again and "
+                 "written twice in fp8 (2 + 1 + 1); a weight read for its max (2), cast forward (2 + 1), back (2 + 1)",
+                 "torchtitan config/configs.py pipeline_parallel_layers_per_stage (stages split at any layer)"),
     ),
 )}
 FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
@@ -288,12 +289,11 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
     sources=("torchtitan torchtitan/models/norms.py (commit 9dec370) RMSNorm.forward: x.float() (read 2, write 4 "
              "bytes an element), pow(2) (4, 4), mean (4), x * rsqrt (4, 4), type_as (4, 2), * weight (2, 2): 36 "
              "bytes where a fused norm moves 4, so 32 more for each of a block's two norms (64 per element of T h)",
-             "torchtitan torchtitan/models/llama/model.py (9dec370) apply_rotary_emb: xq.float() (2, 4), the complex "
-             "product (4, 4), type_as (4, 2): 20 bytes an element of Q and of K, which the model otherwise does not "
-             "count; FeedForward: F.silu(w1(x)) (2, 2) * w3(x) (2 + 2, 2): 10 bytes an element of the intermediate "
-             "where the fused SwiGLU counted moves 6 (4 more)",
-             "torchtitan torchtitan/parallelisms/parallelize_llama.py (9dec370): torch.compile per TransformerBlock "
-             "only when training.compile is set (train_configs/llama3_8b.toml: compile = false)",
+             "torchtitan models/llama/model.py (9dec370) apply_rotary_emb: xq.float() (2, 4), the complex product "
+             "(4, 4), type_as (4, 2): 20 bytes an element of Q and of K, otherwise not counted; FeedForward: "
+             "F.silu(w1(x)) (2, 2) * w3(x) (2 + 2, 2): 10 bytes an element of the intermediate, fused count's 6 + 4",
+             "torchtitan parallelize_llama.py (9dec370): torch.compile per block only with training.compile (false in "
+             "train_configs/llama3_8b.toml)",
              "the fsdp2 profile's sources"),
 )
 FRAMEWORKS["llm-foundry"] = dataclasses.replace(
@@ -305,11 +305,10 @@ FRAMEWORKS["llm-foundry"] = dataclasses.replace(
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
              "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
              "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
-             "llm-foundry attention.py flash_attn_fn (b2a43a147, 5e85bd62d: the benchmark tables' code) unpads Q, K, V "
-             "(flash_attn bert_padding index_first_axis: torch.gather, 2 + 2 bytes an element) and pads the output "
-             "(index_put_first_axis: zeros, then index_put: 2 + 2 + 2); backward the pad's gather (2 + 2) and for "
-             "Q, K, V zeros and scatter_ (2 + 2 + 2): 20 bytes an element of q and of hk (K and V as one: 2 x 10), "
-             "20 / 3 priced a forward (eager_elem_bytes: twice that backward)",
+             "llm-foundry attention.py flash_attn_fn (b2a43a147, 5e85bd62d: the tables' code) unpads Q, K, V (bert_"
+             "padding index_first_axis: torch.gather, 2 + 2 bytes an element), pads the output (zeros, index_put: 2 + "
+             "2 + 2); backward the pad's gather (2 + 2), for Q, K, V zeros and scatter_ (2 + 2 + 2): 20 bytes an "
+             "element of q and of hk (K and V as one: 2 x 10), 20 / 3 a forward (eager_elem_bytes: twice backward)",
              "the fsdp2 profile's sources"),
 )
 FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(

@@ -100,8 +100,7 @@ MAMF_FRACTION = {
     "H100-SXM5-80GB": 792.1 / 989.4,
     # Grand Teton's 96 GB part: the same die, so the H100's fraction of its peak; its 500 W power limit (lower clocks)
     # is in its preset peaks (data/hardware_presets.csv: the middle of the H100 SXM's and H100 NVL's, the bracket the
-    # torchtitan benchmark's footnote gives), which this fraction and the attention kernels' rates (ATTENTION_KERNELS)
-    # scale with.
+    # torchtitan benchmark's footnote gives), which this fraction and the attention kernels' rates scale with.
     "H100-SXM5-96GB-500W": 792.1 / 989.4,
     # H800: the H100 SXM5 die with NVLink cut to 400 GB/s; the same compute ceiling.
     "H800-SXM5-80GB": 792.1 / 989.4,

@@ -1,8 +1,7 @@
 """The scalar reference evaluator: one strategy at a time, plain Python, slow and obvious.
 
-Used by tests (row-by-row equality with the vectorised evaluator) and by ``plansweep bench``
-(for the speed ratio). It walks every pipeline stage explicitly, with ifs instead of masks,
-and imports only the named constants and the specs from the vectorised module.
+Used by tests (row-by-row equality with the vectorised evaluator) and ``plansweep bench`` (the speed ratio). It walks
+every stage explicitly, with ifs instead of masks, and imports only named constants and specs from costmodel._evaluate.
 """
 
 from __future__ import annotations
@@ -406,8 +405,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             re_m = {"full": fwd_m, "selective": up if model.mla else attn}.get(rc, 0.0)
             re_ep = mo["ep"] if rc == "full" else 0.0
             F += n_m * (fwd_m + tp_fwd + cp_fwd + mo["ep"])
-            # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, so
-            # ties between stages break alike)
+            # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
             Bw += n_m * (bwd_m + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + mo["ep"] + re_ep)
             W += n_m * mo["gemm"]
             comp += n_m * (fwd_m + bwd_m + mo["gemm"])
@@ -505,11 +503,14 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
 
-    def exchange(n_params: float, ranks: int) -> float:  # the gradients in the framework's reduce dtype
-        grad_bytes, w_bytes = fw.grad_reduce_bytes[prec] * n_params, K.WEIGHT_BYTES * n_params
+    gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
+    def exchange(n_params: float, ranks: int) -> float:  # gradients and weights in the framework's dtypes
+        grad_bytes, w_bytes = gb * n_params, wb * n_params
         if zero == 3:
             return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
-        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated 16-bit weights
+        if zero <= 1 and both:  # all-reduce the gradients, then all-gather the updated weights
+            return _allreduce(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
+        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
             return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
         return _allreduce(grad_bytes, ranks, dp_link)
 
@@ -520,7 +521,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         dp_raw = exchange(params_max, g)
         opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
     window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
-    dp_exposed = max(dp_raw - window, 0.0) if overlap else dp_raw
+    ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
+    dp_exposed = max(dp_raw - ag - window, 0.0) + max(ag - bottleneck["F"], 0.0) if overlap else dp_raw
     step = pipe + dp_exposed + opt
 
     buffers = K.RESERVED_BYTES

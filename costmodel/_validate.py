@@ -1,5 +1,4 @@
-"""Predicted vs measured speed (and memory) of published (or a user's own) training runs, and
-fitting a GPU type's efficiency constants to such runs.
+"""Predicted vs measured speed (and memory) of published (or a user's own) runs; fitting GPU constants to them.
 
 The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means the source did not
 say: the authors tuned it, so we take the value the cost model finds best among the candidates below, and report which.

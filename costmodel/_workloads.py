@@ -421,9 +421,8 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et al. 2024, arXiv:2401.04088 (every layer MoE;
     # 32k-token context: seq 32768). 46.7B / 12.9B.
     "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
-    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads, 8 KV heads,
-    # intermediate 16384, vocab 32000, 8 experts, 2 per token, 65536 positions). Mistral AI's announcement: 141B total,
-    # 39B active.
+    # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads, 8 KV heads, ffn
+    # 16384, vocab 32000, 8 experts, 2 per token, 65536 positions); 141B total, 39B active (Mistral AI).
     "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
     # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3 config.json: 61 layers,
     # hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048, top-8, the first 3 layers dense with ffn 18432,
@@ -437,10 +436,9 @@ MODEL_PRESETS: dict[str, Transformer] = {
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
                         router_groups=8, router_group_topk=4, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
                         qk_rope_head_dim=64, v_head_dim=128),
-    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 per token, no
-    # shared expert, every layer MoE, vocab 151936) and the Qwen3 Technical Report (arXiv:2505.09388, Table 2;
-    # pre-training at 4,096 tokens). Their per-head Q/K RMSNorms (2 x 128 parameters a layer) are left out. 30.5B / 3.3B
-    # and 235B / 22B.
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 per token, no shared
+    # expert, every layer MoE, vocab 151936), Qwen3 Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096
+    # tokens); per-head Q/K RMSNorms (2 x 128 parameters a layer) left out. 30.5B / 3.3B and 235B / 22B.
     "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
                           experts_per_token=8, expert_ffn_hidden=768),
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,

@@ -6,6 +6,8 @@ cites, not read back from the code.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from costmodel._evaluate import (
     SCHED,
     WEIGHT_BYTES,
     dp_exchange_s,
+    exposed_dp_s,
     framework_terms,
     pipeline_fill,
     reason_codes,
@@ -57,6 +60,50 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     # per row, as the evaluator passes it (the row's precision): 2 bytes is the default's all-reduce
     got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, grad_bytes=np.array([4.0, 2.0]))
     np.testing.assert_allclose(got, [0.070 + 14 * lat, ring])
+
+
+def test_dp_exchange_fp8_weight_gathers_and_bf16_optimizer():
+    # 1e9 parameters per GPU over 8 ranks at 100 GB/s, 10 us a ring step, ZeRO 0-3, 4 micro-batches.
+    zero, m, params, g, bw, lat = np.array([0, 1, 2, 3]), np.full(4, 4), np.full(4, 1e9), np.full(4, 8), 100e9, 10e-6
+    # Megatron-Bridge under fp8 gathers fp8 weights (1 byte), reduces bf16 gradients (2): ZeRO 0 all-reduces
+    # 7/8 x 2 x 2e9 bytes (35 ms); ZeRO 1-2 reduce-scatter 7/8 x 2e9 and gather 7/8 x 1e9 (26.25 ms); ZeRO-3 per
+    # micro-batch gathers 1 + 1 and reduce-scatters 2 bytes an element (35 ms, x 4).
+    got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=framework_preset("megatron-bridge"), prec=2)
+    np.testing.assert_allclose(got, [0.035 + 14 * lat, 0.02625 + 14 * lat, 0.02625 + 14 * lat, 4 * (0.035 + 21 * lat)])
+    # DeepSpeed's BF16_Optimizer (bf16, ZeRO 0-1) all-reduces the 2-byte gradients and all-gathers the 2-byte weights:
+    # 7/8 x (4 + 2) e9 (52.5 ms) and three ring passes; ZeRO 2-3 as before; fp16 rows (prec 1) as the default.
+    ds = framework_preset("deepspeed")
+    got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=0)
+    np.testing.assert_allclose(got, [0.0525 + 21 * lat, 0.0525 + 21 * lat, 0.035 + 14 * lat, 4 * (0.0525 + 21 * lat)])
+    got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=1)
+    np.testing.assert_allclose(got, dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2))
+
+
+def test_exposed_dp_weight_all_gather_behind_the_next_forward():
+    # Exchange 0.9 s, the bottleneck stage's last backward B + W = 0.3 + 0.1 s, its forward F = 0.2 s, X = 0.7 s,
+    # m = 4; ZeRO 0-3, overlap on.
+    zero, m, X, B, W, F = np.array([0, 1, 2, 3]), 4, 0.7, 0.3, 0.1, 0.2
+    dp = np.full(4, 0.9)
+    # No overlap_param_gather (generic): the whole exchange behind B + W (ZeRO-3: behind m X = 2.8 s).
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, dp, F_b=F, fw=framework_preset("generic")),
+                               [0.5, 0.5, 0.5, 0.0])
+    # Megatron-Core, bf16: reduce-scatter 4 bytes, all-gather 2: the gather is 2 / 6 of it (0.3 s) and waits in the
+    # next forward: ZeRO 1-2 expose max(0.6 - 0.4, 0) + max(0.3 - 0.2, 0) = 0.3; ZeRO 0 and 3 as before.
+    mc = framework_preset("megatron-core")
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, dp, F_b=F, fw=mc, prec=0), [0.5, 0.3, 0.3, 0.0])
+    # Megatron-Bridge, bf16 (2 + 2): the gather is half (0.45 s): 0.05 + 0.25; fp8 (2 + 1): a third again.
+    br = framework_preset("megatron-bridge")
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, dp, F_b=F, fw=br, prec=0), [0.5, 0.3, 0.3, 0.0])
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, np.full(4, 1.2), F_b=F, fw=br, prec=0),
+                               [0.8, 0.2 + 0.4, 0.2 + 0.4, 0.0])
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, dp, F_b=F, fw=br, prec=2), [0.5, 0.3, 0.3, 0.0])
+    # All-reduce then gather at ZeRO 1 (2 x 2 + 2 bytes): a third, 0.3 s again; ZeRO 2 reduce-scatters (half).
+    both = dataclasses.replace(br, name="both", all_reduce_then_gather=(True,) * 3)
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, dp, F_b=F, fw=both, prec=0), [0.5, 0.3, 0.3, 0.0])
+    np.testing.assert_allclose(exposed_dp_s(zero, True, m, X, B, W, np.full(4, 1.2), F_b=F, fw=both, prec=0),
+                               [0.8, (0.8 - 0.4) + (0.4 - 0.2), 0.6, 0.0])
+    # overlap off: everything exposed
+    np.testing.assert_allclose(exposed_dp_s(zero, False, m, X, B, W, dp, F_b=F, fw=mc, prec=0), dp)
 
 
 def test_state_bytes_shard_by_zero_stage():

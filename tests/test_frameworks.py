@@ -109,6 +109,35 @@ def test_gradient_reduce_dtype_by_framework_and_precision():
         assert mc == pytest.approx(_one(like, zero_stage=0, precision=prec, **cols)["dp_comm_s"][0], rel=1e-12)
 
 
+def test_weight_gathers_by_framework_deepspeed_bf16_optimizer_and_megatron_param_gather():
+    # Sourced values: Megatron-Core (the README's --overlap-param-gather) and Megatron-Bridge wait for the weights'
+    # all-gather in the next forward; Bridge's fp8 recipes gather fp8 weights; DeepSpeed's BF16_Optimizer (bf16)
+    # all-reduces and then all-gathers.
+    assert {k for k, f in FRAMEWORKS.items() if f.overlap_param_gather} == {
+        "megatron-core", "megatron-bridge", "megatron-core-a2a-overlap", "megatron-core-deepep",
+        "megatron-core-deepep-a2a-overlap"}
+    assert {k: f.weight_gather_bytes for k, f in FRAMEWORKS.items() if f.weight_gather_bytes != (2.0,) * 3} == {
+        "megatron-bridge": (2.0, 2.0, 1.0)}
+    assert {k: f.all_reduce_then_gather for k, f in FRAMEWORKS.items() if any(f.all_reduce_then_gather)} == {
+        "deepspeed": (True, False, False)}
+    # DeepSpeed, no overlap: bf16 at ZeRO 0 and 1 moves 2 x 2 + 2 bytes an element in three ring passes where the
+    # generic profile's ZeRO 1 moves 2 + 2 in two (its ZeRO 0, 2 x 2 in two): 1.5x, latencies included; ZeRO 2 and fp16
+    # rows as generic's.
+    cols = dict(dp=128, tp=8, pp=1, overlap_dp=False)
+    dp = lambda fw, **c: _one(fw, **cols, **c)["dp_comm_s"][0]  # noqa: E731
+    for z in (0, 1):
+        assert dp("deepspeed", zero_stage=z) == pytest.approx(1.5 * dp("generic", zero_stage=z), rel=1e-12)
+    assert dp("deepspeed", zero_stage=2) == pytest.approx(dp("generic", zero_stage=2), rel=1e-12)
+    assert dp("deepspeed", zero_stage=1, precision="fp16") == pytest.approx(dp("generic", zero_stage=1), rel=1e-12)
+    # Megatron-Core, overlap on: the same exchange less exposed than with the gather behind the backward; ZeRO 0
+    # (no distributed optimizer) and overlap off unchanged.
+    behind = dataclasses.replace(FRAMEWORKS["megatron-core"], name="mc-gather-in-backward", overlap_param_gather=False)
+    exposed = lambda fw, z, o: _one(fw, zero_stage=z, **{**cols, "overlap_dp": o})["dp_comm_s"][0]  # noqa: E731
+    assert exposed("megatron-core", 1, True) < exposed(behind, 1, True)
+    assert exposed("megatron-core", 0, True) == exposed(behind, 0, True)
+    assert exposed("megatron-core", 1, False) == exposed(behind, 1, False)
+
+
 def test_fsdp2_prices_zero3_with_a_pipeline_as_zero1():
     # torchtitan keeps the weights gathered from the first forward to the last backward and
     # reduce-scatters gradients once per step when pp > 1: ZeRO-1's bytes, in time and memory.
