@@ -60,7 +60,7 @@ import types
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
-from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS, Cluster
+from costmodel._hardware import ATTENTION_KERNELS, ATTN_SEQ_POINTS, PRECISIONS, Cluster
 from costmodel._sorted_memo import Memo
 from costmodel._stages import (
     GPU_FIELDS,
@@ -266,8 +266,8 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
 
     ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
     ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
-    ``attn_eff``: the framework's attention kernel's fraction of ``peak16`` where measured, 0
-    (or None) for the standard formula (costmodel._hardware.ATTENTION_KERNELS).
+    ``attn_eff``: (N, 6) the framework's attention kernel's fractions of ``peak16`` at ATTN_SEQ_POINTS where
+    measured, zeros (or None) for the standard formula (attention_eff_at; costmodel._hardware.ATTENTION_KERNELS).
     The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
     one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
     gpu = cluster.gpu if gpu is None else gpu
@@ -301,10 +301,9 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
-        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate
-            measured = attn_eff > 0
-            attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * tiles),
-                            attn)
+        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
+            eff = attention_eff_at(attn_eff, sc)
+            attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)), attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
@@ -331,6 +330,15 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "cp_bw": cp_bw, "cp_lat": cp_lat,
         "T": T,
     }
+
+
+def attention_eff_at(table, seq):
+    """A kernel's rate (table: (..., 6) at ATTN_SEQ_POINTS) at the length ``seq`` it runs on, linear in log2 of the
+    length between the points and clamped outside them: hat weights max(0, 1 - |x - k|) at x = log2(seq / 512).
+    Under context parallelism each ring step runs the kernel on the rank's chunk (sc queries, sc or sc / 2 keys)."""
+    n = len(ATTN_SEQ_POINTS)
+    x = np.clip(np.log2(np.asarray(seq, dtype=np.float64) / ATTN_SEQ_POINTS[0]), 0.0, n - 1.0)[..., None]
+    return np.sum(np.asarray(table) * np.maximum(0.0, 1.0 - np.abs(x - np.arange(n))), axis=-1)
 
 
 def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):

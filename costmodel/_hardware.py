@@ -130,26 +130,28 @@ EFFICIENCY: dict[str, Efficiency] = {
 # Fused attention kernels, priced apart from the GEMMs (a framework profile names its kernel:
 # Framework.attention_kernel). "standard": the whole s x s square of QK^T and AV at the GEMM constant times the kernel's
 # tile edges (ATTN_HALF_DIM on the query rows, keys and head dimension). A kernel measured on a GPU is priced instead on
-# the causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate. Rates: Shah et al. 2024
-# (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens (the plateau):
-# FlashAttention-2 (what PyTorch's scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s,
-# backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's FusedAttention) 539
-# and 516. A backward pass does 2.5x the forward's FLOPs (five products to two), so a pass forward and backward runs at
-# 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
-# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only (no
-# other GPU's rates published beside these: the standard formula elsewhere); other head dimensions at the same rate.
+# the causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate at the length it runs
+# on. Rates: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k
+# tokens a batch, the bar labels at each sequence length of ATTN_SEQ_POINTS: FlashAttention-2 (PyTorch's SDPA flash
+# backend) and cuDNN (Transformer Engine's FusedAttention), causal forward and backward (the paper's backward figure is
+# without the causal mask). A backward pass does 2.5x the forward's FLOPs (five products to two), so a pass forward and
+# backward runs at 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the evaluator counts it. Times
+# SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only (no other GPU's rates
+# published beside these: the standard formula elsewhere); other head dimensions at the same rate.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
-_ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
+ATTN_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)  # tokens; rates between them by log2 of the length, clamped
+_ATTN_TFLOPS_H100 = {"flash2": ((191.0, 260.0, 298.0, 319.0, 333.0, 335.0), (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)),
+                     "cudnn": ((315.0, 410.0, 484.0, 518.0, 529.0, 539.0), (305.0, 408.0, 465.0, 499.0, 518.0, 516.0))}
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
 
 
-def attention_kernel_eff(gpu_name: str, kernel: str) -> float:
-    """Fraction of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name``
-    (module notes above ATTENTION_KERNELS); 0.0 where not measured (the standard formula)."""
+def attention_kernel_eff(gpu_name: str, kernel: str) -> tuple[float, ...]:
+    """Fractions of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name`` at each length of
+    ATTN_SEQ_POINTS (module notes above); zeros where not measured (the standard formula)."""
     if kernel not in _ATTN_TFLOPS_H100 or gpu_name not in _HOPPER:
-        return 0.0
+        return (0.0,) * len(ATTN_SEQ_POINTS)
     fwd, bwd = _ATTN_TFLOPS_H100[kernel]
-    return 3.0 / (1.0 / fwd + 2.5 / bwd) / 989.4 * SUSTAINED_CLOCK
+    return tuple(3.0 / (1.0 / f + 2.5 / b) / 989.4 * SUSTAINED_CLOCK for f, b in zip(fwd, bwd, strict=True))
 
 
 # Short names users type, mapped to the CSV's names.

@@ -275,9 +275,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         gemm = proj + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp)
         half = K.ATTN_HALF_DIM
         edges = (sc / (sc + half)) * (s / (s + half))
-        kernel = attention_kernel_eff(gpu.name, fw.attention_kernel)
-        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate
-            attn = 2 * b * sc * s * q / tp / (peak16 * kernel * edges)
+        rates = attention_kernel_eff(gpu.name, fw.attention_kernel)  # at 512, 1k .. 16k tokens
+        x = min(max(math.log2(sc / 512), 0.0), 5.0)  # the kernel runs on the rank's chunk sc; log2-linear, clamped
+        i = min(int(x), 4)
+        kernel = rates[i] + (x - i) * (rates[i + 1] - rates[i])
+        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length
+            attn = 2 * b * sc * s * q / tp / (peak16 * kernel)
         else:
             attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
