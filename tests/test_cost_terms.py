@@ -106,6 +106,31 @@ def test_exposed_dp_weight_all_gather_behind_the_next_forward():
     np.testing.assert_allclose(exposed_dp_s(zero, False, m, X, B, W, dp, F_b=F, fw=mc, prec=0), dp)
 
 
+def test_exposed_dp_fsdp1_root_and_first_block_collectives():
+    # Llama 3 8B: 8,030,261,248 parameters, a layer 218,112,000 (4096^2 x 2 + 4096 x 1024 x 2 + 3 x 4096 x 14336 + 2 x
+    # 4096), 32 layers: the root unit (embedding, untied head, final norm) and block 0 hold 8,030,261,248 - 31 x
+    # 218,112,000 = 1,268,789,248, e = 0.15800. LLM Foundry bf16: reduce-scatter 4 bytes, all-gather 2. ZeRO-2 and 3,
+    # m = 1, X = 0.5 s, B + W = 0.6 s, F = 0.3 s.
+    model, lf = model_preset("llama3-8b"), framework_preset("llm-foundry")
+    e = 1268789248 / 8030261248
+    zero, X, B, W, F = np.array([2, 3]), 0.5, 0.5, 0.1, 0.3
+    # ZeRO-2, exchange 0.6 s (gather 0.2, reduce-scatter 0.4): the rest hidden (0.17 < F, 0.34 < B + W), e x 0.6
+    # exposed where generic exposes max(0.6 - 0.6, 0) = 0; ZeRO-3, 0.8 s (two gathers 0.2 each, 0.4): e x (0.2 + 0.4)
+    # and max(0.8 - e x 0.6 - 0.5, 0) = 0.2052 (0.3 in all, as generic's 0.8 - 0.5)
+    dp = np.array([0.6, 0.8])
+    got = exposed_dp_s(zero, True, 1, X, B, W, dp, F_b=F, fw=lf, prec=0, model=model, pp=1)
+    np.testing.assert_allclose(got, [e * 0.6, 0.3], rtol=1e-12)
+    assert e * 0.6 == pytest.approx(0.094800, abs=1e-6)
+    # a longer forward window kept: ZeRO-3 behind m X = 1.0 s exposes only the edges
+    np.testing.assert_allclose(exposed_dp_s(zero, True, 1, 1.0, B, W, dp, F_b=F, fw=lf, model=model), [e * 0.6] * 2,
+                               rtol=1e-12)
+    # pp 2, overlap off, or without the field: as before
+    np.testing.assert_allclose(exposed_dp_s(zero, True, 1, X, B, W, dp, F_b=F, fw=lf, model=model, pp=np.array(2)),
+                               [0.0, 0.3], atol=1e-15)
+    np.testing.assert_allclose(exposed_dp_s(zero, False, 1, X, B, W, dp, F_b=F, fw=lf, model=model), dp)
+    assert not framework_preset("fsdp2").fsdp_unit_edges and framework_preset("llm-foundry-triton").fsdp_unit_edges
+
+
 def test_state_bytes_shard_by_zero_stage():
     # 2 + 4 + 12 bytes per parameter (bf16 weight, fp32 gradient, fp32 master + Adam moments),
     # sharded over g = 4 from the ZeRO stage that shards them (Rajbhandari et al. 2020).

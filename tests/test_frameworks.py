@@ -188,9 +188,9 @@ def test_validate_assumes_deepspeeds_overlap_only_under_zero3(tmp_path):
 
 def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
-    assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its fused loss, GQA read
+    assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its loss, GQA read, FSDP1
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
-                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0),
+                               kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0), fsdp_unit_edges=False,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["generic"]
