@@ -60,7 +60,7 @@ import types
 import numpy as np
 
 from costmodel._frameworks import Framework, framework_preset
-from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS, Cluster
+from costmodel._hardware import ATTENTION_KERNELS, ATTN_SEQ_POINTS, PRECISIONS, Cluster
 from costmodel._sorted_memo import Memo
 from costmodel._stages import (
     GPU_FIELDS,
@@ -266,8 +266,8 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
 
     ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
     ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
-    ``attn_eff``: the framework's attention kernel's fraction of ``peak16`` where measured, 0
-    (or None) for the standard formula (costmodel._hardware.ATTENTION_KERNELS).
+    ``attn_eff``: (N, 6) the framework's attention kernel's fractions of ``peak16`` at ATTN_SEQ_POINTS where
+    measured, zeros (or None) for the standard formula (attention_eff_at; costmodel._hardware.ATTENTION_KERNELS).
     The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
     one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
     gpu = cluster.gpu if gpu is None else gpu
@@ -301,10 +301,9 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
-        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate
-            measured = attn_eff > 0
-            attn = np.where(measured, 2.0 * b * sc * s * q / t / (peak16 * np.where(measured, attn_eff, 1.0) * tiles),
-                            attn)
+        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
+            eff = attention_eff_at(attn_eff, sc)
+            attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)), attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
@@ -331,6 +330,12 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         "cp_bw": cp_bw, "cp_lat": cp_lat,
         "T": T,
     }
+
+
+def attention_eff_at(table, seq):
+    """A kernel's rate (table (..., 6) at ATTN_SEQ_POINTS) at length ``seq``: log2-linear (hat weights), clamped."""
+    x = np.clip(np.log2(np.asarray(seq, dtype=np.float64) / ATTN_SEQ_POINTS[0]), 0.0, len(ATTN_SEQ_POINTS) - 1.0)
+    return np.sum(np.asarray(table) * np.maximum(0.0, 1.0 - np.abs(x[..., None] - np.arange(len(ATTN_SEQ_POINTS)))), -1)
 
 
 def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):
@@ -1188,11 +1193,21 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
 
 
-def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0):
+def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
+                 model: Transformer | None = None, pp=1):
     """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck stage's last backward
     (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
-    all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead."""
+    all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead.
+    ``fw``'s fsdp_unit_edges (``model`` dense, ``pp`` 1, ZeRO 2-3): FSDP's root unit and block 0 (share e of the
+    parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max)."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
+    if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
+        n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
+        e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
+        ag, rs = (dp_raw * x / np.where(zero == 3, 2 * w + gr, w + gr) for x in (w, gr))  # ZeRO-3: forward's gather
+        rest = np.where(zero == 2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
+                        np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
+        return np.where(overlap, np.where(zero >= 2, e * (ag + rs) + rest, np.maximum(dp_raw - window, 0.0)), dp_raw)
     if fw is None or not fw.overlap_param_gather:
         return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))
@@ -1886,7 +1901,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             opt_u = back(pair(ADAM_BYTES_TOUCHED / shard / hbm_rate[pool_u], ks is not None and (
                 ADAM_BYTES_TOUCHED / shard[ia_p] / np.minimum(hbm_rate[xa], hbm_rate[xb]))))
         opt_s = row_max(params * (opt_u if keyed else ADAM_BYTES_TOUCHED / shard / hbm_Bps))
-    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=F_b, fw=fw, prec=prec)
+    dp_exposed = exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=F_b, fw=fw, prec=prec, model=model, pp=p)
     step = pipe + dp_exposed + opt_s
 
     # -- the bottleneck stage's time parts; throughput and utilisation --

@@ -10,59 +10,49 @@ Pricing rules the fields drive (costmodel._evaluate):
         ``framework_unsupported``
     max_zero_with_pp: ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
     shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
-        and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes on the wire
-        and, at the peak, the same bytes in memory)
+        and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes, wire, peak)
     overlap_dp: the strategy's ``overlap_dp`` values it can run; one value: the framework decides, the column unread
     overlap_dp_usual: what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
     uneven_chunks: interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v must
         divide every stage's layers)
     expert_parallel: False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
-    expert_tensor_parallel: False: etp > 1 is ``framework_unsupported`` (Megatron-Core has
-        --expert-tensor-parallel-size; the others are priced with etp 1)
-    ep_dispatch_per_node: the dispatcher sends a token once to each other node that holds one of its experts and
-        forwards it inside that node over NVLink (DeepEP, HybridEP: Megatron-Core's flex dispatcher; DeepSeek-V3's own),
-        instead of once per routed expert (the alltoall dispatcher)
-    fp8_dispatch: under fp8, the dispatch all-to-all (and its mirror in backward, the combine's gradient sent back to
-        the experts) moves fp8 activations with 1 x 128 fp32 scales; the combine and its mirror stay in 16 bits
-        (DeepSeek-V3 report Sec. 3.3.2, DeepEP's "FP8 dispatching, BF16 combining")
+    expert_tensor_parallel: False: etp > 1 is ``framework_unsupported`` (only Megatron-Core has it)
+    ep_dispatch_per_node: a token goes once to each other node holding one of its experts, then over NVLink (DeepEP,
+        HybridEP: Megatron-Core's flex dispatcher; DeepSeek-V3's own), not once per routed expert (alltoall dispatcher)
+    fp8_dispatch: under fp8 the dispatch all-to-all (and its backward mirror) moves fp8 activations with 1 x 128 fp32
+        scales, the combine stays 16-bit (DeepSeek-V3 report Sec. 3.3.2; DeepEP's "FP8 dispatching, BF16 combining")
     overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
         (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
-    selective: what recompute "selective" means: "attention", the attention core recomputed, everything else kept
-        (Korthikanti et al. 2022 Sec. 5); "op", torchtitan's per-op policy: a layer keeps its input, every other matrix
-        product's output (the 1st, 3rd, ...), the attention kernel's output and the tensor-parallel reduce-scatters'
-        outputs, and recomputes the rest (the other products, norms, activations, the all-gathers)
-    attention_kernel: how its attention core is priced (costmodel._hardware.ATTENTION_KERNELS): "standard", the whole s
-        x s square at the GEMM constant; "flash2" (FlashAttention-2) or "cudnn" (cuDNN fused attention), the causal half
-        at the kernel's published rate on GPUs where one is published
-    fp8_cast_bytes: under fp8, the HBM bytes its casts to fp8 move outside the GEMMs, per element of each linear layer's
-        input, per weight element (forward), per element of its output gradient, per weight element (backward); zeros
-        where the casts are fused into the norms and activations (Transformer Engine) or not known
-    eager_elem_bytes: extra HBM bytes per layer forward that eager (uncompiled) element-wise code moves beyond the fused
-        kernels the model counts (ELEM_TH_PER_LAYER and ELEM_TF_PER_LAYER), per element of: the norms' input (T h, split
-        like the norms), Q and K ((q + hk) / t: RoPE; LLM Foundry's unpadding), the MLP's intermediate (f / t); priced
-        at the HBM rate, twice that backward (ELEM_BWD_FACTOR) and again where recompute repeats the element-wise work;
-        zeros: fused or compiled. Dense layers only (an MoE layer's element-wise work is priced as fused)
-    hp_grad_bytes: HBM bytes per parameter its bf16 optimizer wrapper moves after every micro-batch's backward, adding
-        the bf16 gradients into the fp32 ones, on bf16 rows with ZeRO 0 or 1 (at the HBM rate in each layer's backward,
-        on its parameters per GPU; dense models, the embedding and head left out); 0: gradients accumulate in the GEMMs
-    kv_repeat_bytes: HBM bytes per element of T (q + hk) / t a GQA layer's attention moves copying K and V to every
-        query head for its kernel (forward; its backward sums the copies' gradients, as many again), at the element-wise
-        HBM rate; 0: the kernel reads the shared K and V
+    selective: recompute "selective": "attention", the attention core recomputed (Korthikanti et al. 2022 Sec. 5); "op",
+        torchtitan's per-op policy: a layer keeps its input, every other matrix product's output (1st, 3rd, ...), the
+        attention kernel's and tp reduce-scatters' outputs, recomputes the rest (products, norms, activations, gathers)
+    attention_kernel: costmodel._hardware.ATTENTION_KERNELS: "standard", the whole s x s square at the GEMM constant;
+        "flash2" (FlashAttention-2) or "cudnn", the causal half at the kernel's published rate (where one is published)
+    fp8_cast_bytes: under fp8, HBM bytes its casts to fp8 move outside the GEMMs, per element of a linear layer's input,
+        of a weight (forward), of its output gradient, of a weight (backward); zeros: fused (TE) or unknown
+    eager_elem_bytes: HBM bytes a layer forward eager element-wise code moves beyond the fused count (ELEM_TH_PER_LAYER,
+        ELEM_TF_PER_LAYER), per element of the norms' input (T h, split like them), Q and K ((q + hk) / t: RoPE; LLM
+        Foundry's unpadding), the MLP's intermediate (f / t); twice backward (ELEM_BWD_FACTOR), again where recompute
+        repeats it; zeros: fused or compiled. Dense layers only (an MoE layer's priced as fused)
+    hp_grad_bytes: HBM bytes a parameter its bf16 optimizer moves adding each micro-batch's bf16 gradients into fp32
+        ones (bf16, ZeRO 0-1; in each layer's backward; dense, embedding and head left out); 0: accumulated in the GEMMs
+    kv_repeat_bytes: HBM bytes an element of T (q + hk) / t a GQA layer moves copying K and V to every query head for
+        its kernel (forward; backward sums the copies' gradients, as many again); 0: the kernel reads the shared K, V
     xent_bytes: HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward, from the 16-bit
         logits to their 16-bit gradient (head_elem, at the HBM rate); 14: a fused kernel's (XENT_BYTES_PER_LOGIT)
-    grad_reduce_bytes: a gradient element's bytes on the wire in the data-parallel reduction, by the row's precision
-        (bf16, fp16, fp8): 4 reduced in fp32, 2 in the 16-bit dtype
+    grad_reduce_bytes: by precision (bf16, fp16, fp8), a gradient element's bytes in the dp reduction: 4 fp32, 2 16-bit
     weight_gather_bytes, all_reduce_then_gather: by precision, a weight element's bytes in ZeRO 1-3's all-gathers (1:
         fp8_param_gather, every weight priced so); ZeRO 0-1 all-reduce the gradients, then all-gather (BF16_Optimizer)
     overlap_param_gather: with overlap, ZeRO 1-2's weight all-gather (its bytes' share) hides under the next forward
+    fsdp_unit_edges: FSDP1 (pp 1, dense) at ZeRO 2-3: a unit's all-gather hides under the previous unit's forward, its
+        reduce-scatter under the next unit's backward; the root's and block 0's (their parameters' share) are exposed
     ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
         once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
-    fp8_saved_inputs: under fp8, the linear layers keep their inputs for the weight-gradient GEMM in fp8 (1 byte an
-        element, not 2): the QKV, projection, FC1 and FC2 inputs of a layer (Transformer Engine); False: in 16 bits
-        (torchao's float8 linear saves the high-precision input)
+    fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
+        byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -107,6 +97,7 @@ class Framework:
     weight_gather_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: WEIGHT_BYTES
     all_reduce_then_gather: tuple[bool, bool, bool] = (False, False, False)  # by PRECISIONS
     overlap_param_gather: bool = False
+    fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
@@ -298,7 +289,7 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
 )
 FRAMEWORKS["llm-foundry"] = dataclasses.replace(
     FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
-    eager_elem_bytes=(0.0, 20 / 3, 0.0),  # Q and K's column: 20 bytes an element of q + hk, a third forward
+    eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True,  # eager: 20 bytes an element of q + hk, a third forward
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: DEFAULT (the tables' mode) reduces in fp32",
              "llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
@@ -309,6 +300,10 @@ FRAMEWORKS["llm-foundry"] = dataclasses.replace(
              "padding index_first_axis: torch.gather, 2 + 2 bytes an element), pads the output (zeros, index_put: 2 + "
              "2 + 2); backward the pad's gather (2 + 2), for Q, K, V zeros and scatter_ (2 + 2 + 2): 20 bytes an "
              "element of q and of hk (K and V as one: 2 x 10), 20 / 3 a forward (eager_elem_bytes: twice backward)",
+             "torch FSDP1 _runtime_utils.py: _pre_forward_unshard waits for its unit's all-gather, then prefetches the "
+             "next unit's; _post_forward_reshard keeps the root and SHARD_GRAD_OP units gathered; _post_backward_hook "
+             "reduce-scatters on the post_backward stream, frees the unit where _sync_gradients; llm-foundry 5e85bd62d "
+             "sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
              "the fsdp2 profile's sources"),
 )
 FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(

@@ -69,23 +69,18 @@ class GPU(Efficiency):
 
 
 # Global per-GPU-type constants. Where they come from:
-# - gemm_eff_max = MAMF / dense peak x sustained clock.
-#   MAMF, the maximum achievable bf16 matmul FLOP/s found by a shape sweep (S. Bekman, "Machine Learning Engineering",
-#   compute/accelerator, MAMF comparison table, CUDA 12.1 / ROCm 6.2): A100 SXM 267.9 of 312 (0.859); H100 SXM 792.1 of
-#   989 (0.801; 798 measured for 8192^3 on an H100 SXM in this workplace, device KINDS.md 2026-11-13); GH200 821.0 of
-#   989 (0.830, used for the H200, the same chip with faster HBM); MI300X 781.9 (0.598 of the 1307.4 preset peak). B200
-#   has no published MAMF row at the time of writing: the H100's 0.801 is assumed.
-#   Sustained clock 0.85: the derating of FLOP/s and HBM B/s by thermal and power throttling under sustained load (MAMF
-#   is a burst of 100 products). Bracketed by seed 001's base_util 0.8 and the A100's clock sustained at its power limit
-#   under HPL, 1305 of 1410 MHz = 0.93 (glennklockwood.com/garden/peak-FLOPS). 0.85 is the one value in that bracket
-#   chosen to balance two published A100 sets, Narayanan et al. 2021 Table 1 (full recompute; 0.8 fits it best) and
-#   Korthikanti et al. 2022's MFU (selective recompute + SP; 0.87 fits it best): one constant for every GPU type.
-# - gemm_half_dim: the size of one matrix side at which a product reaches half of gemm_eff_max along that side: 128 is
-#   the tile edge of the CUTLASS/cuBLAS kernels that dominate bf16 training on Ampere and Hopper (sides below a tile
-#   waste tensor cores). H100 (and the H200, the same GH100 chip): 240, fitted (least squares in log time) to the 96
-#   transformer-layer GEMMs of tests/data/h100_gemm_measured.csv, bf16 products timed on an H100 SXM in this workplace
-#   (benchmarks/gpu_gemm_sweep.py, 2026-11-23; BENCHMARKS.md "GEMM calibration"): with 128 the model ran 8.1% fast on
-#   average (max 18.8%), with 240 it is within 4.1% on average (max 14.4%, bias +1.6%).
+# - gemm_eff_max = MAMF / dense peak x sustained clock. MAMF, the maximum achievable bf16 matmul FLOP/s of a shape
+#   sweep (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table, CUDA 12.1 / ROCm 6.2): A100 SXM
+#   267.9 of 312 (0.859); H100 SXM 792.1 of 989 (0.801; 798 for 8192^3 on an H100 SXM here, device KINDS.md
+#   2026-11-13); GH200 821.0 of 989 (0.830, used for the H200, the same chip); MI300X 781.9 (0.598 of 1307.4); B200
+#   not published: the H100's 0.801. Sustained clock 0.85: FLOP/s and HBM B/s derated by thermal and power throttling
+#   (MAMF is a burst of 100 products), between seed 001's base_util 0.8 and the A100's 1305 of 1410 MHz under HPL, 0.93
+#   (glennklockwood.com/garden/peak-FLOPS); chosen to balance Narayanan et al. 2021 Table 1 (full recompute; 0.8 fits
+#   it best) and Korthikanti et al. 2022's MFU (selective recompute + SP; 0.87): one constant for every GPU type.
+# - gemm_half_dim: the matrix side at which a product reaches half of gemm_eff_max along it: 128, the CUTLASS/cuBLAS
+#   tile edge on Ampere and Hopper. H100 (and H200, the same GH100): 240, fitted (least squares in log time) to the 96
+#   layer GEMMs of tests/data/h100_gemm_measured.csv, timed on an H100 SXM here (benchmarks/gpu_gemm_sweep.py,
+#   2026-11-23; BENCHMARKS.md "GEMM calibration"): 128 ran 8.1% fast on average (max 18.8%), 240 4.1% (max 14.4%).
 # - hbm_eff = streaming fraction x sustained clock: copies reach about 0.9 of peak HBM B/s (3.0 of 3.35 TB/s measured on
 #   an H100 here, device KINDS.md), times seed 001's 0.8.
 # - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink and InfiniBand (nccl-tests
@@ -98,9 +93,8 @@ MAMF_FRACTION = {
     "A100-SXM4-40GB": 267.9 / 312,
     "A100-SXM4-80GB": 267.9 / 312,
     "H100-SXM5-80GB": 792.1 / 989.4,
-    # Grand Teton's 96 GB part: the same die, so the H100's fraction of its peak; its 500 W power limit (lower clocks)
-    # is in its preset peaks (data/hardware_presets.csv: the middle of the H100 SXM's and H100 NVL's, the bracket the
-    # torchtitan benchmark's footnote gives), which this fraction and the attention kernels' rates scale with.
+    # Grand Teton's 96 GB part: the same die, the H100's fraction of its peak; its 500 W limit is in its preset peaks
+    # (hardware_presets.csv: the middle of H100 SXM's and NVL's, torchtitan's footnote), which the kernels scale with.
     "H100-SXM5-96GB-500W": 792.1 / 989.4,
     # H800: the H100 SXM5 die with NVLink cut to 400 GB/s; the same compute ceiling.
     "H800-SXM5-80GB": 792.1 / 989.4,
@@ -127,29 +121,28 @@ EFFICIENCY: dict[str, Efficiency] = {
     name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
 }
 
-# Fused attention kernels, priced apart from the GEMMs (a framework profile names its kernel:
-# Framework.attention_kernel). "standard": the whole s x s square of QK^T and AV at the GEMM constant times the kernel's
-# tile edges (ATTN_HALF_DIM on the query rows, keys and head dimension). A kernel measured on a GPU is priced instead on
-# the causal half of the square (the FLOPs a causal flash kernel computes) at its measured rate. Rates: Shah et al. 2024
-# (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens (the plateau):
-# FlashAttention-2 (what PyTorch's scaled_dot_product_attention runs as its flash backend) causal forward 335 TFLOP/s,
-# backward 322 (the paper's backward figure is without the causal mask); cuDNN (Transformer Engine's FusedAttention) 539
-# and 516. A backward pass does 2.5x the forward's FLOPs (five products to two), so a pass forward and backward runs at
-# 3/(1/fwd + 2.5/bwd), counted on three forwards' FLOPs as the evaluator counts it (the backward priced at twice the
-# forward). Times SUSTAINED_CLOCK as the GEMM constant (the figures are burst-clock microbenchmarks). Hopper only (no
-# other GPU's rates published beside these: the standard formula elsewhere); other head dimensions at the same rate.
+# Fused attention kernels, priced apart from the GEMMs (Framework.attention_kernel). "standard": the whole s x s square
+# of QK^T and AV at the GEMM constant times the tile edges (ATTN_HALF_DIM on query rows, keys, head dimension). A kernel
+# measured on a GPU: the causal half of the square at its rate at the length it runs on, Shah et al. 2024
+# (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens a batch, bar labels
+# at ATTN_SEQ_POINTS: FlashAttention-2 (PyTorch's SDPA flash backend) and cuDNN (Transformer Engine's FusedAttention),
+# causal forward and backward (the backward figure without the mask). A backward does 2.5x the forward's FLOPs, so a
+# pass runs at 3/(1/fwd + 2.5/bwd) on three forwards' FLOPs, times SUSTAINED_CLOCK (burst-clock microbenchmarks).
+# Hopper only (no other GPU's rates published: the standard formula elsewhere); other head dimensions at the same rate.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
-_ATTN_TFLOPS_H100 = {"flash2": (335.0, 322.0), "cudnn": (539.0, 516.0)}  # (forward, backward)
+ATTN_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)  # tokens; rates between them by log2 of the length, clamped
+_ATTN_TFLOPS_H100 = {"flash2": ((191.0, 260.0, 298.0, 319.0, 333.0, 335.0), (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)),
+                     "cudnn": ((315.0, 410.0, 484.0, 518.0, 529.0, 539.0), (305.0, 408.0, 465.0, 499.0, 518.0, 516.0))}
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
 
 
-def attention_kernel_eff(gpu_name: str, kernel: str) -> float:
-    """Fraction of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name``
-    (module notes above ATTENTION_KERNELS); 0.0 where not measured (the standard formula)."""
+def attention_kernel_eff(gpu_name: str, kernel: str) -> tuple[float, ...]:
+    """Fractions of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name`` at each length of
+    ATTN_SEQ_POINTS (module notes above); zeros where not measured (the standard formula)."""
     if kernel not in _ATTN_TFLOPS_H100 or gpu_name not in _HOPPER:
-        return 0.0
+        return (0.0,) * len(ATTN_SEQ_POINTS)
     fwd, bwd = _ATTN_TFLOPS_H100[kernel]
-    return 3.0 / (1.0 / fwd + 2.5 / bwd) / 989.4 * SUSTAINED_CLOCK
+    return tuple(3.0 / (1.0 / f + 2.5 / b) / 989.4 * SUSTAINED_CLOCK for f, b in zip(fwd, bwd, strict=True))
 
 
 # Short names users type, mapped to the CSV's names.

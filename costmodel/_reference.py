@@ -275,9 +275,10 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         gemm = proj + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp)
         half = K.ATTN_HALF_DIM
         edges = (sc / (sc + half)) * (s / (s + half))
-        kernel = attention_kernel_eff(gpu.name, fw.attention_kernel)
-        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate
-            attn = 2 * b * sc * s * q / tp / (peak16 * kernel * edges)
+        rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
+        kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
+        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length
+            attn = 2 * b * sc * s * q / tp / (peak16 * kernel)
         else:
             attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
         tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
@@ -523,6 +524,11 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     dp_exposed = max(dp_raw - ag - window, 0.0) + max(ag - bottleneck["F"], 0.0) if overlap else dp_raw
+    if fw.fsdp_unit_edges and overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
+        e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
+        ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
+        dp_exposed = e * (ag + rs) + (max((1 - e) * ag - bottleneck["F"], 0.0) + max((1 - e) * rs - window, 0.0)
+                                      if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
     step = pipe + dp_exposed + opt
 
     buffers = K.RESERVED_BYTES

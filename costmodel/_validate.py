@@ -2,15 +2,13 @@
 
 The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means the source did not
 say: the authors tuned it, so we take the value the cost model finds best among the candidates below, and report which.
-Settings the schema has no column for take Megatron-LM's defaults: no overlap of the data-parallel gradient exchange
-(``--overlap-grad-reduce`` is opt-in), bf16 (or the row's ``precision``).
+Settings without a column take Megatron-LM's defaults: no overlap of the gradient exchange (``--overlap-grad-reduce``
+is opt-in), bf16 (or the row's ``precision``).
 
-What a row is compared on is what its source published, the first of: iteration time, tokens/s per GPU, TFLOP/s per GPU
-(with its counting convention, FLOP_CONVENTIONS), MFU, HFU. Every quantity is turned into the iteration time it implies,
-so error_pct means the same for every row: (predicted - measured) / measured time, positive when the model is slow.
-
-Memory is judged apart from time: the prediction is the fastest candidate that fits the GPU (or, when none does, the
-fastest one, flagged ``memory_fits: false``), so a run the model calls out of memory still gets its predicted time. A
+A row is compared on what its source published, the first of: iteration time, tokens/s per GPU, TFLOP/s per GPU (with
+its counting convention, FLOP_CONVENTIONS), MFU, HFU, each turned into the iteration time it implies: error_pct is
+(predicted - measured) / measured time, positive when the model is slow. Memory is judged apart: the prediction is the
+fastest candidate that fits the GPU (or, when none does, the fastest, flagged ``memory_fits: false``); a
 ``measured_memory_gb`` cell is compared with the predicted bytes per GPU.
 """
 

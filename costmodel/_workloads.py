@@ -38,23 +38,20 @@ class Transformer:
     For kind="mlp" (seed 000): ``layers`` linear layers of ``hidden`` x ``hidden`` each followed by ``activation``
     (relu), one sample is one token (seq_len=1), no attention, no embedding and no LM head.
 
-    Mixture of experts (module docstring): ``experts`` routed experts E (1: dense), of which ``experts_per_token``
-    (top-k) take each token; ``shared_experts`` that take every token; ``expert_ffn_hidden`` (default ffn_hidden) and
-    ``shared_expert_ffn_hidden`` (default expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading layers that keep
-    the dense MLP of ``ffn_hidden``; then every ``moe_layer_freq``-th layer is an MoE layer. The router is an h x E
-    matrix without bias. Group-limited routing (DeepSeek-V2/V3's device- and node-limited routing; Megatron-Core
-    --moe-router-num-groups / --moe-router-group-topk; HuggingFace n_group / topk_group): the E experts form
-    ``router_groups`` equal groups of consecutive experts and a token's k experts come from ``router_group_topk`` of
-    them, k / router_group_topk from each (1 and 1: no limit). ``head_dim`` (default hidden / heads) is the size of one
-    attention head (the evaluators price Q and the attention output heads x head_dim wide).
+    Mixture of experts (module docstring): ``experts`` routed experts E (1: dense), ``experts_per_token`` (top-k) of
+    them per token; ``shared_experts`` take every token; ``expert_ffn_hidden`` (default ffn_hidden) and
+    ``shared_expert_ffn_hidden`` (default expert_ffn_hidden) their ffn sizes; ``dense_layers`` leading dense layers,
+    then every ``moe_layer_freq``-th layer MoE; the router h x E, no bias. Group-limited routing (DeepSeek-V2/V3;
+    Megatron-Core --moe-router-num-groups / --moe-router-group-topk; HuggingFace n_group / topk_group): E experts in
+    ``router_groups`` groups of consecutive experts, a token's k from ``router_group_topk`` of them, k / topk each (1
+    and 1: no limit). ``head_dim`` (default hidden / heads): one head's size (Q and the output heads x head_dim wide).
 
     Multi-head latent attention (MLA; DeepSeek-V2, arXiv:2405.04434 Sec. 2.1; DeepSeek-V3): set ``kv_lora_rank`` (the
-    HuggingFace config's names throughout). K and V come up from a shared latent of kv_lora_rank (an h x (kv_lora_rank +
-    qk_rope_head_dim) down-projection, then kv_lora_rank x heads (head_dim + v_head_dim) up); Q the same way through
-    ``q_lora_rank`` (None: one h x heads (head_dim + qk_rope_head_dim) matrix). A head's query and key are head_dim +
-    qk_rope_head_dim wide (``head_dim`` is the config's qk_nope_head_dim), its value and output ``v_head_dim`` (default
-    head_dim). The down-projections run whole on every tensor-parallel rank (Megatron-Core's MLA builds them
-    'duplicated'), the rest split as usual.
+    HuggingFace config's names). K and V come from a latent of kv_lora_rank (h x (kv_lora_rank + qk_rope_head_dim)
+    down, kv_lora_rank x heads (head_dim + v_head_dim) up); Q the same through ``q_lora_rank`` (None: one h x heads
+    (head_dim + qk_rope_head_dim) matrix). A head's query and key are head_dim (the config's qk_nope_head_dim) +
+    qk_rope_head_dim wide, its value and output ``v_head_dim`` (default head_dim). The down-projections run whole on
+    every tensor-parallel rank (Megatron-Core's MLA builds them 'duplicated'), the rest split as usual.
     """
 
     name: str
@@ -417,28 +414,24 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
-    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads, intermediate
-    # 14336, vocab 32000, 8 local experts, 2 per token) and Jiang et al. 2024, arXiv:2401.04088 (every layer MoE;
-    # 32k-token context: seq 32768). 46.7B / 12.9B.
+    # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads, ffn 14336,
+    # vocab 32000, 8 experts, 2 a token), Jiang et al. 2024, arXiv:2401.04088 (all layers MoE; seq 32768). 46.7B/12.9B.
     "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
     # Mixtral 8x22B: mistralai/Mixtral-8x22B-v0.1 config.json (hidden 6144, 56 layers, 48 heads, 8 KV heads, ffn
     # 16384, vocab 32000, 8 experts, 2 per token, 65536 positions); 141B total, 39B active (Mistral AI).
     "mixtral-8x22b": _moe("mixtral-8x22b", 56, 6144, 16384, 48, 8, 65536, 32000, experts=8, experts_per_token=2),
     # DeepSeek-V3: DeepSeek-AI 2024, arXiv:2412.19437 Sec. 4.2 and deepseek-ai/DeepSeek-V3 config.json: 61 layers,
     # hidden 7168, 128 heads, 256 routed experts + 1 shared of ffn 2048, top-8, the first 3 layers dense with ffn 18432,
-    # vocab 129280, pre-training at 4K tokens. 671B total / 37B active (without the multi-token-prediction module, not
-    # counted here). Its attention is MLA (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128 =
-    # head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention parameters a layer. Node-limited routing (Sec.
-    # 2.1.2, each token sent to at most M nodes, M = 4 in Sec. 4.2; config.json n_group 8, topk_group 4;
-    # Megatron-Bridge's DeepSeekV3 provider moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32
-    # consecutive experts, 4 of them per token.
+    # vocab 129280, pre-training at 4K tokens; 671B / 37B active (no multi-token-prediction module). MLA (q_lora_rank
+    # 1536, kv_lora_rank 512, qk_nope_head_dim 128 = head_dim, qk_rope_head_dim 64, v_head_dim 128): 187.1M attention
+    # parameters a layer. Node-limited routing (Sec. 2.1.2: at most M = 4 nodes a token; n_group 8, topk_group 4; Bridge
+    # moe_router_num_groups 8, moe_router_group_topk 4): 8 groups of 32 consecutive experts, 4 of them per token.
     "deepseek-v3": _moe("deepseek-v3", 61, 7168, 18432, 128, 128, 4096, 129280, experts=256,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=2048, dense_layers=3,
                         router_groups=8, router_group_topk=4, head_dim=128, q_lora_rank=1536, kv_lora_rank=512,
                         qk_rope_head_dim=64, v_head_dim=128),
-    # Qwen3-MoE: Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 per token, no shared
-    # expert, every layer MoE, vocab 151936), Qwen3 Technical Report (arXiv:2505.09388, Table 2; pre-training at 4,096
-    # tokens); per-head Q/K RMSNorms (2 x 128 parameters a layer) left out. 30.5B / 3.3B and 235B / 22B.
+    # Qwen3-MoE: Qwen/Qwen3-30B-A3B, Qwen3-235B-A22B config.json (head_dim 128, 128 experts, 8 a token, none shared, all
+    # MoE, vocab 151936), Qwen3 report (arXiv:2505.09388 Table 2; 4,096 tokens), Q/K norms out. 30.5B/3.3B, 235B/22B.
     "qwen3-30b-a3b": _moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 4, 4096, 151936, head_dim=128, experts=128,
                           experts_per_token=8, expert_ffn_hidden=768),
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,

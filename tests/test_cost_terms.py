@@ -106,6 +106,31 @@ def test_exposed_dp_weight_all_gather_behind_the_next_forward():
     np.testing.assert_allclose(exposed_dp_s(zero, False, m, X, B, W, dp, F_b=F, fw=mc, prec=0), dp)
 
 
+def test_exposed_dp_fsdp1_root_and_first_block_collectives():
+    # Llama 3 8B: 8,030,261,248 parameters, a layer 218,112,000 (4096^2 x 2 + 4096 x 1024 x 2 + 3 x 4096 x 14336 + 2 x
+    # 4096), 32 layers: the root unit (embedding, untied head, final norm) and block 0 hold 8,030,261,248 - 31 x
+    # 218,112,000 = 1,268,789,248, e = 0.15800. LLM Foundry bf16: reduce-scatter 4 bytes, all-gather 2. ZeRO-2 and 3,
+    # m = 1, X = 0.5 s, B + W = 0.6 s, F = 0.3 s.
+    model, lf = model_preset("llama3-8b"), framework_preset("llm-foundry")
+    e = 1268789248 / 8030261248
+    zero, X, B, W, F = np.array([2, 3]), 0.5, 0.5, 0.1, 0.3
+    # ZeRO-2, exchange 0.6 s (gather 0.2, reduce-scatter 0.4): the rest hidden (0.17 < F, 0.34 < B + W), e x 0.6
+    # exposed where generic exposes max(0.6 - 0.6, 0) = 0; ZeRO-3, 0.8 s (two gathers 0.2 each, 0.4): e x (0.2 + 0.4)
+    # and max(0.8 - e x 0.6 - 0.5, 0) = 0.2052 (0.3 in all, as generic's 0.8 - 0.5)
+    dp = np.array([0.6, 0.8])
+    got = exposed_dp_s(zero, True, 1, X, B, W, dp, F_b=F, fw=lf, prec=0, model=model, pp=1)
+    np.testing.assert_allclose(got, [e * 0.6, 0.3], rtol=1e-12)
+    assert e * 0.6 == pytest.approx(0.094800, abs=1e-6)
+    # a longer forward window kept: ZeRO-3 behind m X = 1.0 s exposes only the edges
+    np.testing.assert_allclose(exposed_dp_s(zero, True, 1, 1.0, B, W, dp, F_b=F, fw=lf, model=model), [e * 0.6] * 2,
+                               rtol=1e-12)
+    # pp 2, overlap off, or without the field: as before
+    np.testing.assert_allclose(exposed_dp_s(zero, True, 1, X, B, W, dp, F_b=F, fw=lf, model=model, pp=np.array(2)),
+                               [0.0, 0.3], atol=1e-15)
+    np.testing.assert_allclose(exposed_dp_s(zero, False, 1, X, B, W, dp, F_b=F, fw=lf, model=model), dp)
+    assert not framework_preset("fsdp2").fsdp_unit_edges and framework_preset("llm-foundry-triton").fsdp_unit_edges
+
+
 def test_state_bytes_shard_by_zero_stage():
     # 2 + 4 + 12 bytes per parameter (bf16 weight, fp32 gradient, fp32 master + Adam moments),
     # sharded over g = 4 from the ZeRO stage that shards them (Rajbhandari et al. 2020).
@@ -204,27 +229,39 @@ def test_attention_core_runs_in_16_bits_under_fp8():
     assert lc["gemm"][0] < 0.75 * lc16["gemm"][0]  # the linear layers do take the fp8 peak
 
 
-def test_a_measured_attention_kernel_prices_the_causal_half_at_its_rate():
+def test_a_measured_attention_kernel_prices_the_causal_half_at_its_rate_at_the_length():
+    from costmodel._evaluate import attention_eff_at, layer_costs
     from costmodel._hardware import SUSTAINED_CLOCK, attention_kernel_eff
 
-    # Shah et al. 2024 Figs. 5-6 (H100, head dim 128, 16k): FlashAttention-2 causal forward 335
-    # TFLOP/s, backward 322; one forward + backward (2.5 x the FLOPs) at 3 / (1/335 + 2.5/322)
-    # = 279.1 TFLOP/s, times the sustained clock, as a fraction of 989.4.
-    eff = 3 / (1 / 335 + 2.5 / 322) / 989.4 * SUSTAINED_CLOCK
-    assert attention_kernel_eff("H100-SXM5-80GB", "flash2") == pytest.approx(eff, rel=1e-12)
-    assert attention_kernel_eff("H100-SXM5-80GB", "cudnn") == pytest.approx(
-        3 / (1 / 539 + 2.5 / 516) / 989.4 * SUSTAINED_CLOCK, rel=1e-12)
-    # Not measured: the standard formula (0), on another GPU or for the standard kernel.
-    assert attention_kernel_eff("A100-SXM4-80GB", "flash2") == 0.0
-    assert attention_kernel_eff("H100-SXM5-80GB", "standard") == 0.0
-    model, cluster, lc = _one_layer(peak=989.4e12, attn_eff=np.array([eff]))
+    # Shah et al. 2024 Figs. 5-6 (H100, head dim 128): FlashAttention-2 causal forward / backward
+    # 335 / 322 TFLOP/s at 16k, 298 / 291 at 2k, 319 / 310 at 4k, 333 / 318 at 8k; one forward +
+    # backward (2.5 x the FLOPs) at 3 / (1/fwd + 2.5/bwd): 279.07 at 16k, 251.10 at 2k, 267.87 at 4k,
+    # times the sustained clock, as a fraction of 989.4.
+    f = lambda fwd, bwd: 3 / (1 / fwd + 2.5 / bwd) / 989.4 * SUSTAINED_CLOCK  # noqa: E731
+    fa2 = attention_kernel_eff("H100-SXM5-80GB", "flash2")
+    assert fa2[5] == pytest.approx(f(335, 322), rel=1e-12) and fa2[2] == pytest.approx(f(298, 291), rel=1e-12)
+    assert f(298, 291) / f(335, 322) == pytest.approx(251.10 / 279.07, rel=1e-4)
+    assert attention_kernel_eff("H100-SXM5-80GB", "cudnn")[0] == pytest.approx(f(315, 305), rel=1e-12)
+    # Not measured: the standard formula (zeros), on another GPU or for the standard kernel.
+    assert attention_kernel_eff("A100-SXM4-80GB", "flash2") == (0.0,) * 6
+    assert attention_kernel_eff("H100-SXM5-80GB", "standard") == (0.0,) * 6
+    # log2-linear between the points (2k * sqrt 2: halfway from 2k to 4k), clamped outside 512 .. 16k
+    tab = np.array([fa2])
+    np.testing.assert_allclose(attention_eff_at(tab, np.array([2048 * 2 ** 0.5])), (f(298, 291) + f(319, 310)) / 2,
+                               rtol=1e-12)
+    np.testing.assert_allclose(attention_eff_at(tab, np.array([256.0, 65536.0])), [fa2[0], fa2[5]], rtol=1e-12)
+    model, cluster, lc = _one_layer(peak=989.4e12, attn_eff=tab)
     s, q = 8192.0, 4096.0
     causal = 2 * s * s * q  # half of QK^T and AV's 4 s^2 q
-    np.testing.assert_allclose(lc["attn"], causal / (989.4e12 * eff * (s / (s + 128)) ** 2), rtol=1e-12)
-    # about 279.1 x 0.85 = 237 TFLOP/s on the causal FLOPs, against the standard formula's
+    np.testing.assert_allclose(lc["attn"], causal / (989.4e12 * f(333, 318)), rtol=1e-12)
+    # about 276.1 TFLOP/s x 0.85 = 235 on the causal FLOPs, against the standard formula's
     # 989.4 x 0.68 x 0.97 x 0.5 = 327 on the whole square (164 on the causal half)
     _, _, std = _one_layer(peak=989.4e12)
     assert 1.4 < std["attn"][0] / lc["attn"][0] < 1.5
+    # Under context parallelism (cp 2) the kernel runs on the rank's 4096-token chunk: half the causal FLOPs, 4k's rate
+    one = np.array([1])
+    cp2 = layer_costs(model, cluster, one, one, np.array([2]), np.array([False]), 989.4e12, attn_eff=tab)
+    np.testing.assert_allclose(cp2["attn"], causal / 2 / (989.4e12 * f(319, 310)), rtol=1e-12)
 
 
 def test_profiles_name_their_attention_kernels():
@@ -279,8 +316,7 @@ def test_multi_head_latent_attention_terms_by_hand():
     # mean width 160 gives with 4 s^2; cuDNN's measured rate on the causal half
     eff = 0.5
     lc = layer_costs(model, cluster, one, two, one, sp, peak, attn_eff=np.array([eff]))
-    tiles = (s / (s + 128)) ** 2
-    np.testing.assert_allclose(lc["attn"], 0.5 * 2 * s * s * 128 * 320 / t / (peak * eff * tiles), rtol=1e-12)
+    np.testing.assert_allclose(lc["attn"], 0.5 * 2 * s * s * 128 * 320 / t / (peak * eff), rtol=1e-12)
     # Activations a layer keeps (bytes): Korthikanti's 10 h split by t under SP, Q and K (2 x
     # 24576) V and the output (2 x 16384) at 2 bytes split by t, the dense MLP's 6 f split by t,
     # the two latents (1536 + 512 + 64) before and after their norms at 2 bytes over s / t, and
