@@ -6,8 +6,9 @@ Analysis only: nothing here changes the shipped model. Each what-if patches one 
 process and prices the A100 rows of tests/data/validation/published_runs.csv (source mosaicml/)
 as `plansweep validate` does (costmodel._validate.predict):
 
-- shipped:   the model as it is (the fsdp2 profile; on A100 its "flash2" kernel falls back to the
-             standard formula: no A100 kernel rate is in costmodel._hardware.ATTENTION_KERNELS).
+- shipped:   the model as it is (since session 28 the rows name llm-foundry-triton(-pure), priced by the
+             standard formula, so the two kernel what-ifs below, which replace the "flash2" kernel's A100
+             rate, no longer move them; they did under the fsdp2 profile the rows named before).
 - fa2-a100:  causal attention at FlashAttention-2 rates on A100 (forward 197, backward 186 TFLOP/s,
              head dim 128, 16k tokens), times SUSTAINED_CLOCK as the Hopper rates are. The figures
              are a third party's reading of Dao 2023 (arXiv:2307.08691) Figs. 5-6, not checked
@@ -41,9 +42,9 @@ _orig_kernel = hw.attention_kernel_eff
 
 
 def _kernel(fwd: float, bwd: float):
-    def eff(gpu_name: str, kernel: str) -> float:
+    def eff(gpu_name: str, kernel: str) -> tuple[float, ...]:  # (one rate at every length of ATTN_SEQ_POINTS)
         if gpu_name.startswith("A100") and kernel == "flash2":
-            return 3.0 / (1.0 / fwd + 2.5 / bwd) / A100_PEAK * hw.SUSTAINED_CLOCK
+            return (3.0 / (1.0 / fwd + 2.5 / bwd) / A100_PEAK * hw.SUSTAINED_CLOCK,) * len(hw.ATTN_SEQ_POINTS)
         return _orig_kernel(gpu_name, kernel)
     return eff
 
