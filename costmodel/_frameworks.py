@@ -172,22 +172,19 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
     ),
-    dataclasses.replace(
-        _MEGATRON_CORE, name="megatron-core-a2a-overlap", overlap_ep=True,
-        what="Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
-             "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",
-        sources=("Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
-                 "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)",
-                 "the megatron-core profile's sources"),
-    ),
-    dataclasses.replace(
-        _MEGATRON_CORE, name="megatron-core-deepep", ep_dispatch_per_node=True,
-        what="Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
-             "network once per destination node, then NVLink), no EP A2A overlap",
-        sources=("Megatron-LM core/transformer/moe/README.md: 'FlexDispatcher with DeepEP backend: removes redundant "
-                 "tokens during cross-node communication' (--moe-token-dispatcher-type flex, backend deepep|hybridep)",
-                 "the megatron-core profile's sources"),
-    ),
+    *(dataclasses.replace(_MEGATRON_CORE, name=name, **{flag: True}, what=what,
+                          sources=(source, "the megatron-core profile's sources"))
+      for name, flag, what, source in (  # Megatron-Core's MoE options, one each
+          ("megatron-core-a2a-overlap", "overlap_ep",
+           "Megatron-Core as above with EP A2A overlap (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): "
+           "the MoE dispatch / combine all-to-alls of one micro-batch hide under another's compute",
+           "Megatron-LM megatron/core/transformer/moe/README.md: EP A2A Overlap, '--overlap-moe-expert-"
+           "parallel-comm --delay-wgrad-compute' (default False); MoE Parallel Folding (etp x ep x edp)"),
+          ("megatron-core-deepep", "ep_dispatch_per_node",
+           "Megatron-Core as above with the flex dispatcher (DeepEP / HybridEP backend: a token crosses the "
+           "network once per destination node, then NVLink), no EP A2A overlap",
+           "Megatron-LM core/transformer/moe/README.md: 'FlexDispatcher with DeepEP backend: removes redundant "
+           "tokens during cross-node communication' (--moe-token-dispatcher-type flex, backend deepep|hybridep)"))),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
         what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds "
@@ -273,8 +270,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "torchtitan config/configs.py pipeline_parallel_layers_per_stage (stages split at any layer)"),
     ),
 )}
-FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
-    FRAMEWORKS["fsdp2"], name="fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0),
+
+
+def _derive(base: str, name: str, **fields) -> None:
+    """Registers profile ``name``: profile ``base`` with ``fields`` changed."""
+    FRAMEWORKS[name] = dataclasses.replace(FRAMEWORKS[base], name=name, **fields)
+
+
+_derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0),
     what="torchtitan without torch.compile (FSDP2 as the fsdp2 profile): its model code's norms, RoPE and "
          "SwiGLU run as eager PyTorch ops, each reading and writing HBM",
     sources=("torchtitan torchtitan/models/norms.py (commit 9dec370) RMSNorm.forward: x.float() (read 2, write 4 "
@@ -287,8 +290,7 @@ FRAMEWORKS["fsdp2-eager"] = dataclasses.replace(
              "train_configs/llama3_8b.toml)",
              "the fsdp2 profile's sources"),
 )
-FRAMEWORKS["llm-foundry"] = dataclasses.replace(
-    FRAMEWORKS["fsdp2"], name="llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
+_derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True,  # eager: 20 bytes an element of q + hk, a third forward
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: DEFAULT (the tables' mode) reduces in fp32",
@@ -306,8 +308,7 @@ FRAMEWORKS["llm-foundry"] = dataclasses.replace(
              "sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
              "the fsdp2 profile's sources"),
 )
-FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
-    FRAMEWORKS["llm-foundry"], name="llm-foundry-triton", attention_kernel="standard", eager_elem_bytes=(0.0,) * 3,
+_derive("llm-foundry", "llm-foundry-triton", attention_kernel="standard", eager_elem_bytes=(0.0,) * 3,
     what="LLM Foundry with attn_impl triton: as llm-foundry, its Triton FlashAttention priced by the standard formula",
     sources=("llm-foundry b2a43a147 scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to 'triton' "
              "(sweep.sh passes none: the A100 tables); 5e85bd62d sweep.py: --attn_impl triton for 13b and 30b",
@@ -316,8 +317,7 @@ FRAMEWORKS["llm-foundry-triton"] = dataclasses.replace(
              "FlashAttention-2 1.3-1.5x faster forward and about 2x backward than it",
              "the llm-foundry profile's sources"),
 )
-FRAMEWORKS["llm-foundry-triton-pure"] = dataclasses.replace(
-    FRAMEWORKS["llm-foundry-triton"], name="llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),
+_derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),
     what="LLM Foundry, attn_impl triton, FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced in bf16",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE reduces in the precision's dtype (bf16: 2); "
              "llm-foundry 8c8dd48 benchmarking/README.md: 'bf16 | PURE' rows", "llm-foundry-triton's sources"),
