@@ -601,21 +601,23 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
-def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: Framework | None = None, prec=0):
+def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
     GPU: dp_exchange_coef's a x params + b."""
     a, b = dp_exchange_coef(zero, m, g, bw, lat, grad_bytes, fw, prec)
     return a * params + b
 
 
-def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=GRAD_COMM_BYTES, fw: Framework | None = None, prec=0):
+def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0):
     """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for ``params`` parameters per
-    GPU, ``grad_bytes`` a gradient element on the wire (Framework.grad_reduce_bytes at the row's precision), a weight
+    GPU, ``grad_bytes`` a gradient element on the wire (None: ``fw``'s grad_reduce_bytes at ``prec``, else 2), a weight
     element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch, all-gather the weights for
     forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce
     volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and all-gather the updated
     weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather. Each pass a ring."""
     per_byte, steps = ring_pass(g, bw, lat)
+    if grad_bytes is None:
+        grad_bytes = GRAD_COMM_BYTES if fw is None else np.take(fw.grad_reduce_bytes, prec)
     w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
         np.take(fw.all_reduce_then_gather, prec), zero <= 1))
     z3, a = zero == 3, np.where(both, 2.0 * grad_bytes + w, np.where(zero == 0, 2.0 * grad_bytes, grad_bytes + w))
@@ -1692,8 +1694,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             xs = (sum(times(x[mix], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                             plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
             pick[mix] = next(xs) < next(xs)
-        if pick.any():  # (in place but for an MoE model's ep links, which read the first pool's)
-            np.put(inv_t := inv.copy() if moe else inv, ks, np.where(pick, ib, ia))
+        if pick.any():  # (inv stays each stage's first-pool configuration: the ep links read it)
+            np.put(inv_t := inv.copy(), ks, np.where(pick, ib, ia))
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
@@ -1844,7 +1846,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     dp_stride = lambda d_, t_: np.where(tp_in, t_, 1)  # noqa: E731
     dp_size = lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_)  # noqa: E731
     dbw, dlat = stage_link(dp_stride, dp_size)
-    coef = (z_, m_, g_, dbw, dlat)
+    coef, prec_c = (z_, m_, g_, dbw, dlat), prec_u if keyed else prec
     if ks is not None:  # a dp group spanning two pools: its ring crosses the inter-pool link, so it runs at the
         # slowest tier it crosses: each pool's part of the group (its own stride and size, as above: the replicas on
         # its pool) and the link between the pools; per pair
@@ -1855,11 +1857,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
         coef = (*(pair(x, x[ia_p]) for x in coef[:3]), pair(dbw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
                 pair(dlat, np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])))
-        dbw, dlat, back = coef[3], coef[4], lambda a: np.take(a, inv_q)
+        dbw, dlat, back, prec_c = coef[3], coef[4], lambda a: np.take(a, inv_q), pair(prec_u, prec_u[ia_p])
     # the exchange as a x params + b, a and b per configuration (or row) and then each stage's
-    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, grad_bytes=np.take(
-        fw.grad_reduce_bytes, pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec),
-        fw=fw, prec=pair(prec_u, prec_u[ia_p]) if ks is not None else prec_u if keyed else prec))
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=fw, prec=prec_c))
     alike = dp_a.shape[0] == 1 and hbm.shape[0] == 1  # every stage's exchange on one link: the largest's is slowest
     hbm_Bps = per_stage(hbm_rate) if moe or alike or not keyed else None  # (else per configuration)
     if moe or alike:  # the links per stage (the other dense rows take dp_a and dp_b)
@@ -1878,14 +1878,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
         dp_raw = (dp_a[0] * mem["dense_max"] + dp_b[0]
-                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0],
-                                  grad_bytes=np.take(fw.grad_reduce_bytes, prec), fw=fw, prec=prec))
+                  + dp_exchange_s(zero, m, mem["expert_max"], edp[0], ep_bw[0], ep_lat[0], fw=fw, prec=prec))
         opt_s = (ADAM_BYTES_TOUCHED * mem["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mem["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif moe:
         dp_st = dp_a * params + dp_b
-        ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat,
-                              grad_bytes=np.take(fw.grad_reduce_bytes, prec), fw=fw, prec=prec)
+        ep_st = dp_exchange_s(zero, m, mem["expert_params"], edp, ep_bw, ep_lat, fw=fw, prec=prec)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)

@@ -234,8 +234,8 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     split = "dp2" in stages and np.any(stages.raw("dp2")[:S])  # (no split: pool2 and dp2 not read)
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
+    on = idx < c["pp"][None, :]  # (k, N) the stages of the pipeline
     if not split:  # (the stored int16 arrays compared: only an alike block's first stage row converted)
-        on = idx < c["pp"][None, :]
         alike = [stages.raw(k)[:S] for k in ("layers", "pool", "dp", "tp", "order", "recompute") if k in stages]
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike) and (  # all alike, and no
@@ -252,10 +252,9 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
     if split:  # the stages in the pipeline with replicas on another pool (read from the stored arrays)
         d2, p2 = stages.raw("dp2")[:S], stages.raw("pool2")[:S]
-        on = True if c["pp"].min() >= S else idx < c["pp"]
         ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S]) & on)
         split = (ks, ks % N, p2.reshape(-1)[ks].astype(np.int64), d2.reshape(-1)[ks].astype(np.int64))
-    w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else (idx < c["pp"][None, :]).astype(np.int64)
+    w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else on.astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
                      recompute=rcs, pool=st["pool"], order=st["order"], dp=d, tp=st["tp"], b=None,

@@ -60,6 +60,11 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     # per row, as the evaluator passes it (the row's precision): 2 bytes is the default's all-reduce
     got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, grad_bytes=np.array([4.0, 2.0]))
     np.testing.assert_allclose(got, [0.070 + 14 * lat, ring])
+    # as the evaluator passes it: the framework and the row's precision, its bytes from the profile (Megatron-Core
+    # reduces bf16 gradients in fp32, fp16 ones in fp16: the same 70 ms and the 2-byte ring)
+    got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, fw=framework_preset("megatron-core"),
+                        prec=np.array([0, 1]))
+    np.testing.assert_allclose(got, [0.070 + 14 * lat, ring])
 
 
 def test_dp_exchange_fp8_weight_gathers_and_bf16_optimizer():
