@@ -123,16 +123,16 @@ EFFICIENCY: dict[str, Efficiency] = {
 
 # Fused attention kernels, priced apart from the GEMMs (Framework.attention_kernel). "standard": the whole s x s square
 # of QK^T and AV at the GEMM constant times the tile edges (ATTN_HALF_DIM on query rows, keys, head dimension). A kernel
-# measured on a GPU: the causal half of the square at its rate at the length it runs on, Shah et al. 2024
-# (FlashAttention-3, arXiv:2407.08608) Figs. 5-6, H100 80GB SXM5, BF16, head dim 128, 16k tokens a batch, bar labels
-# at ATTN_SEQ_POINTS: FlashAttention-2 (PyTorch's SDPA flash backend) and cuDNN (Transformer Engine's FusedAttention),
-# causal forward and backward (the backward figure without the mask). A backward does 2.5x the forward's FLOPs, so a
-# pass runs at 3/(1/fwd + 2.5/bwd) on three forwards' FLOPs, times SUSTAINED_CLOCK (burst-clock microbenchmarks).
-# Hopper only (no other GPU's rates published: the standard formula elsewhere); other head dimensions at the same rate.
+# measured on a GPU: the causal half of the square at its causal forward / backward rates at the length it runs on,
+# timed on an H100 SXM here (benchmarks/gpu_small_model_sweep.py, tests/data/h100_small_*.csv, 2026-11-26; BENCHMARKS.md
+# "Small models' layers"), bf16, head dim 128, >= 16k tokens a batch, mean at 2k/4k/8k: FlashAttention-2 (PyTorch SDPA's
+# flash backend, alone), cuDNN (Transformer Engine's FusedAttention; its kernels inside a layer); 512, 1k, 16k: Shah et
+# al. 2024 Figs. 5-6 there x the measured / published ratio at 2k or 8k. A backward does 2.5x the forward's FLOPs: a
+# pass runs at 3/(1/fwd + 2.5/bwd) on three forwards' FLOPs, x SUSTAINED_CLOCK (burst timings). Hopper only.
 ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
 ATTN_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)  # tokens; rates between them by log2 of the length, clamped
-_ATTN_TFLOPS_H100 = {"flash2": ((191.0, 260.0, 298.0, 319.0, 333.0, 335.0), (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)),
-                     "cudnn": ((315.0, 410.0, 484.0, 518.0, 529.0, 539.0), (305.0, 408.0, 465.0, 499.0, 518.0, 516.0))}
+_ATTN_TFLOPS_H100 = {"flash2": ((177, 241, 276, 286, 300, 302), (138, 167, 187, 231, 281, 285)),
+                     "cudnn": ((307, 400, 472, 523, 597, 609), (234, 314, 357, 427, 493, 491))}
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
 
 
