@@ -216,9 +216,7 @@ def sat(x, half):
 
 def gemm_s(M, N, K, peak, gpu):
     """Roofline time of (M x K) @ (K x N): FLOPs at shape utilisation vs HBM traffic."""
-    util = gpu.gemm_eff_max * sat(M, gpu.gemm_half_dim) * sat(N, gpu.gemm_half_dim) * sat(
-        K, gpu.gemm_half_dim
-    )
+    util = gpu.gemm_eff_max * sat(M, gpu.gemm_half_dim) * sat(N, gpu.gemm_half_dim) * sat(K, gpu.gemm_half_dim)
     flop_s = 2.0 * M * N * K / (peak * util)
     mem_s = ACT_BYTES * (M * K + K * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
     return np.maximum(flop_s, mem_s)

@@ -308,13 +308,13 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
              "sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
              "the fsdp2 profile's sources"),
 )
-_derive("llm-foundry", "llm-foundry-triton", attention_kernel="standard", eager_elem_bytes=(0.0,) * 3,
-    what="LLM Foundry with attn_impl triton: as llm-foundry, its Triton FlashAttention priced by the standard formula",
+_derive("llm-foundry", "llm-foundry-triton", attention_kernel="triton", eager_elem_bytes=(0.0,) * 3,
+    what="LLM Foundry, attn_impl triton: as llm-foundry, Triton FlashAttention (A100: calibrated; else standard)",
     sources=("llm-foundry b2a43a147 scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to 'triton' "
              "(sweep.sh passes none: the A100 tables); 5e85bd62d sweep.py: --attn_impl triton for 13b and 30b",
-             "attention.py triton_flash_attn_fn (b2a43a147): Q, K, V rearranged as views, no unpadding; "
-             "flash_attn_triton.py has no published rate on these GPUs; Dao 2023 (arXiv:2307.08691) Sec. 4.1: "
-             "FlashAttention-2 1.3-1.5x faster forward and about 2x backward than it",
+             "attention.py triton_flash_attn_fn (b2a43a147): Q, K, V rearranged as views, no unpadding; llm-foundry "
+             "v0.3.0 flash_attn_triton.py lines 129 and 302: causal, the key blocks above the diagonal skipped; no "
+             "published rate (Dao 2023, arXiv:2307.08691 Fig. 4's 'Triton' is triton.ops' kernel)",
              "the llm-foundry profile's sources"),
 )
 _derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0, 2.0, 2.0),

@@ -129,16 +129,22 @@ EFFICIENCY: dict[str, Efficiency] = {
 # flash backend, alone), cuDNN (Transformer Engine's FusedAttention; its kernels inside a layer); 512, 1k, 16k: Shah et
 # al. 2024 Figs. 5-6 there x the measured / published ratio at 2k or 8k. A backward does 2.5x the forward's FLOPs: a
 # pass runs at 3/(1/fwd + 2.5/bwd) on three forwards' FLOPs, x SUSTAINED_CLOCK (burst timings). Hopper only.
-ATTENTION_KERNELS = ("standard", "flash2", "cudnn")
+# "triton": LLM Foundry's flash_attn_triton.py (v0.3.0 lines 129, 302 skip the blocks above the diagonal), unpublished
+# rate: on the A100 _ATTN_EFF of the peak, calibrated on 74 LLM Foundry A100 rows apart from the validation set (mean
+# |error| 6.9%, standard formula 17.9%: benchmarks/llm_foundry_calibration.py)
+ATTENTION_KERNELS = ("standard", "flash2", "cudnn", "triton")
 ATTN_SEQ_POINTS = (512, 1024, 2048, 4096, 8192, 16384)  # tokens; rates between them by log2 of the length, clamped
 _ATTN_TFLOPS_H100 = {"flash2": ((177, 241, 276, 286, 300, 302), (138, 167, 187, 231, 281, 285)),
                      "cudnn": ((307, 400, 472, 523, 597, 609), (234, 314, 357, 427, 493, 491))}
 _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-141GB")
+_ATTN_EFF = {("triton", "A100-SXM4-80GB"): 0.30, ("triton", "A100-SXM4-40GB"): 0.30}
 
 
 def attention_kernel_eff(gpu_name: str, kernel: str) -> tuple[float, ...]:
     """Fractions of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name`` at each length of
     ATTN_SEQ_POINTS (module notes above); zeros where not measured (the standard formula)."""
+    if (kernel, gpu_name) in _ATTN_EFF:
+        return (_ATTN_EFF[kernel, gpu_name],) * len(ATTN_SEQ_POINTS)
     if kernel not in _ATTN_TFLOPS_H100 or gpu_name not in _HOPPER:
         return (0.0,) * len(ATTN_SEQ_POINTS)
     fwd, bwd = _ATTN_TFLOPS_H100[kernel]

@@ -152,8 +152,7 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     # deepseek_v3, deepseek_v2: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
     freq = _get(data, "moe_layer_freq", argument, default=1)
     if freq != 1:
-        raise InputError(f"{argument} moe_layer_freq", "1 (every layer after the first_k_dense_replace is MoE)",
-                         freq)
+        raise InputError(f"{argument} moe_layer_freq", "1 (every layer after the first_k_dense_replace is MoE)", freq)
     first = data.get("first_k_dense_replace") or 0
     if not (isinstance(first, int) and 0 <= first < layers):
         raise InputError(f"{argument} first_k_dense_replace", f"an integer in [0, num_hidden_layers={layers})", first)

@@ -77,3 +77,16 @@ def test_published_quantities_agree_with_each_other():
             assert tok * per_token / peak == pytest.approx(mfu, rel=0.005), r["name"]
             checked += 1
     assert checked >= 25
+
+
+def test_the_llm_foundry_calibration_rows_are_apart_from_the_validation_rows():
+    # The A100 Triton attention rate is chosen on these rows (benchmarks/llm_foundry_calibration.py); none is a
+    # validation row (same MPT size, GPU, GPU count and sequence length), every one is LLM Foundry's A100 table's.
+    cal = list(csv.DictReader(open(DATA.parent / "llm_foundry_calibration.csv")))
+    key = lambda r: (int(r["layers"]), int(r["hidden"]), gpu_preset(r["gpu"]).name, r["num_gpus"], r["seq_len"])  # noqa: E731
+    assert len(cal) == 74 and not {key(r) for r in cal} & {key(r) for r in ROWS}
+    assert {gpu_preset(r["gpu"]).name for r in cal} == {"A100-SXM4-80GB", "A100-SXM4-40GB"}
+    assert all(r["source"].startswith("mosaicml/llm-foundry") and r["framework"].startswith("llm-foundry-triton")
+               for r in cal)
+    for run, r in zip(read_runs(DATA.parent / "llm_foundry_calibration.csv"), cal, strict=True):
+        assert run.model.layers == int(r["layers"]) and run.cluster.num_gpus == int(r["num_gpus"])
