@@ -6,9 +6,10 @@ Analysis only: nothing here changes the shipped model. Each what-if patches one 
 process and prices the A100 rows of tests/data/validation/published_runs.csv (source mosaicml/)
 as `plansweep validate` does (costmodel._validate.predict):
 
-- shipped:   the model as it is (since session 28 the rows name llm-foundry-triton(-pure), priced by the
-             standard formula, so the two kernel what-ifs below, which replace the "flash2" kernel's A100
-             rate, no longer move them; they did under the fsdp2 profile the rows named before).
+- shipped:   the model as it is: the rows name llm-foundry-triton(-pure), whose "triton" kernel runs the
+             causal half at its A100 rate calibrated apart from these rows (costmodel._hardware, BENCHMARKS.md
+             session 29), so the two kernel what-ifs below, which replace the "flash2" kernel's A100 rate, do
+             not move them.
 - fa2-a100:  causal attention at FlashAttention-2 rates on A100 (forward 197, backward 186 TFLOP/s,
              head dim 128, 16k tokens), times SUSTAINED_CLOCK as the Hopper rates are. The figures
              are a third party's reading of Dao 2023 (arXiv:2307.08691) Figs. 5-6, not checked
