@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 
 
 def shapes():
@@ -32,6 +31,7 @@ def shapes():
 def main() -> None:
     import torch
     import torch.nn.functional as F
+    from gpu_gemm_sweep import events_median
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -56,17 +56,7 @@ def main() -> None:
             for name, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
                 for _ in range(3):
                     fn()
-                reps = 10
-                times = []
-                for _ in range(args.iters):
-                    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    st.record()
-                    for _ in range(reps):
-                        fn()
-                    en.record()
-                    en.synchronize()
-                    times.append(st.elapsed_time(en) / 1e3 / reps)
-                res[name] = statistics.median(times)
+                res[name] = events_median(torch, fn, 10, args.iters)
             flops_fwd = 4.0 * b * s * s * a * dh
             rows.append({"label": label, "batch": b, "heads": a, "kv_heads": akv, "seq": s, "head_dim": dh,
                          "causal": causal, "fwd_s": res["fwd"], "fwd_bwd_s": res["fwd_bwd"],

@@ -38,6 +38,42 @@ def shapes() -> list[tuple[str, int, int, int]]:
     return out
 
 
+def time_gemm(torch, M, N, K, dtype, warmup, iters) -> float:
+    """Median seconds of one (M x K) @ (K x N) product (fp8: e4m3 operands through torch._scaled_mm, per-tensor
+    scales, bf16 out), timed by CUDA events over ``iters`` batches of back-to-back products after ``warmup`` ones."""
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
+    if dtype == "fp8":  # _scaled_mm wants the second operand column-major
+        a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=dev)
+
+        def product():
+            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+        def product():
+            return a @ b
+    for _ in range(warmup):
+        product()
+    # Back-to-back products between two events, enough of them to fill about 2 ms, so that launch latency hides
+    # behind the queue (a single small product would time the launch, not the kernel).
+    return events_median(torch, product, max(1, min(1000, int(2e-3 / (2 * M * N * K / 700e12)))), iters)
+
+
+def events_median(torch, fn, reps, iters) -> float:
+    """Median seconds of one ``fn()`` over ``iters`` batches of ``reps`` back-to-back calls between two CUDA events."""
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / reps)
+    return statistics.median(times)
+
+
 def main() -> None:
     import torch
 
@@ -53,33 +89,7 @@ def main() -> None:
     props = torch.cuda.get_device_properties(dev)
     rows = []
     for label, M, N, K in shapes():
-        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-        b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
-        if args.dtype == "fp8":  # _scaled_mm wants the second operand column-major
-            a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
-            one = torch.ones((), device=dev)
-
-            def product(a8=a8, b8=b8, one=one):
-                return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-        else:
-            def product(a=a, b=b):
-                return a @ b
-        for _ in range(args.warmup):
-            product()
-        # Back-to-back products between two events, enough of them to fill about 2 ms, so
-        # that launch latency hides behind the queue (a single small product would time the
-        # launch, not the kernel).
-        reps = max(1, min(1000, int(2e-3 / (2 * M * N * K / 700e12))))
-        times = []
-        for _ in range(args.iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(reps):
-                product()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3 / reps)
-        t = statistics.median(times)
+        t = time_gemm(torch, M, N, K, args.dtype, args.warmup, args.iters)
         rows.append({"label": label, "M": M, "N": N, "K": K, "time_s": t, "tflops": 2 * M * N * K / t / 1e12})
         print(f"{label:24s} {M:6d} {N:6d} {K:6d} {t * 1e6:10.1f} us {rows[-1]['tflops']:7.1f} TFLOP/s",
               flush=True)

@@ -72,32 +72,14 @@ def layer_cases():
             yield label, h, a, kv, f, llama, t, s, b
 
 
-def time_gemm(torch, M, N, K, dtype, warmup, iters) -> float:
-    dev = torch.device("cuda")
-    a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
-    if dtype == "fp8":  # _scaled_mm wants the second operand column-major
-        a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
-        one = torch.ones((), device=dev)
-
-        def product():
-            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    else:
-        def product():
-            return a @ b
-    for _ in range(warmup):
-        product()
-    reps = max(1, min(1000, int(2e-3 / (2 * M * N * K / 700e12))))
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            product()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3 / reps)
-    return statistics.median(times)
+def built_layers(torch, build):
+    """Each layer case built on the GPU: its name, (hidden, local heads, local K/V heads, local ffn, llama, tp, seq,
+    micro-batch), the layer, an input that needs its gradient and an output gradient."""
+    for label, h, a, kv, f, llama, t, s, b in layer_cases():
+        heads, kv_heads, ffn = a // t, max(kv // t, 1), f // t
+        layer = build(torch, h, heads, kv_heads, ffn, llama, h // a, True).to("cuda", torch.bfloat16)
+        x = torch.randn(s, b, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        yield f"{label}-t{t}-b{b}", (h, heads, kv_heads, ffn, llama, t, s, b), layer, x, torch.randn_like(x)
 
 
 def kernel_table(torch, layer, x, dy, activities=None) -> list[tuple[str, int, float]]:
@@ -156,6 +138,7 @@ def main() -> None:
             print("layer", *c)
         return
     import torch
+    from gpu_gemm_sweep import time_gemm
     from gpu_layer_sweep import build, timed
 
     dev = torch.device("cuda")
@@ -181,13 +164,7 @@ def main() -> None:
                   "CUDA events")
     kernels = Sink(out / "h100_small_layer_kernels.csv", head + ", one profiled forward + backward per layer "
                    "(torch.profiler, after the timed runs): each kernel's calls and device seconds")
-    for label, h, a, kv, f, llama, t, s, b in layer_cases():
-        dh = h // a
-        heads, kv_heads, ffn = a // t, max(kv // t, 1), f // t
-        layer = build(torch, h, heads, kv_heads, ffn, llama, dh, True).to(dev, torch.bfloat16)
-        x = torch.randn(s, b, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        dy = torch.randn_like(x)
-        name = f"{label}-t{t}-b{b}"
+    for name, (h, heads, kv_heads, ffn, llama, t, s, b), layer, x, dy in built_layers(torch, build):
         fwd_s = timed(torch, layer, x, dy, False, args.warmup, args.iters)
         fwd_bwd_s = timed(torch, layer, x, dy, True, args.warmup, args.iters)
         layers.row({"label": name, "hidden": h, "heads_local": heads, "kv_heads_local": kv_heads, "ffn_local": ffn,
@@ -266,13 +243,7 @@ def second(torch, build, timed, out, head, args) -> None:
     gr = Sink(out / "h100_small_layer_graphed.csv", head + f", one layer as in h100_small_layer_measured.csv: "
               f"fwd+bwd eager and CUDA-graphed, medians over {args.iters} runs after {args.warmup} warm-ups; one "
               "profiled eager fwd+bwd (CUDA activity only): kernels' sum and wall between events")
-    for label, h, a, kv, f, llama, t, s, b in layer_cases():
-        dh = h // a
-        heads, kv_heads, ffn = a // t, max(kv // t, 1), f // t
-        layer = build(torch, h, heads, kv_heads, ffn, llama, dh, True).to(dev, torch.bfloat16)
-        x = torch.randn(s, b, h, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        dy = torch.randn_like(x)
-        name = f"{label}-t{t}-b{b}"
+    for name, _, layer, x, dy in built_layers(torch, build):
         eager = timed(torch, layer, x, dy, True, args.warmup, args.iters)
         try:
             table = kernel_table(torch, layer, x, dy, [ProfilerActivity.CUDA])
