@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ def write(readme: Path) -> None:
             table = line[3:].strip() if line.startswith("## A100") else None
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if table is None or len(cells) < 20 or not re.fullmatch(r"\d+b", cells[0]) or cells[0] not in SHAPES:
+        if table is None or len(cells) < 20 or cells[0] not in SHAPES:
             continue
         size, seq, gpus, gpu = cells[0], cells[1], cells[2], "a100" if "80" in cells[3] else "a100-40gb"
         if (size, gpu, gpus, seq) in held:

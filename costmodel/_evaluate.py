@@ -947,9 +947,10 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         on_pool = [np.sum(g * (pool if P == 2 else pool == y), axis=0) for y in range(1, P)]  # (P == 2: pool == 1)
         if ks.size:
             moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
+            to, fro = in_range(pool2), np.take(pool, ks)
             for y in range(1, P):
-                on_pool[y - 1] += np.bincount(rows, moved * ((in_range(pool2) == y).astype(np.int64)
-                                                             - (np.take(pool, ks) == y)), len(p)).astype(np.int64)
+                on_pool[y - 1] += np.bincount(rows, moved * ((to == y).astype(np.int64) - (fro == y)), len(p)).astype(
+                    np.int64)
         per_pool = [total - sum(on_pool), *on_pool]
         used = np.stack(per_pool, axis=1)
     if P == 1:

@@ -252,8 +252,8 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
     if split:  # the stages in the pipeline with replicas on another pool (read from the stored arrays)
         d2, p2 = stages.raw("dp2")[:S], stages.raw("pool2")[:S]
-        ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S]) & on)
-        split = (ks, ks % N, p2.reshape(-1)[ks].astype(np.int64), d2.reshape(-1)[ks].astype(np.int64))
+        ks = np.flatnonzero((d2 > 0) & (p2 != stages.raw("pool")[:S]) & on)  # (none: replicas on their own pool)
+        split = ks.size and (ks, ks % N, p2.reshape(-1)[ks].astype(np.int64), d2.reshape(-1)[ks].astype(np.int64))
     w = np.broadcast_to(1, (S, N)) if N and c["pp"].min() == S else on.astype(np.int64)
     return StageView(rows=_rows(c, c["microbatches"]), j=idx, layers=layers, w=w,  # (pipelines of one depth: w all 1)
                      lo=None if model is not None and not model.is_moe else np.cumsum(layers, axis=0) - layers,
