@@ -678,17 +678,17 @@ def _state_shards(zero, g):
     return np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1)
 
 
-def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None, rows=None):
+def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None):
     """Communication buffers per GPU: two tensor-parallel activations, two gradient buckets
     (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory.
-    ``stage_of``, ``rows``: T, t, g, zero per configuration, params_max per row: the buffers of
-    stages of configurations ``stage_of`` in rows ``rows``."""
+    ``stage_of``: T, t, g, zero per configuration, params_max per row: the buffers of stages of
+    configurations ``stage_of`` (k, N)."""
     tp_buf = np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
     bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
     z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
     reduced = g > 1
-    if stage_of is not None:  # the configurations' part first, then the rows' buckets
-        return np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of) + np.where(reduced[stage_of], bucket[rows], 0.0)
+    if stage_of is not None:  # the configurations' part first, then the rows' buckets (times 1.0 or 0.0: as a where)
+        return np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of) + np.take(reduced * 1.0, stage_of) * bucket
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
@@ -1494,14 +1494,13 @@ TIE_REL = 1e-12
 
 def _first_max(a, tol: bool = False):
     """(N,) index of the first stage row holding its column's maximum of ``a`` (k, N) (``tol``:
-    within TIE_REL of it): np.argmax over the stages, as k element-wise passes over the N strategies
-    (an argmax over axis 0 costs several times as much)."""
+    within TIE_REL of it; 0 where none does, NaN): np.argmax over the stages, from the largest k - i over the rows i
+    that hold it, in int8 (an argmax over axis 0 costs several times as much)."""
     top = a.max(axis=0)
     hit = a >= top * (1.0 - TIE_REL) if tol else a == top
-    out = np.zeros(a.shape[1], dtype=np.int64)
-    for i in range(a.shape[0] - 1, -1, -1):
-        out = np.where(hit[i], i, out)
-    return out
+    k = a.shape[0]
+    return (k - np.max(hit * np.arange(k, 0, -1, dtype=np.int8 if k < 128 else np.int64)[:, None], axis=0).astype(
+        np.int64)) % k
 
 
 def plus_edges(ix, first, last):
@@ -1569,7 +1568,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     src, inv = distinct_rows(*(flat(x) for x in keys))  # (src: an entry of each configuration)
     inv = inv.reshape(E)
     if sv.split is not None:  # stages split across two pools: their configurations on their second pools too, among
-        ks, rows_ks, pool_ks, dp2_ks = sv.split  # the block's or past them (a configuration holds no replicas:
+        ks, _, pool_ks, dp2_ks = sv.split  # the block's or past them (a configuration holds no replicas:
         pool_ks, ia = np.minimum(pool_ks, P - 1), np.take(inv, ks)  # time, memory and the dp group read dp)
         at_u = lambda x: x.reshape(-1)[src] if x.shape[0] > 1 else x[0][src % N]  # noqa: E731
         rest = distinct_rows(*(at_u(x) for i, x in enumerate(keys) if i != ip))[1]  # each's key less the pool
@@ -1693,8 +1692,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             xs = (sum(times(x[mix], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
                             plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
             pick[mix] = next(xs) < next(xs)
-        if pick.any():  # (inv stays each stage's first-pool configuration: the ep links read it)
-            np.put(inv_t := inv.copy(), ks, np.where(pick, ib, ia))
+        if pick.any():  # (in place: what reads inv after this, memory, is alike on both pools; an MoE
+            np.put(inv_t := inv.copy() if moe else inv, ks, np.where(pick, ib, ia))  # model's ep links read pool A's)
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
@@ -1737,14 +1736,11 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
 
         hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
         T_C = hop_s(pool, after(pool), rag, hand, spill)
-        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe): a split stage's
-            # to the next stage's second pool (its pool if not split), the stage before's from its second pool
+        if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe): each stage's second
+            # pool (its pool if not split) to the next stage's, the slower of both pairings
             np.put(pool_b := pool.copy(), ks, pool_ks)
-            ends, rag_q = np.take(last_flat, rows_ks), pair(rag_u, ragged(xb, ga_b))  # (its second pool's part)
-            nxt, prv = np.where(ks == ends, rows_ks, ks + N), np.where(ks == rows_ks, ends, ks - N)
-            for e, x, y in ((ks, pool_ks, np.take(pool_b, nxt)), (prv, np.take(pool_b, prv), pool_ks)):
-                hop = hop_s(x, y, np.take(rag_q, np.take(inv_q, e)), np.take(hand, e), spill_on(x, rows_ks))
-                np.put(T_C, e, np.maximum(np.take(T_C, e), hop))
+            T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), np.take(pair(rag_u, ragged(xb, ga_b)), inv_q), hand,
+                                        spill_on(pool_b, np.arange(N))))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1809,7 +1805,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         if keyed:  # per configuration, then each stage's
             state = params * np.take(state_bytes_per_param(zero_u, d_u * c_u), inv)
             mem["buffers"] = buffer_bytes(eu["T"], h, t_u, d_u * c_u, zero_u, params_max, model.layer_params(),
-                                          stage_of=inv, rows=slice(None))
+                                          stage_of=inv)
         else:  # per row
             state = params * state_bytes_per_param(zero, g)
             mem["buffers"] = buffer_bytes(eu["T"][inv], h, t, g, zero, params_max, model.layer_params())
