@@ -768,38 +768,40 @@ def in_flight(sched, p, m, v, stage, rows=None):
 
 
 def distinct_rows(*cols):
-    """(first, inv): for columns of small non-negative integers (or bools), the index of one row per distinct
-    combination, and each row's combination number, so that ``f(x[first])[inv] == f(x)`` for any row-wise f.
-    Dense mixed-radix keys (no sort) when the key range is small, else the combinations of each half of the
-    columns first, then those pairs; np.unique for two columns of a large range (every row its own combination
-    if the key would overflow int64)."""
-    n = len(cols[0])
+    """(first, inv): for columns of small non-negative integers (or bools), broadcast against each other, the flat
+    index of one entry per distinct combination, and each entry's combination number (the broadcast shape), so that
+    ``f(x.ravel()[first])[inv] == f(x)`` for any entry-wise f. Dense mixed-radix keys (no sort) when the key range
+    is small, else the combinations of each half of the columns first, then those pairs; np.unique for two columns
+    of a large range (every entry its own combination if the key would overflow int64)."""
     cols = [np.asarray(x, dtype=np.int64) for x in cols]
-    radix = [int(x.max()) + 1 if n else 1 for x in cols]
+    shape = np.broadcast_shapes(*(x.shape for x in cols))
+    n = math.prod(shape)
+    radix = [int(x.max()) + 1 if x.size else 1 for x in cols]
     K = math.prod(radix)
     if K >= 2**62:
-        return np.arange(n), np.arange(n)
+        return np.arange(n), np.arange(n).reshape(shape)
     if K > max(4 * n, 1 << 16) and len(cols) > 2:
         return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
-    key = cols[0].copy()  # the mixed-radix key (np.ravel_multi_index's, in place: 3x faster)
-    for x, r in zip(cols[1:], radix[1:], strict=True):
-        np.add(np.multiply(key, r, out=key), x, out=key)
+    # the mixed-radix key (np.ravel_multi_index's, in place after the first product: 3x faster), at the broadcast
+    # shape from the first sum on (columns alike on a row's stages are not spread first)
+    key = np.add(cols[0] * radix[1], cols[1]) if len(cols) > 1 else cols[0]
+    for x, r in zip(cols[2:], radix[2:], strict=True):
+        key = np.add(np.multiply(key, r, out=key), x, out=key) if key.shape == shape else key * r + x
+    key = np.broadcast_to(key, shape).reshape(-1)
     if K > max(4 * n, 1 << 16):
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return first, inv.ravel()
-    return distinct_keys(key, K)
+        return first, inv.reshape(shape)
+    first, inv = distinct_keys(key, K)
+    return first, inv.reshape(shape)
 
 
 def distinct_keys(key, K: int):
-    """distinct_rows of one column of integer keys in [0, K), K not much more than the keys (no sort)."""
-    present = np.zeros(K, dtype=bool)
-    present[key] = True
-    keys = np.flatnonzero(present)  # the combinations in key order (not a cumsum over the K keys)
+    """distinct_rows of one column of integer keys in [0, K), K not much more than the keys (no sort): ``first``
+    the last entry holding each key."""
+    (at := np.full(K, -1))[key] = np.arange(len(key))  # (a scatter: the last write wins)
+    keys = np.flatnonzero(at >= 0)  # the combinations in key order (not a cumsum over the K keys)
     np.put(pos := np.empty(K, dtype=np.int64), keys, np.arange(len(keys)))
-    inv = pos[key]
-    first = np.empty(len(keys), dtype=np.int64)
-    first[inv] = np.arange(len(key))
-    return first, inv
+    return at[keys], np.take(pos, key)
 
 
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
@@ -1559,14 +1561,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                sv.order, t]
     keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rc]  # (the shape terms': shape_k, pool; ZeRO: memory)
     E = np.broadcast_shapes(*(x.shape for x in keys))
-    flat = lambda x: np.broadcast_to(x, E).reshape(-1)  # noqa: E731
     if E[0] > 1:  # the values alike on a row's stages first, as one row code (a smaller key)
         per_row = [x[0] for x in keys if x.shape[0] == 1]
         keys = [distinct_rows(*per_row)[1][None, :], *(x for x in keys if x.shape[0] > 1 or x is pool)]
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     ks = None
-    src, inv = distinct_rows(*(flat(x) for x in keys))  # (src: an entry of each configuration)
-    inv = inv.reshape(E)
+    src, inv = distinct_rows(*keys)  # (src: an entry of each configuration)
     if sv.split is not None:  # stages split across two pools: their configurations on their second pools too, among
         ks, _, pool_ks, dp2_ks = sv.split  # the block's or past them (a configuration holds no replicas:
         pool_ks, ia = np.minimum(pool_ks, P - 1), np.take(inv, ks)  # time, memory and the dp group read dp)
@@ -1713,8 +1713,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         """Hand-off time from a stage's GPUs on pool x to the next stage's on pool y: the
         inter-pool link, or inside x its intra-node link if the row's GPUs on x fit one node (not
         ``spill``), else the network (or the slower of both when the stage's GPUs are not a whole
-        number of nodes: ``ragged``)."""
-        kcase = (x * P + y) * 3 + spill * (1 + ragged)
+        number of nodes: ``ragged``). (x, y int8 where P <= 6: the case in int8, a quarter of the bytes.)"""
+        kcase = (x * P + y) * 3 + spill * (np.int8(1) + ragged)
         return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
@@ -1723,6 +1723,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         ragged(pool, d * t * c))
     spill_on = lambda x, i: np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x span nodes)
     spill = spill_on(pool, np.arange(N))
+    p8 = pool.astype(np.int8) if P <= 6 else pool
     if E[0] == 1:  # one configuration per row: every link alike
         T_C = hop_s(pool, pool, rag, np.take(share, inv), spill)
     else:
@@ -1735,10 +1736,10 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             return out
 
         hand = np.maximum(sh := np.take(share, inv), after(sh))  # (the next stage's: shifted, not gathered again)
-        T_C = hop_s(pool, after(pool), rag, hand, spill)
+        T_C = hop_s(p8, after(p8), rag, hand, spill)
         if ks is not None and ks.size:  # second pools' replicas hand off to each other (HetPipe): each stage's second
             # pool (its pool if not split) to the next stage's, the slower of both pairings
-            np.put(pool_b := pool.copy(), ks, pool_ks)
+            np.put(pool_b := p8.copy(), ks, pool_ks)
             T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), np.take(pair(rag_u, ragged(xb, ga_b)), inv_q), hand,
                                         spill_on(pool_b, np.arange(N))))
     if np.any(p <= 1):  # no hand-off without a pipeline
