@@ -1693,7 +1693,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
                             plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
             pick[mix] = next(xs) < next(xs)
         if pick.any():  # (in place: what reads inv after this, memory, is alike on both pools; an MoE
-            np.put(inv_t := inv.copy() if moe else inv, ks, np.where(pick, ib, ia))  # model's ep links read pool A's)
+            np.put(inv_t := inv.copy() if moe else inv, ks[pick], ib[pick])  # model's ep links read pool A's)
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
@@ -1707,25 +1707,25 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     # -- hand-offs: the link after each stage (the last one's to the first) --
     share = ACT_BYTES * eu["T"] * h / t_u  # bytes each GPU of a stage sends or receives per hand-off
 
-    spills = used > pa["gpus_per_node_int"]  # (N, P): the row's GPUs on a pool span more than a node
+    p8 = pool.astype(np.int8) if P <= 6 else pool  # (int8 where P <= 6: the case arithmetic on a quarter of the bytes)
+    spills = sum((used[:, q] > pa["gpus_per_node_int"][q]).astype(p8.dtype) << q for q in range(P))  # (N,): bit q,
+    spill_on = lambda x: (spills >> x) & 1  # noqa: E731  (the row's GPUs on pool q span more than a node; on pool x)
 
     def hop_s(x, y, ragged, nbytes, spill):
         """Hand-off time from a stage's GPUs on pool x to the next stage's on pool y: the
         inter-pool link, or inside x its intra-node link if the row's GPUs on x fit one node (not
         ``spill``), else the network (or the slower of both when the stage's GPUs are not a whole
-        number of nodes: ``ragged``). (x, y int8 where P <= 6: the case in int8, a quarter of the bytes.)"""
-        kcase = (x * P + y) * 3 + spill * (np.int8(1) + ragged)
+        number of nodes: ``ragged``)."""
+        kcase = np.asarray((x * P + y) * 3 + spill * (np.int8(1) + ragged), dtype=np.intp)
         return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
 
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(pool_u, ga_u)  # the stage's GPUs on its pool: a configuration's (a split stage's: on each pool)
     rag = np.take(pair(rag_u, ragged(xa, ga_a)), inv_q) if ks is not None else np.take(rag_u, inv) if keyed else (
         ragged(pool, d * t * c))
-    spill_on = lambda x, i: np.take(spills, i * P + x)  # noqa: E731  (row i's GPUs on pool x span nodes)
-    spill = spill_on(pool, np.arange(N))
-    p8 = pool.astype(np.int8) if P <= 6 else pool
+    spill = spill_on(p8)
     if E[0] == 1:  # one configuration per row: every link alike
-        T_C = hop_s(pool, pool, rag, np.take(share, inv), spill)
+        T_C = hop_s(p8, p8, rag, np.take(share, inv), spill)
     else:
         last_flat = np.where(sv.comp, X.shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
 
@@ -1741,7 +1741,7 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             # pool (its pool if not split) to the next stage's, the slower of both pairings
             np.put(pool_b := p8.copy(), ks, pool_ks)
             T_C = np.maximum(T_C, hop_s(pool_b, after(pool_b), np.take(pair(rag_u, ragged(xb, ga_b)), inv_q), hand,
-                                        spill_on(pool_b, np.arange(N))))
+                                        spill_on(pool_b)))
     if np.any(p <= 1):  # no hand-off without a pipeline
         T_C = np.where(p > 1, T_C, 0.0)
     inner = on & ~last  # the p - 1 forward boundaries
@@ -1781,7 +1781,9 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     row_max = lambda a: np.max(a if real else a * on_f, axis=0)  # noqa: E731  (a >= 0)
     hbm_rate = pa["hbm_Bps"] * pa["hbm_eff"]  # a split stage's memory fits the smaller HBM, its optimizer the slower
 
-    def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages
+    def per_stage(x):  # a pool attribute x (P,) per stage, the smaller of both pools' on split stages ((1, 1): alike)
+        if np.all(x == x[0]):
+            return x[:1, None]
         if ks is None:
             return np.take(x, pool)
         return np.take(pair(x[pool_u], np.minimum(x[xa], x[xb])), inv_q)

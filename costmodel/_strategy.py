@@ -202,9 +202,9 @@ def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, n
 
 class StageColumns(Mapping):
     """A table's per-stage columns: read as (N, S) arrays (int64; recompute int8 codes, read-only,
-    made on first read), stored stage-major (S, N) in int16 where the values fit (pools, degrees,
-    layers), so that taking a block's rows and its stage-major view (costmodel._stages) move a
-    quarter of the bytes. ``major(k, S)``: the first S stage rows as a C-ordered (S, N) array."""
+    made on first read), stored stage-major (S, N) in int8 or int16 where the values fit (pools,
+    degrees, layers), so that taking a block's rows and its stage-major view (costmodel._stages)
+    move an eighth or a quarter of the bytes. ``major(k, S)``: the first S stage rows as a C-ordered (S, N) array."""
 
     def __init__(self, stages: Mapping[str, np.ndarray | None] = (), major: dict | None = None):
         self._major = major if major is not None else {k: _compact(k, v) for k, v in dict(stages).items()
@@ -247,10 +247,11 @@ class StageColumns(Mapping):
 
 
 def _compact(name: str, value) -> np.ndarray:
-    """(S, N) stage-major copy of an (N, S) per-stage column, int16 where its values fit."""
+    """(S, N) stage-major copy of an (N, S) per-stage column, int8 or int16 where its values fit."""
     a = np.asarray(value)
-    small = a.dtype.itemsize <= 2 or a.size == 0 or (-2**15 <= a.min() and a.max() < 2**15)
-    return np.array(a.T, dtype=np.int8 if name == "recompute" else np.int16 if small else np.int64, order="C")
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    fits = [t for t in (np.int8, np.int16) if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max]
+    return np.array(a.T, dtype=np.int8 if name == "recompute" else (fits or [np.int64])[0], order="C")
 
 
 @dataclasses.dataclass(frozen=True)
