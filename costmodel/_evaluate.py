@@ -900,14 +900,15 @@ def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarra
     return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
 
 
-def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework, stage_bits=None):
+def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework, stage_bits=None, shift=None):
     """(reason (N,), GPUs each row puts on each pool (N, P)) of a StageView on pools ``pa``.
 
     Per stage, as bits reduced over the row's stages at once: its pools exist (1), tp splits the
     heads (2), whole layers, at least one (4), the batch divides into dp x micro-batches (8), v
     chunks of whole layers (16), ep x etp folds into its ranks (32; an MoE model, not across two
     pools); the pipeline's stages hold the model's layers. ``stage_bits``: bits 2, 8 and 32 where
-    the caller has them per stage (from its configurations). Chunked schedules need v chunks per
+    the caller has them per stage (from its configurations); ``shift(y)``: the GPUs each split stage moves onto pool
+    y (negative: off it), where the caller has them per pair. Chunked schedules need v chunks per
     device of whole layers: where the framework splits chunks unevenly (framework.uneven_chunks:
     Megatron-Core's pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7,
     8 x 14, 7 layers over 16 stages) every stage needs at least v layers, a stage that v does not
@@ -948,11 +949,12 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         total = np.sum(g := weigh(gpus), axis=0)
         on_pool = [np.sum(g * (pool if P == 2 else pool == y), axis=0) for y in range(1, P)]  # (P == 2: pool == 1)
         if ks.size:
-            moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
-            to, fro = in_range(pool2), np.take(pool, ks)
+            if shift is None:
+                moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
+                to, fro = in_range(pool2), np.take(pool, ks)
+                shift = lambda y: moved * ((to == y).astype(np.int64) - (fro == y))  # noqa: E731
             for y in range(1, P):
-                on_pool[y - 1] += np.bincount(rows, moved * ((to == y).astype(np.int64) - (fro == y)), len(p)).astype(
-                    np.int64)
+                on_pool[y - 1] += np.bincount(rows, shift(y), len(p)).astype(np.int64)
         per_pool = [total - sum(on_pool), *on_pool]
         used = np.stack(per_pool, axis=1)
     if P == 1:
@@ -1079,11 +1081,11 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
 
 
 # Placements (a block of one pipeline depth q, q stage columns): blocks of PLACEMENT_ENTRIES / q rows, at least
-# BLOCK_ROWS and at most 2 BLOCK_ROWS (each up to 1.25x of it, even ones per group): fewer blocks amortise the
+# BLOCK_ROWS and at most 4 BLOCK_ROWS (each up to 1.25x of it, even ones per group): fewer blocks amortise the
 # per-block work (the configurations, a few thousand a block whatever its rows, and the block's fixed costs);
-# pp 8 rows of 24,576, pp 4 of 32,768 (before: 16,384 at every depth; 5-8% faster placements,
-# in-process CPU time, BENCHMARKS.md).
-PLACEMENT_ENTRIES = 8 * 24576
+# pp 8 rows of 32,768, pp 4 of 65,536 (2% faster placements than 24,576 and 32,768, in-process CPU time,
+# BENCHMARKS.md "issue 14, session 30").
+PLACEMENT_ENTRIES = 8 * 32768
 
 
 def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> Metrics:
@@ -1100,7 +1102,7 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
     out = None
     ends = [0, *cuts, N]
     per = ([BLOCK_ROWS] * (len(ends) - 1) if depths is None else
-           [min(2 * BLOCK_ROWS, max(BLOCK_ROWS, PLACEMENT_ENTRIES // max(q, 1))) for q in depths])
+           [min(4 * BLOCK_ROWS, max(BLOCK_ROWS, PLACEMENT_ENTRIES // max(q, 1))) for q in depths])
     starts, widths = zip(*((int(x), q) for a, b, rows, q in zip(ends[:-1], ends[1:], per, depths or per, strict=True)
                            for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]),  # (<= 1.25x its rows)
                          strict=True)
@@ -1567,30 +1569,30 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     ip = next(i for i, x in enumerate(keys) if x is pool)  # the pool's key column
     ks = None
     src, inv = distinct_rows(*keys)  # (src: an entry of each configuration)
-    if sv.split is not None:  # stages split across two pools: their configurations on their second pools too, among
-        ks, _, pool_ks, dp2_ks = sv.split  # the block's or past them (a configuration holds no replicas:
-        pool_ks, ia = np.minimum(pool_ks, P - 1), np.take(inv, ks)  # time, memory and the dp group read dp)
+    if sv.split is not None:  # stages split across two pools: per distinct (configuration, second pool, replicas
+        ks, _, pool_ks, dp2_ks = sv.split  # there), a pair (a few thousand), and the pair's configuration on its second
+        pool_ks, ia = np.minimum(pool_ks, P - 1), np.take(inv, ks)  # pool, among the block's or past them (one holds
+        pairs, inv_p = distinct_rows(ia, pool_ks, dp2_ks)  # no replicas: time, memory and the dp group read dp)
+        ia_p, x2, r2 = ia[pairs], pool_ks[pairs], dp2_ks[pairs]
         at_u = lambda x: x.reshape(-1)[src] if x.shape[0] > 1 else x[0][src % N]  # noqa: E731
         rest = distinct_rows(*(at_u(x) for i, x in enumerate(keys) if i != ip))[1]  # each's key less the pool
         np.put(lut := np.full((int(rest.max()) + 1) * P, -1), rest * P + at_u(pool), np.arange(len(src)))
-        ib = np.take(lut, np.take(rest, ia) * P + pool_ks)
-        if (new := np.flatnonzero(ib < 0)).size:
-            first_b, inv_b = distinct_rows(np.take(rest, ia[new]), pool_ks[new])
-            ib[new], src = len(src) + inv_b, np.concatenate([src, ks[new[first_b]]])
+        ib_p = np.take(lut, np.take(rest, ia_p) * P + x2)
+        if (new := np.flatnonzero(ib_p < 0)).size:
+            first_b, inv_b = distinct_rows(np.take(rest, ia_p[new]), x2[new])
+            ib_p[new], src = len(src) + inv_b, np.concatenate([src, ks[pairs[new[first_b]]]])
     src_row = src % N  # (once: U reads row columns at it a dozen times)
     U = lambda x: x.reshape(-1)[src] if np.ndim(x) == 2 and len(x) > 1 else np.ravel(x)[src_row]  # noqa: E731
     full, sel = rc == 2, rc == 1
     pool_u = U(pool)
     if ks is not None and new.size:  # (a configuration first met on a split stage's second pool: that pool)
-        pool_u[-len(first_b):] = pool_ks[new[first_b]]
+        pool_u[-len(first_b):] = x2[new[first_b]]
     order_u, t_u, rc_u, c_u, sp_u, prec_u, d_u = (U(x) for x in (sv.order, t, rc, c, sp, prec, d))
     b_u = U(B) / (d_u * U(m)) if sv.b is None else U(sv.b)
     ga_u = d_u * t_u * c_u  # a configuration's GPUs on its pool
     pair = lambda u, _: u  # noqa: E731  (the values per configuration and, past them, per split stage's pair)
-    if ks is not None:  # what reads a split stage's replicas on each pool (GPUs, links, peak) per distinct (first
-        pairs, inv_p = distinct_rows(ia, pool_ks, dp2_ks)  # configuration, second pool, replicas there), a few
-        np.put(inv_q := inv.copy(), ks, len(src) + inv_p)  # thousand, past the configurations (inv_q)
-        ia_p, ib_p, r2 = ia[pairs], ib[pairs], dp2_ks[pairs]
+    if ks is not None:  # what reads a split stage's replicas on each pool (GPUs, links, peak) per pair, past the
+        np.put(inv_q := inv.copy(), ks, len(src) + inv_p)  # configurations (inv_q)
         xa, xb, tc = pool_u[ia_p], pool_u[ib_p], t_u[ia_p] * c_u[ia_p]
         ga_a, ga_b = (d_u[ia_p] - r2) * tc, r2 * tc
         pair = lambda u, v: np.concatenate([u, v])  # noqa: E731
@@ -1598,7 +1600,8 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
     cfg_bits = np.take(~tp_divides(model, t_u) * np.uint8(2) | (U(B) % (d_u * U(m)) != 0) * np.uint8(8)  # the stage
                        | (~ep_fits(model, U(e_r), d_u * t_u * c_u, U(u_r)) * np.uint8(32) if moe else 0),  # bits per
                        inv) if keyed else None  # configuration (stage_feasibility; np.take: faster than indexing)
-    reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits)
+    shift = None if ks is None else lambda y: np.take(ga_b * ((xb == y).astype(np.int64) - (xa == y)), inv_p)
+    reason, used = stage_feasibility(model, pa, sv, fw, cfg_bits, shift)  # (split stages' GPUs moved: per pair)
 
     # -- per configuration: GPU, links, one layer and one micro-batch (U,) --
     link = lambda stride, size, q=pool_u: pool_link(pa, q, stride, size)  # noqa: E731
@@ -1686,14 +1689,14 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
             ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, eu["head_gemm"])])
                       for i in (ia_p, ib_p))
             side = np.where((ta >= tb).all(axis=0), 0, np.where((tb >= ta).all(axis=0), 1, side))
-        pick = (side := side[inv_p]) == 1
-        if (mix := np.flatnonzero(side == 2)).size:
+        tgt = np.take(np.where(side == 1, ib_p, ia_p), inv_p)  # each split stage's configuration that sets its time
+        if np.any(side == 2) and (mix := np.flatnonzero(np.take(side, inv_p) == 2)).size:
             sub = lambda a: np.broadcast_to(a, inv.shape).reshape(-1)[ks[mix]]  # noqa: E731
-            xs = (sum(times(x[mix], sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
-                            plus_edges(x[mix], sub(first), sub(last)))) for x in (ia, ib))
-            pick[mix] = next(xs) < next(xs)
-        if pick.any():  # (in place: what reads inv after this, memory, is alike on both pools; an MoE
-            np.put(inv_t := inv.copy() if moe else inv, ks[pick], ib[pick])  # model's ep links read pool A's)
+            xs = (sum(times(x, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
+                            plus_edges(x, sub(first), sub(last)))) for x in (ia[mix], ib_p[inv_p[mix]]))
+            tgt[mix] = np.where(next(xs) < next(xs), ib_p[inv_p[mix]], ia[mix])
+        # (in place: what reads inv after this, memory, is alike on both pools; an MoE model's ep links read pool A's)
+        np.put(inv_t := inv.copy() if moe else inv, ks, tgt)
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731
     if moe and not stages_out and not (ks is not None and ks.size):
