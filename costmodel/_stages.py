@@ -235,7 +235,7 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     on = idx < c["pp"][None, :]  # (k, N) the stages of the pipeline
-    if not split:  # (the stored int16 arrays compared: only an alike block's first stage row converted)
+    if not split:  # (the stored int8 / int16 arrays compared: only an alike block's first stage row converted)
         alike = [stages.raw(k)[:S] for k in ("layers", "pool", "dp", "tp", "order", "recompute") if k in stages]
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike) and (  # all alike, and no

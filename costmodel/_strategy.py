@@ -235,7 +235,7 @@ class StageColumns(Mapping):
         return np.ascontiguousarray(self._major[k][:S], dtype=np.int8 if k == "recompute" else np.int64)
 
     def raw(self, k: str) -> np.ndarray:
-        """(S, N) as stored (int16 or int64)."""
+        """(S, N) as stored (int8, int16 or int64)."""
         return self._major[k]
 
     def take(self, rows, by_number: bool, width: int | None = None) -> StageColumns:
