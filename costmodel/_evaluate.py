@@ -53,8 +53,10 @@ Expert parallelism (mixture-of-experts models; E experts, top-k, capacity factor
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import os
 import types
 
 import numpy as np
@@ -140,18 +142,9 @@ MOE_OVERHEAD_UNITS = 2.0
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
-REASONS = (
-    "ok",
-    "gpus_exceed_cluster",
-    "tp_not_divide_heads",
-    "pp_not_divide_layers",
-    "cp_not_divide_seq",
-    "batch_not_divide",
-    "schedule_invalid",
-    "zero_incompatible_pp",
-    "framework_unsupported",
-    "out_of_memory",
-    "ep_invalid",  # appended: the codes before it keep their numbers (checked after tp, see reason_codes)
+REASONS = (  # (ep_invalid appended: the codes before it keep their numbers; it is checked after tp, see reason_codes)
+    "ok", "gpus_exceed_cluster", "tp_not_divide_heads", "pp_not_divide_layers", "cp_not_divide_seq", "batch_not_divide",
+    "schedule_invalid", "zero_incompatible_pp", "framework_unsupported", "out_of_memory", "ep_invalid",
 )
 REASON = {name: i for i, name in enumerate(REASONS)}
 SCHED = {name: i for i, name in enumerate(SCHEDULES)}
@@ -165,8 +158,7 @@ METRIC_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
     "dp_comm_s", "bubble_s", "optimizer_s", "tokens_per_s", "samples_per_s", "mfu", "hfu",
     "bubble_ratio", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
-    "mem_activations_bytes", "mem_buffers_bytes", "mem_total_bytes", "microbatches",
-    "feasible", "reason",
+    "mem_activations_bytes", "mem_buffers_bytes", "mem_total_bytes", "microbatches", "feasible", "reason",
 )
 
 
@@ -971,8 +963,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
-                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e,
-                          etp=u)
+                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u)
     return reason, used
 
 
@@ -1027,6 +1018,21 @@ def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, 
 # Rows per block: 16k rows keep a block's float64 temporaries in L2, 1.6x faster per row
 # than whole 1M-row columns on these machines (BENCHMARKS.md, "Cost core").
 BLOCK_ROWS = 16384
+
+
+def _keep_freed_memory() -> None:
+    """glibc's malloc at a fixed 32 MiB mmap threshold: with its default, dynamic one, the megabytes a placement
+    evaluation frees go back to the system at its end and are faulted in again by the next (a fifth of its time
+    at 200,000 rows; BENCHMARKS.md "issue 14, session 30"). Not where MALLOC_MMAP_THRESHOLD_ is set, nor with
+    PLANSWEEP_MALLOPT=0; nothing where the C library is not glibc."""
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ and os.environ.get("PLANSWEEP_MALLOPT") != "0":
+        try:
+            ctypes.CDLL("libc.so.6").mallopt(-3, 32 << 20)  # (-3: M_MMAP_THRESHOLD)
+        except (OSError, AttributeError):
+            pass
+
+
+_keep_freed_memory()
 
 
 def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form",
@@ -1252,8 +1258,7 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
         r = np.flatnonzero((gid == g) & ~known)
-        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
-                       tc=u_tc[r, :pg])
+        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r, :pg])
         u_total[r] = res.total_time
     small = ~big[gid] & ~known
     if np.any(small):
@@ -1417,8 +1422,7 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
                      row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
-    out["total"] = np.where(on, out["state"] + out["activations"] + buffers,
-                            -np.inf)
+    out["total"] = np.where(on, out["state"] + out["activations"] + buffers, -np.inf)
     return out
 
 

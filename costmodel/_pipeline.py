@@ -250,15 +250,8 @@ def _zb_v(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
     return orders
 
 
-_BUILDERS = {
-    "gpipe": _gpipe,
-    "1f1b": _one_f_one_b,
-    "interleaved": _interleaved,
-    "hanayo": _hanayo,
-    "zb-h1": _zb_h1,
-    "zb-h2": _zb_h2,
-    "zb-v": _zb_v,
-}
+_BUILDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved": _interleaved, "hanayo": _hanayo, "zb-h1": _zb_h1,
+             "zb-h2": _zb_h2, "zb-v": _zb_v}
 
 
 def _wave_back(schedule: str) -> bool:

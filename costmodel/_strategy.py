@@ -125,8 +125,7 @@ def dimension_values(name: str, values) -> np.ndarray:
     lo, hi = kind
     bad = ((arr < lo) if lo is not None else False) | ((arr > hi) if hi is not None else False)
     if np.any(bad):
-        raise InputError(name, f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}",
-                         int(arr[bad][0]))
+        raise InputError(name, f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}", int(arr[bad][0]))
     return arr
 
 
@@ -493,8 +492,7 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
     glob = {k: v for k, v in data.items() if k != "stages"}
     unknown = set(glob) - set(PLACED_COLUMNS)
     if unknown:
-        raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages",
-                         sorted(unknown)[0])
+        raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages", sorted(unknown)[0])
     glob["pp"] = len(stages)
     sr = cols["recompute"] if any("recompute" in st for st in stages) else None
     return StrategyTable.from_columns(stage_layers=[cols["layers"]], stage_recompute=None if sr is None else [sr],

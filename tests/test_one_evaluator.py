@@ -131,3 +131,37 @@ def test_blocks_of_one_depth_read_the_stage_columns_they_need():
     assert whole["feasible"].sum() > 1000 and not whole["feasible"][deep].any()
     for i in [*deep[:10], *rng.choice(n, 30, replace=False)]:
         _same(evaluate(model, hc, t.take(slice(i, i + 1))), whole.take(slice(i, i + 1)))
+
+
+def test_evaluator_fixes_glibcs_mmap_threshold_unless_told_not_to(monkeypatch):
+    """The evaluator's import sets glibc's M_MMAP_THRESHOLD (-3) to 32 MiB once; not where the user set
+    MALLOC_MMAP_THRESHOLD_ or PLANSWEEP_MALLOPT=0, and without an error where there is no glibc."""
+    import ctypes
+
+    import costmodel._evaluate as ev
+
+    calls = []
+
+    class Libc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    for env, expected in (({}, [(-3, 32 * 2**20)]), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, []),
+                          ({"PLANSWEEP_MALLOPT": "0"}, []), ({"PLANSWEEP_MALLOPT": "1"}, [(-3, 32 * 2**20)])):
+        calls.clear()
+        for k in ("MALLOC_MMAP_THRESHOLD_", "PLANSWEEP_MALLOPT"):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        ev._keep_freed_memory()
+        assert calls == expected, env
+
+    def no_glibc(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("PLANSWEEP_MALLOPT", raising=False)
+    monkeypatch.setattr(ctypes, "CDLL", no_glibc)
+    ev._keep_freed_memory()  # no error
