@@ -1696,10 +1696,12 @@ def _evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str =
         tgt = np.take(np.where(side == 1, ib_p, ia_p), inv_p)  # each split stage's configuration that sets its time
         if np.any(side == 2) and (mix := np.flatnonzero(np.take(side, inv_p) == 2)).size:
             sub = lambda a: np.broadcast_to(a, inv.shape).reshape(-1)[ks[mix]]  # noqa: E731
+            a_b = (ia[mix], ib_p[inv_p[mix]])  # (both pools' configurations of these stages)
             xs = (sum(times(x, sub(n), *((sub(n_d), sub(n_m)) if moe else (None, None)),
-                            plus_edges(x, sub(first), sub(last)))) for x in (ia[mix], ib_p[inv_p[mix]]))
-            tgt[mix] = np.where(next(xs) < next(xs), ib_p[inv_p[mix]], ia[mix])
-        # (in place: what reads inv after this, memory, is alike on both pools; an MoE model's ep links read pool A's)
+                            plus_edges(x, sub(first), sub(last)))) for x in a_b)
+            tgt[mix] = np.where(next(xs) < next(xs), *a_b[::-1])
+        # (in place: what reads inv after this, memory and the hand-off bytes, is alike on both pools; an MoE model's
+        # ep links read pool A's)
         np.put(inv_t := inv.copy() if moe else inv, ks, tgt)
     edges = plus_edges(inv_t, first, last)
     stage_fbw = lambda: times(inv_t, n, *((n_d, n_m) if moe else (None, None)), edges)  # noqa: E731

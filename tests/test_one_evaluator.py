@@ -165,3 +165,16 @@ def test_evaluator_fixes_glibcs_mmap_threshold_unless_told_not_to(monkeypatch):
     monkeypatch.delenv("PLANSWEEP_MALLOPT", raising=False)
     monkeypatch.setattr(ctypes, "CDLL", no_glibc)
     ev._keep_freed_memory()  # no error
+
+
+def test_stage_columns_keep_values_past_int8_and_int16():
+    """Per-stage columns are stored in the smallest of int8 / int16 / int64 that holds them: a dp of 200 (past
+    int8's 127) and a layer count of 40,000 (past int16's 32,767) read back as given, also after a take."""
+    from costmodel import StrategyTable
+
+    t = StrategyTable.from_columns(stage_pool=[[0, 1], [1, 0]], stage_dp=[[200, 1], [3, 4]], stage_tp=[[1, 2], [1, 1]],
+                                   stage_layers=[[40000, 1], [2, 3]], microbatches=16, global_batch=3200)
+    assert [t.stages.raw(k).dtype for k in ("pool", "dp", "layers")] == [np.int8, np.int16, np.int64]
+    assert t.stages["dp"].tolist() == [[200, 1], [3, 4]] and t.stages["layers"].tolist() == [[40000, 1], [2, 3]]
+    back = t.take(np.array([1, 0]))
+    assert back.stages["dp"].tolist() == [[3, 4], [200, 1]] and back.stages["layers"][1].tolist() == [40000, 1]
