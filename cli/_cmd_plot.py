@@ -29,9 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweep._runview import open_run  # pyarrow only when a run is read
+    from cli._cmd_show import open_view, reading
 
-    view = open_run(args.run_dir)
+    with reading(args.run_dir):
+        return _plot(args, open_view(args.run_dir, "plot"))
+
+
+def _plot(args: argparse.Namespace, view) -> int:
     out = args.out
     if out is None:
         if "://" in args.run_dir:

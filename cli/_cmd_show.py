@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP, print_json
@@ -165,11 +166,47 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
     return counts, rows
 
 
-def run(args: argparse.Namespace) -> int:
-    from sweep._runview import open_run, summary  # pyarrow only when a run is read
+def open_view(run_dir: str, command: str) -> RunView:
+    """open_run, with the damaged parts it left out named in one line on stderr."""
+    from sweep._runview import open_run  # pyarrow only when a run is read
 
+    view = open_run(run_dir)
+    line = view.skipped_line()
+    if line:
+        print(f"plansweep {command}: {line}", file=sys.stderr)
+    return view
+
+
+def reading(run_dir: str):
+    """A context in which a part that fails to read (a footer that reads, pages that do not)
+    is reported as bad input naming it, in one line."""
+    import contextlib
+
+    import pyarrow as pa
+
+    from costmodel import InputError
+    from sweep._checks import said
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            yield
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None
+
+    return ctx()
+
+
+def run(args: argparse.Namespace) -> int:
     k = number(args.top, "--top", int, 1)
-    view = open_run(args.run_dir)
+    with reading(args.run_dir):
+        return _show(args, k)
+
+
+def _show(args: argparse.Namespace, k: int) -> int:
+    from sweep._runview import summary
+
+    view = open_view(args.run_dir, "show")
     studies = view.studies()
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:

@@ -220,6 +220,9 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
         verb = "resuming" if resumed else "starting"
         labels = "; ".join(s.label for s in rd.studies())
         print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
+        for part, (dest, why) in rd.quarantined.items():
+            print(f"moved damaged part {os.path.relpath(part, rd.path)} ({why}) to {os.path.relpath(dest, rd.path)}; "
+                  "recomputing its rows", file=sys.stderr)
         try:
             if searcher == GRID:
                 run_grid(rd, in_process=args.in_process, max_in_flight=args.max_in_flight,
@@ -234,7 +237,10 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     finally:
         if started:
             shutdown_ray()
-    print_summary(rd, args.top)
+    from cli._cmd_show import reading
+
+    with reading(rd.path):
+        print_summary(rd, args.top)
     return 0
 
 
@@ -262,6 +268,8 @@ def print_summary(rd: RunDir, top: int) -> None:
         print(f"results: {rd.results} (no rows)")
         return
     view = open_run(rd.path)
+    if view.skipped:
+        print(f"plansweep: {view.skipped_line()}", file=sys.stderr)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
     failure = run_failure_model(view)
