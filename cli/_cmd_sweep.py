@@ -219,10 +219,14 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             started = True
         verb = "resuming" if resumed else "starting"
         labels = "; ".join(s.label for s in rd.studies())
-        print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
-        for part, (dest, why) in rd.quarantined.items():
-            print(f"moved damaged part {os.path.relpath(part, rd.path)} ({why}) to {os.path.relpath(dest, rd.path)}; "
-                  "recomputing its rows", file=sys.stderr)
+
+        def announce() -> None:  # once the run's files are checked (a refusal is then its one line)
+            print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
+            for part, (dest, why) in rd.quarantined.items():
+                print(f"moved damaged part {os.path.relpath(part, rd.path)} ({why}) to "
+                      f"{os.path.relpath(dest, rd.path)}; recomputing its rows", file=sys.stderr)
+
+        rd.on_ready = announce
         try:
             if searcher == GRID:
                 run_grid(rd, in_process=args.in_process, max_in_flight=args.max_in_flight,

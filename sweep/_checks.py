@@ -302,9 +302,8 @@ def save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
         np.savez(f, **arrays)
 
 
-def load_npz(path: str, expected: str, *, require_digest: bool = False) -> dict[str, np.ndarray]:
-    """The arrays of the npz ``path`` (without DIGEST), read whole and checked against their digest
-    (files written before digests were recorded have none: with ``require_digest`` that is refused)."""
+def read_npz(path: str, expected: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """(the arrays of the npz ``path`` but DIGEST, read whole; its DIGEST entry or None)."""
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -315,14 +314,26 @@ def load_npz(path: str, expected: str, *, require_digest: bool = False) -> dict[
     except Exception as exc:  # noqa: BLE001  a damaged zip or .npy header raises what its parser meets
         text = "pickled or foreign bytes" if "pickle" in str(exc) else said(exc)
         raise InputError(path, expected, Shown(f"a damaged file ({text})")) from None
-    recorded = arrays.pop(DIGEST, None)
+    return arrays, arrays.pop(DIGEST, None)
+
+
+def check_digest(path: str, expected: str, arrays: Mapping[str, np.ndarray], recorded: np.ndarray | None, *,
+                 require: bool = False) -> None:
+    """``recorded`` (read_npz) is the digest of ``arrays``; files written before digests were
+    recorded have none (refused with ``require``)."""
     if recorded is None:
-        if require_digest:
+        if require:
             raise InputError(path, expected + " with its digest", Shown("none"))
-        return arrays
+        return
     if recorded.dtype.kind != "U" or recorded.ndim != 0 or str(recorded) != digest(arrays):
         raise InputError(path, expected + " whose content matches its digest",
                          Shown("content changed since it was written (digest mismatch)"))
+
+
+def load_npz(path: str, expected: str) -> dict[str, np.ndarray]:
+    """The arrays of an npz that must carry its digest (read_npz, check_digest)."""
+    arrays, recorded = read_npz(path, expected)
+    check_digest(path, expected, arrays, recorded, require=True)
     return arrays
 
 
@@ -383,14 +394,7 @@ def load_marker(path: str, budget: int) -> dict | None:
 
 def fsync_dirs(paths: Iterable[str]) -> None:
     """fsync each directory (a rename in it reaches the disk); where the platform refuses, nothing."""
+    from costmodel._files import fsync_directory
+
     for d in dict.fromkeys(paths):
-        try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        fsync_directory(d)

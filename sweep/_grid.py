@@ -188,6 +188,7 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     studies = rd.studies()
     for s in studies:
         check_grid_size(s)
+    rd.set_damaged_parts_aside()  # their units are then planned again
     units, n_done = plan_units(rd, studies, unit_rows)
     spaces = {s.index: s.space for s in studies}
     metadata = {s.index: rd.metadata(s) for s in studies}
@@ -199,6 +200,7 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
 
         done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
         best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
+    rd.ready()
     bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress)
     try:
         if in_process:

@@ -71,7 +71,7 @@ def write_record(path: str, arrays: Mapping[str, np.ndarray]) -> None:
 
 def read_record(path: str) -> tuple[StrategyTable, np.ndarray]:
     """(the strategies, (N,) iterations) of a record; InputError naming it where it is damaged."""
-    arrays = load_npz(path, RECORD, require_digest=True)
+    arrays = load_npz(path, RECORD)
     cols = {k[len(COLUMN_KEY):]: v for k, v in arrays.items() if k.startswith(COLUMN_KEY)}
     stages = {k[len(STAGE_KEY):]: v for k, v in arrays.items() if k.startswith(STAGE_KEY)}
     iteration = arrays.get(ITERATION)

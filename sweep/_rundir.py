@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import costmodel
@@ -112,7 +113,9 @@ class RunDir:
         self.info = info
         self._lock_fd = lock_fd
         self._studies: list[Study] | None = None
+        self.damaged: dict[str, str] = {}  # part -> why it is damaged (found when opened)
         self.quarantined: dict[str, tuple[str, str]] = {}  # part -> (where it went, why it was damaged)
+        self.on_ready: Callable[[], None] | None = None  # called once the run's checks pass (ready)
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -167,7 +170,7 @@ class RunDir:
         try:
             _check_writable(path)
             rd.remove_temporaries()
-            rd.set_damaged_parts_aside()
+            rd.check_parts()
         except BaseException:
             rd.close()
             raise
@@ -213,16 +216,26 @@ class RunDir:
         """A run over placement spaces (its parts have the per-stage placement columns)."""
         return any(s["space"].get("kind") == "hetero" for s in self.info["studies"])
 
-    def set_damaged_parts_aside(self) -> None:
-        """Every part's footer and schema checked; the damaged ones moved to quarantine/ (their rows
-        are recomputed by the run: a grid unit without its part, a search part from its record)."""
+    def check_parts(self) -> None:
+        """Every part's footer and schema checked (the damaged ones in ``damaged``)."""
         import pyarrow.fs as pafs
 
+        _, self.damaged = check_parts(pafs.LocalFileSystem(), self.results, (result_schema(hetero=self.hetero),))
+
+    def set_damaged_parts_aside(self) -> None:
+        """The damaged parts moved to quarantine/, once the run's own files are checked (their rows
+        are recomputed by the run: a grid unit without its part, a search part from its record)."""
         from sweep._heal import quarantine
 
-        _, damaged = check_parts(pafs.LocalFileSystem(), self.results, (result_schema(hetero=self.hetero),))
-        for part, why in damaged.items():
+        for part, why in self.damaged.items():
             self.quarantined[part] = (quarantine(self.path, part), why)
+        self.damaged = {}
+
+    def ready(self) -> None:
+        """The run's files are checked and healed and it is about to evaluate: ``on_ready``, once."""
+        hook, self.on_ready = self.on_ready, None
+        if hook is not None:
+            hook()
 
     def metadata(self, study: Study) -> dict[bytes, bytes]:
         return schema_metadata(model_to_dict(study.model), cluster_to_dict(study.cluster), self.info["versions"])

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from costmodel import FailureModel, InputError, Metrics, StrategyTable, evaluate, plan_goodput
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
-from sweep._checks import check_progress, check_state, load_marker, load_npz, said, save_npz, shown
+from sweep._checks import check_digest, check_progress, check_state, load_marker, read_npz, said, save_npz, shown
 from sweep._grid import Progress
 from sweep._heal import heal_search_parts, record_arrays, record_path, write_record
 from sweep._results import HETERO_STRATEGY_COLUMNS, part_name, pool_names, to_arrow, write_json_atomic, write_part
@@ -62,44 +62,34 @@ def save_state(path: str, state: dict, engine: dict) -> None:
     save_npz(path, arrays)
 
 
-def load_state(path: str) -> tuple[dict, dict] | None:
-    """(searcher entries, engine entries) of a checkpoint, read whole and checked against its
-    digest; None where there is none. Other entries are refused."""
+def _plain(a: np.ndarray):
+    return a.item() if a.ndim == 0 else a
+
+
+def load_checkpoint(path: str, key: str, budget: int, searcher) -> tuple[dict | None, dict]:
+    """(searcher state or None, progress) of a study's npz checkpoint, loaded into ``searcher``:
+    its parts written (``key``), evaluations and done flag, as save_state's engine entries; a
+    fresh start without one. Checked before use, in one line naming the file: the entries' names,
+    kinds and shapes against a fresh ``searcher``'s state_dict, the engine entries' ranges, then
+    the digest (its content as written), then what the searcher's load_state_dict refuses."""
     if not os.path.exists(path):
-        return None
-    arrays = load_npz(path, CHECKPOINT)
+        return None, {key: 0, "evaluations": 0, "done": False}
+    arrays, recorded = read_npz(path, CHECKPOINT)
     other = sorted(k for k in arrays if not k.startswith((STATE_KEY, ENGINE_KEY)))
     if other:
         raise InputError(path, f"entries named {STATE_KEY}* or {ENGINE_KEY}*", shown(other[0]))
     state = {k[len(STATE_KEY):]: _plain(v) for k, v in arrays.items() if k.startswith(STATE_KEY)}
     engine = {k[len(ENGINE_KEY):]: v for k, v in arrays.items() if k.startswith(ENGINE_KEY)}
-    return state, engine
-
-
-def _plain(a: np.ndarray):
-    return a.item() if a.ndim == 0 else a
-
-
-def load_progress(path: str, key: str, budget: int) -> tuple[dict | None, dict]:
-    """(searcher state or None, progress) of a study's npz checkpoint: its parts written
-    (``key``), evaluations and done flag, as save_state's engine entries; a fresh start without one."""
-    loaded = load_state(path)
-    if loaded is None:
-        return None, {key: 0, "evaluations": 0, "done": False}
-    state, eng = loaded
-    return state, check_progress(path, eng, key, budget)
-
-
-def restore_searcher(searcher, state: dict, path: str) -> None:
-    """``searcher.load_state_dict(state)`` of the checkpoint ``path``, its entries checked against a
-    fresh searcher's first; what the searcher refuses is named with the file, in one line."""
+    progress = check_progress(path, engine, key, budget)
     check_state(path, state, searcher.state_dict())
+    check_digest(path, CHECKPOINT, arrays, recorded)
     try:
         searcher.load_state_dict(state)
     except InputError as exc:
         raise InputError(path, f"{exc.argument}: {exc.expected}", shown(exc.got)) from None
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise InputError(path, "a checkpoint this searcher can load", said(exc)) from None
+    return state, progress
 
 
 # ---- the searchers ---------------------------------------------------------------------------
@@ -143,7 +133,7 @@ class ChainRunner:
         self.failure = failure
         self.searcher = make_searcher(space, options, seed=seed, budget=budget)
         if state:
-            self.searcher.load_state_dict(state)  # checked by run_mcmc (restore_searcher) first
+            self.searcher.load_state_dict(state)  # checked by run_mcmc (load_checkpoint) first
 
     def advance(self, n_steps: int, evaluations_left: int, *, run_id: str, metadata: dict):
         """Up to ``n_steps`` steps or ``evaluations_left`` evaluations: returns (arrow rows with
@@ -210,14 +200,14 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     progress_of: dict[int, dict] = {}
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
-        state, p = load_progress(state_path[s.index], "checkpoints", budget)
-        if state is not None:
-            restore_searcher(make_searcher(s.space, opts, seed=seeds[s.index], budget=budget), state,
-                             state_path[s.index])
+        state, p = load_checkpoint(state_path[s.index], "checkpoints", budget,
+                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget))
         progress_of[s.index] = {"state": state, **p}
     failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
     heal_search_parts(rd, studies, progress_of, key="checkpoints", state_file=state_path,
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
+    rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                    unit="eval", enabled=progress)
 
@@ -306,11 +296,12 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     prog: dict[int, dict] = {}
     for s in studies:
         prog[s.index] = load_marker(marker[s.index], budget) or {"batches": 0, "evaluations": 0, "done": False}
-    failure = run_failure_model(rd)
-    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
-                      evaluate=lambda space, table: evaluate_table(space, table, failure))
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
+    failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
+    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
+                      evaluate=lambda space, table: evaluate_table(space, table, failure))
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
               save=lambda i: write_json_atomic(prog[i], marker[i]), parts_may_lead=True)
 
@@ -332,6 +323,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
                         pool_names=pool_names(s.space))
 
+    rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
                    unit="eval", enabled=progress)
     evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
@@ -422,10 +414,10 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     searchers, prog = {}, {}
     for s in studies:
         searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
-        state, prog[s.index] = load_progress(path[s.index], "steps", int(info["options"]["budget"]))
-        if state is not None:
-            restore_searcher(searchers[s.index], state, path[s.index])  # a state it cannot load: one line
+        _, prog[s.index] = load_checkpoint(path[s.index], "steps", int(info["options"]["budget"]),
+                                           searchers[s.index])
     failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
     heal_search_parts(rd, studies, prog, key="steps", state_file=path,
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
     _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
