@@ -29,10 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli._cmd_show import open_view, reading
+    from cli._cmd_show import read_run
 
-    with reading(args.run_dir):
-        return _plot(args, open_view(args.run_dir, "plot"))
+    return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
 
 
 def _plot(args: argparse.Namespace, view) -> int:

@@ -166,47 +166,37 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
     return counts, rows
 
 
-def open_view(run_dir: str, command: str) -> RunView:
-    """open_run, with the damaged parts it left out named in one line on stderr."""
-    from sweep._runview import open_run  # pyarrow only when a run is read
+def read_run(run_dir: str, command: str, body) -> int:
+    """``body(view)`` over the run (sweep._runview.read_view: parts whose pages fail to read are
+    found and left out), its stdout held until it succeeds; the parts left out named in one line
+    on stderr."""
+    import contextlib
+    import io
 
-    view = open_run(run_dir)
+    from sweep._runview import read_view
+
+    def held(view):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = body(view)
+        return code, buf.getvalue(), view
+
+    code, text, view = read_view(run_dir, held)
     line = view.skipped_line()
     if line:
         print(f"plansweep {command}: {line}", file=sys.stderr)
-    return view
-
-
-def reading(run_dir: str):
-    """A context in which a part that fails to read (a footer that reads, pages that do not)
-    is reported as bad input naming it, in one line."""
-    import contextlib
-
-    import pyarrow as pa
-
-    from costmodel import InputError
-    from sweep._checks import said
-
-    @contextlib.contextmanager
-    def ctx():
-        try:
-            yield
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None
-
-    return ctx()
+    print(text, end="")
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
     k = number(args.top, "--top", int, 1)
-    with reading(args.run_dir):
-        return _show(args, k)
+    return read_run(args.run_dir, "show", lambda view: _show(args, k, view))
 
 
-def _show(args: argparse.Namespace, k: int) -> int:
+def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
     from sweep._runview import summary
 
-    view = open_view(args.run_dir, "show")
     studies = view.studies()
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:

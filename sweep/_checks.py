@@ -33,6 +33,7 @@ OBJECTIVES = ("tokens_per_s", "goodput")
 DIGEST = "digest"  # the npz entry holding the SHA-256 of the others (save_npz)
 SHOWN_CHARS = 120  # what arrived, as printed: at most this many characters
 PART_RE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
+PARALLEL_FROM = 16  # parts from which they are read by a pool of threads (I/O bound)
 
 
 class Shown(str):
@@ -249,9 +250,6 @@ def list_parts(fs: pafs.FileSystem, results: str) -> list[str]:
     return sorted(out)
 
 
-PARALLEL_FROM = 16  # parts from which footers are read by a pool of threads (I/O bound)
-
-
 def check_parts(fs: pafs.FileSystem, results: str, expected: tuple[pa.Schema, ...]
                 ) -> tuple[dict[str, int], dict[str, str]]:
     """({path: rows} of the sound parts, {path: why} of the damaged ones) under ``results``."""
@@ -264,6 +262,27 @@ def check_parts(fs: pafs.FileSystem, results: str, expected: tuple[pa.Schema, ..
     sound = {p: rows for p, (rows, why) in zip(paths, found, strict=True) if why is None}
     damaged = {p: why for p, (_, why) in zip(paths, found, strict=True) if why is not None}
     return sound, damaged
+
+
+def unreadable_parts(fs: pafs.FileSystem, paths: Iterable[str]) -> dict[str, str]:
+    """{path: why} of the parts among ``paths`` whose pages do not read (every column decoded).
+    Reads them whole: for when a read has failed and the part at fault must be found."""
+    def why(path: str) -> str | None:
+        try:
+            with fs.open_input_file(path) as f:
+                for _ in pq.ParquetFile(f).iter_batches(batch_size=65_536):
+                    pass
+        except (pa.ArrowException, OSError, ValueError, IndexError, KeyError) as exc:
+            return f"pages that do not read ({said(exc)})"
+        return None
+
+    paths = list(paths)
+    if len(paths) >= PARALLEL_FROM:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(pool.map(why, paths))
+    else:
+        found = [why(p) for p in paths]
+    return {p: w for p, w in zip(paths, found, strict=True) if w is not None}
 
 
 def skipped_line(damaged: Mapping[str, str], run_dir: str, base: str, *, shown_parts: int = 3) -> str:
@@ -390,6 +409,32 @@ def load_marker(path: str, budget: int) -> dict | None:
     need_int(marker, "evaluations", path, high=budget)
     need(marker, "done", (bool,), path)
     return marker
+
+
+JOURNAL = "an Optuna journal as this run wrote it (one JSON record per line)"
+
+
+def check_journal(path: str) -> None:
+    """Optuna's journal file, before Optuna replays it (and appends to it): every line a whole
+    JSON object with an integer op_code, the last one ended. Where there is none yet, nothing."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(path, JOURNAL, Shown(f"an unreadable file ({exc.strerror or said(exc)})")) from None
+    if data and not data.endswith(b"\n"):
+        raise InputError(path, JOURNAL, Shown(f"a file cut short ({len(data):,} bytes, its last record unended)"))
+    for number, line in enumerate(data.splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except UnicodeDecodeError:
+            raise InputError(path, JOURNAL, Shown(f"binary bytes on line {number}")) from None
+        except (ValueError, RecursionError) as exc:
+            raise InputError(path, JOURNAL, Shown(f"line {number} not JSON ({said(exc)})")) from None
+        if not isinstance(record, dict) or not _is_int(record.get("op_code")):
+            raise InputError(path, JOURNAL, Shown(f"line {number} without an integer op_code"))
 
 
 def fsync_dirs(paths: Iterable[str]) -> None:

@@ -19,11 +19,12 @@ import os
 from collections.abc import Callable, Mapping
 
 import numpy as np
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from costmodel import InputError, Metrics, StrategyTable
 from costmodel._strategy import StageColumns
-from sweep._checks import PART_RE, Shown, fsync_dirs, load_npz, save_npz
+from sweep._checks import PART_RE, Shown, fsync_dirs, list_parts, load_npz, save_npz, unreadable_parts
 from sweep._results import part_name, pool_names, to_arrow, write_part
 
 QUARANTINE = "quarantine"
@@ -115,7 +116,8 @@ def quarantined(run_dir: str, part: str) -> list[str]:
 
 def heal_search_parts(rd, studies, progress: Mapping[int, Mapping], *, key: str, state_file: Mapping[int, str],
                       evaluate: Callable[[object, StrategyTable], Metrics], lead_needs_part: bool = False) -> None:
-    """Before a search continues: every part the state counts (``progress[study][key]``, with its
+    """Before a search continues: every part read whole (one whose pages do not read is moved to
+    quarantine/); every part the state counts (``progress[study][key]``, with its
     ``evaluations``) present, rebuilt from its record where it was moved aside or lost; the part
     the state may lag by (index = the count, written before a kill) rebuilt where its record is.
     ``lead_needs_part`` (TPE): that part decides whether its batch was told, so a lead part that
@@ -123,6 +125,11 @@ def heal_search_parts(rd, studies, progress: Mapping[int, Mapping], *, key: str,
     record, a part past the state, evaluations that are not the parts' rows."""
     searcher = rd.info["searcher"]
     directory = rd.partition(searcher)
+    # A search's parts hold its evaluations (the budget's rows, not a grid's millions): each is read
+    # whole, so that a part whose footer reads but whose pages do not is rebuilt like any other.
+    fs = pafs.LocalFileSystem()
+    rd.damaged = unreadable_parts(fs, [p for p in list_parts(fs, directory) if PART_RE.match(os.path.basename(p))])
+    rd.set_damaged_parts_aside()
     present = {(int(m.group(1)), int(m.group(2))) for m in map(PART_RE.match, os.listdir(directory)) if m}
     for s in studies:
         i, count, evals = s.index, int(progress[s.index][key]), int(progress[s.index]["evaluations"])

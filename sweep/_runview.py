@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from costmodel import InputError
-from sweep._checks import Shown, check_parts, check_view_info, read_json, said, skipped_line
+from sweep._checks import Shown, check_parts, check_view_info, read_json, said, skipped_line, unreadable_parts
 from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS, result_schema
 from sweep._rundir import RESULTS as RESULTS_DIR
 from sweep._rundir import RUN_FORMAT, RUN_JSON
@@ -143,9 +143,10 @@ def _json_meta(meta: Mapping[bytes, bytes] | None, key: bytes, run_dir: str) -> 
     return value if isinstance(value, dict) else {}
 
 
-def open_run(run_dir: str | os.PathLike) -> RunView:
+def open_run(run_dir: str | os.PathLike, *, skip: Mapping[str, str] | None = None) -> RunView:
     """Open RUN_DIR (path or URI); raises InputError, naming what is missing, for anything
-    that is not a readable run directory with results."""
+    that is not a readable run directory with results. ``skip``: parts to leave out too (path ->
+    why: pages found not to read, read_view), named with the damaged ones in ``skipped``."""
     run_dir = os.fspath(run_dir)
     fs, base = _filesystem(run_dir)
     expected = "a run directory holding run.json and results/ (a Parquet dataset)"
@@ -165,6 +166,7 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
     _check_format(info, run_dir)
     results = f"{base}/{RESULTS_DIR}"
     sound, damaged = check_parts(fs, results, _expected_schemas(info))
+    damaged.update({p: why for p, why in (skip or {}).items() if sound.pop(p, None) is not None})
     if not sound:
         why = "none yet" if not damaged else skipped_line(damaged, run_dir, base)
         raise InputError("RUN_DIR", "results/ holding at least one readable Parquet part", Shown(f"{run_dir} ({why})"))
@@ -315,3 +317,23 @@ def best_rows(view: RunView, k: int, *, include_infeasible: bool = False) -> pa.
         rest = _distinct(rest).slice(0, k - top.num_rows)
         top = pa.concat_tables([top, rest.cast(top.schema)])
     return top
+
+
+def read_view(run_dir: str, body, *, on_skip=None):
+    """``body(view)`` over open_run(run_dir); where a part's footer reads but its pages do not (a
+    read fails), the parts at fault are found (each read whole), ``on_skip(them)`` is told, and
+    ``body`` runs once more without them. Reads that still fail: InputError, one line."""
+    view = open_run(run_dir)
+    try:
+        return body(view)
+    except (pa.ArrowException, OSError) as exc:
+        bad = unreadable_parts(_filesystem(run_dir)[0], view.dataset.files)
+        if not bad:
+            raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None
+    if on_skip is not None:
+        on_skip(bad)
+    view = open_run(run_dir, skip={**view.skipped, **bad})
+    try:
+        return body(view)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None

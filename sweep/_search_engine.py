@@ -35,7 +35,18 @@ import pyarrow.parquet as pq
 from costmodel import FailureModel, InputError, Metrics, StrategyTable, evaluate, plan_goodput
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
-from sweep._checks import check_digest, check_progress, check_state, load_marker, read_npz, said, save_npz, shown
+from sweep._checks import (
+    JOURNAL,
+    check_digest,
+    check_journal,
+    check_progress,
+    check_state,
+    load_marker,
+    read_npz,
+    said,
+    save_npz,
+    shown,
+)
 from sweep._grid import Progress
 from sweep._heal import heal_search_parts, record_arrays, record_path, write_record
 from sweep._results import HETERO_STRATEGY_COLUMNS, part_name, pool_names, to_arrow, write_json_atomic, write_part
@@ -113,15 +124,16 @@ def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | 
 def open_tpe(options: TPEOptions, space, *, seed: int, storage: str | None, budget: int | None):
     """options.searcher over the journal ``storage``; a journal Optuna cannot replay (junk, cut
     short) is refused in one line naming it."""
+    if storage is None:
+        return options.searcher(space, seed=seed, budget=budget)
+    check_journal(storage)
     try:
         return options.searcher(space, seed=seed, storage=storage, budget=budget)
     except InputError:
         raise
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSON or records of another shape
-        if storage is None:
-            raise
-        raise InputError(storage, "an Optuna journal as this run wrote it (one JSON record per line)",
-                         said(exc)) from None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, AssertionError) as exc:
+        # records of another shape: what Optuna's replay met (an assert of its own among them)
+        raise InputError(storage, JOURNAL, said(exc)) from None
 
 
 class ChainRunner:
@@ -223,6 +235,8 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         if in_process:
             for s in studies:
                 p = progress_of[s.index]
+                if p["done"] or p["evaluations"] >= budget:
+                    continue  # finished: no chains to rebuild
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
                                      failure=failure)
                 while not p["done"] and p["evaluations"] < budget:
@@ -296,12 +310,13 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     prog: dict[int, dict] = {}
     for s in studies:
         prog[s.index] = load_marker(marker[s.index], budget) or {"batches": 0, "evaluations": 0, "done": False}
-    searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
-                                        storage=journal[s.index], budget=budget) for s in studies}
+        check_journal(journal[s.index])  # before anything is moved or written (Optuna appends to it)
     failure = run_failure_model(rd)
     rd.set_damaged_parts_aside()
     heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
+    searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
+                                        storage=journal[s.index], budget=budget) for s in studies}
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
               save=lambda i: write_json_atomic(prog[i], marker[i]), parts_may_lead=True)
 
