@@ -379,6 +379,17 @@ def check_state(path: str, state: Mapping[str, np.ndarray], reference: Mapping[s
                              Shown(f"{a.dtype} of shape {a.shape}"))
 
 
+COUNTER_MAX = 2**31  # a searcher's counters (steps, restarts, points seen) stay far below this
+
+
+def check_counters(path: str, state: Mapping[str, np.ndarray]) -> None:
+    """A checkpoint without a digest (older files): its integer scalars are counters in [0, COUNTER_MAX)."""
+    for k in sorted(state):
+        a = np.asarray(state[k])
+        if a.ndim == 0 and _kind(a) == "i" and not 0 <= int(a) < COUNTER_MAX:
+            raise InputError(path, f"entry {k!r} as a count in [0, {COUNTER_MAX:,})", Shown(str(int(a))))
+
+
 def check_progress(path: str, engine: Mapping[str, np.ndarray], key: str, budget: int) -> dict:
     """The engine entries of a checkpoint: ``key`` (parts written) >= 0, evaluations in [0, budget], done."""
     plain = {}

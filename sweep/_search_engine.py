@@ -37,6 +37,7 @@ from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
 from sweep._checks import (
     JOURNAL,
+    check_counters,
     check_digest,
     check_journal,
     check_progress,
@@ -94,13 +95,28 @@ def load_checkpoint(path: str, key: str, budget: int, searcher) -> tuple[dict | 
     progress = check_progress(path, engine, key, budget)
     check_state(path, state, searcher.state_dict())
     check_digest(path, CHECKPOINT, arrays, recorded)
+    if recorded is None:  # written before checkpoints carried a digest: its values are unverified
+        check_counters(path, state)
     try:
         searcher.load_state_dict(state)
     except InputError as exc:
         raise InputError(path, f"{exc.argument}: {exc.expected}", shown(exc.got)) from None
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise InputError(path, "a checkpoint this searcher can load", said(exc)) from None
+    if recorded is None and not progress["done"]:
+        _try_ask(searcher, path)
     return state, progress
+
+
+def _try_ask(searcher, path: str) -> None:
+    """One ask of a copy of ``searcher``, loaded from an unverified checkpoint: what it raises is
+    the checkpoint's values (the searcher itself is exercised by every run), named in one line."""
+    import copy
+
+    try:
+        copy.deepcopy(searcher).ask(1)
+    except Exception as exc:  # noqa: BLE001  any failure here comes from the values loaded
+        raise InputError(path, "a checkpoint whose values this searcher can go on from", said(exc)) from None
 
 
 # ---- the searchers ---------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Fuzzing a run directory's own files: run.json, the checkpoints (mcmc-*.npz, gradient-*.npz), TPE's
 marker and journal, the records of search parts, and Parquet parts cut short or replaced.
 
-Hypothesis damages one file of a finished run (values of the wrong type, out of range, entries
-missing, bytes cut short, flipped or replaced by junk), then runs `plansweep show` (where it reads
-that file) and `plansweep resume --in-process` in this process. The property, for every case:
-exit 0 or 2, no traceback, one line on stderr with exit 2; nothing already written lost (every
-part present before is still there or in quarantine/, byte for byte; a refused resume changes no
-file); nothing half-written (no temporary file left, every part written reads whole, and after
-a search resumed every part).
+Hypothesis damages one file of a finished run, or of a run stopped part-way (values of the wrong
+type, out of range, entries missing, bytes cut short, flipped or replaced by junk), then runs
+`plansweep show` (where it reads that file) and `plansweep resume --in-process` in this process.
+The property, for every case: exit 0 or 2, no traceback, one line on stderr with exit 2; nothing
+already written lost (every part present before is still there or in quarantine/, byte for byte;
+a refused resume changes no file); nothing half-written (no temporary file left, every part
+written reads whole, and after a search resumed every part).
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ TARGETS = {
                ("tpe", "state/asked/tpe/part-00-000001.npz", "npz")],
     "part": [(k, f"results/searcher={k}/part-00-{i:06d}.parquet", "bytes") for k, i in
              (("grid", 0), ("mcmc", 1), ("tpe", 2), ("gradient", 3))],
+    # runs stopped part-way, which resume goes on with (their searchers then use what they loaded)
+    "stopped": [("stopped-mcmc", "state/mcmc-00.npz", "npz"), ("stopped-gradient", "state/gradient-00.npz", "npz"),
+                ("stopped-tpe", "state/tpe-00.json", "json"), ("stopped-tpe", "state/tpe-00.journal", "journal"),
+                ("stopped-mcmc", "run.json", "json")],
 }
-FUZZ_EXAMPLES = 600  # in all: run.json 150, checkpoints 130, TPE's files 120, records 120, parts 80
+FUZZ_EXAMPLES = 600  # in all: run.json 130, checkpoints 110, TPE's files 110, records 110, parts 80, stopped 60
 
 
 def fuzz(examples: int):
@@ -60,6 +64,29 @@ def runs(tmp_path_factory) -> dict[str, str]:
         out[kind] = str(root / kind)
         r = main(*argv, "--out", out[kind], *QUIET, "--top", "0")
         assert r.code == 0, r.err
+    for kind, writer in (("mcmc", "save_state"), ("gradient", "save_state"), ("tpe", "write_json_atomic")):
+        out[f"stopped-{kind}"] = stopped(kind, writer, str(root / f"stopped-{kind}"))
+    return out
+
+
+def stopped(kind: str, writer: str, out: str) -> str:
+    """The run ``kind`` stopped (KeyboardInterrupt) where it writes its second checkpoint."""
+    import sweep._search_engine as engine
+    from tests.run_damage import RUNS
+
+    real, calls = getattr(engine, writer), []
+
+    def stop(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(*args)
+
+    setattr(engine, writer, stop)
+    try:
+        assert main(*RUNS[kind], "--out", out, *QUIET).code == 130
+    finally:
+        setattr(engine, writer, real)
     return out
 
 
@@ -199,7 +226,7 @@ def check(r, before: dict[str, bytes], run_dir: str, what: str) -> None:
 def run_case(runs: dict[str, str], data, group: str) -> None:
     kind, rel, how = data.draw(st.sampled_from(TARGETS[group]))
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
-        run_dir = os.path.join(tmp, kind)
+        run_dir = os.path.join(tmp, kind.removeprefix("stopped-"))
         shutil.copytree(runs[kind], run_dir)
         if group == "record":  # a record is read where its part is gone
             part = rel.replace("state/asked/", "results/searcher=").replace(".npz", ".parquet")
@@ -214,25 +241,25 @@ def run_case(runs: dict[str, str], data, group: str) -> None:
         check(main("resume", run_dir, *QUIET, "--top", top), before, run_dir, what + ", resume")
 
 
-@fuzz(150)
+@fuzz(130)
 @given(data=st.data())
 def test_fuzz_run_json(runs, data):
     run_case(runs, data, "run.json")
 
 
-@fuzz(130)
+@fuzz(110)
 @given(data=st.data())
 def test_fuzz_checkpoints(runs, data):
     run_case(runs, data, "checkpoint")
 
 
-@fuzz(120)
+@fuzz(110)
 @given(data=st.data())
 def test_fuzz_tpe_marker_and_journal(runs, data):
     run_case(runs, data, "tpe")
 
 
-@fuzz(120)
+@fuzz(110)
 @given(data=st.data())
 def test_fuzz_records_of_parts_gone(runs, data):
     run_case(runs, data, "record")
@@ -242,3 +269,9 @@ def test_fuzz_records_of_parts_gone(runs, data):
 @given(data=st.data())
 def test_fuzz_parts(runs, data):
     run_case(runs, data, "part")
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_fuzz_runs_stopped_part_way(runs, data):
+    run_case(runs, data, "stopped")
