@@ -264,11 +264,12 @@ def _build_studies(studies: list[dict], run_json: str) -> list[Study]:
             kind = HeteroSpace if s["space"].get("kind") == "hetero" else Space
             space = kind.from_json(s["space"], model, cluster)
         except InputError as exc:
-            raise InputError(run_json, f"studies[{i}] this plansweep can read ({exc.argument}: {exc.expected})",
-                             shown(exc.got)) from None
+            raise InputError(run_json, f"a run.json whose studies this plansweep can read (studies[{i}]: "
+                             f"{exc.argument}: {exc.expected})", shown(exc.got)) from None
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
             # a spec or space of the wrong shape: what its constructor met, named by the file
-            raise InputError(run_json, f"studies[{i}] this plansweep can read", said(exc)) from None
+            raise InputError(run_json, f"a run.json whose studies this plansweep can read (studies[{i}])",
+                             said(exc)) from None
         out.append(Study(index=i, model=model, cluster=cluster, space=space))
     return out
 
