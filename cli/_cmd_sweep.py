@@ -220,17 +220,17 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             started = True
         verb = "resuming" if resumed else "starting"
         labels = "; ".join(s.label for s in rd.studies())
-        told: set[str] = set()
+        told: list[str] = []  # the start line, then each part moved aside, once
 
         def announce() -> None:  # once the run's files are checked (a refusal is then its one line)
             if not told:
+                told.append("start")
                 print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
             for part, (dest, why) in rd.quarantined.items():
                 if part not in told:
-                    told.add(part)
+                    told.append(part)
                     print(f"moved damaged part {os.path.relpath(part, rd.path)} ({why}) to "
                           f"{os.path.relpath(dest, rd.path)}; recomputing its rows", file=sys.stderr)
-            told.add("")
 
         for again in (False, True):
             rd.on_ready = announce

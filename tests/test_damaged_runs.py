@@ -151,6 +151,41 @@ def test_other_damaged_parts_are_moved_aside_and_recomputed(reference, tmp_path,
     assert rows(run).equals(rows(reference["gradient"]))
 
 
+def flip_a_page(path: str, column: str) -> None:
+    """Flip the first byte of ``column``'s first page in ``path``: the footer still reads, that
+    column's pages do not."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_metadata(path)
+    chunk = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
+                 if meta.row_group(0).column(i).path_in_schema == column)
+    offset = chunk.dictionary_page_offset or chunk.data_page_offset
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0xFF]))
+    pq.read_metadata(path)
+    with pytest.raises((OSError, ValueError)):
+        pq.read_table(path, columns=[column])
+
+
+@pytest.mark.parametrize("kind", ["grid", "mcmc"])
+def test_part_whose_pages_do_not_read_is_skipped_by_show_and_recomputed_by_resume(reference, tmp_path, kind):
+    # Footers are checked on opening, pages where they are read. A grid's resume meets the damage
+    # when its summary reads the throughput column, moves the part aside and runs again; a search
+    # reads its parts whole on resume. show skips the part it could not read and names it.
+    run = copy(reference, kind, tmp_path)
+    victim = parts(run, kind)[1]
+    flip_a_page(victim, "tokens_per_s")
+    rel = os.path.relpath(victim, run)
+    shown = main("show", run, "--top", "3")
+    assert shown.code == 0 and len(shown.lines) == 1 and rel in shown.err and "pages" in shown.err, shown.err
+    resumed = main("resume", run, *QUIET, "--top", "3")
+    assert resumed.code == 0 and f"moved damaged part {rel}" in resumed.err, resumed.err
+    assert rows(run).equals(rows(reference[kind]))
+
+
 def test_show_by_uri_skips_a_damaged_part_and_moves_nothing(reference, tmp_path):
     run = copy(reference, "tpe", tmp_path)
     truncate(parts(run, "tpe")[0])
