@@ -29,9 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweep._runview import open_run  # pyarrow only when a run is read
+    from cli._cmd_show import read_run
 
-    view = open_run(args.run_dir)
+    return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
+
+
+def _plot(args: argparse.Namespace, view) -> int:
     out = args.out
     if out is None:
         if "://" in args.run_dir:

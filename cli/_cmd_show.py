@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP, print_json
@@ -165,11 +166,37 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
     return counts, rows
 
 
-def run(args: argparse.Namespace) -> int:
-    from sweep._runview import open_run, summary  # pyarrow only when a run is read
+def read_run(run_dir: str, command: str, body) -> int:
+    """``body(view)`` over the run (sweep._runview.read_view: parts whose pages fail to read are
+    found and left out), its stdout held until it succeeds; the parts left out named in one line
+    on stderr."""
+    import contextlib
+    import io
 
+    from sweep._runview import read_view
+
+    def held(view):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = body(view)
+        return code, buf.getvalue(), view
+
+    code, text, view = read_view(run_dir, held)
+    line = view.skipped_line()
+    if line:
+        print(f"plansweep {command}: {line}", file=sys.stderr)
+    print(text, end="")
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
     k = number(args.top, "--top", int, 1)
-    view = open_run(args.run_dir)
+    return read_run(args.run_dir, "show", lambda view: _show(args, k, view))
+
+
+def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
+    from sweep._runview import summary
+
     studies = view.studies()
     reports = [(s, *_study_report(s, k, args.include_infeasible)) for s in studies]
     if args.json:

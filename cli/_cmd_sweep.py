@@ -206,8 +206,9 @@ def run_resume(args: argparse.Namespace) -> int:
 
 
 def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
-    """Run (or continue) whatever rd's run.json asks, then print where results are and the best."""
-    from sweep._grid import run_grid
+    """Run (or continue) whatever rd's run.json asks, then print where results are and the best.
+    Parts whose footer reads but whose pages do not are found when the summary reads them: they
+    are moved to quarantine/ and the run goes on once more to recompute them."""
     from sweep._ray import init_ray, shutdown_ray
 
     searcher = rd.info["searcher"]
@@ -219,23 +220,69 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             started = True
         verb = "resuming" if resumed else "starting"
         labels = "; ".join(s.label for s in rd.studies())
-        print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
-        try:
-            if searcher == GRID:
-                run_grid(rd, in_process=args.in_process, max_in_flight=args.max_in_flight,
-                         progress=not args.no_progress)
-            else:
-                from sweep._search_engine import run_search
+        told: list[str] = []  # the start line, then each part moved aside, once
 
-                run_search(rd, in_process=args.in_process, progress=not args.no_progress)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`", file=sys.stderr)
-            return 130
+        def announce() -> None:  # once the run's files are checked (a refusal is then its one line)
+            if not told:
+                told.append("start")
+                print(f"{verb} {rd.info['command']} ({searcher}) of {labels} in {rd.path} on {how}", file=sys.stderr)
+            for part, (dest, why) in rd.quarantined.items():
+                if part not in told:
+                    told.append(part)
+                    print(f"moved damaged part {os.path.relpath(part, rd.path)} ({why}) to "
+                          f"{os.path.relpath(dest, rd.path)}; recomputing its rows", file=sys.stderr)
+
+        for again in (False, True):
+            rd.on_ready = announce
+            try:
+                _run_engine(rd, args)
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
+                      file=sys.stderr)
+                return 130
+            bad = _summary_or_unreadable(rd, args.top, last=again)
+            if not bad:
+                return 0
+            rd.damaged = bad  # moved aside by the engine's next pass, which recomputes them
     finally:
         if started:
             shutdown_ray()
-    print_summary(rd, args.top)
     return 0
+
+
+def _run_engine(rd: RunDir, args: argparse.Namespace) -> None:
+    if rd.info["searcher"] == GRID:
+        from sweep._grid import run_grid
+
+        run_grid(rd, in_process=args.in_process, max_in_flight=args.max_in_flight, progress=not args.no_progress)
+    else:
+        from sweep._search_engine import run_search
+
+        run_search(rd, in_process=args.in_process, progress=not args.no_progress)
+
+
+def _summary_or_unreadable(rd: RunDir, top: int, *, last: bool) -> dict[str, str]:
+    """print_summary, its output held until it succeeds; {} then. Where a part's pages fail to
+    read: the parts at fault ({path: why}), or with ``last`` InputError in one line."""
+    import contextlib
+    import io
+
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from sweep._checks import list_parts, said, unreadable_parts
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            print_summary(rd, top)
+    except (pa.ArrowException, OSError) as exc:
+        bad = {} if last else unreadable_parts(pafs.LocalFileSystem(), list_parts(pafs.LocalFileSystem(), rd.results))
+        if not bad:
+            raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None
+        return bad
+    print(buf.getvalue(), end="")
+    return {}
 
 
 def _goodput_summary(view, top: int, failure) -> None:
@@ -262,6 +309,8 @@ def print_summary(rd: RunDir, top: int) -> None:
         print(f"results: {rd.results} (no rows)")
         return
     view = open_run(rd.path)
+    if view.skipped:
+        print(f"plansweep: {view.skipped_line()}", file=sys.stderr)
     print(f"results: {rd.results} ({view.dataset.count_rows():,} rows in {len(view.dataset.files)} Parquet parts; "
           f"open with pandas.read_parquet({rd.results!r}))")
     failure = run_failure_model(view)

@@ -15,7 +15,8 @@ TMP_SUFFIX = ".tmp"
 @contextlib.contextmanager
 def replaced_atomically(path: str | os.PathLike) -> Iterator[str]:
     """A hidden temporary name in ``path``'s directory to write; when the block ends the file is
-    fsync'd and renamed over ``path`` (atomic on POSIX file systems), so ``path`` is whole or absent.
+    fsync'd and renamed over ``path`` (atomic on POSIX file systems), so ``path`` is whole or absent,
+    and the directory is fsync'd so that the rename itself survives a crash of the machine.
     The temporary file is removed if the block fails."""
     directory, name = os.path.split(os.fspath(path))
     tmp = os.path.join(directory, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
@@ -27,6 +28,21 @@ def replaced_atomically(path: str | os.PathLike) -> Iterator[str]:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        fsync_directory(directory or ".")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def fsync_directory(directory: str) -> None:
+    """fsync a directory (its entries reach the disk); where the platform refuses it, nothing."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -188,17 +188,23 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     studies = rd.studies()
     for s in studies:
         check_grid_size(s)
+    rd.set_damaged_parts_aside()  # their units are then planned again
     units, n_done = plan_units(rd, studies, unit_rows)
     spaces = {s.index: s.space for s in studies}
     metadata = {s.index: rd.metadata(s) for s in studies}
     best0 = 0.0
     if n_done:
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         from sweep._runview import open_run
 
-        done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
-        best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
+        try:
+            done = open_run(rd.path).scan(["tokens_per_s"], pc.field("feasible") & (pc.field("searcher") == SEARCHER))
+            best0 = float(pc.max(done["tokens_per_s"]).as_py() or 0.0)
+        except (pa.ArrowException, OSError):  # a part whose pages do not read: found by the summary (execute)
+            best0 = 0.0
+    rd.ready()
     bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress)
     try:
         if in_process:

@@ -94,8 +94,11 @@ def _thousands(ax) -> None:
 
 
 def _save(fig, out_dir: str, name: str) -> str:
+    from costmodel._files import replaced_atomically
+
     path = os.path.join(out_dir, f"{name}.png")
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    with replaced_atomically(path) as tmp:  # a figure is whole or absent
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png")
     plt.close(fig)
     return path
 

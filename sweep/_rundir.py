@@ -5,10 +5,14 @@
                             the plansweep / cost-model / run-format versions
     RUN_DIR/results/        the Parquet dataset, hive-partitioned only by searcher=<name>
     RUN_DIR/state/lock      held (fcntl.flock) by the one process running the run
-    RUN_DIR/state/...       chain checkpoints, the Optuna journal
+    RUN_DIR/state/...       chain checkpoints, the Optuna journal, state/asked/ (what each search
+                            part asked: sweep._heal)
+    RUN_DIR/quarantine/     damaged parts moved aside on resume (sweep._heal)
 
 The files on disk are the truth: a grid unit is done when its part file exists; a search
-continues from its last checkpoint. Nothing already written is deleted, only hidden
+continues from its last checkpoint. Opening a run for resume checks run.json (sweep._checks),
+that the directory can be written, and every part's footer and schema; a damaged part is moved
+to quarantine/ and its rows recomputed. Nothing already written is deleted, only hidden
 temporary files left by a killed writer.
 """
 
@@ -20,13 +24,15 @@ import fcntl
 import json
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import costmodel
 from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hetero_from_mapping, hetero_to_mapping
 from costmodel._files import TMP_PREFIX, TMP_SUFFIX
 from costmodel._workloads import FIELDS_SINCE_MOE
-from sweep._results import schema_metadata, write_json_atomic
+from sweep._checks import Shown, check_parts, check_run_info, read_json, said, shown
+from sweep._results import result_schema, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
 RUN_FORMAT = 2  # 2: a framework column in every part
@@ -106,6 +112,10 @@ class RunDir:
         self.path = path
         self.info = info
         self._lock_fd = lock_fd
+        self._studies: list[Study] | None = None
+        self.damaged: dict[str, str] = {}  # part -> why it is damaged (found when opened)
+        self.quarantined: dict[str, tuple[str, str]] = {}  # part -> (where it went, why it was damaged)
+        self.on_ready: Callable[[], None] | None = None  # called once the run's checks pass (ready)
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -122,15 +132,22 @@ class RunDir:
                 raise InputError("--out", "a new or empty directory, or one holding this same run (resume it with "
                                  "`plansweep resume`)", f"{path}: holds a different run ({_describe(rd.info)})")
             return rd, True
-        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        if os.path.lexists(run_json) or (os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path))):
             raise InputError("--out", "a new or empty directory", f"{path}: not empty and holds no run.json")
-        os.makedirs(os.path.join(path, STATE), exist_ok=True)
-        os.makedirs(os.path.join(path, RESULTS), exist_ok=True)
+        try:
+            os.makedirs(os.path.join(path, STATE), exist_ok=True)
+            os.makedirs(os.path.join(path, RESULTS), exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(path, exc) from None
         fd = _lock(path)
         info = {**request, "run_id": uuid.uuid4().hex[:12],
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "versions": versions()}
-        write_json_atomic(info, run_json)
+        try:
+            write_json_atomic(info, run_json)
+        except OSError as exc:
+            _unlock(fd)
+            raise _unwritable(path, exc) from None
         return cls(path, info, fd), False
 
     @classmethod
@@ -140,24 +157,28 @@ class RunDir:
         run_json = os.path.join(path, RUN_JSON)
         if not os.path.isfile(run_json):
             raise InputError("RUN_DIR", "a run directory holding run.json", path)
-        try:
-            with open(run_json) as f:
-                info = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputError("RUN_DIR", "a readable run.json", f"{run_json}: {exc}") from None
-        why = incompatibility(info.get("versions", {}))
+        info = check_run_info(read_json(run_json, "run.json as plansweep writes it (a JSON object)"), run_json)
+        why = incompatibility(info["versions"])
         if why:
             raise InputError("RUN_DIR", "a run written by a compatible plansweep", f"{path}: written with {why}")
-        os.makedirs(os.path.join(path, STATE), exist_ok=True)
+        try:
+            os.makedirs(os.path.join(path, STATE), exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(path, exc) from None
         fd = _lock(path)
         rd = cls(path, info, fd)
-        rd.remove_temporaries()
+        try:
+            _check_writable(path)
+            rd.remove_temporaries()
+            rd.check_parts()
+        except BaseException:
+            rd.close()
+            raise
         return rd
 
     def close(self) -> None:
         if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
+            _unlock(self._lock_fd)
             self._lock_fd = -1
 
     def __enter__(self) -> RunDir:
@@ -185,20 +206,36 @@ class RunDir:
         return d
 
     def studies(self) -> list[Study]:
-        from search import HeteroSpace, Space  # search/ knows nothing of run directories; we rebuild here
+        """run.json's studies, built once (their specs and spaces checked as they are built)."""
+        if self._studies is None:
+            self._studies = _build_studies(self.info["studies"], os.path.join(self.path, RUN_JSON))
+        return self._studies
 
-        out = []
-        try:
-            for i, s in enumerate(self.info["studies"]):
-                model = model_from_dict(s["model"])
-                cluster = cluster_from_dict(s["cluster"])
-                kind = HeteroSpace if s["space"].get("kind") == "hetero" else Space
-                space = kind.from_json(s["space"], model, cluster)
-                out.append(Study(index=i, model=model, cluster=cluster, space=space))
-        except (KeyError, TypeError, ValueError) as exc:  # InputError is a ValueError
-            raise InputError("RUN_DIR", "a run.json whose studies this plansweep can read",
-                             f"{self.path}: {type(exc).__name__}: {exc}") from None
-        return out
+    @property
+    def hetero(self) -> bool:
+        """A run over placement spaces (its parts have the per-stage placement columns)."""
+        return any(s["space"].get("kind") == "hetero" for s in self.info["studies"])
+
+    def check_parts(self) -> None:
+        """Every part's footer and schema checked (the damaged ones in ``damaged``)."""
+        import pyarrow.fs as pafs
+
+        _, self.damaged = check_parts(pafs.LocalFileSystem(), self.results, (result_schema(hetero=self.hetero),))
+
+    def set_damaged_parts_aside(self) -> None:
+        """The damaged parts moved to quarantine/, once the run's own files are checked (their rows
+        are recomputed by the run: a grid unit without its part, a search part from its record)."""
+        from sweep._heal import quarantine
+
+        for part, why in self.damaged.items():
+            self.quarantined[part] = (quarantine(self.path, part), why)
+        self.damaged = {}
+
+    def ready(self) -> None:
+        """The run's files are checked and healed and it is about to evaluate: ``on_ready``, once."""
+        hook, self.on_ready = self.on_ready, None
+        if hook is not None:
+            hook()
 
     def metadata(self, study: Study) -> dict[bytes, bytes]:
         return schema_metadata(model_to_dict(study.model), cluster_to_dict(study.cluster), self.info["versions"])
@@ -212,6 +249,29 @@ class RunDir:
                         os.unlink(os.path.join(root, name))
                     except FileNotFoundError:
                         pass
+                    except OSError as exc:
+                        raise _unwritable(self.path, exc) from None
+
+
+def _build_studies(studies: list[dict], run_json: str) -> list[Study]:
+    from search import HeteroSpace, Space  # search/ knows nothing of run directories; we rebuild here
+
+    out = []
+    for i, s in enumerate(studies):
+        try:
+            model = model_from_dict(s["model"])
+            cluster = cluster_from_dict(s["cluster"])
+            kind = HeteroSpace if s["space"].get("kind") == "hetero" else Space
+            space = kind.from_json(s["space"], model, cluster)
+        except InputError as exc:
+            raise InputError(run_json, f"a run.json whose studies this plansweep can read (studies[{i}]: "
+                             f"{exc.argument}: {exc.expected})", shown(exc.got)) from None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
+            # a spec or space of the wrong shape: what its constructor met, named by the file
+            raise InputError(run_json, f"a run.json whose studies this plansweep can read (studies[{i}])",
+                             said(exc)) from None
+        out.append(Study(index=i, model=model, cluster=cluster, space=space))
+    return out
 
 
 def study_request(model: Transformer, cluster: Cluster | HeteroCluster, space) -> dict:
@@ -228,15 +288,42 @@ def _describe(info: dict) -> str:
     return f"{info.get('command')} of {studies}, seed {info.get('seed')}"
 
 
+def _unwritable(path: str, exc: OSError) -> InputError:
+    where = getattr(exc, "filename", None) or path
+    return InputError("RUN_DIR", "a run directory this user can write", Shown(
+        f"{path}: {exc.strerror or said(exc)} ({where})"))
+
+
+def _check_writable(path: str) -> None:
+    """Create and remove a hidden temporary file in RUN_DIR and in each folder of results/ and
+    state/, so that a directory the user cannot write is refused before anything is run."""
+    folders = [path] + [root for sub in (RESULTS, STATE) for root, _, _ in os.walk(os.path.join(path, sub))]
+    for d in folders:
+        probe = os.path.join(d, f"{TMP_PREFIX}probe.{uuid.uuid4().hex}{TMP_SUFFIX}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as exc:
+            raise _unwritable(path, exc) from None
+
+
+def _unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 def _lock(path: str) -> int:
     """Take RUN_DIR/state/lock for this process, or refuse in one line naming the holder."""
     lock_path = os.path.join(path, STATE, LOCK)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         try:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            holder = " ".join(os.pread(fd, 64, 0).decode(errors="replace").split()) or "?"
         finally:
             os.close(fd)
         raise InputError("RUN_DIR", "a run directory no other process is using",

@@ -5,6 +5,10 @@ engine writes it. A run directory is a local path or a URI that pyarrow's filesy
 understand (``s3://bucket/run``, ``gs://...``). Only the columns a caller asks for are read,
 and the best rows are found by a filter on the throughput column, so a show or a plot of a
 large run never holds every column of every row at once.
+
+Every part's footer and schema are checked first (sweep._checks.check_parts); damaged parts are
+left out of the dataset and named in ``RunView.skipped`` (nothing is moved: a view is read-only,
+and may be a URI; `plansweep resume` moves them to quarantine/ and recomputes their rows).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from costmodel import InputError
-from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS
+from sweep._checks import Shown, check_parts, check_view_info, read_json, said, skipped_line, unreadable_parts
+from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS, result_schema
 from sweep._rundir import RESULTS as RESULTS_DIR
 from sweep._rundir import RUN_FORMAT, RUN_JSON
 
@@ -42,6 +47,11 @@ class RunView:
     cluster: Mapping[str, object]
     versions: Mapping[str, object]
     where: pc.Expression | None = None  # the rows of one study (None: every row)
+    skipped: Mapping[str, str] = dataclasses.field(default_factory=dict)  # damaged part -> why, left out
+
+    def skipped_line(self) -> str | None:
+        """One line naming the damaged parts left out of this view, or None."""
+        return skipped_line(self.skipped, self.run_dir, _filesystem(self.run_dir)[1]) if self.skipped else None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -133,9 +143,10 @@ def _json_meta(meta: Mapping[bytes, bytes] | None, key: bytes, run_dir: str) -> 
     return value if isinstance(value, dict) else {}
 
 
-def open_run(run_dir: str | os.PathLike) -> RunView:
+def open_run(run_dir: str | os.PathLike, *, skip: Mapping[str, str] | None = None) -> RunView:
     """Open RUN_DIR (path or URI); raises InputError, naming what is missing, for anything
-    that is not a readable run directory with results."""
+    that is not a readable run directory with results. ``skip``: parts to leave out too (path ->
+    why: pages found not to read, read_view), named with the damaged ones in ``skipped``."""
     run_dir = os.fspath(run_dir)
     fs, base = _filesystem(run_dir)
     expected = "a run directory holding run.json and results/ (a Parquet dataset)"
@@ -149,23 +160,22 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
     if res_kind != pafs.FileType.Directory:
         raise InputError("RUN_DIR", expected, f"{run_dir} (no results/ in it)")
     info: dict = {}
-    if fs.get_file_info(f"{base}/{RUN_JSON}").type == pafs.FileType.File:
-        try:
-            with fs.open_input_stream(f"{base}/{RUN_JSON}") as f:
-                info = json.loads(f.read())
-        except ValueError as exc:
-            raise InputError("RUN_DIR", f"{RUN_JSON} holding a JSON object", f"{run_dir} ({exc})") from exc
-        if not isinstance(info, dict):
-            raise InputError("RUN_DIR", f"{RUN_JSON} holding a JSON object", f"{run_dir} ({type(info).__name__})")
-    try:
-        dataset = ds.dataset(f"{base}/{RESULTS_DIR}", filesystem=fs, format="parquet", partitioning="hive",
-                             exclude_invalid_files=False, ignore_prefixes=[".", "_"])
-        schema = dataset.schema
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError("RUN_DIR", "results/ holding Parquet files", f"{run_dir} ({exc})") from exc
-    if not dataset.files:
-        raise InputError("RUN_DIR", "results/ holding at least one Parquet part", f"{run_dir} (none yet)")
+    run_json = f"{base}/{RUN_JSON}"
+    if fs.get_file_info(run_json).type == pafs.FileType.File:
+        info = check_view_info(read_json(run_json, f"{RUN_JSON} holding a JSON object", fs=fs), run_json)
     _check_format(info, run_dir)
+    results = f"{base}/{RESULTS_DIR}"
+    sound, damaged = check_parts(fs, results, _expected_schemas(info))
+    damaged.update({p: why for p, why in (skip or {}).items() if sound.pop(p, None) is not None})
+    if not sound:
+        why = "none yet" if not damaged else skipped_line(damaged, run_dir, base)
+        raise InputError("RUN_DIR", "results/ holding at least one readable Parquet part", Shown(f"{run_dir} ({why})"))
+    try:
+        dataset = ds.dataset(sorted(sound), filesystem=fs, format="parquet",
+                             partitioning=ds.partitioning(flavor="hive"), partition_base_dir=results)
+        schema = dataset.schema
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError("RUN_DIR", "results/ holding Parquet files", Shown(f"{run_dir} ({said(exc)})")) from None
     missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
     if missing:
         raise InputError("RUN_DIR", "results in plansweep's schema", f"{run_dir} (no {missing[0]!r} column)")
@@ -174,7 +184,17 @@ def open_run(run_dir: str | os.PathLike) -> RunView:
     model = _json_meta(meta, META_MODEL, run_dir) or _dict(info.get("model"))
     cluster = _json_meta(meta, META_CLUSTER, run_dir) or _dict(info.get("cluster"))
     versions = _json_meta(meta, META_VERSIONS, run_dir) or _dict(info.get("versions"))
-    return RunView(run_dir=run_dir, info=info, dataset=dataset, model=model, cluster=cluster, versions=versions)
+    return RunView(run_dir=run_dir, info=info, dataset=dataset, model=model, cluster=cluster, versions=versions,
+                   skipped=damaged)
+
+
+def _expected_schemas(info: Mapping[str, object]) -> tuple[pa.Schema, ...]:
+    """The part schemas of the run run.json describes: over placement spaces or not; both where
+    run.json does not say (a run written by other tools)."""
+    kinds = {(s.get("space") or {}).get("kind") for s in info.get("studies") or []}
+    if not kinds:
+        return result_schema(), result_schema(hetero=True)
+    return (result_schema(hetero="hetero" in kinds),)
 
 
 def _check_format(info: Mapping[str, object], run_dir: str) -> None:
@@ -297,3 +317,23 @@ def best_rows(view: RunView, k: int, *, include_infeasible: bool = False) -> pa.
         rest = _distinct(rest).slice(0, k - top.num_rows)
         top = pa.concat_tables([top, rest.cast(top.schema)])
     return top
+
+
+def read_view(run_dir: str, body, *, on_skip=None):
+    """``body(view)`` over open_run(run_dir); where a part's footer reads but its pages do not (a
+    read fails), the parts at fault are found (each read whole), ``on_skip(them)`` is told, and
+    ``body`` runs once more without them. Reads that still fail: InputError, one line."""
+    view = open_run(run_dir)
+    try:
+        return body(view)
+    except (pa.ArrowException, OSError) as exc:
+        bad = unreadable_parts(_filesystem(run_dir)[0], view.dataset.files)
+        if not bad:
+            raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None
+    if on_skip is not None:
+        on_skip(bad)
+    view = open_run(run_dir, skip={**view.skipped, **bad})
+    try:
+        return body(view)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError("RUN_DIR", "Parquet parts whose pages read", said(exc)) from None

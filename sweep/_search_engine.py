@@ -13,6 +13,11 @@ TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<
 each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
 part; ``state/tpe-<study>.json`` records the batches whose trials are told.
 
+Every search part is preceded by its record, ``state/asked/<searcher>/part-<study>-<index>.npz``
+(the strategies asked and each row's iteration, sweep._heal): on resume a part moved to
+quarantine/ (sweep._rundir) is rebuilt from it before the search goes on (heal_search_parts).
+Checkpoints carry a digest of their arrays and are checked (sweep._checks) before they are loaded.
+
 Gradient: ask/tell on the driver, each study's step (its batch of samples) evaluated by a Ray
 task, the studies' steps in flight together. Per step: ask, evaluate, write part b, tell, then
 the state ``state/gradient-<study>.npz`` (the searcher's state_dict and the steps done). After a
@@ -22,17 +27,29 @@ function of the state), and part b is written again, identically, under the same
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from costmodel import FailureModel, Metrics, StrategyTable, evaluate, plan_goodput
-from costmodel._files import replaced_atomically
+from costmodel import FailureModel, InputError, Metrics, StrategyTable, evaluate, plan_goodput
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, MCMCOptions, TPEOptions
+from sweep._checks import (
+    JOURNAL,
+    check_counters,
+    check_digest,
+    check_journal,
+    check_progress,
+    check_state,
+    load_marker,
+    read_npz,
+    said,
+    save_npz,
+    shown,
+)
 from sweep._grid import Progress
+from sweep._heal import heal_search_parts, record_arrays, record_path, write_record
 from sweep._results import HETERO_STRATEGY_COLUMNS, part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 from sweep._runview import run_failure_model
@@ -47,36 +64,59 @@ def study_seed(seed: int, study: int) -> int:
     return int(seed) + int(study)
 
 
-# ---- checkpoints: state_dict <-> npz (plain arrays, no pickles) ----------------------------
+# ---- checkpoints: state_dict <-> npz (plain arrays and their digest, no pickles) ------------
+CHECKPOINT = "a search checkpoint as plansweep writes it (npz of plain arrays)"
+
+
 def save_state(path: str, state: dict, engine: dict) -> None:
     arrays = {STATE_KEY + k: np.asarray(v) for k, v in state.items()}
     arrays.update({ENGINE_KEY + k: np.asarray(v) for k, v in engine.items()})
-    for k, v in arrays.items():
-        if v.dtype == object:
-            raise TypeError(f"state entry {k!r} is not a plain array ({v.dtype})")
-    with replaced_atomically(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-
-
-def load_state(path: str) -> tuple[dict, dict] | None:
-    if not os.path.exists(path):
-        return None
-    with np.load(path, allow_pickle=False) as z:
-        state = {k[len(STATE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(STATE_KEY)}
-        engine = {k[len(ENGINE_KEY):]: _plain(z[k]) for k in z.files if k.startswith(ENGINE_KEY)}
-    return state, engine
+    save_npz(path, arrays)
 
 
 def _plain(a: np.ndarray):
     return a.item() if a.ndim == 0 else a
 
 
-def load_progress(path: str, key: str) -> tuple[dict | None, dict]:
-    """(searcher state or None, progress) of a study's npz checkpoint: its parts written
-    (``key``), evaluations and done flag, as save_state's engine entries; a fresh start without one."""
-    loaded = load_state(path)
-    state, eng = loaded if loaded else (None, {key: 0, "evaluations": 0, "done": False})
-    return state, {key: int(eng[key]), "evaluations": int(eng["evaluations"]), "done": bool(eng["done"])}
+def load_checkpoint(path: str, key: str, budget: int, searcher) -> tuple[dict | None, dict]:
+    """(searcher state or None, progress) of a study's npz checkpoint, loaded into ``searcher``:
+    its parts written (``key``), evaluations and done flag, as save_state's engine entries; a
+    fresh start without one. Checked before use, in one line naming the file: the entries' names,
+    kinds and shapes against a fresh ``searcher``'s state_dict, the engine entries' ranges, then
+    the digest (its content as written), then what the searcher's load_state_dict refuses."""
+    if not os.path.exists(path):
+        return None, {key: 0, "evaluations": 0, "done": False}
+    arrays, recorded = read_npz(path, CHECKPOINT)
+    other = sorted(k for k in arrays if not k.startswith((STATE_KEY, ENGINE_KEY)))
+    if other:
+        raise InputError(path, f"entries named {STATE_KEY}* or {ENGINE_KEY}*", shown(other[0]))
+    state = {k[len(STATE_KEY):]: _plain(v) for k, v in arrays.items() if k.startswith(STATE_KEY)}
+    engine = {k[len(ENGINE_KEY):]: v for k, v in arrays.items() if k.startswith(ENGINE_KEY)}
+    progress = check_progress(path, engine, key, budget)
+    check_state(path, state, searcher.state_dict())
+    check_digest(path, CHECKPOINT, arrays, recorded)
+    if recorded is None:  # written before checkpoints carried a digest: its values are unverified
+        check_counters(path, state)
+    try:
+        searcher.load_state_dict(state)
+    except InputError as exc:
+        raise InputError(path, f"{exc.argument}: {exc.expected}", shown(exc.got)) from None
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise InputError(path, "a checkpoint this searcher can load", said(exc)) from None
+    if recorded is None and not progress["done"]:
+        _try_ask(searcher, path)
+    return state, progress
+
+
+def _try_ask(searcher, path: str) -> None:
+    """One ask of a copy of ``searcher``, loaded from an unverified checkpoint: what it raises is
+    the checkpoint's values (the searcher itself is exercised by every run), named in one line."""
+    import copy
+
+    try:
+        copy.deepcopy(searcher).ask(1)
+    except Exception as exc:  # noqa: BLE001  any failure here comes from the values loaded
+        raise InputError(path, "a checkpoint whose values this searcher can go on from", said(exc)) from None
 
 
 # ---- the searchers ---------------------------------------------------------------------------
@@ -91,10 +131,25 @@ def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | 
     if isinstance(options, MCMCOptions):
         return options.searcher(space, seed=seed, budget=budget,
                                 **({"starts": (*space.start_points(), "random")} if placement else {}))
-    searcher = options.searcher(space, seed=seed, storage=storage, budget=budget)
+    searcher = open_tpe(options, space, seed=seed, storage=storage, budget=budget)
     if placement and not searcher.study.get_trials(deepcopy=False):
         searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
     return searcher
+
+
+def open_tpe(options: TPEOptions, space, *, seed: int, storage: str | None, budget: int | None):
+    """options.searcher over the journal ``storage``; a journal Optuna cannot replay (junk, cut
+    short) is refused in one line naming it."""
+    if storage is None:
+        return options.searcher(space, seed=seed, budget=budget)
+    check_journal(storage)
+    try:
+        return options.searcher(space, seed=seed, storage=storage, budget=budget)
+    except InputError:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, AssertionError) as exc:
+        # records of another shape: what Optuna's replay met (an assert of its own among them)
+        raise InputError(storage, JOURNAL, said(exc)) from None
 
 
 class ChainRunner:
@@ -106,12 +161,12 @@ class ChainRunner:
         self.failure = failure
         self.searcher = make_searcher(space, options, seed=seed, budget=budget)
         if state:
-            self.searcher.load_state_dict(state)
+            self.searcher.load_state_dict(state)  # checked by run_mcmc (load_checkpoint) first
 
     def advance(self, n_steps: int, evaluations_left: int, *, run_id: str, metadata: dict):
         """Up to ``n_steps`` steps or ``evaluations_left`` evaluations: returns (arrow rows with
         iteration = the step, state_dict, evaluations, done: no budget left or the searcher
-        has nothing new to ask)."""
+        has nothing new to ask, the part's record: sweep._heal.record_arrays)."""
         tables, metrics, steps = [], [], []
         chains, used, done = self.searcher.chains, 0, False
         for _ in range(n_steps):  # a loop over steps; the chains are columns
@@ -140,7 +195,7 @@ class ChainRunner:
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
                          framework=self.space.framework,
                          iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space))
-        return arrow, self.searcher.state_dict(), used, done
+        return arrow, self.searcher.state_dict(), used, done, record_arrays(table, iteration)
 
 
 def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = None) -> Metrics:
@@ -171,30 +226,35 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
     # Per study: searcher state, checkpoints written, evaluations so far, finished.
     progress_of: dict[int, dict] = {}
-    for s in studies:
-        state, p = load_progress(state_path[s.index], "checkpoints")
+    seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
+    for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
+        state, p = load_checkpoint(state_path[s.index], "checkpoints", budget,
+                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget))
         progress_of[s.index] = {"state": state, **p}
+    failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
+    heal_search_parts(rd, studies, progress_of, key="checkpoints", state_file=state_path,
+                      evaluate=lambda space, table: evaluate_table(space, table, failure))
+    rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                    unit="eval", enabled=progress)
 
-    def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool) -> None:
+    def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool, record: dict) -> None:
         p = progress_of[s.index]
-        write_part(arrow, os.path.join(parts, part_name(s.index, c)))  # rows first, then the state
+        write_record(record_path(rd.state, "mcmc", s.index, c), record)  # what was asked, the rows, then the state
+        write_part(arrow, os.path.join(parts, part_name(s.index, c)))
         p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
         save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": done})
         _tick(bar, used, arrow)
 
-    seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
-    for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
-        if progress_of[s.index]["state"] is not None:
-            make_searcher(s.space, opts, seed=seeds[s.index], budget=budget).load_state_dict(
-                progress_of[s.index]["state"])
     try:
         if in_process:
             for s in studies:
                 p = progress_of[s.index]
+                if p["done"] or p["evaluations"] >= budget:
+                    continue  # finished: no chains to rebuild
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
-                                     failure=run_failure_model(rd))
+                                     failure=failure)
                 while not p["done"] and p["evaluations"] < budget:
                     out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id, metadata=rd.metadata(s))
                     finish(s, p["checkpoints"], *out)
@@ -265,11 +325,12 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
     prog: dict[int, dict] = {}
     for s in studies:
-        if os.path.exists(marker[s.index]):
-            with open(marker[s.index]) as f:
-                prog[s.index] = json.load(f)
-        else:
-            prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
+        prog[s.index] = load_marker(marker[s.index], budget) or {"batches": 0, "evaluations": 0, "done": False}
+        check_journal(journal[s.index])  # before anything is moved or written (Optuna appends to it)
+    failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
+    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
+                      evaluate=lambda space, table: evaluate_table(space, table, failure))
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
@@ -293,6 +354,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                         framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
                         pool_names=pool_names(s.space))
 
+    rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
                    unit="eval", enabled=progress)
     evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
@@ -330,7 +392,8 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
                     arrow = rows(s, table, m, p[key])
                     path = os.path.join(parts, part_name(i, p[key]))
                 check_first.discard(i)
-                write_part(arrow, path)  # rows first
+                write_record(record_path(rd.state, rd.info["searcher"], i, p[key]), record_arrays(table, p[key]))
+                write_part(arrow, path)  # what was asked, the rows
                 searchers[i].tell(table, m)
                 p[key] += 1
                 p["evaluations"] += len(table)
@@ -382,9 +445,12 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     searchers, prog = {}, {}
     for s in studies:
         searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
-        state, prog[s.index] = load_progress(path[s.index], "steps")
-        if state is not None:
-            searchers[s.index].load_state_dict(state)  # a state it cannot load is refused in one line
+        _, prog[s.index] = load_checkpoint(path[s.index], "steps", int(info["options"]["budget"]),
+                                           searchers[s.index])
+    failure = run_failure_model(rd)
+    rd.set_damaged_parts_aside()
+    heal_search_parts(rd, studies, prog, key="steps", state_file=path,
+                      evaluate=lambda space, table: evaluate_table(space, table, failure))
     _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
               save=lambda i: save_state(path[i], searchers[i].state_dict(), prog[i]))
 
