@@ -11,7 +11,10 @@ actor is replaced by a new one built from the last state.
 
 TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
 each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
-part; ``state/tpe-<study>.json`` records the batches whose trials are told.
+part; ``state/tpe-<study>.json`` records the batches whose trials are told and the journal's size
+then (journal_bytes). Resume first cuts the journal back to that size (search._tpe, "Exact
+resume"), so the batch a kill interrupted is drawn again exactly; a journal without a marker holds
+no told batch and is started again.
 
 Gradient: ask/tell on the driver, each study's step (its batch of samples) evaluated by a Ray
 task, the studies' steps in flight together. Per step: ask, evaluate, write part b, tell, then
@@ -253,10 +256,14 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
 def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
 
-    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1. After a
-    kill between the part and the state, the first ask on resume tells where the kill fell: the
-    study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
-    or draws a new batch (part b was told: this is batch b+1)."""
+    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1 with the
+    journal's size. On resume the journal is cut back to the size in the state (module
+    docstring), so the first ask draws batch b again; where part b is on disk (a kill between
+    the part and the state) its rows are those drawn, and they are told. (A state of an earlier
+    plansweep without the size: the journal is taken as it is and the first ask tells where the
+    kill fell: the study re-asks the trials of batch b it had not been told, or draws batch b+1.)"""
+    from search._tpe import journal_size, rewind_journal
+
     info = rd.info
     opts = TPEOptions.from_json(info["options"])
     budget = int(info["options"]["budget"])
@@ -265,15 +272,28 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
     prog: dict[int, dict] = {}
     for s in studies:
-        if os.path.exists(marker[s.index]):
-            with open(marker[s.index]) as f:
-                prog[s.index] = json.load(f)
+        i = s.index
+        for stale in (journal[i] + ".lock",):  # Optuna's own lock file, left by a killed earlier plansweep
+            if os.path.lexists(stale):
+                os.unlink(stale)  # the run directory's lock is ours: no other process uses this journal
+        if os.path.exists(marker[i]):
+            with open(marker[i]) as f:
+                prog[i] = json.load(f)
+            size = prog[i].pop("journal_bytes", None)
+            if size is not None:
+                rewind_journal(journal[i], int(size), why=f"the size {marker[i]} records")
         else:
-            prog[s.index] = {"batches": 0, "evaluations": 0, "done": False}
+            prog[i] = {"batches": 0, "evaluations": 0, "done": False}
+            if os.path.exists(journal[i]):
+                os.unlink(journal[i])  # no batch told (a kill before the first state): start it again
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
+
+    def save(i: int) -> None:
+        write_json_atomic({**prog[i], "journal_bytes": journal_size(journal[i])}, marker[i])
+
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
-              save=lambda i: write_json_atomic(prog[i], marker[i]), parts_may_lead=True)
+              save=save, parts_may_lead=True)
 
 
 def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_process: bool, progress: bool,
