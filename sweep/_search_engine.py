@@ -273,9 +273,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     prog: dict[int, dict] = {}
     for s in studies:
         i = s.index
-        for stale in (journal[i] + ".lock",):  # Optuna's own lock file, left by a killed earlier plansweep
-            if os.path.lexists(stale):
-                os.unlink(stale)  # the run directory's lock is ours: no other process uses this journal
+        if os.path.lexists(journal[i] + ".lock"):  # Optuna's own lock file, left by an earlier plansweep killed
+            os.unlink(journal[i] + ".lock")  # the run directory's lock is ours: no other process uses this journal
         if os.path.exists(marker[i]):
             with open(marker[i]) as f:
                 prog[i] = json.load(f)
