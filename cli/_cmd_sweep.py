@@ -165,6 +165,12 @@ def check_runtime(args: argparse.Namespace) -> None:
         if getattr(args, name) is not None:
             number(getattr(args, name), flag, int, 1)
     args.top = number(getattr(args, "top", BEST_SHOWN), "--top", int, 0)
+    if not getattr(args, "in_process", True):
+        from sweep._ray import cluster_address, probe_address
+
+        flag, address = cluster_address(args.address)
+        if address:  # an address that does not answer is told before a run directory is made
+            probe_address(address, flag)
 
 
 def grid_request(args: argparse.Namespace) -> dict:

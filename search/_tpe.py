@@ -63,10 +63,25 @@ valid points are found (or MAX_DRAWS_PER_POINT * n draws), so ask(n) is a functi
 studies' history. Resume: a TPESearcher on the same journal file (``storage``) continues the
 studies; trials left running by an interrupted run are the pending batch, asked again. Without a
 storage file, a fresh searcher told the recorded batches in order rebuilds the same study.
+
+Exact resume after a kill. A batch writes many journal lines (per trial: its creation, one line
+per parameter, the sampler's system attributes, user attributes, constraints, the final state),
+so a process killed at any instant leaves a journal that ends mid-batch: trials created with
+some parameters drawn, a batch partly told, half a line. Continuing from that is not the run
+that was not killed (a half-drawn trial is failed and the batch is drawn again after it, from a
+study whose trial count, and so whose sampler seed, has moved). The exact resume is a rewind: the
+journal is an append-only log, so its first B bytes are the studies as they were when those bytes
+were written. The driver records B after each batch is told (journal_size), and a resumed run
+cuts the journal back to it (rewind_journal) before opening the studies: the batch the kill
+interrupted is then drawn again from the same history with the same seed, the same points in
+the same order. The journal's lock (FlockJournalLock) is fcntl.flock on the journal itself,
+which the kernel releases when its holder dies, so a killed run leaves no lock to wait for
+(Optuna's own locks are lock files, forced only after a 30 s grace period).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import warnings
 
@@ -189,7 +204,7 @@ class TPESearcher(Searcher):
 
             if os.path.dirname(self.storage) and not os.path.isdir(os.path.dirname(self.storage)):
                 raise InputError("storage", "a file in an existing directory", self.storage)
-            backend = JournalStorage(JournalFileBackend(self.storage))
+            backend = JournalStorage(JournalFileBackend(self.storage, lock_obj=FlockJournalLock(self.storage)))
         # One study per walk order (module docstring); one study where nothing is walked.
         kinds = WALKS[walks] if self._valid is not None else WALKS[walks][:1]
         self._studies, self._orders = [], []
@@ -542,6 +557,60 @@ class TPESearcher(Searcher):
     def trials(self) -> int:
         """Trials in the studies (including those outside the space, told without evaluation)."""
         return sum(len(study.get_trials(deepcopy=False)) for study in self._studies)
+
+
+class FlockJournalLock:
+    """The lock of an Optuna journal file (JournalFileBackend's lock_obj, with the two methods of
+    Optuna's lock classes, whose base class is not public): fcntl.flock on the journal file
+    itself, through an open file of its own. The kernel releases it when the holder closes it or
+    dies (kill -9 included), so it never waits on a dead holder and leaves no file behind
+    (Optuna's JournalFileSymlinkLock and JournalFileOpenLock are lock files that a killed process
+    leaves, forced only after their grace period, 30 s). Processes sharing a journal must all use
+    this lock: it does not see Optuna's lock files, nor they it."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._path = os.fspath(path)
+        self._fd = -1
+
+    def acquire(self) -> bool:
+        fd = os.open(self._path, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a live process holds it
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)  # closing the file releases the lock
+
+
+def journal_size(path: str | os.PathLike) -> int:
+    """Bytes in the journal ``path`` now: with every write fsynced and each line one whole
+    operation, the first journal_size(path) bytes are the studies as they are now."""
+    return os.path.getsize(path)
+
+
+def rewind_journal(path: str | os.PathLike, size: int, *, why: str) -> None:
+    """Cut the journal ``path`` back to its first ``size`` bytes (a size journal_size returned):
+    the studies as they were then (module docstring, "Exact resume"). Refused in one line
+    (InputError naming the file) where the journal is shorter or ``size`` is not the end of one of
+    its lines: not the journal whose size was recorded (``why`` says where it was)."""
+    path = os.fspath(path)
+    have = os.path.getsize(path) if os.path.exists(path) else 0
+    last = b"\n"
+    if 0 < size <= have:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            last = f.read(1)
+    if size > have or last != b"\n":
+        raise InputError(path, f"an Optuna journal of at least {size:,} bytes with a line ending at byte {size:,} "
+                         f"({why})", f"{have:,} bytes" + ("" if size > have else ", no line ending there"))
+    if have > size:
+        os.truncate(path, size)
 
 
 def _neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

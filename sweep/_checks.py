@@ -419,22 +419,35 @@ def load_marker(path: str, budget: int) -> dict | None:
     need_int(marker, "batches", path)
     need_int(marker, "evaluations", path, high=budget)
     need(marker, "done", (bool,), path)
+    if "journal_bytes" in marker:  # written since resume rewinds the journal; older markers have none
+        need_int(marker, "journal_bytes", path)
     return marker
 
 
 JOURNAL = "an Optuna journal as this run wrote it (one JSON record per line)"
 
 
-def check_journal(path: str) -> None:
+def check_journal(path: str, told: int | None = None, why: str = "") -> None:
     """Optuna's journal file, before Optuna replays it (and appends to it): every line a whole
-    JSON object with an integer op_code, the last one ended. Where there is none yet, nothing."""
+    JSON object with an integer op_code, the last one ended. Where there is none yet, nothing.
+    ``told``: the journal's size after the last told batch (TPE's marker, ``why`` says which):
+    only those bytes are checked (what follows is the batch a kill interrupted, cut on resume by
+    search._tpe.rewind_journal), and the journal must hold them, ending a line there."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        return
+        data = b""
+        if not told:
+            return
     except OSError as exc:
         raise InputError(path, JOURNAL, Shown(f"an unreadable file ({exc.strerror or said(exc)})")) from None
+    if told is not None:
+        if len(data) < told or (told and data[told - 1:told] != b"\n"):
+            raise InputError(path, f"an Optuna journal of at least {told:,} bytes with a line ending at byte "
+                             f"{told:,} ({why})", Shown(f"{len(data):,} bytes" + (
+                                 "" if len(data) < told else ", no line ending there")))
+        data = data[:told]
     if data and not data.endswith(b"\n"):
         raise InputError(path, JOURNAL, Shown(f"a file cut short ({len(data):,} bytes, its last record unended)"))
     for number, line in enumerate(data.splitlines(), start=1):

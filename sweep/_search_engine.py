@@ -11,7 +11,10 @@ actor is replaced by a new one built from the last state.
 
 TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
 each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
-part; ``state/tpe-<study>.json`` records the batches whose trials are told.
+part; ``state/tpe-<study>.json`` records the batches whose trials are told and the journal's size
+then (journal_bytes). Resume first cuts the journal back to that size (search._tpe, "Exact
+resume"), so the batch a kill interrupted is drawn again exactly; a journal without a marker holds
+no told batch and is started again.
 
 Every search part is preceded by its record, ``state/asked/<searcher>/part-<study>-<index>.npz``
 (the strategies asked and each row's iteration, sweep._heal): on resume a part moved to
@@ -313,10 +316,14 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
 def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
 
-    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1. After a
-    kill between the part and the state, the first ask on resume tells where the kill fell: the
-    study re-asks the trials of batch b it had not been told (rows already in part b: tell them),
-    or draws a new batch (part b was told: this is batch b+1)."""
+    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1 with the
+    journal's size. On resume the journal is cut back to the size in the state (module
+    docstring), so the first ask draws batch b again; where part b is on disk (a kill between
+    the part and the state) its rows are those drawn, and they are told. (A state of an earlier
+    plansweep without the size: the journal is taken as it is and the first ask tells where the
+    kill fell: the study re-asks the trials of batch b it had not been told, or draws batch b+1.)"""
+    from search._tpe import journal_size, rewind_journal
+
     info = rd.info
     opts = TPEOptions.from_json(info["options"])
     budget = int(info["options"]["budget"])
@@ -324,17 +331,33 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
     prog: dict[int, dict] = {}
+    told: dict[int, int | None] = {}  # the journal's size after the last told batch (None: a marker without it)
     for s in studies:
-        prog[s.index] = load_marker(marker[s.index], budget) or {"batches": 0, "evaluations": 0, "done": False}
-        check_journal(journal[s.index])  # before anything is moved or written (Optuna appends to it)
+        i = s.index
+        prog[i] = load_marker(marker[i], budget) or {"batches": 0, "evaluations": 0, "done": False}
+        told[i] = prog[i].pop("journal_bytes", None)
+        if os.path.exists(marker[i]):  # before anything is moved or written (Optuna appends to it)
+            check_journal(journal[i], told=told[i], why=f"the size {marker[i]} records")
     failure = run_failure_model(rd)
     rd.set_damaged_parts_aside()
+    for s in studies:  # the files pass their checks: now the journal is set back to the last told batch
+        i = s.index
+        if os.path.lexists(journal[i] + ".lock"):  # Optuna's own lock file, left by an earlier plansweep killed
+            os.unlink(journal[i] + ".lock")  # the run directory's lock is ours: no other process uses this journal
+        if told[i] is not None:
+            rewind_journal(journal[i], int(told[i]), why=f"the size {marker[i]} records")
+        elif not os.path.exists(marker[i]) and os.path.exists(journal[i]):
+            os.unlink(journal[i])  # no batch told (a kill before the first state): start it again
     heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
+
+    def save(i: int) -> None:
+        write_json_atomic({**prog[i], "journal_bytes": journal_size(journal[i])}, marker[i])
+
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
-              save=lambda i: write_json_atomic(prog[i], marker[i]), parts_may_lead=True)
+              save=save, parts_may_lead=True)
 
 
 def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_process: bool, progress: bool,

@@ -12,10 +12,10 @@ import pytest
 
 from search import Space
 from sweep._rundir import cluster_from_dict, model_from_dict
+from tests.kill_points import KILLED, kill_group_when, run_killed
 from tests.sweep_helpers import (
     SMALL_SPACE,
     cli,
-    kill_when,
     own_ray_processes,
     parts,
     rows,
@@ -111,13 +111,20 @@ def test_a_run_json_this_version_cannot_read_is_refused(reference, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_in_the_middle_then_resume(reference, tmp_path):
+def test_three_kills_then_resume(reference, tmp_path):
+    # Killed on Ray (its process group SIGKILLed, its embedded Ray gone within a second) once 6
+    # of the 24 units are written, then twice more in one process, before its 7th part (about 1/2
+    # and 3/4 of the units); each resume computes only the units whose part is missing.
     out = str(tmp_path / "run")
+    directory = os.path.join(out, "results", "searcher=grid")
     proc = start("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all", "--workers", "1",
                  "--max-in-flight", "1", "--no-progress")
-    n = kill_when(proc, os.path.join(out, "results", "searcher=grid"), at_least=3)
-    assert 3 <= n < UNITS, f"killed with {n} of {UNITS} units done"
-    cli("resume", out, "--workers", "2", "--no-progress")
+    written = [kill_group_when(proc, directory, at_least=6)]
+    for _ in range(2):
+        assert run_killed("grid-part", 7, "resume", out, "--in-process", "--no-progress") == KILLED
+        written.append(len(parts(directory)))
+    assert 6 <= written[0] and written[1] == written[0] + 6 and written[2] == written[1] + 6 < UNITS, written
+    cli("resume", out, "--in-process", "--no-progress")
     assert_same_rows(out, reference)
     # Resuming a finished run changes nothing.
     cli("resume", out, "--in-process", "--no-progress")

@@ -3,6 +3,7 @@ studies."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.sweep_helpers import cli, kill_when, own_ray_processes, parts, rows, start, workers_import_this_checkout
+from tests.kill_points import KILLED, kill_group_when, run_killed
+from tests.sweep_helpers import cli, own_ray_processes, parts, rows, start, workers_import_this_checkout
 
 EXACT = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact"]
 MCMC = ["--seed", "3", "--budget", "1200", "--chains", "16", "--checkpoint-every", "5"]
@@ -20,7 +22,8 @@ MCMC_BUDGET = 1200
 # A 360-point space where every point is valid (TPE spends no trials outside it).
 SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--tp", "1,2,4,8", "--pp",
          "1,2,4,8,16", "--micro-batch", "1,2,4", "--recompute", "none,selective,full", "--zero-stage", "0,1"]
-TPE = ["--seed", "5", "--budget", "64", "--batch", "8", "--screen", "0"]  # screen 0: walk the whole budget (38 points fit)
+# screen 0: walk the whole budget (38 points fit)
+TPE = ["--seed", "5", "--budget", "64", "--batch", "8", "--screen", "0"]
 TPE_BUDGET = 64
 STRATEGY = ["model", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
        "sequence_parallel", "zero_stage"]
@@ -66,14 +69,32 @@ def test_mcmc_run_checkpoints_and_budget(mcmc_reference):
     assert len(rows(mcmc_reference)) == MCMC_BUDGET
 
 
+def three_kills(out: str, searcher: str, args: list[str], total: int, first: int,
+                later: list[tuple[str, int]]) -> list[int]:
+    """Kill -9 the search ``args`` three times, each kill at a later point, then resume it to the
+    end: first on Ray (--workers 1), its process group SIGKILLed once ``first`` parts are written
+    (its embedded Ray gone within a second), then two resumes in one process, each SIGKILLed at a
+    chosen call (``later``: tests.kill_points POINT, N). Returns the parts written at each kill."""
+    directory = os.path.join(out, "results", f"searcher={searcher}")
+    proc = start("search", searcher, *args, "--out", out, "--workers", "1", "--no-progress")
+    written = [kill_group_when(proc, directory, at_least=first)]
+    for point, n in later:
+        assert run_killed(point, n, "resume", out, "--in-process", "--no-progress") == KILLED, f"{point} {n}: no kill"
+        written.append(len(parts(directory)))
+    assert written == sorted(written) and written[-1] < total, f"parts at the kills {written} of {total}"
+    cli("resume", out, "--in-process", "--no-progress")
+    return written
+
+
 @pytest.mark.slow
-def test_mcmc_kill_9_then_resume_equals_uninterrupted(mcmc_reference, tmp_path):
+def test_mcmc_three_kills_then_resume_equals_uninterrupted(mcmc_reference, tmp_path):
+    # 15 checkpoints of 5 steps: killed on Ray at 4 parts, then at the 4th state of a resumed run
+    # (its part written, its state not) and before the 4th part of the next.
     out = str(tmp_path / "run")
-    proc = start("search", "mcmc", *EXACT, *MCMC, "--out", out, "--workers", "1", "--no-progress")
     total = len(parts(os.path.join(mcmc_reference, "results", "searcher=mcmc")))
-    n = kill_when(proc, os.path.join(out, "results", "searcher=mcmc"), at_least=3)
-    assert n < total, f"killed after all {total} checkpoints"
-    cli("resume", out, "--workers", "1", "--no-progress")
+    written = three_kills(out, "mcmc", [*EXACT, *MCMC], total, first=4,
+                          later=[("search-state", 4), ("search-part", 4)])
+    assert written[0] >= 4 and written[1] >= written[0] + 3 and written[2] >= written[1] + 2, written
     assert_same_run(out, mcmc_reference)
     assert best(out) == best(mcmc_reference)
 
@@ -109,6 +130,15 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
     try:
         with RunDir.open(out) as rd:
             run_search(rd, in_process=False, progress=False)
+        # The embedded Ray's workers die with their raylet, which dies with this driver (the hook of
+        # sweep._ray.end_with_raylet); the hook is named in the raylet's environment, not this one's.
+        import ray
+        from ray._private import ray_constants
+
+        from tests.kill_points import death_signal
+
+        assert ray.get(ray.remote(death_signal).remote()) == signal.SIGKILL
+        assert ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR not in os.environ
     finally:
         shutdown_ray()
         os.environ.clear()
@@ -125,51 +155,73 @@ def tpe_reference(tmp_path_factory):
     return out
 
 
-def _trial_states(run_dir: str) -> dict[str, int]:
-    """Trials of the run's Optuna studies (in one journal in RUN_DIR/state) by state: one study, the
-    "roots" walk, at this budget (walks "auto" below SINGLE_WALK_BUDGET), else TPESearcher's two."""
+def _journal_trials(run_dir: str) -> dict[str, list[tuple]]:
+    """Every study in RUN_DIR/state/tpe-00.journal: its trials' numbers, states, parameters,
+    values, user and system attributes (the sampler's and the constraints), in order."""
     import optuna
 
-    from search._tpe import DEFAULT_STUDY_NAME, SINGLE_WALK_BUDGET
+    from search._tpe import FlockJournalLock
 
+    path = os.path.join(run_dir, "state", "tpe-00.journal")
     storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(os.path.join(run_dir, "state", "tpe-00.journal")))
-    names = optuna.get_all_study_names(storage)
-    assert sorted(names) == ([DEFAULT_STUDY_NAME] if TPE_BUDGET < SINGLE_WALK_BUDGET
-                             else [DEFAULT_STUDY_NAME, f"{DEFAULT_STUDY_NAME}:roots"])
-    states = [t.state.name for name in names
-              for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
-    return {s: states.count(s) for s in set(states)}
+        optuna.storages.journal.JournalFileBackend(path, lock_obj=FlockJournalLock(path)))
+    return {name: [(t.number, t.state.name, t.params, t.values, t.user_attrs, t.system_attrs)
+                   for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
+            for name in optuna.get_all_study_names(storage)}
 
 
 @pytest.mark.slow
-def test_tpe_kill_9_then_resume_trials_add_up(tpe_reference, tmp_path):
+def test_tpe_three_kills_then_resume_equals_uninterrupted(tpe_reference, tmp_path):
+    # 8 batches: killed on Ray at 2 parts, then half-way through a journal line (the 350th line a
+    # resumed run writes: about two batches on, in the middle of one) and at the 2nd state of the
+    # next resume (its part written and told, its state not). Each resume cuts the journal back to
+    # the last batch its state records and draws the batch the kill cut short again.
     out = str(tmp_path / "run")
-    proc = start("search", "tpe", *SMALL, *TPE, "--out", out, "--workers", "1", "--no-progress")
-    n = kill_when(proc, os.path.join(out, "results", "searcher=tpe"), at_least=3)
-    assert n < TPE_BUDGET // 8
-    before = rows(out)
-    # = resume; in this process (the run killed was on Ray: the state on disk is the same)
-    cli("search", "tpe", *SMALL, *TPE, "--out", out, "--in-process", "--no-progress")
+    marker, journal = (os.path.join(out, "state", f"tpe-00.{ext}") for ext in ("json", "journal"))
+    written = three_kills(out, "tpe", [*SMALL, *TPE], TPE_BUDGET // 8, first=2,
+                          later=[("journal-half-line", 350), ("tpe-state", 2)])
+    assert written[1] > written[0] and written[2] > written[1], written
+    assert_same_run(out, tpe_reference)
     df = rows(out)
-    assert len(df) == TPE_BUDGET and not df.duplicated(KEY).any()
-    batches = df["iteration"].nunique()  # a batch may hold fewer than 8 new points
-    assert sorted(df["iteration"].unique()) == list(range(batches))
-    # No batch was written twice: no part's strategies are all in an earlier part. (A strategy may
-    # still appear in two batches where the searcher asks it twice; the uninterrupted run shows
-    # whether it does.)
-    sets = [set(map(tuple, g[STRATEGY].to_numpy().tolist())) for _, g in df.groupby("iteration")]
-    assert not any(sets[j] <= sets[i] for j in range(batches) for i in range(j))
-    # The study continued (not restarted): batches told before the kill are still there, as the
-    # uninterrupted run has them; nothing is left running; trials add up to the evaluations.
-    told = before[before["iteration"] < n - 1]
-    ref = rows(tpe_reference)
-    assert _sorted(told).equals(_sorted(ref[ref["iteration"] < n - 1]))
-    assert _sorted(df[df["iteration"] < n - 1]).equals(_sorted(told))
-    states = _trial_states(out)
-    assert states.get("RUNNING", 0) == 0 and states["COMPLETE"] >= TPE_BUDGET
-    marker = json.load(open(os.path.join(out, "state", "tpe-00.json")))
-    assert marker["batches"] == batches and marker["evaluations"] == TPE_BUDGET
+    assert len(df) == TPE_BUDGET and sorted(df["iteration"].unique()) == list(range(TPE_BUDGET // 8))
+    # The studies themselves are the uninterrupted run's: the same trials, parameters, values, states.
+    trials, want = _journal_trials(out), _journal_trials(tpe_reference)
+    assert list(trials) == list(want) and trials == want
+    assert not any(t[1] == "RUNNING" for ts in trials.values() for t in ts)
+    info = json.load(open(marker))
+    assert info["batches"] == TPE_BUDGET // 8 and info["evaluations"] == TPE_BUDGET
+    assert info["journal_bytes"] == os.path.getsize(journal)
+
+
+def test_tpe_a_journal_lock_left_by_a_kill_is_taken_at_once(tpe_reference, tmp_path, monkeypatch):
+    # A run killed while it holds the journal's lock (a line written, the lock not released), with
+    # a lock file of Optuna's own lying beside the journal as well: the resumed run waits for no
+    # lock (Optuna's file locks wait 30 s for a lock file a killed holder left) and ends as the
+    # uninterrupted run.
+    import optuna.storages.journal._file as journal_file
+
+    import cli as plansweep
+
+    out = str(tmp_path / "run")
+    args = ["search", "tpe", *SMALL, *TPE, "--out", out, "--in-process", "--no-progress"]
+    assert run_killed("journal-lock-held", 600, *args) == KILLED
+    journal = os.path.join(out, "state", "tpe-00.journal")
+    os.symlink(journal, journal + ".lock")  # what JournalFileSymlinkLock leaves when its holder is killed
+    waited = []
+    real = journal_file.get_lock_file
+
+    @contextlib.contextmanager
+    def timed(lock):
+        t0 = time.monotonic()
+        with real(lock):
+            waited.append(time.monotonic() - t0)
+            yield
+
+    monkeypatch.setattr(journal_file, "get_lock_file", timed)
+    assert plansweep.main(["resume", out, "--in-process", "--no-progress"]) == 0
+    assert len(waited) > 100 and sum(waited) < 1.0, f"{len(waited)} locks taken in {sum(waited):.2f} s"
+    assert not os.path.lexists(journal + ".lock")
+    assert_same_run(out, tpe_reference)
 
 
 GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16"]
@@ -223,12 +275,13 @@ def test_gradient_interrupted_between_part_and_state_resumes_as_uninterrupted(gr
 
 
 @pytest.mark.slow
-def test_gradient_kill_9_then_resume_equals_uninterrupted(gradient_reference, tmp_path):
+def test_gradient_three_kills_then_resume_equals_uninterrupted(gradient_reference, tmp_path):
+    # 10 steps: killed on Ray at 3 parts, then at the 3rd state of a resumed run (its part written,
+    # its state not: the next resume asks that step again) and before the 3rd part of the next.
     out = str(tmp_path / "run")
-    proc = start("search", "gradient", *EXACT, *GRADIENT, "--out", out, "--workers", "1", "--no-progress")
-    n = kill_when(proc, os.path.join(out, "results", "searcher=gradient"), at_least=3)
-    assert n < GRADIENT_BUDGET // 16, "killed after the last step"
-    cli("resume", out, "--in-process", "--no-progress")  # the killed run was on Ray; the state is the same
+    written = three_kills(out, "gradient", [*EXACT, *GRADIENT], GRADIENT_BUDGET // 16, first=3,
+                          later=[("search-state", 3), ("search-part", 3)])
+    assert written[1] >= written[0] + 2 and written[2] >= written[1] + 1, written
     assert_same_run(out, gradient_reference)
     assert best(out) == best(gradient_reference)
 
