@@ -53,7 +53,7 @@ def load_model(word: str) -> Transformer:
     HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping)."""
     if not _looks_like_file(word):
         return model_preset(word)
-    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem)
+    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")
@@ -79,7 +79,7 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
             cluster = cluster_from_calculon(data, gpus, Path(path).stem, f"--cluster {path}")
         else:
             data.setdefault("name", Path(path).stem)
-            cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, path)
+            cluster = _hetero_file(data, path) if "pools" in data else _cluster_file(data, path)
     elif word.lower() in hetero_names() or "+" in word:
         try:
             cluster = hetero_preset(word)
@@ -106,6 +106,14 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
     if isinstance(cluster, HeteroCluster):
         return dataclasses.replace(cluster, pools=tuple(dataclasses.replace(p, gpu=fit(p.gpu)) for p in cluster.pools))
     return dataclasses.replace(cluster, gpu=fit(cluster.gpu))
+
+
+def _hetero_file(data: dict, path: str) -> HeteroCluster:
+    """A heterogeneous cluster file (costmodel's _hetero_cluster docstring); errors name the file."""
+    try:
+        return hetero_from_mapping(data)
+    except InputError as exc:
+        raise InputError(f"--cluster {path} {exc.argument.removeprefix('cluster.')}", exc.expected, exc.got) from None
 
 
 def _cluster_file(data: dict, word: str) -> Cluster:

@@ -62,19 +62,24 @@ CALCULON_VOCAB = 51200  # Megatron-LM's GPT vocabulary padded to a multiple of 1
 def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a mapping read from a file: HuggingFace config (has model_type or
     architectures), Calculon model (has num_blocks and attn_heads), or Transformer's fields."""
-    if "model_type" in data or "architectures" in data:
-        return from_hf_config(data, name, argument)
-    if "num_blocks" in data and "attn_heads" in data:
-        return from_calculon(data, name, argument)
-    fields = {f.name for f in dataclasses.fields(Transformer)}
-    unknown = set(data) - fields
-    if unknown:
-        raise InputError(argument, "fields among " + ", ".join(sorted(fields))
-                         + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
     try:
-        return Transformer(**{"name": name, **data})
-    except TypeError as exc:
-        raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+        if "model_type" in data or "architectures" in data:
+            return from_hf_config(data, name, argument)
+        if "num_blocks" in data and "attn_heads" in data:
+            return from_calculon(data, name, argument)
+        fields = {f.name for f in dataclasses.fields(Transformer)}
+        unknown = set(data) - fields
+        if unknown:
+            raise InputError(argument, "fields among " + ", ".join(sorted(fields))
+                             + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
+        try:
+            return Transformer(**{"name": name, **data})
+        except TypeError as exc:
+            raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+    except InputError as exc:  # Transformer's own checks ("model.layers"): the file's argument and field
+        if not exc.argument.startswith("model."):
+            raise
+        raise InputError(f"{argument} {exc.argument.removeprefix('model.')}", exc.expected, exc.got) from None
 
 
 def _get(data: dict, key: str, argument: str, default=None, kind=int):
@@ -205,8 +210,8 @@ def _calculon_number(data: dict, keys: tuple[str | int, ...], argument: str, *, 
     field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
     value = data
     for k in keys:
-        here = isinstance(value, list) and k < len(value) if isinstance(k, int) else isinstance(value, dict) and k in value
-        if not here:
+        if not (isinstance(value, list) and k < len(value) if isinstance(k, int) else isinstance(value, dict)
+                and k in value):
             raise InputError(f"{argument} {field}", "a number (the file must set it)", "missing")
         value = value[k]
     kind = "an integer" if integer else "a number"
@@ -240,7 +245,8 @@ def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = 
         return _calculon_number(data, keys, argument, **kw)
 
     f16 = num("matrix", "float16", "tflops") * 1e12
-    f8 = num("matrix", "float8", "tflops") * 1e12 if isinstance(data["matrix"], dict) and "float8" in data["matrix"] else 0.0
+    has_f8 = isinstance(data["matrix"], dict) and "float8" in data["matrix"]
+    f8 = num("matrix", "float8", "tflops") * 1e12 if has_f8 else 0.0
     hbm, hbm_Bps = num("mem1", "GiB") * 2**30, num("mem1", "GBps") * 1e9
     per_node = num("networks", up, "size", integer=True)
     up_Bps, out_Bps = num("networks", up, "bandwidth") * 1e9, num("networks", out, "bandwidth") * 1e9

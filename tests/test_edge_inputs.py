@@ -203,7 +203,8 @@ def test_calculon_system_without_networks_or_with_a_bad_count(tmp_path, capsys):
     assert code == 2 and f"--cluster {path} networks: expected a list of one or two networks" in err
     path.write_text(json.dumps({**data, "num_gpus": "many"}))
     code, _, err = _cli(["evaluate", "--cluster", str(path), "--tp", "8", "--pp", "8"], capsys)
-    assert code == 2 and err == f"plansweep evaluate: error: --cluster {path} GPUs: expected an integer >= 1, got 'many'\n"
+    assert code == 2
+    assert err == f"plansweep evaluate: error: --cluster {path} GPUs: expected an integer >= 1, got 'many'\n"
 
 
 # ---- replan --lost ------------------------------------------------------------------------------
