@@ -13,8 +13,8 @@ per stage: 3.1e10 points, no grid). Its optimum is unknown: gaps are measured ag
 ``--reference`` (the best tokens/s any run has found; default: the best of this run), the
 budget is ``--budget`` (default 3,000, the test's).
 
-Evaluations are the rows a searcher asks (every asked row is a valid point of the space; the
-searchers do not ask a point twice except RandomSearcher, whose repeats count). Prints one
+Evaluations are the rows a searcher asks (every asked row is a valid point of the space; no
+searcher asks a point twice, random search included: it draws without replacement). Prints one
 row per searcher: budget, median gap to the optimum's tokens/s over the seeds, the fraction of
 seeds within 1%, and the median evaluations to reach 1% (">budget" when most seeds do not).
 """

@@ -125,8 +125,35 @@ def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
     return data
 
 
+def _file_keys(args, data: dict) -> set[str]:
+    """Keys of a strategy file's mapping that no strategy flag overrides."""
+    flags = {name for name in (*(name for name, _ in STRATEGY_FLAGS), "sequence_parallel", "overlap_dp")
+             if getattr(args, name, None) is not None}
+    return set(data) - flags
+
+
+def _naming_the_file(exc: InputError, path: str | None, keys: set[str]) -> InputError:
+    """``exc`` naming the strategy file ``path`` where it is about one of its ``keys`` (or the file as a
+    whole), else ``exc``."""
+    arg = exc.argument
+    per_stage = arg.startswith("stage_") and "stages" in keys  # a column of a placement's stages
+    if path is None or not (arg in keys or per_stage or arg in ("strategy", "--strategy")):
+        return exc
+    field = "" if arg in ("strategy", "--strategy") else " " + arg
+    return InputError(f"--strategy {path}{field}", exc.expected, exc.got)
+
+
 def build_strategy(args, model, cluster) -> StrategyTable:
-    data = _with_flags(args, read_mapping(args.strategy, "--strategy") if args.strategy else {}, model)
+    from_file = read_mapping(args.strategy, "--strategy") if args.strategy else {}
+    keys = _file_keys(args, from_file)
+    try:
+        return _build_strategy(args, model, cluster, from_file)
+    except InputError as exc:
+        raise _naming_the_file(exc, args.strategy, keys) from None
+
+
+def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
+    data = _with_flags(args, from_file, model)
     if args.stage_layers:
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
@@ -240,13 +267,18 @@ def run_hetero(args, model, cluster, data) -> int:
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
                          "heterogeneous cluster", args.strategy)
+    keys = _file_keys(args, data) | {"stages"}
     _with_flags(args, data, model, skip=("dp", "tp", "pp", "micro_batch"))  # per stage in the file
     names = [p.name for p in cluster.pools]
-    table = hetero_from_mapping(data, names)
+    try:
+        table = hetero_from_mapping(data, names, f"--strategy {args.strategy}")
+    except InputError as exc:
+        raise _naming_the_file(exc, args.strategy, keys) from None
     metrics = evaluate(model, cluster, table, pipeline="simulate", framework=args.framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
+        where = f"--strategy {args.strategy} {arg}" if arg.startswith("stages") else arg
         row = table.row(0, names)
         got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
                                f"dp per stage {[st['dp'] for st in row['stages']]}",
@@ -258,7 +290,7 @@ def run_hetero(args, model, cluster, data) -> int:
                      f"{[st['dp'] * st['tp'] * row['cp'] for st in row['stages']]}"
                      + (", a stage split across two pools" if any("dp2" in st for st in row["stages"]) else "")}.get(
                    arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
-        raise InputError(arg, expected, got)
+        raise InputError(where, expected, got)
     rows = stage_rows(model, cluster, table, framework=args.framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason

@@ -26,14 +26,19 @@ def register(sub) -> None:
 
 
 def _lost(text: str) -> list[int]:
+    """--lost as node counts: a range A-B (A <= B; -A-B from A gained) or a comma-separated list;
+    InputError naming --lost for anything else, an empty or reversed range included."""
+    expected = "a range A-B with A <= B, or comma-separated node counts"
     try:
         if "-" in text.lstrip("-") and "," not in text:
             a, b = text.rsplit("-", 1) if not text.startswith("-") else text[1:].split("-", 1)
             lo, hi = (int(a) if not text.startswith("-") else -int(a)), int(b)
+            if lo > hi:
+                raise InputError("--lost", expected, text)
             return list(range(lo, hi + 1))
         return [int(x) for x in text.split(",")]
     except ValueError:
-        raise InputError("--lost", "a range A-B or comma-separated node counts", text) from None
+        raise InputError("--lost", expected, text) from None
 
 
 def run(args) -> int:
@@ -44,8 +49,11 @@ def run(args) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise InputError("--out", "a directory", str(out))
+    lost = _lost(args.lost)
+    if max(lost) >= cluster.nodes:
+        raise InputError("--lost", f"node counts below the cluster's {cluster.nodes} nodes", max(lost))
     plan = build_strategy(args, model, cluster).row(0)
-    records = replan(model, cluster, plan, _lost(args.lost), policies=args.policies.split(","),
+    records = replan(model, cluster, plan, lost, policies=args.policies.split(","),
                      objective=args.objective, failure=failure_from_args(args), framework=args.framework)
     print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "
           f"{plan['cp']} GPUs (dp x tp x pp x cp), by {args.objective}")

@@ -26,6 +26,8 @@ HETERO_DEFAULTS = {"pp": (4, 6, 8, 12, 16), "dp": (1, 2, 4, 8, 16), "tp": (1, 2,
 SWEEP_HETERO_DEFAULTS = {"pp": (4, 8), "dp": (2, 4, 8), "tp": (8,), "order": ("tp-inner",), "max_shift": 0,
                          "microbatches": (32, 64), "schedule": ("1f1b",), "recompute": ("selective", "full"),
                          "zero_stage": (0, 1), "sequence_parallel": (True,)}
+# Placement grids up to this many points are listed whole to check that one is valid.
+EXACT_CHECK_POINTS = 1 << 16
 HETERO_FLAGS = {"pp": "--pp", "dp": "--dp", "tp": "--tp", "microbatches": "--microbatches",
                 "schedule": "--schedule", "recompute": "--recompute", "zero_stage": "--zero-stage",
                 "sequence_parallel": "--sequence-parallel", "vpp": "--vpp", "ep": "--ep"}
@@ -51,8 +53,30 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     if dp2 is not None:
         choices["dp2"] = tuple(number_list(dp2, "--dp2", int, "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4"))
     try:
-        return HeteroSpace.from_options(model, cluster, global_batch=batch, framework=getattr(args, "framework", None),
-                                        **choices)
+        space = HeteroSpace.from_options(model, cluster, global_batch=batch, framework=getattr(args, "framework", None),
+                                         **choices)
     except InputError as exc:
         flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)
         raise InputError(flag, exc.expected, exc.got) from None
+    _check_some_placement(space, batch)
+    return space
+
+
+def _check_some_placement(space: HeteroSpace, batch: int) -> None:
+    """InputError naming the space options where no placement of ``space`` is valid (nothing to
+    sweep, rank or search: said before anything is written). A grid of at most EXACT_CHECK_POINTS
+    is listed; a larger one is drawn from (HeteroSpace.random_digits, which falls back on walks from
+    the start points), so a space whose valid placements are too rare to draw is refused too."""
+    import numpy as np
+
+    if space.size <= EXACT_CHECK_POINTS:
+        found = space.valid_indices(0, space.size).size > 0
+    else:
+        try:
+            found = len(space.random_digits(np.random.default_rng(0), 1)) > 0
+        except InputError:
+            found = False
+    if not found:
+        raise InputError("space options", "choices with at least one valid placement (stages of at least one "
+                         "layer, pools not over-subscribed, dp x micro-batches dividing the global batch, tp "
+                         "dividing the heads)", f"none of {space.size:,} combinations valid with global batch {batch}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
+from costmodel._files import read_text
 from costmodel._frameworks import framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 
@@ -27,7 +29,7 @@ def read_mapping(path: str, argument: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError(argument, "an existing JSON or YAML file", path)
-    text = p.read_text()
+    text = read_text(p, argument, "JSON or YAML file")
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -51,7 +53,7 @@ def load_model(word: str) -> Transformer:
     HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping)."""
     if not _looks_like_file(word):
         return model_preset(word)
-    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem)
+    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")
@@ -74,10 +76,10 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
             gpus = int(at.group(2)) if at else data.get("num_gpus")
             if gpus is None:
                 raise InputError("--cluster", "a Calculon system file with its GPU count, FILE.json@GPUS", word)
-            cluster = cluster_from_calculon(data, int(gpus), Path(path).stem)
+            cluster = cluster_from_calculon(data, gpus, Path(path).stem, f"--cluster {path}")
         else:
             data.setdefault("name", Path(path).stem)
-            cluster = hetero_from_mapping(data) if "pools" in data else _cluster_file(data, path)
+            cluster = _hetero_file(data, path) if "pools" in data else _cluster_file(data, path)
     elif word.lower() in hetero_names() or "+" in word:
         try:
             cluster = hetero_preset(word)
@@ -106,6 +108,14 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
     return dataclasses.replace(cluster, gpu=fit(cluster.gpu))
 
 
+def _hetero_file(data: dict, path: str) -> HeteroCluster:
+    """A heterogeneous cluster file (costmodel's _hetero_cluster docstring); errors name the file."""
+    try:
+        return hetero_from_mapping(data)
+    except InputError as exc:
+        raise InputError(f"--cluster {path} {exc.argument.removeprefix('cluster.')}", exc.expected, exc.got) from None
+
+
 def _cluster_file(data: dict, word: str) -> Cluster:
     unknown = set(data) - set(CLUSTER_FIELDS)
     if unknown:
@@ -113,10 +123,20 @@ def _cluster_file(data: dict, word: str) -> Cluster:
     for k in ("gpu", "num_gpus"):
         if k not in data:
             raise InputError("--cluster", f"a '{k}' field", f"{word} without it")
-    up, out = data.get("scaleup_GBps"), data.get("scaleout_GBps")
-    return make_cluster(str(data["gpu"]), data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
-                        scaleup_Bps=None if up is None else float(up) * 1e9,
-                        scaleout_Bps=None if out is None else float(out) * 1e9, name=data["name"])
+    links = {}
+    for k in ("scaleup_GBps", "scaleout_GBps"):
+        v = data.get(k)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf):
+            raise InputError(f"--cluster {word} {k}", "a number > 0 (GB/s per GPU per direction)", v)
+        links[k] = None if v is None else float(v) * 1e9
+    if not isinstance(data["gpu"], str) or not isinstance(data["name"], str):
+        bad = "gpu" if not isinstance(data["gpu"], str) else "name"
+        raise InputError(f"--cluster {word} {bad}", "a name", data[bad])
+    try:
+        return make_cluster(data["gpu"], data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
+                            scaleup_Bps=links["scaleup_GBps"], scaleout_Bps=links["scaleout_GBps"], name=data["name"])
+    except InputError as exc:  # the field of the file it is about
+        raise InputError(f"--cluster {word} {exc.argument}", exc.expected, exc.got) from None
 
 
 def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:

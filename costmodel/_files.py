@@ -1,4 +1,5 @@
-"""Files written whole or not at all: a hidden temporary name beside the file, then a rename."""
+"""Files written whole or not at all (a hidden temporary name beside the file, then a rename), and
+input files read as text with one InputError for every way reading them can fail."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import contextlib
 import os
 import uuid
 from collections.abc import Iterator
+
+from costmodel._errors import InputError
 
 # Temporary names start with "." (pyarrow.dataset and pandas never read them) and end with TMP_SUFFIX.
 TMP_PREFIX = "."
@@ -46,3 +49,23 @@ def fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_text(path: str | os.PathLike, argument: str, what: str) -> str:
+    """The text of the input file ``path`` (UTF-8, a byte-order mark allowed); InputError naming
+    ``argument``, expecting ``what`` (e.g. "a JSON or YAML file"), where it is missing, not a
+    file, unreadable or not UTF-8 text."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise InputError(argument, f"an existing {what}", os.fspath(path)) from None
+    except IsADirectoryError:
+        raise InputError(argument, what, f"{os.fspath(path)} is a directory") from None
+    except OSError as exc:
+        raise InputError(argument, f"a readable {what}", f"{os.fspath(path)} ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(argument, f"{what} in UTF-8 text",
+                         f"{os.fspath(path)}: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None

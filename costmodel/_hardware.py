@@ -22,10 +22,22 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
+import numbers
 import re
 from pathlib import Path
 
 from costmodel._errors import InputError
+
+
+def _is_number(v) -> bool:
+    """A real number (int or float, numpy's too), not a bool; NaN included (comparisons reject it)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+# Nodes, and GPUs per node, above this are refused: far past any cluster, and their products with a
+# strategy's degrees stay inside int64.
+CLUSTER_INT_MAX = 2**31 - 1
 
 # Precision codes (integer at the boundary; strings only for people).
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -58,13 +70,16 @@ class GPU(Efficiency):
 
     def __post_init__(self) -> None:
         for f in ("hbm_bytes", "hbm_Bps", "scaleup_Bps", "scaleout_Bps", "gemm_half_dim"):
-            if not getattr(self, f) > 0:
+            if not (_is_number(getattr(self, f)) and getattr(self, f) > 0):
                 raise InputError(f"gpu.{f}", "a positive number", getattr(self, f))
         for f in ("gemm_eff_max", "hbm_eff", "link_eff"):
             v = getattr(self, f)
-            if not 0 < v <= 1:
+            if not (_is_number(v) and 0 < v <= 1):
                 raise InputError(f"gpu.{f}", "a fraction in (0, 1]", v)
-        if any(not p > 0 for p in self.peak_flops[:2]):
+        for f in ("scaleup_latency_s", "scaleout_latency_s", "kernel_overhead_s"):
+            if not (_is_number(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):
+                raise InputError(f"gpu.{f}", "a time >= 0 s", getattr(self, f))
+        if any(not (_is_number(p) and p > 0) for p in self.peak_flops[:2]):
             raise InputError("gpu.peak_flops", "positive bf16 and fp16 peaks", self.peak_flops)
 
 
@@ -219,15 +234,17 @@ class Cluster:
     name: str = "custom"
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.nodes, int) and self.nodes >= 1):
-            raise InputError("cluster.nodes", "an integer >= 1", self.nodes)
-        if not (isinstance(self.gpus_per_node, int) and self.gpus_per_node >= 1):
-            raise InputError("cluster.gpus_per_node", "an integer >= 1", self.gpus_per_node)
+        for f in ("nodes", "gpus_per_node"):
+            v = getattr(self, f)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise InputError(f"cluster.{f}", "an integer >= 1", v)
+            if v > CLUSTER_INT_MAX:
+                raise InputError(f"cluster.{f}", f"an integer of at most {CLUSTER_INT_MAX:,}", v)
         for f in ("scaleup_Bps", "scaleout_Bps"):
-            if not getattr(self, f) > 0:
+            if not (_is_number(getattr(self, f)) and getattr(self, f) > 0):
                 raise InputError(f"cluster.{f}", "a positive bandwidth in B/s", getattr(self, f))
         for f in ("scaleup_latency_s", "scaleout_latency_s"):
-            if not getattr(self, f) >= 0:
+            if not (_is_number(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):
                 raise InputError(f"cluster.{f}", "a latency >= 0 s", getattr(self, f))
 
     @property
@@ -239,9 +256,9 @@ def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int = 8, scale
                  scaleout_Bps: float | None = None, name: str | None = None) -> Cluster:
     """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default."""
     g = gpu_preset(gpu) if isinstance(gpu, str) else gpu
-    if not (isinstance(num_gpus, int) and num_gpus >= 1):
+    if not (isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and num_gpus >= 1):
         raise InputError("num_gpus", "an integer >= 1", num_gpus)
-    if not (isinstance(gpus_per_node, int) and gpus_per_node >= 1):
+    if not (isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool) and gpus_per_node >= 1):
         raise InputError("gpus_per_node", "an integer >= 1", gpus_per_node)
     if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
         raise InputError("num_gpus", f"a multiple of gpus_per_node={gpus_per_node}", num_gpus)

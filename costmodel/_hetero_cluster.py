@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from costmodel._errors import InputError
-from costmodel._hardware import GPU, Cluster, cluster_preset, gpu_preset
+from costmodel._hardware import CLUSTER_INT_MAX, GPU, Cluster, cluster_preset, gpu_preset
 
 _GB = 1e9
 _US = 1e-6
@@ -57,8 +57,9 @@ class Pool:
     inter_latency_s: float
 
     def __post_init__(self) -> None:
-        for fields, ok, what in ((("nodes", "gpus_per_node"), lambda v: isinstance(v, int) and v >= 1,
-                                  "an integer >= 1"),
+        for fields, ok, what in ((("nodes", "gpus_per_node"),
+                                  lambda v: isinstance(v, int) and 1 <= v <= CLUSTER_INT_MAX,
+                                  f"an integer in [1, {CLUSTER_INT_MAX:,}]"),
                                  (("intra_Bps", "inter_Bps"), lambda v: isinstance(v, float | int) and v > 0,
                                   "a positive bandwidth in B/s"),
                                  (("intra_latency_s", "inter_latency_s"),

@@ -43,6 +43,7 @@ vocabulary of 51,200, with a GeLU MLP, LayerNorm, biases, learned positions and 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from costmodel._errors import InputError
 from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
@@ -61,19 +62,24 @@ CALCULON_VOCAB = 51200  # Megatron-LM's GPT vocabulary padded to a multiple of 1
 def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a mapping read from a file: HuggingFace config (has model_type or
     architectures), Calculon model (has num_blocks and attn_heads), or Transformer's fields."""
-    if "model_type" in data or "architectures" in data:
-        return from_hf_config(data, name, argument)
-    if "num_blocks" in data and "attn_heads" in data:
-        return from_calculon(data, name, argument)
-    fields = {f.name for f in dataclasses.fields(Transformer)}
-    unknown = set(data) - fields
-    if unknown:
-        raise InputError(argument, "fields among " + ", ".join(sorted(fields))
-                         + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
     try:
-        return Transformer(**{"name": name, **data})
-    except TypeError as exc:
-        raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+        if "model_type" in data or "architectures" in data:
+            return from_hf_config(data, name, argument)
+        if "num_blocks" in data and "attn_heads" in data:
+            return from_calculon(data, name, argument)
+        fields = {f.name for f in dataclasses.fields(Transformer)}
+        unknown = set(data) - fields
+        if unknown:
+            raise InputError(argument, "fields among " + ", ".join(sorted(fields))
+                             + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
+        try:
+            return Transformer(**{"name": name, **data})
+        except TypeError as exc:
+            raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+    except InputError as exc:  # Transformer's own checks ("model.layers"): the file's argument and field
+        if not exc.argument.startswith("model."):
+            raise
+        raise InputError(f"{argument} {exc.argument.removeprefix('model.')}", exc.expected, exc.got) from None
 
 
 def _get(data: dict, key: str, argument: str, default=None, kind=int):
@@ -114,14 +120,14 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       bias=not gated, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
-    head_dim = data.get("head_dim")
+    head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
         if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
-            fields["head_dim"] = _get(data, "head_dim", argument)
+            fields["head_dim"] = head_dim
     elif head_dim is not None and head_dim * heads != hidden:
         raise InputError(f"{argument} head_dim", f"hidden_size / num_attention_heads = {hidden // heads}", head_dim)
-    if act not in _HF_ACTIVATIONS:
+    if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
     activation = _HF_ACTIVATIONS[act]
     if family in _GATED and activation != "swiglu":
@@ -137,8 +143,8 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     if family in ("qwen2_moe", "qwen3_moe"):
         step = _get(data, "decoder_sparse_step", argument, default=1)
         mlp_only = data.get("mlp_only_layers") or []
-        first = len(mlp_only)
-        if list(mlp_only) != list(range(first)) or (first and step != 1):
+        first = len(mlp_only) if isinstance(mlp_only, list) else -1
+        if mlp_only != list(range(first)) or (first and step != 1):
             raise InputError(f"{argument} mlp_only_layers", "the first layers [0, 1, ..., d - 1] (with "
                              "decoder_sparse_step 1), or none", mlp_only)
         shared = data.get("shared_expert_intermediate_size") or 0
@@ -196,6 +202,28 @@ def is_calculon_system(data: dict) -> bool:
     return all(k in data for k in CALCULON_SYSTEM_KEYS)
 
 
+def _calculon_number(data: dict, keys: tuple[str | int, ...], argument: str, *, integer: bool = False,
+                     low: float | None = None) -> float | int:
+    """The number at ``data[keys[0]][keys[1]]...`` of a Calculon system file (an int key indexes a
+    list): finite and > 0 (>= ``low`` where given; a whole number with ``integer``); InputError
+    naming the field (``networks[0].bandwidth``) otherwise."""
+    field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+    value = data
+    for k in keys:
+        if not (isinstance(value, list) and k < len(value) if isinstance(k, int) else isinstance(value, dict)
+                and k in value):
+            raise InputError(f"{argument} {field}", "a number (the file must set it)", "missing")
+        value = value[k]
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{argument} {field}", kind, value)
+    if integer and value != int(value):
+        raise InputError(f"{argument} {field}", kind, value)
+    if not (value > 0 if low is None else value >= low):
+        raise InputError(f"{argument} {field}", f"{kind} > 0" if low is None else f"{kind} >= {low:g}", value)
+    return int(value) if integer else float(value)
+
+
 def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = "--cluster") -> Cluster:
     """A Cluster from a Calculon system file (calculon-ai/calculon, systems/*.json) and a GPU count
     (its files leave that to the run): dense peaks from ``matrix`` (float16 for bf16/fp16,
@@ -207,19 +235,22 @@ def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = 
     missing = [k for k in CALCULON_SYSTEM_KEYS if k not in data]
     if missing:
         raise InputError(argument, "a Calculon system file (matrix, mem1, networks)", f"missing {missing[0]}")
-    try:
-        f16 = float(data["matrix"]["float16"]["tflops"]) * 1e12
-        f8 = float(data["matrix"].get("float8", {}).get("tflops", 0.0)) * 1e12
-        hbm = float(data["mem1"]["GiB"]) * 2**30
-        hbm_Bps = float(data["mem1"]["GBps"]) * 1e9
-        nets = data["networks"]
-        up, out = nets[0], nets[1] if len(nets) > 1 else nets[0]
-        per_node = int(up["size"])
-        up_Bps, out_Bps = float(up["bandwidth"]) * 1e9, float(out["bandwidth"]) * 1e9
-        up_lat, out_lat = float(up["latency"]), float(out["latency"])
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise InputError(argument, "a Calculon system file (matrix.float16.tflops, mem1.GiB/GBps, networks[]."
-                         "bandwidth/size/latency)", f"{type(exc).__name__}: {exc}") from None
+    nets = data["networks"]
+    if not isinstance(nets, list) or not nets:
+        raise InputError(f"{argument} networks", "a list of one or two networks (the node's link, then the "
+                         "scale-out network)", nets)
+    up, out = 0, 1 if len(nets) > 1 else 0  # network indices: the node's link, the scale-out network
+
+    def num(*keys, **kw):
+        return _calculon_number(data, keys, argument, **kw)
+
+    f16 = num("matrix", "float16", "tflops") * 1e12
+    has_f8 = isinstance(data["matrix"], dict) and "float8" in data["matrix"]
+    f8 = num("matrix", "float8", "tflops") * 1e12 if has_f8 else 0.0
+    hbm, hbm_Bps = num("mem1", "GiB") * 2**30, num("mem1", "GBps") * 1e9
+    per_node = num("networks", up, "size", integer=True)
+    up_Bps, out_Bps = num("networks", up, "bandwidth") * 1e9, num("networks", out, "bandwidth") * 1e9
+    up_lat, out_lat = num("networks", up, "latency", low=0.0), num("networks", out, "latency", low=0.0)
     if not (isinstance(num_gpus, int) and num_gpus >= 1):
         raise InputError(f"{argument} GPUs", "an integer >= 1", num_gpus)
     per_node = min(per_node, num_gpus)

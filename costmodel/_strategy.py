@@ -140,20 +140,47 @@ PLACED_DEFAULTS: dict[str, object] = {
 
 
 def encode(column: str, values) -> np.ndarray:
-    """Strings (or codes) of a coded column -> int8 codes; raises InputError on unknowns."""
+    """Strings (or codes) of a coded column -> int8 codes; raises InputError on unknowns (and on
+    values that are neither names nor whole-number codes)."""
     names = CODE_COLUMNS[column]
-    arr = np.asarray(values)
+    arr = _array(column, values, "one of " + ", ".join(names))
     if arr.dtype.kind in "US":
         lookup = {n: i for i, n in enumerate(names)}
         flat = [lookup.get(str(x).lower(), -1) for x in np.atleast_1d(arr).ravel()]
         out = np.asarray(flat, dtype=np.int8).reshape(arr.shape)
-    else:
+    elif arr.dtype.kind in "iuf" and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        out = np.where((arr >= 0) & (arr < len(names)), arr, -1).astype(np.int8)
+    elif arr.dtype.kind == "b" or (arr.dtype.kind in "iuf" and not arr.size):
         out = arr.astype(np.int8)
+    else:
+        raise InputError(column, "one of " + ", ".join(names), _first(arr))
     bad = (out < 0) | (out >= len(names))
     if np.any(bad):
         got = np.atleast_1d(arr)[np.atleast_1d(bad)][0]
         raise InputError(column, "one of " + ", ".join(names), got.item() if hasattr(got, "item") else got)
     return out
+
+
+def _first(arr: np.ndarray):
+    """The first value of ``arr`` as a plain Python value (for an error message), or its list if empty."""
+    if not arr.size:
+        return arr.tolist()
+    return arr.flat[0].item() if hasattr(arr.flat[0], "item") else arr.flat[0]
+
+
+def _array(name: str, value, expected: str) -> np.ndarray:
+    """np.asarray(value), an object array of plain values as their own dtype; InputError naming
+    ``name`` (expected: ``expected``) for nested lists of uneven lengths, which numpy refuses."""
+    try:
+        arr = np.asarray(value)
+        return np.array(arr.tolist()) if arr.dtype.kind == "O" and arr.size else arr
+    except (ValueError, TypeError):
+        raise InputError(name, expected, value) from None
+
+
+# Integer strategy columns above this are refused: no cluster, batch or pipeline comes near it, and
+# products of a few such values stay inside int64.
+INT_COLUMN_MAX = 2**31 - 1
 
 
 def decode(column: str, codes) -> np.ndarray:
@@ -162,30 +189,43 @@ def decode(column: str, codes) -> np.ndarray:
 
 def int_column(name: str, value, n: int) -> np.ndarray:
     """(n,) int64 column of an integer strategy dimension, checked: whole numbers, >= 1 (ZeRO
-    stage: 0 to 3); InputError naming the column otherwise."""
-    arr = np.broadcast_to(np.asarray(value), (n,))
+    stage: 0 to 3) and at most INT_COLUMN_MAX; InputError naming the column otherwise."""
+    arr = _n_rows(name, _array(name, value, "integers"), n, "integers")
     if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)) and np.all(
+                np.abs(arr) <= INT_COLUMN_MAX):
             arr = arr.astype(np.int64)
         else:
-            raise InputError(name, "integers", arr.flat[0] if n else arr)
+            raise InputError(name, "integers", _first(arr))
     lo, hi = DIMENSION_VALUES.get(name, (1, None))
-    bad = (arr < lo) | ((arr > hi) if hi is not None else False)
+    hi_ = INT_COLUMN_MAX if hi is None else hi
+    bad = (arr < lo) | (arr > hi_)
     if np.any(bad):
-        rng = f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}"
+        rng = f"integers in [{lo}, {hi_}]" if hi is not None else f"integers >= {lo} (at most {INT_COLUMN_MAX:,})"
         raise InputError(name, rng, int(arr[bad][0]))
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+def _n_rows(name: str, arr: np.ndarray, n: int, expected: str) -> np.ndarray:
+    """``arr`` broadcast to (n,); InputError naming ``name`` where its shape does not allow it."""
+    try:
+        return np.broadcast_to(arr, (n,))
+    except ValueError:
+        raise InputError(name, f"{expected}, one per row", arr.tolist()) from None
+
+
 def bool_column(name: str, value, n: int) -> np.ndarray:
-    """(n,) bool column; strings true/false/1/0 (any case) accepted, others an InputError."""
-    arr = np.asarray(value)
+    """(n,) bool column; booleans, 0 and 1, and the strings true/false/1/0 (any case) accepted,
+    others an InputError."""
+    arr = _array(name, value, "true or false")
     if arr.dtype.kind in "US":
         low = np.char.lower(arr.astype(str))
         if not np.all(np.isin(low, list(BOOL_WORDS))):
-            raise InputError(name, "true or false", arr.flat[0])
+            raise InputError(name, "true or false", _first(arr))
         arr = np.isin(low, [w for w, v in BOOL_WORDS.items() if v])
-    return np.ascontiguousarray(np.broadcast_to(arr.astype(bool), (n,)))
+    elif arr.dtype.kind != "b" and not (arr.dtype.kind in "iuf" and np.all((arr == 0) | (arr == 1))):
+        raise InputError(name, "true or false", _first(arr))
+    return np.ascontiguousarray(_n_rows(name, arr.astype(bool), n, "true or false"))
 
 
 def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, np.ndarray]:
@@ -193,7 +233,7 @@ def typed_columns(merged: Mapping, n: int, *, ints, codes, bools) -> dict[str, n
     booleans (bool_column)."""
     out = {name: int_column(name, merged[name], n) for name in ints}
     for name in codes:
-        out[name] = np.ascontiguousarray(np.broadcast_to(encode(name, merged[name]), (n,)))
+        out[name] = np.ascontiguousarray(_n_rows(name, encode(name, merged[name]), n, "names"))
     for name in bools:
         out[name] = bool_column(name, merged[name], n)
     return out
@@ -289,7 +329,8 @@ class StrategyTable:
         if any(len(s) != 2 for s in shapes) or (placed and len({s[1] for s in shapes}) > 1):
             raise InputError("strategy", "per-stage columns of one shape (N, S)", sorted(shapes))
         merged = {**(PLACED_DEFAULTS if placed else DEFAULTS), **cols}
-        lengths = {np.size(v) for v in merged.values() if np.ndim(v) > 0} | ({s[0] for s in shapes} - {1})
+        sized = {k: _array(k, v, "a value, or one value per row") for k, v in merged.items()}  # (ragged lists refused)
+        lengths = {a.size for a in sized.values() if a.ndim > 0} | ({s[0] for s in shapes} - {1})
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
@@ -437,12 +478,14 @@ class StrategyTable:
 
 def _stage_array(name: str, value) -> np.ndarray:
     """(N, S) or (1, S) int64 array of a per-stage column; InputError unless whole numbers."""
-    a = np.asarray(value)
+    a = _array("stage_" + name, value, "one value per stage, (N, S)")
     a = a[None, :] if a.ndim == 1 else a
     if a.ndim != 2:
         raise InputError("stage_" + name, "one value per stage, (N, S)", np.shape(value))
-    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.round(a))):
         raise InputError("stage_" + name, "integers per stage", a.ravel()[:4].tolist())
+    if a.size and np.abs(a).max() > INT_COLUMN_MAX:
+        raise InputError("stage_" + name, f"integers per stage of at most {INT_COLUMN_MAX:,}", a.ravel()[:4].tolist())
     return a.astype(np.int64, copy=False)
 
 
@@ -452,11 +495,11 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
     on pool2."""
     stages = data.get("stages")
     if not isinstance(stages, list) or not stages:
-        raise InputError(f"{argument}.stages", "a non-empty list of {pool, dp, tp, layers}", stages)
+        raise InputError(f"{argument} stages", "a non-empty list of {pool, dp, tp, layers}", stages)
     allowed = {"pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2"}
     cols = {k: [] for k in ("pool", "dp", "tp", "layers", "order", "recompute", "pool2", "dp2")}
     for j, st in enumerate(stages):
-        where = f"{argument}.stages[{j}]"
+        where = f"{argument} stages[{j}]"
         if not isinstance(st, Mapping):
             raise InputError(where, "a mapping with pool, dp, tp, layers", st)
         bad = set(st) - allowed

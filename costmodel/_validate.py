@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from pathlib import Path
@@ -23,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from costmodel._errors import InputError
-from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._evaluate import REASONS, evaluate
-from costmodel._files import replaced_atomically
-from costmodel._hardware import EFFICIENCY, Cluster, Efficiency, gpu_preset, make_cluster
-from costmodel._strategy import StrategyTable
+from costmodel._files import read_text, replaced_atomically
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
+from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
+from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
 from costmodel._workloads import Transformer
 
 REQUIRED = (
@@ -71,13 +72,16 @@ class MeasuredRun:
 def _number(row: dict, key: str, line: int, *, integer: bool = False) -> float | int | None:
     """A cell as a non-negative integer (``integer``) or a positive number; None when empty (the
     source does not say); InputError naming the line and column otherwise."""
-    v = (row.get(key) or "").strip()
+    v = row.get(key) or ""
+    v = v.strip() if isinstance(v, str) else v
     if v == "":
         return None
     try:
         f = float(v)
-    except ValueError:
+    except (TypeError, ValueError):
         raise InputError(f"line {line}: {key}", "an integer" if integer else "a number", v) from None
+    if not math.isfinite(f):
+        raise InputError(f"line {line}: {key}", "a finite number", v)
     if integer and (f != int(f) or f < 0):
         raise InputError(f"line {line}: {key}", "a non-negative integer", v)
     if not integer and not f > 0:
@@ -116,55 +120,80 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
     naming the line and column. A row's ``framework`` cell names its profile (costmodel._frameworks, aliases too); an
     empty cell takes ``framework`` (None: the default profile)."""
     p = measured_path(path)
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
+    reader = csv.DictReader(io.StringIO(read_text(p, str(path), "measured-runs CSV file"), newline=""))
+    try:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise InputError(str(path), "the measured-runs columns (README.md, Validation)", f"missing {missing}")
         rows = list(reader)
+    except csv.Error as exc:
+        raise InputError(str(path), "a well-formed CSV file", f"line {reader.line_num}: {exc}") from None
     if not rows:
         raise InputError(str(path), "at least one run", "no rows")
     runs = []
     for line, row in enumerate(rows, start=2):
-        need = {k: _int(row, k, line) for k in (
-            "num_gpus", "gpus_per_node", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
-            "seq_len", "vocab", "tp", "pp", "dp", "global_batch")}
-        for k, v in need.items():
-            if v is None:
-                raise InputError(f"line {line}: {k}", "a value (this column may not be empty)", "")
-        given = {k: _number(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
-        measure = next((k for k in MEASURES if given[k] is not None), None)
-        if measure is None:
-            raise InputError(f"line {line}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
-        convention = (row.get("tflops_convention") or "").strip().lower() or None
-        if measure == "measured_tflops_per_gpu" and convention not in FLOP_CONVENTIONS:
-            raise InputError(f"line {line}: tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS),
-                             convention or "")
-        gpu = gpu_preset(row["gpu"].strip(), efficiency=(efficiency or {}).get(gpu_preset(row["gpu"].strip()).name))
-        model = Transformer(
-            name=row["name"], layers=need["layers"], hidden=need["hidden"],
-            ffn_hidden=need["ffn_hidden"], heads=need["heads"], kv_heads=need["kv_heads"],
-            seq_len=need["seq_len"], vocab=need["vocab"], activation=row["activation"].strip().lower(),
-            **({"norm": "rmsnorm", "bias": False, "tied_embeddings": False, "learned_positions": False}
-               if row["activation"].strip().lower() == "swiglu" else {}),
-        )
-        cluster = make_cluster(gpu, need["num_gpus"], gpus_per_node=need["gpus_per_node"])
-        fixed: dict[str, object] = {k: need[k] for k in ("tp", "pp", "dp", "global_batch")}
-        for k in ("cp", "vpp", "micro_batch", "zero_stage"):
-            v = _int(row, k, line)
-            if v is not None:
-                fixed[k] = v
-        for k in ("recompute", "sequence_parallel", "precision"):
-            v = (row.get(k) or "").strip().lower()
-            if v:
-                fixed[k] = v
-        if fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1) != need["num_gpus"]:
-            raise InputError(f"line {line}: tp*pp*dp*cp", f"num_gpus={need['num_gpus']}",
-                             fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1))
-        fw = framework_preset((row.get("framework") or "").strip() or framework, f"line {line}: framework")
-        runs.append(MeasuredRun(row["name"], model, cluster, fixed, measure, given[measure], convention,
-                                given["measured_memory_gb"], fw.name))
+        try:
+            runs.append(_run_of_row(row, line, efficiency, framework))
+        except InputError as exc:  # a check below the row's own (model, cluster): name the line
+            if exc.argument.startswith("line "):
+                raise
+            raise InputError(f"line {line}: {exc.argument}", exc.expected, exc.got) from None
     return runs
+
+
+def _text(row: dict, key: str, line: int) -> str:
+    """A cell that must hold a word (name, gpu, activation); InputError naming the line otherwise."""
+    v = row.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise InputError(f"line {line}: {key}", "a value (this column may not be empty)", v or "")
+    return v.strip()
+
+
+def _run_of_row(row: dict, line: int, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
+    """One MeasuredRun from a CSV row (read_runs)."""
+    if None in row:  # csv.DictReader keeps cells past the header under None
+        raise InputError(f"line {line}", "at most one cell per column of the header", f"{len(row[None])} more")
+    need = {k: _int(row, k, line) for k in (
+        "num_gpus", "gpus_per_node", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
+        "seq_len", "vocab", "tp", "pp", "dp", "global_batch")}
+    for k, v in need.items():
+        if v is None:
+            raise InputError(f"line {line}: {k}", "a value (this column may not be empty)", "")
+    given = {k: _number(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
+    measure = next((k for k in MEASURES if given[k] is not None), None)
+    if measure is None:
+        raise InputError(f"line {line}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
+    convention = (row.get("tflops_convention") or "").strip().lower() or None
+    if measure == "measured_tflops_per_gpu" and convention not in FLOP_CONVENTIONS:
+        raise InputError(f"line {line}: tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS),
+                         convention or "")
+    gpu_name, activation = _text(row, "gpu", line), _text(row, "activation", line).lower()
+    gpu = gpu_preset(gpu_name, efficiency=(efficiency or {}).get(gpu_preset(gpu_name).name))
+    model = Transformer(
+        name=_text(row, "name", line), layers=need["layers"], hidden=need["hidden"],
+        ffn_hidden=need["ffn_hidden"], heads=need["heads"], kv_heads=need["kv_heads"],
+        seq_len=need["seq_len"], vocab=need["vocab"], activation=activation,
+        **({"norm": "rmsnorm", "bias": False, "tied_embeddings": False, "learned_positions": False}
+           if activation == "swiglu" else {}),
+    )
+    cluster = make_cluster(gpu, need["num_gpus"], gpus_per_node=need["gpus_per_node"])
+    fixed: dict[str, object] = {k: need[k] for k in ("tp", "pp", "dp", "global_batch")}
+    for k in ("cp", "vpp", "micro_batch", "zero_stage"):
+        v = _int(row, k, line)
+        if v is not None:
+            fixed[k] = v
+    for k, words in (("recompute", RECOMPUTE), ("sequence_parallel", tuple(BOOL_WORDS)), ("precision", PRECISIONS)):
+        v = (row.get(k) or "").strip().lower()
+        if v and v not in words:
+            raise InputError(f"line {line}: {k}", "one of " + ", ".join(words) + " (or empty)", row[k])
+        if v:
+            fixed[k] = v
+    if fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1) != need["num_gpus"]:
+        raise InputError(f"line {line}: tp*pp*dp*cp", f"num_gpus={need['num_gpus']}",
+                         fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1))
+    fw = framework_preset((row.get("framework") or "").strip() or framework, f"line {line}: framework")
+    return MeasuredRun(model.name, model, cluster, fixed, measure, given[measure], convention,
+                       given["measured_memory_gb"], fw.name)
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
@@ -358,24 +387,36 @@ def write_hardware(path: str | Path, fitted: dict[str, Efficiency]) -> None:
 
 
 def read_hardware(path: str | Path) -> dict[str, Efficiency]:
-    """Read a --hardware file written by ``plansweep calibrate``."""
-    p = Path(path)
+    """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}},
+    each constant a finite number > 0 (efficiencies at most 1); InputError naming the GPU and
+    constant otherwise."""
+    text = read_text(path, "--hardware", "JSON file written by plansweep calibrate")
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError("--hardware", "an existing JSON file", str(path)) from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError("--hardware", "JSON written by plansweep calibrate", f"{path}: {exc.msg}") from None
     if not isinstance(data, dict):
         raise InputError("--hardware", "a JSON object {gpu: {constant: value}}", type(data).__name__)
     out = {}
+    names = [f.name for f in dataclasses.fields(Efficiency)]
     for name, consts in data.items():
-        base = EFFICIENCY.get(gpu_preset(name).name)
+        try:
+            gpu = gpu_preset(name)
+        except InputError as exc:
+            raise InputError(f"--hardware {path}", exc.expected, name) from None
         if not isinstance(consts, dict):
             raise InputError(f"--hardware {name}", "an object of constants", consts)
-        unknown = set(consts) - {f.name for f in dataclasses.fields(Efficiency)}
+        unknown = set(consts) - set(names)
         if unknown:
-            names = ", ".join(f.name for f in dataclasses.fields(Efficiency))
-            raise InputError(f"--hardware {name}", "constants among " + names, sorted(unknown)[0])
-        out[gpu_preset(name).name] = dataclasses.replace(base, **{k: float(v) for k, v in consts.items()})
+            raise InputError(f"--hardware {name}", "constants among " + ", ".join(names), sorted(unknown)[0])
+        values = {}
+        for k, v in consts.items():
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            efficiency = k.endswith("_eff") or k == "gemm_eff_max"
+            if not ok or (efficiency and not 0 < v <= 1) or (k == "gemm_half_dim" and v <= 0):
+                raise InputError(f"--hardware {name}.{k}", "a number in (0, 1]" if efficiency else
+                                 "a number > 0" if k == "gemm_half_dim" else "a number >= 0", v)
+            values[k] = float(v)
+        base = Efficiency(**{k: getattr(gpu, k) for k in names})  # the preset's own constants
+        out[gpu.name] = dataclasses.replace(base, **values)
     return out

@@ -18,6 +18,9 @@ import dataclasses
 from costmodel._errors import InputError
 
 ACTIVATIONS = ("gelu", "swiglu", "relu")
+# Model sizes (layers, widths, experts, sequence length, vocabulary) above this are refused: the
+# largest published models are far below it, and products of a few of them stay inside int64.
+MODEL_INT_MAX = 2**31 - 1
 NORMS = ("layernorm", "rmsnorm", "none")
 KINDS = ("transformer", "mlp")
 # The MoE fields and their dense values (experts = 1 means a dense model; each of these must then keep its dense value,
@@ -87,8 +90,16 @@ class Transformer:
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
             v = getattr(self, f)
-            if not (isinstance(v, int) and v >= 1):
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise InputError(f"model.{f}", "an integer >= 1", v)
+        for f in ("bias", "tied_embeddings", "learned_positions"):
+            v = getattr(self, f)
+            if not isinstance(v, bool) and not (isinstance(v, int) and v in (0, 1)):
+                raise InputError(f"model.{f}", "true or false", v)
+        for f in dataclasses.fields(self):  # sizes the cost model's int64 arithmetic holds
+            v = getattr(self, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and v > MODEL_INT_MAX:
+                raise InputError(f"model.{f.name}", f"an integer of at most {MODEL_INT_MAX:,}", v)
         if self.kind not in KINDS:
             raise InputError("model.kind", f"one of {KINDS}", self.kind)
         if self.activation not in ACTIVATIONS:

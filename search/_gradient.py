@@ -173,7 +173,8 @@ class GradientSearcher(Searcher):
         self._hbm_bytes = hbm_of(space.cluster)
         self._width = stage_width(space)
         radices = space.radices
-        self._mask = np.arange(int(radices.max()))[None, :] < radices[:, None]  # (D, C) choices that exist
+        # (D, C) choices that exist (a space of one point has no dimension: D = 0)
+        self._mask = np.arange(int(radices.max(initial=1)))[None, :] < radices[:, None]
         self._theta = np.zeros(self._mask.shape)  # (D, C) logits
         self._step = 0
         self._epoch = 0  # step of the last restart (the temperature schedule starts there)

@@ -262,9 +262,9 @@ class HeteroSpace(SearchSpace):
             from search._moves import proposer  # a random walk of MCMC's moves
 
             move = proposer(self)
-            starts = np.stack(list(self.start_points().values()))
+            starts = np.stack(list(self.start_points().values()) or [np.full(len(self.dims), -1)])
             cur = starts[rng.integers(0, len(starts), max(n, 256))]
-            for _ in range(200):
+            for _ in range(200 if starts.min() >= 0 else 0):  # no start point: no walk
                 prop = move(cur, rng)
                 ok = self.valid(prop)
                 cur = np.where(ok[:, None], prop, cur)

@@ -59,7 +59,7 @@ from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
-from search._screen import screen_searcher
+from search._screen import points_to_walk, screen_searcher
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"), the same for
 # every seed. ``chains`` None: auto_chains.
@@ -181,8 +181,9 @@ class MCMCSearcher(Searcher):
         self._best = np.array([np.inf, np.inf])  # (cost, excess) of the best point
         self._chain_best = np.full((C, 2), np.inf)  # (C, 2) each chain's best (cost, excess)
         self._stale = np.zeros(C, dtype=np.int64)  # (C,) steps since the chain last improved it
-        # Evaluated points per (dimension, digit) (D, max radix), for novel restarts.
-        self._visits = np.zeros((D, int(max(space.radices))), dtype=np.int64)
+        # Evaluated points per (dimension, digit) (D, max radix), for novel restarts (a space of one
+        # point has no dimension: D = 0).
+        self._visits = np.zeros((D, int(np.max(space.radices, initial=1))), dtype=np.int64)
         self._step = 0
         self._memo = Memo(width=3)  # (cost, excess, time proxy) per point
         # Every single change of a non-stage dimension, as (dimension, digit) pairs (K,).
@@ -199,6 +200,9 @@ class MCMCSearcher(Searcher):
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
             return self.space.table(self.space.digits_of(idx))
+        total = points_to_walk(self)
+        if total is not None and len(self._memo) >= total:  # every point of the walk told: done
+            return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
         st = self._draw()
         rows = st.ask_rows[: int(n)]
         table = self.space.table(st.proposal[rows])

@@ -24,7 +24,7 @@ def point_keys(space, digits: np.ndarray) -> np.ndarray:
     digits = np.asarray(digits, dtype=np.int64)
     if space.size < 2**63:
         return np.asarray(space.index_of(digits), dtype=np.int64)
-    narrow = np.uint8 if int(np.max(space.radices)) <= 256 else np.int64
+    narrow = np.uint8 if int(np.max(space.radices, initial=1)) <= 256 else np.int64
     raw = np.ascontiguousarray(digits.astype(narrow))
     return raw.view(np.dtype((np.void, raw.shape[1] * raw.itemsize))).ravel()
 

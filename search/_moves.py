@@ -46,6 +46,8 @@ def _grid_moves(space):
     def move(digits, rng: np.random.Generator) -> np.ndarray:
         digits = np.atleast_2d(np.asarray(digits, dtype=np.int64))
         C, D = digits.shape
+        if D == 0:  # a space of one point: no dimension to change, every chain proposes its own point
+            return digits.copy()
         movable = np.broadcast_to(space.radices[None, :] > 1, (C, D)).copy()
         if staged:
             pp = space.column(digits, "pp")

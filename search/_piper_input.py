@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel import InputError
+from costmodel._files import read_text
 
 # Piper's planner chooses, per node and tensor degree, between the plain TMPC and one with
 # activation recomputation; more than two options per (node, t) are not part of the format.
@@ -100,10 +101,7 @@ class DegreeArrays:
 def load_piper_graph(path: str | Path) -> PiperGraph:
     """Read and validate a Piper JSON file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError("FILE", "a readable Piper JSON file", f"{p} ({exc.strerror})") from None
+    text = read_text(p, "FILE", "Piper JSON file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -140,6 +140,16 @@ def screen_searcher(searcher, space, *, screen: bool, budget: int | None):
     return space
 
 
+def points_to_walk(searcher) -> int | None:
+    """The valid points a searcher set up by screen_searcher walks: those that fit where some do,
+    else every valid point of the space as given; None where they cannot be counted (a placement
+    space, a space too large for its lookup table). A walk that has told them all is done."""
+    if searcher.points_fit:
+        return searcher.points_fit
+    count = getattr(searcher.base_space, "valid_count", None)
+    return count() if callable(count) else None
+
+
 def screened(space, *, enabled: bool = True):
     """(the space to walk, the grid indices of the points that fit or None): a ScreenedSpace
     where ``space`` can be screened and some point fits, else ``space`` itself."""

@@ -93,7 +93,7 @@ from optuna.trial import TrialState
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int
 from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
-from search._screen import screen_searcher
+from search._screen import points_to_walk, screen_searcher
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
 
 # ``n_startup_trials`` None: auto_startup_trials.
@@ -230,9 +230,11 @@ class TPESearcher(Searcher):
         if self._enumeration is not None:  # the budget covers every point that fits: all of them
             told = int(self._studies[0].user_attrs.get(ENUM_ATTR, 0))
             return self.space.table(self.space.digits_of(self._enumeration[told: told + int(n)]))
-        if not self._pending and self.points_fit and len(self._memo) >= self.points_fit:
-            # a screened walk that has told every point that fits has nothing new to ask (drawing
-            # on would spend its whole draw limit per ask and find nothing)
+        total = points_to_walk(self)
+        if not self._pending and total is not None and len(self._memo) >= total:
+            # a walk that has told every point it walks (those that fit, or every valid point where
+            # none fits) has nothing new to ask (drawing on would spend its whole draw limit per
+            # ask and find nothing)
             return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
         if not self._pending and n > 0:
             self._use(self._next_walk())
@@ -305,10 +307,13 @@ class TPESearcher(Searcher):
             return optuna.samplers.TPESampler(seed=_batch_seed(self.seed, trials, walk), **self._sampler_args)
 
     def _batch_size(self, n: int) -> int:
-        """Points one batch asks when the driver asks n: at most budget / min_batches with a budget."""
-        if self.budget is None:
-            return n
-        return min(n, max(self.budget // self.min_batches, 1))
+        """Points one batch asks when the driver asks n: at most budget / min_batches with a budget,
+        and at most the points of the walk not told yet where they can be counted (a batch
+        draws until it has its points, so asking more than are left would spend its whole draw
+        limit)."""
+        size = n if self.budget is None else min(n, max(self.budget // self.min_batches, 1))
+        total = points_to_walk(self)
+        return size if total is None else min(size, max(total - len(self._memo), 0))
 
     def _local_points(self, n: int) -> np.ndarray:
         """(<= n, D) digits for the late local phase (DEFAULT_LOCAL_SHARE): the unevaluated single

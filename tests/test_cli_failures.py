@@ -33,7 +33,8 @@ def test_replan_table_parquet_and_png(tmp_path, capsys):
     assert t["dp"][0] == 12 and t["tp"][1] == 8
     assert (out / "replan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["replan", *PLAN, "--lost", "two"]) == 2
-    assert "--lost: expected a range A-B or comma-separated node counts, got 'two'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--lost: expected a range A-B with A <= B, or comma-separated node counts, got 'two'" in err
 
 
 # A small space of GPT-3 175B on h100x1024 (batch 1536) with plans on all 128 nodes (tp 4, pp 16, dp 16:

@@ -260,7 +260,7 @@ def test_strategy_file_with_a_split_stage():
                          ({"pool": "a", "dp": 4, "layers": 8, "pool2": "z", "dp2": 1}, "pool2")):
         with pytest.raises(InputError) as e:
             strategy_from_file({"global_batch": 64, "microbatches": 4, "stages": [stage]}, names)
-        assert e.value.argument == "--strategy.stages[0]" + (f".{field}" if field else "")
+        assert e.value.argument == "--strategy stages[0]" + (f".{field}" if field else "")
 
 
 def test_space_interleaving_vpp():

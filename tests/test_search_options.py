@@ -97,7 +97,7 @@ def test_grid_and_piper_options_reach_what_they_build():
         exact_space(model_preset("gpt3-175b"), cluster_preset("h100x1024")))
     for name, (value, _, read) in NON_DEFAULT[GridOptions].items():
         assert read(searcher) == value, name
-    file = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "piper-inputs", "bert32a100.json")
+    file = os.path.join(os.path.dirname(__file__), "data", "piper-inputs", "bert32a100.json")
     args = parser.parse_args(["search", "piper", file, *_flags(PiperOptions)])
     graph = options_from_args(PiperOptions, args).apply(load_piper_graph(file))
     for name, (value, _, read) in NON_DEFAULT[PiperOptions].items():

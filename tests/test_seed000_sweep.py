@@ -1,7 +1,7 @@
 """Seed 000's grid search end to end: `plansweep sweep` writes Parquet, `plansweep plot`
 draws seed 000's figures from it, and the numbers make sense against the seed's setup.
 
-Seed 000 (../shared/seeds/000_*.txt): an MLP of 64 layers, 8192 wide, batch 8192, on 16 GPUs
+The seed-000 problem: an MLP of 64 layers, 8192 wide, batch 8192, on 16 GPUs
 linked all-to-all at 200 Gb/s; data, horizontal and pipeline degrees (powers of two) and
 micro-batch counts. Here with the degrees allowed to use fewer GPUs (--partial-gpus) so the
 isolated-scaling figures (one degree varied, the others 1) come from the same run, and ZeRO 0/1
