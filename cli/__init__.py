@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # e.g. `plansweep rank | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: what is written is whole (parts and state are renamed into place)
+        print(f"plansweep {args.command}: interrupted", file=sys.stderr)
+        return 130
     return int(code or 0)
 
 

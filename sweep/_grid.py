@@ -141,7 +141,7 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
              max_in_flight: int) -> Iterator[UnitSummary]:
     import ray
 
-    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, get_unless_lost, register_pickling
+    from sweep._ray import DRIVER_RESUBMITS, TASK_MAX_RETRIES, get_unless_lost, register_pickling, stops_with_driver
 
     register_pickling()
 
@@ -174,8 +174,9 @@ def _run_ray(units: list[Unit], spaces: dict[int, object], keep: Keep, rd: RunDi
                     continue
                 yield summary
     finally:
-        for ref in in_flight:
-            ray.cancel(ref, force=True)
+        if not stops_with_driver():  # on a cluster: the units in flight are ours to stop
+            for ref in in_flight:
+                ray.cancel(ref, force=True)
 
 
 def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progress: bool = True,

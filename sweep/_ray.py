@@ -96,7 +96,19 @@ def init_ray(*, workers: int | None, address: str | None) -> str:
     # address="local": always a new cluster of our own, never one that `ray start` left running.
     with _environment(_setup_hook_env()):  # the raylet's environment, not the driver's after
         ray.init(address="local", num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
+    _EMBEDDED.add("local")
     return f"embedded local Ray ({workers} worker{'s' if workers != 1 else ''})"
+
+
+# Holds "local" while this process runs the embedded Ray it started (cleared by shutdown_ray).
+_EMBEDDED: set[str] = set()
+
+
+def stops_with_driver() -> bool:
+    """True where Ray is the embedded one this process started: shutting it down ends every task,
+    so a driver leaving early need not cancel its tasks one by one (a forced cancel racing a
+    task's completion can abort Ray's core worker: "Tried to complete task that was not pending")."""
+    return bool(_EMBEDDED)
 
 
 def cluster_address(address: str | None) -> tuple[str, str | None]:
@@ -279,8 +291,23 @@ def get_unless_lost(ref, *, may_resend: bool):
 
 
 def shutdown_ray() -> None:
+    """ray.shutdown(), with SIGINT ignored while it runs: a Ctrl-C reaches every process of the
+    terminal's process group, and a second one arriving while Ray stops its workers would end
+    the shutdown (and the command) in a traceback."""
+    import signal
+
     import ray
 
     register_pickling()
-    if ray.is_initialized():
+    if not ray.is_initialized():
+        return
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to set
+        previous = None
+    try:
         ray.shutdown()
+        _EMBEDDED.clear()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
