@@ -1,4 +1,5 @@
-"""--model from a HuggingFace config.json or a Calculon model file, no transformers needed."""
+"""--model from a HuggingFace config.json or a Calculon model file, --cluster from a Calculon system file,
+--strategy from a Calculon execution file; no transformers needed."""
 
 import dataclasses
 import json
