@@ -96,6 +96,7 @@ import math
 
 from costmodel._errors import InputError
 from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
+from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2")
@@ -338,7 +339,6 @@ _EXEC_WORDS = {
 }
 _EXEC_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8": "fp8"}
 _EXEC_RECOMPUTE = {"none": "none", "attn_only": "selective", "full": "full"}
-_EXEC_INT_MAX = 2**31 - 1  # costmodel._strategy.INT_COLUMN_MAX: the strategy table's own bound
 
 
 def is_calculon_execution(data: dict) -> bool:
@@ -358,8 +358,8 @@ def _execution_values(data: dict, argument: str) -> dict:
                          + ")", unknown[0])
     for k in _EXEC_COUNTS:
         v = data[k]
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= _EXEC_INT_MAX:
-            raise InputError(f"{argument} {k}", f"an integer in [1, {_EXEC_INT_MAX}]", v)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT_COLUMN_MAX:
+            raise InputError(f"{argument} {k}", f"an integer in [1, {INT_COLUMN_MAX}]", v)
     for k in _EXEC_NETS:
         if isinstance(data[k], bool) or data[k] not in (0, 1) or not isinstance(data[k], int):
             raise InputError(f"{argument} {k}", "0 (the node's link) or 1 (the network between nodes)", data[k])
