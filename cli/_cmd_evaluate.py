@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 
 from cli import COMMAND_HELP, print_json
-from cli._specs import load_cluster, load_model, number_list, read_mapping, reason_error, strategy_from_mapping
+from cli._specs import (
+    load_cluster,
+    load_model,
+    number_list,
+    read_mapping,
+    read_strategy,
+    reason_error,
+    strategy_from_mapping,
+)
 from costmodel import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
@@ -65,7 +73,8 @@ def register(sub) -> None:
 
 def add_strategy_args(p) -> None:
     """One strategy as flags or a file (evaluate, replan)."""
-    p.add_argument("--strategy", help="JSON/YAML file with the strategy (flags override it)")
+    p.add_argument("--strategy", help="JSON/YAML file with the strategy, or a Calculon execution file (flags "
+                   "override it)")
     for name, typ in STRATEGY_FLAGS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ)
     p.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None)
@@ -144,7 +153,7 @@ def _naming_the_file(exc: InputError, path: str | None, keys: set[str]) -> Input
 
 
 def build_strategy(args, model, cluster) -> StrategyTable:
-    from_file = read_mapping(args.strategy, "--strategy") if args.strategy else {}
+    from_file = read_strategy(args.strategy, cluster) if args.strategy else {}
     keys = _file_keys(args, from_file)
     try:
         return _build_strategy(args, model, cluster, from_file)

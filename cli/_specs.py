@@ -139,6 +139,18 @@ def _cluster_file(data: dict, word: str) -> Cluster:
         raise InputError(f"--cluster {word} {exc.argument}", exc.expected, exc.got) from None
 
 
+def read_strategy(path: str, cluster: Cluster | None = None) -> dict:
+    """A --strategy file's mapping of strategy keys: plansweep's own (JSON or YAML), or a Calculon
+    execution file read as them (costmodel._model_files.strategy_from_calculon; with ``cluster``,
+    its num_procs and networks checked against it). Errors name the file and the field."""
+    data = read_mapping(path, "--strategy")
+    from costmodel._model_files import is_calculon_execution, strategy_from_calculon  # files only
+
+    if is_calculon_execution(data):
+        return strategy_from_calculon(data, f"--strategy {path}", cluster=cluster)
+    return data
+
+
 def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     allowed = set(COLUMNS) | {"stage_layers", "stage_recompute"}
     unknown = set(data) - allowed

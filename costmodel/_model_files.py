@@ -1,6 +1,7 @@
-"""Models (and clusters) from the files users already have: plansweep's own fields, a
-HuggingFace ``config.json``, or Calculon's model and system files. ``model_from_mapping`` tells
-the model files apart by their keys; nothing here needs ``transformers``.
+"""Models, clusters and strategies from the files users already have: plansweep's own fields, a
+HuggingFace ``config.json``, or Calculon's model, system and execution files. ``model_from_mapping``
+tells the model files apart by their keys (``is_calculon_system`` and ``is_calculon_execution`` the
+others); nothing here needs ``transformers``.
 
 HuggingFace families read (``model_type``):
     llama, mistral, qwen2, qwen3   gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
@@ -38,6 +39,54 @@ Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, a
 attn_size, num_blocks. Its files carry no vocabulary; plansweep takes Megatron-LM's padded GPT
 vocabulary of 51,200, with a GeLU MLP, LayerNorm, biases, learned positions and a tied head
 (the GPT shapes Calculon's files describe).
+
+Calculon execution files (calculon-ai/calculon at caa4b11f8fe1fee3ba57adaacb7590d7deabd053:
+``Llm.Execution`` in calculon/llm/llm.py, its fields(), from_json and constructor checks; an example
+is examples/3072_t4_p64_d12_mbs4_full.json): all 23 fields, no others, as from_json asserts.
+``strategy_from_calculon`` reads one as plansweep's strategy columns (costmodel._strategy):
+    tensor_par, pipeline_par, data_par   tp, pp, dp (integers >= 1); num_procs must equal their
+                                         product (Calculon asserts it) and fit the cluster
+    batch_size, microbatch_size          global_batch, micro_batch; batch_size a multiple of
+                                         data_par x microbatch_size (Calculon's two asserts)
+    pipeline_interleaving                vpp, with the interleaved schedule when > 1, else 1f1b
+                                         (Calculon's schedule is 1F1B, interleaved or not); 1 when
+                                         pipeline_par is 1
+    activation_recompute                 none -> none, full -> full, attn_only -> selective: Calculon's
+                                         attn_only recomputes exactly the attention core (Q K^T, softmax,
+                                         its dropout, the product with V), Korthikanti et al. 2022
+                                         Sec. 5's selective recomputation, which plansweep's selective
+                                         prices (under a framework whose selective policy is that one)
+    optimizer_sharding                   zero_stage 1 (Calculon shards the fp32 master weights and Adam
+                                         moments over data_par: the distributed optimizer), else 0
+    datatype                             bfloat16 -> bf16, float16 -> fp16, float8 -> fp8; float32 refused
+    tensor_par_comm_type                 rs_ag -> sequence_parallel (Calculon's _sequence_par is exactly
+                                         rs_ag: reduce-scatter and all-gather, activations split over
+                                         tp between them), ar and p2p_rs_ag -> false; with tensor_par 1
+                                         false whatever it says (nothing to split)
+    data_par_overlap                     overlap_dp
+Read only for what plansweep already assumes (accepted, and priced plansweep's way):
+    fused_activation                     either value: element-wise work and what the MLP keeps come
+                                         from the framework profile (--framework), not from the file
+    tensor_par_net, data_par_net,        0 (the node's link) or 1 (the network between nodes), checked
+    pipeline_par_net                     against where plansweep puts each group of more than one rank:
+                                         Megatron's order, tp innermost, then dp, then pp (Cluster), a
+                                         group inside a node when the ranks it spans fit one node (tp
+                                         and dp: and divide it); a different choice is refused; on a
+                                         cluster whose two links are alike either index is read
+    seq_par_ag_redo                      true with rs_ag, tensor_par > 1 and recompute other than full:
+                                         Megatron's sequence parallelism keeps the layer norm's split
+                                         output and gathers it again for the backward pass (Korthikanti
+                                         et al. 2022 Sec. 4.2.2, activations sbh/t); false otherwise
+                                         (Calculon asserts false without rs_ag or with full recompute)
+    optimizer_sharding, data_par_overlap with data_par 1 (Calculon asserts data_par > 1): read, they
+                                         change nothing there
+Refused, one line naming the file and the field (plansweep cannot price them): weight_offload,
+activations_offload or optimizer_offload true; training false; attention_type multiquery (a model
+property: write kv_heads 1 in a plansweep model file); tensor_par_overlap ring or pipe (plansweep
+exposes tensor-parallel communication); tensor_par_comm_type ar with tensor_par and pipeline_par > 1
+(Calculon then hands whole activations from stage to stage, plansweep prices Megatron's
+scatter / gather hand-off of 1 / tp of them, which is Calculon's p2p_rs_ag); num_procs other than
+tp x pp x dp or above the cluster's GPUs; wrong types and values outside Calculon's.
 """
 
 from __future__ import annotations
@@ -47,6 +96,7 @@ import math
 
 from costmodel._errors import InputError
 from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
+from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2")
@@ -265,3 +315,127 @@ def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = 
     return Cluster(gpu=gpu, nodes=num_gpus // per_node, gpus_per_node=per_node, scaleup_Bps=up_Bps,
                    scaleout_Bps=out_Bps, scaleup_latency_s=up_lat, scaleout_latency_s=out_lat,
                    name=f"{name}x{num_gpus}")
+
+
+# Calculon's execution fields (Llm.Execution.fields(), in its order), by kind.
+CALCULON_EXECUTION_FIELDS = (
+    "num_procs", "tensor_par", "pipeline_par", "data_par", "tensor_par_net", "pipeline_par_net", "data_par_net",
+    "batch_size", "microbatch_size", "datatype", "fused_activation", "attention_type", "activation_recompute",
+    "pipeline_interleaving", "optimizer_sharding", "tensor_par_comm_type", "tensor_par_overlap", "seq_par_ag_redo",
+    "data_par_overlap", "weight_offload", "activations_offload", "optimizer_offload", "training")
+_EXEC_COUNTS = ("num_procs", "tensor_par", "pipeline_par", "data_par", "batch_size", "microbatch_size",
+                "pipeline_interleaving")
+_EXEC_NETS = ("tensor_par_net", "pipeline_par_net", "data_par_net")
+_EXEC_FLAGS = ("fused_activation", "optimizer_sharding", "seq_par_ag_redo", "data_par_overlap", "weight_offload",
+               "activations_offload", "optimizer_offload", "training")
+# The words plansweep reads (Calculon's others are refused with the reason beside them).
+_EXEC_WORDS = {
+    "datatype": (("bfloat16", "float16", "float8"), "(float32 training is not priced)"),
+    "attention_type": (("multihead",), "(multiquery is the model's: write kv_heads 1 in a plansweep model file)"),
+    "activation_recompute": (("none", "attn_only", "full"), ""),
+    "tensor_par_comm_type": (("ar", "p2p_rs_ag", "rs_ag"), ""),
+    "tensor_par_overlap": (("none",), "(tensor-parallel communication is priced exposed; ring and pipe overlap "
+                                      "are not priced)"),
+}
+_EXEC_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float8": "fp8"}
+_EXEC_RECOMPUTE = {"none": "none", "attn_only": "selective", "full": "full"}
+
+
+def is_calculon_execution(data: dict) -> bool:
+    """A mapping with one of Calculon's execution fields (none of them is a plansweep strategy key)."""
+    return any(k in data for k in CALCULON_EXECUTION_FIELDS)
+
+
+def _execution_values(data: dict, argument: str) -> dict:
+    """The 23 fields of a Calculon execution file, each of its kind; InputError naming the field."""
+    missing = [k for k in CALCULON_EXECUTION_FIELDS if k not in data]
+    if missing:
+        raise InputError(f"{argument} {missing[0]}", "a value (a Calculon execution file sets all its 23 fields)",
+                         "missing")
+    unknown = sorted((str(k) for k in data if k not in CALCULON_EXECUTION_FIELDS))
+    if unknown:
+        raise InputError(argument, "only Calculon's execution fields (" + ", ".join(CALCULON_EXECUTION_FIELDS)
+                         + ")", unknown[0])
+    for k in _EXEC_COUNTS:
+        v = data[k]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT_COLUMN_MAX:
+            raise InputError(f"{argument} {k}", f"an integer in [1, {INT_COLUMN_MAX}]", v)
+    for k in _EXEC_NETS:
+        if isinstance(data[k], bool) or data[k] not in (0, 1) or not isinstance(data[k], int):
+            raise InputError(f"{argument} {k}", "0 (the node's link) or 1 (the network between nodes)", data[k])
+    for k in _EXEC_FLAGS:
+        if not isinstance(data[k], bool):
+            raise InputError(f"{argument} {k}", "true or false", data[k])
+    for k, (words, why) in _EXEC_WORDS.items():
+        if not isinstance(data[k], str) or data[k] not in words:
+            raise InputError(f"{argument} {k}", "one of " + ", ".join(words) + (" " + why if why else ""), data[k])
+    return dict(data)
+
+
+def _execution_checks(v: dict, argument: str) -> None:
+    """What plansweep cannot price, and Calculon's own consistency checks (module docstring)."""
+    t, p, d = v["tensor_par"], v["pipeline_par"], v["data_par"]
+
+    def refuse(field, expected):
+        raise InputError(f"{argument} {field}", expected, v[field])
+
+    for k in ("weight_offload", "activations_offload", "optimizer_offload"):
+        if v[k]:
+            refuse(k, "false (weights, activations and optimizer state stay in HBM; offloading is not priced)")
+    if not v["training"]:
+        refuse("training", "true (training steps are priced, not inference)")
+    if v["num_procs"] != t * p * d:
+        refuse("num_procs", f"tensor_par x pipeline_par x data_par = {t} x {p} x {d} = {t * p * d}")
+    if v["batch_size"] % (d * v["microbatch_size"]):
+        refuse("batch_size", f"a multiple of data_par x microbatch_size = {d * v['microbatch_size']}")
+    if p == 1 and v["pipeline_interleaving"] != 1:
+        refuse("pipeline_interleaving", "1 when pipeline_par is 1")
+    comm, recompute = v["tensor_par_comm_type"], v["activation_recompute"]
+    if comm == "ar" and t > 1 and p > 1:
+        refuse("tensor_par_comm_type", "p2p_rs_ag or rs_ag with tensor_par and pipeline_par > 1 (the hand-off "
+               "between stages is priced as Megatron's scatter / gather, 1 / tensor_par of the activations per "
+               "GPU; ar hands over all of them)")
+    if v["seq_par_ag_redo"] and (comm != "rs_ag" or recompute == "full"):
+        refuse("seq_par_ag_redo", "false unless tensor_par_comm_type is rs_ag and activation_recompute is not full "
+               "(as Calculon asserts)")
+    if not v["seq_par_ag_redo"] and comm == "rs_ag" and t > 1 and recompute != "full":
+        refuse("seq_par_ag_redo", "true with rs_ag and activation_recompute " + recompute + " (sequence "
+               "parallelism is priced as Megatron's: the layer norm's split output kept and gathered again for "
+               "the backward pass, not the gathered copy)")
+
+
+def _placement_checks(v: dict, cluster: Cluster, argument: str) -> None:
+    """num_procs within the cluster, and each group's network where plansweep places it (module docstring)."""
+    if v["num_procs"] > cluster.num_gpus:
+        raise InputError(f"{argument} num_procs", f"at most the cluster's {cluster.num_gpus} GPUs ({cluster.name})",
+                         v["num_procs"])
+    if cluster.scaleup_Bps == cluster.scaleout_Bps and cluster.scaleup_latency_s == cluster.scaleout_latency_s:
+        return  # both links alike: either index prices the same
+    t, d, p, G = v["tensor_par"], v["data_par"], v["pipeline_par"], cluster.gpus_per_node
+    # (field, group, degree, ranks its groups span, inside a node): Megatron's order, tp, then dp, then pp
+    groups = (("tensor_par_net", "tp", t, t, t <= G and G % t == 0),
+              ("data_par_net", "dp", d, t * d, t * d <= G and G % (t * d) == 0),
+              ("pipeline_par_net", "pp", p, t * d * p, t * d * p <= G))
+    for field, name, degree, span, inside in groups:
+        if degree > 1 and v[field] != (0 if inside else 1):
+            where = f"inside one node of {G}" if inside else f"not inside one node of {G}"
+            raise InputError(f"{argument} {field}", f"{0 if inside else 1} (ranks in Megatron's order, tp innermost, "
+                             f"then dp, then pp: the {name} groups span {span} GPUs, {where})", v[field])
+
+
+def strategy_from_calculon(data: dict, argument: str = "--strategy", *, cluster: Cluster | None = None) -> dict:
+    """plansweep's strategy keys (costmodel._strategy.COLUMNS) from a Calculon execution file (module
+    docstring: what each field becomes, what is checked, what is refused); with ``cluster``, also
+    num_procs against its GPUs and the networks against its nodes. InputError naming ``argument``
+    and the field."""
+    v = _execution_values(data, argument)
+    _execution_checks(v, argument)
+    if cluster is not None:
+        _placement_checks(v, cluster, argument)
+    t, vpp = v["tensor_par"], v["pipeline_interleaving"]
+    return {"tp": t, "pp": v["pipeline_par"], "dp": v["data_par"], "global_batch": v["batch_size"],
+            "micro_batch": v["microbatch_size"], "vpp": vpp, "schedule": "interleaved" if vpp > 1 else "1f1b",
+            "recompute": _EXEC_RECOMPUTE[v["activation_recompute"]],
+            "zero_stage": 1 if v["optimizer_sharding"] else 0, "precision": _EXEC_PRECISION[v["datatype"]],
+            "sequence_parallel": v["tensor_par_comm_type"] == "rs_ag" and t > 1,
+            "overlap_dp": v["data_par_overlap"]}

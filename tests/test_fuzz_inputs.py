@@ -117,6 +117,9 @@ def _launch_line(text: str) -> None:
 
 EVAL_SMALL = ["--cluster", "h100x8", "--tp", "2", "--pp", "2", "--global-batch", "16", "--json"]
 EVAL_ON_CLUSTER = ["--model", "llama3-8b", "--tp", "2", "--pp", "2", "--global-batch", "64", "--json"]
+# Calculon's README example run: its execution file, megatron-1T on its A100 system file's 3,072 GPUs.
+CALCULON_EXE = MODELS / "3072_t4_p64_d12_mbs4_full.calculon-execution.json"
+EVAL_CALCULON_EXE = ["--model", "megatron-1t", "--cluster", str(MODELS / "a100_80g.calculon-system.json") + "@3072"]
 EVAL_MODEL_TP8 = ["--cluster", "h100x8", "--tp", "8", "--global-batch", "8", "--recompute", "full", "--json"]
 
 
@@ -144,6 +147,11 @@ FORMATS: dict[str, Format] = {
         80, beside=(("placement.json", json.dumps(HETERO_STRATEGY).encode()),)),
     "calculon-system": Format(_read(MODELS / "a100_80g.calculon-system.json"), ".json",
                               lambda p, o: ["evaluate", "--cluster", p + "@16", *EVAL_ON_CLUSTER], 90),
+    "calculon-execution": Format(_read(CALCULON_EXE), ".json", lambda p, o: [
+        "evaluate", *EVAL_CALCULON_EXE, "--strategy", p, "--json"], 60),
+    "calculon-execution -> export": Format(_read(CALCULON_EXE), ".json", lambda p, o: [
+        "export", "--framework", "megatron", *EVAL_CALCULON_EXE, "--strategy", p, "--out", o], 20, writes_out=True,
+        out_check=_launch_line),
     "strategy.json": Format(STRATEGY, ".json", lambda p, o: [
         "evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--strategy", p, "--json"], 90),
     "strategy.yaml -> export": Format(STRATEGY, ".yaml", lambda p, o: [

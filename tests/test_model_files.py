@@ -1,4 +1,5 @@
-"""--model from a HuggingFace config.json or a Calculon model file, no transformers needed."""
+"""--model from a HuggingFace config.json or a Calculon model file, --cluster from a Calculon system file,
+--strategy from a Calculon execution file; no transformers needed."""
 
 import dataclasses
 import json
@@ -110,3 +111,135 @@ def test_calculon_system_on_the_command_line(capsys):
     err = capsys.readouterr().err.strip()
     assert "--cluster: expected a Calculon system file with its GPU count, FILE.json@GPUS" in err
     assert len(err.splitlines()) == 1
+
+
+# ---- Calculon execution files as --strategy ------------------------------------------------
+EXAMPLE_EXE = DATA / "3072_t4_p64_d12_mbs4_full.calculon-execution.json"  # Calculon's README example run
+SEQSEL_EXE = DATA / "megatron-22B_seqsel.calculon-execution.json"
+A100_SYSTEM = str(DATA / "a100_80g.calculon-system.json")
+
+
+def test_calculon_execution_example_by_hand():
+    from costmodel._model_files import is_calculon_execution, strategy_from_calculon
+
+    data = json.loads(EXAMPLE_EXE.read_text())
+    assert is_calculon_execution(data) and not is_calculon_execution({"tp": 4, "pp": 2})
+    s = strategy_from_calculon(data, "f", cluster=cluster_preset("selene-3072"))
+    assert s == {
+        "tp": 4, "pp": 64, "dp": 12,  # tensor_par, pipeline_par, data_par (num_procs 3072 = 4 x 64 x 12)
+        "global_batch": 3072, "micro_batch": 4,  # batch_size, microbatch_size
+        "vpp": 1, "schedule": "1f1b",  # pipeline_interleaving 1: no interleaving
+        "recompute": "full",  # activation_recompute full
+        "zero_stage": 1,  # optimizer_sharding true: the distributed optimizer
+        "precision": "fp16",  # datatype float16
+        "sequence_parallel": True,  # tensor_par_comm_type rs_ag with tensor_par 4
+        "overlap_dp": False,  # data_par_overlap false
+    }
+
+
+def test_calculon_execution_seqsel_and_other_values_by_hand():
+    from costmodel._model_files import strategy_from_calculon
+
+    data = json.loads(SEQSEL_EXE.read_text())
+    s = strategy_from_calculon(data)
+    # Korthikanti et al. 2022's 22B on 8 GPUs: attn_only is their selective recompute, rs_ag with the
+    # all-gather redone their sequence parallelism
+    assert (s["tp"], s["pp"], s["dp"], s["micro_batch"], s["global_batch"]) == (8, 1, 1, 4, 4)
+    assert (s["recompute"], s["sequence_parallel"], s["zero_stage"], s["precision"]) == ("selective", True, 0, "fp16")
+    other = {**data, "num_procs": 32, "pipeline_par": 2, "data_par": 2, "batch_size": 16,
+             "pipeline_interleaving": 3, "datatype": "bfloat16", "optimizer_sharding": True, "data_par_overlap": True,
+             "activation_recompute": "none", "tensor_par_comm_type": "p2p_rs_ag", "seq_par_ag_redo": False}
+    s = strategy_from_calculon(other)
+    assert (s["vpp"], s["schedule"], s["precision"], s["zero_stage"], s["overlap_dp"]) == (
+        3, "interleaved", "bf16", 1, True)
+    assert (s["recompute"], s["sequence_parallel"]) == ("none", False)
+    assert strategy_from_calculon({**data, "datatype": "float8"})["precision"] == "fp8"
+    # rs_ag with tensor_par 1 splits nothing: no sequence parallelism
+    one = {**data, "num_procs": 1, "tensor_par": 1, "seq_par_ag_redo": False}
+    assert strategy_from_calculon(one)["sequence_parallel"] is False
+
+
+def test_calculon_execution_on_the_command_line(capsys):
+    from cli import main
+
+    argv = ["evaluate", "--model", "megatron-1t", "--cluster", A100_SYSTEM + "@3072"]
+    assert main([*argv, "--strategy", str(EXAMPLE_EXE), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    s = rep["strategy"]
+    assert (s["dp"], s["tp"], s["pp"], s["micro_batch"], s["global_batch"]) == (12, 4, 64, 4, 3072)
+    assert (s["recompute"], s["zero_stage"], s["precision"], s["sequence_parallel"], s["overlap_dp"]) == (
+        "full", 1, "fp16", True, False)
+    assert rep["metrics"]["microbatches"] == 3072 // (12 * 4)
+    # the same plan as flags prices the same
+    flags = ["--tp", "4", "--pp", "64", "--dp", "12", "--micro-batch", "4", "--global-batch", "3072", "--recompute",
+             "full", "--sequence-parallel", "--zero-stage", "1", "--precision", "fp16", "--no-overlap-dp", "--json"]
+    assert main([*argv, *flags]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == rep["metrics"]
+    assert main([*argv, "--strategy", str(EXAMPLE_EXE)]) == 0
+    assert "strategy: dp=12 tp=4 pp=64 " in capsys.readouterr().out
+    # export reads it too (Megatron-LM's flags of the plan)
+    assert main(["export", "--framework", "megatron", *argv[1:], "--strategy", str(EXAMPLE_EXE)]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size 4 " in out and "--pipeline-model-parallel-size 64 " in out
+
+
+@pytest.mark.parametrize("change,field,expected", [
+    ({"weight_offload": True}, "weight_offload", "expected false (weights, activations and optimizer state stay"),
+    ({"optimizer_offload": True}, "optimizer_offload", "expected false"),
+    ({"training": False}, "training", "expected true (training steps are priced"),
+    ({"num_procs": 3000}, "num_procs", "expected tensor_par x pipeline_par x data_par = 4 x 64 x 12 = 3072, got 3000"),
+    ({"activation_recompute": "some"}, "activation_recompute", "expected one of none, attn_only, full, got 'some'"),
+    ({"tensor_par": "4"}, "tensor_par", "expected an integer in [1, 2147483647], got '4'"),
+    ({"microbatch_size": 0}, "microbatch_size", "expected an integer in [1, 2147483647], got 0"),
+    ({"fused_activation": 1}, "fused_activation", "expected true or false, got 1"),
+    ({"batch_size": 3000}, "batch_size", "expected a multiple of data_par x microbatch_size = 48"),
+    ({"attention_type": "multiquery"}, "attention_type", "expected one of multihead (multiquery is the model's"),
+    ({"tensor_par_overlap": "ring"}, "tensor_par_overlap", "expected one of none"),
+    ({"datatype": "float32"}, "datatype", "expected one of bfloat16, float16, float8"),
+    ({"tensor_par_comm_type": "ar"}, "tensor_par_comm_type", "expected p2p_rs_ag or rs_ag with tensor_par and"),
+    ({"seq_par_ag_redo": True}, "seq_par_ag_redo", "expected false unless tensor_par_comm_type is rs_ag and"),
+    ({"activation_recompute": "none"}, "seq_par_ag_redo", "expected true with rs_ag and activation_recompute none"),
+    ({"pipeline_par_net": 2}, "pipeline_par_net", "expected 0 (the node's link) or 1 (the network between nodes)"),
+    # tp 4 fits a node of 8: plansweep keeps it there, dp's 4 x 12 = 48 ranks cross nodes
+    ({"tensor_par_net": 1}, "tensor_par_net", "expected 0 (ranks in Megatron's order, tp innermost, then dp, then pp: "
+                                              "the tp groups span 4 GPUs, inside one node of 8), got 1"),
+    ({"data_par_net": 0}, "data_par_net", "expected 1 (ranks in Megatron's order"),
+    ({"training": None}, "training", "expected true or false, got None"),
+])
+def test_bad_calculon_execution_fields_one_line(tmp_path, capsys, change, field, expected):
+    from cli import main
+
+    path = tmp_path / "exe.json"
+    path.write_text(json.dumps({**json.loads(EXAMPLE_EXE.read_text()), **change}))
+    code = main(["evaluate", "--model", "megatron-1t", "--cluster", A100_SYSTEM + "@3072", "--strategy", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"--strategy {path} {field}: {expected}" in err, err
+
+
+def test_calculon_execution_whole_file_errors(tmp_path, capsys):
+    from cli import main
+
+    data = json.loads(EXAMPLE_EXE.read_text())
+    cases = [({k: v for k, v in data.items() if k != "data_par_overlap"},
+              " data_par_overlap: expected a value (a Calculon execution file sets all its 23 fields), got 'missing'"),
+             ({**data, "cp": 2}, ": expected only Calculon's execution fields (num_procs, "),
+             (data, " num_procs: expected at most the cluster's 1024 GPUs (h100x1024), got 3072")]
+    for doc, needle in cases:
+        path = tmp_path / "exe.json"
+        path.write_text(json.dumps(doc))
+        assert main(["evaluate", "--model", "megatron-1t", "--strategy", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--strategy {path}{needle}" in err, err
+
+
+def test_calculon_execution_networks_on_a_cluster_of_alike_links():
+    """One network in the system file: both links alike, so either index prices the same and is read."""
+    from costmodel._model_files import cluster_from_calculon, strategy_from_calculon
+
+    system = json.loads(Path(A100_SYSTEM).read_text())
+    flat = cluster_from_calculon({**system, "networks": system["networks"][:1]}, 3072, "flat")
+    data = {**json.loads(EXAMPLE_EXE.read_text()), "tensor_par_net": 1, "data_par_net": 0}
+    assert strategy_from_calculon(data, cluster=flat)["tp"] == 4
+    with pytest.raises(InputError, match="tensor_par_net: expected 0"):
+        strategy_from_calculon(data, cluster=cluster_from_calculon(system, 3072, "two"))
