@@ -28,12 +28,12 @@ import functools
 import numpy as np
 
 from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
-from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._evaluate import feasibility
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import ORDERS, dimension_values
 from search._base import SearchSpace
-from search._space import Dim as _SpaceDim
 from search._placement_moves import SPLIT_MOVE_SHARE, placement_moves
+from search._space import Dim as _SpaceDim
 from search._space import divisors
 
 

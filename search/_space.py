@@ -866,6 +866,12 @@ def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Sp
     return Space.from_options(model, cluster, global_batch=global_batch)
 
 
+def default_table(model: Transformer, cluster: Cluster, global_batch: int) -> StrategyTable:
+    """Every valid row of :func:`default_space` as one StrategyTable (what `plansweep rank` prices by default)."""
+    space = default_space(model, cluster, global_batch)
+    return space.rows(0, space.size)[1]
+
+
 # The exact space (the search-quality problem): GPT-3 175B on 1024 H100, global batch 1536.
 EXACT_CHOICES: dict[str, list] = {
     "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8, 16, 32], "cp": [1, 2, 4, 8], "micro_batch": [1, 2, 3, 4, 6, 8, 12, 16],

@@ -164,3 +164,37 @@ def test_the_check_finds_an_import_circle(tmp_path):
     assert any("costmodel._hardware" in c and "costmodel._evaluate" in c for c in circles), circles
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# What benchmarks/ may import of the command line: its parsers (the flags a benchmark replays), and the request a
+# `plansweep sweep` command line makes of its parsed flags (bench_sweep.py times that command's run). Everything
+# else they share with the commands lives below cli/.
+BENCHMARK_CLI_IMPORTS = {"cli": "build_parser", "cli._space_args": "the space flags' parser",
+                         "cli._cmd_sweep": "grid_request: the run a sweep command line asks for"}
+
+
+def benchmark_cli_imports(root: Path) -> list[str]:
+    """Imports of cli modules in benchmarks/*.py beyond BENCHMARK_CLI_IMPORTS, as "file:line: module"; an import
+    inside an ``except ImportError`` handler (the same name from an older checkout, for A/B scripts) is allowed."""
+    bad = []
+    for path in sorted((root / "benchmarks").glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        fallback = {id(n) for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler)
+                    and getattr(h.type, "id", None) == "ImportError" for n in ast.walk(h)}
+        for node in ast.walk(tree):
+            if id(node) in fallback or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.split(".")[0] == "cli" and name not in BENCHMARK_CLI_IMPORTS:
+                    bad.append(f"{path.name}:{node.lineno}: {name}")
+    return bad
+
+
+def test_benchmarks_import_no_command_module(tmp_path):
+    assert benchmark_cli_imports(ROOT) == []
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "x.py").write_text(
+        "try:\n    from costmodel._bench_rows import bench_table\nexcept ImportError:\n"
+        "    from cli._cmd_bench import bench_table\nfrom cli._cmd_rank import refine\n")
+    assert benchmark_cli_imports(tmp_path) == ["x.py:5: cli._cmd_rank"]

@@ -4,10 +4,10 @@ bounded, and the simulated path checked against the scalar reference."""
 import numpy as np
 import pytest
 
-from cli._cmd_rank import default_space
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
 from costmodel._evaluate import BLOCK_ROWS, SCHED, in_flight
 from costmodel._reference import evaluate_row
+from search import default_table
 from tests.test_reference import random_table
 
 
@@ -73,7 +73,7 @@ def test_closed_forms_stay_close_to_the_simulator_on_real_spaces(name, cluster, 
     # GPUs and ZeRO 2-3, where the closed forms are further off: BENCHMARKS.md, "Search quality
     # on more problems"; `plansweep rank` re-prices its best with the simulator).
     model, cl = model_preset(name), cluster_preset(cluster)
-    table = default_space(model, cl, batch)
+    table = default_table(model, cl, batch)
     sl = table.stage_layers
     uniform = np.flatnonzero((sl.max(axis=1) == sl[:, 0]) & (sl[:, 0] * table["pp"] == model.layers)
                              & (table.num_gpus == cl.num_gpus) & (table["zero_stage"] <= 1))
