@@ -27,8 +27,8 @@ from collections import defaultdict
 import numpy as np
 
 from costmodel import Transformer, cluster_preset
-from costmodel._evaluate import ELEM_BWD_FACTOR, gemm_s, layer_costs
 from costmodel._hardware import SUSTAINED_CLOCK, attention_kernel_eff
+from costmodel._layer_compute import ELEM_BWD_FACTOR, gemm_s, layer_costs
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data"
 

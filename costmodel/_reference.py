@@ -1,16 +1,23 @@
 """The scalar reference evaluator: one strategy at a time, plain Python, slow and obvious.
 
 Used by tests (row-by-row equality with the vectorised evaluator) and ``plansweep bench`` (the speed ratio). It walks
-every stage explicitly, with ifs instead of masks, and imports only named constants and specs from costmodel._evaluate.
+every stage explicitly, with ifs instead of masks, and imports only named constants and specs from the vectorised
+modules.
 """
 
 from __future__ import annotations
 
 import math
 
-from costmodel import _evaluate as K
+from costmodel._data_parallel import ADAM_BYTES_TOUCHED
+from costmodel._dtypes import ACT_BYTES, GRAD_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OVERHEAD_UNITS, ROUTER_PROB_BYTES
+from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
+from costmodel._layer_compute import ATTN_HALF_DIM, ELEM_BWD_FACTOR, ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER
+from costmodel._memory_terms import ACT_REPLICATED_H, ACT_SCORE_BYTES, DP_BUCKET_ELEMS, RESERVED_BYTES
+from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -47,7 +54,7 @@ def _util(gpu, *dims: float) -> float:
 
 def _gemm(gpu, peak: float, M: float, N: float, Kd: float) -> float:
     flop_time = 2 * M * N * Kd / (peak * _util(gpu, M, N, Kd))
-    mem_time = K.ACT_BYTES * (M * Kd + Kd * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
+    mem_time = ACT_BYTES * (M * Kd + Kd * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
     return max(flop_time, mem_time)
 
 
@@ -189,25 +196,25 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
             + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
     if fs:
         gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
-    elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
-                                    + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
-                                    + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
+    elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / ew_div
+                                    + ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
+                                    + ELEM_PERMUTE_PER_COPY * etp * copies * h))
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
-    d_bytes = K.FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else K.ACT_BYTES
+    d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
     a2a = 0.0
-    for nbytes in (d_bytes, K.ACT_BYTES):
+    for nbytes in (d_bytes, ACT_BYTES):
         # a per-node dispatcher sends each token once to every other node holding one of its k experts
         net = nbytes * (copies / model.experts_per_token) * h * remote if fw.ep_dispatch_per_node else None
         a2a += _all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
-    a2a += 2 * _gather(K.ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
+    a2a += 2 * _gather(ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4
-    act = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+    act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
-           + copies * (K.ACT_BYTES * h * etp + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
-    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
+           + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
+    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
                 copies=copies)
 
 
@@ -215,7 +222,7 @@ def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     """MLA: each latent (Q's, K/V's with the rope key) before and after its norm, 16 bits, whole on
     every rank (over its sequence slice under SP)."""
     widths = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0.0
-    return 2 * K.ACT_BYTES * T * widths / ew_div
+    return 2 * ACT_BYTES * T * widths / ew_div
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -262,8 +269,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     if model.kind == "mlp":
         gemm = _gemm(gpu, peak, T, h / tp, h)
         attn = up = 0.0
-        elem = _hbm(gpu, K.ACT_BYTES * 2 * T * h / tp)
-        tp_fwd = 0.5 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        elem = _hbm(gpu, ACT_BYTES * 2 * T * h / tp)
+        tp_fwd = 0.5 * _allreduce(ACT_BYTES * T * h, tp, tp_link)
         cp_fwd = cp_bwd = 0.0
         overhead = 0.5 * gpu.kernel_overhead_s
     else:
@@ -273,7 +280,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         dh = q / a  # a head's size (MLA: the mean of its query and value sizes)
         proj, up = _projections(model, gpu, peak, T, tp, ew_div)
         gemm = proj + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp)
-        half = K.ATTN_HALF_DIM
+        half = ATTN_HALF_DIM
         edges = (sc / (sc + half)) * (s / (s + half))
         rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
         kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
@@ -281,14 +288,14 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             attn = 2 * b * sc * s * q / tp / (peak16 * kernel)
         else:
             attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
-        tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
-        elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
+        tf_elems = ELEM_TF_PER_LAYER[model.activation]
+        elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
         eh, eqk, ef = fw.eager_elem_bytes  # eager element-wise code's extra bytes (0 where fused or compiled)
         elem += _hbm(gpu, eh * T * h / ew_div + eqk * T * (model.q_hidden + model.kv_hidden) / tp + ef * T * f / tp)
-        tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        tp_fwd = 2 * _allreduce(ACT_BYTES * T * h, tp, tp_link)
         if cp > 1:
             cp_bw, cp_lat = _link(cluster, tp * cp)
-            ring = (cp - 1) * (K.ACT_BYTES * 2 * b * sc * hk / tp / cp_bw + cp_lat)
+            ring = (cp - 1) * (ACT_BYTES * 2 * b * sc * hk / tp / cp_bw + cp_lat)
         else:
             ring = 0.0
         cp_fwd = max(ring - attn, 0.0)
@@ -316,40 +323,40 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
         (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
         cast_f, cast_b = cast_f + _hbm(gpu, (ff + fs * (cp - 1)) * E), cast_b + _hbm(gpu, (bf + bs * (cp - 1)) * E)
-        gather, dkv = (cp - 1) * (2 * K.ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
+        gather, dkv = (cp - 1) * (2 * ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
         cp_fwd = max(gather - attn / cp, 0.0)
         cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv, cast_b + kv
     fwd = gemm + attn + elem + overhead + cast_f
-    bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
+    bwd = gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b
     wgt = gemm
 
     # Embedding and head.
     if model.kind == "mlp":
         emb_c = emb_tp = head_gemm = head_elem = head_tp = 0.0
     else:
-        emb_c = _hbm(gpu, K.ACT_BYTES * 4 * T * h)
-        emb_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
+        emb_c = _hbm(gpu, ACT_BYTES * 4 * T * h)
+        emb_tp = _allreduce(ACT_BYTES * T * h, tp, tp_link)
         head_gemm = _gemm(gpu, peak16, T, V / tp, h)
-        head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + fw.xent_bytes * T * V / tp)
-        head_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
+        head_elem = _hbm(gpu, ACT_BYTES * 3 * T * h + fw.xent_bytes * T * V / tp)
+        head_tp = _allreduce(ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
 
     # Activation bytes of one layer and micro-batch.
     if model.kind == "mlp":
-        act_layer = T * h * (K.ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp)
+        act_layer = T * h * (ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp)
         score = 0.0
     else:
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
-        score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
-        act_layer = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+        score = 0.0 if fw.fused_attention else ACT_SCORE_BYTES * a * b * sc * s / tp
+        act_layer = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
                      + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
         if fw.fp8_saved_inputs and r["precision"] == "fp8":
             # 1 byte, not 2: the QKV and FC1 inputs (whole without SP), the projection and FC2 inputs (split by tp)
             act_layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
     # MLA under selective recompute: Q, K and V, its up-projections' outputs, are not kept
-    qkv = K.ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0
+    qkv = ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0
 
     # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products wq, wk, wv, wo, w1,
     # w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved; MoE layers keep the attention-core policy.
@@ -362,7 +369,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         sac_re_flops = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
         sac_frac = sac_re_flops / sum(2 * i * o for i, o, _ in prods)
         # input, saved products, attention output, the two reduce-scatter outputs under SP
-        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + ow / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
+        sac_kept = min(ACT_BYTES * T * (h / ew_div + saved_w + ow / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
                        act_layer)
 
     g = dp * cp
@@ -373,7 +380,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     if model.is_moe:
         mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp, fp8=prec == 2)
         fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"] + cast_f  # (the dense layer's casts)
-        bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
+        bwd_m = mo["gemm"] + 2 * attn + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
         act_layer_m = mo["act"] + score
         if fw.fp8_saved_inputs and r["precision"] == "fp8":  # attention's QKV and projection inputs only
             act_layer_m -= T * h / ew_div + T * _widths(model)[3] / tp
@@ -433,7 +440,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
         params_e = n_m * experts_p if n_m else 0.0
         if rc == "full":
-            kept = K.ACT_BYTES * T * h / ew_div
+            kept = ACT_BYTES * T * h / ew_div
             kept_m = kept
         elif rc == "selective" and op_sac:
             kept = sac_kept
@@ -446,7 +453,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             kept_m = act_layer_m if n_m else 0.0
         per_mb = n_d * kept + n_m * kept_m  # activation bytes kept per micro-batch in flight
         if first and model.kind != "mlp":
-            per_mb += (K.ACT_BYTES + 1) * T * h / ew_div
+            per_mb += (ACT_BYTES + 1) * T * h / ew_div
         fixed = 0.0
         if rc == "full":
             fixed += max(act_layer if n_d else 0.0, act_layer_m if n_m else 0.0)
@@ -464,7 +471,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         if st["X"] > bottleneck["X"]:
             bottleneck = st
     if model.is_moe:  # MoE rows: the first stage within TIE_REL of the slowest
-        bottleneck = next(st for st in stages if st["X"] >= bottleneck["X"] * (1.0 - K.TIE_REL))
+        bottleneck = next(st for st in stages if st["X"] >= bottleneck["X"] * (1.0 - TIE_REL))
     X_max = bottleneck["X"]
     X_sum = sum(st["X"] for st in stages)
     if sched == "zb-h1":
@@ -477,13 +484,13 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         fill = X_sum - X_max
     if pp > 1:
         bw, lat = _link(cluster, tp * cp * dp * pp, whole_job=True)
-        t_c = K.ACT_BYTES * T * h / tp / bw + lat
+        t_c = ACT_BYTES * T * h / tp / bw + lat
     else:
         t_c = 0.0
     pp_comm = 2 * (pp - 1) * t_c
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
-    outside = (sched in K.SIMULATED_SCHEDULES
+    outside = (sched in SIMULATED_SCHEDULES
                or (sched == "interleaved" and m % pp != 0)
                or (sched in ("zb-h1", "zb-h2") and (m < pp or b_st["W"] > min(b_st["F"], b_st["B"]))))
     if reason == "ok" and (pipeline == "simulate" or outside):
@@ -517,10 +524,10 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
 
     if model.is_moe:
         dp_raw = exchange(dense_max, g) + exchange(expert_max, edp)
-        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
+        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
         dp_raw = exchange(params_max, g)
-        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
+        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
     window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     dp_exposed = max(dp_raw - ag - window, 0.0) + max(ag - bottleneck["F"], 0.0) if overlap else dp_raw
@@ -531,24 +538,24 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
                                       if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
     step = pipe + dp_exposed + opt
 
-    buffers = K.RESERVED_BYTES
+    buffers = RESERVED_BYTES
     if tp > 1:
-        buffers += 2 * K.ACT_BYTES * T * h
+        buffers += 2 * ACT_BYTES * T * h
     if g > 1 or (model.is_moe and edp > 1):
-        buffers += 2 * K.GRAD_COMM_BYTES * min(params_max, K.DP_BUCKET_ELEMS)
+        buffers += 2 * GRAD_COMM_BYTES * min(params_max, DP_BUCKET_ELEMS)
     if zero == 3:
         prefetch_p = layer_p / tp
         if model.is_moe:
             prefetch_p = max(prefetch_p, moe_dense_p / tp + experts_p)
-        buffers += 2 * K.WEIGHT_BYTES * prefetch_p
+        buffers += 2 * WEIGHT_BYTES * prefetch_p
     if model.is_moe:
-        buffers += 2 * K.ACT_BYTES * etp * mo["copies"] * h  # all-to-all send and receive buffers
+        buffers += 2 * ACT_BYTES * etp * mo["copies"] * h  # all-to-all send and receive buffers
     worst, worst_total = None, -math.inf
     for st in stages:
         pd, pe = st["params"], st["params_e"]
-        w = K.WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
-        gr = K.GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
-        op = K.OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
+        w = WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
+        gr = GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
+        op = OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:
             worst, worst_total = (w, gr, op, st["act"]), total
@@ -600,9 +607,9 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
         "mem_total_bytes": worst_total,
         "microbatches": m,
         "feasible": feasible,
-        "reason": K.REASONS.index(reason),
+        "reason": REASONS.index(reason),
     }
 
 
-assert set(SCHEDULES) == set(K.CLOSED_FORM_SCHEDULES) | set(K.SIMULATED_SCHEDULES)
+assert set(SCHEDULES) == set(CLOSED_FORM_SCHEDULES) | set(SIMULATED_SCHEDULES)
 assert RECOMPUTE == ("none", "selective", "full")

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from costmodel._errors import InputError
-from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._evaluate import REASONS, evaluate
+from costmodel._evaluate import evaluate
+from costmodel._feasibility import REASONS
 from costmodel._files import replaced_atomically
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._hardware import EFFICIENCY, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer

@@ -28,7 +28,7 @@ import functools
 import numpy as np
 
 from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
-from costmodel._evaluate import feasibility
+from costmodel._feasibility import feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import ORDERS, dimension_values
 from search._base import SearchSpace

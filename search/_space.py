@@ -21,7 +21,7 @@ Constraints (``Space.valid``) are the structural ones, everything but memory:
       holds them exactly as 1F1B: the same strategy under three names);
     * per-stage digits past the row's pp hold their canonical digit (zero shift, the first
       recompute choice), so that each strategy has exactly one index.
-The checks reuse ``costmodel._evaluate.feasibility`` (all its reasons but out-of-memory) and add
+The checks reuse ``costmodel._feasibility.feasibility`` (all its reasons but out-of-memory) and add
 the ones it does not make.
 
 Per-stage dimensions (the uneven-partition space):
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from costmodel import Cluster, InputError, StrategyTable, Transformer
-from costmodel._evaluate import REASON, feasibility
+from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
 from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
@@ -842,7 +842,7 @@ def context_degrees(model: Transformer) -> list[int]:
 
 def expert_degrees(model: Transformer, cluster: Cluster) -> list[int]:
     """Expert-parallel degrees: the divisors of the experts up to the GPUs (an MoE model); [1] for
-    a dense model. Which fit a row's tp cp dp is feasibility's check (costmodel._evaluate.ep_fits)."""
+    a dense model. Which fit a row's tp cp dp is feasibility's check (costmodel._feasibility.ep_fits)."""
     return divisors(model.experts, cluster.num_gpus) if model.is_moe else [1]
 
 

@@ -8,11 +8,12 @@ from costmodel import (
     METRIC_COLUMNS,
     StrategyTable,
     evaluate,
-    make_cluster,
     hetero_preset,
+    make_cluster,
     model_preset,
 )
-from costmodel._evaluate import BLOCK_ROWS, _first_max
+from costmodel._evaluate import BLOCK_ROWS
+from costmodel._pipeline_terms import _first_max
 from costmodel._stages import placement_view
 
 
