@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from costmodel._block import _evaluate_block
+from costmodel._block import evaluate_block
 from costmodel._frameworks import Framework, framework_preset
 from costmodel._metrics import METRIC_COLUMNS, Metrics
 from costmodel._pipeline_terms import PIPELINE_MODES
@@ -98,7 +98,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
             table = StrategyTable(table.columns, table.stages.without("pool2", "dp2"))
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
-    return run_blocks(table, lambda sub, now: _evaluate_block(model, pa, view(model, sub, now), pipeline,
+    return run_blocks(table, lambda sub, now: evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                               simulate_now=now, framework=fw),
                       microbatches, order, cuts, depths)
 
@@ -163,7 +163,7 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
         table = StrategyTable(table.columns, {**table.stages, "layers": layers})
-    out = _evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
+    out = evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
                           stages_out=True, framework=framework)
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
