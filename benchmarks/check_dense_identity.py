@@ -85,7 +85,8 @@ def build(kind, model, cluster):
         space = exact_space(model, cluster)
         idx = space.valid_indices(0, space.size)
         return space.table(space.digits_of(idx))
-    sys.path.insert(0, os.path.join(HERE, "tests"))
+    # the test helpers of the tree being dumped (the working directory): they import its own modules
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
     from test_reference import random_table
 
     rng = np.random.default_rng(7)
