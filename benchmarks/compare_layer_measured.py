@@ -4,8 +4,8 @@
     PYTHONPATH=. python benchmarks/compare_layer_measured.py
 
 Per row: forward and forward + backward compute of one tensor-parallel rank (no communication:
-costmodel._evaluate.layer_costs' GEMM, attention, element-wise and overhead terms), and the
-activation bytes one layer keeps per micro-batch (costmodel._evaluate.layer_activation_bytes: with
+costmodel._layer_compute.layer_costs' GEMM, attention, element-wise and overhead terms), and the
+activation bytes one layer keeps per micro-batch (costmodel._memory_terms.layer_activation_bytes: with
 its attention-score term, and without it), against the measurement plus the layer's input
 (the measurement leaves out the input, allocated before the layer ran; the model counts it).
 """

@@ -53,7 +53,7 @@ from costmodel._memory_terms import (
     state_bytes_per_param,
 )
 from costmodel._metrics import Metrics, assemble_metrics
-from costmodel._pipeline_terms import _first_max, bottleneck_parts, in_flight, pipeline_step
+from costmodel._pipeline_terms import bottleneck_parts, first_max_stage, in_flight, pipeline_step
 from costmodel._stages import GPU_FIELDS, StageView
 from costmodel._workloads import Transformer
 
@@ -344,7 +344,7 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     the closed forms' bubble (costmodel._pipeline_terms), then the simulator where needed, and the micro-batches in
     flight (the simulator's peaks on the rows it priced)."""
     N, X = rows.N, st.X
-    bot_flat = _first_max(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
+    bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
     layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
@@ -421,7 +421,7 @@ def memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, reason) ->
     tot = state + mem["activations"] + mem["buffers"]
     tot = tot if rows.real else np.where(rows.on, tot, -np.inf)
     # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
-    worst_flat = _first_max(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
+    worst_flat = first_max_stage(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
     atm = lambda a: a[0] if len(a) == 1 else np.take(a, worst_flat)  # noqa: E731
     mem_total = atm(tot)
     worst_state = state_bytes(atm(params), rows.zero, atm(g))  # the worst stage's state by part

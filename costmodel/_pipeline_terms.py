@@ -184,7 +184,7 @@ def _simulation_cache(columns: int) -> Memo:
 TIE_REL = 1e-12
 
 
-def _first_max(a, tol: bool = False):
+def first_max_stage(a, tol: bool = False):
     """(N,) index of the first stage row holding its column's maximum of ``a`` (k, N) (``tol``:
     within TIE_REL of it; 0 where none does, NaN): np.argmax over the stages, from the largest k - i over the rows i
     that hold it, in int8 (an argmax over axis 0 costs several times as much)."""

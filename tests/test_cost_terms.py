@@ -1,4 +1,5 @@
-"""The cost terms both evaluators share (costmodel._evaluate), against hand calculations.
+"""The cost terms both evaluators share (costmodel._layer_compute, _memory_terms, _pipeline_terms, _data_parallel,
+...), against hand calculations.
 
 Each expected value below is worked out from the formula in the docstring or the paper it
 cites, not read back from the code.
