@@ -3,7 +3,7 @@
 
     PYTHONPATH=. python benchmarks/bench_frameworks.py [--rows N] [--repeats K]
 
-Rows: `plansweep bench`'s table (cli._cmd_bench.bench_table), GPT-3 175B on h100x1024. Each
+Rows: `plansweep bench`'s table (costmodel._bench_rows.bench_table), GPT-3 175B on h100x1024. Each
 profile is timed with the process's CPU time, best of K runs taken in turn (so load from other
 jobs hits every profile alike).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from cli._cmd_bench import bench_table
 from costmodel import FRAMEWORKS, cluster_preset, evaluate, model_preset
+from costmodel._bench_rows import bench_table
 
 
 def main() -> None:

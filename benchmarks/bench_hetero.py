@@ -18,8 +18,6 @@ import time
 
 import numpy as np
 
-from cli._cmd_bench import bench_table
-from cli._cmd_rank import default_space
 from costmodel import (
     StrategyTable,
     evaluate,
@@ -29,11 +27,12 @@ from costmodel import (
     model_preset,
     stage_rows,
 )
-from search import HeteroSpace, MCMCSearcher
+from costmodel._bench_rows import bench_table
+from search import HeteroSpace, MCMCSearcher, default_table
 
 
 def best_homogeneous(model, cluster, batch):
-    table = default_space(model, cluster, batch)
+    table = default_table(model, cluster, batch)
     fast = evaluate(model, cluster, table)
     top = np.argsort(fast["step_time_s"])[:20]
     exact = evaluate(model, cluster, table.take(top), pipeline="simulate")

@@ -25,7 +25,10 @@ def one(rows: int, repeats: int) -> dict:
     """Best CPU seconds per table under the tree on sys.path."""
     import costmodel
     import search
-    from cli._cmd_bench import bench_table  # (the bench rows, drawn by the tree on sys.path)
+    try:  # (the bench rows, drawn by the tree on sys.path)
+        from costmodel._bench_rows import bench_table
+    except ImportError:  # a checkout from before the bench rows moved below the command line
+        from cli._cmd_bench import bench_table
 
     model, hc = costmodel.model_preset("gpt3-175b"), costmodel.hetero_preset("a100x64+h100x64")
     cluster = costmodel.cluster_preset("h100x1024")

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. taskset -c 0 python3 benchmarks/bench_moe_ratio.py [--rows N] [--repeats R]
 
-The same 1M bench rows (cli._cmd_bench.bench_table, with an ep column for the MoE models) for
+The same 1M bench rows (costmodel._bench_rows.bench_table, with an ep column for the MoE models) for
 gpt3-175b and three MoE presets on h100x1024, each evaluated R times, alternating, best CPU time
 (time.process_time: time waiting for the core does not count) per model; printed: dense
 strategies/s and each MoE model's rate as a multiple of it (issue 18: at least 0.7x).
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from cli._cmd_bench import bench_table
 from costmodel import cluster_preset, evaluate, model_preset
+from costmodel._bench_rows import bench_table
 
 MODELS = (("gpt3-175b", 1), ("deepseek-v3", 256), ("mixtral-8x7b", 8), ("qwen3-30b-a3b", 128))
 

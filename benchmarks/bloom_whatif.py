@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-import costmodel._evaluate as ev
+import costmodel._block as ev  # (the block evaluator calls framework_terms from there)
 from costmodel._hardware import PRECISIONS
 from costmodel._validate import predict, read_runs
 

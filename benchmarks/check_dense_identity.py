@@ -3,14 +3,14 @@
 Evaluates the same rows with this tree and with a base tree (a checkout of the commit before the
 change: ``git archive <commit> | tar -x -C /tmp/base``) in two processes, and compares every metric
 column of the base (1e-12 relative; infinities and booleans exactly). Row sets:
-    bench         plansweep bench's rows (cli._cmd_bench.bench_table), GPT-3 175B on h100x1024
+    bench         plansweep bench's rows (costmodel._bench_rows.bench_table), GPT-3 175B on h100x1024
     exact         every valid row of the exact space of GPT-3 175B on h100x1024 (search.exact_space)
     exact-sim     the same rows under pipeline="simulate", megatron-core profile
     llama3-70b    seeded random rows (tests/test_reference.random_table), dgx-a100-1024, uneven stages
     megatron-22b  the same on h100x64 under fsdp2, and the MLP (seed 000) on seed000-16
     screen        costmodel.memory_screen over the exact space (mem_total_bytes, reason)
 With ``--moe`` the MoE rows instead (the base must price ep): the bench rows of DeepSeek-V3,
-Mixtral 8x7B and Qwen3-30B-A3B (cli._cmd_bench.bench_table with their ep column), and random
+Mixtral 8x7B and Qwen3-30B-A3B (costmodel._bench_rows.bench_table with their ep column), and random
 rows with ep / etp (tests/test_reference.random_table, tests/test_moe_pricing.with_ep), uniform and
 uneven stages, closed forms and the simulator, as StrategyTables and as placements
 (StrategyTable.as_placements), and memory_screen on DeepSeek-V3's.
@@ -73,7 +73,10 @@ def preset(name: str):
 
 def build(kind, model, cluster):
     if kind[0] == "bench":
-        from cli._cmd_bench import bench_table
+        try:
+            from costmodel._bench_rows import bench_table
+        except ImportError:  # a checkout from before the bench rows moved below the command line
+            from cli._cmd_bench import bench_table
 
         return bench_table(kind[1], experts=model.experts)
     if kind[0] == "exact":
@@ -82,7 +85,8 @@ def build(kind, model, cluster):
         space = exact_space(model, cluster)
         idx = space.valid_indices(0, space.size)
         return space.table(space.digits_of(idx))
-    sys.path.insert(0, os.path.join(HERE, "tests"))
+    # the test helpers of the tree being dumped (the working directory): they import its own modules
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
     from test_reference import random_table
 
     rng = np.random.default_rng(7)

@@ -8,7 +8,7 @@ by column: float columns equal or within a relative 1e-12 (inf and NaN in the sa
 integer and bool columns (reason codes, feasibility, micro-batches) equal.
 
 Cases (closed forms and pipeline="simulate" for each):
-  bench        `plansweep bench`'s rows (sweep._cmd_bench.bench_table), 1,000,000 closed form,
+  bench        `plansweep bench`'s rows (costmodel._bench_rows.bench_table), 1,000,000 closed form,
                the first 100,000 simulated
   exact        search.exact_space for GPT-3 175B on h100x1024, its valid points (Space.rows)
   placed       20,000 random placements on a100x64+h100x64 with stages split across the pools
@@ -58,7 +58,10 @@ def as_placements(table, layers):
 
 def dump(path: str) -> None:
     """Compute every case with the checkout on sys.path and save it to ``path``."""
-    from cli._cmd_bench import bench_table
+    try:
+        from costmodel._bench_rows import bench_table
+    except ImportError:  # a checkout from before the bench rows moved below the command line
+        from cli._cmd_bench import bench_table
     from costmodel import cluster_preset, evaluate, hetero_preset, model_preset
     from costmodel._evaluate import stage_breakdown
     from search import exact_space

@@ -4,8 +4,8 @@
     PYTHONPATH=. python benchmarks/compare_layer_measured.py
 
 Per row: forward and forward + backward compute of one tensor-parallel rank (no communication:
-costmodel._evaluate.layer_costs' GEMM, attention, element-wise and overhead terms), and the
-activation bytes one layer keeps per micro-batch (costmodel._evaluate._act_layer_bytes: with
+costmodel._layer_compute.layer_costs' GEMM, attention, element-wise and overhead terms), and the
+activation bytes one layer keeps per micro-batch (costmodel._memory_terms.layer_activation_bytes: with
 its attention-score term, and without it), against the measurement plus the layer's input
 (the measurement leaves out the input, allocated before the layer ran; the model counts it).
 """
@@ -19,7 +19,8 @@ import pathlib
 import numpy as np
 
 from costmodel import cluster_preset, model_preset
-from costmodel._evaluate import ELEM_BWD_FACTOR, _act_layer_bytes, layer_costs
+from costmodel._layer_compute import ELEM_BWD_FACTOR, layer_costs
+from costmodel._memory_terms import layer_activation_bytes
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "h100_layer_measured.csv"
 
@@ -40,7 +41,7 @@ def main() -> None:
         lc = layer_costs(model, cluster, b, t, one, no_sp, peak)
         fwd = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"]
         bwd = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["gemm"]
-        act, score = _act_layer_bytes(model, b, t, one, no_sp)
+        act, score = layer_activation_bytes(model, b, t, one, no_sp)
         measured_act = float(r["act_bytes"]) + 2.0 * b[0] * s * model.hidden
         fb, mfb = float(r["fwd_bwd_s"]), float((fwd + bwd)[0])
         print(f"{r['label']:22s} {1e3 * float(r['fwd_s']):6.2f} {1e3 * fwd[0]:7.2f} {1e3 * fb:7.2f} {1e3 * mfb:7.2f} "

@@ -8,7 +8,7 @@ burst at full clock, so the model's gemm_eff_max and hbm_eff are taken without t
 derating (SUSTAINED_CLOCK). Ratios are model / measured: below 1, the model is fast.
 
 GEMMs: gemm_s against each product's median time. Layers: one tensor-parallel rank's forward +
-backward (costmodel._evaluate.layer_costs: 3 x gemm, 3 x attention, (1 + ELEM_BWD_FACTOR) x
+backward (costmodel._layer_compute.layer_costs: 3 x gemm, 3 x attention, (1 + ELEM_BWD_FACTOR) x
 element-wise and kernel overhead, as benchmarks/compare_layer_measured.py adds them) against the
 profiled kernels summed by kind (GEMM: nvjet / cutlass / gemm kernels; attention: the SDPA
 kernels and their cuDNN helpers; the rest element-wise) and the layer's fwd+bwd wall time; "gap"
@@ -27,8 +27,8 @@ from collections import defaultdict
 import numpy as np
 
 from costmodel import Transformer, cluster_preset
-from costmodel._evaluate import ELEM_BWD_FACTOR, gemm_s, layer_costs
 from costmodel._hardware import SUSTAINED_CLOCK, attention_kernel_eff
+from costmodel._layer_compute import ELEM_BWD_FACTOR, gemm_s, layer_costs
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data"
 

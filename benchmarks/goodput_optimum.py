@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from cli._cmd_rank import REFINE_TOP, refine
 from cli._space_args import SPACE_DIMS, SPACES, space_from_args
 from costmodel import FailureModel, cluster_preset, evaluate, model_preset, plan_goodput
+from search._refine import REFINE_TOP, refine
 
 # Published failure rates and storage (costmodel._goodput cites them): Llama 3 405B's (the
 # default), Kokolis et al. 2024's 1,024-GPU job MTTF of 7.9 h (7.9 x 1024 = 8,090 GPU-hours), and

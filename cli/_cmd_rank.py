@@ -11,15 +11,8 @@ from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_priced
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
-from costmodel import REASONS, HeteroCluster, InputError, StrategyTable, evaluate, plan_goodput
-from search import default_space as search_default_space
-
-
-def default_space(model, cluster, global_batch: int) -> StrategyTable:
-    """The valid rows of search.default_space (one definition of the default space, derived from
-    the model and the cluster: search.default_choices)."""
-    space = search_default_space(model, cluster, global_batch)
-    return space.rows(0, space.size)[1]
+from costmodel import REASONS, HeteroCluster, InputError, evaluate, plan_goodput
+from search._refine import refine
 
 
 def register(sub) -> None:
@@ -49,15 +42,6 @@ def check_objective(objective: str, cluster) -> None:
                          "homogeneous clusters only)", objective)
 
 
-def score(metrics, table, cluster, objective: str, failure=None) -> np.ndarray:
-    """(N,) larger-is-better score by ``objective``, -inf where infeasible."""
-    if objective == "tokens_per_s":
-        val = metrics["tokens_per_s"]
-    else:
-        val = plan_goodput(metrics, table, cluster, failure)["goodput_tokens_per_s"]
-    return np.where(metrics["feasible"], np.asarray(val, dtype=np.float64), -np.inf)
-
-
 def goodput_lines(g: dict) -> str:
     """Per printed row: goodput, its share, the checkpoint and failure terms (costmodel.plan_goodput's
     columns ``g``)."""
@@ -71,27 +55,6 @@ def goodput_lines(g: dict) -> str:
                    f"{g['checkpoint_write_s'][i]:12.1f} {g['checkpoint_interval_s'][i] / 60:9.1f} "
                    f"{g['checkpoint_load_s'][i]:7.1f} {g['spare_wait_s'][i]:7.0f}")
     return "\n".join(out)
-
-
-# Candidates re-priced with the exact pipeline simulator before the final ranking: the
-# closed forms screen within a few percent (BENCHMARKS.md), so the top few hundred hold the
-# exact best.
-REFINE_TOP = 256
-
-
-def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP, framework=None,
-           objective: str = "tokens_per_s", failure=None):
-    """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
-    the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput."""
-    def best_first(m, t) -> np.ndarray:
-        key = m["step_time_s"] if objective == "tokens_per_s" else -score(m, t, cluster, objective, failure)
-        return np.argsort(key, kind="stable")
-
-    cand = best_first(metrics, table)[:top]
-    cand = cand[metrics["feasible"][cand]]
-    exact = evaluate(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
-    order = best_first(exact, table.take(cand))
-    return cand[order], exact.take(order)
 
 
 def idle_note(table, cluster) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_spec_args, failure_from_args
-from cli._cmd_rank import add_objective_args, check_objective, goodput_lines, score
+from cli._cmd_rank import add_objective_args, check_objective, goodput_lines
 from cli._cmd_show import format_priced
 from cli._cmd_sweep import add_search_run_args, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
@@ -33,6 +33,7 @@ from costmodel import (
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
 from search._base import OBJECTIVE_COLUMN
 from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
+from search._refine import objective_score
 
 EXIT_NO_PLAN = 1  # the input is fine but no plan fits the devices and memory
 
@@ -116,7 +117,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
             break
         m = evaluate(model, cluster, t, framework=framework)
         if objective_name != "tokens_per_s":
-            m[OBJECTIVE_COLUMN] = score(m, t, cluster, objective_name, failure)
+            m[OBJECTIVE_COLUMN] = objective_score(m, t, cluster, objective_name, failure)
         searcher.tell(t, m)
         evaluations += len(t)
         feasible += int(np.sum(m["feasible"]))

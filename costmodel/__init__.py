@@ -11,15 +11,8 @@ from costmodel._lazy import lazy_exports
 
 if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported on first use
     from costmodel._errors import InputError
-    from costmodel._evaluate import (
-        METRIC_COLUMNS,
-        REASONS,
-        Metrics,
-        evaluate,
-        format_stage_rows,
-        stage_breakdown,
-        stage_rows,
-    )
+    from costmodel._evaluate import evaluate, format_stage_rows, stage_breakdown, stage_rows
+    from costmodel._feasibility import REASONS
     from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework_names, framework_preset
     from costmodel._goodput import FailureModel, goodput, plan_goodput
     from costmodel._hardware import (
@@ -52,6 +45,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         linear_fwd_bwd_s,
     )
     from costmodel._memory import memory_screen
+    from costmodel._metrics import METRIC_COLUMNS, Metrics
     from costmodel._model_files import from_calculon, from_hf_config, model_from_mapping
     from costmodel._pipeline import PipelineResult, Timeline, simulate
     from costmodel._pipeline_render import chrome_trace, text_timeline
@@ -64,10 +58,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
 # to the imports above.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "costmodel._errors": ("InputError",),
-    "costmodel._evaluate": (
-        "METRIC_COLUMNS", "REASONS", "Metrics", "evaluate", "format_stage_rows",
-        "stage_breakdown", "stage_rows"
-    ),
+    "costmodel._evaluate": ("evaluate", "format_stage_rows", "stage_breakdown", "stage_rows"),
+    "costmodel._feasibility": ("REASONS",),
     "costmodel._frameworks": (
         "DEFAULT_FRAMEWORK", "FRAMEWORKS", "Framework", "framework_names",
         "framework_preset"
@@ -83,6 +75,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "costmodel._linear": ("H100_SXM5_SEED001", "LinearDevice", "linear_end_of_batch_s", "linear_fwd_bwd_s"),
     "costmodel._memory": ("memory_screen",),
+    "costmodel._metrics": ("METRIC_COLUMNS", "Metrics"),
     "costmodel._model_files": ("from_calculon", "from_hf_config", "model_from_mapping"),
     "costmodel._pipeline": ("PipelineResult", "Timeline", "simulate"),
     "costmodel._pipeline_render": ("chrome_trace", "text_timeline"),

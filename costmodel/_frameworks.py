@@ -5,7 +5,7 @@ sequence parallelism, fp8), what it overlaps (the data-parallel gradient exchang
 activations, and what its published runs use when a source does not say. The evaluator reads these fields and nothing
 else about the framework, so a new framework is a new row, not a branch in the arithmetic.
 
-Pricing rules the fields drive (costmodel._evaluate):
+Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmodel._block, costmodel._feasibility):
     schedules, max_zero, sequence_parallel, fp8: a row asking for more is infeasible with reason
         ``framework_unsupported``
     max_zero_with_pp: ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``

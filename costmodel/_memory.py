@@ -4,7 +4,7 @@
 (weights, gradients, optimizer state, activations, buffers) and a reason code (costmodel's
 REASONS: the structural checks of ``feasibility`` and ``out_of_memory``), the same numbers as
 ``costmodel.evaluate``'s ``mem_total_bytes`` and ``reason`` for the closed-form pipeline (the
-default), from the same terms (costmodel._evaluate.stage_memory, the one memory formula), but without the step's
+default), from the same terms (costmodel._memory_terms.stage_memory, the one memory formula), but without the step's
 times: no GEMM roofline per row, no communication, no pipeline fill. Searchers use it to find
 which points of a space fit before they spend evaluations (search._screen).
 
@@ -20,23 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel._evaluate import (
-    REASON,
-    SCHED,
-    SIMULATED_SCHEDULES,
-    distinct_rows,
-    expert_groups,
-    feasibility,
-    framework_columns,
-    framework_terms,
-    in_flight,
-    moe_stage_layers,
-    shape_terms,
-    stage_memory,
-)
+from costmodel._data_parallel import framework_columns
+from costmodel._distinct import distinct_rows
+from costmodel._experts import expert_groups, moe_stage_layers
+from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import framework_preset
-from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._hardware import Cluster
+from costmodel._layer_terms import framework_terms, shape_terms
+from costmodel._memory_terms import stage_memory
+from costmodel._pipeline_terms import SCHED, SIMULATED_SCHEDULES, in_flight
+from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 

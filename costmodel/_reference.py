@@ -1,16 +1,24 @@
 """The scalar reference evaluator: one strategy at a time, plain Python, slow and obvious.
 
 Used by tests (row-by-row equality with the vectorised evaluator) and ``plansweep bench`` (the speed ratio). It walks
-every stage explicitly, with ifs instead of masks, and imports only named constants and specs from costmodel._evaluate.
+every stage explicitly, with ifs instead of masks, and imports only named constants and specs from the vectorised
+modules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from costmodel import _evaluate as K
+from costmodel._data_parallel import ADAM_BYTES_TOUCHED
+from costmodel._dtypes import ACT_BYTES, GRAD_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OVERHEAD_UNITS, ROUTER_PROB_BYTES
+from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
+from costmodel._layer_compute import ATTN_HALF_DIM, ELEM_BWD_FACTOR, ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER
+from costmodel._memory_terms import ACT_REPLICATED_H, ACT_SCORE_BYTES, DP_BUCKET_ELEMS, RESERVED_BYTES
+from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -47,7 +55,7 @@ def _util(gpu, *dims: float) -> float:
 
 def _gemm(gpu, peak: float, M: float, N: float, Kd: float) -> float:
     flop_time = 2 * M * N * Kd / (peak * _util(gpu, M, N, Kd))
-    mem_time = K.ACT_BYTES * (M * Kd + Kd * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
+    mem_time = ACT_BYTES * (M * Kd + Kd * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
     return max(flop_time, mem_time)
 
 
@@ -189,25 +197,25 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
             + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
     if fs:
         gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
-    elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div
-                                    + K.ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
-                                    + K.ELEM_PERMUTE_PER_COPY * etp * copies * h))
+    elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / ew_div
+                                    + ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
+                                    + ELEM_PERMUTE_PER_COPY * etp * copies * h))
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
-    d_bytes = K.FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else K.ACT_BYTES
+    d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
     a2a = 0.0
-    for nbytes in (d_bytes, K.ACT_BYTES):
+    for nbytes in (d_bytes, ACT_BYTES):
         # a per-node dispatcher sends each token once to every other node holding one of its k experts
         net = nbytes * (copies / model.experts_per_token) * h * remote if fw.ep_dispatch_per_node else None
         a2a += _all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
-    a2a += 2 * _gather(K.ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
+    a2a += 2 * _gather(ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
     if fw.overlap_ep:
         a2a = max(a2a - (gemm + attn), 0.0)
     coef = 6 if model.activation == "swiglu" else 4
-    act = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+    act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
-           + copies * (K.ACT_BYTES * h * etp + coef * fe) + K.ROUTER_PROB_BYTES * E * T / tp)
-    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + K.MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
+           + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
+    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
                 copies=copies)
 
 
@@ -215,7 +223,7 @@ def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     """MLA: each latent (Q's, K/V's with the rope key) before and after its norm, 16 bits, whole on
     every rank (over its sequence slice under SP)."""
     widths = (model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim if model.mla else 0.0
-    return 2 * K.ACT_BYTES * T * widths / ew_div
+    return 2 * ACT_BYTES * T * widths / ew_div
 
 
 def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
@@ -230,241 +238,329 @@ def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
     return float(min(p - i, m))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    """One strategy's numbers as the reference reads them (ZeRO and overlap as the framework prices them)."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    b: int
+    B: int
+    v: int
+    sched: str
+    sp: bool
+    zero: int
+    overlap: bool
+    prec: int  # 0 bf16, 1 fp16, 2 fp8
+    fp8: bool  # the row's precision is fp8
+    peak: float  # FLOP/s of the linear layers at the row's precision
+    peak16: float  # the attention core and head in 16 bits (FP8_IN_16_BIT)
+    m: int
+    layers: list
+    recomputes: list
+    T: float  # tokens of a micro-batch on one rank
+    sc: float  # a sequence's tokens on one rank
+    ew_div: int  # element-wise work split over tp under SP only
+    tp_link: tuple
+    ep: int
+    etp: int
+
+
+def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
+    gpu = cluster.gpu
+    dp, tp, pp, cp, b, zero = r["dp"], r["tp"], r["pp"], r["cp"], r["micro_batch"], r["zero_stage"]
+    prec = ("bf16", "fp16", "fp8").index(r["precision"])
+    if fw.shard_with_pp_once and pp > 1 and zero >= 2:
+        zero = 1  # weights gathered and gradients reduce-scattered once per step: ZeRO-1's bytes
+    return _Row(dp=dp, tp=tp, pp=pp, cp=cp, b=b, B=r["global_batch"], v=r["vpp"], sched=r["schedule"],
+                sp=r["sequence_parallel"], zero=zero,
+                overlap=fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"], prec=prec,
+                fp8=r["precision"] == "fp8",
+                peak=gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0],
+                peak16=gpu.peak_flops[0 if prec == 2 else prec], m=max(r["global_batch"] // (dp * b), 1),
+                layers=r.get("stage_layers") or [model.layers // pp] * pp,
+                recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
+                sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
+                ep=r.get("ep", 1), etp=r.get("etp", 1))
+
+
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
                  framework=None) -> dict:
     """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats.
 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
     micro-batches in flight come from one call of the schedule simulator for this row."""
-    gpu = cluster.gpu
-    L, h, s, V = model.layers, model.hidden, model.seq_len, model.vocab
-    f, hk, a = model.ffn_hidden, model.kv_hidden, model.heads
-    dp, tp, pp, cp = r["dp"], r["tp"], r["pp"], r["cp"]
-    b, B, v, sched = r["micro_batch"], r["global_batch"], r["vpp"], r["schedule"]
-    sp, zero = r["sequence_parallel"], r["zero_stage"]
-    prec = ("bf16", "fp16", "fp8").index(r["precision"])
-    peak = gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0]
-    peak16 = gpu.peak_flops[0 if prec == 2 else prec]  # attention core and head in 16 bits (FP8_IN_16_BIT)
     fw = framework_preset(framework)
     reason = _reason(model, cluster, r, fw)
-    if fw.shard_with_pp_once and pp > 1 and zero >= 2:
-        zero = 1  # weights gathered and gradients reduce-scattered once per step: ZeRO-1's bytes
-    overlap = fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"]
-    m = max(B // (dp * b), 1)
-    layers = r.get("stage_layers") or [L // pp] * pp
-    recomputes = r.get("stage_recompute") or [r["recompute"]] * pp
-    T = b * s / cp
-    sc = s / cp
-    tp_link = _link(cluster, tp)
-    ew_div = tp if sp else 1
+    row = _row(model, cluster, r, fw)
+    lay = _framework_layer(model, cluster, row, fw, _dense_layer(model, cluster, row, fw))
+    edge = _edges(model, cluster, row, fw)
+    act = _activations(model, row, fw)
+    moe = _moe(model, cluster, row, fw, lay, act) if model.is_moe else None
+    stages = _stages(model, row, lay, edge, act, moe)
+    pipe = _pipeline(model, cluster, row, stages, reason, pipeline)
+    dp = _data_parallel(model, cluster, row, fw, stages, pipe)
+    mem = _memory(model, cluster, row, stages, moe, dp["params_max"])
+    if reason == "ok" and mem["total"] > cluster.gpu.hbm_bytes:
+        reason = "out_of_memory"
+    return _report(model, row, reason, pipe, dp, mem, _hardware_flops(model, row, fw, act))
 
-    # One layer, one micro-batch.
+
+def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
+    """One dense layer, one micro-batch: its GEMMs, attention core, element-wise, overhead, tp and cp comm."""
+    gpu, h, s, f = cluster.gpu, model.hidden, model.seq_len, model.ffn_hidden
+    tp, cp, T, sc = row.tp, row.cp, row.T, row.sc
     if model.kind == "mlp":
-        gemm = _gemm(gpu, peak, T, h / tp, h)
-        attn = up = 0.0
-        elem = _hbm(gpu, K.ACT_BYTES * 2 * T * h / tp)
-        tp_fwd = 0.5 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
-        cp_fwd = cp_bwd = 0.0
-        overhead = 0.5 * gpu.kernel_overhead_s
+        return dict(gemm=_gemm(gpu, row.peak, T, h / tp, h), attn=0.0, up=0.0,
+                    elem=_hbm(gpu, ACT_BYTES * 2 * T * h / tp),
+                    tp_fwd=0.5 * _allreduce(ACT_BYTES * T * h, tp, row.tp_link), cp_fwd=0.0, cp_bwd=0.0,
+                    overhead=0.5 * gpu.kernel_overhead_s, cp_link=None)
+    mats = model.mlp_matrices
+    qw, _, _, ow = _widths(model)
+    q = (qw + ow) / 2  # QK^T over Q's width, AV over the output's (h unless head_dim is set)
+    dh = q / model.heads  # a head's size (MLA: the mean of its query and value sizes)
+    proj, up = _projections(model, gpu, row.peak, T, tp, row.ew_div)
+    gemm = proj + _gemm(gpu, row.peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, row.peak, T, h, f / tp)
+    half = ATTN_HALF_DIM
+    edges = (sc / (sc + half)) * (s / (s + half))
+    rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
+    kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
+    if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length
+        attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel)
     else:
-        mats = model.mlp_matrices
-        qw, _, _, ow = _widths(model)
-        q = (qw + ow) / 2  # QK^T over Q's width, AV over the output's (h unless head_dim is set)
-        dh = q / a  # a head's size (MLA: the mean of its query and value sizes)
-        proj, up = _projections(model, gpu, peak, T, tp, ew_div)
-        gemm = proj + _gemm(gpu, peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, peak, T, h, f / tp)
-        half = K.ATTN_HALF_DIM
-        edges = (sc / (sc + half)) * (s / (s + half))
-        rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
-        kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
-        if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length
-            attn = 2 * b * sc * s * q / tp / (peak16 * kernel)
-        else:
-            attn = 4 * b * sc * s * q / tp / (peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
-        tf_elems = K.ELEM_TF_PER_LAYER[model.activation]
-        elem = _hbm(gpu, K.ACT_BYTES * (K.ELEM_TH_PER_LAYER * T * h / ew_div + tf_elems * T * f / tp))
-        eh, eqk, ef = fw.eager_elem_bytes  # eager element-wise code's extra bytes (0 where fused or compiled)
-        elem += _hbm(gpu, eh * T * h / ew_div + eqk * T * (model.q_hidden + model.kv_hidden) / tp + ef * T * f / tp)
-        tp_fwd = 2 * _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
-        if cp > 1:
-            cp_bw, cp_lat = _link(cluster, tp * cp)
-            ring = (cp - 1) * (K.ACT_BYTES * 2 * b * sc * hk / tp / cp_bw + cp_lat)
-        else:
-            ring = 0.0
-        cp_fwd = max(ring - attn, 0.0)
-        cp_bwd = max(2 * ring - 2 * attn, 0.0)
-        overhead = 2 * gpu.kernel_overhead_s
-    # Casts to fp8 outside the GEMMs (fw.fp8_cast_bytes), per element of the linear inputs, output gradients, weights
+        attn = 4 * row.b * sc * s * q / tp / (row.peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
+    tf_elems = ELEM_TF_PER_LAYER[model.activation]
+    elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / row.ew_div + tf_elems * T * f / tp))
+    eh, eqk, ef = fw.eager_elem_bytes  # eager element-wise code's extra bytes (0 where fused or compiled)
+    elem += _hbm(gpu, eh * T * h / row.ew_div + eqk * T * (model.q_hidden + model.kv_hidden) / tp + ef * T * f / tp)
+    cp_link = None
+    if cp > 1:
+        cp_link = _link(cluster, tp * cp)
+        ring = (cp - 1) * (ACT_BYTES * 2 * row.b * sc * model.kv_hidden / tp / cp_link[0] + cp_link[1])
+    else:
+        ring = 0.0
+    return dict(gemm=gemm, attn=attn, up=up, elem=elem, tp_fwd=2 * _allreduce(ACT_BYTES * T * h, tp, row.tp_link),
+                cp_fwd=max(ring - attn, 0.0), cp_bwd=max(2 * ring - 2 * attn, 0.0),
+                overhead=2 * gpu.kernel_overhead_s, cp_link=cp_link)
+
+
+def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict) -> dict:
+    """The dense layer under the framework: casts to fp8 outside the GEMMs (fw.fp8_cast_bytes, per element of the
+    linear inputs, output gradients and weights), the bf16 optimizer's fp32 accumulation, PyTorch's ring attention,
+    GQA's K and V copies; then its forward, backward and weight-gradient times."""
+    gpu, h, f, tp, cp, T = cluster.gpu, model.hidden, model.ffn_hidden, row.tp, row.cp, row.T
     cast_f = cast_b = 0.0
-    if prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
+    if row.prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
         cx, cw, cg, cwb = fw.fp8_cast_bytes
         mats = model.mlp_matrices
         qw, kw, vw, ow = _widths(model)
         if model.mla:  # per matrix: (input, output, weights) elements on one rank
-            r, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+            qr, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
             nope = model.heads * model.head_size
-            mm = [(h, qw / tp, h * qw / tp)] if r is None else [(h, r, h * r), (r, qw / tp, r * qw / tp)]
-            mm += [(h, kv + dr, h * (kv + dr)), (kv, (nope + vw) / tp, kv * (nope + vw) / tp), (ow / tp, h, ow * h / tp)]
+            mm = [(h, qw / tp, h * qw / tp)] if qr is None else [(h, qr, h * qr), (qr, qw / tp, qr * qw / tp)]
+            mm += [(h, kv + dr, h * (kv + dr)), (kv, (nope + vw) / tp, kv * (nope + vw) / tp),
+                   (ow / tp, h, ow * h / tp)]
         else:
             mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp), (ow / tp, h, ow * h / tp)]
         mm += [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp), (f / tp, h, f * h / tp)]
         w = sum(x[2] for x in mm)
         cast_f = _hbm(gpu, cx * T * sum(x[0] for x in mm) + cw * w)
         cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
-    if fw.hp_grad_bytes and not model.is_moe and zero <= 1 and prec == 0:  # bf16 optimizer's fp32 accumulation
+    if fw.hp_grad_bytes and not model.is_moe and row.zero <= 1 and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
+    cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
         (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
+        cp_bw, cp_lat = lay["cp_link"]
         cast_f, cast_b = cast_f + _hbm(gpu, (ff + fs * (cp - 1)) * E), cast_b + _hbm(gpu, (bf + bs * (cp - 1)) * E)
-        gather, dkv = (cp - 1) * (2 * K.ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
+        gather, dkv = (cp - 1) * (2 * ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
         cp_fwd = max(gather - attn / cp, 0.0)
         cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
-        kv = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
-        cast_f, cast_b = cast_f + kv, cast_b + kv
-    fwd = gemm + attn + elem + overhead + cast_f
-    bwd = gemm + 2 * attn + K.ELEM_BWD_FACTOR * (elem + overhead) + cast_b
-    wgt = gemm
+        kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
+        cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
+    gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
+    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+            "fwd": gemm + attn + elem + overhead + cast_f,
+            "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
 
-    # Embedding and head.
-    if model.kind == "mlp":
-        emb_c = emb_tp = head_gemm = head_elem = head_tp = 0.0
-    else:
-        emb_c = _hbm(gpu, K.ACT_BYTES * 4 * T * h)
-        emb_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link)
-        head_gemm = _gemm(gpu, peak16, T, V / tp, h)
-        head_elem = _hbm(gpu, K.ACT_BYTES * 3 * T * h + fw.xent_bytes * T * V / tp)
-        head_tp = _allreduce(K.ACT_BYTES * T * h, tp, tp_link) + 3 * _allreduce(4 * T, tp, tp_link)
 
-    # Activation bytes of one layer and micro-batch.
+def _edges(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
+    """The embedding's (first stage) and the head's (last stage) times per micro-batch."""
     if model.kind == "mlp":
-        act_layer = T * h * (K.ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp)
-        score = 0.0
+        return dict.fromkeys(("emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp"), 0.0)
+    gpu, h, T, tp, link = cluster.gpu, model.hidden, row.T, row.tp, row.tp_link
+    return dict(emb_c=_hbm(gpu, ACT_BYTES * 4 * T * h), emb_tp=_allreduce(ACT_BYTES * T * h, tp, link),
+                head_gemm=_gemm(gpu, row.peak16, T, model.vocab / tp, h),
+                head_elem=_hbm(gpu, ACT_BYTES * 3 * T * h + fw.xent_bytes * T * model.vocab / tp),
+                head_tp=_allreduce(ACT_BYTES * T * h, tp, link) + 3 * _allreduce(4 * T, tp, link))
+
+
+def _activations(model: Transformer, row: _Row, fw) -> dict:
+    """Activation bytes of one layer and micro-batch (``layer``; ``score``: the attention scores' part), MLA's Q, K
+    and V (``qkv``: not kept under selective recompute), and torchtitan's per-op selective checkpointing
+    (fw.selective == "op"): of the block's products wq, wk, wv, wo, w1, w3, w2 (fc1, fc2 without SwiGLU) the 1st,
+    3rd, ... are saved (``sac_kept`` bytes kept, ``sac_re_flops`` recomputed a token, ``sac_frac`` of all)."""
+    h, f, hk, T, tp, ew_div = model.hidden, model.ffn_hidden, model.kv_hidden, row.T, row.tp, row.ew_div
+    if model.kind == "mlp":
+        layer, score = T * h * (ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp), 0.0
     else:
         mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
-        score = 0.0 if fw.fused_attention else K.ACT_SCORE_BYTES * a * b * sc * s / tp
-        act_layer = (K.ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
-                     + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
-        if fw.fp8_saved_inputs and r["precision"] == "fp8":
+        score = 0.0 if fw.fused_attention else ACT_SCORE_BYTES * model.heads * row.b * row.sc * model.seq_len / tp
+        layer = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
+                 + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
+        if fw.fp8_saved_inputs and row.fp8:
             # 1 byte, not 2: the QKV and FC1 inputs (whole without SP), the projection and FC2 inputs (split by tp)
-            act_layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
-    # MLA under selective recompute: Q, K and V, its up-projections' outputs, are not kept
-    qkv = K.ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0
-
-    # torchtitan's per-op selective checkpointing (fw.selective == "op"): of the block's products wq, wk, wv, wo, w1,
-    # w3, w2 (fc1, fc2 without SwiGLU) the 1st, 3rd, ... are saved; MoE layers keep the attention-core policy.
-    op_sac = fw.selective == "op" and model.kind != "mlp"
-    if op_sac:
-        ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.activation == "swiglu" else [(h, f, True), (f, h, False)]
+            layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
+    out = dict(layer=layer, score=score, qkv=ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0,
+               op_sac=fw.selective == "op" and model.kind != "mlp")
+    if out["op_sac"]:
+        swiglu = model.activation == "swiglu"
+        ffn = [(h, f, True), (h, f, True), (f, h, False)] if swiglu else [(h, f, True), (f, h, False)]
         qh, ow = model.q_hidden, _widths(model)[3]
         prods = [(h, qh, True), (h, hk, True), (h, hk, True), (ow, h, False)] + ffn  # (in, out, column-parallel)
         saved_w = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods) if j % 2 == 0)
-        sac_re_flops = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
-        sac_frac = sac_re_flops / sum(2 * i * o for i, o, _ in prods)
+        out["sac_re_flops"] = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
+        out["sac_frac"] = out["sac_re_flops"] / sum(2 * i * o for i, o, _ in prods)
         # input, saved products, attention output, the two reduce-scatter outputs under SP
-        sac_kept = min(K.ACT_BYTES * T * (h / ew_div + saved_w + ow / tp + (2 * h / tp if sp and tp > 1 else 0.0)),
-                       act_layer)
+        out["sac_kept"] = min(ACT_BYTES * T * (h / ew_div + saved_w + ow / tp
+                                               + (2 * h / tp if row.sp and tp > 1 else 0.0)), layer)
+    return out
 
-    g = dp * cp
-    shard = g if zero >= 1 else 1
-    layer_p = model.layer_params()
-    ep, etp = r.get("ep", 1), r.get("etp", 1)
-    edp = max(dp * cp * tp // (ep * etp), 1)  # expert-data-parallel ranks
-    if model.is_moe:
-        mo = _moe_layer(model, cluster, fw, peak, T, tp, ep, sp, attn, overhead, etp, fp8=prec == 2)
-        fwd_m = mo["gemm"] + attn + mo["elem"] + mo["overhead"] + cast_f  # (the dense layer's casts)
-        bwd_m = mo["gemm"] + 2 * attn + K.ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
-        act_layer_m = mo["act"] + score
-        if fw.fp8_saved_inputs and r["precision"] == "fp8":  # attention's QKV and projection inputs only
-            act_layer_m -= T * h / ew_div + T * _widths(model)[3] / tp
-        moe_dense_p = model.moe_layer_dense_params()
-        experts_p = model.experts / ep * model.expert_params() / etp  # routed expert parameters per GPU per MoE layer
-    stages = []
-    start = 0
-    for i in range(pp):
-        n, rc = layers[i], recomputes[i]
+
+def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: dict) -> dict:
+    """One MoE layer's times (forward, backward, weight gradients, exposed all-to-alls), its activation bytes, and
+    the parameters per GPU of its dense part and of its routed experts."""
+    T, tp, ew_div = row.T, row.tp, row.ew_div
+    mo = _moe_layer(model, cluster, fw, row.peak, T, tp, row.ep, row.sp, lay["attn"], lay["overhead"], row.etp,
+                    fp8=row.prec == 2)
+    layer = mo["act"] + act["score"]
+    if fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
+        layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
+    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"],  # (the dense casts)
+            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"],
+            "layer": layer, "dense_p": model.moe_layer_dense_params(),
+            "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
+
+
+def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None) -> list[dict]:
+    """Every pipeline stage of the row, first to last: its times and its memory terms."""
+    stages, start = [], 0
+    for i in range(row.pp):
+        n, rc = row.layers[i], row.recomputes[i]
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
-        n_d = n - n_m
-        first, last = i == 0, i == pp - 1
-        if rc == "full":
-            re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
-        elif rc == "selective" and op_sac:
-            re, re_tp, re_cp = sac_frac * (gemm + cast_f) + elem + overhead, 0.5 * tp_fwd, 0.0
-        elif rc == "selective":  # the attention core (MLA: its up-projections instead)
-            re, re_tp, re_cp = (up if model.mla else attn), 0.0, 0.0
-        else:
-            re, re_tp, re_cp = 0.0, 0.0, 0.0
-        re_tp_m = 0.0 if (rc == "selective" and op_sac) else re_tp  # expert layers: attention-core policy
-        F = n_d * (fwd + tp_fwd + cp_fwd)
-        Bw = n_d * (bwd + tp_fwd + cp_bwd + re + re_tp + re_cp)
-        W = n_d * wgt
-        comp = n_d * (fwd + bwd + wgt)
-        tps = n * 2 * tp_fwd
-        ep_s = re_m = 0.0
-        if n_m:
-            re_m = {"full": fwd_m, "selective": up if model.mla else attn}.get(rc, 0.0)
-            re_ep = mo["ep"] if rc == "full" else 0.0
-            F += n_m * (fwd_m + tp_fwd + cp_fwd + mo["ep"])
-            # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
-            Bw += n_m * (bwd_m + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + mo["ep"] + re_ep)
-            W += n_m * mo["gemm"]
-            comp += n_m * (fwd_m + bwd_m + mo["gemm"])
-            ep_s = n_m * (2 * mo["ep"] + re_ep)
-        if first:
-            F += 0.5 * emb_c + emb_tp
-            Bw += 0.5 * emb_c
-            comp += emb_c
-            tps += emb_tp
-        if last:
-            F += head_gemm + 0.5 * head_elem + 0.5 * head_tp
-            Bw += head_gemm + 0.5 * head_elem + 0.5 * head_tp
-            W += head_gemm
-            comp += 3 * head_gemm + head_elem
-            tps += head_tp
-        params = n_d * layer_p + (n_m * moe_dense_p if n_m else 0)
-        if first:
-            params += model.embedding_params()
-        if last:
-            params += model.head_params()
-            if not first and model.tied_embeddings and model.kind != "mlp":
-                params += model.vocab * h
-        params /= tp
-        params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
-        params_e = n_m * experts_p if n_m else 0.0
-        if rc == "full":
-            kept = K.ACT_BYTES * T * h / ew_div
-            kept_m = kept
-        elif rc == "selective" and op_sac:
-            kept = sac_kept
-            kept_m = act_layer_m - score - qkv if n_m else 0.0
-        elif rc == "selective":
-            kept = act_layer - score - qkv
-            kept_m = act_layer_m - score - qkv if n_m else 0.0
-        else:
-            kept = act_layer
-            kept_m = act_layer_m if n_m else 0.0
-        per_mb = n_d * kept + n_m * kept_m  # activation bytes kept per micro-batch in flight
-        if first and model.kind != "mlp":
-            per_mb += (K.ACT_BYTES + 1) * T * h / ew_div
-        fixed = 0.0
-        if rc == "full":
-            fixed += max(act_layer if n_d else 0.0, act_layer_m if n_m else 0.0)
-        elif rc == "selective" and op_sac and n_d:
-            fixed += act_layer - sac_kept
-        if last and model.kind != "mlp":
-            fixed += 4 * T * V / tp
-        stages.append(dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps, ep=ep_s,
-                           cp=n * (cp_fwd + cp_bwd), re=n_d * re + n_m * re_m, re_tp=n_d * re_tp + n_m * re_tp_m, re_cp=n * re_cp,
-                           params=params, params_e=params_e, per_mb=per_mb, fixed=fixed,
-                           k=_in_flight(sched, pp, m, v, i)))
+        first, last = i == 0, i == row.pp - 1
+        st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last)
+        st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
+        st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i)
+        stages.append(st)
+    return stages
 
+
+def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None, n: int,
+                 n_m: int, rc: str, first: bool, last: bool) -> dict:
+    """A stage of n layers (n_m of them MoE layers) under recompute ``rc``: F, B, W per micro-batch, their sum X, and
+    the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp)."""
+    fwd, tp_fwd, cp_fwd, cp_bwd = lay["fwd"], lay["tp_fwd"], lay["cp_fwd"], lay["cp_bwd"]
+    n_d = n - n_m
+    if rc == "full":
+        re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
+    elif rc == "selective" and act["op_sac"]:
+        re = act["sac_frac"] * (lay["gemm"] + lay["cast_f"]) + lay["elem"] + lay["overhead"]
+        re_tp, re_cp = 0.5 * tp_fwd, 0.0
+    elif rc == "selective":  # the attention core (MLA: its up-projections instead)
+        re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"]), 0.0, 0.0
+    else:
+        re, re_tp, re_cp = 0.0, 0.0, 0.0
+    re_tp_m = 0.0 if (rc == "selective" and act["op_sac"]) else re_tp  # expert layers: attention-core policy
+    F = n_d * (fwd + tp_fwd + cp_fwd)
+    Bw = n_d * (lay["bwd"] + tp_fwd + cp_bwd + re + re_tp + re_cp)
+    W = n_d * lay["wgt"]
+    comp = n_d * (fwd + lay["bwd"] + lay["wgt"])
+    tps = n * 2 * tp_fwd
+    ep_s = re_m = 0.0
+    if n_m:
+        re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"]}.get(rc, 0.0)
+        re_ep = moe["ep"] if rc == "full" else 0.0
+        F += n_m * (moe["fwd"] + tp_fwd + cp_fwd + moe["ep"])
+        # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
+        Bw += n_m * (moe["bwd"] + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + moe["ep"] + re_ep)
+        W += n_m * moe["gemm"]
+        comp += n_m * (moe["fwd"] + moe["bwd"] + moe["gemm"])
+        ep_s = n_m * (2 * moe["ep"] + re_ep)
+    if first:
+        F += 0.5 * edge["emb_c"] + edge["emb_tp"]
+        Bw += 0.5 * edge["emb_c"]
+        comp += edge["emb_c"]
+        tps += edge["emb_tp"]
+    if last:
+        head = edge["head_gemm"] + 0.5 * edge["head_elem"] + 0.5 * edge["head_tp"]
+        F += head
+        Bw += head
+        W += edge["head_gemm"]
+        comp += 3 * edge["head_gemm"] + edge["head_elem"]
+        tps += edge["head_tp"]
+    return dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps, ep=ep_s, cp=n * (cp_fwd + cp_bwd),
+                re=n_d * re + n_m * re_m, re_tp=n_d * re_tp + n_m * re_tp_m, re_cp=n * re_cp)
+
+
+def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n: int, n_m: int, rc: str,
+                  first: bool, last: bool) -> dict:
+    """A stage's parameters per GPU (dense part ``params``, routed experts ``params_e``), the activation bytes it
+    keeps per micro-batch in flight (``per_mb``) and those it holds once (``fixed``: a recomputed layer's working
+    set, the head's logits)."""
+    h, T, tp, ew_div = model.hidden, row.T, row.tp, row.ew_div
+    n_d = n - n_m
+    params = n_d * model.layer_params() + (n_m * moe["dense_p"] if n_m else 0)
+    if first:
+        params += model.embedding_params()
+    if last:
+        params += model.head_params()
+        if not first and model.tied_embeddings and model.kind != "mlp":
+            params += model.vocab * h
+    params /= tp
+    params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
+    layer, score, qkv = act["layer"], act["score"], act["qkv"]
+    layer_m = moe["layer"] if n_m else 0.0
+    if rc == "full":
+        kept = ACT_BYTES * T * h / ew_div
+        kept_m = kept
+    elif rc == "selective" and act["op_sac"]:
+        kept = act["sac_kept"]
+        kept_m = layer_m - score - qkv if n_m else 0.0
+    elif rc == "selective":
+        kept = layer - score - qkv
+        kept_m = layer_m - score - qkv if n_m else 0.0
+    else:
+        kept = layer
+        kept_m = layer_m if n_m else 0.0
+    per_mb = n_d * kept + n_m * kept_m  # activation bytes kept per micro-batch in flight
+    if first and model.kind != "mlp":
+        per_mb += (ACT_BYTES + 1) * T * h / ew_div
+    fixed = 0.0
+    if rc == "full":
+        fixed += max(layer if n_d else 0.0, layer_m if n_m else 0.0)
+    elif rc == "selective" and act["op_sac"] and n_d:
+        fixed += layer - act["sac_kept"]
+    if last and model.kind != "mlp":
+        fixed += 4 * T * model.vocab / tp
+    return dict(params=params, params_e=n_m * moe["experts_p"] if n_m else 0.0, per_mb=per_mb, fixed=fixed)
+
+
+def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict], reason: str, mode: str) -> dict:
+    """The bottleneck stage (MoE rows: the first within TIE_REL of the slowest), the closed forms' bubble and
+    hand-offs, or the simulator's time and peaks (which set each stage's micro-batches in flight, ``k``); each
+    stage's activation bytes ``act``."""
+    pp, m, v, sched = row.pp, row.m, row.v, row.sched
     bottleneck = stages[0]
     for st in stages[1:]:
         if st["X"] > bottleneck["X"]:
             bottleneck = st
-    if model.is_moe:  # MoE rows: the first stage within TIE_REL of the slowest
-        bottleneck = next(st for st in stages if st["X"] >= bottleneck["X"] * (1.0 - K.TIE_REL))
+    if model.is_moe:
+        bottleneck = next(st for st in stages if st["X"] >= bottleneck["X"] * (1.0 - TIE_REL))
     X_max = bottleneck["X"]
     X_sum = sum(st["X"] for st in stages)
     if sched == "zb-h1":
@@ -476,17 +572,17 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     else:
         fill = X_sum - X_max
     if pp > 1:
-        bw, lat = _link(cluster, tp * cp * dp * pp, whole_job=True)
-        t_c = K.ACT_BYTES * T * h / tp / bw + lat
+        bw, lat = _link(cluster, row.tp * row.cp * row.dp * pp, whole_job=True)
+        t_c = ACT_BYTES * row.T * model.hidden / row.tp / bw + lat
     else:
         t_c = 0.0
     pp_comm = 2 * (pp - 1) * t_c
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
-    outside = (sched in K.SIMULATED_SCHEDULES
+    outside = (sched in SIMULATED_SCHEDULES
                or (sched == "interleaved" and m % pp != 0)
                or (sched in ("zb-h1", "zb-h2") and (m < pp or b_st["W"] > min(b_st["F"], b_st["B"]))))
-    if reason == "ok" and (pipeline == "simulate" or outside):
+    if reason == "ok" and (mode == "simulate" or outside):
         from costmodel._pipeline import simulate
 
         res = simulate(sched, pp, m, v, tf=[st["F"] for st in stages], tb=[st["B"] for st in stages],
@@ -498,16 +594,25 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             st["k"] = float(res.peak_activations[i])
     for st in stages:
         st["act"] = st["k"] * st["per_mb"] + st["fixed"]
+    return dict(bottleneck=bottleneck, X_max=X_max, fill=fill, pp_comm=pp_comm, pipe=pipe)
 
+
+def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: list[dict], pipe: dict) -> dict:
+    """The largest stage's data-parallel exchange (gradients and weights in the framework's dtypes; an MoE model's
+    routed experts over edp), the optimizer step, and what of the exchange is exposed."""
+    zero, m, dp, tp, cp, pp, prec = row.zero, row.m, row.dp, row.tp, row.cp, row.pp, row.prec
+    g = dp * cp
+    shard = g if zero >= 1 else 1
+    edp = max(dp * cp * tp // (row.ep * row.etp), 1)  # expert-data-parallel ranks
     dense_max = max(st["params"] for st in stages)
     expert_max = max(st["params_e"] for st in stages)
     params_max = max(st["params"] + st["params_e"] for st in stages)
     dp_link = _link(cluster, tp * cp * dp)
-
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
+
     def exchange(n_params: float, ranks: int) -> float:  # gradients and weights in the framework's dtypes
         grad_bytes, w_bytes = gb * n_params, wb * n_params
-        if zero == 3:
+        if zero == 3:  # all-gather the weights for forward and for backward, reduce-scatter the gradients
             return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
         if zero <= 1 and both:  # all-reduce the gradients, then all-gather the updated weights
             return _allreduce(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
@@ -515,94 +620,114 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
         return _allreduce(grad_bytes, ranks, dp_link)
 
+    gpu = cluster.gpu
     if model.is_moe:
         dp_raw = exchange(dense_max, g) + exchange(expert_max, edp)
-        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
+        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
         dp_raw = exchange(params_max, g)
-        opt = _hbm(gpu, K.ADAM_BYTES_TOUCHED * params_max / shard)
-    window = m * X_max if zero == 3 else bottleneck["B"] + bottleneck["W"]
+        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
+    b_st = pipe["bottleneck"]
+    window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
-    dp_exposed = max(dp_raw - ag - window, 0.0) + max(ag - bottleneck["F"], 0.0) if overlap else dp_raw
-    if fw.fsdp_unit_edges and overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
+    exposed = max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0) if row.overlap else dp_raw
+    if fw.fsdp_unit_edges and row.overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
         e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
-        dp_exposed = e * (ag + rs) + (max((1 - e) * ag - bottleneck["F"], 0.0) + max((1 - e) * rs - window, 0.0)
-                                      if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
-    step = pipe + dp_exposed + opt
+        exposed = e * (ag + rs) + (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
+                                   if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
+    return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
-    buffers = K.RESERVED_BYTES
+
+def _memory(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict], moe: dict | None,
+            params_max: float) -> dict:
+    """Buffers and the worst stage's weights, gradients, optimizer state and activations per GPU."""
+    zero, tp, h = row.zero, row.tp, model.hidden
+    g = row.dp * row.cp
+    shard = g if zero >= 1 else 1
+    edp = max(row.dp * row.cp * tp // (row.ep * row.etp), 1)
+    buffers = RESERVED_BYTES
     if tp > 1:
-        buffers += 2 * K.ACT_BYTES * T * h
+        buffers += 2 * ACT_BYTES * row.T * h
     if g > 1 or (model.is_moe and edp > 1):
-        buffers += 2 * K.GRAD_COMM_BYTES * min(params_max, K.DP_BUCKET_ELEMS)
+        buffers += 2 * GRAD_COMM_BYTES * min(params_max, DP_BUCKET_ELEMS)
     if zero == 3:
-        prefetch_p = layer_p / tp
+        prefetch_p = model.layer_params() / tp
         if model.is_moe:
-            prefetch_p = max(prefetch_p, moe_dense_p / tp + experts_p)
-        buffers += 2 * K.WEIGHT_BYTES * prefetch_p
+            prefetch_p = max(prefetch_p, moe["dense_p"] / tp + moe["experts_p"])
+        buffers += 2 * WEIGHT_BYTES * prefetch_p
     if model.is_moe:
-        buffers += 2 * K.ACT_BYTES * etp * mo["copies"] * h  # all-to-all send and receive buffers
+        buffers += 2 * ACT_BYTES * row.etp * moe["copies"] * h  # all-to-all send and receive buffers
     worst, worst_total = None, -math.inf
     for st in stages:
         pd, pe = st["params"], st["params_e"]
-        w = K.WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
-        gr = K.GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
-        op = K.OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
+        w = WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
+        gr = GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
+        op = OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:
             worst, worst_total = (w, gr, op, st["act"]), total
-    if reason == "ok" and worst_total > gpu.hbm_bytes:
-        reason = "out_of_memory"
-    feasible = reason == "ok"
+    return dict(buffers=buffers, worst=worst, total=worst_total)
 
-    flops_model = model.model_flops_per_sample() * B
-    flops_hw = flops_model
-    # selective recompute per token and layer: the attention core (MLA: its up-projections instead)
+
+def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
+    """FLOPs of an iteration with the recomputed ones (selective: the attention core; MLA: its up-projections;
+    per-op checkpointing: the products not saved)."""
+    h, s, B = model.hidden, model.seq_len, row.B
+    flops_hw = model.model_flops_per_sample() * B
     qw, _, vw, ow = _widths(model)
     sel_flops = 2 * s * (qw + ow)
     if model.mla:
         kv_up = model.kv_lora_rank * (model.heads * model.head_size + vw)
         sel_flops = 2 * (kv_up + (h if model.q_lora_rank is None else model.q_lora_rank) * qw)
     start = 0
-    for n, rc in zip(layers, recomputes, strict=True):
+    for n, rc in zip(row.layers, row.recomputes, strict=True):
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
         if rc == "full":
             flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
-        elif rc == "selective" and op_sac:
-            flops_hw += ((n - n_m) * sac_re_flops + n_m * sel_flops) * s * B
+        elif rc == "selective" and act["op_sac"]:
+            flops_hw += ((n - n_m) * act["sac_re_flops"] + n_m * sel_flops) * s * B
         elif rc == "selective" and model.kind != "mlp":
             flops_hw += n * sel_flops * s * B
-    n_gpu = dp * tp * pp * cp
+    return flops_hw
+
+
+def _report(model: Transformer, row: _Row, reason: str, pipe: dict, dp: dict, mem: dict, flops_hw: float) -> dict:
+    """The metric columns of the row."""
+    feasible = reason == "ok"
+    m, B, s, fill, b_st = row.m, row.B, model.seq_len, pipe["fill"], pipe["bottleneck"]
+    step = pipe["pipe"] + dp["exposed"] + dp["opt"]
+    flops_model = model.model_flops_per_sample() * B
+    n_gpu = row.dp * row.tp * row.pp * row.cp
     return {
         "step_time_s": step if feasible else math.inf,
-        "compute_s": m * bottleneck["comp"],
-        "recompute_s": m * bottleneck["re"],
-        "tp_comm_s": m * (bottleneck["tp"] + bottleneck["re_tp"]),
-        "cp_comm_s": m * (bottleneck["cp"] + bottleneck["re_cp"]),
-        "ep_comm_s": m * bottleneck["ep"],
-        "pp_comm_s": pp_comm,
-        "dp_comm_s": dp_exposed,
+        "compute_s": m * b_st["comp"],
+        "recompute_s": m * b_st["re"],
+        "tp_comm_s": m * (b_st["tp"] + b_st["re_tp"]),
+        "cp_comm_s": m * (b_st["cp"] + b_st["re_cp"]),
+        "ep_comm_s": m * b_st["ep"],
+        "pp_comm_s": pipe["pp_comm"],
+        "dp_comm_s": dp["exposed"],
         "bubble_s": fill,
-        "optimizer_s": opt,
+        "optimizer_s": dp["opt"],
         "tokens_per_s": B * s / step if feasible else 0.0,
         "samples_per_s": B / step if feasible else 0.0,
-        "mfu": flops_model / (step * n_gpu * peak) if feasible else 0.0,
-        "hfu": flops_hw / (step * n_gpu * peak) if feasible else 0.0,
-        "bubble_ratio": fill / pipe if pipe > 0 else 0.0,
-        "mem_weights_bytes": worst[0],
-        "mem_grads_bytes": worst[1],
-        "mem_optimizer_bytes": worst[2],
-        "mem_activations_bytes": worst[3],
-        "mem_buffers_bytes": buffers,
-        "mem_total_bytes": worst_total,
+        "mfu": flops_model / (step * n_gpu * row.peak) if feasible else 0.0,
+        "hfu": flops_hw / (step * n_gpu * row.peak) if feasible else 0.0,
+        "bubble_ratio": fill / pipe["pipe"] if pipe["pipe"] > 0 else 0.0,
+        "mem_weights_bytes": mem["worst"][0],
+        "mem_grads_bytes": mem["worst"][1],
+        "mem_optimizer_bytes": mem["worst"][2],
+        "mem_activations_bytes": mem["worst"][3],
+        "mem_buffers_bytes": mem["buffers"],
+        "mem_total_bytes": mem["total"],
         "microbatches": m,
         "feasible": feasible,
-        "reason": K.REASONS.index(reason),
+        "reason": REASONS.index(reason),
     }
 
 
-assert set(SCHEDULES) == set(K.CLOSED_FORM_SCHEDULES) | set(K.SIMULATED_SCHEDULES)
+assert set(SCHEDULES) == set(CLOSED_FORM_SCHEDULES) | set(SIMULATED_SCHEDULES)
 assert RECOMPUTE == ("none", "selective", "full")

@@ -1,7 +1,7 @@
 """A sorted memo: keys (int64 or fixed-width void rows) with a row of numbers each, searched with
 np.searchsorted, so looking up or adding N keys is a few whole-array operations, no Python loop
 over keys. The searchers remember evaluated points in one (search._memo); the cost core
-remembers pipeline simulations in one (costmodel._evaluate)."""
+remembers pipeline simulations in one (costmodel._pipeline_terms)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the one evaluator block (costmodel._evaluate) reads of a strategy table: its stages.
+"""What the one evaluator block (costmodel._block) reads of a strategy table: its stages.
 
 A row is a pipeline of stages; each stage has a pool (of the cluster's GPU pools; a homogeneous
 cluster is one pool), data- and tensor-parallel degrees, a rank order, layers and a recompute
@@ -23,7 +23,7 @@ costmodel._strategy) is priced on the slowest link it crosses (group_link):
     stride a multiple of gpus_per_node            -> one rank per node: the network only
     otherwise                                     -> both: min(intra, network), max latency
 On a cluster whose intra-node link is at least as fast as its network this is the homogeneous
-rule (costmodel._evaluate.tier: inside a node, else the network); where the network is faster
+rule (costmodel._collectives.tier: inside a node, else the network); where the network is faster
 (PCIe nodes on a 400 Gb/s network) a group that crosses node boundaries also crosses the slower
 intra-node link, and waits for it.
 

@@ -9,7 +9,7 @@ Row columns (shape (N,)):
     dp, tp, pp, cp            data, tensor, pipeline and context parallel degrees
     ep                        expert parallel degree (1 for a dense model): the experts of an MoE
                               layer are split over ep ranks folded into the dp x cp x tp ranks of
-                              a pipeline stage (costmodel._evaluate, "Expert parallelism")
+                              a pipeline stage (costmodel._experts)
     etp                       expert tensor parallel degree (1 for a dense model): each expert's
                               ffn split over etp ranks; etp x ep divides dp x cp x tp
     micro_batch               sequences per micro-batch (b)
@@ -44,7 +44,7 @@ tp-inner and no split):
                               pool, is no split). Every replica holds the same micro-batch share
                               b_i, so synchronous data parallelism waits for the slower pool's
                               replica, and the stage's gradient all-reduce crosses the inter-pool
-                              link (costmodel._evaluate).
+                              link (costmodel._block).
 An MoE model's layers fold each stage's tp x cp x dp ranks into etp x ep x edp (Megatron-Core's
 parallel folding, per stage: ep x etp must divide each stage's tp cp dp).
 
@@ -55,7 +55,7 @@ replicas each hold b_i = B / (dp_i * m) sequences (B must be a multiple of dp_i 
 boundary the activations of micro-batch j are re-sharded from dp_i x tp_i senders to
 dp_{i+1} x tp_{i+1} receivers: each sender sends its 1/(dp_i tp_i) share and each receiver
 takes its 1/(dp_{i+1} tp_{i+1}) share, so the hand-off costs the larger share over the link
-between the two stages (costmodel._evaluate). With equal degrees this is Megatron's
+between the two stages (costmodel._block). With equal degrees this is Megatron's
 scatter/gather hand-off of T h / t bytes per GPU. A table without placements gives b and
 derives m = B / (dp b); one with them gives m and derives each stage's b_i.
 """

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel._errors import InputError
-from costmodel._evaluate import REASONS, evaluate
+from costmodel._evaluate import evaluate
+from costmodel._feasibility import REASONS
 from costmodel._files import read_text, replaced_atomically
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster

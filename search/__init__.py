@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         Space,
         default_choices,
         default_space,
+        default_table,
         exact_space,
         partition_space,
     )
@@ -51,7 +52,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                             "with_overrides"),
     "search._replan": ("POLICIES", "replan"),
     "search._space": ("EXACT_CHOICES", "PARTITION_SHIFTS", "Dim", "Space", "default_choices", "default_space",
-                      "exact_space", "partition_space"),
+                      "default_table", "exact_space", "partition_space"),
     "search._tpe": ("TPESearcher",),
 }
 __getattr__, __dir__, _MODULE_OF = lazy_exports("search", _EXPORTS, globals())
@@ -61,6 +62,6 @@ __all__ = [
     "POLICIES", "replan", "Dim", "EXACT_CHOICES", "GradientOptions", "GradientSearcher", "GridOptions",
     "GridSearcher", "HeteroSpace", "MCMCOptions", "MCMCSearcher", "PARTITION_SHIFTS", "PiperGraph", "PiperNode",
     "PiperOptions", "PiperPlan", "PiperStage", "RandomSearcher", "SearchSpace", "Searcher", "Space", "TPEOptions",
-    "TPESearcher", "Tmpc", "default_choices", "default_space", "evaluate_piper_plan", "exact_space",
+    "TPESearcher", "Tmpc", "default_choices", "default_space", "default_table", "evaluate_piper_plan", "exact_space",
     "load_piper_graph", "objective", "parse_piper_graph", "partition_space", "solve_piper", "with_overrides"
 ]

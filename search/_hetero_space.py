@@ -28,10 +28,11 @@ import functools
 import numpy as np
 
 from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
+from costmodel._feasibility import feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._evaluate import feasibility
 from costmodel._strategy import ORDERS, dimension_values
 from search._base import SearchSpace
+from search._placement_moves import SPLIT_MOVE_SHARE, placement_moves
 from search._space import Dim as _SpaceDim
 from search._space import divisors
 
@@ -51,12 +52,6 @@ class Dim(_SpaceDim):
 # vpp chunks per device (every stage's layers a multiple of vpp).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
 GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "ep")
-# Share of MCMC's moves (search._moves) and of random draws' stages that change a stage's split.
-# Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
-# move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
-# optimum. Splits are opt-in (from_options(dp2=...)): the split dims cost the searchers
-# throughput where splits do not pay (BENCHMARKS.md, "Heterogeneous").
-SPLIT_MOVE_SHARE = 0.1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,7 +139,7 @@ class HeteroSpace(SearchSpace):
         return max(self.dims[0].choices)
 
     @property
-    def _global_dims(self) -> tuple[str, ...]:
+    def global_dims(self) -> tuple[str, ...]:
         """The global dimensions this space has (vpp only where it was given)."""
         names = {d.name for d in self.dims}
         return tuple(n for n in GLOBAL_DIMS if n in names)
@@ -206,7 +201,7 @@ class HeteroSpace(SearchSpace):
             per["dp2"] = np.where((per["dp2"] < per["dp"]) & (per["pool2"] != per["pool"]), per["dp2"], 0)
             per["pool2"] = np.where(per["dp2"] > 0, per["pool2"], per["pool"])  # one row per strategy
         layers = self._layers(digits, p)
-        glob = {name: self._values(digits, name) for name in self._global_dims}
+        glob = {name: self._values(digits, name) for name in self.global_dims}
         for name in ("schedule", "recompute"):  # readable choices -> the table's codes
             glob[name] = dimension_values(name, self.dims[self._col(name)].choices)[digits[:, self._col(name)]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
@@ -259,9 +254,7 @@ class HeteroSpace(SearchSpace):
             if have >= n:
                 break
         if have < n:
-            from search._moves import proposer  # a random walk of MCMC's moves
-
-            move = proposer(self)
+            move = placement_moves(self)  # a random walk of MCMC's moves
             starts = np.stack(list(self.start_points().values()) or [np.full(len(self.dims), -1)])
             cur = starts[rng.integers(0, len(starts), max(n, 256))]
             for _ in range(200 if starts.min() >= 0 else 0):  # no start point: no walk
@@ -296,7 +289,7 @@ class HeteroSpace(SearchSpace):
                 continue
             base = np.stack(cands)
             variants = [base]
-            for dim in ("microbatches", "recompute", "zero_stage") + (("ep",) if "ep" in self._global_dims else ()):
+            for dim in ("microbatches", "recompute", "zero_stage") + (("ep",) if "ep" in self.global_dims else ()):
                 c = self._col(dim)
                 grown = []
                 for v in variants:

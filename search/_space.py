@@ -21,7 +21,7 @@ Constraints (``Space.valid``) are the structural ones, everything but memory:
       holds them exactly as 1F1B: the same strategy under three names);
     * per-stage digits past the row's pp hold their canonical digit (zero shift, the first
       recompute choice), so that each strategy has exactly one index.
-The checks reuse ``costmodel._evaluate.feasibility`` (all its reasons but out-of-memory) and add
+The checks reuse ``costmodel._feasibility.feasibility`` (all its reasons but out-of-memory) and add
 the ones it does not make.
 
 Per-stage dimensions (the uneven-partition space):
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from costmodel import Cluster, InputError, StrategyTable, Transformer
-from costmodel._evaluate import REASON, feasibility
+from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
 from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
@@ -842,7 +842,7 @@ def context_degrees(model: Transformer) -> list[int]:
 
 def expert_degrees(model: Transformer, cluster: Cluster) -> list[int]:
     """Expert-parallel degrees: the divisors of the experts up to the GPUs (an MoE model); [1] for
-    a dense model. Which fit a row's tp cp dp is feasibility's check (costmodel._evaluate.ep_fits)."""
+    a dense model. Which fit a row's tp cp dp is feasibility's check (costmodel._feasibility.ep_fits)."""
     return divisors(model.experts, cluster.num_gpus) if model.is_moe else [1]
 
 
@@ -864,6 +864,12 @@ def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
 def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
     """See :func:`default_choices`; dp derived (the largest that fits)."""
     return Space.from_options(model, cluster, global_batch=global_batch)
+
+
+def default_table(model: Transformer, cluster: Cluster, global_batch: int) -> StrategyTable:
+    """Every valid row of :func:`default_space` as one StrategyTable (what `plansweep rank` prices by default)."""
+    space = default_space(model, cluster, global_batch)
+    return space.rows(0, space.size)[1]
 
 
 # The exact space (the search-quality problem): GPT-3 175B on 1024 H100, global batch 1536.

@@ -130,7 +130,7 @@ def _within_placements(space: HeteroSpace, t: StrategyTable) -> np.ndarray:
 
 def structural_reasons(space, table) -> np.ndarray:
     """(N,) the cost model's reason codes for everything but memory (0: a strategy it prices)."""
-    from costmodel._evaluate import feasibility  # one feasibility for every cluster and table
+    from costmodel._feasibility import feasibility  # one feasibility for every cluster and table
 
     return feasibility(space.model, space.cluster, table)
 

@@ -1,4 +1,5 @@
-"""The cost terms both evaluators share (costmodel._evaluate), against hand calculations.
+"""The cost terms both evaluators share (costmodel._layer_compute, _memory_terms, _pipeline_terms, _data_parallel,
+...), against hand calculations.
 
 Each expected value below is worked out from the formula in the docstring or the paper it
 cites, not read back from the code.
@@ -12,27 +13,21 @@ import numpy as np
 import pytest
 
 from costmodel import cluster_preset, framework_preset, model_preset
-from costmodel._evaluate import (
-    GRAD_COMM_BYTES,
-    SCHED,
-    WEIGHT_BYTES,
-    dp_exchange_s,
-    exposed_dp_s,
-    framework_terms,
-    pipeline_fill,
-    reason_codes,
-    recompute_flops_per_token,
-    stage_params,
-    state_bytes,
-    tier,
-)
+from costmodel._collectives import tier
+from costmodel._data_parallel import dp_exchange_s, exposed_dp_s
+from costmodel._dtypes import GRAD_COMM_BYTES, WEIGHT_BYTES
+from costmodel._feasibility import reason_codes
+from costmodel._layer_compute import recompute_flops_per_token
+from costmodel._layer_terms import framework_terms
+from costmodel._memory_terms import stage_params, state_bytes
+from costmodel._pipeline_terms import SCHED, pipeline_bubble_s
 
 
-def test_pipeline_fill_per_schedule():
+def test_pipeline_bubble_per_schedule():
     # p = 4 stages of X = F + B + W = 1 + 2 + 0.5 = 3.5 s each: sum - max = 3 x 3.5 = 10.5.
     sched = np.array([SCHED[k] for k in ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")])
     p, v = np.full(5, 4), np.array([1, 1, 3, 1, 1])
-    fill = pipeline_fill(sched, p, v, np.full(5, 14.0), np.full(5, 3.5), 1.0, 2.0, 0.5)
+    fill = pipeline_bubble_s(sched, p, v, np.full(5, 14.0), np.full(5, 3.5), 1.0, 2.0, 0.5)
     # GPipe and 1F1B: 10.5; interleaved v = 3: 3.5; ZB-H1: 3 x (1 + 2 - 0.5) = 7.5;
     # ZB-H2: 3 x (1 + 2 - 1) = 6 (Qi et al. 2023, the bubble of each schedule).
     np.testing.assert_allclose(fill, [10.5, 10.5, 3.5, 7.5, 6.0])
@@ -187,7 +182,6 @@ def test_recompute_flops_per_token():
 ])
 def test_reason_codes(bad, reason):
     from costmodel import REASONS
-
     from costmodel._strategy import SCHEDULES
 
     args = dict(gpus_ok=True, tp_ok=True, pp_ok=True, batch_ok=True, sched_ok=True, cp=1, pp=1, seq_len=2048,
@@ -214,7 +208,7 @@ def test_a_group_is_inside_a_node_only_if_its_span_divides_the_node():
 
 def _one_layer(**kw):
     """layer_costs of Llama 3 8B's layer at tp 1, one sequence of 8192 tokens, on one H100."""
-    from costmodel._evaluate import layer_costs
+    from costmodel._layer_compute import layer_costs
 
     model, cluster = model_preset("llama3-8b"), cluster_preset("h100x8")
     one = np.array([1])
@@ -282,8 +276,8 @@ def test_attention_kernel_rates_are_the_causal_rates_measured_on_the_h100():
 
 
 def test_a_measured_attention_kernel_prices_the_causal_half_at_its_rate_at_the_length():
-    from costmodel._evaluate import attention_eff_at, layer_costs
     from costmodel._hardware import SUSTAINED_CLOCK, attention_kernel_eff
+    from costmodel._layer_compute import attention_eff_at, layer_costs
 
     # Measured on an H100 (tests/data/h100_small_*.csv; costmodel._hardware notes): FlashAttention-2 causal forward /
     # backward 302 / 285 TFLOP/s at 16k, 276 / 187 at 2k, 286 / 231 at 4k, 300 / 281 at 8k; one forward + backward
@@ -324,7 +318,7 @@ def test_profiles_name_their_attention_kernels():
 
 
 def test_torchao_casts_move_the_bytes_of_its_roofline():
-    from costmodel._evaluate import fp8_cast_s
+    from costmodel._layer_compute import fp8_cast_s
 
     # torchao's tensorwise roofline without fusion: 6 bytes per input / output-gradient element
     # (max read 2, read 2, two fp8 writes 1 + 1), a weight 5 forward (max 2, cast 2 + 1) and 3
@@ -343,15 +337,10 @@ def test_torchao_casts_move_the_bytes_of_its_roofline():
 
 
 def test_multi_head_latent_attention_terms_by_hand():
-    from costmodel._evaluate import (
-        ACT_BYTES,
-        _act_layer_bytes,
-        attention_gemm_s,
-        framework_terms,
-        gemm_s,
-        layer_costs,
-        shape_terms,
-    )
+    from costmodel._dtypes import ACT_BYTES
+    from costmodel._layer_compute import attention_gemm_s, gemm_s, layer_costs
+    from costmodel._layer_terms import framework_terms, shape_terms
+    from costmodel._memory_terms import layer_activation_bytes
 
     # DeepSeek-V3's attention (config.json): 128 heads, Q and K 128 + 64 wide a head, V 128;
     # Q through a 1536 latent, K/V through 512 (+ 64 rope dims); tp 2 with sequence parallelism,
@@ -373,7 +362,7 @@ def test_multi_head_latent_attention_terms_by_hand():
     # 24576) V and the output (2 x 16384) at 2 bytes split by t, the dense MLP's 6 f split by t,
     # the two latents (1536 + 512 + 64) before and after their norms at 2 bytes over s / t, and
     # the scores 5 a s^2 / t (taken out by the fused kernel below)
-    act, score = _act_layer_bytes(model, one, two, one, sp)
+    act, score = layer_activation_bytes(model, one, two, one, sp)
     want_score = 5 * 128 * s * s / t
     want = (10 * s * h / t + 2 * s * (2 * 24576 + 2 * 16384) / t + 6 * s * 18432 / t + 4 * s * 2112 / t
             + want_score)
@@ -416,8 +405,8 @@ def test_the_500_w_h100_runs_at_the_middle_of_the_sxm_and_nvl_peaks():
     # H100 96GB's peak lies between the H100 SXM's and the H100 NVL's. NVIDIA's datasheet, dense =
     # half of the sparse figures: SXM BF16 1979 / 2 = 989.4, FP8 3958 / 2 = 1978.9; NVL BF16
     # 1671 / 2 = 835.5, FP8 3341 / 2 = 1670.5. The middle: 912.45 and 1824.7 TFLOP/s.
-    from costmodel._evaluate import gemm_s
     from costmodel._hardware import attention_kernel_eff, gpu_preset
+    from costmodel._layer_compute import gemm_s
 
     g, sxm = gpu_preset("h100-96gb"), gpu_preset("h100")
     assert g.peak_flops[0] == pytest.approx((989.4 + 835.5) / 2 * 1e12, rel=1e-12)

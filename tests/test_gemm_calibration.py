@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel import gpu_preset
-from costmodel._evaluate import gemm_s
 from costmodel._hardware import SUSTAINED_CLOCK
+from costmodel._layer_compute import gemm_s
 
 DATA = Path(__file__).parent / "data" / "h100_gemm_measured.csv"
 

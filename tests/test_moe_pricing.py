@@ -15,8 +15,10 @@ from costmodel import (
     framework_preset,
     model_preset,
 )
+from costmodel._collectives import all_to_all_s
+from costmodel._dtypes import ACT_BYTES
 from costmodel._errors import InputError
-from costmodel._evaluate import ACT_BYTES, all_to_all_s, routed_copies
+from costmodel._experts import routed_copies
 from costmodel._memory import memory_screen
 from tests.test_reference import assert_rows_equal_reference, random_table
 
@@ -148,7 +150,7 @@ def test_per_node_dispatch_sends_each_token_once_per_other_node():
     A token's 2 experts (drawn without repeats) both miss the other node with probability
     (8/16)(7/15) = 7/30, so it crosses the network 1 - 7/30 = 23/30 times; the alltoall
     dispatcher sends 2 copies x 8/16 = 1 copy's worth over the network."""
-    from costmodel._evaluate import remote_nodes_per_token
+    from costmodel._experts import remote_nodes_per_token
 
     cl = cluster_preset("h100x64")
     model = dataclasses.replace(TINY, experts=16, experts_per_token=2, capacity_factor=1.0)
@@ -175,7 +177,7 @@ def test_node_limited_routing_remote_nodes_by_hand():
     miss = 1/2 + 3/28 = 17/28, remote 3 x 11/28 = 33/28. DeepSeek-V3 on 8 nodes (one group a node,
     4 of 8 groups, 2 experts each): a node misses with probability 1/2, remote 7/2 against 4.63
     unlimited."""
-    from costmodel._evaluate import remote_nodes_per_token
+    from costmodel._experts import remote_nodes_per_token
     from costmodel._reference import _remote_nodes
 
     cl = cluster_preset("h100x64")  # 8 GPUs a node
@@ -208,7 +210,7 @@ def test_fp8_dispatch_bytes_by_hand():
     Mixtral 8x7B, ep 8 in one node, top-2 of T = 4096 tokens: per layer and micro-batch
     2 x [7/8 x 1.03125 x 2 T h / bw + lat + 7/8 x 2 x 2 T h / bw + lat]; in bf16 the same with 2 bytes
     both ways; without fp8_dispatch fp8 rows price 2 bytes."""
-    from costmodel._evaluate import FP8_DISPATCH_BYTES
+    from costmodel._experts import FP8_DISPATCH_BYTES
 
     assert FP8_DISPATCH_BYTES == 1.03125
     cl = cluster_preset("h100x64")

@@ -1,4 +1,4 @@
-"""The one evaluator block (costmodel._evaluate, views in costmodel._stages): the paths a table can
+"""The one evaluator block (costmodel._block, views in costmodel._stages): the paths a table can
 take through it give the same numbers, and the homogeneous link rule is the placement one."""
 
 import numpy as np
@@ -8,11 +8,12 @@ from costmodel import (
     METRIC_COLUMNS,
     StrategyTable,
     evaluate,
-    make_cluster,
     hetero_preset,
+    make_cluster,
     model_preset,
 )
-from costmodel._evaluate import BLOCK_ROWS, _first_max
+from costmodel._evaluate import BLOCK_ROWS
+from costmodel._pipeline_terms import first_max_stage
 from costmodel._stages import placement_view
 
 
@@ -31,10 +32,10 @@ def test_first_max_is_argmax_with_ties_to_the_first():
     a = rng.integers(0, 4, size=(7, 5000)).astype(np.float64)  # many ties
     a[:, :10] = -np.inf
     a[3, :10] = 1.0
-    assert np.array_equal(_first_max(a), np.argmax(a, axis=0))
+    assert np.array_equal(first_max_stage(a), np.argmax(a, axis=0))
     # within 1e-12 of the largest counts as it (MoE rows): the first such stage
     b = np.array([[1.0], [1.0 + 1e-13], [0.5]])
-    assert _first_max(b, tol=True)[0] == 0 and _first_max(b)[0] == 1
+    assert first_max_stage(b, tol=True)[0] == 0 and first_max_stage(b)[0] == 1
 
 
 def _uniform_placements(n, rng):

@@ -4,10 +4,11 @@ bounded, and the simulated path checked against the scalar reference."""
 import numpy as np
 import pytest
 
-from cli._cmd_rank import default_space
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
-from costmodel._evaluate import BLOCK_ROWS, SCHED, in_flight
+from costmodel._evaluate import BLOCK_ROWS
+from costmodel._pipeline_terms import SCHED, in_flight
 from costmodel._reference import evaluate_row
+from search import default_table
 from tests.test_reference import random_table
 
 
@@ -73,7 +74,7 @@ def test_closed_forms_stay_close_to_the_simulator_on_real_spaces(name, cluster, 
     # GPUs and ZeRO 2-3, where the closed forms are further off: BENCHMARKS.md, "Search quality
     # on more problems"; `plansweep rank` re-prices its best with the simulator).
     model, cl = model_preset(name), cluster_preset(cluster)
-    table = default_space(model, cl, batch)
+    table = default_table(model, cl, batch)
     sl = table.stage_layers
     uniform = np.flatnonzero((sl.max(axis=1) == sl[:, 0]) & (sl[:, 0] * table["pp"] == model.layers)
                              & (table.num_gpus == cl.num_gpus) & (table["zero_stage"] <= 1))
@@ -111,7 +112,7 @@ def test_stage_breakdown_agrees_with_the_totals():
 def test_mixed_walk_and_per_shape_simulation_agree(monkeypatch):
     # A search step's few rows of many pipeline shapes go to one mixed walk; a sweep's many rows
     # of one shape to simulate(). Both routes must price every row the same.
-    import costmodel._evaluate as ev
+    import costmodel._pipeline_terms as ev
 
     model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     table = random_table(model, np.random.default_rng(21), 800, uneven=True)
@@ -128,8 +129,8 @@ def test_mixed_walk_and_per_shape_simulation_agree(monkeypatch):
 def test_simulations_are_cached_between_calls(monkeypatch):
     # The second evaluation of the same rows must not simulate anything, and give the same
     # result bit for bit; a full cache is emptied, not grown.
-    import costmodel._evaluate as ev
     import costmodel._pipeline as pl
+    import costmodel._pipeline_terms as ev
 
     model, cl = model_preset("gpt3-175b"), cluster_preset("h100x1024")
     table = random_table(model, np.random.default_rng(22), 300, uneven=False)
@@ -155,7 +156,7 @@ def test_simulate_pipelines_representatives_equal_every_stage():
     # Three representative columns (first, interior, last) stand for stages alike: the same
     # totals and peaks as every stage given; 1F1B with equal stages and no hand-off is
     # (m + p - 1) X by hand (Narayanan et al. 2021).
-    from costmodel._evaluate import simulate_pipelines
+    from costmodel._pipeline_terms import simulate_pipelines
 
     rng = np.random.default_rng(4)
     n, p = 40, 6

@@ -13,9 +13,9 @@ from search import Space, default_space
 from search._space import balanced_stages, pipeline_degrees
 
 PRESET_CLUSTERS = ("dgx-h100-1024", "dgx-a100-1024", "selene-3072", "seed000-16")
-# Bytes of model state per parameter in the cost model's accounting (costmodel._evaluate:
+# Bytes of model state per parameter in the cost model's accounting (costmodel._dtypes:
 # WEIGHT_BYTES 2 + GRAD_BYTES 4 + OPTIM_BYTES 12, mixed-precision Adam), and the HBM per GPU the
-# runtime keeps (RESERVED_BYTES).
+# runtime keeps (costmodel._memory_terms.RESERVED_BYTES).
 STATE_BYTES_PER_PARAM = 2 + 4 + 12
 RESERVED_BYTES = 2.0e9
 

@@ -1,0 +1,660 @@
+"""The block driver: one block of rows priced in named phases, each a function of the records before it.
+
+    rows  = block_rows(...)              the row columns and stage arrays (costmodel._configurations.Rows)
+    cfg   = configurations(rows)         the distinct stage configurations; split stages' pairs (Configs)
+    reason, used = stage_feasibility()   the reason codes but memory (costmodel._feasibility)
+    terms = configuration_terms(...)     one dense and one MoE layer's terms per configuration (Terms)
+    st    = stage_times(...)             forward, backward and weight-gradient time of every stage (StageTimes)
+    hand  = handoffs(...)                the activations' hand-off after every stage (Handoffs)
+    pipe  = pipeline_time(...)           the bottleneck stage, the bubble, the simulator, micro-batches in flight
+    mem   = memory(...)                  bytes per GPU of every stage against its pool's HBM; out of memory
+    dp    = data_parallel(...)           the slowest stage's gradient exchange and optimizer step (DataParallel)
+    return report(...)                   the bottleneck's time parts, FLOPs, the GPUs' peak: the metric columns
+
+Arrays are whole columns: (N,) per row, (k, N) per stage column (or (1, N) where a row's stages share a value),
+(U,) per configuration. The terms come from costmodel._layer_terms, _memory_terms, _pipeline_terms, _data_parallel
+and _collectives; this module decides only which configuration, stage and link each row reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+
+import numpy as np
+
+from costmodel._collectives import pool_link
+from costmodel._configurations import Configs, Rows, block_rows, configurations
+from costmodel._data_parallel import ADAM_BYTES_TOUCHED, dp_exchange_coef, dp_exchange_s, exposed_dp_s
+from costmodel._distinct import distinct_rows
+from costmodel._dtypes import ACT_BYTES
+from costmodel._experts import layer_mix
+from costmodel._feasibility import REASON, stage_feasibility
+from costmodel._frameworks import framework_preset
+from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
+from costmodel._layer_compute import hbm_s, recompute_flops_per_token
+from costmodel._layer_terms import (
+    LAYER_INPUTS,
+    MOE_PART_KEYS,
+    framework_terms,
+    layer_terms,
+    moe_layer_inputs,
+    moe_shape_terms,
+    moe_stage_terms,
+    shape_terms,
+)
+from costmodel._memory_terms import (
+    buffer_bytes,
+    layer_activations,
+    moe_memory,
+    stage_params,
+    state_bytes,
+    state_bytes_per_param,
+)
+from costmodel._metrics import Metrics, assemble_metrics
+from costmodel._pipeline_terms import bottleneck_parts, first_max_stage, in_flight, pipeline_step
+from costmodel._stages import GPU_FIELDS, StageView
+from costmodel._workloads import Transformer
+
+
+def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
+                   simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
+    """Metrics of one block of rows (a StageView on pools ``pa``), and ``_needs_simulation``: the rows the
+    simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too."""
+    fw = framework_preset(framework)
+    rows = block_rows(model, pa, sv, fw)
+    cfg = configurations(rows)
+    reason, used = stage_feasibility(model, pa, sv, fw, cfg.bits, None if cfg.split is None else cfg.split.shift)
+    terms = configuration_terms(rows, cfg)
+    st = stage_times(rows, cfg, terms, stages_out)
+    hand = handoffs(rows, cfg, terms, st, used)
+    pipe = pipeline_time(rows, terms, st, hand, reason, pipeline, simulate_now)
+    mem = memory(rows, cfg, terms, st, pipe.k, reason)
+    dp = data_parallel(rows, cfg, mem, pipe, stages_out)
+    return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
+
+
+def plus_edges(ix, first, last):
+    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
+    and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
+    on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
+    if np.shape(ix) != np.shape(first):
+        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
+                                   if e is not None), a)
+    at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
+
+    def add(a, *es):  # a: a fresh array of the masks' shape
+        for (i, ix_i), e in zip(at, es, strict=True):
+            if e is not None:
+                a.reshape(-1)[i] += e[ix_i] if np.ndim(e) else e
+        return a
+    return add
+
+
+
+# ---- one layer's terms per configuration ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Terms:
+    """Per configuration (U,): the shape terms under the framework (``eu``), one dense layer's and one MoE layer's
+    layer_terms (``lt``: None where every layer is an MoE layer; ``lt_m``: None for a dense model), the activation
+    bytes per layer (``acts``), and the embedding's and head's times of a stage (``edge_of``: per part F, B, W, the
+    first stage's and the last stage's term, None where it has none)."""
+
+    eu: dict
+    lt: dict | None
+    lt_m: dict | None
+    acts: dict
+    edge_of: dict
+    moe: bool
+    all_moe: bool
+    dense_first: bool
+    n_d: np.ndarray | None  # the block's dense layers per stage (Rows.n_d)
+
+    def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W")) -> list:
+        """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix holding nn layers
+        (nd dense and nm MoE ones), one array per part; a part may be a tuple of them, summed (the terms per
+        configuration, then the stages'). ``edges``: plus_edges of these stages."""
+        out = []
+        for xs in (x if isinstance(x, tuple) else (x,) for x in parts):
+            per_d, per_m = (None if q is None else functools.reduce(np.add, (q[y] for y in xs))
+                            for q in (self.lt, self.lt_m))
+            if not self.moe or self.all_moe:
+                a = nn * np.take(per_d if per_m is None else per_m, ix)
+            else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
+                fo = self.dense_first and nd is self.n_d
+                a = layer_mix(nd, np.take(per_d, ix[:1] if fo else ix), nm, np.take(per_m, ix), fo)
+            emb = [self.edge_of[y][0] for y in xs if self.edge_of[y][0] is not None]
+            out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
+                             functools.reduce(np.add, (self.edge_of[y][1] for y in xs))))
+        return out
+
+
+def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
+    """The Terms of a block's configurations: shape terms once per configuration less recompute, ZeRO and a split
+    stage's replicas, which they do not read (an MoE model's dense terms once per configuration less ep and etp
+    too), then the framework's terms and each layer's F, B, W."""
+    model = rows.model
+    first_s, inv_s = distinct_rows(*(cfg.of(x) for x in cfg.shape_k), cfg.pool_u)
+    if rows.moe:
+        first_d, inv_d = distinct_rows(*(cfg.of(x)[first_s] for x in cfg.shape_k if x is not cfg.ep_key),
+                                       cfg.pool_u[first_s])
+        sh = {key: a[inv_d] for key, a in dense_shape_terms(rows, cfg, first_s[first_d]).items()}
+        sh.update(moe_layer_shape_terms(rows, cfg, first_s, sh))
+    else:
+        sh = dense_shape_terms(rows, cfg, first_s)
+    eu = {key: a[inv_s] for key, a in framework_terms(rows.fw, model, sh, cfg.t_u[first_s], cfg.sp_u[first_s],
+                                                      cfg.prec_u[first_s]).items()}
+    full_u, sel_u = cfg.rc_u == 2, cfg.rc_u == 1
+    lt = None if rows.all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
+    lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
+    acts = layer_activations(model, eu, full_u, sel_u, np.where(cfg.sp_u, cfg.t_u, 1))  # (U,) bytes per layer
+    emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
+    head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
+    return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts,
+                 edge_of={"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])},
+                 moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d)
+
+
+def pool_gpu(pa: dict, q):
+    """The GPU fields of pools q, as arrays (one GPU type per configuration)."""
+    return types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})
+
+
+def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
+    """The dense layer's shape terms (shape_terms, before framework_terms) of configurations ix, on their pools' links:
+    tp-inner rank order = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp), innermost first."""
+    pa, fw, model = rows.pa, rows.fw, rows.model
+    q, tt, cc, dd, tin, pr = cfg.pool_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.d_u[ix], cfg.order_u[ix] == 0, cfg.prec_u[ix]
+    fp8 = pr == PRECISIONS.index("fp8")
+    casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
+    gpu = pool_gpu(pa, q)
+    out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
+                      peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
+                      attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
+                      tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
+                      cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes)
+    if cfg.hp_key is not None:  # the bf16 optimizer's fp32 gradient accumulation, in each layer's backward
+        hp = hbm_s(fw.hp_grad_bytes * model.layer_params() / tt, gpu)
+        out["cast_b"] = out["cast_b"] + np.where(cfg.of(cfg.hp_key)[ix], hp, 0.0)
+    return out
+
+
+def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:
+    """The MoE layer's shape terms (moe_shape_terms) of configurations ix, ``sh`` their dense ones. The MoE layers
+    fold the stage's ranks into etp x ep x edp, etp innermost, whatever the attention's order; the all-to-alls split
+    their bytes over the configuration's pool's intra-node link and network (all_to_all_s, on the pool as a cluster
+    of arrays)."""
+    pa, q = rows.pa, cfg.pool_u[ix]
+    pool_net = types.SimpleNamespace(gpu=pool_gpu(pa, q), gpus_per_node=pa["gpus_per_node_int"][q],
+                                     scaleup_Bps=pa["intra_Bps"][q], scaleout_Bps=pa["inter_Bps"][q],
+                                     scaleup_latency_s=pa["intra_latency_s"][q],
+                                     scaleout_latency_s=pa["inter_latency_s"][q])
+    return moe_shape_terms(rows.model, pool_net, sh, cfg.b_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.sp_u[ix],
+                           cfg.peak[ix], (cfg.e_u[ix], cfg.u_u[ix], rows.fw, cfg.prec_u[ix]),
+                           pool_link(pa, q, 1, cfg.u_u[ix]))
+
+
+# ---- stage times, hand-offs, the pipeline ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StageTimes:
+    """Every stage's time per micro-batch (k, N): F, B (``Bk``), W and their sum X (an MoE block that needs only X
+    sums it at once: F, Bk, W None, ``fbw()`` gives them); ``inv_t``: the configuration that sets each stage's time
+    (a split stage's slower pool's), ``edges`` its plus_edges."""
+
+    inv_t: np.ndarray
+    edges: object
+    F: np.ndarray | None
+    Bk: np.ndarray | None
+    W: np.ndarray | None
+    X: np.ndarray
+    fbw: object
+
+
+def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> StageTimes:
+    """StageTimes of a block. Synchronous data parallelism: a stage split across two pools runs at its slower
+    pool's replica (slower_pool_configurations)."""
+    split = cfg.split
+    inv_t = cfg.inv
+    if split is not None and split.ks.size:
+        tgt = slower_pool_configurations(rows, cfg, terms)
+        # (in place for a dense model: what reads inv after this, memory and the hand-off bytes, is alike on both
+        # pools; an MoE model's ep links read pool A's)
+        np.put(inv_t := cfg.inv.copy() if rows.moe else cfg.inv, split.ks, tgt)
+    edges = plus_edges(inv_t, rows.first, rows.last)
+    layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
+    fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges)
+    if rows.moe and not stages_out and not (split is not None and split.ks.size):
+        # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
+        (X,), F, Bk, W = terms.times(inv_t, rows.n, rows.n_d, rows.n_m, edges, parts=(("F", "B", "W"),)), *(None,) * 3
+    else:
+        F, Bk, W = fbw()
+        X = F + Bk + W
+    return StageTimes(inv_t=inv_t, edges=edges, F=F, Bk=Bk, W=W, X=X, fbw=fbw)
+
+
+def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.ndarray:
+    """Each split stage's configuration that sets its time: pool B's where each of B's terms is at least A's (and
+    one larger), A's where A's are, else the stage's sums compared (per pair; a dense model only decides by terms)."""
+    split, lt = cfg.split, terms.lt
+    side = np.full(len(split.ia_p), 2)  # per pair: 0 A, 1 B, 2 compared stage by stage
+    if not rows.moe:
+        (emb_f, head_fb), (emb_b, _) = terms.edge_of["F"], terms.edge_of["B"]
+        ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, terms.eu["head_gemm"])])
+                  for i in (split.ia_p, split.ib_p))
+        side = np.where((ta >= tb).all(axis=0), 0, np.where((tb >= ta).all(axis=0), 1, side))
+    tgt = np.take(np.where(side == 1, split.ib_p, split.ia_p), split.inv_p)
+    if np.any(side == 2) and (mix := np.flatnonzero(np.take(side, split.inv_p) == 2)).size:
+        sub = lambda a: np.broadcast_to(a, cfg.inv.shape).reshape(-1)[split.ks[mix]]  # noqa: E731
+        a_b = (split.ia[mix], split.ib_p[split.inv_p[mix]])  # (both pools' configurations of these stages)
+        xs = (sum(terms.times(x, sub(rows.n), *((sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)),
+                              plus_edges(x, sub(rows.first), sub(rows.last)))) for x in a_b)
+        tgt[mix] = np.where(next(xs) < next(xs), *a_b[::-1])
+    return tgt
+
+
+@dataclasses.dataclass(frozen=True)
+class Handoffs:
+    """The hand-off after each stage (k, N) (the last one's to the first), the fill and drain hand-offs per row
+    (N,), and ``inner``: the p - 1 forward boundaries."""
+
+    T_C: np.ndarray
+    pp_comm: np.ndarray
+    inner: np.ndarray
+
+
+def hop_s(pa: dict, x, y, ragged, nbytes, spill):
+    """Hand-off time from a stage's GPUs on pool x to the next stage's on pool y: the inter-pool link, or inside x
+    its intra-node link if the row's GPUs on x fit one node (not ``spill``), else the network (or the slower of
+    both when the stage's GPUs are not a whole number of nodes: ``ragged``)."""
+    kcase = np.asarray((x * pa["num_gpus"].size + y) * 3 + spill * (np.int8(1) + ragged), dtype=np.intp)
+    return nbytes / np.take(pa["hop_bw"], kcase) + np.take(pa["hop_lat"], kcase)
+
+
+def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Handoffs:
+    """Handoffs of a block: each GPU of a stage sends or receives T h / t bytes of activations per micro-batch (the
+    larger share where the next stage's tp differs); ``used``: the GPUs each row puts on each pool (N, P)."""
+    pa, P, N, p, split = rows.pa, rows.P, rows.N, rows.p, cfg.split
+    share = ACT_BYTES * terms.eu["T"] * rows.model.hidden / cfg.t_u
+    p8 = rows.pool.astype(np.int8) if P <= 6 else rows.pool  # (int8 where P <= 6: the arithmetic on fewer bytes)
+    spills = sum((used[:, q] > pa["gpus_per_node_int"][q]).astype(p8.dtype) << q for q in range(P))  # (N,): bit q,
+    spill_on = lambda x: (spills >> x) & 1  # noqa: E731  (the row's GPUs on pool q span more than a node; on pool x)
+    ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
+    rag_u = ragged(cfg.pool_u, cfg.ga_u)  # the stage's GPUs on its pool: a configuration's (a split stage's: each pool)
+    rag = (np.take(cfg.pair(rag_u, ragged(split.xa, split.ga_a)), split.inv_q) if split is not None
+           else np.take(rag_u, cfg.inv) if cfg.keyed else ragged(rows.pool, rows.d * rows.t * rows.c))
+    spill = spill_on(p8)
+    if cfg.one_per_row:  # every link alike
+        T_C = hop_s(pa, p8, p8, rag, np.take(share, cfg.inv), spill)
+    else:
+        X_shape = st.X.shape
+        last_flat = np.where(rows.sv.comp, X_shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
+
+        def after(a):  # the next stage's entry (the last stage's: the first's; padding: any)
+            a = np.broadcast_to(a, X_shape)
+            out = np.concatenate([a[1:], a[:1]])
+            out.reshape(-1)[last_flat] = a[0]
+            return out
+
+        hand = np.maximum(sh := np.take(share, cfg.inv), after(sh))  # (the next stage's: shifted, not gathered again)
+        T_C = hop_s(pa, p8, after(p8), rag, hand, spill)
+        if split is not None and split.ks.size:  # second pools' replicas hand off to each other (HetPipe): each
+            # stage's second pool (its pool if not split) to the next stage's, the slower of both pairings
+            np.put(pool_b := p8.copy(), split.ks, split.pool_ks)
+            rag_b = np.take(cfg.pair(rag_u, ragged(split.xb, split.ga_b)), split.inv_q)
+            T_C = np.maximum(T_C, hop_s(pa, pool_b, after(pool_b), rag_b, hand, spill_on(pool_b)))
+    if np.any(p <= 1):  # no hand-off without a pipeline
+        T_C = np.where(p > 1, T_C, 0.0)
+    inner = rows.on & ~rows.last  # the p - 1 forward boundaries
+    if T_C.shape[0] == 1:
+        pp_comm = 2.0 * (p - 1) * T_C[0]
+    else:
+        pp_comm = 2.0 * np.sum(np.where(inner, rows.weigh(T_C), 0.0), axis=0)
+    return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """The bottleneck stage of each row (``bot_flat``; its configuration ``ub``, first / last flags, F, B, W and
+    X), the pipeline time, its bubble (``fill``) and exposed hand-offs, the rows the simulator must still price,
+    and the micro-batches each stage holds at its peak (k, N)."""
+
+    bot_flat: np.ndarray
+    ub: np.ndarray
+    first_b: np.ndarray
+    last_b: np.ndarray
+    F_b: np.ndarray
+    B_b: np.ndarray
+    W_b: np.ndarray
+    X_max: np.ndarray
+    pipe: np.ndarray
+    fill: np.ndarray
+    pp_comm: np.ndarray
+    needs_simulation: np.ndarray
+    k: np.ndarray
+
+    def at(self, a):
+        """The bottleneck stage's entry of a stage array (N,)."""
+        return a[0] if len(a) == 1 else np.take(a, self.bot_flat)
+
+
+def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reason, mode: str,
+                  simulate_now: bool) -> Pipeline:
+    """The bottleneck stage (MoE rows: the first within TIE_REL of the slowest, as the scalar reference picks it),
+    the closed forms' bubble (costmodel._pipeline_terms), then the simulator where needed, and the micro-batches in
+    flight (the simulator's peaks on the rows it priced)."""
+    N, X = rows.N, st.X
+    bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
+    at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
+    ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
+    layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
+    F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b))
+    # (its F, B, W and X priced again on (N,): fewer passes than gathering them; an MoE row's X summed at once, its
+    # bottleneck's gathered, so that the fill (X_sum - X_max) of a one-stage pipeline is 0)
+    X_max = F_b + B_b + W_b if st.F is not None else at(X)
+
+    def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
+        p, sv = rows.p, rows.sv
+        kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
+        tc = np.where(rows.j[:kk, q] < p[q], np.broadcast_to(hand.T_C, X.shape)[:kk, q], 0.0)
+        fbw = st.fbw() if st.F is None else (st.F, st.Bk, st.W)
+        return sv.comp[q], *(a[:kk, q].T for a in fbw), tc.T
+
+    pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
+        sched=rows.sched, p=rows.p, m=rows.m, v=rows.v, X_sum=np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
+        B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
+        stage_inputs=stage_inputs)
+    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j)
+    if sim is not None:
+        q, row_shape, peaks = sim
+        k[:, q] = peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)]
+    return Pipeline(bot_flat=bot_flat, ub=ub, first_b=first_b, last_b=last_b, F_b=F_b, B_b=B_b, W_b=W_b, X_max=X_max,
+                    pipe=pipe, fill=fill, pp_comm=pp_comm, needs_simulation=needs_simulation, k=k)
+
+
+# ---- memory, the data-parallel exchange, the metric columns ---------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU: every stage's total (``tot``, k x N), parameters and state; the worst stage's (the closest to
+    its pool's HBM) total and state by part; the reason codes with out of memory added. ``hbm_rate`` (P,) and
+    ``edp`` (an MoE model's expert-data-parallel ranks) for the data-parallel phase."""
+
+    mem: dict  # activations, buffers (and, an MoE model, moe_memory's other entries)
+    params: np.ndarray
+    params_max: np.ndarray
+    tot: np.ndarray
+    hbm: np.ndarray
+    hbm_rate: np.ndarray
+    edp: np.ndarray | None
+    worst_flat: np.ndarray
+    mem_total: np.ndarray
+    worst_state: tuple
+    reason: np.ndarray
+
+    def at(self, a):
+        """The worst-memory stage's entry of a stage array (N,)."""
+        return a[0] if len(a) == 1 else np.take(a, self.worst_flat)
+
+
+def per_stage(rows: Rows, cfg: Configs, x):
+    """A pool attribute x (P,) per stage: the smaller of both pools' on split stages ((1, 1): alike everywhere)."""
+    if np.all(x == x[0]):
+        return x[:1, None]
+    split = cfg.split
+    if split is None:
+        return np.take(x, rows.pool)
+    return np.take(cfg.pair(x[cfg.pool_u], np.minimum(x[split.xa], x[split.xb])), split.inv_q)
+
+
+def memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, reason) -> Memory:
+    """Memory per GPU, per stage, against its pool's HBM (a split stage's: the smaller of both pools')."""
+    pa, N = rows.pa, rows.N
+    g = rows.d * rows.c  # gradients are reduced over dp x cp (Megatron-LM)
+    hbm = per_stage(rows, cfg, pa["hbm_bytes"])
+    if rows.moe:
+        edp = np.maximum(g * rows.t // (rows.e * rows.u), 1)
+        mem = moe_stage_memory(rows, cfg, terms, st, k, g, edp)
+        params, params_max, state = mem["dense_params"], mem["params_max"], mem["state"]
+    else:
+        edp = None
+        params, params_max, state, mem = dense_stage_memory(rows, cfg, terms, st, k, g)
+    tot = state + mem["activations"] + mem["buffers"]
+    tot = tot if rows.real else np.where(rows.on, tot, -np.inf)
+    # the stage closest to its HBM (the largest where every stage has the same HBM, also an infinite one)
+    worst_flat = first_max_stage(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
+    atm = lambda a: a[0] if len(a) == 1 else np.take(a, worst_flat)  # noqa: E731
+    mem_total = atm(tot)
+    worst_state = state_bytes(atm(params), rows.zero, atm(g))  # the worst stage's state by part
+    if rows.moe:  # and the routed experts', sharded over edp
+        worst_state = tuple(a + x for a, x in zip(worst_state, state_bytes(atm(mem["expert_params"]), rows.zero,
+                                                                           atm(edp)), strict=True))
+    reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
+    return Memory(mem=mem, params=params, params_max=params_max, tot=tot, hbm=hbm,
+                  hbm_rate=pa["hbm_Bps"] * pa["hbm_eff"], edp=edp, worst_flat=worst_flat, mem_total=mem_total,
+                  worst_state=worst_state, reason=reason)
+
+
+def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, g) -> tuple:
+    """(parameters per GPU (k, N), the largest stage's (N,), state bytes (k, N), {activations, buffers}) of a dense
+    model's stages: activation bytes per configuration gathered to the stages, times the micro-batches in flight k."""
+    model, eu, edges, inv = rows.model, terms.eu, st.edges, cfg.inv
+    params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
+                          None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
+    params_max = rows.row_max(params)
+    kept, work = (np.take(terms.acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
+    mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
+    if cfg.keyed:  # per configuration, then each stage's
+        ranks = cfg.d_u * cfg.c_u
+        state = params * np.take(state_bytes_per_param(cfg.zero_u, ranks), inv)
+        mem["buffers"] = buffer_bytes(eu["T"], model.hidden, cfg.t_u, ranks, cfg.zero_u, params_max,
+                                      model.layer_params(), stage_of=inv)
+    else:  # per row
+        state = params * state_bytes_per_param(rows.zero, g)
+        mem["buffers"] = buffer_bytes(eu["T"][inv], model.hidden, rows.t, g, rows.zero, params_max,
+                                      model.layer_params())
+    return params, params_max, state, mem
+
+
+def moe_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, g, edp) -> dict:
+    """moe_memory of an MoE model's stages (dense and expert parameters, state, activations, buffers)."""
+    model, eu, inv = rows.model, terms.eu, cfg.inv
+    at_edges = not model.tied_embeddings and np.shape(rows.n_m) == np.shape(rows.first)
+    rows_T = rows.sv.b is not None and np.shape(rows.sv.b)[0] == 1  # (T per row where a row's stages share it)
+    edge_acts = {x: eu[x] if at_edges else np.take(eu[x], inv) for x in ("emb_act", "head_act")}
+    return moe_memory(model, {"T": np.take(eu["T"], inv[:1] if rows_T else inv), **edge_acts},
+                      {x: np.take(a, inv) for x, a in terms.acts.items()}, rows.t.astype(np.float64), rows.zero, g,
+                      None if rows.all_moe else rows.n_d, rows.n_m, rows.first, rows.last, k, rows.e, edp, rows.u,
+                      row_max=rows.row_max, to_stage=lambda a: a, edges=st.edges if at_edges else None,
+                      first_only=rows.dense_first, n=rows.n)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallel:
+    """The slowest stage's data-parallel exchange (``dp_raw``; ``dp_st`` per stage where the stage columns are
+    asked for or the stages differ), the optimizer step and the exposed exchange, per row (N,)."""
+
+    dp_raw: np.ndarray
+    dp_st: np.ndarray | None
+    opt_s: np.ndarray
+    exposed: np.ndarray
+
+
+def dp_links(rows: Rows, cfg: Configs):
+    """The data-parallel exchange as a x params + b per stage ((dp_a, dp_b): per configuration (or row) and then
+    each stage's), and ``stage_link(stride, size)``: the link of a stage's group of ranks at that stride and size
+    (each a function of dp and tp), per configuration where dp keys one, else per stage. The dp x cp group: stride
+    t (tp-inner); dp-innermost with cp > 1 spans the whole block. A dp group spanning two pools (a split stage) runs
+    at the slowest tier it crosses: each pool's part of the group and the link between the pools."""
+    pa, split = rows.pa, cfg.split
+    if cfg.keyed:  # dp is part of a configuration: its links per configuration
+        stage_link = lambda stride, size: pool_link(pa, cfg.pool_u, stride(cfg.d_u, cfg.t_u),  # noqa: E731
+                                                    size(cfg.d_u, cfg.t_u))
+        back = lambda a: np.take(a, cfg.inv)  # noqa: E731
+        tp_in, c_, coef = cfg.order_u == 0, cfg.c_u, (cfg.zero_u, cfg.of(rows.m), cfg.d_u * cfg.c_u)
+    else:
+        back = lambda a: a  # noqa: E731
+        stage_link = lambda stride, size: pool_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
+                                                    size(rows.d, rows.t))
+        tp_in, c_, coef = rows.sv.order == 0, rows.c, (rows.zero, rows.m, rows.d * rows.c)
+    dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
+                           lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
+    coef, prec_c = (*coef, dbw, dlat), cfg.prec_u if cfg.keyed else rows.prec
+    if split is not None:  # per pair: each pool's part of the group (its replicas there), the inter-pool link
+        ia_p, xa, xb = split.ia_p, split.xa, split.xb
+        tp_p, c_p, t_p = tp_in[ia_p], c_[ia_p], cfg.t_u[ia_p]
+        part = lambda r, q: pool_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
+                                      np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
+        (bw_a, lat_a), (bw_b, lat_b) = part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb)
+        bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
+        coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), cfg.pair(dbw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
+                cfg.pair(dlat, np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])))
+        back, prec_c = lambda a: np.take(a, split.inv_q), cfg.pair(cfg.prec_u, cfg.prec_u[ia_p])
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=rows.fw, prec=prec_c))
+    return dp_a, dp_b, stage_link, c_
+
+
+def expert_links(rows: Rows, cfg: Configs, stage_link, c_):
+    """(bandwidth, latency) per stage of an MoE model's expert-data-parallel group: ranks ep etp apart, spanning the
+    stage's ranks."""
+    if cfg.keyed:
+        eu_x = cfg.e_u * cfg.u_u
+        return tuple(x[cfg.inv] for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
+    # group_link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
+    cols = np.broadcast_arrays(rows.e * rows.u, rows.d * rows.c * rows.t, rows.pool)
+    first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
+    x, r, q = (a.reshape(-1)[first_e] for a in cols)
+    return tuple(a[inv_e].reshape(cols[0].shape) for a in pool_link(rows.pa, q, x, r / x))
+
+
+def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_out: bool) -> DataParallel:
+    """The slowest stage's gradient exchange and optimizer step (an MoE model: the slowest dense exchange over dp x
+    cp and the slowest expert one over edp, each with its optimizer), and what of the exchange is exposed."""
+    fw, zero, m, prec, row_max = rows.fw, rows.zero, rows.m, rows.prec, rows.row_max
+    dp_a, dp_b, stage_link, c_ = dp_links(rows, cfg)
+    params, params_max, edp, hbm_rate, mm = mem.params, mem.params_max, mem.edp, mem.hbm_rate, mem.mem
+    alike = dp_a.shape[0] == 1 and mem.hbm.shape[0] == 1  # every stage's exchange on one link: the largest's slowest
+    hbm_Bps = per_stage(rows, cfg, hbm_rate) if rows.moe or alike or not cfg.keyed else None  # (else per config)
+    shard = None if hbm_Bps is None else np.where(zero >= 1, rows.d * rows.c, 1)
+    dp_st = None
+    if rows.moe:
+        ep_bw, ep_lat = expert_links(rows, cfg, stage_link, c_)
+    if rows.moe and alike and ep_bw.shape[0] == 1 and not stages_out:
+        # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
+        # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
+        dp_raw = (dp_a[0] * mm["dense_max"] + dp_b[0]
+                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], ep_bw[0], ep_lat[0], fw=fw, prec=prec))
+        opt_s = (ADAM_BYTES_TOUCHED * mm["dense_max"] / shard[0] / hbm_Bps[0]
+                 + ADAM_BYTES_TOUCHED * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
+    elif rows.moe:
+        dp_st = dp_a * params + dp_b
+        ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, ep_bw, ep_lat, fw=fw, prec=prec)
+        dp_raw = row_max(dp_st) + row_max(ep_st)
+        dp_st = dp_st + ep_st
+        opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
+                 + row_max(ADAM_BYTES_TOUCHED * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
+    elif alike and not stages_out:
+        dp_raw = dp_a[0] * params_max + dp_b[0]
+        opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
+    else:
+        dp_st = dp_a * params + dp_b
+        dp_raw = row_max(dp_st)
+        opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
+    exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
+                           prec=prec, model=rows.model, pp=rows.p)
+    return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
+
+
+def optimizer_s_per_param(rows: Rows, cfg: Configs, hbm_rate, shard, hbm_Bps):
+    """Seconds of the Adam step per parameter of each stage (a dense model): per configuration where dp keys one (a
+    split stage's at the slower HBM of both pools), else per stage."""
+    if not cfg.keyed:
+        return ADAM_BYTES_TOUCHED / shard / hbm_Bps
+    split = cfg.split
+    shard = np.where(cfg.zero_u >= 1, cfg.d_u * cfg.c_u, 1)
+    opt_u = cfg.pair(ADAM_BYTES_TOUCHED / shard / hbm_rate[cfg.pool_u], split is not None and (
+        ADAM_BYTES_TOUCHED / shard[split.ia_p] / np.minimum(hbm_rate[split.xa], hbm_rate[split.xb])))
+    return np.take(opt_u, cfg.inv) if split is None else np.take(opt_u, split.inv_q)
+
+
+def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoffs, pipe: Pipeline, mem: Memory,
+           dp: DataParallel, stages_out: bool) -> Metrics:
+    """The metric columns: step = pipeline + exposed exchange + optimizer; the bottleneck stage's time parts;
+    model and hardware FLOPs over the peak of the GPUs each row uses; the worst stage's memory."""
+    model, lt, eu, ub = rows.model, terms.lt, terms.eu, pipe.ub
+    at = pipe.at
+    if rows.moe:  # the bottleneck stage's layers summed over both kinds
+        n_b, lt_b = moe_stage_terms(at(rows.n), at(rows.n_m),
+                                    None if rows.all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
+                                    {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
+    else:
+        n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
+    parts = bottleneck_parts(rows.m, n_b, pipe.first_b, pipe.last_b, lt_b, *(eu[x][ub] for x in (
+        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+    flops_model = model.model_flops_per_sample() * rows.B
+    extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
+    extra["_needs_simulation"] = pipe.needs_simulation
+    atm = mem.at
+    return assemble_metrics(
+        feasible=mem.reason == 0, reason=mem.reason, step=pipe.pipe + dp.exposed + dp.opt_s, pipe=pipe.pipe,
+        fill=pipe.fill, m=rows.m, batch=rows.B, seq_len=model.seq_len, flops_model=flops_model,
+        flops_hw=flops_model + recompute_flops(rows), peak_total=peak_flops_total(rows, cfg), **parts,
+        pp_comm=pipe.pp_comm, dp_comm=dp.exposed, optimizer=dp.opt_s, mem_weights=mem.worst_state[0],
+        mem_grads=mem.worst_state[1], mem_optimizer=mem.worst_state[2], mem_activations=atm(mem.mem["activations"]),
+        mem_buffers=atm(mem.mem["buffers"]), mem_total=mem.mem_total, extra=extra)
+
+
+def recompute_flops(rows: Rows):
+    """(N,) FLOPs an iteration recomputes (the hardware FLOPs less the model's): every stage's layers under their
+    recompute choice, times the tokens of the global batch."""
+    model, full, sel, fw, n = rows.model, rows.full, rows.sel, rows.fw, rows.n
+    s, B = model.seq_len, rows.B
+    re_tok = recompute_flops_per_token(model, full, sel, fw)
+    if not rows.moe:
+        return np.sum(rows.weigh(n) * re_tok, axis=0) * s * B
+    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
+    if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
+        M = model.moe_layers
+        re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]
+    else:
+        re_layers = np.sum(rows.weigh(n * re_moe if rows.all_moe else rows.n_d * re_tok + rows.n_m * re_moe), axis=0)
+    return re_layers * s * B
+
+
+def peak_flops_total(rows: Rows, cfg: Configs):
+    """(N,) the peak FLOP/s of every GPU a row uses: its stages' GPUs x their pool's peak at the row's precision (a
+    split stage's replicas on each pool)."""
+    split = cfg.split
+    if (cfg.inv.shape[0] == 1 or not cfg.keyed) and not (split is not None and split.ks.size):
+        ga, peak_e = ((cfg.ga_u[cfg.inv], cfg.peak[cfg.inv]) if cfg.keyed
+                      else (rows.d * rows.t * rows.c, rows.pa["peak"][rows.pool, rows.prec]))
+        if ga.shape[0] == 1 and peak_e.shape[0] == 1:
+            return (np.sum(rows.sv.w, axis=0) * ga[0]) * peak_e[0]
+        return np.sum(rows.weigh(ga * peak_e), axis=0)
+    # per configuration, the split stages' second pools too
+    gp = cfg.pair(cfg.ga_u * cfg.peak, split is not None and split.ga_a * cfg.peak[split.ia_p]
+                  + split.ga_b * cfg.peak[split.ib_p])
+    return np.sum(rows.weigh(np.take(gp, cfg.inv if split is None else split.inv_q)), axis=0)
+
+
+def stage_columns(rows: Rows, cfg: Configs, st: StageTimes, hand: Handoffs, pipe: Pipeline, mem: Memory,
+                  dp: DataParallel) -> dict:
+    """Per stage, (N, k): a row per strategy, as people read them (stage_breakdown)."""
+    X, split, on = st.X, cfg.split, rows.on
+    pool2, dp2 = np.broadcast_to(rows.pool, X.shape).copy(), np.zeros(X.shape, dtype=np.int64)
+    if split is not None:
+        np.put(pool2, split.ks, split.pool_ks), np.put(dp2, split.ks, split.dp2_ks)
+
+    def full_shape(a, fill=0):
+        return np.ascontiguousarray(np.where(on, np.broadcast_to(a, X.shape), fill).T)
+
+    sv = rows.sv
+    return {"_stage_pool": full_shape(rows.pool, -1), "_stage_dp": full_shape(rows.d, 1),
+            "_stage_tp": full_shape(rows.t, 1), "_stage_layers": full_shape(rows.n),
+            "_stage_micro_batch": full_shape(rows.B / sv.batch_div if sv.b is None else sv.b, 0.0),
+            "_stage_pool2": full_shape(pool2, -1), "_stage_dp2": full_shape(dp2),
+            "_stage_forward_s": full_shape(st.F), "_stage_backward_s": full_shape(st.Bk),
+            "_stage_weight_grad_s": full_shape(st.W), "_stage_time_s": full_shape(rows.m * X),
+            "_stage_handoff_s": full_shape(np.where(hand.inner, hand.T_C, 0.0), 0.0),
+            "_stage_dp_comm_s": full_shape(dp.dp_st, 0.0), "_stage_in_flight": full_shape(pipe.k, 0.0),
+            "_stage_mem_bytes": full_shape(mem.tot, 0.0), "_stage_hbm_bytes": full_shape(mem.hbm, 0.0),
+            "_stage_active": np.ascontiguousarray(on.T)}

@@ -1,0 +1,174 @@
+"""Which rows can run at all, as a reason code per row (REASONS; 0 = ok, the first failing check wins).
+
+Everything but memory (checked by the block once memory is priced): the GPUs fit the cluster's
+pools; tp splits the heads (an MLP: the hidden width); ep x etp folds into a stage's ranks
+(costmodel._experts); the stages hold the model's layers, at least one each; cp splits the
+sequence into 2 cp chunks; the batch divides into dp x micro-batches; the schedule takes the vpp
+(whole layers per chunk); ZeRO stages the framework shards with a pipeline; and what the framework
+runs (schedules, ZeRO, SP, precision, ep, etp: costmodel._frameworks). search/ reuses
+`feasibility` to keep its spaces to valid rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel._frameworks import Framework, framework_preset
+from costmodel._hardware import PRECISIONS
+from costmodel._pipeline_terms import SCHED
+from costmodel._stages import StageView, pool_arrays, stage_view
+from costmodel._workloads import Transformer
+
+REASONS = (  # (ep_invalid appended: the codes before it keep their numbers; it is checked after tp, see reason_codes)
+    "ok", "gpus_exceed_cluster", "tp_not_divide_heads", "pp_not_divide_layers", "cp_not_divide_seq", "batch_not_divide",
+    "schedule_invalid", "zero_incompatible_pp", "framework_unsupported", "out_of_memory", "ep_invalid",
+)
+REASON = {name: i for i, name in enumerate(REASONS)}
+
+
+def schedule_fits(sched, p, v, chunks_ok):
+    """(N,) bool: the schedule takes vpp v on pp p: interleaved v >= 2, ZB-V v = 2, Hanayo an even
+    v (2 x waves), each with p >= 2 and whole layers per chunk (``chunks_ok``); the others v = 1."""
+    chunked = (v >= 2) & (p >= 2) & chunks_ok
+    return np.select(
+        [sched == SCHED["interleaved"], sched == SCHED["zb-v"], sched == SCHED["hanayo"]],
+        [chunked, chunked & (v == 2), chunked & (v % 2 == 0)],
+        v == 1,
+    )
+
+
+def tp_divides(model: Transformer, t):
+    """Tensor parallelism t splits the heads and K/V heads (an MLP: the hidden width) evenly."""
+    if model.kind == "mlp":
+        return model.hidden % t == 0
+    return (model.heads % t == 0) & (model.kv_heads % t == 0)
+
+
+def ep_fits(model: Transformer, e, ranks, u):
+    """(N,) bool: ep divides the experts, etp the expert's ffn width, and ep x etp the ``ranks`` =
+    tp cp dp of a stage (costmodel._experts); a dense model takes 1 and 1."""
+    if not model.is_moe:
+        return (e == 1) & (u == 1)
+    return (model.experts % e == 0) & (model.expert_ffn % u == 0) & (ranks % (e * u) == 0)
+
+
+def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None, etp=None) -> np.ndarray:
+    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp."""
+    ok = np.isin(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
+    if ep is not None and not fw.expert_parallel:
+        ok &= ep == 1
+    if etp is not None and not fw.expert_tensor_parallel:
+        ok &= etp == 1
+    if not fw.sequence_parallel:
+        ok &= ~sequence_parallel
+    if not fw.fp8:
+        ok &= precision != PRECISIONS.index("fp8")
+    return ok
+
+
+def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
+                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None) -> np.ndarray:
+    """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
+    first failing check in REASONS order wins). The context-parallel (cp divides the sequence
+    into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
+    framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision) are the same
+    for both and made here. ``ep_ok`` (homogeneous only): ep_fits, checked right after tp."""
+    fw = framework_preset(framework)
+    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp)
+    checks = [
+        (gpus_ok, "gpus_exceed_cluster"),
+        (tp_ok, "tp_not_divide_heads"),
+        *(((ep_ok, "ep_invalid"),) if ep_ok is not None else ()),
+        (pp_ok, "pp_not_divide_layers"),
+        ((cp == 1) | (seq_len % (2 * cp) == 0), "cp_not_divide_seq"),
+        (batch_ok, "batch_not_divide"),
+        (sched_ok, "schedule_invalid"),
+        ((zero <= fw.max_zero_with_pp) | (pp == 1), "zero_incompatible_pp"),
+        (fw_ok, "framework_unsupported"),
+    ]
+    reason = np.zeros(len(np.asarray(pp)), dtype=np.int8)
+    for ok, name in reversed(checks):
+        reason = np.where(ok, reason, REASON[name]).astype(np.int8)
+    return reason
+
+
+def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarray:
+    """Reason code per row for everything but memory (0 = ok; first failing check wins) under
+    ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable, with
+    placements or without, on a Cluster or a HeteroCluster (costmodel._stages)."""
+    return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
+
+
+def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework, stage_bits=None, shift=None):
+    """(reason (N,), GPUs each row puts on each pool (N, P)) of a StageView on pools ``pa``.
+
+    Per stage, as bits reduced over the row's stages at once: its pools exist (1), tp splits the
+    heads (2), whole layers, at least one (4), the batch divides into dp x micro-batches (8), v
+    chunks of whole layers (16), ep x etp folds into its ranks (32; an MoE model, not across two
+    pools); the pipeline's stages hold the model's layers. ``stage_bits``: bits 2, 8 and 32 where
+    the caller has them per stage (from its configurations); ``shift(y)``: the GPUs each split stage moves onto pool
+    y (negative: off it), where the caller has them per pair. Chunked schedules need v chunks per
+    device of whole layers: where the framework splits chunks unevenly (framework.uneven_chunks:
+    Megatron-Core's pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7,
+    8 x 14, 7 layers over 16 stages) every stage needs at least v layers, a stage that v does not
+    divide getting chunks one layer apart; the closed forms and the simulator take each chunk as
+    1/v of its stage's time (exact when v divides the stage, else within a layer's time per
+    chunk). Otherwise v must divide every stage's layers."""
+    r = sv.rows
+    p, c, v, B = r["pp"], r["cp"], r["vpp"], r["global_batch"]
+    L, P = model.layers, pa["num_gpus"].size
+    on = sv.j < p  # (k, N) stages of the pipeline (padding past pp is not)
+    d, t, n = sv.dp, sv.tp, sv.layers
+    e, u = r["ep"], r["etp"]
+    gpus = d * t * c
+    if stage_bits is None:
+        tps = np.arange(int(t.max()) + 1 if t.size else 1)
+        stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
+                      | (B % sv.batch_div != 0) * np.uint8(8))
+        if model.is_moe:
+            stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)
+    bits = stage_bits | (n < 1) * np.uint8(4)
+    ks, rows, pool2, dp2 = sv.split or (np.zeros(0, dtype=np.int64),) * 4  # (stages split across two pools)
+    if over := sv.pool.max(initial=0) >= P or pool2.max(initial=0) >= P:
+        bits = bits | (sv.pool >= P) * np.uint8(1)
+        bits.reshape(-1)[ks] |= (pool2 >= P) * np.uint8(1)
+    if model.is_moe and ks.size:  # a stage split across two pools: its expert groups would span both
+        bits.reshape(-1)[ks] |= np.uint8(32)
+    if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
+        bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
+    every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
+    weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
+    flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
+    wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
+    in_range = (lambda x: np.minimum(x, P - 1)) if over else (lambda x: x)  # noqa: E731  (counted on the last)
+    pool = in_range(sv.pool)  # a pool out of range fails bit 1
+    if P == 1 and gpus.shape[0] == 1:
+        used = (wsum * gpus[0])[:, None]
+    else:  # GPUs per pool: the stages' own pools, split stages' replicas on their second pools moved there
+        total = np.sum(g := weigh(gpus), axis=0)
+        on_pool = [np.sum(g * (pool if P == 2 else pool == y), axis=0) for y in range(1, P)]  # (P == 2: pool == 1)
+        if ks.size:
+            if shift is None:
+                moved = np.take(np.broadcast_to(t, bits.shape), ks) * np.take(c, rows) * dp2  # (dp2 x tp x cp GPUs)
+                to, fro = in_range(pool2), np.take(pool, ks)
+                shift = lambda y: moved * ((to == y).astype(np.int64) - (fro == y))  # noqa: E731
+            for y in range(1, P):
+                on_pool[y - 1] += np.bincount(rows, shift(y), len(p)).astype(np.int64)
+        per_pool = [total - sum(on_pool), *on_pool]
+        used = np.stack(per_pool, axis=1)
+    if P == 1:
+        gpus_ok = (flags & 1 == 0) & np.all(used <= pa["num_gpus"], axis=1)
+    else:  # pool by pool (N,): an all over axis 1 of (N, P) costs several times as much
+        gpus_ok = flags & 1 == 0
+        for q, x in enumerate(per_pool):
+            gpus_ok &= x <= pa["num_gpus"][q]
+    held = wsum * n[0] if n.shape[0] == 1 else np.sum(weigh(n), axis=0)
+    pp_ok = (held == L) & (flags & 4 == 0)
+    if not (every or np.all(sv.comp)):  # stages past pp hold no layers
+        pp_ok &= (held == n.sum(axis=0))
+    ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
+    reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
+                          sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
+                          seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
+                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u)
+    return reason, used

@@ -1,0 +1,250 @@
+"""Compute time of one transformer layer for one micro-batch on one GPU, and of the embedding and head.
+
+Symbols (numpy columns that broadcast: (N,) rows, (N, k) stages or (U,) configurations):
+    b micro-batch, s sequence, sc = s / cp tokens of a sequence on one rank, T = b * sc,
+    h hidden, f ffn hidden, hk K/V width, a heads, t tp, c cp.
+
+Time of one micro-batch through one layer, per GPU of the tensor-parallel group (layer_costs):
+    forward F  = GEMMs (roofline, shape-dependent utilisation: gemm_s) + attention core
+                 + element-wise (HBM-bound: hbm_s) + kernel overhead + exposed tp and cp comm
+    backward B = activation-gradient GEMMs (same FLOPs as forward) + 2x attention core
+                 + 2x element-wise + exposed tp / cp comm
+    weight   W = weight-gradient GEMMs (same FLOPs as forward)
+    recompute  = full: the whole forward again; selective: the attention core again; with
+                 multi-head latent attention instead its up-projections, whose outputs Q, K and
+                 V are not kept (Megatron-Core's recompute module "mla_up_proj", which
+                 Megatron-Bridge's DeepSeek-V3 recipes select without "core_attn", and the
+                 DeepSeek-V3 report's Sec. 3.2.3): recompute_flops_per_token.
+The tensor-parallel all-reduces are Megatron's f and g operators (Shoeybi et al. 2019); under
+sequence parallelism the same bytes as all-gathers and reduce-scatters (Korthikanti et al. 2022).
+The ring attention over cp overlaps its K/V passes with the attention core. The first stage adds
+the embedding, the last the final norm, the LM head and the loss (edge_terms). The GPU's fitted
+efficiency constants (gemm_eff_max, gemm_half_dim, hbm_eff, kernel_overhead_s) and measured
+attention kernels come from costmodel._hardware; fp8 casts outside the GEMMs from a framework
+profile (costmodel._frameworks.fp8_cast_bytes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel._collectives import all_reduce_s, tier
+from costmodel._dtypes import ACT_BYTES
+from costmodel._frameworks import Framework
+from costmodel._hardware import ATTN_SEQ_POINTS, Cluster
+from costmodel._workloads import Transformer
+
+# Element-wise traffic of one transformer layer forward, in elements of T*h (norms read +
+# write 2 x 2; two fused bias-dropout-add: read x and residual, write out, 1-byte mask,
+# 2 x 3.5) and of T*f / t (bias-GeLU read + write 2; SwiGLU reads 2, writes 1: 3).
+ELEM_TH_PER_LAYER = 4 + 7
+ELEM_TF_PER_LAYER = {"gelu": 2, "relu": 2, "swiglu": 3}
+# Backward element-wise traffic relative to forward (read the saved input and the incoming
+# gradient, write the outgoing gradient).
+ELEM_BWD_FACTOR = 2.0
+# Cross-entropy over the vocabulary: fp32 logits written, read twice (max, sum), gradient
+# written in 16 bits: bytes per logit, forward and backward together.
+XENT_BYTES_PER_LOGIT = 4 + 8 + 2
+# Flash attention's utilisation uses the 128-wide tile edge of its kernels as the half-size
+# of each side. Measured on an H100 (benchmarks/gpu_attention_sweep.py, BENCHMARKS.md "GEMM
+# calibration"): PyTorch's fused attention at head dim 128 reaches 360-490 TFLOP/s forward +
+# backward without a mask and 420-880 with a causal one (FLOPs counted over the full s x s
+# square) once b x heads >= 24, less below (107 at 12 heads, b = 1); this term gives about
+# 350-380 whatever b x heads: conservative for causal masks, optimistic for tiny ones.
+ATTN_HALF_DIM = 128.0
+
+
+def sat(x, half):
+    """Utilisation along one matrix side: x / (x + half)."""
+    return x / (x + half)
+
+
+def gemm_s(M, N, K, peak, gpu):
+    """Roofline time of (M x K) @ (K x N): FLOPs at shape utilisation vs HBM traffic."""
+    util = gpu.gemm_eff_max * sat(M, gpu.gemm_half_dim) * sat(N, gpu.gemm_half_dim) * sat(K, gpu.gemm_half_dim)
+    flop_s = 2.0 * M * N * K / (peak * util)
+    mem_s = ACT_BYTES * (M * K + K * N + M * N) / (gpu.hbm_Bps * gpu.hbm_eff)
+    return np.maximum(flop_s, mem_s)
+
+
+def hbm_s(nbytes, gpu):
+    return nbytes / (gpu.hbm_Bps * gpu.hbm_eff)
+
+
+def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
+                tp_link=None, cp_link=None, peak16=None, attn_eff=None):
+    """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays (attn_gemm: the attention
+    projections' part of gemm).
+
+    ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
+    ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
+    ``attn_eff``: (N, 6) the framework's attention kernel's fractions of ``peak16`` at ATTN_SEQ_POINTS where
+    measured, zeros (or None) for the standard formula (attention_eff_at; costmodel._hardware.ATTENTION_KERNELS).
+    The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
+    one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
+    gpu = cluster.gpu if gpu is None else gpu
+    peak16 = peak if peak16 is None else peak16
+    h, f, hk, a, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.heads, model.seq_len
+    sc = s / c
+    T = b * sc  # tokens on this rank
+    tp_bw, tp_lat = tier(t, cluster, gpu) if tp_link is None else tp_link
+    cp_bw, cp_lat = tier(t * c, cluster, gpu) if cp_link is None else cp_link
+    split = np.where(sp, t, 1)  # element-wise work is split across tp only under SP
+    if model.kind == "mlp":
+        gemm = gemm_s(T, h / t, h, peak, gpu)
+        attn = attn_gemm = np.zeros_like(gemm)
+        elem = hbm_s(ACT_BYTES * 2.0 * T * h / t, gpu)
+        # Megatron-style pairs (column- then row-parallel): one all-reduce per two layers.
+        tp_fwd = 0.5 * all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
+        cp_fwd = cp_bwd = np.zeros_like(gemm)
+        overhead = gpu.kernel_overhead_s * 0.5
+    else:
+        q = model.core_hidden  # width of Q and of the attention output (h unless head_dim is set; MLA: their mean)
+        dh = q / a  # a head's size (MLA: the mean of its query and value sizes)
+        mats = model.mlp_matrices
+        attn_gemm = attention_gemm_s(model, T, t, peak, gpu, split)
+        gemm = (
+            attn_gemm
+            + gemm_s(T, (mats - 1) * f / t, h, peak, gpu)  # MLP up (and gate)
+            + gemm_s(T, h, f / t, peak, gpu)  # MLP down
+        )
+        # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s q / t FLOPs, no s^2
+        # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
+        # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
+        tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
+        attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
+        if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
+            eff = attention_eff_at(attn_eff, sc)
+            attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)), attn)
+        elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
+        elem = hbm_s(ACT_BYTES * elem_elems, gpu)
+        # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
+        # under SP: the same bytes), Megatron's f and g operators.
+        tp_fwd = 2.0 * all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
+        # Ring attention over cp: each rank receives the other c-1 K/V blocks (forward) and
+        # sends their gradients back (backward), overlapped with the attention core.
+        kv_block = ACT_BYTES * 2.0 * b * sc * hk / t
+        cp_raw = np.where(c > 1, (c - 1) * (kv_block / cp_bw + cp_lat), 0.0)
+        cp_fwd = np.maximum(cp_raw - attn, 0.0)
+        cp_bwd = np.maximum(2.0 * cp_raw - 2.0 * attn, 0.0)
+        overhead = gpu.kernel_overhead_s * 2.0
+    return {
+        "gemm": gemm,
+        "attn": attn,
+        "attn_gemm": attn_gemm,
+        "elem": elem,
+        "overhead": overhead + np.zeros_like(gemm),
+        "tp_fwd": tp_fwd,
+        "cp_fwd": cp_fwd,
+        "cp_bwd": cp_bwd,
+        "tp_bw": tp_bw,
+        "tp_lat": tp_lat,
+        "cp_bw": cp_bw, "cp_lat": cp_lat,
+        "T": T,
+    }
+
+
+def attention_eff_at(table, seq):
+    """A kernel's rate (table (..., 6) at ATTN_SEQ_POINTS) at length ``seq``: log2-linear (hat weights), clamped."""
+    x = np.clip(np.log2(np.asarray(seq, dtype=np.float64) / ATTN_SEQ_POINTS[0]), 0.0, len(ATTN_SEQ_POINTS) - 1.0)
+    return np.sum(np.asarray(table) * np.maximum(0.0, 1.0 - np.abs(x[..., None] - np.arange(len(ATTN_SEQ_POINTS)))), -1)
+
+
+def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):
+    """The QKV and attention output projections of one layer (dense or MoE) on one GPU of the
+    tensor-parallel group: T tokens, the query width q and the K/V width hk split by t (MLA: its
+    matrices, Transformer.attn_matrices; the whole ones on the T / ``split`` tokens of the rank's
+    sequence slice under sequence parallelism, the latents gathered after them)."""
+    h, q, hk = model.hidden, model.q_hidden, model.kv_hidden
+    if model.mla:
+        return sum(gemm_s(T / split if s == "dup" else T, o / t if s == "col" else o, i / t if s == "row" else i,
+                          peak, gpu) for i, o, s in model.attn_matrices())
+    return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
+
+
+def fp8_cast_s(model: Transformer, T, t, gpu, casts):
+    """(forward, backward) seconds per layer and micro-batch of T tokens at tensor parallelism t
+    that a framework casting to fp8 outside the GEMMs spends on its casts: ``casts`` = bytes moved
+    per element of each linear layer's input, per weight element forward, per element of its
+    output's gradient and per weight element backward (Framework.fp8_cast_bytes, each (N,) or a
+    scalar; zero where the row does not cast). The layer's linear products as the model counts
+    them: QKV (input h, output (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1)
+    f / t), down (f / t, h), the weights split by t (MLA: its attention matrices, each as
+    Transformer.attn_matrices splits it). An MLP has no casts."""
+    zero = np.zeros_like(T)
+    if model.kind == "mlp":
+        return zero, zero
+    h, q, hk, f, mats = model.hidden, model.q_hidden, model.kv_hidden, model.ffn_hidden, model.mlp_matrices
+    if model.mla:
+        mm = model.attn_matrices()
+        x = T * (h + f / t + sum(i / t if s == "row" else i for i, _, s in mm))
+        g = T * (h + (mats - 1) * f / t + sum(o / t if s == "col" else o for _, o, s in mm))
+        w = mats * h * f / t + sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
+    else:
+        x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
+        g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
+        w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
+    cx, cw, cg, cwb = casts
+    return hbm_s(cx * x + cw * w, gpu) + zero, hbm_s(cg * g + cwb * w, gpu) + zero
+
+
+def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
+               xent_bytes=XENT_BYTES_PER_LOGIT) -> dict[str, np.ndarray]:
+    """The embedding's (first stage) and the head's (last stage) terms for one micro-batch of T
+    tokens at tensor parallelism t: times emb_c, emb_tp, head_gemm, head_elem, head_tp and the
+    activation bytes emb_act, head_act; zeros for an MLP, which has neither. The head's GEMM
+    runs at the 16-bit FLOP/s ``peak16``, also under fp8 (FP8_IN_16_BIT); its loss moves
+    ``xent_bytes`` a logit (Framework.xent_bytes)."""
+    h, V = model.hidden, model.vocab
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    if model.kind == "mlp":
+        return dict.fromkeys(("emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp", "emb_act", "head_act"), zero)
+    sp_div = np.where(sp, t, 1)
+    return {
+        # Embedding: gather T rows of h (read + write), backward scatter-add (same again); the
+        # vocab-parallel lookup ends in one all-reduce of T*h.
+        "emb_c": hbm_s(ACT_BYTES * 4.0 * T * h, gpu) + zero,
+        "emb_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + zero,
+        # Head: logits GEMM (forward, then dX and dW), final norm and cross-entropy traffic; the
+        # input's all-gather (SP) or all-reduce (backward) of T*h, and the vocab-parallel loss's
+        # 3 small all-reduces of T fp32 values.
+        "head_gemm": gemm_s(T, V / t, h, peak16, gpu) + zero,
+        "head_elem": hbm_s(ACT_BYTES * 3.0 * T * h + xent_bytes * T * V / t, gpu) + zero,
+        "head_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(4.0 * T, t, tp_bw, tp_lat)
+        + zero,
+        "emb_act": (ACT_BYTES + 1) * T * h / sp_div + zero,  # embedding output and its dropout mask
+        "head_act": 4.0 * T * V / t + zero,  # fp32 logits of one micro-batch
+    }
+
+
+def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False):
+    """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
+    weights (full); under selective, the attention scores (4 s x the query width; MLA: its
+    up-projections, 2 FLOPs a weight) or, for a dense
+    layer under per-op checkpointing (Framework.selective "op"), the matrix products it does not
+    save (expert layers keep the attention-core policy: per-op checkpointing of experts is not
+    modelled)."""
+    if model.kind == "mlp":
+        sel_re = 0.0
+    elif fw.selective == "op" and not moe_layer:
+        sel_re = op_checkpoint_products(model)[1]
+    elif model.mla:  # its up-projections (module docstring, recompute)
+        sel_re = 2.0 * sum(i * o for i, o in model.attn_up_matrices())
+    else:
+        sel_re = 4.0 * model.seq_len * model.q_hidden
+    fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
+    return np.where(full, fwd, np.where(sel, sel_re, 0.0))
+
+
+def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
+    """A dense layer's matrix products in the order torchtitan's Llama block runs them (wq, wk,
+    wv, wo, then w1, w3, w2 for SwiGLU or fc1, fc2), as (output width per token, split by tensor
+    parallelism, saved) with every other one saved (torchtitan's per-op policy saves the 1st,
+    3rd, ... product of a block), the FLOPs per token of those recomputed, and of all."""
+    h, hk, f, qh = model.hidden, model.kv_hidden, model.ffn_hidden, model.q_hidden
+    ffn = [(h, f), (h, f), (f, h)] if model.activation == "swiglu" else [(h, f), (f, h)]
+    shapes = [(h, qh), (h, hk), (h, hk), (model.o_hidden, h), *ffn]  # (input, output) widths
+    row_parallel = {3, len(shapes) - 1}  # wo and the last FFN product: full-width partial sums
+    mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
+    flops = [2.0 * a * b for a, b in shapes]
+    return mms, sum(x for x, (_, _, kept) in zip(flops, mms, strict=True) if not kept), sum(flops)

@@ -1,0 +1,193 @@
+"""One layer's terms per stage configuration, under the framework's profile, and its F, B, W.
+
+shape_terms gathers every term that depends only on the micro-batch shape and the precision: the
+dense layer's times (costmodel._layer_compute.layer_costs), fp8 casts, the embedding and head, the
+activation bytes (costmodel._memory_terms) and, for an MoE model, the MoE layer's (moe_shape_terms,
+costmodel._experts). framework_terms applies a framework profile (costmodel._frameworks): what its
+kernels keep (fused attention drops the s x s scores; fp8 saved inputs), its selective recompute
+policy (attention core, MLA up-projections or torchtitan's per-op checkpointing), eager
+element-wise bytes, GQA's K/V copies and PyTorch's ring attention. layer_terms turns them into the
+per-layer forward F, backward B (with recompute) and weight-gradient W times, and the parts the
+metrics report.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel._dtypes import ACT_BYTES
+from costmodel._experts import moe_layer_costs
+from costmodel._frameworks import Framework
+from costmodel._hardware import PRECISIONS, Cluster
+from costmodel._layer_compute import (
+    ELEM_BWD_FACTOR,
+    ELEM_TF_PER_LAYER,
+    ELEM_TH_PER_LAYER,
+    XENT_BYTES_PER_LOGIT,
+    edge_terms,
+    fp8_cast_s,
+    gemm_s,
+    layer_costs,
+    op_checkpoint_products,
+)
+from costmodel._memory_terms import fp8_input_saving, layer_activation_bytes, moe_layer_activation_bytes
+from costmodel._workloads import Transformer
+
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
+# What layer_terms reads of a dense layer's shape terms (after framework_terms).
+LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
+                "cast_b")
+
+
+def moe_layer_inputs(sh: dict) -> dict:
+    """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
+    framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
+    return {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
+            for k in (*LAYER_INPUTS, *MOE_TERMS[3:])}
+
+
+# The layer terms moe_stage_terms reads (the dense layer's: the first four).
+MOE_PART_KEYS = ("compute", "recompute", "tp", "cp", "ep")
+
+
+def moe_stage_terms(n, n_m, lt, lt_m):
+    """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_parts
+    takes them: the MoE layer's terms with n where every layer is one (``lt`` None), else the
+    stage's sums over both kinds with 1 layer."""
+    if lt is None:
+        return n, {k: lt_m[k] for k in ("compute", "recompute", "tp", "cp", "ep")}
+    n_d = n - n_m
+    out = {k: n_d * lt[k] + n_m * lt_m[k] for k in ("compute", "recompute", "tp", "cp")}
+    out["ep"] = n_m * lt_m["ep"]
+    return np.ones(np.shape(n)), out
+
+
+def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, moe=None,
+                **links) -> dict[str, np.ndarray]:
+    """Every per-row term that depends only on the micro-batch shape and the precision: one layer's
+    costs (layer_costs, which takes ``links`` and ``peak16``), the embedding and head times, activation bytes.
+    ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
+    layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)
+    and the framework's xent_bytes (edge_terms)."""
+    etp_link = links.pop("etp_link", None)
+    casts = links.pop("casts", None)
+    xent = links.pop("xent_bytes", XENT_BYTES_PER_LOGIT)
+    gpu = links.get("gpu") or cluster.gpu
+    lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
+    T = lc["T"]
+    zero = np.zeros_like(T)
+    lc["cast_f"], lc["cast_b"] = fp8_cast_s(model, T, t, gpu, casts) if casts is not None else (zero, zero)
+    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"], xent)
+    act_L, score_L = layer_activation_bytes(model, b, t, c, sp)
+    out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
+                                     "cast_b")}
+    out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
+               cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
+    if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
+        out["up"] = sum(gemm_s(T, o / t, i, peak, gpu) for i, o in model.attn_up_matrices()) + zero
+        out["qkv_L"] = ACT_BYTES * T * (2 * model.q_hidden + model.o_hidden) / t + zero
+    if moe is not None:
+        out.update(moe_shape_terms(model, cluster, out, b, t, c, sp, peak, moe, etp_link))
+    return out
+
+
+def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None) -> dict:
+    """The MoE layer's shape terms (moe_<key> of MOE_TERMS, and moe_act_L) from the dense ones ``sh``
+    (shape_terms without ``moe``, at the same shape: T, attn, attn_gemm, overhead); ``moe`` = (ep,
+    etp, framework, precision); ``etp_link`` as shape_terms takes it."""
+    e, u, fw, precision = moe
+    fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
+    ml = moe_layer_costs(model, cluster, {k: sh[k] for k in ("T", "attn", "attn_gemm", "overhead")}, t, sp, e, peak,
+                         fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch)
+    zero = np.zeros_like(sh["T"])
+    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS},
+            "moe_act_L": moe_layer_activation_bytes(model, b, t, c, sp, u)[0] + zero}
+
+
+def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
+    """Shape terms under the framework: the activation bytes its kernels do not keep taken out
+    (the attention scores where its attention is fused; half of each linear layer's saved input
+    where it keeps those in fp8 and the row runs fp8), and what its selective recompute keeps
+    (sel_kept), holds while recomputing a layer (sel_work), recomputes (sel_re, seconds per
+    layer) and communicates again (sel_tp); the same with a moe_ prefix for an MoE layer, whose
+    experts keep their inputs in 16 bits and take the attention-core policy (fp8 expert inputs
+    and per-op checkpointing of experts are not modelled). ``t``, ``sp``, ``precision``: the
+    columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
+    adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
+    K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
+    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*."""
+    repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
+    ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
+    if (any(fw.eager_elem_bytes) or repeat or ring) and model.kind != "mlp":
+        T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
+        fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+    if ring:  # per element E of the rank's Q (K, V as wide after repeat_kv): copies at the element-wise rate; K, V
+        # all-gathered in bf16 behind step 0's attention; fp32 dK, dV passed on behind each next step's, the last bare
+        c, E, attn, bw, lat = terms["c"], T * model.q_hidden / t, terms["attn"], terms["cp_bw"], terms["cp_lat"]
+        (ff, fs, bf, bs), on, step = fw.ring_attention_bytes, terms["c"] > 1, terms["elem"] / fused  # s a byte
+        gather, dkv = (c - 1) * (2.0 * ACT_BYTES * E / bw + lat), 2.0 * 4.0 * E / bw + lat  # (bf16 K, V; fp32 dK, dV)
+        terms = {**terms, "cast_f": terms["cast_f"] + np.where(on, step * (ff + fs * (c - 1)) * E, 0.0),
+                 "cast_b": terms["cast_b"] + np.where(on, step * (bf + bs * (c - 1)) * E, 0.0),
+                 "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
+                 "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
+                                    + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
+    if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
+        eh, eqk, ef = fw.eager_elem_bytes
+        extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
+        kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
+        terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
+                 "cast_b": terms["cast_b"] + kv}
+    act, score = terms["act_L"], terms["score_L"]
+    moe_act = terms.get("moe_act_L")
+    if fw.fused_attention:
+        act = act - score
+        moe_act = None if moe_act is None else moe_act - score
+        score = np.zeros_like(score)
+    if fw.fp8_saved_inputs:
+        fp8 = precision == PRECISIONS.index("fp8")
+        attn_b, ffn_b = fp8_input_saving(model, terms["T"], t, sp)
+        act = act - np.where(fp8, attn_b + ffn_b, 0.0)
+        moe_act = None if moe_act is None else moe_act - np.where(fp8, attn_b, 0.0)
+    zero = np.zeros_like(act)
+    if fw.selective == "op" and model.kind != "mlp":
+        mms, re_flops, all_flops = op_checkpoint_products(model)
+        T, sp_div = terms["T"], np.where(sp, t, 1)
+        saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
+        # the block's input, the saved products, the attention output (its kernel's result is
+        # saved too) and, with sequence parallelism, the two reduce-scatters' outputs
+        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.o_hidden / t
+                                + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
+        sel_kept = np.minimum(kept, act)
+        sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
+               "sel_re": re_flops / all_flops * (terms["gemm"] + terms["cast_f"]) + terms["elem"] + terms["overhead"],
+               "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
+    elif model.mla:  # its up-projections instead of the core (costmodel._layer_compute, recompute)
+        sel = {"sel_kept": act - score - terms["qkv_L"], "sel_work": zero, "sel_re": terms["up"], "sel_tp": zero}
+    else:
+        sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
+    out = {**terms, "act_L": act, "score_L": score, **sel}
+    if moe_act is not None:
+        qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + zero)
+        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - score - qkv, moe_sel_work=zero, moe_sel_re=re,
+                   moe_sel_tp=zero)
+    return out
+
+
+def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
+    """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
+    times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
+    gradients) and the parts reported: compute, recompute, tp and cp comm."""
+    f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
+    bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
+    tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
+    re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
+    sel_tp = np.where(sel, lc["sel_tp"], 0.0)
+    out = {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
+           "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
+           "cp": cpf + cpb + np.where(full, cpf, 0.0)}
+    if "ep_fwd" in lc:  # an MoE layer: its all-to-alls forward, backward and again in a full recompute
+        epf, epb = lc["ep_fwd"], lc["ep_bwd"]
+        out["F"] = out["F"] + epf
+        out["B"] = out["B"] + epb + np.where(full, epf, 0.0)
+        out["ep"] = epf + epb + np.where(full, epf, 0.0)
+    return out

@@ -1,0 +1,195 @@
+"""The pipeline: its bubble, the bottleneck stage, micro-batches in flight, and the simulator's rows.
+
+Closed forms for stage times X_i = F_i + B_i + W_i + recompute, m micro-batches, p stages, v
+chunks, T_C the hand-off between stages:
+    GPipe / 1F1B:  m * max_i X_i + (sum_i X_i - max_i X_i)       + 2 (p - 1) T_C
+    interleaved:   m * max_i X_i + (sum_i X_i - max_i X_i) / v   + 2 (p - 1) T_C
+    ZB-H1:         m * max_i X_i + (p - 1) max(F + B - W, 0)     + 2 (p - 1) T_C
+    ZB-H2:         m * max_i X_i + (p - 1) max(F + B - 2W, 0)    + 2 (p - 1) T_C
+which for uniform stages give (m + p - 1) X and (m + (p - 1)/v) X (Narayanan et al. 2021
+Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. pipeline_bubble_s is the
+second term (the fill and drain); pipeline_step adds the rest and sends the rows outside the
+closed forms' domain (outside_closed_form; ZB-V and Hanayo always) to the schedule simulator
+(costmodel._pipeline, through simulate_pipelines and its per-process cache). in_flight counts the
+micro-batches each stage holds at its peak (the activation memory's multiplier).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel._sorted_memo import Memo
+from costmodel._strategy import SCHEDULES
+
+SCHED = {name: i for i, name in enumerate(SCHEDULES)}
+# Schedules the closed forms above price; ZB-V and Hanayo have none and are always priced by
+# the pipeline simulator (costmodel._pipeline).
+CLOSED_FORM_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+SIMULATED_SCHEDULES = ("zb-v", "hanayo")
+PIPELINE_MODES = ("closed_form", "simulate")
+
+
+def pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
+    """Pipeline fill and drain time of the closed forms (module docstring): (sum - max of the
+    stage times) / v for GPipe, 1F1B and interleaving; ZB-H1 and ZB-H2 fill with the
+    bottleneck's F + B - W and F + B - 2W per stage boundary."""
+    vv = np.where(sched == SCHED["interleaved"], v, 1)
+    fill = (X_sum - X_max) / vv
+    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
+    return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+
+
+def in_flight(sched, p, m, v, stage, rows=None):
+    """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
+    stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
+    Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core).
+
+    GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
+    follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
+    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023). ``rows``: the schedule
+    columns are per row and ``stage`` holds stages of rows ``rows`` (flat stages)."""
+    # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
+    # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
+    # the 1F1B form here).
+    sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
+    is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
+    a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
+                  [m, (p - 1) * 2 + (v - 1) * p + 1, p, 2 * p - 1], p)
+    c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
+    q = np.where(is_i, v, 1)
+    cap = m * q
+    if rows is not None:
+        a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
+    return np.minimum(a + c * stage, cap) / q
+
+
+def outside_closed_form(sched, p, m, F_b, B_b, W_b):
+    """Rows the closed forms do not price and the simulator always does: ZB-V and Hanayo;
+    interleaving with micro-batches not a multiple of pp (Megatron-LM's grouping then leaves
+    more idle time than (m + (p - 1)/v) X); zero-bubble schedules outside the Zero Bubble
+    paper's regime (m >= p and T_W <= min(T_F, T_B) on the bottleneck stage)."""
+    zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
+    return (
+        np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
+        | ((sched == SCHED["interleaved"]) & (m % p != 0))
+        | (zb & ((m < p) | (W_b > np.minimum(F_b, B_b))))
+    )
+
+
+def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
+    """Compute, recompute, tp and cp (and, where ``lt`` has it, ep) time per iteration of the
+    bottleneck stage (n layers, first / last: it holds the embedding / the head), from its
+    layer_terms ``lt``."""
+    out = {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
+           "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
+           "cp_comm": m * (n * lt["cp"])}
+    if "ep" in lt:
+        out["ep_comm"] = m * (n * lt["ep"])
+    return out
+
+
+def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
+                  stage_inputs):
+    """Pipeline time (N,): the closed forms with fill and drain hand-offs ``pp_comm``, then, if
+    ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
+    "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
+    Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
+    fill = pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
+    pipe = m * X_max + fill + pp_comm
+    simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
+    needs = simulated & (reason == 0)
+    if not (simulate_now and np.any(needs)):
+        return pipe, fill, pp_comm, needs & ~np.bool_(simulate_now), None
+    q = np.flatnonzero(needs)
+    total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q))
+    # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
+    # where they are exposed, the rest of the idle time as bubble.
+    busy = m[q] * (F_b[q] + B_b[q] + W_b[q])  # (the simulator's stages: F, B, W)
+    pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
+    pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
+    fill[q] = total - busy - pp_comm[q]
+    return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
+
+
+def simulate_pipelines(shape, comp, F, Bk, W, tc):
+    """Exact pipeline time (R,) of R rows and the peak micro-batches in flight (row_shape (R,),
+    peaks (G, D_max)): stage j of row i holds ``peaks[row_shape[i], j]``. ``shape`` (R, 4):
+    schedule, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k): the stage times and
+    the hand-off on the link after each stage column, the stages 0 .. pp - 1 (zero past pp) or,
+    where ``comp`` is set, three representatives (first, interior, last) of stages alike.
+
+    Each distinct input is simulated once, or taken from a per-process cache; shapes with many
+    distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
+    from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
+
+    k = F.shape[1]
+    inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
+    uniq, back = np.unique(inputs, axis=0, return_inverse=True)
+    back = back.ravel()
+    shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
+    gid = gid.ravel()
+    u_p = uniq[:, 1].astype(np.int64)[:, None]
+    dev = np.arange(int(u_p.max()))[None, :]
+    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
+    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
+    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
+                                       0.0) for i in range(4))  # per device; columns past pp unused
+    u_keys = np.ascontiguousarray(uniq).view(np.dtype((np.void, uniq.shape[1] * 8))).ravel()
+    cache = _simulation_cache(uniq.shape[1])
+    known, cached = cache.lookup(u_keys)
+    u_total = cached[:, 0].copy()
+    counts = np.bincount(gid[~known], minlength=len(shapes))
+    big = counts > _MIXED_MAX_SETS
+    for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
+        code, pg, mg, vg = (int(x) for x in shapes[g])
+        r = np.flatnonzero((gid == g) & ~known)
+        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r, :pg])
+        u_total[r] = res.total_time
+    small = ~big[gid] & ~known
+    if np.any(small):
+        keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
+        renum = np.full(len(shapes), -1)
+        renum[keep] = np.arange(len(keep))
+        mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]
+        r = np.flatnonzero(small)
+        u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
+    cache.add(u_keys[~known], u_total[~known, None])
+    peaks = np.zeros((len(shapes), dev.shape[1]))
+    for g, (code, pg, mg, vg) in enumerate(shapes):
+        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+    return u_total[back], gid[back], peaks
+
+
+# Distinct parameter sets of one pipeline shape above which it is simulated on its own
+# (simulate()'s (ops, sets) walk); at or below, with the other small shapes in one flat walk.
+_MIXED_MAX_SETS = 64
+# Simulated pipeline times kept per process: key = (schedule, pp, m, vpp, stage times, T_C) as
+# raw float64 bytes, value = the time. A cache of a pure function: it changes no result, only
+# skips work. Bounded by bytes of keys (a full cache is emptied and starts again).
+_CACHE_MAX_BYTES = 32 << 20
+_CACHES: dict[int, Memo] = {}
+
+
+def _simulation_cache(columns: int) -> Memo:
+    """The cache for keys of ``columns`` float64 values (one per key width)."""
+    cache = _CACHES.get(columns)
+    if cache is None or len(cache) * columns * 8 > _CACHE_MAX_BYTES:
+        cache = _CACHES[columns] = Memo(width=1)
+    return cache
+
+
+# MoE rows: stage times within this relative distance of the slowest count as tied (the first is
+# the bottleneck), so that round-off does not pick another stage than the scalar reference does.
+# Dense rows keep the plain argmax (their results are unchanged by the MoE work, bit for bit).
+TIE_REL = 1e-12
+
+
+def first_max_stage(a, tol: bool = False):
+    """(N,) index of the first stage row holding its column's maximum of ``a`` (k, N) (``tol``:
+    within TIE_REL of it; 0 where none does, NaN): np.argmax over the stages, from the largest k - i over the rows i
+    that hold it, in int8 (an argmax over axis 0 costs several times as much)."""
+    top = a.max(axis=0)
+    hit = a >= top * (1.0 - TIE_REL) if tol else a == top
+    k = a.shape[0]
+    return (k - np.max(hit * np.arange(k, 0, -1, dtype=np.int8 if k < 128 else np.int64)[:, None], axis=0).astype(
+        np.int64)) % k

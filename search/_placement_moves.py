@@ -1,0 +1,99 @@
+"""MCMC's local moves on a search.HeteroSpace (placements on the pools of a mixed cluster).
+
+The first four moves uniformly: swap two stages' pools; move one stage boundary by one step;
+change one stage's degrees (dp, tp or order to another choice, or trade a factor 2 between its
+tp and dp keeping its GPUs); change one global choice (pp included); and, where the space has
+splits, at a share SPLIT_MOVE_SHARE, change one stage's split (dp2 one step up or down, or
+another pool2). Rows need not come back valid: the caller masks them with ``space.valid``.
+
+This module reads the space only through its dimensions (``dims``, ``radices``, ``num_slots``,
+``has_split``, ``global_dims``), so that the space's own random draws (a walk of these moves,
+search._hetero_space) and the searcher's proposer (search._moves) both import it from below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PLACEMENT_MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
+# Share of MCMC's moves and of random draws' stages that change a stage's split.
+# Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
+# move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
+# optimum. Splits are opt-in (from_options(dp2=...)): the split dims cost the searchers
+# throughput where splits do not pay (BENCHMARKS.md, "Heterogeneous").
+SPLIT_MOVE_SHARE = 0.1
+
+
+def placement_moves(space):
+    """The move function of a HeteroSpace, ``move(digits, rng)``: (C, D) digits -> (C, D), one move a row."""
+    S = space.num_slots
+    index = {d.name: k for k, d in enumerate(space.dims)}
+    radices = space.radices
+
+    def stage_cols(family: str, n: int = S) -> np.ndarray:
+        return np.array([index[f"{family}.{j}"] for j in range(n)])
+
+    pool_cols, dp_cols, tp_cols, order_cols = (stage_cols(f) for f in ("pool", "dp", "tp", "order"))
+    shift_cols = stage_cols("stage_shift", S - 1) if S > 1 else None
+    split_cols = (stage_cols("dp2"), stage_cols("pool2")) if space.has_split else None
+    gcols = np.array([0] + [index[n] for n in space.global_dims])
+
+    def move(digits, rng: np.random.Generator) -> np.ndarray:
+        cur = np.atleast_2d(np.asarray(digits, dtype=np.int64))
+        out = cur.copy()
+        C = len(cur)
+        rows = np.arange(C)
+        p = np.asarray(space.dims[0].choices)[cur[:, 0]]
+        which = rng.integers(0, len(PLACEMENT_MOVES) - 1, C)  # the four placement moves, uniformly
+        if split_cols is not None:  # a share of SPLIT_MOVE_SHARE becomes a split move
+            which = np.where(rng.random(C) < SPLIT_MOVE_SHARE, len(PLACEMENT_MOVES) - 1, which)
+        j1 = (rng.random(C) * p).astype(np.int64)
+        j2 = (rng.random(C) * p).astype(np.int64)
+        # swap two stages' pools
+        sw = which == 0
+        a, b = pool_cols[j1], pool_cols[j2]
+        out[rows[sw], a[sw]] = cur[rows[sw], b[sw]]
+        out[rows[sw], b[sw]] = cur[rows[sw], a[sw]]
+        # move a stage boundary by one step (pp = 1: change pp instead)
+        sh = which == 1
+        if S > 1:
+            jb = (rng.random(C) * np.maximum(p - 1, 1)).astype(np.int64)
+            cols = shift_cols[jb]
+            step = np.where(rng.random(C) < 0.5, -1, 1)
+            new = np.clip(cur[rows, cols] + step, 0, radices[cols] - 1)
+            out[rows[sh], cols[sh]] = new[sh]
+        # change one stage's degrees
+        dg = which == 2
+        kind = rng.integers(0, 4, C)  # 0 dp, 1 tp, 2 order, 3 trade tp x2 <-> dp x2
+        for k, colset in ((0, dp_cols), (1, tp_cols), (2, order_cols)):
+            m = dg & (kind == k)
+            c = colset[j1]
+            r = radices[c]
+            new = (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r
+            out[rows[m], c[m]] = new[m]
+        tr = dg & (kind == 3)
+        up = rng.random(C) < 0.5
+        cd, ct = dp_cols[j1], tp_cols[j1]
+        new_t = np.clip(cur[rows, ct] + np.where(up, 1, -1), 0, radices[ct] - 1)
+        new_d = np.clip(cur[rows, cd] + np.where(up, -1, 1), 0, radices[cd] - 1)
+        out[rows[tr], ct[tr]] = new_t[tr]
+        out[rows[tr], cd[tr]] = new_d[tr]
+        # change one global choice (pp included)
+        gl = which == 3
+        c = gcols[rng.integers(0, len(gcols), C)]
+        r = radices[c]
+        new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
+        out[rows[gl], c[gl]] = new[gl]
+        # change one stage's split: dp2 one step (ordinal), or another second pool
+        sp = which == 4
+        if sp.any():
+            on_dp2 = rng.random(C) < 0.5
+            c = np.where(on_dp2, split_cols[0][j1], split_cols[1][j1])
+            r = radices[c]
+            step = np.where(rng.random(C) < 0.5, -1, 1)
+            new = np.where(on_dp2, np.clip(cur[rows, c] + step, 0, r - 1),
+                           (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % r)
+            out[rows[sp], c[sp]] = new[sp]
+        return out
+
+    return move
