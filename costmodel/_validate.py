@@ -120,7 +120,7 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise InputError(str(path), "the measured-runs columns (README.md, Validation)", f"missing {missing}")
+            raise InputError(str(path), "the measured-runs columns (docs/validation.md)", f"missing {missing}")
         rows = list(reader)
     if not rows:
         raise InputError(str(path), "at least one run", "no rows")
