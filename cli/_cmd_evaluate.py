@@ -49,7 +49,7 @@ def add_spec_args(p) -> None:
 def add_framework_arg(p, what: str = "the training framework whose schedules, sharding, overlap and attention "
                      "kernel are priced") -> None:
     p.add_argument("--framework", default=DEFAULT_FRAMEWORK, type=framework_arg,
-                   help=f"{what}: " + ", ".join(FRAMEWORKS) + f" (default {DEFAULT_FRAMEWORK}; README, Frameworks)")
+                   help=f"{what}: " + ", ".join(FRAMEWORKS) + f" (default {DEFAULT_FRAMEWORK}; docs/frameworks.md)")
 
 
 def framework_arg(text: str) -> str:

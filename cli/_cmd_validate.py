@@ -12,7 +12,7 @@ from costmodel._validate import calibrate, read_hardware, read_runs, validate, w
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help=COMMAND_HELP["validate"])
-    p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (schema: README.md, Validation), or a "
+    p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (columns: docs/validation.md), or a "
                    "published set shipped with plansweep: narayanan2021-table1, korthikanti2022-mfu")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     add_framework_arg(p, "the framework of rows whose framework cell is empty")

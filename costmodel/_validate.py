@@ -125,7 +125,7 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
     try:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise InputError(str(path), "the measured-runs columns (README.md, Validation)", f"missing {missing}")
+            raise InputError(str(path), "the measured-runs columns (docs/validation.md)", f"missing {missing}")
         rows = list(reader)
     except csv.Error as exc:
         raise InputError(str(path), "a well-formed CSV file", f"line {reader.line_num}: {exc}") from None

@@ -121,13 +121,13 @@ def test_part_holds_readable_strategy_and_metric_columns(tmp_path):
     assert rows[0]["microbatches"] == 1536 // 8  # m = B / (dp * b)
 
 
-def test_the_readme_names_every_column_a_part_has():
-    """README's "Results (Parquet schema)" names every column of a part, one pool or mixed, and
-    its tables list no column that no part has; a mixed cluster's parts add just the placement
-    lists."""
+def test_the_schema_page_names_every_column_a_part_has():
+    """docs/run-directories.md's "Results (Parquet schema)" names every column of a part, one pool
+    or mixed, and its tables list no column that no part has; a mixed cluster's parts add just the
+    placement lists."""
     import re
 
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "run-directories.md")) as f:
         text = f.read()
     section = text[text.index("## Results (Parquet schema)"):]
     section = section[:section.index("\n## ")]
