@@ -24,8 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cli import build_parser  # noqa: E402
-from cli._cmd_sweep import grid_request  # noqa: E402
+from cli import run_request  # noqa: E402
 from sweep._grid import evaluate_unit, plan_units, run_grid  # noqa: E402
 from sweep._keep import Keep  # noqa: E402
 from sweep._ray import init_ray, shutdown_ray  # noqa: E402
@@ -70,8 +69,7 @@ def _processes(rd: RunDir, n: int, evaluated: list) -> float:
 
 def one(root: str, name: str, extra: list[str], *, workers: int | None, processes: int = 0) -> dict:
     out = os.path.join(root, name)
-    args = build_parser().parse_args(["sweep", *SPACE, *extra, "--out", out])
-    rd, _ = RunDir.create_or_resume(out, grid_request(args))
+    rd, _ = RunDir.create_or_resume(out, run_request([*SPACE, *extra, "--out", out]))
     start_s = 0.0
     with rd:
         if processes:

@@ -86,6 +86,15 @@ def commands_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_request(words: list[str]) -> dict:
+    """What the `plansweep sweep` command line ``words`` (its flags, after "sweep") asks: the
+    identity of its run (run.json's request), parsed and checked as the command does, without
+    running it; for benchmarks that time a run of their own. InputError for bad flags."""
+    from cli._cmd_sweep import grid_request
+
+    return grid_request(build_parser("sweep").parse_args(["sweep", *words]))
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words and words[0] in COMMAND_OF:

@@ -166,11 +166,10 @@ def test_the_check_finds_an_import_circle(tmp_path):
     assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# What benchmarks/ may import of the command line: its parsers (the flags a benchmark replays), and the request a
-# `plansweep sweep` command line makes of its parsed flags (bench_sweep.py times that command's run). Everything
-# else they share with the commands lives below cli/.
-BENCHMARK_CLI_IMPORTS = {"cli": "build_parser", "cli._space_args": "the space flags' parser",
-                         "cli._cmd_sweep": "grid_request: the run a sweep command line asks for"}
+# What benchmarks/ may import of the command line: its parsers (the flags a benchmark replays, and cli.run_request:
+# the run a sweep command line asks for, which bench_sweep.py times). Everything else they share with the commands
+# lives below cli/.
+BENCHMARK_CLI_IMPORTS = {"cli": "build_parser, run_request", "cli._space_args": "the space flags' parser"}
 
 
 def benchmark_cli_imports(root: Path) -> list[str]:
