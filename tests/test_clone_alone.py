@@ -214,11 +214,11 @@ def test_tracked_tree_runs_without_shared(tmp_path):
 
     found = data_reading_tests(copy)
     assert len(found) >= 40, found
-    listed = run("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "not slow", *found)
+    listed = run("-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "not slow", *found)
     assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
     nodes = once_each(listed.stdout)
     assert len(nodes) >= 35, nodes
-    tests = run("-m", "pytest", "-q", "-p", "no:cacheprovider", *nodes)
+    tests = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *nodes)  # one process: this test is one worker's
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
     assert f"{len(nodes)} passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-3000:]
     val = run("-m", "cli", "validate", "narayanan2021-table1")
