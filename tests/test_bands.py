@@ -233,3 +233,12 @@ def test_parquet_rows_carry_the_band():
     shipped = bands.shipped_bands()
     expect = shipped.half_width[F["megatron"], [P["tp-pp"], P["deep-pp"], P["tp-pp"]]][t > 0]
     assert h == pytest.approx(expect)
+
+
+def test_a_placed_plan_carries_its_band_too(capsys):
+    assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "a100x64+h100x64", "--strategy",
+                 str(ROOT / "examples" / "plan.yaml"), "--framework", "megatron-core", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    band, t = doc["error_band"], doc["metrics"]["tokens_per_s"]
+    assert band["regime"] == "megatron x tp-pp"  # tp 4 and 8, 8 stages, bf16
+    assert band["low"] < t < band["high"]
