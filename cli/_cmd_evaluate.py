@@ -186,8 +186,10 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     for s in stages:
         s["layers"] = int(s["layers"])
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure).items()}
+    from costmodel._bands import error_band_row
+
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
-            "strategy": row,
+            "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "stages": stages, "goodput": g}
 
@@ -202,6 +204,10 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
     lines.append(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   "
                  f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
                  f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
+    b = rep["error_band"]
+    if m["feasible"]:
+        lines.append(f"error band {b['low']:,.0f} - {b['high']:,.0f} tokens/s (regime {b['regime']}"
+                     + ("" if "too few" in b["regime"] else f", {b['runs']} published runs") + ")")
     parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
              ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
              ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]
@@ -304,8 +310,11 @@ def run_hetero(args, model, cluster, data) -> int:
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason
     if args.json:  # print_json writes non-finite numbers as null
+        from costmodel._bands import error_band_row
+
         print_json({"model": model.name, "cluster": cluster.name, "framework": args.framework,
-                    "strategy": table.row(0, names), "metrics": m, "stages": rows})
+                    "strategy": table.row(0, names), "metrics": m, "stages": rows,
+                    "error_band": error_band_row(m["tokens_per_s"], table, args.framework)})
         return 0
     print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {args.framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}

@@ -75,8 +75,10 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
     shown = {k for k in ("ep", "etp") if any((r.get(k) or 1) > 1 for r in rows)}
     cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp") or c[0] in shown)]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
+    band = thr == "tokens_per_s" and "tokens_per_s_low" in columns  # the error band (costmodel._bands)
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
-            + f" {'step s':>9} {unit:>12} {'MFU':>6} {'mem GB':>7}" + ("  reason" if with_reason else ""))
+            + f" {'step s':>9} {unit:>12}" + (f" {'±%':>6}" if band else "") + f" {'MFU':>6} {'mem GB':>7}"
+            + ("  reason" if with_reason else ""))
     # Uneven partitions (null = uniform stages): layers per stage and recompute initials per stage.
     with_layers = any(r.get("stage_layers") for r in rows)
     with_rc = any(r.get("stage_recompute") for r in rows)
@@ -91,7 +93,7 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
         line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
                 + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
-                + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
+                + (band_cell(r, rows[0]) if band else "") + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
         if with_reason:
             line += f"  {r.get('reason', '')}"
         if with_layers:
@@ -101,7 +103,19 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         if r.get("stage_pool"):
             line += "  " + format_placement(r)
         out.append(line)
+    if band and any(band_cell(r, rows[0]).endswith("~") for r in rows[1:]):
+        out.append("~ tied with #1 within the model's error (their bands overlap): measure these")
     return "\n".join(out)
+
+
+def band_cell(row: dict, best: dict) -> str:
+    """A row's error band as a half-width in percent of its throughput, ``~`` where it reaches the band of ``best``
+    (the first row; tokens_per_s_low / _high)."""
+    t, lo, hi = row.get("tokens_per_s") or 0.0, row.get("tokens_per_s_low"), row.get("tokens_per_s_high")
+    if not t or lo is None or hi is None:
+        return f" {'-':>6}"
+    tied = row is not best and best.get("tokens_per_s_low") is not None and hi >= best["tokens_per_s_low"]
+    return f" {50 * (hi - lo) / t:5.1f}" + ("~" if tied else " ")
 
 
 def format_placement(row: dict) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg
 from costmodel import InputError
-from costmodel._validate import calibrate, read_hardware, read_runs, validate, write_hardware
+from costmodel._validate import band_table_of, calibrate, read_hardware, read_runs, validate, write_hardware
 
 
 def register(sub) -> None:
@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     add_framework_arg(p, "the framework of rows whose framework cell is empty")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--write-bands", metavar="PATH", help="also compute the error bands by regime from these runs and "
+                   "write them as JSON (plansweep's own: costmodel/data/error_bands.json, from "
+                   "tests/data/validation/published_runs.csv; docs/validation.md, \"Error bands\")")
     p.set_defaults(func=run_validate)
     c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
     c.add_argument("file", metavar="FILE.csv|SET")
@@ -26,8 +29,12 @@ def register(sub) -> None:
 
 
 def run_validate(args) -> int:
+    if args.write_bands and Path(args.write_bands).is_dir():
+        raise InputError("--write-bands", "a file path", f"{args.write_bands} is a directory")
     eff = read_hardware(args.hardware) if args.hardware else None
-    res = validate(read_runs(args.file, eff, args.framework))
+    runs = read_runs(args.file, eff, args.framework)
+    res = validate(runs)
+    bands = write_bands(args.write_bands, band_table_of(args.file, runs, res)) if args.write_bands else None
     if args.json:
         print_json(res)
         return 0
@@ -45,7 +52,35 @@ def run_validate(args) -> int:
           + (f"   {res['out_of_memory_runs']} run(s) predicted out of memory" if res["out_of_memory_runs"] else "")
           + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}%"
              if res["memory_mean_abs_error_pct"] is not None else ""))
+    if bands is not None:
+        print(format_bands(bands))
+        print(f"wrote {args.write_bands}")
     return 0
+
+
+def write_bands(path: str, table: dict) -> dict:
+    """Write the band table as JSON, whole or not at all."""
+    import json
+
+    from costmodel._files import replaced_atomically
+
+    with replaced_atomically(path) as tmp:
+        Path(tmp).write_text(json.dumps(table, indent=1) + "\n")
+    return table
+
+
+def format_bands(table: dict) -> str:
+    """The band table's regimes that hold runs, and the level, as lines."""
+    out = [f"error bands at conformal level {table['level']:.2f} (regimes of {table['min_runs']}+ runs; "
+           f"leave-one-source-out coverage {100 * table['loso_coverage']:.1f}% of {table['priced_runs']} runs):",
+           f"  {'regime':<24} {'runs':>4} {'band':>15} {'LOSO inside':>11}"]
+    for c in table["regimes"]:
+        if c["runs"]:
+            cover = "-" if c["loso_coverage"] is None else f"{100 * c['loso_coverage']:.0f}%"
+            band = f"{c['low_pct']:+.1f}%/{c['high_pct']:+.1f}%"
+            note = "" if c["regime"] == f"{c['family']} x {c['parallelism']}" else "  " + c["regime"]
+            out.append(f"  {c['family'] + ' x ' + c['parallelism']:<24} {c['runs']:>4} {band:>15} {cover:>11}{note}")
+    return "\n".join(out)
 
 
 def run_calibrate(args) -> int:

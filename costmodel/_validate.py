@@ -326,6 +326,31 @@ def validate(runs: list[MeasuredRun]) -> dict:
     }
 
 
+def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:
+    """The error-band table (costmodel._bands.band_table) of ``runs`` read from ``path`` and validate()'s ``result``
+    over them: each run's regime from its strategy columns and profile, its source from the file's ``source`` column,
+    and the file's name, row count, SHA-256 and today's date."""
+    import datetime
+    import hashlib
+
+    from costmodel._bands import band_table, family_codes, parallelism_codes, source_group
+
+    p = measured_path(path)
+    data = p.read_bytes()
+    cells = list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
+    if len(cells) != len(runs):
+        raise InputError(str(path), f"the file the {len(runs)} runs were read from", f"{len(cells)} rows")
+    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
+                                       precision=[r.fixed.get("precision", "bf16") for r in runs],
+                                       global_batch=[r.fixed["global_batch"] for r in runs])
+    origin = {"file": Path(path).as_posix() if Path(path).is_file() else str(path), "rows": len(runs),
+              "sha256": hashlib.sha256(data).hexdigest(), "date": datetime.date.today().isoformat()}
+    sources = [source_group(c.get("source"), r.name) for c, r in zip(cells, runs, strict=True)]
+    families = family_codes([r.framework for r in runs], len(runs))
+    return band_table([row["error_pct"] for row in result["rows"]], families, parallelism_codes(table), sources,
+                      [r.name for r in runs], origin)
+
+
 def strict_json(value):
     """``value`` with every non-finite float as None, so json.dumps(..., allow_nan=False)
     writes standard JSON (no Infinity or NaN)."""

@@ -4,7 +4,8 @@ Schema (README, "Results (Parquet schema)"): the strategy columns with readable 
 as its name), stage_layers / stage_recompute as lists, null when the row's stages are
 uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
-costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), then run_id,
+costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), the error band of tokens_per_s
+(BAND_COLUMNS, costmodel._bands.error_bands), then run_id,
 model, cluster, framework (the costmodel._frameworks profile it was priced under), iteration
 and grid_index. The column ``searcher`` comes from the hive
 partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
+from costmodel._bands import error_bands
 from costmodel._files import replaced_atomically
 from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS, ORDERS
 
@@ -43,6 +45,7 @@ STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_la
 # differ per stage); stage_layers and stage_recompute are null where uniform, as on one pool.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
+BAND_COLUMNS = ("tokens_per_s_low", "tokens_per_s_high")  # tokens_per_s's error band (costmodel._bands)
 
 
 def _metric_type(name: str) -> pa.DataType:
@@ -67,6 +70,7 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
         named = ("stage_pool", "stage_order", "stage_pool2")  # strings; the others int64
         fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
+    fields += [pa.field(c, pa.float64()) for c in BAND_COLUMNS]
     fields += [pa.field(c, pa.string()) for c in ("run_id", "model", "cluster", "framework")]
     fields += [pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
     return pa.schema(fields, metadata=dict(metadata or {}))
@@ -152,6 +156,8 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
         cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
     for c in METRIC_COLUMNS:
         cols[c] = _decode(metrics[c], REASONS) if c == "reason" else pa.array(metrics[c], type=_metric_type(c))
+    band = error_bands(metrics["tokens_per_s"], table, framework)
+    cols["tokens_per_s_low"], cols["tokens_per_s_high"] = (pa.array(band[k], pa.float64()) for k in ("low", "high"))
     for c, value in (("run_id", run_id), ("model", model), ("cluster", cluster), ("framework", framework)):
         cols[c] = pa.array(np.full(n, value, dtype=object), type=pa.string())
     cols["iteration"] = pa.array(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (n,)), type=pa.int64())

@@ -35,7 +35,7 @@ from sweep._checks import Shown, check_parts, check_run_info, read_json, said, s
 from sweep._results import result_schema, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
-RUN_FORMAT = 2  # 2: a framework column in every part
+RUN_FORMAT = 3  # 2: a framework column in every part; 3: tokens_per_s_low / _high (the error band)
 RUN_JSON = "run.json"
 RESULTS = "results"
 STATE = "state"
