@@ -134,7 +134,7 @@ def measured_path(word: str | Path) -> Path:
 def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
               framework: str | None = None) -> list[MeasuredRun]:
     """Parse and validate a measured-runs CSV (a path or a shipped set's name, see measured_sets). Every bad cell is
-    one InputError naming the file, the line, the row's name and the column (``runs.csv line 7 (my-run): gpu``). A
+    one InputError naming the file, the row's name, the line and the column (``runs.csv, row my-run, line 7: gpu``). A
     row's ``framework`` cell names its profile (costmodel._frameworks, aliases too); an empty cell takes ``framework``
     (None: the default profile)."""
     p = measured_path(path)
@@ -152,7 +152,7 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
     runs = []
     for line, row in enumerate(rows, start=2):
         name = row.get("name")
-        where = f"{path} line {line}" + (f" ({name.strip()})" if isinstance(name, str) and name.strip() else "")
+        where = f"{path}, " + (f"row {name.strip()}, " if isinstance(name, str) and name.strip() else "") + f"line {line}"
         try:
             runs.append(_run_of_row(row, where, efficiency, framework))
         except InputError as exc:  # a check below the row's own (model, cluster): name the row

@@ -102,7 +102,7 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
         w.writerows(rows)
     assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{f} line 3 (gpt-3.6B): tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
+    assert f"{f}, row gpt-3.6B, line 3: tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
 
 
 def test_bench_json_keys(capsys):

@@ -82,22 +82,22 @@ def test_moe_columns_without_a_preset_make_the_moe_model(tmp_path):
 
 def test_a_shape_cell_that_disagrees_with_the_preset_is_refused(tmp_path, capsys):
     _refused(tmp_path, capsys, [{**QWEN, "hidden": "5120"}],
-             "{path} line 2 (qwen): hidden: expected 4096 (the value of model qwen3-235b-a22b), or empty, got 5120")
+             "{path}, row qwen, line 2: hidden: expected 4096 (the value of model qwen3-235b-a22b), or empty, got 5120")
 
 
 def test_a_row_without_preset_or_shapes_is_refused(tmp_path, capsys):
     _refused(tmp_path, capsys, [{**DENSE, "model": "", "vocab": ""}],
-             "{path} line 2 (dense): vocab: expected a value (this column may not be empty without a model preset)")
+             "{path}, row dense, line 2: vocab: expected a value (this column may not be empty without a model preset)")
 
 
 @pytest.mark.parametrize("column, value, needle", [
-    ("gpu", "z100", "{path} line 3 (dense): gpu: expected one of"),
-    ("framework", "megatron-9", "{path} line 3 (dense): framework: expected one of"),
-    ("model", "gpt-9", "{path} line 3 (dense): model: expected one of"),
-    ("stage_layers", "16 15", "{path} line 3 (dense): stage_layers: expected pp=1 numbers >= 1 adding up to layers=32"),
-    ("scaleout_GBps", "fast", "{path} line 3 (dense): scaleout_GBps: expected a number, got 'fast'"),
-    ("overlap_dp", "maybe", "{path} line 3 (dense): overlap_dp: expected one of true, 1, false, 0 (or empty)"),
-    ("ep", "two", "{path} line 3 (dense): ep: expected an integer, got 'two'"),
+    ("gpu", "z100", "{path}, row dense, line 3: gpu: expected one of"),
+    ("framework", "megatron-9", "{path}, row dense, line 3: framework: expected one of"),
+    ("model", "gpt-9", "{path}, row dense, line 3: model: expected one of"),
+    ("stage_layers", "16 15", "{path}, row dense, line 3: stage_layers: expected pp=1 numbers >= 1 adding up to layers=32"),
+    ("scaleout_GBps", "fast", "{path}, row dense, line 3: scaleout_GBps: expected a number, got 'fast'"),
+    ("overlap_dp", "maybe", "{path}, row dense, line 3: overlap_dp: expected one of true, 1, false, 0 (or empty)"),
+    ("ep", "two", "{path}, row dense, line 3: ep: expected an integer, got 'two'"),
 ])
 def test_a_bad_cell_is_one_line_naming_file_line_row_and_value(tmp_path, capsys, column, value, needle):
     # the bad cell on the second row: the first row reads, the error names the second, and the value it found
