@@ -17,9 +17,9 @@ import csv
 import math
 
 import numpy as np
+from validation_by_source import CSV, GROUPS, group_of
 
 from costmodel._validate import _with_eff, calibrate, predict, read_runs
-from validation_by_source import CSV, GROUPS, group_of
 
 
 def _errors(runs, fitted=None) -> np.ndarray:
@@ -56,8 +56,8 @@ def main() -> None:
     assert all(map(math.isfinite, h))
     print(f"| all (each row priced by the fit without its source) | {h.size} | {np.abs(b).mean():.1f}% | "
           f"{np.abs(h).mean():.1f}% | |")
-    fitted = calibrate([r for r, ok in zip(runs, priced) if ok])
-    e = _errors([r for r, ok in zip(runs, priced) if ok], fitted)
+    fitted = calibrate([r for r, ok in zip(runs, priced, strict=True) if ok])
+    e = _errors([r for r, ok in zip(runs, priced, strict=True) if ok], fitted)
     print(f"fitted on every source (in-sample): mean abs error {np.abs(e).mean():.1f}%; constants "
           + "; ".join(f"{g}: " + ", ".join(f"{k}={getattr(v, k):.3g}" for k in ("gemm_eff_max", "hbm_eff", "link_eff"))
                       for g, v in sorted(fitted.items())))

@@ -19,8 +19,9 @@ import argparse
 import dataclasses
 import json
 
-from costmodel._validate import predict, read_runs
 from validation_breakdown import CSV, parts
+
+from costmodel._validate import read_runs
 
 UNITS = {"measured_iteration_time_s": "s/step", "measured_tokens_per_s_per_gpu": "tokens/s/GPU",
          "measured_tflops_per_gpu": "TFLOP/s/GPU", "measured_mfu": "MFU", "measured_hfu": "HFU"}

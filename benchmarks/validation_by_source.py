@@ -102,7 +102,8 @@ def main() -> None:
         print("\nrows worse than 10%:")
         for i in np.argsort(-np.abs(np.nan_to_num(err, posinf=1e9))):
             if abs(err[i]) > 10:
-                print(f"  {runs[i].name:48s} {err[i]:+8.1f}%  {regime[i]}" + ("  (predicted out of memory)" if oom[i] else ""))
+                flag = "  (predicted out of memory)" if oom[i] else ""
+                print(f"  {runs[i].name:48s} {err[i]:+8.1f}%  {regime[i]}{flag}")
         print("\nrows with cells the model chose (the source does not publish them):")
         for run, r in zip(runs, res, strict=True):
             moot = ({"vpp", "schedule"} if run.fixed["pp"] == 1 else set()) | (

@@ -152,7 +152,8 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
     runs = []
     for line, row in enumerate(rows, start=2):
         name = row.get("name")
-        where = f"{path}, " + (f"row {name.strip()}, " if isinstance(name, str) and name.strip() else "") + f"line {line}"
+        named = f"row {name.strip()}, " if isinstance(name, str) and name.strip() else ""
+        where = f"{path}, {named}line {line}"
         try:
             runs.append(_run_of_row(row, where, efficiency, framework))
         except InputError as exc:  # a check below the row's own (model, cluster): name the row

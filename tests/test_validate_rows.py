@@ -94,7 +94,8 @@ def test_a_row_without_preset_or_shapes_is_refused(tmp_path, capsys):
     ("gpu", "z100", "{path}, row dense, line 3: gpu: expected one of"),
     ("framework", "megatron-9", "{path}, row dense, line 3: framework: expected one of"),
     ("model", "gpt-9", "{path}, row dense, line 3: model: expected one of"),
-    ("stage_layers", "16 15", "{path}, row dense, line 3: stage_layers: expected pp=1 numbers >= 1 adding up to layers=32"),
+    ("stage_layers", "16 15", "{path}, row dense, line 3: stage_layers: expected pp=1 numbers >= 1 adding up to "
+                              "layers=32"),
     ("scaleout_GBps", "fast", "{path}, row dense, line 3: scaleout_GBps: expected a number, got 'fast'"),
     ("overlap_dp", "maybe", "{path}, row dense, line 3: overlap_dp: expected one of true, 1, false, 0 (or empty)"),
     ("ep", "two", "{path}, row dense, line 3: ep: expected an integer, got 'two'"),
@@ -133,3 +134,16 @@ def test_every_shipped_row_is_priced():
     res = validate(read_runs(PUBLISHED))
     assert res["unpriced_runs"] == 0
     assert all(np.isfinite(r["error_pct"]) for r in res["rows"])
+
+
+def test_causal_counting_halves_attention_over_the_query_width():
+    # QK^T and AV take 2 s q + 2 s o FLOPs a token forward (q: query and key width, o: value and output width), three
+    # times that with the backward; counting the causal half removes half of it on every layer. By hand:
+    # Qwen3-235B-A22B: 64 heads of 128, q = o = 8192 (twice its hidden size 4096); DeepSeek-V3 (MLA): 128 heads,
+    # q = 128 x (128 + 64) = 24576, o = 128 x 128 = 16384.
+    from costmodel._validate import flops_per_iteration
+    for name, layers, q, o in (("qwen3-235b-a22b", 94, 8192, 8192), ("deepseek-v3", 61, 24576, 16384)):
+        m = model_preset(name)
+        s = m.seq_len
+        full, causal = (flops_per_iteration(m, 1, c) for c in ("model_flops", "causal_model_flops"))
+        assert full - causal == pytest.approx(3 * layers * (s * q + s * o) * s, rel=1e-12)

@@ -155,7 +155,8 @@ def test_moe_rows_have_the_published_parameter_counts():
     assert seen == set(MOE_PUBLISHED)
     # the hand count behind the 2.5% above: DeepSeek-V3 from its config's shapes
     h, q_lora, kv_lora, heads, nope, rope, v = 7168, 1536, 512, 128, 128, 64, 128
-    mla = h * q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * h
+    mla = (h * q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope) + kv_lora * heads * (nope + v)
+           + heads * v * h)
     expert, dense_ffn = 3 * h * 2048, 3 * h * 18432
     norms = 2 * h + q_lora + kv_lora
     hand = (3 * (mla + dense_ffn + norms) + 58 * (mla + 9 * expert + h * 256 + norms)
