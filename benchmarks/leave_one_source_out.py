@@ -1,6 +1,6 @@
 """Leave-one-source-out: fit the efficiency constants without a source, price that source.
 
-    PYTHONPATH=. python benchmarks/leave_one_source_out.py
+    cd benchmarks && PYTHONPATH=..:. python3 leave_one_source_out.py
 
 For each source of tests/data/validation/published_runs.csv (grouped as in
 benchmarks/validation_by_source.py): `plansweep calibrate`'s fit (costmodel._validate.calibrate:
@@ -8,6 +8,7 @@ gemm_eff_max, hbm_eff, link_eff per GPU type) on the rows of every other source,
 held-out source's mean |error| under that fit, beside its error under the shipped constants.
 A GPU type with no row outside the held-out source keeps its shipped constants. Only rows the
 shipped model prices (a finite error) take part: calibrate's loss is infinite otherwise.
+The last line is the mean over every row, each priced by the fit without its own source.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import csv
 import math
 
 import numpy as np
+from validation_by_source import CSV, GROUPS, group_of
 
 from costmodel._validate import _with_eff, calibrate, predict, read_runs
-from validation_by_source import CSV, GROUPS
 
 
 def _errors(runs, fitted=None) -> np.ndarray:
@@ -32,7 +33,7 @@ def _errors(runs, fitted=None) -> np.ndarray:
 def main() -> None:
     sources = [r["source"] for r in csv.DictReader(CSV.open())]
     runs = read_runs(CSV)
-    group = [next(label for prefix, label in GROUPS if s.startswith(prefix)) for s in sources]
+    group = [group_of(s) for s in sources]
     base = _errors(runs)
     priced = np.isfinite(base)
     print("| held-out source | runs priced | shipped constants: mean abs error | fitted without it: mean abs error "
@@ -55,8 +56,8 @@ def main() -> None:
     assert all(map(math.isfinite, h))
     print(f"| all (each row priced by the fit without its source) | {h.size} | {np.abs(b).mean():.1f}% | "
           f"{np.abs(h).mean():.1f}% | |")
-    fitted = calibrate([r for r, ok in zip(runs, priced) if ok])
-    e = _errors([r for r, ok in zip(runs, priced) if ok], fitted)
+    fitted = calibrate([r for r, ok in zip(runs, priced, strict=True) if ok])
+    e = _errors([r for r, ok in zip(runs, priced, strict=True) if ok], fitted)
     print(f"fitted on every source (in-sample): mean abs error {np.abs(e).mean():.1f}%; constants "
           + "; ".join(f"{g}: " + ", ".join(f"{k}={getattr(v, k):.3g}" for k in ("gemm_eff_max", "hbm_eff", "link_eff"))
                       for g, v in sorted(fitted.items())))

@@ -107,6 +107,8 @@ STREAM_HBM_FRACTION = 0.9
 MAMF_FRACTION = {
     "A100-SXM4-40GB": 267.9 / 312,
     "A100-SXM4-80GB": 267.9 / 312,
+    # A800: the A100 80GB die with NVLink cut to 400 GB/s; the same compute ceiling.
+    "A800-SXM4-80GB": 267.9 / 312,
     "H100-SXM5-80GB": 792.1 / 989.4,
     # Grand Teton's 96 GB part: the same die, the H100's fraction of its peak; its 500 W limit is in its preset peaks
     # (hardware_presets.csv: the middle of H100 SXM's and NVL's, torchtitan's footnote), which the kernels scale with.
@@ -171,6 +173,7 @@ GPU_ALIASES = {
     "a100-40gb": "A100-SXM4-40GB",
     "a100": "A100-SXM4-80GB",
     "a100-80gb": "A100-SXM4-80GB",
+    "a800": "A800-SXM4-80GB",
     "h100": "H100-SXM5-80GB",
     "h100-96gb": "H100-SXM5-96GB-500W",
     "h800": "H800-SXM5-80GB",

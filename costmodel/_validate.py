@@ -1,9 +1,11 @@
 """Predicted vs measured speed (and memory) of published (or a user's own) runs; fitting GPU constants to them.
 
-The measured-runs schema is README.md's (section "Validation", one row per run). An empty cell means the source did not
-say: the authors tuned it, so we take the value the cost model finds best among the candidates below, and report which.
-Settings without a column take Megatron-LM's defaults: no overlap of the gradient exchange (``--overlap-grad-reduce``
-is opt-in), bf16 (or the row's ``precision``).
+The measured-runs schema is docs/validation.md's ("The measured-runs file", one row per run). An empty cell means the
+source did not say: the authors tuned it, so we take the value the cost model finds best among the candidates below,
+and report which.
+The gradient exchange overlaps the backward pass as the row's framework usually runs it (Framework.overlap_dp_usual;
+an ``overlap_dp`` cell says otherwise); precision is bf16 unless the row's ``precision`` cell says. A row's model is a
+preset (``model`` cell) or its shape columns, its cluster the GPU preset with the row's own network where given.
 
 A row is compared on what its source published, the first of: iteration time, tokens/s per GPU, TFLOP/s per GPU (with
 its counting convention, FLOP_CONVENTIONS), MFU, HFU, each turned into the iteration time it implies: error_pct is
@@ -30,13 +32,26 @@ from costmodel._files import read_text, replaced_atomically
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
-from costmodel._workloads import Transformer
+from costmodel._workloads import Transformer, model_preset
 
+# Columns every file has. The transformer's shape columns (SHAPE_COLUMNS) are required too unless the file has a
+# ``model`` column (a preset's name) and every row names one there.
 REQUIRED = (
-    "name", "gpu", "num_gpus", "gpus_per_node", "layers", "hidden", "ffn_hidden", "heads",
-    "kv_heads", "seq_len", "vocab", "activation", "tp", "pp", "dp", "cp", "vpp", "global_batch",
+    "name", "gpu", "num_gpus", "gpus_per_node", "seq_len", "tp", "pp", "dp", "cp", "vpp", "global_batch",
     "micro_batch", "recompute", "sequence_parallel", "zero_stage",
 )
+SHAPE_COLUMNS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "activation")
+# Optional model columns: a head's size, the mixture-of-experts fields (empty on dense rows) and the layer's make-up
+# (empty: SwiGLU rows are Llama-like, RMSNorm, no bias, untied head, rotary; other rows GPT-like, LayerNorm, bias, tied
+# head, learned positions). All are costmodel._workloads.Transformer's fields of the same name.
+MOE_COLUMNS = ("experts", "experts_per_token", "shared_experts", "expert_ffn_hidden", "dense_layers", "moe_layer_freq")
+ARCH_COLUMNS = ("norm", "bias", "tied_embeddings", "learned_positions")
+# Optional run columns: expert and expert-tensor parallel degrees (ep, etp), layers per pipeline stage (stage_layers,
+# space-separated, one number per stage: Megatron-Core's uneven first / last stages), whether the gradient exchange
+# overlaps the backward pass (overlap_dp; empty: the framework's usual, Framework.overlap_dp_usual), and the row's own
+# network where the source publishes it (GB/s per GPU per direction, replacing the GPU preset's NVLink and scale-out
+# figures).
+NETWORK_COLUMNS = {"scaleup_GBps": "scaleup_Bps", "scaleout_GBps": "scaleout_Bps"}
 # Published speed, most direct first: the first one a row fills is what it is compared on.
 MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
             "measured_hfu")
@@ -47,7 +62,7 @@ MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measu
 #   model_flops: the cost model's own count (Transformer.model_flops_per_sample: matrix products, attention over the
 #       full s x s square; Korthikanti et al. 2022 Eq. 7 for GPT shapes), no recompute
 #   causal_model_flops: model_flops with the attention score products over the causal half of the s x s square
-#       (Megatron-Bridge's performance tables count so)
+#       (Megatron-Bridge's performance tables and Megatron-LM's training.py since 2025 count so)
 #   6nd: 6 x parameters x tokens (Kaplan et al. 2020), every parameter counted
 #   palm: 6 N + 12 l h s per token, N without embeddings (Chowdhery et al. 2022, App. B)
 FLOP_CONVENTIONS = ("narayanan_eq3", "model_flops", "causal_model_flops", "6nd", "palm")
@@ -68,11 +83,12 @@ class MeasuredRun:
     convention: str | None = None  # FLOP counting of measured_tflops_per_gpu
     measured_memory_gb: float | None = None
     framework: str = DEFAULT_FRAMEWORK  # its profile's name (costmodel._frameworks)
+    stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage, where the row gives them
 
 
-def _number(row: dict, key: str, line: int, *, integer: bool = False) -> float | int | None:
+def _number(row: dict, key: str, where: str, *, integer: bool = False) -> float | int | None:
     """A cell as a non-negative integer (``integer``) or a positive number; None when empty (the
-    source does not say); InputError naming the line and column otherwise."""
+    source does not say); InputError naming the row (``where``) and column otherwise."""
     v = row.get(key) or ""
     v = v.strip() if isinstance(v, str) else v
     if v == "":
@@ -80,18 +96,18 @@ def _number(row: dict, key: str, line: int, *, integer: bool = False) -> float |
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise InputError(f"line {line}: {key}", "an integer" if integer else "a number", v) from None
+        raise InputError(f"{where}: {key}", "an integer" if integer else "a number", v) from None
     if not math.isfinite(f):
-        raise InputError(f"line {line}: {key}", "a finite number", v)
+        raise InputError(f"{where}: {key}", "a finite number", v)
     if integer and (f != int(f) or f < 0):
-        raise InputError(f"line {line}: {key}", "a non-negative integer", v)
+        raise InputError(f"{where}: {key}", "a non-negative integer", v)
     if not integer and not f > 0:
-        raise InputError(f"line {line}: {key}", "a positive number", v)
+        raise InputError(f"{where}: {key}", "a positive number", v)
     return int(f) if integer else f
 
 
-def _int(row: dict, key: str, line: int) -> int | None:
-    return _number(row, key, line, integer=True)
+def _int(row: dict, key: str, where: str) -> int | None:
+    return _number(row, key, where, integer=True)
 
 
 # Published measurement sets shipped with the package (costmodel/data/measured/*.csv), by name:
@@ -117,13 +133,15 @@ def measured_path(word: str | Path) -> Path:
 
 def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
               framework: str | None = None) -> list[MeasuredRun]:
-    """Parse and validate a measured-runs CSV (a path or a shipped set's name, see measured_sets); raises InputError
-    naming the line and column. A row's ``framework`` cell names its profile (costmodel._frameworks, aliases too); an
-    empty cell takes ``framework`` (None: the default profile)."""
+    """Parse and validate a measured-runs CSV (a path or a shipped set's name, see measured_sets). Every bad cell is
+    one InputError naming the file, the row's name, the line and the column (``runs.csv, row my-run, line 7: gpu``). A
+    row's ``framework`` cell names its profile (costmodel._frameworks, aliases too); an empty cell takes ``framework``
+    (None: the default profile)."""
     p = measured_path(path)
     reader = csv.DictReader(io.StringIO(read_text(p, str(path), "measured-runs CSV file"), newline=""))
     try:
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED + (() if "model" in header else SHAPE_COLUMNS) if c not in header]
         if missing:
             raise InputError(str(path), "the measured-runs columns (docs/validation.md)", f"missing {missing}")
         rows = list(reader)
@@ -133,68 +151,150 @@ def read_runs(path: str | Path, efficiency: dict[str, Efficiency] | None = None,
         raise InputError(str(path), "at least one run", "no rows")
     runs = []
     for line, row in enumerate(rows, start=2):
+        name = row.get("name")
+        named = f"row {name.strip()}, " if isinstance(name, str) and name.strip() else ""
+        where = f"{path}, {named}line {line}"
         try:
-            runs.append(_run_of_row(row, line, efficiency, framework))
-        except InputError as exc:  # a check below the row's own (model, cluster): name the line
-            if exc.argument.startswith("line "):
+            runs.append(_run_of_row(row, where, efficiency, framework))
+        except InputError as exc:  # a check below the row's own (model, cluster): name the row
+            if exc.argument.startswith(where):
                 raise
-            raise InputError(f"line {line}: {exc.argument}", exc.expected, exc.got) from None
+            raise InputError(f"{where}: {exc.argument}", exc.expected, exc.got) from None
     return runs
 
 
-def _text(row: dict, key: str, line: int) -> str:
-    """A cell that must hold a word (name, gpu, activation); InputError naming the line otherwise."""
+def _text(row: dict, key: str, where: str) -> str:
+    """A cell that must hold a word (name, gpu, activation); InputError naming the row otherwise."""
     v = row.get(key)
     if not isinstance(v, str) or not v.strip():
-        raise InputError(f"line {line}: {key}", "a value (this column may not be empty)", v or "")
+        raise InputError(f"{where}: {key}", "a value (this column may not be empty)", v or "")
     return v.strip()
 
 
-def _run_of_row(row: dict, line: int, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
-    """One MeasuredRun from a CSV row (read_runs)."""
-    if None in row:  # csv.DictReader keeps cells past the header under None
-        raise InputError(f"line {line}", "at most one cell per column of the header", f"{len(row[None])} more")
-    need = {k: _int(row, k, line) for k in (
-        "num_gpus", "gpus_per_node", "layers", "hidden", "ffn_hidden", "heads", "kv_heads",
-        "seq_len", "vocab", "tp", "pp", "dp", "global_batch")}
-    for k, v in need.items():
-        if v is None:
-            raise InputError(f"line {line}: {k}", "a value (this column may not be empty)", "")
-    given = {k: _number(row, k, line) for k in MEASURES + ("measured_memory_gb",)}
-    measure = next((k for k in MEASURES if given[k] is not None), None)
-    if measure is None:
-        raise InputError(f"line {line}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
-    convention = (row.get("tflops_convention") or "").strip().lower() or None
-    if measure == "measured_tflops_per_gpu" and convention not in FLOP_CONVENTIONS:
-        raise InputError(f"line {line}: tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS),
-                         convention or "")
-    gpu_name, activation = _text(row, "gpu", line), _text(row, "activation", line).lower()
+def _word(row: dict, key: str, where: str, words) -> str | None:
+    """An optional cell among ``words`` (lower case); None when empty."""
+    v = (row.get(key) or "").strip().lower()
+    if v and v not in words:
+        raise InputError(f"{where}: {key}", "one of " + ", ".join(words) + " (or empty)", row[key])
+    return v or None
+
+
+def _model_fields(row: dict, where: str) -> dict:
+    """The Transformer fields a row's cells give (empty cells left out)."""
+    out: dict[str, object] = {}
+    for k in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "head_dim", *MOE_COLUMNS):
+        v = _int(row, k, where)
+        if v is not None:
+            out[k] = v
+    activation = (row.get("activation") or "").strip().lower()
+    if activation:
+        out["activation"] = activation
+    norm = _word(row, "norm", where, ("layernorm", "rmsnorm"))
+    if norm:
+        out["norm"] = norm
+    for k in ARCH_COLUMNS[1:]:
+        v = _word(row, k, where, tuple(BOOL_WORDS))
+        if v:
+            out[k] = BOOL_WORDS[v]
+    return out
+
+
+def _row_model(row: dict, where: str) -> Transformer:
+    """The row's transformer: the preset its ``model`` cell names (each filled shape cell must agree with it), else
+    its shape columns, with the seq_len cell either way."""
+    fields = _model_fields(row, where)
+    seq = _int(row, "seq_len", where)
+    if not seq:
+        raise InputError(f"{where}: seq_len", "a value (this column may not be empty)", row.get("seq_len") or "")
+    name = _text(row, "name", where)
+    preset = (row.get("model") or "").strip()
+    if preset:
+        base = model_preset(preset)
+        for k, v in fields.items():
+            if getattr(base, k) != v:
+                raise InputError(f"{where}: {k}", f"{getattr(base, k)} (the value of model {preset}), or empty", v)
+        return dataclasses.replace(base, name=name, seq_len=seq)
+    for k in SHAPE_COLUMNS:
+        if k not in fields:
+            raise InputError(f"{where}: {k}", "a value (this column may not be empty without a model preset)",
+                             row.get(k) or "")
+    if fields.get("experts", 1) > 1 and "experts_per_token" not in fields:
+        raise InputError(f"{where}: experts_per_token", "a value on a row with experts > 1", "")
+    llama = fields["activation"] == "swiglu"
+    arch = {"norm": "rmsnorm" if llama else "layernorm", "bias": not llama, "tied_embeddings": not llama,
+            "learned_positions": not llama}
+    return Transformer(name=name, seq_len=seq, **{**arch, **fields})
+
+
+def _row_cluster(row: dict, where: str, efficiency: dict[str, Efficiency] | None) -> Cluster:
+    """The row's GPUs: the preset its ``gpu`` cell names (with ``efficiency``'s constants where given), num_gpus in
+    nodes of gpus_per_node, the network columns replacing the preset's link figures where filled."""
+    n, per = (_int(row, k, where) for k in ("num_gpus", "gpus_per_node"))
+    for k, v in (("num_gpus", n), ("gpus_per_node", per)):
+        if not v:
+            raise InputError(f"{where}: {k}", "an integer >= 1", row.get(k) or "")
+    gpu_name = _text(row, "gpu", where)
     gpu = gpu_preset(gpu_name, efficiency=(efficiency or {}).get(gpu_preset(gpu_name).name))
-    model = Transformer(
-        name=_text(row, "name", line), layers=need["layers"], hidden=need["hidden"],
-        ffn_hidden=need["ffn_hidden"], heads=need["heads"], kv_heads=need["kv_heads"],
-        seq_len=need["seq_len"], vocab=need["vocab"], activation=activation,
-        **({"norm": "rmsnorm", "bias": False, "tied_embeddings": False, "learned_positions": False}
-           if activation == "swiglu" else {}),
-    )
-    cluster = make_cluster(gpu, need["num_gpus"], gpus_per_node=need["gpus_per_node"])
-    fixed: dict[str, object] = {k: need[k] for k in ("tp", "pp", "dp", "global_batch")}
-    for k in ("cp", "vpp", "micro_batch", "zero_stage"):
-        v = _int(row, k, line)
+    links = {arg: v * 1e9 for col, arg in NETWORK_COLUMNS.items() if (v := _number(row, col, where)) is not None}
+    return make_cluster(gpu, n, gpus_per_node=per, **links)
+
+
+def _row_stage_layers(row: dict, where: str, layers: int, pp: int) -> tuple[int, ...] | None:
+    """The stage_layers cell: pp whole numbers >= 1 adding up to the model's layers; None when empty."""
+    text = (row.get("stage_layers") or "").strip()
+    if not text:
+        return None
+    try:
+        out = tuple(int(x) for x in text.split())
+    except ValueError:
+        raise InputError(f"{where}: stage_layers", "whole numbers separated by spaces", text) from None
+    if len(out) != pp or min(out) < 1 or sum(out) != layers:
+        raise InputError(f"{where}: stage_layers", f"pp={pp} numbers >= 1 adding up to layers={layers}", text)
+    return out
+
+
+def _row_fixed(row: dict, where: str) -> dict:
+    """The strategy columns a row fills (the rest are chosen by predict)."""
+    fixed: dict[str, object] = {}
+    for k in ("tp", "pp", "dp", "global_batch"):
+        v = _int(row, k, where)
+        if not v:
+            raise InputError(f"{where}: {k}", "an integer >= 1 (this column may not be empty)", row.get(k) or "")
+        fixed[k] = v
+    for k in ("cp", "vpp", "micro_batch", "zero_stage", "ep", "etp"):
+        v = _int(row, k, where)
         if v is not None:
             fixed[k] = v
     for k, words in (("recompute", RECOMPUTE), ("sequence_parallel", tuple(BOOL_WORDS)), ("precision", PRECISIONS)):
-        v = (row.get(k) or "").strip().lower()
-        if v and v not in words:
-            raise InputError(f"line {line}: {k}", "one of " + ", ".join(words) + " (or empty)", row[k])
+        v = _word(row, k, where, words)
         if v:
             fixed[k] = v
-    if fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1) != need["num_gpus"]:
-        raise InputError(f"line {line}: tp*pp*dp*cp", f"num_gpus={need['num_gpus']}",
-                         fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1))
-    fw = framework_preset((row.get("framework") or "").strip() or framework, f"line {line}: framework")
+    overlap = _word(row, "overlap_dp", where, tuple(BOOL_WORDS))
+    if overlap:
+        fixed["overlap_dp"] = BOOL_WORDS[overlap]
+    return fixed
+
+
+def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
+    """One MeasuredRun from a CSV row (read_runs); ``where`` names the file, line and row in errors."""
+    if None in row:  # csv.DictReader keeps cells past the header under None
+        raise InputError(where, "at most one cell per column of the header", f"{len(row[None])} more")
+    given = {k: _number(row, k, where) for k in MEASURES + ("measured_memory_gb",)}
+    measure = next((k for k in MEASURES if given[k] is not None), None)
+    if measure is None:
+        raise InputError(f"{where}: measured_*", "one of " + ", ".join(MEASURES) + " filled", "all empty")
+    convention = (row.get("tflops_convention") or "").strip().lower() or None
+    if measure == "measured_tflops_per_gpu" and convention not in FLOP_CONVENTIONS:
+        raise InputError(f"{where}: tflops_convention", "one of " + ", ".join(FLOP_CONVENTIONS), convention or "")
+    model = _row_model(row, where)
+    cluster = _row_cluster(row, where, efficiency)
+    fixed = _row_fixed(row, where)
+    degrees = fixed["tp"] * fixed["pp"] * fixed["dp"] * fixed.get("cp", 1)
+    if degrees != cluster.num_gpus:
+        raise InputError(f"{where}: tp*pp*dp*cp", f"num_gpus={cluster.num_gpus}", degrees)
+    fw = framework_preset((row.get("framework") or "").strip() or framework, f"{where}: framework")
     return MeasuredRun(model.name, model, cluster, fixed, measure, given[measure], convention,
-                       given["measured_memory_gb"], fw.name)
+                       given["measured_memory_gb"], fw.name, _row_stage_layers(row, where, model.layers, fixed["pp"]))
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
@@ -204,8 +304,9 @@ def flops_per_iteration(model: Transformer, global_batch: int, convention: str) 
         return 96.0 * B * s * L * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * L * h))
     if convention == "model_flops":
         return model.model_flops_per_sample() * B
-    if convention == "causal_model_flops":  # QK^T and AV: 2 x 2 s h per token forward, halved; x3 with backward
-        return (model.model_flops_per_sample() - 3.0 * L * 2.0 * s * h * s) * B
+    if convention == "causal_model_flops":  # QK^T and AV: 4 s q per token forward (q: the query width, h unless a head
+        # size is set; MLA: (q + o) / 2, Transformer.core_hidden), halved; x3 with backward
+        return (model.model_flops_per_sample() - 3.0 * L * 2.0 * s * model.core_hidden * s) * B
     if convention == "6nd":
         return 6.0 * model.num_params() * B * s
     if convention == "palm":
@@ -240,11 +341,14 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
     cols = {k: (np.asarray(v.tolist()) if k in ("recompute", "sequence_parallel") else v.astype(np.int64))
             for k, v in cols.items()}
     L, p = run.model.layers, f["pp"]
-    layers = None if L % p == 0 else np.tile(balanced_stage_layers(L, p), (len(vpp), 1))
+    split = run.stage_layers or (None if L % p == 0 else balanced_stage_layers(L, p))
+    layers = None if split is None else np.tile(split, (len(vpp), 1))
+    experts = {k: f[k] for k in ("ep", "etp") if k in f}
     return StrategyTable.from_columns(
-        stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"],
+        stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"], **experts,
         schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
-        overlap_dp=np.asarray(framework_preset(run.framework).overlap_dp_usual)[cols["zero_stage"]],
+        overlap_dp=(f["overlap_dp"] if "overlap_dp" in f
+                    else np.asarray(framework_preset(run.framework).overlap_dp_usual)[cols["zero_stage"]]),
         **cols,
     )
 

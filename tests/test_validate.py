@@ -101,7 +101,8 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
         w.writeheader()
         w.writerows(rows)
     assert main(["validate", str(f)]) == 2
-    assert "line 3: tp: expected an integer, got 'two'" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert f"{f}, row gpt-3.6B, line 3: tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
 
 
 def test_bench_json_keys(capsys):

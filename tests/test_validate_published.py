@@ -83,7 +83,8 @@ def test_a_row_with_only_tflops_uses_its_convention(tmp_path, capsys):
     rows[0]["tflops_convention"] = "furlongs"
     assert main(["validate", str(_write(tmp_path, rows, "bad.csv"))]) == 2
     err = capsys.readouterr().err.strip()
-    assert "line 2: tflops_convention: expected one of narayanan_eq3, model_flops, causal_model_flops, 6nd, palm" in err
+    assert ("bad.csv, row gpt-22B, line 2: tflops_convention: expected one of narayanan_eq3, model_flops, "
+            "causal_model_flops, 6nd, palm") in err
     assert len(err.splitlines()) == 1
 
 
@@ -92,7 +93,8 @@ def test_a_row_with_nothing_measured_is_refused(tmp_path, capsys):
     for k in ("measured_iteration_time_s", "measured_tflops_per_gpu", "measured_mfu"):
         rows[0][k] = ""
     assert main(["validate", str(_write(tmp_path, rows))]) == 2
-    assert "line 2: measured_*: expected one of measured_iteration_time_s" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "runs.csv, row gpt-22B, line 2: measured_*: expected one of measured_iteration_time_s" in err
 
 
 def test_out_of_memory_run_keeps_its_time_and_json_is_strict(tmp_path, capsys):
