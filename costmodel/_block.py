@@ -53,7 +53,14 @@ from costmodel._memory_terms import (
     state_bytes_per_param,
 )
 from costmodel._metrics import Metrics, assemble_metrics
-from costmodel._pipeline_terms import bottleneck_parts, first_max_stage, in_flight, pipeline_step
+from costmodel._pipeline_terms import (
+    bottleneck_parts,
+    extra_warmup_chunks,
+    first_max_stage,
+    in_flight,
+    pipeline_step,
+    with_extra_chunk,
+)
 from costmodel._stages import GPU_FIELDS, StageView
 from costmodel._workloads import Transformer
 
@@ -364,10 +371,12 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v, X_sum=np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs)
-    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j)
+    extra = extra_warmup_chunks(rows.fw, rows.model)
+    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra)
     if sim is not None:
         q, row_shape, peaks = sim
-        k[:, q] = peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)]
+        k[:, q] = with_extra_chunk(peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)], rows.sched[q],
+                                   rows.m[q], rows.v[q], extra)
     return Pipeline(bot_flat=bot_flat, ub=ub, first_b=first_b, last_b=last_b, F_b=F_b, B_b=B_b, W_b=W_b, X_max=X_max,
                     pipe=pipe, fill=fill, pp_comm=pp_comm, needs_simulation=needs_simulation, k=k)
 

@@ -226,11 +226,13 @@ def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     return 2 * ACT_BYTES * T * widths / ew_div
 
 
-def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
+def _in_flight(sched: str, p: int, m: int, v: int, i: int, extra: int = 0) -> float:
+    """Micro-batches stage i holds at its peak; ``extra``: warm-up chunks an interleaved schedule adds (one under
+    Megatron-Core's EP A2A overlap of an MoE model)."""
     if sched == "gpipe":
         return float(m)
     if sched == "interleaved":
-        return min((p - i - 1) * 2 + (v - 1) * p + 1, m * v) / v
+        return min((p - i - 1) * 2 + (v - 1) * p + 1 + extra, m * v) / v
     if sched == "zb-h1":
         return float(min(p, m))
     if sched == "zb-h2":
@@ -266,6 +268,7 @@ class _Row:
     tp_link: tuple
     ep: int
     etp: int
+    extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
 
 
 def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
@@ -283,7 +286,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 layers=r.get("stage_layers") or [model.layers // pp] * pp,
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
-                ep=r.get("ep", 1), etp=r.get("etp", 1))
+                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0)
 
 
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
@@ -455,7 +458,7 @@ def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe
         first, last = i == 0, i == row.pp - 1
         st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last)
         st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
-        st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i)
+        st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i, row.extra)
         stages.append(st)
     return stages
 
@@ -592,6 +595,8 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
         fill = pipe - m * X_max - pp_comm
         for i, st in enumerate(stages):
             st["k"] = float(res.peak_activations[i])
+            if sched == "interleaved" and row.extra:  # the extra warm-up chunk (Megatron-Core's EP A2A overlap)
+                st["k"] = min(st["k"] + row.extra / v, m)
     for st in stages:
         st["act"] = st["k"] * st["per_mb"] + st["fixed"]
     return dict(bottleneck=bottleneck, X_max=X_max, fill=fill, pp_comm=pp_comm, pipe=pipe)
