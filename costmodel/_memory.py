@@ -27,7 +27,7 @@ from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
 from costmodel._layer_terms import framework_terms, shape_terms
-from costmodel._memory_terms import stage_memory
+from costmodel._memory_terms import grad_kwargs, stage_memory
 from costmodel._pipeline_terms import SCHED, SIMULATED_SCHEDULES, extra_warmup_chunks, in_flight, with_extra_chunk
 from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._strategy import SCHEDULES, StrategyTable
@@ -107,7 +107,8 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
     k = np.where(np.isnan(graph), k, with_extra_chunk(graph, col(sched), col(m), col(v), extra))
     moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp, u=u) if moe else None
-    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg)["total"]
+    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg,
+                       grad=grad_kwargs(fw, table["precision"]))["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
     return mem_total, reason

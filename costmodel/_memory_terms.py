@@ -130,31 +130,51 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
-def state_bytes(params, zero, g, stage_of=None):
+def grad_kwargs(fw, prec) -> dict:
+    """state_bytes' gradient arguments under framework profile ``fw`` for rows of precision codes ``prec``: one number
+    where its gradient buffer has the same bytes at every precision (GRAD_BYTES for the profiles before the field), else
+    the bytes by precision and the codes (Framework.grad_memory_bytes)."""
+    gb = fw.grad_memory_bytes()
+    return {"grad_bytes": gb} if np.ndim(gb) == 0 else {"grad_bytes": gb, "prec": prec}
+
+
+def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
-    g are per configuration, params per stage of configuration ``stage_of``."""
+    g are per configuration, params per stage of configuration ``stage_of``. ``grad_bytes``: a
+    gradient's bytes (Framework.grad_memory_bytes: one number, or one per precision of the codes
+    ``prec``, aligned with zero)."""
     shards = _state_shards(zero, g)
+    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
-    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), shards, strict=True))
+        gb = gb if prec is None else gb[stage_of]
+    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, gb, OPTIM_BYTES), shards, strict=True))
 
 
-def state_bytes_per_param(zero, g):
+def state_bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, prec=None):
     """state_bytes' three parts together, per parameter (a stage's total is this x its parameters).
-    Long integer columns: looked up in a table over every (ZeRO stage, g) up to theirs (the same
-    sums, one gather instead of nine passes)."""
+    Long integer columns: looked up in a table over every (precision, ZeRO stage, g) up to theirs (the same
+    sums, one gather instead of nine passes). ``grad_bytes``, ``prec``: as state_bytes takes them."""
     zero, g = np.asarray(zero), np.asarray(g)
+    if prec is not None:
+        prec = np.broadcast_to(np.asarray(prec), np.broadcast_shapes(zero.shape, g.shape, np.shape(prec)))
     if g.size > 1024 and zero.dtype.kind == g.dtype.kind == "i" and min(zero.min(), g.min()) >= 0:
-        G = int(g.max()) + 1
+        G, Z = int(g.max()) + 1, int(zero.max()) + 1
         with np.errstate(divide="ignore"):
-            table = _bytes_per_param(np.arange(int(zero.max()) + 1)[:, None], np.arange(G))
-        return np.take(table.reshape(-1), zero * G + g)  # (a flat take: a 2-d fancy index is twice as slow)
-    return _bytes_per_param(zero, g)
+            if prec is None:
+                table = _bytes_per_param(np.arange(Z)[:, None], np.arange(G), grad_bytes)
+            else:  # (precision, ZeRO stage, g)
+                gb = np.asarray(grad_bytes, dtype=np.float64)[:, None, None]
+                table = _bytes_per_param(np.arange(Z)[None, :, None], np.arange(G)[None, None, :], gb)
+        flat = zero * G + g if prec is None else (prec * Z + zero) * G + g
+        return np.take(table.reshape(-1), flat)  # (a flat take: a 2-d fancy index is twice as slow)
+    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
+    return _bytes_per_param(zero, g, gb)
 
 
-def _bytes_per_param(zero, g):
-    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), _state_shards(zero, g),
+def _bytes_per_param(zero, g, grad_bytes=GRAD_BYTES):
+    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, grad_bytes, OPTIM_BYTES), _state_shards(zero, g),
                                                strict=True))
 
 
@@ -176,7 +196,8 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None):
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
-def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None) -> dict:
+def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None,
+                 grad=None) -> dict:
     """Bytes per GPU of every stage, the one memory formula of evaluate and of the memory-only
     screen (costmodel._memory): weights, grads, optimizer and activations (N, k), buffers (N,),
     their total per stage (N, k; -inf on the padding columns of rows with fewer stages) and the
@@ -184,25 +205,28 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
     sel_work, emb_act, head_act; moe_act_L, moe_sel_kept, moe_sel_work for an MoE model); ``k``: micro-batches
     in flight per stage; ``zero`` after the framework's columns; ``g`` the replicas gradients are reduced over
     (dp x cp). ``moe`` (an MoE model): a dict of n_moe (N, k) MoE layers per stage, e (ep) and edp (N,)
-    (_moe_stage_memory)."""
+    (_moe_stage_memory). ``grad``: grad_kwargs of the rows (None: GRAD_BYTES)."""
+    grad = {} if grad is None else grad
     if moe is not None:
-        return _moe_stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt, moe)
+        return _moe_stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt, moe, grad)
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    grad_c = {**grad, "prec": np.asarray(grad["prec"])[:, None]} if "prec" in grad else grad
     params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["sel_kept"]), col(sh["sel_work"]),
                                       col(sh["T"]), model.hidden,
                                       col(np.where(sp, t, 1)))
     act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
-    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
+    w_b, g_b, o_b = state_bytes(params, col(zero), col(g), **grad_c)
     buffers = buffer_bytes(sh["T"], model.hidden, t, g, zero, params_max, model.layer_params())
     # (the state as parameters x bytes per parameter, as evaluate sums it)
-    total = np.where(wt > 0, params * state_bytes_per_param(col(zero), col(g)) + act + col(buffers), -np.inf)
+    total = np.where(wt > 0, params * state_bytes_per_param(col(zero), col(g), **grad_c) + act + col(buffers), -np.inf)
     return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
             "total": total, "params_max": params_max}
 
 
-def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe) -> dict:
+def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe,
+                      grad) -> dict:
     """stage_memory of an MoE model (moe_memory on (N, k) stage columns): adds dense_max and
     expert_max, the largest stage's parameters per GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
@@ -211,7 +235,8 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     n_d = None if model.moe_layers == model.layers else n - moe["n_moe"]
     out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n_d,
                      moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
-                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n)
+                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n,
+                     grad={**grad, "prec": np.asarray(grad["prec"])[:, None]} if "prec" in grad else grad)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
     out["total"] = np.where(on, out["state"] + out["activations"] + buffers, -np.inf)
@@ -223,7 +248,7 @@ MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
 def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
-               row_max, to_stage, n, edges=None, first_only: bool = False) -> dict:
+               row_max, to_stage, n, edges=None, first_only: bool = False, grad=None) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
     layers (``n``: their sum); the MoE layers' routed experts (E / ep per
@@ -238,7 +263,8 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
     largest stage's parameters per GPU, of both kinds and each. ``edges`` (plus_edges of an untied model's
     block, with ``sh``'s emb_act and head_act per configuration): the embedding's and
     the head's terms added on the first and last stages only (the same sums); ``first_only``:
-    n_d is zero past the first stage row (layer_mix)."""
+    n_d is zero past the first stage row (layer_mix); ``grad``: grad_kwargs aligned with zero (None: GRAD_BYTES)."""
+    grad = {} if grad is None else grad
     all_moe = model.moe_layers == model.layers
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else layer_mix(
         n_d, model.layer_params(), n_m, model.moe_layer_dense_params(), first_only)
@@ -268,7 +294,7 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
         act = edges(k * edges(kept, sh["emb_act"], None) + work, None, sh["head_act"])
     else:
         act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
-    state = dense_p * state_bytes_per_param(zero, g) + expert_p * state_bytes_per_param(zero, edp)
+    state = dense_p * state_bytes_per_param(zero, g, **grad) + expert_p * state_bytes_per_param(zero, edp, **grad)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
     moe_layer_p = model.moe_layer_dense_params() + (model.experts / e) * model.expert_params() / u * t

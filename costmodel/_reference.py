@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
-from costmodel._dtypes import ACT_BYTES, GRAD_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OVERHEAD_UNITS, ROUTER_PROB_BYTES
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
@@ -305,7 +305,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     stages = _stages(model, row, lay, edge, act, moe)
     pipe = _pipeline(model, cluster, row, stages, reason, pipeline)
     dp = _data_parallel(model, cluster, row, fw, stages, pipe)
-    mem = _memory(model, cluster, row, stages, moe, dp["params_max"])
+    mem = _memory(model, cluster, row, fw, stages, moe, dp["params_max"])
     if reason == "ok" and mem["total"] > cluster.gpu.hbm_bytes:
         reason = "out_of_memory"
     return _report(model, row, reason, pipe, dp, mem, _hardware_flops(model, row, fw, act))
@@ -644,7 +644,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 
-def _memory(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict], moe: dict | None,
+def _memory(model: Transformer, cluster: Cluster, row: _Row, fw, stages: list[dict], moe: dict | None,
             params_max: float) -> dict:
     """Buffers and the worst stage's weights, gradients, optimizer state and activations per GPU."""
     zero, tp, h = row.zero, row.tp, model.hidden
@@ -663,11 +663,13 @@ def _memory(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict],
         buffers += 2 * WEIGHT_BYTES * prefetch_p
     if model.is_moe:
         buffers += 2 * ACT_BYTES * row.etp * moe["copies"] * h  # all-to-all send and receive buffers
+    # a gradient's bytes: the profile's gradient buffer (its reduce dtype where it keeps one setting for both)
+    grad_b = fw.grad_reduce_bytes[row.prec] if fw.grad_buffer_bytes is None else fw.grad_buffer_bytes[row.prec]
     worst, worst_total = None, -math.inf
     for st in stages:
         pd, pe = st["params"], st["params_e"]
         w = WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
-        gr = GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
+        gr = grad_b * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
         op = OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:
