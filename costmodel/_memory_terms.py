@@ -39,6 +39,105 @@ ACT_REPLICATED_H = 10
 ACT_SCORE_BYTES = 5
 
 
+# Framework.layer_saves: whose code's saved tensors price a dense transformer layer's activations.
+#   korthikanti  Korthikanti et al. 2022 Sec. 4.1 generalised (layer_activation_bytes): GPT layers under Megatron-LM,
+#                the dropout masks counted; the profiles before layer counts and those whose layer code is not derived
+#   te           Megatron-Core's TransformerLayer with Transformer Engine modules (te_saved_bytes)
+#   torchtitan   torchtitan's Llama block in eager PyTorch autograd (torchtitan_saved_bytes)
+LAYER_SAVES = ("korthikanti", "te", "torchtitan")
+# fp32 statistics a norm keeps per token for its backward: LayerNorm's mean and 1 / std, RMSNorm's 1 / rms
+# (Transformer Engine layernorm_linear.py saves mu and rsigma; torchtitan's RMSNorm saves its rsqrt; nn.LayerNorm
+# (native_layer_norm) its mean and rstd).
+NORM_STAT_BYTES = {"layernorm": 8, "rmsnorm": 4, "none": 0}
+# A fused attention kernel's fp32 softmax statistics per head and token (Transformer Engine cpp_extensions/fused_attn.py
+# lines 310-312: softmaxStats [b, h, s, 1] float32; FlashAttention's softmax_lse the same).
+SOFTMAX_STAT_BYTES = 4
+# A dropout mask element (bool), Korthikanti et al. 2022 Sec. 4.1.
+MASK_BYTES = 1
+# Bytes an attention score keeps in an unfused kernel without dropout: its softmax output (with dropout its mask and
+# output too: ACT_SCORE_BYTES).
+SCORE_BYTES_NO_DROPOUT = 2
+
+
+def te_saved_bytes(model: Transformer, T, t, sp, *, fp8=False, dropout=False, fused=True) -> dict:
+    """Bytes one Megatron-Core layer with Transformer Engine modules keeps for its backward, per micro-batch of T
+    tokens on a rank (T = b s / cp), term by term: ``fp8`` the rows whose linear layers run fp8 (current or delayed
+    scaling: one byte an element), ``dropout`` hidden dropout on (masks), ``fused`` a fused (cuDNN / flash) attention
+    kernel. The code (Megatron-LM d98e8a6, TransformerEngine d0067d0):
+
+    norm_in   each norm's input, the residual stream (TE layernorm_linear.py:526-536 saves inputmat), 16-bit, split by
+              t under sequence parallelism (the norm runs on the sequence shard)
+    ln_out    each LayerNormLinear's normalised output, saved before its all-gather (layernorm_linear.py:430-435 frees
+              the gathered copy, 469 saves ln_out; backward gathers again): 16-bit, under fp8 the quantised copy (1)
+    stats     the norms' fp32 statistics (NORM_STAT_BYTES; layernorm_linear.py saves mu, rsigma)
+    qkv       Q and K after RoPE (new tensors) and V: TE makes V contiguous (dot_product_attention/utils.py
+              get_qkv_layout: a V viewing the QKV GEMM's output next to rotated Q and K is no supported layout, so
+              q, k, v are copied contiguous), then FusedAttnFunc saves q, k, v, out (backends.py:1655-1664)
+    out       the kernel's output, which is also linear_proj's saved input (module/linear.py:619-621 saves inputmat,
+              the same tensor); under fp8 the projection saves its quantised copy beside it (one byte more)
+    softmax   the kernel's fp32 statistics (SOFTMAX_STAT_BYTES per head a rank holds); unfused: ``scores`` instead
+    scores    unfused attention: per score its softmax output (2), with dropout its mask and output (5 in all)
+    mlp       linear_fc1's output, saved by Megatron's fused bias-SwiGLU / bias-GeLU (fusions/fused_bias_swiglu.py:235,
+              16-bit unless activation_func_fp8_input_store), and linear_fc2's input (linear.py: 16-bit, fp8: 1 byte)
+    masks     with hidden dropout, the two bias-dropout-adds' masks (fusions/fused_bias_dropout.py; p = 0 saves none:
+              PyTorch's dropout returns its input)
+    The residual adds save nothing. Returns each term (bytes per micro-batch) and ``total``."""
+    h, q, o, hk, a, f = model.hidden, model.q_hidden, model.o_hidden, model.kv_hidden, model.heads, model.ffn_hidden
+    s, sp_div = model.seq_len, np.where(sp, t, 1)
+    lo = np.where(fp8, 1.0, float(ACT_BYTES))  # a linear layer's saved input: 1 byte under fp8
+    out = {
+        "norm_in": 2 * ACT_BYTES * T * h / sp_div,
+        "ln_out": 2 * lo * T * h / sp_div,
+        "stats": 2 * NORM_STAT_BYTES[model.norm] * T / sp_div,
+        "qkv": ACT_BYTES * T * (q + 2 * hk) / t,
+        "out": (ACT_BYTES + np.where(fp8, 1.0, 0.0)) * T * o / t,
+        "softmax": (SOFTMAX_STAT_BYTES * T * a / t) * fused,
+        "scores": 0.0 if fused else (ACT_SCORE_BYTES if dropout else SCORE_BYTES_NO_DROPOUT) * a * T * s / t,
+        "mlp": (ACT_BYTES * (model.mlp_matrices - 1) + lo) * T * f / t,
+        "masks": (2 * MASK_BYTES * T * h / sp_div) * dropout,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
+    """Bytes torchtitan's Llama block (torchtitan 9dec370 models/llama/model.py, models/norms.py) keeps for its
+    backward in eager PyTorch autograd, per micro-batch of T tokens on a rank, term by term. What autograd saves:
+    its derivative formulas' inputs, those a differentiable input needs (tools/autograd/gen_variable_type.py
+    guard_for: a product by a constant saves only the constant); bf16 compute (FSDP2 param_dtype), fp8 linear layers
+    saving their 16-bit inputs (torchao):
+
+    norm_in   RMSNorm (norms.py:96-101): x.float() saved by pow and the product (4 bytes an element); nn.LayerNorm: its
+              16-bit input; on the sequence shard under sequence parallelism
+    ln_out    RMSNorm's normalised 16-bit output, saved by ``output * self.weight`` for the weight's gradient
+    stats     rsqrt's fp32 result (RMSNorm), mean and rstd (LayerNorm): NORM_STAT_BYTES
+    gathered  each norm's (weighted) output as the column-parallel products take it: all-gathered to the whole
+              sequence under tensor parallelism (PrepareModuleInput to Replicate), saved by wq, wk, wv and by w1, w3
+    qkv       SDPA's inputs (derivatives.yaml _scaled_dot_product_flash_attention): Q, and K and V after repeat_kv
+              (model.py:116-125: a copy as wide as Q where kv_heads < heads)
+    out       SDPA's output, and wo's input: output.transpose(1, 2).contiguous() (model.py:210-214), a second copy
+    softmax   SDPA's fp32 logsumexp per head and token
+    mlp       SwiGLU ``w2(F.silu(w1(x)) * w3(x))`` (model.py:253): w1's output (silu's input), silu's output and w3's
+              output (the product's), the product (w2's input): 4 elements of f; GeLU: its input and output
+    No dropout modules; RoPE (the complex product by freqs_cis, a constant) and the residual adds save nothing."""
+    h, q, a, f = model.hidden, model.q_hidden, model.heads, model.ffn_hidden
+    sp_div = np.where(sp, t, 1)
+    rms = model.norm == "rmsnorm"
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    out = {
+        "norm_in": 2 * (4 if rms else ACT_BYTES) * T * h / sp_div * (model.norm != "none"),
+        "ln_out": 2 * ACT_BYTES * T * h / sp_div * rms,
+        "stats": 2 * NORM_STAT_BYTES[model.norm] * T / sp_div,
+        "gathered": 2 * ACT_BYTES * T * h + zero,
+        "qkv": 3 * ACT_BYTES * T * q / t,
+        "out": 2 * ACT_BYTES * T * q / t,
+        "softmax": SOFTMAX_STAT_BYTES * T * a / t,
+        "mlp": (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / t,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
 def mla_latent_activation_bytes(model: Transformer, T, split):
     """MLA's latents a layer keeps (16 bits, whole on every tensor-parallel rank, its sequence slice
     under sequence parallelism: ``split``): each latent's normalised input to its up-projection and
@@ -49,8 +148,8 @@ def mla_latent_activation_bytes(model: Transformer, T, split):
 def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     """Activation bytes one MoE layer keeps for one micro-batch with no recompute (the dense layer's
     terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
-    copies' inputs and intermediates, the router's fp32 probabilities), and its attention-score
-    part."""
+    copies' inputs and intermediates, the router's fp32 probabilities), its attention-score
+    part, and its experts' part (those three MLP terms: what a framework's layer count keeps of it)."""
     h, q, hk, a, s = model.hidden, model.q_hidden, model.kv_hidden, model.heads, model.seq_len
     T = b * s / c
     coef = 6 if model.activation == "swiglu" else 4
@@ -61,7 +160,7 @@ def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
     routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
-    return repl + split + routed + scores, scores
+    return repl + split + routed + scores, scores, coef * T * fs / t + routed
 
 
 def layer_activation_bytes(model: Transformer, b, t, c, sp):

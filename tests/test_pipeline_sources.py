@@ -11,10 +11,11 @@ chunk is 1/v of a stage's micro-batch); the code and commits:
   steady state adds one forward before each backward.
 - PyTorch torch/distributed/pipelining/schedules.py (00722e6): Schedule1F1B warms up min(m, p - i) forwards, then a
   backward before each forward; ScheduleInterleaved1F1B (_get_warmup_ops, multiply_factor 2) warms up
-  min((v - 1) R + 2 (p - 1 - i), m v) chunks with R = m // max(1, m // p) micro-batches a round, then (_get_1f1b_rank_ops)
-  a forward before each backward; ScheduleZBVZeroBubble (two chunks a rank in a V) runs 2 (p - i) - 1 chunk-0 forwards,
-  i pairs of chunk-1 and chunk-0 forwards, then chunk-1 forward, input and weight backward p - i times: 2p chunks at
-  the peak on every rank (for m >= 2p - 1); ScheduleGPipe every forward before any backward: m.
+  min((v - 1) R + 2 (p - 1 - i), m v) chunks with R = m // max(1, m // p) micro-batches a round, then
+  (_get_1f1b_rank_ops) a forward before each backward; ScheduleZBVZeroBubble (two chunks a rank in a V) runs
+  2 (p - i) - 1 chunk-0 forwards, i pairs of chunk-1 and chunk-0 forwards, then chunk-1 forward, input and weight
+  backward p - i times: 2p chunks at the peak on every rank (for m >= 2p - 1); ScheduleGPipe every forward before any
+  backward: m.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def test_1f1b_pp16_with_8_micro_batches():
 
 def test_interleaved_pp4_vpp2_with_8_micro_batches():
     # Megatron-LM, N = p = 4: warm-up (4 - i - 1) * 2 + (2 - 1) * 4 = 10, 8, 6, 4 chunks of the 16, each stage one more
-    # in the steady state: 11, 9, 7, 5 chunks, 5.5, 4.5, 3.5, 2.5 stage micro-batches. PyTorch (R = 8 // 2 = 4): the same.
+    # in the steady state: 11, 9, 7, 5 chunks, 5.5, 4.5, 3.5, 2.5 stage micro-batches. PyTorch (R = 8 // 2 = 4): the
+    # same.
     want = [5.5, 4.5, 3.5, 2.5]
     np.testing.assert_array_equal(closed("interleaved", 4, 8, 2), want)
     np.testing.assert_array_equal(simulate("interleaved", 4, 8, 2, tf=1.0, tb=2.0).peak_activations, want)
