@@ -61,7 +61,7 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
     is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
     a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
-                  [m, (p - 1) * 2 + (v - 1) * p + 1 + extra, p, 2 * p - 1], p)
+                  [m, (p - 1) * 2 + (v - 1) * p + (1 + extra), p, 2 * p - 1], p)
     c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
     q = np.where(is_i, v, 1)
     cap = m * q
