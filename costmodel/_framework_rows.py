@@ -27,6 +27,9 @@ def framework_groups(table: StrategyTable, framework=None) -> list[tuple[np.ndar
     codes = table.columns.get(FRAMEWORK)
     if codes is None or not len(codes):
         return [(None, framework_preset(framework))]
+    if codes.min() < 0 or codes.max() >= len(FRAMEWORK_NAMES):  # (a table built from damaged numbers)
+        bad = codes[(codes < 0) | (codes >= len(FRAMEWORK_NAMES))][0]
+        raise InputError("framework", f"codes 0 to {len(FRAMEWORK_NAMES) - 1} (FRAMEWORK_NAMES)", int(bad))
     counts = np.bincount(codes, minlength=len(FRAMEWORK_NAMES))  # (F,) rows per framework
     present = np.flatnonzero(counts)
     if framework is not None:

@@ -61,8 +61,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from costmodel._errors import InputError
 from costmodel._codes import SCHEDULES
+from costmodel._errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

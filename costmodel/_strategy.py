@@ -207,6 +207,8 @@ def framework_codes(value, n: int | None = None, argument: str = FRAMEWORK) -> n
     arr = _array(argument, value, expected)
     if arr.dtype.kind in "USO":
         names, inverse = np.unique(arr.astype(str), return_inverse=True)  # a handful of names, however many rows
+        if "" in names:  # (framework_preset reads no name as the default: a column names every row's)
+            raise InputError(argument, expected, "")
         lookup = np.array([FRAMEWORK_NAMES.index(framework_preset(str(x), argument).name) for x in names],
                           dtype=np.int8)
         out = lookup[inverse.reshape(arr.shape)] if names.size else np.zeros(arr.shape, dtype=np.int8)

@@ -34,9 +34,8 @@ from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._strategy import FRAMEWORK, ORDERS, dimension_values
 from search._base import SearchSpace
 from search._placement_moves import SPLIT_MOVE_SHARE, placement_moves
-from search._space import LEGACY_FRAMEWORK
+from search._space import LEGACY_FRAMEWORK, divisors
 from search._space import Dim as _SpaceDim
-from search._space import divisors
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
