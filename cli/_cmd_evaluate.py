@@ -329,16 +329,18 @@ def winner(entries: list[dict]) -> tuple[str | None, str]:
 
 def format_side_by_side(entries: list[dict], hbm_bytes: float) -> str:
     """The side-by-side table: a column per framework, a line per time and memory part, then the refusals."""
-    width = max(14, *(len(e["framework"]) + 2 for e in entries))
-    lines = [f"{'':<18}" + "".join(f"{e['framework']:>{width}}" for e in entries)]
+    widths = [max(15, len(e["framework"]) + 2) for e in entries]  # a column per framework, as wide as its name
+
+    def line(label: str, cells) -> str:
+        return f"{label:<18}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+
+    lines = [line("", [e["framework"] for e in entries])]
     for label, key, scale, fmt in SIDE_BY_SIDE:
-        cells = []
-        for e in entries:
-            v = e.get("metrics", {}).get(key)
-            cells.append("-" if v is None else format(v * scale, fmt))
-        lines.append(f"{label:<18}" + "".join(f"{c:>{width}}" for c in cells))
+        values = [e.get("metrics", {}).get(key) for e in entries]
+        lines.append(line(label, ["-" if v is None else format(v * scale if abs(v) > 1e-12 else 0.0, fmt)
+                                  for v in values]))  # (a bubble of -1e-17 s prints as 0)
     fits = ["refused" if "refused" in e else "yes" if e["metrics"]["feasible"] else "out of memory" for e in entries]
-    lines.append(f"{'fits in ' + format(hbm_bytes / 1e9, '.0f') + ' GB':<18}" + "".join(f"{c:>{width}}" for c in fits))
+    lines.append(line(f"fits in {hbm_bytes / 1e9:.0f} GB", fits))
     lines += [f"{e['framework']}: {e['refused']}" for e in entries if "refused" in e]
     return "\n".join(lines)
 
