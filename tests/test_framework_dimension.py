@@ -111,6 +111,10 @@ def test_the_framework_column_reads_names_aliases_and_codes():
         with pytest.raises(InputError) as e:
             StrategyTable.from_columns(dp=8, global_batch=8, framework=[bad])
         assert e.value.argument == "framework"
+    damaged = StrategyTable({**t.columns, "framework": np.array([0, 1, 99, 2], dtype=np.int8)})  # (read from disk)
+    with pytest.raises(InputError) as e:
+        evaluate(GPT3, H100, damaged)
+    assert e.value.argument == "framework" and e.value.got == 99
     with pytest.raises(ValueError, match="framework column in some tables only"):
         StrategyTable.concat([t, StrategyTable.from_columns(dp=8, tp=8, pp=16, global_batch=1536)])
 
