@@ -7,23 +7,28 @@ import time
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
-from costmodel import cluster_preset, evaluate, model_preset
+from cli._cmd_evaluate import add_framework_arg, add_seq_len_arg
+from cli._specs import one_framework, with_seq_len
+from costmodel import DEFAULT_FRAMEWORK, cluster_preset, evaluate, model_preset
 from costmodel._bench_rows import BENCH_SPACE, bench_table
 from costmodel._reference import evaluate_row
 
 
-def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3, model_name: str = "gpt3-175b") -> dict:
+def measure(n_vec: int = 1_000_000, n_scalar: int = 2000, repeats: int = 3, model_name: str = "gpt3-175b",
+            framework: str = DEFAULT_FRAMEWORK, seq_len=None) -> dict:
     model, cluster = model_preset(model_name), cluster_preset("h100x1024")
+    if seq_len is not None:
+        model = with_seq_len(model, seq_len)
     table = bench_table(n_vec, experts=model.experts)
-    evaluate(model, cluster, table.take(slice(0, 1000)))  # warm-up
-    best = min(_time(lambda: evaluate(model, cluster, table)) for _ in range(repeats))
+    evaluate(model, cluster, table.take(slice(0, 1000)), framework=framework)  # warm-up
+    best = min(_time(lambda: evaluate(model, cluster, table, framework=framework)) for _ in range(repeats))
     n_scalar = min(n_scalar, n_vec)  # the scalar reference prices a sample of the same rows
     sample = table.take(slice(0, n_scalar))
     rows = [sample.row(i) for i in range(n_scalar)]
-    scalar = _time(lambda: [evaluate_row(model, cluster, r) for r in rows])
+    scalar = _time(lambda: [evaluate_row(model, cluster, r, framework=framework) for r in rows])
     vec_rate, scalar_rate = n_vec / best, n_scalar / scalar
     return {"strategies_per_s": vec_rate, "scalar_strategies_per_s": scalar_rate,
-            "ratio": vec_rate / scalar_rate, "rows": n_vec,
+            "ratio": vec_rate / scalar_rate, "rows": n_vec, "framework": framework,
             "space": BENCH_SPACE if model_name == "gpt3-175b" else BENCH_SPACE.replace(
                 "GPT-3 175B", model.name) + ", ep among the divisors of the experts up to 64"}
 
@@ -65,6 +70,8 @@ def register(sub) -> None:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--model", default="gpt3-175b",
                    help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")
+    add_seq_len_arg(p)
+    add_framework_arg(p, "the framework profile the rows are priced under", many=False)
     p.add_argument("--json", action="store_true")
     p.add_argument("--pipeline-check", action="store_true",
                    help="instead: closed-form vs simulated pipeline time on rank's default spaces")
@@ -78,11 +85,12 @@ def run(args) -> int:
                   f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
                   f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
         return 0
-    res = measure(n_vec=args.rows, model_name=args.model)
+    res = measure(n_vec=args.rows, model_name=args.model, framework=one_framework(args.framework),
+                  seq_len=args.seq_len)
     if args.json:
-        print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio")}))
+        print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio", "framework")}))
     else:
-        print(f"space: {res['space']}")
+        print(f"space: {res['space']}; framework {res['framework']}")
         print(f"vectorised: {res['strategies_per_s']:,.0f} strategies/s ({res['rows']:,} rows, best of 3)")
         print(f"scalar reference: {res['scalar_strategies_per_s']:,.0f} strategies/s")
         print(f"ratio: {res['ratio']:,.0f}x")

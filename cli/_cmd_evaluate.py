@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from cli import COMMAND_HELP, print_json
 from cli._specs import (
+    ALL_FRAMEWORKS,
+    framework_list,
     load_cluster,
     load_model,
     number_list,
@@ -24,11 +28,10 @@ from costmodel import (
     StrategyTable,
     as_hetero,
     evaluate,
-    framework_preset,
     plan_goodput,
 )
-from costmodel._evaluate import stage_breakdown
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH, hetero_from_mapping
+from costmodel._evaluate import stage_breakdown, stage_rows
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, framework_codes, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
@@ -37,29 +40,32 @@ STRATEGY_FLAGS = (("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int
                   ("precision", str))
 
 
-def add_spec_args(p) -> None:
+def add_spec_args(p, *, frameworks: bool = True) -> None:
+    """--model, --seq-len, --cluster, --hardware and --framework (``frameworks``: a list or all; else one)."""
     p.add_argument("--model", default="gpt3-175b", help="preset name or JSON/YAML file (default gpt3-175b)")
+    add_seq_len_arg(p)
     p.add_argument("--cluster", default="h100x1024",
                    help="preset (e.g. h100x1024, dgx-a100-1024, a100x64+h100x64) or JSON/YAML file (with "
                    "'pools' for a heterogeneous cluster)")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
-    add_framework_arg(p)
+    add_framework_arg(p, many=frameworks)
 
 
-def add_framework_arg(p, what: str = "the training framework whose schedules, sharding, overlap and attention "
-                     "kernel are priced") -> None:
-    p.add_argument("--framework", default=DEFAULT_FRAMEWORK, type=framework_arg,
-                   help=f"{what}: " + ", ".join(FRAMEWORKS) + f" (default {DEFAULT_FRAMEWORK}; docs/frameworks.md)")
+def add_seq_len_arg(p) -> None:
+    p.add_argument("--seq-len", metavar="N", default=None,
+                   help="tokens per training sequence, replacing the model's own (a transformer)")
 
 
-def framework_arg(text: str) -> str:
-    """--framework's word as a profile name (aliases resolved); argparse names the flag."""
-    import argparse
+FRAMEWORK_HELP = "the training framework whose schedules, sharding, overlap and attention kernel are priced"
 
-    try:
-        return framework_preset(text).name
-    except InputError as e:
-        raise argparse.ArgumentTypeError(f"expected {e.expected}, got {text!r}") from None
+
+def add_framework_arg(p, what: str = FRAMEWORK_HELP, *, many: bool = True) -> None:
+    """--framework: one profile, or with ``many`` a comma-separated list or all (each a choice of the space, priced
+    side by side); parsed by cli._specs.framework_list / one_framework, which name the flag on a bad word."""
+    several = f"; comma-separated names, or {ALL_FRAMEWORKS}, to compare them" if many else ""
+    p.add_argument("--framework", default=None, metavar="NAME",
+                   help=f"{what}: " + ", ".join(FRAMEWORKS) + f" (default {DEFAULT_FRAMEWORK}{several}; "
+                   "docs/frameworks.md)")
 
 
 def register(sub) -> None:
@@ -242,21 +248,131 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
 
 
 def run(args) -> int:
-    model = load_model(args.model)
+    model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
+    names = framework_list(args.framework)
     data = read_mapping(args.strategy, "--strategy") if args.strategy else None
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
-        return run_hetero(args, model, as_hetero(cluster), data)
+        return run_hetero(args, model, as_hetero(cluster), data, names)
     table = build_strategy(args, model, cluster)
-    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=args.framework)  # one row: exact
+    if len(names) > 1:
+        return print_side_by_side(args, model, cluster, table, names,
+                                  lambda reason, fw: reason_error(model, cluster, table.row(0), reason, fw))
+    framework = names[0]
+    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=framework)  # one row: exact
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason, args.framework)
-    rep = report(model, cluster, table, metrics, failure_from_args(args), args.framework)
+        raise reason_error(model, cluster, table.row(0), reason, framework)
+    rep = report(model, cluster, table, metrics, failure_from_args(args), framework)
     if args.json:
         print_json(rep)
     else:
         print(format_report(rep, cluster.gpu.hbm_bytes))
+    return 0
+
+
+# ---- one strategy under several frameworks (--framework A,B or all) ---------------------------
+# (label, metric, scale, format) of the side-by-side table's lines: time, then memory per GPU (worst stage).
+SIDE_BY_SIDE = (
+    ("step time s", "step_time_s", 1.0, ".4f"), ("tokens/s", "tokens_per_s", 1.0, ",.0f"), ("MFU %", "mfu", 100, ".1f"),
+    ("  compute s", "compute_s", 1.0, ".4f"), ("  recompute s", "recompute_s", 1.0, ".4f"),
+    ("  tp comm s", "tp_comm_s", 1.0, ".4f"), ("  cp comm s", "cp_comm_s", 1.0, ".4f"),
+    ("  ep comm s", "ep_comm_s", 1.0, ".4f"), ("  pp comm s", "pp_comm_s", 1.0, ".4f"),
+    ("  dp comm s", "dp_comm_s", 1.0, ".4f"), ("  bubble s", "bubble_s", 1.0, ".4f"),
+    ("  optimizer s", "optimizer_s", 1.0, ".4f"), ("memory GB", "mem_total_bytes", 1e-9, ".1f"),
+    ("  weights GB", "mem_weights_bytes", 1e-9, ".2f"), ("  gradients GB", "mem_grads_bytes", 1e-9, ".2f"),
+    ("  optimizer GB", "mem_optimizer_bytes", 1e-9, ".2f"), ("  activations GB", "mem_activations_bytes", 1e-9, ".2f"),
+    ("  buffers GB", "mem_buffers_bytes", 1e-9, ".2f"))
+
+
+def side_by_side(model, cluster, table: StrategyTable, names: list[str], refused, failure=None) -> list[dict]:
+    """One entry per framework of ``names`` for the one-row ``table``: its report (metrics, stages, goodput on a
+    homogeneous cluster) where the framework runs the strategy, else {"framework", "refused": why} (``refused(reason,
+    framework)``: the InputError that explains it). InputError where no framework runs it."""
+    copies = table.take(np.zeros(len(names), dtype=np.int64))  # the one row once per framework
+    rows = StrategyTable({**copies.columns, "framework": framework_codes(names)}, copies.stages)
+    metrics = evaluate(model, cluster, rows, pipeline="simulate")  # one call: each row under its framework
+    out, errors = [], []
+    for i, name in enumerate(names):
+        reason = REASONS[int(metrics["reason"][i])]
+        if reason not in ("ok", "out_of_memory"):
+            errors.append(refused(reason, name))
+            out.append({"framework": name, "reason": reason, "refused": str(errors[-1])})
+            continue
+        m = metrics.take(np.array([i]))
+        if isinstance(cluster, HeteroCluster):
+            from costmodel._bands import error_band_row
+
+            out.append({"framework": name, "metrics": _plain_metrics(m),
+                        "stages": stage_rows(model, cluster, table, framework=name),
+                        "error_band": error_band_row(float(m["tokens_per_s"][0]), table, name)})
+        else:
+            out.append({k: v for k, v in report(model, cluster, table, m, failure, name).items()
+                        if k in ("framework", "metrics", "stages", "goodput", "error_band")})
+    if len(errors) == len(names):
+        raise errors[0]
+    return out
+
+
+def _plain_metrics(m) -> dict:
+    """One row's metrics as plain values (reason by name, non-finite numbers as None)."""
+    out = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in m.items()}
+    out["reason"] = REASONS[int(out["reason"])]
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def winner(entries: list[dict]) -> tuple[str | None, str]:
+    """The framework of the highest tokens/s among the feasible entries and a line naming it (and by how much it
+    beats the next feasible one), or (None, why) where none is feasible."""
+    ok = sorted((e for e in entries if e.get("metrics", {}).get("feasible")),
+                key=lambda e: -e["metrics"]["tokens_per_s"])
+    if not ok:
+        return None, "no framework runs this strategy in memory"
+    best = ok[0]
+    line = f"fastest: {best['framework']}, {best['metrics']['tokens_per_s']:,.0f} tokens/s"
+    if len(ok) > 1:
+        line += (f", {best['metrics']['tokens_per_s'] / ok[1]['metrics']['tokens_per_s']:.3f}x "
+                 f"{ok[1]['framework']} (the next)")
+    return best["framework"], line
+
+
+def format_side_by_side(entries: list[dict], hbm_bytes: float) -> str:
+    """The side-by-side table: a column per framework, a line per time and memory part, then the refusals."""
+    widths = [max(15, len(e["framework"]) + 2) for e in entries]  # a column per framework, as wide as its name
+
+    def line(label: str, cells) -> str:
+        return f"{label:<18}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+
+    lines = [line("", [e["framework"] for e in entries])]
+    for label, key, scale, fmt in SIDE_BY_SIDE:
+        values = [e.get("metrics", {}).get(key) for e in entries]
+        lines.append(line(label, ["-" if v is None else format(v * scale if abs(v) > 1e-12 else 0.0, fmt)
+                                  for v in values]))  # (a bubble of -1e-17 s prints as 0)
+    fits = ["refused" if "refused" in e else "yes" if e["metrics"]["feasible"] else "out of memory" for e in entries]
+    lines.append(line(f"fits in {hbm_bytes / 1e9:.0f} GB", fits))
+    lines += [f"{e['framework']}: {e['refused']}" for e in entries if "refused" in e]
+    return "\n".join(lines)
+
+
+def print_side_by_side(args, model, cluster, table: StrategyTable, names: list[str], refused,
+                       pool_names: list[str] | None = None) -> int:
+    """`plansweep evaluate --framework A,B,...`: the strategy's time and memory under each, side by side (--json: one
+    entry per framework), and the fastest named."""
+    failure = None if isinstance(cluster, HeteroCluster) else failure_from_args(args)
+    entries = side_by_side(model, cluster, table, names, refused, failure)
+    best, line = winner(entries)
+    strategy = table.row(0, pool_names) if pool_names else table.row(0)
+    if args.json:
+        print_json({"model": model.name, "cluster": cluster.name, "strategy": strategy, "frameworks": entries,
+                    "fastest": best})
+        return 0
+    gpu = f" ({cluster.gpu.name})" if not isinstance(cluster, HeteroCluster) else f": {cluster.describe()}"
+    print(f"{model.name} on {cluster.name}{gpu}, frameworks {', '.join(names)}")
+    print("strategy: " + " ".join(f"{k}={v}" for k, v in strategy.items() if k != "stages"))
+    hbm = cluster.gpu.hbm_bytes if not isinstance(cluster, HeteroCluster) else max(p.gpu.hbm_bytes
+                                                                                   for p in cluster.pools)
+    print(format_side_by_side(entries, hbm))
+    print(line)
     return 0
 
 
@@ -275,9 +391,27 @@ HETERO_REASONS = {
 }
 
 
-def run_hetero(args, model, cluster, data) -> int:
+def hetero_reason_error(args, model, table: StrategyTable, names: list[str], reason: str) -> InputError:
+    """Why a placement strategy (a --strategy file with stages) was refused, naming the file's field."""
+    arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
+    where = f"--strategy {args.strategy} {arg}" if arg.startswith("stages") else arg
+    row = table.row(0, names)
+    got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
+                           f"dp per stage {[st['dp'] for st in row['stages']]}",
+           "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
+           "stages[].layers": f"layers {[st['layers'] for st in row['stages']]} (model: {model.layers})",
+           "zero_stage": row["zero_stage"], "schedule": f"{row['schedule']} with vpp={row['vpp']}",
+           "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]],
+           "ep": f"ep={row['ep']}, etp={row['etp']}, tp*cp*dp per stage "
+                 f"{[st['dp'] * st['tp'] * row['cp'] for st in row['stages']]}"
+                 + (", a stage split across two pools" if any("dp2" in st for st in row["stages"]) else "")}.get(
+               arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
+    return InputError(where, expected, got)
+
+
+def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
     """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
-    from costmodel._evaluate import format_stage_rows, stage_rows
+    from costmodel._evaluate import format_stage_rows
 
     if data is None or "stages" not in data:
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
@@ -289,34 +423,25 @@ def run_hetero(args, model, cluster, data) -> int:
         table = hetero_from_mapping(data, names, f"--strategy {args.strategy}")
     except InputError as exc:
         raise _naming_the_file(exc, args.strategy, keys) from None
-    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=args.framework)
+    if len(frameworks) > 1:
+        return print_side_by_side(args, model, cluster, table, frameworks,
+                                  lambda reason, fw: hetero_reason_error(args, model, table, names, reason), names)
+    framework = frameworks[0]
+    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
-        where = f"--strategy {args.strategy} {arg}" if arg.startswith("stages") else arg
-        row = table.row(0, names)
-        got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
-                               f"dp per stage {[st['dp'] for st in row['stages']]}",
-               "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
-               "stages[].layers": f"layers {[st['layers'] for st in row['stages']]} (model: {model.layers})",
-               "zero_stage": row["zero_stage"], "schedule": f"{row['schedule']} with vpp={row['vpp']}",
-               "stages": [(st["pool"], st["dp"] * st["tp"] * row["cp"]) for st in row["stages"]],
-               "ep": f"ep={row['ep']}, etp={row['etp']}, tp*cp*dp per stage "
-                     f"{[st['dp'] * st['tp'] * row['cp'] for st in row['stages']]}"
-                     + (", a stage split across two pools" if any("dp2" in st for st in row["stages"]) else "")}.get(
-                   arg if arg != "stages[].tp" else "tp_not_divide_heads", reason)
-        raise InputError(where, expected, got)
-    rows = stage_rows(model, cluster, table, framework=args.framework)
+        raise hetero_reason_error(args, model, table, names, reason)
+    rows = stage_rows(model, cluster, table, framework=framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason
     if args.json:  # print_json writes non-finite numbers as null
         from costmodel._bands import error_band_row
 
-        print_json({"model": model.name, "cluster": cluster.name, "framework": args.framework,
+        print_json({"model": model.name, "cluster": cluster.name, "framework": framework,
                     "strategy": table.row(0, names), "metrics": m, "stages": rows,
-                    "error_band": error_band_row(m["tokens_per_s"], table, args.framework)})
+                    "error_band": error_band_row(m["tokens_per_s"], table, framework)})
         return 0
-    print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {args.framework}")
+    print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}
     print("strategy: " + " ".join(f"{k}={v}" for k, v in glob.items()))
     if not m["feasible"]:

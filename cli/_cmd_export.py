@@ -4,6 +4,14 @@ The plan is the strategy of `plansweep evaluate` (flags or --strategy FILE) or t
 row of a run directory (--run DIR --rank N). It is evaluated first: a plan the cost model
 refuses (tp not dividing the heads, ...) is refused here with evaluate's message, and one that
 does not fit in memory is exported with a warning on stderr. The formats are cli._export's.
+
+--framework names the launch target (its format: Megatron-LM, torchtitan or DeepSpeed) and, for a
+plan given by flags, the profile it is priced under. A run's rows carry the profile they were
+priced under, which may be a variant of the target's (megatron-core-deepep launches as Megatron-LM
+with the flex dispatcher): with --run the plan is the N-th best among the rows whose framework
+launches in the target's format, priced and written under the row's own profile, so that what is
+exported is what the run ranked. A run without such rows (priced under generic, or a framework of
+another format) gives its N-th best row priced again under --framework's profile, said on stderr.
 """
 
 from __future__ import annotations
@@ -13,9 +21,9 @@ import sys
 from pathlib import Path
 
 from cli import COMMAND_HELP
-from cli._cmd_evaluate import add_strategy_args, build_strategy, framework_arg
+from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy
 from cli._export import MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
-from cli._specs import load_cluster, load_model, reason_error, strategy_from_mapping
+from cli._specs import load_cluster, load_model, one_framework, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
 from costmodel._files import replaced_atomically
 
@@ -28,8 +36,9 @@ def register(sub) -> None:
                        description="Write one plan (evaluate's strategy flags, --strategy FILE, or the N-th best "
                        "row of a run directory) as a launch configuration. A dimension the framework cannot "
                        "express is an error (exit code 2), never dropped.")
-    p.add_argument("--framework", required=True, type=framework_arg,
-                   help="the framework profile the plan is priced under and launched with: megatron-core (alias "
+    p.add_argument("--framework", required=True, metavar="NAME",
+                   help="the framework the plan is launched with (and, for a plan given by flags, priced under; a "
+                   "run's row is priced under its own profile, a variant of this one's format): megatron-core (alias "
                    "megatron), megatron-2021, megatron-core-a2a-overlap, megatron-core-deepep or "
                    "megatron-core-deepep-a2a-overlap: a torchrun command line of Megatron-LM arguments (core_v0.15.0; "
                    "the MoE profiles pick the token dispatcher and the all-to-all overlap); "
@@ -40,6 +49,7 @@ def register(sub) -> None:
     p.add_argument("--cluster", default=None,
                    help="preset or JSON/YAML file (default h100x1024; with --run: the run's)")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
+    add_seq_len_arg(p)
     add_strategy_args(p)
     p.add_argument("--run", metavar="DIR", help="take the plan from this run directory's best rows")
     p.add_argument("--rank", type=int, default=None, metavar="N", help="with --run: the N-th best plan (default 1)")
@@ -47,8 +57,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _from_run(args):
-    """(model, cluster, StrategyTable) of the args.rank-th best row of the run args.run."""
+def _from_run(args, target: str):
+    """(model, cluster, StrategyTable, the row's framework) of the args.rank-th best row of the run args.run among the
+    rows whose framework launches as ``target`` does (EXPORT_FORMAT); of every row where none does (framework None:
+    priced under ``target``)."""
     from sweep._results import STRATEGY_COLUMNS
     from sweep._rundir import cluster_from_dict, model_from_dict
     from sweep._runview import best_rows, open_run
@@ -67,38 +79,46 @@ def _from_run(args):
     study = studies[0]
     if "pools" in study.cluster:
         raise InputError("--run", "a run on a homogeneous cluster (placement plans have per-stage pools)", args.run)
-    rows = best_rows(study, rank).to_pylist()
+    if args.seq_len is not None:
+        raise InputError("--seq-len", "no --seq-len beside --run (the plan is priced on the run's model)", args.seq_len)
+    launched = [f for f in study.frameworks() if EXPORT_FORMAT.get(f) == EXPORT_FORMAT[target]]
+    rows = best_rows(study.of_frameworks(launched) if launched else study, rank).to_pylist()
     if len(rows) < rank:
         raise InputError("--rank", f"at most the run's {len(rows)} distinct feasible plans", rank)
     row = rows[rank - 1]
     data = {k: row[k] for k in STRATEGY_COLUMNS if row.get(k) is not None}
     return model_from_dict(dict(study.model)), cluster_from_dict(dict(study.cluster)), strategy_from_mapping(
-        data, "--run")
+        data, "--run"), row.get("framework") if launched else None
 
 
 def run(args: argparse.Namespace) -> int:
+    target = one_framework(args.framework, why="the launch target")
+    if target not in EXPORT_FORMAT:
+        raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
+    profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
     if args.run:
         given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS) if getattr(args, f, None) is not None]
         if given:
             raise InputError("--run", "no strategy flags beside it (the plan is the run's row)",
                              "--" + given[0].replace("_", "-"))
-        model, cluster, table = _from_run(args)
+        model, cluster, table, row_framework = _from_run(args, target)
+        if row_framework is None:
+            print(f"plansweep export: note: no row of the run is priced under a framework launched as {target}; "
+                  f"its best row is priced again under {target}", file=sys.stderr)
+        profile = row_framework or target
     else:
         if args.rank is not None:
             raise InputError("--rank", "only with --run DIR", args.rank)
-        model = load_model(args.model or "gpt3-175b")
+        model = load_model(args.model or "gpt3-175b", args.seq_len)
         cluster = load_cluster(args.cluster or "h100x1024", args.hardware)
         if isinstance(cluster, HeteroCluster):
             raise InputError("--cluster", "a homogeneous cluster (one GPU type)", cluster.name)
         table = build_strategy(args, model, cluster)
-    if args.framework not in EXPORT_FORMAT:
-        raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
-    metrics = evaluate(model, cluster, table, framework=args.framework)
+    metrics = evaluate(model, cluster, table, framework=profile)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason, args.framework)
-    text = WRITERS[EXPORT_FORMAT[args.framework]](canonical_plan(table.row(0), model), model, cluster,
-                                                   profile=args.framework)
+        raise reason_error(model, cluster, table.row(0), reason, profile)
+    text = WRITERS[EXPORT_FORMAT[profile]](canonical_plan(table.row(0), model), model, cluster, profile=profile)
     if reason == "out_of_memory":
         print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
               f"more than the {cluster.gpu.hbm_bytes / 1e9:.0f} GB of {cluster.gpu.name}", file=sys.stderr)

@@ -8,10 +8,10 @@ import numpy as np
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, failure_from_args
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
-from cli._cmd_show import format_priced
+from cli._cmd_show import format_by_framework, format_priced, priced_arrow, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
-from costmodel import REASONS, HeteroCluster, InputError, evaluate, plan_goodput
+from costmodel import REASONS, HeteroCluster, InputError, Metrics, evaluate, plan_goodput
 from search._refine import refine
 
 
@@ -73,8 +73,9 @@ RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is most
 
 def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
-    of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags)."""
-    model = load_model(args.model)
+    of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags). With several frameworks
+    (--framework A,B or all: a framework dimension) the best plan of each is printed too, and the winner."""
+    model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     failure = failure_from_args(args)
     check_objective(args.objective, cluster)
@@ -82,14 +83,11 @@ def run(args) -> int:
              else space_from_args(args, model, cluster))
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
-    metrics = evaluate(model, cluster, table, framework=args.framework)
+    metrics = evaluate(model, cluster, table)  # (each row under its framework: the table's framework column)
     feasible = int(metrics["feasible"].sum())
-    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
-    why = ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n)
-    print(f"{model.name} on {cluster.name} ({args.framework}): {len(table):,} strategies, {feasible:,} feasible "
-          f"(infeasible: {why})")
-    idx, exact = refine(model, cluster, table, metrics, framework=args.framework, objective=args.objective,
-                        failure=failure)
+    print(f"{model.name} on {cluster.name} ({', '.join(space.frameworks)}): {len(table):,} strategies, "
+          f"{feasible:,} feasible (infeasible: {why_infeasible(metrics)})")
+    idx, exact = refine(model, cluster, table, metrics, objective=args.objective, failure=failure)
     keep = exact["feasible"]
     best_t, best_m = table.take(idx[keep][:args.top]), exact.take(np.flatnonzero(keep)[:args.top])
     print(format_priced(space, best_t, best_m))
@@ -98,4 +96,46 @@ def run(args) -> int:
         print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
+    if len(space.frameworks) > 1:
+        print(best_per_framework(space, table, metrics, args.objective, failure))
     return 0
+
+
+def why_infeasible(metrics) -> str:
+    """The infeasible rows' reasons with their counts, one phrase."""
+    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
+    return ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n) or "none"
+
+
+def best_per_framework(space, table, metrics, objective: str = "tokens_per_s", failure=None) -> str:
+    """The best plan of each framework of ``space`` among ``table``'s rows priced as ``metrics`` (each framework's
+    rows refined on their own: its best need not be among the best of all), best first, and the winner."""
+    from costmodel._strategy import FRAMEWORK_NAMES
+    from search._refine import objective_score
+
+    model, cluster = space.model, space.cluster
+    bests, missing = [], {}
+    for name in space.frameworks:
+        rows = np.flatnonzero(table["framework"] == FRAMEWORK_NAMES.index(name))
+        sub_t, sub_m = table.take(rows), metrics.take(rows)
+        idx, exact = refine(model, cluster, sub_t, sub_m, objective=objective, failure=failure)
+        ok = np.flatnonzero(exact["feasible"])
+        if not ok.size:
+            missing[name] = f"{len(rows):,} strategies; infeasible: {why_infeasible(sub_m)}"
+            continue
+        bests.append((sub_t.take(idx[ok[:1]]), exact.take(ok[:1])))
+    if not bests:
+        return format_by_framework((), "tokens_per_s", [], missing)
+    best_t = type(bests[0][0]).concat([t for t, _ in bests])
+    best_m = Metrics({k: np.concatenate([m[k] for _, m in bests]) for k in bests[0][1]})
+    score = objective_score(best_m, best_t, cluster, objective, failure)
+    order = np.argsort(-score, kind="stable")
+    best_t, best_m = best_t.take(order), best_m.take(order)
+    arrow = priced_arrow(space, best_t, best_m)
+    rows = rows_as_dicts(arrow)
+    if objective == "goodput":
+        for r, g in zip(rows, score[order], strict=True):
+            r["goodput_tokens_per_s"] = float(g)
+    thr = "samples_per_s" if model.kind == "mlp" else "tokens_per_s"
+    return format_by_framework(arrow.column_names, thr, rows, missing,
+                               "goodput_tokens_per_s" if objective == "goodput" else None)

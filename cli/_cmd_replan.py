@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
-from cli._specs import load_cluster, load_model
+from cli._specs import load_cluster, load_model, one_framework
 from costmodel import HeteroCluster, InputError
 from costmodel._files import replaced_atomically
 from search import POLICIES, replan
@@ -15,7 +15,7 @@ from search import POLICIES, replan
 
 def register(sub) -> None:
     p = sub.add_parser("replan", help=COMMAND_HELP["replan"])
-    add_spec_args(p)
+    add_spec_args(p, frameworks=False)
     add_strategy_args(p)
     p.add_argument("--lost", default="1-16", help="nodes lost: a range A-B or a list (default 1-16; negative: gained)")
     p.add_argument("--policies", default=",".join(POLICIES), help="comma-separated, of " + ", ".join(POLICIES))
@@ -42,7 +42,8 @@ def _lost(text: str) -> list[int]:
 
 
 def run(args) -> int:
-    model = load_model(args.model)
+    model = load_model(args.model, args.seq_len)
+    framework = one_framework(args.framework, why="the plan's, re-planned under it")
     cluster = load_cluster(args.cluster, args.hardware)
     if isinstance(cluster, HeteroCluster):
         raise InputError("--cluster", "a cluster of one GPU type (replan re-plans one pool)", args.cluster)
@@ -54,7 +55,7 @@ def run(args) -> int:
         raise InputError("--lost", f"node counts below the cluster's {cluster.nodes} nodes", max(lost))
     plan = build_strategy(args, model, cluster).row(0)
     records = replan(model, cluster, plan, lost, policies=args.policies.split(","),
-                     objective=args.objective, failure=failure_from_args(args), framework=args.framework)
+                     objective=args.objective, failure=failure_from_args(args), framework=framework)
     print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "
           f"{plan['cp']} GPUs (dp x tp x pp x cp), by {args.objective}")
     print(f"{'lost':>5} {'GPUs left':>9} {'policy':<11} {'used':>5} {'tokens/s':>11} {'goodput':>11} {'kept':>6}  plan")

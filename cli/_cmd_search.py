@@ -199,7 +199,7 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     if getattr(args, "out", None) is not None:  # a resumable run on Ray (cli/_cmd_sweep.py)
         return run_search_in_dir(args, args.searcher)
     options = None if args.options is None else options_from_args(args.options, args)
-    model = load_model(args.model)
+    model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     budget = number(args.budget, "--budget", int, 1)
     batch = number(args.batch, "--batch", int, 1)

@@ -38,7 +38,7 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     --pp --dp --tp --microbatches --schedule --recompute --zero-stage --sequence-parallel --vpp
     --ep (an MoE model; default: the divisors of its experts; others are refused), ``defaults`` elsewhere."""
     from cli._space_args import SPACE_FLAGS, global_batch, parse_list
-    from cli._specs import number_list
+    from cli._specs import framework_list, number_list
 
     choices = dict(defaults)
     for dim, flag in SPACE_FLAGS:
@@ -52,8 +52,9 @@ def hetero_space_from_args(args, model, cluster, defaults=HETERO_DEFAULTS) -> He
     dp2 = getattr(args, "dp2", None)
     if dp2 is not None:
         choices["dp2"] = tuple(number_list(dp2, "--dp2", int, "comma-separated integers >= 0 holding 0, e.g. 0,1,2,4"))
+    frameworks = framework_list(getattr(args, "framework", None))  # one, or a framework dimension
     try:
-        space = HeteroSpace.from_options(model, cluster, global_batch=batch, framework=getattr(args, "framework", None),
+        space = HeteroSpace.from_options(model, cluster, global_batch=batch, framework=frameworks,
                                          **choices)
     except InputError as exc:
         flag = "--dp2" if exc.argument == "dp2" else HETERO_FLAGS.get(exc.argument, exc.argument)

@@ -19,6 +19,7 @@ GB = 1e9  # bytes per GB in the memory column (decimal, as GPU datasheets quote 
 
 # (column, header, width, format) for the table; absent columns are left out.
 TABLE_COLUMNS = (
+    ("framework", "framework", 16, "s"),
     ("dp", "dp", 4, "d"), ("tp", "tp", 4, "d"), ("pp", "pp", 4, "d"), ("cp", "cp", 3, "d"), ("ep", "ep", 3, "d"),
     ("etp", "etp", 3, "d"), ("microbatches", "m", 5, "d"), ("micro_batch", "b", 5, "d"),
     ("schedule", "schedule", 11, "s"), ("vpp", "vpp", 3, "d"), ("recompute", "recompute", 9, "s"),
@@ -49,15 +50,20 @@ def rows_as_dicts(table: pa.Table) -> list[dict]:
             for r in table.to_pylist()]
 
 
-def format_priced(space, table, metrics) -> str:
-    """``table``'s rows priced as ``metrics`` on ``space``'s model and cluster, as format_rows
-    prints a run's rows (rank, search)."""
+def priced_arrow(space, table, metrics) -> pa.Table:
+    """``table``'s rows priced as ``metrics`` on ``space``'s model and cluster as result rows (sweep._results)."""
     from sweep._results import pool_names, to_arrow  # pyarrow only when printing
 
-    arrow = to_arrow(table, metrics, run_id="", model=space.model.name, cluster=space.cluster.name,
-                     framework=space.framework, iteration=0, grid_index=None, pool_names=pool_names(space))
+    return to_arrow(table, metrics, run_id="", model=space.model.name, cluster=space.cluster.name,
+                    framework=space.framework, iteration=0, grid_index=None, pool_names=pool_names(space))
+
+
+def format_priced(space, table, metrics) -> str:
+    """``table``'s rows priced as ``metrics`` on ``space``'s model and cluster, as format_rows
+    prints a run's rows (rank, search); with the framework column where the space has several."""
+    arrow = priced_arrow(space, table, metrics)
     return format_rows(arrow.column_names, "samples_per_s" if space.model.kind == "mlp" else "tokens_per_s",
-                       rows_as_dicts(arrow))
+                       rows_as_dicts(arrow), with_framework=len(space.frameworks) > 1)
 
 
 def _cell(v, fmt: str) -> str:
@@ -68,12 +74,17 @@ def _cell(v, fmt: str) -> str:
     return format(v, fmt)
 
 
-def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = False) -> str:
+def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = False,
+                with_framework: bool = False) -> str:
     """The rows (dicts of result columns, as rows_as_dicts gives) as a fixed-width table of
-    the strategy columns among ``columns``, throughput ``thr`` and the headline metrics."""
-    # ep / etp only where a row has them above 1 (an MoE model's run): dense tables print as before
+    the strategy columns among ``columns``, throughput ``thr`` and the headline metrics; the framework where the
+    rows hold several, or ``with_framework``."""
+    # ep / etp only where a row has them above 1 (an MoE model's run): dense tables print as before; the framework
+    # where the rows hold several (a run over a framework dimension)
     shown = {k for k in ("ep", "etp") if any((r.get(k) or 1) > 1 for r in rows)}
-    cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp") or c[0] in shown)]
+    if with_framework or len({r.get("framework") for r in rows}) > 1:
+        shown.add("framework")
+    cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp", "framework") or c[0] in shown)]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     band = thr == "tokens_per_s" and "tokens_per_s_low" in columns  # the error band (costmodel._bands)
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
@@ -116,6 +127,27 @@ def band_cell(row: dict, best: dict) -> str:
         return f" {'-':>6}"
     tied = row is not best and best.get("tokens_per_s_low") is not None and hi >= best["tokens_per_s_low"]
     return f" {50 * (hi - lo) / t:5.1f}" + ("~" if tied else " ")
+
+
+def format_by_framework(columns, thr: str, best: list[dict], missing: dict[str, str], score: str | None = None) -> str:
+    """The best plan of each framework, best first (``best``: one row each, as rows_as_dicts gives, ordered by the
+    ranking), the frameworks without a feasible plan (``missing``: framework -> why), and the winner named with how
+    far ahead of the next framework it is by ``score`` (a column of the rows; None: throughput ``thr``)."""
+    key = score or thr
+    out = ["best plan per framework:"]
+    if best:
+        out.append(format_rows((*columns, "framework"), thr, best, with_framework=True))
+    out += [f"  {name}: no feasible plan ({why})" for name, why in missing.items()]
+    if not best:
+        out.append("winner: none (no framework has a feasible plan)")
+        return "\n".join(out)
+    line = f"winner: {best[0].get('framework')}"
+    if len(best) > 1 and best[1].get(key):
+        what = "goodput" if score else thr.replace("_per_s", "/s")
+        line += (f", {best[0][key] / best[1][key]:.3f}x the {what} of {best[1].get('framework')} "
+                 "(the next best framework)")
+    out.append(line)
+    return "\n".join(out)
 
 
 def format_placement(row: dict) -> str:
@@ -180,6 +212,33 @@ def _study_report(study: RunView, k: int, include_infeasible: bool) -> tuple[dic
     return counts, rows
 
 
+def framework_bests(study: RunView) -> tuple[list[dict], dict[str, str]] | None:
+    """The best row of each framework of a study whose rows hold several (ranked as the study's rows are: by goodput
+    in a run by goodput), best first, and the frameworks without a feasible row (-> why); None for one framework."""
+    names = study.frameworks()
+    if len(names) < 2:
+        return None
+    best, missing = [], {}
+    for name in names:
+        sub = study.of_frameworks([name])
+        counts, rows = _study_report(sub, 1, False)
+        if rows:
+            best.append(rows[0])
+        else:
+            why = ", ".join(f"{reason} {n:,}" for reason, n in counts["infeasible_reasons"].items())
+            missing[name] = f"{counts['num_rows']:,} rows" + (f"; infeasible: {why}" if why else "")
+    key = "goodput_tokens_per_s" if best and "goodput_tokens_per_s" in best[0] else study.throughput_column
+    best.sort(key=lambda r: -(r.get(key) or 0.0))
+    return best, missing
+
+
+def format_framework_bests(study: RunView, found) -> str:
+    """framework_bests' rows as format_by_framework prints them."""
+    best, missing = found
+    score = "goodput_tokens_per_s" if best and "goodput_tokens_per_s" in best[0] else None
+    return format_by_framework(study.columns, study.throughput_column, best, missing, score)
+
+
 def read_run(run_dir: str, command: str, body) -> int:
     """``body(view)`` over the run (sweep._runview.read_view: parts whose pages fail to read are
     found and left out), its stdout held until it succeeds; the parts left out named in one line
@@ -218,7 +277,9 @@ def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
         print_json({"run_dir": view.run_dir, "keep": view.keep, **total,
                     "studies": [{"model": s.model.get("name"), "cluster": s.cluster.get("name"),
                                  "throughput_column": s.throughput_column, **counts, "rows": rows,
-                                 **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {})}
+                                 **({"top_stages": st} if rows and (st := stage_breakdown(s, rows[0])) else {}),
+                                 **({"best_per_framework": fb[0], "frameworks_without_plan": fb[1]}
+                                    if (fb := framework_bests(s)) else {})}
                                 for s, counts, rows in reports]})
         return 0
     if view.keep not in (None, "all"):
@@ -231,7 +292,8 @@ def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
         if not rows:
             print("no feasible row" + ("" if args.include_infeasible else " (--all lists infeasible rows)"))
             continue
-        print(format_rows(study.columns, study.throughput_column, rows, with_reason=args.include_infeasible))
+        print(format_rows(study.columns, study.throughput_column, rows, with_reason=args.include_infeasible,
+                          with_framework=len(study.frameworks()) > 1))
         if "goodput_tokens_per_s" in rows[0]:
             print("ranked by goodput (run.json's failure model): " + ", ".join(
                 f"#{i + 1} {r['goodput_tokens_per_s']:,.0f} ({100 * r['goodput_ratio']:.2f}%)"
@@ -242,8 +304,11 @@ def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
 
             print(f"per stage (top row: {format_placement(rows[0])}; exact pipeline):")
             print(format_stage_rows(breakdown))
-            continue
-        stages = format_stages(study, rows[0])
-        if stages:
-            print(stages)
+        else:
+            stages = format_stages(study, rows[0])
+            if stages:
+                print(stages)
+        found = framework_bests(study)
+        if found:
+            print(format_framework_bests(study, found))
     return 0

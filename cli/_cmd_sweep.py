@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_spec_args
-from cli._cmd_show import format_rows, rows_as_dicts
+from cli._cmd_show import format_framework_bests, format_rows, framework_bests, rows_as_dicts
 from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._keep import Keep
@@ -91,7 +91,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     words = _words(args.cluster, "--cluster")
     studies, kinds = [], set()
     for m in _words(args.model, "--model"):
-        model = load_model(m)
+        model = load_model(m, getattr(args, "seq_len", None))
         for c in words:
             cluster = load_cluster(c, getattr(args, "hardware", None))
             hetero = isinstance(cluster, HeteroCluster)
@@ -303,7 +303,8 @@ def _goodput_summary(view, top: int, failure) -> None:
         if not rows.num_rows:
             print("no feasible strategy found")
             continue
-        print(format_rows(study.columns, study.throughput_column, rows_as_dicts(rows)))
+        print(format_rows(study.columns, study.throughput_column, rows_as_dicts(rows),
+                          with_framework=len(study.frameworks()) > 1))
         print(goodput_lines(g))
 
 
@@ -326,4 +327,8 @@ def print_summary(rd: RunDir, top: int) -> None:
     for study in view.studies() if top else []:
         rows = rows_as_dicts(best_rows(study, top))
         print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")
-        print(format_rows(study.columns, study.throughput_column, rows) if rows else "no feasible strategy found")
+        print(format_rows(study.columns, study.throughput_column, rows, with_framework=len(study.frameworks()) > 1)
+              if rows else "no feasible strategy found")
+        found = framework_bests(study)
+        if found:
+            print(format_framework_bests(study, found))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg
+from cli._specs import one_framework
 from costmodel import InputError
 from costmodel._validate import band_table_of, calibrate, read_hardware, read_runs, validate, write_hardware
 
@@ -15,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (columns: docs/validation.md), or a "
                    "published set shipped with plansweep: narayanan2021-table1, korthikanti2022-mfu")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
-    add_framework_arg(p, "the framework of rows whose framework cell is empty")
+    add_framework_arg(p, "the framework of rows whose framework cell is empty", many=False)
     p.add_argument("--json", action="store_true")
     p.add_argument("--write-bands", metavar="PATH", help="also compute the error bands by regime from these runs and "
                    "write them as JSON (plansweep's own: costmodel/data/error_bands.json, from "
@@ -23,16 +24,21 @@ def register(sub) -> None:
     p.set_defaults(func=run_validate)
     c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
     c.add_argument("file", metavar="FILE.csv|SET")
-    add_framework_arg(c, "the framework of rows whose framework cell is empty")
+    add_framework_arg(c, "the framework of rows whose framework cell is empty", many=False)
     c.add_argument("--out", default="hardware.json", help="where to write the constants (default hardware.json)")
     c.set_defaults(func=run_calibrate)
+
+
+def empty_cells_framework(args) -> str | None:
+    """--framework (one profile), or None: read_runs' default."""
+    return None if args.framework is None else one_framework(args.framework, why="of the rows whose cell is empty")
 
 
 def run_validate(args) -> int:
     if args.write_bands and Path(args.write_bands).is_dir():
         raise InputError("--write-bands", "a file path", f"{args.write_bands} is a directory")
     eff = read_hardware(args.hardware) if args.hardware else None
-    runs = read_runs(args.file, eff, args.framework)
+    runs = read_runs(args.file, eff, empty_cells_framework(args))
     res = validate(runs)
     bands = write_bands(args.write_bands, band_table_of(args.file, runs, res)) if args.write_bands else None
     if args.json:
@@ -87,10 +93,10 @@ def run_calibrate(args) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise InputError("--out", "a file path", f"{out} is a directory")
-    runs = read_runs(args.file, framework=args.framework)
+    runs = read_runs(args.file, framework=empty_cells_framework(args))
     before = validate(runs)["mean_abs_error_pct"]
     fitted = calibrate(runs)
-    after = validate(read_runs(args.file, fitted, args.framework))["mean_abs_error_pct"]
+    after = validate(read_runs(args.file, fitted, empty_cells_framework(args)))["mean_abs_error_pct"]
     write_hardware(out, fitted)
     for name, eff in fitted.items():
         consts = ", ".join(f"{k}={getattr(eff, k):.4g}" for k in ("gemm_eff_max", "hbm_eff", "link_eff"))

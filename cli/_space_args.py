@@ -4,7 +4,8 @@
                                                    dimension (comma-separated choices)
     space_from_args(args, model, cluster) -> Space the chosen space with the flags' choices;
                                                    dimensions without a flag keep the named
-                                                   space's choices
+                                                   space's choices; --framework's list (or all)
+                                                   a framework dimension
 
 Bad values raise costmodel.InputError naming the flag (exit code 2, one line).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli._specs import number
+from cli._specs import framework_list, number
 from costmodel import RECOMPUTE, Cluster, InputError, Transformer
 from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, dimension_values
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
@@ -128,9 +129,10 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
     uneven = DEFAULT_SPACE_FLAGS["uneven"] if args.space == "default" else args.space == "exact"
     if "stage_shift" in choices:
         uneven = False
+    frameworks = framework_list(getattr(args, "framework", None))  # one, or a framework dimension
     try:
         space = Space.from_options(model, cluster, global_batch=batch, base="fixed", all_gpus=all_gpus,
-                                   uneven=uneven, framework=getattr(args, "framework", None), **choices)
+                                   uneven=uneven, framework=frameworks, **choices)
     except InputError as exc:
         name = exc.argument
         raise InputError(flags.get(name.split(".")[0], name), exc.expected, exc.got) from None

@@ -20,7 +20,7 @@ from costmodel import (
     model_preset,
 )
 from costmodel._files import read_text
-from costmodel._frameworks import framework_preset
+from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 
 
@@ -48,12 +48,68 @@ def _looks_like_file(word: str) -> bool:
     return word.lower().endswith((".json", ".yaml", ".yml")) or "/" in word
 
 
-def load_model(word: str) -> Transformer:
+def load_model(word: str, seq_len=None) -> Transformer:
     """A preset name (gpt3-175b, llama3-70b, ...) or a JSON/YAML file: Transformer fields, a
-    HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping)."""
+    HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping); ``seq_len``
+    (--seq-len's word; None: the model's own) replaces its sequence length (with_seq_len)."""
     if not _looks_like_file(word):
-        return model_preset(word)
-    return model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
+        model = model_preset(word)
+    else:
+        model = model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
+    return model if seq_len is None else with_seq_len(model, seq_len)
+
+
+def with_seq_len(model: Transformer, text) -> Transformer:
+    """``model`` training sequences of ``text`` tokens (--seq-len: an integer >= 1); a transformer only (an MLP's
+    sample is one token). What the length must allow (2 cp dividing it, ...) is the strategy's feasibility, checked
+    where strategies are priced."""
+    n = number(text, "--seq-len", int, 1)
+    if model.kind != "transformer":
+        raise InputError("--seq-len", "a transformer model (an MLP's sample is one token)",
+                         f"{model.name} ({model.kind})")
+    try:
+        return dataclasses.replace(model, seq_len=n)
+    except InputError as exc:  # (the model's own checks: the int64 bound)
+        raise InputError("--seq-len", exc.expected, exc.got) from None
+
+
+# --framework's word for every profile (a framework dimension over all of them).
+ALL_FRAMEWORKS = "all"
+
+
+def framework_list(text: str | None, flag: str = "--framework") -> list[str]:
+    """A --framework flag's profiles: comma-separated names (aliases resolved, each profile once, in the order
+    given) or ``all`` (every profile of costmodel._frameworks, in its table's order); None: [DEFAULT_FRAMEWORK].
+    InputError naming ``flag`` for an unknown or empty name."""
+    if text is None:
+        return [DEFAULT_FRAMEWORK]
+    words = [w.strip() for w in str(text).split(",")]
+    if [w.lower() for w in words] == [ALL_FRAMEWORKS]:
+        return list(FRAMEWORKS)
+    expected = "comma-separated names among " + ", ".join([*FRAMEWORKS, *FRAMEWORK_ALIASES]) + f", or {ALL_FRAMEWORKS}"
+    if any(not w for w in words):
+        raise InputError(flag, expected, text)
+    names = []
+    for w in words:
+        try:
+            names.append(framework_preset(w, flag).name)
+        except InputError:
+            raise InputError(flag, expected, w) from None
+    return list(dict.fromkeys(names))
+
+
+def one_framework(text: str | None, flag: str = "--framework", why: str = "") -> str:
+    """A --framework flag that names one profile (framework_list of one name; None: DEFAULT_FRAMEWORK); InputError
+    naming ``flag`` for a list or ``all`` (``why``: what the one framework is for)."""
+    if text is None:
+        return DEFAULT_FRAMEWORK
+    words = [w.strip() for w in str(text).split(",")]
+    if len({w.lower() for w in words}) > 1 or str(text).strip().lower() == ALL_FRAMEWORKS:
+        raise InputError(flag, "one framework" + (f" ({why})" if why else ""), text)
+    try:
+        return framework_preset(words[0], flag).name
+    except InputError:
+        raise InputError(flag, "one of " + ", ".join([*FRAMEWORKS, *FRAMEWORK_ALIASES]), text) from None
 
 
 CLUSTER_FIELDS = ("gpu", "num_gpus", "gpus_per_node", "scaleup_GBps", "scaleout_GBps", "name")

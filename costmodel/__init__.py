@@ -85,8 +85,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 __getattr__, __dir__, _MODULE_OF = lazy_exports("costmodel", _EXPORTS, globals())
 
 __version__ = "0.1.0"
-# Bumped whenever evaluate() can return different numbers for the same input.
-COST_MODEL_VERSION = "3"
+# Bumped whenever evaluate() can return different numbers for the same input. 4: megatron-core is the
+# default framework (a call or a command line naming none priced generic's before).
+COST_MODEL_VERSION = "4"
 
 __all__ = [
     "COLUMNS", "COST_MODEL_VERSION", "Cluster", "EFFICIENCY", "Efficiency", "GPU",

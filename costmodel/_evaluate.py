@@ -25,7 +25,8 @@ import os
 import numpy as np
 
 from costmodel._block import evaluate_block
-from costmodel._frameworks import Framework, framework_preset
+from costmodel._framework_rows import by_framework, framework_groups
+from costmodel._frameworks import Framework
 from costmodel._metrics import METRIC_COLUMNS, Metrics
 from costmodel._pipeline_terms import PIPELINE_MODES
 from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view
@@ -69,18 +70,25 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     (schedule, pp, micro-batches, vpp), costlier for deep pipelines with many micro-batches).
     ZB-V and Hanayo rows are always simulated.
 
-    ``framework``: a profile of costmodel._frameworks (or its name; None: "generic", the model
-    before profiles): what it can run, what it overlaps, how it shards with a pipeline, whether
-    its attention kernel stores the s x s scores.
+    ``framework``: a profile of costmodel._frameworks (or its name; None: DEFAULT_FRAMEWORK,
+    "megatron-core"): what it can run, what it overlaps, how it shards with a pipeline, whether
+    its attention kernel stores the s x s scores. A table with a ``framework`` column prices each
+    row under its own profile: the rows of each framework present as one call, results in row
+    order (costmodel._framework_rows); ``framework``, if given, must then be every row's.
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
-    fw = framework_preset(framework)
-    pa = pool_arrays(cluster)
-    order, cuts, depths = None, (), None
     if len(table) == 0:
+        framework_groups(table, framework)  # (a name that is no profile is refused all the same)
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
+    return by_framework(table, framework, lambda rows, fw: _evaluate_one(model, cluster, rows, pipeline, fw))
+
+
+def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: str, fw: Framework) -> Metrics:
+    """evaluate() of a non-empty table whose rows are priced under one profile ``fw``."""
+    pa = pool_arrays(cluster)
+    order, cuts, depths = None, (), None
     if table.placed and len(table) > BLOCK_ROWS:
         # placements by pipeline depth, so that a block's stage columns are its rows' stages, rows with a stage
         # split across pools after the others (a block without one skips pool2 / dp2: without any, not gathered)
@@ -163,8 +171,9 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
         S = int(table["pp"].max())
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
         table = StrategyTable(table.columns, {**table.stages, "layers": layers})
-    out = evaluate_block(model, pool_arrays(cluster), stage_view(model, table), "simulate", simulate_now=True,
-                          stages_out=True, framework=framework)
+    pa = pool_arrays(cluster)
+    out = by_framework(table, framework, lambda rows, fw: evaluate_block(
+        model, pa, stage_view(model, rows), "simulate", simulate_now=True, stages_out=True, framework=fw))
     return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
 
 

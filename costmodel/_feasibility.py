@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel._framework_rows import by_framework
 from costmodel._frameworks import Framework, framework_preset
 from costmodel._hardware import PRECISIONS
 from costmodel._pipeline_terms import SCHED
@@ -96,7 +97,8 @@ def feasibility(model: Transformer, cluster, table, framework=None) -> np.ndarra
     """Reason code per row for everything but memory (0 = ok; first failing check wins) under
     ``framework`` (costmodel._frameworks; None: the default profile): a StrategyTable, with
     placements or without, on a Cluster or a HeteroCluster (costmodel._stages)."""
-    return stage_feasibility(model, pool_arrays(cluster), stage_view(model, table), framework_preset(framework))[0]
+    pa = pool_arrays(cluster)  # (a table with a framework column: each row under its own, costmodel._framework_rows)
+    return by_framework(table, framework, lambda rows, fw: stage_feasibility(model, pa, stage_view(model, rows), fw)[0])
 
 
 def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework, stage_bits=None, shift=None):

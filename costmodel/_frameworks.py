@@ -69,8 +69,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from costmodel._codes import SCHEDULES
 from costmodel._errors import InputError
-from costmodel._strategy import SCHEDULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,7 +372,9 @@ FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
     "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2",
 }
-DEFAULT_FRAMEWORK = "generic"
+# The profile of every command and of evaluate() where none is named: Megatron-Core, the code the large
+# published runs train with (GPT-3 and Llama 3 scale on thousands of GPUs; docs/frameworks.md).
+DEFAULT_FRAMEWORK = "megatron-core"
 
 
 def framework_names() -> list[str]:

@@ -24,7 +24,7 @@ from costmodel._data_parallel import framework_columns
 from costmodel._distinct import distinct_rows
 from costmodel._experts import expert_groups, moe_stage_layers
 from costmodel._feasibility import REASON, feasibility
-from costmodel._frameworks import framework_preset
+from costmodel._framework_rows import by_framework
 from costmodel._hardware import Cluster
 from costmodel._layer_terms import framework_terms, shape_terms
 from costmodel._memory_terms import grad_kwargs, stage_memory
@@ -40,8 +40,12 @@ SCREEN_BLOCK_ROWS = 16384
 def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
                   framework=None) -> tuple[np.ndarray, np.ndarray]:
     """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
-    (costmodel._frameworks); see the module docstring."""
-    fw = framework_preset(framework)
+    (costmodel._frameworks; a table with a framework column: each row under its own); see the module docstring."""
+    return by_framework(table, framework, lambda rows, fw: _screen(model, cluster, rows, fw))
+
+
+def _screen(model: Transformer, cluster: Cluster, table: StrategyTable, fw) -> tuple[np.ndarray, np.ndarray]:
+    """memory_screen of rows priced under one profile ``fw``."""
     table = moe_explicit_stages(model, table)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)

@@ -21,6 +21,8 @@ Row columns (shape (N,)):
     zero_stage                0..3
     precision                 code into PRECISIONS
     overlap_dp                bool: overlap the data-parallel gradient exchange with backward
+    framework                 (optional, with or without placements) code into FRAMEWORK_NAMES: the framework
+                              profile the row is priced under; absent: evaluate()'s ``framework`` for every row
 Per-stage columns (``stages``, keys without the ``stage_`` of from_columns' arguments):
     stage_layers              layers per stage (zero past pp); absent: layers / pp on every
                               stage. Row sums must equal the model's layers.
@@ -67,16 +69,24 @@ from collections.abc import Mapping
 
 import numpy as np
 
+import costmodel._codes as _codes
 from costmodel._errors import InputError
+from costmodel._frameworks import FRAMEWORKS, framework_preset
 from costmodel._hardware import PRECISIONS
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "hanayo")
-RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = _codes.SCHEDULES  # names of the schedule codes (costmodel._codes: append only)
+RECOMPUTE = _codes.RECOMPUTE
 
 INT_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage")
 CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}
 BOOL_COLUMNS = ("sequence_parallel", "overlap_dp")
 COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS
+# The framework column, optional: int8 codes into FRAMEWORK_NAMES (the profiles of costmodel._frameworks, in its
+# table's order), one per row, so that one table holds rows priced under several frameworks (costmodel._evaluate
+# prices each framework's rows with its profile). A table without it is priced under evaluate()'s ``framework``.
+FRAMEWORK = "framework"
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+NAMES_OF_CODES = {**CODE_COLUMNS, FRAMEWORK: FRAMEWORK_NAMES}  # every coded column, the optional one included
 # The row columns of a table with placements, and its per-stage columns (in this order).
 PLACED_INT = ("pp", "microbatches", "global_batch", "cp", "vpp", "zero_stage", "ep", "etp")
 PLACED_COLUMNS = PLACED_INT + tuple(CODE_COLUMNS) + BOOL_COLUMNS
@@ -96,7 +106,7 @@ DEFAULT_GLOBAL_BATCH = 1536
 DIMENSION_VALUES: dict[str, tuple | type] = {
     **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "microbatches", "global_batch", "vpp")},
     "zero_stage": (0, 3), "stage_shift": (None, None), "light_ends": (0, None),
-    **CODE_COLUMNS, "stage_recompute": RECOMPUTE,
+    **CODE_COLUMNS, "stage_recompute": RECOMPUTE, FRAMEWORK: FRAMEWORK_NAMES,
     **{name: bool for name in BOOL_COLUMNS},
 }
 BOOL_WORDS = {"true": True, "1": True, "false": False, "0": False}
@@ -184,7 +194,32 @@ INT_COLUMN_MAX = 2**31 - 1
 
 
 def decode(column: str, codes) -> np.ndarray:
-    return np.asarray(CODE_COLUMNS[column], dtype=object)[np.asarray(codes)]
+    return np.asarray(NAMES_OF_CODES[column], dtype=object)[np.asarray(codes)]
+
+
+def framework_codes(value, n: int | None = None, argument: str = FRAMEWORK) -> np.ndarray:
+    """Framework profiles (names, aliases of costmodel._frameworks.FRAMEWORK_ALIASES, Framework rows) or their
+    codes -> int8 codes into FRAMEWORK_NAMES, broadcast to (n,) where ``n`` is given; InputError naming
+    ``argument`` for an unknown name or a code outside the table."""
+    expected = "one of " + ", ".join(FRAMEWORK_NAMES)
+    if not isinstance(value, (str, bytes)) and hasattr(value, "name") and hasattr(value, "schedules"):
+        value = value.name  # one Framework row
+    arr = _array(argument, value, expected)
+    if arr.dtype.kind in "USO":
+        names, inverse = np.unique(arr.astype(str), return_inverse=True)  # a handful of names, however many rows
+        if "" in names:  # (framework_preset reads no name as the default: a column names every row's)
+            raise InputError(argument, expected, "")
+        lookup = np.array([FRAMEWORK_NAMES.index(framework_preset(str(x), argument).name) for x in names],
+                          dtype=np.int8)
+        out = lookup[inverse.reshape(arr.shape)] if names.size else np.zeros(arr.shape, dtype=np.int8)
+    elif arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and not arr.size):
+        bad = (arr < 0) | (arr >= len(FRAMEWORK_NAMES))
+        if np.any(bad):
+            raise InputError(argument, f"{expected} (or codes 0 to {len(FRAMEWORK_NAMES) - 1})", _first(arr[bad]))
+        out = arr.astype(np.int8)
+    else:
+        raise InputError(argument, expected, _first(arr))
+    return out if n is None else np.ascontiguousarray(_n_rows(argument, out, n, "names"))
 
 
 def int_column(name: str, value, n: int) -> np.ndarray:
@@ -311,6 +346,7 @@ class StrategyTable:
         check types and ranges. A table with ``microbatches`` or any placement column gets
         every placement column (absent ones from the row's dp, tp or their defaults)."""
         per_stage = {k: cols.pop("stage_" + k) for k in PLACEMENT_COLUMNS if cols.get("stage_" + k) is not None}
+        framework = cols.pop(FRAMEWORK, None)  # optional (None: absent, the evaluate call's framework)
         cols = {k: v for k, v in cols.items() if not (k.startswith("stage_") and v is None)}
         placed = bool(per_stage) or "microbatches" in cols
         allowed = PLACED_COLUMNS + ("dp", "tp") if placed else COLUMNS
@@ -331,6 +367,8 @@ class StrategyTable:
         merged = {**(PLACED_DEFAULTS if placed else DEFAULTS), **cols}
         sized = {k: _array(k, v, "a value, or one value per row") for k, v in merged.items()}  # (ragged lists refused)
         lengths = {a.size for a in sized.values() if a.ndim > 0} | ({s[0] for s in shapes} - {1})
+        if framework is not None and np.ndim(framework) > 0:
+            lengths.add(np.size(framework))
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
@@ -347,6 +385,8 @@ class StrategyTable:
                 raise InputError("global_batch", "the global batch in sequences", None)
         out = typed_columns(merged, n, ints=PLACED_INT if placed else INT_COLUMNS, codes=CODE_COLUMNS,
                             bools=BOOL_COLUMNS)
+        if framework is not None:
+            out[FRAMEWORK] = framework_codes(framework, n)
         pp = int(out["pp"].max()) if n else 0
         for k, a in stages.items():
             if a.shape[1] < pp:
@@ -380,7 +420,7 @@ class StrategyTable:
             stage_pool=np.zeros((len(self), S), dtype=np.int64), stage_dp=np.where(active, c["dp"][:, None], 1),
             stage_tp=np.where(active, c["tp"][:, None], 1), stage_layers=sl,
             stage_recompute=None if self.stage_recompute is None else self.stage_recompute[:, :S], microbatches=m,
-            **{k: c[k] for k in PLACED_COLUMNS if k in c})
+            **{k: c[k] for k in (*PLACED_COLUMNS, FRAMEWORK) if k in c})
 
     def __len__(self) -> int:
         return len(self.columns["pp"])
@@ -430,7 +470,7 @@ class StrategyTable:
 
     def readable(self) -> dict[str, np.ndarray]:
         """Row columns with names instead of codes (for people and for Parquet)."""
-        return {k: decode(k, v) if k in CODE_COLUMNS else v for k, v in self.columns.items()}
+        return {k: decode(k, v) if k in NAMES_OF_CODES else v for k, v in self.columns.items()}
 
     def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
         """Row i as plain Python values (strings for coded columns) with stage_layers /
@@ -462,6 +502,8 @@ class StrategyTable:
         """Rows of ``tables`` in turn; per-stage columns padded to the widest (STAGE_PAD). A
         stage_recompute some tables lack is their row's recompute on every stage."""
         S = max(t.num_stages for t in tables)
+        if len({FRAMEWORK in t.columns for t in tables}) > 1:
+            raise ValueError("concat: a framework column in some tables only")
         cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
         stages = {}
         for k in dict.fromkeys(k for t in tables for k in t.stages):

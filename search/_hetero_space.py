@@ -13,6 +13,7 @@ Dimensions, for S = max(pp) stage slots:
     stage_shift.J           (ordinal) boundary J moved by shift x ``shift_layers`` layers from
                             the uniform cut round(L (J + 1) / pp), J < S - 1
     microbatches, schedule, recompute, zero_stage, sequence_parallel   global choices
+    framework               (only where several are given) the framework profile a row is priced under
     vpp                     (only where given other than 1) chunks per device, for "interleaved"
     ep                      (an MoE model) the expert-parallel degree, a row column folded into
                             every stage's tp x cp x dp ranks (StrategyTable; ep_invalid where it
@@ -30,11 +31,11 @@ import numpy as np
 from costmodel import HeteroCluster, InputError, StrategyTable, Transformer, as_hetero
 from costmodel._feasibility import feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._strategy import ORDERS, dimension_values
+from costmodel._strategy import FRAMEWORK, ORDERS, dimension_values
 from search._base import SearchSpace
 from search._placement_moves import SPLIT_MOVE_SHARE, placement_moves
+from search._space import LEGACY_FRAMEWORK, divisors
 from search._space import Dim as _SpaceDim
-from search._space import divisors
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,7 +52,7 @@ class Dim(_SpaceDim):
 # Schedules a HeteroSpace may use: one chunk per device, or Megatron's interleaved 1F1B with
 # vpp chunks per device (every stage's layers a multiple of vpp).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
-GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "ep")
+GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "ep", FRAMEWORK)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -63,7 +64,7 @@ class HeteroSpace(SearchSpace):
     fixed: dict
     dims: tuple[Dim, ...]
     shift_layers: int = 1
-    framework: str = DEFAULT_FRAMEWORK  # the costmodel._frameworks profile it is priced under
+    framework: str | None = DEFAULT_FRAMEWORK  # the costmodel._frameworks profile of every row; None: a dimension
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -72,13 +73,14 @@ class HeteroSpace(SearchSpace):
                      shift_layers: int = 1, microbatches=(8, 16, 32, 64, 128), schedule=("1f1b",),
                      recompute=("none", "selective", "full"), zero_stage=(0, 1),
                      sequence_parallel=(True,), dp2=(0,), vpp=(1,), ep=None,
-                     framework: str | None = None) -> HeteroSpace:
+                     framework=None) -> HeteroSpace:
         """``dp2``: replicas a stage may put on a second pool, holding 0 (no split); default (0,):
         no split dims; None: 0 and every dp choice below the largest. Ignored on one pool.
         ``ep``: expert-parallel degrees; None: an MoE model's divisors of its experts up to the
         largest pool's GPUs (an ep group lives inside one stage on one pool), (1,) for a dense one.
         An MoE model's stages are not split (dp2 choices refused: costmodel.evaluate does not price
-        expert groups across pools)."""
+        expert groups across pools). ``framework``: a profile's name, or a list of them (a framework dimension
+        where they are several); None: DEFAULT_FRAMEWORK."""
         hc = as_hetero(cluster)
         if ep is None:
             ep = tuple(divisors(model.experts, max(p.num_gpus for p in hc.pools))) if model.is_moe else (1,)
@@ -130,8 +132,20 @@ class HeteroSpace(SearchSpace):
             dims.append(Dim(name="vpp", choices=tuple(sorted(vpp)), ordinal=True))
         if tuple(ep) != (1,):
             dims.append(Dim(name="ep", choices=tuple(sorted(ep)), ordinal=True))
+        many = [DEFAULT_FRAMEWORK] if framework is None else framework if isinstance(framework, (list, tuple)) else [
+            framework]
+        names = tuple(dict.fromkeys(framework_preset(x, FRAMEWORK).name for x in many))
+        if not names:
+            raise InputError(FRAMEWORK, "at least one framework", list(many))
+        if len(names) > 1:
+            dims.append(Dim(name=FRAMEWORK, choices=names))
         return cls(model=model, cluster=hc, fixed={"global_batch": global_batch}, dims=tuple(dims),
-                   shift_layers=shift_layers, framework=framework_preset(framework).name)
+                   shift_layers=shift_layers, framework=names[0] if len(names) == 1 else None)
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The framework profiles of the space's rows (one, or the choices of its framework dimension)."""
+        return (self.framework,) if self.framework is not None else self.dims[self._col(FRAMEWORK)].choices
 
     # ---- mixed radix --------------------------------------------------------------------
     @property
@@ -205,6 +219,7 @@ class HeteroSpace(SearchSpace):
         for name in ("schedule", "recompute"):  # readable choices -> the table's codes
             glob[name] = dimension_values(name, self.dims[self._col(name)].choices)[digits[:, self._col(name)]]
         glob["sequence_parallel"] = glob["sequence_parallel"].astype(bool)
+        glob[FRAMEWORK] = glob[FRAMEWORK].astype(str) if FRAMEWORK in glob else self.framework  # (names: encoded once)
         return StrategyTable.from_columns(stage_layers=np.maximum(layers, 0), pp=p, global_batch=self.fixed["global_batch"],
                                           **{f"stage_{k}": v for k, v in per.items()}, **glob)
 
@@ -215,7 +230,7 @@ class HeteroSpace(SearchSpace):
         p = np.asarray(self.dims[0].choices)[digits[:, 0]]
         layers = self._layers(digits, p)
         ok_layers = np.all((layers >= 1) | (np.arange(self.num_slots)[None, :] >= p[:, None]), axis=1)
-        reason = feasibility(self.model, self.cluster, self.table(digits), framework=self.framework)
+        reason = feasibility(self.model, self.cluster, self.table(digits))  # (each row under its framework)
         ok = ok_layers & (reason == 0)
         if self.has_split:  # a split keeps at least one replica on the stage's own pool
             S = self.num_slots
@@ -302,7 +317,7 @@ class HeteroSpace(SearchSpace):
             allc = allc[self.valid(allc)]
             if not len(allc):
                 continue
-            met = evaluate(self.model, self.cluster, self.table(allc), framework=self.framework)
+            met = evaluate(self.model, self.cluster, self.table(allc))
             score = np.where(met["feasible"], met["tokens_per_s"], -met["mem_total_bytes"] / 1e18)
             out[name] = allc[int(np.argmax(score))]
         return out
@@ -354,10 +369,13 @@ class HeteroSpace(SearchSpace):
         return {"kind": "hetero", "fixed": dict(self.fixed), "shift_layers": self.shift_layers,
                 "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
                 "cluster": hetero_to_mapping(self.cluster),
-                **({} if self.framework == DEFAULT_FRAMEWORK else {"framework": self.framework})}
+                **({} if self.framework is None else {"framework": self.framework})}  # (always: a dimension or here)
 
     @classmethod
     def from_json(cls, d: dict, model: Transformer, cluster) -> HeteroSpace:
-        dims = tuple(Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
+        dims = tuple(Dim(name=x["name"], choices=tuple(framework_preset(c, FRAMEWORK).name for c in x["choices"])
+                         if x["name"] == FRAMEWORK else tuple(x["choices"]), ordinal=x["ordinal"]) for x in d["dims"])
+        several = any(x.name == FRAMEWORK for x in dims)
         return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
-                   shift_layers=int(d.get("shift_layers", 1)), framework=framework_preset(d.get("framework")).name)
+                   shift_layers=int(d.get("shift_layers", 1)),
+                   framework=None if several else framework_preset(d.get("framework", LEGACY_FRAMEWORK)).name)

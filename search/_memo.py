@@ -15,7 +15,7 @@ from costmodel._sorted_memo import Memo
 from search._base import objective_values
 
 _OOM = REASONS.index("out_of_memory")
-_COLUMN_ORDER = ("dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule",
+_COLUMN_ORDER = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage", "schedule",
                  "recompute", "precision", "sequence_parallel", "overlap_dp")
 
 
@@ -47,12 +47,13 @@ def keys_from_plain(arr) -> np.ndarray:
 def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
     """(N,) void keys naming each row's strategy by its column values, so that a table rebuilt
     elsewhere (another process, Parquet) matches the table that was asked. Per-stage columns
-    are expanded to ``width`` stages (uniform layers / the row's recompute where absent)."""
+    are expanded to ``width`` stages (uniform layers / the row's recompute where absent); the framework column
+    is part of the key (-1 where the table has none): a strategy under two frameworks is two points."""
     if table.placed:  # its row and placement columns
         return _placed_row_keys(table, width)
     n = len(table)
     pp = table["pp"]
-    cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER]
+    cols = [np.asarray(table[c]).astype(np.int64) for c in _COLUMN_ORDER] + [_framework_key(table)]
     stage = np.arange(width)[None, :] < pp[:, None]  # (N, W)
     layers = (np.where(stage, (num_layers // pp)[:, None], 0) if table.stage_layers is None
               else _stage_cols(table.stage_layers, stage, width))
@@ -60,6 +61,12 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
            else _stage_cols(table.stage_recompute, stage, width))
     mat = np.ascontiguousarray(np.concatenate([np.stack(cols, axis=1), layers, rec], axis=1).astype(np.int64))
     return mat.view(np.dtype((np.void, mat.shape[1] * 8))).reshape(n)
+
+
+def _framework_key(table: StrategyTable) -> np.ndarray:
+    """(N,) int64 framework codes of the rows, -1 where the table carries none."""
+    codes = table.columns.get("framework")
+    return np.full(len(table), -1, dtype=np.int64) if codes is None else codes.astype(np.int64)
 
 
 def _stage_cols(a: np.ndarray, stage: np.ndarray, width: int) -> np.ndarray:
@@ -73,7 +80,7 @@ def _placed_row_keys(table: StrategyTable, width: int) -> np.ndarray:
 
     n = len(table)
     stage = np.arange(width)[None, :] < table["pp"][:, None]
-    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in PLACED_COLUMNS]
+    cols = [np.asarray(table[c]).astype(np.int64)[:, None] for c in PLACED_COLUMNS] + [_framework_key(table)[:, None]]
     cols += [_stage_cols(table.stages[c], stage, width) for c in STAGE_COLUMNS]
     if table.stage_recompute is not None:
         cols.append(_stage_cols(table.stage_recompute, stage, width))

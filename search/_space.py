@@ -46,7 +46,17 @@ import numpy as np
 from costmodel import Cluster, InputError, StrategyTable, Transformer
 from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
-from costmodel._strategy import CODE_COLUMNS, COLUMNS, DEFAULT_GLOBAL_BATCH, DEFAULTS, INT_COLUMNS, RECOMPUTE, SCHEDULES
+from costmodel._strategy import (
+    CODE_COLUMNS,
+    COLUMNS,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULTS,
+    FRAMEWORK,
+    FRAMEWORK_NAMES,
+    INT_COLUMNS,
+    RECOMPUTE,
+    SCHEDULES,
+)
 from costmodel._strategy import dimension_values as _numeric  # readable choices -> the table's numbers
 from search._base import SearchSpace, check_int
 
@@ -54,14 +64,17 @@ from search._base import SearchSpace, check_int
 # constrained ones form the high-order block of the index (one lookup per block).
 FREE_DIMS = ("recompute", "precision", "overlap_dp")
 # Digit order of the named dimensions (stage dimensions go between zero_stage and recompute).
-DIM_ORDER = ("dp", "tp", "pp", "light_ends", "cp", "ep", "etp", "micro_batch", "microbatches", "schedule", "vpp",
+DIM_ORDER = ("framework", "dp", "tp", "pp", "light_ends", "cp", "ep", "etp", "micro_batch", "microbatches", "schedule", "vpp",
              "sequence_parallel", "zero_stage")
 # Space-only dimensions (not StrategyTable columns): the micro-batch count m (micro_batch = B /
 # (dp m)) and the layers the first and last pipeline stages give up (balanced_stages).
 LIGHT_ENDS = "light_ends"
 SHIFT = "stage_shift"
 STAGE_RECOMPUTE = "stage_recompute"
-DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches", LIGHT_ENDS}
+DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches", LIGHT_ENDS, FRAMEWORK}
+# The framework of a space written before spaces recorded theirs (run.json's of cost model version 3 and
+# earlier): every such space was priced under generic, then the only profile a command named by default.
+LEGACY_FRAMEWORK = "generic"
 # Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
 # a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
 LOOKUP_MAX_ENTRIES = 1 << 22
@@ -104,6 +117,8 @@ class Dim:
 def _readable(name: str, value):
     """A readable value in canonical Python form (str lower-case, bool, int)."""
     base = name.split(".")[0]
+    if base == FRAMEWORK:
+        return framework_preset(value, FRAMEWORK).name
     if base in CODE_COLUMNS or base == STAGE_RECOMPUTE:
         return str(value).lower()
     if base in ("sequence_parallel", "overlap_dp"):
@@ -162,7 +177,8 @@ class Space(SearchSpace):
                  "_balanced_cache", "framework")
 
     def __init__(self, *, model: Transformer, cluster: Cluster, fixed: Mapping[str, object], dims, all_gpus=True,
-                 uneven: bool = False, framework: str | None = None):
+                 uneven: bool = False, framework=None):
+        fixed, dims = _with_framework(dict(fixed), tuple(dims), framework)
         dims = tuple(sorted(dims, key=_order_key))
         names = [d.name for d in dims]
         if len(set(names)) != len(names):
@@ -171,7 +187,7 @@ class Space(SearchSpace):
         if "global_batch" not in fixed:
             raise InputError("global_batch", "a fixed global batch (sequences per iteration)", None)
         for k in fixed:
-            if k not in COLUMNS and k not in ("microbatches", LIGHT_ENDS):
+            if k not in COLUMNS and k not in ("microbatches", LIGHT_ENDS, FRAMEWORK):
                 raise InputError("fixed", "columns among " + ", ".join(COLUMNS), k)
             if k in names:
                 raise InputError(k, "either a dimension or a fixed value, not both", fixed[k])
@@ -186,7 +202,8 @@ class Space(SearchSpace):
         sets(self, "fixed", dict(fixed))
         sets(self, "dims", dims)
         sets(self, "all_gpus", bool(all_gpus))
-        sets(self, "framework", framework_preset(framework).name)  # what evaluate prices it under
+        # what evaluate prices it under: the one framework of its rows, None where framework is a dimension
+        sets(self, "framework", fixed.get(FRAMEWORK))
         if LIGHT_ENDS in has and any(d.base == SHIFT for d in dims):
             raise InputError(LIGHT_ENDS, "no light_ends beside stage_shift.J (both set the stage sizes)", "both")
         sets(self, "uneven", bool(uneven) or LIGHT_ENDS in has)
@@ -230,7 +247,7 @@ class Space(SearchSpace):
     # ---- construction ----------------------------------------------------------------------
     @classmethod
     def from_options(cls, model: Transformer, cluster: Cluster, *, global_batch: int, base: str = "default",
-                     all_gpus: bool | None = None, uneven: bool | None = None, framework: str | None = None,
+                     all_gpus: bool | None = None, uneven: bool | None = None, framework=None,
                      **choices) -> Space:
         """A space from lists of readable values per dimension.
 
@@ -241,7 +258,8 @@ class Space(SearchSpace):
         every stage up to the largest pp; ``microbatches`` replaces ``micro_batch``.
         ``all_gpus`` / ``uneven`` (None: the base's, :data:`DEFAULT_SPACE_FLAGS` for "default",
         True / False for "fixed"): every GPU used, or dp the largest that fits (idle GPUs
-        allowed); pp dividing the layers, or balanced stages (:func:`balanced_stages`)."""
+        allowed); pp dividing the layers, or balanced stages (:func:`balanced_stages`). ``framework``: a
+        profile's name, or a list of them (a framework dimension; :func:`_with_framework`)."""
         check_int("global_batch", global_batch, 1)
         if base not in ("default", "fixed"):
             raise InputError("base", "default or fixed", base)
@@ -476,7 +494,12 @@ class Space(SearchSpace):
         """The StrategyTable of (N, D) digits (meaningful for valid digits)."""
         digits = self._digits_arg(digits)
         cols, sl, sr, _ = self._columns(digits)
-        return StrategyTable({name: cols[name] for name in COLUMNS}, {"layers": sl, "recompute": sr})
+        return StrategyTable({name: cols[name] for name in (*COLUMNS, FRAMEWORK)}, {"layers": sl, "recompute": sr})
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The framework profiles of the space's rows (one, or the choices of its framework dimension)."""
+        return tuple(self.choices_of(FRAMEWORK))
 
     def digits_from_table(self, table: StrategyTable) -> np.ndarray:
         """The inverse of :meth:`table`: (N, D) digits of a table's rows; a row that is no point
@@ -511,6 +534,8 @@ class Space(SearchSpace):
                 for e in reversed(d.choices):  # the smallest e giving the row's stages
                     split = balanced_stages(self.model.layers, pp, np.full(n, int(e)), width=have.shape[1])
                     value = np.where(np.all(split == have, axis=1), int(e), value)
+            elif d.base == FRAMEWORK:
+                value = _framework_column(table)
             else:
                 value = table[d.name]
             vals = self._values[k]
@@ -520,6 +545,7 @@ class Space(SearchSpace):
         again = self.table(digits)
         for name in COLUMNS:
             ok &= again[name] == table[name]
+        ok &= again[FRAMEWORK] == _framework_column(table)
         if self._stage is None:  # stage layers: the space's (uniform or balanced) and the table's
             mine, theirs = _layers_of(again, self.model.layers), _layers_of(table, self.model.layers)
             w = max(mine.shape[1], theirs.shape[1])
@@ -570,8 +596,8 @@ class Space(SearchSpace):
         inrange = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
         safe = digits if inrange.all() else np.where(inrange[:, None], digits, 0)
         cols, sl, sr, ok = self._columns(safe)
-        table = StrategyTable({name: cols[name] for name in COLUMNS}, {"layers": sl, "recompute": sr})
-        reason = feasibility(self.model, self.cluster, table, self.framework)
+        table = StrategyTable({name: cols[name] for name in (*COLUMNS, FRAMEWORK)}, {"layers": sl, "recompute": sr})
+        reason = feasibility(self.model, self.cluster, table)  # (each row under its framework column)
         return inrange & ok & (reason == REASON["ok"])
 
     def _lookup_table(self) -> np.ndarray | None:
@@ -766,7 +792,7 @@ class Space(SearchSpace):
             cand = np.flatnonzero(best)
             # pp dividing the layers first (Megatron's uniform stages), then the smallest
             cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0))]
-            m = evaluate(self.model, self.cluster, t.take(cand), framework=self.framework)
+            m = evaluate(self.model, self.cluster, t.take(cand))  # (each row under its framework column)
             fits = np.flatnonzero(m["reason"] != REASON["out_of_memory"])
             out["megatron"] = digits[cand[fits[0]] if fits.size else cand[-1]]
         return out
@@ -777,15 +803,16 @@ class Space(SearchSpace):
             "model": self.model.name, "cluster": self.cluster.name, "all_gpus": self.all_gpus, "uneven": self.uneven,
             "fixed": dict(self.fixed),
             "dims": [{"name": d.name, "choices": list(d.choices), "ordinal": d.ordinal} for d in self.dims],
-            **({} if self.framework == DEFAULT_FRAMEWORK else {"framework": self.framework}),
-        }
+        }  # (the framework always: in fixed, or a dimension; never left to a default that may change)
 
     @classmethod
     def from_json(cls, d: dict, model: Transformer, cluster: Cluster) -> Space:
         dims = [Dim(name=x["name"], choices=tuple(x["choices"]), ordinal=bool(x.get("ordinal", False)))
                 for x in d["dims"]]
+        recorded = FRAMEWORK in d["fixed"] or any(x.name == FRAMEWORK for x in dims)
         return cls(model=model, cluster=cluster, fixed=d["fixed"], dims=dims, all_gpus=d.get("all_gpus", True),
-                   uneven=d.get("uneven", False), framework=d.get("framework"))
+                   uneven=d.get("uneven", False),
+                   framework=None if recorded else d.get("framework", LEGACY_FRAMEWORK))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, Space) and self.model == other.model and self.cluster == other.cluster
@@ -793,6 +820,32 @@ class Space(SearchSpace):
 
     def __hash__(self) -> int:
         return hash((self.model.name, self.cluster.name, self.size))
+
+
+def _with_framework(fixed: dict, dims: tuple, framework) -> tuple[dict, tuple]:
+    """``fixed`` and ``dims`` with the space's framework: ``framework`` (a profile's name, a Framework row, or a list
+    of them) held fixed where it is one profile, else a framework dimension of its distinct profiles in the order
+    given; None: the framework ``fixed`` or ``dims`` hold, else DEFAULT_FRAMEWORK. InputError naming ``framework``
+    for an unknown name, or a framework given both ways."""
+    has = FRAMEWORK in fixed or any(d.name == FRAMEWORK for d in dims)
+    if framework is None:
+        return (fixed, dims) if has else ({**fixed, FRAMEWORK: DEFAULT_FRAMEWORK}, dims)
+    if has:
+        raise InputError(FRAMEWORK, "the framework as an argument or in the space's choices, not both", framework)
+    many = framework if isinstance(framework, (list, tuple)) else [framework]
+    names = tuple(dict.fromkeys(framework_preset(x, FRAMEWORK).name for x in many))
+    if not names:
+        raise InputError(FRAMEWORK, "at least one framework", list(many))
+    if len(names) == 1:
+        return {**fixed, FRAMEWORK: names[0]}, dims
+    return fixed, (*dims, Dim(name=FRAMEWORK, choices=names))
+
+
+def _framework_column(table: StrategyTable) -> np.ndarray:
+    """(N,) framework codes of ``table``'s rows; a table without a framework column is DEFAULT_FRAMEWORK's (what
+    costmodel.evaluate prices it under when no framework is named)."""
+    codes = table.columns.get(FRAMEWORK)
+    return np.full(len(table), FRAMEWORK_NAMES.index(DEFAULT_FRAMEWORK), dtype=np.int8) if codes is None else codes
 
 
 def _layers_of(table: StrategyTable, layers: int) -> np.ndarray:
@@ -861,14 +914,14 @@ def default_choices(model: Transformer, cluster: Cluster) -> dict[str, list]:
             "sequence_parallel": [False, True], "zero_stage": [0, 1, 2, 3]}
 
 
-def default_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
-    """See :func:`default_choices`; dp derived (the largest that fits)."""
-    return Space.from_options(model, cluster, global_batch=global_batch)
+def default_space(model: Transformer, cluster: Cluster, global_batch: int, framework=None) -> Space:
+    """See :func:`default_choices`; dp derived (the largest that fits); ``framework`` as Space.from_options's."""
+    return Space.from_options(model, cluster, global_batch=global_batch, framework=framework)
 
 
-def default_table(model: Transformer, cluster: Cluster, global_batch: int) -> StrategyTable:
+def default_table(model: Transformer, cluster: Cluster, global_batch: int, framework=None) -> StrategyTable:
     """Every valid row of :func:`default_space` as one StrategyTable (what `plansweep rank` prices by default)."""
-    space = default_space(model, cluster, global_batch)
+    space = default_space(model, cluster, global_batch, framework)
     return space.rows(0, space.size)[1]
 
 
@@ -880,29 +933,32 @@ EXACT_CHOICES: dict[str, list] = {
 }
 
 
-def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAULT_GLOBAL_BATCH) -> Space:
+def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAULT_GLOBAL_BATCH,
+                framework=None) -> Space:
     """Global degrees (tp, pp, cp; dp = GPUs / (tp pp cp)), micro-batch, schedule (+ vpp),
     recompute, SP and ZeRO stage: small enough to evaluate whole (EXACT_CHOICES), meant for
-    GPT-3 175B on h100x1024 with global batch 1536 (460,800 points, 52,806 valid, 11,474
-    feasible by costmodel.evaluate's closed forms at COST_MODEL_VERSION 1). A power-of-two pp
+    GPT-3 175B on h100x1024 with global batch 1536 (460,800 points; under megatron-core, which
+    runs 1F1B and interleaved only, 30,840 valid and 8,759 feasible by costmodel.evaluate's closed
+    forms at COST_MODEL_VERSION 4; under generic 49,014 and 10,568). A power-of-two pp
     that does not divide another model's layers splits them into balanced stages
-    (balanced_stages with e = 0: Llama 3 405B's pp 16 is 7, 8 x 14, 7)."""
+    (balanced_stages with e = 0: Llama 3 405B's pp 16 is 7, 8 x 14, 7). ``framework`` as
+    Space.from_options's."""
     pps = [p for p in EXACT_CHOICES["pp"] if p <= model.layers]
     moe = {"ep": expert_degrees(model, cluster)} if model.is_moe else {}  # an MoE model: ep too
     return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", uneven=True,
-                              **{**EXACT_CHOICES, "pp": pps, **moe})
+                              framework=framework, **{**EXACT_CHOICES, "pp": pps, **moe})
 
 
 # Boundary offsets of the partition space: up to 4 layers either way of the uniform position.
 PARTITION_SHIFTS = list(range(-4, 5))
 
 
-def partition_space(model: Transformer, cluster: Cluster, global_batch: int) -> Space:
+def partition_space(model: Transformer, cluster: Cluster, global_batch: int, framework=None) -> Space:
     """Uneven pipeline partitions and per-stage recompute over the exact space's degrees:
     stage_shift.J in -4..4 layers, stage_recompute.J in none/selective/full; pp need not
     divide the layers. Far beyond exhaustive search (a Python int size)."""
     pps = [p for p in (1, 2, 4, 8, 16, 32) if p <= model.layers]
     opts = {k: v for k, v in EXACT_CHOICES.items() if k not in ("recompute",)}
     opts["pp"] = pps
-    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed",
+    return Space.from_options(model, cluster, global_batch=global_batch, base="fixed", framework=framework,
                               stage_shift=PARTITION_SHIFTS, stage_recompute=list(RECOMPUTE), **opts)

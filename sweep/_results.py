@@ -6,7 +6,8 @@ uniform, for every cluster (a placement run adds the per-stage placement lists s
 stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
 costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), the error band of tokens_per_s
 (BAND_COLUMNS, costmodel._bands.error_bands), then run_id,
-model, cluster, framework (the costmodel._frameworks profile it was priced under), iteration
+model, cluster, framework (the costmodel._frameworks profile the row was priced under: the table's framework
+column where it has one, one per row), iteration
 and grid_index. The column ``searcher`` comes from the hive
 partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
 metadata under b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
@@ -29,7 +30,7 @@ import pyarrow.parquet as pq
 from costmodel import DEFAULT_FRAMEWORK, METRIC_COLUMNS, REASONS, RECOMPUTE, Metrics, StrategyTable
 from costmodel._bands import error_bands
 from costmodel._files import replaced_atomically
-from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, INT_COLUMNS, ORDERS
+from costmodel._strategy import BOOL_COLUMNS, CODE_COLUMNS, FRAMEWORK, FRAMEWORK_NAMES, INT_COLUMNS, ORDERS
 
 COMPRESSION = "zstd"
 
@@ -118,11 +119,13 @@ def _decode(codes: np.ndarray, names) -> pa.Array:
 
 
 def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str, cluster: str,
-             iteration: np.ndarray | int, framework: str = DEFAULT_FRAMEWORK, grid_index: np.ndarray | None,
+             iteration: np.ndarray | int, framework: str | None = None, grid_index: np.ndarray | None,
              metadata: Mapping[bytes, bytes] | None = None, pool_names: list[str] | None = None) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
     A table with placements needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
-    micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns."""
+    micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns. The framework
+    column: each row's from the table's framework column, else ``framework`` (None: DEFAULT_FRAMEWORK) for every
+    row."""
     hetero = table.placed
     if hetero and pool_names is None:
         raise ValueError("to_arrow of a table with placements needs pool_names")
@@ -156,10 +159,13 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
         cols["stage_dp2"] = _stage_list(np.where(split, st["dp2"], 0), pp, uniform_null=False)
     for c in METRIC_COLUMNS:
         cols[c] = _decode(metrics[c], REASONS) if c == "reason" else pa.array(metrics[c], type=_metric_type(c))
-    band = error_bands(metrics["tokens_per_s"], table, framework)
+    band = error_bands(metrics["tokens_per_s"], table,
+                       table[FRAMEWORK] if FRAMEWORK in table.columns else framework or DEFAULT_FRAMEWORK)
     cols["tokens_per_s_low"], cols["tokens_per_s_high"] = (pa.array(band[k], pa.float64()) for k in ("low", "high"))
-    for c, value in (("run_id", run_id), ("model", model), ("cluster", cluster), ("framework", framework)):
+    for c, value in (("run_id", run_id), ("model", model), ("cluster", cluster), ("framework", framework or DEFAULT_FRAMEWORK)):
         cols[c] = pa.array(np.full(n, value, dtype=object), type=pa.string())
+    if FRAMEWORK in table.columns:
+        cols["framework"] = _decode(table[FRAMEWORK], FRAMEWORK_NAMES)
     cols["iteration"] = pa.array(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (n,)), type=pa.int64())
     cols["grid_index"] = (
         pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))

@@ -82,7 +82,7 @@ class RunView:
         """One view per (model, cluster) study of the run (the engine runs several side by side
         and writes their names in the ``model`` and ``cluster`` columns)."""
         if "model" not in self.columns or "cluster" not in self.columns or self.where is not None:
-            return [self]
+            return [self]  # (a view already of one study, or of some of its frameworks)
         pairs = self.dataset.to_table(columns=["model", "cluster"]).group_by(["model", "cluster"]).aggregate([])
         pairs = sorted(zip(pairs.column("model").to_pylist(), pairs.column("cluster").to_pylist(), strict=True))
         if not pairs:
@@ -101,6 +101,22 @@ class RunView:
     @property
     def name(self) -> str:
         return f"{self.model.get('name', '?')} on {self.cluster.get('name', '?')}"
+
+    def frameworks(self) -> list[str]:
+        """The framework profiles of this view's rows (a run over a framework dimension holds several), in the order
+        of costmodel's profile table; [] where the results have no framework column."""
+        if "framework" not in self.columns:
+            return []
+        from costmodel._strategy import FRAMEWORK_NAMES
+
+        names = set(pc.unique(self.scan(["framework"]).column("framework")).to_pylist()) - {None}
+        return sorted(names, key=lambda n: (FRAMEWORK_NAMES.index(n) if n in FRAMEWORK_NAMES else len(FRAMEWORK_NAMES),
+                                            n))
+
+    def of_frameworks(self, names: Sequence[str]) -> RunView:
+        """This view restricted to the rows of the frameworks ``names``."""
+        cond = pc.field("framework").isin(list(names))
+        return dataclasses.replace(self, where=cond if self.where is None else self.where & cond)
 
     def read(self, columns: Sequence[str], *, feasible_only: bool = False) -> dict[str, np.ndarray]:
         """Whole columns as numpy arrays (strings as object arrays; a per-stage list column as each
@@ -228,8 +244,8 @@ def summary(view: RunView) -> dict[str, object]:
 
 # The columns that name a strategy (the engine's strategy columns); rows equal on these are the
 # same strategy, which a search (MCMC, TPE) may evaluate many times.
-STRATEGY_KEYS = ("model", "cluster", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp",
-                 "zero_stage", "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
+STRATEGY_KEYS = ("model", "cluster", "framework", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch",
+                 "vpp", "zero_stage", "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp", "stage_layers",
                  "stage_recompute", "microbatches", "stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2",
                  "stage_dp2")
 

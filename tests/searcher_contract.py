@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import METRIC_COLUMNS, REASONS, Metrics, StrategyTable, evaluate, hetero_preset, model_preset
-from costmodel._strategy import COLUMNS, RECOMPUTE, SCHEDULES
+from costmodel._strategy import COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, SCHEDULES
 from search import HeteroSpace, Space
 from search._memo import row_keys
 
@@ -42,7 +42,10 @@ def _stage_view(t: StrategyTable, attr: str):
 
 
 def columns_equal(a, b) -> bool:
-    """Same rows in the same order (per-stage arrays compared on the stages in use)."""
+    """Same rows in the same order (per-stage arrays compared on the stages in use), of the same frameworks."""
+    if ("framework" in a.columns) != ("framework" in b.columns) or (
+            "framework" in a.columns and not np.array_equal(a["framework"], b["framework"])):
+        return False
     if a.placed or b.placed:
         if a.placed != b.placed or len(a) != len(b):
             return False
@@ -101,8 +104,9 @@ def _within_placements(space: HeteroSpace, t: StrategyTable) -> np.ndarray:
     choices = {name: [str(c) for c in d.choices] for name, d in dims.items()}
     pp, L = t["pp"], space.model.layers
     ok = np.isin(pp.astype(str), choices["pp"]) & (t["global_batch"] == space.fixed["global_batch"])
-    names = {"schedule": SCHEDULES, "recompute": RECOMPUTE}
-    for name in ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp"):
+    names = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "framework": FRAMEWORK_NAMES}
+    choices.setdefault("framework", [str(x) for x in space.frameworks])
+    for name in ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "framework"):
         col = t[name]
         readable = np.asarray(names[name], dtype=object)[col] if name in names else col
         ok &= np.isin(np.asarray(readable).astype(str), choices.get(name, ["1"]))

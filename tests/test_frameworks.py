@@ -194,7 +194,7 @@ def test_aliases_and_unknown_names():
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0), fsdp_unit_edges=False,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
-    assert framework_preset(None) is FRAMEWORKS["generic"]
+    assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
         framework_preset("jax")
 
@@ -231,15 +231,18 @@ def test_cli_framework_flag(tmp_path):
     assert z.returncode == 2 and "zero_stage" in z.stderr and "megatron-2021" in z.stderr
 
 
-def test_no_framework_given_prices_as_the_generic_profile():
-    # The contract users rely on: leaving out --framework is the generic profile, row for row.
+def test_no_framework_given_prices_as_megatron_core():
+    # The contract users rely on: leaving out --framework (or evaluate's framework) is the megatron-core profile,
+    # row for row, and generic stays a profile one names (its rows differ: scores stored, its own loss bytes).
     rng = np.random.default_rng(0)
     t = StrategyTable.from_columns(dp=rng.choice([8, 16], 50), tp=8, pp=rng.choice([4, 8], 50), global_batch=1536,
                                    micro_batch=rng.choice([1, 2], 50), zero_stage=rng.choice([0, 1], 50),
                                    overlap_dp=rng.random(50) < 0.5)
-    a, b = evaluate(GPT3, H100, t), evaluate(GPT3, H100, t, framework="generic")
+    a, b = evaluate(GPT3, H100, t), evaluate(GPT3, H100, t, framework="megatron-core")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
+    g = evaluate(GPT3, H100, t, framework="generic")
+    assert not np.array_equal(a["mem_activations_bytes"], g["mem_activations_bytes"])
 
 
 def test_balanced_stage_layers_put_the_light_stages_at_both_ends():
@@ -255,7 +258,7 @@ def test_balanced_stage_layers_put_the_light_stages_at_both_ends():
 def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
     # 96 layers over 8 stages as 11, 12 x 6, 13 with two chunks a stage: Megatron-Core and
     # torchtitan split the odd stages into chunks one layer apart; Megatron-LM 2021 (and the
-    # default profile) need v to divide every stage.
+    # generic profile) need v to divide every stage.
     layers = [11] + [12] * 6 + [13]
     cols = dict(dp=16, tp=8, pp=8, stage_layers=[layers], micro_batch=1, global_batch=1536, recompute="full",
                 sequence_parallel=True, zero_stage=1)
@@ -271,7 +274,7 @@ def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
         assert a["bubble_s"][0] == pytest.approx(b["bubble_s"][0] / 2, rel=1e-12)
     # uniform stages: 12 layers a stage, v = 5 -> chunks 3, 3, 2, 2, 2
     five = StrategyTable.from_columns(dp=16, tp=8, pp=8, schedule="interleaved", vpp=5, global_batch=1536)
-    assert REASONS[evaluate(GPT3, H100, five)["reason"][0]] == "schedule_invalid"
+    assert REASONS[evaluate(GPT3, H100, five, framework="generic")["reason"][0]] == "schedule_invalid"
     assert REASONS[evaluate(GPT3, H100, five, framework="megatron-core")["reason"][0]] != "schedule_invalid"
     thirteen = StrategyTable.from_columns(dp=16, tp=8, pp=8, schedule="interleaved", vpp=13, global_batch=1536)
     assert REASONS[evaluate(GPT3, H100, thirteen, framework="megatron-core")["reason"][0]] == "schedule_invalid"
@@ -303,7 +306,7 @@ def test_a_sweep_and_a_search_run_under_the_framework_and_record_it(tmp_path):
 def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
     # Llama 3 405B's layout, pp 16 with 7 layers on the first and last stage (Llama 3 paper Sec.
     # 3.3.2): fsdp2 splits a stage at any layer, so vpp 7 runs and vpp 8 leaves a chunk empty;
-    # the generic profile needs vpp to divide every stage (7 and 8: only 1).
+    # the generic profile (named) needs vpp to divide every stage (7 and 8: only 1).
     from cli import main
 
     args = ["evaluate", "--model", "llama3-405b", "--cluster", "h100x16384", "--tp", "8", "--pp", "16",
@@ -314,7 +317,7 @@ def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
     assert main([*args, "--framework", "fsdp2", "--vpp", "8"]) == 2
     assert ("vpp: expected vpp >= 2 and at most every stage's layers (one layer or more per chunk), with pp >= 2, "
             "for interleaved under framework fsdp2, got 8") in capsys.readouterr().err
-    assert main([*args, "--vpp", "7"]) == 2
+    assert main([*args, "--framework", "generic", "--vpp", "7"]) == 2
     assert "vpp >= 2 dividing every stage's layers" in capsys.readouterr().err
 
 

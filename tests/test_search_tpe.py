@@ -17,11 +17,12 @@ H100 = cluster_preset("h100x1024")
 
 
 def small_exact():
-    # The exact space's degrees and schedules with fewer minor choices (fast Optuna asks).
+    # The exact space's degrees and schedules with fewer minor choices (fast Optuna asks), under the generic
+    # profile (the counts below, 144 points that fit, were taken under it).
     return Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[2, 4, 8], pp=[1, 4, 8, 16],
                               micro_batch=[1, 2], schedule=["1f1b", "interleaved"], vpp=[1, 2, 3],
                               recompute=["selective", "full"], sequence_parallel=[False, True],
-                              zero_stage=[1, 3])
+                              zero_stage=[1, 3], framework="generic")
 
 
 @pytest.fixture(scope="module")
@@ -258,8 +259,9 @@ def test_walk_order_puts_the_roots_of_the_conditional_tree_first():
 def test_exact_space_walks_the_zero_stage_first():
     # In the exact space ZeRO-2/3 exist only with pp 1 (and so vpp 1): two dimensions settled.
     # tp 1 settles SP (off), pp 1 settles vpp, a non-interleaved schedule settles vpp and vpp > 1
-    # settles the schedule: one each, in the digit order. cp, micro-batch, SP, recompute: none.
-    space = exact_space(GPT3, H100, 1536)
+    # settles the schedule: one each, in the digit order. cp, micro-batch, SP, recompute: none. (Under generic, which
+    # runs the exact space's five schedules.)
+    space = exact_space(GPT3, H100, 1536, framework="generic")
     s = TPESearcher(space, seed=0, screen=False)  # the walk over every valid point, not the ones that fit
     digits, roots = ([s._names[k] for k in order] for order in s._orders)
     assert digits == [d.name for d in space.dims]
