@@ -23,13 +23,13 @@ from sweep._rundir import versions
 
 
 def table_to_arrow(table: StrategyTable, metrics, *, run_id: str, model_name: str, cluster_name: str, iteration: int,
-                   grid_index: np.ndarray | None) -> pa.Table:
+                   grid_index: np.ndarray | None, framework: str | None = None) -> pa.Table:
     """One Arrow table in the agreed schema, by the engine's own writer (sweep._results), so
     fixtures cannot drift from real runs (the searcher column comes from the partition)."""
     from sweep._results import to_arrow
 
     return to_arrow(table, metrics, run_id=run_id, model=model_name, cluster=cluster_name, iteration=iteration,
-                    grid_index=grid_index)
+                    grid_index=grid_index, framework=framework)
 
 
 def _metadata(model, cluster) -> dict[bytes, bytes]:
@@ -42,21 +42,22 @@ def _metadata(model, cluster) -> dict[bytes, bytes]:
 
 def write_fixture_run(run_dir, model, cluster, table: StrategyTable, *, searcher: str = "grid",
                       run_id: str = "fixture", parts: int = 1,
-                      more_studies: tuple = ()) -> pathlib.Path:
-    """Evaluate ``table`` and write a run directory; returns its path. ``more_studies`` holds
-    further (model, cluster, table) studies written side by side (the engine's several studies)."""
+                      more_studies: tuple = (), framework: str = "generic") -> pathlib.Path:
+    """Evaluate ``table`` under ``framework`` and write a run directory; returns its path. ``more_studies`` holds
+    further (model, cluster, table) studies written side by side (the engine's several studies). The default,
+    generic, is the profile that runs seed 000's GPipe grid (Megatron-Core has no GPipe schedule)."""
     run_dir = pathlib.Path(run_dir)
     out = run_dir / "results" / f"searcher={searcher}"
     out.mkdir(parents=True, exist_ok=True)
     (run_dir / "state").mkdir(exist_ok=True)
     studies = [(model, cluster, table), *more_studies]
     for k, (mod, clu, tab) in enumerate(studies):
-        metrics = evaluate(mod, clu, tab)
+        metrics = evaluate(mod, clu, tab, framework=framework)
         bounds = np.linspace(0, len(tab), parts + 1).astype(int)
         for p, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
             idx = np.arange(lo, hi)
             t = table_to_arrow(tab.take(idx), metrics.take(idx), run_id=run_id, model_name=mod.name,
-                               cluster_name=clu.name, iteration=p, grid_index=idx if searcher == "grid" else None)
+                               cluster_name=clu.name, iteration=p, grid_index=idx if searcher == "grid" else None, framework=framework)
             t = t.replace_schema_metadata(_metadata(mod, clu))
             pq.write_table(t, out / f"part-{k:02d}-{p:06d}.parquet", compression="zstd")
     info = {"run_id": run_id, "command": "fixture", "searcher": searcher, "options": {"keep": "all"},

@@ -309,14 +309,16 @@ def test_evaluate_prices_the_strategy_under_each_framework_side_by_side(capsys):
 
 def _rank_blocks(text: str) -> dict[str, float]:
     """tokens/s of each framework's line in rank's or show's 'best plan per framework' block (its rows: rank,
-    framework, the strategy, step s, tokens/s, MFU, mem GB)."""
-    out = {}
+    framework, the strategy, step s, tokens/s, ±% where the run has error bands, MFU, mem GB)."""
+    out, at = {}, -3
     for line in text.split("best plan per framework:")[1].splitlines():
         cells = line.split()
         if line.startswith("winner:"):
             break
+        if "±%" in cells:  # the header: the error band's column sits between tokens/s and MFU
+            at = -4
         if cells and cells[0].isdigit():
-            out[cells[1]] = float(cells[-3].replace(",", ""))
+            out[cells[1]] = float(cells[at].replace(",", ""))
     return out
 
 
@@ -331,8 +333,9 @@ def test_rank_prints_the_best_plan_of_each_framework_and_names_the_winner(capsys
     alone = {}
     for name in names:  # each framework ranked on its own: its best plan's tokens/s
         assert main(["rank", *space, "--framework", name, "--top", "1"]) == 0
-        line = capsys.readouterr().out.splitlines()[2]
-        alone[name] = float(line.split()[-3].replace(",", ""))
+        head, line = capsys.readouterr().out.splitlines()[1:3]
+        assert head.split()[-5:] == ["tokens/s", "±%", "MFU", "mem", "GB"]
+        alone[name] = float(line.split()[-4].replace(",", ""))
     assert main(["rank", *space, "--framework", ",".join(names), "--top", "3"]) == 0
     out = capsys.readouterr().out
     blocks = _rank_blocks(out)

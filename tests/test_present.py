@@ -31,7 +31,7 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
 def seed_run(tmp_path_factory):
     table = StrategyTable.concat([seed000_table(), seed000_isolated_table()])
     run = write_fixture_run(tmp_path_factory.mktemp("runs") / "seed000", MODEL, CLUSTER, table, parts=3)
-    return run, table, evaluate(MODEL, CLUSTER, table)
+    return run, table, evaluate(MODEL, CLUSTER, table, framework="generic")
 
 
 def test_seed000_grid_matches_the_seed():
@@ -135,7 +135,7 @@ def test_show_prints_stages_of_the_top_row(tmp_path):
         dp=1, tp=[4, 4], pp=4, micro_batch=256, global_batch=8192, schedule="1f1b",
         stage_layers=parts, stage_recompute=[["none", "full", "full", "none"], ["none", "none", "none", "full"]])
     run = write_fixture_run(tmp_path / "stages", MODEL, CLUSTER, table)
-    m = evaluate(MODEL, CLUSTER, table)
+    m = evaluate(MODEL, CLUSTER, table, framework="generic")
     best = int(np.argmax(m["samples_per_s"]))
     out = cli("show", str(run), "--top", "2")
     assert out.returncode == 0, out.stderr
@@ -209,7 +209,7 @@ def test_several_studies_are_shown_and_plotted_apart(tmp_path):
     by = {s["cluster"]: s for s in doc["studies"]}
     assert set(by) == {"a100x16-flat", "a100x16"}
     for name, clu in (("a100x16-flat", CLUSTER), ("a100x16", other)):
-        m = evaluate(MODEL, clu, table)
+        m = evaluate(MODEL, clu, table, framework="generic")
         assert by[name]["num_rows"] == len(table)
         assert by[name]["rows"][0]["samples_per_s"] == pytest.approx(m["samples_per_s"][m["feasible"]].max())
     # NVLink inside a node makes the best strategy faster than on seed 000's 25 GB/s links.
@@ -227,7 +227,7 @@ def test_a_search_revisiting_strategies_shows_each_once(tmp_path):
     run = write_fixture_run(tmp_path / "mcmc", MODEL, CLUSTER, table, searcher="mcmc")
     doc = json.loads(cli("show", str(run), "--top", "4", "--json").stdout)
     rows = doc["studies"][0]["rows"]
-    m = evaluate(MODEL, CLUSTER, base)
+    m = evaluate(MODEL, CLUSTER, base, framework="generic")
     expect = np.sort(m["samples_per_s"][m["feasible"]])[::-1][:4]
     np.testing.assert_allclose([r["samples_per_s"] for r in rows], expect)
     assert len({(r["dp"], r["tp"], r["pp"], r["micro_batch"]) for r in rows}) == 4

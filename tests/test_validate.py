@@ -108,7 +108,8 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
 def test_bench_json_keys(capsys):
     assert main(["bench", "--rows", "20000", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert set(res) == {"strategies_per_s", "scalar_strategies_per_s", "ratio"}
+    assert set(res) == {"strategies_per_s", "scalar_strategies_per_s", "ratio", "framework"}
+    assert res["framework"] == "megatron-core"  # the default profile
     assert res["ratio"] == pytest.approx(res["strategies_per_s"] / res["scalar_strategies_per_s"])
 
 
