@@ -1,4 +1,4 @@
-"""Evaluator speed per framework profile, side by side in one run (issue 13: any profile within
+"""Evaluator speed per framework profile, side by side in one run (any profile within
 0.8x of the default's strategies/s).
 
     PYTHONPATH=. python benchmarks/bench_frameworks.py [--rows N] [--repeats K]

@@ -2,7 +2,7 @@
 
     taskset -c 0 python benchmarks/bench_grid.py [--chunk 65536] [--min-rows 20000000] [--json]
 
-For the default space (plansweep rank's) and the exact space (issue 4's GPT-3 175B space) on
+For the default space (plansweep rank's) and the exact space (the GPT-3 175B space of rank --space exact) on
 GPT-3 175B / h100x1024, global batch 1536: walks the whole grid in ranges of --chunk grid
 indices, again and again until --min-rows candidates have been enumerated, and reports
 candidate rows per second (the range length over the time, the valid rows' StrategyTable

@@ -1,4 +1,4 @@
-"""MCMC ensemble throughput (issue 4, point 4): proposals per second per core.
+"""MCMC ensemble throughput: proposals per second per core.
 
     PYTHONPATH=. taskset -c 0 python benchmarks/bench_mcmc_throughput.py [--chains 4096] [--steps 30]
         [--space exact|default] [--mcmc beta=20,reset_every=50]

@@ -5,7 +5,7 @@
 The same 1M bench rows (costmodel._bench_rows.bench_table, with an ep column for the MoE models) for
 gpt3-175b and three MoE presets on h100x1024, each evaluated R times, alternating, best CPU time
 (time.process_time: time waiting for the core does not count) per model; printed: dense
-strategies/s and each MoE model's rate as a multiple of it (issue 18: at least 0.7x).
+strategies/s and each MoE model's rate as a multiple of it (target: at least 0.7x).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Search quality on the exact space (issue 4, point 3; issue 15): MCMC, TPE, the gradient
+"""Search quality on the exact space: MCMC, TPE, the gradient
 search and random search against the grid's optimum at a budget of 2% of the grid's evaluations.
 
     PYTHONPATH=. python benchmarks/bench_search_quality.py [--seeds 10] [--fraction 0.02]

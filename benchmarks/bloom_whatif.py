@@ -1,4 +1,4 @@
-"""What-if for issue 13's BLOOM-176B row: DeepSpeed's BF16_Optimizer gradient accumulation, priced by hand.
+"""What-if for the validation set's BLOOM-176B row: DeepSpeed's BF16_Optimizer gradient accumulation, priced by hand.
 
     PYTHONPATH=. python benchmarks/bloom_whatif.py
 
@@ -11,7 +11,7 @@ parameter (deepspeed/runtime/bf16_optimizer.py): 18 bytes per parameter (the cas
 backward pass (the shape term ``cast_b``, which the pipeline simulation charges per micro-batch) for
 rows of the ``deepspeed`` profile in bf16, and prices the BLOOM row as `plansweep validate` does.
 The embedding's and head's parameters (first and last stages) are left out. Not in the model: the
-ZeRO stage it depends on is not among the per-layer shape terms' keys (BENCHMARKS.md, issue 13).
+ZeRO stage it depends on is not among the per-layer shape terms' keys (BENCHMARKS.md, "Validation").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A dense model prices exactly as before expert parallelism (issue 18, slice 2), row by row.
+"""A dense model prices exactly as before expert parallelism, row by row.
 
 Evaluates the same rows with this tree and with a base tree (a checkout of the commit before the
 change: ``git archive <commit> | tar -x -C /tmp/base``) in two processes, and compares every metric

@@ -1,4 +1,4 @@
-"""Does the best plan by goodput differ from the best by raw throughput? (issue 15 part 2)
+"""Does the best plan by goodput differ from the best by raw throughput?
 
     PYTHONPATH=. python benchmarks/goodput_optimum.py [--space default|exact] [--union]
 

@@ -1,4 +1,4 @@
-"""Replay one rank's share of PyTorch's ring attention on one GPU, for the torchtitan CP rows (issue 13).
+"""Replay one rank's share of PyTorch's ring attention on one GPU, for the torchtitan CP rows.
 
 Runs where PyTorch and a CUDA GPU are (not in CI). It mirrors torch.distributed.tensor.experimental._attention as the
 end-2024 nightly had it (the torchtitan benchmark's torch 1963fc8; the stored copies of that file around it read the

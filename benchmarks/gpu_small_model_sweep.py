@@ -1,6 +1,6 @@
 """Small models' layers on a real GPU: their four GEMMs (bf16, and fp8 for the float8 rows) and
 one layer forward + backward with its kernels summed by name, for checking whether the cost
-model prices small models' layers on the H100 too fast (issue 13: mcore-gpt-1.7B / 7.1B, MPT 1B /
+model prices small models' layers on the H100 too fast (mcore-gpt-1.7B / 7.1B, MPT 1B /
 3B, Llama 3 8B predicted 5-17% fast while the large models are right).
 
 Runs where PyTorch and a CUDA GPU are (not in CI), about 3 minutes on an H100:

@@ -1,4 +1,4 @@
-"""What-ifs for issue 13's LLM Foundry A100 rows: how far each candidate explanation would move them.
+"""What-ifs for the validation set's LLM Foundry A100 rows: how far each candidate explanation would move them.
 
     PYTHONPATH=. python benchmarks/llm_foundry_whatif.py
 
@@ -7,8 +7,7 @@ process and prices the A100 rows of tests/data/validation/published_runs.csv (so
 as `plansweep validate` does (costmodel._validate.predict):
 
 - shipped:   the model as it is: the rows name llm-foundry-triton(-pure), whose "triton" kernel runs the
-             causal half at its A100 rate calibrated apart from these rows (costmodel._hardware, BENCHMARKS.md
-             session 29), so the two kernel what-ifs below, which replace the "flash2" kernel's A100 rate, do
+             causal half at its A100 rate calibrated apart from these rows (costmodel._hardware, BENCHMARKS.md), so the two kernel what-ifs below, which replace the "flash2" kernel's A100 rate, do
              not move them.
 - fa2-a100:  causal attention at FlashAttention-2 rates on A100 (forward 197, backward 186 TFLOP/s,
              head dim 128, 16k tokens), times SUSTAINED_CLOCK as the Hopper rates are. The figures

@@ -41,7 +41,7 @@ BLOCK_ROWS = 16384
 def _keep_freed_memory() -> None:
     """glibc's malloc at a fixed 32 MiB mmap threshold: with its default, dynamic one, the megabytes a placement
     evaluation frees go back to the system at its end and are faulted in again by the next (a fifth of its time
-    at 200,000 rows; BENCHMARKS.md "issue 14, session 30"). Not where MALLOC_MMAP_THRESHOLD_ is set, nor with
+    at 200,000 rows; BENCHMARKS.md, "Mixed clusters"). Not where MALLOC_MMAP_THRESHOLD_ is set, nor with
     PLANSWEEP_MALLOPT=0; nothing where the C library is not glibc."""
     if "MALLOC_MMAP_THRESHOLD_" not in os.environ and os.environ.get("PLANSWEEP_MALLOPT") != "0":
         try:
@@ -115,7 +115,7 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
 # BLOCK_ROWS and at most 4 BLOCK_ROWS (each up to 1.25x of it, even ones per group): fewer blocks amortise the
 # per-block work (the configurations, a few thousand a block whatever its rows, and the block's fixed costs);
 # pp 8 rows of 32,768, pp 4 of 65,536 (2% faster placements than 24,576 and 32,768, in-process CPU time,
-# BENCHMARKS.md "issue 14, session 30").
+# BENCHMARKS.md, "Mixed clusters").
 PLACEMENT_ENTRIES = 8 * 32768
 
 

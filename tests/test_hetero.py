@@ -58,7 +58,7 @@ def test_single_pool_equals_homogeneous(name, cluster, uneven):
                      (name, uneven, mode))
 
 
-# MoE rows (issue 18): mixtral (every layer MoE), qwen3 (its own head size), DeepSeek-V3 shortened
+# MoE rows: mixtral (every layer MoE), qwen3 (its own head size), DeepSeek-V3 shortened
 # to 17 layers (3 dense, 14 MoE: stages of unlike layer kinds), the tiny model of test_moe_pricing
 # (MoE every second layer, a shared expert, capacity factor), under several framework profiles.
 MOE_CASES = [("mixtral-8x7b", "h100x64", False, None), ("mixtral-8x7b", "h100x1024", True, "megatron-core"),

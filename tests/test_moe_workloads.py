@@ -1,4 +1,4 @@
-"""Mixture-of-experts workloads (issue 18, first slice): the fields, their closed forms against
+"""Mixture-of-experts workloads: the fields, their closed forms against
 hand calculations and published parameter counts, the HuggingFace loader, and the evaluators'
 refusal until expert layers are priced. Dense models keep their numbers."""
 
@@ -224,8 +224,8 @@ def test_bad_moe_configs_name_the_key(config, change, needle):
     assert needle in str(err.value)
 
 
-# ---- the evaluators price MoE models and other head sizes (issue 18, slice 2;
-# tests/test_moe_pricing.py compares them with the scalar reference; tests/test_hetero.py the mixed-
+# ---- the evaluators price MoE models and other head sizes
+# (tests/test_moe_pricing.py compares them with the scalar reference; tests/test_hetero.py the mixed-
 # cluster evaluator with the homogeneous one on MoE rows)
 def test_evaluators_price_moe_models_and_other_head_sizes():
     cluster = cluster_preset("h100x64")

@@ -1,4 +1,4 @@
-"""Spaces derived from the model and the cluster (issue 16, item 1): balanced and lighter-ends
+"""Spaces derived from the model and the cluster: balanced and lighter-ends
 pipeline stages, pipeline degrees from the layer count, dp the largest that fits (idle GPUs),
 ZeRO 0-3, and every preset model with feasible plans on every preset cluster that holds it."""
 
@@ -110,7 +110,7 @@ def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_hold
     checked = 0
     for name in MODEL_PRESETS:
         model = model_preset(name)
-        if model.is_moe:  # the evaluators refuse MoE models until expert layers are priced (issue 18)
+        if model.is_moe:  # the evaluators refuse MoE models until expert layers are priced
             continue
         for cname in PRESET_CLUSTERS:
             cluster = cluster_preset(cname)

@@ -1,4 +1,4 @@
-"""`plansweep search mcmc|tpe --help` states the defaults the code uses (issue 16): each option's
+"""`plansweep search mcmc|tpe --help` states the defaults the code uses: each option's
 help names its default, which is the options dataclass's default and the searcher's own keyword
 default; the automatic ones (None) say "default auto"."""
 

@@ -1,4 +1,4 @@
-"""Feasibility first (issue 16, item 2): the memory-only screen equals the evaluator's verdict,
+"""Feasibility first: the memory-only screen equals the evaluator's verdict,
 searchers walk only the points that fit, enumerate them when the budget covers them, never end
 without a feasible plan when one exists and the budget is 2% of the space, and scale their
 start-up with the budget."""
