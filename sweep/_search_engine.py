@@ -206,7 +206,7 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     metrics carry the goodput as the objective column the searchers maximise (search._base)."""
     m = evaluate(space.model, space.cluster, table, framework=space.framework)
     if failure is not None:
-        m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure)["goodput_tokens_per_s"]
+        m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure, model=space.model)["goodput_tokens_per_s"]
     return m
 
 
