@@ -191,7 +191,7 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
         s["layers"] = int(s["layers"])
-    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure).items()}
+    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model).items()}
     from costmodel._bands import error_band_row
 
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,

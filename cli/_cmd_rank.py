@@ -93,7 +93,7 @@ def run(args) -> int:
     print(format_priced(space, best_t, best_m))
     print(idle_note(best_t, cluster))
     if not isinstance(cluster, HeteroCluster):
-        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure)))
+        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure, model=model)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
     if len(space.frameworks) > 1:

@@ -58,23 +58,24 @@ def run(args) -> int:
                      objective=args.objective, failure=failure_from_args(args), framework=framework)
     print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "
           f"{plan['cp']} GPUs (dp x tp x pp x cp), by {args.objective}")
-    print(f"{'lost':>5} {'GPUs left':>9} {'policy':<11} {'used':>5} {'tokens/s':>11} {'goodput':>11} {'kept':>6}  plan")
+    print(f"{'nodes lost':>10} {'GPUs left':>9} {'policy':<11} {'GPUs used':>9} {'tokens/s':>11} {'goodput':>11} "
+          f"{'kept':>6}  plan")
     for r in records:
         p = r["plan"]
         what = "none fits" if p is None else (
             f"dp {p['dp']} tp {p['tp']} pp {p['pp']} cp {p['cp']} b {p['micro_batch']} {p['schedule']} "
             f"vpp {p['vpp']} {p['recompute']} ZeRO {p['zero_stage']}")
-        print(f"{r['nodes_lost']:>5} {r['gpus_left']:>9} {r['policy']:<11} {r['gpus_used']:>5} "
+        print(f"{r['nodes_lost']:>10} {r['gpus_left']:>9} {r['policy']:<11} {r['gpus_used']:>9} "
               f"{r['tokens_per_s']:>11,.0f} {r['goodput_tokens_per_s']:>11,.0f} {100 * r['kept']:5.1f}%  {what}")
     if out is not None:
-        write_outputs(out, records, args.objective)
+        write_outputs(out, records, args.objective, model.name, cluster.name)
         print(f"wrote {out / 'replan.parquet'} and {out / 'replan.png'}")
     return 0
 
 
-def write_outputs(out: Path, records: list[dict], objective: str) -> None:
-    """replan.parquet (one row per nodes lost and policy) and replan.png (throughput against the
-    GPUs left, a line per policy), each written to a temporary name and renamed."""
+def write_outputs(out: Path, records: list[dict], objective: str, model_name: str, cluster_name: str) -> None:
+    """replan.parquet (one row per nodes lost and policy, naming the model and the cluster) and
+    replan.png (replan_figure), each written to a temporary name and renamed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,24 +84,34 @@ def write_outputs(out: Path, records: list[dict], objective: str) -> None:
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
-    cols = {k: [r[k] for r in records] for k in ("nodes_lost", "gpus_left", "policy", "gpus_used", "tokens_per_s",
-                                                  "goodput_tokens_per_s", "kept")}
+    cols = {"model": [model_name] * len(records), "cluster": [cluster_name] * len(records)}
+    cols |= {k: [r[k] for r in records] for k in ("nodes_lost", "gpus_left", "policy", "gpus_used", "tokens_per_s",
+                                                   "goodput_tokens_per_s", "kept")}
     for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero_stage"):
         cols[k] = [None if r["plan"] is None else int(r["plan"][k]) for r in records]
     for k in ("schedule", "recompute"):
         cols[k] = [None if r["plan"] is None else str(r["plan"][k]) for r in records]
     with replaced_atomically(out / "replan.parquet") as tmp:
         pq.write_table(pa.table(cols), tmp)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig = replan_figure(records, objective, model_name, cluster_name)
+    with replaced_atomically(out / "replan.png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+    plt.close(fig)
+
+
+def replan_figure(records: list[dict], objective: str, model_name: str, cluster_name: str):
+    """Throughput against the GPUs left, a line per policy; the title names the model and the
+    cluster, the legend sits outside the lines."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
     key = "tokens_per_s" if objective == "tokens_per_s" else "goodput_tokens_per_s"
     for policy in dict.fromkeys(r["policy"] for r in records):
         pts = [(r["gpus_left"], r[key]) for r in records if r["policy"] == policy]
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=policy)
     ax.set(xlabel="GPUs left", ylabel=key.replace("_per_s", "/s"),
-           title="Best plan on what is left, per re-planning policy")
+           title=f"{model_name} on {cluster_name}: best plan on what is left, per policy")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(title="policy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    with replaced_atomically(out / "replan.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    return fig

@@ -117,7 +117,7 @@ def run_searcher(searcher: Searcher, model, cluster, *, budget: int, batch: int,
             break
         m = evaluate(model, cluster, t, framework=framework)
         if objective_name != "tokens_per_s":
-            m[OBJECTIVE_COLUMN] = objective_score(m, t, cluster, objective_name, failure)
+            m[OBJECTIVE_COLUMN] = objective_score(m, t, cluster, objective_name, failure, model)
         searcher.tell(t, m)
         evaluations += len(t)
         feasible += int(np.sum(m["feasible"]))
@@ -174,7 +174,7 @@ def report(args: argparse.Namespace, name: str, space, evaluations: int, feasibl
         return
     print(format_priced(space, best_t, best_m))
     if getattr(args, "objective", "tokens_per_s") != "tokens_per_s":
-        print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure)))
+        print(goodput_lines(plan_goodput(best_m, best_t, space.cluster, failure, model=space.model)))
         print(f"(ranked by {args.objective})")
     if pools:
         print("best, per stage (exact pipeline):")

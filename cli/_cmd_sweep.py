@@ -326,7 +326,8 @@ def print_summary(rd: RunDir, top: int) -> None:
         return
     for study in view.studies() if top else []:
         rows = rows_as_dicts(best_rows(study, top))
-        print(f"\nbest strategies for {study.name} (tokens/s, closed-form pipeline prices):")
+        unit = study.throughput_column.replace("_per_s", "/s")  # samples/s for an MLP
+        print(f"\nbest strategies for {study.name} ({unit}, closed-form pipeline prices):")
         print(format_rows(study.columns, study.throughput_column, rows, with_framework=len(study.frameworks()) > 1)
               if rows else "no feasible strategy found")
         found = framework_bests(study)

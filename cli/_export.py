@@ -182,12 +182,18 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--moe-expert-capacity-factor": {"type": float},
     "--moe-pad-expert-input-to-capacity": {"action": "store_true"},
     "--overlap-moe-expert-parallel-comm": {"action": "store_true"},
+    # _add_checkpointing_args: Megatron-FSDP saves only in its own format
+    "--ckpt-format": {"choices": ["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
+                      "default": "torch_dist"},
 }
 # ZeRO stage -> Megatron-LM's flags: 1 = its distributed optimizer (optimizer state sharded over
-# data-parallel ranks); 2 and 3 = Megatron-FSDP with gradients (2) and parameters too (3) sharded.
+# data-parallel ranks); 2 and 3 = Megatron-FSDP with gradients (2) and parameters too (3) sharded,
+# which validate_args lets save only in its fsdp_dtensor checkpoint format.
 MEGATRON_ZERO = {0: [], 1: ["--use-distributed-optimizer"],
-                 2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
-                 3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]}
+                 2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads",
+                     "--ckpt-format", "fsdp_dtensor"],
+                 3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                     "--ckpt-format", "fsdp_dtensor"]}
 MEGATRON_SCHEDULES = ("1f1b", "interleaved")  # Megatron-LM's 1F1B and interleaved 1F1B (vpp >= 2)
 MEGATRON_PRECISION = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}
 MEGATRON_SCRIPT = "pretrain_gpt.py"
@@ -282,6 +288,23 @@ def _megatron_moe(plan: dict, model: Transformer, profile: str, recompute: str) 
     return a
 
 
+def megatron_environment(plan: dict, profile: str) -> tuple[dict[str, str], str]:
+    """The launch environment Megatron-LM's validate_args asks of the plan, and why (a comment).
+    CUDA_DEVICE_MAX_CONNECTIONS (core_v0.15.0 to core_v0.19.0, arguments.py): Megatron-FSDP asserts
+    it is not 1; otherwise tp or cp > 1 asserts it is 1 (on GPUs before Blackwell; 1 is harmless
+    after), so that the tensor-parallel communication kernels run in issue order; with the
+    expert-parallel overlap it only warns, and plansweep priced that overlap: more queues."""
+    if plan["zero_stage"] >= 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, ("Megatron-FSDP needs more than one CUDA work queue (8, CUDA's "
+                                                      "default)")
+    if plan["tp"] == 1 and plan["cp"] == 1:
+        return {}, ""
+    if "a2a-overlap" in profile and plan["ep"] > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, ("the expert-parallel overlap plansweep priced runs on several "
+                                                       "CUDA work queues (Megatron only warns with tp or cp > 1)")
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "tp or cp > 1: one CUDA work queue keeps communication in issue order"
+
+
 def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "megatron-core") -> str:
     """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments.
     ``profile``, the framework profile the plan was priced under, picks the MoE token dispatcher
@@ -343,11 +366,14 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
     a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size", plan["global_batch"]]
     a += MEGATRON_PRECISION[plan["precision"]]
+    env, why = megatron_environment(plan, profile)
     lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / (tp {plan['tp']} x pp {p} x cp {plan['cp']}); "
              f"add your data, tokenizer (plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint "
              "arguments",
-             f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
+             *([f"# environment: {why}"] if env else []),
+             "".join(f"{k}={v} " for k, v in env.items())
+             + f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
     words = [str(x) for x in a]
     args, i = [], 0
     while i < len(words):  # one flag (and its value) per line
@@ -384,6 +410,17 @@ def _megatron_words(text: str) -> tuple[argparse.Namespace, argparse.Namespace]:
     i = words.index(MEGATRON_SCRIPT)
     lw = launch.parse_args(words[words.index("torchrun") + 1:i])
     return lw, megatron_parser().parse_args(words[i + 1:])
+
+
+def megatron_launch(text: str) -> dict:
+    """What a command line written by to_megatron starts: {"env": the variables set before
+    torchrun, "world": nodes x processes per node, "argv": pretrain_gpt.py's arguments}."""
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    words = shlex.split(body.replace("\\\n", " "))
+    lw, _ = _megatron_words(text)
+    t = words.index("torchrun")
+    env = dict(w.split("=", 1) for w in words[:t])
+    return {"env": env, "world": lw.nnodes * lw.nproc_per_node, "argv": words[words.index(MEGATRON_SCRIPT) + 1:]}
 
 
 def megatron_model(text: str) -> dict:
@@ -557,10 +594,12 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
 
 
 # plansweep model -> torchtitan v0.2.2's model (torchtitan/models/*/model/args.py): llama3 for
-# dense models with hidden / heads heads; qwen3 (head_dim; moe_enabled puts MoE in every layer)
-# for a set head size or an MoE model without dense layers; deepseek_v3 (n_dense_layers dense
-# layers, then MoE) for one with, and for multi-head latent attention (its MLA fields). Both MoE models take MoEArgs (torchtitan/models/moe/moe.py):
-# num_experts, num_shared_experts, top_k; their experts are dropless (no capacity factor).
+# dense models with hidden / heads heads (its ffn width from multiple_of and ffn_dim_multiplier);
+# qwen3 (head_dim; moe_enabled puts MoE in every layer) for a set head size or an MoE model
+# without dense layers; deepseek_v3 (n_dense_layers dense layers, then MoE) for one with, and for
+# multi-head latent attention (its MLA fields). Both MoE models take MoEArgs
+# (torchtitan/models/moe/moe.py): num_experts, num_shared_experts, top_k; their experts are
+# dropless (no capacity factor).
 def _torchtitan_model(model: Transformer) -> str:
     if model.is_moe and model.moe_layer_freq != 1:
         raise InputError("model.moe_layer_freq", "1 (torchtitan v0.2.2's MoE models put experts in every layer "
@@ -582,11 +621,33 @@ def _torchtitan_model(model: Transformer) -> str:
     return "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
 
 
+def llama3_ffn_width(dim: int, multiple_of: int, ffn_dim_multiplier: float) -> int:
+    """The SwiGLU width torchtitan's llama3 FeedForward builds (hidden_dim = 4 dim passed in):
+    two thirds of 4 dim, times the multiplier, rounded up to a multiple of multiple_of."""
+    hidden = int(ffn_dim_multiplier * int(2 * (4 * dim) / 3))
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def llama3_ffn(dim: int, ffn: int) -> dict:
+    """torchtitan llama3's multiple_of and ffn_dim_multiplier that build an ffn width of ``ffn``
+    (its args have no width field): multiple_of the largest power of two up to 1024 dividing the
+    width, the multiplier the shortest decimal that lands on it (Llama 3 8B: 1024 and 1.3)."""
+    multiple_of = math.gcd(ffn, 1024)
+    base = int(2 * (4 * dim) / 3)
+    for digits in range(1, 10):
+        m = round(ffn / base, digits)
+        if llama3_ffn_width(dim, multiple_of, m) == ffn:
+            return {"multiple_of": multiple_of, "ffn_dim_multiplier": m}
+    m = (ffn + 0.5) / base  # int(m * base) = ffn: a multiple of multiple_of, so rounding keeps it
+    assert llama3_ffn_width(dim, multiple_of, m) == ffn
+    return {"multiple_of": multiple_of, "ffn_dim_multiplier": m}
+
+
 def _torchtitan_flavor(model: Transformer) -> str:
     """The flavor's fields in the torchtitan model's own names (a comment line of the TOML)."""
     m = _torchtitan_model(model)
-    f = {"llama3": dict(layers=model.layers, dim=model.hidden, n_heads=model.heads, n_kv_heads=model.kv_heads,
-                        ffn=model.ffn_hidden, vocab=model.vocab),  # llama3 derives its ffn width: set it to ffn
+    f = {"llama3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
+                        vocab_size=model.vocab, **llama3_ffn(model.hidden, model.ffn_hidden)),
          "qwen3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
                        head_dim=model.head_size, hidden_dim=model.ffn_hidden, vocab_size=model.vocab,
                        moe_enabled=model.is_moe),
@@ -680,6 +741,28 @@ def _deepspeed_moe(plan: dict, model: Transformer) -> dict:
             "moe_layers": [j for j, m in enumerate(moe_layer_pattern(model)) if m]}
 
 
+def deepspeed_topology(plan: dict) -> dict:
+    """launcher.topology, the process grid the training script builds (PipeModelDataParallelTopology's
+    num_pp, num_mp, num_dp; deepspeed/runtime/pipe/topology.py), and launcher.mpu, where the script
+    must hand it to DeepSpeed. DeepSpeedConfig checks train_batch_size against the mpu's data-
+    parallel size, or against the whole world without one: a plan with tp > 1 runs only when the
+    script passes an mpu. A PipelineModule is its own mpu (deepspeed.initialize takes model.mpu()),
+    from the topology it is built with; without pipeline stages deepspeed.initialize(mpu=...) takes one."""
+    topo = {"num_pp": plan["pp"], "num_mp": plan["tp"], "num_dp": plan["dp"]}
+    grid = f"PipeModelDataParallelTopology(num_pp={plan['pp']}, num_mp={plan['tp']}, num_dp={plan['dp']})"
+    if plan["pp"] > 1:
+        mpu = (f"required: PipelineModule(..., topology={grid}); deepspeed.initialize takes the module's grid as "
+               "its mpu" if plan["tp"] > 1 else f"PipelineModule(num_stages={plan['pp']}) builds it; "
+               "deepspeed.initialize takes the module's grid as its mpu")
+    elif plan["tp"] > 1:
+        mpu = (f"required: deepspeed.initialize(..., mpu=MPU), an mpu over {grid} whose "
+               f"get_data_parallel_world_size() is {plan['dp']} (and get_model_parallel_world_size() {plan['tp']}), "
+               "e.g. deepspeed.runtime.pipe.topology.PipelineParallelGrid(topology=...)")
+    else:
+        mpu = "none: every rank is a data-parallel rank"
+    return {"topology": topo, "mpu": mpu}
+
+
 def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "deepspeed") -> str:
     """One JSON object: ``ds_config`` (the file deepspeed.initialize reads) and ``launcher`` (the
     deepspeed launcher's node and GPU counts and the sizes the training script passes on:
@@ -715,6 +798,7 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: s
     launcher = {"num_nodes": nodes, "num_gpus": per_node, "data_parallel_size": plan["dp"],
                 "tensor_parallel_size": plan["tp"], "pipeline_parallel_size": plan["pp"],
                 "partition_method": "uniform", "activation_checkpoint_interval": 1 if recompute == "full" else 0}
+    launcher |= deepspeed_topology(plan)
     if model.is_moe:
         launcher["moe"] = _deepspeed_moe(plan, model)
     doc = {"plansweep": f"{model.name} on {cluster.name}, for {DEEPSPEED_VERSION}"
@@ -742,7 +826,8 @@ def from_deepspeed(text: str) -> dict:
         raise InputError("train_batch_size", "micro batch x gradient accumulation x data parallel",
                          ds["train_batch_size"])
     return {"dp": dp, "tp": ds.get("tensor_parallel", {}).get("autotp_size", 1), "pp": p, "cp": 1,
-            "ep": la.get("moe", {}).get("ep_size", 1), "etp": 1, "micro_batch": b, "global_batch": ds["train_batch_size"], "vpp": 1,
+            "ep": la.get("moe", {}).get("ep_size", 1), "etp": 1, "micro_batch": b,
+            "global_batch": ds["train_batch_size"], "vpp": 1,
             "zero_stage": ds["zero_optimization"]["stage"], "schedule": "1f1b", "recompute": recompute,
             "precision": precision, "sequence_parallel": False, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
             "stage_layers": None, "stage_recompute": [recompute] * p}

@@ -31,6 +31,14 @@ alone in the legacy per-rank torch.save format (FailureModel.ckpt_spread = False
 its G GPUs' bytes through its storage NIC; all writers share the filesystem. Loading after a
 restart, every GPU reads all of its state (replicas read the replicated parts alike).
 
+Mixture-of-experts models (expert_state_per_gpu). The routed experts' state is split by expert
+parallelism, not tensor parallelism: the ep x etp x pp ranks of one expert-model-parallel
+group hold one copy, replicated (or ZeRO-sharded) over the edp = dp cp tp / (ep etp) expert-data-
+parallel ranks, as Megatron-Core's expert groups cut them. A GPU's weights and optimizer bytes are
+split into that expert part (the model's routed-expert parameters spread evenly over the stages)
+and the rest, each written and counted over the ranks that hold it, so the checkpoint holds every
+expert once at any ep and etp.
+
 Hot spares (spare_wait_s). A share h of failures are hardware faults that take the node out: the
 job restarts on a spare node when one is free, else waits a repair time T for a node to come
 back. Nodes the plan leaves idle are the spares (S = cluster nodes - nodes used). Failed nodes
@@ -47,6 +55,7 @@ import math
 
 import numpy as np
 
+from costmodel._dtypes import OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 
 # Llama 3 405B pre-training (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.4):
@@ -155,21 +164,53 @@ def checkpoint_bytes_per_writer(weights_bytes, optimizer_bytes, zero_stage, data
     return sharded + replicated / (np.asarray(data_replicas) if spread else 1)
 
 
+def expert_state_per_gpu(model, table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The routed experts' part of a GPU's state (module docstring), None for a dense model:
+    (weights bytes, optimizer bytes, ep x etp (the ranks of one stage sharing one copy), edp (its
+    replicas)), (N,) each. ``table``: a StrategyTable or a mapping of its columns (ep and etp 1
+    where absent)."""
+    if model is None or not getattr(model, "is_moe", False):
+        return None
+    d, t, p, c = (np.asarray(table[k], dtype=np.int64) for k in ("dp", "tp", "pp", "cp"))
+    ones = np.ones_like(d)
+    ep, etp = (np.asarray(table[k], dtype=np.int64) if k in _columns(table) else ones for k in ("ep", "etp"))
+    zero = np.asarray(table["zero_stage"])
+    holders = ep * etp
+    edp = np.maximum(d * c * t // holders, 1)
+    params = model.moe_layers * model.moe_layer_expert_params() / (p * holders)  # per GPU, stages alike
+    w = WEIGHT_BYTES * params / np.where(zero >= 3, edp, 1)
+    o = OPTIM_BYTES * params / np.where(zero >= 1, edp, 1)
+    return w, o, holders, edp
+
+
+def _columns(table) -> set:
+    return set(getattr(table, "columns", None) or table.keys())
+
+
 def checkpoint_io_s(weights_bytes, optimizer_bytes, zero_stage, degrees, gpus_per_node: int, cluster_gpus: int,
-                    failure: FailureModel | None = None) -> dict[str, np.ndarray]:
+                    failure: FailureModel | None = None, experts=None) -> dict[str, np.ndarray]:
     """(N,) checkpoint write and load seconds (module docstring) from per-GPU weight and optimizer
     bytes, ZeRO stage and degrees = (dp, tp, pp, cp): each the slower of the busiest node's storage
-    NIC and the filesystem's aggregate bandwidth (its per-GPU figure x ``cluster_gpus``)."""
+    NIC and the filesystem's aggregate bandwidth (its per-GPU figure x ``cluster_gpus``).
+    ``experts``: expert_state_per_gpu of an MoE model's rows (that part written and counted over
+    the expert groups), None for a dense model."""
     f = failure or FailureModel()
     d, t, p, c = (np.asarray(x) for x in degrees)
     zero = np.asarray(zero_stage)
     w, o = np.asarray(weights_bytes, dtype=np.float64), np.asarray(optimizer_bytes, dtype=np.float64)
     used = d * t * p * c
     per_node = np.minimum(gpus_per_node, used)  # writers on the busiest node
-    writer = checkpoint_bytes_per_writer(w, o, zero, d * c, f.ckpt_spread)
-    sharded = np.where(zero >= 1, o, 0.0) + np.where(zero >= 3, w, 0.0)
-    replicated = np.where(zero < 3, w, 0.0) + np.where(zero == 0, o, 0.0)
-    unique = t * p * (sharded * d * c + replicated)  # every byte of state once
+    we, oe, holders, edp = experts if experts is not None else (0.0, 0.0, t, 1)
+    wd, od = np.maximum(w - we, 0.0), np.maximum(o - oe, 0.0)  # the dense part: sharded by tp
+    writer = (checkpoint_bytes_per_writer(wd, od, zero, d * c, f.ckpt_spread)
+              + checkpoint_bytes_per_writer(we, oe, zero, edp, f.ckpt_spread))
+
+    def once(wx, ox, sharers, replicas):  # every byte of one part once: its shards of every replica
+        sharded = np.where(zero >= 1, ox, 0.0) + np.where(zero >= 3, wx, 0.0)
+        replicated = np.where(zero < 3, wx, 0.0) + np.where(zero == 0, ox, 0.0)
+        return sharers * p * (sharded * replicas + replicated)
+
+    unique = once(wd, od, t, d * c) + once(we, oe, holders, edp)
     write_s = np.maximum(per_node * writer / f.node_storage_Bps, unique / (f.write_Bps_per_gpu * cluster_gpus))
     read_s = np.maximum(per_node * (w + o) / f.node_storage_Bps, used * (w + o) / (f.read_Bps_per_gpu * cluster_gpus))
     return {"checkpoint_write_s": write_s, "checkpoint_load_s": read_s, "checkpoint_bytes": unique,
@@ -205,17 +246,23 @@ def goodput(tokens_per_s, num_gpus, ckpt_bytes, failure: FailureModel | None = N
     return goodput_terms(tokens_per_s, M, b / f.write_Bps_per_gpu, f.restart_s + b / f.read_Bps_per_gpu)
 
 
-def plan_goodput(metrics, table, cluster, failure: FailureModel | None = None) -> dict[str, np.ndarray]:
+def plan_goodput(metrics, table, cluster, failure: FailureModel | None = None, model=None) -> dict[str, np.ndarray]:
     """Goodput of evaluated rows (module docstring): Metrics (tokens/s, per-GPU weight and
-    optimizer bytes), their StrategyTable (degrees, ZeRO stage) and the Cluster they run on
-    (its nodes: the job MTBF counts the nodes a plan holds, the idle ones are its spares)."""
+    optimizer bytes), their StrategyTable (degrees, ZeRO stage; ep and etp) and the Cluster they
+    run on (its nodes: the job MTBF counts the nodes a plan holds, the idle ones are its spares).
+    ``model``: needed for a mixture-of-experts model's rows (their expert state is split by ep and
+    etp); an MoE plan without it is an InputError."""
     f = failure or FailureModel()
     d, t, p, c = (np.asarray(table[k]) for k in ("dp", "tp", "pp", "cp"))
     G = cluster.gpus_per_node
     nodes_used = -(-(d * t * p * c) // G)  # ceil: whole nodes
     M = f.gpu_mtbf_h * 3600.0 / (nodes_used * G)
+    experts = expert_state_per_gpu(model, table)
+    if experts is None and any(k in _columns(table) and np.any(np.asarray(table[k]) > 1) for k in ("ep", "etp")):
+        raise InputError("model", "the MoE model of plans with ep or etp > 1 (goodput prices its expert state)",
+                         "none" if model is None else model.name)
     io = checkpoint_io_s(metrics["mem_weights_bytes"], metrics["mem_optimizer_bytes"], table["zero_stage"],
-                         (d, t, p, c), G, cluster.num_gpus, f)
+                         (d, t, p, c), G, cluster.num_gpus, f, experts)
     spares = cluster.nodes - nodes_used
     wait = spare_wait_s(M, spares, f)
     out = goodput_terms(metrics["tokens_per_s"], M, io["checkpoint_write_s"],

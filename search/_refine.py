@@ -13,12 +13,13 @@ import numpy as np
 from costmodel import StrategyTable, evaluate, plan_goodput
 
 
-def objective_score(metrics, table, cluster, objective: str, failure=None) -> np.ndarray:
-    """(N,) larger-is-better score by ``objective``, -inf where infeasible."""
+def objective_score(metrics, table, cluster, objective: str, failure=None, model=None) -> np.ndarray:
+    """(N,) larger-is-better score by ``objective``, -inf where infeasible (``model``: goodput
+    prices an MoE model's expert state by ep and etp)."""
     if objective == "tokens_per_s":
         val = metrics["tokens_per_s"]
     else:
-        val = plan_goodput(metrics, table, cluster, failure)["goodput_tokens_per_s"]
+        val = plan_goodput(metrics, table, cluster, failure, model=model)["goodput_tokens_per_s"]
     return np.where(metrics["feasible"], np.asarray(val, dtype=np.float64), -np.inf)
 
 
@@ -33,7 +34,10 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
     """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
     the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput."""
     def best_first(m, t) -> np.ndarray:
-        key = m["step_time_s"] if objective == "tokens_per_s" else -objective_score(m, t, cluster, objective, failure)
+        if objective == "tokens_per_s":
+            key = m["step_time_s"]
+        else:
+            key = -objective_score(m, t, cluster, objective, failure, model)
         return np.argsort(key, kind="stable")
 
     cand = best_first(metrics, table)[:top]

@@ -88,7 +88,8 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
             raise InputError("policy", "one of " + ", ".join(POLICIES), p)
     plan = dict(plan)
     base_table = StrategyTable.from_columns(**{k: plan[k] for k in COLUMNS if k in plan})
-    base = _scores(evaluate(model, cluster, base_table, framework=framework), base_table, cluster, objective, failure)
+    base = _scores(evaluate(model, cluster, base_table, framework=framework), base_table, cluster, objective, failure,
+                   model)
     if not np.isfinite(base["score"][0]) or base["score"][0] <= 0:
         raise InputError("plan", f"a feasible plan on {cluster.name}", "infeasible there")
     ks = sorted({int(k) for k in nodes_lost})
@@ -107,7 +108,7 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
         for k in ks:
             left = smaller_cluster(cluster, k)
             if table is not None:  # goodput counts the nodes left idle as spares: per cluster
-                s = _scores(m, table, left, objective, failure)
+                s = _scores(m, table, left, objective, failure, model)
             rec = {"nodes_lost": k, "gpus_left": left.num_gpus, "policy": policy, "plan": None,
                    "tokens_per_s": 0.0, "goodput_tokens_per_s": 0.0, "gpus_used": 0, "kept": 0.0}
             if table is not None:
@@ -123,8 +124,8 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
     return out
 
 
-def _scores(m, table, cluster, objective, failure) -> dict[str, np.ndarray]:
-    g = plan_goodput(m, table, cluster, failure)["goodput_tokens_per_s"]
+def _scores(m, table, cluster, objective, failure, model) -> dict[str, np.ndarray]:
+    g = plan_goodput(m, table, cluster, failure, model=model)["goodput_tokens_per_s"]
     tok = m["tokens_per_s"]
     return {"tokens_per_s": tok, "goodput_tokens_per_s": g, "score": tok if objective == "tokens_per_s" else g}
 

@@ -94,14 +94,32 @@ def plan_units(rd: RunDir, studies: list[Study], unit_rows: int) -> tuple[list[U
     return todo, n_done
 
 
+def terminal_shape(fp) -> tuple[int | None, int | None]:
+    """(columns, rows) of the terminal ``fp`` writes to, None for a size it cannot tell or reports
+    as 0 (as under `script`, in CI and in some IDEs). tqdm reads a 0 x 0 terminal as -1 columns and
+    -1 rows and then draws nothing; with None it draws an unbounded line and assumes 20 rows."""
+    try:
+        cols, rows = os.get_terminal_size(fp.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None, None
+    return (cols - 1 if cols > 1 else None), (rows if rows > 0 else None)
+
+
 class Progress:
     """tqdm on stderr: rows/s, the feasible points seen (searches), the best tokens/s so far, time left."""
 
-    def __init__(self, total: int, done: int, *, desc: str, unit: str, best: float = 0.0, enabled: bool = True) -> None:
+    def __init__(self, total: int, done: int, *, desc: str, unit: str, best: float = 0.0, enabled: bool = True,
+                 models=()) -> None:
         from tqdm import tqdm
 
+        # the best throughput's unit: samples/s when every study's model is an MLP
+        self.rate_unit = "samples/s" if models and all(m.kind == "mlp" for m in models) else "tokens/s"
         self.bar = tqdm(total=total, initial=done, unit=unit, file=sys.stderr, disable=not enabled,
                         dynamic_ncols=True, mininterval=0.5, desc=desc)
+        if enabled:  # the terminal's size as terminal_shape tells it, re-read at every refresh
+            self.bar.dynamic_ncols = terminal_shape
+            self.bar.ncols, self.bar.nrows = terminal_shape(sys.stderr)
+            self.bar.refresh()
         self.rows = 0
         self.feasible: int | None = None
         self.best = best
@@ -118,7 +136,7 @@ class Progress:
             self.feasible = (self.feasible or 0) + feasible
             seen = f"{self.feasible:,} feasible seen, "
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {seen}best {self.best:,.0f} tokens/s", refresh=False)
+        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {seen}best {self.best:,.0f} {self.rate_unit}", refresh=False)
         self.bar.update(units)
 
     def close(self) -> None:
@@ -206,7 +224,8 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
         except (pa.ArrowException, OSError):  # a part whose pages do not read: found by the summary (execute)
             best0 = 0.0
     rd.ready()
-    bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress)
+    bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress,
+                   models=[s.model for s in studies])
     try:
         if in_process:
             stream = _run_local(units, spaces, keep, rd, metadata)

@@ -250,7 +250,8 @@ STRATEGY_KEYS = ("model", "cluster", "framework", "dp", "tp", "pp", "cp", "ep", 
                  "stage_dp2")
 
 
-GOODPUT_KEYS = ("dp", "tp", "pp", "cp", "zero_stage", "tokens_per_s", "mem_weights_bytes", "mem_optimizer_bytes")
+GOODPUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero_stage", "tokens_per_s", "mem_weights_bytes",
+                "mem_optimizer_bytes")
 
 
 def run_failure_model(view):
@@ -264,22 +265,23 @@ def run_failure_model(view):
     return FailureModel(**opts["failure"])
 
 
-def goodput_columns(rows: pa.Table, cluster, failure) -> dict[str, np.ndarray]:
-    """costmodel.plan_goodput of result rows (their strategy and memory columns) on ``cluster``."""
+def goodput_columns(rows: pa.Table, cluster, failure, model=None) -> dict[str, np.ndarray]:
+    """costmodel.plan_goodput of result rows (their strategy and memory columns) of ``model`` on
+    ``cluster``."""
     from costmodel import plan_goodput
 
-    cols = {k: rows.column(k).to_numpy() for k in GOODPUT_KEYS}
-    return plan_goodput(cols, cols, cluster, failure)
+    cols = {k: rows.column(k).to_numpy() for k in GOODPUT_KEYS if k in rows.column_names}
+    return plan_goodput(cols, cols, cluster, failure, model=model)
 
 
 def best_rows_by_goodput(view: RunView, k: int, failure) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """The ``k`` distinct feasible strategies of highest goodput under ``failure`` (a homogeneous
     study: its cluster from run.json), best first, and their goodput columns."""
-    from sweep._rundir import cluster_from_dict
+    from sweep._rundir import cluster_from_dict, model_from_dict
 
-    cluster = cluster_from_dict(dict(view.cluster))
-    rows, _ = best_rows_by(view, k, lambda r: goodput_columns(r, cluster, failure)["goodput_tokens_per_s"])
-    return rows, goodput_columns(rows, cluster, failure)
+    cluster, model = cluster_from_dict(dict(view.cluster)), model_from_dict(dict(view.model))
+    rows, _ = best_rows_by(view, k, lambda r: goodput_columns(r, cluster, failure, model)["goodput_tokens_per_s"])
+    return rows, goodput_columns(rows, cluster, failure, model)
 
 
 def best_rows_by(view: RunView, k: int, score) -> tuple[pa.Table, np.ndarray]:

@@ -206,7 +206,7 @@ def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = N
     metrics carry the goodput as the objective column the searchers maximise (search._base)."""
     m = evaluate(space.model, space.cluster, table, framework=space.framework)
     if failure is not None:
-        m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure)["goodput_tokens_per_s"]
+        m[OBJECTIVE_COLUMN] = plan_goodput(m, table, space.cluster, failure, model=space.model)["goodput_tokens_per_s"]
     return m
 
 
@@ -240,7 +240,7 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
     rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
-                   unit="eval", enabled=progress)
+                   unit="eval", enabled=progress, models=[s.model for s in studies])
 
     def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool, record: dict) -> None:
         p = progress_of[s.index]
@@ -379,7 +379,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
 
     rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
-                   unit="eval", enabled=progress)
+                   unit="eval", enabled=progress, models=[s.model for s in studies])
     evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
     try:
         while True:

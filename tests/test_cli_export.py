@@ -13,20 +13,21 @@ import json
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 import costmodel
 from cli._export import (
     MEGATRON_ARGS,
+    WRITERS,
     _megatron_pattern,
     _moe_pattern,
-    WRITERS,
     canonical_plan,
     from_megatron,
+    llama3_ffn,
     megatron_model,
     megatron_parser,
     moe_layer_pattern,
@@ -65,6 +66,8 @@ MEGATRON_V0_15_FLAGS = {
     # _add_network_size_args (line 1664) and _add_mla_args (lines 3167-3175)
     "--multi-latent-attention": None, "--q-lora-rank": None, "--kv-lora-rank": None, "--qk-head-dim": None,
     "--qk-pos-emb-head-dim": None, "--v-head-dim": None,
+    # _add_checkpointing_args (line 2457)
+    "--ckpt-format": ["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -88,11 +91,13 @@ TORCHTITAN_V0_2_2_FIELDS = {
 TORCHTITAN_SCHEDULE_NAMES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
                              "ZBVZeroBubble", "DualPipeV"}
 # torchtitan/models/__init__.py's _supported_models at v0.2.2, and the fields of the flavors
-# plansweep names in its comment line: llama3 (its ffn width is derived, so plansweep names it
-# ffn), qwen3/model/args.py Qwen3ModelArgs, deepseek_v3/model/args.py DeepSeekV3ModelArgs, and
-# moe/moe.py MoEArgs (num_experts, num_shared_experts, top_k).
+# plansweep names in its comment line: llama3/model/args.py TransformerModelArgs (the ffn width
+# derived from multiple_of and ffn_dim_multiplier), qwen3/model/args.py Qwen3ModelArgs,
+# deepseek_v3/model/args.py DeepSeekV3ModelArgs, and moe/moe.py MoEArgs (num_experts,
+# num_shared_experts, top_k).
 TORCHTITAN_MODELS = {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3"}
 TORCHTITAN_FLAVOR_FIELDS = {
+    "llama3": {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "multiple_of", "ffn_dim_multiplier"},
     "qwen3": {"dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size", "moe_enabled",
               "moe_inter_dim"},
     "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim",
@@ -115,7 +120,8 @@ DEEPSPEED_V0_19_5_KEYS = {
                                  "number_checkpoints", "synchronize_checkpoint_boundary", "profile"},
 }
 DEEPSPEED_LAUNCHER_KEYS = {"num_nodes", "num_gpus", "data_parallel_size", "tensor_parallel_size",
-                           "pipeline_parallel_size", "partition_method", "activation_checkpoint_interval"}
+                           "pipeline_parallel_size", "partition_method", "activation_checkpoint_interval",
+                           "topology", "mpu"}
 # DeepSpeed v0.16.4 (e2dc3eeb19, the newest tag in plansweep's mirror), deepspeed/moe/layer.py:
 # MoE.__init__'s keyword parameters plansweep writes; expert_ffn_hidden and moe_layers are the
 # training script's own (the expert module it passes, the layers it puts an MoE layer in).
@@ -314,10 +320,9 @@ def test_torchtitan_keys_are_torchtitans(space):
         assert set(doc["model"]["converters"]) <= TORCHTITAN_CONVERTERS
         assert doc["model"]["name"] in TORCHTITAN_MODELS
         flavor = torchtitan_model(text)
-        if flavor["model"] != "llama3":
-            fields = {k for k in flavor if k != "model" and not k.startswith("moe_args_")}
-            assert fields <= TORCHTITAN_FLAVOR_FIELDS[flavor["model"]], fields
-            assert {k.removeprefix("moe_args_") for k in flavor if k.startswith("moe_args_")} <= TORCHTITAN_MOE_ARGS
+        fields = {k for k in flavor if k != "model" and not k.startswith("moe_args_")}
+        assert fields <= TORCHTITAN_FLAVOR_FIELDS[flavor["model"]], fields
+        assert {k.removeprefix("moe_args_") for k in flavor if k.startswith("moe_args_")} <= TORCHTITAN_MOE_ARGS
         assert ("expert_parallel_degree" in doc["parallelism"]) == model.is_moe
 
 
@@ -351,7 +356,8 @@ def test_megatron_worked_example():
                "--sequence-parallel", "--zero-stage", "1", "--micro-batch", "1", "--global-batch", "1024")
     assert out.returncode == 0, out.stderr
     a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
-    assert "torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py" in out.stdout
+    # tp 8 without Megatron-FSDP: validate_args asks for one CUDA work queue in the launch environment
+    assert "\nCUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 128 --nproc-per-node 8 pretrain_gpt.py" in out.stdout
     assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.num_layers_per_virtual_pipeline_stage) == (
         8, 4, 10)
     assert a.use_distributed_optimizer and a.sequence_parallel and a.recompute_granularity == "selective"
@@ -377,6 +383,11 @@ def test_torchtitan_worked_example():
     assert (doc["training"]["local_batch_size"], doc["parallelism"]["data_parallel_replicate_degree"]) == (32, 8)
     assert doc["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert doc["activation_checkpoint"]["mode"] == "full"
+    # the flavor in torchtitan's TransformerModelArgs names; Llama 3 8B's params.json as Meta
+    # published it: ffn_dim_multiplier 1.3, multiple_of 1024 (14336 = 14 x 1024)
+    assert torchtitan_model(out.stdout) == {"model": "llama3", "dim": 4096, "n_layers": 32, "n_heads": 32,
+                                            "n_kv_heads": 8, "vocab_size": 128256, "multiple_of": 1024,
+                                            "ffn_dim_multiplier": 1.3}
 
 
 def test_deepspeed_worked_example():
@@ -391,6 +402,48 @@ def test_deepspeed_worked_example():
     assert ds["zero_optimization"]["stage"] == 1 and ds["tensor_parallel"] == {"autotp_size": 2}
     assert doc["launcher"]["pipeline_parallel_size"] == 4 and doc["launcher"]["data_parallel_size"] == 8
     assert doc["launcher"]["activation_checkpoint_interval"] == 1
+    # tp 2 inside a pipeline: PipelineModule needs the three-axis topology, or it counts the
+    # tensor-parallel ranks as data parallel
+    assert doc["launcher"]["topology"] == {"num_pp": 4, "num_mp": 2, "num_dp": 8}
+    assert doc["launcher"]["mpu"].startswith("required: PipelineModule(..., topology=PipeModelDataParallelTopology("
+                                             "num_pp=4, num_mp=2, num_dp=8))")
+
+
+@pytest.mark.parametrize("flags, mpu", [
+    (["--tp", "2"], "required: deepspeed.initialize(..., mpu=MPU), an mpu over PipeModelDataParallelTopology("
+     "num_pp=1, num_mp=2, num_dp=32) whose get_data_parallel_world_size() is 32"),
+    (["--pp", "4"], "PipelineModule(num_stages=4) builds it"),
+    ([], "none: every rank is a data-parallel rank"),
+])
+def test_deepspeed_says_when_the_script_passes_an_mpu(flags, mpu):
+    out = _cli("export", "--framework", "deepspeed", "--model", "llama3-8b", "--cluster", "h100x64", *flags)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["launcher"]["mpu"].startswith(mpu)
+
+
+@pytest.mark.parametrize("flags, env, fsdp", [
+    (["--tp", "4", "--zero-stage", "3"], "CUDA_DEVICE_MAX_CONNECTIONS=8 ", True),   # Megatron-FSDP: not 1
+    (["--zero-stage", "2"], "CUDA_DEVICE_MAX_CONNECTIONS=8 ", True),
+    (["--cp", "2", "--zero-stage", "1"], "CUDA_DEVICE_MAX_CONNECTIONS=1 ", False),  # cp > 1 asks for 1
+    (["--pp", "2", "--zero-stage", "1"], "", False),                                # tp = cp = 1: nothing asked
+])
+def test_megatron_launch_environment_and_checkpoint_format(flags, env, fsdp):
+    out = _cli("export", "--framework", "megatron", "--model", "llama3-8b", "--cluster", "h100x64", *flags)
+    assert out.returncode == 0, out.stderr
+    assert f"\n{env}torchrun --nnodes 8" in out.stdout
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert a.use_megatron_fsdp == fsdp and (a.ckpt_format == "fsdp_dtensor") == fsdp
+
+
+def test_llama3_ffn_width_by_hand():
+    # torchtitan's FeedForward: int(2 x 4 dim / 3), times the multiplier, up to a multiple of multiple_of.
+    # Llama 3 405B: dim 16384 -> 43690; x 1.2 = 52428; up to 1024: 52 x 1024 = 53248 (its width)
+    assert llama3_ffn(16384, 53248) == {"multiple_of": 1024, "ffn_dim_multiplier": 1.2}
+    # Llama 2 7B: dim 4096 -> 10922; x 1.0; up to 256: 43 x 256 = 11008 (its width)
+    assert llama3_ffn(4096, 11008) == {"multiple_of": 256, "ffn_dim_multiplier": 1.0}
+    # an odd width: multiple_of 1 and a multiplier whose product truncates to the width itself
+    got = llama3_ffn(1000, 3001)
+    assert got["multiple_of"] == 1 and int(got["ffn_dim_multiplier"] * int(8000 / 3)) == 3001
 
 
 # ---- what a framework cannot express ---------------------------------------------------------

@@ -27,11 +27,19 @@ def test_replan_table_parquet_and_png(tmp_path, capsys):
     out = tmp_path / "rp"
     assert main(["replan", *PLAN, "--lost", "1,2", "--policies", "shrink-dp,keep-tp-pp", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "1016 shrink-dp     768" in text  # dp 16 -> 12 on 1,016 GPUs (tests/test_replan.py by hand)
+    assert "1016 shrink-dp         768" in text  # dp 16 -> 12 on 1,016 GPUs (tests/test_replan.py by hand)
+    assert text.splitlines()[0].startswith("gpt3-175b on h100x1024: ")
+    assert text.splitlines()[1].split()[:4] == ["nodes", "lost", "GPUs", "left"]  # the unit of every count
     t = pq.read_table(out / "replan.parquet").to_pydict()
+    assert set(t["model"]) == {"gpt3-175b"} and set(t["cluster"]) == {"h100x1024"}
     assert t["nodes_lost"] == [1, 1, 2, 2] and t["policy"] == ["shrink-dp", "keep-tp-pp"] * 2
     assert t["dp"][0] == 12 and t["tp"][1] == 8
     assert (out / "replan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from cli._cmd_replan import replan_figure
+
+    records = [{"policy": "shrink-dp", "gpus_left": 1016, "tokens_per_s": 1.0, "goodput_tokens_per_s": 0.9}]
+    fig = replan_figure(records, "tokens_per_s", "gpt3-175b", "h100x1024")
+    assert fig.axes[0].get_title().startswith("gpt3-175b on h100x1024: ")
     assert main(["replan", *PLAN, "--lost", "two"]) == 2
     err = capsys.readouterr().err
     assert "--lost: expected a range A-B with A <= B, or comma-separated node counts, got 'two'" in err

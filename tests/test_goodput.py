@@ -12,6 +12,7 @@ from costmodel._goodput import (
     checkpoint_bytes_per_writer,
     checkpoint_io_s,
     daly_interval_s,
+    expert_state_per_gpu,
     goodput,
     plan_goodput,
     poisson_at_least,
@@ -91,6 +92,48 @@ def test_checkpoint_io_by_hand():
     io1 = checkpoint_io_s(2e9, 3e9, 1, deg, 4, 16, f)
     assert io1["checkpoint_bytes"] == pytest.approx(28e9)
     assert io1["checkpoint_write_s"] == pytest.approx(1.75)
+
+
+# Mixtral 8x7B by hand: 32 layers of hidden 4096, 8 experts of SwiGLU ffn 14336, 32 heads and 8 KV
+# heads of 128, vocabulary 32000, untied head, RMSNorm.
+MIXTRAL_EXPERTS = 32 * 8 * 3 * 4096 * 14336                       # 45,097,156,608 routed-expert parameters
+MIXTRAL_REST = (32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 8 + 2 * 4096)  # attention, router, norms
+                + 2 * 32000 * 4096 + 4096)                        # embedding, head, final norm: 1,605,636,096
+MIXTRAL_STATE = 14 * (MIXTRAL_EXPERTS + MIXTRAL_REST)             # 2 B weights + 12 B optimizer: 653.84 GB
+
+
+@pytest.mark.parametrize("dp, tp, ep, etp, zero", [
+    (64, 1, 8, 1, 1),   # ep 8: each GPU holds one expert of every layer, 8 expert-data-parallel replicas
+    (32, 2, 1, 1, 1),   # ep 1 with tp 2: every expert whole on each GPU, 64 replicas of them
+    (32, 2, 4, 2, 1),   # ep 4 x etp 2: an expert's halves on 2 ranks, 32 x 2 / 8 = 8 replicas
+    (64, 1, 8, 1, 3),   # ZeRO-3: the weights sharded over those replicas too
+])
+def test_moe_checkpoint_is_the_whole_model_shared_over_the_ranks_that_hold_it(dp, tp, ep, etp, zero):
+    # The checkpoint holds the whole model once at every ep and etp: 14 bytes x 46,702,792,704
+    # parameters. Spread over the replicas, every one of the 64 GPUs writes 1/64 of it (the dense
+    # part over dp x tp, the experts over their ep x etp holders x edp replicas).
+    assert MIXTRAL_EXPERTS + MIXTRAL_REST == 46_702_792_704
+    model, cluster = model_preset("mixtral-8x7b"), cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=dp, tp=tp, pp=1, ep=ep, etp=etp, micro_batch=1, global_batch=512,
+                                       zero_stage=zero, recompute="full")
+    m = evaluate(model, cluster, table, framework="megatron-core")
+    f = FailureModel()
+    out = plan_goodput(m, table, cluster, f, model=model)
+    assert out["checkpoint_bytes"][0] == pytest.approx(MIXTRAL_STATE, rel=1e-9)
+    io = checkpoint_io_s(m["mem_weights_bytes"], m["mem_optimizer_bytes"], table["zero_stage"],
+                         (table["dp"], table["tp"], table["pp"], table["cp"]), 8, 64, f,
+                         expert_state_per_gpu(model, table))
+    assert io["checkpoint_writer_bytes"][0] == pytest.approx(MIXTRAL_STATE / 64, rel=1e-9)
+    # the file system's share: 653.84 GB at 2e12 / 16384 B/s per GPU x 64 GPUs
+    assert out["checkpoint_write_s"][0] >= MIXTRAL_STATE / (64 * 2e12 / 16384) * (1 - 1e-9)
+
+
+def test_moe_plan_without_its_model_is_refused():
+    model, cluster = model_preset("mixtral-8x7b"), cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=64, tp=1, pp=1, ep=8, micro_batch=1, global_batch=512, zero_stage=1)
+    m = evaluate(model, cluster, table, framework="megatron-core")
+    with pytest.raises(InputError, match="model"):
+        plan_goodput(m, table, cluster)
 
 
 def test_poisson_tail_and_spare_wait_by_hand():
