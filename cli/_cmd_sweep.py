@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -77,7 +78,10 @@ def _words(text: str, flag: str) -> list[str]:
 
 
 def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dict]:
-    """One study per (model, cluster) pair of the comma-separated --model and --cluster.
+    """One study per (model, sequence length, cluster, global batch) of the comma-separated --model, --seq-len,
+    --cluster (ranges expanded: cli._specs.cluster_words) and --global-batch; with the space's framework dimension
+    (--framework's list) each (study, framework) is one problem. Where --seq-len lists several lengths each model's
+    name carries its length (llama3-70b-s8192), so that the results name the study they belong to.
 
     A heterogeneous cluster (preset or file with pools) gets the placement space
     (search.HeteroSpace) with the defaults of a search, or of a sweep (SWEEP_HETERO_DEFAULTS: a
@@ -85,26 +89,36 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     not both (their results have different columns)."""
     from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
     from cli._space_args import space_from_args
+    from cli._specs import cluster_words, int_list
     from costmodel import HeteroCluster
     from sweep._rundir import study_request
 
-    words = _words(args.cluster, "--cluster")
-    studies, kinds = [], set()
-    for m in _words(args.model, "--model"):
-        model = load_model(m, getattr(args, "seq_len", None))
-        for c in words:
-            cluster = load_cluster(c, getattr(args, "hardware", None))
-            hetero = isinstance(cluster, HeteroCluster)
-            kinds.add(hetero)
-            if len(kinds) > 1:
-                raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
-                                 ",".join(words))
-            if not hetero and getattr(args, "dp2", None) is not None:
-                raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
-                                 "with pools)", c)
-            space = (hetero_space_from_args(args, model, cluster, HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
-                     if hetero else space_from_args(args, model, cluster))
-            studies.append(study_request(model, cluster, space))
+    words = cluster_words(args.cluster)
+    seq_text = getattr(args, "seq_len", None)
+    seqs = [None] if seq_text is None else int_list(seq_text, "--seq-len")
+    batch_text = getattr(args, "global_batch", None)
+    batches = [batch_text] if batch_text is None else int_list(batch_text, "--global-batch")
+    clusters = {c: load_cluster(c, getattr(args, "hardware", None)) for c in words}
+    kinds = {isinstance(c, HeteroCluster) for c in clusters.values()}
+    if len(kinds) > 1:
+        raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run", ",".join(words))
+    studies = []
+    for m in dict.fromkeys(_words(args.model, "--model")):
+        for seq in seqs:
+            model = load_model(m, seq)
+            if len(seqs) > 1:
+                model = dataclasses.replace(model, name=f"{model.name}-s{seq}")
+            for c, cluster in clusters.items():
+                hetero = isinstance(cluster, HeteroCluster)
+                if not hetero and getattr(args, "dp2", None) is not None:
+                    raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a "
+                                     "file with pools)", c)
+                for batch in batches:
+                    one = argparse.Namespace(**{**vars(args), "global_batch": batch})
+                    space = (hetero_space_from_args(one, model, cluster,
+                                                    HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
+                             if hetero else space_from_args(one, model, cluster))
+                    studies.append(study_request(model, cluster, space))
     return studies
 
 
@@ -155,7 +169,9 @@ def objective_options(args: argparse.Namespace) -> dict:
     from cli._cmd_evaluate import failure_from_args
     from cli._cmd_rank import check_objective
 
-    for c in _words(args.cluster, "--cluster"):
+    from cli._specs import cluster_words
+
+    for c in cluster_words(args.cluster):
         check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
     return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
 

@@ -11,15 +11,19 @@ the files on disk are the truth.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator
 
-from costmodel import InputError, evaluate
+import numpy as np
+
+from costmodel import DEFAULT_FRAMEWORK, REASONS, InputError, evaluate
+from costmodel._strategy import FRAMEWORK, FRAMEWORK_NAMES
 from sweep._keep import Keep
-from sweep._results import part_name, pool_names, to_arrow, write_part
+from sweep._results import META_COUNTS, part_name, pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
 from sweep._units import UNIT_ROWS_DEFAULT, UNIT_ROWS_MAX, UNIT_ROWS_MIN  # noqa: F401 (re-exported)
 
@@ -45,15 +49,34 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
     metrics = evaluate(space.model, space.cluster, table, framework=space.framework)
-    sel = keep.select(metrics)  # (K,)
+    codes = table.columns.get(FRAMEWORK)  # (N,) int8 framework codes where the space has a framework dimension
+    sel = keep.select(metrics, codes)  # (K,)
+    counts = unit_counts(metrics, codes, space.framework)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
                      cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel],
-                     metadata=metadata, pool_names=pool_names(space))
+                     metadata={**metadata, META_COUNTS: json.dumps(counts).encode()}, pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0
     return UnitSummary(study=study, unit=unit, rows=len(idx), kept=len(sel), feasible=int(feasible.sum()),
                        best_tokens_per_s=best)
+
+
+def unit_counts(metrics, codes: np.ndarray | None, framework: str | None) -> dict[str, dict]:
+    """Per framework of a unit's rows: {"rows", "feasible", "reasons": {reason: infeasible rows}} (written in its
+    part's metadata, META_COUNTS, so the counts of a problem outlive the rows a ``best:K`` keep drops)."""
+    feasible = np.asarray(metrics["feasible"], bool)  # (N,)
+    reason = np.asarray(metrics["reason"])  # (N,) int codes into REASONS
+    names = [framework or DEFAULT_FRAMEWORK] if codes is None else list(FRAMEWORK_NAMES)
+    codes = np.zeros(len(feasible), np.int64) if codes is None else np.asarray(codes, np.int64)
+    out = {}
+    for c in np.unique(codes):
+        mine = codes == c
+        bad, n = np.unique(reason[mine & ~feasible], return_counts=True)
+        out[names[int(c)]] = {
+            "rows": int(mine.sum()), "feasible": int((mine & feasible).sum()),
+            "reasons": {REASONS[int(r)]: int(k) for r, k in zip(bad, n, strict=True)}}
+    return out
 
 
 def check_unit_rows(unit_rows: int) -> int:
