@@ -34,14 +34,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sweep", help=COMMAND_HELP["sweep"], description="Evaluate every strategy of a space on an embedded local Ray "
         "(or the cluster at --address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
         "same arguments, or `plansweep resume OUT`, to continue after a stop.",
-        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.")
+        epilog="--model, --seq-len, --cluster and --global-batch take comma-separated lists: one study per "
+        "(model, sequence length, cluster, global batch), and with --framework's list one problem per study and "
+        "framework. --cluster takes GPU-count ranges: h100x64..4096 (powers of two), h100x64..4096:x4, "
+        "h100x64,128,512, h100x64..1024,b200x64..1024. `plansweep show RUN --by problem` gives each problem's best "
+        "plan with its time and cost to train.")
     add_spec_args(p)
     add_space_args(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (new, empty, or this same run)")
     p.add_argument("--unit-rows", type=float, default=UNIT_ROWS_DEFAULT, metavar="N",
                    help=f"grid rows per unit of work, 1e4..1e6 (default {UNIT_ROWS_DEFAULT:.0e})")
     p.add_argument("--keep", default="feasible", metavar="POLICY",
-                   help="rows written: all, feasible (default) or best:K per unit")
+                   help="rows written: all, feasible (default) or best:K (the K best of each problem in each unit: "
+                   "a study's size no longer sets its results' size; every unit's row and infeasible-reason counts "
+                   "are kept in its part)")
+    add_costing_args(p)
     add_runtime_args(p)
     from cli._cmd_rank import add_objective_args
 
@@ -53,6 +60,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("run_dir", metavar="RUN_DIR")
     add_runtime_args(r)
     r.set_defaults(func=run_resume)
+
+
+def add_costing_args(p: argparse.ArgumentParser, *, override: bool = False) -> None:
+    """--train-tokens and --gpu-hour-usd: what a problem's best plan costs to train (costmodel._training_cost)."""
+    from costmodel._training_cost import DEFAULT_TRAIN_TOKENS, prices_table
+
+    shipped = ", ".join(f"{g}={r['usd_per_gpu_hour']}" for g, r in prices_table().items())
+    also = " (default: the run's, as given to `plansweep sweep`)" if override else ""
+    p.add_argument("--train-tokens", default=None, metavar="N",
+                   help=f"tokens to train, for each problem's days, GPU-hours and dollars (default "
+                   f"{DEFAULT_TRAIN_TOKENS:.0e}){also}")
+    p.add_argument("--gpu-hour-usd", default=None, metavar="GPU=USD,..",
+                   help="US dollars per GPU-hour, replacing the shipped public on-demand prices (" + shipped
+                   + "; costmodel/data/gpu_prices.json names each one's source and date)" + also)
+
+
+def costing_request(args: argparse.Namespace) -> dict:
+    """run.json's costing: the training tokens and the prices given (checked now; not part of the run's identity,
+    so a run resumes under other prices)."""
+    from costmodel._training_cost import gpu_prices, train_tokens
+
+    gpu_prices(args.gpu_hour_usd)  # checked: one line naming the flag
+    return {"train_tokens": train_tokens(args.train_tokens), "gpu_hour_usd": args.gpu_hour_usd}
 
 
 def add_runtime_args(p: argparse.ArgumentParser, *, top: bool = True) -> None:
@@ -204,7 +234,7 @@ def grid_request(args: argparse.Namespace) -> dict:
                          "throughput)", args.keep)
     options.update(objective_options(args))
     return {"command": "sweep", "searcher": GRID, "seed": None, "argv": sys.argv[1:], "options": options,
-            "studies": studies}
+            "studies": studies, "costing": costing_request(args)}
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -212,8 +242,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     from sweep._rundir import RunDir
 
     check_runtime(args)
-    rd, resumed = RunDir.create_or_resume(args.out, grid_request(args))
+    request = grid_request(args)
+    rd, resumed = RunDir.create_or_resume(args.out, request)
     with rd:
+        if resumed and rd.info.get("costing") != request["costing"]:  # the prices given last are the run's
+            rd.set_costing(request["costing"])
         for s in rd.studies():
             check_grid_size(s)
         return execute(rd, args, resumed=resumed)
