@@ -299,7 +299,8 @@ def format_plan(best: dict | None) -> str:
     if not best:
         return "-"
     sched = best["schedule"] + (f"x{best['vpp']}" if (best.get("vpp") or 1) > 1 else "")
-    rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}.get(best.get("recompute"), f" rc={best.get('recompute')}")
+    rc = best.get("recompute")
+    rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}.get(rc, f" rc={rc}")
     return (f"{best['dp']}.{best['tp']}.{best['pp']}.{best['cp']} b{best['micro_batch']} {sched}{rc} "
             f"z{best['zero_stage']}")
 

@@ -198,7 +198,6 @@ def objective_options(args: argparse.Namespace) -> dict:
 
     from cli._cmd_evaluate import failure_from_args
     from cli._cmd_rank import check_objective
-
     from cli._specs import cluster_words
 
     for c in cluster_words(args.cluster):
