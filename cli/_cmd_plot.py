@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="draw the grid-search and isolated-scaling figures: auto = for MLP runs (default)")
     # The flag's old name, still accepted, not shown.
     p.add_argument("--seed000", dest="mlp_figures", choices=("auto", "yes", "no"), help=argparse.SUPPRESS)
-    from cli._cmd_sweep import add_costing_args
+    from cli._costing import add_costing_args
 
     add_costing_args(p, override=True)
     p.set_defaults(func=run)

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="study: the best rows of each (model, cluster) study (default); problem: one line per "
                    "(model, cluster, framework, global batch, sequence length) with its best plan, tokens/s, MFU, "
                    "days to train, GPU-hours and dollars")
-    from cli._cmd_sweep import add_costing_args
+    from cli._costing import add_costing_args
 
     add_costing_args(p, override=True)
     p.set_defaults(func=run)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_framework_bests, format_rows, framework_bests, rows_as_dicts
+from cli._costing import add_costing_args, costing_request
 from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._keep import Keep
@@ -60,29 +61,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("run_dir", metavar="RUN_DIR")
     add_runtime_args(r)
     r.set_defaults(func=run_resume)
-
-
-def add_costing_args(p: argparse.ArgumentParser, *, override: bool = False) -> None:
-    """--train-tokens and --gpu-hour-usd: what a problem's best plan costs to train (costmodel._training_cost)."""
-    from costmodel._training_cost import DEFAULT_TRAIN_TOKENS, prices_table
-
-    shipped = ", ".join(f"{g}={r['usd_per_gpu_hour']}" for g, r in prices_table().items())
-    also = " (default: the run's, as given to `plansweep sweep`)" if override else ""
-    p.add_argument("--train-tokens", default=None, metavar="N",
-                   help=f"tokens to train, for each problem's days, GPU-hours and dollars (default "
-                   f"{DEFAULT_TRAIN_TOKENS:.0e}){also}")
-    p.add_argument("--gpu-hour-usd", default=None, metavar="GPU=USD,..",
-                   help="US dollars per GPU-hour, replacing the shipped public on-demand prices (" + shipped
-                   + "; costmodel/data/gpu_prices.json names each one's source and date)" + also)
-
-
-def costing_request(args: argparse.Namespace) -> dict:
-    """run.json's costing: the training tokens and the prices given (checked now; not part of the run's identity,
-    so a run resumes under other prices)."""
-    from costmodel._training_cost import gpu_prices, train_tokens
-
-    gpu_prices(args.gpu_hour_usd)  # checked: one line naming the flag
-    return {"train_tokens": train_tokens(args.train_tokens), "gpu_hour_usd": args.gpu_hour_usd}
 
 
 def add_runtime_args(p: argparse.ArgumentParser, *, top: bool = True) -> None:

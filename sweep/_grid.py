@@ -129,6 +129,11 @@ class Progress:
         self.feasible: int | None = None
         self.best = best
         self.t0 = time.perf_counter()
+        self.problems: tuple[int, int] | None = None  # (done, total) where the run counts its problems
+
+    def set_problems(self, done: int, total: int) -> None:
+        """The problems (study x framework) whose every unit is done, of ``total`` (shown beside the units)."""
+        self.problems = (done, total)
 
     def update(self, units: int, rows: int, best: float, feasible: int | None = None) -> None:
         """``units`` more on the bar, ``rows`` more evaluations, the best tokens/s among them;
@@ -141,7 +146,8 @@ class Progress:
             self.feasible = (self.feasible or 0) + feasible
             seen = f"{self.feasible:,} feasible seen, "
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {seen}best {self.best:,.0f} tokens/s", refresh=False)
+        probs = f"{self.problems[0]:,}/{self.problems[1]:,} problems done, " if self.problems else ""
+        self.bar.set_postfix_str(f"{probs}{rate:,.0f} rows/s, {seen}best {self.best:,.0f} tokens/s", refresh=False)
         self.bar.update(units)
 
     def close(self) -> None:
@@ -230,6 +236,13 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
             best0 = 0.0
     rd.ready()
     bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress)
+    # A study's problems (its frameworks) are done when its last unit is: units left per study.
+    left = {s.index: 0 for s in studies}
+    for u in units:
+        left[u.study] += 1
+    per = {s.index: len(getattr(s.space, "frameworks", ())) or 1 for s in studies}
+    total = sum(per.values())
+    bar.set_problems(sum(per[i] for i, n in left.items() if n == 0), total)
     try:
         if in_process:
             stream = _run_local(units, spaces, keep, rd, metadata)
@@ -240,6 +253,9 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
             stream = _run_ray(units, spaces, keep, rd, metadata, limit)
         n = 0
         for summary in stream:
+            left[summary.study] -= 1
+            if left[summary.study] == 0:
+                bar.set_problems(bar.problems[0] + per[summary.study], total)
             bar.update(1, summary.rows, summary.best_tokens_per_s)
             n += 1
             if on_unit is not None:
