@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -150,3 +151,48 @@ def test_seq_len_and_batch_lists_make_one_study_each(tmp_path, capsys):
         ("llama3-8b-s4096", 4096, 512), ("llama3-8b-s4096", 4096, 1024),
         ("llama3-8b-s8192", 8192, 512), ("llama3-8b-s8192", 8192, 1024)]
     assert all(p["best"] is not None for p in got)
+
+
+# Two studies (GPT-3 175B on 512 and 1,024 H100s) x 2 frameworks, 47 units of 10^4 grid rows each.
+RAY_STUDY = ["--model", "gpt3-175b", "--cluster", "h100x512,1024", "--framework", "megatron-core,fsdp2",
+             "--space", "exact", "--cp", "1,2", "--unit-rows", "1e4", "--keep", "best:2", "--top", "0"]
+
+
+@pytest.mark.slow
+def test_study_on_three_raylets_with_a_worker_node_removed_mid_run(tmp_path, monkeypatch, capsys):
+    import time
+
+    import pyarrow.dataset as ds
+
+    from tests.sweep_helpers import parts, start, workers_import_this_checkout
+
+    workers_import_this_checkout(monkeypatch)
+    from ray.cluster_utils import Cluster
+
+    ref = str(tmp_path / "ref")
+    assert main(["sweep", *RAY_STUDY, "--in-process", "--no-progress", "--out", ref]) == 0
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        cluster.wait_for_nodes()
+        run = str(tmp_path / "run")
+        proc = start("sweep", *RAY_STUDY, "--address", cluster.address, "--no-progress", "--out", run)
+        where = os.path.join(run, "results", "searcher=grid")
+        t0 = time.monotonic()
+        while len(parts(where)) < 10:  # a tenth of the units written: take a worker node away
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() - t0 < 300, "no parts in time"
+            time.sleep(0.05)
+        cluster.remove_node(workers[0], allow_graceful=False)
+        assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-2000:]
+    finally:
+        cluster.shutdown()
+    capsys.readouterr()
+    a, b = _problems(ref, capsys)["problems"], _problems(run, capsys)["problems"]
+    assert len(b) == 4 and all(p["best"] is not None for p in b)
+    assert [(p["best"], p["tokens_per_s"], p["rows"]) for p in a] == [(p["best"], p["tokens_per_s"], p["rows"])
+                                                                      for p in b]
+    t = ds.dataset(os.path.join(run, "results"), format="parquet", partitioning="hive").to_table(
+        columns=["cluster", "framework", "grid_index"])
+    keys = list(zip(*(t.column(c).to_pylist() for c in ("cluster", "framework", "grid_index")), strict=True))
+    assert len(keys) == len(set(keys))  # no row written twice
