@@ -196,3 +196,18 @@ def test_study_on_three_raylets_with_a_worker_node_removed_mid_run(tmp_path, mon
         columns=["cluster", "framework", "grid_index"])
     keys = list(zip(*(t.column(c).to_pylist() for c in ("cluster", "framework", "grid_index")), strict=True))
     assert len(keys) == len(set(keys))  # no row written twice
+
+
+def test_goodput_study_prices_time_and_cost_at_goodput(tmp_path, capsys):
+    run = str(tmp_path / "g")
+    assert main(["sweep", "--model", "llama3-8b", "--cluster", "h100x64,128", "--space", "fixed", "--tp", "1,2",
+                 "--zero-stage", "1", "--objective", "goodput", "--in-process", "--no-progress", "--top", "0",
+                 "--out", run]) == 0
+    capsys.readouterr()
+    got = _problems(run, capsys, "--train-tokens", "2e12", "--gpu-hour-usd", "h100=2")
+    assert got["objective"] == "goodput"
+    for p in got["problems"]:
+        g = p["goodput_tokens_per_s"]
+        assert 0 < g < p["tokens_per_s"]  # failures cost time
+        assert p["days_to_train"] == pytest.approx(2e12 / g / 86400, rel=1e-12)
+        assert p["usd"] == pytest.approx(p["num_gpus"] * 2e12 / g / 3600 * 2.0, rel=1e-12)
