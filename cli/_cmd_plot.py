@@ -44,7 +44,9 @@ def _is_study(view) -> bool:
     from sweep._problems import problem_keys
 
     studies = view.info.get("studies") if isinstance(view.info.get("studies"), list) else []
-    if not studies or any("pools" in (s.get("cluster") or {}) for s in studies):
+    if not studies or not all(isinstance(s.get(k), dict) for s in studies for k in ("model", "cluster", "space")):
+        return False  # (a run.json another tool wrote: the per-run figures only)
+    if any("pools" in s["cluster"] for s in studies):
         return False
     return len(problem_keys(view.info)) > 1
 

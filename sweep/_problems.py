@@ -47,7 +47,10 @@ def problem_keys(info: Mapping) -> list[dict]:
                          "no studies in run.json")
     out = []
     for i, s in enumerate(studies):
-        model, cluster, space = s["model"], s["cluster"], s["space"]
+        model, cluster, space = (s.get(k) for k in ("model", "cluster", "space"))
+        if not all(isinstance(x, dict) for x in (model, cluster, space)):
+            raise InputError("RUN_DIR", "run.json studies with their model, cluster and space (as plansweep writes "
+                             "them)", f"studies[{i}] without them")
         if "pools" in cluster:
             raise InputError("RUN_DIR", "a run on homogeneous clusters for --by problem", cluster.get("name"))
         batch = (space.get("fixed") or {}).get("global_batch")
