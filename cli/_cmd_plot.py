@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Throughput against the data / tensor / pipeline degrees (best over "
                        "the other dimensions); for an MLP run also the grid-search figure: throughput against "
                        "the horizontal degree, a line per micro-batch count, a panel per data-parallel "
-                       "degree, and the isolated data / horizontal / pipeline scaling figures.",
+                       "degree, and the isolated data / horizontal / pipeline scaling figures. A run of several "
+                       "problems (cluster sizes, GPU types, frameworks) also gets scaling.png (best tokens/s and MFU "
+                       "against GPUs) and cost_time.png (dollars against days to train, the Pareto front marked).",
                        epilog="exit status: 0 figures written, 1 nothing to draw (no feasible row), 2 bad input")
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (a path or a URI such as s3://bucket/run)")
     p.add_argument("--out", metavar="DIR", help=f"folder for the PNGs (default RUN_DIR/{PLOTS_DIR})")
@@ -25,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="draw the grid-search and isolated-scaling figures: auto = for MLP runs (default)")
     # The flag's old name, still accepted, not shown.
     p.add_argument("--seed000", dest="mlp_figures", choices=("auto", "yes", "no"), help=argparse.SUPPRESS)
+    from cli._costing import add_costing_args
+
+    add_costing_args(p, override=True)
     p.set_defaults(func=run)
 
 
@@ -32,6 +37,28 @@ def run(args: argparse.Namespace) -> int:
     from cli._cmd_show import read_run
 
     return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
+
+
+def _is_study(view) -> bool:
+    """A run of more than one problem (model, cluster, framework, batch, sequence length) on homogeneous clusters."""
+    from sweep._problems import problem_keys
+
+    studies = view.info.get("studies") if isinstance(view.info.get("studies"), list) else []
+    if not studies or not all(isinstance(s.get(k), dict) for s in studies for k in ("model", "cluster", "space")):
+        return False  # (a run.json another tool wrote: the per-run figures only)
+    if any("pools" in s["cluster"] for s in studies):
+        return False
+    return len(problem_keys(view.info)) > 1
+
+
+def study_title(entries: list[dict]) -> str:
+    """The study in a few words: its models, GPU types and size range, frameworks."""
+    def join(key):
+        return ", ".join(dict.fromkeys(str(e[key]).split("-")[0] if key == "gpu" else str(e[key]) for e in entries))
+
+    sizes = sorted({e["num_gpus"] for e in entries})
+    span = f"{sizes[0]}-{sizes[-1]} GPUs" if len(sizes) > 1 else f"{sizes[0]} GPUs"
+    return f"{join('model')} on {join('gpu')} ({span}), {join('framework')}"
 
 
 def _plot(args: argparse.Namespace, view) -> int:
@@ -45,6 +72,13 @@ def _plot(args: argparse.Namespace, view) -> int:
     from sweep._plots import plot_run  # matplotlib only when plotting
 
     written, notes = plot_run(view, out, seed000={"auto": None, "yes": True, "no": False}[args.mlp_figures])
+    if _is_study(view):  # several problems: scaling.png and cost_time.png
+        from cli._cmd_show import study_problems
+        from sweep._study_plots import plot_study
+
+        entries, _ = study_problems(args, view)
+        w, n = plot_study(entries, study_title(entries), out)
+        written, notes = written + w, notes + n
     for path in written:
         print(f"wrote {path}")
     for note in notes:

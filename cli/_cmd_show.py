@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", dest="include_infeasible",
                    help="fill up to K with infeasible rows too (after the feasible ones, with their reason)")
     p.add_argument("--json", action="store_true", help="print one JSON object: counts and the rows")
+    p.add_argument("--by", choices=("study", "problem"), default="study",
+                   help="study: the best rows of each (model, cluster) study (default); problem: one line per "
+                   "(model, cluster, framework, global batch, sequence length) with its best plan, tokens/s, MFU, "
+                   "days to train, GPU-hours and dollars")
+    from cli._costing import add_costing_args
+
+    add_costing_args(p, override=True)
     p.set_defaults(func=run)
 
 
@@ -264,7 +271,77 @@ def read_run(run_dir: str, command: str, body) -> int:
 
 def run(args: argparse.Namespace) -> int:
     k = number(args.top, "--top", int, 1)
+    if args.by == "problem":
+        return read_run(args.run_dir, "show", lambda view: _show_problems(args, view))
     return read_run(args.run_dir, "show", lambda view: _show(args, k, view))
+
+
+def study_problems(args: argparse.Namespace, view: RunView) -> tuple[list[dict], dict]:
+    """sweep._problems.problems of the run under the costing given (--train-tokens, --gpu-hour-usd) or else the
+    run's (run.json's costing), and the price of each GPU with its source."""
+    from costmodel._training_cost import gpu_prices, train_tokens
+    from sweep._problems import price_sources, problems
+
+    costing = view.info.get("costing") if isinstance(view.info.get("costing"), dict) else {}
+    tokens = train_tokens(args.train_tokens if args.train_tokens is not None else costing.get("train_tokens"))
+    prices = gpu_prices(args.gpu_hour_usd if args.gpu_hour_usd is not None else costing.get("gpu_hour_usd"))
+    entries = problems(view, train_tokens=tokens, prices=prices)
+    return entries, price_sources(entries, prices)
+
+
+# (key, header, width, format) of show --by problem's table.
+PROBLEM_COLUMNS = (("model", "model", 16, "s"), ("cluster", "cluster", 10, "s"), ("num_gpus", "GPUs", 5, "d"),
+                   ("framework", "framework", 13, "s"), ("global_batch", "batch", 5, "d"), ("seq_len", "seq", 6, "d"))
+
+
+def format_plan(best: dict | None) -> str:
+    """A plan in one short word: dp.tp.pp.cp, micro-batch, schedule (vpp), recompute, ZeRO."""
+    if not best:
+        return "-"
+    sched = best["schedule"] + (f"x{best['vpp']}" if (best.get("vpp") or 1) > 1 else "")
+    rc = best.get("recompute")
+    rc = {"none": "", "selective": " rc=sel", "full": " rc=full"}.get(rc, f" rc={rc}")
+    return (f"{best['dp']}.{best['tp']}.{best['pp']}.{best['cp']} b{best['micro_batch']} {sched}{rc} "
+            f"z{best['zero_stage']}")
+
+
+def format_problems(entries: list[dict], goodput: bool) -> str:
+    """show --by problem's table: one line per problem."""
+    thr = "goodput/s" if goodput else "tokens/s"
+    head = (" ".join(f"{h:<{w}}" if f == "s" else f"{h:>{w}}" for _, h, w, f in PROBLEM_COLUMNS)
+            + f" {'plan (dp.tp.pp.cp)':<30} {thr:>11} {'MFU':>6} {'days':>7} {'GPU-hours':>10} {'USD':>12}")
+    out = [head]
+    for e in entries:
+        cells = " ".join(f"{_cell(e.get(k), f)[:w]:<{w}}" if f == "s" else f"{_cell(e.get(k), f):>{w}}"
+                         for k, _, w, f in PROBLEM_COLUMNS)
+        t = e.get("goodput_tokens_per_s") if goodput else e.get("tokens_per_s")
+        if e["best"] is None:
+            why = ", ".join(f"{r} {n:,}" for r, n in (e.get("infeasible_reasons") or {}).items()) or "no rows"
+            out.append(f"{cells} no feasible plan ({why})")
+            continue
+        usd = f"{e['usd']:>12,.0f}" if e.get("usd") is not None else f"{'no price':>12}"
+        out.append(f"{cells} {format_plan(e['best']):<30} {t:>11,.0f} {100 * (e.get('mfu') or 0):5.1f}% "
+                   f"{e['days_to_train']:>7.1f} {e['gpu_hours']:>10,.0f} {usd}")
+    return "\n".join(out)
+
+
+def _show_problems(args: argparse.Namespace, view: RunView) -> int:
+    entries, sources = study_problems(args, view)
+    goodput = any("goodput_tokens_per_s" in e for e in entries)
+    if args.json:
+        print_json({"run_dir": view.run_dir, "keep": view.keep, "objective": "goodput" if goodput else "tokens_per_s",
+                    "train_tokens": entries[0]["train_tokens"] if entries else None, "prices": sources,
+                    "problems": entries})
+        return 0
+    tokens = entries[0]["train_tokens"] if entries else 0
+    print(f"{len(entries)} problems; time and cost to train {tokens:.3g} tokens"
+          + (" at goodput (run.json's failure model)" if goodput else "") + "; the cluster's GPUs are paid for")
+    print(format_problems(entries, goodput))
+    if sources:
+        print("prices per GPU-hour: " + "; ".join(
+            f"{g} ${r['usd_per_gpu_hour']}" + (f" ({r['provider']}, {r['source']}, {r['date']})" if "date" in r
+                                               else " (--gpu-hour-usd)") for g, r in sources.items()))
+    return 0
 
 
 def _show(args: argparse.Namespace, k: int, view: RunView) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_spec_args
 from cli._cmd_show import format_framework_bests, format_rows, framework_bests, rows_as_dicts
+from cli._costing import add_costing_args, costing_request
 from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._keep import Keep
@@ -33,14 +35,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sweep", help=COMMAND_HELP["sweep"], description="Evaluate every strategy of a space on an embedded local Ray "
         "(or the cluster at --address / $RAY_ADDRESS), writing Parquet parts under OUT/results. Run it again with the "
         "same arguments, or `plansweep resume OUT`, to continue after a stop.",
-        epilog="--model and --cluster take comma-separated lists: one study per (model, cluster) pair.")
+        epilog="--model, --seq-len, --cluster and --global-batch take comma-separated lists: one study per "
+        "(model, sequence length, cluster, global batch), and with --framework's list one problem per study and "
+        "framework. --cluster takes GPU-count ranges: h100x64..4096 (powers of two), h100x64..4096:x4, "
+        "h100x64,128,512, h100x64..1024,b200x64..1024. `plansweep show RUN --by problem` gives each problem's best "
+        "plan with its time and cost to train.")
     add_spec_args(p)
     add_space_args(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory (new, empty, or this same run)")
     p.add_argument("--unit-rows", type=float, default=UNIT_ROWS_DEFAULT, metavar="N",
                    help=f"grid rows per unit of work, 1e4..1e6 (default {UNIT_ROWS_DEFAULT:.0e})")
     p.add_argument("--keep", default="feasible", metavar="POLICY",
-                   help="rows written: all, feasible (default) or best:K per unit")
+                   help="rows written: all, feasible (default) or best:K (the K best of each problem in each unit: "
+                   "a study's size no longer sets its results' size; every unit's row and infeasible-reason counts "
+                   "are kept in its part)")
+    add_costing_args(p)
     add_runtime_args(p)
     from cli._cmd_rank import add_objective_args
 
@@ -77,7 +86,10 @@ def _words(text: str, flag: str) -> list[str]:
 
 
 def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dict]:
-    """One study per (model, cluster) pair of the comma-separated --model and --cluster.
+    """One study per (model, sequence length, cluster, global batch) of the comma-separated --model, --seq-len,
+    --cluster (ranges expanded: cli._specs.cluster_words) and --global-batch; with the space's framework dimension
+    (--framework's list) each (study, framework) is one problem. Where --seq-len lists several lengths each model's
+    name carries its length (llama3-70b-s8192), so that the results name the study they belong to.
 
     A heterogeneous cluster (preset or file with pools) gets the placement space
     (search.HeteroSpace) with the defaults of a search, or of a sweep (SWEEP_HETERO_DEFAULTS: a
@@ -85,26 +97,36 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     not both (their results have different columns)."""
     from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
     from cli._space_args import space_from_args
+    from cli._specs import cluster_words, int_list
     from costmodel import HeteroCluster
     from sweep._rundir import study_request
 
-    words = _words(args.cluster, "--cluster")
-    studies, kinds = [], set()
-    for m in _words(args.model, "--model"):
-        model = load_model(m, getattr(args, "seq_len", None))
-        for c in words:
-            cluster = load_cluster(c, getattr(args, "hardware", None))
-            hetero = isinstance(cluster, HeteroCluster)
-            kinds.add(hetero)
-            if len(kinds) > 1:
-                raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run",
-                                 ",".join(words))
-            if not hetero and getattr(args, "dp2", None) is not None:
-                raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a file "
-                                 "with pools)", c)
-            space = (hetero_space_from_args(args, model, cluster, HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
-                     if hetero else space_from_args(args, model, cluster))
-            studies.append(study_request(model, cluster, space))
+    words = cluster_words(args.cluster)
+    seq_text = getattr(args, "seq_len", None)
+    seqs = [None] if seq_text is None else int_list(seq_text, "--seq-len")
+    batch_text = getattr(args, "global_batch", None)
+    batches = [batch_text] if batch_text is None else int_list(batch_text, "--global-batch")
+    clusters = {c: load_cluster(c, getattr(args, "hardware", None)) for c in words}
+    kinds = {isinstance(c, HeteroCluster) for c in clusters.values()}
+    if len(kinds) > 1:
+        raise InputError("--cluster", "all homogeneous or all heterogeneous clusters in one run", ",".join(words))
+    studies = []
+    for m in dict.fromkeys(_words(args.model, "--model")):
+        for seq in seqs:
+            model = load_model(m, seq)
+            if len(seqs) > 1:
+                model = dataclasses.replace(model, name=f"{model.name}-s{seq}")
+            for c, cluster in clusters.items():
+                hetero = isinstance(cluster, HeteroCluster)
+                if not hetero and getattr(args, "dp2", None) is not None:
+                    raise InputError("--dp2", "heterogeneous clusters only (a preset such as a100x64+h100x64 or a "
+                                     "file with pools)", c)
+                for batch in batches:
+                    one = argparse.Namespace(**{**vars(args), "global_batch": batch})
+                    space = (hetero_space_from_args(one, model, cluster,
+                                                    HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
+                             if hetero else space_from_args(one, model, cluster))
+                    studies.append(study_request(model, cluster, space))
     return studies
 
 
@@ -154,8 +176,9 @@ def objective_options(args: argparse.Namespace) -> dict:
 
     from cli._cmd_evaluate import failure_from_args
     from cli._cmd_rank import check_objective
+    from cli._specs import cluster_words
 
-    for c in _words(args.cluster, "--cluster"):
+    for c in cluster_words(args.cluster):
         check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
     return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
 
@@ -188,7 +211,7 @@ def grid_request(args: argparse.Namespace) -> dict:
                          "throughput)", args.keep)
     options.update(objective_options(args))
     return {"command": "sweep", "searcher": GRID, "seed": None, "argv": sys.argv[1:], "options": options,
-            "studies": studies}
+            "studies": studies, "costing": costing_request(args)}
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -196,8 +219,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     from sweep._rundir import RunDir
 
     check_runtime(args)
-    rd, resumed = RunDir.create_or_resume(args.out, grid_request(args))
+    request = grid_request(args)
+    rd, resumed = RunDir.create_or_resume(args.out, request)
     with rd:
+        if resumed and rd.info.get("costing") != request["costing"]:  # the prices given last are the run's
+            rd.set_costing(request["costing"])
         for s in rd.studies():
             check_grid_size(s)
         return execute(rd, args, resumed=resumed)

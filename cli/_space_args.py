@@ -53,7 +53,8 @@ def add_space_args(parser: argparse.ArgumentParser) -> None:
                    "per-stage recompute; fixed: only the dimensions given by flags vary, the rest keep single "
                    "defaults (1F1B, no recompute, bf16, ...)")
     g.add_argument("--global-batch", metavar="N", default=None,
-                   help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
+                   help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH}); sweep and search --out: a "
+                   "comma-separated list, one study each")
     gpus = g.add_mutually_exclusive_group()
     gpus.add_argument("--partial-gpus", action="store_true", help="degrees may use fewer GPUs than the cluster has "
                       "(dp the largest that fits); the default space's default")

@@ -316,3 +316,68 @@ def options_from_args(options_class, args):
     except InputError as exc:
         raise InputError(_flag(fields[exc.argument]) if exc.argument in fields else exc.argument,
                          exc.expected, exc.got) from None
+
+
+# ---- problem ranges: --cluster h100x64..4096, h100x64..4096:x2, h100x64,128,512 ---------------------------------
+_GPU_COUNT = re.compile(r"^([a-z0-9-]+?)x(\d+)$", flags=re.IGNORECASE)  # h100x64 (a <gpu>x<N> preset)
+_RANGE = re.compile(r"^(?:([a-z0-9-]+?)x)?(\d+)\.\.(\d+)(?::x(\d+))?$", flags=re.IGNORECASE)  # [h100x]64..4096[:x2]
+RANGE_EXPECTED = ("a GPU-count range GPUxLO..HI or GPUxLO..HI:xF (e.g. h100x64..4096: powers of two; "
+                  "h100x64..4096:x4), HI = LO times a power of F")
+MAX_RANGE_SIZES = 64  # cluster sizes one range may give
+
+
+def count_range(lo: int, hi: int, factor: int, word: str) -> list[int]:
+    """lo, lo*factor, ..., hi (hi must be lo times a power of factor); InputError naming --cluster otherwise."""
+    if lo < 1 or factor < 2 or hi < lo:
+        raise InputError("--cluster", RANGE_EXPECTED, word)
+    sizes = [lo]
+    while sizes[-1] < hi and len(sizes) <= MAX_RANGE_SIZES:
+        sizes.append(sizes[-1] * factor)
+    if sizes[-1] != hi:
+        raise InputError("--cluster", RANGE_EXPECTED, f"{word} ({hi} is not {lo} x {factor}^k)")
+    return sizes
+
+
+def cluster_words(text: str) -> list[str]:
+    """--cluster's comma-separated words with ranges expanded, each cluster once in the order given:
+    ``h100x64..4096`` (64, 128, ..., 4096 GPUs), ``h100x64..4096:x4`` (a factor of 4 per step), ``h100x64,128,512``
+    (a bare count takes the GPU of the word before it), ``h100x64..1024,b200x64..1024`` (several GPU types); any other
+    word (a named preset, a heterogeneous preset, a file) as it is. InputError naming --cluster for a bad form."""
+    words = [w.strip() for w in str(text).split(",")]
+    if not words or any(not w for w in words):
+        raise InputError("--cluster", "one or more comma-separated clusters (presets, files or GPU-count ranges)", text)
+    out: list[str] = []
+    gpu: str | None = None  # the GPU of the last <gpu>x<N> word: what a bare count or LO..HI refers to
+    for w in words:
+        if _looks_like_file(w):
+            out.append(w)
+            gpu = None
+            continue
+        r = _RANGE.match(w)
+        if r:
+            g = r.group(1) or gpu
+            if g is None:
+                raise InputError("--cluster", "a GPU before a bare range (e.g. h100x64..4096)", w)
+            sizes = count_range(int(r.group(2)), int(r.group(3)), int(r.group(4) or 2), w)
+            out += [f"{g.lower()}x{n}" for n in sizes]
+            gpu = g.lower()
+        elif w.isdigit():
+            if gpu is None:
+                raise InputError("--cluster", "a GPU before a bare GPU count (e.g. h100x64,128,512)", w)
+            out.append(f"{gpu}x{int(w)}")
+        elif ".." in w:
+            raise InputError("--cluster", RANGE_EXPECTED, w)
+        else:
+            m = _GPU_COUNT.match(w)
+            gpu = m.group(1).lower() if m else None
+            out.append(w)
+    return list(dict.fromkeys(out))
+
+
+def int_list(text, flag: str, low: int = 1) -> list[int]:
+    """A flag's comma-separated integers >= ``low``, each once in the order given (--global-batch 512,1024);
+    InputError naming ``flag``."""
+    words = [w.strip() for w in str(text).split(",")]
+    if any(not w for w in words):
+        raise InputError(flag, f"comma-separated integers >= {low}", text)
+    return list(dict.fromkeys(number(w, flag, int, low) for w in words))

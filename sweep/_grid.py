@@ -11,15 +11,19 @@ the files on disk are the truth.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator
 
-from costmodel import InputError, evaluate
+import numpy as np
+
+from costmodel import DEFAULT_FRAMEWORK, REASONS, InputError, evaluate
+from costmodel._strategy import FRAMEWORK, FRAMEWORK_NAMES
 from sweep._keep import Keep
-from sweep._results import part_name, pool_names, to_arrow, write_part
+from sweep._results import META_COUNTS, part_name, pool_names, to_arrow, write_part
 from sweep._rundir import RunDir, Study
 from sweep._units import UNIT_ROWS_DEFAULT, UNIT_ROWS_MAX, UNIT_ROWS_MIN  # noqa: F401 (re-exported)
 
@@ -45,15 +49,34 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     from the file, and safe to run twice (the same rows, the same file)."""
     idx, table = space.rows(lo, hi)  # (N,) int64 grid indices of the valid rows, their table
     metrics = evaluate(space.model, space.cluster, table, framework=space.framework)
-    sel = keep.select(metrics)  # (K,)
+    codes = table.columns.get(FRAMEWORK)  # (N,) int8 framework codes where the space has a framework dimension
+    sel = keep.select(metrics, codes)  # (K,)
+    counts = unit_counts(metrics, codes, space.framework)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
                      cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel],
-                     metadata=metadata, pool_names=pool_names(space))
+                     metadata={**metadata, META_COUNTS: json.dumps(counts).encode()}, pool_names=pool_names(space))
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0
     return UnitSummary(study=study, unit=unit, rows=len(idx), kept=len(sel), feasible=int(feasible.sum()),
                        best_tokens_per_s=best)
+
+
+def unit_counts(metrics, codes: np.ndarray | None, framework: str | None) -> dict[str, dict]:
+    """Per framework of a unit's rows: {"rows", "feasible", "reasons": {reason: infeasible rows}} (written in its
+    part's metadata, META_COUNTS, so the counts of a problem outlive the rows a ``best:K`` keep drops)."""
+    feasible = np.asarray(metrics["feasible"], bool)  # (N,)
+    reason = np.asarray(metrics["reason"])  # (N,) int codes into REASONS
+    names = [framework or DEFAULT_FRAMEWORK] if codes is None else list(FRAMEWORK_NAMES)
+    codes = np.zeros(len(feasible), np.int64) if codes is None else np.asarray(codes, np.int64)
+    out = {}
+    for c in np.unique(codes):
+        mine = codes == c
+        bad, n = np.unique(reason[mine & ~feasible], return_counts=True)
+        out[names[int(c)]] = {
+            "rows": int(mine.sum()), "feasible": int((mine & feasible).sum()),
+            "reasons": {REASONS[int(r)]: int(k) for r, k in zip(bad, n, strict=True)}}
+    return out
 
 
 def check_unit_rows(unit_rows: int) -> int:
@@ -124,6 +147,11 @@ class Progress:
         self.feasible: int | None = None
         self.best = best
         self.t0 = time.perf_counter()
+        self.problems: tuple[int, int] | None = None  # (done, total) where the run counts its problems
+
+    def set_problems(self, done: int, total: int) -> None:
+        """The problems (study x framework) whose every unit is done, of ``total`` (shown beside the units)."""
+        self.problems = (done, total)
 
     def update(self, units: int, rows: int, best: float, feasible: int | None = None) -> None:
         """``units`` more on the bar, ``rows`` more evaluations, the best tokens/s among them;
@@ -136,7 +164,8 @@ class Progress:
             self.feasible = (self.feasible or 0) + feasible
             seen = f"{self.feasible:,} feasible seen, "
         rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{rate:,.0f} rows/s, {seen}best {self.best:,.0f} {self.rate_unit}", refresh=False)
+        probs = f"{self.problems[0]:,}/{self.problems[1]:,} problems done, " if self.problems else ""
+        self.bar.set_postfix_str(f"{probs}{rate:,.0f} rows/s, {seen}best {self.best:,.0f} {self.rate_unit}", refresh=False)
         self.bar.update(units)
 
     def close(self) -> None:
@@ -226,6 +255,13 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     rd.ready()
     bar = Progress(n_done + len(units), n_done, desc="sweep", unit="unit", best=best0, enabled=progress,
                    models=[s.model for s in studies])
+    # A study's problems (its frameworks) are done when its last unit is: units left per study.
+    left = {s.index: 0 for s in studies}
+    for u in units:
+        left[u.study] += 1
+    per = {s.index: len(getattr(s.space, "frameworks", ())) or 1 for s in studies}
+    total = sum(per.values())
+    bar.set_problems(sum(per[i] for i, n in left.items() if n == 0), total)
     try:
         if in_process:
             stream = _run_local(units, spaces, keep, rd, metadata)
@@ -236,6 +272,9 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
             stream = _run_ray(units, spaces, keep, rd, metadata, limit)
         n = 0
         for summary in stream:
+            left[summary.study] -= 1
+            if left[summary.study] == 0:
+                bar.set_problems(bar.problems[0] + per[summary.study], total)
             bar.update(1, summary.rows, summary.best_tokens_per_s)
             n += 1
             if on_unit is not None:

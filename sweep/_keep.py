@@ -33,15 +33,22 @@ class Keep:
     def __str__(self) -> str:
         return f"best:{self.k}" if self.kind == "best" else self.kind
 
-    def select(self, metrics: Metrics) -> np.ndarray:
-        """Row indices to keep, in grid order: (K,) int64."""
+    def select(self, metrics: Metrics, groups: np.ndarray | None = None) -> np.ndarray:
+        """Row indices to keep, in grid order: (K,) int64. ``best:K`` keeps the K best of each group of
+        ``groups`` ((N,) integer codes: a unit's frameworks, each a problem of its own; None: one group), so the
+        union of a problem's units holds that problem's K best whatever the other problems' speeds."""
         n = len(metrics["feasible"])
         if self.kind == "all":
             return np.arange(n, dtype=np.int64)
-        feasible = np.flatnonzero(metrics["feasible"])
+        feasible = np.flatnonzero(metrics["feasible"])  # (F,)
         if self.kind == "feasible" or len(feasible) <= self.k:
             return feasible.astype(np.int64)
-        tps = metrics["tokens_per_s"][feasible]
-        # The k largest (ties by grid order: a stable sort of -tps), reported in grid order.
-        top = np.argsort(-tps, kind="stable")[: self.k]
-        return np.sort(feasible[top]).astype(np.int64)
+        tps = metrics["tokens_per_s"][feasible]  # (F,)
+        g = np.zeros(len(feasible), np.int64) if groups is None else np.asarray(groups, np.int64)[feasible]
+        # Sorted by group, then throughput down, then grid order (ties keep the earlier row); a row's rank in its
+        # group is its position less its group's first position.
+        order = np.lexsort((feasible, -tps, g))  # (F,)
+        gs = g[order]
+        first = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])  # (G,) where each group starts
+        rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+        return np.sort(feasible[order[rank < self.k]]).astype(np.int64)

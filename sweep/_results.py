@@ -79,6 +79,9 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool
 
 # Schema metadata keys (JSON bytes) written with every Parquet part.
 META_MODEL, META_CLUSTER, META_VERSIONS = b"plansweep.model", b"plansweep.cluster", b"plansweep.versions"
+# A grid part's rows, feasible rows and infeasible rows per reason, per framework, of every row its unit evaluated
+# (kept or not: sweep._grid.unit_counts), JSON.
+META_COUNTS = b"plansweep.counts"
 
 
 def schema_metadata(model_dict: dict, cluster_dict: dict, versions: dict) -> dict[bytes, bytes]:

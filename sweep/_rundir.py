@@ -237,6 +237,11 @@ class RunDir:
         if hook is not None:
             hook()
 
+    def set_costing(self, costing: dict) -> None:
+        """run.json's costing (training tokens, prices: not part of the run's identity) replaced, atomically."""
+        self.info = {**self.info, "costing": costing}
+        write_json_atomic(self.info, os.path.join(self.path, RUN_JSON))
+
     def metadata(self, study: Study) -> dict[bytes, bytes]:
         return schema_metadata(model_to_dict(study.model), cluster_to_dict(study.cluster), self.info["versions"])
 

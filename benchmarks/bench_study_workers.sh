@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Parallel efficiency of a capacity-planning study at 1, 2, 4, 8 and 16 workers on one 16-core machine, against the
+# same study in-process (no Ray, one core). Under 8 minutes on 16 cores: the 559,872-strategy study of
+# bench_study_scale.py (--scale 5e5: 6 units of 10^5; ~11 s in-process at ~5x10^4 rows/s on one core),
+# then the 10^7 study at 16 workers only (driver peak memory at scale). Prints one JSON line per run and the
+# efficiencies T_in-process / (workers x T_workers) with the load average around each run.
+#
+#     bash benchmarks/bench_study_workers.sh            (from the repository root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD" RAY_USAGE_STATS_ENABLED=0
+nproc; uptime
+python3 - <<'PY'
+import json, os, sys, time
+sys.path.insert(0, "benchmarks")
+from bench_study_scale import run_one
+
+deadline = time.monotonic() + 7.5 * 60
+base = run_one("5e5", None, True)
+print(json.dumps(base), flush=True)
+for w in (1, 2, 4, 8, 16):
+    if time.monotonic() > deadline - 60:
+        print(json.dumps({"skipped_workers": w, "why": "time"}), flush=True)
+        break
+    r = run_one("5e5", w, False)
+    r["parallel_efficiency"] = base["sweep_s"] / (w * r["sweep_s"])
+    print(json.dumps(r), flush=True)
+if time.monotonic() < deadline - 200:
+    print(json.dumps(run_one("1e7", 16, False)), flush=True)
+PY
