@@ -15,7 +15,7 @@ from sweep._grid import Progress, terminal_shape
 
 MLP = ["--model", "mlp-64x8192", "--cluster", "a100x16-flat", "--dp", "1,2,4", "--tp", "1,2,4", "--pp", "1,2",
        "--microbatches", "1,4", "--global-batch", "8192", "--schedule", "gpipe", "--recompute", "none",
-       "--sequence-parallel", "false", "--zero-stage", "0", "--partial-gpus"]
+       "--sequence-parallel", "false", "--zero-stage", "0", "--partial-gpus", "--framework", "generic"]  # GPipe: generic runs it
 
 
 @pytest.fixture
