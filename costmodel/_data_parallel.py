@@ -185,7 +185,8 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         return np.where(overlap, np.where(zero >= 2, e * (ag + rs) + rest, np.maximum(dp_raw - window, 0.0)), dp_raw)
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
-        gr, w, ar = (np.take(x, prec) for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+        gr, w, ar = (np.take(x, prec)
+                     for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
         both = ar & (zero <= 1)
         ag = np.where(((zero == 1) | (zero == 2)) | both, w / (gr * (1 + both) + w) * dp_raw, 0.0)
         return np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + ag, dp_raw)
