@@ -512,9 +512,12 @@ def dp_links(rows: Rows, cfg: Configs):
         tp_in, c_, coef = cfg.order_u == 0, cfg.c_u, (cfg.zero_u, cfg.of(rows.m), cfg.d_u * cfg.c_u)
         plan = exchange_plan(fw, model, cfg.t_u, coef[2], cfg.of(rows.overlap), cfg.of(rows.p))
     else:
-        back = lambda a: a  # noqa: E731
         stage_link = lambda stride, size: pool_collective_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
                                                                size(rows.d, rows.t))
+        if split is None:  # the exchange once per distinct (dp, tp, cp, order, pool, ZeRO, m, overlap, pp, precision)
+            dp_a, dp_b = unkeyed_exchange(rows)
+            return dp_a, dp_b, stage_link, rows.c
+        back = lambda a: a  # noqa: E731
         tp_in, c_, coef = rows.sv.order == 0, rows.c, (rows.zero, rows.m, rows.d * rows.c)
         plan = exchange_plan(fw, model, rows.t, coef[2], rows.overlap, rows.p)
     link = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
@@ -538,6 +541,21 @@ def dp_links(rows: Rows, cfg: Configs):
         back, prec_c = lambda a: np.take(a, split.inv_q), cfg.pair(cfg.prec_u, cfg.prec_u[ia_p])
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=fw, prec=prec_c, plan=plan))
     return dp_a, dp_b, stage_link, c_
+
+
+def unkeyed_exchange(rows: Rows):
+    """dp_links' (dp_a, dp_b) per row (or stage and row) where dp keys no configuration: priced once per distinct
+    combination of the columns the exchange reads (a few hundred in a block of thousands of rows), gathered back;
+    ZeRO-3's exchange per micro-batch, times the row's m."""
+    cols = (rows.d, rows.t, rows.c, rows.sv.order == 0, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
+    first, inv = distinct_rows(*cols)
+    d, t, c, tp_in, pool, zero, overlap, p, prec = (np.broadcast_to(x, inv.shape).reshape(-1)[first] for x in cols)
+    link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
+    plan = exchange_plan(rows.fw, rows.model, t, d * c, overlap, p)
+    a, b = (np.broadcast_to(x, first.shape)[inv] for x in dp_exchange_coef(zero, 1, d * c, link, fw=rows.fw,
+                                                                            prec=prec, plan=plan))
+    per_step = np.where(rows.zero == 3, rows.m, 1)
+    return a * per_step, b * per_step
 
 
 def _pair_field(cfg: Configs, x, ia_p):

@@ -136,26 +136,50 @@ def flat_link(bw, lat) -> CollectiveLink:
     return CollectiveLink(bw, lat, lat, 1, None)
 
 
+class CollectiveTerms(NamedTuple):
+    """One collective kind's prices on a link over its ranks (collective_terms): the ring's and the alternative's
+    (tree or PAT) seconds per byte of the buffer and per call, and where the alternative runs (``alt_ok``)."""
+
+    ring_b: object
+    ring_l: object
+    alt_b: object
+    alt_l: object
+    alt_ok: object
+
+
+def collective_terms(kind: str, size, link: CollectiveLink) -> CollectiveTerms:
+    """The CollectiveTerms of an all-reduce (``kind`` "all_reduce") or all-gather / reduce-scatter ("gather") over
+    ``size`` ranks on ``link`` (module docstring): ring, and tree (all-reduce across nodes) or PAT (one rank per
+    node). Zero for one rank."""
+    n = np.asarray(size, dtype=np.float64)
+    bw, lat_up, lat_out, nodes = link.bw, link.lat_up, link.lat_out, np.asarray(link.nodes, dtype=np.float64)
+    per_node = n / nodes if link.per_node is None else link.per_node
+    many = n > 1
+    twice = 2.0 if kind == "all_reduce" else 1.0
+    ring_b = np.where(many, twice * (n - 1) / n / bw, 0.0)  # (n - 1) / n of the buffer a pass
+    ring_l = np.where(many, twice * ((n - nodes) * lat_up + (nodes - 1) * lat_out), 0.0)
+    log_nodes = np.floor(np.log2(np.maximum(nodes, 1.0)))  # NCCL's log2i
+    if kind == "all_reduce":  # tree: the buffer up and down the tree, 2 x ((g - 1) chain steps + log2 nodes)
+        alt_b = 2.0 / (TREE_BW_FRACTION * bw)
+        alt_l = 2.0 * ((per_node - 1) * lat_up + log_nodes * lat_out)
+        alt_ok = many & (nodes > 1)
+    else:  # PAT, one rank per node
+        alt_b = ring_b / PAT_BW_FRACTION
+        alt_l = log_nodes * lat_out / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * lat_out
+        alt_ok = many & (per_node == 1) & (nodes > 1)
+    return CollectiveTerms(ring_b, ring_l, alt_b, alt_l, alt_ok)
+
+
+def pick(terms: CollectiveTerms, msg_bytes):
+    """(seconds per byte of the buffer, seconds per call) of one collective of ``msg_bytes`` by the algorithm NCCL's
+    tuning model finds fastest for that message (ncclTopoGetAlgoTime: latency + bytes / bandwidth)."""
+    alt = terms.alt_ok & (terms.alt_b * msg_bytes + terms.alt_l < terms.ring_b * msg_bytes + terms.ring_l)
+    return np.where(alt, terms.alt_b, terms.ring_b), np.where(alt, terms.alt_l, terms.ring_l)
+
+
 def collective_s(kind: str, msg_bytes, size, link: CollectiveLink):
     """(seconds per byte of the buffer, seconds per call) of one all-reduce (``kind`` "all_reduce") or all-gather /
     reduce-scatter ("gather") of ``msg_bytes`` (the whole buffer: gathered or reduced) over ``size`` ranks, by the
     algorithm NCCL's tuning model finds fastest for that message (module docstring): ring or tree (all-reduce),
     ring or PAT (one rank per node). (0, 0) for one rank."""
-    n = np.asarray(size, dtype=np.float64)
-    bw, lat_up, lat_out, nodes = link.bw, link.lat_up, link.lat_out, np.asarray(link.nodes, dtype=np.float64)
-    per_node = n / nodes if link.per_node is None else link.per_node
-    twice = 2.0 if kind == "all_reduce" else 1.0
-    ring_b = twice * (n - 1) / n / bw  # (n - 1) / n of the buffer a pass
-    ring_l = twice * ((n - nodes) * lat_up + (nodes - 1) * lat_out)
-    log_nodes = np.floor(np.log2(np.maximum(nodes, 1.0)))  # NCCL's log2i
-    if kind == "all_reduce":  # tree: the buffer up and down the tree, 2 x ((g - 1) chain steps + log2 nodes)
-        alt_b = 2.0 / (TREE_BW_FRACTION * bw)
-        alt_l = 2.0 * ((per_node - 1) * lat_up + log_nodes * lat_out)
-        alt_ok = nodes > 1
-    else:  # PAT, one rank per node
-        alt_b = ring_b / PAT_BW_FRACTION
-        alt_l = log_nodes * lat_out / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * lat_out
-        alt_ok = (per_node == 1) & (nodes > 1)
-    alt = alt_ok & (alt_b * msg_bytes + alt_l < ring_b * msg_bytes + ring_l)
-    many = n > 1
-    return np.where(many, np.where(alt, alt_b, ring_b), 0.0), np.where(many, np.where(alt, alt_l, ring_l), 0.0)
+    return pick(collective_terms(kind, size, link), msg_bytes)

@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from costmodel._collectives import CollectiveLink, collective_s, flat_link
+from costmodel._collectives import CollectiveLink, CollectiveTerms, collective_terms, flat_link, pick
 from costmodel._dtypes import GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._frameworks import Framework
 from costmodel._workloads import Transformer
@@ -125,35 +125,35 @@ def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Fram
     z3 = zero == 3
     est = plan.est_params
     msg = np.minimum(plan.bucket, est)  # elements of a bucket's collective
-    ar_b, ar_l = collective_s("all_reduce", grad_bytes * msg, g, link)
-    rs_b, rs_l = collective_s("gather", grad_bytes * msg, g, link)
-    ag_b, ag_l = collective_s("gather", w * msg, g, link)
+    gather = collective_terms("gather", g, link)  # the link's prices, once; each message picks its algorithm
+    ar_b, ar_l = pick(collective_terms("all_reduce", g, link), grad_bytes * msg)
+    rs_b, rs_l = pick(gather, grad_bytes * msg)
     per_bucket = 1.0 / plan.bucket  # collectives per parameter beyond the first
     if fw is not None and fw.weight_gather_in_step:  # one all-gather of the whole stage's weights
-        ag_b, ag_l = collective_s("gather", w * est, g, link)
-        ag_per = 0.0
+        (ag_b, ag_l), ag_per = pick(gather, w * est), 0.0
     else:
-        ag_per = per_bucket
+        (ag_b, ag_l), ag_per = pick(gather, w * msg), per_bucket
     reduce_b, reduce_l = np.where(zero == 0, ar_b, rs_b), np.where(zero == 0, ar_l, rs_l)
     a = np.where(both, grad_bytes * ar_b + w * ag_b + ar_l * per_bucket + ag_l * ag_per,
                  grad_bytes * reduce_b + reduce_l * per_bucket
                  + np.where(zero >= 1, w * ag_b + ag_l * ag_per, 0.0))
     b = np.where(both, ar_l + ag_l, reduce_l + np.where(zero >= 1, ag_l, 0.0))
     if np.any(z3):  # per micro-batch: the gathers of both passes, the reduce-scatters (by unit or by bucket)
-        a3, b3 = zero3_coef(m, g, link, w, grad_bytes, plan, rs_b, rs_l, per_bucket)
+        a3, b3 = zero3_coef(m, gather, w, grad_bytes, plan, rs_b, rs_l, per_bucket)
         a, b = np.where(z3, a3, a), np.where(z3, b3, b)
     return a, b
 
 
-def zero3_coef(m, g, link: CollectiveLink, w, grad_bytes, plan: ExchangePlan, rs_b, rs_l, per_bucket):
+def zero3_coef(m, gather: CollectiveTerms, w, grad_bytes, plan: ExchangePlan, rs_b, rs_l, per_bucket):
     """(a, b) of ZeRO-3's exchange over a step of m micro-batches: each all-gathers the weights in plan.gathers_fwd
     collectives for forward and their 1 - plan.kept share in plan.gathers_bwd for backward, and reduce-scatters the
     gradients in plan.scatters collectives (nan: by buckets: ``rs_b``, ``rs_l``, ``per_bucket`` as dp_exchange_coef
-    prices them). zero3_gather_scatter_bytes counts the bytes."""
+    prices them), each on the group's ``gather`` terms (costmodel._collectives.collective_terms).
+    zero3_gather_scatter_bytes counts the bytes."""
     est, fwd, bwd = plan.est_params, plan.gathers_fwd, plan.gathers_bwd
-    g_b, g_l = collective_s("gather", w * est / fwd, g, link)  # an all-gather of one unit's weights
+    g_b, g_l = pick(gather, w * est / fwd)  # an all-gather of one unit's weights
     by_unit = ~np.isnan(plan.scatters)
-    u_b, u_l = collective_s("gather", grad_bytes * est / np.where(by_unit, plan.scatters, 1.0), g, link)
+    u_b, u_l = pick(gather, grad_bytes * est / np.where(by_unit, plan.scatters, 1.0))
     sc_b, sc_l = np.where(by_unit, u_b, rs_b), np.where(by_unit, u_l * np.where(by_unit, plan.scatters, 0.0), rs_l)
     a = m * (zero3_gather_scatter_bytes(1.0, w, 0.0, plan.kept) * g_b + grad_bytes * sc_b
              + np.where(by_unit, 0.0, rs_l * per_bucket))
