@@ -546,17 +546,21 @@ def dp_links(rows: Rows, cfg: Configs):
 def unkeyed_exchange(rows: Rows):
     """dp_links' (dp_a, dp_b) per row (or stage and row) where dp keys no configuration: priced once per distinct
     combination of the columns the exchange reads (a few hundred in a block of thousands of rows), gathered back;
-    ZeRO-3's exchange per micro-batch, times the row's m."""
+    ZeRO-3's exchange per micro-batch, times the row's m. The overlap and the precision join the key only where the
+    framework's exchange reads them (buckets only with the overlap; bytes that differ by precision)."""
+    fw = rows.fw
     cols = (rows.d, rows.t, rows.c, rows.sv.order, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
+    by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
     group = distinct_rows(*cols[:5])[1]  # the group's layout first (a small dense key), then the rest with it
-    first, inv = distinct_rows(group, *cols[5:])
+    first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
+                               *((rows.prec,) if by_prec else ()))
     row_first = first % rows.N  # (a column alike on a row's stages: its row's entry)
     d, t, c, order, pool, zero, overlap, p, prec = (np.take(x, first) if np.size(x) == inv.size
                                                      else np.take(x, row_first) for x in cols)
     tp_in = order == 0
     link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
-    plan = exchange_plan(rows.fw, rows.model, t, d * c, overlap, p)
-    a, b = (np.take(np.broadcast_to(x, first.shape), inv) for x in dp_exchange_coef(zero, 1, d * c, link, fw=rows.fw,
+    plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
+    a, b = (np.take(np.broadcast_to(x, first.shape), inv) for x in dp_exchange_coef(zero, 1, d * c, link, fw=fw,
                                                                                      prec=prec, plan=plan))
     per_step = np.where(rows.zero == 3, rows.m, 1)
     return a * per_step, b * per_step
