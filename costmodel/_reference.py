@@ -22,7 +22,13 @@ from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OV
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
-from costmodel._layer_compute import ATTN_HALF_DIM, ELEM_BWD_FACTOR, ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER
+from costmodel._layer_compute import (
+    ATTN_HALF_DIM,
+    ELEM_BWD_FACTOR,
+    ELEM_TF_PER_LAYER,
+    ELEM_TH_PER_LAYER,
+    UNFUSED_SCORE_BYTES,
+)
 from costmodel._memory_terms import (
     ACT_REPLICATED_H,
     ACT_SCORE_BYTES,
@@ -445,8 +451,13 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
+    score_f = 0.0
+    if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout
+        scores = T * model.seq_len * model.heads / tp  # s x s score elements of the rank's T queries and heads
+        score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
+        cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
 
@@ -580,7 +591,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re = act["sac_frac"] * (lay["gemm"] + lay["cast_f"]) + lay["elem"] + lay["overhead"]
         re_tp, re_cp = 0.5 * tp_fwd, 0.0
     elif rc == "selective":  # the attention core (MLA: its up-projections instead)
-        re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"]), 0.0, 0.0
+        re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"] + lay["score_f"]), 0.0, 0.0
     else:
         re, re_tp, re_cp = 0.0, 0.0, 0.0
     re_tp_m = 0.0 if (rc == "selective" and act["op_sac"]) else re_tp  # expert layers: attention-core policy
@@ -591,7 +602,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
     tps = n * 2 * tp_fwd
     ep_s = re_m = 0.0
     if n_m:
-        re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"]}.get(rc, 0.0)
+        re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
         re_ep = moe["ep"] if rc == "full" else 0.0
         F += n_m * (moe["fwd"] + tp_fwd + cp_fwd + moe["ep"])
         # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
