@@ -24,7 +24,8 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
         (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
-        2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+        2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
+        through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
     selective: recompute "selective": "attention", the attention core recomputed (Korthikanti et al. 2022 Sec. 5); "op",
         torchtitan's per-op policy: a layer keeps its input, every other matrix product's output (1st, 3rd, ...), the
         attention kernel's and tp reduce-scatters' outputs, recomputes the rest (products, norms, activations, gathers)
