@@ -510,7 +510,6 @@ def dp_links(rows: Rows, cfg: Configs):
                                                                size(cfg.d_u, cfg.t_u))
         back = lambda a: np.take(a, cfg.inv)  # noqa: E731
         tp_in, c_, coef = cfg.order_u == 0, cfg.c_u, (cfg.zero_u, cfg.of(rows.m), cfg.d_u * cfg.c_u)
-        plan = exchange_plan(fw, model, cfg.t_u, coef[2], cfg.of(rows.overlap), cfg.of(rows.p))
     else:
         stage_link = lambda stride, size: pool_collective_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
                                                                size(rows.d, rows.t))
@@ -520,6 +519,7 @@ def dp_links(rows: Rows, cfg: Configs):
         back = lambda a: a  # noqa: E731
         tp_in, c_, coef = rows.sv.order == 0, rows.c, (rows.zero, rows.m, rows.d * rows.c)
         plan = exchange_plan(fw, model, rows.t, coef[2], rows.overlap, rows.p)
+    t_c = cfg.t_u if cfg.keyed else None
     link = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
                       lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
     coef, prec_c = (*coef, link), cfg.prec_u if cfg.keyed else rows.prec
@@ -536,11 +536,36 @@ def dp_links(rows: Rows, cfg: Configs):
                                    cfg.pair(link.lat_up, lat_x), cfg.pair(link.lat_out, lat_x),
                                    cfg.pair(link.nodes, np.ones_like(n_x)), cfg.pair(link.per_node, n_x))
         coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), pair_link)
-        plan = ExchangePlan(**{f.name: _pair_field(cfg, getattr(plan, f.name), ia_p)
-                               for f in dataclasses.fields(ExchangePlan)})
+        t_c = cfg.pair(cfg.t_u, cfg.t_u[ia_p])
+        if not cfg.keyed:
+            plan = ExchangePlan(**{f.name: _pair_field(cfg, getattr(plan, f.name), ia_p)
+                                   for f in dataclasses.fields(ExchangePlan)})
         back, prec_c = lambda a: np.take(a, split.inv_q), cfg.pair(cfg.prec_u, cfg.prec_u[ia_p])
+    if cfg.keyed:  # the plan reads the row's pp and overlap, no part of a configuration: per (entry, pp, overlap)
+        return (*keyed_exchange(rows, back, coef, t_c, prec_c), stage_link, c_)
     dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=fw, prec=prec_c, plan=plan))
     return dp_a, dp_b, stage_link, c_
+
+
+def keyed_exchange(rows: Rows, back, coef: tuple, t_c, prec_c):
+    """dp_links' (dp_a, dp_b) per stage where dp keys the configurations: ``coef`` (ZeRO, m, ranks, CollectiveLink),
+    ``t_c`` and ``prec_c`` per configuration (and split pair), ``back`` gathering such an array to the stages. The
+    exchange plan reads the row's pp (message sizes) and, where the framework's buckets need it, its overlap, which
+    no configuration keys: the exchange is priced once per distinct (configuration, pp, overlap) of the stages."""
+    fw = rows.fw
+    entry = back(np.arange(len(coef[2])))  # (1, N) or (k, N): each stage's configuration (or pair)
+    cols = [np.broadcast_to(x, entry.shape).reshape(-1) for x in
+            (entry, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()))]
+    first, inv = distinct_rows(*cols)
+    ci = cols[0][first]
+    p_f = cols[1][first]
+    ov_f = np.broadcast_to(rows.overlap, entry.shape).reshape(-1)[first]
+    at = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[ci]  # noqa: E731
+    zero, m, ranks, link = coef
+    plan = exchange_plan(fw, rows.model, at(t_c), at(ranks), ov_f, p_f)
+    a, b = dp_exchange_coef(at(zero), at(m), at(ranks), CollectiveLink(*(at(x) for x in link)), fw=fw,
+                            prec=at(prec_c), plan=plan)
+    return (np.take(np.broadcast_to(x, first.shape), inv).reshape(entry.shape) for x in (a, b))
 
 
 def unkeyed_exchange(rows: Rows):
@@ -576,16 +601,17 @@ def _pair_field(cfg: Configs, x, ia_p):
 
 def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
     """The collective link (costmodel._collectives.CollectiveLink) per stage of an MoE model's expert-data-parallel
-    group: ranks ep etp apart, spanning the stage's ranks."""
+    group: edp = max(dp cp tp // (ep etp), 1) ranks ep etp apart (the group the exchange runs over: an integer
+    number of ranks, also where ep etp does not divide the stage's ranks and the row is refused as ep_invalid)."""
     if cfg.keyed:
         eu_x = cfg.e_u * cfg.u_u
-        link = stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x)
+        link = stage_link(lambda d_, t_: eu_x, lambda d_, t_: np.maximum(d_ * c_ * t_ // eu_x, 1))  # edp ranks
         return CollectiveLink(*(x if np.ndim(x) == 0 else x[cfg.inv] for x in link))
     # the link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
     cols = np.broadcast_arrays(rows.e * rows.u, rows.d * rows.c * rows.t, rows.pool)
     first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
     x, r, q = (a.reshape(-1)[first_e] for a in cols)
-    link = pool_collective_link(rows.pa, q, x, r / x)
+    link = pool_collective_link(rows.pa, q, x, np.maximum(r // x, 1))  # edp ranks ep etp apart
     return CollectiveLink(*(np.broadcast_to(a, x.shape)[inv_e].reshape(cols[0].shape) for a in link))
 
 

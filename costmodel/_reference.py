@@ -760,7 +760,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
 
     gpu = cluster.gpu
     if model.is_moe:
-        ep_link = _collective_link(cluster, row.ep * row.etp, dp * cp * tp / (row.ep * row.etp))
+        ep_link = _collective_link(cluster, row.ep * row.etp, edp)  # edp ranks ep etp apart
         dp_raw = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
                   + exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))

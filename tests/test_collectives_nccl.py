@@ -137,3 +137,30 @@ def test_bucket_and_unit_counts_of_megatron_core_and_fsdp2():
     assert float(exchange_plan(mc, m, 1, 128, False).bucket) == math.inf
     plan = exchange_plan(FRAMEWORKS["fsdp2"], m, 1, 64, True)
     assert (float(plan.gathers_fwd), float(plan.gathers_bwd), float(plan.scatters)) == (3, 1, 3)
+
+
+def test_evaluated_moe_exchange_is_the_dense_and_the_expert_all_reduce():
+    # An MoE model under the generic profile, ZeRO 0, no overlap, dp 128 tp 1 ep 8 on 16 nodes of 8: the dense
+    # parameters (all but the routed experts) all-reduced over the 128 replicas (8 of them a node: 8 NICs, as in
+    # test_evaluated_zero0_exchange_is_the_hand_all_reduce), then each GPU's routed experts (8 / ep = 1 expert a layer)
+    # over the expert-data-parallel group: 128 / 8 = 16 ranks 8 apart, one a node, sharing its NICs with the 7 other
+    # groups: one GPU's network. Each all-reduce by the faster of ring and tree for its bytes (2 a gradient).
+    model = Transformer(name="two-layer-moe", layers=2, hidden=1024, heads=8, seq_len=2048, vocab=32000, experts=8,
+                        experts_per_token=2, expert_ffn_hidden=2048)
+    cluster = make_cluster("h100", 128, scaleout_Bps=OUT)
+    eff, up_l, out_l = cluster.gpu.link_eff, cluster.scaleup_latency_s, cluster.scaleout_latency_s
+    up = cluster.scaleup_Bps
+    cols = StrategyTable.from_columns(dp=128, tp=1, pp=1, ep=8, micro_batch=1, global_batch=256, zero_stage=0,
+                                      overlap_dp=False, recompute="none")
+    got = evaluate(model, cluster, cols, framework="generic")["dp_comm_s"][0]
+    expert = 2 * 1024 * 2048 + 2048 + 1024  # two matrices and their biases
+    assert model.expert_params() == expert
+    dense_bytes = 2 * (model.num_params() - 2 * 8 * expert)
+    expert_bytes = 2 * 2 * (8 // 8) * expert  # two layers, one expert each on a GPU
+    bw = min(8 * OUT, 8 / 7 * up) * eff
+    dense = min(2 * 127 / 128 * dense_bytes / bw + 2 * (112 * up_l + 15 * out_l),
+                2 * dense_bytes / (0.92 * bw) + 2 * (7 * up_l + 4 * out_l))
+    bw1 = OUT * eff
+    experts = min(2 * 15 / 16 * expert_bytes / bw1 + 2 * 15 * out_l,
+                  2 * expert_bytes / (0.92 * bw1) + 2 * 4 * out_l)
+    assert got == pytest.approx(dense + experts, rel=1e-9)
