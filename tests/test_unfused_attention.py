@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from costmodel import StrategyTable, evaluate, framework_preset, make_cluster
+from costmodel._hardware import SUSTAINED_CLOCK
 from costmodel._reference import evaluate_row
 from costmodel._workloads import Transformer
 
 # Narayanan et al. 2021 Table 1's 1.7B GPT: 24 layers, hidden 2304, 24 heads, sequence 2048, vocabulary 51200.
 GPT_1_7B = Transformer(name="gpt-1.7B", layers=24, hidden=2304, heads=24, ffn_hidden=9216, seq_len=2048, vocab=51200)
-# A100 80 GB: 2.039 TB/s at the element-wise rate's 0.9 streaming x 0.85 sustained clock = 1.55984 TB/s.
-HBM_BPS = 2.039e12 * 0.9 * 0.85
+# A100 80 GB: 2.039 TB/s at the element-wise rate's 0.9 streaming x the 0.87 sustained clock = 1.596537 TB/s.
+HBM_BPS = 2.039e12 * 0.9 * SUSTAINED_CLOCK
 
 
 def _step(fw, recompute, b):
