@@ -66,7 +66,7 @@ FAMILY_OF_PROFILE = {
     "megatron-2021": "megatron", "megatron-core": "megatron", "megatron-bridge": "megatron",
     "megatron-core-a2a-overlap": "megatron", "megatron-core-deepep": "megatron",
     "megatron-core-deepep-a2a-overlap": "megatron", "hai-llm": "megatron",
-    "deepspeed": "deepspeed",
+    "deepspeed": "deepspeed", "deepspeed-flash2": "deepspeed",
     "fsdp2": "fsdp", "fsdp2-eager": "fsdp",
     "llm-foundry": "fsdp", "llm-foundry-triton": "fsdp", "llm-foundry-triton-pure": "fsdp",
 }

@@ -24,9 +24,16 @@ import types
 
 import numpy as np
 
-from costmodel._collectives import pool_link
+from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
-from costmodel._data_parallel import ADAM_BYTES_TOUCHED, dp_exchange_coef, dp_exchange_s, exposed_dp_s
+from costmodel._data_parallel import (
+    ADAM_BYTES_TOUCHED,
+    ExchangePlan,
+    dp_exchange_coef,
+    dp_exchange_s,
+    exchange_plan,
+    exposed_dp_s,
+)
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import layer_mix
@@ -492,24 +499,30 @@ class DataParallel:
 
 def dp_links(rows: Rows, cfg: Configs):
     """The data-parallel exchange as a x params + b per stage ((dp_a, dp_b): per configuration (or row) and then
-    each stage's), and ``stage_link(stride, size)``: the link of a stage's group of ranks at that stride and size
-    (each a function of dp and tp), per configuration where dp keys one, else per stage. The dp x cp group: stride
-    t (tp-inner); dp-innermost with cp > 1 spans the whole block. A dp group spanning two pools (a split stage) runs
-    at the slowest tier it crosses: each pool's part of the group and the link between the pools."""
-    pa, split = rows.pa, cfg.split
+    each stage's), and ``stage_link(stride, size)``: the NCCL collective link (costmodel._collectives.CollectiveLink)
+    of a stage's group of ranks at that stride and size (each a function of dp and tp), per configuration where dp
+    keys one, else per stage. The dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block.
+    A dp group spanning two pools (a split stage) runs at the slowest tier it crosses: each pool's part of the group
+    and the link between the pools, every step at the slowest latency. Its collectives: exchange_plan."""
+    pa, split, fw, model = rows.pa, cfg.split, rows.fw, rows.model
     if cfg.keyed:  # dp is part of a configuration: its links per configuration
-        stage_link = lambda stride, size: pool_link(pa, cfg.pool_u, stride(cfg.d_u, cfg.t_u),  # noqa: E731
-                                                    size(cfg.d_u, cfg.t_u))
+        stage_link = lambda stride, size: pool_collective_link(pa, cfg.pool_u, stride(cfg.d_u, cfg.t_u),  # noqa: E731
+                                                               size(cfg.d_u, cfg.t_u))
         back = lambda a: np.take(a, cfg.inv)  # noqa: E731
         tp_in, c_, coef = cfg.order_u == 0, cfg.c_u, (cfg.zero_u, cfg.of(rows.m), cfg.d_u * cfg.c_u)
     else:
+        stage_link = lambda stride, size: pool_collective_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
+                                                               size(rows.d, rows.t))
+        if split is None:  # the exchange once per distinct (dp, tp, cp, order, pool, ZeRO, m, overlap, pp, precision)
+            dp_a, dp_b = unkeyed_exchange(rows)
+            return dp_a, dp_b, stage_link, rows.c
         back = lambda a: a  # noqa: E731
-        stage_link = lambda stride, size: pool_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
-                                                    size(rows.d, rows.t))
         tp_in, c_, coef = rows.sv.order == 0, rows.c, (rows.zero, rows.m, rows.d * rows.c)
-    dbw, dlat = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
-                           lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
-    coef, prec_c = (*coef, dbw, dlat), cfg.prec_u if cfg.keyed else rows.prec
+        plan = exchange_plan(fw, model, rows.t, coef[2], rows.overlap, rows.p)
+    t_c = cfg.t_u if cfg.keyed else None
+    link = stage_link(lambda d_, t_: np.where(tp_in, t_, 1),
+                      lambda d_, t_: np.where(tp_in | (c_ == 1), d_ * c_, d_ * c_ * t_))
+    coef, prec_c = (*coef, link), cfg.prec_u if cfg.keyed else rows.prec
     if split is not None:  # per pair: each pool's part of the group (its replicas there), the inter-pool link
         ia_p, xa, xb = split.ia_p, split.xa, split.xb
         tp_p, c_p, t_p = tp_in[ia_p], c_[ia_p], cfg.t_u[ia_p]
@@ -517,24 +530,89 @@ def dp_links(rows: Rows, cfg: Configs):
                                       np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
         (bw_a, lat_a), (bw_b, lat_b) = part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb)
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), cfg.pair(dbw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
-                cfg.pair(dlat, np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])))
+        lat_x = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
+        n_x = cfg.d_u[ia_p] * c_p * np.where(tp_p | (c_p == 1), 1, t_p)  # the group's ranks, in one tier
+        pair_link = CollectiveLink(cfg.pair(link.bw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
+                                   cfg.pair(link.lat_up, lat_x), cfg.pair(link.lat_out, lat_x),
+                                   cfg.pair(link.nodes, np.ones_like(n_x)), cfg.pair(link.per_node, n_x))
+        coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), pair_link)
+        t_c = cfg.pair(cfg.t_u, cfg.t_u[ia_p])
+        if not cfg.keyed:
+            plan = ExchangePlan(**{f.name: _pair_field(cfg, getattr(plan, f.name), ia_p)
+                                   for f in dataclasses.fields(ExchangePlan)})
         back, prec_c = lambda a: np.take(a, split.inv_q), cfg.pair(cfg.prec_u, cfg.prec_u[ia_p])
-    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=rows.fw, prec=prec_c))
+    if cfg.keyed:  # the plan reads the row's pp and overlap, no part of a configuration: per (entry, pp, overlap)
+        return (*keyed_exchange(rows, back, coef, t_c, prec_c), stage_link, c_)
+    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=fw, prec=prec_c, plan=plan))
     return dp_a, dp_b, stage_link, c_
 
 
-def expert_links(rows: Rows, cfg: Configs, stage_link, c_):
-    """(bandwidth, latency) per stage of an MoE model's expert-data-parallel group: ranks ep etp apart, spanning the
-    stage's ranks."""
+def keyed_exchange(rows: Rows, back, coef: tuple, t_c, prec_c):
+    """dp_links' (dp_a, dp_b) per stage where dp keys the configurations: ``coef`` (ZeRO, m, ranks, CollectiveLink),
+    ``t_c`` and ``prec_c`` per configuration (and split pair), ``back`` gathering such an array to the stages. The
+    exchange plan reads the row's pp (message sizes) and, where the framework's buckets need it, its overlap, which
+    no configuration keys: the exchange is priced once per distinct (configuration, pp, overlap) of the stages."""
+    fw = rows.fw
+    entry = back(np.arange(len(coef[2])))  # (1, N) or (k, N): each stage's configuration (or pair)
+    cols = [np.broadcast_to(x, entry.shape).reshape(-1) for x in
+            (entry, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()))]
+    first, inv = distinct_rows(*cols)
+    ci = cols[0][first]
+    p_f = cols[1][first]
+    ov_f = np.broadcast_to(rows.overlap, entry.shape).reshape(-1)[first]
+    at = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[ci]  # noqa: E731
+    zero, m, ranks, link = coef
+    plan = exchange_plan(fw, rows.model, at(t_c), at(ranks), ov_f, p_f)
+    a, b = dp_exchange_coef(at(zero), at(m), at(ranks), CollectiveLink(*(at(x) for x in link)), fw=fw,
+                            prec=at(prec_c), plan=plan)
+    return (np.take(np.broadcast_to(x, first.shape), inv).reshape(entry.shape) for x in (a, b))
+
+
+def unkeyed_exchange(rows: Rows):
+    """dp_links' (dp_a, dp_b) per row (or stage and row) where dp keys no configuration: priced once per distinct
+    combination of the columns the exchange reads (a few hundred in a block of thousands of rows), gathered back;
+    ZeRO-3's exchange per micro-batch, times the row's m. The overlap and the precision join the key only where the
+    framework's exchange reads them (buckets only with the overlap; bytes that differ by precision)."""
+    fw = rows.fw
+    cols = (rows.d, rows.t, rows.c, rows.sv.order, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
+    by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+    group = distinct_rows(*cols[:5])[1]  # the group's layout first (a small dense key), then the rest with it
+    first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
+                               *((rows.prec,) if by_prec else ()))
+    row_first = first % rows.N  # (a column alike on a row's stages: its row's entry)
+    d, t, c, order, pool, zero, overlap, p, prec = (np.take(x, first) if np.size(x) == inv.size
+                                                     else np.take(x, row_first) for x in cols)
+    tp_in = order == 0
+    link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
+    plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
+    a, b = (np.take(np.broadcast_to(x, first.shape), inv) for x in dp_exchange_coef(zero, 1, d * c, link, fw=fw,
+                                                                                     prec=prec, plan=plan))
+    per_step = np.where(rows.zero == 3, rows.m, 1)
+    return a * per_step, b * per_step
+
+
+def _pair_field(cfg: Configs, x, ia_p):
+    """An ExchangePlan field per configuration (or a constant) and, past them, per split pair (its pool A
+    configuration's)."""
+    if np.ndim(x) == 0:
+        return x
+    return cfg.pair(x, x[ia_p])
+
+
+def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
+    """The collective link (costmodel._collectives.CollectiveLink) per stage of an MoE model's expert-data-parallel
+    group: edp = max(dp cp tp // (ep etp), 1) ranks ep etp apart (the group the exchange runs over: an integer
+    number of ranks, also where ep etp does not divide the stage's ranks and the row is refused as ep_invalid)."""
     if cfg.keyed:
         eu_x = cfg.e_u * cfg.u_u
-        return tuple(x[cfg.inv] for x in stage_link(lambda d_, t_: eu_x, lambda d_, t_: d_ * c_ * t_ / eu_x))
-    # group_link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
+        link = stage_link(lambda d_, t_: eu_x, lambda d_, t_: np.maximum(d_ * c_ * t_ // eu_x, 1))  # edp ranks
+        return CollectiveLink(*(x if np.ndim(x) == 0 else x[cfg.inv] for x in link))
+    # the link once per distinct (ep etp, ranks, pool), a few dozen in a block, gathered back
     cols = np.broadcast_arrays(rows.e * rows.u, rows.d * rows.c * rows.t, rows.pool)
     first_e, inv_e = distinct_rows(*(a.reshape(-1) for a in cols))
     x, r, q = (a.reshape(-1)[first_e] for a in cols)
-    return tuple(a[inv_e].reshape(cols[0].shape) for a in pool_link(rows.pa, q, x, r / x))
+    link = pool_collective_link(rows.pa, q, x, np.maximum(r // x, 1))  # edp ranks ep etp apart
+    return CollectiveLink(*(np.broadcast_to(a, x.shape)[inv_e].reshape(cols[0].shape) for a in link))
 
 
 def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_out: bool) -> DataParallel:
@@ -548,17 +626,19 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     shard = None if hbm_Bps is None else np.where(zero >= 1, rows.d * rows.c, 1)
     dp_st = None
     if rows.moe:
-        ep_bw, ep_lat = expert_links(rows, cfg, stage_link, c_)
-    if rows.moe and alike and ep_bw.shape[0] == 1 and not stages_out:
+        ep_link = expert_links(rows, cfg, stage_link, c_)
+        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p)
+    if rows.moe and alike and ep_link.bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
         dp_raw = (dp_a[0] * mm["dense_max"] + dp_b[0]
-                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], ep_bw[0], ep_lat[0], fw=fw, prec=prec))
+                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, CollectiveLink(*(x[0] for x in ep_link)),
+                                  fw=fw, prec=prec, plan=_first_row(ep_plan)))
         opt_s = (ADAM_BYTES_TOUCHED * mm["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif rows.moe:
         dp_st = dp_a * params + dp_b
-        ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, ep_bw, ep_lat, fw=fw, prec=prec)
+        ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
@@ -573,6 +653,12 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
                            prec=prec, model=rows.model, pp=rows.p)
     return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
+
+
+def _first_row(plan: ExchangePlan) -> ExchangePlan:
+    """``plan``'s (k, N) or (1, N) fields at the first stage row (constants as they are)."""
+    return ExchangePlan(**{f.name: (x[0] if np.ndim(x) == 2 else x) for f in dataclasses.fields(ExchangePlan)
+                           for x in (getattr(plan, f.name),)})
 
 
 def optimizer_s_per_param(rows: Rows, cfg: Configs, hbm_rate, shard, hbm_Bps):

@@ -1,22 +1,27 @@
 """The data-parallel exchange (gradient reduction, ZeRO's weight all-gathers), what of it is exposed,
 and the optimizer step.
 
-Per step and stage, over the g = dp x cp replicas, each a ring (costmodel._collectives.ring_pass):
-ZeRO 0 all-reduces the gradients; ZeRO 1-2 reduce-scatter them and all-gather the updated weights;
-ZeRO-3 all-gathers the weights for forward and again for backward and reduce-scatters the
-gradients, per micro-batch (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume a pass;
-zero3_gather_scatter_bytes). dp_exchange_coef gives the exchange as a x parameters + b seconds, in
-the framework's reduce and gather dtypes (costmodel._frameworks). exposed_dp_s takes off what
-overlaps the bottleneck stage's last backward (ZeRO-3: the whole pipeline), or the next step's first
-forward (overlapped parameter gather), or FSDP's unit edges. The optimizer step (Adam) reads and
-writes ADAM_BYTES_TOUCHED per sharded parameter at the HBM rate.
+Per step and stage, over the g = dp x cp replicas: ZeRO 0 all-reduces the gradients; ZeRO 1-2
+reduce-scatter them and all-gather the updated weights; ZeRO-3 all-gathers the weights for forward
+and again for backward and reduce-scatters the gradients, per micro-batch (Rajbhandari et al. 2020
+Sec. 7: 1.5x the all-reduce volume a pass; zero3_gather_scatter_bytes). Each collective is priced as
+NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm NCCL's tuning
+model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
+the framework launches (exchange_plan: per bucket, per FSDP unit, per DeepSpeed module).
+dp_exchange_coef gives the exchange as a x parameters + b seconds, in the framework's reduce and
+gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the bottleneck stage's
+last backward (ZeRO-3: the whole pipeline), or the next step's first forward (overlapped parameter
+gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed) is exposed.
+The optimizer step (Adam) reads and writes ADAM_BYTES_TOUCHED per sharded parameter at the HBM rate.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from costmodel._collectives import ring_pass
+from costmodel._collectives import CollectiveLink, CollectiveTerms, collective_terms, flat_link, pick
 from costmodel._dtypes import GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._frameworks import Framework
 from costmodel._workloads import Transformer
@@ -36,35 +41,131 @@ def framework_columns(fw: Framework, p, zero, overlap):
     return zero, overlap
 
 
-def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0):
-    """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per
-    GPU: dp_exchange_coef's a x params + b."""
-    a, b = dp_exchange_coef(zero, m, g, bw, lat, grad_bytes, fw, prec)
+def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0, plan=None):
+    """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per GPU: dp_exchange_coef's
+    a x params + b. ``bw``, ``lat``: one link tier (every step at ``lat``), or ``lat`` a CollectiveLink (``bw``
+    unread)."""
+    a, b = dp_exchange_coef(zero, m, g, _as_link(bw, lat), grad_bytes, fw, prec, plan)
     return a * params + b
 
 
-def dp_exchange_coef(zero, m, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0):
-    """(a, b): a stage's data-parallel exchange over g ranks takes a x params + b seconds for ``params`` parameters per
-    GPU, ``grad_bytes`` a gradient element on the wire (None: ``fw``'s grad_reduce_bytes at ``prec``, else 2), a weight
-    element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch, all-gather the weights for
-    forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce
-    volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and all-gather the updated
-    weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather. Each pass a ring."""
-    per_byte, steps = ring_pass(g, bw, lat)
+def _as_link(bw, lat) -> CollectiveLink:
+    return lat if isinstance(lat, CollectiveLink) else flat_link(bw, lat)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangePlan:
+    """The collectives a stage's data-parallel exchange launches (exchange_plan), arrays broadcasting with the rows or
+    configurations priced: ``bucket`` elements per gradient collective (and per ZeRO 1-2 weight all-gather; inf: the
+    stage's in one), ZeRO-3's all-gathers per forward and per backward pass (``gathers_fwd``, ``gathers_bwd``) and
+    reduce-scatters per micro-batch (``scatters``; nan: by buckets), ``kept`` the share of the weights not gathered
+    again for backward, and ``est_params`` the stage's parameters per GPU the message sizes are estimated from (for
+    NCCL's choice of algorithm only)."""
+
+    bucket: object
+    gathers_fwd: object
+    gathers_bwd: object
+    scatters: object
+    kept: object
+    est_params: object
+
+
+# No plan: one collective per pass, its message the whole stage (an estimate past any model's parameters: NCCL's
+# algorithm for large messages).
+ONE_PER_PASS = ExchangePlan(bucket=np.inf, gathers_fwd=1.0, gathers_bwd=1.0, scatters=np.nan, kept=0.0,
+                            est_params=1e15)
+
+
+def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1) -> ExchangePlan:
+    """The ExchangePlan of ``fw`` for ``model`` at tensor-parallel degree ``t``, ``ranks`` in the data-parallel
+    group, ``overlap`` (the row's overlap_dp) and pipeline depth ``pp``, from the profile's fields
+    (costmodel._frameworks: dp_bucket_elems, zero3_gathers, zero3_kept): buckets of max(floor, per rank x ranks)
+    elements (Megatron-Core's only with overlap where dp_buckets_need_overlap), or of one transformer layer's
+    parameters (floor 0: an FSDP unit); ZeRO-3 (whole model on one stage) gathers per layer x layers + outside the
+    layers per forward, less those kept gathered for backward; reduce-scatters one per unit (scatters per layer > 0)
+    or by buckets."""
+    t = np.asarray(t, dtype=np.float64)
+    L = model.layers
+    body = model.num_params() - model.embedding_params() - model.head_params()
+    unit = body / L / t  # a transformer layer's parameters per GPU (the mean over dense and MoE layers)
+    floor, per_rank = fw.dp_bucket_elems
+    bucket = unit if floor == 0 else np.maximum(floor, per_rank * np.asarray(ranks, dtype=np.float64))
+    if fw.dp_buckets_need_overlap:
+        bucket = np.where(overlap, bucket, np.inf)
+    per_layer, outside, scatter_per_layer = fw.zero3_gathers
+    fwd = L * per_layer + outside if per_layer > 0 else 1.0
+    k_layers, k_outside, k_params = fw.zero3_kept
+    total = model.num_params() / t
+    kept_params = np.minimum(k_layers * unit + k_outside * (total - L * unit) + k_params, total)
+    kept = kept_params / total
+    kept_calls = k_layers * per_layer + k_outside + (k_params / (unit / per_layer) if per_layer > 0 else 0.0)
+    bwd = np.maximum(fwd - kept_calls, 0.0) if per_layer > 0 else 1.0 - np.floor(kept)
+    scatters = L * scatter_per_layer + outside if scatter_per_layer > 0 else np.nan
+    return ExchangePlan(bucket=bucket, gathers_fwd=fwd, gathers_bwd=bwd, scatters=scatters, kept=kept,
+                        est_params=total / np.asarray(pp, dtype=np.float64))
+
+
+def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Framework | None = None, prec=0,
+                     plan: ExchangePlan | None = None):
+    """(a, b): a stage's data-parallel exchange over g ranks on ``link`` (a CollectiveLink) takes a x params + b seconds
+    for ``params`` parameters per GPU, ``grad_bytes`` a gradient element on the wire (None: ``fw``'s grad_reduce_bytes
+    at ``prec``, else 2), a weight element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch,
+    all-gather the weights for forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020
+    Sec. 7: 1.5x the all-reduce volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and
+    all-gather the updated weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather.
+    Each collective by NCCL's fastest algorithm for its message (costmodel._collectives.collective_s), as many as
+    ``plan`` (ExchangePlan) launches: per bucket (params / bucket + 1, the last one partly filled), ZeRO-3's per
+    pass; None: one per pass."""
     if grad_bytes is None:
         grad_bytes = GRAD_COMM_BYTES if fw is None else np.take(fw.grad_reduce_bytes, prec)
     w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
         np.take(fw.all_reduce_then_gather, prec), zero <= 1))
-    z3, a = zero == 3, np.where(both, 2.0 * grad_bytes + w, np.where(zero == 0, 2.0 * grad_bytes, grad_bytes + w))
-    a = np.where(z3, zero3_gather_scatter_bytes(m, w, grad_bytes), a)
-    return a * per_byte, np.where(z3, 3.0 * m, 2.0 + both) * steps
+    if plan is None:
+        plan = ONE_PER_PASS
+    z3 = zero == 3
+    est = plan.est_params
+    msg = np.minimum(plan.bucket, est)  # elements of a bucket's collective
+    gather = collective_terms("gather", g, link)  # the link's prices, once; each message picks its algorithm
+    ar_b, ar_l = pick(collective_terms("all_reduce", g, link), grad_bytes * msg)
+    rs_b, rs_l = pick(gather, grad_bytes * msg)
+    per_bucket = 1.0 / plan.bucket  # collectives per parameter beyond the first
+    if fw is not None and fw.weight_gather_in_step:  # one all-gather of the whole stage's weights
+        (ag_b, ag_l), ag_per = pick(gather, w * est), 0.0
+    else:
+        (ag_b, ag_l), ag_per = pick(gather, w * msg), per_bucket
+    reduce_b, reduce_l = np.where(zero == 0, ar_b, rs_b), np.where(zero == 0, ar_l, rs_l)
+    a = np.where(both, grad_bytes * ar_b + w * ag_b + ar_l * per_bucket + ag_l * ag_per,
+                 grad_bytes * reduce_b + reduce_l * per_bucket
+                 + np.where(zero >= 1, w * ag_b + ag_l * ag_per, 0.0))
+    b = np.where(both, ar_l + ag_l, reduce_l + np.where(zero >= 1, ag_l, 0.0))
+    if np.any(z3):  # per micro-batch: the gathers of both passes, the reduce-scatters (by unit or by bucket)
+        a3, b3 = zero3_coef(m, gather, w, grad_bytes, plan, rs_b, rs_l, per_bucket)
+        a, b = np.where(z3, a3, a), np.where(z3, b3, b)
+    return a, b
 
 
-def zero3_gather_scatter_bytes(m, weight_bytes, grad_bytes):
-    """Bytes per parameter ZeRO-3 puts through the data-parallel ring in a step of m micro-batches: each
-    all-gathers the weights for forward and again for backward (2 x ``weight_bytes``) and reduce-scatters the
-    gradients (``grad_bytes``), in 3 m ring passes (Rajbhandari et al. 2020 Sec. 7)."""
-    return m * (2.0 * weight_bytes + grad_bytes)
+def zero3_coef(m, gather: CollectiveTerms, w, grad_bytes, plan: ExchangePlan, rs_b, rs_l, per_bucket):
+    """(a, b) of ZeRO-3's exchange over a step of m micro-batches: each all-gathers the weights in plan.gathers_fwd
+    collectives for forward and their 1 - plan.kept share in plan.gathers_bwd for backward, and reduce-scatters the
+    gradients in plan.scatters collectives (nan: by buckets: ``rs_b``, ``rs_l``, ``per_bucket`` as dp_exchange_coef
+    prices them), each on the group's ``gather`` terms (costmodel._collectives.collective_terms).
+    zero3_gather_scatter_bytes counts the bytes."""
+    est, fwd, bwd = plan.est_params, plan.gathers_fwd, plan.gathers_bwd
+    g_b, g_l = pick(gather, w * est / fwd)  # an all-gather of one unit's weights
+    by_unit = ~np.isnan(plan.scatters)
+    u_b, u_l = pick(gather, grad_bytes * est / np.where(by_unit, plan.scatters, 1.0))
+    sc_b, sc_l = np.where(by_unit, u_b, rs_b), np.where(by_unit, u_l * np.where(by_unit, plan.scatters, 0.0), rs_l)
+    a = m * (zero3_gather_scatter_bytes(1.0, w, 0.0, plan.kept) * g_b + grad_bytes * sc_b
+             + np.where(by_unit, 0.0, rs_l * per_bucket))
+    return a, m * ((fwd + bwd) * g_l + sc_l)
+
+
+def zero3_gather_scatter_bytes(m, weight_bytes, grad_bytes, kept=0.0):
+    """Bytes per parameter ZeRO-3 puts through the data-parallel group in a step of m micro-batches: each all-gathers
+    the weights for forward and again for backward (2 x ``weight_bytes``; the backward one less the ``kept`` share the
+    framework keeps gathered from forward to backward) and reduce-scatters the gradients (``grad_bytes``)
+    (Rajbhandari et al. 2020 Sec. 7)."""
+    return m * ((2.0 - kept) * weight_bytes + grad_bytes)
 
 
 def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
@@ -73,7 +174,8 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
     (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
     all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead.
     ``fw``'s fsdp_unit_edges (``model`` dense, ``pp`` 1, ZeRO 2-3): FSDP's root unit and block 0 (share e of the
-    parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max)."""
+    parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max).
+    ``fw``'s weight_gather_in_step: ZeRO 1-2's (and the bf16 optimizer's) weight all-gather exposed whole."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
@@ -82,6 +184,12 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
         rest = np.where(zero == 2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         return np.where(overlap, np.where(zero >= 2, e * (ag + rs) + rest, np.maximum(dp_raw - window, 0.0)), dp_raw)
+    if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
+        gr, w, ar = (np.take(x, prec)
+                     for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+        both = ar & (zero <= 1)
+        ag = np.where(((zero == 1) | (zero == 2)) | both, w / (gr * (1 + both) + w) * dp_raw, 0.0)
+        return np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + ag, dp_raw)
     if fw is None or not fw.overlap_param_gather:
         return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))

@@ -24,7 +24,8 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
         (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
-        2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer)
+        2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
+        through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
     selective: recompute "selective": "attention", the attention core recomputed (Korthikanti et al. 2022 Sec. 5); "op",
         torchtitan's per-op policy: a layer keeps its input, every other matrix product's output (1st, 3rd, ...), the
         attention kernel's and tp reduce-scatters' outputs, recomputes the rest (products, norms, activations, gathers)
@@ -53,6 +54,18 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
     fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
         byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
+    dp_bucket_elems: (floor, per rank): the data-parallel exchange's gradient reductions (and ZeRO 1-2's weight
+        all-gathers) run one collective per bucket of max(floor, per rank x dp ranks) elements (Megatron-Core's DDP);
+        floor 0: one per transformer layer's parameters (an FSDP unit); inf: one for the stage (a contiguous buffer)
+    dp_buckets_need_overlap: buckets only with the dp overlap (Megatron-Core: bucket_size None without
+        --overlap-grad-reduce), else one collective for the stage
+    zero3_gathers: ZeRO-3's collectives per micro-batch (whole model on one stage): (all-gathers per transformer layer
+        and pass, all-gathers outside the layers (embedding, head, an FSDP root), reduce-scatters per layer (plus the
+        outside ones); 0: by dp_bucket_elems); (0, 1, 0): one all-gather per pass, reduce-scatters by buckets
+    weight_gather_in_step: ZeRO 1-2's weight all-gather (and the bf16 optimizer's at ZeRO 0-1) runs inside the optimizer
+        step, after the update, one all-gather of the whole flat group: exposed, whatever the dp overlap (DeepSpeed)
+    zero3_kept: what stays gathered from a micro-batch's forward to its backward, not gathered again: (layers, outside
+        units, parameters) (torchtitan's last block and FSDP2's root; FSDP1's root; DeepSpeed's reuse distance)
     grad_buffer_bytes: by precision, the bytes a parameter's gradient holds in memory (ZeRO-2/3 shard it); None: the
         gradient buffer is the reduce buffer, grad_reduce_bytes (Megatron-Core's DDP: one dtype for both)
     layer_saves: whose code's saved tensors price a dense layer's activations (costmodel._memory_terms.LAYER_SAVES):
@@ -68,6 +81,7 @@ Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one k
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from costmodel._codes import SCHEDULES
 from costmodel._errors import InputError
@@ -107,6 +121,11 @@ class Framework:
     overlap_param_gather: bool = False
     fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
+    dp_buckets_need_overlap: bool = False
+    zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
+    zero3_kept: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    weight_gather_in_step: bool = False
     grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
     layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
@@ -127,7 +146,15 @@ _MEGATRON_CORE = Framework(
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
-    sources=("Megatron-LM d98e8a6 with TransformerEngine d0067d0: TELayerNormColumnParallelLinear, "
+    dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
+    sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
+             "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
+             "reduce-scatters and all-gathers per bucket (a stage past the first, pp_rank > 0, runs one bucket: "
+             "priced as the first stage's)",
+             "Megatron-LM d98e8a6 megatron/core/distributed/fsdp/mcore_fsdp_adapter.py: Megatron FSDP's units are the "
+             "TransformerLayers (fsdp_unit_modules): one all-gather and one reduce-scatter a layer per micro-batch "
+             "('optim_grads_params'), the rest of the model one more",
+             "Megatron-LM d98e8a6 with TransformerEngine d0067d0: TELayerNormColumnParallelLinear, "
              "TEDotProductAttention (cuDNN fused attention), TERowParallelLinear, fused bias-SwiGLU and "
              "bias-dropout-add; what each saves: costmodel._memory_terms.te_saved_bytes",
              "dropout off: NVIDIA's recipes run without it (Megatron-Bridge gpt_provider.py GPTProvider175B "
@@ -251,8 +278,25 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
-        all_reduce_then_gather=(True, False, False), grad_buffer_bytes=(4.0,) * 3,
-        sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
+        all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
+        zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
+        sources=("DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
+                 "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
+                 "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",
+                 "DeepSpeed 38327e0 zero/partitioned_param_coordinator.py fetch_sub_module: one all_gather_coalesced "
+                 "(partition_parameters.py: one collective) per module's parameters, prefetches up to "
+                 "stage3_prefetch_bucket_size (5e7) within stage3_max_live_parameters (1e9): past 1e9 parameters "
+                 "about one a module as each release frees room; parameters under stage3_param_persistence_threshold "
+                 "(1e5: norms, biases) never gathered. Megatron-DeepSpeed's layer: query_key_value, dense, "
+                 "dense_h_to_4h (SwiGLU fused), dense_4h_to_h: 4 a layer; the embedding and the head: 2",
+                 "DeepSpeed 38327e0 __params_to_release: a module's parameters stay gathered when their next use is "
+                 "within stage3_max_reuse_distance (1e9) elements of traversal: the forward's last modules, whose "
+                 "next use is the backward's first, 2 x their size apart: 5e8 parameters not gathered again",
+                 "DeepSpeed 38327e0 zero/stage_1_and_2.py step() and bf16_optimizer.py update_lp_params: after the "
+                 "optimizer update, all_gather_dp_groups (runtime/utils.py: all_gather_into_tensor_dp_groups, one "
+                 "all_gather_into_tensor of each flat bf16 group) gathers the updated weights: after the backward, "
+                 "before the next forward, not overlapped",
+                 "DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
                  "ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 gradients to it (allreduce_bucket)",
                  "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
                  "float16_to_fp32 after the logits (2, 4 bytes a logit; CrossEntropy's .float() then a no-op); "
@@ -278,11 +322,18 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), grad_buffer_bytes=(4.0,) * 3,
+        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
+        dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
+        grad_buffer_bytes=(4.0,) * 3,
         sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
                  "reduce-scatter output cast to orig_dtype, the sharded parameter's (fp32 under torchtitan's "
                  "MixedPrecisionPolicy param_dtype bf16), and set as sharded_param.grad: 4 bytes, whatever the reduce "
                  "dtype (FSDP1 the same: _cast_grad_to_param_dtype, so also the llm-foundry profiles and PURE)",
+                 "torchtitan 9dec370 torchtitan/parallelisms/parallelize_llama.py apply_fsdp: fully_shard per "
+                 "TransformerBlock and the model (the root: embedding, final norm, output): one all-gather and one "
+                 "reduce-scatter a unit per micro-batch; reshard_after_forward False for the last block; pytorch "
+                 "325b98f torch/distributed/_composable/fsdp/_fsdp_state.py _lazy_init: the root not resharded "
+                 "after forward (post_forward_mesh_info None): L - 1 all-gathers in backward",
                  "pytorch tensor/experimental/_attention.py (0123248; the end-2024 nightly unstored), rank c - 1: K, V"
                  " contiguous 8, K/V cat 8 (c - 1 times), fp32 merge 6 + 32, cast 6: 20 + 46 (c - 1); backward: fp32 "
                  "zeros 12, contiguous 8, step 0's += 30, dK/dV cat 16 a step, then dK, dV _partial_update 26, dQ += "
@@ -320,6 +371,17 @@ def _derive(base: str, name: str, **fields) -> None:
     FRAMEWORKS[name] = dataclasses.replace(FRAMEWORKS[base], name=name, **fields)
 
 
+_derive("deepspeed", "deepspeed-flash2", fused_attention=True, attention_kernel="flash2",
+    what="DeepSpeed as the deepspeed profile, attention by FlashAttention-2 (Megatron-DeepSpeed "
+         "--use-flash-attn-v2, or HF transformers' attn_implementation='flash_attention_2'): no s x s scores "
+         "stored, the causal half at FlashAttention-2's rate where one is published (Hopper), else the standard "
+         "formula",
+    sources=("microsoft/Megatron-DeepSpeed megatron/model/transformer.py ParallelAttention: use_flash_attn for causal "
+             "self-attention under --use-flash-attn-v2, FlashAttention-2's flash_attn_varlen_func (its output and "
+             "per-row softmax statistics kept, no scores); ParallelMLP: dense_h_to_4h 2 f wide under --swiglu",
+             "Dao 2023, FlashAttention-2 (arXiv:2307.08691): the attention matrix never written to HBM",
+             "the deepspeed profile's sources"),
+)
 _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves="torchtitan",
     what="torchtitan without torch.compile (FSDP2 as the fsdp2 profile): its model code's norms, RoPE and "
          "SwiGLU run as eager PyTorch ops, each reading and writing HBM",
@@ -337,7 +399,8 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
-    eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True,  # eager: 20 bytes an element of q + hk, a third forward
+    # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
+    eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: DEFAULT (the tables' mode) reduces in fp32",
              "llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
@@ -350,8 +413,9 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
              "element of q and of hk (K and V as one: 2 x 10), 20 / 3 a forward (eager_elem_bytes: twice backward)",
              "torch FSDP1 _runtime_utils.py: _pre_forward_unshard waits for its unit's all-gather, then prefetches the "
              "next unit's; _post_forward_reshard keeps the root and SHARD_GRAD_OP units gathered; _post_backward_hook "
-             "reduce-scatters on the post_backward stream, frees the unit where _sync_gradients; llm-foundry 5e85bd62d "
-             "sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
+             "reduce-scatters on the post_backward stream, frees the unit where _sync_gradients (pytorch 3ade90a: "
+             "every FULL_SHARD unit but the root resharded after forward, gathered again for backward); llm-foundry "
+             "5e85bd62d sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
              "the fsdp2 profile's sources"),
 )
 _derive("llm-foundry", "llm-foundry-triton", attention_kernel="triton", eager_elem_bytes=(0.0,) * 3,

@@ -45,6 +45,13 @@ ELEM_BWD_FACTOR = 2.0
 # Cross-entropy over the vocabulary: fp32 logits written, read twice (max, sum), gradient
 # written in 16 bits: bytes per logit, forward and backward together.
 XENT_BYTES_PER_LOGIT = 4 + 8 + 2
+# Unfused attention (Megatron-LM 2021-2022, megatron/model/transformer.py ParallelAttention: baddbmm into the b a s s
+# scores, FusedScaleMaskSoftmax, attention dropout, bmm with V): HBM bytes per score element beyond the two batched
+# products, (forward, backward). The causal softmax kernel (fused_kernels/scaled_upper_triang_masked_softmax.h) reads
+# only the lower triangle and writes the whole row: forward read 2 x 1/2 + write 2 = 3, backward reads the gradient and
+# its output over the triangle, writes the row: 1 + 1 + 2 = 4. Dropout (PyTorch's fused dropout): read 2, write 2 and a
+# one-byte mask = 5; backward read 2 and the mask, write 2 = 5. Forward 3 + 5, backward 4 + 5.
+UNFUSED_SCORE_BYTES = (8.0, 9.0)
 # Flash attention's utilisation uses the 128-wide tile edge of its kernels as the half-size
 # of each side. Measured on an H100 (benchmarks/gpu_attention_sweep.py, BENCHMARKS.md "GEMM
 # calibration"): PyTorch's fused attention at head dim 128 reaches 360-490 TFLOP/s forward +

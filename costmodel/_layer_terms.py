@@ -23,6 +23,7 @@ from costmodel._layer_compute import (
     ELEM_BWD_FACTOR,
     ELEM_TF_PER_LAYER,
     ELEM_TH_PER_LAYER,
+    UNFUSED_SCORE_BYTES,
     XENT_BYTES_PER_LOGIT,
     edge_terms,
     fp8_cast_s,
@@ -122,12 +123,17 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
     adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
     K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
-    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*."""
+    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*.
+    Unfused attention (not Framework.fused_attention) moves its s x s scores through HBM in the softmax and the
+    attention dropout (unfused_score_s): at that rate, forward (cast_f) and backward (cast_b), and again where the
+    attention core is recomputed (sel_re)."""
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
     ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
-    if (any(fw.eager_elem_bytes) or repeat or ring) and model.kind != "mlp":
+    unfused = not fw.fused_attention and model.kind != "mlp" and not model.mla
+    if (any(fw.eager_elem_bytes) or repeat or ring or unfused) and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+        byte_s = terms["elem"] / fused  # seconds a byte at the element-wise rate (before eager code's bytes join it)
     if ring:  # per element E of the rank's Q (K, V as wide after repeat_kv): copies at the element-wise rate; K, V
         # all-gathered in bf16 behind step 0's attention; fp32 dK, dV passed on behind each next step's, the last bare
         c, E, attn, bw, lat = terms["c"], T * model.q_hidden / t, terms["attn"], terms["cp_bw"], terms["cp_lat"]
@@ -144,6 +150,10 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
         terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
                  "cast_b": terms["cast_b"] + kv}
+    score_f = 0.0
+    if unfused:  # the s x s scores through HBM: the softmax and the attention dropout, forward and backward
+        score_f, score_b = unfused_score_s(model, terms["T"], t, byte_s)
+        terms = {**terms, "cast_f": terms["cast_f"] + score_f, "cast_b": terms["cast_b"] + score_b}
     act, score, moe_act, drop = layer_activations_under(fw, model, terms, t, sp, precision)
     zero = np.zeros_like(act)
     if fw.selective == "op" and model.kind != "mlp":
@@ -163,13 +173,22 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     elif model.mla:  # its up-projections instead of the core (costmodel._layer_compute, recompute)
         sel = {"sel_kept": act - score - terms["qkv_L"], "sel_work": zero, "sel_re": terms["up"], "sel_tp": zero}
     else:
-        sel = {"sel_kept": act - drop, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
+        sel = {"sel_kept": act - drop, "sel_work": zero, "sel_re": terms["attn"] + score_f + zero, "sel_tp": zero}
     out = {**terms, "act_L": act, "score_L": score, **sel}
     if moe_act is not None:
-        qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + zero)
+        qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + score_f + zero)
         out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - drop - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
     return out
+
+
+def unfused_score_s(model: Transformer, T, t, byte_s):
+    """(forward, backward) seconds one layer's unfused attention moves its s x s scores through HBM outside the two
+    batched products (UNFUSED_SCORE_BYTES a score element: the causal softmax kernel and the attention dropout), for a
+    micro-batch of T tokens (its rank's queries) against the s keys, heads / t heads a rank, ``byte_s`` seconds a
+    byte."""
+    E = T * model.seq_len * model.heads / t  # (N,) score elements on one rank
+    return byte_s * UNFUSED_SCORE_BYTES[0] * E, byte_s * UNFUSED_SCORE_BYTES[1] * E
 
 
 def layer_activations_under(fw: Framework, model: Transformer, terms: dict, t, sp, precision):

@@ -10,13 +10,25 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from costmodel._collectives import (
+    PAT_BW_FRACTION,
+    PAT_LOG_LATENCY_DIVISOR,
+    PAT_RANK_LATENCY_FRACTION,
+    TREE_BW_FRACTION,
+)
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OVERHEAD_UNITS, ROUTER_PROB_BYTES
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
-from costmodel._layer_compute import ATTN_HALF_DIM, ELEM_BWD_FACTOR, ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER
+from costmodel._layer_compute import (
+    ATTN_HALF_DIM,
+    ELEM_BWD_FACTOR,
+    ELEM_TF_PER_LAYER,
+    ELEM_TH_PER_LAYER,
+    UNFUSED_SCORE_BYTES,
+)
 from costmodel._memory_terms import (
     ACT_REPLICATED_H,
     ACT_SCORE_BYTES,
@@ -50,6 +62,54 @@ def _gather(nbytes: float, n: int, link: tuple[float, float]) -> float:
         return 0.0
     bw, lat = link
     return (n - 1) / n * nbytes / bw + (n - 1) * lat
+
+
+def _collective_link(cluster: Cluster, stride: int, size) -> tuple:
+    """(bandwidth, latency inside a node, latency across nodes, nodes, ranks per node) of an NCCL collective over a
+    group of ``size`` ranks ``stride`` apart (the data-parallel exchange; costmodel._collectives module docstring)."""
+    G, eff = cluster.gpus_per_node, cluster.gpu.link_eff
+    up, out = cluster.scaleup_Bps, cluster.scaleout_Bps
+    up_l, out_l = cluster.scaleup_latency_s, cluster.scaleout_latency_s
+    span = stride * size
+    if span <= G and G % span == 0:  # inside a node
+        return up * eff, up_l, up_l, 1, size
+    if stride % G == 0:  # one rank per node
+        return out * eff, up_l, out_l, size, 1
+    if G % stride == 0 and span % G == 0:  # g ranks on each node the group spans: the node's NICs at once
+        g = G // stride
+        return min(g * out, g / max(g - 1, 1) * up) * eff, up_l, out_l, size // g, g
+    slow = max(up_l, out_l)  # groups across node boundaries unevenly: the slower tier on every step
+    return min(up, out) * eff, slow, slow, size, 1
+
+
+def _collective(kind: str, nbytes: float, msg_bytes: float, n, link: tuple) -> float:
+    """Seconds of collectives moving ``nbytes`` (whole buffers) over n ranks in messages of ``msg_bytes``, by NCCL's
+    fastest algorithm for the message, without their latencies (_collective_latency)."""
+    return _collective_choice(kind, msg_bytes, n, link)[0] * nbytes
+
+
+def _collective_latency(kind: str, msg_bytes: float, n, link: tuple) -> float:
+    return _collective_choice(kind, msg_bytes, n, link)[1]
+
+
+def _collective_choice(kind: str, msg_bytes: float, n, link: tuple) -> tuple[float, float]:
+    """(seconds per byte, seconds per call) of one collective: ring, or tree (all-reduce across nodes) or PAT
+    (all-gather / reduce-scatter, one rank per node) where NCCL's tuning model finds it faster for the message."""
+    if n <= 1:
+        return 0.0, 0.0
+    bw, up_l, out_l, nodes, per_node = link
+    twice = 2 if kind == "all_reduce" else 1
+    ring = (twice * (n - 1) / n / bw, twice * ((n - nodes) * up_l + (nodes - 1) * out_l))
+    log_nodes = math.floor(math.log2(max(nodes, 1)))
+    alt = None
+    if kind == "all_reduce" and nodes > 1:
+        alt = (2 / (TREE_BW_FRACTION * bw), 2 * ((per_node - 1) * up_l + log_nodes * out_l))
+    if kind == "gather" and per_node == 1 and nodes > 1:
+        alt = (ring[0] / PAT_BW_FRACTION,
+               log_nodes * out_l / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * out_l)
+    if alt is not None and alt[0] * msg_bytes + alt[1] < ring[0] * msg_bytes + ring[1]:
+        return alt
+    return ring
 
 
 def _util(gpu, *dims: float) -> float:
@@ -391,8 +451,13 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
+    score_f = 0.0
+    if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout
+        scores = T * model.seq_len * model.heads / tp  # s x s score elements of the rank's T queries and heads
+        score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
+        cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
 
@@ -526,7 +591,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re = act["sac_frac"] * (lay["gemm"] + lay["cast_f"]) + lay["elem"] + lay["overhead"]
         re_tp, re_cp = 0.5 * tp_fwd, 0.0
     elif rc == "selective":  # the attention core (MLA: its up-projections instead)
-        re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"]), 0.0, 0.0
+        re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"] + lay["score_f"]), 0.0, 0.0
     else:
         re, re_tp, re_cp = 0.0, 0.0, 0.0
     re_tp_m = 0.0 if (rc == "selective" and act["op_sac"]) else re_tp  # expert layers: attention-core policy
@@ -537,7 +602,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
     tps = n * 2 * tp_fwd
     ep_s = re_m = 0.0
     if n_m:
-        re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"]}.get(rc, 0.0)
+        re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
         re_ep = moe["ep"] if rc == "full" else 0.0
         F += n_m * (moe["fwd"] + tp_fwd + cp_fwd + moe["ep"])
         # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
@@ -663,36 +728,84 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     dense_max = max(st["params"] for st in stages)
     expert_max = max(st["params_e"] for st in stages)
     params_max = max(st["params"] + st["params_e"] for st in stages)
-    dp_link = _link(cluster, tp * cp * dp)
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
+    plan = _exchange_plan(model, fw, row)
 
-    def exchange(n_params: float, ranks: int) -> float:  # gradients and weights in the framework's dtypes
+    def exchange(n_params: float, ranks: int, link: tuple, bucket: float) -> float:  # in the framework's dtypes
         grad_bytes, w_bytes = gb * n_params, wb * n_params
+        msg = min(bucket, plan["est"])  # elements of one bucket's collective
+        calls = n_params / bucket + 1  # (the last bucket partly filled)
+        gather_msg, gather_calls = (plan["est"], 1) if fw.weight_gather_in_step else (msg, calls)
         if zero == 3:  # all-gather the weights for forward and for backward, reduce-scatter the gradients
-            return m * (2 * _gather(w_bytes, ranks, dp_link) + _gather(grad_bytes, ranks, dp_link))
+            unit_w = wb * plan["est"] / plan["fwd"]
+            gathers = (_collective("gather", (2 - plan["kept"]) * w_bytes, unit_w, ranks, link)
+                       + (plan["fwd"] + plan["bwd"]) * _collective_latency("gather", unit_w, ranks, link))
+            if plan["scatters"] is None:  # reduce-scatters by bucket
+                scatters = (_collective("gather", grad_bytes, gb * msg, ranks, link)
+                            + calls * _collective_latency("gather", gb * msg, ranks, link))
+            else:  # one per unit
+                unit_g = gb * plan["est"] / plan["scatters"]
+                scatters = (_collective("gather", grad_bytes, unit_g, ranks, link)
+                            + plan["scatters"] * _collective_latency("gather", unit_g, ranks, link))
+            return m * (gathers + scatters)
+        gather = ("gather", w_bytes, wb * gather_msg, gather_calls)
         if zero <= 1 and both:  # all-reduce the gradients, then all-gather the updated weights
-            return _allreduce(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
-        if zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
-            return _gather(grad_bytes, ranks, dp_link) + _gather(w_bytes, ranks, dp_link)
-        return _allreduce(grad_bytes, ranks, dp_link)
+            kinds = (("all_reduce", grad_bytes, gb * msg, calls), gather)
+        elif zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
+            kinds = (("gather", grad_bytes, gb * msg, calls), gather)
+        else:
+            kinds = (("all_reduce", grad_bytes, gb * msg, calls),)
+        return sum(_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
+                   for k, nb, mb, c in kinds)
 
     gpu = cluster.gpu
     if model.is_moe:
-        dp_raw = exchange(dense_max, g) + exchange(expert_max, edp)
+        ep_link = _collective_link(cluster, row.ep * row.etp, edp)  # edp ranks ep etp apart
+        dp_raw = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
+                  + exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
-        dp_raw = exchange(params_max, g)
+        dp_raw = exchange(params_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     exposed = max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0) if row.overlap else dp_raw
+    if fw.weight_gather_in_step and (zero in (1, 2) or (both and zero <= 1)):  # gathered after the optimizer step
+        ag = wb / (gb * (1 + (both and zero <= 1)) + wb) * dp_raw
+        exposed = max(dp_raw - ag - window, 0.0) + ag if row.overlap else dp_raw
     if fw.fsdp_unit_edges and row.overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
         e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
         exposed = e * (ag + rs) + (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
                                    if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
+
+
+def _exchange_plan(model: Transformer, fw, row: _Row) -> dict:
+    """The data-parallel exchange's collectives under ``fw`` (costmodel._data_parallel.exchange_plan): bucket size by
+    dp ranks, ZeRO-3's all-gathers per forward and backward pass, reduce-scatters (None: by bucket), the share of the
+    weights kept gathered for backward, and the stage's parameters per GPU (message sizes)."""
+    L, tp = model.layers, row.tp
+    unit = (model.num_params() - model.embedding_params() - model.head_params()) / L / tp  # a layer's, per GPU
+    total = model.num_params() / tp
+    floor, per_rank = fw.dp_bucket_elems
+
+    def bucket(ranks):
+        if fw.dp_buckets_need_overlap and not row.overlap:
+            return math.inf
+        return unit if floor == 0 else max(floor, per_rank * ranks)
+
+    per_layer, outside, scatter_per_layer = fw.zero3_gathers
+    k_layers, k_outside, k_params = fw.zero3_kept
+    kept = min(k_layers * unit + k_outside * (total - L * unit) + k_params, total) / total
+    if per_layer > 0:
+        fwd = L * per_layer + outside
+        bwd = max(fwd - (k_layers * per_layer + k_outside + k_params / (unit / per_layer)), 0.0)
+    else:
+        fwd, bwd = 1.0, 1.0 - math.floor(kept)
+    return dict(bucket=bucket, fwd=fwd, bwd=bwd, kept=kept, est=total / row.pp,
+                scatters=L * scatter_per_layer + outside if scatter_per_layer > 0 else None)
 
 
 def _memory(model: Transformer, cluster: Cluster, row: _Row, fw, stages: list[dict], moe: dict | None,

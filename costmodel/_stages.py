@@ -25,7 +25,9 @@ costmodel._strategy) is priced on the slowest link it crosses (group_link):
 On a cluster whose intra-node link is at least as fast as its network this is the homogeneous
 rule (costmodel._collectives.tier: inside a node, else the network); where the network is faster
 (PCIe nodes on a 400 Gb/s network) a group that crosses node boundaries also crosses the slower
-intra-node link, and waits for it.
+intra-node link, and waits for it. The data-parallel exchange's NCCL collectives read the same
+layout through collective_group_link: a group whose layout tiles whole nodes with g of its ranks on
+each moves its inter-node bytes over those g ranks' NICs at once (costmodel._collectives).
 
 Pipeline hand-offs. Boundary i -> i + 1 moves the larger of the two per-GPU activation shares
 (micro-batch re-sharding when dp_i != dp_{i+1}, see costmodel._strategy) over: the link
@@ -318,3 +320,28 @@ def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.minimum(up_bw, out_bw))) * eff
     lat = np.where(inside, up_lat, np.where(per_node, out_lat, np.maximum(up_lat, out_lat)))
     return bw, lat
+
+
+def collective_group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
+    """(bandwidth, latency inside a node, latency across nodes, nodes spanned, ranks per node) of an NCCL collective
+    over groups of ``size`` ranks at ``stride`` (costmodel._collectives module docstring), the layout as group_link
+    reads it:
+        inside a node                         -> the intra-node link, size ranks on 1 node
+        stride a multiple of gpus_per_node    -> one rank per node: the network, size nodes
+        g = G / stride ranks on each of size / g nodes (stride divides G, the span a multiple of G)
+                                              -> min(g x network, g / (g - 1) x intra-node link)
+        otherwise (groups across node boundaries unevenly) -> group_link's min(intra, network) and its latency on
+                                                 every step, as one rank per node
+    All arguments broadcast; stride, size and G integers."""
+    span = stride * size
+    inside = (span <= G) & (np.mod(G, span) == 0)
+    per_node = np.mod(stride, G) == 0
+    tiled = ~inside & ~per_node & (np.mod(G, stride) == 0) & (np.mod(span, G) == 0)
+    g = np.where(inside, size, np.where(tiled, G // np.maximum(stride, 1), 1))  # the group's ranks on a node
+    gf = g.astype(np.float64)
+    node_bw = np.minimum(gf * out_bw, gf / np.maximum(gf - 1.0, 1.0) * up_bw)
+    bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.where(tiled, node_bw, np.minimum(up_bw, out_bw)))) * eff
+    odd = ~inside & ~per_node & ~tiled
+    lat_up = np.where(odd, np.maximum(up_lat, out_lat), up_lat)
+    lat_out = np.where(odd, np.maximum(up_lat, out_lat), np.where(inside, up_lat, out_lat))
+    return bw, lat_up, lat_out, size // g, g

@@ -3,6 +3,7 @@ rule its sources state (costmodel._frameworks)."""
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from costmodel import (
     framework_preset,
     model_preset,
 )
+from costmodel._hardware import SUSTAINED_CLOCK
 from costmodel._validate import read_runs
 
 GPT3 = model_preset("gpt3-175b")  # 96 layers, hidden 12288, 96 heads, seq 2048
@@ -120,16 +122,19 @@ def test_weight_gathers_by_framework_deepspeed_bf16_optimizer_and_megatron_param
     assert {k: f.weight_gather_bytes for k, f in FRAMEWORKS.items() if f.weight_gather_bytes != (2.0,) * 3} == {
         "megatron-bridge": (2.0, 2.0, 1.0)}
     assert {k: f.all_reduce_then_gather for k, f in FRAMEWORKS.items() if any(f.all_reduce_then_gather)} == {
-        "deepspeed": (True, False, False)}
+        "deepspeed": (True, False, False), "deepspeed-flash2": (True, False, False)}
     # DeepSpeed, no overlap: bf16 at ZeRO 0 and 1 moves 2 x 2 + 2 bytes an element in three ring passes where the
     # generic profile's ZeRO 1 moves 2 + 2 in two (its ZeRO 0, 2 x 2 in two): 1.5x, latencies included; ZeRO 2 and fp16
-    # rows as generic's.
+    # rows as generic's. (DeepSpeed's collectives counted as generic's, one a pass: their count is
+    # tests/test_collectives_nccl.py's.)
+    ds = dataclasses.replace(FRAMEWORKS["deepspeed"], name="deepspeed-one-per-pass", dp_bucket_elems=(math.inf, 0.0),
+                             weight_gather_in_step=False)
     cols = dict(dp=128, tp=8, pp=1, overlap_dp=False)
     dp = lambda fw, **c: _one(fw, **cols, **c)["dp_comm_s"][0]  # noqa: E731
     for z in (0, 1):
-        assert dp("deepspeed", zero_stage=z) == pytest.approx(1.5 * dp("generic", zero_stage=z), rel=1e-12)
-    assert dp("deepspeed", zero_stage=2) == pytest.approx(dp("generic", zero_stage=2), rel=1e-12)
-    assert dp("deepspeed", zero_stage=1, precision="fp16") == pytest.approx(dp("generic", zero_stage=1), rel=1e-12)
+        assert dp(ds, zero_stage=z) == pytest.approx(1.5 * dp("generic", zero_stage=z), rel=1e-12)
+    assert dp(ds, zero_stage=2) == pytest.approx(dp("generic", zero_stage=2), rel=1e-12)
+    assert dp(ds, zero_stage=1, precision="fp16") == pytest.approx(dp("generic", zero_stage=1), rel=1e-12)
     # Megatron-Core, overlap on: the same exchange less exposed than with the gather behind the backward; ZeRO 0
     # (no distributed optimizer) and overlap off unchanged.
     behind = dataclasses.replace(FRAMEWORKS["megatron-core"], name="mc-gather-in-backward", overlap_param_gather=False)
@@ -192,7 +197,7 @@ def test_aliases_and_unknown_names():
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its loss, GQA read, FSDP1
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 0.0, 0.0), fsdp_unit_edges=False,
-                               ring_attention_bytes=(20.0, 46.0, 84.0, 60.0)) == \
+                               ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), zero3_kept=(1.0, 1.0, 0.0)) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
@@ -328,14 +333,14 @@ def test_eager_torchtitan_moves_its_norms_rope_and_swiglu_bytes():
     # and K for RoPE, 4 more per element of the MLP intermediate for SiLU * w3. GPT-3 175B, tp 8
     # with SP, pp 1, no recompute: T = 2048 tokens a micro-batch, q = hk = h = 12288, f = 4h; 12
     # micro-batches of 96 layers; forward once and backward twice (ELEM_BWD_FACTOR) at the
-    # H100's HBM rate (3.35 TB/s x 0.9 x 0.85).
+    # H100's HBM rate (3.35 TB/s x 0.9 x SUSTAINED_CLOCK).
     assert framework_preset("fsdp2-eager").eager_elem_bytes == (64.0, 20.0, 4.0)
     assert framework_preset("torchtitan-eager") is FRAMEWORKS["fsdp2-eager"]
     cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
     a, b = _one("fsdp2", **cols), _one("fsdp2-eager", **cols)
     h, T = 12288, 2048
     extra = T * (64 * h / 8 + 20 * 2 * h / 8 + 4 * 4 * h / 8)
-    want = 12 * 96 * 3 * extra / (3.35e12 * 0.9 * 0.85)
+    want = 12 * 96 * 3 * extra / (3.35e12 * 0.9 * SUSTAINED_CLOCK)
     assert b["compute_s"][0] - a["compute_s"][0] == pytest.approx(want, rel=1e-9)
     # every other profile moves none of these bytes (llm-foundry: its unpadding copies, the test below)
     assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items() if name not in ("fsdp2-eager",
@@ -348,12 +353,12 @@ def test_llm_foundry_flash_path_moves_its_unpadding_copies():
     # (2 + 2) and scatters Q's, K's and V's into zeros (2 + 2 + 2 each): 10 + 10 bytes an element of q, 4 + 6 of K
     # and of V. GPT-3 175B is MHA (q = hk = h = 12288): 20 bytes an element of q + hk, forward and backward.
     # tp 8 with SP, pp 1, dp 128, no recompute: 12 micro-batches of 2048 tokens through 96 layers at the
-    # H100's HBM rate (3.35 TB/s x 0.9 x 0.85).
+    # H100's HBM rate (3.35 TB/s x 0.9 x SUSTAINED_CLOCK).
     cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
     fused = dataclasses.replace(FRAMEWORKS["llm-foundry"], name="llm-foundry-no-unpad", eager_elem_bytes=(0.0,) * 3)
     a, b = _one("llm-foundry", **cols), _one(fused, **cols)
     h, T = 12288, 2048
-    want = 12 * 96 * 20 * T * (h + h) / 8 / (3.35e12 * 0.9 * 0.85)
+    want = 12 * 96 * 20 * T * (h + h) / 8 / (3.35e12 * 0.9 * SUSTAINED_CLOCK)
     assert a["compute_s"][0] - b["compute_s"][0] == pytest.approx(want, rel=1e-9)
     # the Triton path (triton_flash_attn_fn) has no unpadding: only the attention kernel's pricing differs
     assert dataclasses.replace(FRAMEWORKS["llm-foundry-triton"], name="llm-foundry", what="", sources=(),
@@ -363,17 +368,17 @@ def test_llm_foundry_flash_path_moves_its_unpadding_copies():
 
 def test_llm_foundry_triton_prices_its_attention_by_the_standard_formula():
     # No published rate for Triton FlashAttention: the whole s x s square (4 b s s q / t FLOPs a layer forward) at
-    # the H100's GEMM constant (MAMF 792.1 of 989.4 TFLOP/s x 0.85) times the tile terms s / (s + 128) twice and
+    # the H100's GEMM constant (MAMF 792.1 of 989.4 TFLOP/s x SUSTAINED_CLOCK) x the tile terms s / (s + 128) twice and
     # head dim 128 / (128 + 128); where llm-foundry (FlashAttention-2) prices the causal half at 3 / (1 / 276 +
-    # 2.5 / 187) TFLOP/s x 0.85 (measured on an H100 at 2k). Attention runs once forward and twice backward:
+    # 2.5 / 187) TFLOP/s x SUSTAINED_CLOCK (measured on an H100 at 2k). Attention runs once forward and twice backward:
     # GPT-3 175B, tp 8, pp 1, dp 128, no recompute, 12 micro-batches of 2048 tokens, 96 layers.
     cols = dict(dp=128, tp=8, pp=1, recompute="none")
     fused = dataclasses.replace(FRAMEWORKS["llm-foundry"], name="llm-foundry-no-unpad", eager_elem_bytes=(0.0,) * 3)
     triton, flash = _one("llm-foundry-triton", **cols), _one(fused, **cols)
     s, q, t, peak = 2048, 12288, 8, 989.4e12
     tiles = (s / (s + 128.0)) ** 2
-    standard = 4 * s * s * q / t / (peak * 792.1 / 989.4 * 0.85 * tiles * 0.5)
-    fa2 = 2 * s * s * q / t / (3 / (1 / 276e12 + 2.5 / 187e12) * 0.85)
+    standard = 4 * s * s * q / t / (peak * 792.1 / 989.4 * SUSTAINED_CLOCK * tiles * 0.5)
+    fa2 = 2 * s * s * q / t / (3 / (1 / 276e12 + 2.5 / 187e12) * SUSTAINED_CLOCK)
     assert triton["compute_s"][0] - flash["compute_s"][0] == pytest.approx(12 * 96 * 3 * (standard - fa2), rel=1e-9)
 
 
@@ -381,14 +386,14 @@ def test_llm_foundry_triton_on_the_a100_prices_the_causal_half_at_its_calibrated
     # flash_attn_triton.py skips the key blocks above the diagonal: the causal half (2 b s s q / t FLOPs a layer
     # forward) at 0.30 of the A100's 312 TFLOP/s (costmodel._hardware._ATTN_EFF, calibrated on LLM Foundry's A100 rows
     # outside the validation set), where the standard formula prices the whole square at the A100's GEMM constant
-    # (MAMF 267.9 of 312 x 0.85) times s / (s + 128) twice and 128 / (128 + 128). Once forward, twice backward;
+    # (MAMF 267.9 of 312 x SUSTAINED_CLOCK) x s / (s + 128) twice and 128 / (128 + 128). Once forward, twice backward;
     # GPT-3 175B, tp 8, pp 1, dp 128, 12 micro-batches of 2048 tokens, 96 layers.
     a100 = cluster_preset("dgx-a100-1024")
     cols = StrategyTable.from_columns(dp=128, tp=8, pp=1, micro_batch=1, global_batch=1536, recompute="none")
     std = dataclasses.replace(FRAMEWORKS["llm-foundry-triton"], name="triton-standard", attention_kernel="standard")
     triton, standard = (evaluate(GPT3, a100, cols, framework=fw) for fw in ("llm-foundry-triton", std))
     s, q, t, peak = 2048, 12288, 8, 312e12
-    whole = 4 * s * s * q / t / (peak * 267.9 / 312 * 0.85 * (s / (s + 128.0)) ** 2 * 0.5)
+    whole = 4 * s * s * q / t / (peak * 267.9 / 312 * SUSTAINED_CLOCK * (s / (s + 128.0)) ** 2 * 0.5)
     half = 2 * s * s * q / t / (peak * 0.30)
     assert standard["compute_s"][0] - triton["compute_s"][0] == pytest.approx(12 * 96 * 3 * (whole - half), rel=1e-9)
 
@@ -398,17 +403,17 @@ def test_deepspeed_bf16_optimizer_adds_each_micro_batchs_gradients_into_fp32():
     # every local parameter after every micro-batch's backward (bf16_optimizer.py _update_hp_grad,
     # pipe/engine.py _exec_backward_pass): 2 + 4 bytes for the cast, 8 + 4 for the add. GPT-3 175B,
     # tp 8, pp 1, dp 128: 12 micro-batches of 96 layers of 12 h^2 + 13 h parameters, 1/8 of them per
-    # GPU, at the H100's HBM rate (3.35 TB/s x 0.9 x 0.85). ZeRO-2 (DeepSpeed's ZeRO optimizer) and
+    # GPU, at the H100's HBM rate (3.35 TB/s x 0.9 x SUSTAINED_CLOCK). ZeRO-2 (DeepSpeed's ZeRO optimizer) and
     # fp16 rows do not pay it.
     assert framework_preset("deepspeed").hp_grad_bytes == 18.0
     cols = dict(dp=128, tp=8, pp=1, recompute="none", sequence_parallel="true")
     z0, z1, z2 = (_one("deepspeed", zero_stage=z, **cols) for z in (0, 1, 2))
     fp16 = _one("deepspeed", zero_stage=0, precision="fp16", **cols)
     h = 12288
-    want = 12 * 96 * 18 * (12 * h * h + 13 * h) / 8 / (3.35e12 * 0.9 * 0.85)
+    want = 12 * 96 * 18 * (12 * h * h + 13 * h) / 8 / (3.35e12 * 0.9 * SUSTAINED_CLOCK)
     assert z0["compute_s"][0] - z2["compute_s"][0] == pytest.approx(want, rel=1e-9)
     assert z1["compute_s"][0] == z0["compute_s"][0] and fp16["compute_s"][0] == z2["compute_s"][0]
-    assert all(fw.hp_grad_bytes == 0 for name, fw in FRAMEWORKS.items() if name != "deepspeed")
+    assert all(fw.hp_grad_bytes == 0 for name, fw in FRAMEWORKS.items() if not name.startswith("deepspeed"))
 
 
 @pytest.mark.parametrize("name, xent", [("megatron-core", 52), ("megatron-2021", 52), ("deepspeed", 60),
@@ -417,27 +422,27 @@ def test_each_profiles_loss_moves_its_counted_bytes_a_logit(name, xent):
     # The last stage's head_elem moves xent bytes per logit (T V / t of a micro-batch), forward and
     # backward, at the HBM rate, where a fused kernel moves 14 (Framework.xent_bytes' sources).
     # GPT-3 175B, tp 8, pp 1, dp 128, b 1: 12 micro-batches of 2048 tokens over a vocabulary of
-    # 51200 at the H100's 3.35 TB/s x 0.9 x 0.85.
+    # 51200 at the H100's 3.35 TB/s x 0.9 x SUSTAINED_CLOCK.
     assert framework_preset(name).xent_bytes == xent
     fused = dataclasses.replace(framework_preset(name), name=name + "-fused-loss", xent_bytes=14)
     cols = dict(dp=128, tp=8, pp=1, recompute="none")
-    want = 12 * (xent - 14) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * 0.85)
+    want = 12 * (xent - 14) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * SUSTAINED_CLOCK)
     assert _one(name, **cols)["compute_s"][0] - _one(fused, **cols)["compute_s"][0] == pytest.approx(want, rel=1e-9)
     fsdp2, deepspeed = _one("fsdp2", **cols), _one(dataclasses.replace(FRAMEWORKS["fsdp2"], xent_bytes=60), **cols)
     assert deepspeed["compute_s"][0] - fsdp2["compute_s"][0] == pytest.approx(
-        12 * (60 - 48) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * 0.85), rel=1e-9)
+        12 * (60 - 48) * 2048 * 51200 / 8 / (3.35e12 * 0.9 * SUSTAINED_CLOCK), rel=1e-9)
     assert all(FRAMEWORKS[n].xent_bytes == 14 for n in ("generic", "hai-llm", "llm-foundry"))
 
 
 def test_torchtitans_gqa_copies_of_k_and_v_are_priced_forward_and_backward():
     # torchtitan's repeat_kv copies K and V (hk = 1024 columns each) to q = 4096 columns: 4 bytes an element of
     # q + hk forward, as many backward. Llama-3 8B, tp 1, pp 1, dp 64, b 1, no recompute: 24 micro-batches of
-    # 8192 tokens through 32 layers, at the H100's 3.35 TB/s x 0.9 x 0.85; GPT-3 (MHA: nothing copied) unchanged.
+    # 8192 tokens through 32 layers, at the H100's 3.35 TB/s x 0.9 x SUSTAINED_CLOCK; GPT-3 (MHA: no copy) unchanged.
     model = model_preset("llama3-8b")
     table = StrategyTable.from_columns(dp=64, tp=1, pp=1, micro_batch=1, global_batch=1536, recompute="none")
     shared = dataclasses.replace(FRAMEWORKS["fsdp2"], name="fsdp2-shared-kv", kv_repeat_bytes=0.0)
     a, b = (evaluate(model, H100, table, framework=fw) for fw in ("fsdp2", shared))
-    want = 24 * 32 * 2 * 4 * 8192 * (4096 + 1024) / (3.35e12 * 0.9 * 0.85)
+    want = 24 * 32 * 2 * 4 * 8192 * (4096 + 1024) / (3.35e12 * 0.9 * SUSTAINED_CLOCK)
     assert FRAMEWORKS["fsdp2-eager"].kv_repeat_bytes == 4
     assert a["compute_s"][0] - b["compute_s"][0] == pytest.approx(want, rel=1e-9)
     cols = dict(dp=128, tp=8, pp=1, recompute="none")
