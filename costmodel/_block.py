@@ -46,6 +46,7 @@ from costmodel._layer_terms import (
 )
 from costmodel._memory_terms import (
     buffer_bytes,
+    grad_kwargs,
     layer_activations,
     moe_memory,
     stage_params,
@@ -53,7 +54,14 @@ from costmodel._memory_terms import (
     state_bytes_per_param,
 )
 from costmodel._metrics import Metrics, assemble_metrics
-from costmodel._pipeline_terms import bottleneck_parts, first_max_stage, in_flight, pipeline_step
+from costmodel._pipeline_terms import (
+    bottleneck_parts,
+    extra_warmup_chunks,
+    first_max_stage,
+    in_flight,
+    pipeline_step,
+    with_extra_chunk,
+)
 from costmodel._stages import GPU_FIELDS, StageView
 from costmodel._workloads import Transformer
 
@@ -364,10 +372,12 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v, X_sum=np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs)
-    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j)
+    extra = extra_warmup_chunks(rows.fw, rows.model)
+    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra)
     if sim is not None:
         q, row_shape, peaks = sim
-        k[:, q] = peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)]
+        k[:, q] = with_extra_chunk(peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)], rows.sched[q],
+                                   rows.m[q], rows.v[q], extra)
     return Pipeline(bot_flat=bot_flat, ub=ub, first_b=first_b, last_b=last_b, F_b=F_b, B_b=B_b, W_b=W_b, X_max=X_max,
                     pipe=pipe, fill=fill, pp_comm=pp_comm, needs_simulation=needs_simulation, k=k)
 
@@ -424,10 +434,11 @@ def memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, reason) ->
     worst_flat = first_max_stage(tot if hbm.shape[0] == 1 else tot / hbm) * N + np.arange(N)
     atm = lambda a: a[0] if len(a) == 1 else np.take(a, worst_flat)  # noqa: E731
     mem_total = atm(tot)
-    worst_state = state_bytes(atm(params), rows.zero, atm(g))  # the worst stage's state by part
+    grad = grad_kwargs(rows.fw, rows.prec)
+    worst_state = state_bytes(atm(params), rows.zero, atm(g), **grad)  # the worst stage's state by part
     if rows.moe:  # and the routed experts', sharded over edp
         worst_state = tuple(a + x for a, x in zip(worst_state, state_bytes(atm(mem["expert_params"]), rows.zero,
-                                                                           atm(edp)), strict=True))
+                                                                           atm(edp), **grad), strict=True))
     reason = np.where((reason == 0) & (mem_total > atm(hbm)), REASON["out_of_memory"], reason).astype(np.int8)
     return Memory(mem=mem, params=params, params_max=params_max, tot=tot, hbm=hbm,
                   hbm_rate=pa["hbm_Bps"] * pa["hbm_eff"], edp=edp, worst_flat=worst_flat, mem_total=mem_total,
@@ -445,11 +456,11 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
     mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
     if cfg.keyed:  # per configuration, then each stage's
         ranks = cfg.d_u * cfg.c_u
-        state = params * np.take(state_bytes_per_param(cfg.zero_u, ranks), inv)
+        state = params * np.take(state_bytes_per_param(cfg.zero_u, ranks, **grad_kwargs(rows.fw, cfg.prec_u)), inv)
         mem["buffers"] = buffer_bytes(eu["T"], model.hidden, cfg.t_u, ranks, cfg.zero_u, params_max,
                                       model.layer_params(), stage_of=inv)
     else:  # per row
-        state = params * state_bytes_per_param(rows.zero, g)
+        state = params * state_bytes_per_param(rows.zero, g, **grad_kwargs(rows.fw, rows.prec))
         mem["buffers"] = buffer_bytes(eu["T"][inv], model.hidden, rows.t, g, rows.zero, params_max,
                                       model.layer_params())
     return params, params_max, state, mem
@@ -465,7 +476,7 @@ def moe_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k, 
                       {x: np.take(a, inv) for x, a in terms.acts.items()}, rows.t.astype(np.float64), rows.zero, g,
                       None if rows.all_moe else rows.n_d, rows.n_m, rows.first, rows.last, k, rows.e, edp, rows.u,
                       row_max=rows.row_max, to_stage=lambda a: a, edges=st.edges if at_edges else None,
-                      first_only=rows.dense_first, n=rows.n)
+                      first_only=rows.dense_first, n=rows.n, grad=grad_kwargs(rows.fw, rows.prec))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,14 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
     fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
         byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
+    grad_buffer_bytes: by precision, the bytes a parameter's gradient holds in memory (ZeRO-2/3 shard it); None: the
+        gradient buffer is the reduce buffer, grad_reduce_bytes (Megatron-Core's DDP: one dtype for both)
+    layer_saves: whose code's saved tensors price a dense layer's activations (costmodel._memory_terms.LAYER_SAVES):
+        "korthikanti" (Korthikanti et al. 2022's count, generalised), "te" (Megatron-Core with Transformer Engine
+        modules), "torchtitan" (torchtitan's Llama block, eager autograd); the count's terms, each from the code, in
+        te_saved_bytes and torchtitan_saved_bytes; MLA models and MLP stacks keep Korthikanti's
+    dropout: hidden dropout on under "te" (two one-byte masks a token); "korthikanti" always counts them, torchtitan's
+        model has no dropout
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -104,6 +112,16 @@ class Framework:
     overlap_param_gather: bool = False
     fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
+    layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
+    dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
+
+    def grad_memory_bytes(self) -> float | tuple[float, float, float]:
+        """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
+        framework keeps its gradients in the dtype it reduces them in (None: one setting for both, Megatron-Core's
+        DDP grad_reduce_in_fp32), grad_reduce_bytes; one number where every precision has the same."""
+        b = self.grad_reduce_bytes if self.grad_buffer_bytes is None else self.grad_buffer_bytes
+        return b[0] if b[0] == b[1] == b[2] else b
 
 
 _MEGATRON_CORE = Framework(
@@ -113,9 +131,20 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True,
+    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
     expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
-    sources=("Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
+    sources=("Megatron-LM d98e8a6 with TransformerEngine d0067d0: TELayerNormColumnParallelLinear, "
+             "TEDotProductAttention (cuDNN fused attention), TERowParallelLinear, fused bias-SwiGLU and "
+             "bias-dropout-add; what each saves: costmodel._memory_terms.te_saved_bytes",
+             "dropout off: NVIDIA's recipes run without it (Megatron-Bridge gpt_provider.py GPTProvider175B "
+             "hidden_dropout = attention_dropout = 0.0, its Llama providers the same; Megatron-LM examples/llama "
+             "--hidden-dropout 0.0); Megatron-Core's library default is 0.1 (transformer_config.py:188, 191)",
+             "Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py:924 grad_dtype = "
+             "torch.float if grad_reduce_in_fp32 else param.dtype: the gradient buffer is the reduce buffer (one "
+             "setting, memory and wire: grad_buffer_bytes None); megatron/training/training.py:2635 sets it from "
+             "--accumulate-allreduce-grads-in-fp32, which --bf16 turns on (arguments.py:1204-1216): 4 bytes bf16 and "
+             "fp8, 2 fp16 (core_r0.8.0 baf94af distributed_data_parallel.py:108 the same)",
+             "Megatron-LM core_r0.8.0 (baf94af) megatron/training/arguments.py: --bf16 sets accumulate_allreduce_grads_"
              "in_fp32 (DDP grad_reduce_in_fp32: 4 bytes), --fp16 does not (2); fp8 runs with --bf16",
              "Megatron-LM core_r0.8.0 (baf94af) core/tensor_parallel/cross_entropy.py, unfused (arguments.py "
              "--cross-entropy-loss-fusion store_true; ModelParallelConfig.cross_entropy_loss_fusion False at d98e8a6): "
@@ -147,7 +176,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "the strategy says, ZeRO-2/3 only without a pipeline, attention scores stored",
         schedules=SCHEDULES, max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
-        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=True, sources=("costmodel/_evaluate.py module docstring",),
+        selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=True, grad_buffer_bytes=(4.0,) * 3,
+        sources=("costmodel/_evaluate.py module docstring",
+                 "gradients kept in fp32 (costmodel._dtypes GRAD_BYTES: Megatron's 18 bytes a parameter)"),
     ),
     Framework(
         name="megatron-2021",
@@ -156,8 +187,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
-        expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
+        expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), grad_buffer_bytes=(4.0,) * 3,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "gradients kept at 4 bytes a parameter at every precision, the papers' 18 bytes a parameter "
+                 "(Megatron-LM d750965 megatron/model/distributed.py would keep fp16 runs' main_grad in fp16 without "
+                 "--accumulate-allreduce-grads-in-fp32: the profile keeps the count its validation was set on)",
                  "Megatron-LM d750965 arguments.py: --bf16 forces accumulate_allreduce_grads_in_fp32 (4), fp16 not (2)",
                  "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
                  "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
@@ -206,13 +240,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
-        overlap_param_gather=False,
+        overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti",
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
         sources=("DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2 (HAI-LLM), Sec. 3.2.1 (DualPipe overlaps the "
                  "all-to-alls with computation), Sec. 3.2.2 (IB once per target node, NVLink forwarding), Sec. "
-                 "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16)",
+                 "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16; 'the master "
+                 "weights ... and gradients (used for batch size accumulation) are still retained in FP32': "
+                 "grad_buffer_bytes 4); its layer code is not published: Korthikanti et al.'s activation count",
                  "deepseek-ai/DeepEP docs/legacy.md, DeepSeek-V3/R1 pre-training: 'top-4 groups, top-8 experts, FP8 "
                  "dispatching and BF16 combining'; buffer.py dispatch: [tokens, hidden] fp8 e4m3, hidden / 128 scales",
                  "the megatron-core-deepep-a2a-overlap profile's sources"),
@@ -225,7 +261,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
-        all_reduce_then_gather=(True, False, False),
+        all_reduce_then_gather=(True, False, False), grad_buffer_bytes=(4.0,) * 3,
         sources=("DeepSpeed engine.py communication_data_type (v0.6.0-v0.7.0 and v0.16.4): the training dtype (2); "
                  "ZeRO 1-3 reduce in it, BF16_Optimizer casts its fp32 gradients to it (allreduce_bucket)",
                  "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
@@ -238,7 +274,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "micro-batch's backward), bf16_optimizer.py _update_hp_grad (hp_grad.add_(lp.grad.to(float32)): 2 + "
                  "4, 8 + 4 bytes the add); _bf16_reduce_grads all-reduces, step() all-gathers bf16 weights (v0.6.4 so)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
-                 "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3"),
+                 "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3",
+                 "gradient memory kept at 4 bytes a parameter (fp32 high-precision gradients, bf16_optimizer.py "
+                 "_update_hp_grad; the 16-bit model gradients beside them and ZeRO 1-2's 16-bit partitions not "
+                 "re-derived)"),
     ),
     Framework(
         name="fsdp2",
@@ -249,8 +288,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
-        sources=("pytorch tensor/experimental/_attention.py (0123248; the end-2024 nightly unstored), rank c - 1: K, V"
+        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), grad_buffer_bytes=(4.0,) * 3,
+        sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
+                 "reduce-scatter output cast to orig_dtype, the sharded parameter's (fp32 under torchtitan's "
+                 "MixedPrecisionPolicy param_dtype bf16), and set as sharded_param.grad: 4 bytes, whatever the reduce "
+                 "dtype (FSDP1 the same: _cast_grad_to_param_dtype, so also the llm-foundry profiles and PURE)",
+                 "pytorch tensor/experimental/_attention.py (0123248; the end-2024 nightly unstored), rank c - 1: K, V"
                  " contiguous 8, K/V cat 8 (c - 1 times), fp32 merge 6 + 32, cast 6: 20 + 46 (c - 1); backward: fp32 "
                  "zeros 12, contiguous 8, step 0's += 30, dK/dV cat 16 a step, then dK, dV _partial_update 26, dQ += "
                  "10, K/V cat 8, casts 18: 84 + 60 (c - 1); K, V ALL_GATHER (torchtitan 9dec370's), dK, dV ALL_TO_ALL",
@@ -287,7 +330,7 @@ def _derive(base: str, name: str, **fields) -> None:
     FRAMEWORKS[name] = dataclasses.replace(FRAMEWORKS[base], name=name, **fields)
 
 
-_derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0),
+_derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves="torchtitan",
     what="torchtitan without torch.compile (FSDP2 as the fsdp2 profile): its model code's norms, RoPE and "
          "SwiGLU run as eager PyTorch ops, each reading and writing HBM",
     sources=("torchtitan torchtitan/models/norms.py (commit 9dec370) RMSNorm.forward: x.float() (read 2, write 4 "
@@ -298,6 +341,9 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0),
              "F.silu(w1(x)) (2, 2) * w3(x) (2 + 2, 2): 10 bytes an element of the intermediate, fused count's 6 + 4",
              "torchtitan parallelize_llama.py (9dec370): torch.compile per block only with training.compile (false in "
              "train_configs/llama3_8b.toml)",
+             "activations: what eager autograd saves of torchtitan's Llama block (costmodel._memory_terms."
+             "torchtitan_saved_bytes); compiled (fsdp2), the partitioner chooses a subset (torch/_functorch/"
+             "partitioners.py min-cut), not derived: fsdp2 keeps Korthikanti et al.'s count",
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,

@@ -30,7 +30,14 @@ from costmodel._layer_compute import (
     layer_costs,
     op_checkpoint_products,
 )
-from costmodel._memory_terms import fp8_input_saving, layer_activation_bytes, moe_layer_activation_bytes
+from costmodel._memory_terms import (
+    SOFTMAX_STAT_BYTES,
+    fp8_input_saving,
+    layer_activation_bytes,
+    moe_layer_activation_bytes,
+    te_saved_bytes,
+    torchtitan_saved_bytes,
+)
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
@@ -108,8 +115,8 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
                          fp8_cast=np.where(fp8, fw.expert_fp8_cast_bytes, 0.0),
                          sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms))
     zero = np.zeros_like(sh["T"])
-    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS},
-            "moe_act_L": moe_layer_activation_bytes(model, b, t, c, sp, u)[0] + zero}
+    act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)
+    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero}
 
 
 def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
@@ -145,26 +152,18 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
         terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
                  "cast_b": terms["cast_b"] + kv}
-    act, score = terms["act_L"], terms["score_L"]
-    moe_act = terms.get("moe_act_L")
-    if fw.fused_attention:
-        act = act - score
-        moe_act = None if moe_act is None else moe_act - score
-        score = np.zeros_like(score)
-    if fw.fp8_saved_inputs:
-        fp8 = precision == PRECISIONS.index("fp8")
-        attn_b, ffn_b = fp8_input_saving(model, terms["T"], t, sp)
-        act = act - np.where(fp8, attn_b + ffn_b, 0.0)
-        moe_act = None if moe_act is None else moe_act - np.where(fp8, attn_b, 0.0)
+    act, score, moe_act, drop = layer_activations_under(fw, model, terms, t, sp, precision)
     zero = np.zeros_like(act)
     if fw.selective == "op" and model.kind != "mlp":
         mms, re_flops, all_flops = op_checkpoint_products(model)
         T, sp_div = terms["T"], np.where(sp, t, 1)
         saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
-        # the block's input, the saved products, the attention output (its kernel's result is
-        # saved too) and, with sequence parallelism, the two reduce-scatters' outputs
+        # the block's input, the saved products, the attention output and its fp32 logsumexp (the kernel's results
+        # are saved too) and, with sequence parallelism, the two reduce-scatters' outputs
         kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.o_hidden / t
                                 + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
+        if fw.layer_saves != "korthikanti":
+            kept = kept + SOFTMAX_STAT_BYTES * T * model.heads / t * fw.fused_attention
         sel_kept = np.minimum(kept, act)
         sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
                "sel_re": re_flops / all_flops * (terms["gemm"] + terms["cast_f"]) + terms["elem"] + terms["overhead"],
@@ -172,13 +171,53 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     elif model.mla:  # its up-projections instead of the core (costmodel._layer_compute, recompute)
         sel = {"sel_kept": act - score - terms["qkv_L"], "sel_work": zero, "sel_re": terms["up"], "sel_tp": zero}
     else:
-        sel = {"sel_kept": act - score, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
+        sel = {"sel_kept": act - drop, "sel_work": zero, "sel_re": terms["attn"] + zero, "sel_tp": zero}
     out = {**terms, "act_L": act, "score_L": score, **sel}
     if moe_act is not None:
         qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + zero)
-        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - score - qkv, moe_sel_work=zero, moe_sel_re=re,
+        out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - drop - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
     return out
+
+
+def layer_activations_under(fw: Framework, model: Transformer, terms: dict, t, sp, precision):
+    """(act, score, moe_act, drop) under the framework: one dense layer's activation bytes per micro-batch, its
+    attention-score part, the MoE layer's (None for a dense model), and what selective recompute of the attention core
+    frees. Korthikanti et al.'s count (Framework.layer_saves "korthikanti"; also every MLA model and MLP stack): the
+    scores taken out where the attention is fused, half of each linear layer's input where fp8 inputs are kept in fp8.
+    A framework's layer count ("te": te_saved_bytes, "torchtitan": torchtitan_saved_bytes): its terms; an MoE layer
+    keeps the dense layer's norm and attention terms (under "te" the MLP norm's 16-bit output, which the router and
+    the token dispatcher read, not a LayerNormLinear's) and its experts' part (moe_layer_activation_bytes). Recomputing
+    the attention core under "te" (Megatron-LM's checkpointed core attention, tensor_parallel/random.py:628 saving the
+    checkpoint's inputs) frees the kernel's statistics (or scores) but keeps V as the view of the QKV GEMM's output it
+    is: with RoPE, the pre-rotation Q and K beside it (2 (q + hk) / t bytes a token more)."""
+    act, score, moe_act = terms["act_L"], terms["score_L"], terms.get("moe_act_L")
+    T = terms["T"]
+    if fw.layer_saves == "korthikanti" or model.kind == "mlp" or model.mla:
+        if fw.fused_attention:
+            act = act - score
+            moe_act = None if moe_act is None else moe_act - score
+            score = np.zeros_like(score)
+        if fw.fp8_saved_inputs:
+            fp8 = precision == PRECISIONS.index("fp8")
+            attn_b, ffn_b = fp8_input_saving(model, T, t, sp)
+            act = act - np.where(fp8, attn_b + ffn_b, 0.0)
+            moe_act = None if moe_act is None else moe_act - np.where(fp8, attn_b, 0.0)
+        return act, score, moe_act, score
+    zero = np.zeros_like(act)
+    if fw.layer_saves == "te":
+        fp8 = fw.fp8_saved_inputs & (precision == PRECISIONS.index("fp8"))
+        saved = te_saved_bytes(model, T, t, sp, fp8=fp8, dropout=fw.dropout, fused=fw.fused_attention)
+        rope_view = 0.0 if model.learned_positions else ACT_BYTES * T * (model.q_hidden + model.kv_hidden) / t
+        drop = saved["softmax"] + saved["scores"] - rope_view
+        mlp_norm = ACT_BYTES * T * model.hidden / np.where(sp, t, 1) - saved["ln_out"] / 2
+    else:
+        saved = torchtitan_saved_bytes(model, T, t, sp)
+        drop, mlp_norm = saved["softmax"], 0.0
+    score = saved.get("scores", 0.0) + zero
+    if moe_act is not None:
+        moe_act = saved["total"] - saved["mlp"] + mlp_norm + terms["moe_experts_L"]
+    return saved["total"] + zero, score, moe_act, drop + zero
 
 
 def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:

@@ -27,8 +27,8 @@ from costmodel._feasibility import REASON, feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster
 from costmodel._layer_terms import framework_terms, shape_terms
-from costmodel._memory_terms import stage_memory
-from costmodel._pipeline_terms import SCHED, SIMULATED_SCHEDULES, in_flight
+from costmodel._memory_terms import grad_kwargs, stage_memory
+from costmodel._pipeline_terms import SCHED, SIMULATED_SCHEDULES, extra_warmup_chunks, in_flight, with_extra_chunk
 from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
@@ -101,12 +101,14 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     idx, n, rcs, wt = representative_stages(table, L)
     first, last = idx == 0, idx == (p - 1)[:, None]
     full, sel = rcs == 2, rcs == 1
-    k = in_flight(col(sched), col(p), col(m), col(v), idx)
+    extra = extra_warmup_chunks(fw, model)
+    k = in_flight(col(sched), col(p), col(m), col(v), idx, extra=extra)
     ok = reason == 0
     graph = _graph_peaks(np.where(ok, sched, SCHED["1f1b"]), p, m, v, idx)
-    k = np.where(np.isnan(graph), k, graph)
+    k = np.where(np.isnan(graph), k, with_extra_chunk(graph, col(sched), col(m), col(v), extra))
     moe_arg = dict(n_moe=moe_stage_layers(model, table, idx, n), e=e, edp=edp, u=u) if moe else None
-    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg)["total"]
+    tot = stage_memory(model, sh, t, sp, zero, d * c, n, first, last, full, sel, k, wt, moe=moe_arg,
+                       grad=grad_kwargs(fw, table["precision"]))["total"]
     mem_total = tot.max(axis=1)
     reason = np.where(ok & (mem_total > gpu.hbm_bytes), REASON["out_of_memory"], reason).astype(np.int8)
     return mem_total, reason

@@ -39,6 +39,105 @@ ACT_REPLICATED_H = 10
 ACT_SCORE_BYTES = 5
 
 
+# Framework.layer_saves: whose code's saved tensors price a dense transformer layer's activations.
+#   korthikanti  Korthikanti et al. 2022 Sec. 4.1 generalised (layer_activation_bytes): GPT layers under Megatron-LM,
+#                the dropout masks counted; the profiles before layer counts and those whose layer code is not derived
+#   te           Megatron-Core's TransformerLayer with Transformer Engine modules (te_saved_bytes)
+#   torchtitan   torchtitan's Llama block in eager PyTorch autograd (torchtitan_saved_bytes)
+LAYER_SAVES = ("korthikanti", "te", "torchtitan")
+# fp32 statistics a norm keeps per token for its backward: LayerNorm's mean and 1 / std, RMSNorm's 1 / rms
+# (Transformer Engine layernorm_linear.py saves mu and rsigma; torchtitan's RMSNorm saves its rsqrt; nn.LayerNorm
+# (native_layer_norm) its mean and rstd).
+NORM_STAT_BYTES = {"layernorm": 8, "rmsnorm": 4, "none": 0}
+# A fused attention kernel's fp32 softmax statistics per head and token (Transformer Engine cpp_extensions/fused_attn.py
+# lines 310-312: softmaxStats [b, h, s, 1] float32; FlashAttention's softmax_lse the same).
+SOFTMAX_STAT_BYTES = 4
+# A dropout mask element (bool), Korthikanti et al. 2022 Sec. 4.1.
+MASK_BYTES = 1
+# Bytes an attention score keeps in an unfused kernel without dropout: its softmax output (with dropout its mask and
+# output too: ACT_SCORE_BYTES).
+SCORE_BYTES_NO_DROPOUT = 2
+
+
+def te_saved_bytes(model: Transformer, T, t, sp, *, fp8=False, dropout=False, fused=True) -> dict:
+    """Bytes one Megatron-Core layer with Transformer Engine modules keeps for its backward, per micro-batch of T
+    tokens on a rank (T = b s / cp), term by term: ``fp8`` the rows whose linear layers run fp8 (current or delayed
+    scaling: one byte an element), ``dropout`` hidden dropout on (masks), ``fused`` a fused (cuDNN / flash) attention
+    kernel. The code (Megatron-LM d98e8a6, TransformerEngine d0067d0):
+
+    norm_in   each norm's input, the residual stream (TE layernorm_linear.py:526-536 saves inputmat), 16-bit, split by
+              t under sequence parallelism (the norm runs on the sequence shard)
+    ln_out    each LayerNormLinear's normalised output, saved before its all-gather (layernorm_linear.py:430-435 frees
+              the gathered copy, 469 saves ln_out; backward gathers again): 16-bit, under fp8 the quantised copy (1)
+    stats     the norms' fp32 statistics (NORM_STAT_BYTES; layernorm_linear.py saves mu, rsigma)
+    qkv       Q and K after RoPE (new tensors) and V: TE makes V contiguous (dot_product_attention/utils.py
+              get_qkv_layout: a V viewing the QKV GEMM's output next to rotated Q and K is no supported layout, so
+              q, k, v are copied contiguous), then FusedAttnFunc saves q, k, v, out (backends.py:1655-1664)
+    out       the kernel's output, which is also linear_proj's saved input (module/linear.py:619-621 saves inputmat,
+              the same tensor); under fp8 the projection saves its quantised copy beside it (one byte more)
+    softmax   the kernel's fp32 statistics (SOFTMAX_STAT_BYTES per head a rank holds); unfused: ``scores`` instead
+    scores    unfused attention: per score its softmax output (2), with dropout its mask and output (5 in all)
+    mlp       linear_fc1's output, saved by Megatron's fused bias-SwiGLU / bias-GeLU (fusions/fused_bias_swiglu.py:235,
+              16-bit unless activation_func_fp8_input_store), and linear_fc2's input (linear.py: 16-bit, fp8: 1 byte)
+    masks     with hidden dropout, the two bias-dropout-adds' masks (fusions/fused_bias_dropout.py; p = 0 saves none:
+              PyTorch's dropout returns its input)
+    The residual adds save nothing. Returns each term (bytes per micro-batch) and ``total``."""
+    h, q, o, hk, a, f = model.hidden, model.q_hidden, model.o_hidden, model.kv_hidden, model.heads, model.ffn_hidden
+    s, sp_div = model.seq_len, np.where(sp, t, 1)
+    lo = np.where(fp8, 1.0, float(ACT_BYTES))  # a linear layer's saved input: 1 byte under fp8
+    out = {
+        "norm_in": 2 * ACT_BYTES * T * h / sp_div,
+        "ln_out": 2 * lo * T * h / sp_div,
+        "stats": 2 * NORM_STAT_BYTES[model.norm] * T / sp_div,
+        "qkv": ACT_BYTES * T * (q + 2 * hk) / t,
+        "out": (ACT_BYTES + np.where(fp8, 1.0, 0.0)) * T * o / t,
+        "softmax": (SOFTMAX_STAT_BYTES * T * a / t) * fused,
+        "scores": 0.0 if fused else (ACT_SCORE_BYTES if dropout else SCORE_BYTES_NO_DROPOUT) * a * T * s / t,
+        "mlp": (ACT_BYTES * (model.mlp_matrices - 1) + lo) * T * f / t,
+        "masks": (2 * MASK_BYTES * T * h / sp_div) * dropout,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
+    """Bytes torchtitan's Llama block (torchtitan 9dec370 models/llama/model.py, models/norms.py) keeps for its
+    backward in eager PyTorch autograd, per micro-batch of T tokens on a rank, term by term. What autograd saves:
+    its derivative formulas' inputs, those a differentiable input needs (tools/autograd/gen_variable_type.py
+    guard_for: a product by a constant saves only the constant); bf16 compute (FSDP2 param_dtype), fp8 linear layers
+    saving their 16-bit inputs (torchao):
+
+    norm_in   RMSNorm (norms.py:96-101): x.float() saved by pow and the product (4 bytes an element); nn.LayerNorm: its
+              16-bit input; on the sequence shard under sequence parallelism
+    ln_out    RMSNorm's normalised 16-bit output, saved by ``output * self.weight`` for the weight's gradient
+    stats     rsqrt's fp32 result (RMSNorm), mean and rstd (LayerNorm): NORM_STAT_BYTES
+    gathered  each norm's (weighted) output as the column-parallel products take it: all-gathered to the whole
+              sequence under tensor parallelism (PrepareModuleInput to Replicate), saved by wq, wk, wv and by w1, w3
+    qkv       SDPA's inputs (derivatives.yaml _scaled_dot_product_flash_attention): Q, and K and V after repeat_kv
+              (model.py:116-125: a copy as wide as Q where kv_heads < heads)
+    out       SDPA's output, and wo's input: output.transpose(1, 2).contiguous() (model.py:210-214), a second copy
+    softmax   SDPA's fp32 logsumexp per head and token
+    mlp       SwiGLU ``w2(F.silu(w1(x)) * w3(x))`` (model.py:253): w1's output (silu's input), silu's output and w3's
+              output (the product's), the product (w2's input): 4 elements of f; GeLU: its input and output
+    No dropout modules; RoPE (the complex product by freqs_cis, a constant) and the residual adds save nothing."""
+    h, q, a, f = model.hidden, model.q_hidden, model.heads, model.ffn_hidden
+    sp_div = np.where(sp, t, 1)
+    rms = model.norm == "rmsnorm"
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    out = {
+        "norm_in": 2 * (4 if rms else ACT_BYTES) * T * h / sp_div * (model.norm != "none"),
+        "ln_out": 2 * ACT_BYTES * T * h / sp_div * rms,
+        "stats": 2 * NORM_STAT_BYTES[model.norm] * T / sp_div,
+        "gathered": 2 * ACT_BYTES * T * h + zero,
+        "qkv": 3 * ACT_BYTES * T * q / t,
+        "out": 2 * ACT_BYTES * T * q / t,
+        "softmax": SOFTMAX_STAT_BYTES * T * a / t,
+        "mlp": (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / t,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
 def mla_latent_activation_bytes(model: Transformer, T, split):
     """MLA's latents a layer keeps (16 bits, whole on every tensor-parallel rank, its sequence slice
     under sequence parallelism: ``split``): each latent's normalised input to its up-projection and
@@ -49,8 +148,8 @@ def mla_latent_activation_bytes(model: Transformer, T, split):
 def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     """Activation bytes one MoE layer keeps for one micro-batch with no recompute (the dense layer's
     terms with its MLP replaced by: the shared experts' intermediates split by tp, the routed
-    copies' inputs and intermediates, the router's fp32 probabilities), and its attention-score
-    part."""
+    copies' inputs and intermediates, the router's fp32 probabilities), its attention-score
+    part, and its experts' part (those three MLP terms: what a framework's layer count keeps of it)."""
     h, q, hk, a, s = model.hidden, model.q_hidden, model.kv_hidden, model.heads, model.seq_len
     T = b * s / c
     coef = 6 if model.activation == "swiglu" else 4
@@ -61,7 +160,7 @@ def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
     routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
-    return repl + split + routed + scores, scores
+    return repl + split + routed + scores, scores, coef * T * fs / t + routed
 
 
 def layer_activation_bytes(model: Transformer, b, t, c, sp):
@@ -130,31 +229,51 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
 
-def state_bytes(params, zero, g, stage_of=None):
+def grad_kwargs(fw, prec) -> dict:
+    """state_bytes' gradient arguments under framework profile ``fw`` for rows of precision codes ``prec``: one number
+    where its gradient buffer has the same bytes at every precision (GRAD_BYTES for the profiles before the field), else
+    the bytes by precision and the codes (Framework.grad_memory_bytes)."""
+    gb = fw.grad_memory_bytes()
+    return {"grad_bytes": gb} if np.ndim(gb) == 0 else {"grad_bytes": gb, "prec": prec}
+
+
+def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
-    g are per configuration, params per stage of configuration ``stage_of``."""
+    g are per configuration, params per stage of configuration ``stage_of``. ``grad_bytes``: a
+    gradient's bytes (Framework.grad_memory_bytes: one number, or one per precision of the codes
+    ``prec``, aligned with zero)."""
     shards = _state_shards(zero, g)
+    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
-    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), shards, strict=True))
+        gb = gb if prec is None else gb[stage_of]
+    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, gb, OPTIM_BYTES), shards, strict=True))
 
 
-def state_bytes_per_param(zero, g):
+def state_bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, prec=None):
     """state_bytes' three parts together, per parameter (a stage's total is this x its parameters).
-    Long integer columns: looked up in a table over every (ZeRO stage, g) up to theirs (the same
-    sums, one gather instead of nine passes)."""
+    Long integer columns: looked up in a table over every (precision, ZeRO stage, g) up to theirs (the same
+    sums, one gather instead of nine passes). ``grad_bytes``, ``prec``: as state_bytes takes them."""
     zero, g = np.asarray(zero), np.asarray(g)
+    if prec is not None:
+        prec = np.broadcast_to(np.asarray(prec), np.broadcast_shapes(zero.shape, g.shape, np.shape(prec)))
     if g.size > 1024 and zero.dtype.kind == g.dtype.kind == "i" and min(zero.min(), g.min()) >= 0:
-        G = int(g.max()) + 1
+        G, Z = int(g.max()) + 1, int(zero.max()) + 1
         with np.errstate(divide="ignore"):
-            table = _bytes_per_param(np.arange(int(zero.max()) + 1)[:, None], np.arange(G))
-        return np.take(table.reshape(-1), zero * G + g)  # (a flat take: a 2-d fancy index is twice as slow)
-    return _bytes_per_param(zero, g)
+            if prec is None:
+                table = _bytes_per_param(np.arange(Z)[:, None], np.arange(G), grad_bytes)
+            else:  # (precision, ZeRO stage, g)
+                gb = np.asarray(grad_bytes, dtype=np.float64)[:, None, None]
+                table = _bytes_per_param(np.arange(Z)[None, :, None], np.arange(G)[None, None, :], gb)
+        flat = zero * G + g if prec is None else (prec * Z + zero) * G + g
+        return np.take(table.reshape(-1), flat)  # (a flat take: a 2-d fancy index is twice as slow)
+    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
+    return _bytes_per_param(zero, g, gb)
 
 
-def _bytes_per_param(zero, g):
-    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES), _state_shards(zero, g),
+def _bytes_per_param(zero, g, grad_bytes=GRAD_BYTES):
+    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, grad_bytes, OPTIM_BYTES), _state_shards(zero, g),
                                                strict=True))
 
 
@@ -176,7 +295,8 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None):
     return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
 
 
-def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None) -> dict:
+def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None,
+                 grad=None) -> dict:
     """Bytes per GPU of every stage, the one memory formula of evaluate and of the memory-only
     screen (costmodel._memory): weights, grads, optimizer and activations (N, k), buffers (N,),
     their total per stage (N, k; -inf on the padding columns of rows with fewer stages) and the
@@ -184,25 +304,28 @@ def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, f
     sel_work, emb_act, head_act; moe_act_L, moe_sel_kept, moe_sel_work for an MoE model); ``k``: micro-batches
     in flight per stage; ``zero`` after the framework's columns; ``g`` the replicas gradients are reduced over
     (dp x cp). ``moe`` (an MoE model): a dict of n_moe (N, k) MoE layers per stage, e (ep) and edp (N,)
-    (_moe_stage_memory)."""
+    (_moe_stage_memory). ``grad``: grad_kwargs of the rows (None: GRAD_BYTES)."""
+    grad = {} if grad is None else grad
     if moe is not None:
-        return _moe_stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt, moe)
+        return _moe_stage_memory(model, sh, t, sp, zero, g, n, first, last, full, sel, k, wt, moe, grad)
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
+    grad_c = {**grad, "prec": np.asarray(grad["prec"])[:, None]} if "prec" in grad else grad
     params = stage_params(model, n, first, last, col(t))  # (N, k) per GPU
     params_max = np.max(np.where(wt > 0, params, 0.0), axis=1)
     act_kept, work = activation_bytes(full, sel, col(sh["act_L"]), col(sh["sel_kept"]), col(sh["sel_work"]),
                                       col(sh["T"]), model.hidden,
                                       col(np.where(sp, t, 1)))
     act = k * (n * act_kept + first * col(sh["emb_act"])) + work + last * col(sh["head_act"])
-    w_b, g_b, o_b = state_bytes(params, col(zero), col(g))
+    w_b, g_b, o_b = state_bytes(params, col(zero), col(g), **grad_c)
     buffers = buffer_bytes(sh["T"], model.hidden, t, g, zero, params_max, model.layer_params())
     # (the state as parameters x bytes per parameter, as evaluate sums it)
-    total = np.where(wt > 0, params * state_bytes_per_param(col(zero), col(g)) + act + col(buffers), -np.inf)
+    total = np.where(wt > 0, params * state_bytes_per_param(col(zero), col(g), **grad_c) + act + col(buffers), -np.inf)
     return {"weights": w_b, "grads": g_b, "optimizer": o_b, "activations": act, "buffers": buffers,
             "total": total, "params_max": params_max}
 
 
-def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe) -> dict:
+def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe,
+                      grad) -> dict:
     """stage_memory of an MoE model (moe_memory on (N, k) stage columns): adds dense_max and
     expert_max, the largest stage's parameters per GPU of each kind (N,)."""
     col = lambda x: np.asarray(x, dtype=np.float64)[:, None]  # noqa: E731  (N,) -> (N, 1)
@@ -211,7 +334,8 @@ def _moe_stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, la
     n_d = None if model.moe_layers == model.layers else n - moe["n_moe"]
     out = moe_memory(model, {key: col(sh[key]) for key in MOE_MEMORY_TERMS}, acts, col(t), col(zero), col(g), n_d,
                      moe["n_moe"], first, last, k, col(moe["e"]), col(moe["edp"]), col(moe["u"]),
-                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n)
+                     row_max=lambda a: np.max(np.where(on, a, 0.0), axis=1), to_stage=col, n=n,
+                     grad={**grad, "prec": np.asarray(grad["prec"])[:, None]} if "prec" in grad else grad)
     buffers = out["buffers"]
     out["buffers"] = buffers[:, 0]
     out["total"] = np.where(on, out["state"] + out["activations"] + buffers, -np.inf)
@@ -223,7 +347,7 @@ MOE_MEMORY_TERMS = ("T", "emb_act", "head_act")
 
 
 def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, first, last, k, e, edp, u, *,
-               row_max, to_stage, n, edges=None, first_only: bool = False) -> dict:
+               row_max, to_stage, n, edges=None, first_only: bool = False, grad=None) -> dict:
     """Memory per GPU of stages of an MoE model, every argument an array of stages ((N, k)
     columns) or one that broadcasts to them: a stage holds n_d dense (None: every layer an MoE layer) and n_m MoE
     layers (``n``: their sum); the MoE layers' routed experts (E / ep per
@@ -238,7 +362,8 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
     largest stage's parameters per GPU, of both kinds and each. ``edges`` (plus_edges of an untied model's
     block, with ``sh``'s emb_act and head_act per configuration): the embedding's and
     the head's terms added on the first and last stages only (the same sums); ``first_only``:
-    n_d is zero past the first stage row (layer_mix)."""
+    n_d is zero past the first stage row (layer_mix); ``grad``: grad_kwargs aligned with zero (None: GRAD_BYTES)."""
+    grad = {} if grad is None else grad
     all_moe = model.moe_layers == model.layers
     layers_p = n_m * model.moe_layer_dense_params() if all_moe else layer_mix(
         n_d, model.layer_params(), n_m, model.moe_layer_dense_params(), first_only)
@@ -268,7 +393,7 @@ def moe_memory(model: Transformer, sh: dict, acts: dict, t, zero, g, n_d, n_m, f
         act = edges(k * edges(kept, sh["emb_act"], None) + work, None, sh["head_act"])
     else:
         act = k * (kept + first * sh["emb_act"]) + work + last * sh["head_act"]
-    state = dense_p * state_bytes_per_param(zero, g) + expert_p * state_bytes_per_param(zero, edp)
+    state = dense_p * state_bytes_per_param(zero, g, **grad) + expert_p * state_bytes_per_param(zero, edp, **grad)
     # ZeRO-3 prefetches two layers: the larger of a dense and an MoE layer per GPU (times t, as
     # buffer_bytes divides by t).
     moe_layer_p = model.moe_layer_dense_params() + (model.experts / e) * model.expert_params() / u * t

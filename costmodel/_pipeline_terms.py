@@ -39,28 +39,51 @@ def pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
 
 
-def in_flight(sched, p, m, v, stage, rows=None):
+def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
     stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
-    Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core).
+    Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core),
+    and to the warm-up counts of the schedules' code (tests/test_pipeline_sources.py).
 
-    GPipe holds all m; 1F1B holds p - i on stage i (Narayanan et al. 2021); interleaved
-    follows Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p + 1 chunks on stage i;
-    ZB-H1 holds p on every stage, ZB-H2 about 2p - 1 (Qi et al. 2023). ``rows``: the schedule
-    columns are per row and ``stage`` holds stages of rows ``rows`` (flat stages)."""
+    GPipe holds all m; 1F1B holds p - i on stage i: p - i - 1 warm-up forwards and the steady
+    state's next forward before its first backward (Megatron-LM megatron/core/pipeline_parallel/
+    schedules.py, forward_backward_pipelining_without_interleaving; torch.distributed.pipelining
+    Schedule1F1B: min(m, p - i) warm-up forwards, then one backward, one forward); interleaved:
+    Megatron-LM's warm-up, (p - i - 1) * 2 + (v - 1) * p chunks on stage i (get_pp_rank_microbatches,
+    microbatch_group_size_per_vp_stage = p by default; PyTorch's ScheduleInterleaved1F1B the same with
+    p micro-batches a round), plus the steady state's one forward, ``extra`` more where the framework
+    runs one more warm-up forward (Megatron-Core's EP A2A overlap); ZB-H1 holds p on every stage, ZB-H2
+    about 2p - 1 (Qi et al. 2023). ``rows``: the schedule columns are per row and ``stage`` holds
+    stages of rows ``rows`` (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
     # the 1F1B form here).
     sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
     is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
     a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
-                  [m, (p - 1) * 2 + (v - 1) * p + 1, p, 2 * p - 1], p)
+                  [m, (p - 1) * 2 + (v - 1) * p + (1 + extra), p, 2 * p - 1], p)
     c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
     q = np.where(is_i, v, 1)
     cap = m * q
     if rows is not None:
         a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
     return np.minimum(a + c * stage, cap) / q
+
+
+def extra_warmup_chunks(fw, model) -> int:
+    """Warm-up forwards an interleaved schedule runs beyond Megatron-LM's count: one where the framework overlaps the
+    MoE all-to-alls with another micro-batch's compute (Framework.overlap_ep) on an MoE model; Megatron-LM
+    megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches (d98e8a6, lines 966-970): 'we schedule one
+    extra micro-batch forward step before the 1f1b stages' under overlap_moe_expert_parallel_comm."""
+    return int(bool(fw.overlap_ep) and model.is_moe)
+
+
+def with_extra_chunk(k, sched, m, v, extra: int):
+    """Micro-batches in flight ``k`` (the simulator's peaks, (k, N)) with ``extra`` more interleaved chunks (1/v of a
+    stage's micro-batch each), at most m."""
+    if not extra:
+        return k
+    return np.where(sched == SCHED["interleaved"], np.minimum(k + extra / v, m), k)
 
 
 def outside_closed_form(sched, p, m, F_b, B_b, W_b):

@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
-from costmodel._dtypes import ACT_BYTES, GRAD_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
@@ -28,7 +28,13 @@ from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
 from costmodel._layer_compute import ATTN_HALF_DIM, ELEM_BWD_FACTOR, ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER
-from costmodel._memory_terms import ACT_REPLICATED_H, ACT_SCORE_BYTES, DP_BUCKET_ELEMS, RESERVED_BYTES
+from costmodel._memory_terms import (
+    ACT_REPLICATED_H,
+    ACT_SCORE_BYTES,
+    DP_BUCKET_ELEMS,
+    RESERVED_BYTES,
+    SOFTMAX_STAT_BYTES,
+)
 from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
 from costmodel._sms import streaming_multiprocessors
 from costmodel._strategy import RECOMPUTE, SCHEDULES
@@ -250,11 +256,12 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     else:
         a2a = a_d + a_c
     coef = 6 if model.activation == "swiglu" else 4
+    experts = coef * T * fs / tp + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, act=act, copies=copies)
+                xcast_b=xcast_b, ep=a2a, act=act, experts=experts, copies=copies)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -264,11 +271,13 @@ def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
     return 2 * ACT_BYTES * T * widths / ew_div
 
 
-def _in_flight(sched: str, p: int, m: int, v: int, i: int) -> float:
+def _in_flight(sched: str, p: int, m: int, v: int, i: int, extra: int = 0) -> float:
+    """Micro-batches stage i holds at its peak; ``extra``: warm-up chunks an interleaved schedule adds (one under
+    Megatron-Core's EP A2A overlap of an MoE model)."""
     if sched == "gpipe":
         return float(m)
     if sched == "interleaved":
-        return min((p - i - 1) * 2 + (v - 1) * p + 1, m * v) / v
+        return min((p - i - 1) * 2 + (v - 1) * p + 1 + extra, m * v) / v
     if sched == "zb-h1":
         return float(min(p, m))
     if sched == "zb-h2":
@@ -304,6 +313,7 @@ class _Row:
     tp_link: tuple
     ep: int
     etp: int
+    extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
 
 
 def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
@@ -321,7 +331,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 layers=r.get("stage_layers") or [model.layers // pp] * pp,
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
-                ep=r.get("ep", 1), etp=r.get("etp", 1))
+                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0)
 
 
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
@@ -340,7 +350,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     stages = _stages(model, row, lay, edge, act, moe)
     pipe = _pipeline(model, cluster, row, stages, reason, pipeline)
     dp = _data_parallel(model, cluster, row, fw, stages, pipe)
-    mem = _memory(model, cluster, row, stages, moe, dp["params_max"])
+    mem = _memory(model, cluster, row, fw, stages, moe, dp["params_max"])
     if reason == "ok" and mem["total"] > cluster.gpu.hbm_bytes:
         reason = "out_of_memory"
     return _report(model, row, reason, pipe, dp, mem, _hardware_flops(model, row, fw, act))
@@ -452,7 +462,11 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
         if fw.fp8_saved_inputs and row.fp8:
             # 1 byte, not 2: the QKV and FC1 inputs (whole without SP), the projection and FC2 inputs (split by tp)
             layer -= T * (h + h) / ew_div + T * (_widths(model)[3] + f) / tp
-    out = dict(layer=layer, score=score, qkv=ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0,
+    drop, non_experts = score, None  # what recomputing the attention core frees; an MoE layer's non-expert bytes
+    if fw.layer_saves != "korthikanti" and model.kind != "mlp" and not model.mla:
+        layer, score, drop, non_experts = _layer_saves(model, row, fw)
+    out = dict(layer=layer, score=score, drop=drop, non_experts=non_experts,
+               qkv=ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0,
                op_sac=fw.selective == "op" and model.kind != "mlp")
     if out["op_sac"]:
         swiglu = model.activation == "swiglu"
@@ -463,9 +477,47 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
         out["sac_re_flops"] = sum(2 * i * o for j, (i, o, _) in enumerate(prods) if j % 2 == 1)
         out["sac_frac"] = out["sac_re_flops"] / sum(2 * i * o for i, o, _ in prods)
         # input, saved products, attention output, the two reduce-scatter outputs under SP
-        out["sac_kept"] = min(ACT_BYTES * T * (h / ew_div + saved_w + ow / tp
-                                               + (2 * h / tp if row.sp and tp > 1 else 0.0)), layer)
+        kept = ACT_BYTES * T * (h / ew_div + saved_w + ow / tp + (2 * h / tp if row.sp and tp > 1 else 0.0))
+        if fw.layer_saves != "korthikanti" and fw.fused_attention:  # SDPA's logsumexp, saved with its output
+            kept += SOFTMAX_STAT_BYTES * T * model.heads / tp
+        out["sac_kept"] = min(kept, layer)
     return out
+
+
+def _layer_saves(model: Transformer, row: _Row, fw) -> tuple[float, float, float, float]:
+    """A dense layer's activation bytes under the framework's layer code (fw.layer_saves), its scores' part, what
+    recomputing its attention core frees, and the bytes an MoE layer keeps besides its experts'. Per token on a rank:
+    Megatron-Core with Transformer Engine ("te"): both norms' 16-bit inputs and their LayerNormLinear outputs (1 byte
+    under fp8), the norms' fp32 statistics, Q, K, V, the kernel's output (the projection's input; under fp8 its 1-byte
+    copy too), the kernel's fp32 statistics per head (or, unfused, the scores: 5 bytes each with dropout, 2 without),
+    the fc1 output and the fc2 input (1 byte under fp8), two 1-byte dropout masks where dropout is on. torchtitan's
+    block in eager autograd ("torchtitan"): per RMSNorm its fp32 input copy, normalised 16-bit output and fp32 rsqrt
+    (nn.LayerNorm: its 16-bit input, fp32 mean and rstd), each norm's output whole (all-gathered) as the products
+    take it, Q and K and V as wide as Q (repeat_kv), SDPA's output and the projection's contiguous copy, the fp32
+    logsumexp, SwiGLU's four products of f (GeLU: two)."""
+    h, q, o, hk, a, f = model.hidden, model.q_hidden, model.o_hidden, model.kv_hidden, model.heads, model.ffn_hidden
+    T, tp, ew = row.T, row.tp, row.ew_div
+    stat = {"layernorm": 8, "rmsnorm": 4, "none": 0}[model.norm]
+    if fw.layer_saves == "te":
+        fp8 = fw.fp8_saved_inputs and row.fp8
+        lo = 1 if fp8 else ACT_BYTES  # a linear layer's saved input
+        per_score = ACT_SCORE_BYTES if fw.dropout else 2
+        scores = 0.0 if fw.fused_attention else per_score * a * T * model.seq_len / tp
+        stats = SOFTMAX_STAT_BYTES * T * a / tp if fw.fused_attention else 0.0
+        mlp = (ACT_BYTES * (model.mlp_matrices - 1) + lo) * T * f / tp
+        total = (2 * ACT_BYTES * T * h / ew + 2 * lo * T * h / ew + 2 * stat * T / ew
+                 + ACT_BYTES * T * (q + 2 * hk) / tp + (ACT_BYTES + (1 if fp8 else 0)) * T * o / tp + stats + scores
+                 + mlp + (2 * T * h / ew if fw.dropout else 0.0))
+        rope_view = 0.0 if model.learned_positions else ACT_BYTES * T * (q + hk) / tp  # V's view keeps Q, K beside
+        non_experts = total - mlp - lo * T * h / ew + ACT_BYTES * T * h / ew  # the MLP norm's 16-bit output instead
+        return total, scores, stats + scores - rope_view, non_experts
+    rms = model.norm == "rmsnorm"
+    norms = 2 * T * h / ew * ((4 + ACT_BYTES) if rms else (ACT_BYTES if model.norm == "layernorm" else 0))
+    mlp = (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / tp
+    stats = SOFTMAX_STAT_BYTES * T * a / tp
+    total = (norms + 2 * stat * T / ew + 2 * ACT_BYTES * T * h + 3 * ACT_BYTES * T * q / tp
+             + 2 * ACT_BYTES * T * q / tp + stats + mlp)
+    return total, 0.0, stats, total - mlp
 
 
 def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: dict) -> dict:
@@ -475,7 +527,9 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     mo = _moe_layer(model, cluster, fw, row.peak, T, tp, row.ep, row.sp, lay["attn"], lay["overhead"], row.etp,
                     fp8=row.prec == 2)
     layer = mo["act"] + act["score"]
-    if fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
+    if act["non_experts"] is not None:  # the framework's layer code: its non-expert terms, the experts' as before
+        layer = act["non_experts"] + mo["experts"]
+    elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
     return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"] + mo["xcast_f"],
             "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"]
@@ -494,7 +548,7 @@ def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe
         first, last = i == 0, i == row.pp - 1
         st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last)
         st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
-        st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i)
+        st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i, row.extra)
         stages.append(st)
     return stages
 
@@ -562,17 +616,17 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
             params += model.vocab * h
     params /= tp
     params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
-    layer, score, qkv = act["layer"], act["score"], act["qkv"]
+    layer, qkv = act["layer"], act["qkv"]
     layer_m = moe["layer"] if n_m else 0.0
     if rc == "full":
         kept = ACT_BYTES * T * h / ew_div
         kept_m = kept
     elif rc == "selective" and act["op_sac"]:
         kept = act["sac_kept"]
-        kept_m = layer_m - score - qkv if n_m else 0.0
+        kept_m = layer_m - act["drop"] - qkv if n_m else 0.0
     elif rc == "selective":
-        kept = layer - score - qkv
-        kept_m = layer_m - score - qkv if n_m else 0.0
+        kept = layer - act["drop"] - qkv
+        kept_m = layer_m - act["drop"] - qkv if n_m else 0.0
     else:
         kept = layer
         kept_m = layer_m if n_m else 0.0
@@ -631,6 +685,8 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
         fill = pipe - m * X_max - pp_comm
         for i, st in enumerate(stages):
             st["k"] = float(res.peak_activations[i])
+            if sched == "interleaved" and row.extra:  # the extra warm-up chunk (Megatron-Core's EP A2A overlap)
+                st["k"] = min(st["k"] + row.extra / v, m)
     for st in stages:
         st["act"] = st["k"] * st["per_mb"] + st["fixed"]
     return dict(bottleneck=bottleneck, X_max=X_max, fill=fill, pp_comm=pp_comm, pipe=pipe)
@@ -678,7 +734,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 
-def _memory(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict], moe: dict | None,
+def _memory(model: Transformer, cluster: Cluster, row: _Row, fw, stages: list[dict], moe: dict | None,
             params_max: float) -> dict:
     """Buffers and the worst stage's weights, gradients, optimizer state and activations per GPU."""
     zero, tp, h = row.zero, row.tp, model.hidden
@@ -697,11 +753,13 @@ def _memory(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict],
         buffers += 2 * WEIGHT_BYTES * prefetch_p
     if model.is_moe:
         buffers += 2 * ACT_BYTES * row.etp * moe["copies"] * h  # all-to-all send and receive buffers
+    # a gradient's bytes: the profile's gradient buffer (its reduce dtype where it keeps one setting for both)
+    grad_b = fw.grad_reduce_bytes[row.prec] if fw.grad_buffer_bytes is None else fw.grad_buffer_bytes[row.prec]
     worst, worst_total = None, -math.inf
     for st in stages:
         pd, pe = st["params"], st["params_e"]
         w = WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
-        gr = GRAD_BYTES * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
+        gr = grad_b * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
         op = OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:

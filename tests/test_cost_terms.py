@@ -19,7 +19,7 @@ from costmodel._dtypes import GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._feasibility import reason_codes
 from costmodel._layer_compute import recompute_flops_per_token
 from costmodel._layer_terms import framework_terms
-from costmodel._memory_terms import stage_params, state_bytes
+from costmodel._memory_terms import stage_params, state_bytes, state_bytes_per_param
 from costmodel._pipeline_terms import SCHED, pipeline_bubble_s
 
 
@@ -445,3 +445,43 @@ def test_pytorch_ring_attention_copies_and_collectives_by_hand():
     out = framework_terms(framework_preset("llm-foundry"), model, terms, np.ones(2), np.zeros(2, bool), np.zeros(2))
     np.testing.assert_allclose(out["cp_fwd"], [7.0, 7.0])
     np.testing.assert_allclose(out["cast_f"], [0.0, 0.0])
+
+
+def test_gradient_buffer_bytes_by_profile_and_precision():
+    # 1e9 parameters a GPU over g = 8 replicas: weights 2 bytes, optimizer 12 / 8 under ZeRO 1-2, gradients the
+    # profile's buffer bytes, / 8 from ZeRO-2. Megatron-Core keeps its gradients in the dtype it reduces them in
+    # (fp32 under --bf16, the 16-bit dtype under --fp16); Megatron-Bridge's recipes set grad_reduce_in_fp32 False
+    # (2 bytes); generic keeps 4.
+    core, bridge = framework_preset("megatron-core"), framework_preset("megatron-bridge")
+    assert core.grad_memory_bytes() == (4.0, 2.0, 4.0) and bridge.grad_memory_bytes() == 2.0
+    assert framework_preset("generic").grad_memory_bytes() == 4.0 == framework_preset("fsdp2").grad_memory_bytes()
+    zero, g, prec = np.array([1, 1, 1, 2]), np.full(4, 8), np.array([0, 1, 2, 0])  # bf16, fp16, fp8, bf16
+    w, gr, o = state_bytes(np.full(4, 1e9), zero, g, grad_bytes=core.grad_memory_bytes(), prec=prec)
+    np.testing.assert_allclose(gr, [4e9, 2e9, 4e9, 0.5e9])
+    np.testing.assert_allclose(w + o, [3.5e9] * 4)
+    per = state_bytes_per_param(zero, g, grad_bytes=core.grad_memory_bytes(), prec=prec)
+    np.testing.assert_allclose(per, [7.5, 5.5, 7.5, 4.0])
+    # the lookup table of long integer columns gives the same sums
+    big = np.resize(np.arange(4), 5000)
+    np.testing.assert_allclose(state_bytes_per_param(zero[big], g[big], grad_bytes=core.grad_memory_bytes(),
+                                                     prec=prec[big]), per[big])
+    np.testing.assert_allclose(state_bytes_per_param(zero[big], g[big], grad_bytes=2.0),
+                               np.array([5.5, 5.5, 5.5, 3.75])[big])
+
+
+def test_gradient_buffer_halves_under_megatron_bridge():
+    # Llama 3 405B, tp 8 pp 8, ZeRO-1 (the distributed optimizer keeps the whole gradient buffer): the worst stage's
+    # gradient bytes are its parameters a GPU times 4 under megatron-core's bf16, times 2 under megatron-bridge.
+    from costmodel import StrategyTable, evaluate
+    model, cl = model_preset("llama3-405b"), cluster_preset("h100x1024")
+    t = StrategyTable.from_columns(dp=np.array([16]), tp=np.array([8]), pp=np.array([8]), cp=np.array([1]),
+                                   micro_batch=np.array([1]), global_batch=np.array([512]), vpp=np.array([1]),
+                                   schedule=np.array([SCHED["1f1b"]]), recompute=np.array([2]),
+                                   sequence_parallel=np.array([True]), zero_stage=np.array([1]),
+                                   overlap_dp=np.array([True]), precision=np.array([0]))
+    core = evaluate(model, cl, t, framework="megatron-core")
+    bridge = evaluate(model, cl, t, framework="megatron-bridge")
+    params = core["mem_weights_bytes"][0] / 2  # (weights: 2 bytes a parameter, unsharded under ZeRO-1)
+    assert core["mem_grads_bytes"][0] == pytest.approx(4 * params)
+    assert bridge["mem_grads_bytes"][0] == pytest.approx(2 * params)
+    assert core["mem_total_bytes"][0] - bridge["mem_total_bytes"][0] == pytest.approx(2 * params)

@@ -45,14 +45,15 @@ def test_megatron_core_keeps_the_linear_inputs_of_fp8_layers_in_one_byte():
     # Transformer Engine saves the fp8 copy of each linear layer's input for the weight gradient;
     # torchao's float8 linear (fsdp2) saves the 16-bit input. GPT-3 175B, pp 1, 1F1B, b 1: one
     # micro-batch of 2048 tokens in flight over 96 layers. Per token and layer, one byte less
-    # for the QKV and FC1 inputs (h each; split by t under SP) and for the projection and FC2
-    # inputs (h and 4h, split by t).
+    # for the QKV and FC1 inputs (the LayerNormLinear outputs, h each; split by t under SP) and for
+    # the FC2 input (4h, split by t); the projection's fp8 input is a copy kept beside the attention
+    # kernel's 16-bit output, which the kernel saves anyway: one byte more (h / t).
     cols = dict(dp=128, tp=8, pp=1, recompute="none")
     h, t, T, L = 12288, 8, 2048, 96
     for sp, repl_div in ((False, 1), (True, t)):
         bf16 = _one("megatron-core", sequence_parallel=sp, precision="bf16", **cols)
         fp8 = _one("megatron-core", sequence_parallel=sp, precision="fp8", **cols)
-        saved = L * T * (2 * h / repl_div + (h + 4 * h) / t)
+        saved = L * T * (2 * h / repl_div + (4 * h - h) / t)
         assert bf16["mem_activations_bytes"][0] - fp8["mem_activations_bytes"][0] == pytest.approx(saved, rel=1e-12)
     a = _one("fsdp2", precision="bf16", **cols)["mem_activations_bytes"][0]
     b = _one("fsdp2", precision="fp8", **cols)["mem_activations_bytes"][0]
