@@ -109,3 +109,26 @@ def test_overlap_splits_the_pair_over_forward_and_backward_and_deepep_holds_sms(
     _, _, _, over = _layer("qwen3-235b-a22b", "h100x1024", 32, per_node=True, overlap=True, sm_frac=20 / 132)
     assert over["ep_fwd"][0] == over["ep_bwd"][0] < plain["ep_fwd"][0]
     assert over["ep_fwd"][0] > 0  # the SMs DeepEP holds while hidden
+
+
+def test_expert_gemms_priced_at_each_local_experts_rows_by_hand():
+    """Qwen3-30B-A3B (hidden 2048, 128 experts of ffn 768, top-8, SwiGLU), 4096 tokens, ep 8 on H100: 16 local
+    experts share the 8 x 4096 = 32,768 copies the GPU receives, 2,048 rows each. Each expert's FC1 is a
+    2048 x 2048 @ 2048 x 1536 product and its FC2 2048 x 768 @ 768 x 2048, at the roofline's utilisation of their own
+    sides: gemm_eff_max x s(2048) s(1536) s(2048) with s(x) = x / (x + 240) (the H100's gemm_half_dim), not of the
+    layer's 32,768 rows. Router: 4096 x 2048 @ 2048 x 128. All compute-bound here (FC2: 2 x 2048 x 2048 x 768 FLOPs
+    against (2048 x 768 + 768 x 2048 + 2048 x 2048) x 2 bytes)."""
+    _, gpu, lc, out = _layer("qwen3-30b-a3b", "h100x64", 8)
+    peak, e = gpu.peak_flops[0], gpu.gemm_eff_max
+
+    def s(x):
+        return x / (x + 240.0)
+
+    fc1 = 2 * 2048 * 1536 * 2048 / (peak * e * s(2048) * s(1536) * s(2048))
+    fc2 = 2 * 2048 * 2048 * 768 / (peak * e * s(2048) * s(2048) * s(768))
+    router = 2 * 4096 * 128 * 2048 / (peak * e * s(4096) * s(128) * s(2048))
+    assert gpu.gemm_half_dim == 240.0
+    assert out["gemm"][0] - lc["attn_gemm"][0] == pytest.approx(16 * (fc1 + fc2) + router, rel=1e-12)
+    # the layer's 32,768 rows in one product would run faster: s(32768) = 0.993 against s(2048) = 0.895
+    whole = 2 * 32768 * 1536 * 2048 / (peak * e * s(32768) * s(1536) * s(2048))
+    assert 16 * fc1 > 1.1 * whole
