@@ -5,11 +5,13 @@
 Mechanisms (costmodel._experts): "bytes", the HBM bytes of the router, permutation and sort kernels and the fp8
 quantization before the expert GEMMs; "launches", the MoE layer's kernel launches (one GEMM per local expert);
 "overlap", the EP A2A overlap as a pair of a forward and a backward on one communication stream, with the SMs DeepEP
-holds. "none" prices each off as the model did before them: permutation traffic 4 elements of h a copy and no router,
-sort or quantization bytes; 2 kernel-overhead units on top of the dense layer's; under the overlap each direction's
-all-to-alls hidden behind its layer half's computation (max(dispatch + combine - (Af + Mf), 0) a direction, close to
-the earlier rule, which took the GEMMs and the attention core as the window). Printed: each MoE row's error (predicted
-- measured, % of measured, as `plansweep validate`) under none, each alone, all; then the mean |error|.
+holds; "unpaired", the overlap's warm-up and cool-down passes (and pipelines without interleaving) run alone, their
+all-to-alls exposed (unpaired_share). "none" prices each off as the model did before them: permutation traffic 4
+elements of h a copy and no router, sort or quantization bytes; 2 kernel-overhead units on top of the dense layer's;
+under the overlap each direction's all-to-alls hidden behind its layer half's computation (max(dispatch + combine -
+(Af + Mf), 0) a direction, close to the earlier rule, which took the GEMMs and the attention core as the window),
+every pass paired. Printed: each MoE row's error (predicted - measured, % of measured, as `plansweep validate`) under
+none, each alone, all; then the mean |error|.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 
 import numpy as np
 
+import costmodel._block as block
 import costmodel._experts as experts
 from costmodel._validate import predict, read_runs
 
@@ -26,7 +29,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from validation_by_source import CSV
 
-MECHANISMS = ("bytes", "launches", "overlap")
+MECHANISMS = ("bytes", "launches", "overlap", "unpaired")
 
 
 def _old_permutation(copies, T, t, u, local):
@@ -46,11 +49,16 @@ def _old_overlap(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     return 2.0 * np.maximum(a_d + a_c - (Af + Mf), 0.0)
 
 
+def _all_paired(rows):
+    return None
+
+
 @contextlib.contextmanager
 def mechanisms_on(on: set[str]):
     """The cost model with only the mechanisms in ``on`` priced (the others as before them)."""
     saved = {k: getattr(experts, k) for k in ("permutation_elems", "expert_cast_s", "moe_launch_units",
                                               "overlapped_a2a_s", "ROUTING_BYTES_PER_SCORE")}
+    saved_pairs = block.unpaired_layers
     try:
         if "bytes" not in on:
             experts.permutation_elems, experts.expert_cast_s = _old_permutation, _no_cast
@@ -59,8 +67,11 @@ def mechanisms_on(on: set[str]):
             experts.moe_launch_units = _old_units
         if "overlap" not in on:
             experts.overlapped_a2a_s = _old_overlap
+        if "unpaired" not in on:
+            block.unpaired_layers = _all_paired
         yield
     finally:
+        block.unpaired_layers = saved_pairs
         for k, v in saved.items():
             setattr(experts, k, v)
 

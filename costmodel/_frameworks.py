@@ -24,6 +24,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
         (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): a forward and a backward through a
         layer as one pair, its four all-to-alls on one stream (costmodel._experts.overlapped_a2a_s)
+    overlap_ep_steady_only: the overlap pairs passes only in the steady state of Megatron-Core's combined 1F1B
+        schedules: warm-up forwards and cool-down backwards run alone, and a pipeline without interleaving not at all
+        (costmodel._experts.unpaired_share); False: every pass paired (DualPipe, priced as 1F1B)
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -100,6 +103,7 @@ class Framework:
     ep_dispatch_per_node: bool = False
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
+    overlap_ep_steady_only: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -216,7 +220,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
     ),
-    *(dataclasses.replace(_MEGATRON_CORE, name=name, **{flag: True}, what=what,
+    *(dataclasses.replace(_MEGATRON_CORE, name=name, **{flag: True, "overlap_ep_steady_only": flag == "overlap_ep"},
+                          what=what,
                           sources=(source, "the megatron-core profile's sources"))
       for name, flag, what, source in (  # Megatron-Core's MoE options, one each
           ("megatron-core-a2a-overlap", "overlap_ep",
@@ -231,6 +236,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
            "tokens during cross-node communication' (--moe-token-dispatcher-type flex, backend deepep|hybridep)"))),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
+        overlap_ep_steady_only=True,
         what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds "
              "DeepSeek-V3's fp8 dispatch to it)",
         sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",

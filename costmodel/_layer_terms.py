@@ -41,7 +41,7 @@ from costmodel._memory_terms import (
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
-MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b")
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -51,7 +51,7 @@ def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd")}
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x")}
     # the expert GEMMs' fp8 quantization on top of the (attention's) casts of the dense layer
     return {**out, "cast_f": out["cast_f"] + sh["moe_xcast_f"], "cast_b": out["cast_b"] + sh["moe_xcast_b"]}
 
@@ -237,4 +237,5 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
         out["F"] = out["F"] + epf
         out["B"] = out["B"] + epb + np.where(full, epf, 0.0)
         out["ep"] = epf + epb + np.where(full, epf, 0.0)
+        out["epx"] = lc["ep_x"]  # more, each way, where a pass runs unpaired under the EP A2A overlap
     return out

@@ -255,13 +255,14 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
         a2a = (exposed + frac * max(2 * (a_d + a_c) - exposed, 0.0)) / 2
     else:
         a2a = a_d + a_c
+    ep_x = a_d + a_c - a2a  # an unpaired pass's all-to-alls exposed beyond a paired one's
     coef = 6 if model.activation == "swiglu" else 4
     experts = coef * T * fs / tp + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, act=act, experts=experts, copies=copies)
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -314,6 +315,7 @@ class _Row:
     ep: int
     etp: int
     extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
+    steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
 
 
 def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
@@ -331,7 +333,8 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 layers=r.get("stage_layers") or [model.layers // pp] * pp,
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
-                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0)
+                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
+                steady_only=fw.overlap_ep_steady_only)
 
 
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
@@ -541,22 +544,33 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
 def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None) -> list[dict]:
     """Every pipeline stage of the row, first to last: its times and its memory terms."""
     stages, start = [], 0
+    fw_steady = row.extra > 0 and row.steady_only  # Megatron-Core's EP A2A overlap of an MoE model
     for i in range(row.pp):
         n, rc = row.layers[i], row.recomputes[i]
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
         first, last = i == 0, i == row.pp - 1
-        st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last)
+        st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last,
+                          _unpaired(row, i) if fw_steady else 0.0)
         st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
         st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i, row.extra)
         stages.append(st)
     return stages
 
 
+def _unpaired(row: _Row, i: int) -> float:
+    """Share of stage i's passes the EP A2A overlap runs alone: 1 of m without a pipeline, Megatron's warm-up count
+    (p - i - 1) 2 + (v - 1) p + 1 of m v interleaved, every pass in a pipeline without interleaving."""
+    if row.pp > 1 and row.sched != "interleaved":
+        return 1.0
+    return min(((row.pp - i - 1.0) * 2.0 + (row.v - 1.0) * row.pp + 1.0) / (row.m * row.v), 1.0)
+
+
 def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None, n: int,
-                 n_m: int, rc: str, first: bool, last: bool) -> dict:
+                 n_m: int, rc: str, first: bool, last: bool, unpaired: float = 0.0) -> dict:
     """A stage of n layers (n_m of them MoE layers) under recompute ``rc``: F, B, W per micro-batch, their sum X, and
-    the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp)."""
+    the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp); ``unpaired``: the share of its
+    passes whose all-to-alls no pair hides (_unpaired)."""
     fwd, tp_fwd, cp_fwd, cp_bwd = lay["fwd"], lay["tp_fwd"], lay["cp_fwd"], lay["cp_bwd"]
     n_d = n - n_m
     if rc == "full":
@@ -584,6 +598,9 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         W += n_m * moe["gemm"]
         comp += n_m * (moe["fwd"] + moe["bwd"] + moe["gemm"])
         ep_s = n_m * (2 * moe["ep"] + re_ep)
+        if unpaired:
+            x = n_m * unpaired * moe["ep_x"]
+            F, Bw, ep_s = F + x, Bw + x, ep_s + 2 * x
     if first:
         F += 0.5 * edge["emb_c"] + edge["emb_tp"]
         Bw += 0.5 * edge["emb_c"]

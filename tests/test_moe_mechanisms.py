@@ -132,3 +132,51 @@ def test_expert_gemms_priced_at_each_local_experts_rows_by_hand():
     # the layer's 32,768 rows in one product would run faster: s(32768) = 0.993 against s(2048) = 0.895
     whole = 2 * 32768 * 1536 * 2048 / (peak * e * s(32768) * s(1536) * s(2048))
     assert 16 * fc1 > 1.1 * whole
+
+
+def test_unpaired_share_by_hand():
+    """Megatron-Core's EP A2A overlap pairs passes only in the combined 1F1B steady state. Without a pipeline the first
+    forward and the last backward run alone: 1 of m = 8. Interleaved, p 8, v 4, m 128 (512 chunk passes a stage):
+    stage 0 runs (8 - 0 - 1) x 2 + 3 x 8 + 1 = 39 warm-up forwards alone, stage 7 0 + 24 + 1 = 25. p 4, v 2, m 4:
+    stage 0's 6 + 4 + 1 = 11 exceed its 8 passes: all alone. A pipeline without interleaving is not overlapped."""
+    from costmodel._experts import unpaired_share
+    assert unpaired_share(False, 1, 8, 1, 0) == pytest.approx(1 / 8, rel=1e-15)
+    got = unpaired_share(True, 8, 128, 4, np.array([0, 7]))
+    assert got[0] == pytest.approx(39 / 512, rel=1e-15) and got[1] == pytest.approx(25 / 512, rel=1e-15)
+    assert unpaired_share(True, 4, 4, 2, 0) == 1.0
+    assert unpaired_share(False, 4, 64, 1, np.array([0, 3])).tolist() == [1.0, 1.0]
+
+
+def _moe_row(framework, **kw):
+    model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=4096)
+    cols = dict(dp=8, tp=1, pp=2, ep=8, micro_batch=1, global_batch=64, precision="bf16", recompute="none",
+                zero_stage=1, schedule="1f1b", vpp=1) | kw
+    return evaluate(model, cluster_preset("h100x64"), StrategyTable.from_columns(**cols), framework=framework)
+
+
+def test_a_pipeline_without_interleaving_is_not_overlapped():
+    """transformer_config.py (core_v0.16.0) refuses the EP A2A overlap at pp > 1 without virtual stages, and
+    forward_backward_pipelining_without_interleaving has no combined path: a pp 2 1F1B row under
+    megatron-core-a2a-overlap exposes every all-to-all, as megatron-core does. Interleaved (pp 2, vpp 2, 8 micro-batches
+    of 16 chunk passes a stage), it hides some."""
+    plain, over = (_moe_row(f) for f in ("megatron-core", "megatron-core-a2a-overlap"))
+    assert over["ep_comm_s"][0] == pytest.approx(plain["ep_comm_s"][0], rel=1e-12)
+    assert over["step_time_s"][0] == pytest.approx(plain["step_time_s"][0], rel=1e-12)
+    plain, over = (_moe_row(f, schedule="interleaved", vpp=2) for f in ("megatron-core", "megatron-core-a2a-overlap"))
+    assert over["ep_comm_s"][0] < plain["ep_comm_s"][0]
+
+
+def test_unpaired_passes_expose_their_all_to_alls_by_hand():
+    """pp 1, 8 micro-batches, 48 MoE layers under megatron-core-a2a-overlap: per layer and micro-batch a paired
+    forward and backward expose e each way; the first forward and last backward expose the whole dispatch + combine
+    (d + c) each: ep_comm_s = 8 x 48 x 2 e + 48 x 2 (d + c - e), with e, d + c from the layer's costs
+    (ep_fwd under the overlap; ep_fwd without it)."""
+    model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=4096)
+    cl = cluster_preset("h100x64")
+    one = np.array([1])
+    lc = layer_costs(model, cl, one, one, one, np.array([False]), cl.gpu.peak_flops[0])
+    args = (model, cl, lc, one, np.array([False]), np.array([8]), cl.gpu.peak_flops[0])
+    e = moe_layer_costs(*args, True, False, np.array([1]))["ep_fwd"][0]
+    dc = moe_layer_costs(*args, False, False, np.array([1]))["ep_fwd"][0]
+    got = _moe_row("megatron-core-a2a-overlap", pp=1, global_batch=64)["ep_comm_s"][0]
+    assert got == pytest.approx(8 * 48 * 2 * e + 48 * 2 * (dc - e), rel=1e-9)
