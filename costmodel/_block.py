@@ -36,7 +36,7 @@ from costmodel._data_parallel import (
 )
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import layer_mix
+from costmodel._experts import layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
@@ -62,6 +62,7 @@ from costmodel._memory_terms import (
 )
 from costmodel._metrics import Metrics, assemble_metrics
 from costmodel._pipeline_terms import (
+    SCHED,
     bottleneck_parts,
     extra_warmup_chunks,
     first_max_stage,
@@ -125,11 +126,12 @@ class Terms:
     all_moe: bool
     dense_first: bool
     n_d: np.ndarray | None  # the block's dense layers per stage (Rows.n_d)
+    n_x: np.ndarray | None  # MoE layers x the share of passes the EP A2A overlap runs unpaired (unpaired_layers)
 
-    def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W")) -> list:
+    def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W"), nx=None) -> list:
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix holding nn layers
         (nd dense and nm MoE ones), one array per part; a part may be a tuple of them, summed (the terms per
-        configuration, then the stages'). ``edges``: plus_edges of these stages."""
+        configuration, then the stages'). ``edges``: plus_edges of these stages; ``nx``: their n_x (None: 0)."""
         out = []
         for xs in (x if isinstance(x, tuple) else (x,) for x in parts):
             per_d, per_m = (None if q is None else functools.reduce(np.add, (q[y] for y in xs))
@@ -139,6 +141,8 @@ class Terms:
             else:  # the stage's dense and MoE layers (the stages' own: on the first row only where dense_first)
                 fo = self.dense_first and nd is self.n_d
                 a = layer_mix(nd, np.take(per_d, ix[:1] if fo else ix), nm, np.take(per_m, ix), fo)
+            if nx is not None and (k := sum(y in ("F", "B") for y in xs)):  # the unpaired passes' all-to-alls
+                a = a + k * nx * np.take(self.lt_m["epx"], ix)
             emb = [self.edge_of[y][0] for y in xs if self.edge_of[y][0] is not None]
             out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
                              functools.reduce(np.add, (self.edge_of[y][1] for y in xs))))
@@ -168,7 +172,18 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
     head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
     return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts,
                  edge_of={"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])},
-                 moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d)
+                 moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d,
+                 n_x=unpaired_layers(rows))
+
+
+def unpaired_layers(rows: Rows):
+    """(k, N) each stage's MoE layers times the share of its passes Megatron-Core's EP A2A overlap runs alone
+    (costmodel._experts.unpaired_share; Framework.overlap_ep_steady_only); None where no overlap is priced so."""
+    fw = rows.fw
+    if not (rows.moe and fw.overlap_ep and fw.overlap_ep_steady_only):
+        return None
+    share = unpaired_share(rows.sched == SCHED["interleaved"], rows.p, rows.m, rows.v, rows.j)
+    return np.broadcast_to(rows.n_m, np.broadcast_shapes(np.shape(rows.n_m), np.shape(share))) * share
 
 
 def pool_gpu(pa: dict, q):
@@ -207,7 +222,7 @@ def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:
                                      scaleout_latency_s=pa["inter_latency_s"][q])
     return moe_shape_terms(rows.model, pool_net, sh, cfg.b_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.sp_u[ix],
                            cfg.peak[ix], (cfg.e_u[ix], cfg.u_u[ix], rows.fw, cfg.prec_u[ix]),
-                           pool_link(pa, q, 1, cfg.u_u[ix]))
+                           pool_link(pa, q, 1, cfg.u_u[ix]), sms=pa["sms"][q])
 
 
 # ---- stage times, hand-offs, the pipeline ---------------------------------------------------------------------------
@@ -238,10 +253,11 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
         np.put(inv_t := cfg.inv.copy() if rows.moe else cfg.inv, split.ks, tgt)
     edges = plus_edges(inv_t, rows.first, rows.last)
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
-    fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges)
+    fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges, nx=terms.n_x)
     if rows.moe and not stages_out and not (split is not None and split.ks.size):
         # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
-        (X,), F, Bk, W = terms.times(inv_t, rows.n, rows.n_d, rows.n_m, edges, parts=(("F", "B", "W"),)), *(None,) * 3
+        (X,), F, Bk, W = terms.times(inv_t, rows.n, rows.n_d, rows.n_m, edges, parts=(("F", "B", "W"),),
+                                     nx=terms.n_x), *(None,) * 3
     else:
         F, Bk, W = fbw()
         X = F + Bk + W
@@ -262,8 +278,9 @@ def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.nda
     if np.any(side == 2) and (mix := np.flatnonzero(np.take(side, split.inv_p) == 2)).size:
         sub = lambda a: np.broadcast_to(a, cfg.inv.shape).reshape(-1)[split.ks[mix]]  # noqa: E731
         a_b = (split.ia[mix], split.ib_p[split.inv_p[mix]])  # (both pools' configurations of these stages)
+        nx = None if terms.n_x is None else sub(terms.n_x)
         xs = (sum(terms.times(x, sub(rows.n), *((sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)),
-                              plus_edges(x, sub(rows.first), sub(rows.last)))) for x in a_b)
+                              plus_edges(x, sub(rows.first), sub(rows.last)), nx=nx)) for x in a_b)
         tgt[mix] = np.where(next(xs) < next(xs), *a_b[::-1])
     return tgt
 
@@ -363,7 +380,8 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
     layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
-    F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b))
+    F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
+                                nx=None if terms.n_x is None else at(terms.n_x))
     # (its F, B, W and X priced again on (N,): fewer passes than gathering them; an MoE row's X summed at once, its
     # bottleneck's gathered, so that the fill (X_sum - X_max) of a one-stage pipeline is 0)
     X_max = F_b + B_b + W_b if st.F is not None else at(X)
@@ -687,6 +705,8 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
         n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
     parts = bottleneck_parts(rows.m, n_b, pipe.first_b, pipe.last_b, lt_b, *(eu[x][ub] for x in (
         "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+    if terms.n_x is not None:  # the bottleneck stage's unpaired passes' all-to-alls, forward and backward
+        parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * at(terms.n_x) * np.take(terms.lt_m["epx"], ub))
     flops_model = model.model_flops_per_sample() * rows.B
     extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
     extra["_needs_simulation"] = pipe.needs_simulation

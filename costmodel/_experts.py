@@ -14,11 +14,27 @@ E experts, top-k, capacity factor cf, expert parallelism ep and expert tensor pa
     all-to-alls of those copies (h values each) over ep ranks, once each forward and again
     backward, the share to other nodes on the network and the rest on NVLink
     (costmodel._collectives.all_to_all_s; remote_nodes_per_token for a per-node dispatcher), plus
-    the etp group's all-gather and reduce-scatter. Where the framework overlaps them (overlap_ep)
-    only what exceeds the layer's compute is exposed. Shared experts and the router run like a
+    the etp group's all-gather and reduce-scatter (one_way_a2a_s). Shared experts and the router run like a
     dense MLP split by tp. Expert weights, gradients and optimizer state are split by ep x etp and
     sharded by ZeRO over edp (costmodel._memory_terms.moe_memory); their gradients are reduced over
     edp. Model FLOPs (MFU) count active parameters only.
+What Megatron-Core's MoE layer adds to a dense one (core_v0.16.0, 3bec9aa; Transformer Engine v2.11, c188b53), each
+    priced by what it does:
+    HBM bytes of its memory-bound kernels, at the element-wise rate (hbm_s): the router's top-k and aux-loss passes
+        over the fp32 scores and the permutation's row-id map (ROUTING_BYTES_PER_SCORE a token and expert), permute
+        and unpermute (PERMUTE_ELEMS_PER_COPY elements of h a copy, and T h / t written), the sort by local expert
+        and back (SORT_ELEMS_PER_COPY, with more than one local expert), and under fp8 the quantization of each
+        expert GEMM's input and output gradient (Framework.expert_fp8_cast_bytes).
+    Kernel launches (moe_launch_units): a fixed set of router, dispatcher and permutation kernels and one GEMM per
+        local expert for each of FC1 and FC2 (Transformer Engine's grouped GEMM launches a cuBLAS GEMM per expert),
+        one quantization per expert and GEMM under fp8, priced at kernel_overhead_s per KERNELS_PER_SUBLAYER kernels
+        (the dense layer's rate), the backward twice the forward (ELEM_BWD_FACTOR).
+    Expert GEMMs at their own shape: rows = the copies a local expert takes (cf k T ep etp / (t E)), not the layer's
+        tokens, so fine-grained experts (Qwen3: 128, top-8) run at the roofline's utilisation of their row count.
+    The EP A2A overlap (Framework.overlap_ep; overlapped_a2a_s): a micro-batch's forward through a layer paired with
+        another's backward, the four all-to-alls in order on one communication stream, each waiting for the
+        computation it needs; what the pair's computation cannot cover is exposed, and an all-to-all holding SMs
+        (DeepEP's DEEPEP_SMS of the GPU's, costmodel._sms) slows the computation it hides behind by that share.
 Also here: which layers of a stage are MoE layers (moe_layers_in, moe_stage_layers) and the sum
 over a stage's dense and MoE layers (layer_mix).
 """
@@ -34,15 +50,47 @@ from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, gemm_
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
-# Mixture of experts. Routing traffic per token copy, in elements of h: permute (read the token,
-# write its copy in expert order) and unpermute (read the copy, write the weighted sum), 2 + 2.
-ELEM_PERMUTE_PER_COPY = 4
+# Memory-bound kernels of an MoE layer, counted from Megatron-Core core_v0.16.0 (3bec9aa) with moe_router_fusion and
+# moe_permute_fusion on (Megatron-Bridge's MoE recipes set both), priced at the HBM rate of every element-wise kernel:
+# Router, HBM bytes per token and expert (T E / t a layer): router.py TopKRouter.routing, fused top-k over the fp32
+# logits (read 4, write the fp32 probabilities 4 and the boolean routing map 1), the aux-loss scores from the logits
+# (read 4, write 4 and 1), the aux loss over the scores (read 4): 22; moe_utils.permute's int32 row-id map of the
+# routing map, written once and read by permute and by unpermute: 12.
+ROUTING_BYTES_PER_SCORE = 22 + 12
+# Permutation, elements of h per token copy: permute 1 (token_dispatcher.py dispatch_preprocess: a gather, read the
+# token and write its copy: 2) and unpermute (combine_postprocess: read each copy once: 1); unpermute also writes
+# every one of the rank's T / t tokens once (T h / t more elements, moe_layer_costs).
+PERMUTE_ELEMS_PER_COPY = 2 + 1
+# Sorting the received copies by local expert after the dispatch all-to-all (dispatch_postprocess,
+# sort_chunks_by_idxs) and back before the combine (combine_preprocess): read + write each, 2 + 2 elements of h a
+# copy; only with more than one local expert (both run under `if self.num_local_experts > 1`).
+SORT_ELEMS_PER_COPY = 2 + 2
 # Router probabilities kept for backward in fp32 (Megatron-Core --moe-router-dtype fp32), bytes
 # per token and expert.
 ROUTER_PROB_BYTES = 4
-# Kernel launches an MoE layer adds to a dense one, in units of the GPU's kernel_overhead_s (of
-# which a dense layer pays 2): router and top-k, permute, grouped-GEMM setup, unpermute.
-MOE_OVERHEAD_UNITS = 2.0
+# Kernel launches, priced at the GPU's kernel_overhead_s per sub-layer of KERNELS_PER_SUBLAYER kernels. A dense
+# Megatron-Core layer forward launches, with Transformer Engine's fused modules: attention: LayerNormLinear (norm,
+# GEMM), fused RoPE (Q, K), fused attention, projection GEMM, bias-dropout-add: 7; MLP: LayerNormLinear (norm, GEMM),
+# bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer.
+KERNELS_PER_SUBLAYER = 6
+# An MoE layer's MLP part forward, besides its expert GEMMs (core_v0.16.0): pre-MLP norm and bias-dropout-add 2; router
+# (router.py): gating GEMM, fused top-k, fused aux-loss scores, tokens per expert (sum, all-reduce over tp x cp), fused
+# aux loss: 6; dispatcher preprocess (token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess): tokens per expert,
+# input splits, their all-gather over tp x ep, the local slice and its two sums, 5 device-to-host copies of the splits
+# (_maybe_dtoh_and_synchronize): 11; permute (row-id map, permute) 2, the all-to-alls of tokens and probabilities 2,
+# sort 1, activation 1, unsort 1, combine all-to-all 1, unpermute 1: 9. Total 28.
+MOE_FIXED_KERNELS = 2 + 6 + 11 + 9
+# Shared experts: their FC1, activation and FC2 (shared_experts.py).
+SHARED_EXPERT_KERNELS = 3
+# Per local expert: one GEMM for FC1 and one for FC2 (Transformer Engine v2.11, c188b53, GroupedLinear ->
+# general_grouped_gemm -> common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm: a cuBLAS GEMM per expert, round-robin
+# over its compute streams); under fp8 each expert's input is quantized by a kernel of its own (grouped_linear.py
+# forward, tex.split_quantize over m_splits): one more per expert per GEMM.
+KERNELS_PER_LOCAL_EXPERT = 2
+# SMs DeepEP's dispatch and combine kernels hold while they run (Megatron-Core core_v0.16.0 transformer_config.py
+# moe_deepep_num_sms = 20, passed to deep_ep.Buffer.set_num_sms; the DeepSeek-V3 report, Sec. 3.2.2: 20 SMs suffice
+# for its all-to-alls). An all-to-all hidden behind computation takes that share of the GPU from it while it runs.
+DEEPEP_SMS = 20
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
@@ -88,18 +136,70 @@ def routed_copies(model: Transformer, T, t):
     return model.capacity_factor * model.experts_per_token * T / t
 
 
+def moe_launch_units(local, fp8_quant, shared: bool):
+    """Kernel-overhead units (kernel_overhead_s each, KERNELS_PER_SUBLAYER kernels a unit) of an MoE layer's forward:
+    its attention sub-layer's 1 and its MLP part's launches, MOE_FIXED_KERNELS, the shared experts' and
+    KERNELS_PER_LOCAL_EXPERT per local expert, twice under fp8 quantization (``fp8_quant``, per row)."""
+    n = (MOE_FIXED_KERNELS + SHARED_EXPERT_KERNELS * shared
+         + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + np.asarray(fp8_quant, dtype=np.float64)))
+    return 1.0 + n / KERNELS_PER_SUBLAYER
+
+
+def permutation_elems(copies, T, t, u, local):
+    """(permute + unpermute, sort + unsort) elements of h one MoE layer's permutation kernels move forward: permute
+    and unpermute PERMUTE_ELEMS_PER_COPY a copy and unpermute's T / t tokens written; the sort by local expert and
+    back SORT_ELEMS_PER_COPY a copy the etp group holds (u copies), with more than one local expert only."""
+    return PERMUTE_ELEMS_PER_COPY * copies + T / t, np.where(local > 1, SORT_ELEMS_PER_COPY, 0) * u * copies
+
+
+def expert_cast_s(model: Transformer, quant, copies, u, gpu):
+    """(forward, backward) seconds of the fp8 quantization before the expert GEMMs, ``quant`` bytes an element (per
+    row; Framework.expert_fp8_cast_bytes, 0 off fp8): FC1's input (u copies x h) and FC2's (copies x ffn) forward,
+    their output gradients (copies x (mats - 1) ffn, u copies x h) backward."""
+    h, fe = model.hidden, model.expert_ffn
+    return (hbm_s(quant * (u * copies * h + copies * fe), gpu),
+            hbm_s(quant * (copies * (model.mlp_matrices - 1) * fe + u * copies * h), gpu))
+
+
+def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
+    """Exposed time of one layer's four all-to-alls under Megatron-Core's EP A2A overlap, per pair of a micro-batch's
+    forward and another's backward through the layer (core_v0.16.0 models/common/model_chunk_schedule_plan.py
+    TransformerLayerSchedulePlan.run; pipeline_parallel/combined_1f1b.py): one communication stream runs combine
+    backward (a_d: the gradient goes expert-ward), dispatch forward (a_d), dispatch backward (a_c), combine forward
+    (a_c), in that order; one computation stream runs attention forward Af (its router and permute included), expert
+    MLP backward Mb, its weight gradients Mw (--delay-wgrad-compute), expert MLP forward Mf, attention backward Ab.
+    Each waits for what it needs: dispatch forward for Af, Mb for combine backward, dispatch backward for Mb, Mf for
+    dispatch forward and the computation before it, combine forward for Mf, Ab for dispatch backward. The pair ends
+    when both streams do; exposed = its length - (Af + Mb + Mw + Mf + Ab). While hidden, an all-to-all holding
+    ``sm_frac`` of the GPU's SMs (DeepEP) slows the computation beside it by that share of its own length."""
+    x = np.maximum(Af, a_d)  # attention forward and combine backward done
+    mb_end, df_end = x + Mb, x + a_d
+    db_end = np.maximum(mb_end, df_end) + a_c
+    mf_end = np.maximum(df_end, mb_end + Mw) + Mf
+    cf_end = np.maximum(mf_end, db_end) + a_c
+    ab_end = np.maximum(mf_end, db_end) + Ab
+    exposed = np.maximum(cf_end, ab_end) - (Af + Mb + Mw + Mf + Ab)
+    hidden = np.maximum(2.0 * (a_d + a_c) - exposed, 0.0)
+    return exposed + sm_frac * hidden
+
+
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
-                    per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False) -> dict:
-    """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs, and ep_fwd / ep_bwd: the exposed
-    dispatch + combine all-to-alls of forward and of backward), from the dense layer's costs ``lc`` at the same
-    shape (its attention core, attention projections (attn_gemm) and tp / cp terms are the MoE layer's too). Routed
-    experts over ``e`` = ep ranks, each split over ``u`` = etp ranks: the etp group all-gathers the copies it
-    received (u x as many rows at 1 / u of the expert's width) and reduce-scatters the results, on the link its u
-    consecutive ranks span (in ep_fwd / ep_bwd; ``etp_link``: that link's (bandwidth, latency) where the caller has
-    it, as layer_costs's tp_link). ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and
-    its mirror in backward: the combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an element, the
-    combine direction 16 bits (Framework.fp8_dispatch). The heterogeneous evaluator passes as ``cluster`` a stage
-    configuration's pool (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
+                    per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False, *, fp8_cast=0.0,
+                    sm_frac=0.0) -> dict:
+    """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs; xcast_f / xcast_b: the expert
+    GEMMs' fp8 quantization forward and backward; ep_fwd / ep_bwd: the exposed dispatch + combine all-to-alls of
+    forward and of backward), from the dense layer's costs ``lc`` at the same shape (its attention core, attention
+    projections (attn_gemm), kernel overhead and tp / cp terms are the MoE layer's too). Routed experts over ``e`` = ep
+    ranks, each split over ``u`` = etp ranks: the etp group all-gathers the copies it received (u x as many rows at
+    1 / u of the expert's width) and reduce-scatters the results, on the link its u consecutive ranks span (in ep_fwd
+    / ep_bwd; ``etp_link``: that link's (bandwidth, latency) where the caller has it, as layer_costs's tp_link).
+    ``fp8_dispatch`` (bool, per row): the dispatch direction (forward dispatch, and its mirror in backward: the
+    combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an element, the combine direction 16 bits
+    (Framework.fp8_dispatch). ``fp8_cast`` (per row): HBM bytes an element of an expert GEMM's input or output
+    gradient its fp8 quantization moves (0: none; Framework.expert_fp8_cast_bytes on fp8 rows), its kernels counted
+    too. ``overlap_ep``: the all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs
+    they hold). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
+    and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -109,33 +209,78 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     split = np.where(sp, t, 1)
-    gemm = (
-        lc["attn_gemm"]
-        + gemm_s(T / t, E, h, peak, gpu)  # router
-        + local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))  # routed
-    )
+    attn_gemm = lc["attn_gemm"] + gemm_s(T / t, E, h, peak, gpu)  # attention projections and the router
+    mlp_gemm = local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))
     if fs:
-        gemm = gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
-    elems = (ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe)
-             + ELEM_PERMUTE_PER_COPY * u * copies * h)
-    # dispatch + combine; a per-node dispatcher sends each of the cf T / t tokens once per other node
+        mlp_gemm = mlp_gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
+    # element-wise bytes: the attention part with the router and the permutation (the attention node of the overlap),
+    # the expert part with the sort by local expert and the activation
+    permute, sort = permutation_elems(copies, T, t, u, local)  # (elements of h)
+    attn_bytes = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / split + permute * h) + ROUTING_BYTES_PER_SCORE * T * E / t
+    mlp_bytes = ACT_BYTES * (ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe) + sort * h)
+    quant = np.asarray(fp8_cast, dtype=np.float64)
+    xcast_f, xcast_b = expert_cast_s(model, quant, copies, u, gpu)
+    units = moe_launch_units(local, quant > 0, bool(fs))
+    overhead = lc["overhead"] * 0.5 * units  # lc["overhead"]: the dense layer's two sub-layer units
+    a_d, a_c = one_way_a2a_s(model, cluster, copies, e, u, etp_link, fp8_dispatch, per_node)
+    elem_a, elem_m = hbm_s(attn_bytes, gpu), hbm_s(mlp_bytes, gpu)
+    if overlap_ep:
+        ov_a, ov_m = lc["overhead"] * 0.5, lc["overhead"] * 0.5 * (units - 1.0)
+        Af = attn_gemm + lc["attn"] + elem_a + ov_a
+        Mf = mlp_gemm + elem_m + ov_m + xcast_f
+        Ab = 2.0 * (attn_gemm + lc["attn"] + elem_a + ov_a)
+        Mb = mlp_gemm + 2.0 * (elem_m + ov_m) + xcast_b
+        exposed = 0.5 * overlapped_a2a_s(Af, Mf, Mb, mlp_gemm, Ab, a_d, a_c, sm_frac)
+        unpaired = a_d + a_c - exposed  # what a pass no pair covers exposes more (unpaired_share)
+    else:
+        exposed = a_d + a_c
+        unpaired = 0.0 * exposed
+    return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
+            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired}
+
+
+def unpaired_share(interleaved, p, m, v, j):
+    """Share of stage ``j``'s forward passes, and of its backward passes, that Megatron-Core's EP A2A overlap runs
+    alone, their all-to-alls exposed (arrays broadcasting). The overlap pairs one micro-batch's forward with another's
+    backward only in the steady state of the combined 1F1B schedules (core_v0.16.0, 3bec9aa,
+    pipeline_parallel/combined_1f1b.py): without a pipeline the first forward and the last backward run alone
+    (combined_1f1b_schedule_for_no_pipelining), 1 of m; interleaved, the warm-up forwards and the cool-down backwards,
+    w = (p - j - 1) 2 + (v - 1) p + 1 of m v (schedules.py get_pp_rank_microbatches: Megatron's warm-up count with
+    microbatch_group_size_per_vp_stage = p and the overlap's one extra forward), at most all; a pipeline without
+    interleaving is not overlapped at all (transformer_config.py: EP A2A overlap with pp > 1 needs
+    virtual_pipeline_model_parallel_size; forward_backward_pipelining_without_interleaving has no combined path): 1."""
+    p, m, v = (np.asarray(x, dtype=np.float64) for x in (p, m, v))
+    paired = np.asarray(interleaved) | (p == 1)
+    w = (p - j - 1.0) * 2.0 + (v - 1.0) * p + 1.0
+    return np.where(paired, np.minimum(w / (m * v), 1.0), 1.0)
+
+
+def one_way_a2a_s(model: Transformer, cluster: Cluster, copies, e, u, etp_link, fp8_dispatch, per_node):
+    """(dispatch, combine) seconds of one MoE layer's all-to-all each way with the etp group's all-gather or
+    reduce-scatter: the ``copies`` (h values each) over ``e`` ranks ``u`` apart (all_to_all_s; a per-node dispatcher
+    sends each of the copies / k tokens once per other node holding one of its experts), the dispatch at
+    FP8_DISPATCH_BYTES an element where ``fp8_dispatch``, the combine at 16 bits (moe_layer_costs)."""
+    gpu, h = cluster.gpu, model.hidden
     remote = remote_nodes_per_token(model, e, cluster, u) if per_node else None
 
     def one_way(nbytes):  # one all-to-all of the copies at nbytes an element
         net = None if remote is None else nbytes * (copies / model.experts_per_token) * h * remote
         return all_to_all_s(nbytes * copies * h, e, cluster, gpu, net, stride=u)
 
-    if np.any(fp8_dispatch):
-        a2a = one_way(np.where(fp8_dispatch, FP8_DISPATCH_BYTES, ACT_BYTES)) + one_way(ACT_BYTES)
-    else:
-        a2a = 2.0 * one_way(ACT_BYTES)
+    combine = one_way(ACT_BYTES)
+    dispatch = one_way(np.where(fp8_dispatch, FP8_DISPATCH_BYTES, ACT_BYTES)) if np.any(fp8_dispatch) else combine
     if np.any(np.asarray(u) > 1):  # the etp group's all-gather (dispatch) and reduce-scatter (combine)
         etp_bw, etp_lat = tier(u, cluster, gpu) if etp_link is None else etp_link
-        a2a = a2a + 2.0 * gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
-    window = gemm + lc["attn"] if overlap_ep else 0.0
-    exposed = np.maximum(a2a - window, 0.0)
-    return {**lc, "gemm": gemm, "elem": hbm_s(ACT_BYTES * elems, gpu),
-            "overhead": lc["overhead"] * (1.0 + MOE_OVERHEAD_UNITS / 2.0), "ep_fwd": exposed, "ep_bwd": exposed}
+        g = gather_s(ACT_BYTES * u * copies * h, u, etp_bw, etp_lat)
+        dispatch, combine = dispatch + g, combine + g
+    return dispatch, combine
+
+
+def comm_sm_fraction(per_node, sms):
+    """Share of the GPU's SMs (``sms``, costmodel._sms) the all-to-all kernels hold: DEEPEP_SMS for a per-node
+    dispatcher (DeepEP, HybridEP counted as DeepEP); 0 for NCCL's all-to-all, whose CTAs NCCL chooses from the
+    topology (its p2p channels, not priced)."""
+    return np.where(per_node, DEEPEP_SMS / np.asarray(sms, dtype=np.float64), 0.0)
 
 
 def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):

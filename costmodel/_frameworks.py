@@ -22,7 +22,14 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     fp8_dispatch: under fp8 the dispatch all-to-all (and its backward mirror) moves fp8 activations with 1 x 128 fp32
         scales, the combine stays 16-bit (DeepSeek-V3 report Sec. 3.3.2; DeepEP's "FP8 dispatching, BF16 combining")
     overlap_ep: the MoE token dispatch / combine all-to-alls hide under the compute of another micro-batch's layer
-        (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): exposed max(a2a - layer compute, 0)
+        (Megatron-Core --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe): a forward and a backward through a
+        layer as one pair, its four all-to-alls on one stream (costmodel._experts.overlapped_a2a_s)
+    overlap_ep_steady_only: the overlap pairs passes only in the steady state of Megatron-Core's combined 1F1B
+        schedules: warm-up forwards and cool-down backwards run alone, and a pipeline without interleaving not at all
+        (costmodel._experts.unpaired_share); False: every pass paired (DualPipe, priced as 1F1B)
+    expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
+        gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
+        bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
         through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
@@ -109,6 +116,8 @@ class Framework:
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
     fp8_dispatch: bool = False
+    expert_fp8_cast_bytes: float = 0.0
+    overlap_ep_steady_only: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -146,6 +155,7 @@ _MEGATRON_CORE = Framework(
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
+    expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
@@ -183,7 +193,11 @@ _MEGATRON_CORE = Framework(
              "Megatron-LM arguments --pipeline-model-parallel-layout, --decoder-first/last-pipeline-num-layers "
              "(chunks of any whole-layer size)",
              "Megatron-LM megatron/core/transformer/moe/README.md: --expert-model-parallel-size, MoE Parallel "
-             "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default"),
+             "Folding, alltoall dispatcher; --overlap-moe-expert-parallel-comm off by default",
+             "TransformerEngine v2.11 (c188b53) pytorch/module/grouped_linear.py: under fp8 tex.split_quantize of the "
+             "input (row-wise and, for the weight gradient, column-wise: read 2, write 1 + 1 bytes an element) and of "
+             "the output gradient in backward; one quantization and one cuBLAS GEMM per expert (common/gemm/"
+             "cublaslt_gemm.cu multi_stream_cublas_gemm)"),
 )
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -233,7 +247,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
     ),
-    *(dataclasses.replace(_MEGATRON_CORE, name=name, **{flag: True}, what=what,
+    *(dataclasses.replace(_MEGATRON_CORE, name=name, **{flag: True, "overlap_ep_steady_only": flag == "overlap_ep"},
+                          what=what,
                           sources=(source, "the megatron-core profile's sources"))
       for name, flag, what, source in (  # Megatron-Core's MoE options, one each
           ("megatron-core-a2a-overlap", "overlap_ep",
@@ -248,6 +263,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
            "tokens during cross-node communication' (--moe-token-dispatcher-type flex, backend deepep|hybridep)"))),
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-core-deepep-a2a-overlap", overlap_ep=True, ep_dispatch_per_node=True,
+        overlap_ep_steady_only=True,
         what="Megatron-Core with the flex dispatcher (per-node dispatch) and EP A2A overlap (hai-llm adds "
              "DeepSeek-V3's fp8 dispatch to it)",
         sources=("the megatron-core-deepep and megatron-core-a2a-overlap profiles' sources",

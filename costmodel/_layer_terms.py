@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import moe_layer_costs
+from costmodel._experts import comm_sm_fraction, moe_layer_costs
 from costmodel._frameworks import Framework
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._layer_compute import (
@@ -39,9 +39,10 @@ from costmodel._memory_terms import (
     te_saved_bytes,
     torchtitan_saved_bytes,
 )
+from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
-MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd")
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -50,8 +51,10 @@ LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd"
 def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
-    return {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-            for k in (*LAYER_INPUTS, *MOE_TERMS[3:])}
+    out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x")}
+    # the expert GEMMs' fp8 quantization on top of the (attention's) casts of the dense layer
+    return {**out, "cast_f": out["cast_f"] + sh["moe_xcast_f"], "cast_b": out["cast_b"] + sh["moe_xcast_b"]}
 
 
 # The layer terms moe_stage_terms reads (the dense layer's: the first four).
@@ -99,14 +102,19 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     return out
 
 
-def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None) -> dict:
+def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None, sms=None) -> dict:
     """The MoE layer's shape terms (moe_<key> of MOE_TERMS, and moe_act_L) from the dense ones ``sh``
     (shape_terms without ``moe``, at the same shape: T, attn, attn_gemm, overhead); ``moe`` = (ep,
-    etp, framework, precision); ``etp_link`` as shape_terms takes it."""
+    etp, framework, precision); ``etp_link`` as shape_terms takes it; ``sms``: the GPU's SMs (costmodel._sms; the
+    cluster's GPU's where None)."""
     e, u, fw, precision = moe
-    fp8_dispatch = fw.fp8_dispatch & (np.asarray(precision) == PRECISIONS.index("fp8"))
+    fp8 = np.asarray(precision) == PRECISIONS.index("fp8")
+    fp8_dispatch = fw.fp8_dispatch & fp8
+    sms = streaming_multiprocessors(cluster.gpu.name) if sms is None else sms
     ml = moe_layer_costs(model, cluster, {k: sh[k] for k in ("T", "attn", "attn_gemm", "overhead")}, t, sp, e, peak,
-                         fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch)
+                         fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch,
+                         fp8_cast=np.where(fp8, fw.expert_fp8_cast_bytes, 0.0),
+                         sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms))
     zero = np.zeros_like(sh["T"])
     act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)
     return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero}
@@ -248,4 +256,5 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
         out["F"] = out["F"] + epf
         out["B"] = out["B"] + epb + np.where(full, epf, 0.0)
         out["ep"] = epf + epb + np.where(full, epf, 0.0)
+        out["epx"] = lc["ep_x"]  # more, each way, where a pass runs unpaired under the EP A2A overlap
     return out

@@ -18,7 +18,18 @@ from costmodel._collectives import (
 )
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
-from costmodel._experts import ELEM_PERMUTE_PER_COPY, FP8_DISPATCH_BYTES, MOE_OVERHEAD_UNITS, ROUTER_PROB_BYTES
+from costmodel._experts import (
+    DEEPEP_SMS,
+    FP8_DISPATCH_BYTES,
+    KERNELS_PER_LOCAL_EXPERT,
+    KERNELS_PER_SUBLAYER,
+    MOE_FIXED_KERNELS,
+    PERMUTE_ELEMS_PER_COPY,
+    ROUTER_PROB_BYTES,
+    ROUTING_BYTES_PER_SCORE,
+    SHARED_EXPERT_KERNELS,
+    SORT_ELEMS_PER_COPY,
+)
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff
@@ -37,6 +48,7 @@ from costmodel._memory_terms import (
     SOFTMAX_STAT_BYTES,
 )
 from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
+from costmodel._sms import streaming_multiprocessors
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -248,8 +260,9 @@ def _remote_nodes(model: Transformer, nodes: int) -> float:
 
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
                attn: float, overhead: float, etp: int = 1, fp8: bool = False) -> dict:
-    """One MoE layer's forward GEMM, element-wise and overhead time, its exposed all-to-all (each direction, with the
-    etp group's all-gather and reduce-scatter), its activation bytes without the score term."""
+    """One MoE layer's forward GEMM, element-wise and overhead time, its experts' fp8 quantization forward and backward,
+    its exposed all-to-all (each direction, with the etp group's all-gather and reduce-scatter), its activation bytes
+    without the score term."""
     gpu = cluster.gpu
     h, E = model.hidden, model.experts
     fe, mats = model.expert_ffn, model.mlp_matrices
@@ -258,32 +271,58 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     local = E / ep  # experts on this GPU, each etp-th of its width
     rows = etp * copies / local  # every copy the etp group received, after its all-gather
     ew_div = tp if sp else 1
-    gemm = (_projections(model, gpu, peak, T, tp, ew_div)[0]
-            + _gemm(gpu, peak, T / tp, E, h)
-            + local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp)))
+    a_gemm = _projections(model, gpu, peak, T, tp, ew_div)[0] + _gemm(gpu, peak, T / tp, E, h)  # with the router
+    m_gemm = local * (_gemm(gpu, peak, rows, (mats - 1) * fe / etp, h) + _gemm(gpu, peak, rows, h, fe / etp))
     if fs:
-        gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
-    elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / ew_div
-                                    + ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
-                                    + ELEM_PERMUTE_PER_COPY * etp * copies * h))
+        m_gemm += _gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
+    # router (bytes per token and expert), permute and unpermute (elements a copy; unpermute writes each token); the
+    # sort by local expert and back (when there is more than one), the activation
+    elem_a = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / ew_div + PERMUTE_ELEMS_PER_COPY * copies * h
+                                    + T * h / tp) + ROUTING_BYTES_PER_SCORE * T * E / tp)
+    elem_m = _hbm(gpu, ACT_BYTES * (ELEM_TF_PER_LAYER[model.activation] * (T * fs / tp + copies * fe)
+                                    + (SORT_ELEMS_PER_COPY * etp * copies * h if local > 1 else 0)))
+    cast = fw.expert_fp8_cast_bytes if fp8 else 0.0
+    xcast_f = _hbm(gpu, cast * (etp * copies * h + copies * fe))
+    xcast_b = _hbm(gpu, cast * (copies * (mats - 1) * fe + etp * copies * h))
+    # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8)
+    kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
+        2 if cast > 0 else 1)
+    units = 1 + kernels / KERNELS_PER_SUBLAYER
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
     d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
-    a2a = 0.0
+    one = []
     for nbytes in (d_bytes, ACT_BYTES):
         # a per-node dispatcher sends each token once to every other node holding one of its k experts
         net = nbytes * (copies / model.experts_per_token) * h * remote if fw.ep_dispatch_per_node else None
-        a2a += _all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
-    a2a += 2 * _gather(ACT_BYTES * etp * copies * h, etp, _link(cluster, etp))  # etp all-gather + reduce-scatter
-    if fw.overlap_ep:
-        a2a = max(a2a - (gemm + attn), 0.0)
+        one.append(_all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
+                   + _gather(ACT_BYTES * etp * copies * h, etp, _link(cluster, etp)))  # etp all-gather / reduce-scatter
+    a_d, a_c = one
+    if fw.overlap_ep:  # the 1F1B pair: comm stream combine-bwd, dispatch-fwd, dispatch-bwd, combine-fwd
+        sub = overhead / 2  # one sub-layer's kernel overhead
+        Af = a_gemm + attn + elem_a + sub
+        Mf = m_gemm + elem_m + sub * (units - 1) + xcast_f
+        Ab = 2 * (a_gemm + attn + elem_a + sub)
+        Mb = m_gemm + 2 * (elem_m + sub * (units - 1)) + xcast_b
+        Mw = m_gemm
+        start = max(Af, a_d)
+        mb_end, df_end = start + Mb, start + a_d
+        db_end = max(mb_end, df_end) + a_c
+        mf_end = max(df_end, mb_end + Mw) + Mf
+        end = max(max(mf_end, db_end) + a_c, max(mf_end, db_end) + Ab)
+        exposed = end - (Af + Mf + Ab + Mb + Mw)
+        frac = DEEPEP_SMS / streaming_multiprocessors(gpu.name) if fw.ep_dispatch_per_node else 0.0
+        a2a = (exposed + frac * max(2 * (a_d + a_c) - exposed, 0.0)) / 2
+    else:
+        a2a = a_d + a_c
+    ep_x = a_d + a_c - a2a  # an unpaired pass's all-to-alls exposed beyond a paired one's
     coef = 6 if model.activation == "swiglu" else 4
     experts = coef * T * fs / tp + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
-    return dict(gemm=gemm, elem=elem, overhead=overhead * (1 + MOE_OVERHEAD_UNITS / 2), ep=a2a, act=act,
-                experts=experts, copies=copies)
+    return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -336,6 +375,7 @@ class _Row:
     ep: int
     etp: int
     extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
+    steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
 
 
 def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
@@ -353,7 +393,8 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 layers=r.get("stage_layers") or [model.layers // pp] * pp,
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
-                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0)
+                ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
+                steady_only=fw.overlap_ep_steady_only)
 
 
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
@@ -558,8 +599,9 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
         layer = act["non_experts"] + mo["experts"]
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
-    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"],  # (the dense casts)
-            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"],
+    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"] + mo["xcast_f"],
+            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"]
+            + mo["xcast_b"],  # (the dense casts, and the experts' fp8 quantization)
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
@@ -567,22 +609,33 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
 def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None) -> list[dict]:
     """Every pipeline stage of the row, first to last: its times and its memory terms."""
     stages, start = [], 0
+    fw_steady = row.extra > 0 and row.steady_only  # Megatron-Core's EP A2A overlap of an MoE model
     for i in range(row.pp):
         n, rc = row.layers[i], row.recomputes[i]
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
         first, last = i == 0, i == row.pp - 1
-        st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last)
+        st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last,
+                          _unpaired(row, i) if fw_steady else 0.0)
         st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
         st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i, row.extra)
         stages.append(st)
     return stages
 
 
+def _unpaired(row: _Row, i: int) -> float:
+    """Share of stage i's passes the EP A2A overlap runs alone: 1 of m without a pipeline, Megatron's warm-up count
+    (p - i - 1) 2 + (v - 1) p + 1 of m v interleaved, every pass in a pipeline without interleaving."""
+    if row.pp > 1 and row.sched != "interleaved":
+        return 1.0
+    return min(((row.pp - i - 1.0) * 2.0 + (row.v - 1.0) * row.pp + 1.0) / (row.m * row.v), 1.0)
+
+
 def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None, n: int,
-                 n_m: int, rc: str, first: bool, last: bool) -> dict:
+                 n_m: int, rc: str, first: bool, last: bool, unpaired: float = 0.0) -> dict:
     """A stage of n layers (n_m of them MoE layers) under recompute ``rc``: F, B, W per micro-batch, their sum X, and
-    the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp)."""
+    the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp); ``unpaired``: the share of its
+    passes whose all-to-alls no pair hides (_unpaired)."""
     fwd, tp_fwd, cp_fwd, cp_bwd = lay["fwd"], lay["tp_fwd"], lay["cp_fwd"], lay["cp_bwd"]
     n_d = n - n_m
     if rc == "full":
@@ -610,6 +663,9 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         W += n_m * moe["gemm"]
         comp += n_m * (moe["fwd"] + moe["bwd"] + moe["gemm"])
         ep_s = n_m * (2 * moe["ep"] + re_ep)
+        if unpaired:
+            x = n_m * unpaired * moe["ep_x"]
+            F, Bw, ep_s = F + x, Bw + x, ep_s + 2 * x
     if first:
         F += 0.5 * edge["emb_c"] + edge["emb_tp"]
         Bw += 0.5 * edge["emb_c"]
