@@ -174,7 +174,7 @@ def drawn_main(args) -> None:
     print("| problem | budget | searcher | median gap | seeds within 1% | seeds feasible | s per seed |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for group, i, spec, fig in listed:
-        if picks is not None and (group != "main" or i not in picks):
+        if args.mostly_infeasible != (group != "main") or (picks is not None and i not in picks):
             continue
         label = f"{'P' if group == 'main' else 'X'}{i}"
         print(f"<!-- {label} ({group}): {spec_line(spec)}; {fig['valid']:,} valid, {fig['feasible']:,} feasible, "
@@ -231,11 +231,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--seeds-at", default="", help="fewer seeds at a fraction, e.g. 0.1=5")
-    ap.add_argument("--searchers", default=None, help="default mcmc,tpe,random (named), mcmc,tpe,gradient,random (drawn)")
+    ap.add_argument("--searchers", default=None,
+                    help="default mcmc,tpe,random (named), mcmc,tpe,gradient,random (drawn)")
     ap.add_argument("--draw", type=int, default=0, help="draw this many problems with enough feasible points")
     ap.add_argument("--draw-seed", type=int, default=1)
     ap.add_argument("--problem", default="", help="one drawn problem's spec (JSON, as its header line prints it)")
-    ap.add_argument("--pick", default="", help="run only these main problems of the draw (indices, e.g. 3,7)")
+    ap.add_argument("--pick", default="", help="run only these problems of the draw (indices, e.g. 3,7)")
+    ap.add_argument("--mostly-infeasible", action="store_true",
+                    help="run the draw's mostly-infeasible problems (under 1%% feasible) instead of the main ones")
     ap.add_argument("--max-valid", type=int, default=200_000)
     ap.add_argument("--min-feasible", type=int, default=1000)
     ap.add_argument("--infeasible", type=int, default=8, help="mostly-infeasible problems kept at most")
