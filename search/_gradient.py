@@ -49,6 +49,11 @@ back to zero (uniform) and the step is drawn again; the memo stays, so the resta
 asks only new points. Points still missing are filled with uniformly random valid points not
 evaluated yet (asked, not part of the gradient).
 
+Feasibility first (``screen`` 1, the default; search._screen): where the space can be listed and
+some point fits in memory, the distributions range over the points that fit (the walk's allowed
+digits and the fill come from them), so every draw is a feasible plan, and a space where under 1%
+fits is searched among those few; elsewhere the space as given.
+
 Determinism and resume (search._base.Searcher): step k draws from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of the
 told batches; state_dict() holds it as plain arrays (logits, step, memo).
@@ -63,6 +68,7 @@ import numpy as np
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
+from search._screen import screen_searcher
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
 # partition problem), kept apart from the reported seeds 0-9 (BENCHMARKS.md, "Gradient search").
@@ -75,6 +81,8 @@ DEFAULT_MIN_TEMPERATURE = 0.1
 DEFAULT_ENTROPY = 0.0
 DEFAULT_MEMORY_PENALTY = 0.1
 DEFAULT_RESTART = 1
+# 1: walk only the points that fit in memory where the space can be screened (search._screen).
+DEFAULT_SCREEN = 1
 # Rounds of S draws per step looking for S new points.
 MAX_ROUNDS = 8
 # A step that finds fewer than S / SATURATED new points restarts (``restart`` 1).
@@ -156,11 +164,14 @@ class GradientSearcher(Searcher):
     def __init__(self, space: SearchSpace, *, seed: int, samples: int = DEFAULT_SAMPLES, lr: float = DEFAULT_LR,
                  temperature: float = DEFAULT_TEMPERATURE, cooling: float = DEFAULT_COOLING,
                  min_temperature: float = DEFAULT_MIN_TEMPERATURE, entropy: float = DEFAULT_ENTROPY,
-                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart: int = DEFAULT_RESTART) -> None:
+                 memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart: int = DEFAULT_RESTART,
+                 screen: int = DEFAULT_SCREEN) -> None:
         self.check_options(samples=samples, lr=lr, temperature=temperature, cooling=cooling,
                            min_temperature=min_temperature, entropy=entropy, memory_penalty=memory_penalty,
-                           restart=restart)
-        self.space = space
+                           restart=restart, screen=screen)
+        # Feasibility first (search._screen), as MCMC and TPE: where the space can be screened and
+        # some point fits, the distributions range over the points that fit only.
+        self.space = space = screen_searcher(self, space, screen=bool(screen), budget=None)
         self.seed = int(seed)
         self.samples = int(samples)
         self.lr = float(lr)
@@ -194,7 +205,8 @@ class GradientSearcher(Searcher):
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
 
     @staticmethod
-    def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty, restart) -> None:
+    def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty, restart,
+                      screen=DEFAULT_SCREEN) -> None:
         """InputError naming the first bad option."""
         if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
             raise InputError("samples", "an integer >= 2", samples)
@@ -211,6 +223,8 @@ class GradientSearcher(Searcher):
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are the worst)", memory_penalty)
         if restart not in (0, 1) or isinstance(restart, bool):
             raise InputError("restart", "0 or 1", restart)
+        if screen not in (0, 1) or isinstance(screen, bool):
+            raise InputError("screen", "0 or 1", screen)
 
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:

@@ -118,6 +118,8 @@ class GradientOptions(_Options):
                                  "point costs its time x (1 + L x overflow) (0: the worst)", low=0.0)
     restart: int = _opt(gradient.DEFAULT_RESTART, int, "1: back to the uniform distribution when a step finds "
                         "few new points; 0: never", low=0)
+    screen: int = _opt(gradient.DEFAULT_SCREEN, int, SCREEN_HELP.split(" and evaluates")[0] + "; 0 walks every "
+                       "valid point", low=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

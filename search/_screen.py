@@ -28,6 +28,11 @@ from search._base import SearchSpace
 # Valid points screened at most (memory_screen runs at about 1-2 M rows/s on these machines).
 SCREEN_MAX_POINTS = 2_000_000
 _OK = REASONS.index("ok")
+# Screens kept per process (the last ones): searchers built again on the same space (a resume, one
+# searcher per seed) reuse its screen. A space with pipeline schedules to compile for the memory
+# peak can take tens of seconds to screen.
+SCREENS_KEPT = 8
+_screens: dict = {}
 
 
 def fitting_indices(space) -> np.ndarray | None:
@@ -38,6 +43,19 @@ def fitting_indices(space) -> np.ndarray | None:
 
     if not isinstance(space, Space) or space.partitioned or space.strides is None:
         return None
+    for known, members in _screens.items():
+        if known == space:  # Space equality: the same model, cluster and dimensions
+            return members
+    members = _screen(space)
+    if members is not None:
+        if len(_screens) >= SCREENS_KEPT:
+            _screens.pop(next(iter(_screens)))
+        members.setflags(write=False)
+        _screens[space] = members
+    return members
+
+
+def _screen(space) -> np.ndarray | None:
     count = space.valid_count()
     if count is None or count > SCREEN_MAX_POINTS:
         return None

@@ -52,10 +52,14 @@ like any other trial.
 Budget (known where the driver passes it). A batch asks at most budget / MIN_BATCHES points,
 so that TPE learns between batches whatever the driver's batch. Late exploitation: once the
 evaluated points reach (1 - ``local_share``) of the budget (only on a screened walk), each batch
-is the unevaluated neighbours of the best feasible point found (its valid single changes, then
-the pairs that repair an invalid single change: MCMC's moves), queued as trials of the study
-(Study.enqueue_trial, so TPE records them and a resumed study replays them), and, where that
-neighbourhood is spent, the next best point's; TPE's own draws fill the rest of a batch.
+is the unevaluated neighbours of the best feasible point found (its valid single changes, then for
+each invalid single change the points of the walk that make it with the fewest other changes: pp 2
+to 1 from interleaved with vpp 6 also takes 1F1B and vpp 1), queued as trials of the study
+(Study.enqueue_trial, so TPE records them and a resumed study replays them). Where that
+neighbourhood is spent (the best point is a local optimum) the phase restarts at the next peak: the
+best point told with no better point told one change away, in another basin (the points next to
+the first peak are its slope, and climbing them again would lock the phase onto the first good basin
+it found). TPE's own draws fill the rest of a batch, and the whole batch once every peak is spent.
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
 when the batch starts, the walk), and a batch is the stream of trials until n distinct new
@@ -123,6 +127,9 @@ DEFAULT_WALKS = "auto"
 # walks "auto": "roots" alone below this budget, where two studies would halve each one's trials
 # (BENCHMARKS.md, "Search quality on more problems": at 2% budgets "roots" alone does as well).
 SINGLE_WALK_BUDGET = 256
+# The local phase repairs an invalid single change with the fewest other changes among the points
+# of the screened walk where there are at most this many ((M, D) digits held), else with one more.
+LOCAL_REPAIR_MAX_POINTS = 200_000
 # Seed streams of the random points after SATURATED_DRAWS and of the late local phase.
 EXPLORE_STREAM = 7
 LOCAL_STREAM = 11
@@ -217,6 +224,7 @@ class TPESearcher(Searcher):
         self._memo = Memo(width=3)  # (cost, excess, time proxy) per point, shared by the studies
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
+        self._fit: np.ndarray | None = None  # digits of the screened walk's points (_fit_digits)
         self._rebuild_from_studies()
         if self.points_fit and self._enumeration is None and not self.trials:
             # Feasibility first: a new study over the points that fit tries the space's recipes
@@ -315,10 +323,22 @@ class TPESearcher(Searcher):
         total = points_to_walk(self)
         return size if total is None else min(size, max(total - len(self._memo), 0))
 
+    def _fit_digits(self) -> np.ndarray | None:
+        """(M, D) digits of every point of the screened walk (the local phase's repairs), where
+        there are at most LOCAL_REPAIR_MAX_POINTS; else None (repairs by one more change)."""
+        if self.points_fit is None or self.points_fit > LOCAL_REPAIR_MAX_POINTS:
+            return None
+        if self._fit is None:
+            self._fit = self.space.digits_of(self.space.valid_indices(0, self.space.size))
+        return self._fit
+
     def _local_points(self, n: int) -> np.ndarray:
-        """(<= n, D) digits for the late local phase (DEFAULT_LOCAL_SHARE): the unevaluated single
-        changes of the best feasible points evaluated, best first, shuffled per point (seeded by
-        the trials so far); empty before the phase, without a budget or a screened walk."""
+        """(<= n, D) digits for the late local phase (DEFAULT_LOCAL_SHARE): the unevaluated
+        neighbours (_neighbours: single changes, then the fewest-change repairs of invalid ones) of
+        the peaks among the feasible points told (no better point told one change away), best peak
+        first, shuffled per peak (seeded by the trials so far); empty before the phase, without a
+        budget or a screened walk. A climbed peak whose neighbours are all told hands the phase to
+        the next peak, in another basin, not to the slope below the first (module docstring)."""
         none = np.zeros((0, len(self._names)), dtype=np.int64)
         if (self.budget is None or not self.points_fit or self.local_share <= 0 or self._stage_dims
                 or self.space.strides is None):
@@ -333,10 +353,13 @@ class TPESearcher(Searcher):
         ks = np.array([k for k in self._core for _ in self.space.dims[k].choices], dtype=np.int64)
         vs = np.array([v for k in self._core for v in range(len(self.space.dims[k].choices))], dtype=np.int64)
         out, seen = [], set()
-        for i in feasible[np.argsort(vals[feasible, 0], kind="stable")]:
-            x = self.space.digits_of(np.asarray([keys[i]]))[0]
+        order = feasible[np.argsort(vals[feasible, 0], kind="stable")]
+        digits = self.space.digits_of(np.asarray(keys[order]))  # (F, D) feasible points told, best first
+        for j, x in enumerate(digits):
+            if j and ((digits[:j] != x[None, :]).sum(axis=1) == 1).any():
+                continue  # a better point told is one change away: on the slope of a peak climbed already
             rows = []
-            for cand in _neighbours(self.space, x, ks, vs):  # single changes first, then coupled pairs
+            for cand in _neighbours(self.space, x, ks, vs, self._fit_digits()):  # singles, then repairs
                 if len(cand):
                     found, _ = self._memo.lookup(point_keys(self.space, cand))
                     rows.extend(cand[~found][rng.permutation(int((~found).sum()))])
@@ -618,21 +641,33 @@ def rewind_journal(path: str | os.PathLike, size: int, *, why: str) -> None:
         os.truncate(path, size)
 
 
-def _neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
+                fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Valid digits near ``x``: (S, D) its valid single changes (dimension ks[j] to digit vs[j]), and
-    (P, D) for each invalid single change the valid points one more change away (the coupled
-    moves, like MCMC's repair: 1F1B to interleaved with vpp, tp with pp), duplicates dropped."""
+    (P, D) for each invalid single change its repairs, duplicates dropped: with ``fit`` ((M, D) the
+    digits of every point walked), the points of ``fit`` that make that change with the fewest other
+    changes (pp 2 to 1 from interleaved with vpp 6 also takes 1F1B and vpp 1: three changes); without,
+    the valid points one more change away (like MCMC's repair: 1F1B to interleaved with vpp, tp with pp)."""
     K = len(ks)
     one = np.repeat(x[None, :], K, axis=0)  # (K, D) every single change of x
     one[np.arange(K), ks] = vs
     moved = x[ks] != vs
     ok = space.valid(one)
-    bad = one[moved & ~ok]  # (B, D)
-    two = np.repeat(bad[:, None, :], K, axis=1)  # (B, K, D) one more change each
-    two[:, np.arange(K), ks] = vs[None, :]
-    two = two.reshape(-1, len(x))
-    two = two[(two != x[None, :]).sum(axis=1) == 2]
-    two = two[space.valid(two)]
+    bad = np.flatnonzero(moved & ~ok)  # (B,) invalid single changes
+    if fit is not None:
+        dist = (fit != x[None, :]).sum(axis=1)  # (M,) changes from x
+        parts = []
+        for j in bad:
+            near = np.flatnonzero(fit[:, ks[j]] == vs[j])
+            if near.size:
+                parts.append(fit[near[dist[near] == dist[near].min()]])
+        two = np.concatenate(parts) if parts else np.zeros((0, len(x)), dtype=np.int64)
+    else:
+        two = np.repeat(one[bad][:, None, :], K, axis=1)  # (B, K, D) one more change each
+        two[:, np.arange(K), ks] = vs[None, :]
+        two = two.reshape(-1, len(x))
+        two = two[(two != x[None, :]).sum(axis=1) == 2]
+        two = two[space.valid(two)]
     _, first = np.unique(two, axis=0, return_index=True)
     return one[moved & ok], two[np.sort(first)]
 

@@ -94,9 +94,9 @@ def test_two_points_that_fit(searcher, capsys):
 @pytest.mark.parametrize("searcher", SEARCHERS)
 def test_two_points_one_fits(searcher, capsys):
     doc = _search(searcher, TWO_ONE_FITS, capsys)
-    # MCMC and TPE screen memory first (search._screen) and evaluate the one point that fits
+    # MCMC, TPE and the gradient search screen memory first (search._screen) and evaluate the one point that fits
     assert doc["space_size"] == 2 and doc["feasible"] == 1
-    assert doc["evaluations"] == (1 if searcher in ("mcmc", "tpe") else 2)
+    assert doc["evaluations"] == (1 if searcher in ("mcmc", "tpe", "gradient") else 2)
     assert [(r["pp"], r["dp"]) for r in doc["best"]] == [(16, 8)]
 
 

@@ -327,29 +327,51 @@ def _hamming(a, b):
     return int((a != b).sum())
 
 
-def test_late_budget_asks_the_neighbours_of_the_best_and_replays(tmp_path, small):
+def _is_local(row, peaks, fit, space) -> bool:
+    """Plainly, point by point: ``row`` is one change from a peak, or it makes a change that is
+    invalid alone from that peak (outside the walk of ``space``: the points that fit) with the
+    fewest other changes among the points that fit."""
+    for p in peaks:
+        diff = np.flatnonzero(row != p)
+        if len(diff) == 1:
+            return True
+        for k in diff:
+            alone = p.copy()
+            alone[k] = row[k]
+            if space.valid(alone[None, :])[0]:
+                continue
+            fewest = min(_hamming(f, p) for f in fit if f[k] == row[k])
+            if len(diff) == fewest:
+                return True
+    return False
+
+
+def test_late_budget_asks_the_neighbours_of_the_peaks_and_replays(tmp_path, small):
     # budget 40 over 144 points that fit: from 8 evaluated points on (local_share 0.8), every
-    # batch is the untried neighbours of the best feasible point (one change, or a pair that
-    # repairs an invalid one); batches of budget / MIN_BATCHES = 5; a resumed journal and a fresh
-    # searcher told the batches in order ask the same next batch.
+    # batch is the untried neighbours of the peaks among the feasible points told (no better point
+    # told one change away): single changes, or an invalid single change with the fewest other
+    # changes; batches of budget / MIN_BATCHES = 5; a resumed journal and a fresh searcher told the
+    # batches in order ask the same next batch.
     path = tmp_path / "local.journal"
     a = TPESearcher(small, seed=2, budget=40, storage=path)
     assert a.points_fit == 144
-    told, best = [], None
+    fit = small.digits_of(a.space.valid_indices(0, small.size))
+    told, local = [], 0
     while len(a._memo) < 30:
         t = a.ask(16)
         assert 0 < len(t) <= 5
-        if len(a._memo) >= 8:  # the local phase: near the best, and near some feasible point told
-            d = small.digits_from_table(t)
+        if len(a._memo) >= 8:  # the local phase
             keys, vals = a._memo.arrays()
-            fit = small.digits_of(keys[np.isfinite(vals[:, 0])])
-            assert _hamming(d[0], best) <= 2
-            assert all(min(_hamming(row, f) for f in fit) <= 2 for row in d)
+            ok = np.isfinite(vals[:, 0])
+            order = np.argsort(vals[ok, 0], kind="stable")
+            best_first = small.digits_of(keys[ok][order])
+            peaks = [p for j, p in enumerate(best_first) if all(_hamming(p, q) != 1 for q in best_first[:j])]
+            assert all(_is_local(row, peaks, fit, a.space) for row in small.digits_from_table(t))
+            local += len(t)
         m = evaluate(small.model, small.cluster, t)
         a.tell(t, m)
         told.append((t, m))
-        keys, vals = a._memo.arrays()
-        best = small.digits_of(keys[[int(vals[:, 0].argmin())]])[0]
+    assert local >= 20
     nxt = a.ask(16)
     b = TPESearcher(small, seed=2, budget=40, storage=shutil.copy(path, tmp_path / "copy.journal"))
     assert columns_equal(b.ask(16), nxt)
@@ -357,3 +379,27 @@ def test_late_budget_asks_the_neighbours_of_the_best_and_replays(tmp_path, small
     for t, m in told:
         c.tell(t, m)
     assert columns_equal(c.ask(16), nxt)
+
+
+def test_local_repairs_take_the_fewest_changes():
+    """pp 2 to 1 from interleaved with vpp 3 is invalid alone (interleaving needs a pipeline); the
+    repair among the points that fit takes 1F1B and vpp 1 with it: three changes, the fewest."""
+    from search._tpe import _neighbours
+
+    space = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[1, 2],
+                               micro_batch=[1], schedule=["1f1b", "interleaved"], vpp=[1, 3],
+                               recompute=["full"], zero_stage=[1])
+    names = [d.name for d in space.dims]
+    assert names == ["pp", "schedule", "vpp"]
+    x = np.array([1, 1, 1])  # pp 2, interleaved, vpp 3
+    assert space.valid(x[None, :])[0]
+    fit = space.digits_of(space.valid_indices(0, space.size))
+    ks = np.array([0, 0, 1, 1, 2, 2])
+    vs = np.array([0, 1, 0, 1, 0, 1])
+    single, repaired = _neighbours(space, x, ks, vs, fit)
+    # single changes: 1F1B with vpp 3 is invalid, vpp 1 with interleaved is invalid, pp 1 invalid
+    assert single.tolist() == []
+    assert [0, 0, 0] in repaired.tolist()  # pp 1, 1F1B, vpp 1
+    # without the walk's points, repairs are one more change: pp 1 needs two more, so not reached
+    _, pairs = _neighbours(space, x, ks, vs)
+    assert [0, 0, 0] not in pairs.tolist()

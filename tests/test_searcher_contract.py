@@ -87,12 +87,12 @@ def test_searchers_use_only_declared_members(space, kind, tmp_path):
     """A searcher driven through OnlyDeclared asks what it asks on the space itself (MCMC's moves
     read the structure of each kind of space, so they are not part of this check; nor is the
     memory screen, search._screen, which lists a search.Space through its lookup table: TPE runs
-    unscreened here)."""
+    unscreened here, and so does the gradient search)."""
     if kind == "grid" and space.strides is None:
         pytest.skip("no grid over 2**63 points")
     make = {"grid": lambda s: GridSearcher(s, chunk=4096), "random": lambda s: RandomSearcher(s, seed=3),
             "tpe": lambda s: TPESearcher(s, seed=3, n_startup_trials=4, screen=False),
-            "gradient": lambda s: GradientSearcher(s, seed=3, samples=8)}[kind]
+            "gradient": lambda s: GradientSearcher(s, seed=3, samples=8, screen=0)}[kind]
     plain, proxied = make(space), make(OnlyDeclared(space))
     for _ in range(2):
         a, b = plain.ask(6), proxied.ask(6)
