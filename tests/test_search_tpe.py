@@ -222,7 +222,8 @@ def test_resume_closes_a_trial_killed_while_its_parameters_were_drawn(tmp_path):
     import optuna
 
     model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
-    space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8], pp=[1, 2, 4, 8])
+    space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8], pp=[1, 2, 4, 8],
+                               framework="generic")
     storage = str(tmp_path / "study.journal")
     first = TPESearcher(space, seed=3, storage=storage)
     t = first.ask(4)
