@@ -205,7 +205,7 @@ class PiperSpace(SearchSpace):
     """Stage cuts of a Piper graph with per-stage (t, d, TMPC slot): module docstring."""
 
     __slots__ = ("model", "cluster", "fixed", "dims", "max_shift", "_sums", "_degrees", "_ds", "_index",
-                 "_shift_zero")
+                 "_shift_zero", "_cols", "_canon", "_radices")
 
     def __init__(self, graph: PiperGraph, *, max_stages: int | None = None, max_shift: int | None = None) -> None:
         n, k = len(graph.nodes), graph.max_devices
@@ -240,6 +240,10 @@ class PiperSpace(SearchSpace):
         setattr_(self, "_index", {d.name: i for i, d in enumerate(dims)})
         setattr_(self, "_shift_zero", max_shift)
         setattr_(self, "_sums", _range_sums(graph, degrees))
+        setattr_(self, "_cols", {f: np.array([self._index[f"{f}.{j}"] for j in range(max_stages)], dtype=np.int64)
+                                 for f in PER_STAGE})
+        setattr_(self, "_canon", SearchSpace.canonical_digits(self, 1))  # (1, D)
+        setattr_(self, "_radices", np.array([len(d.choices) for d in dims], dtype=np.int64))
 
     def __setattr__(self, name, value):
         raise AttributeError("PiperSpace is immutable")
@@ -270,8 +274,15 @@ class PiperSpace(SearchSpace):
             return digits[:, 0] + 1
         return np.zeros(len(digits), dtype=np.int64)
 
+    @property
+    def radices(self) -> np.ndarray:
+        return self._radices
+
+    def canonical_digits(self, n: int = 1) -> np.ndarray:
+        return np.repeat(self._canon, n, axis=0)
+
     def _stage_cols(self, family: str) -> np.ndarray:
-        return np.array([self._index[f"{family}.{j}"] for j in range(self.max_stages)], dtype=np.int64)
+        return self._cols[family]
 
     def _layout(self, digits: np.ndarray):
         """(pp (N,), bounds (N, S+1), ti (N, S), d (N, S), slot (N, S), used (N, S)) of digits in range."""
@@ -294,9 +305,9 @@ class PiperSpace(SearchSpace):
         if digits.shape[1] != len(self.dims):
             return np.zeros(len(digits), dtype=bool)
         ok = np.all((digits >= 0) & (digits < self.radices[None, :]), axis=1)
-        x = np.where(ok[:, None], digits, self.canonical_digits(1))
+        x = np.where(ok[:, None], digits, self._canon)
         pp, bounds, ti, d, _, used = self._layout(x)
-        canon = self.canonical_digits(1)[0]
+        canon = self._canon[0]
         S, n = self.max_stages, len(self.graph.nodes)
         shift_used = np.arange(S - 1)[None, :] < (pp - 1)[:, None]
         ok &= np.all(shift_used | (x[:, 1:S] == canon[1:S]), axis=1)
@@ -359,7 +370,7 @@ class PiperSpace(SearchSpace):
         return x
 
     def start_points(self) -> dict[str, np.ndarray]:
-        """"data-parallel": one stage, the smallest t every node offers, the largest d that fits in
+        """"data_parallel": one stage, the smallest t every node offers, the largest d that fits in
         K devices, slot 0 (left out where no t is offered by every node)."""
         x = self.canonical_digits(1)
         whole = self._sums.avail[:, 0, len(self.graph.nodes)]
@@ -369,7 +380,7 @@ class PiperSpace(SearchSpace):
         fits = np.flatnonzero(self._ds * self._degrees[ti] <= self.graph.max_devices)
         x[0, self._index["tp.0"]] = ti
         x[0, self._index["dp.0"]] = int(fits[-1]) if fits.size else 0
-        return {"data-parallel": x[0]} if self.valid(x)[0] else {}
+        return {"data_parallel": x[0]} if self.valid(x)[0] else {}
 
     def to_json(self) -> dict:
         return {"kind": "piper", "max_stages": self.max_stages, "max_shift": self.max_shift}
