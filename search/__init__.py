@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each name is imported
         parse_piper_graph,
         with_overrides,
     )
+    from search._piper_space import PiperSpace, PiperTable, solve_space_dp
     from search._replan import POLICIES, replan
     from search._space import (
         EXACT_CHOICES,
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "search._piper": ("PiperPlan", "PiperStage", "evaluate_piper_plan", "solve_piper"),
     "search._piper_input": ("PiperGraph", "PiperNode", "Tmpc", "load_piper_graph", "parse_piper_graph",
                             "with_overrides"),
+    "search._piper_space": ("PiperSpace", "PiperTable", "solve_space_dp"),
     "search._replan": ("POLICIES", "replan"),
     "search._space": ("EXACT_CHOICES", "PARTITION_SHIFTS", "Dim", "Space", "default_choices", "default_space",
                       "default_table", "exact_space", "partition_space"),
@@ -61,7 +63,8 @@ __getattr__, __dir__, _MODULE_OF = lazy_exports("search", _EXPORTS, globals())
 __all__ = [
     "POLICIES", "replan", "Dim", "EXACT_CHOICES", "GradientOptions", "GradientSearcher", "GridOptions",
     "GridSearcher", "HeteroSpace", "MCMCOptions", "MCMCSearcher", "PARTITION_SHIFTS", "PiperGraph", "PiperNode",
-    "PiperOptions", "PiperPlan", "PiperStage", "RandomSearcher", "SearchSpace", "Searcher", "Space", "TPEOptions",
-    "TPESearcher", "Tmpc", "default_choices", "default_space", "default_table", "evaluate_piper_plan", "exact_space",
-    "load_piper_graph", "objective", "parse_piper_graph", "partition_space", "solve_piper", "with_overrides"
+    "PiperOptions", "PiperPlan", "PiperSpace", "PiperStage", "PiperTable", "RandomSearcher", "SearchSpace",
+    "Searcher", "Space", "TPEOptions", "TPESearcher", "Tmpc", "default_choices", "default_space", "default_table",
+    "evaluate_piper_plan", "exact_space", "load_piper_graph", "objective", "parse_piper_graph", "partition_space",
+    "solve_piper", "solve_space_dp", "with_overrides"
 ]

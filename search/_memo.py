@@ -49,6 +49,8 @@ def row_keys(table: StrategyTable, num_layers: int, width: int) -> np.ndarray:
     elsewhere (another process, Parquet) matches the table that was asked. Per-stage columns
     are expanded to ``width`` stages (uniform layers / the row's recompute where absent); the framework column
     is part of the key (-1 where the table has none): a strategy under two frameworks is two points."""
+    if hasattr(table, "row_keys"):  # a table that names its own rows (search.PiperSpace's)
+        return table.row_keys()
     if table.placed:  # its row and placement columns
         return _placed_row_keys(table, width)
     n = len(table)

@@ -35,7 +35,12 @@ def _grid_moves(space):
     names = [d.name for d in space.dims]
     pp_col = names.index("pp") if "pp" in names else -1
     shift_cols = np.array([k for k, d in enumerate(space.dims) if d.base == "stage_shift"], dtype=np.int64)
-    rc_cols = np.array([k for k, d in enumerate(space.dims) if d.base == "stage_recompute"], dtype=np.int64)
+    # Per-stage dimensions other than the boundary shifts (stage_recompute.J; a PiperSpace's tp.J,
+    # dp.J, tmpc.J) and the stage J of each: only those of stages a row uses move, and a pp change
+    # puts those of the stages it drops back at their canonical digit.
+    rc_cols = np.array([k for k, d in enumerate(space.dims) if d.stage >= 0 and d.base != "stage_shift"],
+                       dtype=np.int64)
+    rc_stage = np.array([space.dims[k].stage for k in rc_cols], dtype=np.int64)
     ordinal_dims = np.array([d.ordinal for d in space.dims], dtype=bool)
     staged = space.partitioned
 
@@ -51,7 +56,7 @@ def _grid_moves(space):
             if shift_cols.size:
                 movable[:, shift_cols] &= np.arange(S - 1)[None, :] < (pp - 1)[:, None]
             if rc_cols.size:
-                movable[:, rc_cols] &= np.arange(S)[None, :] < pp[:, None]
+                movable[:, rc_cols] &= rc_stage[None, :] < pp[:, None]
         v = np.ones(C, dtype=np.int64)  # boundary step in layers
         if shift_cols.size:
             inter = space.column(digits, "schedule") == SCHEDULES.index("interleaved")
@@ -82,7 +87,7 @@ def _grid_moves(space):
                 if rc_cols.size:
                     pp_new = space.column(out[changed], "pp")
                     sub = out[np.ix_(changed, rc_cols)]
-                    keep = np.arange(space.max_stages)[None, :] < pp_new[:, None]
+                    keep = rc_stage[None, :] < pp_new[:, None]
                     out[np.ix_(changed, rc_cols)] = np.where(keep, sub, canon[rc_cols][None, :])
         return out
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from costmodel import METRIC_COLUMNS, REASONS, Metrics, StrategyTable, evaluate, hetero_preset, model_preset
 from costmodel._strategy import COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, SCHEDULES
-from search import HeteroSpace, Space
+from search import HeteroSpace, PiperSpace, PiperTable, Space
 from search._memo import row_keys
 
 
@@ -41,8 +41,18 @@ def _stage_view(t: StrategyTable, attr: str):
     return np.where(np.arange(S)[None, :] < t["pp"][:, None], x, 0)
 
 
+def price(space, table) -> Metrics:
+    """The metrics of a table of ``space``'s: costmodel.evaluate, or a PiperSpace's own pricing
+    (Piper's formulas)."""
+    if isinstance(space, PiperSpace):
+        return space.evaluate(table)
+    return evaluate(space.model, space.cluster, table)
+
+
 def columns_equal(a, b) -> bool:
     """Same rows in the same order (per-stage arrays compared on the stages in use), of the same frameworks."""
+    if isinstance(a, PiperTable) or isinstance(b, PiperTable):
+        return isinstance(a, PiperTable) and a.same_rows(b)
     if ("framework" in a.columns) != ("framework" in b.columns) or (
             "framework" in a.columns and not np.array_equal(a["framework"], b["framework"])):
         return False
@@ -65,6 +75,8 @@ def within_space(space, table) -> np.ndarray:
     the dimensions' choices and fixed values, then the space's own constraints."""
     if isinstance(space, HeteroSpace):
         return _within_placements(space, table)
+    if isinstance(space, PiperSpace):
+        return _within_piper(space, table)
     n = len(table)
     ok = np.ones(n, dtype=bool)
     readable = table.readable()
@@ -132,8 +144,34 @@ def _within_placements(space: HeteroSpace, t: StrategyTable) -> np.ndarray:
     return ok & (cuts[:, -1] == L)
 
 
+def _within_piper(space: PiperSpace, t: PiperTable) -> np.ndarray:
+    """within_space for a Piper space, row by row from the graph: pp among its choices, stages
+    of consecutive nodes in topological order covering all of them, each cut within max_shift
+    of round(n (J + 1) / pp), every node of a stage offering its t, d dividing the
+    micro-batches, the TMPC slot 0 or 1, sum of t d at most the devices."""
+    g = space.graph
+    n, pp_max = len(g.nodes), space.max_stages
+    ok = np.zeros(len(t), dtype=bool)
+    for r in range(len(t)):
+        pp = int(t.pp[r])
+        cuts = [int(c) for c in t.bounds[r, : pp + 1]]
+        good = 1 <= pp <= pp_max and cuts[0] == 0 and cuts[-1] == n
+        good &= all(a < b for a, b in zip(cuts, cuts[1:], strict=False))
+        good &= all(abs(cuts[j + 1] - int(n * (j + 1) / pp + 0.5)) <= space.max_shift for j in range(pp - 1))
+        for j in range(pp):
+            tj, dj = int(t.t[r, j]), int(t.d[r, j])
+            good &= all(g.nodes[v].options(tj) for v in range(cuts[j], cuts[j + 1]))
+            good &= dj >= 1 and g.microbatches % dj == 0 and int(t.slot[r, j]) in (0, 1)
+        good &= sum(int(t.t[r, j]) * int(t.d[r, j]) for j in range(pp)) <= g.max_devices
+        ok[r] = good
+    return ok
+
+
 def structural_reasons(space, table) -> np.ndarray:
     """(N,) the cost model's reason codes for everything but memory (0: a strategy it prices)."""
+    if isinstance(space, PiperSpace):  # Piper's formulas reject nothing but memory
+        reason = np.asarray(price(space, table)["reason"])
+        return np.where(reason == REASONS.index("out_of_memory"), 0, reason)
     from costmodel._feasibility import feasibility  # one feasibility for every cluster and table
 
     return feasibility(space.model, space.cluster, table)
@@ -169,7 +207,7 @@ class SearcherContract:
             asked.append(t)
             if len(t) == 0:
                 break
-            m = evaluate(space.model, space.cluster, t)
+            m = price(space, t)
             if infeasible_every and r % infeasible_every == 0:
                 m = infeasible_metrics(t)
             searcher.tell(t, m)
@@ -191,7 +229,7 @@ class SearcherContract:
             assert np.all(within_space(space, t))
             # the cost core agrees that these are structurally valid
             assert np.all(structural_reasons(space, t) == 0)
-            if isinstance(space, Space):  # and they are the space's own tables of valid digits
+            if isinstance(space, (Space, PiperSpace)):  # and they are the space's own tables of valid digits
                 digits = space.digits_from_table(t)
                 assert np.all(space.valid(digits))
                 assert columns_equal(space.table(digits), t)
@@ -208,7 +246,7 @@ class SearcherContract:
         history = []
         for r in range(self.rounds):
             t = first.ask(self.batch)
-            m = evaluate(space.model, space.cluster, t) if r % 2 else infeasible_metrics(t)
+            m = price(space, t) if r % 2 else infeasible_metrics(t)
             first.tell(t, m)
             history.append((t, m))
         again = make_searcher(4)
@@ -221,7 +259,7 @@ class SearcherContract:
         s = make_searcher(5)
         for _ in range(2):
             t = s.ask(self.batch)
-            s.tell(t, evaluate(space.model, space.cluster, t))
+            s.tell(t, price(space, t))
         again = self.resumed(s, make_searcher, 5)
         nxt = s.ask(self.batch)
         assert len(nxt) > 0 and columns_equal(nxt, again.ask(self.batch))
