@@ -114,7 +114,7 @@ def test_sweep_on_a_mixed_cluster_lists_every_placement_once(tmp_path):
     assert df["stage_layers"].isna().all()  # no boundary shifts: uniform stages, null
     assert "placement" in cli("show", out, "--top", "3").stdout
     ranked = cli("rank", *SWEEP[:-4], "--top", "1").stdout  # the same grid, in one process
-    assert f"{len(expected):,} strategies" in ranked and "a100:" in ranked
+    assert f"{len(expected):,} strategies" in ranked and "placement (pool:dp x tp per stage" in ranked
     grid = json.loads(cli("search", "grid", *SWEEP[:-4], "--budget", "100000", "--json").stdout)
     assert grid["evaluations"] == len(expected) and grid["best"][0]["stages"]
     plot = cli("plot", out).stdout
