@@ -15,12 +15,13 @@ from costmodel import cluster_preset, evaluate, model_preset
 from search import GradientSearcher, GridSearcher, MCMCSearcher, RandomSearcher, Space, TPESearcher
 
 MODEL = "gpt3-175b"
+# The spaces are priced under the generic profile (the counts below are its).
 # 108 valid points (tp 2-8 x pp 4-16 x recompute x ZeRO 0-1 x micro-batch 1-2 on 1024 H100s, dp
 # derived), 29 of them fit (counted by costmodel.evaluate in test_the_spaces_are_what_they_say).
 SMALL = dict(tp=[2, 4, 8], pp=[4, 8, 16], recompute=["none", "selective", "full"], zero_stage=[0, 1],
              micro_batch=[1, 2])
 SMALL_FLAGS = ["--tp", "2,4,8", "--pp", "4,8,16", "--recompute", "none,selective,full", "--zero-stage", "0,1",
-               "--micro-batch", "1,2"]
+               "--micro-batch", "1,2", "--framework", "generic"]
 # 912 valid points on 64 H100s without recompute, one of which fits (0.11%): dp 4, tp 8, pp 1, cp 2,
 # ZeRO-3, micro-batch 1, 1F1B, sequence parallel (weights, gradients and Adam state sharded over all
 # 64 GPUs, the activations of half a sequence split 8 ways).
@@ -30,11 +31,12 @@ RARE = dict(tp=[1, 2, 4, 8], pp=[1, 2, 4, 8, 16], cp=[1, 2], recompute=["none"],
 
 def small_space() -> Space:
     return Space.from_options(model_preset(MODEL), cluster_preset("h100x1024"), global_batch=1536, base="fixed",
-                              **SMALL)
+                              framework="generic", **SMALL)
 
 
 def rare_space() -> Space:
-    return Space.from_options(model_preset(MODEL), cluster_preset("h100x64"), global_batch=512, base="fixed", **RARE)
+    return Space.from_options(model_preset(MODEL), cluster_preset("h100x64"), global_batch=512, base="fixed",
+                              framework="generic", **RARE)
 
 
 def make(kind: str, space, seed: int, budget: int):
