@@ -31,7 +31,7 @@ def run(tmp_path_factory):
                                      schedule="gpipe")
     table = StrategyTable.concat([seed000_table(), seed000_isolated_table(), odd])
     path = write_fixture_run(tmp_path_factory.mktemp("nb") / "seed000", MODEL, CLUSTER, table, parts=2)
-    return path, table, evaluate(MODEL, CLUSTER, table)
+    return path, table, evaluate(MODEL, CLUSTER, table, framework="generic")  # as write_fixture_run prices it
 
 
 def test_notebook_is_nbformat_4():
