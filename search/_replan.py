@@ -44,7 +44,8 @@ def _dp_choices(cluster: Cluster, per: int, global_batch: int, micro: Iterable[i
     return [d for d in range(1, top + 1) if any(global_batch % (d * b) == 0 for b in micro)]
 
 
-def _candidates(model: Transformer, cluster: Cluster, plan: Mapping, policy: str) -> StrategyTable | None:
+def _candidates(model: Transformer, cluster: Cluster, plan: Mapping, policy: str,
+                framework=None) -> StrategyTable | None:
     B = int(plan["global_batch"])
     if policy == "shrink-dp":
         per = int(plan["tp"]) * int(plan["pp"]) * int(plan["cp"])
@@ -64,7 +65,7 @@ def _candidates(model: Transformer, cluster: Cluster, plan: Mapping, policy: str
                 dps = _dp_choices(cluster, tp * pp * cp, B, opts["micro_batch"])
                 if not dps:
                     continue
-                space = Space.from_options(model, cluster, global_batch=B, all_gpus=False,
+                space = Space.from_options(model, cluster, global_batch=B, all_gpus=False, framework=framework,
                                            **{**opts, "tp": [tp], "pp": [pp], "cp": [cp], "dp": dps})
                 if space.size:
                     _, table = space.rows(0, space.size)
@@ -101,7 +102,7 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
     largest = smaller_cluster(cluster, ks[0])
     out = []
     for policy in policies:
-        table = _candidates(model, largest, plan, policy)
+        table = _candidates(model, largest, plan, policy, framework)
         if table is not None:
             m = evaluate(model, largest, table, framework=framework)
             used = table["dp"] * table["tp"] * table["pp"] * table["cp"]

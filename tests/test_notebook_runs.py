@@ -45,7 +45,7 @@ RUNS = {
     "mlp": ["sweep", "--model", "mlp-64x8192", "--cluster", "a100x16-flat", "--dp", "1,2,4,8,16", "--tp",
             "1,2,4,8,16", "--pp", "1,2,4", "--microbatches", "1,4,16", "--global-batch", "8192", "--schedule", "gpipe",
             "--recompute", "none", "--sequence-parallel", "false", "--zero-stage", "0,1", "--partial-gpus", "--keep",
-            "all"],
+            "all", "--framework", "generic"],  # GPipe: generic runs it
     "two-studies": ["search", "mcmc", "--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--space", "exact",
                     "--budget", "64", "--chains", "4", "--seed", "3"],
 }

@@ -11,7 +11,7 @@ PLAN = dict(dp=16, tp=8, pp=8, cp=1, micro_batch=1, global_batch=1536, vpp=1, sc
 
 @pytest.fixture(scope="module")
 def records():
-    return replan(model_preset("gpt3-175b"), cluster_preset("h100x1024"), PLAN, [0, 1, 4])
+    return replan(model_preset("gpt3-175b"), cluster_preset("h100x1024"), PLAN, [0, 1, 4], framework="generic")
 
 
 def test_shrink_dp_by_hand(records):

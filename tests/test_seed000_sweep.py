@@ -29,7 +29,7 @@ SEED000_SWEEP = (
     "sweep", "--model", "seed000-mlp", "--cluster", "seed000-16", "--dp", POW2, "--tp", POW2, "--pp", POW2,
     "--microbatches", ",".join(map(str, MICROBATCHES)), "--global-batch", "8192", "--schedule", "gpipe",
     "--recompute", "none", "--sequence-parallel", "false", "--zero-stage", "0,1", "--partial-gpus", "--light-ends", "0",
-    "--keep", "all", "--no-progress",
+    "--keep", "all", "--no-progress", "--framework", "generic",  # generic runs the seed's GPipe grid
 )
 FIGURES = ("throughput_vs_degrees", "grid_search", "data_parallelism", "horizontal_parallelism",
            "pipeline_parallelism")
