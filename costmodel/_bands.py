@@ -34,7 +34,10 @@ At c = 0.8 the bound exists from n = 4 runs (min_runs): a regime with fewer says
 few; ...)") and borrows, in this order (a fallback hierarchy, each level pooling more families):
     1. its parallelism family's band over every framework family (the between-family spread is in it), if that has
        min_runs runs;
-    2. the wide default: the widest band of any regime or parallelism family that has min_runs runs (and of all runs),
+    2. for deep-pp, the tp-pp family's band (PARENT: a deep pipeline is a pipeline, priced by the same terms at more
+       stages; the family is kept apart to watch those terms, not because a shallow pipeline's error says nothing of
+       it), if that has min_runs runs;
+    3. the wide default: the widest band of any regime or parallelism family that has min_runs runs (and of all runs),
        since nothing tells it is better priced than the worst-priced regime we have seen.
 The level c is the least of LEVELS whose leave-one-source-out coverage (every source's runs against the bands computed
 without that source, fallbacks included) reaches TARGET_COVERAGE: bands no wider than that needs.
@@ -74,6 +77,7 @@ FAMILY_OF_PROFILE = {
 FAMILY_PREFIXES = (("megatron", "megatron"), ("nemo", "megatron"), ("deepspeed", "deepspeed"), ("fsdp", "fsdp"),
                    ("torchtitan", "fsdp"), ("llm-foundry", "fsdp"))
 PARALLELISMS = ("moe", "cp", "deep-pp", "fp8", "tp-pp", "data-parallel")  # precedence order
+PARENT = {"deep-pp": "tp-pp"}  # a sparse family's band borrowed from the family it refines (module docstring)
 DEEP_PP = 16  # pipeline stages from which a pipeline is "deep" (Llama 3 405B's 16, Megatron's 462B at 16)
 LEVELS = (0.80, 0.85, 0.90, 0.95)  # conformal levels tried, least first
 TARGET_COVERAGE = 0.80  # leave-one-source-out share of runs inside their band
@@ -173,17 +177,24 @@ def resolve_bands(log_ratio: np.ndarray, family: np.ndarray, parallelism: np.nda
     own = np.array([[conformal_half_width(a[(family == f) & (parallelism == p)], level) for p in range(P)]
                     for f in range(F)])  # (F, P), inf where too few
     per_p = np.array([conformal_half_width(a[parallelism == p], level) for p in range(P)])  # (P,)
+    from_p = np.arange(P)  # whose pooled band each family uses: its own, or its PARENT's where it has too few runs
+    for child, parent in PARENT.items():
+        c, q = PARALLELISMS.index(child), PARALLELISMS.index(parent)
+        if not math.isfinite(per_p[c]) and math.isfinite(per_p[q]):
+            from_p[c] = q
+    own_p, per_p = per_p, per_p[from_p]  # (P,) each family's pooled band, then the one it uses
     every = conformal_half_width(a, level)
     names = np.array([[f"{FAMILIES[f]} x {PARALLELISMS[p]}" for p in range(P)] for f in range(F)], dtype=object)
     found = [(h, str(x)) for h, x in zip(own.ravel(), names.ravel(), strict=True) if math.isfinite(h)]
-    found += [(h, PARALLELISMS[p]) for p, h in enumerate(per_p) if math.isfinite(h)] + [(every, "all runs")]
+    found += [(h, PARALLELISMS[p]) for p, h in enumerate(own_p) if math.isfinite(h)] + [(every, "all runs")]
     wide, wide_from = max(found, key=lambda t: t[0])
     half = np.where(np.isfinite(own), own, np.where(np.isfinite(per_p)[None, :], per_p[None, :], wide))
     label = names.copy()
     n_p = runs.sum(axis=0)
     for f, p in zip(*np.nonzero(~np.isfinite(own)), strict=True):
         head = f"{names[f, p]} ({_plural(runs[f, p])}: too few; "
-        label[f, p] = head + (f"the {PARALLELISMS[p]} band of {_plural(n_p[p])})" if math.isfinite(per_p[p]) else
+        label[f, p] = head + (f"the {PARALLELISMS[from_p[p]]} band of {_plural(n_p[from_p[p]])})"
+                              if math.isfinite(per_p[p]) else
                               f"{PARALLELISMS[p]} {_plural(n_p[p])}: too few; the widest band, {wide_from}'s)")
     return Bands(level, half, runs, label)
 

@@ -96,6 +96,17 @@ def test_sparse_regimes_borrow_their_parallelism_band_then_the_widest():
     assert b.label[F["deepspeed"], P["cp"]].endswith("cp 0 runs: too few; the widest band, tp-pp's)")
 
 
+def test_a_sparse_deep_pipeline_borrows_the_pipeline_band_not_the_widest():
+    # 4 megatron x tp-pp runs |.01 .02 .03 .05|, 5 fsdp x data-parallel up to .30, one megatron x deep-pp run
+    r = np.array([0.01, -0.02, 0.03, -0.05, 0.10, -0.04, 0.02, 0.06, -0.30, 0.02])
+    fam = np.array([F["megatron"]] * 4 + [F["fsdp"]] * 5 + [F["megatron"]])
+    par = np.array([P["tp-pp"]] * 4 + [P["data-parallel"]] * 5 + [P["deep-pp"]])
+    b = resolve_bands(r, fam, par, 0.8)
+    assert b.half_width[F["megatron"], P["deep-pp"]] == 0.05  # tp-pp's 4 runs, k = 4: not data-parallel's 0.30
+    assert b.label[F["megatron"], P["deep-pp"]] == "megatron x deep-pp (1 run: too few; the tp-pp band of 4 runs)"
+    assert b.half_width[F["megatron"], P["cp"]] == 0.30  # no cp run, no parent: the widest
+
+
 def test_a_band_is_the_prediction_times_exp_minus_and_plus_h():
     b = resolve_bands(*_tiny(), 0.8)
     table = StrategyTable.from_columns(tp=[1, 8], pp=[1, 2], dp=[8, 4], global_batch=64)
