@@ -44,6 +44,7 @@ from costmodel import METRIC_COLUMNS, REASONS, InputError, Metrics
 from search._base import SearchSpace
 from search._piper import CUT_EDGE_CROSSINGS, RESYNC_BYTES_PER_PARAM_BYTE, PiperStage, largest_y
 from search._piper_input import PiperGraph, degree_arrays
+from search._space import DimName
 
 SHIFT = "stage_shift"
 PER_STAGE = ("tp", "dp", "tmpc")
@@ -55,20 +56,12 @@ _NO_DEVICES = np.iinfo(np.int64).max // 4
 
 
 @dataclasses.dataclass(frozen=True)
-class PiperDim:
+class PiperDim(DimName):
     """One dimension of a PiperSpace: ``pp``, or ``FAMILY.J`` for stage J."""
 
     name: str
     choices: tuple
     ordinal: bool = False
-
-    @property
-    def base(self) -> str:
-        return self.name.split(".")[0]
-
-    @property
-    def stage(self) -> int:
-        return int(self.name.split(".")[1]) if "." in self.name else -1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,8 +82,25 @@ LOOKUP_MAX_ENTRIES = 1 << 22
 SCAN_CHUNK = 1 << 20
 
 
+class DimName:
+    """The naming rule a space's dimensions share: ``FAMILY`` or ``FAMILY.J`` for stage J (a mixin of Dim and
+    search._piper_space.PiperDim, whose ``name`` fields carry it)."""
+
+    name: str
+
+    @property
+    def base(self) -> str:
+        """The column or per-stage family: "tp", "stage_shift", ..."""
+        return self.name.split(".")[0]
+
+    @property
+    def stage(self) -> int:
+        """J of a per-stage dimension (-1 otherwise)."""
+        return int(self.name.split(".")[1]) if "." in self.name else -1
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Dim:
+class Dim(DimName):
     """One dimension: a StrategyTable column (or "microbatches", or a per-stage dimension
     "stage_shift.J" / "stage_recompute.J") and its readable choices, in digit order."""
 
@@ -102,16 +119,6 @@ class Dim:
             raise InputError(self.name, "a non-empty tuple of choices", self.choices)
         if len(set(self.choices)) != len(self.choices):
             raise InputError(self.name, "distinct choices", list(self.choices))
-
-    @property
-    def base(self) -> str:
-        """The column or per-stage family: "tp", "stage_shift", ..."""
-        return self.name.split(".")[0]
-
-    @property
-    def stage(self) -> int:
-        """J of a per-stage dimension (-1 otherwise)."""
-        return int(self.name.split(".")[1]) if "." in self.name else -1
 
 
 def _readable(name: str, value):
