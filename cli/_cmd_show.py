@@ -445,10 +445,16 @@ def _draw_ranked(args: argparse.Namespace, rank: int, view: RunView) -> int:
     from costmodel import DEFAULT_FRAMEWORK
 
     studies = view.studies()
+    drawn = 0
     for study in studies:
         _, rows = _study_report(study, rank, False)
         if len(rows) < rank:
-            raise InputError("--rank", f"at most the {len(rows)} distinct feasible plans of {study.name}", rank)
+            if len(studies) == 1 or (drawn == 0 and study is studies[-1]):
+                raise InputError("--rank", f"at most the {len(rows)} distinct feasible plans of {study.name}", rank)
+            print(f"plansweep show: {study.name} has {len(rows)} distinct feasible plans: no #{rank} drawn",
+                  file=sys.stderr)
+            continue
+        drawn += 1
         row = rows[rank - 1]
         model, cluster, table, framework = ranked_plan(study, row)
         thr = study.throughput_column
