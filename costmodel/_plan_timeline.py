@@ -118,37 +118,49 @@ def plan_timeline(model: Transformer, cluster, table: StrategyTable, framework=N
         raise ValueError(f"the plan is refused ({reason}): it has no timeline")
     p, m, v = int(rows.p[0]), int(rows.m[0]), int(rows.v[0])
     schedule = SCHEDULES[int(rows.sched[0])]
-    F, Bk, W = (_per_stage(a, p) for a in (st.F, st.Bk, st.W))
-    tc = _per_stage(hand.T_C, p) if p > 1 else np.zeros(p)
+    col = stage_columns(rows, p)
+    F, Bk, W = (_per_stage(a, col) for a in (st.F, st.Bk, st.W))
+    tc = _per_stage(hand.T_C, col) if p > 1 else np.zeros(p)
     res = simulate(schedule, p, m, v, tf=F, tb=Bk, tw=W, tc=tc[None, :], timeline=True)
     pipe_s = float(pipe.pipe[0])
     # the simulator's span here and the priced pipeline are one simulation of the same inputs: equal but for the
     # order of float additions (a drift would mean a phase priced here otherwise than in evaluate_block)
     assert abs(float(res.total_time[0]) - pipe_s) <= 1e-9 * max(pipe_s, 1e-30), (res.total_time[0], pipe_s)
     g = compile_schedule(schedule, p, m, v)
-    coll = collective_shares(rows, cfg, terms, st, p)
+    coll = collective_shares(rows, cfg, terms, st, col)
     if schedule not in _SPLIT_BACKWARD:  # B and W run as one pass
         Bk, W = Bk + W, np.zeros_like(W)
     names = [q.name for q in as_hetero(cluster).pools]
-    col = {k: metrics[k][0] for k in ("_stage_pool", "_stage_pool2", "_stage_dp2", "_stage_layers",
-                                       "_stage_dp_comm_s")}  # (k,) each: row 0's stages
-    pools = tuple(_pool_label(names, int(col["_stage_pool"][j]), int(col["_stage_pool2"][j]),
-                              int(col["_stage_dp2"][j])) for j in range(p))
+    sc = {k: metrics[k][0] for k in ("_stage_pool", "_stage_pool2", "_stage_dp2", "_stage_layers",
+                                      "_stage_dp_comm_s")}  # (k,) each: row 0's stage columns
+    pools = tuple(_pool_label(names, int(sc["_stage_pool"][c]), int(sc["_stage_pool2"][c]), int(sc["_stage_dp2"][c]))
+                  for c in col)
     return PlanTimeline(
         schedule=schedule, pp=p, microbatches=m, vpp=v, split_backward=schedule in _SPLIT_BACKWARD, forward_s=F,
         backward_s=Bk, weight_grad_s=W, handoff_s=tc, collectives=coll, ops=res.timeline, dep=g.dep, cross=g.cross,
         link=g.link, pipeline_s=pipe_s, dp_exposed_s=float(dp.exposed[0]),
-        dp_stage_s=np.nan_to_num(_per_stage(col["_stage_dp_comm_s"], p)), optimizer_s=float(dp.opt_s[0]),
+        dp_stage_s=np.nan_to_num(_per_stage(sc["_stage_dp_comm_s"], col)), optimizer_s=float(dp.opt_s[0]),
         step_s=pipe_s + float(dp.exposed[0]) + float(dp.opt_s[0]), fits=reason == "ok", stage_pools=pools,
-        stage_layers=tuple(int(x) for x in col["_stage_layers"][:p]),
+        stage_layers=tuple(int(sc["_stage_layers"][c]) for c in col),
         metrics=Metrics({k: a for k, a in metrics.items() if not k.startswith("_")}), strategy=table.row(0))
 
 
-def _per_stage(a, p: int) -> np.ndarray:
-    """(p,) row 0's entry of each stage of a (k, 1) stage array ((1, 1): one value for every stage) or a (k,) one."""
+def stage_columns(rows, p: int) -> np.ndarray:
+    """(p,) the stage column of row 0 that prices each pipeline stage: the stage's own, or where the view keeps three
+    representatives of stages alike (StageView.comp: first, interior, last) the first for stage 0, the last for
+    stage p - 1 and the interior one between, as costmodel._pipeline_terms.simulate_pipelines maps them."""
+    d = np.arange(p)
+    if bool(np.asarray(rows.sv.comp)[0]):
+        return np.where(d == 0, 0, np.where(d == p - 1, 2, 1))
+    return d
+
+
+def _per_stage(a, col: np.ndarray) -> np.ndarray:
+    """Row 0's entry of stage columns ``col`` of a (k, 1) stage array ((1, 1): one value for every stage) or a (k,)
+    one."""
     a = np.asarray(a, dtype=np.float64)
     a = a[:, 0] if a.ndim == 2 else a
-    return np.broadcast_to(a, (p,)).copy() if a.size == 1 else a[:p].copy()
+    return np.broadcast_to(a, col.shape).copy() if a.size == 1 else a[col].copy()
 
 
 def _pool_label(names: list[str], pool: int, pool2: int, dp2: int) -> str:
@@ -188,10 +200,11 @@ def _without(d: dict, keys) -> dict:
     return {k: (np.zeros_like(x) if k in keys else x) for k, x in d.items()}
 
 
-def collective_shares(rows, cfg, terms, st, p: int) -> dict[str, np.ndarray]:
+def collective_shares(rows, cfg, terms, st, col: np.ndarray) -> dict[str, np.ndarray]:
     """kind -> (2, p): the exposed seconds of that collective inside one forward (row 0) and one backward pass (row
-    1, the weight-gradient pass with it) of each stage: the stage's F and B + W as priced (Terms.times on the stages'
-    configurations, as costmodel._block.stage_times calls it) less the same with the collective's inputs at zero."""
+    1, the weight-gradient pass with it) of each of the p stages (priced by stage columns ``col``): the stage's F
+    and B + W as priced (Terms.times on the stages' configurations, as costmodel._block.stage_times calls it) less
+    the same with the collective's inputs at zero."""
     masks = (cfg.rc_u == 2, cfg.rc_u == 1)  # full, selective recompute per configuration (configuration_terms')
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
 
@@ -206,6 +219,6 @@ def collective_shares(rows, cfg, terms, st, p: int) -> dict[str, np.ndarray]:
         lt_m0 = None if terms.lt_m is None else layer_terms(_without(moe_layer_inputs(terms.eu), inputs), *masks)
         bare = dataclasses.replace(terms, lt=lt0, lt_m=lt_m0,
                                    edge_of=edge_terms(_without(terms.eu, EDGE_COLLECTIVE_INPUTS[kind])))
-        out[kind] = np.stack([np.maximum(_per_stage(a - a0, p), 0.0) for a, a0 in zip(priced, passes(bare),
-                                                                                       strict=True)])
+        out[kind] = np.stack([np.maximum(_per_stage(a - a0, col), 0.0) for a, a0 in zip(priced, passes(bare),
+                                                                                         strict=True)])
     return out

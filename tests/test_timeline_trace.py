@@ -177,6 +177,22 @@ def test_a_placement_on_a_mixed_cluster_has_a_process_per_stage_named_by_its_poo
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_placement_of_stages_alike_draws_every_stage(tmp_path, capsys):
+    """Four alike stages on one pool: the evaluator prices three representatives (first, interior, last); the
+    trace still has a process per stage, the two interior ones alike, and spans evaluate's step."""
+    trace, strategy = tmp_path / "a.json", tmp_path / "plan.json"
+    strategy.write_text(json.dumps({"global_batch": 32, "microbatches": 8, "recompute": "full", "zero_stage": 1,
+                                    "stages": [{"pool": "h100", "dp": 1, "tp": 4, "layers": 8}] * 4}))
+    rep = _json(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", "a100x16+h100x16", "--strategy",
+                         str(strategy), "--json", "--trace", str(trace)])
+    assert rep["metrics"]["feasible"]
+    events, _ = _trace(trace)
+    assert _span_s(events) == pytest.approx(rep["metrics"]["step_time_s"], rel=1e-9)
+    fwd = [sum(e["dur"] for e in _stage_events(events, j, "forward")) for j in range(4)]
+    assert fwd[1] == pytest.approx(fwd[2], rel=1e-12) and min(fwd[0], fwd[3]) > 1.001 * fwd[1]  # (embedding, head)
+    assert {e["pid"] for e in events} == {0, 1, 2, 3, 4}
+
+
 def test_the_timeline_figure_has_units_a_named_title_and_its_legend_outside(tmp_path):
     from costmodel._pipeline_render import plan_process_names, plan_slices
     from costmodel._plan_timeline import plan_timeline
