@@ -128,7 +128,7 @@ def pass_slices(tl: Timeline, *, dep: np.ndarray, cross: np.ndarray, link: np.nd
 
 def chrome_events(slices: list[Slice], process_names: dict[int, str], us_per_s: float = 1e6) -> list[dict]:
     """Trace Event Format events of ``slices``: a process per stage (named, in order), a thread per lane (named),
-    one complete ("X") event per slice with ts and dur in microseconds."""
+    one complete ("X") event per slice with ts and dur in microseconds, to the nanosecond."""
     events = []
     lanes = sorted({(s.process, s.lane) for s in slices})
     for pid, name in process_names.items():
@@ -138,7 +138,10 @@ def chrome_events(slices: list[Slice], process_names: dict[int, str], us_per_s: 
         events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": lane_name(pid, tid)}},
                    {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
     for s in sorted(slices, key=lambda s: (s.start_s, s.process, s.lane)):
-        events.append({"name": s.name, "cat": s.cat, "ph": "X", "ts": s.start_s * us_per_s, "dur": s.dur_s * us_per_s,
+        # both ends on whole nanoseconds (viewers count time in integer ns): a pass that starts where the last one
+        # ended, but for the float additions behind them, then shares that instant instead of overlapping it
+        ts, end = round(s.start_s * us_per_s, 3), round((s.start_s + s.dur_s) * us_per_s, 3)
+        events.append({"name": s.name, "cat": s.cat, "ph": "X", "ts": ts, "dur": round(end - ts, 3),
                        "pid": s.process, "tid": s.lane, "args": s.args})
     return events
 
