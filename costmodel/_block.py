@@ -24,7 +24,7 @@ import types
 
 import numpy as np
 
-from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link
+from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link, split_collective_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
 from costmodel._data_parallel import (
     ADAM_BYTES_TOUCHED,
@@ -520,8 +520,9 @@ def dp_links(rows: Rows, cfg: Configs):
     each stage's), and ``stage_link(stride, size)``: the NCCL collective link (costmodel._collectives.CollectiveLink)
     of a stage's group of ranks at that stride and size (each a function of dp and tp), per configuration where dp
     keys one, else per stage. The dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block.
-    A dp group spanning two pools (a split stage) runs at the slowest tier it crosses: each pool's part of the group
-    and the link between the pools, every step at the slowest latency. Its collectives: exchange_plan."""
+    A dp group spanning two pools (a split stage) is one NCCL ring over both pools' nodes (split_collective_link):
+    each pool's part of the group on its own nodes, the inter-pool link crossed with the NICs of each node's ranks
+    in parallel. Its collectives: exchange_plan."""
     pa, split, fw, model = rows.pa, cfg.split, rows.fw, rows.model
     if cfg.keyed:  # dp is part of a configuration: its links per configuration
         stage_link = lambda stride, size: pool_collective_link(pa, cfg.pool_u, stride(cfg.d_u, cfg.t_u),  # noqa: E731
@@ -544,15 +545,13 @@ def dp_links(rows: Rows, cfg: Configs):
     if split is not None:  # per pair: each pool's part of the group (its replicas there), the inter-pool link
         ia_p, xa, xb = split.ia_p, split.xa, split.xb
         tp_p, c_p, t_p = tp_in[ia_p], c_[ia_p], cfg.t_u[ia_p]
-        part = lambda r, q: pool_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
-                                      np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
-        (bw_a, lat_a), (bw_b, lat_b) = part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb)
+        part = lambda r, q: pool_collective_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
+                                                 np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        lat_x = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
-        n_x = cfg.d_u[ia_p] * c_p * np.where(tp_p | (c_p == 1), 1, t_p)  # the group's ranks, in one tier
-        pair_link = CollectiveLink(cfg.pair(link.bw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
-                                   cfg.pair(link.lat_up, lat_x), cfg.pair(link.lat_out, lat_x),
-                                   cfg.pair(link.nodes, np.ones_like(n_x)), cfg.pair(link.per_node, n_x))
+        x_link = split_collective_link(part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb), bw_x,
+                                       pa["link_latency_s"][xa, xb])
+        pair_link = CollectiveLink(*(cfg.pair(u, np.broadcast_to(x, ia_p.shape))
+                                     for u, x in zip(link, x_link)))
         coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), pair_link)
         t_c = cfg.pair(cfg.t_u, cfg.t_u[ia_p])
         if not cfg.keyed:
