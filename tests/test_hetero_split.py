@@ -197,7 +197,8 @@ def test_split_over_two_identical_nodes_equals_one_two_node_cluster():
     kw = dict(stage_layers=np.full((n, 1), 48), microbatches=8, global_batch=256, zero_stage=rows[:, 3],
               recompute="full", sequence_parallel=True, stage_pool=np.zeros((n, 1), int), stage_dp=rows[:, 1:2],
               stage_tp=rows[:, :1], stage_order=rows[:, 2:3])
-    split = evaluate(model, hc, StrategyTable.from_columns(stage_pool2=np.ones((n, 1), int), stage_dp2=rows[:, 1:2] // 2,
+    split = evaluate(model, hc, StrategyTable.from_columns(stage_pool2=np.ones((n, 1), int),
+                                                          stage_dp2=rows[:, 1:2] // 2,
                                                                 **kw))
     homo = evaluate(model, cl, StrategyTable.from_columns(**kw))
     assert homo["feasible"].sum() >= 8
