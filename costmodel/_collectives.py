@@ -132,8 +132,38 @@ def pool_collective_link(pa: dict, q, stride, size) -> CollectiveLink:
 
 def flat_link(bw, lat) -> CollectiveLink:
     """A link of one tier (every step at ``lat``, the bandwidth ``bw``): a group priced as before NCCL's
-    per-node rings (one node of any size; a split stage's group across two pools)."""
+    per-node rings (one node of any size)."""
     return CollectiveLink(bw, lat, lat, 1, None)
+
+
+def split_collective_link(a: CollectiveLink, b: CollectiveLink, link_bw, link_lat) -> CollectiveLink:
+    """The CollectiveLink of one group split over two pools: ``a`` and ``b`` each pool's part of it (collective_link
+    of its replicas there, ``per_node`` given), joined by the inter-pool link (``link_bw`` B/s per GPU per direction,
+    its efficiency applied; ``link_lat`` s). NCCL's rings enter and leave every node of the group once per channel,
+    a channel per rank of the node (module docstring), so the ring crosses the inter-pool link as it crosses any
+    node boundary: with the NICs of each node's ranks in parallel,
+        bw       = min(min(g_a, g_b) x link_bw, each part's node-crossing bandwidth)
+        nodes    = nodes_a + nodes_b,  per_node = max(g_a, g_b) (the tree's longest chain; PAT where both are 1)
+        lat_up   = the slower part's step inside a node, lat_out = the slowest step between nodes (the inter-pool
+                   link, or a part's own network where it spans several nodes)
+    A part's node-crossing bandwidth is its own collective's where it spans several nodes (already capped at
+    g / (g - 1) x NVLink, collective_group_link), and g / (g - 1) x its NVLink where it sits in one node: its ranks'
+    NVLink carries (g - 1) / g of each rank's bytes while the ring leaves the node (unbounded for one rank). Two
+    identical pools of whole nodes so price as one pool of both. Arrays broadcast together."""
+
+    def own(p: CollectiveLink):
+        g = np.asarray(p.per_node, dtype=np.float64)
+        in_node = np.where(g > 1, g / np.maximum(g - 1.0, 1.0) * p.bw, np.inf)
+        return np.where(np.asarray(p.nodes) == 1, in_node, p.bw)
+
+    def out_lat(p: CollectiveLink):  # a part's network step, where it has one (one node's lat_out is its NVLink's)
+        return np.where(np.asarray(p.nodes) > 1, p.lat_out, 0.0)
+
+    g_x = np.minimum(a.per_node, b.per_node)
+    bw = np.minimum(np.minimum(own(a), own(b)), g_x * link_bw)
+    lat_out = np.maximum(np.maximum(out_lat(a), out_lat(b)), link_lat)
+    return CollectiveLink(bw, np.maximum(a.lat_up, b.lat_up), lat_out, np.add(a.nodes, b.nodes),
+                          np.maximum(a.per_node, b.per_node))
 
 
 class CollectiveTerms(NamedTuple):

@@ -71,6 +71,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         outside ones); 0: by dp_bucket_elems); (0, 1, 0): one all-gather per pass, reduce-scatters by buckets
     weight_gather_in_step: ZeRO 1-2's weight all-gather (and the bf16 optimizer's at ZeRO 0-1) runs inside the optimizer
         step, after the update, one all-gather of the whole flat group: exposed, whatever the dp overlap (DeepSpeed)
+    weight_sync_broadcasts: with weight_gather_in_step, the weights are synced not by one all-gather but by one
+        broadcast from each rank of the group of its updated shard (InternEvo's HybridZeroOptimizer): g collectives in
+        a row, each a ring pipeline over the group paying its latency (n - 1 steps), the bytes those of one all-gather;
+        with all_reduce_then_gather, only at ZeRO 1 (at ZeRO 0 every rank updates the whole model: nothing to sync)
     zero3_kept: what stays gathered from a micro-batch's forward to its backward, not gathered again: (layers, outside
         units, parameters) (torchtitan's last block and FSDP2's root; FSDP1's root; DeepSpeed's reuse distance)
     grad_buffer_bytes: by precision, the bytes a parameter's gradient holds in memory (ZeRO-2/3 shard it); None: the
@@ -135,6 +139,7 @@ class Framework:
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
     zero3_kept: tuple[float, float, float] = (0.0, 0.0, 0.0)
     weight_gather_in_step: bool = False
+    weight_sync_broadcasts: bool = False
     grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
     layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
@@ -447,6 +452,28 @@ _derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0,
     what="LLM Foundry, attn_impl triton, FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced in bf16",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE reduces in the precision's dtype (bf16: 2); "
              "llm-foundry 8c8dd48 benchmarking/README.md: 'bf16 | PURE' rows", "llm-foundry-triton's sources"),
+)
+# InternEvo (InternLM's training code) as its published 7B scaling runs ran it: the Megatron-Core profile's layer and
+# kernel fields (a stand-in: InternEvo's flash-attention layer is not priced on its own), its ZeRO-1 exchange from the
+# code of the commit that published the table (fa7337b).
+_derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(2.0, 2.0, 2.0),
+    all_reduce_then_gather=(True, True, True), overlap_param_gather=False, weight_gather_in_step=True,
+    weight_sync_broadcasts=True, dp_bucket_elems=(512 * 1024 * 1024, 0.0), dp_buckets_need_overlap=False,
+    expert_parallel=False, expert_tensor_parallel=False,
+    what="InternEvo (InternLM) hybrid ZeRO-1: gradients all-reduced in the training dtype by buckets behind the "
+         "backward, the updated weights synced after the step by one broadcast from each shard's owner, waited; "
+         "layers and kernels priced as megatron-core's",
+    sources=("InternLM/InternEvo fa7337b (the commit that published doc/en/train_performance.md's table) "
+             "internlm/solver/optimizer/hybrid_zero_optim.py: _attach_reduction_hook sets reduce_rank = None, so "
+             "_reduce_and_copy's reduce_tensor (utils.py) all-reduces each bucket over the data-parallel group in the "
+             "parameters' dtype (bf16: 2 bytes), on the last micro-batch only (no_pipeline_scheduler.py "
+             "skip_grad_reduce); buckets of reduce_bucket_size = 512 x 1024 x 1024 elements (configs/7B_sft.py)",
+             "the same file, step(): after the update, broadcast_params(overlap=False) ('TODO: support broadcast "
+             "overlap'): for each rank of the ZeRO1 group one dist.broadcast of its flat fp16 shard, every handle "
+             "waited before the step returns",
+             "the same file: the ZeRO1 group is zero1 ranks of the data-parallel group (zero1 <= 0: all of them; a "
+             "group smaller than dp, e.g. 8 within a node, is not a strategy here: ZeRO-1 shards over all dp ranks)",
+             "the megatron-core profile's sources (layers, kernels, schedules)"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

@@ -106,7 +106,8 @@ def _collective_latency(kind: str, msg_bytes: float, n, link: tuple) -> float:
 
 def _collective_choice(kind: str, msg_bytes: float, n, link: tuple) -> tuple[float, float]:
     """(seconds per byte, seconds per call) of one collective: ring, or tree (all-reduce across nodes) or PAT
-    (all-gather / reduce-scatter, one rank per node) where NCCL's tuning model finds it faster for the message."""
+    (all-gather / reduce-scatter, one rank per node) where NCCL's tuning model finds it faster for the message;
+    "broadcast": a ring over the group priced as a gather's ring (its bytes counted as the gather's whole buffer)."""
     if n <= 1:
         return 0.0, 0.0
     bw, up_l, out_l, nodes, per_node = link
@@ -116,6 +117,8 @@ def _collective_choice(kind: str, msg_bytes: float, n, link: tuple) -> tuple[flo
     alt = None
     if kind == "all_reduce" and nodes > 1:
         alt = (2 / (TREE_BW_FRACTION * bw), 2 * ((per_node - 1) * up_l + log_nodes * out_l))
+    if kind == "broadcast":  # a ring: a gather's bytes and steps, no alternative
+        return ring
     if kind == "gather" and per_node == 1 and nodes > 1:
         alt = (ring[0] / PAT_BW_FRACTION,
                log_nodes * out_l / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * out_l)
@@ -785,13 +788,18 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     expert_max = max(st["params_e"] for st in stages)
     params_max = max(st["params"] + st["params_e"] for st in stages)
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
+    both = both and (zero == 1 if fw.weight_sync_broadcasts else zero <= 1)
     plan = _exchange_plan(model, fw, row)
 
-    def exchange(n_params: float, ranks: int, link: tuple, bucket: float) -> float:  # in the framework's dtypes
+    def exchange(n_params: float, ranks: int, link: tuple, bucket: float) -> tuple[float, float]:
+        """(seconds of the exchange, of its part inside the optimizer step), in the framework's dtypes."""
         grad_bytes, w_bytes = gb * n_params, wb * n_params
         msg = min(bucket, plan["est"])  # elements of one bucket's collective
         calls = n_params / bucket + 1  # (the last bucket partly filled)
         gather_msg, gather_calls = (plan["est"], 1) if fw.weight_gather_in_step else (msg, calls)
+        gather_kind = "gather"
+        if fw.weight_gather_in_step and fw.weight_sync_broadcasts:  # one broadcast from each rank of its shard
+            gather_kind, gather_msg, gather_calls = "broadcast", plan["est"] / ranks, ranks
         if zero == 3:  # all-gather the weights for forward and for backward, reduce-scatter the gradients
             unit_w = wb * plan["est"] / plan["fwd"]
             gathers = (_collective("gather", (2 - plan["kept"]) * w_bytes, unit_w, ranks, link)
@@ -803,33 +811,34 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
                 unit_g = gb * plan["est"] / plan["scatters"]
                 scatters = (_collective("gather", grad_bytes, unit_g, ranks, link)
                             + plan["scatters"] * _collective_latency("gather", unit_g, ranks, link))
-            return m * (gathers + scatters)
-        gather = ("gather", w_bytes, wb * gather_msg, gather_calls)
-        if zero <= 1 and both:  # all-reduce the gradients, then all-gather the updated weights
+            return m * (gathers + scatters), 0.0
+        gather = (gather_kind, w_bytes, wb * gather_msg, gather_calls)
+        if both:  # all-reduce the gradients, then all-gather the updated weights
             kinds = (("all_reduce", grad_bytes, gb * msg, calls), gather)
         elif zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
             kinds = (("gather", grad_bytes, gb * msg, calls), gather)
         else:
             kinds = (("all_reduce", grad_bytes, gb * msg, calls),)
-        return sum(_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
-                   for k, nb, mb, c in kinds)
+        secs = [_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
+                for k, nb, mb, c in kinds]
+        return sum(secs), (secs[1] if fw.weight_gather_in_step and len(secs) == 2 else 0.0)
 
     gpu = cluster.gpu
     if model.is_moe:
         ep_link = _collective_link(cluster, row.ep * row.etp, edp)  # edp ranks ep etp apart
-        dp_raw = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
-                  + exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
+        dense, experts = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g)),
+                          exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
+        dp_raw, step = dense[0] + experts[0], dense[1] + experts[1]
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
-        dp_raw = exchange(params_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
+        dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     exposed = max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0) if row.overlap else dp_raw
-    if fw.weight_gather_in_step and (zero in (1, 2) or (both and zero <= 1)):  # gathered after the optimizer step
-        ag = wb / (gb * (1 + (both and zero <= 1)) + wb) * dp_raw
-        exposed = max(dp_raw - ag - window, 0.0) + ag if row.overlap else dp_raw
+    if fw.weight_gather_in_step:  # the weights gathered after the optimizer step: exposed
+        exposed = max(dp_raw - step - window, 0.0) + step if row.overlap else dp_raw
     if fw.fsdp_unit_edges and row.overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
         e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
