@@ -46,7 +46,7 @@ import numpy as np
 from costmodel._collectives import all_to_all_s, gather_s, tier
 from costmodel._dtypes import ACT_BYTES
 from costmodel._hardware import Cluster
-from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, gemm_s, hbm_s
+from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, KERNELS_PER_SUBLAYER, gemm_s, hbm_s
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -71,8 +71,7 @@ ROUTER_PROB_BYTES = 4
 # Kernel launches, priced at the GPU's kernel_overhead_s per sub-layer of KERNELS_PER_SUBLAYER kernels. A dense
 # Megatron-Core layer forward launches, with Transformer Engine's fused modules: attention: LayerNormLinear (norm,
 # GEMM), fused RoPE (Q, K), fused attention, projection GEMM, bias-dropout-add: 7; MLP: LayerNormLinear (norm, GEMM),
-# bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer.
-KERNELS_PER_SUBLAYER = 6
+# bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer (KERNELS_PER_SUBLAYER, costmodel._layer_compute).
 # An MoE layer's MLP part forward, besides its expert GEMMs (core_v0.16.0): pre-MLP norm and bias-dropout-add 2; router
 # (router.py): gating GEMM, fused top-k, fused aux-loss scores, tokens per expert (sum, all-reduce over tp x cp), fused
 # aux loss: 6; dispatcher preprocess (token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess): tokens per expert,
@@ -161,6 +160,23 @@ def expert_cast_s(model: Transformer, quant, copies, u, gpu):
             hbm_s(quant * (copies * (model.mlp_matrices - 1) * fe + u * copies * h), gpu))
 
 
+def shared_expert_cast_s(model: Transformer, T, t, gpu, casts):
+    """(forward, backward) seconds the shared experts' linear layers spend casting to fp8 outside their GEMMs, as the
+    dense layer's (costmodel._layer_compute.fp8_cast_parts_s; ``casts`` as it takes them, None: none): FC1's input
+    (T h: the pre-MLP norm's output, which an MoE layer's separate norm writes in 16 bits, so at the first count) and
+    FC2's (T fs / t), their output gradients (T (mats - 1) fs / t, T h) and the weights (mats h fs / t), fs the shared
+    experts' width together. Zeros without shared experts or casts."""
+    fs = model.shared_experts * model.shared_expert_ffn
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    if casts is None or not fs:
+        return zero, zero
+    cx, cw, cg, cwb = casts[:4]
+    h, mats = model.hidden, model.mlp_matrices
+    w = mats * h * fs / t
+    return (hbm_s(cx * T * (h + fs / t) + cw * w, gpu) + zero,
+            hbm_s(cg * T * ((mats - 1) * fs / t + h) + cwb * w, gpu) + zero)
+
+
 def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     """Exposed time of one layer's four all-to-alls under Megatron-Core's EP A2A overlap, per pair of a micro-batch's
     forward and another's backward through the layer (core_v0.16.0 models/common/model_chunk_schedule_plan.py
@@ -185,7 +201,7 @@ def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False, *, fp8_cast=0.0,
-                    sm_frac=0.0) -> dict:
+                    sm_frac=0.0, shared_cast=None) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs; xcast_f / xcast_b: the expert
     GEMMs' fp8 quantization forward and backward; ep_fwd / ep_bwd: the exposed dispatch + combine all-to-alls of
     forward and of backward), from the dense layer's costs ``lc`` at the same shape (its attention core, attention
@@ -197,7 +213,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an element, the combine direction 16 bits
     (Framework.fp8_dispatch). ``fp8_cast`` (per row): HBM bytes an element of an expert GEMM's input or output
     gradient its fp8 quantization moves (0: none; Framework.expert_fp8_cast_bytes on fp8 rows), its kernels counted
-    too. ``overlap_ep``: the all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs
+    too; ``shared_cast``: the dense layer's fp8 cast bytes, which the shared experts move (shared_expert_cast_s; None:
+    none). ``overlap_ep``: the all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs
     they hold). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
     and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
@@ -220,6 +237,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     mlp_bytes = ACT_BYTES * (ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe) + sort * h)
     quant = np.asarray(fp8_cast, dtype=np.float64)
     xcast_f, xcast_b = expert_cast_s(model, quant, copies, u, gpu)
+    scast_f, scast_b = shared_expert_cast_s(model, T, t, gpu, shared_cast)
+    xcast_f, xcast_b = xcast_f + scast_f, xcast_b + scast_b
     units = moe_launch_units(local, quant > 0, bool(fs))
     overhead = lc["overhead"] * 0.5 * units  # lc["overhead"]: the dense layer's two sub-layer units
     a_d, a_c = one_way_a2a_s(model, cluster, copies, e, u, etp_link, fp8_dispatch, per_node)
