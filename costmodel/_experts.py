@@ -90,6 +90,25 @@ KERNELS_PER_LOCAL_EXPERT = 2
 # moe_deepep_num_sms = 20, passed to deep_ep.Buffer.set_num_sms; the DeepSeek-V3 report, Sec. 3.2.2: 20 SMs suffice
 # for its all-to-alls). An all-to-all hidden behind computation takes that share of the GPU from it while it runs.
 DEEPEP_SMS = 20
+# Dropless routing waits on the host for each MoE layer's token counts: Megatron-Core's alltoall dispatcher copies the
+# splits and tokens per expert to the host and synchronizes before the EP all-to-all (Megatron-LM d98e8a6,
+# megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess: cuda_sync_point
+# "before_ep_alltoall"; _maybe_dtoh_and_synchronize: self.d2h_event.synchronize(); "before_permutation_1" with a
+# capacity factor or --moe-router-padding-for-quantization), and the flex dispatcher's DeepEP normal-mode dispatch
+# returns the received counts to the host too; only with --moe-pad-expert-input-to-capacity (drop_and_pad) are the
+# shapes static and the wait gone (the path CUDA graphs can capture: the MoE README's "CUDA Graph" section). Past the
+# wait the host can queue no further ahead of the GPU than the layer it is in: a layer whose kernels take the host
+# longer to launch than the GPU to run them runs at the host's pace (the README's "CPU Overhead Bottleneck": gaps
+# between kernels). Priced per MoE layer and micro-batch, each pass: max(GPU time, kernels x HOST_S_PER_KERNEL), the
+# kernels moe_launch_units counts (the backward twice the forward's, ELEM_BWD_FACTOR), where Framework.moe_host_sync.
+# HOST_S_PER_KERNEL: host time per kernel launched from Megatron-Core's eager PyTorch code, the Python call, the
+# autograd record, the ATen dispatch and cudaLaunchKernel together; chosen, not measured here (no GPU): 20 us, the high
+# end of the 5-25 us a PyTorch operator's dispatch is commonly put at, as the MoE layer runs more Python per kernel
+# (router, dispatcher, per-expert splits) than a plain operator call. Rows in view when it was chosen: Megatron-Bridge's
+# Qwen3-30B-A3B rows on 16 H100 and 8 B200 (per MoE layer and micro-batch 16.7 and 8.8 ms measured, 5.1 and 3.3 ms of
+# GPU time predicted; the same H100 layout ran at 9.4 ms in the 26.02.01 container: host-bound, whatever the GPU);
+# not fitted to them (10 us moves no row, 30 us would put the B200 row at +10%).
+HOST_S_PER_KERNEL = 20e-6
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
@@ -201,7 +220,7 @@ def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False, *, fp8_cast=0.0,
-                    sm_frac=0.0, shared_cast=None) -> dict:
+                    sm_frac=0.0, shared_cast=None, host_sync=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs; xcast_f / xcast_b: the expert
     GEMMs' fp8 quantization forward and backward; ep_fwd / ep_bwd: the exposed dispatch + combine all-to-alls of
     forward and of backward), from the dense layer's costs ``lc`` at the same shape (its attention core, attention
@@ -214,9 +233,10 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     (Framework.fp8_dispatch). ``fp8_cast`` (per row): HBM bytes an element of an expert GEMM's input or output
     gradient its fp8 quantization moves (0: none; Framework.expert_fp8_cast_bytes on fp8 rows), its kernels counted
     too; ``shared_cast``: the dense layer's fp8 cast bytes, which the shared experts move (shared_expert_cast_s; None:
-    none). ``overlap_ep``: the all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs
-    they hold). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
-    and the scale-up / scale-out links as arrays)."""
+    none); ``host_sync`` (per row): dropless routing's wait on the host (HOST_S_PER_KERNEL; host_f: the host's time
+    to launch the layer's forward kernels, 0 without the wait). ``overlap_ep``: the all-to-alls under the EP A2A
+    overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs they hold). The heterogeneous evaluator passes as
+    ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -254,8 +274,9 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     else:
         exposed = a_d + a_c
         unpaired = 0.0 * exposed
+    host_f = np.where(host_sync, units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL, 0.0) + 0.0 * overhead  # (N,)
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
-            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired}
+            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f}
 
 
 def unpaired_share(interleaved, p, m, v, j):

@@ -30,6 +30,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
+    moe_host_sync: dropless routing waits on the host for each MoE layer's token counts (Megatron-Core's token
+        dispatchers without --moe-pad-expert-input-to-capacity): an MoE layer's passes run no faster than the host
+        launches their kernels (costmodel._experts.HOST_S_PER_KERNEL)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
         through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
@@ -125,6 +128,7 @@ class Framework:
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
+    moe_host_sync: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     fp8_norm_cast_bytes: float | None = None
@@ -185,7 +189,7 @@ _MEGATRON_CORE = Framework(
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
     expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
-    te_ring_attention=True,
+    te_ring_attention=True, moe_host_sync=True,
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "

@@ -21,6 +21,7 @@ from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BY
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
+    HOST_S_PER_KERNEL,
     KERNELS_PER_LOCAL_EXPERT,
     KERNELS_PER_SUBLAYER,
     MOE_FIXED_KERNELS,
@@ -294,6 +295,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
         2 if cast > 0 else 1)
     units = 1 + kernels / KERNELS_PER_SUBLAYER
+    host_f = units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL  # the host's launches of the layer's forward
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
     d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
@@ -328,7 +330,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies)
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -626,9 +628,13 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
     cast_f, cast_b = lay["cast_f"] - lay["cast_mlp_f"], lay["cast_b"] - lay["cast_mlp_b"]  # no dense MLP to cast
-    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + cast_f + mo["xcast_f"],
-            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
-            + mo["xcast_b"],  # (the attention's casts, and the experts' fp8 quantization)
+    fwd = mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + cast_f + mo["xcast_f"]
+    bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
+           + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
+    if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
+        fwd = max(fwd, mo["host_f"])
+        bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
+    return {**mo, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
