@@ -42,7 +42,7 @@ from costmodel._experts import layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
-from costmodel._layer_compute import hbm_s, recompute_flops_per_token
+from costmodel._layer_compute import fp8_cast_columns, hbm_s, recompute_flops_per_token
 from costmodel._layer_terms import (
     LAYER_INPUTS,
     MOE_PART_KEYS,
@@ -199,7 +199,7 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     pa, fw, model = rows.pa, rows.fw, rows.model
     q, tt, cc, dd, tin, pr = cfg.pool_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.d_u[ix], cfg.order_u[ix] == 0, cfg.prec_u[ix]
     fp8 = pr == PRECISIONS.index("fp8")
-    casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
+    casts = fp8_cast_columns(fw, fp8)
     gpu = pool_gpu(pa, q)
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT

@@ -21,6 +21,7 @@ from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BY
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
+    HOST_S_PER_KERNEL,
     KERNELS_PER_LOCAL_EXPERT,
     KERNELS_PER_SUBLAYER,
     MOE_FIXED_KERNELS,
@@ -38,6 +39,8 @@ from costmodel._layer_compute import (
     ELEM_BWD_FACTOR,
     ELEM_TF_PER_LAYER,
     ELEM_TH_PER_LAYER,
+    TE_RING_BYTES,
+    TE_RING_KERNELS,
     UNFUSED_SCORE_BYTES,
 )
 from costmodel._memory_terms import (
@@ -287,10 +290,15 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     cast = fw.expert_fp8_cast_bytes if fp8 else 0.0
     xcast_f = _hbm(gpu, cast * (etp * copies * h + copies * fe))
     xcast_b = _hbm(gpu, cast * (copies * (mats - 1) * fe + etp * copies * h))
+    if fp8 and fs:  # the shared experts' linear layers cast as the dense layer's, their inputs 16-bit norm outputs
+        cx, cw, cg, cwb = fw.fp8_cast_bytes
+        xcast_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
+        xcast_b += _hbm(gpu, cg * T * ((mats - 1) * fs / tp + h) + cwb * mats * h * fs / tp)
     # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8)
     kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
         2 if cast > 0 else 1)
     units = 1 + kernels / KERNELS_PER_SUBLAYER
+    host_f = units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL  # the host's launches of the layer's forward
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
     d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
@@ -325,7 +333,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies)
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -465,23 +473,30 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     linear inputs, output gradients and weights), the bf16 optimizer's fp32 accumulation, PyTorch's ring attention,
     GQA's K and V copies; then its forward, backward and weight-gradient times."""
     gpu, h, f, tp, cp, T = cluster.gpu, model.hidden, model.ffn_hidden, row.tp, row.cp, row.T
-    cast_f = cast_b = 0.0
-    if row.prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
+    cast_f = cast_b = cast_mlp_f = cast_mlp_b = 0.0
+    norm_bytes = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
+    if row.prec == 2 and (any(fw.fp8_cast_bytes) or norm_bytes) and model.kind != "mlp":
         cx, cw, cg, cwb = fw.fp8_cast_bytes
         mats = model.mlp_matrices
         qw, kw, vw, ow = _widths(model)
-        if model.mla:  # per matrix: (input, output, weights) elements on one rank
+        # per matrix: (input, output, weights) elements on one rank, and whether a norm wrote the input
+        if model.mla:
             qr, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
             nope = model.heads * model.head_size
-            mm = [(h, qw / tp, h * qw / tp)] if qr is None else [(h, qr, h * qr), (qr, qw / tp, qr * qw / tp)]
-            mm += [(h, kv + dr, h * (kv + dr)), (kv, (nope + vw) / tp, kv * (nope + vw) / tp),
-                   (ow / tp, h, ow * h / tp)]
+            mm = ([(h, qw / tp, h * qw / tp, True)] if qr is None
+                  else [(h, qr, h * qr, False), (qr, qw / tp, qr * qw / tp, True)])
+            mm += [(h, kv + dr, h * (kv + dr), False), (kv, (nope + vw) / tp, kv * (nope + vw) / tp, True),
+                   (ow / tp, h, ow * h / tp, False)]
         else:
-            mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp), (ow / tp, h, ow * h / tp)]
-        mm += [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp), (f / tp, h, f * h / tp)]
-        w = sum(x[2] for x in mm)
-        cast_f = _hbm(gpu, cx * T * sum(x[0] for x in mm) + cw * w)
-        cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
+            mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp, True), (ow / tp, h, ow * h / tp, False)]
+        mlp = [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp, True), (f / tp, h, f * h / tp, False)]
+
+        def casts(mats_):  # (forward, backward) seconds of these matrices' casts
+            fwd = sum((norm_bytes if normed else cx) * T * i + cw * w for i, _, w, normed in mats_)
+            return _hbm(gpu, fwd), _hbm(gpu, sum(cg * T * o + cwb * w for _, o, w, _ in mats_))
+
+        (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
+        cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
     if fw.hp_grad_bytes and not model.is_moe and row.zero <= 1 and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
@@ -492,6 +507,18 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         gather, dkv = (cp - 1) * (2 * ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
         cp_fwd = max(gather - attn / cp, 0.0)
         cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
+    if fw.te_ring_attention and model.kind != "mlp" and not model.mla and cp > 1:  # Transformer Engine's P2P ring
+        e_q, e_kv = T * model.q_hidden / tp, 2 * T * model.kv_hidden / tp  # the rank's Q; its K and V
+        cp_bw, cp_lat = lay["cp_link"]
+        one, two = ACT_BYTES * e_kv / cp_bw + cp_lat, 2 * ACT_BYTES * e_kv / cp_bw + cp_lat  # K, V; with dK, dV
+        cp_fwd = (cp - 1) * max(one - attn / cp, 0.0)  # each step's send behind that step's attention
+        cp_bwd = 2 * max(one - 2 * attn / cp, 0.0) + (cp - 2) * max(two - 2 * attn / cp, 0.0)
+        (fk, fq, fs), (bk, bq, bs) = TE_RING_BYTES["fwd"], TE_RING_BYTES["bwd"]
+        (f1, fn), (b1, bn) = TE_RING_KERNELS["fwd"], TE_RING_KERNELS["bwd"]
+        kernel = gpu.kernel_overhead_s / KERNELS_PER_SUBLAYER
+        cast_f += _hbm(gpu, fk * e_kv + fq * e_q + fs * (cp - 1) * e_q) + kernel * (f1 + fn * (cp - 1))
+        cast_b += (_hbm(gpu, bk * e_kv + bq * (e_q + e_kv) + bs * (cp - 1) * (e_q + e_kv))
+                   + kernel * (b1 + bn * (cp - 1)))
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
@@ -502,6 +529,7 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
     return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
+            "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
 
@@ -602,9 +630,14 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
         layer = act["non_experts"] + mo["experts"]
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
-    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"] + mo["xcast_f"],
-            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"]
-            + mo["xcast_b"],  # (the dense casts, and the experts' fp8 quantization)
+    cast_f, cast_b = lay["cast_f"] - lay["cast_mlp_f"], lay["cast_b"] - lay["cast_mlp_b"]  # no dense MLP to cast
+    fwd = mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + cast_f + mo["xcast_f"]
+    bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
+           + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
+    if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
+        fwd = max(fwd, mo["host_f"])
+        bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
+    return {**mo, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
