@@ -288,8 +288,9 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     progress_of: dict[int, dict] = {}
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
+        found = os.path.exists(state_path[s.index])  # (no searcher built to check a checkpoint there is not)
         state, p = load_checkpoint(state_path[s.index], "checkpoints", budget,
-                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget))
+                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget) if found else None)
         progress_of[s.index] = {"state": state, **p}
     failure = run_failure_model(rd)
     rd.set_damaged_parts_aside()
@@ -320,7 +321,8 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         write_record(record_path(rd.state, "mcmc", s.index, c), record)  # what was asked, the rows, then the state
         write_part(arrow, os.path.join(parts, part_name(s.index, c)))
         p.update(state=q.state, checkpoints=c + 1, evaluations=p["evaluations"] + q.rows, done=q.done)
-        save_state(state_path[s.index], q.state, {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": q.done})
+        save_state(state_path[s.index], q.state,
+                   {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": q.done})
         pending[s.index] = Pending()
 
     try:
