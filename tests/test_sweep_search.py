@@ -122,7 +122,9 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
     from sweep._rundir import RunDir
     from sweep._search_engine import run_search
 
-    args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--out", out])
+    # Parts of two or more calls (80 rows each): the actor may die with a call's rows pending,
+    # which the new actor evaluates again.
+    args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--part-rows", "100", "--out", out])
     RunDir.create_or_resume(out, search_request(args, "mcmc"))[0].close()
     saved = dict(os.environ)
     init_ray(workers=1, address=None)
