@@ -141,7 +141,7 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--part-rows", default=str(PART_ROWS_DEFAULT), metavar="N",
                    help="with --out, rows per Parquet part: the search's state is checkpointed with each part, a "
                    "kill loses only the rows since (resume evaluates them again, the same), and a part is written "
-                   f"at least once a minute (default {PART_ROWS_DEFAULT:,})")
+                   f"at least every five minutes (default {PART_ROWS_DEFAULT:,})")
     add_runtime_args(p, top=False)
 
 
