@@ -326,6 +326,11 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                    {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": q.done})
         pending[s.index] = Pending()
 
+    def drop(i: int) -> None:
+        """Study i's actor died: its pending rows are gone (the new actor evaluates them again)."""
+        bar.bar.update(-pending[i].rows)
+        pending[i] = Pending()
+
     try:
         if in_process:
             for s in studies:
@@ -337,12 +342,12 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 while not p["done"] and p["evaluations"] < budget:
                     finish(s, *runner.advance(every, left(s.index), run_id=rd.run_id, metadata=rd.metadata(s)))
             return
-        _run_mcmc_ray(rd, studies, seeds, progress_of, pending, budget, every, finish)
+        _run_mcmc_ray(rd, studies, seeds, progress_of, left, budget, every, finish, drop)
     finally:
         bar.close()
 
 
-def _run_mcmc_ray(rd, studies, seeds, progress_of, pending, budget, every, finish) -> None:
+def _run_mcmc_ray(rd, studies, seeds, progress_of, left, budget, every, finish, drop) -> None:
     import ray
 
     from sweep._ray import DRIVER_RESUBMITS, get_unless_lost, register_pickling
@@ -363,8 +368,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, pending, budget, every, finis
         if i not in actors:  # a new actor starts from the last checkpoint
             actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget,
                                          failure=run_failure_model(rd))
-        ref = actors[i].advance.remote(every, budget - p["evaluations"] - pending[i].rows, run_id=rd.run_id,
-                                       metadata=rd.metadata(by_index[i]))
+        ref = actors[i].advance.remote(every, left(i), run_id=rd.run_id, metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
 
     for s in studies:
@@ -378,7 +382,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, pending, budget, every, finis
             if out is None:
                 restarts[i] += 1  # the actor died: a new one from the last checkpoint, its pending rows again
                 actors.pop(i, None)
-                pending[i] = Pending()
+                drop(i)
                 launch(i)
                 continue
             finish(by_index[i], *out)
