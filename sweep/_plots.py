@@ -59,7 +59,7 @@ def load_columns(view: RunView) -> Columns:
     """The feasible rows' columns; a placement run's dp and tp are its widest stage's
     (stage_dp, stage_tp: each row's largest)."""
     thr = view.throughput_column
-    placed = {"dp": "stage_dp", "tp": "stage_tp"} if "stage_dp" in view.columns else {}
+    placed = {"dp": "stage_dp", "tp": "stage_tp"} if view.placed else {}
     want = [placed.get(c, c) for c in (*DEGREES, "microbatches", "global_batch") if c in view.columns] + [thr]
     cols = view.read(want, feasible_only=True)
     cols.update({d: cols.pop(c) for d, c in placed.items()})
