@@ -5,8 +5,8 @@ Per step and stage, over the g = dp x cp replicas: ZeRO 0 all-reduces the gradie
 reduce-scatter them and all-gather the updated weights; ZeRO-3 all-gathers the weights for forward
 and again for backward and reduce-scatters the gradients, per micro-batch (Rajbhandari et al. 2020
 Sec. 7: 1.5x the all-reduce volume a pass; zero3_gather_scatter_bytes). Each collective is priced as
-NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm NCCL's tuning
-model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
+NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm and protocol NCCL's
+tuning model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
 the framework launches (exchange_plan: per bucket, per FSDP unit, per DeepSpeed module).
 dp_exchange_coef gives the exchange as a x parameters + b seconds, in the framework's reduce and
 gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the bottleneck stage's
