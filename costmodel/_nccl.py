@@ -111,7 +111,3 @@ def tree_correction_at(size, proto: int):
     inside = (size >= 0) & (size < TREE_CORRECTION_SIZES)
     return np.where(inside, TREE_CORRECTION[proto][np.clip(size, 0, TREE_CORRECTION_SIZES - 1)], 1.0)
 
-
-def tree_correction(msg_bytes, proto: int):
-    """treeCorrectionFactor of a tree all-reduce of ``msg_bytes`` under ``proto``."""
-    return tree_correction_at(tree_size(msg_bytes), proto)

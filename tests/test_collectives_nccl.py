@@ -10,6 +10,7 @@ import pytest
 from costmodel import FRAMEWORKS, StrategyTable, evaluate, make_cluster
 from costmodel._collectives import collective_link, collective_s
 from costmodel._data_parallel import dp_exchange_coef, exchange_plan
+from costmodel._stages import pool_arrays
 from costmodel._workloads import Transformer
 
 US = 1e-6
@@ -135,6 +136,23 @@ def test_broadcast_of_a_shard_over_1024_ranks_runs_ll():
     got = _time("broadcast", 14e6, 1024, link)
     assert got == pytest.approx(1147.528571e-6 + 14e6 / 20e9, rel=1e-6)
     assert got < 0.31 * (5758.4e-6 + 14e6 / 40e9)
+
+
+def test_ll_ceiling_in_one_node_by_gpu_generation():
+    # llMaxBws inside one node: Ampere 87.7 GB/s, Hopper 141, Blackwell 282 (tuning.cc, by compute capability). A 4 MB
+    # all-reduce over 8 GPUs of one node at 240 GB/s (300 x 0.8):
+    #   ring LL     6.6 + 14 x 0.882353 = 18.952941 us + 1.75 x 4e6 / min(120, ceiling) GB/s
+    #               A100: 87.7 GB/s, 79.82 us: 98.77 us; a Hopper ceiling (120 GB/s binds): 58.33 us: 77.29 us
+    #   ring LL128  14 + 14 x 2.794118 = 53.117647 us + 1.75 x 4e6 / 220.8 GB/s = 31.70 us: 84.82 us
+    #   ring Simple 78.4 + 29.17 = 107.57 us; tree LL128 (7/9, log2(4e6 / 64) = 15: factor 0.6) 39.74 + 77.64 us
+    # so the A100 runs LL128, a GPU with Hopper's ceiling LL.
+    assert pool_arrays(make_cluster("a100", 8))["ll_node_Bps"][0] == 87.7e9
+    assert pool_arrays(make_cluster("h100", 8))["ll_node_Bps"][0] == 141e9
+    assert pool_arrays(make_cluster("b200", 8))["ll_node_Bps"][0] == 282e9
+    base = collective_link(np.array(1), np.array(8), 8, 300e9, 25e9, UP_L, OUT_L, EFF)
+    a100, hopper = base._replace(ll_node_Bps=87.7e9), base._replace(ll_node_Bps=141e9)
+    assert _time("all_reduce", 4e6, 8, a100) == pytest.approx(53.117647e-6 + 1.75 * 4e6 / 220.8e9, rel=1e-6)
+    assert _time("all_reduce", 4e6, 8, hopper) == pytest.approx(18.952941e-6 + 1.75 * 4e6 / 120e9, rel=1e-6)
 
 
 def _hand_all_reduce(nbytes, n, nodes, g, bw):
