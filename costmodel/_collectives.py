@@ -164,7 +164,7 @@ def pool_collective_link(pa: dict, q, stride, size) -> CollectiveLink:
 
 def flat_link(bw, lat) -> CollectiveLink:
     """A link of one tier (every step at ``lat``, the bandwidth ``bw``): a group priced as before NCCL's
-    per-node rings (one node of any size)."""
+    per-node rings (one node of any size: its protocols' hops NVLink's ratios, LL's ceiling Hopper's)."""
     return CollectiveLink(bw, lat, lat, 1, None)
 
 
