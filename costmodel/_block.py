@@ -653,7 +653,7 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     in_step = fw.weight_gather_in_step
     if rows.moe:
         ep_link = expert_links(rows, cfg, stage_link, c_)
-        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p)
+        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
     if rows.moe and alike and ep_link.bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)

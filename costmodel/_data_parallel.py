@@ -5,8 +5,8 @@ Per step and stage, over the g = dp x cp replicas: ZeRO 0 all-reduces the gradie
 reduce-scatter them and all-gather the updated weights; ZeRO-3 all-gathers the weights for forward
 and again for backward and reduce-scatters the gradients, per micro-batch (Rajbhandari et al. 2020
 Sec. 7: 1.5x the all-reduce volume a pass; zero3_gather_scatter_bytes). Each collective is priced as
-NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm NCCL's tuning
-model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
+NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm and protocol NCCL's
+tuning model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
 the framework launches (exchange_plan: per bucket, per FSDP unit, per DeepSpeed module).
 dp_exchange_coef gives the exchange as a x parameters + b seconds, in the framework's reduce and
 gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the bottleneck stage's
@@ -85,14 +85,16 @@ ONE_PER_PASS = ExchangePlan(bucket=np.inf, gathers_fwd=1.0, gathers_bwd=1.0, sca
                             est_params=1e15)
 
 
-def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1) -> ExchangePlan:
+def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1, ep_etp=None) -> ExchangePlan:
     """The ExchangePlan of ``fw`` for ``model`` at tensor-parallel degree ``t``, ``ranks`` in the data-parallel
     group, ``overlap`` (the row's overlap_dp) and pipeline depth ``pp``, from the profile's fields
     (costmodel._frameworks: dp_bucket_elems, zero3_gathers, zero3_kept): buckets of max(floor, per rank x ranks)
     elements (Megatron-Core's only with overlap where dp_buckets_need_overlap), or of one transformer layer's
     parameters (floor 0: an FSDP unit); ZeRO-3 (whole model on one stage) gathers per layer x layers + outside the
     layers per forward, less those kept gathered for backward; reduce-scatters one per unit (scatters per layer > 0)
-    or by buckets."""
+    or by buckets. The messages are estimated from the exchanged parameters per GPU: an MoE model's dense exchange
+    all but the routed experts / t, its expert exchange (``ep_etp`` given: ep x etp) the routed experts / ep_etp,
+    each / pp."""
     t = np.asarray(t, dtype=np.float64)
     L = model.layers
     body = model.num_params() - model.embedding_params() - model.head_params()
@@ -110,8 +112,10 @@ def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1) ->
     kept_calls = k_layers * per_layer + k_outside + (k_params / (unit / per_layer) if per_layer > 0 else 0.0)
     bwd = np.maximum(fwd - kept_calls, 0.0) if per_layer > 0 else 1.0 - np.floor(kept)
     scatters = L * scatter_per_layer + outside if scatter_per_layer > 0 else np.nan
+    routed = model.moe_layers * model.moe_layer_expert_params()  # 0 for a dense model
+    exchanged = (model.num_params() - routed) / t if ep_etp is None else routed / np.asarray(ep_etp, dtype=np.float64)
     return ExchangePlan(bucket=bucket, gathers_fwd=fwd, gathers_bwd=bwd, scatters=scatters, kept=kept,
-                        est_params=total / np.asarray(pp, dtype=np.float64))
+                        est_params=exchanged / np.asarray(pp, dtype=np.float64))
 
 
 class ExchangeCoef(NamedTuple):
@@ -136,8 +140,8 @@ def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Fram
     (costmodel._collectives.collective_s), as many as ``plan`` (ExchangePlan) launches: per bucket (params / bucket
     + 1, the last one partly filled), ZeRO-3's per pass; None: one per pass. Under ``fw``'s weight_gather_in_step the
     weight all-gather is one collective after the optimizer step (the step_ coefficients), or, with
-    weight_sync_broadcasts, g broadcasts of a shard each: the all-gather's bytes and g ring latencies (a broadcast is
-    a ring: no tree or PAT)."""
+    weight_sync_broadcasts, g broadcasts of a shard each: the weights' bytes at the broadcast's bandwidth and g ring
+    latencies (a broadcast is a ring: no tree or PAT; its protocol NCCL's fastest for a shard)."""
     if grad_bytes is None:
         grad_bytes = GRAD_COMM_BYTES if fw is None else np.take(fw.grad_reduce_bytes, prec)
     w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
@@ -152,8 +156,10 @@ def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Fram
     rs_b, rs_l = pick(gather, grad_bytes * msg)
     per_bucket = 1.0 / plan.bucket  # collectives per parameter beyond the first
     in_step = fw is not None and fw.weight_gather_in_step
-    if in_step and fw.weight_sync_broadcasts:  # g ring broadcasts of a shard each: the gather's bytes, g latencies
-        (ag_b, ag_l), ag_per = (gather.ring_b, gather.ring_l * np.asarray(g, dtype=np.float64)), 0.0
+    if in_step and fw.weight_sync_broadcasts:  # g ring broadcasts of a shard each, one after another: every byte of
+        # the weights once at the broadcast's bus bandwidth, g calls, the protocol NCCL picks for a shard's message
+        bc_b, bc_l = pick(collective_terms("broadcast", g, link), w * est / np.asarray(g, dtype=np.float64))
+        (ag_b, ag_l), ag_per = (bc_b, bc_l * np.asarray(g, dtype=np.float64)), 0.0
     elif in_step:  # one all-gather of the whole stage's weights
         (ag_b, ag_l), ag_per = pick(gather, w * est), 0.0
     else:

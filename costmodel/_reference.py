@@ -10,12 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from costmodel._collectives import (
-    PAT_BW_FRACTION,
-    PAT_LOG_LATENCY_DIVISOR,
-    PAT_RANK_LATENCY_FRACTION,
-    TREE_BW_FRACTION,
-)
+from costmodel import _nccl as nccl
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
@@ -80,26 +75,28 @@ def _gather(nbytes: float, n: int, link: tuple[float, float]) -> float:
 
 
 def _collective_link(cluster: Cluster, stride: int, size) -> tuple:
-    """(bandwidth, latency inside a node, latency across nodes, nodes, ranks per node) of an NCCL collective over a
-    group of ``size`` ranks ``stride`` apart (the data-parallel exchange; costmodel._collectives module docstring)."""
+    """(bandwidth, latency inside a node, latency across nodes, nodes, ranks per node, LL's ceiling in one node) of an
+    NCCL collective over a group of ``size`` ranks ``stride`` apart (the data-parallel exchange; costmodel._collectives
+    module docstring)."""
     G, eff = cluster.gpus_per_node, cluster.gpu.link_eff
     up, out = cluster.scaleup_Bps, cluster.scaleout_Bps
     up_l, out_l = cluster.scaleup_latency_s, cluster.scaleout_latency_s
+    ll = nccl.ll_one_node_Bps(cluster.gpu.name)
     span = stride * size
     if span <= G and G % span == 0:  # inside a node
-        return up * eff, up_l, up_l, 1, size
+        return up * eff, up_l, up_l, 1, size, ll
     if stride % G == 0:  # one rank per node
-        return out * eff, up_l, out_l, size, 1
+        return out * eff, up_l, out_l, size, 1, ll
     if G % stride == 0 and span % G == 0:  # g ranks on each node the group spans: the node's NICs at once
         g = G // stride
-        return min(g * out, g / max(g - 1, 1) * up) * eff, up_l, out_l, size // g, g
+        return min(g * out, g / max(g - 1, 1) * up) * eff, up_l, out_l, size // g, g, ll
     slow = max(up_l, out_l)  # groups across node boundaries unevenly: the slower tier on every step
-    return min(up, out) * eff, slow, slow, size, 1
+    return min(up, out) * eff, slow, slow, size, 1, ll
 
 
 def _collective(kind: str, nbytes: float, msg_bytes: float, n, link: tuple) -> float:
     """Seconds of collectives moving ``nbytes`` (whole buffers) over n ranks in messages of ``msg_bytes``, by NCCL's
-    fastest algorithm for the message, without their latencies (_collective_latency)."""
+    fastest algorithm and protocol for the message, without their latencies (_collective_latency)."""
     return _collective_choice(kind, msg_bytes, n, link)[0] * nbytes
 
 
@@ -107,27 +104,61 @@ def _collective_latency(kind: str, msg_bytes: float, n, link: tuple) -> float:
     return _collective_choice(kind, msg_bytes, n, link)[1]
 
 
+def _ll_ceiling(nodes: int, ll_one_node: float) -> float:
+    if nodes == 1:
+        return ll_one_node
+    return (nccl.LL_MAX_TWO_NODES_GBps if nodes == 2 else nccl.LL_MAX_NODES_GBps) * 1e9
+
+
+def _ring_choice(kind: str, n, link: tuple, p: int) -> tuple[float, float]:
+    """(seconds per byte, seconds per call) of NCCL's ring under protocol p (costmodel._collectives._ring)."""
+    bw, up_l, out_l, nodes, per_node, ll = link
+    bw_p = (min(nccl.RING_LL_SHARE * bw, _ll_ceiling(nodes, ll)) if p == nccl.LL
+            else nccl.RING_LL128_SHARE * bw if p == nccl.LL128 else bw)
+    passes = 2 if kind == "all_reduce" else 1
+    per_byte = 1 / bw_p if kind == "broadcast" else passes * (n - 1) / n / bw_p
+    hop_up = up_l * nccl.NVLINK_HOP_US["ring"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+    if nodes > 1:  # the proxy's post overhead on every hop of a ring across nodes
+        hop_up = max(hop_up, nccl.NET_OVERHEAD_US * 1e-6 * (3 if p == nccl.SIMPLE else 1))
+    net = nccl.NET_HOP_US["tree" if per_node == 1 else "ring"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE]
+    lat = nccl.BASE_US["ring"][p] * 1e-6 + passes * ((n - nodes) * hop_up + (nodes - 1) * out_l * net)
+    if kind == "all_reduce" and p == nccl.SIMPLE and nodes > 1:
+        lat *= nccl.RING_SIMPLE_PLATEAU
+    return per_byte, lat
+
+
+def _tree_choice(msg_bytes: float, n, link: tuple, p: int) -> tuple[float, float]:
+    """NCCL's tree all-reduce under protocol p (costmodel._collectives._tree), its bandwidth corrected for the
+    message (treeCorrectionFactor)."""
+    bw, up_l, out_l, nodes, per_node, ll = link
+    bw_p = nccl.TREE_SHARE * bw
+    if p == nccl.LL:
+        bw_p = min(bw_p / nccl.TREE_LL_DIVISOR, _ll_ceiling(nodes, ll))
+    elif p == nccl.LL128:
+        bw_p *= nccl.TREE_LL128_SHARE_ONE_NODE if nodes == 1 else nccl.TREE_LL128_SHARE_NODES
+    size = math.floor(math.log2(msg_bytes / 64)) if 64 <= msg_bytes < math.inf else -1
+    if 0 <= size < 23:
+        bw_p *= nccl.TREE_CORRECTION[p][size]
+    hops = ((per_node - 1) * up_l * nccl.NVLINK_HOP_US["tree"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+            + math.floor(math.log2(nodes)) * out_l * nccl.NET_HOP_US["tree"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE])
+    return 2 / bw_p, nccl.BASE_US["tree"][p] * 1e-6 + 2 * hops
+
+
 def _collective_choice(kind: str, msg_bytes: float, n, link: tuple) -> tuple[float, float]:
-    """(seconds per byte, seconds per call) of one collective: ring, or tree (all-reduce across nodes) or PAT
-    (all-gather / reduce-scatter, one rank per node) where NCCL's tuning model finds it faster for the message;
-    "broadcast": a ring over the group priced as a gather's ring (its bytes counted as the gather's whole buffer)."""
+    """(seconds per byte, seconds per call) of one collective: the ring under LL, LL128 or Simple, or the tree under
+    each (all-reduce), or PAT (all-gather / reduce-scatter, one rank per node), whichever NCCL's tuning model finds
+    fastest for the message; "broadcast": the ring alone, its message at the bus bandwidth."""
     if n <= 1:
         return 0.0, 0.0
-    bw, up_l, out_l, nodes, per_node = link
-    twice = 2 if kind == "all_reduce" else 1
-    ring = (twice * (n - 1) / n / bw, twice * ((n - nodes) * up_l + (nodes - 1) * out_l))
-    log_nodes = math.floor(math.log2(max(nodes, 1)))
-    alt = None
-    if kind == "all_reduce" and nodes > 1:
-        alt = (2 / (TREE_BW_FRACTION * bw), 2 * ((per_node - 1) * up_l + log_nodes * out_l))
-    if kind == "broadcast":  # a ring: a gather's bytes and steps, no alternative
-        return ring
+    bw, up_l, out_l, nodes, per_node, ll = link
+    options = [_ring_choice(kind, n, link, p) for p in (nccl.LL, nccl.LL128, nccl.SIMPLE)]
+    if kind == "all_reduce":
+        options += [_tree_choice(msg_bytes, n, link, p) for p in (nccl.LL, nccl.LL128, nccl.SIMPLE)]
     if kind == "gather" and per_node == 1 and nodes > 1:
-        alt = (ring[0] / PAT_BW_FRACTION,
-               log_nodes * out_l / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * out_l)
-    if alt is not None and alt[0] * msg_bytes + alt[1] < ring[0] * msg_bytes + ring[1]:
-        return alt
-    return ring
+        rank_hop = nccl.PAT_RANK_LATENCY_US / nccl.NET_HOP_US["tree"][nccl.SIMPLE] * out_l  # a fifth of the network's
+        options.append((1 / (nccl.PAT_SHARE * bw), nccl.BASE_US["pat"][nccl.SIMPLE] * 1e-6
+                        + math.floor(math.log2(nodes)) * out_l / nccl.PAT_LOG_LATENCY_DIVISOR + n * rank_hop))
+    return min(options, key=lambda o: o[0] * msg_bytes + o[1])
 
 
 def _util(gpu, *dims: float) -> float:
@@ -822,9 +853,9 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     params_max = max(st["params"] + st["params_e"] for st in stages)
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
     both = both and (zero == 1 if fw.weight_sync_broadcasts else zero <= 1)
-    plan = _exchange_plan(model, fw, row)
+    plan_all = _exchange_plan(model, fw, row)
 
-    def exchange(n_params: float, ranks: int, link: tuple, bucket: float) -> tuple[float, float]:
+    def exchange(n_params: float, ranks: int, link: tuple, bucket: float, plan: dict) -> tuple[float, float]:
         """(seconds of the exchange, of its part inside the optimizer step), in the framework's dtypes."""
         grad_bytes, w_bytes = gb * n_params, wb * n_params
         msg = min(bucket, plan["est"])  # elements of one bucket's collective
@@ -859,12 +890,13 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     gpu = cluster.gpu
     if model.is_moe:
         ep_link = _collective_link(cluster, row.ep * row.etp, edp)  # edp ranks ep etp apart
-        dense, experts = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g)),
-                          exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
+        plan_e = _exchange_plan(model, fw, row, experts=True)
+        dense, experts = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all),
+                          exchange(expert_max, edp, ep_link, plan_e["bucket"](edp), plan_e))
         dp_raw, step = dense[0] + experts[0], dense[1] + experts[1]
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
-        dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
+        dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all)
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
@@ -880,10 +912,11 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 
-def _exchange_plan(model: Transformer, fw, row: _Row) -> dict:
+def _exchange_plan(model: Transformer, fw, row: _Row, experts: bool = False) -> dict:
     """The data-parallel exchange's collectives under ``fw`` (costmodel._data_parallel.exchange_plan): bucket size by
     dp ranks, ZeRO-3's all-gathers per forward and backward pass, reduce-scatters (None: by bucket), the share of the
-    weights kept gathered for backward, and the stage's parameters per GPU (message sizes)."""
+    weights kept gathered for backward, and the exchanged parameters per GPU (message sizes: an MoE model's dense
+    exchange all but the routed experts / tp, its expert exchange (``experts``) the routed experts / (ep etp))."""
     L, tp = model.layers, row.tp
     unit = (model.num_params() - model.embedding_params() - model.head_params()) / L / tp  # a layer's, per GPU
     total = model.num_params() / tp
@@ -902,7 +935,9 @@ def _exchange_plan(model: Transformer, fw, row: _Row) -> dict:
         bwd = max(fwd - (k_layers * per_layer + k_outside + k_params / (unit / per_layer)), 0.0)
     else:
         fwd, bwd = 1.0, 1.0 - math.floor(kept)
-    return dict(bucket=bucket, fwd=fwd, bwd=bwd, kept=kept, est=total / row.pp,
+    routed = model.moe_layers * model.moe_layer_expert_params()
+    exchanged = routed / (row.ep * row.etp) if experts else (model.num_params() - routed) / tp
+    return dict(bucket=bucket, fwd=fwd, bwd=bwd, kept=kept, est=exchanged / row.pp,
                 scatters=L * scatter_per_layer + outside if scatter_per_layer > 0 else None)
 
 
