@@ -80,6 +80,14 @@ def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = 
                    simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
     """Metrics of one block of rows (a StageView on pools ``pa``), and ``_needs_simulation``: the rows the
     simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too."""
+    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pa, sv, pipeline, simulate_now, stages_out,
+                                                             framework)
+    return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
+
+
+def block_phases(model: Transformer, pa: dict, sv: StageView, pipeline: str, simulate_now: bool, stages_out: bool,
+                 framework=None) -> tuple:
+    """evaluate_block's phases in order, their records kept: (rows, cfg, terms, st, hand, pipe, mem, dp)."""
     fw = framework_preset(framework)
     rows = block_rows(model, pa, sv, fw)
     cfg = configurations(rows)
@@ -90,7 +98,7 @@ def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = 
     pipe = pipeline_time(rows, terms, st, hand, reason, pipeline, simulate_now)
     mem = memory(rows, cfg, terms, st, pipe.k, reason)
     dp = data_parallel(rows, cfg, mem, pipe, stages_out)
-    return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
+    return rows, cfg, terms, st, hand, pipe, mem, dp
 
 
 def plus_edges(ix, first, last):

@@ -20,17 +20,8 @@ import dataclasses
 
 import numpy as np
 
-from costmodel._block import (
-    configuration_terms,
-    data_parallel,
-    handoffs,
-    memory,
-    pipeline_time,
-    report,
-    stage_times,
-)
-from costmodel._configurations import block_rows, configurations
-from costmodel._feasibility import REASONS, stage_feasibility
+from costmodel._block import block_phases, report
+from costmodel._feasibility import REASONS
 from costmodel._framework_rows import framework_groups
 from costmodel._hetero_cluster import as_hetero
 from costmodel._layer_terms import LAYER_INPUTS, layer_terms, moe_layer_inputs
@@ -171,17 +162,8 @@ def _pool_label(names: list[str], pool: int, pool2: int, dp2: int) -> str:
 def _priced(model, cluster, table: StrategyTable, fw):
     """costmodel._block.evaluate_block's phases on a one-row ``table`` with the stage columns and the exact pipeline,
     the records kept: (rows, cfg, terms, st, hand, pipe, dp, metrics)."""
-    pa = pool_arrays(cluster)
-    sv = stage_view(model, table)
-    rows = block_rows(model, pa, sv, fw)
-    cfg = configurations(rows)
-    reason, used = stage_feasibility(model, pa, sv, fw, cfg.bits, None if cfg.split is None else cfg.split.shift)
-    terms = configuration_terms(rows, cfg)
-    st = stage_times(rows, cfg, terms, True)
-    hand = handoffs(rows, cfg, terms, st, used)
-    pipe = pipeline_time(rows, terms, st, hand, reason, "simulate", True)
-    mem = memory(rows, cfg, terms, st, pipe.k, reason)
-    dp = data_parallel(rows, cfg, mem, pipe, True)
+    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pool_arrays(cluster), stage_view(model, table),
+                                                             "simulate", True, True, fw)
     return rows, cfg, terms, st, hand, pipe, dp, report(rows, cfg, terms, st, hand, pipe, mem, dp, True)
 
 
