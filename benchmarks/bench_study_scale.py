@@ -1,7 +1,7 @@
 """A capacity-planning study at 10^7, 10^8 and 10^9 strategies: the driver's peak memory, rate, parallel efficiency.
 
     PYTHONPATH=. python benchmarks/bench_study_scale.py --scale 1e7,1e8,1e9 [--workers N] [--json]
-    PYTHONPATH=. python benchmarks/bench_study_scale.py --scale 5e5 --efficiency --workers 2
+    PYTHONPATH=. python benchmarks/bench_study_scale.py --scale 1e8 --efficiency --workers 2
 
 Each scale is one `plansweep sweep` (embedded Ray, --keep best:3) run in a child process of its own, which is the
 driver: its peak resident memory (VmHWM from /proc/self/status) is read when the sweep has finished. The study is
