@@ -1,0 +1,151 @@
+"""Local search around the best plans told: the late phase that MCMC, TPE and the gradient search
+share once most of a known budget is spent.
+
+A *peak* among the feasible points told is one with no better point told one change away (its
+neighbours told so far are all worse). ``peak_neighbours`` lists, best peak first, the neighbours of
+each peak that have not been evaluated: its valid single changes (one dimension to another digit),
+then, for each single change the space does not allow, the points that make that change with the
+fewest other changes (pp 2 to 1 from an interleaved schedule with vpp 6 also takes 1F1B and vpp 1:
+three changes). Evaluating them climbs the peak; where a peak's neighbours are all told (it is a local
+optimum) the list goes on with the next peak, in another basin (the points next to the first peak are
+its slope, and climbing them again would keep the search on the first good basin it found).
+
+Everything here is a pure function of the points told (their keys and costs) and a seed, so a
+searcher that calls it stays a function of its told history (resume by replay).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from search._memo import point_keys
+
+# The repairs use the fewest other changes among the points of the walk where there are at most
+# this many ((M, D) digits held); else the valid points one more change away.
+REPAIR_MAX_POINTS = 200_000
+
+
+def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
+    """(ks, vs), both (K,): every (dimension, digit) pair of the dimensions ``dims`` (indices into
+    space.dims), the single changes a neighbour makes."""
+    ks = np.array([k for k in dims for _ in space.dims[k].choices], dtype=np.int64)
+    vs = np.array([v for k in dims for v in range(len(space.dims[k].choices))], dtype=np.int64)
+    return ks, vs
+
+
+def walk_digits(space, points: int | None) -> np.ndarray | None:
+    """(M, D) digits of every valid point of ``space`` (the points walked), where the space lists
+    them (a grid index per point) and there are at most REPAIR_MAX_POINTS; else None."""
+    if points is None or points > REPAIR_MAX_POINTS or space.strides is None:
+        return None
+    return space.digits_of(space.valid_indices(0, space.size))
+
+
+def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
+               fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Valid digits near ``x``: (S, D) its valid single changes (dimension ks[j] to digit vs[j]), and
+    (P, D) for each invalid single change its repairs, duplicates dropped: with ``fit`` ((M, D) the
+    digits of every point walked), the points of ``fit`` that make that change with the fewest other
+    changes; without, the valid points one more change away (like MCMC's repair: 1F1B to interleaved
+    with vpp, tp with pp)."""
+    K = len(ks)
+    one = np.repeat(x[None, :], K, axis=0)  # (K, D) every single change of x
+    one[np.arange(K), ks] = vs
+    moved = x[ks] != vs
+    ok = space.valid(one) if K else np.zeros(0, dtype=bool)
+    bad = np.flatnonzero(moved & ~ok)  # (B,) invalid single changes
+    if fit is not None:
+        dist = (fit != x[None, :]).sum(axis=1)  # (M,) changes from x
+        parts = []
+        for j in bad:
+            near = np.flatnonzero(fit[:, ks[j]] == vs[j])
+            if near.size:
+                parts.append(fit[near[dist[near] == dist[near].min()]])
+        two = np.concatenate(parts) if parts else np.zeros((0, len(x)), dtype=np.int64)
+    else:
+        two = np.repeat(one[bad][:, None, :], K, axis=1)  # (B, K, D) one more change each
+        two[:, np.arange(K), ks] = vs[None, :]
+        two = two.reshape(-1, len(x))
+        two = two[(two != x[None, :]).sum(axis=1) == 2]
+        two = two[space.valid(two)] if len(two) else two
+    _, first = np.unique(two, axis=0, return_index=True)
+    return one[moved & ok], two[np.sort(first)]
+
+
+def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1.0):
+    """A predictor of log cost from the told points: log cost = mu + sum_k w_k[digit_k], one weight per
+    (dimension, digit), fitted by ridge regression (``ridge`` lambda) on the feasible points ``digits``
+    (F, D) with finite ``cost`` (F,). Returns ``predict((N, D) digits) -> (N,)``; None with fewer than
+    two feasible points."""
+    ok = np.isfinite(cost)
+    if ok.sum() < 2:
+        return None
+    radices = np.asarray(space.radices, dtype=np.int64)
+    offset = np.concatenate([[0], np.cumsum(radices)[:-1]]).astype(np.int64)  # (D,) first column of each dim
+    width = int(radices.sum())
+
+    def onehot(d: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(d), width))
+        out[np.arange(len(d))[:, None], offset[None, :] + d] = 1.0
+        return out
+
+    x = onehot(digits[ok])
+    y = np.log(cost[ok])
+    mu = y.mean()
+    w = np.linalg.solve(x.T @ x + ridge * np.eye(width), x.T @ (y - mu))
+    return lambda d: mu + onehot(np.atleast_2d(d)) @ w
+
+
+def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, rng: np.random.Generator,
+                    ks: np.ndarray, vs: np.ndarray, fit: np.ndarray | None = None, guided: bool = True) -> np.ndarray:
+    """(<= n, D) distinct digits not evaluated yet: the neighbours (``neighbours``) of the peaks
+    among the told points ``digits`` (F, D) with costs ``cost`` (F,) (lower is better; inf: not
+    feasible, never a peak), best peak first, each peak's shuffled with ``rng``. ``known(keys)``:
+    (N,) bool, the keys already evaluated."""
+    none = np.zeros((0, space.dims.__len__()), dtype=np.int64)
+    feasible = np.flatnonzero(np.isfinite(cost))
+    if not feasible.size or n <= 0:
+        return none
+    order = feasible[np.argsort(cost[feasible], kind="stable")]
+    told = digits[order]  # (F, D) feasible points told, best first
+    predict = additive_model(space, digits, cost) if guided else None
+    out, seen = [], set()
+    for j, x in enumerate(told):
+        if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
+            continue  # a better point told is one change away: on the slope of a peak climbed already
+        rows = []
+        for cand in neighbours(space, x, ks, vs, fit):  # singles, then repairs
+            if len(cand):
+                found = known(point_keys(space, cand))
+                fresh = cand[~found][rng.permutation(int((~found).sum()))]
+                if predict is not None and len(fresh):
+                    fresh = fresh[np.argsort(predict(fresh), kind="stable")]
+                rows.extend(fresh)
+        for row in rows:
+            key = row.tobytes()
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+        if len(out) >= n:
+            break
+    return np.stack(out[:n]) if out else none
+
+
+def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, seed: int, stream: int,
+                 changes: tuple[np.ndarray, np.ndarray], fit: np.ndarray | None) -> np.ndarray | None:
+    """(P <= batch, D) the next batch of a searcher's late local phase, a function of its ``memo``
+    (search._memo.Memo of (cost, ...) per grid index told): the peaks' unevaluated neighbours
+    (peak_neighbours over the single changes ``changes``), shuffled from np.random.default_rng([seed,
+    stream, points told]). None before the last ``share`` of ``budget`` (or without one, or where the
+    space has no grid keys), and where no peak has an unevaluated neighbour left."""
+    if budget is None or share <= 0 or space.strides is None:
+        return None
+    told = len(memo)
+    if told < budget - round(share * budget):
+        return None
+    keys, vals = memo.arrays()
+    rng = np.random.default_rng([seed, stream, told])
+    ks, vs = changes
+    pts = peak_neighbours(space, space.digits_of(np.asarray(keys)), vals[:, 0], lambda k: memo.lookup(k)[0],
+                          batch, rng, ks, vs, fit)
+    return pts if len(pts) else None
