@@ -12,12 +12,15 @@ same rows (evaluate prices each row on its own). Also checks, per run, that the 
 more than its budget and never asks a point twice (``evaluations`` counts distinct points).
 
 Prints per problem and searcher: median gap to the optimum, seeds within 1%, seeds feasible, the
-distinct points asked per seed (median), seconds per seed; and a summary over the problems run.
+distinct points asked per seed (median), seconds per seed (the searcher's own time: asks answered from
+the priced grid); and a summary over the problems run. ``--json`` writes the gaps as
+bench_search_problems.py does, for benchmarks/draw_table.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -112,6 +115,8 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.02)
     ap.add_argument("--set", action="append", default=[], help="searcher:key=value,... (constructor options)")
     ap.add_argument("--cache", default="benchmarks/out/draw_grid.json")
+    ap.add_argument("--json", default="", help="write every seed's gap here, as bench_search_problems.py --json "
+                    "does (benchmarks/draw_table.py reads it)")
     args = ap.parse_args()
     opts = parse_sets(args.set)
     main_list, rare = draw_problems(args.draw, args.draw_seed, max_valid=args.max_valid, min_feasible=1000,
@@ -120,6 +125,7 @@ def main() -> None:
     picks = [int(x) for x in args.pick.split(",")] if args.pick else range(len(listed))
     names = args.searchers.split(",")
     summary = {n: [] for n in names}
+    records = []
     for i in picks:
         spec, _ = listed[i]
         space = spec_space(spec)
@@ -127,6 +133,11 @@ def main() -> None:
         lookup = Lookup(space, table)
         budget = max(int(args.fraction * lookup.valid), 1)
         label = f"{'X' if args.mostly_infeasible else 'P'}{i}"
+        tps = np.where(lookup.metrics["feasible"], lookup.metrics["tokens_per_s"], 0.0)
+        rec = {"label": label, "group": "mostly-infeasible" if args.mostly_infeasible else "main", "spec": spec,
+               "valid": lookup.valid, "feasible": lookup.feasible, "optimum": lookup.optimum,
+               "within_1pct": int((tps >= (1 - WITHIN) * lookup.optimum).sum()), "runs": []}
+        records.append(rec)
         print(f"{label} {spec_line(spec)}: {lookup.valid:,} valid, {lookup.feasible:,} feasible, budget {budget}",
               flush=True)
         for n in names:
@@ -137,6 +148,11 @@ def main() -> None:
                 asked.append(k)
             g = np.array(gaps)
             summary[n].append(g)
+            rec["runs"].append({"fraction": args.fraction, "budget": budget, "searcher": n, "gaps": g.tolist(),
+                                "s_per_seed": (time.perf_counter() - t0) / len(g)})
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"draw": args.draw, "draw_seed": args.draw_seed, "problems": records}, f, indent=1)
             print(f"  {n:8s} median {100 * np.median(g):6.2f}%  within 1% {int((g <= WITHIN).sum()):2d}/{len(g)}  "
                   f"feasible {int((g < 1).sum())}/{len(g)}  asked {int(np.median(asked))}  "
                   f"{(time.perf_counter() - t0) / len(g):.1f} s/seed  gaps "

@@ -54,6 +54,14 @@ some point fits in memory, the distributions range over the points that fit (the
 digits and the fill come from them), so every draw is a feasible plan, and a space where under 1%
 fits is searched among those few; elsewhere the space as given.
 
+A known budget B (``budget``, the driver passes it): the gradient steps take the first B - ``polish``
+x B evaluations, about sqrt of that many draws a step (``samples`` None; 4 to 16) and a cooling that
+brings the temperature to ``min_temperature`` at their last step (``cooling`` None; auto_schedule),
+so that a small budget still ends on a concentrated distribution; the last ``polish`` share (50%) is
+the late local phase of search._local, POLISH_BATCH unevaluated neighbours of the peaks among the
+plans told at a time. A budget covering every point that fits evaluates each once. Without a budget:
+16 draws a step and cooling 0.97, as tuned on the exact space.
+
 Determinism and resume (search._base.Searcher): step k draws from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of the
 told batches; state_dict() holds it as plain arrays (logits, step, memo).

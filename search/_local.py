@@ -10,6 +10,13 @@ three changes). Evaluating them climbs the peak; where a peak's neighbours are a
 optimum) the list goes on with the next peak, in another basin (the points next to the first peak are
 its slope, and climbing them again would keep the search on the first good basin it found).
 
+Guided (MCMC and the gradient search): the neighbours are ranked by an additive model of the plans
+told (log cost = mu + one weight per dimension and digit, ridge regression: additive_model), and the
+neighbours of the two best peaks with any left are ranked together. A budget of a few dozen
+evaluations covers a part of one peak's neighbourhood, so the order decides what is tried; on draw
+seed 1's problems the model's order found the optimum in more seeds than a shuffled one (BENCHMARKS.md,
+"Search quality on drawn problems").
+
 Everything here is a pure function of the points told (their keys and costs) and a seed, so a
 searcher that calls it stays a function of its told history (resume by replay).
 """
@@ -23,6 +30,10 @@ from search._memo import point_keys
 # The repairs use the fewest other changes among the points of the walk where there are at most
 # this many ((M, D) digits held); else the valid points one more change away.
 REPAIR_MAX_POINTS = 200_000
+# The late phase ranks together the neighbours of this many peaks (the best ones with neighbours
+# left), guided by the additive model: chosen on draw seed 1 (1, 2, 3, 5 and all peaks tried;
+# BENCHMARKS.md, "Search quality on drawn problems").
+MIX_PEAKS = 2
 
 
 def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
@@ -97,38 +108,48 @@ def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1
 
 
 def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, rng: np.random.Generator,
-                    ks: np.ndarray, vs: np.ndarray, fit: np.ndarray | None = None, guided: bool = True) -> np.ndarray:
+                    ks: np.ndarray, vs: np.ndarray, fit: np.ndarray | None = None, *, guided: bool = True,
+                    mix: int = MIX_PEAKS) -> np.ndarray:
     """(<= n, D) distinct digits not evaluated yet: the neighbours (``neighbours``) of the peaks
     among the told points ``digits`` (F, D) with costs ``cost`` (F,) (lower is better; inf: not
-    feasible, never a peak), best peak first, each peak's shuffled with ``rng``. ``known(keys)``:
-    (N,) bool, the keys already evaluated."""
-    none = np.zeros((0, space.dims.__len__()), dtype=np.int64)
+    feasible, never a peak), best peak first. ``known(keys)``: (N,) bool, the keys already evaluated.
+
+    Unguided: each peak's neighbours shuffled with ``rng``, singles before repairs. Guided: ranked by
+    the additive model of the told points (additive_model; ties in ``rng``'s order), and the
+    neighbours of the ``mix`` best peaks that have any left are ranked together, so that a peak's
+    unpromising neighbours wait behind the promising ones of the next peak."""
+    none = np.zeros((0, len(space.dims)), dtype=np.int64)
     feasible = np.flatnonzero(np.isfinite(cost))
     if not feasible.size or n <= 0:
         return none
     order = feasible[np.argsort(cost[feasible], kind="stable")]
     told = digits[order]  # (F, D) feasible points told, best first
     predict = additive_model(space, digits, cost) if guided else None
-    out, seen = [], set()
+    out, seen, used = [], set(), 0
     for j, x in enumerate(told):
         if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
             continue  # a better point told is one change away: on the slope of a peak climbed already
-        rows = []
+        have = len(out)
         for cand in neighbours(space, x, ks, vs, fit):  # singles, then repairs
             if len(cand):
-                found = known(point_keys(space, cand))
-                fresh = cand[~found][rng.permutation(int((~found).sum()))]
+                fresh = cand[~known(point_keys(space, cand))]
+                fresh = fresh[rng.permutation(len(fresh))]
                 if predict is not None and len(fresh):
                     fresh = fresh[np.argsort(predict(fresh), kind="stable")]
-                rows.extend(fresh)
-        for row in rows:
-            key = row.tobytes()
-            if key not in seen:
-                seen.add(key)
-                out.append(row)
-        if len(out) >= n:
+                for row in fresh:
+                    key = row.tobytes()
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(row)
+        used += len(out) > have
+        if len(out) >= n and (predict is None or used >= mix):
             break
-    return np.stack(out[:n]) if out else none
+    if not out:
+        return none
+    out = np.stack(out)
+    if predict is not None and mix > 1:
+        out = out[np.argsort(predict(out), kind="stable")]
+    return out[:n]
 
 
 def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, seed: int, stream: int,

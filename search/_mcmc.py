@@ -42,6 +42,17 @@ Points already evaluated are remembered (a sorted memo of their costs): ask() re
 distinct points the searcher has not been told about, so the evaluation budget is spent on
 new points; chains whose proposal is known move at tell() without an evaluation.
 
+A known budget B (the driver passes it) shapes the run, with no per-problem setting: the chains
+scale with it (auto_chains); the first ``start_sample`` share of B (20%) is a sample of the walk
+(the chains' named starts, then uniformly random points that fit), and the chains start at its best
+points, not at recipes that may sit in a poor basin; the last ``polish`` share (50%) is the late
+local phase of search._local: batches of ``chains`` unevaluated neighbours of the peaks among the
+plans told (single changes, then the fewest-change repairs of the invalid ones), the neighbours of
+the two best peaks ranked together by an additive model of the plans told, where the chains would
+spend the same evaluations on random single changes. A budget that covers every point that fits
+evaluates each once (search._screen). Defaults chosen on draw seed 1's problems (BENCHMARKS.md,
+"Search quality on drawn problems").
+
 Determinism and resume (the contract of search._base.Searcher): everything random in step k is drawn from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of
 the told batches, so replaying the tells on a fresh searcher restores it; state_dict() holds

@@ -59,7 +59,10 @@ to 1 from interleaved with vpp 6 also takes 1F1B and vpp 1), queued as trials of
 neighbourhood is spent (the best point is a local optimum) the phase restarts at the next peak: the
 best point told with no better point told one change away, in another basin (the points next to
 the first peak are its slope, and climbing them again would lock the phase onto the first good basin
-it found). TPE's own draws fill the rest of a batch, and the whole batch once every peak is spent.
+it found). The neighbours of the two best peaks with any left are tried in the order of an additive
+model of the points told (search._local), not shuffled: on draw seed 1's small-budget problems the
+model's order found the optimum in 60 of 90 seeds where the shuffled one found it in 37.
+TPE's own draws fill the rest of a batch, and the whole batch once every peak is spent.
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
 when the batch starts, the walk), and a batch is the stream of trials until n distinct new
@@ -331,8 +334,9 @@ class TPESearcher(Searcher):
     def _local_points(self, n: int) -> np.ndarray:
         """(<= n, D) digits for the late local phase (DEFAULT_LOCAL_SHARE): the unevaluated
         neighbours of the peaks among the feasible points told (search._local.peak_neighbours: single
-        changes, then the fewest-change repairs of invalid ones), best peak first, shuffled per peak
-        (seeded by the trials so far); empty before the phase, without a budget or a screened walk.
+        changes, then the fewest-change repairs of invalid ones), those of the two best peaks with any
+        left ranked together by the additive model of the points told (ties in an order seeded by the
+        trials so far); empty before the phase, without a budget or a screened walk.
         A climbed peak whose neighbours are all told hands the phase to the next peak, in another
         basin, not to the slope below the first (module docstring)."""
         none = np.zeros((0, len(self._names)), dtype=np.int64)
@@ -345,7 +349,7 @@ class TPESearcher(Searcher):
         rng = np.random.default_rng([self.seed, self.trials, LOCAL_STREAM])
         ks, vs = single_changes(self.space, self._core)
         return peak_neighbours(self.space, self.space.digits_of(np.asarray(keys)), vals[:, 0],
-                               lambda k: self._memo.lookup(k)[0], n, rng, ks, vs, self._fit_digits(), guided=False)
+                               lambda k: self._memo.lookup(k)[0], n, rng, ks, vs, self._fit_digits())
 
     def _new_batch(self, n: int) -> None:
         """Draw trials until n distinct valid points not evaluated yet are pending (or the draw
