@@ -30,8 +30,8 @@ from search._memo import point_keys
 # The repairs use the fewest other changes among the points of the walk where there are at most
 # this many ((M, D) digits held); else the valid points one more change away.
 REPAIR_MAX_POINTS = 200_000
-# The late phase ranks together the neighbours of this many peaks (the best ones with neighbours
-# left), guided by the additive model: chosen on draw seed 1 (1, 2, 3, 5 and all peaks tried;
+# The late phase ranks together the neighbours of this many peaks (the best ones, climbed or not),
+# guided by the additive model: chosen on draw seed 1 (1, 2, 3, 5 and all peaks tried;
 # BENCHMARKS.md, "Search quality on drawn problems").
 MIX_PEAKS = 2
 
@@ -114,10 +114,11 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
     among the told points ``digits`` (F, D) with costs ``cost`` (F,) (lower is better; inf: not
     feasible, never a peak), best peak first. ``known(keys)``: (N,) bool, the keys already evaluated.
 
-    Unguided: each peak's neighbours shuffled with ``rng``, singles before repairs. Guided: ranked by
-    the additive model of the told points (additive_model; ties in ``rng``'s order), and the
-    neighbours of the ``mix`` best peaks that have any left are ranked together, so that a peak's
-    unpromising neighbours wait behind the promising ones of the next peak."""
+    Unguided: each peak's neighbours shuffled with ``rng``, singles before repairs, peak after peak.
+    Guided: the neighbours of the ``mix`` best peaks (their climbed ones included: a peak whose
+    neighbours are all told keeps its place, so that the next peaks do not crowd out the best one's
+    last neighbours), and of the next ones where these do not fill ``n``, ranked together by the
+    additive model of the told points (additive_model; ties in ``rng``'s order)."""
     none = np.zeros((0, len(space.dims)), dtype=np.int64)
     feasible = np.flatnonzero(np.isfinite(cost))
     if not feasible.size or n <= 0:
@@ -125,11 +126,11 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
     order = feasible[np.argsort(cost[feasible], kind="stable")]
     told = digits[order]  # (F, D) feasible points told, best first
     predict = additive_model(space, digits, cost) if guided else None
-    out, seen, used = [], set(), 0
+    out, seen, peaks = [], set(), 0
     for j, x in enumerate(told):
         if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
             continue  # a better point told is one change away: on the slope of a peak climbed already
-        have = len(out)
+        peaks += 1
         for cand in neighbours(space, x, ks, vs, fit):  # singles, then repairs
             if len(cand):
                 fresh = cand[~known(point_keys(space, cand))]
@@ -141,14 +142,17 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
                     if key not in seen:
                         seen.add(key)
                         out.append(row)
-        used += len(out) > have
-        if len(out) >= n and (predict is None or used >= mix):
+        if len(out) >= n and (predict is None or peaks >= mix):
             break
     if not out:
         return none
     out = np.stack(out)
     if predict is not None and mix > 1:
-        out = out[np.argsort(predict(out), kind="stable")]
+        # ranked together, but the climb of the best peak with neighbours left (out[0] is its most
+        # promising neighbour) goes on at one neighbour a batch at least: its last, unpromising
+        # neighbours are not held up for ever by the next peaks' promising ones
+        rest = 1 + np.argsort(predict(out[1:]), kind="stable")
+        out = out[np.concatenate([[0], rest])]
     return out[:n]
 
 
