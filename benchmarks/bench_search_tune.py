@@ -89,6 +89,17 @@ def run(searcher, lookup: Lookup, budget: int, batch: int, distinct: bool) -> tu
     return best, len(np.unique(pts))
 
 
+def specs_of(path: str) -> tuple[list, list]:
+    """(main, mostly-infeasible) problems of a specs file, each (spec, None), by their label's index."""
+    out: dict[str, dict] = {"P": {}, "X": {}}
+    with open(path) as f:
+        for line in f:
+            if line[:1] in out and ": --problem '" in line:
+                label, _, rest = line.partition(": --problem '")
+                out[label[0]][int(label[1:])] = json.loads(rest.strip().rstrip("'"))
+    return ([(out["P"][i], None) for i in sorted(out["P"])], [(out["X"][i], None) for i in sorted(out["X"])])
+
+
 def parse_sets(items: list[str]) -> dict:
     out: dict = {}
     for item in items:
@@ -115,12 +126,18 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.02)
     ap.add_argument("--set", action="append", default=[], help="searcher:key=value,... (constructor options)")
     ap.add_argument("--cache", default="benchmarks/out/draw_grid.json")
+    ap.add_argument("--specs", default="", help="run the problems of this file instead of a draw: lines "
+                    "'P<i>: --problem '<spec>'' (X<i> for mostly-infeasible ones), as benchmarks/draw_table.py "
+                    "--specs prints them")
     ap.add_argument("--json", default="", help="write every seed's gap here, as bench_search_problems.py --json "
                     "does (benchmarks/draw_table.py reads it)")
     args = ap.parse_args()
     opts = parse_sets(args.set)
-    main_list, rare = draw_problems(args.draw, args.draw_seed, max_valid=args.max_valid, min_feasible=1000,
-                                    infeasible_max=8, cache_path=args.cache or None, log=lambda m: None)
+    if args.specs:
+        main_list, rare = specs_of(args.specs)
+    else:
+        main_list, rare = draw_problems(args.draw, args.draw_seed, max_valid=args.max_valid, min_feasible=1000,
+                                        infeasible_max=8, cache_path=args.cache or None, log=lambda m: None)
     listed = rare if args.mostly_infeasible else main_list
     picks = [int(x) for x in args.pick.split(",")] if args.pick else range(len(listed))
     names = args.searchers.split(",")

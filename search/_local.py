@@ -34,6 +34,10 @@ REPAIR_MAX_POINTS = 200_000
 # guided by the additive model: chosen on draw seed 1 (1, 2, 3, 5 and all peaks tried;
 # BENCHMARKS.md, "Search quality on drawn problems").
 MIX_PEAKS = 2
+# The late phase has at least this many evaluations, up to this share of the budget (late_evaluations):
+# chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems").
+LATE_POINTS = 64
+LATE_MAX_SHARE = 0.8
 
 
 def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
@@ -156,17 +160,26 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
     return out[:n]
 
 
+def late_evaluations(budget: int, share: float) -> int:
+    """Evaluations of a budget's late local phase: ``share`` of it, and at least LATE_POINTS (a few
+    neighbourhoods of a peak) up to LATE_MAX_SHARE of it where the share gives fewer (a budget of a few
+    dozen evaluations spends most of them climbing; one of hundreds leaves the rest to the searcher)."""
+    if share <= 0:
+        return 0
+    return int(max(round(share * budget), min(LATE_POINTS, round(LATE_MAX_SHARE * budget))))
+
+
 def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, seed: int, stream: int,
                  changes: tuple[np.ndarray, np.ndarray], fit: np.ndarray | None) -> np.ndarray | None:
     """(P <= batch, D) the next batch of a searcher's late local phase, a function of its ``memo``
     (search._memo.Memo of (cost, ...) per grid index told): the peaks' unevaluated neighbours
     (peak_neighbours over the single changes ``changes``), shuffled from np.random.default_rng([seed,
-    stream, points told]). None before the last ``share`` of ``budget`` (or without one, or where the
-    space has no grid keys), and where no peak has an unevaluated neighbour left."""
+    stream, points told]). None before the last late_evaluations(budget, share) evaluations (or without a
+    budget, or where the space has no grid keys), and where no peak has an unevaluated neighbour left."""
     if budget is None or share <= 0 or space.strides is None:
         return None
     told = len(memo)
-    if told < budget - round(share * budget):
+    if told < budget - late_evaluations(budget, share):
         return None
     keys, vals = memo.arrays()
     rng = np.random.default_rng([seed, stream, told])

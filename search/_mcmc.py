@@ -45,11 +45,12 @@ new points; chains whose proposal is known move at tell() without an evaluation.
 A known budget B (the driver passes it) shapes the run, with no per-problem setting: the chains
 scale with it (auto_chains); the first ``start_sample`` share of B (20%) is a sample of the walk
 (the chains' named starts, then uniformly random points that fit), and the chains start at its best
-points, not at recipes that may sit in a poor basin; the last ``polish`` share (50%) is the late
+points, not at recipes that may sit in a poor basin; the last ``polish`` share (70%) is the late
 local phase of search._local: batches of ``chains`` unevaluated neighbours of the peaks among the
 plans told (single changes, then the fewest-change repairs of the invalid ones), the neighbours of
 the two best peaks ranked together by an additive model of the plans told, where the chains would
-spend the same evaluations on random single changes. A budget that covers every point that fits
+spend the same evaluations on random single changes (at least 64 evaluations, up to 80% of B:
+search._local.late_evaluations). A budget that covers every point that fits
 evaluates each once (search._screen). Defaults chosen on draw seed 1's problems (BENCHMARKS.md,
 "Search quality on drawn problems").
 
@@ -101,8 +102,9 @@ NOVELTY_CANDIDATES = 64
 NOVELTY_CANDIDATES_PER_STEP = 4096
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
 # Share of a known budget spent last on the unevaluated neighbours of the best points told (the
-# peaks, search._local), a batch of ``chains`` points at a time, instead of chain steps.
-DEFAULT_POLISH = 0.5
+# peaks, search._local; at least 64 evaluations up to 80%: late_evaluations), a batch of ``chains``
+# points at a time, instead of chain steps. Chosen on draw seed 1 (0.3, 0.5, 0.65 and 0.7 tried).
+DEFAULT_POLISH = 0.7
 # Share of a known budget spent first on a sample of the walk (the named starts, then uniformly random
 # points); the chains then start at the best points of the sample. Used where the sample holds more
 # points than there are chains.

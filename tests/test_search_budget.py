@@ -10,7 +10,7 @@ import pytest
 from costmodel import cluster_preset, evaluate, make_hetero, make_pool, model_preset
 from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, exact_space
 from search._gradient import DEFAULT_COOLING, DEFAULT_SAMPLES, auto_schedule
-from search._local import additive_model, neighbours, peak_neighbours, single_changes
+from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes
 from search._moves import proposer
 from tests.searcher_contract import columns_equal
 
@@ -94,20 +94,25 @@ def test_finds_the_optimum_two_changes_from_a_local_optimum_for_every_seed(cls):
 
 
 def test_auto_schedule_by_hand():
-    # budget 34, polish 0.5: the gradient phase has 34 - 17 = 17 evaluations, round(sqrt(17)) = 4
-    # draws a step, 17 / 4 = 4.25 steps, cooling 0.1 ** (1 / 4.25) = 0.5817 (1.0 -> 0.1 at the end)
+    # budget 34, polish 0.5: the late phase has max(17, min(64, 0.8 x 34 = 27)) = 27 evaluations, the
+    # gradient 7: round(sqrt(7)) = 3, at least 4 draws a step, 7 / 4 = 1.75 steps, cooling
+    # 0.1 ** (1 / 1.75) (the temperature 1.0 -> 0.1 at the end)
+    assert late_evaluations(34, 0.5) == 27
     samples, cooling = auto_schedule(34, 0.5, 1.0, 0.1)
-    assert samples == 4 and cooling == pytest.approx(0.1 ** (1 / 4.25))
-    assert cooling ** 4.25 == pytest.approx(0.1)
-    assert auto_schedule(1000, 0.5, 1.0, 0.1)[0] == 16  # sqrt(500) = 22, at most 16
-    assert auto_schedule(6, 0.5, 1.0, 0.1)[0] == 4  # sqrt(3) = 1.7, at least 4
+    assert samples == 4 and cooling == pytest.approx(0.1 ** (1 / 1.75))
+    assert cooling ** 1.75 == pytest.approx(0.1)
+    # budget 330: the late phase is half (165 > 64); the gradient's 165: round(sqrt(165)) = 13 a step
+    assert late_evaluations(330, 0.5) == 165 and auto_schedule(330, 0.5, 1.0, 0.1)[0] == 13
+    assert late_evaluations(100, 0.5) == 64  # 50 < 64 <= 80
+    assert auto_schedule(2000, 0.5, 1.0, 0.1)[0] == 16  # sqrt(1000) = 32, at most 16
     assert auto_schedule(None, 0.5, 1.0, 0.1) == (DEFAULT_SAMPLES, DEFAULT_COOLING)
+    assert late_evaluations(34, 0.0) == 0
 
 
 def test_gradient_takes_its_budget():
     space = trap_space()
     s = GradientSearcher(space, seed=0, budget=34)
-    assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1 ** (1 / 4.25))
+    assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1 ** (1 / 1.75))
     explicit = GradientSearcher(space, seed=0, budget=34, samples=16, cooling=0.97)
     assert (explicit.samples, explicit.cooling) == (16, 0.97)
     # a budget covering every point that fits (38): each asked once, then nothing more
