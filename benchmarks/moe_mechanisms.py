@@ -6,7 +6,8 @@ Mechanisms (costmodel._experts): "bytes", the HBM bytes of the router, permutati
 quantization before the expert GEMMs; "launches", the MoE layer's kernel launches (one GEMM per local expert);
 "overlap", the EP A2A overlap as a pair of a forward and a backward on one communication stream, with the SMs DeepEP
 holds; "unpaired", the overlap's warm-up and cool-down passes (and pipelines without interleaving) run alone, their
-all-to-alls exposed (unpaired_share). "none" prices each off as the model did before them: permutation traffic 4
+all-to-alls exposed (unpaired_share); "host", dropless routing's host wait (a pass no faster than the host launches
+its kernels, HOST_S_PER_KERNEL). "none" prices each off as the model did before them: permutation traffic 4
 elements of h a copy and no router, sort or quantization bytes; 2 kernel-overhead units on top of the dense layer's;
 under the overlap each direction's all-to-alls hidden behind its layer half's computation (max(dispatch + combine -
 (Af + Mf), 0) a direction, close to the earlier rule, which took the GEMMs and the attention core as the window),
@@ -29,7 +30,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from validation_by_source import CSV
 
-MECHANISMS = ("bytes", "launches", "overlap", "unpaired")
+MECHANISMS = ("bytes", "launches", "overlap", "unpaired", "host")
 
 
 def _old_permutation(copies, T, t, u, local):
@@ -57,7 +58,7 @@ def _all_paired(rows):
 def mechanisms_on(on: set[str]):
     """The cost model with only the mechanisms in ``on`` priced (the others as before them)."""
     saved = {k: getattr(experts, k) for k in ("permutation_elems", "expert_cast_s", "moe_launch_units",
-                                              "overlapped_a2a_s", "ROUTING_BYTES_PER_SCORE")}
+                                              "overlapped_a2a_s", "ROUTING_BYTES_PER_SCORE", "HOST_S_PER_KERNEL")}
     saved_pairs = block.unpaired_layers
     try:
         if "bytes" not in on:
@@ -69,6 +70,8 @@ def mechanisms_on(on: set[str]):
             experts.overlapped_a2a_s = _old_overlap
         if "unpaired" not in on:
             block.unpaired_layers = _all_paired
+        if "host" not in on:
+            experts.HOST_S_PER_KERNEL = 0.0
         yield
     finally:
         block.unpaired_layers = saved_pairs

@@ -73,6 +73,9 @@ def register(sub) -> None:
     add_spec_args(p)
     add_strategy_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    from cli._timeline import add_timeline_args
+
+    add_timeline_args(p)
     add_failure_args(p)
     p.set_defaults(func=run)
 
@@ -248,9 +251,15 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
 
 
 def run(args) -> int:
+    from cli import _timeline
+
+    _timeline.check_paths(args)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     names = framework_list(args.framework)
+    if len(names) > 1 and _timeline.wanted(args):
+        raise InputError("--timeline/--trace", "one --framework (a timeline draws one priced plan)",
+                         ",".join(names))
     data = read_mapping(args.strategy, "--strategy") if args.strategy else None
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
         return run_hetero(args, model, as_hetero(cluster), data, names)
@@ -264,6 +273,8 @@ def run(args) -> int:
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason, framework)
     rep = report(model, cluster, table, metrics, failure_from_args(args), framework)
+    if _timeline.wanted(args):
+        _timeline.write_plan_outputs(args, model, cluster, table, framework)
     if args.json:
         print_json(rep)
     else:
@@ -434,6 +445,10 @@ def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
     rows = stage_rows(model, cluster, table, framework=framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason
+    if args.timeline or args.trace:
+        from cli._timeline import write_plan_outputs
+
+        write_plan_outputs(args, model, cluster, table, framework)
     if args.json:  # print_json writes non-finite numbers as null
         from costmodel._bands import error_band_row
 

@@ -51,14 +51,21 @@ def _is_study(view) -> bool:
     return len(problem_keys(view.info)) > 1
 
 
+# Clusters a study title names one by one; more are named by GPU type and size range.
+TITLE_CLUSTERS = 4
+
+
 def study_title(entries: list[dict]) -> str:
-    """The study in a few words: its models, GPU types and size range, frameworks."""
+    """The study in a few words: its models, its clusters (by name, or by GPU types and size range where there are
+    more than TITLE_CLUSTERS), frameworks."""
     def join(key):
         return ", ".join(dict.fromkeys(str(e[key]).split("-")[0] if key == "gpu" else str(e[key]) for e in entries))
 
     sizes = sorted({e["num_gpus"] for e in entries})
     span = f"{sizes[0]}-{sizes[-1]} GPUs" if len(sizes) > 1 else f"{sizes[0]} GPUs"
-    return f"{join('model')} on {join('gpu')} ({span}), {join('framework')}"
+    where = (join("cluster") if len({e["cluster"] for e in entries}) <= TITLE_CLUSTERS
+             else f"{join('gpu')} clusters ({span})")
+    return f"{join('model')} on {where}, {join('framework')}"
 
 
 def _plot(args: argparse.Namespace, view) -> int:

@@ -93,25 +93,41 @@ def write_outputs(out: Path, records: list[dict], objective: str, model_name: st
         cols[k] = [None if r["plan"] is None else str(r["plan"][k]) for r in records]
     with replaced_atomically(out / "replan.parquet") as tmp:
         pq.write_table(pa.table(cols), tmp)
-    fig = replan_figure(records, objective, model_name, cluster_name)
+    fig = replan_figure(records, objective, model_name, cluster_name, original=original_score(records, objective))
     with replaced_atomically(out / "replan.png") as tmp:
         fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
 
 
-def replan_figure(records: list[dict], objective: str, model_name: str, cluster_name: str):
-    """Throughput against the GPUs left, a line per policy; the title names the model and the
-    cluster, the legend sits outside the lines."""
+def original_score(records: list[dict], objective: str) -> float | None:
+    """The plan before the loss, by ``objective``: a record's score over its share ``kept`` of it (search.replan's
+    kept = score / the original plan's); None where no policy kept a plan."""
+    key = "tokens_per_s" if objective == "tokens_per_s" else "goodput_tokens_per_s"
+    kept = [r[key] / r["kept"] for r in records if r["kept"] > 0 and r[key] > 0]
+    return kept[0] if kept else None
+
+
+def replan_figure(records: list[dict], objective: str, model_name: str, cluster_name: str, *,
+                  original: float | None = None):
+    """Throughput against the GPUs left, a line per policy, the plan before the loss (``original``, by
+    ``objective``) as a dashed reference line; the title names the model and the cluster, the axes their units, the
+    legend sits outside the axes."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = plt.subplots(figsize=(8.5, 3.8))
     key = "tokens_per_s" if objective == "tokens_per_s" else "goodput_tokens_per_s"
-    for policy in dict.fromkeys(r["policy"] for r in records):
+    markers = ("o", "s", "^", "D", "v", "P")
+    for i, policy in enumerate(dict.fromkeys(r["policy"] for r in records)):
         pts = [(r["gpus_left"], r[key]) for r in records if r["policy"] == policy]
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=policy)
-    ax.set(xlabel="GPUs left", ylabel=key.replace("_per_s", "/s"),
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=markers[i % len(markers)], label=policy)
+    what = "tokens/s" if objective == "tokens_per_s" else "goodput, tokens/s"
+    if original:
+        ax.axhline(original, color="black", linestyle="--", linewidth=1,
+                   label=f"the plan before the loss: {original:,.0f} {what.split(', ')[-1]}")
+    ax.set(xlabel="GPUs left after the loss (GPUs)",
+           ylabel="throughput (tokens/s)" if objective == "tokens_per_s" else "goodput (tokens/s)",
            title=f"{model_name} on {cluster_name}: best plan on what is left, per policy")
     ax.grid(alpha=0.3)
-    ax.legend(title="policy", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(title="policy", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     return fig

@@ -1,7 +1,11 @@
 """``plansweep schedule``: simulate one pipeline schedule, draw it, export a Chrome trace.
 
-plansweep schedule --schedule 1f1b --devices 4 --microbatches 8 --tf 1 --tb 2 --tc 0.1
+plansweep schedule --schedule 1f1b --devices 4 --microbatches 8 --tf 1 --tb 2 --tc 0.1          (ms)
 plansweep schedule --schedule zb-v --devices 4 --microbatches 8 --tf 1 --tb 1 --tw 1 --json
+plansweep schedule --schedule 1f1b --devices 4 --microbatches 8 --tf 0.02 --tb 0.04 --unit s --trace t.json
+
+Times are read in --unit (ms by default) and printed in it; the trace's ts and dur are microseconds, as the
+Trace Event Format defines them.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import numpy as np
 
 from cli import COMMAND_HELP, print_json
 from cli._specs import number_list
-from costmodel import SCHEDULES, InputError, chrome_trace, simulate, text_timeline
+from costmodel import SCHEDULES, InputError, simulate, text_timeline
 from costmodel._files import replaced_atomically
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
 _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
+# Seconds per unit of the times given (--unit).
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,8 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(flag, required=required, default="0",
                        help=f"{what} time per stage: one number or one per device, comma-separated")
     p.add_argument("--tc", type=float, default=0.0, help="time of one device-to-device hand-off")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON to FILE")
+    p.add_argument("--unit", choices=tuple(SECONDS_PER_UNIT), default="ms",
+                   help="the unit of --tf, --tb, --tw and --tc, and of the times printed (default ms)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (times in --unit)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a Chrome/Perfetto trace JSON to FILE (ts and dur in microseconds, from --unit)")
     p.set_defaults(func=run)
 
 
@@ -51,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     res = simulate(args.schedule, args.devices, args.microbatches, chunks, tf=times["tf"], tb=times["tb"],
                    tw=times["tw"], tc=args.tc, timeline=True)
     if args.trace:
-        with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
-            json.dump(chrome_trace(res.timeline), fh)
+        _write_trace(args, res, chunks)
     if args.json:
         print_json({"total_time": float(res.total_time[0]), "bubble_ratio": float(res.bubble_ratio[0]),
                     "busy_time": [float(x) for x in res.busy_time[0]],
@@ -60,7 +68,24 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(text_timeline(res.timeline))
     print(f"{args.schedule}: D={args.devices} m={args.microbatches} v={chunks}  "
-          f"total_time={res.total_time[0]:.6g}  bubble_ratio={res.bubble_ratio[0]:.4f}")
-    print("busy_time:        " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
+          f"total_time={res.total_time[0]:.6g} {args.unit}  bubble_ratio={res.bubble_ratio[0]:.4f}")
+    print(f"busy_time ({args.unit}):   " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
     print("peak_activations: " + " ".join(f"{x:.4g}" for x in res.peak_activations))
     return 0
+
+
+def _write_trace(args: argparse.Namespace, res, chunks: int) -> None:
+    """The simulated schedule as a Chrome trace at args.trace: passes and hand-offs, times from --unit to
+    microseconds (costmodel._pipeline_render.schedule_trace)."""
+    from costmodel._pipeline import compile_schedule
+    from costmodel._pipeline_render import schedule_trace
+
+    g = compile_schedule(args.schedule, args.devices, args.microbatches, chunks)
+    meta = {"schedule": args.schedule, "devices": args.devices, "microbatches": args.microbatches, "chunks": chunks,
+            "input_unit": args.unit, "time_unit": "ts and dur in microseconds",
+            "total_time_s": float(res.total_time[0]) * SECONDS_PER_UNIT[args.unit],
+            "bubble_ratio": float(res.bubble_ratio[0])}
+    trace = schedule_trace(res.timeline, dep=g.dep, cross=g.cross, link=g.link,
+                           handoff=np.full(args.devices, args.tc), s_per_unit=SECONDS_PER_UNIT[args.unit], meta=meta)
+    with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
+        json.dump(trace, fh)

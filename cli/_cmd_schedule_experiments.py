@@ -11,8 +11,6 @@ import argparse
 import os
 import time
 
-import numpy as np
-
 from cli import COMMAND_HELP
 from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
@@ -35,43 +33,13 @@ def _write_parquet(columns: dict[str, list], path: str) -> None:
 
 
 def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = {k: np.asarray(v) for k, v in columns.items()}
-    panels = sorted(set(cols[exp.panel].tolist()))
-    ys = (exp.y,) if isinstance(exp.y, str) else exp.y
-    row_values = sorted(set(cols[exp.row].tolist())) if exp.row else [None]
-    rows = [(r, y) for r in row_values for y in ys]
-    lines = list(dict.fromkeys(cols[exp.line].tolist()))
-    fig, axes = plt.subplots(len(rows), len(panels), figsize=(4.2 * len(panels), 3.4 * len(rows)), squeeze=False,
-                             layout="constrained")
-    for i, (row_value, y) in enumerate(rows):
-        for j, panel_value in enumerate(panels):
-            ax = axes[i][j]
-            mask = cols[exp.panel] == panel_value
-            if exp.row:
-                mask &= cols[exp.row] == row_value
-            for line in lines:
-                sel = mask & (cols[exp.line] == line)
-                if not sel.any():
-                    continue
-                order = np.argsort(cols[exp.x][sel], kind="stable")
-                ax.plot(cols[exp.x][sel][order], cols[y][sel][order], marker="o", markersize=3,
-                        label=f"{exp.line}={line}" if exp.line != "schedule" else str(line))
-            title = f"{exp.panel}={panel_value:g}"
-            if exp.row:
-                title = f"{exp.row}={row_value:g}, {title}"
-            ax.set_title(title, fontsize=9)
-            ax.set(xlabel=exp.x, ylabel=y)
-            if y == "total_time":
-                ax.set_yscale("log")
-            ax.legend(fontsize=7)
-    fig.suptitle(exp.title)
+    from cli._schedule_experiments import experiment_figure
+
+    fig = experiment_figure(exp, columns)
     with replaced_atomically(path) as tmp:
-        fig.savefig(tmp, dpi=80, format="png")
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP, print_json
 from cli._specs import number
+from costmodel import InputError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="study: the best rows of each (model, cluster) study (default); problem: one line per "
                    "(model, cluster, framework, global batch, sequence length) with its best plan, tokens/s, MFU, "
                    "days to train, GPU-hours and dollars")
+    p.add_argument("--rank", default=None, metavar="K",
+                   help="with --timeline or --trace: draw the K-th best plan of each study (default 1), priced again "
+                   "as `plansweep evaluate` prices one plan (the exact pipeline simulator)")
+    from cli._timeline import add_timeline_args
+
+    add_timeline_args(p)
     from cli._costing import add_costing_args
 
     add_costing_args(p, override=True)
@@ -270,7 +277,15 @@ def read_run(run_dir: str, command: str, body) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cli import _timeline
+
     k = number(args.top, "--top", int, 1)
+    if _timeline.wanted(args):
+        _timeline.check_paths(args)
+        rank = 1 if args.rank is None else number(args.rank, "--rank", int, 1)
+        return read_run(args.run_dir, "show", lambda view: _draw_ranked(args, rank, view))
+    if args.rank is not None:
+        raise InputError("--rank", "only with --timeline or --trace (the plan to draw)", args.rank)
     if args.by == "problem":
         return read_run(args.run_dir, "show", lambda view: _show_problems(args, view))
     return read_run(args.run_dir, "show", lambda view: _show(args, k, view))
@@ -388,4 +403,69 @@ def _show(args: argparse.Namespace, k: int, view: RunView) -> int:
         found = framework_bests(study)
         if found:
             print(format_framework_bests(study, found))
+    return 0
+
+
+# ---- show --rank K --timeline / --trace: a run's K-th best plan drawn as priced ---------------------------------
+def ranked_plan(study: RunView, row: dict):
+    """(model, cluster, one-row StrategyTable, framework or None) of a result row of ``study``: the run's model and
+    cluster (run.json), the row's strategy (a placement's stages where it has them), its framework column."""
+    from cli._specs import strategy_from_mapping
+    from costmodel import hetero_from_mapping
+    from costmodel._strategy import hetero_from_mapping as placement_from_mapping
+    from sweep._results import STRATEGY_COLUMNS, hetero_row_strategy
+    from sweep._rundir import cluster_from_dict, model_from_dict
+
+    model = model_from_dict(dict(study.model))
+    if row.get("stage_pool"):
+        cluster = hetero_from_mapping(dict(study.cluster))
+        table = placement_from_mapping(hetero_row_strategy(row, model.layers), [p.name for p in cluster.pools],
+                                       argument="RUN_DIR")
+    else:
+        cluster = cluster_from_dict(dict(study.cluster))
+        table = strategy_from_mapping({k: row[k] for k in STRATEGY_COLUMNS if row.get(k) is not None}, "RUN_DIR")
+    return model, cluster, table, row.get("framework") or None
+
+
+def _study_path(path: str | None, study: RunView, several: bool) -> str | None:
+    """``path``, or with ``several`` studies ``stem-<model>-<cluster>.ext`` (as `plansweep plot` names its files)."""
+    if path is None or not several:
+        return path
+    import os
+
+    stem, ext = os.path.splitext(path)
+    name = f"{study.model.get('name')}-{study.cluster.get('name')}"
+    return stem + "-" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) + ext
+
+
+def _draw_ranked(args: argparse.Namespace, rank: int, view: RunView) -> int:
+    """--timeline / --trace of each study's ``rank``-th best plan (ranked as show ranks: by goodput in a run that
+    ranks by it), re-priced with the exact pipeline; one line per study naming the plan and both step times."""
+    from cli._timeline import plan_words, write_plan_outputs
+    from costmodel import DEFAULT_FRAMEWORK
+
+    studies = view.studies()
+    drawn = 0
+    for study in studies:
+        _, rows = _study_report(study, rank, False)
+        if len(rows) < rank:
+            if len(studies) == 1 or (drawn == 0 and study is studies[-1]):
+                raise InputError("--rank", f"at most the {len(rows)} distinct feasible plans of {study.name}", rank)
+            print(f"plansweep show: {study.name} has {len(rows)} distinct feasible plans: no #{rank} drawn",
+                  file=sys.stderr)
+            continue
+        drawn += 1
+        row = rows[rank - 1]
+        model, cluster, table, framework = ranked_plan(study, row)
+        thr = study.throughput_column
+        unit = thr.replace("_per_s", "/s")
+        note = (f"the #{rank} plan of the run {view.run_dir}, which priced it at {row.get(thr) or 0:,.0f} {unit}, "
+                f"step {row['step_time_s']:.4g} s")
+        paths = argparse.Namespace(timeline=_study_path(args.timeline, study, len(studies) > 1),
+                                   trace=_study_path(args.trace, study, len(studies) > 1))
+        fw = framework or DEFAULT_FRAMEWORK
+        write_plan_outputs(paths, model, cluster, table, fw, note=note)
+        pools = [p.name for p in cluster.pools] if row.get("stage_pool") else None
+        print(f"{study.name}: #{rank} {plan_words(table.row(0, pools) if pools else table.row(0))}, {fw}; "
+              f"the run's step {row['step_time_s']:.4g} s, {row.get(thr) or 0:,.0f} {unit}")
     return 0

@@ -15,7 +15,7 @@ from cli._costing import add_costing_args, costing_request
 from cli._specs import load_cluster, load_model, number, options_from_args
 from costmodel import InputError
 from sweep._keep import Keep
-from sweep._units import UNIT_ROWS_DEFAULT
+from sweep._units import PART_ROWS_DEFAULT, UNIT_ROWS_DEFAULT
 
 if TYPE_CHECKING:
     from sweep._rundir import RunDir
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 GRID = "grid"  # sweep._grid.SEARCHER
 
 BEST_SHOWN = 10
-CHECKPOINT_EVERY = 20  # MCMC steps per checkpoint (and per Parquet part)
+CHECKPOINT_EVERY = 20  # MCMC steps per call to the chains (a checkpoint comes at the end of one)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -136,7 +136,12 @@ def add_search_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="RUN_DIR",
                    help="run on Ray into this run directory (results, checkpoints; `plansweep resume` continues)")
     p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, metavar="STEPS",
-                   help=f"MCMC steps between checkpoints with --out (default {CHECKPOINT_EVERY})")
+                   help=f"MCMC steps per call to the chains with --out; a checkpoint is taken at the end of one "
+                   f"(default {CHECKPOINT_EVERY})")
+    p.add_argument("--part-rows", default=str(PART_ROWS_DEFAULT), metavar="N",
+                   help="with --out, rows per Parquet part: the search's state is checkpointed with each part, a "
+                   "kill loses only the rows since (resume evaluates them again, the same), and a part is written "
+                   f"at least every five minutes (default {PART_ROWS_DEFAULT:,})")
     add_runtime_args(p, top=False)
 
 
@@ -153,7 +158,8 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 def search_request(args: argparse.Namespace, kind: str) -> dict:
     """What a `plansweep search mcmc|tpe|gradient --out` asks: the identity of its run (run.json), with the
     searcher's options (search._options) recorded whole beside the run's budget."""
-    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1)}
+    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1),
+                                  "part_rows": number(args.part_rows, "--part-rows", int, 1)}
     if kind == "mcmc":
         options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
     else:

@@ -204,3 +204,90 @@ EXPERIMENTS = {
                                  title="T_C sensitivity"),
     "imbalanced": Experiment(columns=imbalanced, x="t_ext_ratio", title="Imbalanced first and last stages, m = 2D"),
 }
+
+
+# ---- figures ------------------------------------------------------------------------------------------------------
+# Axis labels with their units (seed 003's times are in arbitrary units: a whole model's forward takes 400).
+AXIS_LABELS = {
+    "devices": "pipeline devices D (stages)", "recompute": "recompute ratio r (share of a forward redone)",
+    "microbatches_per_device": "micro-batches per device, m / D (count)", "chunks": "chunks per device v (count)",
+    "tb_share": "T_B / (T_B + T_W) (share of the backward)", "t_c": "hand-off time T_C (time units)",
+    "t_ext_ratio": "extra time on the end stages (share of T_F)", "total_time": "iteration time (time units)",
+    "bubble_ratio": "bubble (% of the devices' time)", "peak_activations_max": "peak activations (stage micro-batches)",
+}
+# How a panel's title names its quantity, and the unit after the value.
+PANEL_NAMES = {"t_c": ("T_C", " time units"), "devices": ("D", " devices"),
+               "microbatches_per_device": ("m / D", " micro-batches per device")}
+# A distinct line style and marker per compared schedule: GPipe and 1F1B take the same time wherever their stages
+# are alike and T_C = 0, so GPipe is drawn dashed with larger hollow squares, visible around 1F1B's solid line.
+SCHEDULE_STYLES = {
+    "GPipe": {"linestyle": "--", "marker": "s", "markersize": 7, "markerfacecolor": "none", "color": "C0"},
+    "1F1B": {"linestyle": "-", "marker": "o", "markersize": 3.5, "color": "C1"},
+    "1F1B vpp=2": {"linestyle": "-.", "marker": "^", "markersize": 4, "color": "C2"},
+    "Interleaved 1F1B": {"linestyle": "-.", "marker": "^", "markersize": 4, "color": "C2"},
+    "Hanayo wave=1": {"linestyle": ":", "marker": "D", "markersize": 4, "color": "C3"},
+    "Hanayo": {"linestyle": ":", "marker": "D", "markersize": 4, "color": "C3"},
+    "Hanayo wave=2": {"linestyle": (0, (5, 1, 1, 1)), "marker": "v", "markersize": 4, "color": "C4"},
+    "ZB-H1": {"linestyle": (0, (1, 1)), "marker": "P", "markersize": 5, "color": "C5"},
+}
+_OTHER_STYLES = tuple({"linestyle": ls, "marker": mk, "markersize": 4, "color": f"C{i}"}
+                      for i, (ls, mk) in enumerate(zip(("-", "--", "-.", ":", "-", "--"), "osD^vP", strict=True)))
+TIME_NOTE = "synthetic stage times in arbitrary time units (a whole model: T_F = 400, T_B = 800), no model or cluster"
+
+
+def line_style(line_key: str, value, index: int) -> dict:
+    """The style of one line: the schedule's own (SCHEDULE_STYLES), else by its place among the lines."""
+    if line_key == "schedule" and str(value) in SCHEDULE_STYLES:
+        return SCHEDULE_STYLES[str(value)]
+    return _OTHER_STYLES[index % len(_OTHER_STYLES)]
+
+
+def _panel_title(key: str, value) -> str:
+    name, unit = PANEL_NAMES.get(key, (key.replace("_", " "), ""))
+    return f"{name} = {value:g}{unit}"
+
+
+def experiment_figure(exp: Experiment, columns: dict[str, list]):
+    """One experiment's figure: a subplot per panel value across (and per row value and quantity down), a line per
+    schedule in its own style, axes labelled with units, one legend outside the subplots, the title naming the
+    experiment and that its times are synthetic."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = {k: np.asarray(v) for k, v in columns.items()}
+    panels = sorted(set(cols[exp.panel].tolist()))
+    ys = (exp.y,) if isinstance(exp.y, str) else exp.y
+    row_values = sorted(set(cols[exp.row].tolist())) if exp.row else [None]
+    rows = [(r, y) for r in row_values for y in ys]
+    lines = list(dict.fromkeys(cols[exp.line].tolist()))
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(4.2 * len(panels) + 1.8, 3.2 * len(rows)),
+                             squeeze=False, layout="constrained")
+    for i, (row_value, y) in enumerate(rows):
+        for j, panel_value in enumerate(panels):
+            ax = axes[i][j]
+            mask = cols[exp.panel] == panel_value
+            if exp.row:
+                mask &= cols[exp.row] == row_value
+            for k, line in enumerate(lines):
+                sel = mask & (cols[exp.line] == line)
+                if not sel.any():
+                    continue
+                order = np.argsort(cols[exp.x][sel], kind="stable")
+                scale = 100.0 if y == "bubble_ratio" else 1.0
+                ax.plot(cols[exp.x][sel][order], scale * cols[y][sel][order], **line_style(exp.line, line, k),
+                        label=f"{exp.line.replace('_', ' ')} = {line}" if exp.line != "schedule" else str(line))
+            title = _panel_title(exp.panel, panel_value)
+            if exp.row:
+                title = f"{_panel_title(exp.row, row_value)}, {title}"
+            ax.set_title(title, fontsize=9)
+            ax.set(xlabel=AXIS_LABELS.get(exp.x, exp.x), ylabel=AXIS_LABELS.get(y, y))
+            if y == "total_time":
+                ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False,
+               title=exp.line.replace("_", " "))
+    fig.suptitle(f"{exp.title}\n{TIME_NOTE}", fontsize=10)
+    return fig

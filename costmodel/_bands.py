@@ -69,6 +69,7 @@ FAMILY_OF_PROFILE = {
     "megatron-2021": "megatron", "megatron-core": "megatron", "megatron-bridge": "megatron",
     "megatron-core-a2a-overlap": "megatron", "megatron-core-deepep": "megatron",
     "megatron-core-deepep-a2a-overlap": "megatron", "hai-llm": "megatron",
+    "internevo": "megatron",  # its layers, tensor parallelism, schedules: Megatron's design, priced as megatron-core's
     "deepspeed": "deepspeed", "deepspeed-flash2": "deepspeed",
     "fsdp2": "fsdp", "fsdp2-eager": "fsdp",
     "llm-foundry": "fsdp", "llm-foundry-triton": "fsdp", "llm-foundry-triton-pure": "fsdp",

@@ -24,13 +24,15 @@ import types
 
 import numpy as np
 
-from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link
+from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link, split_collective_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
 from costmodel._data_parallel import (
     ADAM_BYTES_TOUCHED,
+    ExchangeCoef,
     ExchangePlan,
     dp_exchange_coef,
     dp_exchange_s,
+    dp_in_step_s,
     exchange_plan,
     exposed_dp_s,
 )
@@ -40,7 +42,7 @@ from costmodel._experts import layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
-from costmodel._layer_compute import hbm_s, recompute_flops_per_token
+from costmodel._layer_compute import fp8_cast_columns, hbm_s, recompute_flops_per_token
 from costmodel._layer_terms import (
     LAYER_INPUTS,
     MOE_PART_KEYS,
@@ -78,6 +80,14 @@ def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = 
                    simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
     """Metrics of one block of rows (a StageView on pools ``pa``), and ``_needs_simulation``: the rows the
     simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too."""
+    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pa, sv, pipeline, simulate_now, stages_out,
+                                                             framework)
+    return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
+
+
+def block_phases(model: Transformer, pa: dict, sv: StageView, pipeline: str, simulate_now: bool, stages_out: bool,
+                 framework=None) -> tuple:
+    """evaluate_block's phases in order, their records kept: (rows, cfg, terms, st, hand, pipe, mem, dp)."""
     fw = framework_preset(framework)
     rows = block_rows(model, pa, sv, fw)
     cfg = configurations(rows)
@@ -88,7 +98,7 @@ def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = 
     pipe = pipeline_time(rows, terms, st, hand, reason, pipeline, simulate_now)
     mem = memory(rows, cfg, terms, st, pipe.k, reason)
     dp = data_parallel(rows, cfg, mem, pipe, stages_out)
-    return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
+    return rows, cfg, terms, st, hand, pipe, mem, dp
 
 
 def plus_edges(ix, first, last):
@@ -197,7 +207,7 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     pa, fw, model = rows.pa, rows.fw, rows.model
     q, tt, cc, dd, tin, pr = cfg.pool_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.d_u[ix], cfg.order_u[ix] == 0, cfg.prec_u[ix]
     fp8 = pr == PRECISIONS.index("fp8")
-    casts = tuple(np.where(fp8, x, 0.0) for x in fw.fp8_cast_bytes) if any(fw.fp8_cast_bytes) else None
+    casts = fp8_cast_columns(fw, fp8)
     gpu = pool_gpu(pa, q)
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
@@ -516,12 +526,14 @@ class DataParallel:
 
 
 def dp_links(rows: Rows, cfg: Configs):
-    """The data-parallel exchange as a x params + b per stage ((dp_a, dp_b): per configuration (or row) and then
-    each stage's), and ``stage_link(stride, size)``: the NCCL collective link (costmodel._collectives.CollectiveLink)
+    """The data-parallel exchange as a x params + b per stage (an ExchangeCoef: per configuration (or row) and then
+    each stage's; its step_ part the share inside the optimizer step), and ``stage_link(stride, size)``: the NCCL
+    collective link (costmodel._collectives.CollectiveLink)
     of a stage's group of ranks at that stride and size (each a function of dp and tp), per configuration where dp
     keys one, else per stage. The dp x cp group: stride t (tp-inner); dp-innermost with cp > 1 spans the whole block.
-    A dp group spanning two pools (a split stage) runs at the slowest tier it crosses: each pool's part of the group
-    and the link between the pools, every step at the slowest latency. Its collectives: exchange_plan."""
+    A dp group spanning two pools (a split stage) is one NCCL ring over both pools' nodes (split_collective_link):
+    each pool's part of the group on its own nodes, the inter-pool link crossed with the NICs of each node's ranks
+    in parallel. Its collectives: exchange_plan."""
     pa, split, fw, model = rows.pa, cfg.split, rows.fw, rows.model
     if cfg.keyed:  # dp is part of a configuration: its links per configuration
         stage_link = lambda stride, size: pool_collective_link(pa, cfg.pool_u, stride(cfg.d_u, cfg.t_u),  # noqa: E731
@@ -532,8 +544,7 @@ def dp_links(rows: Rows, cfg: Configs):
         stage_link = lambda stride, size: pool_collective_link(pa, rows.pool, stride(rows.d, rows.t),  # noqa: E731
                                                                size(rows.d, rows.t))
         if split is None:  # the exchange once per distinct (dp, tp, cp, order, pool, ZeRO, m, overlap, pp, precision)
-            dp_a, dp_b = unkeyed_exchange(rows)
-            return dp_a, dp_b, stage_link, rows.c
+            return unkeyed_exchange(rows), stage_link, rows.c
         back = lambda a: a  # noqa: E731
         tp_in, c_, coef = rows.sv.order == 0, rows.c, (rows.zero, rows.m, rows.d * rows.c)
         plan = exchange_plan(fw, model, rows.t, coef[2], rows.overlap, rows.p)
@@ -544,15 +555,13 @@ def dp_links(rows: Rows, cfg: Configs):
     if split is not None:  # per pair: each pool's part of the group (its replicas there), the inter-pool link
         ia_p, xa, xb = split.ia_p, split.xa, split.xb
         tp_p, c_p, t_p = tp_in[ia_p], c_[ia_p], cfg.t_u[ia_p]
-        part = lambda r, q: pool_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
-                                      np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
-        (bw_a, lat_a), (bw_b, lat_b) = part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb)
+        part = lambda r, q: pool_collective_link(pa, q, np.where(tp_p, t_p, 1),  # noqa: E731
+                                                 np.where(tp_p | (c_p == 1), r * c_p, r * c_p * t_p))
         bw_x = pa["link_Bps"][xa, xb] * np.minimum(pa["link_eff"][xa], pa["link_eff"][xb])
-        lat_x = np.maximum(np.maximum(lat_a, lat_b), pa["link_latency_s"][xa, xb])
-        n_x = cfg.d_u[ia_p] * c_p * np.where(tp_p | (c_p == 1), 1, t_p)  # the group's ranks, in one tier
-        pair_link = CollectiveLink(cfg.pair(link.bw, np.minimum(np.minimum(bw_a, bw_b), bw_x)),
-                                   cfg.pair(link.lat_up, lat_x), cfg.pair(link.lat_out, lat_x),
-                                   cfg.pair(link.nodes, np.ones_like(n_x)), cfg.pair(link.per_node, n_x))
+        x_link = split_collective_link(part(cfg.d_u[ia_p] - split.r2, xa), part(split.r2, xb), bw_x,
+                                       pa["link_latency_s"][xa, xb])
+        pair_link = CollectiveLink(*(cfg.pair(u, np.broadcast_to(x, ia_p.shape))
+                                     for u, x in zip(link, x_link, strict=True)))
         coef = (*(cfg.pair(x, x[ia_p]) for x in coef[:3]), pair_link)
         t_c = cfg.pair(cfg.t_u, cfg.t_u[ia_p])
         if not cfg.keyed:
@@ -560,13 +569,13 @@ def dp_links(rows: Rows, cfg: Configs):
                                    for f in dataclasses.fields(ExchangePlan)})
         back, prec_c = lambda a: np.take(a, split.inv_q), cfg.pair(cfg.prec_u, cfg.prec_u[ia_p])
     if cfg.keyed:  # the plan reads the row's pp and overlap, no part of a configuration: per (entry, pp, overlap)
-        return (*keyed_exchange(rows, back, coef, t_c, prec_c), stage_link, c_)
-    dp_a, dp_b = (back(x) for x in dp_exchange_coef(*coef, fw=fw, prec=prec_c, plan=plan))
-    return dp_a, dp_b, stage_link, c_
+        return keyed_exchange(rows, back, coef, t_c, prec_c), stage_link, c_
+    dp = ExchangeCoef(*(back(x) for x in _full(dp_exchange_coef(*coef, fw=fw, prec=prec_c, plan=plan))))
+    return dp, stage_link, c_
 
 
-def keyed_exchange(rows: Rows, back, coef: tuple, t_c, prec_c):
-    """dp_links' (dp_a, dp_b) per stage where dp keys the configurations: ``coef`` (ZeRO, m, ranks, CollectiveLink),
+def keyed_exchange(rows: Rows, back, coef: tuple, t_c, prec_c) -> ExchangeCoef:
+    """dp_links' ExchangeCoef per stage where dp keys the configurations: ``coef`` (ZeRO, m, ranks, CollectiveLink),
     ``t_c`` and ``prec_c`` per configuration (and split pair), ``back`` gathering such an array to the stages. The
     exchange plan reads the row's pp (message sizes) and, where the framework's buckets need it, its overlap, which
     no configuration keys: the exchange is priced once per distinct (configuration, pp, overlap) of the stages."""
@@ -581,13 +590,13 @@ def keyed_exchange(rows: Rows, back, coef: tuple, t_c, prec_c):
     at = lambda x: x if np.ndim(x) == 0 else np.asarray(x)[ci]  # noqa: E731
     zero, m, ranks, link = coef
     plan = exchange_plan(fw, rows.model, at(t_c), at(ranks), ov_f, p_f)
-    a, b = dp_exchange_coef(at(zero), at(m), at(ranks), CollectiveLink(*(at(x) for x in link)), fw=fw,
-                            prec=at(prec_c), plan=plan)
-    return (np.take(np.broadcast_to(x, first.shape), inv).reshape(entry.shape) for x in (a, b))
+    c = dp_exchange_coef(at(zero), at(m), at(ranks), CollectiveLink(*(at(x) for x in link)), fw=fw,
+                         prec=at(prec_c), plan=plan)
+    return ExchangeCoef(*(np.take(np.broadcast_to(x, first.shape), inv).reshape(entry.shape) for x in c))
 
 
-def unkeyed_exchange(rows: Rows):
-    """dp_links' (dp_a, dp_b) per row (or stage and row) where dp keys no configuration: priced once per distinct
+def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
+    """dp_links' ExchangeCoef per row (or stage and row) where dp keys no configuration: priced once per distinct
     combination of the columns the exchange reads (a few hundred in a block of thousands of rows), gathered back;
     ZeRO-3's exchange per micro-batch, times the row's m. The overlap and the precision join the key only where the
     framework's exchange reads them (buckets only with the overlap; bytes that differ by precision)."""
@@ -603,10 +612,9 @@ def unkeyed_exchange(rows: Rows):
     tp_in = order == 0
     link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
     plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
-    a, b = (np.take(np.broadcast_to(x, first.shape), inv) for x in dp_exchange_coef(zero, 1, d * c, link, fw=fw,
-                                                                                     prec=prec, plan=plan))
+    coef = dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
     per_step = np.where(rows.zero == 3, rows.m, 1)
-    return a * per_step, b * per_step
+    return ExchangeCoef(*(np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef))
 
 
 def _pair_field(cfg: Configs, x, ia_p):
@@ -615,6 +623,11 @@ def _pair_field(cfg: Configs, x, ia_p):
     if np.ndim(x) == 0:
         return x
     return cfg.pair(x, x[ia_p])
+
+
+def _full(coef: ExchangeCoef) -> ExchangeCoef:
+    """``coef`` with its step_ fields (scalar zeros where the framework has no in-step part) as arrays like a's."""
+    return ExchangeCoef(coef.a, coef.b, *(np.broadcast_to(x, np.shape(coef.a)) for x in (coef.step_a, coef.step_b)))
 
 
 def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
@@ -635,23 +648,29 @@ def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
 
 def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_out: bool) -> DataParallel:
     """The slowest stage's gradient exchange and optimizer step (an MoE model: the slowest dense exchange over dp x
-    cp and the slowest expert one over edp, each with its optimizer), and what of the exchange is exposed."""
+    cp and the slowest expert one over edp, each with its optimizer), and what of the exchange is exposed (the part
+    inside the optimizer step, where the framework has one, priced the same way: ``step``)."""
     fw, zero, m, prec, row_max = rows.fw, rows.zero, rows.m, rows.prec, rows.row_max
-    dp_a, dp_b, stage_link, c_ = dp_links(rows, cfg)
+    dp, stage_link, c_ = dp_links(rows, cfg)
+    dp_a, dp_b = dp.a, dp.b
     params, params_max, edp, hbm_rate, mm = mem.params, mem.params_max, mem.edp, mem.hbm_rate, mem.mem
     alike = dp_a.shape[0] == 1 and mem.hbm.shape[0] == 1  # every stage's exchange on one link: the largest's slowest
     hbm_Bps = per_stage(rows, cfg, hbm_rate) if rows.moe or alike or not cfg.keyed else None  # (else per config)
     shard = None if hbm_Bps is None else np.where(zero >= 1, rows.d * rows.c, 1)
-    dp_st = None
+    dp_st, step = None, None
+    in_step = fw.weight_gather_in_step
     if rows.moe:
         ep_link = expert_links(rows, cfg, stage_link, c_)
-        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p)
+        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
     if rows.moe and alike and ep_link.bw.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
+        ep0, plan0 = CollectiveLink(*(x[0] for x in ep_link)), _first_row(ep_plan)
         dp_raw = (dp_a[0] * mm["dense_max"] + dp_b[0]
-                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, CollectiveLink(*(x[0] for x in ep_link)),
-                                  fw=fw, prec=prec, plan=_first_row(ep_plan)))
+                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, ep0, fw=fw, prec=prec, plan=plan0))
+        if in_step:
+            step = (dp.step_a[0] * mm["dense_max"] + dp.step_b[0]
+                    + dp_in_step_s(zero, m, mm["expert_max"], edp[0], ep0, fw=fw, prec=prec, plan=plan0))
         opt_s = (ADAM_BYTES_TOUCHED * mm["dense_max"] / shard[0] / hbm_Bps[0]
                  + ADAM_BYTES_TOUCHED * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif rows.moe:
@@ -659,17 +678,22 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
         dp_raw = row_max(dp_st) + row_max(ep_st)
         dp_st = dp_st + ep_st
+        if in_step:
+            step = (row_max(dp.step_a * params + dp.step_b)
+                    + row_max(dp_in_step_s(zero, m, mm["expert_params"], edp, ep_link, fw=fw, prec=prec, plan=ep_plan)))
         opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
                  + row_max(ADAM_BYTES_TOUCHED * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
         dp_raw = dp_a[0] * params_max + dp_b[0]
+        step = dp.step_a[0] * params_max + dp.step_b[0] if in_step else None
         opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
+        step = row_max(dp.step_a * params + dp.step_b) if in_step else None
         opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
-                           prec=prec, model=rows.model, pp=rows.p)
+                           prec=prec, model=rows.model, pp=rows.p, step_s=step)
     return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
 
 

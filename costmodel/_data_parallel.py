@@ -5,19 +5,21 @@ Per step and stage, over the g = dp x cp replicas: ZeRO 0 all-reduces the gradie
 reduce-scatter them and all-gather the updated weights; ZeRO-3 all-gathers the weights for forward
 and again for backward and reduce-scatters the gradients, per micro-batch (Rajbhandari et al. 2020
 Sec. 7: 1.5x the all-reduce volume a pass; zero3_gather_scatter_bytes). Each collective is priced as
-NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm NCCL's tuning
-model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
+NCCL prices it on the group's link (costmodel._collectives.collective_s: the algorithm and protocol NCCL's
+tuning model picks for its message, on the NICs of the group's ranks on a node), and there are as many as
 the framework launches (exchange_plan: per bucket, per FSDP unit, per DeepSpeed module).
 dp_exchange_coef gives the exchange as a x parameters + b seconds, in the framework's reduce and
 gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the bottleneck stage's
 last backward (ZeRO-3: the whole pipeline), or the next step's first forward (overlapped parameter
-gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed) is exposed.
+gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed; InternEvo's broadcasts, one
+per shard) is exposed.
 The optimizer step (Adam) reads and writes ADAM_BYTES_TOUCHED per sharded parameter at the HBM rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,8 +47,15 @@ def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | 
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per GPU: dp_exchange_coef's
     a x params + b. ``bw``, ``lat``: one link tier (every step at ``lat``), or ``lat`` a CollectiveLink (``bw``
     unread)."""
-    a, b = dp_exchange_coef(zero, m, g, _as_link(bw, lat), grad_bytes, fw, prec, plan)
-    return a * params + b
+    c = dp_exchange_coef(zero, m, g, _as_link(bw, lat), grad_bytes, fw, prec, plan)
+    return c.a * params + c.b
+
+
+def dp_in_step_s(zero, m, params, g, link, fw: Framework | None = None, prec=0, plan=None):
+    """Seconds of the part of dp_exchange_s that runs inside the optimizer step (dp_exchange_coef's step_a x params +
+    step_b; zero where the framework has none)."""
+    c = dp_exchange_coef(zero, m, g, link, None, fw, prec, plan)
+    return c.step_a * params + c.step_b
 
 
 def _as_link(bw, lat) -> CollectiveLink:
@@ -76,14 +85,16 @@ ONE_PER_PASS = ExchangePlan(bucket=np.inf, gathers_fwd=1.0, gathers_bwd=1.0, sca
                             est_params=1e15)
 
 
-def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1) -> ExchangePlan:
+def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1, ep_etp=None) -> ExchangePlan:
     """The ExchangePlan of ``fw`` for ``model`` at tensor-parallel degree ``t``, ``ranks`` in the data-parallel
     group, ``overlap`` (the row's overlap_dp) and pipeline depth ``pp``, from the profile's fields
     (costmodel._frameworks: dp_bucket_elems, zero3_gathers, zero3_kept): buckets of max(floor, per rank x ranks)
     elements (Megatron-Core's only with overlap where dp_buckets_need_overlap), or of one transformer layer's
     parameters (floor 0: an FSDP unit); ZeRO-3 (whole model on one stage) gathers per layer x layers + outside the
     layers per forward, less those kept gathered for backward; reduce-scatters one per unit (scatters per layer > 0)
-    or by buckets."""
+    or by buckets. The messages are estimated from the exchanged parameters per GPU: an MoE model's dense exchange
+    all but the routed experts / t, its expert exchange (``ep_etp`` given: ep x etp) the routed experts / ep_etp,
+    each / pp."""
     t = np.asarray(t, dtype=np.float64)
     L = model.layers
     body = model.num_params() - model.embedding_params() - model.head_params()
@@ -101,25 +112,40 @@ def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1) ->
     kept_calls = k_layers * per_layer + k_outside + (k_params / (unit / per_layer) if per_layer > 0 else 0.0)
     bwd = np.maximum(fwd - kept_calls, 0.0) if per_layer > 0 else 1.0 - np.floor(kept)
     scatters = L * scatter_per_layer + outside if scatter_per_layer > 0 else np.nan
+    routed = model.moe_layers * model.moe_layer_expert_params()  # 0 for a dense model
+    exchanged = (model.num_params() - routed) / t if ep_etp is None else routed / np.asarray(ep_etp, dtype=np.float64)
     return ExchangePlan(bucket=bucket, gathers_fwd=fwd, gathers_bwd=bwd, scatters=scatters, kept=kept,
-                        est_params=total / np.asarray(pp, dtype=np.float64))
+                        est_params=exchanged / np.asarray(pp, dtype=np.float64))
+
+
+class ExchangeCoef(NamedTuple):
+    """dp_exchange_coef's answer: the exchange takes a x params + b seconds, of which step_a x params + step_b run
+    inside the optimizer step (the framework's weight_gather_in_step: exposed whatever the overlap; zero elsewhere)."""
+
+    a: object
+    b: object
+    step_a: object
+    step_b: object
 
 
 def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Framework | None = None, prec=0,
-                     plan: ExchangePlan | None = None):
-    """(a, b): a stage's data-parallel exchange over g ranks on ``link`` (a CollectiveLink) takes a x params + b seconds
-    for ``params`` parameters per GPU, ``grad_bytes`` a gradient element on the wire (None: ``fw``'s grad_reduce_bytes
-    at ``prec``, else 2), a weight element ``fw``'s weight_gather_bytes at ``prec`` (else 2). ZeRO-3: per micro-batch,
-    all-gather the weights for forward and for backward and reduce-scatter the gradients (Rajbhandari et al. 2020
-    Sec. 7: 1.5x the all-reduce volume, per pass); ZeRO 0: all-reduce the gradients; ZeRO 1-2: reduce-scatter them and
-    all-gather the updated weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather: all-reduce, then all-gather.
-    Each collective by NCCL's fastest algorithm for its message (costmodel._collectives.collective_s), as many as
-    ``plan`` (ExchangePlan) launches: per bucket (params / bucket + 1, the last one partly filled), ZeRO-3's per
-    pass; None: one per pass."""
+                     plan: ExchangePlan | None = None) -> ExchangeCoef:
+    """ExchangeCoef: a stage's data-parallel exchange over g ranks on ``link`` (a CollectiveLink) takes a x params + b
+    seconds for ``params`` parameters per GPU, ``grad_bytes`` a gradient element on the wire (None: ``fw``'s
+    grad_reduce_bytes at ``prec``, else 2), a weight element ``fw``'s weight_gather_bytes at ``prec`` (else 2).
+    ZeRO-3: per micro-batch, all-gather the weights for forward and for backward and reduce-scatter the gradients
+    (Rajbhandari et al. 2020 Sec. 7: 1.5x the all-reduce volume, per pass); ZeRO 0: all-reduce the gradients;
+    ZeRO 1-2: reduce-scatter them and all-gather the updated weights; ZeRO 0-1 under ``fw``'s all_reduce_then_gather:
+    all-reduce, then all-gather. Each collective by NCCL's fastest algorithm for its message
+    (costmodel._collectives.collective_s), as many as ``plan`` (ExchangePlan) launches: per bucket (params / bucket
+    + 1, the last one partly filled), ZeRO-3's per pass; None: one per pass. Under ``fw``'s weight_gather_in_step the
+    weight all-gather is one collective after the optimizer step (the step_ coefficients), or, with
+    weight_sync_broadcasts, g broadcasts of a shard each: the weights' bytes at the broadcast's bandwidth and g ring
+    latencies (a broadcast is a ring: no tree or PAT; its protocol NCCL's fastest for a shard)."""
     if grad_bytes is None:
         grad_bytes = GRAD_COMM_BYTES if fw is None else np.take(fw.grad_reduce_bytes, prec)
     w, both = (WEIGHT_BYTES, False) if fw is None else (np.take(fw.weight_gather_bytes, prec), np.logical_and(
-        np.take(fw.all_reduce_then_gather, prec), zero <= 1))
+        np.take(fw.all_reduce_then_gather, prec), (zero == 1) if fw.weight_sync_broadcasts else (zero <= 1)))
     if plan is None:
         plan = ONE_PER_PASS
     z3 = zero == 3
@@ -129,19 +155,25 @@ def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Fram
     ar_b, ar_l = pick(collective_terms("all_reduce", g, link), grad_bytes * msg)
     rs_b, rs_l = pick(gather, grad_bytes * msg)
     per_bucket = 1.0 / plan.bucket  # collectives per parameter beyond the first
-    if fw is not None and fw.weight_gather_in_step:  # one all-gather of the whole stage's weights
+    in_step = fw is not None and fw.weight_gather_in_step
+    if in_step and fw.weight_sync_broadcasts:  # g ring broadcasts of a shard each, one after another: every byte of
+        # the weights once at the broadcast's bus bandwidth, g calls, the protocol NCCL picks for a shard's message
+        bc_b, bc_l = pick(collective_terms("broadcast", g, link), w * est / np.asarray(g, dtype=np.float64))
+        (ag_b, ag_l), ag_per = (bc_b, bc_l * np.asarray(g, dtype=np.float64)), 0.0
+    elif in_step:  # one all-gather of the whole stage's weights
         (ag_b, ag_l), ag_per = pick(gather, w * est), 0.0
     else:
         (ag_b, ag_l), ag_per = pick(gather, w * msg), per_bucket
     reduce_b, reduce_l = np.where(zero == 0, ar_b, rs_b), np.where(zero == 0, ar_l, rs_l)
-    a = np.where(both, grad_bytes * ar_b + w * ag_b + ar_l * per_bucket + ag_l * ag_per,
-                 grad_bytes * reduce_b + reduce_l * per_bucket
-                 + np.where(zero >= 1, w * ag_b + ag_l * ag_per, 0.0))
-    b = np.where(both, ar_l + ag_l, reduce_l + np.where(zero >= 1, ag_l, 0.0))
+    gathers = both | (zero >= 1)  # (ZeRO-3's replaced below)
+    ga, gb = w * ag_b + ag_l * ag_per, ag_l  # the weight all-gather: ga x params + gb
+    a = np.where(both, grad_bytes * ar_b + ar_l * per_bucket, grad_bytes * reduce_b + reduce_l * per_bucket)
+    a, b = a + np.where(gathers, ga, 0.0), np.where(both, ar_l, reduce_l) + np.where(gathers, gb, 0.0)
+    step_a, step_b = (np.where(gathers & (zero <= 2), x, 0.0) if in_step else 0.0 for x in (ga, gb))
     if np.any(z3):  # per micro-batch: the gathers of both passes, the reduce-scatters (by unit or by bucket)
         a3, b3 = zero3_coef(m, gather, w, grad_bytes, plan, rs_b, rs_l, per_bucket)
         a, b = np.where(z3, a3, a), np.where(z3, b3, b)
-    return a, b
+    return ExchangeCoef(a, b, step_a, step_b)
 
 
 def zero3_coef(m, gather: CollectiveTerms, w, grad_bytes, plan: ExchangePlan, rs_b, rs_l, per_bucket):
@@ -169,13 +201,14 @@ def zero3_gather_scatter_bytes(m, weight_bytes, grad_bytes, kept=0.0):
 
 
 def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
-                 model: Transformer | None = None, pp=1):
+                 model: Transformer | None = None, pp=1, step_s=None):
     """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck stage's last backward
     (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
     all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead.
     ``fw``'s fsdp_unit_edges (``model`` dense, ``pp`` 1, ZeRO 2-3): FSDP's root unit and block 0 (share e of the
     parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max).
-    ``fw``'s weight_gather_in_step: ZeRO 1-2's (and the bf16 optimizer's) weight all-gather exposed whole."""
+    ``fw``'s weight_gather_in_step: ZeRO 1-2's (and the bf16 optimizer's) weight all-gather, ``step_s`` seconds of
+    ``dp_raw`` (dp_in_step_s of the same stage), exposed whole."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
@@ -185,11 +218,8 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         return np.where(overlap, np.where(zero >= 2, e * (ag + rs) + rest, np.maximum(dp_raw - window, 0.0)), dp_raw)
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
-        gr, w, ar = (np.take(x, prec)
-                     for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
-        both = ar & (zero <= 1)
-        ag = np.where(((zero == 1) | (zero == 2)) | both, w / (gr * (1 + both) + w) * dp_raw, 0.0)
-        return np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + ag, dp_raw)
+        assert step_s is not None, "weight_gather_in_step: the in-step seconds (dp_in_step_s) are needed"
+        return np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0) + step_s, dp_raw)
     if fw is None or not fw.overlap_param_gather:
         return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
     w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))

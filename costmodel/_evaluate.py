@@ -172,9 +172,38 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
         layers = np.where(np.arange(S)[None, :] < table["pp"][:, None], (model.layers // table["pp"])[:, None], 0)
         table = StrategyTable(table.columns, {**table.stages, "layers": layers})
     pa = pool_arrays(cluster)
-    out = by_framework(table, framework, lambda rows, fw: evaluate_block(
-        model, pa, stage_view(model, rows), "simulate", simulate_now=True, stages_out=True, framework=fw))
-    return {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
+
+    def priced(rows, fw):
+        sv = stage_view(model, rows)
+        out = evaluate_block(model, pa, sv, "simulate", simulate_now=True, stages_out=True, framework=fw)
+        st = {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
+        return every_stage(st, np.asarray(sv.comp, dtype=bool), rows["pp"])
+
+    return by_framework(table, framework, priced)
+
+
+# What a stage column past a row's pp holds (the stage does not exist).
+_ABSENT = {"pool": -1, "pool2": -1, "dp": 1, "tp": 1, "active": False}
+
+
+def every_stage(st: dict[str, np.ndarray], comp: np.ndarray, pp: np.ndarray) -> dict[str, np.ndarray]:
+    """(N, S) per-stage arrays -> (N, max(S, pp)): a row priced through three representatives of its alike stages
+    (``comp``: first, interior, last, as costmodel._pipeline_terms.simulate_pipelines maps devices) gets every
+    stage, stage 0 from the first, pp - 1 from the last, the others from the interior one."""
+    if not comp.any():
+        return st
+    n, s = st["active"].shape
+    width = max(s, int(pp.max()))
+    d = np.arange(width)[None, :]
+    col = np.where(d == 0, 0, np.where(d == pp[:, None] - 1, 2, 1))  # (N, width) for comp rows
+    col = np.where(comp[:, None], col, np.minimum(d, s - 1))
+    live = np.where(comp[:, None], d < pp[:, None], d < s)
+    out = {}
+    for k, a in st.items():
+        got = np.take_along_axis(a, col, axis=1)
+        out[k] = np.where(live, got, _ABSENT.get(k, 0)).astype(a.dtype)
+    out["active"] = np.where(comp[:, None], d < pp[:, None], np.where(d < s, out["active"], False))
+    return out
 
 
 def stage_rows(model: Transformer, cluster, table, i: int = 0, framework=None) -> list[dict]:

@@ -46,7 +46,7 @@ import numpy as np
 from costmodel._collectives import all_to_all_s, gather_s, tier
 from costmodel._dtypes import ACT_BYTES
 from costmodel._hardware import Cluster
-from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, gemm_s, hbm_s
+from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, KERNELS_PER_SUBLAYER, gemm_s, hbm_s
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -71,8 +71,7 @@ ROUTER_PROB_BYTES = 4
 # Kernel launches, priced at the GPU's kernel_overhead_s per sub-layer of KERNELS_PER_SUBLAYER kernels. A dense
 # Megatron-Core layer forward launches, with Transformer Engine's fused modules: attention: LayerNormLinear (norm,
 # GEMM), fused RoPE (Q, K), fused attention, projection GEMM, bias-dropout-add: 7; MLP: LayerNormLinear (norm, GEMM),
-# bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer.
-KERNELS_PER_SUBLAYER = 6
+# bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer (KERNELS_PER_SUBLAYER, costmodel._layer_compute).
 # An MoE layer's MLP part forward, besides its expert GEMMs (core_v0.16.0): pre-MLP norm and bias-dropout-add 2; router
 # (router.py): gating GEMM, fused top-k, fused aux-loss scores, tokens per expert (sum, all-reduce over tp x cp), fused
 # aux loss: 6; dispatcher preprocess (token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess): tokens per expert,
@@ -91,6 +90,25 @@ KERNELS_PER_LOCAL_EXPERT = 2
 # moe_deepep_num_sms = 20, passed to deep_ep.Buffer.set_num_sms; the DeepSeek-V3 report, Sec. 3.2.2: 20 SMs suffice
 # for its all-to-alls). An all-to-all hidden behind computation takes that share of the GPU from it while it runs.
 DEEPEP_SMS = 20
+# Dropless routing waits on the host for each MoE layer's token counts: Megatron-Core's alltoall dispatcher copies the
+# splits and tokens per expert to the host and synchronizes before the EP all-to-all (Megatron-LM d98e8a6,
+# megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess: cuda_sync_point
+# "before_ep_alltoall"; _maybe_dtoh_and_synchronize: self.d2h_event.synchronize(); "before_permutation_1" with a
+# capacity factor or --moe-router-padding-for-quantization), and the flex dispatcher's DeepEP normal-mode dispatch
+# returns the received counts to the host too; only with --moe-pad-expert-input-to-capacity (drop_and_pad) are the
+# shapes static and the wait gone (the path CUDA graphs can capture: the MoE README's "CUDA Graph" section). Past the
+# wait the host can queue no further ahead of the GPU than the layer it is in: a layer whose kernels take the host
+# longer to launch than the GPU to run them runs at the host's pace (the README's "CPU Overhead Bottleneck": gaps
+# between kernels). Priced per MoE layer and micro-batch, each pass: max(GPU time, kernels x HOST_S_PER_KERNEL), the
+# kernels moe_launch_units counts (the backward twice the forward's, ELEM_BWD_FACTOR), where Framework.moe_host_sync.
+# HOST_S_PER_KERNEL: host time per kernel launched from Megatron-Core's eager PyTorch code, the Python call, the
+# autograd record, the ATen dispatch and cudaLaunchKernel together; chosen, not measured here (no GPU): 20 us, the high
+# end of the 5-25 us a PyTorch operator's dispatch is commonly put at, as the MoE layer runs more Python per kernel
+# (router, dispatcher, per-expert splits) than a plain operator call. Rows in view when it was chosen: Megatron-Bridge's
+# Qwen3-30B-A3B rows on 16 H100 and 8 B200 (per MoE layer and micro-batch 16.7 and 8.8 ms measured, 5.1 and 3.3 ms of
+# GPU time predicted; the same H100 layout ran at 9.4 ms in the 26.02.01 container: host-bound, whatever the GPU);
+# not fitted to them (10 us moves no row, 30 us would put the B200 row at +10%).
+HOST_S_PER_KERNEL = 20e-6
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
@@ -161,6 +179,23 @@ def expert_cast_s(model: Transformer, quant, copies, u, gpu):
             hbm_s(quant * (copies * (model.mlp_matrices - 1) * fe + u * copies * h), gpu))
 
 
+def shared_expert_cast_s(model: Transformer, T, t, gpu, casts):
+    """(forward, backward) seconds the shared experts' linear layers spend casting to fp8 outside their GEMMs, as the
+    dense layer's (costmodel._layer_compute.fp8_cast_parts_s; ``casts`` as it takes them, None: none): FC1's input
+    (T h: the pre-MLP norm's output, which an MoE layer's separate norm writes in 16 bits, so at the first count) and
+    FC2's (T fs / t), their output gradients (T (mats - 1) fs / t, T h) and the weights (mats h fs / t), fs the shared
+    experts' width together. Zeros without shared experts or casts."""
+    fs = model.shared_experts * model.shared_expert_ffn
+    zero = np.zeros_like(np.asarray(T, dtype=np.float64))
+    if casts is None or not fs:
+        return zero, zero
+    cx, cw, cg, cwb = casts[:4]
+    h, mats = model.hidden, model.mlp_matrices
+    w = mats * h * fs / t
+    return (hbm_s(cx * T * (h + fs / t) + cw * w, gpu) + zero,
+            hbm_s(cg * T * ((mats - 1) * fs / t + h) + cwb * w, gpu) + zero)
+
+
 def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     """Exposed time of one layer's four all-to-alls under Megatron-Core's EP A2A overlap, per pair of a micro-batch's
     forward and another's backward through the layer (core_v0.16.0 models/common/model_chunk_schedule_plan.py
@@ -185,7 +220,7 @@ def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False, *, fp8_cast=0.0,
-                    sm_frac=0.0) -> dict:
+                    sm_frac=0.0, shared_cast=None, host_sync=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs; xcast_f / xcast_b: the expert
     GEMMs' fp8 quantization forward and backward; ep_fwd / ep_bwd: the exposed dispatch + combine all-to-alls of
     forward and of backward), from the dense layer's costs ``lc`` at the same shape (its attention core, attention
@@ -197,9 +232,11 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     combine's gradient sent to the experts) moves FP8_DISPATCH_BYTES an element, the combine direction 16 bits
     (Framework.fp8_dispatch). ``fp8_cast`` (per row): HBM bytes an element of an expert GEMM's input or output
     gradient its fp8 quantization moves (0: none; Framework.expert_fp8_cast_bytes on fp8 rows), its kernels counted
-    too. ``overlap_ep``: the all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs
-    they hold). The heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node
-    and the scale-up / scale-out links as arrays)."""
+    too; ``shared_cast``: the dense layer's fp8 cast bytes, which the shared experts move (shared_expert_cast_s; None:
+    none); ``host_sync`` (per row): dropless routing's wait on the host (HOST_S_PER_KERNEL; host_f: the host's time
+    to launch the layer's forward kernels, 0 without the wait). ``overlap_ep``: the all-to-alls under the EP A2A
+    overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs they hold). The heterogeneous evaluator passes as
+    ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -220,6 +257,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     mlp_bytes = ACT_BYTES * (ELEM_TF_PER_LAYER[act] * (T * fs / t + copies * fe) + sort * h)
     quant = np.asarray(fp8_cast, dtype=np.float64)
     xcast_f, xcast_b = expert_cast_s(model, quant, copies, u, gpu)
+    scast_f, scast_b = shared_expert_cast_s(model, T, t, gpu, shared_cast)
+    xcast_f, xcast_b = xcast_f + scast_f, xcast_b + scast_b
     units = moe_launch_units(local, quant > 0, bool(fs))
     overhead = lc["overhead"] * 0.5 * units  # lc["overhead"]: the dense layer's two sub-layer units
     a_d, a_c = one_way_a2a_s(model, cluster, copies, e, u, etp_link, fp8_dispatch, per_node)
@@ -235,8 +274,9 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     else:
         exposed = a_d + a_c
         unpaired = 0.0 * exposed
+    host_f = np.where(host_sync, units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL, 0.0) + 0.0 * overhead  # (N,)
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
-            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired}
+            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f}
 
 
 def unpaired_share(interleaved, p, m, v, j):

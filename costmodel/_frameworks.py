@@ -30,6 +30,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
+    moe_host_sync: dropless routing waits on the host for each MoE layer's token counts (Megatron-Core's token
+        dispatchers without --moe-pad-expert-input-to-capacity): an MoE layer's passes run no faster than the host
+        launches their kernels (costmodel._experts.HOST_S_PER_KERNEL)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
         through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
@@ -39,7 +42,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     attention_kernel: costmodel._hardware.ATTENTION_KERNELS: "standard", the whole s x s square at the GEMM constant;
         "flash2" (FlashAttention-2) or "cudnn", the causal half at the kernel's published rate (where one is published)
     fp8_cast_bytes: under fp8, HBM bytes its casts to fp8 move outside the GEMMs, per element of a linear layer's input,
-        of a weight (forward), of its output gradient, of a weight (backward); zeros: fused (TE) or unknown
+        of a weight (forward), of its output gradient, of a weight (backward); zeros: none priced
+    fp8_norm_cast_bytes: under fp8, HBM bytes per element of a linear layer's input that a norm wrote (QKV's, FC1's:
+        Transformer Engine's LayerNormLinear, whose norm kernel can write the fp8 copy itself); None: as any input
+        (fp8_cast_bytes[0]). Transformer Engine's counts per scaling recipe (TE_FP8_CAST_BYTES)
     eager_elem_bytes: HBM bytes a layer forward eager element-wise code moves beyond the fused count (ELEM_TH_PER_LAYER,
         ELEM_TF_PER_LAYER), per element of the norms' input (T h, split like them), Q and K ((q + hk) / t: RoPE; LLM
         Foundry's unpadding), the MLP's intermediate (f / t); twice backward (ELEM_BWD_FACTOR), again where recompute
@@ -59,6 +65,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
         once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
+    te_ring_attention: Transformer Engine's P2P ring attention (cp > 1, not MLA; Megatron-Core's cp_comm_type "p2p"):
+        the K, V exchange exposed step by step against each step's attention, dK, dV travelling with K, V backward,
+        the merges' HBM bytes and kernels (costmodel._layer_compute.te_ring_terms); False: the generic ring, its
+        exchange against the whole attention core
     fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
         byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
     dp_bucket_elems: (floor, per rank): the data-parallel exchange's gradient reductions (and ZeRO 1-2's weight
@@ -71,6 +81,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         outside ones); 0: by dp_bucket_elems); (0, 1, 0): one all-gather per pass, reduce-scatters by buckets
     weight_gather_in_step: ZeRO 1-2's weight all-gather (and the bf16 optimizer's at ZeRO 0-1) runs inside the optimizer
         step, after the update, one all-gather of the whole flat group: exposed, whatever the dp overlap (DeepSpeed)
+    weight_sync_broadcasts: with weight_gather_in_step, the weights are synced not by one all-gather but by one
+        broadcast from each rank of the group of its updated shard (InternEvo's HybridZeroOptimizer): g collectives in
+        a row, each a ring pipeline over the group paying its latency (n - 1 steps), the bytes those of one all-gather;
+        with all_reduce_then_gather, only at ZeRO 1 (at ZeRO 0 every rank updates the whole model: nothing to sync)
     zero3_kept: what stays gathered from a micro-batch's forward to its backward, not gathered again: (layers, outside
         units, parameters) (torchtitan's last block and FSDP2's root; FSDP1's root; DeepSpeed's reuse distance)
     grad_buffer_bytes: by precision, the bytes a parameter's gradient holds in memory (ZeRO-2/3 shard it); None: the
@@ -118,8 +132,10 @@ class Framework:
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
+    moe_host_sync: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    fp8_norm_cast_bytes: float | None = None
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
@@ -130,11 +146,13 @@ class Framework:
     overlap_param_gather: bool = False
     fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    te_ring_attention: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
     zero3_kept: tuple[float, float, float] = (0.0, 0.0, 0.0)
     weight_gather_in_step: bool = False
+    weight_sync_broadcasts: bool = False
     grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
     layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
@@ -147,6 +165,25 @@ class Framework:
         return b[0] if b[0] == b[1] == b[2] else b
 
 
+# Transformer Engine's quantization outside its fp8 GEMMs (TransformerEngine d0067d0), HBM bytes an element, per scaling
+# recipe: (fp8_cast_bytes, fp8_norm_cast_bytes). On Hopper an fp8 GEMM takes both operands K-major, so the forward
+# GEMM's input is also written transposed for the weight-gradient GEMM and the output gradient twice for the data- and
+# weight-gradient GEMMs (pytorch/module/linear.py _Linear.forward: input_quantizer.set_usage(rowwise=True,
+# columnwise=backward_needs_input); backward: grad_output_quantizer.set_usage(rowwise=True, columnwise=True)).
+# Delayed scaling (Megatron-Core's --fp8-recipe default, NeMo 1.0's): one cast-transpose kernel reads the 16-bit tensor
+# and writes both fp8 copies, the amax taken in the same pass (csrc/quantizer.cpp Float8Quantizer::quantize, one
+# nvte_quantize_v2): 2 + 1 + 1 = 4 an input and an output gradient; after a norm (layernorm_linear.py
+# with_quantized_norm; csrc/extensions/normalization.cpp Impl::FULLY_FUSED for Float8Quantizer) the norm writes the fp8
+# copy in place of its 16-bit output (1 byte less than the element-wise count's write) and the transposed copy is one
+# more pass (read 1, write 1): 1. Current scaling (Megatron-Bridge's FP8-CS recipes): the amax is a pass of its own
+# before the cast (Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax_with_config, then
+# nvte_quantize_v2): 2 + 4 = 6; after a norm (Impl::FUSED_NORM_AMAX_FP8) the norm writes its 16-bit output with the
+# amax and the cast follows: 4. Weights: cast once a step and cached for the step's other micro-batches (Megatron-LM
+# d98e8a6 core/extensions/transformer_engine.py: is_first_microbatch, passed to TE's forward, False after the first),
+# 0 a micro-batch. Not priced: the current-scaling amax's all-reduce over the tp group for sequence-parallel inputs (one
+# value), MXFP8's (Blackwell) 1 x 32 block scales (2 / 32 bytes more an element; its norms unfused: 4 + 1 / 16).
+TE_FP8_CAST_BYTES = {"delayed": ((4.0, 0.0, 4.0, 0.0), 1.0), "current": ((6.0, 0.0, 6.0, 0.0), 4.0)}
+
 _MEGATRON_CORE = Framework(
     name="megatron-core",
     what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
@@ -156,6 +193,8 @@ _MEGATRON_CORE = Framework(
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
     expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
+    fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
+    te_ring_attention=True, moe_host_sync=True,
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
@@ -197,7 +236,13 @@ _MEGATRON_CORE = Framework(
              "TransformerEngine v2.11 (c188b53) pytorch/module/grouped_linear.py: under fp8 tex.split_quantize of the "
              "input (row-wise and, for the weight gradient, column-wise: read 2, write 1 + 1 bytes an element) and of "
              "the output gradient in backward; one quantization and one cuBLAS GEMM per expert (common/gemm/"
-             "cublaslt_gemm.cu multi_stream_cublas_gemm)"),
+             "cublaslt_gemm.cu multi_stream_cublas_gemm)",
+             "Megatron-LM d98e8a6 megatron/training/arguments.py --fp8-recipe (default 'delayed'); TransformerEngine "
+             "d0067d0 pytorch/module/linear.py, layernorm_linear.py, csrc/quantizer.cpp, csrc/extensions/"
+             "normalization.cpp: the casts outside the fp8 GEMMs (TE_FP8_CAST_BYTES, delayed scaling)",
+             "Megatron-LM d98e8a6 megatron/training/arguments.py --cp-comm-type (default ['p2p']); "
+             "TransformerEngine d0067d0 pytorch/attention/dot_product_attention/context_parallel.py "
+             "AttnFuncWithCPAndKVP2P: the ring's steps, exchange and merges (costmodel._layer_compute.TE_RING_BYTES)"),
 )
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -233,6 +278,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
         weight_gather_bytes=(2.0, 2.0, 1.0),
+        fp8_cast_bytes=TE_FP8_CAST_BYTES["current"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["current"][1],
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -243,6 +289,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "incoming gradient is 1 (per-token losses: it is not): 10",
                  "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py, 067f987 "
                  "perf_recipes/_common.py: grad_reduce_in_fp32 = False (2 bytes; bf16_mixed's default is fp32)",
+                 "Megatron-Bridge 067f987 scripts/performance: H100 FP8 runs as 'fp8_cs' (Float8CurrentScaling): the "
+                 "casts outside the fp8 GEMMs at TE_FP8_CAST_BYTES['current']",
                  "Megatron-Bridge v0.2.0, 067f987 performance fp8_cs: fp8_param_gather = True; Megatron-LM 0d8e071 DDP "
                  "and megatron_fsdp gather Float8Tensor weights as uint8 (1 byte); comm_overlap.py: overlap on, dp > 1",
                  "the megatron-core profile's sources"),
@@ -274,6 +322,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
         overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti",
+        fp8_cast_bytes=(0.0,) * 4, fp8_norm_cast_bytes=None,  # its dense layers' quantization kernels not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
              "combine; otherwise priced as megatron-core-deepep-a2a-overlap (DualPipe is priced as 1F1B)",
@@ -447,6 +496,28 @@ _derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0,
     what="LLM Foundry, attn_impl triton, FSDP mixed_precision PURE: as llm-foundry-triton, gradients reduced in bf16",
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: PURE reduces in the precision's dtype (bf16: 2); "
              "llm-foundry 8c8dd48 benchmarking/README.md: 'bf16 | PURE' rows", "llm-foundry-triton's sources"),
+)
+# InternEvo (InternLM's training code) as its published 7B scaling runs ran it: the Megatron-Core profile's layer and
+# kernel fields (a stand-in: InternEvo's flash-attention layer is not priced on its own), its ZeRO-1 exchange from the
+# code of the commit that published the table (fa7337b).
+_derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(2.0, 2.0, 2.0),
+    all_reduce_then_gather=(True, True, True), overlap_param_gather=False, weight_gather_in_step=True,
+    weight_sync_broadcasts=True, dp_bucket_elems=(512 * 1024 * 1024, 0.0), dp_buckets_need_overlap=False,
+    expert_parallel=False, expert_tensor_parallel=False,
+    what="InternEvo (InternLM) hybrid ZeRO-1: gradients all-reduced in the training dtype by buckets behind the "
+         "backward, the updated weights synced after the step by one broadcast from each shard's owner, waited; "
+         "layers and kernels priced as megatron-core's",
+    sources=("InternLM/InternEvo fa7337b (the commit that published doc/en/train_performance.md's table) "
+             "internlm/solver/optimizer/hybrid_zero_optim.py: _attach_reduction_hook sets reduce_rank = None, so "
+             "_reduce_and_copy's reduce_tensor (utils.py) all-reduces each bucket over the data-parallel group in the "
+             "parameters' dtype (bf16: 2 bytes), on the last micro-batch only (no_pipeline_scheduler.py "
+             "skip_grad_reduce); buckets of reduce_bucket_size = 512 x 1024 x 1024 elements (configs/7B_sft.py)",
+             "the same file, step(): after the update, broadcast_params(overlap=False) ('TODO: support broadcast "
+             "overlap'): for each rank of the ZeRO1 group one dist.broadcast of its flat fp16 shard, every handle "
+             "waited before the step returns",
+             "the same file: the ZeRO1 group is zero1 ranks of the data-parallel group (zero1 <= 0: all of them; a "
+             "group smaller than dp, e.g. 8 within a node, is not a strategy here: ZeRO-1 shards over all dp ranks)",
+             "the megatron-core profile's sources (layers, kernels, schedules)"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

@@ -305,6 +305,10 @@ def cluster_preset(name: str) -> Cluster:
         gpu, n, per = _NAMED_CLUSTERS[key]
         return make_cluster(gpu, n, gpus_per_node=per, name=key)
     m = _CLUSTER_RE.match(key)
-    if m and m.group(1) in GPU_ALIASES:
-        return make_cluster(m.group(1), int(m.group(2)), name=key)
+    if m:
+        gpu = m.group(1)
+        if gpu not in GPU_ALIASES and gpu + "x" in GPU_ALIASES:  # mi300x1024: the GPU's own name ends in x
+            gpu += "x"
+        if gpu in GPU_ALIASES:
+            return make_cluster(gpu, int(m.group(2)), name=key)
     raise InputError("cluster", "one of " + ", ".join(cluster_names()), name)

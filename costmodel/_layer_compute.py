@@ -151,6 +151,64 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
+# Transformer Engine's P2P ring attention (Megatron-Core's cp_comm_type "p2p", its default; TransformerEngine d0067d0
+# pytorch/attention/dot_product_attention/context_parallel.py AttnFuncWithCPAndKVP2P, causal, bshd / sbhd, 16-bit):
+# each sequence is split into 2 c chunks, rank r holding chunks r and 2 c - 1 - r, and a rank runs c steps: step 0 the
+# causal block of its own chunks (sc x sc), step i <= r its queries against the first half of the K, V it received (sc
+# x sc / 2), step i > r the second half of its queries against all of them (sc / 2 x sc), each a kernel of its own and
+# each the same FLOPs (a quarter of an sc x 2 sc square). Forward, step i sends the K, V it holds on to the next rank
+# while it computes (flash_attn_p2p_communicate, batch_isend_irecv), waited for before step i + 1; backward, steps past
+# the first send K, V with the dK, dV accumulated so far in one buffer of twice the size (p2p_comm_buffers of shape (2,
+# *kv.shape), the kv dtype), step 0 K, V alone and the last dK, dV alone, each waited for at the end of its step. HBM
+# bytes outside the kernels, per element of the rank's Q (E_q = b sc q / t) and of its K and V together (E_kv = 2 b sc
+# hk / t), each kernel's output 16 bits:
+#   forward: the K, V cat into the send buffer (read 2, write 2: 4 E_kv); the first step's output copied into the merged
+#     output (flash_attn_fwd_out_correction_init, read 2, write 2: 4 E_q); each later step's correction (flash_attn_fwd_
+#     out_correction or its second-half form: read the output and the step's, write the output: 6) over the step's
+#     query rows, all of them at i <= r and half past it, 3 / 4 on average over the ranks: 4.5 E_q a step;
+#   backward: K, V copied into the first send buffer (4 E_kv), the first step's dQ, dK, dV copied (4 (E_q + E_kv)) and
+#     each later step's added (dq.add_, dk.add_, dv.add_: read 2 + 2, write 2) over the step's rows of each, 3 / 4 of
+#     them on average: 4.5 (E_q + E_kv) a step.
+# The softmax statistics' merges (fp32, one value a query row and head: 1 / dh of E_q) are not counted.
+# (per E_kv, per E_q (backward: per E_q + E_kv), the same a later step)
+TE_RING_BYTES = {"fwd": (4.0, 4.0, 4.5), "bwd": (4.0, 4.0, 4.5)}
+# Kernels a later ring step launches beyond the attention kernel the layer has without the ring, at the layer's
+# per-kernel overhead (kernel_overhead_s per KERNELS_PER_SUBLAYER): forward its output correction, its statistics'
+# correction and the send / receive; backward the three accumulations and the send / receive. Per layer, once: the
+# cat and the first copy (forward), the buffer copy and the first step's copies (backward).
+TE_RING_KERNELS = {"fwd": (2.0, 3.0), "bwd": (4.0, 4.0)}  # (once, a later step)
+# A dense Megatron-Core layer forward launches, with Transformer Engine's fused modules: attention: LayerNormLinear
+# (norm, GEMM), fused RoPE (Q, K), fused attention, projection GEMM, bias-dropout-add: 7; MLP: LayerNormLinear (norm,
+# GEMM), bias-SwiGLU, FC2 GEMM, bias-dropout-add: 5; 6 a sub-layer, one kernel_overhead_s a sub-layer.
+KERNELS_PER_SUBLAYER = 6
+
+
+def te_ring_terms(model: Transformer, terms: dict, t, byte_s) -> dict:
+    """Transformer Engine's P2P ring attention over cp (TE_RING_BYTES; Framework.te_ring_attention) on one layer's
+    shape terms ``terms`` (T, c, attn, overhead, cp_bw, cp_lat, cast_f, cast_b, cp_fwd, cp_bwd; rows with c = 1 kept):
+    the exposed exchange step by step, each step's send against the step's attention (attn / c forward, 2 attn / c
+    backward; the load-balanced chunks give every step the same FLOPs), the merges' HBM bytes at ``byte_s`` seconds a
+    byte and the kernels' overhead, both added to the forward (cast_f) and backward (cast_b) times. K, V of the rank
+    as model.kv_hidden wide (an MLA model's K and V are priced so too)."""
+    c, T, attn, bw, lat = terms["c"], terms["T"], terms["attn"], terms["cp_bw"], terms["cp_lat"]
+    on = c > 1
+    e_q, e_kv = T * model.q_hidden / t, 2.0 * T * model.kv_hidden / t
+    kv_s = ACT_BYTES * e_kv / bw + lat  # K, V of the rank over the ring's link
+    step_f, step_b = attn / c, 2.0 * attn / c
+    cp_fwd = (c - 1.0) * np.maximum(kv_s - step_f, 0.0)
+    kv2_s = 2.0 * ACT_BYTES * e_kv / bw + lat  # K, V with dK, dV
+    cp_bwd = 2.0 * np.maximum(kv_s - step_b, 0.0) + np.maximum(c - 2.0, 0.0) * np.maximum(kv2_s - step_b, 0.0)
+    kernel_s = terms["overhead"] / (2.0 * KERNELS_PER_SUBLAYER)  # the layer's overhead is two sub-layers' units
+    (fk, fq, fs), (bk, bq, bs) = TE_RING_BYTES["fwd"], TE_RING_BYTES["bwd"]
+    merge_f = byte_s * (fk * e_kv + fq * e_q + fs * (c - 1.0) * e_q)
+    merge_b = byte_s * (bk * e_kv + bq * (e_q + e_kv) + bs * (c - 1.0) * (e_q + e_kv))
+    (f1, fn), (b1, bn) = TE_RING_KERNELS["fwd"], TE_RING_KERNELS["bwd"]
+    launch_f, launch_b = kernel_s * (f1 + fn * (c - 1.0)), kernel_s * (b1 + bn * (c - 1.0))
+    return {**terms, "cp_fwd": np.where(on, cp_fwd, terms["cp_fwd"]), "cp_bwd": np.where(on, cp_bwd, terms["cp_bwd"]),
+            "cast_f": terms["cast_f"] + np.where(on, merge_f + launch_f, 0.0),
+            "cast_b": terms["cast_b"] + np.where(on, merge_b + launch_b, 0.0)}
+
+
 def attention_eff_at(table, seq):
     """A kernel's rate (table (..., 6) at ATTN_SEQ_POINTS) at length ``seq``: log2-linear (hat weights), clamped."""
     x = np.clip(np.log2(np.asarray(seq, dtype=np.float64) / ATTN_SEQ_POINTS[0]), 0.0, len(ATTN_SEQ_POINTS) - 1.0)
@@ -169,30 +227,59 @@ def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):
     return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
 
 
+def fp8_cast_columns(fw: Framework, fp8):
+    """A profile's fp8 cast bytes as fp8_cast_parts_s takes them, per row: (input, weight forward, output gradient,
+    weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere; None where the profile
+    casts nothing outside its GEMMs (Framework.fp8_cast_bytes, fp8_norm_cast_bytes)."""
+    norm = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
+    if not any(fw.fp8_cast_bytes) and not norm:
+        return None
+    return tuple(np.where(fp8, x, 0.0) for x in (*fw.fp8_cast_bytes, norm))
+
+
 def fp8_cast_s(model: Transformer, T, t, gpu, casts):
     """(forward, backward) seconds per layer and micro-batch of T tokens at tensor parallelism t
-    that a framework casting to fp8 outside the GEMMs spends on its casts: ``casts`` = bytes moved
-    per element of each linear layer's input, per weight element forward, per element of its
-    output's gradient and per weight element backward (Framework.fp8_cast_bytes, each (N,) or a
-    scalar; zero where the row does not cast). The layer's linear products as the model counts
-    them: QKV (input h, output (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1)
-    f / t), down (f / t, h), the weights split by t (MLA: its attention matrices, each as
-    Transformer.attn_matrices splits it). An MLP has no casts."""
+    that a framework casting to fp8 outside the GEMMs spends on its casts: the attention's and the
+    MLP's parts of fp8_cast_parts_s summed."""
+    af, ab, mf, mb = fp8_cast_parts_s(model, T, t, gpu, casts)
+    return af + mf, ab + mb
+
+
+def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
+    """(attention forward, attention backward, MLP forward, MLP backward) seconds per layer and
+    micro-batch of T tokens at tensor parallelism t of a framework's casts to fp8 outside the GEMMs.
+    ``casts`` = bytes moved per element of a linear layer's input, per weight element forward, per
+    element of its output's gradient, per weight element backward and, optionally fifth, per
+    element of an input a norm wrote (Framework.fp8_cast_bytes and fp8_norm_cast_bytes; each (N,)
+    or a scalar; zero where the row does not cast; without the fifth, such inputs move the first).
+    The inputs a norm writes are the column-parallel products' (QKV, FC1 (and gate); MLA: its
+    up-projections after the latent norms), the others the rest (the projection's, FC2's; MLA's
+    down-projections). The layer's linear products as the model counts them: QKV (input h, output
+    (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1) f / t), down (f / t, h), the
+    weights split by t (MLA: its attention matrices, each as Transformer.attn_matrices splits it).
+    An MLP has no casts. The MLP part is the dense MLP's: an MoE layer takes the attention part
+    (costmodel._layer_terms.moe_layer_inputs)."""
     zero = np.zeros_like(T)
     if model.kind == "mlp":
-        return zero, zero
+        return zero, zero, zero, zero
+    cx, cw, cg, cwb = casts[:4]
+    cn = casts[4] if len(casts) > 4 else cx
     h, q, hk, f, mats = model.hidden, model.q_hidden, model.kv_hidden, model.ffn_hidden, model.mlp_matrices
     if model.mla:
         mm = model.attn_matrices()
-        x = T * (h + f / t + sum(i / t if s == "row" else i for i, _, s in mm))
-        g = T * (h + (mats - 1) * f / t + sum(o / t if s == "col" else o for _, o, s in mm))
-        w = mats * h * f / t + sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
+        xn = T * sum(i for i, _, s in mm if s == "col")  # up-projections' inputs, a latent norm's output
+        xa = T * sum(i / t if s == "row" else i for i, _, s in mm if s != "col")
+        ga = T * sum(o / t if s == "col" else o for _, o, s in mm)
+        wa = sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
     else:
-        x = T * (2.0 * h + (q + f) / t)  # the inputs' elements
-        g = T * (2.0 * h + (q + 2.0 * hk + (mats - 1) * f) / t)  # the output gradients' elements
-        w = (h * (q + 2.0 * hk) + q * h + mats * h * f) / t  # the weights
-    cx, cw, cg, cwb = casts
-    return hbm_s(cx * x + cw * w, gpu) + zero, hbm_s(cg * g + cwb * w, gpu) + zero
+        xn, xa = T * h, T * q / t  # QKV's input (the norm's output), the projection's
+        ga = T * (h + (q + 2.0 * hk) / t)  # the output gradients' elements
+        wa = (h * (q + 2.0 * hk) + q * h) / t  # the weights
+    xm_n, xm = T * h, T * f / t  # FC1's input (the norm's output), FC2's
+    gm = T * (h + (mats - 1) * f / t)
+    wm = mats * h * f / t
+    return (hbm_s(cn * xn + cx * xa + cw * wa, gpu) + zero, hbm_s(cg * ga + cwb * wa, gpu) + zero,
+            hbm_s(cn * xm_n + cx * xm + cw * wm, gpu) + zero, hbm_s(cg * gm + cwb * wm, gpu) + zero)
 
 
 def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,

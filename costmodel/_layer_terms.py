@@ -26,10 +26,12 @@ from costmodel._layer_compute import (
     UNFUSED_SCORE_BYTES,
     XENT_BYTES_PER_LOGIT,
     edge_terms,
-    fp8_cast_s,
+    fp8_cast_columns,
+    fp8_cast_parts_s,
     gemm_s,
     layer_costs,
     op_checkpoint_products,
+    te_ring_terms,
 )
 from costmodel._memory_terms import (
     SOFTMAX_STAT_BYTES,
@@ -42,7 +44,7 @@ from costmodel._memory_terms import (
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
-MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x")
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -52,9 +54,11 @@ def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x")}
-    # the expert GEMMs' fp8 quantization on top of the (attention's) casts of the dense layer
-    return {**out, "cast_f": out["cast_f"] + sh["moe_xcast_f"], "cast_b": out["cast_b"] + sh["moe_xcast_b"]}
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f")}
+    # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
+    # layer: its casts less its dense MLP's, which an MoE layer does not run
+    return {**out, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
+            "cast_b": out["cast_b"] - sh["cast_mlp_b"] + sh["moe_xcast_b"]}
 
 
 # The layer terms moe_stage_terms reads (the dense layer's: the first four).
@@ -87,11 +91,12 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
-    lc["cast_f"], lc["cast_b"] = fp8_cast_s(model, T, t, gpu, casts) if casts is not None else (zero, zero)
+    af, ab, mf, mb = fp8_cast_parts_s(model, T, t, gpu, casts) if casts is not None else (zero,) * 4
+    lc["cast_f"], lc["cast_b"], lc["cast_mlp_f"], lc["cast_mlp_b"] = af + mf, ab + mb, mf, mb
     edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"], xent)
     act_L, score_L = layer_activation_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
-                                     "cast_b")}
+                                     "cast_b", "cast_mlp_f", "cast_mlp_b")}
     out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
                cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
@@ -106,7 +111,8 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
     """The MoE layer's shape terms (moe_<key> of MOE_TERMS, and moe_act_L) from the dense ones ``sh``
     (shape_terms without ``moe``, at the same shape: T, attn, attn_gemm, overhead); ``moe`` = (ep,
     etp, framework, precision); ``etp_link`` as shape_terms takes it; ``sms``: the GPU's SMs (costmodel._sms; the
-    cluster's GPU's where None)."""
+    cluster's GPU's where None). The shared experts' linear layers cast to fp8 as the dense layer's do
+    (fp8_cast_columns)."""
     e, u, fw, precision = moe
     fp8 = np.asarray(precision) == PRECISIONS.index("fp8")
     fp8_dispatch = fw.fp8_dispatch & fp8
@@ -114,7 +120,8 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
     ml = moe_layer_costs(model, cluster, {k: sh[k] for k in ("T", "attn", "attn_gemm", "overhead")}, t, sp, e, peak,
                          fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch,
                          fp8_cast=np.where(fp8, fw.expert_fp8_cast_bytes, 0.0),
-                         sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms))
+                         sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms),
+                         shared_cast=fp8_cast_columns(fw, fp8), host_sync=fw.moe_host_sync)
     zero = np.zeros_like(sh["T"])
     act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)
     return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero}
@@ -131,14 +138,17 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     columns of the rows ``terms`` were computed for. Eager element-wise code (Framework.eager_elem_bytes)
     adds its bytes to the layer's element-wise time, at the HBM rate that time is priced at; a GQA layer's
     K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
-    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*.
+    PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*;
+    Transformer Engine's P2P ring (Framework.te_ring_attention) its merges and launches, its exchange step by step
+    (costmodel._layer_compute.te_ring_terms).
     Unfused attention (not Framework.fused_attention) moves its s x s scores through HBM in the softmax and the
     attention dropout (unfused_score_s): at that rate, forward (cast_f) and backward (cast_b), and again where the
     attention core is recomputed (sel_re)."""
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
     ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
+    te_ring = fw.te_ring_attention and model.kind != "mlp" and not model.mla
     unfused = not fw.fused_attention and model.kind != "mlp" and not model.mla
-    if (any(fw.eager_elem_bytes) or repeat or ring or unfused) and model.kind != "mlp":
+    if (any(fw.eager_elem_bytes) or repeat or ring or te_ring or unfused) and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
         byte_s = terms["elem"] / fused  # seconds a byte at the element-wise rate (before eager code's bytes join it)
@@ -152,6 +162,8 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                  "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
                  "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
                                     + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
+    if te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
+        terms = te_ring_terms(model, terms, t, byte_s)
     if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
@@ -242,9 +254,13 @@ def layer_activations_under(fw: Framework, model: Transformer, terms: dict, t, s
 def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
     times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
-    gradients) and the parts reported: compute, recompute, tp and cp comm."""
+    gradients) and the parts reported: compute, recompute, tp and cp comm. An MoE layer's ``host_f``
+    (costmodel._experts.HOST_S_PER_KERNEL) bounds its forward and, twice, its backward with W from below."""
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
+    if "host_f" in lc:  # an MoE layer whose routing waits on the host: each pass at least the host's launch time
+        f = np.maximum(f, lc["host_f"])
+        bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"]) - lc["gemm"]
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
     sel_tp = np.where(sel, lc["sel_tp"], 0.0)

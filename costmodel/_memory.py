@@ -9,7 +9,7 @@ times: no GEMM roofline per row, no communication, no pipeline fill. Searchers u
 which points of a space fit before they spend evaluations (search._screen).
 
 Micro-batches in flight: the closed form (``in_flight``) where the schedule's shape is inside
-the closed forms' domain, else the op graph's peak (costmodel._pipeline.compile_schedule), a
+the closed forms' domain, else the schedule's peak (costmodel._pipeline.schedule_peaks), a
 function of (schedule, pp, micro-batches, vpp) alone. ZB-H1/H2 with m >= pp are the one case
 where evaluate's choice also reads the stage times (T_W > min(T_F, T_B) sends a row to the
 simulator); there the closed form equals the graph's peak (tests/test_search_screen.py checks
@@ -60,7 +60,7 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     """(N, k) micro-batches in flight from the op graphs of rows outside the closed forms'
     domain by shape (ZB-V, Hanayo, interleaving with m not a multiple of pp, ZB-H1/H2 with
     m < pp); NaN for the other rows."""
-    from costmodel._pipeline import compile_schedule
+    from costmodel._pipeline import schedule_peaks
 
     zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
     graph = (np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
@@ -74,7 +74,7 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     width = int(p[q].max())
     peaks = np.zeros((len(shapes), width))
     for g, (code, pg, mg, vg) in enumerate(shapes):
-        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+        peaks[g, :pg] = schedule_peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
     out[q] = peaks[gid[:, None], np.minimum(idx[q], (p[q] - 1)[:, None])]
     return out
 

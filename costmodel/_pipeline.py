@@ -369,7 +369,7 @@ def compile_schedule(schedule: str, devices: int, microbatches: int, chunks: int
     )
     widest = max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
     last = np.array([rank[np.flatnonzero(device_flat == d)[-1]] for d in range(p)])
-    peak = _peak_activations(orders, v, split)
+    peak = schedule_peaks(schedule, p, m, v).copy()
     return _Graph(p, v, kind, micro, chunk, device, prev_r, dep_r, cross, waves, widest, last, peak,
                   np.asarray(bounds, dtype=np.int64))
 
@@ -401,6 +401,16 @@ def _levels(prev: np.ndarray, dep: np.ndarray, schedule: str, p: int, m: int, v:
     if seen != n:
         raise InputError("microbatches", f"a count {schedule} can schedule on D={p}, v={v} without deadlock", m)
     return np.array(level, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def schedule_peaks(schedule: str, devices: int, microbatches: int, chunks: int = 1) -> np.ndarray:
+    """(D,) read-only: the most stage micro-batch activations each device holds at once, from the
+    schedule's op order alone (no op graph: what the memory terms need, cheap enough to cache many)."""
+    _validate_shape(schedule, devices, microbatches, chunks)
+    out = _peak_activations(_BUILDERS[schedule](devices, microbatches, chunks), chunks, schedule in _SPLIT_BACKWARD)
+    out.setflags(write=False)
+    return out
 
 
 def _peak_activations(orders: list[list[tuple[int, int, int]]], v: int, split: bool) -> np.ndarray:

@@ -143,7 +143,7 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
 
     Each distinct input is simulated once, or taken from a per-process cache; shapes with many
     distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
-    from costmodel._pipeline import compile_schedule, simulate, total_times_mixed
+    from costmodel._pipeline import schedule_peaks, simulate, total_times_mixed
 
     k = F.shape[1]
     inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
@@ -179,7 +179,7 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
     cache.add(u_keys[~known], u_total[~known, None])
     peaks = np.zeros((len(shapes), dev.shape[1]))
     for g, (code, pg, mg, vg) in enumerate(shapes):
-        peaks[g, :pg] = compile_schedule(SCHEDULES[int(code)], int(pg), int(mg), int(vg)).peak_activations
+        peaks[g, :pg] = schedule_peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
     return u_total[back], gid[back], peaks
 
 

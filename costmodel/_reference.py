@@ -10,17 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from costmodel._collectives import (
-    PAT_BW_FRACTION,
-    PAT_LOG_LATENCY_DIVISOR,
-    PAT_RANK_LATENCY_FRACTION,
-    TREE_BW_FRACTION,
-)
+from costmodel import _nccl as nccl
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
+    HOST_S_PER_KERNEL,
     KERNELS_PER_LOCAL_EXPERT,
     KERNELS_PER_SUBLAYER,
     MOE_FIXED_KERNELS,
@@ -38,6 +34,8 @@ from costmodel._layer_compute import (
     ELEM_BWD_FACTOR,
     ELEM_TF_PER_LAYER,
     ELEM_TH_PER_LAYER,
+    TE_RING_BYTES,
+    TE_RING_KERNELS,
     UNFUSED_SCORE_BYTES,
 )
 from costmodel._memory_terms import (
@@ -77,26 +75,28 @@ def _gather(nbytes: float, n: int, link: tuple[float, float]) -> float:
 
 
 def _collective_link(cluster: Cluster, stride: int, size) -> tuple:
-    """(bandwidth, latency inside a node, latency across nodes, nodes, ranks per node) of an NCCL collective over a
-    group of ``size`` ranks ``stride`` apart (the data-parallel exchange; costmodel._collectives module docstring)."""
+    """(bandwidth, latency inside a node, latency across nodes, nodes, ranks per node, LL's ceiling in one node) of an
+    NCCL collective over a group of ``size`` ranks ``stride`` apart (the data-parallel exchange; costmodel._collectives
+    module docstring)."""
     G, eff = cluster.gpus_per_node, cluster.gpu.link_eff
     up, out = cluster.scaleup_Bps, cluster.scaleout_Bps
     up_l, out_l = cluster.scaleup_latency_s, cluster.scaleout_latency_s
+    ll = nccl.ll_one_node_Bps(cluster.gpu.name)
     span = stride * size
     if span <= G and G % span == 0:  # inside a node
-        return up * eff, up_l, up_l, 1, size
+        return up * eff, up_l, up_l, 1, size, ll
     if stride % G == 0:  # one rank per node
-        return out * eff, up_l, out_l, size, 1
+        return out * eff, up_l, out_l, size, 1, ll
     if G % stride == 0 and span % G == 0:  # g ranks on each node the group spans: the node's NICs at once
         g = G // stride
-        return min(g * out, g / max(g - 1, 1) * up) * eff, up_l, out_l, size // g, g
+        return min(g * out, g / max(g - 1, 1) * up) * eff, up_l, out_l, size // g, g, ll
     slow = max(up_l, out_l)  # groups across node boundaries unevenly: the slower tier on every step
-    return min(up, out) * eff, slow, slow, size, 1
+    return min(up, out) * eff, slow, slow, size, 1, ll
 
 
 def _collective(kind: str, nbytes: float, msg_bytes: float, n, link: tuple) -> float:
     """Seconds of collectives moving ``nbytes`` (whole buffers) over n ranks in messages of ``msg_bytes``, by NCCL's
-    fastest algorithm for the message, without their latencies (_collective_latency)."""
+    fastest algorithm and protocol for the message, without their latencies (_collective_latency)."""
     return _collective_choice(kind, msg_bytes, n, link)[0] * nbytes
 
 
@@ -104,24 +104,61 @@ def _collective_latency(kind: str, msg_bytes: float, n, link: tuple) -> float:
     return _collective_choice(kind, msg_bytes, n, link)[1]
 
 
+def _ll_ceiling(nodes: int, ll_one_node: float) -> float:
+    if nodes == 1:
+        return ll_one_node
+    return (nccl.LL_MAX_TWO_NODES_GBps if nodes == 2 else nccl.LL_MAX_NODES_GBps) * 1e9
+
+
+def _ring_choice(kind: str, n, link: tuple, p: int) -> tuple[float, float]:
+    """(seconds per byte, seconds per call) of NCCL's ring under protocol p (costmodel._collectives._ring)."""
+    bw, up_l, out_l, nodes, per_node, ll = link
+    bw_p = (min(nccl.RING_LL_SHARE * bw, _ll_ceiling(nodes, ll)) if p == nccl.LL
+            else nccl.RING_LL128_SHARE * bw if p == nccl.LL128 else bw)
+    passes = 2 if kind == "all_reduce" else 1
+    per_byte = 1 / bw_p if kind == "broadcast" else passes * (n - 1) / n / bw_p
+    hop_up = up_l * nccl.NVLINK_HOP_US["ring"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+    if nodes > 1:  # the proxy's post overhead on every hop of a ring across nodes
+        hop_up = max(hop_up, nccl.NET_OVERHEAD_US * 1e-6 * (3 if p == nccl.SIMPLE else 1))
+    net = nccl.NET_HOP_US["tree" if per_node == 1 else "ring"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE]
+    lat = nccl.BASE_US["ring"][p] * 1e-6 + passes * ((n - nodes) * hop_up + (nodes - 1) * out_l * net)
+    if kind == "all_reduce" and p == nccl.SIMPLE and nodes > 1:
+        lat *= nccl.RING_SIMPLE_PLATEAU
+    return per_byte, lat
+
+
+def _tree_choice(msg_bytes: float, n, link: tuple, p: int) -> tuple[float, float]:
+    """NCCL's tree all-reduce under protocol p (costmodel._collectives._tree), its bandwidth corrected for the
+    message (treeCorrectionFactor)."""
+    bw, up_l, out_l, nodes, per_node, ll = link
+    bw_p = nccl.TREE_SHARE * bw
+    if p == nccl.LL:
+        bw_p = min(bw_p / nccl.TREE_LL_DIVISOR, _ll_ceiling(nodes, ll))
+    elif p == nccl.LL128:
+        bw_p *= nccl.TREE_LL128_SHARE_ONE_NODE if nodes == 1 else nccl.TREE_LL128_SHARE_NODES
+    size = math.floor(math.log2(msg_bytes / 64)) if 64 <= msg_bytes < math.inf else -1
+    if 0 <= size < 23:
+        bw_p *= nccl.TREE_CORRECTION[p][size]
+    hops = ((per_node - 1) * up_l * nccl.NVLINK_HOP_US["tree"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+            + math.floor(math.log2(nodes)) * out_l * nccl.NET_HOP_US["tree"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE])
+    return 2 / bw_p, nccl.BASE_US["tree"][p] * 1e-6 + 2 * hops
+
+
 def _collective_choice(kind: str, msg_bytes: float, n, link: tuple) -> tuple[float, float]:
-    """(seconds per byte, seconds per call) of one collective: ring, or tree (all-reduce across nodes) or PAT
-    (all-gather / reduce-scatter, one rank per node) where NCCL's tuning model finds it faster for the message."""
+    """(seconds per byte, seconds per call) of one collective: the ring under LL, LL128 or Simple, or the tree under
+    each (all-reduce), or PAT (all-gather / reduce-scatter, one rank per node), whichever NCCL's tuning model finds
+    fastest for the message; "broadcast": the ring alone, its message at the bus bandwidth."""
     if n <= 1:
         return 0.0, 0.0
-    bw, up_l, out_l, nodes, per_node = link
-    twice = 2 if kind == "all_reduce" else 1
-    ring = (twice * (n - 1) / n / bw, twice * ((n - nodes) * up_l + (nodes - 1) * out_l))
-    log_nodes = math.floor(math.log2(max(nodes, 1)))
-    alt = None
-    if kind == "all_reduce" and nodes > 1:
-        alt = (2 / (TREE_BW_FRACTION * bw), 2 * ((per_node - 1) * up_l + log_nodes * out_l))
+    bw, up_l, out_l, nodes, per_node, ll = link
+    options = [_ring_choice(kind, n, link, p) for p in (nccl.LL, nccl.LL128, nccl.SIMPLE)]
+    if kind == "all_reduce":
+        options += [_tree_choice(msg_bytes, n, link, p) for p in (nccl.LL, nccl.LL128, nccl.SIMPLE)]
     if kind == "gather" and per_node == 1 and nodes > 1:
-        alt = (ring[0] / PAT_BW_FRACTION,
-               log_nodes * out_l / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_FRACTION * out_l)
-    if alt is not None and alt[0] * msg_bytes + alt[1] < ring[0] * msg_bytes + ring[1]:
-        return alt
-    return ring
+        rank_hop = nccl.PAT_RANK_LATENCY_US / nccl.NET_HOP_US["tree"][nccl.SIMPLE] * out_l  # a fifth of the network's
+        options.append((1 / (nccl.PAT_SHARE * bw), nccl.BASE_US["pat"][nccl.SIMPLE] * 1e-6
+                        + math.floor(math.log2(nodes)) * out_l / nccl.PAT_LOG_LATENCY_DIVISOR + n * rank_hop))
+    return min(options, key=lambda o: o[0] * msg_bytes + o[1])
 
 
 def _util(gpu, *dims: float) -> float:
@@ -284,10 +321,15 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     cast = fw.expert_fp8_cast_bytes if fp8 else 0.0
     xcast_f = _hbm(gpu, cast * (etp * copies * h + copies * fe))
     xcast_b = _hbm(gpu, cast * (copies * (mats - 1) * fe + etp * copies * h))
+    if fp8 and fs:  # the shared experts' linear layers cast as the dense layer's, their inputs 16-bit norm outputs
+        cx, cw, cg, cwb = fw.fp8_cast_bytes
+        xcast_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
+        xcast_b += _hbm(gpu, cg * T * ((mats - 1) * fs / tp + h) + cwb * mats * h * fs / tp)
     # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8)
     kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
         2 if cast > 0 else 1)
     units = 1 + kernels / KERNELS_PER_SUBLAYER
+    host_f = units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL  # the host's launches of the layer's forward
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
     # dispatch (fp8 with 1 x 128 fp32 scales where the framework sends it so and the row runs fp8) and combine
     d_bytes = FP8_DISPATCH_BYTES if (fw.fp8_dispatch and fp8) else ACT_BYTES
@@ -322,7 +364,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies)
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -462,23 +504,30 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     linear inputs, output gradients and weights), the bf16 optimizer's fp32 accumulation, PyTorch's ring attention,
     GQA's K and V copies; then its forward, backward and weight-gradient times."""
     gpu, h, f, tp, cp, T = cluster.gpu, model.hidden, model.ffn_hidden, row.tp, row.cp, row.T
-    cast_f = cast_b = 0.0
-    if row.prec == 2 and any(fw.fp8_cast_bytes) and model.kind != "mlp":
+    cast_f = cast_b = cast_mlp_f = cast_mlp_b = 0.0
+    norm_bytes = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
+    if row.prec == 2 and (any(fw.fp8_cast_bytes) or norm_bytes) and model.kind != "mlp":
         cx, cw, cg, cwb = fw.fp8_cast_bytes
         mats = model.mlp_matrices
         qw, kw, vw, ow = _widths(model)
-        if model.mla:  # per matrix: (input, output, weights) elements on one rank
+        # per matrix: (input, output, weights) elements on one rank, and whether a norm wrote the input
+        if model.mla:
             qr, kv, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
             nope = model.heads * model.head_size
-            mm = [(h, qw / tp, h * qw / tp)] if qr is None else [(h, qr, h * qr), (qr, qw / tp, qr * qw / tp)]
-            mm += [(h, kv + dr, h * (kv + dr)), (kv, (nope + vw) / tp, kv * (nope + vw) / tp),
-                   (ow / tp, h, ow * h / tp)]
+            mm = ([(h, qw / tp, h * qw / tp, True)] if qr is None
+                  else [(h, qr, h * qr, False), (qr, qw / tp, qr * qw / tp, True)])
+            mm += [(h, kv + dr, h * (kv + dr), False), (kv, (nope + vw) / tp, kv * (nope + vw) / tp, True),
+                   (ow / tp, h, ow * h / tp, False)]
         else:
-            mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp), (ow / tp, h, ow * h / tp)]
-        mm += [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp), (f / tp, h, f * h / tp)]
-        w = sum(x[2] for x in mm)
-        cast_f = _hbm(gpu, cx * T * sum(x[0] for x in mm) + cw * w)
-        cast_b = _hbm(gpu, cg * T * sum(x[1] for x in mm) + cwb * w)
+            mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp, True), (ow / tp, h, ow * h / tp, False)]
+        mlp = [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp, True), (f / tp, h, f * h / tp, False)]
+
+        def casts(mats_):  # (forward, backward) seconds of these matrices' casts
+            fwd = sum((norm_bytes if normed else cx) * T * i + cw * w for i, _, w, normed in mats_)
+            return _hbm(gpu, fwd), _hbm(gpu, sum(cg * T * o + cwb * w for _, o, w, _ in mats_))
+
+        (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
+        cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
     if fw.hp_grad_bytes and not model.is_moe and row.zero <= 1 and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
@@ -489,6 +538,18 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         gather, dkv = (cp - 1) * (2 * ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
         cp_fwd = max(gather - attn / cp, 0.0)
         cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
+    if fw.te_ring_attention and model.kind != "mlp" and not model.mla and cp > 1:  # Transformer Engine's P2P ring
+        e_q, e_kv = T * model.q_hidden / tp, 2 * T * model.kv_hidden / tp  # the rank's Q; its K and V
+        cp_bw, cp_lat = lay["cp_link"]
+        one, two = ACT_BYTES * e_kv / cp_bw + cp_lat, 2 * ACT_BYTES * e_kv / cp_bw + cp_lat  # K, V; with dK, dV
+        cp_fwd = (cp - 1) * max(one - attn / cp, 0.0)  # each step's send behind that step's attention
+        cp_bwd = 2 * max(one - 2 * attn / cp, 0.0) + (cp - 2) * max(two - 2 * attn / cp, 0.0)
+        (fk, fq, fs), (bk, bq, bs) = TE_RING_BYTES["fwd"], TE_RING_BYTES["bwd"]
+        (f1, fn), (b1, bn) = TE_RING_KERNELS["fwd"], TE_RING_KERNELS["bwd"]
+        kernel = gpu.kernel_overhead_s / KERNELS_PER_SUBLAYER
+        cast_f += _hbm(gpu, fk * e_kv + fq * e_q + fs * (cp - 1) * e_q) + kernel * (f1 + fn * (cp - 1))
+        cast_b += (_hbm(gpu, bk * e_kv + bq * (e_q + e_kv) + bs * (cp - 1) * (e_q + e_kv))
+                   + kernel * (b1 + bn * (cp - 1)))
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
@@ -499,6 +560,7 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
     return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
+            "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
 
@@ -599,9 +661,14 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
         layer = act["non_experts"] + mo["experts"]
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
-    return {**mo, "fwd": mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + lay["cast_f"] + mo["xcast_f"],
-            "bwd": mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + lay["cast_b"]
-            + mo["xcast_b"],  # (the dense casts, and the experts' fp8 quantization)
+    cast_f, cast_b = lay["cast_f"] - lay["cast_mlp_f"], lay["cast_b"] - lay["cast_mlp_b"]  # no dense MLP to cast
+    fwd = mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + cast_f + mo["xcast_f"]
+    bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
+           + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
+    if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
+        fwd = max(fwd, mo["host_f"])
+        bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
+    return {**mo, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
@@ -785,13 +852,18 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     expert_max = max(st["params_e"] for st in stages)
     params_max = max(st["params"] + st["params_e"] for st in stages)
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
-    plan = _exchange_plan(model, fw, row)
+    both = both and (zero == 1 if fw.weight_sync_broadcasts else zero <= 1)
+    plan_all = _exchange_plan(model, fw, row)
 
-    def exchange(n_params: float, ranks: int, link: tuple, bucket: float) -> float:  # in the framework's dtypes
+    def exchange(n_params: float, ranks: int, link: tuple, bucket: float, plan: dict) -> tuple[float, float]:
+        """(seconds of the exchange, of its part inside the optimizer step), in the framework's dtypes."""
         grad_bytes, w_bytes = gb * n_params, wb * n_params
         msg = min(bucket, plan["est"])  # elements of one bucket's collective
         calls = n_params / bucket + 1  # (the last bucket partly filled)
         gather_msg, gather_calls = (plan["est"], 1) if fw.weight_gather_in_step else (msg, calls)
+        gather_kind = "gather"
+        if fw.weight_gather_in_step and fw.weight_sync_broadcasts:  # one broadcast from each rank of its shard
+            gather_kind, gather_msg, gather_calls = "broadcast", plan["est"] / ranks, ranks
         if zero == 3:  # all-gather the weights for forward and for backward, reduce-scatter the gradients
             unit_w = wb * plan["est"] / plan["fwd"]
             gathers = (_collective("gather", (2 - plan["kept"]) * w_bytes, unit_w, ranks, link)
@@ -803,33 +875,35 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
                 unit_g = gb * plan["est"] / plan["scatters"]
                 scatters = (_collective("gather", grad_bytes, unit_g, ranks, link)
                             + plan["scatters"] * _collective_latency("gather", unit_g, ranks, link))
-            return m * (gathers + scatters)
-        gather = ("gather", w_bytes, wb * gather_msg, gather_calls)
-        if zero <= 1 and both:  # all-reduce the gradients, then all-gather the updated weights
+            return m * (gathers + scatters), 0.0
+        gather = (gather_kind, w_bytes, wb * gather_msg, gather_calls)
+        if both:  # all-reduce the gradients, then all-gather the updated weights
             kinds = (("all_reduce", grad_bytes, gb * msg, calls), gather)
         elif zero >= 1:  # reduce-scatter the gradients, all-gather the updated weights
             kinds = (("gather", grad_bytes, gb * msg, calls), gather)
         else:
             kinds = (("all_reduce", grad_bytes, gb * msg, calls),)
-        return sum(_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
-                   for k, nb, mb, c in kinds)
+        secs = [_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
+                for k, nb, mb, c in kinds]
+        return sum(secs), (secs[1] if fw.weight_gather_in_step and len(secs) == 2 else 0.0)
 
     gpu = cluster.gpu
     if model.is_moe:
         ep_link = _collective_link(cluster, row.ep * row.etp, edp)  # edp ranks ep etp apart
-        dp_raw = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
-                  + exchange(expert_max, edp, ep_link, plan["bucket"](edp)))
+        plan_e = _exchange_plan(model, fw, row, experts=True)
+        dense, experts = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all),
+                          exchange(expert_max, edp, ep_link, plan_e["bucket"](edp), plan_e))
+        dp_raw, step = dense[0] + experts[0], dense[1] + experts[1]
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
-        dp_raw = exchange(params_max, g, _collective_link(cluster, tp, g), plan["bucket"](g))
+        dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all)
         opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     exposed = max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0) if row.overlap else dp_raw
-    if fw.weight_gather_in_step and (zero in (1, 2) or (both and zero <= 1)):  # gathered after the optimizer step
-        ag = wb / (gb * (1 + (both and zero <= 1)) + wb) * dp_raw
-        exposed = max(dp_raw - ag - window, 0.0) + ag if row.overlap else dp_raw
+    if fw.weight_gather_in_step:  # the weights gathered after the optimizer step: exposed
+        exposed = max(dp_raw - step - window, 0.0) + step if row.overlap else dp_raw
     if fw.fsdp_unit_edges and row.overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
         e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
@@ -838,10 +912,11 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 
-def _exchange_plan(model: Transformer, fw, row: _Row) -> dict:
+def _exchange_plan(model: Transformer, fw, row: _Row, experts: bool = False) -> dict:
     """The data-parallel exchange's collectives under ``fw`` (costmodel._data_parallel.exchange_plan): bucket size by
     dp ranks, ZeRO-3's all-gathers per forward and backward pass, reduce-scatters (None: by bucket), the share of the
-    weights kept gathered for backward, and the stage's parameters per GPU (message sizes)."""
+    weights kept gathered for backward, and the exchanged parameters per GPU (message sizes: an MoE model's dense
+    exchange all but the routed experts / tp, its expert exchange (``experts``) the routed experts / (ep etp))."""
     L, tp = model.layers, row.tp
     unit = (model.num_params() - model.embedding_params() - model.head_params()) / L / tp  # a layer's, per GPU
     total = model.num_params() / tp
@@ -860,7 +935,9 @@ def _exchange_plan(model: Transformer, fw, row: _Row) -> dict:
         bwd = max(fwd - (k_layers * per_layer + k_outside + k_params / (unit / per_layer)), 0.0)
     else:
         fwd, bwd = 1.0, 1.0 - math.floor(kept)
-    return dict(bucket=bucket, fwd=fwd, bwd=bwd, kept=kept, est=total / row.pp,
+    routed = model.moe_layers * model.moe_layer_expert_params()
+    exchanged = routed / (row.ep * row.etp) if experts else (model.num_params() - routed) / tp
+    return dict(bucket=bucket, fwd=fwd, bwd=bwd, kept=kept, est=exchanged / row.pp,
                 scatters=L * scatter_per_layer + outside if scatter_per_layer > 0 else None)
 
 

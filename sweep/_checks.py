@@ -154,6 +154,8 @@ def check_run_info(info: object, path: str) -> dict:
     else:
         need_int(opts, "budget", path, "options.", low=1)
         need_int(opts, "checkpoint_every" if searcher == "mcmc" else "batch", path, "options.", low=1)
+        if "part_rows" in opts:  # recorded since a part holds several checkpoints' rows; a part per checkpoint before
+            need_int(opts, "part_rows", path, "options.", low=1)
         from search._options import GradientOptions, MCMCOptions, TPEOptions
 
         cls = {"mcmc": MCMCOptions, "tpe": TPEOptions, "gradient": GradientOptions}[searcher]
@@ -391,9 +393,13 @@ def check_counters(path: str, state: Mapping[str, np.ndarray]) -> None:
 
 
 def check_progress(path: str, engine: Mapping[str, np.ndarray], key: str, budget: int) -> dict:
-    """The engine entries of a checkpoint: ``key`` (parts written) >= 0, evaluations in [0, budget], done."""
+    """The engine entries of a checkpoint: ``key`` (parts written) >= 0, evaluations in [0, budget], done;
+    asks (the batches in those parts, >= the parts) where the checkpoint has it (written since parts hold
+    several batches)."""
     plain = {}
-    for k, kinds in ((key, "i"), ("evaluations", "i"), ("done", "b")):
+    for k, kinds in ((key, "i"), ("evaluations", "i"), ("done", "b"), ("asks", "i")):
+        if k == "asks" and k not in engine:
+            continue
         if k not in engine:
             raise InputError(path, f"an engine entry {k!r}", Shown("none"))
         a = np.asarray(engine[k])
@@ -404,7 +410,13 @@ def check_progress(path: str, engine: Mapping[str, np.ndarray], key: str, budget
     if plain[key] < 0 or not 0 <= plain["evaluations"] <= budget:
         raise InputError(path, f"{key} >= 0 and evaluations in [0, {budget}]",
                          Shown(f"{key} {plain[key]}, evaluations {plain['evaluations']}"))
-    return {key: int(plain[key]), "evaluations": int(plain["evaluations"]), "done": bool(plain["done"])}
+    out = {key: int(plain[key]), "evaluations": int(plain["evaluations"]), "done": bool(plain["done"])}
+    if "asks" in plain:
+        if not plain[key] <= plain["asks"] < COUNTER_MAX:
+            raise InputError(path, f"asks (the batches in its parts) in [{key} {plain[key]}, {COUNTER_MAX:,})",
+                             Shown(f"asks {plain['asks']}"))
+        out["asks"] = int(plain["asks"])
+    return out
 
 
 def load_marker(path: str, budget: int) -> dict | None:
@@ -421,6 +433,8 @@ def load_marker(path: str, budget: int) -> dict | None:
     need(marker, "done", (bool,), path)
     if "journal_bytes" in marker:  # written since resume rewinds the journal; older markers have none
         need_int(marker, "journal_bytes", path)
+    if "asks" in marker:  # written since a part holds several batches; older markers have a batch per part
+        need_int(marker, "asks", path, low=marker["batches"], high=COUNTER_MAX - 1)
     return marker
 
 

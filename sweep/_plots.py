@@ -30,8 +30,13 @@ from sweep._runview import DEGREES, RunView  # noqa: E402
 
 DPI = 150
 MARKERS = ("o", "D", "v", "s", "<", "x", "^", ">", "P", "*")
-DEGREE_LABELS = {"dp": "Data-parallel degree", "tp": "Horizontal (tensor) parallel degree",
-                 "pp": "Pipeline-parallel degree", "cp": "Context-parallel degree"}
+# Each degree's axis label with its unit: what one step of the degree counts.
+DEGREE_LABELS = {"dp": "Data-parallel degree (model replicas)",
+                 "tp": "Horizontal (tensor) parallel degree (GPUs per layer)",
+                 "pp": "Pipeline-parallel degree (stages)", "cp": "Context-parallel degree (GPUs per sequence)"}
+# The same as seed 000's isolated-scaling figures word them ("# ... partitions"), with the unit.
+PARTITION_LABELS = {"dp": "# Data parallel partitions (model replicas", "tp": "# Horizontal parallel partitions "
+                    "(GPUs per layer", "pp": "# Pipeline parallel partitions (stages"}
 # Seed 000's isolated-scaling figures: the varied degree and the file name the seed saves.
 ISOLATED = (("dp", "data_parallelism"), ("tp", "horizontal_parallelism"), ("pp", "pipeline_parallelism"))
 MAX_GRID_PANELS = 8  # panels of the grid figure (largest data-parallel degrees dropped beyond)
@@ -54,7 +59,7 @@ def load_columns(view: RunView) -> Columns:
     """The feasible rows' columns; a placement run's dp and tp are its widest stage's
     (stage_dp, stage_tp: each row's largest)."""
     thr = view.throughput_column
-    placed = {"dp": "stage_dp", "tp": "stage_tp"} if "stage_dp" in view.columns else {}
+    placed = {"dp": "stage_dp", "tp": "stage_tp"} if view.placed else {}
     want = [placed.get(c, c) for c in (*DEGREES, "microbatches", "global_batch") if c in view.columns] + [thr]
     cols = view.read(want, feasible_only=True)
     cols.update({d: cols.pop(c) for d, c in placed.items()})
@@ -112,13 +117,13 @@ def plot_degrees(c: Columns, title: str, out_dir: str, suffix: str = "") -> str 
     for ax, d in zip(axes[0], varied, strict=True):
         keys, best = best_by([c.degrees[d]], c.throughput)
         x = keys[:, 0]
-        ax.plot(x, best, marker="o", color="C0", label="best over the other dimensions")
+        ax.plot(x, best, marker="o", color="C0")
         _log2_axis(ax, x)
-        ax.set_xlabel(DEGREE_LABELS[d] + (" (widest stage)" if c.widest and d in ("dp", "tp") else ""))
+        ax.set_xlabel(DEGREE_LABELS[d] + (", widest stage" if c.widest and d in ("dp", "tp") else ""))
         _thousands(ax)
     axes[0][0].set_ylabel(c.label)
-    axes[0][0].legend(loc="best", fontsize=9)
-    fig.suptitle(f"{title}: best feasible throughput per degree")
+    fig.suptitle(f"{title}: best feasible throughput per degree\n(each point the best over the other dimensions)",
+                 fontsize=11)
     fig.tight_layout()
     return _save(fig, out_dir, "throughput_vs_degrees" + suffix)
 
@@ -160,7 +165,7 @@ def plot_grid_search(c: Columns, title: str, out_dir: str, suffix: str = "") -> 
         ax.set_title("No data parallelism" if dp == 1 else f"{dp} data parallel partitions", fontsize=11)
         _log2_axis(ax, tps)
         _thousands(ax)
-        ax.set_xlabel("# Horizontal parallel partitions")
+        ax.set_xlabel("# Horizontal parallel partitions (GPUs per layer)")
     axes[0][0].set_ylabel(c.label)
     order = sorted(handles)
     fig.legend([handles[k] for k in order], [handles[k].get_label() for k in order], loc="lower center",
@@ -193,14 +198,68 @@ def plot_isolated(c: Columns, title: str, out_dir: str, suffix: str = "") -> lis
                     label=f"Batch size {B}, {m} microbatch" + ("es" if m != 1 else ""))
         _log2_axis(ax, np.unique(keys[:, 2]))
         _thousands(ax)
-        ax.set_xlabel("# " + {"dp": "Data parallel", "tp": "Horizontal parallel", "pp": "Pipeline parallel"}[deg]
-                      + " partitions (others 1)")
+        ax.set_xlabel(PARTITION_LABELS[deg] + "; the other degrees 1)")
         ax.set_ylabel(c.label)
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         ax.set_title(f"{title}: isolated {DEGREE_LABELS[deg].lower()}", fontsize=10)
         fig.tight_layout()
         written.append(_save(fig, out_dir, name + suffix))
     return written
+
+
+PLACEMENT_TOP = 8  # plans drawn in the placement figure
+
+
+def plan_stages(row: dict, layers: int) -> list[dict]:
+    """A placement row's stages (result columns stage_*) as [{pool, pool2, dp, dp2, tp, layers}] (null stage_layers:
+    uniform stages, layers / pp each)."""
+    per = row.get("stage_layers") or [layers // row["pp"]] * row["pp"]
+    return [{"pool": row["stage_pool"][j], "pool2": (row.get("stage_pool2") or [None] * row["pp"])[j],
+             "dp": row["stage_dp"][j], "dp2": (row.get("stage_dp2") or [0] * row["pp"])[j],
+             "tp": row["stage_tp"][j], "layers": per[j]} for j in range(row["pp"])]
+
+
+def plot_placements(view: RunView, title: str, out_dir: str, suffix: str = "", top: int = PLACEMENT_TOP) -> str | None:
+    """A mixed-cluster run's best plans, one bar each, best on top: its stages left to right as wide as their
+    layers, coloured by the pool that holds them (a stage split over two pools: both colours, hatched), labelled
+    dp x tp; the pools' legend outside the axes. None where the run has no placements or no feasible row."""
+    if "stage_pool" not in view.columns:
+        return None
+    from sweep._runview import best_rows
+
+    rows = best_rows(view, top).to_pylist()
+    layers = int(view.model.get("layers") or 0)
+    if not rows or not layers:
+        return None
+    pools = list(dict.fromkeys(p for r in rows for p in (*r["stage_pool"], *(r.get("stage_pool2") or [])) if p))
+    color = {p: f"C{i % 10}" for i, p in enumerate(pools)}
+    thr = view.throughput_column
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.55 * len(rows)))
+    for i, row in enumerate(rows):
+        y, x0 = len(rows) - 1 - i, 0
+        for st in plan_stages(row, layers):
+            split = bool(st["dp2"])
+            ax.barh(y, st["layers"], left=x0, height=0.7, color=color[st["pool"]], edgecolor="white",
+                    hatch="//" if split else None)
+            if split:  # the second pool's replicas: the lower part of the bar, in its colour
+                ax.barh(y - 0.175, st["layers"], left=x0, height=0.35, color=color[st["pool2"]], edgecolor="white",
+                        hatch="//")
+            text = f"{st['dp'] - st['dp2']}+{st['dp2']}x{st['tp']}" if split else f"{st['dp']}x{st['tp']}"
+            ax.text(x0 + st["layers"] / 2, y, text, ha="center", va="center", fontsize=7, color="white")
+            x0 += st["layers"]
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"#{len(rows) - k}: {rows[len(rows) - 1 - k][thr]:,.0f} "
+                        f"{'samples/s' if thr == 'samples_per_s' else 'tokens/s'}" for k in range(len(rows))],
+                       fontsize=8)
+    ax.set_xlim(0, layers)
+    ax.set_xlabel(f"layers held, stage by stage from the first (of the model's {layers} layers)")
+    ax.set_ylabel("plan (rank: throughput)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color[p]) for p in pools]
+    ax.legend(handles, pools, title="pool (labels: dp x tp)", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=8, frameon=False)
+    ax.set_title(f"{title}: which pool holds each pipeline stage, best {len(rows)} plans", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out_dir, "placement" + suffix)
 
 
 def plot_run(view: RunView, out_dir: str, *, seed000: bool | None = None) -> tuple[list[str], list[str]]:
@@ -231,6 +290,9 @@ def _plot_study(view: RunView, out_dir: str, suffix: str, seed000: bool | None) 
         return [], ["no feasible rows: nothing to plot"]
     p = plot_degrees(c, title, out_dir, suffix)
     (written.append(p) if p else notes.append("throughput_vs_degrees: no degree takes two values"))
+    if c.widest:  # a mixed-cluster run: where its best plans put their stages
+        p = plot_placements(view, title, out_dir, suffix)
+        (written.append(p) if p else notes.append("placement: the run.json names no model layers"))
     if seed000 if seed000 is not None else view.is_mlp:
         p = plot_grid_search(c, title, out_dir, suffix)
         (written.append(p) if p else notes.append(f"grid_search: no feasible row uses all {c.num_gpus} GPUs"))

@@ -1,16 +1,22 @@
 """Results as Parquet: StrategyTable + Metrics -> one Arrow table -> one part file.
 
-Schema (README, "Results (Parquet schema)"): the strategy columns with readable values (the schedule
-as its name), stage_layers / stage_recompute as lists, null when the row's stages are
-uniform, for every cluster (a placement run adds the per-stage placement lists stage_pool,
-stage_dp, stage_tp, stage_order, stage_pool2, stage_dp2, never null), the metric columns of
-costmodel.METRIC_COLUMNS (units in their names; reason as its REASONS name), the error band of tokens_per_s
-(BAND_COLUMNS, costmodel._bands.error_bands), then run_id,
-model, cluster, framework (the costmodel._frameworks profile the row was priced under: the table's framework
-column where it has one, one per row), iteration
-and grid_index. The column ``searcher`` comes from the hive
-partition directory ``searcher=<name>``. The model, cluster and versions are in the schema
-metadata under b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
+Schema (docs/run-directories.md, "Results (Parquet schema)"): one schema for every run (grid,
+every searcher, one pool or several, dense, MoE or MLP, one problem or many), so that parts of
+different runs read together with no options. The strategy columns with readable values (the
+schedule as its name); the per-stage lists stage_layers / stage_recompute, null when the row's
+stages are uniform; the per-stage placement lists stage_pool, stage_dp, stage_tp, stage_order,
+stage_pool2, stage_dp2, listed on every row of a run on a cluster with pools and null on every
+row of one on one pool; the metric columns of costmodel.METRIC_COLUMNS (units in their names;
+reason as its REASONS name), the error band of tokens_per_s (BAND_COLUMNS,
+costmodel._bands.error_bands), then run_id, model, cluster, framework (the costmodel._frameworks
+profile the row was priced under: the table's framework column where it has one, one per row),
+iteration and grid_index. A column's type is the same in every part, whether or not a value
+is null (list<int64>, never list<null>). The column ``searcher`` comes from the hive partition
+directory ``searcher=<name>``. The model, cluster and versions are in the schema metadata under
+b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
+
+Parts written by one-pool runs before the placement lists were in every part lack those six
+columns (LEGACY_SCHEMA): they are read as they are, the six columns null (dataset_schema).
 
 Parts are written to a hidden temporary name in the same directory (ignored by readers:
 pyarrow skips names starting with ".") and renamed into place, so a part is either whole
@@ -40,13 +46,16 @@ def part_name(study: int, index: int) -> str:
     return f"part-{study:02d}-{index:06d}.parquet"
 
 STRATEGY_COLUMNS = INT_COLUMNS + tuple(CODE_COLUMNS) + BOOL_COLUMNS + ("stage_layers", "stage_recompute")
-# Runs over search.HeteroSpace (sweep or search on a cluster with pools) add one list per row of
-# each stage's pool (name), dp, tp, rank order, and second pool / replicas there (a stage split
-# across two pools; null pool and 0 where not split). Their dp, tp and micro_batch are null (they
-# differ per stage); stage_layers and stage_recompute are null where uniform, as on one pool.
+# Each stage's pool (name), dp, tp, rank order, and second pool / replicas there (a stage split
+# across two pools; null pool and 0 where not split): listed on every row of a run over
+# search.HeteroSpace (a cluster with pools), whose dp, tp and micro_batch are null (they differ per
+# stage); null on every row of a run on one pool. stage_layers and stage_recompute are null where
+# uniform, on every cluster.
 HETERO_STAGE_COLUMNS = ("stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_pool2", "stage_dp2")
 HETERO_STRATEGY_COLUMNS = STRATEGY_COLUMNS + HETERO_STAGE_COLUMNS
 BAND_COLUMNS = ("tokens_per_s_low", "tokens_per_s_high")  # tokens_per_s's error band (costmodel._bands)
+STAGE_NAMED = ("stage_recompute", "stage_pool", "stage_order", "stage_pool2")  # lists of names; the others int64
+SEARCHER_FIELD = pa.field("searcher", pa.string())  # the hive partition folder searcher=<name>
 
 
 def _metric_type(name: str) -> pa.DataType:
@@ -59,22 +68,39 @@ def _metric_type(name: str) -> pa.DataType:
     return pa.float64()
 
 
-def result_schema(metadata: Mapping[bytes, bytes] | None = None, *, hetero: bool = False) -> pa.Schema:
-    """The schema every part has (so parts of empty and full units read as one dataset);
-    ``hetero``: with the per-stage placement columns of HETERO_STAGE_COLUMNS after the
-    strategy columns."""
+def _stage_type(name: str) -> pa.DataType:
+    return pa.list_(pa.string() if name in STAGE_NAMED else pa.int64())
+
+
+def result_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
+    """The one schema every part of every run has (so parts of empty and full units, of a grid
+    and of a search, of one pool and of several read as one dataset): the columns in order, each
+    with the type it has in every part."""
     fields = [pa.field(c, pa.int64()) for c in INT_COLUMNS]
     fields += [pa.field(c, pa.string()) for c in CODE_COLUMNS]
     fields += [pa.field(c, pa.bool_()) for c in BOOL_COLUMNS]
-    fields += [pa.field("stage_layers", pa.list_(pa.int64())), pa.field("stage_recompute", pa.list_(pa.string()))]
-    if hetero:
-        named = ("stage_pool", "stage_order", "stage_pool2")  # strings; the others int64
-        fields += [pa.field(c, pa.list_(pa.string() if c in named else pa.int64())) for c in HETERO_STAGE_COLUMNS]
+    fields += [pa.field(c, _stage_type(c)) for c in ("stage_layers", "stage_recompute", *HETERO_STAGE_COLUMNS)]
     fields += [pa.field(c, _metric_type(c)) for c in METRIC_COLUMNS]
     fields += [pa.field(c, pa.float64()) for c in BAND_COLUMNS]
     fields += [pa.field(c, pa.string()) for c in ("run_id", "model", "cluster", "framework")]
     fields += [pa.field("iteration", pa.int64()), pa.field("grid_index", pa.int64())]
     return pa.schema(fields, metadata=dict(metadata or {}))
+
+
+# Parts of one-pool runs written before every part had the placement lists: the schema less them.
+LEGACY_SCHEMA = pa.schema([f for f in result_schema() if f.name not in HETERO_STAGE_COLUMNS])
+
+
+def part_schemas(*, hetero: bool | None = None) -> tuple[pa.Schema, ...]:
+    """The schemas a part of a run may have: result_schema, and for a run on one pool
+    (``hetero`` False) or of unknown kind (None) also LEGACY_SCHEMA."""
+    return (result_schema(),) if hetero else (result_schema(), LEGACY_SCHEMA)
+
+
+def dataset_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
+    """The schema to read a run's parts as one dataset (a LEGACY_SCHEMA part's placement lists
+    read as null): result_schema with ``metadata`` and the partition column ``searcher``."""
+    return result_schema(metadata).append(SEARCHER_FIELD)
 
 
 # Schema metadata keys (JSON bytes) written with every Parquet part.
@@ -126,9 +152,9 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
              metadata: Mapping[bytes, bytes] | None = None, pool_names: list[str] | None = None) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
     A table with placements needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
-    micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS follow the strategy columns. The framework
-    column: each row's from the table's framework column, else ``framework`` (None: DEFAULT_FRAMEWORK) for every
-    row."""
+    micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS hold its placement (null without
+    placements). The framework column: each row's from the table's framework column, else ``framework`` (None:
+    DEFAULT_FRAMEWORK) for every row. The columns and types are result_schema's, whatever the table."""
     hetero = table.placed
     if hetero and pool_names is None:
         raise ValueError("to_arrow of a table with placements needs pool_names")
@@ -150,7 +176,9 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
         cols[c] = pa.array(table[c], type=pa.bool_())
     cols["stage_layers"] = _stage_list(table.stage_layers, pp)
     cols["stage_recompute"] = _stage_list(table.stage_recompute, pp, RECOMPUTE)
-    if hetero:
+    if not hetero:
+        cols.update({c: pa.nulls(n, _stage_type(c)) for c in HETERO_STAGE_COLUMNS})
+    else:
         st = table.stages
         split = (st["dp2"] > 0) & (st["pool2"] != st["pool"])
         cols["stage_pool"] = _stage_list(st["pool"], pp, pool_names, uniform_null=False)
@@ -173,7 +201,7 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
     cols["grid_index"] = (
         pa.nulls(n, pa.int64()) if grid_index is None else pa.array(np.asarray(grid_index, dtype=np.int64))
     )
-    schema = result_schema(metadata, hetero=hetero)
+    schema = result_schema(metadata)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

@@ -32,7 +32,7 @@ from costmodel import GPU, Cluster, HeteroCluster, InputError, Transformer, hete
 from costmodel._files import TMP_PREFIX, TMP_SUFFIX
 from costmodel._workloads import FIELDS_SINCE_MOE
 from sweep._checks import Shown, check_parts, check_run_info, read_json, said, shown
-from sweep._results import result_schema, schema_metadata, write_json_atomic
+from sweep._results import part_schemas, schema_metadata, write_json_atomic
 
 # Bumped whenever the layout of a run directory or of its Parquet parts changes.
 RUN_FORMAT = 3  # 2: a framework column in every part; 3: tokens_per_s_low / _high (the error band)
@@ -213,14 +213,15 @@ class RunDir:
 
     @property
     def hetero(self) -> bool:
-        """A run over placement spaces (its parts have the per-stage placement columns)."""
+        """A run over placement spaces (its parts list the per-stage placement columns)."""
         return any(s["space"].get("kind") == "hetero" for s in self.info["studies"])
 
     def check_parts(self) -> None:
-        """Every part's footer and schema checked (the damaged ones in ``damaged``)."""
+        """Every part's footer and schema checked (the damaged ones in ``damaged``): the one result
+        schema, or a one-pool run's parts as written before the placement lists (sweep._results)."""
         import pyarrow.fs as pafs
 
-        _, self.damaged = check_parts(pafs.LocalFileSystem(), self.results, (result_schema(hetero=self.hetero),))
+        _, self.damaged = check_parts(pafs.LocalFileSystem(), self.results, part_schemas(hetero=self.hetero))
 
     def set_damaged_parts_aside(self) -> None:
         """The damaged parts moved to quarantine/, once the run's own files are checked (their rows

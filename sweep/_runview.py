@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 
 from costmodel import InputError
 from sweep._checks import Shown, check_parts, check_view_info, read_json, said, skipped_line, unreadable_parts
-from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS, result_schema
+from sweep._results import META_CLUSTER, META_MODEL, META_VERSIONS, dataset_schema, part_schemas
 from sweep._rundir import RESULTS as RESULTS_DIR
 from sweep._rundir import RUN_FORMAT, RUN_JSON
 
@@ -56,6 +56,14 @@ class RunView:
     @property
     def columns(self) -> tuple[str, ...]:
         return tuple(self.dataset.schema.names)
+
+    @property
+    def placed(self) -> bool:
+        """A run on a cluster with pools: its rows list the per-stage placement (stage_pool, stage_dp,
+        ...; null in every other run) and leave dp, tp and micro_batch null."""
+        studies = self.info.get("studies") if isinstance(self.info.get("studies"), list) else []
+        return "pools" in self.cluster or any(isinstance(s, dict) and (s.get("space") or {}).get("kind") == "hetero"
+                                              for s in studies)
 
     @property
     def is_mlp(self) -> bool:
@@ -190,6 +198,12 @@ def open_run(run_dir: str | os.PathLike, *, skip: Mapping[str, str] | None = Non
         dataset = ds.dataset(sorted(sound), filesystem=fs, format="parquet",
                              partitioning=ds.partitioning(flavor="hive"), partition_base_dir=results)
         schema = dataset.schema
+        if "searcher" in schema.names and not schema.remove_metadata().equals(dataset_schema()):
+            # parts written before every part had the placement lists: read as one schema, those lists null
+            schema = dataset_schema(schema.metadata)
+            dataset = ds.dataset(sorted(sound), schema=schema, filesystem=fs, format="parquet",
+                                 partitioning=ds.partitioning(pa.schema([schema.field("searcher")]), flavor="hive"),
+                                 partition_base_dir=results)
     except (pa.ArrowException, OSError) as exc:
         raise InputError("RUN_DIR", "results/ holding Parquet files", Shown(f"{run_dir} ({said(exc)})")) from None
     missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
@@ -205,12 +219,10 @@ def open_run(run_dir: str | os.PathLike, *, skip: Mapping[str, str] | None = Non
 
 
 def _expected_schemas(info: Mapping[str, object]) -> tuple[pa.Schema, ...]:
-    """The part schemas of the run run.json describes: over placement spaces or not; both where
-    run.json does not say (a run written by other tools)."""
+    """The part schemas of the run run.json describes (sweep._results.part_schemas): over placement
+    spaces or not; either where run.json does not say (a run written by other tools)."""
     kinds = {(s.get("space") or {}).get("kind") for s in info.get("studies") or []}
-    if not kinds:
-        return result_schema(), result_schema(hetero=True)
-    return (result_schema(hetero="hetero" in kinds),)
+    return part_schemas(hetero=("hetero" in kinds) if kinds else None)
 
 
 def _check_format(info: Mapping[str, object], run_dir: str) -> None:

@@ -1,20 +1,28 @@
 """Searches (MCMC, TPE, gradient) through the sweep machinery: run directory, Parquet parts, checkpoints.
 
+Parts and checkpoints. A search's rows are kept in memory (Pending) until they fill a part of
+at least ``part_rows`` rows (run.json's options; --part-rows, default 10,000), the search ends,
+or PART_FLUSH_S seconds have passed since the first of them; then, per study: the part's
+record (state/asked/, sweep._heal), the part, then the searcher's checkpoint. A checkpoint is
+only ever written with the part that holds every row evaluated before it, so a kill loses the
+pending rows and nothing else: resume starts from the last checkpoint, and the searcher (a
+function of its state and seed) evaluates those rows again, exactly. Runs recorded without
+part_rows (written before) keep a part per checkpoint or batch (part_rows 1).
+
 MCMC: each study's ensemble of chains runs in one Ray actor (studies side by side, one actor
-each). Every ``checkpoint_every`` steps the actor hands back the rows it evaluated and the
-searcher's state_dict; the driver writes the rows as the part
-``results/searcher=mcmc/part-<study>-<checkpoint>.parquet`` and then the state as
-``state/mcmc-<study>.npz`` (both through a temporary name and a rename). Resume loads the
-state (a fresh searcher + load_state_dict) and goes on from the next checkpoint; a part
-written after the last state is written again, identically, under the same name. A dead
-actor is replaced by a new one built from the last state.
+each), ``checkpoint_every`` steps per call. The driver keeps each call's rows and state_dict
+pending; a part is written as ``results/searcher=mcmc/part-<study>-<checkpoint>.parquet`` and then
+the state as ``state/mcmc-<study>.npz`` (both through a temporary name and a rename). Resume loads
+the state (a fresh searcher + load_state_dict) and goes on from there; a part written after the
+last state is written again, identically, under the same name. A dead actor is replaced by a new
+one built from the last state, its pending rows dropped (the new actor evaluates them again).
 
 TPE: ask/tell on the driver (its study lives in the Optuna journal ``state/tpe-<study>.journal``),
-each batch evaluated by a Ray task, the studies' batches in flight together. Every batch is a
-part; ``state/tpe-<study>.json`` records the batches whose trials are told and the journal's size
-then (journal_bytes). Resume first cuts the journal back to that size (search._tpe, "Exact
-resume"), so the batch a kill interrupted is drawn again exactly; a journal without a marker holds
-no told batch and is started again.
+each batch evaluated by a Ray task, the studies' batches in flight together. With each part,
+``state/tpe-<study>.json`` records the parts written, the batches told (asks) and the journal's
+size then (journal_bytes). Resume first cuts the journal back to that size (search._tpe, "Exact
+resume"), so the batches told since are drawn again exactly; a journal without a marker holds no
+written batch and is started again.
 
 Every search part is preceded by its record, ``state/asked/<searcher>/part-<study>-<index>.npz``
 (the strategies asked and each row's iteration, sweep._heal): on resume a part moved to
@@ -22,17 +30,20 @@ quarantine/ (sweep._rundir) is rebuilt from it before the search goes on (heal_s
 Checkpoints carry a digest of their arrays and are checked (sweep._checks) before they are loaded.
 
 Gradient: ask/tell on the driver, each study's step (its batch of samples) evaluated by a Ray
-task, the studies' steps in flight together. Per step: ask, evaluate, write part b, tell, then
-the state ``state/gradient-<study>.npz`` (the searcher's state_dict and the steps done). After a
-kill between the part and the state, the resumed searcher asks the same step again (ask is a
-function of the state), and part b is written again, identically, under the same name.
+task, the studies' steps in flight together. Per part: the rows of its steps, then the state
+``state/gradient-<study>.npz`` (the searcher's state_dict, the parts written and the steps done).
+After a kill between the part and the state, the resumed searcher asks the same steps again (ask is
+a function of the state), and the part is written again, identically, under the same name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from costmodel import FailureModel, InputError, Metrics, StrategyTable, evaluate, plan_goodput
@@ -60,6 +71,53 @@ from sweep._runview import run_failure_model
 STATE_KEY = "s."  # searcher state entries in the npz
 ENGINE_KEY = "e."  # engine entries (checkpoints done)
 SearcherOptions = MCMCOptions | TPEOptions | GradientOptions
+# Pending rows older than this are written (with the checkpoint) whatever their number, so that a
+# slow search (TPE's asks grow with its trials) loses at most about this much work to a kill; long
+# enough that a search of 10^5 evaluations taking up to 100 minutes still writes <= 20 parts.
+PART_FLUSH_S = 300.0
+
+
+def part_rows(info: dict) -> int:
+    """Rows per part of a search run (run.json's options.part_rows); 1 for a run recorded without it
+    (written before: a part per checkpoint or batch, which its resume keeps)."""
+    return int(info["options"].get("part_rows", 1))
+
+
+@dataclasses.dataclass
+class Pending:
+    """A study's rows since its last part, in memory until they are written with a checkpoint:
+    the Arrow rows, the strategies asked and each row's iteration (the part's record), the
+    evaluations and batches they hold, and what the last batch left (MCMC: the searcher's state,
+    done)."""
+
+    arrows: list[pa.Table] = dataclasses.field(default_factory=list)
+    tables: list[StrategyTable] = dataclasses.field(default_factory=list)
+    iterations: list[np.ndarray] = dataclasses.field(default_factory=list)
+    rows: int = 0
+    since: float | None = None  # time.monotonic() when the first pending batch came
+    state: dict | None = None
+    done: bool = False
+
+    def add(self, arrow: pa.Table, table: StrategyTable, iteration) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+        self.arrows.append(arrow)
+        self.tables.append(table)
+        self.iterations.append(np.broadcast_to(np.asarray(iteration, dtype=np.int64), (len(table),)))
+        self.rows += len(table)
+
+    @property
+    def batches(self) -> int:
+        return len(self.tables)
+
+    def due(self, rows: int) -> bool:
+        """Enough rows for a part of ``rows``, or pending for PART_FLUSH_S."""
+        return self.rows >= rows or (self.since is not None and time.monotonic() - self.since >= PART_FLUSH_S)
+
+    def part(self) -> tuple[pa.Table, dict[str, np.ndarray]]:
+        """(the part's rows, its record: sweep._heal.record_arrays) of everything pending."""
+        table = StrategyTable.concat(self.tables)
+        return pa.concat_tables(self.arrows), record_arrays(table, np.concatenate(self.iterations))
 
 
 def study_seed(seed: int, study: int) -> int:
@@ -169,7 +227,7 @@ class ChainRunner:
     def advance(self, n_steps: int, evaluations_left: int, *, run_id: str, metadata: dict):
         """Up to ``n_steps`` steps or ``evaluations_left`` evaluations: returns (arrow rows with
         iteration = the step, state_dict, evaluations, done: no budget left or the searcher
-        has nothing new to ask, the part's record: sweep._heal.record_arrays)."""
+        has nothing new to ask, the strategies evaluated, (N,) each row's step)."""
         tables, metrics, steps = [], [], []
         chains, used, done = self.searcher.chains, 0, False
         for _ in range(n_steps):  # a loop over steps; the chains are columns
@@ -198,7 +256,7 @@ class ChainRunner:
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
                          framework=self.space.framework,
                          iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space))
-        return arrow, self.searcher.state_dict(), used, done, record_arrays(table, iteration)
+        return arrow, self.searcher.state_dict(), used, done, table, iteration
 
 
 def evaluate_table(space, table: StrategyTable, failure: FailureModel | None = None) -> Metrics:
@@ -223,16 +281,17 @@ def _tick(bar: Progress, n: int, arrow) -> None:
 def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     info = rd.info
     opts = MCMCOptions.from_json(info["options"])
-    budget, every = int(info["options"]["budget"]), int(info["options"]["checkpoint_every"])
+    budget, every, rows = int(info["options"]["budget"]), int(info["options"]["checkpoint_every"]), part_rows(info)
     studies = rd.studies()
     parts = rd.partition("mcmc")
     state_path = {s.index: os.path.join(rd.state, f"mcmc-{s.index:02d}.npz") for s in studies}
-    # Per study: searcher state, checkpoints written, evaluations so far, finished.
+    # Per study: searcher state, checkpoints (parts) written, evaluations in them, finished.
     progress_of: dict[int, dict] = {}
     seeds = {s.index: study_seed(info["seed"], s.index) for s in studies}
     for s in studies:  # a checkpoint this searcher cannot load is refused here, in one line, not in an actor
+        found = os.path.exists(state_path[s.index])  # (no searcher built to check a checkpoint there is not)
         state, p = load_checkpoint(state_path[s.index], "checkpoints", budget,
-                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget))
+                                   make_searcher(s.space, opts, seed=seeds[s.index], budget=budget) if found else None)
         progress_of[s.index] = {"state": state, **p}
     failure = run_failure_model(rd)
     rd.set_damaged_parts_aside()
@@ -241,14 +300,36 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                    unit="eval", enabled=progress, models=[s.model for s in studies])
+    pending = {s.index: Pending() for s in studies}
 
-    def finish(s: Study, c: int, arrow, state: dict, used: int, done: bool, record: dict) -> None:
-        p = progress_of[s.index]
+    def left(i: int) -> int:
+        """Evaluations study i may still ask (its budget less those written and those pending)."""
+        return budget - progress_of[i]["evaluations"] - pending[i].rows
+
+    def finish(s: Study, arrow, state: dict, used: int, done: bool, table, iteration) -> None:
+        """One call's rows pending; written with its state once they fill a part or the study ends."""
+        q = pending[s.index]
+        q.add(arrow, table, iteration)
+        q.state, q.done = state, done
+        _tick(bar, used, arrow)
+        if done or left(s.index) <= 0 or q.due(rows):
+            write(s)
+
+    def write(s: Study) -> None:
+        p, q = progress_of[s.index], pending[s.index]
+        c = p["checkpoints"]
+        arrow, record = q.part()
         write_record(record_path(rd.state, "mcmc", s.index, c), record)  # what was asked, the rows, then the state
         write_part(arrow, os.path.join(parts, part_name(s.index, c)))
-        p.update(state=state, checkpoints=c + 1, evaluations=p["evaluations"] + used, done=done)
-        save_state(state_path[s.index], state, {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": done})
-        _tick(bar, used, arrow)
+        p.update(state=q.state, checkpoints=c + 1, evaluations=p["evaluations"] + q.rows, done=q.done)
+        save_state(state_path[s.index], q.state,
+                   {"checkpoints": c + 1, "evaluations": p["evaluations"], "done": q.done})
+        pending[s.index] = Pending()
+
+    def drop(i: int) -> None:
+        """Study i's actor died: its pending rows are gone (the new actor evaluates them again)."""
+        bar.bar.update(-pending[i].rows)
+        pending[i] = Pending()
 
     try:
         if in_process:
@@ -259,15 +340,14 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                 runner = ChainRunner(s.space, seed=seeds[s.index], options=opts, state=p["state"], budget=budget,
                                      failure=failure)
                 while not p["done"] and p["evaluations"] < budget:
-                    out = runner.advance(every, budget - p["evaluations"], run_id=rd.run_id, metadata=rd.metadata(s))
-                    finish(s, p["checkpoints"], *out)
+                    finish(s, *runner.advance(every, left(s.index), run_id=rd.run_id, metadata=rd.metadata(s)))
             return
-        _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish)
+        _run_mcmc_ray(rd, studies, seeds, progress_of, left, budget, every, finish, drop)
     finally:
         bar.close()
 
 
-def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> None:
+def _run_mcmc_ray(rd, studies, seeds, progress_of, left, budget, every, finish, drop) -> None:
     import ray
 
     from sweep._ray import DRIVER_RESUBMITS, get_unless_lost, register_pickling
@@ -288,8 +368,7 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
         if i not in actors:  # a new actor starts from the last checkpoint
             actors[i] = actor_cls.remote(space_refs[i], seed=seeds[i], options=opts, state=p["state"], budget=budget,
                                          failure=run_failure_model(rd))
-        ref = actors[i].advance.remote(every, budget - p["evaluations"], run_id=rd.run_id,
-                                       metadata=rd.metadata(by_index[i]))
+        ref = actors[i].advance.remote(every, left(i), run_id=rd.run_id, metadata=rd.metadata(by_index[i]))
         in_flight[ref] = i
 
     for s in studies:
@@ -301,11 +380,12 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
             i = in_flight.pop(ref)
             out = get_unless_lost(ref, may_resend=restarts[i] < DRIVER_RESUBMITS)
             if out is None:
-                restarts[i] += 1  # the actor died: a new one from the last checkpoint
+                restarts[i] += 1  # the actor died: a new one from the last checkpoint, its pending rows again
                 actors.pop(i, None)
+                drop(i)
                 launch(i)
                 continue
-            finish(by_index[i], progress_of[i]["checkpoints"], *out)
+            finish(by_index[i], *out)
             launch(i)
     finally:
         for a in actors.values():
@@ -314,14 +394,15 @@ def _run_mcmc_ray(rd, studies, seeds, progress_of, budget, every, finish) -> Non
 
 # ---- TPE -------------------------------------------------------------------------------------
 def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
-    """Batches of ``batch`` asks per study until ``budget`` evaluations; batch b is part b.
+    """Batches of ``batch`` asks per study until ``budget`` evaluations, written a part at a time.
 
-    Order per batch: ask, evaluate, write part b, tell (the journal), write state b+1 with the
-    journal's size. On resume the journal is cut back to the size in the state (module
-    docstring), so the first ask draws batch b again; where part b is on disk (a kill between
-    the part and the state) its rows are those drawn, and they are told. (A state of an earlier
-    plansweep without the size: the journal is taken as it is and the first ask tells where the
-    kill fell: the study re-asks the trials of batch b it had not been told, or draws batch b+1.)"""
+    Order per batch: ask, evaluate, tell (the journal); per part: its record, the part, then the
+    marker with the parts written, the batches told (asks) and the journal's size. On resume the
+    journal is cut back to the size in the marker (module docstring), so the batches told since are
+    drawn again exactly and a part written after the marker is written again under its name. (A
+    marker of an earlier plansweep without the size, whose parts were written before their batch
+    was told: the journal is taken as it is and the first ask tells where the kill fell: the study
+    re-asks the trials of batch b it had not been told, or draws batch b+1; _told_before.)"""
     from search._tpe import journal_size, rewind_journal
 
     info = rd.info
@@ -331,7 +412,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     marker = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.json") for s in studies}
     journal = {s.index: os.path.join(rd.state, f"tpe-{s.index:02d}.journal") for s in studies}
     prog: dict[int, dict] = {}
-    told: dict[int, int | None] = {}  # the journal's size after the last told batch (None: a marker without it)
+    told: dict[int, int | None] = {}  # the journal's size after the last written batch (None: a marker without it)
     for s in studies:
         i = s.index
         prog[i] = load_marker(marker[i], budget) or {"batches": 0, "evaluations": 0, "done": False}
@@ -347,8 +428,9 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         if told[i] is not None:
             rewind_journal(journal[i], int(told[i]), why=f"the size {marker[i]} records")
         elif not os.path.exists(marker[i]) and os.path.exists(journal[i]):
-            os.unlink(journal[i])  # no batch told (a kill before the first state): start it again
-    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=True,
+            os.unlink(journal[i])  # no batch written (a kill before the first marker): start it again
+    legacy = {s.index for s in studies if told[s.index] is None and os.path.exists(marker[s.index])}
+    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=bool(legacy),
                       evaluate=lambda space, table: evaluate_table(space, table, failure))
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
@@ -357,78 +439,101 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         write_json_atomic({**prog[i], "journal_bytes": journal_size(journal[i])}, marker[i])
 
     _ask_tell(rd, studies, searchers, prog, key="batches", in_process=in_process, progress=progress,
-              save=save, parts_may_lead=True)
+              save=save, legacy=legacy)
+
+
+def _asks(p: dict, key: str) -> int:
+    """Batches told and written of a study's progress ``p`` (a state written before it counted
+    them wrote a part per batch: its parts)."""
+    return int(p.get("asks", p[key]))
 
 
 def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_process: bool, progress: bool,
-              save, parts_may_lead: bool = False) -> None:
-    """The ask / evaluate / write / tell loop of the batch searchers (TPE, gradient), every
-    study's batch evaluated together, until each study has spent its budget or has nothing new
-    to ask. ``prog[study]`` counts parts (under ``key``) and evaluations; ``save(study)``
-    records it after the tell (rows first, then the state). ``parts_may_lead``: the state may
-    lag the parts by one (TPE's journal; run_tpe's docstring), checked at each study's first
-    batch."""
-    budget, n = int(rd.info["options"]["budget"]), int(rd.info["options"]["batch"])
-    parts = rd.partition(rd.info["searcher"])
-    check_first = {s.index for s in studies} if parts_may_lead else set()
+              save, legacy: set[int] = frozenset()) -> None:
+    """The ask / evaluate / tell loop of the batch searchers (TPE, gradient), every study's batch
+    evaluated together, until each study has spent its budget or has nothing new to ask. A batch's
+    rows are pending (Pending) until they fill a part; ``prog[study]`` counts the parts written
+    (under ``key``), the evaluations and the batches (asks) in them; ``save(study)`` records it
+    after each part (the rows first, then the state). ``legacy``: studies whose state may lag a
+    part written before its batch was told (run_tpe), checked at their first batch."""
+    info = rd.info
+    budget, n, size = int(info["options"]["budget"]), int(info["options"]["batch"]), part_rows(info)
+    parts = rd.partition(info["searcher"])
+    check_first = set(legacy)
+    pending = {s.index: Pending() for s in studies}
 
-    def rows(s, table, m, part: int):
+    def rows(s, table, m, iteration: int):
         return to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
-                        framework=s.space.framework, iteration=part, grid_index=None, metadata=rd.metadata(s),
+                        framework=s.space.framework, iteration=iteration, grid_index=None, metadata=rd.metadata(s),
                         pool_names=pool_names(s.space))
 
+    def left(i: int) -> int:
+        return budget - prog[i]["evaluations"] - pending[i].rows
+
+    def write(i: int) -> None:
+        """Study i's pending rows as its next part (with their record first), then its state."""
+        p, q = prog[i], pending[i]
+        if q.batches:
+            arrow, record = q.part()
+            write_record(record_path(rd.state, info["searcher"], i, p[key]), record)
+            write_part(arrow, os.path.join(parts, part_name(i, p[key])))
+            p.update({"asks": _asks(p, key) + q.batches, key: p[key] + 1, "evaluations": p["evaluations"] + q.rows})
+        pending[i] = Pending()
+        save(i)
+
     rd.ready()
-    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=rd.info["searcher"],
+    bar = Progress(budget * len(studies), sum(p["evaluations"] for p in prog.values()), desc=info["searcher"],
                    unit="eval", enabled=progress, models=[s.model for s in studies])
     evaluate_batch = _batch_evaluator(in_process, run_failure_model(rd))
     try:
         while True:
-            active = [s for s in studies if not prog[s.index]["done"] and prog[s.index]["evaluations"] < budget]
+            active = [s for s in studies if not prog[s.index]["done"] and left(s.index) > 0]
             if not active:
                 break
-            asked = {s.index: searchers[s.index].ask(min(n, budget - prog[s.index]["evaluations"])) for s in active}
+            asked = {s.index: searchers[s.index].ask(min(n, left(s.index))) for s in active}
             for s in active:
                 if len(asked[s.index]) == 0:  # nothing new left to ask: every valid point evaluated
                     prog[s.index]["done"] = True
-                    save(s.index)
+                    write(s.index)
             active = [s for s in active if len(asked[s.index])]
             results = evaluate_batch([(s.space, asked[s.index]) for s in active])
             for s, m in zip(active, results, strict=True):
-                i, p, table = s.index, prog[s.index], asked[s.index]
-                arrow = rows(s, table, m, p[key])
-                path = os.path.join(parts, part_name(i, p[key]))
-                if i in check_first and os.path.exists(path):
-                    # Killed after writing part b and before recording it: is part b told?
-                    old, new = _strategy_keys(pq.read_table(path)), _strategy_keys(arrow)
-                    if new <= old:  # untold or partly told: these rows are batch b, already in part b
-                        searchers[i].tell(table, m)
-                        p[key] += 1
-                        p["evaluations"] += len(old)
+                i, table = s.index, asked[s.index]
+                if i in check_first:
+                    check_first.discard(i)
+                    path = os.path.join(parts, part_name(i, prog[i][key]))
+                    if os.path.exists(path) and _told_before(pq.read_table(path), rows(s, table, m, 0), prog[i], key):
+                        searchers[i].tell(table, m)  # the rows of part b, untold (or partly told) when it was killed
                         save(i)
-                        _tick(bar, len(old), arrow)
-                        check_first.discard(i)
+                        _tick(bar, len(table), rows(s, table, m, 0))
                         continue
-                    if new & old:
-                        raise RuntimeError(f"{path}: the study's pending batch overlaps this part only in part")
-                    p["evaluations"] += len(old)  # told: this is batch b+1
-                    p[key] += 1
-                    arrow = rows(s, table, m, p[key])
-                    path = os.path.join(parts, part_name(i, p[key]))
-                check_first.discard(i)
-                write_record(record_path(rd.state, rd.info["searcher"], i, p[key]), record_arrays(table, p[key]))
-                write_part(arrow, path)  # what was asked, the rows
                 searchers[i].tell(table, m)
-                p[key] += 1
-                p["evaluations"] += len(table)
-                save(i)  # then the state
+                arrow = rows(s, table, m, _asks(prog[i], key) + pending[i].batches)
+                pending[i].add(arrow, table, _asks(prog[i], key) + pending[i].batches)
                 _tick(bar, len(table), arrow)
+                if left(i) <= 0 or pending[i].due(size):
+                    write(i)
     finally:
         bar.close()
 
 
-def _strategy_keys(arrow) -> set[tuple]:
-    """The strategies of an Arrow table of results, as hashable rows (a few rows: one batch)."""
-    rows = arrow.select([c for c in HETERO_STRATEGY_COLUMNS if c in arrow.column_names]).to_pylist()
+def _told_before(old, new, p: dict, key: str) -> bool:
+    """A TPE study resumed from a marker of an earlier plansweep (parts written before their batch
+    was told), whose part b (``old``, index = the parts the marker counts) is on disk, at its first
+    batch (``new``): True where that batch is part b's (its trials untold, or partly), which ``p``
+    then counts; False where part b was told and the batch is b+1, which ``p`` then follows."""
+    common = [c for c in HETERO_STRATEGY_COLUMNS if c in old.column_names]
+    old_keys, new_keys = _strategy_keys(old, common), _strategy_keys(new, common)
+    if new_keys & old_keys and not new_keys <= old_keys:
+        raise RuntimeError(f"part {p[key]}: the study's pending batch overlaps this part only in part")
+    p[key] += 1  # part b counted (one batch per part then: its asks are its parts)
+    p["evaluations"] += old.num_rows
+    return new_keys <= old_keys
+
+
+def _strategy_keys(arrow, columns: list[str]) -> set[tuple]:
+    """The strategies of an Arrow table of results (its ``columns``), as hashable rows (a few rows: one batch)."""
+    rows = arrow.select(columns).to_pylist()
     return {tuple(tuple(v) if isinstance(v, list) else v for v in r.values()) for r in rows}
 
 
@@ -457,10 +562,11 @@ def _batch_evaluator(in_process: bool, failure: FailureModel | None = None):
 
 # ---- gradient ----------------------------------------------------------------------------------
 def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
-    """Steps of up to ``batch`` asks per study until ``budget`` evaluations; step b is part b.
+    """Steps of up to ``batch`` asks per study until ``budget`` evaluations, written a part at a time.
 
-    Order per step: ask, evaluate (a Ray task per study, the studies' steps together), write
-    part b, tell, write the state (module docstring)."""
+    Order per step: ask, evaluate (a Ray task per study, the studies' steps together), tell; per
+    part: its record, the part, then the state with the parts written and the steps in them (asks;
+    module docstring)."""
     info = rd.info
     opts = GradientOptions.from_json(info["options"])
     studies = rd.studies()

@@ -62,7 +62,7 @@ def plot_scaling(entries: list[dict], title: str, out_dir: str, goodput: bool = 
     _log2_axis(bottom, ticks)
     top.set_ylabel(("best goodput" if goodput else "best throughput") + " (million tokens/s)")
     bottom.set_ylabel("MFU of the best plan (%)")
-    bottom.set_xlabel("GPUs in the cluster (log2 scale)")
+    bottom.set_xlabel("cluster size (GPUs, log2 scale)")
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
     top.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, title="model, GPU, framework")
@@ -94,7 +94,7 @@ def plot_cost_time(entries: list[dict], title: str, out_dir: str) -> str | None:
                         xytext=(6, 4), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("days to train")
+    ax.set_xlabel("time to train (days)")
     ax.set_ylabel("cost to train (million USD)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, title="model, GPU, framework")

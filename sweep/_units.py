@@ -6,3 +6,8 @@
 UNIT_ROWS_MIN = 10_000
 UNIT_ROWS_MAX = 1_000_000
 UNIT_ROWS_DEFAULT = 200_000
+
+# A search's Parquet part: at least this many rows (the last part of a run may hold fewer), written
+# with the searcher's checkpoint (sweep._search_engine.Pending). Ten thousand rows are a few hundred
+# kilobytes in memory and on disk; a run of 10^5 evaluations is about ten parts.
+PART_ROWS_DEFAULT = 10_000

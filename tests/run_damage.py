@@ -17,9 +17,11 @@ SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "
 GRID = ["sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--tp", "1,2,4,8", "--pp",
         "1,2,4,8,16", "--micro-batch", "1,2,3,4,6,8", "--recompute", "none,selective,full", "--zero-stage", "0,1,2,3",
         "--schedule", "gpipe,1f1b,interleaved", "--cp", "1,2,4", "--unit-rows", "10000", "--keep", "all"]
-MCMC = ["search", "mcmc", *SMALL, "--seed", "3", "--budget", "48", "--chains", "4", "--checkpoint-every", "3"]
-TPE = ["search", "tpe", *SMALL, "--seed", "5", "--budget", "24", "--batch", "8", "--screen", "0"]
-GRADIENT = ["search", "gradient", *SMALL, "--seed", "2", "--budget", "48", "--samples", "8"]
+# --part-rows 1: a part per checkpoint or batch (the tests damage parts by their index).
+MCMC = ["search", "mcmc", *SMALL, "--seed", "3", "--budget", "48", "--chains", "4", "--checkpoint-every", "3",
+        "--part-rows", "1"]
+TPE = ["search", "tpe", *SMALL, "--seed", "5", "--budget", "24", "--batch", "8", "--screen", "0", "--part-rows", "1"]
+GRADIENT = ["search", "gradient", *SMALL, "--seed", "2", "--budget", "48", "--samples", "8", "--part-rows", "1"]
 RUNS = {"grid": GRID, "mcmc": MCMC, "tpe": TPE, "gradient": GRADIENT}
 QUIET = ["--in-process", "--no-progress"]
 

@@ -10,12 +10,25 @@ import pytest
 from costmodel import FRAMEWORKS, StrategyTable, evaluate, make_cluster
 from costmodel._collectives import collective_link, collective_s
 from costmodel._data_parallel import dp_exchange_coef, exchange_plan
+from costmodel._stages import pool_arrays
 from costmodel._workloads import Transformer
 
 US = 1e-6
 # 16 nodes of 8 GPUs, NVLink 450 GB/s, 25 GB/s of network per GPU, links at 0.8 of nominal, a step 5 us inside a
-# node and 10 us across nodes
+# node and 10 us across nodes (Simple's ring hop; the other protocols' hops scale by NCCL's ratios)
 UP, OUT, UP_L, OUT_L, EFF = 450e9, 25e9, 5 * US, 10 * US, 0.8
+# NVIDIA/nccl 5067397 src/graph/tuning.cc, written out here (not read from the code):
+#   baseLatencies (us)      ring LL 6.6, LL128 14, Simple 8.4; tree 6.8, 14, 8.4; PAT 8.0
+#   hwLatencies NVLINK (us) ring 0.6, 1.9, 3.4; tree 0.6, 1.25, 4.0
+#   hwLatencies NET (us)    ring 2.7, 4.0, 14; tree 5.0, 8.5, 14 (and a ring's with one rank per node)
+#   busBw                   ring LL x 0.5 (<= llMaxBw: 141 GB/s in one Hopper node, 39 over 2 nodes, 20.4 over more),
+#                           LL128 x 0.92; tree x 0.92, LL / 3.8 on top (<= llMaxBw), LL128 x 120/128 (7/9 in a node)
+#   ring intra-node hop across nodes >= the net overhead 1 us (Simple 3 us); ring Simple all-reduce across nodes:
+#   latency x 1.4; tree bandwidth x treeCorrectionFactor[protocol][log2(bytes / 64)]
+# Scaled hops here: NVLink ring LL 5 x 0.6 / 3.4 = 0.882353 us, LL128 5 x 1.9 / 3.4 = 2.794118 us, Simple 5 us; tree
+# LL 0.882353, LL128 5 x 1.25 / 3.4 = 1.838235, Simple 5 x 4 / 3.4 = 5.882353; network ring LL 10 x 2.7 / 14 =
+# 1.928571 us, LL128 10 x 4 / 14 = 2.857143, Simple 10; tree (and one rank per node) LL 10 x 5 / 14 = 3.571429,
+# LL128 10 x 8.5 / 14 = 6.071429, Simple 10.
 
 
 def _link(stride, size):
@@ -27,69 +40,166 @@ def _time(kind, nbytes, size, link):
     return float(per_byte * nbytes + per_call)
 
 
-def test_all_reduce_over_16_nodes_tp1_moves_each_nodes_bytes_over_its_8_nics():
-    # dp 128, tp 1: 8 ranks of the group on each node, so NCCL's channels use the node's 8 NICs: 8 x 25 GB/s (under
-    # 8/7 x 450 of NVLink), x 0.8. Ring: 2 x 127/128 of 1 GB at 160 GB/s, 2 x (112 NVLink steps + 15 network steps);
-    # tree: 2 x 1 GB at 0.92 x 160 GB/s, 2 x (7 chain steps + log2 16 = 4 network steps). The tree is faster.
+def test_one_node_ring_small_all_reduce_is_ll_large_is_simple_crossovers_by_hand():
+    # 8 GPUs of a node, 360 GB/s of NVLink (x 0.8); one node, so no overhead floor and no plateau.
+    #   ring LL      min(0.5 x 360, 141) = 141 GB/s, 6.6 + 14 x 0.882353 = 18.952941 us
+    #   ring LL128   0.92 x 360 = 331.2 GB/s,        14 + 14 x 2.794118 = 53.117647 us
+    #   ring Simple  360 GB/s,                       8.4 + 14 x 5 = 78.4 us
+    # each moving 2 x 7/8 = 1.75 x the buffer. LL -> LL128 where 34.164706 us = 1.75 m (1/141 - 1/331.2) / GB/s:
+    # m = 4.7932 MB; LL128 -> Simple where 25.282353 us = 1.75 m (1/331.2 - 1/360): m = 59.809 MB.
+    link = _link(1, 8)
+    ll = lambda m: 18.952941e-6 + 1.75 * m / 141e9  # noqa: E731
+    ll128 = lambda m: 53.117647e-6 + 1.75 * m / 331.2e9  # noqa: E731
+    simple = lambda m: 78.4e-6 + 1.75 * m / 360e9  # noqa: E731
+    x1 = 34.164706e-6 / (1.75 * (1 / 141e9 - 1 / 331.2e9))
+    x2 = 25.282353e-6 / (1.75 * (1 / 331.2e9 - 1 / 360e9))
+    assert x1 == pytest.approx(4.7932e6, rel=1e-4) and x2 == pytest.approx(59.809e6, rel=1e-4)
+    for m, want in ((1024, ll), (0.99 * x1, ll), (1.01 * x1, ll128), (0.99 * x2, ll128), (1.01 * x2, simple),
+                    (1e9, simple)):
+        assert _time("all_reduce", m, 8, link) == pytest.approx(want(m), rel=1e-6), m
+    # the tree on one node (a chain) never wins here: 1 KB under LL 6.8 + 2 x 7 x 0.882353 = 19.152941 us (> ring
+    # LL's 18.96); 1 MB under LL128 14 + 2 x 7 x 1.838235 = 39.735 us + 2 MB / (0.92 x 360 x 7/9 x 0.6 = 154.56 GB/s)
+    # = 52.67 us against ring LL's 18.95 + 12.41 = 31.36 us
+    assert 6.8e-6 + 2 * 7 * 0.882353e-6 > ll(1024)
+    assert 39.735294e-6 + 2e6 / 154.56e9 > ll(1e6)
+
+
+def test_all_reduce_over_16_nodes_tp1_tree_simple_for_1gb_tree_ll_for_1kb():
+    # dp 128, tp 1: 8 ranks of the group on each node, NCCL's channels on the node's 8 NICs: 8 x 25 GB/s (under
+    # 8/7 x 450 of NVLink), x 0.8 = 160 GB/s; 16 nodes: ring 112 NVLink hops and 15 network hops a pass.
+    #   ring LL      min(80, 20.4) GB/s; 6.6 + 2 (112 x max(0.882, 1.0) + 15 x 1.928571) = 288.457143 us
+    #   ring LL128   147.2 GB/s;         14 + 2 (112 x 2.794118 + 15 x 2.857143) = 725.579832 us
+    #   ring Simple  160 GB/s;           1.4 x (8.4 + 2 (112 x 5 + 15 x 10)) = 1999.76 us
+    #   tree LL      min(0.92 x 160 / 3.8, 20.4) = 20.4 GB/s; 6.8 + 2 (7 x 0.882353 + 4 x 3.571429) = 47.724370 us
+    #   tree LL128   0.92 x 160 x 120/128 = 138 GB/s;         14 + 2 (7 x 1.838235 + 4 x 6.071429) = 88.308824 us
+    #   tree Simple  147.2 GB/s;                              8.4 + 2 (7 x 5.882353 + 4 x 10) = 170.752941 us
+    # 1 GB (log2(1e9 / 64) = 23: no tree correction): tree Simple 2 x 1e9 / 147.2e9 + 170.75 us = 13.7577 ms, ring
+    # Simple 2 x 127/128 x 1e9 / 160e9 + 2.0 ms = 14.4021 ms. 1 KB (log2 16 = 4: LL's factor 0.9): tree LL
+    # 47.72 us + 2 x 1024 / (0.9 x 20.4e9) = 47.84 us.
     link = _link(1, 128)
     assert float(link.bw) == pytest.approx(160e9) and int(link.nodes) == 16 and int(link.per_node) == 8
-    ring = 2 * 127 / 128 * 1e9 / 160e9 + 2 * (112 * UP_L + 15 * OUT_L)
-    tree = 2 * 1e9 / (0.92 * 160e9) + 2 * (7 * UP_L + 4 * OUT_L)
-    assert tree < ring
-    assert _time("all_reduce", 1e9, 128, link) == pytest.approx(tree, rel=1e-12)
-    # one GPU's share of the network, as the exchange was priced before: 99 ms, over 7x the tree's 13.7 ms
+    tree_simple = 2 * 1e9 / 147.2e9 + 170.752941e-6
+    ring_simple = 2 * 127 / 128 * 1e9 / 160e9 + 1999.76e-6
+    assert tree_simple < ring_simple
+    assert _time("all_reduce", 1e9, 128, link) == pytest.approx(tree_simple, rel=1e-6)
+    assert _time("all_reduce", 1024, 128, link) == pytest.approx(47.724370e-6 + 2 * 1024 / (0.9 * 20.4e9), rel=1e-6)
+    # one GPU's share of the network, as the exchange was priced before NCCL's channels: 99 ms, over 7x the tree's
     per_gpu = 2 * 127 / 128 * 1e9 / (25e9 * 0.8)
     assert per_gpu > 7 * _time("all_reduce", 1e9, 128, link)
 
 
-def test_all_reduce_over_16_nodes_tp8_one_rank_per_node_shares_the_nics_with_7_other_groups():
-    # tp 8: the dp group's ranks are 8 apart, one per node; the 8 dp groups side by side share the node's NICs,
-    # each its one GPU's 25 GB/s. 1 GB: ring 2 x 15/16 at 20 GB/s + 30 network steps beats the tree (2 x 1 GB at
-    # 0.92 x 20 GB/s); 1 MB: the tree's 2 x log2 16 steps win.
+def test_one_rank_per_node_ring_simple_for_1gb_tree_ll128_for_1mb_corrected():
+    # tp 8: the dp group's ranks 8 apart, one per node, the 8 groups side by side sharing the node's NICs: 25 x 0.8 =
+    # 20 GB/s each. With one rank per node the ring's network hop is the tree's (NCCL: "latencies fully exposed").
+    #   ring Simple  20 GB/s, 1.4 x (8.4 + 2 x 15 x 10) = 431.76 us; 1 GB: 2 x 15/16 x 1e9 / 20e9 = 93.75 ms
+    #   tree Simple  18.4 GB/s, 8.4 + 2 x 4 x 10 = 88.4 us; 1 GB: 108.70 ms
+    #   ring LL128   18.4 GB/s, 14 + 30 x 6.071429 = 196.142857 us; 1 GB: 101.90 ms
+    # 1 MB (log2(1e6 / 64) = 13: factors LL 0.4, LL128 0.6, Simple 0.5):
+    #   tree LL128   17.25 x 0.6 = 10.35 GB/s, 14 + 2 x 4 x 6.071429 = 62.571429 us + 2e6 / 10.35e9 = 255.80 us
+    #   ring LL128   196.14 + 1.875e6 / 18.4e9 = 298.05 us; ring LL 6.6 + 30 x 3.571429 = 113.74 + 187.5 = 301.24 us
+    #   tree Simple  88.4 + 2e6 / 9.2e9 = 305.79 us; ring Simple 431.76 + 93.75 = 525.51 us
     link = _link(8, 16)
     assert float(link.bw) == pytest.approx(20e9) and int(link.nodes) == 16 and int(link.per_node) == 1
-    ring = lambda n: 2 * 15 / 16 * n / 20e9 + 2 * 15 * OUT_L  # noqa: E731
-    tree = lambda n: 2 * n / (0.92 * 20e9) + 2 * 4 * OUT_L  # noqa: E731
-    assert ring(1e9) < tree(1e9) and tree(1e6) < ring(1e6)
-    assert _time("all_reduce", 1e9, 16, link) == pytest.approx(ring(1e9), rel=1e-12)
-    assert _time("all_reduce", 1e6, 16, link) == pytest.approx(tree(1e6), rel=1e-12)
+    assert _time("all_reduce", 1e9, 16, link) == pytest.approx(2 * 15 / 16 * 1e9 / 20e9 + 431.76e-6, rel=1e-9)
+    assert _time("all_reduce", 1e6, 16, link) == pytest.approx(62.571429e-6 + 2e6 / 10.35e9, rel=1e-6)
 
 
 def test_tp2_groups_take_four_nics_and_pat_serves_one_rank_per_node():
-    # tp 2: 4 of the group's ranks on a node, 4 NICs: 100 GB/s x 0.8; NVLink's 4/3 x 450 does not bind.
+    # tp 2: 4 of the group's ranks on a node, 4 NICs: 100 GB/s x 0.8; NVLink's 4/3 x 450 does not bind. 1 MB
+    # all-gather over 64 ranks (48 NVLink hops, 15 network hops; no PAT with 4 ranks a node):
+    #   LL     min(40, 20.4) GB/s: 6.6 + 48 x 1.0 + 15 x 1.928571 = 83.528571 us + 63/64 x 1e6 / 20.4e9 = 131.78 us
+    #   LL128  73.6 GB/s: 14 + 48 x 2.794118 + 15 x 2.857143 = 190.974790 us + 13.37 us = 204.35 us
+    #   Simple 80 GB/s: 8.4 + 48 x 5 + 15 x 10 = 398.4 us + 12.30 us
     link = _link(2, 64)
     assert float(link.bw) == pytest.approx(80e9) and int(link.per_node) == 4 and int(link.nodes) == 16
-    ring = 63 / 64 * 1e6 / 80e9 + (48 * UP_L + 15 * OUT_L)
-    assert _time("gather", 1e6, 64, link) == pytest.approx(ring, rel=1e-12)  # no PAT with 4 ranks a node
-    # one rank per node, 1 MB all-gather: PAT (NCCL >= 2.23) at 0.75 of the bandwidth, log2(16) x 10 us / 3.5 +
-    # 16 x 2 us (a fifth of the 10 us step, as NCCL's 2.8 us is of its 14 us) against the ring's 15 network steps
+    ll = 83.528571e-6 + 63 / 64 * 1e6 / 20.4e9
+    assert _time("gather", 1e6, 64, link) == pytest.approx(ll, rel=1e-6)
+    # one rank per node, 1 MB all-gather: PAT (NCCL >= 2.23, Simple) at 0.75 of the bandwidth (the whole buffer: no
+    # ring factor), 8.0 + log2(16) x 10 us / 3.5 + 16 x 2 us (a fifth of the 10 us step, as NCCL's 2.8 us is of its
+    # 14 us) = 51.428571 us + 1e6 / 15e9 = 118.10 us, against the ring's best, LL: 6.6 + 15 x 3.571429 = 60.17 us
+    # + 15/16 x 1e6 / 10e9 = 153.92 us
     one = _link(8, 16)
-    pat = 15 / 16 * 1e6 / (0.75 * 20e9) + 4 * OUT_L / 3.5 + 16 * 0.2 * OUT_L
-    ring1 = 15 / 16 * 1e6 / 20e9 + 15 * OUT_L
-    assert pat < ring1 and _time("gather", 1e6, 16, one) == pytest.approx(pat, rel=1e-12)
+    pat = 51.428571e-6 + 1e6 / (0.75 * 20e9)
+    assert pat < 60.171429e-6 + 15 / 16 * 1e6 / 10e9
+    assert _time("gather", 1e6, 16, one) == pytest.approx(pat, rel=1e-6)
+
+
+def test_broadcast_of_a_shard_over_1024_ranks_runs_ll():
+    # 128 nodes of 8 A100s on 4 x 100 Gb RoCE a node (6.25 GB/s a GPU): 8 NICs' worth, 50 x 0.8 = 40 GB/s; a ring
+    # broadcast of a 14 MB shard (one rank's 1/1024 of 7 B bf16 weights): its message at the bus bandwidth, the
+    # pipeline's fill of 1023 hops (896 NVLink, 127 network).
+    #   LL     min(20, 20.4) = 20 GB/s: 700 us; 6.6 + 896 x 1.0 + 127 x 1.928571 = 1147.528571 us: 1.8475 ms
+    #   LL128  36.8 GB/s: 380.43 us; 14 + 896 x 2.794118 + 127 x 2.857143 = 2880.4 us: 3.2608 ms
+    #   Simple 40 GB/s: 350 us; 8.4 + 896 x 5 + 127 x 10 = 5758.4 us: 6.1084 ms (the price before protocols)
+    link = collective_link(np.array(1), np.array(1024), 8, 300e9, 6.25e9, UP_L, OUT_L, EFF)
+    assert float(link.bw) == pytest.approx(40e9) and int(link.nodes) == 128
+    got = _time("broadcast", 14e6, 1024, link)
+    assert got == pytest.approx(1147.528571e-6 + 14e6 / 20e9, rel=1e-6)
+    assert got < 0.31 * (5758.4e-6 + 14e6 / 40e9)
+
+
+def test_ll_ceiling_in_one_node_by_gpu_generation():
+    # llMaxBws inside one node: Ampere 87.7 GB/s, Hopper 141, Blackwell 282 (tuning.cc, by compute capability). A 4 MB
+    # all-reduce over 8 GPUs of one node at 240 GB/s (300 x 0.8):
+    #   ring LL     6.6 + 14 x 0.882353 = 18.952941 us + 1.75 x 4e6 / min(120, ceiling) GB/s
+    #               A100: 87.7 GB/s, 79.82 us: 98.77 us; a Hopper ceiling (120 GB/s binds): 58.33 us: 77.29 us
+    #   ring LL128  14 + 14 x 2.794118 = 53.117647 us + 1.75 x 4e6 / 220.8 GB/s = 31.70 us: 84.82 us
+    #   ring Simple 78.4 + 29.17 = 107.57 us; tree LL128 (7/9, log2(4e6 / 64) = 15: factor 0.6) 39.74 + 77.64 us
+    # so the A100 runs LL128, a GPU with Hopper's ceiling LL.
+    assert pool_arrays(make_cluster("a100", 8))["ll_node_Bps"][0] == 87.7e9
+    assert pool_arrays(make_cluster("h100", 8))["ll_node_Bps"][0] == 141e9
+    assert pool_arrays(make_cluster("b200", 8))["ll_node_Bps"][0] == 282e9
+    base = collective_link(np.array(1), np.array(8), 8, 300e9, 25e9, UP_L, OUT_L, EFF)
+    a100, hopper = base._replace(ll_node_Bps=87.7e9), base._replace(ll_node_Bps=141e9)
+    assert _time("all_reduce", 4e6, 8, a100) == pytest.approx(53.117647e-6 + 1.75 * 4e6 / 220.8e9, rel=1e-6)
+    assert _time("all_reduce", 4e6, 8, hopper) == pytest.approx(18.952941e-6 + 1.75 * 4e6 / 120e9, rel=1e-6)
+
+
+def _hand_all_reduce(nbytes, n, nodes, g, bw):
+    """The six candidates of an all-reduce on the h100 preset's links (5 us / 10 us hops), from the constants above
+    (one node: no overhead floor or plateau; one rank per node: the tree's network hops on the ring), the fastest."""
+    one = g == 1
+    up = (0.6 / 3.4 * 5, 1.9 / 3.4 * 5, 5.0)
+    if nodes > 1:
+        up = (max(up[0], 1.0), max(up[1], 1.0), max(up[2], 3.0))
+    out = (5.0 / 14 * 10, 8.5 / 14 * 10, 10.0) if one else (2.7 / 14 * 10, 4.0 / 14 * 10, 10.0)
+    cap = 141e9 if nodes == 1 else 39e9 if nodes == 2 else 20.4e9
+    ring_bw = (min(0.5 * bw, cap), 0.92 * bw, bw)
+    ring = [(6.6, 14.0, 8.4)[p] + 2 * ((n - nodes) * up[p] + (nodes - 1) * out[p]) for p in range(3)]
+    if nodes > 1:
+        ring[2] *= 1.4
+    times = [ring[p] * 1e-6 + 2 * (n - 1) / n * nbytes / ring_bw[p] for p in range(3)]
+    tree_bw = (min(0.92 * bw / 3.8, cap), 0.92 * bw * (120 / 128 if nodes > 1 else 7 / 9), 0.92 * bw)
+    size = math.floor(math.log2(nbytes / 64))
+    corr = [(1.0, 1.0, 1.0) if not 0 <= size < 23 else
+            ((1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0)[size],
+             (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0)[size],
+             (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9)[size])][0]
+    tree_up, tree_out = (0.6 / 3.4 * 5, 1.25 / 3.4 * 5, 4.0 / 3.4 * 5), (5.0 / 14 * 10, 8.5 / 14 * 10, 10.0)
+    log_nodes = math.floor(math.log2(nodes))
+    times += [((6.8, 14.0, 8.4)[p] + 2 * ((g - 1) * tree_up[p] + log_nodes * tree_out[p])) * 1e-6
+              + 2 * nbytes / (tree_bw[p] * corr[p]) for p in range(3)]
+    return min(times)
 
 
 def test_evaluated_zero0_exchange_is_the_hand_all_reduce():
     # The generic profile launches one all-reduce of the stage's gradients (2 bytes each), no overlap: the
-    # evaluator's dp_comm_s is that all-reduce, on the links above (tp 1: 8 NICs; tp 8: one).
+    # evaluator's dp_comm_s is that all-reduce, on the links above (tp 1: 8 NICs; tp 8: one), by the fastest of
+    # NCCL's six candidates for the message.
     model = Transformer(name="two-layer", layers=2, hidden=4096, heads=32, seq_len=2048, vocab=32000)
     cluster = make_cluster("h100", 128, scaleout_Bps=OUT)
-    eff, up_l, out_l = cluster.gpu.link_eff, cluster.scaleup_latency_s, cluster.scaleout_latency_s
-    up = cluster.scaleup_Bps
+    eff, up = cluster.gpu.link_eff, cluster.scaleup_Bps
+    assert (cluster.scaleup_latency_s, cluster.scaleout_latency_s) == (5e-6, 10e-6)
     for tp, dp in ((1, 128), (8, 16)):
         cols = StrategyTable.from_columns(dp=dp, tp=tp, pp=1, micro_batch=1, global_batch=256, zero_stage=0,
                                           overlap_dp=False, recompute="none")
         got = evaluate(model, cluster, cols, framework="generic")["dp_comm_s"][0]
         nbytes = 2 * model.num_params() / tp
         if tp == 1:
-            bw = min(8 * OUT, 8 / 7 * up) * eff
-            ring = 2 * 127 / 128 * nbytes / bw + 2 * (112 * up_l + 15 * out_l)
-            tree = 2 * nbytes / (0.92 * bw) + 2 * (7 * up_l + 4 * out_l)
+            want = _hand_all_reduce(nbytes, 128, 16, 8, min(8 * OUT, 8 / 7 * up) * eff)
         else:
-            bw = OUT * eff
-            ring = 2 * 15 / 16 * nbytes / bw + 2 * 15 * out_l
-            tree = 2 * nbytes / (0.92 * bw) + 2 * 4 * out_l
-        assert got == pytest.approx(min(ring, tree), rel=1e-9)
+            want = _hand_all_reduce(nbytes, 16, 16, 1, OUT * eff)
+        assert got == pytest.approx(want, rel=1e-9)
 
 
 def _two_layers(h):
@@ -116,13 +226,16 @@ def test_deepspeed_zero3_collectives_per_micro_batch_by_the_codes_rules():
     plan = exchange_plan(ds, big, 1, 8, True)
     assert float(plan.gathers_bwd) == pytest.approx(10 - 5e8 / (layer / 4), rel=1e-12)  # 7.52
     assert float(plan.kept) == pytest.approx(5e8 / P, rel=1e-12)
-    # the exchange of m = 4 micro-batches over the node's 8 GPUs (one ring inside the node, 7 steps of 5 us each):
-    # per micro-batch the weights gathered (2 - kept) times and the gradients reduce-scattered once, 2 bytes each
+    # the exchange of m = 4 micro-batches over the node's 8 GPUs (one ring inside the node, 7 steps of 5 us each and
+    # Simple's 8.4 us base: a module's gather, 2 P / 10 = 420 MB, and a 1 GB bucket are past LL128's crossover, 7/8 x
+    # m x (1/331.2 - 1/360) GB/s > 43.4 - 33.56 us from 45 MB on): per micro-batch the weights gathered (2 - kept)
+    # times and the gradients reduce-scattered once, 2 bytes each
     link = _link(1, 8)
     bw = 450e9 * 0.8
-    a, b = dp_exchange_coef(np.array(3), 4, 8, link, fw=ds, plan=plan)
-    want = 4 * ((2 - 5e8 / P) * 2 * P * 7 / 8 / bw + (10 + plan.gathers_bwd) * 7 * UP_L
-                + 2 * P * 7 / 8 / bw + (P / 5e8 + 1) * 7 * UP_L)
+    a, b = dp_exchange_coef(np.array(3), 4, 8, link, fw=ds, plan=plan)[:2]
+    call = 8.4 * US + 7 * UP_L
+    want = 4 * ((2 - 5e8 / P) * 2 * P * 7 / 8 / bw + (10 + plan.gathers_bwd) * call
+                + 2 * P * 7 / 8 / bw + (P / 5e8 + 1) * call)
     assert float(a * P + b) == pytest.approx(float(want), rel=1e-12)
 
 
@@ -157,10 +270,7 @@ def test_evaluated_moe_exchange_is_the_dense_and_the_expert_all_reduce():
     assert model.expert_params() == expert
     dense_bytes = 2 * (model.num_params() - 2 * 8 * expert)
     expert_bytes = 2 * 2 * (8 // 8) * expert  # two layers, one expert each on a GPU
-    bw = min(8 * OUT, 8 / 7 * up) * eff
-    dense = min(2 * 127 / 128 * dense_bytes / bw + 2 * (112 * up_l + 15 * out_l),
-                2 * dense_bytes / (0.92 * bw) + 2 * (7 * up_l + 4 * out_l))
-    bw1 = OUT * eff
-    experts = min(2 * 15 / 16 * expert_bytes / bw1 + 2 * 15 * out_l,
-                  2 * expert_bytes / (0.92 * bw1) + 2 * 4 * out_l)
+    assert (up_l, out_l) == (5e-6, 10e-6)
+    dense = _hand_all_reduce(dense_bytes, 128, 16, 8, min(8 * OUT, 8 / 7 * up) * eff)
+    experts = _hand_all_reduce(expert_bytes, 16, 16, 1, OUT * eff)
     assert got == pytest.approx(dense + experts, rel=1e-9)

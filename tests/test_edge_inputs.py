@@ -233,3 +233,18 @@ def test_replan_one_node_range(capsys):
     # 2 of 128 nodes lost: 1008 GPUs; shrink-dp keeps tp 8 pp 8, dp <= 1008 / 64 = 15 and dividing
     # the batch of 1536 sequences: 12
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("2", "1008", "shrink-dp", "768")]
+
+
+@pytest.mark.parametrize("word", ["mi300x1024", "mi300xx1024", "MI300X1024"])
+def test_a_gpu_whose_name_ends_in_x_takes_a_count(word):
+    """mi300x is the GPU's name: mi300x1024 is 1,024 of them (as h100x1024 is of H100s)."""
+    c = cluster_preset(word)
+    assert c.gpu.name == "MI300X-OAM-192GB" and c.num_gpus == 1024
+
+
+def test_a_range_of_a_gpu_whose_name_ends_in_x():
+    from cli._specs import cluster_words
+
+    words = cluster_words("mi300x64..256,h100x64")
+    assert [(cluster_preset(w).gpu.name, cluster_preset(w).num_gpus) for w in words] == [
+        ("MI300X-OAM-192GB", 64), ("MI300X-OAM-192GB", 128), ("MI300X-OAM-192GB", 256), ("H100-SXM5-80GB", 64)]

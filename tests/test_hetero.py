@@ -458,3 +458,22 @@ def test_cli_search_tpe_on_hetero_cluster_starts_from_named_placements():
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["feasible"] >= 1 and out["best"][0]["feasible"]
+
+
+@pytest.mark.parametrize("pp", [4, 8])
+def test_a_placement_of_stages_alike_lists_every_stage(pp):
+    """pp alike stages on one pool are priced through three representatives (first, interior, last); the per-stage
+    view (evaluate's and show's table) still lists pp stages: the interior ones equal, the first and last longer
+    by the embedding and the head, the layers summing to the model's, each busy m x (F + B + W)."""
+    from costmodel._evaluate import stage_rows
+
+    model, cluster = model_preset("llama3-8b"), hetero_preset("a100x16+h100x16")
+    plan = {"global_batch": 32, "microbatches": 8, "recompute": "full", "zero_stage": 1,
+            "stages": [{"pool": "h100", "dp": 1, "tp": 2, "layers": 32 // pp}] * pp}
+    rows = stage_rows(model, cluster, strategy_from_file(plan, [p.name for p in cluster.pools]))
+    assert [r["stage"] for r in rows] == list(range(pp))
+    assert {r["pool"] for r in rows} == {"h100"} and sum(r["layers"] for r in rows) == model.layers
+    inner = [r["forward_s"] for r in rows[1:-1]]
+    assert max(inner) == min(inner) and rows[0]["forward_s"] > inner[0] and rows[-1]["forward_s"] > inner[0]
+    for r in rows:
+        assert r["time_s"] == pytest.approx(8 * (r["forward_s"] + r["backward_s"] + r["weight_grad_s"]), rel=1e-12)

@@ -14,7 +14,8 @@ from sweep._results import hetero_row_strategy
 from tests.sweep_helpers import cli, kill_when, parts, rows, start
 
 HETERO = ["--cluster", "a100x64+h100x64", "--pp", "4,8"]
-MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2"]
+# Parts of about four calls of 2 steps x 16 chains (--part-rows 100): a kill finds several written.
+MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2", "--part-rows", "100"]
 STAGES = ["stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_layers", "stage_pool2", "stage_dp2"]
 KEY = ["iteration", "pp", "microbatches", "recompute", "zero_stage", *STAGES]
 

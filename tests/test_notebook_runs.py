@@ -46,9 +46,12 @@ RUNS = {
             "1,2,4,8,16", "--pp", "1,2,4", "--microbatches", "1,4,16", "--global-batch", "8192", "--schedule", "gpipe",
             "--recompute", "none", "--sequence-parallel", "false", "--zero-stage", "0,1", "--partial-gpus", "--keep",
             "all", "--framework", "generic"],  # GPipe: generic runs it
+    "study": ["sweep", "--model", "llama3-8b", "--cluster", "h100x64..256", "--framework", "megatron-core,fsdp2",
+              "--global-batch", "256", "--tp", "1,2,4,8", "--pp", "1,2,4", "--microbatches", "4,16", "--keep", "best:3"],
     "two-studies": ["search", "mcmc", "--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--space", "exact",
                     "--budget", "64", "--chains", "4", "--seed", "3"],
 }
+STUDY_KINDS = ("study", "two-studies")  # the runs of several problems
 NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 
 
@@ -125,7 +128,7 @@ def test_notebook_on_every_kind_of_run(runs, kind):
     model, cluster = ns["model"]["name"], ns["cluster"]["name"]
     # the tables: the studies, the reasons (or that every row is feasible), the best ten
     studies, reasons, best = shown[0], shown[1], shown[2]
-    assert isinstance(studies, pd.Series) and len(studies) == (2 if kind == "two-studies" else 1)
+    assert isinstance(studies, pd.Series) and len(studies) == {"two-studies": 2, "study": 3}.get(kind, 1)
     assert (model, cluster) == tuple(studies.index[0])
     assert (isinstance(reasons, pd.Series) and len(reasons)) or reasons == "every row is feasible"
     assert isinstance(best, pd.DataFrame) and 1 <= len(best) <= 10
@@ -136,7 +139,10 @@ def test_notebook_on_every_kind_of_run(runs, kind):
     assert not [c for c in best.columns if best[c].isna().any()], "a column of the best ten holds NaN"
     assert ("stage_pool" in best) == (kind == "mixed") and ("ep" in best) == (kind == "moe")
 
-    assert len(figs) == 3  # time parts, throughput per degree value, grid view or placement view
+    # time parts, throughput per degree value, grid view or placement view; a run of several problems
+    # adds its scaling and cost-time figures (tested below)
+    assert len(figs) == (5 if kind in STUDY_KINDS else 3)
+    figs = figs[:3]
     for fig in figs:
         texts = _texts(fig)
         assert not [t for t in texts if NAN.search(t)], [t for t in texts if NAN.search(t)]
@@ -159,3 +165,45 @@ def test_notebook_on_every_kind_of_run(runs, kind):
         assert lines
         for ln in lines:
             assert matplotlib.colors.to_rgba(ln.get_color()) == matplotlib.colors.to_rgba(colour[ln.get_label()])
+
+
+@pytest.mark.parametrize("kind", STUDY_KINDS)
+def test_notebook_study_view(runs, kind):
+    """A run of several problems: one table line per (model, cluster, framework) with the best
+    throughput the results hold for it (read here with pyarrow), a scaling figure with a line per
+    model x GPU x framework over the GPU counts, and a cost-time figure whose dashed front holds
+    exactly the problems no other problem beats on both days and dollars."""
+    import pandas as pd
+
+    ns, shown, figs = run_notebook(runs / kind)
+    table = shown[-1]
+    assert isinstance(table, pd.DataFrame)
+    t = ds.dataset(str(runs / kind / "results"), partitioning="hive").to_table(
+        columns=["model", "cluster", "framework", "feasible", "tokens_per_s"]).to_pandas()
+    best = t[t["feasible"]].groupby(["model", "cluster", "framework"])["tokens_per_s"].max()
+    assert len(table) == len(best) == {"study": 6, "two-studies": 2}[kind]
+    for _, row in table.iterrows():
+        assert row["tokens_per_s"] == pytest.approx(best[(row["model"], row["cluster"], row["framework"])], rel=1e-12)
+    scaling, cost = figs[3], figs[4]
+    lines = {ln.get_label(): ln for ln in scaling.axes[0].get_lines()}
+    expect_lines = {f"{m} H100-SXM5-80GB {fw}" for m, _, fw in best.index}
+    assert set(lines) == expect_lines
+    if kind == "study":  # each line: the three GPU counts, in order, at the best throughput of each
+        for label, ln in lines.items():
+            fw = label.rsplit(" ", 1)[1]
+            assert list(ln.get_xdata()) == [64, 128, 256]
+            want = [best[("llama3-8b", f"h100x{n}", fw)] / 1e6 for n in (64, 128, 256)]
+            np.testing.assert_allclose(ln.get_ydata(), want, rtol=1e-12)
+    for fig in (scaling, cost):
+        texts = _texts(fig)
+        assert not [x for x in texts if NAN.search(x)]
+        assert any(x.startswith(("Scaling: ", "Cost and time")) and "H100-SXM5-80GB" in x for x in texts)
+        assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    # the Pareto front, worked out here from the table: a problem is on it when no other is at
+    # most as long and as costly, and strictly better in one
+    pts = table[["days_to_train", "usd"]].to_numpy()
+    on_front = [not any((q[0] <= p[0] and q[1] <= p[1] and (q[0] < p[0] or q[1] < p[1])) for q in pts) for p in pts]
+    front = next(ln for ln in cost.axes[0].get_lines() if ln.get_label() == "Pareto front")
+    got = sorted(zip(front.get_xdata(), np.asarray(front.get_ydata()) * 1e6))
+    want = sorted((p[0], p[1]) for p, keep in zip(pts, on_front) if keep)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-9)

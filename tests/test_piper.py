@@ -544,6 +544,7 @@ def literal_piper_dp(doc: dict) -> float:
                 stack.append(m | 1 << v)
     order = sorted(tails, key=lambda m: (bin(m).count("1"), m))
     dp = {0: np.zeros((k_max + 1, s_max + 1))}
+    knaps: dict[tuple[int, int, int], list[float]] = {}  # (stage's node set, t, d) -> knapsack per y
     for m in order[1:]:
         table = np.full((k_max + 1, s_max + 1), np.inf)
         for sub in order:
@@ -556,8 +557,11 @@ def literal_piper_dp(doc: dict) -> float:
                 for d in range(1, k_max // t + 1):
                     if n_mb % d:
                         continue
-                    knap = [_greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw)
-                            for y in range(s_max // d + 2)]
+                    key = (m & ~sub, t, d)  # the same stage recurs under many tails: priced once
+                    if key not in knaps:
+                        options = _stage_options(nodes, ids, edges, stage, t, d, n_mb, bw)
+                        knaps[key] = [_greedy_knapsack(options, y, mem) for y in range(s_max // d + 2)]
+                    knap = knaps[key]
                     tps = np.array([knap[-(-s // d)] for s in range(s_max + 1)])
                     prev = dp[sub][: k_max + 1 - t * d, : s_max + 1 - d]
                     np.minimum(table[t * d:, d:], np.maximum(prev, tps[None, d:]),
@@ -567,14 +571,14 @@ def literal_piper_dp(doc: dict) -> float:
     return float(dp[order[-1]][k_max, s_max])
 
 
-def _greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw) -> float:
-    if y == 0:
-        return math.inf
+def _stage_options(nodes, ids, edges, stage, t, d, n_mb, bw):
+    """Per node of the stage, per TMPC option: its time (compute over d, the cut edges' traffic
+    and the weight resync) and its memory as (per micro-batch in flight, fixed)."""
     members = set(stage)
-    cost, memory = [], []
+    cost, mem_a, mem_b = [], [], []
     for v in stage:
         options = nodes[v]["TMPCs"][str(t)]
-        node_cost, node_mem = [], []
+        node_cost = []
         for tm in options:
             cut = sum(2 * (c + tm["syncTimeFw"][str(ids[a])]) for a, b, c in edges
                       if b == v and a not in members)
@@ -582,17 +586,27 @@ def _greedy_knapsack(nodes, ids, edges, stage, t, d, y, n_mb, mem, bw) -> float:
                        if a == v and b not in members)
             resync = 4 * (d - 1) * tm["parameterSize"] / (d * n_mb)
             node_cost.append(tm["timePerSample"] / d + (cut / d + resync) / bw)
-            node_mem.append(tm["memoryUsageA"] * y + tm["memoryUsageB"])
         cost.append(node_cost)
-        memory.append(node_mem)
-    pick = [int(np.argmin(c)) for c in cost]
+        mem_a.append([tm["memoryUsageA"] for tm in options])
+        mem_b.append([tm["memoryUsageB"] for tm in options])
+    return cost, mem_a, mem_b
+
+
+def _greedy_knapsack(options, y, mem) -> float:
+    """Piper's greedy knapsack at y micro-batches in flight: the fastest option of each node, then
+    the swaps of least time per byte saved until the stage fits ``mem``."""
+    if y == 0:
+        return math.inf
+    cost, mem_a, mem_b = options
+    memory = [[a * y + b for a, b in zip(ra, rb, strict=True)] for ra, rb in zip(mem_a, mem_b, strict=True)]
+    pick = [min(range(len(c)), key=c.__getitem__) for c in cost]
     excess = sum(m[p] for m, p in zip(memory, pick, strict=True)) - mem
     if excess <= 0:
         return sum(c[p] for c, p in zip(cost, pick, strict=True))
     if sum(min(m) for m in memory) > mem:
         return math.inf
     swaps = sorted(((cost[i][j] - cost[i][pick[i]]) / (memory[i][pick[i]] - memory[i][j]), i, j)
-                   for i in range(len(stage)) for j in range(len(cost[i]))
+                   for i in range(len(cost)) for j in range(len(cost[i]))
                    if memory[i][pick[i]] - memory[i][j] > 1e-9)
     for _, i, j in swaps:
         excess -= memory[i][pick[i]] - memory[i][j]

@@ -17,13 +17,14 @@ from tests.kill_points import KILLED, kill_group_when, run_killed
 from tests.sweep_helpers import cli, own_ray_processes, parts, rows, start, workers_import_this_checkout
 
 EXACT = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact"]
-MCMC = ["--seed", "3", "--budget", "1200", "--chains", "16", "--checkpoint-every", "5"]
+# --part-rows 1: a part per checkpoint (or TPE batch, or gradient step), as these tests count them.
+MCMC = ["--seed", "3", "--budget", "1200", "--chains", "16", "--checkpoint-every", "5", "--part-rows", "1"]
 MCMC_BUDGET = 1200
 # A 360-point space where every point is valid (TPE spends no trials outside it).
 SMALL = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--tp", "1,2,4,8", "--pp",
          "1,2,4,8,16", "--micro-batch", "1,2,4", "--recompute", "none,selective,full", "--zero-stage", "0,1"]
 # screen 0: walk the whole budget (38 points fit)
-TPE = ["--seed", "5", "--budget", "64", "--batch", "8", "--screen", "0"]
+TPE = ["--seed", "5", "--budget", "64", "--batch", "8", "--screen", "0", "--part-rows", "1"]
 TPE_BUDGET = 64
 STRATEGY = ["model", "dp", "tp", "pp", "cp", "micro_batch", "schedule", "vpp", "recompute",
        "sequence_parallel", "zero_stage"]
@@ -121,7 +122,9 @@ def test_mcmc_killed_actor_is_replaced_from_its_checkpoint(mcmc_reference, tmp_p
     from sweep._rundir import RunDir
     from sweep._search_engine import run_search
 
-    args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--out", out])
+    # Parts of two or more calls (80 rows each): the actor may die with a call's rows pending,
+    # which the new actor evaluates again.
+    args = build_parser().parse_args(["search", "mcmc", *EXACT, *MCMC, "--part-rows", "100", "--out", out])
     RunDir.create_or_resume(out, search_request(args, "mcmc"))[0].close()
     saved = dict(os.environ)
     init_ray(workers=1, address=None)
@@ -224,7 +227,7 @@ def test_tpe_a_journal_lock_left_by_a_kill_is_taken_at_once(tpe_reference, tmp_p
     assert_same_run(out, tpe_reference)
 
 
-GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16", "--polish", "0.5"]
+GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16", "--polish", "0.5", "--part-rows", "1"]
 GRADIENT_BUDGET = 160
 # The first half of the budget in gradient steps of 16 new points (80 / 16 = 5), the last half in the
 # local phase's batches of 8 (search._gradient.POLISH_BATCH: 80 / 8 = 10): a part per step.

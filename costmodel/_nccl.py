@@ -1,0 +1,113 @@
+"""NCCL's tuning model: the constants it prices a collective with, per algorithm (ring, tree, PAT) and protocol (LL,
+LL128, Simple), as costmodel._collectives uses them.
+
+Source: NVIDIA/nccl commit 5067397c2676d5aed50042fc39e5c8ee96eb0027, src/graph/tuning.cc (ncclTunerConstantsDefaults,
+ncclTopoTuneModel, treeCorrectionFactor, ncclTopoGetAlgoTime). NCCL prices algorithm a under protocol p for a buffer
+of nBytes as
+
+    time = latency[a][p] + nBytes / bandwidth[a][p]
+    latency   = baseLatencies[a][p] + hops x hwLatencies[tier][a][p]      (us; the hops: tuning.cc per algorithm)
+    bandwidth = nChannels x the graph's per-channel bandwidth x the protocol's share, then the algorithm's bus-to-
+                algorithm factor (ring n / steps, tree 1/2)
+
+and runs the (a, p) of least time (enqueue.cc topoGetAlgoInfo). The protocols trade latency for bandwidth: LL
+(8-byte stores carrying 4 bytes and a flag) reaches half the bus bandwidth at the smallest per-hop latency, LL128
+(128-byte lines carrying 120) 92%, Simple all of it behind a fence per step, the largest latency.
+
+Each hop latency below is NCCL's for its tier (NVLink inside a node, the network across nodes); costmodel reads the
+cluster's own step latencies (scaleup_latency_s, scaleout_latency_s: Simple's ring hop, costmodel._hardware) and
+scales them by NCCL's ratio of each (algorithm, protocol) to Simple's ring hop on the same tier (hop_ratio), so a
+cluster described with a slower network slows every protocol alike. Base latencies (the launch and the kernel's own
+set-up, no link's) and the proxy's post overhead are absolute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+US = 1e-6
+LL, LL128, SIMPLE = 0, 1, 2  # NCCL_PROTO_LL, NCCL_PROTO_LL128, NCCL_PROTO_SIMPLE
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# baseLatencies (us) per protocol (LL, LL128, Simple)
+BASE_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "pat": (8.0, 8.0, 8.0)}
+# hwLatencies (us) per hop, per protocol: NVLINK (inside a node) and NET (across nodes); PAT's network hop with one
+# rank per node is the tree's (tuning.cc: "With ppn=1 latencies are fully exposed, use the Tree network latency").
+NVLINK_HOP_US = {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)}
+NET_HOP_US = {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}
+# getNetOverhead: the proxy's post overhead per network step, 1 us on an Intel x86 host (2 us on AMD), x 3 for
+# Simple; a ring that spans several nodes pays at least that on each of its intra-node steps too.
+NET_OVERHEAD_US = 1.0
+SIMPLE_NET_OVERHEAD_FACTOR = 3.0
+
+# Bandwidth shares (busBw refinements in ncclTopoTuneModel)
+RING_LL_SHARE = 0.5  # busBw x .5, capped at llMaxBw
+RING_LL128_SHARE = 0.92  # busBw x 0.92 (120/128 rounded down)
+TREE_SHARE = 0.92  # tree all-reduce, every protocol
+TREE_LL_DIVISOR = 3.8  # tree LL: busBw x 1/3.8 on top, capped at llMaxBw
+TREE_LL128_SHARE_NODES = 120.0 / 128.0  # tree LL128 across nodes (7/9 inside one)
+TREE_LL128_SHARE_ONE_NODE = 7.0 / 9.0
+PAT_SHARE = 0.75
+PAT_LOG_LATENCY_DIVISOR = 3.5  # PAT: log2(nodes) x the network hop / 3.5 + nRanks x 2.8 us
+PAT_RANK_LATENCY_US = 2.8
+# ncclTopoGetAlgoTime: a ring Simple all-reduce across nodes pays its latency x 1.4 (compute capability >= 8.0;
+# 1.9 on Volta), "plateau effect of ring", once a message holds 64 bytes per channel and rank: here on every message
+# (below that size LL's ring is faster by the hops' latencies alone, so the choice does not change).
+RING_SIMPLE_PLATEAU = 1.4
+
+# llMaxBws (GB/s, LL's bus bandwidth ceiling): inside one node by GPU generation; across 2 nodes and across more, by
+# host CPU (Intel's row; AMD hosts: 22.5 and 19.0).
+LL_MAX_ONE_NODE_GBps = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+LL_MAX_TWO_NODES_GBps = 39.0
+LL_MAX_NODES_GBps = 20.4
+
+# treeCorrectionFactor[protocol][log2(nBytes / 64)], 64 B to 256 MB: the tree's bandwidth x this factor for the
+# message (NCCL: "Trees are not perfectly sticking to the model for medium sizes").
+TREE_CORRECTION = np.array([
+    [1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0],
+    [1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0],
+    [.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9],
+])
+TREE_CORRECTION_SIZES = 23  # applied where 0 <= log2i(nBytes >> 6) < 23
+
+
+def gpu_generation(name: str) -> str:
+    """NCCL's compute-capability row for a GPU preset's name (tuning.cc's compCapIndex): Volta, Ampere (8.x: A100,
+    A800, A30, A40, L40), Hopper (H100, H800, H200), Blackwell (B100, B200); any other GPU Hopper's (AMD's run
+    RCCL, whose tables differ)."""
+    n = name.upper()
+    if "V100" in n:
+        return "volta"
+    if any(k in n for k in ("A100", "A800", "A30", "A40", "L40")):  # compute capability 8.x
+        return "ampere"
+    if "B100" in n or "B200" in n or "B300" in n:
+        return "blackwell"
+    return "hopper"
+
+
+def ll_one_node_Bps(name: str) -> float:
+    """LL's bus bandwidth ceiling inside one node (B/s) for the GPU named ``name`` (llMaxBws, by generation)."""
+    return LL_MAX_ONE_NODE_GBps[gpu_generation(name)] * 1e9
+
+
+def hop_ratio(tier: str, algo: str, proto: int) -> float:
+    """NCCL's hop latency of ``algo`` under protocol ``proto`` on ``tier`` ("nvlink" or "net") over its ring Simple
+    hop on that tier (the cluster's step latency is Simple's ring hop: module docstring)."""
+    table = NVLINK_HOP_US if tier == "nvlink" else NET_HOP_US
+    return table[algo][proto] / table["ring"][SIMPLE]
+
+
+def tree_size(msg_bytes):
+    """treeCorrectionFactor's column for a message of ``msg_bytes``: log2i(nBytes >> 6), NCCL's integer log, as
+    floor(log2(nBytes / 64)); -1 below 64 B and for an unbounded message (an estimate past any model)."""
+    msg = np.asarray(msg_bytes, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size = np.floor(np.log2(np.maximum(msg / 64.0, 0.5)))
+    return np.where(np.isfinite(size), size, -1.0).astype(np.int64)
+
+
+def tree_correction_at(size, proto: int):
+    """treeCorrectionFactor[proto][size] where 0 <= size < 23 (tree_size), else 1."""
+    inside = (size >= 0) & (size < TREE_CORRECTION_SIZES)
+    return np.where(inside, TREE_CORRECTION[proto][np.clip(size, 0, TREE_CORRECTION_SIZES - 1)], 1.0)
+
