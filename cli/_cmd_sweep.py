@@ -251,7 +251,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
 
     searcher = rd.info["searcher"]
     how = "in this process (no Ray)"
-    started = False
+    started = interrupted = False
     try:
         if not args.in_process:
             how = init_ray(workers=args.workers, address=args.address)
@@ -275,6 +275,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             try:
                 _run_engine(rd, args)
             except KeyboardInterrupt:
+                interrupted = True
                 print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
                       file=sys.stderr)
                 return 130
@@ -285,6 +286,8 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
     finally:
         if started:
             shutdown_ray()
+        if interrupted:  # a worker stopped mid-write leaves its hidden temporary: its writer is gone now
+            rd.remove_temporaries()
     return 0
 
 

@@ -46,3 +46,29 @@ def test_ctrl_c_twice_during_a_sweep_is_one_line_and_leaves_whole_parts(tmp_path
     assert len(parts(directory)) < 40 and len(names) == len(parts(directory))  # stopped early; no temporary
     for name in names:  # every part is whole
         pq.read_table(os.path.join(directory, name))
+
+
+def test_an_interrupt_removes_the_temporary_a_stopped_worker_left(tmp_path, monkeypatch, capsys):
+    # A worker stopped by the Ctrl-C in the middle of writing a part leaves its hidden temporary
+    # (it dies before its own clean-up): once the run has stopped, the command removes it, and
+    # the parts written before stay.
+    import cli
+    import cli._cmd_sweep as cmd
+    from costmodel._files import TMP_PREFIX, TMP_SUFFIX
+
+    out = tmp_path / "run"
+    argv = ["sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--tp", "8", "--pp", "8,16",
+            "--out", str(out), "--in-process", "--no-progress"]
+    assert cli.main(argv) == 0
+    directory = out / "results" / "searcher=grid"
+    written = sorted(os.listdir(directory))
+    stray = directory / f"{TMP_PREFIX}part-00-000009.parquet.0123abcd{TMP_SUFFIX}"
+
+    def stopped_mid_write(rd, args):
+        stray.write_bytes(b"PAR1 half a part")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cmd, "_run_engine", stopped_mid_write)
+    assert cli.main(["resume", str(out), "--in-process", "--no-progress"]) == 130
+    assert "interrupted:" in capsys.readouterr().err
+    assert sorted(os.listdir(directory)) == written and written

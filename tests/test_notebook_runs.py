@@ -55,12 +55,24 @@ STUDY_KINDS = ("study", "two-studies")  # the runs of several problems
 NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 
 
+class Runs:
+    """The run of each kind, written the first time a test asks for it (``runs / kind``): a
+    worker that draws only some of the kinds builds only those."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+
+    def __truediv__(self, kind: str) -> pathlib.Path:
+        out = self.root / kind
+        if not out.exists():
+            argv = [*RUNS[kind], "--out", str(out), "--in-process", "--no-progress", "--top", "1"]
+            assert cli.main(argv) == 0, kind
+        return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kinds")
-    for kind, argv in RUNS.items():
-        assert cli.main([*argv, "--out", str(root / kind), "--in-process", "--no-progress", "--top", "1"]) == 0, kind
-    return root
+    return Runs(tmp_path_factory.mktemp("kinds"))
 
 
 def run_notebook(run_dir: pathlib.Path):

@@ -159,7 +159,7 @@ RAY_STUDY = ["--model", "gpt3-175b", "--cluster", "h100x512,1024", "--framework"
 
 
 @pytest.mark.slow
-def test_study_on_three_raylets_with_a_worker_node_removed_mid_run(tmp_path, monkeypatch, capsys):
+def test_study_on_two_raylets_with_a_worker_node_removed_mid_run(tmp_path, monkeypatch, capsys):
     import time
 
     import pyarrow.dataset as ds
@@ -173,7 +173,7 @@ def test_study_on_three_raylets_with_a_worker_node_removed_mid_run(tmp_path, mon
     assert main(["sweep", *RAY_STUDY, "--in-process", "--no-progress", "--out", ref]) == 0
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
-        workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        worker = cluster.add_node(num_cpus=1)  # the head's CPU finishes what this node's held
         cluster.wait_for_nodes()
         run = str(tmp_path / "run")
         proc = start("sweep", *RAY_STUDY, "--address", cluster.address, "--no-progress", "--out", run)
@@ -183,7 +183,7 @@ def test_study_on_three_raylets_with_a_worker_node_removed_mid_run(tmp_path, mon
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             assert time.monotonic() - t0 < 300, "no parts in time"
             time.sleep(0.05)
-        cluster.remove_node(workers[0], allow_graceful=False)
+        cluster.remove_node(worker, allow_graceful=False)
         assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-2000:]
     finally:
         cluster.shutdown()

@@ -38,8 +38,9 @@ def test_validate_korthikanti2022_runs(capsys):
 
 def test_calibrate_recovers_a_slower_gpu(tmp_path, capsys):
     # Runs that took 25% longer than published: the fitted constants must bring the error
-    # from about 20% (1 - 1/1.25) down, and validate must accept the written file.
-    rows = list(csv.DictReader(open(NARAYANAN)))
+    # from about 20% (1 - 1/1.25) down, and validate must accept the written file. Four of the
+    # table's runs (tp, pp and dp all vary among them): each fit prices every run about 100 times.
+    rows = list(csv.DictReader(open(NARAYANAN)))[:4]
     for r in rows:
         r["measured_iteration_time_s"] = str(float(r["measured_iteration_time_s"]) * 1.25)
     slow = tmp_path / "slow.csv"
