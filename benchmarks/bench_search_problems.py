@@ -82,7 +82,7 @@ def make(name: str, space, seed: int, budget: int):
     if name == "tpe":
         return TPESearcher(space, seed=seed, budget=budget)
     if name == "gradient":
-        return GradientSearcher(space, seed=seed)
+        return GradientSearcher(space, seed=seed, budget=budget)
     return RandomSearcher(space, seed)
 
 

@@ -54,6 +54,14 @@ some point fits in memory, the distributions range over the points that fit (the
 digits and the fill come from them), so every draw is a feasible plan, and a space where under 1%
 fits is searched among those few; elsewhere the space as given.
 
+A known budget B (``budget``, the driver passes it): the last ``polish`` share of it (50%, and at
+least 64 evaluations up to 80% of B: search._local.late_evaluations) is the late local phase of
+search._local, POLISH_BATCH unevaluated neighbours of the peaks among the plans told at a time; the
+gradient steps take the evaluations before it, about sqrt of that many draws a step (``samples``
+None; 4 to 16) with a cooling that brings the temperature to ``min_temperature`` at their last step
+(``cooling`` None; auto_schedule), so that a small budget still ends on a concentrated distribution. A budget covering every point that fits evaluates each once. Without a budget:
+16 draws a step and cooling 0.97, as tuned on the exact space.
+
 Determinism and resume (search._base.Searcher): step k draws from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of the
 told batches; state_dict() holds it as plain arrays (logits, step, memo).
@@ -67,8 +75,9 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
+from search._local import late_evaluations, polish_batch, single_changes, walk_digits
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
-from search._screen import screen_searcher
+from search._screen import points_to_walk, screen_searcher
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
 # partition problem), kept apart from the reported seeds 0-9 (BENCHMARKS.md, "Gradient search").
@@ -77,6 +86,15 @@ DEFAULT_LR = 2.0
 DEFAULT_TEMPERATURE = 1.0
 # tau = max(0.1, 0.97^t): 0.1 after 76 steps (1,216 draws) since the last restart.
 DEFAULT_COOLING = 0.97
+# With a budget (``samples`` and ``cooling`` None, auto): the gradient phase of G evaluations draws
+# about sqrt(G) points a step, between MIN_SAMPLES and DEFAULT_SAMPLES, and cools so that the
+# temperature reaches min_temperature at its last step (auto_schedule).
+MIN_SAMPLES = 4
+# Share of a known budget spent last on the unevaluated neighbours of the best points told (the
+# peaks, search._local; at least 64 evaluations up to 80%: late_evaluations), POLISH_BATCH points a
+# batch, instead of gradient steps. Chosen on draw seed 1 (0.5, 0.7, 0.8 and this rule tried).
+DEFAULT_POLISH = 0.5
+POLISH_BATCH = 8
 DEFAULT_MIN_TEMPERATURE = 0.1
 DEFAULT_ENTROPY = 0.0
 DEFAULT_MEMORY_PENALTY = 0.1
@@ -91,6 +109,7 @@ SATURATED = 4
 FILL_CANDIDATES = 16
 STEP_STREAM = 2
 FILL_STREAM = 3
+POLISH_STREAM = 5
 STATE_VERSION = 1
 
 
@@ -161,22 +180,29 @@ class GradientSearcher(Searcher):
     applies the step's gradient and advances the step.
     """
 
-    def __init__(self, space: SearchSpace, *, seed: int, samples: int = DEFAULT_SAMPLES, lr: float = DEFAULT_LR,
-                 temperature: float = DEFAULT_TEMPERATURE, cooling: float = DEFAULT_COOLING,
+    def __init__(self, space: SearchSpace, *, seed: int, samples: int | None = None, lr: float = DEFAULT_LR,
+                 temperature: float = DEFAULT_TEMPERATURE, cooling: float | None = None,
                  min_temperature: float = DEFAULT_MIN_TEMPERATURE, entropy: float = DEFAULT_ENTROPY,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart: int = DEFAULT_RESTART,
-                 screen: int = DEFAULT_SCREEN) -> None:
+                 screen: int = DEFAULT_SCREEN, budget: int | None = None, polish: float = DEFAULT_POLISH) -> None:
         self.check_options(samples=samples, lr=lr, temperature=temperature, cooling=cooling,
                            min_temperature=min_temperature, entropy=entropy, memory_penalty=memory_penalty,
-                           restart=restart, screen=screen)
+                           restart=restart, screen=screen, polish=polish)
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))
+                                   or budget < 1):
+            raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         # Feasibility first (search._screen), as MCMC and TPE: where the space can be screened and
-        # some point fits, the distributions range over the points that fit only.
-        self.space = space = screen_searcher(self, space, screen=bool(screen), budget=None)
+        # some point fits, the distributions range over the points that fit only; a budget that
+        # covers them all evaluates each once.
+        self.space = space = screen_searcher(self, space, screen=bool(screen), budget=budget)
+        self._enum_told = 0
         self.seed = int(seed)
-        self.samples = int(samples)
+        self.polish = float(polish)
+        auto_samples, auto_cooling = auto_schedule(budget, polish, temperature, min_temperature)
+        self.samples = int(auto_samples if samples is None else samples)
         self.lr = float(lr)
         self.temperature = float(temperature)
-        self.cooling = float(cooling)
+        self.cooling = float(auto_cooling if cooling is None else cooling)
         self.min_temperature = float(min_temperature)
         self.entropy = float(entropy)
         self.memory_penalty = float(memory_penalty)
@@ -203,18 +229,23 @@ class GradientSearcher(Searcher):
         self._fixed_pp = int(space.fixed.get("pp", 1))
         self._cached: tuple[int, _Step] | None = None
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
+        self._polish_changes = single_changes(space, [k for k, d in enumerate(space.dims) if len(d.choices) > 1])
+        self._fit: np.ndarray | None = None
 
     @staticmethod
     def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty, restart,
-                      screen=DEFAULT_SCREEN) -> None:
-        """InputError naming the first bad option."""
-        if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2:
+                      screen=DEFAULT_SCREEN, polish=DEFAULT_POLISH) -> None:
+        """InputError naming the first bad option (``samples`` and ``cooling`` None: automatic)."""
+        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
+                                    or samples < 2):
             raise InputError("samples", "an integer >= 2", samples)
         for name, value in (("lr", lr), ("temperature", temperature), ("min_temperature", min_temperature)):
             if not np.isfinite(value) or value <= 0:
                 raise InputError(name, "a number > 0", value)
-        if not np.isfinite(cooling) or not 0 < cooling <= 1:
+        if cooling is not None and (not np.isfinite(cooling) or not 0 < cooling <= 1):
             raise InputError("cooling", "a number in (0, 1] (1: no annealing)", cooling)
+        if not np.isfinite(polish) or not 0 <= polish <= 1:
+            raise InputError("polish", "a share of the budget in [0, 1]", polish)
         if min_temperature > temperature:
             raise InputError("min_temperature", f"a number <= temperature={temperature}", min_temperature)
         if not np.isfinite(entropy) or entropy < 0:
@@ -229,12 +260,31 @@ class GradientSearcher(Searcher):
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         n = check_int("n", n, 0)
+        if self._enumeration is not None:  # the budget covers every point that fits: all of them
+            idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
+            return self.space.table(self.space.digits_of(idx))
+        total = points_to_walk(self)
+        if total is not None and len(self._memo) >= total:  # every point of the walk told: done
+            return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+        pts = self._polish_points()
+        if pts is not None:  # the late local phase: the peaks' neighbours
+            table = self.space.table(pts[: int(n)])
+            self._last_ask = (-1 - len(self._memo), table)
+            return table
         st = self._draw()
         table = self.space.table(st.ask_digits[: int(n)])
         self._last_ask = (self._step, table)
         return table
 
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
+        if self._enumeration is not None:  # the next points of the list, in order
+            self._enum_told += len(self._enumeration[self._enum_told: self._enum_told + len(table)])
+            self._step += 1
+            return
+        pts = self._polish_points()
+        if pts is not None:
+            self._tell_polish(pts, table, metrics)
+            return
         st = self._draw()
         if len(table) and len(st.ask_keys):
             same = self._last_ask[0] == self._step and self._last_ask[1] is table
@@ -245,9 +295,34 @@ class GradientSearcher(Searcher):
             self._memo.add(st.ask_keys[pos[hit]], vals[hit])
         self._advance(st)
 
+    def _polish_points(self) -> np.ndarray | None:
+        """(P, D) the late local phase's batch (search._local.polish_batch: the unevaluated neighbours
+        of the peaks told, POLISH_BATCH at a time), a function of the points told; None before the
+        last ``polish`` share of the budget, without a budget, or where no peak has an unevaluated
+        neighbour left (the gradient steps on)."""
+        if self.budget is None or self.polish <= 0:
+            return None
+        if self._fit is None:
+            self._fit = walk_digits(self.space, points_to_walk(self))
+        return polish_batch(self.space, self._memo, budget=self.budget, share=self.polish,
+                            batch=min(self.samples, POLISH_BATCH), seed=self.seed, stream=POLISH_STREAM,
+                            changes=self._polish_changes, fit=self._fit)
+
+    def _tell_polish(self, pts: np.ndarray, table: StrategyTable, metrics: Metrics) -> None:
+        """Told rows of a polish batch ``pts``: recorded in the memo; the distribution stays."""
+        same = self._last_ask[0] == -1 - len(self._memo) and self._last_ask[1] is table
+        pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                None if same else self.space.table(pts))
+        hit = pos >= 0
+        self._memo.add(point_keys(self.space, pts[pos[hit]]), vals[hit])
+        self._step += 1  # one driver iteration; the distribution stays
+        self._epoch += 1  # (and so does its temperature)
+        self._cached = None
+
     def state_dict(self) -> dict:
         keys, vals = self._memo.arrays()
         return {"version": STATE_VERSION, "seed": self.seed, "samples": self.samples, "step": self._step,
+                "enum_told": self._enum_told,
                 "epoch": self._epoch, "restarts": self.restarts, "theta": self._theta.copy(),
                 "memo_keys": keys_to_plain(keys), "memo_values": vals.copy()}
 
@@ -262,6 +337,7 @@ class GradientSearcher(Searcher):
             raise InputError("state", f"logits of shape {self._theta.shape}", theta.shape)
         self._theta = theta.copy()
         self._step, self._epoch, self.restarts = int(state["step"]), int(state["epoch"]), int(state["restarts"])
+        self._enum_told = int(state.get("enum_told", 0))
         self._memo = Memo(keys_from_plain(state["memo_keys"]),
                           np.asarray(state["memo_values"], dtype=np.float64).reshape(-1, 3))
         self._cached = None
@@ -393,6 +469,20 @@ class GradientSearcher(Searcher):
             self._theta = np.where(self._mask, self._theta + self.lr * grad, 0.0)
         self._step += 1
         self._cached = None
+
+
+def auto_schedule(budget: int | None, polish: float, temperature: float, min_temperature: float) -> tuple[int, float]:
+    """(samples, cooling) for ``samples`` and ``cooling`` None: DEFAULT_SAMPLES and DEFAULT_COOLING
+    without a budget; with one, the gradient phase's G = budget - search._local.late_evaluations(budget,
+    polish) evaluations are about sqrt(G) draws a step (between MIN_SAMPLES and DEFAULT_SAMPLES: a
+    budget of 34, G 7, runs 2 steps of 4; one of 330, G 165, 13 steps of 13), and the temperature falls
+    from ``temperature`` to ``min_temperature`` over those G / samples steps."""
+    if budget is None:
+        return DEFAULT_SAMPLES, DEFAULT_COOLING
+    g = max(budget - late_evaluations(budget, polish), 1)
+    samples = int(min(max(round(np.sqrt(g)), MIN_SAMPLES), DEFAULT_SAMPLES))
+    steps = max(g / samples, 1.0)
+    return samples, float(min(1.0, (min_temperature / temperature) ** (1.0 / steps)))
 
 
 class _Walk:

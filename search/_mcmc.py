@@ -42,6 +42,18 @@ Points already evaluated are remembered (a sorted memo of their costs): ask() re
 distinct points the searcher has not been told about, so the evaluation budget is spent on
 new points; chains whose proposal is known move at tell() without an evaluation.
 
+A known budget B (the driver passes it) shapes the run, with no per-problem setting: the chains
+scale with it (auto_chains); the first ``start_sample`` share of B (20%) is a sample of the walk
+(the chains' named starts, then uniformly random points that fit), and the chains start at its best
+points, not at recipes that may sit in a poor basin; the last ``polish`` share (70%) is the late
+local phase of search._local: batches of ``chains`` unevaluated neighbours of the peaks among the
+plans told (single changes, then the fewest-change repairs of the invalid ones), the neighbours of
+the two best peaks ranked together by an additive model of the plans told, where the chains would
+spend the same evaluations on random single changes (at least 64 evaluations, up to 80% of B:
+search._local.late_evaluations). A budget that covers every point that fits
+evaluates each once (search._screen). Defaults chosen on draw seed 1's problems (BENCHMARKS.md,
+"Search quality on drawn problems").
+
 Determinism and resume (the contract of search._base.Searcher): everything random in step k is drawn from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of
 the told batches, so replaying the tells on a fresh searcher restores it; state_dict() holds
@@ -57,6 +69,7 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
+from search._local import polish_batch, single_changes, walk_digits
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import points_to_walk, screen_searcher
@@ -88,6 +101,14 @@ DEFAULT_RESTART_DUPLICATES = True
 NOVELTY_CANDIDATES = 64
 NOVELTY_CANDIDATES_PER_STEP = 4096
 DEFAULT_STARTS = ("data_parallel", "megatron", "random")
+# Share of a known budget spent last on the unevaluated neighbours of the best points told (the
+# peaks, search._local; at least 64 evaluations up to 80%: late_evaluations), a batch of ``chains``
+# points at a time, instead of chain steps. Chosen on draw seed 1 (0.3, 0.5, 0.65 and 0.7 tried).
+DEFAULT_POLISH = 0.7
+# Share of a known budget spent first on a sample of the walk (the named starts, then uniformly random
+# points); the chains then start at the best points of the sample. Used where the sample holds more
+# points than there are chains.
+DEFAULT_START_SAMPLE = 0.2
 # Attempts to draw a valid proposal for a chain before it proposes its own point.
 MAX_REDRAWS = 8
 # Steps taken in a row without an evaluation (every proposal known) before ask() gives up.
@@ -97,6 +118,8 @@ START_STREAM = 1
 STEP_STREAM = 2
 RESTART_STREAM = 3
 EXHAUSTED_STREAM = 4
+POLISH_STREAM = 5
+SAMPLE_STREAM = 6
 STATE_VERSION = 2
 
 
@@ -126,7 +149,8 @@ class MCMCSearcher(Searcher):
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
                  restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
-                 starts: Sequence[str] = DEFAULT_STARTS, budget: int | None = None, screen: bool = True) -> None:
+                 starts: Sequence[str] = DEFAULT_STARTS, budget: int | None = None, screen: bool = True,
+                 polish: float = DEFAULT_POLISH, start_sample: float = DEFAULT_START_SAMPLE) -> None:
         if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         space = screen_searcher(self, space, screen=screen, budget=budget)
@@ -159,6 +183,9 @@ class MCMCSearcher(Searcher):
             raise InputError("memory_penalty", "a number >= 0 (0: out-of-memory points are walls)", memory_penalty)
         self.memory_penalty = float(memory_penalty)
         self.restart_novel = bool(restart_novel)
+        if not np.isfinite(polish) or not 0.0 <= polish <= 1.0:
+            raise InputError("polish", "a share of the budget in [0, 1]", polish)
+        self.polish = float(polish)
         self.restart_duplicates = bool(restart_duplicates)
         self.starts = tuple(starts)
         self._hbm_bytes = hbm_of(space.cluster)
@@ -174,6 +201,10 @@ class MCMCSearcher(Searcher):
             if name in named:
                 x[j] = named[name]
         self._x = x  # (C, D)
+        if not np.isfinite(start_sample) or not 0.0 <= start_sample <= 1.0:
+            raise InputError("start_sample", "a share of the budget in [0, 1]", start_sample)
+        self.start_sample = float(start_sample)
+        self._sample = self._first_sample(x)  # (K, D) or None
         self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
         self._proxy = np.full(C, np.nan)  # (C,) seconds per token ignoring memory (row_time_proxy)
@@ -192,6 +223,8 @@ class MCMCSearcher(Searcher):
                        np.array([v for k in nonstage for v in range(len(space.dims[k].choices))], dtype=np.int64))
         self._cached: tuple[int, _Step] | None = None
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)  # (step, table) of the last ask()
+        self._polish_dims = single_changes(space, [k for k, d in enumerate(space.dims) if len(d.choices) > 1])
+        self._fit: np.ndarray | None = None
         self.accepted = 0  # bookkeeping for reports: accepted moves so far
 
     # -- the contract ------------------------------------------------------------------------
@@ -203,6 +236,12 @@ class MCMCSearcher(Searcher):
         total = points_to_walk(self)
         if total is not None and len(self._memo) >= total:  # every point of the walk told: done
             return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+        pts = self._sample_left()
+        pts = self._polish_points() if pts is None else pts
+        if pts is not None:  # the first sample, or the late local phase: the peaks' neighbours
+            table = self.space.table(pts[: int(n)])
+            self._last_ask = (-1 - len(self._memo), table)
+            return table
         st = self._draw()
         rows = st.ask_rows[: int(n)]
         table = self.space.table(st.proposal[rows])
@@ -212,6 +251,14 @@ class MCMCSearcher(Searcher):
     def tell(self, table: StrategyTable, metrics: Metrics) -> None:
         if self._enumeration is not None:
             self._tell_enumerated(table, metrics)
+            return
+        left = self._sample_left()
+        if left is not None:
+            self._tell_sample(left, table, metrics)
+            return
+        pts = self._polish_points()
+        if pts is not None:
+            self._tell_polish(pts, table, metrics)
             return
         st = self._draw()
         if len(table) and len(st.ask_rows):
@@ -239,6 +286,79 @@ class MCMCSearcher(Searcher):
                 self._best = np.array([cost[i], excess[i]])
                 self._best_x = self.space.digits_of(idx[i: i + 1])[0]
         self._step += 1
+
+    def _first_sample(self, starts: np.ndarray) -> np.ndarray | None:
+        """(K, D) distinct points evaluated before the chains step: the chains' starts, then uniformly
+        random points of the walk, K = ``start_sample`` x budget; None where K is not more than the
+        chains (the chains start where ``starts`` says)."""
+        if self.budget is None or self.space.strides is None:
+            return None
+        k = round(self.start_sample * self.budget)
+        if k <= self.chains:
+            return None
+        rng = np.random.default_rng([self.seed, SAMPLE_STREAM])
+        cand = np.concatenate([starts, self.space.random_digits(rng, 4 * k)])
+        _, first = np.unique(point_keys(self.space, cand), return_index=True)
+        return cand[np.sort(first)[:k]]
+
+    def _sample_left(self) -> np.ndarray | None:
+        """(U, D) the points of the first sample not told yet; None once all are (or without one)."""
+        if self._sample is None:
+            return None
+        found, _ = self._memo.lookup(point_keys(self.space, self._sample))
+        return self._sample[~found] if not found.all() else None
+
+    def _tell_sample(self, left: np.ndarray, table: StrategyTable, metrics: Metrics) -> None:
+        """Told rows of the first sample; once it is all told, the chains start at its best points."""
+        self._tell_polish(left, table, metrics)
+        if self._sample_left() is not None:
+            return
+        _, vals = self._memo.lookup(point_keys(self.space, self._sample))
+        best = np.lexsort((vals[:, 1], vals[:, 0]))[: self.chains]  # (C,) best first
+        pick = best[np.arange(self.chains) % len(best)]
+        self._x = self._sample[pick].copy()
+        self._cost, self._excess, self._proxy = (vals[pick, j].copy() for j in range(3))
+        self._chain_best = np.stack([self._cost, self._excess], axis=1)
+        self._stale[:] = 0
+
+    def _polish_points(self) -> np.ndarray | None:
+        """(P, D) the late local phase's batch (at most ``chains`` points: the unevaluated neighbours
+        of the peaks told, search._local.polish_batch), a function of the points told; None before
+        the last ``polish`` share of the budget, without a budget or grid keys, or where no peak has
+        an unevaluated neighbour (the chains step on)."""
+        if self.budget is None or self.polish <= 0:
+            return None
+        if self._fit is None:
+            self._fit = walk_digits(self.space, points_to_walk(self))
+        return polish_batch(self.space, self._memo, budget=self.budget, share=self.polish, batch=self.chains,
+                            seed=self.seed, stream=POLISH_STREAM, changes=self._polish_dims, fit=self._fit)
+
+    def _tell_polish(self, pts: np.ndarray, table: StrategyTable, metrics: Metrics) -> None:
+        """Told rows of a batch ``pts`` asked outside the chains' steps (the first sample, the late
+        local phase): recorded in the memo, the best updated; the chains stay where they are."""
+        same = self._last_ask[0] == -1 - len(self._memo) and self._last_ask[1] is table
+        pos, vals = told_values(self.space, self._width, self._hbm_bytes, table, metrics,
+                                None if same else self.space.table(pts))
+        hit = pos >= 0
+        self._step += 1  # one driver iteration (the chains' random streams are by step: still a function of the history)
+        self._cached = None
+        if not hit.any():
+            return
+        told = pts[pos[hit]]  # (H, D)
+        keys = point_keys(self.space, told)
+        known, _ = self._memo.lookup(keys)
+        self.feasible_seen += int(np.sum(np.isfinite(vals[hit, 0]) & ~known))
+        self._memo.add(keys, vals[hit])
+        np.add.at(self._visits, (np.broadcast_to(np.arange(told.shape[1]), told.shape), told), 1)
+        self._note_best(told, vals[hit, 0], vals[hit, 1])
+
+    def _note_best(self, digits: np.ndarray, cost: np.ndarray, excess: np.ndarray) -> None:
+        """The best point (lowest cost, then lowest excess) among (N, D) ``digits`` and the best so far."""
+        if len(digits):
+            i = int(np.lexsort((excess, cost))[0])
+            if (cost[i], excess[i]) < tuple(self._best):
+                self._best = np.array([cost[i], excess[i]])
+                self._best_x = np.asarray(digits[i]).copy()
 
     def state_dict(self) -> dict:
         keys, vals = self._memo.arrays()

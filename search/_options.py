@@ -22,7 +22,8 @@ from costmodel import InputError
 from search import _gradient as gradient
 from search._gradient import GradientSearcher
 from search._grid import GridSearcher
-from search._mcmc import DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_RESET_EVERY, MCMCSearcher
+from search._mcmc import (DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_POLISH, DEFAULT_RESET_EVERY,
+                          DEFAULT_START_SAMPLE, MCMCSearcher)
 from search._piper_input import PiperGraph, with_overrides
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE as TPE_LOCAL_SHARE
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
@@ -33,6 +34,15 @@ if TYPE_CHECKING:
 SCREEN_HELP = ("feasibility first: 1 walks only the points that fit in memory (a memory-only screen of the whole "
                "space, where it has at most 2,000,000 valid points) and evaluates all of them when the budget covers "
                "them; 0 walks every valid point")
+
+
+POLISH_HELP = ("with a budget: the last share of it is spent on the unevaluated neighbours of the best plans "
+               "found (their single changes, the model of the plans told ranking them), in [0, 1]")
+
+
+def _share(name: str, value: float) -> None:
+    if value > 1:
+        raise InputError(name, "a number in [0, 1]", value)
 
 
 def _opt(default, kind: type, help: str, low=None, flag: str | None = None):
@@ -73,6 +83,15 @@ class MCMCOptions(_Options):
                                  "of memory (0: hard walls; out-of-memory points are walked only with --screen 0 "
                                  "or where the space is too large to screen)", low=0.0)
     screen: int = _opt(1, int, SCREEN_HELP, low=0)
+    start_sample: float = _opt(DEFAULT_START_SAMPLE, float, "with a budget: the first share of it is spent on "
+                               "random points of the walk and the chains start at the best of them, in [0, 1]",
+                               low=0.0)
+    polish: float = _opt(DEFAULT_POLISH, float, POLISH_HELP, low=0.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _share("start_sample", self.start_sample)
+        _share("polish", self.polish)
 
     def searcher(self, space, *, seed: int, budget: int | None = None, **extra) -> MCMCSearcher:
         """``extra``: MCMCSearcher's other keywords (starts); ``budget``: evaluations the run may
@@ -93,8 +112,7 @@ class TPEOptions(_Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.local_share > 1:
-            raise InputError("local_share", "a number in [0, 1]", self.local_share)
+        _share("local_share", self.local_share)
 
     def searcher(self, space, *, seed: int, storage=None, budget: int | None = None) -> TPESearcher:
         from search._tpe import TPESearcher  # optuna only when TPE runs
@@ -106,11 +124,14 @@ class TPEOptions(_Options):
 
 @dataclass(frozen=True, kw_only=True)
 class GradientOptions(_Options):
-    samples: int = _opt(gradient.DEFAULT_SAMPLES, int, "draws per step (the step's new points to evaluate)", low=2)
+    samples: int | None = _opt(None, int, "draws per step (the step's new points to evaluate; default auto: about "
+                               "the square root of the gradient's share of the budget, between 4 and 16; 16 without "
+                               "a budget)", low=2)
     lr: float = _opt(gradient.DEFAULT_LR, float, "step size on the logits (> 0)", low=0.0)
     temperature: float = _opt(gradient.DEFAULT_TEMPERATURE, float, "initial softmax temperature (> 0)", low=0.0)
-    cooling: float = _opt(gradient.DEFAULT_COOLING, float, "temperature x this per step, in (0, 1] (1: no "
-                          "annealing)", low=0.0)
+    cooling: float | None = _opt(None, float, "temperature x this per step, in (0, 1] (1: no annealing; default "
+                                 "auto: down to the lowest temperature at the gradient's last step; 0.97 without a "
+                                 "budget)", low=0.0)
     min_temperature: float = _opt(gradient.DEFAULT_MIN_TEMPERATURE, float, "lowest temperature of the annealing "
                                   "(> 0)", low=0.0)
     entropy: float = _opt(gradient.DEFAULT_ENTROPY, float, "weight of the entropy bonus (0: none)", low=0.0)
@@ -118,16 +139,18 @@ class GradientOptions(_Options):
                                  "point costs its time x (1 + L x overflow) (0: the worst)", low=0.0)
     restart: int = _opt(gradient.DEFAULT_RESTART, int, "1: back to the uniform distribution when a step finds "
                         "few new points; 0: never", low=0)
-    screen: int = _opt(gradient.DEFAULT_SCREEN, int, SCREEN_HELP.split(" and evaluates")[0] + "; 0 walks every "
-                       "valid point", low=0)
+    screen: int = _opt(gradient.DEFAULT_SCREEN, int, SCREEN_HELP, low=0)
+    polish: float = _opt(gradient.DEFAULT_POLISH, float, POLISH_HELP, low=0.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # The searcher's own checks (> 0, at most 1, ...), so a bad value fails here, naming its field.
         GradientSearcher.check_options(**self.to_json())
 
-    def searcher(self, space, *, seed: int) -> GradientSearcher:
-        return GradientSearcher(space, seed=seed, **self.to_json())
+    def searcher(self, space, *, seed: int, budget: int | None = None) -> GradientSearcher:
+        """``budget``: evaluations the run may spend (steps, draws and cooling scale with it; a budget
+        covering every point that fits enumerates them)."""
+        return GradientSearcher(space, seed=seed, budget=budget, **self.to_json())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,11 @@
 """MCMC's local moves on a search.HeteroSpace (placements on the pools of a mixed cluster).
 
-The first four moves uniformly: swap two stages' pools; move one stage boundary by one step;
+The first five moves uniformly: swap two stages' pools; move one stage boundary by one step;
 change one stage's degrees (dp, tp or order to another choice, or trade a factor 2 between its
-tp and dp keeping its GPUs); change one global choice (pp included); and, where the space has
-splits, at a share SPLIT_MOVE_SHARE, change one stage's split (dp2 one step up or down, or
-another pool2). Rows need not come back valid: the caller masks them with ``space.valid``.
+tp and dp keeping its GPUs); change one global choice (pp included); put one stage on another
+pool (the only move that changes which pools a placement uses: with two stages on an A100 and an
+H100 pool, both on the H100s); and, where the space has splits, at a share SPLIT_MOVE_SHARE,
+change one stage's split (dp2 one step up or down, or another pool2). Rows need not come back valid: the caller masks them with ``space.valid``.
 
 This module reads the space only through its dimensions (``dims``, ``radices``, ``num_slots``,
 ``has_split``, ``global_dims``), so that the space's own random draws (a walk of these moves,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PLACEMENT_MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "split")
+PLACEMENT_MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "stage_pool", "split")
 # Share of MCMC's moves and of random draws' stages that change a stage's split.
 # Splits pay only where a pool has GPUs to spare or the inter-pool link is fast, so they are one
 # move in ten rather than one in five (uniform over the moves); an engineering choice, not a tuned
@@ -44,7 +45,7 @@ def placement_moves(space):
         C = len(cur)
         rows = np.arange(C)
         p = np.asarray(space.dims[0].choices)[cur[:, 0]]
-        which = rng.integers(0, len(PLACEMENT_MOVES) - 1, C)  # the four placement moves, uniformly
+        which = rng.integers(0, len(PLACEMENT_MOVES) - 1, C)  # the five placement moves, uniformly
         if split_cols is not None:  # a share of SPLIT_MOVE_SHARE becomes a split move
             which = np.where(rng.random(C) < SPLIT_MOVE_SHARE, len(PLACEMENT_MOVES) - 1, which)
         j1 = (rng.random(C) * p).astype(np.int64)
@@ -84,8 +85,14 @@ def placement_moves(space):
         r = radices[c]
         new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
         out[rows[gl], c[gl]] = new[gl]
+        # put one stage on another pool
+        po = which == 4
+        c = pool_cols[j1]
+        r = radices[c]
+        new = np.where(r > 1, (cur[rows, c] + rng.integers(1, np.maximum(r, 2), C)) % np.maximum(r, 1), cur[rows, c])
+        out[rows[po], c[po]] = new[po]
         # change one stage's split: dp2 one step (ordinal), or another second pool
-        sp = which == 4
+        sp = which == 5
         if sp.any():
             on_dp2 = rng.random(C) < 0.5
             c = np.where(on_dp2, split_cols[0][j1], split_cols[1][j1])

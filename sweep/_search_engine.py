@@ -187,7 +187,7 @@ def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | 
     start from its named placements and a new TPE study tries them first (random placements are
     almost all infeasible). ``storage``: TPE's journal (the others keep no file of their own)."""
     if isinstance(options, GradientOptions):
-        return options.searcher(space, seed=seed)
+        return options.searcher(space, seed=seed, budget=budget)
     placement = pool_names(space) is not None
     if isinstance(options, MCMCOptions):
         return options.searcher(space, seed=seed, budget=budget,
@@ -573,7 +573,8 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
     path = {s.index: os.path.join(rd.state, f"gradient-{s.index:02d}.npz") for s in studies}
     searchers, prog = {}, {}
     for s in studies:
-        searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index))
+        searchers[s.index] = make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
+                                           budget=int(info["options"]["budget"]))
         _, prog[s.index] = load_checkpoint(path[s.index], "steps", int(info["options"]["budget"]),
                                            searchers[s.index])
     failure = run_failure_model(rd)

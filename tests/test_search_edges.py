@@ -42,7 +42,7 @@ def rare_space() -> Space:
 def make(kind: str, space, seed: int, budget: int):
     return {"mcmc": lambda: MCMCSearcher(space, seed=seed, budget=budget),
             "tpe": lambda: TPESearcher(space, seed=seed, budget=budget),
-            "gradient": lambda: GradientSearcher(space, seed=seed),
+            "gradient": lambda: GradientSearcher(space, seed=seed, budget=budget),
             "random": lambda: RandomSearcher(space, seed),
             "grid": lambda: GridSearcher(space, chunk=16)}[kind]()
 

@@ -24,7 +24,7 @@ BUDGET = {"mcmc": 120, "tpe": 48, "gradient": 48}
 RUNS = {
     "mcmc": ["search", "mcmc", *SMALL, "--seed", "3", "--chains", "4", "--checkpoint-every", "3", "--screen", "0"],
     "tpe": ["search", "tpe", *SMALL, "--seed", "5", "--batch", "8", "--screen", "0"],
-    "gradient": ["search", "gradient", *SMALL, "--seed", "2", "--samples", "8"],
+    "gradient": ["search", "gradient", *SMALL, "--seed", "2", "--samples", "8", "--screen", "0", "--polish", "0"],
 }
 KINDS = tuple(RUNS)
 

@@ -385,7 +385,7 @@ def test_late_budget_asks_the_neighbours_of_the_peaks_and_replays(tmp_path, smal
 def test_local_repairs_take_the_fewest_changes():
     """pp 2 to 1 from interleaved with vpp 3 is invalid alone (interleaving needs a pipeline); the
     repair among the points that fit takes 1F1B and vpp 1 with it: three changes, the fewest."""
-    from search._tpe import _neighbours
+    from search._local import neighbours as _neighbours
 
     space = Space.from_options(GPT3, H100, global_batch=1536, base="fixed", tp=[8], pp=[1, 2],
                                micro_batch=[1], schedule=["1f1b", "interleaved"], vpp=[1, 3],

@@ -227,8 +227,11 @@ def test_tpe_a_journal_lock_left_by_a_kill_is_taken_at_once(tpe_reference, tmp_p
     assert_same_run(out, tpe_reference)
 
 
-GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16", "--part-rows", "1"]
+GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16", "--polish", "0.5", "--part-rows", "1"]
 GRADIENT_BUDGET = 160
+# The first half of the budget in gradient steps of 16 new points (80 / 16 = 5), the last half in the
+# local phase's batches of 8 (search._gradient.POLISH_BATCH: 80 / 8 = 10): a part per step.
+GRADIENT_STEPS = 80 // 16 + 80 // 8
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +246,7 @@ def test_gradient_run_parts_state_and_budget(gradient_reference):
     assert len(df) == GRADIENT_BUDGET and not df.duplicated(STRATEGY).any()  # the memo asks new points only
     assert set(df["searcher"].astype(str)) == {"gradient"}
     steps = df["iteration"].nunique()
-    assert steps == GRADIENT_BUDGET // 16  # 16 new points per step
+    assert steps == GRADIENT_STEPS
     assert len(parts(os.path.join(gradient_reference, "results", "searcher=gradient"))) == steps  # a part per step
     with np.load(os.path.join(gradient_reference, "state", "gradient-00.npz"), allow_pickle=False) as z:
         assert int(z["e.steps"]) == steps == int(z["s.step"]) and int(z["e.evaluations"]) == GRADIENT_BUDGET
@@ -279,10 +282,10 @@ def test_gradient_interrupted_between_part_and_state_resumes_as_uninterrupted(gr
 
 @pytest.mark.slow
 def test_gradient_three_kills_then_resume_equals_uninterrupted(gradient_reference, tmp_path):
-    # 10 steps: killed on Ray at 3 parts, then at the 3rd state of a resumed run (its part written,
+    # 15 steps: killed on Ray at 3 parts, then at the 3rd state of a resumed run (its part written,
     # its state not: the next resume asks that step again) and before the 3rd part of the next.
     out = str(tmp_path / "run")
-    written = three_kills(out, "gradient", [*EXACT, *GRADIENT], GRADIENT_BUDGET // 16, first=3,
+    written = three_kills(out, "gradient", [*EXACT, *GRADIENT], GRADIENT_STEPS, first=3,
                           later=[("search-state", 3), ("search-part", 3)])
     assert written[1] >= written[0] + 2 and written[2] >= written[1] + 1, written
     assert_same_run(out, gradient_reference)

@@ -1,0 +1,189 @@
+"""Local search around the best plans told: the late phase that MCMC, TPE and the gradient search
+share once most of a known budget is spent.
+
+A *peak* among the feasible points told is one with no better point told one change away (its
+neighbours told so far are all worse). ``peak_neighbours`` lists, best peak first, the neighbours of
+each peak that have not been evaluated: its valid single changes (one dimension to another digit),
+then, for each single change the space does not allow, the points that make that change with the
+fewest other changes (pp 2 to 1 from an interleaved schedule with vpp 6 also takes 1F1B and vpp 1:
+three changes). Evaluating them climbs the peak; where a peak's neighbours are all told (it is a local
+optimum) the list goes on with the next peak, in another basin (the points next to the first peak are
+its slope, and climbing them again would keep the search on the first good basin it found).
+
+Guided (MCMC and the gradient search): the neighbours are ranked by an additive model of the plans
+told (log cost = mu + one weight per dimension and digit, ridge regression: additive_model), and the
+neighbours of the two best peaks with any left are ranked together. A budget of a few dozen
+evaluations covers a part of one peak's neighbourhood, so the order decides what is tried; on draw
+seed 1's problems the model's order found the optimum in more seeds than a shuffled one (BENCHMARKS.md,
+"Search quality on drawn problems").
+
+Everything here is a pure function of the points told (their keys and costs) and a seed, so a
+searcher that calls it stays a function of its told history (resume by replay).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from search._memo import point_keys
+
+# The repairs use the fewest other changes among the points of the walk where there are at most
+# this many ((M, D) digits held); else the valid points one more change away.
+REPAIR_MAX_POINTS = 200_000
+# The late phase ranks together the neighbours of this many peaks (the best ones, climbed or not),
+# guided by the additive model: chosen on draw seed 1 (1, 2, 3, 5 and all peaks tried;
+# BENCHMARKS.md, "Search quality on drawn problems").
+MIX_PEAKS = 2
+# The late phase has at least this many evaluations, up to this share of the budget (late_evaluations):
+# chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems").
+LATE_POINTS = 64
+LATE_MAX_SHARE = 0.8
+
+
+def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
+    """(ks, vs), both (K,): every (dimension, digit) pair of the dimensions ``dims`` (indices into
+    space.dims), the single changes a neighbour makes."""
+    ks = np.array([k for k in dims for _ in space.dims[k].choices], dtype=np.int64)
+    vs = np.array([v for k in dims for v in range(len(space.dims[k].choices))], dtype=np.int64)
+    return ks, vs
+
+
+def walk_digits(space, points: int | None) -> np.ndarray | None:
+    """(M, D) digits of every valid point of ``space`` (the points walked), where the space lists
+    them (a grid index per point) and there are at most REPAIR_MAX_POINTS; else None."""
+    if points is None or points > REPAIR_MAX_POINTS or space.strides is None:
+        return None
+    return space.digits_of(space.valid_indices(0, space.size))
+
+
+def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
+               fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Valid digits near ``x``: (S, D) its valid single changes (dimension ks[j] to digit vs[j]), and
+    (P, D) for each invalid single change its repairs, duplicates dropped: with ``fit`` ((M, D) the
+    digits of every point walked), the points of ``fit`` that make that change with the fewest other
+    changes; without, the valid points one more change away (like MCMC's repair: 1F1B to interleaved
+    with vpp, tp with pp)."""
+    K = len(ks)
+    one = np.repeat(x[None, :], K, axis=0)  # (K, D) every single change of x
+    one[np.arange(K), ks] = vs
+    moved = x[ks] != vs
+    ok = space.valid(one) if K else np.zeros(0, dtype=bool)
+    bad = np.flatnonzero(moved & ~ok)  # (B,) invalid single changes
+    if fit is not None:
+        dist = (fit != x[None, :]).sum(axis=1)  # (M,) changes from x
+        parts = []
+        for j in bad:
+            near = np.flatnonzero(fit[:, ks[j]] == vs[j])
+            if near.size:
+                parts.append(fit[near[dist[near] == dist[near].min()]])
+        two = np.concatenate(parts) if parts else np.zeros((0, len(x)), dtype=np.int64)
+    else:
+        two = np.repeat(one[bad][:, None, :], K, axis=1)  # (B, K, D) one more change each
+        two[:, np.arange(K), ks] = vs[None, :]
+        two = two.reshape(-1, len(x))
+        two = two[(two != x[None, :]).sum(axis=1) == 2]
+        two = two[space.valid(two)] if len(two) else two
+    _, first = np.unique(two, axis=0, return_index=True)
+    return one[moved & ok], two[np.sort(first)]
+
+
+def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1.0):
+    """A predictor of log cost from the told points: log cost = mu + sum_k w_k[digit_k], one weight per
+    (dimension, digit), fitted by ridge regression (``ridge`` lambda) on the feasible points ``digits``
+    (F, D) with finite ``cost`` (F,). Returns ``predict((N, D) digits) -> (N,)``; None with fewer than
+    two feasible points."""
+    ok = np.isfinite(cost)
+    if ok.sum() < 2:
+        return None
+    radices = np.asarray(space.radices, dtype=np.int64)
+    offset = np.concatenate([[0], np.cumsum(radices)[:-1]]).astype(np.int64)  # (D,) first column of each dim
+    width = int(radices.sum())
+
+    def onehot(d: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(d), width))
+        out[np.arange(len(d))[:, None], offset[None, :] + d] = 1.0
+        return out
+
+    x = onehot(digits[ok])
+    y = np.log(cost[ok])
+    mu = y.mean()
+    w = np.linalg.solve(x.T @ x + ridge * np.eye(width), x.T @ (y - mu))
+    return lambda d: mu + onehot(np.atleast_2d(d)) @ w
+
+
+def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, rng: np.random.Generator,
+                    ks: np.ndarray, vs: np.ndarray, fit: np.ndarray | None = None, *, guided: bool = True,
+                    mix: int = MIX_PEAKS) -> np.ndarray:
+    """(<= n, D) distinct digits not evaluated yet: the neighbours (``neighbours``) of the peaks
+    among the told points ``digits`` (F, D) with costs ``cost`` (F,) (lower is better; inf: not
+    feasible, never a peak), best peak first. ``known(keys)``: (N,) bool, the keys already evaluated.
+
+    Unguided: each peak's neighbours shuffled with ``rng``, singles before repairs, peak after peak.
+    Guided: the neighbours of the ``mix`` best peaks (their climbed ones included: a peak whose
+    neighbours are all told keeps its place, so that the next peaks do not crowd out the best one's
+    last neighbours), and of the next ones where these do not fill ``n``, ranked together by the
+    additive model of the told points (additive_model; ties in ``rng``'s order)."""
+    none = np.zeros((0, len(space.dims)), dtype=np.int64)
+    feasible = np.flatnonzero(np.isfinite(cost))
+    if not feasible.size or n <= 0:
+        return none
+    order = feasible[np.argsort(cost[feasible], kind="stable")]
+    told = digits[order]  # (F, D) feasible points told, best first
+    predict = additive_model(space, digits, cost) if guided else None
+    out, seen, peaks = [], set(), 0
+    for j, x in enumerate(told):
+        if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
+            continue  # a better point told is one change away: on the slope of a peak climbed already
+        peaks += 1
+        for cand in neighbours(space, x, ks, vs, fit):  # singles, then repairs
+            if len(cand):
+                fresh = cand[~known(point_keys(space, cand))]
+                fresh = fresh[rng.permutation(len(fresh))]
+                if predict is not None and len(fresh):
+                    fresh = fresh[np.argsort(predict(fresh), kind="stable")]
+                for row in fresh:
+                    key = row.tobytes()
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(row)
+        if len(out) >= n and (predict is None or peaks >= mix):
+            break
+    if not out:
+        return none
+    out = np.stack(out)
+    if predict is not None and mix > 1:
+        # ranked together, but the climb of the best peak with neighbours left (out[0] is its most
+        # promising neighbour) goes on at one neighbour a batch at least: its last, unpromising
+        # neighbours are not held up for ever by the next peaks' promising ones
+        rest = 1 + np.argsort(predict(out[1:]), kind="stable")
+        out = out[np.concatenate([[0], rest])]
+    return out[:n]
+
+
+def late_evaluations(budget: int, share: float) -> int:
+    """Evaluations of a budget's late local phase: ``share`` of it, and at least LATE_POINTS (a few
+    neighbourhoods of a peak) up to LATE_MAX_SHARE of it where the share gives fewer (a budget of a few
+    dozen evaluations spends most of them climbing; one of hundreds leaves the rest to the searcher)."""
+    if share <= 0:
+        return 0
+    return int(max(round(share * budget), min(LATE_POINTS, round(LATE_MAX_SHARE * budget))))
+
+
+def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, seed: int, stream: int,
+                 changes: tuple[np.ndarray, np.ndarray], fit: np.ndarray | None) -> np.ndarray | None:
+    """(P <= batch, D) the next batch of a searcher's late local phase, a function of its ``memo``
+    (search._memo.Memo of (cost, ...) per grid index told): the peaks' unevaluated neighbours
+    (peak_neighbours over the single changes ``changes``), shuffled from np.random.default_rng([seed,
+    stream, points told]). None before the last late_evaluations(budget, share) evaluations (or without a
+    budget, or where the space has no grid keys), and where no peak has an unevaluated neighbour left."""
+    if budget is None or share <= 0 or space.strides is None:
+        return None
+    told = len(memo)
+    if told < budget - late_evaluations(budget, share):
+        return None
+    keys, vals = memo.arrays()
+    rng = np.random.default_rng([seed, stream, told])
+    ks, vs = changes
+    pts = peak_neighbours(space, space.digits_of(np.asarray(keys)), vals[:, 0], lambda k: memo.lookup(k)[0],
+                          batch, rng, ks, vs, fit)
+    return pts if len(pts) else None

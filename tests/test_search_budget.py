@@ -1,0 +1,175 @@
+"""Searchers that adapt to the budget they are given: the gradient search's schedule from its budget,
+MCMC's first sample and both searchers' late local phase (search._local), each replayed exactly, and
+the placement move that puts one stage on another pool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel import cluster_preset, evaluate, make_hetero, make_pool, model_preset
+from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, exact_space
+from search._gradient import DEFAULT_COOLING, DEFAULT_SAMPLES, auto_schedule
+from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes
+from search._moves import proposer
+from tests.searcher_contract import columns_equal
+
+
+def trap_space() -> Space:
+    """96 points, 50 valid (ZeRO-3 needs pp 1), 38 fit, priced under megatron-core: Llama 3 8B on 1024 H100s,
+    batch 2048. Its grid (test_trap_space_is_what_it_says): the optimum is tp 1, pp 1, micro-batch 1,
+    no SP, ZeRO-3, no recompute; tp 1, pp 2, ZeRO-1 (the rest the same) is a local optimum two changes
+    from it (pp 2 -> 1 alone does not fit at ZeRO-1, ZeRO 1 -> 3 alone is not valid at pp 2)."""
+    return Space.from_options(model_preset("llama3-8b"), cluster_preset("h100x1024"), global_batch=2048,
+                              base="fixed", framework="megatron-core", tp=[1, 4], pp=[1, 2], micro_batch=[1, 2, 4],
+                              schedule=["1f1b"], zero_stage=[1, 3], recompute=["none", "selective"],
+                              sequence_parallel=[False, True])
+
+
+OPTIMUM = [0, 0, 0, 0, 1, 0]  # tp 1, pp 1, micro-batch 1, SP off, ZeRO-3, no recompute
+TRAP = [0, 1, 0, 0, 0, 0]  # tp 1, pp 2, ZeRO-1
+
+
+def grid(space):
+    idx, table = space.rows(0, space.size)
+    m = evaluate(space.model, space.cluster, table, framework=space.framework)
+    return space.digits_of(idx), np.where(m["feasible"], m["tokens_per_s"], 0.0)
+
+
+def drive(searcher, space, budget: int, batch: int = 16):
+    """(grid indices asked in order, best feasible tokens/s) within ``budget`` evaluations."""
+    asked, best, used = [], 0.0, 0
+    while used < budget:
+        t = searcher.ask(min(batch, budget - used))
+        if len(t) == 0:
+            break
+        m = evaluate(space.model, space.cluster, t, framework=space.framework)
+        searcher.tell(t, m)
+        asked.append(space.index_of(space.digits_from_table(t)))
+        best = max(best, float(np.where(m["feasible"], m["tokens_per_s"], 0.0).max()))
+        used += len(t)
+    return np.concatenate(asked), best
+
+
+def test_trap_space_is_what_it_says():
+    space = trap_space()
+    digits, tps = grid(space)
+    assert [d.name for d in space.dims] == ["tp", "pp", "micro_batch", "sequence_parallel", "zero_stage", "recompute"]
+    assert (len(digits), int((tps > 0).sum())) == (50, 38)
+    assert digits[np.argmax(tps)].tolist() == OPTIMUM
+    trap = int(np.flatnonzero((digits == TRAP).all(axis=1))[0])
+    one = (digits != digits[trap]).sum(axis=1) == 1
+    assert tps[trap] > 0 and tps[one].max() < tps[trap]  # every feasible single change is worse
+    assert (np.array(OPTIMUM) != np.array(TRAP)).sum() == 2
+
+
+def test_local_phase_from_the_trap_reaches_the_optimum_in_one_repair():
+    """Told: the trap and its feasible single changes (all worse). The peaks' neighbours begin with the
+    trap's unevaluated ones, and the optimum (pp 1 with ZeRO-3: the repair of pp 2 -> 1) is among them."""
+    space = trap_space()
+    digits, tps = grid(space)
+    trap = np.flatnonzero((digits == TRAP).all(axis=1))[0]
+    told = np.flatnonzero(((digits != digits[trap]).sum(axis=1) <= 1) & (tps > 0))
+    fit = digits[tps > 0]
+    ks, vs = single_changes(space, range(len(space.dims)))
+    known_keys = space.index_of(digits[told])
+    cost = 1.0 / tps[told]
+    out = peak_neighbours(space, digits[told], cost, lambda k: np.isin(k, known_keys), 8,
+                          np.random.default_rng(0), ks, vs, fit)
+    assert len(out) and not np.isin(space.index_of(out), known_keys).any()
+    assert OPTIMUM in out.tolist()
+    single, repaired = neighbours(space, digits[trap], ks, vs, fit)
+    assert OPTIMUM not in single.tolist() and OPTIMUM in repaired.tolist()
+
+
+@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher])
+def test_finds_the_optimum_two_changes_from_a_local_optimum_for_every_seed(cls):
+    """Budget 8 of the 38 points that fit: every seed of 0-9 ends at the optimum."""
+    space = trap_space()
+    digits, tps = grid(space)
+    for seed in range(10):
+        asked, best = drive(cls(space, seed=seed, budget=8), space, 8)
+        assert len(asked) == 8 == len(np.unique(asked)), seed  # distinct points, within the budget
+        assert best == tps.max(), f"{cls.__name__} seed {seed}: {best / tps.max():.4f} of the optimum"
+
+
+def test_auto_schedule_by_hand():
+    # budget 34, polish 0.5: the late phase has max(17, min(64, 0.8 x 34 = 27)) = 27 evaluations, the
+    # gradient 7: round(sqrt(7)) = 3, at least 4 draws a step, 7 / 4 = 1.75 steps, cooling
+    # 0.1 ** (1 / 1.75) (the temperature 1.0 -> 0.1 at the end)
+    assert late_evaluations(34, 0.5) == 27
+    samples, cooling = auto_schedule(34, 0.5, 1.0, 0.1)
+    assert samples == 4 and cooling == pytest.approx(0.1 ** (1 / 1.75))
+    assert cooling ** 1.75 == pytest.approx(0.1)
+    # budget 330: the late phase is half (165 > 64); the gradient's 165: round(sqrt(165)) = 13 a step
+    assert late_evaluations(330, 0.5) == 165 and auto_schedule(330, 0.5, 1.0, 0.1)[0] == 13
+    assert late_evaluations(100, 0.5) == 64  # 50 < 64 <= 80
+    assert auto_schedule(2000, 0.5, 1.0, 0.1)[0] == 16  # sqrt(1000) = 32, at most 16
+    assert auto_schedule(None, 0.5, 1.0, 0.1) == (DEFAULT_SAMPLES, DEFAULT_COOLING)
+    assert late_evaluations(34, 0.0) == 0
+
+
+def test_gradient_takes_its_budget():
+    space = trap_space()
+    s = GradientSearcher(space, seed=0, budget=34)
+    assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1 ** (1 / 1.75))
+    explicit = GradientSearcher(space, seed=0, budget=34, samples=16, cooling=0.97)
+    assert (explicit.samples, explicit.cooling) == (16, 0.97)
+    # a budget covering every point that fits (38): each asked once, then nothing more
+    asked, _ = drive(GradientSearcher(space, seed=0, budget=100), space, 100)
+    assert len(asked) == 38 == len(np.unique(asked))
+
+
+@pytest.mark.parametrize("cls, budget", [(MCMCSearcher, 120), (GradientSearcher, 120)])
+def test_budget_phases_replay_exactly(cls, budget):
+    """A fresh searcher told the recorded batches (first sample, chains or gradient steps, local
+    phase) asks what the first one asks next; state_dict carries the same."""
+    space = exact_space(model_preset("gpt3-175b"), cluster_preset("h100x1024"), 1536, framework="generic")
+    a = cls(space, seed=4, budget=budget)
+    told = []
+    for _ in range(40):
+        t = a.ask(8)
+        if not len(t) or sum(len(x) for x, _ in told) >= budget - 8:
+            break
+        m = evaluate(space.model, space.cluster, t, framework=space.framework)
+        a.tell(t, m)
+        told.append((t, m))
+    assert sum(len(x) for x, _ in told) >= 0.6 * budget  # into the local phase (the last half)
+    b = cls(space, seed=4, budget=budget)
+    for t, m in told:
+        b.tell(space.table(space.digits_from_table(t)), m)  # rows rebuilt, not the asked objects
+    c = cls(space, seed=4, budget=budget)
+    c.load_state_dict(a.state_dict())
+    nxt = a.ask(8)
+    assert columns_equal(b.ask(8), nxt) and columns_equal(c.ask(8), nxt)
+
+
+def test_additive_model_recovers_an_additive_cost():
+    """log cost = 1 + w_tp + w_pp exactly: with a small ridge the model ranks every point as the truth."""
+    space = trap_space()
+    rng = np.random.default_rng(0)
+    digits = space.digits_of(space.valid_indices(0, space.size))
+    w = [rng.normal(size=len(d.choices)) for d in space.dims]
+    log_cost = 1.0 + sum(w[k][digits[:, k]] for k in range(len(w)))
+    predict = additive_model(space, digits, np.exp(log_cost), ridge=1e-6)
+    assert np.allclose(predict(digits), log_cost, atol=1e-4)
+    assert additive_model(space, digits[:1], np.exp(log_cost[:1])) is None  # one point: no model
+
+
+def test_placement_move_puts_one_stage_on_another_pool():
+    """Two stages on the A100 pool: swapping pools never leaves it; the stage-pool move puts one stage
+    (and only its pool) on the H100s."""
+    model = model_preset("llama3-8b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(2,), dp=(4, 8), tp=(4, 8),
+                                     microbatches=(32,), recompute=("full",), zero_stage=(1,))
+    pools = [k for k, d in enumerate(space.dims) if d.base == "pool"]
+    x = space.random_digits(np.random.default_rng(0), 1)[0]
+    x[pools] = 0  # both stages on the A100s
+    many = np.repeat(x[None, :], 2000, axis=0)
+    prop = proposer(space)(many, np.random.default_rng(1))
+    changed = prop != many
+    pool_moves = changed[:, pools].any(axis=1)
+    assert pool_moves.mean() > 0.1  # about one move in five
+    assert (changed[pool_moves].sum(axis=1) == 1).all()  # the pool of one stage, nothing else
+    assert (prop[pool_moves][:, pools].max(axis=1) == 1).all()  # onto the H100s
