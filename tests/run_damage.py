@@ -21,7 +21,10 @@ GRID = ["sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "f
 MCMC = ["search", "mcmc", *SMALL, "--seed", "3", "--budget", "48", "--chains", "4", "--checkpoint-every", "3",
         "--part-rows", "1"]
 TPE = ["search", "tpe", *SMALL, "--seed", "5", "--budget", "24", "--batch", "8", "--screen", "0", "--part-rows", "1"]
-GRADIENT = ["search", "gradient", *SMALL, "--seed", "2", "--budget", "48", "--samples", "8", "--part-rows", "1"]
+# The gradient search in steps of 8 over the whole space (screened, its budget would cover the 47
+# points that fit, listed in one ask).
+GRADIENT = ["search", "gradient", *SMALL, "--seed", "2", "--budget", "48", "--samples", "8", "--screen", "0",
+            "--polish", "0", "--part-rows", "1"]
 RUNS = {"grid": GRID, "mcmc": MCMC, "tpe": TPE, "gradient": GRADIENT}
 QUIET = ["--in-process", "--no-progress"]
 

@@ -185,8 +185,8 @@ def test_two_node_cluster_on_one_machine(reference, tmp_path, monkeypatch):
 
 def test_two_studies_one_run_progress_and_summary(tmp_path):
     out = str(tmp_path / "run")
-    proc = cli("sweep", "--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--pp", "8,16", "--unit-rows", "1e4",
-               "--out", out, "--in-process", "--top", "3")  # 5 or 6 units a study
+    proc = cli("sweep", "--model", "gpt3-175b,llama3-70b", "--cluster", "h100x1024", "--pp", "8,16",
+               "--unit-rows", "1e4", "--out", out, "--in-process", "--top", "3")  # 5 or 6 units a study
     df = rows(out)
     names = parts(os.path.join(out, "results", "searcher=grid"))
     info = json.load(open(os.path.join(out, "run.json")))
