@@ -77,7 +77,7 @@ from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._local import late_evaluations, polish_batch, single_changes, walk_digits
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
-from search._screen import points_to_walk, screen_searcher
+from search._screen import listed_or_done, points_to_walk, screen_searcher
 
 # Defaults chosen on tuning seeds 100-119 (exact space, batch 512, Llama 3 70B) and 100-104 (the
 # partition problem), kept apart from the reported seeds 0-9 (BENCHMARKS.md, "Gradient search").
@@ -260,12 +260,8 @@ class GradientSearcher(Searcher):
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         n = check_int("n", n, 0)
-        if self._enumeration is not None:  # the budget covers every point that fits: all of them
-            idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
-            return self.space.table(self.space.digits_of(idx))
-        total = points_to_walk(self)
-        if total is not None and len(self._memo) >= total:  # every point of the walk told: done
-            return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+        if (listed := listed_or_done(self, n)) is not None:
+            return listed
         pts = self._polish_points()
         if pts is not None:  # the late local phase: the peaks' neighbours
             table = self.space.table(pts[: int(n)])

@@ -72,7 +72,7 @@ from search._base import Searcher, SearchSpace, check_int, soft_cost
 from search._local import polish_batch, single_changes, walk_digits
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
-from search._screen import points_to_walk, screen_searcher
+from search._screen import listed_or_done, points_to_walk, screen_searcher
 
 # Defaults tuned on the exact GPT-3 175B space (BENCHMARKS.md, "Search quality"), the same for
 # every seed. ``chains`` None: auto_chains.
@@ -230,12 +230,8 @@ class MCMCSearcher(Searcher):
     # -- the contract ------------------------------------------------------------------------
     def ask(self, n: int) -> StrategyTable:
         n = check_int("n", n, 0)
-        if self._enumeration is not None:  # the budget covers every point that fits: all of them
-            idx = self._enumeration[self._enum_told: self._enum_told + int(n)]
-            return self.space.table(self.space.digits_of(idx))
-        total = points_to_walk(self)
-        if total is not None and len(self._memo) >= total:  # every point of the walk told: done
-            return self.space.table(np.zeros((0, len(self.space.dims)), dtype=np.int64))
+        if (listed := listed_or_done(self, n)) is not None:
+            return listed
         pts = self._sample_left()
         pts = self._polish_points() if pts is None else pts
         if pts is not None:  # the first sample, or the late local phase: the peaks' neighbours

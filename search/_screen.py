@@ -168,6 +168,19 @@ def points_to_walk(searcher) -> int | None:
     return count() if callable(count) else None
 
 
+def listed_or_done(searcher, n: int):
+    """What ask(n) of a searcher set up by screen_searcher returns before any step of its own, else
+    None: the next n of the points that fit where its budget covers them all (they are listed, not
+    searched), or an empty table once every point of its walk is told."""
+    if searcher._enumeration is not None:
+        idx = searcher._enumeration[searcher._enum_told: searcher._enum_told + int(n)]
+        return searcher.space.table(searcher.space.digits_of(idx))
+    total = points_to_walk(searcher)
+    if total is not None and len(searcher._memo) >= total:
+        return searcher.space.table(np.zeros((0, len(searcher.space.dims)), dtype=np.int64))
+    return None
+
+
 def screened(space, *, enabled: bool = True):
     """(the space to walk, the grid indices of the points that fit or None): a ScreenedSpace
     where ``space`` can be screened and some point fits, else ``space`` itself."""
