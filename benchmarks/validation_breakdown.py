@@ -33,7 +33,7 @@ def parts(run: MeasuredRun) -> tuple[dict, dict]:
     res = predict(run)
     unbounded = dataclasses.replace(run.cluster.gpu, hbm_bytes=math.inf)
     met = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), _candidates(run),
-                   framework=run.framework)
+                   framework=run.profile())
     fits = met["mem_total_bytes"] <= run.cluster.gpu.hbm_bytes
     t = res["predicted_iteration_time_s"]
     # the candidate predict chose: its step time, among those that fit when any does (predict's own rule)

@@ -31,6 +31,13 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown, stage_rows
+from costmodel._frameworks import (
+    GRAD_DTYPE_BYTES,
+    MAIN_PARAMS_DTYPE_BYTES,
+    MOMENTS_DTYPE_BYTES,
+    framework_preset,
+    with_state_dtypes,
+)
 from costmodel._strategy import DEFAULT_GLOBAL_BATCH, framework_codes, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
@@ -72,12 +79,38 @@ def register(sub) -> None:
     p = sub.add_parser("evaluate", help=COMMAND_HELP["evaluate"])
     add_spec_args(p)
     add_strategy_args(p)
+    add_state_dtype_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     from cli._timeline import add_timeline_args
 
     add_timeline_args(p)
     add_failure_args(p)
     p.set_defaults(func=run)
+
+
+STATE_DTYPE_FLAGS = {"grad": "--grad-dtype", "main_params": "--main-params-dtype", "moments": "--moments-dtype"}
+
+
+def add_state_dtype_args(p) -> None:
+    """The dtypes the run keeps its gradients and optimizer state in (costmodel._frameworks.with_state_dtypes)."""
+    g = p.add_argument_group("gradient and optimizer dtypes", "what the run keeps in memory and reduces, where it "
+                             "differs from the framework's own (one --framework, one pool)")
+    g.add_argument("--grad-dtype", dest="grad_dtype", metavar="DTYPE",
+                   help="the gradient buffer and its data-parallel reduction: " + ", ".join(GRAD_DTYPE_BYTES)
+                   + " (Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype)")
+    g.add_argument("--main-params-dtype", dest="main_params_dtype", metavar="DTYPE",
+                   help="the optimizer's master copy of the weights: " + ", ".join(MAIN_PARAMS_DTYPE_BYTES)
+                   + " (remainder: the 16 low bits of an fp32 master beside the bf16 weight; none: the 16-bit "
+                   "weights are the master)")
+    g.add_argument("--moments-dtype", dest="moments_dtype", metavar="DTYPE",
+                   help="each of Adam's two moments: " + ", ".join(MOMENTS_DTYPE_BYTES)
+                   + " (Megatron-LM --exp-avg-dtype / --exp-avg-sq-dtype)")
+
+
+def state_dtypes_of(args) -> dict:
+    """with_state_dtypes' keywords from the --*-dtype flags given."""
+    return {k: getattr(args, f.removeprefix("--").replace("-", "_"))
+            for k, f in STATE_DTYPE_FLAGS.items() if getattr(args, f.removeprefix("--").replace("-", "_"), None)}
 
 
 def add_strategy_args(p) -> None:
@@ -185,11 +218,13 @@ def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
 
 
 def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel | None = None,
-           framework: str = DEFAULT_FRAMEWORK) -> dict:
+           framework: str = DEFAULT_FRAMEWORK, *, profile=None) -> dict:
+    """The JSON report of row 0; ``profile``: the Framework it was priced under where it is not ``framework``'s own
+    (other gradient and optimizer dtypes)."""
     row = table.row(0)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = REASONS[int(m["reason"])]
-    st = stage_breakdown(model, cluster, table, framework)
+    st = stage_breakdown(model, cluster, table, framework if profile is None else profile)
     active = st.pop("active")[0]
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
@@ -257,24 +292,34 @@ def run(args) -> int:
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     names = framework_list(args.framework)
+    dtypes = state_dtypes_of(args)
+    if dtypes and len(names) > 1:
+        raise InputError(STATE_DTYPE_FLAGS[next(iter(dtypes))], "one --framework (the dtypes change one profile)",
+                         ",".join(names))
     if len(names) > 1 and _timeline.wanted(args):
         raise InputError("--timeline/--trace", "one --framework (a timeline draws one priced plan)",
                          ",".join(names))
     data = read_mapping(args.strategy, "--strategy") if args.strategy else None
     if isinstance(cluster, HeteroCluster) or (data is not None and "stages" in data):
+        if dtypes:
+            raise InputError(STATE_DTYPE_FLAGS[next(iter(dtypes))], "a one-pool cluster and a strategy without "
+                             "per-stage placements", "a placed plan")
         return run_hetero(args, model, as_hetero(cluster), data, names)
     table = build_strategy(args, model, cluster)
     if len(names) > 1:
         return print_side_by_side(args, model, cluster, table, names,
                                   lambda reason, fw: reason_error(model, cluster, table.row(0), reason, fw))
     framework = names[0]
-    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=framework)  # one row: exact
+    profile = with_state_dtypes(framework_preset(framework), **dtypes) if dtypes else framework
+    metrics = evaluate(model, cluster, table, pipeline="simulate", framework=profile)  # one row: exact
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason, framework)
-    rep = report(model, cluster, table, metrics, failure_from_args(args), framework)
+    rep = report(model, cluster, table, metrics, failure_from_args(args), framework, profile=profile)
+    if dtypes:
+        rep["state_dtypes"] = dtypes
     if _timeline.wanted(args):
-        _timeline.write_plan_outputs(args, model, cluster, table, framework)
+        _timeline.write_plan_outputs(args, model, cluster, table, framework, profile=profile)
     if args.json:
         print_json(rep)
     else:

@@ -53,14 +53,15 @@ def plan_words(row: dict, pool_names: list[str] | None = None) -> str:
             f"of {row['global_batch']}, {tail}")
 
 
-def write_plan_outputs(args, model, cluster, table, framework: str, *, note: str = "") -> list[str]:
+def write_plan_outputs(args, model, cluster, table, framework: str, *, note: str = "", profile=None) -> list[str]:
     """Price row 0 of ``table`` as evaluate does and write --timeline / --trace; the files written. ``note``: a
-    line for the figure's title and the trace's metadata (where the plan comes from)."""
+    line for the figure's title and the trace's metadata (where the plan comes from); ``profile``: the Framework it is
+    priced under where it is not ``framework``'s own (other gradient and optimizer dtypes)."""
     from costmodel._hetero_cluster import HeteroCluster
     from costmodel._pipeline_render import plan_process_names, plan_slices, plan_trace
     from costmodel._plan_timeline import plan_timeline
 
-    pt = plan_timeline(model, cluster, table, framework)
+    pt = plan_timeline(model, cluster, table, framework if profile is None else profile)
     names = [p.name for p in cluster.pools] if isinstance(cluster, HeteroCluster) else None
     row = table.row(0, names) if names else table.row(0)
     where = cluster.describe() if isinstance(cluster, HeteroCluster) else cluster.gpu.name

@@ -27,7 +27,6 @@ import numpy as np
 from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link, split_collective_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
 from costmodel._data_parallel import (
-    ADAM_BYTES_TOUCHED,
     ExchangeCoef,
     ExchangePlan,
     dp_exchange_coef,
@@ -659,6 +658,7 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     shard = None if hbm_Bps is None else np.where(zero >= 1, rows.d * rows.c, 1)
     dp_st, step = None, None
     in_step = fw.weight_gather_in_step
+    adam = fw.adam_bytes_touched()  # HBM bytes the Adam step moves a sharded parameter
     if rows.moe:
         ep_link = expert_links(rows, cfg, stage_link, c_)
         ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
@@ -671,8 +671,8 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         if in_step:
             step = (dp.step_a[0] * mm["dense_max"] + dp.step_b[0]
                     + dp_in_step_s(zero, m, mm["expert_max"], edp[0], ep0, fw=fw, prec=prec, plan=plan0))
-        opt_s = (ADAM_BYTES_TOUCHED * mm["dense_max"] / shard[0] / hbm_Bps[0]
-                 + ADAM_BYTES_TOUCHED * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
+        opt_s = (adam * mm["dense_max"] / shard[0] / hbm_Bps[0]
+                 + adam * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif rows.moe:
         dp_st = dp_a * params + dp_b
         ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
@@ -681,12 +681,12 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         if in_step:
             step = (row_max(dp.step_a * params + dp.step_b)
                     + row_max(dp_in_step_s(zero, m, mm["expert_params"], edp, ep_link, fw=fw, prec=prec, plan=ep_plan)))
-        opt_s = (row_max(ADAM_BYTES_TOUCHED * params / shard / hbm_Bps)
-                 + row_max(ADAM_BYTES_TOUCHED * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
+        opt_s = (row_max(adam * params / shard / hbm_Bps)
+                 + row_max(adam * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
         dp_raw = dp_a[0] * params_max + dp_b[0]
         step = dp.step_a[0] * params_max + dp.step_b[0] if in_step else None
-        opt_s = ADAM_BYTES_TOUCHED * params_max / shard[0] / hbm_Bps[0]
+        opt_s = adam * params_max / shard[0] / hbm_Bps[0]
     else:
         dp_st = dp_a * params + dp_b
         dp_raw = row_max(dp_st)
@@ -707,11 +707,12 @@ def optimizer_s_per_param(rows: Rows, cfg: Configs, hbm_rate, shard, hbm_Bps):
     """Seconds of the Adam step per parameter of each stage (a dense model): per configuration where dp keys one (a
     split stage's at the slower HBM of both pools), else per stage."""
     if not cfg.keyed:
-        return ADAM_BYTES_TOUCHED / shard / hbm_Bps
+        return rows.fw.adam_bytes_touched() / shard / hbm_Bps
     split = cfg.split
     shard = np.where(cfg.zero_u >= 1, cfg.d_u * cfg.c_u, 1)
-    opt_u = cfg.pair(ADAM_BYTES_TOUCHED / shard / hbm_rate[cfg.pool_u], split is not None and (
-        ADAM_BYTES_TOUCHED / shard[split.ia_p] / np.minimum(hbm_rate[split.xa], hbm_rate[split.xb])))
+    adam = rows.fw.adam_bytes_touched()
+    opt_u = cfg.pair(adam / shard / hbm_rate[cfg.pool_u], split is not None and (
+        adam / shard[split.ia_p] / np.minimum(hbm_rate[split.xa], hbm_rate[split.xb])))
     return np.take(opt_u, cfg.inv) if split is None else np.take(opt_u, split.inv_q)
 
 

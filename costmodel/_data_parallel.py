@@ -13,7 +13,8 @@ gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the 
 last backward (ZeRO-3: the whole pipeline), or the next step's first forward (overlapped parameter
 gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed; InternEvo's broadcasts, one
 per shard) is exposed.
-The optimizer step (Adam) reads and writes ADAM_BYTES_TOUCHED per sharded parameter at the HBM rate.
+The optimizer step (Adam) reads and writes Framework.adam_bytes_touched per sharded parameter at the HBM rate
+(ADAM_BYTES_TOUCHED with every state in fp32).
 """
 
 from __future__ import annotations

@@ -95,6 +95,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         te_saved_bytes and torchtitan_saved_bytes; MLA models and MLP stacks keep Korthikanti's
     dropout: hidden dropout on under "te" (two one-byte masks a token); "korthikanti" always counts them, torchtitan's
         model has no dropout
+    optim_state_bytes: the optimizer's bytes a parameter, sharded from ZeRO-1 on: the master weight and Adam's two
+        moments (12: all fp32); with_state_dtypes sets it from the dtypes a run keeps them in
+    main_grad_bytes: the bytes of a gradient the optimizer step reads (4: fp32 main gradients)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -105,6 +108,7 @@ import dataclasses
 import math
 
 from costmodel._codes import SCHEDULES
+from costmodel._dtypes import GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 
 
@@ -156,6 +160,8 @@ class Framework:
     grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
     layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
+    optim_state_bytes: float = float(OPTIM_BYTES)
+    main_grad_bytes: float = float(GRAD_BYTES)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -163,6 +169,12 @@ class Framework:
         DDP grad_reduce_in_fp32), grad_reduce_bytes; one number where every precision has the same."""
         b = self.grad_reduce_bytes if self.grad_buffer_bytes is None else self.grad_buffer_bytes
         return b[0] if b[0] == b[1] == b[2] else b
+
+    def adam_bytes_touched(self) -> float:
+        """HBM bytes the Adam step moves per (sharded) parameter: reads the master weight, the two moments and the
+        main gradient, writes the master weight, the moments and the 16-bit working copy: 2 x optim_state_bytes +
+        main_grad_bytes + WEIGHT_BYTES (30 with every state in fp32: costmodel._data_parallel.ADAM_BYTES_TOUCHED)."""
+        return 2.0 * self.optim_state_bytes + self.main_grad_bytes + WEIGHT_BYTES
 
 
 # Transformer Engine's quantization outside its fp8 GEMMs (TransformerEngine d0067d0), HBM bytes an element, per scaling
@@ -526,6 +538,43 @@ FRAMEWORK_ALIASES = {
 # The profile of every command and of evaluate() where none is named: Megatron-Core, the code the large
 # published runs train with (GPT-3 and Llama 3 scale on thousands of GPUs; docs/frameworks.md).
 DEFAULT_FRAMEWORK = "megatron-core"
+
+
+# The dtypes a run keeps its gradients and optimizer state in, bytes an element (with_state_dtypes). Megatron-LM
+# d98e8a6 megatron/training/arguments.py: --grad-reduce-in-bf16 and the precision-aware optimizer's --main-grads-dtype
+# {fp32, bf16}, --main-params-dtype {fp32, fp16}, --exp-avg-dtype / --exp-avg-sq-dtype {fp32, fp16, bf16, fp8}; NeMo
+# 1.0's distributed Adam (NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_base_model.py
+# setup_optimization, Apex apex/contrib/optimizers/distributed_fused_adam.py): grad_sync_dtype, and an optimizer dtype
+# that keeps no master copy when it equals the model's (store_params False: "none") or, fp32 under a bf16 model, only
+# the 16 low bits of each fp32 master beside the bf16 weight (store_param_remainders: "remainder"); the DeepSeek-V3
+# report (arXiv:2412.19437, Sec. 3.3.3): BF16 moments beside FP32 master weights and gradients.
+GRAD_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0}
+MAIN_PARAMS_DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "remainder": 2.0, "none": 0.0}
+MOMENTS_DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
+def with_state_dtypes(fw: Framework, *, grad: str | None = None, main_params: str | None = None,
+                      moments: str | None = None, arguments: tuple[str, str, str] = (
+                          "--grad-dtype", "--main-params-dtype", "--moments-dtype")) -> Framework:
+    """``fw`` with its gradients and optimizer state kept in the dtypes named (None: the profile's own). ``grad``
+    (GRAD_DTYPE_BYTES): the gradient buffer, its data-parallel reduction and the optimizer's read of it, at every
+    precision; ``main_params`` (MAIN_PARAMS_DTYPE_BYTES) and ``moments`` (MOMENTS_DTYPE_BYTES, each of Adam's two):
+    optim_state_bytes = main params + 2 x a moment, the others fp32 where one is named. The profile keeps its name:
+    the same framework run with other settings. ``arguments``: the names an InputError gives each of the three."""
+    picks = []
+    for value, table, arg in zip((grad, main_params, moments),
+                                 (GRAD_DTYPE_BYTES, MAIN_PARAMS_DTYPE_BYTES, MOMENTS_DTYPE_BYTES), arguments, strict=True):
+        if value is not None and str(value).lower() not in table:
+            raise InputError(arg, "one of " + ", ".join(table), value)
+        picks.append(None if value is None else table[str(value).lower()])
+    g, main, mom = picks
+    changes = {}
+    if g is not None:
+        changes.update(grad_reduce_bytes=(g,) * 3, grad_buffer_bytes=(g,) * 3, main_grad_bytes=g)
+    if main is not None or mom is not None:
+        changes["optim_state_bytes"] = (MAIN_PARAMS_DTYPE_BYTES["fp32"] if main is None else main) + 2.0 * (
+            MOMENTS_DTYPE_BYTES["fp32"] if mom is None else mom)
+    return dataclasses.replace(fw, **changes) if changes else fw
 
 
 def framework_names() -> list[str]:

@@ -234,27 +234,28 @@ def grad_kwargs(fw, prec) -> dict:
     where its gradient buffer has the same bytes at every precision (GRAD_BYTES for the profiles before the field), else
     the bytes by precision and the codes (Framework.grad_memory_bytes)."""
     gb = fw.grad_memory_bytes()
-    return {"grad_bytes": gb} if np.ndim(gb) == 0 else {"grad_bytes": gb, "prec": prec}
+    kw = {"grad_bytes": gb} if np.ndim(gb) == 0 else {"grad_bytes": gb, "prec": prec}
+    return kw if fw.optim_state_bytes == OPTIM_BYTES else {**kw, "optim_bytes": fw.optim_state_bytes}
 
 
-def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None):
+def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None, optim_bytes=OPTIM_BYTES):
     """Weight, gradient and optimizer bytes per GPU for ``params`` parameters, each sharded
     over the g data-parallel ranks from its ZeRO stage on (3, 2 and 1). ``stage_of``: zero and
     g are per configuration, params per stage of configuration ``stage_of``. ``grad_bytes``: a
     gradient's bytes (Framework.grad_memory_bytes: one number, or one per precision of the codes
-    ``prec``, aligned with zero)."""
+    ``prec``, aligned with zero); ``optim_bytes``: the optimizer's bytes a parameter (Framework.optim_state_bytes)."""
     shards = _state_shards(zero, g)
     gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
         gb = gb if prec is None else gb[stage_of]
-    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, gb, OPTIM_BYTES), shards, strict=True))
+    return tuple(nbytes * params / x for nbytes, x in zip((WEIGHT_BYTES, gb, optim_bytes), shards, strict=True))
 
 
-def state_bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, prec=None):
+def state_bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, prec=None, optim_bytes=OPTIM_BYTES):
     """state_bytes' three parts together, per parameter (a stage's total is this x its parameters).
     Long integer columns: looked up in a table over every (precision, ZeRO stage, g) up to theirs (the same
-    sums, one gather instead of nine passes). ``grad_bytes``, ``prec``: as state_bytes takes them."""
+    sums, one gather instead of nine passes). ``grad_bytes``, ``prec``, ``optim_bytes``: as state_bytes takes them."""
     zero, g = np.asarray(zero), np.asarray(g)
     if prec is not None:
         prec = np.broadcast_to(np.asarray(prec), np.broadcast_shapes(zero.shape, g.shape, np.shape(prec)))
@@ -262,18 +263,18 @@ def state_bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, prec=None):
         G, Z = int(g.max()) + 1, int(zero.max()) + 1
         with np.errstate(divide="ignore"):
             if prec is None:
-                table = _bytes_per_param(np.arange(Z)[:, None], np.arange(G), grad_bytes)
+                table = _bytes_per_param(np.arange(Z)[:, None], np.arange(G), grad_bytes, optim_bytes)
             else:  # (precision, ZeRO stage, g)
                 gb = np.asarray(grad_bytes, dtype=np.float64)[:, None, None]
-                table = _bytes_per_param(np.arange(Z)[None, :, None], np.arange(G)[None, None, :], gb)
+                table = _bytes_per_param(np.arange(Z)[None, :, None], np.arange(G)[None, None, :], gb, optim_bytes)
         flat = zero * G + g if prec is None else (prec * Z + zero) * G + g
         return np.take(table.reshape(-1), flat)  # (a flat take: a 2-d fancy index is twice as slow)
     gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
-    return _bytes_per_param(zero, g, gb)
+    return _bytes_per_param(zero, g, gb, optim_bytes)
 
 
-def _bytes_per_param(zero, g, grad_bytes=GRAD_BYTES):
-    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, grad_bytes, OPTIM_BYTES), _state_shards(zero, g),
+def _bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, optim_bytes=OPTIM_BYTES):
+    return sum(nbytes / x for nbytes, x in zip((WEIGHT_BYTES, grad_bytes, optim_bytes), _state_shards(zero, g),
                                                strict=True))
 
 

@@ -11,8 +11,7 @@ import dataclasses
 import math
 
 from costmodel import _nccl as nccl
-from costmodel._data_parallel import ADAM_BYTES_TOUCHED
-from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
@@ -894,10 +893,10 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         dense, experts = (exchange(dense_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all),
                           exchange(expert_max, edp, ep_link, plan_e["bucket"](edp), plan_e))
         dp_raw, step = dense[0] + experts[0], dense[1] + experts[1]
-        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
+        opt = _hbm(gpu, fw.adam_bytes_touched() * (dense_max / shard + expert_max / (edp if zero >= 1 else 1)))
     else:
         dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all)
-        opt = _hbm(gpu, ADAM_BYTES_TOUCHED * params_max / shard)
+        opt = _hbm(gpu, fw.adam_bytes_touched() * params_max / shard)
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
@@ -967,7 +966,7 @@ def _memory(model: Transformer, cluster: Cluster, row: _Row, fw, stages: list[di
         pd, pe = st["params"], st["params_e"]
         w = WEIGHT_BYTES * (pd / (g if zero == 3 else 1) + pe / (edp if zero == 3 else 1))
         gr = grad_b * (pd / (g if zero >= 2 else 1) + pe / (edp if zero >= 2 else 1))
-        op = OPTIM_BYTES * (pd / shard + pe / (edp if zero >= 1 else 1))
+        op = fw.optim_state_bytes * (pd / shard + pe / (edp if zero >= 1 else 1))
         total = w + gr + op + st["act"] + buffers
         if total > worst_total:
             worst, worst_total = (w, gr, op, st["act"]), total

@@ -29,7 +29,7 @@ from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
 from costmodel._files import read_text, replaced_atomically
-from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
+from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
 from costmodel._workloads import Transformer, model_preset
@@ -84,6 +84,13 @@ class MeasuredRun:
     measured_memory_gb: float | None = None
     framework: str = DEFAULT_FRAMEWORK  # its profile's name (costmodel._frameworks)
     stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage, where the row gives them
+    state_dtypes: tuple[tuple[str, str], ...] = ()  # (STATE_DTYPE_COLUMNS keyword, dtype) the row names
+
+    def profile(self) -> Framework:
+        """The run's framework profile with the gradient and optimizer dtypes its row names
+        (costmodel._frameworks.with_state_dtypes)."""
+        fw = framework_preset(self.framework)
+        return with_state_dtypes(fw, **dict(self.state_dtypes)) if self.state_dtypes else fw
 
 
 def _number(row: dict, key: str, where: str, *, integer: bool = False) -> float | int | None:
@@ -275,6 +282,20 @@ def _row_fixed(row: dict, where: str) -> dict:
     return fixed
 
 
+# Optional columns: the dtypes a run keeps its gradients and optimizer state in (empty: the profile's own), by
+# with_state_dtypes' keyword.
+STATE_DTYPE_COLUMNS = {"grad_dtype": "grad", "main_params_dtype": "main_params", "moments_dtype": "moments"}
+
+
+def _row_state_dtypes(row: dict, where: str, fw: Framework) -> tuple[tuple[str, str], ...]:
+    """(keyword, dtype) of the STATE_DTYPE_COLUMNS a row fills; InputError naming the row and column for a dtype
+    with_state_dtypes does not know."""
+    given = tuple((kw, (row.get(col) or "").strip().lower()) for col, kw in STATE_DTYPE_COLUMNS.items()
+                  if (row.get(col) or "").strip())
+    with_state_dtypes(fw, **dict(given), arguments=tuple(f"{where}: {c}" for c in STATE_DTYPE_COLUMNS))
+    return given
+
+
 def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
     """One MeasuredRun from a CSV row (read_runs); ``where`` names the file, line and row in errors."""
     if None in row:  # csv.DictReader keeps cells past the header under None
@@ -294,7 +315,8 @@ def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None,
         raise InputError(f"{where}: tp*pp*dp*cp", f"num_gpus={cluster.num_gpus}", degrees)
     fw = framework_preset((row.get("framework") or "").strip() or framework, f"{where}: framework")
     return MeasuredRun(model.name, model, cluster, fixed, measure, given[measure], convention,
-                       given["measured_memory_gb"], fw.name, _row_stage_layers(row, where, model.layers, fixed["pp"]))
+                       given["measured_memory_gb"], fw.name, _row_stage_layers(row, where, model.layers, fixed["pp"]),
+                       _row_state_dtypes(row, where, fw))
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
@@ -348,7 +370,7 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
         stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"], **experts,
         schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
         overlap_dp=(f["overlap_dp"] if "overlap_dp" in f
-                    else np.asarray(framework_preset(run.framework).overlap_dp_usual)[cols["zero_stage"]]),
+                    else np.asarray(run.profile().overlap_dp_usual)[cols["zero_stage"]]),
         **cols,
     )
 
@@ -359,7 +381,7 @@ def predict(run: MeasuredRun) -> dict:
     other checks has one; the chosen one is the fastest that fits the GPU, else the fastest."""
     table = _candidates(run)
     unbounded = dataclasses.replace(run.cluster.gpu, hbm_bytes=math.inf)
-    metrics = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), table, framework=run.framework)
+    metrics = evaluate(run.model, dataclasses.replace(run.cluster, gpu=unbounded), table, framework=run.profile())
     step = metrics["step_time_s"]
     fits = metrics["mem_total_bytes"] <= run.cluster.gpu.hbm_bytes
     pool = np.isfinite(step) & fits
