@@ -173,7 +173,8 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
     else:
         sh = dense_shape_terms(rows, cfg, first_s)
     eu = {key: a[inv_s] for key, a in framework_terms(rows.fw, model, sh, cfg.t_u[first_s], cfg.sp_u[first_s],
-                                                      cfg.prec_u[first_s]).items()}
+                                                      cfg.prec_u[first_s],
+                                                      None if cfg.rcm_u is None else cfg.rcm_u[first_s]).items()}
     full_u, sel_u = cfg.rc_u == 2, cfg.rc_u == 1
     lt = None if rows.all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
