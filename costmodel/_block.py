@@ -750,10 +750,10 @@ def recompute_flops(rows: Rows):
     recompute choice, times the tokens of the global batch."""
     model, full, sel, fw, n = rows.model, rows.full, rows.sel, rows.fw, rows.n
     s, B = model.seq_len, rows.B
-    re_tok = recompute_flops_per_token(model, full, sel, fw)
+    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rows.rcm)
     if not rows.moe:
         return np.sum(rows.weigh(n) * re_tok, axis=0) * s * B
-    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
+    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rows.rcm)
     if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
         M = model.moe_layers
         re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]

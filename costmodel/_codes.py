@@ -23,7 +23,7 @@ def module_names(code: int) -> str:
 def module_code(text) -> int | None:
     """A recompute_modules bit set from names separated by commas or spaces (Megatron-LM's --recompute-modules takes
     them space-separated), or from its integer; None where a name is no module (the caller names the argument)."""
-    if isinstance(text, (int,)) or (hasattr(text, "dtype") and getattr(text, "dtype").kind in "iu"):
+    if isinstance(text, (int,)) or (hasattr(text, "dtype") and text.dtype.kind in "iu"):
         code = int(text)
         return code if 0 <= code < 1 << len(RECOMPUTE_MODULES) else None
     words = str(text).replace(",", " ").split()

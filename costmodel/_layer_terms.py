@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel._dtypes import ACT_BYTES
 from costmodel._codes import MODULE_BIT, module_names
+from costmodel._dtypes import ACT_BYTES
 from costmodel._errors import InputError
 from costmodel._experts import comm_sm_fraction, moe_layer_costs, routed_copies
 from costmodel._frameworks import FRAMEWORKS, Framework

@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from costmodel import _nccl as nccl
+from costmodel._codes import MODULE_BIT, module_code
 from costmodel._data_parallel import ADAM_BYTES_TOUCHED
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
@@ -47,7 +48,6 @@ from costmodel._memory_terms import (
 )
 from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
 from costmodel._sms import streaming_multiprocessors
-from costmodel._codes import MODULE_BIT, module_code
 from costmodel._strategy import RECOMPUTE, SCHEDULES
 from costmodel._workloads import Transformer
 
@@ -366,9 +366,9 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
     # what the recompute modules run again: the MoE block's forward (moe), the experts' activation (moe_act), the shared
     # experts' forward (shared_experts)
-    moe_f = (_gemm(gpu, peak, T / tp, E, h) + m_gemm + _hbm(gpu, ACT_BYTES * PERMUTE_ELEMS_PER_COPY * copies * h
-                                                             + ACT_BYTES * T * h / tp + ROUTING_BYTES_PER_SCORE * T * E / tp)
-             + elem_m + overhead / 2 * (units - 1) + xcast_f)
+    permute = _hbm(gpu, ACT_BYTES * PERMUTE_ELEMS_PER_COPY * copies * h + ACT_BYTES * T * h / tp
+                   + ROUTING_BYTES_PER_SCORE * T * E / tp)  # routing, permute and unpermute
+    moe_f = _gemm(gpu, peak, T / tp, E, h) + m_gemm + permute + elem_m + overhead / 2 * (units - 1) + xcast_f
     act_f = _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * copies * fe)
     shared_f = 0.0
     if fs:
@@ -775,7 +775,8 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
                  n_m: int, rc: str, first: bool, last: bool, unpaired: float = 0.0, named: dict | None = None) -> dict:
     """A stage of n layers (n_m of them MoE layers) under recompute ``rc``: F, B, W per micro-batch, their sum X, and
     the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp); ``unpaired``: the share of its
-    passes whose all-to-alls no pair hides (_unpaired); ``named``: a selective stage's named modules (_named_modules)."""
+    passes whose all-to-alls no pair hides (_unpaired); ``named``: a selective stage's named modules
+    (_named_modules)."""
     fwd, tp_fwd, cp_fwd, cp_bwd = lay["fwd"], lay["tp_fwd"], lay["cp_fwd"], lay["cp_bwd"]
     n_d = n - n_m
     if named is not None:
@@ -1072,6 +1073,16 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
         if rc == "full":
             flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
+        elif rc == "selective" and row.modules and model.kind != "mlp":  # Megatron-Core's named modules
+            on = {name: bool(row.modules & bit) for name, bit in MODULE_BIT.items()}
+            attn = (2 * s * (qw + ow) if on["core_attn"] else 0.0) + (sel_flops if model.mla and on["mla_up_proj"]
+                                                                           else 0.0)
+            mats = model.mlp_matrices
+            dense = attn + (2 * mats * h * model.ffn_hidden if on["mlp"] else 0.0)
+            shared = 2 * mats * h * model.shared_experts * model.shared_expert_ffn
+            block = 2 * (h * model.experts + mats * h * model.experts_per_token * model.expert_ffn) + shared
+            moe_l = attn + (block if on["moe"] else shared if on["shared_experts"] else 0.0)
+            flops_hw += ((n - n_m) * dense + n_m * moe_l) * s * B
         elif rc == "selective" and act["op_sac"]:
             flops_hw += ((n - n_m) * act["sac_re_flops"] + n_m * sel_flops) * s * B
         elif rc == "selective" and model.kind != "mlp":

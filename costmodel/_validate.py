@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
 from costmodel._files import read_text, replaced_atomically
 from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
-from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
 from costmodel._workloads import Transformer, model_preset
 
