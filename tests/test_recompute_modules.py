@@ -76,6 +76,27 @@ def test_moe_layer_recompute_seconds_of_layernorm_and_moe_act_by_hand():
     assert tiny_terms("layernorm")["moe_sel_re"][0] == pytest.approx(8_388_608 / rate, rel=1e-12)
 
 
+def test_dense_layer_mlp_and_fused_norms_by_hand():
+    # TINY's shapes as a dense layer (f = 4096) under Transformer Engine, T = 2048: norm inputs 8,388,608, the two
+    # LayerNormLinear outputs 8,388,608, statistics 16,384, Q K V 12,582,912, kernel output 4,194,304, softmax
+    # statistics 65,536, FC1's output and FC2's input 2 x 2 x 4096 T + 2 x 4096 T = 50,331,648: 83,968,000.
+    dense = dataclasses.replace(TINY, experts=1, experts_per_token=1, expert_ffn_hidden=None)
+    fw, prec = framework_preset("megatron-core"), np.array([0])
+    sh = shape_terms(dense, H100, np.array([1.0]), np.array([1]), np.array([1]), np.array([False]),
+                     np.array([H100.gpu.peak_flops[0]]))
+
+    def terms(names):
+        return framework_terms(fw, dense, sh, np.array([1]), np.array([False]), prec, np.array([module_code(names)]))
+
+    assert terms("mlp")["act_L"][0] == 83_968_000
+    # layernorm: both norms are fused into linear_qkv and linear_fc1 (gpt_layer_specs.py, no experts): nothing freed,
+    # nothing run again
+    assert terms("layernorm")["sel_kept"][0] == 83_968_000 and terms("layernorm")["sel_re"][0] == 0.0
+    # mlp: FC1's output and FC2's input 50,331,648, the fused norm's output 4,194,304 and statistics 8,192 freed
+    assert terms("mlp")["sel_kept"][0] == 83_968_000 - 54_534_144
+    assert terms("mlp")["sel_work"][0] == 54_534_144
+
+
 def tiny_rows(modules, recompute="selective"):
     return StrategyTable.from_columns(dp=8, tp=1, pp=1, ep=8, micro_batch=1, global_batch=16, recompute=recompute,
                                       recompute_modules=modules)
