@@ -270,9 +270,11 @@ def module_terms(fw: Framework, model: Transformer, terms: dict, byte_s, t, sp, 
                         layers): FC1's output and FC2's input freed, and the fused norm's output where the norm is
                         fused into linear_fc1; its GEMMs, activation, fp8 casts, launches and its tp collectives again
     The working set is the freed bytes of one layer besides the attention core's (rebuilt for its backward). Not
-    modelled: under fp8, Megatron-LM refuses layernorm and moe_act with delayed scaling and otherwise keeps the norms'
-    16-bit outputs for the next linear layer's quantisation (set_for_recompute_input_layernorm): those rows are priced
-    as in bf16 here; the moe module's all-to-alls again are priced at the forward's exposed share."""
+    modelled: under fp8, Megatron-LM refuses layernorm and moe_act with delayed scaling, and otherwise has the linear
+    layer after a recomputed norm save the norm's 16-bit output, not its fp8 copy (attention.py
+    set_for_recompute_input_layernorm -> set_save_original_input), so that the discarded output is what is rebuilt:
+    fp8 rows are priced with the bf16 rows' bytes here; the moe module's all-to-alls again are priced at the forward's
+    exposed share."""
     bit = {name: (np.asarray(modules) & b) > 0 for name, b in MODULE_BIT.items()}
     T, h, f, sp_div = terms["T"], model.hidden, model.ffn_hidden, np.where(sp, t, 1)
     zero = np.zeros_like(T)
