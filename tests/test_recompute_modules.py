@@ -253,3 +253,19 @@ def test_export_writes_and_reads_megatrons_recompute_modules(capsys):
     # torchtitan and DeepSpeed have no such modules: refused, never dropped
     assert main(["export", "--framework", "fsdp2", "--model", "llama3-8b", "--cluster", "h100x64",
                  "--recompute-modules", "mlp"]) == 2
+
+
+def test_placements_and_concat_carry_the_column():
+    model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=4096)
+    cl = cluster_preset("h100x64")
+    t = StrategyTable.from_columns(dp=16, tp=2, pp=2, ep=8, sequence_parallel=True, global_batch=256, zero_stage=1,
+                                   recompute="selective", recompute_modules=["layernorm,moe_act", "moe", "", 1])
+    a = evaluate(model, cl, t, framework="megatron-core-deepep")
+    b = evaluate(model, cl, t.as_placements(model.layers), framework="megatron-core-deepep")
+    for key in ("step_time_s", "mem_total_bytes", "recompute_s", "hfu"):
+        np.testing.assert_array_equal(a[key], b[key])
+    # "" and core_attn: the profile's own policy (the attention core), priced alike; moe frees the most memory
+    assert a["step_time_s"][2] == a["step_time_s"][3] and a["mem_total_bytes"][1] < a["mem_total_bytes"][0]
+    plain = StrategyTable.from_columns(dp=16, tp=2, pp=2, ep=8, global_batch=256)
+    names = StrategyTable.concat([t, plain]).readable()["recompute_modules"]
+    assert list(names) == ["moe_act,layernorm", "moe", "", "core_attn", ""]
