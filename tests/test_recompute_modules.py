@@ -259,7 +259,7 @@ def test_placements_and_concat_carry_the_column():
     model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=4096)
     cl = cluster_preset("h100x64")
     t = StrategyTable.from_columns(dp=16, tp=2, pp=2, ep=8, sequence_parallel=True, global_batch=256, zero_stage=1,
-                                   recompute="selective", recompute_modules=["layernorm,moe_act", "moe", "", 1])
+                                   recompute="selective", recompute_modules=["layernorm,moe_act", "moe", "", "core_attn"])
     a = evaluate(model, cl, t, framework="megatron-core-deepep")
     b = evaluate(model, cl, t.as_placements(model.layers), framework="megatron-core-deepep")
     for key in ("step_time_s", "mem_total_bytes", "recompute_s", "hfu"):
