@@ -38,13 +38,16 @@ from costmodel._frameworks import (
     framework_preset,
     with_state_dtypes,
 )
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH, framework_codes, hetero_from_mapping
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, RECOMPUTE_MODULES, framework_codes, hetero_from_mapping
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
 STRATEGY_FLAGS = (("dp", int), ("tp", int), ("pp", int), ("cp", int), ("ep", int), ("etp", int), ("micro_batch", int),
                   ("global_batch", int), ("vpp", int), ("zero_stage", int), ("schedule", str), ("recompute", str),
-                  ("precision", str))
+                  ("recompute_modules", str), ("precision", str))
+FLAG_HELP = {"recompute_modules": "with --recompute selective (its default then): the modules recomputed, as "
+             "Megatron-Core's --recompute-modules names them, comma-separated: " + ", ".join(RECOMPUTE_MODULES)
+             + " (default: the framework's own selective policy; megatron-core profiles only)"}
 
 
 def add_spec_args(p, *, frameworks: bool = True) -> None:
@@ -118,7 +121,7 @@ def add_strategy_args(p) -> None:
     p.add_argument("--strategy", help="JSON/YAML file with the strategy, or a Calculon execution file (flags "
                    "override it)")
     for name, typ in STRATEGY_FLAGS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ)
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, help=FLAG_HELP.get(name))
     p.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None)
     p.add_argument("--no-overlap-dp", dest="overlap_dp", action="store_false", default=None)
     p.add_argument("--stage-layers", help="layers per pipeline stage, comma-separated")
@@ -205,6 +208,9 @@ def build_strategy(args, model, cluster) -> StrategyTable:
 
 def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
     data = _with_flags(args, from_file, model)
+    if data.get("recompute_modules"):  # Megatron-Core reads the modules under selective granularity only
+        if data.setdefault("recompute", "selective") != "selective":
+            raise InputError("--recompute", "selective (or none given) with --recompute-modules", data["recompute"])
     if args.stage_layers:
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))

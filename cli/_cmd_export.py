@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
     profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
     if args.run:
-        given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS) if getattr(args, f, None) is not None]
+        given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS, "recompute_modules")
+                 if getattr(args, f, None) is not None]
         if given:
             raise InputError("--run", "no strategy flags beside it (the plan is the run's row)",
                              "--" + given[0].replace("_", "-"))

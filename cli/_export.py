@@ -49,6 +49,7 @@ import re
 import shlex
 
 from costmodel import Cluster, InputError, Transformer
+from costmodel._codes import RECOMPUTE_MODULES, module_code, module_names
 
 MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arguments.py"
 TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
@@ -73,6 +74,8 @@ def canonical_plan(row: dict, model: Transformer) -> dict:
     plan["stage_recompute"] = list(rec) if rec is not None else [row["recompute"]] * pp
     if len(set(plan["stage_recompute"])) == 1:
         plan["recompute"] = plan["stage_recompute"][0]
+    if row.get("recompute_modules") and "selective" in plan["stage_recompute"]:  # (names, read under selective only)
+        plan["recompute_modules"] = row["recompute_modules"]
     return plan
 
 
@@ -83,6 +86,9 @@ def _one_recompute(plan: dict, framework: str) -> str:
     if len(kinds) != 1:
         raise InputError("stage_recompute", f"one recompute granularity for every stage ({framework} sets one for "
                          "the whole model)", plan["stage_recompute"])
+    if plan.get("recompute_modules") and framework != "Megatron-LM":
+        raise InputError("recompute_modules", f"none ({framework} has no Megatron-Core recompute modules)",
+                         plan["recompute_modules"])
     return kinds[0]
 
 
@@ -139,6 +145,7 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--recompute-granularity": {"choices": ["full", "selective"]},
     "--recompute-method": {"choices": ["uniform", "block"]},
     "--recompute-num-layers": {"type": int},
+    "--recompute-modules": {"nargs": "*"},  # (core_v0.15.0: nargs='*', the names checked by from_megatron)
     "--micro-batch-size": {"type": int},
     "--global-batch-size": {"type": int},
     "--bf16": {"action": "store_true"},
@@ -362,6 +369,8 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
         a += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan["zero_stage"] == 1 else [])
     if recompute == "selective":
         a += ["--recompute-granularity", "selective"]
+        if plan.get("recompute_modules"):  # Megatron-Core's modules, space-separated (default: core_attn)
+            a += ["--recompute-modules", *plan["recompute_modules"].split(",")]
     elif recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
     a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size", plan["global_batch"]]
@@ -466,11 +475,18 @@ def from_megatron(text: str) -> dict:
     precision = "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16"
     # Megatron's expert tensor parallel size defaults to the tensor-parallel size
     etp = (a.expert_tensor_parallel_size or t) if a.num_experts else 1
-    return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": a.expert_model_parallel_size, "etp": etp,
+    plan = {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": a.expert_model_parallel_size, "etp": etp,
             "micro_batch": a.micro_batch_size, "global_batch": a.global_batch_size, "vpp": vpp, "zero_stage": zero,
             "schedule": "interleaved" if vpp > 1 else "1f1b", "recompute": recompute, "precision": precision,
             "sequence_parallel": a.sequence_parallel, "overlap_dp": a.overlap_grad_reduce,
             "stage_layers": stage_layers, "stage_recompute": [recompute] * p}
+    if a.recompute_modules and recompute == "selective":
+        code = module_code(" ".join(a.recompute_modules))
+        if code is None:
+            raise InputError("--recompute-modules", "Megatron-Core recompute modules among "
+                             + ", ".join(RECOMPUTE_MODULES), " ".join(a.recompute_modules))
+        plan["recompute_modules"] = module_names(code)
+    return plan
 
 
 # ---- torchtitan (TOML job config) ------------------------------------------------------------

@@ -208,7 +208,7 @@ def read_strategy(path: str, cluster: Cluster | None = None) -> dict:
 
 
 def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
-    allowed = set(COLUMNS) | {"stage_layers", "stage_recompute"}
+    allowed = set(COLUMNS) | {"stage_layers", "stage_recompute", "recompute_modules"}
     unknown = set(data) - allowed
     if unknown:
         raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown)[0])

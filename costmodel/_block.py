@@ -172,7 +172,8 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
     else:
         sh = dense_shape_terms(rows, cfg, first_s)
     eu = {key: a[inv_s] for key, a in framework_terms(rows.fw, model, sh, cfg.t_u[first_s], cfg.sp_u[first_s],
-                                                      cfg.prec_u[first_s]).items()}
+                                                      cfg.prec_u[first_s],
+                                                      None if cfg.rcm_u is None else cfg.rcm_u[first_s]).items()}
     full_u, sel_u = cfg.rc_u == 2, cfg.rc_u == 1
     lt = None if rows.all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
@@ -750,10 +751,10 @@ def recompute_flops(rows: Rows):
     recompute choice, times the tokens of the global batch."""
     model, full, sel, fw, n = rows.model, rows.full, rows.sel, rows.fw, rows.n
     s, B = model.seq_len, rows.B
-    re_tok = recompute_flops_per_token(model, full, sel, fw)
+    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rows.rcm)
     if not rows.moe:
         return np.sum(rows.weigh(n) * re_tok, axis=0) * s * B
-    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True)
+    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rows.rcm)
     if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
         M = model.moe_layers
         re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]

@@ -54,6 +54,7 @@ class Rows:
     d: np.ndarray  # dp
     t: np.ndarray  # tp
     rc: np.ndarray  # recompute code
+    rcm: np.ndarray | None  # (N,) recompute_modules bit sets, read where rc is selective (None: the framework's policy)
     n: np.ndarray  # layers (float)
     pool: np.ndarray  # pool (clipped to the pools there are: one out of range fails feasibility)
     first: np.ndarray
@@ -97,7 +98,8 @@ def block_rows(model: Transformer, pa: dict, sv: StageView, fw: Framework) -> Ro
         dense_first = not all_moe and n_d.shape[0] > 1 and np.shape(n_m) == n_d.shape and not n_d[1:].any()
     return Rows(model=model, fw=fw, pa=pa, sv=sv, p=p, m=r["m"], B=r["global_batch"], c=r["cp"], v=r["vpp"],
                 sched=r["schedule"], sp=r["sequence_parallel"], prec=r["precision"], zero=zero, overlap=overlap,
-                e=r["ep"], u=r["etp"], N=len(p), P=P, moe=moe, all_moe=all_moe, j=sv.j, d=sv.dp, t=sv.tp, rc=rc, n=n,
+                e=r["ep"], u=r["etp"], N=len(p), P=P, moe=moe, all_moe=all_moe, j=sv.j, d=sv.dp, t=sv.tp, rc=rc,
+                rcm=r.get("recompute_modules"), n=n,
                 pool=np.minimum(sv.pool, P - 1), first=sv.j == 0, last=sv.j == p - 1, on=on, full=rc == 2,
                 sel=rc == 1, every=every, real=every or bool(np.all(sv.comp)),
                 wt=None if every and not np.any(sv.comp) else sv.w.astype(np.float64),
@@ -147,6 +149,7 @@ class Configs:
     order_u: np.ndarray
     t_u: np.ndarray
     rc_u: np.ndarray
+    rcm_u: np.ndarray | None  # recompute_modules bit sets (None: none named in the block)
     c_u: np.ndarray
     sp_u: np.ndarray
     prec_u: np.ndarray
@@ -181,7 +184,7 @@ def configurations(rows: Rows) -> Configs:
     hp_key = (col((zero <= 1) & (prec == PRECISIONS.index("bf16"))) if rows.fw.hp_grad_bytes and not rows.moe
               else None)
     shape_k = (*sv.key, col(rows.c), col(rows.sp), col(prec), *((ep_key,) if rows.moe else ()),
-               *(() if hp_key is None else (hp_key,)), sv.order, t)
+               *(() if hp_key is None else (hp_key,)), *(() if rows.rcm is None else (col(rows.rcm),)), sv.order, t)
     # (the shape terms read shape_k and the pool; memory reads ZeRO)
     keys = [*shape_k, *((col(zero),) if keyed else ()), pool, rows.rc]
     E = np.broadcast_shapes(*(x.shape for x in keys))
@@ -212,7 +215,8 @@ def configurations(rows: Rows) -> Configs:
                            inv_p=pairs["inv_p"], ia_p=ia_p, ib_p=ib_p, r2=r2, xa=pool_u[ia_p], xb=pool_u[ib_p],
                            ga_a=(d_u[ia_p] - r2) * tc, ga_b=r2 * tc, inv_q=inv_q)
     return Configs(keyed=keyed, one_per_row=E[0] == 1, ep_key=ep_key, hp_key=hp_key, shape_k=shape_k, src=src,
-                   src_row=src_row, inv=inv, pool_u=pool_u, order_u=order_u, t_u=t_u, rc_u=rc_u, c_u=c_u, sp_u=sp_u,
+                   src_row=src_row, inv=inv, pool_u=pool_u, order_u=order_u, t_u=t_u, rc_u=rc_u,
+                   rcm_u=None if rows.rcm is None else of(rows.rcm), c_u=c_u, sp_u=sp_u,
                    prec_u=prec_u, d_u=d_u, b_u=b_u, ga_u=d_u * t_u * c_u, zero_u=of(zero) if keyed else None,
                    e_u=e_u, u_u=u_u, peak=rows.pa["peak"][pool_u, prec_u], bits=bits, split=split)
 

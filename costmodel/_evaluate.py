@@ -27,6 +27,7 @@ import numpy as np
 from costmodel._block import evaluate_block
 from costmodel._framework_rows import by_framework, framework_groups
 from costmodel._frameworks import Framework
+from costmodel._layer_terms import refuse_modules
 from costmodel._metrics import METRIC_COLUMNS, Metrics
 from costmodel._pipeline_terms import PIPELINE_MODES
 from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view
@@ -87,6 +88,7 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
 
 def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: str, fw: Framework) -> Metrics:
     """evaluate() of a non-empty table whose rows are priced under one profile ``fw``."""
+    refuse_modules(fw, model, table)
     pa = pool_arrays(cluster)
     order, cuts, depths = None, (), None
     if table.placed and len(table) > BLOCK_ROWS:

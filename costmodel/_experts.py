@@ -275,8 +275,20 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
         exposed = a_d + a_c
         unpaired = 0.0 * exposed
     host_f = np.where(host_sync, units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL, 0.0) + 0.0 * overhead  # (N,)
+    # what Megatron-Core's selective recompute modules run again (costmodel._layer_terms.module_terms): "moe" the MoE
+    # block's forward (router GEMM, expert and shared-expert GEMMs, routing, permutation, activation, their launches
+    # and fp8 quantization; its all-to-alls: ep_fwd), "moe_act" the routed experts' activation kernel (read the FC1
+    # output, write FC2's input: ELEM_TF_PER_LAYER elements of a copy's expert width), "shared_experts" their FC1,
+    # activation and FC2
+    router = gemm_s(T / t, E, h, peak, gpu)
+    perm_s = hbm_s(ACT_BYTES * permute * h + ROUTING_BYTES_PER_SCORE * T * E / t, gpu)
+    moe_f = router + mlp_gemm + perm_s + elem_m + lc["overhead"] * 0.5 * (units - 1.0) + xcast_f
+    act_f = hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * copies * fe, gpu)
+    shared_f = (gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
+                + hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * T * fs / t, gpu) + scast_f) if fs else 0.0 * T
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
-            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f}
+            "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f,
+            "moe_f": moe_f, "act_f": act_f, "shared_f": shared_f}
 
 
 def unpaired_share(interleaved, p, m, v, j):

@@ -39,6 +39,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     selective: recompute "selective": "attention", the attention core recomputed (Korthikanti et al. 2022 Sec. 5); "op",
         torchtitan's per-op policy: a layer keeps its input, every other matrix product's output (1st, 3rd, ...), the
         attention kernel's and tp reduce-scatters' outputs, recomputes the rest (products, norms, activations, gathers)
+    recompute_modules: its layer code checkpoints Megatron-Core's named modules (transformer_config.py
+        recompute_modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts), so a row's
+        ``recompute_modules`` column may name them (costmodel._layer_terms.module_terms); False: a row naming any is
+        refused (InputError naming recompute_modules)
     attention_kernel: costmodel._hardware.ATTENTION_KERNELS: "standard", the whole s x s square at the GEMM constant;
         "flash2" (FlashAttention-2) or "cudnn", the causal half at the kernel's published rate (where one is published)
     fp8_cast_bytes: under fp8, HBM bytes its casts to fp8 move outside the GEMMs, per element of a linear layer's input,
@@ -159,6 +163,7 @@ class Framework:
     weight_sync_broadcasts: bool = False
     grad_buffer_bytes: tuple[float, float, float] | None = None  # by PRECISIONS; None: grad_reduce_bytes
     layer_saves: str = "korthikanti"  # costmodel._memory_terms.LAYER_SAVES
+    recompute_modules: bool = False  # Megatron-Core's --recompute-modules (module docstring)
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
     optim_state_bytes: float = float(OPTIM_BYTES)
     main_grad_bytes: float = float(GRAD_BYTES)
@@ -206,7 +211,7 @@ _MEGATRON_CORE = Framework(
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
     expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
-    te_ring_attention=True, moe_host_sync=True,
+    te_ring_attention=True, moe_host_sync=True, recompute_modules=True,
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
@@ -343,7 +348,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
-        overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti",
+        overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti", recompute_modules=False,
         fp8_cast_bytes=(0.0,) * 4, fp8_norm_cast_bytes=None,  # its dense layers' quantization kernels not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
@@ -525,7 +530,7 @@ _derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0,
 _derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(2.0, 2.0, 2.0),
     all_reduce_then_gather=(True, True, True), overlap_param_gather=False, weight_gather_in_step=True,
     weight_sync_broadcasts=True, dp_bucket_elems=(512 * 1024 * 1024, 0.0), dp_buckets_need_overlap=False,
-    expert_parallel=False, expert_tensor_parallel=False,
+    expert_parallel=False, expert_tensor_parallel=False, recompute_modules=False,
     what="InternEvo (InternLM) hybrid ZeRO-1: gradients all-reduced in the training dtype by buckets behind the "
          "backward, the updated weights synced after the step by one broadcast from each shard's owner, waited; "
          "layers and kernels priced as megatron-core's",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel._codes import MODULE_BIT
 from costmodel._collectives import all_reduce_s, tier
 from costmodel._dtypes import ACT_BYTES
 from costmodel._frameworks import Framework
@@ -311,7 +312,7 @@ def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
     }
 
 
-def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False):
+def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False, modules=None):
     """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
     weights (full); under selective, the attention scores (4 s x the query width; MLA: its
     up-projections, 2 FLOPs a weight) or, for a dense
@@ -327,7 +328,26 @@ def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_
     else:
         sel_re = 4.0 * model.seq_len * model.q_hidden
     fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
+    if modules is not None and model.kind != "mlp":  # Megatron-Core's named modules (costmodel._codes) where named
+        sel_re = np.where(np.asarray(modules) > 0, named_recompute_flops_per_token(model, modules, moe_layer), sel_re)
     return np.where(full, fwd, np.where(sel, sel_re, 0.0))
+
+
+def named_recompute_flops_per_token(model: Transformer, modules, moe_layer: bool = False):
+    """Matrix-product FLOPs per token one layer recomputes under Megatron-Core's named ``modules`` (bit sets): core_attn
+    the attention scores (2 s (q + o)), mla_up_proj MLA's up-projections, mlp a dense layer's MLP (2 mats h f), moe
+    an MoE layer's router and active experts, shared_experts its shared experts; layernorm and moe_act recompute
+    element-wise kernels only (0 FLOPs)."""
+    bit = {name: (np.asarray(modules) & b) > 0 for name, b in MODULE_BIT.items()}
+    h, m = model.hidden, model.mlp_matrices
+    out = np.where(bit["core_attn"], 2.0 * model.seq_len * (model.q_hidden + model.o_hidden), 0.0)  # QK^T, AV
+    if model.mla:
+        out = out + np.where(bit["mla_up_proj"], 2.0 * sum(i * o for i, o in model.attn_up_matrices()), 0.0)
+    if not moe_layer:
+        return out + np.where(bit["mlp"], 2.0 * m * h * model.ffn_hidden, 0.0)
+    shared = 2.0 * m * h * model.shared_experts * model.shared_expert_ffn
+    block = 2.0 * (h * model.experts + m * h * model.experts_per_token * model.expert_ffn) + shared
+    return out + np.where(bit["moe"], block, np.where(bit["shared_experts"], shared, 0.0))
 
 
 def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from costmodel._codes import MODULE_BIT, module_names
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import comm_sm_fraction, moe_layer_costs
-from costmodel._frameworks import Framework
+from costmodel._errors import InputError
+from costmodel._experts import comm_sm_fraction, moe_layer_costs, routed_copies
+from costmodel._frameworks import FRAMEWORKS, Framework
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._layer_compute import (
     ELEM_BWD_FACTOR,
@@ -34,6 +36,7 @@ from costmodel._layer_compute import (
     te_ring_terms,
 )
 from costmodel._memory_terms import (
+    NORM_STAT_BYTES,
     SOFTMAX_STAT_BYTES,
     fp8_input_saving,
     layer_activation_bytes,
@@ -44,7 +47,8 @@ from costmodel._memory_terms import (
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
-MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f")
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f", "moe_f", "act_f",
+             "shared_f")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -54,7 +58,7 @@ def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f")}
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
     # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
     # layer: its casts less its dense MLP's, which an MoE layer does not run
     return {**out, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
@@ -127,7 +131,7 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
     return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero}
 
 
-def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision) -> dict:
+def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision, modules=None) -> dict:
     """Shape terms under the framework: the activation bytes its kernels do not keep taken out
     (the attention scores where its attention is fused; half of each linear layer's saved input
     where it keeps those in fp8 and the row runs fp8), and what its selective recompute keeps
@@ -143,7 +147,9 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     (costmodel._layer_compute.te_ring_terms).
     Unfused attention (not Framework.fused_attention) moves its s x s scores through HBM in the softmax and the
     attention dropout (unfused_score_s): at that rate, forward (cast_f) and backward (cast_b), and again where the
-    attention core is recomputed (sel_re)."""
+    attention core is recomputed (sel_re). ``modules``: the rows' recompute_modules bit sets (None: none named); where
+    one is not 0 the sel_ terms are those of module_terms (Megatron-Core's named modules), else the profile's policy."""
+    shape = terms  # (the shape terms before the framework's changes: module_terms' element-wise rate)
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
     ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
     te_ring = fw.te_ring_attention and model.kind != "mlp" and not model.mla
@@ -199,6 +205,119 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + score_f + zero)
         out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - drop - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
+    if modules is not None and np.any(modules) and model.kind != "mlp":  # Megatron-Core's modules where named
+        named = module_terms(fw, model, {**out, "score_f": score_f + zero, "drop": drop + zero},
+                             shape["elem"] / elem_bytes(model, shape["T"], t, sp), t, sp, precision, modules)
+        on = np.asarray(modules) > 0
+        out.update({k: np.where(on, v, out[k]) if k in out else np.where(on, v, 0.0) for k, v in named.items()})
+    return out
+
+
+def refuse_modules(fw: Framework, model, table) -> None:
+    """InputError naming recompute_modules where a row of ``table`` names Megatron-Core recompute modules that its
+    profile ``fw`` or the model cannot take: a profile without them (Framework.recompute_modules), an MLP stack, or
+    mla_up_proj on a model without multi-head latent attention (transformer_config.py refuses it too)."""
+    codes = table.columns.get("recompute_modules") if hasattr(table, "columns") else None
+    if codes is None or not codes.any():
+        return
+    first = module_names(codes[np.flatnonzero(codes)[0]])
+    if not fw.recompute_modules:
+        raise InputError("recompute_modules", f"none under framework {fw.name} (Megatron-Core's --recompute-modules; "
+                         "profiles: " + ", ".join(k for k, f in FRAMEWORKS.items() if f.recompute_modules) + ")", first)
+    if getattr(model, "kind", "mlp") == "mlp":
+        raise InputError("recompute_modules", "none for an MLP stack (they name transformer layer modules)", first)
+    if not model.mla and np.any(codes & MODULE_BIT["mla_up_proj"]):
+        raise InputError("recompute_modules", "mla_up_proj only on a model with multi-head latent attention",
+                         module_names(codes[np.flatnonzero(codes & MODULE_BIT["mla_up_proj"])[0]]))
+
+
+def elem_bytes(model: Transformer, T, t, sp):
+    """HBM bytes of a dense layer's fused element-wise kernels forward (ELEM_TH_PER_LAYER elements of the hidden
+    width, split by t under sequence parallelism, ELEM_TF_PER_LAYER of the MLP's, split by t): its ``elem`` time over
+    these is the element-wise rate, seconds a byte."""
+    return ACT_BYTES * (ELEM_TH_PER_LAYER * T * model.hidden / np.where(sp, t, 1)
+                        + ELEM_TF_PER_LAYER[model.activation] * T * model.ffn_hidden / t)
+
+
+def module_terms(fw: Framework, model: Transformer, terms: dict, byte_s, t, sp, precision, modules) -> dict:
+    """What Megatron-Core's selective recompute of the named ``modules`` (bit sets, costmodel._codes.RECOMPUTE_MODULES)
+    keeps of one layer per micro-batch (sel_kept), holds while recomputing it (sel_work), runs again (sel_re, seconds;
+    sel_tp its tensor-parallel collectives; an MoE layer's moe_sel_ep: its all-to-alls again, 1 or 0), for the dense
+    layer and, with moe_ keys, the MoE layer. ``terms``: framework_terms' (act_L, score_L, drop, score_f, and for an
+    MoE model moe_act_L, moe_experts_L, moe_moe_f, moe_act_f, moe_shared_f); ``byte_s``: seconds a byte at the
+    element-wise rate. From Megatron-LM d98e8a6 (megatron/core; transformer_config.py documents which modules use
+    output-discarding checkpointing, CheckpointWithoutOutput in tensor_parallel/random.py, and which normal
+    checkpointing):
+        core_attn       the attention core (attention.py checkpointed core attention): as the profile's policy
+                        (layer_activations_under's ``drop`` freed, the kernel again), no working set beyond it
+        mla_up_proj     MLA's up-projections and RoPE (multi_latent_attention.py): Q, K, V freed (qkv_L), the
+                        up-projections again (up)
+        layernorm       the norms that are modules of their own (transformer_layer.py: input_layernorm and
+                        pre_mlp_layernorm where not an IdentityOp; gpt_layer_specs.py with Transformer Engine fuses
+                        the input norm into linear_qkv except under MLA, and the pre-MLP norm into linear_fc1 except
+                        where the model has experts): their 16-bit outputs freed (the fp32 statistics too under the
+                        "te" count), read and written again at the element-wise rate
+        moe_act         the routed experts' activation (moe/experts.py TEGroupedMLP: bias_act_func under
+                        CheckpointWithoutOutput, its output discarded once linear_fc2 ran): FC2's 16-bit input freed,
+                        a copy's expert width; the activation kernel again (moe_act_f)
+        shared_experts  the shared experts' forward (moe/moe_layer.py, tensor_parallel.checkpoint): their
+                        intermediates freed; their GEMMs and activation again (moe_shared_f)
+        moe             the whole MoE block (moe_layer.py custom_forward under tensor_parallel.checkpoint, its input
+                        the pre-MLP norm's output kept): its experts' terms freed (moe_experts_L: dispatched copies,
+                        expert and shared intermediates, router probabilities); its forward again (moe_moe_f) and its
+                        dispatch and combine all-to-alls (moe_sel_ep); subsumes moe_act and shared_experts
+        mlp             a dense layer's MLP (transformer_layer.py _run_mlp, tensor_parallel.checkpoint; not on MoE
+                        layers): FC1's output and FC2's input freed, and the fused norm's output where the norm is
+                        fused into linear_fc1; its GEMMs, activation, fp8 casts, launches and its tp collectives again
+    The working set is the freed bytes of one layer besides the attention core's (rebuilt for its backward). Not
+    modelled: under fp8, Megatron-LM refuses layernorm and moe_act with delayed scaling, and otherwise has the linear
+    layer after a recomputed norm save the norm's 16-bit output, not its fp8 copy (attention.py
+    set_for_recompute_input_layernorm -> set_save_original_input), so that the discarded output is what is rebuilt:
+    fp8 rows are priced with the bf16 rows' bytes here; the moe module's all-to-alls again are priced at the forward's
+    exposed share."""
+    bit = {name: (np.asarray(modules) & b) > 0 for name, b in MODULE_BIT.items()}
+    T, h, f, sp_div = terms["T"], model.hidden, model.ffn_hidden, np.where(sp, t, 1)
+    zero = np.zeros_like(T)
+    korth = fw.layer_saves != "te" or model.mla  # (MLA models keep Korthikanti's count: layer_activations_under)
+    fp8 = fw.fp8_saved_inputs & (np.asarray(precision) == PRECISIONS.index("fp8"))
+    norm_out = ACT_BYTES * T * h / sp_div
+    norm_stat = 0.0 if korth else NORM_STAT_BYTES[model.norm] * T / sp_div
+    # norms that are modules of their own, per layer kind: the input norm under MLA, the pre-MLP norm with experts
+    sep_d, sep_m = float(model.mla) + float(model.is_moe), float(model.mla) + 1.0
+    ln_bytes = (norm_out + norm_stat) * bit["layernorm"]  # (U,) freed per separate norm
+    ln_s = byte_s * 2.0 * norm_out * bit["layernorm"]  # its forward again: read the input, write the output
+    attn_drop = np.where(bit["core_attn"] | bit["mla_up_proj"], terms["drop"], 0.0)
+    attn_re = np.where(bit["core_attn"], terms["attn"] + terms["score_f"], 0.0)
+    if model.mla:
+        attn_drop = attn_drop + np.where(bit["mla_up_proj"], terms["qkv_L"], 0.0)
+        attn_re = attn_re + np.where(bit["mla_up_proj"], terms["up"], 0.0)
+    # the dense MLP (mlp): FC1's output and FC2's input, and the fused norm's output (LayerNormLinear) where fused
+    fused_norm = 0.0 if model.is_moe else 1.0
+    if korth:  # Korthikanti's count: the MLP's intermediates and its input (the norm's output), fp8 inputs 1 byte
+        mlp_bytes = ((6 if model.activation == "swiglu" else 4) * T * f / t + fused_norm * 2.0 * T * h / sp_div
+                     - np.where(fp8, T * (f / t + fused_norm * h / sp_div), 0.0))
+    else:  # te_saved_bytes' mlp term and one LayerNormLinear's ln_out and statistics
+        lo = np.where(fp8, 1.0, float(ACT_BYTES))
+        mlp_bytes = ((ACT_BYTES * (model.mlp_matrices - 1) + lo) * T * f / t
+                     + fused_norm * (lo * T * h / sp_div + NORM_STAT_BYTES[model.norm] * T / sp_div))
+    mlp_drop = np.where(bit["mlp"], mlp_bytes, 0.0)
+    mlp_re = np.where(bit["mlp"], terms["gemm"] - terms["attn_gemm"] + terms["cast_mlp_f"] + 0.5 * terms["overhead"]
+                      + byte_s * ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * T * f / t, 0.0)
+    work_d = sep_d * ln_bytes + mlp_drop
+    out = {"sel_kept": np.maximum(terms["act_L"] - attn_drop - work_d, 0.0), "sel_work": work_d,
+           "sel_re": attn_re + sep_d * ln_s + mlp_re, "sel_tp": np.where(bit["mlp"], 0.5 * terms["tp_fwd"], 0.0)}
+    if "moe_act_L" in terms:
+        copies = routed_copies(model, T, t)
+        fs = model.shared_experts * model.shared_expert_ffn
+        part = (np.where(bit["moe_act"], ACT_BYTES * copies * model.expert_ffn, 0.0)
+                + np.where(bit["shared_experts"], (6 if model.activation == "swiglu" else 4) * T * fs / t, 0.0))
+        part_re = (np.where(bit["moe_act"], terms["moe_act_f"], 0.0)
+                   + np.where(bit["shared_experts"], terms["moe_shared_f"], 0.0))
+        experts = np.where(bit["moe"], terms["moe_experts_L"], part)
+        work_m = sep_m * ln_bytes + experts
+        out.update(moe_sel_kept=np.maximum(terms["moe_act_L"] - attn_drop - work_m, 0.0), moe_sel_work=work_m,
+                   moe_sel_re=attn_re + sep_m * ln_s + np.where(bit["moe"], terms["moe_moe_f"], part_re),
+                   moe_sel_tp=zero, moe_sel_ep=bit["moe"] + zero)
     return out
 
 
@@ -267,10 +386,11 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     out = {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
            "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
            "cp": cpf + cpb + np.where(full, cpf, 0.0)}
-    if "ep_fwd" in lc:  # an MoE layer: its all-to-alls forward, backward and again in a full recompute
-        epf, epb = lc["ep_fwd"], lc["ep_bwd"]
+    if "ep_fwd" in lc:  # an MoE layer: its all-to-alls forward, backward and again in a full recompute (or in a
+        epf, epb = lc["ep_fwd"], lc["ep_bwd"]  # selective one of the "moe" module: sel_ep, module_terms)
+        again = np.where(full, epf, 0.0) if "sel_ep" not in lc else np.where(full, 1.0, sel * lc["sel_ep"]) * epf
         out["F"] = out["F"] + epf
-        out["B"] = out["B"] + epb + np.where(full, epf, 0.0)
-        out["ep"] = epf + epb + np.where(full, epf, 0.0)
+        out["B"] = out["B"] + epb + again
+        out["ep"] = epf + epb + again
         out["epx"] = lc["ep_x"]  # more, each way, where a pass runs unpaired under the EP A2A overlap
     return out

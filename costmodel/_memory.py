@@ -26,7 +26,7 @@ from costmodel._experts import expert_groups, moe_stage_layers
 from costmodel._feasibility import REASON, feasibility
 from costmodel._framework_rows import by_framework
 from costmodel._hardware import Cluster
-from costmodel._layer_terms import framework_terms, shape_terms
+from costmodel._layer_terms import framework_terms, refuse_modules, shape_terms
 from costmodel._memory_terms import grad_kwargs, stage_memory
 from costmodel._pipeline_terms import SCHED, SIMULATED_SCHEDULES, extra_warmup_chunks, in_flight, with_extra_chunk
 from costmodel._stages import moe_explicit_stages, representative_stages
@@ -46,6 +46,7 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
 
 def _screen(model: Transformer, cluster: Cluster, table: StrategyTable, fw) -> tuple[np.ndarray, np.ndarray]:
     """memory_screen of rows priced under one profile ``fw``."""
+    refuse_modules(fw, model, table)
     table = moe_explicit_stages(model, table)
     N = len(table)
     mem = np.empty(N, dtype=np.float64)
@@ -95,11 +96,15 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
     # shape (a few dozen per block), as evaluate computes them.
     moe = model.is_moe
     e, edp, u = expert_groups(table) if moe else (None, None, None)
-    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()))
+    rcm = table.columns.get("recompute_modules")  # (optional: Megatron-Core's named recompute modules)
+    rcm = rcm if rcm is not None and rcm.any() else None
+    first_row, inv = distinct_rows(b, t, c, sp, table["precision"], *((e, u) if moe else ()),
+                                   *(() if rcm is None else (rcm,)))
     f_t, f_sp = t[first_row], sp[first_row]
     terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row],
                         moe=(e[first_row], u[first_row], fw, table["precision"][first_row]) if moe else None)
-    sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row]).items()
+    sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row],
+                                                None if rcm is None else rcm[first_row]).items()
           if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L",
                    "moe_sel_kept", "moe_sel_work")}
     idx, n, rcs, wt = representative_stages(table, L)

@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from costmodel import _nccl as nccl
+from costmodel._codes import MODULE_BIT, module_code
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._experts import (
     DEEPEP_SMS,
@@ -362,8 +363,22 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
            + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
+    # what the recompute modules run again: the MoE block's forward (moe), the experts' activation (moe_act), the shared
+    # experts' forward (shared_experts)
+    permute = _hbm(gpu, ACT_BYTES * PERMUTE_ELEMS_PER_COPY * copies * h + ACT_BYTES * T * h / tp
+                   + ROUTING_BYTES_PER_SCORE * T * E / tp)  # routing, permute and unpermute
+    moe_f = _gemm(gpu, peak, T / tp, E, h) + m_gemm + permute + elem_m + overhead / 2 * (units - 1) + xcast_f
+    act_f = _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * copies * fe)
+    shared_f = 0.0
+    if fs:
+        shared_f = (_gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)
+                    + _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * T * fs / tp))
+        if fp8:
+            cx, cw = fw.fp8_cast_bytes[:2]
+            shared_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
-                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f)
+                xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f,
+                moe_f=moe_f, act_f=act_f, shared_f=shared_f)
 
 
 def _latent_bytes(model: Transformer, T: float, ew_div: int) -> float:
@@ -417,6 +432,7 @@ class _Row:
     etp: int
     extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
     steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
+    modules: int = 0  # Megatron-Core's recompute modules (costmodel._codes.RECOMPUTE_MODULES bits; 0: the policy)
 
 
 def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
@@ -435,7 +451,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
                 ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
-                steady_only=fw.overlap_ep_steady_only)
+                steady_only=fw.overlap_ep_steady_only, modules=module_code(r.get("recompute_modules") or 0))
 
 
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
@@ -451,7 +467,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     edge = _edges(model, cluster, row, fw)
     act = _activations(model, row, fw)
     moe = _moe(model, cluster, row, fw, lay, act) if model.is_moe else None
-    stages = _stages(model, row, lay, edge, act, moe)
+    named = _named_modules(model, cluster, row, fw, lay, act, moe) if row.modules and model.kind != "mlp" else None
+    stages = _stages(model, row, lay, edge, act, moe, named)
     pipe = _pipeline(model, cluster, row, stages, reason, pipeline)
     dp = _data_parallel(model, cluster, row, fw, stages, pipe)
     mem = _memory(model, cluster, row, fw, stages, moe, dp["params_max"])
@@ -672,8 +689,63 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
 
-def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None) -> list[dict]:
-    """Every pipeline stage of the row, first to last: its times and its memory terms."""
+def _named_modules(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: dict, moe: dict | None) -> dict:
+    """Megatron-Core's named recompute modules (row.modules) on one dense layer and one MoE layer: bytes kept per
+    micro-batch (kept, kept_m), the working set while recomputing (work, work_m), seconds run again (re, re_m), the
+    dense MLP's tp collectives again (re_tp) and whether the MoE layer's all-to-alls run again (re_ep). Per module:
+    core_attn frees what the attention-core policy frees (act["drop"]) and runs the core again; mla_up_proj frees Q, K,
+    V and runs the up-projections; layernorm frees each norm that is a module of its own (the input norm under MLA,
+    the pre-MLP norm where the model has experts: its 16-bit output, under the "te" count its fp32 statistics too)
+    and reads and writes it again; mlp (dense layers) frees FC1's output, FC2's input and, where the norm is fused
+    into FC1, its output and statistics, and runs the MLP again with its tp collectives; moe_act frees FC2's input of
+    every routed copy and runs the activation again; shared_experts frees the shared experts' intermediates and runs
+    them again; moe frees the experts' part and runs the MoE block again with its all-to-alls."""
+    on = {name: bool(row.modules & bit) for name, bit in MODULE_BIT.items()}
+    gpu, h, f, T, tp, ew = cluster.gpu, model.hidden, model.ffn_hidden, row.T, row.tp, row.ew_div
+    korth = fw.layer_saves != "te" or model.mla
+    fp8 = fw.fp8_saved_inputs and row.fp8
+    stat = {"layernorm": 8, "rmsnorm": 4, "none": 0}[model.norm]
+    norm_out = ACT_BYTES * T * h / ew
+    ln_b = (norm_out + (0.0 if korth else stat * T / ew)) if on["layernorm"] else 0.0
+    ln_s = _hbm(gpu, 2 * norm_out) if on["layernorm"] else 0.0
+    sep_d, sep_m = int(model.mla) + int(model.is_moe), int(model.mla) + 1
+    attn_drop = act["drop"] if (on["core_attn"] or on["mla_up_proj"]) else 0.0
+    attn_re = lay["attn"] + lay["score_f"] if on["core_attn"] else 0.0
+    if model.mla and on["mla_up_proj"]:
+        attn_drop += act["qkv"]
+        attn_re += lay["up"]
+    fused = 0 if model.is_moe else 1  # the pre-MLP norm inside FC1's LayerNormLinear (no experts)
+    mlp_drop = mlp_re = 0.0
+    if on["mlp"]:
+        if korth:
+            coef = 6 if model.activation == "swiglu" else 4
+            mlp_drop = coef * T * f / tp + fused * 2 * T * h / ew - (T * (f / tp + fused * h / ew) if fp8 else 0.0)
+        else:
+            lo = 1 if fp8 else ACT_BYTES
+            mlp_drop = ((ACT_BYTES * (model.mlp_matrices - 1) + lo) * T * f / tp
+                        + fused * (lo * T * h / ew + stat * T / ew))
+        proj = _projections(model, gpu, row.peak, T, tp, ew)[0]
+        mlp_re = (lay["gemm"] - proj + lay["cast_mlp_f"] + 0.5 * lay["overhead"]
+                  + _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * T * f / tp))
+    work = sep_d * ln_b + mlp_drop
+    out = dict(kept=max(act["layer"] - attn_drop - work, 0.0), work=work, re=attn_re + sep_d * ln_s + mlp_re,
+               re_tp=0.5 * lay["tp_fwd"] if on["mlp"] else 0.0, re_ep=on["moe"])
+    if moe is not None:
+        fs = model.shared_experts * model.shared_expert_ffn
+        coef = 6 if model.activation == "swiglu" else 4
+        part = ((ACT_BYTES * moe["copies"] * model.expert_ffn if on["moe_act"] else 0.0)
+                + (coef * T * fs / tp if on["shared_experts"] else 0.0))
+        part_re = (moe["act_f"] if on["moe_act"] else 0.0) + (moe["shared_f"] if on["shared_experts"] else 0.0)
+        work_m = sep_m * ln_b + (moe["experts"] if on["moe"] else part)
+        out.update(kept_m=max(moe["layer"] - attn_drop - work_m, 0.0), work_m=work_m,
+                   re_m=attn_re + sep_m * ln_s + (moe["moe_f"] if on["moe"] else part_re))
+    return out
+
+
+def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None,
+            named: dict | None = None) -> list[dict]:
+    """Every pipeline stage of the row, first to last: its times and its memory terms (``named``: _named_modules
+    where the row names recompute modules)."""
     stages, start = [], 0
     fw_steady = row.extra > 0 and row.steady_only  # Megatron-Core's EP A2A overlap of an MoE model
     for i in range(row.pp):
@@ -681,9 +753,10 @@ def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe
         n_m = sum(_is_moe_layer(model, j) for j in range(start, start + n)) if model.is_moe else 0
         start += n
         first, last = i == 0, i == row.pp - 1
+        nm = named if rc == "selective" else None
         st = _stage_times(model, row, lay, edge, act, moe, n, n_m, rc, first, last,
-                          _unpaired(row, i) if fw_steady else 0.0)
-        st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last))
+                          _unpaired(row, i) if fw_steady else 0.0, nm)
+        st.update(_stage_memory(model, row, act, moe, n, n_m, rc, first, last, nm))
         st["k"] = _in_flight(row.sched, row.pp, row.m, row.v, i, row.extra)
         stages.append(st)
     return stages
@@ -698,13 +771,16 @@ def _unpaired(row: _Row, i: int) -> float:
 
 
 def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None, n: int,
-                 n_m: int, rc: str, first: bool, last: bool, unpaired: float = 0.0) -> dict:
+                 n_m: int, rc: str, first: bool, last: bool, unpaired: float = 0.0, named: dict | None = None) -> dict:
     """A stage of n layers (n_m of them MoE layers) under recompute ``rc``: F, B, W per micro-batch, their sum X, and
     the parts the metrics report (compute, tp, ep, cp, recompute and its tp / cp); ``unpaired``: the share of its
-    passes whose all-to-alls no pair hides (_unpaired)."""
+    passes whose all-to-alls no pair hides (_unpaired); ``named``: a selective stage's named modules
+    (_named_modules)."""
     fwd, tp_fwd, cp_fwd, cp_bwd = lay["fwd"], lay["tp_fwd"], lay["cp_fwd"], lay["cp_bwd"]
     n_d = n - n_m
-    if rc == "full":
+    if named is not None:
+        re, re_tp, re_cp = named["re"], named["re_tp"], 0.0
+    elif rc == "full":
         re, re_tp, re_cp = fwd, tp_fwd, cp_fwd
     elif rc == "selective" and act["op_sac"]:
         re = act["sac_frac"] * (lay["gemm"] + lay["cast_f"]) + lay["elem"] + lay["overhead"]
@@ -713,7 +789,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"] + lay["score_f"]), 0.0, 0.0
     else:
         re, re_tp, re_cp = 0.0, 0.0, 0.0
-    re_tp_m = 0.0 if (rc == "selective" and act["op_sac"]) else re_tp  # expert layers: attention-core policy
+    re_tp_m = 0.0 if (rc == "selective" and (act["op_sac"] or named is not None)) else re_tp  # expert layers
     F = n_d * (fwd + tp_fwd + cp_fwd)
     Bw = n_d * (lay["bwd"] + tp_fwd + cp_bwd + re + re_tp + re_cp)
     W = n_d * lay["wgt"]
@@ -723,6 +799,8 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
     if n_m:
         re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
         re_ep = moe["ep"] if rc == "full" else 0.0
+        if named is not None:
+            re_m, re_ep = named["re_m"], moe["ep"] if named["re_ep"] else 0.0
         F += n_m * (moe["fwd"] + tp_fwd + cp_fwd + moe["ep"])
         # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
         Bw += n_m * (moe["bwd"] + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + moe["ep"] + re_ep)
@@ -749,7 +827,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
 
 
 def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n: int, n_m: int, rc: str,
-                  first: bool, last: bool) -> dict:
+                  first: bool, last: bool, named: dict | None = None) -> dict:
     """A stage's parameters per GPU (dense part ``params``, routed experts ``params_e``), the activation bytes it
     keeps per micro-batch in flight (``per_mb``) and those it holds once (``fixed``: a recomputed layer's working
     set, the head's logits)."""
@@ -766,7 +844,9 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
     params += n * model.tp_replicated_params() * (1 - 1 / tp)  # (MLA's down-projections: whole on every rank)
     layer, qkv = act["layer"], act["qkv"]
     layer_m = moe["layer"] if n_m else 0.0
-    if rc == "full":
+    if named is not None:  # Megatron-Core's named modules (_named_modules)
+        kept, kept_m = named["kept"], named["kept_m"] if n_m else 0.0
+    elif rc == "full":
         kept = ACT_BYTES * T * h / ew_div
         kept_m = kept
     elif rc == "selective" and act["op_sac"]:
@@ -782,7 +862,9 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
     if first and model.kind != "mlp":
         per_mb += (ACT_BYTES + 1) * T * h / ew_div
     fixed = 0.0
-    if rc == "full":
+    if named is not None:
+        fixed += max(named["work"] if n_d else 0.0, named["work_m"] if n_m else 0.0)
+    elif rc == "full":
         fixed += max(layer if n_d else 0.0, layer_m if n_m else 0.0)
     elif rc == "selective" and act["op_sac"] and n_d:
         fixed += layer - act["sac_kept"]
@@ -990,6 +1072,16 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
         if rc == "full":
             flops_hw += ((n - n_m) * model.layer_fwd_flops_per_token()
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
+        elif rc == "selective" and row.modules and model.kind != "mlp":  # Megatron-Core's named modules
+            on = {name: bool(row.modules & bit) for name, bit in MODULE_BIT.items()}
+            attn = (2 * s * (qw + ow) if on["core_attn"] else 0.0) + (sel_flops if model.mla and on["mla_up_proj"]
+                                                                           else 0.0)
+            mats = model.mlp_matrices
+            dense = attn + (2 * mats * h * model.ffn_hidden if on["mlp"] else 0.0)
+            shared = 2 * mats * h * model.shared_experts * model.shared_expert_ffn
+            block = 2 * (h * model.experts + mats * h * model.experts_per_token * model.expert_ffn) + shared
+            moe_l = attn + (block if on["moe"] else shared if on["shared_experts"] else 0.0)
+            flops_hw += ((n - n_m) * dense + n_m * moe_l) * s * B
         elif rc == "selective" and act["op_sac"]:
             flops_hw += ((n - n_m) * act["sac_re_flops"] + n_m * sel_flops) * s * B
         elif rc == "selective" and model.kind != "mlp":

@@ -97,7 +97,9 @@ class StageView:
 def _rows(c, m) -> dict:
     names = ("pp", "global_batch", "cp", "vpp", "schedule", "zero_stage", "sequence_parallel", "overlap_dp",
              "precision", "ep", "etp")
-    return {**{k: c[k] for k in names}, "m": m}
+    modules = c.get("recompute_modules")  # (optional: only where some row names modules)
+    return {**{k: c[k] for k in names}, "m": m, **({"recompute_modules": modules} if modules is not None
+                                                    and modules.any() else {})}
 
 
 def moe_stages_alike(model: Transformer, p):

@@ -23,6 +23,10 @@ Row columns (shape (N,)):
     overlap_dp                bool: overlap the data-parallel gradient exchange with backward
     framework                 (optional, with or without placements) code into FRAMEWORK_NAMES: the framework
                               profile the row is priced under; absent: evaluate()'s ``framework`` for every row
+    recompute_modules         (optional) bit set over RECOMPUTE_MODULES (costmodel._codes): the modules a
+                              "selective" recompute checkpoints, as Megatron-Core's --recompute-modules names them;
+                              0 (and absent): the framework's own selective policy. Read where a stage's
+                              recompute is "selective"; only profiles with Framework.recompute_modules take it
 Per-stage columns (``stages``, keys without the ``stage_`` of from_columns' arguments):
     stage_layers              layers per stage (zero past pp); absent: layers / pp on every
                               stage. Row sums must equal the model's layers.
@@ -76,6 +80,8 @@ from costmodel._hardware import PRECISIONS
 
 SCHEDULES = _codes.SCHEDULES  # names of the schedule codes (costmodel._codes: append only)
 RECOMPUTE = _codes.RECOMPUTE
+RECOMPUTE_MODULES = _codes.RECOMPUTE_MODULES
+MODULES = "recompute_modules"  # the optional column of module bit sets (module docstring)
 
 INT_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "global_batch", "vpp", "zero_stage")
 CODE_COLUMNS = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "precision": PRECISIONS}
@@ -193,6 +199,13 @@ def _array(name: str, value, expected: str) -> np.ndarray:
 INT_COLUMN_MAX = 2**31 - 1
 
 
+def decode_modules(codes) -> np.ndarray:
+    """recompute_modules bit sets -> their names, comma-separated ("" for 0: the framework's own policy)."""
+    codes = np.asarray(codes)
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    return np.asarray([_codes.module_names(x) for x in uniq], dtype=object)[inverse.reshape(codes.shape)]
+
+
 def decode(column: str, codes) -> np.ndarray:
     return np.asarray(NAMES_OF_CODES[column], dtype=object)[np.asarray(codes)]
 
@@ -220,6 +233,27 @@ def framework_codes(value, n: int | None = None, argument: str = FRAMEWORK) -> n
     else:
         raise InputError(argument, expected, _first(arr))
     return out if n is None else np.ascontiguousarray(_n_rows(argument, out, n, "names"))
+
+
+def module_codes(value, n: int, argument: str = MODULES) -> np.ndarray:
+    """(n,) int64 recompute_modules bit sets from names (comma- or space-separated, as costmodel._codes.module_code
+    reads them; "" is 0) or integers; InputError naming ``argument`` for a name that is no module."""
+    expected = "Megatron-Core recompute modules among " + ", ".join(RECOMPUTE_MODULES) + " (comma-separated)"
+    arr = _array(argument, value, expected)
+    if arr.dtype.kind in "iu":
+        codes = arr.astype(np.int64)
+        bad = (codes < 0) | (codes >= 1 << len(RECOMPUTE_MODULES))
+        if np.any(bad):
+            raise InputError(argument, expected + " or their bit set", _first(codes[bad]))
+    elif arr.dtype.kind in "USO":
+        names, inverse = np.unique(arr.astype(str), return_inverse=True)
+        lookup = [_codes.module_code(x) for x in names]
+        if None in lookup:
+            raise InputError(argument, expected, str(names[lookup.index(None)]))
+        codes = np.asarray(lookup, dtype=np.int64)[inverse.reshape(arr.shape)] if names.size else arr.astype(np.int64)
+    else:
+        raise InputError(argument, expected, _first(arr))
+    return np.ascontiguousarray(_n_rows(argument, codes, n, "names"))
 
 
 def int_column(name: str, value, n: int) -> np.ndarray:
@@ -347,6 +381,7 @@ class StrategyTable:
         every placement column (absent ones from the row's dp, tp or their defaults)."""
         per_stage = {k: cols.pop("stage_" + k) for k in PLACEMENT_COLUMNS if cols.get("stage_" + k) is not None}
         framework = cols.pop(FRAMEWORK, None)  # optional (None: absent, the evaluate call's framework)
+        modules = cols.pop(MODULES, None)  # optional (None: absent, the framework's own selective policy)
         cols = {k: v for k, v in cols.items() if not (k.startswith("stage_") and v is None)}
         placed = bool(per_stage) or "microbatches" in cols
         allowed = PLACED_COLUMNS + ("dp", "tp") if placed else COLUMNS
@@ -367,8 +402,9 @@ class StrategyTable:
         merged = {**(PLACED_DEFAULTS if placed else DEFAULTS), **cols}
         sized = {k: _array(k, v, "a value, or one value per row") for k, v in merged.items()}  # (ragged lists refused)
         lengths = {a.size for a in sized.values() if a.ndim > 0} | ({s[0] for s in shapes} - {1})
-        if framework is not None and np.ndim(framework) > 0:
-            lengths.add(np.size(framework))
+        for opt in (framework, modules):
+            if opt is not None and np.ndim(opt) > 0:
+                lengths.add(np.size(opt))
         if len(lengths) > 1:
             raise InputError("strategy", "columns of one length", sorted(lengths))
         n = lengths.pop() if lengths else 1
@@ -387,6 +423,8 @@ class StrategyTable:
                             bools=BOOL_COLUMNS)
         if framework is not None:
             out[FRAMEWORK] = framework_codes(framework, n)
+        if modules is not None:
+            out[MODULES] = module_codes(modules, n)
         pp = int(out["pp"].max()) if n else 0
         for k, a in stages.items():
             if a.shape[1] < pp:
@@ -420,7 +458,7 @@ class StrategyTable:
             stage_pool=np.zeros((len(self), S), dtype=np.int64), stage_dp=np.where(active, c["dp"][:, None], 1),
             stage_tp=np.where(active, c["tp"][:, None], 1), stage_layers=sl,
             stage_recompute=None if self.stage_recompute is None else self.stage_recompute[:, :S], microbatches=m,
-            **{k: c[k] for k in (*PLACED_COLUMNS, FRAMEWORK) if k in c})
+            **{k: c[k] for k in (*PLACED_COLUMNS, FRAMEWORK, MODULES) if k in c})
 
     def __len__(self) -> int:
         return len(self.columns["pp"])
@@ -470,7 +508,8 @@ class StrategyTable:
 
     def readable(self) -> dict[str, np.ndarray]:
         """Row columns with names instead of codes (for people and for Parquet)."""
-        return {k: decode(k, v) if k in NAMES_OF_CODES else v for k, v in self.columns.items()}
+        return {k: decode(k, v) if k in NAMES_OF_CODES else decode_modules(v) if k == MODULES else v
+                for k, v in self.columns.items()}
 
     def row(self, i: int, pool_names: list[str] | None = None) -> dict[str, object]:
         """Row i as plain Python values (strings for coded columns) with stage_layers /
@@ -504,7 +543,9 @@ class StrategyTable:
         S = max(t.num_stages for t in tables)
         if len({FRAMEWORK in t.columns for t in tables}) > 1:
             raise ValueError("concat: a framework column in some tables only")
-        cols = {k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns}
+        keys = dict.fromkeys(k for t in tables for k in t.columns)  # (recompute_modules absent: 0, the default)
+        cols = {k: np.concatenate([t.columns[k] if k in t.columns else np.zeros(len(t), dtype=np.int64)
+                                   for t in tables]) for k in keys}
         stages = {}
         for k in dict.fromkeys(k for t in tables for k in t.stages):
             parts = [t.stages.get(k) for t in tables]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
@@ -279,6 +280,16 @@ def _row_fixed(row: dict, where: str) -> dict:
     overlap = _word(row, "overlap_dp", where, tuple(BOOL_WORDS))
     if overlap:
         fixed["overlap_dp"] = BOOL_WORDS[overlap]
+    modules = (row.get("recompute_modules") or "").strip()
+    if modules:  # Megatron-Core's --recompute-modules, names separated by spaces: selective recompute of those
+        code = module_code(modules)
+        if code is None:
+            raise InputError(f"{where}: recompute_modules", "Megatron-Core recompute modules among "
+                             + ", ".join(RECOMPUTE_MODULES) + ", separated by spaces", modules)
+        if fixed.setdefault("recompute", "selective") != "selective":
+            raise InputError(f"{where}: recompute", "selective (or empty) where recompute_modules is filled",
+                             fixed["recompute"])
+        fixed["recompute_modules"] = code
     return fixed
 
 
@@ -365,7 +376,7 @@ def _candidates(run: MeasuredRun) -> StrategyTable:
     L, p = run.model.layers, f["pp"]
     split = run.stage_layers or (None if L % p == 0 else balanced_stage_layers(L, p))
     layers = None if split is None else np.tile(split, (len(vpp), 1))
-    experts = {k: f[k] for k in ("ep", "etp") if k in f}
+    experts = {k: f[k] for k in ("ep", "etp", "recompute_modules") if k in f}
     return StrategyTable.from_columns(
         stage_layers=layers, dp=f["dp"], tp=f["tp"], pp=f["pp"], global_batch=f["global_batch"], **experts,
         schedule=np.where(vpp > 1, "interleaved", "1f1b"), precision=f.get("precision", "bf16"),
