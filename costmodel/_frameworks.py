@@ -348,7 +348,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
-        overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti", recompute_modules=False,
+        overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti", recompute_modules=True,
         fp8_cast_bytes=(0.0,) * 4, fp8_norm_cast_bytes=None,  # its dense layers' quantization kernels not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
              "then NVLink), the all-to-alls overlapped with compute, under fp8 an fp8 dispatch and a 16-bit "
@@ -358,6 +358,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "3.3.3 (activations quantised to FP8 before the MoE dispatch, combine kept in BF16; 'the master "
                  "weights ... and gradients (used for batch size accumulation) are still retained in FP32': "
                  "grad_buffer_bytes 4); its layer code is not published: Korthikanti et al.'s activation count",
+                 "DeepSeek-AI 2024 arXiv:2412.19437 Sec. 3.2.3 ('we recompute all RMSNorm operations and MLA "
+                 "up-projections during back-propagation') and Sec. 3.3.2 (the SwiGLU operator's inputs cached, its "
+                 "output recomputed in the backward pass): the recomputations Megatron-Core names layernorm, "
+                 "mla_up_proj and moe_act, so a row may name them (recompute_modules)",
                  "deepseek-ai/DeepEP docs/legacy.md, DeepSeek-V3/R1 pre-training: 'top-4 groups, top-8 experts, FP8 "
                  "dispatching and BF16 combining'; buffer.py dispatch: [tokens, hidden] fp8 e4m3, hidden / 128 scales",
                  "the megatron-core-deepep-a2a-overlap profile's sources"),

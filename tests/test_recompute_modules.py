@@ -120,7 +120,7 @@ def test_moe_module_runs_the_block_and_its_all_to_alls_again():
 
 
 def test_profiles_without_modules_refuse_them():
-    for fw in ("fsdp2", "deepspeed", "generic", "hai-llm"):
+    for fw in ("fsdp2", "deepspeed", "generic", "internevo"):
         with pytest.raises(InputError) as err:
             evaluate(TINY, H100, tiny_rows("layernorm"), framework=fw)
         assert err.value.argument == "recompute_modules" and fw in err.value.expected
