@@ -94,10 +94,10 @@ def register(sub) -> None:
 STATE_DTYPE_FLAGS = {"grad": "--grad-dtype", "main_params": "--main-params-dtype", "moments": "--moments-dtype"}
 
 
-def add_state_dtype_args(p) -> None:
+def add_state_dtype_args(p, what: str = "one --framework, one pool") -> None:
     """The dtypes the run keeps its gradients and optimizer state in (costmodel._frameworks.with_state_dtypes)."""
     g = p.add_argument_group("gradient and optimizer dtypes", "what the run keeps in memory and reduces, where it "
-                             "differs from the framework's own (one --framework, one pool)")
+                             f"differs from the framework's own ({what})")
     g.add_argument("--grad-dtype", dest="grad_dtype", metavar="DTYPE",
                    help="the gradient buffer and its data-parallel reduction: " + ", ".join(GRAD_DTYPE_BYTES)
                    + " (Megatron-LM --grad-reduce-in-bf16; NeMo's grad_sync_dtype)")

@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from cli import COMMAND_HELP
-from cli._cmd_evaluate import add_failure_args, add_spec_args, failure_from_args
+from cli._cmd_evaluate import (
+    STATE_DTYPE_FLAGS,
+    add_failure_args,
+    add_spec_args,
+    add_state_dtype_args,
+    failure_from_args,
+    state_dtypes_of,
+)
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 from cli._cmd_show import format_by_framework, format_priced, priced_arrow, rows_as_dicts
 from cli._space_args import add_space_args, space_from_args
@@ -21,6 +28,7 @@ def register(sub) -> None:
     p.add_argument("--top", type=int, default=10)
     add_space_args(p)
     add_objective_args(p)
+    add_state_dtype_args(p, what="every framework of the space, one pool")
     p.set_defaults(func=run)
 
 
@@ -83,11 +91,17 @@ def run(args) -> int:
              else space_from_args(args, model, cluster))
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
-    metrics = evaluate(model, cluster, table)  # (each row under its framework: the table's framework column)
+    dtypes = state_dtypes_of(args)
+    if dtypes and isinstance(cluster, HeteroCluster):
+        raise InputError(STATE_DTYPE_FLAGS[next(iter(dtypes))], "a one-pool cluster", cluster.name)
+    # (each row under its framework: the table's framework column; with the dtypes named, each profile run so)
+    metrics = evaluate(model, cluster, table, state_dtypes=dtypes)
     feasible = int(metrics["feasible"].sum())
-    print(f"{model.name} on {cluster.name} ({', '.join(space.frameworks)}): {len(table):,} strategies, "
+    kept = "; gradients and optimizer state: " + ", ".join(f"{k} {v}" for k, v in dtypes.items()) if dtypes else ""
+    print(f"{model.name} on {cluster.name} ({', '.join(space.frameworks)}{kept}): {len(table):,} strategies, "
           f"{feasible:,} feasible (infeasible: {why_infeasible(metrics)})")
-    idx, exact = refine(model, cluster, table, metrics, objective=args.objective, failure=failure)
+    idx, exact = refine(model, cluster, table, metrics, objective=args.objective, failure=failure,
+                        state_dtypes=dtypes)
     keep = exact["feasible"]
     best_t, best_m = table.take(idx[keep][:args.top]), exact.take(np.flatnonzero(keep)[:args.top])
     print(format_priced(space, best_t, best_m))

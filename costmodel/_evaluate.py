@@ -26,7 +26,7 @@ import numpy as np
 
 from costmodel._block import evaluate_block
 from costmodel._framework_rows import by_framework, framework_groups
-from costmodel._frameworks import Framework
+from costmodel._frameworks import Framework, with_state_dtypes
 from costmodel._layer_terms import refuse_modules
 from costmodel._metrics import METRIC_COLUMNS, Metrics
 from costmodel._pipeline_terms import PIPELINE_MODES
@@ -55,7 +55,7 @@ _keep_freed_memory()
 
 
 def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form",
-             framework: str | Framework | None = None) -> Metrics:
+             framework: str | Framework | None = None, state_dtypes: dict | None = None) -> Metrics:
     """Evaluate every row of ``table``: time and its parts, throughput, MFU, memory, feasibility.
 
     ``table``: a StrategyTable, with row degrees or with placements (per-stage pools and degrees);
@@ -76,6 +76,10 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
     its attention kernel stores the s x s scores. A table with a ``framework`` column prices each
     row under its own profile: the rows of each framework present as one call, results in row
     order (costmodel._framework_rows); ``framework``, if given, must then be every row's.
+
+    ``state_dtypes``: the dtypes every row keeps its gradients and optimizer state in, as
+    costmodel._frameworks.with_state_dtypes takes them ({"grad": "bf16", "moments": "bf16"}),
+    applied to each row's profile; None or {}: the profiles' own.
     """
     if pipeline not in PIPELINE_MODES:
         raise ValueError(f"pipeline must be one of {PIPELINE_MODES}, got {pipeline!r}")
@@ -83,6 +87,9 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         framework_groups(table, framework)  # (a name that is no profile is refused all the same)
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
+    if state_dtypes:
+        return by_framework(table, framework, lambda rows, fw: _evaluate_one(
+            model, cluster, rows, pipeline, with_state_dtypes(fw, **state_dtypes)))
     return by_framework(table, framework, lambda rows, fw: _evaluate_one(model, cluster, rows, pipeline, fw))
 
 

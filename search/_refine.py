@@ -30,9 +30,10 @@ REFINE_TOP = 256
 
 
 def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP, framework=None,
-           objective: str = "tokens_per_s", failure=None):
+           objective: str = "tokens_per_s", failure=None, state_dtypes: dict | None = None):
     """Indices and exact metrics of the best ``top`` rows by the closed forms, re-priced with
-    the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput."""
+    the simulator and sorted by exact step time (objective tokens_per_s), or by exact goodput.
+    ``state_dtypes``: as costmodel.evaluate takes them (the rows were priced with them)."""
     def best_first(m, t) -> np.ndarray:
         if objective == "tokens_per_s":
             key = m["step_time_s"]
@@ -42,6 +43,7 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
 
     cand = best_first(metrics, table)[:top]
     cand = cand[metrics["feasible"][cand]]
-    exact = evaluate(model, cluster, table.take(cand), pipeline="simulate", framework=framework)
+    exact = evaluate(model, cluster, table.take(cand), pipeline="simulate", framework=framework,
+                     state_dtypes=state_dtypes)
     order = best_first(exact, table.take(cand))
     return cand[order], exact.take(order)

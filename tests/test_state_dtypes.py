@@ -114,3 +114,28 @@ def test_evaluate_refuses_a_bad_dtype_in_one_line(args, flag):
     r = _cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and flag in r.stderr
+
+
+def test_evaluate_applies_the_dtypes_to_every_framework_of_a_table():
+    """A table carrying two frameworks: each row's optimizer state is 8/12 of its own profile's with bf16 moments
+    (4 + 2 x 2 bytes against 4 + 2 x 4), its weights unchanged."""
+    model, cl = model_preset("llama3-8b"), cluster_preset("h100x64")
+    t = StrategyTable.from_columns(dp=[32, 32, 16, 16], tp=[2, 2, 4, 4], pp=1, global_batch=256, micro_batch=1,
+                                   zero_stage=1, recompute="selective", sequence_parallel=True,
+                                   framework=["megatron-core", "fsdp2", "megatron-core", "fsdp2"])
+    base, low = evaluate(model, cl, t), evaluate(model, cl, t, state_dtypes={"moments": "bf16"})
+    assert np.allclose(low["mem_optimizer_bytes"] / base["mem_optimizer_bytes"], 8 / 12, rtol=1e-12)
+    assert np.array_equal(low["mem_weights_bytes"], base["mem_weights_bytes"])
+    with pytest.raises(InputError, match="--grad-dtype"):
+        evaluate(model, cl, t, state_dtypes={"grad": "fp8"})
+
+
+def test_rank_prices_its_space_with_the_dtypes():
+    def rank(*extra):
+        return subprocess.run([sys.executable, "-m", "cli", "rank", "--model", "llama3-8b", "--cluster", "h100x64",
+                               "--top", "1", "--pp", "1", "--tp", "2", *extra], capture_output=True, text=True)
+    base, low = rank(), rank("--moments-dtype", "bf16", "--grad-dtype", "bf16")
+    assert base.returncode == low.returncode == 0, low.stderr
+    assert "grad bf16, moments bf16" in low.stdout.splitlines()[0] and "moments" not in base.stdout.splitlines()[0]
+    bad = rank("--moments-dtype", "fp4")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--moments-dtype" in bad.stderr
