@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from costmodel import cluster_preset, evaluate, make_hetero, make_pool, model_preset
-from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, exact_space
+from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, TPESearcher, exact_space
 from search._gradient import DEFAULT_COOLING, DEFAULT_SAMPLES, auto_schedule
-from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes
+from search._local import (additive_model, late_evaluations, neighbours, peak_neighbours, single_changes,
+                           start_sample)
+from search._screen import screened
 from search._moves import proposer
 from tests.searcher_contract import columns_equal
 
@@ -82,7 +84,7 @@ def test_local_phase_from_the_trap_reaches_the_optimum_in_one_repair():
     assert OPTIMUM not in single.tolist() and OPTIMUM in repaired.tolist()
 
 
-@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher])
+@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher, TPESearcher])
 def test_finds_the_optimum_two_changes_from_a_local_optimum_for_every_seed(cls):
     """Budget 8 of the 38 points that fit: every seed of 0-9 ends at the optimum."""
     space = trap_space()
@@ -111,8 +113,12 @@ def test_auto_schedule_by_hand():
 
 def test_gradient_takes_its_budget():
     space = trap_space()
-    s = GradientSearcher(space, seed=0, budget=34)
+    s = GradientSearcher(space, seed=0, budget=34, start_sample=0.0)
     assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1 ** (1 / 1.75))
+    # with the start sample (0.2 x 34 = 7 evaluations) the gradient's share is 34 - 27 - 7 = 0, one step
+    # at least: 4 draws, the temperature at 0.1 after it
+    s = GradientSearcher(space, seed=0, budget=34)
+    assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1)
     explicit = GradientSearcher(space, seed=0, budget=34, samples=16, cooling=0.97)
     assert (explicit.samples, explicit.cooling) == (16, 0.97)
     # a budget covering every point that fits (38): each asked once, then nothing more
@@ -142,6 +148,39 @@ def test_budget_phases_replay_exactly(cls, budget):
     c.load_state_dict(a.state_dict())
     nxt = a.ask(8)
     assert columns_equal(b.ask(8), nxt) and columns_equal(c.ask(8), nxt)
+
+
+def test_start_sample_by_hand():
+    """0.2 of a budget of 40 over the trap space's 38 points that fit: 8 distinct points that fit, the
+    starts given first; the same call draws the same points; none without a budget or where the sample
+    is not larger than ``more_than``."""
+    space, members = screened(trap_space())
+    assert members.size == 38
+    starts = space.digits_of(members[[5, 9]])
+    pts = start_sample(space, 40, 0.2, seed=3, stream=6, starts=starts)
+    assert pts.shape == (8, 6) and len(np.unique(space.index_of(pts))) == 8
+    assert np.isin(space.index_of(pts), members).all()  # every point fits
+    assert (pts[:2] == starts).all()
+    assert (start_sample(space, 40, 0.2, seed=3, stream=6, starts=starts) == pts).all()
+    assert not (start_sample(space, 40, 0.2, seed=4, stream=6) == pts).all()
+    assert start_sample(space, None, 0.2, seed=3, stream=6) is None
+    assert start_sample(space, 40, 0.2, seed=3, stream=6, more_than=8) is None
+    assert len(start_sample(space, 40, 0.2, seed=3, stream=6, more_than=7)) == 8
+
+
+@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher, TPESearcher])
+def test_start_sample_is_asked_first_and_counted(cls):
+    """Budget 120 on the exact space: the first round(0.2 x 120) = 24 points asked are the start sample
+    (the space's recipes among them), and the whole run asks 120 distinct points, sample included."""
+    space = exact_space(model_preset("gpt3-175b"), cluster_preset("h100x1024"), 1536, framework="generic")
+    s = cls(space, seed=2, budget=120)
+    asked, _ = drive(s, space, 120, batch=8)
+    assert len(asked) == 120 == len(np.unique(asked))
+    sample = s._sample
+    assert sample.shape[0] == 24
+    assert set(asked[:24].tolist()) == set(space.index_of(sample).tolist())
+    recipes = space.index_of(np.stack(list(s.space.start_points().values())))
+    assert np.isin(recipes, asked[:24]).all()
 
 
 def test_additive_model_recovers_an_additive_cost():
