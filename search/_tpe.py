@@ -243,6 +243,8 @@ class TPESearcher(Searcher):
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._fit: np.ndarray | None = None  # digits of the screened walk's points (_fit_digits)
         self._sample: np.ndarray | None = None  # (K, D) the start sample (_queued_points), drawn when first used
+        # (K,) every single change of a dimension with a choice (the late phase's neighbours, as MCMC's)
+        self._changes = single_changes(space, [k for k, d in enumerate(space.dims) if len(d.choices) > 1])
         self._rebuild_from_studies()
         if self.points_fit and self._enumeration is None and not self.trials:
             # Feasibility first: a new study over the points that fit tries the space's recipes
@@ -342,10 +344,10 @@ class TPESearcher(Searcher):
         return size if total is None else min(size, max(total - len(self._memo), 0))
 
     def _fit_digits(self) -> np.ndarray | None:
-        """(M, D) digits of every point of the screened walk (the local phase's repairs), where
+        """(M, D) digits of every point of the walk (the local phase's repairs), where
         there are at most search._local.REPAIR_MAX_POINTS; else None (repairs by one more change)."""
         if self._fit is None:
-            self._fit = walk_digits(self.space, self.points_fit)
+            self._fit = walk_digits(self.space, points_to_walk(self))
         return self._fit
 
     def _queued_points(self, n: int) -> np.ndarray:
@@ -359,7 +361,7 @@ class TPESearcher(Searcher):
         peak whose neighbours are all told hands the phase to the next peak, in another basin). Empty
         without a budget or a screened walk, on per-stage spaces, and between the two phases."""
         none = np.zeros((0, len(self._names)), dtype=np.int64)
-        if self.budget is None or not self.points_fit or self._stage_dims or self.space.strides is None:
+        if self.budget is None or self.space.strides is None:
             return none
         if self._sample is None:  # the recipes (queued already in a new study: asked once) and random points
             starts = np.array(list(self.space.start_points().values()), dtype=np.int64)
@@ -370,7 +372,7 @@ class TPESearcher(Searcher):
             return left[:n]
         pts = polish_batch(self.space, self._memo, budget=self.budget, share=self.local_share,
                            batch=min(n, LOCAL_BATCH),
-                           seed=self.seed, stream=LOCAL_STREAM, changes=single_changes(self.space, self._core),
+                           seed=self.seed, stream=LOCAL_STREAM, changes=self._changes,
                            fit=self._fit_digits())
         return none if pts is None else pts
 
