@@ -22,8 +22,14 @@ from costmodel import InputError
 from search import _gradient as gradient
 from search._gradient import GradientSearcher
 from search._grid import GridSearcher
-from search._mcmc import (DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_POLISH, DEFAULT_RESET_EVERY,
-                          DEFAULT_START_SAMPLE, MCMCSearcher)
+from search._mcmc import (
+    DEFAULT_BETA,
+    DEFAULT_MEMORY_PENALTY,
+    DEFAULT_POLISH,
+    DEFAULT_RESET_EVERY,
+    DEFAULT_START_SAMPLE,
+    MCMCSearcher,
+)
 from search._piper_input import PiperGraph, with_overrides
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE as TPE_LOCAL_SHARE
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY

@@ -108,8 +108,12 @@ from search._local import polish_batch, sample_left, single_changes, walk_digits
 from search._local import start_sample as draw_start_sample
 from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
 from search._screen import points_to_walk, screen_searcher
-from search._tpe_defaults import (DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS,
-                                  DEFAULT_START_SAMPLE)
+from search._tpe_defaults import (
+    DEFAULT_LOCAL_SHARE,
+    DEFAULT_MEMORY_PENALTY,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_START_SAMPLE,
+)
 
 # ``n_startup_trials`` None: auto_startup_trials.
 MIN_STARTUP_TRIALS = 4
@@ -145,6 +149,9 @@ SAMPLE_STREAM = 13
 # Points of one batch of the late local phase at most (search._gradient's POLISH_BATCH): a climb re-ranks
 # the neighbours of the peaks told after every few points.
 LOCAL_BATCH = 8
+# Where the studies cannot name some of a climb batch's points (placement spaces), the climb's next
+# points are drawn from this many batches' worth and the nameable ones kept.
+UNREACHABLE_WIDEN = 8
 # A batch asks at most budget / MIN_BATCHES points (module docstring, "Budget"): a budget of 15
 # asked in one batch of 16 is random search.
 MIN_BATCHES = 8
@@ -365,16 +372,30 @@ class TPESearcher(Searcher):
             return none
         if self._sample is None:  # the recipes (queued already in a new study: asked once) and random points
             starts = np.array(list(self.space.start_points().values()), dtype=np.int64)
-            self._sample = draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed,
-                                             stream=SAMPLE_STREAM, starts=starts)
+            sample = draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed,
+                                       stream=SAMPLE_STREAM, starts=starts)
+            self._sample = None if sample is None else sample[self._reachable(sample)]
         left = sample_left(self.space, self._sample, self._memo)
         if left is not None:
             return left[:n]
-        pts = polish_batch(self.space, self._memo, budget=self.budget, share=self.local_share,
-                           batch=min(n, LOCAL_BATCH),
-                           seed=self.seed, stream=LOCAL_STREAM, changes=self._changes,
-                           fit=self._fit_digits())
-        return none if pts is None else pts
+        batch = min(n, LOCAL_BATCH)
+        for wide in (1, UNREACHABLE_WIDEN):  # wider where some of the climb's points cannot be named
+            pts = polish_batch(self.space, self._memo, budget=self.budget, share=self.local_share,
+                               batch=wide * batch, seed=self.seed, stream=LOCAL_STREAM, changes=self._changes,
+                               fit=self._fit_digits())
+            if pts is None:
+                return none
+            ok = self._reachable(pts)
+            if ok.all():
+                return pts[:batch]
+        return pts[ok][:batch]
+
+    def _reachable(self, digits: np.ndarray) -> np.ndarray:
+        """(N,) bool: the points of ``digits`` (N, D) that the studies' parameters can name (the walk maps
+        their parameters back to the same digits). On placement spaces the walk names a part of the
+        valid points only; a point it cannot name would never be asked (and a start sample waiting for
+        it would never end)."""
+        return np.array([bool((self._digits(self._params_of(d)) == d).all()) for d in digits], dtype=bool)
 
     def _sample_done(self) -> bool:
         """The start sample (if any) is all told: queued points are the late local phase's."""

@@ -1,6 +1,6 @@
 """Searchers that adapt to the budget they are given: the gradient search's schedule from its budget,
-MCMC's first sample and both searchers' late local phase (search._local), each replayed exactly, and
-the placement move that puts one stage on another pool."""
+the start sample and the late local phase that MCMC, TPE and the gradient search share (search._local),
+each replayed exactly, and the placement move that puts one stage on another pool."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from costmodel import cluster_preset, evaluate, make_hetero, make_pool, model_preset
 from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, TPESearcher, exact_space
 from search._gradient import DEFAULT_COOLING, DEFAULT_SAMPLES, auto_schedule
-from search._local import (additive_model, late_evaluations, neighbours, peak_neighbours, single_changes,
-                           start_sample)
-from search._screen import screened
+from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes, start_sample
+from search._memo import point_keys
 from search._moves import proposer
+from search._screen import screened
 from tests.searcher_contract import columns_equal
 
 
@@ -212,3 +212,40 @@ def test_placement_move_puts_one_stage_on_another_pool():
     assert pool_moves.mean() > 0.1  # about one move in five
     assert (changed[pool_moves].sum(axis=1) == 1).all()  # the pool of one stage, nothing else
     assert (prop[pool_moves][:, pools].max(axis=1) == 1).all()  # onto the H100s
+
+
+def test_tpe_samples_and_climbs_a_placement_space():
+    """A placement space (not screened: no memory screen of placements), where TPE's conditional walk
+    names a part of the valid points only: its start sample and its climb keep the points its studies can name (queued as trials; a
+    point they cannot name would never be asked, and a sample waiting for it would never end). The first
+    points asked are the sample (the recipes among them), the run asks 60 distinct points, and from the
+    late phase on (max(0.7 x 60, min(64, 0.8 x 60)) = 48 evaluations) the batches hold the climb's nameable
+    points."""
+    model = model_preset("llama3-8b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(2, 4), dp=(2, 4, 8), tp=(2, 4, 8),
+                                     microbatches=(16, 32), recompute=("none", "full"), zero_stage=(1,))
+    s = TPESearcher(space, seed=3, budget=60)
+    assert s.points_fit is None and late_evaluations(60, s.local_share) == 48
+    told, used, climbed = [], 0, 0
+    while used < 60:
+        t = s.ask(min(16, 60 - used))
+        if not len(t):
+            break
+        keys = point_keys(space, s._pending_digits())
+        if used >= 12:
+            climb = point_keys(space, s._queued_points(7))  # a function of the points told: this batch's queue
+            climbed += int(np.isin(keys, climb).sum())
+        told.append(keys)
+        s.tell(t, evaluate(model, hc, t))
+        used += len(t)
+    asked = np.concatenate(told)
+    assert used == 60 == len(np.unique(asked))
+    k = len(s._sample)
+    assert 2 <= k <= 12 and s._reachable(s._sample).all()
+    assert set(asked[:k].tolist()) == set(point_keys(space, s._sample).tolist())
+    recipes = point_keys(space, np.stack(list(space.start_points().values())))
+    assert np.isin(recipes, asked[:k]).all()
+    # the climb runs (on this space TPE's walk names few of a peak's neighbours; TPE's own draws fill the
+    # batches where none of them can be named)
+    assert climbed > 0
