@@ -216,11 +216,11 @@ def test_placement_move_puts_one_stage_on_another_pool():
 
 def test_tpe_samples_and_climbs_a_placement_space():
     """A placement space (not screened: no memory screen of placements), where TPE's conditional walk
-    names a part of the valid points only: its start sample and its climb keep the points its studies can name (queued as trials; a
-    point they cannot name would never be asked, and a sample waiting for it would never end). The first
-    points asked are the sample (the recipes among them), the run asks 60 distinct points, and from the
-    late phase on (max(0.7 x 60, min(64, 0.8 x 60)) = 48 evaluations) the batches hold the climb's nameable
-    points."""
+    names a part of the valid points only: its start sample and its climb keep the points its studies
+    can name (queued as trials; a point they cannot name would never be asked, and a sample waiting for
+    it would never end). The first points asked are the sample (the recipes among them), the run asks 60
+    distinct points, and from the late phase on (max(0.7 x 60, min(64, 0.8 x 60)) = 48 evaluations) the
+    batches hold the climb's nameable points."""
     model = model_preset("llama3-8b")
     hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
     space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(2, 4), dp=(2, 4, 8), tp=(2, 4, 8),
