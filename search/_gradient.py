@@ -54,13 +54,24 @@ some point fits in memory, the distributions range over the points that fit (the
 digits and the fill come from them), so every draw is a feasible plan, and a space where under 1%
 fits is searched among those few; elsewhere the space as given.
 
-A known budget B (``budget``, the driver passes it): the last ``polish`` share of it (50%, and at
-least 64 evaluations up to 80% of B: search._local.late_evaluations) is the late local phase of
-search._local, POLISH_BATCH unevaluated neighbours of the peaks among the plans told at a time; the
-gradient steps take the evaluations before it, about sqrt of that many draws a step (``samples``
-None; 4 to 16) with a cooling that brings the temperature to ``min_temperature`` at their last step
-(``cooling`` None; auto_schedule), so that a small budget still ends on a concentrated distribution. A budget covering every point that fits evaluates each once. Without a budget:
-16 draws a step and cooling 0.97, as tuned on the exact space.
+A known budget B (``budget``, the driver passes it), three phases (the first and last shared with
+MCMC, search._local):
+    start sample  the first ``start_sample`` share (20%): the space's recipes (Space.start_points: data
+              parallelism and Megatron-LM's, among the points that fit) and uniformly random points of
+              the walk (search._local.start_sample). The logits then start at one gradient step (lr, rank
+              utilities) over the sample, its points scored as draws of the uniform distribution, so the
+              first draws lean toward the digits of its best plans. Used where the sample holds more
+              points than a step's draws.
+    gradient  the evaluations left before the late phase, about sqrt of that many draws a step
+              (``samples`` None; 4 to 16) with a cooling that brings the temperature to
+              ``min_temperature`` at their last step (``cooling`` None; auto_schedule), so that a small
+              budget still ends on a concentrated distribution.
+    late      the last ``polish`` share (50%, and at least 64 evaluations up to 80% of B:
+              search._local.late_evaluations): POLISH_BATCH unevaluated neighbours of the peaks among the
+              plans told at a time (search._local.polish_batch).
+Shares chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems"). A budget covering
+every point that fits evaluates each once. Without a budget: 16 draws a step and cooling 0.97, as
+tuned on the exact space.
 
 Determinism and resume (search._base.Searcher): step k draws from
 np.random.default_rng([seed, STEP_STREAM, k]) and the state after k tells is a function of the
@@ -75,7 +86,8 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
-from search._local import late_evaluations, polish_batch, single_changes, walk_digits
+from search._local import late_evaluations, polish_batch, sample_left, single_changes, walk_digits
+from search._local import start_sample as draw_start_sample
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
 from search._screen import listed_or_done, points_to_walk, screen_searcher
 
@@ -95,6 +107,11 @@ MIN_SAMPLES = 4
 # batch, instead of gradient steps. Chosen on draw seed 1 (0.5, 0.7, 0.8 and this rule tried).
 DEFAULT_POLISH = 0.5
 POLISH_BATCH = 8
+# Share of a known budget spent first on the recipes and uniformly random points of the walk
+# (search._local.start_sample, as MCMC's); the logits start at one gradient step over them, so the
+# gradient steps begin biased toward the sample's best plans. Used where the sample holds more points
+# than a step's draws. Chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems").
+DEFAULT_START_SAMPLE = 0.2
 DEFAULT_MIN_TEMPERATURE = 0.1
 DEFAULT_ENTROPY = 0.0
 DEFAULT_MEMORY_PENALTY = 0.1
@@ -110,6 +127,7 @@ FILL_CANDIDATES = 16
 STEP_STREAM = 2
 FILL_STREAM = 3
 POLISH_STREAM = 5
+SAMPLE_STREAM = 6
 STATE_VERSION = 1
 
 
@@ -184,10 +202,11 @@ class GradientSearcher(Searcher):
                  temperature: float = DEFAULT_TEMPERATURE, cooling: float | None = None,
                  min_temperature: float = DEFAULT_MIN_TEMPERATURE, entropy: float = DEFAULT_ENTROPY,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart: int = DEFAULT_RESTART,
-                 screen: int = DEFAULT_SCREEN, budget: int | None = None, polish: float = DEFAULT_POLISH) -> None:
+                 screen: int = DEFAULT_SCREEN, budget: int | None = None, polish: float = DEFAULT_POLISH,
+                 start_sample: float = DEFAULT_START_SAMPLE) -> None:
         self.check_options(samples=samples, lr=lr, temperature=temperature, cooling=cooling,
                            min_temperature=min_temperature, entropy=entropy, memory_penalty=memory_penalty,
-                           restart=restart, screen=screen, polish=polish)
+                           restart=restart, screen=screen, polish=polish, start_sample=start_sample)
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))
                                    or budget < 1):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
@@ -198,7 +217,8 @@ class GradientSearcher(Searcher):
         self._enum_told = 0
         self.seed = int(seed)
         self.polish = float(polish)
-        auto_samples, auto_cooling = auto_schedule(budget, polish, temperature, min_temperature)
+        self.start_sample = float(start_sample)
+        auto_samples, auto_cooling = auto_schedule(budget, polish, temperature, min_temperature, start_sample)
         self.samples = int(auto_samples if samples is None else samples)
         self.lr = float(lr)
         self.temperature = float(temperature)
@@ -231,10 +251,12 @@ class GradientSearcher(Searcher):
         self._last_ask: tuple[int, StrategyTable | None] = (-1, None)
         self._polish_changes = single_changes(space, [k for k, d in enumerate(space.dims) if len(d.choices) > 1])
         self._fit: np.ndarray | None = None
+        # (K, D) the start sample, or None (no budget, or not more points than a step's draws)
+        self._sample = self._first_sample() if self._enumeration is None else None
 
     @staticmethod
     def check_options(*, samples, lr, temperature, cooling, min_temperature, entropy, memory_penalty, restart,
-                      screen=DEFAULT_SCREEN, polish=DEFAULT_POLISH) -> None:
+                      screen=DEFAULT_SCREEN, polish=DEFAULT_POLISH, start_sample=DEFAULT_START_SAMPLE) -> None:
         """InputError naming the first bad option (``samples`` and ``cooling`` None: automatic)."""
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
                                     or samples < 2):
@@ -246,6 +268,8 @@ class GradientSearcher(Searcher):
             raise InputError("cooling", "a number in (0, 1] (1: no annealing)", cooling)
         if not np.isfinite(polish) or not 0 <= polish <= 1:
             raise InputError("polish", "a share of the budget in [0, 1]", polish)
+        if not np.isfinite(start_sample) or not 0 <= start_sample <= 1:
+            raise InputError("start_sample", "a share of the budget in [0, 1]", start_sample)
         if min_temperature > temperature:
             raise InputError("min_temperature", f"a number <= temperature={temperature}", min_temperature)
         if not np.isfinite(entropy) or entropy < 0:
@@ -262,8 +286,9 @@ class GradientSearcher(Searcher):
         n = check_int("n", n, 0)
         if (listed := listed_or_done(self, n)) is not None:
             return listed
-        pts = self._polish_points()
-        if pts is not None:  # the late local phase: the peaks' neighbours
+        pts = sample_left(self.space, self._sample, self._memo)
+        pts = self._polish_points() if pts is None else pts
+        if pts is not None:  # the start sample, or the late local phase: the peaks' neighbours
             table = self.space.table(pts[: int(n)])
             self._last_ask = (-1 - len(self._memo), table)
             return table
@@ -276,6 +301,12 @@ class GradientSearcher(Searcher):
         if self._enumeration is not None:  # the next points of the list, in order
             self._enum_told += len(self._enumeration[self._enum_told: self._enum_told + len(table)])
             self._step += 1
+            return
+        left = sample_left(self.space, self._sample, self._memo)
+        if left is not None:
+            self._tell_polish(left, table, metrics)
+            if sample_left(self.space, self._sample, self._memo) is None:
+                self._start_from_sample()
             return
         pts = self._polish_points()
         if pts is not None:
@@ -315,6 +346,31 @@ class GradientSearcher(Searcher):
         self._epoch += 1  # (and so does its temperature)
         self._cached = None
 
+    def _first_sample(self) -> np.ndarray | None:
+        """(K, D) distinct points evaluated first, K = ``start_sample`` x budget: the space's recipes
+        (Space.start_points: data parallelism, Megatron-LM's, among the points that fit), then uniformly
+        random points of the walk (search._local.start_sample, as MCMC's); None without a budget or grid
+        keys, or where K is not more than a step's draws."""
+        named = self.space.start_points() if hasattr(self.space, "start_points") else {}
+        starts = np.array(list(named.values()), dtype=np.int64).reshape(-1, len(self.space.dims))
+        return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
+                                 starts=starts, more_than=self.samples)
+
+    def _start_from_sample(self) -> None:
+        """Logits after the start sample: one step of the gradient (lr, rank utilities) over the sample's
+        points, scored as draws of the uniform distribution, so the first gradient step draws more
+        often the digits of the sample's best plans."""
+        found, vals = self._memo.lookup(point_keys(self.space, self._sample))
+        if found.sum() < 2:
+            return
+        digits = self._sample[found]
+        _, score = self.sample(np.zeros_like(self._theta), self.temperature, np.random.default_rng(0), len(digits),
+                               given=digits)
+        cost = soft_cost(vals[found, 0], vals[found, 1], vals[found, 2], self.memory_penalty)
+        grad = score_function_gradient(score, rank_utilities(cost)) / self.temperature
+        self._theta = np.where(self._mask, self.lr * grad, 0.0)
+        self._epoch = self._step  # the temperature schedule starts with the gradient steps
+
     def state_dict(self) -> dict:
         keys, vals = self._memo.arrays()
         return {"version": STATE_VERSION, "seed": self.seed, "samples": self.samples, "step": self._step,
@@ -353,10 +409,12 @@ class GradientSearcher(Searcher):
         return softmax(self._theta / self.tau(), self._mask)
 
     # -- sampling ----------------------------------------------------------------------------
-    def sample(self, theta: np.ndarray, tau: float, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def sample(self, theta: np.ndarray, tau: float, rng: np.random.Generator, n: int,
+               given: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(n, D) digits drawn from the distribution with logits ``theta`` at temperature ``tau``
         and (n, D, C) onehot(x_k) - q_k, the masked softmax q_k each digit was drawn from (so
-        the gradient of log p(x) with respect to theta_k is that over tau)."""
+        the gradient of log p(x) with respect to theta_k is that over tau). With ``given`` ((n, D)
+        valid digits) those digits, not drawn, and their onehot - q."""
         D, C = self._mask.shape
         digits = np.broadcast_to(self._canonical, (n, D)).copy()
         score = np.zeros((n, D, C))
@@ -369,6 +427,8 @@ class GradientSearcher(Searcher):
             cdf[:, -1] = np.inf
             d = np.argmax(cdf > u[:, None], axis=1)
             d = np.where(allowed[rows, d], d, np.argmax(q, axis=1))  # rounding at the top of the cdf
+            if given is not None:
+                d = given[:, k]
             one = np.zeros_like(q)
             one[rows, d] = 1.0
             score[:, k] = np.where(use[:, None], one - q, 0.0)
@@ -467,15 +527,19 @@ class GradientSearcher(Searcher):
         self._cached = None
 
 
-def auto_schedule(budget: int | None, polish: float, temperature: float, min_temperature: float) -> tuple[int, float]:
+def auto_schedule(budget: int | None, polish: float, temperature: float, min_temperature: float,
+                  start_share: float = 0.0) -> tuple[int, float]:
     """(samples, cooling) for ``samples`` and ``cooling`` None: DEFAULT_SAMPLES and DEFAULT_COOLING
     without a budget; with one, the gradient phase's G = budget - search._local.late_evaluations(budget,
-    polish) evaluations are about sqrt(G) draws a step (between MIN_SAMPLES and DEFAULT_SAMPLES: a
-    budget of 34, G 7, runs 2 steps of 4; one of 330, G 165, 13 steps of 13), and the temperature falls
-    from ``temperature`` to ``min_temperature`` over those G / samples steps."""
+    polish) - round(start_share x budget) evaluations (the late phase's and the start sample's taken off)
+    are about sqrt(G) draws a step (between MIN_SAMPLES and DEFAULT_SAMPLES; with no start sample a
+    budget of 34, G 7, runs 2 steps of 4; one of 330, G 165, 13 steps of 13; with 0.2 of 330, G 99, 10 of
+    10), and the temperature falls from ``temperature`` to ``min_temperature`` over those G / samples
+    steps. (Where the sample is not drawn, K = round(start_share x budget) <= samples, the steps take
+    those K evaluations too.)"""
     if budget is None:
         return DEFAULT_SAMPLES, DEFAULT_COOLING
-    g = max(budget - late_evaluations(budget, polish), 1)
+    g = max(budget - late_evaluations(budget, polish) - round(start_share * budget), 1)
     samples = int(min(max(round(np.sqrt(g)), MIN_SAMPLES), DEFAULT_SAMPLES))
     steps = max(g / samples, 1.0)
     return samples, float(min(1.0, (min_temperature / temperature) ** (1.0 / steps)))

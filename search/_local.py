@@ -160,6 +160,36 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
     return out[:n]
 
 
+def start_sample(space, budget: int | None, share: float, *, seed: int, stream: int,
+                 starts: np.ndarray | None = None, more_than: int = 0) -> np.ndarray | None:
+    """(K, D) distinct points a searcher evaluates first, K = round(``share`` x budget): ``starts`` (its
+    own named starts, (S, D), where it has some), then uniformly random points of the walk
+    (space.random_digits: the points that fit on a screened space), drawn from
+    np.random.default_rng([seed, stream]). None without a budget or grid keys, or where K is not more
+    than ``more_than``. A function of (space, budget, share, seed, starts): a resumed searcher draws the
+    same sample, and the points of it not told yet are those its memo lacks (sample_left)."""
+    if budget is None or share <= 0 or space.strides is None:
+        return None
+    k = round(share * budget)
+    if k <= more_than:
+        return None
+    rng = np.random.default_rng([seed, stream])
+    cand = space.random_digits(rng, 4 * k)
+    if starts is not None:
+        cand = np.concatenate([np.asarray(starts, dtype=np.int64).reshape(-1, cand.shape[1]), cand])
+    _, first = np.unique(point_keys(space, cand), return_index=True)
+    return cand[np.sort(first)[:k]]
+
+
+def sample_left(space, sample: np.ndarray | None, memo) -> np.ndarray | None:
+    """(U, D) the points of a start sample (start_sample) that ``memo`` has not been told; None once it
+    holds them all (or without a sample)."""
+    if sample is None:
+        return None
+    found, _ = memo.lookup(point_keys(space, sample))
+    return sample[~found] if not found.all() else None
+
+
 def late_evaluations(budget: int, share: float) -> int:
     """Evaluations of a budget's late local phase: ``share`` of it, and at least LATE_POINTS (a few
     neighbourhoods of a peak) up to LATE_MAX_SHARE of it where the share gives fewer (a budget of a few

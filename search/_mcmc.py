@@ -69,7 +69,8 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
-from search._local import polish_batch, single_changes, walk_digits
+from search._local import polish_batch, sample_left, single_changes, walk_digits
+from search._local import start_sample as draw_start_sample
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, point_keys, row_costs, stage_width, told_values
 from search._moves import proposer
 from search._screen import listed_or_done, points_to_walk, screen_searcher
@@ -285,24 +286,14 @@ class MCMCSearcher(Searcher):
 
     def _first_sample(self, starts: np.ndarray) -> np.ndarray | None:
         """(K, D) distinct points evaluated before the chains step: the chains' starts, then uniformly
-        random points of the walk, K = ``start_sample`` x budget; None where K is not more than the
-        chains (the chains start where ``starts`` says)."""
-        if self.budget is None or self.space.strides is None:
-            return None
-        k = round(self.start_sample * self.budget)
-        if k <= self.chains:
-            return None
-        rng = np.random.default_rng([self.seed, SAMPLE_STREAM])
-        cand = np.concatenate([starts, self.space.random_digits(rng, 4 * k)])
-        _, first = np.unique(point_keys(self.space, cand), return_index=True)
-        return cand[np.sort(first)[:k]]
+        random points of the walk, K = ``start_sample`` x budget (search._local.start_sample); None where
+        K is not more than the chains (the chains start where ``starts`` says)."""
+        return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
+                            starts=starts, more_than=self.chains)
 
     def _sample_left(self) -> np.ndarray | None:
         """(U, D) the points of the first sample not told yet; None once all are (or without one)."""
-        if self._sample is None:
-            return None
-        found, _ = self._memo.lookup(point_keys(self.space, self._sample))
-        return self._sample[~found] if not found.all() else None
+        return sample_left(self.space, self._sample, self._memo)
 
     def _tell_sample(self, left: np.ndarray, table: StrategyTable, metrics: Metrics) -> None:
         """Told rows of the first sample; once it is all told, the chains start at its best points."""

@@ -22,11 +22,18 @@ from costmodel import InputError
 from search import _gradient as gradient
 from search._gradient import GradientSearcher
 from search._grid import GridSearcher
-from search._mcmc import (DEFAULT_BETA, DEFAULT_MEMORY_PENALTY, DEFAULT_POLISH, DEFAULT_RESET_EVERY,
-                          DEFAULT_START_SAMPLE, MCMCSearcher)
+from search._mcmc import (
+    DEFAULT_BETA,
+    DEFAULT_MEMORY_PENALTY,
+    DEFAULT_POLISH,
+    DEFAULT_RESET_EVERY,
+    DEFAULT_START_SAMPLE,
+    MCMCSearcher,
+)
 from search._piper_input import PiperGraph, with_overrides
 from search._tpe_defaults import DEFAULT_LOCAL_SHARE as TPE_LOCAL_SHARE
 from search._tpe_defaults import DEFAULT_MEMORY_PENALTY as TPE_MEMORY_PENALTY
+from search._tpe_defaults import DEFAULT_START_SAMPLE as TPE_START_SAMPLE
 
 if TYPE_CHECKING:
     from search._tpe import TPESearcher
@@ -107,19 +114,24 @@ class TPEOptions(_Options):
                                  "its unlimited-memory throughput / (1 + L x overflow) (0: a constraint violation, "
                                  "c-TPE)", low=0.0)
     local_share: float = _opt(TPE_LOCAL_SHARE, float, "with a budget and a screened space: the last share of the "
-                              "budget is spent on the neighbours of the best feasible plan, in [0, 1]", low=0.0)
+                              "budget is spent on the unevaluated neighbours of the best plans found (their single "
+                              "changes, the model of the plans told ranking them), in [0, 1]", low=0.0)
+    start_sample: float = _opt(TPE_START_SAMPLE, float, "with a budget and a screened space: the first share of it "
+                               "is spent on the recipes and random points that fit, TPE's first trials, in [0, 1]",
+                               low=0.0)
     screen: int = _opt(1, int, SCREEN_HELP, low=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _share("local_share", self.local_share)
+        _share("start_sample", self.start_sample)
 
     def searcher(self, space, *, seed: int, storage=None, budget: int | None = None) -> TPESearcher:
         from search._tpe import TPESearcher  # optuna only when TPE runs
 
         return TPESearcher(space, seed=seed, storage=storage, n_startup_trials=self.startup_trials,
                            memory_penalty=self.memory_penalty, budget=budget, screen=bool(self.screen),
-                           local_share=self.local_share)
+                           local_share=self.local_share, start_sample=self.start_sample)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +152,9 @@ class GradientOptions(_Options):
     restart: int = _opt(gradient.DEFAULT_RESTART, int, "1: back to the uniform distribution when a step finds "
                         "few new points; 0: never", low=0)
     screen: int = _opt(gradient.DEFAULT_SCREEN, int, SCREEN_HELP, low=0)
+    start_sample: float = _opt(gradient.DEFAULT_START_SAMPLE, float, "with a budget: the first share of it is "
+                               "spent on the recipes and random points of the walk, and the logits start biased "
+                               "toward the best of them, in [0, 1]", low=0.0)
     polish: float = _opt(gradient.DEFAULT_POLISH, float, POLISH_HELP, low=0.0)
 
     def __post_init__(self) -> None:

@@ -50,19 +50,24 @@ random valid point not evaluated yet, enqueued (Study.enqueue_trial) so that TPE
 like any other trial.
 
 Budget (known where the driver passes it). A batch asks at most budget / MIN_BATCHES points,
-so that TPE learns between batches whatever the driver's batch. Late exploitation: once the
-evaluated points reach (1 - ``local_share``) of the budget (only on a screened walk), each batch
-is the unevaluated neighbours of the best feasible point found (its valid single changes, then for
-each invalid single change the points of the walk that make it with the fewest other changes: pp 2
-to 1 from interleaved with vpp 6 also takes 1F1B and vpp 1), queued as trials of the study
-(Study.enqueue_trial, so TPE records them and a resumed study replays them). Where that
-neighbourhood is spent (the best point is a local optimum) the phase restarts at the next peak: the
-best point told with no better point told one change away, in another basin (the points next to
-the first peak are its slope, and climbing them again would lock the phase onto the first good basin
-it found). The neighbours of the two best peaks with any left are tried in the order of an additive
-model of the points told (search._local), not shuffled: on draw seed 1's small-budget problems the
-model's order found the optimum in 60 of 90 seeds where the shuffled one found it in 37.
-TPE's own draws fill the rest of a batch, and the whole batch once every peak is spent.
+so that TPE learns between batches whatever the driver's batch. Three phases, on a screened walk
+(search._local, shared with MCMC and the gradient search):
+    start sample  the first ``start_sample`` share of the budget (20%): the space's recipes (data
+              parallelism, Megatron-LM's, among the points that fit) and uniformly random points that
+              fit (search._local.start_sample), queued as the studies' first trials (Study.enqueue_trial,
+              so TPE records and learns from them, and a resumed study replays them): uniform over
+              the points that fit, where TPE's own start-up draws follow the walk's conditional prior.
+    TPE       its own draws, until the late phase.
+    late      the last ``local_share`` of the budget (70%; at least search._local.LATE_POINTS up to
+              LATE_MAX_SHARE of it): each batch is at most LOCAL_BATCH unevaluated neighbours of the
+              peaks among the feasible points told (search._local.polish_batch: their valid single
+              changes, then for each invalid single change the points of the walk that make it with the
+              fewest other changes: pp 2 to 1 from interleaved with vpp 6 also takes 1F1B and vpp 1),
+              queued as trials. Where a peak's neighbourhood is spent (a local optimum) the phase goes
+              on at the next peak, in another basin; the neighbours of the two best peaks with any left
+              are tried in the order of an additive model of the points told.
+TPE's own draws fill the batch where the start sample runs out, and every batch once every peak
+is spent. Shares chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems").
 
 Determinism and resume: the sampler of each batch is seeded from (seed, trials in the study
 when the batch starts, the walk), and a batch is the stream of trials until n distinct new
@@ -99,10 +104,16 @@ from optuna.trial import TrialState
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int
-from search._local import peak_neighbours, single_changes, walk_digits
+from search._local import polish_batch, sample_left, single_changes, walk_digits
+from search._local import start_sample as draw_start_sample
 from search._memo import Memo, hbm_of, point_keys, row_costs, stage_width, told_values
 from search._screen import points_to_walk, screen_searcher
-from search._tpe_defaults import DEFAULT_LOCAL_SHARE, DEFAULT_MEMORY_PENALTY, DEFAULT_N_STARTUP_TRIALS
+from search._tpe_defaults import (
+    DEFAULT_LOCAL_SHARE,
+    DEFAULT_MEMORY_PENALTY,
+    DEFAULT_N_STARTUP_TRIALS,
+    DEFAULT_START_SAMPLE,
+)
 
 # ``n_startup_trials`` None: auto_startup_trials.
 MIN_STARTUP_TRIALS = 4
@@ -134,6 +145,13 @@ SINGLE_WALK_BUDGET = 256
 # Seed streams of the random points after SATURATED_DRAWS and of the late local phase.
 EXPLORE_STREAM = 7
 LOCAL_STREAM = 11
+SAMPLE_STREAM = 13
+# Points of one batch of the late local phase at most (search._gradient's POLISH_BATCH): a climb re-ranks
+# the neighbours of the peaks told after every few points.
+LOCAL_BATCH = 8
+# Where the studies cannot name some of a climb batch's points (placement spaces), the climb's next
+# points are drawn from this many batches' worth and the nameable ones kept.
+UNREACHABLE_WIDEN = 8
 # A batch asks at most budget / MIN_BATCHES points (module docstring, "Budget"): a budget of 15
 # asked in one batch of 16 is random search.
 MIN_BATCHES = 8
@@ -166,7 +184,8 @@ class TPESearcher(Searcher):
                  group: bool = False, constant_liar: bool = True,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, walks: str = DEFAULT_WALKS,
                  budget: int | None = None, screen: bool = True,
-                 local_share: float = DEFAULT_LOCAL_SHARE, min_batches: int = MIN_BATCHES) -> None:
+                 local_share: float = DEFAULT_LOCAL_SHARE, min_batches: int = MIN_BATCHES,
+                 start_sample: float = DEFAULT_START_SAMPLE) -> None:
         if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
         if n_startup_trials is None:
@@ -186,6 +205,10 @@ class TPESearcher(Searcher):
             raise InputError("local_share", "a number in [0, 1] (share of the budget spent on local moves)",
                              local_share)
         self.local_share = float(local_share)
+        if not np.isfinite(start_sample) or not 0 <= start_sample <= 1:
+            raise InputError("start_sample", "a number in [0, 1] (share of the budget spent first on random plans)",
+                             start_sample)
+        self.start_sample = float(start_sample)
         self.min_batches = check_int("min_batches", min_batches, 1)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space = space = screen_searcher(self, space, screen=screen, budget=budget)
@@ -226,6 +249,9 @@ class TPESearcher(Searcher):
         self._pending: list = []  # trials asked and not told, in order
         self._pending_keys = np.zeros(0, dtype=np.int64)
         self._fit: np.ndarray | None = None  # digits of the screened walk's points (_fit_digits)
+        self._sample: np.ndarray | None = None  # (K, D) the start sample (_queued_points), drawn when first used
+        # (K,) every single change of a dimension with a choice (the late phase's neighbours, as MCMC's)
+        self._changes = single_changes(space, [k for k, d in enumerate(space.dims) if len(d.choices) > 1])
         self._rebuild_from_studies()
         if self.points_fit and self._enumeration is None and not self.trials:
             # Feasibility first: a new study over the points that fit tries the space's recipes
@@ -325,40 +351,66 @@ class TPESearcher(Searcher):
         return size if total is None else min(size, max(total - len(self._memo), 0))
 
     def _fit_digits(self) -> np.ndarray | None:
-        """(M, D) digits of every point of the screened walk (the local phase's repairs), where
+        """(M, D) digits of every point of the walk (the local phase's repairs), where
         there are at most search._local.REPAIR_MAX_POINTS; else None (repairs by one more change)."""
         if self._fit is None:
-            self._fit = walk_digits(self.space, self.points_fit)
+            self._fit = walk_digits(self.space, points_to_walk(self))
         return self._fit
 
-    def _local_points(self, n: int) -> np.ndarray:
-        """(<= n, D) digits for the late local phase (DEFAULT_LOCAL_SHARE): the unevaluated
-        neighbours of the peaks among the feasible points told (search._local.peak_neighbours: single
-        changes, then the fewest-change repairs of invalid ones), those of the two best peaks with any
-        left ranked together by the additive model of the points told (ties in an order seeded by the
-        trials so far); empty before the phase, without a budget or a screened walk.
-        A climbed peak whose neighbours are all told hands the phase to the next peak, in another
-        basin, not to the slope below the first (module docstring)."""
+    def _queued_points(self, n: int) -> np.ndarray:
+        """(<= n, D) digits the next batch queues as trials before TPE draws: the start sample's points
+        not told yet (search._local.start_sample: ``start_sample`` x budget uniformly random points that
+        fit), then, in the late local phase (the last ``local_share`` of the budget, at least
+        search._local.LATE_POINTS up to LATE_MAX_SHARE of it), the unevaluated neighbours of the peaks
+        among the feasible points told (search._local.polish_batch, the late phase MCMC and the gradient
+        search share: single changes, then the fewest-change repairs of invalid ones, those of the two
+        best peaks with any left ranked together by the additive model of the points told; a climbed
+        peak whose neighbours are all told hands the phase to the next peak, in another basin). Empty
+        without a budget or a screened walk, on per-stage spaces, and between the two phases."""
         none = np.zeros((0, len(self._names)), dtype=np.int64)
-        if (self.budget is None or not self.points_fit or self.local_share <= 0 or self._stage_dims
-                or self.space.strides is None):
+        if self.budget is None or self.space.strides is None:
             return none
-        keys, vals = self._memo.arrays()
-        if len(keys) < (1.0 - self.local_share) * self.budget:
-            return none
-        rng = np.random.default_rng([self.seed, self.trials, LOCAL_STREAM])
-        ks, vs = single_changes(self.space, self._core)
-        return peak_neighbours(self.space, self.space.digits_of(np.asarray(keys)), vals[:, 0],
-                               lambda k: self._memo.lookup(k)[0], n, rng, ks, vs, self._fit_digits())
+        if self._sample is None:  # the recipes (queued already in a new study: asked once) and random points
+            starts = np.array(list(self.space.start_points().values()), dtype=np.int64)
+            sample = draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed,
+                                       stream=SAMPLE_STREAM, starts=starts)
+            self._sample = None if sample is None else sample[self._reachable(sample)]
+        left = sample_left(self.space, self._sample, self._memo)
+        if left is not None:
+            return left[:n]
+        batch = min(n, LOCAL_BATCH)
+        for wide in (1, UNREACHABLE_WIDEN):  # wider where some of the climb's points cannot be named
+            pts = polish_batch(self.space, self._memo, budget=self.budget, share=self.local_share,
+                               batch=wide * batch, seed=self.seed, stream=LOCAL_STREAM, changes=self._changes,
+                               fit=self._fit_digits())
+            if pts is None:
+                return none
+            ok = self._reachable(pts)
+            if ok.all():
+                return pts[:batch]
+        return pts[ok][:batch]
+
+    def _reachable(self, digits: np.ndarray) -> np.ndarray:
+        """(N,) bool: the points of ``digits`` (N, D) that the studies' parameters can name (the walk maps
+        their parameters back to the same digits). On placement spaces the walk names a part of the
+        valid points only; a point it cannot name would never be asked (and a start sample waiting for
+        it would never end)."""
+        return np.array([bool((self._digits(self._params_of(d)) == d).all()) for d in digits], dtype=bool)
+
+    def _sample_done(self) -> bool:
+        """The start sample (if any) is all told: queued points are the late local phase's."""
+        return self._sample is None or sample_left(self.space, self._sample, self._memo) is None
 
     def _new_batch(self, n: int) -> None:
         """Draw trials until n distinct valid points not evaluated yet are pending (or the draw
         limit is reached: a replayed batch then ends at its last asked point, so a batch cut
         short by the limit replays with fewer trials)."""
         self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)), self._cur)
-        local = self._local_points(n)
-        if len(local):  # the late local phase: the batch is these points, queued as trials
-            self.enqueue(local)
+        queued = self._queued_points(n)
+        if len(queued):  # the start sample, or the late local phase: the batch is these points, as trials
+            self.enqueue(queued)
+            if self._sample_done():  # a climb's batch is its points alone (at most LOCAL_BATCH)
+                n = min(n, len(queued))
         pending, keys_seen = [], []
         known_run = 0  # draws in a row that brought nothing new
         stream = [EXPLORE_STREAM] if self._cur == 0 else [EXPLORE_STREAM, self._cur]

@@ -1,6 +1,6 @@
 """Searchers that adapt to the budget they are given: the gradient search's schedule from its budget,
-MCMC's first sample and both searchers' late local phase (search._local), each replayed exactly, and
-the placement move that puts one stage on another pool."""
+the start sample and the late local phase that MCMC, TPE and the gradient search share (search._local),
+each replayed exactly, and the placement move that puts one stage on another pool."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from costmodel import cluster_preset, evaluate, make_hetero, make_pool, model_preset
-from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, exact_space
+from search import GradientSearcher, HeteroSpace, MCMCSearcher, Space, TPESearcher, exact_space
 from search._gradient import DEFAULT_COOLING, DEFAULT_SAMPLES, auto_schedule
-from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes
+from search._local import additive_model, late_evaluations, neighbours, peak_neighbours, single_changes, start_sample
+from search._memo import point_keys
 from search._moves import proposer
+from search._screen import screened
 from tests.searcher_contract import columns_equal
 
 
@@ -82,7 +84,7 @@ def test_local_phase_from_the_trap_reaches_the_optimum_in_one_repair():
     assert OPTIMUM not in single.tolist() and OPTIMUM in repaired.tolist()
 
 
-@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher])
+@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher, TPESearcher])
 def test_finds_the_optimum_two_changes_from_a_local_optimum_for_every_seed(cls):
     """Budget 8 of the 38 points that fit: every seed of 0-9 ends at the optimum."""
     space = trap_space()
@@ -111,8 +113,12 @@ def test_auto_schedule_by_hand():
 
 def test_gradient_takes_its_budget():
     space = trap_space()
-    s = GradientSearcher(space, seed=0, budget=34)
+    s = GradientSearcher(space, seed=0, budget=34, start_sample=0.0)
     assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1 ** (1 / 1.75))
+    # with the start sample (0.2 x 34 = 7 evaluations) the gradient's share is 34 - 27 - 7 = 0, one step
+    # at least: 4 draws, the temperature at 0.1 after it
+    s = GradientSearcher(space, seed=0, budget=34)
+    assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1)
     explicit = GradientSearcher(space, seed=0, budget=34, samples=16, cooling=0.97)
     assert (explicit.samples, explicit.cooling) == (16, 0.97)
     # a budget covering every point that fits (38): each asked once, then nothing more
@@ -144,6 +150,39 @@ def test_budget_phases_replay_exactly(cls, budget):
     assert columns_equal(b.ask(8), nxt) and columns_equal(c.ask(8), nxt)
 
 
+def test_start_sample_by_hand():
+    """0.2 of a budget of 40 over the trap space's 38 points that fit: 8 distinct points that fit, the
+    starts given first; the same call draws the same points; none without a budget or where the sample
+    is not larger than ``more_than``."""
+    space, members = screened(trap_space())
+    assert members.size == 38
+    starts = space.digits_of(members[[5, 9]])
+    pts = start_sample(space, 40, 0.2, seed=3, stream=6, starts=starts)
+    assert pts.shape == (8, 6) and len(np.unique(space.index_of(pts))) == 8
+    assert np.isin(space.index_of(pts), members).all()  # every point fits
+    assert (pts[:2] == starts).all()
+    assert (start_sample(space, 40, 0.2, seed=3, stream=6, starts=starts) == pts).all()
+    assert not (start_sample(space, 40, 0.2, seed=4, stream=6) == pts).all()
+    assert start_sample(space, None, 0.2, seed=3, stream=6) is None
+    assert start_sample(space, 40, 0.2, seed=3, stream=6, more_than=8) is None
+    assert len(start_sample(space, 40, 0.2, seed=3, stream=6, more_than=7)) == 8
+
+
+@pytest.mark.parametrize("cls", [MCMCSearcher, GradientSearcher, TPESearcher])
+def test_start_sample_is_asked_first_and_counted(cls):
+    """Budget 120 on the exact space: the first round(0.2 x 120) = 24 points asked are the start sample
+    (the space's recipes among them), and the whole run asks 120 distinct points, sample included."""
+    space = exact_space(model_preset("gpt3-175b"), cluster_preset("h100x1024"), 1536, framework="generic")
+    s = cls(space, seed=2, budget=120)
+    asked, _ = drive(s, space, 120, batch=8)
+    assert len(asked) == 120 == len(np.unique(asked))
+    sample = s._sample
+    assert sample.shape[0] == 24
+    assert set(asked[:24].tolist()) == set(space.index_of(sample).tolist())
+    recipes = space.index_of(np.stack(list(s.space.start_points().values())))
+    assert np.isin(recipes, asked[:24]).all()
+
+
 def test_additive_model_recovers_an_additive_cost():
     """log cost = 1 + w_tp + w_pp exactly: with a small ridge the model ranks every point as the truth."""
     space = trap_space()
@@ -173,3 +212,40 @@ def test_placement_move_puts_one_stage_on_another_pool():
     assert pool_moves.mean() > 0.1  # about one move in five
     assert (changed[pool_moves].sum(axis=1) == 1).all()  # the pool of one stage, nothing else
     assert (prop[pool_moves][:, pools].max(axis=1) == 1).all()  # onto the H100s
+
+
+def test_tpe_samples_and_climbs_a_placement_space():
+    """A placement space (not screened: no memory screen of placements), where TPE's conditional walk
+    names a part of the valid points only: its start sample and its climb keep the points its studies
+    can name (queued as trials; a point they cannot name would never be asked, and a sample waiting for
+    it would never end). The first points asked are the sample (the recipes among them), the run asks 60
+    distinct points, and from the late phase on (max(0.7 x 60, min(64, 0.8 x 60)) = 48 evaluations) the
+    batches hold the climb's nameable points."""
+    model = model_preset("llama3-8b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(2, 4), dp=(2, 4, 8), tp=(2, 4, 8),
+                                     microbatches=(16, 32), recompute=("none", "full"), zero_stage=(1,))
+    s = TPESearcher(space, seed=3, budget=60)
+    assert s.points_fit is None and late_evaluations(60, s.local_share) == 48
+    told, used, climbed = [], 0, 0
+    while used < 60:
+        t = s.ask(min(16, 60 - used))
+        if not len(t):
+            break
+        keys = point_keys(space, s._pending_digits())
+        if used >= 12:
+            climb = point_keys(space, s._queued_points(7))  # a function of the points told: this batch's queue
+            climbed += int(np.isin(keys, climb).sum())
+        told.append(keys)
+        s.tell(t, evaluate(model, hc, t))
+        used += len(t)
+    asked = np.concatenate(told)
+    assert used == 60 == len(np.unique(asked))
+    k = len(s._sample)
+    assert 2 <= k <= 12 and s._reachable(s._sample).all()
+    assert set(asked[:k].tolist()) == set(point_keys(space, s._sample).tolist())
+    recipes = point_keys(space, np.stack(list(space.start_points().values())))
+    assert np.isin(recipes, asked[:k]).all()
+    # the climb runs (on this space TPE's walk names few of a peak's neighbours; TPE's own draws fill the
+    # batches where none of them can be named)
+    assert climbed > 0

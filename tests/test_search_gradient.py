@@ -191,3 +191,41 @@ def test_cli_search_gradient_finds_feasible_strategies(capsys):
     got = json.loads(capsys.readouterr().out)
     assert got["searcher"] == "gradient" and got["evaluations"] == 200 and got["feasible"] > 0
     assert got["best"][0]["tokens_per_s"] > 0 and got["best"][0]["reason"] == "ok"
+
+
+def test_start_sample_scores_its_points_as_uniform_draws_and_leans_toward_the_best():
+    """The start sample's points scored under zero logits (``sample(..., given=...)``): the digits are
+    the given ones, and onehot - q with q uniform over the digits the walk allows after the digits before
+    (counted here from the points that fit, in the walk's order). After the sample is told, the logits
+    are one rank-weighted step over it: the best point of the sample is more likely than under the
+    uniform distribution, the worst less."""
+    from tests.test_search_budget import drive, trap_space
+
+    space = trap_space()
+    s = GradientSearcher(space, seed=1, budget=30)
+    fit = s.space.digits_of(s.space.valid_indices(0, space.size))  # (38, D) the points that fit
+    digits, score = s.sample(np.zeros_like(s._theta), 1.0, np.random.default_rng(0), len(fit), given=fit)
+    assert (digits == fit).all()
+    order = s._walk.order
+    for i, x in enumerate(fit):
+        for j, k in enumerate(order):
+            same = (fit[:, order[:j]] == x[order[:j]]).all(axis=1)
+            allowed = np.unique(fit[same, k])
+            want = np.zeros(s._mask.shape[1])
+            want[allowed] = -1.0 / len(allowed)
+            want[x[k]] += 1.0
+            assert np.allclose(score[i, k], want), (i, k)
+    assert s._sample is not None and len(s._sample) == 6  # 0.2 x 30, more than the 4 draws a step
+    drive(s, space, 6)  # the sample, told
+    found, vals = s._memo.lookup(point_keys(s.space, s._sample))
+    assert found.all() and s._theta.any()
+    best, worst = s._sample[np.argmin(vals[:, 0])], s._sample[np.argmax(vals[:, 0])]
+
+    def logp(theta, x):
+        _, sc = s.sample(theta, 1.0, np.random.default_rng(0), 1, given=x[None, :])
+        q = sc[0] - np.eye(sc.shape[2])[x]  # -q at every dimension (onehot taken off)
+        return float(np.log(np.where(s._mask[np.arange(len(x)), x], -q[np.arange(len(x)), x], 1.0)).sum())
+
+    zero = np.zeros_like(s._theta)
+    assert logp(s._theta, best) > logp(zero, best)
+    assert logp(s._theta, worst) < logp(zero, worst)

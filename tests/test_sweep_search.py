@@ -229,9 +229,10 @@ def test_tpe_a_journal_lock_left_by_a_kill_is_taken_at_once(tpe_reference, tmp_p
 
 GRADIENT = ["--seed", "2", "--budget", "160", "--samples", "16", "--polish", "0.5", "--part-rows", "1"]
 GRADIENT_BUDGET = 160
-# The first half of the budget in gradient steps of 16 new points (80 / 16 = 5), the last half in the
-# local phase's batches of 8 (search._gradient.POLISH_BATCH: 80 / 8 = 10): a part per step.
-GRADIENT_STEPS = 80 // 16 + 80 // 8
+# The start sample first (0.2 x 160 = 32 points, one ask), then the rest of the first half in gradient
+# steps of 16 new points (48 / 16 = 3), the last half in the local phase's batches of 8
+# (search._gradient.POLISH_BATCH: 80 / 8 = 10): a part per step.
+GRADIENT_STEPS = 1 + 48 // 16 + 80 // 8
 
 
 @pytest.fixture(scope="module")
@@ -257,8 +258,9 @@ def test_gradient_run_parts_state_and_budget(gradient_reference):
 
 def test_gradient_interrupted_between_part_and_state_resumes_as_uninterrupted(gradient_reference, tmp_path,
                                                                               monkeypatch):
-    # The run stops after writing part 3 and before its state: the resumed run asks step 3 again and
-    # writes part 3 again under the same name; the rows equal the uninterrupted run's.
+    # The run stops after writing part 3 (the start sample's 32 points, then three steps of 16) and before
+    # its state: the resumed run asks step 3 again and writes part 3 again under the same name; the rows
+    # equal the uninterrupted run's.
     import cli as plansweep
     import sweep._search_engine as engine
 
@@ -274,7 +276,7 @@ def test_gradient_interrupted_between_part_and_state_resumes_as_uninterrupted(gr
     monkeypatch.setattr(engine, "save_state", stop_at_fourth)
     argv = ["search", "gradient", *EXACT, *GRADIENT, "--out", out, "--in-process", "--no-progress"]
     assert plansweep.main(argv) == 130
-    assert len(parts(os.path.join(out, "results", "searcher=gradient"))) == 4 and len(rows(out)) == 64
+    assert len(parts(os.path.join(out, "results", "searcher=gradient"))) == 4 and len(rows(out)) == 32 + 3 * 16
     monkeypatch.setattr(engine, "save_state", real)
     assert plansweep.main(["resume", out, "--in-process", "--no-progress"]) == 0
     assert_same_run(out, gradient_reference)
