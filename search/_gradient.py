@@ -352,7 +352,7 @@ class GradientSearcher(Searcher):
         random points of the walk (search._local.start_sample, as MCMC's); None without a budget or grid
         keys, or where K is not more than a step's draws."""
         named = self.space.start_points() if hasattr(self.space, "start_points") else {}
-        starts = np.array(list(named.values()), dtype=np.int64).reshape(-1, len(self.space.dims))
+        starts = np.array(list(named.values()), dtype=np.int64).reshape(len(named), len(self.space.dims))
         return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
                                  starts=starts, more_than=self.samples)
 

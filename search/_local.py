@@ -176,7 +176,8 @@ def start_sample(space, budget: int | None, share: float, *, seed: int, stream: 
     rng = np.random.default_rng([seed, stream])
     cand = space.random_digits(rng, 4 * k)
     if starts is not None:
-        cand = np.concatenate([np.asarray(starts, dtype=np.int64).reshape(-1, cand.shape[1]), cand])
+        starts = np.asarray(starts, dtype=np.int64)  # (S, D); (0,) where none (a space of no dimension: D = 0)
+        cand = np.concatenate([starts.reshape(len(starts), cand.shape[1]), cand])
     _, first = np.unique(point_keys(space, cand), return_index=True)
     return cand[np.sort(first)[:k]]
 
