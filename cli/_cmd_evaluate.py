@@ -35,6 +35,7 @@ from costmodel._frameworks import (
     GRAD_DTYPE_BYTES,
     MAIN_PARAMS_DTYPE_BYTES,
     MOMENTS_DTYPE_BYTES,
+    Framework,
     framework_preset,
     with_state_dtypes,
 )
@@ -235,7 +236,8 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     stages = [{k: float(v[0, i]) for k, v in st.items()} for i in range(int(active.sum()))]
     for s in stages:
         s["layers"] = int(s["layers"])
-    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model).items()}
+    kw = {"optim_bytes": profile.optim_state_bytes} if isinstance(profile, Framework) else {}
+    g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model, **kw).items()}
     from costmodel._bands import error_band_row
 
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,

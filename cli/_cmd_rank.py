@@ -19,6 +19,7 @@ from cli._cmd_show import format_by_framework, format_priced, priced_arrow, rows
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, InputError, Metrics, evaluate, plan_goodput
+from costmodel._frameworks import state_optim_bytes
 from search._refine import refine
 
 
@@ -107,7 +108,8 @@ def run(args) -> int:
     print(format_priced(space, best_t, best_m))
     print(idle_note(best_t, cluster))
     if not isinstance(cluster, HeteroCluster):
-        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure, model=model)))
+        kw = {"optim_bytes": state_optim_bytes(dtypes)} if dtypes else {}
+        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure, model=model, **kw)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
     if len(space.frameworks) > 1:

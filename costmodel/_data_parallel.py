@@ -14,7 +14,7 @@ last backward (ZeRO-3: the whole pipeline), or the next step's first forward (ov
 gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed; InternEvo's broadcasts, one
 per shard) is exposed.
 The optimizer step (Adam) reads and writes Framework.adam_bytes_touched per sharded parameter at the HBM rate
-(ADAM_BYTES_TOUCHED with every state in fp32).
+(30 bytes with every state in fp32).
 """
 
 from __future__ import annotations
@@ -28,10 +28,6 @@ from costmodel._collectives import CollectiveLink, CollectiveTerms, collective_t
 from costmodel._dtypes import GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._frameworks import Framework
 from costmodel._workloads import Transformer
-
-# Adam step, bytes touched per (sharded) parameter: read fp32 param, m, v, grad (16) and
-# write fp32 param, m, v (12) plus the 16-bit copy (2).
-ADAM_BYTES_TOUCHED = 30
 
 
 def framework_columns(fw: Framework, p, zero, overlap):

@@ -87,10 +87,8 @@ def evaluate(model: Transformer, cluster, table, *, pipeline: str = "closed_form
         framework_groups(table, framework)  # (a name that is no profile is refused all the same)
         return Metrics({k: np.zeros(0, dtype=bool if k == "feasible" else np.int8 if k == "reason"
                                     else np.int64 if k == "microbatches" else np.float64) for k in METRIC_COLUMNS})
-    if state_dtypes:
-        return by_framework(table, framework, lambda rows, fw: _evaluate_one(
-            model, cluster, rows, pipeline, with_state_dtypes(fw, **state_dtypes)))
-    return by_framework(table, framework, lambda rows, fw: _evaluate_one(model, cluster, rows, pipeline, fw))
+    return by_framework(table, framework, lambda rows, fw: _evaluate_one(
+        model, cluster, rows, pipeline, with_state_dtypes(fw, **state_dtypes) if state_dtypes else fw))
 
 
 def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: str, fw: Framework) -> Metrics:

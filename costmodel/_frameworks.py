@@ -178,7 +178,7 @@ class Framework:
     def adam_bytes_touched(self) -> float:
         """HBM bytes the Adam step moves per (sharded) parameter: reads the master weight, the two moments and the
         main gradient, writes the master weight, the moments and the 16-bit working copy: 2 x optim_state_bytes +
-        main_grad_bytes + WEIGHT_BYTES (30 with every state in fp32: costmodel._data_parallel.ADAM_BYTES_TOUCHED)."""
+        main_grad_bytes + WEIGHT_BYTES (30 with every state in fp32: read 16, write 12 + 2)."""
         return 2.0 * self.optim_state_bytes + self.main_grad_bytes + WEIGHT_BYTES
 
 
@@ -594,6 +594,12 @@ def with_state_dtypes(fw: Framework, *, grad: str | None = None, main_params: st
         changes["optim_state_bytes"] = (MAIN_PARAMS_DTYPE_BYTES["fp32"] if main is None else main) + 2.0 * (
             MOMENTS_DTYPE_BYTES["fp32"] if mom is None else mom)
     return dataclasses.replace(fw, **changes) if changes else fw
+
+
+def state_optim_bytes(state_dtypes: dict) -> float:
+    """The optimizer's bytes a parameter under ``state_dtypes`` (with_state_dtypes' keywords; every profile keeps
+    an fp32 master and fp32 moments by default, so the dtypes alone fix it)."""
+    return with_state_dtypes(FRAMEWORKS[DEFAULT_FRAMEWORK], **state_dtypes).optim_state_bytes
 
 
 def framework_names() -> list[str]:

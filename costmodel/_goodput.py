@@ -164,11 +164,12 @@ def checkpoint_bytes_per_writer(weights_bytes, optimizer_bytes, zero_stage, data
     return sharded + replicated / (np.asarray(data_replicas) if spread else 1)
 
 
-def expert_state_per_gpu(model, table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def expert_state_per_gpu(model, table, optim_bytes: float = OPTIM_BYTES
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The routed experts' part of a GPU's state (module docstring), None for a dense model:
     (weights bytes, optimizer bytes, ep x etp (the ranks of one stage sharing one copy), edp (its
     replicas)), (N,) each. ``table``: a StrategyTable or a mapping of its columns (ep and etp 1
-    where absent)."""
+    where absent); ``optim_bytes``: the optimizer's bytes a parameter (Framework.optim_state_bytes)."""
     if model is None or not getattr(model, "is_moe", False):
         return None
     d, t, p, c = (np.asarray(table[k], dtype=np.int64) for k in ("dp", "tp", "pp", "cp"))
@@ -179,7 +180,7 @@ def expert_state_per_gpu(model, table) -> tuple[np.ndarray, np.ndarray, np.ndarr
     edp = np.maximum(d * c * t // holders, 1)
     params = model.moe_layers * model.moe_layer_expert_params() / (p * holders)  # per GPU, stages alike
     w = WEIGHT_BYTES * params / np.where(zero >= 3, edp, 1)
-    o = OPTIM_BYTES * params / np.where(zero >= 1, edp, 1)
+    o = optim_bytes * params / np.where(zero >= 1, edp, 1)
     return w, o, holders, edp
 
 
@@ -246,18 +247,20 @@ def goodput(tokens_per_s, num_gpus, ckpt_bytes, failure: FailureModel | None = N
     return goodput_terms(tokens_per_s, M, b / f.write_Bps_per_gpu, f.restart_s + b / f.read_Bps_per_gpu)
 
 
-def plan_goodput(metrics, table, cluster, failure: FailureModel | None = None, model=None) -> dict[str, np.ndarray]:
+def plan_goodput(metrics, table, cluster, failure: FailureModel | None = None, model=None,
+                 optim_bytes: float = OPTIM_BYTES) -> dict[str, np.ndarray]:
     """Goodput of evaluated rows (module docstring): Metrics (tokens/s, per-GPU weight and
     optimizer bytes), their StrategyTable (degrees, ZeRO stage; ep and etp) and the Cluster they
     run on (its nodes: the job MTBF counts the nodes a plan holds, the idle ones are its spares).
     ``model``: needed for a mixture-of-experts model's rows (their expert state is split by ep and
-    etp); an MoE plan without it is an InputError."""
+    etp); an MoE plan without it is an InputError. ``optim_bytes``: the optimizer's bytes a parameter the
+    rows were priced with (Framework.optim_state_bytes: the expert part of their optimizer state)."""
     f = failure or FailureModel()
     d, t, p, c = (np.asarray(table[k]) for k in ("dp", "tp", "pp", "cp"))
     G = cluster.gpus_per_node
     nodes_used = -(-(d * t * p * c) // G)  # ceil: whole nodes
     M = f.gpu_mtbf_h * 3600.0 / (nodes_used * G)
-    experts = expert_state_per_gpu(model, table)
+    experts = expert_state_per_gpu(model, table, optim_bytes)
     if experts is None and any(k in _columns(table) and np.any(np.asarray(table[k]) > 1) for k in ("ep", "etp")):
         raise InputError("model", "the MoE model of plans with ep or etp > 1 (goodput prices its expert state)",
                          "none" if model is None else model.name)

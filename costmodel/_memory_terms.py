@@ -235,7 +235,7 @@ def grad_kwargs(fw, prec) -> dict:
     the bytes by precision and the codes (Framework.grad_memory_bytes)."""
     gb = fw.grad_memory_bytes()
     kw = {"grad_bytes": gb} if np.ndim(gb) == 0 else {"grad_bytes": gb, "prec": prec}
-    return kw if fw.optim_state_bytes == OPTIM_BYTES else {**kw, "optim_bytes": fw.optim_state_bytes}
+    return {**kw, "optim_bytes": fw.optim_state_bytes}
 
 
 def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None, optim_bytes=OPTIM_BYTES):

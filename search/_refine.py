@@ -11,15 +11,17 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import StrategyTable, evaluate, plan_goodput
+from costmodel._frameworks import state_optim_bytes
 
 
-def objective_score(metrics, table, cluster, objective: str, failure=None, model=None) -> np.ndarray:
+def objective_score(metrics, table, cluster, objective: str, failure=None, model=None, optim_bytes=None) -> np.ndarray:
     """(N,) larger-is-better score by ``objective``, -inf where infeasible (``model``: goodput
-    prices an MoE model's expert state by ep and etp)."""
+    prices an MoE model's expert state by ep and etp; ``optim_bytes``: plan_goodput's, None its default)."""
     if objective == "tokens_per_s":
         val = metrics["tokens_per_s"]
     else:
-        val = plan_goodput(metrics, table, cluster, failure, model=model)["goodput_tokens_per_s"]
+        kw = {} if optim_bytes is None else {"optim_bytes": optim_bytes}
+        val = plan_goodput(metrics, table, cluster, failure, model=model, **kw)["goodput_tokens_per_s"]
     return np.where(metrics["feasible"], np.asarray(val, dtype=np.float64), -np.inf)
 
 
@@ -38,7 +40,8 @@ def refine(model, cluster, table: StrategyTable, metrics, top: int = REFINE_TOP,
         if objective == "tokens_per_s":
             key = m["step_time_s"]
         else:
-            key = -objective_score(m, t, cluster, objective, failure, model)
+            key = -objective_score(m, t, cluster, objective, failure, model,
+                                   state_optim_bytes(state_dtypes) if state_dtypes else None)
         return np.argsort(key, kind="stable")
 
     cand = best_first(metrics, table)[:top]

@@ -139,3 +139,24 @@ def test_rank_prices_its_space_with_the_dtypes():
     assert "grad bf16, moments bf16" in low.stdout.splitlines()[0] and "moments" not in base.stdout.splitlines()[0]
     bad = rank("--moments-dtype", "fp4")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--moments-dtype" in bad.stderr
+
+
+def test_goodput_counts_an_moe_plans_expert_optimizer_state_in_the_dtypes_it_was_priced_with():
+    """Mixtral 8x7B, ep 8, ZeRO-1: with bf16 moments the experts' optimizer state is 8/12 of fp32's (4 + 2 x 2
+    against 4 + 2 x 4 bytes a parameter), and so is the rest of the GPU's (the dense part); goodput's checkpoint
+    sees both at the dtypes the plan was priced with."""
+    from costmodel import plan_goodput
+    from costmodel._goodput import expert_state_per_gpu
+
+    model, cl = model_preset("mixtral-8x7b"), cluster_preset("h100x64")
+    t = StrategyTable.from_columns(dp=16, tp=4, pp=1, ep=8, global_batch=256, micro_batch=1, zero_stage=1,
+                                   recompute="full", sequence_parallel=True)
+    base, low = evaluate(model, cl, t), evaluate(model, cl, t, state_dtypes={"moments": "bf16"})
+    e_base, e_low = expert_state_per_gpu(model, t)[1], expert_state_per_gpu(model, t, 8.0)[1]
+    assert e_low[0] / e_base[0] == pytest.approx(8 / 12, rel=1e-12)
+    dense_base = base["mem_optimizer_bytes"][0] - e_base[0]
+    dense_low = low["mem_optimizer_bytes"][0] - e_low[0]
+    assert dense_base > 0 and dense_low / dense_base == pytest.approx(8 / 12, rel=1e-9)
+    g_base = plan_goodput(base, t, cl, model=model)["checkpoint_bytes"][0]
+    g_low = plan_goodput(low, t, cl, model=model, optim_bytes=8.0)["checkpoint_bytes"][0]
+    assert g_low < g_base
