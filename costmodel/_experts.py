@@ -246,10 +246,12 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     rows = u * copies / local  # tokens per local expert's GEMM, after the etp all-gather
     fs = model.shared_experts * model.shared_expert_ffn  # the shared experts as one MLP
     split = np.where(sp, t, 1)
-    attn_gemm = lc["attn_gemm"] + gemm_s(T / t, E, h, peak, gpu)  # attention projections and the router
+    router = gemm_s(T / t, E, h, peak, gpu)
+    attn_gemm = lc["attn_gemm"] + router  # attention projections and the router
     mlp_gemm = local * (gemm_s(rows, (mats - 1) * fe / u, h, peak, gpu) + gemm_s(rows, h, fe / u, peak, gpu))
-    if fs:
-        mlp_gemm = mlp_gemm + gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
+    if fs:  # the shared experts' FC1 and FC2
+        shared_fc1, shared_fc2 = gemm_s(T, (mats - 1) * fs / t, h, peak, gpu), gemm_s(T, h, fs / t, peak, gpu)
+        mlp_gemm = mlp_gemm + shared_fc1 + shared_fc2
     # element-wise bytes: the attention part with the router and the permutation (the attention node of the overlap),
     # the expert part with the sort by local expert and the activation
     permute, sort = permutation_elems(copies, T, t, u, local)  # (elements of h)
@@ -280,11 +282,10 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     # and fp8 quantization; its all-to-alls: ep_fwd), "moe_act" the routed experts' activation kernel (read the FC1
     # output, write FC2's input: ELEM_TF_PER_LAYER elements of a copy's expert width), "shared_experts" their FC1,
     # activation and FC2
-    router = gemm_s(T / t, E, h, peak, gpu)
     perm_s = hbm_s(ACT_BYTES * permute * h + ROUTING_BYTES_PER_SCORE * T * E / t, gpu)
     moe_f = router + mlp_gemm + perm_s + elem_m + lc["overhead"] * 0.5 * (units - 1.0) + xcast_f
     act_f = hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * copies * fe, gpu)
-    shared_f = (gemm_s(T, (mats - 1) * fs / t, h, peak, gpu) + gemm_s(T, h, fs / t, peak, gpu)
+    shared_f = (shared_fc1 + shared_fc2
                 + hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * T * fs / t, gpu) + scast_f) if fs else 0.0 * T
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
             "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f,
