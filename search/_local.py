@@ -98,17 +98,17 @@ def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1
     radices = np.asarray(space.radices, dtype=np.int64)
     offset = np.concatenate([[0], np.cumsum(radices)[:-1]]).astype(np.int64)  # (D,) first column of each dim
     width = int(radices.sum())
-
-    def onehot(d: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(d), width))
-        out[np.arange(len(d))[:, None], offset[None, :] + d] = 1.0
-        return out
-
-    x = onehot(digits[ok])
+    col = offset[None, :] + digits[ok]  # (F, D) the one-hot columns set in each row
     y = np.log(cost[ok])
     mu = y.mean()
-    w = np.linalg.solve(x.T @ x + ridge * np.eye(width), x.T @ (y - mu))
-    return lambda d: mu + onehot(np.atleast_2d(d)) @ w
+    # The normal equations from counts, not from a dense (F, width) one-hot matrix: x.T @ x counts the
+    # rows setting each pair of columns, x.T @ r sums r over the rows setting each column (no BLAS
+    # call: a threaded product of these small matrices is slower than the counts on a busy machine).
+    pairs = (col[:, :, None] * width + col[:, None, :]).ravel()  # (F D D,)
+    xtx = np.bincount(pairs, minlength=width * width).reshape(width, width).astype(np.float64)
+    xty = np.bincount(col.ravel(), weights=np.repeat(y - mu, col.shape[1]), minlength=width)
+    w = np.linalg.solve(xtx + ridge * np.eye(width), xty)
+    return lambda d: mu + w[offset[None, :] + np.atleast_2d(d)].sum(axis=1)
 
 
 def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, rng: np.random.Generator,

@@ -13,6 +13,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# One BLAS thread a process: pytest-xdist already runs a worker per core, and the suite's processes
+# (the command line, Ray's workers) multiply small float matrices (Piper's stage sums, the searchers'
+# fits), where OpenBLAS's threads on cores that are all busy cost more than they give. Set before
+# numpy is first imported in this process; the processes started after inherit it.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 
 def pytest_collection_modifyitems(session, config, items):
     """The modules that hold slow tests (Ray clusters, kills, long searches) run first, each kept
