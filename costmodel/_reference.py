@@ -218,6 +218,10 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)):
         return "framework_unsupported"
+    m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
+    if sched == "interleaved" and ((rule == "pp_multiple" and m % pp) or (rule == "at_least_pp" and m < pp)
+                                   or (rule == "pytorch_rounds" and m >= pp and m % (m // pp))):
+        return "framework_unsupported"  # costmodel._frameworks.INTERLEAVED_MICROBATCHES: what each framework runs
     return "ok"
 
 
