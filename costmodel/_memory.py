@@ -62,7 +62,8 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     """(N, k) micro-batches in flight from the op graphs of rows outside the closed forms'
     domain by shape (ZB-V, Hanayo, ZB-H1/H2 with m < pp); NaN for the other rows. Interleaved
     rows are not among them, whatever m: in_flight's count (Megatron-LM's warm-up with its group
-    size N) equals the op order's peak for every m, m < pp included (tests/test_pipeline_closed_form_domain.py),
+    size N) equals the op order's peak for every m, m < pp included (p 2-8, v 2-4, m 1..3p:
+    tests/test_pipeline_closed_form_domain.py),
     though the simulator prices the time of those with m < pp."""
     from costmodel._pipeline import schedule_peaks
 

@@ -16,10 +16,10 @@ micro-batches each stage holds at its peak (the activation memory's multiplier).
 Interleaving with m >= p is inside the domain whatever m % p: the schedule then runs groups of
 N >= p micro-batches chunk by chunk (interleave_groups), which on uniform stages takes exactly
 (m + (p - 1)/v) X, as for m a multiple of p (the simulator's op order, every p 2-12, v 2-4,
-m p..5p: tests/test_pipeline_closed_form_domain.py). On uneven stages (600 random cases: p 2-16,
-v 2-4, m p..5p, stage times 0.8-1.2 x, T_C 0-5% of X) the closed form is within 2.1% of the
-simulator on average (8.3% at worst) for m % p != 0, against 2.8% (19.9%) for m % p == 0,
-which it has always priced.
+m p..5p; tests/test_pipeline_closed_form_domain.py keeps p 2-7 and m up to 2p + 1). On uneven
+stages (benchmarks/interleaved_closed_form.py: 600 random cases, p 2-16, v 2-4, m p..5p) the
+closed form is within 2.1% of the simulator on average (8.3% at worst) for m % p != 0, against
+2.8% (19.9%) for m % p == 0, which it has always priced.
 """
 
 from __future__ import annotations
