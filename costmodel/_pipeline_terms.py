@@ -57,9 +57,10 @@ def interleave_groups(sched, p, m):
     from costmodel._pipeline import interleave_group_size
 
     q = np.flatnonzero(odd.ravel())
-    pairs, inv = np.unique(np.stack([p.ravel()[q], m.ravel()[q]]), axis=1, return_inverse=True)
+    pq, mq = p.ravel()[q].astype(np.int64), m.ravel()[q].astype(np.int64)
+    keys, inv = np.unique(pq << 32 | mq, return_inverse=True)  # one int per (p, m) pair: a 1-D unique
     out = p.copy().ravel()
-    out[q] = np.array([interleave_group_size(int(a), int(b)) for a, b in pairs.T], dtype=out.dtype)[inv.ravel()]
+    out[q] = np.array([interleave_group_size(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys], dtype=out.dtype)[inv]
     return out.reshape(p.shape)
 
 
