@@ -448,8 +448,8 @@ HETERO_REASONS = {
     "batch_not_divide": ("global_batch", "a multiple of dp x microbatches on every stage"),
     "schedule_invalid": ("schedule", "gpipe, 1f1b, zb-h1 or zb-h2 with vpp 1 (or vpp dividing every stage)"),
     "zero_incompatible_pp": ("zero_stage", "a ZeRO stage the framework runs with several stages"),
-    "framework_unsupported": ("--framework", "a framework that runs this schedule, ZeRO stage, SP, precision, ep "
-                              "and etp"),
+    "framework_unsupported": ("--framework", "a framework that runs this schedule (with these micro-batches a step), "
+                              "ZeRO stage, SP, precision, ep and etp"),
     "ep_invalid": ("ep", "a divisor of the model's experts (1 for a dense model) with ep x etp dividing every "
                    "stage's tp x cp x dp, and no stage of an MoE model split across two pools"),
 }

@@ -217,6 +217,16 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     return StrategyTable.from_columns(**cols, **extra)
 
 
+# What each interleaved micro-batch rule of a profile (costmodel._frameworks.INTERLEAVED_MICROBATCHES) asks, in words,
+# and the test on (m, pp).
+INTERLEAVE_NEEDS = {
+    "pp_multiple": ("a multiple of pp", lambda m, p: m % p == 0),
+    "at_least_pp": ("at least pp", lambda m, p: m >= p),
+    "pytorch_rounds": ("fewer than pp, or a multiple of m // pp (rounds of micro-batches)",
+                       lambda m, p: m < p or m % (m // p) == 0),
+}
+
+
 def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, framework=None) -> InputError:
     """The InputError that explains why a strategy was refused (all but out-of-memory)."""
     dp, tp, pp, cp = row["dp"], row["tp"], row["pp"], row["cp"]
@@ -261,6 +271,12 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("schedule", f"one of {', '.join(fw.schedules)} under framework {fw.name}", row["schedule"])
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
+        m = max(row["global_batch"] // (dp * row["micro_batch"]), 1)
+        need = INTERLEAVE_NEEDS.get(fw.interleaved_microbatches)
+        if row["schedule"] == "interleaved" and need and not need[1](m, pp):
+            return InputError("global_batch", f"{need[0]} micro-batches a step (global_batch / (dp*micro_batch)) "
+                              f"with interleaved on pp={pp} under framework {fw.name}",
+                              f"{row['global_batch']} ({m} micro-batches)")
         if row["precision"] == "fp8" and not fw.fp8:
             return InputError("precision", f"bf16 or fp16 under framework {fw.name}", row["precision"])
         if row.get("ep", 1) > 1 and not fw.expert_parallel:

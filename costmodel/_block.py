@@ -68,6 +68,7 @@ from costmodel._pipeline_terms import (
     extra_warmup_chunks,
     first_max_stage,
     in_flight,
+    interleave_groups,
     pipeline_step,
     with_extra_chunk,
 )
@@ -192,7 +193,8 @@ def unpaired_layers(rows: Rows):
     fw = rows.fw
     if not (rows.moe and fw.overlap_ep and fw.overlap_ep_steady_only):
         return None
-    share = unpaired_share(rows.sched == SCHED["interleaved"], rows.p, rows.m, rows.v, rows.j)
+    share = unpaired_share(rows.sched == SCHED["interleaved"], rows.p, rows.m, rows.v, rows.j,
+                           interleave_groups(rows.sched, rows.p, rows.m))
     return np.broadcast_to(rows.n_m, np.broadcast_shapes(np.shape(rows.n_m), np.shape(share))) * share
 
 

@@ -292,19 +292,20 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
             "moe_f": moe_f, "act_f": act_f, "shared_f": shared_f}
 
 
-def unpaired_share(interleaved, p, m, v, j):
+def unpaired_share(interleaved, p, m, v, j, group=None):
     """Share of stage ``j``'s forward passes, and of its backward passes, that Megatron-Core's EP A2A overlap runs
     alone, their all-to-alls exposed (arrays broadcasting). The overlap pairs one micro-batch's forward with another's
     backward only in the steady state of the combined 1F1B schedules (core_v0.16.0, 3bec9aa,
     pipeline_parallel/combined_1f1b.py): without a pipeline the first forward and the last backward run alone
     (combined_1f1b_schedule_for_no_pipelining), 1 of m; interleaved, the warm-up forwards and the cool-down backwards,
-    w = (p - j - 1) 2 + (v - 1) p + 1 of m v (schedules.py get_pp_rank_microbatches: Megatron's warm-up count with
-    microbatch_group_size_per_vp_stage = p and the overlap's one extra forward), at most all; a pipeline without
+    w = (p - j - 1) 2 + (v - 1) N + 1 of m v (schedules.py get_pp_rank_microbatches: Megatron's warm-up count with
+    microbatch_group_size_per_vp_stage N, ``group``, and the overlap's one extra forward; N = p where p divides m,
+    costmodel._pipeline_terms.interleave_groups; None: p), at most all; a pipeline without
     interleaving is not overlapped at all (transformer_config.py: EP A2A overlap with pp > 1 needs
     virtual_pipeline_model_parallel_size; forward_backward_pipelining_without_interleaving has no combined path): 1."""
     p, m, v = (np.asarray(x, dtype=np.float64) for x in (p, m, v))
     paired = np.asarray(interleaved) | (p == 1)
-    w = (p - j - 1.0) * 2.0 + (v - 1.0) * p + 1.0
+    w = (p - j - 1.0) * 2.0 + (v - 1.0) * (p if group is None else np.asarray(group, dtype=np.float64)) + 1.0
     return np.where(paired, np.minimum(w / (m * v), 1.0), 1.0)
 
 

@@ -5,7 +5,8 @@ pools; tp splits the heads (an MLP: the hidden width); ep x etp folds into a sta
 (costmodel._experts); the stages hold the model's layers, at least one each; cp splits the
 sequence into 2 cp chunks; the batch divides into dp x micro-batches; the schedule takes the vpp
 (whole layers per chunk); ZeRO stages the framework shards with a pipeline; and what the framework
-runs (schedules, ZeRO, SP, precision, ep, etp: costmodel._frameworks). search/ reuses
+runs (schedules, ZeRO, SP, precision, ep, etp, the micro-batches its interleaving takes:
+costmodel._frameworks). search/ reuses
 `feasibility` to keep its spaces to valid rows.
 """
 
@@ -53,9 +54,30 @@ def ep_fits(model: Transformer, e, ranks, u):
     return (model.experts % e == 0) & (model.expert_ffn % u == 0) & (ranks % (e * u) == 0)
 
 
-def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None, etp=None) -> np.ndarray:
-    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp."""
+def interleaving_runs(rule: str, schedule, p, m) -> np.ndarray:
+    """(N,) bool: an interleaved row's micro-batches per step m on pp p are ones the framework's rule
+    (costmodel._frameworks.INTERLEAVED_MICROBATCHES, with its sources) runs; True on other rows."""
+    if rule == "any":
+        return np.ones(np.shape(schedule), dtype=bool)
+    p, m = np.maximum(p, 1), np.maximum(m, 1)
+    if rule == "pp_multiple":
+        ok = m % p == 0
+    elif rule == "at_least_pp":
+        ok = m >= p
+    elif rule == "pytorch_rounds":
+        ok = (m < p) | (m % np.maximum(m // p, 1) == 0)
+    else:
+        raise AssertionError(rule)  # a profile's field, checked by tests/test_frameworks.py
+    return ok | (schedule != SCHED["interleaved"])
+
+
+def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, ep=None, etp=None, pp=None,
+                   m=None) -> np.ndarray:
+    """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp, and (``pp``, ``m``
+    given) runs its interleaving on m micro-batches a step."""
     ok = np.isin(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
+    if m is not None and fw.interleaved_microbatches != "any":
+        ok &= interleaving_runs(fw.interleaved_microbatches, schedule, pp, m)
     if ep is not None and not fw.expert_parallel:
         ok &= ep == 1
     if etp is not None and not fw.expert_tensor_parallel:
@@ -68,14 +90,15 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 
 
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
-                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None) -> np.ndarray:
+                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None, m=None) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
-    framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision) are the same
-    for both and made here. ``ep_ok`` (homogeneous only): ep_fits, checked right after tp."""
+    framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision, and of
+    interleaving on ``m`` micro-batches a step) are the same for both and made here. ``ep_ok``
+    (homogeneous only): ep_fits, checked right after tp."""
     fw = framework_preset(framework)
-    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp)
+    fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp, pp, m)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -172,5 +195,6 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
-                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u)
+                          sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u,
+                          m=r["m"])
     return reason, used

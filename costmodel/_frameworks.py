@@ -15,6 +15,11 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     overlap_dp_usual: what `plansweep validate` assumes when a run does not say, per ZeRO stage 0-3
     uneven_chunks: interleaving splits a stage whose layers v does not divide into chunks one layer apart (else v must
         divide every stage's layers)
+    interleaved_microbatches: the micro-batches per step m an interleaved schedule runs on pp p
+        (INTERLEAVED_MICROBATCHES; a row asking for others is ``framework_unsupported``): "any"; "pp_multiple", m a
+        multiple of p (Megatron-LM 2021); "at_least_pp", m >= p (Megatron-Core: a group size N in [p, m] is then
+        always valid, N = m at worst); "pytorch_rounds", m < p (one round) or m a multiple of m // p rounds
+        (torch.distributed.pipelining)
     expert_parallel: False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
     expert_tensor_parallel: False: etp > 1 is ``framework_unsupported`` (only Megatron-Core has it)
     ep_dispatch_per_node: a token goes once to each other node holding one of its experts, then over NVLink (DeepEP,
@@ -115,6 +120,21 @@ from costmodel._codes import SCHEDULES
 from costmodel._dtypes import GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 
+# What an interleaved schedule asks of the micro-batches per step m on pp p, per framework (Framework.
+# interleaved_microbatches; costmodel._feasibility.interleaving_runs):
+#   "any": every m (plansweep's own model: the simulator prices m < p).
+#   "pp_multiple": m % p == 0. Megatron-LM d750965 (2021-06-29) megatron/training.py line 366 asserts it ("number of
+#       microbatches is not divisible by pipeline-parallel size when using interleaved schedule"); Megatron-Core's
+#       schedules.py raised the same until 4295be1 (2024-11-01, the tunable schedule).
+#   "at_least_pp": m >= p. Megatron-LM d98e8a6 megatron/core/pipeline_parallel/schedules.py lines 1160-1180: the group
+#       size N (--microbatch-group-size-per-virtual-pipeline-stage, p by default) must lie in [p, m] and m % N be 0 or
+#       at least p; for m < p no N does, for m >= p N = m always does (costmodel._pipeline.interleave_group_size takes
+#       the smallest).
+#   "pytorch_rounds": m < p, or m a multiple of r = m // p. pytorch 1fd7abc torch/distributed/pipelining/schedules.py,
+#       ScheduleInterleaved1F1B.__init__: number_of_rounds = max(1, m // p), ValueError unless m % number_of_rounds
+#       == 0 (p = 4: m = 3, 6, 7, 10 run, m = 9 does not).
+INTERLEAVED_MICROBATCHES = ("any", "pp_multiple", "at_least_pp", "pytorch_rounds")
+
 
 @dataclasses.dataclass(frozen=True)
 class Framework:
@@ -167,6 +187,7 @@ class Framework:
     dropout: bool = False  # hidden dropout on (layer_saves "te": the bias-dropout-adds' masks)
     optim_state_bytes: float = float(OPTIM_BYTES)
     main_grad_bytes: float = float(GRAD_BYTES)
+    interleaved_microbatches: str = "any"  # INTERLEAVED_MICROBATCHES (module docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -211,7 +232,7 @@ _MEGATRON_CORE = Framework(
     xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
     expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
-    te_ring_attention=True, moe_host_sync=True, recompute_modules=True,
+    te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
@@ -248,7 +269,8 @@ _MEGATRON_CORE = Framework(
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
              "(4, 4); backward mul_ (4, 4) and autograd's cast of the fp32 gradient to the logits' 16-bit dtype "
              "(validate_outputs: 4, 2): 52; language_module.py transposes the labels, not the logits",
-             "Megatron-LM megatron/core/pipeline_parallel/schedules.py (1F1B, with and without interleaving)",
+             "Megatron-LM megatron/core/pipeline_parallel/schedules.py (1F1B, with and without interleaving); d98e8a6 "
+             "lines 1160-1180: interleaving needs a group size N in [pp, m] with m % N 0 or >= pp, so m >= pp",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
              "Megatron-LM README, Performance Benchmarking: runs with --overlap-grad-reduce and --overlap-param-gather;"
              " core_r0.8.0 distrib_optimizer.py: each bucket's weight all-gather waited on in the forward pre-hook",
@@ -291,7 +313,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
         expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), grad_buffer_bytes=(4.0,) * 3,
+        interleaved_microbatches="pp_multiple",
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Megatron-LM d750965 megatron/training.py line 366: interleaving asserts micro-batches % pp == 0",
                  "gradients kept at 4 bytes a parameter at every precision, the papers' 18 bytes a parameter "
                  "(Megatron-LM d750965 megatron/model/distributed.py would keep fp16 runs' main_grad in fp16 without "
                  "--accumulate-allreduce-grads-in-fp32: the profile keeps the count its validation was set on)",
@@ -420,7 +444,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
         grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
-        grad_buffer_bytes=(4.0,) * 3,
+        grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds",
         sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
                  "reduce-scatter output cast to orig_dtype, the sharded parameter's (fp32 under torchtitan's "
                  "MixedPrecisionPolicy param_dtype bf16), and set as sharded_param.grad: 4 bytes, whatever the reduce "
@@ -447,6 +471,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
                  "ScheduleZBVZeroBubble; PipelineStage syncs FSDP gradients on the last micro-batch only",
+                 "pytorch 1fd7abc torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B: max(1, m // pp) "
+                 "rounds of micro-batches, a ValueError unless they divide m; ScheduleZBVZeroBubble any m",
                  "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels); its "
                  "flash backend is FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn)",
                  "torchtitan torchtitan/parallelisms/parallelize_llama.py (commit 9dec370) _save_list and "

@@ -13,7 +13,8 @@ the closed forms' domain, else the schedule's peak (costmodel._pipeline.schedule
 function of (schedule, pp, micro-batches, vpp) alone. ZB-H1/H2 with m >= pp are the one case
 where evaluate's choice also reads the stage times (T_W > min(T_F, T_B) sends a row to the
 simulator); there the closed form equals the graph's peak (tests/test_search_screen.py checks
-the equality on whole spaces), so the choice does not change the bytes.
+the equality on whole spaces), so the choice does not change the bytes. Interleaved rows take
+the closed form whatever m (with Megatron-LM's group size it equals the op order's peak).
 """
 
 from __future__ import annotations
@@ -59,13 +60,15 @@ def _screen(model: Transformer, cluster: Cluster, table: StrategyTable, fw) -> t
 
 def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     """(N, k) micro-batches in flight from the op graphs of rows outside the closed forms'
-    domain by shape (ZB-V, Hanayo, interleaving with m not a multiple of pp, ZB-H1/H2 with
-    m < pp); NaN for the other rows."""
+    domain by shape (ZB-V, Hanayo, ZB-H1/H2 with m < pp); NaN for the other rows. Interleaved
+    rows are not among them, whatever m: in_flight's count (Megatron-LM's warm-up with its group
+    size N) equals the op order's peak for every m, m < pp included (p 2-8, v 2-4, m 1..3p:
+    tests/test_pipeline_closed_form_domain.py),
+    though the simulator prices the time of those with m < pp."""
     from costmodel._pipeline import schedule_peaks
 
     zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
-    graph = (np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
-             | ((sched == SCHED["interleaved"]) & (m % p != 0)) | (zb & (m < p)))
+    graph = np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES]) | (zb & (m < p))
     out = np.full(idx.shape, np.nan)
     q = np.flatnonzero(graph)
     if not q.size:

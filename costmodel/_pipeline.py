@@ -24,7 +24,7 @@ Sources for the op orders:
   (``get_schedule_table``, ``get_pp_rank_microbatches`` and the group-size check of
   ``forward_backward_pipelining_with_interleaving``): groups of N micro-batches run chunk by
   chunk; warm-up (p - rank - 1) * 2 + (v - 1) * N virtual micro-batches, capped at m * v;
-  N = p when p divides m, else the smallest group size Megatron-LM accepts (``_group_size``).
+  N = p when p divides m, else the smallest group size Megatron-LM accepts (``interleave_group_size``).
 - Hanayo: Liu et al., SC'23, "Hanayo: Harnessing Wave-like Pipeline Parallelism": chunks laid
   out as waves (chunk c runs down the devices for even c and up for odd c); the paper's order
   for m = D, repeated m / D times as seed 003 does (see ``_hanayo``).
@@ -96,13 +96,21 @@ def _table_1f1b(table: list[tuple[int, int]], v: int, warm: int) -> list[tuple[i
     return ops + bwd[total - warm :]
 
 
-def _group_size(p: int, m: int) -> int:
-    """Megatron-LM's ``microbatch_group_size_per_vp_stage`` N for m micro-batches.
+@functools.lru_cache(maxsize=4096)
+def interleave_group_size(p: int, m: int) -> int:
+    """Micro-batches N an interleaved schedule runs chunk by chunk before the next chunk (Megatron-LM's
+    ``microbatch_group_size_per_vp_stage``, PyTorch's micro-batches a round) for m micro-batches on p stages.
 
-    Megatron-LM requires p <= N <= m and m % N == 0 or m % N >= p (a shorter last group
-    "introduces dependency bubbles", and with the warm-up rule below it deadlocks). N = p, the
-    default, when p divides m; else the smallest valid N, which keeps the warm-up (and the
-    activation memory) least; m itself (one group) when m < p.
+    Megatron-LM d98e8a6 megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving
+    (lines 1160-1180): N must lie in [p, m], and the last group, m % N, be 0 or at least p (a shorter last group
+    "introduces dependency bubbles"; with the warm-up rule it would deadlock); N is a setting
+    (--microbatch-group-size-per-virtual-pipeline-stage, p by default: model_parallel_config.py lines 567-568), so
+    m not a multiple of p needs another N. Here N = p when p divides m, else the smallest valid N (the least
+    warm-up, hence the least activation memory), m itself (one group) when m < p (which Megatron-Core refuses and
+    PyTorch runs as one round). PyTorch (pytorch 1fd7abc torch/distributed/pipelining/schedules.py,
+    ScheduleInterleaved1F1B) runs m // max(1, m // p) micro-batches a round where its rounds divide m: that is
+    the same N (for m >= p, an N in [p, m / r) with r = m // p leaves m - r N <= m % p < p, so the smallest valid
+    N is m / r when r divides m).
     """
     for n in range(p, m + 1):
         if m % n == 0 or m % n >= p:
@@ -111,7 +119,7 @@ def _group_size(p: int, m: int) -> int:
 
 
 def _interleaved(p: int, m: int, v: int) -> list[list[tuple[int, int, int]]]:
-    group = _group_size(p, m)
+    group = interleave_group_size(p, m)
     table = _megatron_table(m, v, group)
     return [_table_1f1b(table, v, (p - r - 1) * 2 + (v - 1) * group) for r in range(p)]
 

@@ -45,6 +45,7 @@ from costmodel._memory_terms import (
     RESERVED_BYTES,
     SOFTMAX_STAT_BYTES,
 )
+from costmodel._pipeline import interleave_group_size
 from costmodel._pipeline_terms import CLOSED_FORM_SCHEDULES, SIMULATED_SCHEDULES, TIE_REL
 from costmodel._sms import streaming_multiprocessors
 from costmodel._strategy import RECOMPUTE, SCHEDULES
@@ -217,6 +218,10 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)):
         return "framework_unsupported"
+    m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
+    if sched == "interleaved" and ((rule == "pp_multiple" and m % pp) or (rule == "at_least_pp" and m < pp)
+                                   or (rule == "pytorch_rounds" and m >= pp and m % (m // pp))):
+        return "framework_unsupported"  # costmodel._frameworks.INTERLEAVED_MICROBATCHES: what each framework runs
     return "ok"
 
 
@@ -393,8 +398,8 @@ def _in_flight(sched: str, p: int, m: int, v: int, i: int, extra: int = 0) -> fl
     Megatron-Core's EP A2A overlap of an MoE model)."""
     if sched == "gpipe":
         return float(m)
-    if sched == "interleaved":
-        return min((p - i - 1) * 2 + (v - 1) * p + 1 + extra, m * v) / v
+    if sched == "interleaved":  # Megatron-LM's warm-up with group size N (p where p divides m), then one forward
+        return min((p - i - 1) * 2 + (v - 1) * interleave_group_size(p, m) + 1 + extra, m * v) / v
     if sched == "zb-h1":
         return float(min(p, m))
     if sched == "zb-h2":
@@ -764,10 +769,12 @@ def _stages(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe
 
 def _unpaired(row: _Row, i: int) -> float:
     """Share of stage i's passes the EP A2A overlap runs alone: 1 of m without a pipeline, Megatron's warm-up count
-    (p - i - 1) 2 + (v - 1) p + 1 of m v interleaved, every pass in a pipeline without interleaving."""
+    (p - i - 1) 2 + (v - 1) N + 1 of m v interleaved (N: its group size), every pass in a pipeline without
+    interleaving."""
     if row.pp > 1 and row.sched != "interleaved":
         return 1.0
-    return min(((row.pp - i - 1.0) * 2.0 + (row.v - 1.0) * row.pp + 1.0) / (row.m * row.v), 1.0)
+    n = interleave_group_size(row.pp, row.m) if row.sched == "interleaved" else row.pp
+    return min(((row.pp - i - 1.0) * 2.0 + (row.v - 1.0) * n + 1.0) / (row.m * row.v), 1.0)
 
 
 def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict, moe: dict | None, n: int,
@@ -903,7 +910,7 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
     outside = (sched in SIMULATED_SCHEDULES
-               or (sched == "interleaved" and m % pp != 0)
+               or (sched == "interleaved" and m < pp)
                or (sched in ("zb-h1", "zb-h2") and (m < pp or b_st["W"] > min(b_st["F"], b_st["B"]))))
     if reason == "ok" and (mode == "simulate" or outside):
         from costmodel._pipeline import simulate

@@ -68,8 +68,10 @@ def test_interleaved_pp4_vpp2_with_8_micro_batches():
 ])
 def test_interleaved_micro_batches_a_round_as_pytorch_counts_them(m, want):
     # torchtitan runs ScheduleInterleaved1F1B, which also takes m not a multiple of p (its rounds of R micro-batches);
-    # the core sends those rows to the simulator, whose group of micro-batches is the same R for these m.
+    # the simulator's group of micro-batches and the closed form's (Megatron-LM's smallest valid group size) are the
+    # same R for these m.
     np.testing.assert_array_equal(simulate("interleaved", 4, m, 2, tf=1.0, tb=2.0).peak_activations, want)
+    np.testing.assert_array_equal(closed("interleaved", 4, m, 2), want)
 
 
 def test_gpipe_holds_every_micro_batch_and_zbv_2p_chunks():
