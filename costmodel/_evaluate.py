@@ -34,9 +34,11 @@ from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_v
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
-# Rows per block: 16k rows keep a block's float64 temporaries in L2, 1.6x faster per row
-# than whole 1M-row columns on these machines (BENCHMARKS.md, "Cost core").
-BLOCK_ROWS = 16384
+# Rows per block: a block's float64 temporaries stay in cache (1.6x faster per row than whole 1M-row columns on
+# these machines) while its fixed costs (about 9 ms a block: the configurations, the distinct exchanges, a few
+# hundred numpy calls) are shared by enough rows: 32k rows took 0.90x the CPU of 16k rows and 65k rows 1.02x of 32k
+# (600,000 bench rows, three evaluations a process, six processes each, alternating; BENCHMARKS.md, "Cost core").
+BLOCK_ROWS = 32768
 
 
 def _keep_freed_memory() -> None:
