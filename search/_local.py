@@ -87,14 +87,21 @@ def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
     return one[moved & ok], two[np.sort(first)]
 
 
-def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1.0):
+def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1.0, clip: float | None = None):
     """A predictor of log cost from the told points: log cost = mu + sum_k w_k[digit_k], one weight per
     (dimension, digit), fitted by ridge regression (``ridge`` lambda) on the feasible points ``digits``
     (F, D) with finite ``cost`` (F,). Returns ``predict((N, D) digits) -> (N,)``; None with fewer than
-    two feasible points."""
+    two feasible points.
+
+    ``clip`` q (0-1): the costs above their q-quantile count as that quantile (a plan worse than the
+    median told, q = 0.5, counts as the median one), so that the fit tells the good plans apart rather
+    than spending its squares on how slow the slow ones are (a plan 90% below the best weighs more in a
+    least-squares fit than all the differences between the good ones)."""
     ok = np.isfinite(cost)
     if ok.sum() < 2:
         return None
+    if clip is not None:
+        cost = np.where(ok, np.minimum(cost, np.quantile(cost[ok], clip)), cost)
     radices = np.asarray(space.radices, dtype=np.int64)
     offset = np.concatenate([[0], np.cumsum(radices)[:-1]]).astype(np.int64)  # (D,) first column of each dim
     width = int(radices.sum())
@@ -113,7 +120,7 @@ def additive_model(space, digits: np.ndarray, cost: np.ndarray, ridge: float = 1
 
 def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, rng: np.random.Generator,
                     ks: np.ndarray, vs: np.ndarray, fit: np.ndarray | None = None, *, guided: bool = True,
-                    mix: int = MIX_PEAKS) -> np.ndarray:
+                    mix: int = MIX_PEAKS, clip: float | None = None) -> np.ndarray:
     """(<= n, D) distinct digits not evaluated yet: the neighbours (``neighbours``) of the peaks
     among the told points ``digits`` (F, D) with costs ``cost`` (F,) (lower is better; inf: not
     feasible, never a peak), best peak first. ``known(keys)``: (N,) bool, the keys already evaluated.
@@ -122,14 +129,15 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
     Guided: the neighbours of the ``mix`` best peaks (their climbed ones included: a peak whose
     neighbours are all told keeps its place, so that the next peaks do not crowd out the best one's
     last neighbours), and of the next ones where these do not fill ``n``, ranked together by the
-    additive model of the told points (additive_model; ties in ``rng``'s order)."""
+    additive model of the told points (additive_model, its costs clipped at their ``clip`` quantile;
+    ties in ``rng``'s order)."""
     none = np.zeros((0, len(space.dims)), dtype=np.int64)
     feasible = np.flatnonzero(np.isfinite(cost))
     if not feasible.size or n <= 0:
         return none
     order = feasible[np.argsort(cost[feasible], kind="stable")]
     told = digits[order]  # (F, D) feasible points told, best first
-    predict = additive_model(space, digits, cost) if guided else None
+    predict = additive_model(space, digits, cost, clip=clip) if guided else None
     out, seen, peaks = [], set(), 0
     for j, x in enumerate(told):
         if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
@@ -201,11 +209,12 @@ def late_evaluations(budget: int, share: float) -> int:
 
 
 def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, seed: int, stream: int,
-                 changes: tuple[np.ndarray, np.ndarray], fit: np.ndarray | None) -> np.ndarray | None:
+                 changes: tuple[np.ndarray, np.ndarray], fit: np.ndarray | None,
+                 clip: float | None = None) -> np.ndarray | None:
     """(P <= batch, D) the next batch of a searcher's late local phase, a function of its ``memo``
     (search._memo.Memo of (cost, ...) per grid index told): the peaks' unevaluated neighbours
     (peak_neighbours over the single changes ``changes``), shuffled from np.random.default_rng([seed,
-    stream, points told]). None before the last late_evaluations(budget, share) evaluations (or without a
+    stream, points told]); ``clip``: peak_neighbours'. None before the last late_evaluations(budget, share) evaluations (or without a
     budget, or where the space has no grid keys), and where no peak has an unevaluated neighbour left."""
     if budget is None or share <= 0 or space.strides is None:
         return None
@@ -216,5 +225,5 @@ def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, s
     rng = np.random.default_rng([seed, stream, told])
     ks, vs = changes
     pts = peak_neighbours(space, space.digits_of(np.asarray(keys)), vals[:, 0], lambda k: memo.lookup(k)[0],
-                          batch, rng, ks, vs, fit)
+                          batch, rng, ks, vs, fit, clip=clip)
     return pts if len(pts) else None

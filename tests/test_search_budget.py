@@ -195,6 +195,35 @@ def test_additive_model_recovers_an_additive_cost():
     assert additive_model(space, digits[:1], np.exp(log_cost[:1])) is None  # one point: no model
 
 
+def test_clipped_additive_model_is_not_led_by_one_slow_plan():
+    """Four plans told, differing in micro-batch and recompute only (tp 1, pp 1, no SP, ZeRO-1):
+        A  mb 1, no recompute   cost 1.00 (the best)
+        B  mb 2, selective      1.05
+        C  mb 1, selective      1.04 (A with selective: recompute costs 4%)
+        D  mb 4, no recompute   1000 (micro-batch 4 is slow)
+    Which recompute should mb 2 take? A against C says none. Unclipped, D's log cost (6.9 against 0.05
+    for the others) sits half on "no recompute" (mb 4 and none are each seen once beside it), so
+    the model ranks mb 2 with no recompute far below mb 2 with selective. Clipped at the median (1.045),
+    D counts as 1.045: "none" is told at 1.00 and 1.045, "selective" at 1.04 and 1.05, and none ranks
+    first."""
+    space = trap_space()
+
+    def plan(mb: int, rec: int) -> list[int]:
+        return [0, 0, mb, 0, 0, rec]
+
+    told = np.array([plan(0, 0), plan(1, 1), plan(0, 1), plan(2, 0)])
+    cost = np.array([1.00, 1.05, 1.04, 1000.0])
+    ask = np.array([plan(1, 0), plan(1, 1)])  # mb 2 with no recompute, mb 2 with selective
+    raw = additive_model(space, told, cost)(ask)
+    clipped = additive_model(space, told, cost, clip=0.5)(ask)
+    assert raw[0] > raw[1] + 1.0  # led by D: "none" looks slow
+    assert clipped[0] < clipped[1]
+    # the clip leaves the points at or below the median as they are: an additive cost with no point
+    # above it is fitted the same
+    same = np.array([1.00, 1.04, 1.04, 1.00])
+    assert np.allclose(additive_model(space, told, same, clip=1.0)(ask), additive_model(space, told, same)(ask))
+
+
 def test_placement_move_puts_one_stage_on_another_pool():
     """Two stages on the A100 pool: swapping pools never leaves it; the stage-pool move puts one stage
     (and only its pool) on the H100s."""

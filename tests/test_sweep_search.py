@@ -186,13 +186,16 @@ def test_tpe_three_kills_then_resume_equals_uninterrupted(tpe_reference, tmp_pat
     assert written[1] > written[0] and written[2] > written[1], written
     assert_same_run(out, tpe_reference)
     df = rows(out)
-    assert len(df) == TPE_BUDGET and sorted(df["iteration"].unique()) == list(range(TPE_BUDGET // 8))
+    # batches of at most 8 (a climb's batch is the peaks' neighbours left, maybe fewer), numbered from 0
+    iterations = sorted(df["iteration"].unique())
+    assert len(df) == TPE_BUDGET and iterations == list(range(len(iterations))) and len(iterations) >= TPE_BUDGET // 8
+    assert df.groupby("iteration").size().max() <= 8
     # The studies themselves are the uninterrupted run's: the same trials, parameters, values, states.
     trials, want = _journal_trials(out), _journal_trials(tpe_reference)
     assert list(trials) == list(want) and trials == want
     assert not any(t[1] == "RUNNING" for ts in trials.values() for t in ts)
     info = json.load(open(marker))
-    assert info["batches"] == TPE_BUDGET // 8 and info["evaluations"] == TPE_BUDGET
+    assert info["batches"] == len(iterations) and info["evaluations"] == TPE_BUDGET
     assert info["journal_bytes"] == os.path.getsize(journal)
 
 
