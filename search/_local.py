@@ -214,8 +214,9 @@ def polish_batch(space, memo, *, budget: int | None, share: float, batch: int, s
     """(P <= batch, D) the next batch of a searcher's late local phase, a function of its ``memo``
     (search._memo.Memo of (cost, ...) per grid index told): the peaks' unevaluated neighbours
     (peak_neighbours over the single changes ``changes``), shuffled from np.random.default_rng([seed,
-    stream, points told]); ``clip``: peak_neighbours'. None before the last late_evaluations(budget, share) evaluations (or without a
-    budget, or where the space has no grid keys), and where no peak has an unevaluated neighbour left."""
+    stream, points told]); ``clip``: peak_neighbours'. None before the last late_evaluations(budget, share)
+    evaluations (or without a budget, or where the space has no grid keys), and where no peak has an
+    unevaluated neighbour left."""
     if budget is None or share <= 0 or space.strides is None:
         return None
     told = len(memo)
