@@ -11,8 +11,9 @@ import dataclasses
 import math
 
 from costmodel import _nccl as nccl
-from costmodel._codes import MODULE_BIT, module_code
+from costmodel._codes import MODULE_BIT, module_code, module_names
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
+from costmodel._errors import InputError
 from costmodel._experts import (
     DEEPEP_SMS,
     FP8_DISPATCH_BYTES,
@@ -459,6 +460,23 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 steady_only=fw.overlap_ep_steady_only, modules=module_code(r.get("recompute_modules") or 0))
 
 
+def _check_modules(model: Transformer, fw, code: int) -> None:
+    """InputError naming recompute_modules where the row names Megatron-Core recompute modules that its profile has
+    not (Framework.recompute_modules), or names them for an MLP stack, or names mla_up_proj for a model without
+    multi-head latent attention: the inputs the vectorised evaluator refuses too, checked on the one row."""
+    if not code:
+        return
+    if not fw.recompute_modules:
+        raise InputError("recompute_modules", f"none under framework {fw.name} (Megatron-Core's --recompute-modules)",
+                         module_names(code))
+    if model.kind == "mlp":
+        raise InputError("recompute_modules", "none for an MLP stack (they name transformer layer modules)",
+                         module_names(code))
+    if code & MODULE_BIT["mla_up_proj"] and not model.mla:
+        raise InputError("recompute_modules", "mla_up_proj only on a model with multi-head latent attention",
+                         module_names(code))
+
+
 def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = "closed_form",
                  framework=None) -> dict:
     """Metrics of one strategy ``r`` (a dict as StrategyTable.row gives) as plain floats.
@@ -466,6 +484,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     With pipeline="simulate" (and always for ZB-V and Hanayo) the pipeline time and the
     micro-batches in flight come from one call of the schedule simulator for this row."""
     fw = framework_preset(framework)
+    _check_modules(model, fw, module_code(r.get("recompute_modules") or 0))
     reason = _reason(model, cluster, r, fw)
     row = _row(model, cluster, r, fw)
     lay = _framework_layer(model, cluster, row, fw, _dense_layer(model, cluster, row, fw))

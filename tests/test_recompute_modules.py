@@ -11,6 +11,7 @@ from costmodel._codes import MODULE_BIT, RECOMPUTE_MODULES, module_code, module_
 from costmodel._frameworks import framework_preset
 from costmodel._layer_terms import framework_terms, shape_terms
 from costmodel._memory import memory_screen
+from costmodel._reference import evaluate_row
 from costmodel._validate import balanced_stage_layers
 from costmodel._workloads import Transformer
 from tests.test_reference import assert_rows_equal_reference
@@ -132,6 +133,17 @@ def test_profiles_without_modules_refuse_them():
         tiny_rows("layernorm,moe_activation")
     # 0 (or no column) under any profile: nothing named, nothing refused
     assert evaluate(TINY, H100, tiny_rows(0), framework="fsdp2")["reason"][0] == 0  # (the tiny row fits)
+
+
+def test_scalar_reference_refuses_what_the_evaluator_refuses():
+    row = tiny_rows("layernorm").row(0)
+    for fw in ("fsdp2", "deepspeed", "generic", "internevo"):  # profiles without Megatron-Core's modules
+        with pytest.raises(InputError) as err:
+            evaluate_row(TINY, H100, row, framework=fw)
+        assert err.value.argument == "recompute_modules" and fw in err.value.expected
+    with pytest.raises(InputError, match="mla_up_proj"):  # TINY has no multi-head latent attention
+        evaluate_row(TINY, H100, tiny_rows("mla_up_proj").row(0), framework="megatron-core")
+    assert evaluate_row(TINY, H100, row, framework="megatron-core")["reason"] == 0  # (priced: it fits)
 
 
 def test_modules_read_only_where_recompute_is_selective():
