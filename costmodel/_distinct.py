@@ -1,7 +1,7 @@
 """Distinct combinations of integer columns, without a sort where the key range allows.
 
 The block evaluator prices each distinct stage configuration once (a few dozen to a few thousand per
-block of 16,384 rows) and gathers the results back to every stage: ``first`` picks one entry of each
+block of 32,768 rows) and gathers the results back to every stage: ``first`` picks one entry of each
 combination, ``inv`` maps every entry to its combination.
 """
 

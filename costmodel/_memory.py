@@ -34,7 +34,8 @@ from costmodel._stages import moe_explicit_stages, representative_stages
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 
-# Rows per block, as costmodel._evaluate.BLOCK_ROWS (cache-sized temporaries).
+# Rows per block of the screen (cache-sized temporaries): costmodel._evaluate's earlier block size; evaluate's
+# went to 32,768 rows for its fixed costs a block, which the screen (no exchange, no pipeline) has fewer of.
 SCREEN_BLOCK_ROWS = 16384
 
 
