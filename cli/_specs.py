@@ -8,6 +8,8 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
+
 from costmodel import (
     COLUMNS,
     Cluster,
@@ -19,9 +21,11 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
+from costmodel._feasibility import interleaving_runs
 from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
+from costmodel._pipeline_terms import SCHED
 
 
 def read_mapping(path: str, argument: str) -> dict:
@@ -217,13 +221,12 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     return StrategyTable.from_columns(**cols, **extra)
 
 
-# What each interleaved micro-batch rule of a profile (costmodel._frameworks.INTERLEAVED_MICROBATCHES) asks, in words,
-# and the test on (m, pp).
+# What each interleaved micro-batch rule of a profile (costmodel._frameworks.INTERLEAVED_MICROBATCHES) asks, in words
+# (the test itself: costmodel._feasibility.interleaving_runs).
 INTERLEAVE_NEEDS = {
-    "pp_multiple": ("a multiple of pp", lambda m, p: m % p == 0),
-    "at_least_pp": ("at least pp", lambda m, p: m >= p),
-    "pytorch_rounds": ("fewer than pp, or a multiple of m // pp (rounds of micro-batches)",
-                       lambda m, p: m < p or m % (m // p) == 0),
+    "pp_multiple": "a multiple of pp",
+    "at_least_pp": "at least pp",
+    "pytorch_rounds": "fewer than pp, or a multiple of m // pp (rounds of micro-batches)",
 }
 
 
@@ -268,13 +271,15 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         return InputError("zero_stage", expected, row["zero_stage"])
     if reason == "framework_unsupported":
         if row["schedule"] not in fw.schedules:
-            return InputError("schedule", f"one of {', '.join(fw.schedules)} under framework {fw.name}", row["schedule"])
+            return InputError("schedule", f"one of {', '.join(fw.schedules)} under framework {fw.name}",
+                              row["schedule"])
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
         m = max(row["global_batch"] // (dp * row["micro_batch"]), 1)
         need = INTERLEAVE_NEEDS.get(fw.interleaved_microbatches)
-        if row["schedule"] == "interleaved" and need and not need[1](m, pp):
-            return InputError("global_batch", f"{need[0]} micro-batches a step (global_batch / (dp*micro_batch)) "
+        if row["schedule"] == "interleaved" and need and not interleaving_runs(
+                fw.interleaved_microbatches, np.array([SCHED["interleaved"]]), np.array([pp]), np.array([m]))[0]:
+            return InputError("global_batch", f"{need} micro-batches a step (global_batch / (dp*micro_batch)) "
                               f"with interleaved on pp={pp} under framework {fw.name}",
                               f"{row['global_batch']} ({m} micro-batches)")
         if row["precision"] == "fp8" and not fw.fp8:
