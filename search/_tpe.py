@@ -373,8 +373,8 @@ class TPESearcher(Searcher):
         among the feasible points told (search._local.polish_batch, the late phase MCMC and the gradient
         search share: single changes, then the fewest-change repairs of invalid ones, those of the two
         best peaks with any left ranked together by the additive model of the points told, clipped at
-        their median cost, LOCAL_CLIP; a climbed
-        peak whose neighbours are all told hands the phase to the next peak, in another basin). Empty
+        their median cost, LOCAL_CLIP; a climbed peak whose neighbours are all told hands the phase to
+        the next peak, in another basin). Empty
         without a budget or a screened walk, on per-stage spaces, and between the two phases."""
         none = np.zeros((0, len(self._names)), dtype=np.int64)
         if self.budget is None or self.space.strides is None:
