@@ -578,8 +578,8 @@ def _all_staircases(graph: PiperGraph, members: np.ndarray, others: np.ndarray,
 
 def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray):
     """stage_candidates for R stages at once: flat (C,) arrays row, X, w, a, b, rows in
-    ascending order. Stages past MAX_EXACT_CANDIDATES go through stage_candidates one by one
-    (its greedy fallback)."""
+    ascending order. Stages past MAX_EXACT_CANDIDATES take stage_candidates's greedy fallback, all at once
+    (_batch_greedy)."""
     n_rows, n = members.shape
     src, dst = np.asarray(graph.edge_src, int), np.asarray(graph.edge_dst, int)
     c = np.asarray(graph.edge_bytes, float)
@@ -653,14 +653,50 @@ def _batch_candidates(arr: DegreeArrays, graph: PiperGraph, members: np.ndarray)
         g_first = g_first + expand
     if exact.all():
         return row, *sums
-    parts = [(row, sums)]
-    for r in np.flatnonzero(~exact):
-        cand = stage_candidates(arr, graph, members[r])
-        parts.append((np.full(cand.x_s.size, r), np.stack([cand.x_s, cand.w_bytes, cand.a_bytes, cand.b_bytes])))
-    row = np.concatenate([p[0] for p in parts])
-    sums = np.concatenate([p[1] for p in parts], axis=1)
+    greedy = ~exact[fr]  # (F,) free nodes of the stages past MAX_EXACT_CANDIDATES
+    step = np.concatenate([g_time[None], dwab[:, fv] * sign], axis=0)[:, greedy]  # (4, F2) as _enumerate_choices's
+    g_rows, g_sums = _batch_greedy(fr[greedy], step, totals, np.flatnonzero(~exact), graph.max_devices)
+    row = np.concatenate([row, g_rows])
+    sums = np.concatenate([sums, g_sums], axis=1)
     order = np.argsort(row, kind="stable")
     return row[order], *sums[:, order]
+
+
+def _batch_greedy(fr, step, totals, rows, y_limit: int):
+    """_greedy_orders and _prefix_sums for many stages at once. ``fr`` (F,): each free node's stage row, ascending
+    (row-major, as np.nonzero gives them); ``step`` (4, F): its change of X, w, a, b when switched; ``totals`` (4, R):
+    every stage's sums with each node at its start option; ``rows``: the stages to expand, ascending. Returns (row,
+    (4, C) sums): each stage's start, then at each sampled y the prefixes of its useful nodes in order of time added
+    per byte saved (ties in node order: a stable sort, as the per-stage argsort), less the prefixes the previous y's
+    order already gave (the same nodes switched in the same order: the same sums, which change no staircase). Each
+    stage's prefixes are one row of a zero-padded cumsum, summed left to right as the per-stage cumsum sums them: the
+    same floating-point numbers."""
+    out_rows, out_sums = [rows], [totals[:, rows]]
+    stage_of = np.searchsorted(rows, fr)  # (F,) index into rows
+    width = int(np.bincount(stage_of, minlength=rows.size).max(initial=0))
+    previous = np.full((rows.size, width), -1)  # (R2, width) the previous y's order per stage, -1 past its end
+    for y in _sampled_y(y_limit):
+        saved = -(step[2] * y + step[3])  # (F,) bytes saved by switching, at this y
+        useful = np.flatnonzero(saved > 0)
+        order = useful[np.lexsort((step[0, useful] / saved[useful], fr[useful]))]  # by stage, then ratio
+        st = stage_of[order]  # (U,)
+        new_stage = np.ones(st.size, dtype=bool)
+        new_stage[1:] = st[1:] != st[:-1]
+        first = np.flatnonzero(new_stage)
+        pos = np.arange(st.size) - np.repeat(first, np.diff(np.append(first, st.size)))  # (U,) rank in its stage
+        current = np.full_like(previous, -1)
+        current[st, pos] = order
+        differs = current != previous
+        common = np.where(differs.any(axis=1), differs.argmax(axis=1), width)  # (R2,) prefix shared with the last y
+        previous = current
+        new = pos >= common[st]  # (U,) prefixes not listed at the previous y
+        seg = np.cumsum(new_stage) - 1  # (U,) stage number among this y's
+        padded = np.zeros((4, first.size, int(pos.max(initial=-1)) + 1))  # (4, stages, longest order)
+        padded[:, seg, pos] = step[:, order]
+        np.cumsum(padded, axis=2, out=padded)  # add.accumulate: left to right, as each stage's own cumsum
+        out_rows.append(rows[st[new]])
+        out_sums.append(totals[:, rows[st[new]]] + padded[:, seg[new], pos[new]])
+    return np.concatenate(out_rows), np.concatenate(out_sums, axis=1)
 
 
 def _batch_staircases(row, x, w, a, b, seg_base, ds, usable, y_cap, graph):
