@@ -11,7 +11,7 @@ from search import MCMCSearcher, RandomSearcher, Space, TPESearcher
 
 GPT3 = model_preset("gpt3-175b")
 H100 = cluster_preset("h100x1024")
-SEEDS = tuple(range(10))  # medians over 10 seeds (3 proved too noisy); TPE over the first 5 (its 10 took 37 s)
+SEEDS = tuple(range(10))  # medians over 10 seeds (3 proved too noisy); TPE over the first 3 (its 10 took 37 s)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_mcmc_and_tpe_beat_random_and_get_near_the_optimum(space):
     optimum = float(evaluate(GPT3, H100, t)["tokens_per_s"].max())
     budget = len(t) // 10
     mcmc = np.median([_best(MCMCSearcher(space, seed=s), space, budget, 64) for s in SEEDS])
-    tpe = np.median([_best(TPESearcher(space, seed=s), space, budget, 16) for s in SEEDS[:5]])
+    tpe = np.median([_best(TPESearcher(space, seed=s), space, budget, 16) for s in SEEDS[:3]])
     rand = np.median([_best(RandomSearcher(space, s), space, budget, 64) for s in SEEDS])
     assert mcmc > rand and tpe > rand
     assert mcmc >= 0.97 * optimum and tpe >= 0.97 * optimum
