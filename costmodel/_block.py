@@ -62,6 +62,7 @@ from costmodel._memory_terms import (
     state_bytes_per_param,
 )
 from costmodel._metrics import Metrics, assemble_metrics
+from costmodel._nccl import ring_channels
 from costmodel._pipeline_terms import (
     SCHED,
     bottleneck_parts,
@@ -696,8 +697,27 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         step = row_max(dp.step_a * params + dp.step_b) if in_step else None
         opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
-                           prec=prec, model=rows.model, pp=rows.p, step_s=step)
+                           prec=prec, model=rows.model, pp=rows.p, step_s=step, sm_share=dp_sm_share(rows))
     return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
+
+
+def dp_sm_share(rows: Rows):
+    """(N,) the share of its GPUs' SMs the data-parallel exchange's NCCL kernels hold: the dp x cp group's ring
+    channels (costmodel._nccl.ring_channels: one CTA each) over the pool's SMs (costmodel._sms), the largest stage's.
+    The group as dp_links lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts them:
+    inside one node; else g = G / stride on each node where the stride divides G and G the span, 1 otherwise. An MoE
+    model's expert exchange is taken at the dense group's share."""
+    pa = rows.pa
+    at = (lambda x: x[0]) if pa["sms"].size == 1 else (lambda x: x[rows.pool])  # noqa: E731 (one pool: scalars)
+    G, ch, sms = at(pa["gpus_per_node_int"]), at(pa["ring_channels"]), at(pa["sms"])
+    tp_in = rows.sv.order == 0
+    stride = np.where(tp_in, rows.t, 1)
+    ranks = rows.d * rows.c
+    span = stride * np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
+    inside = (span <= G) & (np.mod(G, span) == 0)
+    g = np.where((np.mod(G, stride) == 0) & (np.mod(span, G) == 0), G // stride, 1)  # ranks on a node
+    share = ring_channels(~inside, g, ch[..., 0], ch[..., 1]) / sms
+    return rows.row_max(share) if np.ndim(share) == 2 and share.shape[0] > 1 else share.reshape(-1)
 
 
 def _first_row(plan: ExchangePlan) -> ExchangePlan:
