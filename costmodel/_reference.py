@@ -1023,10 +1023,14 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     # the computation beside the dp_raw - fixed seconds of collectives runs on the SMs their channels leave: the step
     # gains max(f x overlapped - late, 0) (costmodel._data_parallel.compute_slowdown_s), f = the dense group's ring
     # channels (one CTA each) over the GPU's SMs
-    link = _collective_link(cluster, tp, g)
-    channels = nccl.ring_channels(link[3] > 1, link[4], *nccl.ring_channel_table(gpu.name))
-    f = channels / streaming_multiprocessors(gpu.name)
-    exposed = fixed + late + max(float(f) * (dp_raw - fixed) - late, 0.0)
+    def share(link):  # the group's ring channels (one CTA each) over the GPU's SMs
+        channels = nccl.ring_channels(link[3] > 1, link[4], *nccl.ring_channel_table(gpu.name))
+        return float(channels) / streaming_multiprocessors(gpu.name)
+
+    f = share(_collective_link(cluster, tp, g))
+    if model.is_moe and dp_raw > 0:  # the dense and the expert exchanges' shares, weighed by their seconds
+        f = (f * dense[0] + share(ep_link) * experts[0]) / dp_raw
+    exposed = fixed + late + max(f * (dp_raw - fixed) - late, 0.0)
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 
