@@ -13,6 +13,7 @@ gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the 
 last backward (ZeRO-3: the whole pipeline), or the next step's first forward (overlapped parameter
 gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed; InternEvo's broadcasts, one
 per shard) is exposed.
+The collectives hidden under computation slow it: their NCCL kernels hold a share of the SMs (compute_slowdown_s).
 The optimizer step (Adam) reads and writes Framework.adam_bytes_touched per sharded parameter at the HBM rate
 (30 bytes with every state in fp32).
 """

@@ -1022,7 +1022,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         fixed, late = dp_raw, 0.0
     # the computation beside the dp_raw - fixed seconds of collectives runs on the SMs their channels leave: the step
     # gains max(f x overlapped - late, 0) (costmodel._data_parallel.compute_slowdown_s), f = the dense group's ring
-    # channels (one CTA each) over the GPU's SMs
+    # channels (one CTA each) over the GPU's SMs (an MoE model: the dense and expert groups' f by their seconds)
     def share(link):  # the group's ring channels (one CTA each) over the GPU's SMs
         channels = nccl.ring_channels(link[3] > 1, link[4], *nccl.ring_channel_table(gpu.name))
         return float(channels) / streaming_multiprocessors(gpu.name)
