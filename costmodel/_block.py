@@ -62,6 +62,7 @@ from costmodel._memory_terms import (
     state_bytes_per_param,
 )
 from costmodel._metrics import Metrics, assemble_metrics
+from costmodel._nccl import ring_channels
 from costmodel._pipeline_terms import (
     SCHED,
     bottleneck_parts,
@@ -669,8 +670,10 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
         ep0, plan0 = CollectiveLink(*(x[0] for x in ep_link)), _first_row(ep_plan)
-        dp_raw = (dp_a[0] * mm["dense_max"] + dp_b[0]
-                  + dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, ep0, fw=fw, prec=prec, plan=plan0))
+        dense_raw, experts_raw = (dp_a[0] * mm["dense_max"] + dp_b[0],
+                                  dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, ep0, fw=fw, prec=prec,
+                                                plan=plan0))
+        dp_raw = dense_raw + experts_raw
         if in_step:
             step = (dp.step_a[0] * mm["dense_max"] + dp.step_b[0]
                     + dp_in_step_s(zero, m, mm["expert_max"], edp[0], ep0, fw=fw, prec=prec, plan=plan0))
@@ -679,7 +682,8 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     elif rows.moe:
         dp_st = dp_a * params + dp_b
         ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
-        dp_raw = row_max(dp_st) + row_max(ep_st)
+        dense_raw, experts_raw = row_max(dp_st), row_max(ep_st)
+        dp_raw = dense_raw + experts_raw
         dp_st = dp_st + ep_st
         if in_step:
             step = (row_max(dp.step_a * params + dp.step_b)
@@ -695,9 +699,38 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         dp_raw = row_max(dp_st)
         step = row_max(dp.step_a * params + dp.step_b) if in_step else None
         opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
+    share = dp_sm_share(rows)
+    if rows.moe:  # the dense and the expert exchanges' shares, weighed by their seconds
+        share_e = link_sm_share(rows, ep_link.nodes > 1, ep_link.per_node)
+        share = np.where(dp_raw > 0, (share * dense_raw + share_e * experts_raw) / np.where(dp_raw > 0, dp_raw, 1), 0)
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
-                           prec=prec, model=rows.model, pp=rows.p, step_s=step)
+                           prec=prec, model=rows.model, pp=rows.p, step_s=step, sm_share=share)
     return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
+
+
+def dp_sm_share(rows: Rows):
+    """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share): the
+    dp x cp group as dp_links lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts
+    them: inside one node; else g = G / stride on each node where the stride divides G and G the span, 1 otherwise."""
+    G = rows.pa["gpus_per_node_int"][0 if rows.pa["sms"].size == 1 else rows.pool]
+    tp_in = rows.sv.order == 0
+    stride = np.where(tp_in, rows.t, 1)
+    ranks = rows.d * rows.c
+    span = stride * np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
+    inside = (span <= G) & (np.mod(G, span) == 0)
+    g = np.where((np.mod(G, stride) == 0) & (np.mod(span, G) == 0), G // stride, 1)  # ranks on a node
+    return link_sm_share(rows, ~inside, g)
+
+
+def link_sm_share(rows: Rows, across, per_node):
+    """(N,) the share of the SMs of a stage's GPUs a collective's kernel holds over a group spanning several nodes
+    (``across``) with ``per_node`` ranks on each: its ring channels (costmodel._nccl.ring_channels: one CTA each) over
+    the pool's SMs (costmodel._sms); the largest stage's."""
+    pa = rows.pa
+    at = (lambda x: x[0]) if pa["sms"].size == 1 else (lambda x: x[rows.pool])  # noqa: E731 (one pool: scalars)
+    ch = at(pa["ring_channels"])  # (..., 2): one node, per rank on a node
+    share = ring_channels(across, per_node, ch[..., 0], ch[..., 1]) / at(pa["sms"])
+    return rows.row_max(share) if np.ndim(share) == 2 and share.shape[0] > 1 else np.reshape(share, -1)
 
 
 def _first_row(plan: ExchangePlan) -> ExchangePlan:

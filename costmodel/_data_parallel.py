@@ -13,6 +13,7 @@ gather dtypes (costmodel._frameworks). exposed_dp_s takes off what overlaps the 
 last backward (ZeRO-3: the whole pipeline), or the next step's first forward (overlapped parameter
 gather), or FSDP's unit edges; a weight all-gather inside the optimizer step (DeepSpeed; InternEvo's broadcasts, one
 per shard) is exposed.
+The collectives hidden under computation slow it: their NCCL kernels hold a share of the SMs (compute_slowdown_s).
 The optimizer step (Adam) reads and writes Framework.adam_bytes_touched per sharded parameter at the HBM rate
 (30 bytes with every state in fp32).
 """
@@ -197,15 +198,46 @@ def zero3_gather_scatter_bytes(m, weight_bytes, grad_bytes, kept=0.0):
     return m * ((2.0 - kept) * weight_bytes + grad_bytes)
 
 
+def compute_slowdown_s(sm_share, overlapped_s, exposed_s):
+    """Seconds the step gains because the collectives hidden under computation hold ``sm_share`` of the GPU's SMs:
+    max(f X - e, 0), X = ``overlapped_s`` the seconds of the collectives run beside the computation, e = ``exposed_s``
+    the part of them the computation did not cover, f = ``sm_share``. Arrays broadcast.
+
+    NCCL runs a collective as one kernel of one CTA per channel (costmodel._nccl.ring_channels), each CTA on an SM for
+    the whole collective, so the computation beside it (GEMMs, whose kernels fill every SM with one CTA each) runs on
+    the 1 - f of the SMs left, at 1 - f of its rate. A collective of X seconds starting with C seconds of computation:
+    while it runs the computation advances (1 - f) X; if that is short of C, the computation ends at
+    X + C - (1 - f) X = C + f X, else the window ends with the collective at X. The window takes max(X, C + f X)
+    where the model priced max(X, C): the step gains f X where X <= C (the collective hidden), and
+    max(X, C + f X) - X = max(f X - (X - C), 0) where X > C, the model's exposed part e = X - C: both max(f X - e, 0).
+    A fully exposed collective (C = 0, e = X) gains nothing. HBM is not priced: a ring step reads and writes each byte
+    it moves about three times (read the peer's chunk, reduce with the local one, write), 3 x 50 GB/s across nodes
+    (400 Gb/s per GPU) is 4.5% of an H100's 3.35 TB/s, taken from compute-bound GEMMs (no loss) and from the
+    HBM-bound element-wise kernels (at most that 4.5% of their share of the layer, under 1% of a step)."""
+    if np.ndim(sm_share) == 0 and sm_share == 0:
+        return 0.0
+    return np.maximum(sm_share * overlapped_s - exposed_s, 0.0)
+
+
 def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
-                 model: Transformer | None = None, pp=1, step_s=None):
+                 model: Transformer | None = None, pp=1, step_s=None, sm_share=0.0):
     """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck stage's last backward
     (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
     all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead.
     ``fw``'s fsdp_unit_edges (``model`` dense, ``pp`` 1, ZeRO 2-3): FSDP's root unit and block 0 (share e of the
     parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max).
     ``fw``'s weight_gather_in_step: ZeRO 1-2's (and the bf16 optimizer's) weight all-gather, ``step_s`` seconds of
-    ``dp_raw`` (dp_in_step_s of the same stage), exposed whole."""
+    ``dp_raw`` (dp_in_step_s of the same stage), exposed whole. Plus compute_slowdown_s: the computation the
+    overlapped collectives run beside, slowed by the ``sm_share`` of the SMs their kernels hold."""
+    fixed, late = exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
+    return fixed + late + compute_slowdown_s(sm_share, dp_raw - fixed, late)
+
+
+def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
+                   model: Transformer | None = None, pp=1, step_s=None):
+    """exposed_dp_s's exposed exchange, before the slowdown, as (``fixed``, ``late``): ``fixed`` the seconds exposed by
+    construction (no overlap, FSDP's edge units, the gather inside the optimizer step), run beside no computation;
+    ``late`` the part of the other dp_raw - fixed seconds, run beside the computation, that it did not cover."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
@@ -213,12 +245,14 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
         ag, rs = (dp_raw * x / np.where(zero == 3, 2 * w + gr, w + gr) for x in (w, gr))  # ZeRO-3: forward's gather
         rest = np.where(zero == 2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
-        return np.where(overlap, np.where(zero >= 2, e * (ag + rs) + rest, np.maximum(dp_raw - window, 0.0)), dp_raw)
+        fixed = np.where(overlap, np.where(zero >= 2, e * (ag + rs), 0.0), dp_raw)
+        return fixed, np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
         assert step_s is not None, "weight_gather_in_step: the in-step seconds (dp_in_step_s) are needed"
-        return np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0) + step_s, dp_raw)
+        return np.where(overlap, step_s, dp_raw), np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0), 0.0)
     if fw is None or not fw.overlap_param_gather:
-        return np.where(overlap, np.maximum(dp_raw - window, 0.0), dp_raw)
+        return np.where(overlap, 0.0, dp_raw), np.where(overlap, np.maximum(dp_raw - window, 0.0), 0.0)
     w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))
     ag = np.where((zero == 1) | (zero == 2), w / (gr * (1 + (ar & (zero == 1))) + w) * dp_raw, 0.0)
-    return np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + np.maximum(ag - F_b, 0.0), dp_raw)
+    return (np.where(overlap, 0.0, dp_raw),
+            np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + np.maximum(ag - F_b, 0.0), 0.0))

@@ -111,3 +111,44 @@ def tree_correction_at(size, proto: int):
     inside = (size >= 0) & (size < TREE_CORRECTION_SIZES)
     return np.where(inside, TREE_CORRECTION[proto][np.clip(size, 0, TREE_CORRECTION_SIZES - 1)], 1.0)
 
+
+
+# ---- channels: the SMs a collective's kernel holds -----------------------------------------------------------------
+# NCCL launches a collective as one kernel whose grid is one CTA per channel (enqueue.cc ncclLaunchKernel:
+# `dim3 grid = {(unsigned)nChannels, 1, 1}`), each CTA resident on an SM for the whole collective. A ring or tree
+# collective runs on the communicator's nChannels once its message reaches nChannels x nThreads x the protocol's thread
+# threshold (enqueue.cc: `while (nBytes < nc * nt * threadThreshold) nc--`; Simple: 16 x 512 x 64 B = 512 KiB), which
+# every data-parallel bucket, FSDP unit and ZeRO-3 gather of a model past a few hundred million parameters exceeds.
+# The communicator's nChannels is set at init (search.cc ncclTopoCompute, ncclTopoDupChannels; connect.cc
+# ncclTopoPostset), derived here for the reference nodes (8 GPUs on NVSwitch, one NIC per GPU: 200 Gb/s HDR on A100
+# nodes, 400 Gb/s NDR on H100, H200 and B200 nodes):
+#   one node   ring search at the generation's top intra-node speed that the GPU's NVLink carries: A100 12 links x
+#              20 GB/s (SM80_NVLINK_BW) = 240 GB/s at 40 GB/s (speedArrayIntra) -> 6 channels; H100 18 x 20.6 = 371 GB/s
+#              at 60 (sm90SpeedArrayIntra) -> 6; B200 18 x 40.1 = 722 GB/s at 90 (sm100SpeedArrayIntra) -> 8.
+#              ncclTopoDupChannels doubles them (bwIntra >= 50, or compute capability 8.0), ncclTopoPostset doubles them
+#              again ("Duplicate channels"): 24, 24, 32.
+#   across nodes  one search channel per NIC of the group's ranks on a node (a NIC carries one ring at the top
+#              inter-node speed under its bandwidth: 24 GB/s on 200 Gb/s, 48 on 400 Gb/s; speedArrayInter,
+#              sm90/sm100SpeedArrayInter). ncclTopoDupChannels skips a 24 GB/s graph (bwIntra < 25) and, from compute
+#              capability 9.0, one of more than 4 channels under 50 GB/s; ncclTopoPostset doubles: g ranks on a node
+#              -> A100 2 g, H100 / H200 / B200 4 g for g <= 4, 16 at g = 8 (8 search channels, not duplicated).
+#              Capped at 16 (no rule above adds more for these nodes).
+# Volta's row is Ampere's (not derived: no NVSwitch node priced). NVLS and CollNet channels are not priced (costmodel.
+# _collectives prices neither algorithm).
+RING_CHANNELS_ONE_NODE = {"volta": 24, "ampere": 24, "hopper": 24, "blackwell": 32}
+RING_CHANNELS_PER_NODE_RANK = {"volta": 2, "ampere": 2, "hopper": 4, "blackwell": 4}
+RING_CHANNELS_ACROSS_NODES_MAX = 16
+
+
+def ring_channel_table(name: str) -> tuple[float, float]:
+    """(channels inside one node, channels per rank on a node across nodes) of the GPU named ``name``
+    (RING_CHANNELS_ONE_NODE, RING_CHANNELS_PER_NODE_RANK, by generation)."""
+    gen = gpu_generation(name)
+    return float(RING_CHANNELS_ONE_NODE[gen]), float(RING_CHANNELS_PER_NODE_RANK[gen])
+
+
+def ring_channels(across, per_node, one_node, per_rank):
+    """CTAs (channels) NCCL's ring or tree collective launches over a group with ``per_node`` of its ranks on each node
+    it spans: ``one_node`` inside one node, else (``across``) min(``per_rank`` x per_node, 16) (the derivation above).
+    Arrays broadcast."""
+    return np.where(across, np.minimum(np.multiply(per_rank, per_node), RING_CHANNELS_ACROSS_NODES_MAX), one_node)

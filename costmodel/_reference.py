@@ -1008,14 +1008,29 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     b_st = pipe["bottleneck"]
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
-    exposed = max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0) if row.overlap else dp_raw
+    # fixed: exposed whatever the computation (no overlap, FSDP's edge units, the gather in the optimizer step); late:
+    # the part of the rest the computation it runs beside does not cover
+    fixed, late = 0.0, max(dp_raw - ag - window, 0.0) + max(ag - b_st["F"], 0.0)
     if fw.weight_gather_in_step:  # the weights gathered after the optimizer step: exposed
-        exposed = max(dp_raw - step - window, 0.0) + step if row.overlap else dp_raw
+        fixed, late = step, max(dp_raw - step - window, 0.0)
     if fw.fsdp_unit_edges and row.overlap and zero >= 2 and pp == 1 and not model.is_moe and model.kind != "mlp":
         e = 1 - (model.layers - 1) * model.layer_params() / model.num_params()  # FSDP1's root unit and block 0
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
-        exposed = e * (ag + rs) + (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
-                                   if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
+        fixed, late = e * (ag + rs), (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
+                                      if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
+    if not row.overlap:
+        fixed, late = dp_raw, 0.0
+    # the computation beside the dp_raw - fixed seconds of collectives runs on the SMs their channels leave: the step
+    # gains max(f x overlapped - late, 0) (costmodel._data_parallel.compute_slowdown_s), f = the dense group's ring
+    # channels (one CTA each) over the GPU's SMs (an MoE model: the dense and expert groups' f by their seconds)
+    def share(link):  # the group's ring channels (one CTA each) over the GPU's SMs
+        channels = nccl.ring_channels(link[3] > 1, link[4], *nccl.ring_channel_table(gpu.name))
+        return float(channels) / streaming_multiprocessors(gpu.name)
+
+    f = share(_collective_link(cluster, tp, g))
+    if model.is_moe and dp_raw > 0:  # the dense and the expert exchanges' shares, weighed by their seconds
+        f = (f * dense[0] + share(ep_link) * experts[0]) / dp_raw
+    exposed = fixed + late + max(f * (dp_raw - fixed) - late, 0.0)
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 

@@ -54,7 +54,7 @@ import numpy as np
 
 from costmodel._hardware import ATTENTION_KERNELS, attention_kernel_eff
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
-from costmodel._nccl import ll_one_node_Bps
+from costmodel._nccl import ll_one_node_Bps, ring_channel_table
 from costmodel._sms import streaming_multiprocessors
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
@@ -290,6 +290,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
     out["attn_eff"] = np.array([[attention_kernel_eff(p.gpu.name, k) for k in ATTENTION_KERNELS] for p in pools])
     out["sms"] = np.array([streaming_multiprocessors(p.gpu.name) for p in pools], dtype=np.float64)
     out["ll_node_Bps"] = np.array([ll_one_node_Bps(p.gpu.name) for p in pools], dtype=np.float64)  # NCCL's LL ceiling
+    out["ring_channels"] = np.array([ring_channel_table(p.gpu.name) for p in pools], dtype=np.float64)  # (P, 2)
     out["gpus_per_node_int"] = np.array([p.gpus_per_node for p in pools], dtype=np.int64)
     out["link_Bps"] = np.array(cluster.link_Bps, dtype=np.float64)
     out["link_latency_s"] = np.array(cluster.link_latency_s, dtype=np.float64)
