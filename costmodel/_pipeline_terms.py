@@ -83,17 +83,34 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
-    # the 1F1B form here).
+    # the 1F1B form here): a and c from per-schedule coefficients (_IN_FLIGHT), a gather each where a
+    # select over the schedules costs several times as much; in float64 (exact on these small integers, and
+    # int64 / int64 divides as float64: the same quotients)
     sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
-    is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
-    a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
-                  [m, (p - 1) * 2 + (v - 1) * interleave_groups(sched, p, m) + (1 + extra), p, 2 * p - 1], p)
-    c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
-    q = np.where(is_i, v, 1)
+    code = sched.astype(np.intp)  # (an int8 index: np.take converts it on every call, ten times slower)
+    a_m, a_p, a_1, c = (np.take(x, code) for x in _IN_FLIGHT)
+    a = a_m * m + a_p * p + a_1  # (float64: the coefficients')
+    is_i = sched == SCHED["interleaved"]
+    if is_i.any():
+        a += np.where(is_i, (v - 1) * interleave_groups(sched, p, m) + extra, 0)
+    q = np.where(is_i, v, 1.0)
     cap = m * q
     if rows is not None:
         a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
     return np.minimum(a + c * stage, cap) / q
+
+
+# in_flight's count min((a + c i) / q, m) per schedule: a = a_m m + a_p p + a_1 (interleaved: + (v - 1) N + extra)
+# and c, as (a_m, a_p, a_1, c) columns over the schedule codes (SCHEDULES' order)
+_IN_FLIGHT = np.array([
+    (1.0, 0.0, 0.0, 0.0),  # gpipe: m
+    (0.0, 1.0, 0.0, -1.0),  # 1f1b: p - i
+    (0.0, 2.0, -1.0, -2.0),  # interleaved: 2 (p - 1) - 2 i + 1 (+ (v - 1) N + extra), in chunks (q = v)
+    (0.0, 1.0, 0.0, 0.0),  # zb-h1: p
+    (0.0, 2.0, -1.0, 0.0),  # zb-h2: 2 p - 1
+    (0.0, 1.0, 0.0, -1.0),  # zb-v (always simulated): the 1F1B form
+    (0.0, 1.0, 0.0, -1.0),  # hanayo (always simulated): the 1F1B form
+]).T.copy()
 
 
 def extra_warmup_chunks(fw, model) -> int:
