@@ -24,6 +24,8 @@ closed form is within 2.1% of the simulator on average (8.3% at worst) for m % p
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from costmodel._sorted_memo import Memo
@@ -137,7 +139,7 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     not, is inside (module docstring)."""
     zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
     return (
-        np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
+        functools.reduce(np.logical_or, [sched == SCHED[x] for x in SIMULATED_SCHEDULES])  # (np.isin: 10x the time)
         | ((sched == SCHED["interleaved"]) & (m < p))
         | (zb & ((m < p) | (W_b > np.minimum(F_b, B_b))))
     )
