@@ -260,5 +260,8 @@ def first_max_stage(a, tol: bool = False):
     top = a.max(axis=0)
     hit = a >= top * (1.0 - TIE_REL) if tol else a == top
     k = a.shape[0]
+    if k == 3:  # (three representative stages: the first hit from the three rows' masks, 0 where none; no modulo)
+        h0, h1, h2 = hit
+        return (~h0 * (1 + ~h1) * (h0 | h1 | h2)).astype(np.int64, copy=False)
     return (k - np.max(hit * np.arange(k, 0, -1, dtype=np.int8 if k < 128 else np.int64)[:, None], axis=0).astype(
         np.int64)) % k
