@@ -37,6 +37,14 @@ def test_first_max_is_argmax_with_ties_to_the_first():
     # within 1e-12 of the largest counts as it (MoE rows): the first such stage
     b = np.array([[1.0], [1.0 + 1e-13], [0.5]])
     assert first_max_stage(b, tol=True)[0] == 0 and first_max_stage(b)[0] == 1
+    # three stage rows (the representative stages' own branch): argmax with ties to the first; 0 where no stage
+    # holds the maximum (a NaN column)
+    c = rng.integers(0, 3, size=(3, 5000)).astype(np.float64)
+    c[:, :4] = [[-np.inf, 2.0, 2.0, 5.0], [-np.inf, 2.0, 3.0, 5.0], [-np.inf, 1.0, 3.0, 5.0]]
+    assert np.array_equal(first_max_stage(c), np.argmax(c, axis=0))
+    assert first_max_stage(np.full((3, 2), np.nan)).tolist() == [0, 0]
+    assert first_max_stage(np.array([[0.5], [1.0 + 1e-13], [1.0]]), tol=True)[0] == 1
+    assert first_max_stage(np.array([[0.5], [0.9], [1.0]]), tol=True)[0] == 2
 
 
 def _uniform_placements(n, rng):
