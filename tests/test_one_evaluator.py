@@ -84,7 +84,8 @@ def test_rows_come_back_in_their_order_after_the_sort_by_pp():
     n = BLOCK_ROWS // 4 + 500
     t = _uniform_placements(n, rng)
     st = {k: v.copy() for k, v in t.stages.items()}
-    st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)  # (tp 8 where the others have 2 or 4)  # unlike stages, so no three representatives
+    # unlike stages, so no three representatives: tp 8 where the others have 2 or 4
+    st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)
     t = StrategyTable(t.columns, st)
     whole = evaluate(model, hc, t)
     for i in rng.choice(n, 40, replace=False):
