@@ -18,7 +18,8 @@ def distinct_rows(*cols):
     ``f(x.ravel()[first])[inv] == f(x)`` for any entry-wise f. Dense mixed-radix keys (no sort) when the key range
     is small, else the combinations of each half of the columns first, then those pairs; np.unique for two columns
     of a large range (every entry its own combination if the key would overflow int64)."""
-    cols = [np.asarray(x, dtype=np.int64) for x in cols]
+    # (bool and integer columns as they are, cast inside the key's first operations: no int64 copy of each)
+    cols = [a if (a := np.asarray(x)).dtype.kind in "bui" else a.astype(np.int64) for x in cols]
     shape = np.broadcast_shapes(*(x.shape for x in cols))
     n = math.prod(shape)
     radix = [int(x.max()) + 1 if x.size else 1 for x in cols]
@@ -29,7 +30,8 @@ def distinct_rows(*cols):
         return distinct_rows(distinct_rows(*cols[:(h := len(cols) // 2)])[1], distinct_rows(*cols[h:])[1])
     # the mixed-radix key (np.ravel_multi_index's, in place after the first product: 3x faster), at the broadcast
     # shape from the first sum on (columns alike on a row's stages are not spread first)
-    key = np.add(cols[0] * radix[1], cols[1]) if len(cols) > 1 else cols[0]
+    key = (np.add(np.multiply(cols[0], radix[1], dtype=np.int64), cols[1]) if len(cols) > 1
+           else cols[0].astype(np.int64, copy=False))
     for x, r in zip(cols[2:], radix[2:], strict=True):
         key = np.add(np.multiply(key, r, out=key), x, out=key) if key.shape == shape else key * r + x
     key = np.broadcast_to(key, shape).reshape(-1)

@@ -44,13 +44,30 @@ BLOCK_ROWS = 32768
 def _keep_freed_memory() -> None:
     """glibc's malloc at a fixed 32 MiB mmap threshold: with its default, dynamic one, the megabytes a placement
     evaluation frees go back to the system at its end and are faulted in again by the next (a fifth of its time
-    at 200,000 rows; BENCHMARKS.md, "Mixed clusters"). Not where MALLOC_MMAP_THRESHOLD_ is set, nor with
-    PLANSWEEP_MALLOPT=0; nothing where the C library is not glibc."""
-    if "MALLOC_MMAP_THRESHOLD_" not in os.environ and os.environ.get("PLANSWEEP_MALLOPT") != "0":
-        try:
-            ctypes.CDLL("libc.so.6").mallopt(-3, 32 << 20)  # (-3: M_MMAP_THRESHOLD)
-        except (OSError, AttributeError):
-            pass
+    at 200,000 rows; BENCHMARKS.md, "Mixed clusters"). And a trim threshold of 256 MiB (TRIM_THRESHOLD): fixing the
+    mmap threshold leaves the trim threshold at its 128 KiB default, so that the free memory at the heap's top (a
+    block's temporaries, once freed; an evaluation's columns, once dropped) went back to the system after nearly
+    every numpy operation and was faulted in again by the next one or the next block: 14,000 page faults and 40%
+    of the CPU time of an evaluation of 200,000 bench rows, none with it (BENCHMARKS.md, "Cost core"). The process
+    keeps up to that much freed memory: its peak is unchanged, it is not given back between evaluations. Not where
+    MALLOC_MMAP_THRESHOLD_ (the trim threshold: MALLOC_TRIM_THRESHOLD_) is set, nor with PLANSWEEP_MALLOPT=0;
+    nothing where the C library is not glibc."""
+    if os.environ.get("PLANSWEEP_MALLOPT") == "0":
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+            libc.mallopt(-3, 32 << 20)  # (-3: M_MMAP_THRESHOLD)
+        if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+            libc.mallopt(-1, TRIM_THRESHOLD)  # (-1: M_TRIM_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
+# Free bytes at the heap's top that glibc keeps rather than gives back (M_TRIM_THRESHOLD; _keep_freed_memory): more
+# than an evaluation of 1,000,000 bench rows frees at its end (its metric columns, about 200 MB), so that the next
+# one faults nothing in (64 MiB: 14,000 page faults an evaluation of 1,000,000 rows, none at 200,000).
+TRIM_THRESHOLD = 256 << 20
 
 
 _keep_freed_memory()

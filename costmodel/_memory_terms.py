@@ -224,7 +224,7 @@ def stage_params(model: Transformer, n, first, last, t, edges=None):
     if edges is not None:
         out = edges(n * model.layer_params(), model.embedding_params(), model.head_params() + tied_copy) / t
     else:
-        head_p = model.head_params() + np.where(first, 0, tied_copy)
+        head_p = model.head_params() + tied_copy * np.logical_not(first)  # (np.where: several times the time)
         out = (n * model.layer_params() + first * model.embedding_params() + last * head_p) / t
     return out + n * model.tp_replicated_params() * (1 - 1 / t) if model.mla else out  # (MLA's whole on every rank)
 
@@ -245,7 +245,7 @@ def state_bytes(params, zero, g, stage_of=None, grad_bytes=GRAD_BYTES, prec=None
     gradient's bytes (Framework.grad_memory_bytes: one number, or one per precision of the codes
     ``prec``, aligned with zero); ``optim_bytes``: the optimizer's bytes a parameter (Framework.optim_state_bytes)."""
     shards = _state_shards(zero, g)
-    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), prec)
+    gb = grad_bytes if prec is None else np.take(np.asarray(grad_bytes, dtype=np.float64), np.asarray(prec, np.intp))
     if stage_of is not None:
         shards = tuple(x[stage_of] for x in shards)
         gb = gb if prec is None else gb[stage_of]
@@ -279,6 +279,10 @@ def _bytes_per_param(zero, g, grad_bytes=GRAD_BYTES, optim_bytes=OPTIM_BYTES):
 
 
 def _state_shards(zero, g):
+    """The ranks weights, gradients and optimizer state are sharded over: g from ZeRO 3, 2 and 1 on, else 1."""
+    if np.asarray(g).dtype.kind in "iu":  # np.where(zero >= z, g, 1) as 1 + (g - 1) x mask: the same integers,
+        g1 = np.asarray(g) - 1  # a fifth of the time over a block's rows (np.where's random branches)
+        return 1 + g1 * (zero == 3), 1 + g1 * (zero >= 2), 1 + g1 * (zero >= 1)
     return np.where(zero == 3, g, 1), np.where(zero >= 2, g, 1), np.where(zero >= 1, g, 1)
 
 
@@ -287,13 +291,15 @@ def buffer_bytes(T, h, t, g, zero, params_max, layer_p, stage_of=None):
     (data parallelism), two prefetched layers (ZeRO-3), and the reserved runtime memory.
     ``stage_of``: T, t, g, zero per configuration, params_max per row: the buffers of stages of
     configurations ``stage_of`` (k, N)."""
-    tp_buf = np.where(t > 1, 2.0 * ACT_BYTES * T * h, 0.0)
+    # (the buffers are finite and >= 0: a buffer times its mask, 1.0 or 0.0, is np.where(mask, buffer, 0.0) bit for
+    # bit, at a fifth of its time over a block's rows)
+    tp_buf = (t > 1) * (2.0 * ACT_BYTES * T * h)
     bucket = 2.0 * GRAD_COMM_BYTES * np.minimum(params_max, DP_BUCKET_ELEMS)
-    z3_buf = np.where(zero == 3, 2.0 * WEIGHT_BYTES * layer_p / t, 0.0)
+    z3_buf = (zero == 3) * (2.0 * WEIGHT_BYTES * layer_p / t)
     reduced = g > 1
     if stage_of is not None:  # the configurations' part first, then the rows' buckets (times 1.0 or 0.0: as a where)
         return np.take(tp_buf + z3_buf + RESERVED_BYTES, stage_of) + np.take(reduced * 1.0, stage_of) * bucket
-    return tp_buf + np.where(reduced, bucket, 0.0) + z3_buf + RESERVED_BYTES
+    return tp_buf + reduced * bucket + z3_buf + RESERVED_BYTES
 
 
 def stage_memory(model: Transformer, sh: dict, t, sp, zero, g, n, first, last, full, sel, k, wt, moe=None,

@@ -24,6 +24,8 @@ closed form is within 2.1% of the simulator on average (8.3% at worst) for m % p
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from costmodel._sorted_memo import Memo
@@ -41,7 +43,7 @@ def pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     """Pipeline fill and drain time of the closed forms (module docstring): (sum - max of the
     stage times) / v for GPipe, 1F1B and interleaving; ZB-H1 and ZB-H2 fill with the
     bottleneck's F + B - W and F + B - 2W per stage boundary."""
-    vv = np.where(sched == SCHED["interleaved"], v, 1)
+    vv = 1 + (v - 1) * (sched == SCHED["interleaved"])  # (np.where(interleaved, v, 1): 5x the time)
     fill = (X_sum - X_max) / vv
     fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
     return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
@@ -83,17 +85,34 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     (flat stages)."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
-    # the 1F1B form here).
+    # the 1F1B form here): a and c from per-schedule coefficients (_IN_FLIGHT), a gather each where a
+    # select over the schedules costs several times as much; in float64 (exact on these small integers, and
+    # int64 / int64 divides as float64: the same quotients)
     sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
-    is_g, is_i = sched == SCHED["gpipe"], sched == SCHED["interleaved"]
-    a = np.select([is_g, is_i, sched == SCHED["zb-h1"], sched == SCHED["zb-h2"]],
-                  [m, (p - 1) * 2 + (v - 1) * interleave_groups(sched, p, m) + (1 + extra), p, 2 * p - 1], p)
-    c = np.where(is_i, -2, np.where(is_g | (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"]), 0, -1))
-    q = np.where(is_i, v, 1)
+    code = sched.astype(np.intp)  # (an int8 index: np.take converts it on every call, ten times slower)
+    a_m, a_p, a_1, c = (np.take(x, code) for x in _IN_FLIGHT)
+    a = a_m * m + a_p * p + a_1  # (float64: the coefficients')
+    is_i = sched == SCHED["interleaved"]
+    if is_i.any():
+        a += ((v - 1) * interleave_groups(sched, p, m) + extra) * is_i  # (integers times the mask: np.where's values)
+    q = 1.0 + (v - 1) * is_i  # (np.where(is_i, v, 1.0))
     cap = m * q
     if rows is not None:
         a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
     return np.minimum(a + c * stage, cap) / q
+
+
+# in_flight's count min((a + c i) / q, m) per schedule: a = a_m m + a_p p + a_1 (interleaved: + (v - 1) N + extra)
+# and c, as (a_m, a_p, a_1, c) columns over the schedule codes (SCHEDULES' order)
+_IN_FLIGHT = np.array([
+    (1.0, 0.0, 0.0, 0.0),  # gpipe: m
+    (0.0, 1.0, 0.0, -1.0),  # 1f1b: p - i
+    (0.0, 2.0, -1.0, -2.0),  # interleaved: 2 (p - 1) - 2 i + 1 (+ (v - 1) N + extra), in chunks (q = v)
+    (0.0, 1.0, 0.0, 0.0),  # zb-h1: p
+    (0.0, 2.0, -1.0, 0.0),  # zb-h2: 2 p - 1
+    (0.0, 1.0, 0.0, -1.0),  # zb-v (always simulated): the 1F1B form
+    (0.0, 1.0, 0.0, -1.0),  # hanayo (always simulated): the 1F1B form
+]).T.copy()
 
 
 def extra_warmup_chunks(fw, model) -> int:
@@ -120,7 +139,7 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     not, is inside (module docstring)."""
     zb = (sched == SCHED["zb-h1"]) | (sched == SCHED["zb-h2"])
     return (
-        np.isin(sched, [SCHED[x] for x in SIMULATED_SCHEDULES])
+        functools.reduce(np.logical_or, [sched == SCHED[x] for x in SIMULATED_SCHEDULES])  # (np.isin: 10x the time)
         | ((sched == SCHED["interleaved"]) & (m < p))
         | (zb & ((m < p) | (W_b > np.minimum(F_b, B_b))))
     )
@@ -241,5 +260,8 @@ def first_max_stage(a, tol: bool = False):
     top = a.max(axis=0)
     hit = a >= top * (1.0 - TIE_REL) if tol else a == top
     k = a.shape[0]
+    if k == 3:  # (three representative stages: the first hit from the three rows' masks, 0 where none; no modulo)
+        h0, h1, h2 = hit
+        return (~h0 * (1 + ~h1) * (h0 | h1 | h2)).astype(np.int64, copy=False)
     return (k - np.max(hit * np.arange(k, 0, -1, dtype=np.int8 if k < 128 else np.int64)[:, None], axis=0).astype(
         np.int64)) % k

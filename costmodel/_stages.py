@@ -175,6 +175,19 @@ def three_representatives(p):
     return idx, np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
 
 
+def stage_major_representatives(p):
+    """three_representatives' (stage index, weight) as (3, N) stage-major arrays, written row by row (no stack,
+    transpose and copy): weights 1, max(p - 2, 0) and p >= 2 (the interior weight is 0 wherever stage 1 is the last,
+    p <= 2, which max(p - 2, 0) already gives)."""
+    idx, w = np.empty((3, len(p)), dtype=p.dtype), np.empty((3, len(p)), dtype=p.dtype)
+    idx[0], w[0] = 0, 1
+    np.minimum(p - 1, 1, out=idx[1])
+    np.subtract(p, 1, out=idx[2])
+    np.maximum(p - 2, 0, out=w[1])
+    w[2] = p >= 2
+    return idx, w
+
+
 def representative_stages(table: StrategyTable, L: int):
     """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
     stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are
@@ -205,8 +218,10 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
         n, w = table.stages.major("layers", S), (j < c["pp"][None, :]).astype(np.int64)
         rcs = table.stages.major("recompute", S) if "recompute" in table.stages else row(c["recompute"])
         lo = np.cumsum(n, axis=0) - n
-    else:
-        j, n, rcs, w = (np.ascontiguousarray(x.T) for x in representative_stages(table, model.layers))
+    else:  # three representatives (representative_stages' uniform layout), built stage-major
+        p = c["pp"]
+        j, w = stage_major_representatives(p)
+        n, rcs = row(model.layers // p), row(c["recompute"])
         lo = j * n
     zeros = np.zeros((1, len(d)), dtype=np.int64)
     return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=j, layers=n, w=w, lo=lo,

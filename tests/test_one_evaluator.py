@@ -7,6 +7,7 @@ import pytest
 from costmodel import (
     METRIC_COLUMNS,
     StrategyTable,
+    cluster_preset,
     evaluate,
     hetero_preset,
     make_cluster,
@@ -36,6 +37,14 @@ def test_first_max_is_argmax_with_ties_to_the_first():
     # within 1e-12 of the largest counts as it (MoE rows): the first such stage
     b = np.array([[1.0], [1.0 + 1e-13], [0.5]])
     assert first_max_stage(b, tol=True)[0] == 0 and first_max_stage(b)[0] == 1
+    # three stage rows (the representative stages' own branch): argmax with ties to the first; 0 where no stage
+    # holds the maximum (a NaN column)
+    c = rng.integers(0, 3, size=(3, 5000)).astype(np.float64)
+    c[:, :4] = [[-np.inf, 2.0, 2.0, 5.0], [-np.inf, 2.0, 3.0, 5.0], [-np.inf, 1.0, 3.0, 5.0]]
+    assert np.array_equal(first_max_stage(c), np.argmax(c, axis=0))
+    assert first_max_stage(np.full((3, 2), np.nan)).tolist() == [0, 0]
+    assert first_max_stage(np.array([[0.5], [1.0 + 1e-13], [1.0]]), tol=True)[0] == 1
+    assert first_max_stage(np.array([[0.5], [0.9], [1.0]]), tol=True)[0] == 2
 
 
 def _uniform_placements(n, rng):
@@ -75,7 +84,8 @@ def test_rows_come_back_in_their_order_after_the_sort_by_pp():
     n = BLOCK_ROWS // 4 + 500
     t = _uniform_placements(n, rng)
     st = {k: v.copy() for k, v in t.stages.items()}
-    st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)  # (tp 8 where the others have 2 or 4)  # unlike stages, so no three representatives
+    # unlike stages, so no three representatives: tp 8 where the others have 2 or 4
+    st["tp"][:, 1] = np.where(st["layers"][:, 1] > 0, 8, 1)
     t = StrategyTable(t.columns, st)
     whole = evaluate(model, hc, t)
     for i in rng.choice(n, 40, replace=False):
@@ -136,8 +146,9 @@ def test_blocks_of_one_depth_read_the_stage_columns_they_need():
 
 
 def test_evaluator_fixes_glibcs_mmap_threshold_unless_told_not_to(monkeypatch):
-    """The evaluator's import sets glibc's M_MMAP_THRESHOLD (-3) to 32 MiB once; not where the user set
-    MALLOC_MMAP_THRESHOLD_ or PLANSWEEP_MALLOPT=0, and without an error where there is no glibc."""
+    """The evaluator's import sets glibc's M_MMAP_THRESHOLD (-3) to 32 MiB and its M_TRIM_THRESHOLD (-1) to 256 MiB
+    once; neither with PLANSWEEP_MALLOPT=0, not the one whose variable the user set (MALLOC_MMAP_THRESHOLD_,
+    MALLOC_TRIM_THRESHOLD_), and without an error where there is no glibc."""
     import ctypes
 
     import costmodel._evaluate as ev
@@ -149,11 +160,15 @@ def test_evaluator_fixes_glibcs_mmap_threshold_unless_told_not_to(monkeypatch):
             calls.append((param, value))
             return 1
 
+    mmap, trim = (-3, 32 * 2**20), (-1, 256 * 2**20)
+    names = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "PLANSWEEP_MALLOPT")
     monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
-    for env, expected in (({}, [(-3, 32 * 2**20)]), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, []),
-                          ({"PLANSWEEP_MALLOPT": "0"}, []), ({"PLANSWEEP_MALLOPT": "1"}, [(-3, 32 * 2**20)])):
+    for env, expected in (({}, [mmap, trim]), ({"MALLOC_MMAP_THRESHOLD_": "65536"}, [trim]),
+                          ({"MALLOC_TRIM_THRESHOLD_": "131072"}, [mmap]),
+                          ({"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}, []),
+                          ({"PLANSWEEP_MALLOPT": "0"}, []), ({"PLANSWEEP_MALLOPT": "1"}, [mmap, trim])):
         calls.clear()
-        for k in ("MALLOC_MMAP_THRESHOLD_", "PLANSWEEP_MALLOPT"):
+        for k in names:
             monkeypatch.delenv(k, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
@@ -163,8 +178,8 @@ def test_evaluator_fixes_glibcs_mmap_threshold_unless_told_not_to(monkeypatch):
     def no_glibc(name):
         raise OSError(f"{name}: cannot open shared object file")
 
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
-    monkeypatch.delenv("PLANSWEEP_MALLOPT", raising=False)
+    for k in names:
+        monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(ctypes, "CDLL", no_glibc)
     ev._keep_freed_memory()  # no error
 
@@ -180,3 +195,21 @@ def test_stage_columns_keep_values_past_int8_and_int16():
     assert t.stages["dp"].tolist() == [[200, 1], [3, 4]] and t.stages["layers"].tolist() == [[40000, 1], [2, 3]]
     back = t.take(np.array([1, 0]))
     assert back.stages["dp"].tolist() == [[3, 4], [200, 1]] and back.stages["layers"][1].tolist() == [40000, 1]
+
+
+def test_a_second_evaluation_faults_in_no_fresh_memory():
+    """With the trim threshold the evaluator's import sets, the memory one evaluation frees (its blocks' temporaries,
+    its columns once dropped) stays with the process: pricing the same 65,536 rows again faults in a few pages at
+    most, where glibc's 128 KiB default gave 6,800 (measured with MALLOC_TRIM_THRESHOLD_=131072)."""
+    import os
+    import resource
+
+    if os.environ.get("PLANSWEEP_MALLOPT") == "0" or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        pytest.skip("the allocator is left to the user's settings")
+    from costmodel._bench_rows import bench_table
+
+    model, cluster, table = model_preset("gpt3-175b"), cluster_preset("h100x1024"), bench_table(65536)
+    evaluate(model, cluster, table)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    evaluate(model, cluster, table)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 500
