@@ -617,13 +617,10 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
     coef = dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
     per_step = np.where(rows.zero == 3, rows.m, 1)
-    out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef]
-    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: the exchange is linear in m,
-        # c(1) + (m - 1) (c(2) - c(1)) (ZeRO 0-1: c(2) = c(1); ZeRO-3 priced by per_step above)
-        more = np.where(rows.zero == 2, rows.m - 1, 0)
-        coef2 = dp_exchange_coef(zero, 2, d * c, link, fw=fw, prec=prec, plan=plan)
-        out = [o + np.take(np.broadcast_to(np.subtract(y, x), first.shape), inv) * more
-               for o, x, y in zip(out, coef, coef2, strict=True)]
+    out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
+    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
+        more = rows.m - 1
+        out[:2] = (o + np.take(np.broadcast_to(x, first.shape), inv) * more for o, x in zip(out[:2], coef[4:]))
     return ExchangeCoef(*out)
 
 
