@@ -620,7 +620,8 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = rows.m - 1
-        out[:2] = (o + np.take(np.broadcast_to(x, first.shape), inv) * more for o, x in zip(out[:2], coef[4:]))
+        out[:2] = (o + np.take(np.broadcast_to(x, first.shape), inv) * more
+                   for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
     return ExchangeCoef(*out)
 
 
