@@ -7,7 +7,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from costmodel import FRAMEWORKS, StrategyTable, cluster_preset, evaluate, framework_preset, model_preset
+from costmodel import (
+    FRAMEWORKS,
+    StrategyTable,
+    cluster_preset,
+    evaluate,
+    framework_preset,
+    hetero_preset,
+    model_preset,
+)
 from costmodel._data_parallel import dp_exchange_s, exposed_dp_s
 from costmodel._evaluate import stage_rows
 from costmodel._feasibility import REASONS
@@ -141,3 +149,30 @@ def test_pp1_zero2_fsdp2_reduces_every_micro_batch_in_the_evaluator():
     for i in range(2):
         ref = evaluate_row(model, cluster, rows.row(i), framework="fsdp2")
         assert got["step_time_s"][i] == pytest.approx(ref["step_time_s"], rel=1e-9)
+
+
+def test_placement_and_heterogeneous_paths_price_it_too():
+    # The 405B layout written as a placement on one pool (dp and tp per stage: the configurations' path) prices as
+    # the row-degree table does.
+    model, cluster = model_preset("llama3-405b"), cluster_preset("h100x16384")
+    plc = StrategyTable.from_columns(stage_pool=np.zeros((1, 16), dtype=np.int64), stage_dp=np.full((1, 16), 128),
+                                     stage_tp=np.full((1, 16), 8), stage_layers=LAYOUT["stage_layers"], pp=16,
+                                     microbatches=16, global_batch=2048, zero_stage=2, sequence_parallel=True,
+                                     recompute=0, schedule=1)
+    a, b = evaluate(model, cluster, _table(), framework="llama3-fsdp"), evaluate(model, cluster, plc,
+                                                                                  framework="llama3-fsdp")
+    for key in ("step_time_s", "dp_comm_s", "mem_grads_bytes", "mem_total_bytes"):
+        assert a[key][0] == pytest.approx(b[key][0], rel=1e-12), key
+    # Llama 3 8B on A100 + H100 pools, one stage on each (dp 32, tp 2): m = 4 against m = 1 adds three fp32
+    # reduce-scatters to each stage's exchange, (4 x 4 + 2) / (4 + 2) = 3 times the bytes; megatron-core's does not move
+    model, hc = model_preset("llama3-8b"), hetero_preset("a100x64+h100x64")
+
+    def placed(m):
+        return StrategyTable.from_columns(stage_pool=np.array([[0, 1]]), stage_dp=np.array([[32, 32]]),
+                                          stage_tp=np.array([[2, 2]]), stage_layers=np.array([[16, 16]]), pp=2,
+                                          microbatches=m, global_batch=32 * m, zero_stage=2, recompute=2, schedule=1)
+
+    for fw, ratio in (("llama3-fsdp", 18 / 6), ("megatron-core", 1.0)):
+        one, four = (stage_rows(model, hc, placed(m), framework=fw) for m in (1, 4))
+        for s1, s4 in zip(one, four, strict=True):
+            assert s4["dp_comm_s"] / s1["dp_comm_s"] == pytest.approx(ratio, rel=0.02), fw
