@@ -73,6 +73,7 @@ FAMILY_OF_PROFILE = {
     "deepspeed": "deepspeed", "deepspeed-flash2": "deepspeed",
     "fsdp2": "fsdp", "fsdp2-eager": "fsdp",
     "llm-foundry": "fsdp", "llm-foundry-triton": "fsdp", "llm-foundry-triton-pure": "fsdp",
+    "llama3-fsdp": "fsdp",  # PyTorch FSDP with pipelines (Meta's Llama 3 stack)
 }
 # A profile missing above takes the family its name starts with (tests/test_bands.py holds every profile listed).
 FAMILY_PREFIXES = (("megatron", "megatron"), ("nemo", "megatron"), ("deepspeed", "deepspeed"), ("fsdp", "fsdp"),

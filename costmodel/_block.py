@@ -617,7 +617,12 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
     coef = dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
     per_step = np.where(rows.zero == 3, rows.m, 1)
-    return ExchangeCoef(*(np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef))
+    out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
+    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
+        more = rows.m - 1
+        out[:2] = (o + np.take(np.broadcast_to(x, first.shape), inv) * more
+                   for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
+    return ExchangeCoef(*out)
 
 
 def _pair_field(cfg: Configs, x, ia_p):

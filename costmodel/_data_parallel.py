@@ -118,12 +118,16 @@ def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1, ep
 
 class ExchangeCoef(NamedTuple):
     """dp_exchange_coef's answer: the exchange takes a x params + b seconds, of which step_a x params + step_b run
-    inside the optimizer step (the framework's weight_gather_in_step: exposed whatever the overlap; zero elsewhere)."""
+    inside the optimizer step (the framework's weight_gather_in_step: exposed whatever the overlap; zero elsewhere),
+    and mb_a x params + mb_b each micro-batch adds past the first outside ZeRO-3 (one reduce-scatter: ZeRO-2 under
+    zero2_scatter_every_microbatch; zero elsewhere), so that a, b at m are those at 1 plus (m - 1) mb_a, mb_b."""
 
     a: object
     b: object
     step_a: object
     step_b: object
+    mb_a: object = 0.0
+    mb_b: object = 0.0
 
 
 def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Framework | None = None, prec=0,
@@ -165,13 +169,36 @@ def dp_exchange_coef(zero, m, g, link: CollectiveLink, grad_bytes=None, fw: Fram
     reduce_b, reduce_l = np.where(zero == 0, ar_b, rs_b), np.where(zero == 0, ar_l, rs_l)
     gathers = both | (zero >= 1)  # (ZeRO-3's replaced below)
     ga, gb = w * ag_b + ag_l * ag_per, ag_l  # the weight all-gather: ga x params + gb
-    a = np.where(both, grad_bytes * ar_b + ar_l * per_bucket, grad_bytes * reduce_b + reduce_l * per_bucket)
-    a, b = a + np.where(gathers, ga, 0.0), np.where(both, ar_l, reduce_l) + np.where(gathers, gb, 0.0)
+    reduce_a = grad_bytes * reduce_b + reduce_l * per_bucket  # one gradient reduction: reduce_a x params + reduce_l
+    reduces = scatters_per_step(zero, m, fw)  # ZeRO-2's reduce-scatters: m a step where the framework runs one each
+    a = np.where(both, grad_bytes * ar_b + ar_l * per_bucket, reduces * reduce_a)
+    a, b = a + np.where(gathers, ga, 0.0), np.where(both, ar_l, reduces * reduce_l) + np.where(gathers, gb, 0.0)
     step_a, step_b = (np.where(gathers & (zero <= 2), x, 0.0) if in_step else 0.0 for x in (ga, gb))
+    mb_a, mb_b = 0.0, 0.0
+    if fw is not None and fw.zero2_scatter_every_microbatch:  # each micro-batch past the first adds a reduce-scatter
+        mb_a, mb_b = (np.where(zero == 2, x, 0.0) for x in (reduce_a, reduce_l))
     if np.any(z3):  # per micro-batch: the gathers of both passes, the reduce-scatters (by unit or by bucket)
         a3, b3 = zero3_coef(m, gather, w, grad_bytes, plan, rs_b, rs_l, per_bucket)
         a, b = np.where(z3, a3, a), np.where(z3, b3, b)
-    return ExchangeCoef(a, b, step_a, step_b)
+    return ExchangeCoef(a, b, step_a, step_b, mb_a, mb_b)
+
+
+def scatters_per_step(zero, m, fw: Framework | None):
+    """Gradient reductions a step of ZeRO 0-2 runs: m at ZeRO-2 under ``fw``'s zero2_scatter_every_microbatch (one
+    reduce-scatter after each micro-batch's backward: FSDP's post-backward hook without no_sync, DeepSpeed's stage 2
+    hooks), else 1 (after the last micro-batch's backward). Arrays broadcast; 1 where ``fw`` is None or lacks it."""
+    if fw is None or not fw.zero2_scatter_every_microbatch:
+        return 1.0
+    return np.where(zero == 2, m, 1.0)
+
+
+def one_scatter_s(n, dp_raw, fw: Framework, prec=0):
+    """Seconds of one of the reduce-scatters in ``dp_raw`` (a step's exchange as dp_exchange_coef prices it) that
+    runs ``n`` of them (scatters_per_step) and one weight all-gather: its bytes' share, gr / (n gr + w) of the exchange
+    (gr, w: a gradient's and a weight's bytes on the wire at ``prec``), as the exposure splits the all-gather from the
+    reduce-scatter elsewhere (the latencies in the same proportion); 0 where ``n`` is 1 (only the last)."""
+    gr, w = (x[0] if x[0] == x[1] == x[2] else np.take(x, prec) for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes))
+    return np.where(n > 1, gr / (n * gr + w), 0.0) * dp_raw
 
 
 def zero3_coef(m, gather: CollectiveTerms, w, grad_bytes, plan: ExchangePlan, rs_b, rs_l, per_bucket):
@@ -237,7 +264,27 @@ def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Frame
                    model: Transformer | None = None, pp=1, step_s=None):
     """exposed_dp_s's exposed exchange, before the slowdown, as (``fixed``, ``late``): ``fixed`` the seconds exposed by
     construction (no overlap, FSDP's edge units, the gather inside the optimizer step), run beside no computation;
-    ``late`` the part of the other dp_raw - fixed seconds, run beside the computation, that it did not cover."""
+    ``late`` the part of the other dp_raw - fixed seconds, run beside the computation, that it did not cover.
+    ZeRO-2 reduce-scattered every micro-batch (``fw``'s zero2_scatter_every_microbatch): the last micro-batch's
+    reduce-scatter and the weight all-gather as a step's one exchange (last_exchange_parts: against the last
+    backward, the next forward, FSDP's edge units, the optimizer step); each of the m - 1 before it (one_scatter_s each)
+    runs behind its micro-batch's backward and the passes after it, exposed only by what it takes beyond a
+    micro-batch's passes on the bottleneck stage (X_max), late; without overlap, exposed whole."""
+    if fw is None or not fw.zero2_scatter_every_microbatch:  # one gradient reduction a step
+        return last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
+    n = scatters_per_step(zero, m, fw)
+    one = one_scatter_s(n, dp_raw, fw, prec)  # a reduce-scatter's seconds (0 where there is only the last)
+    earlier = (n - 1.0) * one
+    fixed, late = last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw - earlier, F_b, fw, prec, model, pp,
+                                      step_s)
+    spill = (n - 1.0) * np.maximum(one - X_max, 0.0)  # each earlier one beyond its micro-batch's passes
+    return np.where(overlap, fixed, fixed + earlier), np.where(overlap, late + spill, late)
+
+
+def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
+                        model: Transformer | None = None, pp=1, step_s=None):
+    """exposure_parts for a step's exchange of one gradient reduction and one weight all-gather (``dp_raw``; ZeRO-3:
+    its per micro-batch collectives), as (``fixed``, ``late``)."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)

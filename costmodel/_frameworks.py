@@ -107,6 +107,11 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     optim_state_bytes: the optimizer's bytes a parameter, sharded from ZeRO-1 on: the master weight and Adam's two
         moments (12: all fp32); with_state_dtypes sets it from the dtypes a run keeps them in
     main_grad_bytes: the bytes of a gradient the optimizer step reads (4: fp32 main gradients)
+    zero2_scatter_every_microbatch: ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (m
+        reduce-scatters a step, each of the stage's gradients at grad_reduce_bytes) and accumulates them sharded (the
+        gradient memory / dp x cp, with a pipeline too where max_zero_with_pp allows it), the updated weights
+        all-gathered once after the step (FSDP without no_sync / set_requires_gradient_sync(False); DeepSpeed's
+        stage 2); False: one reduce-scatter a step, at the last micro-batch (costmodel._data_parallel)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -188,6 +193,7 @@ class Framework:
     optim_state_bytes: float = float(OPTIM_BYTES)
     main_grad_bytes: float = float(GRAD_BYTES)
     interleaved_microbatches: str = "any"  # INTERLEAVED_MICROBATCHES (module docstring)
+    zero2_scatter_every_microbatch: bool = False  # ZeRO-2's reduce-scatter each micro-batch (module docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -400,6 +406,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
+        zero2_scatter_every_microbatch=True,
         sources=("DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",
@@ -429,6 +436,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "4, 8 + 4 bytes the add); _bf16_reduce_grads all-reduces, step() all-gathers bf16 weights (v0.6.4 so)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3",
+                 "DeepSpeed 38327e0 zero/stage_1_and_2.py lines 1424-1426 reduce_ready_partitions_and_remove_grads: "
+                 "the backward hooks (create_reduce_and_remove_grad_hooks, lines 527-528 and 904-917) reduce each "
+                 "bucket 'if self.partition_gradients or self.is_gradient_accumulation_boundary': ZeRO-2 every "
+                 "micro-batch, ZeRO-1 at the last; engine.py 2051-2053 ('ZeRO stage >= 2 communicates during non "
+                 "gradient accumulation boundaries as well') and 2073 (no_sync refused under ZeRO 2-3)",
                  "gradient memory kept at 4 bytes a parameter (fp32 high-precision gradients, bf16_optimizer.py "
                  "_update_hp_grad; the 16-bit model gradients beside them and ZeRO 1-2's 16-bit partitions not "
                  "re-derived)"),
@@ -444,7 +456,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
         grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
-        grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds",
+        grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
                  "reduce-scatter output cast to orig_dtype, the sharded parameter's (fp32 under torchtitan's "
                  "MixedPrecisionPolicy param_dtype bf16), and set as sharded_param.grad: 4 bytes, whatever the reduce "
@@ -483,7 +495,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "torchao testing/training/roofline_utils.py get_tensor_memory_traffic_ovhd_s, tensorwise, unfused "
                  "(float8_roofline.py's default): an input or output gradient read for its max (2), read again and "
                  "written twice in fp8 (2 + 1 + 1); a weight read for its max (2), cast forward (2 + 1), back (2 + 1)",
-                 "torchtitan config/configs.py pipeline_parallel_layers_per_stage (stages split at any layer)"),
+                 "torchtitan config/configs.py pipeline_parallel_layers_per_stage (stages split at any layer)",
+                 "FSDP2 without set_requires_gradient_sync(False) reduce-scatters every micro-batch's backward and "
+                 "accumulates the sharded gradients (pytorch PR 126166's description: 'FSDP2 offers (1) without any "
+                 "intervention'); torchtitan keeps that for gradient accumulation ('doing it by default makes the code "
+                 "simpler', torchtitan PR 1710 review, 2025-09): ZeRO-2 at pp 1 every micro-batch; with pp the "
+                 "PipelineStage defers it to the last (shard_with_pp_once)"),
     ),
 )}
 
@@ -538,6 +555,9 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
              "reduce-scatters on the post_backward stream, frees the unit where _sync_gradients (pytorch 3ade90a: "
              "every FULL_SHARD unit but the root resharded after forward, gathered again for backward); llm-foundry "
              "5e85bd62d sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
+             "composer dist_strategy.py ddp_sync_context: returns at once unless the model is DistributedDataParallel, "
+             "so FSDP (SHARD_GRAD_OP: ZeRO-2) reduce-scatters after every micro-batch's backward "
+             "(zero2_scatter_every_microbatch, as fsdp2)",
              "the fsdp2 profile's sources"),
 )
 _derive("llm-foundry", "llm-foundry-triton", attention_kernel="triton", eager_elem_bytes=(0.0,) * 3,
@@ -575,6 +595,26 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(
              "the same file: the ZeRO1 group is zero1 ranks of the data-parallel group (zero1 <= 0: all of them; a "
              "group smaller than dp, e.g. 8 within a node, is not a strategy here: ZeRO-1 shards over all dp ranks)",
              "the megatron-core profile's sources (layers, kernels, schedules)"),
+)
+# Meta's Llama 3 training stack as the Llama 3 paper describes it in words (Dubey et al. 2024, arXiv:2407.21783,
+# Sec. 3.3.2, text only): PyTorch's FSDP with pipelines, sharding the optimizer states and the gradients but keeping
+# the weights gathered from forward to backward (ZeRO-2), the gradients accumulated and reduce-scattered in fp32 every
+# micro-batch; interleaved 1F1B. Its layers and kernels are priced as fsdp2's (torch's), which the paper's stack is
+# built on.
+_derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, zero2_scatter_every_microbatch=True,
+    what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
+         "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
+         "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "
+         "otherwise as fsdp2 (torch.distributed.pipelining schedules with interleaved 1F1B, SDPA flash attention)",
+    sources=("Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Sec. 3.3.2, text: FSDP shards the "
+             "model, optimizer and gradients; the weights are not resharded after forward (no second all-gather in "
+             "backward: ZeRO-2, max_zero_with_pp 2); gradients accumulated over micro-batches and reduce-scattered "
+             "across data-parallel ranks in fp32 (grad_reduce_bytes, grad_buffer_bytes 4); interleaved schedule; a "
+             "layer taken off the first and the last pipeline stages (--stage-layers)",
+             "FSDP without set_requires_gradient_sync(False) reduce-scatters each backward (the fsdp2 profile's "
+             "sources): m reduce-scatters a step, the accumulated gradient held as a shard "
+             "(zero2_scatter_every_microbatch)",
+             "the fsdp2 profile's sources"),
 )
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",

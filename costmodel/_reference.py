@@ -961,6 +961,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     gb, wb, both = fw.grad_reduce_bytes[prec], fw.weight_gather_bytes[prec], fw.all_reduce_then_gather[prec]
     both = both and (zero == 1 if fw.weight_sync_broadcasts else zero <= 1)
     plan_all = _exchange_plan(model, fw, row)
+    reduces = m if fw.zero2_scatter_every_microbatch and zero == 2 else 1  # gradient reductions a step
 
     def exchange(n_params: float, ranks: int, link: tuple, bucket: float, plan: dict) -> tuple[float, float]:
         """(seconds of the exchange, of its part inside the optimizer step), in the framework's dtypes."""
@@ -992,6 +993,8 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
             kinds = (("all_reduce", grad_bytes, gb * msg, calls),)
         secs = [_collective(k, nb, mb, ranks, link) + c * _collective_latency(k, mb, ranks, link)
                 for k, nb, mb, c in kinds]
+        if reduces > 1 and not both:  # ZeRO-2 reduce-scattered after every micro-batch's backward: m of them a step
+            secs[0] *= reduces
         return sum(secs), (secs[1] if fw.weight_gather_in_step and len(secs) == 2 else 0.0)
 
     gpu = cluster.gpu
@@ -1006,6 +1009,11 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         dp_raw, step = exchange(params_max, g, _collective_link(cluster, tp, g), plan_all["bucket"](g), plan_all)
         opt = _hbm(gpu, fw.adam_bytes_touched() * params_max / shard)
     b_st = pipe["bottleneck"]
+    # ZeRO-2 reduce-scattered every micro-batch: the m - 1 before the last (their bytes' share of the exchange) each
+    # behind its micro-batch's passes, exposed beyond a micro-batch's X_max; the last and the all-gather as below
+    earlier = (reduces - 1) * gb / (reduces * gb + wb) * dp_raw
+    spill = (reduces - 1) * max(earlier / (reduces - 1) - pipe["X_max"], 0.0) if reduces > 1 else 0.0
+    dp_raw -= earlier
     window = m * pipe["X_max"] if zero == 3 else b_st["B"] + b_st["W"]
     ag = wb / (gb * (1 + (both and zero == 1)) + wb) * dp_raw if fw.overlap_param_gather and zero in (1, 2) else 0.0
     # fixed: exposed whatever the computation (no overlap, FSDP's edge units, the gather in the optimizer step); late:
@@ -1018,6 +1026,7 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
         fixed, late = e * (ag + rs), (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
                                       if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
+    fixed, late, dp_raw = fixed, late + spill, dp_raw + earlier
     if not row.overlap:
         fixed, late = dp_raw, 0.0
     # the computation beside the dp_raw - fixed seconds of collectives runs on the SMs their channels leave: the step

@@ -77,13 +77,16 @@ def test_dp_exchange_fp8_weight_gathers_and_bf16_optimizer():
     np.testing.assert_allclose(got, [0.035 + 14 * lat + base, 0.02625 + 14 * lat + 2 * base,
                                      0.02625 + 14 * lat + 2 * base, 4 * (0.035 + 21 * lat + 3 * base)])
     # DeepSpeed's BF16_Optimizer (bf16, ZeRO 0-1) all-reduces the 2-byte gradients and all-gathers the 2-byte weights:
-    # 7/8 x (4 + 2) e9 (52.5 ms) and three ring passes; ZeRO 2-3 as before; fp16 rows (prec 1) as the default.
+    # 7/8 x (4 + 2) e9 (52.5 ms) and three ring passes; ZeRO-3 as before; ZeRO-2 reduce-scatters after each of the
+    # 4 micro-batches (stage 2's backward hooks): 4 x (7/8 x 2e9 = 17.5 ms + 7 steps) and one all-gather (17.5 ms):
+    # 87.5 ms and 5 rings; fp16 rows (prec 1) as the default but that ZeRO-2.
     ds = framework_preset("deepspeed")
     got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=0)
     np.testing.assert_allclose(got, [0.0525 + 21 * lat + 2 * base, 0.0525 + 21 * lat + 2 * base,
-                                     0.035 + 14 * lat + 2 * base, 4 * (0.0525 + 21 * lat + 3 * base)])
+                                     0.0875 + 35 * lat + 5 * base, 4 * (0.0525 + 21 * lat + 3 * base)])
     got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=1)
-    np.testing.assert_allclose(got, dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2))
+    want = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2)
+    np.testing.assert_allclose(got, [*want[:2], 0.0875 + 35 * lat + 5 * base, want[3]])
 
 
 def test_exposed_dp_weight_all_gather_behind_the_next_forward():

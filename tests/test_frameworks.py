@@ -126,9 +126,10 @@ def test_weight_gathers_by_framework_deepspeed_bf16_optimizer_and_megatron_param
     # DeepSpeed, no overlap: bf16 at ZeRO 0 and 1 moves 2 x 2 + 2 bytes an element in an all-reduce (the generic
     # profile's ZeRO 0) and an all-gather (half the generic ZeRO 1's reduce-scatter and all-gather, the same bytes
     # and message each): 1.5x the bytes; ZeRO 2 and fp16 rows as generic's. (DeepSpeed's collectives counted as
-    # generic's, one a pass: their count is tests/test_collectives_nccl.py's.)
+    # generic's, one a pass: their count is tests/test_collectives_nccl.py's; ZeRO-2's reduce-scatter once a step,
+    # as generic's: its one a micro-batch is tests/test_zero2_every_microbatch.py's.)
     ds = dataclasses.replace(FRAMEWORKS["deepspeed"], name="deepspeed-one-per-pass", dp_bucket_elems=(math.inf, 0.0),
-                             weight_gather_in_step=False)
+                             weight_gather_in_step=False, zero2_scatter_every_microbatch=False)
     cols = dict(dp=128, tp=8, pp=1, overlap_dp=False)
     dp = lambda fw, **c: _one(fw, **cols, **c)["dp_comm_s"][0]  # noqa: E731
     for z in (0, 1):
