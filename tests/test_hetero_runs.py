@@ -15,7 +15,7 @@ from tests.sweep_helpers import cli, kill_when, parts, rows, start
 
 HETERO = ["--cluster", "a100x64+h100x64", "--pp", "4,8"]
 # Parts of about four calls of 2 steps x 16 chains (--part-rows 100): a kill finds several written.
-MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2", "--part-rows", "100"]
+MCMC = ["--seed", "1", "--budget", "800", "--chains", "16", "--checkpoint-every", "2", "--part-rows", "100"]
 STAGES = ["stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_layers", "stage_pool2", "stage_dp2"]
 KEY = ["iteration", "pp", "microbatches", "recompute", "zero_stage", *STAGES]
 
@@ -39,7 +39,7 @@ def test_mcmc_out_writes_placements_and_show_prints_stages(mcmc_run):
     prints the top row's per-stage breakdown, and its JSON holds the same stages re-priced: the
     busiest stage's iteration time is the step's pipeline part, no more than the step time."""
     df = rows(mcmc_run)
-    assert len(df) == 1600 and df["dp"].isna().all()
+    assert len(df) == 800 and df["dp"].isna().all()
     listed = df["stage_layers"].notna()  # null: uniform stages, 96 / pp layers each
     assert listed.any() and df["stage_layers"][listed].map(sum).eq(96).all()
     assert df["stage_layers"][listed].map(lambda v: len(set(v)) > 1).all()
