@@ -30,9 +30,23 @@ def workers_import_this_checkout(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
+def starts_ray(args: tuple[str, ...]) -> bool:
+    """Whether ``plansweep ARGS`` starts or joins Ray: a command with a run directory (sweep,
+    resume, search --out) not told --in-process (cli/_cmd_sweep.py's execute)."""
+    return "--in-process" not in args and (args[:1] in (("sweep",), ("resume",)) or "--out" in args)
+
+
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env(),
-                          timeout=300)
+    """``plansweep ARGS``: in this process (tests.in_process.cli: no interpreter start-up, about
+    1.3 s of CPU each) where it starts no Ray, else in a fresh interpreter (Ray's driver, its
+    environment and its shutdown stay out of the test's process)."""
+    if starts_ray(args):
+        proc = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env(),
+                              timeout=300)
+    else:
+        from tests.in_process import cli as here
+
+        proc = here(*args)
     if check and proc.returncode != 0:
         raise AssertionError(f"plansweep {' '.join(args)} -> {proc.returncode}\n{proc.stderr[-3000:]}")
     return proc

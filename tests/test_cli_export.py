@@ -9,10 +9,9 @@ compare) runs on 20 random feasible plans per framework.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from cli._export import (
     torchtitan_model,
 )
 from costmodel import StrategyTable, evaluate
+from tests.in_process import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -346,7 +346,9 @@ def test_deepspeed_keys_are_deepspeeds(space):
 
 # ---- worked examples -------------------------------------------------------------------------
 def _cli(*argv, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+    """`plansweep export ...` in this process (tests.in_process.cli), from the repository root."""
+    with contextlib.chdir(cwd):
+        return cli(*argv)
 
 
 def test_megatron_worked_example():

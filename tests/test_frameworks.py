@@ -4,8 +4,6 @@ rule its sources state (costmodel._frameworks)."""
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -229,13 +227,15 @@ def test_validate_reads_the_framework_cell(tmp_path):
 
 
 def test_cli_framework_flag(tmp_path):
-    run = [sys.executable, "-m", "cli", "evaluate", "--tp", "8", "--pp", "8", "--dp", "16", "--json"]
-    out = subprocess.run([*run, "--framework", "mcore"], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout)["framework"] == "megatron-core"
-    bad = subprocess.run([*run, "--framework", "jax"], capture_output=True, text=True)
+    from tests.in_process import cli
+
+    run = ["evaluate", "--tp", "8", "--pp", "8", "--dp", "16", "--json"]
+    out = cli(*run, "--framework", "mcore")
+    assert out.returncode == 0 and json.loads(out.stdout)["framework"] == "megatron-core"
+    bad = cli(*run, "--framework", "jax")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and "--framework" in bad.stderr and "'jax'" in bad.stderr
-    z = subprocess.run([*run[:-1], "--zero-stage", "1", "--framework", "megatron-2021"], capture_output=True, text=True)
+    z = cli(*run[:-1], "--zero-stage", "1", "--framework", "megatron-2021")
     assert z.returncode == 2 and "zero_stage" in z.stderr and "megatron-2021" in z.stderr
 
 

@@ -10,6 +10,7 @@ import pytest
 from costmodel import (
     REASONS,
     InputError,
+    StrategyTable,
     Transformer,
     cluster_preset,
     evaluate,
@@ -20,7 +21,6 @@ from costmodel import (
     make_hetero,
     make_pool,
     model_preset,
-    StrategyTable,
     simulate,
     stage_rows,
 )
@@ -320,14 +320,14 @@ def test_hetero_space_moves_and_start_points():
 
 
 def _cli(*argv):
-    import os
-    import subprocess
-    import sys
+    """plansweep ``argv`` in this process, from the repository root (tests.in_process.cli)."""
+    import contextlib
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, env=env, cwd=root)
+    from tests.in_process import cli
+
+    with contextlib.chdir(Path(__file__).resolve().parents[1]):
+        return cli(*argv)
 
 
 def test_cli_evaluate_hetero_strategy(tmp_path):

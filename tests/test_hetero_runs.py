@@ -15,7 +15,7 @@ from tests.sweep_helpers import cli, kill_when, parts, rows, start
 
 HETERO = ["--cluster", "a100x64+h100x64", "--pp", "4,8"]
 # Parts of about four calls of 2 steps x 16 chains (--part-rows 100): a kill finds several written.
-MCMC = ["--seed", "1", "--budget", "1600", "--chains", "16", "--checkpoint-every", "2", "--part-rows", "100"]
+MCMC = ["--seed", "1", "--budget", "800", "--chains", "16", "--checkpoint-every", "2", "--part-rows", "100"]
 STAGES = ["stage_pool", "stage_dp", "stage_tp", "stage_order", "stage_layers", "stage_pool2", "stage_dp2"]
 KEY = ["iteration", "pp", "microbatches", "recompute", "zero_stage", *STAGES]
 
@@ -39,7 +39,7 @@ def test_mcmc_out_writes_placements_and_show_prints_stages(mcmc_run):
     prints the top row's per-stage breakdown, and its JSON holds the same stages re-priced: the
     busiest stage's iteration time is the step's pipeline part, no more than the step time."""
     df = rows(mcmc_run)
-    assert len(df) == 1600 and df["dp"].isna().all()
+    assert len(df) == 800 and df["dp"].isna().all()
     listed = df["stage_layers"].notna()  # null: uniform stages, 96 / pp layers each
     assert listed.any() and df["stage_layers"][listed].map(sum).eq(96).all()
     assert df["stage_layers"][listed].map(lambda v: len(set(v)) > 1).all()
@@ -132,11 +132,34 @@ def test_one_run_holds_homogeneous_or_heterogeneous_clusters(tmp_path):
     assert mixed.returncode == 2 and "--cluster" in mixed.stderr and not out.exists()
 
 
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster of two CPUs on this machine, started once for the module's Ray tests (each
+    command joins it with --address, none stops it): a start-up of about 10 s each, saved. The
+    embedded Ray's own kill -9 (gone with the command's process group) is tests.kill_points's."""
+    from ray.cluster_utils import Cluster
+
+    from tests.sweep_helpers import ROOT
+
+    saved = os.environ.get("PYTHONPATH")  # the raylet's workers import this checkout's code
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, saved) if p)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    try:
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 @pytest.mark.slow
-def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
-    """`plansweep sweep --cluster a100x64+h100x64 --model gpt3-175b` on the embedded Ray, kill -9
-    after a few units, `resume`: every part once, and the rows are exactly the feasible valid
-    grid rows of every unit (recomputed here, unit by unit), none twice. Six stages, each on
+def test_mixed_cluster_sweep_killed_then_resumed_on_ray(ray_cluster, tmp_path):
+    """`plansweep sweep --cluster a100x64+h100x64 --model gpt3-175b` on a Ray cluster, kill -9
+    after a few units, `resume` on it: every part once, and the rows are exactly the feasible
+    valid grid rows of every unit (recomputed here, unit by unit), none twice. Six stages, each on
     either pool at dp 2, 4 or 8: 6^6 placements x 2 micro-batch counts x 2 recomputes, 19 units
     of 10,000 rows."""
     import numpy as np
@@ -147,10 +170,10 @@ def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
 
     out = str(tmp_path / "run")
     proc = start("sweep", "--cluster", "a100x64+h100x64", "--model", "gpt3-175b", "--pp", "6", "--zero-stage", "1",
-                 "--unit-rows", "10000", "--out", out, "--workers", "2", "--no-progress")
+                 "--unit-rows", "10000", "--out", out, "--address", ray_cluster, "--no-progress")
     directory = os.path.join(out, "results", "searcher=grid")
     n = kill_when(proc, directory, at_least=3)
-    cli("resume", out, "--workers", "2", "--no-progress", "--top", "1")
+    assert "Ray cluster at" in cli("resume", out, "--address", ray_cluster, "--no-progress", "--top", "1").stderr
     with RunDir.open(out) as rd:
         space, unit_rows = rd.studies()[0].space, int(rd.info["options"]["unit_rows"])
     units = -(-int(space.size) // unit_rows)
@@ -166,11 +189,12 @@ def test_mixed_cluster_sweep_killed_then_resumed_on_ray(tmp_path):
 
 
 @pytest.mark.slow
-def test_mcmc_out_on_ray_with_a_hetero_cluster(tmp_path):
-    """The placement space travels to a Ray actor and back (one worker, a short budget)."""
+def test_mcmc_out_on_ray_with_a_hetero_cluster(ray_cluster, tmp_path):
+    """The placement space travels to a Ray actor and back (a short budget)."""
     out = str(tmp_path / "run")
-    cli("search", "mcmc", *HETERO, "--budget", "96", "--chains", "16", "--checkpoint-every", "2", "--out", out,
-        "--workers", "1", "--no-progress")
+    proc = cli("search", "mcmc", *HETERO, "--budget", "96", "--chains", "16", "--checkpoint-every", "2", "--out",
+               out, "--address", ray_cluster, "--no-progress")
+    assert "Ray cluster at" in proc.stderr
     df = rows(out)
     assert len(df) == 96 and df["feasible"].any() and df["stage_pool"].notna().all()
 

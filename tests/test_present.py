@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -15,16 +12,11 @@ import costmodel
 from costmodel import REASONS, StrategyTable, evaluate
 from sweep._plots import best_by
 from sweep._runview import best_rows, open_run, summary
+from tests.in_process import cli  # show and plot in this process: no interpreter start-up each
 from tests.run_fixtures import seed000_isolated_table, seed000_table, write_fixture_run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = costmodel.model_preset("seed000-mlp")
 CLUSTER = costmodel.cluster_preset("seed000-16")
-
-
-def cli(*argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT, "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

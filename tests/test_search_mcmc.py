@@ -213,21 +213,17 @@ def test_stale_chains_restart(exact):
 
 def test_cli_mcmc_and_tpe(tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
 
     from costmodel import StrategyTable
+    from tests.in_process import cli  # `plansweep search ...` in this process: no interpreter start-up each
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    base = [sys.executable, "-m", "cli", "search"]
+    base = ["search"]
     common = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "exact", "--seed", "1", "--json",
               "--top", "2"]
     for argv, budget in ((["mcmc", "--chains", "8", "--beta", "20"], 200),
                          (["tpe", "--storage", str(tmp_path / "t.journal")], 32)):
-        out = subprocess.run(base + argv + common + ["--budget", str(budget)], capture_output=True, text=True,
-                             env=env, cwd=root, check=True)
+        out = cli(*base, *argv, *common, "--budget", str(budget))
+        assert out.returncode == 0, out.stderr
         doc = json.loads(out.stdout)
         assert 0 < doc["evaluations"] <= budget and doc["best"]
         row = doc["best"][0]
@@ -235,5 +231,5 @@ def test_cli_mcmc_and_tpe(tmp_path):
                                     "schedule", "recompute", "precision", "sequence_parallel", "overlap_dp")}
         m = evaluate(GPT3, H100, StrategyTable.from_columns(**cols))
         assert bool(m["feasible"][0]) and row["tokens_per_s"] == pytest.approx(float(m["tokens_per_s"][0]))
-    bad = subprocess.run(base + ["mcmc", "--beta", "-1"] + common, capture_output=True, text=True, env=env, cwd=root)
+    bad = cli(*base, "mcmc", "--beta", "-1", *common)
     assert bad.returncode == 2 and "--beta" in bad.stderr and "Traceback" not in bad.stderr

@@ -131,7 +131,12 @@ def test_soft_penalty_resume_from_told_history(wall_space):
                 starts=("random",))
     a = MCMCSearcher(wall_space, seed=3, chains=2, screen=False, **opts)
     told = []
-    for _ in range(6):
+    # Steps 0 and 1 evaluate all four points; steps 2 and 3 find nothing new: each ask is empty
+    # after search._mcmc.MAX_SKIPPED_STEPS steps taken at once, with a restart every
+    # EXHAUSTED_STEPS (step 3 leaves the chains elsewhere than step 2: seed 3, chains at
+    # [[1, 0], [0, 1]] then [[1, 1], [1, 0]]). A further exhausted step (about a second, in
+    # each searcher) would repeat that case.
+    for _ in range(4):
         t = a.ask(2)
         m = synthetic_metrics(t, WALL)
         a.tell(t, m)

@@ -204,16 +204,21 @@ def test_no_point_is_evaluated_twice_when_a_batch_holds_twin_draws():
     space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8],
                                pp=[1, 2, 4, 8, 16], micro_batch=[1, 2, 4], recompute=["none", "selective", "full"],
                                zero_stage=[0, 1, 3])
-    for seed in range(4):
+    # Seeds 0 and 1 draw twins in 5 and 6 of their first 7 batches (1 to 7 twin trials a batch;
+    # seeds 2 and 3, which this test ran as well, in 2 and 3): checked below, so that the case
+    # stays tested.
+    for seed in range(2):
         s = TPESearcher(space, seed=seed, n_startup_trials=4, screen=False)  # the whole space: 318 points
-        seen = set()
+        seen, twins = set(), []
         for _ in range(8):
             t = s.ask(16)
             rows = {tuple(sorted(t.row(i).items())) for i in range(len(t))}
             assert len(rows) == len(t), "a batch asked a point twice"
             assert not rows & seen, f"seed {seed}: a point told earlier was asked again"
             seen |= rows
+            twins.append(len(s._pending) - len(t))  # trials drawn less distinct points asked
             s.tell(t, evaluate(model, cluster, t))
+        assert sum(twins[:-1]) > 0, f"seed {seed}: no twin draw before the last batch"
 
 
 def test_resume_closes_a_trial_killed_while_its_parameters_were_drawn(tmp_path):

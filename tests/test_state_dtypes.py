@@ -2,8 +2,6 @@
 and optimizer time they change, the scalar reference agreeing, the validation CSV's columns and evaluate's flags."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model
 from costmodel._frameworks import framework_preset, with_state_dtypes
 from costmodel._reference import evaluate_row
 from costmodel._validate import read_runs
+from tests.in_process import cli
 from tests.test_reference import assert_rows_equal_reference, random_table
 
 MCORE = framework_preset("megatron-core")
@@ -97,8 +96,8 @@ def test_a_bad_dtype_cell_names_row_and_column(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "cli", "evaluate", "--model", "llama3-8b", "--cluster", "h100x64",
-                           "--tp", "2", "--dp", "32", "--zero-stage", "1", *args], capture_output=True, text=True)
+    return cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x64", "--tp", "2", "--dp", "32",
+               "--zero-stage", "1", *args)
 
 
 def test_evaluate_flags_price_and_report_the_dtypes():
@@ -132,8 +131,8 @@ def test_evaluate_applies_the_dtypes_to_every_framework_of_a_table():
 
 def test_rank_prices_its_space_with_the_dtypes():
     def rank(*extra):
-        return subprocess.run([sys.executable, "-m", "cli", "rank", "--model", "llama3-8b", "--cluster", "h100x64",
-                               "--top", "1", "--pp", "1", "--tp", "2", *extra], capture_output=True, text=True)
+        return cli("rank", "--model", "llama3-8b", "--cluster", "h100x64", "--top", "1", "--pp", "1", "--tp", "2",
+                   *extra)
     base, low = rank(), rank("--moments-dtype", "bf16", "--grad-dtype", "bf16")
     assert base.returncode == low.returncode == 0, low.stderr
     assert "grad bf16, moments bf16" in low.stdout.splitlines()[0] and "moments" not in base.stdout.splitlines()[0]

@@ -14,6 +14,7 @@ from search import Space
 from sweep._rundir import cluster_from_dict, model_from_dict
 from tests.kill_points import KILLED, kill_group_when, run_killed
 from tests.sweep_helpers import (
+    ROOT,
     SMALL_SPACE,
     cli,
     own_ray_processes,
@@ -131,8 +132,30 @@ def test_three_kills_then_resume(reference, tmp_path):
     assert_same_rows(out, reference)
 
 
+@pytest.fixture(scope="module")
+def two_nodes():
+    """One Ray cluster of two raylets (a CPU each) on this machine, started once for the module's
+    tests that neither stop its head nor leave anything on it: a killed worker's and the two-node
+    sweep's (a start-up of about 10 s each, saved)."""
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("PYTHONPATH")  # the raylets' workers import this checkout's code
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, saved) if p)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 @pytest.mark.slow
-def test_a_killed_worker_loses_nothing(reference, tmp_path, monkeypatch):
+def test_a_killed_worker_loses_nothing(reference, two_nodes, tmp_path, monkeypatch):
     workers_import_this_checkout(monkeypatch)
     from cli import build_parser
     from cli._cmd_sweep import grid_request
@@ -153,7 +176,7 @@ def test_a_killed_worker_loses_nothing(reference, tmp_path, monkeypatch):
     args = build_parser().parse_args(["sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all"])
     rd, _ = RunDir.create_or_resume(out, grid_request(args))
     saved = dict(os.environ)  # ray.init sets variables (RAY_AUTH_MODE...) that would leak into later tests
-    init_ray(workers=2, address=None)
+    init_ray(workers=None, address=two_nodes.address)  # two workers, one a raylet: a worker of either may die
     try:
         with rd:
             run_grid(rd, in_process=False, max_in_flight=4, progress=False, on_unit=kill_one)
@@ -166,21 +189,12 @@ def test_a_killed_worker_loses_nothing(reference, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_node_cluster_on_one_machine(reference, tmp_path, monkeypatch):
-    workers_import_this_checkout(monkeypatch)
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        out = str(tmp_path / "run")
-        proc = cli("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all",
-                   "--address", cluster.address, "--no-progress")
-        assert f"Ray cluster at {cluster.address} (2 CPUs)" in proc.stderr
-        assert_same_rows(out, reference)
-    finally:
-        cluster.shutdown()
+def test_two_node_cluster_on_one_machine(reference, two_nodes, tmp_path):
+    out = str(tmp_path / "run")
+    proc = cli("sweep", *SMALL_SPACE, "--out", out, "--unit-rows", "1e4", "--keep", "all",
+               "--address", two_nodes.address, "--no-progress")
+    assert f"Ray cluster at {two_nodes.address} (2 CPUs)" in proc.stderr
+    assert_same_rows(out, reference)
 
 
 def test_two_studies_one_run_progress_and_summary(tmp_path):
