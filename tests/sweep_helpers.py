@@ -30,6 +30,27 @@ def workers_import_this_checkout(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
+def local_ray_cluster(cpus: tuple[int, ...]):
+    """A Ray cluster on this machine, one raylet per entry of ``cpus`` (its CPUs), whose workers import this
+    checkout's code; yields the ray.cluster_utils.Cluster and shuts it down after, PYTHONPATH restored."""
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, saved) if p)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus[0], "include_dashboard": False})
+    try:
+        for n in cpus[1:]:
+            cluster.add_node(num_cpus=n)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def starts_ray(args: tuple[str, ...]) -> bool:
     """Whether ``plansweep ARGS`` starts or joins Ray: a command with a run directory (sweep,
     resume, search --out) not told --in-process (cli/_cmd_sweep.py's execute)."""

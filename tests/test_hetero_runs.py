@@ -137,22 +137,10 @@ def ray_cluster():
     """A Ray cluster of two CPUs on this machine, started once for the module's Ray tests (each
     command joins it with --address, none stops it): a start-up of about 10 s each, saved. The
     embedded Ray's own kill -9 (gone with the command's process group) is tests.kill_points's."""
-    from ray.cluster_utils import Cluster
+    from tests.sweep_helpers import local_ray_cluster
 
-    from tests.sweep_helpers import ROOT
-
-    saved = os.environ.get("PYTHONPATH")  # the raylet's workers import this checkout's code
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, saved) if p)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    try:
-        cluster.wait_for_nodes()
+    for cluster in local_ray_cluster((2,)):
         yield cluster.address
-    finally:
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.mark.slow

@@ -14,9 +14,9 @@ from search import Space
 from sweep._rundir import cluster_from_dict, model_from_dict
 from tests.kill_points import KILLED, kill_group_when, run_killed
 from tests.sweep_helpers import (
-    ROOT,
     SMALL_SPACE,
     cli,
+    local_ray_cluster,
     own_ray_processes,
     parts,
     rows,
@@ -137,21 +137,7 @@ def two_nodes():
     """One Ray cluster of two raylets (a CPU each) on this machine, started once for the module's
     tests that neither stop its head nor leave anything on it: a killed worker's and the two-node
     sweep's (a start-up of about 10 s each, saved)."""
-    from ray.cluster_utils import Cluster
-
-    saved = os.environ.get("PYTHONPATH")  # the raylets' workers import this checkout's code
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, saved) if p)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    yield from local_ray_cluster((1, 1))
 
 
 @pytest.mark.slow
