@@ -73,7 +73,7 @@ from costmodel._pipeline_terms import (
     pipeline_step,
     with_extra_chunk,
 )
-from costmodel._stages import GPU_FIELDS, StageView
+from costmodel._stages import GPU_FIELDS, StageView, group_layout
 from costmodel._workloads import Transformer
 
 
@@ -716,14 +716,12 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
 def dp_sm_share(rows: Rows):
     """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share): the
     dp x cp group as dp_links lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts
-    them: inside one node; else g = G / stride on each node where the stride divides G and G the span, 1 otherwise."""
+    them (costmodel._stages.group_layout)."""
     G = rows.pa["gpus_per_node_int"][0 if rows.pa["sms"].size == 1 else rows.pool]
     tp_in = rows.sv.order == 0
-    stride = np.where(tp_in, rows.t, 1)
     ranks = rows.d * rows.c
-    span = stride * np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
-    inside = (span <= G) & (np.mod(G, span) == 0)
-    g = np.where((np.mod(G, stride) == 0) & (np.mod(span, G) == 0), G // stride, 1)  # ranks on a node
+    size = np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
+    inside, _, _, g = group_layout(np.where(tp_in, rows.t, 1), size, G)
     return link_sm_share(rows, ~inside, g)
 
 

@@ -170,15 +170,14 @@ def three_representatives(p):
     """(N, 3) stage index and weight of uniform stages of pipelines of depth ``p`` represented by
     three: stages 0, 1 and p - 1 (the first, the busiest interior one for memory, the last),
     weighted 1, p - 2, 1 in sums over stages (a stage listed twice counts once)."""
-    idx = np.stack([np.zeros_like(p), np.minimum(1, p - 1), p - 1], axis=1)
-    w = np.stack([np.ones_like(p), np.maximum(p - 2, 0), (p >= 2).astype(p.dtype)], axis=1)
-    return idx, np.where((idx[:, 1:2] == idx[:, 2:3]) & (np.arange(3)[None, :] == 1), 0, w)
+    idx, w = stage_major_representatives(p)
+    return idx.T, w.T
 
 
 def stage_major_representatives(p):
     """three_representatives' (stage index, weight) as (3, N) stage-major arrays, written row by row (no stack,
-    transpose and copy): weights 1, max(p - 2, 0) and p >= 2 (the interior weight is 0 wherever stage 1 is the last,
-    p <= 2, which max(p - 2, 0) already gives)."""
+    transpose and copy): stages 0, min(1, p - 1), p - 1 weighted 1, max(p - 2, 0) and p >= 2 (the interior weight is
+    0 wherever stage 1 is the last, p <= 2, which max(p - 2, 0) already gives)."""
     idx, w = np.empty((3, len(p)), dtype=p.dtype), np.empty((3, len(p)), dtype=p.dtype)
     idx[0], w[0] = 0, 1
     np.minimum(p - 1, 1, out=idx[1])
@@ -261,7 +260,7 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike) and (  # all alike, and no
                 c["pp"].min() == S or np.all(on | (alike[0] == 0))):  # layers past pp: 3 representatives
-            j, w = (np.ascontiguousarray(x.T) for x in three_representatives(c["pp"]))  # (3, N)
+            j, w = stage_major_representatives(c["pp"])  # (3, N)
             one = {k: stages.major(k, 1) for k in ("layers", "pool", "dp", "tp", "order")}
             rc1 = stages.major("recompute", 1) if "recompute" in stages else c["recompute"][None, :]
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
@@ -344,6 +343,19 @@ def group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     return bw, lat
 
 
+def group_layout(stride, size, G):
+    """(inside, per_node, tiled, g) of groups of ``size`` ranks at ``stride`` on nodes of ``G`` GPUs, as
+    collective_group_link reads them: inside one node; one rank per node (the stride a multiple of G); tiled, g = G /
+    stride ranks on each node spanned (stride divides G, the span a multiple of G); g the group's ranks on a node
+    (size inside a node, 1 one rank per node or across node boundaries unevenly). All arguments broadcast."""
+    span = stride * size
+    inside = (span <= G) & (np.mod(G, span) == 0)
+    per_node = np.mod(stride, G) == 0
+    tiled = ~inside & ~per_node & (np.mod(G, stride) == 0) & (np.mod(span, G) == 0)
+    g = np.where(inside, size, np.where(tiled, G // np.maximum(stride, 1), 1))
+    return inside, per_node, tiled, g
+
+
 def collective_group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
     """(bandwidth, latency inside a node, latency across nodes, nodes spanned, ranks per node) of an NCCL collective
     over groups of ``size`` ranks at ``stride`` (costmodel._collectives module docstring), the layout as group_link
@@ -355,11 +367,7 @@ def collective_group_link(stride, size, G, up_bw, out_bw, up_lat, out_lat, eff):
         otherwise (groups across node boundaries unevenly) -> group_link's min(intra, network) and its latency on
                                                  every step, as one rank per node
     All arguments broadcast; stride, size and G integers."""
-    span = stride * size
-    inside = (span <= G) & (np.mod(G, span) == 0)
-    per_node = np.mod(stride, G) == 0
-    tiled = ~inside & ~per_node & (np.mod(G, stride) == 0) & (np.mod(span, G) == 0)
-    g = np.where(inside, size, np.where(tiled, G // np.maximum(stride, 1), 1))  # the group's ranks on a node
+    inside, per_node, tiled, g = group_layout(stride, size, G)
     gf = g.astype(np.float64)
     node_bw = np.minimum(gf * out_bw, gf / np.maximum(gf - 1.0, 1.0) * up_bw)
     bw = np.where(inside, up_bw, np.where(per_node, out_bw, np.where(tiled, node_bw, np.minimum(up_bw, out_bw)))) * eff
