@@ -80,9 +80,6 @@ TINY_SHAPES = (
 MICRO_BATCHES = (1, 2, 4)
 SEQS = (2048, 4096, 8192)
 TINY_SEQS = (32, 64)
-RECOMPUTE = ("none", "selective", "full")
-ATTENTION = ("flash", "cudnn")
-PRECISION = ("bf16", "fp8")
 # A row's rank in the run (lower first): what the per-layer activation comparison needs most comes first.
 ROW_PRIORITY = (("bf16", "flash", "none"), ("bf16", "flash", "selective"), ("bf16", "flash", "full"),
                 ("bf16", "cudnn", "none"), ("bf16", "cudnn", "selective"), ("bf16", "cudnn", "full"),
@@ -324,11 +321,14 @@ def titan_sac_context(torch, save_ops: set, recompute_shapes: set):
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     mm_ops = (torch.ops.aten.mm.default, torch.ops.aten.linear.default)
+    to_copy = torch.ops.aten._to_copy.default
 
     def context_fn():
         count = {"forward": 0, "recompute": 0}
 
         def policy(ctx, func, *args, **kwargs):
+            if func == to_copy and args[0].is_cuda and str(kwargs.get("device", "")) == "cpu":
+                return CheckpointPolicy.MUST_SAVE  # a copy to the host is saved, not made again
             mode = "recompute" if ctx.is_recompute else "forward"
             if func in mm_ops:
                 w = tuple(args[1].shape)
@@ -454,7 +454,7 @@ def probe_grouped(torch, dev) -> tuple[bool, str]:
         ref = torch.cat([x[:7] @ wt[0], x[7:7] @ wt[1], x[7:] @ wt[2]])
         err = (y.float() - ref.float()).abs().max().item()
         return err < 0.1, f"torch._grouped_mm max |error| against a loop {err:.3g}"
-    except Exception as exc:  # the fallback is the loop: say why
+    except Exception as exc:  # noqa: BLE001 -- the fallback is the loop: say why
         return False, f"torch._grouped_mm failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 
 
