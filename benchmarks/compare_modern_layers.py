@@ -16,6 +16,10 @@ The measurement (act_bytes) counts what the forward allocated and still holds, l
 was allocated before it. Without recompute no op of the block saves that input (the first norm saves its fp32 copy,
 the residual add nothing), and the model does not count it; a checkpoint (full or selective) keeps it, and the
 model counts it there, so input_bytes is added to the measurement for those rows.
+
+Timed bf16 rows are also set beside the model's compute time of one layer (layer_terms' forward, and forward +
+backward + weight gradients + recompute, no communication) on the GPU the file's first line names (H200, else H100):
+printed for reading, without a tolerance.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import statistics
 import sys
 
 import numpy as np
@@ -30,7 +35,7 @@ import numpy as np
 from costmodel import InputError, cluster_preset, model_preset
 from costmodel._frameworks import FRAMEWORKS
 from costmodel._hardware import PRECISIONS
-from costmodel._layer_terms import framework_terms, shape_terms
+from costmodel._layer_terms import LAYER_INPUTS, framework_terms, layer_terms, moe_layer_inputs, shape_terms
 from costmodel._memory_terms import activation_bytes
 
 PROFILE = "fsdp2-eager"  # the profile whose layer code the measured blocks copy
@@ -64,8 +69,9 @@ def as_int(row: dict, col: str, path: str, line: int) -> int:
         raise InputError(f"{path} line {line} column {col}", "a number", row[col]) from None
 
 
-def model_kept_bytes(row: dict, path: str, line: int) -> float:
-    """What the cost model says one layer keeps per micro-batch for the row (bytes)."""
+def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8") -> dict:
+    """The cost model's terms for the row: the model, the recompute masks and framework_terms' columns (one row),
+    on ``cluster_name``'s GPU (its bf16 rate; the activation bytes do not depend on it)."""
     try:
         model = model_preset(row["model"])
     except Exception:  # noqa: BLE001 -- any unknown name is the file's fault: say which
@@ -76,17 +82,34 @@ def model_kept_bytes(row: dict, path: str, line: int) -> float:
         raise InputError(f"{path} line {line} column precision", " or ".join(PRECISIONS), row["precision"])
     s, b, t, ep = (as_int(row, c, path, line) for c in ("seq", "micro_batch", "tp", "ep"))
     model = dataclasses.replace(model, seq_len=s)
-    fw, cluster = FRAMEWORKS[PROFILE], cluster_preset("h100x8")
+    fw, cluster = FRAMEWORKS[PROFILE], cluster_preset(cluster_name)
     B, T, C, SP = np.array([b]), np.array([t]), np.array([1]), np.array([False])  # (1,) columns: one row
     prec = np.array([PRECISIONS.index(row["precision"])])
     moe = (np.array([ep]), np.array([1]), fw, prec) if model.is_moe else None
     sh = shape_terms(model, cluster, B, T, C, SP, cluster.gpu.peak_flops[0], moe=moe)
-    ft = framework_terms(fw, model, sh, T, SP, prec)
-    pre = "moe_" if model.is_moe else ""
-    full, sel = np.array([row["recompute"] == "full"]), np.array([row["recompute"] == "selective"])
-    kept, _ = activation_bytes(full, sel, ft[pre + "act_L"], ft[pre + "sel_kept"], ft[pre + "sel_work"], ft["T"],
-                               model.hidden, np.array([1]))
+    return {"model": model, "ft": framework_terms(fw, model, sh, T, SP, prec),
+            "full": np.array([row["recompute"] == "full"]), "sel": np.array([row["recompute"] == "selective"])}
+
+
+def model_kept_bytes(row: dict, path: str, line: int) -> float:
+    """What the cost model says one layer keeps per micro-batch for the row (bytes)."""
+    m = model_row(row, path, line)
+    ft, pre = m["ft"], "moe_" if m["model"].is_moe else ""
+    kept, _ = activation_bytes(m["full"], m["sel"], ft[pre + "act_L"], ft[pre + "sel_kept"], ft[pre + "sel_work"],
+                               ft["T"], m["model"].hidden, np.array([1]))
     return float(kept[0])
+
+
+def model_times_s(row: dict, path: str, line: int, cluster_name: str) -> tuple[float, float]:
+    """The cost model's (forward, forward + backward) compute seconds of one layer for the row on ``cluster_name``'s
+    GPU: layer_terms' compute (forward, backward, weight gradients) and recompute, no communication (the measured
+    block runs none)."""
+    m = model_row(row, path, line, cluster_name)
+    ft = m["ft"]
+    lc = moe_layer_inputs(ft) if m["model"].is_moe else {k: ft[k] for k in LAYER_INPUTS}
+    lt = layer_terms(lc, m["full"], m["sel"])
+    fwd = lt["F"] - lc["tp_fwd"] - lc["cp_fwd"] - lc.get("ep_fwd", 0.0)
+    return float(fwd[0]), float((lt["compute"] + lt["recompute"])[0])
 
 
 def compare(rows: list[dict], path: str) -> list[dict]:
@@ -105,6 +128,18 @@ def compare(rows: list[dict], path: str) -> list[dict]:
         out.append({"label": row["label"], "block": row["block"], "recompute": row["recompute"],
                     "attention": row["attention"], "precision": row["precision"], "model_bytes": model,
                     "measured_bytes": measured, "ratio": ratio, "flag": abs(ratio - 1.0) > TOLERANCE})
+    return out
+
+
+def compare_times(rows: list[dict], path: str, cluster_name: str) -> list[tuple[str, float, float]]:
+    """(label, model / measured forward, model / measured forward + backward) of the timed bf16 rows (fp8 rows'
+    casts are priced with the evaluator's cast columns, which this comparison does not build)."""
+    out = []
+    for line, row in enumerate(rows, start=2):
+        if row.get("error") or row.get("fwd_s") in ("", None) or row["precision"] != "bf16":
+            continue
+        fwd, fb = model_times_s(row, path, line, cluster_name)
+        out.append((row["label"], fwd / float(row["fwd_s"]), fb / float(row["fwd_bwd_s"])))
     return out
 
 
@@ -130,13 +165,33 @@ def report(results: list[dict]) -> None:
           f"{len(results) - len(done)} not compared")
 
 
+def report_times(times: list[tuple[str, float, float]], cluster_name: str) -> None:
+    if not times:
+        return
+    print(f"\ntimes, model on {cluster_name} / measured (bf16 rows; no tolerance: for reading)")
+    for label, f, fb in times:
+        print(f"{label:52s} fwd {f:6.3f}  fwd+bwd {fb:6.3f}")
+    print(f"median: fwd {statistics.median(t[1] for t in times):.3f}, "
+          f"fwd+bwd {statistics.median(t[2] for t in times):.3f} over {len(times)} rows")
+
+
+def gpu_cluster(path: str) -> str:
+    """The cluster preset whose GPU the file's first comment line names (H200 or else H100)."""
+    with open(path) as fh:
+        first = fh.readline()
+    return "h200x8" if "H200" in first else "h100x8"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="The cost model's per-layer activation bytes (profile fsdp2-eager) "
                                              "against a CSV written by benchmarks/gpu_modern_layers.py.")
     ap.add_argument("csv", metavar="FILE", help="layers_measured.csv")
     args = ap.parse_args(argv)
     try:
-        report(compare(read_rows(args.csv), args.csv))
+        rows = read_rows(args.csv)
+        report(compare(rows, args.csv))
+        cluster_name = gpu_cluster(args.csv)
+        report_times(compare_times(rows, args.csv, cluster_name), cluster_name)
     except InputError as exc:
         print(f"compare_modern_layers: {exc}", file=sys.stderr)
         return 2
