@@ -10,7 +10,7 @@
 #   3. the machine: machine.txt (GPU, driver, torch, cores, load).
 #
 # Before, on a machine that can download (once; *.whl is git-ignored):
-#     bash benchmarks/device_wheels.sh            # Ray and what it needs for CPython 3.12 into .whl/ (about 46 MB)
+#     bash benchmarks/gpu_machine_wheels.sh            # Ray and what it needs for CPython 3.12 into .whl/ (about 46 MB)
 # Then on the lent machine, from the root of a copy of this working tree with the ignored .whl/ carried along, under
 # a 570 s limit, with OUT the folder whose files come back:
 #     bash benchmarks/run_on_gpu.sh
@@ -55,7 +55,7 @@ if python3 -c "import ray" 2>/dev/null; then
     echo "bench_study_workers exit $? (124: stopped at its 150 s)" >> "$OUT/workers.log"
     timeout 20 ray stop --force > /dev/null 2>&1 || true  # a run cut short leaves no Ray daemons behind
 else
-    echo "no Ray on this machine and none in .whl/ (bash benchmarks/device_wheels.sh makes it): skipped" \
+    echo "no Ray on this machine and none in .whl/ (bash benchmarks/gpu_machine_wheels.sh makes it): skipped" \
         >> "$OUT/workers.log"
 fi
 grep -E '^\{' "$OUT/workers.log" | cut -c1-300

@@ -6,7 +6,7 @@
 # dashboard's source maps (a local Python Ray uses neither; 31 of its 75 MB), so that the working tree and .whl/
 # stay under the 64 MiB a call can carry.
 #
-#     bash benchmarks/device_wheels.sh          (from the repository root, where pip can download; prints the size)
+#     bash benchmarks/gpu_machine_wheels.sh          (from the repository root, where pip can download; prints the size)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(ray jsonschema jsonschema-specifications referencing rpds-py)
