@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The one command for a lent one-GPU machine (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
+# its own timeout (320 + 30 + 150 s, and the Ray install), everything written to $OUT (at most 8 files come back):
+#   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 290, killed at 320 s): layers_measured.csv,
+#      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
+#      compare.txt;
+#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 150 s: its
+#      in-process base and as many worker counts as fit): workers.log; it needs Ray, installed from .whl/ where
+#      present (that machine has none and cannot download it);
+#   3. the machine: machine.txt (GPU, driver, torch, cores, load).
+#
+# Before, on a machine that can download (once; *.whl is git-ignored):
+#     bash benchmarks/gpu_machine_wheels.sh            # Ray and what it needs for CPython 3.12 into .whl/ (about 46 MB)
+# Then on the lent machine, from the root of a copy of this working tree with the ignored .whl/ carried along, under
+# a 570 s limit, with OUT the folder whose files come back:
+#     bash benchmarks/run_on_gpu.sh
+# and afterwards, back here: PYTHONPATH=. python3 benchmarks/compare_modern_layers.py <files>/layers_measured.csv
+# Without a GPU (a dry run of part 1 on the CPU): OUT=/tmp/out bash benchmarks/run_on_gpu.sh --tiny
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:?set OUT to the folder that comes back}"
+mkdir -p "$OUT"
+TINY=()
+LAYER_BUDGET=290
+if [ "${1:-}" = "--tiny" ]; then TINY=(--tiny); fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+        --format=csv 2>&1 || true
+    python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__,
+                'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" 2>&1
+    echo "cores $(nproc)"; uptime
+} > "$OUT/machine.txt"
+
+echo "== 1. layer sweep (budget ${LAYER_BUDGET} s)"
+timeout 320 python3 benchmarks/gpu_modern_layers.py --out "$OUT" --budget-s "$LAYER_BUDGET" "${TINY[@]}" \
+    > "$OUT/layers.log" 2>&1
+echo "gpu_modern_layers exit $?" | tee -a "$OUT/layers.log"
+tail -3 "$OUT/layers.log"
+if [ -s "$OUT/layers_measured.csv" ]; then
+    timeout 30 python3 benchmarks/compare_modern_layers.py "$OUT/layers_measured.csv" > "$OUT/compare.txt" 2>&1
+    echo "compare_modern_layers exit $?" >> "$OUT/compare.txt"
+    sed -n '/^block /,$p' "$OUT/compare.txt"
+fi
+[ ${#TINY[@]} -gt 0 ] && exit 0
+
+echo "== 2. study worker scaling"
+if ! python3 -c "import ray" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl > "$OUT/workers.log" 2>&1
+fi
+if python3 -c "import ray" 2>/dev/null; then
+    timeout 150 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
+    echo "bench_study_workers exit $? (124: stopped at its 150 s)" >> "$OUT/workers.log"
+    timeout 20 ray stop --force > /dev/null 2>&1 || true  # a run cut short leaves no Ray daemons behind
+else
+    echo "no Ray on this machine and none in .whl/ (bash benchmarks/gpu_machine_wheels.sh makes it): skipped" \
+        >> "$OUT/workers.log"
+fi
+grep -E '^\{' "$OUT/workers.log" | cut -c1-300
+tail -1 "$OUT/workers.log"
+uptime >> "$OUT/machine.txt"
