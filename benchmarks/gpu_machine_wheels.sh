@@ -4,7 +4,7 @@
 # (jsonschema, jsonschema-specifications, referencing, rpds-py), each at the version installed here, for CPython 3.12
 # on x86-64 Linux, into .whl/ (*.whl is git-ignored). Ray's wheel is repacked without its Java jars and the
 # dashboard's source maps (a local Python Ray uses neither; 31 of its 75 MB), so that the working tree and .whl/
-# stay under the 64 MiB a call can carry.
+# stay small (under 64 MiB together).
 #
 #     bash benchmarks/gpu_machine_wheels.sh          (from the repository root, where pip can download; prints the size)
 set -euo pipefail

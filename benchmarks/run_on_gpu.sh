@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command for a lent one-GPU machine (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
+# The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
 # its own timeout (320 + 30 + 150 s, and the Ray install), everything written to $OUT (at most 8 files come back):
 #   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 290, killed at 320 s): layers_measured.csv,
 #      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
@@ -11,7 +11,7 @@
 #
 # Before, on a machine that can download (once; *.whl is git-ignored):
 #     bash benchmarks/gpu_machine_wheels.sh            # Ray and what it needs for CPython 3.12 into .whl/ (about 46 MB)
-# Then on the lent machine, from the root of a copy of this working tree with the ignored .whl/ carried along, under
+# Then on the GPU machine, from the root of a copy of this working tree with the ignored .whl/ copied along, under
 # a 570 s limit, with OUT the folder whose files come back:
 #     bash benchmarks/run_on_gpu.sh
 # and afterwards, back here: PYTHONPATH=. python3 benchmarks/compare_modern_layers.py <files>/layers_measured.csv
