@@ -30,14 +30,12 @@ from costmodel._data_parallel import (
     ExchangeCoef,
     ExchangePlan,
     dp_exchange_coef,
-    dp_exchange_s,
-    dp_in_step_s,
     exchange_plan,
     exposed_dp_s,
 )
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import layer_mix, unpaired_share
+from costmodel._experts import expert_exchange, layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
@@ -654,6 +652,15 @@ def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
     return CollectiveLink(*(np.broadcast_to(a, x.shape)[inv_e].reshape(cols[0].shape) for a in link))
 
 
+def keyed_expert_exchange(rows: Rows, cfg: Configs, stage_link, c_, edp) -> tuple:
+    """costmodel._experts.expert_exchange where dp keys the configurations: (ExchangeCoef per stage, the link's nodes
+    and per_node) from each stage's expert link (expert_links) and plan."""
+    link = expert_links(rows, cfg, stage_link, c_)
+    plan = exchange_plan(rows.fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
+    coef = dp_exchange_coef(rows.zero, rows.m, edp, link, fw=rows.fw, prec=rows.prec, plan=plan)
+    return coef, link.nodes, link.per_node
+
+
 def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_out: bool) -> DataParallel:
     """The slowest stage's gradient exchange and optimizer step (an MoE model: the slowest dense exchange over dp x
     cp and the slowest expert one over edp, each with its optimizer), and what of the exchange is exposed (the part
@@ -668,31 +675,28 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     dp_st, step = None, None
     in_step = fw.weight_gather_in_step
     adam = fw.adam_bytes_touched()  # HBM bytes the Adam step moves a sharded parameter
-    if rows.moe:
-        ep_link = expert_links(rows, cfg, stage_link, c_)
-        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
-    if rows.moe and alike and ep_link.bw.shape[0] == 1 and not stages_out:
+    if rows.moe:  # the expert exchange as ep.a x params + ep.b per stage (ep_nodes, ep_per_node: its link's)
+        ep, ep_nodes, ep_per_node = (expert_exchange(rows, edp) if not cfg.keyed else
+                                     keyed_expert_exchange(rows, cfg, stage_link, c_, edp))
+    if rows.moe and alike and ep.a.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
-        ep0, plan0 = CollectiveLink(*(x[0] for x in ep_link)), _first_row(ep_plan)
-        dense_raw, experts_raw = (dp_a[0] * mm["dense_max"] + dp_b[0],
-                                  dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, ep0, fw=fw, prec=prec,
-                                                plan=plan0))
+        dense_raw, experts_raw = dp_a[0] * mm["dense_max"] + dp_b[0], ep.a[0] * mm["expert_max"] + ep.b[0]
         dp_raw = dense_raw + experts_raw
         if in_step:
             step = (dp.step_a[0] * mm["dense_max"] + dp.step_b[0]
-                    + dp_in_step_s(zero, m, mm["expert_max"], edp[0], ep0, fw=fw, prec=prec, plan=plan0))
+                    + (ep.step_a[0] * mm["expert_max"] + ep.step_b[0]))
         opt_s = (adam * mm["dense_max"] / shard[0] / hbm_Bps[0]
                  + adam * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif rows.moe:
         dp_st = dp_a * params + dp_b
-        ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
+        ep_st = ep.a * mm["expert_params"] + ep.b
         dense_raw, experts_raw = row_max(dp_st), row_max(ep_st)
         dp_raw = dense_raw + experts_raw
         dp_st = dp_st + ep_st
         if in_step:
             step = (row_max(dp.step_a * params + dp.step_b)
-                    + row_max(dp_in_step_s(zero, m, mm["expert_params"], edp, ep_link, fw=fw, prec=prec, plan=ep_plan)))
+                    + row_max(ep.step_a * mm["expert_params"] + ep.step_b))
         opt_s = (row_max(adam * params / shard / hbm_Bps)
                  + row_max(adam * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
@@ -706,7 +710,7 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
     share = dp_sm_share(rows)
     if rows.moe:  # the dense and the expert exchanges' shares, weighed by their seconds
-        share_e = link_sm_share(rows, ep_link.nodes > 1, ep_link.per_node)
+        share_e = link_sm_share(rows, ep_nodes > 1, ep_per_node)
         share = np.where(dp_raw > 0, (share * dense_raw + share_e * experts_raw) / np.where(dp_raw > 0, dp_raw, 1), 0)
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
                            prec=prec, model=rows.model, pp=rows.p, step_s=step, sm_share=share)
