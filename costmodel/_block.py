@@ -76,19 +76,20 @@ from costmodel._workloads import Transformer
 
 
 def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
-                   simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
+                   simulate_now: bool = True, stages_out: bool = False, framework=None, memo=None) -> Metrics:
     """Metrics of one block of rows (a StageView on pools ``pa``), and ``_needs_simulation``: the rows the
-    simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too."""
+    simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too.
+    ``memo``: the evaluation's costmodel._distinct.BlockMemo (what earlier blocks priced), or None."""
     rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pa, sv, pipeline, simulate_now, stages_out,
-                                                             framework)
+                                                             framework, memo)
     return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
 
 
 def block_phases(model: Transformer, pa: dict, sv: StageView, pipeline: str, simulate_now: bool, stages_out: bool,
-                 framework=None) -> tuple:
+                 framework=None, memo=None) -> tuple:
     """evaluate_block's phases in order, their records kept: (rows, cfg, terms, st, hand, pipe, mem, dp)."""
     fw = framework_preset(framework)
-    rows = block_rows(model, pa, sv, fw)
+    rows = block_rows(model, pa, sv, fw, memo)
     cfg = configurations(rows)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg.bits, None if cfg.split is None else cfg.split.shift)
     terms = configuration_terms(rows, cfg)
@@ -105,8 +106,14 @@ def plus_edges(ix, first, last):
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
     if np.shape(ix) != np.shape(first):
-        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
-                                   if e is not None), a)
+        masks = [m.astype(np.float64) for m in (first, last)]  # (once: a float product takes half a bool one's time)
+
+        def through_masks(a, *es):
+            for m, e in zip(masks, es, strict=True):
+                if e is not None:
+                    a = a + m * (np.take(e, ix) if np.ndim(e) else e)
+            return a
+        return through_masks
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
@@ -325,7 +332,7 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(cfg.pool_u, cfg.ga_u)  # the stage's GPUs on its pool: a configuration's (a split stage's: each pool)
     rag = (np.take(cfg.pair(rag_u, ragged(split.xa, split.ga_a)), split.inv_q) if split is not None
-           else np.take(rag_u, cfg.inv) if cfg.keyed else ragged(rows.pool, rows.d * rows.t * rows.c))
+           else np.take(rag_u, cfg.inv) if cfg.keyed else rows.per_dp_group(lambda d, t, c, _, q: ragged(q, d * t * c)))
     spill = spill_on(p8)
     if cfg.one_per_row:  # every link alike
         T_C = hop_s(pa, p8, p8, rag, np.take(share, cfg.inv), spill)
@@ -390,12 +397,14 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
-    layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
-    F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
-                                nx=None if terms.n_x is None else at(terms.n_x))
-    # (its F, B, W and X priced again on (N,): fewer passes than gathering them; an MoE row's X summed at once, its
-    # bottleneck's gathered, so that the fill (X_sum - X_max) of a one-stage pipeline is 0)
-    X_max = F_b + B_b + W_b if st.F is not None else at(X)
+    if st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
+        F_b, B_b, W_b, X_max = at(st.F), at(st.Bk), at(st.W), at(X)
+    else:  # an MoE row's X summed at once: its bottleneck's F, B, W priced again on (N,), its X gathered, so that
+        # the fill (X_sum - X_max) of a one-stage pipeline is 0
+        layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
+        F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
+                                    nx=None if terms.n_x is None else at(terms.n_x))
+        X_max = at(X)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         p, sv = rows.p, rows.sv
@@ -604,16 +613,23 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     fw = rows.fw
     cols = (rows.d, rows.t, rows.c, rows.sv.order, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
     by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
-    group = distinct_rows(*cols[:5])[1]  # the group's layout first (a small dense key), then the rest with it
+    group = rows.dp_group[1]  # the group's layout first (a small dense key), then the rest with it
     first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
                                *((rows.prec,) if by_prec else ()))
     row_first = first % rows.N  # (a column alike on a row's stages: its row's entry)
-    d, t, c, order, pool, zero, overlap, p, prec = (np.take(x, first) if np.size(x) == inv.size
-                                                     else np.take(x, row_first) for x in cols)
-    tp_in = order == 0
-    link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
-    plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
-    coef = dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
+    firsts = [np.take(x, first) if np.size(x) == inv.size else np.take(x, row_first) for x in cols]
+
+    def price(sel):  # the entries sel of the distinct combinations
+        d, t, c, order, pool, zero, overlap, p, prec = (x if sel is None else x[sel] for x in firsts)
+        tp_in = order == 0
+        link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1),
+                                    np.where(tp_in | (c == 1), d * c, d * c * t))
+        plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
+        return dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
+
+    keyed_by = [x for x, on in zip(firsts, (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, 1, by_prec), strict=True)
+                if on]  # (the columns the combinations are distinct in: what the exchange reads)
+    coef = price(None) if rows.memo is None else ExchangeCoef(*rows.memo.get("dp_exchange", keyed_by, price))
     per_step = np.where(rows.zero == 3, rows.m, 1)
     out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
@@ -718,15 +734,21 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
 
 
 def dp_sm_share(rows: Rows):
-    """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share): the
-    dp x cp group as dp_links lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts
-    them (costmodel._stages.group_layout)."""
-    G = rows.pa["gpus_per_node_int"][0 if rows.pa["sms"].size == 1 else rows.pool]
-    tp_in = rows.sv.order == 0
-    ranks = rows.d * rows.c
-    size = np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
-    inside, _, _, g = group_layout(np.where(tp_in, rows.t, 1), size, G)
-    return link_sm_share(rows, ~inside, g)
+    """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share's ring
+    channels over the pool's SMs, once per distinct group layout: Rows.per_dp_group): the dp x cp group as dp_links
+    lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts them
+    (costmodel._stages.group_layout)."""
+    pa = rows.pa
+
+    def share(d, t, c, order, pool):  # (once per distinct layout, gathered back)
+        tp_in = order == 0
+        size = np.where(tp_in | (c == 1), d * c, d * c * t)
+        inside, _, _, g = group_layout(np.where(tp_in, t, 1), size, pa["gpus_per_node_int"][pool])
+        ch = pa["ring_channels"][pool]  # (U, 2): one node, per rank on a node
+        return ring_channels(~inside, g, ch[:, 0], ch[:, 1]) / pa["sms"][pool]
+
+    st = rows.per_dp_group(share)
+    return rows.row_max(st) if st.shape[0] > 1 else st.reshape(-1)
 
 
 def link_sm_share(rows: Rows, across, per_node):
@@ -813,7 +835,7 @@ def peak_flops_total(rows: Rows, cfg: Configs):
         ga, peak_e = ((cfg.ga_u[cfg.inv], cfg.peak[cfg.inv]) if cfg.keyed
                       else (rows.d * rows.t * rows.c, rows.pa["peak"][rows.pool, rows.prec]))
         if ga.shape[0] == 1 and peak_e.shape[0] == 1:
-            return (np.sum(rows.sv.w, axis=0) * ga[0]) * peak_e[0]
+            return (rows.sv.stages_held() * ga[0]) * peak_e[0]
         return np.sum(rows.weigh(ga * peak_e), axis=0)
     # per configuration, the split stages' second pools too
     gp = cfg.pair(cfg.ga_u * cfg.peak, split is not None and split.ga_a * cfg.peak[split.ia_p]

@@ -387,23 +387,30 @@ def expert_exchange(rows, edp):
     from costmodel._data_parallel import ExchangeCoef, dp_exchange_coef, exchange_plan
     from costmodel._distinct import distinct_rows
 
-    fw, N = rows.fw, rows.N
+    fw = rows.fw
     eu, dc = rows.e * rows.u, rows.d * rows.c
     by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
     group = distinct_rows(eu, dc, rows.t, rows.pool)[1]  # the group's layout first (a small dense key), then the rest
     first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
                                *((rows.prec,) if by_prec else ()))
-    row_first = first % N  # (a column alike on a row's stages: its row's entry)
-    e_f, dc_f, t_f, pool_f, zero_f, p_f, ov_f, prec_f, edp_f = (
-        np.take(x, first) if np.size(x) == inv.size else np.take(x, row_first)
-        for x in (eu, dc, rows.t, rows.pool, rows.zero, rows.p, rows.overlap, rows.prec, edp))
-    link = pool_collective_link(rows.pa, pool_f, e_f, np.maximum(dc_f * t_f // e_f, 1))  # edp ranks ep etp apart
-    plan = exchange_plan(fw, rows.model, t_f, edp_f, ov_f, p_f, ep_etp=e_f)
-    coef = dp_exchange_coef(zero_f, 1, edp_f, link, fw=fw, prec=prec_f, plan=plan)
+    e_f, dc_f, t_f, pool_f, zero_f, p_f, ov_f, prec_f, edp_f = rows.at_first(
+        first, inv, eu, dc, rows.t, rows.pool, rows.zero, rows.p, rows.overlap, rows.prec, edp)
+    firsts = (e_f, dc_f, t_f, pool_f, zero_f, p_f, ov_f, prec_f, edp_f)
+
+    def price(sel):  # the entries sel of the distinct combinations: the exchange's coefficients, its link's layout
+        e, dc, t, pool, zero, p, ov, prec, g = (x if sel is None else x[sel] for x in firsts)
+        link = pool_collective_link(rows.pa, pool, e, np.maximum(dc * t // e, 1))  # edp ranks ep etp apart
+        plan = exchange_plan(fw, rows.model, t, g, ov, p, ep_etp=e)
+        return (*dp_exchange_coef(zero, 1, g, link, fw=fw, prec=prec, plan=plan), link.nodes, link.per_node)
+
+    keyed_by = [x for x, on in zip(firsts[:8], (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, by_prec), strict=True)
+                if on]  # (the columns the combinations are distinct in)
+    *coef, nodes, per_node = price(None) if rows.memo is None else rows.memo.get("expert_exchange", keyed_by, price)
+    coef = ExchangeCoef(*coef)
     per_step = np.where(rows.zero == 3, rows.m, 1)
     back = lambda x: np.take(np.broadcast_to(x, first.shape), inv)  # noqa: E731  (U,) -> each stage's
     out = [back(x) * per_step for x in coef[:4]]
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = rows.m - 1
         out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
-    return ExchangeCoef(*out), back(link.nodes), back(link.per_node)
+    return ExchangeCoef(*out), back(nodes), back(per_node)
