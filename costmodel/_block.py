@@ -106,14 +106,8 @@ def plus_edges(ix, first, last):
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
     if np.shape(ix) != np.shape(first):
-        def through_masks(a, *es):  # (a masked in-place add: half the time of a + mask x e, the same sums)
-            x = np.empty(np.broadcast_shapes(np.shape(a), np.shape(first)))
-            x[...] = a
-            for m, e in zip((first, last), es, strict=True):
-                if e is not None:
-                    np.add(x, np.take(e, ix) if np.ndim(e) else e, out=x, where=m)
-            return x
-        return through_masks
+        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
+                                   if e is not None), a)
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
