@@ -30,14 +30,12 @@ from costmodel._data_parallel import (
     ExchangeCoef,
     ExchangePlan,
     dp_exchange_coef,
-    dp_exchange_s,
-    dp_in_step_s,
     exchange_plan,
     exposed_dp_s,
 )
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import layer_mix, unpaired_share
+from costmodel._experts import expert_exchange, layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
@@ -78,19 +76,20 @@ from costmodel._workloads import Transformer
 
 
 def evaluate_block(model: Transformer, pa: dict, sv: StageView, pipeline: str = "closed_form",
-                   simulate_now: bool = True, stages_out: bool = False, framework=None) -> Metrics:
+                   simulate_now: bool = True, stages_out: bool = False, framework=None, memo=None) -> Metrics:
     """Metrics of one block of rows (a StageView on pools ``pa``), and ``_needs_simulation``: the rows the
-    simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too."""
+    simulator must still price (``simulate_now`` False). ``stages_out``: the per-stage columns (_stage_*) too.
+    ``memo``: the evaluation's costmodel._distinct.BlockMemo (what earlier blocks priced), or None."""
     rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pa, sv, pipeline, simulate_now, stages_out,
-                                                             framework)
+                                                             framework, memo)
     return report(rows, cfg, terms, st, hand, pipe, mem, dp, stages_out)
 
 
 def block_phases(model: Transformer, pa: dict, sv: StageView, pipeline: str, simulate_now: bool, stages_out: bool,
-                 framework=None) -> tuple:
+                 framework=None, memo=None) -> tuple:
     """evaluate_block's phases in order, their records kept: (rows, cfg, terms, st, hand, pipe, mem, dp)."""
     fw = framework_preset(framework)
-    rows = block_rows(model, pa, sv, fw)
+    rows = block_rows(model, pa, sv, fw, memo)
     cfg = configurations(rows)
     reason, used = stage_feasibility(model, pa, sv, fw, cfg.bits, None if cfg.split is None else cfg.split.shift)
     terms = configuration_terms(rows, cfg)
@@ -327,7 +326,7 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
     ragged = lambda x, block: block % pa["gpus_per_node_int"][x] != 0  # noqa: E731
     rag_u = ragged(cfg.pool_u, cfg.ga_u)  # the stage's GPUs on its pool: a configuration's (a split stage's: each pool)
     rag = (np.take(cfg.pair(rag_u, ragged(split.xa, split.ga_a)), split.inv_q) if split is not None
-           else np.take(rag_u, cfg.inv) if cfg.keyed else ragged(rows.pool, rows.d * rows.t * rows.c))
+           else np.take(rag_u, cfg.inv) if cfg.keyed else rows.per_dp_group(lambda d, t, c, _, q: ragged(q, d * t * c)))
     spill = spill_on(p8)
     if cfg.one_per_row:  # every link alike
         T_C = hop_s(pa, p8, p8, rag, np.take(share, cfg.inv), spill)
@@ -392,12 +391,14 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
-    layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
-    F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
-                                nx=None if terms.n_x is None else at(terms.n_x))
-    # (its F, B, W and X priced again on (N,): fewer passes than gathering them; an MoE row's X summed at once, its
-    # bottleneck's gathered, so that the fill (X_sum - X_max) of a one-stage pipeline is 0)
-    X_max = F_b + B_b + W_b if st.F is not None else at(X)
+    if st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
+        F_b, B_b, W_b, X_max = at(st.F), at(st.Bk), at(st.W), at(X)
+    else:  # an MoE row's X summed at once: its bottleneck's F, B, W priced again on (N,), its X gathered, so that
+        # the fill (X_sum - X_max) of a one-stage pipeline is 0
+        layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
+        F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
+                                    nx=None if terms.n_x is None else at(terms.n_x))
+        X_max = at(X)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         p, sv = rows.p, rows.sv
@@ -606,16 +607,23 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     fw = rows.fw
     cols = (rows.d, rows.t, rows.c, rows.sv.order, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
     by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
-    group = distinct_rows(*cols[:5])[1]  # the group's layout first (a small dense key), then the rest with it
+    group = rows.dp_group[1]  # the group's layout first (a small dense key), then the rest with it
     first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
                                *((rows.prec,) if by_prec else ()))
     row_first = first % rows.N  # (a column alike on a row's stages: its row's entry)
-    d, t, c, order, pool, zero, overlap, p, prec = (np.take(x, first) if np.size(x) == inv.size
-                                                     else np.take(x, row_first) for x in cols)
-    tp_in = order == 0
-    link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1), np.where(tp_in | (c == 1), d * c, d * c * t))
-    plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
-    coef = dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
+    firsts = [np.take(x, first) if np.size(x) == inv.size else np.take(x, row_first) for x in cols]
+
+    def price(sel):  # the entries sel of the distinct combinations
+        d, t, c, order, pool, zero, overlap, p, prec = (x if sel is None else x[sel] for x in firsts)
+        tp_in = order == 0
+        link = pool_collective_link(rows.pa, pool, np.where(tp_in, t, 1),
+                                    np.where(tp_in | (c == 1), d * c, d * c * t))
+        plan = exchange_plan(fw, rows.model, t, d * c, overlap, p)
+        return dp_exchange_coef(zero, 1, d * c, link, fw=fw, prec=prec, plan=plan)
+
+    keyed_by = [x for x, on in zip(firsts, (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, 1, by_prec), strict=True)
+                if on]  # (the columns the combinations are distinct in: what the exchange reads)
+    coef = price(None) if rows.memo is None else ExchangeCoef(*rows.memo.get("dp_exchange", keyed_by, price))
     per_step = np.where(rows.zero == 3, rows.m, 1)
     out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
@@ -654,6 +662,15 @@ def expert_links(rows: Rows, cfg: Configs, stage_link, c_) -> CollectiveLink:
     return CollectiveLink(*(np.broadcast_to(a, x.shape)[inv_e].reshape(cols[0].shape) for a in link))
 
 
+def keyed_expert_exchange(rows: Rows, cfg: Configs, stage_link, c_, edp) -> tuple:
+    """costmodel._experts.expert_exchange where dp keys the configurations: (ExchangeCoef per stage, the link's nodes
+    and per_node) from each stage's expert link (expert_links) and plan."""
+    link = expert_links(rows, cfg, stage_link, c_)
+    plan = exchange_plan(rows.fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
+    coef = dp_exchange_coef(rows.zero, rows.m, edp, link, fw=rows.fw, prec=rows.prec, plan=plan)
+    return coef, link.nodes, link.per_node
+
+
 def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_out: bool) -> DataParallel:
     """The slowest stage's gradient exchange and optimizer step (an MoE model: the slowest dense exchange over dp x
     cp and the slowest expert one over edp, each with its optimizer), and what of the exchange is exposed (the part
@@ -668,31 +685,28 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     dp_st, step = None, None
     in_step = fw.weight_gather_in_step
     adam = fw.adam_bytes_touched()  # HBM bytes the Adam step moves a sharded parameter
-    if rows.moe:
-        ep_link = expert_links(rows, cfg, stage_link, c_)
-        ep_plan = exchange_plan(fw, rows.model, rows.t, edp, rows.overlap, rows.p, ep_etp=rows.e * rows.u)
-    if rows.moe and alike and ep_link.bw.shape[0] == 1 and not stages_out:
+    if rows.moe:  # the expert exchange as ep.a x params + ep.b per stage (ep_nodes, ep_per_node: its link's)
+        ep, ep_nodes, ep_per_node = (expert_exchange(rows, edp) if not cfg.keyed else
+                                     keyed_expert_exchange(rows, cfg, stage_link, c_, edp))
+    if rows.moe and alike and ep.a.shape[0] == 1 and not stages_out:
         # every stage's exchanges on the same links: the largest stage's (of each kind) is the slowest
         # (the exchange and the optimizer grow with the parameters: as row_max of the per-stage times)
-        ep0, plan0 = CollectiveLink(*(x[0] for x in ep_link)), _first_row(ep_plan)
-        dense_raw, experts_raw = (dp_a[0] * mm["dense_max"] + dp_b[0],
-                                  dp_exchange_s(zero, m, mm["expert_max"], edp[0], None, ep0, fw=fw, prec=prec,
-                                                plan=plan0))
+        dense_raw, experts_raw = dp_a[0] * mm["dense_max"] + dp_b[0], ep.a[0] * mm["expert_max"] + ep.b[0]
         dp_raw = dense_raw + experts_raw
         if in_step:
             step = (dp.step_a[0] * mm["dense_max"] + dp.step_b[0]
-                    + dp_in_step_s(zero, m, mm["expert_max"], edp[0], ep0, fw=fw, prec=prec, plan=plan0))
+                    + (ep.step_a[0] * mm["expert_max"] + ep.step_b[0]))
         opt_s = (adam * mm["dense_max"] / shard[0] / hbm_Bps[0]
                  + adam * mm["expert_max"] / np.where(zero >= 1, edp[0], 1) / hbm_Bps[0])
     elif rows.moe:
         dp_st = dp_a * params + dp_b
-        ep_st = dp_exchange_s(zero, m, mm["expert_params"], edp, None, ep_link, fw=fw, prec=prec, plan=ep_plan)
+        ep_st = ep.a * mm["expert_params"] + ep.b
         dense_raw, experts_raw = row_max(dp_st), row_max(ep_st)
         dp_raw = dense_raw + experts_raw
         dp_st = dp_st + ep_st
         if in_step:
             step = (row_max(dp.step_a * params + dp.step_b)
-                    + row_max(dp_in_step_s(zero, m, mm["expert_params"], edp, ep_link, fw=fw, prec=prec, plan=ep_plan)))
+                    + row_max(ep.step_a * mm["expert_params"] + ep.step_b))
         opt_s = (row_max(adam * params / shard / hbm_Bps)
                  + row_max(adam * mm["expert_params"] / np.where(zero >= 1, edp, 1) / hbm_Bps))
     elif alike and not stages_out:
@@ -706,7 +720,7 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         opt_s = row_max(params * optimizer_s_per_param(rows, cfg, hbm_rate, shard, hbm_Bps))
     share = dp_sm_share(rows)
     if rows.moe:  # the dense and the expert exchanges' shares, weighed by their seconds
-        share_e = link_sm_share(rows, ep_link.nodes > 1, ep_link.per_node)
+        share_e = link_sm_share(rows, ep_nodes > 1, ep_per_node)
         share = np.where(dp_raw > 0, (share * dense_raw + share_e * experts_raw) / np.where(dp_raw > 0, dp_raw, 1), 0)
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
                            prec=prec, model=rows.model, pp=rows.p, step_s=step, sm_share=share)
@@ -714,15 +728,21 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
 
 
 def dp_sm_share(rows: Rows):
-    """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share): the
-    dp x cp group as dp_links lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts
-    them (costmodel._stages.group_layout)."""
-    G = rows.pa["gpus_per_node_int"][0 if rows.pa["sms"].size == 1 else rows.pool]
-    tp_in = rows.sv.order == 0
-    ranks = rows.d * rows.c
-    size = np.where(tp_in | (rows.c == 1), ranks, ranks * rows.t)
-    inside, _, _, g = group_layout(np.where(tp_in, rows.t, 1), size, G)
-    return link_sm_share(rows, ~inside, g)
+    """(N,) the share of its GPUs' SMs the dense data-parallel exchange's NCCL kernels hold (link_sm_share's ring
+    channels over the pool's SMs, once per distinct group layout: Rows.per_dp_group): the dp x cp group as dp_links
+    lays it out (tp-inner: stride t), its ranks on a node as collective_group_link counts them
+    (costmodel._stages.group_layout)."""
+    pa = rows.pa
+
+    def share(d, t, c, order, pool):  # (once per distinct layout, gathered back)
+        tp_in = order == 0
+        size = np.where(tp_in | (c == 1), d * c, d * c * t)
+        inside, _, _, g = group_layout(np.where(tp_in, t, 1), size, pa["gpus_per_node_int"][pool])
+        ch = pa["ring_channels"][pool]  # (U, 2): one node, per rank on a node
+        return ring_channels(~inside, g, ch[:, 0], ch[:, 1]) / pa["sms"][pool]
+
+    st = rows.per_dp_group(share)
+    return rows.row_max(st) if st.shape[0] > 1 else st.reshape(-1)
 
 
 def link_sm_share(rows: Rows, across, per_node):
@@ -809,7 +829,7 @@ def peak_flops_total(rows: Rows, cfg: Configs):
         ga, peak_e = ((cfg.ga_u[cfg.inv], cfg.peak[cfg.inv]) if cfg.keyed
                       else (rows.d * rows.t * rows.c, rows.pa["peak"][rows.pool, rows.prec]))
         if ga.shape[0] == 1 and peak_e.shape[0] == 1:
-            return (np.sum(rows.sv.w, axis=0) * ga[0]) * peak_e[0]
+            return (rows.sv.stages_held() * ga[0]) * peak_e[0]
         return np.sum(rows.weigh(ga * peak_e), axis=0)
     # per configuration, the split stages' second pools too
     gp = cfg.pair(cfg.ga_u * cfg.peak, split is not None and split.ga_a * cfg.peak[split.ia_p]

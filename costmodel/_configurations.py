@@ -12,6 +12,7 @@ configuration on its second pool, so that a phase reads a split stage's two side
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class Rows:
     n_m: np.ndarray | None  # MoE layers per stage (an MoE model)
     n_d: np.ndarray | None  # dense layers per stage (an MoE model)
     dense_first: bool  # the dense layers all on the first stage row of (k, N) stages (layer_mix adds them there)
+    memo: object = None  # the evaluation's costmodel._distinct.BlockMemo (None: each block prices its own)
 
     def weigh(self, a):
         """a weighted by the stages each column stands for."""
@@ -78,9 +80,34 @@ class Rows:
         """(N,) each row's largest stage entry of a >= 0 (k, N)."""
         return np.max(a if self.real else a * self.on_f, axis=0)
 
+    @functools.cached_property
+    def dp_group(self):
+        """(first, inv): distinct_rows of the stages' (dp, tp, cp, rank order, pool), the data-parallel group's layout
+        (a few dozen in a block: the exchange and its SM share read it), worked out once a block."""
+        return distinct_rows(self.d, self.t, self.c, self.sv.order, self.pool)
 
-def block_rows(model: Transformer, pa: dict, sv: StageView, fw: Framework) -> Rows:
-    """The Rows record of a StageView on pools ``pa`` under framework ``fw``."""
+    def per_dp_group(self, fn):
+        """fn(dp, tp, cp, order, pool) of each stage, priced once per distinct data-parallel group layout (dp_group)
+        and gathered back ((1, N) or (k, N)); fn elementwise."""
+        first, inv = self.dp_group
+        return np.take(fn(*self.at_first(first, inv, self.d, self.t, self.c, self.sv.order, self.pool)), inv)
+
+    def at_first(self, first, inv, *cols):
+        """Columns (N,), (1, N) or (k, N) at the entries ``first`` of a distinct_rows answer (flat indices into
+        ``inv``'s shape): a column alike on a row's stages at its row's entry."""
+        row_first = None
+        out = []
+        for x in cols:
+            if np.size(x) == inv.size:
+                out.append(np.take(x, first))
+            else:
+                row_first = first % self.N if row_first is None else row_first
+                out.append(np.take(x, row_first))
+        return out
+
+
+def block_rows(model: Transformer, pa: dict, sv: StageView, fw: Framework, memo=None) -> Rows:
+    """The Rows record of a StageView on pools ``pa`` under framework ``fw`` (``memo``: the evaluation's BlockMemo)."""
     r = sv.rows
     p, rc = r["pp"], sv.recompute
     zero, overlap = framework_columns(fw, p, r["zero_stage"], r["overlap_dp"])
@@ -103,7 +130,7 @@ def block_rows(model: Transformer, pa: dict, sv: StageView, fw: Framework) -> Ro
                 pool=np.minimum(sv.pool, P - 1), first=sv.j == 0, last=sv.j == p - 1, on=on, full=rc == 2,
                 sel=rc == 1, every=every, real=every or bool(np.all(sv.comp)),
                 wt=None if every and not np.any(sv.comp) else sv.w.astype(np.float64),
-                on_f=None if every else on.astype(np.float64), n_m=n_m, n_d=n_d, dense_first=dense_first)
+                on_f=None if every else on.astype(np.float64), n_m=n_m, n_d=n_d, dense_first=dense_first, memo=memo)
 
 
 @dataclasses.dataclass(frozen=True)

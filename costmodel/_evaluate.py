@@ -25,6 +25,7 @@ import os
 import numpy as np
 
 from costmodel._block import evaluate_block
+from costmodel._distinct import BlockMemo
 from costmodel._framework_rows import by_framework, framework_groups
 from costmodel._frameworks import Framework, with_state_dtypes
 from costmodel._layer_terms import refuse_modules
@@ -132,8 +133,9 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
             table = StrategyTable(table.columns, table.stages.without("pool2", "dp2"))
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
+    memo = BlockMemo() if len(table) > BLOCK_ROWS else None  # (what a block prices that the next ones read again)
     return run_blocks(table, lambda sub, now: evaluate_block(model, pa, view(model, sub, now), pipeline,
-                                                              simulate_now=now, framework=fw),
+                                                              simulate_now=now, framework=fw, memo=memo),
                       microbatches, order, cuts, depths)
 
 

@@ -370,3 +370,47 @@ def expert_groups(table: StrategyTable):
     tp cp dp / (ep etp) and the expert-tensor-parallel degree (module docstring)."""
     e, u = table["ep"], table["etp"]
     return e, np.maximum(table["dp"] * table["cp"] * table["tp"] // (e * u), 1), u
+
+
+def expert_exchange(rows, edp):
+    """The expert-data-parallel exchange of a block's stages where dp keys no configuration (costmodel._block
+    data_parallel; ``rows`` a costmodel._configurations.Rows, ``edp`` the stages' edp ranks): (ExchangeCoef per stage
+    (k, N) or (1, N), the link's ``nodes`` and ``per_node`` there, for the exchange's SM share). Each stage's group
+    is edp ranks ep etp apart on its pool (costmodel._collectives.pool_collective_link), its plan exchange_plan's of
+    the routed experts at (tp, edp, overlap, pp, ep etp), priced by dp_exchange_coef once per distinct combination of
+    what those read (ep etp, dp cp, tp, pool, ZeRO, pp; the overlap and the precision only where the framework's
+    exchange reads them: a few thousand in a block of 40,000 rows) and gathered back; ZeRO-3's exchange per
+    micro-batch times the row's m, ZeRO-2's reduce-scatter of each micro-batch past the first added (m - 1) times,
+    as the dense exchange's costmodel._block.unkeyed_exchange prices it (the same sums: dp_exchange_coef at m is
+    these at m = 1, ZeRO-3's times m)."""
+    from costmodel._collectives import pool_collective_link
+    from costmodel._data_parallel import ExchangeCoef, dp_exchange_coef, exchange_plan
+    from costmodel._distinct import distinct_rows
+
+    fw = rows.fw
+    eu, dc = rows.e * rows.u, rows.d * rows.c
+    by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+    group = distinct_rows(eu, dc, rows.t, rows.pool)[1]  # the group's layout first (a small dense key), then the rest
+    first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
+                               *((rows.prec,) if by_prec else ()))
+    e_f, dc_f, t_f, pool_f, zero_f, p_f, ov_f, prec_f, edp_f = rows.at_first(
+        first, inv, eu, dc, rows.t, rows.pool, rows.zero, rows.p, rows.overlap, rows.prec, edp)
+    firsts = (e_f, dc_f, t_f, pool_f, zero_f, p_f, ov_f, prec_f, edp_f)
+
+    def price(sel):  # the entries sel of the distinct combinations: the exchange's coefficients, its link's layout
+        e, dc, t, pool, zero, p, ov, prec, g = (x if sel is None else x[sel] for x in firsts)
+        link = pool_collective_link(rows.pa, pool, e, np.maximum(dc * t // e, 1))  # edp ranks ep etp apart
+        plan = exchange_plan(fw, rows.model, t, g, ov, p, ep_etp=e)
+        return (*dp_exchange_coef(zero, 1, g, link, fw=fw, prec=prec, plan=plan), link.nodes, link.per_node)
+
+    keyed_by = [x for x, on in zip(firsts[:8], (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, by_prec), strict=True)
+                if on]  # (the columns the combinations are distinct in)
+    *coef, nodes, per_node = price(None) if rows.memo is None else rows.memo.get("expert_exchange", keyed_by, price)
+    coef = ExchangeCoef(*coef)
+    per_step = np.where(rows.zero == 3, rows.m, 1)
+    back = lambda x: np.take(np.broadcast_to(x, first.shape), inv)  # noqa: E731  (U,) -> each stage's
+    out = [back(x) * per_step for x in coef[:4]]
+    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
+        more = rows.m - 1
+        out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
+    return ExchangeCoef(*out), back(nodes), back(per_node)

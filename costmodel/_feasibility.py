@@ -175,7 +175,7 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
     weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
     flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)
-    wsum = np.full(len(p), sv.w.shape[0]) if every else np.sum(sv.w, axis=0)  # stages in the pipeline
+    wsum = np.full(len(p), sv.w.shape[0]) if every else sv.stages_held()  # stages in the pipeline
     in_range = (lambda x: np.minimum(x, P - 1)) if over else (lambda x: x)  # noqa: E731  (counted on the last)
     pool = in_range(sv.pool)  # a pool out of range fails bit 1
     if P == 1 and gpus.shape[0] == 1:

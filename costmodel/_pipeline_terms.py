@@ -28,6 +28,7 @@ import functools
 
 import numpy as np
 
+from costmodel._distinct import distinct_rows
 from costmodel._sorted_memo import Memo
 from costmodel._strategy import SCHEDULES
 
@@ -89,6 +90,20 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     # select over the schedules costs several times as much; in float64 (exact on these small integers, and
     # int64 / int64 divides as float64: the same quotients)
     sched, p, m, v = np.broadcast_arrays(sched, p, m, v)
+    if rows is None and sched.ndim == 1 and sched.size >= DISTINCT_SHAPES_FROM:
+        # a block's rows: a few hundred distinct (schedule, pp, m, vpp), their coefficients once each, gathered back
+        first, inv = distinct_shapes(sched, p, m, v)
+        a, c, q, cap = (np.take(x, inv) for x in _in_flight_coef(sched[first], p[first], m[first], v[first], extra))
+    else:
+        a, c, q, cap = _in_flight_coef(sched, p, m, v, extra)
+        if rows is not None:
+            a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
+    return np.minimum(a + c * stage, cap) / q
+
+
+def _in_flight_coef(sched, p, m, v, extra):
+    """in_flight's (a, c, q, cap) of rows (schedule, pp, m, vpp): the count min((a + c i) / q, m) = min(a + c i, cap)
+    / q on stage i."""
     code = sched.astype(np.intp)  # (an int8 index: np.take converts it on every call, ten times slower)
     a_m, a_p, a_1, c = (np.take(x, code) for x in _IN_FLIGHT)
     a = a_m * m + a_p * p + a_1  # (float64: the coefficients')
@@ -96,10 +111,20 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     if is_i.any():
         a += ((v - 1) * interleave_groups(sched, p, m) + extra) * is_i  # (integers times the mask: np.where's values)
     q = 1.0 + (v - 1) * is_i  # (np.where(is_i, v, 1.0))
-    cap = m * q
-    if rows is not None:
-        a, c, q, cap = a[rows], c[rows], q[rows], cap[rows]
-    return np.minimum(a + c * stage, cap) / q
+    return a, c, q, m * q
+
+
+# Rows from which in_flight prices each distinct (schedule, pp, m, vpp) once (fewer: row by row, as cheap).
+DISTINCT_SHAPES_FROM = 4096
+
+
+def distinct_shapes(sched, p, m, v):
+    """distinct_rows of (N,) schedule, pp, micro-batches and vpp columns, m by the code of its value among the
+    block's (a few dozen values up to the global batch: a dense key where m's own range would not be)."""
+    seen = np.zeros(int(m.max()) + 2, dtype=np.int32)
+    seen[m] = 1
+    m_code = np.take(np.cumsum(seen, dtype=np.int32), m)  # (1 .. the distinct values of m)
+    return distinct_rows(sched, v, p, m_code)
 
 
 # in_flight's count min((a + c i) / q, m) per schedule: a = a_m m + a_p p + a_1 (interleaved: + (v - 1) N + extra)

@@ -92,6 +92,11 @@ class StageView:
     key: tuple
     comp: np.ndarray
     split: tuple | None = None
+    stages: np.ndarray | None = None  # (N,) each row's pipeline stages, sum(w) over its columns (None: not known)
+
+    def stages_held(self):
+        """(N,) sum(w) over a row's stage columns: its pipeline's stages (pp for three representatives)."""
+        return np.sum(self.w, axis=0) if self.stages is None else self.stages
 
 
 def _rows(c, m) -> dict:
@@ -225,7 +230,8 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     zeros = np.zeros((1, len(d)), dtype=np.int64)
     return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=j, layers=n, w=w, lo=lo,
                      recompute=rcs, pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
-                     batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), not explicit))
+                     batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), not explicit),
+                     stages=None if explicit else c["pp"])  # (three representatives: 1 + max(p - 2, 0) + (p >= 2))
 
 
 def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
@@ -239,7 +245,7 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
         return strategy_view(model, moe_explicit_stages(model, table))
     sv = strategy_view(model, table)  # uniform: layers, recompute, dp, tp (1, N)
     j, w = moe_run_stages(model, table["pp"])
-    return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers)
+    return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers, stages=None)
 
 
 def placement_view(table: StrategyTable, model: Transformer | None = None) -> StageView:
@@ -266,7 +272,7 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
             return StageView(rows=_rows(c, c["microbatches"]), j=j, layers=one["layers"], w=w, lo=j * one["layers"],
                              recompute=rc1, pool=one["pool"], order=one["order"], dp=one["dp"], tp=one["tp"],
                              b=B / (one["dp"] * m), batch_div=one["dp"] * m,
-                             key=(B - B.min(), one["dp"] * m), comp=np.ones(N, dtype=bool))
+                             key=(B - B.min(), one["dp"] * m), comp=np.ones(N, dtype=bool), stages=c["pp"])
     st = {k: stages.major(k, S) for k in stages if k not in ("recompute", "pool2", "dp2")}
     layers, d = st["layers"], st["dp"]
     rcs = stages.major("recompute", S) if "recompute" in stages else c["recompute"][None, :]
