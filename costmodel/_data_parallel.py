@@ -290,7 +290,8 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
         e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
         ag, rs = (dp_raw * x / np.where(zero == 3, 2 * w + gr, w + gr) for x in (w, gr))  # ZeRO-3: forward's gather
-        rest = np.where(zero == 2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
+        rest = np.where((zero == 2) & (pp == 1),  # (pp > 1: one exchange behind the last backward, as elsewhere)
+                        np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         fixed = np.where(overlap, np.where(zero >= 2, e * (ag + rs), 0.0), dp_raw)
         return fixed, np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)

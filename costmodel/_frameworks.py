@@ -69,8 +69,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     weight_gather_bytes, all_reduce_then_gather: by precision, a weight element's bytes in ZeRO 1-3's all-gathers (1:
         fp8_param_gather, every weight priced so); ZeRO 0-1 all-reduce the gradients, then all-gather (BF16_Optimizer)
     overlap_param_gather: with overlap, ZeRO 1-2's weight all-gather (its bytes' share) hides under the next forward
-    fsdp_unit_edges: FSDP1 (pp 1, dense) at ZeRO 2-3: a unit's all-gather hides under the previous unit's forward, its
-        reduce-scatter under the next unit's backward; the root's and block 0's (their parameters' share) are exposed
+    fsdp_unit_edges: FSDP1 and FSDP2 (pp 1, dense) at ZeRO 2-3: a unit's all-gather hides under the previous unit's
+        forward, its reduce-scatter under the next unit's backward; the root's and block 0's (their parameters' share)
+        are exposed: the step's first all-gathers have no forward before them, its last reduce-scatters no backward
+        after them
     ring_attention_bytes: PyTorch's ring attention (cp > 1, not MLA): HBM bytes a rank's Q element (b s/c q/t), forward
         once and a further step, backward the same; its K, V q wide, all-gathered (bf16) behind step 0's attention,
         fp32 dK, dV passed on each step, the last exposed (framework_terms); zeros: the generic ring of hk blocks
@@ -454,7 +456,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
-        grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
+        fsdp_unit_edges=True, grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
@@ -470,6 +472,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  " contiguous 8, K/V cat 8 (c - 1 times), fp32 merge 6 + 32, cast 6: 20 + 46 (c - 1); backward: fp32 "
                  "zeros 12, contiguous 8, step 0's += 30, dK/dV cat 16 a step, then dK, dV _partial_update 26, dQ += "
                  "10, K/V cat 8, casts 18: 84 + 60 (c - 1); K, V ALL_GATHER (torchtitan 9dec370's), dK, dV ALL_TO_ALL",
+                 "pytorch 005da46 torch/distributed/_composable/fsdp/_fsdp_state.py: _root_pre_forward makes the "
+                 "all-gather streams wait for the current stream (the optimizer step) before the first all-gathers "
+                 "(the root's, then block 0's as its pre-forward reaches them: nothing under either); _pre_backward "
+                 "prefetches the next unit's all-gather; _root_post_backward_final_callback waits for the last "
+                 "reduce-scatter (block 0's, then the root's: embedding, final norm, output) on the compute stream: "
+                 "the root's and block 0's collectives exposed (fsdp_unit_edges, as FSDP1's)",
                  "torchtitan 9dec370 / e7c0cae --training.mixed_precision_reduce: float32, the only choice (4 bytes)",
                  "torchtitan models/llama/model.py (9dec370) Attention.forward: repeat_kv(xk), repeat_kv(xv) (expand, "
                  "reshape: a copy) before SDPA, each reading hk columns and writing q (2 bytes an element): 4 bytes an "

@@ -138,7 +138,8 @@ def test_exposed_dp_fsdp1_root_and_first_block_collectives():
     np.testing.assert_allclose(exposed_dp_s(zero, True, 1, X, B, W, dp, F_b=F, fw=lf, model=model, pp=np.array(2)),
                                [0.0, 0.3], atol=1e-15)
     np.testing.assert_allclose(exposed_dp_s(zero, False, 1, X, B, W, dp, F_b=F, fw=lf, model=model), dp)
-    assert not framework_preset("fsdp2").fsdp_unit_edges and framework_preset("llm-foundry-triton").fsdp_unit_edges
+    assert framework_preset("fsdp2").fsdp_unit_edges and framework_preset("llm-foundry-triton").fsdp_unit_edges
+    assert not framework_preset("megatron-core").fsdp_unit_edges and not framework_preset("deepspeed").fsdp_unit_edges
 
 
 def test_state_bytes_shard_by_zero_stage():
