@@ -85,16 +85,20 @@ def test_gpt3_175b_layer_under_te_is_korthikantis_34_sbh_with_dropout_and_layern
 def test_llama3_8b_under_torchtitan_eager_by_hand():
     # tp 1, 8192 tokens: per RMSNorm its fp32 input copy 4 x 4096, its 16-bit normalised output 2 x 4096 and rsqrt 4:
     # 2 x (16384 + 8192 + 4) = 49160; each norm's weighted output as wq/wk/wv and w1/w3 take it, 2 x 2 x 4096 = 16384;
-    # SDPA's Q and repeat_kv's K and V 3 x 2 x 4096 = 24576; its output and wo's contiguous input 2 x 2 x 4096 = 16384;
+    # SDPA's Q and repeat_kv's K and V (8 K/V heads on the rank: copies as wide as Q) 3 x 2 x 4096 = 24576; its output,
+    # which is wo's input (contiguous() of the kernel's (b, s, heads, d) output copies nothing) 2 x 4096 = 8192;
     # logsumexp 4 x 32 = 128; SwiGLU's w1, silu, w3 outputs and their product 4 x 2 x 14336 = 114688.
     m, T = model_preset("llama3-8b"), 8192.0
     got = per_token(torchtitan_saved_bytes(m, T, 1, False), T)
     assert got["norm_in"] + got["ln_out"] + got["stats"] == 49160
-    assert (got["gathered"], got["qkv"], got["out"], got["softmax"], got["mlp"]) == (16384, 24576, 16384, 128, 114688)
-    assert got["total"] == 221320
-    # tp 8 with sequence parallelism: the norms' terms on the sequence shard, the gathered inputs whole
+    assert (got["gathered"], got["qkv"], got["out"], got["softmax"], got["mlp"]) == (16384, 24576, 8192, 128, 114688)
+    assert got["total"] == 213128
+    # tp 8 with sequence parallelism: the norms' terms on the sequence shard, the gathered inputs whole; one K/V head a
+    # rank, so repeat_kv's reshape is a view of the 128-wide K and V: Q 2 x 512 + K, V 2 x 2 x 128 = 1536
     got8 = per_token(torchtitan_saved_bytes(m, T, 8, True), T)
-    assert got8["gathered"] == 16384 and got8["norm_in"] == 2 * 4 * 4096 / 8 and got8["qkv"] == 24576 / 8
+    assert got8["gathered"] == 16384 and got8["norm_in"] == 2 * 4 * 4096 / 8 and got8["qkv"] == 1536
+    # tp 4: two K/V heads a rank, copied as wide as the rank's 8 Q heads: 3 x 2 x 1024 = 6144
+    assert per_token(torchtitan_saved_bytes(m, T, 4, True), T)["qkv"] == 6144
 
 
 def _terms(fw: str, model, t=8, sp=True, precision=0, b=1):
