@@ -142,6 +142,17 @@ def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
     return out
 
 
+def torchtitan_expert_extra_bytes(model: Transformer, T, t):
+    """Bytes torchtitan's routed experts keep per micro-batch beyond moe_layer_activation_bytes' routed copies (each
+    its 16-bit input and Megatron-Core's fused SwiGLU's 6 bytes an element of the expert width): in eager autograd,
+    GroupedExperts' SwiGLU (torchtitan b5bcd76 models/common/moe.py lines 94-107: silu(w1 x) * (w3 x), then w2) keeps
+    a fourth 16-bit product of the expert width (w1's output, silu's, w3's and their product), and the combine
+    (models/common/token_dispatcher.py lines 158-161: routed_output.to(float32) * scores) keeps each copy's output in
+    fp32 for the scores' gradient, 4 bytes an element of h. Per routed copy (routed_copies)."""
+    per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+    return routed_copies(model, T, t) * per_copy
+
+
 def mla_latent_activation_bytes(model: Transformer, T, split):
     """MLA's latents a layer keeps (16 bits, whole on every tensor-parallel rank, its sequence slice
     under sequence parallelism: ``split``): each latent's normalised input to its up-projection and

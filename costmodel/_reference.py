@@ -702,6 +702,9 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     layer = mo["act"] + act["score"]
     if act["non_experts"] is not None:  # the framework's layer code: its non-expert terms, the experts' as before
         layer = act["non_experts"] + mo["experts"]
+        if fw.layer_saves == "torchtitan":  # its eager experts: a fourth SwiGLU product, each output's fp32 copy
+            per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+            layer += model.capacity_factor * model.experts_per_token * T / tp * per_copy
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
     cast_f, cast_b = lay["cast_f"] - lay["cast_mlp_f"], lay["cast_b"] - lay["cast_mlp_b"]  # no dense MLP to cast

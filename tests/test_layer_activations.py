@@ -15,7 +15,12 @@ import pytest
 
 from costmodel import StrategyTable, cluster_preset, evaluate, framework_preset, model_preset
 from costmodel._layer_terms import framework_terms, shape_terms
-from costmodel._memory_terms import layer_activation_bytes, te_saved_bytes, torchtitan_saved_bytes
+from costmodel._memory_terms import (
+    layer_activation_bytes,
+    te_saved_bytes,
+    torchtitan_expert_extra_bytes,
+    torchtitan_saved_bytes,
+)
 from costmodel._pipeline_terms import SCHED
 from costmodel._reference import evaluate_row
 
@@ -162,3 +167,13 @@ def test_llama3_405b_stage_activations_in_the_evaluator():
     assert out["mem_total_bytes"][0] == pytest.approx(ref["mem_total_bytes"], rel=1e-12)
     # the worst stage is stage 1: 15 x 8 x 533.2 MB = 63.99 GB of activations (no recompute: no working set)
     assert out["mem_activations_bytes"][0] == pytest.approx(15 * 8 * 65089 * 8192.0, rel=1e-12)
+
+
+def test_torchtitan_eager_experts_keep_a_fourth_product_and_an_fp32_output_by_hand():
+    # Mixtral 8x7B (h 4096, expert width 14336, top 2, capacity factor 1), 4096 tokens on one rank: 8192 routed copies,
+    # each a fourth 16-bit SwiGLU product 2 x 14336 = 28672 bytes and its fp32 output 4 x 4096 = 16384: 45056 a copy,
+    # 369,098,752 bytes in all (torchtitan models/common/moe.py, token_dispatcher.py combine)
+    m = model_preset("mixtral-8x7b")
+    assert float(torchtitan_expert_extra_bytes(m, 4096.0, 1)) == 8192 * 45056 == 369098752
+    # tp 2: each rank's experts take half the copies
+    assert float(torchtitan_expert_extra_bytes(m, 4096.0, 2)) == 4096 * 45056
