@@ -42,6 +42,7 @@ from costmodel._memory_terms import (
     layer_activation_bytes,
     moe_layer_activation_bytes,
     te_saved_bytes,
+    torchtitan_expert_extra_bytes,
     torchtitan_saved_bytes,
 )
 from costmodel._sms import streaming_multiprocessors
@@ -366,7 +367,8 @@ def layer_activations_under(fw: Framework, model: Transformer, terms: dict, t, s
         drop, mlp_norm = saved["softmax"], 0.0
     score = saved.get("scores", 0.0) + zero
     if moe_act is not None:
-        moe_act = saved["total"] - saved["mlp"] + mlp_norm + terms["moe_experts_L"]
+        eager = torchtitan_expert_extra_bytes(model, T, t) if fw.layer_saves == "torchtitan" else 0.0
+        moe_act = saved["total"] - saved["mlp"] + mlp_norm + terms["moe_experts_L"] + eager
     return saved["total"] + zero, score, moe_act, drop + zero
 
 

@@ -114,8 +114,11 @@ def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
     gathered  each norm's (weighted) output as the column-parallel products take it: all-gathered to the whole
               sequence under tensor parallelism (PrepareModuleInput to Replicate), saved by wq, wk, wv and by w1, w3
     qkv       SDPA's inputs (derivatives.yaml _scaled_dot_product_flash_attention): Q, and K and V after repeat_kv
-              (model.py:116-125: a copy as wide as Q where kv_heads < heads)
-    out       SDPA's output, and wo's input: output.transpose(1, 2).contiguous() (model.py:210-214), a second copy
+              (model.py:116-125: unsqueeze, expand, reshape): a copy as wide as Q where a rank holds several K/V heads
+              and kv_heads < heads; with one K/V head a rank the reshape merges a size-1 dimension with the stride-0
+              one, a view of the hk / t wide K and V (no copy); with kv_heads = heads K and V as they are
+    out       SDPA's output, which is also wo's input: the flash and cuDNN kernels write it (b, s, heads, d) and
+              return it transposed, so output.transpose(1, 2).contiguous() (model.py:210-214) is that tensor, no copy
     softmax   SDPA's fp32 logsumexp per head and token
     mlp       SwiGLU ``w2(F.silu(w1(x)) * w3(x))`` (model.py:253): w1's output (silu's input), silu's output and w3's
               output (the product's), the product (w2's input): 4 elements of f; GeLU: its input and output
@@ -123,19 +126,31 @@ def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
     h, q, a, f = model.hidden, model.q_hidden, model.heads, model.ffn_hidden
     sp_div = np.where(sp, t, 1)
     rms = model.norm == "rmsnorm"
+    kv_copy = (model.kv_heads < model.heads) & (model.kv_heads / t > 1)  # repeat_kv copies (qkv above)
     zero = np.zeros_like(np.asarray(T, dtype=np.float64))
     out = {
         "norm_in": 2 * (4 if rms else ACT_BYTES) * T * h / sp_div * (model.norm != "none"),
         "ln_out": 2 * ACT_BYTES * T * h / sp_div * rms,
         "stats": 2 * NORM_STAT_BYTES[model.norm] * T / sp_div,
         "gathered": 2 * ACT_BYTES * T * h + zero,
-        "qkv": 3 * ACT_BYTES * T * q / t,
-        "out": 2 * ACT_BYTES * T * q / t,
+        "qkv": ACT_BYTES * T * (q / t + 2 * np.where(kv_copy, q / t, model.kv_hidden / t)),
+        "out": ACT_BYTES * T * q / t,
         "softmax": SOFTMAX_STAT_BYTES * T * a / t,
         "mlp": (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / t,
     }
     out["total"] = sum(out.values())
     return out
+
+
+def torchtitan_expert_extra_bytes(model: Transformer, T, t):
+    """Bytes torchtitan's routed experts keep per micro-batch beyond moe_layer_activation_bytes' routed copies (each
+    its 16-bit input and Megatron-Core's fused SwiGLU's 6 bytes an element of the expert width): in eager autograd,
+    GroupedExperts' SwiGLU (torchtitan b5bcd76 models/common/moe.py lines 94-107: silu(w1 x) * (w3 x), then w2) keeps
+    a fourth 16-bit product of the expert width (w1's output, silu's, w3's and their product), and the combine
+    (models/common/token_dispatcher.py lines 158-161: routed_output.to(float32) * scores) keeps each copy's output in
+    fp32 for the scores' gradient, 4 bytes an element of h. Per routed copy (routed_copies)."""
+    per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+    return routed_copies(model, T, t) * per_copy
 
 
 def mla_latent_activation_bytes(model: Transformer, T, split):

@@ -663,8 +663,9 @@ def _layer_saves(model: Transformer, row: _Row, fw) -> tuple[float, float, float
     the fc1 output and the fc2 input (1 byte under fp8), two 1-byte dropout masks where dropout is on. torchtitan's
     block in eager autograd ("torchtitan"): per RMSNorm its fp32 input copy, normalised 16-bit output and fp32 rsqrt
     (nn.LayerNorm: its 16-bit input, fp32 mean and rstd), each norm's output whole (all-gathered) as the products
-    take it, Q and K and V as wide as Q (repeat_kv), SDPA's output and the projection's contiguous copy, the fp32
-    logsumexp, SwiGLU's four products of f (GeLU: two)."""
+    take it, Q, and K and V as wide as Q where repeat_kv copies them (several K/V heads a rank, fewer than Q's; else
+    hk / tp each), SDPA's output (the projection's input: its contiguous() copies nothing), the fp32 logsumexp,
+    SwiGLU's four products of f (GeLU: two)."""
     h, q, o, hk, a, f = model.hidden, model.q_hidden, model.o_hidden, model.kv_hidden, model.heads, model.ffn_hidden
     T, tp, ew = row.T, row.tp, row.ew_div
     stat = {"layernorm": 8, "rmsnorm": 4, "none": 0}[model.norm]
@@ -685,8 +686,10 @@ def _layer_saves(model: Transformer, row: _Row, fw) -> tuple[float, float, float
     norms = 2 * T * h / ew * ((4 + ACT_BYTES) if rms else (ACT_BYTES if model.norm == "layernorm" else 0))
     mlp = (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / tp
     stats = SOFTMAX_STAT_BYTES * T * a / tp
-    total = (norms + 2 * stat * T / ew + 2 * ACT_BYTES * T * h + 3 * ACT_BYTES * T * q / tp
-             + 2 * ACT_BYTES * T * q / tp + stats + mlp)
+    kv_copy = model.kv_heads < model.heads and model.kv_heads / tp > 1
+    kv = q / tp if kv_copy else hk / tp
+    total = (norms + 2 * stat * T / ew + 2 * ACT_BYTES * T * h + ACT_BYTES * T * (q / tp + 2 * kv)
+             + ACT_BYTES * T * q / tp + stats + mlp)
     return total, 0.0, stats, total - mlp
 
 
@@ -699,6 +702,9 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     layer = mo["act"] + act["score"]
     if act["non_experts"] is not None:  # the framework's layer code: its non-expert terms, the experts' as before
         layer = act["non_experts"] + mo["experts"]
+        if fw.layer_saves == "torchtitan":  # its eager experts: a fourth SwiGLU product, each output's fp32 copy
+            per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+            layer += model.capacity_factor * model.experts_per_token * T / tp * per_copy
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
     cast_f, cast_b = lay["cast_f"] - lay["cast_mlp_f"], lay["cast_b"] - lay["cast_mlp_b"]  # no dense MLP to cast

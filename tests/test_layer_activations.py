@@ -15,7 +15,12 @@ import pytest
 
 from costmodel import StrategyTable, cluster_preset, evaluate, framework_preset, model_preset
 from costmodel._layer_terms import framework_terms, shape_terms
-from costmodel._memory_terms import layer_activation_bytes, te_saved_bytes, torchtitan_saved_bytes
+from costmodel._memory_terms import (
+    layer_activation_bytes,
+    te_saved_bytes,
+    torchtitan_expert_extra_bytes,
+    torchtitan_saved_bytes,
+)
 from costmodel._pipeline_terms import SCHED
 from costmodel._reference import evaluate_row
 
@@ -85,16 +90,20 @@ def test_gpt3_175b_layer_under_te_is_korthikantis_34_sbh_with_dropout_and_layern
 def test_llama3_8b_under_torchtitan_eager_by_hand():
     # tp 1, 8192 tokens: per RMSNorm its fp32 input copy 4 x 4096, its 16-bit normalised output 2 x 4096 and rsqrt 4:
     # 2 x (16384 + 8192 + 4) = 49160; each norm's weighted output as wq/wk/wv and w1/w3 take it, 2 x 2 x 4096 = 16384;
-    # SDPA's Q and repeat_kv's K and V 3 x 2 x 4096 = 24576; its output and wo's contiguous input 2 x 2 x 4096 = 16384;
+    # SDPA's Q and repeat_kv's K and V (8 K/V heads on the rank: copies as wide as Q) 3 x 2 x 4096 = 24576; its output,
+    # which is wo's input (contiguous() of the kernel's (b, s, heads, d) output copies nothing) 2 x 4096 = 8192;
     # logsumexp 4 x 32 = 128; SwiGLU's w1, silu, w3 outputs and their product 4 x 2 x 14336 = 114688.
     m, T = model_preset("llama3-8b"), 8192.0
     got = per_token(torchtitan_saved_bytes(m, T, 1, False), T)
     assert got["norm_in"] + got["ln_out"] + got["stats"] == 49160
-    assert (got["gathered"], got["qkv"], got["out"], got["softmax"], got["mlp"]) == (16384, 24576, 16384, 128, 114688)
-    assert got["total"] == 221320
-    # tp 8 with sequence parallelism: the norms' terms on the sequence shard, the gathered inputs whole
+    assert (got["gathered"], got["qkv"], got["out"], got["softmax"], got["mlp"]) == (16384, 24576, 8192, 128, 114688)
+    assert got["total"] == 213128
+    # tp 8 with sequence parallelism: the norms' terms on the sequence shard, the gathered inputs whole; one K/V head a
+    # rank, so repeat_kv's reshape is a view of the 128-wide K and V: Q 2 x 512 + K, V 2 x 2 x 128 = 1536
     got8 = per_token(torchtitan_saved_bytes(m, T, 8, True), T)
-    assert got8["gathered"] == 16384 and got8["norm_in"] == 2 * 4 * 4096 / 8 and got8["qkv"] == 24576 / 8
+    assert got8["gathered"] == 16384 and got8["norm_in"] == 2 * 4 * 4096 / 8 and got8["qkv"] == 1536
+    # tp 4: two K/V heads a rank, copied as wide as the rank's 8 Q heads: 3 x 2 x 1024 = 6144
+    assert per_token(torchtitan_saved_bytes(m, T, 4, True), T)["qkv"] == 6144
 
 
 def _terms(fw: str, model, t=8, sp=True, precision=0, b=1):
@@ -158,3 +167,13 @@ def test_llama3_405b_stage_activations_in_the_evaluator():
     assert out["mem_total_bytes"][0] == pytest.approx(ref["mem_total_bytes"], rel=1e-12)
     # the worst stage is stage 1: 15 x 8 x 533.2 MB = 63.99 GB of activations (no recompute: no working set)
     assert out["mem_activations_bytes"][0] == pytest.approx(15 * 8 * 65089 * 8192.0, rel=1e-12)
+
+
+def test_torchtitan_eager_experts_keep_a_fourth_product_and_an_fp32_output_by_hand():
+    # Mixtral 8x7B (h 4096, expert width 14336, top 2, capacity factor 1), 4096 tokens on one rank: 8192 routed copies,
+    # each a fourth 16-bit SwiGLU product 2 x 14336 = 28672 bytes and its fp32 output 4 x 4096 = 16384: 45056 a copy,
+    # 369,098,752 bytes in all (torchtitan models/common/moe.py, token_dispatcher.py combine)
+    m = model_preset("mixtral-8x7b")
+    assert float(torchtitan_expert_extra_bytes(m, 4096.0, 1)) == 8192 * 45056 == 369098752
+    # tp 2: each rank's experts take half the copies
+    assert float(torchtitan_expert_extra_bytes(m, 4096.0, 2)) == 4096 * 45056
