@@ -183,6 +183,9 @@ def main():
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     torch._logging.set_logs(inductor_metrics=True)
+    # a graph loaded from inductor's caches is not generated again, so its nodes would not be counted
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     logging.getLogger("torch._inductor").setLevel(logging.WARNING)
     _record_partition()
     # Llama 3 8B's ratios (q = h, hk = h / 4, f = 3.5 h, head dim 128) and 70B's (hk = h / 8), h scaled down: every
