@@ -58,14 +58,16 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     eager_elem_bytes: HBM bytes a layer forward eager element-wise code moves beyond the fused count (ELEM_TH_PER_LAYER,
         ELEM_TF_PER_LAYER), per element of the norms' input (T h, split like them), Q and K ((q + hk) / t: RoPE; LLM
         Foundry's unpadding), the MLP's intermediate (f / t); twice backward (ELEM_BWD_FACTOR), again where recompute
-        repeats it; zeros: fused, or compiled code that inductor fuses. Dense layers only (an MoE layer's priced as fused)
-    sp_copy_bytes: HBM bytes an element of the gathered activation (T h, the rank's whole sequence) each sequence-parallel
-        all-gather and reduce-scatter copies outside the collective: DTensor gathers and scatters on the sequence dim
-        (Shard(1)) through torch.distributed._functional_collectives, which all-gathers on dim 0 and then
-        torch.cat(torch.chunk(...), dim=1) (read 2, write 2), and chunks on dim 1 and cats on dim 0 before a
-        reduce-scatter (4); a layer's 2 all-gathers and 2 reduce-scatters forward and their mirrors backward, priced
-        with the tp collectives (tp_fwd: once forward, once backward, again where recompute repeats them; rows with
-        tp > 1 and sequence parallelism); 0: none
+        repeats it; zeros: fused, or compiled code that inductor fuses. Dense layers only (an MoE layer's priced as
+        fused)
+    sp_copy_bytes: HBM bytes an element of the gathered activation (T h, the rank's whole sequence) each
+        sequence-parallel all-gather and reduce-scatter copies outside the collective: DTensor gathers and scatters
+        on the sequence dim (Shard(1)) through torch.distributed._functional_collectives, which all-gathers on dim 0
+        and then torch.cat(torch.chunk(...), dim=1) (read 2, write 2), and chunks on dim 1 and cats on dim 0 before a
+        reduce-scatter (4; all-gathers of fp8 data, torchao's float8 tensor parallelism: 2); a layer's 2 all-gathers
+        and 2 reduce-scatters forward and their mirrors backward, priced with the tp collectives (tp_fwd: once
+        forward, once backward, again where recompute repeats them; rows with tp > 1 and sequence parallelism); 0:
+        none
     hp_grad_bytes: HBM bytes a parameter its bf16 optimizer moves adding each micro-batch's bf16 gradients into fp32
         ones (bf16, ZeRO 0-1; in each layer's backward; dense, embedding and head left out); 0: accumulated in the GEMMs
     kv_repeat_bytes: HBM bytes an element of T (q + hk) / t a GQA layer moves copying K and V to every query head for
@@ -471,8 +473,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "leaves every op on a complex tensor to eager ATen (pytorch torch/_inductor/lowering.py "
                  "unsupported_input_tensor: t.is_complex(), the fallback since pytorch PR 98155, 2023; the warning "
                  "torchtitan issue 15 reports): benchmarks/inductor_block_bytes.py (torch 2.14.1, inductor's CPU "
-                 "backend, the lowering the same on CUDA) counts per element of Q and of K: xq.float() a kernel (read 2, "
-                 "write 4), the complex product eager (4, 4), type_as a kernel (4, 2): 20 bytes forward, the same chain "
+                 "backend, the lowering the same on CUDA) counts per element of Q and of K: xq.float() a kernel (read "
+                 "2, write 4), the complex product eager (4, 4), type_as a kernel (4, 2): 20 bytes forward, the same "
+                 "chain "
                  "on the gradient 20 backward, 20 again where per-op checkpointing recomputes it (the torchtitan rows "
                  "in view all recompute): 60, priced as eager code's 15 (x forward, 2 x backward, x again: 4 x 15); "
                  "the rest of the compiled block (norms, residual adds, SwiGLU, repeat_kv) counted within the fused "
@@ -487,7 +490,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "gather_dim=1), which gathers on dim 0 then torch.cat(torch.chunk(res, group_size, dim=0), dim=1) "
                  "(pytorch PR 113324, 2023; in later torch, 2.14, a view where the dims before the gather dim are 1: "
                  "_maybe_view_chunk_cat), and reduce_scatter_tensor(scatter_dim=1), which cats the dim-1 chunks on dim "
-                 "0 before the NCCL call: each a copy of the rank's b s h activation (read 2, write 2 bytes); backward, "
+                 "0 before the NCCL call: each a copy of the rank's b s h activation (read 2, write 2 bytes); "
+                 "backward, "
                  "DTensor's Redistribute mirrors them (a reduce-scatter for each all-gather, an all-gather for each "
                  "reduce-scatter); per-op checkpointing keeps the reduce-scatters' outputs and runs the all-gathers "
                  "again (sel_tp). The rows in view: micro-batches of 12 and 16 sequences, so the copies are not views",

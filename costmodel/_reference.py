@@ -603,7 +603,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
+    return {**lay, "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+            "score_f": score_f,
             "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}

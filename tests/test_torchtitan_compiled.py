@@ -39,7 +39,8 @@ def test_compiled_rope_moves_its_complex_products_bytes():
 def test_sequence_parallel_copies_around_dtensor_collectives():
     # Each of a layer's 2 all-gathers and 2 reduce-scatters forward copies the rank's b s h activation (read 2,
     # write 2 bytes an element): 4 x 4 x 2048 x 12288 = 402,653,184 bytes a layer, as many backward and again in full
-    # recompute: 12 micro-batches x 96 layers x 3 passes = 0.4481 s of tp time a step (0.2987 s without recompute). fp8 (torchao's float8 TP gathers fp8):
+    # recompute: 12 micro-batches x 96 layers x 3 passes = 0.4481 s of tp time a step (0.2987 s without recompute).
+    # fp8 (torchao's float8 TP gathers fp8):
     # the all-gathers' copies move 2 bytes an element, 2 x 2 + 2 x 4 = 12 an element, 3 / 4 of that. Without
     # sequence parallelism (all-reduces of the replicated activation) or at tp 1: none.
     vanilla, fused = FRAMEWORKS["fsdp2"], FRAMEWORKS["fsdp2-async-tp"]
