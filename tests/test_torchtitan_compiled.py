@@ -58,3 +58,24 @@ def test_sequence_parallel_copies_around_dtensor_collectives():
     for cols in (dict(sequence_parallel="false"), dict(tp=1, dp=1024)):
         a, b = _one(fused, recompute="full", **cols), _one(vanilla, recompute="full", **cols)
         assert b["step_time_s"][0] == a["step_time_s"][0]
+
+
+def test_the_reference_evaluator_prices_both_terms_alike():
+    # costmodel._reference mirrors both terms: Llama 3 8B and 70B rows under fsdp2 and fsdp2-async-tp, tp 1 / 8,
+    # with and without sequence parallelism, bf16 and fp8, selective and full recompute.
+    from costmodel._reference import evaluate_row
+
+    cl = cluster_preset("h100x64")
+    for name in ("llama3-8b", "llama3-70b"):
+        model = model_preset(name)
+        table = StrategyTable.from_columns(
+            dp=[8, 8, 8, 64, 8, 8], tp=[8, 8, 8, 1, 8, 8], pp=1, micro_batch=[2, 2, 1, 1, 2, 1], global_batch=64,
+            sequence_parallel=["true", "false", "true", "false", "true", "true"], zero_stage=3,
+            recompute=["selective", "full", "full", "selective", "full", "selective"],
+            precision=["bf16", "bf16", "fp8", "fp8", "bf16", "fp8"])
+        for fw in ("fsdp2", "fsdp2-async-tp"):
+            vec = evaluate(model, cl, table, framework=fw)
+            for i in range(len(table)):
+                ref = evaluate_row(model, cl, table.row(i), framework=fw)
+                for k in ("step_time_s", "compute_s", "recompute_s", "tp_comm_s"):
+                    assert vec[k][i] == pytest.approx(ref[k], rel=1e-9), (name, fw, i, k)
