@@ -58,7 +58,16 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     eager_elem_bytes: HBM bytes a layer forward eager element-wise code moves beyond the fused count (ELEM_TH_PER_LAYER,
         ELEM_TF_PER_LAYER), per element of the norms' input (T h, split like them), Q and K ((q + hk) / t: RoPE; LLM
         Foundry's unpadding), the MLP's intermediate (f / t); twice backward (ELEM_BWD_FACTOR), again where recompute
-        repeats it; zeros: fused or compiled. Dense layers only (an MoE layer's priced as fused)
+        repeats it; zeros: fused, or compiled code that inductor fuses. Dense layers only (an MoE layer's priced as
+        fused)
+    sp_copy_bytes: HBM bytes an element of the gathered activation (T h, the rank's whole sequence) each
+        sequence-parallel all-gather and reduce-scatter copies outside the collective: DTensor gathers and scatters
+        on the sequence dim (Shard(1)) through torch.distributed._functional_collectives, which all-gathers on dim 0
+        and then torch.cat(torch.chunk(...), dim=1) (read 2, write 2), and chunks on dim 1 and cats on dim 0 before a
+        reduce-scatter (4; all-gathers of fp8 data, torchao's float8 tensor parallelism: 2); a layer's 2 all-gathers
+        and 2 reduce-scatters forward and their mirrors backward, priced with the tp collectives (tp_fwd: once
+        forward, once backward, again where recompute repeats them; rows with tp > 1 and sequence parallelism); 0:
+        none
     hp_grad_bytes: HBM bytes a parameter its bf16 optimizer moves adding each micro-batch's bf16 gradients into fp32
         ones (bf16, ZeRO 0-1; in each layer's backward; dense, embedding and head left out); 0: accumulated in the GEMMs
     kv_repeat_bytes: HBM bytes an element of T (q + hk) / t a GQA layer moves copying K and V to every query head for
@@ -172,6 +181,7 @@ class Framework:
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     fp8_norm_cast_bytes: float | None = None
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    sp_copy_bytes: float = 0.0
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
     kv_repeat_bytes: float = 0.0
@@ -459,7 +469,35 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         fsdp_unit_edges=True, grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
-        sources=("PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
+        eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
+        sources=("torch.compile'd RoPE (eager_elem_bytes 15 an element of q + hk): torchtitan's apply_rotary_emb "
+                 "(models/llama/model.py 9dec370; llama3/model.py until 2026) multiplies complex tensors, and inductor "
+                 "leaves every op on a complex tensor to eager ATen (pytorch torch/_inductor/lowering.py "
+                 "unsupported_input_tensor: t.is_complex(), the fallback since pytorch PR 98155, 2023; the warning "
+                 "torchtitan issue 15 reports): benchmarks/inductor_block_bytes.py (torch 2.14.1, inductor's CPU "
+                 "backend, the lowering the same on CUDA) counts per element of Q and of K: xq.float() a kernel (read "
+                 "2, write 4), the complex product eager (4, 4), type_as a kernel (4, 2): 20 bytes forward, the same "
+                 "chain "
+                 "on the gradient 20 backward, 20 again where per-op checkpointing recomputes it (the torchtitan rows "
+                 "in view all recompute): 60, priced as eager code's 15 (x forward, 2 x backward, x again: 4 x 15); "
+                 "the rest of the compiled block (norms, residual adds, SwiGLU, repeat_kv) counted within the fused "
+                 "count and kv_repeat_bytes (the CPU count 13 bytes a token and h under them, the CUDA scheduler's "
+                 "looped row reductions at h >= 4096 and its separate norm-weight reductions not counted on CPU: "
+                 "left as they are)",
+                 "DTensor sequence parallelism's copies (sp_copy_bytes 4): torchtitan parallelize_llama.py (9dec370) "
+                 "apply_tp: SequenceParallel norms on Shard(1), PrepareModuleInput Shard(1) -> Replicate before "
+                 "attention and feed_forward (2 all-gathers), RowwiseParallel(output_layouts=Shard(1)) on wo and w2 "
+                 "(2 reduce-scatters); pytorch torch/distributed/tensor/placement_types.py Shard._to_replicate_tensor "
+                 "and _reduce_shard_tensor call torch/distributed/_functional_collectives.py all_gather_tensor("
+                 "gather_dim=1), which gathers on dim 0 then torch.cat(torch.chunk(res, group_size, dim=0), dim=1) "
+                 "(pytorch PR 113324, 2023; in later torch, 2.14, a view where the dims before the gather dim are 1: "
+                 "_maybe_view_chunk_cat), and reduce_scatter_tensor(scatter_dim=1), which cats the dim-1 chunks on dim "
+                 "0 before the NCCL call: each a copy of the rank's b s h activation (read 2, write 2 bytes); "
+                 "backward, "
+                 "DTensor's Redistribute mirrors them (a reduce-scatter for each all-gather, an all-gather for each "
+                 "reduce-scatter); per-op checkpointing keeps the reduce-scatters' outputs and runs the all-gathers "
+                 "again (sel_tp). The rows in view: micro-batches of 12 and 16 sequences, so the copies are not views",
+                 "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (8fc2039) foreach_reduce: the "
                  "reduce-scatter output cast to orig_dtype, the sharded parameter's (fp32 under torchtitan's "
                  "MixedPrecisionPolicy param_dtype bf16), and set as sharded_param.grad: 4 bytes, whatever the reduce "
                  "dtype (FSDP1 the same: _cast_grad_to_param_dtype, so also the llm-foundry profiles and PURE)",
@@ -546,6 +584,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
+    sp_copy_bytes=0.0,
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
@@ -610,6 +649,7 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(
 # micro-batch; interleaved 1F1B. Its layers and kernels are priced as fsdp2's (torch's), which the paper's stack is
 # built on.
 _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, zero2_scatter_every_microbatch=True,
+    eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0,
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "
@@ -624,9 +664,26 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
              "(zero2_scatter_every_microbatch)",
              "the fsdp2 profile's sources"),
 )
+# Registered last, so that the codes of the profiles before it stay what they were.
+_derive("fsdp2", "fsdp2-async-tp", sp_copy_bytes=0.0,
+    what="torchtitan with async tensor parallelism (FSDP2 and torch.compile as the fsdp2 profile): Inductor's "
+         "micro-pipelined TP replaces each sequence-parallel all-gather with the matmuls it feeds, and each "
+         "reduce-scatter with the matmul feeding it, by fused ops that gather and scatter a shard at a time: no copy "
+         "of the whole gathered activation around the collective (sp_copy_bytes 0); the collectives' overlap with "
+         "the matmuls is not priced (exposed as layer_costs counts them)",
+    sources=("torchtitan parallelize_llama.py (9dec370) apply_tp: enable_async_tp sets torch._inductor.config."
+             "_micro_pipeline_tp and enables symmetric memory for the tp group (needs training.compile)",
+             "pytorch torch/_inductor/fx_passes/micro_pipeline_tp.py: the all-gather (with its chunk / cat on the "
+             "gather dim) matched and replaced by fused_all_gather_matmul, the matmul and the reduce-scatter (with "
+             "its chunk / cat) by fused_matmul_reduce_scatter; torch/distributed/_symmetric_memory/__init__.py: the "
+             "gather dim moved to the front as a view, the shard copied into the symmetric buffer (1 / tp of the "
+             "gathered activation, not counted)",
+             "the fsdp2 profile's sources"),
+)
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
     "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2",
+    "torchtitan-async-tp": "fsdp2-async-tp",
 }
 # The profile of every command and of evaluate() where none is named: Megatron-Core, the code the large
 # published runs train with (GPT-3 and Llama 3 scale on thousands of GPUs; docs/frameworks.md).

@@ -593,13 +593,18 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
+    tp_fwd = lay["tp_fwd"]
+    if fw.sp_copy_bytes and model.kind != "mlp" and row.sp and tp > 1:  # DTensor's copies around the 4 sp collectives
+        gather = 0.5 if row.fp8 else 1.0  # torchao's float8 TP gathers fp8 data: its copies half the bytes
+        tp_fwd += _hbm(gpu, 2 * (gather + 1) * fw.sp_copy_bytes * T * h)
     score_f = 0.0
     if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout
         scores = T * model.seq_len * model.heads / tp  # s x s score elements of the rank's T queries and heads
         score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b, "score_f": score_f,
+    return {**lay, "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+            "score_f": score_f,
             "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}
