@@ -31,6 +31,8 @@ import csv
 import statistics
 from functools import partial
 
+from gpu_modern_layers import kept_and_peak  # (benchmarks/ is the script's folder: on sys.path)
+
 # (label, hidden, heads, kv_heads, ffn_hidden, llama-style, tp, seq, micro-batches)
 UNFUSED = [  # the same layers with attention written out (older frameworks), GPT shapes only
     ("megatron-22b", 6144, 64, 64, 24576, False, 8, 2048, (1, 2)),
@@ -97,19 +99,9 @@ def build(torch, h, heads, kv_heads, ffn, llama, dh, fused=True):
 
 
 def kept(torch, layer, fn, x, dy) -> tuple[int, int]:
-    """(bytes kept after fn's forward less its output, peak above the start through the backward)."""
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    y = fn(x)
-    torch.cuda.synchronize()
-    held = torch.cuda.memory_allocated() - before - x.numel() * x.element_size()
-    y.backward(dy)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    x.grad = None
-    layer.zero_grad(set_to_none=True)
-    return held, peak
+    """(bytes kept after fn's forward less its output, peak above the start through the backward): the modern-layer
+    sweep's measurement (its output is the layer's input's size here)."""
+    return kept_and_peak(torch, fn, x, dy, layer)
 
 
 def timed(torch, layer, x, dy, backward: bool, warmup: int, iters: int) -> float:
