@@ -150,19 +150,20 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     attention dropout (unfused_score_s): at that rate, forward (cast_f) and backward (cast_b), and again where the
     attention core is recomputed (sel_re). ``modules``: the rows' recompute_modules bit sets (None: none named); where
     one is not 0 the sel_ terms are those of module_terms (Megatron-Core's named modules), else the profile's policy."""
-    shape = terms  # (the shape terms before the framework's changes: module_terms' element-wise rate)
     repeat = fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden
     ring = any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla
     te_ring = fw.te_ring_attention and model.kind != "mlp" and not model.mla
     unfused = not fw.fused_attention and model.kind != "mlp" and not model.mla
-    if (any(fw.eager_elem_bytes) or repeat or ring or te_ring or unfused) and model.kind != "mlp":
+    named = modules is not None and np.any(modules) and model.kind != "mlp"
+    if (any(fw.eager_elem_bytes) or repeat or ring or te_ring or unfused or fw.sp_copy_bytes or named) \
+            and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
-        fused = ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / sp_div + ELEM_TF_PER_LAYER[model.activation] * T * f / t)
+        fused = elem_bytes(model, T, t, sp)
         byte_s = terms["elem"] / fused  # seconds a byte at the element-wise rate (before eager code's bytes join it)
     if ring:  # per element E of the rank's Q (K, V as wide after repeat_kv): copies at the element-wise rate; K, V
         # all-gathered in bf16 behind step 0's attention; fp32 dK, dV passed on behind each next step's, the last bare
         c, E, attn, bw, lat = terms["c"], T * model.q_hidden / t, terms["attn"], terms["cp_bw"], terms["cp_lat"]
-        (ff, fs, bf, bs), on, step = fw.ring_attention_bytes, terms["c"] > 1, terms["elem"] / fused  # s a byte
+        (ff, fs, bf, bs), on, step = fw.ring_attention_bytes, terms["c"] > 1, byte_s
         gather, dkv = (c - 1) * (2.0 * ACT_BYTES * E / bw + lat), 2.0 * 4.0 * E / bw + lat  # (bf16 K, V; fp32 dK, dV)
         terms = {**terms, "cast_f": terms["cast_f"] + np.where(on, step * (ff + fs * (c - 1)) * E, 0.0),
                  "cast_b": terms["cast_b"] + np.where(on, step * (bf + bs * (c - 1)) * E, 0.0),
@@ -174,15 +175,14 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t
-        kv = terms["elem"] / fused * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
+        kv = byte_s * (fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / t) * repeat
         terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
                  "cast_b": terms["cast_b"] + kv}
     if fw.sp_copy_bytes and model.kind != "mlp":  # DTensor's chunk / cat around each sequence-parallel collective:
         # 2 all-gathers (fp8 rows: of fp8 data, half the bytes) and 2 reduce-scatters a layer forward, each copying
         # the rank's T h activation, with tp_fwd (so backward's mirrors and recompute's all-gathers follow it)
         gather = np.where(np.asarray(precision) == PRECISIONS.index("fp8"), 0.5, 1.0)
-        rate = shape["elem"] / elem_bytes(model, shape["T"], t, sp)  # seconds a byte
-        copies = 2.0 * (gather + 1.0) * fw.sp_copy_bytes * terms["T"] * model.hidden * rate
+        copies = 2.0 * (gather + 1.0) * fw.sp_copy_bytes * terms["T"] * model.hidden * byte_s
         terms = {**terms, "tp_fwd": terms["tp_fwd"] + np.where(np.asarray(sp, bool) & (t > 1), copies, 0.0)}
     score_f = 0.0
     if unfused:  # the s x s scores through HBM: the softmax and the attention dropout, forward and backward
@@ -213,11 +213,11 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + score_f + zero)
         out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - drop - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
-    if modules is not None and np.any(modules) and model.kind != "mlp":  # Megatron-Core's modules where named
-        named = module_terms(fw, model, {**out, "score_f": score_f + zero, "drop": drop + zero},
-                             shape["elem"] / elem_bytes(model, shape["T"], t, sp), t, sp, precision, modules)
+    if named:  # Megatron-Core's modules where named
+        by_module = module_terms(fw, model, {**out, "score_f": score_f + zero, "drop": drop + zero}, byte_s, t, sp,
+                                 precision, modules)
         on = np.asarray(modules) > 0
-        out.update({k: np.where(on, v, out[k]) if k in out else np.where(on, v, 0.0) for k, v in named.items()})
+        out.update({k: np.where(on, v, out[k]) if k in out else np.where(on, v, 0.0) for k, v in by_module.items()})
     return out
 
 
