@@ -31,7 +31,9 @@ from costmodel._data_parallel import (
     ExchangePlan,
     dp_exchange_coef,
     exchange_plan,
+    exchange_reads_precision,
     exposed_dp_s,
+    per_step_exchange,
 )
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
@@ -606,12 +608,11 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     framework's exchange reads them (buckets only with the overlap; bytes that differ by precision)."""
     fw = rows.fw
     cols = (rows.d, rows.t, rows.c, rows.sv.order, rows.pool, rows.zero, rows.overlap, rows.p, rows.prec)
-    by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+    by_prec = exchange_reads_precision(fw)
     group = rows.dp_group[1]  # the group's layout first (a small dense key), then the rest with it
     first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
                                *((rows.prec,) if by_prec else ()))
-    row_first = first % rows.N  # (a column alike on a row's stages: its row's entry)
-    firsts = [np.take(x, first) if np.size(x) == inv.size else np.take(x, row_first) for x in cols]
+    firsts = rows.at_first(first, inv, *cols)
 
     def price(sel):  # the entries sel of the distinct combinations
         d, t, c, order, pool, zero, overlap, p, prec = (x if sel is None else x[sel] for x in firsts)
@@ -624,13 +625,7 @@ def unkeyed_exchange(rows: Rows) -> ExchangeCoef:
     keyed_by = [x for x, on in zip(firsts, (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, 1, by_prec), strict=True)
                 if on]  # (the columns the combinations are distinct in: what the exchange reads)
     coef = price(None) if rows.memo is None else ExchangeCoef(*rows.memo.get("dp_exchange", keyed_by, price))
-    per_step = np.where(rows.zero == 3, rows.m, 1)
-    out = [np.take(np.broadcast_to(x, first.shape), inv) * per_step for x in coef[:4]]
-    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
-        more = rows.m - 1
-        out[:2] = (o + np.take(np.broadcast_to(x, first.shape), inv) * more
-                   for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
-    return ExchangeCoef(*out)
+    return per_step_exchange(fw, coef, first.shape, inv, rows.zero, rows.m)
 
 
 def _pair_field(cfg: Configs, x, ia_p):
@@ -738,8 +733,7 @@ def dp_sm_share(rows: Rows):
         tp_in = order == 0
         size = np.where(tp_in | (c == 1), d * c, d * c * t)
         inside, _, _, g = group_layout(np.where(tp_in, t, 1), size, pa["gpus_per_node_int"][pool])
-        ch = pa["ring_channels"][pool]  # (U, 2): one node, per rank on a node
-        return ring_channels(~inside, g, ch[:, 0], ch[:, 1]) / pa["sms"][pool]
+        return ring_sm_share(pa, lambda x: x[pool], ~inside, g)
 
     st = rows.per_dp_group(share)
     return rows.row_max(st) if st.shape[0] > 1 else st.reshape(-1)
@@ -751,9 +745,16 @@ def link_sm_share(rows: Rows, across, per_node):
     the pool's SMs (costmodel._sms); the largest stage's."""
     pa = rows.pa
     at = (lambda x: x[0]) if pa["sms"].size == 1 else (lambda x: x[rows.pool])  # noqa: E731 (one pool: scalars)
-    ch = at(pa["ring_channels"])  # (..., 2): one node, per rank on a node
-    share = ring_channels(across, per_node, ch[..., 0], ch[..., 1]) / at(pa["sms"])
+    share = ring_sm_share(pa, at, across, per_node)
     return rows.row_max(share) if np.ndim(share) == 2 and share.shape[0] > 1 else np.reshape(share, -1)
+
+
+def ring_sm_share(pa: dict, at, across, per_node):
+    """The share of a GPU's SMs a ring collective's kernel holds (costmodel._nccl.ring_channels: one CTA a channel,
+    over the pool's SMs): ``at`` picks each entry's pool from the pools' arrays (ring_channels (P, 2): one node, per
+    rank on a node; sms (P,))."""
+    ch = at(pa["ring_channels"])
+    return ring_channels(across, per_node, ch[..., 0], ch[..., 1]) / at(pa["sms"])
 
 
 def _first_row(plan: ExchangePlan) -> ExchangePlan:

@@ -246,6 +246,26 @@ def compute_slowdown_s(sm_share, overlapped_s, exposed_s):
     return np.maximum(sm_share * overlapped_s - exposed_s, 0.0)
 
 
+def exchange_reads_precision(fw: Framework) -> bool:
+    """Whether the framework's exchange moves different bytes at different precisions (then the precision is among
+    the columns that key the exchange's distinct combinations)."""
+    return any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+
+
+def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) -> ExchangeCoef:
+    """Each stage's exchange a step from the coefficients at m = 1 of its distinct combination (``coef``'s fields (U,)
+    or scalars, ``shape`` the combinations' (U,), ``inv`` each stage's combination): ZeRO-3's times the row's m and,
+    where the framework reduce-scatters every micro-batch at ZeRO-2 (Framework.zero2_scatter_every_microbatch), its
+    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m."""
+    back = lambda x: np.take(np.broadcast_to(x, shape), inv)  # noqa: E731  (U,) -> each stage's
+    per_step = np.where(zero == 3, m, 1)
+    out = [back(x) * per_step for x in coef[:4]]
+    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
+        more = m - 1
+        out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
+    return ExchangeCoef(*out)
+
+
 def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,
                  model: Transformer | None = None, pp=1, step_s=None, sm_share=0.0):
     """The data-parallel exchange's exposed time: overlapped (``overlap``) with the bottleneck stage's last backward

@@ -384,12 +384,18 @@ def expert_exchange(rows, edp):
     as the dense exchange's costmodel._block.unkeyed_exchange prices it (the same sums: dp_exchange_coef at m is
     these at m = 1, ZeRO-3's times m)."""
     from costmodel._collectives import pool_collective_link
-    from costmodel._data_parallel import ExchangeCoef, dp_exchange_coef, exchange_plan
+    from costmodel._data_parallel import (
+        ExchangeCoef,
+        dp_exchange_coef,
+        exchange_plan,
+        exchange_reads_precision,
+        per_step_exchange,
+    )
     from costmodel._distinct import distinct_rows
 
     fw = rows.fw
     eu, dc = rows.e * rows.u, rows.d * rows.c
-    by_prec = any(len(set(x)) > 1 for x in (fw.grad_reduce_bytes, fw.weight_gather_bytes, fw.all_reduce_then_gather))
+    by_prec = exchange_reads_precision(fw)
     group = distinct_rows(eu, dc, rows.t, rows.pool)[1]  # the group's layout first (a small dense key), then the rest
     first, inv = distinct_rows(group, rows.zero, rows.p, *((rows.overlap,) if fw.dp_buckets_need_overlap else ()),
                                *((rows.prec,) if by_prec else ()))
@@ -406,11 +412,6 @@ def expert_exchange(rows, edp):
     keyed_by = [x for x, on in zip(firsts[:8], (1, 1, 1, 1, 1, 1, fw.dp_buckets_need_overlap, by_prec), strict=True)
                 if on]  # (the columns the combinations are distinct in)
     *coef, nodes, per_node = price(None) if rows.memo is None else rows.memo.get("expert_exchange", keyed_by, price)
-    coef = ExchangeCoef(*coef)
-    per_step = np.where(rows.zero == 3, rows.m, 1)
     back = lambda x: np.take(np.broadcast_to(x, first.shape), inv)  # noqa: E731  (U,) -> each stage's
-    out = [back(x) * per_step for x in coef[:4]]
-    if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
-        more = rows.m - 1
-        out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
-    return ExchangeCoef(*out), back(nodes), back(per_node)
+    return (per_step_exchange(fw, ExchangeCoef(*coef), first.shape, inv, rows.zero, rows.m), back(nodes),
+            back(per_node))
