@@ -216,6 +216,7 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
                       attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
+                      attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes)
     if cfg.hp_key is not None:  # the bf16 optimizer's fp32 gradient accumulation, in each layer's backward

@@ -159,6 +159,27 @@ _HOPPER = ("H100-SXM5-80GB", "H100-SXM5-96GB-500W", "H800-SXM5-80GB", "H200-SXM-
 _ATTN_EFF = {("triton", "A100-SXM4-80GB"): 0.30, ("triton", "A100-SXM4-40GB"): 0.30}
 
 
+# A context-parallel ring runs 1 / c of a rank's causal attention in one causal kernel (its sc x sc diagonal block) and
+# the rest in non-causal kernels on sc x sc / 2 rectangles (load-balanced chunks: Transformer Engine's
+# AttnFuncWithCPAndKVP2P, PyTorch's _templated_ring_attention). A non-causal kernel skips no tiles and runs no masked
+# ones, so it does more useful FLOP/s: the measured gain over the causal kernel per useful FLOP (2 t_causal / t_full,
+# forward + backward), at ATTN_SEQ_POINTS, Hopper: cuDNN (the SDPA kernel of tests/data/h100_attention_measured.csv,
+# timed on an H100 SXM here, benchmarks/gpu_attention_sweep.py; its causal rates are the table's cuDNN ones): the
+# median over its rows, 1.46 at 2k tokens (12 rows, 1.33-1.84), 1.16 at 8k (4 rows, 1.11-1.30); 4k their mean (the
+# rates' log2 interpolation); 512 and 1k held at 2k's (not measured); 16k: 1.0, the flash kernel's sub-blocks at 16k-32k
+# running at its causal rate (benchmarks/gpu_ring_attention_probe.py, BENCHMARKS.md "Ring attention"), taken for
+# cuDNN too. FlashAttention-2: 1.0 (measured only at 16k-32k). Priced at the rank's length sc (attention_eff_at).
+_NONCAUSAL_GAIN = {"cudnn": (1.46, 1.46, 1.46, 1.31, 1.16, 1.0)}
+
+
+def attention_noncausal_gain(gpu_name: str, kernel: str) -> tuple[float, ...]:
+    """The non-causal kernel's rate over the causal one's (per useful FLOP) of ``kernel`` on ``gpu_name`` at each
+    length of ATTN_SEQ_POINTS (_NONCAUSAL_GAIN); ones where not measured."""
+    if kernel not in _NONCAUSAL_GAIN or gpu_name not in _HOPPER:
+        return (1.0,) * len(ATTN_SEQ_POINTS)
+    return _NONCAUSAL_GAIN[kernel]
+
+
 def attention_kernel_eff(gpu_name: str, kernel: str) -> tuple[float, ...]:
     """Fractions of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name`` at each length of
     ATTN_SEQ_POINTS (module notes above); zeros where not measured (the standard formula)."""

@@ -80,14 +80,16 @@ def hbm_s(nbytes, gpu):
 
 
 def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
-                tp_link=None, cp_link=None, peak16=None, attn_eff=None):
+                tp_link=None, cp_link=None, peak16=None, attn_eff=None, attn_nc=None):
     """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays (attn_gemm: the attention
     projections' part of gemm).
 
     ``peak``: the FLOP/s of the row's precision, for the linear layers; ``peak16`` (default
     ``peak``): the 16-bit FLOP/s the attention core runs at, also under fp8 (FP8_IN_16_BIT).
     ``attn_eff``: (N, 6) the framework's attention kernel's fractions of ``peak16`` at ATTN_SEQ_POINTS where
-    measured, zeros (or None) for the standard formula (attention_eff_at; costmodel._hardware.ATTENTION_KERNELS).
+    measured, zeros (or None) for the standard formula (attention_eff_at; costmodel._hardware.ATTENTION_KERNELS);
+    ``attn_nc``: (N, 6) its non-causal kernels' gain over that rate at the same points, for a cp ring's off-diagonal
+    steps (costmodel._hardware.attention_noncausal_gain; None: ones).
     The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
     one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
     gpu = cluster.gpu if gpu is None else gpu
@@ -123,7 +125,10 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
         if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
             eff = attention_eff_at(attn_eff, sc)
-            attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)), attn)
+            # under a cp ring 1 / c of it in the causal diagonal kernel, the rest in non-causal kernels at the
+            # measured gain over the causal rate (costmodel._hardware._NONCAUSAL_GAIN; 1 / c + (1 - 1 / c) / gain)
+            ring = 1.0 if attn_nc is None else 1.0 / c + (1.0 - 1.0 / c) / attention_eff_at(attn_nc, sc)
+            attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)) * ring, attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters

@@ -29,7 +29,7 @@ from costmodel._experts import (
 )
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
-from costmodel._hardware import Cluster, attention_kernel_eff
+from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
     ATTN_HALF_DIM,
     ELEM_BWD_FACTOR,
@@ -520,8 +520,11 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     edges = (sc / (sc + half)) * (s / (s + half))
     rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
     kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
-    if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length
-        attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel)
+    if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length, a cp ring's
+        # off-diagonal (1 - 1 / cp) of it in non-causal kernels at their gain over that rate
+        g = attention_noncausal_gain(gpu.name, fw.attention_kernel)
+        gain = g[min(int(x), 4)] + (x - min(int(x), 4)) * (g[min(int(x) + 1, 5)] - g[min(int(x), 4)])
+        attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel) * (1 / cp + (1 - 1 / cp) / gain)
     else:
         attn = 4 * row.b * sc * s * q / tp / (row.peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
     tf_elems = ELEM_TF_PER_LAYER[model.activation]

@@ -52,7 +52,7 @@ import functools
 
 import numpy as np
 
-from costmodel._hardware import ATTENTION_KERNELS, attention_kernel_eff
+from costmodel._hardware import ATTENTION_KERNELS, attention_kernel_eff, attention_noncausal_gain
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
 from costmodel._nccl import ll_one_node_Bps, ring_channel_table
 from costmodel._sms import streaming_multiprocessors
@@ -308,6 +308,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
     peaks = np.array([p.gpu.peak_flops for p in pools], dtype=np.float64)  # (P, 3)
     out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
     out["attn_eff"] = np.array([[attention_kernel_eff(p.gpu.name, k) for k in ATTENTION_KERNELS] for p in pools])
+    out["attn_nc"] = np.array([[attention_noncausal_gain(p.gpu.name, k) for k in ATTENTION_KERNELS] for p in pools])
     out["sms"] = np.array([streaming_multiprocessors(p.gpu.name) for p in pools], dtype=np.float64)
     out["ll_node_Bps"] = np.array([ll_one_node_Bps(p.gpu.name) for p in pools], dtype=np.float64)  # NCCL's LL ceiling
     out["ring_channels"] = np.array([ring_channel_table(p.gpu.name) for p in pools], dtype=np.float64)  # (P, 2)
