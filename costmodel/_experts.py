@@ -102,13 +102,20 @@ DEEPEP_SMS = 20
 # between kernels). Priced per MoE layer and micro-batch, each pass: max(GPU time, kernels x HOST_S_PER_KERNEL), the
 # kernels moe_launch_units counts (the backward twice the forward's, ELEM_BWD_FACTOR), where Framework.moe_host_sync.
 # HOST_S_PER_KERNEL: host time per kernel launched from Megatron-Core's eager PyTorch code, the Python call, the
-# autograd record, the ATen dispatch and cudaLaunchKernel together; chosen, not measured here (no GPU): 20 us, the high
-# end of the 5-25 us a PyTorch operator's dispatch is commonly put at, as the MoE layer runs more Python per kernel
-# (router, dispatcher, per-expert splits) than a plain operator call. Rows in view when it was chosen: Megatron-Bridge's
-# Qwen3-30B-A3B rows on 16 H100 and 8 B200 (per MoE layer and micro-batch 16.7 and 8.8 ms measured, 5.1 and 3.3 ms of
-# GPU time predicted; the same H100 layout ran at 9.4 ms in the 26.02.01 container: host-bound, whatever the GPU);
-# not fitted to them (10 us moves no row, 30 us would put the B200 row at +10%).
-HOST_S_PER_KERNEL = 20e-6
+# autograd record, the ATen dispatch and cudaLaunchKernel together (Transformer Engine's GEMMs also build their cuBLASLt
+# descriptors and query its heuristic on every call: TransformerEngine c188b53 common/gemm/cublaslt_gemm.cu
+# cublas_gemm, one call per expert through multi_stream_cublas_gemm). Not measured here (no GPU); taken from the
+# published micro-batch pair of one layout: Megatron-Bridge's Qwen3-30B-A3B on 8 B200 (TP 1, PP 1, EP 8, GBS 512, seq
+# 4096; docs/performance-summary-archive.md at 067f987d) ran 9691 tokens/s/GPU at micro-batch 1 (26.02 container) and
+# 26695 at micro-batch 4 (26.02.01): a layer and micro-batch of b sequences took 4096 b / (tokens/s x 48 layers) =
+# 8.805 ms at b = 1 and 12.786 ms at b = 4; the line through them, a + 1.327 ms x b, leaves a = (4 x 8.805 - 12.786) /
+# 3 = 7.48 ms that no sequence pays for: the forward's 98 kernels and the backward's 196 (moe_launch_units, under fp8)
+# at 7.48 ms / 294 = 25.4 us each: 25 us (the max this model takes instead of the sum would read b = 1 as host-bound
+# alone, 8.805 ms less the 0.67 ms of all-to-all priced there, 27.7 us: the lower reading kept). Rows in view when it
+# was chosen: that pair, the visible set's Qwen3-30B-A3B rows on 8 B200 (-23.0% at the 20 us used before, -6.3% at 25
+# us) and on 16 H100 (its 26.02 figure, 5113 tokens/s, ran at 9058 in the 26.02.01 container with the same layout: -24%
+# at 20 us, -8% at 25 us against the later figure).
+HOST_S_PER_KERNEL = 25e-6
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
