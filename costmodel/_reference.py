@@ -449,7 +449,8 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
         zero = 1  # weights gathered and gradients reduce-scattered once per step: ZeRO-1's bytes
     return _Row(dp=dp, tp=tp, pp=pp, cp=cp, b=b, B=r["global_batch"], v=r["vpp"], sched=r["schedule"],
                 sp=r["sequence_parallel"], zero=zero,
-                overlap=fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"], prec=prec,
+                overlap=(fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"])
+                and zero >= fw.overlap_dp_min_zero, prec=prec,
                 fp8=r["precision"] == "fp8",
                 peak=gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0],
                 peak16=gpu.peak_flops[0 if prec == 2 else prec], m=max(r["global_batch"] // (dp * b), 1),
