@@ -45,6 +45,14 @@ def framework_columns(fw: Framework, p, zero, overlap):
     return zero, overlap
 
 
+def hp_grad_rows(fw: Framework, zero, p):
+    """Where the framework's bf16 optimizer adds each micro-batch's gradients into fp32 ones (Framework.hp_grad_bytes,
+    bf16 rows): ZeRO 0-1, or under hp_grad_zero1_needs_pp ZeRO 0 and ZeRO-1 with pp > 1. Arrays broadcast."""
+    if fw.hp_grad_zero1_needs_pp:
+        return (zero == 0) | ((zero == 1) & (p > 1))
+    return zero <= 1
+
+
 def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0, plan=None):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per GPU: dp_exchange_coef's
     a x params + b. ``bw``, ``lat``: one link tier (every step at ``lat``), or ``lat`` a CollectiveLink (``bw``

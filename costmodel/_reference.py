@@ -569,7 +569,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
 
         (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
         cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
-    if fw.hp_grad_bytes and not model.is_moe and row.zero <= 1 and row.prec == 0:  # bf16 optimizer's fp32 accumulation
+    hp_zero = row.zero == 0 or (row.zero == 1 and (row.pp > 1 or not fw.hp_grad_zero1_needs_pp))
+    if fw.hp_grad_bytes and not model.is_moe and hp_zero and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention

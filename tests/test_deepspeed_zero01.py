@@ -1,7 +1,8 @@
-"""DeepSpeed's ZeRO 0-1 gradient exchange runs after the backward pass, whatever overlap the row asks
-(Framework.overlap_dp_min_zero): engine.backward calls allreduce_gradients once the backward is done, and the releases
-of 2021-07 to 2024-01 forced overlap_comm off at stage 1 (engine.py _configure_zero_optimizer, 6ae756c03 to
-af033831f)."""
+"""DeepSpeed at ZeRO 0-1 as its releases of 2021-2023 ran it. The gradient exchange runs after the backward pass,
+whatever overlap the row asks (Framework.overlap_dp_min_zero): engine.backward calls allreduce_gradients once the
+backward is done, and _configure_zero_optimizer forced overlap_comm off at stage 1 (6ae756c03 to af033831f). The bf16
+optimizer's fp32 gradient accumulation is priced at ZeRO 0 and, at ZeRO-1, only with a pipeline
+(Framework.hp_grad_zero1_needs_pp: engine.py get_data_types, pipe/engine.py)."""
 
 import numpy as np
 import pytest
@@ -65,3 +66,34 @@ def test_evaluator_and_reference_price_zero01_without_overlap():
         ref = evaluate_row(model, cluster, t.row(i), framework="deepspeed")
         for key in ("step_time_s", "dp_comm_s"):
             assert on[key][i] == pytest.approx(ref[key], rel=1e-9), (i, key)
+
+
+def test_bf16_optimizer_fp32_accumulation_at_zero1_only_with_a_pipeline():
+    # Llama 3 8B on 64 A100s, bf16, micro-batch 1, global batch 128. DeepSpeed's bf16 optimizer adds each
+    # micro-batch's bf16 gradients into fp32 ones, hp_grad_bytes = 18 HBM bytes a parameter in each layer's backward:
+    # a layer's 218,112,000 parameters (4096^2 x 2 + 4096 x 1024 x 2 + 3 x 4096 x 14336 + 2 x 4096) x 18 =
+    # 3,926,016,000 bytes at the A100's 2.039 TB/s x hbm_eff. ZeRO 0 (BF16_Optimizer) pays it; ZeRO-1 without a
+    # pipeline runs DeepSpeed's ZeRO optimizer with bf16 accumulation and does not; ZeRO-1 with pp 2 (the pipeline
+    # engine reads the bf16 optimizer's fp32 gradients) does.
+    model, cluster = model_preset("llama3-8b"), cluster_preset("a100x64")
+    assert model.layer_params() == 218_112_000
+    gpu = cluster.gpu
+    per_layer_s = 218_112_000 * 18 / (gpu.hbm_Bps * gpu.hbm_eff)
+
+    def compute(pp, zero, precision="bf16"):
+        t = StrategyTable.from_columns(dp=64 // pp, tp=1, pp=pp, micro_batch=1, global_batch=128, zero_stage=zero,
+                                       recompute="full", schedule="1f1b", precision=precision)
+        return evaluate(model, cluster, t, framework="deepspeed")["compute_s"][0]
+
+    # pp 1: dp 64, m = 2 micro-batches, 32 layers a stage: 2 x 32 x per_layer_s more at ZeRO 0 than at ZeRO-1
+    assert compute(1, 0) - compute(1, 1) == pytest.approx(2 * 32 * per_layer_s, rel=1e-9)
+    # pp 2: dp 32, m = 4, 16 layers a stage: ZeRO 0 and ZeRO-1 pay it alike
+    assert compute(2, 0) == pytest.approx(compute(2, 1), rel=1e-12)
+    # fp16 runs the fp16 optimizer: no fp32 accumulation at any stage
+    assert compute(1, 0, "fp16") == pytest.approx(compute(1, 1, "fp16"), rel=1e-12)
+    # the scalar reference agrees
+    for pp, zero in ((1, 0), (1, 1), (2, 1)):
+        t = StrategyTable.from_columns(dp=64 // pp, tp=1, pp=pp, micro_batch=1, global_batch=128, zero_stage=zero,
+                                       recompute="full", schedule="1f1b", precision="bf16")
+        ref = evaluate_row(model, cluster, t.row(0), framework="deepspeed")
+        assert compute(pp, zero) == pytest.approx(ref["compute_s"], rel=1e-9)
