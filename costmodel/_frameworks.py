@@ -471,6 +471,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "in bf16 (autograd's, not priced) and no hp_grad_bytes; v0.10.0 pipe/engine.py 239-249 reads "
                  "weight._hp_grad under bf16 (BF16_Optimizer's): pipelined bf16 runs at ZeRO 0-1 run it "
                  "(hp_grad_zero1_needs_pp)",
+                 "ZeRO-2's gradient reductions priced as reduce-scatters: the bytes of v0.4.4-v0.12.3's stage_1_and_2.py "
+                 "average_tensor (one dist.reduce per owner's slice of a bucket: each element once through a ring); "
+                 "from v0.12.4 (2afa1c7f2, use_multi_rank_bucket_allreduce on by default) each bucket is all-reduced "
+                 "(allreduce_and_scatter: twice those bytes), not priced here",
                  "DeepSpeed 38327e0 zero/stage_1_and_2.py lines 1424-1426 reduce_ready_partitions_and_remove_grads: "
                  "the backward hooks (create_reduce_and_remove_grad_hooks, lines 527-528 and 904-917) reduce each "
                  "bucket 'if self.partition_gradients or self.is_gradient_accumulation_boundary': ZeRO-2 every "
