@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from costmodel._data_parallel import framework_columns
+from costmodel._data_parallel import framework_columns, hp_grad_rows
 from costmodel._distinct import distinct_rows
 from costmodel._experts import moe_layers_in
 from costmodel._feasibility import ep_fits, tp_divides
@@ -208,8 +208,8 @@ def configurations(rows: Rows) -> Configs:
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     ep_key = col(distinct_rows(rows.e, rows.u)[1]) if rows.moe else None
-    hp_key = (col((zero <= 1) & (prec == PRECISIONS.index("bf16"))) if rows.fw.hp_grad_bytes and not rows.moe
-              else None)
+    hp_key = (col(hp_grad_rows(rows.fw, zero, rows.p) & (prec == PRECISIONS.index("bf16")))
+              if rows.fw.hp_grad_bytes and not rows.moe else None)
     shape_k = (*sv.key, col(rows.c), col(rows.sp), col(prec), *((ep_key,) if rows.moe else ()),
                *(() if hp_key is None else (hp_key,)), *(() if rows.rcm is None else (col(rows.rcm),)), sv.order, t)
     # (the shape terms read shape_k and the pool; memory reads ZeRO)

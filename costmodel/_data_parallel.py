@@ -33,12 +33,24 @@ from costmodel._workloads import Transformer
 
 def framework_columns(fw: Framework, p, zero, overlap):
     """The ZeRO stage and overlap the framework prices a row with: ZeRO-2/3 with pp > 1 as
-    ZeRO-1 where it shards once per step with a pipeline; overlap fixed where it has one value."""
+    ZeRO-1 where it shards once per step with a pipeline; overlap fixed where it has one value, and off below the
+    lowest ZeRO stage the framework overlaps (Framework.overlap_dp_min_zero: DeepSpeed's ZeRO 0-1 reduce after the
+    backward pass)."""
     if fw.shard_with_pp_once:
         zero = np.where((p > 1) & (zero >= 2), 1, zero)
     if len(fw.overlap_dp) == 1:
         overlap = np.full(np.shape(overlap), fw.overlap_dp[0])
+    if fw.overlap_dp_min_zero > 0:
+        overlap = np.logical_and(overlap, zero >= fw.overlap_dp_min_zero)
     return zero, overlap
+
+
+def hp_grad_rows(fw: Framework, zero, p):
+    """Where the framework's bf16 optimizer adds each micro-batch's gradients into fp32 ones (Framework.hp_grad_bytes,
+    bf16 rows): ZeRO 0-1, or under hp_grad_zero1_needs_pp ZeRO 0 and ZeRO-1 with pp > 1. Arrays broadcast."""
+    if fw.hp_grad_zero1_needs_pp:
+        return (zero == 0) | ((zero == 1) & (p > 1))
+    return zero <= 1
 
 
 def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0, plan=None):

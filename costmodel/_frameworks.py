@@ -123,6 +123,12 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         gradient memory / dp x cp, with a pipeline too where max_zero_with_pp allows it), the updated weights
         all-gathered once after the step (FSDP without no_sync / set_requires_gradient_sync(False); DeepSpeed's
         stage 2); False: one reduce-scatter a step, at the last micro-batch (costmodel._data_parallel)
+    overlap_dp_min_zero: the lowest ZeRO stage whose data-parallel exchange the framework can overlap with the
+        backward; a row below it is priced without overlap whatever its ``overlap_dp`` says (DeepSpeed: ZeRO 0 and,
+        in the releases of 2021-07 to 2024-01, ZeRO-1 reduce after the backward pass); 0: every stage as the row says
+    hp_grad_zero1_needs_pp: hp_grad_bytes priced at ZeRO 0, and at ZeRO-1 only with pp > 1 (DeepSpeed: bf16 under
+        ZeRO-1 accumulates in bf16 by default and runs its ZeRO optimizer, no fp32 copy; its pipeline engine reads the
+        bf16 optimizer's fp32 gradients, so pipelined bf16 runs configure it); False: at ZeRO 0-1 alike
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -206,6 +212,8 @@ class Framework:
     main_grad_bytes: float = float(GRAD_BYTES)
     interleaved_microbatches: str = "any"  # INTERLEAVED_MICROBATCHES (module docstring)
     zero2_scatter_every_microbatch: bool = False  # ZeRO-2's reduce-scatter each micro-batch (module docstring)
+    overlap_dp_min_zero: int = 0  # the lowest ZeRO stage whose exchange can overlap (module docstring)
+    hp_grad_zero1_needs_pp: bool = False  # hp_grad_bytes at ZeRO-1 only with pp > 1 (module docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -418,7 +426,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
-        zero2_scatter_every_microbatch=True,
+        zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True,
         sources=("DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",
@@ -448,6 +456,25 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "4, 8 + 4 bytes the add); _bf16_reduce_grads all-reduces, step() all-gathers bf16 weights (v0.6.4 so)",
                  "DeepSpeed deepspeed/runtime/pipe/engine.py (ZeRO-2/3 refused with pipeline parallelism)",
                  "DeepSpeed deepspeed/runtime/zero/config.py, overlap_comm_valid: overlap_comm defaults to stage == 3",
+                 "DeepSpeed 38327e0 engine.py backward (line 2152) calls allreduce_gradients (2048-2062) after the "
+                 "backward pass: ZeRO 0 (and the bf16 optimizer) all-reduce then, never beside it; ZeRO-1 reduces "
+                 "there unless overlap_comm installs backward hooks (stage_1_and_2.py 527-528), and _configure_zero_"
+                 "optimizer forced overlap_comm (and contiguous_gradients) off at stage 1 from 6ae756c03 (2021-07-26, "
+                 "'ignore overlap/contiguous_gradients if using zero 1') to af033831f (2024-01-06, first in v0.13.0): "
+                 "the releases the published DeepSpeed runs used (overlap_dp_min_zero 2; v0.13.0 on can overlap "
+                 "ZeRO-1). With contiguous_gradients off, stage 1 reduces each bucket by buffered_reduce_fallback -> "
+                 "allreduce_no_retain -> allreduce_bucket: a dist.all_reduce in the communication dtype (v0.12.0 "
+                 "stage_1_and_2.py 1445-1464), the all_reduce_then_gather bytes",
+                 "DeepSpeed v0.9.0-38327e0 engine.py get_data_types: grad_accum_dtype defaults to the model dtype "
+                 "when ZeRO is on, fp32 only without it; _do_optimizer_sanity_check picks BF16_Optimizer for bf16 "
+                 "at ZeRO-1 only with fp32 accumulation: a ZeRO-1 run without a pipeline accumulates its gradients "
+                 "in bf16 (autograd's, not priced) and no hp_grad_bytes; v0.10.0 pipe/engine.py 239-249 reads "
+                 "weight._hp_grad under bf16 (BF16_Optimizer's): pipelined bf16 runs at ZeRO 0-1 run it "
+                 "(hp_grad_zero1_needs_pp)",
+                 "ZeRO-2's gradient reductions priced as reduce-scatters: the bytes of v0.4.4-v0.12.3's stage_1_and_2.py "
+                 "average_tensor (one dist.reduce per owner's slice of a bucket: each element once through a ring); "
+                 "from v0.12.4 (2afa1c7f2, use_multi_rank_bucket_allreduce on by default) each bucket is all-reduced "
+                 "(allreduce_and_scatter: twice those bytes), not priced here",
                  "DeepSpeed 38327e0 zero/stage_1_and_2.py lines 1424-1426 reduce_ready_partitions_and_remove_grads: "
                  "the backward hooks (create_reduce_and_remove_grad_hooks, lines 527-528 and 904-917) reduce each "
                  "bucket 'if self.partition_gradients or self.is_gradient_accumulation_boundary': ZeRO-2 every "

@@ -449,7 +449,8 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
         zero = 1  # weights gathered and gradients reduce-scattered once per step: ZeRO-1's bytes
     return _Row(dp=dp, tp=tp, pp=pp, cp=cp, b=b, B=r["global_batch"], v=r["vpp"], sched=r["schedule"],
                 sp=r["sequence_parallel"], zero=zero,
-                overlap=fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"], prec=prec,
+                overlap=(fw.overlap_dp[0] if len(fw.overlap_dp) == 1 else r["overlap_dp"])
+                and zero >= fw.overlap_dp_min_zero, prec=prec,
                 fp8=r["precision"] == "fp8",
                 peak=gpu.peak_flops[prec] if gpu.peak_flops[prec] > 0 else gpu.peak_flops[0],
                 peak16=gpu.peak_flops[0 if prec == 2 else prec], m=max(r["global_batch"] // (dp * b), 1),
@@ -571,7 +572,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
 
         (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
         cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
-    if fw.hp_grad_bytes and not model.is_moe and row.zero <= 1 and row.prec == 0:  # bf16 optimizer's fp32 accumulation
+    hp_zero = row.zero == 0 or (row.zero == 1 and (row.pp > 1 or not fw.hp_grad_zero1_needs_pp))
+    if fw.hp_grad_bytes and not model.is_moe and hp_zero and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
