@@ -107,9 +107,10 @@ def plus_edges(ix, first, last):
     """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
-    if np.shape(ix) != np.shape(first):
-        return lambda a, *es: sum((m * (e[ix] if np.ndim(e) else e) for m, e in zip((first, last), es, strict=True)
-                                   if e is not None), a)
+    if np.shape(ix) != np.shape(first):  # (the masks as 1.0 / 0.0 once: a bool times a float converts it each time)
+        masks = [np.asarray(m, dtype=np.float64) for m in (first, last)]
+        return lambda a, *es: sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
+                                   for m, e in zip(masks, es, strict=True) if e is not None), a)
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
@@ -415,7 +416,7 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs)
     extra = extra_warmup_chunks(rows.fw, rows.model)
-    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra)
+    k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra, stage_of_pp=True)
     if sim is not None:
         q, row_shape, peaks = sim
         k[:, q] = with_extra_chunk(peaks[row_shape[None, :], np.minimum(rows.j[:, q], rows.p[q] - 1)], rows.sched[q],
@@ -677,7 +678,8 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
     params, params_max, edp, hbm_rate, mm = mem.params, mem.params_max, mem.edp, mem.hbm_rate, mem.mem
     alike = dp_a.shape[0] == 1 and mem.hbm.shape[0] == 1  # every stage's exchange on one link: the largest's slowest
     hbm_Bps = per_stage(rows, cfg, hbm_rate) if rows.moe or alike or not cfg.keyed else None  # (else per config)
-    shard = None if hbm_Bps is None else np.where(zero >= 1, rows.d * rows.c, 1)
+    # (np.where(zero >= 1, dp cp, 1) as 1 + (dp cp - 1) x mask: the same integers without np.where's random branches)
+    shard = None if hbm_Bps is None else 1 + (rows.d * rows.c - 1) * (zero >= 1)
     dp_st, step = None, None
     in_step = fw.weight_gather_in_step
     adam = fw.adam_bytes_touched()  # HBM bytes the Adam step moves a sharded parameter

@@ -22,7 +22,7 @@ def distinct_rows(*cols):
     cols = [a if (a := np.asarray(x)).dtype.kind in "bui" else a.astype(np.int64) for x in cols]
     shape = np.broadcast_shapes(*(x.shape for x in cols))
     n = math.prod(shape)
-    radix = [int(x.max()) + 1 if x.size else 1 for x in cols]
+    radix = [2 if x.dtype == bool else int(x.max()) + 1 if x.size else 1 for x in cols]  # (a bool's: no pass)
     K = math.prod(radix)
     if K >= 2**62:
         return np.arange(n), np.arange(n).reshape(shape)

@@ -46,6 +46,13 @@ def pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     bottleneck's F + B - W and F + B - 2W per stage boundary."""
     vv = 1 + (v - 1) * (sched == SCHED["interleaved"])  # (np.where(interleaved, v, 1): 5x the time)
     fill = (X_sum - X_max) / vv
+    if np.ndim(fill) == 1 and all(np.shape(x) == fill.shape for x in (sched, p, F_b, B_b, W_b)):
+        # a block's rows: the zero-bubble rows' fills written at their rows (a select over all rows costs several
+        # times as much: np.where's random branches), the same values entry by entry
+        for code, zb in ((SCHED["zb-h1"], lambda f, b, w: f + b - w), (SCHED["zb-h2"], lambda f, b, w: f + b - 2 * w)):
+            if (q := np.flatnonzero(sched == code)).size:
+                fill[q] = (p[q] - 1) * np.maximum(zb(F_b[q], B_b[q], W_b[q]), 0.0)
+        return fill
     fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
     return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
 
@@ -67,7 +74,7 @@ def interleave_groups(sched, p, m):
     return out.reshape(p.shape)
 
 
-def in_flight(sched, p, m, v, stage, rows=None, extra=0):
+def in_flight(sched, p, m, v, stage, rows=None, extra=0, stage_of_pp=False):
     """Micro-batch activations held at the peak on pipeline stage ``stage`` (any array of
     stage indices), counted in whole-stage micro-batches (an interleaved chunk counts 1/v).
     Equal to the simulator's peak where the closed forms apply (tests/test_pipeline_in_core),
@@ -83,7 +90,8 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     steady state's one forward, ``extra`` more where the framework runs one more warm-up forward
     (Megatron-Core's EP A2A overlap), at most all m v chunks; ZB-H1 holds p on every stage, ZB-H2 about 2p - 1
     (Qi et al. 2023). ``rows``: the schedule columns are per row and ``stage`` holds stages of rows ``rows``
-    (flat stages)."""
+    (flat stages). ``stage_of_pp``: ``stage`` (k, N) holds each row's stages as a function of its pp (a block's
+    StageView.j), so that rows alike in (schedule, pp, m, vpp) hold alike stages: their counts once each."""
     # Each schedule's count is min((a + c * i) / q, m) with integers a, c, q per row, so one
     # expression over (N, k) serves all schedules (ZB-V and Hanayo, always simulated, take
     # the 1F1B form here): a and c from per-schedule coefficients (_IN_FLIGHT), a gather each where a
@@ -93,7 +101,11 @@ def in_flight(sched, p, m, v, stage, rows=None, extra=0):
     if rows is None and sched.ndim == 1 and sched.size >= DISTINCT_SHAPES_FROM:
         # a block's rows: a few hundred distinct (schedule, pp, m, vpp), their coefficients once each, gathered back
         first, inv = distinct_shapes(sched, p, m, v)
-        a, c, q, cap = (np.take(x, inv) for x in _in_flight_coef(sched[first], p[first], m[first], v[first], extra))
+        coef = _in_flight_coef(sched[first], p[first], m[first], v[first], extra)
+        if stage_of_pp and np.ndim(stage) == 2 and np.shape(stage)[1] == sched.size:  # (k, U) counts, (k, N) back
+            a, c, q, cap = coef
+            return np.take(np.minimum(a + c * np.take(stage, first, axis=1), cap) / q, inv, axis=1)
+        a, c, q, cap = (np.take(x, inv) for x in coef)
     else:
         a, c, q, cap = _in_flight_coef(sched, p, m, v, extra)
         if rows is not None:
