@@ -116,6 +116,22 @@ DEEPEP_SMS = 20
 # us) and on 16 H100 (its 26.02 figure, 5113 tokens/s, ran at 9058 in the 26.02.01 container with the same layout: -24%
 # at 20 us, -8% at 25 us against the later figure).
 HOST_S_PER_KERNEL = 25e-6
+# The wait splits a forward into stretches, from one MoE layer's wait to the next's; past a wait the GPU has drained,
+# so the host and the GPU start each stretch together and a kernel runs no earlier than it is launched nor than the
+# one before it ends: a stretch lasts max over k of (the host's time to launch its first k kernels + the GPU's time of
+# the rest), not the larger of its two totals. A stretch opens with the layer's expert phase (token_dispatcher.py at
+# d98e8a6, MoEAlltoAllTokenDispatcher: the sync "before_ep_alltoall" sits after permute, then the tokens' and the
+# probabilities' all-to-alls, the sort by local expert, the shared experts' FC1 (token_dispatch), experts.py's FC1
+# grouped GEMM, the activation, FC2; DeepEP's normal-mode dispatch waits on the host for the received counts inside
+# fused_a2a.py's fused_dispatch, before its dispatch kernel) and ends with the next layer's attention, router and
+# permutation. Where the expert phase takes the host longer to launch than the dispatch all-to-all and its own kernels
+# take the GPU, the attention, router and permutation behind it start only once the host has launched it: the pass is
+# the expert phase's launches + the rest's GPU time (expert_launch_excess). Kernels the host launches in the phase
+# besides the experts' and the shared experts': the tokens' and the probabilities' all-to-alls and the sort (DeepEP:
+# its dispatch kernel, the multi-hot map and the permutation), and the activation: 4. Under the EP A2A overlap each
+# stretch also holds the paired micro-batch's backward, whose GPU time this does not split: there the larger of the
+# totals stays (host_f alone).
+EXPERT_PHASE_FIXED_KERNELS = 4
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
@@ -203,6 +219,15 @@ def shared_expert_cast_s(model: Transformer, T, t, gpu, casts):
             hbm_s(cg * T * ((mats - 1) * fs / t + h) + cwb * w, gpu) + zero)
 
 
+def expert_launch_excess(x_kernels, a_d, gpu_x):
+    """Seconds a forward's expert phase adds, after dropless routing's wait, over its GPU time (HOST_S_PER_KERNEL
+    comment): the host's launches of its ``x_kernels`` kernels (per row) less what the GPU runs meanwhile, the dispatch
+    all-to-all ``a_d`` (exposed, priced in ep_fwd) and the phase's kernels ``gpu_x``; 0 where the GPU is the slower.
+    The layer's forward is then its GPU time plus this: the attention, router and permutation after the phase wait
+    for it to be launched."""
+    return np.maximum(x_kernels * HOST_S_PER_KERNEL - a_d - gpu_x, 0.0)
+
+
 def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     """Exposed time of one layer's four all-to-alls under Megatron-Core's EP A2A overlap, per pair of a micro-batch's
     forward and another's backward through the layer (core_v0.16.0 models/common/model_chunk_schedule_plan.py
@@ -241,9 +266,11 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     gradient its fp8 quantization moves (0: none; Framework.expert_fp8_cast_bytes on fp8 rows), its kernels counted
     too; ``shared_cast``: the dense layer's fp8 cast bytes, which the shared experts move (shared_expert_cast_s; None:
     none); ``host_sync`` (per row): dropless routing's wait on the host (HOST_S_PER_KERNEL; host_f: the host's time
-    to launch the layer's forward kernels, 0 without the wait). ``overlap_ep``: the all-to-alls under the EP A2A
-    overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs they hold). The heterogeneous evaluator passes as
-    ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up / scale-out links as arrays)."""
+    to launch the layer's forward kernels, 0 without the wait; host_x: what its expert phase's launches add to the
+    forward's GPU time, expert_launch_excess, 0 without the wait or under the EP A2A overlap). ``overlap_ep``: the
+    all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs they hold). The
+    heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up /
+    scale-out links as arrays)."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -284,6 +311,13 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
         exposed = a_d + a_c
         unpaired = 0.0 * exposed
     host_f = np.where(host_sync, units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL, 0.0) + 0.0 * overhead  # (N,)
+    # the expert phase (HOST_S_PER_KERNEL comment): its kernels, and their GPU time: the expert (and shared expert)
+    # GEMMs, their element-wise kernels but the unsort after them, their fp8 quantization and their launches' share
+    x_kernels = (EXPERT_PHASE_FIXED_KERNELS + SHARED_EXPERT_KERNELS * bool(fs)
+                 + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + (quant > 0)))  # (N,)
+    gpu_x = (mlp_gemm + elem_m - 0.5 * hbm_s(ACT_BYTES * sort * h, gpu) + xcast_f
+             + lc["overhead"] * 0.5 * x_kernels / KERNELS_PER_SUBLAYER)
+    host_x = np.where(np.asarray(host_sync) & (not overlap_ep), expert_launch_excess(x_kernels, a_d, gpu_x), 0.0)
     # what Megatron-Core's selective recompute modules run again (costmodel._layer_terms.module_terms): "moe" the MoE
     # block's forward (router GEMM, expert and shared-expert GEMMs, routing, permutation, activation, their launches
     # and fp8 quantization; its all-to-alls: ep_fwd), "moe_act" the routed experts' activation kernel (read the FC1
@@ -296,6 +330,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
                 + hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * T * fs / t, gpu) + scast_f) if fs else 0.0 * T
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
             "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f,
+            "host_x": host_x + 0.0 * overhead,
             "moe_f": moe_f, "act_f": act_f, "shared_f": shared_f}
 
 

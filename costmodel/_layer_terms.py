@@ -48,8 +48,8 @@ from costmodel._memory_terms import (
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
-MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f", "moe_f", "act_f",
-             "shared_f")
+MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f", "host_x",
+             "moe_f", "act_f", "shared_f")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -59,7 +59,8 @@ def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x",
+                     *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
     # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
     # layer: its casts less its dense MLP's, which an MoE layer does not run
     return {**out, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
@@ -383,11 +384,12 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     """Per layer and micro-batch, from one layer's costs ``lc`` and the recompute masks: the stage
     times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
     gradients) and the parts reported: compute, recompute, tp and cp comm. An MoE layer's ``host_f``
-    (costmodel._experts.HOST_S_PER_KERNEL) bounds its forward and, twice, its backward with W from below."""
+    (costmodel._experts.HOST_S_PER_KERNEL) bounds its forward and, twice, its backward with W from below; its
+    ``host_x`` (expert_launch_excess) adds to its forward."""
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
     if "host_f" in lc:  # an MoE layer whose routing waits on the host: each pass at least the host's launch time
-        f = np.maximum(f, lc["host_f"])
+        f = np.maximum(f + lc["host_x"], lc["host_f"])  # and its expert phase's launches before the rest
         bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"]) - lc["gemm"]
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))

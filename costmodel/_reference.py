@@ -16,6 +16,7 @@ from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 from costmodel._experts import (
     DEEPEP_SMS,
+    EXPERT_PHASE_FIXED_KERNELS,
     FP8_DISPATCH_BYTES,
     HOST_S_PER_KERNEL,
     KERNELS_PER_LOCAL_EXPERT,
@@ -346,6 +347,13 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
         one.append(_all_to_all(cluster, nbytes * copies * h, ep, net, stride=etp)
                    + _gather(ACT_BYTES * etp * copies * h, etp, _link(cluster, etp)))  # etp all-gather / reduce-scatter
     a_d, a_c = one
+    # the expert phase after the host's wait: its kernels' launches against the dispatch and their GPU time (the
+    # expert GEMMs, their element-wise kernels but the unsort, their quantization, their launches' GPU share)
+    x_kernels = (EXPERT_PHASE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0)
+                 + KERNELS_PER_LOCAL_EXPERT * local * (2 if cast > 0 else 1))
+    sort_s = _hbm(gpu, ACT_BYTES * SORT_ELEMS_PER_COPY * etp * copies * h) if local > 1 else 0.0
+    gpu_x = m_gemm + elem_m - sort_s / 2 + xcast_f + overhead / 2 * x_kernels / KERNELS_PER_SUBLAYER
+    host_x = max(x_kernels * HOST_S_PER_KERNEL - a_d - gpu_x, 0.0) if not fw.overlap_ep else 0.0
     if fw.overlap_ep:  # the 1F1B pair: comm stream combine-bwd, dispatch-fwd, dispatch-bwd, combine-fwd
         sub = overhead / 2  # one sub-layer's kernel overhead
         Af = a_gemm + attn + elem_a + sub
@@ -384,6 +392,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
             shared_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
                 xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f,
+                host_x=host_x,
                 moe_f=moe_f, act_f=act_f, shared_f=shared_f)
 
 
@@ -722,7 +731,7 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
            + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
     if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
-        fwd = max(fwd, mo["host_f"])
+        fwd = max(fwd + mo["host_x"], mo["host_f"])  # and its expert phase's launches before the rest
         bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
     return {**mo, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),

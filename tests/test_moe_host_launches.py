@@ -1,6 +1,9 @@
-"""The host's launch time of a dropless MoE layer against a published pair of runs that differ only in micro-batch."""
+"""The host's launch time of a dropless MoE layer: against a published pair of runs that differ only in micro-batch,
+and the expert phase's launches between the host's waits."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -32,3 +35,50 @@ def test_fixed_time_of_a_layer_and_micro_batch_is_the_host_launching_its_kernels
     host = (1.0 + ELEM_BWD_FACTOR) * kernels_fwd * HOST_S_PER_KERNEL
     assert host == pytest.approx(7.35e-3, rel=1e-9)
     assert host == pytest.approx(fixed, rel=0.02)
+
+
+def test_expert_phase_excess_is_its_launches_less_the_dispatch_and_its_gpu_time():
+    """DeepSeek-V3 at EP 8 under fp8: 256 / 8 = 32 local experts, one shared expert; after the host's wait the expert
+    phase launches 4 (all-to-alls, sort, activation) + 3 (shared expert) + 32 x 2 GEMMs x 2 (each with its
+    quantization) = 135 kernels: 135 x 25 us = 3.375 ms of host time. With a 0.4 ms dispatch and 1.5 ms of the phase's
+    GPU time the GPU idles 3.375 - 0.4 - 1.5 = 1.475 ms; with 3.0 ms of GPU time it never waits: 0."""
+    from costmodel._experts import EXPERT_PHASE_FIXED_KERNELS, SHARED_EXPERT_KERNELS, expert_launch_excess
+
+    kernels = EXPERT_PHASE_FIXED_KERNELS + SHARED_EXPERT_KERNELS + 32 * 2 * 2
+    assert kernels == 135
+    out = expert_launch_excess(np.array([kernels, kernels]), np.array([0.4e-3, 0.4e-3]), np.array([1.5e-3, 3.0e-3]))
+    np.testing.assert_allclose(out, [1.475e-3, 0.0], rtol=1e-12, atol=1e-15)
+
+
+def test_a_forward_pays_each_expert_launch_the_gpu_does_not_cover_before_the_rest_of_the_layer():
+    """Qwen3-30B-A3B at 8192 tokens on B200, EP 8: 16 local experts. Counting each expert GEMM's quantization (fp8,
+    at a vanishing byte count so that the GPU's time barely moves) adds 16 x 2 = 32 kernels to the expert phase, 32 x
+    25 us = 0.8 ms of host launches. The layer is GPU-bound as a whole (its forward's GPU time is above the host's 98
+    kernels, 2.45 ms) but its expert phase is host-bound in both cases: the attention, router and permutation behind
+    the phase start only once the host has launched it, so the forward grows by the full 0.8 ms (the GPU's own share
+    of those launches is inside it). Taking the larger of the two totals instead, it would grow only by the GPU's
+    launch time of 32 kernels (without the host wait: the difference with moe_host_sync off)."""
+    from costmodel import cluster_preset, model_preset
+    from costmodel._experts import moe_layer_costs
+    from costmodel._layer_compute import layer_costs
+    from costmodel._layer_terms import layer_terms
+
+    model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=8192)
+    cl = cluster_preset("b200x8")
+    one, peak = np.array([1]), cl.gpu.peak_flops[2]
+    lc = layer_costs(model, cl, one, one, one, np.array([False]), peak, peak16=cl.gpu.peak_flops[0])
+    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one)
+    fwd, host = {}, {}
+    for sync in (False, True):
+        for cast in (0.0, 1e-12):
+            m = moe_layer_costs(model, cl, lc, one, np.array([False]), np.array([8]), peak, False,
+                                fp8_cast=np.array([cast]), host_sync=np.array([sync]))
+            lt = layer_terms({**m, "cast_f": m["xcast_f"], "cast_b": m["xcast_b"]}, np.array([False]),
+                             np.array([False]))
+            fwd[sync, cast], host[sync, cast] = lt["F"][0] - m["ep_fwd"][0], m
+    assert host[True, 1e-12]["host_f"][0] == pytest.approx(98 * 25e-6, rel=1e-12)
+    assert fwd[False, 1e-12] > 98 * 25e-6  # GPU-bound as a whole
+    assert host[True, 0.0]["host_x"][0] > 0.0 and host[True, 1e-12]["host_x"][0] > 0.0  # expert phase host-bound
+    assert fwd[True, 1e-12] - fwd[True, 0.0] == pytest.approx(32 * 25e-6, rel=1e-9)
+    gpu_share = fwd[False, 1e-12] - fwd[False, 0.0]  # the GPU's launch time of the 32 kernels
+    assert 0.0 < gpu_share < 0.2 * 32 * 25e-6
