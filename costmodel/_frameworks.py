@@ -633,6 +633,12 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
              "composer dist_strategy.py ddp_sync_context: returns at once unless the model is DistributedDataParallel, "
              "so FSDP (SHARD_GRAD_OP: ZeRO-2) reduce-scatters after every micro-batch's backward "
              "(zero2_scatter_every_microbatch, as fsdp2)",
+             "attn_impl flash is FlashAttention-2 (attention_kernel flash2, inherited): llm-foundry 5e85bd62d (the "
+             "H100 table's commit) submit_benchmarks.py installs '.[gpu-flash2]' (setup.py: flash-attn==2.4.2)",
+             "full recompute priced as the whole forward: torch's non-reentrant checkpoint (MPTBlock, yamls' "
+             "activation_checkpointing_reentrant false) stops early, before down_proj, where torch has "
+             "set_checkpoint_early_stop (2.1 at 5e85bd62d's setup.py; torch 1.13 reran the whole block); not priced "
+             "(benchmarks/llm_foundry_recompute.py, docs/validation.md)",
              "the fsdp2 profile's sources"),
 )
 _derive("llm-foundry", "llm-foundry-triton", attention_kernel="triton", eager_elem_bytes=(0.0,) * 3,
