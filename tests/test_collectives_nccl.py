@@ -138,6 +138,28 @@ def test_broadcast_of_a_shard_over_1024_ranks_runs_ll():
     assert got < 0.31 * (5758.4e-6 + 14e6 / 40e9)
 
 
+def test_ring_gather_over_1024_ranks_pays_each_step_once_then_the_bytes():
+    # A ZeRO-3 module's all-gather over 1,024 ranks on 128 nodes of 8 A800s, 4 x 200 Gb HDR a node (12.5 GB/s a GPU):
+    # 8 NICs' worth x 0.8 = 80 GB/s of bus bandwidth. NCCL's ring all-gather (src/device/all_gather.h runRing,
+    # NVIDIA/nccl 5067397) sends each chunk of a rank's part through nranks - 1 recv-copy-send steps, one slice at a
+    # time, the slices pipelined: the last byte arrives 1,023 hop latencies (896 NVLink, 127 network) plus the bytes'
+    # time after the first leaves, tuning.cc's latency + (n - 1) / n x bytes / busBw, so not (n - 1) x max(hop,
+    # chunk / bw), which is no larger.
+    #   10 MB  ring LL     min(0.5 x 80, 20.4) = 20.4 GB/s: 10e6 x 1023/1024 / 20.4e9 = 489.71 us;
+    #                      6.6 + 896 x max(0.882353, 1.0 net overhead) + 127 x 1.928571 = 1147.528571 us: 1.6372 ms
+    #          (LL128: 73.6 GB/s, 135.73 us + 2880.39 us; Simple: 124.88 us + 5758.4 us)
+    #   100 MB ring LL128  0.92 x 80 = 73.6 GB/s: 100e6 x 1023/1024 / 73.6e9 = 1357.336 us;
+    #                      14 + 896 x 2.794118 + 127 x 2.857143 = 2880.386555 us: 4.2377 ms
+    #          (LL: 4897.06 + 1147.53 = 6044.6 us; Simple: 1248.78 + 8.4 + 896 x 5 + 127 x 10 = 7007.2 us)
+    # AMSP's ZeRO-3 rows on this network (7B: 265 collectives a micro-batch, about 40 GB) measure about 14 s a step
+    # beyond compute: 14 s / (265 x 1023 steps) = 52 us a ring step, 18 times LL128's 2.9 us; no step latency of
+    # NCCL's tables reaches it (its largest, Simple's network hop, is 14 us).
+    link = collective_link(np.array(1), np.array(1024), 8, 200e9, 12.5e9, UP_L, OUT_L, EFF)
+    assert float(link.bw) == pytest.approx(80e9) and int(link.nodes) == 128 and int(link.per_node) == 8
+    assert _time("gather", 10e6, 1024, link) == pytest.approx(1147.528571e-6 + 10e6 * 1023 / 1024 / 20.4e9, rel=1e-6)
+    assert _time("gather", 100e6, 1024, link) == pytest.approx(2880.386555e-6 + 100e6 * 1023 / 1024 / 73.6e9, rel=1e-6)
+
+
 def test_ll_ceiling_in_one_node_by_gpu_generation():
     # llMaxBws inside one node: Ampere 87.7 GB/s, Hopper 141, Blackwell 282 (tuning.cc, by compute capability). A 4 MB
     # all-reduce over 8 GPUs of one node at 240 GB/s (300 x 0.8):
