@@ -37,7 +37,7 @@ from costmodel._data_parallel import (
 )
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
-from costmodel._experts import expert_exchange, layer_mix, unpaired_share
+from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
@@ -140,11 +140,13 @@ class Terms:
     dense_first: bool
     n_d: np.ndarray | None  # the block's dense layers per stage (Rows.n_d)
     n_x: np.ndarray | None  # MoE layers x the share of passes the EP A2A overlap runs unpaired (unpaired_layers)
+    n_b: np.ndarray | None = None  # backward stretches a stage and micro-batch (costmodel._experts.backward_chunks)
 
-    def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W"), nx=None) -> list:
+    def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W"), nx=None, nb=None) -> list:
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix holding nn layers
         (nd dense and nm MoE ones), one array per part; a part may be a tuple of them, summed (the terms per
-        configuration, then the stages'). ``edges``: plus_edges of these stages; ``nx``: their n_x (None: 0)."""
+        configuration, then the stages'). ``edges``: plus_edges of these stages; ``nx``: their n_x (None: 0); ``nb``:
+        their n_b (None: 0)."""
         out = []
         for xs in (x if isinstance(x, tuple) else (x,) for x in parts):
             per_d, per_m = (None if q is None else functools.reduce(np.add, (q[y] for y in xs))
@@ -156,6 +158,8 @@ class Terms:
                 a = layer_mix(nd, np.take(per_d, ix[:1] if fo else ix), nm, np.take(per_m, ix), fo)
             if nx is not None and (k := sum(y in ("F", "B") for y in xs)):  # the unpaired passes' all-to-alls
                 a = a + k * nx * np.take(self.lt_m["epx"], ix)
+            if nb is not None and "B" in xs:  # dropless routing's launches at each backward stretch's start
+                a = a + backward_chunk_excess(nm, nb, *(np.take(self.lt_m[y], ix) for y in ("xb_d", "xb_e", "xb_t")))
             emb = [self.edge_of[y][0] for y in xs if self.edge_of[y][0] is not None]
             out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
                              functools.reduce(np.add, (self.edge_of[y][1] for y in xs))))
@@ -187,7 +191,7 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
     return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts,
                  edge_of={"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])},
                  moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d,
-                 n_x=unpaired_layers(rows))
+                 n_x=unpaired_layers(rows), n_b=backward_chunks(rows))
 
 
 def unpaired_layers(rows: Rows):
@@ -269,11 +273,11 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
         np.put(inv_t := cfg.inv.copy() if rows.moe else cfg.inv, split.ks, tgt)
     edges = plus_edges(inv_t, rows.first, rows.last)
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
-    fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges, nx=terms.n_x)
+    fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges, nx=terms.n_x, nb=terms.n_b)
     if rows.moe and not stages_out and not (split is not None and split.ks.size):
         # an MoE row's F + B + W per stage in one sum (F, B and W apart only where the simulator takes them)
         (X,), F, Bk, W = terms.times(inv_t, rows.n, rows.n_d, rows.n_m, edges, parts=(("F", "B", "W"),),
-                                     nx=terms.n_x), *(None,) * 3
+                                     nx=terms.n_x, nb=terms.n_b), *(None,) * 3
     else:
         F, Bk, W = fbw()
         X = F + Bk + W
@@ -294,9 +298,9 @@ def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.nda
     if np.any(side == 2) and (mix := np.flatnonzero(np.take(side, split.inv_p) == 2)).size:
         sub = lambda a: np.broadcast_to(a, cfg.inv.shape).reshape(-1)[split.ks[mix]]  # noqa: E731
         a_b = (split.ia[mix], split.ib_p[split.inv_p[mix]])  # (both pools' configurations of these stages)
-        nx = None if terms.n_x is None else sub(terms.n_x)
+        nx, nb = (None if y is None else sub(y) for y in (terms.n_x, terms.n_b))
         xs = (sum(terms.times(x, sub(rows.n), *((sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)),
-                              plus_edges(x, sub(rows.first), sub(rows.last)), nx=nx)) for x in a_b)
+                              plus_edges(x, sub(rows.first), sub(rows.last)), nx=nx, nb=nb)) for x in a_b)
         tgt[mix] = np.where(next(xs) < next(xs), *a_b[::-1])
     return tgt
 
@@ -401,7 +405,8 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         # the fill (X_sum - X_max) of a one-stage pipeline is 0
         layers = (at(rows.n_d), at(rows.n_m)) if rows.moe else (None, None)
         F_b, B_b, W_b = terms.times(ub, at(rows.n), *layers, plus_edges(ub, first_b, last_b),
-                                    nx=None if terms.n_x is None else at(terms.n_x))
+                                    nx=None if terms.n_x is None else at(terms.n_x),
+                                    nb=None if terms.n_b is None else at(terms.n_b))
         X_max = at(X)
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
@@ -795,6 +800,9 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
         "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
     if terms.n_x is not None:  # the bottleneck stage's unpaired passes' all-to-alls, forward and backward
         parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * at(terms.n_x) * np.take(terms.lt_m["epx"], ub))
+    if terms.n_b is not None:  # the bottleneck stage's backward stretches' launches (computation on the GPU's clock)
+        parts["compute"] = parts["compute"] + rows.m * backward_chunk_excess(
+            at(rows.n_m), at(terms.n_b), *(np.take(terms.lt_m[y], ub) for y in ("xb_d", "xb_e", "xb_t")))
     flops_model = model.model_flops_per_sample() * rows.B
     extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
     extra["_needs_simulation"] = pipe.needs_simulation

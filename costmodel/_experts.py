@@ -46,7 +46,14 @@ import numpy as np
 from costmodel._collectives import all_to_all_s, gather_s, tier
 from costmodel._dtypes import ACT_BYTES
 from costmodel._hardware import Cluster
-from costmodel._layer_compute import ELEM_TF_PER_LAYER, ELEM_TH_PER_LAYER, KERNELS_PER_SUBLAYER, gemm_s, hbm_s
+from costmodel._layer_compute import (
+    ELEM_BWD_FACTOR,
+    ELEM_TF_PER_LAYER,
+    ELEM_TH_PER_LAYER,
+    KERNELS_PER_SUBLAYER,
+    gemm_s,
+    hbm_s,
+)
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -132,6 +139,24 @@ HOST_S_PER_KERNEL = 25e-6
 # stretch also holds the paired micro-batch's backward, whose GPU time this does not split: there the larger of the
 # totals stays (host_f alone).
 EXPERT_PHASE_FIXED_KERNELS = 4
+# The backward has no wait of its own, but it starts behind one: in a forward after dropless routing's last wait the
+# host launches no further ahead of the GPU than the rest of that layer, and Megatron-Core's pipeline without
+# interleaving drains the GPU between every forward and backward pass besides (Megatron-LM d98e8a6,
+# megatron/core/pipeline_parallel/p2p_communication.py _communicate: torch.cuda.synchronize() after each batched
+# send / receive where config.batch_p2p_comm and config.batch_p2p_sync, both True by default in
+# model_parallel_config.py; megatron/training/arguments.py turns overlap_p2p_comm off without a virtual pipeline and
+# argument_utils.py sets batch_p2p_comm = not overlap_p2p_comm). So each backward pass of a model chunk (each micro-
+# batch, each of the v chunks a stage holds interleaved) is a stretch that starts on an empty GPU and runs its MoE
+# layers in reverse: each layer's expert phase first (the combine's gradient all-to-all, then a dgrad and a wgrad GEMM
+# per local expert, with their quantization), then its attention. Its n MoE layers (GPU G, host H a layer, the phase
+# GPU gx, host hx = ELEM_BWD_FACTOR x the forward phase's launches) take max over k of (host time of the first k
+# launches + GPU time of the rest) = max(n G + e, n H + t): e = hx - a_c - gx past 0 (the first phase's launches
+# outlast the all-to-all and its own GPU time: what the forward's expert_launch_excess is, for the backward), t = (G -
+# gx) - (H - hx) past 0 (the GPU time the last attention leaves after its launches), where the layer terms price
+# n max(G, H) (backward_chunk_excess). A recomputed MoE block (full recompute, or the "moe" module) waits again on the
+# host inside the backward, before each layer's backward: there each MoE layer is a stretch of its own. Not priced:
+# the head start the last stage's output layer backward gives the host (its first chunk then pays less), and
+# stretches under the EP A2A overlap (as the forward's).
 # Bytes per element of an fp8 dispatch (Framework.fp8_dispatch): one e4m3 byte and one fp32 scale
 # per 128 channels (DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.3.2: 1 x 128 tile-wise activation
 # scaling; DeepEP's dispatch takes x as an fp8 tensor and a [tokens, hidden / 128] fp32 scale tensor).
@@ -228,6 +253,34 @@ def expert_launch_excess(x_kernels, a_d, gpu_x):
     return np.maximum(x_kernels * HOST_S_PER_KERNEL - a_d - gpu_x, 0.0)
 
 
+def backward_chunk_excess(n_m, chunks, d, e, t):
+    """Seconds dropless routing's host launches add to a stage's backward per micro-batch, over n max(G, H) a chunk
+    of n MoE layers (EXPERT_PHASE_FIXED_KERNELS's backward note): max(n G + e, n H + t) - n max(G, H) = max(n d + e, t)
+    - n max(d, 0) a chunk, d = G - H, over ``chunks`` chunks of n = n_m / chunks: max(n_m d + chunks e, chunks t) -
+    n_m max(d, 0). ``n_m``, ``chunks``: the stages' MoE layers and backward chunks; ``d``, ``e``, ``t``: the MoE
+    layer's (layer_terms' xb_d, xb_e, xb_t: 0 where not priced, making the excess 0); 0 on a stage without MoE
+    layers. Arrays broadcasting."""
+    return np.where(n_m > 0, np.maximum(n_m * d + chunks * e, chunks * t) - n_m * np.maximum(d, 0.0), 0.0)
+
+
+def backward_chunks(rows):
+    """(k, N) or (1, N) backward stretches of a stage per micro-batch for backward_chunk_excess: v under the
+    interleaved schedule, 1 otherwise, every MoE layer its own where the MoE block is recomputed (full recompute, or
+    the selective "moe" module); None where dropless routing's wait is not priced so (no wait, or the EP A2A
+    overlap)."""
+    from costmodel._codes import MODULE_BIT, RECOMPUTE
+    from costmodel._pipeline_terms import SCHED
+
+    fw = rows.fw
+    if not (rows.moe and fw.moe_host_sync and not fw.overlap_ep):
+        return None
+    chunks = np.where(rows.sched == SCHED["interleaved"], rows.v, 1).astype(np.float64)[None, :]
+    again = rows.rc == RECOMPUTE.index("full")
+    if rows.rcm is not None:
+        again = again | ((rows.rc == RECOMPUTE.index("selective")) & ((rows.rcm & MODULE_BIT["moe"]) > 0)[None, :])
+    return np.where(again, rows.n_m, chunks)
+
+
 def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     """Exposed time of one layer's four all-to-alls under Megatron-Core's EP A2A overlap, per pair of a micro-batch's
     forward and another's backward through the layer (core_v0.16.0 models/common/model_chunk_schedule_plan.py
@@ -317,7 +370,13 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
                  + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + (quant > 0)))  # (N,)
     gpu_x = (mlp_gemm + elem_m - 0.5 * hbm_s(ACT_BYTES * sort * h, gpu) + xcast_f
              + lc["overhead"] * 0.5 * x_kernels / KERNELS_PER_SUBLAYER)
-    host_x = np.where(np.asarray(host_sync) & (not overlap_ep), expert_launch_excess(x_kernels, a_d, gpu_x), 0.0)
+    on = np.asarray(host_sync) & (not overlap_ep)
+    host_x = np.where(on, expert_launch_excess(x_kernels, a_d, gpu_x), 0.0)
+    # the backward's expert phase (backward_chunk_excess): its launches less its GPU time (dgrad and wgrad GEMMs, the
+    # element-wise kernels and launches twice, the output gradients' quantization), and the combine's gradient
+    # all-to-all before it; xb_on: 1.0 where priced
+    xb_q = ELEM_BWD_FACTOR * x_kernels * HOST_S_PER_KERNEL - (
+        2.0 * mlp_gemm + ELEM_BWD_FACTOR * (gpu_x - mlp_gemm - xcast_f) + xcast_b)
     # what Megatron-Core's selective recompute modules run again (costmodel._layer_terms.module_terms): "moe" the MoE
     # block's forward (router GEMM, expert and shared-expert GEMMs, routing, permutation, activation, their launches
     # and fp8 quantization; its all-to-alls: ep_fwd), "moe_act" the routed experts' activation kernel (read the FC1
@@ -330,7 +389,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
                 + hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * T * fs / t, gpu) + scast_f) if fs else 0.0 * T
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,
             "xcast_b": xcast_b, "ep_fwd": exposed, "ep_bwd": exposed, "ep_x": unpaired, "host_f": host_f,
-            "host_x": host_x + 0.0 * overhead,
+            "host_x": host_x + 0.0 * overhead, "xb_q": np.where(on, xb_q, 0.0), "xb_a": a_c + 0.0 * overhead,
+            "xb_on": np.where(on, 1.0, 0.0) + 0.0 * overhead,
             "moe_f": moe_f, "act_f": act_f, "shared_f": shared_f}
 
 

@@ -49,7 +49,7 @@ from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f", "host_x",
-             "moe_f", "act_f", "shared_f")
+             "xb_q", "xb_a", "xb_on", "moe_f", "act_f", "shared_f")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
 LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
                 "cast_b")
@@ -59,7 +59,7 @@ def moe_layer_inputs(sh: dict) -> dict:
     """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
-           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x",
+           for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x", "xb_q", "xb_a", "xb_on",
                      *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
     # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
     # layer: its casts less its dense MLP's, which an MoE layer does not run
@@ -385,11 +385,16 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     times F (forward, exposed tp and cp comm), B (backward, recompute and its comm), W (weight
     gradients) and the parts reported: compute, recompute, tp and cp comm. An MoE layer's ``host_f``
     (costmodel._experts.HOST_S_PER_KERNEL) bounds its forward and, twice, its backward with W from below; its
-    ``host_x`` (expert_launch_excess) adds to its forward."""
+    ``host_x`` (expert_launch_excess) adds to its forward; xb_d, xb_e, xb_t: what backward_chunk_excess reads of
+    it (G - H, e and t of a backward chunk's stretch; 0 where not priced, xb_on 0)."""
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
+    xb = {}
     if "host_f" in lc:  # an MoE layer whose routing waits on the host: each pass at least the host's launch time
         f = np.maximum(f + lc["host_x"], lc["host_f"])  # and its expert phase's launches before the rest
+        d = lc["xb_on"] * (bx + lc["gemm"] - ELEM_BWD_FACTOR * lc["host_f"])  # G - H: backward GPU over host time
+        xb = {"xb_d": d, "xb_e": np.maximum(lc["xb_q"] - lc["xb_a"], 0.0) * lc["xb_on"],
+              "xb_t": np.maximum(d + lc["xb_q"], 0.0) * lc["xb_on"]}
         bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"]) - lc["gemm"]
     tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
@@ -404,4 +409,4 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
         out["B"] = out["B"] + epb + again
         out["ep"] = epf + epb + again
         out["epx"] = lc["ep_x"]  # more, each way, where a pass runs unpaired under the EP A2A overlap
-    return out
+    return {**out, **xb}

@@ -191,7 +191,7 @@ def collective_shares(rows, cfg, terms, st, col: np.ndarray) -> dict[str, np.nda
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
 
     def passes(t):  # (F, B + W) per stage, (k, 1)
-        return t.times(st.inv_t, rows.n, *layers, st.edges, parts=("F", ("B", "W")), nx=terms.n_x)
+        return t.times(st.inv_t, rows.n, *layers, st.edges, parts=("F", ("B", "W")), nx=terms.n_x, nb=terms.n_b)
 
     priced = passes(terms)
     out = {}

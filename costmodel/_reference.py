@@ -354,6 +354,8 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     sort_s = _hbm(gpu, ACT_BYTES * SORT_ELEMS_PER_COPY * etp * copies * h) if local > 1 else 0.0
     gpu_x = m_gemm + elem_m - sort_s / 2 + xcast_f + overhead / 2 * x_kernels / KERNELS_PER_SUBLAYER
     host_x = max(x_kernels * HOST_S_PER_KERNEL - a_d - gpu_x, 0.0) if not fw.overlap_ep else 0.0
+    # the backward's expert phase: its launches less its GPU time (dgrad and wgrad, the rest twice, the casts backward)
+    xb_q = 2 * x_kernels * HOST_S_PER_KERNEL - (2 * m_gemm + 2 * (gpu_x - m_gemm - xcast_f) + xcast_b)
     if fw.overlap_ep:  # the 1F1B pair: comm stream combine-bwd, dispatch-fwd, dispatch-bwd, combine-fwd
         sub = overhead / 2  # one sub-layer's kernel overhead
         Af = a_gemm + attn + elem_a + sub
@@ -392,7 +394,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
             shared_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
                 xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f,
-                host_x=host_x,
+                host_x=host_x, xb_q=xb_q, xb_a=a_c,
                 moe_f=moe_f, act_f=act_f, shared_f=shared_f)
 
 
@@ -730,10 +732,14 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     fwd = mo["gemm"] + lay["attn"] + mo["elem"] + mo["overhead"] + cast_f + mo["xcast_f"]
     bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
            + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
+    xb = dict(xb_d=0.0, xb_e=0.0, xb_t=0.0)  # a backward stretch's G - H, e and t (backward_chunk_excess)
     if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
         fwd = max(fwd + mo["host_x"], mo["host_f"])  # and its expert phase's launches before the rest
+        if not fw.overlap_ep:
+            d = bwd + mo["gemm"] - ELEM_BWD_FACTOR * mo["host_f"]
+            xb = dict(xb_d=d, xb_e=max(mo["xb_q"] - mo["xb_a"], 0.0), xb_t=max(d + mo["xb_q"], 0.0))
         bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
-    return {**mo, "fwd": fwd, "bwd": bwd,
+    return {**mo, **xb, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
@@ -858,6 +864,14 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         W += n_m * moe["gemm"]
         comp += n_m * (moe["fwd"] + moe["bwd"] + moe["gemm"])
         ep_s = n_m * (2 * moe["ep"] + re_ep)
+        # each backward stretch starts on an empty GPU: v chunks interleaved, else 1; each MoE layer its own where the
+        # MoE block is recomputed (its wait repeated); max(n G + e, n H + t) - n max(G, H) a stretch of n MoE layers
+        again = rc == "full" or (named is not None and named["re_ep"])
+        chunks = n_m if again else (row.v if row.sched == "interleaved" else 1)
+        nc, d = n_m / chunks, moe["xb_d"]
+        xb = chunks * (max(nc * d + moe["xb_e"], moe["xb_t"]) - nc * max(d, 0.0))
+        Bw += xb
+        comp += xb
         if unpaired:
             x = n_m * unpaired * moe["ep_x"]
             F, Bw, ep_s = F + x, Bw + x, ep_s + 2 * x

@@ -82,3 +82,50 @@ def test_a_forward_pays_each_expert_launch_the_gpu_does_not_cover_before_the_res
     assert fwd[True, 1e-12] - fwd[True, 0.0] == pytest.approx(32 * 25e-6, rel=1e-9)
     gpu_share = fwd[False, 1e-12] - fwd[False, 0.0]  # the GPU's launch time of the 32 kernels
     assert 0.0 < gpu_share < 0.2 * 32 * 25e-6
+
+
+def test_backward_chunk_excess_by_hand():
+    """A backward stretch of n MoE layers (GPU G, host H a layer) that opens with an expert phase the host needs e
+    longer to launch than the GPU to run (after the combine's gradient all-to-all), and ends with an attention whose
+    GPU time outlasts its launches by t: max(n G + e, n H + t), where the layer terms price n max(G, H).
+    GPU-bound layers, DeepSeek-V3-like: G = 9.9 ms, H = 8.25 ms (d = 1.65 ms), e = 2.1 ms, t = 4.4 ms, n = 4:
+    max(4 x 9.9 + 2.1, 4 x 8.25 + 4.4) = max(41.7, 37.4) = 41.7 ms against 4 x 9.9 = 39.6: 2.1 ms (e, once a chunk).
+    Host-bound layers: G = 4.5, H = 4.9 (d = -0.4), e = 1.3, t = 1.2, n = 11: max(49.5 + 1.3, 53.9 + 1.2) - 53.9 =
+    1.2 ms (the last attention's tail, once). Four interleaved chunks of the 4 GPU-bound layers (one each): 4 x
+    max(9.9 + 2.1, 8.25 + 4.4) - 4 x 9.9 = 4 x 12.65 - 39.6 = 11.0 ms. Host-bound with n = 1: max(4.1 + 1.3 ... ):
+    max(-0.4 + 1.3, 1.2) = 1.2 ms. Not priced (d = e = t = 0): 0."""
+    from costmodel._experts import backward_chunk_excess
+
+    n = np.array([4.0, 11.0, 4.0, 1.0, 4.0])
+    chunks = np.array([1.0, 1.0, 4.0, 1.0, 1.0])
+    d = np.array([1.65e-3, -0.4e-3, 1.65e-3, -0.4e-3, 0.0])
+    e = np.array([2.1e-3, 1.3e-3, 2.1e-3, 1.3e-3, 0.0])
+    t = np.array([4.4e-3, 1.2e-3, 4.4e-3, 1.2e-3, 0.0])
+    np.testing.assert_allclose(backward_chunk_excess(n, chunks, d, e, t), [2.1e-3, 1.2e-3, 11.0e-3, 1.2e-3, 0.0],
+                               rtol=1e-9, atol=1e-15)
+
+
+def test_backward_chunks_follow_the_schedule_and_the_recompute():
+    """One backward stretch a stage and micro-batch without interleaving (Megatron's synchronized batched p2p), v of
+    them interleaved, one per MoE layer where the MoE block is recomputed (full, or the selective "moe" module; not
+    "moe_act"); none where the wait is not priced (the EP A2A overlap, or a framework without the host wait)."""
+    import types
+
+    from costmodel._codes import MODULE_BIT, RECOMPUTE
+    from costmodel._experts import backward_chunks
+    from costmodel._frameworks import framework_preset
+    from costmodel._pipeline_terms import SCHED
+
+    sel, full, none = (RECOMPUTE.index(x) for x in ("selective", "full", "none"))
+    rows = types.SimpleNamespace(
+        fw=framework_preset("megatron-core"), moe=True, n_m=np.array([[12.0] * 5, [11.0] * 5]),
+        sched=np.array([SCHED["1f1b"], SCHED["interleaved"], SCHED["1f1b"], SCHED["interleaved"], SCHED["1f1b"]]),
+        v=np.array([1, 3, 1, 3, 1]), rc=np.array([[none, none, full, sel, sel]]),
+        rcm=np.array([0, 0, 0, MODULE_BIT["moe"], MODULE_BIT["moe_act"]]))
+    got = np.broadcast_to(backward_chunks(rows), (2, 5))
+    np.testing.assert_array_equal(got, [[1.0, 3.0, 12.0, 12.0, 1.0], [1.0, 3.0, 11.0, 11.0, 1.0]])
+    assert framework_preset("megatron-core-a2a-overlap").moe_host_sync
+    assert backward_chunks(types.SimpleNamespace(**{**vars(rows), "fw": framework_preset("megatron-core-a2a-overlap")
+                                                    })) is None
+    assert backward_chunks(types.SimpleNamespace(**{**vars(rows), "fw": dataclasses.replace(
+        rows.fw, moe_host_sync=False)})) is None
