@@ -216,10 +216,12 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     pa, fw, model = rows.pa, rows.fw, rows.model
     q, tt, cc, dd, tin, pr = cfg.pool_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.d_u[ix], cfg.order_u[ix] == 0, cfg.prec_u[ix]
     fp8 = pr == PRECISIONS.index("fp8")
-    casts = fp8_cast_columns(fw, fp8)
+    fp8_tp = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1) & fw.fp8_tp_gather  # torchao's float8 TP
+    casts = fp8_cast_columns(fw, fp8, fp8_tp)
     gpu = pool_gpu(pa, q)
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
+                      fp8_tp=fp8_tp if fw.fp8_tp_gather else None,
                       attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),

@@ -326,7 +326,12 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
                         np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         fixed = np.where(overlap, np.where(zero >= 2, e * (ag + rs), 0.0), dp_raw)
-        return fixed, np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)
+        late = np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)
+        if fw.pp_grad_sync_after_backward:  # pp > 1: the reduce-scatter after the last backward, waited; the weights'
+            # all-gather behind the next step's first forward (Framework.pp_grad_sync_after_backward)
+            after = overlap & (pp > 1)
+            fixed, late = np.where(after, rs, fixed), np.where(after, np.maximum(ag - F_b, 0.0), late)
+        return fixed, late
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
         assert step_s is not None, "weight_gather_in_step: the in-step seconds (dp_in_step_s) are needed"
         return np.where(overlap, step_s, dp_raw), np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0), 0.0)

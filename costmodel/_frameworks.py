@@ -130,6 +130,17 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     hp_grad_zero1_needs_pp: hp_grad_bytes priced at ZeRO 0, and at ZeRO-1 only with pp > 1 (DeepSpeed: bf16 under
         ZeRO-1 accumulates in bf16 by default and runs its ZeRO optimizer, no fp32 copy; its pipeline engine reads the
         bf16 optimizer's fp32 gradients, so pipelined bf16 runs configure it); False: at ZeRO 0-1 alike
+    fp8_tp_gather: under fp8 with sequence parallelism and t > 1, torchao's float8 tensor parallelism (torchtitan's
+        float8 TP plan): a layer's sequence-parallel all-gathers (forward: the attention's and the MLP's inputs;
+        backward: the projection's and FC2's output gradients) move fp8, each after an all-reduce of its fp32 amax, the
+        reduce-scatters 16 bits; those four tensors cast to fp8 on the rank's shard and the gathered fp8 copy
+        transposed for the weight-gradient GEMM, in place of fp8_cast_bytes' per-linear cast (costmodel._layer_compute.
+        FP8_TP_CAST_BYTES, fp8_tp_collectives_s); False: the collectives 16-bit, each linear casting its own input
+    pp_grad_sync_after_backward: with fsdp_unit_edges and pp > 1 (dense models), the step's gradient reduce-scatter
+        starts only once the stage's last backward has run and is waited for before the step goes on (torch.distributed.
+        pipelining's PipelineStage runs FSDP's post-backward by hand after the last micro-batch): exposed whole; the
+        weights' all-gather behind the next step's first forward (FSDP's per-unit pre-forward); False: the exchange
+        behind the last backward (costmodel._data_parallel.last_exchange_parts)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -215,6 +226,8 @@ class Framework:
     zero2_scatter_every_microbatch: bool = False  # ZeRO-2's reduce-scatter each micro-batch (module docstring)
     overlap_dp_min_zero: int = 0  # the lowest ZeRO stage whose exchange can overlap (module docstring)
     hp_grad_zero1_needs_pp: bool = False  # hp_grad_bytes at ZeRO-1 only with pp > 1 (module docstring)
+    fp8_tp_gather: bool = False  # torchao's float8 tensor parallelism: fp8 all-gathers, casts on the shard (docstring)
+    pp_grad_sync_after_backward: bool = False  # pp > 1: the reduce-scatter after the last backward (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -497,8 +510,22 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         fsdp_unit_edges=True, grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
-        eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
-        sources=("torch.compile'd RoPE (eager_elem_bytes 15 an element of q + hk): torchtitan's apply_rotary_emb "
+        eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
+        sources=("the gradients' reduce-scatter with a pipeline (pp_grad_sync_after_backward): pytorch torch/distributed/"
+                 "pipelining/stage.py backward_maybe_with_nosync (read at 0138610, 2025; the torchtitan rows ran torch "
+                 "1963fc8, 2024-12-23, not read here, assumed alike): every micro-batch's backward under set_requires_gradient_sync(False), then, "
+                 "after the last one, run_post_backward calls each FSDP param group's post_backward (the reduce-"
+                 "scatters) and _root_post_backward_final_callback, which waits for them: nothing of the stage's "
+                 "backward left to hide them behind",
+                 "float8 tensor parallelism (fp8_tp_gather): torchtitan 9dec370 parallelize_llama.py apply_tp takes "
+                 "torchao's Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput under "
+                 "float8.enable_float8_linear (its docs/float8.md: 'we cast sharded input into float8 and perform "
+                 "float8 all-gather'); pytorch/ao eab345c (the benchmarks' torchao, 2024-12-23) torchao/float8/"
+                 "float8_tensor_parallel.py: the input cast on the Shard(1) DTensor before redistribute to Replicate, "
+                 "wo's and w2's output gradients cast on the shard (NoopFwToFloat8BwDynamic after the output "
+                 "redistribute) before the backward all-gather; float8_ops.py allgather_fp8; the reduce-scatters "
+                 "carry the GEMMs' 16-bit outputs and input gradients (float8_linear.py)",
+                 "torch.compile'd RoPE (eager_elem_bytes 15 an element of q + hk): torchtitan's apply_rotary_emb "
                  "(models/llama/model.py 9dec370; llama3/model.py until 2026) multiplies complex tensors, and inductor "
                  "leaves every op on a complex tensor to eager ATen (pytorch torch/_inductor/lowering.py "
                  "unsupported_input_tensor: t.is_complex(), the fallback since pytorch PR 98155, 2023; the warning "
@@ -612,7 +639,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
-    sp_copy_bytes=0.0,
+    sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
@@ -683,7 +710,8 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(
 # micro-batch; interleaved 1F1B. Its layers and kernels are priced as fsdp2's (torch's), which the paper's stack is
 # built on.
 _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, zero2_scatter_every_microbatch=True,
-    eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0,
+    # its tensor parallelism and pipelines as the paper describes them, not torchao's or torch.distributed.pipelining
+    eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel._codes import MODULE_BIT
-from costmodel._collectives import all_reduce_s, tier
+from costmodel._collectives import all_reduce_s, gather_s, tier
 from costmodel._dtypes import ACT_BYTES
 from costmodel._frameworks import Framework
 from costmodel._hardware import ATTN_SEQ_POINTS, Cluster
@@ -80,7 +80,7 @@ def hbm_s(nbytes, gpu):
 
 
 def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
-                tp_link=None, cp_link=None, peak16=None, attn_eff=None, attn_nc=None):
+                tp_link=None, cp_link=None, peak16=None, attn_eff=None, attn_nc=None, fp8_tp=None):
     """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays (attn_gemm: the attention
     projections' part of gemm).
 
@@ -91,7 +91,9 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     ``attn_nc``: (N, 6) its non-causal kernels' gain over that rate at the same points, for a cp ring's off-diagonal
     steps (costmodel._hardware.attention_noncausal_gain; None: ones).
     The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
-    one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links."""
+    one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links.
+    ``fp8_tp`` (bool (N,), or None): the rows whose sequence-parallel all-gathers move fp8 data (torchao's float8
+    tensor parallelism: fp8_tp_collectives_s)."""
     gpu = cluster.gpu if gpu is None else gpu
     peak16 = peak if peak16 is None else peak16
     h, f, hk, a, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.heads, model.seq_len
@@ -134,6 +136,8 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # Two all-reduces of T*h per layer forward (or 2 all-gathers + 2 reduce-scatters
         # under SP: the same bytes), Megatron's f and g operators.
         tp_fwd = 2.0 * all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)
+        if fp8_tp is not None:  # torchao's float8 tensor parallelism: the all-gathers in fp8
+            tp_fwd = np.where(fp8_tp, fp8_tp_collectives_s(T * h, t, tp_bw, tp_lat), tp_fwd)
         # Ring attention over cp: each rank receives the other c-1 K/V blocks (forward) and
         # sends their gradients back (backward), overlapped with the attention core.
         kv_block = ACT_BYTES * 2.0 * b * sc * hk / t
@@ -233,14 +237,50 @@ def attention_gemm_s(model: Transformer, T, t, peak, gpu, split=1):
     return gemm_s(T, (q + 2 * hk) / t, h, peak, gpu) + gemm_s(T, h, q / t, peak, gpu)
 
 
-def fp8_cast_columns(fw: Framework, fp8):
+# torchao's float8 tensor parallelism (Framework.fp8_tp_gather; pytorch/ao eab345c, the torchao of torchtitan 9dec370's
+# Dec 2024 benchmarks, torchao/float8/float8_tensor_parallel.py; torchtitan 9dec370 parallelize_llama.py apply_tp uses
+# its Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput under float8): tensorwise dynamic
+# scaling, rows with sequence parallelism and t > 1.
+#   forward: PrepareFloat8ModuleInput casts the attention's and the feed-forward's Shard(1) input to fp8 on the rank's
+#     shard (hp_tensor_to_float8_dynamic on the DTensor: max(abs) of the shard, its all-reduce over the tp group, the
+#     cast), then redistributes Shard(1) -> Replicate: the all-gather moves fp8 (float8_ops.py allgather_fp8); wq, wk,
+#     wv and w1, w3 take the gathered fp8 tensor as it is (tensor_already_casted_to_fp8). wo's and w2's outputs are
+#     reduce-scattered (Partial -> Shard(1)) in 16 bits, as without fp8.
+#   backward: Float8RowwiseParallel._prepare_output_fn's NoopFwToFloat8BwDynamic casts wo's and w2's Shard(1) output
+#     gradient to fp8 on the shard before the redistribution's backward all-gathers it: fp8 again, with its amax
+#     all-reduce; the inputs' gradients leave the GEMMs in 16 bits (float8_linear.py manual_float8_matmul_with_args_
+#     in_float8.backward) and are reduce-scattered in 16 bits.
+# So a layer's four sequence-parallel all-gathers a forward and backward (and a recompute's two) move 1 byte an
+# element, its reduce-scatters 2, each all-gather after an all-reduce of one fp32 amax (fp8_tp_collectives_s). The
+# casts of those four tensors run on the shard (T h / t elements), not on the gathered tensor; the weight-gradient
+# GEMM (torch._scaled_mm: its second operand column-major) then copies the gathered fp8 input, and the first
+# operand's transpose the gathered fp8 output gradient, once each (read 1, write 1) where the profile's per-linear
+# cast writes that copy itself (fp8_cast_bytes' second fp8 write).
+FP8_TP_CAST_BYTES = (2.0 + 2.0 + 1.0, 1.0 + 1.0)  # (per element of the shard: amax read, cast read + write; per
+# element of the gathered fp8 tensor: its transposed copy)
+AMAX_BYTES = 4.0  # one fp32 max(abs), all-reduced over the tp group before each fp8 all-gather
+
+
+def fp8_tp_collectives_s(E, t, bw, lat):
+    """Seconds of one layer's sequence-parallel collectives a pass under torchao's float8 tensor parallelism (the
+    comment above FP8_TP_CAST_BYTES), E = T h elements of the gathered activation: two all-gathers of fp8 data (1 byte
+    an element), each after an all-reduce of its fp32 amax, and two reduce-scatters in 16 bits; tp_fwd's
+    2 all_reduce_s(2 E) (two all-gathers and two reduce-scatters of 2 E bytes) with the all-gathers' bytes halved."""
+    return (2.0 * gather_s(1.0 * E, t, bw, lat) + 2.0 * all_reduce_s(AMAX_BYTES, t, bw, lat)
+            + 2.0 * gather_s(ACT_BYTES * E, t, bw, lat))
+
+
+def fp8_cast_columns(fw: Framework, fp8, fp8_tp=None):
     """A profile's fp8 cast bytes as fp8_cast_parts_s takes them, per row: (input, weight forward, output gradient,
-    weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere; None where the profile
-    casts nothing outside its GEMMs (Framework.fp8_cast_bytes, fp8_norm_cast_bytes)."""
+    weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere, and sixth, where the profile
+    gathers fp8 under tensor parallelism (Framework.fp8_tp_gather) and ``fp8_tp`` is given (bool, per row: fp8, sequence
+    parallel, t > 1), 1.0 on those rows, else 0.0; None where the profile casts nothing outside its GEMMs
+    (Framework.fp8_cast_bytes, fp8_norm_cast_bytes)."""
     norm = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
     if not any(fw.fp8_cast_bytes) and not norm:
         return None
-    return tuple(np.where(fp8, x, 0.0) for x in (*fw.fp8_cast_bytes, norm))
+    out = tuple(np.where(fp8, x, 0.0) for x in (*fw.fp8_cast_bytes, norm))
+    return out if fp8_tp is None or not fw.fp8_tp_gather else (*out, np.where(fp8_tp, 1.0, 0.0))
 
 
 def fp8_cast_s(model: Transformer, T, t, gpu, casts):
@@ -264,12 +304,19 @@ def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
     (q + 2 hk) / t), projection (q / t, h), up and gate (h, (mats - 1) f / t), down (f / t, h), the
     weights split by t (MLA: its attention matrices, each as Transformer.attn_matrices splits it).
     An MLP has no casts. The MLP part is the dense MLP's: an MoE layer takes the attention part
-    (costmodel._layer_terms.moe_layer_inputs)."""
+    (costmodel._layer_terms.moe_layer_inputs). A sixth entry (1.0 where the row runs torchao's float8 tensor
+    parallelism, fp8_cast_columns) prices the norm-written inputs and the row-parallel products' (the projection's,
+    FC2's) T h output gradients as cast on the shard and their gathered fp8 copies transposed (FP8_TP_CAST_BYTES: 5 / t
+    + 2 bytes an element of the gathered tensor; MLA layers as without it)."""
     zero = np.zeros_like(T)
     if model.kind == "mlp":
         return zero, zero, zero, zero
     cx, cw, cg, cwb = casts[:4]
     cn = casts[4] if len(casts) > 4 else cx
+    cgh = cg  # bytes an element of a row-parallel product's T h output gradient
+    if len(casts) > 5 and not model.mla:  # float8 TP: cast on the shard, the gathered fp8 copy transposed
+        tp8 = FP8_TP_CAST_BYTES[0] / t + FP8_TP_CAST_BYTES[1]
+        cn, cgh = np.where(casts[5] > 0, tp8, cn), np.where(casts[5] > 0, tp8, cg)
     h, q, hk, f, mats = model.hidden, model.q_hidden, model.kv_hidden, model.ffn_hidden, model.mlp_matrices
     if model.mla:
         mm = model.attn_matrices()
@@ -279,13 +326,14 @@ def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
         wa = sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
     else:
         xn, xa = T * h, T * q / t  # QKV's input (the norm's output), the projection's
-        ga = T * (h + (q + 2.0 * hk) / t)  # the output gradients' elements
+        ga = T * (q + 2.0 * hk) / t  # QKV's output gradient's elements (the projection's, T h, at cgh)
         wa = (h * (q + 2.0 * hk) + q * h) / t  # the weights
     xm_n, xm = T * h, T * f / t  # FC1's input (the norm's output), FC2's
-    gm = T * (h + (mats - 1) * f / t)
+    gm = T * (mats - 1) * f / t  # FC1's (and the gate's) output gradient (FC2's, T h, at cgh)
     wm = mats * h * f / t
-    return (hbm_s(cn * xn + cx * xa + cw * wa, gpu) + zero, hbm_s(cg * ga + cwb * wa, gpu) + zero,
-            hbm_s(cn * xm_n + cx * xm + cw * wm, gpu) + zero, hbm_s(cg * gm + cwb * wm, gpu) + zero)
+    gh = 0.0 if model.mla else cgh * T * h  # the row-parallel product's output gradient (MLA's: in ga)
+    return (hbm_s(cn * xn + cx * xa + cw * wa, gpu) + zero, hbm_s(cg * ga + gh + cwb * wa, gpu) + zero,
+            hbm_s(cn * xm_n + cx * xm + cw * wm, gpu) + zero, hbm_s(cg * gm + cgh * T * h + cwb * wm, gpu) + zero)
 
 
 def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,

@@ -36,6 +36,7 @@ from costmodel._layer_compute import (
     ELEM_BWD_FACTOR,
     ELEM_TF_PER_LAYER,
     ELEM_TH_PER_LAYER,
+    FP8_TP_CAST_BYTES,
     TE_RING_BYTES,
     TE_RING_KERNELS,
     UNFUSED_SCORE_BYTES,
@@ -549,9 +550,18 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
         ring = (cp - 1) * (ACT_BYTES * 2 * row.b * sc * model.kv_hidden / tp / cp_link[0] + cp_link[1])
     else:
         ring = 0.0
-    return dict(gemm=gemm, attn=attn, up=up, elem=elem, tp_fwd=2 * _allreduce(ACT_BYTES * T * h, tp, row.tp_link),
+    tp_fwd = 2 * _allreduce(ACT_BYTES * T * h, tp, row.tp_link)
+    if _fp8_tp(fw, row):  # torchao's float8 TP: 2 fp8 all-gathers (each after its fp32 amax's all-reduce), 2 bf16 RS
+        tp_fwd = 2 * _gather(T * h, tp, row.tp_link) + 2 * _allreduce(4, tp, row.tp_link) + 2 * _gather(
+            ACT_BYTES * T * h, tp, row.tp_link)
+    return dict(gemm=gemm, attn=attn, up=up, elem=elem, tp_fwd=tp_fwd,
                 cp_fwd=max(ring - attn, 0.0), cp_bwd=max(2 * ring - 2 * attn, 0.0),
                 overhead=2 * gpu.kernel_overhead_s, cp_link=cp_link)
+
+
+def _fp8_tp(fw, row: _Row) -> bool:
+    """Whether the row runs torchao's float8 tensor parallelism (Framework.fp8_tp_gather: fp8, SP, tp > 1)."""
+    return fw.fp8_tp_gather and row.fp8 and row.sp and row.tp > 1
 
 
 def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict) -> dict:
@@ -577,9 +587,14 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
             mm = [(h, (qw + kw + vw) / tp, h * (qw + kw + vw) / tp, True), (ow / tp, h, ow * h / tp, False)]
         mlp = [(h, (mats - 1) * f / tp, (mats - 1) * h * f / tp, True), (f / tp, h, f * h / tp, False)]
 
+        # float8 TP (not MLA): the norm-written inputs and the row-parallel products' T h output gradients (the
+        # matrices not normed) cast on the shard, the gathered fp8 copy transposed
+        tp8 = FP8_TP_CAST_BYTES[0] / tp + FP8_TP_CAST_BYTES[1] if _fp8_tp(fw, row) and not model.mla else None
+        x_n, g_r = (norm_bytes, cg) if tp8 is None else (tp8, tp8)
+
         def casts(mats_):  # (forward, backward) seconds of these matrices' casts
-            fwd = sum((norm_bytes if normed else cx) * T * i + cw * w for i, _, w, normed in mats_)
-            return _hbm(gpu, fwd), _hbm(gpu, sum(cg * T * o + cwb * w for _, o, w, _ in mats_))
+            fwd = sum((x_n if normed else cx) * T * i + cw * w for i, _, w, normed in mats_)
+            return _hbm(gpu, fwd), _hbm(gpu, sum((cg if normed else g_r) * T * o + cwb * w for _, o, w, normed in mats_))
 
         (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
         cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
@@ -1065,6 +1080,10 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
         fixed, late = e * (ag + rs), (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
                                       if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
+    if fw.fsdp_unit_edges and fw.pp_grad_sync_after_backward and row.overlap and pp > 1 and not model.is_moe \
+            and model.kind != "mlp":  # the reduce-scatter after the last backward, waited; the gather behind a forward
+        ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
+        fixed, late = rs, max(ag - b_st["F"], 0.0)
     fixed, late, dp_raw = fixed, late + spill, dp_raw + earlier
     if not row.overlap:
         fixed, late = dp_raw, 0.0

@@ -35,9 +35,15 @@ def test_exposed_edges_by_hand():
     got = exposed_dp_s(np.array([3]), True, 1, 1.0, 0.6, 0.1, np.array([0.8]), F_b=0.3, fw=fw, prec=0, model=model,
                        pp=1, sm_share=F_H100)
     assert got[0] == pytest.approx(0.1802793, abs=1e-7)
-    # pp 2 (the weights kept gathered over the step): no edge; the exchange hidden, 0 s
+    # pp 2 (the weights kept gathered over the step): no edge; torch.distributed.pipelining reduce-scatters after the
+    # stage's last backward (Framework.pp_grad_sync_after_backward): the reduce-scatter's 0.4 s exposed, the gather's
+    # 0.2 s behind the first forward's 0.3 s
     got = exposed_dp_s(np.array([3]), True, 1, 1.0, 0.6, 0.1, np.array([0.8]), F_b=0.3, fw=fw, prec=0, model=model,
                        pp=np.array([2]))
+    assert got[0] == pytest.approx(0.4)
+    behind = dataclasses.replace(fw, pp_grad_sync_after_backward=False)  # the exchange hidden behind B + W: 0 s
+    got = exposed_dp_s(np.array([3]), True, 1, 1.0, 0.6, 0.1, np.array([0.8]), F_b=0.3, fw=behind, prec=0,
+                       model=model, pp=np.array([2]))
     assert got[0] == 0.0
 
 
