@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from costmodel._data_parallel import framework_columns, hp_grad_rows
+from costmodel._data_parallel import framework_columns, hp_grad_rows, pp_grad_accum_rows
 from costmodel._distinct import distinct_rows
 from costmodel._experts import moe_layers_in
 from costmodel._feasibility import ep_fits, tp_divides
@@ -167,7 +167,7 @@ class Configs:
     keyed: bool  # dp, micro-batches and batch are parts of a configuration
     one_per_row: bool  # one configuration per row: every stage of a row alike
     ep_key: np.ndarray | None  # (ep, etp) as one code (an MoE model)
-    hp_key: np.ndarray | None  # rows whose framework's bf16 optimizer accumulates gradients in fp32
+    hp_key: np.ndarray | None  # fp32 gradient accumulation per micro-batch: 1 bf16 optimizer's, 2 FSDP's with pp
     shape_k: tuple  # the keys of a configuration's shape terms (besides its pool)
     src: np.ndarray  # a flat (k, N) entry of each configuration
     src_row: np.ndarray  # its row
@@ -208,8 +208,10 @@ def configurations(rows: Rows) -> Configs:
     # (MoE: ep and etp as one dense code, so that the key's range stays small: ep's values, up to
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     ep_key = col(distinct_rows(rows.e, rows.u)[1]) if rows.moe else None
-    hp_key = (col(hp_grad_rows(rows.fw, zero, rows.p) & (prec == PRECISIONS.index("bf16")))
-              if rows.fw.hp_grad_bytes and not rows.moe else None)
+    # 1: the bf16 optimizer's fp32 accumulation (hp_grad_bytes), 2: FSDP's unsharded one with a pipeline, 0: none
+    hp_key = (col(np.where(hp_grad_rows(rows.fw, zero, rows.p) & (prec == PRECISIONS.index("bf16")) & (
+        rows.fw.hp_grad_bytes > 0), 1, np.where(pp_grad_accum_rows(rows.fw, zero, rows.p), 2, 0)).astype(np.uint8))
+              if (rows.fw.hp_grad_bytes or rows.fw.pp_grad_accum_bytes) and not rows.moe else None)
     shape_k = (*sv.key, col(rows.c), col(rows.sp), col(prec), *((ep_key,) if rows.moe else ()),
                *(() if hp_key is None else (hp_key,)), *(() if rows.rcm is None else (col(rows.rcm),)), sv.order, t)
     # (the shape terms read shape_k and the pool; memory reads ZeRO)

@@ -53,6 +53,13 @@ def hp_grad_rows(fw: Framework, zero, p):
     return zero <= 1
 
 
+def pp_grad_accum_rows(fw: Framework, zero, p):
+    """Where the framework adds each micro-batch's 16-bit gradients into unsharded fp32 ones because a pipeline turns
+    gradient sync off until the last micro-batch (Framework.pp_grad_accum_bytes): pp > 1 at ZeRO 1-3 (``zero`` as
+    framework_columns prices it: FSDP's ZeRO 2-3 with a pipeline is 1 there). Arrays broadcast."""
+    return (p > 1) & (zero >= 1) & (fw.pp_grad_accum_bytes > 0)
+
+
 def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0, plan=None):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per GPU: dp_exchange_coef's
     a x params + b. ``bw``, ``lat``: one link tier (every step at ``lat``), or ``lat`` a CollectiveLink (``bw``

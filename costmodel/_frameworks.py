@@ -141,6 +141,13 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         pipelining's PipelineStage runs FSDP's post-backward by hand after the last micro-batch): exposed whole; the
         weights' all-gather behind the next step's first forward (FSDP's per-unit pre-forward); False: the exchange
         behind the last backward (costmodel._data_parallel.last_exchange_parts)
+    pp_grad_accum_bytes: HBM bytes a parameter (a layer's weights over t) its data-parallel sharding moves in every
+        micro-batch's backward adding the micro-batch's 16-bit gradient into an unsharded fp32 one, where a pipeline
+        turns gradient sync off until the last micro-batch (pp > 1, ZeRO 1-3 as framework_columns prices them; dense
+        layers; embedding and head left out, as hp_grad_bytes): FSDP2's post-backward under
+        set_requires_gradient_sync(False) with an fp32 reduce_dtype, fp32 += bf16 (read 4 + 2, write 4: 10; the first
+        micro-batch's cast, read 2 write 4, counted as the others'); every precision (the weight gradients are
+        16-bit under fp8 too); 0: none (costmodel._data_parallel.pp_grad_accum_rows)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -228,6 +235,7 @@ class Framework:
     hp_grad_zero1_needs_pp: bool = False  # hp_grad_bytes at ZeRO-1 only with pp > 1 (module docstring)
     fp8_tp_gather: bool = False  # torchao's float8 tensor parallelism: fp8 all-gathers, casts on the shard (docstring)
     pp_grad_sync_after_backward: bool = False  # pp > 1: the reduce-scatter after the last backward (docstring)
+    pp_grad_accum_bytes: float = 0.0  # pp > 1: unsharded fp32 gradient accumulation per micro-batch (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -511,7 +519,17 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
-        sources=("the gradients' reduce-scatter with a pipeline (pp_grad_sync_after_backward): pytorch torch/distributed/"
+        pp_grad_accum_bytes=10.0,
+        sources=("the unsharded fp32 gradient accumulation with a pipeline (pp_grad_accum_bytes 10): torch.distributed."
+                 "pipelining's PipelineStage runs every micro-batch's backward after set_requires_gradient_sync(False) "
+                 "and set_reshard_after_backward(False) (stage.py backward_maybe_with_nosync), so each FSDP unit's "
+                 "post_backward (torch/distributed/_composable/fsdp/_fsdp_param_group.py, the late-2024 text; the "
+                 "rows' torch 1963fc8 not read) skips the reduce-scatter and runs, per parameter, _fsdp_param.py "
+                 "accumulate_unsharded_grad_if_needed (unsharded_accumulated_grad += grad: fp32 += bf16, read 4 + 2, "
+                 "write 4) and, the first micro-batch, to_accumulated_grad_if_needed (grad.to(reduce_dtype): read 2, "
+                 "write 4); torchtitan 9dec370 mixed_precision_reduce float32: the stage's unsharded weights, 10 "
+                 "bytes each a micro-batch, on the compute stream inside the backward",
+                 "the gradients' reduce-scatter with a pipeline (pp_grad_sync_after_backward): pytorch torch/distributed/"
                  "pipelining/stage.py backward_maybe_with_nosync (read at 0138610, 2025; the torchtitan rows ran torch "
                  "1963fc8, 2024-12-23, not read here, assumed alike): every micro-batch's backward under set_requires_gradient_sync(False), then, "
                  "after the last one, run_post_backward calls each FSDP param group's post_backward (the reduce-"
@@ -640,6 +658,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
+    pp_grad_accum_bytes=0.0,
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
@@ -711,7 +730,9 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(
 # built on.
 _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, zero2_scatter_every_microbatch=True,
     # its tensor parallelism and pipelines as the paper describes them, not torchao's or torch.distributed.pipelining
+    # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
+    pp_grad_accum_bytes=0.0,
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "

@@ -601,6 +601,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     hp_zero = row.zero == 0 or (row.zero == 1 and (row.pp > 1 or not fw.hp_grad_zero1_needs_pp))
     if fw.hp_grad_bytes and not model.is_moe and hp_zero and row.prec == 0:  # bf16 optimizer's fp32 accumulation
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
+    elif fw.pp_grad_accum_bytes and not model.is_moe and row.pp > 1 and row.zero >= 1:  # FSDP's unsharded fp32 sum
+        cast_b += _hbm(gpu, fw.pp_grad_accum_bytes * model.layer_params() / tp)  # with a pipeline, each micro-batch
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
         (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
