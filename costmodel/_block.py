@@ -246,15 +246,43 @@ def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:
 class StageTimes:
     """Every stage's time per micro-batch (k, N): F, B (``Bk``), W and their sum X (an MoE block that needs only X
     sums it at once: F, Bk, W None, ``fbw()`` gives them); ``inv_t``: the configuration that sets each stage's time
-    (a split stage's slower pool's), ``edges`` its plus_edges."""
+    (a split stage's slower pool's), ``edges`` its plus_edges; ``shape``: the stage arrays' (k, N).
+    ``by_pp``: where a row's stages are a function of its configuration and pp (by_configuration_pp), the stage times
+    priced once per distinct (configuration, pp) and only the rows' bottleneck gathered: X, F, Bk, W None, ``fbw()``
+    gathers them; else None."""
 
     inv_t: np.ndarray
     edges: object
     F: np.ndarray | None
     Bk: np.ndarray | None
     W: np.ndarray | None
-    X: np.ndarray
+    X: np.ndarray | None
     fbw: object
+    shape: tuple
+    by_pp: ByPipeline | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ByPipeline:
+    """A block's stages per distinct (configuration, pp) (D of them, a few thousand in a block of 32,768 rows):
+    ``first`` (D,) a row of each, ``inv`` (N,) each row's; ``sub(a)`` a stage array's (k, D) (or (1, D)) entries at
+    them; ``edges`` plus_edges of their stages; each row's bottleneck stage (``bot``: the first within TIE_REL of the
+    slowest, an MoE model's) and its F, B, W and X (``F_b``, ``B_b``, ``W_b``, ``X_max``), the weighted sum of its
+    stages' X (``X_sum``), all (N,) gathered from the D entries."""
+
+    first: np.ndarray
+    inv: np.ndarray
+    edges: object
+    bot: np.ndarray
+    X_sum: np.ndarray
+    X_max: np.ndarray
+    F_b: np.ndarray
+    B_b: np.ndarray
+    W_b: np.ndarray
+
+    def sub(self, a):
+        """A stage array (k, N) or (1, N) at the D entries."""
+        return a[:, self.first]
 
 
 def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> StageTimes:
@@ -268,6 +296,10 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
         # pools; an MoE model's ep links read pool A's)
         np.put(inv_t := cfg.inv.copy() if rows.moe else cfg.inv, split.ks, tgt)
     edges = plus_edges(inv_t, rows.first, rows.last)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (inv_t, rows.first, rows.n, rows.n_m)))
+    if not stages_out and not (split is not None and split.ks.size) and (
+            key := pipeline_key(rows, inv_t, terms)) is not None:
+        return by_configuration_pp(rows, terms, inv_t, edges, shape, *key)
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
     fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges, nx=terms.n_x)
     if rows.moe and not stages_out and not (split is not None and split.ks.size):
@@ -277,7 +309,54 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
     else:
         F, Bk, W = fbw()
         X = F + Bk + W
-    return StageTimes(inv_t=inv_t, edges=edges, F=F, Bk=Bk, W=W, X=X, fbw=fbw)
+    return StageTimes(inv_t=inv_t, edges=edges, F=F, Bk=Bk, W=W, X=X, fbw=fbw, shape=X.shape)
+
+
+def pipeline_key(rows: Rows, inv_t, terms: Terms):
+    """(first, inv) of the distinct (configuration, pp) of a block whose rows' stages are a function of them (one
+    configuration a row, three representatives or runs of alike stages: stage indices and weights a function of pp;
+    layers per stage a function of pp; no unpaired all-to-alls, which read the schedule), where they are fewer than
+    half the rows; else None."""
+    sv, p = rows.sv, rows.p
+    if inv_t.shape[0] != 1 or np.shape(sv.layers)[0] != 1 or terms.n_x is not None or not np.all(sv.comp):
+        return None
+    n = sv.layers[0]  # (N,) layers per stage: one value per pp?
+    (at_p := np.zeros(int(p.max()) + 1, dtype=n.dtype))[p] = n
+    if not np.array_equal(np.take(at_p, p), n):
+        return None
+    first, inv = distinct_rows(inv_t[0], p)
+    return (first, inv) if 2 * len(first) <= rows.N else None
+
+
+def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, inv) -> StageTimes:
+    """StageTimes through ByPipeline: F, B, W and X of each distinct (configuration, pp)'s stages (k, D), each one's
+    bottleneck and X_sum, gathered to the rows (N,): the same values as pricing every row's stages (entry-wise
+    arithmetic on the same operands, the same sums over the same stages)."""
+    D = len(first)
+    sub = lambda a: None if a is None else a[:, first]  # noqa: E731
+    ix, n, first_s, last_s = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last)
+    layers = (sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)
+    edges_d = plus_edges(ix, first_s, last_s)
+    fbw_d = functools.partial(terms.times, ix, n, *layers, edges_d)
+    if rows.moe:  # (as stage_times: X in one sum, the bottleneck's F, B, W priced again on it)
+        (X,) = terms.times(ix, n, *layers, edges_d, parts=(("F", "B", "W"),))
+    else:
+        F, Bk, W = fbw_d()
+        X = F + Bk + W
+    bot = first_max_stage(X, tol=rows.moe)  # (D,) (every column a stage: three representatives or runs)
+    bot_flat = bot * D + np.arange(D)
+    at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731
+    if rows.moe:
+        ub, first_b, last_b = at(ix), at(first_s), at(last_s)
+        F_b, B_b, W_b = terms.times(ub, at(n), *(at(x) for x in layers), plus_edges(ub, first_b, last_b))
+    else:
+        F_b, B_b, W_b = at(F), at(Bk), at(W)
+    X_sum = np.sum(X if rows.wt is None else sub(rows.wt) * X, axis=0)
+    back = lambda a: np.take(a, inv)  # noqa: E731
+    by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot=back(bot), X_sum=back(X_sum), X_max=back(at(X)),
+                       F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
+    return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
+                      fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp)
 
 
 def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.ndarray:
@@ -335,7 +414,7 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
     if cfg.one_per_row:  # every link alike
         T_C = hop_s(pa, p8, p8, rag, np.take(share, cfg.inv), spill)
     else:
-        X_shape = st.X.shape
+        X_shape = st.shape
         last_flat = np.where(rows.sv.comp, X_shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
 
         def after(a):  # the next stage's entry (the last stage's: the first's; padding: any)
@@ -391,11 +470,15 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     """The bottleneck stage (MoE rows: the first within TIE_REL of the slowest, as the scalar reference picks it),
     the closed forms' bubble (costmodel._pipeline_terms), then the simulator where needed, and the micro-batches in
     flight (the simulator's peaks on the rows it priced)."""
-    N, X = rows.N, st.X
-    bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
+    N, X, by = rows.N, st.X, st.by_pp
+    bot = by.bot if by is not None else first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf),
+                                                         tol=rows.moe)
+    bot_flat = bot * N + np.arange(N)
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
-    if st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
+    if by is not None:  # (priced per distinct (configuration, pp), gathered)
+        F_b, B_b, W_b, X_max = by.F_b, by.B_b, by.W_b, by.X_max
+    elif st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
         F_b, B_b, W_b, X_max = at(st.F), at(st.Bk), at(st.W), at(X)
     else:  # an MoE row's X summed at once: its bottleneck's F, B, W priced again on (N,), its X gathered, so that
         # the fill (X_sum - X_max) of a one-stage pipeline is 0
@@ -406,13 +489,14 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         p, sv = rows.p, rows.sv
-        kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
-        tc = np.where(rows.j[:kk, q] < p[q], np.broadcast_to(hand.T_C, X.shape)[:kk, q], 0.0)
+        kk = st.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
+        tc = np.where(rows.j[:kk, q] < p[q], np.broadcast_to(hand.T_C, st.shape)[:kk, q], 0.0)
         fbw = st.fbw() if st.F is None else (st.F, st.Bk, st.W)
         return sv.comp[q], *(a[:kk, q].T for a in fbw), tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
-        sched=rows.sched, p=rows.p, m=rows.m, v=rows.v, X_sum=np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
+        sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
+        X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs)
     extra = extra_warmup_chunks(rows.fw, rows.model)
@@ -492,9 +576,14 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
     """(parameters per GPU (k, N), the largest stage's (N,), state bytes (k, N), {activations, buffers}) of a dense
     model's stages: activation bytes per configuration gathered to the stages, times the micro-batches in flight k."""
     model, eu, edges, inv = rows.model, terms.eu, st.edges, cfg.inv
-    params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
-                          None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
-    params_max = rows.row_max(params)
+    if (by := st.by_pp) is not None:  # per distinct (configuration, pp) (k, D), gathered to the rows
+        params_d = stage_params(model, by.sub(rows.n), by.sub(rows.first), by.sub(rows.last), by.sub(rows.t),
+                                None if np.any(rows.p == 1) else by.edges)
+        params, params_max = np.take(params_d, by.inv, axis=1), np.take(np.max(params_d, axis=0), by.inv)
+    else:
+        params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
+                              None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
+        params_max = rows.row_max(params)
     kept, work = (np.take(terms.acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
     mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
     if cfg.keyed:  # per configuration, then each stage's
