@@ -65,7 +65,7 @@ from costmodel._metrics import Metrics, assemble_metrics
 from costmodel._nccl import ring_channels
 from costmodel._pipeline_terms import (
     SCHED,
-    bottleneck_parts,
+    bottleneck_terms_of,
     extra_warmup_chunks,
     first_max_stage,
     in_flight,
@@ -107,10 +107,15 @@ def plus_edges(ix, first, last):
     """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
-    if np.shape(ix) != np.shape(first):  # (the masks as 1.0 / 0.0 once: a bool times a float converts it each time)
-        masks = [np.asarray(m, dtype=np.float64) for m in (first, last)]
-        return lambda a, *es: sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
-                                   for m, e in zip(masks, es, strict=True) if e is not None), a)
+    if np.shape(ix) != np.shape(first):
+        masks = []  # (the masks as 1.0 / 0.0, once, at the first call: a bool times a float converts it each time)
+
+        def through_masks(a, *es):
+            if not masks:
+                masks.extend(np.asarray(m, dtype=np.float64) for m in (first, last))
+            return sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
+                        for m, e in zip(masks, es, strict=True) if e is not None), a)
+        return through_masks
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
@@ -273,6 +278,7 @@ class ByPipeline:
     first: np.ndarray
     inv: np.ndarray
     edges: object
+    bot_flat_d: np.ndarray  # (D,) each one's bottleneck stage, a flat index into (k, N)
     bot: np.ndarray
     X_sum: np.ndarray
     X_max: np.ndarray
@@ -282,7 +288,15 @@ class ByPipeline:
 
     def sub(self, a):
         """A stage array (k, N) or (1, N) at the D entries."""
-        return a[:, self.first]
+        return np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
+
+    def at(self, a):
+        """A stage array's (k, N) or (1, N) bottleneck entry of each of the D (D,)."""
+        return np.take(a[0], self.first) if len(a) == 1 else np.take(a, self.bot_flat_d)
+
+    def back(self, a):
+        """Values per distinct (configuration, pp) (D,) to the rows (N,)."""
+        return np.take(a, self.inv)
 
 
 def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> StageTimes:
@@ -333,7 +347,7 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
     bottleneck and X_sum, gathered to the rows (N,): the same values as pricing every row's stages (entry-wise
     arithmetic on the same operands, the same sums over the same stages)."""
     D = len(first)
-    sub = lambda a: None if a is None else a[:, first]  # noqa: E731
+    sub = lambda a: None if a is None else np.take(a, first, axis=1)  # noqa: E731  (ByPipeline.sub)
     ix, n, first_s, last_s = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last)
     layers = (sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)
     edges_d = plus_edges(ix, first_s, last_s)
@@ -353,7 +367,8 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
         F_b, B_b, W_b = at(F), at(Bk), at(W)
     X_sum = np.sum(X if rows.wt is None else sub(rows.wt) * X, axis=0)
     back = lambda a: np.take(a, inv)  # noqa: E731
-    by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot=back(bot), X_sum=back(X_sum), X_max=back(at(X)),
+    by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot_flat_d=bot * rows.N + first, bot=back(bot),
+                       X_sum=back(X_sum), X_max=back(at(X)),
                        F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
     return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
                       fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp)
@@ -584,8 +599,16 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
         params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
                               None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
         params_max = rows.row_max(params)
-    kept, work = (np.take(terms.acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
-    mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
+    work = np.take(terms.acts["work"], inv)  # (U,) per configuration, to stages
+    if by is not None:  # a stage's kept bytes a micro-batch (and the embedding's) and the head's per D, gathered
+        ix = by.sub(inv)
+        kept = np.take(by.edges(by.sub(rows.n) * np.take(terms.acts["kept"], ix), eu["emb_act"], None), by.inv,
+                       axis=1)
+        head = np.take(by.edges(np.zeros(np.shape(by.sub(rows.first))), None, eu["head_act"]), by.inv, axis=1)
+        mem = {"activations": k * kept + work + head}  # (as edges(k x kept + work, None, head_act): the same sums)
+    else:
+        kept = np.take(terms.acts["kept"], inv)
+        mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
     if cfg.keyed:  # per configuration, then each stage's
         ranks = cfg.d_u * cfg.c_u
         state = params * np.take(state_bytes_per_param(cfg.zero_u, ranks, **grad_kwargs(rows.fw, cfg.prec_u)), inv)
@@ -872,46 +895,67 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
            dp: DataParallel, stages_out: bool) -> Metrics:
     """The metric columns: step = pipeline + exposed exchange + optimizer; the bottleneck stage's time parts;
     model and hardware FLOPs over the peak of the GPUs each row uses; the worst stage's memory."""
-    model, lt, eu, ub = rows.model, terms.lt, terms.eu, pipe.ub
-    at = pipe.at
-    if rows.moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(rows.n), at(rows.n_m),
-                                    None if rows.all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
-                                    {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
-    else:
-        n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
-    parts = bottleneck_parts(rows.m, n_b, pipe.first_b, pipe.last_b, lt_b, *(eu[x][ub] for x in (
-        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+    model, by = rows.model, st.by_pp
+    if by is None:
+        parts = {x: rows.m * a for x, a in bottleneck_terms(rows, terms, pipe.at, pipe.ub, pipe.first_b,
+                                                            pipe.last_b).items()}
+    else:  # per distinct (configuration, pp), gathered, times the row's micro-batches
+        parts = {x: rows.m * by.back(a) for x, a in bottleneck_terms(rows, terms, by.at, by.at(st.inv_t),
+                                                                     by.at(rows.first), by.at(rows.last)).items()}
     if terms.n_x is not None:  # the bottleneck stage's unpaired passes' all-to-alls, forward and backward
-        parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * at(terms.n_x) * np.take(terms.lt_m["epx"], ub))
+        parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * pipe.at(terms.n_x) * np.take(terms.lt_m["epx"], pipe.ub))
     flops_model = model.model_flops_per_sample() * rows.B
+    re_flops = (recompute_flops(rows) if by is None else
+                by.back(recompute_flops(rows, by.sub, lambda a: a[by.first])) * model.seq_len * rows.B)
     extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
     extra["_needs_simulation"] = pipe.needs_simulation
     atm = mem.at
     return assemble_metrics(
         feasible=mem.reason == 0, reason=mem.reason, step=pipe.pipe + dp.exposed + dp.opt_s, pipe=pipe.pipe,
         fill=pipe.fill, m=rows.m, batch=rows.B, seq_len=model.seq_len, flops_model=flops_model,
-        flops_hw=flops_model + recompute_flops(rows), peak_total=peak_flops_total(rows, cfg), **parts,
+        flops_hw=flops_model + re_flops, peak_total=peak_flops_total(rows, cfg), **parts,
         pp_comm=pipe.pp_comm, dp_comm=dp.exposed, optimizer=dp.opt_s, mem_weights=mem.worst_state[0],
         mem_grads=mem.worst_state[1], mem_optimizer=mem.worst_state[2], mem_activations=atm(mem.mem["activations"]),
         mem_buffers=atm(mem.mem["buffers"]), mem_total=mem.mem_total, extra=extra)
 
 
-def recompute_flops(rows: Rows):
+def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:
+    """costmodel._pipeline_terms.bottleneck_terms of the bottleneck stages: ``at`` a stage array's entry at them,
+    ``ub`` their configurations, ``first_b`` and ``last_b`` their flags (per row, or per distinct (configuration,
+    pp))."""
+    lt, eu = terms.lt, terms.eu
+    if rows.moe:  # the bottleneck stage's layers summed over both kinds
+        n_b, lt_b = moe_stage_terms(at(rows.n), at(rows.n_m),
+                                    None if rows.all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
+                                    {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
+    else:
+        n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
+    return bottleneck_terms_of(n_b, first_b, last_b, lt_b, *(eu[x][ub] for x in (
+        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+
+
+def recompute_flops(rows: Rows, sub=None, row=None):
     """(N,) FLOPs an iteration recomputes (the hardware FLOPs less the model's): every stage's layers under their
-    recompute choice, times the tokens of the global batch."""
-    model, full, sel, fw, n = rows.model, rows.full, rows.sel, rows.fw, rows.n
-    s, B = model.seq_len, rows.B
-    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rows.rcm)
+    recompute choice, times the tokens of the global batch. ``sub`` and ``row``: the stage arrays' and row columns'
+    entries at a block's distinct (configuration, pp) (ByPipeline), whose FLOPs per token of the sequence come back
+    (D,), before the tokens (the caller's: x s x B); None: every row's, times its tokens."""
+    model, fw = rows.model, rows.fw
+    sub = sub or (lambda a: a)
+    full, sel, n, wt = sub(rows.full), sub(rows.sel), sub(rows.n), None if rows.wt is None else sub(rows.wt)
+    weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
+    rcm = rows.rcm if row is None or rows.rcm is None else row(rows.rcm)
+    tokens = (lambda a: a) if row is not None else (lambda a: a * model.seq_len * rows.B)  # noqa: E731
+    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rcm)
     if not rows.moe:
-        return np.sum(rows.weigh(n) * re_tok, axis=0) * s * B
-    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rows.rcm)
+        return tokens(np.sum(weigh(n) * re_tok, axis=0))
+    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rcm)
     if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
         M = model.moe_layers
         re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]
     else:
-        re_layers = np.sum(rows.weigh(n * re_moe if rows.all_moe else rows.n_d * re_tok + rows.n_m * re_moe), axis=0)
-    return re_layers * s * B
+        n_d, n_m = (None if x is None else sub(x) for x in (rows.n_d, rows.n_m))
+        re_layers = np.sum(weigh(n * re_moe if rows.all_moe else n_d * re_tok + n_m * re_moe), axis=0)
+    return tokens(re_layers)
 
 
 def peak_flops_total(rows: Rows, cfg: Configs):

@@ -268,10 +268,13 @@ def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) ->
     """Each stage's exchange a step from the coefficients at m = 1 of its distinct combination (``coef``'s fields (U,)
     or scalars, ``shape`` the combinations' (U,), ``inv`` each stage's combination): ZeRO-3's times the row's m and,
     where the framework reduce-scatters every micro-batch at ZeRO-2 (Framework.zero2_scatter_every_microbatch), its
-    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m."""
+    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m. The step_ fields zero
+    (scalars) where the framework has no in-step part."""
     back = lambda x: np.take(np.broadcast_to(x, shape), inv)  # noqa: E731  (U,) -> each stage's
     per_step = np.where(zero == 3, m, 1)
-    out = [back(x) * per_step for x in coef[:4]]
+    # (the in-step part only under weight_gather_in_step: zero elsewhere, where nothing reads it)
+    out = [back(x) * per_step for x in coef[:4 if fw.weight_gather_in_step else 2]] + [0.0] * (
+        0 if fw.weight_gather_in_step else 2)
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = m - 1
         out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
