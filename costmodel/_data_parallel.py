@@ -335,7 +335,11 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
         return np.where(overlap, step_s, dp_raw), np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0), 0.0)
     if fw is None or not fw.overlap_param_gather:
         return np.where(overlap, 0.0, dp_raw), np.where(overlap, np.maximum(dp_raw - window, 0.0), 0.0)
-    w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))
-    ag = np.where((zero == 1) | (zero == 2), w / (gr * (1 + (ar & (zero == 1))) + w) * dp_raw, 0.0)
+    # the weight all-gather's share of dp_raw per (precision, ZeRO stage) (3, 4), once, read per row
+    z = np.arange(4)
+    w, gr, ar = (np.asarray(x)[:, None] for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes,
+                                                  fw.all_reduce_then_gather))
+    share = w / (gr * (1 + (ar & (z == 1))) + w)
+    ag = np.where((zero == 1) | (zero == 2), np.take(share, np.multiply(prec, 4) + zero) * dp_raw, 0.0)
     return (np.where(overlap, 0.0, dp_raw),
             np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + np.maximum(ag - F_b, 0.0), 0.0))
