@@ -334,10 +334,11 @@ def pipeline_key(rows: Rows, inv_t, terms: Terms):
     sv, p = rows.sv, rows.p
     if inv_t.shape[0] != 1 or np.shape(sv.layers)[0] != 1 or terms.n_x is not None or not np.all(sv.comp):
         return None
-    n = sv.layers[0]  # (N,) layers per stage: one value per pp?
-    (at_p := np.zeros(int(p.max()) + 1, dtype=n.dtype))[p] = n
-    if not np.array_equal(np.take(at_p, p), n):
-        return None
+    if not sv.layers_of_pp:  # (N,) layers per stage: one value per pp?
+        n = sv.layers[0]
+        (at_p := np.zeros(int(p.max()) + 1, dtype=n.dtype))[p] = n
+        if not np.array_equal(np.take(at_p, p), n):
+            return None
     first, inv = distinct_rows(inv_t[0], p)
     return (first, inv) if 2 * len(first) <= rows.N else None
 
