@@ -329,8 +329,8 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
 def pipeline_key(rows: Rows, inv_t, terms: Terms):
     """(first, inv) of the distinct (configuration, pp) of a block whose rows' stages are a function of them (one
     configuration a row, three representatives or runs of alike stages: stage indices and weights a function of pp;
-    layers per stage a function of pp; no unpaired all-to-alls, which read the schedule), where they are fewer than
-    half the rows; else None."""
+    layers per stage a function of pp; no unpaired all-to-alls, which read the schedule), where they are 1 / BY_PP_SHARE
+    of the rows or fewer; else None."""
     sv, p = rows.sv, rows.p
     if inv_t.shape[0] != 1 or np.shape(sv.layers)[0] != 1 or terms.n_x is not None or not np.all(sv.comp):
         return None
@@ -340,7 +340,13 @@ def pipeline_key(rows: Rows, inv_t, terms: Terms):
         if not np.array_equal(np.take(at_p, p), n):
             return None
     first, inv = distinct_rows(inv_t[0], p)
-    return (first, inv) if 2 * len(first) <= rows.N else None
+    return (first, inv) if BY_PP_SHARE * len(first) <= rows.N else None
+
+
+# pipeline_key's threshold: the D entries' stage times and their gathers pay where they are 1 / BY_PP_SHARE of the
+# rows or fewer (GPT-3 175B's bench rows: 2,304 of 32,768 a block, 1.1-1.2x the block's speed; Mixtral 8x7B's 8,959,
+# its ep and etp in the configurations: as fast either way; DeepSeek-V3's 14,023).
+BY_PP_SHARE = 4
 
 
 def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, inv) -> StageTimes:
