@@ -65,7 +65,7 @@ from costmodel._metrics import Metrics, assemble_metrics
 from costmodel._nccl import ring_channels
 from costmodel._pipeline_terms import (
     SCHED,
-    bottleneck_parts,
+    bottleneck_terms_of,
     extra_warmup_chunks,
     first_max_stage,
     in_flight,
@@ -107,10 +107,15 @@ def plus_edges(ix, first, last):
     """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
     and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
     on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
-    if np.shape(ix) != np.shape(first):  # (the masks as 1.0 / 0.0 once: a bool times a float converts it each time)
-        masks = [np.asarray(m, dtype=np.float64) for m in (first, last)]
-        return lambda a, *es: sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
-                                   for m, e in zip(masks, es, strict=True) if e is not None), a)
+    if np.shape(ix) != np.shape(first):
+        masks = []  # (the masks as 1.0 / 0.0, once, at the first call: a bool times a float converts it each time)
+
+        def through_masks(a, *es):
+            if not masks:
+                masks.extend(np.asarray(m, dtype=np.float64) for m in (first, last))
+            return sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
+                        for m, e in zip(masks, es, strict=True) if e is not None), a)
+        return through_masks
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
@@ -253,15 +258,52 @@ def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:
 class StageTimes:
     """Every stage's time per micro-batch (k, N): F, B (``Bk``), W and their sum X (an MoE block that needs only X
     sums it at once: F, Bk, W None, ``fbw()`` gives them); ``inv_t``: the configuration that sets each stage's time
-    (a split stage's slower pool's), ``edges`` its plus_edges."""
+    (a split stage's slower pool's), ``edges`` its plus_edges; ``shape``: the stage arrays' (k, N).
+    ``by_pp``: where a row's stages are a function of its configuration and pp (by_configuration_pp), the stage times
+    priced once per distinct (configuration, pp) and only the rows' bottleneck gathered: X, F, Bk, W None, ``fbw()``
+    gathers them; else None."""
 
     inv_t: np.ndarray
     edges: object
     F: np.ndarray | None
     Bk: np.ndarray | None
     W: np.ndarray | None
-    X: np.ndarray
+    X: np.ndarray | None
     fbw: object
+    shape: tuple
+    by_pp: ByPipeline | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ByPipeline:
+    """A block's stages per distinct (configuration, pp) (D of them, a few thousand in a block of 32,768 rows):
+    ``first`` (D,) a row of each, ``inv`` (N,) each row's; ``sub(a)`` a stage array's (k, D) (or (1, D)) entries at
+    them; ``edges`` plus_edges of their stages; each row's bottleneck stage (``bot``: the first within TIE_REL of the
+    slowest, an MoE model's) and its F, B, W and X (``F_b``, ``B_b``, ``W_b``, ``X_max``), the weighted sum of its
+    stages' X (``X_sum``), all (N,) gathered from the D entries."""
+
+    first: np.ndarray
+    inv: np.ndarray
+    edges: object
+    bot_flat_d: np.ndarray  # (D,) each one's bottleneck stage, a flat index into (k, N)
+    bot: np.ndarray
+    X_sum: np.ndarray
+    X_max: np.ndarray
+    F_b: np.ndarray
+    B_b: np.ndarray
+    W_b: np.ndarray
+
+    def sub(self, a):
+        """A stage array (k, N) or (1, N) at the D entries."""
+        return np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
+
+    def at(self, a):
+        """A stage array's (k, N) or (1, N) bottleneck entry of each of the D (D,)."""
+        return np.take(a[0], self.first) if len(a) == 1 else np.take(a, self.bot_flat_d)
+
+    def back(self, a):
+        """Values per distinct (configuration, pp) (D,) to the rows (N,)."""
+        return np.take(a, self.inv)
 
 
 def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> StageTimes:
@@ -275,6 +317,10 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
         # pools; an MoE model's ep links read pool A's)
         np.put(inv_t := cfg.inv.copy() if rows.moe else cfg.inv, split.ks, tgt)
     edges = plus_edges(inv_t, rows.first, rows.last)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (inv_t, rows.first, rows.n, rows.n_m)))
+    if not stages_out and not (split is not None and split.ks.size) and (
+            key := pipeline_key(rows, inv_t, terms)) is not None:
+        return by_configuration_pp(rows, terms, inv_t, edges, shape, *key)
     layers = (rows.n_d, rows.n_m) if rows.moe else (None, None)
     fbw = functools.partial(terms.times, inv_t, rows.n, *layers, edges, nx=terms.n_x, nb=terms.n_b)
     if rows.moe and not stages_out and not (split is not None and split.ks.size):
@@ -284,7 +330,63 @@ def stage_times(rows: Rows, cfg: Configs, terms: Terms, stages_out: bool) -> Sta
     else:
         F, Bk, W = fbw()
         X = F + Bk + W
-    return StageTimes(inv_t=inv_t, edges=edges, F=F, Bk=Bk, W=W, X=X, fbw=fbw)
+    return StageTimes(inv_t=inv_t, edges=edges, F=F, Bk=Bk, W=W, X=X, fbw=fbw, shape=X.shape)
+
+
+def pipeline_key(rows: Rows, inv_t, terms: Terms):
+    """(first, inv) of the distinct (configuration, pp) of a block whose rows' stages are a function of them (one
+    configuration a row, three representatives or runs of alike stages: stage indices and weights a function of pp;
+    layers per stage a function of pp; no unpaired all-to-alls and no MoE backward stretches, which read the
+    schedule), where they are 1 / BY_PP_SHARE of the rows or fewer; else None."""
+    sv, p = rows.sv, rows.p
+    if (inv_t.shape[0] != 1 or np.shape(sv.layers)[0] != 1 or terms.n_x is not None or terms.n_b is not None
+            or not np.all(sv.comp)):
+        return None
+    if not sv.layers_of_pp:  # (N,) layers per stage: one value per pp?
+        n = sv.layers[0]
+        (at_p := np.zeros(int(p.max()) + 1, dtype=n.dtype))[p] = n
+        if not np.array_equal(np.take(at_p, p), n):
+            return None
+    first, inv = distinct_rows(inv_t[0], p)
+    return (first, inv) if BY_PP_SHARE * len(first) <= rows.N else None
+
+
+# pipeline_key's threshold: the D entries' stage times and their gathers pay where they are 1 / BY_PP_SHARE of the
+# rows or fewer (GPT-3 175B's bench rows: 2,304 of 32,768 a block, 1.1-1.2x the block's speed; Mixtral 8x7B's 8,959,
+# its ep and etp in the configurations: as fast either way; DeepSeek-V3's 14,023).
+BY_PP_SHARE = 4
+
+
+def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, inv) -> StageTimes:
+    """StageTimes through ByPipeline: F, B, W and X of each distinct (configuration, pp)'s stages (k, D), each one's
+    bottleneck and X_sum, gathered to the rows (N,): the same values as pricing every row's stages (entry-wise
+    arithmetic on the same operands, the same sums over the same stages)."""
+    D = len(first)
+    sub = lambda a: None if a is None else np.take(a, first, axis=1)  # noqa: E731  (ByPipeline.sub)
+    ix, n, first_s, last_s = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last)
+    layers = (sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)
+    edges_d = plus_edges(ix, first_s, last_s)
+    fbw_d = functools.partial(terms.times, ix, n, *layers, edges_d)
+    if rows.moe:  # (as stage_times: X in one sum, the bottleneck's F, B, W priced again on it)
+        (X,) = terms.times(ix, n, *layers, edges_d, parts=(("F", "B", "W"),))
+    else:
+        F, Bk, W = fbw_d()
+        X = F + Bk + W
+    bot = first_max_stage(X, tol=rows.moe)  # (D,) (every column a stage: three representatives or runs)
+    bot_flat = bot * D + np.arange(D)
+    at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731
+    if rows.moe:
+        ub, first_b, last_b = at(ix), at(first_s), at(last_s)
+        F_b, B_b, W_b = terms.times(ub, at(n), *(at(x) for x in layers), plus_edges(ub, first_b, last_b))
+    else:
+        F_b, B_b, W_b = at(F), at(Bk), at(W)
+    X_sum = np.sum(X if rows.wt is None else sub(rows.wt) * X, axis=0)
+    back = lambda a: np.take(a, inv)  # noqa: E731
+    by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot_flat_d=bot * rows.N + first, bot=back(bot),
+                       X_sum=back(X_sum), X_max=back(at(X)),
+                       F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
+    return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
+                      fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp)
 
 
 def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.ndarray:
@@ -342,7 +444,7 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
     if cfg.one_per_row:  # every link alike
         T_C = hop_s(pa, p8, p8, rag, np.take(share, cfg.inv), spill)
     else:
-        X_shape = st.X.shape
+        X_shape = st.shape
         last_flat = np.where(rows.sv.comp, X_shape[0] - 1, p - 1) * N + np.arange(N)  # each row's last stage
 
         def after(a):  # the next stage's entry (the last stage's: the first's; padding: any)
@@ -398,11 +500,15 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
     """The bottleneck stage (MoE rows: the first within TIE_REL of the slowest, as the scalar reference picks it),
     the closed forms' bubble (costmodel._pipeline_terms), then the simulator where needed, and the micro-batches in
     flight (the simulator's peaks on the rows it priced)."""
-    N, X = rows.N, st.X
-    bot_flat = first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf), tol=rows.moe) * N + np.arange(N)
+    N, X, by = rows.N, st.X, st.by_pp
+    bot = by.bot if by is not None else first_max_stage(X if rows.real else np.where(rows.on, X, -np.inf),
+                                                         tol=rows.moe)
+    bot_flat = bot * N + np.arange(N)
     at = lambda a: a[0] if len(a) == 1 else np.take(a, bot_flat)  # noqa: E731  (the bottleneck stage's entry)
     ub, first_b, last_b = at(st.inv_t), at(rows.first), at(rows.last)  # its configuration (a split stage's slower)
-    if st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
+    if by is not None:  # (priced per distinct (configuration, pp), gathered)
+        F_b, B_b, W_b, X_max = by.F_b, by.B_b, by.W_b, by.X_max
+    elif st.F is not None:  # its F, B, W and X gathered (the same sums as pricing them again on (N,), in fewer passes)
         F_b, B_b, W_b, X_max = at(st.F), at(st.Bk), at(st.W), at(X)
     else:  # an MoE row's X summed at once: its bottleneck's F, B, W priced again on (N,), its X gathered, so that
         # the fill (X_sum - X_max) of a one-stage pipeline is 0
@@ -414,13 +520,14 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
 
     def stage_inputs(q):  # the simulated rows' stage columns (R, k): 3 representatives or the stages to pp
         p, sv = rows.p, rows.sv
-        kk = X.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
-        tc = np.where(rows.j[:kk, q] < p[q], np.broadcast_to(hand.T_C, X.shape)[:kk, q], 0.0)
+        kk = st.shape[0] if np.all(sv.comp[q]) else int(p[q].max())
+        tc = np.where(rows.j[:kk, q] < p[q], np.broadcast_to(hand.T_C, st.shape)[:kk, q], 0.0)
         fbw = st.fbw() if st.F is None else (st.F, st.Bk, st.W)
         return sv.comp[q], *(a[:kk, q].T for a in fbw), tc.T
 
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
-        sched=rows.sched, p=rows.p, m=rows.m, v=rows.v, X_sum=np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
+        sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
+        X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs)
     extra = extra_warmup_chunks(rows.fw, rows.model)
@@ -500,11 +607,24 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
     """(parameters per GPU (k, N), the largest stage's (N,), state bytes (k, N), {activations, buffers}) of a dense
     model's stages: activation bytes per configuration gathered to the stages, times the micro-batches in flight k."""
     model, eu, edges, inv = rows.model, terms.eu, st.edges, cfg.inv
-    params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
-                          None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
-    params_max = rows.row_max(params)
-    kept, work = (np.take(terms.acts[x], inv) for x in ("kept", "work"))  # (U,) per configuration, to stages
-    mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
+    if (by := st.by_pp) is not None:  # per distinct (configuration, pp) (k, D), gathered to the rows
+        params_d = stage_params(model, by.sub(rows.n), by.sub(rows.first), by.sub(rows.last), by.sub(rows.t),
+                                None if np.any(rows.p == 1) else by.edges)
+        params, params_max = np.take(params_d, by.inv, axis=1), np.take(np.max(params_d, axis=0), by.inv)
+    else:
+        params = stage_params(model, rows.n, rows.first, rows.last, rows.t,
+                              None if np.any(rows.p == 1) else edges)  # (k, N) per GPU
+        params_max = rows.row_max(params)
+    work = np.take(terms.acts["work"], inv)  # (U,) per configuration, to stages
+    if by is not None:  # a stage's kept bytes a micro-batch (and the embedding's) and the head's per D, gathered
+        ix = by.sub(inv)
+        kept = np.take(by.edges(by.sub(rows.n) * np.take(terms.acts["kept"], ix), eu["emb_act"], None), by.inv,
+                       axis=1)
+        head = np.take(by.edges(np.zeros(np.shape(by.sub(rows.first))), None, eu["head_act"]), by.inv, axis=1)
+        mem = {"activations": k * kept + work + head}  # (as edges(k x kept + work, None, head_act): the same sums)
+    else:
+        kept = np.take(terms.acts["kept"], inv)
+        mem = {"activations": edges(k * edges(rows.n * kept, eu["emb_act"], None) + work, None, eu["head_act"])}
     if cfg.keyed:  # per configuration, then each stage's
         ranks = cfg.d_u * cfg.c_u
         state = params * np.take(state_bytes_per_param(cfg.zero_u, ranks, **grad_kwargs(rows.fw, cfg.prec_u)), inv)
@@ -791,49 +911,70 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
            dp: DataParallel, stages_out: bool) -> Metrics:
     """The metric columns: step = pipeline + exposed exchange + optimizer; the bottleneck stage's time parts;
     model and hardware FLOPs over the peak of the GPUs each row uses; the worst stage's memory."""
-    model, lt, eu, ub = rows.model, terms.lt, terms.eu, pipe.ub
-    at = pipe.at
-    if rows.moe:  # the bottleneck stage's layers summed over both kinds
-        n_b, lt_b = moe_stage_terms(at(rows.n), at(rows.n_m),
-                                    None if rows.all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
-                                    {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
-    else:
-        n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
-    parts = bottleneck_parts(rows.m, n_b, pipe.first_b, pipe.last_b, lt_b, *(eu[x][ub] for x in (
-        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+    model, by = rows.model, st.by_pp
+    if by is None:
+        parts = {x: rows.m * a for x, a in bottleneck_terms(rows, terms, pipe.at, pipe.ub, pipe.first_b,
+                                                            pipe.last_b).items()}
+    else:  # per distinct (configuration, pp), gathered, times the row's micro-batches
+        parts = {x: rows.m * by.back(a) for x, a in bottleneck_terms(rows, terms, by.at, by.at(st.inv_t),
+                                                                     by.at(rows.first), by.at(rows.last)).items()}
     if terms.n_x is not None:  # the bottleneck stage's unpaired passes' all-to-alls, forward and backward
-        parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * at(terms.n_x) * np.take(terms.lt_m["epx"], ub))
+        parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * pipe.at(terms.n_x) * np.take(terms.lt_m["epx"], pipe.ub))
     if terms.n_b is not None:  # the bottleneck stage's backward stretches' launches (computation on the GPU's clock)
         parts["compute"] = parts["compute"] + rows.m * backward_chunk_excess(
-            at(rows.n_m), at(terms.n_b), *(np.take(terms.lt_m[y], ub) for y in ("xb_d", "xb_e", "xb_t")))
+            pipe.at(rows.n_m), pipe.at(terms.n_b), *(np.take(terms.lt_m[y], pipe.ub) for y in ("xb_d", "xb_e", "xb_t")))
     flops_model = model.model_flops_per_sample() * rows.B
+    re_flops = (recompute_flops(rows) if by is None else
+                by.back(recompute_flops(rows, by.sub, lambda a: a[by.first])) * model.seq_len * rows.B)
     extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
     extra["_needs_simulation"] = pipe.needs_simulation
     atm = mem.at
     return assemble_metrics(
         feasible=mem.reason == 0, reason=mem.reason, step=pipe.pipe + dp.exposed + dp.opt_s, pipe=pipe.pipe,
         fill=pipe.fill, m=rows.m, batch=rows.B, seq_len=model.seq_len, flops_model=flops_model,
-        flops_hw=flops_model + recompute_flops(rows), peak_total=peak_flops_total(rows, cfg), **parts,
+        flops_hw=flops_model + re_flops, peak_total=peak_flops_total(rows, cfg), **parts,
         pp_comm=pipe.pp_comm, dp_comm=dp.exposed, optimizer=dp.opt_s, mem_weights=mem.worst_state[0],
         mem_grads=mem.worst_state[1], mem_optimizer=mem.worst_state[2], mem_activations=atm(mem.mem["activations"]),
         mem_buffers=atm(mem.mem["buffers"]), mem_total=mem.mem_total, extra=extra)
 
 
-def recompute_flops(rows: Rows):
+def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:
+    """costmodel._pipeline_terms.bottleneck_terms of the bottleneck stages: ``at`` a stage array's entry at them,
+    ``ub`` their configurations, ``first_b`` and ``last_b`` their flags (per row, or per distinct (configuration,
+    pp))."""
+    lt, eu = terms.lt, terms.eu
+    if rows.moe:  # the bottleneck stage's layers summed over both kinds
+        n_b, lt_b = moe_stage_terms(at(rows.n), at(rows.n_m),
+                                    None if rows.all_moe else {x: np.take(lt[x], ub) for x in MOE_PART_KEYS[:4]},
+                                    {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
+    else:
+        n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
+    return bottleneck_terms_of(n_b, first_b, last_b, lt_b, *(eu[x][ub] for x in (
+        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+
+
+def recompute_flops(rows: Rows, sub=None, row=None):
     """(N,) FLOPs an iteration recomputes (the hardware FLOPs less the model's): every stage's layers under their
-    recompute choice, times the tokens of the global batch."""
-    model, full, sel, fw, n = rows.model, rows.full, rows.sel, rows.fw, rows.n
-    s, B = model.seq_len, rows.B
-    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rows.rcm)
+    recompute choice, times the tokens of the global batch. ``sub`` and ``row``: the stage arrays' and row columns'
+    entries at a block's distinct (configuration, pp) (ByPipeline), whose FLOPs per token of the sequence come back
+    (D,), before the tokens (the caller's: x s x B); None: every row's, times its tokens."""
+    model, fw = rows.model, rows.fw
+    sub = sub or (lambda a: a)
+    full, sel, n, wt = sub(rows.full), sub(rows.sel), sub(rows.n), None if rows.wt is None else sub(rows.wt)
+    weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
+    rcm = rows.rcm if row is None or rows.rcm is None else row(rows.rcm)
+    tokens = (lambda a: a) if row is not None else (lambda a: a * model.seq_len * rows.B)  # noqa: E731
+    re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rcm)
     if not rows.moe:
-        return np.sum(rows.weigh(n) * re_tok, axis=0) * s * B
-    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rows.rcm)
+        return tokens(np.sum(weigh(n) * re_tok, axis=0))
+    re_moe = recompute_flops_per_token(model, full, sel, fw, moe_layer=True, modules=rcm)
     if full.shape[0] == 1:  # one recompute choice a row: hfu reads this on feasible rows, holding every layer
         M = model.moe_layers
         re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]
     else:
-        re_layers = np.sum(rows.weigh(n * re_moe if rows.all_moe else rows.n_d * re_tok + rows.n_m * re_moe), axis=0)
-    return re_layers * s * B
+        n_d, n_m = (None if x is None else sub(x) for x in (rows.n_d, rows.n_m))
+        re_layers = np.sum(weigh(n * re_moe if rows.all_moe else n_d * re_tok + n_m * re_moe), axis=0)
+    return tokens(re_layers)
 
 
 def peak_flops_total(rows: Rows, cfg: Configs):

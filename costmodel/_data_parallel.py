@@ -275,10 +275,13 @@ def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) ->
     """Each stage's exchange a step from the coefficients at m = 1 of its distinct combination (``coef``'s fields (U,)
     or scalars, ``shape`` the combinations' (U,), ``inv`` each stage's combination): ZeRO-3's times the row's m and,
     where the framework reduce-scatters every micro-batch at ZeRO-2 (Framework.zero2_scatter_every_microbatch), its
-    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m."""
+    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m. The step_ fields zero
+    (scalars) where the framework has no in-step part."""
     back = lambda x: np.take(np.broadcast_to(x, shape), inv)  # noqa: E731  (U,) -> each stage's
     per_step = np.where(zero == 3, m, 1)
-    out = [back(x) * per_step for x in coef[:4]]
+    # (the in-step part only under weight_gather_in_step: zero elsewhere, where nothing reads it)
+    out = [back(x) * per_step for x in coef[:4 if fw.weight_gather_in_step else 2]] + [0.0] * (
+        0 if fw.weight_gather_in_step else 2)
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = m - 1
         out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
@@ -344,7 +347,11 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
         return np.where(overlap, step_s, dp_raw), np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0), 0.0)
     if fw is None or not fw.overlap_param_gather:
         return np.where(overlap, 0.0, dp_raw), np.where(overlap, np.maximum(dp_raw - window, 0.0), 0.0)
-    w, gr, ar = (np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes, fw.all_reduce_then_gather))
-    ag = np.where((zero == 1) | (zero == 2), w / (gr * (1 + (ar & (zero == 1))) + w) * dp_raw, 0.0)
+    # the weight all-gather's share of dp_raw per (precision, ZeRO stage) (3, 4), once, read per row
+    z = np.arange(4)
+    w, gr, ar = (np.asarray(x)[:, None] for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes,
+                                                  fw.all_reduce_then_gather))
+    share = w / (gr * (1 + (ar & (z == 1))) + w)
+    ag = np.where((zero == 1) | (zero == 2), np.take(share, np.multiply(prec, 4) + zero) * dp_raw, 0.0)
     return (np.where(overlap, 0.0, dp_raw),
             np.where(overlap, np.maximum(dp_raw - ag - window, 0.0) + np.maximum(ag - F_b, 0.0), 0.0))

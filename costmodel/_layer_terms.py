@@ -72,7 +72,7 @@ MOE_PART_KEYS = ("compute", "recompute", "tp", "cp", "ep")
 
 
 def moe_stage_terms(n, n_m, lt, lt_m):
-    """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_parts
+    """(layers, per-layer terms) of stages of n layers, n_m of them MoE layers, as bottleneck_terms_of
     takes them: the MoE layer's terms with n where every layer is one (``lt`` None), else the
     stage's sums over both kinds with 1 layer."""
     if lt is None:

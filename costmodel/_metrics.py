@@ -44,8 +44,9 @@ def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, f
     ep_comm = np.zeros_like(compute) if ep_comm is None else ep_comm
     with np.errstate(divide="ignore", invalid="ignore"):
         samples = np.where(feasible, batch / step, 0.0)
-        mfu = np.where(feasible, flops_model / (step * peak_total), 0.0)
-        hfu = np.where(feasible, flops_hw / (step * peak_total), 0.0)
+        flops_s = step * peak_total  # (once for both)
+        mfu = np.where(feasible, flops_model / flops_s, 0.0)
+        hfu = np.where(feasible, flops_hw / flops_s, 0.0)
         bubble_ratio = np.where(pipe > 0, fill / pipe, 0.0)
     times = dict(zip(("compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "dp_comm_s",
                       "bubble_s", "optimizer_s"),

@@ -182,15 +182,15 @@ def outside_closed_form(sched, p, m, F_b, B_b, W_b):
     )
 
 
-def bottleneck_parts(m, n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
-    """Compute, recompute, tp and cp (and, where ``lt`` has it, ep) time per iteration of the
-    bottleneck stage (n layers, first / last: it holds the embedding / the head), from its
-    layer_terms ``lt``."""
-    out = {"compute": m * (n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem)),
-           "recompute": m * (n * lt["recompute"]), "tp_comm": m * (n * lt["tp"] + first * emb_tp + last * head_tp),
-           "cp_comm": m * (n * lt["cp"])}
+def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem, head_tp) -> dict[str, np.ndarray]:
+    """Compute, recompute, tp and cp (and, where ``lt`` has it, ep) time per micro-batch of the bottleneck stage
+    (n layers, first / last: it holds the embedding / the head), from its layer_terms ``lt``; times the row's
+    micro-batches, its time per iteration (one value per distinct (configuration, pp) of a block, before that)."""
+    out = {"compute": n * lt["compute"] + first * emb_c + last * (3.0 * head_gemm + head_elem),
+           "recompute": n * lt["recompute"], "tp_comm": n * lt["tp"] + first * emb_tp + last * head_tp,
+           "cp_comm": n * lt["cp"]}
     if "ep" in lt:
-        out["ep_comm"] = m * (n * lt["ep"])
+        out["ep_comm"] = n * lt["ep"]
     return out
 
 

@@ -93,6 +93,7 @@ class StageView:
     comp: np.ndarray
     split: tuple | None = None
     stages: np.ndarray | None = None  # (N,) each row's pipeline stages, sum(w) over its columns (None: not known)
+    layers_of_pp: bool = False  # layers (1, N) a function of pp (the model's layers // pp); False: not known
 
     def stages_held(self):
         """(N,) sum(w) over a row's stage columns: its pipeline's stages (pp for three representatives)."""
@@ -231,7 +232,8 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     return StageView(rows=_rows(c, np.maximum(B // (d * b), 1)), j=j, layers=n, w=w, lo=lo,
                      recompute=rcs, pool=zeros, order=zeros, dp=row(d), tp=row(t), b=row(b).astype(np.float64),
                      batch_div=row(d * b), key=(row(b),), comp=np.full(len(d), not explicit),
-                     stages=None if explicit else c["pp"])  # (three representatives: 1 + max(p - 2, 0) + (p >= 2))
+                     stages=None if explicit else c["pp"],  # (three representatives: 1 + max(p - 2, 0) + (p >= 2))
+                     layers_of_pp=not explicit)
 
 
 def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
