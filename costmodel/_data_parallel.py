@@ -332,14 +332,15 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
         n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
         e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
         ag, rs = (dp_raw * x / np.where(zero == 3, 2 * w + gr, w + gr) for x in (w, gr))  # ZeRO-3: forward's gather
-        rest = np.where((zero == 2) & (pp == 1),  # (pp > 1: one exchange behind the last backward, as elsewhere)
+        rest = np.where((zero == 2) & (pp == 1),  # (pp > 1: one exchange behind the last backward; but see below)
                         np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
                         np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
         fixed = np.where(overlap, np.where(zero >= 2, e * (ag + rs), 0.0), dp_raw)
         late = np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)
-        if fw.pp_grad_sync_after_backward:  # pp > 1: the reduce-scatter after the last backward, waited; the weights'
-            # all-gather behind the next step's first forward (Framework.pp_grad_sync_after_backward)
-            after = overlap & (pp > 1)
+        if fw.pp_grad_sync_after_backward:  # pp > 1, sharded: the reduce-scatter after the last backward, waited; the
+            # weights' all-gather behind the next step's first forward (Framework.pp_grad_sync_after_backward); ZeRO 0
+            # is DDP, whose hooks still run under the last backward
+            after = overlap & (pp > 1) & (zero >= 1)
             fixed, late = np.where(after, rs, fixed), np.where(after, np.maximum(ag - F_b, 0.0), late)
         return fixed, late
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed

@@ -29,6 +29,9 @@ def test_the_reduce_scatter_waits_for_the_last_backward():
     assert fixed == pytest.approx(0.0) and got == pytest.approx(0.2)
     fixed, got = last_exchange_parts(**{**kw, "overlap": False, "F_b": 0.5}, pp=8)  # no overlap: all of it
     assert fixed == pytest.approx(0.9) and got == pytest.approx(0.0)
+    # ZeRO 0 is DDP: the last backward runs with its hooks on, so the exchange stays behind B + W (0.2 s late)
+    fixed, got = last_exchange_parts(**{**kw, "zero": 0, "F_b": 0.5}, pp=8)
+    assert fixed == pytest.approx(0.0) and got == pytest.approx(0.2)
 
 
 def test_only_pipelined_fsdp2_rows_move():
@@ -49,6 +52,8 @@ def test_only_pipelined_fsdp2_rows_move():
     assert framework_preset("fsdp2-async-tp").pp_grad_sync_after_backward
     for name in ("llama3-fsdp", "llm-foundry", "megatron-core", "deepspeed"):
         assert not framework_preset(name).pp_grad_sync_after_backward, name
+    d0, d0_behind = one(FSDP2, zero_stage=0), one(BEHIND, zero_stage=0)  # DDP under a pipeline: unchanged
+    assert d0["dp_comm_s"][0] == d0_behind["dp_comm_s"][0]
     for fw in (FSDP2, BEHIND):  # the scalar reference prices it alike
         ref = evaluate_row(LLAMA70, cl, StrategyTable.from_columns(
             dp=16, tp=8, pp=8, micro_batch=1, global_batch=256, sequence_parallel="true", zero_stage=3,
