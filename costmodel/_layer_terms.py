@@ -180,9 +180,10 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         terms = {**terms, "elem": terms["elem"] * (1.0 + extra / fused), "cast_f": terms["cast_f"] + kv,
                  "cast_b": terms["cast_b"] + kv}
     if fw.sp_copy_bytes and model.kind != "mlp":  # DTensor's chunk / cat around each sequence-parallel collective:
-        # 2 all-gathers (fp8 rows: of fp8 data, half the bytes) and 2 reduce-scatters a layer forward, each copying
-        # the rank's T h activation, with tp_fwd (so backward's mirrors and recompute's all-gathers follow it)
-        gather = np.where(np.asarray(precision) == PRECISIONS.index("fp8"), 0.5, 1.0)
+        # 2 all-gathers (of fp8 data, half the bytes, where the profile gathers fp8: Framework.fp8_tp_gather) and 2
+        # reduce-scatters a layer forward, each copying the rank's T h activation, with tp_fwd (so backward's mirrors
+        # and recompute's all-gathers follow it)
+        gather = np.where((np.asarray(precision) == PRECISIONS.index("fp8")) & fw.fp8_tp_gather, 0.5, 1.0)
         copies = 2.0 * (gather + 1.0) * fw.sp_copy_bytes * terms["T"] * model.hidden * byte_s
         terms = {**terms, "tp_fwd": terms["tp_fwd"] + np.where(np.asarray(sp, bool) & (t > 1), copies, 0.0)}
     score_f = 0.0

@@ -628,7 +628,7 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
     tp_fwd = lay["tp_fwd"]
     if fw.sp_copy_bytes and model.kind != "mlp" and row.sp and tp > 1:  # DTensor's copies around the 4 sp collectives
-        gather = 0.5 if row.fp8 else 1.0  # torchao's float8 TP gathers fp8 data: its copies half the bytes
+        gather = 0.5 if _fp8_tp(fw, row) else 1.0  # torchao's float8 TP gathers fp8 data: its copies half the bytes
         tp_fwd += _hbm(gpu, 2 * (gather + 1) * fw.sp_copy_bytes * T * h)
     score_f = 0.0
     if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout

@@ -26,13 +26,15 @@ def _one(framework, **cols):
 def test_all_gathers_move_fp8_after_an_amax_all_reduce():
     # A layer pass's two all-gathers of E = b x 2048 x 12288 elements move 1 byte an element instead of 2: the ring
     # saves 7/8 x E bytes each, 2 x 7/8 x E / 360 GB/s; each waits for an all-reduce of one fp32 amax over the 8
-    # ranks: 2 x 7/8 x 4 B / 360 GB/s + 14 steps x 5 us = 70.00002 us. b = 4: E = 100,663,296, saving 489.4 us -
-    # 140.0 us = 349.4 us a pass; b = 1: 122.3 us - 140.0 us = -17.7 us (the amax's latency outweighs the bytes).
-    # Full recompute: 3 passes a layer (forward, backward's mirrors, recompute), 96 layers, 1536 / 128 / b
-    # micro-batches: b = 4: 3 x 96 x 3 x 349.4 us = 0.3018 s a step; b = 1: 12 x 96 x 3 x -17.7 us = -0.0611 s.
-    for b, want in ((4, 0.3018258096), (1, -0.0610542912)):
+    # ranks: 2 x 7/8 x 4 B / 360 GB/s + 14 steps x 5 us = 70.00002 us. DTensor's copy around each gather (chunk, cat:
+    # Framework.sp_copy_bytes, 4 bytes an element of 16-bit data) moves fp8, 2 bytes an element: 2 x 2 x E bytes
+    # fewer at the element-wise HBM rate. b = 4: E = 100,663,296, saving 489.4 us - 140.0 us + 153.5 us = 502.9 us a
+    # pass; b = 1: 122.3 us - 140.0 us + 38.4 us = 20.7 us. Full recompute: 3 passes a layer (forward, backward's
+    # mirrors, recompute), 96 layers, 1536 / 128 / b micro-batches: b = 4: 3 x 96 x 3 x 502.9 us = 0.4345 s a step;
+    # b = 1: 12 x 96 x 3 x 20.7 us = 0.0716 s.
+    for b, want in ((4, 0.4344547534), (1, 0.0715746526)):
         E = b * 2048 * 12288
-        save = 2 * 7 / 8 * E / TP_BW - 2 * (2 * 7 / 8 * 4 / TP_BW + 14 * TP_LAT)
+        save = 2 * 7 / 8 * E / TP_BW - 2 * (2 * 7 / 8 * 4 / TP_BW + 14 * TP_LAT) + 2 * 2 * E / RATE
         assert (1536 // 128 // b) * 96 * 3 * save == pytest.approx(want, rel=1e-9)
         a, c = _one(OFF, micro_batch=b), _one("fsdp2", micro_batch=b)
         assert a["tp_comm_s"][0] - c["tp_comm_s"][0] == pytest.approx(want, rel=1e-9)
