@@ -13,7 +13,7 @@ synchronized; engine.py's throughput timer synchronizes the device again at each
 given no data loader, utils/timer.py ThroughputTimer.start). So a pass runs at the slower of the GPU and the host, and the host binds only where its time for a
 hooked call exceeds the GPU's time for it.
 
-For every visible ZeRO-2/3 row without a pipeline of a framework with per-module hooks, this prints the hooked calls a
+For every validation-set ZeRO-2/3 row without a pipeline of a framework with per-module hooks, this prints the hooked calls a
 micro-batch (DeepSpeed: 10 a Megatron-DeepSpeed LLaMA layer, from microsoft/Megatron-DeepSpeed a7b7cb7
 megatron/model/transformer.py: the layer, input_layernorm, self_attention, query_key_value, core_attention_flash, dense,
 post_attention_layernorm, mlp, dense_h_to_4h, dense_4h_to_h; plus 8 outside the layers; FSDP: one a block plus the

@@ -294,7 +294,9 @@ def exposed_dp_s(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framewo
     (B + W), or under ZeRO-3 with the whole pipeline (m X_max); under ``fw``'s overlap_param_gather, ZeRO 1-2's weight
     all-gather (its share of dp_exchange_coef's bytes at ``prec``) with the next step's first forward F_b instead.
     ``fw``'s fsdp_unit_edges (``model`` dense, ``pp`` 1, ZeRO 2-3): FSDP's root unit and block 0 (share e of the
-    parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max).
+    parameters) expose their forward all-gather and reduce-scatter; the rest under F_b and B + W (ZeRO-3: m X_max);
+    with pp > 1 and ``fw``'s pp_grad_sync_after_backward (sharded rows), the reduce-scatter after the stage's last
+    backward, exposed, and the all-gather under the next step's first forward F_b.
     ``fw``'s weight_gather_in_step: ZeRO 1-2's (and the bf16 optimizer's) weight all-gather, ``step_s`` seconds of
     ``dp_raw`` (dp_in_step_s of the same stage), exposed whole. Plus compute_slowdown_s: the computation the
     overlapped collectives run beside, slowed by the ``sm_share`` of the SMs their kernels hold."""

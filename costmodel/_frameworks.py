@@ -38,7 +38,8 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     moe_host_sync: dropless routing waits on the host for each MoE layer's token counts (Megatron-Core's token
         dispatchers without --moe-pad-expert-input-to-capacity): an MoE layer's passes run no faster than the host
         launches their kernels (costmodel._experts.HOST_S_PER_KERNEL), a forward's expert phase's launches the GPU does
-        not cover before the rest of the layer (expert_launch_excess)
+        not cover before the rest of the layer (expert_launch_excess), and each backward pass starts behind a wait
+        (backward_chunk_excess)
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
         through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)

@@ -41,6 +41,7 @@ def test_exposure_hand_calculation():
     _, overlap = framework_columns(ds, np.ones(2), np.array([1, 2]), np.array([True, True]))
     got = exposed_dp_s(np.array([1, 2]), overlap, 1, 0.7, 0.3, 0.1, dp, fw=ds, step_s=step)
     assert got[0] == pytest.approx(0.9, rel=1e-12)
+    assert got[1] == pytest.approx(0.5, rel=1e-12)  # ZeRO-2 keeps its overlap: the honoured 0.3 + 0.2 s
 
 
 def _table(overlap: bool) -> StrategyTable:

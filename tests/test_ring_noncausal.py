@@ -1,5 +1,6 @@
 """A context-parallel ring's off-diagonal steps run non-causal kernels (costmodel._hardware._NONCAUSAL_GAIN), each
-against a hand calculation from the measured rates, in the vectorised layer cost and the scalar reference."""
+against a hand calculation from the measured rates, in the vectorised layer cost (the scalar reference's copy is
+checked against it on random rows by test_reference.py)."""
 
 import numpy as np
 
