@@ -532,7 +532,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "bytes each a micro-batch, on the compute stream inside the backward",
                  "the gradients' reduce-scatter with a pipeline (pp_grad_sync_after_backward): pytorch torch/distributed/"
                  "pipelining/stage.py backward_maybe_with_nosync (read at 0138610, 2025; the torchtitan rows ran torch "
-                 "1963fc8, 2024-12-23, not read here, assumed alike): every micro-batch's backward under set_requires_gradient_sync(False), then, "
+                 "1963fc8, 2024-12-23, not read here, assumed alike): every micro-batch's backward under "
+                 "set_requires_gradient_sync(False), then, "
                  "after the last one, run_post_backward calls each FSDP param group's post_backward (the reduce-"
                  "scatters) and _root_post_backward_final_callback, which waits for them: nothing of the stage's "
                  "backward left to hide them behind",

@@ -1083,7 +1083,8 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
         fixed, late = e * (ag + rs), (max((1 - e) * ag - b_st["F"], 0.0) + max((1 - e) * rs - window, 0.0)
                                       if zero == 2 else max(dp_raw - e * (ag + rs) - window, 0.0))
     if fw.fsdp_unit_edges and fw.pp_grad_sync_after_backward and row.overlap and pp > 1 and zero >= 1 \
-            and not model.is_moe and model.kind != "mlp":  # the reduce-scatter after the last backward, waited; the gather behind a forward
+            and not model.is_moe and model.kind != "mlp":
+        # the reduce-scatter after the last backward, waited; the gather behind the next step's first forward
         ag, rs = (dp_raw * x / (wb * (1 + (zero == 3)) + gb) for x in (wb, gb))
         fixed, late = rs, max(ag - b_st["F"], 0.0)
     fixed, late, dp_raw = fixed, late + spill, dp_raw + earlier
