@@ -40,21 +40,26 @@ SIMULATED_SCHEDULES = ("zb-v", "hanayo")
 PIPELINE_MODES = ("closed_form", "simulate")
 
 
+# The zero-bubble schedules' fills: (p - 1) x max(F + B - k W, 0) per stage boundary, k by schedule code.
+ZB_FILL_W = ((SCHED["zb-h1"], 1.0), (SCHED["zb-h2"], 2.0))
+
+
 def pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b):
     """Pipeline fill and drain time of the closed forms (module docstring): (sum - max of the
     stage times) / v for GPipe, 1F1B and interleaving; ZB-H1 and ZB-H2 fill with the
-    bottleneck's F + B - W and F + B - 2W per stage boundary."""
+    bottleneck's F + B - W and F + B - 2W per stage boundary (ZB_FILL_W)."""
     vv = 1 + (v - 1) * (sched == SCHED["interleaved"])  # (np.where(interleaved, v, 1): 5x the time)
     fill = (X_sum - X_max) / vv
     if np.ndim(fill) == 1 and all(np.shape(x) == fill.shape for x in (sched, p, F_b, B_b, W_b)):
         # a block's rows: the zero-bubble rows' fills written at their rows (a select over all rows costs several
         # times as much: np.where's random branches), the same values entry by entry
-        for code, zb in ((SCHED["zb-h1"], lambda f, b, w: f + b - w), (SCHED["zb-h2"], lambda f, b, w: f + b - 2 * w)):
+        for code, k in ZB_FILL_W:
             if (q := np.flatnonzero(sched == code)).size:
-                fill[q] = (p[q] - 1) * np.maximum(zb(F_b[q], B_b[q], W_b[q]), 0.0)
+                fill[q] = (p[q] - 1) * np.maximum(F_b[q] + B_b[q] - k * W_b[q], 0.0)
         return fill
-    fill = np.where(sched == SCHED["zb-h1"], (p - 1) * np.maximum(F_b + B_b - W_b, 0.0), fill)
-    return np.where(sched == SCHED["zb-h2"], (p - 1) * np.maximum(F_b + B_b - 2 * W_b, 0.0), fill)
+    for code, k in ZB_FILL_W:
+        fill = np.where(sched == code, (p - 1) * np.maximum(F_b + B_b - k * W_b, 0.0), fill)
+    return fill
 
 
 def interleave_groups(sched, p, m):
