@@ -250,7 +250,7 @@ def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:
                                      scaleout_latency_s=pa["inter_latency_s"][q])
     return moe_shape_terms(rows.model, pool_net, sh, cfg.b_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.sp_u[ix],
                            cfg.peak[ix], (cfg.e_u[ix], cfg.u_u[ix], rows.fw, cfg.prec_u[ix]),
-                           pool_link(pa, q, 1, cfg.u_u[ix]), sms=pa["sms"][q])
+                           pool_link(pa, q, 1, cfg.u_u[ix]), sms=pa["sms"][q], ring=pa["ring_channels"][q])
 
 
 # ---- stage times, hand-offs, the pipeline ---------------------------------------------------------------------------

@@ -34,7 +34,8 @@ What Megatron-Core's MoE layer adds to a dense one (core_v0.16.0, 3bec9aa; Trans
     The EP A2A overlap (Framework.overlap_ep; overlapped_a2a_s): a micro-batch's forward through a layer paired with
         another's backward, the four all-to-alls in order on one communication stream, each waiting for the
         computation it needs; what the pair's computation cannot cover is exposed, and an all-to-all holding SMs
-        (DeepEP's DEEPEP_SMS of the GPU's, costmodel._sms) slows the computation it hides behind by that share.
+        (DeepEP's DEEPEP_SMS of the GPU's, costmodel._sms; NCCL's all-to-all its p2p channels, a2a_channels) slows
+        the computation it hides behind by that share.
 Also here: which layers of a stage are MoE layers (moe_layers_in, moe_stage_layers) and the sum
 over a stage's dense and MoE layers (layer_mix).
 """
@@ -54,6 +55,7 @@ from costmodel._layer_compute import (
     gemm_s,
     hbm_s,
 )
+from costmodel._nccl import ring_channels
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -97,6 +99,26 @@ KERNELS_PER_LOCAL_EXPERT = 2
 # moe_deepep_num_sms = 20, passed to deep_ep.Buffer.set_num_sms; the DeepSeek-V3 report, Sec. 3.2.2: 20 SMs suffice
 # for its all-to-alls). An all-to-all hidden behind computation takes that share of the GPU from it while it runs.
 DEEPEP_SMS = 20
+# NCCL's all-to-all (torch.distributed.all_to_all_single -> ProcessGroupNCCL::alltoall_base -> ncclSend / ncclRecv to
+# every peer in one ncclGroupStart / ncclGroupEnd, or NCCL's own ncclAlltoAll, which enqueue.cc ncclEnqueueCheck turns
+# into the same p2p tasks) runs as one p2p kernel whose grid is one CTA per channel its plan touches (enqueue.cc
+# ncclLaunchKernel: grid = countOneBits(plan->channelMask)). NVIDIA/nccl commit
+# 5067397c2676d5aed50042fc39e5c8ee96eb0027:
+#   graph/paths.cc ncclTopoComputeP2pChannels: p2pnChannels = pow2Up(min(comm->nChannels, NCCL_MAX_P2P_NCHANNELS =
+#     MAXCHANNELS = 64)), comm->nChannels the ring / tree channels after ncclTopoPostset (init.cc calls it after);
+#     p2pnChannelsPerPeer (ncclTopoComputeP2pChannelsPerPeer, ncclTopoGetNchannels): the least over peers of 2 x the
+#     NVLinks to a peer on the node (>= p2pnChannels on the reference nodes) and, to a peer on another node,
+#     max(NICs, divUp(NIC GB/s, NCCL_P2P_PER_CHANNEL_NET_BW = 14)); across nodes halved while it x divUp(nRanks,
+#     NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8) > p2pnChannels.
+#   enqueue.cc scheduleP2pTasksToPlan / addP2pToPlan: one node: each op on nChannelsMin = p2pnChannelsPerPeer halved
+#     while x nRanks > p2pnChannels (more only past 32 x the 512 KiB NVLink chunk a channel); across nodes: up to
+#     p2pnChannelsPerPeer, doubling while a part exceeds the 128 KiB network chunk; channel (base + part) mod
+#     p2pnChannels, base = reverseBits of the round (one node) or of round / the schedule group (include/channel.h
+#     ncclP2pChannelBaseForRound; init.cc ncclP2pSchedule: group = NCCL_P2P_SCHEDULE_GROUP_SIZE = 8, gcd with the
+#     ranks on a node). Worked: H100, 32 ranks 8 a node -> ring 16, p2p 16, per peer divUp(50, 14) = 4 (4 x 4 <= 16),
+#     4 bases x 4 = 16 CTAs (12% of 132 SMs); 8 ranks in a node -> p2p pow2Up(24) = 32, 8 bases x 4 = 32 (24%).
+P2P_PER_CHANNEL_NET_GBps = 14.0
+P2P_SCHEDULE_GROUP = 8
 # Dropless routing waits on the host for each MoE layer's token counts: Megatron-Core's alltoall dispatcher copies the
 # splits and tokens per expert to the host and synchronizes before the EP all-to-all (Megatron-LM d98e8a6,
 # megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess: cuda_sync_point
@@ -295,7 +317,7 @@ def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
     Each waits for what it needs: dispatch forward for Af, Mb for combine backward, dispatch backward for Mb, Mf for
     dispatch forward and the computation before it, combine forward for Mf, Ab for dispatch backward. The pair ends
     when both streams do; exposed = its length - (Af + Mb + Mw + Mf + Ab). While hidden, an all-to-all holding
-    ``sm_frac`` of the GPU's SMs (DeepEP) slows the computation beside it by that share of its own length."""
+    ``sm_frac`` of the GPU's SMs (comm_sm_fraction) slows the computation beside it by that share of its own length."""
     x = np.maximum(Af, a_d)  # attention forward and combine backward done
     mb_end, df_end = x + Mb, x + a_d
     db_end = np.maximum(mb_end, df_end) + a_c
@@ -436,11 +458,43 @@ def one_way_a2a_s(model: Transformer, cluster: Cluster, copies, e, u, etp_link, 
     return dispatch, combine
 
 
-def comm_sm_fraction(per_node, sms):
+def comm_sm_fraction(per_node, sms, nccl_ctas):
     """Share of the GPU's SMs (``sms``, costmodel._sms) the all-to-all kernels hold: DEEPEP_SMS for a per-node
-    dispatcher (DeepEP, HybridEP counted as DeepEP); 0 for NCCL's all-to-all, whose CTAs NCCL chooses from the
-    topology (its p2p channels, not priced)."""
-    return np.where(per_node, DEEPEP_SMS / np.asarray(sms, dtype=np.float64), 0.0)
+    dispatcher (DeepEP, HybridEP counted as DeepEP); ``nccl_ctas`` (a2a_channels: the CTAs of NCCL's grouped
+    send / recv) for NCCL's all-to-all. Arrays broadcast."""
+    return np.where(per_node, DEEPEP_SMS, nccl_ctas) / np.asarray(sms, dtype=np.float64)
+
+
+def _pow2_up(x):
+    """The least power of two >= x (x >= 1; NCCL's pow2Up)."""
+    return 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
+
+
+def _pow2_down(x):
+    """The greatest power of two <= x, at least 1 (NCCL's pow2Down, floored at one channel)."""
+    return 2.0 ** np.floor(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
+
+
+def a2a_channels(size, per_node, ring_one_node, ring_per_rank, net_Bps):
+    """CTAs (one per p2p channel, each on an SM for the whole call) of NCCL's all-to-all over ``size`` ranks with
+    ``per_node`` of them on a node (the rest across nodes), on a GPU whose ring channel table is (``ring_one_node``,
+    ``ring_per_rank``: costmodel._nccl.ring_channel_table) and whose NIC carries ``net_Bps``. The derivation
+    (P2P_* constants): p2p = pow2Up(the communicator's ring channels, costmodel._nccl.ring_channels); a round of the
+    p2p schedule puts its peer's send / recv on consecutive channels from a base, and the kernel's grid is the union:
+    inside one node the size rounds' bases are distinct, each op on pow2Down(p2p / size) channels; across nodes the
+    rounds of a schedule group (gcd(8, per_node) ranks) share one base, each op on the per-peer network channels
+    pow2Up(ceil(NIC GB/s / 14)) halved while they x ceil(size / 8) exceed p2p; at most p2p. Arrays broadcast.
+    Assumes each peer's share is >= its channels x 128 KiB (any MoE layer's tokens past a few hundred: below that
+    NCCL uses fewer channels per op and the union is smaller)."""
+    size, per_node = (np.asarray(x, dtype=np.float64) for x in (size, per_node))
+    across = size > per_node
+    p2p = _pow2_up(ring_channels(across, per_node, ring_one_node, ring_per_rank))
+    group = np.gcd(P2P_SCHEDULE_GROUP, np.maximum(per_node, 1).astype(np.int64))
+    net = _pow2_up(np.ceil(np.asarray(net_Bps, dtype=np.float64) / (P2P_PER_CHANNEL_NET_GBps * 1e9)))
+    per_op = np.where(across, np.minimum(net, _pow2_down(p2p / np.ceil(size / P2P_SCHEDULE_GROUP))),
+                      _pow2_down(p2p / size))
+    bases = np.where(across, np.ceil(size / group), size)
+    return np.minimum(p2p, bases * per_op)
 
 
 def moe_stage_layers(model: Transformer, table: StrategyTable, idx, n):

@@ -18,7 +18,7 @@ import numpy as np
 from costmodel._codes import MODULE_BIT, module_names
 from costmodel._dtypes import ACT_BYTES
 from costmodel._errors import InputError
-from costmodel._experts import comm_sm_fraction, moe_layer_costs, routed_copies
+from costmodel._experts import a2a_channels, comm_sm_fraction, moe_layer_costs, routed_copies
 from costmodel._frameworks import FRAMEWORKS, Framework
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._layer_compute import (
@@ -45,6 +45,7 @@ from costmodel._memory_terms import (
     torchtitan_expert_extra_bytes,
     torchtitan_saved_bytes,
 )
+from costmodel._nccl import ring_channel_table
 from costmodel._sms import streaming_multiprocessors
 from costmodel._workloads import Transformer
 
@@ -113,20 +114,25 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     return out
 
 
-def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None, sms=None) -> dict:
+def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, moe, etp_link=None, sms=None,
+                    ring=None) -> dict:
     """The MoE layer's shape terms (moe_<key> of MOE_TERMS, and moe_act_L) from the dense ones ``sh``
     (shape_terms without ``moe``, at the same shape: T, attn, attn_gemm, overhead); ``moe`` = (ep,
     etp, framework, precision); ``etp_link`` as shape_terms takes it; ``sms``: the GPU's SMs (costmodel._sms; the
-    cluster's GPU's where None). The shared experts' linear layers cast to fp8 as the dense layer's do
-    (fp8_cast_columns)."""
+    cluster's GPU's where None); ``ring``: its ring channel table ((..., 2): costmodel._nccl.ring_channel_table; the
+    cluster's GPU's where None), for NCCL's all-to-all's CTAs (a2a_channels: the ep ranks etp apart, as all_to_all_s
+    lays them on nodes). The shared experts' linear layers cast to fp8 as the dense layer's do (fp8_cast_columns)."""
     e, u, fw, precision = moe
     fp8 = np.asarray(precision) == PRECISIONS.index("fp8")
     fp8_dispatch = fw.fp8_dispatch & fp8
     sms = streaming_multiprocessors(cluster.gpu.name) if sms is None else sms
+    ring = np.asarray(ring_channel_table(cluster.gpu.name) if ring is None else ring, dtype=np.float64)
+    local = np.minimum(e, np.maximum(np.asarray(cluster.gpus_per_node) // u, 1))  # (all_to_all_s's ranks on a node)
+    ctas = a2a_channels(e, local, ring[..., 0], ring[..., 1], cluster.scaleout_Bps)
     ml = moe_layer_costs(model, cluster, {k: sh[k] for k in ("T", "attn", "attn_gemm", "overhead")}, t, sp, e, peak,
                          fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch,
                          fp8_cast=np.where(fp8, fw.expert_fp8_cast_bytes, 0.0),
-                         sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms),
+                         sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms, ctas),
                          shared_cast=fp8_cast_columns(fw, fp8), host_sync=fw.moe_host_sync)
     zero = np.zeros_like(sh["T"])
     act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)

@@ -22,11 +22,13 @@ from costmodel._experts import (
     KERNELS_PER_LOCAL_EXPERT,
     KERNELS_PER_SUBLAYER,
     MOE_FIXED_KERNELS,
+    P2P_SCHEDULE_GROUP,
     PERMUTE_ELEMS_PER_COPY,
     ROUTER_PROB_BYTES,
     ROUTING_BYTES_PER_SCORE,
     SHARED_EXPERT_KERNELS,
     SORT_ELEMS_PER_COPY,
+    P2P_PER_CHANNEL_NET_GBps,
 )
 from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
@@ -262,6 +264,28 @@ def _is_moe_layer(model: Transformer, j: int) -> bool:
         model.moe_layer_freq - 1)
 
 
+def _a2a_ctas(cluster: Cluster, n: int, stride: int) -> int:
+    """CTAs of NCCL's all-to-all over n ranks ``stride`` apart: the channels its p2p schedule touches (NCCL's loops as
+    written: p2p channels pow2Up of the ring's; per op halved to fit the peers; bases by round or schedule group)."""
+    def pow2_up(x):
+        return 1 << max(int(math.ceil(x)) - 1, 0).bit_length()
+
+    local = min(n, max(cluster.gpus_per_node // stride, 1))
+    across = n > local
+    p2p = pow2_up(nccl.ring_channels(across, local, *nccl.ring_channel_table(cluster.gpu.name)))
+    if across:
+        per_op = pow2_up(math.ceil(cluster.scaleout_Bps / (P2P_PER_CHANNEL_NET_GBps * 1e9)))
+        while per_op * math.ceil(n / P2P_SCHEDULE_GROUP) > p2p and per_op > 1:
+            per_op //= 2
+        bases = math.ceil(n / math.gcd(P2P_SCHEDULE_GROUP, local))
+    else:
+        per_op = p2p
+        while per_op * n > p2p and per_op > 1:
+            per_op //= 2
+        bases = n
+    return min(p2p, bases * per_op)
+
+
 def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None, stride: int = 1) -> float:
     """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other ranks of its node on
     NVLink, the share to other nodes on the network, at the same time. With ``net_bytes`` (a per-node dispatcher): those
@@ -370,7 +394,8 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
         mf_end = max(df_end, mb_end + Mw) + Mf
         end = max(max(mf_end, db_end) + a_c, max(mf_end, db_end) + Ab)
         exposed = end - (Af + Mf + Ab + Mb + Mw)
-        frac = DEEPEP_SMS / streaming_multiprocessors(gpu.name) if fw.ep_dispatch_per_node else 0.0
+        ctas = DEEPEP_SMS if fw.ep_dispatch_per_node else _a2a_ctas(cluster, ep, etp)
+        frac = ctas / streaming_multiprocessors(gpu.name)
         a2a = (exposed + frac * max(2 * (a_d + a_c) - exposed, 0.0)) / 2
     else:
         a2a = a_d + a_c

@@ -103,10 +103,12 @@ def test_overlap_pair_by_hand():
 
 def test_overlap_splits_the_pair_over_forward_and_backward_and_deepep_holds_sms():
     """moe_layer_costs under the overlap: ep_fwd = ep_bwd = half the pair's exposed time; without it each direction
-    exposes a dispatch and a combine. DeepEP holds 20 SMs: 20 / 132 of an H100's, 20 / 148 of a B200's; NCCL's
-    all-to-all is not charged."""
+    exposes a dispatch and a combine. DeepEP holds 20 SMs: 20 / 132 of an H100's, 20 / 148 of a B200's whatever NCCL's
+    channels would be; NCCL's all-to-all its CTAs (16 here: 16 / 132; tests/test_a2a_sms.py derives them)."""
     assert streaming_multiprocessors("H100-SXM5-80GB") == 132 and streaming_multiprocessors("B200-HGX-180GB") == 148
-    assert comm_sm_fraction(True, 132) == pytest.approx(20 / 132) and comm_sm_fraction(False, 132) == 0.0
+    assert comm_sm_fraction(True, 132, 16) == pytest.approx(20 / 132)
+    assert comm_sm_fraction(True, 148, 32) == pytest.approx(20 / 148)
+    assert comm_sm_fraction(False, 132, 16) == pytest.approx(16 / 132)
     _, _, _, plain = _layer("qwen3-235b-a22b", "h100x1024", 32, per_node=True)
     _, _, _, over = _layer("qwen3-235b-a22b", "h100x1024", 32, per_node=True, overlap=True, sm_frac=20 / 132)
     assert over["ep_fwd"][0] == over["ep_bwd"][0] < plain["ep_fwd"][0]
@@ -172,13 +174,14 @@ def test_unpaired_passes_expose_their_all_to_alls_by_hand():
     """pp 1, 8 micro-batches, 48 MoE layers under megatron-core-a2a-overlap: per layer and micro-batch a paired
     forward and backward expose e each way; the first forward and last backward expose the whole dispatch + combine
     (d + c) each: ep_comm_s = 8 x 48 x 2 e + 48 x 2 (d + c - e), with e, d + c from the layer's costs
-    (ep_fwd under the overlap; ep_fwd without it)."""
+    (ep_fwd under the overlap, NCCL's all-to-all over 8 ranks of one H100 node holding 32 of its 132 SMs
+    (tests/test_a2a_sms.py); ep_fwd without it)."""
     model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=4096)
     cl = cluster_preset("h100x64")
     one = np.array([1])
     lc = layer_costs(model, cl, one, one, one, np.array([False]), cl.gpu.peak_flops[0])
     args = (model, cl, lc, one, np.array([False]), np.array([8]), cl.gpu.peak_flops[0])
-    e = moe_layer_costs(*args, True, False, np.array([1]))["ep_fwd"][0]
+    e = moe_layer_costs(*args, True, False, np.array([1]), sm_frac=32 / 132)["ep_fwd"][0]
     dc = moe_layer_costs(*args, False, False, np.array([1]))["ep_fwd"][0]
     got = _moe_row("megatron-core-a2a-overlap", pp=1, global_batch=64)["ep_comm_s"][0]
     assert got == pytest.approx(8 * 48 * 2 * e + 48 * 2 * (dc - e), rel=1e-9)
