@@ -147,6 +147,11 @@ class Terms:
     n_x: np.ndarray | None  # MoE layers x the share of passes the EP A2A overlap runs unpaired (unpaired_layers)
     n_b: np.ndarray | None = None  # backward stretches a stage and micro-batch (costmodel._experts.backward_chunks)
 
+    def chunk_excess(self, nm, nb, ix):
+        """A backward's launches at its stretches' starts (costmodel._experts.backward_chunk_excess) of stages in
+        configurations ix holding nm MoE layers and nb backward stretches."""
+        return backward_chunk_excess(nm, nb, *(np.take(self.lt_m[y], ix) for y in ("xb_d", "xb_e", "xb_t")))
+
     def times(self, ix, nn, nd, nm, edges, parts=("F", "B", "W"), nx=None, nb=None) -> list:
         """Forward, backward, weight-gradient time per micro-batch of stages in configurations ix holding nn layers
         (nd dense and nm MoE ones), one array per part; a part may be a tuple of them, summed (the terms per
@@ -164,7 +169,7 @@ class Terms:
             if nx is not None and (k := sum(y in ("F", "B") for y in xs)):  # the unpaired passes' all-to-alls
                 a = a + k * nx * np.take(self.lt_m["epx"], ix)
             if nb is not None and "B" in xs:  # dropless routing's launches at each backward stretch's start
-                a = a + backward_chunk_excess(nm, nb, *(np.take(self.lt_m[y], ix) for y in ("xb_d", "xb_e", "xb_t")))
+                a = a + self.chunk_excess(nm, nb, ix)
             emb = [self.edge_of[y][0] for y in xs if self.edge_of[y][0] is not None]
             out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
                              functools.reduce(np.add, (self.edge_of[y][1] for y in xs))))
@@ -221,12 +226,13 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     pa, fw, model = rows.pa, rows.fw, rows.model
     q, tt, cc, dd, tin, pr = cfg.pool_u[ix], cfg.t_u[ix], cfg.c_u[ix], cfg.d_u[ix], cfg.order_u[ix] == 0, cfg.prec_u[ix]
     fp8 = pr == PRECISIONS.index("fp8")
-    fp8_tp = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1) & fw.fp8_tp_gather  # torchao's float8 TP
+    # torchao's float8 TP (Framework.fp8_tp_gather): fp8 rows with sequence parallelism at tp > 1; None: not run
+    fp8_tp = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1) if fw.fp8_tp_gather else None
     casts = fp8_cast_columns(fw, fp8, fp8_tp)
     gpu = pool_gpu(pa, q)
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
-                      fp8_tp=fp8_tp if fw.fp8_tp_gather else None,
+                      fp8_tp=fp8_tp,
                       attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
@@ -921,8 +927,8 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
     if terms.n_x is not None:  # the bottleneck stage's unpaired passes' all-to-alls, forward and backward
         parts["ep_comm"] = parts["ep_comm"] + rows.m * (2.0 * pipe.at(terms.n_x) * np.take(terms.lt_m["epx"], pipe.ub))
     if terms.n_b is not None:  # the bottleneck stage's backward stretches' launches (computation on the GPU's clock)
-        parts["compute"] = parts["compute"] + rows.m * backward_chunk_excess(
-            pipe.at(rows.n_m), pipe.at(terms.n_b), *(np.take(terms.lt_m[y], pipe.ub) for y in ("xb_d", "xb_e", "xb_t")))
+        excess = terms.chunk_excess(pipe.at(rows.n_m), pipe.at(terms.n_b), pipe.ub)
+        parts["compute"] = parts["compute"] + rows.m * excess
     flops_model = model.model_flops_per_sample() * rows.B
     re_flops = (recompute_flops(rows) if by is None else
                 by.back(recompute_flops(rows, by.sub, lambda a: a[by.first])) * model.seq_len * rows.B)

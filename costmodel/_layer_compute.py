@@ -272,15 +272,15 @@ def fp8_tp_collectives_s(E, t, bw, lat):
 
 def fp8_cast_columns(fw: Framework, fp8, fp8_tp=None):
     """A profile's fp8 cast bytes as fp8_cast_parts_s takes them, per row: (input, weight forward, output gradient,
-    weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere, and sixth, where the profile
-    gathers fp8 under tensor parallelism (Framework.fp8_tp_gather) and ``fp8_tp`` is given (bool, per row: fp8, sequence
-    parallel, t > 1), 1.0 on those rows, else 0.0; None where the profile casts nothing outside its GEMMs
+    weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere, and sixth, where ``fp8_tp``
+    is given (bool, per row: the rows running float8 tensor parallelism, given only where the profile gathers fp8:
+    Framework.fp8_tp_gather), 1.0 on those rows, else 0.0; None where the profile casts nothing outside its GEMMs
     (Framework.fp8_cast_bytes, fp8_norm_cast_bytes)."""
     norm = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
     if not any(fw.fp8_cast_bytes) and not norm:
         return None
     out = tuple(np.where(fp8, x, 0.0) for x in (*fw.fp8_cast_bytes, norm))
-    return out if fp8_tp is None or not fw.fp8_tp_gather else (*out, np.where(fp8_tp, 1.0, 0.0))
+    return out if fp8_tp is None else (*out, np.where(fp8_tp, 1.0, 0.0))
 
 
 def fp8_cast_s(model: Transformer, T, t, gpu, casts):
