@@ -196,12 +196,23 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
     lt = None if rows.all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
     lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
     acts = layer_activations(model, eu, full_u, sel_u, np.where(cfg.sp_u, cfg.t_u, 1))  # (U,) bytes per layer
-    emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
-    head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
-    return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts,
-                 edge_of={"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])},
+    return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts, edge_of=edge_parts(eu),
                  moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d,
                  n_x=unpaired_layers(rows), n_b=backward_chunks(rows))
+
+
+def edge_parts(eu: dict) -> dict:
+    """The embedding's (first stage) and the head's (last stage) time per micro-batch from the shape terms ``eu``, as
+    Terms.edge_of: per part F, B, W, (the first stage's, the last stage's), None where it has none. The embedding's
+    compute half forward (with its tp collective), half backward; the head's GEMM, half its element-wise work and half
+    its tp collective in each of F and B, its weight gradient in W; each one's copy of its unsharded gradient before
+    the reduction (emb_copy, head_copy: Framework.pre_reduce_copy_bytes, where priced) in B."""
+    emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
+    head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
+    head_b = head_fb
+    if "emb_copy" in eu:
+        emb_b, head_b = emb_b + eu["emb_copy"], head_fb + eu["head_copy"]
+    return {"F": (emb_f, head_fb), "B": (emb_b, head_b), "W": (None, eu["head_gemm"])}
 
 
 def unpaired_layers(rows: Rows):
@@ -241,6 +252,11 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
         code = cfg.of(cfg.hp_key)[ix]  # FSDP's unsharded one with a pipeline (code 2; Framework.pp_grad_accum_bytes)
         per = np.where(code == 1, fw.hp_grad_bytes, np.where(code == 2, fw.pp_grad_accum_bytes, 0.0))
         out["cast_b"] = out["cast_b"] + hbm_s(per * model.layer_params() / tt, gpu)
+    if fw.pre_reduce_copy_bytes and not rows.moe:  # each micro-batch's copy of the unsharded gradients before their
+        copy = fw.pre_reduce_copy_bytes / tt  # reduction (FSDP1's flat gradient), bytes a parameter held by the stage
+        out["cast_b"] = out["cast_b"] + hbm_s(copy * model.layer_params(), gpu)
+        out["emb_copy"] = hbm_s(copy * model.embedding_params(), gpu)  # (the first stage's; the head and final
+        out["head_copy"] = hbm_s(copy * model.head_params(), gpu)  # norm the last's; a tied embedding once)
     return out
 
 
@@ -401,8 +417,9 @@ def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.nda
     split, lt = cfg.split, terms.lt
     side = np.full(len(split.ia_p), 2)  # per pair: 0 A, 1 B, 2 compared stage by stage
     if not rows.moe:
-        (emb_f, head_fb), (emb_b, _) = terms.edge_of["F"], terms.edge_of["B"]
-        ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, terms.eu["head_gemm"])])
+        (emb_f, head_fb), (emb_b, head_b) = terms.edge_of["F"], terms.edge_of["B"]
+        ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, head_b,
+                                           terms.eu["head_gemm"])])
                   for i in (split.ia_p, split.ib_p))
         side = np.where((ta >= tb).all(axis=0), 0, np.where((tb >= ta).all(axis=0), 1, side))
     tgt = np.take(np.where(side == 1, split.ib_p, split.ia_p), split.inv_p)
@@ -955,8 +972,11 @@ def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:
                                     {x: np.take(terms.lt_m[x], ub) for x in MOE_PART_KEYS})
     else:
         n_b, lt_b = at(rows.n), {x: lt[x][ub] for x in ("compute", "recompute", "tp", "cp")}
-    return bottleneck_terms_of(n_b, first_b, last_b, lt_b, *(eu[x][ub] for x in (
-        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp")))
+    emb_c, emb_tp, head_gemm, head_elem, head_tp = (eu[x][ub] for x in (
+        "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp"))
+    if "emb_copy" in eu:  # the edges' gradient copies before the reduction (edge_parts), computation
+        emb_c, head_elem = emb_c + eu["emb_copy"][ub], head_elem + eu["head_copy"][ub]
+    return bottleneck_terms_of(n_b, first_b, last_b, lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
 
 
 def recompute_flops(rows: Rows, sub=None, row=None):

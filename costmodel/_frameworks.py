@@ -149,6 +149,12 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         set_requires_gradient_sync(False) with an fp32 reduce_dtype, fp32 += bf16 (read 4 + 2, write 4: 10; the first
         micro-batch's cast, read 2 write 4, counted as the others'); every precision (the weight gradients are
         16-bit under fp8 too); 0: none (costmodel._data_parallel.pp_grad_accum_rows)
+    pre_reduce_copy_bytes: HBM bytes a gradient element moves in a copy on the computation stream, every micro-batch's
+        backward, before the gradients are reduced, over the parameters a GPU holds unsharded in the backward (each
+        dense layer's weights over t, the embedding on the first stage, the head and final norm on the last; the
+        tied embedding once): FSDP1's flat parameter, whose module parameters are views of one flat tensor (split,
+        then view), so autograd's backward of the split concatenates the views' 16-bit gradients into the flat
+        gradient (read 2, write 2: 4); in the layer's and the edges' backward, at the HBM rate; dense models; 0: none
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -237,6 +243,7 @@ class Framework:
     fp8_tp_gather: bool = False  # torchao's float8 tensor parallelism: fp8 all-gathers, casts on the shard (docstring)
     pp_grad_sync_after_backward: bool = False  # pp > 1: the reduce-scatter after the last backward (docstring)
     pp_grad_accum_bytes: float = 0.0  # pp > 1: unsharded fp32 gradient accumulation per micro-batch (docstring)
+    pre_reduce_copy_bytes: float = 0.0  # a gradient element's copy before the reduction, per micro-batch (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -660,7 +667,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
-    pp_grad_accum_bytes=0.0,
+    pp_grad_accum_bytes=0.0, pre_reduce_copy_bytes=2.0 + 2.0,  # FSDP1's flat gradient: read 2, write 2 (sources)
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
@@ -678,6 +685,14 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
              "reduce-scatters on the post_backward stream, frees the unit where _sync_gradients (pytorch 3ade90a: "
              "every FULL_SHARD unit but the root resharded after forward, gathered again for backward); llm-foundry "
              "5e85bd62d sweep.py: forward_prefetch true, backward_prefetch BACKWARD_PRE, limit_all_gathers true, accum 1",
+             "FSDP1's flat gradient (pre_reduce_copy_bytes 4): pytorch torch/distributed/fsdp/_flat_param.py (read "
+             "at 01caf79) FlatParameter: the original parameters are views into the flat parameter made with "
+             "torch.split() (_use_unsharded_views), so autograd's backward of the split (split_with_sizes_backward: "
+             "at::cat) concatenates the views' gradients into one flat "
+             "gradient, a new tensor of the unit's unsharded size (bf16 under Composer's DEFAULT and PURE param "
+             "dtype: read 2, write 2 bytes an element), on the computation stream in the backward, every micro-batch "
+             "(no no_sync); _runtime_utils.py _post_backward_hook then reduce-scatters it on the post-backward stream "
+             "(its fp32 cast under DEFAULT and its pre-divide run there, beside the next unit's backward: not priced)",
              "composer dist_strategy.py ddp_sync_context: returns at once unless the model is DistributedDataParallel, "
              "so FSDP (SHARD_GRAD_OP: ZeRO-2) reduce-scatters after every micro-batch's backward "
              "(zero2_scatter_every_microbatch, as fsdp2)",

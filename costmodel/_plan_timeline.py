@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from costmodel._block import block_phases, report
+from costmodel._block import block_phases, edge_parts, report
 from costmodel._feasibility import REASONS
 from costmodel._framework_rows import framework_groups
 from costmodel._hetero_cluster import as_hetero
@@ -168,13 +168,9 @@ def _priced(model, cluster, table: StrategyTable, fw):
 
 
 def edge_terms(eu: dict) -> dict:
-    """The embedding's (first stage) and the head's (last stage) time per pass from the shape terms ``eu``, as
-    costmodel._block.configuration_terms lays them out in Terms.edge_of (tests/test_timeline_trace.py holds the two
-    equal): the embedding's half of its compute and its tp collective forward, the other half backward; the head's
-    GEMM, half its element-wise work and half its tp collective in each of F and B, its weight gradient in W."""
-    emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
-    head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
-    return {"F": (emb_f, head_fb), "B": (emb_b, head_fb), "W": (None, eu["head_gemm"])}
+    """The embedding's (first stage) and the head's (last stage) time per pass from the shape terms ``eu`` (a
+    collective's inputs set to zero by the caller), laid out as Terms.edge_of: costmodel._block.edge_parts."""
+    return edge_parts(eu)
 
 
 def _without(d: dict, keys) -> dict:

@@ -628,6 +628,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         cast_b += _hbm(gpu, fw.hp_grad_bytes * model.layer_params() / tp)
     elif fw.pp_grad_accum_bytes and not model.is_moe and row.pp > 1 and row.zero >= 1:  # FSDP's unsharded fp32 sum
         cast_b += _hbm(gpu, fw.pp_grad_accum_bytes * model.layer_params() / tp)  # with a pipeline, each micro-batch
+    if fw.pre_reduce_copy_bytes and not model.is_moe:  # the layer's unsharded gradient copied before its reduction
+        cast_b += _hbm(gpu, fw.pre_reduce_copy_bytes * model.layer_params() / tp)  # (FSDP1's flat gradient)
     cp_fwd, cp_bwd, attn = lay["cp_fwd"], lay["cp_bwd"], lay["attn"]
     if any(fw.ring_attention_bytes) and model.kind != "mlp" and not model.mla and cp > 1:  # PyTorch's ring attention
         (ff, fs, bf, bs), E = fw.ring_attention_bytes, T * model.q_hidden / tp  # E: elements of the rank's Q
@@ -671,9 +673,11 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
 def _edges(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     """The embedding's (first stage) and the head's (last stage) times per micro-batch."""
     if model.kind == "mlp":
-        return dict.fromkeys(("emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp"), 0.0)
+        return dict.fromkeys(("emb_c", "emb_tp", "emb_copy", "head_gemm", "head_elem", "head_tp", "head_copy"), 0.0)
     gpu, h, T, tp, link = cluster.gpu, model.hidden, row.T, row.tp, row.tp_link
+    copy = fw.pre_reduce_copy_bytes / tp if not model.is_moe else 0.0  # bytes a parameter, copied before the reduction
     return dict(emb_c=_hbm(gpu, ACT_BYTES * 4 * T * h), emb_tp=_allreduce(ACT_BYTES * T * h, tp, link),
+                emb_copy=_hbm(gpu, copy * model.embedding_params()), head_copy=_hbm(gpu, copy * model.head_params()),
                 head_gemm=_gemm(gpu, row.peak16, T, model.vocab / tp, h),
                 head_elem=_hbm(gpu, ACT_BYTES * 3 * T * h + fw.xent_bytes * T * model.vocab / tp),
                 head_tp=_allreduce(ACT_BYTES * T * h, tp, link) + 3 * _allreduce(4 * T, tp, link))
@@ -917,17 +921,17 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         if unpaired:
             x = n_m * unpaired * moe["ep_x"]
             F, Bw, ep_s = F + x, Bw + x, ep_s + 2 * x
-    if first:
+    if first:  # (emb_copy, head_copy: their gradients' copies before the reduction, backward)
         F += 0.5 * edge["emb_c"] + edge["emb_tp"]
-        Bw += 0.5 * edge["emb_c"]
-        comp += edge["emb_c"]
+        Bw += 0.5 * edge["emb_c"] + edge["emb_copy"]
+        comp += edge["emb_c"] + edge["emb_copy"]
         tps += edge["emb_tp"]
     if last:
         head = edge["head_gemm"] + 0.5 * edge["head_elem"] + 0.5 * edge["head_tp"]
         F += head
-        Bw += head
+        Bw += head + edge["head_copy"]
         W += edge["head_gemm"]
-        comp += 3 * edge["head_gemm"] + edge["head_elem"]
+        comp += 3 * edge["head_gemm"] + edge["head_elem"] + edge["head_copy"]
         tps += edge["head_tp"]
     return dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps, ep=ep_s, cp=n * (cp_fwd + cp_bwd),
                 re=n_d * re + n_m * re_m, re_tp=n_d * re_tp + n_m * re_tp_m, re_cp=n * re_cp)
