@@ -21,15 +21,17 @@ with forced balance and dropless. Each pair is priced here as `plansweep validat
 the forced 128k run), with only the sequence length, cp and dp changed (dp = 8 / cp), and the
 busiest rank's share is solved for (bisection on `capacity_factor`) so that the predicted dropless /
 forced step ratio equals the published TFLOP/s ratio (the two runs of a pair do the same FLOPs).
-Printed: per length, each forced row's error as priced today, the published ratio and the implied
-share; then the validation rows of the same table that do not say how they routed, priced at the
-mean implied share.
+Printed: per length, each forced row's error balanced, the published ratio and the implied
+share; then the validation rows of the same table whose commands are not published, priced balanced
+and at the mean implied share.
 
-Nothing here changes a prediction: the implied share is one model's router on the source's data,
-read through the model's split of the step (which prices the forced runs 16-18% slow), and the
-validation row it would move does not publish whether it forced balance. The EP 32 rows of the
-same table go far slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100
-baseline command, their layout with the overlap, passes `--moe-router-force-load-balancing`).
+The implied share is one model's router on the source's data, read through the model's split of the
+step (which prices the forced runs 16-18% slow). The validation row at this layout, TP 4 x EP 8 x PP 8
+at 4,096 tokens, carries the mean, rounded to 1.54, as its `capacity_factor` cell: its command is not
+published and the source's launcher forces balance only when given the flag on its command line, so
+it ran dropless (tests/data/validation/README.md, "Routing"). The EP 32 rows of the same table go far
+slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100 baseline command, their
+layout with the overlap, passes `--moe-router-force-load-balancing`).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_run
 FORCED_ROW = "zoo-qwen3-235b-h100-256gpu-cp8-s131072"
 # (sequence length, cp, forced TFLOP/s, dropless TFLOP/s): the Long Context table at e865051
 PAIRS = ((16384, 1, 295, 237), (32768, 2, 335, 277), (65536, 4, 368, 320), (131072, 8, 389, 357))
-# the table's rows at 4,096 tokens whose routing the source does not state (its README's "routing not stated")
-UNSTATED = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256gpu-deepep-ep32",
-            "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
+# the table's rows at 4,096 tokens: TP 4 x EP 8 x PP 8 and Megatron FSDP with EP 8 (no command published), EP 32
+# (forced: run_235b.sh), for comparison
+ROWS_4K = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256gpu-fsdp-ep8",
+           "zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
 
 
 def pair_runs():
@@ -87,7 +90,7 @@ def implied_share(run, ratio: float, lo: float = 1.0, hi: float = 4.0) -> float:
 
 
 def main() -> None:
-    print("| seq | cp | forced error today | published dropless / forced | implied busiest-rank share |")
+    print("| seq | cp | forced error balanced | published dropless / forced | implied busiest-rank share |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     shares = []
     for run, (seq, cp, forced, dropless) in zip(pair_runs(), PAIRS, strict=True):
@@ -97,10 +100,10 @@ def main() -> None:
         print(f"| {seq} | {cp} | {at_share(run, 1.0)['error_pct']:+.1f}% | {ratio:.3f} | {share:.3f} |")
     mean = sum(shares) / len(shares)
     print(f"\nmean implied share {mean:.2f} (range {min(shares):.2f}-{max(shares):.2f})\n")
-    print(f"| row (routing not stated) | error today | error at share {mean:.2f} |")
+    print(f"| row | error balanced | error at share {mean:.2f} |")
     print("| --- | ---: | ---: |")
     for run in read_runs(CSV):
-        if run.name in UNSTATED:
+        if run.name in ROWS_4K:
             print(f"| {run.name} | {at_share(run, 1.0)['error_pct']:+.1f}% | {at_share(run, mean)['error_pct']:+.1f}% |")
 
 
