@@ -53,6 +53,10 @@ ARCH_COLUMNS = ("norm", "bias", "tied_embeddings", "learned_positions")
 # network where the source publishes it (GB/s per GPU per direction, replacing the GPU preset's NVLink and scale-out
 # figures).
 NETWORK_COLUMNS = {"scaleup_GBps": "scaleup_Bps", "scaleout_GBps": "scaleout_Bps"}
+# Optional routing column of an MoE row: the token copies the busiest expert-parallel rank takes over the mean
+# (Transformer.capacity_factor; empty: 1.0, balanced, as forced load balancing or a capacity factor of 1.0 runs). A
+# run's routing, not its model's shape, so a preset row sets it too.
+ROUTING_COLUMN = "capacity_factor"
 # Published speed, most direct first: the first one a row fills is what it is compared on.
 MEASURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu",
             "measured_hfu")
@@ -221,7 +225,7 @@ def _row_model(row: dict, where: str) -> Transformer:
         for k, v in fields.items():
             if getattr(base, k) != v:
                 raise InputError(f"{where}: {k}", f"{getattr(base, k)} (the value of model {preset}), or empty", v)
-        return dataclasses.replace(base, name=name, seq_len=seq)
+        return _row_routing(row, where, dataclasses.replace(base, name=name, seq_len=seq))
     for k in SHAPE_COLUMNS:
         if k not in fields:
             raise InputError(f"{where}: {k}", "a value (this column may not be empty without a model preset)",
@@ -231,7 +235,21 @@ def _row_model(row: dict, where: str) -> Transformer:
     llama = fields["activation"] == "swiglu"
     arch = {"norm": "rmsnorm" if llama else "layernorm", "bias": not llama, "tied_embeddings": not llama,
             "learned_positions": not llama}
-    return Transformer(name=name, seq_len=seq, **{**arch, **fields})
+    return _row_routing(row, where, Transformer(name=name, seq_len=seq, **{**arch, **fields}))
+
+
+def _row_routing(row: dict, where: str, model: Transformer) -> Transformer:
+    """``model`` with the row's ROUTING_COLUMN cell as its capacity_factor (empty: the model's own); InputError naming
+    the row and the column for a value below 1.0 or one on a dense row."""
+    cf = _number(row, ROUTING_COLUMN, where)
+    if cf is None:
+        return model
+    if cf < 1.0:
+        raise InputError(f"{where}: {ROUTING_COLUMN}", "a number >= 1.0 (the busiest expert-parallel rank's token "
+                         "copies over the mean), or empty", row[ROUTING_COLUMN].strip())
+    if model.experts == 1:
+        raise InputError(f"{where}: {ROUTING_COLUMN}", "empty on a dense row (experts 1)", row[ROUTING_COLUMN].strip())
+    return dataclasses.replace(model, capacity_factor=cf)
 
 
 def _row_cluster(row: dict, where: str, efficiency: dict[str, Efficiency] | None) -> Cluster:

@@ -80,6 +80,50 @@ def test_moe_columns_without_a_preset_make_the_moe_model(tmp_path):
         31 * (9 * per_expert - 3 * 4096 * 11008 + 4096 * 8), rel=1e-9)  # + the h x E router
 
 
+# Mixtral 8x7B as a preset row: tp 1, ep 8 inside a node of 8 H100s, pp 4, every setting filled (one candidate).
+MIXTRAL = {"name": "mixtral", "source": "s", "framework": "megatron-core", "gpu": "h100", "num_gpus": "32",
+           "gpus_per_node": "8", "model": "mixtral-8x7b", "seq_len": "4096", "tp": "1", "pp": "4", "dp": "8",
+           "cp": "1", "vpp": "1", "ep": "8", "etp": "1", "global_batch": "64", "micro_batch": "1", "recompute": "none",
+           "sequence_parallel": "false", "zero_stage": "1", "precision": "bf16", "overlap_dp": "true",
+           "measured_iteration_time_s": "5.0"}
+
+
+def test_a_capacity_factor_cell_prices_the_busiest_ranks_copies(tmp_path):
+    """capacity_factor 1.5: the busiest expert-parallel rank's all-to-alls carry 1.5 x the mean copies. By hand: each
+    rank's T = 4096 tokens send k = 2 copies of h = 4096 bf16 values each, 1.5 x that on the busiest rank, 7/8 of them
+    to the node's other GPUs over NVLink; dispatch and combine forward and again backward, 4 a layer and micro-batch,
+    over 32 / 4 = 8 layers a stage and 64 / 8 = 8 micro-batches. The reference evaluator reads the same model."""
+    from costmodel import evaluate
+    from costmodel._reference import evaluate_row
+
+    balanced, busiest = read_runs(_write(tmp_path, [MIXTRAL, {**MIXTRAL, "name": "dropless", "capacity_factor": "1.5"}]))
+    assert balanced.model.capacity_factor == 1.0 and busiest.model.capacity_factor == 1.5
+    T, k, h = 4096, 2, 4096
+    got = []
+    for run, cf in ((balanced, 1.0), (busiest, 1.5)):
+        cl, table = run.cluster, _candidates(run)
+        assert len(table) == 1
+        bw = cl.scaleup_Bps * cl.gpu.link_eff
+        per_layer = 4 * (7 / 8 * 2 * cf * k * T * h / bw + cl.scaleup_latency_s)
+        out = evaluate(run.model, cl, table, framework=run.profile())
+        assert out["ep_comm_s"][0] == pytest.approx(8 * 8 * per_layer, rel=1e-12)
+        ref = evaluate_row(run.model, cl, table.row(0), framework=run.profile())
+        assert ref["ep_comm_s"] == pytest.approx(out["ep_comm_s"][0], rel=1e-9)
+        got.append(predict(run)["predicted_iteration_time_s"])
+    assert got[1] > got[0]  # the expert GEMMs and the rest priced at 1.5 x too
+
+
+@pytest.mark.parametrize("row, value, needle", [
+    ({**MIXTRAL, "capacity_factor": "0.9"}, "0.9", "{path}, row mixtral, line 2: capacity_factor: expected a number "
+                                                   ">= 1.0"),
+    ({**MIXTRAL, "capacity_factor": "busy"}, "busy", "{path}, row mixtral, line 2: capacity_factor: expected a number"),
+    ({**DENSE, "capacity_factor": "1.5"}, "1.5", "{path}, row dense, line 2: capacity_factor: expected empty on a "
+                                                 "dense row"),
+])
+def test_a_bad_capacity_factor_is_one_line_naming_the_column(tmp_path, capsys, row, value, needle):
+    _refused(tmp_path, capsys, [row], needle, value)
+
+
 def test_a_shape_cell_that_disagrees_with_the_preset_is_refused(tmp_path, capsys):
     _refused(tmp_path, capsys, [{**QWEN, "hidden": "5120"}],
              "{path}, row qwen, line 2: hidden: expected 4096 (the value of model qwen3-235b-a22b), or empty, got 5120")

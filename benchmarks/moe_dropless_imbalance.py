@@ -1,0 +1,111 @@
+"""Routed-token imbalance under dropless routing, read from published forced / dropless pairs.
+
+    PYTHONPATH=. python3 benchmarks/moe_dropless_imbalance.py
+
+Megatron-Core's `--moe-router-force-load-balancing` replaces the router's logits with normal random
+ones before the top-k (Megatron-LM 1e057005, the ModelZoo rows' code, megatron/core/transformer/moe/
+router.py: `if self.config.moe_router_force_load_balancing: logits = apply_random_logits(logits)`;
+the same at core_v0.16.0, 3bec9aa), so every expert-parallel rank receives the mean share of the
+token copies; without it (dropless: the router's own choice; the source's Qwen3-235B runs load a
+checkpoint and a dataset, runtime_configs/benchmarking/runtime.conf PRETRAIN 0, the model yaml's
+`--load` and `--data-path`) the ranks receive what the router picks, and every rank waits for the
+busiest one at the all-to-alls. The cost model prices the busiest rank's share over the mean as the
+model's `capacity_factor` (costmodel._experts.routed_copies: its expert GEMMs, all-to-all bytes,
+permutation and sort bytes and routed activations at that multiple; 1.0: balanced).
+
+The Megatron-MoE-ModelZoo (yanring/Megatron-MoE-ModelZoo, best_practice/qwen3/readme.md at
+e865051, H100 "Long Context" table) publishes Qwen3-235B-A22B on 256 H100 at one layout (TP 4,
+EP 8, PP 8, VPP 4, DeepEP, bf16, recompute `layernorm moe`, GBS 256) at four sequence lengths, each
+with forced balance and dropless. Each pair is priced here as `plansweep validate` prices the
+128k row of tests/data/validation/published_runs.csv (`zoo-qwen3-235b-h100-256gpu-cp8-s131072`,
+the forced 128k run), with only the sequence length, cp and dp changed (dp = 8 / cp), and the
+busiest rank's share is solved for (bisection on `capacity_factor`) so that the predicted dropless /
+forced step ratio equals the published TFLOP/s ratio (the two runs of a pair do the same FLOPs).
+Printed: per length, each forced row's error balanced, the published ratio and the implied
+share; then the validation rows of the same table whose commands are not published, priced balanced
+and at the mean implied share.
+
+The implied share is one model's router on the source's data, read through the model's split of the
+step (which prices the forced runs 16-18% slow). The validation row at this layout, TP 4 x EP 8 x PP 8
+at 4,096 tokens, carries the mean, rounded to 1.54, as its `capacity_factor` cell: its command is not
+published and the source's launcher forces balance only when given the flag on its command line, so
+it ran dropless (tests/data/validation/README.md, "Routing"). The EP 32 rows of the same table go far
+slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100 baseline command, their
+layout with the overlap, passes `--moe-router-force-load-balancing`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from costmodel._validate import predict, read_runs
+
+CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
+FORCED_ROW = "zoo-qwen3-235b-h100-256gpu-cp8-s131072"
+# (sequence length, cp, forced TFLOP/s, dropless TFLOP/s): the Long Context table at e865051
+PAIRS = ((16384, 1, 295, 237), (32768, 2, 335, 277), (65536, 4, 368, 320), (131072, 8, 389, 357))
+# the table's rows at 4,096 tokens: TP 4 x EP 8 x PP 8 and Megatron FSDP with EP 8 (no command published), EP 32
+# (forced: run_235b.sh), for comparison
+ROWS_4K = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256gpu-fsdp-ep8",
+           "zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
+
+
+def pair_runs():
+    """The forced run of each pair (read_runs' MeasuredRun), built from the 128k validation row."""
+    rows = list(csv.DictReader(CSV.open()))
+    base = next(r for r in rows if r["name"] == FORCED_ROW)
+    out = []
+    for seq, cp, forced, _ in PAIRS:
+        r = dict(base, name=f"zoo-long-context-{seq}-forced", seq_len=str(seq), cp=str(cp), dp=str(8 // cp),
+                 measured_tflops_per_gpu=str(forced), measured_iteration_time_s="")
+        out.append(r)
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(out)
+    try:
+        return read_runs(f.name)
+    finally:
+        Path(f.name).unlink()
+
+
+def at_share(run, share: float) -> dict:
+    """predict() of the run with the busiest rank taking ``share`` x the mean copies."""
+    return predict(dataclasses.replace(run, model=dataclasses.replace(run.model, capacity_factor=share)))
+
+
+def implied_share(run, ratio: float, lo: float = 1.0, hi: float = 4.0) -> float:
+    """The capacity_factor at which the predicted step is ``ratio`` x the balanced one (bisection)."""
+    t1 = at_share(run, 1.0)["predicted_iteration_time_s"]
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if at_share(run, mid)["predicted_iteration_time_s"] < ratio * t1:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def main() -> None:
+    print("| seq | cp | forced error balanced | published dropless / forced | implied busiest-rank share |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    shares = []
+    for run, (seq, cp, forced, dropless) in zip(pair_runs(), PAIRS, strict=True):
+        ratio = forced / dropless  # step-time ratio: the same FLOPs at the two published rates
+        share = implied_share(run, ratio)
+        shares.append(share)
+        print(f"| {seq} | {cp} | {at_share(run, 1.0)['error_pct']:+.1f}% | {ratio:.3f} | {share:.3f} |")
+    mean = sum(shares) / len(shares)
+    print(f"\nmean implied share {mean:.2f} (range {min(shares):.2f}-{max(shares):.2f})\n")
+    print(f"| row | error balanced | error at share {mean:.2f} |")
+    print("| --- | ---: | ---: |")
+    for run in read_runs(CSV):
+        if run.name in ROWS_4K:
+            print(f"| {run.name} | {at_share(run, 1.0)['error_pct']:+.1f}% | {at_share(run, mean)['error_pct']:+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
