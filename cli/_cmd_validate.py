@@ -57,7 +57,11 @@ def run_validate(args) -> int:
     print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%"
           + (f"   {res['out_of_memory_runs']} run(s) predicted out of memory" if res["out_of_memory_runs"] else "")
           + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}%"
-             if res["memory_mean_abs_error_pct"] is not None else ""))
+             if res["memory_mean_abs_error_pct"] is not None else "")
+          + (f"   reserved peaks: {res['reserved_memory_runs']} run(s), mean "
+             f"{res['reserved_memory_mean_above_pct']:.1f}% above the predicted live tensors, "
+             f"{res['reserved_memory_below_prediction']} below"
+             if res.get("reserved_memory_runs") else ""))
     if bands is not None:
         print(format_bands(bands))
         print(f"wrote {args.write_bands}")

@@ -247,7 +247,8 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
                       attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
-                      cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes)
+                      cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
+                      xent_peak_bytes=fw.xent_peak_bytes)
     if cfg.hp_key is not None:  # fp32 gradient accumulation in each layer's backward: the bf16 optimizer's (code 1),
         code = cfg.of(cfg.hp_key)[ix]  # FSDP's unsharded one with a pipeline (code 2; Framework.pp_grad_accum_bytes)
         per = np.where(code == 1, fw.hp_grad_bytes, np.where(code == 2, fw.pp_grad_accum_bytes, 0.0))

@@ -76,6 +76,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         its kernel (forward; backward sums the copies' gradients, as many again); 0: the kernel reads the shared K, V
     xent_bytes: HBM bytes per logit (T V / t a micro-batch) its loss code moves, forward and backward, from the 16-bit
         logits to their 16-bit gradient (head_elem, at the HBM rate); 14: a fused kernel's (XENT_BYTES_PER_LOGIT)
+    xent_peak_bytes: bytes a logit (T V / t a micro-batch) its loss code holds at once at its peak, forward or
+        backward (the head's activation, beside the last stage's kept activations: head_act); 4: a fused loss's fp32
+        logits (XENT_PEAK_BYTES_PER_LOGIT), where the framework's loss code is not counted
     grad_reduce_bytes: by precision (bf16, fp16, fp8), a gradient element's bytes in the dp reduction: 4 fp32, 2 16-bit
     weight_gather_bytes, all_reduce_then_gather: by precision, a weight element's bytes in ZeRO 1-3's all-gathers (1:
         fp8_param_gather, every weight priced so); ZeRO 0-1 all-reduce the gradients, then all-gather (BF16_Optimizer)
@@ -216,6 +219,7 @@ class Framework:
     sp_copy_bytes: float = 0.0
     hp_grad_bytes: float = 0.0
     xent_bytes: float = 4 + 8 + 2
+    xent_peak_bytes: float = 4.0  # XENT_PEAK_BYTES_PER_LOGIT (module docstring)
     kv_repeat_bytes: float = 0.0
     grad_reduce_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: GRAD_COMM_BYTES
     weight_gather_bytes: tuple[float, float, float] = (2.0, 2.0, 2.0)  # by PRECISIONS; 2: WEIGHT_BYTES
@@ -285,8 +289,8 @@ _MEGATRON_CORE = Framework(
     schedules=("1f1b", "interleaved"), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
     overlap_dp=(False, True), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=True,
     selective="attention", sequence_parallel=True, uneven_chunks=True, fp8=True, attention_kernel="cudnn",
-    xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True, layer_saves="te", dropout=False,
-    expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
+    xent_bytes=52.0, xent_peak_bytes=2.0 + 4.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True,
+    layer_saves="te", dropout=False, expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
     te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
     dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
@@ -325,6 +329,10 @@ _MEGATRON_CORE = Framework(
              ".float() (read 2, write 4 bytes a logit), max (4), in-place subtract (4, 4), exp (4, 4), sum (4), div_ "
              "(4, 4); backward mul_ (4, 4) and autograd's cast of the fp32 gradient to the logits' 16-bit dtype "
              "(validate_outputs: 4, 2): 52; language_module.py transposes the labels, not the logits",
+             "its loss's peak (xent_peak_bytes 6), the same code (00611e6 alike): forward, the caller's 16-bit logits "
+             "(2 bytes a logit) and the .float() copy (4), which the in-place sub_, exp and div_ turn into the softmax "
+             "saved for backward (the Function saves not its input); backward, the gradient written in place in that "
+             "buffer (4) and autograd's 16-bit cast of it (2): 6 at either peak, 4 held between them",
              "Megatron-LM megatron/core/pipeline_parallel/schedules.py (1F1B, with and without interleaving); d98e8a6 "
              "lines 1160-1180: interleaving needs a group size N in [pp, m] with m % N 0 or >= pp, so m >= pp",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
@@ -368,7 +376,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b", "interleaved"), max_zero=0, max_zero_with_pp=0, shard_with_pp_once=False,
         overlap_dp=(False,), overlap_dp_usual=(False,) * 4, fused_attention=False, fp8_saved_inputs=False,
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
-        expert_tensor_parallel=False, xent_bytes=52.0, grad_reduce_bytes=(4.0, 2.0, 4.0), grad_buffer_bytes=(4.0,) * 3,
+        expert_tensor_parallel=False, xent_bytes=52.0, xent_peak_bytes=2.0 + 4.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
+        grad_buffer_bytes=(4.0,) * 3,
         interleaved_microbatches="pp_multiple",
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
                  "Megatron-LM d750965 megatron/training.py line 366: interleaving asserts micro-batches % pp == 0",
@@ -378,12 +387,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "Megatron-LM d750965 arguments.py: --bf16 forces accumulate_allreduce_grads_in_fp32 (4), fp16 not (2)",
                  "Megatron-LM d750965 (2021-06-29) megatron/model/gpt_model.py post_language_model_processing "
                  "(output.float(): 2, 4 bytes a logit) and megatron/mpu/cross_entropy.py (the megatron-core profile's "
-                 "count after the cast, the cast's own backward 4, 2): 52",
+                 "count after the cast, the cast's own backward 4, 2): 52; its peak, the 16-bit output the caller "
+                 "still holds (2) and its fp32 copy turned into the saved softmax in place (4), backward that buffer "
+                 "(4) and the cast (2): 6 (xent_peak_bytes)",
                  "Korthikanti et al. 2022, Sec. 4 (SP, selective recompute; 5 a s^2 b bytes of scores a layer)"),
     ),
     _MEGATRON_CORE,
     dataclasses.replace(
-        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        _MEGATRON_CORE, name="megatron-bridge", xent_bytes=2 + 2 + 2 + 2 + 2, xent_peak_bytes=2.0,
+        grad_reduce_bytes=(2.0, 2.0, 2.0),
         weight_gather_bytes=(2.0, 2.0, 1.0),
         fp8_cast_bytes=TE_FP8_CAST_BYTES["current"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["current"][1],
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
@@ -393,7 +405,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py (1b2b4a8): online_softmax_"
                  "kernel reads the 16-bit logits (2 bytes a logit), cross_entropy_kernel reads them again and writes "
                  "the gradient in place (2, 2), backward element_mul_kernel scales it in place (2, 2) unless the "
-                 "incoming gradient is 1 (per-token losses: it is not): 10",
+                 "incoming gradient is 1 (per-token losses: it is not): 10; the gradient written over the logits "
+                 "(in place) and per-row statistics only: 2 bytes a logit at the peak (xent_peak_bytes)",
                  "Megatron-Bridge v0.2.0 (25.11) scripts/performance/configs/llama3/llama3_llm_pretrain.py, 067f987 "
                  "perf_recipes/_common.py: grad_reduce_in_fp32 = False (2 bytes; bf16_mixed's default is fp32)",
                  "Megatron-Bridge 067f987 scripts/performance: H100 FP8 runs as 'fp8_cs' (Float8CurrentScaling): the "
@@ -427,7 +440,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
-        attention_kernel="standard", xent_bytes=4 + 8 + 2, grad_reduce_bytes=(2.0,) * 3,  # not published: generic's
+        attention_kernel="standard", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0,  # not published: generic's
+        grad_reduce_bytes=(2.0,) * 3,
         overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti", recompute_modules=True,
         fp8_cast_bytes=(0.0,) * 4, fp8_norm_cast_bytes=None,  # its dense layers' quantization kernels not published
         what="DeepSeek's HAI-LLM as the DeepSeek-V3 report describes it: DeepEP dispatch (once per destination node, "
@@ -453,7 +467,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("1f1b",), max_zero=3, max_zero_with_pp=1, shard_with_pp_once=False,
         overlap_dp=(False, True), overlap_dp_usual=(False, False, False, True), fused_attention=False,
         fp8_saved_inputs=False, selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False,
-        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, grad_reduce_bytes=(2.0, 2.0, 2.0),
+        expert_tensor_parallel=False, hp_grad_bytes=18.0, xent_bytes=60.0, xent_peak_bytes=4.0 + 4.0,
+        grad_reduce_bytes=(2.0, 2.0, 2.0),
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True,
@@ -478,7 +493,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "bigscience-workshop/Megatron-DeepSpeed megatron/model/gpt_model.py (0035f06) GPTModelPipe: "
                  "float16_to_fp32 after the logits (2, 4 bytes a logit; CrossEntropy's .float() then a no-op); "
                  "megatron/mpu/cross_entropy.py (17e4536) clones the fp32 logits (4, 4), then Megatron's max, sub_, "
-                 "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60",
+                 "exp, sum, div_ (32) and backward mul_ (8), the cast back (4, 2): 60; its peak, the fp32 logits "
+                 "the loss is called on (4; the 16-bit ones dropped as the pipe's layers hand on their output) and the "
+                 "clone turned into the saved softmax (4): 8 (xent_peak_bytes; backward 4 and the cast's 2)",
                  "DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
                  "DeepSpeed v0.16.4 engine.py _do_optimizer_sanity_check (BF16_Optimizer for bf16 with ZeRO 0, or ZeRO "
                  "1 with fp32 gradient accumulation), pipe/engine.py _exec_backward_pass (update_hp_grads after every "
@@ -522,7 +539,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
         overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
-        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0, kv_repeat_bytes=4.0,
+        attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
+        xent_peak_bytes=4.0 + 4.0 + 4.0, kv_repeat_bytes=4.0,
         fsdp_unit_edges=True, grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
@@ -607,6 +625,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                  "SoftMax.cu, cunn_SoftMaxForward for a row over sharedMemPerBlock / 4: reads 3 x 4 for the max, the "
                  "sum of exp and the output, writes 4); backward nll_loss's dense fp32 gradient (Loss.cu 00e3254: "
                  "zero_, 4), cunn_SoftMaxBackward (gradient read twice, output once, 4 written), the cast (4, 2): 48",
+                 "its loss's peak (xent_peak_bytes 12), the same loss_fn: forward the 16-bit logits (2 bytes a "
+                 "logit), the .float() copy (4) and log_softmax's output (4): 10; the copy freed when loss_fn returns "
+                 "(ToCopyBackward keeps no tensor), train.py's 'del pred' frees the logits, log_softmax's output "
+                 "stays (LogSoftmaxBackward saves its result); backward, nll_loss's fp32 gradient (4), then "
+                 "_log_softmax_backward_data's (4) while both and the saved output live: 12, then the cast (4, 2): 6. "
+                 "With a pipeline the stage keeps its output (the logits, 2) to the backward: 14 there, not priced",
                  "torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with PP the "
                  "default does not reshard after forward, 'to avoid per-microbatch all-gathers' (commit b5bcd76c6)",
                  "torch.distributed.pipelining schedules: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, "
@@ -665,7 +689,8 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "partitioners.py min-cut), not derived: fsdp2 keeps Korthikanti et al.'s count",
              "the fsdp2 profile's sources"),
 )
-_derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_attention_bytes=(0.0,) * 4,
+_derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
+    ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
     pp_grad_accum_bytes=0.0, pre_reduce_copy_bytes=2.0 + 2.0,  # FSDP1's flat gradient: read 2, write 2 (sources)
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
@@ -674,7 +699,8 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, kv_repeat_bytes=0.0, ring_
     sources=("composer 28cc4caf6 / eb4fbd081 get_mixed_precision: DEFAULT (the tables' mode) reduces in fp32",
              "llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn defaults to "
              "'fused_crossentropy' (flash_attn.losses.cross_entropy; yamls/pretrain/mpt-*.yaml do not set it); that "
-             "kernel is not counted here: the fused count kept", "llmfoundry/models/layers/attention.py (8c8dd48): "
+             "kernel is not counted here: the fused count kept (xent_bytes, xent_peak_bytes)",
+             "llmfoundry/models/layers/attention.py (8c8dd48): "
              "should_repeat_kv_for_gqa = not is_flash_v2_installed() (FlashAttention-2 reads GQA's shared K and V)",
              "llm-foundry attention.py flash_attn_fn (b2a43a147, 5e85bd62d: the tables' code) unpads Q, K, V (bert_"
              "padding index_first_axis: torch.gather, 2 + 2 bytes an element), pads the output (zeros, index_put: 2 + "
@@ -749,7 +775,7 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
     # its tensor parallelism and pipelines as the paper describes them, not torchao's or torch.distributed.pipelining
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
-    pp_grad_accum_bytes=0.0,
+    pp_grad_accum_bytes=0.0, xent_peak_bytes=4.0,  # its loss code not published: the fused count
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "
@@ -778,6 +804,19 @@ _derive("fsdp2", "fsdp2-async-tp", sp_copy_bytes=0.0,
              "its chunk / cat) by fused_matmul_reduce_scatter; torch/distributed/_symmetric_memory/__init__.py: the "
              "gather dim moved to the front as a view, the shard copied into the symmetric buffer (1 / tp of the "
              "gathered activation, not counted)",
+             "the fsdp2 profile's sources"),
+)
+# Registered after fsdp2-async-tp, so that the codes of the profiles before it stay what they were.
+_derive("fsdp2", "fsdp2-compiled-loss", xent_peak_bytes=2.0 + 2.0,
+    what="torchtitan with torch.compile from 2025 on (as the fsdp2 profile), its loss compiled too: the logits "
+         "and their 16-bit gradient at the loss's peak, no fp32 copy",
+    sources=("torchtitan e7c0cae torchtitan/components/loss.py build_cross_entropy_loss: with training.compile the "
+             "loss (cross_entropy(pred.flatten(0, 1).float(), ...)) is torch.compile'd; pytorch torch/_functorch/"
+             "partitioners.py min_cut_rematerialization_partition: the cast, subtract and exp are pointwise and "
+             "recomputed in the backward, the row reductions (max, sum of exp) are saved, so the cut keeps the 16-bit "
+             "input (2 bytes a logit, 'del pred' in train.py then frees nothing) rather than the fp32 log_softmax; "
+             "the backward is one fused kernel writing the 16-bit gradient (2): 4 (xent_peak_bytes; counted from "
+             "the partitioner's rules, not measured); its HBM traffic (xent_bytes) not re-derived: fsdp2's kept",
              "the fsdp2 profile's sources"),
 )
 FRAMEWORK_ALIASES = {

@@ -46,6 +46,10 @@ ELEM_BWD_FACTOR = 2.0
 # Cross-entropy over the vocabulary: fp32 logits written, read twice (max, sum), gradient
 # written in 16 bits: bytes per logit, forward and backward together.
 XENT_BYTES_PER_LOGIT = 4 + 8 + 2
+# The loss's memory peak, bytes a logit live at once (the head's activation, held beside the last stage's activations
+# at the end of a micro-batch's forward and the start of its backward): the fp32 logits of one micro-batch, a fused
+# loss's count; a framework's own loss code sets its count (Framework.xent_peak_bytes).
+XENT_PEAK_BYTES_PER_LOGIT = 4
 # Unfused attention (Megatron-LM 2021-2022, megatron/model/transformer.py ParallelAttention: baddbmm into the b a s s
 # scores, FusedScaleMaskSoftmax, attention dropout, bmm with V): HBM bytes per score element beyond the two batched
 # products, (forward, backward). The causal softmax kernel (fused_kernels/scaled_upper_triang_masked_softmax.h) reads
@@ -337,12 +341,13 @@ def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
 
 
 def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
-               xent_bytes=XENT_BYTES_PER_LOGIT) -> dict[str, np.ndarray]:
+               xent_bytes=XENT_BYTES_PER_LOGIT, xent_peak_bytes=XENT_PEAK_BYTES_PER_LOGIT) -> dict[str, np.ndarray]:
     """The embedding's (first stage) and the head's (last stage) terms for one micro-batch of T
     tokens at tensor parallelism t: times emb_c, emb_tp, head_gemm, head_elem, head_tp and the
     activation bytes emb_act, head_act; zeros for an MLP, which has neither. The head's GEMM
     runs at the 16-bit FLOP/s ``peak16``, also under fp8 (FP8_IN_16_BIT); its loss moves
-    ``xent_bytes`` a logit (Framework.xent_bytes)."""
+    ``xent_bytes`` a logit (Framework.xent_bytes) and holds ``xent_peak_bytes`` a logit at its
+    peak (Framework.xent_peak_bytes: head_act)."""
     h, V = model.hidden, model.vocab
     zero = np.zeros_like(np.asarray(T, dtype=np.float64))
     if model.kind == "mlp":
@@ -361,7 +366,7 @@ def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
         "head_tp": all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat) + 3.0 * all_reduce_s(4.0 * T, t, tp_bw, tp_lat)
         + zero,
         "emb_act": (ACT_BYTES + 1) * T * h / sp_div + zero,  # embedding output and its dropout mask
-        "head_act": 4.0 * T * V / t + zero,  # fp32 logits of one micro-batch
+        "head_act": xent_peak_bytes * T * V / t + zero,  # the loss's peak over one micro-batch's logits
     }
 
 

@@ -27,6 +27,7 @@ from costmodel._layer_compute import (
     ELEM_TH_PER_LAYER,
     UNFUSED_SCORE_BYTES,
     XENT_BYTES_PER_LOGIT,
+    XENT_PEAK_BYTES_PER_LOGIT,
     edge_terms,
     fp8_cast_columns,
     fp8_cast_parts_s,
@@ -90,17 +91,18 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     costs (layer_costs, which takes ``links`` and ``peak16``), the embedding and head times, activation bytes.
     ``moe`` = (ep column, etp column, framework, precision column) for an MoE model: adds the MoE
     layer's terms as moe_<key> (MOE_TERMS, and moe_act_L); ``links`` may hold etp_link for it (moe_layer_costs)
-    and the framework's xent_bytes (edge_terms)."""
+    and the framework's xent_bytes and xent_peak_bytes (edge_terms)."""
     etp_link = links.pop("etp_link", None)
     casts = links.pop("casts", None)
     xent = links.pop("xent_bytes", XENT_BYTES_PER_LOGIT)
+    xent_peak = links.pop("xent_peak_bytes", XENT_PEAK_BYTES_PER_LOGIT)
     gpu = links.get("gpu") or cluster.gpu
     lc = layer_costs(model, cluster, b, t, c, sp, peak, **links)
     T = lc["T"]
     zero = np.zeros_like(T)
     af, ab, mf, mb = fp8_cast_parts_s(model, T, t, gpu, casts) if casts is not None else (zero,) * 4
     lc["cast_f"], lc["cast_b"], lc["cast_mlp_f"], lc["cast_mlp_b"] = af + mf, ab + mb, mf, mb
-    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"], xent)
+    edge = edge_terms(model, T, t, sp, links.get("peak16", peak), gpu, lc["tp_bw"], lc["tp_lat"], xent, xent_peak)
     act_L, score_L = layer_activation_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b", "cast_mlp_f", "cast_mlp_b")}

@@ -106,7 +106,8 @@ def _screen_block(model: Transformer, cluster: Cluster, table: StrategyTable, fw
                                    *(() if rcm is None else (rcm,)))
     f_t, f_sp = t[first_row], sp[first_row]
     terms = shape_terms(model, cluster, b[first_row], f_t, c[first_row], f_sp, peak[first_row],
-                        moe=(e[first_row], u[first_row], fw, table["precision"][first_row]) if moe else None)
+                        moe=(e[first_row], u[first_row], fw, table["precision"][first_row]) if moe else None,
+                        xent_peak_bytes=fw.xent_peak_bytes)
     sh = {k: x[inv] for k, x in framework_terms(fw, model, terms, f_t, f_sp, table["precision"][first_row],
                                                 None if rcm is None else rcm[first_row]).items()
           if k in ("T", "act_L", "score_L", "sel_kept", "sel_work", "emb_act", "head_act", "moe_act_L",

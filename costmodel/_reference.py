@@ -704,7 +704,7 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
         layer, score, drop, non_experts = _layer_saves(model, row, fw)
     out = dict(layer=layer, score=score, drop=drop, non_experts=non_experts,
                qkv=ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0,
-               op_sac=fw.selective == "op" and model.kind != "mlp")
+               op_sac=fw.selective == "op" and model.kind != "mlp", xent_peak=fw.xent_peak_bytes)
     if out["op_sac"]:
         swiglu = model.activation == "swiglu"
         ffn = [(h, f, True), (h, f, True), (f, h, False)] if swiglu else [(h, f, True), (f, h, False)]
@@ -980,7 +980,7 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
     elif rc == "selective" and act["op_sac"] and n_d:
         fixed += layer - act["sac_kept"]
     if last and model.kind != "mlp":
-        fixed += 4 * T * model.vocab / tp
+        fixed += act["xent_peak"] * T * model.vocab / tp  # the loss's peak (Framework.xent_peak_bytes)
     return dict(params=params, params_e=n_m * moe["experts_p"] if n_m else 0.0, per_mb=per_mb, fixed=fixed)
 
 

@@ -90,6 +90,7 @@ class MeasuredRun:
     framework: str = DEFAULT_FRAMEWORK  # its profile's name (costmodel._frameworks)
     stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage, where the row gives them
     state_dtypes: tuple[tuple[str, str], ...] = ()  # (STATE_DTYPE_COLUMNS keyword, dtype) the row names
+    memory_measure: str | None = None  # what measured_memory_gb is: MEMORY_MEASURES, None where the row does not say
 
     def profile(self) -> Framework:
         """The run's framework profile with the gradient and optimizer dtypes its row names
@@ -325,6 +326,23 @@ def _row_state_dtypes(row: dict, where: str, fw: Framework) -> tuple[tuple[str, 
     return given
 
 
+# What a published memory figure measures (the row's memory_measure cell): "allocated", the peak of live tensors
+# (torch.cuda.max_memory_allocated, what the model predicts); "reserved", the caching allocator's peak of reserved
+# segments (torch.cuda.max_memory_reserved: live tensors, blocks cached for reuse and their fragmentation), which
+# torchtitan's metrics log ("memory: X GiB", DeviceMemoryMonitor.get_peak_stats: reserved_bytes.all.peak, 9dec370
+# torchtitan/metrics.py, e7c0cae torchtitan/components/metrics.py). A reserved figure bounds the prediction from above:
+# it is compared as a bound and its share above the prediction reported, kept out of the memory error.
+MEMORY_MEASURES = ("allocated", "reserved")
+
+
+def _memory_measure(row: dict, where: str) -> str | None:
+    """The row's memory_measure cell (MEMORY_MEASURES), None when empty or absent."""
+    cell = (row.get("memory_measure") or "").strip().lower()
+    if cell and cell not in MEMORY_MEASURES:
+        raise InputError(f"{where}: memory_measure", "one of " + ", ".join(MEMORY_MEASURES) + " or empty", cell)
+    return cell or None
+
+
 def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
     """One MeasuredRun from a CSV row (read_runs); ``where`` names the file, line and row in errors."""
     if None in row:  # csv.DictReader keeps cells past the header under None
@@ -345,7 +363,7 @@ def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None,
     fw = framework_preset((row.get("framework") or "").strip() or framework, f"{where}: framework")
     return MeasuredRun(model.name, model, cluster, fixed, measure, given[measure], convention,
                        given["measured_memory_gb"], fw.name, _row_stage_layers(row, where, model.layers, fixed["pp"]),
-                       _row_state_dtypes(row, where, fw))
+                       _row_state_dtypes(row, where, fw), _memory_measure(row, where))
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:
@@ -442,6 +460,8 @@ def predict(run: MeasuredRun) -> dict:
         result["measured_memory_gb"] = run.measured_memory_gb
         gap = result["predicted_memory_gb"] - run.measured_memory_gb
         result["memory_error_pct"] = 100.0 * gap / run.measured_memory_gb
+        if run.memory_measure is not None:
+            result["memory_measure"] = run.memory_measure
     if not math.isfinite(t):  # every candidate fails a check: the one that got furthest says which
         result["reason"] = REASONS[int(metrics["reason"].max())]
     return result
@@ -470,7 +490,10 @@ def validate(runs: list[MeasuredRun]) -> dict:
     rows = [predict(r) for r in runs]
     errs = np.array([abs(r["error_pct"]) for r in rows])
     priced = errs[np.isfinite(errs)]
-    mem = np.array([abs(r["memory_error_pct"]) for r in rows if "memory_error_pct" in r])
+    mem = np.array([abs(r["memory_error_pct"]) for r in rows
+                    if "memory_error_pct" in r and r.get("memory_measure") != "reserved"])
+    # reserved peaks: the share of each above the predicted live tensors (cache, fragmentation and what is not priced)
+    above = np.array([-r["memory_error_pct"] for r in rows if r.get("memory_measure") == "reserved"])
     return {
         "rows": rows,
         "mean_abs_error_pct": float(priced.mean()) if priced.size else math.inf,
@@ -478,6 +501,9 @@ def validate(runs: list[MeasuredRun]) -> dict:
         "unpriced_runs": int(np.count_nonzero(~np.isfinite(errs))),
         "out_of_memory_runs": sum(1 for r in rows if r["memory_fits"] is False),
         "memory_mean_abs_error_pct": float(mem.mean()) if mem.size else None,
+        "reserved_memory_runs": int(above.size),
+        "reserved_memory_below_prediction": int(np.count_nonzero(above < 0.0)),
+        "reserved_memory_mean_above_pct": float(above.mean()) if above.size else None,
     }
 
 

@@ -201,7 +201,7 @@ def test_aliases_and_unknown_names():
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), zero3_kept=(1.0, 1.0, 0.0),
                                fp8_tp_gather=True, pp_grad_sync_after_backward=True, pp_grad_accum_bytes=10.0,
-                               pre_reduce_copy_bytes=0.0) == \
+                               pre_reduce_copy_bytes=0.0, xent_peak_bytes=12.0) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
@@ -352,7 +352,7 @@ def test_eager_torchtitan_moves_its_norms_rope_and_swiglu_bytes():
     # every other profile moves none of these bytes (llm-foundry: its unpadding copies, the test below; the
     # compiled torchtitan profiles: RoPE, tests/test_torchtitan_compiled.py)
     assert all(not any(fw.eager_elem_bytes) for name, fw in FRAMEWORKS.items()
-               if name not in ("fsdp2-eager", "llm-foundry", "fsdp2", "fsdp2-async-tp"))
+               if name not in ("fsdp2-eager", "llm-foundry", "fsdp2", "fsdp2-async-tp", "fsdp2-compiled-loss"))
 
 
 def test_llm_foundry_flash_path_moves_its_unpadding_copies():

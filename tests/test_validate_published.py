@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli import main
-from costmodel import model_preset
+from costmodel import InputError, model_preset
 from costmodel._validate import MEASURED, flops_per_iteration, read_runs, validate
 
 KORTHIKANTI = MEASURED / "korthikanti2022_mfu.csv"
@@ -134,3 +134,21 @@ def test_measured_memory_is_compared(tmp_path):
     assert res["rows"][0]["memory_error_pct"] == pytest.approx(25.0, abs=1e-3)
     assert "memory_error_pct" not in res["rows"][1]
     assert res["memory_mean_abs_error_pct"] == pytest.approx(25.0, abs=1e-3)
+
+
+def test_reserved_memory_is_a_bound_not_an_error(tmp_path):
+    """A row whose memory_measure is "reserved" (the caching allocator's peak: torchtitan's logged memory) is kept out
+    of the memory error and reported as the share it lies above the predicted live tensors."""
+    rows = _rows()[:2]
+    base = validate(read_runs(_write(tmp_path, rows)))["rows"]
+    rows[0]["measured_memory_gb"] = f"{base[0]['predicted_memory_gb'] * 1.25:.6f}"  # reserved 25% over the prediction
+    rows[0]["memory_measure"] = "reserved"
+    rows[1]["measured_memory_gb"] = f"{base[1]['predicted_memory_gb'] / 1.25:.6f}"  # allocated, the model 25% high
+    rows[1]["memory_measure"] = "allocated"
+    res = validate(read_runs(_write(tmp_path, rows, "mem.csv")))
+    assert res["memory_mean_abs_error_pct"] == pytest.approx(25.0, abs=1e-3)  # the allocated row only
+    assert res["reserved_memory_runs"] == 1 and res["reserved_memory_below_prediction"] == 0
+    assert res["reserved_memory_mean_above_pct"] == pytest.approx(100 * (1 - 1 / 1.25), abs=1e-3)  # 20% of it
+    rows[0]["memory_measure"] = "nvidia-smi"
+    with pytest.raises(InputError, match="memory_measure"):
+        read_runs(_write(tmp_path, rows, "bad.csv"))
