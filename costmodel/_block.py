@@ -33,6 +33,8 @@ from costmodel._data_parallel import (
     exchange_plan,
     exchange_reads_precision,
     exposed_dp_s,
+    fsdp_copy_bytes,
+    has_fsdp_copies,
     per_step_exchange,
 )
 from costmodel._distinct import distinct_rows
@@ -874,7 +876,28 @@ def data_parallel(rows: Rows, cfg: Configs, mem: Memory, pipe: Pipeline, stages_
         share = np.where(dp_raw > 0, (share * dense_raw + share_e * experts_raw) / np.where(dp_raw > 0, dp_raw, 1), 0)
     exposed = exposed_dp_s(zero, rows.overlap, m, pipe.X_max, pipe.B_b, pipe.W_b, dp_raw, F_b=pipe.F_b, fw=fw,
                            prec=prec, model=rows.model, pp=rows.p, step_s=step, sm_share=share)
+    if has_fsdp_copies(fw) and not rows.moe:  # FSDP2's copies beside its collectives, in series
+        exposed = exposed + fsdp_copies_s(rows, cfg, mem)
     return DataParallel(dp_raw=dp_raw, dp_st=dp_st, opt_s=opt_s, exposed=exposed)
+
+
+def fsdp_copies_s(rows: Rows, cfg: Configs, mem: Memory):
+    """(N,) FSDP2's copies beside the collectives of a step (costmodel._data_parallel.fsdp_copy_bytes: as many as the
+    exchange counts), on the computation stream, in series with the step: the slowest stage's, its parameters per GPU
+    at its HBM rate (a split stage's: the slower pool's)."""
+    fw, model = rows.fw, rows.model
+    if fw.zero3_kept[2] == 0:  # the kept share alike at every tp (no parameters kept by count): per row, (N,)
+        # fsdp_copy_bytes is a + m b: a and b of each (ZeRO stage, pp > 1), eight each, taken per row
+        z, p = np.arange(8) % 4, 1 + np.arange(8) // 4
+        a = fsdp_copy_bytes(fw, model, z, p, 0.0)
+        i = rows.zero + 4 * (rows.p > 1)
+        per = np.take(a, i) + rows.m * np.take(fsdp_copy_bytes(fw, model, z, p, 1.0) - a, i)
+    else:  # bytes a parameter, per stage (k, N) or (1, N)
+        per = fsdp_copy_bytes(fw, model, rows.zero, rows.p, rows.m, rows.t)
+    hbm = per_stage(rows, cfg, mem.hbm_rate)  # (1, 1) where every stage has one rate, else per stage
+    if hbm.shape == (1, 1) and np.ndim(per) == 1:
+        return per * mem.params_max / hbm[0, 0]
+    return rows.row_max(mem.params * per / hbm)
 
 
 def dp_sm_share(rows: Rows):

@@ -60,6 +60,39 @@ def pp_grad_accum_rows(fw: Framework, zero, p):
     return (p > 1) & (zero >= 1) & (fw.pp_grad_accum_bytes > 0)
 
 
+def has_fsdp_copies(fw: Framework) -> bool:
+    """Whether the profile prices FSDP2's copies beside its collectives (Framework.ag_copy_out_bytes,
+    rs_copy_in_bytes)."""
+    return bool(fw.ag_copy_out_bytes or any(fw.rs_copy_in_bytes))
+
+
+def fsdp_copy_bytes(fw: Framework, model: Transformer, zero, p, m, t=1.0):
+    """HBM bytes a parameter a GPU holds unsharded (its stage's, per GPU) FSDP2's copies beside its collectives move in
+    a step of ``m`` micro-batches on pipeline depth ``p`` (``zero`` as framework_columns prices it), as many as the
+    exchange counts the collectives (dp_exchange_coef): an all-gather's copy-out ag_copy_out_bytes, a reduce-scatter's
+    copy-in rs_copy_in_bytes (of the micro-batch's 16-bit gradients; of the unsharded fp32 accumulation where
+    pp_grad_accum_rows). ZeRO-3, every micro-batch: the copy-out forward and again backward but for the share kept
+    gathered (zero3_kept_share at tensor-parallel degree ``t``), the copy-in: m ((2 - kept) out + in), the count of
+    zero3_gather_scatter_bytes; ZeRO 1-2: the copy-in once a reduce-scatter (scatters_per_step: m at ZeRO-2 where the
+    framework reduce-scatters every micro-batch, else 1) and the copy-out once (the weights gathered once a step);
+    ZeRO 0 (no sharding): none. Arrays broadcast."""
+    out, (in16, in32) = fw.ag_copy_out_bytes, fw.rs_copy_in_bytes
+    z3 = zero3_gather_scatter_bytes(m, out, in16, zero3_kept_share(fw, model, t))
+    z12 = scatters_per_step(zero, m, fw) * np.where(pp_grad_accum_rows(fw, zero, p), in32, in16) + out
+    return np.where(zero == 3, z3, np.where(zero >= 1, z12, 0.0))
+
+
+def zero3_kept_share(fw: Framework, model: Transformer, t):
+    """The share of a GPU's parameters ZeRO-3 keeps gathered from a micro-batch's forward to its backward, not gathered
+    again (Framework.zero3_kept: layers, outside units, parameters), at tensor-parallel degree ``t``: the whole
+    model's on one stage (ExchangePlan.kept). Arrays broadcast."""
+    k_layers, k_outside, k_params = fw.zero3_kept
+    L = model.layers
+    total = model.num_params() / t
+    unit = (model.num_params() - model.embedding_params() - model.head_params()) / L / t
+    return np.minimum(k_layers * unit + k_outside * (total - L * unit) + k_params, total) / total
+
+
 def dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=None, fw: Framework | None = None, prec=0, plan=None):
     """Seconds of a stage's data-parallel exchange over g ranks for ``params`` parameters per GPU: dp_exchange_coef's
     a x params + b. ``bw``, ``lat``: one link tier (every step at ``lat``), or ``lat`` a CollectiveLink (``bw``
@@ -123,9 +156,7 @@ def exchange_plan(fw: Framework, model: Transformer, t, ranks, overlap, pp=1, ep
     per_layer, outside, scatter_per_layer = fw.zero3_gathers
     fwd = L * per_layer + outside if per_layer > 0 else 1.0
     k_layers, k_outside, k_params = fw.zero3_kept
-    total = model.num_params() / t
-    kept_params = np.minimum(k_layers * unit + k_outside * (total - L * unit) + k_params, total)
-    kept = kept_params / total
+    kept = zero3_kept_share(fw, model, t)
     kept_calls = k_layers * per_layer + k_outside + (k_params / (unit / per_layer) if per_layer > 0 else 0.0)
     bwd = np.maximum(fwd - kept_calls, 0.0) if per_layer > 0 else 1.0 - np.floor(kept)
     scatters = L * scatter_per_layer + outside if scatter_per_layer > 0 else np.nan

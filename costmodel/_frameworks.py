@@ -158,6 +158,22 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         tied embedding once): FSDP1's flat parameter, whose module parameters are views of one flat tensor (split,
         then view), so autograd's backward of the split concatenates the views' 16-bit gradients into the flat
         gradient (read 2, write 2: 4); in the layer's and the edges' backward, at the HBM rate; dense models; 0: none
+    ag_copy_out_bytes: HBM bytes a weight element moves on the computation stream after each of the data-parallel
+        exchange's weight all-gathers: FSDP2's foreach_all_gather_copy_out, split_with_sizes_copy of the all-gather
+        output into each parameter's unsharded tensor after the current stream waits for the all-gather (read 2,
+        write 2: 4); as many as the exchange counts all-gathers (costmodel._data_parallel: ZeRO-3 every micro-batch's
+        forward and backward but the share kept gathered, zero3_kept; ZeRO 1-2, and ZeRO 2-3 with pp > 1 under
+        shard_with_pp_once, once a step), over the parameters a GPU holds unsharded (its stage's; the slowest stage's);
+        at the HBM rate, in series with the step: nothing overlaps a copy on the computation stream (reported with the
+        exposed exchange, dp_comm_s: where it runs inside the passes the exchange's window is not widened by it);
+        costmodel._data_parallel.fsdp_copy_bytes; dense models; 0: none
+    rs_copy_in_bytes: HBM bytes a gradient element moves on the computation stream before each of the exchange's
+        gradient reduce-scatters (a micro-batch's 16-bit gradients, the unsharded fp32 accumulation where
+        pp_grad_accum_bytes is priced): FSDP2's foreach_reduce copy-in, torch._chunk_cat of the unit's unsharded
+        gradients into the reduce-scatter input in the reduce dtype before the reduce-scatter stream waits for the
+        current stream (bf16 read 2, fp32 written 4: 6; the fp32 accumulation read 4: 8); as many as the exchange
+        counts reduce-scatters (ZeRO-3 and, under zero2_scatter_every_microbatch, ZeRO-2: every micro-batch's backward;
+        ZeRO-1 once a step), priced as ag_copy_out_bytes; dense models; zeros: none
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -248,6 +264,8 @@ class Framework:
     pp_grad_sync_after_backward: bool = False  # pp > 1: the reduce-scatter after the last backward (docstring)
     pp_grad_accum_bytes: float = 0.0  # pp > 1: unsharded fp32 gradient accumulation per micro-batch (docstring)
     pre_reduce_copy_bytes: float = 0.0  # a gradient element's copy before the reduction, per micro-batch (docstring)
+    ag_copy_out_bytes: float = 0.0  # a weight element's copy after each all-gather, FSDP2's copy-out (docstring)
+    rs_copy_in_bytes: tuple[float, float] = (0.0, 0.0)  # before each reduce-scatter, FSDP2's copy-in (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -545,8 +563,22 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         dp_bucket_elems=(0.0, 0.0), zero3_gathers=(1.0, 1.0, 1.0), zero3_kept=(1.0, 1.0, 0.0),
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
-        pp_grad_accum_bytes=10.0,
-        sources=("the unsharded fp32 gradient accumulation with a pipeline (pp_grad_accum_bytes 10): torch.distributed."
+        pp_grad_accum_bytes=10.0, ag_copy_out_bytes=2.0 + 2.0, rs_copy_in_bytes=(2.0 + 4.0, 4.0 + 4.0),
+        sources=("FSDP2's copies beside its collectives (ag_copy_out_bytes 4, rs_copy_in_bytes 6 and 8): pytorch "
+                 "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (read at 8fc2039; the copy-in on the "
+                 "current stream since pytorch's 'Ran reduce-scatter copy-in in default stream', 2024-06, before the "
+                 "torchtitan rows' torch 1963fc8) foreach_reduce: torch._chunk_cat of the unit's unsharded gradients "
+                 "into the reduce-scatter input allocated in the reduce dtype (torchtitan's mixed_precision_reduce "
+                 "float32), then reduce_scatter_stream.wait_stream(current_stream): bf16 read 2, fp32 written 4; "
+                 "_fsdp_param_group.py post_backward (the late-2025 text) hands it the unit's "
+                 "unsharded_accumulated_grad (fp32, read 4) where an earlier backward did not reduce (the pipeline's "
+                 "accumulation); "
+                 "foreach_all_gather_copy_out: current_stream().wait_event(all_gather_event), then "
+                 "split_with_sizes_copy of the bf16 all-gather output into each parameter's unsharded tensor (read "
+                 "2, write 2); one each per collective the unit runs (FSDPParamGroup.unshard / post_backward), "
+                 "counted as the exchange counts them; the all-gather copy-in (_foreach_copy_ of the shard, 1 / dp "
+                 "of the bytes) not priced",
+                 "the unsharded fp32 gradient accumulation with a pipeline (pp_grad_accum_bytes 10): torch.distributed."
                  "pipelining's PipelineStage runs every micro-batch's backward after set_requires_gradient_sync(False) "
                  "and set_reshard_after_backward(False) (stage.py backward_maybe_with_nosync), so each FSDP unit's "
                  "post_backward (torch/distributed/_composable/fsdp/_fsdp_param_group.py, the late-2024 text; the "
@@ -693,6 +725,7 @@ _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_re
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
     pp_grad_accum_bytes=0.0, pre_reduce_copy_bytes=2.0 + 2.0,  # FSDP1's flat gradient: read 2, write 2 (sources)
+    ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0),  # FSDP1 all-gathers into the flat parameter: no copy-out
     # eager: 20 bytes an element of q + hk, a third forward; FSDP1 keeps only its root gathered for backward
     eager_elem_bytes=(0.0, 20 / 3, 0.0), fsdp_unit_edges=True, zero3_kept=(0.0, 1.0, 0.0),
     what="LLM Foundry (Composer FSDP, MPT, attn_impl flash): as fsdp2 but its fused loss and its unpadding copies",
@@ -776,6 +809,8 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
     pp_grad_accum_bytes=0.0, xent_peak_bytes=4.0,  # its loss code not published: the fused count
+    ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0),  # nor FSDP2's copies: the paper
+    # describes its FSDP in words, not which code runs it
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "

@@ -683,6 +683,25 @@ def _edges(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
                 head_tp=_allreduce(ACT_BYTES * T * h, tp, link) + 3 * _allreduce(4 * T, tp, link))
 
 
+def _fsdp_copies(model: Transformer, fw, row: _Row) -> float:
+    """FSDP2's copies beside its collectives in a step (fw.ag_copy_out_bytes after each all-gather, fw.rs_copy_in_bytes
+    before each reduce-scatter), bytes a parameter the GPU holds. ZeRO-3 all-gathers forward and backward (but the
+    share it keeps gathered) and reduce-scatters, every micro-batch; ZeRO-2 all-gathers once a step and reduce-scatters
+    every micro-batch where the framework does (zero2_scatter_every_microbatch), else once; ZeRO-1 (a pipeline's ZeRO
+    2-3 under shard_with_pp_once) one of each a step, the copy-in reading the unsharded fp32 accumulation where a
+    pipeline keeps one (fw.pp_grad_accum_bytes); ZeRO 0 none. Dense models."""
+    out, (in16, in32) = fw.ag_copy_out_bytes, fw.rs_copy_in_bytes
+    zero, m = row.zero, row.m
+    if not (out or in16 or in32) or model.is_moe or zero == 0:
+        return 0.0
+    if zero == 3:
+        return m * ((2.0 - _exchange_plan(model, fw, row)["kept"]) * out + in16)
+    copy_in = in32 if row.pp > 1 and fw.pp_grad_accum_bytes > 0 else in16
+    if zero == 2 and fw.zero2_scatter_every_microbatch:
+        return m * in16 + out
+    return copy_in + out
+
+
 def _activations(model: Transformer, row: _Row, fw) -> dict:
     """Activation bytes of one layer and micro-batch (``layer``; ``score``: the attention scores' part), MLA's Q, K
     and V (``qkv``: not kept under selective recompute), and torchtitan's per-op selective checkpointing
@@ -1130,6 +1149,8 @@ def _data_parallel(model: Transformer, cluster: Cluster, row: _Row, fw, stages: 
     if model.is_moe and dp_raw > 0:  # the dense and the expert exchanges' shares, weighed by their seconds
         f = (f * dense[0] + share(ep_link) * experts[0]) / dp_raw
     exposed = fixed + late + max(f * (dp_raw - fixed) - late, 0.0)
+    # FSDP2's copies beside its collectives, on the computation stream in series with the step: the largest stage's
+    exposed += _hbm(gpu, _fsdp_copies(model, fw, row) * params_max)
     return dict(exposed=exposed, opt=opt, params_max=params_max, g=g, edp=edp, shard=shard)
 
 

@@ -60,7 +60,9 @@ def test_an_fsdp2_step_exposes_its_edges_on_top_of_the_sm_share():
     # X: the exchange itself (the same profile with the overlap off: exposed whole). Edges on, the exchange hidden
     # under the step's computation: e x 0.75 X + f x (X - e x 0.75 X) = (0.75 e (1 - f) + f) X = 0.2253492 X; edges
     # off: f X = 0.1212121 X.
-    model, fw = model_preset("llama3-8b"), framework_preset("fsdp2")
+    # (the exchange alone: FSDP2's copies beside it, in series with dp_comm_s, are tests/test_fsdp2_copies.py's)
+    model = model_preset("llama3-8b")
+    fw = dataclasses.replace(framework_preset("fsdp2"), ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0))
     x, compute = _dp_comm(dataclasses.replace(fw, overlap_dp=(False,)), model)
     assert 0 < x < compute  # hidden under the computation when overlapped
     on, _ = _dp_comm(fw, model)
