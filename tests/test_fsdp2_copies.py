@@ -95,7 +95,8 @@ def test_zero_stages_0_to_2_follow_the_exchange_counts():
 
 def test_only_fsdp2s_profiles_price_them():
     for name, fw in FRAMEWORKS.items():
-        on = name in ("fsdp2", "fsdp2-eager", "fsdp2-async-tp")  # (fsdp2-compile: an alias of fsdp2)
+        # (fsdp2-compile: an alias of fsdp2; fsdp2-compiled-loss: torchtitan's FSDP2 with its loss compiled)
+        on = name in ("fsdp2", "fsdp2-eager", "fsdp2-async-tp", "fsdp2-compiled-loss")
         assert (fw.ag_copy_out_bytes, fw.rs_copy_in_bytes) == ((4.0, (6.0, 8.0)) if on else (0.0, (0.0, 0.0))), name
     moe = model_preset("mixtral-8x7b")  # dense models only
     t = StrategyTable.from_columns(dp=8, tp=1, pp=1, ep=8, micro_batch=1, global_batch=64, zero_stage=3)
