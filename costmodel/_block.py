@@ -43,7 +43,7 @@ from costmodel._experts import backward_chunk_excess, backward_chunks, expert_ex
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
-from costmodel._layer_compute import fp8_cast_columns, hbm_s, recompute_flops_per_token
+from costmodel._layer_compute import UB_CONFIGS, fp8_cast_columns, hbm_s, recompute_flops_per_token, ub_layer_tp_s
 from costmodel._layer_terms import (
     LAYER_INPUTS,
     MOE_PART_KEYS,
@@ -251,6 +251,8 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
                       tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
                       xent_peak_bytes=fw.xent_peak_bytes)
+    if any(fw.tp_comm_overlap) and not rows.moe and model.kind != "mlp" and not model.mla:
+        out.update(ub_tp_terms(fw, model, out, cfg, ix, gpu, pa["sms"][q], pool_link(pa, q, np.where(tin, 1, dd), tt)))
     if cfg.hp_key is not None:  # fp32 gradient accumulation in each layer's backward: the bf16 optimizer's (code 1),
         code = cfg.of(cfg.hp_key)[ix]  # FSDP's unsharded one with a pipeline (code 2; Framework.pp_grad_accum_bytes)
         per = np.where(code == 1, fw.hp_grad_bytes, np.where(code == 2, fw.pp_grad_accum_bytes, 0.0))
@@ -261,6 +263,20 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
         out["emb_copy"] = hbm_s(copy * model.embedding_params(), gpu)  # (the first stage's; the head and final
         out["head_copy"] = hbm_s(copy * model.head_params(), gpu)  # norm the last's; a tied embedding once)
     return out
+
+
+def ub_tp_terms(fw, model, sh: dict, cfg: Configs, ix, gpu, sms, tp_link) -> dict:
+    """tp_fwd and tp_bwd of configurations ix under Transformer Engine's userbuffers (Framework.tp_comm_overlap, by
+    precision): each exchange pipelined with its GEMM (costmodel._layer_compute.ub_layer_tp_s) where the row runs
+    sequence parallelism at t > 1 and its precision names a configuration; the shape terms ``sh`` elsewhere."""
+    t, pr, T = cfg.t_u[ix], cfg.prec_u[ix], sh["T"]
+    fwd, bwd = sh["tp_fwd"], sh["tp_bwd"]
+    for name in sorted(set(fw.tp_comm_overlap) - {""}):
+        on = np.asarray(cfg.sp_u[ix], bool) & (t > 1) & (np.asarray(fw.tp_comm_overlap)[pr] == name)  # (U,)
+        if on.any():
+            f, b = ub_layer_tp_s(model, T, t, cfg.peak[ix], gpu, *tp_link, sms, UB_CONFIGS[name])
+            fwd, bwd = np.where(on, f, fwd), np.where(on, b, bwd)
+    return {"tp_fwd": fwd, "tp_bwd": bwd}
 
 
 def moe_layer_shape_terms(rows: Rows, cfg: Configs, ix, sh: dict) -> dict:

@@ -174,6 +174,18 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         current stream (bf16 read 2, fp32 written 4: 6; the fp32 accumulation read 4: 8); as many as the exchange
         counts reduce-scatters (ZeRO-3 and, under zero2_scatter_every_microbatch, ZeRO-2: every micro-batch's backward;
         ZeRO-1 once a step), priced as ag_copy_out_bytes; dense models; zeros: none
+    tp_comm_overlap: by precision (PRECISIONS), the name of Transformer Engine's userbuffers configuration the
+        framework runs its tensor-parallel exchange with (costmodel._layer_compute.UB_CONFIGS: each sequence-parallel
+        all-gather and reduce-scatter split and pipelined with the GEMM beside it, per GEMM by ring exchange,
+        pipeline or bulk method, each with its SMs), "" where it runs without; priced on dense models with sequence
+        parallelism at t > 1 (an MoE model's layers keep their exchange exposed). Megatron-Core runs it only when
+        asked (--tp-comm-overlap, off by default: megatron/training/arguments.py); Megatron-Bridge's Llama
+        pre-training recipes turn it on with a per-model configuration (v0.2.0 recipes/llama/llama3.py
+        CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_..._h100_h8192_tp4_...), kept by
+        scripts/performance/configs through v0.5.0), but the profile leaves it off: priced so, its Llama rows move
+        from 4-12% slow to 1-16% fast (benchmarks/tp_comm_overlap.py); with_tp_comm_overlap switches it for a run
+        (on: the profile's configuration, else Transformer Engine's defaults; "bridge-bf16" and "bridge-fp8" name
+        Megatron-Bridge's)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -266,6 +278,7 @@ class Framework:
     pre_reduce_copy_bytes: float = 0.0  # a gradient element's copy before the reduction, per micro-batch (docstring)
     ag_copy_out_bytes: float = 0.0  # a weight element's copy after each all-gather, FSDP2's copy-out (docstring)
     rs_copy_in_bytes: tuple[float, float] = (0.0, 0.0)  # before each reduce-scatter, FSDP2's copy-in (docstring)
+    tp_comm_overlap: tuple[str, str, str] = ("", "", "")  # by PRECISIONS: userbuffers' configuration, "" off (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -899,6 +912,16 @@ def with_state_dtypes(fw: Framework, *, grad: str | None = None, main_params: st
         changes["optim_state_bytes"] = (MAIN_PARAMS_DTYPE_BYTES["fp32"] if main is None else main) + 2.0 * (
             MOMENTS_DTYPE_BYTES["fp32"] if mom is None else mom)
     return dataclasses.replace(fw, **changes) if changes else fw
+
+
+def with_tp_comm_overlap(fw: Framework, on: bool) -> Framework:
+    """``fw`` with Transformer Engine's tensor-parallel communication overlap on or off (Framework.tp_comm_overlap):
+    on keeps the profile's configuration where it has one, else Transformer Engine's defaults (Megatron-LM's
+    --tp-comm-overlap without --tp-comm-overlap-cfg: costmodel._layer_compute.UB_CONFIGS "te-default"). The profile
+    keeps its name."""
+    if not on:
+        return dataclasses.replace(fw, tp_comm_overlap=("", "", ""))
+    return fw if all(fw.tp_comm_overlap) else dataclasses.replace(fw, tp_comm_overlap=("te-default",) * 3)
 
 
 def state_optim_bytes(state_dtypes: dict) -> float:

@@ -420,3 +420,89 @@ def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
     flops = [2.0 * a * b for a, b in shapes]
     return mms, sum(x for x, (_, _, kept) in zip(flops, mms, strict=True) if not kept), sum(flops)
+
+
+# Transformer Engine's userbuffers (tensor-parallel communication overlap: Megatron-LM's --tp-comm-overlap,
+# Megatron-Bridge's CommOverlapConfig.tp_comm_overlap; sequence parallelism, t > 1): each of a layer's eight
+# sequence-parallel exchanges split and pipelined with the GEMM beside it, by one of three methods
+# (TransformerEngine v1.9 transformer_engine/pytorch/csrc/comm_gemm_overlap.h):
+#   "ring"      ring exchange, split_overlap_ag / split_overlap_rs: the GEMM in t chunks of T / t tokens, t - 1
+#               point-to-point sends of one chunk (bytes / t), each beside one GEMM chunk (the all-gather's first chunk
+#               is the rank's own, the reduce-scatter's last): (t - 1) max(0, send - GEMM / t) exposed. Its sends run
+#               on the copy engines; with set_sm_margin the GEMM leaves its num_sm SMs to them.
+#   "pipeline"  split_overlap_rs: the GEMM in num_splits chunks, each chunk's reduce-scatter on num_sm SMs beside the
+#               next chunk: the last chunk's collective exposed, (n - 1) max(0, RS / n - GEMM / n) more.
+#   "bulk"      bulk_overlap: the whole collective on num_sm SMs beside one independent GEMM of the backward (the
+#               input's all-gather for the weight gradient beside the data-gradient GEMM, qkv_dgrad / fc1_dgrad; the
+#               data gradient's reduce-scatter beside the weight-gradient GEMM, qkv_wgrad / fc1_wgrad):
+#               max(0, collective - GEMM) exposed.
+# SMs: a GEMM with set_sm_margin runs on the SMs less num_sm (G S / (S - m)); without it the collective's kernel holds
+# its num_sm SMs while it runs (G + min(collective, G) m / (S - m)); either way the GEMM's added time is exposed with
+# the exchange. Per GEMM (method, num_sm, num_splits, set_sm_margin), forward qkv_fprop, fc1_fprop (all-gathers),
+# proj_fprop, fc2_fprop (reduce-scatters); backward proj_dgrad, fc2_dgrad (the output gradients' all-gathers),
+# qkv_dgrad, fc1_dgrad (bulk all-gathers beside the data-gradient GEMMs), qkv_wgrad, fc1_wgrad (bulk reduce-scatters
+# beside the weight-gradient GEMMs). Not priced: the GEMM chunks' lower utilisation at T / t tokens, the
+# reduce-scatter's final reduction kernel, fp8 all-gathers of 1-byte data (every exchange at 16 bits, as without the
+# overlap).
+UB_GEMMS = ("qkv_fprop", "fc1_fprop", "proj_fprop", "fc2_fprop", "proj_dgrad", "fc2_dgrad", "qkv_dgrad", "fc1_dgrad",
+            "qkv_wgrad", "fc1_wgrad")
+_RING = ("ring", 1, 0, False)
+UB_CONFIGS = {
+    # TransformerEngine v1.9 module/base.py initialize_ub, its defaults where no configuration is passed (Megatron-LM's
+    # --tp-comm-overlap without --tp-comm-overlap-cfg): ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad,
+    # fc2_dgrad (num_sm 1); pipeline for proj_fprop, fc2_fprop (num_sm 16, num_splits 4); bulk for the rest (num_sm
+    # 16); set_sm_margin False
+    "te-default": {"qkv_fprop": _RING, "fc1_fprop": _RING, "proj_fprop": ("pipeline", 16, 4, False),
+                   "fc2_fprop": ("pipeline", 16, 4, False), "proj_dgrad": _RING, "fc2_dgrad": _RING,
+                   "qkv_dgrad": ("bulk", 16, 0, False), "fc1_dgrad": ("bulk", 16, 0, False),
+                   "qkv_wgrad": ("bulk", 16, 0, False), "fc1_wgrad": ("bulk", 16, 0, False)},
+    # Megatron-Bridge v0.2.0 src/megatron/bridge/training/comm_overlap.py userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192
+    # (its Llama 3 70B H100 recipe's; the 405B's h16384_tp8_cp2 differs in num_sm only: qkv_dgrad 2, fc1_wgrad 2,
+    # fc2_fprop 8)
+    "bridge-bf16": {"qkv_fprop": _RING, "fc1_fprop": _RING, "proj_fprop": ("pipeline", 24, 4, True),
+                    "fc2_fprop": ("pipeline", 16, 4, True), "proj_dgrad": _RING, "fc2_dgrad": _RING,
+                    "qkv_dgrad": ("bulk", 4, 0, False), "fc1_dgrad": ("bulk", 2, 0, False),
+                    "qkv_wgrad": ("bulk", 24, 0, False), "fc1_wgrad": ("bulk", 4, 0, False)},
+    # the same file's userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192: every split exchange a ring, proj_fprop and
+    # fc2_fprop with set_sm_margin (num_sm 1); its fp8 B200 and 405B configurations are rings too, bulk num_sm 2-32
+    "bridge-fp8": {"qkv_fprop": _RING, "fc1_fprop": _RING, "proj_fprop": ("ring", 1, 0, True),
+                   "fc2_fprop": ("ring", 1, 0, True), "proj_dgrad": _RING, "fc2_dgrad": _RING,
+                   "qkv_dgrad": ("bulk", 4, 0, False), "fc1_dgrad": ("bulk", 2, 0, False),
+                   "qkv_wgrad": ("bulk", 24, 0, False), "fc1_wgrad": ("bulk", 4, 0, False)},
+}
+
+
+def ub_exchange_s(method: tuple, x, G, t, sms):
+    """Exposed seconds of one sequence-parallel exchange of ``x`` seconds (gather_s: a ring all-gather or
+    reduce-scatter over t ranks) split and pipelined with a GEMM of ``G`` seconds by userbuffers' ``method``
+    (method, num_sm, num_splits, set_sm_margin; UB_CONFIGS), on a GPU of ``sms`` SMs: the exchange the pipeline does
+    not hide and the GEMM's time its SMs take."""
+    kind, m, n, margin = method
+    free = sms - m
+    if kind == "ring":
+        held = G * m / free if margin else 0.0  # (sends on the copy engines)
+        g = G + held
+        return (t - 1) * np.maximum(x / np.maximum(t - 1, 1) - g / t, 0.0) + held
+    held = G * m / free if margin else np.minimum(x, G) * m / free
+    g = G + held
+    if kind == "pipeline":
+        return x / n + (n - 1) * np.maximum(x / n - g / n, 0.0) + held
+    return np.maximum(x - g, 0.0) + held  # bulk
+
+
+def ub_layer_tp_s(model: Transformer, T, t, peak, gpu, tp_bw, tp_lat, sms, config: dict):
+    """(forward, backward) exposed tensor-parallel exchange of one dense layer and micro-batch under userbuffers'
+    ``config`` (UB_CONFIGS): the four forward exchanges (the QKV and FC1 inputs' all-gathers, the projection's and
+    FC2's reduce-scatters), each beside its GEMM, and the backward's four (the projection's and FC2's output
+    gradients gathered beside their data-gradient GEMMs, QKV's and FC1's data gradients reduce-scattered beside their
+    weight-gradient GEMMs) with the two bulk all-gathers of the QKV and FC1 inputs beside their data-gradient GEMMs.
+    A backward GEMM takes its forward's time, as the layer's terms price it."""
+    h, f, q, hk = model.hidden, model.ffn_hidden, model.q_hidden, model.kv_hidden
+    x = gather_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)  # (N,) one all-gather or reduce-scatter of T h
+    g = {"qkv": gemm_s(T, (q + 2 * hk) / t, h, peak, gpu), "proj": gemm_s(T, h, q / t, peak, gpu),
+         "fc1": gemm_s(T, (model.mlp_matrices - 1) * f / t, h, peak, gpu), "fc2": gemm_s(T, h, f / t, peak, gpu)}
+    one = {name: ub_exchange_s(config[name], x, g[name.split("_")[0]], t, sms) for name in UB_GEMMS}
+    fwd = one["qkv_fprop"] + one["fc1_fprop"] + one["proj_fprop"] + one["fc2_fprop"]
+    bwd = (one["proj_dgrad"] + one["fc2_dgrad"] + one["qkv_dgrad"] + one["fc1_dgrad"] + one["qkv_wgrad"]
+           + one["fc1_wgrad"])
+    return fwd, bwd

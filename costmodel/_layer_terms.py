@@ -53,8 +53,8 @@ from costmodel._workloads import Transformer
 MOE_TERMS = ("gemm", "elem", "overhead", "ep_fwd", "ep_bwd", "xcast_f", "xcast_b", "ep_x", "host_f", "host_x",
              "xb_q", "xb_a", "xb_on", "moe_f", "act_f", "shared_f")
 # What layer_terms reads of a dense layer's shape terms (after framework_terms).
-LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp", "cast_f",
-                "cast_b")
+LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "sel_re", "sel_tp",
+                "cast_f", "cast_b")
 
 
 def moe_layer_inputs(sh: dict) -> dict:
@@ -106,6 +106,7 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = layer_activation_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b", "cast_mlp_f", "cast_mlp_b")}
+    out["tp_bwd"] = out["tp_fwd"]  # the backward's exposed exchange: the forward's, but under userbuffers (_block)
     out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
                cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)
@@ -193,7 +194,8 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         # and recompute's all-gathers follow it)
         gather = np.where((np.asarray(precision) == PRECISIONS.index("fp8")) & fw.fp8_tp_gather, 0.5, 1.0)
         copies = 2.0 * (gather + 1.0) * fw.sp_copy_bytes * terms["T"] * model.hidden * byte_s
-        terms = {**terms, "tp_fwd": terms["tp_fwd"] + np.where(np.asarray(sp, bool) & (t > 1), copies, 0.0)}
+        added = np.where(np.asarray(sp, bool) & (t > 1), copies, 0.0)
+        terms = {**terms, "tp_fwd": terms["tp_fwd"] + added, "tp_bwd": terms["tp_bwd"] + added}
     score_f = 0.0
     if unfused:  # the s x s scores through HBM: the softmax and the attention dropout, forward and backward
         score_f, score_b = unfused_score_s(model, terms["T"], t, byte_s)
@@ -405,11 +407,11 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
         xb = {"xb_d": d, "xb_e": np.maximum(lc["xb_q"] - lc["xb_a"], 0.0) * lc["xb_on"],
               "xb_t": np.maximum(d + lc["xb_q"], 0.0) * lc["xb_on"]}
         bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"]) - lc["gemm"]
-    tpf, cpf, cpb = lc["tp_fwd"], lc["cp_fwd"], lc["cp_bwd"]
+    tpf, tpb, cpf, cpb = lc["tp_fwd"], lc["tp_bwd"], lc["cp_fwd"], lc["cp_bwd"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
     sel_tp = np.where(sel, lc["sel_tp"], 0.0)
-    out = {"F": f + tpf + cpf, "B": bx + tpf + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
-           "compute": f + bx + lc["gemm"], "recompute": re, "tp": 2.0 * tpf + np.where(full, tpf, sel_tp),
+    out = {"F": f + tpf + cpf, "B": bx + tpb + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],
+           "compute": f + bx + lc["gemm"], "recompute": re, "tp": tpf + tpb + np.where(full, tpf, sel_tp),
            "cp": cpf + cpb + np.where(full, cpf, 0.0)}
     if "ep_fwd" in lc:  # an MoE layer: its all-to-alls forward, backward and again in a full recompute (or in a
         epf, epb = lc["ep_fwd"], lc["ep_bwd"]  # selective one of the "moe" module: sel_ep, module_terms)

@@ -41,6 +41,7 @@ from costmodel._layer_compute import (
     FP8_TP_CAST_BYTES,
     TE_RING_BYTES,
     TE_RING_KERNELS,
+    UB_CONFIGS,
     UNFUSED_SCORE_BYTES,
 )
 from costmodel._memory_terms import (
@@ -589,6 +590,35 @@ def _fp8_tp(fw, row: _Row) -> bool:
     return fw.fp8_tp_gather and row.fp8 and row.sp and row.tp > 1
 
 
+def _userbuffers(model: Transformer, gpu, row: _Row, config: dict) -> tuple[float, float]:
+    """(forward, backward) exposed tp exchange of one dense layer under Transformer Engine's userbuffers: each
+    exchange beside its GEMM by its method (ring: t - 1 sends of a chunk, each beside a GEMM chunk; pipeline: the
+    last of n chunks' collective bare; bulk: the collective beside the whole GEMM), the GEMM slowed by the SMs the
+    method holds."""
+    tp, T, h, f = row.tp, row.T, model.hidden, model.ffn_hidden
+    sms = streaming_multiprocessors(gpu.name)
+    x = _gather(ACT_BYTES * T * h, tp, row.tp_link)
+    gemms = {"qkv": _gemm(gpu, row.peak, T, (model.q_hidden + 2 * model.kv_hidden) / tp, h),
+             "proj": _gemm(gpu, row.peak, T, h, model.q_hidden / tp),
+             "fc1": _gemm(gpu, row.peak, T, (model.mlp_matrices - 1) * f / tp, h),
+             "fc2": _gemm(gpu, row.peak, T, h, f / tp)}
+    exposed = {}
+    for name, (kind, m, n, margin) in config.items():
+        G = gemms[name.split("_")[0]]
+        if kind == "ring":
+            held = G * m / (sms - m) if margin else 0.0
+            exposed[name] = (tp - 1) * max(x / (tp - 1) - (G + held) / tp, 0.0) + held
+            continue
+        held = G * m / (sms - m) if margin else min(x, G) * m / (sms - m)
+        if kind == "pipeline":
+            exposed[name] = x / n + (n - 1) * max(x / n - (G + held) / n, 0.0) + held
+        else:
+            exposed[name] = max(x - (G + held), 0.0) + held
+    fwd = sum(exposed[k] for k in ("qkv_fprop", "fc1_fprop", "proj_fprop", "fc2_fprop"))
+    bwd = sum(exposed[k] for k in ("proj_dgrad", "fc2_dgrad", "qkv_dgrad", "fc1_dgrad", "qkv_wgrad", "fc1_wgrad"))
+    return fwd, bwd
+
+
 def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict) -> dict:
     """The dense layer under the framework: casts to fp8 outside the GEMMs (fw.fp8_cast_bytes, per element of the
     linear inputs, output gradients and weights), the bf16 optimizer's fp32 accumulation, PyTorch's ring attention,
@@ -653,17 +683,21 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
     if fw.kv_repeat_bytes and model.kind != "mlp" and not model.mla and model.kv_hidden < model.q_hidden:
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
-    tp_fwd = lay["tp_fwd"]
+    tp_fwd = tp_bwd = lay["tp_fwd"]
+    config = fw.tp_comm_overlap[row.prec]
+    if config and row.sp and tp > 1 and model.kind != "mlp" and not model.mla and not model.is_moe:
+        tp_fwd, tp_bwd = _userbuffers(model, gpu, row, UB_CONFIGS[config])
     if fw.sp_copy_bytes and model.kind != "mlp" and row.sp and tp > 1:  # DTensor's copies around the 4 sp collectives
         gather = 0.5 if _fp8_tp(fw, row) else 1.0  # torchao's float8 TP gathers fp8 data: its copies half the bytes
         tp_fwd += _hbm(gpu, 2 * (gather + 1) * fw.sp_copy_bytes * T * h)
+        tp_bwd = tp_fwd
     score_f = 0.0
     if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout
         scores = T * model.seq_len * model.heads / tp  # s x s score elements of the rank's T queries and heads
         score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "tp_fwd": tp_fwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
+    return {**lay, "tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
             "score_f": score_f,
             "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
@@ -913,10 +947,10 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re, re_tp, re_cp = 0.0, 0.0, 0.0
     re_tp_m = 0.0 if (rc == "selective" and (act["op_sac"] or named is not None)) else re_tp  # expert layers
     F = n_d * (fwd + tp_fwd + cp_fwd)
-    Bw = n_d * (lay["bwd"] + tp_fwd + cp_bwd + re + re_tp + re_cp)
+    Bw = n_d * (lay["bwd"] + lay["tp_bwd"] + cp_bwd + re + re_tp + re_cp)
     W = n_d * lay["wgt"]
     comp = n_d * (fwd + lay["bwd"] + lay["wgt"])
-    tps = n * 2 * tp_fwd
+    tps = n * 2 * tp_fwd if lay["tp_bwd"] == tp_fwd else n_d * (tp_fwd + lay["tp_bwd"]) + n_m * 2 * tp_fwd
     ep_s = re_m = 0.0
     if n_m:
         re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
