@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from costmodel._distinct import distinct_rows
+from costmodel._distinct import distinct_rows, unique_rows
 from costmodel._sorted_memo import Memo
 from costmodel._strategy import SCHEDULES
 
@@ -235,10 +235,8 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
 
     k = F.shape[1]
     inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
-    uniq, back = np.unique(inputs, axis=0, return_inverse=True)
-    back = back.ravel()
-    shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
-    gid = gid.ravel()
+    uniq, back, shapes, gid = unique_rows(inputs, lead=4)  # (np.unique's, axis=0: the rows, then their shapes)
+    shapes = shapes.astype(np.int64)
     u_p = uniq[:, 1].astype(np.int64)[:, None]
     dev = np.arange(int(u_p.max()))[None, :]
     rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
