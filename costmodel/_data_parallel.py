@@ -257,7 +257,10 @@ def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framew
     ag, rs = dp_raw * w / per, dp_raw * gr / per
     edge = e * (ag + rs)
     rest = np.maximum(dp_raw - edge - window, 0.0)  # (pp > 1: one exchange behind the last backward; but see below)
-    if (z2 := np.flatnonzero((zero == 2) & (pp == 1))).size:  # against the next forward and the last backward
+    z2 = (zero == 2) & (pp == 1)  # against the next forward and the last backward
+    if np.shape(z2) != np.shape(rest):  # (broadcast inputs: the rows' arrays are not all alike)
+        rest = np.where(z2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0), rest)
+    elif (z2 := np.flatnonzero(z2)).size:
         at = lambda a: a if np.ndim(a) == 0 else np.take(a, z2)  # noqa: E731
         kept = 1 - at(e)
         rest[z2] = (np.maximum(kept * at(ag) - at(F_b), 0.0)
