@@ -165,7 +165,9 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None, may
     ``order`` (None: of the table), even ones per group between ``cuts`` (``depths``: each group's pipeline depth,
     its blocks' rows from PLACEMENT_ENTRIES; None: BLOCK_ROWS), each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
-    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
+    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back. With
+    ``may_simulate`` (a superset of those rows, per sub-table): the earlier blocks' such rows priced in the last block
+    instead (_last_block), where they and the last block's fit one block."""
     N = len(table)
     if N <= BLOCK_ROWS:
         out = block(table, True)
