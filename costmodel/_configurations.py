@@ -209,8 +209,7 @@ def configurations(rows: Rows) -> Configs:
     # 64, would otherwise multiply it by 65 and send distinct_rows to np.unique's sort)
     ep_key = col(distinct_rows(rows.e, rows.u)[1]) if rows.moe else None
     # 1: the bf16 optimizer's fp32 accumulation (hp_grad_bytes), 2: FSDP's unsharded one with a pipeline, 0: none
-    hp_key = (col(np.where(hp_grad_rows(rows.fw, zero, rows.p) & (prec == PRECISIONS.index("bf16")) & (
-        rows.fw.hp_grad_bytes > 0), 1, np.where(pp_grad_accum_rows(rows.fw, zero, rows.p), 2, 0)).astype(np.uint8))
+    hp_key = (col(grad_accumulation_codes(rows.fw, zero, rows.p, prec))
               if (rows.fw.hp_grad_bytes or rows.fw.pp_grad_accum_bytes) and not rows.moe else None)
     shape_k = (*sv.key, col(rows.c), col(rows.sp), col(prec), *((ep_key,) if rows.moe else ()),
                *(() if hp_key is None else (hp_key,)), *(() if rows.rcm is None else (col(rows.rcm),)), sv.order, t)
@@ -248,6 +247,17 @@ def configurations(rows: Rows) -> Configs:
                    rcm_u=None if rows.rcm is None else of(rows.rcm), c_u=c_u, sp_u=sp_u,
                    prec_u=prec_u, d_u=d_u, b_u=b_u, ga_u=d_u * t_u * c_u, zero_u=of(zero) if keyed else None,
                    e_u=e_u, u_u=u_u, peak=rows.pa["peak"][pool_u, prec_u], bits=bits, split=split)
+
+
+def grad_accumulation_codes(fw: Framework, zero, p, prec):
+    """(N,) uint8 per row: 1 where ``fw``'s bf16 optimizer adds each micro-batch's gradients into fp32 ones
+    (hp_grad_rows, bf16 rows, hp_grad_bytes > 0), else 2 where FSDP adds them into unsharded fp32 ones with a pipeline
+    (pp_grad_accum_rows), else 0."""
+    accum = pp_grad_accum_rows(fw, zero, p)
+    if not fw.hp_grad_bytes > 0:  # (no code 1: the codes 2 x accum)
+        return accum.astype(np.uint8) * np.uint8(2)
+    return np.where(hp_grad_rows(fw, zero, p) & (prec == PRECISIONS.index("bf16")), 1,
+                    np.where(accum, 2, 0)).astype(np.uint8)
 
 
 def _split_pairs(rows: Rows, keys: list, ip: int, src, inv) -> tuple[dict, np.ndarray]:

@@ -275,6 +275,42 @@ def zero3_gather_scatter_bytes(m, weight_bytes, grad_bytes, kept=0.0):
     return m * ((2.0 - kept) * weight_bytes + grad_bytes)
 
 
+def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framework, prec, model: Transformer, pp):
+    """last_exchange_parts under ``fw``'s fsdp_unit_edges (a dense model): FSDP's root unit and block 0 (share e of
+    the parameters at pp 1, ZeRO 2-3) expose their forward all-gather ``ag`` and reduce-scatter ``rs``; the rest
+    under the next step's first forward F_b and the last backward B + W at ZeRO-2 with pp 1, else under ``window``
+    (ZeRO-3: m X_max). Every row's arithmetic is the formula's; the ZeRO-2 rows' branch is priced on them alone, a
+    profile that always overlaps reads no other branch."""
+    n = model.num_params()
+    w, gr = (x[0] if x[0] == x[1] == x[2] else np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes))
+    e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
+    per = np.where(zero == 3, 2 * w + gr, w + gr)  # ZeRO-3: forward's gather and backward's
+    ag, rs = dp_raw * w / per, dp_raw * gr / per
+    edge = e * (ag + rs)
+    rest = np.maximum(dp_raw - edge - window, 0.0)  # (pp > 1: one exchange behind the last backward; but see below)
+    z2 = (zero == 2) & (pp == 1)  # against the next forward and the last backward
+    if np.shape(z2) != np.shape(rest):  # (broadcast inputs: the rows' arrays are not all alike)
+        rest = np.where(z2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0), rest)
+    elif (z2 := np.flatnonzero(z2)).size:
+        at = lambda a: a if np.ndim(a) == 0 else np.take(a, z2)  # noqa: E731
+        kept = 1 - at(e)
+        rest[z2] = (np.maximum(kept * at(ag) - at(F_b), 0.0)
+                    + np.maximum(kept * at(rs) - at(B_b) - at(W_b), 0.0))
+    always = bool(np.all(overlap))
+    sharded = zero >= 2
+    fixed = np.where(sharded, edge, 0.0)
+    late = np.where(sharded, rest, np.maximum(dp_raw - window, 0.0))
+    if not always:
+        fixed, late = np.where(overlap, fixed, dp_raw), np.where(overlap, late, 0.0)
+    if fw.pp_grad_sync_after_backward:  # pp > 1, sharded: the reduce-scatter after the last backward, waited; the
+        # weights' all-gather behind the next step's first forward (Framework.pp_grad_sync_after_backward); ZeRO 0
+        # is DDP, whose hooks still run under the last backward
+        after = (pp > 1) & (zero >= 1)
+        after = after if always else overlap & after
+        fixed, late = np.where(after, rs, fixed), np.where(after, np.maximum(ag - F_b, 0.0), late)
+    return fixed, late
+
+
 def compute_slowdown_s(sm_share, overlapped_s, exposed_s):
     """Seconds the step gains because the collectives hidden under computation hold ``sm_share`` of the GPU's SMs:
     max(f X - e, 0), X = ``overlapped_s`` the seconds of the collectives run beside the computation, e = ``exposed_s``
@@ -349,10 +385,13 @@ def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Frame
         return last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
     n = scatters_per_step(zero, m, fw)
     one = one_scatter_s(n, dp_raw, fw, prec)  # a reduce-scatter's seconds (0 where there is only the last)
-    earlier = (n - 1.0) * one
+    more = n - 1.0
+    earlier = more * one
     fixed, late = last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw - earlier, F_b, fw, prec, model, pp,
                                       step_s)
-    spill = (n - 1.0) * np.maximum(one - X_max, 0.0)  # each earlier one beyond its micro-batch's passes
+    spill = more * np.maximum(one - X_max, 0.0)  # each earlier one beyond its micro-batch's passes
+    if np.all(overlap):  # (a profile that always overlaps: no row reads the other branch)
+        return fixed, late + spill
     return np.where(overlap, fixed, fixed + earlier), np.where(overlap, late + spill, late)
 
 
@@ -362,20 +401,7 @@ def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: 
     its per micro-batch collectives), as (``fixed``, ``late``)."""
     window = np.where(zero == 3, m * X_max, B_b + W_b)
     if fw is not None and fw.fsdp_unit_edges and model is not None and not model.is_moe and model.kind != "mlp":
-        n, w, gr = model.num_params(), np.take(fw.weight_gather_bytes, prec), np.take(fw.grad_reduce_bytes, prec)
-        e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
-        ag, rs = (dp_raw * x / np.where(zero == 3, 2 * w + gr, w + gr) for x in (w, gr))  # ZeRO-3: forward's gather
-        rest = np.where((zero == 2) & (pp == 1),  # (pp > 1: one exchange behind the last backward; but see below)
-                        np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0),
-                        np.maximum(dp_raw - e * (ag + rs) - window, 0.0))
-        fixed = np.where(overlap, np.where(zero >= 2, e * (ag + rs), 0.0), dp_raw)
-        late = np.where(overlap, np.where(zero >= 2, rest, np.maximum(dp_raw - window, 0.0)), 0.0)
-        if fw.pp_grad_sync_after_backward:  # pp > 1, sharded: the reduce-scatter after the last backward, waited; the
-            # weights' all-gather behind the next step's first forward (Framework.pp_grad_sync_after_backward); ZeRO 0
-            # is DDP, whose hooks still run under the last backward
-            after = overlap & (pp > 1) & (zero >= 1)
-            fixed, late = np.where(after, rs, fixed), np.where(after, np.maximum(ag - F_b, 0.0), late)
-        return fixed, late
+        return fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw, prec, model, pp)
     if fw is not None and fw.weight_gather_in_step:  # the weight all-gather after the optimizer step: exposed
         assert step_s is not None, "weight_gather_in_step: the in-step seconds (dp_in_step_s) are needed"
         return np.where(overlap, step_s, dp_raw), np.where(overlap, np.maximum(dp_raw - step_s - window, 0.0), 0.0)

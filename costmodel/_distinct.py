@@ -51,6 +51,26 @@ def distinct_keys(key, K: int):
     return at[keys], np.take(pos, key)
 
 
+def unique_rows(a, lead: int = 0):
+    """np.unique(a, axis=0, return_inverse=True) of a (R, C) array of numbers (no NaN) as one np.lexsort of its
+    columns (9x faster than np.unique's sort of the rows as structured values, 1,824 rows of 17 float64 columns):
+    (the distinct rows in lexicographic order, each row's (R,)). ``lead`` > 0: also the distinct rows of the first
+    ``lead`` columns and each distinct row's among them, as np.unique(uniq[:, :lead], axis=0, return_inverse=True)
+    gives them: the runs of the sorted rows' leading columns."""
+    order = np.lexsort(a.T[::-1])  # (the last key primary: column 0 first)
+    s = np.take(a, order, axis=0)
+    new = np.ones(len(s), dtype=bool)
+    np.any(s[1:] != s[:-1], axis=1, out=new[1:])
+    uniq = s[new]
+    back = np.empty(len(a), dtype=np.intp)
+    back[order] = np.cumsum(new) - 1
+    if not lead:
+        return uniq, back
+    run = np.ones(len(uniq), dtype=bool)
+    np.any(uniq[1:, :lead] != uniq[:-1, :lead], axis=1, out=run[1:])
+    return uniq, back, uniq[run, :lead], np.cumsum(run) - 1
+
+
 class BlockMemo:
     """Values per distinct combination of integer columns, kept from one block to the next of one evaluation: a block
     of 40,000 bench rows prices its data-parallel exchange for ~4,600 distinct combinations, nearly all of them the

@@ -30,7 +30,7 @@ from costmodel._framework_rows import by_framework, framework_groups
 from costmodel._frameworks import Framework, with_state_dtypes
 from costmodel._layer_terms import refuse_modules
 from costmodel._metrics import METRIC_COLUMNS, Metrics
-from costmodel._pipeline_terms import PIPELINE_MODES
+from costmodel._pipeline_terms import PIPELINE_MODES, SCHED, SIMULATED_SCHEDULES
 from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
@@ -134,9 +134,22 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
     view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
     memo = BlockMemo() if len(table) > BLOCK_ROWS else None  # (what a block prices that the next ones read again)
+    # rows of one dense model's uniform stages, closed forms: those the simulator must price can join the last block
+    fold = (may_simulate if pipeline == "closed_form" and not table.placed and table.stage_layers is None
+            and not model.is_moe else None)
     return run_blocks(table, lambda sub, now: evaluate_block(model, pa, view(model, sub, now), pipeline,
                                                               simulate_now=now, framework=fw, memo=memo),
-                      microbatches, order, cuts, depths)
+                      microbatches, order, cuts, depths, fold)
+
+
+def may_simulate(table: StrategyTable) -> np.ndarray:
+    """(N,) bool: rows the simulator may price under the closed forms (a superset of outside_closed_form's: ZB-V,
+    Hanayo, interleaving on fewer micro-batches than pp, the zero-bubble schedules whatever their stage times)."""
+    sched = table["schedule"]
+    out = (sched == SCHED["interleaved"]) & (microbatches(table) < table["pp"])
+    for x in (*SIMULATED_SCHEDULES, "zb-h1", "zb-h2"):
+        out |= sched == SCHED[x]
+    return out
 
 
 # Placements (a block of one pipeline depth q, q stage columns): blocks of PLACEMENT_ENTRIES / q rows, at least
@@ -147,12 +160,14 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
 PLACEMENT_ENTRIES = 8 * 32768
 
 
-def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> Metrics:
+def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None, may_simulate=None) -> Metrics:
     """The rows of ``table`` through ``block(sub_table, simulate_now)`` in cache-sized blocks of consecutive rows of
     ``order`` (None: of the table), even ones per group between ``cuts`` (``depths``: each group's pipeline depth,
     its blocks' rows from PLACEMENT_ENTRIES; None: BLOCK_ROWS), each block's results written to its rows.
     Pass 1: closed forms only, rows the simulator must price flagged in ``_needs_simulation``;
-    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back."""
+    pass 2: those rows sorted by (schedule, pp, ``microbatches(sub_table)``, vpp), written back. With
+    ``may_simulate`` (a superset of those rows, per sub-table): the earlier blocks' such rows priced in the last block
+    instead (_last_block), where they and the last block's fit one block."""
     N = len(table)
     if N <= BLOCK_ROWS:
         out = block(table, True)
@@ -165,11 +180,15 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
     starts, widths = zip(*((int(x), q) for a, b, rows, q in zip(ends[:-1], ends[1:], per, depths or per, strict=True)
                            for x in np.linspace(a, b, -(-(b - a) * 4 // (5 * rows)) + 1)[:-1]),  # (<= 1.25x its rows)
                          strict=True)
-    for i, e, width in zip(starts, [*starts[1:], N], widths, strict=True):
+    spans = list(zip(starts, [*starts[1:], N], widths, strict=True))
+    fold = may_simulate is not None and order is None and len(spans) > 1
+    for i, e, width in spans[:-1] if fold else spans:
         part = block(table.take(slice(i, e)) if order is None else table.take(order[i:e], width), False)
         out = out or Metrics({k: np.empty(N, dtype=col.dtype) for k, col in part.items()})
         for k, col in part.items():
             out[k][i:e] = col  # (in ``order``, then gathered back: faster than a scatter per block)
+    if fold:
+        _last_block(table, block, out, spans[-1][:2], may_simulate)
     if order is not None:
         back = np.empty_like(order)
         back[order] = np.arange(N)
@@ -187,6 +206,24 @@ def run_blocks(table, block, microbatches, order=None, cuts=(), depths=None) -> 
             for k, col in part.items():
                 out[k][rows[i:i + BLOCK_ROWS]] = col
     return out
+
+
+def _last_block(table, block, out: Metrics, span, may_simulate) -> None:
+    """The last block of rows ``span`` (i, e) into ``out``, with the earlier blocks' rows that the simulator must
+    price (out["_needs_simulation"]) where every row it may price (may_simulate) fits one block: those rows priced with
+    the simulator in this block (one simulate_pipelines call on the rows the second pass would give it whole, in
+    another order, which it does not read), rather than in a block of their own."""
+    i, e = span
+    last = table.take(slice(i, e))
+    need = np.flatnonzero(out["_needs_simulation"][:i])
+    if not need.size or need.size + np.count_nonzero(may_simulate(last)) > BLOCK_ROWS:
+        part = block(last, False)
+        for k, col in part.items():
+            out[k][i:e] = col
+        return
+    part = block(StrategyTable.concat([table.take(need), last]), True)  # (a copy of the slice: 2x faster than a take)
+    for k, col in part.items():
+        out[k][need], out[k][i:e] = col[:need.size], col[need.size:]
 
 
 def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[str, np.ndarray]:

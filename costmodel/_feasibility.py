@@ -63,13 +63,17 @@ def interleaving_runs(rule: str, schedule, p, m) -> np.ndarray:
     (costmodel._frameworks.INTERLEAVED_MICROBATCHES, with its sources) runs; True on other rows."""
     if rule == "any":
         return np.ones(np.shape(schedule), dtype=bool)
+    if rule == "pytorch_rounds":  # (two integer divisions: on the interleaved rows alone)
+        out = np.ones(np.shape(schedule), dtype=bool)
+        i = np.flatnonzero(schedule == SCHED["interleaved"])
+        p, m = np.maximum(np.take(p, i), 1), np.maximum(np.take(m, i), 1)
+        out[i] = (m < p) | (m % np.maximum(m // p, 1) == 0)
+        return out
     p, m = np.maximum(p, 1), np.maximum(m, 1)
     if rule == "pp_multiple":
         ok = m % p == 0
     elif rule == "at_least_pp":
         ok = m >= p
-    elif rule == "pytorch_rounds":
-        ok = (m < p) | (m % np.maximum(m // p, 1) == 0)
     else:
         raise AssertionError(rule)  # a profile's field, checked by tests/test_frameworks.py
     return ok | (schedule != SCHED["interleaved"])

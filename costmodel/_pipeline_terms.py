@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from costmodel._distinct import distinct_rows
+from costmodel._distinct import distinct_rows, unique_rows
 from costmodel._sorted_memo import Memo
 from costmodel._strategy import SCHEDULES
 
@@ -231,44 +231,53 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
 
     Each distinct input is simulated once, or taken from a per-process cache; shapes with many
     distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
-    from costmodel._pipeline import schedule_peaks, simulate, total_times_mixed
+    from costmodel._pipeline import schedule_peaks
 
     k = F.shape[1]
     inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
-    uniq, back = np.unique(inputs, axis=0, return_inverse=True)
-    back = back.ravel()
-    shapes, gid = np.unique(uniq[:, :4].astype(np.int64), axis=0, return_inverse=True)
-    gid = gid.ravel()
-    u_p = uniq[:, 1].astype(np.int64)[:, None]
-    dev = np.arange(int(u_p.max()))[None, :]
-    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
-    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
-    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
-                                       0.0) for i in range(4))  # per device; columns past pp unused
+    uniq, back, shapes, gid = unique_rows(inputs, lead=4)  # (np.unique's, axis=0: the rows, then their shapes)
+    shapes = shapes.astype(np.int64)
+    dev = np.arange(int(uniq[:, 1].max()))[None, :]
     u_keys = np.ascontiguousarray(uniq).view(np.dtype((np.void, uniq.shape[1] * 8))).ravel()
     cache = _simulation_cache(uniq.shape[1])
     known, cached = cache.lookup(u_keys)
     u_total = cached[:, 0].copy()
-    counts = np.bincount(gid[~known], minlength=len(shapes))
-    big = counts > _MIXED_MAX_SETS
+    if (new := np.flatnonzero(~known)).size:  # (the inputs the cache does not hold: their devices' times, simulated)
+        u_total[new] = _simulate_sets(uniq[new], gid[new], shapes, dev, k)
+        cache.add(u_keys[new], u_total[new, None])
+    peaks = np.zeros((len(shapes), dev.shape[1]))
+    for g, (code, pg, mg, vg) in enumerate(shapes):
+        peaks[g, :pg] = schedule_peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
+    return u_total[back], gid[back], peaks
+
+
+def _simulate_sets(uniq, gid, shapes, dev, k):
+    """simulate_pipelines' pipeline times (S,) of S distinct inputs ``uniq`` (rows as it lays them out) of shapes
+    ``gid`` (into ``shapes``): each device's stage column (``dev`` (1, D_max) the devices), its times; shapes of more
+    than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk."""
+    from costmodel._pipeline import simulate, total_times_mixed
+
+    u_p = uniq[:, 1].astype(np.int64)[:, None]
+    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
+    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
+    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
+                                       0.0) for i in range(4))  # per device; columns past pp unused
+    total = np.empty(len(uniq))
+    big = np.bincount(gid, minlength=len(shapes)) > _MIXED_MAX_SETS
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
-        r = np.flatnonzero((gid == g) & ~known)
+        r = np.flatnonzero(gid == g)
         res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r, :pg])
-        u_total[r] = res.total_time
-    small = ~big[gid] & ~known
+        total[r] = res.total_time
+    small = ~big[gid]
     if np.any(small):
         keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
         renum = np.full(len(shapes), -1)
         renum[keep] = np.arange(len(keep))
         mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]
         r = np.flatnonzero(small)
-        u_total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
-    cache.add(u_keys[~known], u_total[~known, None])
-    peaks = np.zeros((len(shapes), dev.shape[1]))
-    for g, (code, pg, mg, vg) in enumerate(shapes):
-        peaks[g, :pg] = schedule_peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
-    return u_total[back], gid[back], peaks
+        total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
+    return total
 
 
 # Distinct parameter sets of one pipeline shape above which it is simulated on its own

@@ -8,7 +8,7 @@ import numpy as np
 
 from costmodel import METRIC_COLUMNS, cluster_preset, evaluate, model_preset
 from costmodel._bench_rows import bench_table
-from costmodel._distinct import BlockMemo
+from costmodel._distinct import BlockMemo, unique_rows
 from costmodel._evaluate import BLOCK_ROWS
 
 
@@ -53,3 +53,22 @@ def test_rows_priced_in_later_blocks_from_the_memo_equal_the_rows_priced_alone()
         assert (alone["dp_comm_s"] > 0).sum() >= 100  # (every column is priced, also on refused rows)
         for k in METRIC_COLUMNS:
             np.testing.assert_array_equal(whole[k][rows], alone[k], err_msg=f"{name} {fw} {k}")
+
+
+def test_unique_rows_are_numpys_unique_rows_and_their_shapes():
+    # the simulator's inputs: rows of (schedule, pp, m, vpp, comp, stage times), many repeated, some equal in their
+    # leading columns only; numpy's np.unique(axis=0) is the independent answer, also for -0.0 and 0.0 (equal)
+    rng = np.random.default_rng(5)
+    lead = rng.integers(0, 3, (600, 4)).astype(np.float64)
+    times = rng.choice([0.5, 1.25, 2.0, 1e-3, 7.0], (600, 5))
+    a = np.concatenate([lead, times], axis=1)[rng.integers(0, 600, 2000)]
+    a[::7, 5] = -0.0
+    a[3::7, 5] = 0.0
+    uniq, back, shapes, gid = unique_rows(a, lead=4)
+    u_np, b_np = np.unique(a, axis=0, return_inverse=True)
+    s_np, g_np = np.unique(u_np[:, :4], axis=0, return_inverse=True)
+    assert np.array_equal(uniq, u_np) and np.array_equal(back, b_np.ravel())
+    assert np.array_equal(shapes, s_np) and np.array_equal(gid, g_np.ravel())
+    assert len(uniq) < len(a) and np.array_equal(uniq[back], a)
+    u1, b1 = unique_rows(a[:1])
+    assert np.array_equal(u1, a[:1]) and b1.tolist() == [0]

@@ -36,6 +36,30 @@ def test_two_pass_big_table_equals_small_tables():
             np.testing.assert_array_equal(big[k][start:start + 4000], part[k], err_msg=k)
 
 
+def test_rows_the_simulator_prices_join_the_last_block(monkeypatch):
+    # fsdp2 runs interleaving on fewer micro-batches than pp (PyTorch's rounds), which the simulator prices: the
+    # earlier blocks' such rows are priced again in the last block, no block of their own (2 blocks of 39,000 rows
+    # for 78,000 rows: ceil(78,000 / (1.25 x 32,768))), each row as it prices alone
+    import costmodel._evaluate as ev
+    from costmodel._bench_rows import bench_table
+
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    table = bench_table(78_000)
+    blocks = []
+    block = ev.evaluate_block
+    monkeypatch.setattr(ev, "evaluate_block", lambda *a, **k: blocks.append(k["simulate_now"]) or block(*a, **k))
+    whole = evaluate(model, cluster, table, framework="fsdp2")
+    assert blocks == [False, True]
+    m = table["global_batch"] // (table["dp"] * table["micro_batch"])
+    outside = np.flatnonzero((table["schedule"] == SCHED["interleaved"]) & (m < table["pp"]) & (whole["reason"] == 0))
+    early = outside[outside < 39_000]
+    assert early.size >= 30 and np.isfinite(whole["step_time_s"][early]).all()
+    rows = np.concatenate([early[:150], np.arange(39_000, 39_150)])
+    alone = evaluate(model, cluster, table.take(rows), framework="fsdp2")
+    for k in whole:
+        np.testing.assert_array_equal(whole[k][rows], alone[k], err_msg=k)
+
+
 @pytest.mark.parametrize("name,cluster", [("gpt3-175b", "h100x1024"), ("megatron-22b", "h100x64")])
 def test_simulated_pipeline_equals_scalar_reference(name, cluster):
     model, cl = model_preset(name), cluster_preset(cluster)
