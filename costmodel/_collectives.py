@@ -31,10 +31,13 @@ NVIDIA/nccl 5067397, src/graph/search.cc and tuning.cc; the constants in costmod
     protocols  each algorithm under LL (half the bandwidth, capped at 20.4 GB/s across more than 2 nodes, at
                the GPU generation's ceiling in one; hops of 0.6 us on NVLink, 2.7 us on the network in NCCL's
                tables), LL128 (0.92 of the bandwidth; 1.9 and 4.0 us) and Simple (all of it; 3.4 and 14 us),
-               each with its base latency (6.6, 14 and 8.4 us for the ring). A step inside a node costs the
-               cluster's scale-up latency, one across nodes its scale-out latency, each read as Simple's ring hop
-               and scaled by NCCL's ratio for the protocol and algorithm (costmodel._nccl.hop_ratio); a ring across
-               nodes pays the proxy's post overhead (1 us, Simple 3 us) on every hop at least.
+               each with its base latency (6.6, 14 and 8.4 us for the ring). A step across nodes costs the
+               cluster's scale-out latency, read as Simple's ring hop and scaled by NCCL's ratio for the protocol
+               and algorithm; a step inside a node the ring's LL hop measured on one DGX A100 (1.98 us where NCCL's
+               table has 0.6; on a cluster whose scale-up latency is the presets' 5 us) scaled by NCCL's ratio to
+               it, so every algorithm pays one latency for the same link (ring LL128 6.27 us, Simple 11.22 us; tree
+               LL 1.98, LL128 4.125, Simple 13.2 us; costmodel._nccl.hop_ratio); a ring across nodes pays the
+               proxy's post overhead (1 us, Simple 3 us) on every hop at least.
     choice     ncclTopoGetAlgoTime prices each (algorithm, protocol) as latency + bytes / bandwidth and enqueue.cc
                takes the fastest for the message: so does `pick`. Small messages run LL, large ones Simple,
                latency-bound ones across many nodes (a broadcast of a shard over 1,024 ranks) LL or LL128.
@@ -137,7 +140,8 @@ def pool_link(pa: dict, q, stride, size):
 
 class CollectiveLink(NamedTuple):
     """An NCCL collective's link over a group (collective_link): ``bw`` its ring's bus bandwidth (B/s), ``lat_up``
-    and ``lat_out`` a step's latency inside a node and across nodes (Simple's ring hop), ``nodes`` the nodes it spans,
+    and ``lat_out`` a step's latency inside a node and across nodes (costmodel._nccl.hop_ratio scales each to the
+    protocol's hop; across nodes it is Simple's ring hop), ``nodes`` the nodes it spans,
     ``per_node`` its ranks on a node, ``ll_node_Bps`` LL's bus-bandwidth ceiling inside one node (the GPU
     generation's: costmodel._nccl.ll_one_node_Bps). Arrays broadcast together."""
 

@@ -103,6 +103,8 @@ class GPU(Efficiency):
 # - link_eff: NCCL bus bandwidth / link bandwidth for large all-reduces, about 0.8 on NVLink and InfiniBand (nccl-tests
 #   on DGX A100: ~230 of 300 GB/s NVLink per direction; ~20 of 25 GB/s per HDR port).
 # - latencies: NCCL ring step latency, about 5 us over NVLink and 10 us over IB (nccl-tests small all-reduces, DGX).
+#   NCCL's collectives read them through costmodel._nccl.hop_ratio: across nodes as Simple's ring hop; inside a node
+#   as the step of the node on which the ring's LL hop was measured (1.98 us on 5 us), each protocol scaled from it.
 # - kernel_overhead_s: launch and sync cost per transformer sub-layer (attention, MLP): about 20 us forward, eager.
 SUSTAINED_CLOCK = 0.87  # between seed 001's 0.8 and HPL's 0.93, see above
 STREAM_HBM_FRACTION = 0.9

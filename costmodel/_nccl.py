@@ -15,10 +15,13 @@ and runs the (a, p) of least time (enqueue.cc topoGetAlgoInfo). The protocols tr
 (128-byte lines carrying 120) 92%, Simple all of it behind a fence per step, the largest latency.
 
 Each hop latency below is NCCL's for its tier (NVLink inside a node, the network across nodes); costmodel reads the
-cluster's own step latencies (scaleup_latency_s, scaleout_latency_s: Simple's ring hop, costmodel._hardware) and
-scales them by NCCL's ratio of each (algorithm, protocol) to Simple's ring hop on the same tier (hop_ratio), so a
-cluster described with a slower network slows every protocol alike. Base latencies (the launch and the kernel's own
-set-up, no link's) and the proxy's post overhead are absolute.
+cluster's own step latencies (scaleup_latency_s, scaleout_latency_s, costmodel._hardware) and scales them by a ratio
+per (algorithm, protocol) and tier (hop_ratio), so a cluster described with a slower link slows every protocol alike.
+Across nodes the cluster's step is Simple's ring hop and the ratio NCCL's to it. Inside a node the ring's LL hop is
+measured (NVLINK_RING_LL_HOP_US, on a node whose preset's step is MEASURED_NODE_SCALEUP_US) and every other
+(algorithm, protocol) on NVLink is NCCL's ratio to its ring LL hop: one latency for the link, whichever algorithm
+uses it. Base latencies (the launch and the kernel's own set-up, no link's) and the proxy's post overhead are
+absolute.
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ BASE_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "pat": (8.0, 8.0,
 # rank per node is the tree's (tuning.cc: "With ppn=1 latencies are fully exposed, use the Tree network latency").
 NVLINK_HOP_US = {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)}
 NET_HOP_US = {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}
+# NVLink's ring LL hop, measured: nccl-tests' all_reduce_perf of 8-128 B on one DGX A100 (A100-SXM4-80GB, NVSwitch),
+# NCCL_ALGO=Ring and NCCL_MAX_NCHANNELS=1, at 2 to 8 GPUs (tests/data/nccl_scale_measured.csv, its 7 one-node rows:
+# 10.0, 13.76, 16.88, 20.8, 25.2, 29.5, 33.7 us at 128 B). Least squares of the time against the ring's 2 (n - 1)
+# steps: 1.98 us a step + 5.6 us (NCCL's table: 0.6 us a hop and 6.6 us of base). Only these 7 points were in view
+# when it was chosen. The other (algorithm, protocol) hops on NVLink are NCCL's ratios to its ring LL hop: ring LL128
+# 1.98 x 1.9 / 0.6 = 6.27 us, Simple 1.98 x 3.4 / 0.6 = 11.22 us; tree LL 1.98, LL128 4.125, Simple 13.2 us.
+NVLINK_RING_LL_HOP_US = 1.98
+# The measured node's scale-up step latency in costmodel._hardware (every preset's: 5 us): the NVLink hops above scale
+# with a cluster's scale-up latency over it (a 5 us cluster gets them as measured).
+MEASURED_NODE_SCALEUP_US = 5.0
 # getNetOverhead: the proxy's post overhead per network step, 1 us on an Intel x86 host (2 us on AMD), x 3 for
 # Simple; a ring that spans several nodes pays at least that on each of its intra-node steps too.
 NET_OVERHEAD_US = 1.0
@@ -91,10 +104,12 @@ def ll_one_node_Bps(name: str) -> float:
 
 
 def hop_ratio(tier: str, algo: str, proto: int) -> float:
-    """NCCL's hop latency of ``algo`` under protocol ``proto`` on ``tier`` ("nvlink" or "net") over its ring Simple
-    hop on that tier (the cluster's step latency is Simple's ring hop: module docstring)."""
-    table = NVLINK_HOP_US if tier == "nvlink" else NET_HOP_US
-    return table[algo][proto] / table["ring"][SIMPLE]
+    """The hop latency of ``algo`` under protocol ``proto`` on ``tier`` over the cluster's step latency on that tier
+    (module docstring): on "net" NCCL's hop over its ring Simple hop; on "nvlink" the measured ring LL hop over the
+    measured node's step, times NCCL's hop over its ring LL hop."""
+    if tier == "nvlink":
+        return NVLINK_RING_LL_HOP_US / MEASURED_NODE_SCALEUP_US * NVLINK_HOP_US[algo][proto] / NVLINK_HOP_US["ring"][LL]
+    return NET_HOP_US[algo][proto] / NET_HOP_US["ring"][SIMPLE]
 
 
 def tree_size(msg_bytes):

@@ -117,6 +117,14 @@ def _ll_ceiling(nodes: int, ll_one_node: float) -> float:
     return (nccl.LL_MAX_TWO_NODES_GBps if nodes == 2 else nccl.LL_MAX_NODES_GBps) * 1e9
 
 
+def _nvlink_hop(up_l: float, algo: str, p: int) -> float:
+    """Seconds of one NVLink hop of NCCL's ``algo`` under protocol p on a node whose scale-up step is ``up_l``: the
+    measured ring LL hop (1.98 us where the step is the measured node's 5 us), scaled by the step, times NCCL's table
+    hop over its ring LL hop."""
+    ring_ll_s = nccl.NVLINK_RING_LL_HOP_US * 1e-6 * up_l / (nccl.MEASURED_NODE_SCALEUP_US * 1e-6)
+    return ring_ll_s * nccl.NVLINK_HOP_US[algo][p] / nccl.NVLINK_HOP_US["ring"][nccl.LL]
+
+
 def _ring_choice(kind: str, n, link: tuple, p: int) -> tuple[float, float]:
     """(seconds per byte, seconds per call) of NCCL's ring under protocol p (costmodel._collectives._ring)."""
     bw, up_l, out_l, nodes, per_node, ll = link
@@ -124,7 +132,7 @@ def _ring_choice(kind: str, n, link: tuple, p: int) -> tuple[float, float]:
             else nccl.RING_LL128_SHARE * bw if p == nccl.LL128 else bw)
     passes = 2 if kind == "all_reduce" else 1
     per_byte = 1 / bw_p if kind == "broadcast" else passes * (n - 1) / n / bw_p
-    hop_up = up_l * nccl.NVLINK_HOP_US["ring"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+    hop_up = _nvlink_hop(up_l, "ring", p)
     if nodes > 1:  # the proxy's post overhead on every hop of a ring across nodes
         hop_up = max(hop_up, nccl.NET_OVERHEAD_US * 1e-6 * (3 if p == nccl.SIMPLE else 1))
     net = nccl.NET_HOP_US["tree" if per_node == 1 else "ring"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE]
@@ -146,7 +154,7 @@ def _tree_choice(msg_bytes: float, n, link: tuple, p: int) -> tuple[float, float
     size = math.floor(math.log2(msg_bytes / 64)) if 64 <= msg_bytes < math.inf else -1
     if 0 <= size < 23:
         bw_p *= nccl.TREE_CORRECTION[p][size]
-    hops = ((per_node - 1) * up_l * nccl.NVLINK_HOP_US["tree"][p] / nccl.NVLINK_HOP_US["ring"][nccl.SIMPLE]
+    hops = ((per_node - 1) * _nvlink_hop(up_l, "tree", p)
             + math.floor(math.log2(nodes)) * out_l * nccl.NET_HOP_US["tree"][p] / nccl.NET_HOP_US["ring"][nccl.SIMPLE])
     return 2 / bw_p, nccl.BASE_US["tree"][p] * 1e-6 + 2 * hops
 

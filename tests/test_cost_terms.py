@@ -37,9 +37,12 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     # 1e9 parameters per GPU over g = 8 ranks at 100 GB/s, 10 us latency (one link: the ranks of one node). Messages
     # this large run NCCL's ring under Simple, which adds its base latency, 8.4 us a call (tuning.cc baseLatencies).
     params, g, bw, lat, base = np.array([1e9, 1e9]), np.array([8, 8]), 100e9, 10e-6, 8.4e-6
+    # a step of 10 us inside a node: NVLink's ring LL hop measured at 1.98 us on a 5 us step, Simple's NCCL's 3.4 / 0.6
+    # of it: 10 x 1.98 / 5 x 3.4 / 0.6 = 22.44 us a Simple hop
+    hop = 22.44e-6
     grad = GRAD_COMM_BYTES * 1e9
-    ring = 2 * 7 / 8 * grad / bw + 2 * 7 * lat + base  # ZeRO 0-2: one ring all-reduce
-    gather_w, gather_g = 7 / 8 * WEIGHT_BYTES * 1e9 / bw + 7 * lat + base, 7 / 8 * grad / bw + 7 * lat + base
+    ring = 2 * 7 / 8 * grad / bw + 2 * 7 * hop + base  # ZeRO 0-2: one ring all-reduce
+    gather_w, gather_g = 7 / 8 * WEIGHT_BYTES * 1e9 / bw + 7 * hop + base, 7 / 8 * grad / bw + 7 * hop + base
     m = np.array([4, 4])
     # ZeRO 1: a reduce-scatter and an all-gather, the all-reduce's bytes and steps in two calls; ZeRO-3: per
     # micro-batch, two weight all-gathers and one gradient reduce-scatter.
@@ -53,16 +56,16 @@ def test_dp_exchange_ring_all_reduce_and_zero3_gathers():
     # bf16: ZeRO 0 all-reduces 2 x 7/8 x 4e9 bytes (70 ms); ZeRO 1-2 reduce-scatter 7/8 x 4e9 and all-gather
     # 7/8 x 2e9 (52.5 ms); ZeRO-3 per micro-batch 7/8 x (2 + 2 + 4) e9 (70 ms, x 4); each plus its ring steps.
     got = dp_exchange_s(np.array([0, 1, 2, 3]), np.full(4, 4), np.full(4, 1e9), np.full(4, 8), bw, lat, grad_bytes=4)
-    np.testing.assert_allclose(got, [0.070 + 14 * lat + base, 0.0525 + 14 * lat + 2 * base,
-                                     0.0525 + 14 * lat + 2 * base, 4 * (0.070 + 21 * lat + 3 * base)])
+    np.testing.assert_allclose(got, [0.070 + 14 * hop + base, 0.0525 + 14 * hop + 2 * base,
+                                     0.0525 + 14 * hop + 2 * base, 4 * (0.070 + 21 * hop + 3 * base)])
     # per row, as the evaluator passes it (the row's precision): 2 bytes is the default's all-reduce
     got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, grad_bytes=np.array([4.0, 2.0]))
-    np.testing.assert_allclose(got, [0.070 + 14 * lat + base, ring])
+    np.testing.assert_allclose(got, [0.070 + 14 * hop + base, ring])
     # as the evaluator passes it: the framework and the row's precision, its bytes from the profile (Megatron-Core
     # reduces bf16 gradients in fp32, fp16 ones in fp16: the same 70 ms and the 2-byte ring)
     got = dp_exchange_s(np.array([0, 0]), np.array([1, 1]), params, g, bw, lat, fw=framework_preset("megatron-core"),
                         prec=np.array([0, 1]))
-    np.testing.assert_allclose(got, [0.070 + 14 * lat + base, ring])
+    np.testing.assert_allclose(got, [0.070 + 14 * hop + base, ring])
 
 
 def test_dp_exchange_fp8_weight_gathers_and_bf16_optimizer():
@@ -70,23 +73,24 @@ def test_dp_exchange_fp8_weight_gathers_and_bf16_optimizer():
     # ring under Simple, 8.4 us of base latency (tuning.cc baseLatencies).
     zero, m, params, g, bw, lat = np.array([0, 1, 2, 3]), np.full(4, 4), np.full(4, 1e9), np.full(4, 8), 100e9, 10e-6
     base = 8.4e-6
+    hop = 22.44e-6  # Simple's hop on a 10 us step: 10 x 1.98 / 5 x 3.4 / 0.6 us (as above)
     # Megatron-Bridge under fp8 gathers fp8 weights (1 byte), reduces bf16 gradients (2): ZeRO 0 all-reduces
     # 7/8 x 2 x 2e9 bytes (35 ms); ZeRO 1-2 reduce-scatter 7/8 x 2e9 and gather 7/8 x 1e9 (26.25 ms); ZeRO-3 per
     # micro-batch gathers 1 + 1 and reduce-scatters 2 bytes an element (35 ms, x 4).
     got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=framework_preset("megatron-bridge"), prec=2)
-    np.testing.assert_allclose(got, [0.035 + 14 * lat + base, 0.02625 + 14 * lat + 2 * base,
-                                     0.02625 + 14 * lat + 2 * base, 4 * (0.035 + 21 * lat + 3 * base)])
+    np.testing.assert_allclose(got, [0.035 + 14 * hop + base, 0.02625 + 14 * hop + 2 * base,
+                                     0.02625 + 14 * hop + 2 * base, 4 * (0.035 + 21 * hop + 3 * base)])
     # DeepSpeed's BF16_Optimizer (bf16, ZeRO 0-1) all-reduces the 2-byte gradients and all-gathers the 2-byte weights:
     # 7/8 x (4 + 2) e9 (52.5 ms) and three ring passes; ZeRO-3 as before; ZeRO-2 reduce-scatters after each of the
     # 4 micro-batches (stage 2's backward hooks): 4 x (7/8 x 2e9 = 17.5 ms + 7 steps) and one all-gather (17.5 ms):
     # 87.5 ms and 5 rings; fp16 rows (prec 1) as the default but that ZeRO-2.
     ds = framework_preset("deepspeed")
     got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=0)
-    np.testing.assert_allclose(got, [0.0525 + 21 * lat + 2 * base, 0.0525 + 21 * lat + 2 * base,
-                                     0.0875 + 35 * lat + 5 * base, 4 * (0.0525 + 21 * lat + 3 * base)])
+    np.testing.assert_allclose(got, [0.0525 + 21 * hop + 2 * base, 0.0525 + 21 * hop + 2 * base,
+                                     0.0875 + 35 * hop + 5 * base, 4 * (0.0525 + 21 * hop + 3 * base)])
     got = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2, fw=ds, prec=1)
     want = dp_exchange_s(zero, m, params, g, bw, lat, grad_bytes=2)
-    np.testing.assert_allclose(got, [*want[:2], 0.0875 + 35 * lat + 5 * base, want[3]])
+    np.testing.assert_allclose(got, [*want[:2], 0.0875 + 35 * hop + 5 * base, want[3]])
 
 
 def test_exposed_dp_weight_all_gather_behind_the_next_forward():
