@@ -32,10 +32,11 @@ from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 
 # The layer-cost inputs (costmodel._layer_compute, before layer_terms) of each collective a pass pays exposed:
-# tensor parallelism's forward all-reduces / reduce-scatters and their repeat in a selective recompute, context
-# parallelism's ring exchanges forward and backward, the MoE all-to-alls (and their extra where a pass runs
-# unpaired under Megatron-Core's A2A overlap).
-COLLECTIVE_INPUTS = {"tp": ("tp_fwd", "sel_tp"), "cp": ("cp_fwd", "cp_bwd"), "ep": ("ep_fwd", "ep_bwd", "ep_x")}
+# tensor parallelism's all-reduces / reduce-scatters forward and backward and their repeat in a selective
+# recompute, context parallelism's ring exchanges forward and backward, the MoE all-to-alls (and their extra where a
+# pass runs unpaired under Megatron-Core's A2A overlap).
+COLLECTIVE_INPUTS = {"tp": ("tp_fwd", "tp_bwd", "sel_tp"), "cp": ("cp_fwd", "cp_bwd"),
+                     "ep": ("ep_fwd", "ep_bwd", "ep_x")}
 # The embedding's and the head's tp collectives, shape terms of a stage's ends (configuration_terms' edge_of).
 EDGE_COLLECTIVE_INPUTS = {"tp": ("emb_tp", "head_tp"), "cp": (), "ep": ()}
 

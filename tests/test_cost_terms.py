@@ -449,7 +449,8 @@ def test_pytorch_ring_attention_copies_and_collectives_by_hand():
     z = np.zeros(2)
     terms = dict(T=np.full(2, T), elem=np.full(2, 2 * (11 * T * 4096 + 3 * T * 14336) * 1e-12), attn=np.full(2, 2e-3),
                  c=np.array([4, 1]), cp_bw=np.full(2, 1e11), cp_lat=np.full(2, 1e-5), cp_fwd=np.array([7.0, 7.0]),
-                 cp_bwd=np.array([9.0, 9.0]), cast_f=z, cast_b=z, act_L=z, score_L=z, gemm=z, overhead=z, tp_fwd=z)
+                 cp_bwd=np.array([9.0, 9.0]), cast_f=z, cast_b=z, act_L=z, score_L=z, gemm=z, overhead=z, tp_fwd=z,
+                 tp_bwd=z)
     kv = 4 * T * (4096 + 1024) * 1e-12
     out = framework_terms(framework_preset("fsdp2"), model, terms, np.ones(2), np.zeros(2, bool), np.zeros(2, int))
     np.testing.assert_allclose(out["cast_f"], [158 * E * 1e-12 + kv, kv], rtol=1e-12)

@@ -67,7 +67,7 @@ def test_a_forward_pays_each_expert_launch_the_gpu_does_not_cover_before_the_res
     cl = cluster_preset("b200x8")
     one, peak = np.array([1]), cl.gpu.peak_flops[2]
     lc = layer_costs(model, cl, one, one, one, np.array([False]), peak, peak16=cl.gpu.peak_flops[0])
-    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one)
+    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one, tp_bwd=lc["tp_fwd"])
     fwd, host = {}, {}
     for sync in (False, True):
         for cast in (0.0, 1e-12):

@@ -167,7 +167,7 @@ def test_dropless_moe_layer_runs_no_faster_than_the_host_launches_it():
     cl = cluster_preset("h100x64")
     one, peak = np.array([1]), cl.gpu.peak_flops[2]
     lc = layer_costs(model, cl, one, one, one, np.array([False]), peak, peak16=cl.gpu.peak_flops[0])
-    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one)
+    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one, tp_bwd=lc["tp_fwd"])
     out = {}
     for sync in (False, True):
         m = moe_layer_costs(model, cl, lc, one, np.array([False]), np.array([8]), peak, False, fp8_cast=np.array([4.0]),
@@ -186,7 +186,7 @@ def test_dropless_moe_layer_runs_no_faster_than_the_host_launches_it():
     # at 8192 tokens the GPU's time passes the host's: nothing added
     model = dataclasses.replace(model, seq_len=8192)
     lc = layer_costs(model, cl, one, one, one, np.array([False]), peak, peak16=cl.gpu.peak_flops[0])
-    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one)
+    lc.update(cast_f=0.0 * one, cast_b=0.0 * one, sel_re=0.0 * one, sel_tp=0.0 * one, tp_bwd=lc["tp_fwd"])
     big = [layer_terms({**m, "cast_f": m["xcast_f"], "cast_b": m["xcast_b"]}, np.array([False]), np.array([False]))
            for m in (moe_layer_costs(model, cl, lc, one, np.array([False]), np.array([8]), peak, False,
                                      fp8_cast=np.array([4.0]), host_sync=np.array([s])) for s in (False, True))]
