@@ -78,7 +78,9 @@ def fsdp_copy_bytes(fw: Framework, model: Transformer, zero, p, m, t=1.0):
     ZeRO 0 (no sharding): none. Arrays broadcast."""
     out, (in16, in32) = fw.ag_copy_out_bytes, fw.rs_copy_in_bytes
     z3 = zero3_gather_scatter_bytes(m, out, in16, zero3_kept_share(fw, model, t))
-    z12 = scatters_per_step(zero, m, fw) * np.where(pp_grad_accum_rows(fw, zero, p), in32, in16) + out
+    # the fp32 accumulation is read where one reduce-scatter ends the step, not under ZeRO-2's every micro-batch
+    every = (zero == 2) & fw.zero2_scatter_every_microbatch
+    z12 = scatters_per_step(zero, m, fw) * np.where(pp_grad_accum_rows(fw, zero, p) & ~every, in32, in16) + out
     return np.where(zero == 3, z3, np.where(zero >= 1, z12, 0.0))
 
 

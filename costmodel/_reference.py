@@ -697,8 +697,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         tp_fwd, tp_bwd = _userbuffers(model, gpu, row, UB_CONFIGS[config])
     if fw.sp_copy_bytes and model.kind != "mlp" and row.sp and tp > 1:  # DTensor's copies around the 4 sp collectives
         gather = 0.5 if _fp8_tp(fw, row) else 1.0  # torchao's float8 TP gathers fp8 data: its copies half the bytes
-        tp_fwd += _hbm(gpu, 2 * (gather + 1) * fw.sp_copy_bytes * T * h)
-        tp_bwd = tp_fwd
+        copies = _hbm(gpu, 2 * (gather + 1) * fw.sp_copy_bytes * T * h)
+        tp_fwd, tp_bwd = tp_fwd + copies, tp_bwd + copies
     score_f = 0.0
     if not fw.fused_attention and model.kind != "mlp" and not model.mla:  # unfused attention: softmax and dropout
         scores = T * model.seq_len * model.heads / tp  # s x s score elements of the rank's T queries and heads

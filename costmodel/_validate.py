@@ -492,8 +492,10 @@ def validate(runs: list[MeasuredRun]) -> dict:
     priced = errs[np.isfinite(errs)]
     mem = np.array([abs(r["memory_error_pct"]) for r in rows
                     if "memory_error_pct" in r and r.get("memory_measure") != "reserved"])
-    # reserved peaks: the share of each above the predicted live tensors (cache, fragmentation and what is not priced)
-    above = np.array([-r["memory_error_pct"] for r in rows if r.get("memory_measure") == "reserved"])
+    # reserved peaks: how far each lies above the predicted live tensors, in per cent of the prediction (cache,
+    # fragmentation and what is not priced)
+    above = np.array([100.0 * (r["measured_memory_gb"] / r["predicted_memory_gb"] - 1.0) for r in rows
+                      if r.get("memory_measure") == "reserved" and "memory_error_pct" in r])
     return {
         "rows": rows,
         "mean_abs_error_pct": float(priced.mean()) if priced.size else math.inf,

@@ -68,7 +68,7 @@ def test_one_layer_by_hand():
     assert fwd < 4 * x  # the GEMM chunks (6-26 us against 126 us of exchange) hide a little of each
 
 
-@pytest.mark.parametrize("framework", ["megatron-core", "megatron-bridge"])
+@pytest.mark.parametrize("framework", ["megatron-core", "megatron-bridge", "fsdp2"])  # fsdp2: DTensor's sp copies too
 def test_evaluator_equals_reference_with_overlap(framework):
     fw = with_tp_comm_overlap(FRAMEWORKS[framework], True)
     assert all(fw.tp_comm_overlap)
