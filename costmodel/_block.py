@@ -243,16 +243,17 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     fp8_tp = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1) if fw.fp8_tp_gather else None
     casts = fp8_cast_columns(fw, fp8, fp8_tp)
     gpu = pool_gpu(pa, q)
+    tp_link = pool_link(pa, q, np.where(tin, 1, dd), tt)
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
                       fp8_tp=fp8_tp,
                       attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
-                      tp_link=pool_link(pa, q, np.where(tin, 1, dd), tt),
+                      tp_link=tp_link,
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
                       xent_peak_bytes=fw.xent_peak_bytes)
     if any(fw.tp_comm_overlap) and not rows.moe and model.kind != "mlp" and not model.mla:
-        out.update(ub_tp_terms(fw, model, out, cfg, ix, gpu, pa["sms"][q], pool_link(pa, q, np.where(tin, 1, dd), tt)))
+        out.update(ub_tp_terms(fw, model, out, cfg, ix, gpu, pa["sms"][q], tp_link))
     if cfg.hp_key is not None:  # fp32 gradient accumulation in each layer's backward: the bf16 optimizer's (code 1),
         code = cfg.of(cfg.hp_key)[ix]  # FSDP's unsharded one with a pipeline (code 2; Framework.pp_grad_accum_bytes)
         per = np.where(code == 1, fw.hp_grad_bytes, np.where(code == 2, fw.pp_grad_accum_bytes, 0.0))

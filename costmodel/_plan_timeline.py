@@ -168,12 +168,6 @@ def _priced(model, cluster, table: StrategyTable, fw):
     return rows, cfg, terms, st, hand, pipe, dp, report(rows, cfg, terms, st, hand, pipe, mem, dp, True)
 
 
-def edge_terms(eu: dict) -> dict:
-    """The embedding's (first stage) and the head's (last stage) time per pass from the shape terms ``eu`` (a
-    collective's inputs set to zero by the caller), laid out as Terms.edge_of: costmodel._block.edge_parts."""
-    return edge_parts(eu)
-
-
 def _without(d: dict, keys) -> dict:
     """``d`` with the entries ``keys`` (those it has) set to zero."""
     return {k: (np.zeros_like(x) if k in keys else x) for k, x in d.items()}
@@ -197,7 +191,7 @@ def collective_shares(rows, cfg, terms, st, col: np.ndarray) -> dict[str, np.nda
                                                         *masks)
         lt_m0 = None if terms.lt_m is None else layer_terms(_without(moe_layer_inputs(terms.eu), inputs), *masks)
         bare = dataclasses.replace(terms, lt=lt0, lt_m=lt_m0,
-                                   edge_of=edge_terms(_without(terms.eu, EDGE_COLLECTIVE_INPUTS[kind])))
+                                   edge_of=edge_parts(_without(terms.eu, EDGE_COLLECTIVE_INPUTS[kind])))
         out[kind] = np.stack([np.maximum(_per_stage(a - a0, col), 0.0) for a, a0 in zip(priced, passes(bare),
                                                                                          strict=True)])
     return out

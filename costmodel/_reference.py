@@ -958,7 +958,7 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
     Bw = n_d * (lay["bwd"] + lay["tp_bwd"] + cp_bwd + re + re_tp + re_cp)
     W = n_d * lay["wgt"]
     comp = n_d * (fwd + lay["bwd"] + lay["wgt"])
-    tps = n * 2 * tp_fwd if lay["tp_bwd"] == tp_fwd else n_d * (tp_fwd + lay["tp_bwd"]) + n_m * 2 * tp_fwd
+    tps = n_d * (tp_fwd + lay["tp_bwd"]) + n_m * 2 * tp_fwd  # MoE layers keep the exchange exposed both ways
     ep_s = re_m = 0.0
     if n_m:
         re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)

@@ -335,14 +335,6 @@ def _row_state_dtypes(row: dict, where: str, fw: Framework) -> tuple[tuple[str, 
 MEMORY_MEASURES = ("allocated", "reserved")
 
 
-def _memory_measure(row: dict, where: str) -> str | None:
-    """The row's memory_measure cell (MEMORY_MEASURES), None when empty or absent."""
-    cell = (row.get("memory_measure") or "").strip().lower()
-    if cell and cell not in MEMORY_MEASURES:
-        raise InputError(f"{where}: memory_measure", "one of " + ", ".join(MEMORY_MEASURES) + " or empty", cell)
-    return cell or None
-
-
 def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None, framework: str | None) -> MeasuredRun:
     """One MeasuredRun from a CSV row (read_runs); ``where`` names the file, line and row in errors."""
     if None in row:  # csv.DictReader keeps cells past the header under None
@@ -363,7 +355,7 @@ def _run_of_row(row: dict, where: str, efficiency: dict[str, Efficiency] | None,
     fw = framework_preset((row.get("framework") or "").strip() or framework, f"{where}: framework")
     return MeasuredRun(model.name, model, cluster, fixed, measure, given[measure], convention,
                        given["measured_memory_gb"], fw.name, _row_stage_layers(row, where, model.layers, fixed["pp"]),
-                       _row_state_dtypes(row, where, fw), _memory_measure(row, where))
+                       _row_state_dtypes(row, where, fw), _word(row, "memory_measure", where, MEMORY_MEASURES))
 
 
 def flops_per_iteration(model: Transformer, global_batch: int, convention: str) -> float:

@@ -232,27 +232,6 @@ def test_the_timeline_figure_has_units_a_named_title_and_its_legend_outside(tmp_
     assert {t.get_text() for t in ax.get_legend().get_texts()} >= {"forward", "backward", "idle (bubble)"}
 
 
-def test_the_mirrored_edge_terms_are_the_block_evaluators():
-    """costmodel._plan_timeline.edge_terms repeats configuration_terms' embedding and head terms (to take their tp
-    collective out): both the same, for a dense and an MoE model."""
-    from costmodel._block import configuration_terms
-    from costmodel._configurations import block_rows, configurations
-    from costmodel._frameworks import framework_preset
-    from costmodel._plan_timeline import edge_terms, with_stage_layers
-    from costmodel._stages import pool_arrays, stage_view
-
-    for name, ep in (("llama3-8b", 1), ("mixtral-8x7b", 4)):
-        model, cluster = model_preset(name), cluster_preset("h100x64")
-        table = with_stage_layers(model, StrategyTable.from_columns(dp=8, tp=2, pp=4, ep=ep, micro_batch=1,
-                                                                    global_batch=64))
-        rows = block_rows(model, pool_arrays(cluster), stage_view(model, table), framework_preset(None))
-        terms = configuration_terms(rows, configurations(rows))
-        mine = edge_terms(terms.eu)
-        for part, pair in terms.edge_of.items():
-            for a, b in zip(pair, mine[part], strict=True):
-                assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))
-
-
 # ---- schedule --trace: the unit declared ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("unit", "us"), [("ms", 1e3), ("s", 1e6), ("us", 1.0)])
 def test_schedule_trace_reads_the_declared_unit_and_writes_microseconds(unit, us, tmp_path, capsys):
