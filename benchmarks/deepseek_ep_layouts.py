@@ -11,14 +11,13 @@ Printed, for the two Megatron-Bridge DeepSeek-V3 B200 rows and the Qwen3-235B-A2
    bottleneck stage's layers), the 1F1B count; (m + (p - 1) / v) slots interleaved; the embedding, head and MTP layer
    counted as the model prices them, so this is a rough reading).
 2. Each row's error (as `plansweep validate`) under two candidate mechanisms, one at a time, and a third's size:
-   "p2p": the steady state's hand-offs of Megatron-Core's pipeline without interleaving on the critical path: each
-   micro-batch's send_forward_recv_backward and send_backward_recv_forward are batched isend / irecv pairs waited on
-   before the next pass (Megatron-LM b0cc270, the 26.02 container's core_r0.16.0, megatron/core/pipeline_parallel/
-   schedules.py forward_backward_pipelining_without_interleaving; p2p_communication.py _communicate, wait_on_reqs
-   and torch.cuda.synchronize() under batch_p2p_sync); two neighbours that meet there both wait for the exchange,
-   so each stage's period is its F + B + 2 T_C, where the closed form counts 2 (p - 1) T_C once (fill and drain).
-   Interleaved rows run overlap_p2p_comm (arguments.py) and are left as they are; applied to the Megatron-Core
-   profiles' 1F1B rows only.
+   "no_p2p": the model without the steady state's hand-offs of Megatron-Core's pipeline without interleaving, which it
+   now prices (Framework.blocking_p2p: each micro-batch's send_forward_recv_backward and send_backward_recv_forward
+   are batched isend / irecv pairs waited on before the next pass, Megatron-LM b0cc270, the 26.02 container's
+   core_r0.16.0, megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving;
+   p2p_communication.py _communicate, wait_on_reqs and torch.cuda.synchronize() under batch_p2p_sync; two
+   neighbours that meet there both wait for the exchange, so each stage's period is its F + B + 2 T_C): the profiles'
+   blocking_p2p turned off, the closed form's 2 (p - 1) T_C counted once (fill and drain), as before.
    "half_dim": the B200's GEMM half-size at the H100's measured 240 instead of the tile edge 128 (its efficiency
    constants are otherwise the H100's fractions; not measured on a B200).
    "pad" (printed, not priced): MXFP8's per-expert alignment of the received tokens to 32 rows (HybridEP's
@@ -35,10 +34,9 @@ import math
 
 import numpy as np
 
-import costmodel._block as block
+import costmodel._frameworks as frameworks
 import costmodel._hardware as hardware
 import costmodel._reference as reference
-from costmodel._pipeline_terms import SCHED
 from costmodel._validate import _candidates, predict, read_runs
 
 try:
@@ -73,27 +71,15 @@ def layer_terms(run) -> dict:
 
 
 @contextlib.contextmanager
-def blocking_p2p():
-    """Megatron-Core's 1F1B rows pay 2 T_C each micro-batch in the steady state (module docstring, "p2p")."""
-    orig_time, orig_step = block.pipeline_time, block.pipeline_step
-    state = {"on": False}
-
-    def step(**kw):
-        pipe, fill, pp_comm, needs, sim = orig_step(**kw)
-        p, m = kw["p"], kw["m"]
-        on = state["on"] & (kw["sched"] == SCHED["1f1b"]) & (p > 1)
-        per = np.where(on, kw["pp_comm"] / np.maximum(p - 1, 1), 0.0)  # 2 T_C (uniform links)
-        return pipe + m * per, fill, pp_comm + m * per, needs, sim
-
-    def time(rows, *a, **k):
-        state["on"] = rows.fw.name.startswith("megatron-")
-        return orig_time(rows, *a, **k)
-
-    block.pipeline_time, block.pipeline_step = time, step
+def without_blocking_p2p():
+    """Every profile's blocking_p2p off (module docstring, "no_p2p")."""
+    saved = dict(frameworks.FRAMEWORKS)
+    for name, fw in saved.items():
+        frameworks.FRAMEWORKS[name] = dataclasses.replace(fw, blocking_p2p=False)
     try:
         yield
     finally:
-        block.pipeline_time, block.pipeline_step = orig_time, orig_step
+        frameworks.FRAMEWORKS.update(saved)
 
 
 def errors(runs) -> dict:
@@ -121,13 +107,13 @@ def main() -> None:
               f" {mo['host_f'] * 1e3:6.2f} {mo['host_x'] * 1e3:6.2f} {per_layer * 1e3:8.2f}")
     listed = list(runs.values())
     base = errors(listed)
-    with blocking_p2p():
+    with without_blocking_p2p():
         p2p = errors(listed)
     eff = dict(hardware.EFFICIENCY)
     eff[B200] = dataclasses.replace(eff[B200], gemm_half_dim=H100_HALF_DIM)
     half = errors(read_runs(CSV, efficiency=eff))
     print()
-    print(f"{'run':44s} {'now':>7s} {'p2p':>7s} {'half_dim':>8s} {'pad':>8s}")
+    print(f"{'run':44s} {'now':>7s} {'no_p2p':>7s} {'half_dim':>8s} {'pad':>8s}")
     for name in ROWS:
         f, model = runs[name].fixed, runs[name].model
         local = model.experts / f["ep"]
@@ -136,8 +122,8 @@ def main() -> None:
         print(f"{name:44s} {base[name]:+6.1f}% {p2p[name]:+6.1f}% {half[name]:+7.1f}% {100 * pad:7.2f}%")
     moved = sorted(n for n in base if abs(p2p[n] - base[n]) > 0.05 and n not in ROWS)
     for n in moved:
-        print(f"  p2p also moves {n}: {base[n]:+.1f}% -> {p2p[n]:+.1f}%")
-    for label, errs in (("now", base), ("p2p", p2p), ("half_dim", half)):
+        print(f"  no_p2p also moves {n}: {base[n]:+.1f}% -> {p2p[n]:+.1f}%")
+    for label, errs in (("now", base), ("no_p2p", p2p), ("half_dim", half)):
         print(f"  mean |error| over the set, {label}: {np.mean([abs(e) for e in errs.values()]):.2f}%")
 
 

@@ -461,6 +461,7 @@ class Handoffs:
     T_C: np.ndarray
     pp_comm: np.ndarray
     inner: np.ndarray
+    blocking: np.ndarray | None = None  # (N,) the rows whose hand-offs block (blocking_rows); None: none
 
 
 def hop_s(pa: dict, x, y, ragged, nbytes, spill):
@@ -510,7 +511,45 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
         pp_comm = 2.0 * (p - 1) * T_C[0]
     else:
         pp_comm = 2.0 * np.sum(np.where(inner, rows.weigh(T_C), 0.0), axis=0)
-    return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner)
+    blocking = blocking_rows(rows)
+    if blocking is not None:
+        q = np.flatnonzero(blocking)
+        pp_comm = pp_comm + 0.0  # (a fresh array: the steady state's hand-offs added at the blocking rows)
+        c = T_C[:, q] if T_C.shape[0] == 1 else np.where(inner[:, q], T_C[:, q], 0.0)
+        pp_comm[q] += steady_handoffs_s(c, p[q], rows.m[q], None if T_C.shape[0] == 1 else rows.sv.comp[q])
+    return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking)
+
+
+def blocking_rows(rows: Rows):
+    """(N,) the rows whose hand-offs block (Framework.blocking_p2p: its 1F1B without interleaving, pp > 1); None where
+    none does."""
+    if not rows.fw.blocking_p2p:
+        return None
+    out = (rows.sched == SCHED["1f1b"]) & (rows.p > 1)
+    return out if out.any() else None
+
+
+def steady_handoffs_s(c, p, m, comp=None):
+    """Hand-off time the steady state of a 1F1B whose hand-offs block adds to the closed forms' 2 (p - 1) T_C (N,).
+
+    Stage i's steady period is F + B and the two exchanges it waits on (costmodel._frameworks.BLOCKING_P2P_SOURCE):
+    after its forward with stage i + 1 (its output out, a gradient in), after its backward with stage i - 1; the first
+    and last stages wait on one each. The m - 1 periods after the first then carry the exchanges of the stage with the
+    slowest pair (``pair``: the largest left + right link time; 2c on uniform links, c at p = 2), less the one link the
+    last period does not wait on (pair - the largest link): max((m - 1) pair - (pair - c_max), 0). On uniform stages
+    and links that is (2m - 3) c for p >= 3 and (m - 1) c for p = 2, as the schedule's op order simulated with blocking
+    hand-offs gives (costmodel._pipeline; tests/test_pipeline_blocking.py works p = 4, m = 8 by hand); on uneven links
+    an approximation. ``c`` (k, N): each stage's link to the next (0 past the last inner one); ``comp`` (N,): the
+    columns are three representatives (first, interior, last), the interior link repeated (None: one column)."""
+    if c.shape[0] == 1:  # every link alike
+        c1 = c[0]
+        pair, c_max = np.where(p >= 3, 2.0 * c1, c1), c1
+    else:
+        left = np.concatenate([np.zeros_like(c[:1]), c[:-1]])
+        pair, c_max = np.max(c + left, axis=0), np.max(c, axis=0)
+        if comp is not None:  # an interior stage between two interior links (p >= 4)
+            pair = np.where(comp & (p >= 4), np.maximum(pair, 2.0 * c[1]), pair)
+    return np.maximum((m - 1) * pair - (pair - c_max), 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -572,7 +611,7 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
         X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
-        stage_inputs=stage_inputs)
+        stage_inputs=stage_inputs, blocking=hand.blocking)
     extra = extra_warmup_chunks(rows.fw, rows.model)
     k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra, stage_of_pp=True)
     if sim is not None:

@@ -32,6 +32,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     overlap_ep_steady_only: the overlap pairs passes only in the steady state of Megatron-Core's combined 1F1B
         schedules: warm-up forwards and cool-down backwards run alone, and a pipeline without interleaving not at all
         (costmodel._experts.unpaired_share); False: every pass paired (DualPipe, priced as 1F1B)
+    blocking_p2p: its 1F1B without interleaving waits on each pipeline hand-off before its next pass: a stage's steady
+        state sends a forward's output and receives a backward's gradient in one batched call (and the reverse after
+        the backward) and waits for it, so each steady-state period carries its hand-offs (BLOCKING_P2P_SOURCE;
+        costmodel._block.steady_handoffs_s, costmodel._pipeline's blocking); False: the sends overlap the next pass
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -236,6 +240,7 @@ class Framework:
     expert_tensor_parallel: bool = True
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
+    blocking_p2p: bool = False
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
@@ -313,6 +318,22 @@ class Framework:
 # value), MXFP8's (Blackwell) 1 x 32 block scales (2 / 32 bytes more an element; its norms unfused: 4 + 1 / 16).
 TE_FP8_CAST_BYTES = {"delayed": ((4.0, 0.0, 4.0, 0.0), 1.0), "current": ((6.0, 0.0, 6.0, 0.0), 4.0)}
 
+# Megatron-Core's pipeline without interleaving waits on every hand-off (Framework.blocking_p2p): Megatron-LM d98e8a6
+# megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving runs, in the steady
+# state, forward -> send_forward_recv_backward -> backward -> send_backward_recv_forward (the warm-up and cool-down:
+# recv, pass, send), each p2p_communication.py _communicate a torch.distributed.batch_isend_irecv whose requests it
+# waits on, then torch.cuda.synchronize() (batch_p2p_comm and batch_p2p_sync, True by default in
+# model_parallel_config.py); megatron/training/arguments.py sets overlap_p2p_comm False without a virtual pipeline and
+# argument_utils.py batch_p2p_comm = not overlap_p2p_comm (1e057005 and core_r0.16.0 alike; Megatron-Bridge 067f987
+# training/comm_overlap.py: pp > 1 without vpp, overlap_p2p_comm False and batch_p2p_comm True). Megatron-LM d750965
+# megatron/p2p_communication.py the same (batch_isend_irecv, wait, torch.cuda.synchronize()). The interleaved schedule
+# overlaps its hand-offs (overlap_p2p_comm, on by default with a virtual pipeline) and is priced as before.
+BLOCKING_P2P_SOURCE = ("Megatron-LM d98e8a6 megatron/core/pipeline_parallel/schedules.py "
+                       "forward_backward_pipelining_without_interleaving and p2p_communication.py _communicate: each "
+                       "steady-state hand-off a batched isend / irecv waited on, then torch.cuda.synchronize() "
+                       "(batch_p2p_comm, batch_p2p_sync True; overlap_p2p_comm False without a virtual pipeline, "
+                       "arguments.py; Megatron-Bridge 067f987 comm_overlap.py the same): blocking_p2p")
+
 _MEGATRON_CORE = Framework(
     name="megatron-core",
     what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
@@ -324,7 +345,7 @@ _MEGATRON_CORE = Framework(
     layer_saves="te", dropout=False, expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
     te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
-    dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
+    blocking_p2p=True, dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
              "reduce-scatters and all-gathers per bucket (a stage past the first, pp_rank > 0, runs one bucket: "
@@ -364,6 +385,7 @@ _MEGATRON_CORE = Framework(
              "(2 bytes a logit) and the .float() copy (4), which the in-place sub_, exp and div_ turn into the softmax "
              "saved for backward (the Function saves not its input); backward, the gradient written in place in that "
              "buffer (4) and autograd's 16-bit cast of it (2): 6 at either peak, 4 held between them",
+             BLOCKING_P2P_SOURCE,
              "Megatron-LM megatron/core/pipeline_parallel/schedules.py (1F1B, with and without interleaving); d98e8a6 "
              "lines 1160-1180: interleaving needs a group size N in [pp, m] with m % N 0 or >= pp, so m >= pp",
              "Megatron-LM docs, distributed optimizer (docs/source/api-guide/dist_optimizer.md)",
@@ -409,8 +431,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         selective="attention", sequence_parallel=True, uneven_chunks=False, fp8=False, expert_parallel=False,
         expert_tensor_parallel=False, xent_bytes=52.0, xent_peak_bytes=2.0 + 4.0, grad_reduce_bytes=(4.0, 2.0, 4.0),
         grad_buffer_bytes=(4.0,) * 3,
-        interleaved_microbatches="pp_multiple",
+        interleaved_microbatches="pp_multiple", blocking_p2p=True,
         sources=("Narayanan et al. 2021, Sec. 2.2 (schedules) and Sec. 4 (implementation)",
+                 "Megatron-LM d750965 megatron/p2p_communication.py _communicate: batch_isend_irecv, each request "
+                 "waited on, then torch.cuda.synchronize(); megatron/schedules.py forward_backward_pipelining_without_"
+                 "interleaving: send_forward_recv_backward, send_backward_recv_forward (blocking_p2p)",
                  "Megatron-LM d750965 megatron/training.py line 366: interleaving asserts micro-batches % pp == 0",
                  "gradients kept at 4 bytes a parameter at every precision, the papers' 18 bytes a parameter "
                  "(Megatron-LM d750965 megatron/model/distributed.py would keep fp16 runs' main_grad in fp16 without "
@@ -471,6 +496,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
+        blocking_p2p=False,  # DualPipe's code is not Megatron-Core's pipeline: hand-offs left as 1F1B's
         attention_kernel="standard", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0,  # not published: generic's
         grad_reduce_bytes=(2.0,) * 3,
         overlap_param_gather=False, grad_buffer_bytes=(4.0,) * 3, layer_saves="korthikanti", recompute_modules=True,
@@ -793,7 +819,8 @@ _derive("llm-foundry-triton", "llm-foundry-triton-pure", grad_reduce_bytes=(2.0,
 # InternEvo (InternLM's training code) as its published 7B scaling runs ran it: the Megatron-Core profile's layer and
 # kernel fields (a stand-in: InternEvo's flash-attention layer is not priced on its own), its ZeRO-1 exchange from the
 # code of the commit that published the table (fa7337b).
-_derive("megatron-core", "internevo", max_zero=1, fp8=False, grad_reduce_bytes=(2.0, 2.0, 2.0),
+_derive("megatron-core", "internevo", max_zero=1, fp8=False, blocking_p2p=False,  # its pipeline code not read
+        grad_reduce_bytes=(2.0, 2.0, 2.0),
     all_reduce_then_gather=(True, True, True), overlap_param_gather=False, weight_gather_in_step=True,
     weight_sync_broadcasts=True, dp_bucket_elems=(512 * 1024 * 1024, 0.0), dp_buckets_need_overlap=False,
     expert_parallel=False, expert_tensor_parallel=False, recompute_modules=False,

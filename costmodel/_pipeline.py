@@ -6,7 +6,14 @@ its ops (F, B or W of one micro-batch on one chunk) in a fixed order, and an op 
     start = max(end of the previous op on its device,
                 end of its producer + T_C if the producer ran on another device)
 
-(asynchronous point-to-point: the sender never waits; a hand-off within a device is free).
+(asynchronous point-to-point: the sender never waits; a hand-off within a device is free). With
+``blocking`` (a framework that waits on each hand-off before its next pass: Megatron-Core's 1F1B
+without interleaving) an op whose producer ran on another device starts T_C after both end:
+
+    start = max(end of the previous op on its device, end of its producer) + T_C
+
+the exchange both devices wait on (the producer's device sends in the same batched call in the
+steady state, its next pass waiting with it).
 The producer of F(mb, s) is F(mb, s - 1); of B(mb, s) is B(mb, s + 1), or F(mb, S - 1) on the
 last virtual stage; of W(mb, s) is B(mb, s). Virtual stages s = 0 .. S - 1, S = D * v.
 
@@ -493,7 +500,7 @@ def _per_device(name: str, value: object, p: int) -> np.ndarray:
 
 
 def simulate(schedule: str, devices: int, microbatches: int, chunks: int = 1, *, tf: object, tb: object,
-             tw: object = 0.0, tc: object = 0.0, timeline: bool = False) -> PipelineResult:
+             tw: object = 0.0, tc: object = 0.0, timeline: bool = False, blocking: bool = False) -> PipelineResult:
     """Simulate one schedule for a batch of parameter sets sharing (schedule, D, m, v).
 
     tf, tb, tw: per-stage forward, activation-backward and weight-backward times; anything
@@ -503,6 +510,7 @@ def simulate(schedule: str, devices: int, microbatches: int, chunks: int = 1, *,
         (S, D) array, one time per link: link d joins devices d and d + 1, link D - 1 joins
         the last device and the first (the wrap of interleaved chunks).
     chunks: v; 1 for gpipe, 1f1b, zb-h1, zb-h2; 2 for zb-v; 2 x waves for hanayo.
+    blocking: each hand-off is an exchange both devices wait on (module docstring).
     """
     g = compile_schedule(schedule, devices, microbatches, chunks)
     p, v, m = devices, chunks, microbatches
@@ -545,7 +553,7 @@ def simulate(schedule: str, devices: int, microbatches: int, chunks: int = 1, *,
     for lo in range(0, n_sets, _BLOCK):
         hi = min(lo + _BLOCK, n_sets)
         tc_blk = tc_s[:, lo:hi] if per_link else tc_s[lo:hi]
-        end = _run_block(g, np.ascontiguousarray(dur[:, lo:hi]), tc_blk, link)  # (n, s)
+        end = _run_block(g, np.ascontiguousarray(dur[:, lo:hi]), tc_blk, link, blocking)  # (n, s)
         total[lo:hi] = end[g.last].max(axis=0)
         if timeline:
             ends[lo:hi] = end.T
@@ -560,9 +568,10 @@ def simulate(schedule: str, devices: int, microbatches: int, chunks: int = 1, *,
     return PipelineResult(total, bubble, np.array(busy), g.peak_activations.copy(), tl)
 
 
-def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarray | None = None) -> np.ndarray:
+def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarray | None = None,
+               blocking: bool = False) -> np.ndarray:
     """End time of every op, (n, s), given per-(kind, device) durations (3D, s) and hand-off
-    times (s,).
+    times (s,); ``blocking``: a cross-device op's previous op on its device pays the hand-off too.
 
     Ops are numbered in topological order and each wave is a contiguous range of ids with
     its cross-device ops first, so a wave is two gathers, one add of T_C on a prefix, a max,
@@ -578,9 +587,12 @@ def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarra
         k = b - a
         ready, other, dur = buf_dep[:k], buf_prev[:k], buf_dur[:k]
         np.take(end, dep_ids, axis=0, out=ready)
-        if n_cross:
-            ready[:n_cross] += tc if link is None else tc[link[a:a + n_cross]]
         np.take(end, prev_ids, axis=0, out=other)
+        if n_cross:
+            hand = tc if link is None else tc[link[a:a + n_cross]]
+            ready[:n_cross] += hand
+            if blocking:
+                other[:n_cross] += hand
         np.maximum(ready, other, out=ready)
         np.take(dur_table, dur_rows, axis=0, out=dur)
         np.add(ready, dur, out=end[a:b])
@@ -595,12 +607,13 @@ _FLAT_NODES = 1 << 21
 
 
 def total_times_mixed(keys: list[tuple[str, int, int, int]], group: np.ndarray, tf: np.ndarray, tb: np.ndarray,
-                      tw: np.ndarray, tc: np.ndarray) -> np.ndarray:
+                      tw: np.ndarray, tc: np.ndarray, blocking: np.ndarray | None = None) -> np.ndarray:
     """Pipeline time of S parameter sets that need not share (schedule, D, m, v).
 
     ``keys``: the distinct (schedule, D, m, v); ``group`` (S,): each set's index into ``keys``;
     ``tf``, ``tb``, ``tw`` (S, D_max): per-device stage times, columns past a set's D unused;
-    ``tc`` (S,): hand-off time, or (S, D_max) one per link as in :func:`simulate`. Equal to
+    ``tc`` (S,): hand-off time, or (S, D_max) one per link as in :func:`simulate`; ``blocking`` (S,)
+    bool, None for none: the set's hand-offs block as :func:`simulate`'s. Equal to
     ``simulate(*keys[group[i]], tf=..., ...).total_time`` set by set (tests/test_pipeline.py).
 
     :func:`simulate` walks one graph's waves over an (ops, S) array: ideal for many sets of one
@@ -638,18 +651,19 @@ def total_times_mixed(keys: list[tuple[str, int, int, int]], group: np.ndarray, 
     for g, sets in pieces:
         n = len(sets) * len(graphs[g].kind)
         if batch and nodes + n > _FLAT_NODES:
-            _flat_batch(graphs, batch, dur3, tc, total)
+            _flat_batch(graphs, batch, dur3, tc, total, blocking)
             batch, nodes = [], 0
         batch.append((g, sets))
         nodes += n
-    _flat_batch(graphs, batch, dur3, tc, total)
+    _flat_batch(graphs, batch, dur3, tc, total, blocking)
     return total
 
 
 def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3: np.ndarray,
-                tc: np.ndarray, total: np.ndarray) -> None:
+                tc: np.ndarray, total: np.ndarray, blocking: np.ndarray | None = None) -> None:
     """Simulate the sets of ``batch`` [(graph index, set indices)] in one flat wave walk and
-    write their pipeline times into ``total``."""
+    write their pipeline times into ``total`` (``blocking`` (S,): the sets whose cross-device ops' previous ops pay
+    the hand-off too, None for none)."""
     gs = [graphs[g] for g, _ in batch]
     width = [np.diff(gr.level_bounds) for gr in gs]  # (L_g,) ops per wave
     depth = max(len(w) for w in width)
@@ -664,6 +678,8 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
     dep = np.empty(n_all, dtype=np.int64)
     dur = np.empty(n_all)
     hand = np.empty(n_all)
+    blocks = blocking is not None and any(blocking[sets].any() for _, sets in batch)
+    hand_prev = np.zeros(n_all) if blocks else None  # (a blocking set's cross-device op: after its previous op too)
     ids = []
     for i, ((_, sets), gr) in enumerate(zip(batch, gs, strict=True)):
         lvl, rel, wid = gr.flat_layout
@@ -673,6 +689,8 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
         dep[new] = with_sentinel[:, gr.dep]
         dur[new] = dur3[sets[:, None], gr.kind[None, :], gr.device[None, :]]
         hand[new] = (tc[sets][:, None] if tc.ndim == 1 else tc[sets][:, gr.link]) * gr.cross[None, :]
+        if blocks:
+            hand_prev[new] = hand[new] * blocking[sets][:, None]
         ids.append(new[:, gr.last])
     end = np.zeros(n_all + 1)  # entry n_all stays 0: "no predecessor"
     widest = int(np.diff(level_start).max())
@@ -684,6 +702,8 @@ def _flat_batch(graphs: list[_Graph], batch: list[tuple[int, np.ndarray]], dur3:
         take(dep[lo:hi], out=ready)
         ready += hand[lo:hi]
         take(prev[lo:hi], out=other)
+        if blocks:
+            other += hand_prev[lo:hi]
         np.maximum(ready, other, out=ready)
         np.add(ready, dur[lo:hi], out=end[lo:hi])
     for (_, sets), last in zip(batch, ids, strict=True):

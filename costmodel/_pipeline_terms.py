@@ -7,7 +7,10 @@ chunks, T_C the hand-off between stages:
     ZB-H1:         m * max_i X_i + (p - 1) max(F + B - W, 0)     + 2 (p - 1) T_C
     ZB-H2:         m * max_i X_i + (p - 1) max(F + B - 2W, 0)    + 2 (p - 1) T_C
 which for uniform stages give (m + p - 1) X and (m + (p - 1)/v) X (Narayanan et al. 2021
-Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. pipeline_bubble_s is the
+Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. A framework whose 1F1B
+waits on each hand-off (Framework.blocking_p2p: Megatron-Core without interleaving) adds the
+steady state's, max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links
+(2 T_C; T_C at p = 2): costmodel._block.steady_handoffs_s. pipeline_bubble_s is the
 second term (the fill and drain); pipeline_step adds the rest and sends the rows outside the
 closed forms' domain (outside_closed_form; ZB-V and Hanayo always) to the schedule simulator
 (costmodel._pipeline, through simulate_pipelines and its per-process cache). in_flight counts the
@@ -200,8 +203,9 @@ def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
 
 
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
-                  stage_inputs):
-    """Pipeline time (N,): the closed forms with fill and drain hand-offs ``pp_comm``, then, if
+                  stage_inputs, blocking=None):
+    """Pipeline time (N,): the closed forms with the hand-offs ``pp_comm`` (fill and drain; a blocking row's
+    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s), then, if
     ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
     "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
     Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
@@ -212,7 +216,8 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     if not (simulate_now and np.any(needs)):
         return pipe, fill, pp_comm, needs & ~np.bool_(simulate_now), None
     q = np.flatnonzero(needs)
-    total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q))
+    total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q),
+                                                 blocking=None if blocking is None else blocking[q])
     # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
     # where they are exposed, the rest of the idle time as bubble.
     busy = m[q] * (F_b[q] + B_b[q] + W_b[q])  # (the simulator's stages: F, B, W)
@@ -222,19 +227,23 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     return pipe, fill, pp_comm, np.zeros_like(needs), (q, row_shape, peaks)
 
 
-def simulate_pipelines(shape, comp, F, Bk, W, tc):
+def simulate_pipelines(shape, comp, F, Bk, W, tc, blocking=None):
     """Exact pipeline time (R,) of R rows and the peak micro-batches in flight (row_shape (R,),
     peaks (G, D_max)): stage j of row i holds ``peaks[row_shape[i], j]``. ``shape`` (R, 4):
     schedule, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k): the stage times and
     the hand-off on the link after each stage column, the stages 0 .. pp - 1 (zero past pp) or,
-    where ``comp`` is set, three representatives (first, interior, last) of stages alike.
+    where ``comp`` is set, three representatives (first, interior, last) of stages alike; ``blocking``
+    (R,) or None: the rows whose hand-offs block (costmodel._pipeline.simulate's blocking).
 
     Each distinct input is simulated once, or taken from a per-process cache; shapes with many
     distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
     from costmodel._pipeline import schedule_peaks
 
     k = F.shape[1]
-    inputs = np.concatenate([shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc], axis=1)
+    cols = [shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc]
+    if blocking is not None:  # (a last column: the flag, part of the key)
+        cols.append(blocking[:, None].astype(np.float64))
+    inputs = np.concatenate(cols, axis=1)
     uniq, back, shapes, gid = unique_rows(inputs, lead=4)  # (np.unique's, axis=0: the rows, then their shapes)
     shapes = shapes.astype(np.int64)
     dev = np.arange(int(uniq[:, 1].max()))[None, :]
@@ -243,7 +252,7 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
     known, cached = cache.lookup(u_keys)
     u_total = cached[:, 0].copy()
     if (new := np.flatnonzero(~known)).size:  # (the inputs the cache does not hold: their devices' times, simulated)
-        u_total[new] = _simulate_sets(uniq[new], gid[new], shapes, dev, k)
+        u_total[new] = _simulate_sets(uniq[new], gid[new], shapes, dev, k, blocking is not None)
         cache.add(u_keys[new], u_total[new, None])
     peaks = np.zeros((len(shapes), dev.shape[1]))
     for g, (code, pg, mg, vg) in enumerate(shapes):
@@ -251,10 +260,11 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc):
     return u_total[back], gid[back], peaks
 
 
-def _simulate_sets(uniq, gid, shapes, dev, k):
+def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     """simulate_pipelines' pipeline times (S,) of S distinct inputs ``uniq`` (rows as it lays them out) of shapes
     ``gid`` (into ``shapes``): each device's stage column (``dev`` (1, D_max) the devices), its times; shapes of more
-    than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk."""
+    than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk. ``flagged``: the last
+    column says which block their hand-offs."""
     from costmodel._pipeline import simulate, total_times_mixed
 
     u_p = uniq[:, 1].astype(np.int64)[:, None]
@@ -263,12 +273,15 @@ def _simulate_sets(uniq, gid, shapes, dev, k):
     u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
                                        0.0) for i in range(4))  # per device; columns past pp unused
     total = np.empty(len(uniq))
+    blocking = uniq[:, 5 + 4 * k] > 0 if flagged else np.zeros(len(uniq), dtype=bool)
     big = np.bincount(gid, minlength=len(shapes)) > _MIXED_MAX_SETS
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
-        r = np.flatnonzero(gid == g)
-        res = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg], tc=u_tc[r, :pg])
-        total[r] = res.total_time
+        for blocks in (False, True):
+            r = np.flatnonzero((gid == g) & (blocking == blocks))
+            if r.size:
+                total[r] = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
+                                    tc=u_tc[r, :pg], blocking=blocks).total_time
     small = ~big[gid]
     if np.any(small):
         keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
@@ -276,7 +289,8 @@ def _simulate_sets(uniq, gid, shapes, dev, k):
         renum[keep] = np.arange(len(keep))
         mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]
         r = np.flatnonzero(small)
-        total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r])
+        total[r] = total_times_mixed(mixed_keys, renum[gid[r]], u_tf[r], u_tb[r], u_tw[r], u_tc[r],
+                                     blocking[r] if flagged else None)
     return total
 
 

@@ -113,7 +113,8 @@ def plan_timeline(model: Transformer, cluster, table: StrategyTable, framework=N
     col = stage_columns(rows, p)
     F, Bk, W = (_per_stage(a, col) for a in (st.F, st.Bk, st.W))
     tc = _per_stage(hand.T_C, col) if p > 1 else np.zeros(p)
-    res = simulate(schedule, p, m, v, tf=F, tb=Bk, tw=W, tc=tc[None, :], timeline=True)
+    blocking = hand.blocking is not None and bool(hand.blocking[0])  # (Framework.blocking_p2p's hand-offs)
+    res = simulate(schedule, p, m, v, tf=F, tb=Bk, tw=W, tc=tc[None, :], timeline=True, blocking=blocking)
     pipe_s = float(pipe.pipe[0])
     # the simulator's span here and the priced pipeline are one simulation of the same inputs: equal but for the
     # order of float additions (a drift would mean a phase priced here otherwise than in evaluate_block)

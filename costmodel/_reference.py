@@ -484,6 +484,7 @@ class _Row:
     etp: int
     extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
     steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
+    blocking: bool  # its 1F1B without interleaving waits on each hand-off (Framework.blocking_p2p)
     modules: int = 0  # Megatron-Core's recompute modules (costmodel._codes.RECOMPUTE_MODULES bits; 0: the policy)
 
 
@@ -504,7 +505,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
                 ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
-                steady_only=fw.overlap_ep_steady_only, modules=module_code(r.get("recompute_modules") or 0))
+                steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p, modules=module_code(r.get("recompute_modules") or 0))
 
 
 def _check_modules(model: Transformer, fw, code: int) -> None:
@@ -1072,6 +1073,9 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
     else:
         t_c = 0.0
     pp_comm = 2 * (pp - 1) * t_c
+    if row.blocking and sched == "1f1b" and pp > 1:  # the steady state's hand-offs (Framework.blocking_p2p): each
+        # period after the first waits on two exchanges (one at pp = 2), the last period on one fewer
+        pp_comm += max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
     outside = (sched in SIMULATED_SCHEDULES
@@ -1081,7 +1085,7 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
         from costmodel._pipeline import simulate
 
         res = simulate(sched, pp, m, v, tf=[st["F"] for st in stages], tb=[st["B"] for st in stages],
-                       tw=[st["W"] for st in stages], tc=t_c)
+                       tw=[st["W"] for st in stages], tc=t_c, blocking=row.blocking and sched == "1f1b")
         pipe = float(res.total_time[0])
         pp_comm = min(pp_comm, max(pipe - m * X_max, 0.0))
         fill = pipe - m * X_max - pp_comm

@@ -114,12 +114,14 @@ def test_collectives_and_exposed_exchange_are_drawn_where_the_plans_have_them(tm
 
 def test_a_small_1f1b_timeline_worked_by_hand(tmp_path, capsys):
     """pp 2, two micro-batches, 1F1B: stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1 (B with its weight gradient);
-    a pass waits for its input from the other stage, handed off in T. From evaluate's per-stage F, B, W and T, the
-    last pass ends at (by hand):
+    a pass waits for its input from the other stage, handed off in T; under megatron-core (the default profile, whose
+    1F1B waits on each hand-off: Framework.blocking_p2p) a pass whose input comes from the other stage starts T after
+    both that input and its own stage's previous pass end. From evaluate's per-stage F, B, W and T, the last pass
+    ends at (by hand):
         a = F0 + T + F1 + B1                       stage 1's B0 ends
-        e1 = max(a, 2 F0 + T) + F1 + B1             stage 1's F1 then B1
-        b0 = max(2 F0, a + T) + B0                  stage 0's B0 (needs stage 1's B0)
-        end = max(b0, e1 + T) + B0                  stage 0's B1
+        e1 = max(a, 2 F0) + T + F1 + B1             stage 1's F1 then B1
+        b0 = max(2 F0, a) + T + B0                  stage 0's B0 (needs stage 1's B0)
+        end = max(b0, e1) + T + B0                  stage 0's B1
     and the step adds evaluate's exposed exchange and optimizer step."""
     trace = tmp_path / "t.json"
     flags = [*SMALL, "--tp", "8", "--pp", "2", "--micro-batch", "1", "--global-batch", "2", "--schedule", "1f1b"]
@@ -129,15 +131,15 @@ def test_a_small_1f1b_timeline_worked_by_hand(tmp_path, capsys):
     F0, F1, T = s0["forward_s"], s1["forward_s"], s0["handoff_s"]
     B0, B1 = s0["backward_s"] + s0["weight_grad_s"], s1["backward_s"] + s1["weight_grad_s"]
     a = F0 + T + F1 + B1
-    e1 = max(a, 2 * F0 + T) + F1 + B1
-    b0 = max(2 * F0, a + T) + B0
-    end = max(b0, e1 + T) + B0
+    e1 = max(a, 2 * F0) + T + F1 + B1
+    b0 = max(2 * F0, a) + T + B0
+    end = max(b0, e1) + T + B0
     m = rep["metrics"]
     events, _ = _trace(trace)
     assert _span_s(events) == pytest.approx(end + m["dp_comm_s"] + m["optimizer_s"], rel=1e-9, abs=NS)
     passes = sorted((e["ts"], e["name"]) for e in events if e["pid"] == 1 and e["tid"] == 0 and e["cat"] != "optimizer")
     assert [n for _, n in passes] == ["F0", "F1", "B0", "B1"]
-    assert [t / 1e6 for t, _ in passes] == pytest.approx([0.0, F0, b0 - B0, max(b0, e1 + T)], abs=NS)
+    assert [t / 1e6 for t, _ in passes] == pytest.approx([0.0, F0, b0 - B0, max(b0, e1) + T], abs=NS)
     fwd = _stage_events(events, 0, "forward")  # the sum of stage 0's forward blocks: m x its priced forward
     assert sum(e["dur"] for e in fwd) / 1e6 == pytest.approx(2 * F0, abs=2 * NS)
 
