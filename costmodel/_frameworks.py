@@ -34,8 +34,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         (costmodel._experts.unpaired_share); False: every pass paired (DualPipe, priced as 1F1B)
     blocking_p2p: its 1F1B without interleaving waits on each pipeline hand-off before its next pass: a stage's steady
         state sends a forward's output and receives a backward's gradient in one batched call (and the reverse after
-        the backward) and waits for it, so each steady-state period carries its hand-offs (BLOCKING_P2P_SOURCE;
-        costmodel._block.steady_handoffs_s, costmodel._pipeline's blocking); False: the sends overlap the next pass
+        the backward) and waits for it, so each steady-state period carries its hand-offs (Megatron-Core:
+        BLOCKING_P2P_SOURCE; torch.distributed.pipelining's Schedule1F1B: TORCH_BLOCKING_P2P_SOURCE; DeepSpeed's
+        TrainSchedule: DEEPSPEED_BLOCKING_P2P_SOURCE; costmodel._block.steady_handoffs_s, costmodel._pipeline's
+        blocking); False: the sends overlap the next pass
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -334,6 +336,33 @@ BLOCKING_P2P_SOURCE = ("Megatron-LM d98e8a6 megatron/core/pipeline_parallel/sche
                        "(batch_p2p_comm, batch_p2p_sync True; overlap_p2p_comm False without a virtual pipeline, "
                        "arguments.py; Megatron-Bridge 067f987 comm_overlap.py the same): blocking_p2p")
 
+# torch.distributed.pipelining's Schedule1F1B waits on its hand-offs as Megatron-Core's 1F1B does (blocking_p2p):
+# pytorch 1fd7abc torch/distributed/pipelining/schedules.py Schedule1F1B._step_microbatches runs min(m, p - i) warm-up
+# forwards (the last one's send held back), then the "1B1F" loop: _wait_batch_p2p(_batch_p2p(fwd_sends + bwd_recvs))
+# before each backward and _wait_batch_p2p(_batch_p2p(bwd_sends + fwd_recvs)) before each forward: the same op order
+# as Megatron's p - i - 1 warm-ups and forward / exchange / backward / exchange, each exchange one batched isend /
+# irecv with the neighbour the compute stream waits on (ProcessGroupNCCL's Work.wait). The mid-2024 text (the
+# pipelining package as torch 2.4 shipped it: `if fuse_work := _batch_p2p(...): fuse_work.wait()`) is the same; the
+# torchtitan rows ran torch 1963fc8 (2024-12-23), between the two, not read. Its ScheduleInterleaved1F1B (a
+# PipelineScheduleMulti in both texts) runs a time-step grid: each step's pass, then one batched exchange of that
+# step's sends and the neighbours' step outputs, waited on: blocking too, not priced here (blocking_p2p covers 1F1B
+# without interleaving only).
+TORCH_BLOCKING_P2P_SOURCE = ("pytorch 1fd7abc torch/distributed/pipelining/schedules.py Schedule1F1B: warm-up "
+                             "min(m, p - i) forwards, then each backward after _wait_batch_p2p(_batch_p2p(fwd_sends + "
+                             "bwd_recvs)) and each forward after _wait_batch_p2p(_batch_p2p(bwd_sends + fwd_recvs)) "
+                             "(the mid-2024 text alike; the rows' 1963fc8 between them): blocking_p2p")
+# DeepSpeed's pipeline engine waits on every hand-off (blocking_p2p): deepspeed/runtime/pipe/schedule.py TrainSchedule
+# yields 2 (m + p - 1) steps, each a stage's exchange with one neighbour then its pass (forward steps: RecvActivation
+# and SendGrad with the previous stage; backward steps: SendActivation and RecvGrad with the next; 1F1B's op order);
+# p2p.py send / recv assert async_op False and call dist.send / dist.recv, which the compute stream waits on
+# (DeepSpeed 735406e, 2022-06, the BLOOM runs' era; 38327e0 the same, the step's two calls in the other order). The
+# two transfers of a steady-state exchange run one after the other (two calls, not one batch): the steady state's
+# hand-offs here are counted once, as a batched exchange's, an undercount of up to one hand-off an exchange.
+DEEPSPEED_BLOCKING_P2P_SOURCE = ("DeepSpeed 735406e (2022) and 38327e0 deepspeed/runtime/pipe/schedule.py "
+                                 "TrainSchedule (each step: the exchange with one neighbour, then the pass) and p2p.py "
+                                 "send / recv (dist.send / dist.recv, async_op refused): blocking_p2p, each steady-state "
+                                 "exchange counted as one hand-off (its two transfers run one after the other)")
+
 _MEGATRON_CORE = Framework(
     name="megatron-core",
     what="Megatron-Core: 1F1B and interleaved, distributed optimizer (ZeRO-1) with pipelines, Megatron FSDP "
@@ -528,8 +557,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         grad_reduce_bytes=(2.0, 2.0, 2.0),
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
-        zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True,
-        sources=("DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
+        zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
+        sources=(DEEPSPEED_BLOCKING_P2P_SOURCE,
+                 "DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",
                  "DeepSpeed 38327e0 zero/partitioned_param_coordinator.py fetch_sub_module: one all_gather_coalesced "
@@ -603,7 +633,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
         pp_grad_accum_bytes=10.0, ag_copy_out_bytes=2.0 + 2.0, rs_copy_in_bytes=(2.0 + 4.0, 4.0 + 4.0),
-        sources=("FSDP2's copies beside its collectives (ag_copy_out_bytes 4, rs_copy_in_bytes 6 and 8): pytorch "
+        blocking_p2p=True,
+        sources=(TORCH_BLOCKING_P2P_SOURCE,
+                 "FSDP2's copies beside its collectives (ag_copy_out_bytes 4, rs_copy_in_bytes 6 and 8): pytorch "
                  "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (read at 8fc2039; the copy-in on the "
                  "current stream since pytorch's 'Ran reduce-scatter copy-in in default stream', 2024-06, before the "
                  "torchtitan rows' torch 1963fc8) foreach_reduce: torch._chunk_cat of the unit's unsharded gradients "
@@ -761,6 +793,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
+    blocking_p2p=False,  # no pipeline in its code: torch's schedules' waits not claimed
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
     pp_grad_accum_bytes=0.0, pre_reduce_copy_bytes=2.0 + 2.0,  # FSDP1's flat gradient: read 2, write 2 (sources)
@@ -849,6 +882,7 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
     pp_grad_accum_bytes=0.0, xent_peak_bytes=4.0,  # its loss code not published: the fused count
+    blocking_p2p=False,  # its pipeline code not published: hand-offs left asynchronous
     ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0),  # nor FSDP2's copies: the paper
     # describes its FSDP in words, not which code runs it
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
