@@ -632,8 +632,10 @@ def total_times_mixed(keys: list[tuple[str, int, int, int]], group: np.ndarray, 
     split = np.array([k[0] in _SPLIT_BACKWARD for k in keys])
     # Duration per (set, kind, device): F, B (+ W when the backward is one op), W.
     tb_all = np.where(split[group][:, None], tb, tb + tw)
-    inv_v = 1.0 / np.array([k[3] for k in keys], dtype=np.float64)[group]
-    dur3 = np.stack([tf, tb_all, tw], axis=1) * inv_v[:, None, None]  # (S, 3, D_max)
+    v = np.array([k[3] for k in keys], dtype=np.float64)[group]
+    # divided, as simulate() divides: x / 3 and x * (1 / 3) can differ in the last bit, and a row must price the
+    # same whichever of the two walks its distinct inputs go to
+    dur3 = np.stack([tf, tb_all, tw], axis=1) / v[:, None, None]  # (S, 3, D_max)
     tc = np.asarray(tc, dtype=np.float64)
     if tc.ndim < 2:
         tc = np.broadcast_to(tc, (S,))
