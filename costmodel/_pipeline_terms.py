@@ -10,11 +10,7 @@ which for uniform stages give (m + p - 1) X and (m + (p - 1)/v) X (Narayanan et 
 Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. A framework whose 1F1B
 waits on each hand-off (Framework.blocking_p2p: Megatron-Core's, torch.distributed.pipelining's
 Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's, max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links
-(2 T_C; T_C at p = 2): costmodel._block.steady_handoffs_s. A 1F1B whose sends do not block adds the round trips its steady
-state waits on, 2 ((m - 2) - floor((m - 2) / p)) T_C: round_trip_handoffs_s. The interleaved form
-leaves out the chunks' wrap-around hand-offs where a group holds p micro-batches (up to 2 (v - 1) p T_C;
-benchmarks/interleaved_round_trips.py derives them and checks them against the simulator): not priced, since
-the validation rows do worse with them. pipeline_bubble_s is the
+(2 T_C; T_C at p = 2): costmodel._block.steady_handoffs_s. pipeline_bubble_s is the
 second term (the fill and drain); pipeline_step adds the rest and sends the rows outside the
 closed forms' domain (outside_closed_form; ZB-V and Hanayo always) to the schedule simulator
 (costmodel._pipeline, through simulate_pipelines and its per-process cache). in_flight counts the
@@ -206,47 +202,13 @@ def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
     return out
 
 
-def round_trip_handoffs_s(sched, p, m, pp_comm, blocking=None):
-    """Hand-off time (N,) a 1F1B whose sends do not block carries beyond the closed forms' 2 (p - 1) T_C (``pp_comm``,
-    the fill's and drain's): 2 ((m - 2) - floor((m - 2) / p)) T_C; 0 on the other rows and the blocking ones
-    (``blocking`` (N,) or None: theirs is costmodel._block.steady_handoffs_s).
-
-    Stage 0 holds p micro-batches in flight and a micro-batch's round trip down the pipeline and back up is p forwards,
-    p backwards and 2 (p - 1) hand-offs, so the critical path takes a round trip every p micro-batches and the steady
-    period is F + B + 2 (p - 1) T_C / p. Equal to the schedule simulator's op order on uniform stages whatever T_C
-    (tests/test_pipeline_round_trips.py follows the chain for p = 4, m = 8 by hand: 16 hand-offs, 10 past the fill's
-    and drain's); on uneven links T_C is the mean link, pp_comm / (2 (p - 1))."""
-    out = np.zeros(np.shape(pp_comm))
-    if (q := _round_trip_rows(sched, p, blocking)).size:
-        out[q] = _round_trips_at(q, p, m, pp_comm)
-    return out
-
-
-def _round_trip_rows(sched, p, blocking):
-    """The rows (indices) round_trip_handoffs_s prices: 1F1B, pp > 1, hand-offs that do not block."""
-    one = sched == SCHED["1f1b"]
-    if blocking is not None:  # (the blocking rows are 1F1B rows with pp > 1: a profile's whole 1F1B, often)
-        one &= ~blocking
-    one &= p > 1
-    return np.flatnonzero(one)
-
-
-def _round_trips_at(q, p, m, pp_comm):
-    """round_trip_handoffs_s at rows ``q``."""
-    n = m[q] - 2
-    return pp_comm[q] * (n - np.floor_divide(n, p[q])) / (p[q] - 1)
-
-
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
                   stage_inputs, blocking=None):
     """Pipeline time (N,): the closed forms with the hand-offs ``pp_comm`` (fill and drain; a blocking row's
-    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s; a non-blocking 1F1B's round
-    trips, round_trip_handoffs_s), then, if ``simulate_now``, the simulator for feasible rows outside their domain
-    (all with pipeline="simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
+    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s), then, if
+    ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
+    "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
     Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
-    if (q := _round_trip_rows(sched, p, blocking)).size:
-        pp_comm = pp_comm + 0.0  # (a fresh array: the round trips added at their rows)
-        pp_comm[q] += _round_trips_at(q, p, m, pp_comm)
     fill = pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)

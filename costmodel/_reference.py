@@ -1076,8 +1076,6 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
     if row.blocking and sched == "1f1b" and pp > 1:  # the steady state's hand-offs (Framework.blocking_p2p): each
         # period after the first waits on two exchanges (one at pp = 2), the last period on one fewer
         pp_comm += max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
-    elif sched == "1f1b" and pp > 1:  # non-blocking: a round trip of 2 (pp - 1) hand-offs every pp micro-batches
-        pp_comm += 2 * ((m - 2) - (m - 2) // pp) * t_c
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
     outside = (sched in SIMULATED_SCHEDULES
