@@ -30,7 +30,7 @@ from costmodel._framework_rows import by_framework, framework_groups
 from costmodel._frameworks import Framework, with_state_dtypes
 from costmodel._layer_terms import refuse_modules
 from costmodel._metrics import METRIC_COLUMNS, Metrics
-from costmodel._pipeline_terms import PIPELINE_MODES, SCHED, SIMULATED_SCHEDULES
+from costmodel._pipeline_terms import PIPELINE_MODES, outside_closed_form
 from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
@@ -145,11 +145,8 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
 def may_simulate(table: StrategyTable) -> np.ndarray:
     """(N,) bool: rows the simulator may price under the closed forms (a superset of outside_closed_form's: ZB-V,
     Hanayo, interleaving on fewer micro-batches than pp, the zero-bubble schedules whatever their stage times)."""
-    sched = table["schedule"]
-    out = (sched == SCHED["interleaved"]) & (microbatches(table) < table["pp"])
-    for x in (*SIMULATED_SCHEDULES, "zb-h1", "zb-h2"):
-        out |= sched == SCHED[x]
-    return out
+    # outside_closed_form with every zero-bubble row's weight gradient past its forward (W = inf): all of them
+    return outside_closed_form(table["schedule"], table["pp"], microbatches(table), 0.0, 0.0, np.inf)
 
 
 # Placements (a block of one pipeline depth q, q stage columns): blocks of PLACEMENT_ENTRIES / q rows, at least
