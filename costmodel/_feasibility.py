@@ -69,6 +69,8 @@ def interleaving_runs(rule: str, schedule, p, m) -> np.ndarray:
         p, m = np.maximum(np.take(p, i), 1), np.maximum(np.take(m, i), 1)
         out[i] = (m < p) | (m % np.maximum(m // p, 1) == 0)
         return out
+    # (the other rules on every row: at_least_pp's comparison there takes half the time of gathering the interleaved
+    # rows and scattering back, 39 us against 80 over 40,000 bench rows)
     p, m = np.maximum(p, 1), np.maximum(m, 1)
     if rule == "pp_multiple":
         ok = m % p == 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel._data_parallel import framework_columns
-from costmodel._distinct import distinct_rows
+from costmodel._distinct import distinct_rows, unique_rows
 from costmodel._experts import expert_groups, moe_stage_layers
 from costmodel._feasibility import REASON, feasibility
 from costmodel._framework_rows import by_framework
@@ -74,8 +74,7 @@ def _graph_peaks(sched, p, m, v, idx) -> np.ndarray:
     q = np.flatnonzero(graph)
     if not q.size:
         return out
-    shapes, gid = np.unique(np.stack([sched[q], p[q], m[q], v[q]], axis=1), axis=0, return_inverse=True)
-    gid = gid.ravel()
+    shapes, gid = unique_rows(np.stack([sched[q], p[q], m[q], v[q]], axis=1))  # (shapes, 4), (len(q),)
     width = int(p[q].max())
     peaks = np.zeros((len(shapes), width))
     for g, (code, pg, mg, vg) in enumerate(shapes):

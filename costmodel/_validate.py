@@ -241,16 +241,16 @@ def _row_model(row: dict, where: str) -> Transformer:
 
 def _row_routing(row: dict, where: str, model: Transformer) -> Transformer:
     """``model`` with the row's ROUTING_COLUMN cell as its capacity_factor (empty: the model's own); InputError naming
-    the row and the column for a value below 1.0 or one on a dense row."""
+    the row and the column for a value below 1.0, or above it on a dense row (the checks are Transformer's)."""
     cf = _number(row, ROUTING_COLUMN, where)
     if cf is None:
         return model
-    if cf < 1.0:
-        raise InputError(f"{where}: {ROUTING_COLUMN}", "a number >= 1.0 (the busiest expert-parallel rank's token "
-                         "copies over the mean), or empty", row[ROUTING_COLUMN].strip())
-    if model.experts == 1:
-        raise InputError(f"{where}: {ROUTING_COLUMN}", "empty on a dense row (experts 1)", row[ROUTING_COLUMN].strip())
-    return dataclasses.replace(model, capacity_factor=cf)
+    try:
+        return dataclasses.replace(model, capacity_factor=cf)  # Transformer refuses < 1.0, and > 1.0 when dense
+    except InputError:
+        expected = ("empty on a dense row (experts 1)" if model.experts == 1 else
+                    "a number >= 1.0 (the busiest expert-parallel rank's token copies over the mean), or empty")
+        raise InputError(f"{where}: {ROUTING_COLUMN}", expected, row[ROUTING_COLUMN].strip()) from None
 
 
 def _row_cluster(row: dict, where: str, efficiency: dict[str, Efficiency] | None) -> Cluster:
