@@ -285,7 +285,7 @@ class Framework:
     pre_reduce_copy_bytes: float = 0.0  # a gradient element's copy before the reduction, per micro-batch (docstring)
     ag_copy_out_bytes: float = 0.0  # a weight element's copy after each all-gather, FSDP2's copy-out (docstring)
     rs_copy_in_bytes: tuple[float, float] = (0.0, 0.0)  # before each reduce-scatter, FSDP2's copy-in (docstring)
-    tp_comm_overlap: tuple[str, str, str] = ("", "", "")  # by PRECISIONS: userbuffers' configuration, "" off (docstring)
+    tp_comm_overlap: tuple[str, str, str] = ("", "", "")  # by PRECISIONS: userbuffers' configuration, "": off
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -359,9 +359,10 @@ TORCH_BLOCKING_P2P_SOURCE = ("pytorch 1fd7abc torch/distributed/pipelining/sched
 # two transfers of a steady-state exchange run one after the other (two calls, not one batch): the steady state's
 # hand-offs here are counted once, as a batched exchange's, an undercount of up to one hand-off an exchange.
 DEEPSPEED_BLOCKING_P2P_SOURCE = ("DeepSpeed 735406e (2022) and 38327e0 deepspeed/runtime/pipe/schedule.py "
-                                 "TrainSchedule (each step: the exchange with one neighbour, then the pass) and p2p.py "
-                                 "send / recv (dist.send / dist.recv, async_op refused): blocking_p2p, each steady-state "
-                                 "exchange counted as one hand-off (its two transfers run one after the other)")
+                                 "TrainSchedule (each step: the exchange with one neighbour, then the pass) and "
+                                 "p2p.py send / recv (dist.send / dist.recv, async_op refused): blocking_p2p, each "
+                                 "steady-state exchange counted as one hand-off (its two transfers run one after the "
+                                 "other)")
 
 _MEGATRON_CORE = Framework(
     name="megatron-core",

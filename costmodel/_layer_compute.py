@@ -456,7 +456,8 @@ UB_CONFIGS = {
                    "fc2_fprop": ("pipeline", 16, 4, False), "proj_dgrad": _RING, "fc2_dgrad": _RING,
                    "qkv_dgrad": ("bulk", 16, 0, False), "fc1_dgrad": ("bulk", 16, 0, False),
                    "qkv_wgrad": ("bulk", 16, 0, False), "fc1_wgrad": ("bulk", 16, 0, False)},
-    # Megatron-Bridge v0.2.0 src/megatron/bridge/training/comm_overlap.py userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192
+    # Megatron-Bridge v0.2.0 src/megatron/bridge/training/comm_overlap.py
+    # userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192
     # (its Llama 3 70B H100 recipe's; the 405B's h16384_tp8_cp2 differs in num_sm only: qkv_dgrad 2, fc1_wgrad 2,
     # fc2_fprop 8)
     "bridge-bf16": {"qkv_fprop": _RING, "fc1_fprop": _RING, "proj_fprop": ("pipeline", 24, 4, True),

@@ -9,12 +9,13 @@ chunks, T_C the hand-off between stages:
 which for uniform stages give (m + p - 1) X and (m + (p - 1)/v) X (Narayanan et al. 2021
 Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. A framework whose 1F1B
 waits on each hand-off (Framework.blocking_p2p: Megatron-Core's, torch.distributed.pipelining's
-Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's, max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links
-(2 T_C; T_C at p = 2): costmodel._block.steady_handoffs_s. pipeline_bubble_s is the
-second term (the fill and drain); pipeline_step adds the rest and sends the rows outside the
-closed forms' domain (outside_closed_form; ZB-V and Hanayo always) to the schedule simulator
-(costmodel._pipeline, through simulate_pipelines and its per-process cache). in_flight counts the
-micro-batches each stage holds at its peak (the activation memory's multiplier).
+Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's,
+max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links (2 T_C; T_C at p = 2):
+costmodel._block.steady_handoffs_s. pipeline_bubble_s is the second term (the fill and drain);
+pipeline_step adds the rest and sends the rows outside the closed forms' domain (outside_closed_form;
+ZB-V and Hanayo always) to the schedule simulator (costmodel._pipeline, through simulate_pipelines and
+its per-process cache). in_flight counts the micro-batches each stage holds at its peak (the
+activation memory's multiplier).
 
 Interleaving with m >= p is inside the domain whatever m % p: the schedule then runs groups of
 N >= p micro-batches chunk by chunk (interleave_groups), which on uniform stages takes exactly

@@ -505,7 +505,8 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
                 ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
-                steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p, modules=module_code(r.get("recompute_modules") or 0))
+                steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p,
+                modules=module_code(r.get("recompute_modules") or 0))
 
 
 def _check_modules(model: Transformer, fw, code: int) -> None:
@@ -706,8 +707,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         score_f = _hbm(gpu, UNFUSED_SCORE_BYTES[0] * scores)
         cast_f, cast_b = cast_f + score_f, cast_b + _hbm(gpu, UNFUSED_SCORE_BYTES[1] * scores)
     gemm, elem, overhead = lay["gemm"], lay["elem"], lay["overhead"]
-    return {**lay, "tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f, "cast_b": cast_b,
-            "score_f": score_f,
+    return {**lay, "tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "cast_f": cast_f,
+            "cast_b": cast_b, "score_f": score_f,
             "cast_mlp_f": cast_mlp_f, "cast_mlp_b": cast_mlp_b,
             "fwd": gemm + attn + elem + overhead + cast_f,
             "bwd": gemm + 2 * attn + ELEM_BWD_FACTOR * (elem + overhead) + cast_b, "wgt": gemm}

@@ -103,10 +103,10 @@ def test_megatron_core_prices_the_steady_hand_offs(pipeline):
 
 def _torch_1f1b_program(i: int, p: int, m: int) -> list:
     """Rank i's stream under torch.distributed.pipelining's Schedule1F1B (pytorch 1fd7abc schedules.py
-    Schedule1F1B._step_microbatches): min(m, p - i) warm-up forwards, each after its receive is waited on, its send fired
-    and waited on after the next forward (the last one's held back); then backward after the batched (forward send,
-    backward receive) is waited on, forward after the batched (backward send, forward receive) is waited on; then the
-    cool-down backwards. Items: ("C", seconds-key) a pass, ("X", ops, waited) a batch, ("W", index) a wait on batch."""
+    Schedule1F1B._step_microbatches): min(m, p - i) warm-up forwards, each after its receive is waited on, its send
+    fired and waited on after the next forward (the last one's held back); then backward after the batched (forward
+    send, backward receive) is waited on, forward after the batched (backward send, forward receive) is waited on; then
+    the cool-down backwards. Items: ("C", seconds-key) a pass, ("X", ops, waited) a batch, ("W", index) a wait on batch."""
     def ops(direction, kind, k, peer_ok, stage):
         return [(direction, (kind, k, stage))] if peer_ok else []
     recv_f = lambda k: ops("recv", "F", k, i > 0, i - 1)  # noqa: E731

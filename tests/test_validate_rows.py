@@ -96,7 +96,8 @@ def test_a_capacity_factor_cell_prices_the_busiest_ranks_copies(tmp_path):
     from costmodel import evaluate
     from costmodel._reference import evaluate_row
 
-    balanced, busiest = read_runs(_write(tmp_path, [MIXTRAL, {**MIXTRAL, "name": "dropless", "capacity_factor": "1.5"}]))
+    dropless = {**MIXTRAL, "name": "dropless", "capacity_factor": "1.5"}
+    balanced, busiest = read_runs(_write(tmp_path, [MIXTRAL, dropless]))
     assert balanced.model.capacity_factor == 1.0 and busiest.model.capacity_factor == 1.5
     T, k, h = 4096, 2, 4096
     got = []
