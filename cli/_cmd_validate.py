@@ -56,7 +56,8 @@ def run_validate(args) -> int:
               f"{err:>8} {r['compared_on'].split('_')[0]:>9} {mem:>10}  {chosen}")
     print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%"
           + (f"   {res['out_of_memory_runs']} run(s) predicted out of memory" if res["out_of_memory_runs"] else "")
-          + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}%"
+          + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}% over {res['memory_runs']} run(s) "
+             "publishing allocated memory"
              if res["memory_mean_abs_error_pct"] is not None else "")
           + (f"   reserved peaks: {res['reserved_memory_runs']} run(s), mean "
              f"{res['reserved_memory_mean_above_pct']:.1f}% above the predicted live tensors, "

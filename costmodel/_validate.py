@@ -495,6 +495,7 @@ def validate(runs: list[MeasuredRun]) -> dict:
         "unpriced_runs": int(np.count_nonzero(~np.isfinite(errs))),
         "out_of_memory_runs": sum(1 for r in rows if r["memory_fits"] is False),
         "memory_mean_abs_error_pct": float(mem.mean()) if mem.size else None,
+        "memory_runs": int(mem.size),
         "reserved_memory_runs": int(above.size),
         "reserved_memory_below_prediction": int(np.count_nonzero(above < 0.0)),
         "reserved_memory_mean_above_pct": float(above.mean()) if above.size else None,

@@ -134,6 +134,7 @@ def test_measured_memory_is_compared(tmp_path):
     assert res["rows"][0]["memory_error_pct"] == pytest.approx(25.0, abs=1e-3)
     assert "memory_error_pct" not in res["rows"][1]
     assert res["memory_mean_abs_error_pct"] == pytest.approx(25.0, abs=1e-3)
+    assert res["memory_runs"] == 1  # the row without a figure not counted
 
 
 def test_reserved_memory_is_a_bound_not_an_error(tmp_path):
@@ -147,6 +148,7 @@ def test_reserved_memory_is_a_bound_not_an_error(tmp_path):
     rows[1]["memory_measure"] = "allocated"
     res = validate(read_runs(_write(tmp_path, rows, "mem.csv")))
     assert res["memory_mean_abs_error_pct"] == pytest.approx(25.0, abs=1e-3)  # the allocated row only
+    assert res["memory_runs"] == 1
     assert res["reserved_memory_runs"] == 1 and res["reserved_memory_below_prediction"] == 0
     assert res["reserved_memory_mean_above_pct"] == pytest.approx(25.0, abs=1e-3)  # 25% over the prediction
     rows[0]["memory_measure"] = "nvidia-smi"
