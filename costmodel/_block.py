@@ -462,6 +462,8 @@ class Handoffs:
     pp_comm: np.ndarray
     inner: np.ndarray
     blocking: np.ndarray | None = None  # (N,) the rows whose hand-offs block (blocking_rows); None: none
+    serial: np.ndarray | None = None  # (N,) the steady-state hand-offs a batched exchange's simulation leaves out:
+    # (Framework.exchange_calls - 1) x steady_handoffs_s at the blocking rows; None: none
 
 
 def hop_s(pa: dict, x, y, ragged, nbytes, spill):
@@ -516,7 +518,13 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
         q = np.flatnonzero(blocking)
         pp_comm = pp_comm + 0.0  # (a fresh array: the steady state's hand-offs added at the blocking rows)
         c = T_C[:, q] if T_C.shape[0] == 1 else np.where(inner[:, q], T_C[:, q], 0.0)
-        pp_comm[q] += steady_handoffs_s(c, p[q], rows.m[q], None if T_C.shape[0] == 1 else rows.sv.comp[q])
+        steady = steady_handoffs_s(c, p[q], rows.m[q], None if T_C.shape[0] == 1 else rows.sv.comp[q])
+        calls = rows.fw.exchange_calls  # (each exchange's transfers one after the other: DeepSpeed's 2)
+        pp_comm[q] += calls * steady
+        if calls > 1:
+            serial = np.zeros(N)
+            serial[q] = (calls - 1) * steady
+            return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking, serial=serial)
     return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking)
 
 
@@ -540,7 +548,9 @@ def steady_handoffs_s(c, p, m, comp=None):
     and links that is (2m - 3) c for p >= 3 and (m - 1) c for p = 2, as the schedule's op order simulated with blocking
     hand-offs gives (costmodel._pipeline; tests/test_pipeline_blocking.py works p = 4, m = 8 by hand); on uneven links
     an approximation. ``c`` (k, N): each stage's link to the next (0 past the last inner one); ``comp`` (N,): the
-    columns are three representatives (first, interior, last), the interior link repeated (None: one column)."""
+    columns are three representatives (first, interior, last), the interior link repeated (None: one column).
+    An exchange whose two transfers run one after the other (Framework.exchange_calls 2, DeepSpeed's TrainSchedule)
+    waits this twice: the caller multiplies (DEEPSPEED_BLOCKING_P2P_SOURCE; tests/test_pipeline_blocking.py)."""
     if c.shape[0] == 1:  # every link alike
         c1 = c[0]
         pair, c_max = np.where(p >= 3, 2.0 * c1, c1), c1
@@ -611,7 +621,7 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
         X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
-        stage_inputs=stage_inputs, blocking=hand.blocking)
+        stage_inputs=stage_inputs, blocking=hand.blocking, serial=hand.serial)
     extra = extra_warmup_chunks(rows.fw, rows.model)
     k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra, stage_of_pp=True)
     if sim is not None:

@@ -38,6 +38,11 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         BLOCKING_P2P_SOURCE; torch.distributed.pipelining's Schedule1F1B: TORCH_BLOCKING_P2P_SOURCE; DeepSpeed's
         TrainSchedule: DEEPSPEED_BLOCKING_P2P_SOURCE; costmodel._block.steady_handoffs_s, costmodel._pipeline's
         blocking); False: the sends overlap the next pass
+    exchange_calls: with blocking_p2p, the calls a steady-state exchange makes one after the other, each waited on
+        before the next: 1 a batched exchange (Megatron-Core's batch_isend_irecv, torch's _batch_p2p), its send and
+        receive at once; 2 DeepSpeed's TrainSchedule, a dist.recv then a dist.send (or a send then a receive) with the
+        same neighbour: the steady state's hand-offs counted that many times (costmodel._block.steady_handoffs_s's
+        times exchange_calls; the fill and drain's single transfers as before)
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -243,6 +248,7 @@ class Framework:
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
     blocking_p2p: bool = False
+    exchange_calls: int = 1
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
@@ -353,16 +359,26 @@ TORCH_BLOCKING_P2P_SOURCE = ("pytorch 1fd7abc torch/distributed/pipelining/sched
                              "(the mid-2024 text alike; the rows' 1963fc8 between them): blocking_p2p")
 # DeepSpeed's pipeline engine waits on every hand-off (blocking_p2p): deepspeed/runtime/pipe/schedule.py TrainSchedule
 # yields 2 (m + p - 1) steps, each a stage's exchange with one neighbour then its pass (forward steps: RecvActivation
-# and SendGrad with the previous stage; backward steps: SendActivation and RecvGrad with the next; 1F1B's op order);
-# p2p.py send / recv assert async_op False and call dist.send / dist.recv, which the compute stream waits on
-# (DeepSpeed 735406e, 2022-06, the BLOOM runs' era; 38327e0 the same, the step's two calls in the other order). The
-# two transfers of a steady-state exchange run one after the other (two calls, not one batch): the steady state's
-# hand-offs here are counted once, as a batched exchange's, an undercount of up to one hand-off an exchange.
+# then SendGrad with the previous stage; backward steps: SendActivation then RecvGrad with the next; 1F1B's op order;
+# a stage's forward steps fall on the steps its neighbours' backward steps do, so each pair's calls meet in the same
+# step); engine.py _exec_recv_activations / _exec_send_grads / _exec_send_activations / _exec_recv_grads call p2p.py
+# send / recv once a tensor, which assert async_op False and call dist.send / dist.recv: torch's NCCL process group
+# waits on each on the compute stream, and an ncclSend "is blocking for the GPU" until the peer's ncclRecv (NCCL user
+# guide, point-to-point: operations that must progress together are fused in a group, which these are not). The two
+# transfers of a steady-state exchange therefore run one after the other (exchange_calls 2): under that op order,
+# each transfer completing h after both stages reach it, a step on uniform stages is (m + p - 1)(f + b) + 2 (p - 1) h
+# + 2 (2m - 3) h (p >= 3; 2 (m - 1) h at p = 2) while h <= f, the fill and drain's transfers single, each steady
+# exchange 2h (tests/test_pipeline_blocking.py, p = 4, m = 8 by hand). With tp > 1 the engine sends a tp-shard
+# (is_pipe_partitioned = is_model_parallel: PartitionedTensor, 1 / tp of the activation and a small meta tensor) and
+# the receiver all-gathers it over the tp group (PartitionedTensor.full), the model's T h / t bytes a hand-off; the
+# all-gathers (three a micro-batch: input, output before the backward, gradient) are not priced. DeepSpeed 735406e,
+# 2022-06, the BLOOM runs' era; 38327e0 the same, each step's two calls in the other order (the same step time).
 DEEPSPEED_BLOCKING_P2P_SOURCE = ("DeepSpeed 735406e (2022) and 38327e0 deepspeed/runtime/pipe/schedule.py "
                                  "TrainSchedule (each step: the exchange with one neighbour, then the pass) and "
-                                 "p2p.py send / recv (dist.send / dist.recv, async_op refused): blocking_p2p, each "
-                                 "steady-state exchange counted as one hand-off (its two transfers run one after the "
-                                 "other)")
+                                 "p2p.py send / recv (dist.send / dist.recv, async_op refused; NCCL's ncclSend "
+                                 "blocking for the GPU until the peer's receive): blocking_p2p, each steady-state "
+                                 "exchange's two transfers one after the other (exchange_calls 2); engine.py "
+                                 "is_pipe_partitioned: a tp-shard sent, all-gathered by the receiver")
 
 _MEGATRON_CORE = Framework(
     name="megatron-core",
@@ -559,7 +575,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
-        sources=(DEEPSPEED_BLOCKING_P2P_SOURCE,
+        exchange_calls=2, sources=(DEEPSPEED_BLOCKING_P2P_SOURCE,
                  "DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",

@@ -11,7 +11,8 @@ Sec. 2.2) and the Zero Bubble paper's (Qi et al. 2023) bubble sizes. A framework
 waits on each hand-off (Framework.blocking_p2p: Megatron-Core's, torch.distributed.pipelining's
 Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's,
 max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links (2 T_C; T_C at p = 2):
-costmodel._block.steady_handoffs_s. pipeline_bubble_s is the second term (the fill and drain);
+costmodel._block.steady_handoffs_s, twice where an exchange's two transfers run one after the other
+(Framework.exchange_calls: DeepSpeed's). pipeline_bubble_s is the second term (the fill and drain);
 pipeline_step adds the rest and sends the rows outside the closed forms' domain (outside_closed_form;
 ZB-V and Hanayo always) to the schedule simulator (costmodel._pipeline, through simulate_pipelines and
 its per-process cache). in_flight counts the micro-batches each stage holds at its peak (the
@@ -204,9 +205,10 @@ def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
 
 
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
-                  stage_inputs, blocking=None):
+                  stage_inputs, blocking=None, serial=None):
     """Pipeline time (N,): the closed forms with the hand-offs ``pp_comm`` (fill and drain; a blocking row's
-    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s), then, if
+    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s; ``serial`` (N,) or None: what a
+    simulated row's batched exchanges leave out where each exchange's transfers run one after the other), then, if
     ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
     "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
     Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
@@ -221,6 +223,8 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
                                                  blocking=None if blocking is None else blocking[q])
     # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
     # where they are exposed, the rest of the idle time as bubble.
+    if serial is not None:  # (the simulator waits on each steady exchange once, as a batched one)
+        total = total + serial[q]
     busy = m[q] * (F_b[q] + B_b[q] + W_b[q])  # (the simulator's stages: F, B, W)
     pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
     pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))

@@ -485,6 +485,7 @@ class _Row:
     extra: int  # warm-up chunks an interleaved schedule adds (Megatron-Core's EP A2A overlap of an MoE model)
     steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
     blocking: bool  # its 1F1B without interleaving waits on each hand-off (Framework.blocking_p2p)
+    calls: int  # a blocking steady-state exchange's transfers, one after the other (Framework.exchange_calls)
     modules: int = 0  # Megatron-Core's recompute modules (costmodel._codes.RECOMPUTE_MODULES bits; 0: the policy)
 
 
@@ -505,7 +506,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 recomputes=r.get("stage_recompute") or [r["recompute"]] * pp, T=b * model.seq_len / cp,
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
                 ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
-                steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p,
+                steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p, calls=fw.exchange_calls,
                 modules=module_code(r.get("recompute_modules") or 0))
 
 
@@ -1074,9 +1075,12 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
     else:
         t_c = 0.0
     pp_comm = 2 * (pp - 1) * t_c
+    steady = 0.0
     if row.blocking and sched == "1f1b" and pp > 1:  # the steady state's hand-offs (Framework.blocking_p2p): each
-        # period after the first waits on two exchanges (one at pp = 2), the last period on one fewer
-        pp_comm += max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
+        # period after the first waits on two exchanges (one at pp = 2), the last period on one fewer; each exchange
+        # as many transfers one after the other as its calls (Framework.exchange_calls: DeepSpeed's send, then recv)
+        steady = max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
+        pp_comm += row.calls * steady
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
     outside = (sched in SIMULATED_SCHEDULES
@@ -1087,7 +1091,7 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
 
         res = simulate(sched, pp, m, v, tf=[st["F"] for st in stages], tb=[st["B"] for st in stages],
                        tw=[st["W"] for st in stages], tc=t_c, blocking=row.blocking and sched == "1f1b")
-        pipe = float(res.total_time[0])
+        pipe = float(res.total_time[0]) + (row.calls - 1) * steady  # (its exchanges batched: waited on once)
         pp_comm = min(pp_comm, max(pipe - m * X_max, 0.0))
         fill = pipe - m * X_max - pp_comm
         for i, st in enumerate(stages):

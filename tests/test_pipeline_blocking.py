@@ -182,14 +182,22 @@ def test_torch_schedule_1f1b_is_the_blocking_simulation():
         assert got > simulate("1f1b", p, m, 1, tf=F, tb=B, tc=h).total_time[0] + h / 2
 
 
-@pytest.mark.parametrize("framework", ["fsdp2", "fsdp2-async-tp", "deepspeed"])
-def test_torch_and_deepspeed_pipelines_price_the_steady_hand_offs(framework):
-    # torch.distributed.pipelining's Schedule1F1B (test above) and DeepSpeed's TrainSchedule (each step's dist.send /
-    # dist.recv waited on before its pass) wait on their steady-state hand-offs: the closed form carries (2m - 3) T_C
-    # more than the same profile with blocking_p2p off (gpt3-175b on 128 H100s, pp 4, dp 4, 16 micro-batches), and the
-    # scalar reference the same
+def _variant(framework: str, suffix: str = "-async-p2p", **changes):
+    """The profile with ``changes`` (default: blocking_p2p off), registered under a new name (the caller deletes it)."""
     import dataclasses
 
+    import costmodel._frameworks as fws
+
+    fw = dataclasses.replace(fws.FRAMEWORKS[framework], name=framework + suffix, **(changes or {"blocking_p2p": False}))
+    fws.FRAMEWORKS[fw.name] = fw
+    return fw.name
+
+
+@pytest.mark.parametrize("framework", ["fsdp2", "fsdp2-async-tp", "megatron-core"])
+def test_torch_pipelines_price_the_steady_hand_offs(framework):
+    # torch.distributed.pipelining's Schedule1F1B (test above) waits on its steady-state hand-offs as Megatron-Core
+    # does, each exchange one batched call: the closed form carries (2m - 3) T_C more than the same profile with
+    # blocking_p2p off (gpt3-175b on 128 H100s, pp 4, dp 4, 16 micro-batches), and the scalar reference the same
     import costmodel._frameworks as fws
 
     model, cl = model_preset("gpt3-175b"), cluster_preset("h100x128")
@@ -197,12 +205,119 @@ def test_torch_and_deepspeed_pipelines_price_the_steady_hand_offs(framework):
     on = evaluate(model, cl, table, framework=framework, pipeline="closed_form")
     ref = evaluate_row(model, cl, table.row(0), framework=framework, pipeline="closed_form")
     assert on["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
-    off_fw = dataclasses.replace(fws.FRAMEWORKS[framework], name=framework + "-async-p2p", blocking_p2p=False)
-    fws.FRAMEWORKS[off_fw.name] = off_fw
+    off_name = _variant(framework)
     try:
-        off = evaluate(model, cl, table, framework=off_fw.name, pipeline="closed_form")
+        off = evaluate(model, cl, table, framework=off_name, pipeline="closed_form")
     finally:
-        del fws.FRAMEWORKS[off_fw.name]
+        del fws.FRAMEWORKS[off_name]
     t_c = off["pp_comm_s"][0] / (2 * (4 - 1))
     assert t_c > 0
     assert on["step_time_s"][0] - off["step_time_s"][0] == pytest.approx((2 * 16 - 3) * t_c, rel=1e-6)
+
+
+# ---- DeepSpeed's TrainSchedule: each steady-state exchange two calls, one after the other ---------------------------
+
+def _deepspeed_step(step: int, i: int, p: int) -> tuple[int, bool]:
+    """DeepSpeed 735406e deepspeed/runtime/pipe/schedule.py TrainSchedule._step_to_micro_batch: the micro-batch stage
+    i works on at ``step`` and whether it is a forward step (even stages forward on even steps, odd on odd)."""
+    if step % 2 == i % 2:
+        return (step - i % 2) // 2 - i // 2, True
+    if step % 2 == 0:  # an odd stage's backward step
+        return step // 2 - p + (i + 1) // 2, False
+    return (step - 1) // 2 - p + 1 + i // 2, False
+
+
+def _deepspeed_program(i: int, p: int, m: int, later: bool = False) -> list:
+    """Rank i's stream under DeepSpeed's TrainSchedule (735406e; ``later``: 38327e0, each step's two calls in the
+    other order): 2 (m + p - 1) steps, each its exchange with one neighbour, then its pass. A forward step receives
+    its micro-batch's activation (RecvActivation) and sends the previous step's gradient (SendGrad) to stage i - 1; a
+    backward step sends the previous step's activation (SendActivation) and receives its micro-batch's gradient
+    (RecvGrad) from stage i + 1. Each call is p2p.py's dist.send / dist.recv, waited on before the next (async_op
+    refused): items as _torch_1f1b_program's, every batch one transfer and waited."""
+    valid = lambda k: 0 <= k < m  # noqa: E731
+    prog, prev = [], -1
+    for step in range(2 * (m + p - 1)):
+        k, forward = _deepspeed_step(step, i, p)
+        if forward:
+            ops = ([("recv", ("F", k, i - 1))] if valid(k) and i > 0 else []) + \
+                  ([("send", ("B", prev, i))] if valid(prev) and i > 0 else [])
+        else:
+            ops = ([("send", ("F", prev, i))] if valid(prev) and i < p - 1 else []) + \
+                  ([("recv", ("B", k, i + 1))] if valid(k) and i < p - 1 else [])
+        prog += [("X", [op], True) for op in (ops[::-1] if later else ops)]
+        if valid(k):
+            prog.append(("C", "F" if forward else "B"))
+        prev = k
+    return prog
+
+
+def deepspeed_hand_step() -> float:
+    """p = 4, m = 8, f = 1, b = 2, h = 0.1 under DeepSpeed's TrainSchedule, along the critical path.
+
+    Micro-batch 0's forward crosses three boundaries, one receive each: stage 3 starts it at 3 (f + h) = 3.3 and its
+    backward B0 ends at 6.3. Stage 3's next forward step receives micro-batch 1's activation, then sends B0's
+    gradient: two calls with stage 2, one after the other, 2h; B1 ends 2h + f + b later, 9.5. From then on stage 2's
+    period sets the pace: its forward, a backward step's send and receive with stage 3 (2h), its backward, a forward
+    step's receive and send with stage 1 (2h): f + b + 4h = 3.4, six times, B7 on stage 3 at 29.9. B7's gradient then
+    climbs three stages, one receive each, h + b: stage 0 ends at 29.9 + 6.3 = 36.2. In all:
+
+        3 (f + h) + (f + b) + (2h + f + b) + 6 (f + b + 4h) + 3 (h + b) = 11 (f + b) + 32 h
+        = (m + p - 1)(f + b) + (2 (p - 1) + 2 (2m - 3)) h = 33 + 3.2 = 36.2
+
+    the fill and drain's 2 (p - 1) h as a batched exchange's, the steady state's 2m - 3 exchanges twice each.
+    """
+    return (M + P - 1) * (F + B) + (2 * (P - 1) + 2 * (2 * M - 3)) * H
+
+
+def test_deepspeed_hand_calculation_equals_its_op_order():
+    dur = {"F": F, "B": B}
+    want = deepspeed_hand_step()
+    assert want == pytest.approx(36.2)
+    for later in (False, True):
+        got = _rendezvous_time([_deepspeed_program(i, P, M, later) for i in range(P)], dur, H)
+        assert got == pytest.approx(want, rel=1e-12)
+    # a batched exchange (Megatron-Core's, the blocking simulator) waits 2m - 3 hand-offs fewer
+    assert simulate("1f1b", P, M, 1, tf=F, tb=B, tc=H, blocking=True).total_time[0] == \
+        pytest.approx(want - (2 * M - 3) * H)
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 5), (3, 2), (3, 3), (4, 3), (5, 4), (8, 8), (8, 16), (12, 32)])
+def test_deepspeed_closed_form_equals_its_op_order_on_uniform_stages(p, m):
+    # (m + p - 1)(f + b) + 2 (p - 1) h + 2 steady_handoffs_s, for hand-offs no longer than a forward
+    f, b = 1.0, 2.5
+    for h in (0.03, 0.4):
+        sim = _rendezvous_time([_deepspeed_program(i, p, m) for i in range(p)], {"F": f, "B": b}, h)
+        steady = steady_handoffs_s(np.array([[h]]), np.array([p]), np.array([m]))[0]
+        assert (m + p - 1) * (f + b) + 2 * (p - 1) * h + 2 * steady == pytest.approx(sim, rel=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "deepspeed-flash2"])
+@pytest.mark.parametrize("pipeline", ["closed_form", "simulate"])
+def test_deepspeed_prices_each_steady_exchange_twice(framework, pipeline):
+    # DeepSpeed's profiles (Framework.exchange_calls 2) carry (2m - 3) T_C more than the same profile with one call an
+    # exchange, as Megatron-Core's batched exchange (gpt3-175b on 128 H100s, pp 4, dp 4, 16 micro-batches; the
+    # simulator's batched exchanges plus the second call of each), and 2 (2m - 3) T_C more than with blocking_p2p off
+    # in the closed form; the scalar reference the same
+    import costmodel._frameworks as fws
+
+    assert fws.FRAMEWORKS[framework].exchange_calls == 2
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x128")
+    table = _one_f_one_b(4)
+    on = evaluate(model, cl, table, framework=framework, pipeline=pipeline)
+    ref = evaluate_row(model, cl, table.row(0), framework=framework, pipeline=pipeline)
+    assert on["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
+    assert on["pp_comm_s"][0] == pytest.approx(ref["pp_comm_s"], rel=1e-9)
+    off_name, one_name = _variant(framework), _variant(framework, "-one-call", exchange_calls=1)
+    try:
+        off = evaluate(model, cl, table, framework=off_name, pipeline="closed_form")
+        one = evaluate(model, cl, table, framework=one_name, pipeline=pipeline)
+        one_ref = evaluate_row(model, cl, table.row(0), framework=one_name, pipeline=pipeline)
+    finally:
+        del fws.FRAMEWORKS[off_name], fws.FRAMEWORKS[one_name]
+    t_c = off["pp_comm_s"][0] / (2 * (4 - 1))
+    assert t_c > 0
+    m = 64 // 4
+    assert on["step_time_s"][0] - one["step_time_s"][0] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)
+    assert ref["step_time_s"] - one_ref["step_time_s"] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)
+    if pipeline == "closed_form":
+        assert on["step_time_s"][0] - off["step_time_s"][0] == pytest.approx(2 * (2 * m - 3) * t_c, rel=1e-6)
