@@ -464,6 +464,7 @@ class Handoffs:
     blocking: np.ndarray | None = None  # (N,) the rows whose hand-offs block (blocking_rows); None: none
     serial: np.ndarray | None = None  # (N,) the steady-state hand-offs a batched exchange's simulation leaves out:
     # (Framework.exchange_calls - 1) x steady_handoffs_s at the blocking rows; None: none
+    lockstep: np.ndarray | None = None  # (N,) the rows that run torch's interleaved grid (lockstep_rows); None: none
 
 
 def hop_s(pa: dict, x, y, ragged, nbytes, spill):
@@ -513,7 +514,7 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
         pp_comm = 2.0 * (p - 1) * T_C[0]
     else:
         pp_comm = 2.0 * np.sum(np.where(inner, rows.weigh(T_C), 0.0), axis=0)
-    blocking = blocking_rows(rows)
+    blocking, serial = blocking_rows(rows), None
     if blocking is not None:
         q = np.flatnonzero(blocking)
         pp_comm = pp_comm + 0.0  # (a fresh array: the steady state's hand-offs added at the blocking rows)
@@ -524,8 +525,13 @@ def handoffs(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, used) -> Ha
         if calls > 1:
             serial = np.zeros(N)
             serial[q] = (calls - 1) * steady
-            return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking, serial=serial)
-    return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking)
+    lockstep = lockstep_rows(rows)
+    if lockstep is not None:
+        q = np.flatnonzero(lockstep)
+        pp_comm = pp_comm + 0.0  # (a fresh array: the grid's hand-offs added at the lockstep rows)
+        c = T_C[0, q] if T_C.shape[0] == 1 else np.max(np.where(rows.on[:, q], T_C[:, q], 0.0), axis=0)
+        pp_comm[q] += lockstep_handoffs_s(c, rows.v[q], rows.m[q])
+    return Handoffs(T_C=T_C, pp_comm=pp_comm, inner=inner, blocking=blocking, serial=serial, lockstep=lockstep)
 
 
 def blocking_rows(rows: Rows):
@@ -535,6 +541,30 @@ def blocking_rows(rows: Rows):
         return None
     out = (rows.sched == SCHED["1f1b"]) & (rows.p > 1)
     return out if out.any() else None
+
+
+def lockstep_rows(rows: Rows):
+    """(N,) the interleaved rows (pp > 1, m a multiple of pp) whose framework runs torch's interleaved grid
+    (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid is not always an order
+    its passes' inputs allow (m < pp never: a pass falls on its input's step), so those rows keep the asynchronous
+    hand-offs (tests/test_pipeline_lockstep.py)."""
+    if not rows.fw.lockstep_interleaved:
+        return None
+    out = (rows.sched == SCHED["interleaved"]) & (rows.p > 1) & (rows.m % np.maximum(rows.p, 1) == 0)
+    return out if out.any() else None
+
+
+def lockstep_handoffs_s(c, v, m):
+    """Hand-off time torch's interleaved grid (Framework.lockstep_interleaved) adds to the closed forms' 2 (p - 1) T_C
+    (N,): every step of its steady state, a chunk's forward or backward on every rank at once, ends in an exchange with
+    both neighbours that the next step waits on (costmodel._pipeline.simulate_lockstep), so each of a stage's 2 v m
+    passes carries one hand-off but the path's first (the first virtual stage's forward, its input local) and last (the
+    first virtual stage's backward, nothing to send): (2vm - 2) c, c the slowest link (every link carries the grid's
+    exchanges, the last stage's to the first included). On uniform stages and links, m a multiple of p and c at most a
+    tenth of a chunk's forward, the closed form with it and the grid's one chunk forward more
+    (costmodel._pipeline_terms.pipeline_step) equals the grid simulated (tests/test_pipeline_lockstep.py works p = 4,
+    m = 8, v = 2 by hand). ``c`` (N,): the hand-off; ``v``, ``m`` (N,)."""
+    return (2.0 * v * m - 2.0) * c
 
 
 def steady_handoffs_s(c, p, m, comp=None):
@@ -621,7 +651,7 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
         X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
         B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
-        stage_inputs=stage_inputs, blocking=hand.blocking, serial=hand.serial)
+        stage_inputs=stage_inputs, blocking=hand.blocking, serial=hand.serial, lockstep=hand.lockstep)
     extra = extra_warmup_chunks(rows.fw, rows.model)
     k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra, stage_of_pp=True)
     if sim is not None:

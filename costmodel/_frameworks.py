@@ -43,6 +43,11 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         receive at once; 2 DeepSpeed's TrainSchedule, a dist.recv then a dist.send (or a send then a receive) with the
         same neighbour: the steady state's hand-offs counted that many times (costmodel._block.steady_handoffs_s's
         times exchange_calls; the fill and drain's single transfers as before)
+    lockstep_interleaved: its interleaved schedule is torch.distributed.pipelining's ScheduleInterleaved1F1B, a grid of
+        time steps each waited on: a step's pass, then one batched exchange of its sends and its neighbours' step
+        outputs, before the next step (TORCH_LOCKSTEP_SOURCE; costmodel._pipeline.simulate_lockstep; the closed form's
+        (2vm - 2) T_C and one chunk's forward more: costmodel._block.lockstep_handoffs_s); False: the interleaved
+        hand-offs overlap the next pass (Megatron-Core's overlap_p2p_comm)
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -249,6 +254,7 @@ class Framework:
     ep_dispatch_per_node: bool = False
     blocking_p2p: bool = False
     exchange_calls: int = 1
+    lockstep_interleaved: bool = False
     fp8_dispatch: bool = False
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
@@ -351,12 +357,18 @@ BLOCKING_P2P_SOURCE = ("Megatron-LM d98e8a6 megatron/core/pipeline_parallel/sche
 # pipelining package as torch 2.4 shipped it: `if fuse_work := _batch_p2p(...): fuse_work.wait()`) is the same; the
 # torchtitan rows ran torch 1963fc8 (2024-12-23), between the two, not read. Its ScheduleInterleaved1F1B (a
 # PipelineScheduleMulti in both texts) runs a time-step grid: each step's pass, then one batched exchange of that
-# step's sends and the neighbours' step outputs, waited on: blocking too, not priced here (blocking_p2p covers 1F1B
-# without interleaving only).
+# step's sends and the neighbours' step outputs, waited on: blocking too, priced apart (lockstep_interleaved: the
+# grid's steps, read in the torch 2.6.0 text, TORCH_LOCKSTEP_SOURCE; blocking_p2p covers 1F1B without
+# interleaving only).
 TORCH_BLOCKING_P2P_SOURCE = ("pytorch 1fd7abc torch/distributed/pipelining/schedules.py Schedule1F1B: warm-up "
                              "min(m, p - i) forwards, then each backward after _wait_batch_p2p(_batch_p2p(fwd_sends + "
                              "bwd_recvs)) and each forward after _wait_batch_p2p(_batch_p2p(bwd_sends + fwd_recvs)) "
                              "(the mid-2024 text alike; the rows' 1963fc8 between them): blocking_p2p")
+TORCH_LOCKSTEP_SOURCE = ("torch 2.6.0 (git 2236df1, the release nearest the rows' 1963fc8 of 2024-12-23, which was "
+                         "not read) torch/distributed/pipelining/schedules.py: ScheduleInterleaved1F1B."
+                         "_calculate_single_rank_operations and _get_1f1b_rank_ops build the time-step grid; "
+                         "PipelineScheduleMulti._step_microbatches runs each step's pass, then _batch_p2p(its sends + "
+                         "the neighbours' step receives).wait()")
 # DeepSpeed's pipeline engine waits on every hand-off (blocking_p2p): deepspeed/runtime/pipe/schedule.py TrainSchedule
 # yields 2 (m + p - 1) steps, each a stage's exchange with one neighbour then its pass (forward steps: RecvActivation
 # then SendGrad with the previous stage; backward steps: SendActivation then RecvGrad with the next; 1F1B's op order;
@@ -650,8 +662,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
         pp_grad_accum_bytes=10.0, ag_copy_out_bytes=2.0 + 2.0, rs_copy_in_bytes=(2.0 + 4.0, 4.0 + 4.0),
-        blocking_p2p=True,
-        sources=(TORCH_BLOCKING_P2P_SOURCE,
+        blocking_p2p=True, lockstep_interleaved=True,
+        sources=(TORCH_BLOCKING_P2P_SOURCE, TORCH_LOCKSTEP_SOURCE + ": lockstep_interleaved",
                  "FSDP2's copies beside its collectives (ag_copy_out_bytes 4, rs_copy_in_bytes 6 and 8): pytorch "
                  "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (read at 8fc2039; the copy-in on the "
                  "current stream since pytorch's 'Ran reduce-scatter copy-in in default stream', 2024-06, before the "
@@ -810,7 +822,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
-    blocking_p2p=False,  # no pipeline in its code: torch's schedules' waits not claimed
+    blocking_p2p=False, lockstep_interleaved=False,  # no pipeline in its code: torch's schedules' waits not claimed
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
     pp_grad_accum_bytes=0.0, pre_reduce_copy_bytes=2.0 + 2.0,  # FSDP1's flat gradient: read 2, write 2 (sources)
@@ -899,7 +911,7 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,
     pp_grad_accum_bytes=0.0, xent_peak_bytes=4.0,  # its loss code not published: the fused count
-    blocking_p2p=False,  # its pipeline code not published: hand-offs left asynchronous
+    blocking_p2p=False, lockstep_interleaved=False,  # its pipeline code not published: hand-offs left asynchronous
     ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0),  # nor FSDP2's copies: the paper
     # describes its FSDP in words, not which code runs it
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "

@@ -14,6 +14,8 @@ without interleaving) an op whose producer ran on another device starts T_C afte
 
 the exchange both devices wait on (the producer's device sends in the same batched call in the
 steady state, its next pass waiting with it).
+torch.distributed.pipelining's interleaved schedule is not an op graph but a grid of time steps
+each waited on; :func:`simulate_lockstep` walks it (its comment block below).
 The producer of F(mb, s) is F(mb, s - 1); of B(mb, s) is B(mb, s + 1), or F(mb, S - 1) on the
 last virtual stage; of W(mb, s) is B(mb, s). Virtual stages s = 0 .. S - 1, S = D * v.
 
@@ -597,6 +599,80 @@ def _run_block(g: _Graph, dur_table: np.ndarray, tc: np.ndarray, link: np.ndarra
         np.take(dur_table, dur_rows, axis=0, out=dur)
         np.add(ready, dur, out=end[a:b])
     return end[:n]
+
+
+# --------------------------------------------------------------------------- torch's interleaved grid
+
+# torch.distributed.pipelining's ScheduleInterleaved1F1B (torch 2.6.0, git 2236df1, the release nearest the torchtitan
+# rows' torch 1963fc8 of 2024-12-23; schedules.py) is a PipelineScheduleMulti: every
+# rank walks one grid of time steps (pipeline_order), each step one pass or none, and after each step one batched
+# isend / irecv of that step's sends (its pass's output to the next rank, its backward's gradient to the previous)
+# and of the receives its neighbours' passes of the same step imply, waited on (``_batch_p2p(ops).wait()``) before
+# the next step's pass. A rank's pass order is Megatron-LM's interleaved order with N = m // max(1, m // p)
+# micro-batches a round (warm-up (v - 1) N + 2 (p - 1 - r) forwards; forward, backward pairs; cool-down
+# backwards: _interleaved above); the grid adds r idle steps before the first forward, p v + 2 (p - 1 - r) -
+# (warm-up + r) after the warm-up (_get_1f1b_rank_ops' post_warmup_ops) and one before each cool-down backward
+# (costmodel._frameworks.TORCH_LOCKSTEP_SOURCE; Framework.lockstep_interleaved).
+
+
+@functools.lru_cache(maxsize=256)
+def lockstep_grid(p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """torch's interleaved 1F1B grid (comment above) for p ranks, m micro-batches, v chunks: ``kind`` (T, p), the pass
+    rank r runs at step t (F, B, or -1: none), and ``link`` (T, p), whether link r (ranks r and r + 1, the last rank's
+    to the first) carries an exchange at step t: a forward's output to the next virtual stage (not the last one's) or a
+    backward's gradient to the previous (not the first one's)."""
+    n = m // max(1, m // p)  # micro-batches a round (interleave_group_size where the rounds divide m)
+    rows = []
+    for r in range(p):
+        warm = min((v - 1) * n + 2 * (p - 1 - r), v * m)
+        fwd = [(F, (k // n) % v * p + r) for k in range(v * m)]
+        bwd = [(B, (v - 1 - (k // n) % v) * p + r) for k in range(v * m)]
+        ops = [None] * r + fwd[:warm] + [None] * (v * p + 2 * (p - 1 - r) - warm - r)
+        for k in range(v * m - warm):
+            ops += [fwd[warm + k], bwd[k]]
+        for k in range(v * m - warm, v * m):
+            ops += [None, bwd[k]]
+        rows.append(ops)
+    steps = max(len(ops) for ops in rows)
+    kind = np.full((steps, p), -1, dtype=np.int64)
+    link = np.zeros((steps, p), dtype=bool)
+    for r, ops in enumerate(rows):
+        for t, op in enumerate(ops):
+            if op is not None:
+                kind[t, r], s = op
+                if op[0] == F and s < v * p - 1:
+                    link[t, r] = True
+                elif op[0] == B and s > 0:
+                    link[t, (r - 1) % p] = True
+    return kind, link
+
+
+def simulate_lockstep(devices: int, microbatches: int, chunks: int, *, tf: object, tb: object, tw: object = 0.0,
+                      tc: object = 0.0) -> np.ndarray:
+    """Pipeline time (S,) of torch's interleaved 1F1B (lockstep_grid), its steps waited on as torch's code does: an
+    exchange is a NCCL point-to-point send / receive, which completes ``tc`` after both ranks have posted it, each
+    after its step's pass, so rank r's next step starts at
+
+        max(end of its pass, max over its step's partners q of max(end of its pass, end of q's pass) + T_C)
+
+    (no exchange: at the end of its pass; an idle step's pass ends where it starts). tf, tb, tw, tc as
+    :func:`simulate` takes them (the backward is B + W, one pass; a chunk's time its stage's / v; tc (S, D): link d
+    joins devices d and d + 1, link D - 1 the last and the first)."""
+    p, m, v = devices, microbatches, chunks
+    _validate_shape("interleaved", p, m, v)
+    tf2, tb2, tw2 = (_per_device(n, x, p) for n, x in (("tf", tf), ("tb", tb), ("tw", tw)))
+    tc1 = np.asarray(tc, dtype=np.float64)
+    n_sets = np.broadcast_shapes(tf2.shape, tb2.shape, tw2.shape, (tc1.shape[0] if tc1.ndim else 1, 1))[0]
+    c = np.broadcast_to(tc1.T if tc1.ndim == 2 else tc1, (p, n_sets))  # (D, S): link d's hand-off
+    dur = np.stack([np.broadcast_to(x, (n_sets, p)).T / v for x in (tf2, tb2 + tw2)] + [np.zeros((p, n_sets))])
+    kind, link = lockstep_grid(p, m, v)
+    dev = np.arange(p)
+    ready = np.zeros((p, n_sets))  # (D, S): when each device's next step starts
+    for t in range(kind.shape[0]):
+        end = ready + dur[kind[t], dev]  # (D, S)  (kind -1: the zeros)
+        pair = np.where(link[t][:, None], np.maximum(end, np.roll(end, -1, axis=0)) + c, -np.inf)  # link d's end
+        ready = np.maximum(np.maximum(end, pair), np.roll(pair, 1, axis=0))
+    return ready.max(axis=0)
 
 
 # --------------------------------------------------------------------------- mixed groups

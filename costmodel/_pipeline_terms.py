@@ -12,7 +12,10 @@ waits on each hand-off (Framework.blocking_p2p: Megatron-Core's, torch.distribut
 Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's,
 max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links (2 T_C; T_C at p = 2):
 costmodel._block.steady_handoffs_s, twice where an exchange's two transfers run one after the other
-(Framework.exchange_calls: DeepSpeed's). pipeline_bubble_s is the second term (the fill and drain);
+(Framework.exchange_calls: DeepSpeed's). A framework whose interleaving is torch.distributed.pipelining's grid of
+waited time steps (Framework.lockstep_interleaved; m a multiple of p) adds (2vm - 2) T_C
+(costmodel._block.lockstep_handoffs_s) and one chunk's forward, F / v, to the fill; its simulator is
+costmodel._pipeline.simulate_lockstep. pipeline_bubble_s is the second term (the fill and drain);
 pipeline_step adds the rest and sends the rows outside the closed forms' domain (outside_closed_form;
 ZB-V and Hanayo always) to the schedule simulator (costmodel._pipeline, through simulate_pipelines and
 its per-process cache). in_flight counts the micro-batches each stage holds at its peak (the
@@ -205,22 +208,32 @@ def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
 
 
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
-                  stage_inputs, blocking=None, serial=None):
+                  stage_inputs, blocking=None, serial=None, lockstep=None):
     """Pipeline time (N,): the closed forms with the hand-offs ``pp_comm`` (fill and drain; a blocking row's
     steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s; ``serial`` (N,) or None: what a
-    simulated row's batched exchanges leave out where each exchange's transfers run one after the other), then, if
-    ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
+    simulated row's batched exchanges leave out where each exchange's transfers run one after the other; a row of
+    torch's interleaved grid, ``lockstep`` (N,) or None, its steps' hand-offs, costmodel._block.lockstep_handoffs_s,
+    and one chunk's forward more in its fill: the grid starts the last virtual stage's first forward a step after its
+    input comes), then, if ``simulate_now``, the simulator for feasible rows outside their domain (all with pipeline=
     "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
     Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
     fill = pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
+    if lockstep is not None:
+        fill = fill + np.where(lockstep, F_b / v, 0.0)
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
     needs = simulated & (reason == 0)
     if not (simulate_now and np.any(needs)):
         return pipe, fill, pp_comm, needs & ~np.bool_(simulate_now), None
     q = np.flatnonzero(needs)
+    code = None  # the simulator's hand-off rule per row: 1 blocking (1F1B), 2 torch's interleaved grid, 0 neither
+    if blocking is not None or lockstep is not None:
+        code = np.zeros(q.size, dtype=np.int64)
+        for flags, k in ((blocking, 1), (lockstep, 2)):
+            if flags is not None:
+                code[flags[q]] = k
     total, row_shape, peaks = simulate_pipelines(np.stack([sched[q], p[q], m[q], v[q]], axis=1), *stage_inputs(q),
-                                                 blocking=None if blocking is None else blocking[q])
+                                                 blocking=code)
     # The simulator's total includes every hand-off; report as pp comm the fill/drain hand-offs
     # where they are exposed, the rest of the idle time as bubble.
     if serial is not None:  # (the simulator waits on each steady exchange once, as a batched one)
@@ -238,7 +251,8 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc, blocking=None):
     schedule, pp, micro-batches, vpp; ``F``, ``Bk``, ``W``, ``tc`` (R, k): the stage times and
     the hand-off on the link after each stage column, the stages 0 .. pp - 1 (zero past pp) or,
     where ``comp`` is set, three representatives (first, interior, last) of stages alike; ``blocking``
-    (R,) or None: the rows whose hand-offs block (costmodel._pipeline.simulate's blocking).
+    (R,) or None: the rows whose hand-offs block, 1 (costmodel._pipeline.simulate's blocking), or that run torch's
+    interleaved grid, 2 (costmodel._pipeline.simulate_lockstep); 0 or False: neither.
 
     Each distinct input is simulated once, or taken from a per-process cache; shapes with many
     distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
@@ -269,8 +283,8 @@ def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     """simulate_pipelines' pipeline times (S,) of S distinct inputs ``uniq`` (rows as it lays them out) of shapes
     ``gid`` (into ``shapes``): each device's stage column (``dev`` (1, D_max) the devices), its times; shapes of more
     than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk. ``flagged``: the last
-    column says which block their hand-offs."""
-    from costmodel._pipeline import simulate, total_times_mixed
+    column says which block their hand-offs (1) or run torch's interleaved grid (2)."""
+    from costmodel._pipeline import simulate, simulate_lockstep, total_times_mixed
 
     u_p = uniq[:, 1].astype(np.int64)[:, None]
     rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
@@ -278,16 +292,25 @@ def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
                                        0.0) for i in range(4))  # per device; columns past pp unused
     total = np.empty(len(uniq))
-    blocking = uniq[:, 5 + 4 * k] > 0 if flagged else np.zeros(len(uniq), dtype=bool)
-    big = np.bincount(gid, minlength=len(shapes)) > _MIXED_MAX_SETS
+    rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (simulate_pipelines' blocking: 1 or 2)
+    blocking = rule == 1
+    if np.any(lock := rule == 2):  # torch's interleaved grid: its own walk, one per shape
+        for g in np.unique(gid[lock]):
+            _, pg, mg, vg = (int(x) for x in shapes[g])
+            r = np.flatnonzero(lock & (gid == g))
+            total[r] = simulate_lockstep(pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
+                                         tc=u_tc[r, :pg])
+        if lock.all():
+            return total
+    big = np.bincount(gid[~lock], minlength=len(shapes)) > _MIXED_MAX_SETS
     for g in np.flatnonzero(big):  # a sweep's many rows of one shape: simulate()'s 2-D walk
         code, pg, mg, vg = (int(x) for x in shapes[g])
         for blocks in (False, True):
-            r = np.flatnonzero((gid == g) & (blocking == blocks))
+            r = np.flatnonzero((gid == g) & (blocking == blocks) & ~lock)
             if r.size:
                 total[r] = simulate(SCHEDULES[code], pg, mg, vg, tf=u_tf[r, :pg], tb=u_tb[r, :pg], tw=u_tw[r, :pg],
                                     tc=u_tc[r, :pg], blocking=blocks).total_time
-    small = ~big[gid]
+    small = ~big[gid] & ~lock
     if np.any(small):
         keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
         renum = np.full(len(shapes), -1)

@@ -486,6 +486,7 @@ class _Row:
     steady_only: bool  # that overlap pairs passes in the steady state only (Framework.overlap_ep_steady_only)
     blocking: bool  # its 1F1B without interleaving waits on each hand-off (Framework.blocking_p2p)
     calls: int  # a blocking steady-state exchange's transfers, one after the other (Framework.exchange_calls)
+    lockstep: bool  # its interleaved schedule is torch's grid of waited steps (Framework.lockstep_interleaved)
     modules: int = 0  # Megatron-Core's recompute modules (costmodel._codes.RECOMPUTE_MODULES bits; 0: the policy)
 
 
@@ -507,7 +508,7 @@ def _row(model: Transformer, cluster: Cluster, r: dict, fw) -> _Row:
                 sc=model.seq_len / cp, ew_div=tp if r["sequence_parallel"] else 1, tp_link=_link(cluster, tp),
                 ep=r.get("ep", 1), etp=r.get("etp", 1), extra=1 if fw.overlap_ep and model.is_moe else 0,
                 steady_only=fw.overlap_ep_steady_only, blocking=fw.blocking_p2p, calls=fw.exchange_calls,
-                modules=module_code(r.get("recompute_modules") or 0))
+                lockstep=fw.lockstep_interleaved, modules=module_code(r.get("recompute_modules") or 0))
 
 
 def _check_modules(model: Transformer, fw, code: int) -> None:
@@ -1081,17 +1082,25 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
         # as many transfers one after the other as its calls (Framework.exchange_calls: DeepSpeed's send, then recv)
         steady = max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
         pp_comm += row.calls * steady
+    lockstep = row.lockstep and sched == "interleaved" and pp > 1 and m % pp == 0
+    if lockstep:  # torch's interleaved grid (Framework.lockstep_interleaved; m a multiple of pp, where the grid is a
+        # valid order): every pass but the path's first and last waits on a hand-off, and the last virtual stage's
+        # first forward starts a step late
+        pp_comm += (2 * v * m - 2) * t_c
+        fill += bottleneck["F"] / v
     pipe = m * X_max + fill + pp_comm
     b_st = bottleneck
     outside = (sched in SIMULATED_SCHEDULES
                or (sched == "interleaved" and m < pp)
                or (sched in ("zb-h1", "zb-h2") and (m < pp or b_st["W"] > min(b_st["F"], b_st["B"]))))
     if reason == "ok" and (mode == "simulate" or outside):
-        from costmodel._pipeline import simulate
+        from costmodel._pipeline import simulate, simulate_lockstep
 
-        res = simulate(sched, pp, m, v, tf=[st["F"] for st in stages], tb=[st["B"] for st in stages],
-                       tw=[st["W"] for st in stages], tc=t_c, blocking=row.blocking and sched == "1f1b")
-        pipe = float(res.total_time[0]) + (row.calls - 1) * steady  # (its exchanges batched: waited on once)
+        times = dict(tf=[st["F"] for st in stages], tb=[st["B"] for st in stages], tw=[st["W"] for st in stages],
+                     tc=t_c)
+        res = simulate(sched, pp, m, v, **times, blocking=row.blocking and sched == "1f1b")
+        pipe = (float(simulate_lockstep(pp, m, v, **times)[0]) if lockstep
+                else float(res.total_time[0]) + (row.calls - 1) * steady)  # (its exchanges batched: waited on once)
         pp_comm = min(pp_comm, max(pipe - m * X_max, 0.0))
         fill = pipe - m * X_max - pp_comm
         for i, st in enumerate(stages):

@@ -197,13 +197,13 @@ def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its loss, GQA read, FSDP1
     # (FSDP1's flat gradient too: pre_reduce_copy_bytes; no FSDP2 copy-in / copy-out beside its collectives; no
-    # pipeline code, so no torch.distributed.pipelining waits: blocking_p2p)
+    # pipeline code, so no torch.distributed.pipelining waits: blocking_p2p, lockstep_interleaved)
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), zero3_kept=(1.0, 1.0, 0.0),
                                fp8_tp_gather=True, pp_grad_sync_after_backward=True, pp_grad_accum_bytes=10.0,
                                pre_reduce_copy_bytes=0.0, xent_peak_bytes=12.0, ag_copy_out_bytes=4.0,
-                               rs_copy_in_bytes=(6.0, 8.0), blocking_p2p=True) == \
+                               rs_copy_in_bytes=(6.0, 8.0), blocking_p2p=True, lockstep_interleaved=True) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
@@ -279,7 +279,8 @@ def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
     plain = StrategyTable.from_columns(schedule="1f1b", vpp=1, **cols)
     for fw in ("generic", "megatron-2021"):
         assert REASONS[evaluate(GPT3, H100, inter, framework=fw)["reason"][0]] == "schedule_invalid"
-    for fw in ("megatron-core", "fsdp2"):
+    # (fsdp2 without torch's interleaved grid, whose fill is a chunk's forward longer: tests/test_pipeline_lockstep.py)
+    for fw in ("megatron-core", dataclasses.replace(FRAMEWORKS["fsdp2"], lockstep_interleaved=False)):
         a, b = evaluate(GPT3, H100, inter, framework=fw), evaluate(GPT3, H100, plain, framework=fw)
         assert a["feasible"][0] and b["feasible"][0]
         # Narayanan et al. 2021 Sec. 2.2.2: v chunks divide the fill by v (96 micro-batches, a
