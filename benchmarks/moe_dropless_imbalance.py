@@ -32,6 +32,21 @@ published and the source's launcher forces balance only when given the flag on i
 it ran dropless (tests/data/validation/README.md, "Routing"). The EP 32 rows of the same table go far
 slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100 baseline command, their
 layout with the overlap, passes `--moe-router-force-load-balancing`).
+
+Mixtral: the same source publishes one pair for Mixtral 8x22B (best_practice/Mixtral/run_mixtral_8x22B.sh at b09773a,
+unchanged at e865051 as best_practice/mixtral/): on 128 H100 at the model's runtime.conf layout (TP 2, PP 8, EP 8,
+VPP 7, MBS 1, GBS 256, 4,096 tokens, alltoall dispatcher, bf16), "Dropless training, stable performance should be
+around 445TFLOPS" and "Dropless training with forced balancing, performance should be around 465 TFLOPS". The dropless
+command passes no routing flag; PRETRAIN 0 loads the model's checkpoint (cluster_configs/benchmarking/template.conf:
+LOAD_PATH from the model's checkpoint path; the yaml's `--finetune --load`), so the trained router routes Slimpajama.
+The forced run is priced as the Mixtral 8x7B row of the validation set is (megatron-core, the row's cluster), with the
+8x22B shapes and that layout; its implied share is printed, with the range the published figures' rounding to 5
+TFLOP/s allows, and the Mixtral 8x7B row (`mcore-moe-mixtral-8x7b-h100-64gpu`) balanced and at that share. That row
+ran dropless by the router's choice: Megatron-LM's MoE README at 0b981f9c53 (MCore v0.8) names it "Dropless", and
+the forced-balance option did not exist before 022bcb5afe (2025-05-24, "add force-load-balancing for MoE router").
+No pair of Mixtral 8x7B itself is published, so the row carries the 8x22B pair's share, rounded to 1.07: the same
+rule as the Qwen3 rows (the share a published forced / dropless pair of the row's model family implies under
+Megatron-Core, the row's own model where published), read from the pair and not fitted to the row.
 """
 
 from __future__ import annotations
@@ -53,6 +68,36 @@ ROWS_4K = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256
            "zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
 
 
+MIXTRAL_ROW = "mcore-moe-mixtral-8x7b-h100-64gpu"
+# run_mixtral_8x22B.sh at b09773a: (forced TFLOP/s, dropless TFLOP/s), each "around", to 5 TFLOP/s
+MIXTRAL_8X22B_PAIR = (465, 445)
+# runtime.conf's Mixtral-8x22B layout and the model yaml's shapes at b09773a (128 H100: NNODES 16)
+MIXTRAL_8X22B_CELLS = dict(model="mixtral-8x22b", layers="56", hidden="6144", ffn_hidden="16384", heads="48",
+                           kv_heads="8", vocab="32000", num_gpus="128", tp="2", pp="8", dp="8", vpp="7", ep="8",
+                           global_batch="256", micro_batch="1", recompute="none", sequence_parallel="true",
+                           stage_layers="", tflops_convention="causal_model_flops")
+
+
+def _runs_of(rows: list[dict]):
+    """read_runs of ``rows`` (dicts in the columns of published_runs.csv) through a temporary CSV."""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        return read_runs(f.name)
+    finally:
+        Path(f.name).unlink()
+
+
+def mixtral_8x22b_forced_run():
+    """The ModelZoo's forced Mixtral 8x22B run (read_runs' MeasuredRun), built from the Mixtral 8x7B validation row."""
+    base = next(r for r in csv.DictReader(CSV.open()) if r["name"] == MIXTRAL_ROW)
+    row = dict(base, name="zoo-mixtral-8x22b-h100-128gpu-forced", capacity_factor="",
+               measured_tflops_per_gpu=str(MIXTRAL_8X22B_PAIR[0]), **MIXTRAL_8X22B_CELLS)
+    return _runs_of([row])[0]
+
+
 def pair_runs():
     """The forced run of each pair (read_runs' MeasuredRun), built from the 128k validation row."""
     rows = list(csv.DictReader(CSV.open()))
@@ -62,14 +107,7 @@ def pair_runs():
         r = dict(base, name=f"zoo-long-context-{seq}-forced", seq_len=str(seq), cp=str(cp), dp=str(8 // cp),
                  measured_tflops_per_gpu=str(forced), measured_iteration_time_s="")
         out.append(r)
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(out)
-    try:
-        return read_runs(f.name)
-    finally:
-        Path(f.name).unlink()
+    return _runs_of(out)
 
 
 def at_share(run, share: float) -> dict:
@@ -105,6 +143,25 @@ def main() -> None:
     for run in read_runs(CSV):
         if run.name in ROWS_4K:
             print(f"| {run.name} | {at_share(run, 1.0)['error_pct']:+.1f}% | {at_share(run, mean)['error_pct']:+.1f}% |")
+
+    mixtral()
+
+
+def mixtral() -> None:
+    """The Mixtral 8x22B pair's implied share, the range of its rounding, and the Mixtral 8x7B row at that share."""
+    run = mixtral_8x22b_forced_run()
+    forced, dropless = MIXTRAL_8X22B_PAIR
+    share = implied_share(run, forced / dropless)
+    low = implied_share(run, (forced - 2.5) / (dropless + 2.5))
+    high = implied_share(run, (forced + 2.5) / (dropless - 2.5))
+    print(f"\nMixtral 8x22B, 128 H100, TP 2 PP 8 EP 8 VPP 7: forced error balanced"
+          f" {at_share(run, 1.0)['error_pct']:+.1f}%; dropless / forced {forced / dropless:.3f}; implied share {share:.3f}"
+          f" ({low:.3f}-{high:.3f} over the figures' rounding)")
+    row = next(r for r in read_runs(CSV) if r.name == MIXTRAL_ROW)
+    print(f"{MIXTRAL_ROW}: error balanced {at_share(row, 1.0)['error_pct']:+.1f}%, at share {share:.2f}"
+          f" {at_share(row, share)['error_pct']:+.1f}% ({at_share(row, low)['error_pct']:+.1f}% to"
+          f" {at_share(row, high)['error_pct']:+.1f}%), as priced (its capacity_factor cell"
+          f" {row.model.capacity_factor:.2f}) {predict(row)['error_pct']:+.1f}%")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ _spec = importlib.util.spec_from_file_location(
     "validation_by_source", Path(__file__).parents[1] / "benchmarks" / "validation_by_source.py")
 BY_SOURCE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(BY_SOURCE)
+_spec = importlib.util.spec_from_file_location(
+    "moe_dropless_imbalance", Path(__file__).parents[1] / "benchmarks" / "moe_dropless_imbalance.py")
+DROPLESS = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(DROPLESS)
 # Kept apart from development, never a row (README.md): their arXiv ids, and the one table of each that is kept apart
 # where only a table is (None: the whole paper's throughput figures).
 HELD_APART = {"2205.05198": "Table 5",  # Korthikanti et al. 2022
@@ -162,6 +166,23 @@ def test_moe_rows_have_the_published_parameter_counts():
     hand = (3 * (mla + dense_ffn + norms) + 58 * (mla + 9 * expert + h * 256 + norms)
             + 2 * 129280 * h + h)
     assert model_preset("deepseek-v3").active_params() == pytest.approx(hand, rel=1e-3)
+
+
+def test_a_rows_routing_share_is_what_its_published_forced_dropless_pairs_imply():
+    # README.md "Routing": only rows that routed by their router's own choice carry capacity_factor, each the busiest
+    # rank's share a published forced / dropless pair of its model family implies through the model (the step-time
+    # ratio is the TFLOP/s ratio: the two runs of a pair do the same FLOPs). Removing a cell, or moving a pair's
+    # figures, fails here.
+    cells = {r["name"]: float(r["capacity_factor"]) for r in ROWS if r["capacity_factor"]}
+    assert cells == {"zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8": 1.54, "zoo-qwen3-235b-h100-256gpu-fsdp-ep8": 1.54,
+                     "mcore-moe-mixtral-8x7b-h100-64gpu": 1.07}
+    # Megatron-MoE-ModelZoo best_practice/Mixtral/run_mixtral_8x22B.sh at b09773a: forced around 465, dropless 445
+    mixtral = DROPLESS.implied_share(DROPLESS.mixtral_8x22b_forced_run(), 465 / 445)
+    assert round(mixtral, 2) == 1.07
+    # best_practice/qwen3/readme.md at e865051, Long Context: forced / dropless at 16k, 32k, 64k, 128k tokens
+    published = ((295, 237), (335, 277), (368, 320), (389, 357))
+    qwen3 = [DROPLESS.implied_share(run, f / d) for run, (f, d) in zip(DROPLESS.pair_runs(), published, strict=True)]
+    assert round(sum(qwen3) / len(qwen3), 2) == 1.54
 
 
 def test_the_llm_foundry_calibration_rows_are_apart_from_the_validation_rows():
