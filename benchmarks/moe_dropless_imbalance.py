@@ -27,7 +27,7 @@ and at the mean implied share.
 
 The implied share is one model's router on the source's data, read through the model's split of the
 step (which prices the forced runs 16-18% slow). The validation row at this layout, TP 4 x EP 8 x PP 8
-at 4,096 tokens, carries the mean, rounded to 1.54, as its `capacity_factor` cell: its command is not
+at 4,096 tokens, carries the mean, rounded to 1.55, as its `capacity_factor` cell: its command is not
 published and the source's launcher forces balance only when given the flag on its command line, so
 it ran dropless (tests/data/validation/README.md, "Routing"). The EP 32 rows of the same table go far
 slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100 baseline command, their

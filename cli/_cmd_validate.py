@@ -14,7 +14,7 @@ from costmodel._validate import band_table_of, calibrate, read_hardware, read_ru
 def register(sub) -> None:
     p = sub.add_parser("validate", help=COMMAND_HELP["validate"])
     p.add_argument("file", metavar="FILE.csv|SET", help="measured runs (columns: docs/validation.md), or a "
-                   "published set shipped with plansweep: narayanan2021-table1, korthikanti2022-mfu")
+                   "published set shipped with plansweep: narayanan2021-table1")
     p.add_argument("--hardware", help="efficiency constants fitted by `plansweep calibrate`")
     add_framework_arg(p, "the framework of rows whose framework cell is empty", many=False)
     p.add_argument("--json", action="store_true")

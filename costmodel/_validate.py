@@ -124,7 +124,7 @@ def _int(row: dict, key: str, where: str) -> int | None:
 
 
 # Published measurement sets shipped with the package (costmodel/data/measured/*.csv), by name:
-# the file's stem with "-" for "_" (narayanan2021-table1, korthikanti2022-mfu).
+# the file's stem with "-" for "_" (narayanan2021-table1).
 MEASURED = Path(__file__).resolve().parent / "data" / "measured"
 
 

@@ -21,7 +21,7 @@ def _strict(text: str):
     # out of memory: the infinite step time is null
     ["evaluate", "--tp", "1", "--pp", "1", "--dp", "512", "--global-batch", "512", "--json"],
     ["schedule", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8", "--tf", "1", "--tb", "2", "--json"],
-    ["validate", "korthikanti2022-mfu", "--json"],
+    ["validate", "narayanan2021-table1", "--json"],
     ["search", "random", "--budget", "64", "--json"],
 ])
 def test_json_outputs_parse_strictly(argv, capsys):

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # package (by name or through the functions that list them), Piper's inputs, or a "shared" folder.
 DATA_MARKER = re.compile(
     r"""tests/data|['"/]data['"/]|['"/]examples['"/]|['"/]docs['"/]|README|BENCHMARKS|cluster\.yaml|\.ipynb"""
-    r"""|narayanan2021|korthikanti2022|measured_sets|measured_path|piper-inputs|['"/]shared['"/]""")
+    r"""|narayanan2021|measured_sets|measured_path|piper-inputs|['"/]shared['"/]""")
 
 
 def _used(node: ast.AST) -> set[str]:

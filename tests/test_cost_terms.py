@@ -315,8 +315,8 @@ def test_a_measured_attention_kernel_prices_the_causal_half_at_its_rate_at_the_l
     s, q = 8192.0, 4096.0
     causal = 2 * s * s * q  # half of QK^T and AV's 4 s^2 q
     np.testing.assert_allclose(lc["attn"], causal / (989.4e12 * f(300, 281)), rtol=1e-12)
-    # about 245.3 TFLOP/s x 0.87 (the sustained clock) = 213.4 on the causal FLOPs, against the standard formula's
-    # 989.4 x 0.70 x 0.97 x 0.5 = 334 on the whole square (167 on the causal half)
+    # about 245.3 TFLOP/s x 0.85 (the sustained clock) = 208.5 on the causal FLOPs, against the standard formula's
+    # 989.4 x 0.68 x 0.97 x 0.5 = 326 on the whole square (163 on the causal half)
     _, _, std = _one_layer(peak=989.4e12)
     assert 1.2 < std["attn"][0] / lc["attn"][0] < 1.35
     # Under context parallelism (cp 2) the kernel runs on the rank's 4096-token chunk: half the causal FLOPs, 4k's rate

@@ -28,11 +28,11 @@ def test_all_gathers_move_fp8_after_an_amax_all_reduce():
     # saves 7/8 x E bytes each, 2 x 7/8 x E / 360 GB/s; each waits for an all-reduce of one fp32 amax over the 8
     # ranks: 2 x 7/8 x 4 B / 360 GB/s + 14 steps x 5 us = 70.00002 us. DTensor's copy around each gather (chunk, cat:
     # Framework.sp_copy_bytes, 4 bytes an element of 16-bit data) moves fp8, 2 bytes an element: 2 x 2 x E bytes
-    # fewer at the element-wise HBM rate. b = 4: E = 100,663,296, saving 489.4 us - 140.0 us + 153.5 us = 502.9 us a
-    # pass; b = 1: 122.3 us - 140.0 us + 38.4 us = 20.7 us. Full recompute: 3 passes a layer (forward, backward's
-    # mirrors, recompute), 96 layers, 1536 / 128 / b micro-batches: b = 4: 3 x 96 x 3 x 502.9 us = 0.4345 s a step;
-    # b = 1: 12 x 96 x 3 x 20.7 us = 0.0716 s.
-    for b, want in ((4, 0.4344547534), (1, 0.0715746526)):
+    # fewer at the element-wise HBM rate. b = 4: E = 100,663,296, saving 489.3 us - 140.0 us + 157.1 us = 506.5 us a
+    # pass; b = 1: 122.3 us - 140.0 us + 39.3 us = 21.6 us. Full recompute: 3 passes a layer (forward, backward's
+    # mirrors, recompute), 96 layers, 1536 / 128 / b micro-batches: b = 4: 3 x 96 x 3 x 506.5 us = 0.4376 s a step;
+    # b = 1: 12 x 96 x 3 x 21.6 us = 0.0747 s.
+    for b, want in ((4, 0.4375754344), (1, 0.0746953336)):
         E = b * 2048 * 12288
         save = 2 * 7 / 8 * E / TP_BW - 2 * (2 * 7 / 8 * 4 / TP_BW + 14 * TP_LAT) + 2 * 2 * E / RATE
         assert (1536 // 128 // b) * 96 * 3 * save == pytest.approx(want, rel=1e-9)
@@ -46,10 +46,10 @@ def test_the_gathered_tensors_are_cast_on_the_shard():
     # the rank's shard, 5 bytes an element of T h / 8, and the gathered fp8 tensor is copied transposed once (1 + 1):
     # 5 / 8 + 2 = 2.625 bytes an element of T h, 3.375 fewer. Forward: QKV's and FC1's inputs; backward: the
     # projection's and FC2's output gradients; recompute: the forward's again. T h = 2048 x 12288 = 25,165,824;
-    # 2 x 3.375 x T h = 169,869,312 bytes a layer and pass; 12 micro-batches x 96 layers: 0.0746 s a pass at the
-    # element-wise rate, compute (forward + backward) 0.1492 s, recompute 0.0746 s.
+    # 2 x 3.375 x T h = 169,869,312 bytes a layer and pass; 12 micro-batches x 96 layers: 0.0764 s a pass at the
+    # element-wise rate, compute (forward + backward) 0.1527 s, recompute 0.0764 s.
     per_pass = 12 * 96 * 2 * 3.375 * 2048 * 12288 / RATE
-    assert per_pass == pytest.approx(0.0746, abs=1e-4)
+    assert per_pass == pytest.approx(0.0764, abs=1e-4)
     a, c = _one(OFF), _one("fsdp2")
     assert a["compute_s"][0] - c["compute_s"][0] == pytest.approx(2 * per_pass, rel=1e-9)
     assert a["recompute_s"][0] - c["recompute_s"][0] == pytest.approx(per_pass, rel=1e-9)

@@ -26,16 +26,6 @@ def test_validate_narayanan_table1_within_published_bounds(capsys):
     assert res["max_abs_error_pct"] == pytest.approx(max(errs))
 
 
-def test_validate_korthikanti2022_runs(capsys):
-    # A second published A100 set (selective recompute + SP, newer Megatron-LM), same
-    # constants: each within 10%, mean within 5%.
-    assert main(["validate", "korthikanti2022-mfu", "--json"]) == 0
-    res = json.loads(capsys.readouterr().out)
-    assert len(res["rows"]) == 4
-    assert res["max_abs_error_pct"] <= 10.0
-    assert res["mean_abs_error_pct"] <= 5.0
-
-
 def test_calibrate_recovers_a_slower_gpu(tmp_path, capsys):
     # Runs that took 25% longer than published: the fitted constants must bring the error
     # from about 20% (1 - 1/1.25) down, and validate must accept the written file. Four of the

@@ -9,9 +9,19 @@ import pytest
 
 from cli import main
 from costmodel import InputError, model_preset
-from costmodel._validate import MEASURED, flops_per_iteration, read_runs, validate
+from costmodel._validate import flops_per_iteration, read_runs, validate
 
-KORTHIKANTI = MEASURED / "korthikanti2022_mfu.csv"
+# GPT runs in the schema of the shipped sets, for the validator's mechanics, not its accuracy: the GPT configurations
+# of Korthikanti et al. 2022 Table 3 (tp 8, micro-batch 1, seq 2048, vocab 51200, selective recompute with SP) and
+# made-up measurements, every run at MFU 0.5 (156 TFLOP/s of the A100's 312), its time Eq. 7 FLOPs / (MFU x GPUs x
+# 312e12) to 3 decimals.
+_CONFIGS = (("gpt-22B", 8, 48, 6144, 64, 1, 4), ("gpt-175B", 64, 96, 12288, 96, 8, 64),
+            ("gpt-530B", 280, 105, 20480, 128, 35, 280), ("gpt-1T", 512, 128, 25600, 160, 64, 512))
+MFU, TFLOPS = 0.5, 156.0
+
+
+def _eq7(B, L, h, s=2048, V=51200):
+    return 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
 
 
 def _strict(text: str):
@@ -31,7 +41,13 @@ def _write(tmp_path, rows, name="runs.csv") -> Path:
 
 
 def _rows():
-    return list(csv.DictReader(open(KORTHIKANTI)))
+    return [dict(name=name, source="synthetic", framework="generic", gpu="A100-SXM4-80GB", num_gpus=str(n),
+                 gpus_per_node="8", layers=str(L), hidden=str(h), ffn_hidden=str(4 * h), heads=str(a), kv_heads=str(a),
+                 seq_len="2048", vocab="51200", activation="gelu", tp="8", pp=str(pp), dp="1", cp="1", vpp="",
+                 global_batch=str(B), micro_batch="1", recompute="selective", sequence_parallel="true", zero_stage="0",
+                 measured_iteration_time_s=f"{_eq7(B, L, h) / (MFU * n * 312e12):.3f}", measured_tflops_per_gpu=str(TFLOPS),
+                 tflops_convention="model_flops", measured_mfu=str(MFU))
+            for name, n, L, h, a, pp, B in _CONFIGS]
 
 
 def test_flop_conventions_by_hand():
@@ -53,8 +69,8 @@ def test_a_row_with_only_mfu_is_compared_on_mfu(tmp_path):
     # The file's times were derived from its MFU by Eq. 7 FLOPs / (MFU x GPUs x 312e12), which
     # is the model's own FLOP count: with the time cell emptied the row is judged on MFU and
     # the error must be the same as on time, up to the file's rounding (3 decimals of s).
-    with_time = validate(read_runs(KORTHIKANTI))["rows"]
     rows = _rows()
+    with_time = validate(read_runs(_write(tmp_path, rows, "with_time.csv")))["rows"]
     for r in rows:
         r["measured_iteration_time_s"] = r["measured_tflops_per_gpu"] = ""
     mfu_only = validate(read_runs(_write(tmp_path, rows)))["rows"]
@@ -76,10 +92,10 @@ def test_a_row_with_only_tflops_uses_its_convention(tmp_path, capsys):
     res = validate(read_runs(path))
     for r in res["rows"]:
         assert r["compared_on"] == "tflops_per_gpu"
-    # model_flops at 129.5 TFLOP/s: the 22B run's implied time, by hand (Eq. 7 over 8 GPUs)
+    # model_flops at 156 TFLOP/s: the 22B run's implied time, by hand (Eq. 7 over 8 GPUs)
     B, s, L, h, V = 4, 2048, 48, 6144, 51200
     eq7 = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
-    assert res["rows"][0]["measured_iteration_time_s"] == pytest.approx(eq7 / (129.5e12 * 8), rel=1e-9)
+    assert res["rows"][0]["measured_iteration_time_s"] == pytest.approx(eq7 / (156e12 * 8), rel=1e-9)
     rows[0]["tflops_convention"] = "furlongs"
     assert main(["validate", str(_write(tmp_path, rows, "bad.csv"))]) == 2
     err = capsys.readouterr().err.strip()
