@@ -43,7 +43,14 @@ from costmodel._experts import backward_chunk_excess, backward_chunks, expert_ex
 from costmodel._feasibility import REASON, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
-from costmodel._layer_compute import UB_CONFIGS, fp8_cast_columns, hbm_s, recompute_flops_per_token, ub_layer_tp_s
+from costmodel._layer_compute import (
+    UB_CONFIGS,
+    fp8_cast_columns,
+    handoff_gather_s,
+    hbm_s,
+    recompute_flops_per_token,
+    ub_layer_tp_s,
+)
 from costmodel._layer_terms import (
     LAYER_INPUTS,
     MOE_PART_KEYS,
@@ -106,22 +113,29 @@ def block_phases(model: Transformer, pa: dict, sv: StageView, pipeline: str, sim
 
 
 def plus_edges(ix, first, last):
-    """f(a, e_first, e_last) = a + first * e_first[ix] + last * e_last[ix] (None: no such term), the embedding's
-    and head's terms of stages in configurations ``ix``: where ``ix`` and ``a`` hold every entry of the masks, added
-    on the first and last stages only (the same sums bit for bit: x + 0.0 = x), else through the masks."""
+    """f(a, e_first, e_last[, e_after_first, e_before_last]) = a + first * e_first[ix] + last * e_last[ix] + (not
+    first) * e_after_first[ix] + (not last) * e_before_last[ix] (None: no such term), the embedding's and head's terms
+    of stages in configurations ``ix`` (and the receiver's all-gathers of a tp-sharded hand-off: Terms.edge_of): where
+    ``ix`` and ``a`` hold every entry of the masks, added on those stages only (the same sums bit for bit: x + 0.0 =
+    x), else through the masks."""
     if np.shape(ix) != np.shape(first):
         masks = []  # (the masks as 1.0 / 0.0, once, at the first call: a bool times a float converts it each time)
 
         def through_masks(a, *es):
             if not masks:
                 masks.extend(np.asarray(m, dtype=np.float64) for m in (first, last))
+            if len(masks) == 2 and any(e is not None for e in es[2:]):  # (the complements at the first call needing
+                masks.extend([1.0 - masks[0], 1.0 - masks[1]])  # them)
             return sum((m * (np.take(e, ix) if np.ndim(e) else e)  # (np.take: faster than e[ix])
-                        for m, e in zip(masks, es, strict=True) if e is not None), a)
+                        for m, e in zip(masks, es, strict=False) if e is not None), a)
         return through_masks
     at = [(i, ix.reshape(-1)[i]) for i in (np.flatnonzero(first), np.flatnonzero(last))]
 
     def add(a, *es):  # a: a fresh array of the masks' shape
-        for (i, ix_i), e in zip(at, es, strict=True):
+        if len(at) == 2 and any(e is not None for e in es[2:]):  # (the complements' entries, once)
+            at.extend((i, ix.reshape(-1)[i]) for i in (np.flatnonzero(np.logical_not(first)),
+                                                       np.flatnonzero(np.logical_not(last))))
+        for (i, ix_i), e in zip(at, es, strict=False):
             if e is not None:
                 a.reshape(-1)[i] += e[ix_i] if np.ndim(e) else e
         return a
@@ -135,7 +149,8 @@ class Terms:
     """Per configuration (U,): the shape terms under the framework (``eu``), one dense layer's and one MoE layer's
     layer_terms (``lt``: None where every layer is an MoE layer; ``lt_m``: None for a dense model), the activation
     bytes per layer (``acts``), and the embedding's and head's times of a stage (``edge_of``: per part F, B, W, the
-    first stage's and the last stage's term, None where it has none)."""
+    first stage's and the last stage's term, then, where the receiver all-gathers a tp-sharded hand-off, those of every
+    stage but the first and every stage but the last; None where it has none)."""
 
     eu: dict
     lt: dict | None
@@ -172,10 +187,14 @@ class Terms:
                 a = a + k * nx * np.take(self.lt_m["epx"], ix)
             if nb is not None and "B" in xs:  # dropless routing's launches at each backward stretch's start
                 a = a + self.chunk_excess(nm, nb, ix)
-            emb = [self.edge_of[y][0] for y in xs if self.edge_of[y][0] is not None]
-            out.append(edges(a, functools.reduce(np.add, emb) if emb else None,
-                             functools.reduce(np.add, (self.edge_of[y][1] for y in xs))))
+            out.append(edges(a, *(self.edge_sum(xs, j) for j in range(len(self.edge_of["F"])))))
         return out
+
+    def edge_sum(self, xs, j):
+        """The edge_of terms ``j`` (0 first, 1 last, 2 after the first, 3 before the last) of parts xs summed; None
+        where none has one."""
+        es = [self.edge_of[y][j] for y in xs if self.edge_of[y][j] is not None]
+        return functools.reduce(np.add, es) if es else None
 
 
 def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
@@ -205,16 +224,23 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
 
 def edge_parts(eu: dict) -> dict:
     """The embedding's (first stage) and the head's (last stage) time per micro-batch from the shape terms ``eu``, as
-    Terms.edge_of: per part F, B, W, (the first stage's, the last stage's), None where it has none. The embedding's
-    compute half forward (with its tp collective), half backward; the head's GEMM, half its element-wise work and half
-    its tp collective in each of F and B, its weight gradient in W; each one's copy of its unsharded gradient before
-    the reduction (emb_copy, head_copy: Framework.pre_reduce_copy_bytes, where priced) in B."""
+    Terms.edge_of: per part F, B, W, (the first stage's, the last stage's[, every stage's but the first, every
+    stage's but the last]), None where it has none. The embedding's compute half forward (with its tp collective), half
+    backward; the head's GEMM, half its element-wise work and half its tp collective in each of F and B, its weight
+    gradient in W; each one's copy of its unsharded gradient before the reduction (emb_copy, head_copy:
+    Framework.pre_reduce_copy_bytes, where priced) in B. A tp-sharded hand-off's all-gathers by its receiver
+    (handoff_*: Framework.handoff_gathers, where priced), collective and copies, in the forward of every stage but the
+    first (its input) and the backward of every stage but the last (its output and the gradient)."""
     emb_f, emb_b = 0.5 * eu["emb_c"] + eu["emb_tp"], 0.5 * eu["emb_c"]
     head_fb = eu["head_gemm"] + 0.5 * eu["head_elem"] + 0.5 * eu["head_tp"]
     head_b = head_fb
     if "emb_copy" in eu:
         emb_b, head_b = emb_b + eu["emb_copy"], head_fb + eu["head_copy"]
-    return {"F": (emb_f, head_fb), "B": (emb_b, head_b), "W": (None, eu["head_gemm"])}
+    if "handoff_tp_f" not in eu:  # (two terms a part: the ends' only)
+        return {"F": (emb_f, head_fb), "B": (emb_b, head_b), "W": (None, eu["head_gemm"])}
+    hand_f, hand_b = eu["handoff_tp_f"] + eu["handoff_copy_f"], eu["handoff_tp_b"] + eu["handoff_copy_b"]
+    return {"F": (emb_f, head_fb, hand_f, None), "B": (emb_b, head_b, None, hand_b),
+            "W": (None, eu["head_gemm"], None, None)}
 
 
 def unpaired_layers(rows: Rows):
@@ -263,6 +289,10 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
         out["cast_b"] = out["cast_b"] + hbm_s(copy * model.layer_params(), gpu)
         out["emb_copy"] = hbm_s(copy * model.embedding_params(), gpu)  # (the first stage's; the head and final
         out["head_copy"] = hbm_s(copy * model.head_params(), gpu)  # norm the last's; a tied embedding once)
+    if any(fw.handoff_gathers):  # the receiver's all-gathers of a tp-sharded hand-off, per micro-batch: forward,
+        n_f, n_b = fw.handoff_gathers  # backward (Framework.handoff_gathers; edge_parts places them)
+        g, c = handoff_gather_s(model, out["T"], tt, gpu, *tp_link, fw.handoff_gather_copy_bytes)
+        out.update(handoff_tp_f=n_f * g, handoff_tp_b=n_b * g, handoff_copy_f=n_f * c, handoff_copy_b=n_b * c)
     return out
 
 
@@ -437,9 +467,9 @@ def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.nda
     split, lt = cfg.split, terms.lt
     side = np.full(len(split.ia_p), 2)  # per pair: 0 A, 1 B, 2 compared stage by stage
     if not rows.moe:
-        (emb_f, head_fb), (emb_b, head_b) = terms.edge_of["F"], terms.edge_of["B"]
+        (emb_f, head_fb, *hand_f), (emb_b, head_b, *hand_b) = terms.edge_of["F"], terms.edge_of["B"]
         ta, tb = (np.stack([x[i] for x in (lt["F"], lt["B"], lt["W"], emb_f, emb_b, head_fb, head_b,
-                                           terms.eu["head_gemm"])])
+                                           terms.eu["head_gemm"], *(y for y in hand_f + hand_b if y is not None))])
                   for i in (split.ia_p, split.ib_p))
         side = np.where((ta >= tb).all(axis=0), 0, np.where((tb >= ta).all(axis=0), 1, side))
     tgt = np.take(np.where(side == 1, split.ib_p, split.ia_p), split.inv_p)
@@ -1098,7 +1128,13 @@ def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:
         "emb_c", "emb_tp", "head_gemm", "head_elem", "head_tp"))
     if "emb_copy" in eu:  # the edges' gradient copies before the reduction (edge_parts), computation
         emb_c, head_elem = emb_c + eu["emb_copy"][ub], head_elem + eu["head_copy"][ub]
-    return bottleneck_terms_of(n_b, first_b, last_b, lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
+    out = bottleneck_terms_of(n_b, first_b, last_b, lt_b, emb_c, emb_tp, head_gemm, head_elem, head_tp)
+    if "handoff_tp_f" in eu:  # a tp-sharded hand-off's all-gathers by its receiver (edge_parts): tp, their copies
+        after_first, before_last = np.logical_not(first_b), np.logical_not(last_b)  # computation
+        out["tp_comm"] = out["tp_comm"] + after_first * eu["handoff_tp_f"][ub] + before_last * eu["handoff_tp_b"][ub]
+        out["compute"] = (out["compute"] + after_first * eu["handoff_copy_f"][ub]
+                          + before_last * eu["handoff_copy_b"][ub])
+    return out
 
 
 def recompute_flops(rows: Rows, sub=None, row=None):

@@ -202,6 +202,16 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         from 4-12% slow to 1-16% fast (benchmarks/tp_comm_overlap.py); with_tp_comm_overlap switches it for a run
         (on: the profile's configuration, else Transformer Engine's defaults; "bridge-bf16" and "bridge-fp8" name
         Megatron-Bridge's)
+    handoff_gathers: with t > 1 the pipeline sends each hand-off (a stage's T h output, its T h input gradient) as a
+        tp-shard, 1 / t of it (the hand-off's priced bytes), and the receiver all-gathers the whole 16-bit tensor over
+        the tp group before the pass that reads it, on the computation stream: (all-gathers in the forward of every
+        stage but the first, in the backward of every stage but the last), each priced as the model's tp all-gathers
+        (gather_s of the T h tensor at the tp link) plus handoff_gather_copy_bytes an element of T h at the HBM rate
+        (costmodel._layer_compute.handoff_gather_s), added to the pass (the stage's time, not the hand-off) and to the
+        tp column (its copies to the computation); DeepSpeed's pipeline engine (1, 2): DEEPSPEED_HANDOFF_GATHER_SOURCE;
+        zeros: the whole tensor sent, nothing gathered
+    handoff_gather_copy_bytes: HBM bytes an element of the gathered T h tensor each of those all-gathers moves in
+        copies on the computation stream (DeepSpeed's PartitionedTensor.full with torch's list all_gather: 10)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -298,6 +308,8 @@ class Framework:
     ag_copy_out_bytes: float = 0.0  # a weight element's copy after each all-gather, FSDP2's copy-out (docstring)
     rs_copy_in_bytes: tuple[float, float] = (0.0, 0.0)  # before each reduce-scatter, FSDP2's copy-in (docstring)
     tp_comm_overlap: tuple[str, str, str] = ("", "", "")  # by PRECISIONS: userbuffers' configuration, "": off
+    handoff_gathers: tuple[float, float] = (0.0, 0.0)  # tp all-gathers of a tp-sharded hand-off (docstring)
+    handoff_gather_copy_bytes: float = 0.0  # HBM bytes an element of each such gather's tensor copies (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -383,7 +395,7 @@ TORCH_LOCKSTEP_SOURCE = ("torch 2.6.0 (git 2236df1, the release nearest the rows
 # exchange 2h (tests/test_pipeline_blocking.py, p = 4, m = 8 by hand). With tp > 1 the engine sends a tp-shard
 # (is_pipe_partitioned = is_model_parallel: PartitionedTensor, 1 / tp of the activation and a small meta tensor) and
 # the receiver all-gathers it over the tp group (PartitionedTensor.full), the model's T h / t bytes a hand-off; the
-# all-gathers (three a micro-batch: input, output before the backward, gradient) are not priced. DeepSpeed 735406e,
+# all-gathers are priced in the passes (handoff_gathers: DEEPSPEED_HANDOFF_GATHER_SOURCE). DeepSpeed 735406e,
 # 2022-06, the BLOOM runs' era; 38327e0 the same, each step's two calls in the other order (the same step time).
 DEEPSPEED_BLOCKING_P2P_SOURCE = ("DeepSpeed 735406e (2022) and 38327e0 deepspeed/runtime/pipe/schedule.py "
                                  "TrainSchedule (each step: the exchange with one neighbour, then the pass) and "
@@ -391,6 +403,33 @@ DEEPSPEED_BLOCKING_P2P_SOURCE = ("DeepSpeed 735406e (2022) and 38327e0 deepspeed
                                  "blocking for the GPU until the peer's receive): blocking_p2p, each steady-state "
                                  "exchange's two transfers one after the other (exchange_calls 2); engine.py "
                                  "is_pipe_partitioned: a tp-shard sent, all-gathered by the receiver")
+
+# DeepSpeed's partitioned hand-offs (Framework.handoff_gathers, handoff_gather_copy_bytes), DeepSpeed 735406e
+# (2022-06-20) deepspeed/runtime/pipe/engine.py: is_pipe_partitioned = is_grad_partitioned = is_model_parallel (tp > 1,
+# lines 133-134). _exec_forward_pass on a stage past the first rebuilds its received input,
+# PartitionedTensor.from_meta(...).full() (line 648), before super().forward; a stage before the last replaces its
+# output by a tp-shard to send and keeps only its graph (first_output.data = torch.zeros(1), line 680).
+# _exec_backward_pass on a stage before the last (the last returns after backward(loss), lines 720-723) all-gathers
+# that output back (part_output.full(), line 741) and the received gradient (part_grad.full(), line 755) before
+# torch.autograd.backward: per micro-batch 0 + 2 all-gathers on the first stage, 1 + 2 on a middle one, 1 + 0 on the
+# last: (1, 2), each of the whole b s h activation in the training dtype. deepspeed/runtime/utils.py PartitionedTensor
+# .full (lines 708-736): torch.zeros of the whole tensor (write 2 bytes an element), the rank's part copied in,
+# dist.all_gather(partition_tensors, ...) over get_slice_parallel_group() (topology.py: the 'model' axis, the tp
+# group), synchronous, so the computation stream waits for it; torch's list all_gather in ProcessGroupNCCL gathers into
+# a flat buffer of its own (flatten_for_scatter_gather), then copies each part out to the list (read 2, write 2; the
+# pytorch 0007e75 text and a 1.x one alike; the computation stream waits for these too); .clone() of the result (read
+# 2, write 2): 2 + 4 + 4 = 10 bytes an element of T h, the rank's 1 / t part copied in (4 / t) not counted.
+# Megatron-DeepSpeed's GPTModelPipe (bigscience 0035f06 gpt_model.py) hands one tensor between stages, the attention
+# mask kept aside (args.attn_mask): the hidden states alone are partitioned. Not priced: each from_meta's
+# meta.tolist() (a host sync, 3 a micro-batch), the sender's and receiver's 1 / t copies (_partition_tensor's clone,
+# the receive buffer's clone).
+DEEPSPEED_HANDOFF_GATHER_SOURCE = ("DeepSpeed 735406e deepspeed/runtime/pipe/engine.py is_pipe_partitioned = "
+                                   "is_model_parallel: _exec_forward_pass all-gathers its received input "
+                                   "(PartitionedTensor.full) on every stage but the first, _exec_backward_pass its "
+                                   "output and the received gradient on every stage but the last (handoff_gathers "
+                                   "(1, 2)); runtime/utils.py PartitionedTensor.full: torch.zeros, dist.all_gather "
+                                   "over the tp group into a list (torch's copy-out), .clone(): 10 bytes an element "
+                                   "(handoff_gather_copy_bytes)")
 
 _MEGATRON_CORE = Framework(
     name="megatron-core",
@@ -587,7 +626,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         all_reduce_then_gather=(True, False, False), dp_bucket_elems=(5e8, 0.0), zero3_gathers=(4.0, 2.0, 0.0),
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
-        exchange_calls=2, sources=(DEEPSPEED_BLOCKING_P2P_SOURCE,
+        exchange_calls=2, handoff_gathers=(1.0, 2.0), handoff_gather_copy_bytes=2.0 + 4.0 + 4.0,
+        sources=(DEEPSPEED_BLOCKING_P2P_SOURCE, DEEPSPEED_HANDOFF_GATHER_SOURCE,
                  "DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",

@@ -370,6 +370,17 @@ def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
     }
 
 
+def handoff_gather_s(model: Transformer, T, t, gpu, tp_bw, tp_lat, copy_bytes: float):
+    """(collective, copies): seconds of one all-gather over the tp group of a tp-sharded pipeline hand-off, the
+    stage's whole 16-bit T h tensor (gather_s at the tp link, as the layers' tp all-gathers), and of its copies on the
+    computation stream, ``copy_bytes`` an element of T h at the HBM rate (Framework.handoff_gathers,
+    handoff_gather_copy_bytes: DeepSpeed's PartitionedTensor.full); zeros at t = 1, where nothing is sharded."""
+    elems = T * model.hidden
+    sharded = np.asarray(t) > 1
+    return (gather_s(ACT_BYTES * elems, t, tp_bw, tp_lat) + 0.0 * elems,
+            np.where(sharded, hbm_s(copy_bytes * elems, gpu), 0.0))
+
+
 def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_layer: bool = False, modules=None):
     """FLOPs per token one layer (an MoE layer: ``moe_layer``) recomputes: its forward on active
     weights (full); under selective, the attention scores (4 s x the query width; MLA: its

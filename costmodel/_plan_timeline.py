@@ -37,8 +37,9 @@ from costmodel._workloads import Transformer
 # pass runs unpaired under Megatron-Core's A2A overlap).
 COLLECTIVE_INPUTS = {"tp": ("tp_fwd", "tp_bwd", "sel_tp"), "cp": ("cp_fwd", "cp_bwd"),
                      "ep": ("ep_fwd", "ep_bwd", "ep_x")}
-# The embedding's and the head's tp collectives, shape terms of a stage's ends (configuration_terms' edge_of).
-EDGE_COLLECTIVE_INPUTS = {"tp": ("emb_tp", "head_tp"), "cp": (), "ep": ()}
+# The embedding's and the head's tp collectives, shape terms of a stage's ends (configuration_terms' edge_of), and a
+# tp-sharded hand-off's all-gathers by its receiver (Framework.handoff_gathers; their copies left as computation).
+EDGE_COLLECTIVE_INPUTS = {"tp": ("emb_tp", "head_tp", "handoff_tp_f", "handoff_tp_b"), "cp": (), "ep": ()}
 
 
 @dataclasses.dataclass(frozen=True)

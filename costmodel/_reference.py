@@ -539,7 +539,7 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     reason = _reason(model, cluster, r, fw)
     row = _row(model, cluster, r, fw)
     lay = _framework_layer(model, cluster, row, fw, _dense_layer(model, cluster, row, fw))
-    edge = _edges(model, cluster, row, fw)
+    edge = {**_edges(model, cluster, row, fw), **_handoff_gathers(model, cluster, row, fw)}
     act = _activations(model, row, fw)
     moe = _moe(model, cluster, row, fw, lay, act) if model.is_moe else None
     named = _named_modules(model, cluster, row, fw, lay, act, moe) if row.modules and model.kind != "mlp" else None
@@ -727,6 +727,18 @@ def _edges(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
                 head_gemm=_gemm(gpu, row.peak16, T, model.vocab / tp, h),
                 head_elem=_hbm(gpu, ACT_BYTES * 3 * T * h + fw.xent_bytes * T * model.vocab / tp),
                 head_tp=_allreduce(ACT_BYTES * T * h, tp, link) + 3 * _allreduce(4 * T, tp, link))
+
+
+def _handoff_gathers(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
+    """The receiver's all-gathers of a tp-sharded pipeline hand-off per micro-batch (Framework.handoff_gathers): in a
+    forward (every stage but the first: its input) and a backward (every stage but the last: its output and the
+    gradient), each the whole 16-bit T h tensor over the tp group, and their copies (handoff_gather_copy_bytes an
+    element, at the HBM rate); zeros at tp 1."""
+    n_f, n_b = fw.handoff_gathers
+    elems = row.T * model.hidden
+    gather = _gather(ACT_BYTES * elems, row.tp, row.tp_link)
+    copy = _hbm(cluster.gpu, fw.handoff_gather_copy_bytes * elems) if row.tp > 1 else 0.0
+    return dict(hand_tp_f=n_f * gather, hand_tp_b=n_b * gather, hand_copy_f=n_f * copy, hand_copy_b=n_b * copy)
 
 
 def _fsdp_copies(model: Transformer, fw, row: _Row) -> float:
@@ -998,6 +1010,14 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         W += edge["head_gemm"]
         comp += 3 * edge["head_gemm"] + edge["head_elem"] + edge["head_copy"]
         tps += edge["head_tp"]
+    if not first:  # the receiver's all-gathers of a tp-sharded hand-off (_handoff_gathers): its input
+        F += edge["hand_tp_f"] + edge["hand_copy_f"]
+        comp += edge["hand_copy_f"]
+        tps += edge["hand_tp_f"]
+    if not last:  # its output and the gradient, before the backward
+        Bw += edge["hand_tp_b"] + edge["hand_copy_b"]
+        comp += edge["hand_copy_b"]
+        tps += edge["hand_tp_b"]
     return dict(F=F, B=Bw, W=W, X=F + Bw + W, comp=comp, tp=tps, ep=ep_s, cp=n * (cp_fwd + cp_bwd),
                 re=n_d * re + n_m * re_m, re_tp=n_d * re_tp + n_m * re_tp_m, re_cp=n * re_cp)
 
