@@ -45,6 +45,7 @@ from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
     UB_CONFIGS,
+    async_tp_backward_s,
     fp8_cast_columns,
     handoff_gather_s,
     hbm_s,
@@ -278,6 +279,12 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
                       tp_link=tp_link,
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
                       xent_peak_bytes=fw.xent_peak_bytes)
+    if fw.tp_backward_async and model.kind != "mlp" and not model.mla:  # the backward's collectives beside its GEMMs
+        G = pa["gpus_per_node_int"][q]
+        inside, _, _, g = group_layout(np.where(tin, 1, dd), tt, G)  # the tp group's ranks on a node
+        share = ring_sm_share(pa, lambda x: x[q], ~inside, g)  # (U,) the SMs a tp collective's kernel holds
+        out["tp_bwd"] = async_tp_backward_s(model, out["T"], tt, np.asarray(cfg.sp_u[ix], bool), cfg.peak[ix], gpu,
+                                            *tp_link, share)
     if any(fw.tp_comm_overlap) and not rows.moe and model.kind != "mlp" and not model.mla:
         out.update(ub_tp_terms(fw, model, out, cfg, ix, gpu, pa["sms"][q], tp_link))
     if cfg.hp_key is not None:  # fp32 gradient accumulation in each layer's backward: the bf16 optimizer's (code 1),

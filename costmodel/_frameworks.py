@@ -212,6 +212,17 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         zeros: the whole tensor sent, nothing gathered
     handoff_gather_copy_bytes: HBM bytes an element of the gathered T h tensor each of those all-gathers moves in
         copies on the computation stream (DeepSpeed's PartitionedTensor.full with torch's list all_gather: 10)
+    tp_backward_async: a dense layer's backward runs its column-parallel linears' collectives asynchronously beside
+        their GEMMs (costmodel._layer_compute.async_tp_backward_s): under sequence parallelism QKV's and FC1's inputs
+        all-gathered again beside their data-gradient GEMMs and their data gradients reduce-scattered beside their
+        weight-gradient GEMMs, the projection's and FC2's output gradients all-gathered before their GEMMs (exposed);
+        without it, QKV's and FC1's data gradients all-reduced beside their weight-gradient GEMMs and nothing for the
+        row-parallel ones; each hidden collective's kernel holding its ring channels' SMs (Megatron-Core with
+        Transformer Engine or its own layers, InternEvo through flash-attn's fused dense layers). False: the
+        backward's exchange is the forward's, exposed (Megatron-LM 2021's copy_to_tensor_model_parallel_region, an
+        all-reduce after the linear's whole backward; Megatron-DeepSpeed's the same; DTensor's redistributions, each
+        waited on before the GEMM that reads it). Dense layers of non-MLA transformers at t > 1 (an MoE layer, an MLA
+        layer and an MLP stack keep the forward's); userbuffers (tp_comm_overlap) prices its own rows
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -310,6 +321,7 @@ class Framework:
     tp_comm_overlap: tuple[str, str, str] = ("", "", "")  # by PRECISIONS: userbuffers' configuration, "": off
     handoff_gathers: tuple[float, float] = (0.0, 0.0)  # tp all-gathers of a tp-sharded hand-off (docstring)
     handoff_gather_copy_bytes: float = 0.0  # HBM bytes an element of each such gather's tensor copies (docstring)
+    tp_backward_async: bool = False  # the backward's column-parallel collectives beside its GEMMs (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -430,6 +442,29 @@ DEEPSPEED_HANDOFF_GATHER_SOURCE = ("DeepSpeed 735406e deepspeed/runtime/pipe/eng
                                    "(1, 2)); runtime/utils.py PartitionedTensor.full: torch.zeros, dist.all_gather "
                                    "over the tp group into a list (torch's copy-out), .clone(): 10 bytes an element "
                                    "(handoff_gather_copy_bytes)")
+# The backward's tensor-parallel collectives beside its GEMMs (tp_backward_async; costmodel._layer_compute.
+# async_tp_backward_s). Megatron-Core's GPT layer with Transformer Engine (Megatron-LM d98e8a6 megatron/core/models/gpt/
+# gpt_layer_specs.py: linear_qkv and linear_fc1 TELayerNormColumnParallelLinear, a te.pytorch.LayerNormLinear;
+# linear_proj and linear_fc2 TERowParallelLinear, a te.pytorch.Linear; core/extensions/transformer_engine.py passes
+# sequence_parallel and the tp group to TE, which runs the collectives itself). Megatron-LM 2021 (d750965 megatron/mpu/
+# layers.py) had none of it: ColumnParallelLinear's input passes copy_to_tensor_model_parallel_region, whose backward
+# all-reduces after F.linear's whole backward; the asynchronous all-reduce came in September 2021 (cf7efd4), the
+# sequence-parallel all-gather and reduce-scatter in March 2022 (02bb1f5). bigscience-workshop/Megatron-DeepSpeed
+# (0035f06, BLOOM's; 8387ae1 the same) keeps the 2021 layers. torchtitan 9dec370 parallelize_llama.py apply_tp runs
+# DTensor's ColwiseParallel / RowwiseParallel with PrepareModuleInput(Shard(1) -> Replicate) and
+# RowwiseParallel(output_layouts=Shard(1)): the backward mirrors each redistribution (a reduce-scatter for each
+# all-gather, an all-gather for each reduce-scatter), each waited on where its result is read, the GEMM after it; its
+# async TP (torch._inductor.config._micro_pipeline_tp) is the fsdp2-async-tp profile's, not priced apart.
+TP_BACKWARD_ASYNC_SOURCE = (
+    "TransformerEngine v1.9 and v2.8 transformer_engine/pytorch/module/linear.py and layernorm_linear.py backward "
+    "(without userbuffers): a column-parallel linear under sequence parallelism gathers its input again "
+    "(gather_along_first_dim, async_op=True) beside the dgrad GEMM, then reduce-scatters the dgrad "
+    "(reduce_scatter_along_first_dim, async_op=True) beside the wgrad GEMM, waited after it; without it the dgrad's "
+    "allreduce(async_op=True) beside the wgrad GEMM; a row-parallel one gathers its output gradient first "
+    "(base.py grad_output_preprocess, synchronous) and has no collective without it. Megatron-LM d98e8a6, "
+    "core_r0.8.0 and core_r0.16.0 megatron/core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsync"
+    "Communication.backward the same; d98e8a6 megatron/training/arguments.py asserts CUDA_DEVICE_MAX_CONNECTIONS=1 "
+    "with tp > 1 before Blackwell, so each collective is queued before its GEMM: tp_backward_async")
 
 _MEGATRON_CORE = Framework(
     name="megatron-core",
@@ -443,7 +478,9 @@ _MEGATRON_CORE = Framework(
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
     te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
     blocking_p2p=True, dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
-    sources=("Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
+    tp_backward_async=True,
+    sources=(TP_BACKWARD_ASYNC_SOURCE,
+             "Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
              "reduce-scatters and all-gathers per bucket (a stage past the first, pp_rank > 0, runs one bucket: "
              "priced as the first stage's)",
@@ -593,6 +630,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ),
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
+        tp_backward_async=False,  # its layer code is not published: the backward's exchange the forward's
         blocking_p2p=False,  # DualPipe's code is not Megatron-Core's pipeline: hand-offs left as 1F1B's
         attention_kernel="standard", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0,  # not published: generic's
         grad_reduce_bytes=(2.0,) * 3,
@@ -939,6 +977,12 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, blocking_p2p=False,
              "waited before the step returns",
              "the same file: the ZeRO1 group is zero1 ranks of the data-parallel group (zero1 <= 0: all of them; a "
              "group smaller than dp, e.g. 8 within a node, is not a strategy here: ZeRO-1 shards over all dp ranks)",
+             "InternEvo fa7337b internlm/model/multi_head_attention.py and linear.py: Wqkv, w1, w2 flash-attn's "
+             "ColumnParallelLinear, out_proj, w3 its RowParallelLinear (flash-attn v1.0.5, its install guide's; "
+             "flash_attn/ops/fused_dense.py FusedDenseFunc.backward: the dgrad's all_reduce_raw(async_op=True) beside "
+             "the wgrad GEMM, waited after it; without sequence parallelism the row-parallel forward's all_reduce has "
+             "an identity backward): tp_backward_async, its gated MLP's two column-parallel linears priced as one "
+             "FC1 (two all-reduces of T h beside halves of its wgrad GEMM in its code)",
              "the megatron-core profile's sources (layers, kernels, schedules)"),
 )
 # Meta's Llama 3 training stack as the Llama 3 paper describes it in words (Dubey et al. 2024, arXiv:2407.21783,

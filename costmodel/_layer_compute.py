@@ -518,3 +518,40 @@ def ub_layer_tp_s(model: Transformer, T, t, peak, gpu, tp_bw, tp_lat, sms, confi
     bwd = (one["proj_dgrad"] + one["fc2_dgrad"] + one["qkv_dgrad"] + one["fc1_dgrad"] + one["qkv_wgrad"]
            + one["fc1_wgrad"])
     return fwd, bwd
+
+
+# The backward's tensor-parallel collectives beside its GEMMs (Framework.tp_backward_async), as Megatron-Core's linear
+# layers run them without userbuffers: Transformer Engine's Linear and LayerNormLinear backward (TransformerEngine v1.9
+# pytorch/module/linear.py and layernorm_linear.py; v2.8 linear.py the same order) and Megatron-LM's own
+# LinearWithGradAccumulationAndAsyncCommunication.backward (d98e8a6 megatron/core/tensor_parallel/layers.py):
+#   a column-parallel linear (QKV, FC1) under sequence parallelism all-gathers its saved T / t input again with
+#     async_op=True before its data-gradient GEMM, waits for it after that GEMM, then reduce-scatters the data gradient
+#     with async_op=True and runs the weight-gradient GEMM before waiting (v2.8 launches the reduce-scatter before the
+#     wait: on the same NCCL stream it starts after the all-gather, the same window); without it, the data gradient's
+#     all-reduce with async_op=True beside the weight-gradient GEMM;
+#   a row-parallel linear (projection, FC2) under sequence parallelism all-gathers its output gradient before its GEMMs
+#     (grad_output_preprocess, synchronous): exposed; without it no collective (the forward's all-reduce's backward is
+#     the identity).
+# Megatron-LM requires CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 before Blackwell (d98e8a6 megatron/training/
+# arguments.py asserts it) so that each collective is queued before the GEMM it hides behind. A collective of X seconds
+# beside a GEMM of G seconds, its NCCL kernel holding a share f of the SMs (one CTA a ring channel, costmodel._nccl):
+# exposed max(X - G, f X) (costmodel._data_parallel.compute_slowdown_s: max(X - G, 0) plus the GEMM's slowdown
+# max(f X - (X - G), 0)). A backward GEMM takes its forward's time, as the layer's terms price it.
+def async_tp_backward_s(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat, sm_share):
+    """The exposed tensor-parallel exchange of one dense layer's backward and micro-batch where the backward's
+    collectives run beside its GEMMs (the comment above): under sequence parallelism (``sp``) the projection's and
+    FC2's output-gradient all-gathers exposed, QKV's and FC1's input all-gathers beside their data-gradient GEMMs and
+    their data gradients' reduce-scatters beside their weight-gradient GEMMs; without it QKV's and FC1's data-gradient
+    all-reduces beside their weight-gradient GEMMs. ``sm_share``: the share of the SMs a tp collective's kernel holds.
+    Zero at t = 1."""
+    h, f, q, hk = model.hidden, model.ffn_hidden, model.q_hidden, model.kv_hidden
+    x = gather_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)  # one all-gather or reduce-scatter of T h
+    ar = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)  # one all-reduce of T h
+
+    def beside(X, G):  # a collective of X seconds beside a GEMM of G seconds
+        return np.maximum(X - G, sm_share * X)
+
+    col = 0.0
+    for G in (gemm_s(T, (q + 2 * hk) / t, h, peak, gpu), gemm_s(T, (model.mlp_matrices - 1) * f / t, h, peak, gpu)):
+        col = col + np.where(sp, 2.0 * beside(x, G), beside(ar, G))  # QKV, FC1
+    return np.where(sp, 2.0 * x, 0.0) + col  # + the projection's and FC2's output gradients gathered, exposed

@@ -64,8 +64,9 @@ def moe_layer_inputs(sh: dict) -> dict:
            for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x", "xb_q", "xb_a", "xb_on",
                      *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
     # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
-    # layer: its casts less its dense MLP's, which an MoE layer does not run
-    return {**out, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
+    # layer: its casts less its dense MLP's, which an MoE layer does not run; its backward's tp exchange the forward's
+    # (Framework.tp_backward_async and userbuffers price dense layers only)
+    return {**out, "tp_bwd": out["tp_fwd"], "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
             "cast_b": out["cast_b"] - sh["cast_mlp_b"] + sh["moe_xcast_b"]}
 
 
@@ -106,7 +107,8 @@ def shape_terms(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     act_L, score_L = layer_activation_bytes(model, b, t, c, sp)
     out = {k: lc[k] + zero for k in ("gemm", "attn", "elem", "overhead", "tp_fwd", "cp_fwd", "cp_bwd", "T", "cast_f",
                                      "cast_b", "cast_mlp_f", "cast_mlp_b")}
-    out["tp_bwd"] = out["tp_fwd"]  # the backward's exposed exchange: the forward's, but under userbuffers (_block)
+    out["tp_bwd"] = out["tp_fwd"]  # the backward's exposed exchange: the forward's, but where the framework runs its
+    # collectives beside the GEMMs (Framework.tp_backward_async) and under userbuffers (costmodel._block)
     out.update(edge, act_L=act_L + zero, score_L=score_L + zero, attn_gemm=lc["attn_gemm"] + zero, c=c + zero,
                cp_bw=lc["cp_bw"] + zero, cp_lat=lc["cp_lat"] + zero)  # (the cp degree and link: framework_terms)
     if model.mla:  # the up-projections' time and outputs (Q, K, V) for selective recompute (framework_terms)

@@ -631,6 +631,25 @@ def _userbuffers(model: Transformer, gpu, row: _Row, config: dict) -> tuple[floa
     return fwd, bwd
 
 
+def _async_backward_tp(model: Transformer, cluster: Cluster, row: _Row) -> float:
+    """The exposed tp exchange of one dense layer's backward whose column-parallel collectives run beside its GEMMs
+    (Framework.tp_backward_async): with SP, the projection's and FC2's output gradients all-gathered bare, QKV's and
+    FC1's inputs all-gathered beside their dgrad GEMMs and their dgrads reduce-scattered beside their wgrad GEMMs;
+    without, QKV's and FC1's dgrads all-reduced beside their wgrad GEMMs. A collective of X s beside a GEMM of G s whose
+    ring channels hold a share f of the SMs: max(X - G, f X)."""
+    gpu, tp, T, h = cluster.gpu, row.tp, row.T, model.hidden
+    link = _collective_link(cluster, 1, tp)  # the tp group's ranks, consecutive: its nodes and ranks on a node
+    f = nccl.ring_channels(link[3] > 1, link[4], *nccl.ring_channel_table(gpu.name)) / streaming_multiprocessors(
+        gpu.name)
+    qkv = _gemm(gpu, row.peak, T, (model.q_hidden + 2 * model.kv_hidden) / tp, h)
+    fc1 = _gemm(gpu, row.peak, T, (model.mlp_matrices - 1) * model.ffn_hidden / tp, h)
+    if row.sp:
+        x = _gather(ACT_BYTES * T * h, tp, row.tp_link)
+        return 2 * x + sum(2 * max(x - G, f * x) for G in (qkv, fc1))
+    ar = _allreduce(ACT_BYTES * T * h, tp, row.tp_link)
+    return sum(max(ar - G, f * ar) for G in (qkv, fc1))
+
+
 def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict) -> dict:
     """The dense layer under the framework: casts to fp8 outside the GEMMs (fw.fp8_cast_bytes, per element of the
     linear inputs, output gradients and weights), the bf16 optimizer's fp32 accumulation, PyTorch's ring attention,
@@ -696,6 +715,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
     tp_fwd = tp_bwd = lay["tp_fwd"]
+    if fw.tp_backward_async and model.kind != "mlp" and not model.mla and tp > 1:
+        tp_bwd = _async_backward_tp(model, cluster, row)
     config = fw.tp_comm_overlap[row.prec]
     if config and row.sp and tp > 1 and model.kind != "mlp" and not model.mla and not model.is_moe:
         tp_fwd, tp_bwd = _userbuffers(model, gpu, row, UB_CONFIGS[config])
