@@ -81,6 +81,7 @@ from costmodel._pipeline_terms import (
     in_flight,
     interleave_groups,
     pipeline_step,
+    round_trip_handoffs_s,
     with_extra_chunk,
 )
 from costmodel._stages import GPU_FIELDS, StageView, group_layout
@@ -351,6 +352,7 @@ class StageTimes:
     fbw: object
     shape: tuple
     by_pp: ByPipeline | None = None
+    x_at: object = None  # by_pp's X of rows q (k, len(q)), gathered from its distinct entries (None: X[:, q])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,7 +467,8 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
                        X_sum=back(X_sum), X_max=back(at(X)),
                        F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
     return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
-                      fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp)
+                      fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp,
+                      x_at=lambda q: np.take(X, np.take(inv, q), axis=1))
 
 
 def slower_pool_configurations(rows: Rows, cfg: Configs, terms: Terms) -> np.ndarray:
@@ -580,6 +583,15 @@ def blocking_rows(rows: Rows):
     return out if out.any() else None
 
 
+def round_trip_rows(rows: Rows):
+    """(R,) the rows whose 1F1B hand-offs do not block (pp > 1; Framework.blocking_p2p off): their steady state's
+    round trips (costmodel._pipeline_terms.round_trip_handoffs_s); None where none does."""
+    if rows.fw.blocking_p2p:
+        return None
+    q = np.flatnonzero((rows.sched == SCHED["1f1b"]) & (rows.p > 1))
+    return q if q.size else None
+
+
 def lockstep_rows(rows: Rows):
     """(N,) the interleaved rows (pp > 1, m a multiple of pp) whose framework runs torch's interleaved grid
     (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid is not always an order
@@ -684,10 +696,17 @@ def pipeline_time(rows: Rows, terms: Terms, st: StageTimes, hand: Handoffs, reas
         fbw = st.fbw() if st.F is None else (st.F, st.Bk, st.W)
         return sv.comp[q], *(a[:kk, q].T for a in fbw), tc.T
 
+    pp_comm = hand.pp_comm
+    if (q := round_trip_rows(rows)) is not None:  # a non-blocking 1F1B's steady round trips
+        pp_comm = pp_comm + 0.0  # (a fresh array: the round trips added at their rows)
+        Xq = X[:, q] if X is not None else st.x_at(q)
+        c = np.where(hand.inner[:, q], np.broadcast_to(hand.T_C, st.shape)[:, q], 0.0)
+        w = np.broadcast_to(rows.wt if rows.wt is not None else 1.0, st.shape)[:, q]
+        pp_comm[q] += round_trip_handoffs_s(Xq, c, w, rows.p[q], rows.m[q], X_max[q])
     pipe, fill, pp_comm, needs_simulation, sim = pipeline_step(
         sched=rows.sched, p=rows.p, m=rows.m, v=rows.v,
         X_sum=by.X_sum if by is not None else np.sum(rows.weigh(X), axis=0), X_max=X_max, F_b=F_b,
-        B_b=B_b, W_b=W_b, pp_comm=hand.pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
+        B_b=B_b, W_b=W_b, pp_comm=pp_comm, reason=reason, pipeline=mode, simulate_now=simulate_now,
         stage_inputs=stage_inputs, blocking=hand.blocking, serial=hand.serial, lockstep=hand.lockstep)
     extra = extra_warmup_chunks(rows.fw, rows.model)
     k = in_flight(rows.sched, rows.p, rows.m, rows.v, rows.j, extra=extra, stage_of_pp=True)

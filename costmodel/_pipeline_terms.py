@@ -12,9 +12,11 @@ waits on each hand-off (Framework.blocking_p2p: Megatron-Core's, torch.distribut
 Schedule1F1B and DeepSpeed's TrainSchedule, all without interleaving) adds the steady state's,
 max((m - 1) pair - (pair - T_C), 0) with pair the slowest stage's two links (2 T_C; T_C at p = 2):
 costmodel._block.steady_handoffs_s, twice where an exchange's two transfers run one after the other
-(Framework.exchange_calls: DeepSpeed's). A framework whose interleaving is torch.distributed.pipelining's grid of
-waited time steps (Framework.lockstep_interleaved; m a multiple of p) adds (2vm - 2) T_C
-(costmodel._block.lockstep_handoffs_s) and one chunk's forward, F / v, to the fill; its simulator is
+(Framework.exchange_calls: DeepSpeed's). A 1F1B whose sends do not block adds the round trips its steady state
+waits on, 2 ((m - 2) - floor((m - 2) / p)) T_C on uniform stages, less what a slower stage's slack hides:
+round_trip_handoffs_s, added by costmodel._block.pipeline_time. A framework whose interleaving is
+torch.distributed.pipelining's grid of waited time steps (Framework.lockstep_interleaved; m a multiple of p) adds
+(2vm - 2) T_C (costmodel._block.lockstep_handoffs_s) and one chunk's forward, F / v, to the fill; its simulator is
 costmodel._pipeline.simulate_lockstep. pipeline_bubble_s is the second term (the fill and drain);
 pipeline_step adds the rest and sends the rows outside the closed forms' domain (outside_closed_form;
 ZB-V and Hanayo always) to the schedule simulator (costmodel._pipeline, through simulate_pipelines and
@@ -207,10 +209,63 @@ def bottleneck_terms_of(n, first, last, lt, emb_c, emb_tp, head_gemm, head_elem,
     return out
 
 
+def round_trip_handoffs_s(X, c, w, p, m, X_max):
+    """Hand-off time (R,) the steady state of a 1F1B whose sends do not block carries beyond the closed forms'
+    2 (p - 1) T_C (the fill's and drain's); the caller picks the rows (costmodel._block.round_trip_rows: theirs block
+    otherwise, costmodel._block.steady_handoffs_s; torch's interleaved grid is not 1F1B).
+
+    Stage i's forward of micro-batch x goes down to stage j, whose next pass is the backward of micro-batch
+    x - (p - 1 - j), which comes back up to stage i, whose next pass is the forward of x + (j - i + 1): a loop of
+    L = j - i + 1 stages' passes S and 2 (L - 1) hand-offs H every L micro-batches, while each stage's own L passes at
+    the bottleneck's pace take L X_max. Each loop leaves e = min(max(S + H - L X_max, 0), H) exposed,
+    ((m - 2) - floor((m - 2) / L)) / (L - 1) times; the step waits on the worst. On uniform stages that is the whole
+    pipeline's, 2 ((m - 2) - floor((m - 2) / p)) T_C, equal to the schedule simulator's op order whatever T_C
+    (tests/test_pipeline_round_trips.py follows the chain for p = 4, m = 8 by hand: 16 hand-offs, 10 past the fill's
+    and drain's); a slower stage's slack hides as much (a lighter first or last stage: the simulator's round trips
+    to rounding; tests/test_pipeline_round_trips.py, benchmarks/closed_form_handoff_gap.py).
+
+    ``X`` (k, R): each column's stage time; ``c`` (k, R): its link to the next stage (0 past the last inner one);
+    ``w`` (k, R): the stages each column stands for, in order (three representatives, runs of alike stages, padding
+    at 0); ``p``, ``m``, ``X_max`` (R,)."""
+    # A loop is hidden where its stages' slack, the sum of X_max - X, covers its hand-offs 2 sum c; if every two
+    # neighbours' slack covers 4 c of their link, every loop's does (the pairs' sum counts each stage at most twice).
+    # Neighbours on the columns: two stages of one column (weight 2 or more), or the last of one and the next column's
+    # (a weight-0 column between two: counted as a pair not covered)
+    d = X_max - X  # (k, R) each column's slack
+    rest = np.cumsum(w[::-1], axis=0)[::-1]  # (k, R) the stages from this column on
+    bare = (d < 2.0 * c) & (w >= 2)
+    nxt = (w[:-1] > 0) & (rest[1:] > 0)
+    bare[:-1] |= nxt & ((w[1:] == 0) | (d[:-1] + d[1:] < 4.0 * c[:-1]))
+    q = np.flatnonzero(np.any(bare, axis=0))
+    worst = np.zeros(p.size)
+    if q.size:
+        worst[q] = _worst_loop(X[:, q], c[:, q], w[:, q], p[q], m[q], X_max[q])
+    return worst
+
+
+def _worst_loop(X, c, w, p, m, X_max):
+    """round_trip_handoffs_s's worst loop over every run of stages, the columns expanded stage by stage (P, R)."""
+    P = int(p.max())
+    s = np.arange(P)[:, None]  # (P, 1) a stage
+    col = np.minimum(np.sum(np.cumsum(w, axis=0)[None] <= s[:, :, None], axis=1), len(w) - 1)  # (P, R) its column
+    on = s < p
+    Xs = np.where(on, np.take_along_axis(X, col, axis=0), 0.0)
+    Hs = np.where(on, 2.0 * np.take_along_axis(c, col, axis=0), 0.0)  # a link there and back
+    zero = np.zeros((1, p.size))
+    C, D = np.concatenate([zero, np.cumsum(Xs, axis=0)]), np.concatenate([zero, np.cumsum(Hs, axis=0)])  # (P + 1, R)
+    n, worst = m - 2, np.zeros(p.size)
+    for L in range(2, P + 1):  # the loop's stages i .. i + L - 1, every i at once
+        S, H = C[L:] - C[:-L], D[L - 1:-1] - D[:-L]  # (P + 1 - L, R)
+        exposed = np.where(s[:P + 1 - L] + L <= p, np.clip(S + H - L * X_max, 0.0, H), 0.0).max(axis=0)
+        worst = np.maximum(worst, exposed * (n - np.floor_divide(n, L)) / (L - 1))
+    return worst
+
+
 def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reason, pipeline, simulate_now,
                   stage_inputs, blocking=None, serial=None, lockstep=None):
     """Pipeline time (N,): the closed forms with the hand-offs ``pp_comm`` (fill and drain; a blocking row's
-    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s; ``serial`` (N,) or None: what a
+    steady state too: ``blocking`` (N,) or None, costmodel._block.steady_handoffs_s; a non-blocking 1F1B row's
+    round trips, round_trip_handoffs_s, the caller's; ``serial`` (N,) or None: what a
     simulated row's batched exchanges leave out where each exchange's transfers run one after the other; a row of
     torch's interleaved grid, ``lockstep`` (N,) or None, its steps' hand-offs, costmodel._block.lockstep_handoffs_s,
     and one chunk's forward more in its fill: the grid starts the last virtual stage's first forward a step after its

@@ -1123,6 +1123,16 @@ def _pipeline(model: Transformer, cluster: Cluster, row: _Row, stages: list[dict
         # as many transfers one after the other as its calls (Framework.exchange_calls: DeepSpeed's send, then recv)
         steady = max((2 * m - 3) * t_c, 0.0) if pp >= 3 else (m - 1) * t_c
         pp_comm += row.calls * steady
+    elif sched == "1f1b" and pp > 1:  # non-blocking: stage i's forward goes down to stage j, whose backward comes
+        # back up to stage i before its next forward: a loop of L = j - i + 1 stages' passes and 2 (L - 1) hand-offs
+        # every L micro-batches, exposed but for the loop's slack against the bottleneck's pace; the worst loop
+        worst = 0.0
+        for i in range(pp):
+            for j in range(i + 1, pp):
+                L, trip = j - i + 1, 2 * (j - i) * t_c
+                exposed = min(max(sum(st["X"] for st in stages[i:j + 1]) + trip - L * X_max, 0.0), trip)
+                worst = max(worst, ((m - 2) - (m - 2) // L) * exposed / (L - 1))
+        pp_comm += worst
     lockstep = row.lockstep and sched == "interleaved" and pp > 1 and m % pp == 0
     if lockstep:  # torch's interleaved grid (Framework.lockstep_interleaved; m a multiple of pp, where the grid is a
         # valid order): every pass but the path's first and last waits on a hand-off, and the last virtual stage's
