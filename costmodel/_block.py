@@ -50,6 +50,7 @@ from costmodel._layer_compute import (
     handoff_gather_s,
     hbm_s,
     recompute_flops_per_token,
+    te_fp8_tp_forward_s,
     ub_layer_tp_s,
 )
 from costmodel._layer_terms import (
@@ -280,12 +281,18 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
                       tp_link=tp_link,
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
                       xent_peak_bytes=fw.xent_peak_bytes)
+    te8 = amax = None  # Transformer Engine's fp8 all-gathers (Framework.te_fp8_gather): fp8 rows, SP, t > 1; dense
+    if fw.te_fp8_gather and not rows.moe and model.kind != "mlp" and not model.mla:
+        te8 = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1)  # (U,)
+        amax = 1.0 if fw.te_fp8_gather == "current" else 0.0  # each cast's amax all-reduced first
+        fwd8 = np.where(te8, te_fp8_tp_forward_s(out["T"] * model.hidden, tt, *tp_link, amax), out["tp_fwd"])
+        out["tp_fwd"], out["tp_bwd"] = fwd8, np.where(te8, fwd8, out["tp_bwd"])
     if fw.tp_backward_async and model.kind != "mlp" and not model.mla:  # the backward's collectives beside its GEMMs
         G = pa["gpus_per_node_int"][q]
         inside, _, _, g = group_layout(np.where(tin, 1, dd), tt, G)  # the tp group's ranks on a node
         share = ring_sm_share(pa, lambda x: x[q], ~inside, g)  # (U,) the SMs a tp collective's kernel holds
         out["tp_bwd"] = async_tp_backward_s(model, out["T"], tt, np.asarray(cfg.sp_u[ix], bool), cfg.peak[ix], gpu,
-                                            *tp_link, share)
+                                            *tp_link, share, fp8_gather=te8, amax=0.0 if amax is None else amax)
     if any(fw.tp_comm_overlap) and not rows.moe and model.kind != "mlp" and not model.mla:
         out.update(ub_tp_terms(fw, model, out, cfg, ix, gpu, pa["sms"][q], tp_link))
     if cfg.hp_key is not None:  # fp32 gradient accumulation in each layer's backward: the bf16 optimizer's (code 1),

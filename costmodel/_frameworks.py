@@ -223,6 +223,15 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         all-reduce after the linear's whole backward; Megatron-DeepSpeed's the same; DTensor's redistributions, each
         waited on before the GEMM that reads it). Dense layers of non-MLA transformers at t > 1 (an MoE layer, an MLA
         layer and an MLP stack keep the forward's); userbuffers (tp_comm_overlap) prices its own rows
+    te_fp8_gather: under fp8 with sequence parallelism at t > 1, Transformer Engine's linear layers all-gather fp8
+        data (costmodel._layer_compute.te_fp8_tp_forward_s, async_tp_backward_s): the QKV and FC1 inputs forward
+        (LayerNormLinear's ln_out, cast on the rank's shard), the same saved fp8 shards again for the weight gradients,
+        the projection's and FC2's output gradients (cast on the shard, then gathered): 1 byte an element, the
+        reduce-scatters 16 bits. "delayed": the scales from the amax history, no collective more; "current": each
+        cast of an input or output gradient before its gather all-reduces its amax over the tp group first (the
+        re-gathered saved shards need none). Dense models of non-MLA transformers (an MoE model's layers, an MLA
+        layer and an MLP stack keep 16-bit exchanges); userbuffers (tp_comm_overlap) prices its own rows; the casts
+        are fp8_cast_bytes' (TE_FP8_CAST_BYTES). "": every exchange in 16 bits (TE_FP8_GATHER_SOURCE)
 
 Efficiency constants stay per GPU (costmodel._hardware); a profile chooses one kernel speed, its attention kernel's.
 """
@@ -322,6 +331,7 @@ class Framework:
     handoff_gathers: tuple[float, float] = (0.0, 0.0)  # tp all-gathers of a tp-sharded hand-off (docstring)
     handoff_gather_copy_bytes: float = 0.0  # HBM bytes an element of each such gather's tensor copies (docstring)
     tp_backward_async: bool = False  # the backward's column-parallel collectives beside its GEMMs (docstring)
+    te_fp8_gather: str = ""  # TE_FP8_GATHERS: Transformer Engine's fp8 sequence-parallel all-gathers (docstring)
 
     def grad_memory_bytes(self) -> float | tuple[float, float, float]:
         """Bytes a parameter's gradient buffer holds, by precision (PRECISIONS): grad_buffer_bytes, or, where the
@@ -352,9 +362,34 @@ class Framework:
 # nvte_quantize_v2): 2 + 4 = 6; after a norm (Impl::FUSED_NORM_AMAX_FP8) the norm writes its 16-bit output with the
 # amax and the cast follows: 4. Weights: cast once a step and cached for the step's other micro-batches (Megatron-LM
 # d98e8a6 core/extensions/transformer_engine.py: is_first_microbatch, passed to TE's forward, False after the first),
-# 0 a micro-batch. Not priced: the current-scaling amax's all-reduce over the tp group for sequence-parallel inputs (one
-# value), MXFP8's (Blackwell) 1 x 32 block scales (2 / 32 bytes more an element; its norms unfused: 4 + 1 / 16).
+# 0 a micro-batch. The current-scaling amax's all-reduce over the tp group for sequence-parallel inputs (one value) is
+# priced with the fp8 all-gathers it precedes (te_fp8_gather, TE_FP8_GATHERS). Not priced: MXFP8's (Blackwell) 1 x 32
+# block scales (2 / 32 bytes more an element; its norms unfused: 4 + 1 / 16).
 TE_FP8_CAST_BYTES = {"delayed": ((4.0, 0.0, 4.0, 0.0), 1.0), "current": ((6.0, 0.0, 6.0, 0.0), 4.0)}
+
+# Transformer Engine's fp8 sequence-parallel all-gathers (te_fp8_gather), the same in every release the profiles' rows
+# ran (NeMo 24.07: TE 1.8.0.dev0, NeMo Framework user guide, software component versions; NeMo 24.03: an earlier 1.x;
+# Megatron-Bridge 25.11-26.06: TE 2.x). v1.3, v1.4 and v1.9 pytorch/module/
+# layernorm_linear.py: under fp8 the norm writes ln_out as uint8 (ln_out_dtype) and gather_along_first_dim gathers it;
+# backward gathers the saved fp8 ln_out again (async_op=True) for the weight gradient; base.py grad_output_preprocess,
+# "FP8 case with gather": cast_to_fp8 of the rank's output-gradient shard, gather_along_first_dim of the uint8 tensor,
+# then fp8_transpose. v2.0-v2.18 and d0067d0 the same through quantizers: layernorm_linear.py gathers ln_out with
+# quantizer=input_quantizer (the norm quantizes it, with_quantized_norm) and again in backward; base.py
+# grad_output_preprocess gathers with quantizer=grad_output_quantizer; distributed.py gather_along_first_dim ->
+# _all_gather_fp8 (Float8Quantizer, Float8CurrentScalingQuantizer: quantize the shard, rowwise, then all_gather_into_
+# tensor of its uint8 _data; the transpose made on the gathered tensor). Current scaling: linear.py and layernorm_
+# linear.py set with_amax_reduction over the tp group on the column-parallel input's and the row-parallel output
+# gradient's quantizer under sequence parallelism (v2.9 _customize_quantizers_float8_current_scaling; d0067d0
+# _common.py set_quantizer_amax_reduction_group) (csrc/quantizer.cpp
+# Float8CurrentScalingQuantizer::quantize_impl: the amax all-reduced before the cast). MXFP8 (_all_gather_mxfp8) gathers
+# 1 + 1 / 32 bytes an element, row-wise and column-wise data both where both are used: not priced (no profile runs it).
+TE_FP8_GATHERS = ("", "delayed", "current")
+TE_FP8_GATHER_SOURCE = (
+    "TransformerEngine v1.3, v1.4, v1.9, v2.0, v2.9, v2.12 and d0067d0 pytorch/module/layernorm_linear.py, base.py "
+    "grad_output_preprocess, distributed.py gather_along_first_dim / _all_gather_fp8: under fp8 with sequence "
+    "parallelism the column-parallel input (the norm's fp8 output), its backward re-gather and the row-parallel output "
+    "gradient are all-gathered as fp8 (uint8) data, cast on the shard; current scaling all-reduces each cast's amax "
+    "over the tp group first (with_amax_reduction): te_fp8_gather")
 
 # Megatron-Core's pipeline without interleaving waits on every hand-off (Framework.blocking_p2p): Megatron-LM d98e8a6
 # megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_without_interleaving runs, in the steady
@@ -478,8 +513,8 @@ _MEGATRON_CORE = Framework(
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
     te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
     blocking_p2p=True, dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
-    tp_backward_async=True,
-    sources=(TP_BACKWARD_ASYNC_SOURCE,
+    tp_backward_async=True, te_fp8_gather="delayed",
+    sources=(TP_BACKWARD_ASYNC_SOURCE, TE_FP8_GATHER_SOURCE,
              "Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
              "reduce-scatters and all-gathers per bucket (a stage past the first, pp_rank > 0, runs one bucket: "
@@ -588,6 +623,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         grad_reduce_bytes=(2.0, 2.0, 2.0),
         weight_gather_bytes=(2.0, 2.0, 1.0),
         fp8_cast_bytes=TE_FP8_CAST_BYTES["current"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["current"][1],
+        te_fp8_gather="current",  # FP8-CS: the amax all-reduced before each fp8 gather's cast
         what="Megatron-Core as NVIDIA's Megatron-Bridge runs it: as megatron-core, the loss fused (Transformer "
              "Engine's Triton cross-entropy)",
         sources=("Megatron-Bridge src/megatron/bridge/models/gpt_provider.py (067f987) cross_entropy_loss_fusion = "
@@ -631,6 +667,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     dataclasses.replace(
         _MEGATRON_CORE, name="hai-llm", overlap_ep=True, ep_dispatch_per_node=True, fp8_dispatch=True,
         tp_backward_async=False,  # its layer code is not published: the backward's exchange the forward's
+        te_fp8_gather="",  # its layer code is not published: 16-bit exchanges
         blocking_p2p=False,  # DualPipe's code is not Megatron-Core's pipeline: hand-offs left as 1F1B's
         attention_kernel="standard", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0,  # not published: generic's
         grad_reduce_bytes=(2.0,) * 3,

@@ -274,6 +274,23 @@ def fp8_tp_collectives_s(E, t, bw, lat):
             + 2.0 * gather_s(ACT_BYTES * E, t, bw, lat))
 
 
+# Transformer Engine's fp8 sequence-parallel all-gathers (Framework.te_fp8_gather; costmodel._frameworks.TE_FP8_GATHERS
+# cites the code): a dense layer forward all-gathers the QKV and FC1 inputs as fp8 data cast on the rank's shard
+# (LayerNormLinear's ln_out), 1 byte an element, and reduce-scatters the projection's and FC2's 16-bit outputs; under
+# current scaling each of the two casts all-reduces its fp32 amax over the tp group first (AMAX_BYTES). The casts
+# themselves are the profile's (fp8_cast_bytes), not repeated here.
+TE_FP8_GATHER_BYTES = 1.0  # an fp8 element's bytes on the wire (uint8 data; its scale_inv not sent)
+
+
+def te_fp8_tp_forward_s(E, t, bw, lat, amax):
+    """Seconds of one dense layer's forward sequence-parallel collectives under Transformer Engine's fp8 all-gathers
+    (the comment above TE_FP8_GATHER_BYTES), E = T h elements of each gathered activation: two all-gathers of
+    1 byte an element, two reduce-scatters of 2; ``amax`` (1.0 under current scaling, else 0.0, per row) times one
+    fp32 amax all-reduce before each gather."""
+    return (2.0 * gather_s(TE_FP8_GATHER_BYTES * E, t, bw, lat) + 2.0 * gather_s(ACT_BYTES * E, t, bw, lat)
+            + amax * 2.0 * all_reduce_s(AMAX_BYTES, t, bw, lat))
+
+
 def fp8_cast_columns(fw: Framework, fp8, fp8_tp=None):
     """A profile's fp8 cast bytes as fp8_cast_parts_s takes them, per row: (input, weight forward, output gradient,
     weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere, and sixth, where ``fp8_tp``
@@ -537,21 +554,28 @@ def ub_layer_tp_s(model: Transformer, T, t, peak, gpu, tp_bw, tp_lat, sms, confi
 # beside a GEMM of G seconds, its NCCL kernel holding a share f of the SMs (one CTA a ring channel, costmodel._nccl):
 # exposed max(X - G, f X) (costmodel._data_parallel.compute_slowdown_s: max(X - G, 0) plus the GEMM's slowdown
 # max(f X - (X - G), 0)). A backward GEMM takes its forward's time, as the layer's terms price it.
-def async_tp_backward_s(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat, sm_share):
+def async_tp_backward_s(model: Transformer, T, t, sp, peak, gpu, tp_bw, tp_lat, sm_share, fp8_gather=None,
+                        amax=0.0):
     """The exposed tensor-parallel exchange of one dense layer's backward and micro-batch where the backward's
     collectives run beside its GEMMs (the comment above): under sequence parallelism (``sp``) the projection's and
     FC2's output-gradient all-gathers exposed, QKV's and FC1's input all-gathers beside their data-gradient GEMMs and
     their data gradients' reduce-scatters beside their weight-gradient GEMMs; without it QKV's and FC1's data-gradient
     all-reduces beside their weight-gradient GEMMs. ``sm_share``: the share of the SMs a tp collective's kernel holds.
-    Zero at t = 1."""
+    ``fp8_gather`` (bool, per row, or None): the rows whose all-gathers move fp8 data (Framework.te_fp8_gather: 1 byte
+    an element, TE_FP8_GATHER_BYTES), each output gradient's after ``amax`` (per row: 1.0 under current scaling) fp32
+    amax all-reduces (the saved inputs re-gathered as they are). Zero at t = 1."""
     h, f, q, hk = model.hidden, model.ffn_hidden, model.q_hidden, model.kv_hidden
     x = gather_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)  # one all-gather or reduce-scatter of T h
     ar = all_reduce_s(ACT_BYTES * T * h, t, tp_bw, tp_lat)  # one all-reduce of T h
+    xg, go = x, x  # an input's re-gather, an output gradient's gather with its amax
+    if fp8_gather is not None:
+        xg = np.where(fp8_gather, gather_s(TE_FP8_GATHER_BYTES * T * h, t, tp_bw, tp_lat), x)
+        go = np.where(fp8_gather, xg + amax * all_reduce_s(AMAX_BYTES, t, tp_bw, tp_lat), x)
 
     def beside(X, G):  # a collective of X seconds beside a GEMM of G seconds
         return np.maximum(X - G, sm_share * X)
 
     col = 0.0
     for G in (gemm_s(T, (q + 2 * hk) / t, h, peak, gpu), gemm_s(T, (model.mlp_matrices - 1) * f / t, h, peak, gpu)):
-        col = col + np.where(sp, 2.0 * beside(x, G), beside(ar, G))  # QKV, FC1
-    return np.where(sp, 2.0 * x, 0.0) + col  # + the projection's and FC2's output gradients gathered, exposed
+        col = col + np.where(sp, beside(xg, G) + beside(x, G), beside(ar, G))  # QKV, FC1
+    return np.where(sp, 2.0 * go, 0.0) + col  # + the projection's and FC2's output gradients gathered, exposed

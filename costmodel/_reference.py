@@ -39,6 +39,7 @@ from costmodel._layer_compute import (
     ELEM_TF_PER_LAYER,
     ELEM_TH_PER_LAYER,
     FP8_TP_CAST_BYTES,
+    TE_FP8_GATHER_BYTES,
     TE_RING_BYTES,
     TE_RING_KERNELS,
     UB_CONFIGS,
@@ -631,7 +632,14 @@ def _userbuffers(model: Transformer, gpu, row: _Row, config: dict) -> tuple[floa
     return fwd, bwd
 
 
-def _async_backward_tp(model: Transformer, cluster: Cluster, row: _Row) -> float:
+def _te_fp8_gather(fw, model: Transformer, row: _Row) -> bool:
+    """Whether the row's all-gathers move fp8 data as Transformer Engine's linears gather it (Framework.te_fp8_gather:
+    fp8, SP, tp > 1, a dense non-MLA transformer)."""
+    dense = model.kind != "mlp" and not model.mla and not model.is_moe
+    return bool(fw.te_fp8_gather) and row.prec == 2 and bool(row.sp) and row.tp > 1 and dense
+
+
+def _async_backward_tp(model: Transformer, cluster: Cluster, row: _Row, fw) -> float:
     """The exposed tp exchange of one dense layer's backward whose column-parallel collectives run beside its GEMMs
     (Framework.tp_backward_async): with SP, the projection's and FC2's output gradients all-gathered bare, QKV's and
     FC1's inputs all-gathered beside their dgrad GEMMs and their dgrads reduce-scattered beside their wgrad GEMMs;
@@ -645,6 +653,10 @@ def _async_backward_tp(model: Transformer, cluster: Cluster, row: _Row) -> float
     fc1 = _gemm(gpu, row.peak, T, (model.mlp_matrices - 1) * model.ffn_hidden / tp, h)
     if row.sp:
         x = _gather(ACT_BYTES * T * h, tp, row.tp_link)
+        if _te_fp8_gather(fw, model, row):  # fp8 gathers: the output gradients after their amax where current scaling
+            x8 = _gather(TE_FP8_GATHER_BYTES * T * h, tp, row.tp_link)
+            amax = _allreduce(4, tp, row.tp_link) if fw.te_fp8_gather == "current" else 0.0
+            return 2 * (x8 + amax) + sum(max(x8 - G, f * x8) + max(x - G, f * x) for G in (qkv, fc1))
         return 2 * x + sum(2 * max(x - G, f * x) for G in (qkv, fc1))
     ar = _allreduce(ACT_BYTES * T * h, tp, row.tp_link)
     return sum(max(ar - G, f * ar) for G in (qkv, fc1))
@@ -715,8 +727,12 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         kv_copies = _hbm(gpu, fw.kv_repeat_bytes * T * (model.q_hidden + model.kv_hidden) / tp)  # GQA's K, V copies
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
     tp_fwd = tp_bwd = lay["tp_fwd"]
+    if _te_fp8_gather(fw, model, row):  # Transformer Engine's fp8 all-gathers: QKV's and FC1's inputs 1 byte an element
+        amax = 2 * _allreduce(4, tp, row.tp_link) if fw.te_fp8_gather == "current" else 0.0
+        tp_fwd = tp_bwd = (2 * _gather(TE_FP8_GATHER_BYTES * T * h, tp, row.tp_link)
+                           + 2 * _gather(ACT_BYTES * T * h, tp, row.tp_link) + amax)
     if fw.tp_backward_async and model.kind != "mlp" and not model.mla and tp > 1:
-        tp_bwd = _async_backward_tp(model, cluster, row)
+        tp_bwd = _async_backward_tp(model, cluster, row, fw)
     config = fw.tp_comm_overlap[row.prec]
     if config and row.sp and tp > 1 and model.kind != "mlp" and not model.mla and not model.is_moe:
         tp_fwd, tp_bwd = _userbuffers(model, gpu, row, UB_CONFIGS[config])
