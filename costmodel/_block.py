@@ -606,8 +606,12 @@ def lockstep_rows(rows: Rows):
     hand-offs (tests/test_pipeline_lockstep.py)."""
     if not rows.fw.lockstep_interleaved:
         return None
-    out = (rows.sched == SCHED["interleaved"]) & (rows.p > 1) & (rows.m % np.maximum(rows.p, 1) == 0)
-    return out if out.any() else None
+    i = np.flatnonzero((rows.sched == SCHED["interleaved"]) & (rows.p > 1))  # (the division on these rows alone)
+    if not (i := i[np.take(rows.m, i) % np.take(rows.p, i) == 0]).size:
+        return None
+    out = np.zeros(rows.N, dtype=bool)
+    out[i] = True
+    return out
 
 
 def lockstep_handoffs_s(c, v, m):
