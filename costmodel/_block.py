@@ -40,7 +40,7 @@ from costmodel._data_parallel import (
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
-from costmodel._feasibility import REASON, stage_feasibility
+from costmodel._feasibility import REASON, divides, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
@@ -607,7 +607,7 @@ def lockstep_rows(rows: Rows):
     if not rows.fw.lockstep_interleaved:
         return None
     i = np.flatnonzero((rows.sched == SCHED["interleaved"]) & (rows.p > 1))  # (the division on these rows alone)
-    if not (i := i[np.take(rows.m, i) % np.take(rows.p, i) == 0]).size:
+    if not (i := i[divides(np.take(rows.p, i), np.take(rows.m, i))]).size:
         return None
     out = np.zeros(rows.N, dtype=bool)
     out[i] = True
