@@ -383,7 +383,15 @@ def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) ->
         0 if fw.weight_gather_in_step else 2)
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = m - 1
-        out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
+        if np.shape(inv)[0] == 1 and np.ndim(zero) == 1 and np.shape(m) == np.shape(zero) == np.shape(inv)[1:]:
+            # (on the ZeRO-2 rows alone: elsewhere mb_a, mb_b are 0 (dp_exchange_coef) and m >= 1, o + 0.0)
+            i = np.flatnonzero(zero == 2)
+            ix, more_i = np.take(inv[0], i), np.take(more, i)
+            for j, x in enumerate((coef.mb_a, coef.mb_b)):
+                out[j] = out[j] + 0.0
+                out[j][0, i] += np.take(np.broadcast_to(x, shape), ix) * more_i
+        else:
+            out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
     return ExchangeCoef(*out)
 
 
