@@ -50,6 +50,11 @@ def results(tree: str, rows: int) -> dict:
     return out
 
 
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same dtype, shape and bytes."""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
@@ -62,9 +67,10 @@ def main() -> None:
         for c in sorted(set(cols) | set(ref)):
             if c not in cols or c not in ref:
                 bad.append(f"{case}: column {c} only in one tree")
-            elif cols[c].dtype != ref[c].dtype or cols[c].shape != ref[c].shape or cols[c].tobytes() != ref[c].tobytes():
-                n = int(np.sum(~((cols[c] == ref[c]) | (np.isnan(cols[c]) & np.isnan(ref[c]))
-                                 if cols[c].dtype.kind == "f" else cols[c] != ref[c])))
+            elif not same_bytes(cols[c], ref[c]):
+                a, b = cols[c], ref[c]
+                n = (int(np.sum(a.view(np.uint8).reshape(len(a), -1) != b.view(np.uint8).reshape(len(b), -1), axis=1)
+                            .astype(bool).sum()) if a.dtype == b.dtype and a.shape == b.shape else len(a))
                 bad.append(f"{case}: {c} differs on {n} rows")
     print(f"{len(tree)} cases ({len(MODELS)} models x {len(tree) // len(MODELS)} profiles), {args.rows:,} rows each")
     print("\n".join(bad) if bad else "all cases the same")

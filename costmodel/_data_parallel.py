@@ -338,7 +338,8 @@ def fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp
         edge = e * (ag + rs)
         kept = 1 - e
         fixed[i] = edge
-        late[i] = np.where(z == 2, np.maximum(kept * ag - at(F_b), 0.0) + np.maximum(kept * rs - at(B_b) - at(W_b), 0.0),
+        late[i] = np.where(z == 2,  # ZeRO-2: under the next forward and the last backward; ZeRO-3: the window
+                           np.maximum(kept * ag - at(F_b), 0.0) + np.maximum(kept * rs - at(B_b) - at(W_b), 0.0),
                            np.maximum(dp_i - edge - at(window), 0.0))
     return fixed, late
 
