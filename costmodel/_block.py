@@ -40,7 +40,7 @@ from costmodel._data_parallel import (
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
-from costmodel._feasibility import REASON, stage_feasibility
+from costmodel._feasibility import REASON, divides, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
@@ -380,10 +380,17 @@ class ByPipeline:
     F_b: np.ndarray
     B_b: np.ndarray
     W_b: np.ndarray
+    taken: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # sub's answers by id(a): (a, out)
 
     def sub(self, a):
-        """A stage array (k, N) or (1, N) at the D entries."""
-        return np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
+        """A stage array (k, N) or (1, N) at the D entries (each array gathered once a block: its answer kept with the
+        array, read-only to the callers)."""
+        hit = self.taken.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        out = np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
+        self.taken[id(a)] = (a, out)
+        return out
 
     def at(self, a):
         """A stage array's (k, N) or (1, N) bottleneck entry of each of the D (D,)."""
@@ -450,7 +457,13 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
     bottleneck and X_sum, gathered to the rows (N,): the same values as pricing every row's stages (entry-wise
     arithmetic on the same operands, the same sums over the same stages)."""
     D = len(first)
-    sub = lambda a: None if a is None else np.take(a, first, axis=1)  # noqa: E731  (ByPipeline.sub)
+    taken = {}  # (ByPipeline.taken: these gathers kept for the phases after this one)
+
+    def sub(a):  # (ByPipeline.sub)
+        if a is None:
+            return None
+        taken[id(a)] = (a, out := np.take(a, first, axis=1))
+        return out
     ix, n, first_s, last_s = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last)
     layers = (sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)
     edges_d = plus_edges(ix, first_s, last_s)
@@ -472,7 +485,7 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
     back = lambda a: np.take(a, inv)  # noqa: E731
     by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot_flat_d=bot * rows.N + first, bot=back(bot),
                        X_sum=back(X_sum), X_max=back(at(X)),
-                       F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
+                       F_b=back(F_b), B_b=back(B_b), W_b=back(W_b), taken=taken)
     return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
                       fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp,
                       x_at=lambda q: np.take(X, np.take(inv, q), axis=1))
@@ -606,8 +619,12 @@ def lockstep_rows(rows: Rows):
     hand-offs (tests/test_pipeline_lockstep.py)."""
     if not rows.fw.lockstep_interleaved:
         return None
-    out = (rows.sched == SCHED["interleaved"]) & (rows.p > 1) & (rows.m % np.maximum(rows.p, 1) == 0)
-    return out if out.any() else None
+    i = np.flatnonzero((rows.sched == SCHED["interleaved"]) & (rows.p > 1))  # (the division on these rows alone)
+    if not (i := i[divides(np.take(rows.p, i), np.take(rows.m, i))]).size:
+        return None
+    out = np.zeros(rows.N, dtype=bool)
+    out[i] = True
+    return out
 
 
 def lockstep_handoffs_s(c, v, m):

@@ -285,7 +285,11 @@ def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framew
     profile that always overlaps reads no other branch."""
     n = model.num_params()
     w, gr = (x[0] if x[0] == x[1] == x[2] else np.take(x, prec) for x in (fw.weight_gather_bytes, fw.grad_reduce_bytes))
-    e = np.where((pp == 1) & (zero >= 2), (n - (model.layers - 1) * model.layer_params()) / n, 0.0)
+    e_edge = (n - (model.layers - 1) * model.layer_params()) / n
+    if fw.pp_grad_sync_after_backward and bool(np.all(overlap)) and all(
+            np.ndim(x) == 1 and x.shape == dp_raw.shape for x in (zero, pp, window, B_b, W_b, F_b)):
+        return fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp)
+    e = np.where((pp == 1) & (zero >= 2), e_edge, 0.0)
     per = np.where(zero == 3, 2 * w + gr, w + gr)  # ZeRO-3: forward's gather and backward's
     ag, rs = dp_raw * w / per, dp_raw * gr / per
     edge = e * (ag + rs)
@@ -310,6 +314,33 @@ def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framew
         after = (pp > 1) & (zero >= 1)
         after = after if always else overlap & after
         fixed, late = np.where(after, rs, fixed), np.where(after, np.maximum(ag - F_b, 0.0), late)
+    return fixed, late
+
+
+def fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp):
+    """fsdp_exchange_parts of rows (N,) that all overlap under pp_grad_sync_after_backward, each case priced on its
+    rows alone (the same arithmetic on the same operands, bit for bit): pp > 1 sharded, the reduce-scatter ``rs``
+    exposed and the all-gather ``ag`` under the next forward F_b; pp 1 at ZeRO 2-3, the root unit's and block 0's
+    share ``e_edge`` exposed and the rest under F_b and B + W (ZeRO-2) or the window (ZeRO-3); the others (ZeRO 0, or
+    ZeRO-1 at pp 1) under the window."""
+    fixed, late = np.zeros(dp_raw.shape), np.maximum(dp_raw - window, 0.0)
+    for i, edges in ((np.flatnonzero((pp > 1) & (zero >= 1)), False), (np.flatnonzero((pp == 1) & (zero >= 2)), True)):
+        if not i.size:
+            continue
+        at = lambda a: a if np.ndim(a) == 0 else np.take(a, i)  # noqa: E731
+        z, dp_i, w_i, gr_i = at(zero), at(dp_raw), at(w), at(gr)
+        per = np.where(z == 3, 2 * w_i + gr_i, w_i + gr_i)  # ZeRO-3: forward's gather and backward's
+        ag, rs = dp_i * w_i / per, dp_i * gr_i / per
+        if not edges:
+            fixed[i], late[i] = rs, np.maximum(ag - at(F_b), 0.0)
+            continue
+        e = np.full(i.size, e_edge)
+        edge = e * (ag + rs)
+        kept = 1 - e
+        fixed[i] = edge
+        late[i] = np.where(z == 2,  # ZeRO-2: under the next forward and the last backward; ZeRO-3: the window
+                           np.maximum(kept * ag - at(F_b), 0.0) + np.maximum(kept * rs - at(B_b) - at(W_b), 0.0),
+                           np.maximum(dp_i - edge - at(window), 0.0))
     return fixed, late
 
 
@@ -353,7 +384,15 @@ def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) ->
         0 if fw.weight_gather_in_step else 2)
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
         more = m - 1
-        out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
+        if np.shape(inv)[0] == 1 and np.ndim(zero) == 1 and np.shape(m) == np.shape(zero) == np.shape(inv)[1:]:
+            # (on the ZeRO-2 rows alone: elsewhere mb_a, mb_b are 0 (dp_exchange_coef) and m >= 1, o + 0.0)
+            i = np.flatnonzero(zero == 2)
+            ix, more_i = np.take(inv[0], i), np.take(more, i)
+            for j, x in enumerate((coef.mb_a, coef.mb_b)):
+                out[j] = out[j] + 0.0
+                out[j][0, i] += np.take(np.broadcast_to(x, shape), ix) * more_i
+        else:
+            out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
     return ExchangeCoef(*out)
 
 
@@ -385,6 +424,9 @@ def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Frame
     micro-batch's passes on the bottleneck stage (X_max), late; without overlap, exposed whole."""
     if fw is None or not fw.zero2_scatter_every_microbatch:  # one gradient reduction a step
         return last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
+    if bool(np.all(overlap)) and all(np.ndim(x) == 1 and np.shape(x) == np.shape(dp_raw) for x in (zero, m, X_max)) \
+            and np.isfinite(dp_raw).all() and np.isfinite(X_max).all():
+        return scattered_exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
     n = scatters_per_step(zero, m, fw)
     one = one_scatter_s(n, dp_raw, fw, prec)  # a reduce-scatter's seconds (0 where there is only the last)
     more = n - 1.0
@@ -395,6 +437,25 @@ def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Frame
     if np.all(overlap):  # (a profile that always overlaps: no row reads the other branch)
         return fixed, late + spill
     return np.where(overlap, fixed, fixed + earlier), np.where(overlap, late + spill, late)
+
+
+def scattered_exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw: Framework, prec, model, pp,
+                             step_s):
+    """exposure_parts under zero2_scatter_every_microbatch where every row (N,) overlaps and dp_raw and X_max are
+    finite: the m - 1 earlier reduce-scatters priced on the ZeRO-2 rows alone (elsewhere one scatter a step: nothing
+    earlier, x - 0 = x, and no spill, x + 0 = x; the same values bit for bit)."""
+    i = np.flatnonzero(zero == 2)
+    if not i.size:
+        return last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
+    at = lambda a: a if np.ndim(a) == 0 else np.take(a, i)  # noqa: E731
+    n = at(m).astype(np.float64)  # scatters_per_step's m at ZeRO-2
+    one = one_scatter_s(n, at(dp_raw), fw, at(prec))
+    more = n - 1.0
+    dp_left = dp_raw.copy()
+    dp_left[i] = at(dp_raw) - more * one
+    fixed, late = last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_left, F_b, fw, prec, model, pp, step_s)
+    late[i] = at(late) + more * np.maximum(one - at(X_max), 0.0)
+    return fixed, late
 
 
 def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,

@@ -273,8 +273,10 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     "simulate"), whose inputs ``stage_inputs(rows)`` gives as simulate_pipelines takes them.
     Returns pipe, fill, pp_comm, rows still to simulate, None or (rows, shape index, peaks)."""
     fill = pipeline_bubble_s(sched, p, v, X_sum, X_max, F_b, B_b, W_b)
-    if lockstep is not None:
-        fill = fill + np.where(lockstep, F_b / v, 0.0)
+    if lockstep is not None:  # (on the grid's rows alone; elsewhere fill + 0.0, as the whole column's sum)
+        i = np.flatnonzero(lockstep)
+        fill = fill + 0.0
+        fill[i] += np.take(F_b, i) / np.take(v, i)
     pipe = m * X_max + fill + pp_comm
     simulated = (pipeline == "simulate") | outside_closed_form(sched, p, m, F_b, B_b, W_b)
     needs = simulated & (reason == 0)
