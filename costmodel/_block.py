@@ -306,7 +306,8 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
         out["head_copy"] = hbm_s(copy * model.head_params(), gpu)  # norm the last's; a tied embedding once)
     if any(fw.handoff_gathers):  # the receiver's all-gathers of a tp-sharded hand-off, per micro-batch: forward,
         n_f, n_b = fw.handoff_gathers  # backward (Framework.handoff_gathers; edge_parts places them)
-        g, c = handoff_gather_s(model, out["T"], tt, gpu, *tp_link, fw.handoff_gather_copy_bytes)
+        g, c = handoff_gather_s(model, out["T"], tt, gpu, *tp_link, fw.handoff_gather_copy_bytes,
+                                np.asarray(cfg.sp_u[ix], bool))
         out.update(handoff_tp_f=n_f * g, handoff_tp_b=n_b * g, handoff_copy_f=n_f * c, handoff_copy_b=n_b * c)
     return out
 

@@ -46,8 +46,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     lockstep_interleaved: its interleaved schedule is torch.distributed.pipelining's ScheduleInterleaved1F1B, a grid of
         time steps each waited on: a step's pass, then one batched exchange of its sends and its neighbours' step
         outputs, before the next step (TORCH_LOCKSTEP_SOURCE; costmodel._pipeline.simulate_lockstep; the closed form's
-        (2vm - 2) T_C and one chunk's forward more: costmodel._block.lockstep_handoffs_s); False: the interleaved
-        hand-offs overlap the next pass (Megatron-Core's overlap_p2p_comm)
+        (2vm - 2) T_C and one chunk's forward more: costmodel._block.lockstep_handoffs_s), on rows whose m is a
+        multiple of p (elsewhere the grid is not always a valid order and the hand-offs stay asynchronous); False: the
+        interleaved hand-offs overlap the next pass (Megatron-Core's overlap_p2p_comm)
     expert_fp8_cast_bytes: under fp8, HBM bytes an element of an expert GEMM's input (forward) and of its output
         gradient (backward) the quantization before the grouped GEMM moves (Transformer Engine's GroupedLinear: read 2
         bytes, write row-wise and column-wise fp8 copies 1 + 1: 4; costmodel._experts), its kernels counted; 0: none
@@ -203,13 +204,15 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         (on: the profile's configuration, else Transformer Engine's defaults; "bridge-bf16" and "bridge-fp8" name
         Megatron-Bridge's)
     handoff_gathers: with t > 1 the pipeline sends each hand-off (a stage's T h output, its T h input gradient) as a
-        tp-shard, 1 / t of it (the hand-off's priced bytes), and the receiver all-gathers the whole 16-bit tensor over
-        the tp group before the pass that reads it, on the computation stream: (all-gathers in the forward of every
+        tp-shard, and the receiver all-gathers the whole 16-bit tensor (T h / t under sequence parallelism, a rank's
+        sequence shard) over the tp group before the pass that reads it, on the computation stream: (all-gathers in the
+        forward of every
         stage but the first, in the backward of every stage but the last), each priced as the model's tp all-gathers
         (gather_s of the T h tensor at the tp link) plus handoff_gather_copy_bytes an element of T h at the HBM rate
         (costmodel._layer_compute.handoff_gather_s), added to the pass (the stage's time, not the hand-off) and to the
         tp column (its copies to the computation); DeepSpeed's pipeline engine (1, 2): DEEPSPEED_HANDOFF_GATHER_SOURCE;
-        zeros: the whole tensor sent, nothing gathered
+        zeros: no gather priced. The hand-off itself is priced at T h / t bytes in every profile (costmodel._block
+        handoffs)
     handoff_gather_copy_bytes: HBM bytes an element of the gathered T h tensor each of those all-gathers moves in
         copies on the computation stream (DeepSpeed's PartitionedTensor.full with torch's list all_gather: 10)
     tp_backward_async: a dense layer's backward runs its column-parallel linears' collectives asynchronously beside
@@ -1001,6 +1004,7 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, blocking_p2p=False,
     all_reduce_then_gather=(True, True, True), overlap_param_gather=False, weight_gather_in_step=True,
     weight_sync_broadcasts=True, dp_bucket_elems=(512 * 1024 * 1024, 0.0), dp_buckets_need_overlap=False,
     expert_parallel=False, expert_tensor_parallel=False, recompute_modules=False,
+    te_fp8_gather="",  # not Transformer Engine's layers (its fp8 off besides: nothing priced either way)
     what="InternEvo (InternLM) hybrid ZeRO-1: gradients all-reduced in the training dtype by buckets behind the "
          "backward, the updated weights synced after the step by one broadcast from each shard's owner, waited; "
          "layers and kernels priced as megatron-core's",

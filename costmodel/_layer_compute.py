@@ -387,12 +387,13 @@ def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,
     }
 
 
-def handoff_gather_s(model: Transformer, T, t, gpu, tp_bw, tp_lat, copy_bytes: float):
+def handoff_gather_s(model: Transformer, T, t, gpu, tp_bw, tp_lat, copy_bytes: float, sp=False):
     """(collective, copies): seconds of one all-gather over the tp group of a tp-sharded pipeline hand-off, the
-    stage's whole 16-bit T h tensor (gather_s at the tp link, as the layers' tp all-gathers), and of its copies on the
-    computation stream, ``copy_bytes`` an element of T h at the HBM rate (Framework.handoff_gathers,
-    handoff_gather_copy_bytes: DeepSpeed's PartitionedTensor.full); zeros at t = 1, where nothing is sharded."""
-    elems = T * model.hidden
+    stage's whole 16-bit T h tensor (T h / t under sequence parallelism ``sp``, where a rank's activation is already
+    its sequence shard; gather_s at the tp link, as the layers' tp all-gathers), and of its copies on the computation
+    stream, ``copy_bytes`` an element of it at the HBM rate (Framework.handoff_gathers, handoff_gather_copy_bytes:
+    DeepSpeed's PartitionedTensor.full); zeros at t = 1, where nothing is sharded."""
+    elems = T * model.hidden / np.where(sp, t, 1)
     sharded = np.asarray(t) > 1
     return (gather_s(ACT_BYTES * elems, t, tp_bw, tp_lat) + 0.0 * elems,
             np.where(sharded, hbm_s(copy_bytes * elems, gpu), 0.0))

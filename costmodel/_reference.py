@@ -769,10 +769,10 @@ def _edges(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
 def _handoff_gathers(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     """The receiver's all-gathers of a tp-sharded pipeline hand-off per micro-batch (Framework.handoff_gathers): in a
     forward (every stage but the first: its input) and a backward (every stage but the last: its output and the
-    gradient), each the whole 16-bit T h tensor over the tp group, and their copies (handoff_gather_copy_bytes an
-    element, at the HBM rate); zeros at tp 1."""
+    gradient), each the whole 16-bit T h tensor (T h / tp under sequence parallelism: the rank's sequence shard) over
+    the tp group, and their copies (handoff_gather_copy_bytes an element, at the HBM rate); zeros at tp 1."""
     n_f, n_b = fw.handoff_gathers
-    elems = row.T * model.hidden
+    elems = row.T * model.hidden / row.ew_div
     gather = _gather(ACT_BYTES * elems, row.tp, row.tp_link)
     copy = _hbm(cluster.gpu, fw.handoff_gather_copy_bytes * elems) if row.tp > 1 else 0.0
     return dict(hand_tp_f=n_f * gather, hand_tp_b=n_b * gather, hand_copy_f=n_f * copy, hand_copy_b=n_b * copy)

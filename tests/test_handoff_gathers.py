@@ -127,3 +127,23 @@ def test_no_gathers_without_tensor_or_pipeline_parallelism():
         np.testing.assert_array_equal(on["step_time_s"], off["step_time_s"])
         ref = evaluate_row(run.model, run.cluster, table.row(0), framework=fw)
         assert on["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
+
+
+def test_under_sequence_parallelism_a_rank_gathers_its_sequence_shard():
+    # With sequence parallelism a stage's activation on a tp rank is already its T / t rows: PartitionedTensor
+    # partitions that shard and full() rebuilds it, so each gather and its copies move a quarter of the bytes at tp 4
+    # (the collective's bytes and copies / 4, its 3 latencies as before); the evaluator and the reference alike.
+    run = bloom()
+    fw = run.profile()
+    table = one_row(run, sequence_parallel=True)
+    on = stage_breakdown(run.model, run.cluster, table, framework=fw)
+    off = stage_breakdown(run.model, run.cluster, table, framework=without_gathers(fw))
+    gpu, elems, t = run.cluster.gpu, 2 * 2048 * 14336 / 4, 4
+    g = ((t - 1) / t * 2 * elems / (run.cluster.scaleup_Bps * gpu.link_eff) + (t - 1) * run.cluster.scaleup_latency_s
+         + 10 * elems / (gpu.hbm_Bps * gpu.hbm_eff))
+    assert g < 0.3 * hand_gather_s(run.cluster)
+    np.testing.assert_allclose(on["forward_s"][0] - off["forward_s"][0], [0.0] + [g] * 11, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(on["backward_s"][0] - off["backward_s"][0], [2 * g] * 11 + [0.0], rtol=1e-9, atol=1e-12)
+    vec = evaluate(run.model, run.cluster, table, framework=fw)
+    ref = evaluate_row(run.model, run.cluster, table.row(0), framework=fw)
+    assert vec["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
