@@ -72,6 +72,19 @@ def _one_f_one_b(pp: int) -> StrategyTable:
                                       recompute="selective", sequence_parallel=True, zero_stage=1)
 
 
+def hand_t_c(cluster) -> float:
+    """T_C, one hand-off of gpt3-175b's rows on 128 H100s (tp 8, dp 4, micro-batch 1) by hand: 2 bytes (16-bit
+    activations) x T (1 x 2048 tokens) x h (12288) / t (8) = 6,291,456 bytes. A stage's t x d = 32 GPUs are four whole
+    nodes, so the hand-off crosses the network: 50 GB/s x link_eff 0.8 = 40 GB/s, 157.29 us, plus its 10 us latency:
+    167.29 us."""
+    nbytes = 2 * (1 * 2048) * 12288 / 8
+    return nbytes / (cluster.scaleout_Bps * cluster.gpu.link_eff) + cluster.scaleout_latency_s
+
+
+def test_hand_t_c_is_the_hand_figure():
+    assert hand_t_c(cluster_preset("h100x128")) == pytest.approx(167.29e-6, rel=1e-4)
+
+
 @pytest.mark.parametrize("pipeline", ["closed_form", "simulate"])
 def test_megatron_core_prices_the_steady_hand_offs(pipeline):
     # gpt3-175b on 128 H100s, pp 4, dp 4, 16 micro-batches: megatron-core's closed form carries (2 x 16 - 3) T_C more
@@ -92,10 +105,10 @@ def test_megatron_core_prices_the_steady_hand_offs(pipeline):
         off = evaluate(model, cl, table, framework=off_fw.name, pipeline=pipeline)
     finally:
         del fws.FRAMEWORKS[off_fw.name]
-    t_c = off["pp_comm_s"][0] / (2 * (4 - 1))  # the fill and drain's hand-offs: 2 (p - 1) T_C
-    assert t_c > 0
+    t_c = hand_t_c(cl)
     m = 64 // 4
     if pipeline == "closed_form":
+        assert off["pp_comm_s"][0] == pytest.approx(2 * (4 - 1) * t_c, rel=1e-9)  # the fill's and drain's alone
         assert on["step_time_s"][0] - off["step_time_s"][0] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)
     else:  # the simulator's non-blocking 1F1B already waits 2 (p - 1) / p of it (test_hand_calculation_...)
         assert on["step_time_s"][0] > off["step_time_s"][0] + t_c
@@ -210,8 +223,8 @@ def test_torch_pipelines_price_the_steady_hand_offs(framework):
         off = evaluate(model, cl, table, framework=off_name, pipeline="closed_form")
     finally:
         del fws.FRAMEWORKS[off_name]
-    t_c = off["pp_comm_s"][0] / (2 * (4 - 1))
-    assert t_c > 0
+    t_c = hand_t_c(cl)
+    assert off["pp_comm_s"][0] == pytest.approx(2 * (4 - 1) * t_c, rel=1e-9)  # the fill's and drain's alone
     assert on["step_time_s"][0] - off["step_time_s"][0] == pytest.approx((2 * 16 - 3) * t_c, rel=1e-6)
 
 
@@ -314,8 +327,7 @@ def test_deepspeed_prices_each_steady_exchange_twice(framework, pipeline):
         one_ref = evaluate_row(model, cl, table.row(0), framework=one_name, pipeline=pipeline)
     finally:
         del fws.FRAMEWORKS[off_name], fws.FRAMEWORKS[one_name]
-    t_c = off["pp_comm_s"][0] / (2 * (4 - 1))
-    assert t_c > 0
+    t_c = hand_t_c(cl)
     m = 64 // 4
     assert on["step_time_s"][0] - one["step_time_s"][0] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)
     assert ref["step_time_s"] - one_ref["step_time_s"] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)

@@ -16,6 +16,7 @@ import pytest
 from costmodel import StrategyTable, cluster_preset, evaluate, model_preset, simulate
 from costmodel._pipeline_terms import SCHED, pipeline_step, round_trip_handoffs_s
 from costmodel._reference import evaluate_row
+from tests.test_pipeline_blocking import hand_t_c
 
 P, M, F, B, H = 4, 8, 1.0, 2.0, 0.1
 
@@ -163,10 +164,12 @@ UNEVEN = np.array([[24, 25, 25, 22]])
 
 
 def _t_c(model, cl) -> float:
-    """T_C: GPipe's closed-form hand-offs on the same links are the fill's and drain's, 2 (p - 1) T_C."""
-    t_c = evaluate(model, cl, _table(schedule="gpipe"), framework="generic", pipeline="closed_form")["pp_comm_s"][0]
-    assert t_c > 0
-    return t_c / 6
+    """T_C by hand (test_pipeline_blocking.hand_t_c: micro-batch 1, tp 8, a stage's 32 GPUs on four nodes, 167.29 us);
+    GPipe's closed-form hand-offs on the same links are the fill's and drain's alone, 2 (p - 1) T_C."""
+    t_c = hand_t_c(cl)
+    gpipe = evaluate(model, cl, _table(schedule="gpipe"), framework="generic", pipeline="closed_form")["pp_comm_s"][0]
+    assert gpipe == pytest.approx(2 * (4 - 1) * t_c, rel=1e-9)
+    return t_c
 
 
 @pytest.mark.parametrize("framework", ["generic", "hai-llm", "internevo"])

@@ -28,9 +28,14 @@ AMAX = 2 * 3 / 4 * 4 / BW + 6 * LAT  # 30.000 us
 
 
 def test_the_gathers_by_hand():
-    assert X16 == pytest.approx(294.620 * US, rel=1e-5)
-    assert X8 == pytest.approx(154.810 * US, rel=1e-5)
-    assert AMAX == pytest.approx(30.000 * US, rel=1e-5)
+    # the ring step by step, apart from the (t - 1) / t form above: 3 steps, each moving one rank's shard of E / 4 =
+    # 16,777,216 elements: in 16 bits 33,554,432 B / 360 GB/s = 93.207 us + 5 us = 98.207 us a step, 3 x 98.207 =
+    # 294.620 us; in fp8 16,777,216 B / 360 GB/s = 46.603 us + 5 us = 51.603 us a step, 154.810 us. The amax's ring
+    # all-reduce: 6 steps (3 reduce-scatter, 3 all-gather) of a 1-byte quarter of the 4-byte amax, 1 B / 360 GB/s =
+    # 0.003 ns + 5 us each: 30.000 us
+    assert X16 == pytest.approx(3 * 98.207 * US, rel=1e-5)
+    assert X8 == pytest.approx(3 * 51.603 * US, rel=1e-5)
+    assert AMAX == pytest.approx(6 * 5.000 * US, rel=1e-5)
     # forward: QKV's and FC1's inputs gathered in fp8, the projection's and FC2's outputs reduce-scattered in 16 bits:
     # 2 x 154.810 + 2 x 294.620 = 898.861 us, against 4 x 294.620 = 1178.481 us in 16 bits (279.620 us less);
     # current scaling adds an amax all-reduce before each gather: 958.861 us
@@ -114,11 +119,30 @@ def test_only_fp8_dense_rows_with_sequence_parallel_gather_fp8():
                           evaluate(moe, cl, table, framework=off)["tp_comm_s"])
 
 
-def test_profiles():
-    assert FRAMEWORKS["megatron-core"].te_fp8_gather == "delayed"
-    assert FRAMEWORKS["megatron-bridge"].te_fp8_gather == "current"
-    for name in ("megatron-2021", "generic", "deepspeed", "fsdp2", "llm-foundry", "hai-llm"):
-        assert not framework_preset(name).te_fp8_gather, name
+# the profiles whose linears are Transformer Engine's and their scaling (Megatron-Core: delayed; Megatron-Bridge's
+# FP8-CS: current); every other profile's layers exchange 16 bits or are priced by torchao's float8 (fp8_tp_gather)
+TE_SCALING = {"megatron-core": "delayed", "megatron-core-a2a-overlap": "delayed", "megatron-core-deepep": "delayed",
+              "megatron-core-deepep-a2a-overlap": "delayed", "megatron-bridge": "current"}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_profiles(framework):
+    # The Llama 3 70B stage row of test_evaluator_stage (fp8, SP, tp 4; the backward mirroring the forward): each
+    # profile prices it 10 x 2 x (2 (X16 - X8) - 2 AMAX under current scaling) below its 16-bit exchange if its
+    # linears are Transformer Engine's, and exactly at it if not; where its layers' exchange is the 16-bit one,
+    # turning delayed fp8 gathers on saves 10 x 2 x 2 (X16 - X8), so that "exactly at it" is a row the field moves
+    cl, table = cluster_preset("h100x64"), _stage_row()
+    fw = dataclasses.replace(framework_preset(framework), tp_backward_async=False)
+    as_is = evaluate(LLAMA70, cl, table, framework=fw)
+    off = evaluate(LLAMA70, cl, table, framework=dataclasses.replace(fw, te_fp8_gather=""))
+    scaling = TE_SCALING.get(framework, "")
+    saved = {"": 0.0, "delayed": 10 * 2 * 2 * (X16 - X8), "current": 10 * 2 * (2 * (X16 - X8) - 2 * AMAX)}
+    assert off["tp_comm_s"][0] - as_is["tp_comm_s"][0] == pytest.approx(saved[scaling], rel=1e-9, abs=1e-15)
+    if not scaling:
+        assert as_is["step_time_s"][0] == off["step_time_s"][0]
+        if not fw.fp8_tp_gather:
+            on = evaluate(LLAMA70, cl, table, framework=dataclasses.replace(fw, te_fp8_gather="delayed"))
+            assert off["tp_comm_s"][0] - on["tp_comm_s"][0] == pytest.approx(saved["delayed"], rel=1e-9)
 
 
 @pytest.mark.parametrize(("framework", "name"), [("megatron-core", "llama3-70b"), ("megatron-core", "gpt3-175b"),

@@ -122,9 +122,32 @@ def test_moe_and_mla_layers_keep_the_forward_exchange(name):
     assert np.array_equal(a["tp_comm_s"], b["tp_comm_s"])
 
 
-@pytest.mark.parametrize("framework", ["megatron-2021", "deepspeed", "fsdp2", "fsdp2-eager", "fsdp2-async-tp",
-                                       "llm-foundry", "generic", "hai-llm"])
-def test_profiles_that_mirror_the_forward(framework):
-    # Megatron-LM 2021 and Megatron-DeepSpeed all-reduce after the linear's backward; DTensor's redistributions are
-    # each waited on before the GEMM that reads them; HAI-LLM's layer code is not published
-    assert not FRAMEWORKS[framework].tp_backward_async
+# the profiles whose column-parallel linears run the backward's collectives beside their GEMMs: Megatron-Core's and
+# Transformer Engine's (Megatron-Core, its derived profiles, Megatron-Bridge, InternEvo priced with Megatron-Core's
+# layers). Megatron-LM 2021 and Megatron-DeepSpeed all-reduce after the linear's backward; DTensor's redistributions
+# are each waited on before the GEMM that reads them; HAI-LLM's layer code is not published.
+ASYNC = {"megatron-core", "megatron-core-a2a-overlap", "megatron-core-deepep", "megatron-core-deepep-a2a-overlap",
+         "megatron-bridge", "internevo"}
+
+
+@pytest.mark.parametrize("sp", [True, False])
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_profiles_price_the_backward_as_their_layers_run_it(framework, sp):
+    # The GPT-3 175B stage row of test_evaluator_gpt3_175b_stage: every profile prices its tp time 8 x (4 x - the
+    # backward by hand) below the mirrored forward if its linears overlap the backward's collectives, exactly at it
+    # if not; the field turned on moves the row by that amount in every profile, so "exactly at it" is a row it
+    # would move; a tp 1 row it leaves alone
+    model, cl = model_preset("gpt3-175b"), cluster_preset("h100x96")
+    x = 7 / 8 * 2 * 2048 * 12288 / 360e9 + 7 * 5e-6
+    f = 24 / 132
+    saved = 8 * (4 * x - (2 * x + 4 * f * x if sp else 2 * f * 2 * x))
+    fw, table = FRAMEWORKS[framework], _one_row(sequence_parallel=sp)
+    as_is = evaluate(model, cl, table, framework=fw)
+    on = evaluate(model, cl, table, framework=dataclasses.replace(fw, tp_backward_async=True))
+    off = evaluate(model, cl, table, framework=dataclasses.replace(fw, tp_backward_async=False))
+    assert off["tp_comm_s"][0] - on["tp_comm_s"][0] == pytest.approx(saved, rel=1e-9)
+    assert off["tp_comm_s"][0] - as_is["tp_comm_s"][0] == pytest.approx(saved if framework in ASYNC else 0.0,
+                                                                         rel=1e-9, abs=1e-15)
+    one = _one_row(tp=1, sequence_parallel=False)
+    assert evaluate(model, cl, one, framework=dataclasses.replace(fw, tp_backward_async=True))["step_time_s"][0] == \
+        evaluate(model, cl, one, framework=dataclasses.replace(fw, tp_backward_async=False))["step_time_s"][0]
