@@ -24,7 +24,7 @@ import types
 
 import numpy as np
 
-from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link, split_collective_link
+from costmodel._collectives import CollectiveLink, all_reduce_s, pool_collective_link, pool_link, split_collective_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
 from costmodel._data_parallel import (
     ExchangeCoef,
@@ -44,13 +44,14 @@ from costmodel._feasibility import REASON, divides, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
+    AMAX_BYTES,
     UB_CONFIGS,
     async_tp_backward_s,
     fp8_cast_columns,
+    fp8_tp_collectives_s,
     handoff_gather_s,
     hbm_s,
     recompute_flops_per_token,
-    te_fp8_tp_forward_s,
     ub_layer_tp_s,
 )
 from costmodel._layer_terms import (
@@ -285,7 +286,10 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     if fw.te_fp8_gather and not rows.moe and model.kind != "mlp" and not model.mla:
         te8 = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1)  # (U,)
         amax = 1.0 if fw.te_fp8_gather == "current" else 0.0  # each cast's amax all-reduced first
-        fwd8 = np.where(te8, te_fp8_tp_forward_s(out["T"] * model.hidden, tt, *tp_link, amax), out["tp_fwd"])
+        # the gathers (fp8_tp_collectives_s without its amax term), then the amax all-reduces, summed in that order
+        elems = out["T"] * model.hidden
+        fwd8 = fp8_tp_collectives_s(elems, tt, *tp_link, amax=0.0) + amax * 2.0 * all_reduce_s(AMAX_BYTES, tt, *tp_link)
+        fwd8 = np.where(te8, fwd8, out["tp_fwd"])
         out["tp_fwd"], out["tp_bwd"] = fwd8, np.where(te8, fwd8, out["tp_bwd"])
     if fw.tp_backward_async and model.kind != "mlp" and not model.mla:  # the backward's collectives beside its GEMMs
         G = pa["gpus_per_node_int"][q]
