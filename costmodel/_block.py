@@ -40,7 +40,7 @@ from costmodel._data_parallel import (
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
-from costmodel._feasibility import REASON, divides, stage_feasibility
+from costmodel._feasibility import REASON, interleaving_runs, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
@@ -618,14 +618,15 @@ def round_trip_rows(rows: Rows):
 
 
 def lockstep_rows(rows: Rows):
-    """(N,) the interleaved rows (pp > 1, m a multiple of pp) whose framework runs torch's interleaved grid
-    (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid is not always an order
-    its passes' inputs allow (m < pp never: a pass falls on its input's step), so those rows keep the asynchronous
-    hand-offs (tests/test_pipeline_lockstep.py)."""
+    """(N,) the interleaved rows (pp > 1, m a multiple of pp: interleaving_runs' "pp_multiple") whose framework runs
+    torch's interleaved grid (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid
+    is not always an order its passes' inputs allow (m < pp never: a pass falls on its input's step), so those rows keep
+    the asynchronous hand-offs (tests/test_pipeline_lockstep.py)."""
     if not rows.fw.lockstep_interleaved:
         return None
     i = np.flatnonzero((rows.sched == SCHED["interleaved"]) & (rows.p > 1))  # (the division on these rows alone)
-    if not (i := i[divides(np.take(rows.p, i), np.take(rows.m, i))]).size:
+    pp_multiple = interleaving_runs("pp_multiple", np.take(rows.sched, i), np.take(rows.p, i), np.take(rows.m, i))
+    if not (i := i[pp_multiple]).size:
         return None
     out = np.zeros(rows.N, dtype=bool)
     out[i] = True
