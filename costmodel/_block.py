@@ -24,7 +24,7 @@ import types
 
 import numpy as np
 
-from costmodel._collectives import CollectiveLink, pool_collective_link, pool_link, split_collective_link
+from costmodel._collectives import CollectiveLink, all_reduce_s, pool_collective_link, pool_link, split_collective_link
 from costmodel._configurations import Configs, Rows, block_rows, configurations
 from costmodel._data_parallel import (
     ExchangeCoef,
@@ -40,17 +40,18 @@ from costmodel._data_parallel import (
 from costmodel._distinct import distinct_rows
 from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
-from costmodel._feasibility import REASON, divides, stage_feasibility
+from costmodel._feasibility import REASON, interleaving_runs, stage_feasibility
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
 from costmodel._layer_compute import (
+    AMAX_BYTES,
     UB_CONFIGS,
     async_tp_backward_s,
     fp8_cast_columns,
+    fp8_tp_collectives_s,
     handoff_gather_s,
     hbm_s,
     recompute_flops_per_token,
-    te_fp8_tp_forward_s,
     ub_layer_tp_s,
 )
 from costmodel._layer_terms import (
@@ -285,7 +286,10 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     if fw.te_fp8_gather and not rows.moe and model.kind != "mlp" and not model.mla:
         te8 = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1)  # (U,)
         amax = 1.0 if fw.te_fp8_gather == "current" else 0.0  # each cast's amax all-reduced first
-        fwd8 = np.where(te8, te_fp8_tp_forward_s(out["T"] * model.hidden, tt, *tp_link, amax), out["tp_fwd"])
+        # the gathers (fp8_tp_collectives_s without its amax term), then the amax all-reduces, summed in that order
+        elems = out["T"] * model.hidden
+        fwd8 = fp8_tp_collectives_s(elems, tt, *tp_link, amax=0.0) + amax * 2.0 * all_reduce_s(AMAX_BYTES, tt, *tp_link)
+        fwd8 = np.where(te8, fwd8, out["tp_fwd"])
         out["tp_fwd"], out["tp_bwd"] = fwd8, np.where(te8, fwd8, out["tp_bwd"])
     if fw.tp_backward_async and model.kind != "mlp" and not model.mla:  # the backward's collectives beside its GEMMs
         G = pa["gpus_per_node_int"][q]
@@ -614,14 +618,15 @@ def round_trip_rows(rows: Rows):
 
 
 def lockstep_rows(rows: Rows):
-    """(N,) the interleaved rows (pp > 1, m a multiple of pp) whose framework runs torch's interleaved grid
-    (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid is not always an order
-    its passes' inputs allow (m < pp never: a pass falls on its input's step), so those rows keep the asynchronous
-    hand-offs (tests/test_pipeline_lockstep.py)."""
+    """(N,) the interleaved rows (pp > 1, m a multiple of pp: interleaving_runs' "pp_multiple") whose framework runs
+    torch's interleaved grid (Framework.lockstep_interleaved); None where none does. Where pp does not divide m the grid
+    is not always an order its passes' inputs allow (m < pp never: a pass falls on its input's step), so those rows keep
+    the asynchronous hand-offs (tests/test_pipeline_lockstep.py)."""
     if not rows.fw.lockstep_interleaved:
         return None
     i = np.flatnonzero((rows.sched == SCHED["interleaved"]) & (rows.p > 1))  # (the division on these rows alone)
-    if not (i := i[divides(np.take(rows.p, i), np.take(rows.m, i))]).size:
+    pp_multiple = interleaving_runs("pp_multiple", np.take(rows.sched, i), np.take(rows.p, i), np.take(rows.m, i))
+    if not (i := i[pp_multiple]).size:
         return None
     out = np.zeros(rows.N, dtype=bool)
     out[i] = True

@@ -227,7 +227,7 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         waited on before the GEMM that reads it). Dense layers of non-MLA transformers at t > 1 (an MoE layer, an MLA
         layer and an MLP stack keep the forward's); userbuffers (tp_comm_overlap) prices its own rows
     te_fp8_gather: under fp8 with sequence parallelism at t > 1, Transformer Engine's linear layers all-gather fp8
-        data (costmodel._layer_compute.te_fp8_tp_forward_s, async_tp_backward_s): the QKV and FC1 inputs forward
+        data (costmodel._layer_compute.fp8_tp_collectives_s, async_tp_backward_s): the QKV and FC1 inputs forward
         (LayerNormLinear's ln_out, cast on the rank's shard), the same saved fp8 shards again for the weight gradients,
         the projection's and FC2's output gradients (cast on the shard, then gathered): 1 byte an element, the
         reduce-scatters 16 bits. "delayed": the scales from the amax history, no collective more; "current": each

@@ -265,12 +265,15 @@ FP8_TP_CAST_BYTES = (2.0 + 2.0 + 1.0, 1.0 + 1.0)  # (per element of the shard: a
 AMAX_BYTES = 4.0  # one fp32 max(abs), all-reduced over the tp group before each fp8 all-gather
 
 
-def fp8_tp_collectives_s(E, t, bw, lat):
-    """Seconds of one layer's sequence-parallel collectives a pass under torchao's float8 tensor parallelism (the
-    comment above FP8_TP_CAST_BYTES), E = T h elements of the gathered activation: two all-gathers of fp8 data (1 byte
-    an element), each after an all-reduce of its fp32 amax, and two reduce-scatters in 16 bits; tp_fwd's
-    2 all_reduce_s(2 E) (two all-gathers and two reduce-scatters of 2 E bytes) with the all-gathers' bytes halved."""
-    return (2.0 * gather_s(1.0 * E, t, bw, lat) + 2.0 * all_reduce_s(AMAX_BYTES, t, bw, lat)
+def fp8_tp_collectives_s(E, t, bw, lat, amax=1.0):
+    """Seconds of one layer's sequence-parallel collectives a pass where its all-gathers move fp8 data, E = T h
+    elements of the gathered activation: two all-gathers of fp8 data (1 byte an element), ``amax`` (per row or one
+    value) times an all-reduce of an fp32 amax before each, and two reduce-scatters in 16 bits; tp_fwd's
+    2 all_reduce_s(2 E) (two all-gathers and two reduce-scatters of 2 E bytes) with the all-gathers' bytes halved.
+    torchao's float8 tensor parallelism (the comment above FP8_TP_CAST_BYTES) all-reduces each amax (1.0);
+    Transformer Engine's fp8 all-gathers (the comment below) under current scaling too, under delayed scaling not
+    (0.0)."""
+    return (2.0 * gather_s(1.0 * E, t, bw, lat) + amax * 2.0 * all_reduce_s(AMAX_BYTES, t, bw, lat)
             + 2.0 * gather_s(ACT_BYTES * E, t, bw, lat))
 
 
@@ -280,15 +283,6 @@ def fp8_tp_collectives_s(E, t, bw, lat):
 # current scaling each of the two casts all-reduces its fp32 amax over the tp group first (AMAX_BYTES). The casts
 # themselves are the profile's (fp8_cast_bytes), not repeated here.
 TE_FP8_GATHER_BYTES = 1.0  # an fp8 element's bytes on the wire (uint8 data; its scale_inv not sent)
-
-
-def te_fp8_tp_forward_s(E, t, bw, lat, amax):
-    """Seconds of one dense layer's forward sequence-parallel collectives under Transformer Engine's fp8 all-gathers
-    (the comment above TE_FP8_GATHER_BYTES), E = T h elements of each gathered activation: two all-gathers of
-    1 byte an element, two reduce-scatters of 2; ``amax`` (1.0 under current scaling, else 0.0, per row) times one
-    fp32 amax all-reduce before each gather."""
-    return (2.0 * gather_s(TE_FP8_GATHER_BYTES * E, t, bw, lat) + 2.0 * gather_s(ACT_BYTES * E, t, bw, lat)
-            + amax * 2.0 * all_reduce_s(AMAX_BYTES, t, bw, lat))
 
 
 def fp8_cast_columns(fw: Framework, fp8, fp8_tp=None):

@@ -620,18 +620,17 @@ def lockstep_grid(p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
     """torch's interleaved 1F1B grid (comment above) for p ranks, m micro-batches, v chunks: ``kind`` (T, p), the pass
     rank r runs at step t (F, B, or -1: none), and ``link`` (T, p), whether link r (ranks r and r + 1, the last rank's
     to the first) carries an exchange at step t: a forward's output to the next virtual stage (not the last one's) or a
-    backward's gradient to the previous (not the first one's)."""
-    n = m // max(1, m // p)  # micro-batches a round (interleave_group_size where the rounds divide m)
+    backward's gradient to the previous (not the first one's). Each rank's passes in _interleaved's order, torch's
+    idle steps between them; m one that torch runs (m < p, or m a multiple of its m // p rounds: interleaving_runs'
+    "pytorch_rounds"), where interleave_group_size is torch's m // max(1, m // p) micro-batches a round."""
+    n = interleave_group_size(p, m)  # micro-batches a round
     rows = []
-    for r in range(p):
+    for r, order in enumerate(_interleaved(p, m, v)):  # rank r's passes (kind, micro-batch, chunk) in order
         warm = min((v - 1) * n + 2 * (p - 1 - r), v * m)
-        fwd = [(F, (k // n) % v * p + r) for k in range(v * m)]
-        bwd = [(B, (v - 1 - (k // n) % v) * p + r) for k in range(v * m)]
-        ops = [None] * r + fwd[:warm] + [None] * (v * p + 2 * (p - 1 - r) - warm - r)
-        for k in range(v * m - warm):
-            ops += [fwd[warm + k], bwd[k]]
-        for k in range(v * m - warm, v * m):
-            ops += [None, bwd[k]]
+        ops = [(k, c * p + r) for k, _, c in order]  # (kind, virtual stage)
+        cool = len(ops) - warm  # warm-up forwards, v m - warm (forward, backward) pairs, warm cool-down backwards
+        ops = ([None] * r + ops[:warm] + [None] * (v * p + 2 * (p - 1 - r) - warm - r) + ops[warm:cool]
+               + [x for op in ops[cool:] for x in (None, op)])
         rows.append(ops)
     steps = max(len(ops) for ops in rows)
     kind = np.full((steps, p), -1, dtype=np.int64)

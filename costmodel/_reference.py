@@ -591,11 +591,16 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
         ring = 0.0
     tp_fwd = 2 * _allreduce(ACT_BYTES * T * h, tp, row.tp_link)
     if _fp8_tp(fw, row):  # torchao's float8 TP: 2 fp8 all-gathers (each after its fp32 amax's all-reduce), 2 bf16 RS
-        tp_fwd = 2 * _gather(T * h, tp, row.tp_link) + 2 * _allreduce(4, tp, row.tp_link) + 2 * _gather(
-            ACT_BYTES * T * h, tp, row.tp_link)
+        tp_fwd = _fp8_tp_collectives(T * h, tp, row.tp_link)
     return dict(gemm=gemm, attn=attn, up=up, elem=elem, tp_fwd=tp_fwd,
                 cp_fwd=max(ring - attn, 0.0), cp_bwd=max(2 * ring - 2 * attn, 0.0),
                 overhead=2 * gpu.kernel_overhead_s, cp_link=cp_link)
+
+
+def _fp8_tp_collectives(E: float, tp: int, link: tuple[float, float], amax: float = 1.0) -> float:
+    """One layer's sequence-parallel collectives a pass with fp8 all-gathers, E = T h elements gathered: 2 all-gathers
+    of 1 byte an element, ``amax`` times an fp32 amax all-reduce before each, 2 reduce-scatters of 2 bytes."""
+    return 2 * _gather(E, tp, link) + amax * 2 * _allreduce(4, tp, link) + 2 * _gather(ACT_BYTES * E, tp, link)
 
 
 def _fp8_tp(fw, row: _Row) -> bool:
@@ -728,9 +733,8 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         cast_f, cast_b = cast_f + kv_copies, cast_b + kv_copies
     tp_fwd = tp_bwd = lay["tp_fwd"]
     if _te_fp8_gather(fw, model, row):  # Transformer Engine's fp8 all-gathers: QKV's and FC1's inputs 1 byte an element
-        amax = 2 * _allreduce(4, tp, row.tp_link) if fw.te_fp8_gather == "current" else 0.0
-        tp_fwd = tp_bwd = (2 * _gather(TE_FP8_GATHER_BYTES * T * h, tp, row.tp_link)
-                           + 2 * _gather(ACT_BYTES * T * h, tp, row.tp_link) + amax)
+        amax = 2 * _allreduce(4, tp, row.tp_link) if fw.te_fp8_gather == "current" else 0.0  # summed after the gathers
+        tp_fwd = tp_bwd = _fp8_tp_collectives(T * h, tp, row.tp_link, amax=0.0) + amax
     if fw.tp_backward_async and model.kind != "mlp" and not model.mla and tp > 1:
         tp_bwd = _async_backward_tp(model, cluster, row, fw)
     config = fw.tp_comm_overlap[row.prec]

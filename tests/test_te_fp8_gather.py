@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from costmodel import FRAMEWORKS, StrategyTable, cluster_preset, evaluate, framework_preset, model_preset
-from costmodel._layer_compute import async_tp_backward_s, te_fp8_tp_forward_s
+from costmodel._layer_compute import async_tp_backward_s, fp8_tp_collectives_s
 from tests.test_reference import assert_rows_equal_reference, random_table
 
 US = 1e-6
@@ -42,7 +42,7 @@ def test_the_gathers_by_hand():
     fwd = 2 * X8 + 2 * X16
     assert fwd == pytest.approx(898.861 * US, rel=1e-5) and 4 * X16 - fwd == pytest.approx(279.620 * US, rel=1e-5)
     for amax, want in ((0.0, fwd), (1.0, fwd + 2 * AMAX)):
-        got = te_fp8_tp_forward_s(np.array([E * 1.0]), np.array([t]), BW, LAT, np.array([amax]))
+        got = fp8_tp_collectives_s(np.array([E * 1.0]), np.array([t]), BW, LAT, amax=np.array([amax]))
         assert got[0] == pytest.approx(want, rel=1e-12)
     assert fwd + 2 * AMAX == pytest.approx(958.861 * US, rel=1e-5)
 
