@@ -674,6 +674,71 @@ def simulate_lockstep(devices: int, microbatches: int, chunks: int, *, tf: objec
     return ready.max(axis=0)
 
 
+# --------------------------------------------------------------------------- DeepSpeed's TrainSchedule
+
+# DeepSpeed 735406e (and 38327e0) deepspeed/runtime/pipe/schedule.py TrainSchedule: 2 (m + p - 1) steps; at each,
+# stage i works on the micro-batch _step_to_micro_batch gives (a forward on even stages at even steps and odd at odd,
+# a backward otherwise; none where the number is outside 0 .. m - 1), after the step's exchange with one neighbour: a
+# forward step's RecvActivation of its micro-batch and SendGrad of the previous step's backward to stage i - 1, a
+# backward step's SendActivation of the previous step's forward and RecvGrad of its micro-batch from stage i + 1.
+# Stage i's forward step and stage i - 1's backward step fall on the same step, so the exchanges of a step are those of
+# links (i - 1, i) with i's forward step, each one to two transfers; p2p.py's dist.send / dist.recv are waited on one
+# after the other (DEEPSPEED_BLOCKING_P2P_SOURCE in costmodel._frameworks).
+
+
+@functools.lru_cache(maxsize=256)
+def trainschedule_grid(p: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSpeed's TrainSchedule (comment above) for p stages and m micro-batches: ``kind`` (T, p), the pass stage i
+    runs at step t (F, B, or -1: none), and ``transfers`` (T, p), the transfers on link i (stages i and i + 1; the
+    last column 0) at step t: 0, 1 (an activation or a gradient alone) or 2 (both: a steady-state exchange)."""
+    t = np.arange(2 * (m + p - 1))[:, None]  # (T, 1)
+    i = np.arange(p)[None, :]  # (1, p)
+    forward = t % 2 == i % 2
+    micro = np.where(forward, (t - i % 2) // 2 - i // 2,  # _even/_odd_step_forward_id
+                     np.where(t % 2 == 0, t // 2 - p + (i + 1) // 2,  # _even_step_backward_id (odd stages)
+                              (t - 1) // 2 - p + 1 + i // 2))  # _odd_step_backward_id (even stages)
+    valid = (micro >= 0) & (micro < m)
+    kind = np.where(valid, np.where(forward, F, B), -1)
+    transfers = np.zeros(kind.shape, dtype=np.int64)
+    # link i at a step where stage i + 1 forwards: its RecvActivation (stage i + 1's micro-batch) and stage i's
+    # RecvGrad (stage i's backward micro-batch), each matched by the neighbour's send of its previous step's output
+    transfers[:, :-1] = forward[:, 1:] * (valid[:, 1:].astype(np.int64) + valid[:, :-1])
+    return kind, transfers
+
+
+def simulate_trainschedule(devices: int, microbatches: int, *, tf: object, tb: object, tw: object = 0.0,
+                           tc: object = 0.0, calls: int = 2) -> np.ndarray:
+    """Pipeline time (S,) of DeepSpeed's TrainSchedule (trainschedule_grid), each transfer a point-to-point send /
+    receive that completes ``tc`` after both stages have posted it: at each step, the two stages of an exchanging link
+    start their passes at
+
+        max(ready of stage i, ready of stage i + 1) + T_C x (1, or ``calls`` where the exchange has both transfers)
+
+    (``calls`` 2: DeepSpeed's transfers one after the other; 1: as if batched), the others at once. tf, tb, tw, tc as
+    :func:`simulate` takes them (the backward is B + W, one pass; tc (S, D): link d joins stages d and d + 1)."""
+    p, m = devices, microbatches
+    _validate_shape("1f1b", p, m, 1)
+    if isinstance(calls, bool) or not isinstance(calls, (int, np.integer)) or calls < 1:
+        raise InputError("calls", "an integer >= 1", calls)
+    tf2, tb2, tw2 = (_per_device(n, x, p) for n, x in (("tf", tf), ("tb", tb), ("tw", tw)))
+    tc1 = np.asarray(tc, dtype=np.float64)
+    n_sets = np.broadcast_shapes(tf2.shape, tb2.shape, tw2.shape, (tc1.shape[0] if tc1.ndim else 1, 1))[0]
+    c = np.broadcast_to(tc1.T if tc1.ndim == 2 else tc1, (p, n_sets))  # (D, S): link d's hand-off
+    dur = np.stack([np.broadcast_to(x, (n_sets, p)).T for x in (tf2, tb2 + tw2)] + [np.zeros((p, n_sets))])
+    kind, transfers = trainschedule_grid(p, m)
+    wait = np.where(transfers == 2, float(calls), np.minimum(transfers, 1).astype(np.float64))  # (T, p) hand-offs
+    dev = np.arange(p)
+    ready = np.zeros((p, n_sets))  # (D, S): when each stage's next step starts
+    for step in range(kind.shape[0]):
+        on = wait[step] > 0  # (p,) the links exchanging
+        if on.any():
+            pair = np.maximum(ready, np.roll(ready, -1, axis=0)) + wait[step][:, None] * c  # (D, S) link d's end
+            ready = np.where(on[:, None], pair, ready)
+            ready = np.where(np.roll(on, 1)[:, None], np.roll(pair, 1, axis=0), ready)
+        ready = ready + dur[kind[step], dev]  # (kind -1: the zeros)
+    return ready.max(axis=0)
+
+
 # --------------------------------------------------------------------------- mixed groups
 
 # Ops simulated per batch by :func:`total_times_mixed`: keeps its flat arrays cache-friendly

@@ -333,3 +333,56 @@ def test_deepspeed_prices_each_steady_exchange_twice(framework, pipeline):
     assert ref["step_time_s"] - one_ref["step_time_s"] == pytest.approx((2 * m - 3) * t_c, rel=1e-6)
     if pipeline == "closed_form":
         assert on["step_time_s"][0] - off["step_time_s"][0] == pytest.approx(2 * (2 * m - 3) * t_c, rel=1e-6)
+
+
+def test_trainschedule_walk_is_deepspeeds_op_order():
+    # costmodel._pipeline.simulate_trainschedule: the hand calculation at p 4, m 8 (36.2), and the port of DeepSpeed's
+    # programs (either call order) on uniform and uneven stages and links; calls 1 waits the steady state's 2m - 3
+    # exchanges once each (the hand calculation less (2m - 3) h on uniform stages)
+    from costmodel._pipeline import simulate_trainschedule
+
+    assert simulate_trainschedule(P, M, tf=F, tb=B, tc=H)[0] == pytest.approx(deepspeed_hand_step(), rel=1e-12)
+    assert simulate_trainschedule(P, M, tf=F, tb=B, tc=H, calls=1)[0] == \
+        pytest.approx(deepspeed_hand_step() - (2 * M - 3) * H, rel=1e-12)
+    rng = np.random.default_rng(7)
+    for p, m in [(2, 1), (2, 5), (3, 2), (3, 3), (4, 3), (5, 4), (8, 16), (6, 13)]:
+        tf, tb, h = rng.uniform(0.5, 1.5, p), rng.uniform(1.0, 3.0, p), rng.choice([0.03, 0.2, 0.6])
+        dur = {**{("F", i): tf[i] for i in range(p)}, **{("B", i): tb[i] for i in range(p)}}
+        for later in (False, True):
+            progs = [[("C", (it[1], i)) if it[0] == "C" else it for it in _deepspeed_program(i, p, m, later)]
+                     for i in range(p)]
+            want = _rendezvous_time(progs, dur, h)
+            assert simulate_trainschedule(p, m, tf=tf, tb=tb, tc=h)[0] == pytest.approx(want, rel=1e-12)
+        # per-link hand-offs, two parameter sets at once
+        links = np.array([rng.uniform(0.01, 0.5, p), rng.uniform(0.01, 0.5, p)])
+        got = simulate_trainschedule(p, m, tf=tf, tb=tb, tc=links)
+        for s in range(2):
+            want = _rendezvous_linked(p, m, tf, tb, links[s])
+            assert got[s] == pytest.approx(want, rel=1e-12)
+
+
+def _rendezvous_linked(p, m, tf, tb, links):
+    """_rendezvous_time with link i's transfers (stages i, i + 1) ``links[i]`` long: each transfer's stages known from
+    its key ((kind, micro-batch, sending stage): an activation to the next stage, a gradient to the previous)."""
+    progs = [[("C", (it[1], i)) if it[0] == "C" else it for it in _deepspeed_program(i, p, m)] for i in range(p)]
+    dur = {**{("F", i): tf[i] for i in range(p)}, **{("B", i): tb[i] for i in range(p)}}
+    posted: dict = {}
+    for _ in range(1000):
+        changed, ends = False, []
+        for prog in progs:
+            t = 0.0
+            for item in prog:
+                if item[0] == "C":
+                    t += dur[item[1]]
+                    continue
+                (direction, key), = item[1]
+                kind, _, stage = key
+                h = links[stage if kind == "F" else stage - 1]
+                sides = posted.setdefault(key, {})
+                changed |= sides.get(direction) != t
+                sides[direction] = t
+                t = max(t, sides.get("recv" if direction == "send" else "send", np.inf)) + h
+            ends.append(t)
+        if not changed:
+            return max(ends)
+    raise AssertionError("no fixed point")
