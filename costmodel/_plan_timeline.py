@@ -26,7 +26,7 @@ from costmodel._framework_rows import framework_groups
 from costmodel._hetero_cluster import as_hetero
 from costmodel._layer_terms import LAYER_INPUTS, layer_terms, moe_layer_inputs
 from costmodel._metrics import Metrics
-from costmodel._pipeline import _SPLIT_BACKWARD, Timeline, compile_schedule, simulate
+from costmodel._pipeline import _SPLIT_BACKWARD, Timeline, compile_schedule, simulate, simulate_lockstep
 from costmodel._stages import pool_arrays, stage_view
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
@@ -117,9 +117,18 @@ def plan_timeline(model: Transformer, cluster, table: StrategyTable, framework=N
     blocking = hand.blocking is not None and bool(hand.blocking[0])  # (Framework.blocking_p2p's hand-offs)
     res = simulate(schedule, p, m, v, tf=F, tb=Bk, tw=W, tc=tc[None, :], timeline=True, blocking=blocking)
     pipe_s = float(pipe.pipe[0])
-    # the simulator's span here and the priced pipeline are one simulation of the same inputs: equal but for the
-    # order of float additions (a drift would mean a phase priced here otherwise than in evaluate_block)
-    assert abs(float(res.total_time[0]) - pipe_s) <= 1e-9 * max(pipe_s, 1e-30), (res.total_time[0], pipe_s)
+    # The priced pipeline is one simulation of the same inputs: equal to the drawn one but for the order of float
+    # additions (a drift would mean a phase priced here otherwise than in evaluate_block), except two waits the drawn
+    # dependency order leaves out: the second transfer of each steady-state exchange where an exchange's calls run
+    # one after the other (Framework.exchange_calls: DeepSpeed's; hand.serial), and torch's interleaved grid's
+    # step-by-step waits (Framework.lockstep_interleaved), which the grid's own walk prices. Those rows' ops are drawn
+    # in the dependency order and pipeline_s is the priced span, the waits in the stages' idle time.
+    lockstep = hand.lockstep is not None and bool(hand.lockstep[0])
+    if lockstep:
+        drawn = float(simulate_lockstep(p, m, v, tf=F, tb=Bk, tw=W, tc=tc[None, :])[0])
+    else:
+        drawn = float(res.total_time[0]) + (float(hand.serial[0]) if hand.serial is not None else 0.0)
+    assert abs(drawn - pipe_s) <= 1e-9 * max(pipe_s, 1e-30), (drawn, pipe_s)
     g = compile_schedule(schedule, p, m, v)
     coll = collective_shares(rows, cfg, terms, st, col)
     if schedule not in _SPLIT_BACKWARD:  # B and W run as one pass

@@ -50,10 +50,15 @@ PLANS = [
      "1", "--global-batch", "64", "--schedule", "1f1b", "--recompute", "full"],
     [*SMALL, "--tp", "2", "--pp", "2", "--cp", "4", "--micro-batch", "1", "--global-batch", "8", "--schedule",
      "1f1b", "--framework", "fsdp2"],  # (torch's ring attention: its cp exchanges exposed)
+    ["--model", "llama3-8b", "--cluster", "h100x64", "--tp", "8", "--pp", "4", "--micro-batch", "1",
+     "--global-batch", "16", "--schedule", "1f1b", "--framework", "deepspeed"],  # (each exchange's two calls)
+    ["--model", "llama3-8b", "--cluster", "h100x64", "--tp", "8", "--pp", "4", "--micro-batch", "1",
+     "--global-batch", "16", "--schedule", "interleaved", "--vpp", "2", "--framework", "fsdp2"],  # (torch's grid)
 ]
 
 
-@pytest.mark.parametrize("flags", PLANS, ids=["1f1b", "interleaved", "zb-h1-exposed-dp", "moe", "cp"])
+@pytest.mark.parametrize("flags", PLANS, ids=["1f1b", "interleaved", "zb-h1-exposed-dp", "moe", "cp", "deepspeed-1f1b",
+                                             "torch-interleaved-grid"])
 def test_the_trace_spans_evaluates_step_and_its_passes_sum_to_the_priced_stage_times(flags, tmp_path, capsys):
     trace = tmp_path / "t.json"
     rep = _json(capsys, ["evaluate", *flags, "--json", "--trace", str(trace)])
