@@ -370,13 +370,22 @@ class StageTimes:
 @dataclasses.dataclass(frozen=True)
 class ByPipeline:
     """A block's stages per distinct (configuration, pp) (D of them, a few thousand in a block of 32,768 rows):
-    ``first`` (D,) a row of each, ``inv`` (N,) each row's; ``sub(a)`` a stage array's (k, D) (or (1, D)) entries at
-    them; ``edges`` plus_edges of their stages; each row's bottleneck stage (``bot``: the first within TIE_REL of the
-    slowest, an MoE model's) and its F, B, W and X (``F_b``, ``B_b``, ``W_b``, ``X_max``), the weighted sum of its
-    stages' X (``X_sum``), all (N,) gathered from the D entries."""
+    ``first`` (D,) a row of each, ``inv`` (N,) each row's; the stage arrays by_configuration_pp gathered at them
+    (k, D) (or (1, D)), read-only: ``ix`` the stages' configurations, ``n`` their layers, ``first_s`` and ``last_s``
+    their flags, ``wt`` their weights and an MoE model's ``n_d`` and ``n_m`` (None where the rows have none);
+    ``sub(a)`` another stage array's entries at them; ``edges`` plus_edges of their stages; each row's bottleneck
+    stage (``bot``: the first within TIE_REL of the slowest, an MoE model's) and its F, B, W and X (``F_b``, ``B_b``,
+    ``W_b``, ``X_max``), the weighted sum of its stages' X (``X_sum``), all (N,) gathered from the D entries."""
 
     first: np.ndarray
     inv: np.ndarray
+    ix: np.ndarray
+    n: np.ndarray
+    first_s: np.ndarray
+    last_s: np.ndarray
+    wt: np.ndarray | None
+    n_d: np.ndarray | None
+    n_m: np.ndarray | None
     edges: object
     bot_flat_d: np.ndarray  # (D,) each one's bottleneck stage, a flat index into (k, N)
     bot: np.ndarray
@@ -385,17 +394,10 @@ class ByPipeline:
     F_b: np.ndarray
     B_b: np.ndarray
     W_b: np.ndarray
-    taken: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # sub's answers by id(a): (a, out)
 
     def sub(self, a):
-        """A stage array (k, N) or (1, N) at the D entries (each array gathered once a block: its answer kept with the
-        array, read-only to the callers)."""
-        hit = self.taken.get(id(a))
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        out = np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
-        self.taken[id(a)] = (a, out)
-        return out
+        """A stage array (k, N) or (1, N) at the D entries (k, D) or (1, D)."""
+        return np.take(a, self.first, axis=1)  # (np.take: several times faster than a[:, first])
 
     def at(self, a):
         """A stage array's (k, N) or (1, N) bottleneck entry of each of the D (D,)."""
@@ -462,14 +464,13 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
     bottleneck and X_sum, gathered to the rows (N,): the same values as pricing every row's stages (entry-wise
     arithmetic on the same operands, the same sums over the same stages)."""
     D = len(first)
-    taken = {}  # (ByPipeline.taken: these gathers kept for the phases after this one)
 
-    def sub(a):  # (ByPipeline.sub)
+    def sub(a):  # a stage array's (k, D) entries, read-only (ByPipeline's fields, read by the phases after this one)
         if a is None:
             return None
-        taken[id(a)] = (a, out := np.take(a, first, axis=1))
+        (out := np.take(a, first, axis=1)).flags.writeable = False
         return out
-    ix, n, first_s, last_s = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last)
+    ix, n, first_s, last_s, wt = sub(inv_t), sub(rows.n), sub(rows.first), sub(rows.last), sub(rows.wt)
     layers = (sub(rows.n_d), sub(rows.n_m)) if rows.moe else (None, None)
     edges_d = plus_edges(ix, first_s, last_s)
     fbw_d = functools.partial(terms.times, ix, n, *layers, edges_d)
@@ -486,11 +487,11 @@ def by_configuration_pp(rows: Rows, terms: Terms, inv_t, edges, shape, first, in
         F_b, B_b, W_b = terms.times(ub, at(n), *(at(x) for x in layers), plus_edges(ub, first_b, last_b))
     else:
         F_b, B_b, W_b = at(F), at(Bk), at(W)
-    X_sum = np.sum(X if rows.wt is None else sub(rows.wt) * X, axis=0)
+    X_sum = np.sum(X if wt is None else wt * X, axis=0)
     back = lambda a: np.take(a, inv)  # noqa: E731
-    by_pp = ByPipeline(first=first, inv=inv, edges=edges_d, bot_flat_d=bot * rows.N + first, bot=back(bot),
-                       X_sum=back(X_sum), X_max=back(at(X)),
-                       F_b=back(F_b), B_b=back(B_b), W_b=back(W_b), taken=taken)
+    by_pp = ByPipeline(first=first, inv=inv, ix=ix, n=n, first_s=first_s, last_s=last_s, wt=wt, n_d=layers[0],
+                       n_m=layers[1], edges=edges_d, bot_flat_d=bot * rows.N + first, bot=back(bot),
+                       X_sum=back(X_sum), X_max=back(at(X)), F_b=back(F_b), B_b=back(B_b), W_b=back(W_b))
     return StageTimes(inv_t=inv_t, edges=edges, F=None, Bk=None, W=None, X=None,
                       fbw=lambda: tuple(np.take(a, inv, axis=1) for a in fbw_d()), shape=shape, by_pp=by_pp,
                       x_at=lambda q: np.take(X, np.take(inv, q), axis=1))
@@ -816,7 +817,7 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
     model's stages: activation bytes per configuration gathered to the stages, times the micro-batches in flight k."""
     model, eu, edges, inv = rows.model, terms.eu, st.edges, cfg.inv
     if (by := st.by_pp) is not None:  # per distinct (configuration, pp) (k, D), gathered to the rows
-        params_d = stage_params(model, by.sub(rows.n), by.sub(rows.first), by.sub(rows.last), by.sub(rows.t),
+        params_d = stage_params(model, by.n, by.first_s, by.last_s, by.sub(rows.t),
                                 None if np.any(rows.p == 1) else by.edges)
         params, params_max = np.take(params_d, by.inv, axis=1), np.take(np.max(params_d, axis=0), by.inv)
     else:
@@ -825,10 +826,8 @@ def dense_stage_memory(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, k
         params_max = rows.row_max(params)
     work = np.take(terms.acts["work"], inv)  # (U,) per configuration, to stages
     if by is not None:  # a stage's kept bytes a micro-batch (and the embedding's) and the head's per D, gathered
-        ix = by.sub(inv)
-        kept = np.take(by.edges(by.sub(rows.n) * np.take(terms.acts["kept"], ix), eu["emb_act"], None), by.inv,
-                       axis=1)
-        head = np.take(by.edges(np.zeros(np.shape(by.sub(rows.first))), None, eu["head_act"]), by.inv, axis=1)
+        kept = np.take(by.edges(by.n * np.take(terms.acts["kept"], by.ix), eu["emb_act"], None), by.inv, axis=1)
+        head = np.take(by.edges(np.zeros(np.shape(by.first_s)), None, eu["head_act"]), by.inv, axis=1)
         mem = {"activations": k * kept + work + head}  # (as edges(k x kept + work, None, head_act): the same sums)
     else:
         kept = np.take(terms.acts["kept"], inv)
@@ -1156,7 +1155,7 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
         parts["compute"] = parts["compute"] + rows.m * excess
     flops_model = model.model_flops_per_sample() * rows.B
     re_flops = (recompute_flops(rows) if by is None else
-                by.back(recompute_flops(rows, by.sub, lambda a: a[by.first])) * model.seq_len * rows.B)
+                by.back(recompute_flops(rows, by)) * model.seq_len * rows.B)
     extra = stage_columns(rows, cfg, st, hand, pipe, mem, dp) if stages_out else {}
     extra["_needs_simulation"] = pipe.needs_simulation
     atm = mem.at
@@ -1193,17 +1192,20 @@ def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:
     return out
 
 
-def recompute_flops(rows: Rows, sub=None, row=None):
+def recompute_flops(rows: Rows, by: ByPipeline | None = None):
     """(N,) FLOPs an iteration recomputes (the hardware FLOPs less the model's): every stage's layers under their
-    recompute choice, times the tokens of the global batch. ``sub`` and ``row``: the stage arrays' and row columns'
-    entries at a block's distinct (configuration, pp) (ByPipeline), whose FLOPs per token of the sequence come back
-    (D,), before the tokens (the caller's: x s x B); None: every row's, times its tokens."""
+    recompute choice, times the tokens of the global batch. ``by``: the stages of a block's distinct (configuration,
+    pp) (ByPipeline), whose FLOPs per token of the sequence come back (D,), before the tokens (the caller's:
+    x s x B); None: every row's, times its tokens."""
     model, fw = rows.model, rows.fw
-    sub = sub or (lambda a: a)
-    full, sel, n, wt = sub(rows.full), sub(rows.sel), sub(rows.n), None if rows.wt is None else sub(rows.wt)
+    if by is None:
+        full, sel, n, wt, n_d, n_m, rcm = rows.full, rows.sel, rows.n, rows.wt, rows.n_d, rows.n_m, rows.rcm
+        tokens = lambda a: a * model.seq_len * rows.B  # noqa: E731
+    else:
+        full, sel, n, wt, n_d, n_m = by.sub(rows.full), by.sub(rows.sel), by.n, by.wt, by.n_d, by.n_m
+        rcm = None if rows.rcm is None else rows.rcm[by.first]
+        tokens = lambda a: a  # noqa: E731
     weigh = (lambda a: a) if wt is None else (lambda a: wt * a)  # noqa: E731
-    rcm = rows.rcm if row is None or rows.rcm is None else row(rows.rcm)
-    tokens = (lambda a: a) if row is not None else (lambda a: a * model.seq_len * rows.B)  # noqa: E731
     re_tok = recompute_flops_per_token(model, full, sel, fw, modules=rcm)
     if not rows.moe:
         return tokens(np.sum(weigh(n) * re_tok, axis=0))
@@ -1212,7 +1214,6 @@ def recompute_flops(rows: Rows, sub=None, row=None):
         M = model.moe_layers
         re_layers = (model.layers - M) * re_tok[0] + M * re_moe[0]
     else:
-        n_d, n_m = (None if x is None else sub(x) for x in (rows.n_d, rows.n_m))
         re_layers = np.sum(weigh(n * re_moe if rows.all_moe else n_d * re_tok + n_m * re_moe), axis=0)
     return tokens(re_layers)
 

@@ -290,18 +290,15 @@ def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framew
             np.ndim(x) == 1 and x.shape == dp_raw.shape for x in (zero, pp, window, B_b, W_b, F_b)):
         return fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp)
     e = np.where((pp == 1) & (zero >= 2), e_edge, 0.0)
-    per = np.where(zero == 3, 2 * w + gr, w + gr)  # ZeRO-3: forward's gather and backward's
-    ag, rs = dp_raw * w / per, dp_raw * gr / per
+    ag, rs = fsdp_gather_scatter_s(zero, dp_raw, w, gr)
     edge = e * (ag + rs)
     rest = np.maximum(dp_raw - edge - window, 0.0)  # (pp > 1: one exchange behind the last backward; but see below)
     z2 = (zero == 2) & (pp == 1)  # against the next forward and the last backward
     if np.shape(z2) != np.shape(rest):  # (broadcast inputs: the rows' arrays are not all alike)
-        rest = np.where(z2, np.maximum((1 - e) * ag - F_b, 0.0) + np.maximum((1 - e) * rs - B_b - W_b, 0.0), rest)
+        rest = np.where(z2, zero2_rest_s(1 - e, ag, rs, F_b, B_b, W_b), rest)
     elif (z2 := np.flatnonzero(z2)).size:
         at = lambda a: a if np.ndim(a) == 0 else np.take(a, z2)  # noqa: E731
-        kept = 1 - at(e)
-        rest[z2] = (np.maximum(kept * at(ag) - at(F_b), 0.0)
-                    + np.maximum(kept * at(rs) - at(B_b) - at(W_b), 0.0))
+        rest[z2] = zero2_rest_s(1 - at(e), at(ag), at(rs), at(F_b), at(B_b), at(W_b))
     always = bool(np.all(overlap))
     sharded = zero >= 2
     fixed = np.where(sharded, edge, 0.0)
@@ -317,6 +314,19 @@ def fsdp_exchange_parts(zero, overlap, dp_raw, window, B_b, W_b, F_b, fw: Framew
     return fixed, late
 
 
+def fsdp_gather_scatter_s(zero, dp_raw, w, gr):
+    """(ag, rs): the seconds of dp_raw that are FSDP's weight all-gather (ZeRO-3: forward's and backward's) and its
+    gradient reduce-scatter, split by their bytes per parameter ``w`` and ``gr``."""
+    per = np.where(zero == 3, 2 * w + gr, w + gr)  # ZeRO-3: forward's gather and backward's
+    return dp_raw * w / per, dp_raw * gr / per
+
+
+def zero2_rest_s(kept, ag, rs, F_b, B_b, W_b):
+    """ZeRO-2 at pp 1: the ``kept`` share (outside FSDP's edge units) of the all-gather ``ag`` beyond the next
+    step's first forward F_b, plus that of the reduce-scatter ``rs`` beyond the last backward B + W."""
+    return np.maximum(kept * ag - F_b, 0.0) + np.maximum(kept * rs - B_b - W_b, 0.0)
+
+
 def fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp):
     """fsdp_exchange_parts of rows (N,) that all overlap under pp_grad_sync_after_backward, each case priced on its
     rows alone (the same arithmetic on the same operands, bit for bit): pp > 1 sharded, the reduce-scatter ``rs``
@@ -328,18 +338,16 @@ def fsdp_exchange_by_case(zero, dp_raw, window, B_b, W_b, F_b, w, gr, e_edge, pp
         if not i.size:
             continue
         at = lambda a: a if np.ndim(a) == 0 else np.take(a, i)  # noqa: E731
-        z, dp_i, w_i, gr_i = at(zero), at(dp_raw), at(w), at(gr)
-        per = np.where(z == 3, 2 * w_i + gr_i, w_i + gr_i)  # ZeRO-3: forward's gather and backward's
-        ag, rs = dp_i * w_i / per, dp_i * gr_i / per
+        z, dp_i = at(zero), at(dp_raw)
+        ag, rs = fsdp_gather_scatter_s(z, dp_i, at(w), at(gr))
         if not edges:
             fixed[i], late[i] = rs, np.maximum(ag - at(F_b), 0.0)
             continue
         e = np.full(i.size, e_edge)
         edge = e * (ag + rs)
-        kept = 1 - e
         fixed[i] = edge
         late[i] = np.where(z == 2,  # ZeRO-2: under the next forward and the last backward; ZeRO-3: the window
-                           np.maximum(kept * ag - at(F_b), 0.0) + np.maximum(kept * rs - at(B_b) - at(W_b), 0.0),
+                           zero2_rest_s(1 - e, ag, rs, at(F_b), at(B_b), at(W_b)),
                            np.maximum(dp_i - edge - at(window), 0.0))
     return fixed, late
 
@@ -374,24 +382,25 @@ def exchange_reads_precision(fw: Framework) -> bool:
 def per_step_exchange(fw: Framework, coef: ExchangeCoef, shape, inv, zero, m) -> ExchangeCoef:
     """Each stage's exchange a step from the coefficients at m = 1 of its distinct combination (``coef``'s fields (U,)
     or scalars, ``shape`` the combinations' (U,), ``inv`` each stage's combination): ZeRO-3's times the row's m and,
-    where the framework reduce-scatters every micro-batch at ZeRO-2 (Framework.zero2_scatter_every_microbatch), its
-    (m - 1) further reduce-scatters (coef.mb_a, mb_b): the same sums as dp_exchange_coef at m. The step_ fields zero
-    (scalars) where the framework has no in-step part."""
+    where the framework reduce-scatters every micro-batch at ZeRO-2 (Framework.zero2_scatter_every_microbatch), the
+    ZeRO-2 stages' (m - 1) further reduce-scatters (coef.mb_a, mb_b; 0 in dp_exchange_coef off ZeRO-2, here read
+    only at ZeRO-2): the same sums as dp_exchange_coef at m. The step_ fields zero (scalars) where the framework has
+    no in-step part."""
     back = lambda x: np.take(np.broadcast_to(x, shape), inv)  # noqa: E731  (U,) -> each stage's
     per_step = np.where(zero == 3, m, 1)
     # (the in-step part only under weight_gather_in_step: zero elsewhere, where nothing reads it)
     out = [back(x) * per_step for x in coef[:4 if fw.weight_gather_in_step else 2]] + [0.0] * (
         0 if fw.weight_gather_in_step else 2)
     if fw.zero2_scatter_every_microbatch:  # ZeRO-2's reduce-scatter once a micro-batch: (m - 1) more of them
-        more = m - 1
         if np.shape(inv)[0] == 1 and np.ndim(zero) == 1 and np.shape(m) == np.shape(zero) == np.shape(inv)[1:]:
-            # (on the ZeRO-2 rows alone: elsewhere mb_a, mb_b are 0 (dp_exchange_coef) and m >= 1, o + 0.0)
+            # (on the ZeRO-2 rows alone: the others' more is 0 below, o + 0.0 = o)
             i = np.flatnonzero(zero == 2)
-            ix, more_i = np.take(inv[0], i), np.take(more, i)
+            ix, more_i = np.take(inv[0], i), np.take(m, i) - 1
             for j, x in enumerate((coef.mb_a, coef.mb_b)):
                 out[j] = out[j] + 0.0
                 out[j][0, i] += np.take(np.broadcast_to(x, shape), ix) * more_i
         else:
+            more = np.where(zero == 2, m - 1, 0)
             out[:2] = (o + back(x) * more for o, x in zip(out[:2], (coef.mb_a, coef.mb_b), strict=True))
     return ExchangeCoef(*out)
 
@@ -427,13 +436,9 @@ def exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Frame
     if bool(np.all(overlap)) and all(np.ndim(x) == 1 and np.shape(x) == np.shape(dp_raw) for x in (zero, m, X_max)) \
             and np.isfinite(dp_raw).all() and np.isfinite(X_max).all():
         return scattered_exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
-    n = scatters_per_step(zero, m, fw)
-    one = one_scatter_s(n, dp_raw, fw, prec)  # a reduce-scatter's seconds (0 where there is only the last)
-    more = n - 1.0
-    earlier = more * one
+    earlier, spill = earlier_scatters_s(scatters_per_step(zero, m, fw), dp_raw, X_max, fw, prec)
     fixed, late = last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw - earlier, F_b, fw, prec, model, pp,
                                       step_s)
-    spill = more * np.maximum(one - X_max, 0.0)  # each earlier one beyond its micro-batch's passes
     if np.all(overlap):  # (a profile that always overlaps: no row reads the other branch)
         return fixed, late + spill
     return np.where(overlap, fixed, fixed + earlier), np.where(overlap, late + spill, late)
@@ -448,14 +453,21 @@ def scattered_exposure_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw:
     if not i.size:
         return last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b, fw, prec, model, pp, step_s)
     at = lambda a: a if np.ndim(a) == 0 else np.take(a, i)  # noqa: E731
-    n = at(m).astype(np.float64)  # scatters_per_step's m at ZeRO-2
-    one = one_scatter_s(n, at(dp_raw), fw, at(prec))
-    more = n - 1.0
+    # (scatters_per_step's m at ZeRO-2)
+    earlier, spill = earlier_scatters_s(at(m).astype(np.float64), at(dp_raw), at(X_max), fw, at(prec))
     dp_left = dp_raw.copy()
-    dp_left[i] = at(dp_raw) - more * one
+    dp_left[i] = at(dp_raw) - earlier
     fixed, late = last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_left, F_b, fw, prec, model, pp, step_s)
-    late[i] = at(late) + more * np.maximum(one - at(X_max), 0.0)
+    late[i] = at(late) + spill
     return fixed, late
+
+
+def earlier_scatters_s(n, dp_raw, X_max, fw: Framework, prec):
+    """(earlier, spill) of a step of ``n`` reduce-scatters (scatters_per_step): the n - 1 before the last, one
+    one_scatter_s each, and what each takes beyond its micro-batch's passes on the bottleneck stage (X_max)."""
+    one = one_scatter_s(n, dp_raw, fw, prec)  # a reduce-scatter's seconds (0 where there is only the last)
+    more = n - 1.0
+    return more * one, more * np.maximum(one - X_max, 0.0)
 
 
 def last_exchange_parts(zero, overlap, m, X_max, B_b, W_b, dp_raw, F_b=0.0, fw: Framework | None = None, prec=0,

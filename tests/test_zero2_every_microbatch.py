@@ -16,7 +16,7 @@ from costmodel import (
     hetero_preset,
     model_preset,
 )
-from costmodel._data_parallel import dp_exchange_s, exposed_dp_s
+from costmodel._data_parallel import ExchangeCoef, dp_exchange_s, exposed_dp_s, per_step_exchange
 from costmodel._evaluate import stage_rows
 from costmodel._feasibility import REASONS
 from costmodel._reference import evaluate_row
@@ -184,3 +184,22 @@ def test_placement_and_heterogeneous_paths_price_it_too():
         one, four = (stage_rows(model, hc, placed(m), framework=fw) for m in (1, 4))
         for s1, s4 in zip(one, four, strict=True):
             assert s4["dp_comm_s"] / s1["dp_comm_s"] == pytest.approx(ratio, rel=0.02), fw
+
+
+def test_per_step_exchange_adds_the_further_scatters_at_zero2_only_on_both_branches():
+    """Each stage's step exchange from its combination's coefficients at m = 1: a ZeRO-2 stage adds (m - 1) mb_a,
+    any other nothing, whatever its combination's mb_a says; the row-subset branch ((1, N) stages) and the
+    full-column one ((k, N)) alike. Two combinations, a = 1 and 10, mb_a = 0.5 and 4 (non-zero on both, so that a
+    branch reading mb_a off ZeRO-2 shows); stages at ZeRO 2, 1, 3, 2 on combinations 0, 1, 1, 0, m = 3, 3, 2, 5:
+    by hand 1 + 2 x 0.5 = 2; 10 (ZeRO-1: one exchange); 10 x 2 = 20 (ZeRO-3: m of them, no further scatter);
+    1 + 4 x 0.5 = 3."""
+    fw = FRAMEWORKS["fsdp2"]
+    assert fw.zero2_scatter_every_microbatch
+    coef = ExchangeCoef(a=np.array([1.0, 10.0]), b=np.zeros(2), step_a=0.0, step_b=0.0,
+                        mb_a=np.array([0.5, 4.0]), mb_b=np.zeros(2))
+    inv, zero, m = np.array([[0, 1, 1, 0]]), np.array([2, 1, 3, 2]), np.array([3, 3, 2, 5])
+    by_hand = [2.0, 10.0, 20.0, 3.0]
+    subset = per_step_exchange(fw, coef, (2,), inv, zero, m)
+    full = per_step_exchange(fw, coef, (2,), np.repeat(inv, 2, axis=0), np.repeat(zero[None], 2, axis=0), m)
+    assert subset.a.tolist() == [by_hand]
+    assert full.a.tolist() == [by_hand, by_hand]
