@@ -96,8 +96,14 @@ def main() -> None:
         print(_line(label, err[idx], int(oom[idx].sum())))
     idx = [i for i, r in enumerate(runs) if r.fixed.get("precision") == "fp8"]
     print(_line(FP8, err[idx], int(oom[idx].sum())))
-    mem = [abs(r["memory_error_pct"]) for r in res if "memory_error_pct" in r]
-    print(f"\nmemory: {len(mem)} runs publish it, mean |error| {np.mean(mem):.1f}%")
+    mem = [r for r in res if "memory_error_pct" in r]
+    alloc = [abs(r["memory_error_pct"]) for r in mem if r.get("memory_measure") != "reserved"]
+    above = [100.0 * (r["measured_memory_gb"] / r["predicted_memory_gb"] - 1.0) for r in mem
+             if r.get("memory_measure") == "reserved"]  # (a reserved peak bounds the live tensors from above)
+    print(f"\nmemory: {len(mem)} runs publish it, mean |error| {np.mean([abs(r['memory_error_pct']) for r in mem]):.1f}%"
+          f"; {len(alloc)} allocated peak(s), mean |error| {np.mean(alloc) if alloc else float('nan'):.1f}%; "
+          f"{len(above)} reserved peak(s), {np.mean(above) if above else float('nan'):.1f}% above the prediction on "
+          f"average, {sum(a < 0 for a in above)} below")
     if args.rows:
         print("\nrows worse than 10%:")
         for i in np.argsort(-np.abs(np.nan_to_num(err, posinf=1e9))):
