@@ -44,7 +44,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from validation_by_source import CSV
 
-ROWS = ("bridge-26.02-deepseek-v3-b200-256gpu", "bridge-26.04.01-deepseek-v3-b200-256gpu",
+ROWS = ("bridge-26.02.01-deepseek-v3-b200-256gpu", "bridge-26.04.01-deepseek-v3-b200-256gpu",
         "bridge-26.02-qwen3-235b-a22b-b200-256gpu")
 B200 = "B200-HGX-180GB"
 MXFP8_ALIGN_ROWS = 32  # Megatron-Core moe_utils.get_align_size_for_quantization under the MXFP8 recipe
