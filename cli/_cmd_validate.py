@@ -44,7 +44,7 @@ def run_validate(args) -> int:
     if args.json:
         print_json(res)
         return 0
-    print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8} {'on':>9} {'memory GB':>10}  "
+    print(f"{'run':<16} {'predicted s':>12} {'measured s':>11} {'error':>8} {'band':>4} {'on':>9} {'memory GB':>10}  "
           "chosen for empty cells")
     for r in res["rows"]:
         chosen = ", ".join(f"{k}={v}" for k, v in r["chosen"].items()) or "-"
@@ -52,8 +52,9 @@ def run_validate(args) -> int:
         mem = f"{r['predicted_memory_gb']:6.1f}" + ("" if r["memory_fits"] is not False else " OOM")
         if "measured_memory_gb" in r:
             mem += f" ({r['measured_memory_gb']:.1f})"
+        band = {True: "in", False: "out", None: "-"}[r["inside_band"]]
         print(f"{r['name']:<16} {r['predicted_iteration_time_s']:12.3f} {r['measured_iteration_time_s']:11.3f} "
-              f"{err:>8} {r['compared_on'].split('_')[0]:>9} {mem:>10}  {chosen}")
+              f"{err:>8} {band:>4} {r['compared_on'].split('_')[0]:>9} {mem:>10}  {chosen}")
     print(f"mean |error| {res['mean_abs_error_pct']:.1f}%   max |error| {res['max_abs_error_pct']:.1f}%"
           + (f"   {res['out_of_memory_runs']} run(s) predicted out of memory" if res["out_of_memory_runs"] else "")
           + (f"   memory mean |error| {res['memory_mean_abs_error_pct']:.1f}% over {res['memory_runs']} run(s) "
@@ -63,6 +64,7 @@ def run_validate(args) -> int:
              f"{res['reserved_memory_mean_above_pct']:.1f}% above the predicted live tensors, "
              f"{res['reserved_memory_below_prediction']} below"
              if res.get("reserved_memory_runs") else ""))
+    print(format_band_check(res))
     if bands is not None:
         print(format_bands(bands))
         print(f"wrote {args.write_bands}")
@@ -78,6 +80,18 @@ def write_bands(path: str, table: dict) -> dict:
     with replaced_atomically(path) as tmp:
         Path(tmp).write_text(json.dumps(table, indent=1) + "\n")
     return table
+
+
+def format_band_check(res: dict) -> str:
+    """How many priced runs fall inside the error band plansweep gives a plan of their regime, overall and by regime
+    (validate's "regimes"), as lines."""
+    n, k = res["band_checked_runs"], res["inside_band_runs"]
+    out = [f"inside plansweep's error bands: {k} of {n} priced run(s)" + (f" ({100 * k / n:.0f}%)" if n else "")
+           + "; by regime (framework x parallelism):",
+           f"  {'regime':<26} {'runs':>4} {'mean |error|':>12} {'inside band':>11}"]
+    for g in res["regimes"]:
+        out.append(f"  {g['regime']:<26} {g['runs']:>4} {g['mean_abs_error_pct']:>11.1f}% {g['inside_band']:>6} of {g['runs']}")
+    return "\n".join(out)
 
 
 def format_bands(table: dict) -> str:

@@ -480,6 +480,7 @@ def validate(runs: list[MeasuredRun]) -> dict:
     can price (every run that passes the structural checks), how many it thinks do not fit
     in memory, and the memory error where runs publish their memory."""
     rows = [predict(r) for r in runs]
+    regimes = band_check(runs, rows)
     errs = np.array([abs(r["error_pct"]) for r in rows])
     priced = errs[np.isfinite(errs)]
     mem = np.array([abs(r["memory_error_pct"]) for r in rows
@@ -499,7 +500,39 @@ def validate(runs: list[MeasuredRun]) -> dict:
         "reserved_memory_runs": int(above.size),
         "reserved_memory_below_prediction": int(np.count_nonzero(above < 0.0)),
         "reserved_memory_mean_above_pct": float(above.mean()) if above.size else None,
+        "band_checked_runs": sum(1 for r in rows if r["inside_band"] is not None),
+        "inside_band_runs": sum(1 for r in rows if r["inside_band"]),
+        "regimes": regimes,
     }
+
+
+def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[dict]:
+    """Hold each priced run against the error band plansweep gives a plan of its regime (the shipped bands,
+    costmodel/data/error_bands.json, or ``bands``): sets each row's "regime" (framework family x parallelism family,
+    costmodel._bands), "band_low_pct" / "band_high_pct" (the band around the predicted throughput, in per cent) and
+    "inside_band" (whether the measured throughput falls in it: |ln(T_measured / T_predicted)| <= the half-width, with
+    T_measured / T_predicted = 1 + error_pct / 100; None for a run the model cannot price), and returns one summary
+    per regime that holds runs, in the bands' order: {"regime", "runs", "mean_abs_error_pct", "inside_band"}."""
+    from costmodel._bands import FAMILIES, PARALLELISMS, family_codes, parallelism_codes, shipped_bands
+
+    b = bands if bands is not None else shipped_bands()
+    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
+                                       precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
+    fam, par = family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)
+    half = b.half_width[fam, par]
+    groups: dict[tuple[int, int], list[float]] = {}
+    inside_of: dict[tuple[int, int], int] = {}
+    for row, f, p, h in zip(rows, fam, par, half, strict=True):
+        row["regime"] = f"{FAMILIES[f]} x {PARALLELISMS[p]}"
+        row["band_low_pct"], row["band_high_pct"] = 100.0 * math.expm1(-h), 100.0 * math.expm1(h)
+        e = row["error_pct"]
+        row["inside_band"] = None if not math.isfinite(e) else bool(abs(math.log1p(e / 100.0)) <= h)
+        if row["inside_band"] is not None:
+            groups.setdefault((int(p), int(f)), []).append(abs(e))
+            inside_of[int(p), int(f)] = inside_of.get((int(p), int(f)), 0) + row["inside_band"]
+    return [{"regime": f"{FAMILIES[f]} x {PARALLELISMS[p]}", "runs": len(errs),
+             "mean_abs_error_pct": float(np.mean(errs)), "inside_band": inside_of[p, f]}
+            for (p, f), errs in sorted(groups.items())]
 
 
 def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:
