@@ -90,7 +90,8 @@ def format_band_check(res: dict) -> str:
            + "; by regime (framework x parallelism):",
            f"  {'regime':<26} {'runs':>4} {'mean |error|':>12} {'inside band':>11}"]
     for g in res["regimes"]:
-        out.append(f"  {g['regime']:<26} {g['runs']:>4} {g['mean_abs_error_pct']:>11.1f}% {g['inside_band']:>6} of {g['runs']}")
+        out.append(f"  {g['regime']:<26} {g['runs']:>4} {g['mean_abs_error_pct']:>11.1f}% "
+                   f"{g['inside_band']:>6} of {g['runs']}")
     return "\n".join(out)
 
 

@@ -28,6 +28,13 @@ def hand_regime(row: dict) -> str:
     return "generic x " + ("deep-pp" if pp >= 16 else "tp-pp" if tp > 1 or pp > 1 else "data-parallel")
 
 
+def write_runs(path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def test_validate_says_whether_each_run_falls_inside_its_band(tmp_path, capsys):
     rows = list(csv.DictReader(open(NARAYANAN)))[1:4]  # tensor parallel 2, 4 and 8
     assert main(["validate", str(NARAYANAN), "--json"]) == 0
@@ -42,10 +49,7 @@ def test_validate_says_whether_each_run_falls_inside_its_band(tmp_path, capsys):
         r["measured_iteration_time_s"] = repr(p / k)
         r["measured_tflops_per_gpu"] = r["measured_mfu"] = ""
     f = tmp_path / "runs.csv"
-    with open(f, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_runs(f, rows)
     assert main(["validate", str(f), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert [r["inside_band"] for r in res["rows"]] == [True, False, False]
@@ -68,10 +72,7 @@ def test_a_run_the_model_cannot_price_is_not_held_to_a_band(tmp_path, capsys):
     assert rows[1]["pp"] == "1"
     rows[1]["vpp"] = "4"  # virtual stages without a pipeline: no schedule runs it, so the model prices nothing
     f = tmp_path / "runs.csv"
-    with open(f, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_runs(f, rows)
     assert main(["validate", str(f), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["rows"][1]["error_pct"] is None and res["rows"][1]["inside_band"] is None
