@@ -520,19 +520,17 @@ def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[di
                                        precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
     fam, par = family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)
     half = b.half_width[fam, par]
-    groups: dict[tuple[int, int], list[float]] = {}
-    inside_of: dict[tuple[int, int], int] = {}
+    groups: dict[tuple[int, int], list[dict]] = {}  # (parallelism, family): the regime's priced rows
     for row, f, p, h in zip(rows, fam, par, half, strict=True):
         row["regime"] = f"{FAMILIES[f]} x {PARALLELISMS[p]}"
         row["band_low_pct"], row["band_high_pct"] = 100.0 * math.expm1(-h), 100.0 * math.expm1(h)
         e = row["error_pct"]
         row["inside_band"] = None if not math.isfinite(e) else bool(abs(math.log1p(e / 100.0)) <= h)
         if row["inside_band"] is not None:
-            groups.setdefault((int(p), int(f)), []).append(abs(e))
-            inside_of[int(p), int(f)] = inside_of.get((int(p), int(f)), 0) + row["inside_band"]
-    return [{"regime": f"{FAMILIES[f]} x {PARALLELISMS[p]}", "runs": len(errs),
-             "mean_abs_error_pct": float(np.mean(errs)), "inside_band": inside_of[p, f]}
-            for (p, f), errs in sorted(groups.items())]
+            groups.setdefault((int(p), int(f)), []).append(row)
+    return [{"regime": g[0]["regime"], "runs": len(g),
+             "mean_abs_error_pct": float(np.mean([abs(r["error_pct"]) for r in g])),
+             "inside_band": sum(r["inside_band"] for r in g)} for _, g in sorted(groups.items())]
 
 
 def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:
