@@ -111,6 +111,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         the K, V exchange exposed step by step against each step's attention, dK, dV travelling with K, V backward,
         the merges' HBM bytes and kernels (costmodel._layer_compute.te_ring_terms); False: the generic ring, its
         exchange against the whole attention core
+    cp_all_gather: context parallelism by all-gathered K and V (cp > 1, not MLA): each layer's forward all-gathers
+        the cp group's K and V before its attention and computes the rank's queries against all of them in one
+        kernel, the gather exposed; the backward gathers them again and reduce-scatters their gradients, both exposed
+        (costmodel._layer_compute.all_gather_cp_terms); no ring, no merges
     fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
         byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
     dp_bucket_elems: (floor, per rank): the data-parallel exchange's gradient reductions (and ZeRO 1-2's weight
@@ -308,6 +312,7 @@ class Framework:
     fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     te_ring_attention: bool = False
+    cp_all_gather: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
@@ -1039,9 +1044,11 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
     blocking_p2p=False, lockstep_interleaved=False,  # its pipeline code not published: hand-offs left asynchronous
     ag_copy_out_bytes=0.0, rs_copy_in_bytes=(0.0, 0.0),  # nor FSDP2's copies: the paper
     # describes its FSDP in words, not which code runs it
+    ring_attention_bytes=(0.0,) * 4, cp_all_gather=True,  # its context parallelism all-gathers K and V: no ring
     what="Meta's Llama 3 stack (PyTorch FSDP + pipelines, as the Llama 3 paper describes it): ZeRO-2 also with "
          "pipelines, the gradients reduce-scattered in fp32 after every micro-batch's backward and accumulated "
          "sharded, the weights kept gathered from forward to backward and all-gathered once after the step; "
+         "context parallelism by all-gathered K and V, exposed; "
          "otherwise as fsdp2 (torch.distributed.pipelining schedules with interleaved 1F1B, SDPA flash attention)",
     sources=("Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Sec. 3.3.2, text: FSDP shards the "
              "model, optimizer and gradients; the weights are not resharded after forward (no second all-gather in "
@@ -1051,6 +1058,12 @@ _derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, ze
              "FSDP without set_requires_gradient_sync(False) reduce-scatters each backward (the fsdp2 profile's "
              "sources): m reduce-scatters a step, the accumulated gradient held as a shard "
              "(zero2_scatter_every_microbatch)",
+             "Dubey et al. 2024 Sec. 3.3.2, text, context parallelism: the sequence in 2 x cp chunks, two a rank; "
+             "'an all-gather based method where we first all-gather the key (K) and value (V) tensors, and then "
+             "compute attention output for the local query (Q) tensor chunk'; 'the all-gather communication latency "
+             "is exposed in the critical path' (cp_all_gather). The backward is not described: priced as gathering K "
+             "and V again (only the rank's own are kept, as the activation count has them) and reduce-scattering "
+             "their gradients in 16 bits, both exposed",
              "the fsdp2 profile's sources"),
 )
 # Registered last, so that the codes of the profiles before it stay what they were.

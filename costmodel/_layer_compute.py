@@ -165,6 +165,20 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     }
 
 
+def all_gather_cp_terms(model: Transformer, terms: dict, t) -> dict:
+    """Context parallelism by all-gathered K and V (Framework.cp_all_gather) on one layer's shape terms ``terms`` (T, c,
+    cp_bw, cp_lat, cp_fwd, cp_bwd; rows with c = 1 kept): the forward all-gathers the group's K and V (the rank's 2 T
+    hk / t elements in 16 bits, c times over: (c - 1) of them and c - 1 steps' latency on the cp link) before the
+    attention, exposed (cp_fwd); the backward gathers them again and reduce-scatters their gradients, as many bytes,
+    exposed (cp_bwd, twice cp_fwd). The attention core is the layer's as priced: the rank's queries against the keys
+    before them, the same FLOPs as a ring's steps."""
+    c, T = terms["c"], terms["T"]
+    kv = ACT_BYTES * 2.0 * T * model.kv_hidden / t  # bytes of the rank's K and V
+    one = gather_s(c * kv, c, terms["cp_bw"], terms["cp_lat"])
+    on = c > 1
+    return {**terms, "cp_fwd": np.where(on, one, terms["cp_fwd"]), "cp_bwd": np.where(on, 2.0 * one, terms["cp_bwd"])}
+
+
 # Transformer Engine's P2P ring attention (Megatron-Core's cp_comm_type "p2p", its default; TransformerEngine d0067d0
 # pytorch/attention/dot_product_attention/context_parallel.py AttnFuncWithCPAndKVP2P, causal, bshd / sbhd, 16-bit):
 # each sequence is split into 2 c chunks, rank r holding chunks r and 2 c - 1 - r, and a rank runs c steps: step 0 the

@@ -28,6 +28,7 @@ from costmodel._layer_compute import (
     UNFUSED_SCORE_BYTES,
     XENT_BYTES_PER_LOGIT,
     XENT_PEAK_BYTES_PER_LOGIT,
+    all_gather_cp_terms,
     edge_terms,
     fp8_cast_columns,
     fp8_cast_parts_s,
@@ -157,7 +158,8 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     K and V copies (Framework.kv_repeat_bytes) add theirs, at that rate, forward (cast_f) and backward (cast_b).
     PyTorch's ring attention (Framework.ring_attention_bytes, cp > 1) adds its copies so, its collectives as cp_*;
     Transformer Engine's P2P ring (Framework.te_ring_attention) its merges and launches, its exchange step by step
-    (costmodel._layer_compute.te_ring_terms).
+    (costmodel._layer_compute.te_ring_terms); all-gathered K and V (Framework.cp_all_gather) their exposed
+    collectives (costmodel._layer_compute.all_gather_cp_terms).
     Unfused attention (not Framework.fused_attention) moves its s x s scores through HBM in the softmax and the
     attention dropout (unfused_score_s): at that rate, forward (cast_f) and backward (cast_b), and again where the
     attention core is recomputed (sel_re). ``modules``: the rows' recompute_modules bit sets (None: none named); where
@@ -184,6 +186,8 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                                     + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
     if te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
         terms = te_ring_terms(model, terms, t, byte_s)
+    if fw.cp_all_gather and model.kind != "mlp" and not model.mla:  # K, V all-gathered, exposed
+        terms = all_gather_cp_terms(model, terms, t)
     if (any(fw.eager_elem_bytes) or repeat) and model.kind != "mlp":
         eh, eqk, ef = fw.eager_elem_bytes
         extra = eh * T * h / sp_div + eqk * T * (model.q_hidden + model.kv_hidden) / t + ef * T * f / t

@@ -716,6 +716,10 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         gather, dkv = (cp - 1) * (2 * ACT_BYTES * E / cp_bw + cp_lat), 2 * 4 * E / cp_bw + cp_lat  # bf16 K, V; fp32
         cp_fwd = max(gather - attn / cp, 0.0)
         cp_bwd = max(gather - 2 * attn / cp, 0.0) + (cp - 1) * max(dkv - 2 * attn / cp, 0.0) + dkv
+    if fw.cp_all_gather and model.kind != "mlp" and not model.mla and cp > 1:  # K, V all-gathered, exposed: forward
+        # once, backward again with their gradients' reduce-scatter
+        cp_fwd = _gather(cp * ACT_BYTES * 2 * T * model.kv_hidden / tp, cp, lay["cp_link"])
+        cp_bwd = 2 * cp_fwd
     if fw.te_ring_attention and model.kind != "mlp" and not model.mla and cp > 1:  # Transformer Engine's P2P ring
         e_q, e_kv = T * model.q_hidden / tp, 2 * T * model.kv_hidden / tp  # the rank's Q; its K and V
         cp_bw, cp_lat = lay["cp_link"]
