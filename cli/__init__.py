@@ -23,7 +23,8 @@ COMMANDS = (
     ("evaluate", "cli._cmd_evaluate", "time and memory of one strategy, broken down"),
     ("export", "cli._cmd_export", "a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config"),
     ("rank", "cli._cmd_rank", "rank a default strategy space in one process"),
-    ("validate", "cli._cmd_validate", "predicted vs measured speed (and memory) of real runs"),
+    ("validate", "cli._cmd_validate", "predicted vs measured speed (and memory) of real runs, each held to its "
+     "error band"),
     ("calibrate", "cli._cmd_validate", "fit a GPU type's efficiency constants to measured runs"),
     ("bench", "cli._cmd_bench", "strategies per second: vectorised core vs scalar reference"),
     ("schedule", "cli._cmd_schedule", "simulate and draw one pipeline schedule"),
