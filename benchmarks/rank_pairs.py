@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel._bands import family_codes, parallelism_codes, shipped_bands
-from costmodel._strategy import StrategyTable
-from costmodel._validate import read_runs, validate
+from costmodel._bands import shipped_bands
+from costmodel._validate import read_runs, regime_codes, validate
 
 CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
 MODEL = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "activation", "experts",
@@ -43,9 +42,7 @@ def throughputs(runs, rows) -> tuple[np.ndarray, np.ndarray]:
 
 def band_half_widths(runs) -> np.ndarray:
     """(n,) the shipped band's log half-width of each run's regime."""
-    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
-                                       precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
-    return shipped_bands().half_width[family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)]
+    return shipped_bands().half_width[regime_codes(runs)]
 
 
 def pairs(cells: list[dict]) -> list[tuple[int, int]]:

@@ -513,12 +513,10 @@ def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[di
     "inside_band" (whether the measured throughput falls in it: |ln(T_measured / T_predicted)| <= the half-width, with
     T_measured / T_predicted = 1 + error_pct / 100; None for a run the model cannot price), and returns one summary
     per regime that holds runs, in the bands' order: {"regime", "runs", "mean_abs_error_pct", "inside_band"}."""
-    from costmodel._bands import FAMILIES, PARALLELISMS, family_codes, parallelism_codes, shipped_bands
+    from costmodel._bands import FAMILIES, PARALLELISMS, shipped_bands
 
     b = bands if bands is not None else shipped_bands()
-    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
-                                       precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
-    fam, par = family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)
+    fam, par = regime_codes(runs)
     half = b.half_width[fam, par]
     groups: dict[tuple[int, int], list[dict]] = {}  # (parallelism, family): the regime's priced rows
     for row, f, p, h in zip(rows, fam, par, half, strict=True):
@@ -533,6 +531,16 @@ def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[di
              "inside_band": sum(r["inside_band"] for r in g)} for _, g in sorted(groups.items())]
 
 
+def regime_codes(runs: list[MeasuredRun]) -> tuple[np.ndarray, np.ndarray]:
+    """(family, parallelism) codes of each run's error-band regime (costmodel._bands): its profile's framework family
+    and the parallelism family of its degrees and precision."""
+    from costmodel._bands import family_codes, parallelism_codes
+
+    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
+                                       precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
+    return family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)
+
+
 def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:
     """The error-band table (costmodel._bands.band_table) of ``runs`` read from ``path`` and validate()'s ``result``
     over them: each run's regime from its strategy columns and profile, its source from the file's ``source`` column,
@@ -540,21 +548,18 @@ def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> di
     import datetime
     import hashlib
 
-    from costmodel._bands import band_table, family_codes, parallelism_codes, source_group
+    from costmodel._bands import band_table, source_group
 
     p = measured_path(path)
     data = p.read_bytes()
     cells = list(csv.DictReader(io.StringIO(data.decode("utf-8"), newline="")))
     if len(cells) != len(runs):
         raise InputError(str(path), f"the file the {len(runs)} runs were read from", f"{len(cells)} rows")
-    table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
-                                       precision=[r.fixed.get("precision", "bf16") for r in runs],
-                                       global_batch=[r.fixed["global_batch"] for r in runs])
     origin = {"file": Path(path).as_posix() if Path(path).is_file() else str(path), "rows": len(runs),
               "sha256": hashlib.sha256(data).hexdigest(), "date": datetime.date.today().isoformat()}
     sources = [source_group(c.get("source"), r.name) for c, r in zip(cells, runs, strict=True)]
-    families = family_codes([r.framework for r in runs], len(runs))
-    return band_table([row["error_pct"] for row in result["rows"]], families, parallelism_codes(table), sources,
+    families, parallelisms = regime_codes(runs)
+    return band_table([row["error_pct"] for row in result["rows"]], families, parallelisms, sources,
                       [r.name for r in runs], origin)
 
 
