@@ -30,7 +30,7 @@ ROWS = ("internevo-7b-256gpu-tp1-zero1all", "internevo-7b-1024gpu-tp1-zero1all",
         "internevo-7b-1024gpu-tp1-zero1node", "internevo-7b-1024gpu-tp2-zero1all",
         "amsp-deepspeed-llama7b-8gpu-zero1", "amsp-deepspeed-llama7b-1024gpu-zero1",
         "amsp-deepspeed-llama7b-1024gpu-zero3", "amsp-deepspeed-llama13b-8gpu-zero3",
-        "amsp-deepspeed-llama13b-1024gpu-zero3", "zoo-qwen3-235b-h100-256gpu-fsdp-ep8", "mpt-7b-h100-128gpu-s2048")
+        "amsp-deepspeed-llama13b-1024gpu-zero3", "mpt-7b-h100-128gpu-s2048")
 PLAN_OFF = dict(dp_bucket_elems=(math.inf, 0.0), dp_buckets_need_overlap=False, zero3_gathers=(0.0, 1.0, 0.0),
                 zero3_kept=(0.0, 0.0, 0.0), weight_gather_in_step=False)
 

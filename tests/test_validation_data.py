@@ -13,6 +13,7 @@ from costmodel._validate import flops_per_iteration, read_runs
 
 DATA = Path(__file__).parent / "data" / "validation" / "published_runs.csv"
 ROWS = list(csv.DictReader(open(DATA)))
+ROWS_BY_NAME = {r["name"]: r for r in ROWS}
 RUNS = {run.name: run for run in read_runs(DATA)}
 _spec = importlib.util.spec_from_file_location(
     "validation_by_source", Path(__file__).parents[1] / "benchmarks" / "validation_by_source.py")
@@ -189,14 +190,49 @@ def test_moe_rows_have_the_published_parameter_counts():
     assert model_preset("deepseek-v3").active_params() == pytest.approx(hand, rel=1e-3)
 
 
+MODEL_COLUMNS = ("model", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "experts", "gpu", "num_gpus")
+LAYOUT_COLUMNS = ("framework", "tp", "pp", "dp", "cp", "vpp", "ep", "etp", "stage_layers", "global_batch", "micro_batch",
+                  "recompute", "recompute_modules", "sequence_parallel", "zero_stage", "precision")
+FIGURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
+
+
+def repeated_figures(rows) -> list[tuple[str, str, str]]:
+    """(first row, later row, column) for every published step time or throughput a row repeats, digit for digit, from
+    an earlier row of the same source, model and GPUs with a different layout."""
+    seen: dict[tuple, dict] = {}
+    repeats = []
+    for r in rows:
+        for f in FIGURES:
+            if r[f]:
+                key = (r["source"], *(r[k] for k in MODEL_COLUMNS), f, float(r[f]))
+                first = seen.setdefault(key, r)
+                if tuple(first[k] for k in LAYOUT_COLUMNS) != tuple(r[k] for k in LAYOUT_COLUMNS):
+                    repeats.append((first["name"], r["name"], f))
+    return repeats
+
+
+def test_no_two_layouts_of_one_model_and_cluster_publish_the_same_figure():
+    # README.md "Left out after judging them": two different layouts of one model on the same GPUs whose step time or
+    # throughput agree in every printed digit are taken as a copied cell, not two runs.
+    assert repeated_figures(ROWS) == []
+
+
+def test_the_check_for_repeated_figures_finds_a_copied_row():
+    # one row copied under another layout (tp doubled, dp halved, its figures kept), and the same row repeated as is
+    r = ROWS_BY_NAME["zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap"]
+    copy = dict(r, name="copy", tp=str(2 * int(r["tp"])), dp=str(int(r["dp"]) // 2))
+    assert repeated_figures([*ROWS, copy]) == [(r["name"], "copy", "measured_iteration_time_s"),
+                                               (r["name"], "copy", "measured_tflops_per_gpu")]
+    assert repeated_figures([*ROWS, dict(r, name="again")]) == []
+
+
 def test_a_rows_routing_share_is_what_its_published_forced_dropless_pairs_imply():
     # README.md "Routing": only rows that routed by their router's own choice carry capacity_factor, each the busiest
     # rank's share a published forced / dropless pair of its model family implies through the model (the step-time
     # ratio is the TFLOP/s ratio: the two runs of a pair do the same FLOPs). Removing a cell, or moving a pair's
     # figures, fails here.
     cells = {r["name"]: float(r["capacity_factor"]) for r in ROWS if r["capacity_factor"]}
-    assert cells == {"zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8": 1.55, "zoo-qwen3-235b-h100-256gpu-fsdp-ep8": 1.55,
-                     "mcore-moe-mixtral-8x7b-h100-64gpu": 1.07}
+    assert cells == {"zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8": 1.55, "mcore-moe-mixtral-8x7b-h100-64gpu": 1.07}
     # Megatron-MoE-ModelZoo best_practice/Mixtral/run_mixtral_8x22B.sh at b09773a: forced around 465, dropless 445
     mixtral = DROPLESS.implied_share(DROPLESS.mixtral_8x22b_forced_run(), 465 / 445)
     assert round(mixtral, 2) == 1.07
