@@ -22,16 +22,13 @@ the forced 128k run), with only the sequence length, cp and dp changed (dp = 8 /
 busiest rank's share is solved for (bisection on `capacity_factor`) so that the predicted dropless /
 forced step ratio equals the published TFLOP/s ratio (the two runs of a pair do the same FLOPs).
 Printed: per length, each forced row's error balanced, the published ratio and the implied
-share; then the validation rows of the same table whose commands are not published, priced balanced
-and at the mean implied share.
+share; then the validation rows of the same table at 4,096 tokens, priced balanced (as they ran:
+the launch lines committed with the table, examples/qwen3/run_235b.sh at 31c5686, force balance on
+every layout) and, for comparison, at the mean implied share.
 
 The implied share is one model's router on the source's data, read through the model's split of the
-step (which prices the forced runs 16-18% slow). The validation row at this layout, TP 4 x EP 8 x PP 8
-at 4,096 tokens, carries the mean, rounded to 1.55, as its `capacity_factor` cell: its command is not
-published and the source's launcher forces balance only when given the flag on its command line, so
-it ran dropless (tests/data/validation/README.md, "Routing"). The EP 32 rows of the same table go far
-slow at that share: they forced it (best_practice/qwen3/run_235b.sh's H100 baseline command, their
-layout with the overlap, passes `--moe-router-force-load-balancing`).
+step (which prices the forced runs 16-18% slow). No validation row carries it (tests/data/validation/
+README.md, "Routing").
 
 Mixtral: the same source publishes one pair for Mixtral 8x22B (best_practice/Mixtral/run_mixtral_8x22B.sh at b09773a,
 unchanged at e865051 as best_practice/mixtral/): on 128 H100 at the model's runtime.conf layout (TP 2, PP 8, EP 8,
@@ -62,9 +59,9 @@ CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_run
 FORCED_ROW = "zoo-qwen3-235b-h100-256gpu-cp8-s131072"
 # (sequence length, cp, forced TFLOP/s, dropless TFLOP/s): the Long Context table at e865051
 PAIRS = ((16384, 1, 295, 237), (32768, 2, 335, 277), (65536, 4, 368, 320), (131072, 8, 389, 357))
-# the table's rows at 4,096 tokens: TP 4 x EP 8 x PP 8 (no command published), EP 32 (forced: run_235b.sh), for
-# comparison
-ROWS_4K = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256gpu-deepep-ep32",
+# the table's rows at 4,096 tokens (all forced: run_235b.sh at 31c5686), for comparison
+ROWS_4K = ("zoo-qwen3-235b-h100-256gpu-deepep-tp4-pp8", "zoo-qwen3-235b-h100-256gpu-a2a-ep8-pp32",
+           "zoo-qwen3-235b-h100-256gpu-deepep-ep32",
            "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
 
 

@@ -133,6 +133,7 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--context-parallel-size": {"type": int, "default": 1},
     "--num-layers-per-virtual-pipeline-stage": {"type": int},
     "--num-virtual-stages-per-pipeline-rank": {"type": int},
+    "--pipeline-model-parallel-layout": {"type": str},
     "--decoder-first-pipeline-num-layers": {"type": int},
     "--decoder-last-pipeline-num-layers": {"type": int},
     "--sequence-parallel": {"action": "store_true"},
@@ -312,6 +313,46 @@ def megatron_environment(plan: dict, profile: str) -> tuple[dict[str, str], str]
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, "tp or cp > 1: one CUDA work queue keeps communication in issue order"
 
 
+def chunk_layers(sl: list[int], v: int) -> list[list[int]]:
+    """Layers in each of the v chunks of every stage (``sl``: layers per stage), as the uneven_chunks frameworks
+    split them: n // v a chunk, one more for the first n % v; a first (last) stage of fewer than v layers leaves its
+    first (last) chunk to the embedding (the output layer and loss) alone and spreads its layers over the rest."""
+    out = []
+    for r, n in enumerate(sl):
+        if n >= v:
+            out.append([n // v + (i < n % v) for i in range(v)])
+            continue
+        rest = [n // (v - 1) + (i < n % (v - 1)) for i in range(v - 1)]
+        out.append([0, *rest] if r == 0 else [*rest, 0])
+    return out
+
+
+def megatron_layout(sl: list[int], v: int) -> str:
+    """--pipeline-model-parallel-layout for stages of ``sl`` layers in v chunks each (chunk_layers)."""
+    p, chunks = len(sl), chunk_layers(sl, v)
+    parts = []
+    for j in range(p * v):
+        r, i = j % p, j // p
+        parts.append(("E" if j == 0 else "") + "t" * chunks[r][i] + ("L" if j == p * v - 1 else ""))
+    return "|".join(parts)
+
+
+def _layout_stage_layers(text: str, p: int) -> tuple[list[int], int]:
+    """(decoder layers per stage, chunks per stage) of a --pipeline-model-parallel-layout (megatron_layout's form,
+    with Megatron-Core's '(...)*n' and 'x*n' repeats)."""
+    flat = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        flat = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), flat)
+    chunks = flat.split("|")
+    if len(chunks) % p or set(flat) - set("EtL|"):
+        raise InputError("--pipeline-model-parallel-layout", f"virtual stages of E, t and L, a multiple of pp={p}",
+                         text)
+    layers = [0] * p
+    for j, chunk in enumerate(chunks):
+        layers[j % p] += chunk.count("t")
+    return layers, len(chunks) // p
+
+
 def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "megatron-core") -> str:
     """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments.
     ``profile``, the framework profile the plan was priced under, picks the MoE token dispatcher
@@ -351,15 +392,20 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
           "--context-parallel-size", plan["cp"]]
     if plan["sequence_parallel"]:
         a += ["--sequence-parallel"]
-    uniform = len(set(sl)) == 1
-    if not uniform:
+    uniform, layout = len(set(sl)) == 1, v > 1 and min(sl) < v
+    if layout:
+        # The first stage's first chunk the embedding alone, the last stage's last the output and loss alone: only
+        # a layout says so (Megatron-Core's PipelineParallelLayerLayout, core_v0.15.0: virtual stage j = chunk x pp +
+        # stage, 'E' embedding, 't' a decoder layer, 'L' the loss, '|' between virtual stages).
+        a += ["--pipeline-model-parallel-layout", megatron_layout(sl, v)]
+    elif not uniform:
         # Megatron-LM takes the first and last stage's layers; the stages between share the rest evenly.
         middle = sl[1:-1]
         if len(set(middle)) > 1:
             raise InputError("stage_layers", "equal layers on every stage but the first and last (Megatron-LM's "
                              "--decoder-first/last-pipeline-num-layers)", sl)
         a += ["--decoder-first-pipeline-num-layers", sl[0], "--decoder-last-pipeline-num-layers", sl[-1]]
-    if v > 1:
+    if v > 1 and not layout:
         if uniform:
             a += ["--num-layers-per-virtual-pipeline-stage", sl[0] // v]
         else:
@@ -458,13 +504,17 @@ def from_megatron(text: str) -> dict:
     lw, a = _megatron_words(text)
     t, p, c, L = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size, a.num_layers
     dp = lw.nnodes * lw.nproc_per_node // (t * p * c)
-    if a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
+    if a.pipeline_model_parallel_layout:
+        stage_layers, chunks = _layout_stage_layers(a.pipeline_model_parallel_layout, p)
+    elif a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
         stage_layers = [L // p] * p
     else:
         first = a.decoder_first_pipeline_num_layers
         last = a.decoder_last_pipeline_num_layers
         stage_layers = [first] + [(L - first - last) // (p - 2)] * (p - 2) + [last] if p > 2 else [first, last]
-    if a.num_layers_per_virtual_pipeline_stage:
+    if a.pipeline_model_parallel_layout:
+        vpp = chunks
+    elif a.num_layers_per_virtual_pipeline_stage:
         vpp = stage_layers[0] // a.num_layers_per_virtual_pipeline_stage
     else:
         vpp = a.num_virtual_stages_per_pipeline_rank or 1
@@ -568,15 +618,17 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
                 "expert_parallel_comm_backend": "standard"}
     if p > 1:
         style = TORCHTITAN_SCHEDULES[plan["schedule"]][1]
-        if any(n < v for n in sl):
-            raise InputError("stage_layers", f"at least vpp={v} layers on every stage", sl)
+        ends = plan["schedule"] == "interleaved"  # (its loop puts model part 0 on stage 0, the last on stage p - 1)
+        if any(n < v - (ends and r in (0, p - 1)) for r, n in enumerate(sl)):
+            raise InputError("stage_layers", f"at least vpp={v} layers on every stage"
+                             + (" (the first and last stage one fewer)" if ends else ""), sl)
         # A stage's v chunks differ by at most a layer, the larger first (the fsdp2 profile's
-        # uneven_chunks): chunk i of a stage of n layers has n // v layers, one more for i < n % v.
-        seen = [0] * p
+        # uneven_chunks; chunk_layers): the first model part may hold tok_embeddings alone, the last norm and output.
+        per_stage, seen = chunk_layers(sl, v), [0] * p
         chunk = []
         for j in range(p * v):
             r = _stage_of(j, p, style)
-            chunk.append(sl[r] // v + (seen[r] < sl[r] % v))
+            chunk.append(per_stage[r][seen[r]])
             seen[r] += 1
         parts, start = [], 0
         for j, n in enumerate(chunk):

@@ -260,7 +260,8 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
     fw = framework_preset(framework)
     if reason == "schedule_invalid":
         if row["schedule"] == "interleaved":
-            expected = ("vpp >= 2 and at most every stage's layers (one layer or more per chunk)"
+            expected = ("vpp >= 2 and at most every stage's layers (one layer or more per chunk; the first and last "
+                        "stage one fewer, their embedding or loss chunk)"
                         if fw.uneven_chunks else "vpp >= 2 dividing every stage's layers")
             return InputError("vpp", f"{expected}, with pp >= 2, for interleaved under framework {fw.name}", row["vpp"])
         if row["schedule"] in ("gpipe", "1f1b", "zb-h1", "zb-h2"):

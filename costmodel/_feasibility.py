@@ -167,7 +167,10 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     device of whole layers: where the framework splits chunks unevenly (framework.uneven_chunks:
     Megatron-Core's pipeline layouts, torchtitan's split points; Llama 3 405B's interleaved 7,
     8 x 14, 7 layers over 16 stages) every stage needs at least v layers, a stage that v does not
-    divide getting chunks one layer apart; the closed forms and the simulator take each chunk as
+    divide getting chunks one layer apart, and under the interleaved schedule the first stage and the last
+    v - 1: the model's first chunk may hold the embedding alone and its last the output layer and loss alone
+    (Megatron-Core's --pipeline-model-parallel-layout 'E' and 'L' chunks, --account-for-embedding/loss-in-pipeline-
+    split; torchtitan's module_fqns_per_model_part); the closed forms and the simulator take each chunk as
     1/v of its stage's time (exact when v divides the stage, else within a layer's time per
     chunk). Otherwise v must divide every stage's layers."""
     r = sv.rows
@@ -191,7 +194,11 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if model.is_moe and ks.size:  # a stage split across two pools: its expert groups would span both
         bits.reshape(-1)[ks] |= np.uint8(32)
     if np.any(v > 1):  # chunks matter to chunked schedules only (v >= 2)
-        bits = bits | ((n < v) if fw.uneven_chunks else (n % v != 0)) * np.uint8(16)
+        if fw.uneven_chunks:  # interleaved: the first chunk may hold the embedding alone, the last the output and loss
+            ends = ((sv.j == 0) | (sv.j == p - 1)) & (r["schedule"] == SCHED["interleaved"])
+            bits = bits | (n < v - ends) * np.uint8(16)
+        else:
+            bits = bits | (n % v != 0) * np.uint8(16)
     every = bool(on.all()) and not np.any(sv.comp)  # every column a stage of its row, weights 1
     weigh = (lambda a: a) if every else (lambda a: sv.w * a)  # noqa: E731
     flags = bits[0] if bits.shape[0] == 1 else np.bitwise_or.reduce(bits if every else bits * on.astype(np.uint8), 0)

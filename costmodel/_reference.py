@@ -219,7 +219,10 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "batch_not_divide"
     sched, v = r["schedule"], r["vpp"]
     if sched in ("interleaved", "zb-v", "hanayo"):
-        if v < 2 or pp < 2 or (min(layers) < v if fw.uneven_chunks else any(n % v for n in layers)):
+        # (uneven chunks: the interleaved model's first chunk may be the embedding alone, its last the loss alone)
+        ends = [sched == "interleaved" and j in (0, pp - 1) for j in range(pp)]
+        if v < 2 or pp < 2 or (any(n < v - e for n, e in zip(layers, ends, strict=True)) if fw.uneven_chunks
+                               else any(n % v for n in layers)):
             return "schedule_invalid"
         if sched == "zb-v" and v != 2:
             return "schedule_invalid"

@@ -27,6 +27,7 @@ from cli._export import (
     canonical_plan,
     from_megatron,
     llama3_ffn,
+    megatron_layout,
     megatron_model,
     megatron_parser,
     moe_layer_pattern,
@@ -44,7 +45,7 @@ MEGATRON_V0_15_FLAGS = {
     "--tensor-model-parallel-size": None, "--pipeline-model-parallel-size": None, "--context-parallel-size": None,
     "--num-layers-per-virtual-pipeline-stage": None, "--num-virtual-stages-per-pipeline-rank": None,
     "--decoder-first-pipeline-num-layers": None, "--decoder-last-pipeline-num-layers": None,
-    "--sequence-parallel": None, "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
+    "--pipeline-model-parallel-layout": None, "--sequence-parallel": None, "--use-distributed-optimizer": None, "--use-megatron-fsdp": None,
     "--data-parallel-sharding-strategy": ["no_shard", "optim", "optim_grads", "optim_grads_params"],
     "--overlap-grad-reduce": None, "--overlap-param-gather": None,
     "--recompute-granularity": ["full", "selective"], "--recompute-method": ["uniform", "block"],
@@ -366,6 +367,44 @@ def test_megatron_worked_example():
     assert a.use_distributed_optimizer and a.sequence_parallel and a.recompute_granularity == "selective"
     assert (a.num_layers, a.hidden_size, a.num_query_groups, a.swiglu) == (80, 8192, 8, True)
     assert from_megatron(out.stdout)["dp"] == 32
+
+
+LLAMA3_405B_LAYOUT = ["--model", "llama3-405b", "--cluster", "h100x16384", "--tp", "8", "--pp", "16", "--vpp", "8",
+                      "--schedule", "interleaved", "--stage-layers", ",".join(["7"] + ["8"] * 14 + ["7"]),
+                      "--sequence-parallel", "--global-batch", "2048", "--recompute", "full"]
+
+
+def test_megatron_layout_gives_the_embedding_and_the_loss_a_chunk_of_their_own():
+    # Llama 3 405B as the Llama 3 paper (Sec. 3.3.2) cut it: 126 layers over 16 stages, one layer
+    # fewer on the first and last "so that the first model chunk on the first stage has only the
+    # embedding, and the last model chunk on the last stage has only output projection and loss";
+    # 8 chunks a stage: 128 virtual stages of one layer, E first and L last. Megatron-Core orders the
+    # layout by virtual stage, chunk x 16 + stage: rank 0's first chunk is virtual stage 0 ('E'),
+    # rank 15's last is virtual stage 127 ('L').
+    out = _cli("export", "--framework", "megatron", "--zero-stage", "1", *LLAMA3_405B_LAYOUT)
+    assert out.returncode == 0, out.stderr
+    # (the layout's '|' quoted for the shell)
+    a = megatron_parser().parse_args(shlex.split(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ")))
+    assert a.pipeline_model_parallel_layout == "|".join(["E"] + ["t"] * 126 + ["L"])
+    # Megatron-LM refuses the layout beside the other two ways of giving virtual stages
+    assert a.num_virtual_stages_per_pipeline_rank is None and a.num_layers_per_virtual_pipeline_stage is None
+    assert a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None
+    back = from_megatron(out.stdout)
+    assert (back["stage_layers"], back["vpp"]) == ([7] + [8] * 14 + [7], 8)
+    # two layers on the first and last of four stages, three chunks: rank 0 'E', t, t; rank 3 t, t, 'L'
+    assert megatron_layout([2, 3, 3, 2], 3) == "E|t|t|t|t|t|t|t|t|t|t|L"
+    assert megatron_layout([3, 4], 2) == "Ett|tt|t|ttL"
+
+
+def test_torchtitan_gives_the_embedding_and_the_output_a_model_part_of_their_own():
+    # the same cut in torchtitan's split points: model part 0 (rank 0's first) holds tok_embeddings
+    # alone, part 127 (rank 15's last) norm and output alone; every other part one layer
+    out = _cli("export", "--framework", "torchtitan", "--zero-stage", "3", *LLAMA3_405B_LAYOUT)
+    assert out.returncode == 0, out.stderr
+    parts = tomllib.loads(out.stdout)["parallelism"]["module_fqns_per_model_part"]
+    assert parts[0] == ["tok_embeddings"] and parts[127] == ["norm", "output"]
+    assert parts[1] == ["layers.0"] and parts[126] == ["layers.125"]
+    assert all(len(p) == 1 for p in parts[1:127])
 
 
 def test_torchtitan_worked_example():

@@ -319,8 +319,11 @@ def test_a_sweep_and_a_search_run_under_the_framework_and_record_it(tmp_path):
 
 def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
     # Llama 3 405B's layout, pp 16 with 7 layers on the first and last stage (Llama 3 paper Sec.
-    # 3.3.2): fsdp2 splits a stage at any layer, so vpp 7 runs and vpp 8 leaves a chunk empty;
-    # the generic profile (named) needs vpp to divide every stage (7 and 8: only 1).
+    # 3.3.2: one layer fewer on each "so that the first model chunk on the first stage has only the
+    # embedding, and the last model chunk on the last stage has only output projection and loss"):
+    # fsdp2 splits a stage at any layer, so vpp 7 runs, vpp 8 runs with those two chunks (8 chunks
+    # of one layer elsewhere), and vpp 9 would leave a middle stage's chunk empty; the generic
+    # profile (named) needs vpp to divide every stage (7 and 8: only 1).
     from cli import main
 
     args = ["evaluate", "--model", "llama3-405b", "--cluster", "h100x16384", "--tp", "8", "--pp", "16",
@@ -328,9 +331,12 @@ def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
             "--recompute", "full", "--stage-layers", ",".join(["7"] + ["8"] * 14 + ["7"]), "--json"]
     assert main([*args, "--framework", "fsdp2", "--vpp", "7"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["step_time_s"] > 0
-    assert main([*args, "--framework", "fsdp2", "--vpp", "8"]) == 2
-    assert ("vpp: expected vpp >= 2 and at most every stage's layers (one layer or more per chunk), with pp >= 2, "
-            "for interleaved under framework fsdp2, got 8") in capsys.readouterr().err
+    assert main([*args, "--framework", "fsdp2", "--vpp", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["step_time_s"] > 0
+    assert main([*args, "--framework", "fsdp2", "--vpp", "9"]) == 2
+    assert ("vpp: expected vpp >= 2 and at most every stage's layers (one layer or more per chunk; the first and last "
+            "stage one fewer, their embedding or loss chunk), with pp >= 2, for interleaved under framework fsdp2, "
+            "got 9") in capsys.readouterr().err
     assert main([*args, "--framework", "generic", "--vpp", "7"]) == 2
     assert "vpp >= 2 dividing every stage's layers" in capsys.readouterr().err
 
@@ -459,3 +465,30 @@ def test_torchtitans_gqa_copies_of_k_and_v_are_priced_forward_and_backward():
     assert a["compute_s"][0] - b["compute_s"][0] == pytest.approx(want, rel=1e-9)
     cols = dict(dp=128, tp=8, pp=1, recompute="none")
     assert _one("fsdp2", **cols)["step_time_s"][0] == _one(shared, **cols)["step_time_s"][0]
+
+
+@pytest.mark.parametrize(("layers", "schedule", "fw", "ok"), [
+    ([2, 3, 3, 2], "interleaved", "megatron-core", True),   # E alone on rank 0's first chunk, L on rank 3's last
+    ([3, 2, 3, 2], "interleaved", "megatron-core", False),  # a middle stage of 2 in 3 chunks: one chunk with nothing
+    ([1, 4, 4, 1], "interleaved", "megatron-core", False),  # the first stage would leave two chunks empty
+    ([2, 3, 3, 2], "interleaved", "fsdp2", True),
+    ([2, 3, 3, 2], "interleaved", "generic", False),        # chunks of whole, equal layers: 3 does not divide 2
+    ([1, 2, 2, 1], "zb-v", "fsdp2", False),                 # the V puts both ends on rank 0: not relaxed
+], ids=["mcore-ends", "mcore-middle", "mcore-two-empty", "fsdp2-ends", "generic", "zb-v"])
+def test_the_embedding_and_the_loss_may_have_a_chunk_of_their_own(layers, schedule, fw, ok):
+    # Llama 3 paper Sec. 3.3.2: one layer fewer on the first and last stage so that the first
+    # model chunk on the first stage has only the embedding and the last chunk on the last stage
+    # only the output projection and loss. Both evaluators say the same.
+    from costmodel._reference import evaluate_row
+
+    model = dataclasses.replace(model_preset("llama3-8b"), layers=sum(layers))
+    vpp = 2 if schedule == "zb-v" else 3
+    table = StrategyTable.from_columns(dp=1, tp=8, pp=4, stage_layers=[layers], schedule=schedule, vpp=vpp,
+                                       micro_batch=1, global_batch=16, recompute="full", sequence_parallel=True,
+                                       zero_stage=1)
+    cl = cluster_preset("h100x32")
+    vec = evaluate(model, cl, table, framework=fw)
+    ref = evaluate_row(model, cl, table.row(0), framework=fw)
+    assert REASONS[vec["reason"][0]] == REASONS[ref["reason"]] == ("ok" if ok else "schedule_invalid")
+    if ok:
+        assert vec["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
