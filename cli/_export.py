@@ -327,14 +327,22 @@ def chunk_layers(sl: list[int], v: int) -> list[list[int]]:
     return out
 
 
-def megatron_layout(sl: list[int], v: int) -> str:
-    """--pipeline-model-parallel-layout for stages of ``sl`` layers in v chunks each (chunk_layers)."""
+def megatron_layout(sl: list[int], v: int, compact: bool = True) -> str:
+    """--pipeline-model-parallel-layout for stages of ``sl`` layers in v chunks each (chunk_layers); ``compact``: runs
+    of three or more alike virtual stages as Megatron-Core's '(chunk|)*n' (E|(t|)*126L for Llama 3 405B's cut)."""
     p, chunks = len(sl), chunk_layers(sl, v)
     parts = []
     for j in range(p * v):
         r, i = j % p, j // p
         parts.append(("E" if j == 0 else "") + "t" * chunks[r][i] + ("L" if j == p * v - 1 else ""))
-    return "|".join(parts)
+    if not compact:
+        return "|".join(parts)
+    out, k = "", 0
+    while k < len(parts):
+        n = next((x for x in range(k, len(parts)) if parts[x] != parts[k]), len(parts)) - k
+        out += f"({parts[k]}|)*{n}" if n >= 3 else (parts[k] + "|") * n
+        k += n
+    return out[:-1] if out.endswith("|") else out
 
 
 def _layout_stage_layers(text: str, p: int) -> tuple[list[int], int]:

@@ -22,6 +22,7 @@ import costmodel
 from cli._export import (
     MEGATRON_ARGS,
     WRITERS,
+    _layout_stage_layers,
     _megatron_pattern,
     _moe_pattern,
     canonical_plan,
@@ -385,15 +386,20 @@ def test_megatron_layout_gives_the_embedding_and_the_loss_a_chunk_of_their_own()
     assert out.returncode == 0, out.stderr
     # (the layout's '|' quoted for the shell)
     a = megatron_parser().parse_args(shlex.split(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ")))
-    assert a.pipeline_model_parallel_layout == "|".join(["E"] + ["t"] * 126 + ["L"])
+    assert a.pipeline_model_parallel_layout == "E|(t|)*126L"  # Megatron-Core's repeat: E, 126 of 't', L
     # Megatron-LM refuses the layout beside the other two ways of giving virtual stages
     assert a.num_virtual_stages_per_pipeline_rank is None and a.num_layers_per_virtual_pipeline_stage is None
     assert a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None
     back = from_megatron(out.stdout)
     assert (back["stage_layers"], back["vpp"]) == ([7] + [8] * 14 + [7], 8)
     # two layers on the first and last of four stages, three chunks: rank 0 'E', t, t; rank 3 t, t, 'L'
-    assert megatron_layout([2, 3, 3, 2], 3) == "E|t|t|t|t|t|t|t|t|t|t|L"
+    assert megatron_layout([2, 3, 3, 2], 3, compact=False) == "E|t|t|t|t|t|t|t|t|t|t|L"
+    assert megatron_layout([2, 3, 3, 2], 3) == "E|(t|)*10L"
     assert megatron_layout([3, 4], 2) == "Ett|tt|t|ttL"
+    # uneven chunks beside the end chunks: stages 2, 5, 5, 2 in 3 chunks: rank 1's and 2's chunks 2, 2, 1
+    assert megatron_layout([2, 5, 5, 2], 3, compact=False) == "E|tt|tt|t|t|tt|tt|t|t|t|t|L"
+    assert megatron_layout([2, 5, 5, 2], 3) == "E|tt|tt|t|t|tt|tt|(t|)*4L"
+    assert _layout_stage_layers("E|tt|tt|t|t|tt|tt|(t|)*4L", 4) == ([2, 5, 5, 2], 3)  # read back, repeats unrolled
 
 
 def test_torchtitan_gives_the_embedding_and_the_output_a_model_part_of_their_own():
