@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
-# its own timeout (320 + 30 + 150 s, and the Ray install), everything written to $OUT (at most 8 files come back):
-#   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 290, killed at 320 s): layers_measured.csv,
+# its own timeout (280 + 30 + 75 + 120 s, and the Ray install), everything written to $OUT (8 files, the most that come back):
+#   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 250, killed at 280 s): layers_measured.csv,
 #      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
-#      compare.txt;
-#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 150 s: its
+#      compare.txt; then an MoE layer's host time a kernel launch (benchmarks/gpu_moe_host.py --budget-s 50, killed
+#      at 75 s): moe_host_measured.csv, moe_host.log;
+#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 120 s: its
 #      in-process base and as many worker counts as fit): workers.log; it needs Ray, installed from .whl/ where
 #      present (that machine has none and cannot download it);
 #   3. the machine: machine.txt (GPU, driver, torch, cores, load).
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:?set OUT to the folder that comes back}"
 mkdir -p "$OUT"
 TINY=()
-LAYER_BUDGET=290
+LAYER_BUDGET=250
 if [ "${1:-}" = "--tiny" ]; then TINY=(--tiny); fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -35,7 +36,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 } > "$OUT/machine.txt"
 
 echo "== 1. layer sweep (budget ${LAYER_BUDGET} s)"
-timeout 320 python3 benchmarks/gpu_modern_layers.py --out "$OUT" --budget-s "$LAYER_BUDGET" "${TINY[@]}" \
+timeout 280 python3 benchmarks/gpu_modern_layers.py --out "$OUT" --budget-s "$LAYER_BUDGET" "${TINY[@]}" \
     > "$OUT/layers.log" 2>&1
 echo "gpu_modern_layers exit $?" | tee -a "$OUT/layers.log"
 tail -3 "$OUT/layers.log"
@@ -44,6 +45,9 @@ if [ -s "$OUT/layers_measured.csv" ]; then
     echo "compare_modern_layers exit $?" >> "$OUT/compare.txt"
     sed -n '/^block /,$p' "$OUT/compare.txt"
 fi
+echo "== 1b. MoE host time a kernel"
+timeout 75 python3 benchmarks/gpu_moe_host.py --out "$OUT" --budget-s 50 "${TINY[@]}" > "$OUT/moe_host.log" 2>&1
+echo "gpu_moe_host exit $?" | tee -a "$OUT/moe_host.log"
 [ ${#TINY[@]} -gt 0 ] && exit 0
 
 echo "== 2. study worker scaling"
@@ -51,8 +55,8 @@ if ! python3 -c "import ray" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl > "$OUT/workers.log" 2>&1
 fi
 if python3 -c "import ray" 2>/dev/null; then
-    timeout 150 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
-    echo "bench_study_workers exit $? (124: stopped at its 150 s)" >> "$OUT/workers.log"
+    timeout 120 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
+    echo "bench_study_workers exit $? (124: stopped at its 120 s)" >> "$OUT/workers.log"
     timeout 20 ray stop --force > /dev/null 2>&1 || true  # a run cut short leaves no Ray daemons behind
 else
     echo "no Ray on this machine and none in .whl/ (bash benchmarks/gpu_machine_wheels.sh makes it): skipped" \
