@@ -69,9 +69,9 @@ def as_int(row: dict, col: str, path: str, line: int) -> int:
         raise InputError(f"{path} line {line} column {col}", "a number", row[col]) from None
 
 
-def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8") -> dict:
+def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8", profile: str = PROFILE) -> dict:
     """The cost model's terms for the row: the model, the recompute masks and framework_terms' columns (one row),
-    on ``cluster_name``'s GPU (its bf16 rate; the activation bytes do not depend on it)."""
+    on ``cluster_name``'s GPU (its bf16 rate; the activation bytes do not depend on it), under ``profile``."""
     try:
         model = model_preset(row["model"])
     except Exception:  # noqa: BLE001 -- any unknown name is the file's fault: say which
@@ -82,7 +82,7 @@ def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8") -> 
         raise InputError(f"{path} line {line} column precision", " or ".join(PRECISIONS), row["precision"])
     s, b, t, ep = (as_int(row, c, path, line) for c in ("seq", "micro_batch", "tp", "ep"))
     model = dataclasses.replace(model, seq_len=s)
-    fw, cluster = FRAMEWORKS[PROFILE], cluster_preset(cluster_name)
+    fw, cluster = FRAMEWORKS[profile], cluster_preset(cluster_name)
     B, T, C, SP = np.array([b]), np.array([t]), np.array([1]), np.array([False])  # (1,) columns: one row
     prec = np.array([PRECISIONS.index(row["precision"])])
     moe = (np.array([ep]), np.array([1]), fw, prec) if model.is_moe else None
@@ -91,9 +91,9 @@ def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8") -> 
             "full": np.array([row["recompute"] == "full"]), "sel": np.array([row["recompute"] == "selective"])}
 
 
-def model_kept_bytes(row: dict, path: str, line: int) -> float:
-    """What the cost model says one layer keeps per micro-batch for the row (bytes)."""
-    m = model_row(row, path, line)
+def model_kept_bytes(row: dict, path: str, line: int, profile: str = PROFILE) -> float:
+    """What the cost model says one layer keeps per micro-batch for the row (bytes), under ``profile``."""
+    m = model_row(row, path, line, profile=profile)
     ft, pre = m["ft"], "moe_" if m["model"].is_moe else ""
     kept, _ = activation_bytes(m["full"], m["sel"], ft[pre + "act_L"], ft[pre + "sel_kept"], ft[pre + "sel_work"],
                                ft["T"], m["model"].hidden, np.array([1]))
