@@ -400,6 +400,10 @@ def test_megatron_layout_gives_the_embedding_and_the_loss_a_chunk_of_their_own()
     assert megatron_layout([2, 5, 5, 2], 3, compact=False) == "E|tt|tt|t|t|tt|tt|t|t|t|t|L"
     assert megatron_layout([2, 5, 5, 2], 3) == "E|tt|tt|t|t|tt|tt|(t|)*4L"
     assert _layout_stage_layers("E|tt|tt|t|t|tt|tt|(t|)*4L", 4) == ([2, 5, 5, 2], 3)  # read back, repeats unrolled
+    # a layout plansweep cannot price (an MTP layer; virtual stages not a multiple of pp) is refused naming the flag
+    for bad, p in (("Et|(tt|)*30mL", 16), ("E|t|t|L", 3)):
+        with pytest.raises(costmodel.InputError, match="--pipeline-model-parallel-layout"):
+            _layout_stage_layers(bad, p)
 
 
 def test_torchtitan_gives_the_embedding_and_the_output_a_model_part_of_their_own():
