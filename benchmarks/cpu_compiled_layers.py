@@ -59,9 +59,9 @@ def main(argv=None) -> int:
     import gpu_modern_layers as g
     import torch
     from compare_modern_layers import model_kept_bytes
+    from cpu_saved_layers import cpu_block
 
     shapes = {s[0]: s for s in g.SHAPES if s[8] == 1}  # dense blocks (experts column 1)
-    cpu = torch.device("cpu")
     for spec in args.rows.split(","):
         label, s = spec.split(":")
         if label not in shapes:
@@ -70,14 +70,10 @@ def main(argv=None) -> int:
             return 2
         c = g.Case(*shapes[label], 1, int(s), "none", "flash", "bf16")
         t0 = time.monotonic()
-        block = g.build_blocks_for(torch, c, cpu, True)
-        block.table = g.block_table(torch, c, cpu)
-        x = torch.randn(c.b, c.s, c.h, dtype=torch.bfloat16, requires_grad=True)
+        block, x, row = cpu_block(torch, g, c)
         saved = compiled_saved(torch, block, x)
         T = c.b * c.s
         total = sum(n for *_, n in saved)
-        row = {"model": c.model, "seq": c.s, "micro_batch": c.b, "tp": c.t, "ep": c.ep, "recompute": "none",
-               "precision": "bf16"}
         model, eager = (model_kept_bytes(row, "cpu_compiled_layers", 0, profile=p) for p in ("fsdp2", "fsdp2-eager"))
         print(f"{label:16s} s{c.s}: compiled {total / T:8.0f} B/token  fsdp2 {model / T:8.0f} (x{model / total:.3f})"
               f"  fsdp2-eager {eager / T:8.0f}  ({time.monotonic() - t0:.0f} s)", flush=True)

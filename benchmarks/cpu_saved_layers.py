@@ -42,6 +42,18 @@ def saved_storages(torch, block, x) -> dict:
     return seen
 
 
+def cpu_block(torch, g, case):
+    """(block, x): gpu_modern_layers' block for ``case`` on the CPU with its RoPE table, and a bf16 input that
+    needs its gradient; with the row the cost model reads for it (compare_modern_layers.model_kept_bytes)."""
+    cpu = torch.device("cpu")
+    block = g.build_blocks_for(torch, case, cpu, True)
+    block.table = g.block_table(torch, case, cpu)
+    x = torch.randn(case.b, case.s, case.h, dtype=torch.bfloat16, requires_grad=True)
+    row = {"model": case.model, "seq": case.s, "micro_batch": case.b, "tp": case.t, "ep": case.ep,
+           "recompute": "none", "precision": "bf16"}
+    return block, x, row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default=DEFAULT_ROWS, help="LABEL:MICRO_BATCH:SEQ,... (LABEL of gpu_modern_layers)")
@@ -51,7 +63,6 @@ def main(argv=None) -> int:
     from compare_modern_layers import model_kept_bytes
 
     shapes = {s[0]: s for s in g.SHAPES}
-    cpu = torch.device("cpu")
     for spec in args.rows.split(","):
         label, b, s = spec.split(":")
         if label not in shapes:
@@ -60,13 +71,9 @@ def main(argv=None) -> int:
             return 2
         c = g.Case(*shapes[label], int(b), int(s), "none", "flash", "bf16")
         t0 = time.monotonic()
-        block = g.build_blocks_for(torch, c, cpu, True)
-        block.table = g.block_table(torch, c, cpu)
-        x = torch.randn(c.b, c.s, c.h, dtype=torch.bfloat16, requires_grad=True)
+        block, x, row = cpu_block(torch, g, c)
         seen = saved_storages(torch, block, x)
         saved = sum(n for n, _, _ in seen.values())
-        row = {"model": c.model, "seq": c.s, "micro_batch": c.b, "tp": c.t, "ep": c.ep, "recompute": "none",
-               "precision": "bf16"}
         model = model_kept_bytes(row, "cpu_saved_layers", 0)
         T = c.b * c.s
         print(f"{label:18s} b{c.b} s{c.s}: saved {saved / 2**20:9.1f} MiB ({saved / T:8.0f} B/token)  model "
