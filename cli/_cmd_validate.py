@@ -65,6 +65,9 @@ def run_validate(args) -> int:
              f"{res['reserved_memory_below_prediction']} below"
              if res.get("reserved_memory_runs") else ""))
     print(format_band_check(res))
+    for first, later in res["repeated_figures"]:
+        print(f"note: {later} publishes the same figure as {first}, another layout of the same model on the same "
+              "GPUs: one cell copied from the other? (the shipped set leaves such rows out)")
     if bands is not None:
         print(format_bands(bands))
         print(f"wrote {args.write_bands}")

@@ -475,10 +475,29 @@ def _as_measure(run: MeasuredRun, t: float, B: int, flops_hw: float) -> float:
     }[run.measure]
 
 
+def repeated_figures(runs: list[MeasuredRun]) -> list[tuple[str, str]]:
+    """(first, later) names of every pair of runs of one model on one cluster with different layouts (framework,
+    strategy columns, stages) whose published figure, compared on the same measure, agrees in every digit: more
+    likely one cell copied than two runs that ran alike (the shipped set leaves such rows out)."""
+    seen: dict = {}
+    out = []
+    for r in runs:
+        # the model by its shape (read_runs names it after its run; its routing share belongs to the layout)
+        shape = dataclasses.replace(r.model, name="", capacity_factor=1.0)
+        key = (repr(shape), r.cluster.gpu.name, r.cluster.num_gpus, r.measure, r.measured)
+        layout = (r.framework, tuple(sorted((k, str(v)) for k, v in r.fixed.items())), r.stage_layers,
+                  r.model.capacity_factor)
+        first, first_layout = seen.setdefault(key, (r.name, layout))
+        if first_layout != layout:
+            out.append((first, r.name))
+    return out
+
+
 def validate(runs: list[MeasuredRun]) -> dict:
     """Per-run predictions and the error summary: mean and max |error| over the runs the model
     can price (every run that passes the structural checks), how many it thinks do not fit
-    in memory, and the memory error where runs publish their memory."""
+    in memory, the memory error where runs publish their memory, and the pairs of runs whose
+    figures repeat across layouts (repeated_figures)."""
     rows = [predict(r) for r in runs]
     regimes = band_check(runs, rows)
     errs = np.array([abs(r["error_pct"]) for r in rows])
@@ -503,6 +522,7 @@ def validate(runs: list[MeasuredRun]) -> dict:
         "band_checked_runs": sum(1 for r in rows if r["inside_band"] is not None),
         "inside_band_runs": sum(1 for r in rows if r["inside_band"]),
         "regimes": regimes,
+        "repeated_figures": [list(pair) for pair in repeated_figures(runs)],
     }
 
 

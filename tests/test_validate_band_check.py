@@ -77,3 +77,19 @@ def test_a_run_the_model_cannot_price_is_not_held_to_a_band(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["rows"][1]["error_pct"] is None and res["rows"][1]["inside_band"] is None
     assert res["band_checked_runs"] == 1 and [g["runs"] for g in res["regimes"]] == [1]
+
+
+def test_validate_notes_a_figure_repeated_across_layouts(tmp_path, capsys):
+    # Two of Narayanan et al.'s rows of one model and GPU count, the second given the first's step time under its
+    # own layout: validate says so (text and JSON), and says nothing of the file as published.
+    rows = list(csv.DictReader(open(NARAYANAN)))[:1] * 2
+    rows = [dict(rows[0], name="a"), dict(rows[0], name="b", tp=str(int(rows[0]["tp"]) * 2),
+                                                  dp=str(max(int(rows[0]["dp"]) // 2, 1)))]
+    f = tmp_path / "runs.csv"
+    write_runs(f, rows)
+    assert main(["validate", str(f), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["repeated_figures"] == [["a", "b"]]
+    assert main(["validate", str(f)]) == 0
+    assert "note: b publishes the same figure as a, another layout" in capsys.readouterr().out
+    assert main(["validate", str(NARAYANAN), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["repeated_figures"] == []

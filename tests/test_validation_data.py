@@ -2,6 +2,7 @@
 agree with each other, it covers the regimes where a plan is chosen, and it holds none of the sets kept apart."""
 
 import csv
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -9,11 +10,10 @@ import pytest
 
 from costmodel import gpu_preset, model_preset
 from costmodel._frameworks import framework_preset
-from costmodel._validate import flops_per_iteration, read_runs
+from costmodel._validate import flops_per_iteration, read_runs, repeated_figures
 
 DATA = Path(__file__).parent / "data" / "validation" / "published_runs.csv"
 ROWS = list(csv.DictReader(open(DATA)))
-ROWS_BY_NAME = {r["name"]: r for r in ROWS}
 RUNS = {run.name: run for run in read_runs(DATA)}
 _spec = importlib.util.spec_from_file_location(
     "validation_by_source", Path(__file__).parents[1] / "benchmarks" / "validation_by_source.py")
@@ -190,40 +190,27 @@ def test_moe_rows_have_the_published_parameter_counts():
     assert model_preset("deepseek-v3").active_params() == pytest.approx(hand, rel=1e-3)
 
 
-MODEL_COLUMNS = ("model", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "experts", "gpu", "num_gpus")
-LAYOUT_COLUMNS = ("framework", "tp", "pp", "dp", "cp", "vpp", "ep", "etp", "stage_layers", "global_batch", "micro_batch",
-                  "recompute", "recompute_modules", "sequence_parallel", "zero_stage", "precision")
-FIGURES = ("measured_iteration_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
-
-
-def repeated_figures(rows) -> list[tuple[str, str, str]]:
-    """(first row, later row, column) for every published step time or throughput a row repeats, digit for digit, from
-    an earlier row of the same source, model and GPUs with a different layout."""
-    seen: dict[tuple, dict] = {}
-    repeats = []
-    for r in rows:
-        for f in FIGURES:
-            if r[f]:
-                key = (r["source"], *(r[k] for k in MODEL_COLUMNS), f, float(r[f]))
-                first = seen.setdefault(key, r)
-                if tuple(first[k] for k in LAYOUT_COLUMNS) != tuple(r[k] for k in LAYOUT_COLUMNS):
-                    repeats.append((first["name"], r["name"], f))
-    return repeats
-
-
 def test_no_two_layouts_of_one_model_and_cluster_publish_the_same_figure():
     # README.md "Left out after judging them": two different layouts of one model on the same GPUs whose step time or
     # throughput agree in every printed digit are taken as a copied cell, not two runs.
-    assert repeated_figures(ROWS) == []
+    assert repeated_figures(list(RUNS.values())) == []
 
 
 def test_the_check_for_repeated_figures_finds_a_copied_row():
-    # one row copied under another layout (tp doubled, dp halved, its figures kept), and the same row repeated as is
-    r = ROWS_BY_NAME["zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap"]
-    copy = dict(r, name="copy", tp=str(2 * int(r["tp"])), dp=str(int(r["dp"]) // 2))
-    assert repeated_figures([*ROWS, copy]) == [(r["name"], "copy", "measured_iteration_time_s"),
-                                               (r["name"], "copy", "measured_tflops_per_gpu")]
-    assert repeated_figures([*ROWS, dict(r, name="again")]) == []
+    # one run copied under another layout (tp doubled, dp halved, its figure kept), and the same run repeated as is
+    # (read_runs names each run's model after the run, as here)
+    r = RUNS["zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap"]
+    copy = dataclasses.replace(r, name="copy", model=dataclasses.replace(r.model, name="copy"),
+                               fixed={**r.fixed, "tp": 2 * r.fixed["tp"], "dp": r.fixed["dp"] // 2})
+    assert repeated_figures([*RUNS.values(), copy]) == [(r.name, "copy")]
+    assert repeated_figures([*RUNS.values(), dataclasses.replace(r, name="again")]) == []
+    # the set's Megatron FSDP row as it was (another framework, tp, pp, dp, ZeRO and routing; 17.6 s): caught
+    fsdp = dataclasses.replace(r, name="fsdp", model=dataclasses.replace(r.model, name="fsdp", capacity_factor=1.55),
+                               framework="megatron-core-deepep", fixed={**r.fixed, "pp": 1, "dp": 128, "zero_stage": 3})
+    assert repeated_figures([*RUNS.values(), fsdp]) == [(r.name, "fsdp")]
+    # the figure one digit off is another run
+    other = dataclasses.replace(copy, measured=r.measured * 1.001)
+    assert repeated_figures([*RUNS.values(), other]) == []
 
 
 def test_a_rows_routing_share_is_what_its_published_forced_dropless_pairs_imply():
