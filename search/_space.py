@@ -75,6 +75,8 @@ DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches", LIGHT_ENDS, FRAME
 # The framework of a space written before spaces recorded theirs (run.json's of cost model version 3 and
 # earlier): every such space was priced under generic, then the only profile a command named by default.
 LEGACY_FRAMEWORK = "generic"
+# Per framework code (FRAMEWORK_NAMES): does the profile split a stage's chunks unevenly (Framework.uneven_chunks)?
+_UNEVEN_CHUNKS = np.array([framework_preset(name).uneven_chunks for name in FRAMEWORK_NAMES])
 # Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
 # a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
 LOOKUP_MAX_ENTRIES = 1 << 22
@@ -661,9 +663,11 @@ class Space(SearchSpace):
         table's valid blocks, else by rejection).
         Per-stage spaces: the other dimensions uniform over their valid combinations (with
         canonical stage digits), then the per-stage recompute digits uniform and the boundary
-        shifts drawn boundary by boundary, each uniform among the offsets that keep the stage
-        before it at least one layer (vpp layers under interleaving) and leave room for the
-        stages after it; rows that still fail keep the uniform partition."""
+        shifts drawn boundary by boundary, each uniform among the offsets that give the stage
+        before it what the row's framework accepts (at least one layer; under a chunked schedule v
+        chunks: a multiple of vpp layers, or, where the framework splits chunks unevenly, at least
+        vpp layers and vpp - 1 on the first and the last stage under interleaving) and leave room
+        for the stages after it; rows that still fail keep the uniform partition."""
         if self._lookup_table() is not None:
             if not self._valid_blocks.size:
                 raise ValueError("random_digits: the space has no valid point")
@@ -689,7 +693,12 @@ class Space(SearchSpace):
     def _random_stages(self, rng, digits):
         n, L = len(digits), self.model.layers
         cols, _, _, _ = self._columns(digits)
-        p, v = cols["pp"], np.where(cols["schedule"] == SCHEDULES.index("interleaved"), cols["vpp"], 1)
+        p, v = cols["pp"], cols["vpp"]  # chunks per device (1 but under the chunked schedules)
+        # Per row, as costmodel._feasibility.stage_feasibility: where the framework splits chunks unevenly every stage
+        # needs v layers and no multiple of v, the first and the last v - 1 under interleaving (the embedding's and the
+        # loss's chunks); elsewhere every stage a multiple of v.
+        uneven = _UNEVEN_CHUNKS[cols[FRAMEWORK]]
+        end = (uneven & (cols["schedule"] == SCHEDULES.index("interleaved"))).astype(np.int64)
         st = self._stage
         out = digits.copy()
         for k in st["recompute"]:
@@ -704,8 +713,10 @@ class Space(SearchSpace):
             uniform = ((j + 1) * L * 2 + p) // (2 * p)
             pos = uniform[:, None] + vals[None, :]  # (N, C) candidate boundary positions
             size = pos - prev[:, None]
-            room = L - pos  # layers left for stages j+1 .. p-1 (p - 1 - j of them)
-            allowed = (size >= v[:, None]) & (size % v[:, None] == 0) & (room >= (p - 1 - j)[:, None] * v[:, None])
+            room = L - pos  # layers left for stages j+1 .. p-1 (p - 1 - j of them), the last one end lighter
+            least = v - end * (j == 0)  # (N,) the fewest layers stage j may hold
+            allowed = ((size >= least[:, None]) & ((size % v[:, None] == 0) | uneven[:, None])
+                       & (room >= ((p - 1 - j) * v - end)[:, None]))
             cnt = allowed.sum(axis=1)
             pick = np.floor(rng.random(n) * np.maximum(cnt, 1)).astype(np.int64)
             choice = np.argmax(np.cumsum(allowed, axis=1) > pick[:, None], axis=1)

@@ -376,3 +376,37 @@ def test_pp1_zero_bubble_schedules_are_one_strategy_with_1f1b():
     only_zb = small_space(schedule=["zb-h1"], vpp=[1])
     _, tab = only_zb.rows(0, only_zb.size)
     assert np.any(tab["pp"] == 1)
+
+
+def _partitions(L, p, lo, shifts, multiple=1):
+    """Every split of L layers over p stages, stage j holding at least lo[j] layers (a multiple of ``multiple``),
+    each boundary within ``shifts`` of the uniform one (round half up of (j + 1) L / p): written out plainly."""
+    uniform = [((j + 1) * L * 2 + p) // (2 * p) for j in range(p - 1)]
+    out = set()
+    for sizes in itertools.product(range(L + 1), repeat=p - 1):
+        last = L - sum(sizes)
+        stages = (*sizes, last)
+        bounds = list(itertools.accumulate(sizes))
+        if (all(s >= m and s % multiple == 0 for s, m in zip(stages, lo))
+                and all(abs(b - u) <= shifts for b, u in zip(bounds, uniform))):
+            out.add(stages)
+    return out
+
+
+def test_random_partitions_follow_the_frameworks_chunk_rules(monkeypatch):
+    # Boundary by boundary, as in spaces too large for a lookup table (forced here: no table). 16 layers over 4 stages, boundary shifts -4..4. Megatron-Core splits chunks unevenly: under interleaving with 3
+    # chunks a stage holds at least 3 layers, the first and the last at least 2 (their embedding / loss chunk), any
+    # count: 84 splits, every one drawn. The generic profile wants whole chunks of equal size: with 2 chunks every
+    # stage an even count of at least 2.
+    m = Transformer(name="t16", layers=16, hidden=256, heads=4, seq_len=128, vocab=100)
+    c = make_cluster("h100", 4, gpus_per_node=4)
+    monkeypatch.setattr("search._space.LOOKUP_MAX_ENTRIES", 0)
+    for fw, v, lo, multiple in (("megatron-core", 3, (2, 3, 3, 2), 1), ("generic", 2, (2, 2, 2, 2), 2)):
+        space = Space.from_options(m, c, global_batch=8, base="fixed", framework=fw, pp=[4],
+                                   schedule=["interleaved"], vpp=[v], stage_shift=list(range(-4, 5)))
+        d = space.random_digits(np.random.default_rng(0), 2000)
+        assert space.valid(d).all()
+        drawn = {tuple(x) for x in space.table(d).stage_layers.tolist()}
+        want = _partitions(16, 4, lo, 4, multiple)
+        assert drawn == want, fw
+    assert len(_partitions(16, 4, (2, 3, 3, 2), 4)) == 84
