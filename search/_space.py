@@ -76,7 +76,7 @@ DIM_NAMES = set(COLUMNS) - {"global_batch"} | {"microbatches", LIGHT_ENDS, FRAME
 # earlier): every such space was priced under generic, then the only profile a command named by default.
 LEGACY_FRAMEWORK = "generic"
 # Per framework code (FRAMEWORK_NAMES): does the profile split a stage's chunks unevenly (Framework.uneven_chunks)?
-_UNEVEN_CHUNKS = np.array([framework_preset(name).uneven_chunks for name in FRAMEWORK_NAMES])
+UNEVEN_CHUNKS = np.array([framework_preset(name).uneven_chunks for name in FRAMEWORK_NAMES])
 # Largest lookup table of the constrained block (bools): 2**22 entries = 4 MiB, built in about
 # a second (Space.valid_direct at ~5M candidates/s, BENCHMARKS.md "Grid enumeration").
 LOOKUP_MAX_ENTRIES = 1 << 22
@@ -697,7 +697,7 @@ class Space(SearchSpace):
         # Per row, as costmodel._feasibility.stage_feasibility: where the framework splits chunks unevenly every stage
         # needs v layers and no multiple of v, the first and the last v - 1 under interleaving (the embedding's and the
         # loss's chunks); elsewhere every stage a multiple of v.
-        uneven = _UNEVEN_CHUNKS[cols[FRAMEWORK]]
+        uneven = UNEVEN_CHUNKS[cols[FRAMEWORK]]
         end = (uneven & (cols["schedule"] == SCHEDULES.index("interleaved"))).astype(np.int64)
         st = self._stage
         out = digits.copy()
