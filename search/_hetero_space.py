@@ -50,7 +50,7 @@ class Dim(_SpaceDim):
 
 
 # Schedules a HeteroSpace may use: one chunk per device, or Megatron's interleaved 1F1B with
-# vpp chunks per device (every stage's layers a multiple of vpp).
+# vpp chunks per device (the stages' layers as the framework's chunk rule wants: costmodel._feasibility).
 HETERO_SCHEDULES = ("gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved")
 GLOBAL_DIMS = ("microbatches", "schedule", "recompute", "zero_stage", "sequence_parallel", "vpp", "ep", FRAMEWORK)
 
