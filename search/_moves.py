@@ -6,8 +6,8 @@ random; symmetric). Rows need not come back valid: the searcher masks them with
 
 On a Space: a dimension is picked uniformly among those with more than one choice (per-stage
 ones only for stages the row uses); an ordinal one (a stage boundary shift) steps its digit by
-+-1, moving the boundary one layer (vpp layers under interleaving where the row's framework
-wants stages of whole, equal chunks), any other takes another choice uniformly. In a per-stage space a pp change also
++-1, moving the boundary one layer (vpp layers under a chunked schedule where the row's
+framework wants stages of whole, equal chunks), any other takes another choice uniformly. In a per-stage space a pp change also
 resets the boundary shifts to the uniform positions and the unused stages' recompute digits.
 
 On a HeteroSpace: the placement moves of search._placement_moves (swap two stages' pools, move a
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel._strategy import FRAMEWORK, SCHEDULES
+from costmodel._strategy import FRAMEWORK
 from search._hetero_space import HeteroSpace
 from search._placement_moves import placement_moves
 from search._space import UNEVEN_CHUNKS
@@ -60,11 +60,11 @@ def _grid_moves(space):
                 movable[:, rc_cols] &= rc_stage[None, :] < pp[:, None]
         v = np.ones(C, dtype=np.int64)  # boundary step in layers
         if shift_cols.size:
-            # whole chunks (vpp layers) where the row's framework wants equal chunks; one layer where it splits them
-            # unevenly (any count of at least vpp layers: search._space.UNEVEN_CHUNKS)
-            inter = space.column(digits, "schedule") == SCHEDULES.index("interleaved")
+            # whole chunks (vpp layers; 1 but under the chunked schedules) where the row's framework wants equal
+            # chunks; one layer where it splits them unevenly (any count of at least vpp: search._space.UNEVEN_CHUNKS),
+            # the rule Space._random_stages draws by
             uneven = UNEVEN_CHUNKS[space.column(digits, FRAMEWORK).astype(np.int64)]
-            v = np.where(inter & ~uneven, space.column(digits, "vpp"), 1)
+            v = np.where(uneven, 1, space.column(digits, "vpp"))
             dg = digits[:, shift_cols]
             rad_s = space.radices[shift_cols][None, :]
             movable[:, shift_cols] &= (dg - v[:, None] >= 0) | (dg + v[:, None] < rad_s)

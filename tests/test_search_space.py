@@ -192,9 +192,10 @@ def test_propose_moves_one_dimension(which, framework):
         t0, t1 = space.table(d), space.table(p)
         shift = (changed & ordinal[None, :]).any(axis=1) & ~pp_moved
         assert shift.sum() > 50
-        # one layer leaves one stage for its neighbour; under interleaving, where the generic profile wants whole
-        # equal chunks, vpp layers (Megatron-Core takes any count of at least vpp layers: one)
-        v = np.where((t0["schedule"] == 2) & (framework == "generic"), t0["vpp"], 1)[shift]
+        # one layer leaves one stage for its neighbour; under a chunked schedule (vpp > 1: here interleaving), where
+        # the generic profile wants whole equal chunks, vpp layers (Megatron-Core takes any count of at least vpp: one)
+        assert np.all((t0["vpp"] == 1) | (t0["schedule"] == 2))
+        v = np.where(framework == "generic", t0["vpp"], 1)[shift]
         assert framework == "megatron-core" or np.any(v > 1)
         step = (p - d)[shift][(changed & ordinal[None, :])[shift]]
         assert np.all(np.abs(step) == v)
@@ -398,10 +399,11 @@ def _partitions(L, p, lo, shifts, multiple=1):
 
 
 def test_random_partitions_follow_the_frameworks_chunk_rules(monkeypatch):
-    # Boundary by boundary, as in spaces too large for a lookup table (forced here: no table). 16 layers over 4 stages, boundary shifts -4..4. Megatron-Core splits chunks unevenly: under interleaving with 3
-    # chunks a stage holds at least 3 layers, the first and the last at least 2 (their embedding / loss chunk), any
-    # count: 84 splits, every one drawn. The generic profile wants whole chunks of equal size: with 2 chunks every
-    # stage an even count of at least 2.
+    # Boundary by boundary, as in spaces too large for a lookup table (forced here: no table). 16 layers over 4
+    # stages, boundary shifts -4..4. Megatron-Core splits chunks unevenly: under interleaving with 3 chunks a stage
+    # holds at least 3 layers, the first and the last at least 2 (their embedding / loss chunk), any count: 84
+    # splits, every one drawn. The generic profile wants whole chunks of equal size: with 2 chunks every stage an
+    # even count of at least 2.
     m = Transformer(name="t16", layers=16, hidden=256, heads=4, seq_len=128, vocab=100)
     c = make_cluster("h100", 4, gpus_per_node=4)
     monkeypatch.setattr("search._space.LOOKUP_MAX_ENTRIES", 0)
