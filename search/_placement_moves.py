@@ -1,6 +1,8 @@
 """MCMC's local moves on a search.HeteroSpace (placements on the pools of a mixed cluster).
 
-The first five moves uniformly: swap two stages' pools; move one stage boundary by one step;
+The first five moves uniformly: swap two stages' pools; move one stage boundary by one step (one
+layer, or ``shift_layers``; to the next whole chunk where the row interleaves vpp chunks under a
+framework that wants equal chunks, the rule costmodel._feasibility checks);
 change one stage's degrees (dp, tp or order to another choice, or trade a factor 2 between its
 tp and dp keeping its GPUs); change one global choice (pp included); put one stage on another
 pool (the only move that changes which pools a placement uses: with two stages on an A100 and an
@@ -8,13 +10,17 @@ H100 pool, both on the H100s); and, where the space has splits, at a share SPLIT
 change one stage's split (dp2 one step up or down, or another pool2). Rows need not come back valid: the caller masks them with ``space.valid``.
 
 This module reads the space only through its dimensions (``dims``, ``radices``, ``num_slots``,
-``has_split``, ``global_dims``), so that the space's own random draws (a walk of these moves,
+``has_split``, ``global_dims``) and, for the boundary step, ``model.layers``, ``shift_layers`` and
+``framework``, so that the space's own random draws (a walk of these moves,
 search._hetero_space) and the searcher's proposer (search._moves) both import it from below.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from costmodel._frameworks import DEFAULT_FRAMEWORK, framework_preset
+from costmodel._strategy import FRAMEWORK
 
 PLACEMENT_MOVES = ("swap_pools", "shift_boundary", "stage_degrees", "global", "stage_pool", "split")
 # Share of MCMC's moves and of random draws' stages that change a stage's split.
@@ -38,6 +44,7 @@ def placement_moves(space):
     shift_cols = stage_cols("stage_shift", S - 1) if S > 1 else None
     split_cols = (stage_cols("dp2"), stage_cols("pool2")) if space.has_split else None
     gcols = np.array([0] + [index[n] for n in space.global_dims])
+    chunk_of = boundary_chunks(space)
 
     def move(digits, rng: np.random.Generator) -> np.ndarray:
         cur = np.atleast_2d(np.asarray(digits, dtype=np.int64))
@@ -60,8 +67,8 @@ def placement_moves(space):
         if S > 1:
             jb = (rng.random(C) * np.maximum(p - 1, 1)).astype(np.int64)
             cols = shift_cols[jb]
-            step = np.where(rng.random(C) < 0.5, -1, 1)
-            new = np.clip(cur[rows, cols] + step, 0, radices[cols] - 1)
+            up = rng.random(C) >= 0.5
+            new = np.clip(boundary_step(space, cur[rows, cols], jb, p, chunk_of(cur), up), 0, radices[cols] - 1)
             out[rows[sh], cols[sh]] = new[sh]
         # change one stage's degrees
         dg = which == 2
@@ -104,3 +111,39 @@ def placement_moves(space):
         return out
 
     return move
+
+
+def boundary_chunks(space):
+    """``chunk(digits)`` (C,): the layers a boundary of each row moves by at least: vpp where the row interleaves vpp
+    chunks a device under a framework that wants them equal (costmodel._feasibility: a stage a whole number of
+    chunks), else 1 (one chunk a device, or a framework that splits chunks unevenly: Framework.uneven_chunks)."""
+    index = {d.name: k for k, d in enumerate(space.dims)}
+    v_col, f_col = index.get("vpp"), index.get(FRAMEWORK)
+    vpp = None if v_col is None else np.asarray(space.dims[v_col].choices, dtype=np.int64)
+    names = space.dims[f_col].choices if f_col is not None else (space.framework or DEFAULT_FRAMEWORK,)
+    uneven = np.array([framework_preset(n, FRAMEWORK).uneven_chunks for n in names])
+
+    def chunk(digits) -> np.ndarray:
+        C = len(digits)
+        if vpp is None:
+            return np.ones(C, dtype=np.int64)
+        v = vpp[digits[:, v_col]]
+        even = ~uneven[digits[:, f_col]] if f_col is not None else np.full(C, not uneven[0])
+        return np.where(even, v, 1)
+
+    return chunk
+
+
+def boundary_step(space, shift_digit, j, p, chunk, up) -> np.ndarray:
+    """The digit of boundary ``j`` after one step up (``up``) or down from ``shift_digit``, of rows of ``p`` stages:
+    its cut round(L (j + 1) / p) + shift x shift_layers (search.HeteroSpace._layers) moved to the next multiple of
+    ``chunk`` layers that way, in whole shifts (up: at least that far, down: at least that far back). With chunk 1
+    and shift_layers 1 that is one shift either way. Not clipped to the dimension's range."""
+    choices = np.asarray(space.dims[[d.name for d in space.dims].index("stage_shift.0")].choices, dtype=np.int64)
+    L, sl = space.model.layers, space.shift_layers
+    shift = choices[0] + np.asarray(shift_digit, dtype=np.int64)  # the choices run from -max_shift in steps of 1
+    base = np.rint(L * (np.asarray(j) + 1) / np.asarray(p)).astype(np.int64)
+    cut = base + shift * sl
+    target = np.where(up, (cut // chunk + 1) * chunk, ((cut - 1) // chunk) * chunk)
+    moved = np.where(up, -((base - target) // sl), (target - base) // sl)  # ceil up, floor down
+    return moved - choices[0]

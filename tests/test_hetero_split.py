@@ -338,3 +338,43 @@ def test_space_interleaving_vpp():
     assert np.allclose(a["bubble_s"], b["bubble_s"] / 2, rtol=1e-12)
     plain = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,))
     assert all(dim.name != "vpp" for dim in plain.dims)
+
+
+@pytest.mark.parametrize("framework, chunk", [("generic", 3), ("megatron-core", 1)])
+def test_boundary_moves_follow_the_frameworks_chunk_rule(framework, chunk):
+    """A boundary move on an interleaved row steps to the next whole chunk where the framework wants equal chunks
+    (generic: every stage a multiple of vpp = 3 layers; costmodel._feasibility) and one layer where it splits them
+    unevenly (Megatron-Core): 96 layers over 4 stages start at 24 each, so a generic move gives two stages 21 and 27
+    layers (a change of 3 each), a Megatron-Core move 23 and 25 (1 each)."""
+    model = model_preset("gpt3-175b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(4,), microbatches=(64,), recompute=("full",),
+                                     zero_stage=(1,), schedule=("interleaved",), vpp=(3,), framework=framework)
+    start = space.random_digits(np.random.default_rng(0), 50)
+    shift = np.array([d.base == "stage_shift" for d in space.dims])
+    start[:, shift] = space.dims[int(np.flatnonzero(shift)[0])].choices.index(0)  # uniform stages, 24 layers each
+    assert space.valid(start).all()
+    many = np.repeat(start, 40, axis=0)
+    prop = proposer(space)(many, np.random.default_rng(1))
+    moved = ((prop != many) & shift[None, :]).any(axis=1)
+    assert moved.sum() > 100
+    before, after = space.table(many[moved])["layers"], space.table(prop[moved])["layers"]
+    change = np.abs(after - before)
+    assert (np.sort(change, axis=1)[:, -2:] == chunk).all() and (change.sum(axis=1) == 2 * chunk).all()
+    assert space.valid(prop[moved]).all()
+
+
+def test_boundary_step_snaps_to_the_next_chunk():
+    """From a cut that is not a whole chunk: 96 layers over 5 stages cut first at round(19.2) = 19; with 3-layer
+    chunks one step up reaches 21 (a shift of +2) and one down 18 (-1); with shift_layers 2 a step down goes at least
+    to 18, that is to 17 (-1 shift of 2 layers)."""
+    from search._placement_moves import boundary_step
+
+    model = model_preset("gpt3-175b")
+    hc = make_hetero([make_pool("a100", "a100", nodes=8), make_pool("h100", "h100", nodes=8)])
+    for sl, up_shift, down_shift in ((1, 2, -1), (2, 1, -1)):
+        space = HeteroSpace.from_options(model, hc, global_batch=1536, pp=(5,), shift_layers=sl)
+        zero = space.dims[space._col("stage_shift.0")].choices.index(0)
+        got = boundary_step(space, np.array([zero, zero]), np.array([0, 0]), np.array([5, 5]), np.array([3, 3]),
+                            np.array([True, False]))
+        assert list(got - zero) == [up_shift, down_shift]
