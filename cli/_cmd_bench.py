@@ -8,7 +8,7 @@ import numpy as np
 
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg, add_seq_len_arg
-from cli._specs import one_framework, with_seq_len
+from cli._specs import number, one_framework, with_seq_len
 from costmodel import DEFAULT_FRAMEWORK, cluster_preset, evaluate, model_preset
 from costmodel._bench_rows import BENCH_SPACE, bench_table
 from costmodel._reference import evaluate_row
@@ -67,7 +67,7 @@ def pipeline_check() -> list[dict]:
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help=COMMAND_HELP["bench"])
-    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--rows", metavar="N", default="1000000", help="strategies the vectorised core prices (default 1000000)")
     p.add_argument("--model", default="gpt3-175b",
                    help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")
     add_seq_len_arg(p)
@@ -85,7 +85,7 @@ def run(args) -> int:
                   f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
                   f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
         return 0
-    res = measure(n_vec=args.rows, model_name=args.model, framework=one_framework(args.framework),
+    res = measure(n_vec=number(args.rows, "--rows", int, low=1), model_name=args.model, framework=one_framework(args.framework),
                   seq_len=args.seq_len)
     if args.json:
         print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio", "framework")}))

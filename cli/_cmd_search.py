@@ -204,7 +204,7 @@ def _run_space_searcher(args: argparse.Namespace) -> int:
     budget = number(args.budget, "--budget", int, 1)
     batch = number(args.batch, "--batch", int, 1)
     top = number(args.top, "--top", int, 1)
-    seed = number(args.seed, "--seed", int)
+    seed = number(args.seed, "--seed", int, low=0)
     if isinstance(cluster, HeteroCluster):  # placement search: search.HeteroSpace
         from cli._cmd_search_hetero import HETERO_DEFAULTS, SWEEP_HETERO_DEFAULTS, hetero_space_from_args
 

@@ -169,7 +169,7 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
     options.update(options_from_args(args.options, args).to_json())
     studies = build_studies(args, search=True)
     options.update(objective_options(args))
-    return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int),
+    return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int, low=0),
             "argv": sys.argv[1:], "options": options, "studies": studies}
 
 

@@ -248,3 +248,22 @@ def test_a_range_of_a_gpu_whose_name_ends_in_x():
     words = cluster_words("mi300x64..256,h100x64")
     assert [(cluster_preset(w).gpu.name, cluster_preset(w).num_gpus) for w in words] == [
         ("MI300X-OAM-192GB", 64), ("MI300X-OAM-192GB", 128), ("MI300X-OAM-192GB", 256), ("H100-SXM5-80GB", 64)]
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["bench", "--rows", "0"], "plansweep bench: error: --rows: expected an integer >= 1, got 0"),
+    (["bench", "--rows", "-1"], "plansweep bench: error: --rows: expected an integer >= 1, got -1"),
+    (["bench", "--rows", "2.5"], "plansweep bench: error: --rows: expected an integer, got '2.5'"),
+    (["search", "mcmc", "--space", "exact", "--budget", "10", "--seed", "-1"],
+     "plansweep search: error: --seed: expected an integer >= 0, got -1"),
+    (["search", "tpe", "--space", "exact", "--budget", "10", "--seed", "-3", "--out", "{tmp}/run"],
+     "plansweep search: error: --seed: expected an integer >= 0, got -3"),
+])
+def test_counts_and_seeds_below_their_range_are_refused(tmp_path, capsys, argv, line):
+    """A row count under 1 (bench) and a negative seed (numpy's generators take none), also for a search into a run
+    directory, are one line naming the flag, exit 2, nothing written: before, `bench --rows 0` divided by zero and a
+    negative seed reached numpy's seeding."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == line
+    assert not (tmp_path / "run").exists()
