@@ -143,6 +143,26 @@ def band_cell(row: dict, best: dict) -> str:
     return f" {50 * (hi - lo) / t:5.1f}" + ("~" if tied else " ")
 
 
+# The parts a step is the sum of (costmodel's Metrics: compute through the optimizer step), as why_faster names them.
+STEP_PARTS = (("compute_s", "compute"), ("recompute_s", "recompute"), ("tp_comm_s", "tensor-parallel exchange"),
+              ("cp_comm_s", "context-parallel exchange"), ("ep_comm_s", "expert all-to-alls"),
+              ("pp_comm_s", "pipeline hand-offs"), ("dp_comm_s", "data-parallel exchange"),
+              ("bubble_s", "pipeline bubble"), ("optimizer_s", "optimizer step"))
+
+
+def why_faster(a: dict, b: dict, share: float = 0.01, most: int = 4) -> str | None:
+    """Where plan ``a``'s step differs from plan ``b``'s: the parts of the step (STEP_PARTS, which sum to it) whose
+    difference is at least ``share`` of b's step, the largest first, at most ``most`` of them ("why: a step of A s
+    against B s: compute -0.52 s, ..."); None where a row lacks a part or a step."""
+    if any(not isinstance(r.get(k), (int, float)) or not math.isfinite(r[k])
+           for r in (a, b) for k in ("step_time_s", *(key for key, _ in STEP_PARTS))):
+        return None
+    diffs = sorted(((a[key] - b[key], name) for key, name in STEP_PARTS), key=lambda x: -abs(x[0]))
+    shown = [f"{name} {d:+.3g} s" for d, name in diffs if abs(d) >= share * b["step_time_s"]][:most]
+    line = f"why: a step of {a['step_time_s']:.4g} s against {b['step_time_s']:.4g} s"
+    return line + (": " + ", ".join(shown) if shown else " (no part differs by 1% of the step)")
+
+
 def format_by_framework(columns, thr: str, best: list[dict], missing: dict[str, str], score: str | None = None) -> str:
     """The best plan of each framework, best first (``best``: one row each, as rows_as_dicts gives, ordered by the
     ranking), the frameworks without a feasible plan (``missing``: framework -> why), and the winner named with how
@@ -161,6 +181,8 @@ def format_by_framework(columns, thr: str, best: list[dict], missing: dict[str, 
         line += (f", {best[0][key] / best[1][key]:.3f}x the {what} of {best[1].get('framework')} "
                  "(the next best framework)")
     out.append(line)
+    if len(best) > 1 and (why := why_faster(best[0], best[1])):
+        out.append(why)
     return "\n".join(out)
 
 

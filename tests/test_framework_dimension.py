@@ -347,6 +347,26 @@ def test_rank_prints_the_best_plan_of_each_framework_and_names_the_winner(capsys
     winner = max(alone, key=alone.get)
     assert f"winner: {winner}," in out
     assert list(blocks) == sorted(alone, key=lambda n: -alone[n])  # best first
+    # and why it wins: its step against the next framework's, the steps as the block prints them
+    rows = [ln.split() for ln in out.split("best plan per framework:")[1].splitlines() if ln.split()[:1] in (["1"], ["2"])]
+    why = next(ln for ln in out.splitlines() if ln.startswith("why: "))
+    said = why.split(":")[1].split()  # "a step of X s against Y s"
+    step = {r[0]: float(r[-5]) for r in rows}  # (the block's step s column, 4 decimals)
+    assert float(said[3]) == pytest.approx(step["1"], abs=1e-4) and float(said[6]) == pytest.approx(step["2"], abs=1e-4)
+
+
+def test_why_names_the_parts_of_the_step_that_differ_most():
+    """why_faster by hand: plan a's step of 10 s against b's 12 s, the parts summing to each; parts within 1% of
+    b's step (0.12 s) left out, the rest largest first, signed a - b."""
+    from cli._cmd_show import STEP_PARTS, why_faster
+
+    zero = {key: 0.0 for key, _ in STEP_PARTS}
+    a = {**zero, "compute_s": 7.0, "dp_comm_s": 0.5, "tp_comm_s": 1.95, "bubble_s": 0.55, "step_time_s": 10.0}
+    b = {**zero, "compute_s": 7.1, "dp_comm_s": 2.0, "tp_comm_s": 1.5, "bubble_s": 1.4, "step_time_s": 12.0}
+    assert why_faster(a, b) == ("why: a step of 10 s against 12 s: data-parallel exchange -1.5 s, "
+                                "pipeline bubble -0.85 s, tensor-parallel exchange +0.45 s")
+    assert why_faster(a, b, most=1).endswith("data-parallel exchange -1.5 s")
+    assert why_faster(a, {**b, "optimizer_s": None}) is None  # a part missing: nothing said
 
 
 # ---- --seq-len --------------------------------------------------------------------------------------------------
