@@ -94,7 +94,7 @@ def init_ray(*, workers: int | None, address: str | None) -> str:
     workers = workers or os.cpu_count() or 1
     os.environ.pop("RAY_ADDRESS", None)
     # address="local": always a new cluster of our own, never one that `ray start` left running.
-    with _environment(_setup_hook_env()):  # the raylet's environment, not the driver's after
+    with _environment({**_setup_hook_env(), **_packages_path_env()}):  # the raylet's, not the driver's after
         ray.init(address="local", num_cpus=workers, num_gpus=0, include_dashboard=False, **common)
     _EMBEDDED.add("local")
     return f"embedded local Ray ({workers} worker{'s' if workers != 1 else ''})"
@@ -161,6 +161,19 @@ def _setup_hook_env() -> dict[str, str]:
 
     name = getattr(ray_constants, "WORKER_PROCESS_SETUP_HOOK_ENV_VAR", None)
     return {name: SETUP_HOOK} if name and name not in os.environ else {}
+
+
+# The folder holding this package and its siblings (costmodel, search, cli): on an embedded Ray's workers' path, so
+# that a run from a checkout that was not installed (`python3 -m cli sweep ...`) reaches them there too.
+PACKAGES_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _packages_path_env() -> dict[str, str]:
+    """{"PYTHONPATH": PACKAGES_ROOT first, then what was there}; empty where it is on that path already."""
+    old = os.environ.get("PYTHONPATH", "")
+    if PACKAGES_ROOT in old.split(os.pathsep):
+        return {}
+    return {"PYTHONPATH": PACKAGES_ROOT + (os.pathsep + old if old else "")}
 
 
 class _Held:

@@ -1,6 +1,7 @@
 """Joining a Ray cluster fails in one line that says what to do, within 10 s: an address that does
 not answer, a cluster that requires a token this process lacks, a cluster of another Ray version.
-The token cases run against a local head started with Ray's token authentication."""
+The token cases run against a local head started with Ray's token authentication. And the embedded Ray's workers
+find the packages of a checkout that was not installed."""
 
 from __future__ import annotations
 
@@ -136,3 +137,22 @@ def test_a_cluster_of_another_ray_version_is_one_line(token_head, tmp_path):
     proc, elapsed = _plansweep([*TINY, "--address", address, "--out", str(tmp_path / "run")],
                                _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token), prelude=prelude)
     _one_line(proc, elapsed, "--address", "Ray 2.0.0", f"a cluster of Ray {ray.__version__}")
+
+
+def test_an_embedded_rays_workers_find_the_packages_of_an_uninstalled_checkout(monkeypatch):
+    """The embedded Ray's raylet (and so its workers) gets the folder holding sweep, search, costmodel and cli first on
+    PYTHONPATH: a run started from a checkout with `python3 -m cli sweep` (nothing installed) found none of them in its
+    workers ("No module named 'sweep'" in the setup hook). Where the folder is on the path already, nothing is set."""
+    import os
+    from pathlib import Path
+
+    from sweep import _ray
+
+    root = Path(_ray.PACKAGES_ROOT)
+    assert all((root / pkg / "__init__.py").is_file() for pkg in ("sweep", "search", "costmodel", "cli"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert _ray._packages_path_env() == {"PYTHONPATH": str(root)}
+    monkeypatch.setenv("PYTHONPATH", "/opt/elsewhere")
+    assert _ray._packages_path_env() == {"PYTHONPATH": str(root) + os.pathsep + "/opt/elsewhere"}
+    monkeypatch.setenv("PYTHONPATH", "/opt/elsewhere" + os.pathsep + str(root))
+    assert _ray._packages_path_env() == {}
