@@ -169,9 +169,11 @@ PACKAGES_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _packages_path_env() -> dict[str, str]:
-    """{"PYTHONPATH": PACKAGES_ROOT first, then what was there}; empty where it is on that path already."""
+    """{"PYTHONPATH": PACKAGES_ROOT first, then what was there} where PACKAGES_ROOT is a checkout (its pyproject.toml
+    beside the packages: an installed copy's folder is site-packages, already on every worker's path, and put first
+    it would come before the standard library); empty there, or where it is on that path already."""
     old = os.environ.get("PYTHONPATH", "")
-    if PACKAGES_ROOT in old.split(os.pathsep):
+    if not os.path.isfile(os.path.join(PACKAGES_ROOT, "pyproject.toml")) or PACKAGES_ROOT in old.split(os.pathsep):
         return {}
     return {"PYTHONPATH": PACKAGES_ROOT + (os.pathsep + old if old else "")}
 

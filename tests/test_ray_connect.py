@@ -156,3 +156,6 @@ def test_an_embedded_rays_workers_find_the_packages_of_an_uninstalled_checkout(m
     assert _ray._packages_path_env() == {"PYTHONPATH": str(root) + os.pathsep + "/opt/elsewhere"}
     monkeypatch.setenv("PYTHONPATH", "/opt/elsewhere" + os.pathsep + str(root))
     assert _ray._packages_path_env() == {}
+    monkeypatch.delenv("PYTHONPATH")  # an installed copy (no pyproject.toml beside the packages): nothing set
+    monkeypatch.setattr(_ray, "PACKAGES_ROOT", str(root / "costmodel"))
+    assert _ray._packages_path_env() == {}
