@@ -241,7 +241,7 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     from costmodel._bands import error_band_row
 
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
-            "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework),
+            "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "stages": stages, "goodput": g}
 
@@ -369,7 +369,7 @@ def side_by_side(model, cluster, table: StrategyTable, names: list[str], refused
 
             out.append({"framework": name, "metrics": _plain_metrics(m),
                         "stages": stage_rows(model, cluster, table, framework=name),
-                        "error_band": error_band_row(float(m["tokens_per_s"][0]), table, name)})
+                        "error_band": error_band_row(float(m["tokens_per_s"][0]), table, name, model.seq_len)})
         else:
             out.append({k: v for k, v in report(model, cluster, table, m, failure, name).items()
                         if k in ("framework", "metrics", "stages", "goodput", "error_band")})
@@ -507,7 +507,7 @@ def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
 
         print_json({"model": model.name, "cluster": cluster.name, "framework": framework,
                     "strategy": table.row(0, names), "metrics": m, "stages": rows,
-                    "error_band": error_band_row(m["tokens_per_s"], table, framework)})
+                    "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len)})
         return 0
     print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}

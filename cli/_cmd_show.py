@@ -69,7 +69,8 @@ def priced_arrow(space, table, metrics) -> pa.Table:
     from sweep._results import pool_names, to_arrow  # pyarrow only when printing
 
     return to_arrow(table, metrics, run_id="", model=space.model.name, cluster=space.cluster.name,
-                    framework=space.framework, iteration=0, grid_index=None, pool_names=pool_names(space))
+                    framework=space.framework, iteration=0, grid_index=None, pool_names=pool_names(space),
+                    seq_len=space.model.seq_len)
 
 
 def format_priced(space, table, metrics) -> str:

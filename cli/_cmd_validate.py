@@ -8,7 +8,9 @@ from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg
 from cli._specs import one_framework
 from costmodel import InputError
-from costmodel._validate import band_table_of, calibrate, read_hardware, read_runs, validate, write_hardware
+from costmodel._bands import bands_from_json
+from costmodel._validate import (band_summary, band_table_of, calibrate, read_hardware, read_runs, validate,
+                                 write_hardware)
 
 
 def register(sub) -> None:
@@ -39,8 +41,11 @@ def run_validate(args) -> int:
         raise InputError("--write-bands", "a file path", f"{args.write_bands} is a directory")
     eff = read_hardware(args.hardware) if args.hardware else None
     runs = read_runs(args.file, eff, empty_cells_framework(args))
-    res = validate(runs)
-    bands = write_bands(args.write_bands, band_table_of(args.file, runs, res)) if args.write_bands else None
+    res = validate(runs, check_bands=not args.write_bands)
+    bands = None
+    if args.write_bands:  # the runs held to the bands just written (the shipped table may be of an older layout)
+        bands = write_bands(args.write_bands, band_table_of(args.file, runs, res))
+        res.update(band_summary(runs, res["rows"], bands_from_json(bands, args.write_bands)))
     if args.json:
         print_json(res)
         return 0

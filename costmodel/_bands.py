@@ -17,14 +17,23 @@ priced under it).
 
 Parallelism families, in precedence order: a row that is several takes the first (PARALLELISMS):
     moe            ep > 1: the expert dispatch / combine all-to-alls and routing are priced by no other family
-    cp             cp > 1: ring attention's passes (the largest residuals of the dense set: -14% to +17%)
+    long-context   sequences of LONG_CONTEXT tokens or more, with or without context parallelism: attention's core
+                   is a large share of the FLOPs (its causal half at 64k tokens: 57% of a Llama 2 7B layer's, 39%
+                   of a Llama 3 70B layer's, more beyond), so its kernels' rates at long lengths and the
+                   context-parallel ring beside them set the error (the largest residuals of the dense set: -27%
+                   to +19%)
     deep-pp        pp >= 16 (DEEP_PP): the bubble, uneven stages and the peak of many micro-batches in flight
     fp8            precision fp8: every GEMM at the fp8 rate plus the casts; a multiplicative error on compute
-    tp-pp          tp > 1 or 1 < pp < 16: tensor and shallow pipeline parallelism (with data parallelism or FSDP)
-    data-parallel  tp = pp = 1: pure data parallelism, ZeRO 0-3 and FSDP full sharding
-The order puts a mechanism the others do not have before one that changes a rate all rows share: a row with cp > 1 and
-fp8 takes cp, since ring attention's exposed passes are the term no fp8 row without cp tests; pp >= 16 in fp8 takes
-deep-pp for the same reason. A table with placements takes its widest stage's tp.
+    tp-pp          tp > 1 or 1 < pp < 16 (or cp > 1 at shorter sequences): tensor and shallow pipeline parallelism
+                   (with data parallelism or FSDP)
+    data-parallel  tp = pp = cp = 1: pure data parallelism, ZeRO 0-3 and FSDP full sharding
+Long context is a family of its own, not context parallelism: the misses of the context-parallel runs grow with the
+sequence and not with the ring (docs/validation.md: NeMo's Llama 2 7B runs without context parallelism at 4k-128k
+tokens miss as those with it, growing with attention's share; torchtitan's rings hide their exchange), while context
+parallelism of 2 at 8k tokens (Megatron-Bridge's Llama 3.1 405B runs) misses as the other pipelined fp8 runs do. The
+order puts a mechanism the others do not have before one that changes a rate all rows share: a long-context row in
+fp8 takes long-context, since attention's long-sequence rate is the term no short fp8 row tests; pp >= 16 in fp8
+takes deep-pp for the same reason. A table with placements takes its widest stage's tp.
 
 The band of a regime (band_table): the split-conformal bound (Vovk et al. 2005; Lei et al. 2018) on |r| at level c:
 the k-th smallest |r| of the regime's n runs, k = ceil(c (n + 1)). It is centred on zero, not on the regime's mean
@@ -78,7 +87,8 @@ FAMILY_OF_PROFILE = {
 # A profile missing above takes the family its name starts with (tests/test_bands.py holds every profile listed).
 FAMILY_PREFIXES = (("megatron", "megatron"), ("nemo", "megatron"), ("deepspeed", "deepspeed"), ("fsdp", "fsdp"),
                    ("torchtitan", "fsdp"), ("llm-foundry", "fsdp"))
-PARALLELISMS = ("moe", "cp", "deep-pp", "fp8", "tp-pp", "data-parallel")  # precedence order
+PARALLELISMS = ("moe", "long-context", "deep-pp", "fp8", "tp-pp", "data-parallel")  # precedence order
+LONG_CONTEXT = 65536  # tokens a sequence from which it is long context (the 64k of the published long-context runs)
 PARENT = {"deep-pp": "tp-pp"}  # a sparse family's band borrowed from the family it refines (module docstring)
 DEEP_PP = 16  # pipeline stages from which a pipeline is "deep" (Llama 3 405B's 16, Megatron's 462B at 16)
 LEVELS = (0.80, 0.85, 0.90, 0.95)  # conformal levels tried, least first
@@ -122,11 +132,13 @@ def _widest_tp(table) -> np.ndarray:
     return np.max(np.where(active, table.stages["tp"], 1), axis=1)
 
 
-def parallelism_codes(table) -> np.ndarray:
-    """(N,) codes into PARALLELISMS of a StrategyTable's rows: the first family of the precedence order a row is."""
+def parallelism_codes(table, seq_len) -> np.ndarray:
+    """(N,) codes into PARALLELISMS of a StrategyTable's rows of sequences of ``seq_len`` tokens (one number, or one a
+    row): the first family of the precedence order a row is."""
     tp, pp, cp, ep = _widest_tp(table), table["pp"], table["cp"], table["ep"]
     fp8 = table["precision"] == PRECISIONS.index("fp8")
-    conds = [ep > 1, cp > 1, pp >= DEEP_PP, fp8, (tp > 1) | (pp > 1)]
+    conds = [ep > 1, np.broadcast_to(np.asarray(seq_len) >= LONG_CONTEXT, np.shape(ep)), pp >= DEEP_PP, fp8,
+             (tp > 1) | (pp > 1) | (cp > 1)]
     return np.select(conds, np.arange(len(conds)), default=len(conds)).astype(np.int8)
 
 
@@ -301,20 +313,21 @@ def shipped_bands(path: str = str(BANDS_PATH)) -> Bands:
     return bands_from_json(doc, path)
 
 
-def error_bands(tokens_per_s: np.ndarray, table, framework, bands: Bands | None = None) -> dict[str, np.ndarray]:
+def error_bands(tokens_per_s: np.ndarray, table, framework, seq_len, bands: Bands | None = None) -> dict[str, np.ndarray]:
     """Each row's band: {"low", "high": (N,) tokens/s, "half_width": (N,) log, "regime": (N,) names, "runs": (N,)}
-    for rows of ``table`` predicted at ``tokens_per_s`` (N,) under ``framework`` (a name, (N,) names or codes)."""
+    for rows of ``table`` of sequences of ``seq_len`` tokens predicted at ``tokens_per_s`` (N,) under ``framework`` (a
+    name, (N,) names or codes)."""
     b = bands if bands is not None else shipped_bands()
     t = np.asarray(tokens_per_s, dtype=float)
-    f, p = family_codes(framework, len(t)), parallelism_codes(table)
+    f, p = family_codes(framework, len(t)), parallelism_codes(table, seq_len)
     h = b.half_width[f, p]  # (N,)
     return {"low": t * np.exp(-h), "high": t * np.exp(h), "half_width": h, "regime": b.label[f, p],
             "runs": b.runs[f, p]}
 
 
-def error_band_row(tokens_per_s: float, table, framework, row: int = 0) -> dict:
+def error_band_row(tokens_per_s: float, table, framework, seq_len: int, row: int = 0) -> dict:
     """One row's band as evaluate --json gives it: {"low", "high" (tokens/s), "regime", "runs"}."""
     fw = framework if framework is None or isinstance(framework, str) else np.asarray(framework)[[row]]
-    b = error_bands(np.asarray([tokens_per_s], dtype=float), table.take(np.array([row])), fw)
+    b = error_bands(np.asarray([tokens_per_s], dtype=float), table.take(np.array([row])), fw, seq_len)
     return {"low": float(b["low"][0]), "high": float(b["high"][0]), "regime": str(b["regime"][0]),
             "runs": int(b["runs"][0])}

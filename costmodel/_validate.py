@@ -493,13 +493,13 @@ def repeated_figures(runs: list[MeasuredRun]) -> list[tuple[str, str]]:
     return out
 
 
-def validate(runs: list[MeasuredRun]) -> dict:
+def validate(runs: list[MeasuredRun], bands=None, *, check_bands: bool = True) -> dict:
     """Per-run predictions and the error summary: mean and max |error| over the runs the model
     can price (every run that passes the structural checks), how many it thinks do not fit
-    in memory, the memory error where runs publish their memory, and the pairs of runs whose
-    figures repeat across layouts (repeated_figures)."""
+    in memory, the memory error where runs publish their memory, the pairs of runs whose
+    figures repeat across layouts (repeated_figures), and each run held to its error band (band_summary: the shipped
+    bands, or ``bands``; left out where not ``check_bands``, as before a band table is written)."""
     rows = [predict(r) for r in runs]
-    regimes = band_check(runs, rows)
     errs = np.array([abs(r["error_pct"]) for r in rows])
     priced = errs[np.isfinite(errs)]
     mem = np.array([abs(r["memory_error_pct"]) for r in rows
@@ -519,11 +519,16 @@ def validate(runs: list[MeasuredRun]) -> dict:
         "reserved_memory_runs": int(above.size),
         "reserved_memory_below_prediction": int(np.count_nonzero(above < 0.0)),
         "reserved_memory_mean_above_pct": float(above.mean()) if above.size else None,
-        "band_checked_runs": sum(1 for r in rows if r["inside_band"] is not None),
-        "inside_band_runs": sum(1 for r in rows if r["inside_band"]),
-        "regimes": regimes,
         "repeated_figures": [list(pair) for pair in repeated_figures(runs)],
+        **(band_summary(runs, rows, bands) if check_bands else {}),
     }
+
+
+def band_summary(runs: list[MeasuredRun], rows: list[dict], bands=None) -> dict:
+    """validate's band fields: band_check's per-row fields set on ``rows``, and the counts and regimes."""
+    regimes = band_check(runs, rows, bands)
+    return {"band_checked_runs": sum(1 for r in rows if r["inside_band"] is not None),
+            "inside_band_runs": sum(1 for r in rows if r["inside_band"]), "regimes": regimes}
 
 
 def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[dict]:
@@ -558,7 +563,7 @@ def regime_codes(runs: list[MeasuredRun]) -> tuple[np.ndarray, np.ndarray]:
 
     table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
                                        precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
-    return family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table)
+    return family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table, [r.model.seq_len for r in runs])
 
 
 def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:

@@ -100,7 +100,7 @@ def rebuild_part(record: str, part: str, *, study, run_id: str, metadata: dict,
         metrics = evaluate(study.space, table)
     arrow = to_arrow(table, metrics, run_id=run_id, model=study.model.name, cluster=study.cluster.name,
                      framework=study.space.framework, iteration=iteration, grid_index=None, metadata=metadata,
-                     pool_names=pool_names(study.space))
+                     pool_names=pool_names(study.space), seq_len=study.model.seq_len)
     write_part(arrow, part)
     return len(table)
 

@@ -149,12 +149,14 @@ def _decode(codes: np.ndarray, names) -> pa.Array:
 
 def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str, cluster: str,
              iteration: np.ndarray | int, framework: str | None = None, grid_index: np.ndarray | None,
-             metadata: Mapping[bytes, bytes] | None = None, pool_names: list[str] | None = None) -> pa.Table:
+             metadata: Mapping[bytes, bytes] | None = None, pool_names: list[str] | None = None,
+             seq_len: int = 0) -> pa.Table:
     """One Arrow table of readable strategy columns, metrics and bookkeeping (whole columns).
     A table with placements needs ``pool_names`` (the cluster's pools, in order): its dp, tp and
     micro_batch are null and the per-stage lists of HETERO_STAGE_COLUMNS hold its placement (null without
     placements). The framework column: each row's from the table's framework column, else ``framework`` (None:
-    DEFAULT_FRAMEWORK) for every row. The columns and types are result_schema's, whatever the table."""
+    DEFAULT_FRAMEWORK) for every row. ``seq_len``: the model's sequence length, for the error bands' regime (long
+    context or not). The columns and types are result_schema's, whatever the table."""
     hetero = table.placed
     if hetero and pool_names is None:
         raise ValueError("to_arrow of a table with placements needs pool_names")
@@ -191,7 +193,7 @@ def to_arrow(table: StrategyTable, metrics: Metrics, *, run_id: str, model: str,
     for c in METRIC_COLUMNS:
         cols[c] = _decode(metrics[c], REASONS) if c == "reason" else pa.array(metrics[c], type=_metric_type(c))
     band = error_bands(metrics["tokens_per_s"], table,
-                       table[FRAMEWORK] if FRAMEWORK in table.columns else framework or DEFAULT_FRAMEWORK)
+                       table[FRAMEWORK] if FRAMEWORK in table.columns else framework or DEFAULT_FRAMEWORK, seq_len)
     cols["tokens_per_s_low"], cols["tokens_per_s_high"] = (pa.array(band[k], pa.float64()) for k in ("low", "high"))
     for c, value in (("run_id", run_id), ("model", model), ("cluster", cluster), ("framework", framework or DEFAULT_FRAMEWORK)):
         cols[c] = pa.array(np.full(n, value, dtype=object), type=pa.string())

@@ -255,7 +255,8 @@ class ChainRunner:
             iteration = np.zeros(0, dtype=np.int64)
         arrow = to_arrow(table, m, run_id=run_id, model=self.space.model.name, cluster=self.space.cluster.name,
                          framework=self.space.framework,
-                         iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space))
+                         iteration=iteration, grid_index=None, metadata=metadata, pool_names=pool_names(self.space),
+                         seq_len=self.space.model.seq_len)
         return arrow, self.searcher.state_dict(), used, done, table, iteration
 
 
@@ -465,7 +466,7 @@ def _ask_tell(rd: RunDir, studies, searchers: dict, prog: dict, *, key: str, in_
     def rows(s, table, m, iteration: int):
         return to_arrow(table, m, run_id=rd.run_id, model=s.model.name, cluster=s.cluster.name,
                         framework=s.space.framework, iteration=iteration, grid_index=None, metadata=rd.metadata(s),
-                        pool_names=pool_names(s.space))
+                        pool_names=pool_names(s.space), seq_len=s.model.seq_len)
 
     def left(i: int) -> int:
         return budget - prog[i]["evaluations"] - pending[i].rows

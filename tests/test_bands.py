@@ -36,21 +36,27 @@ P = {name: i for i, name in enumerate(PARALLELISMS)}
 
 def test_a_row_takes_the_first_parallelism_family_it_is():
     table = StrategyTable.from_columns(
-        tp=[1, 8, 1, 8, 4, 1, 2, 8, 1, 8],
-        pp=[1, 1, 1, 16, 8, 1, 1, 16, 2, 15],
-        dp=[8, 4, 4, 1, 1, 2, 1, 1, 4, 1],
-        cp=[1, 1, 2, 1, 1, 4, 1, 2, 1, 1],
-        ep=[1, 1, 1, 1, 1, 1, 2, 1, 1, 1],
-        precision=["bf16", "bf16", "fp8", "fp8", "fp8", "bf16", "fp8", "bf16", "bf16", "bf16"],
+        tp=[1, 8, 1, 8, 4, 1, 2, 8, 1, 8, 1],
+        pp=[1, 1, 1, 16, 8, 1, 1, 16, 2, 15, 1],
+        dp=[8, 4, 4, 1, 1, 2, 1, 1, 4, 1, 4],
+        cp=[1, 1, 2, 1, 1, 4, 1, 2, 1, 1, 2],
+        ep=[1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1],
+        precision=["bf16", "bf16", "fp8", "fp8", "fp8", "bf16", "fp8", "bf16", "bf16", "bf16", "bf16"],
         global_batch=64)
-    expected = ["data-parallel", "tp-pp", "cp", "deep-pp", "fp8", "cp", "moe", "cp", "tp-pp", "tp-pp"]
-    assert [PARALLELISMS[c] for c in parallelism_codes(table)] == expected
+    # sequences of 131,072 tokens on rows 3, 6, 7 and 8 (one a row), 8,192 elsewhere: long context takes every long
+    # row but an MoE one, whatever its cp; cp 2 at 8k is a model-parallel layout (fp8 first where it is fp8)
+    seq = [8192, 8192, 8192, 8192, 8192, 131072, 131072, 131072, 131072, 8192, 8192]
+    expected = ["data-parallel", "tp-pp", "fp8", "deep-pp", "fp8", "long-context", "moe", "long-context",
+                "long-context", "tp-pp", "tp-pp"]
+    assert [PARALLELISMS[c] for c in parallelism_codes(table, seq)] == expected
+    assert [PARALLELISMS[c] for c in parallelism_codes(table, 65536)][:3] == ["long-context"] * 3  # one length
+    assert [PARALLELISMS[c] for c in parallelism_codes(table, 65535)][:3] == ["data-parallel", "tp-pp", "fp8"]
 
 
 def test_a_placed_row_is_model_parallel_when_any_stage_has_tp():
     table = StrategyTable.from_columns(stage_tp=[[4], [1]], stage_dp=[[2], [8]], stage_layers=[[32], [32]],
                                        microbatches=4, global_batch=64)
-    assert [PARALLELISMS[c] for c in parallelism_codes(table)] == ["tp-pp", "data-parallel"]
+    assert [PARALLELISMS[c] for c in parallelism_codes(table, 2048)] == ["tp-pp", "data-parallel"]
 
 
 def test_every_profile_has_a_family_and_aliases_resolve():
@@ -91,9 +97,10 @@ def test_sparse_regimes_borrow_their_parallelism_band_then_the_widest():
     assert h("fsdp", "tp-pp") == 0.20
     assert b.label[F["fsdp"], P["tp-pp"]] == "fsdp x tp-pp (1 run: too few; the tp-pp band of 5 runs)"
     assert h("megatron", "data-parallel") == 0.10 and b.runs[F["megatron"], P["data-parallel"]] == 0
-    # no cp run anywhere: the widest band of any regime with 4+ runs (tp-pp's 0.20; all runs: k = 9 of 10, 0.10)
-    assert h("deepspeed", "cp") == 0.20
-    assert b.label[F["deepspeed"], P["cp"]].endswith("cp 0 runs: too few; the widest band, tp-pp's)")
+    # no long-context run anywhere: the widest band of any regime with 4+ runs (tp-pp's 0.20; all runs: k = 9 of 10,
+    # 0.10)
+    assert h("deepspeed", "long-context") == 0.20
+    assert b.label[F["deepspeed"], P["long-context"]].endswith("long-context 0 runs: too few; the widest band, tp-pp's)")
 
 
 def test_a_sparse_deep_pipeline_borrows_the_pipeline_band_not_the_widest():
@@ -104,13 +111,13 @@ def test_a_sparse_deep_pipeline_borrows_the_pipeline_band_not_the_widest():
     b = resolve_bands(r, fam, par, 0.8)
     assert b.half_width[F["megatron"], P["deep-pp"]] == 0.05  # tp-pp's 4 runs, k = 4: not data-parallel's 0.30
     assert b.label[F["megatron"], P["deep-pp"]] == "megatron x deep-pp (1 run: too few; the tp-pp band of 4 runs)"
-    assert b.half_width[F["megatron"], P["cp"]] == 0.30  # no cp run, no parent: the widest
+    assert b.half_width[F["megatron"], P["long-context"]] == 0.30  # no long-context run, no parent: the widest
 
 
 def test_a_band_is_the_prediction_times_exp_minus_and_plus_h():
     b = resolve_bands(*_tiny(), 0.8)
     table = StrategyTable.from_columns(tp=[1, 8], pp=[1, 2], dp=[8, 4], global_batch=64)
-    out = error_bands(np.array([1000.0, 2000.0]), table, np.array(["llm-foundry", "megatron-core"]), b)
+    out = error_bands(np.array([1000.0, 2000.0]), table, np.array(["llm-foundry", "megatron-core"]), 4096, b)
     assert out["low"] == pytest.approx([1000 * math.exp(-0.10), 2000 * math.exp(-0.05)])
     assert out["high"] == pytest.approx([1000 * math.exp(0.10), 2000 * math.exp(0.05)])
     assert out["regime"].tolist() == ["fsdp x data-parallel", "megatron x tp-pp"]
