@@ -211,6 +211,26 @@ def test_validate_writes_the_band_table_and_refuses_a_directory(tmp_path, capsys
     assert "--write-bands: expected a file path" in capsys.readouterr().err
 
 
+def test_write_bands_holds_the_runs_to_the_table_it_writes(tmp_path, capsys, monkeypatch):
+    """--write-bands prices, writes the table, then holds each run to it: a shipped table it cannot read (an older
+    layout of the regimes) does not stop it, and the check's band is the one written (Narayanan et al.'s ten runs,
+    one source: every regime's band is the widest of the table's own runs)."""
+    def unreadable(*_):
+        raise InputError("costmodel/data/error_bands.json", "a band table of the current layout", "an older one")
+
+    monkeypatch.setattr(bands, "shipped_bands", unreadable)
+    assert main(["validate", "narayanan2021-table1"]) == 2  # without --write-bands the shipped table is needed
+    capsys.readouterr()
+    out = tmp_path / "bands.json"
+    assert main(["validate", "narayanan2021-table1", "--write-bands", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    doc = json.loads(out.read_text())
+    half = {(c["family"], c["parallelism"]): c["half_width"] for c in doc["regimes"]}
+    for row in res["rows"]:
+        fam, par = row["regime"].split(" x ")
+        assert row["band_high_pct"] == pytest.approx(100 * math.expm1(half[fam, par]))
+
+
 def test_evaluate_json_carries_its_band(capsys):
     assert main(["evaluate", "--tp", "8", "--pp", "8", "--framework", "megatron-core", "--recompute", "selective",
                  "--sequence-parallel", "--json"]) == 0
