@@ -4,7 +4,8 @@
 
 Rows are grouped by the first words of their `source` cell (GROUPS; tests/data/validation/README.md lists the
 sources); error is (predicted - measured) / measured iteration time, as `plansweep validate` reports it. The second
-table groups the same rows by regime (REGIMES: a row's parallel layout, then fp8 as an overlay). --framework prices
+table groups the same rows by regime (REGIMES: a row's parallel layout, then fp8 as an overlay, then the
+context-parallel rows split at the error bands' long-context length, costmodel._bands.LONG_CONTEXT). --framework prices
 every row under one profile instead of its own (e.g. generic: the model before profiles); --rows also lists every row
 worse than 10% and the rows whose empty cells the model chose.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel._bands import LONG_CONTEXT
 from costmodel._validate import MeasuredRun, predict, read_runs
 
 CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
@@ -96,6 +98,10 @@ def main() -> None:
         print(_line(label, err[idx], int(oom[idx].sum())))
     idx = [i for i, r in enumerate(runs) if r.fixed.get("precision") == "fp8"]
     print(_line(FP8, err[idx], int(oom[idx].sum())))
+    # the context-parallel layout's rows by their sequence: the error bands' long-context cut (costmodel._bands)
+    for label, long in (("context parallel, sequences >= 64k tokens", True), ("context parallel, shorter", False)):
+        idx = [i for i, r in enumerate(runs) if regime[i] == REGIMES[1] and (r.model.seq_len >= LONG_CONTEXT) == long]
+        print(_line(label, err[idx], int(oom[idx].sum())))
     mem = [r for r in res if "memory_error_pct" in r]
     alloc = [abs(r["memory_error_pct"]) for r in mem if r.get("memory_measure") != "reserved"]
     above = [100.0 * (r["measured_memory_gb"] / r["predicted_memory_gb"] - 1.0) for r in mem
