@@ -193,7 +193,7 @@ def _cluster_file(data: dict, word: str) -> Cluster:
         bad = "gpu" if not isinstance(data["gpu"], str) else "name"
         raise InputError(f"--cluster {word} {bad}", "a name", data[bad])
     try:
-        return make_cluster(data["gpu"], data["num_gpus"], gpus_per_node=data.get("gpus_per_node", 8),
+        return make_cluster(data["gpu"], data["num_gpus"], gpus_per_node=data.get("gpus_per_node"),
                             scaleup_Bps=links["scaleup_GBps"], scaleout_Bps=links["scaleout_GBps"], name=data["name"])
     except InputError as exc:  # the field of the file it is about
         raise InputError(f"--cluster {word} {exc.argument}", exc.expected, exc.got) from None

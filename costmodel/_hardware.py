@@ -120,6 +120,10 @@ MAMF_FRACTION = {
     "H800-SXM5-80GB": 792.1 / 989.4,
     "H200-SXM-141GB": 821.0 / 989.4,
     "B200-HGX-180GB": 792.1 / 989.4,
+    # GB200 / GB300 NVL72: the B200 die (Blackwell Ultra for GB300) at a higher power limit, its peaks in the preset;
+    # no MAMF published either: the H100's fraction, as the B200's.
+    "GB200-NVL72-186GB": 792.1 / 989.4,
+    "GB300-NVL72-279GB": 792.1 / 989.4,
     "MI300X-OAM-192GB": 781.9 / 1307.4,
 }
 
@@ -203,6 +207,8 @@ GPU_ALIASES = {
     "h800": "H800-SXM5-80GB",
     "h200": "H200-SXM-141GB",
     "b200": "B200-HGX-180GB",
+    "gb200": "GB200-NVL72-186GB",
+    "gb300": "GB300-NVL72-279GB",
     "mi300x": "MI300X-OAM-192GB",
 }
 
@@ -279,10 +285,19 @@ class Cluster:
         return self.nodes * self.gpus_per_node
 
 
-def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int = 8, scaleup_Bps: float | None = None,
+def node_gpus(gpu_name: str) -> int:
+    """GPUs of the GPU type ``gpu_name`` on one NVLink domain, its preset's gpus_per_node (8 for an HGX / DGX board, 72
+    for an NVL72 rack); 8 for a GPU that is not a preset (a Calculon system file's, say)."""
+    row = _read_presets().get(gpu_name)
+    return int(_num(row, "gpus_per_node")) if row and _num(row, "gpus_per_node") >= 1 else 8
+
+
+def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int | None = None, scaleup_Bps: float | None = None,
                  scaleout_Bps: float | None = None, name: str | None = None) -> Cluster:
-    """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default."""
+    """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default, in nodes of
+    ``gpus_per_node`` (default: the GPU type's NVLink domain, node_gpus)."""
     g = gpu_preset(gpu) if isinstance(gpu, str) else gpu
+    gpus_per_node = node_gpus(g.name) if gpus_per_node is None else gpus_per_node
     if not (isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and num_gpus >= 1):
         raise InputError("num_gpus", "an integer >= 1", num_gpus)
     if not (isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool) and gpus_per_node >= 1):

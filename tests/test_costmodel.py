@@ -10,6 +10,7 @@ import pytest
 from costmodel import (
     H100_SXM5_SEED001,
     REASONS,
+    InputError,
     StrategyTable,
     Transformer,
     cluster_preset,
@@ -20,6 +21,7 @@ from costmodel import (
     make_cluster,
     model_preset,
 )
+from costmodel._collectives import tier
 
 
 def test_seed001_linear_layer_worked_example():
@@ -179,3 +181,29 @@ def test_gpu_presets_are_dense_figures():
     # The data README warns that vendor pages quote sparse FLOP/s (1979 for H100 BF16).
     assert gpu_preset("h100").peak_flops[0] == pytest.approx(989.4e12)
     assert gpu_preset("a100").peak_flops[0] == pytest.approx(312e12)
+
+
+def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
+    """GB200 NVL72: the GB200 variant of B200 (1,200 W) at 2,500 dense BF16 and 5,000 dense FP8 TFLOP/s; the rack's
+    13.4 TB of HBM3e and 576 TB/s over 72 GPUs (186 GB, 8 TB/s a GPU); NVLink5's 1.8 TB/s both ways (900 GB/s each);
+    one 400 Gb/s InfiniBand port a GPU (50 GB/s). GB300: 279 GB and one 800 Gb/s ConnectX-8 a GPU (100 GB/s). A
+    cluster of them is racks of 72 on NVLink unless a file says otherwise (jobs often take 16 of a rack's 18 trays)."""
+    g = gpu_preset("gb200")
+    assert g.peak_flops == pytest.approx((2500e12, 2500e12, 5000e12))
+    assert (g.hbm_bytes, g.hbm_Bps, g.scaleup_Bps, g.scaleout_Bps) == pytest.approx((186e9, 8e12, 900e9, 50e9))
+    g3 = gpu_preset("gb300")
+    assert g3.peak_flops == pytest.approx((2500e12, 2500e12, 5000e12))
+    assert (g3.hbm_bytes, g3.scaleout_Bps) == pytest.approx((279e9, 100e9))
+    two = cluster_preset("gb200x144")
+    assert (two.nodes, two.gpus_per_node) == (2, 72)
+    assert (cluster_preset("h100x16").nodes, cluster_preset("b200x64").gpus_per_node) == (2, 8)  # boards of 8 stay
+    with pytest.raises(InputError, match="a multiple of gpus_per_node=72"):
+        cluster_preset("gb200x256")
+    racks_of_64 = make_cluster("gb200", 256, gpus_per_node=64)
+    assert (racks_of_64.nodes, racks_of_64.gpus_per_node) == (4, 64)
+    # a tp 8 group inside a rack rides NVLink; dp over the 72 GPUs of one rack too; tp 16 groups laid from rank 0
+    # straddle the racks' boundary at ranks 64-79 (72 is no multiple of 16), so they wait on the network
+    bw = lambda span, c: tier(span, c, c.gpu)[0]  # noqa: E731
+    assert bw(8, two) == pytest.approx(900e9 * g.link_eff) and bw(72, two) == pytest.approx(900e9 * g.link_eff)
+    assert bw(16, two) == pytest.approx(50e9 * g.link_eff)
+    assert bw(16, racks_of_64) == pytest.approx(900e9 * g.link_eff)
