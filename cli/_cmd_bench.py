@@ -67,7 +67,8 @@ def pipeline_check() -> list[dict]:
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help=COMMAND_HELP["bench"])
-    p.add_argument("--rows", metavar="N", default="1000000", help="strategies the vectorised core prices (default 1000000)")
+    p.add_argument("--rows", metavar="N", default="1000000",
+                   help="strategies the vectorised core prices (default 1000000)")
     p.add_argument("--model", default="gpt3-175b",
                    help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")
     add_seq_len_arg(p)
@@ -85,8 +86,8 @@ def run(args) -> int:
                   f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
                   f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
         return 0
-    res = measure(n_vec=number(args.rows, "--rows", int, low=1), model_name=args.model, framework=one_framework(args.framework),
-                  seq_len=args.seq_len)
+    res = measure(n_vec=number(args.rows, "--rows", int, low=1), model_name=args.model,
+                  framework=one_framework(args.framework), seq_len=args.seq_len)
     if args.json:
         print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio", "framework")}))
     else:

@@ -313,7 +313,8 @@ def shipped_bands(path: str = str(BANDS_PATH)) -> Bands:
     return bands_from_json(doc, path)
 
 
-def error_bands(tokens_per_s: np.ndarray, table, framework, seq_len, bands: Bands | None = None) -> dict[str, np.ndarray]:
+def error_bands(tokens_per_s: np.ndarray, table, framework, seq_len,
+                bands: Bands | None = None) -> dict[str, np.ndarray]:
     """Each row's band: {"low", "high": (N,) tokens/s, "half_width": (N,) log, "regime": (N,) names, "runs": (N,)}
     for rows of ``table`` of sequences of ``seq_len`` tokens predicted at ``tokens_per_s`` (N,) under ``framework`` (a
     name, (N,) names or codes)."""

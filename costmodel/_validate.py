@@ -563,7 +563,8 @@ def regime_codes(runs: list[MeasuredRun]) -> tuple[np.ndarray, np.ndarray]:
 
     table = StrategyTable.from_columns(**{k: [r.fixed.get(k, 1) for r in runs] for k in ("tp", "pp", "dp", "cp", "ep")},
                                        precision=[r.fixed.get("precision", "bf16") for r in runs], global_batch=1)
-    return family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table, [r.model.seq_len for r in runs])
+    seq = [r.model.seq_len for r in runs]
+    return family_codes([r.framework for r in runs], len(runs)), parallelism_codes(table, seq)
 
 
 def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> dict:

@@ -54,7 +54,8 @@ def evaluate_unit(space, lo: int, hi: int, keep: Keep, *, study: int, unit: int,
     counts = unit_counts(metrics, codes, space.framework)
     arrow = to_arrow(table.take(sel), metrics.take(sel), run_id=run_id, model=space.model.name,
                      cluster=space.cluster.name, framework=space.framework, iteration=unit, grid_index=idx[sel],
-                     metadata={**metadata, META_COUNTS: json.dumps(counts).encode()}, pool_names=pool_names(space), seq_len=space.model.seq_len)
+                     metadata={**metadata, META_COUNTS: json.dumps(counts).encode()}, pool_names=pool_names(space),
+                     seq_len=space.model.seq_len)
     write_part(arrow, path)
     feasible = metrics["feasible"]
     best = float(metrics["tokens_per_s"][feasible].max()) if feasible.any() else 0.0

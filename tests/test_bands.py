@@ -100,7 +100,8 @@ def test_sparse_regimes_borrow_their_parallelism_band_then_the_widest():
     # no long-context run anywhere: the widest band of any regime with 4+ runs (tp-pp's 0.20; all runs: k = 9 of 10,
     # 0.10)
     assert h("deepspeed", "long-context") == 0.20
-    assert b.label[F["deepspeed"], P["long-context"]].endswith("long-context 0 runs: too few; the widest band, tp-pp's)")
+    assert b.label[F["deepspeed"], P["long-context"]].endswith(
+        "long-context 0 runs: too few; the widest band, tp-pp's)")
 
 
 def test_a_sparse_deep_pipeline_borrows_the_pipeline_band_not_the_widest():

@@ -348,7 +348,8 @@ def test_rank_prints_the_best_plan_of_each_framework_and_names_the_winner(capsys
     assert f"winner: {winner}," in out
     assert list(blocks) == sorted(alone, key=lambda n: -alone[n])  # best first
     # and why it wins: its step against the next framework's, the steps as the block prints them
-    rows = [ln.split() for ln in out.split("best plan per framework:")[1].splitlines() if ln.split()[:1] in (["1"], ["2"])]
+    block = out.split("best plan per framework:")[1].splitlines()
+    rows = [ln.split() for ln in block if ln.split()[:1] in (["1"], ["2"])]
     why = next(ln for ln in out.splitlines() if ln.startswith("why: "))
     said = why.split(":")[1].split()  # "a step of X s against Y s"
     step = {r[0]: float(r[-5]) for r in rows}  # (the block's step s column, 4 decimals)
