@@ -292,14 +292,17 @@ class HeteroSpace(SearchSpace):
     def start_points(self) -> dict[str, np.ndarray]:
         """Named valid digits: "megatron" (tp 8 inside nodes, stages spread over the pools in
         proportion to their GPUs, uniform layers, the most data parallelism that fits) and
-        "speed_weighted" (the same placement with layers in proportion to each stage's
-        GPUs x peak FLOP/s). Over pp, micro-batches, recompute and ZeRO choices, the one with
-        the highest throughput (costmodel.evaluate, closed forms), else the least memory."""
+        "speed_weighted" (the same stages and degrees with layers in proportion to each stage's GPUs x peak
+        FLOP/s, in pool order, or the pools put in one of the BALANCED_ORDERS orders whose cuts balance the
+        stages best: each stage's layers, the last one's LM head too, over its speed, within the boundary
+        shifts the space allows; balanced_placement). Over pp, those orders, micro-batches, recompute and
+        ZeRO choices, the one with the highest throughput (costmodel.evaluate, closed forms), else the least
+        memory."""
         from costmodel import evaluate
 
         out = {}
         for name, weighted in (("megatron", False), ("speed_weighted", True)):
-            cands = [d for pp in self.dims[0].choices if (d := self._start(pp, weighted)) is not None]
+            cands = [d for pp in self.dims[0].choices for d in self._start(pp, weighted)]
             if not cands:
                 continue
             base = np.stack(cands)
@@ -322,7 +325,11 @@ class HeteroSpace(SearchSpace):
             out[name] = allc[int(np.argmax(score))]
         return out
 
-    def _start(self, pp: int, weighted: bool) -> np.ndarray | None:
+    def _start(self, pp: int, weighted: bool) -> list[np.ndarray]:
+        """A recipe's digits at ``pp`` stages (start_points): [] where it does not apply; megatron: one row;
+        speed_weighted: the pools in order with layers in proportion to the stages' speed, then the orders of
+        the pools whose balanced cuts leave the slowest stage fastest (balanced_placement, BALANCED_ORDERS of
+        them), for start_points to price."""
         S, P = self.num_slots, len(self.cluster.pools)
         d = np.zeros(len(self.dims), dtype=np.int64)
         d[0] = self._digit("pp", pp)
@@ -330,7 +337,7 @@ class HeteroSpace(SearchSpace):
         dp_ch = self.dims[self._col("dp.0")].choices
         tps = [x for x in tp_ch if self.model.heads % x == 0 and self.model.kv_heads % x == 0]
         if not tps:
-            return None
+            return []
         tp = min(max(tps), min(p.gpus_per_node for p in self.cluster.pools))
         tp = max(x for x in tps if x <= tp) if any(x <= tp for x in tps) else min(tps)
         # stages over pools in proportion to the pools' GPUs (pool order)
@@ -339,28 +346,42 @@ class HeteroSpace(SearchSpace):
         while share.sum() < pp:
             share[np.argmax(pp * gpus / gpus.sum() - share)] += 1
         pools = np.repeat(np.arange(P), share)
+        shift_ch = [self.dims[self._col(f"stage_shift.{j}")].choices for j in range(S - 1)]
         for j in range(S):
             pj = int(pools[j]) if j < pp else 0
             cap = self.cluster.pools[pj].num_gpus // max(int(share[pj]), 1)
             dps = [x for x in dp_ch if x * tp <= cap] if j < pp else [dp_ch[0]]
             if not dps:
-                return None
+                return []
             d[self._col(f"pool.{j}")] = pj
             d[self._col(f"tp.{j}")] = tp_ch.index(tp) if j < pp else 0
             d[self._col(f"dp.{j}")] = dp_ch.index(max(dps))
-        shift_ch = [self.dims[self._col(f"stage_shift.{j}")].choices for j in range(S - 1)]
         for j in range(S - 1):
             d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(0)
-        if weighted and pp > 1:
-            speed = np.array([self.cluster.pools[int(pools[j])].gpu.peak_flops[0]
-                              * dp_ch[d[self._col(f"dp.{j}")]] for j in range(pp)])
-            cuts = np.rint(self.model.layers * np.cumsum(speed)[:-1] / speed.sum())
-            base = np.rint(self.model.layers * np.arange(1, pp) / pp)
-            shift = np.rint((cuts - base) / self.shift_layers).astype(int)
+        if not weighted or pp == 1:
+            return [d] if not weighted else []
+        dps = np.array([dp_ch[d[self._col(f"dp.{j}")]] for j in range(pp)])
+        speed = np.array([self.cluster.pools[int(pools[j])].gpu.peak_flops[0] * dps[j] for j in range(pp)])
+        cuts = np.rint(self.model.layers * np.cumsum(speed)[:-1] / speed.sum())
+        base = np.rint(self.model.layers * np.arange(1, pp) / pp)
+        shift = np.rint((cuts - base) / self.shift_layers).astype(int)
+        for j in range(pp - 1):
+            d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(np.clip(shift[j], shift_ch[j][0],
+                                                                              shift_ch[j][-1])))
+        out = [d]
+        on_pool = {int(k): speed[j] for j, k in enumerate(pools)}  # a stage's speed on pool k
+        per_pool = np.array([on_pool.get(k, 1.0) for k in range(P)])
+        for order, cut_shifts in balanced_placement(pools, per_pool, self.model.layers, head_layers(self.model),
+                                                    shift_ch[:pp - 1], self.shift_layers, best=BALANCED_ORDERS):
+            e = d.copy()
+            for j in range(pp):  # a stage's dp and tp follow its pool (every stage on a pool has the same)
+                src = int(np.flatnonzero(pools == order[j])[0])
+                for fam in ("pool", "dp", "tp"):
+                    e[self._col(f"{fam}.{j}")] = d[self._col(f"{fam}.{src}")]
             for j in range(pp - 1):
-                d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(np.clip(shift[j], shift_ch[j][0],
-                                                                                  shift_ch[j][-1])))
-        return d
+                e[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(cut_shifts[j]))
+            out.append(e)
+        return out
 
     # ---- persistence --------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -379,3 +400,70 @@ class HeteroSpace(SearchSpace):
         return cls(model=model, cluster=as_hetero(cluster), fixed=dict(d["fixed"]), dims=dims,
                    shift_layers=int(d.get("shift_layers", 1)),
                    framework=None if several else framework_preset(d.get("framework", LEGACY_FRAMEWORK)).name)
+
+
+# Distinct orders of the pools over the stages that balanced_placement compares; past this many it keeps the given one.
+MAX_ARRANGEMENTS = 5000
+# Orders of the pools the speed_weighted recipe tries beside the pool order (the best balanced ones): balance by
+# FLOP/s alone knows neither memory nor the hand-offs between pools, so start_points prices them.
+BALANCED_ORDERS = 3
+
+
+def head_layers(model) -> float:
+    """The LM head's forward FLOPs a token in layers' (Transformer.head_fwd_flops_per_token over a layer's, the MoE
+    layer's where every layer is MoE): the load the last stage carries beyond its layers; 0 for an MLP."""
+    if not isinstance(model, Transformer):
+        return 0.0
+    moe = model.moe_layers == model.layers
+    layer = model.moe_layer_fwd_flops_per_token() if moe else model.layer_fwd_flops_per_token()
+    return model.head_fwd_flops_per_token() / layer
+
+
+def balanced_cuts(speed, layers: int, head: float, shifts, shift_layers: int):
+    """The boundary shifts (one per boundary, each among ``shifts[j]``) that minimise the slowest stage's load over its
+    speed: stage j's load its layers (the last stage's plus ``head``), over ``speed[j]``; every stage at least one
+    layer. A DP over the boundaries (each cut round(L (j + 1) / p) + shift x shift_layers). Returns (shifts, the
+    slowest stage's load / speed); (None, inf) where no cuts give every stage a layer."""
+    p = len(speed)
+    base = [int(np.rint(layers * (j + 1) / p)) for j in range(p - 1)]
+    best = {0: (0.0, ())}  # cut -> (the slowest stage so far, shifts so far)
+    for j in range(p - 1):
+        nxt = {}
+        for s in shifts[j]:
+            c = base[j] + s * shift_layers
+            for prev, (worst, path) in best.items():
+                if c - prev >= 1:
+                    w = max(worst, (c - prev) / speed[j])
+                    if c not in nxt or w < nxt[c][0]:
+                        nxt[c] = (w, (*path, s))
+        best = nxt
+    done = [(max(w, (layers - c + head) / speed[-1]), path) for c, (w, path) in best.items() if layers - c >= 1]
+    return (None, np.inf) if not done else min(done, key=lambda x: x[0])[::-1]
+
+
+def balanced_placement(pools, speed, layers: int, head: float, shifts, shift_layers: int, best: int = 1):
+    """The ``best`` distinct orders of ``pools`` (a stage's pool each; among at most MAX_ARRANGEMENTS of them, else
+    the given order alone) whose balanced_cuts leave the slowest stage fastest, fastest first (ties in lexicographic
+    order of the pools): [(order, shifts), ...], without the orders no cuts fit. ``speed``: per pool, a stage's GPUs x
+    peak FLOP/s there."""
+    import math
+
+    pools = np.asarray(pools)
+    counts = np.bincount(pools)
+    n = math.factorial(len(pools)) // math.prod(math.factorial(int(c)) for c in counts)
+    orders = list(_arrangements(counts.tolist())) if n <= MAX_ARRANGEMENTS else [tuple(pools.tolist())]
+    scored = [(balanced_cuts(speed[list(o)], layers, head, shifts, shift_layers), o) for o in orders]
+    scored = sorted(((w, o, c) for (c, w), o in scored if c is not None), key=lambda x: x[0])[:best]
+    return [(np.asarray(o), np.asarray(c)) for _, o, c in scored]
+
+
+def _arrangements(counts: list[int], prefix: tuple = ()):
+    """The distinct sequences holding ``counts[k]`` of each k, in lexicographic order."""
+    if not any(counts):
+        yield prefix
+        return
+    for k, c in enumerate(counts):
+        if c:
+            counts[k] -= 1
+            yield from _arrangements(counts, (*prefix, k))
+            counts[k] += 1

@@ -150,7 +150,7 @@ class MCMCSearcher(Searcher):
                  jump: float = DEFAULT_JUMP, double: float = DEFAULT_DOUBLE,
                  memory_penalty: float = DEFAULT_MEMORY_PENALTY, restart_novel: bool = DEFAULT_RESTART_NOVEL,
                  restart_duplicates: bool = DEFAULT_RESTART_DUPLICATES,
-                 starts: Sequence[str] = DEFAULT_STARTS, budget: int | None = None, screen: bool = True,
+                 starts: Sequence[str] | None = None, budget: int | None = None, screen: bool = True,
                  polish: float = DEFAULT_POLISH, start_sample: float = DEFAULT_START_SAMPLE) -> None:
         if budget is not None and (not isinstance(budget, (int, np.integer)) or budget < 1):
             raise InputError("budget", "an integer >= 1 (evaluations) or None", budget)
@@ -162,6 +162,8 @@ class MCMCSearcher(Searcher):
             raise InputError("beta", "a number >= 0", beta)
         check_int("reset_every", reset_every, 0, "an integer >= 0 (0: never reset)")
         named = space.start_points()
+        if starts is None:  # DEFAULT_STARTS, or a space's own named starts where it has others (placements)
+            starts = DEFAULT_STARTS if set(named) <= set(DEFAULT_STARTS) else (*named, "random")
         known_starts = ("random", *named)
         for s in starts:
             if s not in ("random", "data_parallel", "megatron", *named):

@@ -190,8 +190,7 @@ def make_searcher(space, options: SearcherOptions, *, seed: int, storage: str | 
         return options.searcher(space, seed=seed, budget=budget)
     placement = pool_names(space) is not None
     if isinstance(options, MCMCOptions):
-        return options.searcher(space, seed=seed, budget=budget,
-                                **({"starts": (*space.start_points(), "random")} if placement else {}))
+        return options.searcher(space, seed=seed, budget=budget)  # a placement space's chains start at its recipes
     searcher = open_tpe(options, space, seed=seed, storage=storage, budget=budget)
     if placement and not searcher.study.get_trials(deepcopy=False):
         searcher.enqueue(list(space.start_points().values()))  # in the journal: a resumed study has them
