@@ -20,7 +20,9 @@ from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, InputError, Metrics, evaluate, plan_goodput
 from costmodel._frameworks import state_optim_bytes
+from costmodel._knobs import KNOBS
 from search._refine import refine
+from search._sensitivity import DEFAULT_CASES, parse_cases, sensitivity
 
 
 def register(sub) -> None:
@@ -30,6 +32,11 @@ def register(sub) -> None:
     add_space_args(p)
     add_objective_args(p)
     add_state_dtype_args(p, what="every framework of the space, one pool")
+    p.add_argument("--sensitivity", nargs="?", const="default", default=None, metavar="CASES",
+                   help="re-rank the space with the cluster's constants moved, one case at a time, and say whether "
+                   "#1 stays best and how far behind the best then it falls: cases knob=factor[+knob=factor],... "
+                   "with knobs among " + ", ".join(KNOBS) + " (default, the flag alone: "
+                   + ",".join(DEFAULT_CASES) + ")")
     p.set_defaults(func=run)
 
 
@@ -84,6 +91,7 @@ def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
     of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags). With several frameworks
     (--framework A,B or all: a framework dimension) the best plan of each is printed too, and the winner."""
+    cases = None if args.sensitivity is None else parse_cases(args.sensitivity)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     failure = failure_from_args(args)
@@ -112,6 +120,11 @@ def run(args) -> int:
         print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure, model=model, **kw)))
     by = "goodput" if args.objective == "goodput" else "step time"
     print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
+    if cases and keep.any():
+        found = sensitivity(model, cluster, table, int(idx[keep][0]), cases, objective=args.objective,
+                            failure=failure, state_dtypes=dtypes)
+        first = rows_as_dicts(priced_arrow(space, best_t, best_m))[0]
+        print(format_sensitivity(space, table, idx[keep], found, first, args.objective))
     if len(space.frameworks) > 1:
         print(best_per_framework(space, table, metrics, args.objective, failure))
     return 0
@@ -155,3 +168,40 @@ def best_per_framework(space, table, metrics, objective: str = "tokens_per_s", f
     thr = "samples_per_s" if model.kind == "mlp" else "tokens_per_s"
     return format_by_framework(arrow.column_names, thr, rows, missing,
                                "goodput_tokens_per_s" if objective == "goodput" else None)
+
+
+def format_sensitivity(space, table, ranked, found: list[dict], first: dict, objective: str = "tokens_per_s") -> str:
+    """sensitivity()'s cases (``found``) as lines: per case the best plan then, as its place in ``ranked`` (the exact
+    ranking's row indices, #1 first) or a letter for one outside it (described below the cases), and how far behind
+    it #1 falls by ``objective``; then a summary beside #1's error band (``first``: #1's printed row)."""
+    from cli._cmd_show import format_placement, format_plan
+
+    place = {int(i): k for k, i in enumerate(ranked, start=1)}
+    letters: dict[int, str] = {}
+    score = "goodput" if objective == "goodput" else "throughput"
+    out = ["sensitivity: #1 re-checked with the cluster's constants moved (the space re-ranked in each case):",
+           f"  {'moved':<28} {'best then':>10} {'#1 behind by':>13}"]
+    for f in found:
+        if f["best"] is None:
+            out.append(f"  {f['case']:<28} {'none fits':>10} {'-':>13}")
+            continue
+        b = f["best"]
+        name = f"#{place[b]}" if b in place else letters.setdefault(b, chr(ord("A") + len(letters)))
+        behind = "-" if f["shortfall"] == 0 else f"{100 * f['shortfall']:.1f}%"
+        out.append(f"  {f['case']:<28} {name:>10} {behind:>13}")
+    for b, letter in letters.items():
+        one = table.take(np.array([b]))
+        row = rows_as_dicts(priced_arrow(space, one, evaluate(space.model, space.cluster, one)))[0]
+        words = (format_placement(row) + f" m{row.get('microbatches')}" if row.get("stage_pool") else format_plan(row))
+        fw = f" {row['framework']}" if len(space.frameworks) > 1 and row.get("framework") else ""
+        out.append(f"  {letter}: {words}{fw} (not among the {len(ranked)} best on the cluster as given)")
+    held = sum(f["best"] is not None and f["shortfall"] == 0 for f in found)
+    worst = max((f["shortfall"] for f in found if f["best"] is not None), default=0.0)
+    line = f"#1 stays best in {held} of {len(found)} cases"
+    if held < len(found) and worst > 0:
+        line += f"; elsewhere it is at most {100 * worst:.1f}% behind the best then ({score})"
+    t, lo, hi = first.get("tokens_per_s"), first.get("tokens_per_s_low"), first.get("tokens_per_s_high")
+    if t and lo is not None and hi is not None:
+        line += f"; the model's error band on #1: ±{50 * (hi - lo) / t:.1f}%"
+    out.append(line)
+    return "\n".join(out)

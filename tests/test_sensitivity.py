@@ -1,0 +1,112 @@
+"""rank --sensitivity: the cluster's constants moved by hand, and the re-ranking checked against a brute force."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, cluster_preset, evaluate, hetero_preset, model_preset
+from costmodel._knobs import KNOBS, moved_cluster
+from search import Space
+from search._refine import objective_score
+from search._sensitivity import DEFAULT_CASES, parse_cases, sensitivity
+from tests.in_process import cli
+
+
+def test_moved_cluster_scales_only_its_figures():
+    c = cluster_preset("h100x64")
+    g = c.gpu
+    m = moved_cluster(c, [("compute", 0.5)])
+    assert m.gpu.peak_flops == tuple(0.5 * p for p in g.peak_flops) and m.gpu.hbm_Bps == g.hbm_Bps
+    assert m.scaleout_Bps == c.scaleout_Bps and m.gpu.name == g.name and m.gpu.hbm_bytes == g.hbm_bytes
+    m = moved_cluster(c, [("network", 0.8), ("nvlink", 1.25)])
+    assert m.scaleout_Bps == pytest.approx(0.8 * c.scaleout_Bps) and m.scaleup_Bps == pytest.approx(1.25 * c.scaleup_Bps)
+    assert m.gpu.peak_flops == g.peak_flops and m.scaleup_latency_s == c.scaleup_latency_s
+    m = moved_cluster(c, [("latency", 2), ("kernel-overhead", 3), ("memory-bandwidth", 0.9)])
+    assert m.scaleup_latency_s == 2 * c.scaleup_latency_s and m.scaleout_latency_s == 2 * c.scaleout_latency_s
+    assert m.gpu.kernel_overhead_s == pytest.approx(3 * g.kernel_overhead_s)
+    assert m.gpu.hbm_Bps == pytest.approx(0.9 * g.hbm_Bps)
+    unchanged = {f.name for f in dataclasses.fields(g)} - {"kernel_overhead_s", "hbm_Bps", "scaleup_latency_s",
+                                                          "scaleout_latency_s"}
+    assert all(getattr(m.gpu, k) == getattr(g, k) for k in unchanged)
+
+
+def test_moved_cluster_on_pools_and_their_links():
+    hc = hetero_preset("a100x64+h100x64")
+    m = moved_cluster(hc, [("network", 0.5)])
+    for p, q in zip(hc.pools, m.pools, strict=True):
+        assert q.inter_Bps == 0.5 * p.inter_Bps and q.intra_Bps == p.intra_Bps
+    assert m.link_Bps[0][1] == 0.5 * hc.link_Bps[0][1]
+    m = moved_cluster(hc, [("compute", 2.0)])
+    assert [q.gpu.peak_flops[0] for q in m.pools] == [2 * p.gpu.peak_flops[0] for p in hc.pools]
+
+
+@pytest.mark.parametrize("changes", [[("disk", 0.5)], [("network", 0)], [("network", -1.0)], [("compute", True)]])
+def test_moved_cluster_refuses(changes):
+    with pytest.raises(InputError):
+        moved_cluster(cluster_preset("h100x64"), changes)
+
+
+def test_parse_cases():
+    assert parse_cases("network=0.8,compute=0.9+nvlink=0.5") == ((("network", 0.8),),
+                                                                 (("compute", 0.9), ("nvlink", 0.5)))
+    assert len(parse_cases("default")) == len(DEFAULT_CASES) == 10
+    assert {k for case in parse_cases("default") for k, _ in case} == set(KNOBS)
+    for bad in ("network", "disk=2", "network=0", "network=-1", "network=abc", "", "network=0.8,", "network=inf"):
+        with pytest.raises(InputError) as e:
+            parse_cases(bad)
+        assert e.value.argument == "--sensitivity"
+
+
+def _small():
+    model, cluster = model_preset("llama3-8b"), cluster_preset("h100x16")
+    space = Space.from_options(model, cluster, global_batch=256)
+    _, table = space.rows(0, space.size)
+    return model, cluster, table
+
+
+def test_unmoved_cases_keep_rank_first_plan():
+    # factors of 1 re-rank the same cluster: the best then is the first itself, nothing behind
+    model, cluster, table = _small()
+    m = evaluate(model, cluster, table)
+    from search._refine import refine
+
+    idx, exact = refine(model, cluster, table, m)
+    first = int(idx[exact["feasible"]][0])
+    found = sensitivity(model, cluster, table, first, parse_cases("compute=1,network=1+latency=1"))
+    assert [f["best"] for f in found] == [first, first] and all(f["shortfall"] == 0 for f in found)
+
+
+def test_moved_best_against_brute_force():
+    # every row priced with the simulator on the moved cluster: the best among them is the case's best
+    model, cluster, table = _small()
+    m = evaluate(model, cluster, table)
+    from search._refine import refine
+
+    idx, exact = refine(model, cluster, table, m)
+    first = int(idx[exact["feasible"]][0])
+    cases = parse_cases("network=0.01,nvlink=0.01,latency=20")
+    found = sensitivity(model, cluster, table, first, cases)
+    # at a hundredth of the links' bandwidth the exchanges of rank's first plan (data parallel over both nodes)
+    # dominate its step: another plan is best then
+    assert found[0]["best"] != first and found[0]["shortfall"] > 0.1
+    for case, f in zip(cases, found, strict=True):
+        moved = moved_cluster(cluster, case)
+        every = evaluate(model, moved, table, pipeline="simulate")
+        score = objective_score(every, table, moved, "tokens_per_s")
+        assert f["best_score"] == pytest.approx(score.max(), rel=1e-9)
+        assert f["first_score"] == pytest.approx(score[first], rel=1e-9)
+        assert f["shortfall"] == pytest.approx(1 - score[first] / score.max(), abs=1e-12)
+
+
+def test_rank_sensitivity_command():
+    r = cli("rank", "--model", "llama3-8b", "--cluster", "h100x16", "--global-batch", "256", "--top", "3",
+            "--sensitivity", "network=0.1,compute=1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("sensitivity:"))
+    assert lines[at + 2].split()[:2] == ["network", "x0.1"] and lines[at + 3].split()[:3] == ["compute", "x1", "#1"]
+    assert any(line.startswith("#1 stays best in") for line in lines[at:])
+    bad = cli("rank", "--model", "llama3-8b", "--cluster", "h100x16", "--sensitivity", "network=0")
+    assert bad.returncode == 2 and "--sensitivity" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.stdout == ""
