@@ -85,6 +85,11 @@ def register(sub) -> None:
     add_strategy_args(p)
     add_state_dtype_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--sensitivity", nargs="?", const="default", default=None, metavar="CASES",
+                   help="the plan priced again with the cluster's constants moved, one case at a time: how much of "
+                   "its throughput each constant holds (cases as rank --sensitivity takes them; the flag alone: "
+                   "compute and memory bandwidth x0.9 and x1.1, NVLink and network x0.8 and x1.2, latency and "
+                   "kernel overhead x2; one --framework)")
     from cli._timeline import add_timeline_args
 
     add_timeline_args(p)
@@ -297,9 +302,14 @@ def run(args) -> int:
     from cli import _timeline
 
     _timeline.check_paths(args)
+    if args.sensitivity is not None:
+        from search._sensitivity import parse_cases
+    cases = None if args.sensitivity is None else parse_cases(args.sensitivity)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     names = framework_list(args.framework)
+    if cases and len(names) > 1:
+        raise InputError("--sensitivity", "one --framework (the cases re-price one plan)", ",".join(names))
     dtypes = state_dtypes_of(args)
     if dtypes and len(names) > 1:
         raise InputError(STATE_DTYPE_FLAGS[next(iter(dtypes))], "one --framework (the dtypes change one profile)",
@@ -312,7 +322,7 @@ def run(args) -> int:
         if dtypes:
             raise InputError(STATE_DTYPE_FLAGS[next(iter(dtypes))], "a one-pool cluster and a strategy without "
                              "per-stage placements", "a placed plan")
-        return run_hetero(args, model, as_hetero(cluster), data, names)
+        return run_hetero(args, model, as_hetero(cluster), data, names, cases)
     table = build_strategy(args, model, cluster)
     if len(names) > 1:
         return print_side_by_side(args, model, cluster, table, names,
@@ -326,13 +336,43 @@ def run(args) -> int:
     rep = report(model, cluster, table, metrics, failure_from_args(args), framework, profile=profile)
     if dtypes:
         rep["state_dtypes"] = dtypes
+    if cases:
+        rep["sensitivity"] = plan_sensitivity(model, cluster, table, profile, cases, metrics)
     if _timeline.wanted(args):
         _timeline.write_plan_outputs(args, model, cluster, table, framework, profile=profile)
     if args.json:
         print_json(rep)
     else:
         print(format_report(rep, cluster.gpu.hbm_bytes))
+        if cases:
+            print(format_plan_sensitivity(rep["sensitivity"]))
     return 0
+
+
+def plan_sensitivity(model, cluster, table, framework, cases, metrics) -> list[dict]:
+    """The one-row ``table`` priced (exactly) on the cluster moved by each case (search._sensitivity.parse_cases'
+    tuples), beside its ``metrics`` there as given: per case its label, step time, tokens/s and the change in
+    tokens/s in percent."""
+    from costmodel._knobs import moved_cluster
+    from search._sensitivity import case_label
+
+    base = float(metrics["tokens_per_s"][0])
+    out = []
+    for case in cases:
+        m = evaluate(model, moved_cluster(cluster, case), table, pipeline="simulate", framework=framework)
+        t = float(m["tokens_per_s"][0])
+        out.append({"case": case_label(case), "step_time_s": float(m["step_time_s"][0]), "tokens_per_s": t,
+                    "change_pct": 100.0 * (t / base - 1.0) if base > 0 else None})
+    return out
+
+
+def format_plan_sensitivity(rows: list[dict]) -> str:
+    out = ["sensitivity: the plan priced again with the cluster's constants moved",
+           f"  {'moved':<28} {'step s':>10} {'tokens/s':>14} {'change':>8}"]
+    for r in rows:
+        change = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
+        out.append(f"  {r['case']:<28} {r['step_time_s']:10.4f} {r['tokens_per_s']:14,.0f} {change:>8}")
+    return "\n".join(out)
 
 
 # ---- one strategy under several frameworks (--framework A,B or all) ---------------------------
@@ -473,7 +513,7 @@ def hetero_reason_error(args, model, table: StrategyTable, names: list[str], rea
     return InputError(where, expected, got)
 
 
-def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
+def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) -> int:
     """A strategy with per-stage pools and degrees on a (heterogeneous) cluster."""
     from costmodel._evaluate import format_stage_rows
 
@@ -502,12 +542,14 @@ def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
         from cli._timeline import write_plan_outputs
 
         write_plan_outputs(args, model, cluster, table, framework)
+    sens = None if not cases else plan_sensitivity(model, cluster, table, framework, cases, metrics)
     if args.json:  # print_json writes non-finite numbers as null
         from costmodel._bands import error_band_row
 
         print_json({"model": model.name, "cluster": cluster.name, "framework": framework,
                     "strategy": table.row(0, names), "metrics": m, "stages": rows,
-                    "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len)})
+                    "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
+                    **({"sensitivity": sens} if sens else {})})
         return 0
     print(f"{model.name} on {cluster.name}: {cluster.describe()}; framework {framework}")
     glob = {k: v for k, v in table.row(0, names).items() if k != "stages"}
@@ -523,4 +565,6 @@ def run_hetero(args, model, cluster, data, frameworks: list[str]) -> int:
     print("per stage: pool, degrees, layers, micro-batch per replica, F/B/W per micro-batch, busy time per "
           "iteration, hand-off to the next stage, data-parallel exchange, memory per GPU of the pool's HBM")
     print(format_stage_rows(rows))
+    if sens:
+        print(format_plan_sensitivity(sens))
     return 0

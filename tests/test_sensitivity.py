@@ -110,3 +110,20 @@ def test_rank_sensitivity_command():
     bad = cli("rank", "--model", "llama3-8b", "--cluster", "h100x16", "--sensitivity", "network=0")
     assert bad.returncode == 2 and "--sensitivity" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert bad.stdout == ""
+
+
+def test_evaluate_sensitivity_one_gpu_has_no_links():
+    # one GPU: no collective, no hand-off; the links' figures cannot move its step, compute must, by less than 2x
+    import json
+
+    r = cli("evaluate", "--model", "llama3-8b", "--seq-len", "2048", "--cluster", "b200x1", "--global-batch", "8",
+            "--micro-batch", "1", "--recompute", "full", "--json",
+            "--sensitivity", "network=0.5,nvlink=0.5,latency=10,compute=2")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["sensitivity"]
+    assert [x["case"] for x in rows] == ["network x0.5", "nvlink x0.5", "latency x10", "compute x2"]
+    assert [x["change_pct"] for x in rows[:3]] == [0.0, 0.0, 0.0]
+    assert 0.0 < rows[3]["change_pct"] < 100.0
+    bad = cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--framework", "megatron-core,fsdp2",
+              "--sensitivity")
+    assert bad.returncode == 2 and "--sensitivity" in bad.stderr and bad.stdout == ""
