@@ -20,7 +20,8 @@ def test_moved_cluster_scales_only_its_figures():
     assert m.gpu.peak_flops == tuple(0.5 * p for p in g.peak_flops) and m.gpu.hbm_Bps == g.hbm_Bps
     assert m.scaleout_Bps == c.scaleout_Bps and m.gpu.name == g.name and m.gpu.hbm_bytes == g.hbm_bytes
     m = moved_cluster(c, [("network", 0.8), ("nvlink", 1.25)])
-    assert m.scaleout_Bps == pytest.approx(0.8 * c.scaleout_Bps) and m.scaleup_Bps == pytest.approx(1.25 * c.scaleup_Bps)
+    assert m.scaleout_Bps == pytest.approx(0.8 * c.scaleout_Bps)
+    assert m.scaleup_Bps == pytest.approx(1.25 * c.scaleup_Bps)
     assert m.gpu.peak_flops == g.peak_flops and m.scaleup_latency_s == c.scaleup_latency_s
     m = moved_cluster(c, [("latency", 2), ("kernel-overhead", 3), ("memory-bandwidth", 0.9)])
     assert m.scaleup_latency_s == 2 * c.scaleup_latency_s and m.scaleout_latency_s == 2 * c.scaleout_latency_s
