@@ -326,45 +326,65 @@ class HeteroSpace(SearchSpace):
         return out
 
     def _start(self, pp: int, weighted: bool) -> list[np.ndarray]:
-        """A recipe's digits at ``pp`` stages (start_points): [] where it does not apply; megatron: one row;
-        speed_weighted: the pools in order with layers in proportion to the stages' speed, then the orders of
-        the pools whose balanced cuts leave the slowest stage fastest (balanced_placement, BALANCED_ORDERS of
-        them), for start_points to price."""
-        S, P = self.num_slots, len(self.cluster.pools)
-        d = np.zeros(len(self.dims), dtype=np.int64)
-        d[0] = self._digit("pp", pp)
+        """A recipe's digits at ``pp`` stages (start_points): [] where it does not apply. megatron: one row, the
+        stages over the pools in proportion to their GPUs, uniform layers. speed_weighted: for that spread and every
+        other number of stages per pool (stage_shares), the pools in order with layers in proportion to the stages'
+        speed, then the orders of the pools whose balanced cuts leave the slowest stage fastest (balanced_placement,
+        BALANCED_ORDERS of them), for start_points to price."""
+        P = len(self.cluster.pools)
         tp_ch = self.dims[self._col("tp.0")].choices
-        dp_ch = self.dims[self._col("dp.0")].choices
         tps = [x for x in tp_ch if self.model.heads % x == 0 and self.model.kv_heads % x == 0]
         if not tps:
             return []
         tp = min(max(tps), min(p.gpus_per_node for p in self.cluster.pools))
         tp = max(x for x in tps if x <= tp) if any(x <= tp for x in tps) else min(tps)
-        # stages over pools in proportion to the pools' GPUs (pool order)
         gpus = np.array([p.num_gpus for p in self.cluster.pools], dtype=float)
-        share = np.floor(pp * gpus / gpus.sum()).astype(int)
+        share = np.floor(pp * gpus / gpus.sum()).astype(int)  # stages over the pools in proportion to their GPUs
         while share.sum() < pp:
             share[np.argmax(pp * gpus / gpus.sum() - share)] += 1
-        pools = np.repeat(np.arange(P), share)
-        shift_ch = [self.dims[self._col(f"stage_shift.{j}")].choices for j in range(S - 1)]
+        if not weighted:
+            d = self._placed(pp, share, tp)
+            return [] if d is None else [d]
+        out = []
+        for sh in [share] + [np.array(x) for x in stage_shares(pp, P) if tuple(x) != tuple(share)]:
+            d = self._placed(pp, sh, tp)
+            if d is not None:
+                out += [d] if pp == 1 else self._weighted(d, pp, np.repeat(np.arange(P), sh))
+        return out
+
+    def _placed(self, pp: int, share, tp: int) -> np.ndarray | None:
+        """Digits of ``pp`` stages, share[k] of them on pool k in pool order, tp ``tp``, the largest dp a pool's
+        GPUs hold for its stages, uniform layers; None where a pool's stages cannot get a dp."""
+        S = self.num_slots
+        d = np.zeros(len(self.dims), dtype=np.int64)
+        d[0] = self._digit("pp", pp)
+        tp_ch, dp_ch = self.dims[self._col("tp.0")].choices, self.dims[self._col("dp.0")].choices
+        pools = np.repeat(np.arange(len(share)), share)
         for j in range(S):
             pj = int(pools[j]) if j < pp else 0
             cap = self.cluster.pools[pj].num_gpus // max(int(share[pj]), 1)
             dps = [x for x in dp_ch if x * tp <= cap] if j < pp else [dp_ch[0]]
             if not dps:
-                return []
+                return None
             d[self._col(f"pool.{j}")] = pj
             d[self._col(f"tp.{j}")] = tp_ch.index(tp) if j < pp else 0
             d[self._col(f"dp.{j}")] = dp_ch.index(max(dps))
         for j in range(S - 1):
-            d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(0)
-        if not weighted or pp == 1:
-            return [d] if not weighted else []
+            d[self._col(f"stage_shift.{j}")] = self.dims[self._col(f"stage_shift.{j}")].choices.index(0)
+        return d
+
+    def _weighted(self, d: np.ndarray, pp: int, pools: np.ndarray) -> list[np.ndarray]:
+        """``d`` (pools in order) with layers in proportion to each stage's GPUs x peak FLOP/s, then the
+        BALANCED_ORDERS orders of its pools that balance best, each with its balanced cuts."""
+        P = len(self.cluster.pools)
+        dp_ch = self.dims[self._col("dp.0")].choices
+        shift_ch = [self.dims[self._col(f"stage_shift.{j}")].choices for j in range(pp - 1)]
         dps = np.array([dp_ch[d[self._col(f"dp.{j}")]] for j in range(pp)])
         speed = np.array([self.cluster.pools[int(pools[j])].gpu.peak_flops[0] * dps[j] for j in range(pp)])
         cuts = np.rint(self.model.layers * np.cumsum(speed)[:-1] / speed.sum())
         base = np.rint(self.model.layers * np.arange(1, pp) / pp)
         shift = np.rint((cuts - base) / self.shift_layers).astype(int)
+        d = d.copy()
         for j in range(pp - 1):
             d[self._col(f"stage_shift.{j}")] = shift_ch[j].index(int(np.clip(shift[j], shift_ch[j][0],
                                                                               shift_ch[j][-1])))
@@ -372,7 +392,7 @@ class HeteroSpace(SearchSpace):
         on_pool = {int(k): speed[j] for j, k in enumerate(pools)}  # a stage's speed on pool k
         per_pool = np.array([on_pool.get(k, 1.0) for k in range(P)])
         for order, cut_shifts in balanced_placement(pools, per_pool, self.model.layers, head_layers(self.model),
-                                                    shift_ch[:pp - 1], self.shift_layers, best=BALANCED_ORDERS):
+                                                    shift_ch, self.shift_layers, best=BALANCED_ORDERS):
             e = d.copy()
             for j in range(pp):  # a stage's dp and tp follow its pool (every stage on a pool has the same)
                 src = int(np.flatnonzero(pools == order[j])[0])
@@ -403,7 +423,10 @@ class HeteroSpace(SearchSpace):
 
 
 # Distinct orders of the pools over the stages that balanced_placement compares; past this many it keeps the given one.
-MAX_ARRANGEMENTS = 5000
+MAX_ARRANGEMENTS = 5000  # (screened in one vectorised pass)
+# Numbers of stages per pool the speed_weighted recipe tries beside the spread in proportion to the pools' GPUs: every
+# one where there are at most this many (a plan that leaves GPUs idle may put every stage on the fastest pool).
+MAX_SHARES = 64
 # Orders of the pools the speed_weighted recipe tries beside the pool order (the best balanced ones): balance by
 # FLOP/s alone knows neither memory nor the hand-offs between pools, so start_points prices them.
 BALANCED_ORDERS = 3
@@ -422,39 +445,80 @@ def head_layers(model) -> float:
 def balanced_cuts(speed, layers: int, head: float, shifts, shift_layers: int):
     """The boundary shifts (one per boundary, each among ``shifts[j]``) that minimise the slowest stage's load over its
     speed: stage j's load its layers (the last stage's plus ``head``), over ``speed[j]``; every stage at least one
-    layer. A DP over the boundaries (each cut round(L (j + 1) / p) + shift x shift_layers). Returns (shifts, the
-    slowest stage's load / speed); (None, inf) where no cuts give every stage a layer."""
+    layer. A DP over the boundaries (each cut round(L (j + 1) / p) + shift x shift_layers), one array operation a
+    boundary. Returns (shifts, the slowest stage's load / speed); (None, inf) where no cuts give every stage a layer."""
     p = len(speed)
-    base = [int(np.rint(layers * (j + 1) / p)) for j in range(p - 1)]
-    best = {0: (0.0, ())}  # cut -> (the slowest stage so far, shifts so far)
+    prev, worst, back = np.zeros(1), np.zeros(1), []
     for j in range(p - 1):
-        nxt = {}
-        for s in shifts[j]:
-            c = base[j] + s * shift_layers
-            for prev, (worst, path) in best.items():
-                if c - prev >= 1:
-                    w = max(worst, (c - prev) / speed[j])
-                    if c not in nxt or w < nxt[c][0]:
-                        nxt[c] = (w, (*path, s))
-        best = nxt
-    done = [(max(w, (layers - c + head) / speed[-1]), path) for c, (w, path) in best.items() if layers - c >= 1]
-    return (None, np.inf) if not done else min(done, key=lambda x: x[0])[::-1]
+        s = np.asarray(shifts[j], dtype=np.float64)
+        cut = np.rint(layers * (j + 1) / p) + s * shift_layers
+        width = cut[:, None] - prev[None, :]
+        w = np.where(width >= 1, np.maximum(worst[None, :], width / speed[j]), np.inf)
+        k = np.argmin(w, axis=1)
+        back.append(k)
+        prev, worst = cut, w[np.arange(len(cut)), k]
+    last = layers - prev
+    total = np.where(last >= 1, np.maximum(worst, (last + head) / speed[-1]), np.inf)
+    i = int(np.argmin(total))
+    if not np.isfinite(total[i]):
+        return None, np.inf
+    path = []
+    for j in range(p - 2, -1, -1):
+        path.append(shifts[j][i])
+        i = int(back[j][i])
+    return tuple(path[::-1]), float(total[int(np.argmin(total))])
 
 
 def balanced_placement(pools, speed, layers: int, head: float, shifts, shift_layers: int, best: int = 1):
-    """The ``best`` distinct orders of ``pools`` (a stage's pool each; among at most MAX_ARRANGEMENTS of them, else
-    the given order alone) whose balanced_cuts leave the slowest stage fastest, fastest first (ties in lexicographic
-    order of the pools): [(order, shifts), ...], without the orders no cuts fit. ``speed``: per pool, a stage's GPUs x
-    peak FLOP/s there."""
+    """The ``best`` distinct orders of ``pools`` (a stage's pool each) whose balanced_cuts leave the slowest stage
+    fastest, fastest first (ties in lexicographic order of the pools): [(order, shifts), ...], without the orders no
+    cuts fit. ``speed``: per pool, a stage's GPUs x peak FLOP/s there. The orders: every distinct one where there are
+    at most MAX_ARRANGEMENTS, else the pool order, its reverse and the pools taken in turn; screened by cutting each
+    in proportion to its stages' speeds (rounded, clipped to ``shifts``), the 2 x ``best`` most balanced cut exactly."""
     import math
 
     pools = np.asarray(pools)
     counts = np.bincount(pools)
     n = math.factorial(len(pools)) // math.prod(math.factorial(int(c)) for c in counts)
-    orders = list(_arrangements(counts.tolist())) if n <= MAX_ARRANGEMENTS else [tuple(pools.tolist())]
-    scored = [(balanced_cuts(speed[list(o)], layers, head, shifts, shift_layers), o) for o in orders]
-    scored = sorted(((w, o, c) for (c, w), o in scored if c is not None), key=lambda x: x[0])[:best]
-    return [(np.asarray(o), np.asarray(c)) for _, o, c in scored]
+    if n <= MAX_ARRANGEMENTS:
+        orders = np.array(list(_arrangements(counts.tolist())), dtype=np.int64)
+    else:
+        turns = sorted(range(len(pools)), key=lambda j: (np.flatnonzero(pools == pools[j]).tolist().index(j), pools[j]))
+        orders = np.unique(np.stack([pools, pools[::-1], pools[turns]]), axis=0)
+    p = len(pools)
+    sp = np.asarray(speed, dtype=np.float64)[orders]  # (n, p)
+    lo = np.array([min(c) for c in shifts]) if p > 1 else np.zeros(0)
+    hi = np.array([max(c) for c in shifts]) if p > 1 else np.zeros(0)
+    base = np.rint(layers * np.arange(1, p) / p)
+    ideal = (layers + head) * np.cumsum(sp, axis=1)[:, :-1] / sp.sum(axis=1, keepdims=True)
+    cuts = base + np.clip(np.rint((ideal - base) / shift_layers), lo, hi) * shift_layers
+    edges = np.concatenate([np.zeros((len(orders), 1)), cuts, np.full((len(orders), 1), layers)], axis=1)
+    load = np.diff(edges, axis=1)
+    load[:, -1] += head
+    proxy = np.where((np.diff(edges, axis=1) >= 1).all(axis=1), (load / sp).max(axis=1), np.inf)
+    screened = np.argsort(proxy, kind="stable")[: 2 * best]
+    scored = [(balanced_cuts(sp[k], layers, head, shifts, shift_layers), k) for k in screened]
+    scored = sorted(((w, k, c) for (c, w), k in scored if c is not None), key=lambda x: (x[0], x[1]))[:best]
+    return [(orders[k], np.asarray(c)) for _, k, c in scored]
+
+
+def stage_shares(pp: int, pools: int) -> list[tuple[int, ...]]:
+    """The ways to put ``pp`` stages on ``pools`` pools, stages per pool (compositions of pp, some 0), most on the
+    first pool first; [] where there are more than MAX_SHARES."""
+    import math
+
+    if math.comb(pp + pools - 1, pools - 1) > MAX_SHARES:
+        return []
+
+    def parts(n: int, k: int):
+        if k == 1:
+            yield (n,)
+            return
+        for first in range(n, -1, -1):
+            for rest in parts(n - first, k - 1):
+                yield (first, *rest)
+
+    return list(parts(pp, pools))
 
 
 def _arrangements(counts: list[int], prefix: tuple = ()):
