@@ -2,7 +2,8 @@
 share once most of a known budget is spent.
 
 A *peak* among the feasible points told is one with no better point told one change away (its
-neighbours told so far are all worse). ``peak_neighbours`` lists, best peak first, the neighbours of
+neighbours told so far are none better: on a plateau of equal points each one is a peak).
+``peak_neighbours`` lists, best peak first, the neighbours of
 each peak that have not been evaluated: its valid single changes (one dimension to another digit),
 then, for each single change the space does not allow, the points that make that change with the
 fewest other changes (pp 2 to 1 from an interleaved schedule with vpp 6 also takes 1F1B and vpp 1:
@@ -137,11 +138,13 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
         return none
     order = feasible[np.argsort(cost[feasible], kind="stable")]
     told = digits[order]  # (F, D) feasible points told, best first
+    ranked = cost[order]
     predict = additive_model(space, digits, cost, clip=clip) if guided else None
     out, seen, peaks = [], set(), 0
     for j, x in enumerate(told):
-        if j and ((told[:j] != x[None, :]).sum(axis=1) == 1).any():
-            continue  # a better point told is one change away: on the slope of a peak climbed already
+        if j and (((told[:j] != x[None, :]).sum(axis=1) == 1) & (ranked[:j] < ranked[j])).any():
+            continue  # a better point told is one change away: on the slope of a peak climbed already (a point as
+            # good one change away does not count: on a plateau each point is a peak, its own neighbours climbed)
         peaks += 1
         for cand in neighbours(space, x, ks, vs, fit):  # singles, then repairs
             if len(cand):

@@ -278,3 +278,26 @@ def test_tpe_samples_and_climbs_a_placement_space():
     # the climb runs (on this space TPE's walk names few of a peak's neighbours; TPE's own draws fill the
     # batches where none of them can be named)
     assert climbed > 0
+
+
+def test_an_equal_point_one_change_away_does_not_hide_a_peak():
+    # two told points A and B one change apart with the same cost, B one change from an untold C that is two from A:
+    # B is a peak of its own (a plateau), so C is among the neighbours; only a strictly better point makes a slope
+    space = trap_space()
+    digits, tps = grid(space)
+    ks, vs = single_changes(space, range(len(space.dims)))
+    ok = np.flatnonzero(tps > 0)
+    pairs = [(a, b, c) for a in ok for b in ok for c in ok
+             if (digits[a] != digits[b]).sum() == 1 and (digits[b] != digits[c]).sum() == 1
+             and (digits[a] != digits[c]).sum() == 2]
+    a, b, c = pairs[0]
+    told = np.stack([digits[a], digits[b]])
+    known_keys = space.index_of(told)
+    known = lambda k: np.isin(k, known_keys)  # noqa: E731
+    out = peak_neighbours(space, told, np.array([1.0, 1.0]), known, 1000, np.random.default_rng(0), ks, vs,
+                          guided=False)
+    assert digits[c].tolist() in out.tolist()
+    # with A strictly better, B is on A's slope: only A's neighbours, and C is not one of them
+    out = peak_neighbours(space, told, np.array([1.0, 1.5]), known, 1000, np.random.default_rng(0), ks, vs,
+                          guided=False)
+    assert digits[c].tolist() not in out.tolist()
