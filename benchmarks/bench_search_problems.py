@@ -164,7 +164,8 @@ def drawn_main(args) -> None:
     else:
         problems, rare = draw_problems(args.draw, args.draw_seed, max_valid=args.max_valid,
                                        min_feasible=args.min_feasible, infeasible_max=args.infeasible,
-                                       cache_path=args.cache or None, log=lambda m: print(m, flush=True))
+                                       cache_path=args.cache or None, log=lambda m: print(m, flush=True),
+                                       kinds=args.kinds.split(",") if args.kinds else None)
     listed = [("main", i, sp, fig) for i, (sp, fig) in enumerate(problems)]
     listed += [("mostly-infeasible", i, sp, fig) for i, (sp, fig) in enumerate(rare)]
     picks = {int(x) for x in args.pick.split(",")} if args.pick else None
@@ -235,6 +236,8 @@ def main() -> None:
                     help="default mcmc,tpe,random (named), mcmc,tpe,gradient,random (drawn)")
     ap.add_argument("--draw", type=int, default=0, help="draw this many problems with enough feasible points")
     ap.add_argument("--draw-seed", type=int, default=1)
+    ap.add_argument("--kinds", default="", help="draw only problems of these kinds (search_draw.KINDS, e.g. "
+                    "placement,partition; max_tries bounds the candidates looked at)")
     ap.add_argument("--problem", default="", help="one drawn problem's spec (JSON, as its header line prints it)")
     ap.add_argument("--pick", default="", help="run only these problems of the draw (indices, e.g. 3,7)")
     ap.add_argument("--mostly-infeasible", action="store_true",

@@ -200,10 +200,12 @@ def save_cache(path: str | None, cache: dict) -> None:
 
 
 def draw_problems(n: int, seed: int, *, max_valid: int, min_feasible: int, infeasible_max: int,
-                  cache_path: str | None = None, log=print, max_tries: int = 2000):
+                  cache_path: str | None = None, log=print, max_tries: int = 2000, kinds=None):
     """(main, mostly_infeasible): lists of (spec, grid figures), in draw order: ``n`` problems with
     at least ``min_feasible`` feasible points, and up to ``infeasible_max`` with under 1% feasible
-    (at least one), met along the way. Candidates are drawn from np.random.default_rng([seed])."""
+    (at least one), met along the way. Candidates are drawn from np.random.default_rng([seed]);
+    ``kinds`` (names of KINDS): only the candidates of those kinds are kept (the same stream, so they
+    are the problems of those kinds the whole draw would meet, and more of them)."""
     rng = np.random.default_rng([seed])
     cache = load_cache(cache_path)
     main, rare = [], []
@@ -211,6 +213,8 @@ def draw_problems(n: int, seed: int, *, max_valid: int, min_feasible: int, infea
         if len(main) >= n:
             break
         spec = draw_spec(rng)
+        if kinds is not None and spec["kind"] not in kinds:
+            continue
         key = spec_key(spec)
         if key in cache:
             fig = cache[key]
