@@ -770,7 +770,8 @@ class Space(SearchSpace):
     def start_points(self, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
         possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al. 2021 /
-        Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, the smallest
+        Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
+        the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), the smallest
         pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved), selective recompute,
         sequence parallelism, ZeRO-1 (distributed optimizer), micro-batch 1). A name is omitted
         when the space holds no such point. ``within``: sorted grid indices the points are chosen
@@ -801,7 +802,7 @@ class Space(SearchSpace):
             sched_rank = np.where(t["schedule"] == SCHEDULES.index("1f1b"), 0,
                                   np.where(t["schedule"] == SCHEDULES.index("interleaved"), 1, 2))
             score = np.stack([
-                tps != tp_want, rc != RECOMPUTE.index("selective"), ~t["sequence_parallel"],
+                tps != tp_want, -t["ep"], rc != RECOMPUTE.index("selective"), ~t["sequence_parallel"],
                 t["zero_stage"] != 1, t["micro_batch"] != t["micro_batch"].min(), sched_rank,
                 t["vpp"], t["cp"] != 1, t["overlap_dp"] == 0,
                 t["precision"] != _numeric("precision", ("bf16",))[0],

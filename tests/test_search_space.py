@@ -416,3 +416,14 @@ def test_random_partitions_follow_the_frameworks_chunk_rules(monkeypatch):
         want = _partitions(16, 4, lo, 4, multiple)
         assert drawn == want, fw
     assert len(_partitions(16, 4, (2, 3, 3, 2), 4)) == 84
+
+
+def test_megatron_start_spreads_the_experts():
+    # an MoE model: the recipe's tp is the node's, then the largest expert parallelism the space holds at it
+    # (Mixtral 8x7B on 64 H200s: ep up to 8 = its experts, within tp 8 x dp 8's ranks)
+    model, cluster = model_preset("mixtral-8x7b"), cluster_preset("h200x64")
+    space = Space.from_options(model, cluster, global_batch=512, framework="llm-foundry", ep=[1, 2, 4, 8],
+                               tp=[1, 2, 4, 8], pp=[1, 2, 4], cp=[1, 2], micro_batch=[2, 8], schedule=["1f1b"],
+                               recompute=["selective", "full"], sequence_parallel=[False, True], zero_stage=[0, 2, 3])
+    mg = space.table(space.start_points()["megatron"]).row(0)
+    assert mg["tp"] == 8 and mg["ep"] == 8
