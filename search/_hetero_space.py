@@ -292,12 +292,12 @@ class HeteroSpace(SearchSpace):
     def start_points(self) -> dict[str, np.ndarray]:
         """Named valid digits: "megatron" (tp 8 inside nodes, stages spread over the pools in
         proportion to their GPUs, uniform layers, the most data parallelism that fits) and
-        "speed_weighted" (the same stages and degrees with layers in proportion to each stage's GPUs x peak
-        FLOP/s, in pool order, or the pools put in one of the BALANCED_ORDERS orders whose cuts balance the
-        stages best: each stage's layers, the last one's LM head too, over its speed, within the boundary
-        shifts the space allows; balanced_placement). Over pp, those orders, micro-batches, recompute and
-        ZeRO choices, the one with the highest throughput (costmodel.evaluate, closed forms), else the least
-        memory."""
+        "speed_weighted" (stages at each tp that fits in a node, any number of them per pool, the most data
+        parallelism that fits, layers in proportion to each stage's GPUs x peak FLOP/s, in pool order, or the
+        pools put in one of the BALANCED_ORDERS orders whose cuts balance the stages best: each stage's
+        layers, the last one's LM head too, over its speed, within the boundary shifts the space allows;
+        balanced_placement). Over pp, those layouts, micro-batches, recompute and ZeRO choices, the one with
+        the highest throughput (costmodel.evaluate, closed forms), else the least memory."""
         from costmodel import evaluate
 
         out = {}
@@ -330,7 +330,7 @@ class HeteroSpace(SearchSpace):
         stages over the pools in proportion to their GPUs, uniform layers. speed_weighted: for that spread and every
         other number of stages per pool (stage_shares), the pools in order with layers in proportion to the stages'
         speed, then the orders of the pools whose balanced cuts leave the slowest stage fastest (balanced_placement,
-        BALANCED_ORDERS of them), for start_points to price."""
+        BALANCED_ORDERS of them), for start_points to price; with each tp that fits in a node (the node's first)."""
         P = len(self.cluster.pools)
         tp_ch = self.dims[self._col("tp.0")].choices
         tps = [x for x in tp_ch if self.model.heads % x == 0 and self.model.kv_heads % x == 0]
@@ -346,10 +346,12 @@ class HeteroSpace(SearchSpace):
             d = self._placed(pp, share, tp)
             return [] if d is None else [d]
         out = []
-        for sh in [share] + [np.array(x) for x in stage_shares(pp, P) if tuple(x) != tuple(share)]:
-            d = self._placed(pp, sh, tp)
-            if d is not None:
-                out += [d] if pp == 1 else self._weighted(d, pp, np.repeat(np.arange(P), sh))
+        node = min(p.gpus_per_node for p in self.cluster.pools)
+        for t in [tp] + [x for x in tps if x != tp and x <= node]:  # the node's tp first, then the others inside one
+            for sh in [share] + [np.array(x) for x in stage_shares(pp, P) if tuple(x) != tuple(share)]:
+                d = self._placed(pp, sh, t)
+                if d is not None:
+                    out += [d] if pp == 1 else self._weighted(d, pp, np.repeat(np.arange(P), sh))
         return out
 
     def _placed(self, pp: int, share, tp: int) -> np.ndarray | None:
