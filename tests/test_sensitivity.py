@@ -128,3 +128,23 @@ def test_evaluate_sensitivity_one_gpu_has_no_links():
     bad = cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--framework", "megatron-core,fsdp2",
               "--sensitivity")
     assert bad.returncode == 2 and "--sensitivity" in bad.stderr and bad.stdout == ""
+
+
+def test_format_sensitivity_names_plans_outside_the_ranking():
+    from cli._cmd_rank import format_sensitivity
+
+    model, cluster, table = _small()
+    space = Space.from_options(model, cluster, global_batch=256)
+    found = [{"case": "network x0.5", "best": 3, "best_score": 2.0, "first_score": 1.5, "shortfall": 0.25},
+             {"case": "compute x0.9", "best": 0, "best_score": 1.0, "first_score": 1.0, "shortfall": 0.0},
+             {"case": "latency x2", "best": None, "best_score": np.nan, "first_score": np.nan,
+              "shortfall": np.nan}]
+    text = format_sensitivity(space, table, np.array([0, 1, 2]), found,
+                              {"tokens_per_s": 100.0, "tokens_per_s_low": 90.0, "tokens_per_s_high": 110.0})
+    lines = text.splitlines()
+    assert lines[2].split() == ["network", "x0.5", "A", "25.0%"]
+    assert lines[3].split() == ["compute", "x0.9", "#1", "-"]
+    assert lines[4].split()[:4] == ["latency", "x2", "none", "fits"]
+    assert lines[5].startswith("  A: ") and "not among the 3 best" in lines[5]
+    assert lines[6] == ("#1 stays best in 1 of 3 cases; elsewhere it is at most 25.0% behind the best then "
+                        "(throughput); the model's error band on #1: ±10.0%")
