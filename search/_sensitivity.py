@@ -36,13 +36,14 @@ def parse_cases(text: str, argument: str = "--sensitivity") -> tuple[tuple[tuple
         pairs = []
         for part in word.split("+"):
             knob, eq, value = part.strip().partition("=")
+            knob = knob.strip().lower()
             try:
                 f = float(value)
             except ValueError:
                 f = math.nan
-            if not eq or knob.strip() not in KNOBS or not (0 < f < math.inf):
+            if not eq or knob not in KNOBS or not (0 < f < math.inf):
                 raise InputError(argument, expected, part.strip() or text)
-            pairs.append((knob.strip(), f))
+            pairs.append((knob, f))
         cases.append(tuple(pairs))
     if not cases:
         raise InputError(argument, expected, text)

@@ -51,6 +51,7 @@ def test_moved_cluster_refuses(changes):
 def test_parse_cases():
     assert parse_cases("network=0.8,compute=0.9+nvlink=0.5") == ((("network", 0.8),),
                                                                  (("compute", 0.9), ("nvlink", 0.5)))
+    assert parse_cases(" Network = 0.5 ") == ((("network", 0.5),),)  # knobs in any case, spaces around
     assert len(parse_cases("default")) == len(DEFAULT_CASES) == 10
     assert {k for case in parse_cases("default") for k, _ in case} == set(KNOBS)
     for bad in ("network", "disk=2", "network=0", "network=-1", "network=abc", "", "network=0.8,", "network=inf"):
