@@ -424,8 +424,9 @@ class HeteroSpace(SearchSpace):
                    framework=None if several else framework_preset(d.get("framework", LEGACY_FRAMEWORK)).name)
 
 
-# Distinct orders of the pools over the stages that balanced_placement compares; past this many it keeps the given one.
-MAX_ARRANGEMENTS = 5000  # (screened in one vectorised pass)
+# Distinct orders of the pools over the stages that balanced_placement compares (screened in one vectorised pass); past
+# this many it compares the given order, its reverse and the pools taken in turn.
+MAX_ARRANGEMENTS = 5000
 # Numbers of stages per pool the speed_weighted recipe tries beside the spread in proportion to the pools' GPUs: every
 # one where there are at most this many (a plan that leaves GPUs idle may put every stage on the fastest pool).
 MAX_SHARES = 64
@@ -462,13 +463,14 @@ def balanced_cuts(speed, layers: int, head: float, shifts, shift_layers: int):
     last = layers - prev
     total = np.where(last >= 1, np.maximum(worst, (last + head) / speed[-1]), np.inf)
     i = int(np.argmin(total))
-    if not np.isfinite(total[i]):
+    slowest = float(total[i])
+    if not np.isfinite(slowest):
         return None, np.inf
     path = []
-    for j in range(p - 2, -1, -1):
+    for j in range(p - 2, -1, -1):  # back from the last cut
         path.append(shifts[j][i])
         i = int(back[j][i])
-    return tuple(path[::-1]), float(total[int(np.argmin(total))])
+    return tuple(path[::-1]), slowest
 
 
 def balanced_placement(pools, speed, layers: int, head: float, shifts, shift_layers: int, best: int = 1):
@@ -485,7 +487,8 @@ def balanced_placement(pools, speed, layers: int, head: float, shifts, shift_lay
     if n <= MAX_ARRANGEMENTS:
         orders = np.array(list(_arrangements(counts.tolist())), dtype=np.int64)
     else:
-        turns = sorted(range(len(pools)), key=lambda j: (np.flatnonzero(pools == pools[j]).tolist().index(j), pools[j]))
+        rank = np.array([int((pools[:j] == pools[j]).sum()) for j in range(len(pools))])  # j's place on its pool
+        turns = np.lexsort((pools, rank))  # the pools taken in turn: each pool's first stage, then its second, ...
         orders = np.unique(np.stack([pools, pools[::-1], pools[turns]]), axis=0)
     p = len(pools)
     sp = np.asarray(speed, dtype=np.float64)[orders]  # (n, p)
