@@ -302,9 +302,11 @@ def run(args) -> int:
     from cli import _timeline
 
     _timeline.check_paths(args)
-    if args.sensitivity is not None:
+    cases = None
+    if args.sensitivity is not None:  # (the search package only with the flag: evaluate's start-up)
         from search._sensitivity import parse_cases
-    cases = None if args.sensitivity is None else parse_cases(args.sensitivity)
+
+        cases = parse_cases(args.sensitivity)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
     names = framework_list(args.framework)

@@ -15,7 +15,14 @@ from cli._cmd_evaluate import (
     state_dtypes_of,
 )
 from cli._cmd_search_hetero import SWEEP_HETERO_DEFAULTS, hetero_space_from_args
-from cli._cmd_show import format_by_framework, format_priced, priced_arrow, rows_as_dicts
+from cli._cmd_show import (
+    format_by_framework,
+    format_placement,
+    format_plan,
+    format_priced,
+    priced_arrow,
+    rows_as_dicts,
+)
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
 from costmodel import REASONS, HeteroCluster, InputError, Metrics, evaluate, plan_goodput
@@ -174,8 +181,6 @@ def format_sensitivity(space, table, ranked, found: list[dict], first: dict, obj
     """sensitivity()'s cases (``found``) as lines: per case the best plan then, as its place in ``ranked`` (the exact
     ranking's row indices, #1 first) or a letter for one outside it (described below the cases), and how far behind
     it #1 falls by ``objective``; then a summary beside #1's error band (``first``: #1's printed row)."""
-    from cli._cmd_show import format_placement, format_plan
-
     place = {int(i): k for k, i in enumerate(ranked, start=1)}
     letters: dict[int, str] = {}
     score = "goodput" if objective == "goodput" else "throughput"

@@ -77,8 +77,10 @@ def sensitivity(model, cluster, table, first: int, cases, *, objective: str = "t
         if ok.size:
             best = int(idx[ok[0]])
             best_score = score(exact.take(ok[:1]), table.take(idx[ok[:1]]), moved)
-            one = table.take(np.array([first]))
-            first_score = score(evaluate(model, moved, one, pipeline="simulate", state_dtypes=state_dtypes), one, moved)
+            one, at = table.take(np.array([first])), np.flatnonzero(idx == first)[:1]  # first among the re-priced?
+            first_m = exact.take(at) if at.size else evaluate(model, moved, one, pipeline="simulate",
+                                                               state_dtypes=state_dtypes)
+            first_score = score(first_m, one, moved)
             row.update(best=best, best_score=best_score, first_score=first_score,
                        shortfall=0.0 if best == first else max(0.0, 1.0 - first_score / best_score))
         out.append(row)
