@@ -247,6 +247,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from costmodel._codes import SCHEDULES
 from costmodel._dtypes import GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
@@ -1095,10 +1096,14 @@ _derive("fsdp2", "fsdp2-compiled-loss", xent_peak_bytes=2.0 + 2.0,
              "the partitioner's rules, not measured); its HBM traffic (xent_bytes) not re-derived: fsdp2's kept",
              "the fsdp2 profile's sources"),
 )
+# Names users type for a profile (framework_preset reads them in any case, with spaces or underscores for hyphens).
+# Megatron-LM's training loop has run on Megatron-Core since 2023 (and NeMo's and Megatron-Bridge's on the same
+# library), so the bare names mean megatron-core; a run of the 2021-2022 code names megatron-2021.
 FRAMEWORK_ALIASES = {
     "megatron-lm-2021": "megatron-2021", "mcore": "megatron-core", "megatron": "megatron-core", "megatron-deepspeed": "deepspeed",
+    "megatron-lm": "megatron-core", "nemo": "megatron-core",
     "torchtitan": "fsdp2", "fsdp2-compile": "fsdp2", "torchtitan-eager": "fsdp2-eager", "fsdp": "fsdp2",
-    "torchtitan-async-tp": "fsdp2-async-tp",
+    "torchtitan-async-tp": "fsdp2-async-tp", "pytorch-fsdp": "fsdp2", "deepspeed-zero": "deepspeed",
 }
 # The profile of every command and of evaluate() where none is named: Megatron-Core, the code the large
 # published runs train with (GPT-3 and Llama 3 scale on thousands of GPUs; docs/frameworks.md).
@@ -1168,7 +1173,8 @@ def framework_preset(name: str | Framework | None, argument: str = "--framework"
         return name
     if name is None or name == "":
         return FRAMEWORKS[DEFAULT_FRAMEWORK]
-    key = FRAMEWORK_ALIASES.get(str(name).lower(), str(name).lower())
+    key = "-".join(w for w in re.split(r"[\s_\-]+", str(name).strip().lower()) if w)
+    key = FRAMEWORK_ALIASES.get(key, key)
     if key not in FRAMEWORKS:
         raise InputError(argument, "one of " + ", ".join([*FRAMEWORKS, *FRAMEWORK_ALIASES]), name)
     return FRAMEWORKS[key]

@@ -232,10 +232,46 @@ def gpu_names() -> list[str]:
     return list(_read_presets())
 
 
-def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
-    """The GPU called ``name`` (a CSV name or an alias such as ``h100``)."""
+# Words of a GPU's name that say how the same chip is mounted (resolve_gpu_name drops them): every preset is the
+# NVLink board part (SXM, HGX, OAM, NVL72). A PCIe card is a different product (lower clocks and power, no NVLink
+# between the cards of a server), so a name with "pcie" matches no preset.
+_FORM_WORDS = frozenset({"sxm", "sxm4", "sxm5", "sxm6", "hgx", "dgx", "oam", "nvl72", "nvl"})
+_VENDOR_WORDS = frozenset({"nvidia", "amd", "tesla", "instinct"})
+
+
+def resolve_gpu_name(name: str) -> str | None:
+    """The preset's CSV name a user's spelling of a GPU means, or None: a preset name or an alias (GPU_ALIASES) in
+    any case, with spaces or underscores for hyphens ("H100 SXM5 80GB", "a100_80gb"); otherwise the chip and, where
+    given, the memory ("NVIDIA H100-SXM 80GB HBM3" is the H100 SXM5 80GB, "A100 40GB" the 40 GB part), the vendor,
+    the memory's kind and the words of the board form (_FORM_WORDS) left out. The chip alone is its alias (the
+    80 GB A100 and H100). A name that fits no preset or more than one (or says PCIe) gives None."""
     rows = _read_presets()
-    full = GPU_ALIASES.get(name.lower(), name)
+    words = [w for w in re.split(r"[\s_\-]+", str(name).strip().lower()) if w]
+    key = "-".join(words)
+    by_lower = {n.lower(): n for n in rows}
+    if key in GPU_ALIASES:
+        return GPU_ALIASES[key]
+    if key in by_lower:
+        return by_lower[key]
+    if "pcie" in words:
+        return None
+    words = [w for w in words if w not in _VENDOR_WORDS and w not in _FORM_WORDS]
+    if not words:
+        return None
+    chip, rest = words[0], words[1:]
+    if not rest:
+        return GPU_ALIASES.get(chip)
+    memory = [w for w in rest if re.fullmatch(r"\d+gb", w)]
+    if len(memory) != 1 or any(w not in memory and not re.fullmatch(r"hbm\de?", w) for w in rest):
+        return None
+    fits = [n for n in rows if n.lower().split("-")[0] == chip and memory[0] in n.lower().split("-")]
+    return fits[0] if len(fits) == 1 else None
+
+
+def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
+    """The GPU called ``name`` (a CSV name or an alias such as ``h100``, spelt as resolve_gpu_name reads it)."""
+    rows = _read_presets()
+    full = resolve_gpu_name(name)
     if full not in rows:
         choices = ", ".join(sorted(set(rows) | set(GPU_ALIASES)))
         raise InputError("gpu", f"one of {choices}", name)

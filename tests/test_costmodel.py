@@ -183,6 +183,25 @@ def test_gpu_presets_are_dense_figures():
     assert gpu_preset("a100").peak_flops[0] == pytest.approx(312e12)
 
 
+@pytest.mark.parametrize("typed, preset", [
+    ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("a100-sxm4-80gb", "A100-SXM4-80GB"), ("a100_80gb", "A100-SXM4-80GB"),
+    ("A100 40GB", "A100-SXM4-40GB"), ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"), ("H100 SXM", "H100-SXM5-80GB"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"), ("H100-SXM5-80GB", "H100-SXM5-80GB"),
+    ("H100 96GB", "H100-SXM5-96GB-500W"),
+    ("h200 sxm 141gb", "H200-SXM-141GB"), ("AMD Instinct MI300X", "MI300X-OAM-192GB"), ("B200", "B200-HGX-180GB"),
+])
+def test_gpu_names_as_users_write_them(typed, preset):
+    assert gpu_preset(typed).name == preset
+
+
+@pytest.mark.parametrize("typed", ["A100-PCIE-40GB", "H100 PCIe", "V100", "H100 80GB 500W", "A100 80GB 40GB",
+                                   "H100 64GB"])
+def test_a_gpu_name_that_fits_no_preset_or_another_product_is_refused(typed):
+    # a PCIe card is not the NVLink board part every preset is; a memory no preset has matches none
+    with pytest.raises(InputError, match="gpu"):
+        gpu_preset(typed)
+
+
 def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     """GB200 NVL72: the GB200 variant of B200 (1,200 W) at 2,500 dense BF16 and 5,000 dense FP8 TFLOP/s; the rack's
     13.4 TB of HBM3e and 576 TB/s over 72 GPUs (186 GB, 8 TB/s a GPU); NVLink5's 1.8 TB/s both ways (900 GB/s each);

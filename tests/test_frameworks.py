@@ -210,6 +210,22 @@ def test_aliases_and_unknown_names():
         framework_preset("jax")
 
 
+@pytest.mark.parametrize("typed, profile", [
+    ("Megatron-LM", "megatron-core"), ("megatron lm", "megatron-core"), ("NeMo", "megatron-core"),
+    ("Megatron_Core", "megatron-core"), (" Megatron-DeepSpeed ", "deepspeed"), ("DeepSpeed ZeRO", "deepspeed"),
+    ("PyTorch FSDP", "fsdp2"), ("llm_foundry", "llm-foundry"), ("Megatron-LM 2021", "megatron-2021"),
+])
+def test_names_as_users_write_them(typed, profile):
+    # case, spaces and underscores do not matter; the product names mean the profiles of their current code
+    assert framework_preset(typed).name == profile
+
+
+@pytest.mark.parametrize("typed", ["megatron lm 2019", "fsdp-3", "deepspeed zero3 offload"])
+def test_a_name_that_reads_as_no_profile_is_refused(typed):
+    with pytest.raises(InputError, match="--framework"):
+        framework_preset(typed)
+
+
 def test_every_profile_cites_sources_and_offers_1f1b():
     for fw in FRAMEWORKS.values():
         assert fw.sources and all(fw.sources)
