@@ -31,7 +31,7 @@ from costmodel._frameworks import Framework, with_state_dtypes
 from costmodel._layer_terms import refuse_modules
 from costmodel._metrics import METRIC_COLUMNS, Metrics
 from costmodel._pipeline_terms import PIPELINE_MODES, outside_closed_form
-from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view
+from costmodel._stages import microbatches, moe_block_view, pool_arrays, stage_view, unpaired_by_stage
 from costmodel._strategy import StrategyTable
 from costmodel._workloads import Transformer
 
@@ -132,7 +132,9 @@ def _evaluate_one(model: Transformer, cluster, table: StrategyTable, pipeline: s
         if not split.any():
             table = StrategyTable(table.columns, table.stages.without("pool2", "dp2"))
     # (an MoE model's blocks that the simulator may price: every stage; the others the runs of alike stages)
-    view = (lambda model, sub, now: stage_view(model, sub)) if table.placed else moe_block_view
+    # (every stage of a block where its interior stages differ by their index: unpaired_by_stage)
+    view = ((lambda model, sub, now: stage_view(model, sub, unpaired_by_stage(fw, model, sub))) if table.placed
+            else (lambda model, sub, now: moe_block_view(model, sub, now, unpaired_by_stage(fw, model, sub))))
     memo = BlockMemo() if len(table) > BLOCK_ROWS else None  # (what a block prices that the next ones read again)
     # rows of one dense model's uniform stages, closed forms: those the simulator must price can join the last block
     fold = (may_simulate if pipeline == "closed_form" and not table.placed and table.stage_layers is None
@@ -236,7 +238,7 @@ def stage_breakdown(model: Transformer, cluster, table, framework=None) -> dict[
     pa = pool_arrays(cluster)
 
     def priced(rows, fw):
-        sv = stage_view(model, rows)
+        sv = stage_view(model, rows, unpaired_by_stage(fw, model, rows))
         out = evaluate_block(model, pa, sv, "simulate", simulate_now=True, stages_out=True, framework=fw)
         st = {k[len("_stage_"):]: v for k, v in out.items() if k.startswith("_stage_")}
         return every_stage(st, np.asarray(sv.comp, dtype=bool), rows["pp"])

@@ -27,7 +27,7 @@ from costmodel._hetero_cluster import as_hetero
 from costmodel._layer_terms import LAYER_INPUTS, layer_terms, moe_layer_inputs
 from costmodel._metrics import Metrics
 from costmodel._pipeline import _SPLIT_BACKWARD, Timeline, compile_schedule, simulate, simulate_lockstep
-from costmodel._stages import pool_arrays, stage_view
+from costmodel._stages import pool_arrays, stage_view, unpaired_by_stage
 from costmodel._strategy import SCHEDULES, StrategyTable
 from costmodel._workloads import Transformer
 
@@ -174,8 +174,8 @@ def _pool_label(names: list[str], pool: int, pool2: int, dp2: int) -> str:
 def _priced(model, cluster, table: StrategyTable, fw):
     """costmodel._block.evaluate_block's phases on a one-row ``table`` with the stage columns and the exact pipeline,
     the records kept: (rows, cfg, terms, st, hand, pipe, dp, metrics)."""
-    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pool_arrays(cluster), stage_view(model, table),
-                                                             "simulate", True, True, fw)
+    sv = stage_view(model, table, unpaired_by_stage(fw, model, table))
+    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pool_arrays(cluster), sv, "simulate", True, True, fw)
     return rows, cfg, terms, st, hand, pipe, dp, report(rows, cfg, terms, st, hand, pipe, mem, dp, True)
 
 

@@ -132,11 +132,12 @@ def _moe_rows_unlike(model: Transformer, table: StrategyTable):
     return None if np.all(alike) else alike
 
 
-def moe_explicit_stages(model: Transformer, table: StrategyTable) -> StrategyTable:
+def moe_explicit_stages(model: Transformer, table: StrategyTable, force: bool = False) -> StrategyTable:
     """``table`` with explicit stage_layers (L / pp each) where uniform stages of an MoE model do
     not hold alike MoE layers (moe_stages_alike): the three representative stages would not
-    stand for the interior ones. Unchanged otherwise (every dense model)."""
-    if _moe_rows_unlike(model, table) is None:
+    stand for the interior ones; with ``force``, wherever its stages are uniform (stages that
+    differ by more than their layers: unpaired_by_stage). Unchanged otherwise (every dense model)."""
+    if not model.is_moe or table.stage_layers is not None or (not force and _moe_rows_unlike(model, table) is None):
         return table
     p = table["pp"]
     layers = np.where(np.arange(int(p.max()))[None, :] < p[:, None], (model.layers // p)[:, None], 0)
@@ -236,11 +237,15 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
                      layers_of_pp=not explicit)
 
 
-def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> StageView:
+def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool, stagewise: bool = False) -> StageView:
     """strategy_view of a block of rows; where an MoE model's uniform stages do not all hold alike
     MoE layers (moe_stages_alike), every stage (``explicit``: moe_explicit_stages, as the simulator
     takes them) or the runs of alike stages (moe_run_stages, for the closed forms only: its rows are
-    ``comp`` with k >= 3 columns, and the simulator maps a comp row's devices to three)."""
+    ``comp`` with k >= 3 columns, and the simulator maps a comp row's devices to three). Every stage
+    too where ``stagewise``: stages whose times differ with their index, not only with their layers
+    (unpaired_by_stage)."""
+    if stagewise:
+        return strategy_view(model, moe_explicit_stages(model, table, force=True))
     if _moe_rows_unlike(model, table) is None:
         return strategy_view(model, table)
     if explicit:
@@ -250,10 +255,23 @@ def moe_block_view(model: Transformer, table: StrategyTable, explicit: bool) -> 
     return dataclasses.replace(sv, j=j, w=w, lo=j * sv.layers, stages=None)
 
 
-def placement_view(table: StrategyTable, model: Transformer | None = None) -> StageView:
+def unpaired_by_stage(fw, model: Transformer, table: StrategyTable) -> bool:
+    """Whether some row's interior pipeline stages differ by their index beyond their layers, so that three
+    representative stages cannot stand for them: under Megatron-Core's EP A2A overlap in the steady state only
+    (Framework.overlap_ep_steady_only) an interleaved stage j runs (p - j - 1) 2 + ... of its passes unpaired
+    (costmodel._experts.unpaired_share), a share that falls along the pipeline; rows of an MoE model, interleaved,
+    with an interior stage that is not the only one (pp >= 4)."""
+    from costmodel._codes import SCHEDULES
+
+    if not (model.is_moe and fw.overlap_ep and fw.overlap_ep_steady_only) or not len(table):
+        return False
+    return bool(np.any((table["schedule"] == SCHEDULES.index("interleaved")) & (table["pp"] >= 4)))
+
+
+def placement_view(table: StrategyTable, model: Transformer | None = None, stagewise: bool = False) -> StageView:
     """The stages of a table with placements: every stage to the block's deepest pipeline, padded past pp; or,
-    where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers), three
-    representatives as uniform rows without placements."""
+    where every row's stages are alike (and, for an MoE ``model``, hold alike MoE layers; not ``stagewise``:
+    unpaired_by_stage), three representatives as uniform rows without placements."""
     c, N = table.columns, len(table)
     S = max(int(c["pp"].max()), 1) if N else table.num_stages  # the columns past every row's pp: not needed,
     stages = table.stages
@@ -263,7 +281,7 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
     m, B = c["microbatches"][None, :], c["global_batch"][None, :]
     idx = np.broadcast_to(np.arange(S)[:, None], (S, N))
     on = idx < c["pp"][None, :]  # (k, N) the stages of the pipeline
-    if not split:  # (the stored int8 / int16 arrays compared: only an alike block's first stage row converted)
+    if not split and not stagewise:  # (the stored int8 / int16 arrays compared: only an alike block's first row)
         alike = [stages.raw(k)[:S] for k in ("layers", "pool", "dp", "tp", "order", "recompute") if k in stages]
         if N and (model is None or not model.is_moe or np.all(moe_stages_alike(model, c["pp"]))) and all(
                 np.all((a[:q] == a[:1]) | ~on[:q]) for q in (2, S) for a in alike) and (  # all alike, and no
@@ -290,8 +308,10 @@ def placement_view(table: StrategyTable, model: Transformer | None = None) -> St
                      split=split or None)
 
 
-def stage_view(model: Transformer, table: StrategyTable) -> StageView:
-    return placement_view(table, model) if table.placed else strategy_view(model, table)
+def stage_view(model: Transformer, table: StrategyTable, stagewise: bool = False) -> StageView:
+    if table.placed:
+        return placement_view(table, model, stagewise)
+    return strategy_view(model, moe_explicit_stages(model, table, force=True) if stagewise else table)
 
 
 def microbatches(table: StrategyTable) -> np.ndarray:

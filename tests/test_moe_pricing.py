@@ -62,6 +62,10 @@ CASES = [
     # groups, groups spanning nodes, and (etp 3) neither
     ("tiny-groups", "h100x64", False, "hai-llm", 300),
     ("deepseek-v3", "h800x2048", True, "hai-llm", 200),
+    # every layer an MoE layer on uniform stages (three representatives where stages are alike) under the EP A2A
+    # overlap of the steady state only: interleaved, each stage j runs its own share of passes unpaired
+    ("mixtral-8x7b", "h100x64", False, "megatron-core-a2a-overlap", 300),
+    ("qwen3-30b-a3b", "h100x1024", False, "megatron-core-deepep-a2a-overlap", 300),
 ]
 
 
