@@ -175,7 +175,8 @@ def _priced(model, cluster, table: StrategyTable, fw):
     """costmodel._block.evaluate_block's phases on a one-row ``table`` with the stage columns and the exact pipeline,
     the records kept: (rows, cfg, terms, st, hand, pipe, dp, metrics)."""
     sv = stage_view(model, table, unpaired_by_stage(fw, model, table))
-    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pool_arrays(cluster), sv, "simulate", True, True, fw)
+    rows, cfg, terms, st, hand, pipe, mem, dp = block_phases(model, pool_arrays(cluster), sv, "simulate", True, True,
+                                                             fw)
     return rows, cfg, terms, st, hand, pipe, dp, report(rows, cfg, terms, st, hand, pipe, mem, dp, True)
 
 
