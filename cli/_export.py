@@ -400,11 +400,12 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
           "--context-parallel-size", plan["cp"]]
     if plan["sequence_parallel"]:
         a += ["--sequence-parallel"]
-    uniform, layout = len(set(sl)) == 1, v > 1 and min(sl) < v
+    uniform, layout = len(set(sl)) == 1, v > 1 and (min(sl) < v or any(n % v for n in sl))
     if layout:
-        # The first stage's first chunk the embedding alone, the last stage's last the output and loss alone: only
-        # a layout says so (Megatron-Core's PipelineParallelLayerLayout, core_v0.15.0: virtual stage j = chunk x pp +
-        # stage, 'E' embedding, 't' a decoder layer, 'L' the loss, '|' between virtual stages).
+        # The first stage's first chunk the embedding alone, the last stage's last the output and loss alone, or a
+        # stage whose layers v does not divide in chunks one layer apart (chunk_layers, as the profile prices them):
+        # only a layout says so (Megatron-Core's PipelineParallelLayerLayout, core_v0.15.0: virtual stage j = chunk x
+        # pp + stage, 'E' embedding, 't' a decoder layer, 'L' the loss, '|' between virtual stages).
         a += ["--pipeline-model-parallel-layout", megatron_layout(sl, v)]
     elif not uniform:
         # Megatron-LM takes the first and last stage's layers; the stages between share the rest evenly.

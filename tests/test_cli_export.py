@@ -406,6 +406,22 @@ def test_megatron_layout_gives_the_embedding_and_the_loss_a_chunk_of_their_own()
             _layout_stage_layers(bad, p)
 
 
+def test_megatron_layout_for_uniform_stages_that_the_chunks_do_not_divide():
+    # 48 layers on 8 stages of 6, 4 chunks a stage: Megatron-Core's profile prices chunks one layer apart (2, 2, 1, 1:
+    # Framework.uneven_chunks), which only a layout says; --num-layers-per-virtual-pipeline-stage 6 // 4 = 1 would
+    # launch 6 chunks a stage instead
+    model, cluster = SPACES["qwen3"]
+    plan = dict(dp=4, tp=1, pp=8, cp=2, ep=1, etp=1, micro_batch=1, global_batch=256, vpp=4, zero_stage=1,
+                schedule="interleaved", recompute="full", precision="bf16", sequence_parallel=True, overlap_dp=False,
+                stage_layers=[6] * 8, stage_recompute=["full"] * 8)
+    text = WRITERS["megatron"](plan, model, cluster)
+    a = megatron_parser().parse_args(_megatron_words(text))
+    # virtual stage j = chunk x 8 + stage: 8 of 'tt' (chunk 0, the embedding first), 8 of 'tt', 8 of 't', 8 of 't'
+    assert a.pipeline_model_parallel_layout == "Ett|(tt|)*15(t|)*15tL"
+    assert a.num_layers_per_virtual_pipeline_stage is None and a.num_virtual_stages_per_pipeline_rank is None
+    assert read_back("megatron", text, model) == plan
+
+
 def test_torchtitan_gives_the_embedding_and_the_output_a_model_part_of_their_own():
     # the same cut in torchtitan's split points: model part 0 (rank 0's first) holds tok_embeddings
     # alone, part 127 (rank 15's last) norm and output alone; every other part one layer
