@@ -1,0 +1,133 @@
+"""The evaluator's agreements, on random rows of every framework profile, model kind and cluster: wider than the tests.
+
+    PYTHONPATH=. python3 benchmarks/consistency_sweep.py [--seed S] [--rows N] [--pipeline simulate] [--checks ...]
+
+The unit tests hold each agreement on fixed seeds and a few (model, cluster, profile) cases; this draws new rows for
+every combination of the models, clusters and profiles below and reports each disagreement with the row that shows
+it (exit 1 where any). Checks:
+
+  reference   the vectorised evaluator against the scalar reference (costmodel._reference.evaluate_row), every
+              metric within 1e-9 relative (1 ns absolute), infinities in the same places
+  placement   every row as a one-pool placement (StrategyTable.as_placements) against the row itself, 1e-9
+  screen      the memory screen's bytes and reasons, and the feasibility checks' reasons (out of memory aside),
+              against the evaluator's
+
+Rows are the reference test's random strategies (tests/test_reference.py random_table: every column, half nudged
+towards feasibility, uniform or uneven stages) with the MoE test's expert degrees (tests/test_moe_pricing.py
+with_ep) on MoE models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from costmodel import FRAMEWORKS, REASONS, cluster_preset, evaluate, model_preset  # noqa: E402
+from costmodel._feasibility import feasibility  # noqa: E402
+from costmodel._memory import memory_screen  # noqa: E402
+from costmodel._reference import evaluate_row  # noqa: E402
+from tests.test_moe_pricing import with_ep  # noqa: E402
+from tests.test_reference import random_table  # noqa: E402
+
+MODELS = ("llama3-8b", "llama3-70b", "gpt3-175b", "megatron-22b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3",
+          "qwen3-235b-a22b")
+CLUSTERS = ("h100x64", "a100x128", "a100-40gbx64", "h200x64", "h800x256", "b200x256", "gb200x144", "mi300x64",
+            "h100x1024")
+CHECKS = ("reference", "placement", "screen")
+
+
+def _same(got, want) -> bool:
+    if isinstance(want, float) and math.isinf(want):
+        return math.isinf(got)
+    if isinstance(want, (bool, np.bool_)) or not isinstance(want, (int, float, np.integer, np.floating)):
+        return bool(got == want)
+    return abs(got - want) <= 1e-9 + 1e-9 * abs(want)
+
+
+def reference(model, cluster, table, fw, pipeline) -> str | None:
+    vec = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
+    for i in range(len(table)):
+        for key, want in evaluate_row(model, cluster, table.row(i), framework=fw, pipeline=pipeline).items():
+            if not _same(vec[key][i], want):
+                return f"{key}: vectorised {vec[key][i]!r}, reference {want!r}, row {table.row(i)}"
+    return None
+
+
+def placement(model, cluster, table, fw, pipeline) -> str | None:
+    # micro-batch counts are an integer column with placements: rows where B / (dp b) is whole
+    table = table.take(np.flatnonzero(table["global_batch"] % (table["dp"] * table["micro_batch"]) == 0))
+    if not len(table):
+        return None
+    a = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
+    b = evaluate(model, cluster, table.as_placements(model.layers), framework=fw, pipeline=pipeline)
+    for key in a:
+        x, y = np.asarray(a[key]), np.asarray(b[key])
+        same = ((x == y) | np.isclose(x, y, rtol=1e-9, atol=0.0)) if x.dtype.kind == "f" else (x == y)
+        if not same.all():
+            i = int(np.flatnonzero(~same)[0])
+            return f"{key}: row {x[i]!r}, as a placement {y[i]!r}, row {table.row(i)}"
+    return None
+
+
+def screen(model, cluster, table, fw, pipeline) -> str | None:
+    vec = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
+    mem, reason = memory_screen(model, cluster, table, framework=fw)
+    bad = np.flatnonzero(reason != vec["reason"])
+    if bad.size:
+        i = int(bad[0])
+        return f"screen reason {REASONS[reason[i]]}, evaluator {REASONS[vec['reason'][i]]}, row {table.row(i)}"
+    off = np.flatnonzero(~((mem == vec["mem_total_bytes"]) | np.isclose(mem, vec["mem_total_bytes"], rtol=1e-12)))
+    if off.size:
+        i = int(off[0])
+        return f"screen bytes {mem[i]!r}, evaluator {vec['mem_total_bytes'][i]!r}, row {table.row(i)}"
+    oom = REASONS.index("out_of_memory")
+    want = np.where(vec["reason"] == oom, 0, vec["reason"])
+    bad = np.flatnonzero(feasibility(model, cluster, table, framework=fw) != want)
+    if bad.size:
+        i = int(bad[0])
+        return f"feasibility differs from the evaluator's reason {REASONS[vec['reason'][i]]}, row {table.row(i)}"
+    return None
+
+
+RUN = {"reference": reference, "placement": placement, "screen": screen}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rows", type=int, default=40, help="random rows per (model, cluster, profile)")
+    ap.add_argument("--pipeline", choices=("closed_form", "simulate"), default="closed_form")
+    ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated, among " + ", ".join(CHECKS))
+    args = ap.parse_args()
+    checks = [c for c in args.checks.split(",") if c]
+    if any(c not in RUN for c in checks):
+        ap.error(f"--checks: expected names among {', '.join(CHECKS)}, got {args.checks!r}")
+    rng = np.random.default_rng(args.seed)
+    t0, rows, found = time.perf_counter(), 0, 0
+    for name, cl_name, fw in itertools.product(MODELS, CLUSTERS, FRAMEWORKS):
+        model, cluster = model_preset(name), cluster_preset(cl_name)
+        sub = np.random.default_rng(rng.integers(1 << 62))
+        table = random_table(model, sub, args.rows, bool(sub.random() < 0.5))
+        if model.is_moe:
+            table = with_ep(table, sub, model.experts)
+        rows += len(table)
+        for check in checks:
+            why = RUN[check](model, cluster, table, fw, args.pipeline)
+            if why:
+                found += 1
+                print(f"{check}: {name} on {cl_name} under {fw}: {why}")
+    print(f"{rows:,} rows x {len(checks)} checks ({len(MODELS)} models, {len(CLUSTERS)} clusters, {len(FRAMEWORKS)} "
+          f"profiles, seed {args.seed}, {args.pipeline}): {found} disagreement(s), {time.perf_counter() - t0:.0f} s")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
