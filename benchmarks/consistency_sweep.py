@@ -11,6 +11,8 @@ it (exit 1 where any). Checks:
   placement   every row as a one-pool placement (StrategyTable.as_placements) against the row itself, 1e-9
   screen      the memory screen's bytes and reasons, and the feasibility checks' reasons (out of memory aside),
               against the evaluator's
+  export      random feasible plans (tests/test_cli_export.py's draw: Megatron-LM, torchtitan and DeepSpeed, dense
+              and MoE) written by `plansweep export`'s writers and read back: the same plan
 
 Rows are the reference test's random strategies (tests/test_reference.py random_table: every column, half nudged
 towards feasibility, uniform or uneven stages) with the MoE test's expert degrees (tests/test_moe_pricing.py
@@ -41,7 +43,9 @@ MODELS = ("llama3-8b", "llama3-70b", "gpt3-175b", "megatron-22b", "mixtral-8x7b"
           "qwen3-235b-a22b")
 CLUSTERS = ("h100x64", "a100x128", "a100-40gbx64", "h200x64", "h800x256", "b200x256", "gb200x144", "mi300x64",
             "h100x1024")
-CHECKS = ("reference", "placement", "screen")
+CHECKS = ("reference", "placement", "screen", "export")
+# Seeds of the export check's draws a run takes (from --seed), 300 candidate plans each per framework and space.
+EXPORT_SEEDS = 10
 
 
 def _same(got, want) -> bool:
@@ -100,6 +104,27 @@ def screen(model, cluster, table, fw, pipeline) -> str | None:
 RUN = {"reference": reference, "placement": placement, "screen": screen}
 
 
+def export_round_trips(seed: int) -> tuple[int, list[str]]:
+    """(plans written and read back, what differed) over EXPORT_SEEDS draws from ``seed``."""
+    from cli._export import WRITERS, canonical_plan, read_back
+    from tests.test_cli_export import PROFILE, ROUND_TRIP, SPACES, _draw
+
+    n, out = 0, []
+    for s, (fw, space) in itertools.product(range(seed, seed + EXPORT_SEEDS), ROUND_TRIP):
+        model, cluster = SPACES[space]
+        table = _draw(fw, 300, s, model, cluster.num_gpus)
+        ok = evaluate(model, cluster, table, framework=PROFILE[fw] if model.is_moe else None)["feasible"]
+        for i in np.flatnonzero(ok):
+            plan = canonical_plan(table.row(int(i)), model)
+            n += 1
+            back = read_back(fw, WRITERS[fw](plan, model, cluster), model)
+            if back != plan:
+                diff = {k: (plan.get(k), back.get(k)) for k in sorted(set(plan) | set(back))
+                        if plan.get(k) != back.get(k)}
+                out.append(f"export: {fw} {space}: written and read back {diff} (plan, read), plan {plan}")
+    return n, out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -108,24 +133,33 @@ def main() -> int:
     ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated, among " + ", ".join(CHECKS))
     args = ap.parse_args()
     checks = [c for c in args.checks.split(",") if c]
-    if any(c not in RUN for c in checks):
+    if any(c not in CHECKS for c in checks):
         ap.error(f"--checks: expected names among {', '.join(CHECKS)}, got {args.checks!r}")
     rng = np.random.default_rng(args.seed)
     t0, rows, found = time.perf_counter(), 0, 0
-    for name, cl_name, fw in itertools.product(MODELS, CLUSTERS, FRAMEWORKS):
+    if "export" in checks:
+        plans, diffs = export_round_trips(args.seed)
+        for line in diffs:
+            print(line)
+        print(f"export: {plans:,} plans written and read back, {len(diffs)} different")
+        found += len(diffs)
+        checks = [c for c in checks if c != "export"]
+    for name, cl_name, fw in itertools.product(MODELS, CLUSTERS, FRAMEWORKS) if checks else ():
         model, cluster = model_preset(name), cluster_preset(cl_name)
         sub = np.random.default_rng(rng.integers(1 << 62))
         table = random_table(model, sub, args.rows, bool(sub.random() < 0.5))
         if model.is_moe:
             table = with_ep(table, sub, model.experts)
         rows += len(table)
-        for check in checks:
+        for check in checks:  # (export is run above, once)
             why = RUN[check](model, cluster, table, fw, args.pipeline)
             if why:
                 found += 1
                 print(f"{check}: {name} on {cl_name} under {fw}: {why}")
-    print(f"{rows:,} rows x {len(checks)} checks ({len(MODELS)} models, {len(CLUSTERS)} clusters, {len(FRAMEWORKS)} "
-          f"profiles, seed {args.seed}, {args.pipeline}): {found} disagreement(s), {time.perf_counter() - t0:.0f} s")
+    if checks:
+        print(f"{rows:,} rows x {len(checks)} checks ({len(MODELS)} models, {len(CLUSTERS)} clusters, "
+              f"{len(FRAMEWORKS)} profiles, seed {args.seed}, {args.pipeline}): {found} disagreement(s), "
+              f"{time.perf_counter() - t0:.0f} s")
     return 1 if found else 0
 
 
