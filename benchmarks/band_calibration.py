@@ -68,7 +68,8 @@ def main() -> None:
     r, fam, par, src = arrays(table)
     level = table["level"]
     inside, loso_h = leave_one_source_out(r, fam, par, src, level)
-    own = resolve_bands(r, fam, par, level).half_width[fam, par]
+    resolved = resolve_bands(r, fam, par, level)
+    own_w = 100 * (np.exp(resolved.half_high) - np.exp(-resolved.half_low))[fam, par]  # each run's band, high - low
     print(f"{args.file}: {table['priced_runs']} priced runs from {len(set(src))} sources; conformal level "
           f"{level:.2f} (the least of 0.80, 0.85, 0.90, 0.95 reaching 80% leave-one-source-out); a regime needs "
           f"{min_runs(level)} runs for a band of its own\n")
@@ -81,10 +82,10 @@ def main() -> None:
         loso_w = width_pct(np.median(loso_h[cell])) if np.isfinite(loso_h[cell]).all() else math.inf
         note = "" if c["regime"] == f"{c['family']} x {c['parallelism']}" else f" ({c['regime'].split('(', 1)[1]}"
         print(f"| {c['family']} x {c['parallelism']}{note} | {c['runs']} | {c['sources']} | "
-              f"{c['low_pct']:+.1f}% / {c['high_pct']:+.1f}% | {width_pct(c['half_width']):.1f}% | "
+              f"{c['low_pct']:+.1f}% / {c['high_pct']:+.1f}% | {c['high_pct'] - c['low_pct']:.1f}% | "
               f"{loso_w:.1f}% | {100 * inside[cell].mean():.0f}% ({inside[cell].sum()}/{cell.sum()}) |")
     finite = np.isfinite(loso_h)
-    print(f"| all runs | {r.size} | {len(set(src))} | | median {np.median(width_pct(own)):.1f}% | median "
+    print(f"| all runs | {r.size} | {len(set(src))} | | median {np.median(own_w):.1f}% | median "
           f"{np.median(width_pct(loso_h[finite])):.1f}% | {100 * inside.mean():.1f}% ({inside.sum()}/{r.size}) |")
     print("\nper source left out (its runs against the bands of the others):")
     for s in sorted(set(src)):

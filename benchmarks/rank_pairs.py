@@ -40,9 +40,10 @@ def throughputs(runs, rows) -> tuple[np.ndarray, np.ndarray]:
             tokens / np.array([x["predicted_iteration_time_s"] for x in rows]))
 
 
-def band_half_widths(runs) -> np.ndarray:
-    """(n,) the shipped band's log half-width of each run's regime."""
-    return shipped_bands().half_width[regime_codes(runs)]
+def band_sides(runs) -> tuple[np.ndarray, np.ndarray]:
+    """((n,), (n,)) the shipped band's low and high log sides of each run's regime."""
+    b, at = shipped_bands(), regime_codes(runs)
+    return b.half_low[at], b.half_high[at]
 
 
 def pairs(cells: list[dict]) -> list[tuple[int, int]]:
@@ -63,7 +64,7 @@ def main() -> None:
     runs = read_runs(args.file, framework=args.framework)
     rows = validate(runs)["rows"]
     meas, pred = throughputs(runs, rows)
-    h = band_half_widths(runs)
+    h_low, h_high = band_sides(runs)
     print("| faster measured (a) | slower (b) | GPUs | plans differ in | measured a/b | predicted a/b | ratio error "
           "| in order | tied |")
     print("| --- | --- | ---: | --- | ---: | ---: | ---: | :---: | :---: |")
@@ -73,7 +74,7 @@ def main() -> None:
         differ = [k for k in PLAN if cells[a].get(k, "") != cells[b].get(k, "")]
         m, p = meas[a] / meas[b], pred[a] / pred[b]
         lo, hi = (a, b) if pred[a] >= pred[b] else (b, a)  # predicted faster, slower
-        tied = pred[hi] * np.exp(h[hi]) >= pred[lo] * np.exp(-h[lo])
+        tied = pred[hi] * np.exp(h_high[hi]) >= pred[lo] * np.exp(-h_low[lo])
         out.append((bool(p > 1 or (m == 1 and p == 1)), p / m - 1, bool(differ), bool(tied)))
         what = ", ".join(f"{k} {cells[a].get(k) or '-'}/{cells[b].get(k) or '-'}" for k in differ) or "nothing priced"
         print(f"| {cells[a]['name']} | {cells[b]['name']} | {cells[a]['num_gpus']} | {what} | {m:.3f} | {p:.3f} | "

@@ -48,6 +48,11 @@ few; ...)") and borrows, in this order (a fallback hierarchy, each level pooling
        it), if that has min_runs runs;
     3. the wide default: the widest band of any regime or parallelism family that has min_runs runs (and of all runs),
        since nothing tells it is better priced than the worst-priced regime we have seen.
+A regime that borrows but holds runs of its own keeps them inside: where they fall below (above) the borrowed band,
+its low (high) side widens to the farthest of them, the other side as borrowed. A band that the published runs of its
+own regime fall outside is too narrow by the only evidence there is (DeepSpeed's data-parallel runs: the 1,024-GPU
+ZeRO-3 runs at -87% and -89% against the data-parallel band's -12%). The conformal bands of regimes with enough runs
+stay symmetric: there the bound leaves out the runs beyond its level by construction.
 The level c is the least of LEVELS whose leave-one-source-out coverage (every source's runs against the bands computed
 without that source, fallbacks included) reaches TARGET_COVERAGE: bands no wider than that needs.
 
@@ -173,6 +178,13 @@ class Bands:
     half_width: np.ndarray  # (F, P) log half-width of the band each regime uses (its own or borrowed)
     runs: np.ndarray  # (F, P) runs in the regime itself
     label: np.ndarray  # (F, P) object: the regime's name, and where a sparse one's band comes from
+    half_low: np.ndarray  # (F, P) the low side's log width: half_width, or wider to hold a borrower's own runs
+    half_high: np.ndarray  # (F, P) the high side's, likewise
+
+    def inside(self, log_ratio, family, parallelism) -> np.ndarray:
+        """Whether each ln(T_measured / T_predicted) falls in its regime's band."""
+        r = np.asarray(log_ratio, dtype=float)
+        return (r >= -self.half_low[family, parallelism]) & (r <= self.half_high[family, parallelism])
 
 
 def _plural(n: int) -> str:
@@ -205,26 +217,34 @@ def resolve_bands(log_ratio: np.ndarray, family: np.ndarray, parallelism: np.nda
     half = np.where(np.isfinite(own), own, np.where(np.isfinite(per_p)[None, :], per_p[None, :], wide))
     label = names.copy()
     n_p = runs.sum(axis=0)
+    low, high = half.copy(), half.copy()
     for f, p in zip(*np.nonzero(~np.isfinite(own)), strict=True):
         head = f"{names[f, p]} ({_plural(runs[f, p])}: too few; "
-        label[f, p] = head + (f"the {PARALLELISMS[from_p[p]]} band of {_plural(n_p[from_p[p]])})"
+        label[f, p] = head + (f"the {PARALLELISMS[from_p[p]]} band of {_plural(n_p[from_p[p]])}"
                               if math.isfinite(per_p[p]) else
-                              f"{PARALLELISMS[p]} {_plural(n_p[p])}: too few; the widest band, {wide_from}'s)")
-    return Bands(level, half, runs, label)
+                              f"{PARALLELISMS[p]} {_plural(n_p[p])}: too few; the widest band, {wide_from}'s")
+        r = log_ratio[(family == f) & (parallelism == p)]  # its own runs, held inside (module docstring)
+        low[f, p], high[f, p] = max(low[f, p], -r.min(initial=0.0)), max(high[f, p], r.max(initial=0.0))
+        sides = [f"the {side} side to {100 * math.expm1(x):+.1f}%" for side, x, was in (
+            ("low", -low[f, p], half[f, p]), ("high", high[f, p], half[f, p])) if abs(x) > was]
+        label[f, p] += (", " + " and ".join(sides) + " to hold its own runs)") if sides else ")"
+    return Bands(level, half, runs, label, low, high)
 
 
 def leave_one_source_out(log_ratio: np.ndarray, family: np.ndarray, parallelism: np.ndarray, source: np.ndarray,
                          level: float) -> tuple[np.ndarray, np.ndarray]:
     """(inside (n,) bool, half-width (n,)): each run against the band of its regime computed without its source's
-    runs (inf and outside when the other sources hold too few runs)."""
+    runs (inf and outside when the other sources hold too few runs); the half-width is the mean of the band's two
+    log sides (width_pct of it: the band's width where they are equal)."""
     inside, half = np.zeros(log_ratio.size, dtype=bool), np.full(log_ratio.size, math.inf)
     for s in np.unique(source):
         held = source == s
         if np.count_nonzero(~held) < min_runs(level):
             continue
         b = resolve_bands(log_ratio[~held], family[~held], parallelism[~held], level)
-        half[held] = b.half_width[family[held], parallelism[held]]
-        inside[held] = np.abs(log_ratio[held]) <= half[held]
+        f, p = family[held], parallelism[held]
+        half[held] = 0.5 * (b.half_low[f, p] + b.half_high[f, p])
+        inside[held] = b.inside(log_ratio[held], f, p)
     return inside, half
 
 
@@ -258,11 +278,12 @@ def band_table(error_pct: Sequence[float], family: np.ndarray, parallelism: np.n
     for f, fname in enumerate(FAMILIES):
         for p, pname in enumerate(PARALLELISMS):
             cell = (fam == f) & (par == p)
-            h = float(bands.half_width[f, p])
+            h, lo, hi = (float(x[f, p]) for x in (bands.half_width, bands.half_low, bands.half_high))
             regimes.append({
                 "family": fname, "parallelism": pname, "regime": str(bands.label[f, p]), "runs": int(cell.sum()),
-                "sources": len(set(src[cell])), "half_width": round(h, 6),
-                "low_pct": round(100 * math.expm1(-h), 3), "high_pct": round(100 * math.expm1(h), 3),
+                "sources": len(set(src[cell])), "half_width": round(h, 6), "half_low": round(lo, 6),
+                "half_high": round(hi, 6), "low_pct": round(100 * math.expm1(-lo), 3),
+                "high_pct": round(100 * math.expm1(hi), 3),
                 "loso_coverage": round(float(inside[cell].mean()), 4) if cell.any() else None,
                 "loso_median_width_pct": (round(200 * math.sinh(float(np.median(loso_half[cell]))), 3)
                                           if cell.any() and np.isfinite(loso_half[cell]).all() else None),
@@ -293,14 +314,20 @@ def bands_from_json(doc: dict, where: str = "error bands") -> Bands:
         cells = {(c["family"], c["parallelism"]): c for c in doc["regimes"]}
         grid = [[cells[(f, p)] for p in PARALLELISMS] for f in FAMILIES]
         half = np.array([[float(c["half_width"]) for c in row] for row in grid])
+        # (a table written before the sides: both sides the half-width)
+        low, high = (np.array([[float(c.get(k, c["half_width"])) for c in row] for row in grid])
+                     for k in ("half_low", "half_high"))
         runs = np.array([[int(c["runs"]) for c in row] for row in grid])
         label = np.array([[str(c["regime"]) for c in row] for row in grid], dtype=object)
         level = float(doc["level"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(where, "a band table written by plansweep validate --write-bands", repr(exc)) from None
-    if not np.all(np.isfinite(half) & (half >= 0)):
-        raise InputError(where, "finite half-widths >= 0", half[~(np.isfinite(half) & (half >= 0))][0])
-    return Bands(level, half, runs, label)
+    every = np.stack([half, low, high])
+    if not np.all(np.isfinite(every) & (every >= 0)):
+        raise InputError(where, "finite half-widths >= 0", every[~(np.isfinite(every) & (every >= 0))][0])
+    if np.any((low < half) | (high < half)):
+        raise InputError(where, "each side at least the half-width", "a side narrower than its regime's half-width")
+    return Bands(level, half, runs, label, low, high)
 
 
 @functools.lru_cache(maxsize=4)
@@ -315,14 +342,14 @@ def shipped_bands(path: str = str(BANDS_PATH)) -> Bands:
 
 def error_bands(tokens_per_s: np.ndarray, table, framework, seq_len,
                 bands: Bands | None = None) -> dict[str, np.ndarray]:
-    """Each row's band: {"low", "high": (N,) tokens/s, "half_width": (N,) log, "regime": (N,) names, "runs": (N,)}
-    for rows of ``table`` of sequences of ``seq_len`` tokens predicted at ``tokens_per_s`` (N,) under ``framework`` (a
-    name, (N,) names or codes)."""
+    """Each row's band: {"low", "high": (N,) tokens/s, "half_width": (N,) log (the mean of the two sides),
+    "regime": (N,) names, "runs": (N,)} for rows of ``table`` of sequences of ``seq_len`` tokens predicted at
+    ``tokens_per_s`` (N,) under ``framework`` (a name, (N,) names or codes)."""
     b = bands if bands is not None else shipped_bands()
     t = np.asarray(tokens_per_s, dtype=float)
     f, p = family_codes(framework, len(t)), parallelism_codes(table, seq_len)
-    h = b.half_width[f, p]  # (N,)
-    return {"low": t * np.exp(-h), "high": t * np.exp(h), "half_width": h, "regime": b.label[f, p],
+    lo, hi = b.half_low[f, p], b.half_high[f, p]  # (N,)
+    return {"low": t * np.exp(-lo), "high": t * np.exp(hi), "half_width": 0.5 * (lo + hi), "regime": b.label[f, p],
             "runs": b.runs[f, p]}
 
 

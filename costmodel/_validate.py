@@ -535,20 +535,20 @@ def band_check(runs: list[MeasuredRun], rows: list[dict], bands=None) -> list[di
     """Hold each priced run against the error band plansweep gives a plan of its regime (the shipped bands,
     costmodel/data/error_bands.json, or ``bands``): sets each row's "regime" (framework family x parallelism family,
     costmodel._bands), "band_low_pct" / "band_high_pct" (the band around the predicted throughput, in per cent) and
-    "inside_band" (whether the measured throughput falls in it: |ln(T_measured / T_predicted)| <= the half-width, with
-    T_measured / T_predicted = 1 + error_pct / 100; None for a run the model cannot price), and returns one summary
-    per regime that holds runs, in the bands' order: {"regime", "runs", "mean_abs_error_pct", "inside_band"}."""
+    "inside_band" (whether the measured throughput falls in it: -(its low side) <= ln(T_measured / T_predicted) <=
+    its high side, T_measured / T_predicted = 1 + error_pct / 100, as Bands.inside; None for a run the model cannot
+    price), and returns one summary per regime that holds runs, in the bands' order: {"regime", "runs",
+    "mean_abs_error_pct", "inside_band"}."""
     from costmodel._bands import FAMILIES, PARALLELISMS, shipped_bands
 
     b = bands if bands is not None else shipped_bands()
     fam, par = regime_codes(runs)
-    half = b.half_width[fam, par]
     groups: dict[tuple[int, int], list[dict]] = {}  # (parallelism, family): the regime's priced rows
-    for row, f, p, h in zip(rows, fam, par, half, strict=True):
+    for row, f, p, lo, hi in zip(rows, fam, par, b.half_low[fam, par], b.half_high[fam, par], strict=True):
         row["regime"] = f"{FAMILIES[f]} x {PARALLELISMS[p]}"
-        row["band_low_pct"], row["band_high_pct"] = 100.0 * math.expm1(-h), 100.0 * math.expm1(h)
+        row["band_low_pct"], row["band_high_pct"] = 100.0 * math.expm1(-lo), 100.0 * math.expm1(hi)
         e = row["error_pct"]
-        row["inside_band"] = None if not math.isfinite(e) else bool(abs(math.log1p(e / 100.0)) <= h)
+        row["inside_band"] = None if not math.isfinite(e) else bool(-lo <= math.log1p(e / 100.0) <= hi)
         if row["inside_band"] is not None:
             groups.setdefault((int(p), int(f)), []).append(row)
     return [{"regime": g[0]["regime"], "runs": len(g),

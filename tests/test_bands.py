@@ -115,6 +115,35 @@ def test_a_sparse_deep_pipeline_borrows_the_pipeline_band_not_the_widest():
     assert b.half_width[F["megatron"], P["long-context"]] == 0.30  # no long-context run, no parent: the widest
 
 
+def test_a_borrowing_regime_holds_its_own_runs_on_the_side_they_fall():
+    # _tiny's regimes and two deepspeed x data-parallel runs at -0.90 and +0.05 (too few for a band of their own)
+    r, fam, par = _tiny()
+    r, fam, par = (np.r_[r, -0.90, 0.05], np.r_[fam, F["deepspeed"], F["deepspeed"]],
+                   np.r_[par, P["data-parallel"], P["data-parallel"]])
+    b = resolve_bands(r, fam, par, 0.8)
+    at = F["deepspeed"], P["data-parallel"]
+    # the data-parallel family's 7 runs |.02 .04 .05 .06 .08 .10 .90|: k = ceil(0.8 x 8) = 7, the largest, 0.90
+    assert b.half_width[at] == 0.90 and b.half_low[at] == 0.90 and b.half_high[at] == 0.90
+    # with the family's band narrower than the regime's own run: two fsdp runs more at .01 make k = 8 of 9 = .10
+    r2, fam2, par2 = (np.r_[r, 0.01, 0.01], np.r_[fam, F["fsdp"], F["fsdp"]],
+                      np.r_[par, P["data-parallel"], P["data-parallel"]])
+    b = resolve_bands(r2, fam2, par2, 0.8)
+    assert b.half_width[at] == 0.10  # borrowed: k = 8 of the family's 9, |.01 .01 .02 .04 .05 .06 .08 .10 .90|
+    assert b.half_low[at] == 0.90 and b.half_high[at] == 0.10  # the -0.90 run held; +0.05 is inside already
+    assert b.label[at] == ("deepspeed x data-parallel (2 runs: too few; the data-parallel band of 9 runs, the low "
+                           f"side to {100 * math.expm1(-0.90):+.1f}% to hold its own runs)")
+    assert b.inside(np.array([-0.90, -0.91, 0.10, 0.11]), np.full(4, at[0]), np.full(4, at[1])).tolist() == [
+        True, False, True, False]
+    # a regime with a conformal band of its own keeps it symmetric: fsdp x data-parallel's 7, .01 .01 .02 .04 .06
+    # .08 .10, k = 7
+    own = F["fsdp"], P["data-parallel"]
+    assert b.half_low[own] == b.half_high[own] == b.half_width[own] == 0.10
+    table = StrategyTable.from_columns(tp=1, pp=1, dp=8, global_batch=64)
+    out = error_bands(np.array([1000.0]), table, "deepspeed", 4096, b)
+    assert out["low"][0] == pytest.approx(1000 * math.exp(-0.90)) and out["high"][0] == pytest.approx(
+        1000 * math.exp(0.10))
+
+
 def test_a_band_is_the_prediction_times_exp_minus_and_plus_h():
     b = resolve_bands(*_tiny(), 0.8)
     table = StrategyTable.from_columns(tp=[1, 8], pp=[1, 2], dp=[8, 4], global_batch=64)
@@ -179,7 +208,8 @@ def test_the_shipped_table_is_what_validate_computes_from_the_shipped_runs():
     assert shipped["loso_coverage"] == pytest.approx(fresh["loso_coverage"], abs=1e-4)
     for old, new in zip(shipped["regimes"], fresh["regimes"], strict=True):
         assert (old["regime"], old["runs"], old["sources"]) == (new["regime"], new["runs"], new["sources"])
-        assert old["half_width"] == pytest.approx(new["half_width"], abs=2e-6), old["regime"]
+        for side in ("half_width", "half_low", "half_high"):
+            assert old[side] == pytest.approx(new[side], abs=2e-6), (old["regime"], side)
     for old, new in zip(shipped["runs"], fresh["runs"], strict=True):
         assert old["name"] == new["name"] and old["error_pct"] == pytest.approx(new["error_pct"], abs=1e-3)
     assert shipped["loso_coverage"] >= 0.8  # calibrated: the brief's leave-one-source-out target
@@ -191,6 +221,13 @@ def test_a_damaged_band_table_is_refused_in_one_line(tmp_path):
         bands_from_json({**doc, "parallelisms": ["tp-pp"]}, "t.json")
     with pytest.raises(InputError, match="half-widths"):
         bands_from_json({**doc, "regimes": [{**c, "half_width": -1.0} for c in doc["regimes"]]}, "t.json")
+    with pytest.raises(InputError, match="each side at least the half-width"):
+        bands_from_json({**doc, "regimes": [{**c, "half_low": 0.5 * c["half_width"]} for c in doc["regimes"]]},
+                        "t.json")
+    # a table written before the two sides: each side the half-width
+    old = bands_from_json({**doc, "regimes": [{k: v for k, v in c.items() if k not in ("half_low", "half_high")}
+                                              for c in doc["regimes"]]}, "t.json")
+    assert np.array_equal(old.half_low, old.half_width) and np.array_equal(old.half_high, old.half_width)
     bad = tmp_path / "b.json"
     bad.write_text("{")
     with pytest.raises(InputError, match=str(bad)):
