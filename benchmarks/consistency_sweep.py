@@ -13,6 +13,8 @@ it (exit 1 where any). Checks:
               against the evaluator's
   export      random feasible plans (tests/test_cli_export.py's draw: Megatron-LM, torchtitan and DeepSpeed, dense
               and MoE) written by `plansweep export`'s writers and read back: the same plan
+  monotone    (not run unless named) every knob of costmodel._knobs made better (compute, HBM, NVLink and network
+              x1.25, latency and kernel overhead x0.5): no feasible row's step longer (1e-9 relative)
 
 Rows are the reference test's random strategies (tests/test_reference.py random_table: every column, half nudged
 towards feasibility, uniform or uneven stages) with the MoE test's expert degrees (tests/test_moe_pricing.py
@@ -44,6 +46,10 @@ MODELS = ("llama3-8b", "llama3-70b", "gpt3-175b", "megatron-22b", "mixtral-8x7b"
 CLUSTERS = ("h100x64", "a100x128", "a100-40gbx64", "h200x64", "h800x256", "b200x256", "gb200x144", "mi300x64",
             "h100x1024")
 CHECKS = ("reference", "placement", "screen", "export")
+OPTIONAL = ("monotone",)
+# monotone: each knob's better value (costmodel._knobs.KNOBS)
+BETTER = {"compute": 1.25, "memory-bandwidth": 1.25, "nvlink": 1.25, "network": 1.25, "latency": 0.5,
+          "kernel-overhead": 0.5}
 # Seeds of the export check's draws a run takes (from --seed), 300 candidate plans each per framework and space.
 EXPORT_SEEDS = 10
 
@@ -101,7 +107,21 @@ def screen(model, cluster, table, fw, pipeline) -> str | None:
     return None
 
 
-RUN = {"reference": reference, "placement": placement, "screen": screen}
+def monotone(model, cluster, table, fw, pipeline) -> str | None:
+    from costmodel._knobs import moved_cluster
+
+    base = evaluate(model, cluster, table, framework=fw, pipeline=pipeline)
+    for knob, f in BETTER.items():
+        moved = evaluate(model, moved_cluster(cluster, ((knob, f),)), table, framework=fw, pipeline=pipeline)
+        both = base["feasible"] & moved["feasible"]
+        ratio = np.where(both, moved["step_time_s"] / np.where(both, base["step_time_s"], 1.0), 1.0)
+        if ratio.max() > 1 + 1e-9:
+            i = int(np.argmax(ratio))
+            return f"{knob} x{f}: step {100 * (ratio[i] - 1):+.3f}%, row {table.row(i)}"
+    return None
+
+
+RUN = {"reference": reference, "placement": placement, "screen": screen, "monotone": monotone}
 
 
 def export_round_trips(seed: int) -> tuple[int, list[str]]:
@@ -130,11 +150,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", type=int, default=40, help="random rows per (model, cluster, profile)")
     ap.add_argument("--pipeline", choices=("closed_form", "simulate"), default="closed_form")
-    ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated, among " + ", ".join(CHECKS))
+    ap.add_argument("--checks", default=",".join(CHECKS), help="comma-separated, among " + ", ".join(CHECKS + OPTIONAL))
     args = ap.parse_args()
     checks = [c for c in args.checks.split(",") if c]
-    if any(c not in CHECKS for c in checks):
-        ap.error(f"--checks: expected names among {', '.join(CHECKS)}, got {args.checks!r}")
+    if any(c not in CHECKS + OPTIONAL for c in checks):
+        ap.error(f"--checks: expected names among {', '.join(CHECKS + OPTIONAL)}, got {args.checks!r}")
     rng = np.random.default_rng(args.seed)
     t0, rows, found = time.perf_counter(), 0, 0
     if "export" in checks:
