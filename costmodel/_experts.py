@@ -128,10 +128,13 @@ P2P_SCHEDULE_GROUP = 8
 # shapes static and the wait gone (the path CUDA graphs can capture: the MoE README's "CUDA Graph" section). Past the
 # wait the host can queue no further ahead of the GPU than the layer it is in: a layer whose kernels take the host
 # longer to launch than the GPU to run them runs at the host's pace (the README's "CPU Overhead Bottleneck": gaps
-# between kernels). Priced per MoE layer and micro-batch, each pass at least its kernels x HOST_S_PER_KERNEL (the
-# kernels moe_launch_units counts, the backward twice the forward's, ELEM_BWD_FACTOR), where Framework.moe_host_sync;
-# the forward also pays its expert phase's launches the GPU does not cover (expert_launch_excess, below) and each
-# backward pass the stretch it starts behind a wait (backward_chunk_excess).
+# between kernels). Priced per MoE layer and micro-batch, each pass the larger of the GPU's work (its compute and the
+# exchanges it exposes, tensor and context parallel and the all-to-alls, which run in the host's gaps as the kernels
+# do) and its kernels x HOST_S_PER_KERNEL (the kernels moe_launch_units counts, the backward twice the forward's,
+# ELEM_BWD_FACTOR), where Framework.moe_host_sync; the forward also pays its expert phase's launches the GPU does not
+# cover (expert_launch_excess, below) and each backward pass the stretch it starts behind a wait
+# (backward_chunk_excess). (With the exchanges added after the larger of compute and launches instead, a faster GPU
+# exposed more of an overlapped all-to-all while the host kept the pass as long: a plan priced slower on a faster GPU.)
 # HOST_S_PER_KERNEL: host time per kernel launched from Megatron-Core's eager PyTorch code, the Python call, the
 # autograd record, the ATen dispatch and cudaLaunchKernel together (Transformer Engine's GEMMs also build their cuBLASLt
 # descriptors and query its heuristic on every call: TransformerEngine c188b53 common/gemm/cublaslt_gemm.cu
@@ -139,16 +142,16 @@ P2P_SCHEDULE_GROUP = 8
 # published micro-batch pair of one layout: Megatron-Bridge's Qwen3-30B-A3B on 8 B200 (TP 1, PP 1, EP 8, GBS 512, seq
 # 4096; docs/performance-summary-archive.md at 067f987d) ran 9691 tokens/s/GPU at micro-batch 1 (26.02 container) and
 # 26695 at micro-batch 4 (26.02.01): a layer and micro-batch of b sequences took 4096 b / (tokens/s x 48 layers) =
-# 8.805 ms at b = 1 and 12.786 ms at b = 4; the line through them, a + 1.327 ms x b, leaves a = (4 x 8.805 - 12.786) /
-# 3 = 7.48 ms that no sequence pays for: the forward's 98 kernels and the backward's 196 (moe_launch_units, under fp8)
-# at 7.48 ms / 294 = 25.4 us each: 25 us (the max this model takes instead of the sum would read b = 1 as host-bound
-# alone, 8.805 ms less the 0.67 ms of all-to-all priced there, 27.7 us: the lower reading kept). The pair spans two
-# containers (26.02, 26.02.01), and the container alone moved the H100 layout below by 1.77x: part of the 7.48 ms
-# may be the older container's, not host time; a measurement would settle it. Rows in view when it was chosen: that
-# pair, the validation set's Qwen3-30B-A3B rows on 8 B200 (-23.0% at the 20 us used before, -6.3% at 25
-# us) and on 16 H100 (its 26.02 figure, 5113 tokens/s, ran at 9058 in the 26.02.01 container with the same layout: -24%
-# at 20 us, -8% at 25 us against the later figure).
-HOST_S_PER_KERNEL = 25e-6
+# 8.805 ms at b = 1 and 12.786 ms at b = 4. Priced as the larger of the GPU's work and the launches, b = 4 is the GPU's
+# (its work a quarter of it a sequence, 3.2 ms, is under b = 1's 8.805 ms) and b = 1 the host's alone: the forward's
+# 98 kernels and the backward's 196 (moe_launch_units, under fp8) in 8.805 ms, 29.95 us each: 30 us. (Read as the line
+# through the two, a + 1.327 ms x b, its 7.48 ms that no sequence pays for gave the 25 us priced while the exchanges
+# came after the launches.) The pair spans two containers (26.02, 26.02.01), and the container alone moved the H100
+# layout below by 1.77x: part of the 8.805 ms may be the older container's, not host time; a measurement would settle
+# it. Rows in view when it was chosen: that pair, the validation set's Qwen3-30B-A3B rows on 8 B200 (the pair's b = 1
+# point: +2.9% at 30 us, -12.4% at 25 us) and on 16 H100 (its 26.02 figure, 5113 tokens/s, ran at 9058 in the 26.02.01
+# container with the same layout: +5.5% at 30 us, -10.1% at 25 us against the later figure).
+HOST_S_PER_KERNEL = 30e-6
 # The wait splits a forward into stretches, from one MoE layer's wait to the next's; past a wait the GPU has drained,
 # so the host and the GPU start each stretch together and a kernel runs no earlier than it is launched nor than the
 # one before it ends: a stretch lasts max over k of (the host's time to launch its first k kernels + the GPU's time of

@@ -406,14 +406,16 @@ def layer_terms(lc, full, sel) -> dict[str, np.ndarray]:
     it (G - H, e and t of a backward chunk's stretch; 0 where not priced, xb_on 0)."""
     f = lc["gemm"] + lc["attn"] + lc["elem"] + lc["overhead"] + lc["cast_f"]  # forward compute
     bx = lc["gemm"] + 2.0 * lc["attn"] + ELEM_BWD_FACTOR * (lc["elem"] + lc["overhead"]) + lc["cast_b"]
+    tpf, tpb, cpf, cpb = lc["tp_fwd"], lc["tp_bwd"], lc["cp_fwd"], lc["cp_bwd"]
     xb = {}
-    if "host_f" in lc:  # an MoE layer whose routing waits on the host: each pass at least the host's launch time
-        f = np.maximum(f + lc["host_x"], lc["host_f"])  # and its expert phase's launches before the rest
-        d = lc["xb_on"] * (bx + lc["gemm"] - ELEM_BWD_FACTOR * lc["host_f"])  # G - H: backward GPU over host time
+    if "host_f" in lc:  # an MoE layer whose routing waits on the host: each pass the larger of the GPU's work, its
+        # exposed exchanges with it, and the host's launches (the exchanges run in the host's gaps as the kernels do)
+        cf, cb = tpf + cpf + lc["ep_fwd"], tpb + cpb + lc["ep_bwd"]
+        f = np.maximum(f + lc["host_x"], lc["host_f"] - cf)  # and its expert phase's launches before the rest
+        d = lc["xb_on"] * (bx + lc["gemm"] + cb - ELEM_BWD_FACTOR * lc["host_f"])  # G - H: backward GPU over host
         xb = {"xb_d": d, "xb_e": np.maximum(lc["xb_q"] - lc["xb_a"], 0.0) * lc["xb_on"],
               "xb_t": np.maximum(d + lc["xb_q"], 0.0) * lc["xb_on"]}
-        bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"]) - lc["gemm"]
-    tpf, tpb, cpf, cpb = lc["tp_fwd"], lc["tp_bwd"], lc["cp_fwd"], lc["cp_bwd"]
+        bx = np.maximum(bx + lc["gemm"], ELEM_BWD_FACTOR * lc["host_f"] - cb) - lc["gemm"]
     re = np.where(full, f, np.where(sel, lc["sel_re"], 0.0))
     sel_tp = np.where(sel, lc["sel_tp"], 0.0)
     out = {"F": f + tpf + cpf, "B": bx + tpb + cpb + re + np.where(full, tpf + cpf, sel_tp), "W": lc["gemm"],

@@ -904,12 +904,15 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     bwd = (mo["gemm"] + 2 * lay["attn"] + ELEM_BWD_FACTOR * (mo["elem"] + mo["overhead"]) + cast_b
            + mo["xcast_b"])  # (the attention's casts, and the experts' fp8 quantization)
     xb = dict(xb_d=0.0, xb_e=0.0, xb_t=0.0)  # a backward stretch's G - H, e and t (backward_chunk_excess)
-    if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels
-        fwd = max(fwd + mo["host_x"], mo["host_f"])  # and its expert phase's launches before the rest
+    if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels,
+        # its exposed exchanges (tensor and context parallel, the all-to-alls) on the GPU in the host's gaps
+        cf = lay["tp_fwd"] + lay["cp_fwd"] + mo["ep"]
+        cb = lay["tp_fwd"] + lay["cp_bwd"] + mo["ep"]
+        fwd = max(fwd + mo["host_x"], mo["host_f"] - cf)  # and its expert phase's launches before the rest
         if not fw.overlap_ep:
-            d = bwd + mo["gemm"] - ELEM_BWD_FACTOR * mo["host_f"]
+            d = bwd + mo["gemm"] + cb - ELEM_BWD_FACTOR * mo["host_f"]
             xb = dict(xb_d=d, xb_e=max(mo["xb_q"] - mo["xb_a"], 0.0), xb_t=max(d + mo["xb_q"], 0.0))
-        bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"]) - mo["gemm"]
+        bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"] - cb) - mo["gemm"]
     return {**mo, **xb, "fwd": fwd, "bwd": bwd,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer

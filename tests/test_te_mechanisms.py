@@ -155,14 +155,15 @@ def test_dropless_moe_layer_runs_no_faster_than_the_host_launches_it():
     """Qwen3-30B-A3B (128 experts, top-8, hidden 2048, expert ffn 768), 2048 tokens, ep 8: 16 local experts. Under fp8
     the forward
     launches the attention sub-layer's 6 kernels, the MoE part's 28 fixed ones and per local expert two GEMMs and two
-    quantizations: 6 + 28 + 16 x 2 x 2 = 98 kernels, at 25 us each on the host: 2.45 ms; the backward twice that.
-    With the host wait (megatron-core: dropless routing) a layer's forward takes at least 2.45 ms and its backward with
-    the weight gradients at least 4.90 ms; without it (moe_host_sync off) the GPU's own times."""
+    quantizations: 6 + 28 + 16 x 2 x 2 = 98 kernels, at 30 us each on the host: 2.94 ms; the backward twice that.
+    With the host wait (megatron-core: dropless routing) a layer's forward takes at least 2.94 ms and its backward with
+    the weight gradients at least 5.88 ms, the exchanges it exposes (tensor parallel, all-to-all) inside that time as
+    its kernels are; without it (moe_host_sync off) the GPU's own times with the exchanges after them."""
     from costmodel._experts import HOST_S_PER_KERNEL, moe_layer_costs
     from costmodel._layer_compute import layer_costs
     from costmodel._layer_terms import layer_terms
 
-    assert HOST_S_PER_KERNEL == 25e-6
+    assert HOST_S_PER_KERNEL == 30e-6
     model = dataclasses.replace(model_preset("qwen3-30b-a3b"), seq_len=2048)
     cl = cluster_preset("h100x64")
     one, peak = np.array([1]), cl.gpu.peak_flops[2]
@@ -175,14 +176,13 @@ def test_dropless_moe_layer_runs_no_faster_than_the_host_launches_it():
         out[sync] = (m, layer_terms({**m, "cast_f": m["xcast_f"], "cast_b": m["xcast_b"]}, np.array([False]),
                                     np.array([False])))
     m, lt = out[True]
-    np.testing.assert_allclose(m["host_f"], 98 * 25e-6, rtol=1e-12)
+    np.testing.assert_allclose(m["host_f"], 98 * 30e-6, rtol=1e-12)
     assert out[False][0]["host_f"][0] == 0.0
-    gpu_f = out[False][1]["F"] - m["ep_fwd"] - m["tp_fwd"] - m["cp_fwd"]  # the forward's GPU time
-    gpu_bw = out[False][1]["B"] - m["ep_bwd"] - m["tp_fwd"] - m["cp_bwd"] + out[False][1]["W"]
-    assert gpu_f[0] < 98 * 25e-6 and gpu_bw[0] < 2 * 98 * 25e-6  # host-bound both ways at this size
-    np.testing.assert_allclose(lt["F"] - out[False][1]["F"], 98 * 25e-6 - gpu_f, rtol=1e-9)
-    np.testing.assert_allclose(lt["B"] + lt["W"] - out[False][1]["B"] - out[False][1]["W"], 2 * 98 * 25e-6 - gpu_bw,
-                               rtol=1e-9)
+    gpu_f = out[False][1]["F"]  # the forward's GPU work, its exposed exchanges with it
+    gpu_bw = out[False][1]["B"] + out[False][1]["W"]
+    assert m["ep_fwd"][0] > 0 and gpu_f[0] < 98 * 30e-6 and gpu_bw[0] < 2 * 98 * 30e-6  # host-bound both ways
+    np.testing.assert_allclose(lt["F"], 98 * 30e-6, rtol=1e-9)
+    np.testing.assert_allclose(lt["B"] + lt["W"], 2 * 98 * 30e-6, rtol=1e-9)
     # at 8192 tokens the GPU's time passes the host's: nothing added
     model = dataclasses.replace(model, seq_len=8192)
     lc = layer_costs(model, cl, one, one, one, np.array([False]), peak, peak16=cl.gpu.peak_flops[0])
