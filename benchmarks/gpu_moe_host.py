@@ -4,7 +4,7 @@
     python3 benchmarks/gpu_moe_host.py --out /tmp/x --tiny         (tiny shapes on the CPU: every code path once)
 
 The cost model prices dropless routing's host wait per MoE layer and micro-batch at HOST_S_PER_KERNEL a kernel
-(costmodel/_experts.py: 25 us, read from one published micro-batch pair, not measured). This measures it. One
+(costmodel/_experts.py: 30 us, read from one published micro-batch pair, not measured). This measures it. One
 expert-parallel rank's MoE part of a layer, forward and backward, written the way Megatron-Core's alltoall dispatcher
 and Transformer Engine's GroupedLinear run it in eager PyTorch: a router product, fp32 softmax and top-k; the tokens
 per expert counted and copied to the host, and the host waiting for them (the dispatcher's sync before its
