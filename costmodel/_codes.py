@@ -5,6 +5,8 @@ names (its framework column) without an import circle."""
 
 from __future__ import annotations
 
+import re
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "hanayo")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's selective-recompute modules (Megatron-LM d98e8a6, megatron/core/transformer/transformer_config.py
@@ -33,3 +35,9 @@ def module_code(text) -> int | None:
     for w in words:
         code |= MODULE_BIT[w.lower()]
     return code
+
+
+def name_words(text) -> list[str]:
+    """The words of a name as a user writes it (a GPU, a framework): lower case, split at spaces, underscores and
+    hyphens ("NVIDIA H100_SXM" -> ["nvidia", "h100", "sxm"]); "-".join of them is the name's key."""
+    return [w for w in re.split(r"[\s_\-]+", str(text).strip().lower()) if w]

@@ -247,9 +247,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
-from costmodel._codes import SCHEDULES
+from costmodel._codes import SCHEDULES, name_words
 from costmodel._dtypes import GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 
@@ -1173,7 +1172,7 @@ def framework_preset(name: str | Framework | None, argument: str = "--framework"
         return name
     if name is None or name == "":
         return FRAMEWORKS[DEFAULT_FRAMEWORK]
-    key = "-".join(w for w in re.split(r"[\s_\-]+", str(name).strip().lower()) if w)
+    key = "-".join(name_words(name))
     key = FRAMEWORK_ALIASES.get(key, key)
     if key not in FRAMEWORKS:
         raise InputError(argument, "one of " + ", ".join([*FRAMEWORKS, *FRAMEWORK_ALIASES]), name)

@@ -27,6 +27,7 @@ import numbers
 import re
 from pathlib import Path
 
+from costmodel._codes import name_words
 from costmodel._errors import InputError
 
 
@@ -246,7 +247,7 @@ def resolve_gpu_name(name: str) -> str | None:
     the memory's kind and the words of the board form (_FORM_WORDS) left out. The chip alone is its alias (the
     80 GB A100 and H100). A name that fits no preset or more than one (or says PCIe) gives None."""
     rows = _read_presets()
-    words = [w for w in re.split(r"[\s_\-]+", str(name).strip().lower()) if w]
+    words = name_words(name)
     key = "-".join(words)
     by_lower = {n.lower(): n for n in rows}
     if key in GPU_ALIASES:

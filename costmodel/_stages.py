@@ -52,6 +52,7 @@ import functools
 
 import numpy as np
 
+from costmodel._codes import SCHEDULES
 from costmodel._hardware import ATTENTION_KERNELS, attention_kernel_eff, attention_noncausal_gain
 from costmodel._hetero_cluster import HeteroCluster, as_hetero
 from costmodel._nccl import ll_one_node_Bps, ring_channel_table
@@ -261,8 +262,6 @@ def unpaired_by_stage(fw, model: Transformer, table: StrategyTable) -> bool:
     (Framework.overlap_ep_steady_only) an interleaved stage j runs (p - j - 1) 2 + ... of its passes unpaired
     (costmodel._experts.unpaired_share), a share that falls along the pipeline; rows of an MoE model, interleaved,
     with an interior stage that is not the only one (pp >= 4)."""
-    from costmodel._codes import SCHEDULES
-
     if not (model.is_moe and fw.overlap_ep and fw.overlap_ep_steady_only) or not len(table):
         return False
     return bool(np.any((table["schedule"] == SCHEDULES.index("interleaved")) & (table["pp"] >= 4)))
