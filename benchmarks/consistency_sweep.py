@@ -15,6 +15,18 @@ it (exit 1 where any). Checks:
               and MoE) written by `plansweep export`'s writers and read back: the same plan
   monotone    (not run unless named) every knob of costmodel._knobs made better (compute, HBM, NVLink and network
               x1.25, latency and kernel overhead x0.5): no feasible row's step longer (1e-9 relative)
+  strategy    (not run unless named) each row against itself with one knob of the plan moved, where both are
+              feasible (1e-9 relative): twice the global batch gives no fewer tokens/s; more recompute (none,
+              selective, full) makes no step shorter, and full recompute needs no more memory than the others;
+              half the micro-batch (the same batch) needs no more memory; sequence parallelism needs no more
+              without recompute or under full recompute (memory: the fullest stage's total, as the breakdown's
+              parts are that stage's, which the move may change); a higher ZeRO stage (dp >= 2)
+              holds no more weights, gradients and optimizer state; the data-parallel exchange overlapped is no
+              slower than not where the framework buckets it the same either way. Not held, as the code the
+              profiles price does it: Megatron-Core buckets its gradients only when it overlaps them
+              (Framework.dp_buckets_need_overlap: one bucket's latency each); recomputing the attention core
+              under Transformer Engine with RoPE keeps the pre-rotation Q and K as well; per-op selective
+              checkpointing saves sequence parallelism's reduce-scatter outputs
 
 Rows are the reference test's random strategies (tests/test_reference.py random_table: every column, half nudged
 towards feasibility, uniform or uneven stages) with the MoE test's expert degrees (tests/test_moe_pricing.py
@@ -37,7 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from costmodel import FRAMEWORKS, REASONS, cluster_preset, evaluate, model_preset  # noqa: E402
 from costmodel._feasibility import feasibility  # noqa: E402
 from costmodel._memory import memory_screen  # noqa: E402
+from costmodel._codes import RECOMPUTE  # noqa: E402
 from costmodel._reference import evaluate_row  # noqa: E402
+from costmodel._strategy import StrategyTable  # noqa: E402
 from tests.test_moe_pricing import with_ep  # noqa: E402
 from tests.test_reference import random_table  # noqa: E402
 
@@ -46,7 +60,7 @@ MODELS = ("llama3-8b", "llama3-70b", "gpt3-175b", "megatron-22b", "mixtral-8x7b"
 CLUSTERS = ("h100x64", "a100x128", "a100-40gbx64", "h200x64", "h800x256", "b200x256", "gb200x144", "mi300x64",
             "h100x1024")
 CHECKS = ("reference", "placement", "screen", "export")
-OPTIONAL = ("monotone",)
+OPTIONAL = ("monotone", "strategy")
 # monotone: each knob's better value (costmodel._knobs.KNOBS)
 BETTER = {"compute": 1.25, "memory-bandwidth": 1.25, "nvlink": 1.25, "network": 1.25, "latency": 0.5,
           "kernel-overhead": 0.5}
@@ -121,7 +135,56 @@ def monotone(model, cluster, table, fw, pipeline) -> str | None:
     return None
 
 
-RUN = {"reference": reference, "placement": placement, "screen": screen, "monotone": monotone}
+def _moved(table, **cols):
+    """``table`` with the given row columns replaced (per-stage recompute dropped where recompute is given)."""
+    stages = table.stages.without("recompute") if "recompute" in cols else table.stages
+    return StrategyTable({**table.columns, **{k: np.broadcast_to(np.asarray(v), len(table)).copy()
+                                              for k, v in cols.items()}}, stages)
+
+
+def _worse(name, a, b, key, table, when=None) -> str | None:
+    """A message where ``b[key]`` exceeds ``a[key]`` (1e-9 relative) on a row feasible in both (and ``when``)."""
+    both = a["feasible"] & b["feasible"] & (True if when is None else when)
+    x, y = np.asarray(a[key], dtype=np.float64), np.asarray(b[key], dtype=np.float64)
+    over = both & (y > x * (1 + 1e-9) + 1e-12)
+    if not over.any():
+        return None
+    i = int(np.flatnonzero(over)[np.argmax((y / np.where(x > 0, x, np.inf))[over])])
+    return f"{name}: {key} {x[i]!r} -> {y[i]!r} ({100 * (y[i] / x[i] - 1):+.3f}%), row {table.row(i)}"
+
+
+def strategy(model, cluster, table, fw, pipeline) -> str | None:
+    ev = lambda t: evaluate(model, cluster, t, framework=fw, pipeline=pipeline)  # noqa: E731
+    per_token = lambda m: {"feasible": m["feasible"],  # noqa: E731
+                           "s_per_token": 1.0 / np.where(m["feasible"], m["tokens_per_s"], 1.0)}
+    states = lambda m: {"feasible": m["feasible"], "states": m["mem_weights_bytes"] + m["mem_grads_bytes"]  # noqa: E731
+                        + m["mem_optimizer_bytes"]}
+    base, b = ev(table), table["micro_batch"]
+    by = [ev(_moved(table, recompute=r)) for r in range(3)]  # none, selective, full
+    checks = [("global_batch x2", per_token(base), per_token(ev(_moved(table, global_batch=2 * table["global_batch"]))),
+               "s_per_token", None)]
+    checks += [(f"recompute {RECOMPUTE[hi]} -> {RECOMPUTE[lo]}", by[hi], by[lo], "step_time_s", None)
+               for lo, hi in ((0, 1), (1, 2))]
+    checks += [(f"recompute {RECOMPUTE[lo]} -> full", by[lo], by[2], "mem_total_bytes", None) for lo in (0, 1)]
+    checks.append(("micro_batch / 2", base, ev(_moved(table, micro_batch=np.maximum(b // 2, 1))),
+                   "mem_total_bytes", b % 2 == 0))
+    for r in (0, 2):
+        on, off = (ev(_moved(table, recompute=r, sequence_parallel=x)) for x in (True, False))
+        checks.append((f"sequence_parallel off -> on, recompute {RECOMPUTE[r]}", off, on, "mem_total_bytes",
+                       table["tp"] > 1))
+    zs = [states(ev(_moved(table, zero_stage=z))) for z in range(4)]
+    checks += [(f"zero_stage {z} -> {z + 1}", zs[z], zs[z + 1], "states", table["dp"] > 1) for z in range(3)]
+    if not FRAMEWORKS[fw].dp_buckets_need_overlap:
+        checks.append(("overlap_dp off -> on", ev(_moved(table, overlap_dp=False)), ev(_moved(table, overlap_dp=True)),
+                       "step_time_s", None))
+    for name, a, moved, key, when in checks:
+        why = _worse(name, a, moved, key, table, when)
+        if why:
+            return why
+    return None
+
+
+RUN = {"reference": reference, "placement": placement, "screen": screen, "monotone": monotone, "strategy": strategy}
 
 
 def export_round_trips(seed: int) -> tuple[int, list[str]]:
