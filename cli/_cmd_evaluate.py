@@ -278,7 +278,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
         lines.append(f"  stage {i:<3} {st['layers']:4d} layers  F {1e3 * st['forward_s']:9.2f} ms  "
                      f"B {1e3 * st['backward_s']:9.2f} ms  W {1e3 * st['weight_grad_s']:9.2f} ms  "
                      f"in flight {st['in_flight']:5.1f}  {st['mem_bytes'] / 1e9:6.1f} GB")
-    lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.0f} GB")
+    lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.1f} GB")
     for label, k in [("weights", "mem_weights_bytes"), ("gradients", "mem_grads_bytes"),
                      ("optimizer state", "mem_optimizer_bytes"), ("activations", "mem_activations_bytes"),
                      ("buffers + reserve", "mem_buffers_bytes")]:
@@ -455,7 +455,7 @@ def format_side_by_side(entries: list[dict], hbm_bytes: float) -> str:
         lines.append(line(label, ["-" if v is None else format(v * scale if abs(v) > 1e-12 else 0.0, fmt)
                                   for v in values]))  # (a bubble of -1e-17 s prints as 0)
     fits = ["refused" if "refused" in e else "yes" if e["metrics"]["feasible"] else "out of memory" for e in entries]
-    lines.append(line(f"fits in {hbm_bytes / 1e9:.0f} GB", fits))
+    lines.append(line(f"fits in {hbm_bytes / 1e9:.1f} GB", fits))
     lines += [f"{e['framework']}: {e['refused']}" for e in entries if "refused" in e]
     return "\n".join(lines)
 

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     text = WRITERS[EXPORT_FORMAT[profile]](canonical_plan(table.row(0), model), model, cluster, profile=profile)
     if reason == "out_of_memory":
         print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
-              f"more than the {cluster.gpu.hbm_bytes / 1e9:.0f} GB of {cluster.gpu.name}", file=sys.stderr)
+              f"more than the {cluster.gpu.hbm_bytes / 1e9:.1f} GB of {cluster.gpu.name}", file=sys.stderr)
     if args.out is None:
         sys.stdout.write(text)
         return 0

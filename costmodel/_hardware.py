@@ -269,6 +269,17 @@ def resolve_gpu_name(name: str) -> str | None:
     return fits[0] if len(fits) == 1 else None
 
 
+def device_memory_bytes(row: dict[str, str]) -> float:
+    """A preset's memory in bytes: the device's total as nvidia-smi (NVML) or rocm-smi reports it (hbm_MiB), where
+    the CSV gives it, else its nominal size (hbm_GB, in 1e9 bytes). The nominal "80 GB" of an H100 or A100 is the
+    product's round figure: the device holds 81,559 MiB (H100) or 81,920 MiB (A100), 85.5e9 and 85.9e9 bytes, so
+    a plan priced against 80e9 bytes was held to 6.9-7.4% less memory than the GPU has. What the framework keeps
+    outside the model (the CUDA context, workspaces, the allocator's fragmentation) is priced as memory
+    (costmodel._memory_terms.RESERVED_BYTES), not taken off the capacity."""
+    mib = _num(row, "hbm_MiB")
+    return mib * 2.0**20 if mib > 0 else _num(row, "hbm_GB") * _GB
+
+
 def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
     """The GPU called ``name`` (a CSV name or an alias such as ``h100``, spelt as resolve_gpu_name reads it)."""
     rows = _read_presets()
@@ -279,7 +290,7 @@ def gpu_preset(name: str, efficiency: Efficiency | None = None) -> GPU:
     row = rows[full]
     eff = efficiency or EFFICIENCY.get(full, _DEFAULT_EFF)
     return GPU(name=full, peak_flops=tuple(_num(row, f"{p}_dense_tflops") * _TF for p in PRECISIONS),
-               hbm_bytes=_num(row, "hbm_GB") * _GB, hbm_Bps=_num(row, "hbm_TBps") * 1e12,
+               hbm_bytes=device_memory_bytes(row), hbm_Bps=_num(row, "hbm_TBps") * 1e12,
                scaleup_Bps=_num(row, "scaleup_GBps_per_dir") * _GB,
                scaleout_Bps=_num(row, "scaleout_GBps_per_gpu_per_dir") * _GB, **dataclasses.asdict(eff))
 

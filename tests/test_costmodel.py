@@ -204,15 +204,17 @@ def test_a_gpu_name_that_fits_no_preset_or_another_product_is_refused(typed):
 
 def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     """GB200 NVL72: the GB200 variant of B200 (1,200 W) at 2,500 dense BF16 and 5,000 dense FP8 TFLOP/s; the rack's
-    13.4 TB of HBM3e and 576 TB/s over 72 GPUs (186 GB, 8 TB/s a GPU); NVLink5's 1.8 TB/s both ways (900 GB/s each);
-    one 400 Gb/s InfiniBand port a GPU (50 GB/s). GB300: 279 GB and one 800 Gb/s ConnectX-8 a GPU (100 GB/s). A
-    cluster of them is racks of 72 on NVLink unless a file says otherwise (jobs often take 16 of a rack's 18 trays)."""
+    13.4 TB of HBM3e and 576 TB/s over 72 GPUs (186 GB, 8 TB/s a GPU; nvidia-smi shows 189,471 MiB a GPU);
+    NVLink5's 1.8 TB/s both ways (900 GB/s each); one 400 Gb/s InfiniBand port a GPU (50 GB/s). GB300: 279 GB
+    (284,208 MiB on nvidia-smi) and one 800 Gb/s ConnectX-8 a GPU (100 GB/s). A cluster of them is racks of 72 on
+    NVLink unless a file says otherwise (jobs often take 16 of a rack's 18 trays)."""
     g = gpu_preset("gb200")
     assert g.peak_flops == pytest.approx((2500e12, 2500e12, 5000e12))
-    assert (g.hbm_bytes, g.hbm_Bps, g.scaleup_Bps, g.scaleout_Bps) == pytest.approx((186e9, 8e12, 900e9, 50e9))
+    assert (g.hbm_bytes, g.hbm_Bps, g.scaleup_Bps, g.scaleout_Bps) == pytest.approx(
+        (189471 * 2**20, 8e12, 900e9, 50e9))
     g3 = gpu_preset("gb300")
     assert g3.peak_flops == pytest.approx((2500e12, 2500e12, 5000e12))
-    assert (g3.hbm_bytes, g3.scaleout_Bps) == pytest.approx((279e9, 100e9))
+    assert (g3.hbm_bytes, g3.scaleout_Bps) == pytest.approx((284208 * 2**20, 100e9))
     two = cluster_preset("gb200x144")
     assert (two.nodes, two.gpus_per_node) == (2, 72)
     assert (cluster_preset("h100x16").nodes, cluster_preset("b200x64").gpus_per_node) == (2, 8)  # boards of 8 stay
@@ -226,3 +228,27 @@ def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     assert bw(8, two) == pytest.approx(900e9 * g.link_eff) and bw(72, two) == pytest.approx(900e9 * g.link_eff)
     assert bw(16, two) == pytest.approx(50e9 * g.link_eff)
     assert bw(16, racks_of_64) == pytest.approx(900e9 * g.link_eff)
+
+
+@pytest.mark.parametrize("name, mib", [("a100-40gb", 40960), ("a100", 81920), ("a800", 81920), ("h100", 81559),
+                                       ("h800", 81559), ("h200", 143771), ("b200", 183359), ("gb200", 189471)])
+def test_gpu_memory_is_what_the_device_reports(name, mib):
+    """A plan fits against the device's memory as nvidia-smi reports it (MiB), not the product's round figure:
+    an "80 GB" H100 holds 81,559 MiB, 85.5e9 bytes, about 7% more than 80e9."""
+    assert gpu_preset(name).hbm_bytes == mib * 2**20
+    assert gpu_preset("mi300x").hbm_bytes == 205_822_885_888  # rocm-smi's VRAM total, bytes
+
+
+def test_a_plan_fits_against_the_device_memory():
+    """GPT-3 175B at tp 8, pp 16, dp 8 with selective recompute on H100s: 60.8 GB a GPU fits 81,559 MiB; on
+    a GPU of the same figures with 60e9 bytes it does not (the same plan, the same bytes)."""
+    import dataclasses
+
+    from costmodel import StrategyTable, cluster_preset, evaluate, model_preset
+    model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x1024")
+    t = StrategyTable.from_columns(dp=8, tp=8, pp=16, micro_batch=1, global_batch=1536, recompute="selective")
+    m = evaluate(model, cluster, t, framework="generic")
+    assert bool(m["feasible"][0]) and 60e9 < m["mem_total_bytes"][0] < 81559 * 2**20
+    small = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, hbm_bytes=60e9))
+    m2 = evaluate(model, small, t, framework="generic")
+    assert not bool(m2["feasible"][0]) and m2["mem_total_bytes"][0] == m["mem_total_bytes"][0]

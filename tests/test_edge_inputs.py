@@ -23,12 +23,12 @@ SEARCHERS = ("grid", "random", "mcmc", "tpe", "gradient")
 BASE = ["--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "fixed", "--budget", "50", "--framework", "generic"]
 # The spaces, by the flags that make them; each point's feasibility is what `evaluate` says of it
 # (test_space_points_are_what_the_cases_say checks it), the counts are by construction.
-ONE_FITS = ["--tp", "8", "--pp", "16", "--recompute", "selective"]  # dp 8: 61 GB of 80
+ONE_FITS = ["--tp", "8", "--pp", "16", "--recompute", "selective"]  # dp 8: 61 GB of 85.5 (81,559 MiB)
 ONE_OOM = ["--tp", "8", "--pp", "8"]  # dp 16, no recompute: out of memory
 TWO_FIT = ["--tp", "8", "--pp", "16", "--recompute", "selective,full"]
-TWO_ONE_FITS = ["--tp", "8", "--pp", "8,16", "--recompute", "selective"]  # pp 8 (dp 16) does not fit
+TWO_ONE_FITS = ["--tp", "8", "--pp", "4,16", "--recompute", "selective"]  # pp 4 (dp 32) does not fit
 # 8 points, none fits: 175B parameters on 8 GPUs (at least 2 x 175e9 / 8 = 44 GB of bf16 weights
-# per GPU before gradients and Adam's 12 bytes per parameter, sharded or not: > 80 GB)
+# per GPU before gradients and Adam's 12 bytes per parameter, sharded or not: > 85.5 GB)
 NONE_FITS = ["--cluster", "h100x8", "--tp", "1,2,4,8", "--pp", "1,2"]
 
 
@@ -57,7 +57,7 @@ def test_space_points_are_what_the_cases_say(capsys):
     assert _evaluate(ONE_FITS, capsys)["feasible"] is True
     assert _evaluate(ONE_OOM, capsys)["reason"] == "out_of_memory"
     assert _evaluate(["--tp", "8", "--pp", "16", "--recompute", "full"], capsys)["feasible"] is True
-    assert _evaluate(["--tp", "8", "--pp", "8", "--recompute", "selective"], capsys)["reason"] == "out_of_memory"
+    assert _evaluate(["--tp", "8", "--pp", "4", "--recompute", "selective"], capsys)["reason"] == "out_of_memory"
     model, cluster = model_preset("gpt3-175b"), cluster_preset("h100x8")
     space = Space.from_options(model, cluster, global_batch=1536, base="fixed", tp=[1, 2, 4, 8], pp=[1, 2])
     idx, table = space.rows(0, space.size)

@@ -18,7 +18,7 @@ from tests.searcher_contract import columns_equal
 
 
 def trap_space() -> Space:
-    """96 points, 50 valid (ZeRO-3 needs pp 1), 38 fit, priced under megatron-core: Llama 3 8B on 1024 H100s,
+    """96 points, 50 valid (ZeRO-3 needs pp 1), 39 fit, priced under megatron-core: Llama 3 8B on 1024 H100s,
     batch 2048. Its grid (test_trap_space_is_what_it_says): the optimum is tp 1, pp 1, micro-batch 1,
     no SP, ZeRO-3, no recompute; tp 1, pp 2, ZeRO-1 (the rest the same) is a local optimum two changes
     from it (pp 2 -> 1 alone does not fit at ZeRO-1, ZeRO 1 -> 3 alone is not valid at pp 2)."""
@@ -57,7 +57,7 @@ def test_trap_space_is_what_it_says():
     space = trap_space()
     digits, tps = grid(space)
     assert [d.name for d in space.dims] == ["tp", "pp", "micro_batch", "sequence_parallel", "zero_stage", "recompute"]
-    assert (len(digits), int((tps > 0).sum())) == (50, 38)
+    assert (len(digits), int((tps > 0).sum())) == (50, 39)
     assert digits[np.argmax(tps)].tolist() == OPTIMUM
     trap = int(np.flatnonzero((digits == TRAP).all(axis=1))[0])
     one = (digits != digits[trap]).sum(axis=1) == 1
@@ -121,9 +121,9 @@ def test_gradient_takes_its_budget():
     assert (s.samples, s.budget) == (4, 34) and s.cooling == pytest.approx(0.1)
     explicit = GradientSearcher(space, seed=0, budget=34, samples=16, cooling=0.97)
     assert (explicit.samples, explicit.cooling) == (16, 0.97)
-    # a budget covering every point that fits (38): each asked once, then nothing more
+    # a budget covering every point that fits (39): each asked once, then nothing more
     asked, _ = drive(GradientSearcher(space, seed=0, budget=100), space, 100)
-    assert len(asked) == 38 == len(np.unique(asked))
+    assert len(asked) == 39 == len(np.unique(asked))
 
 
 @pytest.mark.parametrize("cls, budget", [(MCMCSearcher, 120), (GradientSearcher, 120)])
@@ -151,11 +151,11 @@ def test_budget_phases_replay_exactly(cls, budget):
 
 
 def test_start_sample_by_hand():
-    """0.2 of a budget of 40 over the trap space's 38 points that fit: 8 distinct points that fit, the
+    """0.2 of a budget of 40 over the trap space's 39 points that fit: 8 distinct points that fit, the
     starts given first; the same call draws the same points; none without a budget or where the sample
     is not larger than ``more_than``."""
     space, members = screened(trap_space())
-    assert members.size == 38
+    assert members.size == 39
     starts = space.digits_of(members[[5, 9]])
     pts = start_sample(space, 40, 0.2, seed=3, stream=6, starts=starts)
     assert pts.shape == (8, 6) and len(np.unique(space.index_of(pts))) == 8

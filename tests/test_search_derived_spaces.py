@@ -105,7 +105,7 @@ def _state_bytes(model) -> float:
 
 def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_holds_it():
     """"Big enough": the cluster's HBM, less the runtime's reserve, holds the model state (weights,
-    gradients, Adam) once. The memory screen finds the points that fit (it equals evaluate's verdict, see
+    gradients, Adam) once with a tenth to spare (for activations and buffers). The memory screen finds the points that fit (it equals evaluate's verdict, see
     test_search_screen.py) and a few of them are evaluated to confirm."""
     checked = 0
     for name in MODEL_PRESETS:
@@ -114,7 +114,7 @@ def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_hold
             continue
         for cname in PRESET_CLUSTERS:
             cluster = cluster_preset(cname)
-            if _state_bytes(model) > cluster.num_gpus * (cluster.gpu.hbm_bytes - RESERVED_BYTES):
+            if 1.1 * _state_bytes(model) > cluster.num_gpus * (cluster.gpu.hbm_bytes - RESERVED_BYTES):
                 continue
             space = default_space(model, cluster, 1536)
             idx = space.valid_indices(0, space.size)
@@ -130,7 +130,8 @@ def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_hold
             m = evaluate(model, cluster, t.take(fits[:: max(fits.size // 8, 1)]))
             assert np.all(m["feasible"]), f"{name} on {cname}"
             checked += 1
-    # The 9 presets on the 3 clusters of 1024-3072 GPUs (>= 1024 x 78 GB = 80 TB; the 1T model's
-    # state is 18 TB); on seed000-16 (16 x 78 GB = 1.25 TB usable) the MLP (4.3e9 params: 77 GB),
-    # llama3-8b (145 GB) and megatron-22b (397 GB), not llama3-70b (70.6e9 x 18 B = 1.27 TB).
+    # The 9 presets on the 3 clusters of 1024-3072 GPUs (>= 1024 x 83.9 GB = 86 TB; the 1T model's
+    # state is 18 TB); on seed000-16 (16 A100s of 81,920 MiB less 2 GB: 1.34 TB usable) the MLP (4.3e9
+    # params: 77 GB), llama3-8b (145 GB) and megatron-22b (397 GB), not llama3-70b (70.6e9 x 18 B =
+    # 1.27 TB, 1.40 TB with the tenth).
     assert checked == 9 * 3 + 3

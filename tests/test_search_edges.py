@@ -17,14 +17,14 @@ from search import GradientSearcher, GridSearcher, MCMCSearcher, RandomSearcher,
 MODEL = "gpt3-175b"
 # The spaces are priced under the generic profile (the counts below are its).
 # 108 valid points (tp 2-8 x pp 4-16 x recompute x ZeRO 0-1 x micro-batch 1-2 on 1024 H100s, dp
-# derived), 29 of them fit (counted by costmodel.evaluate in test_the_spaces_are_what_they_say).
+# derived), 33 of them fit (counted by costmodel.evaluate in test_the_spaces_are_what_they_say).
 SMALL = dict(tp=[2, 4, 8], pp=[4, 8, 16], recompute=["none", "selective", "full"], zero_stage=[0, 1],
              micro_batch=[1, 2])
 SMALL_FLAGS = ["--tp", "2,4,8", "--pp", "4,8,16", "--recompute", "none,selective,full", "--zero-stage", "0,1",
                "--micro-batch", "1,2", "--framework", "generic"]
-# 912 valid points on 64 H100s without recompute, one of which fits (0.11%): dp 4, tp 8, pp 1, cp 2,
-# ZeRO-3, micro-batch 1, 1F1B, sequence parallel (weights, gradients and Adam state sharded over all
-# 64 GPUs, the activations of half a sequence split 8 ways).
+# 912 valid points on 64 H100s without recompute, two of which fit (0.22%): dp 4, tp 8, pp 1, cp 2,
+# ZeRO-3, micro-batch 1, 1F1B, with and without sequence parallelism (weights, gradients and Adam
+# state sharded over all 64 GPUs, the activations of half a sequence split 8 ways: 69.5 and 80.1 GB).
 RARE = dict(tp=[1, 2, 4, 8], pp=[1, 2, 4, 8, 16], cp=[1, 2], recompute=["none"], zero_stage=[0, 1, 2, 3],
             micro_batch=[1, 2, 4], sequence_parallel=[False, True], schedule=["1f1b", "gpipe"])
 
@@ -63,7 +63,7 @@ def drive(searcher, space, budget: int, batch: int = 16) -> tuple[np.ndarray, in
 
 
 def test_the_spaces_are_what_they_say():
-    for space, valid, fit in ((small_space(), 108, 29), (rare_space(), 912, 1)):
+    for space, valid, fit in ((small_space(), 108, 33), (rare_space(), 912, 2)):
         idx, table = space.rows(0, space.size)
         m = evaluate(space.model, space.cluster, table)
         assert (len(idx), int(m["feasible"].sum())) == (valid, fit)
@@ -76,13 +76,13 @@ def test_the_spaces_are_what_they_say():
 @pytest.mark.parametrize("kind", ["mcmc", "tpe", "gradient", "random", "grid"])
 def test_a_budget_larger_than_the_space_asks_each_point_once(kind):
     """Budget 1,000 on 108 valid points: every point the searcher walks is asked once, then it
-    stops. MCMC, TPE and the gradient search walk the 29 that fit (the memory screen); random and
+    stops. MCMC, TPE and the gradient search walk the 33 that fit (the memory screen); random and
     grid search every valid point."""
     space = small_space()
     asked, feasible = drive(make(kind, space, 3, 1000), space, 1000)
     assert len(asked) == len(np.unique(asked))
-    assert feasible == 29
-    walked = 29 if kind in ("mcmc", "tpe", "gradient") else 108
+    assert feasible == 33
+    walked = 33 if kind in ("mcmc", "tpe", "gradient") else 108
     assert len(asked) == walked
     if walked == 108:
         np.testing.assert_array_equal(np.sort(asked), space.valid_indices(0, space.size))
@@ -95,14 +95,15 @@ def test_a_budget_larger_than_the_space_through_the_command_line(kind, capsys):
     out = capsys.readouterr()
     assert code == 0 and out.err == ""
     doc = json.loads(out.out)
-    assert (doc["evaluations"], doc["feasible"]) == (29, 29)
+    assert (doc["evaluations"], doc["feasible"]) == (33, 33)
 
 
 @pytest.mark.parametrize("kind", ["mcmc", "tpe", "gradient"])
 def test_under_one_percent_feasible_every_seed_finds_the_plan_that_fits(kind):
-    """2% of 912 valid points (18 evaluations), one point fits: each of seeds 0-4 finds it (random
-    search over the valid points would find it in 18 draws with probability 2%)."""
+    """2% of 912 valid points (18 evaluations), two points fit (one plan, with and without sequence
+    parallelism): each of seeds 0-4 finds one (random search over the valid points would in 18 draws
+    with probability 4%)."""
     space = rare_space()
     for seed in range(5):
         _, feasible = drive(make(kind, space, seed, 18), space, 18)
-        assert feasible == 1, f"{kind} seed {seed}"
+        assert feasible >= 1, f"{kind} seed {seed}"

@@ -353,14 +353,14 @@ def _is_local(row, peaks, fit, space) -> bool:
 
 
 def test_late_budget_asks_the_neighbours_of_the_peaks_and_replays(tmp_path, small):
-    # budget 40 over 144 points that fit: from 8 evaluated points on (local_share 0.8), every
+    # budget 40 over 156 points that fit: from 8 evaluated points on (local_share 0.8), every
     # batch is the untried neighbours of the peaks among the feasible points told (no better point
     # told one change away): single changes, or an invalid single change with the fewest other
     # changes; batches of budget / MIN_BATCHES = 5; a resumed journal and a fresh searcher told the
     # batches in order ask the same next batch.
     path = tmp_path / "local.journal"
     a = TPESearcher(small, seed=2, budget=40, storage=path)
-    assert a.points_fit == 144
+    assert a.points_fit == 156
     fit = small.digits_of(a.space.valid_indices(0, small.size))
     told, local = [], 0
     while len(a._memo) < 30:
