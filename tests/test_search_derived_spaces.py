@@ -105,7 +105,8 @@ def _state_bytes(model) -> float:
 
 def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_holds_it():
     """"Big enough": the cluster's HBM, less the runtime's reserve, holds the model state (weights,
-    gradients, Adam) once with a tenth to spare (for activations and buffers). The memory screen finds the points that fit (it equals evaluate's verdict, see
+    gradients, Adam) once with a tenth to spare (for activations and buffers). The memory screen finds the
+    points that fit (it equals evaluate's verdict, see
     test_search_screen.py) and a few of them are evaluated to confirm."""
     checked = 0
     for name in MODEL_PRESETS:
