@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP, print_json
 from cli._specs import number
+from cli._tight import TIGHT_NOTE, device_bytes, is_tight
 from costmodel import InputError
 
 if TYPE_CHECKING:
@@ -114,12 +115,17 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         head += "  stage recompute"
     if any(r.get("stage_pool") for r in rows):
         head += "  placement (pool:dp x tp per stage; tp* = tp across nodes)"
-    out = [head]
+    out, hbm, tight = [head], {}, False
     for rank, r in enumerate(rows, start=1):
         step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
+        if r.get("cluster") not in hbm:
+            hbm[r.get("cluster")] = device_bytes(r.get("cluster")) if r.get("cluster") else None
+        mark = "!" if r.get("feasible", True) and is_tight(mem, hbm[r.get("cluster")]) else ""
+        tight = tight or bool(mark)
         line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
                 + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
-                + (band_cell(r, rows[0]) if band else "") + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}")
+                + (band_cell(r, rows[0]) if band else "") + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}"
+                + mark)
         if with_reason:
             line += f"  {r.get('reason', '')}"
         if with_layers:
@@ -131,6 +137,8 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         out.append(line)
     if band and any(band_cell(r, rows[0]).endswith("~") for r in rows[1:]):
         out.append("~ tied with #1 within the model's error (their bands overlap): measure these")
+    if tight:
+        out.append(TIGHT_NOTE)
     return "\n".join(out)
 
 

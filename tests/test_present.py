@@ -262,3 +262,19 @@ def test_a_run_without_feasible_rows(tmp_path):
     assert [r["reason"] for r in rows] == ["out_of_memory"] * 2
     plot = cli("plot", str(run), "--out", str(tmp_path / "fig"))
     assert plot.returncode == 1 and "nothing to plot" in plot.stdout
+
+
+def test_plans_within_a_tenth_of_the_gpu_memory_are_marked_tight():
+    """A row is tight where its bytes x 1.1 pass its GPU's (the allocator's reserved peaks ran 10% above the model's
+    bytes): on h100x1024 (81,559 MiB = 85.52e9 bytes) 78 GB is tight (85.8e9), 77 GB not (84.7e9); a cluster that is
+    no preset gets no mark."""
+    from cli._cmd_show import format_rows
+
+    base = {"dp": 8, "tp": 8, "pp": 16, "cp": 1, "step_time_s": 1.0, "tokens_per_s": 1e5, "mfu": 0.4,
+            "feasible": True}
+    rows = [dict(base, cluster="h100x1024", mem_total_bytes=78e9), dict(base, cluster="h100x1024", mem_total_bytes=77e9),
+            dict(base, cluster="my-own-file", mem_total_bytes=99e9)]
+    out = format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows).splitlines()
+    assert out[1].endswith("78.0!") and out[2].endswith("77.0") and out[3].endswith("99.0")
+    assert out[-1].startswith("! within a tenth of its GPU's memory")
+    assert "!" not in format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows[1:2])

@@ -1,0 +1,28 @@
+"""Plans within a tenth of their GPU's memory: marked tight where rows are printed (rank, show, sweep, evaluate)."""
+
+from __future__ import annotations
+
+from costmodel import InputError, cluster_preset
+
+# A plan whose bytes a GPU, times TIGHT_MEMORY, pass its GPU's memory is marked tight ("!"): the cost model prices the
+# live tensors and a 2 GB reserve, while the caching allocator's reserved peak ran 9.9% above the model's figure on
+# average over the 20 published torchtitan runs that give one (plansweep validate's reserved peaks), so within about
+# a tenth of the device's memory a plan may not fit as run.
+TIGHT_MEMORY = 1.10
+TIGHT_NOTE = ("! within a tenth of its GPU's memory: tight (the allocator's reserved peak has run 10% above the "
+              "model's bytes); measure it before a long run")
+
+
+def device_bytes(cluster_name) -> float | None:
+    """The memory of one GPU of the preset cluster called ``cluster_name``; None for a cluster that is not a preset
+    or mixes GPU types."""
+    try:
+        gpu = getattr(cluster_preset(str(cluster_name)), "gpu", None)
+    except (InputError, ValueError, KeyError):
+        return None
+    return None if gpu is None else float(gpu.hbm_bytes)
+
+
+def is_tight(mem, hbm) -> bool:
+    """Whether ``mem`` bytes a GPU are within a tenth of ``hbm`` (TIGHT_MEMORY)."""
+    return bool(mem and hbm and mem * TIGHT_MEMORY > hbm)
