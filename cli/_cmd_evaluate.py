@@ -246,9 +246,12 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model, **kw).items()}
     from costmodel._bands import error_band_row
 
+    hbm = float(cluster.gpu.hbm_bytes)
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
             "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
+            "memory": {"device_bytes": hbm,
+                       "tight": bool(m["feasible"]) and is_tight(m["mem_total_bytes"], hbm)},
             "stages": stages, "goodput": g}
 
 

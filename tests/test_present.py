@@ -278,3 +278,13 @@ def test_plans_within_a_tenth_of_the_gpu_memory_are_marked_tight():
     assert out[1].endswith("78.0!") and out[2].endswith("77.0") and out[3].endswith("99.0")
     assert out[-1].startswith("! within a tenth of its GPU's memory")
     assert "!" not in format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows[1:2])
+
+
+def test_evaluate_json_says_whether_the_plan_is_tight():
+    """evaluate --json's memory: the GPU's bytes (81,559 MiB for an H100) and whether the plan's bytes x 1.1 pass
+    them; GPT-3 175B at tp 8, pp 16 with selective recompute holds about 61 GB (x 1.1 = 67 GB: not tight)."""
+    doc = json.loads(cli("evaluate", "--model", "gpt3-175b", "--cluster", "h100x1024", "--framework", "generic",
+                         "--tp", "8", "--pp", "16", "--recompute", "selective", "--json").stdout)
+    mem = doc["metrics"]["mem_total_bytes"]
+    assert doc["memory"]["device_bytes"] == 81559 * 2**20 and 55e9 < mem < 70e9
+    assert mem * 1.1 < 81559 * 2**20 and doc["memory"]["tight"] is False
