@@ -769,7 +769,9 @@ class Space(SearchSpace):
 
     def start_points(self, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
-        possible, no recompute, ZeRO 0) and "megatron" (Megatron-LM's recipe, Narayanan et al. 2021 /
+        possible, no recompute, ZeRO 0), "fsdp" (FSDP's recipe: pp 1 and ZeRO-3, the least recompute, the
+        fewest micro-batches a step, then the smallest tp, cp 1, sequence parallelism, 1F1B; where it is not
+        the data-parallel point) and "megatron" (Megatron-LM's recipe, Narayanan et al. 2021 /
         Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
         the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), the smallest
         pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved), selective recompute,
@@ -793,6 +795,16 @@ class Space(SearchSpace):
             keys = (t["micro_batch"], t["overlap_dp"] == 0, t["zero_stage"], rc, t["sequence_parallel"],
                     t["vpp"], t["schedule"] != SCHEDULES.index("1f1b"), t["cp"], t["tp"], t["pp"], -t["dp"])
             out["data_parallel"] = digits[np.lexsort(keys)[0]]
+            # FSDP's recipe: no pipeline, every weight sharded, no recompute where it fits, and the fewest
+            # micro-batches a step (each one gathers the weights again), at the smallest tp that allows them
+            full = (t["pp"] == 1) & (t["zero_stage"] == 3)
+            if full.any():
+                m = t["global_batch"] // (t["dp"] * t["micro_batch"])
+                keys = (t["overlap_dp"] == 0, ~t["sequence_parallel"], t["schedule"] != SCHEDULES.index("1f1b"),
+                        t["vpp"], t["cp"], t["tp"], m, rc, ~full)
+                fsdp = digits[np.lexsort(keys)[0]]
+                if not np.array_equal(fsdp, out["data_parallel"]):
+                    out["fsdp"] = fsdp
         digits, t = among(self._core_valid({"stage_recompute": "selective"}))
         if len(digits):
             node = self.cluster.gpus_per_node

@@ -235,12 +235,34 @@ def test_start_points():
     assert not evaluate(GPT3, H100, smaller.rows(0, smaller.size)[1])["feasible"][0]
     part = partition_space(GPT3, H100, 1536)
     psp = part.start_points()
-    assert set(psp) == {"data_parallel", "megatron"}
+    assert {"data_parallel", "megatron"} <= set(psp)
     assert np.all(part.valid(np.stack(list(psp.values()))))
     pm = part.table(psp["megatron"]).row(0)
     # uniform stages (pp divides 96), selective recompute on every stage in use
     assert pm["stage_layers"] == [96 // pm["pp"]] * pm["pp"]
     assert pm["stage_recompute"] == ["selective"] * pm["pp"]
+
+
+def test_fsdp_start_is_the_fully_sharded_plan_with_the_fewest_micro_batches_that_fits():
+    """Among the points that fit (the searchers' screen), "fsdp" is pp 1 and ZeRO-3 with no recompute where any
+    such point fits, the fewest micro-batches a step of those, then the smallest tp: checked against every
+    point of the space priced by evaluate."""
+    from search._screen import screened
+
+    space = Space.from_options(GPT3, cluster_preset("a100x1024"), global_batch=2048, base="fixed",
+                               framework="megatron-core", tp=[2, 4, 8], pp=[1, 8], micro_batch=[1, 2, 4, 8],
+                               recompute=["none", "full"], sequence_parallel=[True], zero_stage=[1, 3])
+    _, members = screened(space)
+    got = space.table(space.start_points(within=members)["fsdp"]).row(0)
+    idx, table = space.rows(0, space.size)
+    m = evaluate(GPT3, space.cluster, table, framework="megatron-core")
+    ok = m["feasible"] & (table["pp"] == 1) & (table["zero_stage"] == 3) & (table["recompute"] == 0)
+    assert ok.any()
+    micro = table["global_batch"] // (table["dp"] * table["micro_batch"])
+    fewest = micro[ok].min()
+    tp = table["tp"][ok & (micro == fewest)].min()
+    assert (got["pp"], got["zero_stage"], got["recompute"], got["tp"]) == (1, 3, "none", tp)
+    assert got["global_batch"] // (got["dp"] * got["micro_batch"]) == fewest
 
 
 def test_digits_from_table_inverts_table():
