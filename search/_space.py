@@ -769,9 +769,10 @@ class Space(SearchSpace):
 
     def start_points(self, within: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
-        possible, no recompute, ZeRO 0), "fsdp" (FSDP's recipe: pp 1 and ZeRO-3, the least recompute, the
-        fewest micro-batches a step, then the smallest tp, cp 1, sequence parallelism, 1F1B; where it is not
-        the data-parallel point) and "megatron" (Megatron-LM's recipe, Narayanan et al. 2021 /
+        possible, no recompute, ZeRO 0), "fsdp" (FSDP's recipe: pp 1 and ZeRO-3, the most GPUs, the least
+        recompute, the fewest micro-batches a step, then the smallest tp, cp 1, SP, 1F1B, among those that
+        fit in memory by costmodel.evaluate; where it is not the data-parallel point) and "megatron"
+        (Megatron-LM's recipe, Narayanan et al. 2021 /
         Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
         the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), the smallest
         pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved), selective recompute,
@@ -795,13 +796,18 @@ class Space(SearchSpace):
             keys = (t["micro_batch"], t["overlap_dp"] == 0, t["zero_stage"], rc, t["sequence_parallel"],
                     t["vpp"], t["schedule"] != SCHEDULES.index("1f1b"), t["cp"], t["tp"], t["pp"], -t["dp"])
             out["data_parallel"] = digits[np.lexsort(keys)[0]]
-            # FSDP's recipe: no pipeline, every weight sharded, no recompute where it fits, and the fewest
-            # micro-batches a step (each one gathers the weights again), at the smallest tp that allows them
+            # FSDP's recipe: no pipeline, every weight sharded, on every GPU the space lets it use, no recompute
+            # where it fits, and the fewest micro-batches a step (each one gathers the weights again), at the
+            # smallest tp that allows them
             full = (t["pp"] == 1) & (t["zero_stage"] == 3)
+            if within is None and full.any():  # not screened: those that fit in memory by costmodel.evaluate
+                cand = np.flatnonzero(full)
+                m = evaluate(self.model, self.cluster, t.take(cand))  # (each row under its framework column)
+                full[cand[m["reason"] == REASON["out_of_memory"]]] = False
             if full.any():
                 m = t["global_batch"] // (t["dp"] * t["micro_batch"])
                 keys = (t["overlap_dp"] == 0, ~t["sequence_parallel"], t["schedule"] != SCHEDULES.index("1f1b"),
-                        t["vpp"], t["cp"], t["tp"], m, rc, ~full)
+                        t["vpp"], t["cp"], t["tp"], m, rc, -t.num_gpus, ~full)
                 fsdp = digits[np.lexsort(keys)[0]]
                 if not np.array_equal(fsdp, out["data_parallel"]):
                     out["fsdp"] = fsdp
