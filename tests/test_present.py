@@ -272,7 +272,8 @@ def test_plans_within_a_tenth_of_the_gpu_memory_are_marked_tight():
 
     base = {"dp": 8, "tp": 8, "pp": 16, "cp": 1, "step_time_s": 1.0, "tokens_per_s": 1e5, "mfu": 0.4,
             "feasible": True}
-    rows = [dict(base, cluster="h100x1024", mem_total_bytes=78e9), dict(base, cluster="h100x1024", mem_total_bytes=77e9),
+    rows = [dict(base, cluster="h100x1024", mem_total_bytes=78e9),
+            dict(base, cluster="h100x1024", mem_total_bytes=77e9),
             dict(base, cluster="my-own-file", mem_total_bytes=99e9)]
     out = format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows).splitlines()
     assert out[1].endswith("78.0!") and out[2].endswith("77.0") and out[3].endswith("99.0")
