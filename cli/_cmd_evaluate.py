@@ -282,8 +282,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
         lines.append(f"  stage {i:<3} {st['layers']:4d} layers  F {1e3 * st['forward_s']:9.2f} ms  "
                      f"B {1e3 * st['backward_s']:9.2f} ms  W {1e3 * st['weight_grad_s']:9.2f} ms  "
                      f"in flight {st['in_flight']:5.1f}  {st['mem_bytes'] / 1e9:6.1f} GB")
-    tight = ", tight: within a tenth of it (the allocator may need the rest)" if m["feasible"] and is_tight(
-        m["mem_total_bytes"], hbm_bytes) else ""
+    tight = ", tight: within a tenth of it (the allocator may need the rest)" if rep["memory"]["tight"] else ""
     lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.1f} GB"
                  + tight)
     for label, k in [("weights", "mem_weights_bytes"), ("gradients", "mem_grads_bytes"),

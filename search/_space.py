@@ -802,12 +802,12 @@ class Space(SearchSpace):
             full = (t["pp"] == 1) & (t["zero_stage"] == 3)
             if within is None and full.any():  # not screened: those that fit in memory by costmodel.evaluate
                 cand = np.flatnonzero(full)
-                m = evaluate(self.model, self.cluster, t.take(cand))  # (each row under its framework column)
-                full[cand[m["reason"] == REASON["out_of_memory"]]] = False
+                priced = evaluate(self.model, self.cluster, t.take(cand))  # (each row under its framework column)
+                full[cand[priced["reason"] == REASON["out_of_memory"]]] = False
             if full.any():
-                m = t["global_batch"] // (t["dp"] * t["micro_batch"])
+                micro = t["global_batch"] // (t["dp"] * t["micro_batch"])  # micro-batches a step
                 keys = (t["overlap_dp"] == 0, ~t["sequence_parallel"], t["schedule"] != SCHEDULES.index("1f1b"),
-                        t["vpp"], t["cp"], t["tp"], m, rc, -t.num_gpus, ~full)
+                        t["vpp"], t["cp"], t["tp"], micro, rc, -t.num_gpus, ~full)
                 fsdp = digits[np.lexsort(keys)[0]]
                 if not np.array_equal(fsdp, out["data_parallel"]):
                     out["fsdp"] = fsdp
