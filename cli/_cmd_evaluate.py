@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
-from cli._tight import is_tight
+from cli._tight import memory_entry
 from cli._specs import (
     ALL_FRAMEWORKS,
     framework_list,
@@ -246,12 +246,10 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model, **kw).items()}
     from costmodel._bands import error_band_row
 
-    hbm = float(cluster.gpu.hbm_bytes)
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
             "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
-            "memory": {"device_bytes": hbm,
-                       "tight": bool(m["feasible"]) and is_tight(m["mem_total_bytes"], hbm)},
+            "memory": memory_entry(m),
             "stages": stages, "goodput": g}
 
 
@@ -415,12 +413,13 @@ def side_by_side(model, cluster, table: StrategyTable, names: list[str], refused
         if isinstance(cluster, HeteroCluster):
             from costmodel._bands import error_band_row
 
-            out.append({"framework": name, "metrics": _plain_metrics(m),
+            plain = _plain_metrics(m)
+            out.append({"framework": name, "metrics": plain, "memory": memory_entry(plain),
                         "stages": stage_rows(model, cluster, table, framework=name),
                         "error_band": error_band_row(float(m["tokens_per_s"][0]), table, name, model.seq_len)})
         else:
             out.append({k: v for k, v in report(model, cluster, table, m, failure, name).items()
-                        if k in ("framework", "metrics", "stages", "goodput", "error_band")})
+                        if k in ("framework", "metrics", "stages", "goodput", "error_band", "memory")})
     if len(errors) == len(names):
         raise errors[0]
     return out
@@ -448,8 +447,9 @@ def winner(entries: list[dict]) -> tuple[str | None, str]:
     return best["framework"], line
 
 
-def format_side_by_side(entries: list[dict], hbm_bytes: float) -> str:
-    """The side-by-side table: a column per framework, a line per time and memory part, then the refusals."""
+def format_side_by_side(entries: list[dict], hbm_bytes: float | None) -> str:
+    """The side-by-side table: a column per framework, a line per time and memory part, then the refusals
+    (``hbm_bytes``: the GPU's memory, None on a mixed cluster)."""
     widths = [max(15, len(e["framework"]) + 2) for e in entries]  # a column per framework, as wide as its name
 
     def line(label: str, cells) -> str:
@@ -460,8 +460,9 @@ def format_side_by_side(entries: list[dict], hbm_bytes: float) -> str:
         values = [e.get("metrics", {}).get(key) for e in entries]
         lines.append(line(label, ["-" if v is None else format(v * scale if abs(v) > 1e-12 else 0.0, fmt)
                                   for v in values]))  # (a bubble of -1e-17 s prints as 0)
-    fits = ["refused" if "refused" in e else "yes" if e["metrics"]["feasible"] else "out of memory" for e in entries]
-    lines.append(line(f"fits in {hbm_bytes / 1e9:.1f} GB", fits))
+    fits = ["refused" if "refused" in e else ("yes, tight" if e["memory"]["tight"] else "yes")
+            if e["metrics"]["feasible"] else "out of memory" for e in entries]
+    lines.append(line("fits in its GPUs" if hbm_bytes is None else f"fits in {hbm_bytes / 1e9:.1f} GB", fits))
     lines += [f"{e['framework']}: {e['refused']}" for e in entries if "refused" in e]
     return "\n".join(lines)
 
@@ -481,9 +482,8 @@ def print_side_by_side(args, model, cluster, table: StrategyTable, names: list[s
     gpu = f" ({cluster.gpu.name})" if not isinstance(cluster, HeteroCluster) else f": {cluster.describe()}"
     print(f"{model.name} on {cluster.name}{gpu}, frameworks {', '.join(names)}")
     print("strategy: " + " ".join(f"{k}={v}" for k, v in strategy.items() if k != "stages"))
-    hbm = cluster.gpu.hbm_bytes if not isinstance(cluster, HeteroCluster) else max(p.gpu.hbm_bytes
-                                                                                   for p in cluster.pools)
-    print(format_side_by_side(entries, hbm))
+    # (a mixed cluster's stages are each held to their own pool's GPU)
+    print(format_side_by_side(entries, None if isinstance(cluster, HeteroCluster) else cluster.gpu.hbm_bytes))
     print(line)
     return 0
 
@@ -555,7 +555,7 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
         from costmodel._bands import error_band_row
 
         print_json({"model": model.name, "cluster": cluster.name, "framework": framework,
-                    "strategy": table.row(0, names), "metrics": m, "stages": rows,
+                    "strategy": table.row(0, names), "metrics": m, "memory": memory_entry(m), "stages": rows,
                     "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
                     **({"sensitivity": sens} if sens else {})})
         return 0
@@ -570,6 +570,10 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
           f"{100 * m['bubble_ratio']:.1f}%")
     if model.is_moe:
         print(f"ep comm (exposed) {m['ep_comm_s']:.4f} s of the bottleneck stage's iteration")
+    mem = memory_entry(m)
+    print(f"memory per GPU (worst stage, against its pool's GPU): {m['mem_total_bytes'] / 1e9:.1f} GB of "
+          f"{(mem['device_bytes'] or math.nan) / 1e9:.1f} GB" + (", tight: within a tenth of it (the allocator may need the rest)"
+                                                    if mem["tight"] else ""))
     print("per stage: pool, degrees, layers, micro-batch per replica, F/B/W per micro-batch, busy time per "
           "iteration, hand-off to the next stage, data-parallel exchange, memory per GPU of the pool's HBM")
     print(format_stage_rows(rows))

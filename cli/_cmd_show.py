@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from cli import COMMAND_HELP, print_json
 from cli._specs import number
-from cli._tight import TIGHT_NOTE, device_bytes, is_tight
+from cli._tight import TIGHT_NOTE, is_tight, row_device_bytes
 from costmodel import InputError
 
 if TYPE_CHECKING:
@@ -115,12 +115,10 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         head += "  stage recompute"
     if any(r.get("stage_pool") for r in rows):
         head += "  placement (pool:dp x tp per stage; tp* = tp across nodes)"
-    out, hbm, tight = [head], {}, False
+    out, tight = [head], False
     for rank, r in enumerate(rows, start=1):
         step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
-        if r.get("cluster") not in hbm:
-            hbm[r.get("cluster")] = device_bytes(r.get("cluster")) if r.get("cluster") else None
-        mark = "!" if r.get("feasible", True) and is_tight(mem, hbm[r.get("cluster")]) else ""
+        mark = "!" if r.get("feasible", True) and is_tight(mem, row_device_bytes(r, r.get("cluster"))) else ""
         tight = tight or bool(mark)
         line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
                 + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"

@@ -1165,7 +1165,7 @@ def report(rows: Rows, cfg: Configs, terms: Terms, st: StageTimes, hand: Handoff
         flops_hw=flops_model + re_flops, peak_total=peak_flops_total(rows, cfg), **parts,
         pp_comm=pipe.pp_comm, dp_comm=dp.exposed, optimizer=dp.opt_s, mem_weights=mem.worst_state[0],
         mem_grads=mem.worst_state[1], mem_optimizer=mem.worst_state[2], mem_activations=atm(mem.mem["activations"]),
-        mem_buffers=atm(mem.mem["buffers"]), mem_total=mem.mem_total, extra=extra)
+        mem_buffers=atm(mem.mem["buffers"]), mem_total=mem.mem_total, mem_device=atm(mem.hbm), extra=extra)
 
 
 def bottleneck_terms(rows: Rows, terms: Terms, at, ub, first_b, last_b) -> dict:

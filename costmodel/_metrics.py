@@ -6,6 +6,8 @@ pipeline bubble, the optimizer step) and the worst stage's memory by part: throu
 samples per second), MFU and HFU over the peak FLOP/s of every GPU a row uses (model FLOPs as in
 Narayanan et al. 2021 Appendix; HFU adds the recomputed FLOPs), and the bubble's share of the
 pipeline. An infeasible row keeps its parts, with infinite step time and zero throughput.
+mem_device_bytes is the memory of one GPU of the pool holding the worst stage (the one closest to its
+GPU's memory, whose total is mem_total_bytes): what mem_total_bytes is held to, on any cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ METRIC_COLUMNS = (
     "step_time_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s",
     "dp_comm_s", "bubble_s", "optimizer_s", "tokens_per_s", "samples_per_s", "mfu", "hfu",
     "bubble_ratio", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
-    "mem_activations_bytes", "mem_buffers_bytes", "mem_total_bytes", "microbatches", "feasible", "reason",
+    "mem_activations_bytes", "mem_buffers_bytes", "mem_total_bytes", "mem_device_bytes", "microbatches", "feasible",
+    "reason",
 )
 
 
@@ -35,7 +38,8 @@ class Metrics(dict):
 
 def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, flops_model, flops_hw, peak_total,
                      compute, recompute, tp_comm, cp_comm, pp_comm, dp_comm, optimizer, mem_weights, mem_grads,
-                     mem_optimizer, mem_activations, mem_buffers, mem_total, ep_comm=None, extra=None) -> Metrics:
+                     mem_optimizer, mem_activations, mem_buffers, mem_total, mem_device, ep_comm=None,
+                     extra=None) -> Metrics:
     """The Metrics of a block of rows from its parts, (N,) each: throughput, MFU and HFU over
     ``peak_total`` (the FLOP/s of every GPU the row uses), the bubble's share of the pipeline,
     infinite step time and zero throughput where infeasible. One definition for the homogeneous
@@ -52,8 +56,9 @@ def assemble_metrics(*, feasible, reason, step, pipe, fill, m, batch, seq_len, f
                       "bubble_s", "optimizer_s"),
                      (compute, recompute, tp_comm, cp_comm, ep_comm, pp_comm, dp_comm, fill, optimizer), strict=True))
     memory = dict(zip(("mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes",
-                       "mem_buffers_bytes", "mem_total_bytes"),
-                      (mem_weights, mem_grads, mem_optimizer, mem_activations, mem_buffers, mem_total), strict=True))
+                       "mem_buffers_bytes", "mem_total_bytes", "mem_device_bytes"),
+                      (mem_weights, mem_grads, mem_optimizer, mem_activations, mem_buffers, mem_total,
+                       np.broadcast_to(mem_device, np.shape(mem_total)).astype(np.float64)), strict=True))
     return Metrics(**(extra or {}), step_time_s=np.where(feasible, step, np.inf), **times,
                    tokens_per_s=samples * seq_len, samples_per_s=samples, mfu=mfu, hfu=hfu, bubble_ratio=bubble_ratio,
                    **memory, microbatches=m.astype(np.int64), feasible=feasible, reason=reason)

@@ -553,7 +553,8 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
     mem = _memory(model, cluster, row, fw, stages, moe, dp["params_max"])
     if reason == "ok" and mem["total"] > cluster.gpu.hbm_bytes:
         reason = "out_of_memory"
-    return _report(model, row, reason, pipe, dp, mem, _hardware_flops(model, row, fw, act))
+    return {**_report(model, row, reason, pipe, dp, mem, _hardware_flops(model, row, fw, act)),
+            "mem_device_bytes": cluster.gpu.hbm_bytes}
 
 
 def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:

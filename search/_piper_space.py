@@ -408,6 +408,7 @@ class PiperSpace(SearchSpace):
         dd = d[rows, slowest]
         out.update(step_time_s=step, tokens_per_s=rate, samples_per_s=rate, feasible=fits,
                    reason=np.where(fits, _OK, _OOM).astype(np.int8), mem_total_bytes=mem.max(axis=1, initial=0.0),
+                   mem_device_bytes=np.full(n_rows, float(g.max_memory_bytes)),
                    compute_s=p_s[rows, slowest] / dd, pp_comm_s=(x_s - p_s)[rows, slowest] / dd,
                    dp_comm_s=resync_s[rows, slowest], microbatches=np.full(n_rows, g.microbatches, dtype=np.int64))
         return Metrics(out)

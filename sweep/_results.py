@@ -15,8 +15,9 @@ is null (list<int64>, never list<null>). The column ``searcher`` comes from the 
 directory ``searcher=<name>``. The model, cluster and versions are in the schema metadata under
 b"plansweep.model", b"plansweep.cluster", b"plansweep.versions" (JSON).
 
-Parts written by one-pool runs before the placement lists were in every part lack those six
-columns (LEGACY_SCHEMA): they are read as they are, the six columns null (dataset_schema).
+Parts written before mem_device_bytes lack it (PRE_DEVICE_SCHEMA); parts written by one-pool runs
+before the placement lists were in every part lack those six columns too (LEGACY_SCHEMA): they are
+read as they are, the missing columns null (dataset_schema).
 
 Parts are written to a hidden temporary name in the same directory (ignored by readers:
 pyarrow skips names starting with ".") and renamed into place, so a part is either whole
@@ -87,19 +88,25 @@ def result_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
     return pa.schema(fields, metadata=dict(metadata or {}))
 
 
-# Parts of one-pool runs written before every part had the placement lists: the schema less them.
-LEGACY_SCHEMA = pa.schema([f for f in result_schema() if f.name not in HETERO_STAGE_COLUMNS])
+# Columns later than the first parts: mem_device_bytes (the worst stage's GPU memory), and before it the placement
+# lists of one-pool runs. A part written before a column is read with that column null (dataset_schema).
+DEVICE_COLUMNS = ("mem_device_bytes",)
+# Parts written before mem_device_bytes: the schema less it.
+PRE_DEVICE_SCHEMA = pa.schema([f for f in result_schema() if f.name not in DEVICE_COLUMNS])
+# Parts of one-pool runs written before every part had the placement lists: the schema less them (and less
+# mem_device_bytes, which came later).
+LEGACY_SCHEMA = pa.schema([f for f in PRE_DEVICE_SCHEMA if f.name not in HETERO_STAGE_COLUMNS])
 
 
 def part_schemas(*, hetero: bool | None = None) -> tuple[pa.Schema, ...]:
-    """The schemas a part of a run may have: result_schema, and for a run on one pool
+    """The schemas a part of a run may have: result_schema and PRE_DEVICE_SCHEMA, and for a run on one pool
     (``hetero`` False) or of unknown kind (None) also LEGACY_SCHEMA."""
-    return (result_schema(),) if hetero else (result_schema(), LEGACY_SCHEMA)
+    return (result_schema(), PRE_DEVICE_SCHEMA) if hetero else (result_schema(), PRE_DEVICE_SCHEMA, LEGACY_SCHEMA)
 
 
 def dataset_schema(metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
-    """The schema to read a run's parts as one dataset (a LEGACY_SCHEMA part's placement lists
-    read as null): result_schema with ``metadata`` and the partition column ``searcher``."""
+    """The schema to read a run's parts as one dataset (an earlier part's missing columns read
+    as null): result_schema with ``metadata`` and the partition column ``searcher``."""
     return result_schema(metadata).append(SEARCHER_FIELD)
 
 

@@ -478,3 +478,23 @@ def test_a_placement_of_stages_alike_lists_every_stage(pp):
     assert max(inner) == min(inner) and rows[0]["forward_s"] > inner[0] and rows[-1]["forward_s"] > inner[0]
     for r in rows:
         assert r["time_s"] == pytest.approx(8 * (r["forward_s"] + r["backward_s"] + r["weight_grad_s"]), rel=1e-12)
+
+
+def test_the_worst_stage_is_the_one_closest_to_its_own_gpus_memory():
+    """Llama 3 8B in two stages of 16 layers, dp 2 x tp 8 each, the first on H200 (143,771 MiB), the second on 40 GB
+    A100 (40,960 MiB): 1F1B keeps two micro-batches in flight on the first stage and one on the second, so the first
+    holds more bytes, yet the second is closer to its GPU's memory: mem_total_bytes is the A100 stage's and
+    mem_device_bytes the A100's; with the pools swapped, the first stage's bytes on the A100."""
+    hc, model = hetero_preset("a100-40gbx16+h200x16"), model_preset("llama3-8b")
+    names = [p.name for p in hc.pools]
+    for pools in (("h200", "a100-40gb"), ("a100-40gb", "h200")):
+        plan = {"global_batch": 64, "microbatches": 32, "schedule": "1f1b", "recompute": "none", "zero_stage": 1,
+                "stages": [{"pool": p, "dp": 2, "tp": 8, "layers": 16} for p in pools]}
+        t = strategy_from_file(plan, names, "plan")
+        m = evaluate(model, hc, t, framework="megatron-core")
+        stages = stage_rows(model, hc, t, framework="megatron-core")
+        assert stages[0]["mem_bytes"] > stages[1]["mem_bytes"]  # two micro-batches in flight against one
+        assert [s["hbm_bytes"] for s in stages] == [{"h200": 143771, "a100-40gb": 40960}[p] * 2**20 for p in pools]
+        on_a100 = pools.index("a100-40gb")
+        assert m["mem_device_bytes"][0] == 40960 * 2**20
+        assert m["mem_total_bytes"][0] == stages[on_a100]["mem_bytes"]

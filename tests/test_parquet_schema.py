@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import cli
-from sweep._results import HETERO_STAGE_COLUMNS, LEGACY_SCHEMA, result_schema
+from sweep._results import DEVICE_COLUMNS, HETERO_STAGE_COLUMNS, LEGACY_SCHEMA, PRE_DEVICE_SCHEMA, result_schema
 from tests.run_damage import main
 
 QUIET = ["--in-process", "--no-progress", "--top", "0"]
@@ -147,13 +147,13 @@ def test_duckdb_reads_two_runs_of_different_kinds(runs, a, b):
 
 
 # ---- runs written before every part had the placement lists ---------------------------------------
-def make_legacy(run: str) -> None:
+def make_legacy(run: str, drop: tuple = (*HETERO_STAGE_COLUMNS, *DEVICE_COLUMNS)) -> None:
     """RUN as a plansweep of the previous layout wrote it: parts of a run on one pool without the six
-    placement lists (LEGACY_SCHEMA, metadata kept), run.json without options.part_rows (a part per
+    placement lists and the worst stage's device memory (LEGACY_SCHEMA, metadata kept), run.json without options.part_rows (a part per
     checkpoint or batch), TPE's marker without asks (a batch per part)."""
     for p in part_files(run):
-        t = pq.read_table(p).drop_columns(list(HETERO_STAGE_COLUMNS))
-        assert t.schema.remove_metadata().equals(LEGACY_SCHEMA)
+        t = pq.read_table(p).drop_columns(list(drop))
+        assert t.schema.remove_metadata().equals(LEGACY_SCHEMA if HETERO_STAGE_COLUMNS[0] in drop else PRE_DEVICE_SCHEMA)
         pq.write_table(t, p, compression="zstd")
     path = os.path.join(run, "run.json")
     with open(path) as f:
@@ -171,10 +171,11 @@ def make_legacy(run: str) -> None:
 
 
 def view_rows(run: str):
-    """Every row as show and resume read the run (sweep's view), run_id aside, in a fixed order."""
+    """Every row as show and resume read the run (sweep's view), run_id and the device memory (null in the
+    previous layout's parts) aside, in a fixed order."""
     from sweep._runview import open_run
 
-    df = open_run(run).scan().to_pandas().drop(columns=["run_id"])
+    df = open_run(run).scan().to_pandas().drop(columns=["run_id", *DEVICE_COLUMNS])
     keys = ["iteration", "grid_index", "tp", "pp", "dp", "micro_batch", "schedule", "recompute", "zero_stage"]
     return df.sort_values(keys).reset_index(drop=True)
 
@@ -183,11 +184,13 @@ GRID = ["sweep", *SMALL, "--micro-batch", "1,2,3,4,6,8", "--zero-stage", "0,1,2,
         "gpipe,1f1b,interleaved", "--cp", "1,2,4", "--unit-rows", "10000", "--keep", "all"]  # 12,960 grid rows: 2 units
 
 
-def test_a_grid_run_of_the_previous_layout_shows_and_resumes(tmp_path):
+@pytest.mark.parametrize("drop", [(*HETERO_STAGE_COLUMNS, *DEVICE_COLUMNS), DEVICE_COLUMNS],
+                         ids=["before-placements", "before-device-memory"])
+def test_a_grid_run_of_the_previous_layout_shows_and_resumes(tmp_path, drop):
     ref, run = str(tmp_path / "reference"), str(tmp_path / "run")
     assert cli.main([*GRID, "--out", ref, *QUIET]) == 0
     shutil.copytree(ref, run)
-    make_legacy(run)
+    make_legacy(run, drop)
     first, second = part_files(run)
     os.unlink(second)  # killed before its second unit
     shown = main("show", run, "--top", "1")
@@ -195,7 +198,8 @@ def test_a_grid_run_of_the_previous_layout_shows_and_resumes(tmp_path):
     assert f"{pq.read_metadata(first).num_rows:,} rows" in shown.out, shown.out
     r = main("resume", run, *QUIET)
     assert r.code == 0, r.err
-    assert pq.read_schema(first).remove_metadata().equals(LEGACY_SCHEMA)  # left as it was
+    old = LEGACY_SCHEMA if HETERO_STAGE_COLUMNS[0] in drop else PRE_DEVICE_SCHEMA
+    assert pq.read_schema(first).remove_metadata().equals(old)  # left as it was
     assert pq.read_schema(second).remove_metadata().equals(result_schema())
     rows = view_rows(run)
     assert len(rows) == footer_rows(ref) and rows["stage_pool"].isna().all() and rows["stage_dp"].isna().all()

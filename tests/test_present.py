@@ -281,6 +281,44 @@ def test_plans_within_a_tenth_of_the_gpu_memory_are_marked_tight():
     assert "!" not in format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows[1:2])
 
 
+def test_a_row_is_held_to_its_worst_stages_gpu_on_a_mixed_cluster():
+    """Where a row carries mem_device_bytes (the GPU of its worst stage's pool), that is its memory, whatever the
+    cluster: 40 GB on a 40 GB A100 (40,960 MiB = 42.95e9 bytes; x 1.1 = 44e9) is tight, the same 40 GB on an H200
+    (143,771 MiB = 150.8e9) is not, on a mixed cluster that is no one-GPU preset."""
+    from cli._cmd_show import format_rows
+
+    base = {"dp": 8, "tp": 8, "pp": 4, "cp": 1, "step_time_s": 1.0, "tokens_per_s": 1e5, "mfu": 0.4, "feasible": True,
+            "cluster": "a100-40gbx32+h200x32", "mem_total_bytes": 40e9}
+    rows = [dict(base, mem_device_bytes=40960 * 2**20), dict(base, mem_device_bytes=143771 * 2**20),
+            dict(base, mem_device_bytes=None)]  # a part written before the column: no preset GPU to hold it to
+    out = format_rows(("dp", "tp", "pp", "cp"), "tokens_per_s", rows).splitlines()
+    assert out[1].endswith("40.0!") and out[2].endswith("40.0") and out[3].endswith("40.0")
+    assert out[-1].startswith("! within a tenth of its GPU's memory")
+
+
+def test_evaluate_on_a_mixed_cluster_holds_the_plan_to_its_worst_stages_gpu(tmp_path):
+    """Llama 3 70B in four stages of 20 layers, two on H200 and two on 40 GB A100 (dp 2, tp 8 each): 1F1B keeps the
+    most micro-batches in flight on the first stages, which sit on the H200s (141 GB), so the stage closest to its
+    GPU's memory is the first A100 stage (about 40 GB of 42.95e9 bytes: tight, as 40e9 x 1.1 = 44e9 passes it).
+    evaluate's text and --json hold it to the A100's 40,960 MiB, not to the H200's, and name it tight."""
+    plan = {"global_batch": 64, "microbatches": 32, "schedule": "1f1b", "recompute": "selective",
+            "sequence_parallel": True, "zero_stage": 1,
+            "stages": [{"pool": p, "dp": 2, "tp": 8, "layers": 20} for p in ("h200", "h200", "a100-40gb", "a100-40gb")]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = ("evaluate", "--model", "llama3-70b", "--cluster", "a100-40gbx32+h200x32", "--strategy", str(path))
+    doc = json.loads(cli(*args, "--json").stdout)
+    mem = doc["metrics"]["mem_total_bytes"]
+    assert doc["memory"]["device_bytes"] == 40960 * 2**20 == doc["metrics"]["mem_device_bytes"]
+    a100 = [s["mem_bytes"] for s in doc["stages"] if s["pool"] == "a100-40gb"]
+    assert mem == max(a100) < max(s["mem_bytes"] for s in doc["stages"])  # not the largest stage: the closest
+    assert 40960 * 2**20 / 1.1 < mem <= 40960 * 2**20 and doc["memory"]["tight"] is True
+    text = cli(*args).stdout
+    assert f"{mem / 1e9:.1f} GB of 42.9 GB, tight" in text
+    both = cli(*args, "--framework", "megatron-core,generic").stdout
+    assert "fits in its GPUs" in both and "150.8 GB" not in both
+
+
 def test_evaluate_json_says_whether_the_plan_is_tight():
     """evaluate --json's memory: the GPU's bytes (81,559 MiB for an H100) and whether the plan's bytes x 1.1 pass
     them; GPT-3 175B at tp 8, pp 16 with selective recompute holds about 61 GB (x 1.1 = 67 GB: not tight)."""

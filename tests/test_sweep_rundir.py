@@ -13,7 +13,7 @@ import pytest
 
 from costmodel import InputError, StrategyTable, cluster_preset, evaluate, model_preset
 from sweep._keep import Keep
-from sweep._results import HETERO_STAGE_COLUMNS, LEGACY_SCHEMA, result_schema, to_arrow, write_part
+from sweep._results import DEVICE_COLUMNS, HETERO_STAGE_COLUMNS, LEGACY_SCHEMA, result_schema, to_arrow, write_part
 from sweep._rundir import RunDir, cluster_from_dict, cluster_to_dict, model_from_dict, model_to_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,7 +124,7 @@ def test_part_holds_readable_strategy_and_metric_columns(tmp_path):
 def test_the_schema_page_names_every_column_a_part_has():
     """docs/run-directories.md's "Results (Parquet schema)" names every column of a part, and its
     tables list no column that no part has; the parts of one-pool runs written before the
-    placement lists were in every part lack just those."""
+    placement lists were in every part lack just those and the device memory, which came later."""
     import re
 
     with open(os.path.join(ROOT, "docs", "run-directories.md")) as f:
@@ -137,4 +137,4 @@ def test_the_schema_page_names_every_column_a_part_has():
     every, legacy = set(result_schema().names), set(LEGACY_SCHEMA.names)
     assert every - named == set()
     assert tabled and tabled <= every | {"searcher"}
-    assert every - legacy == set(HETERO_STAGE_COLUMNS)
+    assert every - legacy == {*HETERO_STAGE_COLUMNS, *DEVICE_COLUMNS}
