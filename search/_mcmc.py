@@ -44,7 +44,7 @@ new points; chains whose proposal is known move at tell() without an evaluation.
 
 A known budget B (the driver passes it) shapes the run, with no per-problem setting: the chains
 scale with it (auto_chains); the first ``start_sample`` share of B (20%) is a sample of the walk
-(the chains' named starts, then uniformly random points that fit), and the chains start at its best
+(every named start, then uniformly random points that fit), and the chains start at its best
 points, not at recipes that may sit in a poor basin; the last ``polish`` share (70%) is the late
 local phase of search._local: batches of ``chains`` unevaluated neighbours of the peaks among the
 plans told (single changes, then the fewest-change repairs of the invalid ones), the neighbours of
@@ -207,7 +207,9 @@ class MCMCSearcher(Searcher):
         if not np.isfinite(start_sample) or not 0.0 <= start_sample <= 1.0:
             raise InputError("start_sample", "a share of the budget in [0, 1]", start_sample)
         self.start_sample = float(start_sample)
-        self._sample = self._first_sample(x)  # (K, D) or None
+        # The first sample holds every named start, also those no chain starts at (fewer chains than starts)
+        rest = [named[n] for n in dict.fromkeys(self.starts) if n in named and n not in which]
+        self._sample = self._first_sample(np.concatenate([x, np.asarray(rest, dtype=np.int64).reshape(-1, D)]))
         self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
         self._proxy = np.full(C, np.nan)  # (C,) seconds per token ignoring memory (row_time_proxy)
@@ -287,8 +289,8 @@ class MCMCSearcher(Searcher):
         self._step += 1
 
     def _first_sample(self, starts: np.ndarray) -> np.ndarray | None:
-        """(K, D) distinct points evaluated before the chains step: the chains' starts, then uniformly
-        random points of the walk, K = ``start_sample`` x budget (search._local.start_sample); None where
+        """(K, D) distinct points evaluated before the chains step: ``starts`` (the chains' starts, then the
+        named starts no chain starts at), then uniformly random points of the walk, K = ``start_sample`` x budget (search._local.start_sample); None where
         K is not more than the chains (the chains start where ``starts`` says)."""
         return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
                             starts=starts, more_than=self.chains)

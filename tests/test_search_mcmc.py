@@ -233,3 +233,21 @@ def test_cli_mcmc_and_tpe(tmp_path):
         assert bool(m["feasible"][0]) and row["tokens_per_s"] == pytest.approx(float(m["tokens_per_s"][0]))
     bad = cli(*base, "mcmc", "--beta", "-1", *common)
     assert bad.returncode == 2 and "--beta" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_every_named_start_is_priced_first_even_with_fewer_chains_than_starts(exact):
+    """A budget of 64 runs 2 chains (auto_chains: one per 32 evaluations, at least 2), fewer than the four default
+    starts (data-parallel, Megatron, FSDP, random): the first sample, round(0.2 x 64) = 13 evaluations, still holds
+    every named start the space has, the FSDP recipe among them, not only the two the chains start at."""
+    from search._mcmc import DEFAULT_STARTS
+
+    s = MCMCSearcher(exact, seed=0, budget=64)
+    assert s.chains == 2 < len(DEFAULT_STARTS)
+    named = s.space.start_points()  # (the space screened for memory, as the chains walk it)
+    assert {"data_parallel", "megatron", "fsdp"} <= set(named)
+    asked = []
+    while len(asked) < 13:
+        t = s.ask(13 - len(asked))
+        s.tell(t, evaluate(GPT3, H100, t))
+        asked.extend(map(tuple, exact.digits_from_table(t)))
+    assert {tuple(int(v) for v in named[n]) for n in ("data_parallel", "megatron", "fsdp")} <= set(asked)
