@@ -209,7 +209,7 @@ class MCMCSearcher(Searcher):
         self.start_sample = float(start_sample)
         # The first sample holds every named start, also those no chain starts at (fewer chains than starts)
         rest = [named[n] for n in dict.fromkeys(self.starts) if n in named and n not in which]
-        self._sample = self._first_sample(np.concatenate([x, np.asarray(rest, dtype=np.int64).reshape(-1, D)]))
+        self._sample = self._first_sample(np.concatenate([x, np.asarray(rest, dtype=np.int64).reshape(len(rest), D)]))
         self._cost = np.full(C, np.nan)  # (C,) seconds per token; NaN = not evaluated yet
         self._excess = np.full(C, np.nan)  # (C,) memory ratio where infeasible
         self._proxy = np.full(C, np.nan)  # (C,) seconds per token ignoring memory (row_time_proxy)
