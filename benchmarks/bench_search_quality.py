@@ -5,13 +5,17 @@ search and random search against the grid's optimum at a budget of 2% of the gri
         [--searchers mcmc,tpe,gradient,random] [--mcmc beta=20,memory_penalty=0.5]
         [--tpe n_startup_trials=20] [--gradient lr=0.5,entropy=0.01]
         [--space exact|default|partition] [--first-seed 0] [--model gpt3-175b]
-        [--cluster h100x1024] [--global-batch 1536] [--budget N] [--reference TOKENS_PER_S]
+        [--cluster h100x1024] [--global-batch 1536] [--budget N] [--reference TOKENS_PER_S] [--no-budget]
 
 ``--space partition``: the partition problem of tests/test_search_mcmc.py (Llama 3 70B on 64
 H100, global batch 256, tp 8, pp 8, 1F1B, micro-batch 1, boundary shifts -4..4 and recompute
 per stage: 3.1e10 points, no grid). Its optimum is unknown: gaps are measured against
 ``--reference`` (the best tokens/s any run has found; default: the best of this run), the
 budget is ``--budget`` (default 3,000, the test's).
+
+Each searcher is told the budget, as ``plansweep search --budget`` tells it (its start sample and late
+local phase scale with it); ``--no-budget`` leaves it open-ended (MCMC's 8 chains, TPE without its local
+phase), as a searcher driven without one runs.
 
 Evaluations are the rows a searcher asks (every asked row is a valid point of the space; no
 searcher asks a point twice, random search included: it draws without replacement). Prints one
@@ -106,6 +110,7 @@ def main() -> None:
     ap.add_argument("--reference", type=float, default=None,
                     help="partition space: tokens/s to measure gaps against (default: this run's best)")
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--no-budget", action="store_true", help="do not tell the searchers the budget")
     ap.add_argument("--model", default="gpt3-175b", help="model preset (the exact space is meant for the default)")
     ap.add_argument("--cluster", default="h100x1024", help="cluster preset")
     ap.add_argument("--global-batch", type=int, default=1536)
@@ -131,6 +136,8 @@ def main() -> None:
         gaps, reaches, t0 = [], [], time.perf_counter()
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             options = parse_options(getattr(args, name, "") or "")
+            if name != "random" and not args.no_budget:
+                options.setdefault("budget", budget)
             best, reach = run(make(name, space, seed, options), space, budget, BATCH[name], optimum)
             gaps.append(1 - best / optimum)
             print(f"  {name} seed {seed}: gap {100 * gaps[-1]:.2f}%, reached 1% after {reach} evaluations, "
@@ -151,6 +158,8 @@ def partition(args) -> None:
         t0, found[name] = time.perf_counter(), []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             options = parse_options(getattr(args, name, "") or "")
+            if name != "random" and not args.no_budget:
+                options.setdefault("budget", budget)
             best, _ = run(make(name, space, seed, options), space, budget, BATCH[name], np.inf)
             found[name].append((best, time.perf_counter() - t0))
             print(f"  {name} seed {seed}: best {best:,.1f} tokens/s, {found[name][-1][1]:.0f} s", file=sys.stderr,
