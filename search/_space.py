@@ -774,8 +774,9 @@ class Space(SearchSpace):
         fit in memory by costmodel.evaluate; where it is not the data-parallel point) and "megatron"
         (Megatron-LM's recipe, Narayanan et al. 2021 /
         Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
-        the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), the smallest
-        pp that fits in memory by costmodel.evaluate, 1F1B (else interleaved), selective recompute,
+        the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), on every GPU
+        the space lets it use (its world size is tp x pp x cp x dp), the smallest pp that fits in memory by
+        costmodel.evaluate, one dividing the layers first, 1F1B (else interleaved), selective recompute,
         sequence parallelism, ZeRO-1 (distributed optimizer), micro-batch 1). A name is omitted
         when the space holds no such point. ``within``: sorted grid indices the points are chosen
         among (search._screen: the points that fit in memory), None for every valid point."""
@@ -827,8 +828,9 @@ class Space(SearchSpace):
             ], axis=1).astype(np.int64)
             best = np.all(score == score[np.lexsort(score.T[::-1])[0]][None, :], axis=1)
             cand = np.flatnonzero(best)
-            # pp dividing the layers first (Megatron's uniform stages), then the smallest
-            cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0))]
+            # every GPU first (Megatron-LM's world size is tp x pp x cp x dp), then pp dividing the layers (its
+            # uniform stages), then the smallest
+            cand = cand[np.lexsort((t["pp"][cand], self.model.layers % t["pp"][cand] != 0, -t.num_gpus[cand]))]
             m = evaluate(self.model, self.cluster, t.take(cand))  # (each row under its framework column)
             fits = np.flatnonzero(m["reason"] != REASON["out_of_memory"])
             out["megatron"] = digits[cand[fits[0]] if fits.size else cand[-1]]

@@ -265,6 +265,18 @@ def test_fsdp_start_is_the_fully_sharded_plan_with_the_fewest_micro_batches_that
     assert got["global_batch"] // (got["dp"] * got["micro_batch"]) == fewest
 
 
+def test_megatron_start_uses_every_gpu_before_uniform_stages():
+    """Megatron-LM runs tp x pp x cp x dp = every GPU of the job. Llama 3 70B (80 layers) on 1,024 H100s, batch
+    1024, tp 8, idle GPUs allowed: pp 5 and pp 10 divide the layers but leave dp at the largest that divides the
+    batch, 16 of 25.6 and 8 of 12.8 (640 GPUs each); pp 8 (10 layers a stage) has dp 16 on all 1,024. The recipe
+    takes pp 8, not the smallest pp dividing the layers."""
+    space = Space.from_options(model_preset("llama3-70b"), H100, global_batch=1024, base="default",
+                               framework="megatron-core", tp=[8], pp=[5, 8, 10], micro_batch=[1],
+                               recompute=["selective"], sequence_parallel=[True], zero_stage=[1])
+    got = space.table(space.start_points()["megatron"]).row(0)
+    assert (got["pp"], got["dp"], got["tp"] * got["pp"] * got["cp"] * got["dp"]) == (8, 16, 1024)
+
+
 def test_digits_from_table_inverts_table():
     for space in (exact_space(GPT3, H100, 1536), partition_space(GPT3, H100, 1536)):
         d = space.random_digits(np.random.default_rng(3), 500)
