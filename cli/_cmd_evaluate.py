@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
-from cli._tight import memory_entry
+from cli._tight import TIGHT_PHRASE, memory_entry
 from cli._specs import (
     ALL_FRAMEWORKS,
     framework_list,
@@ -280,7 +280,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
         lines.append(f"  stage {i:<3} {st['layers']:4d} layers  F {1e3 * st['forward_s']:9.2f} ms  "
                      f"B {1e3 * st['backward_s']:9.2f} ms  W {1e3 * st['weight_grad_s']:9.2f} ms  "
                      f"in flight {st['in_flight']:5.1f}  {st['mem_bytes'] / 1e9:6.1f} GB")
-    tight = ", tight: within a tenth of it (the allocator may need the rest)" if rep["memory"]["tight"] else ""
+    tight = TIGHT_PHRASE if rep["memory"]["tight"] else ""
     lines.append(f"memory per GPU (worst stage): {m['mem_total_bytes'] / 1e9:.1f} GB of {hbm_bytes / 1e9:.1f} GB"
                  + tight)
     for label, k in [("weights", "mem_weights_bytes"), ("gradients", "mem_grads_bytes"),
@@ -572,8 +572,7 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
         print(f"ep comm (exposed) {m['ep_comm_s']:.4f} s of the bottleneck stage's iteration")
     mem = memory_entry(m)
     print(f"memory per GPU (worst stage, against its pool's GPU): {m['mem_total_bytes'] / 1e9:.1f} GB of "
-          f"{(mem['device_bytes'] or math.nan) / 1e9:.1f} GB" + (", tight: within a tenth of it (the allocator may need the rest)"
-                                                    if mem["tight"] else ""))
+          f"{(mem['device_bytes'] or math.nan) / 1e9:.1f} GB" + (TIGHT_PHRASE if mem["tight"] else ""))
     print("per stage: pool, degrees, layers, micro-batch per replica, F/B/W per micro-batch, busy time per "
           "iteration, hand-off to the next stage, data-parallel exchange, memory per GPU of the pool's HBM")
     print(format_stage_rows(rows))

@@ -15,6 +15,7 @@ from costmodel import InputError, cluster_preset
 # average over the 20 published torchtitan runs that give one (plansweep validate's reserved peaks), so within about
 # a tenth of the device's memory a plan may not fit as run.
 TIGHT_MEMORY = 1.10
+TIGHT_PHRASE = ", tight: within a tenth of it (the allocator may need the rest)"  # after "X GB of Y GB"
 TIGHT_NOTE = ("! within a tenth of its GPU's memory: tight (the allocator's reserved peak has run 10% above the "
               "model's bytes); measure it before a long run")
 

@@ -290,8 +290,9 @@ class MCMCSearcher(Searcher):
 
     def _first_sample(self, starts: np.ndarray) -> np.ndarray | None:
         """(K, D) distinct points evaluated before the chains step: ``starts`` (the chains' starts, then the
-        named starts no chain starts at), then uniformly random points of the walk, K = ``start_sample`` x budget (search._local.start_sample); None where
-        K is not more than the chains (the chains start where ``starts`` says)."""
+        named starts no chain starts at), then uniformly random points of the walk, K = ``start_sample`` x
+        budget (search._local.start_sample); None where K is not more than the chains (the chains start where
+        ``starts`` says)."""
         return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
                             starts=starts, more_than=self.chains)
 

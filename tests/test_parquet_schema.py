@@ -149,11 +149,13 @@ def test_duckdb_reads_two_runs_of_different_kinds(runs, a, b):
 # ---- runs written before every part had the placement lists ---------------------------------------
 def make_legacy(run: str, drop: tuple = (*HETERO_STAGE_COLUMNS, *DEVICE_COLUMNS)) -> None:
     """RUN as a plansweep of the previous layout wrote it: parts of a run on one pool without the six
-    placement lists and the worst stage's device memory (LEGACY_SCHEMA, metadata kept), run.json without options.part_rows (a part per
-    checkpoint or batch), TPE's marker without asks (a batch per part)."""
+    placement lists and the worst stage's device memory (LEGACY_SCHEMA, metadata kept; ``drop`` the device
+    memory alone: PRE_DEVICE_SCHEMA), run.json without options.part_rows (a part per checkpoint or batch),
+    TPE's marker without asks (a batch per part)."""
     for p in part_files(run):
         t = pq.read_table(p).drop_columns(list(drop))
-        assert t.schema.remove_metadata().equals(LEGACY_SCHEMA if HETERO_STAGE_COLUMNS[0] in drop else PRE_DEVICE_SCHEMA)
+        old = LEGACY_SCHEMA if HETERO_STAGE_COLUMNS[0] in drop else PRE_DEVICE_SCHEMA
+        assert t.schema.remove_metadata().equals(old)
         pq.write_table(t, p, compression="zstd")
     path = os.path.join(run, "run.json")
     with open(path) as f:
