@@ -977,8 +977,8 @@ def exact_space(model: Transformer, cluster: Cluster, global_batch: int = DEFAUL
     """Global degrees (tp, pp, cp; dp = GPUs / (tp pp cp)), micro-batch, schedule (+ vpp),
     recompute, SP and ZeRO stage: small enough to evaluate whole (EXACT_CHOICES), meant for
     GPT-3 175B on h100x1024 with global batch 1536 (460,800 points; under megatron-core, which
-    runs 1F1B and interleaved only, 30,840 valid and 8,759 feasible by costmodel.evaluate's closed
-    forms at COST_MODEL_VERSION 4; under generic 49,014 and 10,568). A power-of-two pp
+    runs 1F1B and interleaved only, 27,432 valid and 9,306 feasible by costmodel.evaluate's closed
+    forms against the GPUs' memory as nvidia-smi reports it; under generic 49,014 and 11,436). A power-of-two pp
     that does not divide another model's layers splits them into balanced stages
     (balanced_stages with e = 0: Llama 3 405B's pp 16 is 7, 8 x 14, 7). ``framework`` as
     Space.from_options's."""
