@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cli import COMMAND_HELP
+from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import (
     STATE_DTYPE_FLAGS,
     add_failure_args,
@@ -25,6 +25,7 @@ from cli._cmd_show import (
 )
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import load_cluster, load_model
+from cli._tight import memory_entry
 from costmodel import REASONS, HeteroCluster, InputError, Metrics, evaluate, plan_goodput
 from costmodel._frameworks import state_optim_bytes
 from costmodel._knobs import KNOBS
@@ -36,6 +37,9 @@ def register(sub) -> None:
     p = sub.add_parser("rank", help=COMMAND_HELP["rank"])
     add_spec_args(p)
     p.add_argument("--top", type=int, default=10)
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: the counts, the best rows (as show --json gives a run's), their "
+                   "goodput, the best row of each framework and the sensitivity cases where asked")
     add_space_args(p)
     add_objective_args(p)
     add_state_dtype_args(p, what="every framework of the space, one pool")
@@ -113,28 +117,70 @@ def run(args) -> int:
     # (each row under its framework: the table's framework column; with the dtypes named, each profile run so)
     metrics = evaluate(model, cluster, table, state_dtypes=dtypes)
     feasible = int(metrics["feasible"].sum())
-    kept = "; gradients and optimizer state: " + ", ".join(f"{k} {v}" for k, v in dtypes.items()) if dtypes else ""
-    print(f"{model.name} on {cluster.name} ({', '.join(space.frameworks)}{kept}): {len(table):,} strategies, "
-          f"{feasible:,} feasible (infeasible: {why_infeasible(metrics)})")
     idx, exact = refine(model, cluster, table, metrics, objective=args.objective, failure=failure,
                         state_dtypes=dtypes)
     keep = exact["feasible"]
     best_t, best_m = table.take(idx[keep][:args.top]), exact.take(np.flatnonzero(keep)[:args.top])
-    print(format_priced(space, best_t, best_m))
-    print(idle_note(best_t, cluster))
+    goodput = None
     if not isinstance(cluster, HeteroCluster):
         kw = {"optim_bytes": state_optim_bytes(dtypes)} if dtypes else {}
-        print(goodput_lines(plan_goodput(best_m, best_t, cluster, failure, model=model, **kw)))
-    by = "goodput" if args.objective == "goodput" else "step time"
-    print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
+        goodput = plan_goodput(best_m, best_t, cluster, failure, model=model, **kw)
+    found = None
     if cases and keep.any():
         found = sensitivity(model, cluster, table, int(idx[keep][0]), cases, objective=args.objective,
                             failure=failure, state_dtypes=dtypes)
+    by_framework = (framework_bests_of(space, table, metrics, args.objective, failure)
+                    if len(space.frameworks) > 1 else None)
+    if args.json:
+        print_json(rank_json(space, table, metrics, idx[keep], best_t, best_m, goodput, found, by_framework,
+                             args.objective, dtypes))
+        return 0
+    kept = "; gradients and optimizer state: " + ", ".join(f"{k} {v}" for k, v in dtypes.items()) if dtypes else ""
+    print(f"{model.name} on {cluster.name} ({', '.join(space.frameworks)}{kept}): {len(table):,} strategies, "
+          f"{feasible:,} feasible (infeasible: {why_infeasible(metrics)})")
+    print(format_priced(space, best_t, best_m))
+    print(idle_note(best_t, cluster))
+    if goodput is not None:
+        print(goodput_lines(goodput))
+    by = "goodput" if args.objective == "goodput" else "step time"
+    print(f"(top {len(idx)} by closed forms re-priced with the exact pipeline simulator, ranked by {by})")
+    if found is not None:
         first = rows_as_dicts(priced_arrow(space, best_t, best_m))[0]
         print(format_sensitivity(space, table, idx[keep], found, first, args.objective))
-    if len(space.frameworks) > 1:
-        print(best_per_framework(space, table, metrics, args.objective, failure))
+    if by_framework is not None:
+        print(format_by_framework(*by_framework))
     return 0
+
+
+GOODPUT_JSON = ("goodput_tokens_per_s", "goodput_ratio", "nodes_used", "spare_nodes", "job_mtbf_s",
+                "checkpoint_write_s", "checkpoint_interval_s", "checkpoint_load_s", "spare_wait_s")
+
+
+def rank_json(space, table, metrics, ranked, best_t, best_m, goodput, found, by_framework, objective: str,
+              dtypes: dict) -> dict:
+    """rank's JSON object: the space's counts, the best rows as result rows (show --json's), each with its goodput
+    columns (plan_goodput's, homogeneous clusters) and its memory against its GPU (cli._tight.memory_entry), the
+    sensitivity cases (each case's best as its place among ``ranked``, #1 first, or null outside them) and the best
+    row of each framework with the winner."""
+    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
+    rows = rows_as_dicts(priced_arrow(space, best_t, best_m))
+    for i, r in enumerate(rows):
+        if goodput is not None:
+            r.update({k: float(goodput[k][i]) for k in GOODPUT_JSON})
+        r["memory"] = memory_entry(r)
+    out = {"model": space.model.name, "cluster": space.cluster.name, "frameworks": list(space.frameworks),
+           "objective": objective, "state_dtypes": dict(dtypes), "num_strategies": len(table),
+           "num_feasible": int(metrics["feasible"].sum()),
+           "infeasible_reasons": {REASONS[k]: int(n) for k, n in enumerate(counts) if k and n}, "rows": rows}
+    if found is not None:
+        place = {int(i): k for k, i in enumerate(ranked, start=1)}
+        out["sensitivity"] = [{"case": f["case"], "best_rank": place.get(f["best"]) if f["best"] is not None else None,
+                               "best_fits": f["best"] is not None, "first_behind": f["shortfall"]} for f in found]
+    if by_framework is not None:
+        _, _, best, missing, _ = by_framework
+        out.update(best_per_framework=best, frameworks_without_plan=missing,
+                   winner=best[0].get("framework") if best else None)
+    return out
 
 
 def why_infeasible(metrics) -> str:
@@ -143,13 +189,15 @@ def why_infeasible(metrics) -> str:
     return ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n) or "none"
 
 
-def best_per_framework(space, table, metrics, objective: str = "tokens_per_s", failure=None) -> str:
+def framework_bests_of(space, table, metrics, objective: str = "tokens_per_s", failure=None) -> tuple:
     """The best plan of each framework of ``space`` among ``table``'s rows priced as ``metrics`` (each framework's
-    rows refined on their own: its best need not be among the best of all), best first, and the winner."""
+    rows refined on their own: its best need not be among the best of all), best first, as format_by_framework's
+    arguments: (columns, throughput column, rows, frameworks without a feasible plan -> why, score column)."""
     from costmodel._strategy import FRAMEWORK_NAMES
     from search._refine import objective_score
 
     model, cluster = space.model, space.cluster
+    thr = "samples_per_s" if model.kind == "mlp" else "tokens_per_s"
     bests, missing = [], {}
     for name in space.frameworks:
         rows = np.flatnonzero(table["framework"] == FRAMEWORK_NAMES.index(name))
@@ -161,7 +209,7 @@ def best_per_framework(space, table, metrics, objective: str = "tokens_per_s", f
             continue
         bests.append((sub_t.take(idx[ok[:1]]), exact.take(ok[:1])))
     if not bests:
-        return format_by_framework((), "tokens_per_s", [], missing)
+        return (), thr, [], missing, None
     best_t = type(bests[0][0]).concat([t for t, _ in bests])
     best_m = Metrics({k: np.concatenate([m[k] for _, m in bests]) for k in bests[0][1]})
     score = objective_score(best_m, best_t, cluster, objective, failure)
@@ -172,9 +220,7 @@ def best_per_framework(space, table, metrics, objective: str = "tokens_per_s", f
     if objective == "goodput":
         for r, g in zip(rows, score[order], strict=True):
             r["goodput_tokens_per_s"] = float(g)
-    thr = "samples_per_s" if model.kind == "mlp" else "tokens_per_s"
-    return format_by_framework(arrow.column_names, thr, rows, missing,
-                               "goodput_tokens_per_s" if objective == "goodput" else None)
+    return arrow.column_names, thr, rows, missing, "goodput_tokens_per_s" if objective == "goodput" else None
 
 
 def format_sensitivity(space, table, ranked, found: list[dict], first: dict, objective: str = "tokens_per_s") -> str:

@@ -101,6 +101,9 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
     if with_framework or len({r.get("framework") for r in rows}) > 1:
         shown.add("framework")
     cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp", "framework") or c[0] in shown)]
+    # the framework column as wide as its longest name: profiles share long prefixes (megatron-core-deepep-...)
+    cols = [(k, h, max(w, *(len(str(r.get(k) or "")) for r in rows)) if k == "framework" and rows else w, f)
+            for k, h, w, f in cols]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     band = thr == "tokens_per_s" and "tokens_per_s_low" in columns  # the error band (costmodel._bands)
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)

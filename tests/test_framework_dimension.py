@@ -356,6 +356,43 @@ def test_rank_prints_the_best_plan_of_each_framework_and_names_the_winner(capsys
     assert float(said[3]) == pytest.approx(step["1"], abs=1e-4) and float(said[6]) == pytest.approx(step["2"], abs=1e-4)
 
 
+def test_rank_json_gives_the_rows_the_frameworks_and_the_winner_the_text_prints(capsys, tmp_path):
+    """rank --json: one JSON object with the counts, the best rows (tokens/s as the text prints them, fastest first),
+    each row's goodput columns and memory against its GPU, the best row of each framework and the winner."""
+    model = tmp_path / "small.json"
+    model.write_text(json.dumps({"name": "small", "layers": 16, "hidden": 1024, "heads": 16, "kv_heads": 8,
+                                 "seq_len": 2048, "vocab": 32000}))
+    space = ["--model", str(model), "--cluster", "h100x32", "--space", "fixed", "--global-batch", "64",
+             "--tp", "1,2,4", "--pp", "1,2", "--micro-batch", "1,2", "--schedule", "1f1b", "--recompute", "none,full",
+             "--zero-stage", "1,3", "--framework", "megatron-core-deepep-a2a-overlap,fsdp2", "--top", "3"]
+    assert main(["rank", *space]) == 0
+    text = capsys.readouterr().out
+    assert main(["rank", *space, "--json", "--sensitivity", "compute=1.0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sensitivity"] == [{"case": "compute x1", "best_rank": 1, "best_fits": True, "first_behind": 0.0}]
+    count = text.splitlines()[0].split(": ")[1]  # "N strategies, F feasible (infeasible: ...)"
+    assert count.startswith(f"{doc['num_strategies']:,} strategies, {doc['num_feasible']:,} feasible")
+    assert doc["num_strategies"] == doc["num_feasible"] + sum(doc["infeasible_reasons"].values())
+    assert len(doc["rows"]) == 3
+    printed = [float(ln.split()[-4].replace(",", "").rstrip("~")) for ln in text.splitlines()[2:5]]
+    assert [round(r["tokens_per_s"]) for r in doc["rows"]] == printed
+    steps = [r["step_time_s"] for r in doc["rows"]]
+    assert steps == sorted(steps)
+    for r in doc["rows"]:
+        # goodput is throughput times its useful share; memory held to one H100 (85.5e9 bytes), tight past 1/1.1
+        assert r["goodput_tokens_per_s"] == pytest.approx(r["tokens_per_s"] * r["goodput_ratio"], rel=1e-9)
+        assert r["memory"]["device_bytes"] == pytest.approx(81_559 * 2**20, rel=1e-3)
+        assert r["memory"]["tight"] == (r["mem_total_bytes"] * 1.1 > r["memory"]["device_bytes"])
+    # the long framework names whole in the text's side-by-side block, and the same winner in both
+    block = text.split("best plan per framework:")[1]
+    assert "megatron-core-deepep-a2a-overlap " in block
+    assert f"winner: {doc['winner']}," in text
+    bests = {r["framework"]: r["tokens_per_s"] for r in doc["best_per_framework"]}
+    assert set(bests) == {"megatron-core-deepep-a2a-overlap", "fsdp2"} and doc["frameworks_without_plan"] == {}
+    assert doc["winner"] == max(bests, key=bests.get)
+    assert {round(v) for v in bests.values()} == {round(v) for v in _rank_blocks(text).values()}
+
+
 def test_why_names_the_parts_of_the_step_that_differ_most():
     """why_faster by hand: plan a's step of 10 s against b's 12 s, the parts summing to each; parts within 1% of
     b's step (0.12 s) left out, the rest largest first, signed a - b."""
