@@ -9,7 +9,7 @@ import numpy as np
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg, add_seq_len_arg
 from cli._specs import number, one_framework, with_seq_len
-from costmodel import DEFAULT_FRAMEWORK, cluster_preset, evaluate, model_preset
+from costmodel import DEFAULT_FRAMEWORK, InputError, cluster_preset, evaluate, model_preset
 from costmodel._bench_rows import BENCH_SPACE, bench_table
 from costmodel._reference import evaluate_row
 
@@ -65,10 +65,14 @@ def pipeline_check() -> list[dict]:
     return out
 
 
+# Rows the vectorised core prices at most in one bench: the table and its metrics take a few hundred bytes a row.
+BENCH_ROWS_MAX = 10_000_000
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help=COMMAND_HELP["bench"])
     p.add_argument("--rows", metavar="N", default="1000000",
-                   help="strategies the vectorised core prices (default 1000000)")
+                   help="strategies the vectorised core prices (default 1000000, at most 10000000)")
     p.add_argument("--model", default="gpt3-175b",
                    help="preset of the rows (default gpt3-175b; an MoE preset adds an ep column, e.g. mixtral-8x7b)")
     add_seq_len_arg(p)
@@ -86,7 +90,10 @@ def run(args) -> int:
                   f"{100 * r['min_rel_err']:+.2f}% .. {100 * r['max_rel_err']:+.2f}%; same best: {r['same_best']}; "
                   f"{r['closed_form_s']:.3f} s vs {r['simulate_s']:.3f} s")
         return 0
-    res = measure(n_vec=number(args.rows, "--rows", int, low=1), model_name=args.model,
+    rows = number(args.rows, "--rows", int, low=1)
+    if rows > BENCH_ROWS_MAX:
+        raise InputError("--rows", f"an integer in [1, {BENCH_ROWS_MAX:,}]", rows)
+    res = measure(n_vec=rows, model_name=args.model,
                   framework=one_framework(args.framework), seq_len=args.seq_len)
     if args.json:
         print_json(({k: res[k] for k in ("strategies_per_s", "scalar_strategies_per_s", "ratio", "framework")}))

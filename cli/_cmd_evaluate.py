@@ -215,12 +215,16 @@ def build_strategy(args, model, cluster) -> StrategyTable:
 
 def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
     data = _with_flags(args, from_file, model)
-    if data.get("recompute_modules"):  # Megatron-Core reads the modules under selective granularity only
+    mods = data.get("recompute_modules")
+    if isinstance(mods, str) and mods.strip() and not mods.replace(",", " ").split():
+        raise InputError("--recompute-modules", "module names, comma-separated", mods)
+    if mods:  # Megatron-Core reads the modules under selective granularity only
         if data.setdefault("recompute", "selective") != "selective":
             raise InputError("--recompute", "selective (or none given) with --recompute-modules", data["recompute"])
     if args.stage_layers:
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
+    _check_stage_layers(data)
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
         per = degrees[0] * degrees[1] * degrees[2]
@@ -228,6 +232,18 @@ def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
             raise InputError("tp*pp*cp", f"a divisor of the cluster's {cluster.num_gpus} GPUs (or give --dp)", per)
         data["dp"] = cluster.num_gpus // per
     return strategy_from_mapping(data, "--strategy")
+
+
+def _check_stage_layers(data: dict) -> None:
+    """A strategy's stage_layers (a flag's or a file's, one strategy): one count of at least one layer per stage,
+    pp of them (the table itself allows wider rows, padded with empty stages, for tables of several pipelines)."""
+    layers, pp = data.get("stage_layers"), data.get("pp", 1)
+    if layers is None or not isinstance(layers, list) or not isinstance(pp, int) or isinstance(pp, bool):
+        return  # (the table's own checks name other shapes and types)
+    if len(layers) != pp:
+        raise InputError("stage_layers", f"pp={pp} counts, one per stage", ",".join(map(str, layers)))
+    if any(isinstance(n, int) and not isinstance(n, bool) and n < 1 for n in layers):
+        raise InputError("stage_layers", "counts >= 1 (every stage holds a layer)", ",".join(map(str, layers)))
 
 
 def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel | None = None,
@@ -529,6 +545,11 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
         raise InputError("--strategy", "a JSON/YAML file with 'stages': [{pool, dp, tp, layers}, ...] for a "
                          "heterogeneous cluster", args.strategy)
     keys = _file_keys(args, data) | {"stages"}
+    for name, flag in (("dp", "--dp"), ("tp", "--tp"), ("pp", "--pp"), ("micro_batch", "--micro-batch"),
+                       ("stage_layers", "--stage-layers")):  # the file's stages give these, stage by stage
+        if getattr(args, name, None) is not None:
+            raise InputError(flag, f"no {flag} with a strategy of stages (each stage's pool, dp, tp and layers are in "
+                             "the file; the micro-batches a step as its microbatches)", getattr(args, name))
     _with_flags(args, data, model, skip=("dp", "tp", "pp", "micro_batch"))  # per stage in the file
     names = [p.name for p in cluster.pools]
     try:

@@ -102,6 +102,8 @@ def run(args) -> int:
     """A homogeneous cluster ranks the space flags' space, a heterogeneous one the placement space
     of a sweep (cli._cmd_search_hetero.SWEEP_HETERO_DEFAULTS and the flags). With several frameworks
     (--framework A,B or all: a framework dimension) the best plan of each is printed too, and the winner."""
+    if args.top < 1:
+        raise InputError("--top", "an integer >= 1", args.top)
     cases = None if args.sensitivity is None else parse_cases(args.sensitivity)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -206,7 +207,7 @@ def grid_request(args: argparse.Namespace) -> dict:
     """What a `plansweep sweep` asks: the identity of its run (run.json)."""
     from sweep._grid import check_unit_rows
 
-    if args.unit_rows != int(args.unit_rows):
+    if not math.isfinite(args.unit_rows) or args.unit_rows != int(args.unit_rows):
         raise InputError("--unit-rows", "an integer", args.unit_rows)
     unit_rows = check_unit_rows(int(args.unit_rows))
     keep = Keep.parse(args.keep)

@@ -16,7 +16,7 @@ import argparse
 
 from cli._specs import framework_list, number
 from costmodel import RECOMPUTE, Cluster, InputError, Transformer
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, dimension_values
+from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, GLOBAL_BATCH_MAX, dimension_values
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
 from search._space import DEFAULT_SPACE_FLAGS
 
@@ -91,7 +91,10 @@ def global_batch(args: argparse.Namespace) -> int:
     """--global-batch, DEFAULT_GLOBAL_BATCH when not given."""
     if args.global_batch is None:
         return DEFAULT_GLOBAL_BATCH
-    return number(args.global_batch, "--global-batch", int, 1)
+    batch = number(args.global_batch, "--global-batch", int, 1)
+    if batch > GLOBAL_BATCH_MAX:
+        raise InputError("--global-batch", f"an integer in [1, {GLOBAL_BATCH_MAX:,}]", batch)
+    return batch
 
 
 def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Cluster) -> Space:

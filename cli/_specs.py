@@ -216,9 +216,18 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     unknown = set(data) - allowed
     if unknown:
         raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown)[0])
+    for k in NAMED_KEYS & set(data):  # names, as the table's codes are not a file's words: 1 is no schedule
+        v = data[k]
+        words = v if k == "stage_recompute" and isinstance(v, list) else [v]
+        if not all(isinstance(w, str) for w in words):
+            raise InputError(k, "a name (a string)" + (", one per stage" if k == "stage_recompute" else ""), v)
     cols = {k: [v] for k, v in data.items() if k not in ("stage_layers", "stage_recompute")}
     extra = {k: [data[k]] for k in ("stage_layers", "stage_recompute") if k in data}
     return StrategyTable.from_columns(**cols, **extra)
+
+
+# Strategy keys whose values are names (the table's coded columns, the modules recomputed, the framework).
+NAMED_KEYS = {"schedule", "recompute", "precision", "recompute_modules", "stage_recompute", "framework"}
 
 
 # What each interleaved micro-batch rule of a profile (costmodel._frameworks.INTERLEAVED_MICROBATCHES) asks, in words

@@ -181,8 +181,8 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     e, u = r["ep"], r["etp"]
     gpus = d * t * c
     if stage_bits is None:
-        tps = np.arange(int(t.max()) + 1 if t.size else 1)
-        stage_bits = (~tp_divides(model, np.maximum(tps, 1))[t] * np.uint8(2)  # a lookup per tp value
+        tps, at = np.unique(t, return_inverse=True)  # a lookup per distinct tp value
+        stage_bits = (~tp_divides(model, np.maximum(tps, 1))[at.reshape(t.shape)] * np.uint8(2)
                       | (B % sv.batch_div != 0) * np.uint8(8))
         if model.is_moe:
             stage_bits = stage_bits | ~ep_fits(model, e, gpus, u) * np.uint8(32)

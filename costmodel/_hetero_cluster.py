@@ -212,7 +212,11 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
         for f in ("intra_latency_us", "inter_latency_us"):
             if f in p:
                 opts[f] = _number(p[f], f"{where}.{f}", positive=False)
-        pools.append(make_pool(str(p.get("name", p["gpu"])), str(p["gpu"]), nodes=p["nodes"],
+        name = p.get("name", p["gpu"])
+        if not isinstance(name, str) or not name.strip() or name.strip().isdigit():
+            # (a strategy's stages name their pool, or give its index: a name of digits would read as one)
+            raise InputError(f"{where}.name", "a name (a string, not a number: stages may give a pool's index)", name)
+        pools.append(make_pool(str(name), str(p["gpu"]), nodes=p["nodes"],
                                gpus_per_node=p.get("gpus_per_node", 8), **opts))
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
@@ -231,7 +235,10 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
             raise InputError(f"{where}.GBps", "a bandwidth in GB/s", None)
         bw = _number(ln["GBps"], f"{where}.GBps", positive=True) * _GB
         lat = _number(ln.get("latency_us", 10.0), f"{where}.latency_us", positive=False) * _US
-        links[(str(pair[0]), str(pair[1]))] = (bw, lat)
+        key = (str(pair[0]), str(pair[1]))
+        if key in links or key[::-1] in links:
+            raise InputError(f"{where}.between", "one link per pair of pools (a link runs both ways)", pair)
+        links[key] = (bw, lat)
     return make_hetero(pools, links, name=str(data.get("name", default_name)))
 
 

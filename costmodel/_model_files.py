@@ -141,6 +141,14 @@ def _get(data: dict, key: str, argument: str, default=None, kind=int):
     return v
 
 
+def _flag(data: dict, key: str, argument: str, default: bool) -> bool:
+    """A true / false field of a config (JSON's true or false; absent: ``default``)."""
+    v = data.get(key, default)
+    if not isinstance(v, bool):
+        raise InputError(f"{argument} {key}", "true or false", v)
+    return v
+
+
 def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a HuggingFace config.json of a family in HF_FAMILIES."""
     family = data.get("model_type")
@@ -156,7 +164,7 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         fields = dict(layers=_get(data, "n_layer", argument), hidden=hidden, heads=heads, kv_heads=heads,
                       ffn_hidden=data.get("n_inner") or 4 * hidden, seq_len=_get(data, "n_positions", argument),
                       vocab=_get(data, "vocab_size", argument), norm="layernorm", bias=True,
-                      tied_embeddings=bool(data.get("tie_word_embeddings", True)), learned_positions=True)
+                      tied_embeddings=_flag(data, "tie_word_embeddings", argument, True), learned_positions=True)
         act = data.get("activation_function", "gelu_new")
     else:
         hidden = _get(data, "hidden_size", argument)
@@ -167,7 +175,7 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       ffn_hidden=_get(data, "intermediate_size", argument),
                       seq_len=_get(data, "max_position_embeddings", argument),
                       vocab=_get(data, "vocab_size", argument), norm="rmsnorm" if gated else "layernorm",
-                      bias=not gated, tied_embeddings=bool(data.get("tie_word_embeddings", False)),
+                      bias=not gated, tied_embeddings=_flag(data, "tie_word_embeddings", argument, False),
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)

@@ -105,12 +105,20 @@ STAGE_PAD = {"pool": 0, "dp": 1, "tp": 1, "layers": 0, "order": 0, "pool2": 0, "
 # space or a strategy where none is given.
 DEFAULT_GLOBAL_BATCH = 1536
 
+# Integer strategy columns above this are refused: no cluster, batch or pipeline comes near it, and
+# products of a few such values stay inside int64.
+INT_COLUMN_MAX = 2**31 - 1
+# Sequences a step, at most: 2^20 (a billion tokens a step at 1k tokens a sequence, a hundred times the largest
+# published); the pipeline simulator's time and memory grow with the micro-batches a step.
+GLOBAL_BATCH_MAX = 2**20
+
 # The values of every strategy dimension, one table for the strategy table, the spaces and the
 # command line's flags: (lowest, highest) whole numbers (None: no bound), the names of a coded
 # column (read in any case), or bool (also read from the words of BOOL_WORDS). A per-stage
 # dimension base.J takes the values of its base.
 DIMENSION_VALUES: dict[str, tuple | type] = {
-    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "microbatches", "global_batch", "vpp")},
+    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp")},
+    **{name: (1, GLOBAL_BATCH_MAX) for name in ("micro_batch", "microbatches", "global_batch")},
     "zero_stage": (0, 3), "stage_shift": (None, None), "light_ends": (0, None),
     **CODE_COLUMNS, "stage_recompute": RECOMPUTE, FRAMEWORK: FRAMEWORK_NAMES,
     **{name: bool for name in BOOL_COLUMNS},
@@ -137,12 +145,14 @@ def dimension_values(name: str, values) -> np.ndarray:
     for v in values:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
             raise InputError(name, "integers", v)
-    arr = np.asarray(values, dtype=np.int64)
     lo, hi = kind
-    bad = ((arr < lo) if lo is not None else False) | ((arr > hi) if hi is not None else False)
-    if np.any(bad):
-        raise InputError(name, f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}", int(arr[bad][0]))
-    return arr
+    top = INT_COLUMN_MAX if hi is None else hi  # (as the table's own columns: products of a few stay in int64)
+    for v in values:
+        if (lo is not None and v < lo) or abs(v) > top:
+            what = (f"integers in [{lo}, {hi}]" if hi is not None else f"integers >= {lo}, at most {top:,}"
+                    if lo is not None else f"integers of at most {top:,} in size")
+            raise InputError(name, what, int(v))
+    return np.asarray(values, dtype=np.int64)
 
 
 DEFAULTS: dict[str, object] = {
@@ -194,9 +204,6 @@ def _array(name: str, value, expected: str) -> np.ndarray:
         raise InputError(name, expected, value) from None
 
 
-# Integer strategy columns above this are refused: no cluster, batch or pipeline comes near it, and
-# products of a few such values stay inside int64.
-INT_COLUMN_MAX = 2**31 - 1
 
 
 def decode_modules(codes) -> np.ndarray:

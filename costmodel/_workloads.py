@@ -136,8 +136,9 @@ class Transformer:
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
                 raise InputError(f"model.{f}", f"an integer >= {lo}", v)
         cf = self.capacity_factor
-        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not cf >= 1.0:
-            raise InputError("model.capacity_factor", "a number >= 1.0", cf)
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 1.0 <= cf <= max(self.experts, 1):
+            # (at most experts: an expert's capacity, cf x tokens x k / experts, then at most every routed token)
+            raise InputError("model.capacity_factor", f"a number in [1.0, experts={self.experts}]", cf)
         object.__setattr__(self, "capacity_factor", float(cf))
         self._check_mla()
         if self.kind == "mlp" and self.experts != 1:

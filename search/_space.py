@@ -170,8 +170,9 @@ def balanced_stages(layers: int, pp, light, width: int | None = None) -> np.ndar
 
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Divisors of n, at most ``limit``."""
-    top = n if limit is None else min(n, limit)
-    return [k for k in range(1, top + 1) if n % k == 0]
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]  # each pairs with n // k: O(sqrt n)
+    every = sorted(set(small) | {n // k for k in small})
+    return every if limit is None else [k for k in every if k <= limit]
 
 
 class Space(SearchSpace):
@@ -293,6 +294,12 @@ class Space(SearchSpace):
         dims = []
         shift = opts.pop(SHIFT, None)
         stage_rc = opts.pop(STAGE_RECOMPUTE, None)
+        if (shift is not None or stage_rc is not None) and "pp" in opts:
+            # a dimension per stage: a pp past the layers, whose stages could not all hold one, is no plan's
+            opts["pp"] = [p for p in opts["pp"] if int(p) <= model.layers]
+            if not opts["pp"]:
+                raise InputError("pp", f"at most layers={model.layers} with per-stage shifts or recompute",
+                                 choices.get("pp"))
         for name, vals in opts.items():
             if len(vals) == 1:
                 fixed[name] = vals[0]
@@ -440,7 +447,7 @@ class Space(SearchSpace):
             inside = (pp >= 0) & (pp < P) & (light >= 0) & (light < E)
             p_i, e_i = np.where(inside, pp, 0), np.where(inside, light, 0)
             ok &= inside & split_ok[p_i, e_i]
-            W = max(int(pp.max(initial=1)), 1) if n else 1
+            W = max(int(p_i.max(initial=1)), 1) if n else 1
             sl = stages[:, :, :W][p_i, e_i]  # (N, W) gathered, not recomputed per row
         return cols, sl, sr, ok
 
@@ -451,8 +458,11 @@ class Space(SearchSpace):
         cached = getattr(self, "_balanced_cache", None)
         if cached is not None:
             return cached
-        pps = sorted({int(x) for x in self.choices_of("pp")})
-        es = sorted({int(x) for x in self.choices_of(LIGHT_ENDS)})
+        # (a pp above the layers leaves a stage empty, a light end of every layer leaves none: such rows are invalid,
+        # outside the table, so that it stays at most layers^2 x layers whatever the flags ask)
+        L = self.model.layers
+        pps = sorted({int(x) for x in self.choices_of("pp") if int(x) <= L}) or [1]
+        es = sorted({int(x) for x in self.choices_of(LIGHT_ENDS) if int(x) <= L}) or [0]
         P, E = max(pps) + 1, max(es) + 1
         stages = np.zeros((P, E, max(pps)), dtype=np.int64)
         split_ok = np.zeros((P, E), dtype=bool)

@@ -64,6 +64,7 @@ def test_calculon_model_file_is_megatron_22b():
     ({"head_dim": 256}, "--model head_dim: expected hidden_size / num_attention_heads = 128"),
     ({"hidden_act": "relu"}, "--model hidden_act: expected silu"),
     ({"num_hidden_layers": 0}, "--model num_hidden_layers: expected an integer >= 1"),
+    ({"tie_word_embeddings": "false"}, "--model tie_word_embeddings: expected true or false, got 'false'"),
 ])
 def test_bad_hf_configs_name_the_key(change, needle):
     data = {**json.loads((DATA / "llama3-8b.config.json").read_text()), **change}
