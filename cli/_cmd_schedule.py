@@ -18,7 +18,7 @@ import numpy as np
 from cli import COMMAND_HELP, print_json
 from cli._specs import number_list
 from costmodel import SCHEDULES, InputError, simulate, text_timeline
-from costmodel._files import replaced_atomically
+from costmodel._files import check_file_path, replaced_for
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
 _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
@@ -50,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     chunks = args.chunks if args.chunks is not None else _DEFAULT_CHUNKS.get(args.schedule, 1)
+    if args.trace is not None:
+        check_file_path("--trace", args.trace)
     if args.tc < 0 or not np.isfinite(args.tc):
         raise InputError("--tc", "a finite time >= 0", args.tc)
     times = {k: number_list(getattr(args, k), f"--{k}", float, "a number or comma-separated numbers")
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))
     res = simulate(args.schedule, args.devices, args.microbatches, chunks, tf=times["tf"], tb=times["tb"],
                    tw=times["tw"], tc=args.tc, timeline=True)
-    if args.trace:
+    if args.trace is not None:
         _write_trace(args, res, chunks)
     if args.json:
         print_json({"total_time": float(res.total_time[0]), "bubble_ratio": float(res.bubble_ratio[0]),
@@ -87,5 +89,5 @@ def _write_trace(args: argparse.Namespace, res, chunks: int) -> None:
             "bubble_ratio": float(res.bubble_ratio[0])}
     trace = schedule_trace(res.timeline, dep=g.dep, cross=g.cross, link=g.link,
                            handoff=np.full(args.devices, args.tc), s_per_unit=SECONDS_PER_UNIT[args.unit], meta=meta)
-    with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
+    with replaced_for("--trace", args.trace) as tmp, open(tmp, "w") as fh:
         json.dump(trace, fh)

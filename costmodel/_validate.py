@@ -29,7 +29,7 @@ from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
-from costmodel._files import read_text, replaced_atomically
+from costmodel._files import read_text, replaced_for
 from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
@@ -644,9 +644,10 @@ def calibrate(runs: list[MeasuredRun]) -> dict[str, Efficiency]:
     return out
 
 
-def write_hardware(path: str | Path, fitted: dict[str, Efficiency]) -> None:
-    """Write fitted constants as JSON {gpu name: {constant: value}} (tmp file + rename)."""
-    with replaced_atomically(path) as tmp:
+def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: str = "--out") -> None:
+    """Write fitted constants as JSON {gpu name: {constant: value}} (tmp file + rename); InputError naming
+    ``argument`` where ``path`` cannot be written."""
+    with replaced_for(argument, path) as tmp:
         Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 

@@ -246,7 +246,7 @@ def test_validate_writes_the_band_table_and_refuses_a_directory(tmp_path, capsys
     assert doc["loso_coverage"] == 0.0  # one source: no band without it
     assert "error bands at conformal level" in capsys.readouterr().out
     assert main(["validate", "narayanan2021-table1", "--write-bands", str(tmp_path)]) == 2
-    assert "--write-bands: expected a file path" in capsys.readouterr().err
+    assert "--write-bands: expected a writable file path" in capsys.readouterr().err
 
 
 def test_write_bands_holds_the_runs_to_the_table_it_writes(tmp_path, capsys, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 
 from cli import main
 from costmodel._validate import MEASURED
+from tests.in_process import cli, one_error_line, refuse_renames_onto
 
 NARAYANAN = MEASURED / "narayanan2021_table1.csv"
 
@@ -94,6 +95,35 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
     assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{f}, row gpt-3.6B, line 3: tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
+
+
+def _one_run(tmp_path, **cells) -> str:
+    """A CSV of Narayanan et al.'s first run with ``cells`` changed."""
+    row = {**next(csv.DictReader(open(NARAYANAN))), **cells}
+    f = tmp_path / "one.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    return str(f)
+
+
+@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+def test_calibrate_and_write_bands_to_a_path_that_cannot_be_written(tmp_path, monkeypatch, where):
+    csv_file = _one_run(tmp_path)
+    old = tmp_path / "old.json"
+    old.write_text("{}\n")
+    (tmp_path / "dir").mkdir()
+    out = {"missing folder": str(tmp_path / "none" / "x.json"), "folder": str(tmp_path / "dir"), "empty": "",
+           "refused rename": str(old)}[where]
+    if where == "refused rename":
+        refuse_renames_onto(monkeypatch, old)
+    for argv in (["calibrate", csv_file, "--out", out], ["validate", "narayanan2021-table1", "--write-bands", out]):
+        flag = argv[2]
+        one_error_line(cli(*argv), f"plansweep {argv[0]}: error: {flag}: expected a writable file path, got '{out}")
+        assert old.read_text() == "{}\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "old.json", "one.csv"]
+        assert list((tmp_path / "dir").iterdir()) == []
 
 
 def test_bench_json_keys(capsys):
