@@ -7,6 +7,7 @@ from pathlib import Path
 from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_framework_arg
 from cli._specs import one_framework
+from costmodel import InputError
 from costmodel._bands import bands_from_json
 from costmodel._files import check_file_path
 from costmodel._validate import (band_summary, band_table_of, calibrate, read_hardware, read_runs, validate,
@@ -42,6 +43,7 @@ def run_validate(args) -> int:
     eff = read_hardware(args.hardware) if args.hardware else None
     runs = read_runs(args.file, eff, empty_cells_framework(args))
     res = validate(runs, check_bands=args.write_bands is None)
+    some_priced(args.file, res)
     bands = None
     if args.write_bands is not None:  # the runs held to the bands just written (the shipped table may be older)
         bands = write_bands(args.write_bands, band_table_of(args.file, runs, res))
@@ -77,6 +79,16 @@ def run_validate(args) -> int:
         print(format_bands(bands))
         print(f"wrote {args.write_bands}")
     return 0
+
+
+def some_priced(file: str, res: dict) -> dict:
+    """validate's result ``res`` of the runs in ``file``; InputError naming the file where the model prices none of
+    them (each fails a structural check: the first one's says which)."""
+    rows = res["rows"]
+    if rows and res["unpriced_runs"] == len(rows):
+        why = f"{rows[0]['name']}: {rows[0].get('reason', 'not priced')}"
+        raise InputError(file, "at least one run the model can price", f"{len(rows)} run(s), none priced ({why})")
+    return res
 
 
 def write_bands(path: str, table: dict) -> dict:
@@ -121,7 +133,7 @@ def run_calibrate(args) -> int:
     out = Path(args.out)
     check_file_path("--out", args.out)
     runs = read_runs(args.file, framework=empty_cells_framework(args))
-    before = validate(runs)["mean_abs_error_pct"]
+    before = some_priced(args.file, validate(runs))["mean_abs_error_pct"]
     fitted = calibrate(runs)
     after = validate(read_runs(args.file, fitted, empty_cells_framework(args)))["mean_abs_error_pct"]
     write_hardware(out, fitted)

@@ -218,7 +218,8 @@ def _row_model(row: dict, where: str) -> Transformer:
     fields = _model_fields(row, where)
     seq = _int(row, "seq_len", where)
     if not seq:
-        raise InputError(f"{where}: seq_len", "a value (this column may not be empty)", row.get("seq_len") or "")
+        raise InputError(f"{where}: seq_len", "an integer >= 1 (this column may not be empty)",
+                         row.get("seq_len") or "")
     name = _text(row, "name", where)
     preset = (row.get("model") or "").strip()
     if preset:
@@ -615,9 +616,10 @@ def _with_eff(run: MeasuredRun, eff: Efficiency) -> MeasuredRun:
 
 
 def _loss(runs: list[MeasuredRun], eff: Efficiency) -> float:
-    """Mean absolute percentage error of predicted vs measured time (what validate reports)."""
-    errs = [abs(predict(_with_eff(r, eff))["error_pct"]) for r in runs]
-    return float(np.mean(errs)) if all(map(math.isfinite, errs)) else math.inf
+    """Mean absolute percentage error of predicted vs measured time over the runs the model can price (what validate
+    reports; a run it cannot price fails a structural check, whatever the constants); inf where it prices none."""
+    errs = [e for r in runs if math.isfinite(e := abs(predict(_with_eff(r, eff))["error_pct"]))]
+    return float(np.mean(errs)) if errs else math.inf
 
 
 def calibrate(runs: list[MeasuredRun]) -> dict[str, Efficiency]:

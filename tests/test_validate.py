@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -97,15 +98,48 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
     assert f"{f}, row gpt-3.6B, line 3: tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
 
 
-def _one_run(tmp_path, **cells) -> str:
-    """A CSV of Narayanan et al.'s first run with ``cells`` changed."""
+def _one_run(tmp_path, *more: dict, **cells) -> str:
+    """A CSV of Narayanan et al.'s first run with ``cells`` changed (and the rows ``more`` after it)."""
     row = {**next(csv.DictReader(open(NARAYANAN))), **cells}
     f = tmp_path / "one.csv"
     with open(f, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(row))
         w.writeheader()
-        w.writerow(row)
+        w.writerows([row, *more])
     return str(f)
+
+
+# Narayanan et al.'s first run on 8 GPUs with a batch of 63: dp 8 divides no batch of 63 (batch_not_divide)
+UNPRICED = {"dp": "8", "num_gpus": "8", "global_batch": "63"}
+
+
+def test_runs_the_model_cannot_price_are_refused_not_averaged_as_inf(tmp_path):
+    csv_file = _one_run(tmp_path, **UNPRICED)
+    needle = f"{csv_file}: expected at least one run the model can price, got '1 run(s), none priced (gpt-1.7B: "
+    one_error_line(cli("calibrate", csv_file, "--out", str(tmp_path / "hw.json")), needle)
+    one_error_line(cli("validate", csv_file), needle)
+    one_error_line(cli("validate", csv_file, "--json"), needle)
+    two = _one_run(tmp_path, {**next(csv.DictReader(open(csv_file))), "name": "again"}, **UNPRICED)
+    one_error_line(cli("validate", two, "--write-bands", str(tmp_path / "b.json")), "2 run(s), none priced")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv"]  # nothing written, no warning printed
+
+
+def test_calibrate_fits_the_runs_it_can_price_beside_one_it_cannot(tmp_path):
+    # Narayanan et al.'s first run 25% slower than published, and a run the model cannot price: the fit uses the
+    # first (before, an unpriced run made every candidate's error inf: the defaults were written unchanged)
+    row = next(csv.DictReader(open(NARAYANAN)))
+    slow = str(float(row["measured_iteration_time_s"]) * 1.25)
+    csv_file = _one_run(tmp_path, {**row, **UNPRICED, "name": "unpriced"}, measured_iteration_time_s=slow)
+    got = cli("calibrate", csv_file, "--out", str(tmp_path / "hw.json"))
+    assert got.returncode == 0, got.stderr
+    before, after = (float(x) for x in re.findall(r"([0-9.]+)% (?:before|after)", got.stdout))
+    assert before > 15 and after < before / 3
+
+
+def test_zero_sequence_length_says_what_is_expected(tmp_path):
+    csv_file = _one_run(tmp_path, seq_len="0")
+    one_error_line(cli("validate", csv_file), "seq_len: expected an integer >= 1 (this column may not be empty), "
+                   "got '0'")
 
 
 @pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
