@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import numpy as np
 
@@ -24,6 +25,11 @@ from costmodel._files import check_file_path, replaced_for
 _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
 # Seconds per unit of the times given (--unit).
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# Bounds far above any real pipeline: the simulation's time and memory grow with devices x micro-batches x chunks
+# (about 10 s and 1 GB at the most passes).
+MAX_DEVICES = 1024
+MAX_MICROBATCHES = 65536
+MAX_PASSES = 1 << 20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,13 +60,20 @@ def run(args: argparse.Namespace) -> int:
         check_file_path("--trace", args.trace)
     if args.tc < 0 or not np.isfinite(args.tc):
         raise InputError("--tc", "a finite time >= 0", args.tc)
+    _check_size(args.devices, args.microbatches, chunks)
     times = {k: number_list(getattr(args, k), f"--{k}", float, "a number or comma-separated numbers")
              for k in ("tf", "tb", "tw")}
     for key, values in times.items():
         if len(values) not in (1, args.devices):
             raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))
+        if not all(math.isfinite(x) and x >= 0 for x in values):
+            raise InputError(f"--{key}", "finite times >= 0", getattr(args, key))
     res = simulate(args.schedule, args.devices, args.microbatches, chunks, tf=times["tf"], tb=times["tb"],
                    tw=times["tw"], tc=args.tc, timeline=True)
+    total = float(res.total_time[0])
+    if not math.isfinite(total * SECONDS_PER_UNIT[args.unit] * 1e6):  # the trace's microseconds included
+        raise InputError("--tf, --tb, --tw, --tc", "times whose schedule takes a finite time in microseconds",
+                         f"a total of {total:.6g} {args.unit}")
     if args.trace is not None:
         _write_trace(args, res, chunks)
     if args.json:
@@ -74,6 +87,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"busy_time ({args.unit}):   " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
     print("peak_activations: " + " ".join(f"{x:.4g}" for x in res.peak_activations))
     return 0
+
+
+def _check_size(devices: int, microbatches: int, chunks: int) -> None:
+    """InputError naming the flag where the pipeline is larger than any real one (MAX_DEVICES, MAX_MICROBATCHES,
+    MAX_PASSES): its simulation would take minutes and gigabytes. Counts below 1 are the simulator's to refuse."""
+    for flag, value, most in (("--devices", devices, MAX_DEVICES), ("--microbatches", microbatches, MAX_MICROBATCHES)):
+        if value > most:
+            raise InputError(flag, f"at most {most:,}", value)
+    if min(devices, microbatches, chunks) >= 1 and devices * microbatches * chunks > MAX_PASSES:
+        raise InputError("--devices x --microbatches x --chunks", f"at most {MAX_PASSES:,} forward passes",
+                         devices * microbatches * chunks)
 
 
 def _write_trace(args: argparse.Namespace, res, chunks: int) -> None:

@@ -291,6 +291,31 @@ def test_cli_bad_input_is_one_line_and_exit_2(plansweep, capsys, args):
     assert len(err.splitlines()) == 1 and "expected" in err
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--tf", "1e308", "--tb", "1e308"], "--tf, --tb, --tw, --tc: expected times whose schedule takes a finite "
+     "time in microseconds, got 'a total of inf ms'"),
+    (["--tf", "1e306", "--tb", "1", "--unit", "s"], "got 'a total of 1.1e+307 s'"),  # inf in the trace's us
+    (["--tf", "inf", "--tb", "1"], "--tf: expected finite times >= 0, got 'inf'"),
+    (["--tf", "1", "--tb", "1,nan,1,1"], "--tb: expected finite times >= 0, got '1,nan,1,1'"),
+    (["--tf", "1", "--tb", "1", "--devices", "100000"], "--devices: expected at most 1,024, got 100000"),
+    (["--tf", "1", "--tb", "1", "--microbatches", "100000000"], "--microbatches: expected at most 65,536, got 10"),
+    (["--tf", "1", "--tb", "1", "--devices", "1024", "--microbatches", "1024", "--schedule", "interleaved"],
+     "--devices x --microbatches x --chunks: expected at most 1,048,576 forward passes, got 2097152"),
+])
+def test_cli_times_and_sizes_out_of_bounds_are_one_line(plansweep, capsys, args, needle):
+    base = {"--schedule": "1f1b", "--devices": "4", "--microbatches": "8"}
+    words = [w for k, v in base.items() if k not in args for w in (k, v)]
+    assert plansweep(["schedule", *words, *args]) == 2  # at once: no simulation of 10^8 micro-batches
+    _refused(capsys, needle)
+
+
+def test_text_timeline_of_ops_far_apart_in_length_is_capped():
+    # the shortest op 10^-600 of the run: 3 columns for it would be inf columns, capped at 160
+    res = simulate("1f1b", 2, 2, tf=1e-300, tb=1e300, timeline=True)
+    rows = text_timeline(res.timeline).splitlines()
+    assert len(rows) == 2 and all(len(r) == len("dev0  |") + 160 + len("|") for r in rows)
+
+
 def test_simulate_rejects_bad_input():
     with pytest.raises(InputError, match="microbatches"):
         simulate("1f1b", 4, 0, tf=1, tb=1)
