@@ -46,6 +46,25 @@ def test_replan_table_parquet_and_png(tmp_path, capsys):
     assert "--lost: expected a range A-B with A <= B, or comma-separated node counts, got 'two'" in err
 
 
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--ckpt-write-GBps", "-1", "--ckpt-write-GBps: expected a positive number (GB/s), got -1.0"),  # not -1e9 B/s
+    ("--ckpt-read-GBps", "0", "--ckpt-read-GBps: expected a positive number (GB/s), got 0.0"),
+    ("--node-storage-GBps", "-2.5", "--node-storage-GBps: expected a positive number (GB/s), got -2.5"),
+    ("--restart-s", "-1", "--restart-s: expected a number >= 0, got -1.0"),  # 0 is taken: an instant restart
+    ("--repair-h", "-1", "--repair-h: expected a number >= 0, got -1.0"),
+    ("--hardware-fraction", "-1", "--hardware-fraction: expected a share between 0 and 1, got -1.0"),
+])
+def test_failure_flags_say_what_they_take_and_name_the_value_typed(flag, value, needle):
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", f"{flag}={value}"),
+                   f"plansweep evaluate: error: {needle}")
+
+
+def test_zero_restart_repair_and_hardware_share_are_taken():
+    got = cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--restart-s", "0",
+              "--repair-h", "0", "--hardware-fraction", "0", "--json")
+    assert got.returncode == 0 and got.stderr == "", got.stderr
+
+
 REPLAN_SMALL = ["replan", "--model", "llama3-8b", "--cluster", "h100x16", "--tp", "8", "--lost", "1",
                 "--policies", "shrink-dp"]
 
