@@ -166,6 +166,8 @@ FAILURE_FLAGS = {"gpu_mtbf_h": "--gpu-mtbf-h", "restart_s": "--restart-s", "writ
 
 
 def failure_from_args(args) -> FailureModel:
+    """The FailureModel of the failure flags (bandwidths from GB/s to bytes/s); InputError naming the flag and the
+    value as typed."""
     try:
         return FailureModel(gpu_mtbf_h=args.gpu_mtbf_h, restart_s=args.restart_s,
                             write_Bps_per_gpu=args.ckpt_write_GBps * 1e9, read_Bps_per_gpu=args.ckpt_read_GBps * 1e9,
@@ -173,7 +175,9 @@ def failure_from_args(args) -> FailureModel:
                             repair_h=args.repair_h, ckpt_spread=not args.ckpt_rank0)
     except InputError as exc:
         flag = FAILURE_FLAGS.get(exc.argument.removeprefix("failure."), exc.argument)
-        raise InputError(flag, exc.expected, exc.got) from None
+        dest = flag.removeprefix("--").replace("-", "_")
+        raise InputError(flag, exc.expected + (" (GB/s)" if flag.endswith("GBps") else ""),
+                         getattr(args, dest, exc.got)) from None
 
 
 def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:

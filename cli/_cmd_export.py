@@ -25,7 +25,7 @@ from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy
 from cli._export import MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, one_framework, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
-from costmodel._files import replaced_atomically
+from costmodel._files import check_file_path, replaced_for
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
 EXPORT_FORMAT = {**dict.fromkeys(MEGATRON_PROFILES, "megatron"), "fsdp2": "torchtitan", "deepspeed": "deepspeed"}
@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if target not in EXPORT_FORMAT:
         raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
     profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
+    if args.out is not None:
+        check_file_path("--out", args.out)
     if args.run:
         given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS, "recompute_modules")
                  if getattr(args, f, None) is not None]
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    with replaced_atomically(args.out) as tmp:
+    with replaced_for("--out", args.out) as tmp:
         Path(tmp).write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -35,7 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cli._cmd_show import read_run
+    from cli._costing import check_costing_args
 
+    check_costing_args(args)
+    if args.out is not None and not args.out:
+        raise InputError("--out", "a folder for the PNGs", args.out)
     return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
 
 
@@ -76,14 +80,21 @@ def _plot(args: argparse.Namespace, view) -> int:
         out = os.path.join(args.run_dir, PLOTS_DIR)
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError("--out", "a folder", f"{out} (a file)")
+    entries = None
+    if _is_study(view):  # several problems: scaling.png and cost_time.png, priced (and checked) before any drawing
+        from cli._cmd_show import study_problems
+
+        entries, _ = study_problems(args, view)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", "a folder that can be made", f"{out} ({exc.strerror or exc})") from None
     from sweep._plots import plot_run  # matplotlib only when plotting
 
     written, notes = plot_run(view, out, seed000={"auto": None, "yes": True, "no": False}[args.mlp_figures])
-    if _is_study(view):  # several problems: scaling.png and cost_time.png
-        from cli._cmd_show import study_problems
+    if entries is not None:
         from sweep._study_plots import plot_study
 
-        entries, _ = study_problems(args, view)
         w, n = plot_study(entries, study_title(entries), out)
         written, notes = written + w, notes + n
     for path in written:

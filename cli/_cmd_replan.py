@@ -9,8 +9,11 @@ from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
 from cli._specs import load_cluster, load_model, one_framework
 from costmodel import HeteroCluster, InputError
-from costmodel._files import replaced_atomically
+from costmodel._files import replaced_together
 from search import POLICIES, replan
+
+# The most node counts a --lost range may name (each is a re-plan of its own); checked before it is expanded.
+MAX_LOST_COUNTS = 4096
 
 
 def register(sub) -> None:
@@ -25,8 +28,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _lost(text: str) -> list[int]:
-    """--lost as node counts: a range A-B (A <= B; -A-B from A gained) or a comma-separated list;
+def _lost(text: str, nodes: int) -> list[int]:
+    """--lost as node counts, each below the cluster's ``nodes`` and, for a range, at most MAX_LOST_COUNTS of
+    them (both checked before the range is expanded); InputError naming --lost otherwise."""
+    counts = _lost_words(text)
+    most = counts[-1] if isinstance(counts, range) else max(counts)
+    if most >= nodes:
+        raise InputError("--lost", f"node counts below the cluster's {nodes} nodes", most)
+    if len(counts) > MAX_LOST_COUNTS:
+        raise InputError("--lost", f"a range of at most {MAX_LOST_COUNTS:,} node counts (each is re-planned)", text)
+    return list(counts)
+
+
+def _lost_words(text: str) -> range | list[int]:
+    """--lost as written: a range A-B (A <= B; -A-B from A gained), not expanded, or a comma-separated list;
     InputError naming --lost for anything else, an empty or reversed range included."""
     expected = "a range A-B with A <= B, or comma-separated node counts"
     try:
@@ -34,8 +49,8 @@ def _lost(text: str) -> list[int]:
             a, b = text.rsplit("-", 1) if not text.startswith("-") else text[1:].split("-", 1)
             lo, hi = (int(a) if not text.startswith("-") else -int(a)), int(b)
             if lo > hi:
-                raise InputError("--lost", expected, text)
-            return list(range(lo, hi + 1))
+                raise ValueError(text)
+            return range(lo, hi + 1)
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise InputError("--lost", expected, text) from None
@@ -47,12 +62,10 @@ def run(args) -> int:
     cluster = load_cluster(args.cluster, args.hardware)
     if isinstance(cluster, HeteroCluster):
         raise InputError("--cluster", "a cluster of one GPU type (replan re-plans one pool)", args.cluster)
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise InputError("--out", "a directory", str(out))
-    lost = _lost(args.lost)
-    if max(lost) >= cluster.nodes:
-        raise InputError("--lost", f"node counts below the cluster's {cluster.nodes} nodes", max(lost))
+    out = None if args.out is None else Path(args.out)
+    if out is not None and (not args.out or (out.exists() and not out.is_dir())):
+        raise InputError("--out", "a directory", args.out)
+    lost = _lost(args.lost, cluster.nodes)
     plan = build_strategy(args, model, cluster).row(0)
     records = replan(model, cluster, plan, lost, policies=args.policies.split(","),
                      objective=args.objective, failure=failure_from_args(args), framework=framework)
@@ -75,7 +88,8 @@ def run(args) -> int:
 
 def write_outputs(out: Path, records: list[dict], objective: str, model_name: str, cluster_name: str) -> None:
     """replan.parquet (one row per nodes lost and policy, naming the model and the cluster) and
-    replan.png (replan_figure), each written to a temporary name and renamed."""
+    replan.png (replan_figure), both or neither (each written to a temporary name, then both renamed); InputError
+    naming --out where they cannot be written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,7 +97,10 @@ def write_outputs(out: Path, records: list[dict], objective: str, model_name: st
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", "a directory that can be made", f"{out} ({exc.strerror or exc})") from None
     cols = {"model": [model_name] * len(records), "cluster": [cluster_name] * len(records)}
     cols |= {k: [r[k] for r in records] for k in ("nodes_lost", "gpus_left", "policy", "gpus_used", "tokens_per_s",
                                                    "goodput_tokens_per_s", "kept")}
@@ -91,12 +108,13 @@ def write_outputs(out: Path, records: list[dict], objective: str, model_name: st
         cols[k] = [None if r["plan"] is None else int(r["plan"][k]) for r in records]
     for k in ("schedule", "recompute"):
         cols[k] = [None if r["plan"] is None else str(r["plan"][k]) for r in records]
-    with replaced_atomically(out / "replan.parquet") as tmp:
-        pq.write_table(pa.table(cols), tmp)
     fig = replan_figure(records, objective, model_name, cluster_name, original=original_score(records, objective))
-    with replaced_atomically(out / "replan.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with replaced_together("--out", [out / "replan.parquet", out / "replan.png"]) as (parquet, png):
+            pq.write_table(pa.table(cols), parquet)
+            fig.savefig(png, dpi=110, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def original_score(records: list[dict], objective: str) -> float | None:

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import numpy as np
 
 from cli import COMMAND_HELP, print_json
 from cli._specs import number_list
 from costmodel import SCHEDULES, InputError, simulate, text_timeline
-from costmodel._files import replaced_atomically
+from costmodel._files import check_file_path, replaced_for
 
 # Chunks when --chunks is not given: one wave for hanayo, the V's two chunks for zb-v.
 _DEFAULT_CHUNKS = {"interleaved": 2, "hanayo": 2, "zb-v": 2}
 # Seconds per unit of the times given (--unit).
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# Bounds far above any real pipeline: the simulation's time and memory grow with devices x micro-batches x chunks
+# (about 10 s and 1 GB at the most passes).
+MAX_DEVICES = 1024
+MAX_MICROBATCHES = 65536
+MAX_PASSES = 1 << 20
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,16 +56,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     chunks = args.chunks if args.chunks is not None else _DEFAULT_CHUNKS.get(args.schedule, 1)
+    if args.trace is not None:
+        check_file_path("--trace", args.trace)
     if args.tc < 0 or not np.isfinite(args.tc):
         raise InputError("--tc", "a finite time >= 0", args.tc)
+    _check_size(args.devices, args.microbatches, chunks)
     times = {k: number_list(getattr(args, k), f"--{k}", float, "a number or comma-separated numbers")
              for k in ("tf", "tb", "tw")}
     for key, values in times.items():
         if len(values) not in (1, args.devices):
             raise InputError(f"--{key}", f"1 value or {args.devices} (one per device)", len(values))
+        if not all(math.isfinite(x) and x >= 0 for x in values):
+            raise InputError(f"--{key}", "finite times >= 0", getattr(args, key))
     res = simulate(args.schedule, args.devices, args.microbatches, chunks, tf=times["tf"], tb=times["tb"],
                    tw=times["tw"], tc=args.tc, timeline=True)
-    if args.trace:
+    total = float(res.total_time[0])
+    if not math.isfinite(total * SECONDS_PER_UNIT[args.unit] * 1e6):  # the trace's microseconds included
+        raise InputError("--tf, --tb, --tw, --tc", "times whose schedule takes a finite time in microseconds",
+                         f"a total of {total:.6g} {args.unit}")
+    if args.trace is not None:
         _write_trace(args, res, chunks)
     if args.json:
         print_json({"total_time": float(res.total_time[0]), "bubble_ratio": float(res.bubble_ratio[0]),
@@ -72,6 +87,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"busy_time ({args.unit}):   " + " ".join(f"{x:.6g}" for x in res.busy_time[0]))
     print("peak_activations: " + " ".join(f"{x:.4g}" for x in res.peak_activations))
     return 0
+
+
+def _check_size(devices: int, microbatches: int, chunks: int) -> None:
+    """InputError naming the flag where the pipeline is larger than any real one (MAX_DEVICES, MAX_MICROBATCHES,
+    MAX_PASSES): its simulation would take minutes and gigabytes. Counts below 1 are the simulator's to refuse."""
+    for flag, value, most in (("--devices", devices, MAX_DEVICES), ("--microbatches", microbatches, MAX_MICROBATCHES)):
+        if value > most:
+            raise InputError(flag, f"at most {most:,}", value)
+    if min(devices, microbatches, chunks) >= 1 and devices * microbatches * chunks > MAX_PASSES:
+        raise InputError("--devices x --microbatches x --chunks", f"at most {MAX_PASSES:,} forward passes",
+                         devices * microbatches * chunks)
 
 
 def _write_trace(args: argparse.Namespace, res, chunks: int) -> None:
@@ -87,5 +113,5 @@ def _write_trace(args: argparse.Namespace, res, chunks: int) -> None:
             "bubble_ratio": float(res.bubble_ratio[0])}
     trace = schedule_trace(res.timeline, dep=g.dep, cross=g.cross, link=g.link,
                            handoff=np.full(args.devices, args.tc), s_per_unit=SECONDS_PER_UNIT[args.unit], meta=meta)
-    with replaced_atomically(args.trace) as tmp, open(tmp, "w") as fh:
+    with replaced_for("--trace", args.trace) as tmp, open(tmp, "w") as fh:
         json.dump(trace, fh)

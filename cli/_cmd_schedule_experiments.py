@@ -14,7 +14,7 @@ import time
 from cli import COMMAND_HELP
 from cli._schedule_experiments import EXPERIMENTS, Experiment
 from costmodel import InputError
-from costmodel._files import replaced_atomically
+from costmodel._files import replaced_together
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,38 +24,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _write_parquet(columns: dict[str, list], path: str) -> None:
+def _write(exp: Experiment, columns: dict[str, list], out: str, name: str) -> None:
+    """out/<name>.parquet and out/<name>.png (experiment_figure), both or neither; InputError naming --out where
+    they cannot be written."""
+    import matplotlib.pyplot as plt
     import pyarrow as pa  # only when writing
     import pyarrow.parquet as pq
-
-    with replaced_atomically(path) as tmp:
-        pq.write_table(pa.table(columns), tmp)
-
-
-def _plot(exp: Experiment, columns: dict[str, list], path: str) -> None:
-    import matplotlib.pyplot as plt
 
     from cli._schedule_experiments import experiment_figure
 
     fig = experiment_figure(exp, columns)
-    with replaced_atomically(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    try:
+        paths = [os.path.join(out, f"{name}.parquet"), os.path.join(out, f"{name}.png")]
+        with replaced_together("--out", paths) as (parquet, png):
+            pq.write_table(pa.table(columns), parquet)
+            fig.savefig(png, dpi=100, format="png")
+    finally:
+        plt.close(fig)
+
+
+def _names(only: str | None) -> list[str]:
+    """The experiments --only names (all without it); InputError for an empty list or an unknown name."""
+    if only is None:
+        return list(EXPERIMENTS)
+    names = [n.strip() for n in only.split(",")]
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise InputError("--only", f"names among {', '.join(EXPERIMENTS)}", unknown)
+    return names
+
+
+def _out_dir(out: str) -> None:
+    """--out as an existing or new folder; InputError naming it where it is a file or cannot be made."""
+    if not out or (os.path.exists(out) and not os.path.isdir(out)):
+        raise InputError("--out", "a folder", f"{out} (a file)" if out else out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", "a folder that can be made", f"{out} ({exc.strerror or exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    names = list(EXPERIMENTS)
-    if args.only:
-        names = [n.strip() for n in args.only.split(",")]
-        unknown = [n for n in names if n not in EXPERIMENTS]
-        if unknown:
-            raise InputError("--only", f"names among {', '.join(EXPERIMENTS)}", unknown)
-    os.makedirs(args.out, exist_ok=True)
+    names = _names(args.only)
+    _out_dir(args.out)
     for name in names:
         t0 = time.perf_counter()
         exp = EXPERIMENTS[name]
         columns = exp.columns()
-        _write_parquet(columns, os.path.join(args.out, f"{name}.parquet"))
-        _plot(exp, columns, os.path.join(args.out, f"{name}.png"))
+        _write(exp, columns, args.out, name)
         print(f"{name}: {len(columns['schedule'])} rows in {time.perf_counter() - t0:.1f} s", flush=True)
     return 0

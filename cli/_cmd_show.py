@@ -310,7 +310,9 @@ def read_run(run_dir: str, command: str, body) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from cli import _timeline
+    from cli._costing import check_costing_args
 
+    check_costing_args(args)
     k = number(args.top, "--top", int, 1)
     if _timeline.wanted(args):
         _timeline.check_paths(args)
@@ -326,12 +328,10 @@ def run(args: argparse.Namespace) -> int:
 def study_problems(args: argparse.Namespace, view: RunView) -> tuple[list[dict], dict]:
     """sweep._problems.problems of the run under the costing given (--train-tokens, --gpu-hour-usd) or else the
     run's (run.json's costing), and the price of each GPU with its source."""
-    from costmodel._training_cost import gpu_prices, train_tokens
+    from cli._costing import run_costing
     from sweep._problems import price_sources, problems
 
-    costing = view.info.get("costing") if isinstance(view.info.get("costing"), dict) else {}
-    tokens = train_tokens(args.train_tokens if args.train_tokens is not None else costing.get("train_tokens"))
-    prices = gpu_prices(args.gpu_hour_usd if args.gpu_hour_usd is not None else costing.get("gpu_hour_usd"))
+    tokens, prices = run_costing(args, view.info, view.run_dir)
     entries = problems(view, train_tokens=tokens, prices=prices)
     return entries, price_sources(entries, prices)
 

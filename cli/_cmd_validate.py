@@ -9,6 +9,7 @@ from cli._cmd_evaluate import add_framework_arg
 from cli._specs import one_framework
 from costmodel import InputError
 from costmodel._bands import bands_from_json
+from costmodel._files import check_file_path
 from costmodel._validate import (band_summary, band_table_of, calibrate, read_hardware, read_runs, validate,
                                  write_hardware)
 
@@ -37,13 +38,14 @@ def empty_cells_framework(args) -> str | None:
 
 
 def run_validate(args) -> int:
-    if args.write_bands and Path(args.write_bands).is_dir():
-        raise InputError("--write-bands", "a file path", f"{args.write_bands} is a directory")
+    if args.write_bands is not None:
+        check_file_path("--write-bands", args.write_bands)
     eff = read_hardware(args.hardware) if args.hardware else None
     runs = read_runs(args.file, eff, empty_cells_framework(args))
-    res = validate(runs, check_bands=not args.write_bands)
+    res = validate(runs, check_bands=args.write_bands is None)
+    some_priced(args.file, res)
     bands = None
-    if args.write_bands:  # the runs held to the bands just written (the shipped table may be of an older layout)
+    if args.write_bands is not None:  # the runs held to the bands just written (the shipped table may be older)
         bands = write_bands(args.write_bands, band_table_of(args.file, runs, res))
         res.update(band_summary(runs, res["rows"], bands_from_json(bands, args.write_bands)))
     if args.json:
@@ -79,13 +81,23 @@ def run_validate(args) -> int:
     return 0
 
 
+def some_priced(file: str, res: dict) -> dict:
+    """validate's result ``res`` of the runs in ``file``; InputError naming the file where the model prices none of
+    them (each fails a structural check: the first one's says which)."""
+    rows = res["rows"]
+    if rows and res["unpriced_runs"] == len(rows):
+        why = f"{rows[0]['name']}: {rows[0].get('reason', 'not priced')}"
+        raise InputError(file, "at least one run the model can price", f"{len(rows)} run(s), none priced ({why})")
+    return res
+
+
 def write_bands(path: str, table: dict) -> dict:
     """Write the band table as JSON, whole or not at all."""
     import json
 
-    from costmodel._files import replaced_atomically
+    from costmodel._files import replaced_for
 
-    with replaced_atomically(path) as tmp:
+    with replaced_for("--write-bands", path) as tmp:
         Path(tmp).write_text(json.dumps(table, indent=1) + "\n")
     return table
 
@@ -119,10 +131,9 @@ def format_bands(table: dict) -> str:
 
 def run_calibrate(args) -> int:
     out = Path(args.out)
-    if out.is_dir():
-        raise InputError("--out", "a file path", f"{out} is a directory")
+    check_file_path("--out", args.out)
     runs = read_runs(args.file, framework=empty_cells_framework(args))
-    before = validate(runs)["mean_abs_error_pct"]
+    before = some_priced(args.file, validate(runs))["mean_abs_error_pct"]
     fitted = calibrate(runs)
     after = validate(read_runs(args.file, fitted, empty_cells_framework(args)))["mean_abs_error_pct"]
     write_hardware(out, fitted)

@@ -26,3 +26,30 @@ def costing_request(args: argparse.Namespace) -> dict:
 
     gpu_prices(args.gpu_hour_usd)  # checked: one line naming the flag
     return {"train_tokens": train_tokens(args.train_tokens), "gpu_hour_usd": args.gpu_hour_usd}
+
+
+def check_costing_args(args: argparse.Namespace) -> None:
+    """--train-tokens and --gpu-hour-usd where given, checked before a run is read or a figure drawn: one line naming
+    the flag."""
+    from costmodel._training_cost import gpu_prices, train_tokens
+
+    if args.train_tokens is not None:
+        train_tokens(args.train_tokens)
+    if args.gpu_hour_usd is not None:
+        gpu_prices(args.gpu_hour_usd)
+
+
+def run_costing(args: argparse.Namespace, info: dict, run_dir: str) -> tuple[float, dict[str, float]]:
+    """The training tokens and the prices per GPU-hour: the flags', or else the run's (run.json's costing, which an
+    error then names)."""
+    import os
+
+    from costmodel._training_cost import gpu_prices, train_tokens
+
+    costing = info.get("costing") if isinstance(info.get("costing"), dict) else {}
+    where = os.path.join(run_dir, "run.json") + " costing."
+    tokens = (train_tokens(args.train_tokens) if args.train_tokens is not None
+              else train_tokens(costing.get("train_tokens"), where + "train_tokens"))
+    prices = (gpu_prices(args.gpu_hour_usd) if args.gpu_hour_usd is not None
+              else gpu_prices(costing.get("gpu_hour_usd"), where + "gpu_hour_usd"))
+    return tokens, prices

@@ -250,7 +250,10 @@ def leave_one_source_out(log_ratio: np.ndarray, family: np.ndarray, parallelism:
 
 def choose_level(log_ratio, family, parallelism, source) -> tuple[float, float]:
     """(level, its leave-one-source-out coverage): the least of LEVELS whose coverage reaches TARGET_COVERAGE, else
-    the last."""
+    the last. InputError where there are too few runs for a band at any level."""
+    if log_ratio.size < min_runs(LEVELS[0]):
+        raise InputError("measured runs", f"at least {min_runs(LEVELS[0])} priced runs to compute error bands",
+                         log_ratio.size)
     for level in LEVELS:
         if log_ratio.size < min_runs(level):
             break

@@ -112,15 +112,20 @@ class FailureModel:
     def __post_init__(self) -> None:
         if not isinstance(self.ckpt_spread, bool):
             raise InputError("failure.ckpt_spread", "true or false", self.ckpt_spread)
-        zero_ok = ("restart_s", "repair_h", "hardware_fraction")
+        zero_ok = ("restart_s", "repair_h")  # an instant restart, a node back at once
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name == "ckpt_spread":
                 continue
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and (v > 0 or (v == 0 and f.name in zero_ok))):
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if f.name == "hardware_fraction":
+                if not (number and 0 <= v <= 1):
+                    raise InputError("failure.hardware_fraction", "a share between 0 and 1", v)
+            elif f.name in zero_ok:
+                if not (number and v >= 0):
+                    raise InputError(f"failure.{f.name}", "a number >= 0", v)
+            elif not (number and v > 0):
                 raise InputError(f"failure.{f.name}", "a positive number", v)
-        if self.hardware_fraction > 1:
-            raise InputError("failure.hardware_fraction", "a share between 0 and 1", self.hardware_fraction)
 
 
 def daly_interval_s(delta, M):

@@ -40,7 +40,8 @@ def text_timeline(tl: Timeline, index: int = 0, columns: int | None = None) -> s
     if columns is None:
         durations = end - start
         shortest = float(durations[durations > 0].min()) if np.any(durations > 0) else 1.0
-        columns = min(_MAX_COLUMNS, max(1, math.ceil(3 * total / shortest)))
+        wanted = 3 * total / shortest  # inf where the shortest op is a tiny share of the run: the cap then
+        columns = _MAX_COLUMNS if not wanted <= _MAX_COLUMNS else max(1, math.ceil(wanted))
     scale = columns / total if total > 0 else 0.0
     rows = []
     n_dev = int(tl.device.max()) + 1 if tl.device.size else 0

@@ -32,9 +32,10 @@ def prices_table() -> dict[str, dict]:
     return json.loads(PRICES_FILE.read_text())["prices"]
 
 
-def gpu_prices(text: str | None = None) -> dict[str, float]:
+def gpu_prices(text: str | None = None, argument: str = PRICES_FLAG) -> dict[str, float]:
     """US dollars per GPU-hour by GPU preset name: the shipped table, with ``text`` (--gpu-hour-usd's
-    ``gpu=usd,gpu=usd``, a GPU by alias or preset name) replacing or adding prices. InputError naming the flag."""
+    ``gpu=usd,gpu=usd``, a GPU by alias or preset name) replacing or adding prices. InputError naming
+    ``argument`` (the flag, or the file it was read from)."""
     from costmodel._hardware import gpu_preset
 
     out = {name: float(row["usd_per_gpu_hour"]) for name, row in prices_table().items()}
@@ -44,31 +45,32 @@ def gpu_prices(text: str | None = None) -> dict[str, float]:
     for pair in str(text).split(","):
         gpu, eq, usd = pair.strip().partition("=")
         if not eq or not gpu.strip():
-            raise InputError(PRICES_FLAG, expected, pair)
+            raise InputError(argument, expected, pair)
         try:
             name = gpu_preset(gpu.strip()).name
         except InputError as exc:
-            raise InputError(PRICES_FLAG, f"a GPU {exc.expected}", gpu.strip()) from None
+            raise InputError(argument, f"a GPU {exc.expected}", gpu.strip()) from None
         try:
             value = float(usd)
         except ValueError:
-            raise InputError(PRICES_FLAG, expected, pair) from None
+            raise InputError(argument, expected, pair) from None
         if not (0 < value < math.inf):
-            raise InputError(PRICES_FLAG, expected, pair)
+            raise InputError(argument, expected, pair)
         out[name] = value
     return out
 
 
-def train_tokens(text) -> float:
-    """--train-tokens' word (1e12, 15e12, 2000000000000) as a number of tokens > 0; InputError naming the flag."""
+def train_tokens(text, argument: str = "--train-tokens") -> float:
+    """--train-tokens' word (1e12, 15e12, 2000000000000) as a number of tokens > 0; InputError naming
+    ``argument`` (the flag, or the file it was read from)."""
     if text is None:
         return DEFAULT_TRAIN_TOKENS
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise InputError("--train-tokens", "a number of tokens > 0 (e.g. 1e12)", text) from None
+        raise InputError(argument, "a number of tokens > 0 (e.g. 1e12)", text) from None
     if not (0 < value < math.inf):
-        raise InputError("--train-tokens", "a number of tokens > 0 (e.g. 1e12)", text)
+        raise InputError(argument, "a number of tokens > 0 (e.g. 1e12)", text)
     return value
 
 

@@ -29,7 +29,7 @@ from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
-from costmodel._files import read_text, replaced_atomically
+from costmodel._files import read_text, replaced_for
 from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
@@ -218,7 +218,8 @@ def _row_model(row: dict, where: str) -> Transformer:
     fields = _model_fields(row, where)
     seq = _int(row, "seq_len", where)
     if not seq:
-        raise InputError(f"{where}: seq_len", "a value (this column may not be empty)", row.get("seq_len") or "")
+        raise InputError(f"{where}: seq_len", "an integer >= 1 (this column may not be empty)",
+                         row.get("seq_len") or "")
     name = _text(row, "name", where)
     preset = (row.get("model") or "").strip()
     if preset:
@@ -615,9 +616,10 @@ def _with_eff(run: MeasuredRun, eff: Efficiency) -> MeasuredRun:
 
 
 def _loss(runs: list[MeasuredRun], eff: Efficiency) -> float:
-    """Mean absolute percentage error of predicted vs measured time (what validate reports)."""
-    errs = [abs(predict(_with_eff(r, eff))["error_pct"]) for r in runs]
-    return float(np.mean(errs)) if all(map(math.isfinite, errs)) else math.inf
+    """Mean absolute percentage error of predicted vs measured time over the runs the model can price (what validate
+    reports; a run it cannot price fails a structural check, whatever the constants); inf where it prices none."""
+    errs = [e for r in runs if math.isfinite(e := abs(predict(_with_eff(r, eff))["error_pct"]))]
+    return float(np.mean(errs)) if errs else math.inf
 
 
 def calibrate(runs: list[MeasuredRun]) -> dict[str, Efficiency]:
@@ -644,9 +646,10 @@ def calibrate(runs: list[MeasuredRun]) -> dict[str, Efficiency]:
     return out
 
 
-def write_hardware(path: str | Path, fitted: dict[str, Efficiency]) -> None:
-    """Write fitted constants as JSON {gpu name: {constant: value}} (tmp file + rename)."""
-    with replaced_atomically(path) as tmp:
+def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: str = "--out") -> None:
+    """Write fitted constants as JSON {gpu name: {constant: value}} (tmp file + rename); InputError naming
+    ``argument`` where ``path`` cannot be written."""
+    with replaced_for(argument, path) as tmp:
         Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 

@@ -99,12 +99,16 @@ def _thousands(ax) -> None:
 
 
 def _save(fig, out_dir: str, name: str) -> str:
-    from costmodel._files import replaced_atomically
+    """``fig`` as out_dir/name.png, whole or absent; InputError naming --out (`plansweep plot`'s folder) where it
+    cannot be written. The figure is closed."""
+    from costmodel._files import replaced_for
 
     path = os.path.join(out_dir, f"{name}.png")
-    with replaced_atomically(path) as tmp:  # a figure is whole or absent
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png")
-    plt.close(fig)
+    try:
+        with replaced_for("--out", path) as tmp:
+            fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -36,3 +36,28 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
     text = err.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
                                     for w in caught)
     return subprocess.CompletedProcess(["plansweep", *argv], int(code or 0), out.getvalue(), text)
+
+
+def refuse_renames_onto(monkeypatch, *paths) -> None:
+    """os.replace fails with EPERM onto each of ``paths``, as onto a file made immutable (chattr +i), which
+    root, who runs some of these tests, could otherwise still replace."""
+    import errno
+    import os
+
+    refused = {os.fspath(p) for p in paths}
+    real = os.replace
+
+    def replace(src, dst, **kw):
+        if os.fspath(dst) in refused:
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), os.fspath(src), None, os.fspath(dst))
+        return real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def one_error_line(result: subprocess.CompletedProcess, needle: str) -> None:
+    """``result`` (cli's) failed as bad input does: exit code 2, one line on stderr holding ``needle``, no
+    traceback."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.stderr, result.stderr

@@ -4,6 +4,7 @@ in evaluate, rank / show and the Parquet rows."""
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -246,7 +247,16 @@ def test_validate_writes_the_band_table_and_refuses_a_directory(tmp_path, capsys
     assert doc["loso_coverage"] == 0.0  # one source: no band without it
     assert "error bands at conformal level" in capsys.readouterr().out
     assert main(["validate", "narayanan2021-table1", "--write-bands", str(tmp_path)]) == 2
-    assert "--write-bands: expected a file path" in capsys.readouterr().err
+    assert "--write-bands: expected a writable file path" in capsys.readouterr().err
+
+
+def test_a_band_table_of_no_priced_run_is_one_error_and_no_warning():
+    # two runs the model could not price (error inf): fewer than the 4 a band needs, said before any mean of nothing
+    codes = np.zeros(2, dtype=int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="expected at least 4 priced runs to compute error bands, got 0"):
+            bands.band_table([math.inf, math.inf], codes, codes, ["a", "b"], ["x", "y"], {})
 
 
 def test_write_bands_holds_the_runs_to_the_table_it_writes(tmp_path, capsys, monkeypatch):

@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli import main
+from tests.in_process import cli, one_error_line, refuse_renames_onto
 
 PLAN = ["--tp", "8", "--pp", "8", "--recompute", "selective", "--sequence-parallel", "--zero-stage", "1"]
 
@@ -43,6 +44,53 @@ def test_replan_table_parquet_and_png(tmp_path, capsys):
     assert main(["replan", *PLAN, "--lost", "two"]) == 2
     err = capsys.readouterr().err
     assert "--lost: expected a range A-B with A <= B, or comma-separated node counts, got 'two'" in err
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--ckpt-write-GBps", "-1", "--ckpt-write-GBps: expected a positive number (GB/s), got -1.0"),  # not -1e9 B/s
+    ("--ckpt-read-GBps", "0", "--ckpt-read-GBps: expected a positive number (GB/s), got 0.0"),
+    ("--node-storage-GBps", "-2.5", "--node-storage-GBps: expected a positive number (GB/s), got -2.5"),
+    ("--restart-s", "-1", "--restart-s: expected a number >= 0, got -1.0"),  # 0 is taken: an instant restart
+    ("--repair-h", "-1", "--repair-h: expected a number >= 0, got -1.0"),
+    ("--hardware-fraction", "-1", "--hardware-fraction: expected a share between 0 and 1, got -1.0"),
+])
+def test_failure_flags_say_what_they_take_and_name_the_value_typed(flag, value, needle):
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", f"{flag}={value}"),
+                   f"plansweep evaluate: error: {needle}")
+
+
+def test_zero_restart_repair_and_hardware_share_are_taken():
+    got = cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--restart-s", "0",
+              "--repair-h", "0", "--hardware-fraction", "0", "--json")
+    assert got.returncode == 0 and got.stderr == "", got.stderr
+
+
+REPLAN_SMALL = ["replan", "--model", "llama3-8b", "--cluster", "h100x16", "--tp", "8", "--lost", "1",
+                "--policies", "shrink-dp"]
+
+
+def test_replan_writes_its_parquet_and_figure_both_or_neither(tmp_path, monkeypatch):
+    out = tmp_path / "rp"
+    assert cli(*REPLAN_SMALL, "--out", str(out)).returncode == 0
+    (out / "replan.parquet").write_text("old parquet")
+    (out / "replan.png").write_text("old png")
+    refuse_renames_onto(monkeypatch, out / "replan.png")  # as an immutable replan.png left by an earlier run
+    got = cli(*REPLAN_SMALL, "--out", str(out))
+    one_error_line(got, f"plansweep replan: error: --out: expected a writable file path, got '{out / 'replan.png'} (")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"replan.parquet": "old parquet", "replan.png": "old png"}
+
+
+def test_replan_out_and_lost_that_cannot_be_taken(tmp_path):
+    (tmp_path / "file").write_text("old")
+    one_error_line(cli(*REPLAN_SMALL, "--out", ""), "--out: expected a directory, got ''")
+    one_error_line(cli(*REPLAN_SMALL, "--out", str(tmp_path / "file" / "rp")),
+                   f"--out: expected a directory that can be made, got '{tmp_path / 'file' / 'rp'} (")
+    # ranges checked before they are expanded (a list of 10^11 counts would not fit in memory)
+    one_error_line(cli(*REPLAN_SMALL, "--lost", "1-99999999999"),
+                   "--lost: expected node counts below the cluster's 2 nodes, got 99999999999")
+    one_error_line(cli(*REPLAN_SMALL, "--lost=-99999999999-1"),
+                   "--lost: expected a range of at most 4,096 node counts (each is re-planned), got '-99999999999-1'")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "old"
 
 
 # A small space of GPT-3 175B on h100x1024 (batch 1536) with plans on all 128 nodes (tp 4, pp 16, dp 16:

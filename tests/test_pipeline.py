@@ -13,6 +13,7 @@ import pytest
 
 import cli
 from costmodel import InputError, chrome_trace, simulate, text_timeline
+from tests.in_process import refuse_renames_onto
 
 
 @pytest.fixture
@@ -290,6 +291,31 @@ def test_cli_bad_input_is_one_line_and_exit_2(plansweep, capsys, args):
     assert len(err.splitlines()) == 1 and "expected" in err
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--tf", "1e308", "--tb", "1e308"], "--tf, --tb, --tw, --tc: expected times whose schedule takes a finite "
+     "time in microseconds, got 'a total of inf ms'"),
+    (["--tf", "1e306", "--tb", "1", "--unit", "s"], "got 'a total of 1.1e+307 s'"),  # inf in the trace's us
+    (["--tf", "inf", "--tb", "1"], "--tf: expected finite times >= 0, got 'inf'"),
+    (["--tf", "1", "--tb", "1,nan,1,1"], "--tb: expected finite times >= 0, got '1,nan,1,1'"),
+    (["--tf", "1", "--tb", "1", "--devices", "100000"], "--devices: expected at most 1,024, got 100000"),
+    (["--tf", "1", "--tb", "1", "--microbatches", "100000000"], "--microbatches: expected at most 65,536, got 10"),
+    (["--tf", "1", "--tb", "1", "--devices", "1024", "--microbatches", "1024", "--schedule", "interleaved"],
+     "--devices x --microbatches x --chunks: expected at most 1,048,576 forward passes, got 2097152"),
+])
+def test_cli_times_and_sizes_out_of_bounds_are_one_line(plansweep, capsys, args, needle):
+    base = {"--schedule": "1f1b", "--devices": "4", "--microbatches": "8"}
+    words = [w for k, v in base.items() if k not in args for w in (k, v)]
+    assert plansweep(["schedule", *words, *args]) == 2  # at once: no simulation of 10^8 micro-batches
+    _refused(capsys, needle)
+
+
+def test_text_timeline_of_ops_far_apart_in_length_is_capped():
+    # the shortest op 10^-600 of the run: 3 columns for it would be inf columns, capped at 160
+    res = simulate("1f1b", 2, 2, tf=1e-300, tb=1e300, timeline=True)
+    rows = text_timeline(res.timeline).splitlines()
+    assert len(rows) == 2 and all(len(r) == len("dev0  |") + 160 + len("|") for r in rows)
+
+
 def test_simulate_rejects_bad_input():
     with pytest.raises(InputError, match="microbatches"):
         simulate("1f1b", 4, 0, tf=1, tb=1)
@@ -318,6 +344,50 @@ def test_experiments_command_writes_parquet_and_png(plansweep, tmp_path, capsys)
         if r["schedule"] == "1F1B" and r["t_c"] == 0:
             d = r["devices"]
             assert r["total_time"] == pytest.approx((3 * d - 1) * 1200 / d)
+
+
+def _refused(capsys, needle: str) -> None:
+    """One line on stderr, holding ``needle``."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+def test_trace_that_cannot_be_written_is_one_line_and_the_old_file_stays(plansweep, tmp_path, monkeypatch, capsys,
+                                                                         where):
+    old = tmp_path / "t.json"
+    old.write_text("{}")
+    (tmp_path / "dir").mkdir()
+    trace = {"missing folder": str(tmp_path / "none" / "t.json"), "folder": str(tmp_path / "dir"), "empty": "",
+             "refused rename": str(old)}[where]
+    if where == "refused rename":
+        refuse_renames_onto(monkeypatch, old)
+    assert plansweep(["schedule", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8", "--tf", "1",
+                      "--tb", "2", "--trace", trace]) == 2
+    _refused(capsys, f"plansweep schedule: error: --trace: expected a writable file path, got '{trace}")
+    assert old.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "t.json"]
+
+
+def test_experiments_out_and_only_are_checked_before_any_run(plansweep, tmp_path, capsys):
+    (tmp_path / "file").write_text("old")
+    assert plansweep(["schedule-experiments", "--out", str(tmp_path / "file"), "--only", "chunks"]) == 2
+    _refused(capsys, "--out: expected a folder, got")
+    assert plansweep(["schedule-experiments", "--out", "", "--only", "chunks"]) == 2
+    _refused(capsys, "--out: expected a folder, got ''")
+    for only in ("", "chunks,"):
+        assert plansweep(["schedule-experiments", "--out", str(tmp_path / "new"), "--only", only]) == 2
+        _refused(capsys, "--only: expected names among weak_scaling, ")
+    assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "old"
+
+
+def test_experiments_write_each_parquet_and_figure_both_or_neither(plansweep, tmp_path, monkeypatch, capsys):
+    (tmp_path / "chunks.parquet").write_text("old parquet")
+    (tmp_path / "chunks.png").write_text("old png")
+    refuse_renames_onto(monkeypatch, tmp_path / "chunks.png")  # the second of the pair
+    assert plansweep(["schedule-experiments", "--out", str(tmp_path), "--only", "chunks"]) == 2
+    _refused(capsys, f"--out: expected a writable file path, got '{tmp_path / 'chunks.png'} (Operation not permitted)'")
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"chunks.parquet": "old parquet",
+                                                                   "chunks.png": "old png"}
 
 
 def test_every_valid_shape_compiles_without_deadlock():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from cli._specs import cluster_words
 from costmodel._training_cost import gpu_prices, prices_table, training_cost
 from sweep._keep import Keep
 from sweep._study_plots import pareto_front
+from tests.in_process import cli, one_error_line, refuse_renames_onto
 from tests.kill_points import KILLED, run_killed
 
 # 2 models x 2 GPU types x 5 sizes x 2 frameworks = 40 problems, 20 studies of 8 grid rows each (tp x pp).
@@ -138,6 +140,51 @@ def test_show_by_problem_text_and_both_figures(full_run, capsys, tmp_path):
     assert main(["plot", full_run, "--out", str(out)]) == 0
     for name in ("scaling.png", "cost_time.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> str:
+    """Llama 3 8B on 8 and 16 H100s: two problems, a run of a second."""
+    run = str(tmp_path_factory.mktemp("small") / "run")
+    assert main(["sweep", "--model", "llama3-8b", "--cluster", "h100x8,16", "--in-process", "--no-progress",
+                 "--top", "0", "--out", run]) == 0
+    return run
+
+
+@pytest.mark.parametrize("flags", [["--train-tokens", "-1"], ["--train-tokens", "0"], ["--train-tokens", "nan"],
+                                   ["--gpu-hour-usd", "zzz=1"], ["--gpu-hour-usd", "x=1"]])
+def test_costing_flags_are_checked_before_a_figure_is_drawn(small_run, tmp_path, flags):
+    for argv in (["plot", small_run, "--out", str(tmp_path / "p"), *flags], ["show", small_run, *flags],
+                 ["show", small_run, "--by", "problem", *flags]):
+        one_error_line(cli(*argv), f"plansweep {argv[0]}: error: {flags[0]}: expected ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_json_costing_is_named_where_it_is_wrong(small_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "costing": {**info["costing"], "train_tokens": -5}}))
+    needle = f"{run / 'run.json'} costing.train_tokens: expected a number of tokens > 0 (e.g. 1e12), got -5"
+    one_error_line(cli("show", str(run), "--by", "problem"), needle)
+    one_error_line(cli("plot", str(run), "--out", str(tmp_path / "p")), needle)
+    assert not (tmp_path / "p").exists()  # nothing drawn
+    assert cli("show", str(run), "--by", "problem", "--train-tokens", "1e12").returncode == 0  # the flag replaces it
+
+
+def test_plot_out_that_cannot_be_written_names_out(small_run, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("old")
+    one_error_line(cli("plot", small_run, "--out", ""), "plansweep plot: error: --out: expected a folder for the PNGs")
+    one_error_line(cli("plot", small_run, "--out", str(tmp_path / "file" / "p")),
+                   "plansweep plot: error: --out: expected a folder that can be made")
+    out = tmp_path / "p"
+    out.mkdir()
+    figure = out / "throughput_vs_degrees-llama3-8b-h100x8.png"
+    figure.write_text("old")
+    refuse_renames_onto(monkeypatch, figure)
+    one_error_line(cli("plot", small_run, "--out", str(out)),
+                   f"plansweep plot: error: --out: expected a writable file path, got '{figure} (Operation not")
+    assert figure.read_text() == "old" and not any(p.name.startswith(".") for p in out.iterdir())
 
 
 def test_seq_len_and_batch_lists_make_one_study_each(tmp_path, capsys):

@@ -2,11 +2,13 @@
 
 import csv
 import json
+import re
 
 import pytest
 
 from cli import main
 from costmodel._validate import MEASURED
+from tests.in_process import cli, one_error_line, refuse_renames_onto
 
 NARAYANAN = MEASURED / "narayanan2021_table1.csv"
 
@@ -94,6 +96,68 @@ def test_malformed_measured_file_names_line_and_column(tmp_path, capsys):
     assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{f}, row gpt-3.6B, line 3: tp: expected an integer, got 'two'" in err and len(err.splitlines()) == 1
+
+
+def _one_run(tmp_path, *more: dict, **cells) -> str:
+    """A CSV of Narayanan et al.'s first run with ``cells`` changed (and the rows ``more`` after it)."""
+    row = {**next(csv.DictReader(open(NARAYANAN))), **cells}
+    f = tmp_path / "one.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(row))
+        w.writeheader()
+        w.writerows([row, *more])
+    return str(f)
+
+
+# Narayanan et al.'s first run on 8 GPUs with a batch of 63: dp 8 divides no batch of 63 (batch_not_divide)
+UNPRICED = {"dp": "8", "num_gpus": "8", "global_batch": "63"}
+
+
+def test_runs_the_model_cannot_price_are_refused_not_averaged_as_inf(tmp_path):
+    csv_file = _one_run(tmp_path, **UNPRICED)
+    needle = f"{csv_file}: expected at least one run the model can price, got '1 run(s), none priced (gpt-1.7B: "
+    one_error_line(cli("calibrate", csv_file, "--out", str(tmp_path / "hw.json")), needle)
+    one_error_line(cli("validate", csv_file), needle)
+    one_error_line(cli("validate", csv_file, "--json"), needle)
+    two = _one_run(tmp_path, {**next(csv.DictReader(open(csv_file))), "name": "again"}, **UNPRICED)
+    one_error_line(cli("validate", two, "--write-bands", str(tmp_path / "b.json")), "2 run(s), none priced")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv"]  # nothing written, no warning printed
+
+
+def test_calibrate_fits_the_runs_it_can_price_beside_one_it_cannot(tmp_path):
+    # Narayanan et al.'s first run 25% slower than published, and a run the model cannot price: the fit uses the
+    # first (before, an unpriced run made every candidate's error inf: the defaults were written unchanged)
+    row = next(csv.DictReader(open(NARAYANAN)))
+    slow = str(float(row["measured_iteration_time_s"]) * 1.25)
+    csv_file = _one_run(tmp_path, {**row, **UNPRICED, "name": "unpriced"}, measured_iteration_time_s=slow)
+    got = cli("calibrate", csv_file, "--out", str(tmp_path / "hw.json"))
+    assert got.returncode == 0, got.stderr
+    before, after = (float(x) for x in re.findall(r"([0-9.]+)% (?:before|after)", got.stdout))
+    assert before > 15 and after < before / 3
+
+
+def test_zero_sequence_length_says_what_is_expected(tmp_path):
+    csv_file = _one_run(tmp_path, seq_len="0")
+    one_error_line(cli("validate", csv_file), "seq_len: expected an integer >= 1 (this column may not be empty), "
+                   "got '0'")
+
+
+@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+def test_calibrate_and_write_bands_to_a_path_that_cannot_be_written(tmp_path, monkeypatch, where):
+    csv_file = _one_run(tmp_path)
+    old = tmp_path / "old.json"
+    old.write_text("{}\n")
+    (tmp_path / "dir").mkdir()
+    out = {"missing folder": str(tmp_path / "none" / "x.json"), "folder": str(tmp_path / "dir"), "empty": "",
+           "refused rename": str(old)}[where]
+    if where == "refused rename":
+        refuse_renames_onto(monkeypatch, old)
+    for argv in (["calibrate", csv_file, "--out", out], ["validate", "narayanan2021-table1", "--write-bands", out]):
+        flag = argv[2]
+        one_error_line(cli(*argv), f"plansweep {argv[0]}: error: {flag}: expected a writable file path, got '{out}")
+        assert old.read_text() == "{}\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "old.json", "one.csv"]
+        assert list((tmp_path / "dir").iterdir()) == []
 
 
 def test_bench_json_keys(capsys):

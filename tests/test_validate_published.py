@@ -131,14 +131,19 @@ def test_out_of_memory_run_keeps_its_time_and_json_is_strict(tmp_path, capsys):
 
 
 def test_an_impossible_run_is_null_with_its_reason_in_json(tmp_path, capsys):
-    rows = _rows()[:1]
+    rows = _rows()[:2]
     rows[0].update(name="22B-tp6", tp="6", pp="1", dp="1", num_gpus="6", gpus_per_node="6")  # 64 heads
     assert main(["validate", str(_write(tmp_path, rows)), "--json"]) == 0
     res = _strict(capsys.readouterr().out)
     row = res["rows"][0]
     assert row["predicted_iteration_time_s"] is None and row["error_pct"] is None
     assert row["reason"] == "tp_not_divide_heads"
-    assert res["unpriced_runs"] == 1 and res["mean_abs_error_pct"] is None
+    assert res["unpriced_runs"] == 1 and res["mean_abs_error_pct"] == pytest.approx(abs(res["rows"][1]["error_pct"]))
+    # alone, it leaves nothing to average: the file is refused
+    assert main(["validate", str(_write(tmp_path, rows[:1], "alone.csv")), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected at least one run the model can price, got '1 run(s), none priced " \
+        "(22B-tp6: tp_not_divide_heads)'" in err
 
 
 def test_measured_memory_is_compared(tmp_path):
