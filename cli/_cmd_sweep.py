@@ -158,19 +158,29 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 def search_request(args: argparse.Namespace, kind: str) -> dict:
     """What a `plansweep search mcmc|tpe|gradient --out` asks: the identity of its run (run.json), with the
     searcher's options (search._options) recorded whole beside the run's budget."""
-    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1),
-                                  "part_rows": number(args.part_rows, "--part-rows", int, 1)}
-    if kind == "mcmc":
-        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
-    else:
+    from search._base import MAX_BUDGET
+
+    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1, MAX_BUDGET),
+                                  **run_dir_options(args, kind)}
+    batch = number(args.batch, "--batch", int, 1)  # checked for every searcher, recorded where it is used
+    if kind != "mcmc":
         if getattr(args, "storage", None):
             raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)", args.storage)
-        options["batch"] = number(args.batch, "--batch", int, 1)
+        options["batch"] = batch
     options.update(options_from_args(args.options, args).to_json())
     studies = build_studies(args, search=True)
     options.update(objective_options(args))
     return {"command": f"search {kind}", "searcher": kind, "seed": number(args.seed, "--seed", int, low=0),
             "argv": sys.argv[1:], "options": options, "studies": studies}
+
+
+def run_dir_options(args: argparse.Namespace, kind: str) -> dict:
+    """The flags of a run into a directory, checked with or without --out: --part-rows and, for MCMC,
+    --checkpoint-every (run.json's options of that name)."""
+    options: dict[str, object] = {"part_rows": number(args.part_rows, "--part-rows", int, 1)}
+    if kind == "mcmc":
+        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
+    return options
 
 
 def objective_options(args: argparse.Namespace) -> dict:

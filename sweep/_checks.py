@@ -152,7 +152,9 @@ def check_run_info(info: object, path: str) -> dict:
         except InputError as exc:
             raise InputError(path, f"options.keep as {exc.expected}", shown(exc.got)) from None
     else:
-        need_int(opts, "budget", path, "options.", low=1)
+        from search._base import MAX_BUDGET
+
+        need_int(opts, "budget", path, "options.", low=1, high=MAX_BUDGET)
         need_int(opts, "checkpoint_every" if searcher == "mcmc" else "batch", path, "options.", low=1)
         if "part_rows" in opts:  # recorded since a part holds several checkpoints' rows; a part per checkpoint before
             need_int(opts, "part_rows", path, "options.", low=1)
