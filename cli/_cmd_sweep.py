@@ -99,6 +99,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     from cli._space_args import space_from_args
     from cli._specs import cluster_words, int_list
     from costmodel import HeteroCluster
+    from sweep._grid import check_grid_size
     from sweep._rundir import study_request
 
     words = cluster_words(args.cluster)
@@ -126,6 +127,8 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
                     space = (hetero_space_from_args(one, model, cluster,
                                                     HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
                              if hetero else space_from_args(one, model, cluster))
+                    if not search:  # a grid too large to sweep is refused before its run directory is made
+                        check_grid_size(space, f"{model.name} on {cluster.name}")
                     studies.append(study_request(model, cluster, space))
     return studies
 
@@ -231,7 +234,6 @@ def grid_request(args: argparse.Namespace) -> dict:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from sweep._grid import check_grid_size
     from sweep._rundir import RunDir
 
     check_runtime(args)
@@ -240,8 +242,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     with rd:
         if resumed and rd.info.get("costing") != request["costing"]:  # the prices given last are the run's
             rd.set_costing(request["costing"])
-        for s in rd.studies():
-            check_grid_size(s)
         return execute(rd, args, resumed=resumed)
 
 

@@ -313,3 +313,9 @@ def test_the_largest_budget_runs(searcher, capsys):
     doc = _search(searcher, TWO_FIT, capsys, "--budget", "1000000000000", "--screen", "0")
     assert (doc["space_size"], doc["evaluations"], doc["feasible"]) == (2, 2, 2)
 
+
+def test_a_grid_too_large_to_sweep_leaves_no_run_directory(tmp_path, capsys):
+    code, _, err = _cli(["sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "partition", "--out",
+                         str(tmp_path / "run"), "--in-process", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "grid rows for a sweep" in err, err
+    assert not (tmp_path / "run").exists()
