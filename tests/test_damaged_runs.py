@@ -108,15 +108,34 @@ def test_tpe_part_written_but_not_told_and_truncated_is_rebuilt_then_told(refere
     assert same_rows_as(run, reference["tpe"])
 
 
-def test_damaged_part_without_its_record_is_named_with_both(reference, tmp_path):
+@pytest.mark.parametrize("kind", KINDS[1:])
+@pytest.mark.parametrize("record_damage", ["removed", "all records removed", "truncated"])
+def test_damaged_part_without_its_record_is_named_and_nothing_moves(reference, tmp_path, kind, record_damage):
+    # The resume is refused before any part is moved to quarantine/: the directory stays as it was.
+    run = copy(reference, kind, tmp_path)
+    victim = parts(run, kind)[1]
+    record = os.path.join(run, "state", "asked", kind, os.path.basename(victim).replace(".parquet", ".npz"))
+    if record_damage == "removed":
+        os.unlink(record)
+    elif record_damage == "all records removed":
+        shutil.rmtree(os.path.join(run, "state", "asked"))
+    else:
+        truncate(record)
+    truncate(victim)
+    before = files(run)
+    r = main("resume", run, *QUIET)
+    one_line(r, victim if record_damage != "truncated" else "a damaged file", record)
+    assert files(run) == before and not os.path.exists(os.path.join(run, "quarantine"))
+
+
+def test_part_whose_pages_do_not_read_without_its_record_moves_nothing(reference, tmp_path):
     run = copy(reference, "mcmc", tmp_path)
     victim = parts(run, "mcmc")[2]
-    record = os.path.join(run, "state", "asked", "mcmc", os.path.basename(victim).replace(".parquet", ".npz"))
-    os.unlink(record)
-    truncate(victim)
-    r = main("resume", run, *QUIET)
-    one_line(r, victim, record)
-    assert os.path.exists(os.path.join(run, "quarantine", os.path.relpath(victim, run)))  # aside, not lost
+    flip_a_page(victim, "tokens_per_s")
+    os.unlink(os.path.join(run, "state", "asked", "mcmc", os.path.basename(victim).replace(".parquet", ".npz")))
+    before = files(run)
+    one_line(main("resume", run, *QUIET), victim, "pages that do not read")
+    assert files(run) == before and not os.path.exists(os.path.join(run, "quarantine"))
 
 
 def test_quarantine_never_overwrites(reference, tmp_path):
