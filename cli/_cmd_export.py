@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
     profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
     if args.run:
+        from sweep._rundir import check_outside_run
+
+        check_outside_run(args.out, "--out", args.run)
         given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS, "recompute_modules")
                  if getattr(args, f, None) is not None]
         if given:

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cli._cmd_show import read_run
+    from sweep._rundir import check_outside_run
 
+    check_outside_run(args.out, "--out", args.run_dir)  # (the default, RUN_DIR/plots, is outside them)
     return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
 
 

@@ -294,6 +294,23 @@ def _describe(info: dict) -> str:
     return f"{info.get('command')} of {studies}, seed {info.get('seed')}"
 
 
+def check_outside_run(path: str | None, flag: str, run_dir: str) -> None:
+    """InputError naming ``flag`` where the output ``path`` is the run's run.json or lies under its
+    results/, state/ or quarantine/ (symlinks and relative paths resolved): a command reading
+    ``run_dir`` never writes over it. A run given as a URI other than file:// is not checked."""
+    from sweep._heal import QUARANTINE
+
+    if path is None or ("://" in run_dir and not run_dir.startswith("file://")):
+        return
+    base = os.path.realpath(run_dir.removeprefix("file://"))
+    target = os.path.realpath(path)
+    for name in (RUN_JSON, RESULTS, STATE, QUARANTINE):
+        own = os.path.join(base, name)
+        if target == own or target.startswith(own + os.sep):
+            raise InputError(flag, f"a path outside the run's {RUN_JSON}, {RESULTS}/, {STATE}/ and {QUARANTINE}/ "
+                             "(the run being read)", Shown(f"{path} ({own if name == RUN_JSON else own + '/'})"))
+
+
 def _unwritable(path: str, exc: OSError) -> InputError:
     where = getattr(exc, "filename", None) or path
     return InputError("RUN_DIR", "a run directory this user can write", Shown(

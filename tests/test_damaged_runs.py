@@ -225,6 +225,30 @@ def test_every_part_damaged_is_one_line(reference, tmp_path):
         one_line(r, "no Parquet footer")
 
 
+# ---- outputs over the run being read -----------------------------------------------------------
+OVER_THE_RUN = [  # (the command, {run}: the run directory, {part}: its first part, {link}: a link to run.json)
+    (["show", "{run}", "--trace", "{run}/run.json"], "--trace"),
+    (["show", "{run}", "--trace", "{link}"], "--trace"),
+    (["show", "{run}", "--timeline", "{run}/results/searcher=grid/figure.png"], "--timeline"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{run}/run.json"], "--out"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{part}"], "--out"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{run}/state/lock"], "--out"),
+    (["plot", "{run}", "--out", "{run}/results"], "--out"),
+]
+
+
+@pytest.mark.parametrize(("argv", "flag"), OVER_THE_RUN)
+def test_outputs_over_the_run_being_read_are_refused(reference, tmp_path, argv, flag):
+    # Before, show --trace RUN/run.json and export --out over a part wrote over the run they read, and exited 0.
+    run = copy(reference, "grid", tmp_path)
+    link = tmp_path / "link.json"
+    link.symlink_to(os.path.join(run, "run.json"))
+    words = [w.format(run=run, part=parts(run, "grid")[0], link=link) for w in argv]
+    before = files(run)
+    one_line(main(*words), flag, "a path outside the run's run.json, results/, state/")
+    assert files(run) == before
+
+
 # ---- run.json --------------------------------------------------------------------------------
 def test_binary_run_json_is_one_line(reference, tmp_path):
     run = copy(reference, "mcmc", tmp_path)
