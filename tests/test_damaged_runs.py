@@ -205,6 +205,42 @@ def test_part_whose_pages_do_not_read_is_skipped_by_show_and_recomputed_by_resum
     assert rows(run).equals(rows(reference[kind]))
 
 
+EXPORT = ["export", "--framework", "megatron-core"]
+
+
+@pytest.mark.parametrize("damage", ["pages", "truncated", "wrong schema"])
+def test_export_skips_a_damaged_part_as_show_does(reference, tmp_path, damage):
+    # Before, a part whose pages do not read killed export with a traceback (OSError: ZSTD decompression failed).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = copy(reference, "grid", tmp_path)
+    victim = parts(run, "grid")[0]
+    if damage == "pages":
+        flip_a_page(victim, "tokens_per_s")
+    elif damage == "truncated":
+        truncate(victim)
+    else:
+        pq.write_table(pa.table({"tp": [1, 2], "tokens_per_s": [1.0, 2.0]}), victim)
+    rel = os.path.relpath(victim, run)
+    before = files(run)
+    r = main(*EXPORT, "--run", run)
+    assert r.code == 0 and len(r.lines) == 1 and rel in r.err and "skipped 1 damaged Parquet part" in r.err, r.err
+    assert "--tensor-model-parallel-size" in r.out
+    shown = main("show", run, "--top", "1")
+    assert shown.lines == [line.replace("plansweep export", "plansweep show") for line in r.lines]
+    one_line(main(*EXPORT, "--run", run, "--rank", "100000"), "--rank", rel)  # the damaged part named
+    assert files(run) == before
+
+
+@pytest.mark.parametrize(("flags", "flag"), [(["--model", "llama3-8b"], "--model"),
+                                             (["--cluster", "h100x64"], "--cluster"),
+                                             (["--hardware", "fitted.json"], "--hardware")])
+def test_export_refuses_flags_its_run_makes_meaningless(reference, tmp_path, flags, flag):
+    # Before, --model or --cluster naming another study than the run's exported the run's plan, with exit 0.
+    one_line(main(*EXPORT, "--run", reference["grid"], *flags), flag)
+
+
 def test_show_by_uri_skips_a_damaged_part_and_moves_nothing(reference, tmp_path):
     run = copy(reference, "tpe", tmp_path)
     truncate(parts(run, "tpe")[0])
