@@ -161,6 +161,7 @@ class RunDir:
         why = incompatibility(info["versions"])
         if why:
             raise InputError("RUN_DIR", "a run written by a compatible plansweep", f"{path}: written with {why}")
+        _check_folders(path, info["searcher"])
         try:
             os.makedirs(os.path.join(path, STATE), exist_ok=True)
         except OSError as exc:
@@ -309,6 +310,19 @@ def check_outside_run(path: str | None, flag: str, run_dir: str) -> None:
         if target == own or target.startswith(own + os.sep):
             raise InputError(flag, f"a path outside the run's {RUN_JSON}, {RESULTS}/, {STATE}/ and {QUARANTINE}/ "
                              "(the run being read)", Shown(f"{path} ({own if name == RUN_JSON else own + '/'})"))
+
+
+def _check_folders(path: str, searcher: str) -> None:
+    """The folders a resume writes in (results/, state/, their searcher's folders, quarantine/) are
+    folders where they exist (absent, each is made again): a file in their place is refused before
+    anything is read or written."""
+    from sweep._heal import ASKED, QUARANTINE
+
+    for name in (RESULTS, STATE, os.path.join(RESULTS, f"searcher={searcher}"), os.path.join(STATE, ASKED),
+                 os.path.join(STATE, ASKED, searcher), QUARANTINE):
+        folder = os.path.join(path, name)
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise InputError("RUN_DIR", f"a run directory whose {name}/ is a folder", Shown(f"{folder}: a file"))
 
 
 def _unwritable(path: str, exc: OSError) -> InputError:

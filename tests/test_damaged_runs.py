@@ -373,6 +373,23 @@ def test_state_that_disagrees_with_the_parts_is_one_line(reference, tmp_path):
     one_line(main("resume", run, *QUIET), path, "evaluations")
 
 
+# ---- a file where the run has a folder -------------------------------------------------------
+@pytest.mark.parametrize(("kind", "folder"), [("grid", "results"), ("mcmc", "results"), ("tpe", "state"),
+                                              ("grid", "results/searcher=grid"), ("gradient", "state/asked"),
+                                              ("mcmc", "state/asked/mcmc"), ("tpe", "quarantine")])
+def test_a_file_in_place_of_a_folder_is_one_line(reference, tmp_path, kind, folder):
+    # Before, results/ as a file ended the resume in a NotADirectoryError traceback.
+    run = copy(reference, kind, tmp_path)
+    where = os.path.join(run, folder)
+    if os.path.isdir(where):
+        shutil.rmtree(where)
+    with open(where, "w") as f:
+        f.write("not a folder")
+    before = files(run)
+    one_line(main("resume", run, *QUIET), where, f"{folder}/ is a folder")
+    assert files(run) == before
+
+
 # ---- a directory the user cannot write -------------------------------------------------------
 def test_lock_that_cannot_be_opened_is_one_line(reference, tmp_path):
     run = copy(reference, "grid", tmp_path)
