@@ -305,6 +305,14 @@ WRONG_TYPES = [  # (run, the key changed, its new value, words of the line)
     ("grid", ("options", "unit_rows"), -3, "options.unit_rows as an integer in"),
     ("grid", ("studies", 0, "model"), [], "studies[0].model as an object"),
     ("mcmc", ("run_id",), None, "run_id as a string"),
+    ("grid", ("studies",), [], "studies as a list of at least one study"),
+    ("mcmc", ("studies",), [], "studies as a list of at least one study"),
+    ("grid", ("command",), "bogus", "command as 'sweep'"),
+    ("tpe", ("command",), "sweep", "command as 'search tpe'"),
+    ("grid", ("costing",), "x", "costing as an object"),
+    ("grid", ("costing", "train_tokens"), -5, "costing.train_tokens as a number of tokens > 0"),
+    ("grid", ("costing", "gpu_hour_usd"), {"H100-SXM5-80GB": -3}, "costing.gpu_hour_usd as a string or null"),
+    ("grid", ("costing", "gpu_hour_usd"), "h100=-3", "costing.gpu_hour_usd as comma-separated GPU=USD pairs"),
 ]
 
 
@@ -321,6 +329,26 @@ def test_wrong_typed_run_json_is_one_line(reference, tmp_path, kind, key, value,
     before = files(run)
     one_line(main("resume", run, *QUIET), path, words)
     assert files(run) == before
+
+
+@pytest.mark.parametrize("damage", ["a trace written over it", "versions deleted", "costing.train_tokens -5"])
+def test_show_and_plot_refuse_a_run_json_that_is_not_the_runs(reference, tmp_path, damage):
+    # Before, show and plot read a run.json without versions (another JSON file written over it) as a run's.
+    run = copy(reference, "grid", tmp_path)
+    path = os.path.join(run, "run.json")
+    info = json.load(open(path))
+    if damage == "a trace written over it":
+        info = {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 0}], "displayTimeUnit": "ms"}
+    elif damage == "versions deleted":
+        del info["versions"]
+    else:
+        info["costing"]["train_tokens"] = -5
+    json.dump(info, open(path, "w"))
+    before = files(run)
+    words = "costing.train_tokens" if damage.startswith("costing") else "an entry 'versions'"
+    for cmd in (["show", run], ["show", run, "--by", "problem"], ["plot", run, "--out", str(tmp_path / "png")]):
+        one_line(main(*cmd), path, words)
+    assert files(run) == before and not os.path.exists(tmp_path / "png")
 
 
 def test_run_json_studies_a_spec_cannot_be_built_from_are_one_line(reference, tmp_path):
