@@ -188,18 +188,21 @@ def run_dir_options(args: argparse.Namespace, kind: str) -> dict:
 
 def objective_options(args: argparse.Namespace) -> dict:
     """run.json's objective and failure model for a run by goodput; nothing for one by raw throughput
-    (so such runs keep the run.json they always had)."""
+    (so such runs keep the run.json they always had). The failure flags are checked either way, as
+    rank and a search without --out check them."""
+    from cli._cmd_evaluate import failure_from_args
+
+    failure = failure_from_args(args)
     if args.objective == "tokens_per_s":
         return {}
     import dataclasses
 
-    from cli._cmd_evaluate import failure_from_args
     from cli._cmd_rank import check_objective
     from cli._specs import cluster_words
 
     for c in cluster_words(args.cluster):
         check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
-    return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
+    return {"objective": args.objective, "failure": dataclasses.asdict(failure)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:
