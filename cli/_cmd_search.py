@@ -89,7 +89,7 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
     """--model/--cluster/--hardware, the space options, --budget, --seed, --batch, --top, --json."""
     add_spec_args(p)
     p.add_argument("--budget", metavar="N", default=str(DEFAULT_BUDGET),
-                   help=f"evaluations at most (default {DEFAULT_BUDGET:,}; at most {MAX_BUDGET:,})")
+                   help=f"evaluations at most (default {DEFAULT_BUDGET:,}; up to {MAX_BUDGET:,})")
     p.add_argument("--seed", metavar="S", default="0", help="random seed (default 0)")
     p.add_argument("--batch", metavar="N", default=str(batch), help=f"rows per ask (default {batch})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
