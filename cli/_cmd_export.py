@@ -60,35 +60,55 @@ def register(sub) -> None:
 def _from_run(args, target: str):
     """(model, cluster, StrategyTable, the row's framework) of the args.rank-th best row of the run args.run among the
     rows whose framework launches as ``target`` does (EXPORT_FORMAT); of every row where none does (framework None:
-    priced under ``target``)."""
+    priced under ``target``). Parts whose footer or pages do not read are left out and named, as show does."""
     from sweep._results import STRATEGY_COLUMNS
     from sweep._rundir import cluster_from_dict, model_from_dict
-    from sweep._runview import best_rows, open_run
+    from sweep._runview import best_rows, read_view
 
     rank = 1 if args.rank is None else args.rank
     if rank < 1:
         raise InputError("--rank", "an integer >= 1", rank)
-    studies = open_run(args.run).studies()
-    if len(studies) > 1:
-        wanted = [s for s in studies if (args.model is None or s.model.get("name") == args.model)
-                  and (args.cluster is None or s.cluster.get("name") == args.cluster)]
-        if len(wanted) != 1:
-            raise InputError("--model/--cluster", "the names of one study of the run: "
-                             + "; ".join(s.name for s in studies), f"{args.model} on {args.cluster}")
-        studies = wanted
-    study = studies[0]
-    if "pools" in study.cluster:
-        raise InputError("--run", "a run on a homogeneous cluster (placement plans have per-stage pools)", args.run)
-    if args.seq_len is not None:
-        raise InputError("--seq-len", "no --seq-len beside --run (the plan is priced on the run's model)", args.seq_len)
-    launched = [f for f in study.frameworks() if EXPORT_FORMAT.get(f) == EXPORT_FORMAT[target]]
-    rows = best_rows(study.of_frameworks(launched) if launched else study, rank).to_pylist()
+    for flag, value, why in (("--seq-len", args.seq_len, "the plan is priced on the run's model"),
+                             ("--hardware", args.hardware, "the plan is priced on the run's cluster")):
+        if value is not None:
+            raise InputError(flag, f"no {flag} beside --run ({why})", value)
+
+    def best(view):
+        study = _run_study(view, args)
+        launched = [f for f in study.frameworks() if EXPORT_FORMAT.get(f) == EXPORT_FORMAT[target]]
+        return study, launched, best_rows(study.of_frameworks(launched) if launched else study, rank).to_pylist(), view
+
+    study, launched, rows, view = read_view(args.run, best)
+    skipped = view.skipped_line()
     if len(rows) < rank:
-        raise InputError("--rank", f"at most the run's {len(rows)} distinct feasible plans", rank)
+        raise InputError("--rank", f"at most the run's {len(rows)} distinct feasible plans"
+                         + (f" ({skipped})" if skipped else ""), rank)
+    if skipped:
+        print(f"plansweep export: {skipped}", file=sys.stderr)
     row = rows[rank - 1]
     data = {k: row[k] for k in STRATEGY_COLUMNS if row.get(k) is not None}
     return model_from_dict(dict(study.model)), cluster_from_dict(dict(study.cluster)), strategy_from_mapping(
         data, "--run"), row.get("framework") if launched else None
+
+
+def _run_study(view, args):
+    """The study of the run whose plan is exported: the one the run holds, or among several the one --model and
+    --cluster name; a --model or --cluster that names no study of the run is refused (the plan is the run's)."""
+    studies = view.studies()
+    wanted = [s for s in studies if (args.model is None or s.model.get("name") == args.model)
+              and (args.cluster is None or s.cluster.get("name") == args.cluster)]
+    if len(wanted) != 1:
+        names = "; ".join(s.name for s in studies)
+        if len(studies) > 1:
+            raise InputError("--model/--cluster", "the names of one study of the run: " + names,
+                             f"{args.model} on {args.cluster}")
+        flag, value = ("--model", args.model) if args.model is not None and args.model != studies[0].model.get(
+            "name") else ("--cluster", args.cluster)
+        raise InputError(flag, f"the run's own {flag[2:]} or none (the plan is the run's row, of {names})", value)
+    study = wanted[0]
+    if "pools" in study.cluster:
+        raise InputError("--run", "a run on a homogeneous cluster (placement plans have per-stage pools)", args.run)
+    return study
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_file_path("--out", args.out)
     if args.run:
+        from sweep._rundir import check_outside_run
+
+        check_outside_run(args.out, "--out", args.run)
         given = [f for f in ("strategy", "stage_layers", *PLAN_KEYS, "recompute_modules")
                  if getattr(args, f, None) is not None]
         if given:

@@ -36,10 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from cli._cmd_show import read_run
     from cli._costing import check_costing_args
+    from sweep._rundir import check_outside_run
 
     check_costing_args(args)
     if args.out is not None and not args.out:
         raise InputError("--out", "a folder for the PNGs", args.out)
+    check_outside_run(args.out, "--out", args.run_dir)  # (the default, RUN_DIR/plots, is outside them)
     return read_run(args.run_dir, "plot", lambda view: _plot(args, view))
 
 

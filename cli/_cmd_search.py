@@ -16,7 +16,7 @@ from cli import COMMAND_HELP, print_json
 from cli._cmd_evaluate import add_spec_args, failure_from_args
 from cli._cmd_rank import add_objective_args, check_objective, goodput_lines
 from cli._cmd_show import format_priced
-from cli._cmd_sweep import add_search_run_args, run_search_in_dir
+from cli._cmd_sweep import add_search_run_args, run_dir_options, run_search_in_dir
 from cli._space_args import add_space_args, space_from_args
 from cli._specs import add_options, load_cluster, load_model, number, options_from_args
 from costmodel import (
@@ -31,7 +31,7 @@ from costmodel import (
     stage_rows,
 )
 from search import PiperPlan, RandomSearcher, Searcher, load_piper_graph, objective, solve_piper
-from search._base import OBJECTIVE_COLUMN
+from search._base import MAX_BUDGET, OBJECTIVE_COLUMN
 from search._options import GradientOptions, GridOptions, MCMCOptions, PiperOptions, TPEOptions
 from search._refine import objective_score
 
@@ -89,7 +89,7 @@ def add_search_args(p: argparse.ArgumentParser, *, batch: int = ASK_BATCH) -> No
     """--model/--cluster/--hardware, the space options, --budget, --seed, --batch, --top, --json."""
     add_spec_args(p)
     p.add_argument("--budget", metavar="N", default=str(DEFAULT_BUDGET),
-                   help=f"evaluations at most (default {DEFAULT_BUDGET:,})")
+                   help=f"evaluations at most (default {DEFAULT_BUDGET:,}; up to {MAX_BUDGET:,})")
     p.add_argument("--seed", metavar="S", default="0", help="random seed (default 0)")
     p.add_argument("--batch", metavar="N", default=str(batch), help=f"rows per ask (default {batch})")
     p.add_argument("--top", metavar="K", default="10", help="best strategies to print (default 10)")
@@ -198,10 +198,12 @@ def _make(args, options, space, seed: int, budget: int | None = None):
 def _run_space_searcher(args: argparse.Namespace) -> int:
     if getattr(args, "out", None) is not None:  # a resumable run on Ray (cli/_cmd_sweep.py)
         return run_search_in_dir(args, args.searcher)
+    if hasattr(args, "part_rows"):  # the flags of a run into a directory: checked without one too
+        run_dir_options(args, args.searcher)
     options = None if args.options is None else options_from_args(args.options, args)
     model = load_model(args.model, args.seq_len)
     cluster = load_cluster(args.cluster, args.hardware)
-    budget = number(args.budget, "--budget", int, 1)
+    budget = number(args.budget, "--budget", int, 1, MAX_BUDGET)
     batch = number(args.batch, "--batch", int, 1)
     top = number(args.top, "--top", int, 1)
     seed = number(args.seed, "--seed", int, low=0)

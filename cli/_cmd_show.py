@@ -316,6 +316,10 @@ def run(args: argparse.Namespace) -> int:
     k = number(args.top, "--top", int, 1)
     if _timeline.wanted(args):
         _timeline.check_paths(args)
+        from sweep._rundir import check_outside_run
+
+        for flag in ("timeline", "trace"):
+            check_outside_run(getattr(args, flag), f"--{flag}", args.run_dir)
         rank = 1 if args.rank is None else number(args.rank, "--rank", int, 1)
         return read_run(args.run_dir, "show", lambda view: _draw_ranked(args, rank, view))
     if args.rank is not None:

@@ -100,6 +100,7 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
     from cli._space_args import space_from_args
     from cli._specs import cluster_words, int_list
     from costmodel import HeteroCluster
+    from sweep._grid import check_grid_size
     from sweep._rundir import study_request
 
     words = cluster_words(args.cluster)
@@ -127,6 +128,8 @@ def build_studies(args: argparse.Namespace, *, search: bool = False) -> list[dic
                     space = (hetero_space_from_args(one, model, cluster,
                                                     HETERO_DEFAULTS if search else SWEEP_HETERO_DEFAULTS)
                              if hetero else space_from_args(one, model, cluster))
+                    if not search:  # a grid too large to sweep is refused before its run directory is made
+                        check_grid_size(space, f"{model.name} on {cluster.name}")
                     studies.append(study_request(model, cluster, space))
     return studies
 
@@ -159,14 +162,15 @@ def run_search_in_dir(args: argparse.Namespace, kind: str) -> int:
 def search_request(args: argparse.Namespace, kind: str) -> dict:
     """What a `plansweep search mcmc|tpe|gradient --out` asks: the identity of its run (run.json), with the
     searcher's options (search._options) recorded whole beside the run's budget."""
-    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1),
-                                  "part_rows": number(args.part_rows, "--part-rows", int, 1)}
-    if kind == "mcmc":
-        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
-    else:
+    from search._base import MAX_BUDGET
+
+    options: dict[str, object] = {"budget": number(args.budget, "--budget", int, 1, MAX_BUDGET),
+                                  **run_dir_options(args, kind)}
+    batch = number(args.batch, "--batch", int, 1)  # checked for every searcher, recorded where it is used
+    if kind != "mcmc":
         if getattr(args, "storage", None):
             raise InputError("--storage", "no --storage with --out (the journal lives in RUN_DIR/state)", args.storage)
-        options["batch"] = number(args.batch, "--batch", int, 1)
+        options["batch"] = batch
     options.update(options_from_args(args.options, args).to_json())
     studies = build_studies(args, search=True)
     options.update(objective_options(args))
@@ -174,20 +178,32 @@ def search_request(args: argparse.Namespace, kind: str) -> dict:
             "argv": sys.argv[1:], "options": options, "studies": studies}
 
 
+def run_dir_options(args: argparse.Namespace, kind: str) -> dict:
+    """The flags of a run into a directory, checked with or without --out: --part-rows and, for MCMC,
+    --checkpoint-every (run.json's options of that name)."""
+    options: dict[str, object] = {"part_rows": number(args.part_rows, "--part-rows", int, 1)}
+    if kind == "mcmc":
+        options["checkpoint_every"] = number(args.checkpoint_every, "--checkpoint-every", int, 1)
+    return options
+
+
 def objective_options(args: argparse.Namespace) -> dict:
     """run.json's objective and failure model for a run by goodput; nothing for one by raw throughput
-    (so such runs keep the run.json they always had)."""
+    (so such runs keep the run.json they always had). The failure flags are checked either way, as
+    rank and a search without --out check them."""
+    from cli._cmd_evaluate import failure_from_args
+
+    failure = failure_from_args(args)
     if args.objective == "tokens_per_s":
         return {}
     import dataclasses
 
-    from cli._cmd_evaluate import failure_from_args
     from cli._cmd_rank import check_objective
     from cli._specs import cluster_words
 
     for c in cluster_words(args.cluster):
         check_objective(args.objective, load_cluster(c, getattr(args, "hardware", None)))
-    return {"objective": args.objective, "failure": dataclasses.asdict(failure_from_args(args))}
+    return {"objective": args.objective, "failure": dataclasses.asdict(failure)}
 
 
 def check_runtime(args: argparse.Namespace) -> None:
@@ -222,7 +238,6 @@ def grid_request(args: argparse.Namespace) -> dict:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from sweep._grid import check_grid_size
     from sweep._rundir import RunDir
 
     check_runtime(args)
@@ -231,8 +246,6 @@ def run_sweep(args: argparse.Namespace) -> int:
     with rd:
         if resumed and rd.info.get("costing") != request["costing"]:  # the prices given last are the run's
             rd.set_costing(request["costing"])
-        for s in rd.studies():
-            check_grid_size(s)
         return execute(rd, args, resumed=resumed)
 
 

@@ -302,16 +302,17 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
     return InputError("strategy", "a feasible strategy", reason)
 
 
-def number(text, flag: str, kind: type, low=None):
+def number(text, flag: str, kind: type, low=None, high=None):
     """``text`` (a flag's word) as an int or float; InputError naming ``flag`` unless it is one
-    (and >= ``low`` where given)."""
+    (and >= ``low``, <= ``high`` where given)."""
     word = "an integer" if kind is int else "a number"
     try:
         value = kind(text)
     except (TypeError, ValueError):
         raise InputError(flag, word, text) from None
-    if low is not None and not value >= low:
-        raise InputError(flag, f"{word} >= {low}", value)
+    span = f" >= {low}" if high is None else f" <= {high:,}" if low is None else f" from {low} to {high:,}"
+    if (low is not None and not value >= low) or (high is not None and not value <= high):
+        raise InputError(flag, word + span, value)
     return value
 
 
@@ -332,8 +333,10 @@ def add_options(p, options_class) -> None:
     """One flag per field of a searcher's options dataclass (search._options), its default in the help."""
     for f in dataclasses.fields(options_class):
         default = "" if f.default is None else f" (default {f.default})"
+        low, high = f.metadata["low"], f.metadata.get("high")
+        bound = "" if high is None or (low, high) == (0, 1) else f"; at most {high:,.0f}"
         p.add_argument(_flag(f), dest=f.name, metavar="N" if f.metadata["kind"] is int else "X", default=None,
-                       help=f.metadata["help"] + default)
+                       help=f.metadata["help"] + bound + default)
 
 
 def options_from_args(options_class, args):

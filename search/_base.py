@@ -19,6 +19,9 @@ import numpy as np
 from costmodel import InputError, Metrics, StrategyTable
 
 INT64_LIMIT = 1 << 63
+# Evaluations one search may be given at most: beyond any run (twelve days at a million a second),
+# and small enough for every count derived from it to stay an int64.
+MAX_BUDGET = 10**12
 
 
 class SearchSpace(abc.ABC):

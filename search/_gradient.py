@@ -86,7 +86,7 @@ import numpy as np
 
 from costmodel import InputError, Metrics, StrategyTable
 from search._base import Searcher, SearchSpace, check_int, soft_cost
-from search._local import late_evaluations, polish_batch, sample_left, single_changes, walk_digits
+from search._local import late_evaluations, polish_batch, sample_left, sample_size, single_changes, walk_digits
 from search._local import start_sample as draw_start_sample
 from search._memo import Memo, hbm_of, keys_from_plain, keys_to_plain, match_rows, point_keys, stage_width, told_values
 from search._screen import listed_or_done, points_to_walk, screen_searcher
@@ -531,15 +531,15 @@ def auto_schedule(budget: int | None, polish: float, temperature: float, min_tem
                   start_share: float = 0.0) -> tuple[int, float]:
     """(samples, cooling) for ``samples`` and ``cooling`` None: DEFAULT_SAMPLES and DEFAULT_COOLING
     without a budget; with one, the gradient phase's G = budget - search._local.late_evaluations(budget,
-    polish) - round(start_share x budget) evaluations (the late phase's and the start sample's taken off)
+    polish) - sample_size(budget, start_share) evaluations (the late phase's and the start sample's taken off)
     are about sqrt(G) draws a step (between MIN_SAMPLES and DEFAULT_SAMPLES; with no start sample a
     budget of 34, G 7, runs 2 steps of 4; one of 330, G 165, 13 steps of 13; with 0.2 of 330, G 99, 10 of
     10), and the temperature falls from ``temperature`` to ``min_temperature`` over those G / samples
-    steps. (Where the sample is not drawn, K = round(start_share x budget) <= samples, the steps take
+    steps. (Where the sample is not drawn, K = sample_size(budget, start_share) <= samples, the steps take
     those K evaluations too.)"""
     if budget is None:
         return DEFAULT_SAMPLES, DEFAULT_COOLING
-    g = max(budget - late_evaluations(budget, polish) - round(start_share * budget), 1)
+    g = max(budget - late_evaluations(budget, polish) - sample_size(budget, start_share), 1)
     samples = int(min(max(round(np.sqrt(g)), MIN_SAMPLES), DEFAULT_SAMPLES))
     steps = max(g / samples, 1.0)
     return samples, float(min(1.0, (min_temperature / temperature) ** (1.0 / steps)))

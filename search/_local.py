@@ -39,6 +39,9 @@ MIX_PEAKS = 2
 # chosen on draw seed 1 (BENCHMARKS.md, "Search quality on drawn problems").
 LATE_POINTS = 64
 LATE_MAX_SHARE = 0.8
+# A start sample holds at most this many points (4x as many candidates are drawn for it): a share of a
+# budget of millions of evaluations would otherwise be drawn, held and deduplicated in one array.
+SAMPLE_MAX_POINTS = 200_000
 
 
 def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +176,7 @@ def peak_neighbours(space, digits: np.ndarray, cost: np.ndarray, known, n: int, 
 
 def start_sample(space, budget: int | None, share: float, *, seed: int, stream: int,
                  starts: np.ndarray | None = None, more_than: int = 0) -> np.ndarray | None:
-    """(K, D) distinct points a searcher evaluates first, K = round(``share`` x budget): ``starts`` (its
+    """(K, D) distinct points a searcher evaluates first, K = sample_size(budget, share): ``starts`` (its
     own named starts, (S, D), where it has some), then uniformly random points of the walk
     (space.random_digits: the points that fit on a screened space), drawn from
     np.random.default_rng([seed, stream]). None without a budget or grid keys, or where K is not more
@@ -181,7 +184,7 @@ def start_sample(space, budget: int | None, share: float, *, seed: int, stream: 
     same sample, and the points of it not told yet are those its memo lacks (sample_left)."""
     if budget is None or share <= 0 or space.strides is None:
         return None
-    k = round(share * budget)
+    k = sample_size(budget, share)
     if k <= more_than:
         return None
     rng = np.random.default_rng([seed, stream])
@@ -191,6 +194,11 @@ def start_sample(space, budget: int | None, share: float, *, seed: int, stream: 
         cand = np.concatenate([starts.reshape(len(starts), cand.shape[1]), cand])
     _, first = np.unique(point_keys(space, cand), return_index=True)
     return cand[np.sort(first)[:k]]
+
+
+def sample_size(budget: int, share: float) -> int:
+    """Points of a budget's start sample: round(``share`` x budget), at most SAMPLE_MAX_POINTS."""
+    return min(round(share * budget), SAMPLE_MAX_POINTS)
 
 
 def sample_left(space, sample: np.ndarray | None, memo) -> np.ndarray | None:

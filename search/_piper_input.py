@@ -99,14 +99,17 @@ class DegreeArrays:
 
 
 def load_piper_graph(path: str | Path) -> PiperGraph:
-    """Read and validate a Piper JSON file."""
+    """Read and validate a Piper JSON file; a bad value is named by the file and its key."""
     p = Path(path)
     text = read_text(p, "FILE", "Piper JSON file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError("FILE", "valid JSON", f"{p}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return parse_piper_graph(data)
+    try:
+        return parse_piper_graph(data)
+    except InputError as exc:
+        raise InputError(f"{p} {exc.argument}", exc.expected, exc.got) from None
 
 
 def parse_piper_graph(data: object) -> PiperGraph:

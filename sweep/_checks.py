@@ -1,7 +1,8 @@
 """Checks of what a run directory holds, before anything in it is used.
 
     run.json            check_run_info (the engine's reading: every field it uses, types and
-                        ranges) or check_view_info (show and plot: the fields they use, where present)
+                        ranges) or check_view_info (show and plot: the versions, the fields they use
+                        where present)
     results/ parts      check_parts: every Parquet part's footer and schema (no data page is read),
                         against the run's result_schema; the damaged ones are named, not read
     state/*.npz         load_npz: a zip of plain arrays whose digest matches its content;
@@ -80,7 +81,7 @@ def _is_int(v) -> bool:
 
 
 KINDS = {str: "a string", dict: "an object", list: "a list", bool: "true or false", int: "an integer",
-         type(None): "null"}
+         float: "a number", type(None): "null"}
 
 
 def _typed(value, kinds: tuple[type, ...]) -> bool:
@@ -120,10 +121,13 @@ def check_run_info(info: object, path: str) -> dict:
     if not isinstance(info, dict):
         raise InputError(path, "a JSON object", Shown(f"a JSON {type(info).__name__}"))
     need(info, "run_id", (str,), path)
-    need(info, "command", (str,), path)
+    command = need(info, "command", (str,), path)
     searcher = need(info, "searcher", (str,), path)
     if searcher not in SEARCHERS:
         raise InputError(path, "searcher as one of " + ", ".join(SEARCHERS), shown(searcher))
+    wanted = "sweep" if searcher == "grid" else f"search {searcher}"
+    if command != wanted:
+        raise InputError(path, f"command as {wanted!r} (the command that runs searcher {searcher!r})", shown(command))
     need(info, "seed", (type(None),) if searcher == "grid" else (int,), path)
     need(info, "created", (str,), path, optional=True)
     argv = need(info, "argv", (list,), path, optional=True)
@@ -134,11 +138,14 @@ def check_run_info(info: object, path: str) -> dict:
     need(versions, "cost_model", (str, int), path, "versions.")
     need(versions, "run_format", (int,), path, "versions.")
     studies = need(info, "studies", (list,), path)
+    if not studies:
+        raise InputError(path, "studies as a list of at least one study", shown(studies))
     for i, s in enumerate(studies):
         if not isinstance(s, dict):
             raise InputError(path, f"studies[{i}] as an object", shown(s))
         for key in ("model", "cluster", "space"):
             need(s, key, (dict,), path, f"studies[{i}].")
+    _check_costing(info, path)
     kinds = {s["space"].get("kind") for s in studies}
     if len(kinds) > 1:
         raise InputError(path, "studies all on one kind of space", shown(sorted(map(str, kinds))))
@@ -152,7 +159,9 @@ def check_run_info(info: object, path: str) -> dict:
         except InputError as exc:
             raise InputError(path, f"options.keep as {exc.expected}", shown(exc.got)) from None
     else:
-        need_int(opts, "budget", path, "options.", low=1)
+        from search._base import MAX_BUDGET
+
+        need_int(opts, "budget", path, "options.", low=1, high=MAX_BUDGET)
         need_int(opts, "checkpoint_every" if searcher == "mcmc" else "batch", path, "options.", low=1)
         if "part_rows" in opts:  # recorded since a part holds several checkpoints' rows; a part per checkpoint before
             need_int(opts, "part_rows", path, "options.", low=1)
@@ -165,6 +174,23 @@ def check_run_info(info: object, path: str) -> dict:
             raise _rewrapped(exc, path, "options.") from None
     _check_objective(opts, path)
     return info
+
+
+def _check_costing(info: Mapping, path: str) -> None:
+    """run.json's costing where it has one (a sweep's: the training tokens, the prices given as
+    --gpu-hour-usd's words or null), checked as the flags are."""
+    from costmodel._training_cost import gpu_prices, train_tokens
+
+    costing = need(info, "costing", (dict,), path, optional=True)
+    if costing is None:
+        return
+    tokens = need(costing, "train_tokens", (int, float), path, "costing.", optional=True)
+    prices = need(costing, "gpu_hour_usd", (str, type(None)), path, "costing.", optional=True)
+    for key, check, value in (("train_tokens", train_tokens, tokens), ("gpu_hour_usd", gpu_prices, prices)):
+        try:
+            check(value)
+        except InputError as exc:
+            raise InputError(path, f"costing.{key} as {exc.expected}", shown(exc.got)) from None
 
 
 def _check_objective(opts: Mapping, path: str) -> None:
@@ -186,12 +212,16 @@ def _check_objective(opts: Mapping, path: str) -> None:
 
 
 def check_view_info(info: object, path: str) -> dict:
-    """run.json as show and plot read it: an object whose fields they use have their types
-    where present (a run written by other tools may hold less)."""
+    """run.json as show and plot read it: an object with its versions (what tells the run format),
+    the other fields they use of their types where present (a run written by other tools may hold
+    less)."""
     if not isinstance(info, dict):
         raise InputError(path, "a JSON object", Shown(f"a JSON {type(info).__name__}"))
-    for key in ("options", "versions", "model", "cluster"):
+    versions = need(info, "versions", (dict,), path)
+    need(versions, "run_format", (int,), path, "versions.")
+    for key in ("options", "model", "cluster"):
         need(info, key, (dict,), path, optional=True)
+    _check_costing(info, path)
     studies = need(info, "studies", (list,), path, optional=True) or []
     for i, s in enumerate(studies):
         if not isinstance(s, dict):

@@ -86,10 +86,11 @@ def check_unit_rows(unit_rows: int) -> int:
     return int(unit_rows)
 
 
-def check_grid_size(study: Study) -> None:
-    if int(study.space.size) > GRID_ROWS_MAX:
+def check_grid_size(space, label: str) -> None:
+    """InputError unless the grid of ``space`` (the study ``label``) is small enough to sweep."""
+    if int(space.size) > GRID_ROWS_MAX:
         raise InputError("space", f"at most {GRID_ROWS_MAX:.0e} grid rows for a sweep (use `plansweep search "
-                         "mcmc` or `tpe` beyond)", f"{int(study.space.size):.3e} rows for {study.label}")
+                         "mcmc` or `tpe` beyond)", f"{int(space.size):.3e} rows for {label}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -236,7 +237,7 @@ def run_grid(rd: RunDir, *, in_process: bool, max_in_flight: int | None, progres
     unit_rows = check_unit_rows(int(opts["unit_rows"]))
     studies = rd.studies()
     for s in studies:
-        check_grid_size(s)
+        check_grid_size(s.space, s.label)
     rd.set_damaged_parts_aside()  # their units are then planned again
     units, n_done = plan_units(rd, studies, unit_rows)
     spaces = {s.index: s.space for s in studies}

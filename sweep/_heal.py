@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from costmodel import InputError, Metrics, StrategyTable
 from costmodel._strategy import StageColumns
-from sweep._checks import PART_RE, Shown, fsync_dirs, list_parts, load_npz, save_npz, unreadable_parts
+from sweep._checks import PART_RE, Shown, fsync_dirs, load_npz, save_npz, unreadable_parts
 from sweep._results import part_name, pool_names, to_arrow, write_part
 
 QUARANTINE = "quarantine"
@@ -114,39 +114,48 @@ def quarantined(run_dir: str, part: str) -> list[str]:
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n == name or n.startswith(name + "."))
 
 
-def heal_search_parts(rd, studies, progress: Mapping[int, Mapping], *, key: str, state_file: Mapping[int, str],
-                      evaluate: Callable[[object, StrategyTable], Metrics], lead_needs_part: bool = False) -> None:
-    """Before a search continues: every part read whole (one whose pages do not read is moved to
-    quarantine/); every part the state counts (``progress[study][key]``, with its
-    ``evaluations``) present, rebuilt from its record where it was moved aside or lost; the part
-    the state may lag by (index = the count, written before a kill) rebuilt where its record is.
-    ``lead_needs_part`` (TPE): that part decides whether its batch was told, so a lead part that
-    was moved aside and has no record is refused. Refused in one line: a part missing with no
-    record, a part past the state, evaluations that are not the parts' rows."""
+def plan_search_heal(rd, studies, progress: Mapping[int, Mapping], *, key: str, state_file: Mapping[int, str],
+                     lead_needs_part: bool = False) -> list[tuple[object, str, str]]:
+    """Before a search continues, with nothing moved or written yet (a resume refused leaves the
+    directory as it was): every part read whole (one whose pages do not read joins ``rd.damaged``,
+    to be moved to quarantine/); every part the state counts (``progress[study][key]``, with its
+    ``evaluations``) sound, or its record readable to rebuild it from; the part the state may lag by
+    (index = the count, written before a kill) rebuilt where its record is. ``lead_needs_part`` (TPE):
+    that part decides whether its batch was told, so a lead part damaged or moved aside with no record
+    is refused. Refused in one line: a part missing with no record (or a damaged record), a part past
+    the state, evaluations that are not the parts' rows. Returns the parts to rebuild once the damaged
+    ones are aside (rebuild_parts): (study, record, part)."""
     searcher = rd.info["searcher"]
-    directory = rd.partition(searcher)
+    directory = os.path.join(rd.results, f"searcher={searcher}")
     # A search's parts hold its evaluations (the budget's rows, not a grid's millions): each is read
     # whole, so that a part whose footer reads but whose pages do not is rebuilt like any other.
     fs = pafs.LocalFileSystem()
-    rd.damaged = unreadable_parts(fs, [p for p in list_parts(fs, directory) if PART_RE.match(os.path.basename(p))])
-    rd.set_damaged_parts_aside()
-    present = {(int(m.group(1)), int(m.group(2))) for m in map(PART_RE.match, os.listdir(directory)) if m}
+    damaged = {os.path.normpath(p): why for p, why in rd.damaged.items()}
+    names = sorted(n for n in (os.listdir(directory) if os.path.isdir(directory) else []) if PART_RE.match(n))
+    readable = [p for p in (os.path.join(directory, n) for n in names) if os.path.normpath(p) not in damaged]
+    rd.damaged = {**rd.damaged, **unreadable_parts(fs, readable)}
+    damaged = {os.path.normpath(p) for p in rd.damaged}
+    present = {(int(m.group(1)), int(m.group(2))) for m in map(PART_RE.match, names)
+               if os.path.normpath(os.path.join(directory, m.group(0))) not in damaged}
+    rebuilds = []
     for s in studies:
         i, count, evals = s.index, int(progress[s.index][key]), int(progress[s.index]["evaluations"])
         rows = 0
         for k in range(count + 1):
             part = os.path.join(directory, part_name(i, k))
             record = record_path(rd.state, searcher, i, k)
-            if (i, k) not in present and os.path.exists(record):
-                n = rebuild_part(record, part, study=s, run_id=rd.run_id, metadata=rd.metadata(s), evaluate=evaluate)
-                present.add((i, k))
-            elif k < count and (i, k) in present:
-                n = pq.read_metadata(part).num_rows
+            if (i, k) in present:
+                n = pq.read_metadata(part).num_rows if k < count else 0
+            elif os.path.exists(record):
+                n = len(read_record(record)[1])  # a damaged record is refused here, before anything moves
+                rebuilds.append((s, record, part))
+            elif k < count or (lead_needs_part and (os.path.normpath(part) in damaged or quarantined(rd.path, part))):
+                why = next((w for p, w in rd.damaged.items() if os.path.normpath(p) == os.path.normpath(part)), None)
+                raise InputError(part, "a part of this run, or its record to recompute it from", Shown(
+                    f"neither: the part is {'absent' if why is None else 'damaged (' + why + ')'} and {record} "
+                    "is absent"))
             else:
                 n = 0
-            if (i, k) not in present and (k < count or (lead_needs_part and quarantined(rd.path, part))):
-                raise InputError(part, "a part of this run, or its record to recompute it from",
-                                 Shown(f"neither: the part is absent and so is {record}"))
             rows += n if k < count else 0
         beyond = sorted(k for j, k in present if j == i and k > count)
         if beyond:
@@ -155,3 +164,13 @@ def heal_search_parts(rd, studies, progress: Mapping[int, Mapping], *, key: str,
         if rows != evals:
             raise InputError(state_file[i], f"evaluations as the rows of its {count} parts ({rows:,})",
                              Shown(f"{evals:,}"))
+    return rebuilds
+
+
+def rebuild_parts(rd, rebuilds: list[tuple[object, str, str]], *,
+                  evaluate: Callable[[object, StrategyTable], Metrics]) -> None:
+    """The parts plan_search_heal found missing, rebuilt from their records (the damaged ones now aside)."""
+    if rebuilds:
+        rd.partition(rd.info["searcher"])
+    for study, record, part in rebuilds:
+        rebuild_part(record, part, study=study, run_id=rd.run_id, metadata=rd.metadata(study), evaluate=evaluate)

@@ -161,6 +161,7 @@ class RunDir:
         why = incompatibility(info["versions"])
         if why:
             raise InputError("RUN_DIR", "a run written by a compatible plansweep", f"{path}: written with {why}")
+        _check_folders(path, info["searcher"])
         try:
             os.makedirs(os.path.join(path, STATE), exist_ok=True)
         except OSError as exc:
@@ -292,6 +293,36 @@ def _identity(info: dict) -> str:
 def _describe(info: dict) -> str:
     studies = ", ".join(f"{s['model'].get('name')} on {s['cluster'].get('name')}" for s in info.get("studies", []))
     return f"{info.get('command')} of {studies}, seed {info.get('seed')}"
+
+
+def check_outside_run(path: str | None, flag: str, run_dir: str) -> None:
+    """InputError naming ``flag`` where the output ``path`` is the run's run.json or lies under its
+    results/, state/ or quarantine/ (symlinks and relative paths resolved): a command reading
+    ``run_dir`` never writes over it. A run given as a URI other than file:// is not checked."""
+    from sweep._heal import QUARANTINE
+
+    if path is None or ("://" in run_dir and not run_dir.startswith("file://")):
+        return
+    base = os.path.realpath(run_dir.removeprefix("file://"))
+    target = os.path.realpath(path)
+    for name in (RUN_JSON, RESULTS, STATE, QUARANTINE):
+        own = os.path.join(base, name)
+        if target == own or target.startswith(own + os.sep):
+            raise InputError(flag, f"a path outside the run's {RUN_JSON}, {RESULTS}/, {STATE}/ and {QUARANTINE}/ "
+                             "(the run being read)", Shown(f"{path} ({own if name == RUN_JSON else own + '/'})"))
+
+
+def _check_folders(path: str, searcher: str) -> None:
+    """The folders a resume writes in (results/, state/, their searcher's folders, quarantine/) are
+    folders where they exist (absent, each is made again): a file in their place is refused before
+    anything is read or written."""
+    from sweep._heal import ASKED, QUARANTINE
+
+    for name in (RESULTS, STATE, os.path.join(RESULTS, f"searcher={searcher}"), os.path.join(STATE, ASKED),
+                 os.path.join(STATE, ASKED, searcher), QUARANTINE):
+        folder = os.path.join(path, name)
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise InputError("RUN_DIR", f"a run directory whose {name}/ is a folder", Shown(f"{folder}: a file"))
 
 
 def _unwritable(path: str, exc: OSError) -> InputError:

@@ -26,7 +26,7 @@ written batch and is started again.
 
 Every search part is preceded by its record, ``state/asked/<searcher>/part-<study>-<index>.npz``
 (the strategies asked and each row's iteration, sweep._heal): on resume a part moved to
-quarantine/ (sweep._rundir) is rebuilt from it before the search goes on (heal_search_parts).
+quarantine/ (sweep._rundir) is rebuilt from it before the search goes on (plan_search_heal, rebuild_parts).
 Checkpoints carry a digest of their arrays and are checked (sweep._checks) before they are loaded.
 
 Gradient: ask/tell on the driver, each study's step (its batch of samples) evaluated by a Ray
@@ -63,7 +63,7 @@ from sweep._checks import (
     shown,
 )
 from sweep._grid import Progress
-from sweep._heal import heal_search_parts, record_arrays, record_path, write_record
+from sweep._heal import plan_search_heal, rebuild_parts, record_arrays, record_path, write_record
 from sweep._results import HETERO_STRATEGY_COLUMNS, part_name, pool_names, to_arrow, write_json_atomic, write_part
 from sweep._rundir import RunDir, Study
 from sweep._runview import run_failure_model
@@ -294,9 +294,9 @@ def run_mcmc(rd: RunDir, *, in_process: bool, progress: bool) -> None:
                                    make_searcher(s.space, opts, seed=seeds[s.index], budget=budget) if found else None)
         progress_of[s.index] = {"state": state, **p}
     failure = run_failure_model(rd)
+    rebuilds = plan_search_heal(rd, studies, progress_of, key="checkpoints", state_file=state_path)
     rd.set_damaged_parts_aside()
-    heal_search_parts(rd, studies, progress_of, key="checkpoints", state_file=state_path,
-                      evaluate=lambda space, table: evaluate_table(space, table, failure))
+    rebuild_parts(rd, rebuilds, evaluate=lambda space, table: evaluate_table(space, table, failure))
     rd.ready()
     bar = Progress(budget * len(studies), sum(p["evaluations"] for p in progress_of.values()), desc="mcmc",
                    unit="eval", enabled=progress, models=[s.model for s in studies])
@@ -420,6 +420,8 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         if os.path.exists(marker[i]):  # before anything is moved or written (Optuna appends to it)
             check_journal(journal[i], told=told[i], why=f"the size {marker[i]} records")
     failure = run_failure_model(rd)
+    legacy = {s.index for s in studies if told[s.index] is None and os.path.exists(marker[s.index])}
+    rebuilds = plan_search_heal(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=bool(legacy))
     rd.set_damaged_parts_aside()
     for s in studies:  # the files pass their checks: now the journal is set back to the last told batch
         i = s.index
@@ -429,9 +431,7 @@ def run_tpe(rd: RunDir, *, in_process: bool, progress: bool) -> None:
             rewind_journal(journal[i], int(told[i]), why=f"the size {marker[i]} records")
         elif not os.path.exists(marker[i]) and os.path.exists(journal[i]):
             os.unlink(journal[i])  # no batch written (a kill before the first marker): start it again
-    legacy = {s.index for s in studies if told[s.index] is None and os.path.exists(marker[s.index])}
-    heal_search_parts(rd, studies, prog, key="batches", state_file=marker, lead_needs_part=bool(legacy),
-                      evaluate=lambda space, table: evaluate_table(space, table, failure))
+    rebuild_parts(rd, rebuilds, evaluate=lambda space, table: evaluate_table(space, table, failure))
     searchers = {s.index: make_searcher(s.space, opts, seed=study_seed(info["seed"], s.index),
                                         storage=journal[s.index], budget=budget) for s in studies}
 
@@ -578,9 +578,9 @@ def run_gradient(rd: RunDir, *, in_process: bool, progress: bool) -> None:
         _, prog[s.index] = load_checkpoint(path[s.index], "steps", int(info["options"]["budget"]),
                                            searchers[s.index])
     failure = run_failure_model(rd)
+    rebuilds = plan_search_heal(rd, studies, prog, key="steps", state_file=path)
     rd.set_damaged_parts_aside()
-    heal_search_parts(rd, studies, prog, key="steps", state_file=path,
-                      evaluate=lambda space, table: evaluate_table(space, table, failure))
+    rebuild_parts(rd, rebuilds, evaluate=lambda space, table: evaluate_table(space, table, failure))
     _ask_tell(rd, studies, searchers, prog, key="steps", in_process=in_process, progress=progress,
               save=lambda i: save_state(path[i], searchers[i].state_dict(), prog[i]))
 

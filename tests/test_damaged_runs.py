@@ -108,15 +108,34 @@ def test_tpe_part_written_but_not_told_and_truncated_is_rebuilt_then_told(refere
     assert same_rows_as(run, reference["tpe"])
 
 
-def test_damaged_part_without_its_record_is_named_with_both(reference, tmp_path):
+@pytest.mark.parametrize("kind", KINDS[1:])
+@pytest.mark.parametrize("record_damage", ["removed", "all records removed", "truncated"])
+def test_damaged_part_without_its_record_is_named_and_nothing_moves(reference, tmp_path, kind, record_damage):
+    # The resume is refused before any part is moved to quarantine/: the directory stays as it was.
+    run = copy(reference, kind, tmp_path)
+    victim = parts(run, kind)[1]
+    record = os.path.join(run, "state", "asked", kind, os.path.basename(victim).replace(".parquet", ".npz"))
+    if record_damage == "removed":
+        os.unlink(record)
+    elif record_damage == "all records removed":
+        shutil.rmtree(os.path.join(run, "state", "asked"))
+    else:
+        truncate(record)
+    truncate(victim)
+    before = files(run)
+    r = main("resume", run, *QUIET)
+    one_line(r, victim if record_damage != "truncated" else "a damaged file", record)
+    assert files(run) == before and not os.path.exists(os.path.join(run, "quarantine"))
+
+
+def test_part_whose_pages_do_not_read_without_its_record_moves_nothing(reference, tmp_path):
     run = copy(reference, "mcmc", tmp_path)
     victim = parts(run, "mcmc")[2]
-    record = os.path.join(run, "state", "asked", "mcmc", os.path.basename(victim).replace(".parquet", ".npz"))
-    os.unlink(record)
-    truncate(victim)
-    r = main("resume", run, *QUIET)
-    one_line(r, victim, record)
-    assert os.path.exists(os.path.join(run, "quarantine", os.path.relpath(victim, run)))  # aside, not lost
+    flip_a_page(victim, "tokens_per_s")
+    os.unlink(os.path.join(run, "state", "asked", "mcmc", os.path.basename(victim).replace(".parquet", ".npz")))
+    before = files(run)
+    one_line(main("resume", run, *QUIET), victim, "pages that do not read")
+    assert files(run) == before and not os.path.exists(os.path.join(run, "quarantine"))
 
 
 def test_quarantine_never_overwrites(reference, tmp_path):
@@ -186,6 +205,42 @@ def test_part_whose_pages_do_not_read_is_skipped_by_show_and_recomputed_by_resum
     assert rows(run).equals(rows(reference[kind]))
 
 
+EXPORT = ["export", "--framework", "megatron-core"]
+
+
+@pytest.mark.parametrize("damage", ["pages", "truncated", "wrong schema"])
+def test_export_skips_a_damaged_part_as_show_does(reference, tmp_path, damage):
+    # Before, a part whose pages do not read killed export with a traceback (OSError: ZSTD decompression failed).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = copy(reference, "grid", tmp_path)
+    victim = parts(run, "grid")[0]
+    if damage == "pages":
+        flip_a_page(victim, "tokens_per_s")
+    elif damage == "truncated":
+        truncate(victim)
+    else:
+        pq.write_table(pa.table({"tp": [1, 2], "tokens_per_s": [1.0, 2.0]}), victim)
+    rel = os.path.relpath(victim, run)
+    before = files(run)
+    r = main(*EXPORT, "--run", run)
+    assert r.code == 0 and len(r.lines) == 1 and rel in r.err and "skipped 1 damaged Parquet part" in r.err, r.err
+    assert "--tensor-model-parallel-size" in r.out
+    shown = main("show", run, "--top", "1")
+    assert shown.lines == [line.replace("plansweep export", "plansweep show") for line in r.lines]
+    one_line(main(*EXPORT, "--run", run, "--rank", "100000"), "--rank", rel)  # the damaged part named
+    assert files(run) == before
+
+
+@pytest.mark.parametrize(("flags", "flag"), [(["--model", "llama3-8b"], "--model"),
+                                             (["--cluster", "h100x64"], "--cluster"),
+                                             (["--hardware", "fitted.json"], "--hardware")])
+def test_export_refuses_flags_its_run_makes_meaningless(reference, tmp_path, flags, flag):
+    # Before, --model or --cluster naming another study than the run's exported the run's plan, with exit 0.
+    one_line(main(*EXPORT, "--run", reference["grid"], *flags), flag)
+
+
 def test_show_by_uri_skips_a_damaged_part_and_moves_nothing(reference, tmp_path):
     run = copy(reference, "tpe", tmp_path)
     truncate(parts(run, "tpe")[0])
@@ -204,6 +259,30 @@ def test_every_part_damaged_is_one_line(reference, tmp_path):
     for cmd in (["show", run], ["plot", run, "--out", str(tmp_path / "png")]):
         r = main(*cmd)
         one_line(r, "no Parquet footer")
+
+
+# ---- outputs over the run being read -----------------------------------------------------------
+OVER_THE_RUN = [  # (the command, {run}: the run directory, {part}: its first part, {link}: a link to run.json)
+    (["show", "{run}", "--trace", "{run}/run.json"], "--trace"),
+    (["show", "{run}", "--trace", "{link}"], "--trace"),
+    (["show", "{run}", "--timeline", "{run}/results/searcher=grid/figure.png"], "--timeline"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{run}/run.json"], "--out"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{part}"], "--out"),
+    (["export", "--framework", "megatron-core", "--run", "{run}", "--out", "{run}/state/lock"], "--out"),
+    (["plot", "{run}", "--out", "{run}/results"], "--out"),
+]
+
+
+@pytest.mark.parametrize(("argv", "flag"), OVER_THE_RUN)
+def test_outputs_over_the_run_being_read_are_refused(reference, tmp_path, argv, flag):
+    # Before, show --trace RUN/run.json and export --out over a part wrote over the run they read, and exited 0.
+    run = copy(reference, "grid", tmp_path)
+    link = tmp_path / "link.json"
+    link.symlink_to(os.path.join(run, "run.json"))
+    words = [w.format(run=run, part=parts(run, "grid")[0], link=link) for w in argv]
+    before = files(run)
+    one_line(main(*words), flag, "a path outside the run's run.json, results/, state/")
+    assert files(run) == before
 
 
 # ---- run.json --------------------------------------------------------------------------------
@@ -226,6 +305,14 @@ WRONG_TYPES = [  # (run, the key changed, its new value, words of the line)
     ("grid", ("options", "unit_rows"), -3, "options.unit_rows as an integer in"),
     ("grid", ("studies", 0, "model"), [], "studies[0].model as an object"),
     ("mcmc", ("run_id",), None, "run_id as a string"),
+    ("grid", ("studies",), [], "studies as a list of at least one study"),
+    ("mcmc", ("studies",), [], "studies as a list of at least one study"),
+    ("grid", ("command",), "bogus", "command as 'sweep'"),
+    ("tpe", ("command",), "sweep", "command as 'search tpe'"),
+    ("grid", ("costing",), "x", "costing as an object"),
+    ("grid", ("costing", "train_tokens"), -5, "costing.train_tokens as a number of tokens > 0"),
+    ("grid", ("costing", "gpu_hour_usd"), {"H100-SXM5-80GB": -3}, "costing.gpu_hour_usd as a string or null"),
+    ("grid", ("costing", "gpu_hour_usd"), "h100=-3", "costing.gpu_hour_usd as comma-separated GPU=USD pairs"),
 ]
 
 
@@ -242,6 +329,26 @@ def test_wrong_typed_run_json_is_one_line(reference, tmp_path, kind, key, value,
     before = files(run)
     one_line(main("resume", run, *QUIET), path, words)
     assert files(run) == before
+
+
+@pytest.mark.parametrize("damage", ["a trace written over it", "versions deleted", "costing.train_tokens -5"])
+def test_show_and_plot_refuse_a_run_json_that_is_not_the_runs(reference, tmp_path, damage):
+    # Before, show and plot read a run.json without versions (another JSON file written over it) as a run's.
+    run = copy(reference, "grid", tmp_path)
+    path = os.path.join(run, "run.json")
+    info = json.load(open(path))
+    if damage == "a trace written over it":
+        info = {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 0}], "displayTimeUnit": "ms"}
+    elif damage == "versions deleted":
+        del info["versions"]
+    else:
+        info["costing"]["train_tokens"] = -5
+    json.dump(info, open(path, "w"))
+    before = files(run)
+    words = "costing.train_tokens" if damage.startswith("costing") else "an entry 'versions'"
+    for cmd in (["show", run], ["show", run, "--by", "problem"], ["plot", run, "--out", str(tmp_path / "png")]):
+        one_line(main(*cmd), path, words)
+    assert files(run) == before and not os.path.exists(tmp_path / "png")
 
 
 def test_run_json_studies_a_spec_cannot_be_built_from_are_one_line(reference, tmp_path):
@@ -292,6 +399,23 @@ def test_state_that_disagrees_with_the_parts_is_one_line(reference, tmp_path):
     one_line(main("resume", run, *QUIET), path, f"part {n - 1}")
     json.dump({**marker, "evaluations": marker["evaluations"] - 1}, open(path, "w"))
     one_line(main("resume", run, *QUIET), path, "evaluations")
+
+
+# ---- a file where the run has a folder -------------------------------------------------------
+@pytest.mark.parametrize(("kind", "folder"), [("grid", "results"), ("mcmc", "results"), ("tpe", "state"),
+                                              ("grid", "results/searcher=grid"), ("gradient", "state/asked"),
+                                              ("mcmc", "state/asked/mcmc"), ("tpe", "quarantine")])
+def test_a_file_in_place_of_a_folder_is_one_line(reference, tmp_path, kind, folder):
+    # Before, results/ as a file ended the resume in a NotADirectoryError traceback.
+    run = copy(reference, kind, tmp_path)
+    where = os.path.join(run, folder)
+    if os.path.isdir(where):
+        shutil.rmtree(where)
+    with open(where, "w") as f:
+        f.write("not a folder")
+    before = files(run)
+    one_line(main("resume", run, *QUIET), where, f"{folder}/ is a folder")
+    assert files(run) == before
 
 
 # ---- a directory the user cannot write -------------------------------------------------------

@@ -267,3 +267,65 @@ def test_counts_and_seeds_below_their_range_are_refused(tmp_path, capsys, argv, 
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == line
     assert not (tmp_path / "run").exists()
+
+
+HUGE = "99999999999999999999"
+OUT_FLAGS = ["--out", "{tmp}/run", "--in-process", "--no-progress"]
+
+
+OUT_OF_RANGE = [  # (searcher, flags, the line after "plansweep search: error: ")
+    *[(s, ["--budget", HUGE], f"--budget: expected an integer from 1 to 1,000,000,000,000, got {HUGE}")
+      for s in SEARCHERS],
+    ("gradient", ["--samples", "99999999999"], "--samples: expected an integer from 2 to 10,000, got 99999999999"),
+    ("mcmc", ["--chains", "99999999999"], "--chains: expected an integer from 1 to 10,000, got 99999999999"),
+    ("mcmc", ["--screen", "2"], "--screen: expected 0 or 1, got 2"),
+    ("tpe", ["--screen", "2"], "--screen: expected 0 or 1, got 2"),
+    ("gradient", ["--restart", "2"], "--restart: expected 0 or 1, got 2"),
+    ("gradient", ["--lr", "1e308"], "--lr: expected a finite number from 0.0 to 1,000,000, got 1e+308"),
+    ("gradient", ["--entropy", "1e308"], "--entropy: expected a finite number from 0.0 to 1,000,000, got 1e+308"),
+    ("gradient", ["--memory-penalty", "1e308"],
+     "--memory-penalty: expected a finite number from 0.0 to 1,000,000, got 1e+308"),
+    ("mcmc", ["--checkpoint-every", "0"], "--checkpoint-every: expected an integer >= 1, got 0"),
+    ("tpe", ["--part-rows", "0"], "--part-rows: expected an integer >= 1, got 0"),
+    ("mcmc", ["--batch", "0"], "--batch: expected an integer >= 1, got 0"),
+    ("gradient", ["--gpu-mtbf-h", "-1"], "--gpu-mtbf-h: expected a positive number, got -1.0"),
+]
+
+
+@pytest.mark.parametrize("searcher,flags,line,out", [
+    *[(*case, False) for case in OUT_OF_RANGE],
+    *[(*case, True) for case in OUT_OF_RANGE if case[0] not in ("grid", "random")],  # the searchers with --out
+])
+def test_search_flags_out_of_range_are_refused_before_anything_is_written(tmp_path, capsys, searcher, flags, line, out):
+    """A budget, a draw or chain count, a step size or weight beyond any use, a 0/1 flag given 2, and the flags of a
+    run into a directory are one line naming the flag, exit 2, with or without --out, and no run directory: before,
+    such budgets and counts crashed in the searchers (after --out had made the directory), hung, or were checked
+    only with --out."""
+    more = [a.replace("{tmp}", str(tmp_path)) for a in OUT_FLAGS] if out else []
+    code, _, err = _cli(["search", searcher, *BASE, *TWO_FIT, *flags, *more], capsys)
+    assert code == 2 and err.splitlines() == [f"plansweep search: error: {line}"], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("searcher", ("mcmc", "tpe", "gradient"))
+def test_the_largest_budget_runs(searcher, capsys):
+    """The largest --budget allowed, on a space walked whole (--screen 0): the start sample, a share of the budget,
+    is drawn at most SAMPLE_MAX_POINTS points (before, 2 x 10^11 of them were asked of numpy)."""
+    doc = _search(searcher, TWO_FIT, capsys, "--budget", "1000000000000", "--screen", "0")
+    assert (doc["space_size"], doc["evaluations"], doc["feasible"]) == (2, 2, 2)
+
+
+def test_a_sweep_checks_the_failure_flags_by_raw_throughput_too(tmp_path, capsys):
+    """As rank and a search without --out do: before, a sweep ranked by raw throughput ignored them and ran."""
+    code, _, err = _cli(["sweep", "--model", "llama3-8b", "--cluster", "h100x8", "--space", "fixed", "--gpu-mtbf-h",
+                         "-1", "--out", str(tmp_path / "run"), "--in-process", "--no-progress"], capsys)
+    assert code == 2 and err.splitlines() == ["plansweep sweep: error: --gpu-mtbf-h: expected a positive number, "
+                                              "got -1.0"], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_grid_too_large_to_sweep_leaves_no_run_directory(tmp_path, capsys):
+    code, _, err = _cli(["sweep", "--model", "gpt3-175b", "--cluster", "h100x1024", "--space", "partition", "--out",
+                         str(tmp_path / "run"), "--in-process", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "grid rows for a sweep" in err, err
+    assert not (tmp_path / "run").exists()

@@ -209,9 +209,11 @@ def check(r, before: dict[str, bytes], run_dir: str, what: str) -> None:
     aside = {b for p, b in after.items() if p.startswith("quarantine" + os.sep)}
     for p, b in _parts(before).items():  # nothing already written lost
         assert after.get(p) == b or b in aside, f"{what}: {p} lost"
-    if r.code == 2:  # a refusal changes nothing but parts moved aside (the lock's pid, records Optuna appended)
+    if r.code == 2:  # a refusal moves and changes nothing (but the lock's pid and records Optuna appended)
+        assert not aside - {b for p, b in before.items() if p.startswith("quarantine" + os.sep)}, \
+            f"{what}: a part moved to quarantine/ on exit 2"
         for p, b in before.items():
-            kept = after.get(p) == b or b in aside or (p.endswith(".journal") and after.get(p, b"").startswith(b))
+            kept = after.get(p) == b or (p.endswith(".journal") and after.get(p, b"").startswith(b))
             assert p.endswith("lock") or kept, f"{what}: {p} changed on exit 2"
     temporaries = [p for p in after if os.path.basename(p).startswith(".") and p.endswith(".tmp")]
     assert not temporaries, f"{what}: left {temporaries}"

@@ -493,6 +493,7 @@ def test_cli_bad_document_is_one_line_exit_2(needle, doc, run_cli, tmp_path):
     code, out, err = run_cli("search", "piper", path, "--json")
     assert code == 2 and out == ""
     assert needle in err and "expected" in err and "Traceback" not in err
+    assert str(path) in err  # the file named with its key
     assert len(err.strip().splitlines()) == 1
 
 

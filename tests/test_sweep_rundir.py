@@ -17,8 +17,17 @@ from sweep._results import DEVICE_COLUMNS, HETERO_STAGE_COLUMNS, LEGACY_SCHEMA, 
 from sweep._rundir import RunDir, cluster_from_dict, cluster_to_dict, model_from_dict, model_to_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def _study() -> dict:
+    """One study of a small space, as run.json records it."""
+    from search import Space
+    from sweep._rundir import study_request
+
+    model, cluster = model_preset("llama3-8b"), cluster_preset("h100x8")
+    return study_request(model, cluster, Space.from_options(model, cluster, global_batch=64, base="fixed", tp=[1, 2]))
+
+
 REQUEST = {"command": "sweep", "searcher": "grid", "seed": None, "options": {"unit_rows": 10_000, "keep": "all"},
-           "studies": []}
+           "studies": [_study()]}
 
 
 def test_specs_round_trip_through_plain_dicts():
