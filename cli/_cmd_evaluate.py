@@ -40,7 +40,13 @@ from costmodel._frameworks import (
     framework_preset,
     with_state_dtypes,
 )
-from costmodel._strategy import DEFAULT_GLOBAL_BATCH, RECOMPUTE_MODULES, framework_codes, hetero_from_mapping
+from costmodel._strategy import (
+    DEFAULT_GLOBAL_BATCH,
+    GLOBAL_BATCH_MAX,
+    RECOMPUTE_MODULES,
+    framework_codes,
+    hetero_from_mapping,
+)
 
 MLP_GLOBAL_BATCH = 8192  # an MLP's default global batch: seed 000's MLP problem (batch 8192)
 
@@ -229,6 +235,10 @@ def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
     _check_stage_layers(data)
+    for k in ("global_batch", "micro_batch"):
+        v = data.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > GLOBAL_BATCH_MAX:
+            raise InputError(k, f"an integer in [1, {GLOBAL_BATCH_MAX:,}]", v)
     degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
     if "dp" not in data and all(isinstance(x, int) and x >= 1 for x in degrees):
         per = degrees[0] * degrees[1] * degrees[2]

@@ -108,8 +108,8 @@ DEFAULT_GLOBAL_BATCH = 1536
 # Integer strategy columns above this are refused: no cluster, batch or pipeline comes near it, and
 # products of a few such values stay inside int64.
 INT_COLUMN_MAX = 2**31 - 1
-# Sequences a step, at most: 2^20 (a billion tokens a step at 1k tokens a sequence, a hundred times the largest
-# published); the pipeline simulator's time and memory grow with the micro-batches a step.
+# Sequences a step the command line takes, at most: 2^20 (a billion tokens a step at 1k tokens a sequence, a hundred
+# times the largest published); the pipeline simulator's time and memory grow with the micro-batches a step.
 GLOBAL_BATCH_MAX = 2**20
 
 # The values of every strategy dimension, one table for the strategy table, the spaces and the
@@ -117,8 +117,8 @@ GLOBAL_BATCH_MAX = 2**20
 # column (read in any case), or bool (also read from the words of BOOL_WORDS). A per-stage
 # dimension base.J takes the values of its base.
 DIMENSION_VALUES: dict[str, tuple | type] = {
-    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp")},
-    **{name: (1, GLOBAL_BATCH_MAX) for name in ("micro_batch", "microbatches", "global_batch")},
+    **{name: (1, None) for name in ("dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "microbatches", "global_batch",
+                                    "vpp")},
     "zero_stage": (0, 3), "stage_shift": (None, None), "light_ends": (0, None),
     **CODE_COLUMNS, "stage_recompute": RECOMPUTE, FRAMEWORK: FRAMEWORK_NAMES,
     **{name: bool for name in BOOL_COLUMNS},

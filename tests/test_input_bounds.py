@@ -50,12 +50,17 @@ def test_unit_rows_must_be_a_finite_integer(tmp_path, capsys, word):
     (["--tp=99999999999"], "--tp: expected integers >= 1, at most 2,147,483,647, got 99999999999"),
     (["--stage-shift=-99999999999"], "--stage-shift: expected integers of at most 2,147,483,647 in size"),
     (["--global-batch=2000000"], "--global-batch: expected an integer in [1, 1,048,576], got 2000000"),
-    (["--micro-batch=2000000"], "--micro-batch: expected integers in [1, 1048576], got 2000000"),
     (["--top=0"], "--top: expected an integer >= 1, got 0"),
     (["--top=-1"], "--top: expected an integer >= 1, got -1"),
 ])
 def test_rank_refuses_values_past_their_bounds(capsys, flags, needle):
     _refused(["rank", *SMALL, "--space", "fixed", *flags], capsys, needle)
+
+
+@pytest.mark.parametrize("flag", ["--global-batch", "--micro-batch"])
+def test_evaluate_refuses_a_batch_past_its_bound(capsys, flag):
+    _refused(["evaluate", *SMALL, "--tp", "8", flag, "2000000"], capsys,
+             f"{flag[2:].replace('-', '_')}: expected an integer in [1, 1,048,576], got 2000000")
 
 
 def test_sweep_refuses_a_global_batch_past_its_bound_before_writing(tmp_path, capsys):

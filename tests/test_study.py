@@ -165,11 +165,12 @@ def test_run_json_costing_is_named_where_it_is_wrong(small_run, tmp_path):
     shutil.copytree(small_run, run)
     info = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**info, "costing": {**info["costing"], "train_tokens": -5}}))
-    needle = f"{run / 'run.json'} costing.train_tokens: expected a number of tokens > 0 (e.g. 1e12), got -5"
+    needle = f"{run / 'run.json'}: expected costing.train_tokens as a number of tokens > 0 (e.g. 1e12), got -5"
     one_error_line(cli("show", str(run), "--by", "problem"), needle)
     one_error_line(cli("plot", str(run), "--out", str(tmp_path / "p")), needle)
     assert not (tmp_path / "p").exists()  # nothing drawn
-    assert cli("show", str(run), "--by", "problem", "--train-tokens", "1e12").returncode == 0  # the flag replaces it
+    # a damaged run.json is named whatever the flags say (resume refuses it too)
+    one_error_line(cli("show", str(run), "--by", "problem", "--train-tokens", "1e12"), needle)
 
 
 def test_plot_out_that_cannot_be_written_names_out(small_run, tmp_path, monkeypatch):
