@@ -55,6 +55,24 @@ def refuse_renames_onto(monkeypatch, *paths) -> None:
     monkeypatch.setattr(os, "replace", replace)
 
 
+# Ways an output path cannot be written: under a missing folder, a folder, "", and an existing file the rename
+# onto which is refused (refuse_renames_onto).
+UNWRITABLE = ("missing folder", "folder", "empty", "refused rename")
+
+
+def unwritable_path(tmp_path, monkeypatch, where: str, name: str) -> tuple:
+    """(the old file ``tmp_path/name``, holding "old\n", that a failing write must leave as it is; the output path
+    that cannot be written as ``where`` says, one of UNWRITABLE)."""
+    old = tmp_path / name
+    old.write_text("old\n")
+    (tmp_path / "dir").mkdir()
+    out = {"missing folder": str(tmp_path / "none" / name), "folder": str(tmp_path / "dir"), "empty": "",
+           "refused rename": str(old)}[where]
+    if where == "refused rename":
+        refuse_renames_onto(monkeypatch, old)
+    return old, out
+
+
 def one_error_line(result: subprocess.CompletedProcess, needle: str) -> None:
     """``result`` (cli's) failed as bad input does: exit code 2, one line on stderr holding ``needle``, no
     traceback."""

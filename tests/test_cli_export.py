@@ -36,7 +36,7 @@ from cli._export import (
     torchtitan_model,
 )
 from costmodel import StrategyTable, evaluate
-from tests.in_process import cli, one_error_line, refuse_renames_onto
+from tests.in_process import UNWRITABLE, cli, one_error_line, unwritable_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -547,15 +547,9 @@ def test_infeasible_plan_is_refused_like_evaluate(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+@pytest.mark.parametrize("where", UNWRITABLE)
 def test_out_that_cannot_be_written_is_one_line_and_the_old_file_stays(tmp_path, monkeypatch, where):
-    old = tmp_path / "e.sh"
-    old.write_text("old\n")
-    (tmp_path / "dir").mkdir()
-    out = {"missing folder": str(tmp_path / "none" / "e.sh"), "folder": str(tmp_path / "dir"), "empty": "",
-           "refused rename": str(old)}[where]
-    if where == "refused rename":
-        refuse_renames_onto(monkeypatch, old)
+    old, out = unwritable_path(tmp_path, monkeypatch, where, "e.sh")
     got = _cli("export", "--model", "llama3-8b", "--cluster", "h100x8", "--micro-batch", "1", "--global-batch", "8",
                "--framework", "megatron-core", "--tp", "8", "--out", out)
     one_error_line(got, f"plansweep export: error: --out: expected a writable file path, got '{out}")

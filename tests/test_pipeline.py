@@ -13,7 +13,7 @@ import pytest
 
 import cli
 from costmodel import InputError, chrome_trace, simulate, text_timeline
-from tests.in_process import refuse_renames_onto
+from tests.in_process import UNWRITABLE, refuse_renames_onto, unwritable_path
 
 
 @pytest.fixture
@@ -352,20 +352,14 @@ def _refused(capsys, needle: str) -> None:
     assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+@pytest.mark.parametrize("where", UNWRITABLE)
 def test_trace_that_cannot_be_written_is_one_line_and_the_old_file_stays(plansweep, tmp_path, monkeypatch, capsys,
                                                                          where):
-    old = tmp_path / "t.json"
-    old.write_text("{}")
-    (tmp_path / "dir").mkdir()
-    trace = {"missing folder": str(tmp_path / "none" / "t.json"), "folder": str(tmp_path / "dir"), "empty": "",
-             "refused rename": str(old)}[where]
-    if where == "refused rename":
-        refuse_renames_onto(monkeypatch, old)
+    old, trace = unwritable_path(tmp_path, monkeypatch, where, "t.json")
     assert plansweep(["schedule", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8", "--tf", "1",
                       "--tb", "2", "--trace", trace]) == 2
     _refused(capsys, f"plansweep schedule: error: --trace: expected a writable file path, got '{trace}")
-    assert old.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "t.json"]
+    assert old.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "t.json"]
 
 
 def test_experiments_out_and_only_are_checked_before_any_run(plansweep, tmp_path, capsys):

@@ -8,7 +8,7 @@ import pytest
 
 from cli import main
 from costmodel._validate import MEASURED
-from tests.in_process import cli, one_error_line, refuse_renames_onto
+from tests.in_process import UNWRITABLE, cli, one_error_line, unwritable_path
 
 NARAYANAN = MEASURED / "narayanan2021_table1.csv"
 
@@ -142,20 +142,14 @@ def test_zero_sequence_length_says_what_is_expected(tmp_path):
                    "got '0'")
 
 
-@pytest.mark.parametrize("where", ["missing folder", "folder", "empty", "refused rename"])
+@pytest.mark.parametrize("where", UNWRITABLE)
 def test_calibrate_and_write_bands_to_a_path_that_cannot_be_written(tmp_path, monkeypatch, where):
     csv_file = _one_run(tmp_path)
-    old = tmp_path / "old.json"
-    old.write_text("{}\n")
-    (tmp_path / "dir").mkdir()
-    out = {"missing folder": str(tmp_path / "none" / "x.json"), "folder": str(tmp_path / "dir"), "empty": "",
-           "refused rename": str(old)}[where]
-    if where == "refused rename":
-        refuse_renames_onto(monkeypatch, old)
+    old, out = unwritable_path(tmp_path, monkeypatch, where, "old.json")
     for argv in (["calibrate", csv_file, "--out", out], ["validate", "narayanan2021-table1", "--write-bands", out]):
         flag = argv[2]
         one_error_line(cli(*argv), f"plansweep {argv[0]}: error: {flag}: expected a writable file path, got '{out}")
-        assert old.read_text() == "{}\n"
+        assert old.read_text() == "old\n"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "old.json", "one.csv"]
         assert list((tmp_path / "dir").iterdir()) == []
 
