@@ -61,7 +61,7 @@ MCMC, search._local):
               the walk (search._local.start_sample). The logits then start at one gradient step (lr, rank
               utilities) over the sample, its points scored as draws of the uniform distribution, so the
               first draws lean toward the digits of its best plans. Used where the sample holds more
-              points than a step's draws.
+              points than a step's draws; on a space too large for grid keys, the recipes alone.
     gradient  the evaluations left before the late phase, about sqrt of that many draws a step
               (``samples`` None; 4 to 16) with a cooling that brings the temperature to
               ``min_temperature`` at their last step (``cooling`` None; auto_schedule), so that a small
@@ -353,8 +353,14 @@ class GradientSearcher(Searcher):
         keys, or where K is not more than a step's draws."""
         named = self.space.start_points() if hasattr(self.space, "start_points") else {}
         starts = np.array(list(named.values()), dtype=np.int64).reshape(len(named), len(self.space.dims))
-        return draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
-                                 starts=starts, more_than=self.samples)
+        sample = draw_start_sample(self.space, self.budget, self.start_sample, seed=self.seed, stream=SAMPLE_STREAM,
+                                   starts=starts, more_than=self.samples)
+        if sample is None and self.space.strides is None and len(starts) and self.budget and self.start_sample > 0:
+            # a space too large for grid keys (placements, per-stage partitions) draws no random sample: its recipes
+            # are still priced first, as MCMC's chains and TPE's queued trials start from them
+            _, first = np.unique(point_keys(self.space, starts), return_index=True)
+            sample = starts[np.sort(first)]
+        return sample
 
     def _start_from_sample(self) -> None:
         """Logits after the start sample: one step of the gradient (lr, rank utilities) over the sample's
