@@ -26,6 +26,7 @@ from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._pipeline_terms import SCHED
+from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
 
 
 def read_mapping(path: str, argument: str) -> dict:
@@ -216,18 +217,29 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     unknown = set(data) - allowed
     if unknown:
         raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown)[0])
+    data = dict(data)
+    if data.get("recompute") is False:  # YAML's false / off / no: no recompute
+        data["recompute"] = "none"
+    if isinstance(data.get("recompute_modules"), list) and all(isinstance(w, str) for w in data["recompute_modules"]):
+        data["recompute_modules"] = ",".join(data["recompute_modules"])
     for k in NAMED_KEYS & set(data):  # names, as the table's codes are not a file's words: 1 is no schedule
         v = data[k]
         words = v if k == "stage_recompute" and isinstance(v, list) else [v]
         if not all(isinstance(w, str) for w in words):
-            raise InputError(k, "a name (a string)" + (", one per stage" if k == "stage_recompute" else ""), v)
+            many = k in ("recompute_modules", "stage_recompute")
+            raise InputError(k, f"{'names' if many else 'a name'} among {', '.join(NAMED_VALUES[k])}" + (
+                ", one per stage" if k == "stage_recompute" else " (comma-separated)" if k == "recompute_modules"
+                else ""), v)
     cols = {k: [v] for k, v in data.items() if k not in ("stage_layers", "stage_recompute")}
     extra = {k: [data[k]] for k in ("stage_layers", "stage_recompute") if k in data}
     return StrategyTable.from_columns(**cols, **extra)
 
 
-# Strategy keys whose values are names (the table's coded columns, the modules recomputed, the framework).
-NAMED_KEYS = {"schedule", "recompute", "precision", "recompute_modules", "stage_recompute", "framework"}
+# Strategy keys whose values are names (the table's coded columns, the modules recomputed, the framework), and the
+# names each takes.
+NAMED_VALUES = {**CODE_COLUMNS, "recompute_modules": RECOMPUTE_MODULES, "stage_recompute": RECOMPUTE,
+                "framework": FRAMEWORK_NAMES}
+NAMED_KEYS = set(NAMED_VALUES)
 
 
 # What each interleaved micro-batch rule of a profile (costmodel._frameworks.INTERLEAVED_MICROBATCHES) asks, in words

@@ -142,8 +142,10 @@ def _get(data: dict, key: str, argument: str, default=None, kind=int):
 
 
 def _flag(data: dict, key: str, argument: str, default: bool) -> bool:
-    """A true / false field of a config (JSON's true or false; absent: ``default``)."""
-    v = data.get(key, default)
+    """A true / false field of a config (JSON's true or false; absent or null: ``default``)."""
+    v = data.get(key)
+    if v is None:
+        return default
     if not isinstance(v, bool):
         raise InputError(f"{argument} {key}", "true or false", v)
     return v

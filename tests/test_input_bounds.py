@@ -120,7 +120,23 @@ def test_a_strategy_file_gives_names_not_codes(capsys, tmp_path, field, value):
     """A file's 1 is no schedule (the table's code for 1f1b): names only."""
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"tp": 4, "pp": 2, field: value}))
-    _refused(["evaluate", *SMALL, "--strategy", str(path)], capsys, f"--strategy {path} {field}: expected a name")
+    many = "names" if field in ("recompute_modules", "stage_recompute") else "a name"
+    _refused(["evaluate", *SMALL, "--strategy", str(path)], capsys, f"--strategy {path} {field}: expected {many} among")
+
+
+def test_a_strategy_files_yaml_false_and_module_list_read_as_their_names(capsys, tmp_path):
+    """YAML's `recompute: false` is no recompute, and a list of modules their comma-separated names: the same
+    strategy as the names written out."""
+    import yaml
+
+    def line(doc) -> str:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({"tp": 8, **doc}))
+        assert main(["evaluate", *SMALL, "--strategy", str(path)]) == 0
+        return capsys.readouterr().out.splitlines()[1]  # "strategy: dp=... tp=..."
+
+    assert line({"recompute": False}) == line({"recompute": "none"})
+    assert line({"recompute_modules": ["core_attn", "mlp"]}) == line({"recompute_modules": "core_attn,mlp"})
 
 
 MIXED = "global_batch: 16\nmicrobatches: 8\nstages:\n  - {pool: a100, dp: 1, tp: 8, layers: 16}\n" \

@@ -73,6 +73,14 @@ def test_bad_hf_configs_name_the_key(change, needle):
     assert needle in str(err.value)
 
 
+def test_a_null_tie_word_embeddings_reads_as_absent():
+    """Some configs on the Hub write null: the family's default (untied for Llama), as when the key is absent."""
+    data = json.loads((DATA / "llama3-8b.config.json").read_text())
+    data.pop("tie_word_embeddings", None)
+    assert from_hf_config({**data, "tie_word_embeddings": None}, "x") == from_hf_config(data, "x")
+    assert not from_hf_config(data, "x").tied_embeddings
+
+
 def test_unknown_plansweep_field_still_refused():
     with pytest.raises(InputError, match="--model: expected fields among"):
         model_from_mapping({"layers": 2, "hidden": 64, "colour": "blue"}, "x")
