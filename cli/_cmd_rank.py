@@ -164,7 +164,6 @@ def rank_json(space, table, metrics, ranked, best_t, best_m, goodput, found, by_
     columns (plan_goodput's, homogeneous clusters) and its memory against its GPU (cli._tight.memory_entry), the
     sensitivity cases (each case's best as its place among ``ranked``, #1 first, or null outside them) and the best
     row of each framework with the winner."""
-    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
     rows = rows_as_dicts(priced_arrow(space, best_t, best_m))
     for i, r in enumerate(rows):
         if goodput is not None:
@@ -173,7 +172,7 @@ def rank_json(space, table, metrics, ranked, best_t, best_m, goodput, found, by_
     out = {"model": space.model.name, "cluster": space.cluster.name, "frameworks": list(space.frameworks),
            "objective": objective, "state_dtypes": dict(dtypes), "num_strategies": len(table),
            "num_feasible": int(metrics["feasible"].sum()),
-           "infeasible_reasons": {REASONS[k]: int(n) for k, n in enumerate(counts) if k and n}, "rows": rows}
+           "infeasible_reasons": infeasible_counts(metrics), "rows": rows}
     if found is not None:
         place = {int(i): k for k, i in enumerate(ranked, start=1)}
         out["sensitivity"] = [{"case": f["case"], "best_rank": place.get(f["best"]) if f["best"] is not None else None,
@@ -185,10 +184,15 @@ def rank_json(space, table, metrics, ranked, best_t, best_m, goodput, found, by_
     return out
 
 
+def infeasible_counts(metrics) -> dict[str, int]:
+    """The infeasible rows' reasons -> how many rows each holds (the reasons no row holds left out)."""
+    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
+    return {REASONS[k]: int(n) for k, n in enumerate(counts) if k and n}
+
+
 def why_infeasible(metrics) -> str:
     """The infeasible rows' reasons with their counts, one phrase."""
-    counts = np.bincount(metrics["reason"], minlength=len(REASONS))
-    return ", ".join(f"{REASONS[k]} {n:,}" for k, n in enumerate(counts) if k and n) or "none"
+    return ", ".join(f"{reason} {n:,}" for reason, n in infeasible_counts(metrics).items()) or "none"
 
 
 def framework_bests_of(space, table, metrics, objective: str = "tokens_per_s", failure=None) -> tuple:

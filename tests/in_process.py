@@ -73,6 +73,13 @@ def unwritable_path(tmp_path, monkeypatch, where: str, name: str) -> tuple:
     return old, out
 
 
+def one_stderr_line(capsys, needle: str) -> None:
+    """What cli.main, called in this process, wrote to stderr (pytest's ``capsys``): one line holding ``needle``,
+    no traceback."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err, err
+
+
 def one_error_line(result: subprocess.CompletedProcess, needle: str) -> None:
     """``result`` (cli's) failed as bad input does: exit code 2, one line on stderr holding ``needle``, no
     traceback."""

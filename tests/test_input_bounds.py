@@ -10,6 +10,7 @@ import pytest
 
 from cli import main
 from search._space import divisors
+from tests.in_process import one_stderr_line
 
 SMALL = ["--model", "llama3-8b", "--cluster", "h100x8"]
 
@@ -17,8 +18,7 @@ SMALL = ["--model", "llama3-8b", "--cluster", "h100x8"]
 def _refused(argv, capsys, needle: str) -> None:
     """``argv`` exits 2 with one line on stderr that holds ``needle`` and no traceback."""
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and needle in err, err
+    one_stderr_line(capsys, needle)
 
 
 @pytest.mark.parametrize("cf", ["1e999", "1e300", "9"])

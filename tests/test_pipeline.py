@@ -13,7 +13,7 @@ import pytest
 
 import cli
 from costmodel import InputError, chrome_trace, simulate, text_timeline
-from tests.in_process import UNWRITABLE, refuse_renames_onto, unwritable_path
+from tests.in_process import UNWRITABLE, one_stderr_line, refuse_renames_onto, unwritable_path
 
 
 @pytest.fixture
@@ -306,7 +306,7 @@ def test_cli_times_and_sizes_out_of_bounds_are_one_line(plansweep, capsys, args,
     base = {"--schedule": "1f1b", "--devices": "4", "--microbatches": "8"}
     words = [w for k, v in base.items() if k not in args for w in (k, v)]
     assert plansweep(["schedule", *words, *args]) == 2  # at once: no simulation of 10^8 micro-batches
-    _refused(capsys, needle)
+    one_stderr_line(capsys, needle)
 
 
 def test_text_timeline_of_ops_far_apart_in_length_is_capped():
@@ -346,31 +346,25 @@ def test_experiments_command_writes_parquet_and_png(plansweep, tmp_path, capsys)
             assert r["total_time"] == pytest.approx((3 * d - 1) * 1200 / d)
 
 
-def _refused(capsys, needle: str) -> None:
-    """One line on stderr, holding ``needle``."""
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err, err
-
-
 @pytest.mark.parametrize("where", UNWRITABLE)
 def test_trace_that_cannot_be_written_is_one_line_and_the_old_file_stays(plansweep, tmp_path, monkeypatch, capsys,
                                                                          where):
     old, trace = unwritable_path(tmp_path, monkeypatch, where, "t.json")
     assert plansweep(["schedule", "--schedule", "1f1b", "--devices", "4", "--microbatches", "8", "--tf", "1",
                       "--tb", "2", "--trace", trace]) == 2
-    _refused(capsys, f"plansweep schedule: error: --trace: expected a writable file path, got '{trace}")
+    one_stderr_line(capsys, f"plansweep schedule: error: --trace: expected a writable file path, got '{trace}")
     assert old.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "t.json"]
 
 
 def test_experiments_out_and_only_are_checked_before_any_run(plansweep, tmp_path, capsys):
     (tmp_path / "file").write_text("old")
     assert plansweep(["schedule-experiments", "--out", str(tmp_path / "file"), "--only", "chunks"]) == 2
-    _refused(capsys, "--out: expected a folder, got")
+    one_stderr_line(capsys, "--out: expected a folder, got")
     assert plansweep(["schedule-experiments", "--out", "", "--only", "chunks"]) == 2
-    _refused(capsys, "--out: expected a folder, got ''")
+    one_stderr_line(capsys, "--out: expected a folder, got ''")
     for only in ("", "chunks,"):
         assert plansweep(["schedule-experiments", "--out", str(tmp_path / "new"), "--only", only]) == 2
-        _refused(capsys, "--only: expected names among weak_scaling, ")
+        one_stderr_line(capsys, "--only: expected names among weak_scaling, ")
     assert [p.name for p in tmp_path.iterdir()] == ["file"] and (tmp_path / "file").read_text() == "old"
 
 
@@ -379,7 +373,7 @@ def test_experiments_write_each_parquet_and_figure_both_or_neither(plansweep, tm
     (tmp_path / "chunks.png").write_text("old png")
     refuse_renames_onto(monkeypatch, tmp_path / "chunks.png")  # the second of the pair
     assert plansweep(["schedule-experiments", "--out", str(tmp_path), "--only", "chunks"]) == 2
-    _refused(capsys, f"--out: expected a writable file path, got '{tmp_path / 'chunks.png'} (Operation not permitted)'")
+    one_stderr_line(capsys, f"--out: expected a writable file path, got '{tmp_path / 'chunks.png'} (Operation not permitted)'")
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"chunks.parquet": "old parquet",
                                                                    "chunks.png": "old png"}
 
