@@ -45,6 +45,7 @@ Sources for the op orders:
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -737,6 +738,84 @@ def simulate_trainschedule(devices: int, microbatches: int, *, tf: object, tb: o
             ready = np.where(np.roll(on, 1)[:, None], np.roll(pair, 1, axis=0), ready)
         ready = ready + dur[kind[step], dev]  # (kind -1: the zeros)
     return ready.max(axis=0)
+
+
+# --------------------------------------------------------------------------- long steps
+
+# Micro-batches a step from which a pipeline is priced from a shorter run of its schedule (periodic_proxy): below
+# it the whole op graph is simulated.
+PERIODIC_MIN_MICROBATCHES = 256
+
+
+def periodic_proxy(schedule: str, p: int, m: int, v: int, scale: int = 1) -> tuple[int, int] | None:
+    """(m_x, P): a shorter micro-batch count m_x congruent to m modulo the schedule's period P, from which a long
+    step's pipeline time is extended (steady_window), or None where m is too short for that to pay.
+
+    Past its warm-up a schedule's op order repeats every P micro-batches: P = 1 for GPipe, 1F1B and the zero bubble
+    schedules, the group N for interleaving (interleave_group_size; the proxy must share m's N, else None), D for
+    Hanayo (its wave order repeated m / D times); P = p is taken for all but interleaving, a multiple of each; an
+    interleaved m_x is congruent to m modulo every group size from p to N, so that its group size is N too. m_x is
+    ``scale`` x (4 p v + 6 P) or a little more: every stage's warm-up, the cool-down and a window of the steady state
+    between (a larger scale for a run whose times take longer to settle). GPipe has none: its forwards and backwards
+    are two stretches, each with its own step."""
+    if schedule == "gpipe":
+        return None
+    period = interleave_group_size(p, m) if schedule == "interleaved" else p
+    # (interleaving: m_x keeps m's remainder by every group size from p to N, so that N is m_x's group size too)
+    step = math.lcm(*range(p, period + 1)) if schedule == "interleaved" else period
+    low = scale * (4 * p * v + 6 * period)
+    m_x = low + (m - low) % step
+    if m < max(PERIODIC_MIN_MICROBATCHES, 2 * m_x):
+        return None
+    if schedule == "interleaved" and interleave_group_size(p, m_x) != period:
+        return None
+    return m_x, period
+
+
+@functools.lru_cache(maxsize=64)
+def steady_window(schedule: str, p: int, m: int, v: int, period: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ids, later): op ids of compile_schedule(schedule, p, m, v) in a window of its steady state and the ids of the
+    same ops (kind, chunk, device) ``period`` micro-batches later, or None where the graph has no such window.
+
+    With fixed pass and hand-off times an op graph is a max-plus linear system (Baccelli et al. 1992, "Synchronization
+    and Linearity", ch. 3): where the ops of a stretch of micro-batches keep their previous op and producer when all
+    are shifted by ``period`` (the steady state), and the ends of a window of them, as long as the longest reach of an
+    op back to an earlier micro-batch's, move by the same Delta when shifted, every later shifted op of the stretch
+    moves by Delta too (each end is a max of earlier ends plus a duration), and a run with k periods more has every
+    op after the window k Delta later: T(m + k P) = T(m) + k Delta. The window is the last one of the stretch."""
+    g = compile_schedule(schedule, p, m, v)
+    n = len(g.kind)
+    key = ((g.kind * v + g.chunk) * p + g.device) * m + g.micro
+    id_of = np.full(3 * v * p * m, -1, dtype=np.int64)
+    id_of[key] = np.arange(n)
+
+    def later(ids):  # the op ``period`` micro-batches after each of ``ids`` (-1: none, or ids -1)
+        j = g.micro[ids] + period
+        return np.where((ids >= 0) & (j < m), id_of[np.where(j < m, key[ids] + period, 0)], -1)
+
+    ids = np.arange(n)
+    nxt = later(ids)
+    has = nxt >= 0
+    at = np.maximum(nxt, 0)
+    periodic = has & (g.cross == g.cross[at])
+    for src in (g.prev, g.dep):  # the shifted op's previous op and producer: the shifted ones (or none for none)
+        periodic &= np.where(src >= 0, later(np.maximum(src, 0)) == src[at], src[at] < 0)
+    good = np.ones(m, dtype=bool)
+    np.logical_and.at(good, g.micro, periodic)
+    good[max(m - period, 0):] = False
+    if not good.any():
+        return None
+    hi = int(np.flatnonzero(good)[-1]) + 1  # the stretch of good micro-batches ending at hi - 1
+    bad_before = np.flatnonzero(~good[:hi])
+    lo = int(bad_before[-1]) + 1 if bad_before.size else 0
+    in_run = (g.micro >= lo) & (g.micro < hi)
+    reach = max(int(np.max(np.where(in_run & (src >= 0), g.micro - g.micro[np.maximum(src, 0)], 0)))
+                for src in (g.prev, g.dep))
+    start = hi - max(reach, 0) - period
+    if start < lo:
+        return None
+    window = np.flatnonzero((g.micro >= start) & (g.micro < hi - period))
+    return window, nxt[window]
 
 
 # --------------------------------------------------------------------------- mixed groups

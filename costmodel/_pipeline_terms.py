@@ -313,8 +313,6 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc, blocking=None):
 
     Each distinct input is simulated once, or taken from a per-process cache; shapes with many
     distinct inputs get one simulate() call each, the rest one total_times_mixed walk."""
-    from costmodel._pipeline import schedule_peaks
-
     k = F.shape[1]
     cols = [shape.astype(np.float64), comp[:, None].astype(np.float64), F, Bk, W, tc]
     if blocking is not None:  # (a last column: the flag, part of the key)
@@ -332,22 +330,101 @@ def simulate_pipelines(shape, comp, F, Bk, W, tc, blocking=None):
         cache.add(u_keys[new], u_total[new, None])
     peaks = np.zeros((len(shapes), dev.shape[1]))
     for g, (code, pg, mg, vg) in enumerate(shapes):
-        peaks[g, :pg] = schedule_peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
+        peaks[g, :pg] = _peaks(SCHEDULES[int(code)], int(pg), int(mg), int(vg))
     return u_total[back], gid[back], peaks
+
+
+def _peaks(schedule, p, m, v):
+    """schedule_peaks of (schedule, p, m, v); a long step's from its periodic proxy where it and the proxy a period
+    longer agree (the micro-batches in flight stop growing once every stage's warm-up is past), else from its whole
+    order."""
+    from costmodel._pipeline import periodic_proxy, schedule_peaks
+
+    proxy = periodic_proxy(schedule, p, m, v)
+    if proxy is not None:
+        m_x, period = proxy
+        short = schedule_peaks(schedule, p, m_x, v)
+        if np.array_equal(short, schedule_peaks(schedule, p, m_x + period, v)):
+            return short
+    return schedule_peaks(schedule, p, m, v)
+
+
+def _device_times(uniq, dev, k):
+    """(tf, tb, tw, tc), each (S, D_max): the stage times of each device of the distinct inputs ``uniq`` (as
+    simulate_pipelines lays them out: a stage column per device, or the three representatives), zero past pp."""
+    u_p = uniq[:, 1].astype(np.int64)[:, None]
+    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
+    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
+    return tuple(np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1), 0.0)
+                 for i in range(4))
 
 
 def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     """simulate_pipelines' pipeline times (S,) of S distinct inputs ``uniq`` (rows as it lays them out) of shapes
-    ``gid`` (into ``shapes``): each device's stage column (``dev`` (1, D_max) the devices), its times; shapes of more
-    than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk. ``flagged``: the last
-    column says which block their hand-offs (1) or run torch's interleaved grid (2)."""
+    ``gid`` (into ``shapes``): a long step's from three shorter runs of its schedule where its times are periodic
+    (_extend_periodic), the rest by simulating their whole graphs (_simulate_graphs). ``flagged``: the last column
+    says which block their hand-offs (1) or run torch's interleaved grid (2)."""
+    total = np.empty(len(uniq))
+    left = _extend_periodic(uniq, gid, shapes, dev, k, flagged, total)
+    if left.size:
+        total[left] = _simulate_graphs(uniq[left], gid[left], shapes, dev, k, flagged)
+    return total
+
+
+def _extend_periodic(uniq, gid, shapes, dev, k, flagged, total):
+    """Price the inputs of long steps from a shorter run of their schedules (costmodel._pipeline.periodic_proxy, its
+    m_x and period P): simulated at m_x with every op's end, and where the ends of the graph's steady window
+    (steady_window) all move by the same Delta a period later (to 1e-12 of the step), T(m) = T(m_x) + (m - m_x) / P
+    Delta written into ``total``. Returns the indices of the inputs left to simulate whole: those of short steps,
+    of torch's interleaved grid, and those whose window does not move evenly."""
+    from costmodel._pipeline import periodic_proxy, simulate, steady_window
+
+    rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (2: torch's grid, not an op graph)
+    done = np.zeros(len(uniq), dtype=bool)
+    tf, tb, tw, tc = _device_times(uniq, dev, k)
+    for g, (code, p, m, v) in enumerate(shapes.astype(np.int64).tolist()):
+        name = SCHEDULES[code]
+        for scale in _PROXY_SCALES:  # a longer proxy for the sets whose times have not settled in the shorter one
+            proxy = periodic_proxy(name, p, m, v, scale)
+            window = None if proxy is None else steady_window(name, p, proxy[0], v, proxy[1])
+            if window is None:
+                break
+            (m_x, period), (ids, later) = proxy, window
+            step = max(1, _TIMELINE_VALUES // (2 * len(compile_ops(name, p, m_x, v))))
+            for blocks in (False, True):
+                rows = np.flatnonzero((gid == g) & (rule == (1 if blocks else 0)) & ~done)
+                for lo in range(0, rows.size, step):
+                    r = rows[lo:lo + step]
+                    res = simulate(name, p, m_x, v, tf=tf[r, :p], tb=tb[r, :p], tw=tw[r, :p], tc=tc[r, :p],
+                                   timeline=True, blocking=blocks)
+                    shift = res.timeline.end[:, later] - res.timeline.end[:, ids]  # (sets, window ops)
+                    delta = shift[:, 0]
+                    ok = np.all(np.abs(shift - delta[:, None]) <= 1e-12 * res.total_time[:, None], axis=1)
+                    total[r[ok]] = (res.total_time + (m - m_x) / period * delta)[ok]
+                    done[r[ok]] = True
+    return np.flatnonzero(~done)
+
+
+def compile_ops(schedule, p, m, v):
+    """The op kinds of compile_schedule(schedule, p, m, v) (their count sizes a block of timelines)."""
+    from costmodel._pipeline import compile_schedule
+
+    return compile_schedule(schedule, p, m, v).kind
+
+
+# Proxy lengths tried in turn, as multiples of periodic_proxy's shortest.
+_PROXY_SCALES = (1, 4, 16)
+# Op end times held at once while long steps are extended (_extend_periodic): sets are simulated in blocks of this
+# many values' worth of timelines (starts and ends).
+_TIMELINE_VALUES = 1 << 22
+
+
+def _simulate_graphs(uniq, gid, shapes, dev, k, flagged=False):
+    """_simulate_sets' times of inputs simulated over their schedules' whole graphs: shapes of more than
+    _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk."""
     from costmodel._pipeline import simulate, simulate_lockstep, total_times_mixed
 
-    u_p = uniq[:, 1].astype(np.int64)[:, None]
-    rep = np.where(dev == 0, 0, np.where(dev == u_p - 1, 2, 1))
-    col = np.where(uniq[:, 4:5] > 0, rep, np.minimum(dev, k - 1))  # device -> stage column
-    u_tf, u_tb, u_tw, u_tc = (np.where(dev < u_p, np.take_along_axis(uniq[:, 5 + i * k:5 + (i + 1) * k], col, axis=1),
-                                       0.0) for i in range(4))  # per device; columns past pp unused
+    u_tf, u_tb, u_tw, u_tc = _device_times(uniq, dev, k)
     total = np.empty(len(uniq))
     rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (simulate_pipelines' blocking: 1 or 2)
     blocking = rule == 1
@@ -369,7 +446,7 @@ def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
                                     tc=u_tc[r, :pg], blocking=blocks).total_time
     small = ~big[gid] & ~lock
     if np.any(small):
-        keep = np.flatnonzero(~big)  # shapes that go to the mixed walk, renumbered 0..
+        keep = np.flatnonzero(~big & (np.bincount(gid[small], minlength=len(shapes)) > 0))  # to the mixed walk, 0..
         renum = np.full(len(shapes), -1)
         renum[keep] = np.arange(len(keep))
         mixed_keys = [(SCHEDULES[int(c)], int(pg), int(mg), int(vg)) for c, pg, mg, vg in shapes[keep]]

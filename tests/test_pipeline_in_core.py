@@ -68,11 +68,14 @@ def test_simulated_pipeline_equals_scalar_reference(name, cluster):
     assert vec["feasible"].sum() >= 4
     for i in range(len(table)):
         ref = evaluate_row(model, cl, table.row(i), pipeline="simulate", framework="generic")
+        # (a difference of the step's parts, the bubble, is held to 1e-12 of the row's largest time: a long step's
+        # pipeline is extended from a shorter run, costmodel._pipeline.periodic_proxy; the reference walks it whole)
+        scale = max(abs(x) for k, x in ref.items() if k.endswith("_s") and np.isfinite(x))
         for k, want in ref.items():
             if np.isinf(want):
                 assert np.isinf(vec[k][i])
             else:
-                assert vec[k][i] == pytest.approx(want, rel=1e-9, abs=1e-12), (i, k)
+                assert vec[k][i] == pytest.approx(want, rel=1e-9, abs=1e-12 * max(scale, 1.0)), (i, k)
 
 
 def test_zb_v_and_hanayo_are_priced_by_the_simulator():
