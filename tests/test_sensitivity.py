@@ -114,6 +114,23 @@ def test_rank_sensitivity_command():
     assert bad.stdout == ""
 
 
+def test_rank_json_sensitivity_where_the_best_moves():
+    # at a hundredth of the network's bandwidth rank's #1 (data parallel over both nodes) falls well behind: the JSON
+    # names the case's best by its place in the ranking and how far #1 is behind, as the text prints them
+    import json
+
+    args = ("rank", "--model", "llama3-8b", "--cluster", "h100x16", "--global-batch", "256", "--top", "3",
+            "--sensitivity", "network=0.01,compute=1")
+    text, doc = cli(*args), cli(*args, "--json")
+    assert text.returncode == 0 and doc.returncode == 0, text.stderr + doc.stderr
+    moved, same = json.loads(doc.stdout)["sensitivity"]
+    assert moved["case"] == "network x0.01" and moved["best_fits"]
+    assert moved["best_rank"] > 1 and moved["first_behind"] > 0.1
+    assert same == {"case": "compute x1", "best_rank": 1, "best_fits": True, "first_behind": 0.0}
+    line = next(ln.split() for ln in text.stdout.splitlines() if ln.strip().startswith("network x0.01"))
+    assert line[2:] == [f"#{moved['best_rank']}", f"{100 * moved['first_behind']:.1f}%"]
+
+
 def test_evaluate_sensitivity_one_gpu_has_no_links():
     # one GPU: no collective, no hand-off; the links' figures cannot move its step, compute must, by less than 2x
     import json
