@@ -80,6 +80,15 @@ from costmodel._nccl import (
 )
 from costmodel._stages import collective_group_link, group_link
 
+# Share of a node's network a per-node expert dispatcher's all-to-all moves its bytes at (DeepEP's normal kernels,
+# HybridEP priced alike), where NCCL's collectives take the GPU's link_eff (0.8). DeepEP's README, normal kernels on
+# H800 with one CX7 400 Gb/s NIC a GPU (~50 GB/s), after its multi-QP / IBGDA change (deepseek-ai/DeepEP pull 130,
+# 2025-04): dispatch and combine at EP 32 58 and 57 GB/s "RDMA", at EP 64 51 and 50 GB/s, counted over every token a
+# rank sends to any node, its own included (pull 130's accounting, as deepseek-ai/DeepEP issue 285 reads it: at EP 16
+# "43 x 0.5 = 21.5 GB/s" on the wire). On the wire that is (nodes - 1) / nodes of it: 43.5 and 42.8 GB/s over 4 nodes,
+# 44.6 and 43.8 over 8, 0.86-0.89 of the NIC; their mean. Read from those figures, no validation row in view.
+PER_NODE_DISPATCH_NET_EFF = 0.87
+
 
 def all_reduce_s(nbytes, size, bw, lat):
     """Ring all-reduce: 2 (n - 1) / n of the buffer over the link, 2 (n - 1) steps."""
@@ -118,7 +127,8 @@ def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
     (min(size, gpus_per_node) - 1 of them) on the scale-up link and the rest on the network, both
     at once; one latency of the slower tier. ``net_bytes``: a per-node dispatcher's network bytes
     instead (each token once per other node); NVLink then carries every copy that leaves the GPU
-    (inside its node, or forwarded inside the node it reaches). ``stride``: the group's ranks are
+    (inside its node, or forwarded inside the node it reaches), and the network moves them at
+    PER_NODE_DISPATCH_NET_EFF of its bandwidth. ``stride``: the group's ranks are
     that many apart (ep ranks across etp), so a node holds gpus_per_node / stride of them."""
     g = cluster.gpus_per_node
     local = np.minimum(size, np.maximum(g // stride, 1))
@@ -127,7 +137,7 @@ def all_to_all_s(nbytes, size, cluster: Cluster, gpu, net_bytes=None, stride=1):
         out = (size - local) / size * nbytes / (cluster.scaleout_Bps * gpu.link_eff)
     else:
         up = (size - 1) / size * nbytes / (cluster.scaleup_Bps * gpu.link_eff)
-        out = net_bytes / (cluster.scaleout_Bps * gpu.link_eff)
+        out = net_bytes / (cluster.scaleout_Bps * PER_NODE_DISPATCH_NET_EFF)
     lat = np.where(size > local, cluster.scaleout_latency_s, cluster.scaleup_latency_s)
     return np.where(size > 1, np.maximum(up, out) + lat, 0.0)
 

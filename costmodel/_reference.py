@@ -14,6 +14,7 @@ from costmodel import _nccl as nccl
 from costmodel._codes import MODULE_BIT, module_code, module_names
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
+from costmodel._collectives import PER_NODE_DISPATCH_NET_EFF
 from costmodel._experts import (
     DEEPEP_SMS,
     EXPERT_PHASE_FIXED_KERNELS,
@@ -302,17 +303,17 @@ def _a2a_ctas(cluster: Cluster, n: int, stride: int) -> int:
 def _all_to_all(cluster: Cluster, nbytes: float, n: int, net_bytes: float | None = None, stride: int = 1) -> float:
     """Each of n consecutive ranks sends nbytes spread evenly over the n: the share to the other ranks of its node on
     NVLink, the share to other nodes on the network, at the same time. With ``net_bytes`` (a per-node dispatcher): those
-    bytes on the network, every copy leaving the GPU on NVLink."""
+    bytes on the network at PER_NODE_DISPATCH_NET_EFF of it, every copy leaving the GPU on NVLink."""
     if n <= 1:
         return 0.0
     peers = min(n, max(cluster.gpus_per_node // stride, 1)) - 1  # the group's other ranks in this node
     share = nbytes / n  # what each destination rank gets
+    link_eff = net_eff = cluster.gpu.link_eff
     if net_bytes is None:
         nvlink, network = peers * share, (n - 1 - peers) * share
-    else:
-        nvlink, network = (n - 1) * share, net_bytes
-    link_eff = cluster.gpu.link_eff
-    seconds = max(nvlink / (cluster.scaleup_Bps * link_eff), network / (cluster.scaleout_Bps * link_eff))
+    else:  # (DeepEP's kernels move the network's bytes at their own measured share of it)
+        nvlink, network, net_eff = (n - 1) * share, net_bytes, PER_NODE_DISPATCH_NET_EFF
+    seconds = max(nvlink / (cluster.scaleup_Bps * link_eff), network / (cluster.scaleout_Bps * net_eff))
     return seconds + (cluster.scaleout_latency_s if n - 1 > peers else cluster.scaleup_latency_s)
 
 
