@@ -385,6 +385,8 @@ def _extend_periodic(uniq, gid, shapes, dev, k, flagged, total):
     for g, (code, p, m, v) in enumerate(shapes.astype(np.int64).tolist()):
         name = SCHEDULES[code]
         for scale in _PROXY_SCALES:  # a longer proxy for the sets whose times have not settled in the shorter one
+            if not np.any((gid == g) & (rule != 2) & ~done):
+                break
             proxy = periodic_proxy(name, p, m, v, scale)
             window = None if proxy is None else steady_window(name, p, proxy[0], v, proxy[1])
             if window is None:
@@ -413,7 +415,7 @@ def compile_ops(schedule, p, m, v):
 
 
 # Proxy lengths tried in turn, as multiples of periodic_proxy's shortest.
-_PROXY_SCALES = (1, 4, 16)
+_PROXY_SCALES = (1, 4, 16, 64)
 # Op end times held at once while long steps are extended (_extend_periodic): sets are simulated in blocks of this
 # many values' worth of timelines (starts and ends).
 _TIMELINE_VALUES = 1 << 22
