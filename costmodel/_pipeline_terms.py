@@ -361,7 +361,7 @@ def _device_times(uniq, dev, k):
 
 def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     """simulate_pipelines' pipeline times (S,) of S distinct inputs ``uniq`` (rows as it lays them out) of shapes
-    ``gid`` (into ``shapes``): a long step's from three shorter runs of its schedule where its times are periodic
+    ``gid`` (into ``shapes``): a long step's from a shorter run of its schedule where its times are periodic
     (_extend_periodic), the rest by simulating their whole graphs (_simulate_graphs). ``flagged``: the last column
     says which block their hand-offs (1) or run torch's interleaved grid (2)."""
     total = np.empty(len(uniq))
@@ -372,16 +372,15 @@ def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
 
 
 def _extend_periodic(uniq, gid, shapes, dev, k, flagged, total):
-    """Price the inputs of long steps from a shorter run of their schedules (costmodel._pipeline.periodic_proxy, its
-    m_x and period P): simulated at m_x with every op's end, and where the ends of the graph's steady window
-    (steady_window) all move by the same Delta a period later (to 1e-12 of the step), T(m) = T(m_x) + (m - m_x) / P
-    Delta written into ``total``. Returns the indices of the inputs left to simulate whole: those of short steps,
-    of torch's interleaved grid, and those whose window does not move evenly."""
-    from costmodel._pipeline import periodic_proxy, simulate, steady_window
+    """Price the inputs of long steps from a shorter run of their schedules (costmodel._pipeline.periodic_proxy: m_x
+    and the period P) where it has settled (_from_proxy), trying the proxy lengths _PROXY_SCALES in turn, and write
+    their times into ``total``. Returns the indices of the inputs left to simulate whole: those of short steps, of
+    GPipe and torch's interleaved grid, and those that settled in none of the proxies."""
+    from costmodel._pipeline import periodic_proxy, steady_window
 
     rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (2: torch's grid, not an op graph)
     done = np.zeros(len(uniq), dtype=bool)
-    tf, tb, tw, tc = _device_times(uniq, dev, k)
+    times = _device_times(uniq, dev, k)
     for g, (code, p, m, v) in enumerate(shapes.astype(np.int64).tolist()):
         name = SCHEDULES[code]
         for scale in _PROXY_SCALES:  # a longer proxy for the sets whose times have not settled in the shorter one
@@ -391,33 +390,39 @@ def _extend_periodic(uniq, gid, shapes, dev, k, flagged, total):
             window = None if proxy is None else steady_window(name, p, proxy[0], v, proxy[1])
             if window is None:
                 break
-            (m_x, period), (ids, later) = proxy, window
-            step = max(1, _TIMELINE_VALUES // (2 * len(compile_ops(name, p, m_x, v))))
             for blocks in (False, True):
                 rows = np.flatnonzero((gid == g) & (rule == (1 if blocks else 0)) & ~done)
-                for lo in range(0, rows.size, step):
-                    r = rows[lo:lo + step]
-                    res = simulate(name, p, m_x, v, tf=tf[r, :p], tb=tb[r, :p], tw=tw[r, :p], tc=tc[r, :p],
-                                   timeline=True, blocking=blocks)
-                    shift = res.timeline.end[:, later] - res.timeline.end[:, ids]  # (sets, window ops)
-                    delta = shift[:, 0]
-                    ok = np.all(np.abs(shift - delta[:, None]) <= 1e-12 * res.total_time[:, None], axis=1)
-                    total[r[ok]] = (res.total_time + (m - m_x) / period * delta)[ok]
-                    done[r[ok]] = True
+                if rows.size:
+                    t, ok = _from_proxy(name, p, m, v, proxy, window, [x[rows, :p] for x in times], blocks)
+                    total[rows[ok]] = t[ok]
+                    done[rows[ok]] = True
     return np.flatnonzero(~done)
 
 
-def compile_ops(schedule, p, m, v):
-    """The op kinds of compile_schedule(schedule, p, m, v) (their count sizes a block of timelines)."""
-    from costmodel._pipeline import compile_schedule
+def _from_proxy(name, p, m, v, proxy, window, times, blocks):
+    """(T (S,), settled (S,)): the pipeline times at m micro-batches of S sets (``times``: tf, tb, tw, tc, each (S, p))
+    from their run at the proxy's m_x, and whether it had settled: every op of the steady ``window`` (ids, the same ops
+    P micro-batches later; costmodel._pipeline.steady_window) ends the same Delta later, to 1e-12 of T(m_x); then
+    T(m) = T(m_x) + (m - m_x) / P Delta. Sets are simulated in blocks of _TIMELINE_VALUES values of timelines."""
+    from costmodel._pipeline import compile_schedule, simulate
 
-    return compile_schedule(schedule, p, m, v).kind
+    (m_x, period), (ids, later) = proxy, window
+    step = max(1, _TIMELINE_VALUES // (2 * len(compile_schedule(name, p, m_x, v).kind)))
+    total, settled = np.empty(len(times[0])), np.zeros(len(times[0]), dtype=bool)
+    for lo in range(0, len(total), step):
+        tf, tb, tw, tc = (x[lo:lo + step] for x in times)
+        res = simulate(name, p, m_x, v, tf=tf, tb=tb, tw=tw, tc=tc, timeline=True, blocking=blocks)
+        shift = res.timeline.end[:, later] - res.timeline.end[:, ids]  # (sets, window ops)
+        delta = shift[:, 0]
+        settled[lo:lo + step] = np.all(np.abs(shift - delta[:, None]) <= 1e-12 * res.total_time[:, None], axis=1)
+        total[lo:lo + step] = res.total_time + (m - m_x) / period * delta
+    return total, settled
 
 
 # Proxy lengths tried in turn, as multiples of periodic_proxy's shortest.
 _PROXY_SCALES = (1, 4, 16, 64)
-# Op end times held at once while long steps are extended (_extend_periodic): sets are simulated in blocks of this
-# many values' worth of timelines (starts and ends).
+# Op end times held at once while long steps are extended (_from_proxy): sets are simulated in blocks of this many
+# values' worth of timelines (starts and ends).
 _TIMELINE_VALUES = 1 << 22
 
 
