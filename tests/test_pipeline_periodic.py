@@ -101,3 +101,18 @@ def test_proxies():
     # 1002 % 6 = 0: interleave_group_size); m_x keeps those remainders (modulo 60), so it runs groups of 6 too
     m_x, period = periodic_proxy("interleaved", 4, 1002, 2)
     assert period == 6 and (m_x % 4, m_x % 5, m_x % 6) == (2, 2, 0) and 2 * m_x <= 1002
+
+
+def test_a_long_steps_peaks_come_from_its_proxy():
+    # 1F1B (PipeDream-Flush): stage i holds p - i micro-batches at its peak, whatever m; the interleaved and zero
+    # bubble orders' peaks taken from the proxy equal those counted on the whole order
+    from costmodel._pipeline import schedule_peaks
+
+    ones = np.ones((1, 4))
+    for schedule, v in (("1f1b", 1), ("interleaved", 2), ("zb-h2", 1), ("zb-v", 2)):
+        shape = np.array([[SCHEDULES.index(schedule), 4, 1024, v]])
+        _, row_shape, peaks = terms.simulate_pipelines(shape, np.zeros(1, dtype=bool), ones, 2 * ones, 0 * ones,
+                                                       0 * ones)
+        np.testing.assert_array_equal(peaks[row_shape[0], :4], schedule_peaks(schedule, 4, 1024, v))
+        if schedule == "1f1b":
+            np.testing.assert_array_equal(peaks[row_shape[0], :4], [4, 3, 2, 1])
