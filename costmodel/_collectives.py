@@ -86,7 +86,8 @@ from costmodel._stages import collective_group_link, group_link
 # 2025-04): dispatch and combine at EP 32 58 and 57 GB/s "RDMA", at EP 64 51 and 50 GB/s, counted over every token a
 # rank sends to any node, its own included (pull 130's accounting, as deepseek-ai/DeepEP issue 285 reads it: at EP 16
 # "43 x 0.5 = 21.5 GB/s" on the wire). On the wire that is (nodes - 1) / nodes of it: 43.5 and 42.8 GB/s over 4 nodes,
-# 44.6 and 43.8 over 8, 0.86-0.89 of the NIC; their mean. Read from those figures, no validation row in view.
+# 44.6 and 43.8 over 8, 0.86-0.89 of the NIC; their mean. Read from those figures; looked for because a validation
+# pair with the Megatron-MoE-ModelZoo's DeepEP EP 32 run (priced 8.9% slow at 0.8) was out of order.
 PER_NODE_DISPATCH_NET_EFF = 0.87
 
 

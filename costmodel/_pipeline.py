@@ -751,7 +751,7 @@ def periodic_proxy(schedule: str, p: int, m: int, v: int, scale: int = 1) -> tup
     """(m_x, P): a shorter micro-batch count m_x congruent to m modulo the schedule's period P, from which a long
     step's pipeline time is extended (steady_window), or None where m is too short for that to pay.
 
-    Past its warm-up a schedule's op order repeats every P micro-batches: P = 1 for GPipe, 1F1B and the zero bubble
+    Past its warm-up a schedule's op order repeats every P micro-batches: P = 1 for 1F1B and the zero bubble
     schedules, the group N for interleaving (interleave_group_size; the proxy must share m's N, else None), D for
     Hanayo (its wave order repeated m / D times); P = p is taken for all but interleaving, a multiple of each; an
     interleaved m_x is congruent to m modulo every group size from p to N, so that its group size is N too. m_x is

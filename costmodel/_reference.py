@@ -12,9 +12,9 @@ import math
 
 from costmodel import _nccl as nccl
 from costmodel._codes import MODULE_BIT, module_code, module_names
+from costmodel._collectives import PER_NODE_DISPATCH_NET_EFF
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
-from costmodel._collectives import PER_NODE_DISPATCH_NET_EFF
 from costmodel._experts import (
     DEEPEP_SMS,
     EXPERT_PHASE_FIXED_KERNELS,
