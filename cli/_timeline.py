@@ -40,6 +40,30 @@ def check_paths(args) -> None:
             raise InputError(f"--{flag}", "a file in an existing folder", path)
 
 
+# Passes (a stage's forward, backward or weight gradient of one micro-batch on one chunk) a timeline draws at most:
+# 16,384 micro-batches on 8 stages are 262,144 passes, a 77 MB trace drawn in about 10 s on one core; a step of many
+# more is priced from a shorter run (costmodel._pipeline.periodic_proxy) but would be drawn whole.
+DRAWN_PASSES_MAX = 1 << 18
+
+
+def check_drawable(args, model, cluster, table, framework) -> None:
+    """--timeline / --trace refused, before anything is priced whole or written, for a plan of more than
+    DRAWN_PASSES_MAX passes (micro-batches x stages x chunks x the kinds of pass its schedule runs)."""
+    from costmodel import evaluate
+    from costmodel._pipeline import _SPLIT_BACKWARD
+    from costmodel._strategy import SCHEDULES
+
+    m = evaluate(model, cluster, table.take(slice(0, 1)), framework=framework)  # (closed forms: the counts alone)
+    micro, pp = int(m["microbatches"][0]), int(table["pp"][0])
+    split = SCHEDULES[int(table["schedule"][0])] in _SPLIT_BACKWARD
+    passes = micro * pp * int(table["vpp"][0]) * (3 if split else 2)
+    if passes > DRAWN_PASSES_MAX:
+        flag = "--trace" if getattr(args, "trace", None) else "--timeline"
+        raise InputError(flag, f"a plan of at most {DRAWN_PASSES_MAX:,} passes to draw (micro-batches x stages x "
+                         "chunks x passes a micro-batch)", f"{micro:,} micro-batches a step on {pp} stages: "
+                         f"{passes:,} passes")
+
+
 def plan_words(row: dict, pool_names: list[str] | None = None) -> str:
     """The plan in a line: degrees, micro-batching, schedule, recompute, ZeRO (a placement: its stages)."""
     rc = row.get("recompute", "none")
@@ -61,6 +85,7 @@ def write_plan_outputs(args, model, cluster, table, framework: str, *, note: str
     from costmodel._pipeline_render import plan_process_names, plan_slices, plan_trace
     from costmodel._plan_timeline import plan_timeline
 
+    check_drawable(args, model, cluster, table, framework if profile is None else profile)
     pt = plan_timeline(model, cluster, table, framework if profile is None else profile)
     names = [p.name for p in cluster.pools] if isinstance(cluster, HeteroCluster) else None
     row = table.row(0, names) if names else table.row(0)

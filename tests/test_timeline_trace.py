@@ -364,3 +364,22 @@ def test_show_rank_on_a_run_of_two_studies_writes_a_file_each(tmp_path, capsys):
         assert _span_s(events) == pytest.approx(float(np.nanmin(best["step_time_s"])), rel=0.01)
         assert meta["cluster"] == cluster.name
 
+
+
+def test_a_plan_of_too_many_passes_to_draw_is_refused_before_anything_is_written(tmp_path, capsys):
+    # 65,536 micro-batches on 8 stages, a forward and a backward each: 1,048,576 passes, over the 262,144 drawn at
+    # most; 1,024 of them: 16,384 passes, drawn
+    from cli._timeline import DRAWN_PASSES_MAX
+
+    plan = ["--tp", "1", "--pp", "8", "--dp", "1", "--micro-batch", "1"]
+    big, small = tmp_path / "big.json", tmp_path / "small.json"
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", *plan, "--global-batch", "65536",
+                 "--trace", str(big)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and not big.exists()
+    assert "--trace" in err and "1,048,576 passes" in err and f"{DRAWN_PASSES_MAX:,}" in err
+    assert DRAWN_PASSES_MAX == 262_144
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", *plan, "--global-batch", "1024",
+                 "--trace", str(small)]) == 0
+    events, _ = _trace(small)
+    assert sum(e["cat"] in ("forward", "backward") for e in events) == 2 * 1024 * 8
