@@ -101,13 +101,15 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
     if with_framework or len({r.get("framework") for r in rows}) > 1:
         shown.add("framework")
     cols = [c for c in TABLE_COLUMNS if c[0] in columns and (c[0] not in ("ep", "etp", "framework") or c[0] in shown)]
-    # the framework column as wide as its longest name: profiles share long prefixes (megatron-core-deepep-...)
-    cols = [(k, h, max(w, *(len(str(r.get(k) or "")) for r in rows)) if k == "framework" and rows else w, f)
-            for k, h, w, f in cols]
+    # each column as wide as its widest cell: a framework's name whole (profiles share long prefixes:
+    # megatron-core-deepep-...), 131,072 micro-batches a step not cut to 13107
+    cols = [(k, h, max(w, *(len(_cell(r.get(k), f)) for r in rows)) if rows else w, f) for k, h, w, f in cols]
     unit = "samples/s" if thr == "samples_per_s" else "tokens/s"
     band = thr == "tokens_per_s" and "tokens_per_s_low" in columns  # the error band (costmodel._bands)
+    steps = [r.get("step_time_s") for r in rows]
+    sw = max([9] + [len(f"{x if x is not None else math.inf:.4f}") for x in steps])  # (a day's step: 108272.8102)
     head = (f"{'#':>3} " + " ".join(f"{h:>{w}}" for _, h, w, _ in cols)
-            + f" {'step s':>9} {unit:>12}" + (f" {'±%':>6}" if band else "") + f" {'MFU':>6} {'mem GB':>7}"
+            + f" {'step s':>{sw}} {unit:>12}" + (f" {'±%':>6}" if band else "") + f" {'MFU':>6} {'mem GB':>7}"
             + ("  reason" if with_reason else ""))
     # Uneven partitions (null = uniform stages): layers per stage and recompute initials per stage.
     with_layers = any(r.get("stage_layers") for r in rows)
@@ -123,8 +125,8 @@ def format_rows(columns, thr: str, rows: list[dict], *, with_reason: bool = Fals
         step, mfu, mem = r.get("step_time_s"), r.get("mfu"), r.get("mem_total_bytes")
         mark = "!" if r.get("feasible", True) and is_tight(mem, row_device_bytes(r, r.get("cluster"))) else ""
         tight = tight or bool(mark)
-        line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f)[:w]:>{w}}" for c, _, w, f in cols)
-                + f" {step if step is not None else math.inf:9.4f} {r.get(thr) or 0.0:12,.0f}"
+        line = (f"{rank:>3} " + " ".join(f"{_cell(r.get(c), f):>{w}}" for c, _, w, f in cols)
+                + f" {step if step is not None else math.inf:{sw}.4f} {r.get(thr) or 0.0:12,.0f}"
                 + (band_cell(r, rows[0]) if band else "") + f" {100 * (mfu or 0.0):5.1f}% {(mem or 0.0) / GB:7.1f}"
                 + mark)
         if with_reason:

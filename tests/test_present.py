@@ -327,3 +327,19 @@ def test_evaluate_json_says_whether_the_plan_is_tight():
     mem = doc["metrics"]["mem_total_bytes"]
     assert doc["memory"]["device_bytes"] == 81559 * 2**20 and 55e9 < mem < 70e9
     assert mem * 1.1 < 81559 * 2**20 and doc["memory"]["tight"] is False
+
+
+def test_table_cells_are_never_cut_and_stay_under_their_headers():
+    """131,072 micro-batches a step and a step of 108,272.8102 s (a day and more) print whole, every cell's right edge
+    under its header's, as a row of ordinary sizes does."""
+    from cli._cmd_show import format_rows
+
+    base = {"dp": 8, "tp": 1, "pp": 1, "cp": 1, "tokens_per_s": 79336.0, "mfu": 0.58, "feasible": True,
+            "mem_total_bytes": 77e9}
+    rows = [dict(base, microbatches=131072, step_time_s=108272.8102), dict(base, microbatches=24, step_time_s=6.7883)]
+    out = format_rows(("dp", "tp", "pp", "cp", "microbatches"), "tokens_per_s", rows).splitlines()
+    head = out[0]
+    assert "131072" in out[1].split() and "108272.8102" in out[1].split() and "6.7883" in out[2].split()
+    for name, cell_1, cell_2 in (("m", "131072", "24"), ("step s", "108272.8102", "6.7883")):
+        right = head.index(name) + len(name)
+        assert out[1].index(cell_1) + len(cell_1) == right and out[2].rindex(cell_2) + len(cell_2) == right
