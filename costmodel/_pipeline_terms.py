@@ -364,23 +364,25 @@ def _simulate_sets(uniq, gid, shapes, dev, k, flagged=False):
     ``gid`` (into ``shapes``): a long step's from a shorter run of its schedule where its times are periodic
     (_extend_periodic), the rest by simulating their whole graphs (_simulate_graphs). ``flagged``: the last column
     says which block their hand-offs (1) or run torch's interleaved grid (2)."""
+    times = _device_times(uniq, dev, k)  # (tf, tb, tw, tc) per device, once for both walks
     total = np.empty(len(uniq))
-    left = _extend_periodic(uniq, gid, shapes, dev, k, flagged, total)
+    left = _extend_periodic(uniq, gid, shapes, times, k, flagged, total)
+    if left.size == len(uniq):  # (no long step extended: the usual case, no copies)
+        return _simulate_graphs(uniq, gid, shapes, times, k, flagged)
     if left.size:
-        total[left] = _simulate_graphs(uniq[left], gid[left], shapes, dev, k, flagged)
+        total[left] = _simulate_graphs(uniq[left], gid[left], shapes, [x[left] for x in times], k, flagged)
     return total
 
 
-def _extend_periodic(uniq, gid, shapes, dev, k, flagged, total):
+def _extend_periodic(uniq, gid, shapes, times, k, flagged, total):
     """Price the inputs of long steps from a shorter run of their schedules (costmodel._pipeline.periodic_proxy: m_x
     and the period P) where it has settled (_from_proxy), trying the proxy lengths _PROXY_SCALES in turn, and write
     their times into ``total``. Returns the indices of the inputs left to simulate whole: those of short steps, of
-    GPipe and torch's interleaved grid, and those that settled in none of the proxies."""
+    GPipe and torch's interleaved grid, and those that settled in none of the proxies. ``times``: _device_times'."""
     from costmodel._pipeline import periodic_proxy, steady_window
 
     rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (2: torch's grid, not an op graph)
     done = np.zeros(len(uniq), dtype=bool)
-    times = _device_times(uniq, dev, k)
     for g, (code, p, m, v) in enumerate(shapes.astype(np.int64).tolist()):
         name = SCHEDULES[code]
         for scale in _PROXY_SCALES:  # a longer proxy for the sets whose times have not settled in the shorter one
@@ -426,12 +428,12 @@ _PROXY_SCALES = (1, 4, 16, 64)
 _TIMELINE_VALUES = 1 << 22
 
 
-def _simulate_graphs(uniq, gid, shapes, dev, k, flagged=False):
-    """_simulate_sets' times of inputs simulated over their schedules' whole graphs: shapes of more than
-    _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk."""
+def _simulate_graphs(uniq, gid, shapes, times, k, flagged=False):
+    """_simulate_sets' times of inputs simulated over their schedules' whole graphs (``times``: their _device_times):
+    shapes of more than _MIXED_MAX_SETS inputs one simulate() call each, the rest one total_times_mixed walk."""
     from costmodel._pipeline import simulate, simulate_lockstep, total_times_mixed
 
-    u_tf, u_tb, u_tw, u_tc = _device_times(uniq, dev, k)
+    u_tf, u_tb, u_tw, u_tc = times
     total = np.empty(len(uniq))
     rule = uniq[:, 5 + 4 * k] if flagged else np.zeros(len(uniq))  # (simulate_pipelines' blocking: 1 or 2)
     blocking = rule == 1
