@@ -7,6 +7,13 @@ and writes one CSV row per shape with the
 median time and achieved TFLOP/s. Also times a large device-to-device copy (HBM B/s).
 
     python3 benchmarks/gpu_gemm_sweep.py --out gemm.csv
+    python3 benchmarks/gpu_gemm_sweep.py --dtype fp8 --fast-accum both --only gpt3,llama70,square --out fp8.csv
+
+fp8 products run through torch._scaled_mm, whose default accumulates in the GEMM's full-precision path
+(use_fast_accum False); Transformer Engine's forward GEMMs and torchao's float8 output GEMM accumulate fast (TE's
+recipes: split accumulator off for fprop, on for dgrad and wgrad; torchao Float8LinearConfig: use_fast_accum True for
+the output GEMM only). ``--fast-accum both`` times every shape both ways in one run, side by side (column
+``fast_accum``).
 
 The shapes: square sides 256 .. 16384; and the four GEMMs of a transformer layer (QKV,
 attention projection, MLP up, MLP down) for GPT-3 175B (h 12288, f 4h) and Llama-3 70B (h 8192,
@@ -38,9 +45,10 @@ def shapes() -> list[tuple[str, int, int, int]]:
     return out
 
 
-def time_gemm(torch, M, N, K, dtype, warmup, iters) -> float:
+def time_gemm(torch, M, N, K, dtype, warmup, iters, fast_accum=False) -> float:
     """Median seconds of one (M x K) @ (K x N) product (fp8: e4m3 operands through torch._scaled_mm, per-tensor
-    scales, bf16 out), timed by CUDA events over ``iters`` batches of back-to-back products after ``warmup`` ones."""
+    scales, bf16 out, ``fast_accum`` its use_fast_accum), timed by CUDA events over ``iters`` batches of
+    back-to-back products after ``warmup`` ones."""
     dev = torch.device("cuda")
     a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     b = torch.randn(K, N, device=dev, dtype=torch.bfloat16)
@@ -49,7 +57,8 @@ def time_gemm(torch, M, N, K, dtype, warmup, iters) -> float:
         one = torch.ones((), device=dev)
 
         def product():
-            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                    use_fast_accum=fast_accum)
     else:
         def product():
             return a @ b
@@ -84,15 +93,27 @@ def main() -> None:
     ap.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16",
                     help="fp8: e4m3 operands through torch._scaled_mm (per-tensor scales, bf16 output), "
                          "as Transformer Engine's and torchao's float8 linear layers run")
+    ap.add_argument("--fast-accum", choices=("off", "on", "both"), default="off",
+                    help="fp8 only: torch._scaled_mm's use_fast_accum (both: each shape both ways, side by side)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated label prefixes to time (e.g. gpt3,llama70,square); default every shape")
     args = ap.parse_args()
+    if args.fast_accum != "off" and args.dtype != "fp8":
+        ap.error(f"--fast-accum: expected off for --dtype bf16, got {args.fast_accum}")
+    prefixes = tuple(p for p in args.only.split(",") if p)
+    accums = {"off": (False,), "on": (True,), "both": (False, True)}[args.fast_accum]
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     rows = []
     for label, M, N, K in shapes():
-        t = time_gemm(torch, M, N, K, args.dtype, args.warmup, args.iters)
-        rows.append({"label": label, "M": M, "N": N, "K": K, "time_s": t, "tflops": 2 * M * N * K / t / 1e12})
-        print(f"{label:24s} {M:6d} {N:6d} {K:6d} {t * 1e6:10.1f} us {rows[-1]['tflops']:7.1f} TFLOP/s",
-              flush=True)
+        if prefixes and not label.startswith(prefixes):
+            continue
+        for fast in accums:
+            t = time_gemm(torch, M, N, K, args.dtype, args.warmup, args.iters, fast)
+            rows.append({"label": label, "M": M, "N": N, "K": K, "time_s": t, "tflops": 2 * M * N * K / t / 1e12,
+                         **({"fast_accum": int(fast)} if args.fast_accum != "off" else {})})
+            print(f"{label:24s} {M:6d} {N:6d} {K:6d} {'fast' if fast else '    '} {t * 1e6:10.1f} us "
+                  f"{rows[-1]['tflops']:7.1f} TFLOP/s", flush=True)
     n = 1 << 30  # 2 GiB copy: bytes read + written
     x = torch.empty(n, dtype=torch.uint8, device=dev)
     y = torch.empty_like(x)

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
-# its own timeout (280 + 30 + 75 + 120 s, and the Ray install), everything written to $OUT (8 files, the most that come back):
+# its own timeout (280 + 30 + 75 + 45 + 105 s, and the Ray install), everything written to $OUT (8 files, the most that come
+# back):
 #   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 250, killed at 280 s): layers_measured.csv,
 #      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
 #      compare.txt; then an MoE layer's host time a kernel launch (benchmarks/gpu_moe_host.py --budget-s 50, killed
-#      at 75 s): moe_host_measured.csv, moe_host.log;
-#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 120 s: its
+#      at 75 s): moe_host_measured.csv, its log appended to layers.log; then the fp8 GEMMs of the GPT-3 175B and
+#      Llama 3 70B layers and the squares with and without fast accumulation, side by side (benchmarks/gpu_gemm_sweep.py
+#      --fast-accum both, killed at 45 s): gemm_fp8_accum.csv, its log appended to layers.log;
+#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 105 s: its
 #      in-process base and as many worker counts as fit): workers.log; it needs Ray, installed from .whl/ where
 #      present (that machine has none and cannot download it);
 #   3. the machine: machine.txt (GPU, driver, torch, cores, load).
@@ -46,17 +49,22 @@ if [ -s "$OUT/layers_measured.csv" ]; then
     sed -n '/^block /,$p' "$OUT/compare.txt"
 fi
 echo "== 1b. MoE host time a kernel"
-timeout 75 python3 benchmarks/gpu_moe_host.py --out "$OUT" --budget-s 50 "${TINY[@]}" > "$OUT/moe_host.log" 2>&1
-echo "gpu_moe_host exit $?" | tee -a "$OUT/moe_host.log"
+timeout 75 python3 benchmarks/gpu_moe_host.py --out "$OUT" --budget-s 50 "${TINY[@]}" >> "$OUT/layers.log" 2>&1
+echo "gpu_moe_host exit $?" | tee -a "$OUT/layers.log"
 [ ${#TINY[@]} -gt 0 ] && exit 0
+
+echo "== 1c. fp8 GEMMs with and without fast accumulation"
+timeout 45 python3 benchmarks/gpu_gemm_sweep.py --dtype fp8 --fast-accum both --only gpt3,llama70,square \
+    --out "$OUT/gemm_fp8_accum.csv" >> "$OUT/layers.log" 2>&1
+echo "gpu_gemm_sweep exit $?" | tee -a "$OUT/layers.log"
 
 echo "== 2. study worker scaling"
 if ! python3 -c "import ray" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl > "$OUT/workers.log" 2>&1
 fi
 if python3 -c "import ray" 2>/dev/null; then
-    timeout 120 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
-    echo "bench_study_workers exit $? (124: stopped at its 120 s)" >> "$OUT/workers.log"
+    timeout 105 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
+    echo "bench_study_workers exit $? (124: stopped at its 105 s)" >> "$OUT/workers.log"
     timeout 20 ray stop --force > /dev/null 2>&1 || true  # a run cut short leaves no Ray daemons behind
 else
     echo "no Ray on this machine and none in .whl/ (bash benchmarks/gpu_machine_wheels.sh makes it): skipped" \
