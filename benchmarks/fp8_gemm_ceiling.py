@@ -1,6 +1,12 @@
 """The fp8 GEMM ceiling the H100 sweep implies, and what pricing fp8 GEMMs at it does to the validation set.
 
     PYTHONPATH=. python3 benchmarks/fp8_gemm_ceiling.py
+    PYTHONPATH=. python3 benchmarks/fp8_gemm_ceiling.py --accum-sweep <files>/gemm_fp8_accum.csv
+
+``--accum-sweep``: a GPU run's fp8 sweep with and without fast accumulation (benchmarks/gpu_gemm_sweep.py --fast-accum
+both, run by benchmarks/run_on_gpu.sh): each mode's ceiling is fitted apart, and the set is priced at the mix the
+frameworks run, the forward GEMM fast and the two backward GEMMs in full (FAST_SHARE of the GEMM work fast), its
+ceiling over the bf16 sweep's.
 
 The cost model prices an fp8 GEMM as a bf16 one at the fp8 peak: the same fraction of the peak (gemm_eff_max, the
 bf16 MAMF fraction) and the same shape constant (gemm_half_dim). tests/data/h100_gemm_fp8_measured.csv (torch's
@@ -14,6 +20,7 @@ the validation set priced as `plansweep validate` prices it, with the Hopper GPU
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import statistics
@@ -30,13 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "tests/data/validation/published_runs.csv"
 SWEEPS = {"bf16": (ROOT / "tests/data/h100_gemm_measured.csv", 0),
           "fp8": (ROOT / "tests/data/h100_gemm_fp8_measured.csv", 2)}
+FAST_SHARE = 1.0 / 3.0  # forward GEMM fast; dgrad and wgrad in full (Transformer Engine, torchao)
 
 
-def ceiling(path: Path, precision: int) -> tuple[float, float, float]:
-    """(fraction of the peak, mean |error|, max |error|) of the layer GEMMs at the model's half-dimension."""
+def ceiling(path: Path, precision: int, fast: int | None = None) -> tuple[float, float, float]:
+    """(fraction of the peak, mean |error|, max |error|) of the layer GEMMs at the model's half-dimension (``fast``:
+    only the rows whose fast_accum column is that)."""
     with open(path) as fh:
         rows = [r for r in csv.DictReader(x for x in fh if not x.startswith("#"))
-                if r["label"].startswith(("gpt3", "llama70"))]
+                if r["label"].startswith(("gpt3", "llama70")) and (fast is None or int(r["fast_accum"]) == fast)]
     M, N, K = (np.array([float(r[k]) for r in rows]) for k in "MNK")
     measured = np.array([float(r["time_s"]) for r in rows])
     h100 = hardware.gpu_preset("h100")
@@ -72,12 +81,21 @@ def errors(scale: float) -> dict[str, float]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--accum-sweep", type=Path, help="a GPU run's gemm_fp8_accum.csv (fast_accum 0 and 1)")
+    args = ap.parse_args()
+    sweeps = dict(SWEEPS)
+    if args.accum_sweep:
+        sweeps = {"bf16": SWEEPS["bf16"], "fp8 full": (args.accum_sweep, 2, 0), "fp8 fast": (args.accum_sweep, 2, 1)}
     fits = {}
-    for dtype, (path, precision) in SWEEPS.items():
-        frac, mean, worst = ceiling(path, precision)
+    for dtype, (path, precision, *fast) in sweeps.items():
+        frac, mean, worst = ceiling(path, precision, *fast)
         fits[dtype] = frac
         print(f"{dtype}: ceiling {frac:.4f} of the peak at half-dim {hardware.GEMM_HALF_DIM['H100-SXM5-80GB']:.0f} "
               f"(burst), mean |error| {100 * mean:.1f}%, max {100 * worst:.1f}%")
+    if args.accum_sweep:  # time-weighted: FAST_SHARE of the work at the fast ceiling
+        fits["fp8"] = 1.0 / (FAST_SHARE / fits["fp8 fast"] + (1.0 - FAST_SHARE) / fits["fp8 full"])
+        print(f"fp8 as the frameworks run it (forward fast): ceiling {fits['fp8']:.4f}")
     ratio = fits["fp8"] / fits["bf16"]
     print(f"fp8 / bf16 ceiling: {ratio:.3f}\n")
     base, fp8 = errors(1.0), errors(ratio)

@@ -19,6 +19,7 @@
 # a 570 s limit, with OUT the folder whose files come back:
 #     bash benchmarks/run_on_gpu.sh
 # and afterwards, back here: PYTHONPATH=. python3 benchmarks/compare_modern_layers.py <files>/layers_measured.csv
+# and PYTHONPATH=. python3 benchmarks/fp8_gemm_ceiling.py --accum-sweep <files>/gemm_fp8_accum.csv
 # Without a GPU (a dry run of part 1 on the CPU): OUT=/tmp/out bash benchmarks/run_on_gpu.sh --tiny
 set -uo pipefail
 cd "$(dirname "$0")/.."
