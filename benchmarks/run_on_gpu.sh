@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in all, each part under
-# its own timeout (280 + 30 + 75 + 45 + 105 s, and the Ray install), everything written to $OUT (8 files, the most that come
-# back):
+# The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in
+# all, each part under its own timeout (280 + 30 + 75 + 45 + 105 s, and the Ray install), everything written to $OUT
+# (8 files, the most that come back):
 #   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 250, killed at 280 s): layers_measured.csv,
 #      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
 #      compare.txt; then an MoE layer's host time a kernel launch (benchmarks/gpu_moe_host.py --budget-s 50, killed
