@@ -19,7 +19,8 @@ Printed, for the two Megatron-Bridge DeepSeek-V3 B200 rows and the Qwen3-235B-A2
    neighbours that meet there both wait for the exchange, so each stage's period is its F + B + 2 T_C): the profiles'
    blocking_p2p turned off, the closed form's 2 (p - 1) T_C counted once (fill and drain), as before.
    "half_dim": the B200's GEMM half-size at the H100's measured 240 instead of the tile edge 128 (its efficiency
-   constants are otherwise the H100's fractions; not measured on a B200).
+   matmul ceiling is its published MAMF, its other efficiency constants the H100's fractions; not measured on a
+   B200).
    "pad" (printed, not priced): MXFP8's per-expert alignment of the received tokens to 32 rows (HybridEP's
    dispatch_with_permute pad_multiple = get_align_size_for_quantization, 32 under MXFP8), 15.5 rows a local expert
    on average under force-balanced routing: the share of more rows a GPU's expert GEMMs take (32 x 15.5 / 32768 =

@@ -88,9 +88,14 @@ class GPU(Efficiency):
 # - gemm_eff_max = MAMF / dense peak x sustained clock. MAMF, the maximum achievable bf16 matmul FLOP/s of a shape
 #   sweep (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table, CUDA 12.1 / ROCm 6.2): A100 SXM
 #   267.9 of 312 (0.859); H100 SXM 792.1 of 989 (0.801; 798 for 8192^3 on an H100 SXM here, device KINDS.md
-#   2026-11-13); GH200 821.0 of 989 (0.830, used for the H200, the same chip); MI300X 781.9 (0.598 of 1307.4); B200
-#   not published: the H100's 0.801. Sustained clock 0.87: FLOP/s and HBM B/s derated by thermal and power throttling
-#   (MAMF is a burst of 100 products), between the linear-layer model's base utilisation 0.8 (costmodel/_linear.py)
+#   2026-11-13); GH200 821.0 of 989 (0.830, used for the H200, the same chip). Blackwell and the MI300X from the same
+#   table's later version (stas00/ml-engineering 744d01e, 2026-08; mamf-finder's benchmark version 2, which resets the
+#   caches and output between products): B200 SXM 1,745.0 of 2,250 (0.776; torch 2.7.1, CUDA 12.8), GB200 1,822.0 of
+#   2,500 (0.729, used for the GB300 too: no GB300 figure; the B300 SXM's is 1,769.0 of 2,250, 1.4% above the B200's),
+#   MI300X 668.4 (0.511 of 1307.4; 781.9 in the first version). A100, H100 and GH200 keep the figures the sustained
+#   clock below was chosen with: that version lists 271.2, 794.5 and 828.6, which would move the clock scan's choice
+#   from 0.85 to 0.84 (Table 1 2.8% against 3.0%). Sustained clock 0.85: FLOP/s and HBM B/s derated by thermal and
+#   power throttling (MAMF is a burst of 100 products), between the linear-layer model's base utilisation 0.8 (costmodel/_linear.py)
 #   and the A100's 1305 of 1410 MHz under HPL, 0.93 (glennklockwood.com/garden/peak-FLOPS); chosen with Narayanan et
 #   al. 2021 Table 1 (full recompute, ten runs) in view: of 0.84-0.90, the value with the lowest mean |error| that
 #   keeps it within 5% mean and 10% max (benchmarks/sustained_clock_scan.py): one constant for every GPU type.
@@ -120,12 +125,12 @@ MAMF_FRACTION = {
     # H800: the H100 SXM5 die with NVLink cut to 400 GB/s; the same compute ceiling.
     "H800-SXM5-80GB": 792.1 / 989.4,
     "H200-SXM-141GB": 821.0 / 989.4,
-    "B200-HGX-180GB": 792.1 / 989.4,
+    "B200-HGX-180GB": 1745.0 / 2250,
     # GB200 / GB300 NVL72: the B200 die (Blackwell Ultra for GB300) at a higher power limit, its peaks in the preset;
-    # no MAMF published either: the H100's fraction, as the B200's.
-    "GB200-NVL72-186GB": 792.1 / 989.4,
-    "GB300-NVL72-279GB": 792.1 / 989.4,
-    "MI300X-OAM-192GB": 781.9 / 1307.4,
+    # GB200's MAMF measured (above), GB300's not: GB200's fraction of the same 2,500 peak.
+    "GB200-NVL72-186GB": 1822.0 / 2500,
+    "GB300-NVL72-279GB": 1822.0 / 2500,
+    "MI300X-OAM-192GB": 668.4 / 1307.4,
 }
 
 

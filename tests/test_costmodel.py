@@ -22,6 +22,8 @@ from costmodel import (
     model_preset,
 )
 from costmodel._collectives import tier
+from costmodel._hardware import SUSTAINED_CLOCK
+from costmodel._layer_compute import gemm_s
 
 
 def test_seed001_linear_layer_worked_example():
@@ -181,6 +183,21 @@ def test_gpu_presets_are_dense_figures():
     # The data README warns that vendor pages quote sparse FLOP/s (1979 for H100 BF16).
     assert gpu_preset("h100").peak_flops[0] == pytest.approx(989.4e12)
     assert gpu_preset("a100").peak_flops[0] == pytest.approx(312e12)
+
+
+@pytest.mark.parametrize("name, mamf_tflops", [
+    # S. Bekman, Machine Learning Engineering, compute/accelerator, the MAMF table: A100 SXM, H100 SXM and GH200 (the
+    # H200's chip) as first published; B200 SXM, GB200 and MI300X from its version 744d01e (2026-08), GB300 none
+    # (GB200's figure, at the same 2,500 TFLOP/s peak)
+    ("a100", 267.9), ("h100", 792.1), ("h200", 821.0), ("b200", 1745.0), ("gb200", 1822.0), ("gb300", 1822.0),
+    ("mi300x", 668.4)])
+def test_largest_products_run_at_the_published_matmul_ceiling(name, mamf_tflops):
+    # a product large enough that every shape term is within 0.1% of one, at burst clock (MAMF is a burst)
+    gpu = gpu_preset(name)
+    burst = dataclasses.replace(gpu, gemm_eff_max=gpu.gemm_eff_max / SUSTAINED_CLOCK)
+    n = 2.0**20
+    tflops = 2 * n**3 / gemm_s(n, n, n, gpu.peak_flops[0], burst) / 1e12
+    assert tflops == pytest.approx(mamf_tflops, rel=2e-3)
 
 
 @pytest.mark.parametrize("typed, preset", [
