@@ -296,6 +296,7 @@ def pipeline_step(*, sched, p, m, v, X_sum, X_max, F_b, B_b, W_b, pp_comm, reaso
     if serial is not None:  # (the simulator waits on each steady exchange once, as a batched one)
         total = total + serial[q]
     busy = m[q] * (F_b[q] + B_b[q] + W_b[q])  # (the simulator's stages: F, B, W)
+    total = np.maximum(total, busy)  # the bottleneck is busy that long: a shortfall is the last bit of two sums
     pipe[q] = total  # pipe, fill and pp_comm: the caller's fresh arrays, written in place
     pp_comm[q] = np.minimum(pp_comm[q], np.maximum(total - busy, 0.0))
     fill[q] = total - busy - pp_comm[q]
