@@ -96,9 +96,10 @@ class GPU(Efficiency):
 #   clock below was chosen with: that version lists 271.2, 794.5 and 828.6, which would move the clock scan's choice
 #   from 0.85 to 0.84 (Table 1 2.8% against 3.0%). Sustained clock 0.85: FLOP/s and HBM B/s derated by thermal and
 #   power throttling (MAMF is a burst of 100 products), between the linear-layer model's base utilisation 0.8
-#   (costmodel/_linear.py) and the A100's 1305 of 1410 MHz under HPL, 0.93 (glennklockwood.com/garden/peak-FLOPS); chosen with Narayanan et
-#   al. 2021 Table 1 (full recompute, ten runs) in view: of 0.84-0.90, the value with the lowest mean |error| that
-#   keeps it within 5% mean and 10% max (benchmarks/sustained_clock_scan.py): one constant for every GPU type.
+#   (costmodel/_linear.py) and the A100's 1305 of 1410 MHz under HPL, 0.93 (glennklockwood.com/garden/peak-FLOPS);
+#   chosen with Narayanan et al. 2021 Table 1 (full recompute, ten runs) in view: of 0.84-0.90, the value with the
+#   lowest mean |error| that keeps it within 5% mean and 10% max (benchmarks/sustained_clock_scan.py): one constant
+#   for every GPU type.
 # - gemm_half_dim: the matrix side at which a product reaches half of gemm_eff_max along it: 128, the CUTLASS/cuBLAS
 #   tile edge on Ampere and Hopper. H100 (and H200, the same GH100): 240, fitted (least squares in log time) to the 96
 #   layer GEMMs of tests/data/h100_gemm_measured.csv, timed on an H100 SXM here (benchmarks/gpu_gemm_sweep.py,
