@@ -276,8 +276,8 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model, **kw).items()}
     from costmodel._bands import error_band_row
 
-    return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "framework": framework,
-            "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
+    return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "nodes": cluster.nodes,
+            "gpus_per_node": cluster.gpus_per_node, "framework": framework, "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "memory": memory_entry(m),
             "stages": stages, "goodput": g}
@@ -285,7 +285,8 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
     s, m = rep["strategy"], rep["metrics"]
-    lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']}), framework {rep['framework']}",
+    lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']}, {rep['nodes']} nodes of {rep['gpus_per_node']}), "
+             f"framework {rep['framework']}",
              "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
     if not m["feasible"]:
         lines.append(f"INFEASIBLE: {m['reason']}")

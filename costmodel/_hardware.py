@@ -346,14 +346,34 @@ def node_gpus(gpu_name: str) -> int:
     return int(_num(row, "gpus_per_node")) if row and _num(row, "gpus_per_node") >= 1 else 8
 
 
+# A GB200 / GB300 NVL72 rack: 18 compute trays of 4 GPUs on one NVLink fabric (NVIDIA DGX GB200 user guide).
+RACK_TRAY_GPUS = 4
+RACK_TRAYS = 18
+
+
+def rack_domain(num_gpus: int) -> int:
+    """GPUs a job of ``num_gpus`` NVL72 GPUs gets on one NVLink domain when no file says: whole trays, the largest
+    count of a rack's 18 that divides the job's trays (Megatron-Bridge's launcher asks Slurm for that segment:
+    scripts/performance/utils/executors.py at v0.3.0, 21b02e0): 72 for whole racks, 64 for 128, 256, 512 or 1,024
+    GPUs (16 trays a rack), the job itself up to one rack. InputError for a count that is no whole tray."""
+    if num_gpus % RACK_TRAY_GPUS:
+        raise InputError("num_gpus", f"a multiple of {RACK_TRAY_GPUS} (an NVL72 rack's compute tray)", num_gpus)
+    trays = num_gpus // RACK_TRAY_GPUS
+    return RACK_TRAY_GPUS * max(k for k in range(1, min(trays, RACK_TRAYS) + 1) if trays % k == 0)
+
+
 def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int | None = None, scaleup_Bps: float | None = None,
                  scaleout_Bps: float | None = None, name: str | None = None) -> Cluster:
     """A homogeneous cluster of ``num_gpus`` GPUs with the GPU's own link figures by default, in nodes of
-    ``gpus_per_node`` (default: the GPU type's NVLink domain, node_gpus)."""
+    ``gpus_per_node`` (default: the GPU type's NVLink domain, node_gpus; on an NVL72 rack the segment of it a job of
+    that many GPUs gets, rack_domain)."""
     g = gpu_preset(gpu) if isinstance(gpu, str) else gpu
-    gpus_per_node = node_gpus(g.name) if gpus_per_node is None else gpus_per_node
     if not (isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and num_gpus >= 1):
         raise InputError("num_gpus", "an integer >= 1", num_gpus)
+    if gpus_per_node is None:
+        gpus_per_node = node_gpus(g.name)
+        if gpus_per_node == RACK_TRAY_GPUS * RACK_TRAYS:
+            gpus_per_node = rack_domain(num_gpus)
     if not (isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool) and gpus_per_node >= 1):
         raise InputError("gpus_per_node", "an integer >= 1", gpus_per_node)
     if num_gpus % gpus_per_node and num_gpus > gpus_per_node:

@@ -224,7 +224,8 @@ def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     13.4 TB of HBM3e and 576 TB/s over 72 GPUs (186 GB, 8 TB/s a GPU; nvidia-smi shows 189,471 MiB a GPU);
     NVLink5's 1.8 TB/s both ways (900 GB/s each); one 400 Gb/s InfiniBand port a GPU (50 GB/s). GB300: 279 GB
     (284,208 MiB on nvidia-smi) and one 800 Gb/s ConnectX-8 a GPU (100 GB/s). A cluster of them is racks of 72 on
-    NVLink unless a file says otherwise (jobs often take 16 of a rack's 18 trays)."""
+    NVLink unless a file says otherwise; a count that is no whole number of racks takes the segments Megatron-Bridge's
+    launcher asks for (jobs often take 16 of a rack's 18 trays)."""
     g = gpu_preset("gb200")
     assert g.peak_flops == pytest.approx((2500e12, 2500e12, 5000e12))
     assert (g.hbm_bytes, g.hbm_Bps, g.scaleup_Bps, g.scaleout_Bps) == pytest.approx(
@@ -235,8 +236,15 @@ def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     two = cluster_preset("gb200x144")
     assert (two.nodes, two.gpus_per_node) == (2, 72)
     assert (cluster_preset("h100x16").nodes, cluster_preset("b200x64").gpus_per_node) == (2, 8)  # boards of 8 stay
-    with pytest.raises(InputError, match="a multiple of gpus_per_node=72"):
-        cluster_preset("gb200x256")
+    # a count of GPUs that is no whole number of racks: the NVLink domains Megatron-Bridge's launcher asks Slurm for,
+    # whole trays of 4, the most of a rack's 18 that divide the job's trays: 256 GPUs are 64 trays, 16 a domain; 100
+    # are 25 trays, 5 a domain (25 has no divisor from 6 to 18); 98 GPUs are no whole tray
+    for name, racks in (("gb200x256", (4, 64)), ("gb300x1024", (16, 64)), ("gb200x100", (5, 20)),
+                        ("gb200x40", (1, 40)), ("gb200x144", (2, 72))):
+        c = cluster_preset(name)
+        assert (c.nodes, c.gpus_per_node) == racks, name
+    with pytest.raises(InputError, match="a multiple of 4"):
+        cluster_preset("gb200x98")
     racks_of_64 = make_cluster("gb200", 256, gpus_per_node=64)
     assert (racks_of_64.nodes, racks_of_64.gpus_per_node) == (4, 64)
     # a tp 8 group inside a rack rides NVLink; dp over the 72 GPUs of one rack too; tp 16 groups laid from rank 0

@@ -353,3 +353,14 @@ def test_a_one_stage_plan_has_no_bubble_not_a_negative_one():
     assert (m["bubble_s"], m["bubble_ratio"]) == (0.0, 0.0)
     text = cli("evaluate", "--model", "mixtral-8x7b", "--cluster", "h100x64").stdout
     assert "-0.0" not in text and "bubble ratio 0.0%" in text
+
+
+def test_evaluate_names_the_nodes_a_cluster_was_laid_out_in():
+    # 256 GB200s are 64 trays of 4; Megatron-Bridge's launcher's segment is the most of a rack's 18 trays dividing 64:
+    # 16, so 4 NVLink domains of 64 GPUs; 1,024 H100s are 128 boards of 8
+    for cluster, nodes, per in (("gb200x256", 4, 64), ("h100x1024", 128, 8)):
+        r = cli("evaluate", "--model", "llama3-70b", "--cluster", cluster, "--tp", "8", "--pp", "2", "--json")
+        rep = json.loads(r.stdout)
+        assert (rep["nodes"], rep["gpus_per_node"]) == (nodes, per)
+        text = cli("evaluate", "--model", "llama3-70b", "--cluster", cluster, "--tp", "8", "--pp", "2").stdout
+        assert f", {nodes} nodes of {per}), framework megatron-core" in text.splitlines()[0]
