@@ -277,7 +277,8 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
     from costmodel._bands import error_band_row
 
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "nodes": cluster.nodes,
-            "gpus_per_node": cluster.gpus_per_node, "framework": framework, "strategy": row, "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
+            "gpus_per_node": cluster.gpus_per_node, "framework": framework, "strategy": row,
+            "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "memory": memory_entry(m),
             "stages": stages, "goodput": g}
