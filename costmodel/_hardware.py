@@ -91,7 +91,7 @@ class GPU(Efficiency):
 #   2026-11-13); GH200 821.0 of 989 (0.830, used for the H200, the same chip). Blackwell and the MI300X from the same
 #   table's later version (stas00/ml-engineering 744d01e, 2026-08; mamf-finder's benchmark version 2, which resets the
 #   caches and output between products): B200 SXM 1,745.0 of 2,250 (0.776; torch 2.7.1, CUDA 12.8), GB200 1,822.0 of
-#   2,500 (0.729, used for the GB300 too: no GB300 figure; the B300 SXM's is 1,769.0 of 2,250, 1.4% above the B200's),
+#   2,500 (0.729, used for the GB300 too: no GB300 figure), B300 SXM 1,769.0 of 2,250 (0.786, 1.4% above the B200's),
 #   MI300X 668.4 (0.511 of 1307.4; 781.9 in the first version). A100, H100 and GH200 keep the figures the sustained
 #   clock below was chosen with: that version lists 271.2, 794.5 and 828.6, which would move the clock scan's choice
 #   from 0.85 to 0.84 (Table 1 2.8% against 3.0%). Sustained clock 0.85: FLOP/s and HBM B/s derated by thermal and
@@ -127,6 +127,7 @@ MAMF_FRACTION = {
     "H800-SXM5-80GB": 792.1 / 989.4,
     "H200-SXM-141GB": 821.0 / 989.4,
     "B200-HGX-180GB": 1745.0 / 2250,
+    "B300-HGX-288GB": 1769.0 / 2250,
     # GB200 / GB300 NVL72: the B200 die (Blackwell Ultra for GB300) at a higher power limit, its peaks in the preset;
     # GB200's MAMF measured (above), GB300's not: GB200's fraction of the same 2,500 peak.
     "GB200-NVL72-186GB": 1822.0 / 2500,
@@ -214,6 +215,7 @@ GPU_ALIASES = {
     "h800": "H800-SXM5-80GB",
     "h200": "H200-SXM-141GB",
     "b200": "B200-HGX-180GB",
+    "b300": "B300-HGX-288GB",
     "gb200": "GB200-NVL72-186GB",
     "gb300": "GB300-NVL72-279GB",
     "mi300x": "MI300X-OAM-192GB",
@@ -241,8 +243,9 @@ def gpu_names() -> list[str]:
 
 # Words of a GPU's name that say how the same chip is mounted (resolve_gpu_name drops them): every preset is the
 # NVLink board part (SXM, HGX, OAM, NVL72). A PCIe card is a different product (lower clocks and power, no NVLink
-# between the cards of a server), so a name with "pcie" matches no preset.
-_FORM_WORDS = frozenset({"sxm", "sxm4", "sxm5", "sxm6", "hgx", "dgx", "oam", "nvl72", "nvl"})
+# between the cards of a server), so a name with "pcie" matches no preset. "ac": the B300's device name as CUDA gives
+# it, "NVIDIA B300 SXM6 AC".
+_FORM_WORDS = frozenset({"sxm", "sxm4", "sxm5", "sxm6", "hgx", "dgx", "oam", "nvl72", "nvl", "ac"})
 _VENDOR_WORDS = frozenset({"nvidia", "amd", "tesla", "instinct"})
 
 

@@ -187,10 +187,10 @@ def test_gpu_presets_are_dense_figures():
 
 @pytest.mark.parametrize("name, mamf_tflops", [
     # S. Bekman, Machine Learning Engineering, compute/accelerator, the MAMF table: A100 SXM, H100 SXM and GH200 (the
-    # H200's chip) as first published; B200 SXM, GB200 and MI300X from its version 744d01e (2026-08), GB300 none
-    # (GB200's figure, at the same 2,500 TFLOP/s peak)
-    ("a100", 267.9), ("h100", 792.1), ("h200", 821.0), ("b200", 1745.0), ("gb200", 1822.0), ("gb300", 1822.0),
-    ("mi300x", 668.4)])
+    # H200's chip) as first published; B200 SXM, B300 SXM, GB200 and MI300X from its version 744d01e (2026-08),
+    # GB300 none (GB200's figure, at the same 2,500 TFLOP/s peak)
+    ("a100", 267.9), ("h100", 792.1), ("h200", 821.0), ("b200", 1745.0), ("b300", 1769.0), ("gb200", 1822.0),
+    ("gb300", 1822.0), ("mi300x", 668.4)])
 def test_largest_products_run_at_the_published_matmul_ceiling(name, mamf_tflops):
     # a product large enough that every shape term is within 0.1% of one, at burst clock (MAMF is a burst)
     gpu = gpu_preset(name)
@@ -206,6 +206,7 @@ def test_largest_products_run_at_the_published_matmul_ceiling(name, mamf_tflops)
     ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"), ("H100-SXM5-80GB", "H100-SXM5-80GB"),
     ("H100 96GB", "H100-SXM5-96GB-500W"),
     ("h200 sxm 141gb", "H200-SXM-141GB"), ("AMD Instinct MI300X", "MI300X-OAM-192GB"), ("B200", "B200-HGX-180GB"),
+    ("NVIDIA B300 SXM6 AC", "B300-HGX-288GB"), ("b300", "B300-HGX-288GB"),
 ])
 def test_gpu_names_as_users_write_them(typed, preset):
     assert gpu_preset(typed).name == preset
