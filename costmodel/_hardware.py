@@ -355,10 +355,13 @@ RACK_TRAYS = 18
 
 
 def rack_domain(num_gpus: int) -> int:
-    """GPUs a job of ``num_gpus`` NVL72 GPUs gets on one NVLink domain when no file says: whole trays, the largest
-    count of a rack's 18 that divides the job's trays (Megatron-Bridge's launcher asks Slurm for that segment:
-    scripts/performance/utils/executors.py at v0.3.0, 21b02e0): 72 for whole racks, 64 for 128, 256, 512 or 1,024
-    GPUs (16 trays a rack), the job itself up to one rack. InputError for a count that is no whole tray."""
+    """GPUs a job of ``num_gpus`` NVL72 GPUs gets on one NVLink domain when no file says: the job itself up to one
+    rack; beyond, whole trays, the largest count of a rack's 18 that divides the job's trays (Megatron-Bridge's
+    launcher asks Slurm for that segment: scripts/performance/utils/executors.py at v0.3.0, 21b02e0): 72 for whole
+    racks, 64 for 128, 256, 512 or 1,024 GPUs (16 trays a rack). InputError for more than a rack that is no whole
+    number of trays."""
+    if num_gpus <= RACK_TRAY_GPUS * RACK_TRAYS:
+        return num_gpus
     if num_gpus % RACK_TRAY_GPUS:
         raise InputError("num_gpus", f"a multiple of {RACK_TRAY_GPUS} (an NVL72 rack's compute tray)", num_gpus)
     trays = num_gpus // RACK_TRAY_GPUS

@@ -239,9 +239,9 @@ def test_nvl72_presets_are_a_rack_of_72_on_nvlink():
     assert (cluster_preset("h100x16").nodes, cluster_preset("b200x64").gpus_per_node) == (2, 8)  # boards of 8 stay
     # a count of GPUs that is no whole number of racks: the NVLink domains Megatron-Bridge's launcher asks Slurm for,
     # whole trays of 4, the most of a rack's 18 that divide the job's trays: 256 GPUs are 64 trays, 16 a domain; 100
-    # are 25 trays, 5 a domain (25 has no divisor from 6 to 18); 98 GPUs are no whole tray
+    # are 25 trays, 5 a domain (25 has no divisor from 6 to 18); 98 GPUs are no whole tray; up to a rack, one domain
     for name, racks in (("gb200x256", (4, 64)), ("gb300x1024", (16, 64)), ("gb200x100", (5, 20)),
-                        ("gb200x40", (1, 40)), ("gb200x144", (2, 72))):
+                        ("gb200x40", (1, 40)), ("gb200x2", (1, 2)), ("gb200x144", (2, 72))):
         c = cluster_preset(name)
         assert (c.nodes, c.gpus_per_node) == racks, name
     with pytest.raises(InputError, match="a multiple of 4"):
