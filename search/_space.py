@@ -781,7 +781,9 @@ class Space(SearchSpace):
         """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
         possible, no recompute, ZeRO 0), "fsdp" (FSDP's recipe: pp 1 and ZeRO-3, the most GPUs, the least
         recompute, the fewest micro-batches a step, then the smallest tp, cp 1, SP, 1F1B, among those that
-        fit in memory by costmodel.evaluate; where it is not the data-parallel point) and "megatron"
+        fit in memory by costmodel.evaluate; where it is not the data-parallel point), "fsdp_tp" (the 2D recipe,
+        torchtitan's FSDP + TP: FSDP's with the largest tp up to a node's GPUs, sequence parallelism, the fewest
+        micro-batches a step, then the least recompute; where tp > 1 and it is no point above) and "megatron"
         (Megatron-LM's recipe, Narayanan et al. 2021 /
         Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
         the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), on every GPU
@@ -822,6 +824,18 @@ class Space(SearchSpace):
                 fsdp = digits[np.lexsort(keys)[0]]
                 if not np.array_equal(fsdp, out["data_parallel"]):
                     out["fsdp"] = fsdp
+                # the 2D recipe (torchtitan's FSDP + TP): FSDP's, with tensor parallelism inside a node (the largest
+                # valid tp up to its GPUs) and sequence parallelism, the fewest micro-batches a step before the
+                # least recompute (each micro-batch gathers the weights again)
+                node = self.cluster.gpus_per_node
+                tps = t["tp"][full]
+                tp_want = tps[tps <= node].max() if np.any(tps <= node) else tps.min()
+                if tp_want > 1:
+                    keys = (t["overlap_dp"] == 0, t["schedule"] != SCHEDULES.index("1f1b"), t["vpp"], t["cp"],
+                            ~t["sequence_parallel"], rc, micro, -t.num_gpus, t["tp"] != tp_want, ~full)
+                    two_d = digits[np.lexsort(keys)[0]]
+                    if not any(np.array_equal(two_d, v) for v in out.values()):
+                        out["fsdp_tp"] = two_d
         digits, t = among(self._core_valid({"stage_recompute": "selective"}))
         if len(digits):
             node = self.cluster.gpus_per_node

@@ -264,6 +264,31 @@ def test_fsdp_start_is_the_fully_sharded_plan_with_the_fewest_micro_batches_that
     assert got["global_batch"] // (got["dp"] * got["micro_batch"]) == fewest
 
 
+def test_fsdp_tp_start_is_the_2d_plan_with_node_sized_tp_and_the_fewest_micro_batches_that_fits():
+    """torchtitan's 2D recipe, FSDP with tensor parallelism inside a node: among the points that fit, pp 1, ZeRO-3,
+    the largest tp up to a node's 8 GPUs, sequence parallelism, the fewest micro-batches a step, then the least
+    recompute: checked against every point of the space priced by evaluate."""
+    from search._screen import screened
+
+    space = Space.from_options(GPT3, cluster_preset("a100x1024"), global_batch=2048, base="fixed",
+                               framework="megatron-core", tp=[2, 4, 8], pp=[1, 8], micro_batch=[1, 2, 4, 8],
+                               recompute=["none", "selective", "full"], sequence_parallel=[False, True],
+                               zero_stage=[1, 3])
+    _, members = screened(space)
+    got = space.table(space.start_points(within=members)["fsdp_tp"]).row(0)
+    idx, table = space.rows(0, space.size)
+    m = evaluate(GPT3, space.cluster, table, framework="megatron-core")
+    ok = m["feasible"] & (table["pp"] == 1) & (table["zero_stage"] == 3) & (table["tp"] == 8) \
+        & (table["sequence_parallel"] == 1)
+    assert ok.any()
+    micro = table["global_batch"] // (table["dp"] * table["micro_batch"])
+    fewest = micro[ok].min()
+    least = table["recompute"][ok & (micro == fewest)].min()
+    assert (got["pp"], got["zero_stage"], got["tp"], got["sequence_parallel"]) == (1, 3, 8, True)
+    assert got["global_batch"] // (got["dp"] * got["micro_batch"]) == fewest
+    assert got["recompute"] == ("none", "selective", "full")[least]
+
+
 def test_megatron_start_uses_every_gpu_before_uniform_stages():
     """Megatron-LM runs tp x pp x cp x dp = every GPU of the job. Llama 3 70B (80 layers) on 1,024 H100s, batch
     1024, tp 8, idle GPUs allowed: pp 5 and pp 10 divide the layers but leave dp at the largest that divides the
