@@ -22,6 +22,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from costmodel._hardware import rack_domain
 from costmodel._validate import predict, read_runs
 
 CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
@@ -42,7 +43,7 @@ def rows() -> list[dict]:
     out = []
     for src, name, gpu, n, prec, tp, pp, cp, vp, mb, gbs, tokens in ROWS:
         r = dict(base[src])
-        r.update(name=name, gpu=gpu, num_gpus=str(n), gpus_per_node=str(min(n, 64)), tp=str(tp), pp=str(pp),
+        r.update(name=name, gpu=gpu, num_gpus=str(n), gpus_per_node=str(rack_domain(n)), tp=str(tp), pp=str(pp),
                  cp=str(cp), vpp=str(vp), dp=str(n // (tp * pp * cp)), micro_batch=str(mb), global_batch=str(gbs),
                  sequence_parallel="true" if tp > 1 else "false", precision="fp8", stage_layers="",
                  measured_tokens_per_s_per_gpu=str(tokens), measured_tflops_per_gpu="", measured_iteration_time_s="",
