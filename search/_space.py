@@ -168,6 +168,13 @@ def balanced_stages(layers: int, pp, light, width: int | None = None) -> np.ndar
     return np.where(j < p, out, 0)
 
 
+def node_tp(tps: np.ndarray, node: int) -> int:
+    """The recipes' tensor-parallel degree among ``tps``: the largest up to a node's ``node`` GPUs (tp rides NVLink),
+    else the smallest there is."""
+    inside = tps[tps <= node]
+    return int(inside.max() if inside.size else tps.min())
+
+
 def divisors(n: int, limit: int | None = None) -> list[int]:
     """Divisors of n, at most ``limit``."""
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]  # each pairs with n // k: O(sqrt n)
@@ -827,9 +834,7 @@ class Space(SearchSpace):
                 # the 2D recipe (torchtitan's FSDP + TP): FSDP's, with tensor parallelism inside a node (the largest
                 # valid tp up to its GPUs) and sequence parallelism, the fewest micro-batches a step before the
                 # least recompute (each micro-batch gathers the weights again)
-                node = self.cluster.gpus_per_node
-                tps = t["tp"][full]
-                tp_want = tps[tps <= node].max() if np.any(tps <= node) else tps.min()
+                tp_want = node_tp(t["tp"][full], self.cluster.gpus_per_node)
                 if tp_want > 1:
                     keys = (t["overlap_dp"] == 0, t["schedule"] != SCHEDULES.index("1f1b"), t["vpp"], t["cp"],
                             ~t["sequence_parallel"], rc, micro, -t.num_gpus, t["tp"] != tp_want, ~full)
@@ -838,9 +843,8 @@ class Space(SearchSpace):
                         out["fsdp_tp"] = two_d
         digits, t = among(self._core_valid({"stage_recompute": "selective"}))
         if len(digits):
-            node = self.cluster.gpus_per_node
             tps = t["tp"]
-            tp_want = tps[tps <= node].max() if np.any(tps <= node) else tps.min()
+            tp_want = node_tp(tps, self.cluster.gpus_per_node)
             rc = t["recompute"] if self._stage is None else t.stage_recompute[:, 0]
             sched_rank = np.where(t["schedule"] == SCHEDULES.index("1f1b"), 0,
                                   np.where(t["schedule"] == SCHEDULES.index("interleaved"), 1, 2))
