@@ -6,25 +6,29 @@
 # efficiencies T_in-process / (workers x T_workers) with the load average around each run.
 #
 #     bash benchmarks/bench_study_workers.sh            (from the repository root)
+#     bash benchmarks/bench_study_workers.sh 1e8 16,8,4 300   (a study, the worker counts in order, seconds in all:
+#                                                             the in-process base, then each count while time is left;
+#                                                             no 10^7 run after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD" RAY_USAGE_STATS_ENABLED=0
 nproc; uptime
-python3 - <<'PY'
+SCALE="${1:-5e5}" WORKERS="${2:-1,2,4,8,16}" BUDGET_S="${3:-450}" python3 - <<'PY'
 import json, os, sys, time
 sys.path.insert(0, "benchmarks")
 from bench_study_scale import run_one
 
-deadline = time.monotonic() + 7.5 * 60
-base = run_one("5e5", None, True)
+scale, budget = os.environ["SCALE"], float(os.environ["BUDGET_S"])
+deadline = time.monotonic() + budget
+base = run_one(scale, None, True)
 print(json.dumps(base), flush=True)
-for w in (1, 2, 4, 8, 16):
+for w in (int(x) for x in os.environ["WORKERS"].split(",")):
     if time.monotonic() > deadline - 60:
         print(json.dumps({"skipped_workers": w, "why": "time"}), flush=True)
         break
-    r = run_one("5e5", w, False)
+    r = run_one(scale, w, False)
     r["parallel_efficiency"] = base["sweep_s"] / (w * r["sweep_s"])
     print(json.dumps(r), flush=True)
-if time.monotonic() < deadline - 200:
+if scale == "5e5" and time.monotonic() < deadline - 200:
     print(json.dumps(run_one("1e7", 16, False)), flush=True)
 PY

@@ -35,8 +35,12 @@ same tensors of this block under the flash backend; it does not save cuDNN's SDP
 
 fp8 (dense blocks only): every linear layer as torchao's Float8Linear with tensor-wise scaling does it, written here
 with torch._scaled_mm alone: e4m3 inputs and weights, e5m2 output gradients, one scale per tensor from its amax, the
-16-bit input and weight saved for the backward (torchao float8/float8_linear.py, matmul_with_hp_or_float8_args).
-The MoE block has no fp8 rows (grouped fp8 products need more than torch alone offers in a stable API).
+16-bit input and weight saved for the backward (torchao float8/float8_linear.py, matmul_with_hp_or_float8_args);
+or, with --fp8 torchao, torchao's own Float8Linear (tests/data/h200_modern_layers_measured.csv's fp8 rows). The two
+keep the same tensors without recompute and under full recompute, not under the per-op policy: torchao's product is
+an aten.mm on float8 tensor subclasses, which the policy's dispatch mode sees before the subclass and counts as a
+product (every second recomputed), where Float8Mm's torch._scaled_mm is a saved op the policy does not count (all
+seven saved). The MoE block has no fp8 rows (grouped fp8 products need more than torch alone offers in a stable API).
 
 Per row (CSV columns): the shape (block, model, t, ep, local_experts, hidden, heads_local, kv_heads_local,
 ffn_local, micro_batch, seq, tokens), the choice (recompute, attention, precision, experts), and
@@ -88,6 +92,7 @@ ASSUMED_FLOPS = 400e12  # the rate the run-time estimate assumes (an H100-class 
 LAUNCH_FLOOR_S = 1.5e-3  # an eager block's forward + backward, at least (a few hundred kernel launches)
 ROPE_THETA = 500000.0  # Llama 3's RoPE base
 FP8_E4M3_MAX, FP8_E5M2_MAX = 448.0, 57344.0  # the largest finite values of the two fp8 formats
+FP8_IMPL = ["scaled_mm"]  # how fp8 rows run their products: "scaled_mm" (Float8Mm, below) or "torchao" (--fp8)
 COLUMNS = ("label", "block", "model", "tp", "ep", "local_experts", "top_k", "hidden", "heads_local",
            "kv_heads_local", "head_dim", "ffn_local", "micro_batch", "seq", "tokens", "recompute", "attention",
            "precision", "experts", "input_bytes", "param_bytes", "act_bytes", "peak_bytes", "fwd_s", "fwd_bwd_s",
@@ -181,14 +186,25 @@ def build_blocks(torch):
             return normed.type_as(x) * self.weight
 
     class Linear(nn.Module):
-        """A bias-free linear layer; under fp8 the product runs through Float8Mm."""
+        """A bias-free linear layer; under fp8 the product runs through Float8Mm, or where FP8_IMPL says torchao,
+        through torchao's own Float8Linear (tensor-wise dynamic scaling, its default configuration)."""
 
         def __init__(self, d_in, d_out, fp8):
             super().__init__()
             self.weight = nn.Parameter(torch.randn(d_out, d_in) * d_in**-0.5)
             self.fp8 = fp8
+            self.ao = None
+            if fp8 and FP8_IMPL[0] == "torchao":
+                from torchao.float8 import convert_to_float8_training
+
+                lin = nn.Linear(d_in, d_out, bias=False)
+                lin.weight = self.weight
+                self.ao = convert_to_float8_training(lin)  # a Float8Linear holding the same weight
+                del self.weight
 
         def forward(self, x):
+            if self.ao is not None:
+                return self.ao(x)
             if not self.fp8:
                 return F.linear(x, self.weight)
             y = Float8Mm.apply(x.reshape(-1, x.shape[-1]), self.weight)  # (T, d_out)
@@ -505,7 +521,12 @@ def main() -> int:
                     help="timed runs a row (0: what the time left after the memory passes allows, 3 to 20; "
                          "1 under --tiny)")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: every code path once")
+    ap.add_argument("--fp8", choices=("scaled_mm", "torchao"), default="scaled_mm",
+                    help="the fp8 rows' products: torch._scaled_mm in a Function written here (default), or "
+                         "torchao's Float8Linear where torchao imports (else the rows say why)")
+    ap.add_argument("--only", choices=("bf16", "fp8"), default=None, help="measure only the rows of this precision")
     args = ap.parse_args()
+    FP8_IMPL[0] = args.fp8
     start = time.monotonic()
     if args.tiny:
         args.warmup, args.iters = min(args.warmup, 1), args.iters or 1
@@ -522,18 +543,29 @@ def main() -> int:
     all_cases = cases(TINY_SHAPES if args.tiny else SHAPES, TINY_SEQS if args.tiny else SEQS)
     if args.tiny:  # one micro-batch a shape and choice: each path once
         all_cases = [c for c in all_cases if c.b == MICRO_BATCHES[0]]
+    if args.only:
+        all_cases = [c for c in all_cases if c.precision == args.only]
+    fp8_why = "fp8 products: torch._scaled_mm (Float8Mm)"
+    if args.fp8 == "torchao":
+        try:
+            import torchao
+
+            fp8_why = f"fp8 products: torchao {torchao.__version__} Float8Linear (tensorwise)"
+        except Exception as exc:  # noqa: BLE001 -- every fp8 row then records the import error
+            fp8_why = f"fp8 products: torchao failed to import: {type(exc).__name__}: {exc}"
     plan = Plan(all_cases, args.warmup, args.iters, start + args.budget_s)
     print(f"{len(all_cases)} rows; estimate at {ASSUMED_FLOPS / 1e12:.0f} TFLOP/s: {plan.estimate_line()}; "
           f"budget {args.budget_s:.0f} s", flush=True)
     env = [f"python {platform.python_version()}", f"torch {torch.__version__}", f"device {dev}",
            f"gpu {torch.cuda.get_device_name(dev) if dev.type == 'cuda' else '-'}",
            f"experts {'grouped' if grouped else 'loop'} ({grouped_why})",
-           f"selective save ops {len(save_ops)}: " + ", ".join(sorted(str(o) for o in save_ops)),
+           fp8_why, f"selective save ops {len(save_ops)}: " + ", ".join(sorted(str(o) for o in save_ops)),
            f"estimate {plan.estimate_line()}", f"warmup {args.warmup}"]
     with open(os.path.join(args.out, "env.txt"), "w") as fh:
         fh.write("\n".join(env) + "\n")
     table = Table(os.path.join(args.out, "layers_measured.csv"), "")
-    table.header_of = lambda: (f"# {env[3]}, {env[1]}, one rank's share of one block (no comm), causal SDPA, "
+    table.header_of = lambda: (f"# {env[3]}, {env[1]}, {fp8_why}, one rank's share of one block (no comm), "
+                               f"causal SDPA, "
                                f"median over {plan.iters} runs after {args.warmup} warm-ups (CUDA events), act_bytes "
                                f"= memory_allocated after the forward less before and less the output\n")
     stopped = measure_all(torch, dev, table, grouped, save_ops, plan)

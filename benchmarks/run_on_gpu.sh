@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), under 9 minutes in
-# all, each part under its own timeout (280 + 30 + 75 + 45 + 105 s, and the Ray install), everything written to $OUT
-# (8 files, the most that come back):
+# The one command for a one-GPU machine without network access (an H100 / H200 with 16 cores), about 7.5 minutes
+# (under 9.5 at every timeout), each part under its own timeout (280 + 30 + 75 + 45 + 225 s, and the wheels'
+# install), everything written to $OUT (8 files, the most that come back):
 #   1. the layer sweep (benchmarks/gpu_modern_layers.py --budget-s 250, killed at 280 s): layers_measured.csv,
 #      env.txt, layers.log; then the cost model against it (benchmarks/compare_modern_layers.py, killed at 30 s):
 #      compare.txt; then an MoE layer's host time a kernel launch (benchmarks/gpu_moe_host.py --budget-s 50, killed
 #      at 75 s): moe_host_measured.csv, its log appended to layers.log; then the fp8 GEMMs of the GPT-3 175B and
 #      Llama 3 70B layers and the squares with and without fast accumulation, side by side (benchmarks/gpu_gemm_sweep.py
 #      --fast-accum both, killed at 45 s): gemm_fp8_accum.csv, its log appended to layers.log;
-#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh, killed at 105 s: its
-#      in-process base and as many worker counts as fit): workers.log; it needs Ray, installed from .whl/ where
-#      present (that machine has none and cannot download it);
+#   2. the study's worker scaling on the machine's cores (benchmarks/bench_study_workers.sh 1e8 16,8,4, killed at
+#      225 s: its in-process base and as many worker counts as fit): workers.log; it needs Ray, installed from .whl/
+#      where present with torchao (that machine has neither and cannot download them; pip's words in
+#      machine.txt), torchao making part 1's fp8 rows run through its Float8Linear (--fp8 torchao);
 #   3. the machine: machine.txt (GPU, driver, torch, cores, load).
 #
 # Before, on a machine that can download (once; *.whl is git-ignored):
-#     bash benchmarks/gpu_machine_wheels.sh            # Ray and what it needs for CPython 3.12 into .whl/ (about 46 MB)
+#     bash benchmarks/gpu_machine_wheels.sh            # Ray, what it needs, torchao for CPython 3.12 into .whl/ (49 MB)
 # Then on the GPU machine, from the root of a copy of this working tree with the ignored .whl/ copied along, under
 # a 570 s limit, with OUT the folder whose files come back:
 #     bash benchmarks/run_on_gpu.sh
@@ -39,8 +40,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     echo "cores $(nproc)"; uptime
 } > "$OUT/machine.txt"
 
-echo "== 1. layer sweep (budget ${LAYER_BUDGET} s)"
-timeout 280 python3 benchmarks/gpu_modern_layers.py --out "$OUT" --budget-s "$LAYER_BUDGET" "${TINY[@]}" \
+if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import ray, torchao" 2>/dev/null; then  # Ray, torchao
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl >> "$OUT/machine.txt" 2>&1
+fi
+FP8=(--fp8 scaled_mm)
+if python3 -c "import torchao.float8" 2>/dev/null; then FP8=(--fp8 torchao); fi  # the fp8 rows as torchao runs them
+
+echo "== 1. layer sweep (budget ${LAYER_BUDGET} s, ${FP8[*]})"
+timeout 280 python3 benchmarks/gpu_modern_layers.py --out "$OUT" --budget-s "$LAYER_BUDGET" "${FP8[@]}" "${TINY[@]}" \
     > "$OUT/layers.log" 2>&1
 echo "gpu_modern_layers exit $?" | tee -a "$OUT/layers.log"
 tail -3 "$OUT/layers.log"
@@ -60,12 +67,9 @@ timeout 45 python3 benchmarks/gpu_gemm_sweep.py --dtype fp8 --fast-accum both --
 echo "gpu_gemm_sweep exit $?" | tee -a "$OUT/layers.log"
 
 echo "== 2. study worker scaling"
-if ! python3 -c "import ray" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl > "$OUT/workers.log" 2>&1
-fi
 if python3 -c "import ray" 2>/dev/null; then
-    timeout 105 bash benchmarks/bench_study_workers.sh >> "$OUT/workers.log" 2>&1
-    echo "bench_study_workers exit $? (124: stopped at its 105 s)" >> "$OUT/workers.log"
+    timeout 225 bash benchmarks/bench_study_workers.sh 1e8 16,8,4 215 >> "$OUT/workers.log" 2>&1
+    echo "bench_study_workers exit $? (124: stopped at its 225 s)" >> "$OUT/workers.log"
     timeout 20 ray stop --force > /dev/null 2>&1 || true  # a run cut short leaves no Ray daemons behind
 else
     echo "no Ray on this machine and none in .whl/ (bash benchmarks/gpu_machine_wheels.sh makes it): skipped" \
