@@ -8,8 +8,9 @@ The measured blocks copy torchtitan's layer code run eagerly, so each row is pri
 act_L (the dense block: costmodel._memory_terms.torchtitan_saved_bytes) or moe_act_L (the MoE block: the dense
 block's norm and attention terms plus moe_layer_activation_bytes' expert part), under the row's recompute choice
 through costmodel._memory_terms.activation_bytes: none keeps act_L, full the block's input, selective the profile's
-policy's sel_kept (torchtitan's per-op policy for a dense layer; for an MoE layer the attention-core policy the
-profile applies to it). One tensor-parallel rank without sequence parallelism (sp off), no context parallelism,
+policy's sel_kept (torchtitan's per-op policy: costmodel._layer_compute.op_checkpoint_products for a dense layer,
+op_checkpoint_moe_products for an MoE layer, whose all-to-alls' saved results (moe_a2a_L, ep > 1) are left out: the
+one-GPU block runs none). One tensor-parallel rank without sequence parallelism (sp off), no context parallelism,
 expert tensor parallelism 1, the row's expert-parallel degree.
 
 The measurement (act_bytes) counts what the forward allocated and still holds, less the output; the block's input
@@ -97,6 +98,8 @@ def model_kept_bytes(row: dict, path: str, line: int, profile: str = PROFILE) ->
     ft, pre = m["ft"], "moe_" if m["model"].is_moe else ""
     kept, _ = activation_bytes(m["full"], m["sel"], ft[pre + "act_L"], ft[pre + "sel_kept"], ft[pre + "sel_work"],
                                ft["T"], m["model"].hidden, np.array([1]))
+    if pre and m["sel"][0] and FRAMEWORKS[profile].selective == "op":  # the one-GPU block runs no all-to-all:
+        return float(kept[0] - ft["moe_a2a_L"][0])  # the results per-op checkpointing saves of them left out
     return float(kept[0])
 
 

@@ -77,6 +77,9 @@ SORT_ELEMS_PER_COPY = 2 + 2
 # Router probabilities kept for backward in fp32 (Megatron-Core --moe-router-dtype fp32), bytes
 # per token and expert.
 ROUTER_PROB_BYTES = 4
+# torch.topk's results a per-op checkpoint saves (torchtitan's policy saves aten.topk: expert choices stable between
+# the forward and its recompute): the fp32 score and the int64 expert index, bytes per token and choice.
+ROUTER_TOPK_BYTES = 4 + 8
 # Kernel launches, priced at the GPU's kernel_overhead_s per sub-layer of KERNELS_PER_SUBLAYER kernels. A dense
 # Megatron-Core layer forward launches, with Transformer Engine's fused modules: attention: LayerNormLinear (norm,
 # GEMM), fused RoPE (Q, K), fused attention, projection GEMM, bias-dropout-add: 7; MLP: LayerNormLinear (norm, GEMM),

@@ -412,12 +412,11 @@ def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_
     weights (full); under selective, the attention scores (4 s x the query width; MLA: its
     up-projections, 2 FLOPs a weight) or, for a dense
     layer under per-op checkpointing (Framework.selective "op"), the matrix products it does not
-    save (expert layers keep the attention-core policy: per-op checkpointing of experts is not
-    modelled)."""
+    save (an MoE layer: op_checkpoint_moe_products')."""
     if model.kind == "mlp":
         sel_re = 0.0
-    elif fw.selective == "op" and not moe_layer:
-        sel_re = op_checkpoint_products(model)[1]
+    elif fw.selective == "op":
+        sel_re = (op_checkpoint_moe_products(model) if moe_layer else op_checkpoint_products(model))[1]
     elif model.mla:  # its up-projections (module docstring, recompute)
         sel_re = 2.0 * sum(i * o for i, o in model.attn_up_matrices())
     else:
@@ -457,6 +456,28 @@ def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
     flops = [2.0 * a * b for a, b in shapes]
     return mms, sum(x for x, (_, _, kept) in zip(flops, mms, strict=True) if not kept), sum(flops)
+
+
+def op_checkpoint_moe_products(model: Transformer) -> tuple[list, float, float]:
+    """An MoE layer's matrix products as torchtitan's per-op policy meets them (torchtitan b5bcd76
+    distributed/activation_checkpoint.py, models/common/moe.py MoE.forward; measured on an H200 under torch 2.11,
+    tests/data/h200_modern_layers_measured.csv): the attention's wq, wk, wv, wo counted as a dense layer's (1st and
+    3rd saved), the router gate always recomputed and not counted (force_recompute_mm_shapes_by_fqns' default
+    "moe.router.gate"), the routed experts' grouped products (aten._grouped_mm: not among the partitioner's
+    compute-intensive ops the policy saves, nor a product it counts) recomputed, then the shared experts' w1, w3, w2
+    (fc1, fc2 without SwiGLU) continuing the count (5th and 7th saved). As op_checkpoint_products: the counted products
+    (output width per token, split by tensor parallelism, saved), the FLOPs per token recomputed (the counted products
+    not saved, the router gate, every routed expert product) and of all."""
+    h, hk, qh, fs = model.hidden, model.kv_hidden, model.q_hidden, model.shared_experts * model.shared_expert_ffn
+    shapes = [(h, qh), (h, hk), (h, hk), (model.o_hidden, h)]
+    if fs:
+        shapes += [(h, fs), (h, fs), (fs, h)] if model.activation == "swiglu" else [(h, fs), (fs, h)]
+    row_parallel = {3, len(shapes) - 1} if fs else {3}
+    mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
+    flops = [2.0 * a * b for a, b in shapes]
+    uncounted = 2.0 * h * model.experts + 2.0 * model.mlp_matrices * h * model.experts_per_token * model.expert_ffn
+    recomputed = sum(x for x, (_, _, kept) in zip(flops, mms, strict=True) if not kept) + uncounted
+    return mms, recomputed, sum(flops) + uncounted
 
 
 # Transformer Engine's userbuffers (tensor-parallel communication overlap: Megatron-LM's --tp-comm-overlap,

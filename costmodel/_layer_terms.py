@@ -18,7 +18,7 @@ import numpy as np
 from costmodel._codes import MODULE_BIT, module_names
 from costmodel._dtypes import ACT_BYTES
 from costmodel._errors import InputError
-from costmodel._experts import a2a_channels, comm_sm_fraction, moe_layer_costs, routed_copies
+from costmodel._experts import ROUTER_TOPK_BYTES, a2a_channels, comm_sm_fraction, moe_layer_costs, routed_copies
 from costmodel._frameworks import FRAMEWORKS, Framework
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._layer_compute import (
@@ -34,6 +34,7 @@ from costmodel._layer_compute import (
     fp8_cast_parts_s,
     gemm_s,
     layer_costs,
+    op_checkpoint_moe_products,
     op_checkpoint_products,
     te_ring_terms,
 )
@@ -142,7 +143,11 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
                          shared_cast=fp8_cast_columns(fw, fp8), host_sync=fw.moe_host_sync)
     zero = np.zeros_like(sh["T"])
     act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)
-    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero}
+    # the all-to-alls' results, the dispatched copies and the combined ones (16 bits an element of h): what a per-op
+    # checkpoint keeps of them (framework_terms)
+    a2a = np.where(np.asarray(e) > 1, 2.0 * ACT_BYTES * routed_copies(model, sh["T"], t) * model.hidden, 0.0)
+    return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero,
+            "moe_a2a_L": a2a + zero}
 
 
 def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision, modules=None) -> dict:
@@ -227,7 +232,9 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     else:
         sel = {"sel_kept": act - drop, "sel_work": zero, "sel_re": terms["attn"] + score_f + zero, "sel_tp": zero}
     out = {**terms, "act_L": act, "score_L": score, **sel}
-    if moe_act is not None:
+    if moe_act is not None and fw.selective == "op" and model.kind != "mlp":
+        out.update(op_checkpoint_moe_terms(fw, model, terms, moe_act, t, sp))
+    elif moe_act is not None:
         qkv, re = (terms["qkv_L"], terms["up"]) if model.mla else (0.0, terms["attn"] + score_f + zero)
         out.update(moe_act_L=moe_act, moe_sel_kept=moe_act - drop - qkv, moe_sel_work=zero, moe_sel_re=re,
                    moe_sel_tp=zero)
@@ -237,6 +244,27 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
         on = np.asarray(modules) > 0
         out.update({k: np.where(on, v, out[k]) if k in out else np.where(on, v, 0.0) for k, v in by_module.items()})
     return out
+
+
+def op_checkpoint_moe_terms(fw: Framework, model: Transformer, terms: dict, moe_act, t, sp) -> dict:
+    """An MoE layer's selective terms under per-op checkpointing (Framework.selective "op"; op_checkpoint_moe_products:
+    the routed experts and the router run again): it keeps its input, the saved products' outputs (Q and V, and the
+    shared experts' 1st and 3rd), the attention output and its fp32 logsumexp, topk's results (ROUTER_TOPK_BYTES a
+    token and choice), under sequence parallelism the two reduce-scatters' outputs, and with ep > 1 both all-to-alls'
+    results (moe_a2a_L: saved, not sent again); it runs again the share of its products' time its recomputed FLOPs
+    are (with their fp8 casts), its element-wise work and launches, not the attention core."""
+    mms, re_flops, all_flops = op_checkpoint_moe_products(model)
+    T, sp_div, h = terms["T"], np.where(sp, t, 1), model.hidden
+    saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
+    kept = ACT_BYTES * T * (h / sp_div + saved + model.o_hidden / t + np.where(sp & (t > 1), 2.0 * h / t, 0.0))
+    if fw.layer_saves != "korthikanti":
+        kept = kept + SOFTMAX_STAT_BYTES * T * model.heads / t * fw.fused_attention
+    kept = kept + ROUTER_TOPK_BYTES * model.experts_per_token * T / sp_div + terms["moe_a2a_L"]
+    sel_kept = np.minimum(kept, moe_act)
+    casts = terms["cast_f"] - terms["cast_mlp_f"] + terms["moe_xcast_f"]  # (moe_layer_inputs' forward casts)
+    re = re_flops / all_flops * (terms["moe_gemm"] + casts) + terms["moe_elem"] + terms["moe_overhead"]
+    return {"moe_act_L": moe_act, "moe_sel_kept": sel_kept, "moe_sel_work": moe_act - sel_kept, "moe_sel_re": re,
+            "moe_sel_tp": np.zeros_like(sel_kept)}
 
 
 def refuse_modules(fw: Framework, model, table) -> None:

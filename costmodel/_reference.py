@@ -26,6 +26,7 @@ from costmodel._experts import (
     P2P_SCHEDULE_GROUP,
     PERMUTE_ELEMS_PER_COPY,
     ROUTER_PROB_BYTES,
+    ROUTER_TOPK_BYTES,
     ROUTING_BYTES_PER_SCORE,
     SHARED_EXPERT_KERNELS,
     SORT_ELEMS_PER_COPY,
@@ -845,6 +846,25 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
         if fw.layer_saves != "korthikanti" and fw.fused_attention:  # SDPA's logsumexp, saved with its output
             kept += SOFTMAX_STAT_BYTES * T * model.heads / tp
         out["sac_kept"] = min(kept, layer)
+        if model.is_moe:  # an MoE layer: attention's four products counted, then the shared experts' (if any); the
+            # router gate and the routed experts' grouped products run again uncounted; topk's results, and the
+            # all-to-alls' results where ep > 1, kept
+            fs = model.shared_experts * model.shared_expert_ffn
+            shared = ([(h, fs, True), (h, fs, True), (fs, h, False)] if swiglu else [(h, fs, True), (fs, h, False)]) \
+                if fs else []
+            prods_m = prods[:4] + shared
+            saved_m = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods_m) if j % 2 == 0)
+            routed = 2 * h * model.experts + 2 * model.mlp_matrices * h * model.experts_per_token * model.expert_ffn
+            re_m = sum(2 * i * o for j, (i, o, _) in enumerate(prods_m) if j % 2 == 1) + routed
+            out["sac_re_flops_m"] = re_m
+            out["sac_frac_m"] = re_m / (sum(2 * i * o for i, o, _ in prods_m) + routed)
+            copies = model.capacity_factor * model.experts_per_token * T / tp
+            kept_m = ACT_BYTES * T * (h / ew_div + saved_m + ow / tp + (2 * h / tp if row.sp and tp > 1 else 0.0))
+            if fw.layer_saves != "korthikanti" and fw.fused_attention:
+                kept_m += SOFTMAX_STAT_BYTES * T * model.heads / tp
+            kept_m += ROUTER_TOPK_BYTES * model.experts_per_token * T / ew_div
+            kept_m += 2 * ACT_BYTES * copies * h if row.ep > 1 else 0.0
+            out["sac_kept_m"] = kept_m
     return out
 
 
@@ -915,7 +935,9 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
             d = bwd + mo["gemm"] + cb - ELEM_BWD_FACTOR * mo["host_f"]
             xb = dict(xb_d=d, xb_e=max(mo["xb_q"] - mo["xb_a"], 0.0), xb_t=max(d + mo["xb_q"], 0.0))
         bwd = max(bwd + mo["gemm"], ELEM_BWD_FACTOR * mo["host_f"] - cb) - mo["gemm"]
-    return {**mo, **xb, "fwd": fwd, "bwd": bwd,
+    sac_re = (act["sac_frac_m"] * (mo["gemm"] + cast_f + mo["xcast_f"]) + mo["elem"] + mo["overhead"]
+              if act["op_sac"] else 0.0)  # per-op checkpointing's recompute (the attention core's output saved)
+    return {**mo, **xb, "fwd": fwd, "bwd": bwd, "sac_re": sac_re,
             "layer": layer, "dense_p": model.moe_layer_dense_params(),
             "experts_p": model.experts / row.ep * model.expert_params() / row.etp}  # routed, per GPU per MoE layer
 
@@ -1031,6 +1053,8 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
     ep_s = re_m = 0.0
     if n_m:
         re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
+        if rc == "selective" and act["op_sac"]:
+            re_m = moe["sac_re"]
         re_ep = moe["ep"] if rc == "full" else 0.0
         if named is not None:
             re_m, re_ep = named["re_m"], moe["ep"] if named["re_ep"] else 0.0
@@ -1100,7 +1124,7 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
         kept_m = kept
     elif rc == "selective" and act["op_sac"]:
         kept = act["sac_kept"]
-        kept_m = layer_m - act["drop"] - qkv if n_m else 0.0
+        kept_m = min(act["sac_kept_m"], layer_m) if n_m else 0.0
     elif rc == "selective":
         kept = layer - act["drop"] - qkv
         kept_m = layer_m - act["drop"] - qkv if n_m else 0.0
@@ -1115,8 +1139,8 @@ def _stage_memory(model: Transformer, row: _Row, act: dict, moe: dict | None, n:
         fixed += max(named["work"] if n_d else 0.0, named["work_m"] if n_m else 0.0)
     elif rc == "full":
         fixed += max(layer if n_d else 0.0, layer_m if n_m else 0.0)
-    elif rc == "selective" and act["op_sac"] and n_d:
-        fixed += layer - act["sac_kept"]
+    elif rc == "selective" and act["op_sac"]:
+        fixed += max(layer - act["sac_kept"] if n_d else 0.0, layer_m - kept_m if n_m else 0.0)
     if last and model.kind != "mlp":
         fixed += act["xent_peak"] * T * model.vocab / tp  # the loss's peak (Framework.xent_peak_bytes)
     return dict(params=params, params_e=n_m * moe["experts_p"] if n_m else 0.0, per_mb=per_mb, fixed=fixed)
@@ -1387,7 +1411,7 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
             moe_l = attn + (block if on["moe"] else shared if on["shared_experts"] else 0.0)
             flops_hw += ((n - n_m) * dense + n_m * moe_l) * s * B
         elif rc == "selective" and act["op_sac"]:
-            flops_hw += ((n - n_m) * act["sac_re_flops"] + n_m * sel_flops) * s * B
+            flops_hw += ((n - n_m) * act["sac_re_flops"] + (n_m * act["sac_re_flops_m"] if n_m else 0.0)) * s * B
         elif rc == "selective" and model.kind != "mlp":
             flops_hw += n * sel_flops * s * B
     return flops_hw
