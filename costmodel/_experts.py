@@ -264,16 +264,19 @@ def shared_expert_cast_s(model: Transformer, T, t, gpu, casts):
     dense layer's (costmodel._layer_compute.fp8_cast_parts_s; ``casts`` as it takes them, None: none): FC1's input
     (T h: the pre-MLP norm's output, which an MoE layer's separate norm writes in 16 bits, so at the first count) and
     FC2's (T fs / t), their output gradients (T (mats - 1) fs / t, T h) and the weights (mats h fs / t), fs the shared
-    experts' width together. Zeros without shared experts or casts."""
+    experts' width together; where the profile casts a saved input again in the backward and each FC1 / gate layer
+    its own input (fp8_cast_columns' seventh and ninth), so. Zeros without shared experts or casts."""
     fs = model.shared_experts * model.shared_expert_ffn
     zero = np.zeros_like(np.asarray(T, dtype=np.float64))
     if casts is None or not fs:
         return zero, zero
     cx, cw, cg, cwb = casts[:4]
+    cxb, nm = (casts[6], casts[8]) if len(casts) > 6 else (0.0, 1.0)
     h, mats = model.hidden, model.mlp_matrices
     w = mats * h * fs / t
-    return (hbm_s(cx * T * (h + fs / t) + cw * w, gpu) + zero,
-            hbm_s(cg * T * ((mats - 1) * fs / t + h) + cwb * w, gpu) + zero)
+    x = T * (h * nm + fs / t)  # the inputs' elements cast
+    return (hbm_s(cx * x + cw * w, gpu) + zero,
+            hbm_s(cg * T * ((mats - 1) * fs / t + h) + cwb * w + cxb * x, gpu) + zero)
 
 
 def expert_launch_excess(x_kernels, a_d, gpu_x):

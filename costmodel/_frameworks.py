@@ -74,6 +74,12 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     fp8_norm_cast_bytes: under fp8, HBM bytes per element of a linear layer's input that a norm wrote (QKV's, FC1's:
         Transformer Engine's LayerNormLinear, whose norm kernel can write the fp8 copy itself); None: as any input
         (fp8_cast_bytes[0]). Transformer Engine's counts per scaling recipe (TE_FP8_CAST_BYTES)
+    fp8_recast_input_bytes: under fp8, HBM bytes per element of a linear layer's input in the backward, where the
+        layer saved it in 16 bits and casts it again for the weight-gradient GEMM (torchao's eager float8 linear);
+        0: none
+    fp8_norm_input_casts: under fp8, how many times the attention's and the MLP's norm-written input is cast each pass
+        (torchtitan's separate wq, wk, wv and w1, w3 as eager torchao float8 linear layers: each casts its own input,
+        3 and 2); 1: once (a fused QKV or FC1 weight, or a compiled graph casting a tensor once)
     eager_elem_bytes: HBM bytes a layer forward eager element-wise code moves beyond the fused count (ELEM_TH_PER_LAYER,
         ELEM_TF_PER_LAYER), per element of the norms' input (T h, split like them), Q and K ((q + hk) / t: RoPE; LLM
         Foundry's unpadding), the MLP's intermediate (f / t); twice backward (ELEM_BWD_FACTOR), again where recompute
@@ -299,6 +305,8 @@ class Framework:
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     fp8_norm_cast_bytes: float | None = None
+    fp8_recast_input_bytes: float = 0.0
+    fp8_norm_input_casts: tuple[float, float] = (1.0, 1.0)
     eager_elem_bytes: tuple[float, float, float] = (0.0, 0.0, 0.0)
     sp_copy_bytes: float = 0.0
     hp_grad_bytes: float = 0.0
@@ -929,8 +937,13 @@ _derive("deepspeed", "deepspeed-flash2", fused_attention=True, attention_kernel=
              "the deepspeed profile's sources"),
 )
 _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves="torchtitan",
+    # torchao's float8 linear layers run eagerly (sources): a cast 33 bytes an element; input 33 forward and 33 + 2
+    # backward, each norm output cast by each of wq, wk, wv (3) and w1, w3 (2); weight 33 forward, 33 + 2 backward;
+    # output gradient 2 x 33 + 2
+    fp8_cast_bytes=(33.0, 33.0, 2 * 33.0 + 2.0, 33.0 + 2.0), fp8_recast_input_bytes=33.0 + 2.0,
+    fp8_norm_input_casts=(3.0, 2.0),
     what="torchtitan without torch.compile (FSDP2 as the fsdp2 profile): its model code's norms, RoPE and "
-         "SwiGLU run as eager PyTorch ops, each reading and writing HBM",
+         "SwiGLU run as eager PyTorch ops, each reading and writing HBM, and so do torchao's float8 casts",
     sources=("torchtitan torchtitan/models/norms.py (commit 9dec370) RMSNorm.forward: x.float() (read 2, write 4 "
              "bytes an element), pow(2) (4, 4), mean (4), x * rsqrt (4, 4), type_as (4, 2), * weight (2, 2): 36 "
              "bytes where a fused norm moves 4, so 32 more for each of a block's two norms (64 per element of T h)",
@@ -942,6 +955,16 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "activations: what eager autograd saves of torchtitan's Llama block (costmodel._memory_terms."
              "torchtitan_saved_bytes); compiled (fsdp2), the partitioner chooses a subset (torch/_functorch/"
              "partitioners.py min-cut), not derived: fsdp2 keeps Korthikanti et al.'s count",
+             "fp8 casts, torchao 0.18.0 eager, tensorwise: float8_scaling_utils.py hp_tensor_to_float8_dynamic -> "
+             "float8_utils.py tensor_to_amax torch.max(torch.abs(x)) (read 2, write 2; read 2), float8_training_tensor"
+             ".py _ToFloat8ConstrFunc x.to(float32) * scale (2, 4; 4, 4), to_fp8_saturated clamp (4, 4) and .to(fp8) "
+             "(4, 1): 33 bytes an element of a 16-bit tensor; float8_linear.py matmul_with_hp_or_float8_args: the "
+             "forward casts input and weight, the backward the output gradient twice (grad_input's and "
+             "grad_weight's), the weight and the saved 16-bit input again; float8_ops.py preprocess_addmm copies "
+             "the weight for the input gradient's GEMM and the output gradient and the input for the weight "
+             "gradient's into the layouts torch._scaled_mm takes (fp8: read 1, write 1); torchtitan's Attention "
+             "and FeedForward (wq, wk, wv; w1, w3 separate nn.Linear layers, each converted) cast the same norm "
+             "output each. Measured against: tests/data/h200_modern_layers_measured.csv's fp8 rows",
              "the fsdp2 profile's sources"),
 )
 _derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,

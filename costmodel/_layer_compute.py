@@ -304,11 +304,16 @@ def fp8_cast_columns(fw: Framework, fp8, fp8_tp=None):
     weight backward, an input a norm wrote) where ``fp8`` (bool, per row), zeros elsewhere, and sixth, where ``fp8_tp``
     is given (bool, per row: the rows running float8 tensor parallelism, given only where the profile gathers fp8:
     Framework.fp8_tp_gather), 1.0 on those rows, else 0.0; None where the profile casts nothing outside its GEMMs
-    (Framework.fp8_cast_bytes, fp8_norm_cast_bytes)."""
+    (Framework.fp8_cast_bytes, fp8_norm_cast_bytes). Where the profile casts a saved input again in the backward or a
+    norm-written input more than once (Framework.fp8_recast_input_bytes, fp8_norm_input_casts), seventh to ninth those
+    (the sixth 0.0 where ``fp8_tp`` is not given)."""
     norm = fw.fp8_cast_bytes[0] if fw.fp8_norm_cast_bytes is None else fw.fp8_norm_cast_bytes
     if not any(fw.fp8_cast_bytes) and not norm:
         return None
     out = tuple(np.where(fp8, x, 0.0) for x in (*fw.fp8_cast_bytes, norm))
+    if fw.fp8_recast_input_bytes or fw.fp8_norm_input_casts != (1.0, 1.0):
+        tp = np.where(fp8_tp, 1.0, 0.0) if fp8_tp is not None else np.zeros_like(out[0])
+        return (*out, tp, np.where(fp8, fw.fp8_recast_input_bytes, 0.0), *fw.fp8_norm_input_casts)
     return out if fp8_tp is None else (*out, np.where(fp8_tp, 1.0, 0.0))
 
 
@@ -336,12 +341,15 @@ def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
     (costmodel._layer_terms.moe_layer_inputs). A sixth entry (1.0 where the row runs torchao's float8 tensor
     parallelism, fp8_cast_columns) prices the norm-written inputs and the row-parallel products' (the projection's,
     FC2's) T h output gradients as cast on the shard and their gathered fp8 copies transposed (FP8_TP_CAST_BYTES: 5 / t
-    + 2 bytes an element of the gathered tensor; MLA layers as without it)."""
+    + 2 bytes an element of the gathered tensor; MLA layers as without it). A seventh (fp8_cast_columns) prices every
+    input's elements again in the backward (Framework.fp8_recast_input_bytes), an eighth and ninth the attention's and
+    the MLP's norm-written input cast that many times (Framework.fp8_norm_input_casts; MLA's latents once)."""
     zero = np.zeros_like(T)
     if model.kind == "mlp":
         return zero, zero, zero, zero
     cx, cw, cg, cwb = casts[:4]
     cn = casts[4] if len(casts) > 4 else cx
+    cxb, na, nm = casts[6:9] if len(casts) > 6 else (0.0, 1.0, 1.0)
     cgh = cg  # bytes an element of a row-parallel product's T h output gradient
     if len(casts) > 5 and not model.mla:  # float8 TP: cast on the shard, the gathered fp8 copy transposed
         tp8 = FP8_TP_CAST_BYTES[0] / t + FP8_TP_CAST_BYTES[1]
@@ -354,15 +362,17 @@ def fp8_cast_parts_s(model: Transformer, T, t, gpu, casts):
         ga = T * sum(o / t if s == "col" else o for _, o, s in mm)
         wa = sum(i * o / (1 if s == "dup" else t) for i, o, s in mm)
     else:
-        xn, xa = T * h, T * q / t  # QKV's input (the norm's output), the projection's
+        xn, xa = T * h * na, T * q / t  # QKV's input (the norm's output; cast na times), the projection's
         ga = T * (q + 2.0 * hk) / t  # QKV's output gradient's elements (the projection's, T h, at cgh)
         wa = (h * (q + 2.0 * hk) + q * h) / t  # the weights
-    xm_n, xm = T * h, T * f / t  # FC1's input (the norm's output), FC2's
+    xm_n, xm = T * h * nm, T * f / t  # FC1's input (the norm's output; cast nm times), FC2's
     gm = T * (mats - 1) * f / t  # FC1's (and the gate's) output gradient (FC2's, T h, at cgh)
     wm = mats * h * f / t
     gh = 0.0 if model.mla else cgh * T * h  # the row-parallel product's output gradient (MLA's: in ga)
-    return (hbm_s(cn * xn + cx * xa + cw * wa, gpu) + zero, hbm_s(cg * ga + gh + cwb * wa, gpu) + zero,
-            hbm_s(cn * xm_n + cx * xm + cw * wm, gpu) + zero, hbm_s(cg * gm + cgh * T * h + cwb * wm, gpu) + zero)
+    return (hbm_s(cn * xn + cx * xa + cw * wa, gpu) + zero,
+            hbm_s(cg * ga + gh + cwb * wa + cxb * (xn + xa), gpu) + zero,
+            hbm_s(cn * xm_n + cx * xm + cw * wm, gpu) + zero,
+            hbm_s(cg * gm + cgh * T * h + cwb * wm + cxb * (xm_n + xm), gpu) + zero)
 
 
 def edge_terms(model: Transformer, T, t, sp, peak16, gpu, tp_bw, tp_lat,

@@ -370,8 +370,10 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     xcast_b = _hbm(gpu, cast * (copies * (mats - 1) * fe + etp * copies * h))
     if fp8 and fs:  # the shared experts' linear layers cast as the dense layer's, their inputs 16-bit norm outputs
         cx, cw, cg, cwb = fw.fp8_cast_bytes
-        xcast_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
-        xcast_b += _hbm(gpu, cg * T * ((mats - 1) * fs / tp + h) + cwb * mats * h * fs / tp)
+        x_in = T * (h * fw.fp8_norm_input_casts[1] + fs / tp)  # (each FC1 / gate layer casting the input itself)
+        xcast_f += _hbm(gpu, cx * x_in + cw * mats * h * fs / tp)
+        xcast_b += _hbm(gpu, cg * T * ((mats - 1) * fs / tp + h) + cwb * mats * h * fs / tp
+                        + fw.fp8_recast_input_bytes * x_in)
     # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8)
     kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
         2 if cast > 0 else 1)
@@ -432,7 +434,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
                     + _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * T * fs / tp))
         if fp8:
             cx, cw = fw.fp8_cast_bytes[:2]
-            shared_f += _hbm(gpu, cx * T * (h + fs / tp) + cw * mats * h * fs / tp)
+            shared_f += _hbm(gpu, cx * T * (h * fw.fp8_norm_input_casts[1] + fs / tp) + cw * mats * h * fs / tp)
     return dict(gemm=a_gemm + m_gemm, elem=elem_a + elem_m, overhead=overhead / 2 * units, xcast_f=xcast_f,
                 xcast_b=xcast_b, ep=a2a, ep_x=ep_x, act=act, experts=experts, copies=copies, host_f=host_f,
                 host_x=host_x, xb_q=xb_q, xb_a=a_c,
@@ -700,12 +702,16 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         # matrices not normed) cast on the shard, the gathered fp8 copy transposed
         tp8 = FP8_TP_CAST_BYTES[0] / tp + FP8_TP_CAST_BYTES[1] if _fp8_tp(fw, row) and not model.mla else None
         x_n, g_r = (norm_bytes, cg) if tp8 is None else (tp8, tp8)
+        recast = fw.fp8_recast_input_bytes  # a saved 16-bit input cast again for the weight gradient (backward)
+        n_attn, n_mlp = (1.0, fw.fp8_norm_input_casts[1]) if model.mla else fw.fp8_norm_input_casts
 
-        def casts(mats_):  # (forward, backward) seconds of these matrices' casts
-            fwd = sum((x_n if normed else cx) * T * i + cw * w for i, _, w, normed in mats_)
-            return _hbm(gpu, fwd), _hbm(gpu, sum((cg if normed else g_r) * T * o + cwb * w for _, o, w, normed in mats_))
+        def casts(mats_, n_normed):  # (forward, backward) seconds of these matrices' casts; a normed input n times
+            fwd = sum(((x_n * n_normed if normed else cx) * T * i + cw * w for i, _, w, normed in mats_))
+            bwd = sum((cg if normed else g_r) * T * o + cwb * w + recast * T * i * (n_normed if normed else 1.0)
+                      for i, o, w, normed in mats_)
+            return _hbm(gpu, fwd), _hbm(gpu, bwd)
 
-        (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm), casts(mlp)
+        (a_f, a_b), (cast_mlp_f, cast_mlp_b) = casts(mm, n_attn), casts(mlp, n_mlp)
         cast_f, cast_b = a_f + cast_mlp_f, a_b + cast_mlp_b
     hp_zero = row.zero == 0 or (row.zero == 1 and (row.pp > 1 or not fw.hp_grad_zero1_needs_pp))
     if fw.hp_grad_bytes and not model.is_moe and hp_zero and row.prec == 0:  # bf16 optimizer's fp32 accumulation
