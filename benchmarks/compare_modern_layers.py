@@ -18,7 +18,7 @@ was allocated before it. Without recompute no op of the block saves that input (
 the residual add nothing), and the model does not count it; a checkpoint (full or selective) keeps it, and the
 model counts it there, so input_bytes is added to the measurement for those rows.
 
-Timed bf16 rows are also set beside the model's compute time of one layer (layer_terms' forward, and forward +
+Timed rows are also set beside the model's compute time of one layer (layer_terms' forward, and forward +
 backward + weight gradients + recompute, no communication) on the GPU the file's first line names (H200, else H100):
 printed for reading, without a tolerance.
 """
@@ -36,6 +36,7 @@ import numpy as np
 from costmodel import InputError, cluster_preset, model_preset
 from costmodel._frameworks import FRAMEWORKS
 from costmodel._hardware import PRECISIONS
+from costmodel._layer_compute import fp8_cast_columns
 from costmodel._layer_terms import LAYER_INPUTS, framework_terms, layer_terms, moe_layer_inputs, shape_terms
 from costmodel._memory_terms import activation_bytes
 
@@ -87,7 +88,9 @@ def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8", pro
     B, T, C, SP = np.array([b]), np.array([t]), np.array([1]), np.array([False])  # (1,) columns: one row
     prec = np.array([PRECISIONS.index(row["precision"])])
     moe = (np.array([ep]), np.array([1]), fw, prec) if model.is_moe else None
-    sh = shape_terms(model, cluster, B, T, C, SP, cluster.gpu.peak_flops[0], moe=moe)
+    fp8 = prec == PRECISIONS.index("fp8")
+    sh = shape_terms(model, cluster, B, T, C, SP, np.asarray(cluster.gpu.peak_flops)[prec], moe=moe,
+                     casts=fp8_cast_columns(fw, fp8))
     return {"model": model, "ft": framework_terms(fw, model, sh, T, SP, prec),
             "full": np.array([row["recompute"] == "full"]), "sel": np.array([row["recompute"] == "selective"])}
 
@@ -135,11 +138,11 @@ def compare(rows: list[dict], path: str) -> list[dict]:
 
 
 def compare_times(rows: list[dict], path: str, cluster_name: str) -> list[tuple[str, float, float]]:
-    """(label, model / measured forward, model / measured forward + backward) of the timed bf16 rows (fp8 rows'
-    casts are priced with the evaluator's cast columns, which this comparison does not build)."""
+    """(label, model / measured forward, model / measured forward + backward) of the timed rows (fp8 rows with the
+    profile's casts to fp8)."""
     out = []
     for line, row in enumerate(rows, start=2):
-        if row.get("error") or row.get("fwd_s") in ("", None) or row["precision"] != "bf16":
+        if row.get("error") or row.get("fwd_s") in ("", None):
             continue
         fwd, fb = model_times_s(row, path, line, cluster_name)
         out.append((row["label"], fwd / float(row["fwd_s"]), fb / float(row["fwd_bwd_s"])))
@@ -171,11 +174,14 @@ def report(results: list[dict]) -> None:
 def report_times(times: list[tuple[str, float, float]], cluster_name: str) -> None:
     if not times:
         return
-    print(f"\ntimes, model on {cluster_name} / measured (bf16 rows; no tolerance: for reading)")
+    print(f"\ntimes, model on {cluster_name} / measured (no tolerance: for reading)")
     for label, f, fb in times:
         print(f"{label:52s} fwd {f:6.3f}  fwd+bwd {fb:6.3f}")
-    print(f"median: fwd {statistics.median(t[1] for t in times):.3f}, "
-          f"fwd+bwd {statistics.median(t[2] for t in times):.3f} over {len(times)} rows")
+    for prec in PRECISIONS:
+        sub = [t for t in times if t[0].endswith("-" + prec)]
+        if sub:
+            print(f"median {prec}: fwd {statistics.median(t[1] for t in sub):.3f}, "
+                  f"fwd+bwd {statistics.median(t[2] for t in sub):.3f} over {len(sub)} rows")
 
 
 def gpu_cluster(path: str) -> str:
