@@ -19,8 +19,9 @@ the residual add nothing), and the model does not count it; a checkpoint (full o
 model counts it there, so input_bytes is added to the measurement for those rows.
 
 Timed rows are also set beside the model's compute time of one layer (layer_terms' forward, and forward +
-backward + weight gradients + recompute, no communication) on the GPU the file's first line names (H200, else H100):
-printed for reading, without a tolerance.
+backward + weight gradients + recompute, no communication) on the GPU the file's first line names (H200, else H100),
+each row's attention at its kernel's rate (flash: FlashAttention-2's, the profile's; cudnn: cuDNN's): printed for
+reading, without a tolerance.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from costmodel import InputError, cluster_preset, model_preset
 from costmodel._frameworks import FRAMEWORKS
-from costmodel._hardware import PRECISIONS
+from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS, attention_kernel_eff
 from costmodel._layer_compute import fp8_cast_columns
 from costmodel._layer_terms import LAYER_INPUTS, framework_terms, layer_terms, moe_layer_inputs, shape_terms
 from costmodel._memory_terms import activation_bytes
@@ -85,12 +86,15 @@ def model_row(row: dict, path: str, line: int, cluster_name: str = "h100x8", pro
     s, b, t, ep = (as_int(row, c, path, line) for c in ("seq", "micro_batch", "tp", "ep"))
     model = dataclasses.replace(model, seq_len=s)
     fw, cluster = FRAMEWORKS[profile], cluster_preset(cluster_name)
+    if row["attention"] in ATTENTION_KERNELS and row["attention"] != fw.attention_kernel:  # the row's own kernel's rate
+        fw = dataclasses.replace(fw, attention_kernel=row["attention"])
     B, T, C, SP = np.array([b]), np.array([t]), np.array([1]), np.array([False])  # (1,) columns: one row
     prec = np.array([PRECISIONS.index(row["precision"])])
     moe = (np.array([ep]), np.array([1]), fw, prec) if model.is_moe else None
     fp8 = prec == PRECISIONS.index("fp8")
+    attn_eff = np.array([attention_kernel_eff(cluster.gpu.name, fw.attention_kernel)])  # (1, 6), as the evaluator
     sh = shape_terms(model, cluster, B, T, C, SP, np.asarray(cluster.gpu.peak_flops)[prec], moe=moe,
-                     casts=fp8_cast_columns(fw, fp8))
+                     casts=fp8_cast_columns(fw, fp8), peak16=cluster.gpu.peak_flops[0], attn_eff=attn_eff)
     return {"model": model, "ft": framework_terms(fw, model, sh, T, SP, prec),
             "full": np.array([row["recompute"] == "full"]), "sel": np.array([row["recompute"] == "selective"])}
 

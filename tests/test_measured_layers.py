@@ -159,19 +159,21 @@ def test_eager_torchao_fp8_casts_by_hand():
 def test_eager_fp8_blocks_priced_slower_than_bf16_ones_as_measured():
     # Without torch.compile, torchao's fp8 blocks ran 1.44x-3.3x slower than the bf16 ones on the H200 (every one of
     # the 108 pairs); the model prices them slower too (its casts' bytes), by less: the eager casts' ~450 small
-    # kernels a block's forward and backward, which bind the small shapes, are not priced
+    # kernels a block's forward and backward, which bind the small shapes, are not priced. With the compiled
+    # profile's cast bytes it priced every one faster (0.69x-0.82x)
     rows = {r["label"]: r for r in measured_rows()}
     for fp8 in (r for r in rows.values() if r["precision"] == "fp8"):
         bf16 = rows[fp8["label"].replace("-fp8", "-bf16")]
         measured = float(fp8["fwd_bwd_s"]) / float(bf16["fwd_bwd_s"])
         model = model_layer_s(fp8) / model_layer_s(bf16)
         assert measured > 1.4, fp8["label"]
-        assert 0.97 < model <= measured, fp8["label"]
+        assert 1.1 < model <= measured, fp8["label"]
 
 
 def model_layer_s(row: dict) -> float:
     """The model's compute seconds of one layer forward and backward (with its recompute, no communication) for the
     row on an H200, under the profile, fp8 casts included."""
+    from costmodel._hardware import attention_kernel_eff
     from costmodel._layer_compute import fp8_cast_columns
     from costmodel._layer_terms import LAYER_INPUTS, layer_terms
 
@@ -180,7 +182,9 @@ def model_layer_s(row: dict) -> float:
     b, t = np.array([int(row["micro_batch"])]), np.array([int(row["tp"])])
     sp, prec = np.array([False]), np.array([PRECISIONS.index(row["precision"])])
     casts = fp8_cast_columns(fw, prec == PRECISIONS.index("fp8"))
-    sh = shape_terms(model, cluster, b, t, np.array([1]), sp, np.asarray(cluster.gpu.peak_flops)[prec], casts=casts)
+    attn_eff = np.array([attention_kernel_eff(cluster.gpu.name, fw.attention_kernel)])  # as the evaluator passes it
+    sh = shape_terms(model, cluster, b, t, np.array([1]), sp, np.asarray(cluster.gpu.peak_flops)[prec], casts=casts,
+                     peak16=cluster.gpu.peak_flops[0], attn_eff=attn_eff)
     ft = framework_terms(fw, model, sh, t, sp, prec)
     full, sel = np.array([row["recompute"] == "full"]), np.array([row["recompute"] == "selective"])
     lt = layer_terms({k: ft[k] for k in LAYER_INPUTS}, full, sel)
