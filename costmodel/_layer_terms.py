@@ -215,15 +215,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     zero = np.zeros_like(act)
     if fw.selective == "op" and model.kind != "mlp":
         mms, re_flops, all_flops = op_checkpoint_products(model)
-        T, sp_div = terms["T"], np.where(sp, t, 1)
-        saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
-        # the block's input, the saved products, the attention output and its fp32 logsumexp (the kernel's results
-        # are saved too) and, with sequence parallelism, the two reduce-scatters' outputs
-        kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.o_hidden / t
-                                + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
-        if fw.layer_saves != "korthikanti":
-            kept = kept + SOFTMAX_STAT_BYTES * T * model.heads / t * fw.fused_attention
-        sel_kept = np.minimum(kept, act)
+        sel_kept = np.minimum(op_checkpoint_kept_bytes(fw, model, terms["T"], t, sp, mms), act)
         sel = {"sel_kept": sel_kept, "sel_work": act - sel_kept,
                "sel_re": re_flops / all_flops * (terms["gemm"] + terms["cast_f"]) + terms["elem"] + terms["overhead"],
                "sel_tp": 0.5 * terms["tp_fwd"]}  # the all-gathers run again, the reduce-scatters do not
@@ -246,6 +238,20 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     return out
 
 
+def op_checkpoint_kept_bytes(fw: Framework, model: Transformer, T, t, sp, mms) -> np.ndarray:
+    """Bytes a dense or an MoE layer keeps per micro-batch under per-op checkpointing (Framework.selective "op"), an
+    MoE layer's topk and all-to-all results apart: the block's input, the saved products' outputs (``mms`` as
+    op_checkpoint_products gives them), the attention output and its fp32 logsumexp (the kernel's results are saved
+    too) and, with sequence parallelism, the two reduce-scatters' outputs."""
+    sp_div = np.where(sp, t, 1)
+    saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
+    kept = ACT_BYTES * T * (model.hidden / sp_div + saved + model.o_hidden / t
+                            + np.where(sp & (t > 1), 2.0 * model.hidden / t, 0.0))
+    if fw.layer_saves != "korthikanti":
+        kept = kept + SOFTMAX_STAT_BYTES * T * model.heads / t * fw.fused_attention
+    return kept
+
+
 def op_checkpoint_moe_terms(fw: Framework, model: Transformer, terms: dict, moe_act, t, sp) -> dict:
     """An MoE layer's selective terms under per-op checkpointing (Framework.selective "op"; op_checkpoint_moe_products:
     the routed experts and the router run again): it keeps its input, the saved products' outputs (Q and V, and the
@@ -254,12 +260,9 @@ def op_checkpoint_moe_terms(fw: Framework, model: Transformer, terms: dict, moe_
     results (moe_a2a_L: saved, not sent again); it runs again the share of its products' time its recomputed FLOPs
     are (with their fp8 casts), its element-wise work and launches, not the attention core."""
     mms, re_flops, all_flops = op_checkpoint_moe_products(model)
-    T, sp_div, h = terms["T"], np.where(sp, t, 1), model.hidden
-    saved = sum(w / np.where(split, t, 1) for w, split, kept in mms if kept)
-    kept = ACT_BYTES * T * (h / sp_div + saved + model.o_hidden / t + np.where(sp & (t > 1), 2.0 * h / t, 0.0))
-    if fw.layer_saves != "korthikanti":
-        kept = kept + SOFTMAX_STAT_BYTES * T * model.heads / t * fw.fused_attention
-    kept = kept + ROUTER_TOPK_BYTES * model.experts_per_token * T / sp_div + terms["moe_a2a_L"]
+    T = terms["T"]
+    kept = (op_checkpoint_kept_bytes(fw, model, T, t, sp, mms)
+            + ROUTER_TOPK_BYTES * model.experts_per_token * T / np.where(sp, t, 1) + terms["moe_a2a_L"])
     sel_kept = np.minimum(kept, moe_act)
     casts = terms["cast_f"] - terms["cast_mlp_f"] + terms["moe_xcast_f"]  # (moe_layer_inputs' forward casts)
     re = re_flops / all_flops * (terms["moe_gemm"] + casts) + terms["moe_elem"] + terms["moe_overhead"]
