@@ -1,0 +1,65 @@
+"""What the EP all-to-all overlap gains: the model's gain against the one published pair that measures it.
+
+    PYTHONPATH=. python3 benchmarks/ep_overlap_gain.py
+
+Every run of tests/data/validation/published_runs.csv priced under a profile with the EP A2A overlap
+(Framework.overlap_ep: Megatron-Core's --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe) is priced again
+under the same profile without it (megatron-core-a2a-overlap -> megatron-core, megatron-core-deepep-a2a-overlap and
+hai-llm -> megatron-core-deepep), everything else as `plansweep validate` prices it. Printed per run: the published
+step, the predicted step with and without the overlap, the model's gain (without / with - 1), the exposed expert
+all-to-all of each (ep_comm_s), and the row's error.
+
+One pair in the set measures the gain on the same code, model, GPUs and layout: the Megatron-MoE-ModelZoo's
+Qwen3-235B on 256 H100 at EP 32, DeepEP, without and with "+1f1b overlap" (19.7 s and 17.6 s). For it the script
+also prints the measured gain and the share of the model's exposed all-to-all (without the overlap) that the
+measured gain leaves exposed, if the model's no-overlap step and its all-to-all were right. For reading only: no
+constant is chosen from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from costmodel._validate import predict, read_runs
+
+CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
+WITHOUT = {"megatron-core-a2a-overlap": "megatron-core", "megatron-core-deepep-a2a-overlap": "megatron-core-deepep",
+           "hai-llm": "megatron-core-deepep"}
+PAIR = ("zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
+
+
+def ep_exposed_s(run) -> float:
+    """The predicted exposed expert all-to-all of the run's priced setting (benchmarks/validation_breakdown.py)."""
+    from validation_breakdown import parts  # the benchmarks folder is on the path when run as a script
+
+    return parts(run)[1]["ep_comm_s"]
+
+
+def main() -> None:
+    runs = {r.name: r for r in read_runs(CSV)}
+    print(f"{'run':52s} {'meas s':>8s} {'pred s':>8s} {'w/o s':>8s} {'gain':>7s} {'ep exp':>7s} {'w/o ep':>7s} "
+          f"{'err%':>7s}")
+    for name, run in runs.items():
+        if run.framework not in WITHOUT:
+            continue
+        bare = dataclasses.replace(run, framework=WITHOUT[run.framework])
+        res, res_bare = predict(run), predict(bare)
+        t, t0 = res["predicted_iteration_time_s"], res_bare["predicted_iteration_time_s"]
+        print(f"{name:52s} {res['measured_iteration_time_s']:8.3f} {t:8.3f} {t0:8.3f} {t0 / t - 1:+7.1%} "
+              f"{ep_exposed_s(run):7.3f} {ep_exposed_s(bare):7.3f} {res['error_pct']:+7.1f}")
+    no, ov = (runs[n] for n in PAIR)
+    m_no, m_ov = (predict(r)["measured_iteration_time_s"] for r in (no, ov))
+    p_no, p_ov = (predict(r)["predicted_iteration_time_s"] for r in (no, ov))
+    ep_no = ep_exposed_s(no)
+    print(f"\nthe measured pair: {m_no:.1f} s -> {m_ov:.1f} s, gain {m_no / m_ov - 1:+.1%} ({m_no - m_ov:.2f} s); "
+          f"the model {p_no:.2f} s -> {p_ov:.2f} s, gain {p_no / p_ov - 1:+.1%} ({p_no - p_ov:.2f} s)")
+    print(f"the model's exposed all-to-all without the overlap {ep_no:.2f} s: the model hides "
+          f"{(p_no - p_ov) / ep_no:.0%} of it, the measured gain {(m_no - m_ov) / ep_no:.0%}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
