@@ -9,11 +9,12 @@ hai-llm -> megatron-core-deepep), everything else as `plansweep validate` prices
 step, the predicted step with and without the overlap, the model's gain (without / with - 1), the exposed expert
 all-to-all of each (ep_comm_s), and the row's error.
 
-One pair in the set measures the gain on the same code, model, GPUs and layout: the Megatron-MoE-ModelZoo's
-Qwen3-235B on 256 H100 at EP 32, DeepEP, without and with "+1f1b overlap" (19.7 s and 17.6 s). For it the script
-also prints the measured gain and the share of the model's exposed all-to-all (without the overlap) that the
-measured gain leaves exposed, if the model's no-overlap step and its all-to-all were right. For reading only: no
-constant is chosen from it.
+Two pairs in the set measure the gain on the same code, model, GPUs and layout: the Megatron-MoE-ModelZoo's
+Qwen3-235B on 256 H100 at TP 2 x EP 32 x PP 8, DeepEP, without and with "+1f1b overlap" (19.7 s and 17.6 s), and
+Megatron-Bridge's matched A/B of Qwen3-30B-A3B on 16 H100 at TP 1 x EP 16, HybridEP (24.71 s and 20.99 s). For each
+the script also prints the measured gain and the share of the model's exposed all-to-all (without the overlap) that
+the measured gain hides, if the model's no-overlap step and its all-to-all were right. For reading only: no constant
+is chosen from it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from costmodel._validate import predict, read_runs
 CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
 WITHOUT = {"megatron-core-a2a-overlap": "megatron-core", "megatron-core-deepep-a2a-overlap": "megatron-core-deepep",
            "hai-llm": "megatron-core-deepep"}
-PAIR = ("zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap")
+PAIRS = (("zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-deepep-ep32-1f1b-overlap"),
+         ("bridge-ab-qwen3-30b-a3b-h100-16gpu-hybridep", "bridge-ab-qwen3-30b-a3b-h100-16gpu-hybridep-ep-overlap"))
 
 
 def ep_exposed_s(run) -> float:
@@ -38,7 +40,7 @@ def ep_exposed_s(run) -> float:
 
 def main() -> None:
     runs = {r.name: r for r in read_runs(CSV)}
-    print(f"{'run':52s} {'meas s':>8s} {'pred s':>8s} {'w/o s':>8s} {'gain':>7s} {'ep exp':>7s} {'w/o ep':>7s} "
+    print(f"{'run':56s} {'meas s':>8s} {'pred s':>8s} {'w/o s':>8s} {'gain':>7s} {'ep exp':>7s} {'w/o ep':>7s} "
           f"{'err%':>7s}")
     for name, run in runs.items():
         if run.framework not in WITHOUT:
@@ -46,16 +48,18 @@ def main() -> None:
         bare = dataclasses.replace(run, framework=WITHOUT[run.framework])
         res, res_bare = predict(run), predict(bare)
         t, t0 = res["predicted_iteration_time_s"], res_bare["predicted_iteration_time_s"]
-        print(f"{name:52s} {res['measured_iteration_time_s']:8.3f} {t:8.3f} {t0:8.3f} {t0 / t - 1:+7.1%} "
+        print(f"{name:56s} {res['measured_iteration_time_s']:8.3f} {t:8.3f} {t0:8.3f} {t0 / t - 1:+7.1%} "
               f"{ep_exposed_s(run):7.3f} {ep_exposed_s(bare):7.3f} {res['error_pct']:+7.1f}")
-    no, ov = (runs[n] for n in PAIR)
-    m_no, m_ov = (predict(r)["measured_iteration_time_s"] for r in (no, ov))
-    p_no, p_ov = (predict(r)["predicted_iteration_time_s"] for r in (no, ov))
-    ep_no = ep_exposed_s(no)
-    print(f"\nthe measured pair: {m_no:.1f} s -> {m_ov:.1f} s, gain {m_no / m_ov - 1:+.1%} ({m_no - m_ov:.2f} s); "
-          f"the model {p_no:.2f} s -> {p_ov:.2f} s, gain {p_no / p_ov - 1:+.1%} ({p_no - p_ov:.2f} s)")
-    print(f"the model's exposed all-to-all without the overlap {ep_no:.2f} s: the model hides "
-          f"{(p_no - p_ov) / ep_no:.0%} of it, the measured gain {(m_no - m_ov) / ep_no:.0%}")
+    for pair in PAIRS:
+        no, ov = (runs[n] for n in pair)
+        m_no, m_ov = (predict(r)["measured_iteration_time_s"] for r in (no, ov))
+        p_no, p_ov = (predict(r)["predicted_iteration_time_s"] for r in (no, ov))
+        ep_no = ep_exposed_s(no)
+        print(f"\n{ov.name}: measured {m_no:.2f} s -> {m_ov:.2f} s, gain {m_no / m_ov - 1:+.1%} "
+              f"({m_no - m_ov:.2f} s); the model {p_no:.2f} s -> {p_ov:.2f} s, gain {p_no / p_ov - 1:+.1%} "
+              f"({p_no - p_ov:.2f} s)")
+        print(f"  the model's exposed all-to-all without the overlap {ep_no:.2f} s: the model hides "
+              f"{(p_no - p_ov) / ep_no:.0%} of it, the measured gain {(m_no - m_ov) / ep_no:.0%}")
 
 
 if __name__ == "__main__":

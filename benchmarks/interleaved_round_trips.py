@@ -18,7 +18,7 @@ Megatron interleaved rows 0.5-2.7% slower (most are already predicted slower tha
 parallel regime's signed mean went from +0.4% to +0.8%), the overall mean |error| from 8.52% to 8.55% and the
 tensor / pipeline parallel regime's from 3.7% to 4.0% (with the non-blocking 1F1B round trips of
 benchmarks/closed_form_handoff_gap.py, which alone take it to 8.51%), so the closed form keeps 2 (p - 1) h. The rows
-in view: the 105 validation runs (tests/data/validation/published_runs.csv).
+in view: the validation runs (tests/data/validation/published_runs.csv).
 
     PYTHONPATH=. python3 benchmarks/interleaved_round_trips.py
 """

@@ -1,5 +1,5 @@
 """The sustained-clock derating (costmodel._hardware.SUSTAINED_CLOCK) scanned over 0.84-0.90: the published A100 set
-it is chosen with (Narayanan et al. 2021 Table 1, shipped as `narayanan2021-table1`) and the 105-run validation set,
+it is chosen with (Narayanan et al. 2021 Table 1, shipped as `narayanan2021-table1`) and the published-run validation set,
 mean and max |error| of each.
 
     PYTHONPATH=. python3 benchmarks/sustained_clock_scan.py [VALUE ...]
@@ -7,7 +7,7 @@ mean and max |error| of each.
 Each value runs in a fresh process that sets the constant before any preset is built (the GEMM and HBM
 efficiencies and the measured attention kernels' rates all scale with it), then prices every set as
 `plansweep validate` does. The chosen value is the one with the lowest mean |error| over the Table 1 runs among those
-that keep the set within its test's bounds (5% mean, 10% max); the 105-run set is printed, not looked at.
+that keep the set within its test's bounds (5% mean, 10% max); the validation set is printed, not looked at.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = (("narayanan2021-table1", "Narayanan 2021 T1"),
-        (str(ROOT / "tests/data/validation/published_runs.csv"), "105-run set"))
+        (str(ROOT / "tests/data/validation/published_runs.csv"), "validation set"))
 VALUES = tuple(round(0.84 + 0.01 * i, 2) for i in range(7))
 
 
