@@ -1,6 +1,6 @@
 """The sustained-clock derating (costmodel._hardware.SUSTAINED_CLOCK) scanned over 0.84-0.90: the published A100 set
-it is chosen with (Narayanan et al. 2021 Table 1, shipped as `narayanan2021-table1`) and the published-run validation set,
-mean and max |error| of each.
+it is chosen with (Narayanan et al. 2021 Table 1, shipped as `narayanan2021-table1`) and the published-run
+validation set, mean and max |error| of each.
 
     PYTHONPATH=. python3 benchmarks/sustained_clock_scan.py [VALUE ...]
 
