@@ -66,9 +66,11 @@ def moe_layer_inputs(sh: dict) -> dict:
            for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x", "xb_q", "xb_a", "xb_on",
                      *(("sel_ep",) if "moe_sel_ep" in sh else ()))}
     # the expert GEMMs' fp8 quantization (and the shared experts' casts) on top of the attention's casts of the dense
-    # layer: its casts less its dense MLP's, which an MoE layer does not run; its backward's tp exchange the forward's
-    # (Framework.tp_backward_async and userbuffers price dense layers only)
-    return {**out, "tp_bwd": out["tp_fwd"], "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
+    # layer: its casts less its dense MLP's, which an MoE layer does not run; its tp exchange the attention's, and the
+    # shared experts' where it has them (moe_tp_share), its backward's the forward's (Framework.tp_backward_async and
+    # userbuffers price dense layers only)
+    tp = out["tp_fwd"] * sh["moe_tp_share"]
+    return {**out, "tp_fwd": tp, "tp_bwd": tp, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
             "cast_b": out["cast_b"] - sh["cast_mlp_b"] + sh["moe_xcast_b"]}
 
 
@@ -147,7 +149,18 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
     # checkpoint keeps of them (framework_terms)
     a2a = np.where(np.asarray(e) > 1, 2.0 * ACT_BYTES * routed_copies(model, sh["T"], t) * model.hidden, 0.0)
     return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero,
-            "moe_a2a_L": a2a + zero}
+            "moe_a2a_L": a2a + zero, "moe_tp_share": moe_tp_share(model) + zero}
+
+
+# The share of a dense layer's tensor-parallel exchange (layer_costs' tp_fwd: the attention's all-gather and
+# reduce-scatter under SP, or its all-reduce, and the MLP's the same) an MoE layer runs: the attention's, and the
+# MLP's where shared experts run as a tensor-parallel MLP (Megatron-Core's SharedExpertMLP, column- then row-parallel
+# linears under SP). The routed experts run none: their token dispatcher exchanges over the expert-tensor-parallel
+# group (core_v0.15.0 megatron/core/transformer/moe/token_dispatcher.py: tp_group = pg_collection.expt_tp; the
+# all-gather of the received tokens only where its size > 1, which the etp terms price), not the attention's tp group.
+def moe_tp_share(model: Transformer) -> float:
+    """Of a dense layer's tensor-parallel exchange, the share an MoE layer of ``model`` runs (the comment above)."""
+    return 1.0 if model.shared_experts else 0.5
 
 
 def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, precision, modules=None) -> dict:

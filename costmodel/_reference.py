@@ -342,6 +342,13 @@ def _remote_nodes(model: Transformer, nodes: int) -> float:
     return (nodes - 1) * (1 - miss)
 
 
+def _moe_tp(model: Transformer, dense_tp: float) -> float:
+    """An MoE layer's tensor-parallel exchange from a dense layer's (attention and MLP): the attention's half, and the
+    MLP's half too where shared experts run as a tensor-parallel MLP; the routed experts exchange over the
+    expert-tensor-parallel group only (Megatron-Core's token dispatcher: tp_group = expt_tp)."""
+    return dense_tp * (1.0 if model.shared_experts else 0.5)
+
+
 def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, tp: int, ep: int, sp: bool,
                attn: float, overhead: float, etp: int = 1, fp8: bool = False) -> dict:
     """One MoE layer's forward GEMM, element-wise and overhead time, its experts' fp8 quantization forward and backward,
@@ -934,8 +941,8 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     xb = dict(xb_d=0.0, xb_e=0.0, xb_t=0.0)  # a backward stretch's G - H, e and t (backward_chunk_excess)
     if fw.moe_host_sync:  # dropless routing's host wait: each pass no faster than the host launches its kernels,
         # its exposed exchanges (tensor and context parallel, the all-to-alls) on the GPU in the host's gaps
-        cf = lay["tp_fwd"] + lay["cp_fwd"] + mo["ep"]
-        cb = lay["tp_fwd"] + lay["cp_bwd"] + mo["ep"]
+        cf = _moe_tp(model, lay["tp_fwd"]) + lay["cp_fwd"] + mo["ep"]
+        cb = _moe_tp(model, lay["tp_fwd"]) + lay["cp_bwd"] + mo["ep"]
         fwd = max(fwd + mo["host_x"], mo["host_f"] - cf)  # and its expert phase's launches before the rest
         if not fw.overlap_ep:
             d = bwd + mo["gemm"] + cb - ELEM_BWD_FACTOR * mo["host_f"]
@@ -1050,12 +1057,13 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re, re_tp, re_cp = (lay["up"] if model.mla else lay["attn"] + lay["score_f"]), 0.0, 0.0
     else:
         re, re_tp, re_cp = 0.0, 0.0, 0.0
-    re_tp_m = 0.0 if (rc == "selective" and (act["op_sac"] or named is not None)) else re_tp  # expert layers
+    re_tp_m = 0.0 if (rc == "selective" and (act["op_sac"] or named is not None)) else _moe_tp(model, re_tp)
+    tp_m = _moe_tp(model, tp_fwd)  # an MoE layer's tensor-parallel exchange (_moe_tp)
     F = n_d * (fwd + tp_fwd + cp_fwd)
     Bw = n_d * (lay["bwd"] + lay["tp_bwd"] + cp_bwd + re + re_tp + re_cp)
     W = n_d * lay["wgt"]
     comp = n_d * (fwd + lay["bwd"] + lay["wgt"])
-    tps = n_d * (tp_fwd + lay["tp_bwd"]) + n_m * 2 * tp_fwd  # MoE layers keep the exchange exposed both ways
+    tps = n_d * (tp_fwd + lay["tp_bwd"]) + n_m * 2 * tp_m  # MoE layers keep the exchange exposed both ways
     ep_s = re_m = 0.0
     if n_m:
         re_m = {"full": moe["fwd"], "selective": lay["up"] if model.mla else lay["attn"] + lay["score_f"]}.get(rc, 0.0)
@@ -1064,9 +1072,9 @@ def _stage_times(model: Transformer, row: _Row, lay: dict, edge: dict, act: dict
         re_ep = moe["ep"] if rc == "full" else 0.0
         if named is not None:
             re_m, re_ep = named["re_m"], moe["ep"] if named["re_ep"] else 0.0
-        F += n_m * (moe["fwd"] + tp_fwd + cp_fwd + moe["ep"])
+        F += n_m * (moe["fwd"] + tp_m + cp_fwd + moe["ep"])
         # (summed in the vectorised evaluator's order: equal stage times stay bitwise equal, ties break alike)
-        Bw += n_m * (moe["bwd"] + tp_fwd + cp_bwd + re_m + (re_tp_m + re_cp) + moe["ep"] + re_ep)
+        Bw += n_m * (moe["bwd"] + tp_m + cp_bwd + re_m + (re_tp_m + re_cp) + moe["ep"] + re_ep)
         W += n_m * moe["gemm"]
         comp += n_m * (moe["fwd"] + moe["bwd"] + moe["gemm"])
         ep_s = n_m * (2 * moe["ep"] + re_ep)

@@ -331,3 +331,29 @@ def test_space_gets_ep_for_moe_models_only_and_parquet_has_the_columns():
     arrow = to_arrow(table, metrics, run_id="r", model=moe.name, cluster=cl.name, iteration=0, grid_index=None)
     assert {"ep", "ep_comm_s"} <= set(arrow.column_names)
     assert set(arrow.column("ep").to_pylist()) <= {1, 2, 4, 8}
+
+
+def test_an_moe_layers_tensor_parallel_exchange_is_the_attentions_and_the_shared_experts():
+    """Under tp with SP an MoE layer runs the attention's all-gather and reduce-scatter (T h 2-byte values each) and,
+    where it has shared experts, theirs as a tensor-parallel MLP; the routed experts exchange over the expert-tensor-
+    parallel group only (Megatron-Core's token dispatcher: tp_group = expt_tp), none at etp 1. Mixtral 8x7B at tp 2 on
+    one node, 4 stages of 8 MoE layers, 8 micro-batches of 4,096 tokens; with a shared expert added the step's
+    exposed tp exchange grows by the MLP's pair of collectives in each of the 8 layers' forward and backward, once a
+    micro-batch."""
+    cl = cluster_preset("h100x64")
+    mix = dataclasses.replace(model_preset("mixtral-8x7b"), seq_len=4096)
+    shared = dataclasses.replace(mix, name="mixtral-shared", shared_experts=1, shared_expert_ffn_hidden=1024)
+    t = StrategyTable.from_columns(dp=8, tp=2, pp=4, ep=8, micro_batch=1, global_batch=64, sequence_parallel=True)
+    base, more = evaluate(mix, cl, t)["tp_comm_s"][0], evaluate(shared, cl, t)["tp_comm_s"][0]
+    bw, lat = cl.scaleup_Bps * cl.gpu.link_eff, cl.scaleup_latency_s
+    T, h, tp, m, layers = 4096, mix.hidden, 2, 64 // 8, 32 // 4
+    # an all-gather and a reduce-scatter of the T x h activation over 2 ranks: (tp - 1) / tp of its bytes, one step
+    pair = 2 * ((tp - 1) / tp * ACT_BYTES * T * h / bw + (tp - 1) * lat)
+    assert more - base == pytest.approx(m * layers * 2 * pair, rel=1e-9)
+    # and the MoE layers' share without shared experts is that one pair a pass: the attention's, where the same
+    # model as a dense one (its backward's collectives exposed, as an MoE layer's are) runs two
+    fw = dataclasses.replace(framework_preset("megatron-core"), name="mcore-bare-tp-backward", tp_backward_async=False)
+    dense = dataclasses.replace(mix, name="mixtral-as-dense", experts=1, experts_per_token=1)
+    t1 = StrategyTable.from_columns(dp=8, tp=2, pp=4, micro_batch=1, global_batch=64, sequence_parallel=True)
+    assert evaluate(dense, cl, t1, framework=fw)["tp_comm_s"][0] - evaluate(mix, cl, t, framework=fw)["tp_comm_s"][
+        0] == pytest.approx(m * layers * 2 * pair, rel=1e-9)

@@ -226,7 +226,7 @@ def test_a_rows_routing_share_is_what_its_published_forced_dropless_pairs_imply(
     # best_practice/qwen3/readme.md at e865051, Long Context: forced / dropless at 16k, 32k, 64k, 128k tokens
     published = ((295, 237), (335, 277), (368, 320), (389, 357))
     qwen3 = [DROPLESS.implied_share(run, f / d) for run, (f, d) in zip(DROPLESS.pair_runs(), published, strict=True)]
-    assert round(sum(qwen3) / len(qwen3), 2) == 1.55
+    assert round(sum(qwen3) / len(qwen3), 2) == 1.54
 
 
 def test_the_llm_foundry_calibration_rows_are_apart_from_the_validation_rows():
