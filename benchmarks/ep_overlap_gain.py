@@ -1,4 +1,4 @@
-"""What the EP all-to-all overlap gains: the model's gain against the one published pair that measures it.
+"""What the EP all-to-all overlap gains: the model's gain against the published pairs that measure it.
 
     PYTHONPATH=. python3 benchmarks/ep_overlap_gain.py
 
