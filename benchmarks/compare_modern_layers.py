@@ -116,7 +116,7 @@ def model_times_s(row: dict, path: str, line: int, cluster_name: str) -> tuple[f
     block runs none)."""
     m = model_row(row, path, line, cluster_name)
     ft = m["ft"]
-    lc = moe_layer_inputs(ft) if m["model"].is_moe else {k: ft[k] for k in LAYER_INPUTS}
+    lc = moe_layer_inputs(ft, m["model"]) if m["model"].is_moe else {k: ft[k] for k in LAYER_INPUTS}
     lt = layer_terms(lc, m["full"], m["sel"])
     fwd = lt["F"] - lc["tp_fwd"] - lc["cp_fwd"] - lc.get("ep_fwd", 0.0)
     return float(fwd[0]), float((lt["compute"] + lt["recompute"])[0])

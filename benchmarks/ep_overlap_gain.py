@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from costmodel._validate import predict, read_runs
+from costmodel._validate import read_runs
 
 CSV = Path(__file__).resolve().parents[1] / "tests/data/validation/published_runs.csv"
 WITHOUT = {"megatron-core-a2a-overlap": "megatron-core", "megatron-core-deepep-a2a-overlap": "megatron-core-deepep",
@@ -31,11 +31,13 @@ PAIRS = (("zoo-qwen3-235b-h100-256gpu-deepep-ep32", "zoo-qwen3-235b-h100-256gpu-
          ("bridge-ab-qwen3-30b-a3b-h100-16gpu-hybridep", "bridge-ab-qwen3-30b-a3b-h100-16gpu-hybridep-ep-overlap"))
 
 
-def ep_exposed_s(run) -> float:
-    """The predicted exposed expert all-to-all of the run's priced setting (benchmarks/validation_breakdown.py)."""
+def priced(run) -> tuple[dict, float]:
+    """`plansweep validate`'s result for the run and the predicted exposed expert all-to-all of the setting it chose
+    (benchmarks/validation_breakdown.py parts)."""
     from validation_breakdown import parts  # the benchmarks folder is on the path when run as a script
 
-    return parts(run)[1]["ep_comm_s"]
+    res, p = parts(run)
+    return res, p["ep_comm_s"]
 
 
 def main() -> None:
@@ -46,15 +48,15 @@ def main() -> None:
         if run.framework not in WITHOUT:
             continue
         bare = dataclasses.replace(run, framework=WITHOUT[run.framework])
-        res, res_bare = predict(run), predict(bare)
+        (res, ep), (res_bare, ep_bare) = priced(run), priced(bare)
         t, t0 = res["predicted_iteration_time_s"], res_bare["predicted_iteration_time_s"]
         print(f"{name:56s} {res['measured_iteration_time_s']:8.3f} {t:8.3f} {t0:8.3f} {t0 / t - 1:+7.1%} "
-              f"{ep_exposed_s(run):7.3f} {ep_exposed_s(bare):7.3f} {res['error_pct']:+7.1f}")
+              f"{ep:7.3f} {ep_bare:7.3f} {res['error_pct']:+7.1f}")
     for pair in PAIRS:
         no, ov = (runs[n] for n in pair)
-        m_no, m_ov = (predict(r)["measured_iteration_time_s"] for r in (no, ov))
-        p_no, p_ov = (predict(r)["predicted_iteration_time_s"] for r in (no, ov))
-        ep_no = ep_exposed_s(no)
+        (r_no, ep_no), (r_ov, _) = priced(no), priced(ov)
+        m_no, m_ov = r_no["measured_iteration_time_s"], r_ov["measured_iteration_time_s"]
+        p_no, p_ov = r_no["predicted_iteration_time_s"], r_ov["predicted_iteration_time_s"]
         print(f"\n{ov.name}: measured {m_no:.2f} s -> {m_ov:.2f} s, gain {m_no / m_ov - 1:+.1%} "
               f"({m_no - m_ov:.2f} s); the model {p_no:.2f} s -> {p_ov:.2f} s, gain {p_no / p_ov - 1:+.1%} "
               f"({p_no - p_ov:.2f} s)")

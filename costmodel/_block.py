@@ -219,7 +219,7 @@ def configuration_terms(rows: Rows, cfg: Configs) -> Terms:
                                                       None if cfg.rcm_u is None else cfg.rcm_u[first_s]).items()}
     full_u, sel_u = cfg.rc_u == 2, cfg.rc_u == 1
     lt = None if rows.all_moe else layer_terms({k: eu[k] for k in LAYER_INPUTS}, full_u, sel_u)  # (U,) per layer
-    lt_m = layer_terms(moe_layer_inputs(eu), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
+    lt_m = layer_terms(moe_layer_inputs(eu, model), full_u, sel_u) if rows.moe else None  # (U,) per MoE layer
     acts = layer_activations(model, eu, full_u, sel_u, np.where(cfg.sp_u, cfg.t_u, 1))  # (U,) bytes per layer
     return Terms(eu=eu, lt=lt, lt_m=lt_m, acts=acts, edge_of=edge_parts(eu),
                  moe=rows.moe, all_moe=rows.all_moe, dense_first=rows.dense_first, n_d=rows.n_d,

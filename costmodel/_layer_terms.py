@@ -59,8 +59,8 @@ LAYER_INPUTS = ("gemm", "attn", "elem", "overhead", "tp_fwd", "tp_bwd", "cp_fwd"
                 "cast_f", "cast_b")
 
 
-def moe_layer_inputs(sh: dict) -> dict:
-    """The inputs of layer_terms for one MoE layer from the shape terms ``sh`` (after
+def moe_layer_inputs(sh: dict, model: Transformer) -> dict:
+    """The inputs of layer_terms for one MoE layer of ``model`` from the shape terms ``sh`` (after
     framework_terms): its moe_ terms where it has them, the dense layer's otherwise."""
     out = {k: sh["moe_" + k] if k in MOE_TERMS or k.startswith("sel_") else sh[k]
            for k in (*LAYER_INPUTS, "ep_fwd", "ep_bwd", "ep_x", "host_f", "host_x", "xb_q", "xb_a", "xb_on",
@@ -69,7 +69,7 @@ def moe_layer_inputs(sh: dict) -> dict:
     # layer: its casts less its dense MLP's, which an MoE layer does not run; its tp exchange the attention's, and the
     # shared experts' where it has them (moe_tp_share), its backward's the forward's (Framework.tp_backward_async and
     # userbuffers price dense layers only)
-    tp = out["tp_fwd"] * sh["moe_tp_share"]
+    tp = out["tp_fwd"] * moe_tp_share(model)
     return {**out, "tp_fwd": tp, "tp_bwd": tp, "cast_f": out["cast_f"] - sh["cast_mlp_f"] + sh["moe_xcast_f"],
             "cast_b": out["cast_b"] - sh["cast_mlp_b"] + sh["moe_xcast_b"]}
 
@@ -149,7 +149,7 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
     # checkpoint keeps of them (framework_terms)
     a2a = np.where(np.asarray(e) > 1, 2.0 * ACT_BYTES * routed_copies(model, sh["T"], t) * model.hidden, 0.0)
     return {**{"moe_" + k: ml[k] + zero for k in MOE_TERMS}, "moe_act_L": act + zero, "moe_experts_L": experts + zero,
-            "moe_a2a_L": a2a + zero, "moe_tp_share": moe_tp_share(model) + zero}
+            "moe_a2a_L": a2a + zero}
 
 
 # The share of a dense layer's tensor-parallel exchange (layer_costs' tp_fwd: the attention's all-gather and

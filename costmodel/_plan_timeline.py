@@ -201,7 +201,8 @@ def collective_shares(rows, cfg, terms, st, col: np.ndarray) -> dict[str, np.nda
     for kind, inputs in COLLECTIVE_INPUTS.items():
         lt0 = None if terms.lt is None else layer_terms(_without({k: terms.eu[k] for k in LAYER_INPUTS}, inputs),
                                                         *masks)
-        lt_m0 = None if terms.lt_m is None else layer_terms(_without(moe_layer_inputs(terms.eu), inputs), *masks)
+        lt_m0 = None if terms.lt_m is None else layer_terms(
+            _without(moe_layer_inputs(terms.eu, rows.model), inputs), *masks)
         bare = dataclasses.replace(terms, lt=lt0, lt_m=lt_m0,
                                    edge_of=edge_parts(_without(terms.eu, EDGE_COLLECTIVE_INPUTS[kind])))
         out[kind] = np.stack([np.maximum(_per_stage(a - a0, col), 0.0) for a, a0 in zip(priced, passes(bare),

@@ -74,7 +74,7 @@ def test_an_moe_layer_casts_its_attention_shared_and_routed_experts_not_a_dense_
     casts = fp8_cast_columns(fw, prec == 2)
     sh = shape_terms(model, cl, one, one, one, np.array([False]), gpu.peak_flops[2], casts=casts,
                      moe=(one, one, fw, prec), peak16=gpu.peak_flops[0])
-    lt = moe_layer_inputs(framework_terms(fw, model, sh, one, np.array([False]), prec))
+    lt = moe_layer_inputs(framework_terms(fw, model, sh, one, np.array([False]), prec), model)
     T = 2048
     fwd = T * (5120 + 8192) + 4 * 4096 * (1024 + 512)
     bwd = T * (10240 + 12288) + 4 * 4096 * (1024 + 1024)
