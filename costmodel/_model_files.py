@@ -31,7 +31,11 @@ HuggingFace families read (``model_type``):
 Expert layers are priced by both evaluators; the closed forms (Transformer.num_params,
 active_params, model_flops_per_sample) count them too.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
-built for; write a plansweep model file to train at another. A config that plansweep cannot
+built for; --seq-len (or a plansweep model file) trains at another. Sliding-window attention is read
+as Transformer.sliding_window: mistral's and mixtral's sliding_window (null: none); the qwen
+families' where use_sliding_window is true and a layer from max_window_layers on takes it; any
+family's where layer_types names a "sliding_attention" layer. It is not priced: a window shorter
+than the sequence is refused where the model is priced. A config that plansweep cannot
 price as it is (a dense model with a head size other than hidden / heads, MoE keys in a dense
 family) is refused with the key that says so.
 
@@ -192,7 +196,26 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     activation = _HF_ACTIVATIONS[act]
     if family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
-    return Transformer(name=name, activation=activation, **fields)
+    return Transformer(name=name, activation=activation, sliding_window=_hf_window(data, family, fields["layers"],
+                                                                                   argument), **fields)
+
+
+def _hf_window(data: dict, family: str, layers: int, argument: str) -> int | None:
+    """The sliding window some layer of a HuggingFace config attends within (module docstring), or None."""
+    types = data.get("layer_types")
+    if isinstance(types, list):
+        uses = "sliding_attention" in types
+    elif family in ("mistral", "mixtral"):
+        uses = True
+    elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers)
+        first = data.get("max_window_layers")
+        uses = data.get("use_sliding_window") is True and not (isinstance(first, int) and first >= layers)
+    else:
+        uses = False
+    window = data.get("sliding_window") if uses else None
+    if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
+        raise InputError(f"{argument} sliding_window", "an integer >= 1 or null", window)
+    return window
 
 
 def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:

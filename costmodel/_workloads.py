@@ -29,9 +29,10 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
                     "shared_expert_ffn_hidden": None, "dense_layers": 0, "moe_layer_freq": 1, "capacity_factor": 1.0,
                     "router_groups": 1, "router_group_topk": 1}
 # The fields added with MoE models and their values in every model before them: files written for a dense model leave
-# these out and so read as they did (sweep._rundir.model_to_dict); MLA's fields and their values without it, the same.
+# these out and so read as they did (sweep._rundir.model_to_dict); MLA's fields and their values without it, the same;
+# and the sliding window's, without one.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
-FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES}
+FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,11 @@ class Transformer:
     (head_dim + qk_rope_head_dim) matrix). A head's query and key are head_dim (the config's qk_nope_head_dim) +
     qk_rope_head_dim wide, its value and output ``v_head_dim`` (default head_dim). The down-projections run whole on
     every tensor-parallel rank (Megatron-Core's MLA builds them 'duplicated'), the rest split as usual.
+
+    ``sliding_window`` (None: none): a query attends to at most that many keys, its own and those before it, on some
+    or all layers (HuggingFace's sliding_window). The cost model prices every layer's attention over the whole causal
+    square, so a window shorter than the sequence is refused where the model is priced (window_refusal); one at least
+    as long as the sequence restricts nothing.
     """
 
     name: str
@@ -86,6 +92,7 @@ class Transformer:
     capacity_factor: float = 1.0
     router_groups: int = 1
     router_group_topk: int = 1
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -102,6 +109,9 @@ class Transformer:
                 raise InputError(f"model.{f.name}", f"an integer of at most {MODEL_INT_MAX:,}", v)
         if self.kind not in KINDS:
             raise InputError("model.kind", f"one of {KINDS}", self.kind)
+        w = self.sliding_window
+        if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= 1):
+            raise InputError("model.sliding_window", "an integer >= 1 (or null: no window)", w)
         if self.activation not in ACTIVATIONS:
             raise InputError("model.activation", f"one of {ACTIVATIONS}", self.activation)
         if self.norm not in NORMS:
@@ -122,6 +132,16 @@ class Transformer:
             if not (isinstance(self.ffn_hidden, int) and self.ffn_hidden >= 1):
                 raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
         self._check_moe()
+
+    def window_refusal(self, argument: str = "model.sliding_window") -> InputError | None:
+        """The InputError (naming ``argument``) a model whose sliding window is shorter than its sequence gets where it
+        is priced: its attention would be priced over the whole causal square (the class docstring); None where the
+        window restricts nothing."""
+        w = self.sliding_window
+        if w is None or w >= self.seq_len:
+            return None
+        return InputError(argument, f"a window of at least the sequence's {self.seq_len:,} tokens (sliding-window "
+                          "attention is not priced: --seq-len sets a sequence it covers)", w)
 
     def _check_moe(self) -> None:
         """The head size and the MoE fields: one InputError naming the first bad field."""

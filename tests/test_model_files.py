@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli._specs import load_model
+from cli._specs import load_model, with_seq_len
 from costmodel import (
     InputError,
     StrategyTable,
@@ -252,3 +252,59 @@ def test_calculon_execution_networks_on_a_cluster_of_alike_links():
     assert strategy_from_calculon(data, cluster=flat)["tp"] == 4
     with pytest.raises(InputError, match="tensor_par_net: expected 0"):
         strategy_from_calculon(data, cluster=cluster_from_calculon(system, 3072, "two"))
+
+
+# ---- sliding-window attention: read, and refused where it would be priced as full attention --------------------------
+# Mistral-7B-v0.1's config.json (mistralai/Mistral-7B-v0.1): a 4,096-token window on every layer, built for 32,768.
+MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 32, "intermediate_size": 14336, "max_position_embeddings": 32768,
+              "vocab_size": 32000, "hidden_act": "silu", "sliding_window": 4096, "tie_word_embeddings": False}
+
+
+def test_a_window_shorter_than_the_sequence_is_refused_where_priced(tmp_path, capsys):
+    from cli import main
+
+    model = from_hf_config(MISTRAL_7B, "mistral-7b")
+    assert (model.sliding_window, model.seq_len) == (4096, 32768)
+    table = StrategyTable.from_columns(dp=[8], tp=[1], pp=[1], micro_batch=1, global_batch=64)
+    with pytest.raises(InputError, match="model.sliding_window: expected a window of at least the sequence's 32,768"):
+        evaluate(model, cluster_preset("h100x8"), table)
+    path = tmp_path / "mistral.json"
+    path.write_text(json.dumps(MISTRAL_7B))
+    assert main(["evaluate", "--model", str(path), "--cluster", "h100x8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--model {path} sliding_window: expected a window of at least" in err, err
+    assert err.rstrip().endswith("got 4096"), err
+
+
+def test_a_window_covering_the_sequence_restricts_nothing():
+    """At --seq-len 4,096 every query's keys lie inside the window: priced as the same model without one."""
+    hf = with_seq_len(from_hf_config(MISTRAL_7B, "m"), "4096")
+    assert hf.sliding_window == 4096 and hf.window_refusal() is None
+    _same_metrics(hf, dataclasses.replace(hf, sliding_window=None))
+
+
+@pytest.mark.parametrize("change,window", [
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}, 4096),  # layers 21-27 slide
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}, None),  # no layer from 28 on
+    ({"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 21}, None),
+    ({"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["full_attention"] * 28}, None),
+    ({"use_sliding_window": True, "sliding_window": 4096,
+      "layer_types": ["sliding_attention", "full_attention"] * 14}, 4096),
+])
+def test_which_qwen_configs_slide(change, window):
+    data = {**json.loads((DATA / "qwen2.5-7b.config.json").read_text()), **change}
+    assert from_hf_config(data, "x").sliding_window == window
+
+
+def test_layer_types_name_a_window_in_any_family_and_bad_windows_are_named():
+    llama = json.loads((DATA / "llama3-8b.config.json").read_text())
+    assert from_hf_config(llama, "x").sliding_window is None
+    assert from_hf_config({**llama, "sliding_window": 512}, "x").sliding_window is None  # (no layer_types: none)
+    types = ["sliding_attention", "full_attention"] * 16
+    assert from_hf_config({**llama, "sliding_window": 512, "layer_types": types}, "x").sliding_window == 512
+    assert from_hf_config({**MISTRAL_7B, "sliding_window": None}, "x").sliding_window is None
+    with pytest.raises(InputError, match="--model sliding_window: expected an integer >= 1 or null, got '4096'"):
+        from_hf_config({**MISTRAL_7B, "sliding_window": "4096"}, "x")
+    with pytest.raises(InputError, match="model.sliding_window: expected an integer >= 1"):
+        model_from_mapping({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "sliding_window": 0}, "x")
