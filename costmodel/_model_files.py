@@ -17,8 +17,8 @@ HuggingFace families read (``model_type``):
                                    shared_expert_intermediate_size (qwen2_moe), layer i MoE when
                                    (i + 1) % decoder_sparse_step == 0 and i is not in
                                    mlp_only_layers (read when those are the first layers, or
-                                   empty); dense layers of intermediate_size; head_dim read
-                                   (for mixtral too); Qwen2-MoE's shared-expert gate (an h x 1
+                                   empty); dense layers of intermediate_size; Qwen2-MoE's
+                                   shared-expert gate (an h x 1
                                    matrix) is left out with its Q/K/V biases, as for qwen2
     deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
                                    num_experts_per_tok, first_k_dense_replace dense layers of
@@ -28,6 +28,9 @@ HuggingFace families read (``model_type``):
                                    (null: full-rank Q), qk_nope_head_dim (plansweep's head_dim),
                                    qk_rope_head_dim and v_head_dim; the multi-token-prediction
                                    layers are not counted
+head_dim is read in every family but the deepseek ones (whose head sizes are MLA's): a head size
+other than hidden_size / num_attention_heads (Qwen3's dense and MoE models, Mistral-Nemo) sets
+Transformer.head_dim, Q and the attention output heads x head_dim wide.
 Expert layers are priced by both evaluators; the closed forms (Transformer.num_params,
 active_params, model_flops_per_sample) count them too.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
@@ -36,8 +39,7 @@ as Transformer.sliding_window: mistral's and mixtral's sliding_window (null: non
 families' where use_sliding_window is true and a layer from max_window_layers on takes it; any
 family's where layer_types names a "sliding_attention" layer. It is not priced: a window shorter
 than the sequence is refused where the model is priced. A config that plansweep cannot
-price as it is (a dense model with a head size other than hidden / heads, MoE keys in a dense
-family) is refused with the key that says so.
+price as it is (MoE keys in a dense family) is refused with the key that says so.
 
 Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, attn_heads,
 attn_size, num_blocks. Its files carry no vocabulary; plansweep takes Megatron-LM's padded GPT
@@ -187,10 +189,8 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
-        if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
-            fields["head_dim"] = head_dim
-    elif head_dim is not None and head_dim * heads != hidden:
-        raise InputError(f"{argument} head_dim", f"hidden_size / num_attention_heads = {hidden // heads}", head_dim)
+    if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
+        fields["head_dim"] = head_dim  # (DeepSeek's head sizes are MLA's: _hf_moe_fields)
     if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
     activation = _HF_ACTIVATIONS[act]

@@ -61,7 +61,6 @@ def test_calculon_model_file_is_megatron_22b():
 @pytest.mark.parametrize("change,needle", [
     ({"model_type": "bert"}, "--model model_type: expected one of llama"),
     ({"num_local_experts": 8}, "--model num_local_experts: expected a dense model"),
-    ({"head_dim": 256}, "--model head_dim: expected hidden_size / num_attention_heads = 128"),
     ({"hidden_act": "relu"}, "--model hidden_act: expected silu"),
     ({"num_hidden_layers": 0}, "--model num_hidden_layers: expected an integer >= 1"),
     ({"tie_word_embeddings": "false"}, "--model tie_word_embeddings: expected true or false, got 'false'"),
@@ -308,3 +307,35 @@ def test_layer_types_name_a_window_in_any_family_and_bad_windows_are_named():
         from_hf_config({**MISTRAL_7B, "sliding_window": "4096"}, "x")
     with pytest.raises(InputError, match="model.sliding_window: expected an integer >= 1"):
         model_from_mapping({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "sliding_window": 0}, "x")
+
+
+# Qwen3-32B's config.json (Qwen/Qwen3-32B): 64 heads of 128 on a hidden size of 5,120 (Q 8,192 wide).
+QWEN3_32B = {"model_type": "qwen3", "hidden_size": 5120, "num_attention_heads": 64, "num_key_value_heads": 8,
+             "head_dim": 128, "num_hidden_layers": 64, "intermediate_size": 25600, "max_position_embeddings": 40960,
+             "vocab_size": 151936, "hidden_act": "silu", "tie_word_embeddings": False, "use_sliding_window": False,
+             "sliding_window": None, "max_window_layers": 64}
+
+
+def test_a_dense_head_size_other_than_hidden_over_heads_is_read():
+    """Qwen3-32B's model card: 32.8B parameters, 31.2B of them not embeddings (its untied embedding and head are
+    2 x 151,936 x 5,120 = 1.56B); its layers' Q and output projections 8,192 wide. Priced alike by both evaluators."""
+    from costmodel._reference import evaluate_row
+
+    model = from_hf_config(QWEN3_32B, "qwen3-32b")
+    assert (model.head_dim, model.q_hidden, model.kv_hidden) == (128, 8192, 1024)
+    assert round(model.num_params() / 1e9, 1) == 32.8
+    assert round((model.num_params() - 2 * 151936 * 5120) / 1e9, 1) == 31.2
+    # per layer: Q and the output 5,120 x 8,192 each, K and V 5,120 x 1,024 each, the MLP 3 x 5,120 x 25,600, two norms
+    layer = 2 * 5120 * 8192 + 2 * 5120 * 1024 + 3 * 5120 * 25600 + 2 * 5120
+    assert model.num_params() == 64 * layer + 2 * 151936 * 5120 + 5120
+    model = with_seq_len(model, "4096")  # (its 40,960 positions: no layout of these fits)
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[8, 2, 1], tp=[8, 4, 8], pp=[1, 8, 8], micro_batch=1, global_batch=512,
+                                       recompute=["full", "selective", "none"], sequence_parallel=True,
+                                       zero_stage=1)
+    vec = evaluate(model, cluster, table)
+    assert vec["feasible"].all()
+    for i in range(len(table)):
+        ref = evaluate_row(model, cluster, table.row(i))
+        for key in ("step_time_s", "mem_total_bytes", "tokens_per_s", "mfu"):
+            assert vec[key][i] == pytest.approx(ref[key], rel=1e-9), (i, key)
