@@ -17,6 +17,9 @@ Time of one micro-batch through one layer, per GPU of the tensor-parallel group 
                  DeepSeek-V3 report's Sec. 3.2.3): recompute_flops_per_token.
 The tensor-parallel all-reduces are Megatron's f and g operators (Shoeybi et al. 2019); under
 sequence parallelism the same bytes as all-gathers and reduce-scatters (Korthikanti et al. 2022).
+Sliding-window layers (Transformer.windowed_layers) run the fused attention kernel over the key tiles
+that meet their band at the causal kernel's per-tile rate (Transformer.attention_time_share), their
+FLOPs over the window's pairs (Transformer.attention_span).
 The ring attention over cp overlaps its K/V passes with the attention core. The first stage adds
 the embedding, the last the final norm, the LM head and the loss (edge_terms). The GPU's fitted
 efficiency constants (gemm_eff_max, gemm_half_dim, hbm_eff, kernel_overhead_s) and measured
@@ -129,11 +132,16 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
         tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
+        windowed = model.windowed_layers / model.layers  # sliding-window layers: their band's tiles (module notes)
+        if windowed:
+            attn = attn * model.attention_time_share
         if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
             eff = attention_eff_at(attn_eff, sc)
             # under a cp ring 1 / c of it in the causal diagonal kernel, the rest in non-causal kernels at the
             # measured gain over the causal rate (costmodel._hardware._NONCAUSAL_GAIN; 1 / c + (1 - 1 / c) / gain)
             ring = 1.0 if attn_nc is None else 1.0 / c + (1.0 - 1.0 / c) / attention_eff_at(attn_nc, sc)
+            if windowed:  # full layers as above, windowed ones their band's tiles in masked kernels at the causal rate
+                ring = (1.0 - windowed) * ring + (model.attention_time_share - (1.0 - windowed))
             attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)) * ring, attn)
         elem_elems = ELEM_TH_PER_LAYER * T * h / split + ELEM_TF_PER_LAYER[model.activation] * T * f / t
         elem = hbm_s(ACT_BYTES * elem_elems, gpu)
@@ -430,7 +438,7 @@ def recompute_flops_per_token(model: Transformer, full, sel, fw: Framework, moe_
     elif model.mla:  # its up-projections (module docstring, recompute)
         sel_re = 2.0 * sum(i * o for i, o in model.attn_up_matrices())
     else:
-        sel_re = 4.0 * model.seq_len * model.q_hidden
+        sel_re = 4.0 * model.attention_span * model.q_hidden
     fwd = model.moe_layer_fwd_flops_per_token() if moe_layer else model.layer_fwd_flops_per_token()
     if modules is not None and model.kind != "mlp":  # Megatron-Core's named modules (costmodel._codes) where named
         sel_re = np.where(np.asarray(modules) > 0, named_recompute_flops_per_token(model, modules, moe_layer), sel_re)
@@ -444,7 +452,7 @@ def named_recompute_flops_per_token(model: Transformer, modules, moe_layer: bool
     element-wise kernels only (0 FLOPs)."""
     bit = {name: (np.asarray(modules) & b) > 0 for name, b in MODULE_BIT.items()}
     h, m = model.hidden, model.mlp_matrices
-    out = np.where(bit["core_attn"], 2.0 * model.seq_len * (model.q_hidden + model.o_hidden), 0.0)  # QK^T, AV
+    out = np.where(bit["core_attn"], 2.0 * model.attention_span * (model.q_hidden + model.o_hidden), 0.0)  # QK^T, AV
     if model.mla:
         out = out + np.where(bit["mla_up_proj"], 2.0 * sum(i * o for i, o in model.attn_up_matrices()), 0.0)
     if not moe_layer:

@@ -43,8 +43,6 @@ def memory_screen(model: Transformer, cluster: Cluster, table: StrategyTable,
                   framework=None) -> tuple[np.ndarray, np.ndarray]:
     """(mem_total_bytes (N,) float64, reason (N,) int8) of every row under ``framework``
     (costmodel._frameworks; a table with a framework column: each row under its own); see the module docstring."""
-    if (refused := model.window_refusal()) is not None:
-        raise refused
     return by_framework(table, framework, lambda rows, fw: _screen(model, cluster, rows, fw))
 
 

@@ -9,6 +9,11 @@ HuggingFace families read (``model_type``):
                                    parameters and are left out), GQA from num_key_value_heads
     gpt_neox                       GeLU MLP, LayerNorm with biases, rotary positions
     gpt2                           GeLU MLP, LayerNorm with biases, learned positions, tied head
+    gpt_oss                        as mixtral (num_local_experts of intermediate_size,
+                                   num_experts_per_tok a token, every layer MoE), with the biases of
+                                   Q, K, V, the output and the experts counted (attention_bias), the
+                                   head size from head_dim and the window from layer_types; its
+                                   attention sinks (a logit a head) and the router's bias left out
     mixtral                        as mistral; num_local_experts routed experts of
                                    intermediate_size, num_experts_per_tok per token, every
                                    layer MoE (Mistral AI's Mixtral-8x7B-v0.1 config.json)
@@ -35,10 +40,10 @@ Expert layers are priced by both evaluators; the closed forms (Transformer.num_p
 active_params, model_flops_per_sample) count them too.
 Sequence length is max_position_embeddings (n_positions for GPT-2): the length the model was
 built for; --seq-len (or a plansweep model file) trains at another. Sliding-window attention is read
-as Transformer.sliding_window: mistral's and mixtral's sliding_window (null: none); the qwen
-families' where use_sliding_window is true and a layer from max_window_layers on takes it; any
-family's where layer_types names a "sliding_attention" layer. It is not priced: a window shorter
-than the sequence is refused where the model is priced. A config that plansweep cannot
+as Transformer.sliding_window and window_layers (how many layers take it; None: all): mistral's and
+mixtral's sliding_window (null: none) on every layer; the qwen families' where use_sliding_window is
+true, on the layers from max_window_layers on; any family's where layer_types names
+"sliding_attention" layers, on those. A config that plansweep cannot
 price as it is (MoE keys in a dense family) is refused with the key that says so.
 
 Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, attn_heads,
@@ -105,7 +110,7 @@ from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
-_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
 HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES)
 _GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
@@ -187,6 +192,8 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
+    if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias)
+        fields["bias"] = True
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
     if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
@@ -196,31 +203,38 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     activation = _HF_ACTIVATIONS[act]
     if family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
-    return Transformer(name=name, activation=activation, sliding_window=_hf_window(data, family, fields["layers"],
-                                                                                   argument), **fields)
+    window, windowed = _hf_window(data, family, fields["layers"], argument)
+    return Transformer(name=name, activation=activation, sliding_window=window, window_layers=windowed, **fields)
 
 
-def _hf_window(data: dict, family: str, layers: int, argument: str) -> int | None:
-    """The sliding window some layer of a HuggingFace config attends within (module docstring), or None."""
+def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int | None, int | None]:
+    """The sliding window of a HuggingFace config and how many layers take it (None: all), or (None, None) (module
+    docstring)."""
     types = data.get("layer_types")
     if isinstance(types, list):
-        uses = "sliding_attention" in types
+        windowed = sum(t == "sliding_attention" for t in types)
     elif family in ("mistral", "mixtral"):
-        uses = True
+        windowed = layers
     elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers)
         first = data.get("max_window_layers")
-        uses = data.get("use_sliding_window") is True and not (isinstance(first, int) and first >= layers)
+        first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 0 else 0
+        windowed = max(layers - first, 0) if data.get("use_sliding_window") is True else 0
     else:
-        uses = False
-    window = data.get("sliding_window") if uses else None
+        windowed = 0
+    window = data.get("sliding_window") if windowed else None
     if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
         raise InputError(f"{argument} sliding_window", "an integer >= 1 or null", window)
-    return window
+    if window is None:
+        return None, None
+    if windowed > layers:
+        raise InputError(f"{argument} layer_types", f"at most num_hidden_layers={layers} sliding_attention layers",
+                         windowed)
+    return window, None if windowed == layers else windowed
 
 
 def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     """Transformer's MoE fields from the config of a family in _MOE_FAMILIES (module docstring)."""
-    if family == "mixtral":
+    if family in ("mixtral", "gpt_oss"):
         return dict(experts=_get(data, "num_local_experts", argument),
                     experts_per_token=_get(data, "num_experts_per_tok", argument))
     if family in ("qwen2_moe", "qwen3_moe"):

@@ -591,9 +591,13 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
         # off-diagonal (1 - 1 / cp) of it in non-causal kernels at their gain over that rate
         g = attention_noncausal_gain(gpu.name, fw.attention_kernel)
         gain = g[min(int(x), 4)] + (x - min(int(x), 4)) * (g[min(int(x) + 1, 5)] - g[min(int(x), 4)])
-        attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel) * (1 / cp + (1 - 1 / cp) / gain)
+        # sliding-window layers (a share w of them): their band's tiles in masked kernels at the causal rate
+        w = model.windowed_layers / model.layers
+        ring = (1 / cp + (1 - 1 / cp) / gain) * (1 - w) + (model.attention_time_share - (1 - w))
+        attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel) * ring
     else:
-        attn = 4 * row.b * sc * s * q / tp / (row.peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
+        attn = (4 * row.b * sc * s * q / tp / (row.peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
+                * model.attention_time_share)
     tf_elems = ELEM_TF_PER_LAYER[model.activation]
     elem = _hbm(gpu, ACT_BYTES * (ELEM_TH_PER_LAYER * T * h / row.ew_div + tf_elems * T * f / tp))
     eh, eqk, ef = fw.eager_elem_bytes  # eager element-wise code's extra bytes (0 where fused or compiled)
@@ -1403,7 +1407,7 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
     h, s, B = model.hidden, model.seq_len, row.B
     flops_hw = model.model_flops_per_sample() * B
     qw, _, vw, ow = _widths(model)
-    sel_flops = 2 * s * (qw + ow)
+    sel_flops = 2 * model.attention_span * (qw + ow)
     if model.mla:
         kv_up = model.kv_lora_rank * (model.heads * model.head_size + vw)
         sel_flops = 2 * (kv_up + (h if model.q_lora_rank is None else model.q_lora_rank) * qw)
@@ -1416,7 +1420,7 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
         elif rc == "selective" and row.modules and model.kind != "mlp":  # Megatron-Core's named modules
             on = {name: bool(row.modules & bit) for name, bit in MODULE_BIT.items()}
-            attn = (2 * s * (qw + ow) if on["core_attn"] else 0.0) + (sel_flops if model.mla and on["mla_up_proj"]
+            attn = (2 * model.attention_span * (qw + ow) if on["core_attn"] else 0.0) + (sel_flops if model.mla and on["mla_up_proj"]
                                                                            else 0.0)
             mats = model.mlp_matrices
             dense = attn + (2 * mats * h * model.ffn_hidden if on["mlp"] else 0.0)

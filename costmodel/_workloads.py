@@ -32,7 +32,12 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
 # these out and so read as they did (sweep._rundir.model_to_dict); MLA's fields and their values without it, the same;
 # and the sliding window's, without one.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
-FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None}
+FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None,
+                    "window_layers": None}
+# The key tile edge of the fused attention kernels (FlashAttention-2's and cuDNN's 128-row blocks): a kernel skips the
+# key tiles wholly outside its mask, a causal one those above the diagonal, a sliding window's those left of the band
+# too (flash-attention v2.6 csrc/flash_attn/src/flash_fwd_kernel.h: n_block_min from window_size_left).
+ATTENTION_TILE = 128
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,10 +62,10 @@ class Transformer:
     qk_rope_head_dim wide, its value and output ``v_head_dim`` (default head_dim). The down-projections run whole on
     every tensor-parallel rank (Megatron-Core's MLA builds them 'duplicated'), the rest split as usual.
 
-    ``sliding_window`` (None: none): a query attends to at most that many keys, its own and those before it, on some
-    or all layers (HuggingFace's sliding_window). The cost model prices every layer's attention over the whole causal
-    square, so a window shorter than the sequence is refused where the model is priced (window_refusal); one at least
-    as long as the sequence restricts nothing.
+    ``sliding_window`` (None: none): on ``window_layers`` of the layers (None: all of them) a query attends to at
+    most that many keys, its own and those before it (HuggingFace's sliding_window; Mistral-7B-v0.1 every layer,
+    gpt-oss every other). A window at least as long as the sequence restricts nothing. The layers are priced alike,
+    so the windowed layers' share is spread over every stage (attention_span, attention_time_share).
     """
 
     name: str
@@ -93,6 +98,7 @@ class Transformer:
     router_groups: int = 1
     router_group_topk: int = 1
     sliding_window: int | None = None
+    window_layers: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -112,6 +118,11 @@ class Transformer:
         w = self.sliding_window
         if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= 1):
             raise InputError("model.sliding_window", "an integer >= 1 (or null: no window)", w)
+        n = self.window_layers
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= self.layers):
+            raise InputError("model.window_layers", f"an integer in [0, layers={self.layers}] (or null: all)", n)
+        if n is not None and w is None:
+            raise InputError("model.window_layers", "null without a sliding_window", n)
         if self.activation not in ACTIVATIONS:
             raise InputError("model.activation", f"one of {ACTIVATIONS}", self.activation)
         if self.norm not in NORMS:
@@ -125,7 +136,7 @@ class Transformer:
         if self.heads % self.kv_heads:
             raise InputError("model.kv_heads", f"a divisor of heads={self.heads}", self.kv_heads)
         if self.kind == "transformer":
-            if self.hidden % self.heads:
+            if self.hidden % self.heads and self.head_dim is None:
                 raise InputError("model.hidden", f"a multiple of heads={self.heads}", self.hidden)
             if not (isinstance(self.vocab, int) and self.vocab >= 1):
                 raise InputError("model.vocab", "an integer >= 1", self.vocab)
@@ -133,15 +144,43 @@ class Transformer:
                 raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
         self._check_moe()
 
-    def window_refusal(self, argument: str = "model.sliding_window") -> InputError | None:
-        """The InputError (naming ``argument``) a model whose sliding window is shorter than its sequence gets where it
-        is priced: its attention would be priced over the whole causal square (the class docstring); None where the
-        window restricts nothing."""
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention the sliding window restricts: none without one or where it covers the sequence."""
         w = self.sliding_window
         if w is None or w >= self.seq_len:
-            return None
-        return InputError(argument, f"a window of at least the sequence's {self.seq_len:,} tokens (sliding-window "
-                          "attention is not priced: --seq-len sets a sequence it covers)", w)
+            return 0
+        return self.layers if self.window_layers is None else self.window_layers
+
+    @property
+    def attention_span(self) -> float:
+        """Keys a query's attention scores are counted over, per layer on average, in the full-square convention the
+        FLOP counts use (Korthikanti Eq. 7: s keys a query): s on a full layer, s x (pairs in the window / pairs in
+        the causal triangle) on a windowed one, the window's pairs sum_i min(i, w) = w s - w (w - 1) / 2 against s (s
+        + 1) / 2; s exactly without a window."""
+        s, n = self.seq_len, self.windowed_layers
+        if not n:
+            return float(s)
+        w = self.sliding_window
+        share = (w * s - w * (w - 1) / 2.0) / (s * (s + 1) / 2.0)
+        return s * (1.0 - n / self.layers + n / self.layers * share)
+
+    @property
+    def attention_time_share(self) -> float:
+        """A layer's fused attention kernel time over a causal layer's, on average over the layers: a windowed
+        layer's kernel runs the key tiles of ATTENTION_TILE x ATTENTION_TILE that meet its band (the rest skipped,
+        ATTENTION_TILE's note) against the causal kernel's tiles meeting the triangle, each at the causal kernel's
+        per-tile rate. With m = ceil(s / T) query tiles and n = ceil((w - 1) / T), query tile k meets key tiles
+        max(0, k - n) .. k: min(k, n) + 1 of them, against k + 1; 1 exactly without a window."""
+        n_w = self.windowed_layers
+        if not n_w:
+            return 1.0
+        t = ATTENTION_TILE
+        m, n = -(-self.seq_len // t), -(-(self.sliding_window - 1) // t)
+        k0 = min(n, m)  # tiles k < n meet all k + 1 key tiles before them
+        band = k0 * (k0 + 1) // 2 + (m - k0) * (n + 1)
+        share = band / (m * (m + 1) // 2)
+        return 1.0 - n_w / self.layers + n_w / self.layers * share
 
     def _check_moe(self) -> None:
         """The head size and the MoE fields: one InputError naming the first bad field."""
@@ -374,8 +413,8 @@ class Transformer:
 
     def _attn_fwd_flops_per_token(self) -> float:
         """QK^T and AV: 2*s*q each per token (the full s x s square, as Korthikanti Eq. 7 counts it;
-        MLA: 2 s q + 2 s o)."""
-        return 4.0 * self.seq_len * self.core_hidden
+        MLA: 2 s q + 2 s o; a sliding window: over attention_span keys, not s)."""
+        return 4.0 * self.attention_span * self.core_hidden
 
     def layer_fwd_flops_per_token(self) -> float:
         """Forward FLOPs per token of one dense layer, counting matrix products only.
@@ -468,6 +507,17 @@ MODEL_PRESETS: dict[str, Transformer] = {
                           experts_per_token=8, expert_ffn_hidden=768),
     "qwen3-235b-a22b": _moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 4096, 151936, head_dim=128, experts=128,
                             experts_per_token=8, expert_ffn_hidden=1536),
+    # gpt-oss-120b: openai/gpt-oss-120b config.json (hidden 2880, 36 layers, 64 query heads of 64, 8 KV heads, 128
+    # experts of ffn 2880, 4 a token, vocab 201088, untied; Q, K, V, output and experts with biases) and its model card
+    # (OpenAI 2025, arXiv:2508.10925 Table 1: 116.83B, 5.13B active); every other layer, from the first, attends within
+    # 128 keys (layer_types; Megatron-Bridge's GPT-OSS provider: window_size (128, 0), window_attn_skip_freq 2);
+    # pre-trained and benchmarked at 4,096 tokens (initial_context_length). The attention sinks (64 a layer) and the
+    # router's bias are left out.
+    "gpt-oss-120b": Transformer(
+        name="gpt-oss-120b", layers=36, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
+        vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
+        experts=128, experts_per_token=4, sliding_window=128, window_layers=18,
+    ),
     "mlp-64x8192": Transformer(
         name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,

@@ -253,47 +253,54 @@ def test_calculon_execution_networks_on_a_cluster_of_alike_links():
         strategy_from_calculon(data, cluster=cluster_from_calculon(system, 3072, "two"))
 
 
-# ---- sliding-window attention: read, and refused where it would be priced as full attention --------------------------
+# ---- sliding-window attention: read and priced ---------------------------------------------------------------------
 # Mistral-7B-v0.1's config.json (mistralai/Mistral-7B-v0.1): a 4,096-token window on every layer, built for 32,768.
 MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
               "num_hidden_layers": 32, "intermediate_size": 14336, "max_position_embeddings": 32768,
               "vocab_size": 32000, "hidden_act": "silu", "sliding_window": 4096, "tie_word_embeddings": False}
 
 
-def test_a_window_shorter_than_the_sequence_is_refused_where_priced(tmp_path, capsys):
+def test_a_window_shorter_than_the_sequence_is_priced_from_the_command_line(tmp_path, capsys):
+    """Mistral-7B at its 32,768 positions: every layer attends within 4,096 keys; evaluate prices it (exit 0) with
+    the attention FLOPs of the window, not of the causal square: model FLOPs a sequence, by hand, 3 s (L (2 x
+    weights + 4 x span x q) + 2 h V), span = s x (w s - w (w - 1) / 2) / (s (s + 1) / 2)."""
     from cli import main
 
     model = from_hf_config(MISTRAL_7B, "mistral-7b")
-    assert (model.sliding_window, model.seq_len) == (4096, 32768)
-    table = StrategyTable.from_columns(dp=[8], tp=[1], pp=[1], micro_batch=1, global_batch=64)
-    with pytest.raises(InputError, match="model.sliding_window: expected a window of at least the sequence's 32,768"):
-        evaluate(model, cluster_preset("h100x8"), table)
+    assert (model.sliding_window, model.window_layers, model.seq_len) == (4096, None, 32768)
+    s, w, h, L, V = 32768, 4096, 4096, 32, 32000
+    span = s * (w * s - w * (w - 1) / 2) / (s * (s + 1) / 2)
+    weights = h * (4096 + 2 * 1024) + 4096 * h + 3 * h * 14336
+    assert model.model_flops_per_sample() == pytest.approx(3 * s * (L * (2 * weights + 4 * span * 4096) + 2 * h * V),
+                                                           rel=1e-12)
     path = tmp_path / "mistral.json"
     path.write_text(json.dumps(MISTRAL_7B))
-    assert main(["evaluate", "--model", str(path), "--cluster", "h100x8"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--model {path} sliding_window: expected a window of at least" in err, err
-    assert err.rstrip().endswith("got 4096"), err
+    assert main(["evaluate", "--model", str(path), "--cluster", "h100x8", "--dp", "1", "--tp", "8",
+                 "--micro-batch", "1", "--global-batch", "8", "--recompute", "full", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["metrics"]["feasible"] and out["metrics"]["tokens_per_s"] > 0, out
 
 
 def test_a_window_covering_the_sequence_restricts_nothing():
     """At --seq-len 4,096 every query's keys lie inside the window: priced as the same model without one."""
     hf = with_seq_len(from_hf_config(MISTRAL_7B, "m"), "4096")
-    assert hf.sliding_window == 4096 and hf.window_refusal() is None
+    assert hf.sliding_window == 4096 and hf.windowed_layers == 0
     _same_metrics(hf, dataclasses.replace(hf, sliding_window=None))
 
 
-@pytest.mark.parametrize("change,window", [
-    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}, 4096),  # layers 21-27 slide
-    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}, None),  # no layer from 28 on
-    ({"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 21}, None),
-    ({"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["full_attention"] * 28}, None),
+@pytest.mark.parametrize("change,window,layers", [
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}, 4096, 7),  # layers 21-27 slide
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 0}, 4096, None),  # all 28
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}, None, None),  # none from 28 on
+    ({"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 21}, None, None),
+    ({"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["full_attention"] * 28}, None, None),
     ({"use_sliding_window": True, "sliding_window": 4096,
-      "layer_types": ["sliding_attention", "full_attention"] * 14}, 4096),
+      "layer_types": ["sliding_attention", "full_attention"] * 14}, 4096, 14),
 ])
-def test_which_qwen_configs_slide(change, window):
+def test_which_qwen_configs_slide(change, window, layers):
     data = {**json.loads((DATA / "qwen2.5-7b.config.json").read_text()), **change}
-    assert from_hf_config(data, "x").sliding_window == window
+    model = from_hf_config(data, "x")
+    assert (model.sliding_window, model.window_layers) == (window, layers)
 
 
 def test_layer_types_name_a_window_in_any_family_and_bad_windows_are_named():

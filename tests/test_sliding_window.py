@@ -1,0 +1,124 @@
+"""Sliding-window attention: the attention FLOPs counted over the window's pairs, the fused kernel's time over the
+key tiles that meet the band, both evaluators alike, and gpt-oss's HuggingFace config read as its model card counts
+it."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from costmodel import InputError, StrategyTable, cluster_preset, evaluate, from_hf_config, model_preset
+from costmodel._layer_compute import layer_costs
+from costmodel._workloads import Transformer
+from sweep._rundir import model_from_dict, model_to_dict
+from tests.test_reference import assert_rows_equal_reference, random_table
+
+# openai/gpt-oss-120b's config.json: 36 layers, every other one (from the first) attending within 128 keys.
+GPT_OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 36,
+                "num_local_experts": 128, "num_experts_per_tok": 4, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 18, "hidden_act": "silu",
+                "max_position_embeddings": 131072, "attention_bias": True, "vocab_size": 201088,
+                "tie_word_embeddings": False}
+
+
+def _dense(seq, window=None, windowed=None, layers=32):
+    return Transformer(name="w", layers=layers, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, seq_len=seq,
+                       vocab=32000, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                       learned_positions=False, sliding_window=window, window_layers=windowed)
+
+
+def test_span_and_tile_share_by_hand():
+    """32,768 tokens, a 4,096 window on every layer: pairs sum_i min(i, w) = 4096 x 32768 - 4096 x 4095 / 2 =
+    125,831,168 against 32768 x 32769 / 2 = 536,887,296; 128-wide tiles: 256 query tiles, the band meets 33 key
+    tiles a query tile past the 32nd (32 x 33 / 2 = 528 before), 528 + 224 x 33 = 7,920 against 256 x 257 / 2 =
+    32,896. Half the layers windowed: halfway between."""
+    m = _dense(32768, 4096)
+    assert m.attention_span == pytest.approx(32768 * 125_831_168 / 536_887_296, rel=1e-12)
+    assert m.attention_time_share == pytest.approx(7920 / 32896, rel=1e-12)
+    half = _dense(32768, 4096, windowed=16)
+    assert half.attention_span == pytest.approx(32768 * (0.5 + 0.5 * 125_831_168 / 536_887_296), rel=1e-12)
+    assert half.attention_time_share == pytest.approx(0.5 + 0.5 * 7920 / 32896, rel=1e-12)
+    # gpt-oss at 4,096: w 128 meets 2 key tiles a query tile past the first, (1 + 31 x 2) / (32 x 33 / 2) = 63 / 528
+    oss = dataclasses.replace(from_hf_config(GPT_OSS_120B, "oss"), seq_len=4096)
+    assert oss.attention_time_share == pytest.approx(0.5 + 0.5 * 63 / 528, rel=1e-12)
+    assert oss.attention_span == pytest.approx(4096 * (0.5 + 0.5 * (128 * 4096 - 128 * 127 / 2) / (4096 * 4097 / 2)))
+    for covered in (_dense(4096, 4096), _dense(4096, 8192), _dense(4096)):  # nothing restricted
+        assert (covered.windowed_layers, covered.attention_span, covered.attention_time_share) == (0, 4096.0, 1.0)
+
+
+@pytest.mark.parametrize("gpu_kernel", ["measured", "formula"])
+def test_attention_core_time_is_the_band_share_of_the_causal_one(gpu_kernel):
+    """The layer's attention-core time with the window over the same layer's without, at cp 1: the tile share
+    (test_span_and_tile_share_by_hand's 7,920 / 32,896), on the measured-kernel path and on the standard formula."""
+    cluster = cluster_preset("h100x8")
+    b, t, c, sp = np.array([1.0, 2.0]), np.array([1, 8]), np.array([1, 1]), np.array([False, True])
+    eff = np.full((2, 6), 0.5) if gpu_kernel == "measured" else None
+    full, win = (layer_costs(m, cluster, b, t, c, sp, 989e12, attn_eff=eff)
+                 for m in (_dense(32768), _dense(32768, 4096)))
+    np.testing.assert_allclose(win["attn"] / full["attn"], 7920 / 32896, rtol=1e-12)
+    np.testing.assert_array_equal(win["gemm"], full["gemm"])  # the projections and the MLP do not change
+
+
+def test_a_window_makes_long_sequences_cheaper_not_the_projections():
+    """Mistral-shaped layers at 32k: windowed every layer, the step is shorter and the model FLOPs fewer by exactly
+    the attention pairs given up (3 x 4 x q x (s - span) a token and layer)."""
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[8, 2], tp=[8, 8], pp=[1, 4], cp=[1, 1], micro_batch=1, global_batch=64,
+                                       recompute=["full", "selective"], sequence_parallel=True, zero_stage=1)
+    full, win = _dense(32768), _dense(32768, 4096)
+    mf, mw = evaluate(full, cluster, table), evaluate(win, cluster, table)
+    assert mf["feasible"].all() and mw["feasible"].all()
+    assert (mw["step_time_s"] < mf["step_time_s"]).all()
+    drop = full.model_flops_per_sample() - win.model_flops_per_sample()
+    assert drop == pytest.approx(3 * 32768 * 32 * 4 * 4096 * (32768 - win.attention_span), rel=1e-12)
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "fsdp2-compile", "generic", "deepspeed"])
+def test_windowed_models_price_alike_in_both_evaluators(framework):
+    """Random layouts of two windowed dense models (every layer on H100s with measured kernels; 20 of 32 layers on
+    A100s, the standard formula) and gpt-oss at 4,096 tokens with expert parallelism."""
+    rng = np.random.default_rng(11)
+    oss = dataclasses.replace(from_hf_config(GPT_OSS_120B, "oss"), seq_len=4096)
+    n = 120
+    oss_table = StrategyTable.from_columns(
+        dp=rng.choice([8, 16], n), tp=rng.choice([1, 2], n), pp=rng.choice([2, 4], n), cp=rng.choice([1, 2], n),
+        ep=8, micro_batch=rng.choice([1, 2], n), global_batch=512, recompute=rng.integers(0, 3, n),
+        sequence_parallel=True, zero_stage=1, precision=rng.integers(0, 2, n))
+    cases = [(_dense(16384, 4096), "h100x64", random_table(_dense(16384), rng, 300, False)),
+             (_dense(8192, 1000, windowed=20), "dgx-a100-1024", random_table(_dense(8192), rng, 300, False)),
+             (oss, "h100x256", oss_table)]
+    for model, cluster, table in cases:
+        cl = cluster_preset(cluster)
+        vec = evaluate(model, cl, table, framework=framework)
+        assert vec["feasible"].any()
+        assert_rows_equal_reference(model, cl, table, vec, framework)
+
+
+def test_gpt_oss_120b_config_counts_its_model_card():
+    """gpt-oss-120b's model card (OpenAI 2025, arXiv:2508.10925, Table 1): 116.83B parameters, 5.13B active a
+    token (the unembedding counted, the embedding not), attention 0.96B, MLP 114.71B, embedding and unembedding
+    1.16B; the biases of Q, K, V, the output and the experts counted, the router's 128 and the sinks' 64 a layer
+    not."""
+    model = from_hf_config(GPT_OSS_120B, "gpt-oss-120b")
+    assert (model.sliding_window, model.window_layers, model.windowed_layers) == (128, 18, 18)
+    assert (model.head_dim, model.q_hidden, model.kv_hidden, model.experts, model.experts_per_token) == (
+        64, 4096, 512, 128, 4)
+    assert round(model.num_params() / 1e9, 2) == 116.83
+    assert round((model.active_params() - model.embedding_params()) / 1e9, 2) == 5.13
+    attention = 2880 * (4096 + 2 * 512) + 4096 * 2880 + (4096 + 2 * 512 + 2880)
+    assert round(36 * attention / 1e9, 2) == 0.96
+    expert = 3 * 2880 * 2880 + 2 * 2880 + 2880
+    assert round(36 * (128 * expert + 2880 * 128) / 1e9, 2) == 114.71
+    assert round(2 * 201088 * 2880 / 1e9, 2) == 1.16
+    assert dataclasses.replace(model, seq_len=4096) == model_preset("gpt-oss-120b")  # the preset, at 4,096 tokens
+
+
+def test_window_layers_are_checked_and_kept_in_run_files():
+    with pytest.raises(InputError, match="model.window_layers: expected an integer in \\[0, layers=32\\]"):
+        _dense(8192, 1024, windowed=33)
+    with pytest.raises(InputError, match="model.window_layers: expected null without a sliding_window"):
+        _dense(8192, None, windowed=4)
+    m = _dense(8192, 1024, windowed=12)
+    assert model_from_dict(model_to_dict(m)) == m
+    assert "window_layers" not in model_to_dict(_dense(8192))  # (run files of models without one read as before)
