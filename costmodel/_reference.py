@@ -1420,8 +1420,8 @@ def _hardware_flops(model: Transformer, row: _Row, fw, act: dict) -> float:
                          + (n_m * model.moe_layer_fwd_flops_per_token() if n_m else 0.0)) * s * B
         elif rc == "selective" and row.modules and model.kind != "mlp":  # Megatron-Core's named modules
             on = {name: bool(row.modules & bit) for name, bit in MODULE_BIT.items()}
-            attn = (2 * model.attention_span * (qw + ow) if on["core_attn"] else 0.0) + (sel_flops if model.mla and on["mla_up_proj"]
-                                                                           else 0.0)
+            attn = ((2 * model.attention_span * (qw + ow) if on["core_attn"] else 0.0)
+                    + (sel_flops if model.mla and on["mla_up_proj"] else 0.0))
             mats = model.mlp_matrices
             dense = attn + (2 * mats * h * model.ffn_hidden if on["mlp"] else 0.0)
             shared = 2 * mats * h * model.shared_experts * model.shared_expert_ffn
