@@ -311,6 +311,9 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("ep", f"1 under framework {fw.name} (no expert parallelism)", row["ep"])
         if row.get("etp", 1) > 1 and not fw.expert_tensor_parallel:
             return InputError("etp", f"1 under framework {fw.name} (no expert tensor parallelism)", row["etp"])
+        if cp > 1 and model.windowed_layers and fw.te_ring_attention:
+            return InputError("cp", f"1 for a model with sliding-window layers under framework {fw.name} (Transformer "
+                              "Engine's P2P ring refuses a window; its all-to-all exchange is not priced)", cp)
         return InputError("sequence_parallel", f"false under framework {fw.name}", row["sequence_parallel"])
     return InputError("strategy", "a feasible strategy", reason)
 

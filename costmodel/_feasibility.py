@@ -120,16 +120,29 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
     return ok
 
 
+# Transformer Engine's context parallelism runs sliding-window attention only over its all-to-all (and, in some
+# versions, all-gather) exchange: its P2P ring asserts against a window (TransformerEngine
+# pytorch/attention/dot_product_attention/context_parallel.py attn_forward_func_with_cp: "The context parallel running
+# configs cannot support sliding window attetnion!"; Megatron-Bridge's gpt-oss recipe sets cp_comm_type "a2a" for cp >
+# 1). plansweep prices the ring only, so a windowed model at cp > 1 under a framework whose exchange is that ring
+# (Framework.te_ring_attention) is refused as framework_unsupported rather than priced as a run that cannot start.
+
+
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
-                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None, m=None) -> np.ndarray:
+                 schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None, m=None,
+                 window=False) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
     framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision, and of
     interleaving on ``m`` micro-batches a step) are the same for both and made here. ``ep_ok``
-    (homogeneous only): ep_fits, checked right after tp."""
+    (homogeneous only): ep_fits, checked right after tp. ``window``: the model has sliding-window layers, which
+    Transformer Engine's P2P ring refuses (the note above): cp > 1 is then framework_unsupported where the
+    framework's context parallelism is that ring."""
     fw = framework_preset(framework)
     fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp, pp, m)
+    if window and fw.te_ring_attention:
+        fw_ok = fw_ok & (np.asarray(cp) == 1)
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -234,5 +247,5 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
                           sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u,
-                          m=r["m"])
+                          m=r["m"], window=model.windowed_layers > 0)
     return reason, used

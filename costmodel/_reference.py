@@ -236,7 +236,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "zero_incompatible_pp"
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
-            or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)):
+            or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
+            or (cp > 1 and model.windowed_layers and fw.te_ring_attention)):  # (the ring refuses windows)
         return "framework_unsupported"
     m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
     if sched == "interleaved" and ((rule == "pp_multiple" and m % pp) or (rule == "at_least_pp" and m < pp)

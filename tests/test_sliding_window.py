@@ -3,11 +3,12 @@ key tiles that meet the band, both evaluators alike, and gpt-oss's HuggingFace c
 it."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
-from costmodel import InputError, StrategyTable, cluster_preset, evaluate, from_hf_config, model_preset
+from costmodel import REASONS, InputError, StrategyTable, cluster_preset, evaluate, from_hf_config, model_preset
 from costmodel._layer_compute import layer_costs
 from costmodel._workloads import Transformer
 from sweep._rundir import model_from_dict, model_to_dict
@@ -45,6 +46,16 @@ def test_span_and_tile_share_by_hand():
     assert oss.attention_span == pytest.approx(4096 * (0.5 + 0.5 * (128 * 4096 - 128 * 127 / 2) / (4096 * 4097 / 2)))
     for covered in (_dense(4096, 4096), _dense(4096, 8192), _dense(4096)):  # nothing restricted
         assert (covered.windowed_layers, covered.attention_span, covered.attention_time_share) == (0, 4096.0, 1.0)
+
+
+def test_the_kernel_speedup_matches_mistrals_published_one():
+    """Mistral 7B (Jiang et al. 2023, arXiv:2310.06825 Sec. 2): at 16K tokens with W = 4,096, sliding-window
+    FlashAttention and xFormers kernels gave "a 2x speed improvement over a vanilla attention baseline". The tiles: 128
+    query tiles, 33 key tiles each past the 32nd, (528 + 96 x 33) / (128 x 129 / 2) = 3,696 / 8,256, a 2.23x faster
+    kernel (the paper's figure is a round one)."""
+    share = _dense(16384, 4096).attention_time_share
+    assert share == pytest.approx(3696 / 8256, rel=1e-12)
+    assert 1.8 < 1 / share < 2.5
 
 
 @pytest.mark.parametrize("gpu_kernel", ["measured", "formula"])
@@ -122,3 +133,25 @@ def test_window_layers_are_checked_and_kept_in_run_files():
     m = _dense(8192, 1024, windowed=12)
     assert model_from_dict(model_to_dict(m)) == m
     assert "window_layers" not in model_to_dict(_dense(8192))  # (run files of models without one read as before)
+
+
+def test_context_parallel_over_transformer_engines_ring_is_refused_for_windows(tmp_path, capsys):
+    """Transformer Engine's P2P ring asserts against a sliding window (its context_parallel.py): under megatron-core
+    a windowed model's cp > 1 rows are framework_unsupported, cp 1 rows priced; torchtitan's (PyTorch's) ring and
+    a model without a window keep them."""
+    from cli import main
+
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[16, 32], tp=[2, 2], pp=[1, 1], cp=[2, 1], micro_batch=1, global_batch=256,
+                                       recompute="full", sequence_parallel=True, zero_stage=1)
+    windowed, full = _dense(32768, 4096), _dense(32768)
+    reasons = evaluate(windowed, cluster, table, framework="megatron-core")["reason"]
+    assert [REASONS[r] for r in reasons] == ["framework_unsupported", "ok"]
+    for model, fw in ((windowed, "fsdp2"), (full, "megatron-core")):
+        assert (evaluate(model, cluster, table, framework=fw)["reason"] == 0).all(), (model.name, fw)
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(model_to_dict(windowed)))
+    assert main(["evaluate", "--model", str(path), "--cluster", "h100x64", "--cp", "2", "--dp", "32",
+                 "--global-batch", "256", "--framework", "megatron-core"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cp: expected 1 for a model with sliding-window layers" in err and "got 2" in err
