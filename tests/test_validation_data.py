@@ -164,7 +164,9 @@ def test_published_quantities_agree_with_each_other():
 # and 37.55B for DeepSeek-V3 (2.3% over the README's 36.7B; 61 layers of 187.0M MLA + 9 x 44.0M experts or the
 # 396.4M dense FFN, routers, 1.85B embedding and head: the gap is not in the published structure): 2.5% for these two.
 MOE_PUBLISHED = {"mixtral-8x7b": (46.7e9, 12.9e9, 0.01), "qwen3-235b-a22b": (235e9, 22e9, 0.01),
-                 "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.025), "deepseek-v3": (671e9, 36.7e9, 0.025)}
+                 "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.025), "deepseek-v3": (671e9, 36.7e9, 0.025),
+                 # gpt-oss-120b's model card (arXiv:2508.10925 Table 1): 116.83B, 5.13B active without the embedding
+                 "gpt-oss-120b": (116.83e9, 5.13e9 + 201088 * 2880, 0.002)}
 
 
 def test_moe_rows_have_the_published_parameter_counts():
