@@ -111,6 +111,30 @@ def _model_kind(model: Transformer, plan: dict, framework: str) -> None:
     # evaluate refuses these first (reason ep_invalid); a plan read from elsewhere meets them here
     if not model.is_moe and (plan["ep"], plan["etp"]) != (1, 1):
         raise InputError("ep", f"ep = etp = 1 for the dense model {model.name}", f"ep={plan['ep']}, etp={plan['etp']}")
+    if model.windowed_layers and framework != "Megatron-LM":  # (a window covering the sequence restricts nothing)
+        raise InputError("model.sliding_window", f"none, or at least the sequence's {model.seq_len:,} tokens "
+                         f"({framework}'s model has no sliding-window attention; Megatron-LM's has)",
+                         model.sliding_window)
+
+
+def megatron_window(model: Transformer) -> list:
+    """Megatron-LM's arguments for the model's sliding window (none without one): --window-size W - 1,0 (the query
+    and the W - 1 keys before it: Transformer Engine's window_size (left, right)), and where some layers keep full
+    attention --window-attn-skip-freq N, under which every N-th layer (1-based) is full and the others windowed
+    (Megatron-Core's is_layer_window_attention): L - L // N windowed layers, every other one from the first at N = 2
+    (gpt-oss's layer_types). A windowed share no N gives is refused: which layers take the window the model does not
+    say."""
+    w, n, L = model.sliding_window, model.window_layers, model.layers
+    if w is None:
+        return []
+    out = ["--window-size", f"{w - 1},0"]
+    if n is not None and n < L:
+        skip = [f for f in range(2, L + 1) if L - L // f == n]
+        if not skip:
+            raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N in [2, {L}] "
+                             "(Megatron-LM's --window-attn-skip-freq: every N-th layer full)", n)
+        out += ["--window-attn-skip-freq", skip[0]]
+    return out
 
 
 def moe_layer_pattern(model: Transformer) -> list[int]:
@@ -167,6 +191,9 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--position-embedding-type": {"choices": ["learned_absolute", "rope", "mrope", "relative", "none"],
                                   "default": "learned_absolute"},
     "--kv-channels": {"type": int},
+    "--window-size": {"type": str},  # (Megatron-LM: tuple_type, "left,right")
+    "--window-attn-skip-freq": {"type": int},  # (Megatron-LM: moe_freq_type; plansweep writes an integer)
+    "--cp-comm-type": {"nargs": "+", "default": ["p2p"]},
     # multi-head latent attention (_add_mla_args)
     "--multi-latent-attention": {"action": "store_true"},
     "--q-lora-rank": {"type": int},
@@ -385,6 +412,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     if model.kv_heads != model.heads:
         a += ["--group-query-attention", "--num-query-groups", model.kv_heads]
     a += ["--seq-length", model.seq_len, "--max-position-embeddings", model.seq_len]
+    a += megatron_window(model)
     if model.activation == "swiglu":
         a += ["--swiglu"]
     if model.norm == "rmsnorm":
@@ -398,6 +426,8 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     a += _megatron_moe(plan, model, profile, recompute)
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size", p,
           "--context-parallel-size", plan["cp"]]
+    if plan["cp"] > 1 and model.windowed_layers:  # Transformer Engine runs a window over its all-to-all exchange only
+        a += ["--cp-comm-type", "a2a"]
     if plan["sequence_parallel"]:
         a += ["--sequence-parallel"]
     uniform, layout = len(set(sl)) == 1, v > 1 and (min(sl) < v or any(n % v for n in sl))
@@ -495,6 +525,9 @@ def megatron_model(text: str) -> dict:
     out = {"layers": L, "hidden": a.hidden_size, "ffn_hidden": a.ffn_hidden_size, "heads": a.num_attention_heads,
            "kv_heads": a.num_query_groups if a.group_query_attention else a.num_attention_heads,
            "head_dim": a.kv_channels, "experts": a.num_experts or 1}
+    if a.window_size:  # "left,right": the query and its left keys
+        f = a.window_attn_skip_freq
+        out.update(sliding_window=int(a.window_size.split(",")[0]) + 1, window_layers=None if not f else L - L // f)
     if a.multi_latent_attention:
         out.update(head_dim=a.qk_head_dim, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
                    qk_rope_head_dim=a.qk_pos_emb_head_dim, v_head_dim=a.v_head_dim)

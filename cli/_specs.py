@@ -23,6 +23,7 @@ from costmodel import (
 )
 from costmodel._feasibility import interleaving_runs
 from costmodel._files import read_text
+from costmodel._layer_compute import cp_by_all_to_all
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._pipeline_terms import SCHED
@@ -311,9 +312,11 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("ep", f"1 under framework {fw.name} (no expert parallelism)", row["ep"])
         if row.get("etp", 1) > 1 and not fw.expert_tensor_parallel:
             return InputError("etp", f"1 under framework {fw.name} (no expert tensor parallelism)", row["etp"])
-        if cp > 1 and model.windowed_layers and fw.te_ring_attention:
-            return InputError("cp", f"1 for a model with sliding-window layers under framework {fw.name} (Transformer "
-                              "Engine's P2P ring refuses a window; its all-to-all exchange is not priced)", cp)
+        if cp > 1 and cp_by_all_to_all(fw, model):
+            return InputError("cp", f"a divisor of heads/tp={model.heads // tp} and kv_heads/tp={model.kv_heads // tp} "
+                              f"for a model with sliding-window layers under framework {fw.name} (Transformer "
+                              "Engine's all-to-all exchange, the one it runs a window over, splits the heads over cp)",
+                              cp)
         return InputError("sequence_parallel", f"false under framework {fw.name}", row["sequence_parallel"])
     return InputError("strategy", "a feasible strategy", reason)
 

@@ -47,6 +47,7 @@ from costmodel._layer_compute import (
     AMAX_BYTES,
     UB_CONFIGS,
     async_tp_backward_s,
+    cp_by_all_to_all,
     fp8_cast_columns,
     fp8_tp_collectives_s,
     handoff_gather_s,
@@ -281,7 +282,7 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=tp_link,
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,
-                      xent_peak_bytes=fw.xent_peak_bytes)
+                      xent_peak_bytes=fw.xent_peak_bytes, cp_a2a=cp_by_all_to_all(fw, model))
     te8 = amax = None  # Transformer Engine's fp8 all-gathers (Framework.te_fp8_gather): fp8 rows, SP, t > 1; dense
     if fw.te_fp8_gather and not rows.moe and model.kind != "mlp" and not model.mla:
         te8 = fp8 & np.asarray(cfg.sp_u[ix], bool) & (tt > 1)  # (U,)

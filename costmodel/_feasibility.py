@@ -19,6 +19,7 @@ import numpy as np
 from costmodel._framework_rows import by_framework
 from costmodel._frameworks import Framework, framework_preset
 from costmodel._hardware import PRECISIONS
+from costmodel._layer_compute import a2a_heads_fit, cp_by_all_to_all
 from costmodel._pipeline_terms import SCHED
 from costmodel._stages import StageView, pool_arrays, stage_view
 from costmodel._workloads import Transformer
@@ -124,25 +125,25 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 # versions, all-gather) exchange: its P2P ring asserts against a window (TransformerEngine
 # pytorch/attention/dot_product_attention/context_parallel.py attn_forward_func_with_cp: "The context parallel running
 # configs cannot support sliding window attetnion!"; Megatron-Bridge's gpt-oss recipe sets cp_comm_type "a2a" for cp >
-# 1). plansweep prices the ring only, so a windowed model at cp > 1 under a framework whose exchange is that ring
-# (Framework.te_ring_attention) is refused as framework_unsupported rather than priced as a run that cannot start.
+# 1). A windowed model under a profile whose exchange is that ring is priced over the all-to-all
+# (costmodel._layer_compute.cp_by_all_to_all), which splits the heads over cp: where heads / tp or kv_heads / tp is no
+# multiple of cp the row is framework_unsupported (a2a_heads_fit).
 
 
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
                  schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None, m=None,
-                 window=False) -> np.ndarray:
+                 cp_ok=None) -> np.ndarray:
     """(N,) int8 reason per row from the checks of both evaluators' feasibility (0 = ok; the
     first failing check in REASONS order wins). The context-parallel (cp divides the sequence
     into 2 cp chunks), ZeRO (a stage above the framework's max_zero_with_pp needs pp 1) and
     framework checks (what ``framework`` runs of schedule, ZeRO, SP and precision, and of
     interleaving on ``m`` micro-batches a step) are the same for both and made here. ``ep_ok``
-    (homogeneous only): ep_fits, checked right after tp. ``window``: the model has sliding-window layers, which
-    Transformer Engine's P2P ring refuses (the note above): cp > 1 is then framework_unsupported where the
-    framework's context parallelism is that ring."""
+    (homogeneous only): ep_fits, checked right after tp. ``cp_ok`` (None: every row): the rows whose context
+    parallelism the framework runs for the model (the note above), framework_unsupported elsewhere."""
     fw = framework_preset(framework)
     fw_ok = framework_runs(fw, schedule, zero, sequence_parallel, precision, ep, etp, pp, m)
-    if window and fw.te_ring_attention:
-        fw_ok = fw_ok & (np.asarray(cp) == 1)
+    if cp_ok is not None:
+        fw_ok = fw_ok & cp_ok
     checks = [
         (gpus_ok, "gpus_exceed_cluster"),
         (tp_ok, "tp_not_divide_heads"),
@@ -243,9 +244,12 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if not (every or np.all(sv.comp)):  # stages past pp hold no layers
         pp_ok &= (held == n.sum(axis=0))
     ep_ok = flags & 32 == 0 if model.is_moe else ep_fits(model, e, 1, u)
+    cp_ok = None  # Transformer Engine's all-to-all: every stage's heads over cp (the note above reason_codes)
+    if cp_by_all_to_all(fw, model):
+        cp_ok = ~np.any(~a2a_heads_fit(model, t, c) & on, axis=0)
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],
                           sequence_parallel=r["sequence_parallel"], precision=r["precision"], ep_ok=ep_ok, ep=e, etp=u,
-                          m=r["m"], window=model.windowed_layers > 0)
+                          m=r["m"], cp_ok=cp_ok)
     return reason, used

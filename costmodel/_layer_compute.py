@@ -87,7 +87,7 @@ def hbm_s(nbytes, gpu):
 
 
 def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, *, gpu=None,
-                tp_link=None, cp_link=None, peak16=None, attn_eff=None, attn_nc=None, fp8_tp=None):
+                tp_link=None, cp_link=None, peak16=None, attn_eff=None, attn_nc=None, fp8_tp=None, cp_a2a=False):
     """Per-micro-batch times of one layer on one GPU: a dict of (N,) arrays (attn_gemm: the attention
     projections' part of gemm).
 
@@ -100,7 +100,8 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
     The evaluator block passes ``gpu`` (an object whose efficiency and peak fields are arrays,
     one GPU type per configuration) and the (bandwidth, latency) of the tp and cp groups' links.
     ``fp8_tp`` (bool (N,), or None): the rows whose sequence-parallel all-gathers move fp8 data (torchao's float8
-    tensor parallelism: fp8_tp_collectives_s)."""
+    tensor parallelism: fp8_tp_collectives_s). ``cp_a2a``: context parallelism by all-to-all (te_a2a_terms): the
+    attention kernel runs the whole sequence on heads / (t c) heads, at its rate at s, with no ring steps."""
     gpu = cluster.gpu if gpu is None else gpu
     peak16 = peak if peak16 is None else peak16
     h, f, hk, a, s = model.hidden, model.ffn_hidden, model.kv_hidden, model.heads, model.seq_len
@@ -130,16 +131,17 @@ def layer_costs(model: Transformer, cluster: Cluster | None, b, t, c, sp, peak, 
         # Attention core, fused (flash) kernel: QK^T and AV, 4 b sc s q / t FLOPs, no s^2
         # HBM traffic; utilisation of a (sc x dh) @ (dh x s) product at the kernel's tile
         # edge (ATTN_HALF_DIM), not the GPU's fitted GEMM constant.
-        tiles = sat(sc, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
+        rows = s if cp_a2a else sc  # the kernel's query rows: the rank's sc, or under all-to-all the whole sequence
+        tiles = sat(rows, ATTN_HALF_DIM) * sat(s, ATTN_HALF_DIM)
         attn = 4.0 * b * sc * s * q / t / (peak16 * gpu.gemm_eff_max * tiles * sat(dh, ATTN_HALF_DIM))
         windowed = model.windowed_layers / model.layers  # sliding-window layers: their band's tiles (module notes)
         if windowed:
             attn = attn * model.attention_time_share
         if attn_eff is not None and np.any(attn_eff > 0):  # a measured kernel: the causal half at its rate at sc
-            eff = attention_eff_at(attn_eff, sc)
+            eff = attention_eff_at(attn_eff, rows)
             # under a cp ring 1 / c of it in the causal diagonal kernel, the rest in non-causal kernels at the
             # measured gain over the causal rate (costmodel._hardware._NONCAUSAL_GAIN; 1 / c + (1 - 1 / c) / gain)
-            ring = 1.0 if attn_nc is None else 1.0 / c + (1.0 - 1.0 / c) / attention_eff_at(attn_nc, sc)
+            ring = 1.0 if attn_nc is None or cp_a2a else 1.0 / c + (1.0 - 1.0 / c) / attention_eff_at(attn_nc, sc)
             if windowed:  # full layers as above, windowed ones their band's tiles in masked kernels at the causal rate
                 ring = (1.0 - windowed) * ring + (model.attention_time_share - (1.0 - windowed))
             attn = np.where(eff > 0, 2.0 * b * sc * s * q / t / (peak16 * np.where(eff > 0, eff, 1.0)) * ring, attn)
@@ -185,6 +187,49 @@ def all_gather_cp_terms(model: Transformer, terms: dict, t) -> dict:
     one = gather_s(c * kv, c, terms["cp_bw"], terms["cp_lat"])
     on = c > 1
     return {**terms, "cp_fwd": np.where(on, one, terms["cp_fwd"]), "cp_bwd": np.where(on, 2.0 * one, terms["cp_bwd"])}
+
+
+# Transformer Engine's context parallelism by all-to-all (Megatron-Core's cp_comm_type "a2a", DeepSpeed-Ulysses' scheme;
+# TransformerEngine pytorch/attention/dot_product_attention/context_parallel.py AttnFuncWithCPAndQKVOA2A and
+# flash_attn_a2a_communicate): the forward exchanges Q, K and V (the rank's sc tokens of every head of its tp share)
+# into the whole sequence of heads / (t c) heads, one all_to_all_single each, runs the attention kernel on that, and
+# exchanges the output back; the backward does the same with dO, then dQ, dK and dV: as many bytes again. Around each
+# exchange the tensor is laid out for it and, after it, moved and its sequence chunks reordered (movedim().contiguous()
+# and index_select): A2A_COPY_BYTES an element, read and write in 16 bits, three copies. The exchanges are waited for
+# before the attention (forward) and after it: exposed. The only exchange Transformer Engine runs sliding-window
+# attention over (costmodel._feasibility's note), so the profiles whose exchange is its P2P ring take it for a model
+# with windowed layers; it needs heads and kv_heads / t divisible by c.
+A2A_COPY_BYTES = 3 * 4.0
+A2A_EXCHANGES = 4  # Q, K, V and the output forward; dO, dQ, dK, dV backward
+
+
+def cp_by_all_to_all(fw: Framework, model: Transformer) -> bool:
+    """Whether the framework runs the model's context parallelism by Transformer Engine's all-to-all (te_a2a_terms):
+    a profile whose exchange is its P2P ring (Framework.te_ring_attention) on a model with sliding-window layers."""
+    return bool(fw.te_ring_attention and model.windowed_layers and model.kind != "mlp" and not model.mla)
+
+
+def a2a_heads_fit(model: Transformer, t, c):
+    """(bool, broadcast of t and c): the all-to-all exchange splits the tp share of the heads and of the K, V heads over
+    the c ranks (TransformerEngine's flash_attn_a2a_communicate asserts it): heads / t and kv_heads / t divisible by c
+    (c = 1 always fits)."""
+    t, c = np.maximum(np.asarray(t), 1), np.asarray(c)
+    return (c == 1) | (((model.heads // t) % c == 0) & ((model.kv_heads // t) % c == 0))
+
+
+def te_a2a_terms(model: Transformer, terms: dict, t, byte_s) -> dict:
+    """Transformer Engine's all-to-all context parallelism (A2A_COPY_BYTES' note) on one layer's shape terms ``terms``
+    (T, c, cp_bw, cp_lat, cast_f, cast_b, cp_fwd, cp_bwd; rows with c = 1 kept): each way (c - 1) / c of Q, K, V and
+    the output leave the rank at the cp group's link, A2A_EXCHANGES latencies, exposed (cp_fwd; cp_bwd the same
+    bytes), and their copies at ``byte_s`` seconds a byte added to the forward (cast_f) and backward (cast_b)."""
+    c, T, bw, lat = terms["c"], terms["T"], terms["cp_bw"], terms["cp_lat"]
+    on = c > 1
+    elems = T * (2.0 * model.q_hidden + 2.0 * model.kv_hidden) / t  # Q, K, V and the output of the rank
+    one = (c - 1.0) / c * ACT_BYTES * elems / bw + A2A_EXCHANGES * lat
+    copies = byte_s * A2A_COPY_BYTES * elems
+    return {**terms, "cp_fwd": np.where(on, one, terms["cp_fwd"]), "cp_bwd": np.where(on, one, terms["cp_bwd"]),
+            "cast_f": terms["cast_f"] + np.where(on, copies, 0.0),
+            "cast_b": terms["cast_b"] + np.where(on, copies, 0.0)}
 
 
 # Transformer Engine's P2P ring attention (Megatron-Core's cp_comm_type "p2p", its default; TransformerEngine d0067d0

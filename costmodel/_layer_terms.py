@@ -29,6 +29,7 @@ from costmodel._layer_compute import (
     XENT_BYTES_PER_LOGIT,
     XENT_PEAK_BYTES_PER_LOGIT,
     all_gather_cp_terms,
+    cp_by_all_to_all,
     edge_terms,
     fp8_cast_columns,
     fp8_cast_parts_s,
@@ -36,6 +37,7 @@ from costmodel._layer_compute import (
     layer_costs,
     op_checkpoint_moe_products,
     op_checkpoint_products,
+    te_a2a_terms,
     te_ring_terms,
 )
 from costmodel._memory_terms import (
@@ -202,7 +204,9 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                  "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
                  "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
                                     + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
-    if te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
+    if te_ring and cp_by_all_to_all(fw, model):  # its all-to-all exchange: a window is not run over the ring
+        terms = te_a2a_terms(model, terms, t, byte_s)
+    elif te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
         terms = te_ring_terms(model, terms, t, byte_s)
     if fw.cp_all_gather and model.kind != "mlp" and not model.mla:  # K, V all-gathered, exposed
         terms = all_gather_cp_terms(model, terms, t)

@@ -36,6 +36,8 @@ from costmodel._feasibility import REASONS
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
+    A2A_COPY_BYTES,
+    A2A_EXCHANGES,
     ATTN_HALF_DIM,
     ELEM_BWD_FACTOR,
     ELEM_TF_PER_LAYER,
@@ -237,8 +239,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
-            or (cp > 1 and model.windowed_layers and fw.te_ring_attention)):  # (the ring refuses windows)
-        return "framework_unsupported"
+            or (cp > 1 and _cp_a2a(model, fw) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))):
+        return "framework_unsupported"  # (Transformer Engine's all-to-all splits the tp share of the heads over cp)
     m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
     if sched == "interleaved" and ((rule == "pp_multiple" and m % pp) or (rule == "at_least_pp" and m < pp)
                                    or (rule == "pytorch_rounds" and m >= pp and m % (m // pp))):
@@ -569,6 +571,12 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             "mem_device_bytes": cluster.gpu.hbm_bytes}
 
 
+def _cp_a2a(model: Transformer, fw) -> bool:
+    """A windowed model under a profile whose context parallelism is Transformer Engine's P2P ring, which refuses
+    windows: its all-to-all exchange instead."""
+    return bool(fw.te_ring_attention and model.windowed_layers and model.kind != "mlp" and not model.mla)
+
+
 def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     """One dense layer, one micro-batch: its GEMMs, attention core, element-wise, overhead, tp and cp comm."""
     gpu, h, s, f = cluster.gpu, model.hidden, model.seq_len, model.ffn_hidden
@@ -584,9 +592,10 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     dh = q / model.heads  # a head's size (MLA: the mean of its query and value sizes)
     proj, up = _projections(model, gpu, row.peak, T, tp, row.ew_div)
     gemm = proj + _gemm(gpu, row.peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, row.peak, T, h, f / tp)
-    half = ATTN_HALF_DIM
-    edges = (sc / (sc + half)) * (s / (s + half))
-    rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(sc / 512), 0.0), 5.0)
+    half, a2a = ATTN_HALF_DIM, _cp_a2a(model, fw)
+    rows = s if a2a else sc  # under the all-to-all the kernel runs the whole sequence on 1 / cp of the heads
+    edges = (rows / (rows + half)) * (s / (s + half))
+    rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(rows / 512), 0.0), 5.0)
     kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
     if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length, a cp ring's
         # off-diagonal (1 - 1 / cp) of it in non-causal kernels at their gain over that rate
@@ -594,7 +603,7 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
         gain = g[min(int(x), 4)] + (x - min(int(x), 4)) * (g[min(int(x) + 1, 5)] - g[min(int(x), 4)])
         # sliding-window layers (a share w of them): their band's tiles in masked kernels at the causal rate
         w = model.windowed_layers / model.layers
-        ring = (1 / cp + (1 - 1 / cp) / gain) * (1 - w) + (model.attention_time_share - (1 - w))
+        ring = (1.0 if a2a else 1 / cp + (1 - 1 / cp) / gain) * (1 - w) + (model.attention_time_share - (1 - w))
         attn = 2 * row.b * sc * s * q / tp / (row.peak16 * kernel) * ring
     else:
         attn = (4 * row.b * sc * s * q / tp / (row.peak16 * gpu.gemm_eff_max * edges * (dh / (dh + half)))
@@ -744,7 +753,13 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         # once, backward again with their gradients' reduce-scatter
         cp_fwd = _gather(cp * ACT_BYTES * 2 * T * model.kv_hidden / tp, cp, lay["cp_link"])
         cp_bwd = 2 * cp_fwd
-    if fw.te_ring_attention and model.kind != "mlp" and not model.mla and cp > 1:  # Transformer Engine's P2P ring
+    if _cp_a2a(model, fw) and cp > 1:  # Transformer Engine's all-to-all: Q, K, V, the output each way, exposed
+        e_all = T * (2 * model.q_hidden + 2 * model.kv_hidden) / tp
+        cp_bw, cp_lat = lay["cp_link"]
+        cp_fwd = cp_bwd = (cp - 1) / cp * ACT_BYTES * e_all / cp_bw + A2A_EXCHANGES * cp_lat
+        cast_f += _hbm(gpu, A2A_COPY_BYTES * e_all)
+        cast_b += _hbm(gpu, A2A_COPY_BYTES * e_all)
+    elif fw.te_ring_attention and model.kind != "mlp" and not model.mla and cp > 1:  # Transformer Engine's P2P ring
         e_q, e_kv = T * model.q_hidden / tp, 2 * T * model.kv_hidden / tp  # the rank's Q; its K and V
         cp_bw, cp_lat = lay["cp_link"]
         one, two = ACT_BYTES * e_kv / cp_bw + cp_lat, 2 * ACT_BYTES * e_kv / cp_bw + cp_lat  # K, V; with dK, dV

@@ -10,6 +10,7 @@ compare) runs on 20 random feasible plans per framework.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -31,6 +32,7 @@ from cli._export import (
     megatron_layout,
     megatron_model,
     megatron_parser,
+    megatron_window,
     moe_layer_pattern,
     read_back,
     torchtitan_model,
@@ -71,6 +73,8 @@ MEGATRON_V0_15_FLAGS = {
     "--qk-pos-emb-head-dim": None, "--v-head-dim": None,
     # _add_checkpointing_args (line 2457)
     "--ckpt-format": ["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
+    # _add_network_size_args (lines 1575, 1578) and _add_distributed_args (line 2706)
+    "--window-size": None, "--window-attn-skip-freq": None, "--cp-comm-type": None,
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -794,3 +798,34 @@ def test_framework_names_are_the_pricing_profiles(tmp_path):
     out = _cli("export", "--framework", "generic", *plan, "--out", str(tmp_path / "x"))
     assert out.returncode == 2 and "--framework: expected a framework with a launch format" in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_megatron_writes_the_sliding_window_and_the_all_to_all_it_is_priced_with(tmp_path):
+    """gpt-oss-120b: a 128-key window (the query and 127 before it: --window-size 127,0) on every other layer from
+    the first (--window-attn-skip-freq 2: every 2nd layer, 1-based, full), read back as the model's; Mistral-7B at
+    32,768 tokens with cp 2: its window on every layer and TE's all-to-all exchange (--cp-comm-type a2a), the one a
+    window runs over; torchtitan's llama3 model has no window; a windowed share Megatron's N cannot say is refused."""
+    out = _cli("export", "--framework", "megatron", "--model", "gpt-oss-120b", "--cluster", "h100x64", "--tp", "1",
+               "--pp", "4", "--ep", "8", "--global-batch", "1280", "--recompute", "selective", "--zero-stage", "1")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert (a.window_size, a.window_attn_skip_freq, a.cp_comm_type) == ("127,0", 2, ["p2p"])
+    shape = megatron_model(out.stdout)
+    assert (shape["sliding_window"], shape["window_layers"]) == (128, 18)
+    mistral = tmp_path / "mistral.json"
+    mistral.write_text(json.dumps({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
+                                   "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+                                   "max_position_embeddings": 32768, "vocab_size": 32000, "hidden_act": "silu",
+                                   "sliding_window": 4096, "tie_word_embeddings": False}))
+    flags = ("--model", str(mistral), "--cluster", "h100x64", "--tp", "2", "--cp", "2", "--dp", "16",
+             "--global-batch", "64", "--recompute", "full", "--sequence-parallel", "--zero-stage", "1")
+    out = _cli("export", "--framework", "megatron", *flags)
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert (a.window_size, a.window_attn_skip_freq, a.cp_comm_type) == ("4095,0", None, ["a2a"])
+    out = _cli("export", "--framework", "torchtitan", *flags)
+    assert out.returncode == 2
+    assert "model.sliding_window: expected none, or at least the sequence's 32,768" in out.stderr
+    odd = dataclasses.replace(costmodel.model_preset("gpt-oss-120b"), window_layers=7)
+    with pytest.raises(costmodel.InputError, match="model.window_layers: expected all 36 layers or L - L // N"):
+        megatron_window(odd)
