@@ -61,6 +61,12 @@ DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 1024, "num_attention_
                "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 2, "topk_group": 1,
                "topk_method": "noaux_tc", "kv_lora_rank": 128, "q_lora_rank": 256, "qk_nope_head_dim": 64,
                "qk_rope_head_dim": 32, "v_head_dim": 64}
+# sliding windows: a plansweep model file windowing 3 of its 4 layers, and gpt-oss's config shape (every other layer)
+PLANSWEEP_WINDOW = {**PLANSWEEP_MODEL, "sliding_window": 256, "window_layers": 3}
+GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "head_dim": 64, "num_hidden_layers": 4, "intermediate_size": 1024, "max_position_embeddings": 1024,
+           "vocab_size": 32000, "hidden_act": "silu", "num_local_experts": 8, "num_experts_per_tok": 2,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 2}
 CLUSTER = {"gpu": "h100", "num_gpus": 16, "gpus_per_node": 8, "scaleup_GBps": 450, "scaleout_GBps": 50,
            "name": "fuzzed"}
 HETERO_CLUSTER = {"name": "mixed", "pools": [
@@ -139,6 +145,8 @@ FORMATS: dict[str, Format] = {
     "hf-mixtral": _model(MIXTRAL, ".json", 70),
     "hf-qwen3-moe": _model(QWEN3_MOE, ".json", 70),
     "hf-deepseek-v3": _model(DEEPSEEK_V3, ".json", 80),
+    "model-window.json": _model(PLANSWEEP_WINDOW, ".json", 40),
+    "hf-gpt-oss": _model(GPT_OSS, ".json", 40),
     "calculon-model": _model(_read(MODELS / "megatron-22B.calculon.json"), ".json", 70, EVAL_MODEL_TP8),
     "cluster.json": Format(CLUSTER, ".json", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 80),
     "cluster.yaml": Format(CLUSTER, ".yaml", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 70),
