@@ -185,6 +185,7 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--seq-length": {"type": int},
     "--max-position-embeddings": {"type": int},
     "--swiglu": {"action": "store_true"},
+    "--quick-geglu": {"action": "store_true"},
     "--normalization": {"choices": ["LayerNorm", "RMSNorm"], "default": "LayerNorm"},
     "--disable-bias-linear": {"action": "store_true"},
     "--untie-embeddings-and-output-weights": {"action": "store_true"},
@@ -415,6 +416,8 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     a += megatron_window(model)
     if model.activation == "swiglu":
         a += ["--swiglu"]
+    elif model.activation == "geglu":  # Megatron-LM's one gated GELU, its quick-GELU form (the shape a GeGLU prices)
+        a += ["--quick-geglu"]
     if model.norm == "rmsnorm":
         a += ["--normalization", "RMSNorm"]
     if not model.bias:

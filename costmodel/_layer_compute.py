@@ -40,9 +40,9 @@ from costmodel._workloads import Transformer
 
 # Element-wise traffic of one transformer layer forward, in elements of T*h (norms read +
 # write 2 x 2; two fused bias-dropout-add: read x and residual, write out, 1-byte mask,
-# 2 x 3.5) and of T*f / t (bias-GeLU read + write 2; SwiGLU reads 2, writes 1: 3).
+# 2 x 3.5) and of T*f / t (bias-GeLU read + write 2; SwiGLU and GeGLU read 2, write 1: 3).
 ELEM_TH_PER_LAYER = 4 + 7
-ELEM_TF_PER_LAYER = {"gelu": 2, "relu": 2, "swiglu": 3}
+ELEM_TF_PER_LAYER = {"gelu": 2, "relu": 2, "swiglu": 3, "geglu": 3}
 # Backward element-wise traffic relative to forward (read the saved input and the incoming
 # gradient, write the outgoing gradient).
 ELEM_BWD_FACTOR = 2.0
@@ -513,7 +513,7 @@ def op_checkpoint_products(model: Transformer) -> tuple[list, float, float]:
     parallelism, saved) with every other one saved (torchtitan's per-op policy saves the 1st,
     3rd, ... product of a block), the FLOPs per token of those recomputed, and of all."""
     h, hk, f, qh = model.hidden, model.kv_hidden, model.ffn_hidden, model.q_hidden
-    ffn = [(h, f), (h, f), (f, h)] if model.activation == "swiglu" else [(h, f), (f, h)]
+    ffn = [(h, f), (h, f), (f, h)] if model.gated else [(h, f), (f, h)]
     shapes = [(h, qh), (h, hk), (h, hk), (model.o_hidden, h), *ffn]  # (input, output) widths
     row_parallel = {3, len(shapes) - 1}  # wo and the last FFN product: full-width partial sums
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
@@ -534,7 +534,7 @@ def op_checkpoint_moe_products(model: Transformer) -> tuple[list, float, float]:
     h, hk, qh, fs = model.hidden, model.kv_hidden, model.q_hidden, model.shared_experts * model.shared_expert_ffn
     shapes = [(h, qh), (h, hk), (h, hk), (model.o_hidden, h)]
     if fs:
-        shapes += [(h, fs), (h, fs), (fs, h)] if model.activation == "swiglu" else [(h, fs), (fs, h)]
+        shapes += [(h, fs), (h, fs), (fs, h)] if model.gated else [(h, fs), (fs, h)]
     row_parallel = {3, len(shapes) - 1} if fs else {3}
     mms = [(out, i not in row_parallel, i % 2 == 0) for i, (_, out) in enumerate(shapes)]
     flops = [2.0 * a * b for a, b in shapes]

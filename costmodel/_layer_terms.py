@@ -368,7 +368,7 @@ def module_terms(fw: Framework, model: Transformer, terms: dict, byte_s, t, sp, 
     # the dense MLP (mlp): FC1's output and FC2's input, and the fused norm's output (LayerNormLinear) where fused
     fused_norm = 0.0 if model.is_moe else 1.0
     if korth:  # Korthikanti's count: the MLP's intermediates and its input (the norm's output), fp8 inputs 1 byte
-        mlp_bytes = ((6 if model.activation == "swiglu" else 4) * T * f / t + fused_norm * 2.0 * T * h / sp_div
+        mlp_bytes = ((6 if model.gated else 4) * T * f / t + fused_norm * 2.0 * T * h / sp_div
                      - np.where(fp8, T * (f / t + fused_norm * h / sp_div), 0.0))
     else:  # te_saved_bytes' mlp term and one LayerNormLinear's ln_out and statistics
         lo = np.where(fp8, 1.0, float(ACT_BYTES))
@@ -384,7 +384,7 @@ def module_terms(fw: Framework, model: Transformer, terms: dict, byte_s, t, sp, 
         copies = routed_copies(model, T, t)
         fs = model.shared_experts * model.shared_expert_ffn
         part = (np.where(bit["moe_act"], ACT_BYTES * copies * model.expert_ffn, 0.0)
-                + np.where(bit["shared_experts"], (6 if model.activation == "swiglu" else 4) * T * fs / t, 0.0))
+                + np.where(bit["shared_experts"], (6 if model.gated else 4) * T * fs / t, 0.0))
         part_re = (np.where(bit["moe_act"], terms["moe_act_f"], 0.0)
                    + np.where(bit["shared_experts"], terms["moe_shared_f"], 0.0))
         experts = np.where(bit["moe"], terms["moe_experts_L"], part)

@@ -136,7 +136,7 @@ def torchtitan_saved_bytes(model: Transformer, T, t, sp) -> dict:
         "qkv": ACT_BYTES * T * (q / t + 2 * np.where(kv_copy, q / t, model.kv_hidden / t)),
         "out": ACT_BYTES * T * q / t,
         "softmax": SOFTMAX_STAT_BYTES * T * a / t,
-        "mlp": (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / t,
+        "mlp": (4 if model.gated else 2) * ACT_BYTES * T * f / t,
     }
     out["total"] = sum(out.values())
     return out
@@ -149,7 +149,7 @@ def torchtitan_expert_extra_bytes(model: Transformer, T, t):
     a fourth 16-bit product of the expert width (w1's output, silu's, w3's and their product), and the combine
     (models/common/token_dispatcher.py lines 158-161: routed_output.to(float32) * scores) keeps each copy's output in
     fp32 for the scores' gradient, 4 bytes an element of h. Per routed copy (routed_copies)."""
-    per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+    per_copy = (ACT_BYTES * model.expert_ffn if model.gated else 0.0) + 4 * model.hidden
     return routed_copies(model, T, t) * per_copy
 
 
@@ -167,7 +167,7 @@ def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     part, and its experts' part (those three MLP terms: what a framework's layer count keeps of it)."""
     h, q, hk, a, s = model.hidden, model.q_hidden, model.kv_hidden, model.heads, model.seq_len
     T = b * s / c
-    coef = 6 if model.activation == "swiglu" else 4
+    coef = 6 if model.gated else 4
     fs = model.shared_experts * model.shared_expert_ffn
     copies = routed_copies(model, T, t)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1) + mla_latent_activation_bytes(model, T, np.where(sp, t, 1))
@@ -189,7 +189,7 @@ def layer_activation_bytes(model: Transformer, b, t, c, sp):
         total = T * h * (ACT_BYTES * 0.5 * (1 + 1 / t) + 1 / t)
         return total, np.zeros_like(total)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1) + mla_latent_activation_bytes(model, T, np.where(sp, t, 1))
-    mlp = (6 if model.activation == "swiglu" else 4) * T * f
+    mlp = (6 if model.gated else 4) * T * f
     # Q, K and V (2 hk), the projection input (o) and the MLP's intermediates
     split = (2 * T * (model.q_hidden + model.o_hidden) + 4 * T * hk + mlp) / t
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t

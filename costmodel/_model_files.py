@@ -7,6 +7,13 @@ HuggingFace families read (``model_type``):
     llama, mistral, qwen2, qwen3   gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
                                    biases counted (Qwen2's Q/K/V biases are 0.01% of its
                                    parameters and are left out), GQA from num_key_value_heads
+    gemma, gemma2, gemma3_text     a GELU-gated MLP (geglu, whatever hidden_act says: Gemma 1's reads
+                                   gelu), RMSNorm, no biases, rotary positions, head_dim, embeddings
+                                   tied unless tie_word_embeddings is false; Gemma 2's window on every
+                                   other layer from the first, Gemma 3's on all but every
+                                   sliding_window_pattern-th (6); the second pair of norms a layer
+                                   (Gemma 2 and 3), the QK norms, the logit soft-capping and the
+                                   embedding's scaling are left out
     gpt_neox                       GeLU MLP, LayerNorm with biases, rotary positions
     gpt2                           GeLU MLP, LayerNorm with biases, learned positions, tied head
     gpt_oss                        as mixtral (num_local_experts of intermediate_size,
@@ -111,8 +118,11 @@ from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
 _MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
-HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES)
-_GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES)
+# Gemma's MLPs gate with GELU (GemmaMLP and its successors: gelu_pytorch_tanh on the gate projection), whatever its
+# config's hidden_act says (Gemma 1's reads "gelu"); their embeddings are tied unless the config says otherwise.
+_GEGLU_FAMILIES = ("gemma", "gemma2", "gemma3_text")
+HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES, *_GEGLU_FAMILIES)
+_GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES, *_GEGLU_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
                    "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
@@ -188,9 +198,12 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       ffn_hidden=_get(data, "intermediate_size", argument),
                       seq_len=_get(data, "max_position_embeddings", argument),
                       vocab=_get(data, "vocab_size", argument), norm="rmsnorm" if gated else "layernorm",
-                      bias=not gated, tied_embeddings=_flag(data, "tie_word_embeddings", argument, False),
+                      bias=not gated,
+                      tied_embeddings=_flag(data, "tie_word_embeddings", argument, family in _GEGLU_FAMILIES),
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
+        if family in _GEGLU_FAMILIES:  # (Gemma 2 and 3 name it hidden_activation too)
+            act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
     if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias)
         fields["bias"] = True
@@ -201,7 +214,11 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
     activation = _HF_ACTIVATIONS[act]
-    if family in _GATED and activation != "swiglu":
+    if family in _GEGLU_FAMILIES:
+        if activation != "gelu":
+            raise InputError(f"{argument} hidden_act", f"a GELU (the gated MLP of {family})", act)
+        activation = "geglu"
+    elif family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
     window, windowed = _hf_window(data, family, fields["layers"], argument)
     return Transformer(name=name, activation=activation, sliding_window=window, window_layers=windowed, **fields)
@@ -215,6 +232,12 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
         windowed = sum(t == "sliding_attention" for t in types)
     elif family in ("mistral", "mixtral"):
         windowed = layers
+    elif family in ("gemma2", "gemma3_text"):  # (Gemma2Config / Gemma3TextConfig: layer i slides unless (i + 1) % p == 0,
+        # p = 2, or Gemma 3's sliding_window_pattern, 6 by default)
+        p = 2 if family == "gemma2" else data.get("sliding_window_pattern", 6)
+        if not (isinstance(p, int) and not isinstance(p, bool) and p >= 1):
+            raise InputError(f"{argument} sliding_window_pattern", "an integer >= 1", p)
+        windowed = layers - layers // p
     elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers)
         first = data.get("max_window_layers")
         first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 0 else 0

@@ -427,7 +427,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     else:
         a2a = a_d + a_c
     ep_x = a_d + a_c - a2a  # an unpaired pass's all-to-alls exposed beyond a paired one's
-    coef = 6 if model.activation == "swiglu" else 4
+    coef = 6 if model.gated else 4
     experts = coef * T * fs / tp + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
@@ -853,7 +853,7 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
     if model.kind == "mlp":
         layer, score = T * h * (ACT_BYTES * 0.5 * (1 + 1 / tp) + 1 / tp), 0.0
     else:
-        mlp_act = (6 if model.activation == "swiglu" else 4) * T * f
+        mlp_act = (6 if model.gated else 4) * T * f
         score = 0.0 if fw.fused_attention else ACT_SCORE_BYTES * model.heads * row.b * row.sc * model.seq_len / tp
         layer = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
                  + (2 * T * sum(_widths(model)) + mlp_act) / tp + score)
@@ -867,8 +867,7 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
                qkv=ACT_BYTES * T * sum(_widths(model)[:3]) / tp if model.mla else 0.0,
                op_sac=fw.selective == "op" and model.kind != "mlp", xent_peak=fw.xent_peak_bytes)
     if out["op_sac"]:
-        swiglu = model.activation == "swiglu"
-        ffn = [(h, f, True), (h, f, True), (f, h, False)] if swiglu else [(h, f, True), (f, h, False)]
+        ffn = [(h, f, True), (h, f, True), (f, h, False)] if model.gated else [(h, f, True), (f, h, False)]
         qh, ow = model.q_hidden, _widths(model)[3]
         prods = [(h, qh, True), (h, hk, True), (h, hk, True), (ow, h, False)] + ffn  # (in, out, column-parallel)
         saved_w = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods) if j % 2 == 0)
@@ -883,8 +882,8 @@ def _activations(model: Transformer, row: _Row, fw) -> dict:
             # router gate and the routed experts' grouped products run again uncounted; topk's results, and the
             # all-to-alls' results where ep > 1, kept
             fs = model.shared_experts * model.shared_expert_ffn
-            shared = ([(h, fs, True), (h, fs, True), (fs, h, False)] if swiglu else [(h, fs, True), (fs, h, False)]) \
-                if fs else []
+            gated = [(h, fs, True), (h, fs, True), (fs, h, False)]
+            shared = (gated if model.gated else [(h, fs, True), (fs, h, False)]) if fs else []
             prods_m = prods[:4] + shared
             saved_m = sum(o / (tp if col else 1) for j, (_, o, col) in enumerate(prods_m) if j % 2 == 0)
             routed = 2 * h * model.experts + 2 * model.mlp_matrices * h * model.experts_per_token * model.expert_ffn
@@ -931,7 +930,7 @@ def _layer_saves(model: Transformer, row: _Row, fw) -> tuple[float, float, float
         return total, scores, stats + scores - rope_view, non_experts
     rms = model.norm == "rmsnorm"
     norms = 2 * T * h / ew * ((4 + ACT_BYTES) if rms else (ACT_BYTES if model.norm == "layernorm" else 0))
-    mlp = (4 if model.activation == "swiglu" else 2) * ACT_BYTES * T * f / tp
+    mlp = (4 if model.gated else 2) * ACT_BYTES * T * f / tp
     stats = SOFTMAX_STAT_BYTES * T * a / tp
     kv_copy = model.kv_heads < model.heads and model.kv_heads / tp > 1
     kv = q / tp if kv_copy else hk / tp
@@ -950,7 +949,7 @@ def _moe(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dict, act: di
     if act["non_experts"] is not None:  # the framework's layer code: its non-expert terms, the experts' as before
         layer = act["non_experts"] + mo["experts"]
         if fw.layer_saves == "torchtitan":  # its eager experts: a fourth SwiGLU product, each output's fp32 copy
-            per_copy = (ACT_BYTES * model.expert_ffn if model.activation == "swiglu" else 0.0) + 4 * model.hidden
+            per_copy = (ACT_BYTES * model.expert_ffn if model.gated else 0.0) + 4 * model.hidden
             layer += model.capacity_factor * model.experts_per_token * T / tp * per_copy
     elif fw.fp8_saved_inputs and row.fp8:  # attention's QKV and projection inputs only
         layer -= T * model.hidden / ew_div + T * _widths(model)[3] / tp
@@ -1004,7 +1003,7 @@ def _named_modules(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dic
     mlp_drop = mlp_re = 0.0
     if on["mlp"]:
         if korth:
-            coef = 6 if model.activation == "swiglu" else 4
+            coef = 6 if model.gated else 4
             mlp_drop = coef * T * f / tp + fused * 2 * T * h / ew - (T * (f / tp + fused * h / ew) if fp8 else 0.0)
         else:
             lo = 1 if fp8 else ACT_BYTES
@@ -1018,7 +1017,7 @@ def _named_modules(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dic
                re_tp=0.5 * lay["tp_fwd"] if on["mlp"] else 0.0, re_ep=on["moe"])
     if moe is not None:
         fs = model.shared_experts * model.shared_expert_ffn
-        coef = 6 if model.activation == "swiglu" else 4
+        coef = 6 if model.gated else 4
         part = ((ACT_BYTES * moe["copies"] * model.expert_ffn if on["moe_act"] else 0.0)
                 + (coef * T * fs / tp if on["shared_experts"] else 0.0))
         part_re = (moe["act_f"] if on["moe_act"] else 0.0) + (moe["shared_f"] if on["shared_experts"] else 0.0)

@@ -33,7 +33,7 @@ from costmodel._files import read_text, replaced_for
 from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
 from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
-from costmodel._workloads import Transformer, model_preset
+from costmodel._workloads import GATED, Transformer, model_preset
 
 # Columns every file has. The transformer's shape columns (SHAPE_COLUMNS) are required too unless the file has a
 # ``model`` column (a preset's name) and every row names one there.
@@ -234,7 +234,7 @@ def _row_model(row: dict, where: str) -> Transformer:
                              row.get(k) or "")
     if fields.get("experts", 1) > 1 and "experts_per_token" not in fields:
         raise InputError(f"{where}: experts_per_token", "a value on a row with experts > 1", "")
-    llama = fields["activation"] == "swiglu"
+    llama = fields["activation"] in GATED
     arch = {"norm": "rmsnorm" if llama else "layernorm", "bias": not llama, "tied_embeddings": not llama,
             "learned_positions": not llama}
     return _row_routing(row, where, Transformer(name=name, seq_len=seq, **{**arch, **fields}))

@@ -17,7 +17,10 @@ import dataclasses
 
 from costmodel._errors import InputError
 
-ACTIVATIONS = ("gelu", "swiglu", "relu")
+ACTIVATIONS = ("gelu", "swiglu", "relu", "geglu")
+# Gated MLPs (an up, a gate and a down matrix; the activation of one times the other): SwiGLU (SiLU gate; Llama) and
+# GeGLU (GELU gate; Gemma), priced alike: the same products, the same element-wise traffic, the same kept tensors.
+GATED = ("swiglu", "geglu")
 # Model sizes (layers, widths, experts, sequence length, vocabulary) above this are refused: the
 # largest published models are far below it, and products of a few of them stay inside int64.
 MODEL_INT_MAX = 2**31 - 1
@@ -305,9 +308,14 @@ class Transformer:
         return (self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 0
 
     @property
+    def gated(self) -> bool:
+        """A gated MLP (GATED: SwiGLU or GeGLU): three matrices, the gate's activation times the up projection."""
+        return self.activation in GATED
+
+    @property
     def mlp_matrices(self) -> int:
         """Number of h x f weight matrices in the MLP: 2 (GeLU/ReLU) or 3 (SwiGLU)."""
-        return 3 if self.activation == "swiglu" else 2
+        return 3 if self.gated else 2
 
     @property
     def is_moe(self) -> bool:

@@ -75,6 +75,7 @@ MEGATRON_V0_15_FLAGS = {
     "--ckpt-format": ["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
     # _add_network_size_args (lines 1575, 1578) and _add_distributed_args (line 2706)
     "--window-size": None, "--window-attn-skip-freq": None, "--cp-comm-type": None,
+    "--quick-geglu": None,  # (_add_network_size_args, line 1648)
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
 # and the fields plansweep writes, with their Literal values where declared.
@@ -829,3 +830,19 @@ def test_megatron_writes_the_sliding_window_and_the_all_to_all_it_is_priced_with
     odd = dataclasses.replace(costmodel.model_preset("gpt-oss-120b"), window_layers=7)
     with pytest.raises(costmodel.InputError, match="model.window_layers: expected all 36 layers or L - L // N"):
         megatron_window(odd)
+
+
+def test_megatron_writes_a_gelu_gated_mlp_as_its_quick_geglu(tmp_path):
+    """Gemma 2 9B's config: Megatron-LM's one gated GELU (--quick-geglu: the same three matrices, its quick-GELU
+    form), the 4,096-token window on every other layer, head size 256; its tied embeddings untouched."""
+    gemma = tmp_path / "gemma2.json"
+    gemma.write_text(json.dumps({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336,
+                                 "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+                                 "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                                 "max_position_embeddings": 8192, "vocab_size": 256000, "sliding_window": 4096}))
+    out = _cli("export", "--framework", "megatron", "--model", str(gemma), "--cluster", "h100x64", "--tp", "8",
+               "--pp", "2", "--global-batch", "256", "--recompute", "full", "--sequence-parallel", "--zero-stage", "1")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert (a.quick_geglu, a.swiglu, a.kv_channels, a.untie_embeddings_and_output_weights) == (True, False, 256, False)
+    assert (a.window_size, a.window_attn_skip_freq) == ("4095,0", 2)

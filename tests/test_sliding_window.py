@@ -11,6 +11,7 @@ import pytest
 from costmodel import REASONS, InputError, StrategyTable, cluster_preset, evaluate, from_hf_config, model_preset
 from costmodel._layer_compute import layer_costs
 from costmodel._workloads import Transformer
+from cli._specs import with_seq_len
 from sweep._rundir import model_from_dict, model_to_dict
 from tests.test_reference import assert_rows_equal_reference, random_table
 
@@ -162,3 +163,57 @@ def test_context_parallel_of_a_windowed_model_is_transformer_engines_all_to_all(
                  "--global-batch", "64", "--framework", "megatron-core"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cp: expected a divisor of heads/tp=16 and kv_heads/tp=4" in err and "got 8" in err
+
+
+# ---- Gemma: a GELU-gated MLP and sliding windows on most layers ------------------------------------------------------
+# google/gemma-2-9b's config.json (every other layer in a 4,096-token window; Gemma2Config's layer_types) and
+# google/gemma-3-1b-pt's (a 512-token window, every sixth layer full: sliding_window_pattern 6).
+GEMMA2_9B = {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+             "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192, "vocab_size": 256000,
+             "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}
+GEMMA3_1B = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "hidden_activation":
+             "gelu_pytorch_tanh", "max_position_embeddings": 32768, "vocab_size": 262144, "sliding_window": 512,
+             "sliding_window_pattern": 6}
+
+
+def test_gemma_configs_count_their_reports():
+    """Gemma 2 (Gemma Team 2024, arXiv:2408.00118 Table 2): the 9B's 917,504,000 embedding and 8,324,201,984
+    non-embedding parameters, less its two post-norms a layer, which plansweep does not count (42 x 2 x 3,584 =
+    301,056); Gemma 3 (arXiv:2503.19786 Table 1): the 1B's 302M embedding, 698M non-embedding parameters. GELU-gated
+    MLPs, tied embeddings; 21 of 42 layers in the window (every other from the first), 22 of 26 (every sixth full)."""
+    g2 = from_hf_config(GEMMA2_9B, "gemma-2-9b")
+    assert (g2.activation, g2.mlp_matrices, g2.tied_embeddings, g2.head_dim) == ("geglu", 3, True, 256)
+    assert (g2.sliding_window, g2.window_layers) == (4096, 21)
+    assert g2.embedding_params() == 917_504_000
+    assert 8_324_201_984 - (g2.num_params() - g2.embedding_params()) == 42 * 2 * 3584
+    g3 = from_hf_config(GEMMA3_1B, "gemma-3-1b")
+    assert (g3.sliding_window, g3.window_layers, g3.tied_embeddings) == (512, 22, True)
+    assert round(g3.embedding_params() / 1e6) == 302 and round((g3.num_params() - g3.embedding_params()) / 1e6) == 698
+    types = ["sliding_attention"] * 20 + ["full_attention"] * 6  # an explicit layer_types wins over the pattern
+    assert from_hf_config({**GEMMA3_1B, "layer_types": types}, "x").window_layers == 20
+    assert from_hf_config({**GEMMA2_9B, "model_type": "gemma", "sliding_window": None, "hidden_activation": None,
+                           "hidden_act": "gelu"}, "x").activation == "geglu"  # (Gemma 1's config says gelu)
+    with pytest.raises(InputError, match="--model hidden_act: expected a GELU \\(the gated MLP of gemma2\\)"):
+        from_hf_config({**GEMMA2_9B, "hidden_activation": "silu"}, "x")
+
+
+def test_a_gelu_gated_mlp_prices_as_swiglu():
+    """GeGLU and SwiGLU layers are the same products, element-wise bytes and kept tensors: every metric alike, on
+    both evaluators, under the Megatron-Core and torchtitan profiles."""
+    from costmodel._reference import evaluate_row
+
+    g2 = with_seq_len(from_hf_config(GEMMA2_9B, "gemma-2-9b"), "8192")
+    twin = dataclasses.replace(g2, activation="swiglu")
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[8, 4, 16], tp=[8, 4, 2], pp=[1, 4, 2], cp=[1, 1, 2], micro_batch=1,
+                                       global_batch=256, recompute=["full", "selective", "none"],
+                                       sequence_parallel=True, zero_stage=1)
+    for fw in ("megatron-core", "fsdp2"):
+        a, b = evaluate(g2, cluster, table, framework=fw), evaluate(twin, cluster, table, framework=fw)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=(fw, k))
+        assert a["feasible"].any()
+        ref = evaluate_row(g2, cluster, table.row(0), framework=fw)
+        assert a["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
