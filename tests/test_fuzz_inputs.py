@@ -67,6 +67,9 @@ GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 1024, "num_attention_heads": 
            "head_dim": 64, "num_hidden_layers": 4, "intermediate_size": 1024, "max_position_embeddings": 1024,
            "vocab_size": 32000, "hidden_act": "silu", "num_local_experts": 8, "num_experts_per_tok": 2,
            "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 2}
+GEMMA2 = {"model_type": "gemma2", "hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 4,
+          "head_dim": 256, "num_hidden_layers": 4, "intermediate_size": 2816, "max_position_embeddings": 1024,
+          "vocab_size": 32000, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 256}
 CLUSTER = {"gpu": "h100", "num_gpus": 16, "gpus_per_node": 8, "scaleup_GBps": 450, "scaleout_GBps": 50,
            "name": "fuzzed"}
 HETERO_CLUSTER = {"name": "mixed", "pools": [
@@ -147,6 +150,7 @@ FORMATS: dict[str, Format] = {
     "hf-deepseek-v3": _model(DEEPSEEK_V3, ".json", 80),
     "model-window.json": _model(PLANSWEEP_WINDOW, ".json", 40),
     "hf-gpt-oss": _model(GPT_OSS, ".json", 40),
+    "hf-gemma2": _model(GEMMA2, ".json", 40),
     "calculon-model": _model(_read(MODELS / "megatron-22B.calculon.json"), ".json", 70, EVAL_MODEL_TP8),
     "cluster.json": Format(CLUSTER, ".json", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 80),
     "cluster.yaml": Format(CLUSTER, ".yaml", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 70),
