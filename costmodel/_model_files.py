@@ -238,8 +238,9 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
         if not (isinstance(p, int) and not isinstance(p, bool) and p >= 1):
             raise InputError(f"{argument} sliding_window_pattern", "an integer >= 1", p)
         windowed = layers - layers // p
-    elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers)
-        first = data.get("max_window_layers")
+    elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers,
+        # 28 where the config leaves it out: the class's default)
+        first = data.get("max_window_layers", 28)
         first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 0 else 0
         windowed = max(layers - first, 0) if data.get("use_sliding_window") is True else 0
     else:

@@ -314,7 +314,7 @@ class Transformer:
 
     @property
     def mlp_matrices(self) -> int:
-        """Number of h x f weight matrices in the MLP: 2 (GeLU/ReLU) or 3 (SwiGLU)."""
+        """Number of h x f weight matrices in the MLP: 2 (GeLU/ReLU) or 3 (gated: SwiGLU, GeGLU)."""
         return 3 if self.gated else 2
 
     @property

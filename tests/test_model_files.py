@@ -346,3 +346,13 @@ def test_a_dense_head_size_other_than_hidden_over_heads_is_read():
         ref = evaluate_row(model, cluster, table.row(i))
         for key in ("step_time_s", "mem_total_bytes", "tokens_per_s", "mfu"):
             assert vec[key][i] == pytest.approx(ref[key], rel=1e-9), (i, key)
+
+
+def test_a_qwen_config_without_max_window_layers_takes_the_class_default():
+    """Qwen2Config's max_window_layers defaults to 28: a 28-layer config that turns the window on without saying from
+    which layer has none windowed; a 32-layer one, its last 4."""
+    data = {**json.loads((DATA / "qwen2.5-7b.config.json").read_text()), "use_sliding_window": True,
+            "sliding_window": 4096}
+    data.pop("max_window_layers", None)
+    assert from_hf_config(data, "x").sliding_window is None
+    assert from_hf_config({**data, "num_hidden_layers": 32}, "x").window_layers == 4
