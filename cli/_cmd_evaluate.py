@@ -281,13 +281,17 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
             "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "memory": memory_entry(m),
-            "stages": stages, "goodput": g}
+            "stages": stages, "goodput": g,
+            "sliding_window": ({"window": model.sliding_window, "layers": model.windowed_layers}
+                               if model.windowed_layers else None)}
 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
     s, m = rep["strategy"], rep["metrics"]
+    sw = rep.get("sliding_window")
     lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']}, {rep['nodes']} nodes of {rep['gpus_per_node']}), "
-             f"framework {rep['framework']}",
+             f"framework {rep['framework']}"
+             + (f"; a sliding window of {sw['window']:,} keys on {sw['layers']} layers" if sw else ""),
              "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
     if not m["feasible"]:
         lines.append(f"INFEASIBLE: {m['reason']}")

@@ -217,3 +217,19 @@ def test_a_gelu_gated_mlp_prices_as_swiglu():
         assert a["feasible"].any()
         ref = evaluate_row(g2, cluster, table.row(0), framework=fw)
         assert a["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
+
+
+def test_evaluate_says_what_window_it_priced(capsys):
+    """gpt-oss-120b: 18 of its 36 layers within 128 keys, in the first line and under --json; a model whose window
+    covers its sequence (Mistral at 4,096 tokens would) and one without a window say none."""
+    from cli import main
+
+    args = ["evaluate", "--model", "gpt-oss-120b", "--cluster", "h100x64", "--tp", "1", "--pp", "4", "--ep", "8",
+            "--global-batch", "1280"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("; a sliding window of 128 keys on 18 layers")
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sliding_window"] == {"window": 128, "layers": 18}
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--global-batch", "8",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sliding_window"] is None
