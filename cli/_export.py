@@ -50,6 +50,8 @@ import shlex
 
 from costmodel import Cluster, InputError, Transformer
 from costmodel._codes import RECOMPUTE_MODULES, module_code, module_names
+from costmodel._frameworks import framework_preset
+from costmodel._layer_compute import cp_by_all_to_all
 
 MEGATRON_VERSION = "Megatron-LM core_v0.15.0 (0d7e02bd26), megatron/training/arguments.py"
 TORCHTITAN_VERSION = "torchtitan v0.2.2 (73a0e6979d), torchtitan/config/job_config.py (TOML job configs)"
@@ -429,7 +431,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     a += _megatron_moe(plan, model, profile, recompute)
     a += ["--tensor-model-parallel-size", plan["tp"], "--pipeline-model-parallel-size", p,
           "--context-parallel-size", plan["cp"]]
-    if plan["cp"] > 1 and model.windowed_layers:  # Transformer Engine runs a window over its all-to-all exchange only
+    if plan["cp"] > 1 and cp_by_all_to_all(framework_preset(profile), model):  # the exchange the plan was priced with
         a += ["--cp-comm-type", "a2a"]
     if plan["sequence_parallel"]:
         a += ["--sequence-parallel"]

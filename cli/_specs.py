@@ -23,9 +23,9 @@ from costmodel import (
 )
 from costmodel._feasibility import interleaving_runs
 from costmodel._files import read_text
-from costmodel._layer_compute import cp_by_all_to_all
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
+from costmodel._layer_compute import cp_by_all_to_all
 from costmodel._pipeline_terms import SCHED
 from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
 
@@ -62,8 +62,7 @@ def load_model(word: str, seq_len=None) -> Transformer:
         model = model_preset(word)
     else:
         model = model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
-    model = model if seq_len is None else with_seq_len(model, seq_len)
-    return model
+    return model if seq_len is None else with_seq_len(model, seq_len)
 
 
 def with_seq_len(model: Transformer, text) -> Transformer:

@@ -204,7 +204,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                  "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
                  "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
                                     + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
-    if te_ring and cp_by_all_to_all(fw, model):  # its all-to-all exchange: a window is not run over the ring
+    if cp_by_all_to_all(fw, model):  # TE's all-to-all exchange: a window is not run over its ring
         terms = te_a2a_terms(model, terms, t, byte_s)
     elif te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
         terms = te_ring_terms(model, terms, t, byte_s)
