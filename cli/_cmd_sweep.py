@@ -289,9 +289,7 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             try:
                 _run_engine(rd, args)
             except KeyboardInterrupt:
-                interrupted = True
-                print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
-                      file=sys.stderr)
+                interrupted = True  # its line comes last, once Ray has stopped (see finally)
                 return 130
             bad = _summary_or_unreadable(rd, args.top, last=again)
             if not bad:
@@ -299,9 +297,11 @@ def execute(rd: RunDir, args: argparse.Namespace, *, resumed: bool) -> int:
             rd.damaged = bad  # moved aside by the engine's next pass, which recomputes them
     finally:
         if started:
-            shutdown_ray()
+            shutdown_ray(quiet=interrupted)
         if interrupted:  # a worker stopped mid-write leaves its hidden temporary: its writer is gone now
             rd.remove_temporaries()
+            print(f"\ninterrupted: what is written stays; continue with `plansweep resume {rd.path}`",
+                  file=sys.stderr)
     return 0
 
 

@@ -305,10 +305,12 @@ def get_unless_lost(ref, *, may_resend: bool):
         raise
 
 
-def shutdown_ray() -> None:
+def shutdown_ray(*, quiet: bool = False) -> None:
     """ray.shutdown(), with SIGINT ignored while it runs: a Ctrl-C reaches every process of the
     terminal's process group, and a second one arriving while Ray stops its workers would end
-    the shutdown (and the command) in a traceback."""
+    the shutdown (and the command) in a traceback. With ``quiet`` (after an interrupt) what Ray's
+    C++ core writes to stderr meanwhile is dropped: its lines about the tasks the interrupt
+    stopped ('Failed to push error to driver ...') would follow the command's own one line."""
     import signal
 
     import ray
@@ -321,7 +323,10 @@ def shutdown_ray() -> None:
     except ValueError:  # not the main thread: signals are not ours to set
         previous = None
     try:
-        ray.shutdown()
+        with _stderr_held() as held:
+            if quiet:
+                held.drop()
+            ray.shutdown()
         _EMBEDDED.clear()
     finally:
         if previous is not None:
