@@ -283,15 +283,18 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
             "memory": memory_entry(m),
             "stages": stages, "goodput": g,
             "sliding_window": ({"window": model.sliding_window, "layers": model.windowed_layers}
-                               if model.windowed_layers else None)}
+                               if model.windowed_layers and model.sliding_window else None),
+            "attention_chunk": ({"chunk": model.attention_chunk, "layers": model.windowed_layers}
+                                if model.windowed_layers and model.attention_chunk else None)}
 
 
 def format_report(rep: dict, hbm_bytes: float) -> str:
     s, m = rep["strategy"], rep["metrics"]
-    sw = rep.get("sliding_window")
+    sw, ch = rep.get("sliding_window"), rep.get("attention_chunk")
     lines = [f"{rep['model']} on {rep['cluster']} ({rep['gpu']}, {rep['nodes']} nodes of {rep['gpus_per_node']}), "
              f"framework {rep['framework']}"
-             + (f"; a sliding window of {sw['window']:,} keys on {sw['layers']} layers" if sw else ""),
+             + (f"; a sliding window of {sw['window']:,} keys on {sw['layers']} layers" if sw else "")
+             + (f"; attention in chunks of {ch['chunk']:,} tokens on {ch['layers']} layers" if ch else ""),
              "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
     if not m["feasible"]:
         lines.append(f"INFEASIBLE: {m['reason']}")

@@ -113,6 +113,9 @@ def _model_kind(model: Transformer, plan: dict, framework: str) -> None:
     # evaluate refuses these first (reason ep_invalid); a plan read from elsewhere meets them here
     if not model.is_moe and (plan["ep"], plan["etp"]) != (1, 1):
         raise InputError("ep", f"ep = etp = 1 for the dense model {model.name}", f"ep={plan['ep']}, etp={plan['etp']}")
+    if model.windowed_layers and model.attention_chunk is not None:  # (Megatron-Bridge's Llama 4 provider has them)
+        raise InputError("model.attention_chunk", f"none, or at least the sequence's {model.seq_len:,} tokens "
+                         f"({framework}'s model has no chunked attention)", model.attention_chunk)
     if model.windowed_layers and framework != "Megatron-LM":  # (a window covering the sequence restricts nothing)
         raise InputError("model.sliding_window", f"none, or at least the sequence's {model.seq_len:,} tokens "
                          f"({framework}'s model has no sliding-window attention; Megatron-LM's has)",

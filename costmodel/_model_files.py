@@ -32,15 +32,27 @@ HuggingFace families read (``model_type``):
                                    empty); dense layers of intermediate_size; Qwen2-MoE's
                                    shared-expert gate (an h x 1
                                    matrix) is left out with its Q/K/V biases, as for qwen2
-    deepseek_v3, deepseek_v2       n_routed_experts and n_shared_experts of moe_intermediate_size,
-                                   num_experts_per_tok, first_k_dense_replace dense layers of
+    llama4, llama4_text            Llama 4 (llama4: its text_config; the vision encoder is not priced):
+                                   as llama, num_local_experts routed experts and one shared expert
+                                   of intermediate_size, num_experts_per_tok a token, layer i MoE
+                                   when (i + 1) % interleave_moe_layer_step == 0 (moe_layers, when
+                                   given, must say the same), dense layers of intermediate_size_mlp;
+                                   chunked attention (attention_chunk_size) on the layers with
+                                   rotary positions (no_rope_layers, or all but every
+                                   no_rope_layer_interval-th, 4); the QK norms and the attention
+                                   temperature tuning left out
+    deepseek_v3, deepseek_v2,      n_routed_experts and n_shared_experts of moe_intermediate_size,
+    kimi_k2, glm4_moe              num_experts_per_tok, first_k_dense_replace dense layers of
                                    intermediate_size, moe_layer_freq 1, group-limited routing
                                    from n_group / topk_group (none with topk_method "greedy");
                                    multi-head latent attention from kv_lora_rank, q_lora_rank
                                    (null: full-rank Q), qk_nope_head_dim (plansweep's head_dim),
                                    qk_rope_head_dim and v_head_dim; the multi-token-prediction
-                                   layers are not counted
-head_dim is read in every family but the deepseek ones (whose head sizes are MLA's): a head size
+                                   layers are not counted. kimi_k2 (Moonshot AI's Kimi K2) is
+                                   DeepSeek-V3's architecture; glm4_moe (GLM-4.5) has grouped-query
+                                   attention with head_dim instead of MLA, its Q/K/V biases and QK
+                                   norms left out as for qwen2
+head_dim is read in every family but those with MLA (whose head sizes are MLA's): a head size
 other than hidden_size / num_attention_heads (Qwen3's dense and MoE models, Mistral-Nemo) sets
 Transformer.head_dim, Q and the attention output heads x head_dim wide.
 Expert layers are priced by both evaluators; the closed forms (Transformer.num_params,
@@ -117,11 +129,16 @@ from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
-_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
+_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe", "gpt_oss",
+                 "llama4_text")
+# Read with DeepSeek's keys (n_routed_experts, n_shared_experts, first_k_dense_replace, n_group, ...): Moonshot AI's
+# Kimi K2 (DeepSeek-V3's architecture under its own model_type) and Zhipu AI's GLM-4.5 (the same MoE keys, with
+# grouped-query attention in place of MLA).
+_DEEPSEEK_KEYS = ("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe")
 # Gemma's MLPs gate with GELU (GemmaMLP and its successors: gelu_pytorch_tanh on the gate projection), whatever its
 # config's hidden_act says (Gemma 1's reads "gelu"); their embeddings are tied unless the config says otherwise.
 _GEGLU_FAMILIES = ("gemma", "gemma2", "gemma3_text")
-HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES, *_GEGLU_FAMILIES)
+HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES, *_GEGLU_FAMILIES, "llama4")
 _GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES, *_GEGLU_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
                    "gelu_pytorch_tanh": "gelu", "relu": "relu"}
@@ -175,6 +192,13 @@ def _flag(data: dict, key: str, argument: str, default: bool) -> bool:
 def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a HuggingFace config.json of a family in HF_FAMILIES."""
     family = data.get("model_type")
+    if family == "llama4":  # (Llama4ForConditionalGeneration: the language model is its text_config; the vision
+        # encoder is not priced)
+        text = data.get("text_config")
+        if not isinstance(text, dict):
+            raise InputError(f"{argument} text_config", "the language model's config (model_type llama4)", text)
+        data, family = text, "llama4_text"
+        argument = f"{argument} text_config"
     if family not in HF_FAMILIES:
         raise InputError(f"{argument} model_type", "one of " + ", ".join(HF_FAMILIES), family)
     moe = [k for k in _MOE_KEYS if data.get(k)]
@@ -204,12 +228,14 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         act = data.get("hidden_act", "silu" if gated else "gelu")
         if family in _GEGLU_FAMILIES:  # (Gemma 2 and 3 name it hidden_activation too)
             act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
+    if family == "llama4_text":  # dense layers of intermediate_size_mlp (the experts' is intermediate_size)
+        fields["ffn_hidden"] = _get(data, "intermediate_size_mlp", argument)
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
     if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias)
         fields["bias"] = True
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
-    if head_dim is not None and not family.startswith("deepseek") and head_dim * heads != hidden:
+    if head_dim is not None and "kv_lora_rank" not in fields and head_dim * heads != hidden:
         fields["head_dim"] = head_dim  # (DeepSeek's head sizes are MLA's: _hf_moe_fields)
     if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
@@ -220,8 +246,35 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         activation = "geglu"
     elif family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
+    if family == "llama4_text":
+        chunk, chunked = _hf_chunks(data, fields["layers"], argument)
+        return Transformer(name=name, activation=activation, attention_chunk=chunk, window_layers=chunked, **fields)
     window, windowed = _hf_window(data, family, fields["layers"], argument)
     return Transformer(name=name, activation=activation, sliding_window=window, window_layers=windowed, **fields)
+
+
+def _hf_chunks(data: dict, layers: int, argument: str) -> tuple[int | None, int | None]:
+    """Llama 4's chunked attention: (attention_chunk_size, how many layers take it; None: all), or (None, None)
+    without a chunk size. Llama4TextConfig: a layer uses rotary positions where no_rope_layers[i] is 1 (by default
+    unless (i + 1) % no_rope_layer_interval == 0, an interval of 4), and Llama4TextDecoderLayer takes the chunked
+    mask exactly on those layers; the others attend over the whole sequence."""
+    chunk = data.get("attention_chunk_size")
+    if chunk is None:
+        return None, None
+    if not (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1):
+        raise InputError(f"{argument} attention_chunk_size", "an integer >= 1 or null", chunk)
+    rope = data.get("no_rope_layers")
+    if rope:
+        if not (isinstance(rope, list) and len(rope) == layers and all(v in (0, 1) for v in rope)):
+            raise InputError(f"{argument} no_rope_layers", f"a list of num_hidden_layers={layers} values 0 or 1",
+                             rope)
+        chunked = sum(rope)
+    else:
+        interval = data.get("no_rope_layer_interval", 4)
+        if not (isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1):
+            raise InputError(f"{argument} no_rope_layer_interval", "an integer >= 1", interval)
+        chunked = layers - layers // interval
+    return chunk, None if chunked == layers else chunked
 
 
 def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int | None, int | None]:
@@ -261,6 +314,18 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     if family in ("mixtral", "gpt_oss"):
         return dict(experts=_get(data, "num_local_experts", argument),
                     experts_per_token=_get(data, "num_experts_per_tok", argument))
+    if family == "llama4_text":  # Llama4TextConfig: layer i MoE when i is in moe_layers, by default every
+        # interleave_moe_layer_step-th from step - 1 (the decoder_sparse_step rule); each MoE layer one shared expert
+        # beside the routed ones, both of intermediate_size (Llama4TextMoe)
+        step = _get(data, "interleave_moe_layer_step", argument, default=1)
+        listed = data.get("moe_layers")
+        if listed is not None and listed != list(range(step - 1, layers, step)):
+            raise InputError(f"{argument} moe_layers", f"every interleave_moe_layer_step={step}-th layer from "
+                             f"layer {step - 1} (or null)", listed)
+        return dict(experts=_get(data, "num_local_experts", argument),
+                    experts_per_token=_get(data, "num_experts_per_tok", argument),
+                    expert_ffn_hidden=_get(data, "intermediate_size", argument), shared_experts=1,
+                    moe_layer_freq=step)
     if family in ("qwen2_moe", "qwen3_moe"):
         step = _get(data, "decoder_sparse_step", argument, default=1)
         mlp_only = data.get("mlp_only_layers") or []
@@ -276,7 +341,8 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
                     expert_ffn_hidden=_get(data, "moe_intermediate_size", argument),
                     shared_experts=1 if shared else 0, shared_expert_ffn_hidden=shared or None,
                     dense_layers=first, moe_layer_freq=step)
-    # deepseek_v3, deepseek_v2: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+    # deepseek_v3, deepseek_v2, kimi_k2, glm4_moe: layer i is MoE when i >= first_k_dense_replace and
+    # i % moe_layer_freq == 0
     freq = _get(data, "moe_layer_freq", argument, default=1)
     if freq != 1:
         raise InputError(f"{argument} moe_layer_freq", "1 (every layer after the first_k_dense_replace is MoE)", freq)

@@ -36,7 +36,7 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
 # and the sliding window's, without one.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None,
-                    "window_layers": None}
+                    "window_layers": None, "attention_chunk": None}
 # The key tile edge of the fused attention kernels (FlashAttention-2's and cuDNN's 128-row blocks): a kernel skips the
 # key tiles wholly outside its mask, a causal one those above the diagonal, a sliding window's those left of the band
 # too (flash-attention v2.6 csrc/flash_attn/src/flash_fwd_kernel.h: n_block_min from window_size_left).
@@ -69,6 +69,11 @@ class Transformer:
     most that many keys, its own and those before it (HuggingFace's sliding_window; Mistral-7B-v0.1 every layer,
     gpt-oss every other). A window at least as long as the sequence restricts nothing. The layers are priced alike,
     so the windowed layers' share is spread over every stage (attention_span, attention_time_share).
+    ``attention_chunk`` (None: none; not with a sliding window): chunked attention (Llama 4's, HuggingFace's
+    attention_chunk_size): on ``window_layers`` of the layers (None: all) the sequence is cut into chunks of that
+    many tokens and a query attends to the keys of its own chunk up to itself (Llama 4: every layer but each fourth,
+    whose attention is global and without rotary positions). Priced as the window is, over the chunks' pairs and
+    tiles.
     """
 
     name: str
@@ -102,6 +107,7 @@ class Transformer:
     router_group_topk: int = 1
     sliding_window: int | None = None
     window_layers: int | None = None
+    attention_chunk: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -121,11 +127,17 @@ class Transformer:
         w = self.sliding_window
         if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= 1):
             raise InputError("model.sliding_window", "an integer >= 1 (or null: no window)", w)
+        c = self.attention_chunk
+        if c is not None and not (isinstance(c, int) and not isinstance(c, bool) and c >= 1):
+            raise InputError("model.attention_chunk", "an integer >= 1 (or null: no chunked attention)", c)
+        if c is not None and w is not None:
+            raise InputError("model.attention_chunk", "null with a sliding_window (a layer's attention is windowed "
+                             "or chunked, not both)", c)
         n = self.window_layers
         if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= self.layers):
             raise InputError("model.window_layers", f"an integer in [0, layers={self.layers}] (or null: all)", n)
-        if n is not None and w is None:
-            raise InputError("model.window_layers", "null without a sliding_window", n)
+        if n is not None and w is None and c is None:
+            raise InputError("model.window_layers", "null without a sliding_window or an attention_chunk", n)
         if self.activation not in ACTIVATIONS:
             raise InputError("model.activation", f"one of {ACTIVATIONS}", self.activation)
         if self.norm not in NORMS:
@@ -149,8 +161,9 @@ class Transformer:
 
     @property
     def windowed_layers(self) -> int:
-        """Layers whose attention the sliding window restricts: none without one or where it covers the sequence."""
-        w = self.sliding_window
+        """Layers whose attention a sliding window or chunks restrict: none without either, or where the window or
+        the chunk covers the sequence."""
+        w = self.sliding_window if self.attention_chunk is None else self.attention_chunk
         if w is None or w >= self.seq_len:
             return 0
         return self.layers if self.window_layers is None else self.window_layers
@@ -160,12 +173,19 @@ class Transformer:
         """Keys a query's attention scores are counted over, per layer on average, in the full-square convention the
         FLOP counts use (Korthikanti Eq. 7: s keys a query): s on a full layer, s x (pairs in the window / pairs in
         the causal triangle) on a windowed one, the window's pairs sum_i min(i, w) = w s - w (w - 1) / 2 against s (s
-        + 1) / 2; s exactly without a window."""
+        + 1) / 2; on a chunked one, s = q c + r, the chunks' triangles q c (c + 1) / 2 + r (r + 1) / 2; s exactly
+        without either."""
         s, n = self.seq_len, self.windowed_layers
         if not n:
             return float(s)
-        w = self.sliding_window
-        share = (w * s - w * (w - 1) / 2.0) / (s * (s + 1) / 2.0)
+        if self.attention_chunk is not None:
+            c = self.attention_chunk
+            q, r = divmod(s, c)
+            pairs = q * c * (c + 1) / 2.0 + r * (r + 1) / 2.0
+        else:
+            w = self.sliding_window
+            pairs = w * s - w * (w - 1) / 2.0
+        share = pairs / (s * (s + 1) / 2.0)
         return s * (1.0 - n / self.layers + n / self.layers * share)
 
     @property
@@ -174,14 +194,23 @@ class Transformer:
         layer's kernel runs the key tiles of ATTENTION_TILE x ATTENTION_TILE that meet its band (the rest skipped,
         ATTENTION_TILE's note) against the causal kernel's tiles meeting the triangle, each at the causal kernel's
         per-tile rate. With m = ceil(s / T) query tiles and n = ceil((w - 1) / T), query tile k meets key tiles
-        max(0, k - n) .. k: min(k, n) + 1 of them, against k + 1; 1 exactly without a window."""
+        max(0, k - n) .. k: min(k, n) + 1 of them, against k + 1. A chunked layer's kernel runs each chunk as a
+        sequence of its own (Megatron-Bridge's Llama 4 reshapes the chunks into the batch, llama4_utils.chunkify):
+        q chunks of c tokens and one of r, each a causal triangle of ceil(c / T) or ceil(r / T) tiles a side. 1
+        exactly without either."""
         n_w = self.windowed_layers
         if not n_w:
             return 1.0
         t = ATTENTION_TILE
-        m, n = -(-self.seq_len // t), -(-(self.sliding_window - 1) // t)
-        k0 = min(n, m)  # tiles k < n meet all k + 1 key tiles before them
-        band = k0 * (k0 + 1) // 2 + (m - k0) * (n + 1)
+        m = -(-self.seq_len // t)
+        if self.attention_chunk is not None:
+            q, r = divmod(self.seq_len, self.attention_chunk)
+            mc, mr = -(-self.attention_chunk // t), -(-r // t)
+            band = q * (mc * (mc + 1) // 2) + mr * (mr + 1) // 2
+        else:
+            n = -(-(self.sliding_window - 1) // t)
+            k0 = min(n, m)  # tiles k < n meet all k + 1 key tiles before them
+            band = k0 * (k0 + 1) // 2 + (m - k0) * (n + 1)
         share = band / (m * (m + 1) // 2)
         return 1.0 - n_w / self.layers + n_w / self.layers * share
 
@@ -473,7 +502,7 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int):
 
 
 def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq: int, vocab: int, **moe):
-    """A SwiGLU / RMSNorm / rotary / untied-head MoE transformer (all four MoE presets are)."""
+    """A SwiGLU / RMSNorm / rotary / untied-head MoE transformer (the MoE presets but gpt-oss-120b are)."""
     return Transformer(
         name=name, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads, kv_heads=kv, seq_len=seq,
         vocab=vocab, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
@@ -526,6 +555,17 @@ MODEL_PRESETS: dict[str, Transformer] = {
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
         experts=128, experts_per_token=4, sliding_window=128, window_layers=18,
     ),
+    # Llama 4: meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E config.json text_config (48 layers,
+    # hidden 5120, 40 query heads of 128, 8 KV heads, vocab 202048, untied; 16 / 128 routed experts of ffn 8192, one a
+    # token, beside one shared expert of 8192; Scout MoE on every layer, Maverick on every other from the second with
+    # dense layers of ffn 16384; chunks of 8,192 tokens on the 36 layers with rotary positions). Meta's model card:
+    # 109B / 400B total (with the vision encoder, not counted here), 17B active. Meta publishes no pre-training length:
+    # 8,192 tokens, the chunk, at which every layer's attention is causal (--seq-len trains longer).
+    "llama4-scout": _moe("llama4-scout", 48, 5120, 16384, 40, 8, 8192, 202048, experts=16,
+                         shared_experts=1, expert_ffn_hidden=8192, attention_chunk=8192, window_layers=36),
+    "llama4-maverick": _moe("llama4-maverick", 48, 5120, 16384, 40, 8, 8192, 202048, experts=128,
+                            shared_experts=1, expert_ffn_hidden=8192, moe_layer_freq=2, attention_chunk=8192,
+                            window_layers=36),
     "mlp-64x8192": Transformer(
         name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,

@@ -70,6 +70,18 @@ GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 1024, "num_attention_heads": 
 GEMMA2 = {"model_type": "gemma2", "hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 4,
           "head_dim": 256, "num_hidden_layers": 4, "intermediate_size": 2816, "max_position_embeddings": 1024,
           "vocab_size": 32000, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 256}
+# chunked attention: Llama 4's nested config shape (MoE on every other layer, chunks on 3 of 4 layers), GLM-4.5's
+LLAMA4 = {"model_type": "llama4", "text_config": {
+    "model_type": "llama4_text", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+    "head_dim": 64, "num_hidden_layers": 4, "intermediate_size": 1024, "intermediate_size_mlp": 2048,
+    "max_position_embeddings": 1024, "vocab_size": 32000, "hidden_act": "silu", "num_local_experts": 8,
+    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 256,
+    "no_rope_layers": [1, 1, 1, 0]}}
+GLM4_MOE = {"model_type": "glm4_moe", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "head_dim": 128, "num_hidden_layers": 4, "intermediate_size": 2048, "max_position_embeddings": 1024,
+            "vocab_size": 32000, "hidden_act": "silu", "n_routed_experts": 8, "n_shared_experts": 1,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 512, "first_k_dense_replace": 1, "n_group": 1,
+            "topk_group": 1}
 CLUSTER = {"gpu": "h100", "num_gpus": 16, "gpus_per_node": 8, "scaleup_GBps": 450, "scaleout_GBps": 50,
            "name": "fuzzed"}
 HETERO_CLUSTER = {"name": "mixed", "pools": [
@@ -151,6 +163,8 @@ FORMATS: dict[str, Format] = {
     "model-window.json": _model(PLANSWEEP_WINDOW, ".json", 40),
     "hf-gpt-oss": _model(GPT_OSS, ".json", 40),
     "hf-gemma2": _model(GEMMA2, ".json", 40),
+    "hf-llama4": _model(LLAMA4, ".json", 40),
+    "hf-glm4-moe": _model(GLM4_MOE, ".json", 40),
     "calculon-model": _model(_read(MODELS / "megatron-22B.calculon.json"), ".json", 70, EVAL_MODEL_TP8),
     "cluster.json": Format(CLUSTER, ".json", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 80),
     "cluster.yaml": Format(CLUSTER, ".yaml", lambda p, o: ["evaluate", "--cluster", p, *EVAL_ON_CLUSTER], 70),
