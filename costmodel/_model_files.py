@@ -4,9 +4,14 @@ tells the model files apart by their keys (``is_calculon_system`` and ``is_calcu
 others); nothing here needs ``transformers``.
 
 HuggingFace families read (``model_type``):
-    llama, mistral, qwen2, qwen3   gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
-                                   biases counted (Qwen2's Q/K/V biases are 0.01% of its
-                                   parameters and are left out), GQA from num_key_value_heads
+    llama, mistral, qwen2, qwen3,  gated SiLU MLP (SwiGLU), RMSNorm, rotary positions, no
+    olmo, olmo2, granite,          biases counted (Qwen2's Q/K/V biases are 0.01% of its
+    internlm2, phi3                parameters and are left out), GQA from num_key_value_heads;
+                                   OLMo 2's QK norms and Granite's multipliers left out; Phi-3's
+                                   fused qkv_proj and gate_up_proj are the same matrices
+    starcoder2                     GeLU MLP, LayerNorm, biases where use_bias (the default)
+    nemotron                       squared-ReLU MLP (relu2: two matrices, priced as relu),
+                                   LayerNorm, biases where attention_bias or mlp_bias
     gemma, gemma2, gemma3_text     a GELU-gated MLP (geglu, whatever hidden_act says: Gemma 1's reads
                                    gelu), RMSNorm, no biases, rotary positions, head_dim, embeddings
                                    tied unless tie_word_embeddings is false; Gemma 2's window on every
@@ -21,9 +26,9 @@ HuggingFace families read (``model_type``):
                                    Q, K, V, the output and the experts counted (attention_bias), the
                                    head size from head_dim and the window from layer_types; its
                                    attention sinks (a logit a head) and the router's bias left out
-    mixtral                        as mistral; num_local_experts routed experts of
-                                   intermediate_size, num_experts_per_tok per token, every
-                                   layer MoE (Mistral AI's Mixtral-8x7B-v0.1 config.json)
+    mixtral, granitemoe, olmoe     as mistral; num_local_experts (OLMoE: num_experts) routed
+                                   experts of intermediate_size, num_experts_per_tok per token,
+                                   every layer MoE (Mistral AI's Mixtral-8x7B-v0.1 config.json)
     qwen2_moe, qwen3_moe           as qwen2 / qwen3; num_experts of moe_intermediate_size,
                                    num_experts_per_tok, one shared expert of
                                    shared_expert_intermediate_size (qwen2_moe), layer i MoE when
@@ -61,8 +66,8 @@ Sequence length is max_position_embeddings (n_positions for GPT-2): the length t
 built for; --seq-len (or a plansweep model file) trains at another. Sliding-window attention is read
 as Transformer.sliding_window and window_layers (how many layers take it; None: all): mistral's and
 mixtral's sliding_window (null: none) on every layer; the qwen families' where use_sliding_window is
-true, on the layers from max_window_layers on; any family's where layer_types names
-"sliding_attention" layers, on those. A config that plansweep cannot
+true, on the layers from max_window_layers on; phi3's and starcoder2's on every layer; any
+family's where layer_types names "sliding_attention" layers, on those. A config that plansweep cannot
 price as it is (MoE keys in a dense family) is refused with the key that says so.
 
 Calculon (calculon-ai/calculon, models/*.json): hidden, feedforward, seq_size, attn_heads,
@@ -129,19 +134,23 @@ from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import Transformer
 
-_MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe", "gpt_oss",
-                 "llama4_text")
-# Read with DeepSeek's keys (n_routed_experts, n_shared_experts, first_k_dense_replace, n_group, ...): Moonshot AI's
-# Kimi K2 (DeepSeek-V3's architecture under its own model_type) and Zhipu AI's GLM-4.5 (the same MoE keys, with
-# grouped-query attention in place of MLA).
-_DEEPSEEK_KEYS = ("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe")
+# Routed experts of intermediate_size, every layer MoE, none shared (Mixtral's shape; OLMoE names the count num_experts)
+_MIXTRAL_SHAPED = ("mixtral", "gpt_oss", "olmoe", "granitemoe")
+_MOE_FAMILIES = ("qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe", "llama4_text",
+                 *_MIXTRAL_SHAPED)
+# Llama's layer under other names (gated SiLU MLP, RMSNorm, no biases, rotary positions): OLMo and OLMo 2, IBM's
+# Granite, InternLM2, and Phi-3 / Phi-4 (their fused qkv_proj and gate_up_proj hold the same matrices); the QK norms
+# (OLMo 2) and Granite's scalar multipliers change no shape.
+_LLAMA_SHAPED = ("olmo", "olmo2", "granite", "internlm2", "phi3")
 # Gemma's MLPs gate with GELU (GemmaMLP and its successors: gelu_pytorch_tanh on the gate projection), whatever its
 # config's hidden_act says (Gemma 1's reads "gelu"); their embeddings are tied unless the config says otherwise.
 _GEGLU_FAMILIES = ("gemma", "gemma2", "gemma3_text")
-HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt2", *_MOE_FAMILIES, *_GEGLU_FAMILIES, "llama4")
-_GATED = ("llama", "mistral", "qwen2", "qwen3", *_MOE_FAMILIES, *_GEGLU_FAMILIES)
+HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, "gpt_neox", "gpt2", "starcoder2", "nemotron",
+               *_MOE_FAMILIES, *_GEGLU_FAMILIES, "llama4")
+_GATED = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, *_MOE_FAMILIES, *_GEGLU_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
-                   "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+                   "gelu_pytorch_tanh": "gelu", "relu": "relu", "relu2": "relu"}  # (relu2, Nemotron's squared ReLU:
+# the same two matrices and one element-wise pass as relu)
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 CALCULON_KEYS = ("hidden", "feedforward", "seq_size", "attn_heads", "attn_size", "num_blocks")
 CALCULON_VOCAB = 51200  # Megatron-LM's GPT vocabulary padded to a multiple of 128 x 8
@@ -230,6 +239,10 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
             act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
     if family == "llama4_text":  # dense layers of intermediate_size_mlp (the experts' is intermediate_size)
         fields["ffn_hidden"] = _get(data, "intermediate_size_mlp", argument)
+    if family == "nemotron":  # NemotronConfig: attention_bias and mlp_bias, false by default
+        fields["bias"] = bool(data.get("attention_bias") or data.get("mlp_bias"))
+    elif family == "starcoder2":  # Starcoder2Config.use_bias, true by default: every linear and norm with its bias
+        fields["bias"] = _flag(data, "use_bias", argument, True)
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
     if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias)
         fields["bias"] = True
@@ -283,10 +296,11 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     types = data.get("layer_types")
     if isinstance(types, list):
         windowed = sum(t == "sliding_attention" for t in types)
-    elif family in ("mistral", "mixtral"):
+    elif family in ("mistral", "mixtral", "phi3", "starcoder2"):  # (every layer: their attention passes the config's
+        # sliding_window whatever the layer)
         windowed = layers
-    elif family in ("gemma2", "gemma3_text"):  # (Gemma2Config / Gemma3TextConfig: layer i slides unless (i + 1) % p == 0,
-        # p = 2, or Gemma 3's sliding_window_pattern, 6 by default)
+    elif family in ("gemma2", "gemma3_text"):  # (Gemma2Config / Gemma3TextConfig: layer i slides unless
+        # (i + 1) % p == 0, p = 2, or Gemma 3's sliding_window_pattern, 6 by default)
         p = 2 if family == "gemma2" else data.get("sliding_window_pattern", 6)
         if not (isinstance(p, int) and not isinstance(p, bool) and p >= 1):
             raise InputError(f"{argument} sliding_window_pattern", "an integer >= 1", p)
@@ -311,9 +325,9 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
 
 def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     """Transformer's MoE fields from the config of a family in _MOE_FAMILIES (module docstring)."""
-    if family in ("mixtral", "gpt_oss"):
-        return dict(experts=_get(data, "num_local_experts", argument),
-                    experts_per_token=_get(data, "num_experts_per_tok", argument))
+    if family in _MIXTRAL_SHAPED:
+        key = "num_experts" if family == "olmoe" else "num_local_experts"
+        return dict(experts=_get(data, key, argument), experts_per_token=_get(data, "num_experts_per_tok", argument))
     if family == "llama4_text":  # Llama4TextConfig: layer i MoE when i is in moe_layers, by default every
         # interleave_moe_layer_step-th from step - 1 (the decoder_sparse_step rule); each MoE layer one shared expert
         # beside the routed ones, both of intermediate_size (Llama4TextMoe)

@@ -179,8 +179,9 @@ def test_evaluate_says_what_chunks_it_priced_and_export_refuses_them(tmp_path, c
     assert main([*args[:3], *args[5:], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["attention_chunk"] is None
     out = tmp_path / "plan.sh"
-    assert main(["export", "--framework", "megatron", "--model", "llama4-maverick", "--seq-len", "32768", "--cluster", "h100x1024", "--tp", "8",
-                 "--pp", "8", "--ep", "8", "--global-batch", "512", "--zero-stage", "1", "--out", str(out)]) == 2
+    assert main(["export", "--framework", "megatron", "--model", "llama4-maverick", "--seq-len", "32768",
+                 "--cluster", "h100x1024", "--tp", "8", "--pp", "8", "--ep", "8", "--global-batch", "512",
+                 "--zero-stage", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.attention_chunk: expected none, or at least the sequence's 32,768" in err
     assert not out.exists()
