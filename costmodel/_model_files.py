@@ -12,8 +12,10 @@ HuggingFace families read (``model_type``):
     starcoder2                     GeLU MLP, LayerNorm, biases where use_bias (the default)
     nemotron                       squared-ReLU MLP (relu2: two matrices, priced as relu),
                                    LayerNorm, biases where attention_bias or mlp_bias
-    gemma, gemma2, gemma3_text     a GELU-gated MLP (geglu, whatever hidden_act says: Gemma 1's reads
-                                   gelu), RMSNorm, no biases, rotary positions, head_dim, embeddings
+    gemma, gemma2, gemma3_text,    a GELU-gated MLP (geglu, whatever hidden_act says: Gemma 1's reads
+    gemma3                         gelu; gemma3: its text_config, vocab_size and
+                                   max_position_embeddings by Gemma3TextConfig's defaults where it
+                                   leaves them out), RMSNorm, no biases, rotary positions, head_dim, embeddings
                                    tied unless tie_word_embeddings is false; Gemma 2's window on every
                                    other layer from the first, Gemma 3's on all but every
                                    sliding_window_pattern-th (6); the second pair of norms a layer
@@ -145,8 +147,12 @@ _LLAMA_SHAPED = ("olmo", "olmo2", "granite", "internlm2", "phi3")
 # Gemma's MLPs gate with GELU (GemmaMLP and its successors: gelu_pytorch_tanh on the gate projection), whatever its
 # config's hidden_act says (Gemma 1's reads "gelu"); their embeddings are tied unless the config says otherwise.
 _GEGLU_FAMILIES = ("gemma", "gemma2", "gemma3_text")
+# Multimodal configs whose language model is their text_config, and that text_config's family; Gemma3TextConfig's
+# defaults for what Gemma 3's text_config leaves out (transformers' configuration_gemma3.py).
+_NESTED = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+_NESTED_DEFAULTS = {"gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072}}
 HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, "gpt_neox", "gpt2", "starcoder2", "nemotron",
-               *_MOE_FAMILIES, *_GEGLU_FAMILIES, "llama4")
+               *_MOE_FAMILIES, *_GEGLU_FAMILIES, *_NESTED)
 _GATED = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, *_MOE_FAMILIES, *_GEGLU_FAMILIES)
 _HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
                    "gelu_pytorch_tanh": "gelu", "relu": "relu", "relu2": "relu"}  # (relu2, Nemotron's squared ReLU:
@@ -201,12 +207,12 @@ def _flag(data: dict, key: str, argument: str, default: bool) -> bool:
 def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a HuggingFace config.json of a family in HF_FAMILIES."""
     family = data.get("model_type")
-    if family == "llama4":  # (Llama4ForConditionalGeneration: the language model is its text_config; the vision
-        # encoder is not priced)
+    if family in _NESTED:  # (Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration: the language model is
+        # the text_config; the vision encoder is not priced)
         text = data.get("text_config")
         if not isinstance(text, dict):
-            raise InputError(f"{argument} text_config", "the language model's config (model_type llama4)", text)
-        data, family = text, "llama4_text"
+            raise InputError(f"{argument} text_config", f"the language model's config (model_type {family})", text)
+        data, family = ({**_NESTED_DEFAULTS.get(family, {}), **text}), _NESTED[family]
         argument = f"{argument} text_config"
     if family not in HF_FAMILIES:
         raise InputError(f"{argument} model_type", "one of " + ", ".join(HF_FAMILIES), family)

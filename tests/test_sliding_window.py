@@ -195,6 +195,10 @@ def test_gemma_configs_count_their_reports():
     assert from_hf_config({**GEMMA3_1B, "layer_types": types}, "x").window_layers == 20
     assert from_hf_config({**GEMMA2_9B, "model_type": "gemma", "sliding_window": None, "hidden_activation": None,
                            "hidden_act": "gelu"}, "x").activation == "geglu"  # (Gemma 1's config says gelu)
+    # Gemma 3's multimodal configs (4B and up) hold the language model in text_config, often without its vocabulary
+    nested = {"model_type": "gemma3", "text_config": {k: v for k, v in GEMMA3_1B.items() if k != "vocab_size"},
+              "vision_config": {"model_type": "siglip_vision_model"}}
+    assert from_hf_config(nested, "g3") == dataclasses.replace(g3, name="g3", vocab=262208)
     with pytest.raises(InputError, match="--model hidden_act: expected a GELU \\(the gated MLP of gemma2\\)"):
         from_hf_config({**GEMMA2_9B, "hidden_activation": "silu"}, "x")
 
