@@ -502,7 +502,7 @@ def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int):
 
 
 def _moe(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, seq: int, vocab: int, **moe):
-    """A SwiGLU / RMSNorm / rotary / untied-head MoE transformer (the MoE presets but gpt-oss-120b are)."""
+    """A SwiGLU / RMSNorm / rotary / untied-head transformer (the MoE presets but gpt-oss's, and the Qwen ones)."""
     return Transformer(
         name=name, layers=layers, hidden=hidden, ffn_hidden=ffn, heads=heads, kv_heads=kv, seq_len=seq,
         vocab=vocab, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
@@ -522,6 +522,11 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32, 8),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64, 8),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128, 8),
+    # Qwen3-32B and Qwen2.5-72B: Qwen/Qwen3-32B and Qwen/Qwen2.5-72B config.json (64 layers, hidden 5120, 64 query
+    # heads of 128, 8 KV heads, ffn 25600, vocab 151936; 80 layers, hidden 8192, 64 heads, 8 KV heads, ffn 29568, vocab
+    # 152064; untied), their model cards' 32.8B and 72.7B (Qwen2.5's Q/K/V biases, 0.001%, left out); 4,096 tokens.
+    "qwen3-32b": _moe("qwen3-32b", 64, 5120, 25600, 64, 8, 4096, 151936, head_dim=128),
+    "qwen2.5-72b": _moe("qwen2.5-72b", 80, 8192, 29568, 64, 8, 4096, 152064),
     # Mixtral 8x7B: mistralai/Mixtral-8x7B-v0.1 config.json (hidden 4096, 32 layers, 32 heads, 8 KV heads, ffn 14336,
     # vocab 32000, 8 experts, 2 a token), Jiang et al. 2024, arXiv:2401.04088 (all layers MoE; seq 32768). 46.7B/12.9B.
     "mixtral-8x7b": _moe("mixtral-8x7b", 32, 4096, 14336, 32, 8, 32768, 32000, experts=8, experts_per_token=2),
@@ -561,6 +566,26 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # dense layers of ffn 16384; chunks of 8,192 tokens on the 36 layers with rotary positions). Meta's model card:
     # 109B / 400B total (with the vision encoder, not counted here), 17B active. Meta publishes no pre-training length:
     # 8,192 tokens, the chunk, at which every layer's attention is causal (--seq-len trains longer).
+    # gpt-oss-20b: openai/gpt-oss-20b config.json, gpt-oss-120b's layer with 24 layers and 32 experts (the model card,
+    # arXiv:2508.10925 Table 1: 20.91B, 3.61B active).
+    "gpt-oss-20b": Transformer(
+        name="gpt-oss-20b", layers=24, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
+        vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
+        experts=32, experts_per_token=4, sliding_window=128, window_layers=12,
+    ),
+    # Kimi K2: moonshotai/Kimi-K2-Instruct config.json, DeepSeek-V3's architecture (MLA as DeepSeek-V3's) with 64 heads,
+    # 384 routed experts of 2048 and one shared, 8 a token, no expert groups, the first layer dense (18432), vocab
+    # 163840; its model card: 1T total, 32B activated. GLM-4.5 and GLM-4.5-Air: zai-org's config.json (92 / 46 layers,
+    # hidden 5120 / 4096, 96 query heads of 128 over 8 KV heads, 160 / 128 routed experts of 1536 / 1408 and one shared,
+    # 8 a token, the first 3 / 1 layers dense of 12288 / 10944, vocab 151552); the GLM-4.5 report (arXiv:2508.06471):
+    # 355B / 32B active and 106B / 12B, with the multi-token-prediction layer, which is not counted here. 4,096 tokens.
+    "kimi-k2": _moe("kimi-k2", 61, 7168, 18432, 64, 64, 4096, 163840, experts=384, experts_per_token=8,
+                    shared_experts=1, expert_ffn_hidden=2048, dense_layers=1, head_dim=128, q_lora_rank=1536,
+                    kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
+    "glm-4.5": _moe("glm-4.5", 92, 5120, 12288, 96, 8, 4096, 151552, head_dim=128, experts=160, experts_per_token=8,
+                    shared_experts=1, expert_ffn_hidden=1536, dense_layers=3),
+    "glm-4.5-air": _moe("glm-4.5-air", 46, 4096, 10944, 96, 8, 4096, 151552, head_dim=128, experts=128,
+                        experts_per_token=8, shared_experts=1, expert_ffn_hidden=1408, dense_layers=1),
     "llama4-scout": _moe("llama4-scout", 48, 5120, 16384, 40, 8, 8192, 202048, experts=16,
                          shared_experts=1, expert_ffn_hidden=8192, attention_chunk=8192, window_layers=36),
     "llama4-maverick": _moe("llama4-maverick", 48, 5120, 16384, 40, 8, 8192, 202048, experts=128,

@@ -128,6 +128,15 @@ def test_kimi_k2_and_glm45_configs_count_their_reports():
                + 45 * (129 * 3 * 4096 * 1408 + 4096 * 128) + 93 * 4096)
     assert glm.num_params() == by_hand and round(by_hand / 1e9) == 107
     assert round((glm.active_params() - 2 * 151552 * 4096) / 1e9) == 12
+    # the presets are these configs at 4,096 tokens; GLM-4.5 is the Air's layer, wider (report: 355B with its
+    # multi-token-prediction layer, an MoE layer of about 3.9B, which is not counted)
+    assert dataclasses.replace(k2, name="kimi-k2", seq_len=4096) == model_preset("kimi-k2")
+    assert dataclasses.replace(glm, name="glm-4.5-air", seq_len=4096) == model_preset("glm-4.5-air")
+    big = from_hf_config({**air, "first_k_dense_replace": 3, "hidden_size": 5120, "intermediate_size": 12288,
+                          "moe_intermediate_size": 1536, "n_routed_experts": 160, "num_hidden_layers": 92}, "glm-4.5")
+    assert dataclasses.replace(big, seq_len=4096) == model_preset("glm-4.5")
+    mtp = 161 * 3 * 5120 * 1536 + 5120 * (12288 + 2 * 1024) + 12288 * 5120
+    assert round((big.num_params() + mtp) / 1e9) == 357 and round((big.active_params() - 2 * 151552 * 5120) / 1e9) == 32
 
 
 @pytest.mark.parametrize("framework", ["megatron-core", "fsdp2-compile"])

@@ -5,7 +5,7 @@ hand and against the parameter count its maker publishes."""
 
 import pytest
 
-from costmodel import InputError, from_hf_config
+from costmodel import InputError, from_hf_config, model_preset
 
 PHI4 = {"model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
         "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352, "max_position_embeddings": 16384,
@@ -76,3 +76,16 @@ def test_non_gated_families():
     attention = 18432 * (18432 + 2 * 8 * 192) + 18432 * 18432
     by_hand = 2 * 256000 * 18432 + 96 * (attention + 2 * 18432 * 73728) + (2 * 96 + 1) * 2 * 18432
     assert nem.num_params() == by_hand and round(by_hand / 1e9) == 341
+
+
+def test_dense_and_gpt_oss_presets_count_their_model_cards():
+    """Qwen3-32B's model card: 32.8B, 31.2B without the embedding and head; Qwen2.5-72B's: 72.7B. gpt-oss-20b's
+    (arXiv:2508.10925 Table 1): 20.91B, 3.61B active (the unembedding counted, the embedding not)."""
+    q3 = model_preset("qwen3-32b")
+    assert round(q3.num_params() / 1e9, 1) == 32.8
+    assert round((q3.num_params() - 2 * q3.embedding_params()) / 1e9, 1) == 31.2
+    assert round(model_preset("qwen2.5-72b").num_params() / 1e9, 1) == 72.7
+    oss = model_preset("gpt-oss-20b")
+    assert round(oss.num_params() / 1e9, 2) == 20.91
+    assert round((oss.active_params() - oss.embedding_params()) / 1e9, 2) == 3.61
+    assert (oss.sliding_window, oss.windowed_layers) == (128, 12)
