@@ -207,8 +207,8 @@ def _flag(data: dict, key: str, argument: str, default: bool) -> bool:
 def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a HuggingFace config.json of a family in HF_FAMILIES."""
     family = data.get("model_type")
-    if family in _NESTED:  # (Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration: the language model is
-        # the text_config; the vision encoder is not priced)
+    if isinstance(family, str) and family in _NESTED:  # (Llama4ForConditionalGeneration,
+        # Gemma3ForConditionalGeneration: the language model is the text_config; the vision encoder is not priced)
         text = data.get("text_config")
         if not isinstance(text, dict):
             raise InputError(f"{argument} text_config", f"the language model's config (model_type {family})", text)

@@ -96,6 +96,8 @@ def test_llama4_configs_count_metas_model_card():
         from_hf_config({**MAVERICK, "text_config": {**MAVERICK_TEXT, "moe_layers": [0, 2]}}, "x")
     with pytest.raises(InputError, match="--model text_config: expected the language model's config"):
         from_hf_config({"model_type": "llama4"}, "x")
+    with pytest.raises(InputError, match="--model model_type: expected one of"):  # (not a string: no traceback)
+        from_hf_config({**MAVERICK, "model_type": []}, "x")
 
 
 def test_kimi_k2_and_glm45_configs_count_their_reports():
