@@ -131,8 +131,8 @@ def test_every_preset_model_has_feasible_plans_on_every_preset_cluster_that_hold
             m = evaluate(model, cluster, t.take(fits[:: max(fits.size // 8, 1)]))
             assert np.all(m["feasible"]), f"{name} on {cname}"
             checked += 1
-    # The 9 presets on the 3 clusters of 1024-3072 GPUs (>= 1024 x 83.9 GB = 86 TB; the 1T model's
+    # The 11 dense presets on the 3 clusters of 1024-3072 GPUs (>= 1024 x 83.9 GB = 86 TB; the 1T model's
     # state is 18 TB); on seed000-16 (16 A100s of 81,920 MiB less 2 GB: 1.34 TB usable) the MLP (4.3e9
-    # params: 77 GB), llama3-8b (145 GB) and megatron-22b (397 GB), not llama3-70b (70.6e9 x 18 B =
-    # 1.27 TB, 1.40 TB with the tenth).
-    assert checked == 9 * 3 + 3
+    # params: 77 GB), llama3-8b (145 GB), megatron-22b (397 GB) and qwen3-32b (32.8e9 x 18 B = 590 GB), not
+    # llama3-70b (70.6e9 x 18 B = 1.27 TB, 1.40 TB with the tenth) nor qwen2.5-72b (1.31 TB, 1.44 TB).
+    assert checked == 11 * 3 + 4
