@@ -720,8 +720,12 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
 # dropless (no capacity factor).
 def _torchtitan_model(model: Transformer) -> str:
     if model.is_moe and model.moe_layer_freq != 1:
-        raise InputError("model.moe_layer_freq", "1 (torchtitan v0.2.2's MoE models put experts in every layer "
-                         "after the dense ones)", model.moe_layer_freq)
+        if model.dense_layers or model.head_dim is not None or model.mla:
+            raise InputError("model.moe_layer_freq", "1, or MoE every moe_layer_freq-th layer of a model without "
+                             "leading dense layers, set head size or MLA (torchtitan v0.2.2's llama4 "
+                             "interleave_moe_layer_step)", model.moe_layer_freq)
+        llama4_ffn(model)  # (refused where no llama4 flavor builds its widths)
+        return "llama4"
     if model.capacity_factor != 1.0:
         raise InputError("model.capacity_factor", "1.0 (torchtitan's MoE is dropless: no capacity factor)",
                          model.capacity_factor)
@@ -761,6 +765,24 @@ def llama3_ffn(dim: int, ffn: int) -> dict:
     return {"multiple_of": multiple_of, "ffn_dim_multiplier": m}
 
 
+def llama4_ffn(model: Transformer) -> dict:
+    """torchtitan llama4's multiple_of, ffn_dim_multiplier and auto_scale_hidden_dim that build the model's dense and
+    expert widths (its args have no width field; torchtitan v0.2.2 models/llama4/model/model.py TransformerBlock):
+    the dense FeedForward llama3's (llama3_ffn_width), an expert int(ffn_dim_multiplier int(8 dim / 3)) divided by
+    top_k + num_shared_experts under auto_scale_hidden_dim (not divided without it), rounded up to multiple_of
+    (Llama 4 Maverick: 1024 and 1.2 give 16,384 and 8,192). InputError where none does."""
+    widths = llama3_ffn(model.hidden, model.ffn_hidden)
+    base = int(widths["ffn_dim_multiplier"] * int(2 * (4 * model.hidden) / 3))
+    for auto in (True, False):
+        hidden = int(base / (model.experts_per_token + model.shared_experts)) if auto else base
+        hidden += -hidden % widths["multiple_of"]
+        if hidden == model.expert_ffn and (not model.shared_experts or model.shared_expert_ffn == hidden):
+            return widths | {"auto_scale_hidden_dim": auto}
+    raise InputError("model.expert_ffn_hidden", f"the dense width {model.ffn_hidden} over top-k + shared experts = "
+                     f"{model.experts_per_token + model.shared_experts}, or the dense width itself (torchtitan "
+                     "llama4's expert widths)", model.expert_ffn)
+
+
 def _torchtitan_flavor(model: Transformer) -> str:
     """The flavor's fields in the torchtitan model's own names (a comment line of the TOML)."""
     m = _torchtitan_model(model)
@@ -771,7 +793,13 @@ def _torchtitan_flavor(model: Transformer) -> str:
                        moe_enabled=model.is_moe),
          "deepseek_v3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, inter_dim=model.ffn_hidden,
                              n_dense_layers=model.dense_layers if model.is_moe else model.layers,
-                             vocab_size=model.vocab)}[m]
+                             vocab_size=model.vocab),
+         "llama4": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
+                        vocab_size=model.vocab, interleave_moe_layer_step=model.moe_layer_freq)}[m]
+    if m == "llama4":  # (its widths through multiple_of, the multiplier and the auto-scaling; no moe_inter_dim)
+        return ", ".join(f"{k}={_toml_value(v)}" for k, v in (f | llama4_ffn(model) | {
+            "moe_args.num_experts": model.experts, "moe_args.num_shared_experts": model.shared_experts,
+            "moe_args.top_k": model.experts_per_token}).items())
     if model.mla:  # DeepSeekV3ModelArgs' MLA fields (q_lora_rank 0: full-rank Q)
         f |= {"q_lora_rank": model.q_lora_rank or 0, "kv_lora_rank": model.kv_lora_rank,
               "qk_nope_head_dim": model.head_size, "qk_rope_head_dim": model.qk_rope_head_dim,

@@ -37,7 +37,7 @@ from cli._export import (
     read_back,
     torchtitan_model,
 )
-from costmodel import StrategyTable, evaluate
+from costmodel import InputError, StrategyTable, evaluate, model_preset
 from tests.in_process import UNWRITABLE, cli, one_error_line, unwritable_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +101,8 @@ TORCHTITAN_SCHEDULE_NAMES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "I
 # torchtitan/models/__init__.py's _supported_models at v0.2.2, and the fields of the flavors
 # plansweep names in its comment line: llama3/model/args.py TransformerModelArgs (the ffn width
 # derived from multiple_of and ffn_dim_multiplier), qwen3/model/args.py Qwen3ModelArgs,
-# deepseek_v3/model/args.py DeepSeekV3ModelArgs, and moe/moe.py MoEArgs (num_experts,
-# num_shared_experts, top_k).
+# deepseek_v3/model/args.py DeepSeekV3ModelArgs, llama4/model/args.py TransformerModelArgs, and moe/moe.py
+# MoEArgs (num_experts, num_shared_experts, top_k).
 TORCHTITAN_MODELS = {"deepseek_v3", "flux", "gpt_oss", "llama3", "llama3_ft", "llama4", "qwen3"}
 TORCHTITAN_FLAVOR_FIELDS = {
     "llama3": {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "multiple_of", "ffn_dim_multiplier"},
@@ -110,6 +110,9 @@ TORCHTITAN_FLAVOR_FIELDS = {
               "moe_inter_dim"},
     "deepseek_v3": {"dim", "n_layers", "n_heads", "inter_dim", "n_dense_layers", "vocab_size", "moe_inter_dim",
                     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"},
+    "llama4": {"dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "multiple_of", "ffn_dim_multiplier",
+               "norm_eps", "rope_theta", "max_seq_len", "depth_init", "attn_type", "attn_mask_type",
+               "every_n_layers_nope", "fixed_attn_block_size", "auto_scale_hidden_dim", "interleave_moe_layer_step"},
 }
 TORCHTITAN_MOE_ARGS = {"num_experts", "num_shared_experts", "top_k"}
 TORCHTITAN_CONVERTERS = {"quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx",
@@ -665,6 +668,37 @@ def test_torchtitan_mixtral_worked_example():
         "moe_args_num_experts": 8, "moe_args_num_shared_experts": 0, "moe_args_top_k": 2}
 
 
+def test_torchtitan_llama4_maverick_worked_example():
+    """Llama 4 Maverick (MoE on every other layer) is torchtitan's llama4 model, whose widths come from multiple_of and
+    ffn_dim_multiplier (models/llama4/model/model.py at v0.2.2): dense, int(1.2 x int(2 x 4 x 5,120 / 3)) = int(1.2
+    x 13,653) = 16,383 rounded up to 1,024: 16,384; an expert, auto-scaled over top-k 1 + 1 shared expert, int(16,383
+    / 2) = 8,191 rounded up: 8,192. The same model at 32,768 tokens is chunked: refused in one line."""
+    layout = ["--model", "llama4-maverick", "--cluster", "h100x256", "--tp", "4", "--pp", "4", "--ep", "8",
+              "--sequence-parallel", "--zero-stage", "3", "--global-batch", "256"]
+    out = _cli("export", "--framework", "torchtitan", *layout)
+    assert out.returncode == 0, out.stderr
+    doc = tomllib.loads(out.stdout)
+    assert doc["model"]["name"] == "llama4" and doc["parallelism"]["expert_parallel_degree"] == 8
+    flavor = torchtitan_model(out.stdout)
+    assert flavor == {"model": "llama4", "dim": 5120, "n_layers": 48, "n_heads": 40, "n_kv_heads": 8,
+                      "vocab_size": 202048, "interleave_moe_layer_step": 2, "multiple_of": 1024,
+                      "ffn_dim_multiplier": 1.2, "auto_scale_hidden_dim": True, "moe_args_num_experts": 128,
+                      "moe_args_num_shared_experts": 1, "moe_args_top_k": 1}
+    assert set(flavor) - {"model"} - {k for k in flavor if k.startswith("moe_args_")} <= TORCHTITAN_FLAVOR_FIELDS[
+        "llama4"]
+    dense = 1024 * -(-int(1.2 * int(2 * 4 * 5120 / 3)) // 1024)
+    expert = int(int(1.2 * int(2 * 4 * 5120 / 3)) / 2)
+    assert (dense, expert + -expert % 1024) == (16384, 8192)
+    from cli._export import llama4_ffn
+
+    with pytest.raises(InputError, match="model.expert_ffn_hidden: expected the dense width 16384 over top-k"):
+        llama4_ffn(dataclasses.replace(model_preset("llama4-maverick"), expert_ffn_hidden=4096,
+                                       shared_expert_ffn_hidden=4096))
+    chunked = _cli("export", "--framework", "torchtitan", *layout, "--seq-len", "32768")
+    assert chunked.returncode == 2 and "model.attention_chunk" in chunked.stderr
+    assert chunked.stderr.count("\n") == 1
+
+
 def test_deepspeed_mixtral_worked_example():
     # tp 8 x pp 4: dp = 2, ep 2 = the data-parallel group; 256 / (2 x 1) = 128 micro-batches.
     out = _cli("export", "--framework", "deepspeed", *MIXTRAL, "--tp", "8", "--pp", "4", "--ep", "2",
@@ -724,14 +758,15 @@ def test_writers_refuse_expert_degrees_their_framework_cannot_take(fw):
 
 def test_moe_model_fields_a_framework_cannot_set(tmp_path):
     # A model file with a capacity factor (torchtitan's experts are dropless; Megatron's flex
-    # dispatcher does not pad to capacity) and one with MoE every 2nd layer (torchtitan's models
-    # put experts in every layer after the dense ones).
+    # dispatcher does not pad to capacity) and one with a dense layer, then MoE every 2nd layer
+    # (torchtitan's models put experts in every layer after the dense ones, or, llama4, every n-th
+    # from the first; MoE every 2nd layer alone is llama4's, test_torchtitan_llama4_maverick_worked_example).
     base = dict(name="moe-test", layers=8, hidden=1024, heads=16, kv_heads=4, ffn_hidden=4096, seq_len=2048,
                 vocab=32000, activation="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
                 learned_positions=False, experts=8, experts_per_token=2)
     cases = [("torchtitan", dict(capacity_factor=1.25), "model.capacity_factor"),
              ("megatron-core-deepep", dict(capacity_factor=1.25), "model.capacity_factor"),
-             ("torchtitan", dict(moe_layer_freq=2), "model.moe_layer_freq")]
+             ("torchtitan", dict(moe_layer_freq=2, dense_layers=1), "model.moe_layer_freq")]
     for fw, extra, argument in cases:
         path = tmp_path / "model.json"
         path.write_text(json.dumps(base | extra))
