@@ -199,6 +199,7 @@ MEGATRON_ARGS: dict[str, dict] = {
     "--kv-channels": {"type": int},
     "--window-size": {"type": str},  # (Megatron-LM: tuple_type, "left,right")
     "--window-attn-skip-freq": {"type": int},  # (Megatron-LM: moe_freq_type; plansweep writes an integer)
+    "--no-rope-freq": {"type": int},  # (Megatron-LM: no_rope_freq_type; plansweep writes an integer)
     "--cp-comm-type": {"nargs": "+", "default": ["p2p"]},
     # multi-head latent attention (_add_mla_args)
     "--multi-latent-attention": {"action": "store_true"},
@@ -418,7 +419,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     if model.kv_heads != model.heads:
         a += ["--group-query-attention", "--num-query-groups", model.kv_heads]
     a += ["--seq-length", model.seq_len, "--max-position-embeddings", model.seq_len]
-    a += megatron_window(model)
+    a += megatron_window(model) + megatron_nope(model)
     if model.activation == "swiglu":
         a += ["--swiglu"]
     elif model.activation == "geglu":  # Megatron-LM's one gated GELU, its quick-GELU form (the shape a GeGLU prices)
@@ -525,6 +526,22 @@ def megatron_launch(text: str) -> dict:
     return {"env": env, "world": lw.nnodes * lw.nproc_per_node, "argv": words[words.index(MEGATRON_SCRIPT) + 1:]}
 
 
+def megatron_nope(model: Transformer) -> list:
+    """--no-rope-freq N for a model with chunked attention on some layers (Llama 4): the chunked layers are those with
+    rotary positions, the others attend globally without them (HuggingFace's Llama4TextConfig no_rope_layers), and
+    Megatron-Core's no_rope_freq N leaves every N-th layer (1-based) without them (TransformerConfig: the pattern
+    [0] * (N - 1) + [1], asserting that N divides the layers). Written whatever the sequence (the positions are the
+    model's, its chunks restrict nothing at or below the chunk); a chunked share no N gives is refused."""
+    n, L = model.window_layers, model.layers
+    if model.attention_chunk is None or n is None or n == L:
+        return []
+    freq = [f for f in range(2, L + 1) if L % f == 0 and L - L // f == n]
+    if not freq:
+        raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N dividing {L} "
+                         "(Megatron-LM's --no-rope-freq: every N-th layer without rotary positions)", n)
+    return ["--no-rope-freq", freq[0]]
+
+
 def megatron_model(text: str) -> dict:
     """The model shape a command line written by to_megatron gives Megatron-LM, in plansweep's
     Transformer field names (the shared experts as one total width, as Megatron takes them)."""
@@ -536,6 +553,8 @@ def megatron_model(text: str) -> dict:
     if a.window_size:  # "left,right": the query and its left keys
         f = a.window_attn_skip_freq
         out.update(sliding_window=int(a.window_size.split(",")[0]) + 1, window_layers=None if not f else L - L // f)
+    if a.no_rope_freq:  # the layers with rotary positions: the chunked ones of a chunked model
+        out.update(rope_layers=L - L // a.no_rope_freq)
     if a.multi_latent_attention:
         out.update(head_dim=a.qk_head_dim, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
                    qk_rope_head_dim=a.qk_pos_emb_head_dim, v_head_dim=a.v_head_dim)

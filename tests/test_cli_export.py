@@ -75,6 +75,7 @@ MEGATRON_V0_15_FLAGS = {
     "--ckpt-format": ["torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"],
     # _add_network_size_args (lines 1575, 1578) and _add_distributed_args (line 2706)
     "--window-size": None, "--window-attn-skip-freq": None, "--cp-comm-type": None,
+    "--no-rope-freq": None,  # (_add_network_size_args, line 1610)
     "--quick-geglu": None,  # (_add_network_size_args, line 1648)
 }
 # torchtitan v0.2.2 (commit 73a0e6979d), torchtitan/config/job_config.py: JobConfig's sections
@@ -697,6 +698,25 @@ def test_torchtitan_llama4_maverick_worked_example():
     chunked = _cli("export", "--framework", "torchtitan", *layout, "--seq-len", "32768")
     assert chunked.returncode == 2 and "model.attention_chunk" in chunked.stderr
     assert chunked.stderr.count("\n") == 1
+
+
+def test_megatron_llama4_keeps_its_layers_without_rotary_positions():
+    """Llama 4 Maverick at its 8,192 tokens: every fourth layer without rotary positions (--no-rope-freq 4, Megatron-
+    Core's [0, 0, 0, 1] pattern), MoE on every other layer ([0]*0+([0]*1+[1])*24: --moe-layer-freq's list), one
+    shared expert of 8,192 beside the 128 routed ones of 8,192, dense layers of 16,384."""
+    out = _cli("export", "--framework", "megatron", "--model", "llama4-maverick", "--cluster", "h100x256", "--tp", "4",
+               "--pp", "4", "--ep", "8", "--sequence-parallel", "--zero-stage", "1", "--global-batch", "256")
+    assert out.returncode == 0, out.stderr
+    shape = megatron_model(out.stdout)
+    assert shape["rope_layers"] == 36 and shape["moe_pattern"] == [0, 1] * 24
+    assert (shape["ffn_hidden"], shape["expert_ffn_hidden"], shape["shared_ffn_total"]) == (16384, 8192, 8192)
+    a = megatron_parser().parse_args(_megatron_words(out.stdout))
+    assert a.no_rope_freq == 4 and a.window_size is None
+    from cli._export import megatron_nope
+
+    odd = dataclasses.replace(model_preset("llama4-maverick"), window_layers=30)
+    with pytest.raises(InputError, match="model.window_layers: expected all 48 layers or L - L // N"):
+        megatron_nope(odd)
 
 
 def test_deepspeed_mixtral_worked_example():
