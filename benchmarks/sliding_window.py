@@ -1,8 +1,8 @@
-"""What a sliding window takes off a layer and a step, model by model.
+"""What a sliding window (or Llama 4's chunks) takes off a layer and a step, model by model.
 
     PYTHONPATH=. python3 benchmarks/sliding_window.py
 
-For each model: its window and windowed layers, the fused attention kernel's time against the causal one's
+For each model: its window (or chunk) and the layers it restricts, the fused attention kernel's time against the causal one's
 (Transformer.attention_time_share: the key tiles that meet the band), the attention FLOPs against the causal
 triangle's (attention_span / s), and the best plan `rank` finds on the cluster with the window and without it
 (megatron-core, the default space), with the step time of the windowed model's best plan priced without the window.
@@ -29,6 +29,7 @@ CASES = [  # (model, cluster, global batch)
     (dataclasses.replace(from_hf_config(MISTRAL_7B, "mistral-7b"), seq_len=16384), "h100x64", 512),
     (from_hf_config(GEMMA2_9B, "gemma-2-9b"), "h100x64", 512),
     (model_preset("gpt-oss-120b"), "h100x64", 1280),
+    (dataclasses.replace(model_preset("llama4-maverick"), seq_len=32768), "h100x256", 512),
 ]
 
 
@@ -45,11 +46,12 @@ def main() -> None:
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for model, cl, batch in CASES:
         cluster = cluster_preset(cl)
-        full = dataclasses.replace(model, sliding_window=None, window_layers=None)
+        full = dataclasses.replace(model, sliding_window=None, window_layers=None, attention_chunk=None)
+        what = f"chunks of {model.attention_chunk:,}" if model.attention_chunk else f"{model.sliding_window:,}"
         row, t_w = best(model, cluster, batch)
         _, t_f = best(full, cluster, batch)
         same = float(evaluate(full, cluster, row)["step_time_s"][0])
-        print(f"| {model.name} on {cl} | {model.seq_len:,} | {model.sliding_window:,}, {model.windowed_layers} of "
+        print(f"| {model.name} on {cl} | {model.seq_len:,} | {what}, {model.windowed_layers} of "
               f"{model.layers} | {model.attention_time_share:.3f} | {model.attention_span / model.seq_len:.3f} | "
               f"{t_w:.2f} s / {t_f:.2f} s | {same:.2f} s |")
     share = dataclasses.replace(from_hf_config(MISTRAL_7B, "m"), seq_len=16384).attention_time_share
