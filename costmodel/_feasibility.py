@@ -127,7 +127,8 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 # configs cannot support sliding window attetnion!"; Megatron-Bridge's gpt-oss recipe sets cp_comm_type "a2a" for cp >
 # 1). A windowed model under a profile whose exchange is that ring is priced over the all-to-all
 # (costmodel._layer_compute.cp_by_all_to_all), which splits the heads over cp: where heads / tp or kv_heads / tp is no
-# multiple of cp the row is framework_unsupported (a2a_heads_fit).
+# multiple of cp the row is framework_unsupported (a2a_heads_fit). A framework whose context parallelism runs only SDPA
+# (Framework.cp_sdpa_only: torchtitan) has no cp > 1 for a windowed or chunked model.
 
 
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
@@ -247,6 +248,8 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     cp_ok = None  # Transformer Engine's all-to-all: every stage's heads over cp (the note above reason_codes)
     if cp_by_all_to_all(fw, model):
         cp_ok = ~np.any(~a2a_heads_fit(model, t, c) & on, axis=0)
+    if fw.cp_sdpa_only and model.windowed_layers:  # (Framework.cp_sdpa_only: no cp > 1 for a windowed model)
+        cp_ok = ~np.any((c > 1) & on, axis=0)
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],

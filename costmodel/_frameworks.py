@@ -117,6 +117,11 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         the K, V exchange exposed step by step against each step's attention, dK, dV travelling with K, V backward,
         the merges' HBM bytes and kernels (costmodel._layer_compute.te_ring_terms); False: the generic ring, its
         exchange against the whole attention core
+    cp_sdpa_only: context parallelism runs only the framework's SDPA attention, so a model whose attention is
+        windowed or chunked on some layer (those masks are FlexAttention's) has no cp > 1: framework_unsupported
+        (torchtitan v0.2.2: llama4/model/args.py update_from_config raises NotImplementedError for cp > 1 with an
+        attn_type other than "sdpa", the iRoPE flavors' chunks being "flex"; gpt_oss/model/args.py raises for any
+        cp > 1, its windows flex-only)
     cp_all_gather: context parallelism by all-gathered K and V (cp > 1, not MLA): each layer's forward all-gathers
         the cp group's K and V before its attention and computes the rank's queries against all of them in one
         kernel, the gather exposed; the backward gathers them again and reduce-scatters their gradients, both exposed
@@ -320,6 +325,7 @@ class Framework:
     fsdp_unit_edges: bool = False
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     te_ring_attention: bool = False
+    cp_sdpa_only: bool = False
     cp_all_gather: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
@@ -793,7 +799,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         grad_buffer_bytes=(4.0,) * 3, interleaved_microbatches="pytorch_rounds", zero2_scatter_every_microbatch=True,
         eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0, fp8_tp_gather=True, pp_grad_sync_after_backward=True,
         pp_grad_accum_bytes=10.0, ag_copy_out_bytes=2.0 + 2.0, rs_copy_in_bytes=(2.0 + 4.0, 4.0 + 4.0),
-        blocking_p2p=True, lockstep_interleaved=True,
+        blocking_p2p=True, lockstep_interleaved=True, cp_sdpa_only=True,
         sources=(TORCH_BLOCKING_P2P_SOURCE, TORCH_LOCKSTEP_SOURCE + ": lockstep_interleaved",
                  "FSDP2's copies beside its collectives (ag_copy_out_bytes 4, rs_copy_in_bytes 6 and 8): pytorch "
                  "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (read at 8fc2039; the copy-in on the "
@@ -967,7 +973,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "output each. Measured against: tests/data/h200_modern_layers_measured.csv's fp8 rows",
              "the fsdp2 profile's sources"),
 )
-_derive("fsdp2", "llm-foundry", xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
+_derive("fsdp2", "llm-foundry", cp_sdpa_only=False, xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
     blocking_p2p=False, lockstep_interleaved=False,  # no pipeline in its code: torch's schedules' waits not claimed
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
@@ -1059,7 +1065,8 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, blocking_p2p=False,
 # the weights gathered from forward to backward (ZeRO-2), the gradients accumulated and reduce-scattered in fp32 every
 # micro-batch; interleaved 1F1B. Its layers and kernels are priced as fsdp2's (torch's), which the paper's stack is
 # built on.
-_derive("fsdp2", "llama3-fsdp", max_zero_with_pp=2, shard_with_pp_once=False, zero2_scatter_every_microbatch=True,
+_derive("fsdp2", "llama3-fsdp", cp_sdpa_only=False, max_zero_with_pp=2, shard_with_pp_once=False,
+    zero2_scatter_every_microbatch=True,
     # its tensor parallelism and pipelines as the paper describes them, not torchao's or torch.distributed.pipelining
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)
     eager_elem_bytes=(0.0,) * 3, sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,

@@ -239,8 +239,10 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
-            or (cp > 1 and _cp_a2a(model, fw) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))):
-        return "framework_unsupported"  # (Transformer Engine's all-to-all splits the tp share of the heads over cp)
+            or (cp > 1 and _cp_a2a(model, fw) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))
+            or (cp > 1 and fw.cp_sdpa_only and model.windowed_layers)):
+        return "framework_unsupported"  # (Transformer Engine's all-to-all splits the tp share of the heads over cp;
+        # Framework.cp_sdpa_only: no cp for a windowed model)
     m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
     if sched == "interleaved" and ((rule == "pp_multiple" and m % pp) or (rule == "at_least_pp" and m < pp)
                                    or (rule == "pytorch_rounds" and m >= pp and m % (m // pp))):

@@ -196,3 +196,26 @@ def test_evaluate_says_what_chunks_it_priced_and_export_refuses_them(tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.attention_chunk: expected none, or at least the sequence's 32,768" in err
     assert not out.exists()
+
+
+def test_torchtitan_runs_no_context_parallelism_for_windows_or_chunks():
+    """torchtitan v0.2.2 runs context parallelism only under SDPA, and a window or chunks need FlexAttention's masks
+    (llama4's iRoPE flavors; gpt_oss raises for any cp > 1): under the fsdp2 profiles a chunked or windowed model's cp >
+    1 is framework_unsupported, in both evaluators; cp 1 is priced, and the same model without chunks takes cp 2.
+    Megatron-Core prices it over Transformer Engine's all-to-all."""
+    from costmodel import REASONS
+    from costmodel._reference import evaluate_row
+
+    cluster = cluster_preset("h100x64")
+    table = StrategyTable.from_columns(dp=[8, 4], tp=[8, 8], pp=[1, 1], cp=[1, 2], micro_batch=1, global_batch=64,
+                                       recompute="full", sequence_parallel=True, zero_stage=3)
+    chunked, full = _dense(32768, 8192, chunked=36), _dense(32768)
+    for fw in ("fsdp2", "fsdp2-async-tp"):
+        met = evaluate(chunked, cluster, table, framework=fw)
+        assert [REASONS[r] for r in met["reason"]] == ["ok", "framework_unsupported"], fw
+        assert [REASONS[int(evaluate_row(chunked, cluster, table.row(i), framework=fw)["reason"])]
+                for i in (0, 1)] == ["ok", "framework_unsupported"]
+        assert [REASONS[r] for r in evaluate(full, cluster, table, framework=fw)["reason"]] == ["ok", "ok"]
+    mc = StrategyTable.from_columns(dp=[16, 8], tp=[4, 4], pp=[1, 1], cp=[1, 2], micro_batch=1, global_batch=64,
+                                    recompute="full", sequence_parallel=True, zero_stage=1)  # (kv_heads / tp = 2)
+    assert [REASONS[r] for r in evaluate(chunked, cluster, mc, framework="megatron-core")["reason"]] == ["ok", "ok"]

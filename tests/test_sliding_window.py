@@ -153,9 +153,11 @@ def test_context_parallel_of_a_windowed_model_is_transformer_engines_all_to_all(
     assert [REASONS[r] for r in met["reason"]] == ["ok", "framework_unsupported"]
     one = 0.5 * 2 * (16384 * (2 * 4096 + 2 * 1024) / 2) / (450e9 * 0.8) + 4 * 5e-6
     assert met["cp_comm_s"][0] == pytest.approx(2 * one * 32 * 4, rel=1e-9)
-    # PyTorch's ring (torchtitan) keeps its exchange, TE's ring hides the full model's behind the attention
-    ring = evaluate(windowed, cluster, table, framework="fsdp2")
+    # the Llama 3 profile's all-gather keeps its exchange, TE's ring hides the full model's behind the attention;
+    # torchtitan runs no context parallelism for a window (Framework.cp_sdpa_only)
+    ring = evaluate(windowed, cluster, table, framework="llama3-fsdp")
     assert REASONS[ring["reason"][0]] == "ok" and ring["cp_comm_s"][0] != pytest.approx(met["cp_comm_s"][0])
+    assert REASONS[evaluate(windowed, cluster, table, framework="fsdp2")["reason"][0]] == "framework_unsupported"
     assert evaluate(_dense(32768), cluster, table, framework="megatron-core")["cp_comm_s"][0] == 0.0
     path = tmp_path / "w.json"
     path.write_text(json.dumps(model_to_dict(windowed)))
