@@ -316,6 +316,10 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               f"for a model with sliding-window layers under framework {fw.name} (Transformer "
                               "Engine's all-to-all exchange, the one it runs a window over, splits the heads over cp)",
                               cp)
+        if cp > 1 and fw.cp_sdpa_only and model.windowed_layers:
+            return InputError("cp", f"1 for a model with windowed or chunked attention under framework {fw.name} "
+                              "(its context parallelism runs only SDPA; the windows and chunks are FlexAttention's)",
+                              cp)
         return InputError("sequence_parallel", f"false under framework {fw.name}", row["sequence_parallel"])
     return InputError("strategy", "a feasible strategy", reason)
 

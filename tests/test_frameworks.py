@@ -197,13 +197,15 @@ def test_aliases_and_unknown_names():
     assert framework_preset("torchtitan") is FRAMEWORKS["fsdp2"]
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its loss, GQA read, FSDP1
     # (FSDP1's flat gradient too: pre_reduce_copy_bytes; no FSDP2 copy-in / copy-out beside its collectives; no
-    # pipeline code, so no torch.distributed.pipelining waits: blocking_p2p, lockstep_interleaved)
+    # pipeline code, so no torch.distributed.pipelining waits: blocking_p2p, lockstep_interleaved; no torchtitan
+    # model code, so not its SDPA-only context parallelism: cp_sdpa_only)
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), zero3_kept=(1.0, 1.0, 0.0),
                                fp8_tp_gather=True, pp_grad_sync_after_backward=True, pp_grad_accum_bytes=10.0,
                                pre_reduce_copy_bytes=0.0, xent_peak_bytes=12.0, ag_copy_out_bytes=4.0,
-                               rs_copy_in_bytes=(6.0, 8.0), blocking_p2p=True, lockstep_interleaved=True) == \
+                               rs_copy_in_bytes=(6.0, 8.0), blocking_p2p=True, lockstep_interleaved=True,
+                               cp_sdpa_only=True) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
