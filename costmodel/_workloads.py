@@ -560,12 +560,6 @@ MODEL_PRESETS: dict[str, Transformer] = {
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
         experts=128, experts_per_token=4, sliding_window=128, window_layers=18,
     ),
-    # Llama 4: meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E config.json text_config (48 layers,
-    # hidden 5120, 40 query heads of 128, 8 KV heads, vocab 202048, untied; 16 / 128 routed experts of ffn 8192, one a
-    # token, beside one shared expert of 8192; Scout MoE on every layer, Maverick on every other from the second with
-    # dense layers of ffn 16384; chunks of 8,192 tokens on the 36 layers with rotary positions). Meta's model card:
-    # 109B / 400B total (with the vision encoder, not counted here), 17B active. Meta publishes no pre-training length:
-    # 8,192 tokens, the chunk, at which every layer's attention is causal (--seq-len trains longer).
     # gpt-oss-20b: openai/gpt-oss-20b config.json, gpt-oss-120b's layer with 24 layers and 32 experts (the model card,
     # arXiv:2508.10925 Table 1: 20.91B, 3.61B active).
     "gpt-oss-20b": Transformer(
@@ -586,6 +580,12 @@ MODEL_PRESETS: dict[str, Transformer] = {
                     shared_experts=1, expert_ffn_hidden=1536, dense_layers=3),
     "glm-4.5-air": _moe("glm-4.5-air", 46, 4096, 10944, 96, 8, 4096, 151552, head_dim=128, experts=128,
                         experts_per_token=8, shared_experts=1, expert_ffn_hidden=1408, dense_layers=1),
+    # Llama 4: meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E config.json text_config (48 layers,
+    # hidden 5120, 40 query heads of 128, 8 KV heads, vocab 202048, untied; 16 / 128 routed experts of ffn 8192, one a
+    # token, beside one shared expert of 8192; Scout MoE on every layer, Maverick on every other from the second with
+    # dense layers of ffn 16384; chunks of 8,192 tokens on the 36 layers with rotary positions). Meta's model card:
+    # 109B / 400B total (with the vision encoder, not counted here), 17B active. Meta publishes no pre-training length:
+    # 8,192 tokens, the chunk, at which every layer's attention is causal (--seq-len trains longer).
     "llama4-scout": _moe("llama4-scout", 48, 5120, 16384, 40, 8, 8192, 202048, experts=16,
                          shared_experts=1, expert_ffn_hidden=8192, attention_chunk=8192, window_layers=36),
     "llama4-maverick": _moe("llama4-maverick", 48, 5120, 16384, 40, 8, 8192, 202048, experts=128,
