@@ -738,6 +738,9 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
 # (torchtitan/models/moe/moe.py): num_experts, num_shared_experts, top_k; their experts are
 # dropless (no capacity factor).
 def _torchtitan_model(model: Transformer) -> str:
+    if model.capacity_factor != 1.0:
+        raise InputError("model.capacity_factor", "1.0 (torchtitan's MoE is dropless: no capacity factor)",
+                         model.capacity_factor)
     if model.is_moe and model.moe_layer_freq != 1:
         if model.dense_layers or model.head_dim is not None or model.mla:
             raise InputError("model.moe_layer_freq", "1, or MoE every moe_layer_freq-th layer of a model without "
@@ -745,9 +748,6 @@ def _torchtitan_model(model: Transformer) -> str:
                              "interleave_moe_layer_step)", model.moe_layer_freq)
         llama4_ffn(model)  # (refused where no llama4 flavor builds its widths)
         return "llama4"
-    if model.capacity_factor != 1.0:
-        raise InputError("model.capacity_factor", "1.0 (torchtitan's MoE is dropless: no capacity factor)",
-                         model.capacity_factor)
     if model.is_moe and model.shared_experts and model.shared_expert_ffn != model.expert_ffn:
         raise InputError("model.shared_expert_ffn_hidden", f"the routed experts' {model.expert_ffn} (torchtitan's "
                          "shared experts are num_shared_experts x moe_inter_dim wide)", model.shared_expert_ffn)

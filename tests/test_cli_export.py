@@ -786,7 +786,8 @@ def test_moe_model_fields_a_framework_cannot_set(tmp_path):
                 learned_positions=False, experts=8, experts_per_token=2)
     cases = [("torchtitan", dict(capacity_factor=1.25), "model.capacity_factor"),
              ("megatron-core-deepep", dict(capacity_factor=1.25), "model.capacity_factor"),
-             ("torchtitan", dict(moe_layer_freq=2, dense_layers=1), "model.moe_layer_freq")]
+             ("torchtitan", dict(moe_layer_freq=2, dense_layers=1), "model.moe_layer_freq"),
+             ("torchtitan", dict(moe_layer_freq=2, capacity_factor=1.25), "model.capacity_factor")]
     for fw, extra, argument in cases:
         path = tmp_path / "model.json"
         path.write_text(json.dumps(base | extra))
