@@ -122,6 +122,12 @@ def _model_kind(model: Transformer, plan: dict, framework: str) -> None:
                          model.sliding_window)
 
 
+def _every_nth(L: int, kept: int, *, dividing: bool = False) -> int | None:
+    """The smallest N in [2, L] whose every-N-th-layer pattern (1-based) leaves ``kept`` of L layers out of it: L - L //
+    N == kept (with ``dividing``, N a divisor of L too); None where no N does."""
+    return next((f for f in range(2, L + 1) if L - L // f == kept and not (dividing and L % f)), None)
+
+
 def megatron_window(model: Transformer) -> list:
     """Megatron-LM's arguments for the model's sliding window (none without one): --window-size W - 1,0 (the query
     and the W - 1 keys before it: Transformer Engine's window_size (left, right)), and where some layers keep full
@@ -134,11 +140,11 @@ def megatron_window(model: Transformer) -> list:
         return []
     out = ["--window-size", f"{w - 1},0"]
     if n is not None and n < L:
-        skip = [f for f in range(2, L + 1) if L - L // f == n]
-        if not skip:
+        skip = _every_nth(L, n)
+        if skip is None:
             raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N in [2, {L}] "
                              "(Megatron-LM's --window-attn-skip-freq: every N-th layer full)", n)
-        out += ["--window-attn-skip-freq", skip[0]]
+        out += ["--window-attn-skip-freq", skip]
     return out
 
 
@@ -535,11 +541,11 @@ def megatron_nope(model: Transformer) -> list:
     n, L = model.window_layers, model.layers
     if model.attention_chunk is None or n is None or n == L:
         return []
-    freq = [f for f in range(2, L + 1) if L % f == 0 and L - L // f == n]
-    if not freq:
+    freq = _every_nth(L, n, dividing=True)
+    if freq is None:
         raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N dividing {L} "
                          "(Megatron-LM's --no-rope-freq: every N-th layer without rotary positions)", n)
-    return ["--no-rope-freq", freq[0]]
+    return ["--no-rope-freq", freq]
 
 
 def megatron_model(text: str) -> dict:
@@ -816,16 +822,15 @@ def _torchtitan_flavor(model: Transformer) -> str:
          "llama4": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
                         vocab_size=model.vocab, interleave_moe_layer_step=model.moe_layer_freq)}[m]
     if m == "llama4":  # (its widths through multiple_of, the multiplier and the auto-scaling; no moe_inter_dim)
-        return ", ".join(f"{k}={_toml_value(v)}" for k, v in (f | llama4_ffn(model) | {
-            "moe_args.num_experts": model.experts, "moe_args.num_shared_experts": model.shared_experts,
-            "moe_args.top_k": model.experts_per_token}).items())
+        f |= llama4_ffn(model)
     if model.mla:  # DeepSeekV3ModelArgs' MLA fields (q_lora_rank 0: full-rank Q)
         f |= {"q_lora_rank": model.q_lora_rank or 0, "kv_lora_rank": model.kv_lora_rank,
               "qk_nope_head_dim": model.head_size, "qk_rope_head_dim": model.qk_rope_head_dim,
               "v_head_dim": model.v_head_dim or model.head_size}
     if model.is_moe:
-        f |= {"moe_inter_dim": model.expert_ffn, "moe_args.num_experts": model.experts,
-              "moe_args.num_shared_experts": model.shared_experts, "moe_args.top_k": model.experts_per_token}
+        f |= ({} if m == "llama4" else {"moe_inter_dim": model.expert_ffn}) | {
+            "moe_args.num_experts": model.experts, "moe_args.num_shared_experts": model.shared_experts,
+            "moe_args.top_k": model.experts_per_token}
     return ", ".join(f"{k}={_toml_value(v)}" for k, v in f.items())
 
 

@@ -25,7 +25,7 @@ from costmodel._feasibility import interleaving_runs
 from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
-from costmodel._layer_compute import cp_by_all_to_all
+from costmodel._layer_compute import cp_by_all_to_all, cp_refused_for_window
 from costmodel._pipeline_terms import SCHED
 from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
 
@@ -316,7 +316,7 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               f"for a model with sliding-window layers under framework {fw.name} (Transformer "
                               "Engine's all-to-all exchange, the one it runs a window over, splits the heads over cp)",
                               cp)
-        if cp > 1 and fw.cp_sdpa_only and model.windowed_layers:
+        if cp > 1 and cp_refused_for_window(fw, model):
             return InputError("cp", f"1 for a model with windowed or chunked attention under framework {fw.name} "
                               "(its context parallelism runs only SDPA; the windows and chunks are FlexAttention's)",
                               cp)

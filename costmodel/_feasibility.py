@@ -19,7 +19,7 @@ import numpy as np
 from costmodel._framework_rows import by_framework
 from costmodel._frameworks import Framework, framework_preset
 from costmodel._hardware import PRECISIONS
-from costmodel._layer_compute import a2a_heads_fit, cp_by_all_to_all
+from costmodel._layer_compute import a2a_heads_fit, cp_by_all_to_all, cp_refused_for_window
 from costmodel._pipeline_terms import SCHED
 from costmodel._stages import StageView, pool_arrays, stage_view
 from costmodel._workloads import Transformer
@@ -248,8 +248,9 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     cp_ok = None  # Transformer Engine's all-to-all: every stage's heads over cp (the note above reason_codes)
     if cp_by_all_to_all(fw, model):
         cp_ok = ~np.any(~a2a_heads_fit(model, t, c) & on, axis=0)
-    if fw.cp_sdpa_only and model.windowed_layers:  # (Framework.cp_sdpa_only: no cp > 1 for a windowed model)
-        cp_ok = ~np.any((c > 1) & on, axis=0)
+    if cp_refused_for_window(fw, model):  # (Framework.cp_sdpa_only: no cp > 1 for a windowed model)
+        no_cp = ~np.any((c > 1) & on, axis=0)
+        cp_ok = no_cp if cp_ok is None else cp_ok & no_cp
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],

@@ -209,6 +209,12 @@ def cp_by_all_to_all(fw: Framework, model: Transformer) -> bool:
     return bool(fw.te_ring_attention and model.windowed_layers and model.kind != "mlp" and not model.mla)
 
 
+def cp_refused_for_window(fw: Framework, model: Transformer) -> bool:
+    """Whether the framework runs no context parallelism (cp > 1) for the model: a model with windowed or chunked
+    layers under a framework whose context parallelism runs only SDPA (Framework.cp_sdpa_only)."""
+    return bool(fw.cp_sdpa_only and model.windowed_layers)
+
+
 def a2a_heads_fit(model: Transformer, t, c):
     """(bool, broadcast of t and c): the all-to-all exchange splits the tp share of the heads and of the K, V heads over
     the c ranks (TransformerEngine's flash_attn_a2a_communicate asserts it): heads / t and kv_heads / t divisible by c

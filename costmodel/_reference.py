@@ -48,6 +48,8 @@ from costmodel._layer_compute import (
     TE_RING_KERNELS,
     UB_CONFIGS,
     UNFUSED_SCORE_BYTES,
+    cp_by_all_to_all,
+    cp_refused_for_window,
 )
 from costmodel._memory_terms import (
     ACT_REPLICATED_H,
@@ -239,8 +241,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
-            or (cp > 1 and _cp_a2a(model, fw) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))
-            or (cp > 1 and fw.cp_sdpa_only and model.windowed_layers)):
+            or (cp > 1 and cp_by_all_to_all(fw, model) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))
+            or (cp > 1 and cp_refused_for_window(fw, model))):
         return "framework_unsupported"  # (Transformer Engine's all-to-all splits the tp share of the heads over cp;
         # Framework.cp_sdpa_only: no cp for a windowed model)
     m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches
@@ -573,12 +575,6 @@ def evaluate_row(model: Transformer, cluster: Cluster, r: dict, pipeline: str = 
             "mem_device_bytes": cluster.gpu.hbm_bytes}
 
 
-def _cp_a2a(model: Transformer, fw) -> bool:
-    """A windowed model under a profile whose context parallelism is Transformer Engine's P2P ring, which refuses
-    windows: its all-to-all exchange instead."""
-    return bool(fw.te_ring_attention and model.windowed_layers and model.kind != "mlp" and not model.mla)
-
-
 def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     """One dense layer, one micro-batch: its GEMMs, attention core, element-wise, overhead, tp and cp comm."""
     gpu, h, s, f = cluster.gpu, model.hidden, model.seq_len, model.ffn_hidden
@@ -594,7 +590,7 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     dh = q / model.heads  # a head's size (MLA: the mean of its query and value sizes)
     proj, up = _projections(model, gpu, row.peak, T, tp, row.ew_div)
     gemm = proj + _gemm(gpu, row.peak, T, (mats - 1) * f / tp, h) + _gemm(gpu, row.peak, T, h, f / tp)
-    half, a2a = ATTN_HALF_DIM, _cp_a2a(model, fw)
+    half, a2a = ATTN_HALF_DIM, cp_by_all_to_all(fw, model)
     rows = s if a2a else sc  # under the all-to-all the kernel runs the whole sequence on 1 / cp of the heads
     edges = (rows / (rows + half)) * (s / (s + half))
     rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(rows / 512), 0.0), 5.0)
@@ -755,7 +751,7 @@ def _framework_layer(model: Transformer, cluster: Cluster, row: _Row, fw, lay: d
         # once, backward again with their gradients' reduce-scatter
         cp_fwd = _gather(cp * ACT_BYTES * 2 * T * model.kv_hidden / tp, cp, lay["cp_link"])
         cp_bwd = 2 * cp_fwd
-    if _cp_a2a(model, fw) and cp > 1:  # Transformer Engine's all-to-all: Q, K, V, the output each way, exposed
+    if cp_by_all_to_all(fw, model) and cp > 1:  # Transformer Engine's all-to-all: Q, K, V, the output each way, exposed
         e_all = T * (2 * model.q_hidden + 2 * model.kv_hidden) / tp
         cp_bw, cp_lat = lay["cp_link"]
         cp_fwd = cp_bwd = (cp - 1) / cp * ACT_BYTES * e_all / cp_bw + A2A_EXCHANGES * cp_lat
