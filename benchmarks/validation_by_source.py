@@ -35,7 +35,8 @@ GROUPS = (("NVIDIA Megatron-LM README", "Megatron-LM README (Megatron-Core, H100
           ("NVIDIA/NeMo", "NeMo performance pages (H100, FP8, 175B/340B, CP 8-32)"),
           ("yanring/Megatron-MoE-ModelZoo", "Megatron-MoE-ModelZoo (Qwen3-235B, H100)"),
           ("NVIDIA/Megatron-LM megatron/core/transformer/moe", "Megatron-LM MoE README (Mixtral 8x7B, H100)"),
-          ("DeepSeek-AI 2024", "DeepSeek-V3 report (H800, fp8)"))
+          ("DeepSeek-AI 2024", "DeepSeek-V3 report (H800, fp8)"),
+          ("mlcommons/training_results", "MLPerf Training v3.1 (NeMo, GPT-3 175B, H100, 512-10,752 GPUs)"))
 # A row's layout regime, the first that holds (a partition of the set), and fp8 as an overlay on top of it.
 REGIMES = ("MoE with expert parallelism", "context parallel (cp > 1)", "deep pipeline (pp >= 16)",
            "tensor / pipeline parallel (tp or pp > 1)", "data parallel only (ZeRO 0-3, FSDP)")
