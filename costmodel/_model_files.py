@@ -150,7 +150,11 @@ _GEGLU_FAMILIES = ("gemma", "gemma2", "gemma3_text")
 # Multimodal configs whose language model is their text_config, and that text_config's family; Gemma3TextConfig's
 # defaults for what Gemma 3's text_config leaves out (transformers' configuration_gemma3.py).
 _NESTED = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
-_NESTED_DEFAULTS = {"gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072}}
+# The defaults of the text model's config class, which a multimodal config saves only where they differ
+# (transformers Gemma3TextConfig: vocab_size 262208, max_position_embeddings 131072, num_attention_heads 8,
+# num_key_value_heads 4, head_dim 256; google/gemma-3-4b-it's text_config sets none of the heads, the 12B's no head_dim)
+_NESTED_DEFAULTS = {"gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072, "num_attention_heads": 8,
+                               "num_key_value_heads": 4, "head_dim": 256}}
 HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, "gpt_neox", "gpt2", "starcoder2", "nemotron",
                *_MOE_FAMILIES, *_GEGLU_FAMILIES, *_NESTED)
 _GATED = ("llama", "mistral", "qwen2", "qwen3", *_LLAMA_SHAPED, *_MOE_FAMILIES, *_GEGLU_FAMILIES)
@@ -301,6 +305,8 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     docstring)."""
     types = data.get("layer_types")
     if isinstance(types, list):
+        if len(types) != layers:
+            raise InputError(f"{argument} layer_types", f"num_hidden_layers={layers} entries, one a layer", len(types))
         windowed = sum(t == "sliding_attention" for t in types)
     elif family in ("mistral", "mixtral", "phi3", "starcoder2"):  # (every layer: their attention passes the config's
         # sliding_window whatever the layer)
@@ -314,8 +320,11 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers,
         # 28 where the config leaves it out: the class's default)
         first = data.get("max_window_layers", 28)
-        first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 0 else 0
-        windowed = max(layers - first, 0) if data.get("use_sliding_window") is True else 0
+        if first is None:
+            first = 28
+        if not (isinstance(first, int) and not isinstance(first, bool) and first >= 0):
+            raise InputError(f"{argument} max_window_layers", "an integer >= 0", first)
+        windowed = max(layers - first, 0) if _flag(data, "use_sliding_window", argument, False) else 0
     else:
         windowed = 0
     window = data.get("sliding_window") if windowed else None

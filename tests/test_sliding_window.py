@@ -205,6 +205,42 @@ def test_gemma_configs_count_their_reports():
         from_hf_config({**GEMMA2_9B, "hidden_activation": "silu"}, "x")
 
 
+def test_gemma3_text_config_defaults_fill_a_multimodal_config():
+    """google/gemma-3-4b-it's text_config sets no head counts (a multimodal config saves only what differs from
+    Gemma3TextConfig's defaults: 8 heads, 4 KV heads, head_dim 256): 34 layers of 2,560 with 8 x 256 = 2,048-wide
+    queries; 29 of 34 in the 1,024-token window (every sixth full: 34 // 6 = 5); non-embedding parameters 34 x
+    (2,560 x (2,048 + 2 x 1,024) + 2,048 x 2,560 + 3 x 2,560 x 10,240) = 3,208.6M and the norms, Gemma 3's Table 1:
+    3,209M (arXiv:2503.19786). The 12B's text_config sets its heads (16, 8) but not head_dim: 256, not 3,840 / 16."""
+    g4 = from_hf_config({"model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}, "gemma-3-4b")
+    assert (g4.heads, g4.kv_heads, g4.head_dim, g4.vocab) == (8, 4, 256, 262208)
+    assert (g4.sliding_window, g4.window_layers) == (1024, 29)
+    assert round((g4.num_params() - g4.embedding_params()) / 1e6) == 3209
+    g12 = from_hf_config({"model_type": "gemma3", "text_config": {
+        "hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text", "num_hidden_layers": 48,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "sliding_window": 1024}}, "gemma-3-12b")
+    assert (g12.heads, g12.kv_heads, g12.head_dim) == (16, 8, 256)
+
+
+def test_window_keys_of_the_wrong_shape_are_refused():
+    """layer_types must name every layer; Qwen's max_window_layers an integer >= 0 and use_sliding_window a JSON
+    true / false: each otherwise one line naming the key."""
+    types = ["sliding_attention"] * 5
+    with pytest.raises(InputError, match="layer_types: expected num_hidden_layers=26 entries, one a layer, got 5"):
+        from_hf_config({**GEMMA3_1B, "layer_types": types}, "x")
+    qwen = {"model_type": "qwen2", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936, "sliding_window": 4096,
+            "use_sliding_window": True, "max_window_layers": 21, "max_position_embeddings": 32768}
+    assert from_hf_config(qwen, "q").window_layers == 3
+    with pytest.raises(InputError, match="max_window_layers: expected an integer >= 0, got '21'"):
+        from_hf_config({**qwen, "max_window_layers": "21"}, "q")
+    with pytest.raises(InputError, match="max_window_layers: expected an integer >= 0, got -5"):
+        from_hf_config({**qwen, "max_window_layers": -5}, "q")
+    with pytest.raises(InputError, match="use_sliding_window: expected true or false, got 'true'"):
+        from_hf_config({**qwen, "use_sliding_window": "true"}, "q")
+
+
 def test_a_gelu_gated_mlp_prices_as_swiglu():
     """GeGLU and SwiGLU layers are the same products, element-wise bytes and kept tensors: every metric alike, on
     both evaluators, under the Megatron-Core and torchtitan profiles."""
