@@ -765,7 +765,11 @@ def _torchtitan_model(model: Transformer) -> str:
                              "(torchtitan's deepseek_v3 sets its heads through MLA: no head_dim, no n_kv_heads)",
                              f"head_dim={model.head_dim}, kv_heads={model.kv_heads}")
         return "deepseek_v3"
-    return "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
+    tt = "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
+    if model.tied_embeddings and tt != "qwen3":  # (v0.2.2: only qwen3's args have enable_weight_tying)
+        raise InputError("model.tied_embeddings", f"false for torchtitan's {tt} model (only its qwen3 model ties the "
+                         "output to the embedding: enable_weight_tying)", True)
+    return tt
 
 
 def llama3_ffn_width(dim: int, multiple_of: int, ffn_dim_multiplier: float) -> int:
@@ -815,7 +819,7 @@ def _torchtitan_flavor(model: Transformer) -> str:
                         vocab_size=model.vocab, **llama3_ffn(model.hidden, model.ffn_hidden)),
          "qwen3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, n_kv_heads=model.kv_heads,
                        head_dim=model.head_size, hidden_dim=model.ffn_hidden, vocab_size=model.vocab,
-                       moe_enabled=model.is_moe),
+                       moe_enabled=model.is_moe, **({"enable_weight_tying": True} if model.tied_embeddings else {})),
          "deepseek_v3": dict(dim=model.hidden, n_layers=model.layers, n_heads=model.heads, inter_dim=model.ffn_hidden,
                              n_dense_layers=model.dense_layers if model.is_moe else model.layers,
                              vocab_size=model.vocab),

@@ -906,3 +906,29 @@ def test_megatron_writes_a_gelu_gated_mlp_as_its_quick_geglu(tmp_path):
     a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
     assert (a.quick_geglu, a.swiglu, a.kv_channels, a.untie_embeddings_and_output_weights) == (True, False, 256, False)
     assert (a.window_size, a.window_attn_skip_freq) == ("4095,0", 2)
+
+
+def test_torchtitan_ties_the_output_only_where_its_model_can(tmp_path):
+    """Qwen3-4B's config ties the output to the embedding (tie_word_embeddings true): torchtitan v0.2.2's qwen3 model
+    ties it with enable_weight_tying (models/qwen3/model/args.py), so the flavor says so; its llama3 model has no
+    such field, so a tied Llama-shaped model (Granite 3's, head size hidden / heads) is refused in one line, nothing
+    written."""
+    qwen3_4b = {"model_type": "qwen3", "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+                "max_position_embeddings": 40960, "tie_word_embeddings": True, "hidden_act": "silu"}
+    (cfg := tmp_path / "qwen3-4b.json").write_text(json.dumps(qwen3_4b))
+    args = ("--cluster", "h100x8", "--seq-len", "4096", "--global-batch", "64", "--zero-stage", "3")
+    out = _cli("export", "--framework", "torchtitan", "--model", str(cfg), *args)
+    assert out.returncode == 0, out.stderr
+    flavor = torchtitan_model(out.stdout)
+    assert (flavor["model"], flavor["head_dim"], flavor["enable_weight_tying"]) == ("qwen3", 128, True)
+    granite = {"model_type": "granite", "hidden_size": 4096, "intermediate_size": 12800, "num_hidden_layers": 40,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49155,
+               "max_position_embeddings": 4096, "tie_word_embeddings": True, "hidden_act": "silu"}
+    (cfg := tmp_path / "granite.json").write_text(json.dumps(granite))
+    dest = tmp_path / "job.toml"
+    out = _cli("export", "--framework", "torchtitan", "--model", str(cfg), *args, "--out", str(dest))
+    assert out.returncode == 2 and not dest.exists()
+    assert out.stderr.strip().splitlines() == [
+        "plansweep export: error: model.tied_embeddings: expected false for torchtitan's llama3 model (only its qwen3 "
+        "model ties the output to the embedding: enable_weight_tying), got True"]
