@@ -744,6 +744,14 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
 # (torchtitan/models/moe/moe.py): num_experts, num_shared_experts, top_k; their experts are
 # dropless (no capacity factor).
 def _torchtitan_model(model: Transformer) -> str:
+    tt = _torchtitan_model_of(model)
+    if model.tied_embeddings and tt != "qwen3":  # (v0.2.2: only qwen3's args have enable_weight_tying)
+        raise InputError("model.tied_embeddings", f"false for torchtitan's {tt} model (only its qwen3 model ties the "
+                         "output to the embedding: enable_weight_tying)", True)
+    return tt
+
+
+def _torchtitan_model_of(model: Transformer) -> str:
     if model.capacity_factor != 1.0:
         raise InputError("model.capacity_factor", "1.0 (torchtitan's MoE is dropless: no capacity factor)",
                          model.capacity_factor)
@@ -765,11 +773,7 @@ def _torchtitan_model(model: Transformer) -> str:
                              "(torchtitan's deepseek_v3 sets its heads through MLA: no head_dim, no n_kv_heads)",
                              f"head_dim={model.head_dim}, kv_heads={model.kv_heads}")
         return "deepseek_v3"
-    tt = "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
-    if model.tied_embeddings and tt != "qwen3":  # (v0.2.2: only qwen3's args have enable_weight_tying)
-        raise InputError("model.tied_embeddings", f"false for torchtitan's {tt} model (only its qwen3 model ties the "
-                         "output to the embedding: enable_weight_tying)", True)
-    return tt
+    return "qwen3" if model.is_moe or model.head_dim is not None else "llama3"
 
 
 def llama3_ffn_width(dim: int, multiple_of: int, ffn_dim_multiplier: float) -> int:

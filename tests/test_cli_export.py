@@ -932,3 +932,13 @@ def test_torchtitan_ties_the_output_only_where_its_model_can(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "plansweep export: error: model.tied_embeddings: expected false for torchtitan's llama3 model (only its qwen3 "
         "model ties the output to the embedding: enable_weight_tying), got True"]
+
+
+def test_torchtitan_refuses_a_tied_output_on_every_model_but_qwen3():
+    """deepseek_v3 (MLA) and llama4 (MoE every other layer) have no enable_weight_tying in torchtitan v0.2.2 either."""
+    from cli._export import _torchtitan_model
+
+    for name in ("deepseek-v3", "llama4-maverick"):
+        tied = dataclasses.replace(costmodel.model_preset(name), tied_embeddings=True)
+        with pytest.raises(costmodel.InputError, match="model.tied_embeddings: expected false for torchtitan's "):
+            _torchtitan_model(tied)
