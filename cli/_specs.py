@@ -313,9 +313,9 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("etp", f"1 under framework {fw.name} (no expert tensor parallelism)", row["etp"])
         if cp > 1 and cp_by_all_to_all(fw, model):
             return InputError("cp", f"a divisor of heads/tp={model.heads // tp} and kv_heads/tp={model.kv_heads // tp} "
-                              f"for a model with sliding-window layers under framework {fw.name} (Transformer "
-                              "Engine's all-to-all exchange, the one it runs a window over, splits the heads over cp)",
-                              cp)
+                              f"for a model with windowed or chunked layers under framework {fw.name} (Transformer "
+                              "Engine's all-to-all exchange, the one it runs a window or chunks over, splits the "
+                              "heads over cp)", cp)
         if cp > 1 and cp_refused_for_window(fw, model):
             return InputError("cp", f"1 for a model with windowed or chunked attention under framework {fw.name} "
                               "(its context parallelism runs only SDPA; the windows and chunks are FlexAttention's)",
