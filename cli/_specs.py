@@ -298,6 +298,9 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               row["schedule"])
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
+        if row["zero_stage"] == 1 and not fw.zero1:
+            return InputError("zero_stage", f"0, 2 or 3 under framework {fw.name} (its FSDP shards the optimizer state "
+                              "only with the gradients or the weights: no ZeRO-1)", row["zero_stage"])
         m = max(row["global_batch"] // (dp * row["micro_batch"]), 1)
         need = INTERLEAVE_NEEDS.get(fw.interleaved_microbatches)
         if row["schedule"] == "interleaved" and need and not interleaving_runs(

@@ -108,6 +108,8 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
     """(N,) bool: the framework offers the row's schedule, ZeRO stage, SP, precision, ep and etp, and (``pp``, ``m``
     given) runs its interleaving on m micro-batches a step."""
     ok = one_of(schedule, [SCHED[x] for x in fw.schedules]) & (zero <= fw.max_zero)
+    if not fw.zero1:  # (FSDP: no optimizer-only sharding)
+        ok &= zero != 1
     if m is not None:  # (interleaving_runs: all True under "any")
         ok &= interleaving_runs(fw.interleaved_microbatches, schedule, pp, m)
     if ep is not None and not fw.expert_parallel:

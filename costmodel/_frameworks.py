@@ -9,6 +9,12 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     schedules, max_zero, sequence_parallel, fp8: a row asking for more is infeasible with reason
         ``framework_unsupported``
     max_zero_with_pp: ZeRO stage above it with pp > 1: reason ``zero_incompatible_pp``
+    zero1: the framework shards the optimizer state alone (ZeRO-1: DeepSpeed's stage 1, Megatron's distributed
+        optimizer); False for FSDP, which shards it only with the gradients (ZeRO-2: torchtitan's
+        reshard_after_forward "never", FSDP1's SHARD_GRAD_OP) or the weights too (ZeRO-3): zero_stage 1 is
+        ``framework_unsupported`` (torchtitan v0.2.2: data_parallel_shard_degree is FSDP, data_parallel_replicate_degree
+        DDP or HSDP, nothing shards the optimizer alone; Composer's FSDP sharding strategies FULL_SHARD, SHARD_GRAD_OP,
+        NO_SHARD, HYBRID_SHARD)
     shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
         and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes, wire, peak)
     overlap_dp: the strategy's ``overlap_dp`` values it can run; one value: the framework decides, the column unread
@@ -326,6 +332,7 @@ class Framework:
     ring_attention_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     te_ring_attention: bool = False
     cp_sdpa_only: bool = False
+    zero1: bool = True
     cp_all_gather: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
@@ -790,7 +797,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
+        zero1=False, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
         xent_peak_bytes=4.0 + 4.0 + 4.0, kv_repeat_bytes=4.0,

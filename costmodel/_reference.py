@@ -238,7 +238,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "schedule_invalid"
     if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
-    if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["sequence_parallel"] and not fw.sequence_parallel)
+    if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["zero_stage"] == 1 and not fw.zero1)
+            or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
             or (cp > 1 and cp_by_all_to_all(fw, model) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))

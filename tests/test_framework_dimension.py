@@ -290,7 +290,7 @@ def test_a_bad_framework_word_is_one_line_naming_the_flag(command, capsys):
 
 def test_evaluate_prices_the_strategy_under_each_framework_side_by_side(capsys):
     plan = ["--tp", "8", "--pp", "16", "--schedule", "interleaved", "--vpp", "3", "--micro-batch", "1",
-            "--recompute", "selective", "--sequence-parallel", "--zero-stage", "1"]
+            "--recompute", "selective", "--sequence-parallel", "--zero-stage", "0"]  # (ZeRO-0: FSDP has no ZeRO-1)
     assert main(["evaluate", *plan, "--framework", "megatron-core,fsdp2,deepspeed,generic", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     entries = {e["framework"]: e for e in out["frameworks"]}

@@ -147,22 +147,32 @@ def test_weight_gathers_by_framework_deepspeed_bf16_optimizer_and_megatron_param
 
 def test_fsdp2_prices_zero3_with_a_pipeline_as_zero1():
     # torchtitan keeps the weights gathered from the first forward to the last backward and
-    # reduce-scatters gradients once per step when pp > 1: ZeRO-1's bytes, in time and memory.
-    z3 = _one("fsdp2", zero_stage=3)
-    z1 = _one("fsdp2", zero_stage=1)
+    # reduce-scatters gradients once per step when pp > 1: ZeRO-1's bytes, in time and memory (against the same
+    # profile let run ZeRO-1, which FSDP itself has not: zero_stage 1 is framework_unsupported under fsdp2)
+    import dataclasses
+
+    import costmodel._frameworks as fws
+
+    fws.FRAMEWORKS["fsdp2-zero1"] = dataclasses.replace(fws.FRAMEWORKS["fsdp2"], name="fsdp2-zero1", zero1=True)
+    try:
+        z3 = _one("fsdp2", zero_stage=3)
+        z1 = _one("fsdp2-zero1", zero_stage=1)
+        # ... while without a pipeline ZeRO-3 shards the weights over the 128 data-parallel ranks
+        flat3, flat1 = _one("fsdp2", zero_stage=3, dp=128, pp=1), _one("fsdp2-zero1", zero_stage=1, dp=128, pp=1)
+    finally:
+        del fws.FRAMEWORKS["fsdp2-zero1"]
     assert REASONS[z3["reason"][0]] in ("ok", "out_of_memory")
     for k in ("step_time_s", "dp_comm_s", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
               "mem_total_bytes"):
         assert z3[k][0] == z1[k][0], k
-    # ... while without a pipeline ZeRO-3 shards the weights over the 128 data-parallel ranks
-    flat3, flat1 = _one("fsdp2", zero_stage=3, dp=128, pp=1), _one("fsdp2", zero_stage=1, dp=128, pp=1)
     assert flat3["mem_weights_bytes"][0] == pytest.approx(flat1["mem_weights_bytes"][0] / 128, rel=1e-12)
     assert REASONS[_one("generic", zero_stage=3)["reason"][0]] == "zero_incompatible_pp"
+    assert REASONS[_one("fsdp2", zero_stage=1)["reason"][0]] == "framework_unsupported"
 
 
 def test_fsdp2_always_overlaps():
-    a = _one("fsdp2", overlap_dp=False, zero_stage=1)
-    b = _one("fsdp2", overlap_dp=True, zero_stage=1)
+    a = _one("fsdp2", overlap_dp=False, zero_stage=2)
+    b = _one("fsdp2", overlap_dp=True, zero_stage=2)
     assert a["dp_comm_s"][0] == b["dp_comm_s"][0]
 
 
@@ -292,7 +302,7 @@ def test_uneven_chunks_where_the_framework_splits_stages_at_any_layer():
     # generic profile) need v to divide every stage.
     layers = [11] + [12] * 6 + [13]
     cols = dict(dp=16, tp=8, pp=8, stage_layers=[layers], micro_batch=1, global_batch=1536, recompute="full",
-                sequence_parallel=True, zero_stage=1)
+                sequence_parallel=True, zero_stage=0)  # (ZeRO-0: what both frameworks run; FSDP has no ZeRO-1)
     inter = StrategyTable.from_columns(schedule="interleaved", vpp=2, **cols)
     plain = StrategyTable.from_columns(schedule="1f1b", vpp=1, **cols)
     for fw in ("generic", "megatron-2021"):
@@ -345,7 +355,7 @@ def test_evaluate_says_what_vpp_the_framework_takes_with_uneven_stages(capsys):
     from cli import main
 
     args = ["evaluate", "--model", "llama3-405b", "--cluster", "h100x16384", "--tp", "8", "--pp", "16",
-            "--schedule", "interleaved", "--global-batch", "2048", "--zero-stage", "1", "--sequence-parallel",
+            "--schedule", "interleaved", "--global-batch", "2048", "--zero-stage", "2", "--sequence-parallel",
             "--recompute", "full", "--stage-layers", ",".join(["7"] + ["8"] * 14 + ["7"]), "--json"]
     assert main([*args, "--framework", "fsdp2", "--vpp", "7"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"]["step_time_s"] > 0
@@ -503,10 +513,26 @@ def test_the_embedding_and_the_loss_may_have_a_chunk_of_their_own(layers, schedu
     vpp = 2 if schedule == "zb-v" else 3
     table = StrategyTable.from_columns(dp=1, tp=8, pp=4, stage_layers=[layers], schedule=schedule, vpp=vpp,
                                        micro_batch=1, global_batch=16, recompute="full", sequence_parallel=True,
-                                       zero_stage=1)
+                                       zero_stage=0)
     cl = cluster_preset("h100x32")
     vec = evaluate(model, cl, table, framework=fw)
     ref = evaluate_row(model, cl, table.row(0), framework=fw)
     assert REASONS[vec["reason"][0]] == REASONS[ref["reason"]] == ("ok" if ok else "schedule_invalid")
     if ok:
         assert vec["step_time_s"][0] == pytest.approx(ref["step_time_s"], rel=1e-9)
+
+
+def test_fsdp_profiles_refuse_zero1_in_one_line(capsys):
+    """FSDP shards the optimizer state only with the gradients (ZeRO-2) or the weights (ZeRO-3): torchtitan's and
+    Composer's profiles refuse ZeRO-1 (so rank never recommends a plan their export cannot write), DeepSpeed and
+    Megatron-Core run it."""
+    from cli import main
+
+    for fw, ok in (("fsdp2", False), ("llm-foundry", False), ("llama3-fsdp", False), ("deepspeed", True),
+                   ("megatron-core", True)):
+        assert (REASONS[_one(fw, zero_stage=1, dp=128, pp=1)["reason"][0]] != "framework_unsupported") == ok, fw
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--framework", "fsdp2", "--dp", "8",
+                 "--zero-stage", "1", "--global-batch", "64"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "plansweep evaluate: error: zero_stage: expected 0, 2 or 3 under framework fsdp2 (its FSDP shards the optimizer "
+        "state only with the gradients or the weights: no ZeRO-1), got 1"]

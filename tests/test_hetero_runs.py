@@ -231,9 +231,8 @@ def test_moe_placement_run_records_ep(tmp_path):
 
 
 def test_show_reprices_stages_under_the_runs_framework(tmp_path):
-    """A placement run under fsdp2 (fused attention: no s x s scores kept): `show`'s per-stage
-    view prices the top row under fsdp2, as the search did, not under the default profile,
-    whose unfused attention stores the scores and so reports more memory per stage."""
+    """A placement run under fsdp2: `show`'s per-stage view prices the top row under fsdp2, as the search did, not
+    under the default profile, whose stages' memory differs (its layers' saved tensors, its exchange's buffers)."""
     out = str(tmp_path / "run")
     cli("search", "mcmc", *HETERO, "--framework", "fsdp2", "--seed", "1", "--budget", "64", "--chains", "4",
         "--out", out, "--in-process", "--no-progress", "--top", "1")
@@ -244,5 +243,5 @@ def test_show_reprices_stages_under_the_runs_framework(tmp_path):
     table = strategy_from_mapping(hetero_row_strategy(top, 96), [p.name for p in hc.pools])
     model = model_preset("gpt3-175b")
     assert stages == stage_rows(model, hc, table, framework="fsdp2")
-    generic = stage_rows(model, hc, table)
-    assert all(g["mem_bytes"] > s["mem_bytes"] for g, s in zip(generic, stages, strict=True))
+    default = stage_rows(model, hc, table)
+    assert [d["mem_bytes"] for d in default] != [x["mem_bytes"] for x in stages]

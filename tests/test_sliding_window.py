@@ -96,7 +96,8 @@ def test_windowed_models_price_alike_in_both_evaluators(framework):
     oss_table = StrategyTable.from_columns(
         dp=rng.choice([8, 16], n), tp=rng.choice([1, 2], n), pp=rng.choice([2, 4], n), cp=rng.choice([1, 2], n),
         ep=8, micro_batch=rng.choice([1, 2], n), global_batch=512, recompute=rng.integers(0, 3, n),
-        sequence_parallel=True, zero_stage=1, precision=rng.integers(0, 2, n))
+        sequence_parallel=True, zero_stage=2 if framework.startswith("fsdp2") else 1,  # (FSDP: no ZeRO-1)
+        precision=rng.integers(0, 2, n))
     cases = [(_dense(16384, 4096), "h100x64", random_table(_dense(16384), rng, 300, False)),
              (_dense(8192, 1000, windowed=20), "dgx-a100-1024", random_table(_dense(8192), rng, 300, False)),
              (oss, "h100x256", oss_table)]
@@ -155,9 +156,10 @@ def test_context_parallel_of_a_windowed_model_is_transformer_engines_all_to_all(
     assert met["cp_comm_s"][0] == pytest.approx(2 * one * 32 * 4, rel=1e-9)
     # the Llama 3 profile's all-gather keeps its exchange, TE's ring hides the full model's behind the attention;
     # torchtitan runs no context parallelism for a window (Framework.cp_sdpa_only)
-    ring = evaluate(windowed, cluster, table, framework="llama3-fsdp")
+    fsdp = StrategyTable.from_columns(**{**{k: table[k] for k in table.columns}, "zero_stage": 2})  # (no ZeRO-1)
+    ring = evaluate(windowed, cluster, fsdp, framework="llama3-fsdp")
     assert REASONS[ring["reason"][0]] == "ok" and ring["cp_comm_s"][0] != pytest.approx(met["cp_comm_s"][0])
-    assert REASONS[evaluate(windowed, cluster, table, framework="fsdp2")["reason"][0]] == "framework_unsupported"
+    assert REASONS[evaluate(windowed, cluster, fsdp, framework="fsdp2")["reason"][0]] == "framework_unsupported"
     assert evaluate(_dense(32768), cluster, table, framework="megatron-core")["cp_comm_s"][0] == 0.0
     path = tmp_path / "w.json"
     path.write_text(json.dumps(model_to_dict(windowed)))
@@ -251,7 +253,7 @@ def test_a_gelu_gated_mlp_prices_as_swiglu():
     cluster = cluster_preset("h100x64")
     table = StrategyTable.from_columns(dp=[8, 4, 16], tp=[8, 4, 2], pp=[1, 4, 2], cp=[1, 1, 2], micro_batch=1,
                                        global_batch=256, recompute=["full", "selective", "none"],
-                                       sequence_parallel=True, zero_stage=1)
+                                       sequence_parallel=True, zero_stage=0)  # (what both run: FSDP has no ZeRO-1)
     for fw in ("megatron-core", "fsdp2"):
         a, b = evaluate(g2, cluster, table, framework=fw), evaluate(twin, cluster, table, framework=fw)
         for k in a:
