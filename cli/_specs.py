@@ -298,6 +298,9 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               row["schedule"])
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
+        if fw.tp_needs_sp and tp > 1 and not row["sequence_parallel"]:
+            return InputError("sequence_parallel", f"true with tp={tp} under framework {fw.name} (its tensor "
+                              "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
         if row["zero_stage"] == 1 and not fw.zero1:
             return InputError("zero_stage", f"0, 2 or 3 under framework {fw.name} (its FSDP shards the optimizer state "
                               "only with the gradients or the weights: no ZeRO-1)", row["zero_stage"])

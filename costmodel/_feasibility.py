@@ -253,6 +253,9 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if cp_refused_for_window(fw, model):  # (Framework.cp_sdpa_only: no cp > 1 for a windowed model)
         no_cp = ~np.any((c > 1) & on, axis=0)
         cp_ok = no_cp if cp_ok is None else cp_ok & no_cp
+    if fw.tp_needs_sp:  # (Framework.tp_needs_sp: no stage at tp > 1 without sequence parallelism)
+        sp_ok = r["sequence_parallel"] | ~np.any((t > 1) & on, axis=0)
+        cp_ok = sp_ok if cp_ok is None else cp_ok & sp_ok
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],

@@ -15,6 +15,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         ``framework_unsupported`` (torchtitan v0.2.2: data_parallel_shard_degree is FSDP, data_parallel_replicate_degree
         DDP or HSDP, nothing shards the optimizer alone; Composer's FSDP sharding strategies FULL_SHARD, SHARD_GRAD_OP,
         NO_SHARD, HYBRID_SHARD)
+    tp_needs_sp: the framework's tensor parallelism always shards the sequence between blocks: tp > 1 without
+        sequence parallelism is ``framework_unsupported`` (torchtitan v0.2.2 models/llama3/infra/parallelize.py
+        apply_tp: the norms SequenceParallel, each block's input PrepareModuleInput from Shard(1))
     shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
         and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes, wire, peak)
     overlap_dp: the strategy's ``overlap_dp`` values it can run; one value: the framework decides, the column unread
@@ -333,6 +336,7 @@ class Framework:
     te_ring_attention: bool = False
     cp_sdpa_only: bool = False
     zero1: bool = True
+    tp_needs_sp: bool = False
     cp_all_gather: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
@@ -797,7 +801,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        zero1=False, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True, fp8_saved_inputs=False,
+        zero1=False, tp_needs_sp=True, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True,
+        fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
         xent_peak_bytes=4.0 + 4.0 + 4.0, kv_repeat_bytes=4.0,
@@ -980,7 +985,7 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "output each. Measured against: tests/data/h200_modern_layers_measured.csv's fp8 rows",
              "the fsdp2 profile's sources"),
 )
-_derive("fsdp2", "llm-foundry", cp_sdpa_only=False, xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
+_derive("fsdp2", "llm-foundry", cp_sdpa_only=False, tp_needs_sp=False, xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
     blocking_p2p=False, lockstep_interleaved=False,  # no pipeline in its code: torch's schedules' waits not claimed
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining
@@ -1072,7 +1077,7 @@ _derive("megatron-core", "internevo", max_zero=1, fp8=False, blocking_p2p=False,
 # the weights gathered from forward to backward (ZeRO-2), the gradients accumulated and reduce-scattered in fp32 every
 # micro-batch; interleaved 1F1B. Its layers and kernels are priced as fsdp2's (torch's), which the paper's stack is
 # built on.
-_derive("fsdp2", "llama3-fsdp", cp_sdpa_only=False, max_zero_with_pp=2, shard_with_pp_once=False,
+_derive("fsdp2", "llama3-fsdp", cp_sdpa_only=False, tp_needs_sp=False, max_zero_with_pp=2, shard_with_pp_once=False,
     zero2_scatter_every_microbatch=True,
     # its tensor parallelism and pipelines as the paper describes them, not torchao's or torch.distributed.pipelining
     # (its gradients reduce-scattered every micro-batch and accumulated sharded: no unsharded fp32 accumulation)

@@ -155,10 +155,12 @@ def test_fsdp2_prices_zero3_with_a_pipeline_as_zero1():
 
     fws.FRAMEWORKS["fsdp2-zero1"] = dataclasses.replace(fws.FRAMEWORKS["fsdp2"], name="fsdp2-zero1", zero1=True)
     try:
-        z3 = _one("fsdp2", zero_stage=3)
-        z1 = _one("fsdp2-zero1", zero_stage=1)
+        sp = dict(sequence_parallel=True)  # (torchtitan's tensor parallelism always is)
+        z3 = _one("fsdp2", zero_stage=3, **sp)
+        z1 = _one("fsdp2-zero1", zero_stage=1, **sp)
         # ... while without a pipeline ZeRO-3 shards the weights over the 128 data-parallel ranks
-        flat3, flat1 = _one("fsdp2", zero_stage=3, dp=128, pp=1), _one("fsdp2-zero1", zero_stage=1, dp=128, pp=1)
+        flat3 = _one("fsdp2", zero_stage=3, dp=128, pp=1, **sp)
+        flat1 = _one("fsdp2-zero1", zero_stage=1, dp=128, pp=1, **sp)
     finally:
         del fws.FRAMEWORKS["fsdp2-zero1"]
     assert REASONS[z3["reason"][0]] in ("ok", "out_of_memory")
@@ -208,14 +210,15 @@ def test_aliases_and_unknown_names():
     assert framework_preset("LLM-Foundry") is FRAMEWORKS["llm-foundry"]  # fsdp2 but for its loss, GQA read, FSDP1
     # (FSDP1's flat gradient too: pre_reduce_copy_bytes; no FSDP2 copy-in / copy-out beside its collectives; no
     # pipeline code, so no torch.distributed.pipelining waits: blocking_p2p, lockstep_interleaved; no torchtitan
-    # model code, so not its SDPA-only context parallelism: cp_sdpa_only)
+    # model code, so not its SDPA-only context parallelism: cp_sdpa_only, nor its always sequence-parallel
+    # tensor parallelism: tp_needs_sp)
     assert dataclasses.replace(FRAMEWORKS["llm-foundry"], name="fsdp2", what="", sources=(), xent_bytes=48.0,
                                kv_repeat_bytes=4.0, eager_elem_bytes=(0.0, 15.0, 0.0), sp_copy_bytes=4.0,
                                ring_attention_bytes=(20.0, 46.0, 84.0, 60.0), zero3_kept=(1.0, 1.0, 0.0),
                                fp8_tp_gather=True, pp_grad_sync_after_backward=True, pp_grad_accum_bytes=10.0,
                                pre_reduce_copy_bytes=0.0, xent_peak_bytes=12.0, ag_copy_out_bytes=4.0,
                                rs_copy_in_bytes=(6.0, 8.0), blocking_p2p=True, lockstep_interleaved=True,
-                               cp_sdpa_only=True) == \
+                               cp_sdpa_only=True, tp_needs_sp=True) == \
         dataclasses.replace(FRAMEWORKS["fsdp2"], what="", sources=())
     assert framework_preset(None) is FRAMEWORKS["megatron-core"]  # the default profile (DEFAULT_FRAMEWORK)
     with pytest.raises(InputError, match="--framework"):
@@ -534,5 +537,28 @@ def test_fsdp_profiles_refuse_zero1_in_one_line(capsys):
     assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--framework", "fsdp2", "--dp", "8",
                  "--zero-stage", "1", "--global-batch", "64"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "plansweep evaluate: error: zero_stage: expected 0, 2 or 3 under framework fsdp2 (its FSDP shards the optimizer "
-        "state only with the gradients or the weights: no ZeRO-1), got 1"]
+        "plansweep evaluate: error: zero_stage: expected 0, 2 or 3 under framework fsdp2 (its FSDP shards the "
+        "optimizer state only with the gradients or the weights: no ZeRO-1), got 1"]
+
+
+def test_torchtitan_tensor_parallelism_is_always_sequence_parallel(capsys):
+    """torchtitan v0.2.2's apply_tp shards the sequence between blocks whenever tp > 1: under fsdp2 (and its
+    variants) tp > 1 without sequence parallelism is framework_unsupported in both evaluators, tp 1 without it runs;
+    LLM Foundry's and Meta's profiles, whose tensor parallelism is not torchtitan's, keep both."""
+    from cli import main
+    from costmodel._reference import evaluate_row
+
+    table = StrategyTable.from_columns(dp=[16, 16, 128], tp=[8, 8, 1], pp=[8, 8, 1], micro_batch=1, global_batch=1536,
+                                       zero_stage=0, sequence_parallel=[False, True, False], recompute="full")
+    for fw, ok in (("fsdp2", [False, True, True]), ("fsdp2-async-tp", [False, True, True]),
+                   ("llm-foundry", [True, True, True]), ("llama3-fsdp", [True, True, True])):
+        vec = evaluate(GPT3, H100, table, framework=fw)
+        got = [REASONS[r] != "framework_unsupported" for r in vec["reason"]]
+        assert got == ok, fw
+        assert [REASONS[evaluate_row(GPT3, H100, table.row(i), framework=fw)["reason"]] != "framework_unsupported"
+                for i in range(3)] == ok, fw
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--framework", "fsdp2", "--tp", "2",
+                 "--dp", "4", "--zero-stage", "2", "--global-batch", "64"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "plansweep evaluate: error: sequence_parallel: expected true with tp=2 under framework fsdp2 (its tensor "
+        "parallelism always shards the sequence between blocks), got False"]

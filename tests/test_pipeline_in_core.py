@@ -53,7 +53,7 @@ def test_rows_the_simulator_prices_join_the_last_block(monkeypatch):
     m = table["global_batch"] // (table["dp"] * table["micro_batch"])
     outside = np.flatnonzero((table["schedule"] == SCHED["interleaved"]) & (m < table["pp"]) & (whole["reason"] == 0))
     early = outside[outside < 39_000]
-    assert early.size >= 30 and np.isfinite(whole["step_time_s"][early]).all()
+    assert early.size >= 20 and np.isfinite(whole["step_time_s"][early]).all()
     rows = np.concatenate([early[:150], np.arange(39_000, 39_150)])
     alone = evaluate(model, cluster, table.take(rows), framework="fsdp2")
     for k in whole:

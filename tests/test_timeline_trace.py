@@ -49,11 +49,12 @@ PLANS = [
     ["--model", "mixtral-8x7b", "--cluster", "h100x128", "--tp", "2", "--pp", "8", "--ep", "8", "--micro-batch",
      "1", "--global-batch", "64", "--schedule", "1f1b", "--recompute", "full"],
     [*SMALL, "--tp", "2", "--pp", "2", "--cp", "4", "--micro-batch", "1", "--global-batch", "8", "--schedule",
-     "1f1b", "--framework", "fsdp2"],  # (torch's ring attention: its cp exchanges exposed)
+     "1f1b", "--framework", "fsdp2", "--sequence-parallel"],  # (torch's ring attention: its cp exchanges exposed)
     ["--model", "llama3-8b", "--cluster", "h100x64", "--tp", "8", "--pp", "4", "--micro-batch", "1",
      "--global-batch", "16", "--schedule", "1f1b", "--framework", "deepspeed"],  # (each exchange's two calls)
     ["--model", "llama3-8b", "--cluster", "h100x64", "--tp", "8", "--pp", "4", "--micro-batch", "1",
-     "--global-batch", "16", "--schedule", "interleaved", "--vpp", "2", "--framework", "fsdp2"],  # (torch's grid)
+     "--global-batch", "16", "--schedule", "interleaved", "--vpp", "2", "--framework", "fsdp2",
+     "--sequence-parallel"],  # (torch's grid; its tensor parallelism always sequence-parallel)
 ]
 
 
