@@ -298,6 +298,11 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               row["schedule"])
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
+        ep, etp = row.get("ep", 1), row.get("etp", 1)
+        if fw.ep_in_sharded_dp and model.is_moe and row["zero_stage"] < 2 and (tp * cp) % (ep * etp):
+            return InputError("ep", f"ep x etp dividing tp x cp = {tp * cp} under framework {fw.name} at ZeRO "
+                              f"{row['zero_stage']} (its experts fold into FSDP-sharded, CP and TP ranks, not DDP "
+                              "replicas; ZeRO 2 or 3 shards dp)", ep)
         if fw.tp_needs_sp and tp > 1 and not row["sequence_parallel"]:
             return InputError("sequence_parallel", f"true with tp={tp} under framework {fw.name} (its tensor "
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])

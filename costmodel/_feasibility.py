@@ -256,6 +256,9 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if fw.tp_needs_sp:  # (Framework.tp_needs_sp: no stage at tp > 1 without sequence parallelism)
         sp_ok = r["sequence_parallel"] | ~np.any((t > 1) & on, axis=0)
         cp_ok = sp_ok if cp_ok is None else cp_ok & sp_ok
+    if fw.ep_in_sharded_dp and model.is_moe:  # (Framework.ep_in_sharded_dp: DDP replicas hold no experts)
+        fold_ok = (r["zero_stage"] >= 2) | ~np.any(((t * c) % (e * u) != 0) & on, axis=0)
+        cp_ok = fold_ok if cp_ok is None else cp_ok & fold_ok
     reason = reason_codes(gpus_ok=gpus_ok, tp_ok=flags & 2 == 0, pp_ok=pp_ok, batch_ok=flags & 8 == 0,
                           sched_ok=schedule_fits(r["schedule"], p, v, flags & 16 == 0), cp=c, pp=p,
                           seq_len=model.seq_len, zero=r["zero_stage"], framework=fw, schedule=r["schedule"],

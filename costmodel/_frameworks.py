@@ -18,6 +18,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
     tp_needs_sp: the framework's tensor parallelism always shards the sequence between blocks: tp > 1 without
         sequence parallelism is ``framework_unsupported`` (torchtitan v0.2.2 models/llama3/infra/parallelize.py
         apply_tp: the norms SequenceParallel, each block's input PrepareModuleInput from Shard(1))
+    ep_in_sharded_dp: the experts fold into the FSDP-sharded, CP and TP ranks of a replica, not into DDP replicas: ep
+        x etp must divide tp x cp, times dp only where FSDP shards it (ZeRO 2-3); else ``framework_unsupported``
+        (torchtitan v0.2.2 parallel_dims.py: efsdp = dp_shard x cp x tp / (etp x ep), dp_shard 1 under DDP)
     shard_with_pp_once: ZeRO-2/3 with pp > 1 keeps the weights gathered from a step's first forward to its last backward
         and reduce-scatters the gradients once, at the last micro-batch: priced as ZeRO-1 (the same bytes, wire, peak)
     overlap_dp: the strategy's ``overlap_dp`` values it can run; one value: the framework decides, the column unread
@@ -337,6 +340,7 @@ class Framework:
     cp_sdpa_only: bool = False
     zero1: bool = True
     tp_needs_sp: bool = False
+    ep_in_sharded_dp: bool = False
     cp_all_gather: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
@@ -801,7 +805,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        zero1=False, tp_needs_sp=True, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True,
+        zero1=False, tp_needs_sp=True, ep_in_sharded_dp=True, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True,
         fp8_saved_inputs=False,
         selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,

@@ -240,6 +240,7 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "zero_incompatible_pp"
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["zero_stage"] == 1 and not fw.zero1)
             or (fw.tp_needs_sp and tp > 1 and not r["sequence_parallel"])
+            or (fw.ep_in_sharded_dp and model.is_moe and r["zero_stage"] < 2 and (tp * cp) % (ep * etp))
             or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)

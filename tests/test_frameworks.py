@@ -562,3 +562,26 @@ def test_torchtitan_tensor_parallelism_is_always_sequence_parallel(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "plansweep evaluate: error: sequence_parallel: expected true with tp=2 under framework fsdp2 (its tensor "
         "parallelism always shards the sequence between blocks), got False"]
+
+
+def test_torchtitan_folds_the_experts_into_sharded_ranks_only(capsys):
+    """torchtitan v0.2.2 (parallel_dims.py) folds ep x etp into dp_shard x cp x tp, and dp_shard is 1 under DDP
+    (ZeRO 0): Mixtral's ep 8 on 8 GPUs runs under FSDP (ZeRO 3) or on tp 8, not on 8 DDP replicas of tp 1; both
+    evaluators, and evaluate's one line names ep."""
+    from cli import main
+    from costmodel._reference import evaluate_row
+
+    moe, cl = model_preset("mixtral-8x7b"), cluster_preset("h100x8")
+    table = StrategyTable.from_columns(dp=[8, 8, 1], tp=[1, 1, 8], pp=1, ep=8, micro_batch=1, global_batch=64,
+                                       zero_stage=[0, 3, 0], sequence_parallel=[False, False, True], recompute="full")
+    ok = [False, True, True]
+    vec = evaluate(moe, cl, table, framework="fsdp2")
+    assert [REASONS[r] != "framework_unsupported" for r in vec["reason"]] == ok
+    assert [REASONS[evaluate_row(moe, cl, table.row(i), framework="fsdp2")["reason"]] != "framework_unsupported"
+            for i in range(3)] == ok
+    assert REASONS[evaluate(moe, cl, table, framework="megatron-core")["reason"][0]] != "framework_unsupported"
+    assert main(["evaluate", "--model", "mixtral-8x7b", "--cluster", "h100x8", "--framework", "fsdp2", "--dp", "8",
+                 "--ep", "8", "--zero-stage", "0", "--global-batch", "64"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "plansweep evaluate: error: ep: expected ep x etp dividing tp x cp = 1 under framework fsdp2 at ZeRO 0 (its "
+        "experts fold into FSDP-sharded, CP and TP ranks, not DDP replicas; ZeRO 2 or 3 shards dp), got 8"]
