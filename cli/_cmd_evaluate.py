@@ -226,12 +226,12 @@ def build_strategy(args, model, cluster) -> StrategyTable:
 def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
     data = _with_flags(args, from_file, model)
     mods = data.get("recompute_modules")
-    if isinstance(mods, str) and mods.strip() and not mods.replace(",", " ").split():
+    if isinstance(mods, str) and not mods.replace(",", " ").split():  # (empty or only commas: none named)
         raise InputError("--recompute-modules", "module names, comma-separated", mods)
     if mods:  # Megatron-Core reads the modules under selective granularity only
         if data.setdefault("recompute", "selective") != "selective":
             raise InputError("--recompute", "selective (or none given) with --recompute-modules", data["recompute"])
-    if args.stage_layers:
+    if args.stage_layers is not None:  # (an empty word too: refused by number_list)
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
     _check_stage_layers(data)

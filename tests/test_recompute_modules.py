@@ -283,3 +283,15 @@ def test_placements_and_concat_carry_the_column():
     plain = StrategyTable.from_columns(dp=16, tp=2, pp=2, ep=8, global_batch=256)
     names = StrategyTable.concat([t, plain]).readable()["recompute_modules"]
     assert list(names) == ["moe_act,layernorm", "moe", "", "core_attn", ""]
+
+
+@pytest.mark.parametrize(("flag", "word"), [("--recompute-modules", ""), ("--recompute-modules", ","),
+                                            ("--stage-layers", "")])
+def test_an_empty_list_flag_is_refused_in_one_line(flag, word, capsys):
+    """An empty --recompute-modules named no module (it read as no recompute at all) and an empty --stage-layers was
+    ignored: both one line naming the flag, exit 2."""
+    from cli import main
+
+    assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100x8", "--global-batch", "64", flag, word]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"plansweep evaluate: error: {flag}: expected ")
