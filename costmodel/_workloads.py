@@ -146,16 +146,18 @@ class Transformer:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        if not (isinstance(self.kv_heads, int) and 1 <= self.kv_heads <= self.heads):
+        kv = self.kv_heads
+        if not (isinstance(kv, int) and not isinstance(kv, bool) and 1 <= kv <= self.heads):
             raise InputError("model.kv_heads", f"an integer in [1, heads={self.heads}]", self.kv_heads)
         if self.heads % self.kv_heads:
             raise InputError("model.kv_heads", f"a divisor of heads={self.heads}", self.kv_heads)
         if self.kind == "transformer":
             if self.hidden % self.heads and self.head_dim is None:
                 raise InputError("model.hidden", f"a multiple of heads={self.heads}", self.hidden)
-            if not (isinstance(self.vocab, int) and self.vocab >= 1):
+            if not (isinstance(self.vocab, int) and not isinstance(self.vocab, bool) and self.vocab >= 1):
                 raise InputError("model.vocab", "an integer >= 1", self.vocab)
-            if not (isinstance(self.ffn_hidden, int) and self.ffn_hidden >= 1):
+            f = self.ffn_hidden
+            if not (isinstance(f, int) and not isinstance(f, bool) and f >= 1):
                 raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
         self._check_moe()
 

@@ -356,3 +356,14 @@ def test_a_qwen_config_without_max_window_layers_takes_the_class_default():
     data.pop("max_window_layers", None)
     assert from_hf_config(data, "x").sliding_window is None
     assert from_hf_config({**data, "num_hidden_layers": 32}, "x").window_layers == 4
+
+
+@pytest.mark.parametrize("field", ["kv_heads", "vocab", "ffn_hidden"])
+def test_a_boolean_is_no_count(field, tmp_path):
+    """JSON's true is a Python int: a model file's "kv_heads": true was read as 1 KV head; a count must be an integer
+    that is not a boolean, named in one line."""
+    model = {"name": "m", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+             "seq_len": 8192, "vocab": 128256, "activation": "swiglu", "norm": "rmsnorm"}
+    (path := tmp_path / "m.json").write_text(json.dumps({**model, field: True}))
+    with pytest.raises(InputError, match=f"{field}: expected an integer"):
+        load_model(str(path))
