@@ -288,6 +288,13 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
                                 if model.windowed_layers and model.attention_chunk else None)}
 
 
+def _seconds(step) -> str:
+    """A step time for the text report: seconds, or n/a where the plan has none (infeasible: null or infinite)."""
+    if step is None or not math.isfinite(step):
+        return f"{'n/a':>12}"
+    return f"{step:10.4f} s"
+
+
 def format_report(rep: dict, hbm_bytes: float) -> str:
     s, m = rep["strategy"], rep["metrics"]
     sw, ch = rep.get("sliding_window"), rep.get("attention_chunk")
@@ -298,8 +305,7 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
              "strategy: " + " ".join(f"{k}={v}" for k, v in s.items())]
     if not m["feasible"]:
         lines.append(f"INFEASIBLE: {m['reason']}")
-    step = m["step_time_s"] or float("nan")
-    lines.append(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   "
+    lines.append(f"step time {_seconds(m['step_time_s'])}   {m['tokens_per_s']:,.0f} tokens/s   "
                  f"{m['samples_per_s']:.2f} samples/s   MFU {100 * m['mfu']:.1f}%   HFU {100 * m['hfu']:.1f}%   "
                  f"{m['microbatches']} micro-batches, bubble ratio {100 * m['bubble_ratio']:.1f}%")
     b = rep["error_band"]
@@ -608,8 +614,7 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
     print("strategy: " + " ".join(f"{k}={v}" for k, v in glob.items()))
     if not m["feasible"]:
         print(f"INFEASIBLE: {reason}")
-    step = m["step_time_s"]
-    print(f"step time {step:10.4f} s   {m['tokens_per_s']:,.0f} tokens/s   MFU {100 * m['mfu']:.1f}% "
+    print(f"step time {_seconds(m['step_time_s'])}   {m['tokens_per_s']:,.0f} tokens/s   MFU {100 * m['mfu']:.1f}% "
           f"(of the stages' summed peak)   {m['microbatches']} micro-batches, bubble ratio "
           f"{100 * m['bubble_ratio']:.1f}%")
     if model.is_moe:

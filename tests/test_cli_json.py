@@ -43,3 +43,13 @@ def test_show_json_parses_strictly(tmp_path, capsys):
     run = write_fixture_run(tmp_path / "r", model, cluster, seed000_table())
     assert main(["show", str(run), "--json"]) == 0
     _strict(capsys.readouterr().out)
+
+
+def test_the_text_report_of_an_infeasible_plan_has_no_nan(capsys):
+    """An out-of-memory plan's step time is infinite (null in --json): the text report says n/a, not nan or inf."""
+    from cli import main
+
+    assert main(["evaluate", "--model", "llama4-scout", "--cluster", "h100x64", "--tp", "4", "--ep", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "INFEASIBLE: out_of_memory" in out and "step time          n/a   0 tokens/s" in out
+    assert "nan" not in out and " inf " not in out
