@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
     if args.out is not None:
         check_file_path("--out", args.out)
+    note = None  # (said once the plan is written: a refusal is its one line alone)
     if args.run:
         from sweep._rundir import check_outside_run
 
@@ -129,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
                              "--" + given[0].replace("_", "-"))
         model, cluster, table, row_framework = _from_run(args, target)
         if row_framework is None:
-            print(f"plansweep export: note: no row of the run is priced under a framework launched as {target}; "
-                  f"its best row is priced again under {target}", file=sys.stderr)
+            note = (f"plansweep export: note: no row of the run is priced under a framework launched as {target}; "
+                    f"its best row is priced again under {target}")
         profile = row_framework or target
     else:
         if args.rank is not None:
@@ -145,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason, profile)
     text = WRITERS[EXPORT_FORMAT[profile]](canonical_plan(table.row(0), model), model, cluster, profile=profile)
+    if note:
+        print(note, file=sys.stderr)
     if reason == "out_of_memory":
         print(f"plansweep export: warning: the plan needs {metrics['mem_total_bytes'][0] / 1e9:.1f} GB per GPU, "
               f"more than the {cluster.gpu.hbm_bytes / 1e9:.1f} GB of {cluster.gpu.name}", file=sys.stderr)

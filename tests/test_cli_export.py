@@ -943,3 +943,22 @@ def test_torchtitan_refuses_a_tied_output_on_every_model_but_qwen3():
         tied = dataclasses.replace(costmodel.model_preset(name), tied_embeddings=True)
         with pytest.raises(costmodel.InputError, match="model.tied_embeddings: expected false for torchtitan's "):
             _torchtitan_model(tied)
+
+
+def test_export_from_a_run_under_another_framework_notes_it_only_when_it_writes(tmp_path):
+    """A run priced under megatron-core, exported to DeepSpeed: its best row is priced again under deepspeed and the
+    note says so where the plan is written; where DeepSpeed cannot run the plan (sequence parallelism) the refusal is
+    the one line on stderr, no note before it."""
+    from tests.run_fixtures import write_fixture_run
+
+    for tp, ok in ((1, True), (2, False)):
+        table = StrategyTable.from_columns(tp=tp, pp=1, dp=64 // tp, global_batch=256, recompute="full", zero_stage=1,
+                                           sequence_parallel=tp > 1)
+        run = write_fixture_run(tmp_path / f"tp{tp}", MODEL, CLUSTER, table)
+        out = _cli("export", "--framework", "deepspeed", "--run", str(run))
+        err = out.stderr.strip().splitlines()
+        if ok:
+            assert out.returncode == 0 and json.loads(out.stdout)["ds_config"]["zero_optimization"]["stage"] == 1
+            assert any("note: no row of the run is priced under a framework launched as deepspeed" in e for e in err)
+        else:
+            assert out.returncode == 2 and len(err) == 1 and "sequence_parallel: expected false" in err[0]
