@@ -166,6 +166,25 @@ CALCULON_KEYS = ("hidden", "feedforward", "seq_size", "attn_heads", "attn_size",
 CALCULON_VOCAB = 51200  # Megatron-LM's GPT vocabulary padded to a multiple of 128 x 8
 
 
+# The HuggingFace config key a Transformer field is read from, to name it where the model's own checks refuse a value
+# (gpt2 names its sizes n_layer, n_embd, n_head and n_positions; the expert count's key is the family's)
+_HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+            "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+            "seq_len": "max_position_embeddings", "head_dim": "head_dim", "experts_per_token": "num_experts_per_tok",
+            "router_groups": "n_group", "router_group_topk": "topk_group", "sliding_window": "sliding_window",
+            "attention_chunk": "attention_chunk_size", "expert_ffn_hidden": "moe_intermediate_size",
+            "experts": "num_local_experts / num_experts / n_routed_experts"}
+_GPT2_KEYS = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "kv_heads": "n_head",
+              "seq_len": "n_positions", "ffn_hidden": "n_inner"}
+
+
+def _hf_key(field: str, data: dict) -> str:
+    """The config key (module notes above) of a Transformer field, or the field itself where none maps."""
+    if data.get("model_type") == "gpt2" and field in _GPT2_KEYS:
+        return _GPT2_KEYS[field]
+    return _HF_KEYS.get(field, field)
+
+
 def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a mapping read from a file: HuggingFace config (has model_type or
     architectures), Calculon model (has num_blocks and attn_heads), or Transformer's fields."""
@@ -183,10 +202,13 @@ def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Tran
             return Transformer(**{"name": name, **data})
         except TypeError as exc:
             raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
-    except InputError as exc:  # Transformer's own checks ("model.layers"): the file's argument and field
+    except InputError as exc:  # Transformer's own checks ("model.layers"): the file's argument and field (a HuggingFace
+        # config's own key)
         if not exc.argument.startswith("model."):
             raise
-        raise InputError(f"{argument} {exc.argument.removeprefix('model.')}", exc.expected, exc.got) from None
+        field = exc.argument.removeprefix("model.")
+        hf = "model_type" in data or "architectures" in data
+        raise InputError(f"{argument} {_hf_key(field, data) if hf else field}", exc.expected, exc.got) from None
 
 
 def _get(data: dict, key: str, argument: str, default=None, kind=int):

@@ -367,3 +367,22 @@ def test_a_boolean_is_no_count(field, tmp_path):
     (path := tmp_path / "m.json").write_text(json.dumps({**model, field: True}))
     with pytest.raises(InputError, match=f"{field}: expected an integer"):
         load_model(str(path))
+
+
+def test_a_hf_config_refused_by_the_models_checks_names_the_configs_key(tmp_path):
+    """The model's own checks know its fields (kv_heads, experts_per_token); a HuggingFace config's refusal names the
+    key the value came from (num_key_value_heads, num_experts_per_tok; gpt2's n_head), one line."""
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 3, "max_position_embeddings": 8192, "vocab_size": 128256}
+    (path := tmp_path / "c.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match=f"--model {path} num_key_value_heads: expected a divisor of heads=32, got 3"):
+        load_model(str(path))
+    moe = {**cfg, "model_type": "mixtral", "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 9}
+    path.write_text(json.dumps(moe))
+    with pytest.raises(InputError, match="num_experts_per_tok: expected an integer in \\[1, experts=8\\], got 9"):
+        load_model(str(path))
+    # a plansweep model file keeps its own field names
+    (own := tmp_path / "m.json").write_text(json.dumps({"name": "m", "layers": 32, "hidden": 4096, "heads": 32,
+                                                        "kv_heads": 3, "vocab": 128256, "seq_len": 8192}))
+    with pytest.raises(InputError, match=f"--model {own} kv_heads: expected a divisor of heads=32"):
+        load_model(str(own))
