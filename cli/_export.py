@@ -128,23 +128,35 @@ def _every_nth(L: int, kept: int, *, dividing: bool = False) -> int | None:
     return next((f for f in range(2, L + 1) if L - L // f == kept and not (dividing and L % f)), None)
 
 
+def _layer_pattern(model: Transformer, flag: str, dividing: bool = False) -> int:
+    """The N of Megatron-LM's every-N-th-layer ``flag`` for the layers a window or chunks restrict: the model's
+    window_every where it names the layers (0: they follow no such pattern, refused), else the N their count gives
+    (a model file that does not say which: the smallest, L - L // N of them)."""
+    n, L, e = model.window_layers, model.layers, model.window_every
+    rule = f"every N-th layer (1-based) left full, N{' dividing ' + str(L) if dividing else ''} >= 2 ({flag})"
+    if e == 0:
+        raise InputError("model.window_every", f"the restricted layers as {rule}; this model's follow no such pattern",
+                         e)
+    if e is not None and not (dividing and L % e):
+        return e
+    f = _every_nth(L, n, dividing=dividing) if e is None else None
+    if f is None:
+        raise InputError("model.window_layers", f"all {L} layers or L - L // N of them, {rule}", n)
+    return f
+
+
 def megatron_window(model: Transformer) -> list:
-    """Megatron-LM's arguments for the model's sliding window (none without one): --window-size W - 1,0 (the query
-    and the W - 1 keys before it: Transformer Engine's window_size (left, right)), and where some layers keep full
-    attention --window-attn-skip-freq N, under which every N-th layer (1-based) is full and the others windowed
-    (Megatron-Core's is_layer_window_attention): L - L // N windowed layers, every other one from the first at N = 2
-    (gpt-oss's layer_types). A windowed share no N gives is refused: which layers take the window the model does not
-    say."""
+    """Megatron-LM's arguments for the model's sliding window (none without one, nor where it restricts no layer: at
+    least the sequence, or on none): --window-size W - 1,0 (the query and the W - 1 keys before it: Transformer
+    Engine's window_size (left, right)), and where some layers keep full attention --window-attn-skip-freq N, under
+    which every N-th layer (1-based) is full and the others windowed (Megatron-Core's is_layer_window_attention), the
+    model's window_every (gpt-oss's layer_types: 2). Windowed layers in no such pattern are refused (_layer_pattern)."""
     w, n, L = model.sliding_window, model.window_layers, model.layers
-    if w is None:
+    if w is None or not model.windowed_layers:
         return []
     out = ["--window-size", f"{w - 1},0"]
     if n is not None and n < L:
-        skip = _every_nth(L, n)
-        if skip is None:
-            raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N in [2, {L}] "
-                             "(Megatron-LM's --window-attn-skip-freq: every N-th layer full)", n)
-        out += ["--window-attn-skip-freq", skip]
+        out += ["--window-attn-skip-freq", _layer_pattern(model, "Megatron-LM's --window-attn-skip-freq")]
     return out
 
 
@@ -541,11 +553,8 @@ def megatron_nope(model: Transformer) -> list:
     n, L = model.window_layers, model.layers
     if model.attention_chunk is None or n is None or n == L:
         return []
-    freq = _every_nth(L, n, dividing=True)
-    if freq is None:
-        raise InputError("model.window_layers", f"all {L} layers or L - L // N of them for an N dividing {L} "
-                         "(Megatron-LM's --no-rope-freq: every N-th layer without rotary positions)", n)
-    return ["--no-rope-freq", freq]
+    return ["--no-rope-freq", _layer_pattern(model, "Megatron-LM's --no-rope-freq: every N-th layer without "
+                                                    "rotary positions", dividing=True)]
 
 
 def megatron_model(text: str) -> dict:

@@ -292,20 +292,31 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     elif family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
     if family == "llama4_text":
-        chunk, chunked = _hf_chunks(data, fields["layers"], argument)
-        return Transformer(name=name, activation=activation, attention_chunk=chunk, window_layers=chunked, **fields)
-    window, windowed = _hf_window(data, family, fields["layers"], argument)
-    return Transformer(name=name, activation=activation, sliding_window=window, window_layers=windowed, **fields)
+        chunk, chunked, every = _hf_chunks(data, fields["layers"], argument)
+        return Transformer(name=name, activation=activation, attention_chunk=chunk, window_layers=chunked,
+                           window_every=every, **fields)
+    window, windowed, every = _hf_window(data, family, fields["layers"], argument)
+    return Transformer(name=name, activation=activation, sliding_window=window, window_layers=windowed,
+                       window_every=every, **fields)
 
 
-def _hf_chunks(data: dict, layers: int, argument: str) -> tuple[int | None, int | None]:
+def _every_nth_of(restricted: list[bool]) -> int | None:
+    """Transformer.window_every of layers a window or chunks restrict (True) or not: None where every layer is, the N
+    >= 2 whose every N-th layer (1-based) alone is not, else 0 (no such pattern)."""
+    if all(restricted):
+        return None
+    n = restricted.index(False) + 1  # (the first layer left full: the only N the pattern can have)
+    return n if n >= 2 and all(r == ((i + 1) % n != 0) for i, r in enumerate(restricted)) else 0
+
+
+def _hf_chunks(data: dict, layers: int, argument: str) -> tuple[int | None, int | None, int | None]:
     """Llama 4's chunked attention: (attention_chunk_size, how many layers take it; None: all), or (None, None)
     without a chunk size. Llama4TextConfig: a layer uses rotary positions where no_rope_layers[i] is 1 (by default
     unless (i + 1) % no_rope_layer_interval == 0, an interval of 4), and Llama4TextDecoderLayer takes the chunked
-    mask exactly on those layers; the others attend over the whole sequence."""
+    mask exactly on those layers; the others attend over the whole sequence. Third: Transformer.window_every."""
     chunk = data.get("attention_chunk_size")
     if chunk is None:
-        return None, None
+        return None, None, None
     if not (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1):
         raise InputError(f"{argument} attention_chunk_size", "an integer >= 1 or null", chunk)
     rope = data.get("no_rope_layers")
@@ -313,32 +324,37 @@ def _hf_chunks(data: dict, layers: int, argument: str) -> tuple[int | None, int 
         if not (isinstance(rope, list) and len(rope) == layers and all(v in (0, 1) for v in rope)):
             raise InputError(f"{argument} no_rope_layers", f"a list of num_hidden_layers={layers} values 0 or 1",
                              rope)
-        chunked = sum(rope)
+        restricted = [v == 1 for v in rope]
     else:
         interval = data.get("no_rope_layer_interval", 4)
         if not (isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1):
             raise InputError(f"{argument} no_rope_layer_interval", "an integer >= 1", interval)
         chunked = layers - layers // interval
-    return chunk, None if chunked == layers else chunked
+        return chunk, None if chunked == layers else chunked, None if chunked == layers else interval * (interval > 1)
+    chunked = sum(restricted)
+    return chunk, None if chunked == layers else chunked, _every_nth_of(restricted)
 
 
-def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int | None, int | None]:
-    """The sliding window of a HuggingFace config and how many layers take it (None: all), or (None, None) (module
-    docstring)."""
+def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int | None, int | None, int | None]:
+    """The sliding window of a HuggingFace config, how many layers take it (None: all) and which
+    (Transformer.window_every), or (None, None, None) (module docstring)."""
     types = data.get("layer_types")
     if isinstance(types, list):
         if len(types) != layers:
             raise InputError(f"{argument} layer_types", f"num_hidden_layers={layers} entries, one a layer", len(types))
-        windowed = sum(t == "sliding_attention" for t in types)
+        restricted = [t == "sliding_attention" for t in types]
     elif family in ("mistral", "mixtral", "phi3", "starcoder2"):  # (every layer: their attention passes the config's
         # sliding_window whatever the layer)
-        windowed = layers
+        restricted = None
+        windowed, every = layers, None
     elif family in ("gemma2", "gemma3_text"):  # (Gemma2Config / Gemma3TextConfig: layer i slides unless
         # (i + 1) % p == 0, p = 2, or Gemma 3's sliding_window_pattern, 6 by default)
         p = 2 if family == "gemma2" else data.get("sliding_window_pattern", 6)
         if not (isinstance(p, int) and not isinstance(p, bool) and p >= 1):
             raise InputError(f"{argument} sliding_window_pattern", "an integer >= 1", p)
+        restricted = None
         windowed = layers - layers // p
+        every = None if windowed == layers else p * (p > 1)
     elif family.startswith("qwen"):  # (Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers,
         # 28 where the config leaves it out: the class's default)
         first = data.get("max_window_layers", 28)
@@ -346,18 +362,20 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
             first = 28
         if not (isinstance(first, int) and not isinstance(first, bool) and first >= 0):
             raise InputError(f"{argument} max_window_layers", "an integer >= 0", first)
-        windowed = max(layers - first, 0) if _flag(data, "use_sliding_window", argument, False) else 0
+        on = _flag(data, "use_sliding_window", argument, False)
+        restricted = None
+        windowed = max(layers - first, 0) if on else 0
+        every = None if windowed == layers else 0  # (the last layers: no every-N-th pattern)
     else:
-        windowed = 0
+        restricted, windowed, every = None, 0, None
+    if restricted is not None:
+        windowed, every = sum(restricted), _every_nth_of(restricted)
     window = data.get("sliding_window") if windowed else None
     if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
         raise InputError(f"{argument} sliding_window", "an integer >= 1 or null", window)
     if window is None:
-        return None, None
-    if windowed > layers:
-        raise InputError(f"{argument} layer_types", f"at most num_hidden_layers={layers} sliding_attention layers",
-                         windowed)
-    return window, None if windowed == layers else windowed
+        return None, None, None
+    return window, None if windowed == layers else windowed, every
 
 
 def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:

@@ -36,7 +36,7 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
 # and the sliding window's, without one.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None,
-                    "window_layers": None, "attention_chunk": None}
+                    "window_layers": None, "attention_chunk": None, "window_every": None}
 # The key tile edge of the fused attention kernels (FlashAttention-2's and cuDNN's 128-row blocks): a kernel skips the
 # key tiles wholly outside its mask, a causal one those above the diagonal, a sliding window's those left of the band
 # too (flash-attention v2.6 csrc/flash_attn/src/flash_fwd_kernel.h: n_block_min from window_size_left).
@@ -73,7 +73,10 @@ class Transformer:
     attention_chunk_size): on ``window_layers`` of the layers (None: all) the sequence is cut into chunks of that
     many tokens and a query attends to the keys of its own chunk up to itself (Llama 4: every layer but each fourth,
     whose attention is global and without rotary positions). Priced as the window is, over the chunks' pairs and
-    tiles.
+    tiles. ``window_every`` (where ``window_layers`` is fewer than the layers): which ones: every window_every-th
+    layer (1-based) attends over the whole sequence and the others take the window or the chunks (gpt-oss 2, Gemma 3 6,
+    Llama 4 4), L - L // window_every of them; 0: they follow no such pattern (a Qwen config's last layers); None: not
+    said. The pricing reads only the count; a launch line that names the layers (Megatron-LM's) reads the pattern.
     """
 
     name: str
@@ -108,6 +111,7 @@ class Transformer:
     sliding_window: int | None = None
     window_layers: int | None = None
     attention_chunk: int | None = None
+    window_every: int | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -138,6 +142,14 @@ class Transformer:
             raise InputError("model.window_layers", f"an integer in [0, layers={self.layers}] (or null: all)", n)
         if n is not None and w is None and c is None:
             raise InputError("model.window_layers", "null without a sliding_window or an attention_chunk", n)
+        e = self.window_every
+        if e is not None and not (isinstance(e, int) and not isinstance(e, bool) and e >= 0 and e != 1):
+            raise InputError("model.window_every", "an integer >= 2, 0 (no every-N-th pattern) or null", e)
+        if e is not None and (n is None or n == self.layers):
+            raise InputError("model.window_every", "null where the window or the chunks are on every layer", e)
+        if e and n != self.layers - self.layers // e:
+            raise InputError("model.window_every", f"an N with layers - layers // N = window_layers={n} (every N-th "
+                             "layer full) or 0", e)
         if self.activation not in ACTIVATIONS:
             raise InputError("model.activation", f"one of {ACTIVATIONS}", self.activation)
         if self.norm not in NORMS:
@@ -560,14 +572,14 @@ MODEL_PRESETS: dict[str, Transformer] = {
     "gpt-oss-120b": Transformer(
         name="gpt-oss-120b", layers=36, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
-        experts=128, experts_per_token=4, sliding_window=128, window_layers=18,
+        experts=128, experts_per_token=4, sliding_window=128, window_layers=18, window_every=2,
     ),
     # gpt-oss-20b: openai/gpt-oss-20b config.json, gpt-oss-120b's layer with 24 layers and 32 experts (the model card,
     # arXiv:2508.10925 Table 1: 20.91B, 3.61B active).
     "gpt-oss-20b": Transformer(
         name="gpt-oss-20b", layers=24, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
-        experts=32, experts_per_token=4, sliding_window=128, window_layers=12,
+        experts=32, experts_per_token=4, sliding_window=128, window_layers=12, window_every=2,
     ),
     # Kimi K2: moonshotai/Kimi-K2-Instruct config.json, DeepSeek-V3's architecture (MLA as DeepSeek-V3's) with 64 heads,
     # 384 routed experts of 2048 and one shared, 8 a token, no expert groups, the first layer dense (18432), vocab
@@ -589,10 +601,11 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # 109B / 400B total (with the vision encoder, not counted here), 17B active. Meta publishes no pre-training length:
     # 8,192 tokens, the chunk, at which every layer's attention is causal (--seq-len trains longer).
     "llama4-scout": _moe("llama4-scout", 48, 5120, 16384, 40, 8, 8192, 202048, experts=16,
-                         shared_experts=1, expert_ffn_hidden=8192, attention_chunk=8192, window_layers=36),
+                         shared_experts=1, expert_ffn_hidden=8192, attention_chunk=8192, window_layers=36,
+                         window_every=4),
     "llama4-maverick": _moe("llama4-maverick", 48, 5120, 16384, 40, 8, 8192, 202048, experts=128,
                             shared_experts=1, expert_ffn_hidden=8192, moe_layer_freq=2, attention_chunk=8192,
-                            window_layers=36),
+                            window_layers=36, window_every=4),
     "mlp-64x8192": Transformer(
         name="mlp-64x8192", layers=64, hidden=8192, kind="mlp", activation="relu",
         norm="none", bias=False,

@@ -714,8 +714,9 @@ def test_megatron_llama4_keeps_its_layers_without_rotary_positions():
     assert a.no_rope_freq == 4 and a.window_size is None
     from cli._export import megatron_nope
 
-    odd = dataclasses.replace(model_preset("llama4-maverick"), window_layers=30)
-    with pytest.raises(InputError, match="model.window_layers: expected all 48 layers or L - L // N"):
+    odd = dataclasses.replace(model_preset("llama4-maverick"), window_layers=30, window_every=None)
+    with pytest.raises(InputError, match="model.window_layers: expected all 48 layers or L - L // N of them, every "
+                                         "N-th layer \\(1-based\\) left full, N dividing 48"):
         megatron_nope(odd)
 
 
@@ -888,7 +889,7 @@ def test_megatron_writes_the_sliding_window_and_the_all_to_all_it_is_priced_with
     out = _cli("export", "--framework", "torchtitan", *no_cp)
     assert out.returncode == 2
     assert "model.sliding_window: expected none, or at least the sequence's 32,768" in out.stderr
-    odd = dataclasses.replace(costmodel.model_preset("gpt-oss-120b"), window_layers=7)
+    odd = dataclasses.replace(costmodel.model_preset("gpt-oss-120b"), window_layers=7, window_every=None)
     with pytest.raises(costmodel.InputError, match="model.window_layers: expected all 36 layers or L - L // N"):
         megatron_window(odd)
 
@@ -962,3 +963,36 @@ def test_export_from_a_run_under_another_framework_notes_it_only_when_it_writes(
             assert any("note: no row of the run is priced under a framework launched as deepspeed" in e for e in err)
         else:
             assert out.returncode == 2 and len(err) == 1 and "sequence_parallel: expected false" in err[0]
+
+
+
+def test_megatron_writes_the_layers_the_config_names_or_refuses(tmp_path):
+    """Megatron-LM names the restricted layers by one every-N-th pattern (1-based N, 2N, ... left full). A config's
+    own pattern is what is written, not one its count allows: Qwen's window on its last 18 of 36 layers (also 36 - 36
+    // 2, but the first 18 are the full ones) and Llama 4 with its rotary-free layers one phase off (1-based 1, 5, 9,
+    ...: also 36 of 48, where --no-rope-freq 4 leaves 4, 8, 12, ...) are refused; in phase, 4 is written, and an
+    interval of 6 writes 6. A window at least the sequence restricts nothing and is not written."""
+    from cli._export import megatron_nope, megatron_window
+
+    qwen = {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+            "vocab_size": 151936, "use_sliding_window": True, "max_window_layers": 18, "sliding_window": 1024}
+    tail = costmodel.from_hf_config(qwen, "q")
+    assert (tail.window_layers, tail.window_every) == (18, 0)
+    with pytest.raises(costmodel.InputError, match="model.window_every: expected the restricted layers as every "
+                                                   "N-th layer"):
+        megatron_window(tail)
+    assert megatron_window(dataclasses.replace(tail, sliding_window=40960)) == []  # (restricts nothing at 40,960)
+    scout = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+             "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+             "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 8192, "vocab_size": 202048,
+             "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+             "attention_chunk_size": 8192}
+    phase = costmodel.from_hf_config({**scout, "no_rope_layers": [0, 1, 1, 1] * 12}, "s")
+    assert (phase.window_layers, phase.window_every) == (36, 0)
+    with pytest.raises(costmodel.InputError, match="model.window_every"):
+        megatron_nope(phase)
+    assert megatron_nope(costmodel.from_hf_config({**scout, "no_rope_layers": [1, 1, 1, 0] * 12}, "s")) == [
+        "--no-rope-freq", 4]
+    sixth = costmodel.from_hf_config({**scout, "no_rope_layer_interval": 6}, "s")  # (6 divides 48)
+    assert (sixth.window_layers, sixth.window_every) == (40, 6) and megatron_nope(sixth) == ["--no-rope-freq", 6]
