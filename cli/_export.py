@@ -134,15 +134,14 @@ def _layer_pattern(model: Transformer, flag: str, dividing: bool = False) -> int
     (a model file that does not say which: the smallest, L - L // N of them)."""
     n, L, e = model.window_layers, model.layers, model.window_every
     rule = f"every N-th layer (1-based) left full, N{' dividing ' + str(L) if dividing else ''} >= 2 ({flag})"
-    if e == 0:
-        raise InputError("model.window_every", f"the restricted layers as {rule}; this model's follow no such pattern",
-                         e)
-    if e is not None and not (dividing and L % e):
-        return e
-    f = _every_nth(L, n, dividing=dividing) if e is None else None
-    if f is None:
-        raise InputError("model.window_layers", f"all {L} layers or L - L // N of them, {rule}", n)
-    return f
+    if e is None:  # (not said: the N the count gives)
+        e = _every_nth(L, n, dividing=dividing)
+        if e is None:
+            raise InputError("model.window_layers", f"all {L} layers or L - L // N of them, {rule}", n)
+    elif e == 0 or (dividing and L % e):
+        raise InputError("model.window_every", f"the restricted layers as {rule}; this model's follow no such "
+                         "pattern" if e == 0 else f"the restricted layers as {rule}", e)
+    return e
 
 
 def megatron_window(model: Transformer) -> list:

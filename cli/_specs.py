@@ -21,7 +21,7 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
-from costmodel._feasibility import interleaving_runs
+from costmodel._feasibility import interleaving_runs, layout_refused
 from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
@@ -299,14 +299,15 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
         ep, etp = row.get("ep", 1), row.get("etp", 1)
-        if fw.ep_in_sharded_dp and model.is_moe and row["zero_stage"] < 2 and (tp * cp) % (ep * etp):
+        refused = layout_refused(fw, model, row["zero_stage"], tp, cp, ep, etp, row["sequence_parallel"])
+        if refused == "ep":
             return InputError("ep", f"ep x etp dividing tp x cp = {tp * cp} under framework {fw.name} at ZeRO "
                               f"{row['zero_stage']} (its experts fold into FSDP-sharded, CP and TP ranks, not DDP "
                               "replicas; ZeRO 2 or 3 shards dp)", ep)
-        if fw.tp_needs_sp and tp > 1 and not row["sequence_parallel"]:
+        if refused == "sequence_parallel":
             return InputError("sequence_parallel", f"true with tp={tp} under framework {fw.name} (its tensor "
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
-        if row["zero_stage"] == 1 and not fw.zero1:
+        if refused == "zero_stage":
             return InputError("zero_stage", f"0, 2 or 3 under framework {fw.name} (its FSDP shards the optimizer state "
                               "only with the gradients or the weights: no ZeRO-1)", row["zero_stage"])
         m = max(row["global_batch"] // (dp * row["micro_batch"]), 1)

@@ -133,6 +133,21 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 # (Framework.cp_sdpa_only: torchtitan) has no cp > 1 for a windowed or chunked model.
 
 
+def layout_refused(fw: Framework, model: Transformer, zero, tp, cp, ep, etp, sp) -> str | None:
+    """The column of one row (scalars; every stage at tp) whose value the framework's layout rules refuse, or None:
+    ep where its experts fold only into FSDP-sharded, CP and TP ranks (Framework.ep_in_sharded_dp), sequence_parallel
+    where its tensor parallelism always shards the sequence (Framework.tp_needs_sp), zero_stage where it has no ZeRO-1
+    (Framework.zero1); in that order. The scalar reference's and the CLI's form of the checks stage_feasibility makes
+    per stage and framework_runs per row."""
+    if fw.ep_in_sharded_dp and model.is_moe and zero < 2 and (tp * cp) % (ep * etp):
+        return "ep"
+    if fw.tp_needs_sp and tp > 1 and not sp:
+        return "sequence_parallel"
+    if zero == 1 and not fw.zero1:
+        return "zero_stage"
+    return None
+
+
 def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, zero, framework,
                  schedule, sequence_parallel, precision, ep_ok=None, ep=None, etp=None, m=None,
                  cp_ok=None) -> np.ndarray:

@@ -805,9 +805,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
              "and gradients reduce-scattered once per step when pp > 1), prefetch overlap always on, "
              "torch.distributed.pipelining schedules, SDPA flash attention, float8, per-op selective checkpointing",
         schedules=("gpipe", "1f1b", "interleaved", "zb-v"), max_zero=3, max_zero_with_pp=3, shard_with_pp_once=True,
-        zero1=False, tp_needs_sp=True, ep_in_sharded_dp=True, overlap_dp=(True,), overlap_dp_usual=(True,) * 4, fused_attention=True,
-        fp8_saved_inputs=False,
-        selective="op", sequence_parallel=True, uneven_chunks=True, fp8=True, expert_tensor_parallel=False,
+        zero1=False, tp_needs_sp=True, ep_in_sharded_dp=True, overlap_dp=(True,), overlap_dp_usual=(True,) * 4,
+        fused_attention=True, fp8_saved_inputs=False, selective="op", sequence_parallel=True, uneven_chunks=True,
+        fp8=True, expert_tensor_parallel=False,
         attention_kernel="flash2", fp8_cast_bytes=(6.0, 5.0, 6.0, 3.0), xent_bytes=48.0,
         xent_peak_bytes=4.0 + 4.0 + 4.0, kv_repeat_bytes=4.0,
         fsdp_unit_edges=True, grad_reduce_bytes=(4.0, 4.0, 4.0), ring_attention_bytes=(20.0, 46.0, 84.0, 60.0),
@@ -989,7 +989,8 @@ _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves=
              "output each. Measured against: tests/data/h200_modern_layers_measured.csv's fp8 rows",
              "the fsdp2 profile's sources"),
 )
-_derive("fsdp2", "llm-foundry", cp_sdpa_only=False, tp_needs_sp=False, xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0, kv_repeat_bytes=0.0,
+_derive("fsdp2", "llm-foundry", cp_sdpa_only=False, tp_needs_sp=False, xent_bytes=4 + 8 + 2, xent_peak_bytes=4.0,
+    kv_repeat_bytes=0.0,
     blocking_p2p=False, lockstep_interleaved=False,  # no pipeline in its code: torch's schedules' waits not claimed
     ring_attention_bytes=(0.0,) * 4,
     sp_copy_bytes=0.0, fp8_tp_gather=False, pp_grad_sync_after_backward=False,  # no torchao float8 TP, no pipelining

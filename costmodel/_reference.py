@@ -32,7 +32,7 @@ from costmodel._experts import (
     SORT_ELEMS_PER_COPY,
     P2P_PER_CHANNEL_NET_GBps,
 )
-from costmodel._feasibility import REASONS
+from costmodel._feasibility import REASONS, layout_refused
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
@@ -238,9 +238,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         return "schedule_invalid"
     if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
-    if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero or (r["zero_stage"] == 1 and not fw.zero1)
-            or (fw.tp_needs_sp and tp > 1 and not r["sequence_parallel"])
-            or (fw.ep_in_sharded_dp and model.is_moe and r["zero_stage"] < 2 and (tp * cp) % (ep * etp))
+    if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero
+            or layout_refused(fw, model, r["zero_stage"], tp, cp, ep, etp, r["sequence_parallel"]) is not None
             or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
