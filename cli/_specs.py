@@ -21,7 +21,7 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
-from costmodel._feasibility import interleaving_runs, layout_refused
+from costmodel._feasibility import interleaving_runs, layout_refused, ulysses_refused
 from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
@@ -299,7 +299,7 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
         ep, etp = row.get("ep", 1), row.get("etp", 1)
-        refused = layout_refused(fw, model, row["zero_stage"], tp, cp, ep, etp, row["sequence_parallel"])
+        refused = layout_refused(fw, model, row["zero_stage"], tp, cp, ep, etp, row["sequence_parallel"], pp)
         if refused == "ep":
             return InputError("ep", f"ep x etp dividing tp x cp = {tp * cp} under framework {fw.name} at ZeRO "
                               f"{row['zero_stage']} (its experts fold into FSDP-sharded, CP and TP ranks, not DDP "
@@ -307,6 +307,15 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if refused == "sequence_parallel":
             return InputError("sequence_parallel", f"true with tp={tp} under framework {fw.name} (its tensor "
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
+        if refused == "cp":
+            why = "no attention" if model.kind == "mlp" else "grouped K, V heads" if model.kv_heads != model.heads \
+                else "MLA"
+            expected = (f"1 for a model with {why} under framework {fw.name} (Megatron-DeepSpeed runs DeepSpeed-"
+                        "Ulysses only on attention with as many K, V heads as query heads)"
+                        if ulysses_refused(fw, model) else
+                        f"1 with tp={tp}, pp={pp} under framework {fw.name} (DeepSpeed-Ulysses runs only at tp 1 and "
+                        "pp 1)")
+            return InputError("cp", expected, cp)
         if refused == "zero_stage":
             return InputError("zero_stage", f"0, 2 or 3 under framework {fw.name} (its FSDP shards the optimizer state "
                               "only with the gradients or the weights: no ZeRO-1)", row["zero_stage"])
@@ -324,10 +333,11 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if row.get("etp", 1) > 1 and not fw.expert_tensor_parallel:
             return InputError("etp", f"1 under framework {fw.name} (no expert tensor parallelism)", row["etp"])
         if cp > 1 and cp_by_all_to_all(fw, model):
+            by = ("(DeepSpeed-Ulysses splits the heads over cp)" if fw.cp_ulysses else "for a model with windowed or "
+                  "chunked layers (Transformer Engine's all-to-all exchange, the one it runs a window or chunks over, "
+                  "splits the heads over cp)")
             return InputError("cp", f"a divisor of heads/tp={model.heads // tp} and kv_heads/tp={model.kv_heads // tp} "
-                              f"for a model with windowed or chunked layers under framework {fw.name} (Transformer "
-                              "Engine's all-to-all exchange, the one it runs a window or chunks over, splits the "
-                              "heads over cp)", cp)
+                              f"under framework {fw.name} {by}", cp)
         if cp > 1 and cp_refused_for_window(fw, model):
             return InputError("cp", f"1 for a model with windowed or chunked attention under framework {fw.name} "
                               "(its context parallelism runs only SDPA; the windows and chunks are FlexAttention's)",

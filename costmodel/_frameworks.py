@@ -138,6 +138,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         the cp group's K and V before its attention and computes the rank's queries against all of them in one
         kernel, the gather exposed; the backward gathers them again and reduce-scatters their gradients, both exposed
         (costmodel._layer_compute.all_gather_cp_terms); no ring, no merges
+    cp_ulysses: context parallelism by DeepSpeed-Ulysses (Megatron-DeepSpeed's --ds-sequence-parallel-size): the heads
+        exchanged by all-to-all around the attention, Q, K, V and the output each way (costmodel._layer_compute.
+        te_a2a_terms, the same exchanges), for every model; only at tp 1 and pp 1, with as many K, V heads as query
+        heads, and not MLA (costmodel._feasibility.ulysses_refused): elsewhere framework_unsupported
     fp8_saved_inputs: under fp8 the QKV, projection, FC1 and FC2 inputs are kept for the weight-gradient GEMM in fp8 (1
         byte an element; Transformer Engine); False: in 16 bits (torchao's float8 linear saves the high-precision input)
     dp_bucket_elems: (floor, per rank): the data-parallel exchange's gradient reductions (and ZeRO 1-2's weight
@@ -342,6 +346,7 @@ class Framework:
     tp_needs_sp: bool = False
     ep_in_sharded_dp: bool = False
     cp_all_gather: bool = False
+    cp_ulysses: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
@@ -739,7 +744,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
         exchange_calls=2, handoff_gathers=(1.0, 2.0), handoff_gather_copy_bytes=2.0 + 4.0 + 4.0,
+        cp_ulysses=True,
         sources=(DEEPSPEED_BLOCKING_P2P_SOURCE, DEEPSPEED_HANDOFF_GATHER_SOURCE,
+                 "deepspeedai/Megatron-DeepSpeed 4efb479 (cp_ulysses): megatron/core/parallel_state.py "
+                 "initialize_model_parallel asserts tensor and pipeline parallel size 1 with --ds-sequence-parallel-"
+                 "size > 1 ('DeepSpeed's sequence parallel does not work with tensor parallel or pipeline parallel'); "
+                 "megatron/model/transformer.py ParallelAttention asserts num_attention_heads divisible by it and "
+                 "projection_size == kv_projection_size (no grouped K, V heads) and wraps the attention in DeepSpeed's "
+                 "DistributedAttention (deepspeed/sequence/layer.py: one all_to_all_single each for Q, K, V and the "
+                 "output, the sequence gathered and the heads scattered, their gradients the same way back)",
                  "DeepSpeed 38327e0 deepspeed/runtime/zero/config.py: reduce_bucket_size and allgather_bucket_size 5e8 "
                  "elements; stage3.py reduce_independent_p_g_buckets_and_remove_grads: a reduce-scatter "
                  "(reduce_scatter_coalesced, one call) per full bucket, every micro-batch",

@@ -204,9 +204,12 @@ A2A_EXCHANGES = 4  # Q, K, V and the output forward; dO, dQ, dK, dV backward
 
 
 def cp_by_all_to_all(fw: Framework, model: Transformer) -> bool:
-    """Whether the framework runs the model's context parallelism by Transformer Engine's all-to-all (te_a2a_terms):
-    a profile whose exchange is its P2P ring (Framework.te_ring_attention) on a model with sliding-window layers."""
-    return bool(fw.te_ring_attention and model.windowed_layers and model.kind != "mlp" and not model.mla)
+    """Whether the framework runs the model's context parallelism by an all-to-all of the heads (te_a2a_terms): a
+    profile whose exchange is DeepSpeed-Ulysses (Framework.cp_ulysses), or Transformer Engine's P2P ring
+    (Framework.te_ring_attention) on a model with sliding-window layers."""
+    if model.kind == "mlp" or model.mla:
+        return False
+    return bool(fw.cp_ulysses or (fw.te_ring_attention and model.windowed_layers))
 
 
 def cp_refused_for_window(fw: Framework, model: Transformer) -> bool:

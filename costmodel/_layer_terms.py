@@ -189,7 +189,8 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
     te_ring = fw.te_ring_attention and model.kind != "mlp" and not model.mla
     unfused = not fw.fused_attention and model.kind != "mlp" and not model.mla
     named = modules is not None and np.any(modules) and model.kind != "mlp"
-    if (any(fw.eager_elem_bytes) or repeat or ring or te_ring or unfused or fw.sp_copy_bytes or named) \
+    a2a = cp_by_all_to_all(fw, model)
+    if (any(fw.eager_elem_bytes) or repeat or ring or te_ring or a2a or unfused or fw.sp_copy_bytes or named) \
             and model.kind != "mlp":
         T, sp_div, h, f = terms["T"], np.where(sp, t, 1), model.hidden, model.ffn_hidden
         fused = elem_bytes(model, T, t, sp)
@@ -204,7 +205,7 @@ def framework_terms(fw: Framework, model: Transformer, terms: dict, t, sp, preci
                  "cp_fwd": np.where(on, np.maximum(gather - attn / c, 0.0), terms["cp_fwd"]),
                  "cp_bwd": np.where(on, np.maximum(gather - 2.0 * attn / c, 0.0)
                                     + (c - 1) * np.maximum(dkv - 2.0 * attn / c, 0.0) + dkv, terms["cp_bwd"])}
-    if cp_by_all_to_all(fw, model):  # TE's all-to-all exchange: a window is not run over its ring
+    if a2a:  # an all-to-all of the heads: DeepSpeed-Ulysses, or TE's exchange a window is run over
         terms = te_a2a_terms(model, terms, t, byte_s)
     elif te_ring:  # Transformer Engine's P2P ring: its steps' exchange, merges and launches
         terms = te_ring_terms(model, terms, t, byte_s)
