@@ -21,7 +21,8 @@ from costmodel import InputError
 # any command module (tests/test_cli_startup.py holds that listing equal to the full parser's).
 COMMANDS = (
     ("evaluate", "cli._cmd_evaluate", "time and memory of one strategy, broken down"),
-    ("export", "cli._cmd_export", "a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed config"),
+    ("export", "cli._cmd_export",
+     "a plan as Megatron-LM arguments, a torchtitan TOML, a DeepSpeed config or a Megatron-DeepSpeed launch"),
     ("rank", "cli._cmd_rank", "rank a default strategy space in one process"),
     ("validate", "cli._cmd_validate", "predicted vs measured speed (and memory) of real runs, each held to its "
      "error band"),

@@ -5,8 +5,9 @@ row of a run directory (--run DIR --rank N). It is evaluated first: a plan the c
 refuses (tp not dividing the heads, ...) is refused here with evaluate's message, and one that
 does not fit in memory is exported with a warning on stderr. The formats are cli._export's.
 
---framework names the launch target (its format: Megatron-LM, torchtitan or DeepSpeed) and, for a
-plan given by flags, the profile it is priced under. A run's rows carry the profile they were
+--framework names the launch target (its format: Megatron-LM, torchtitan, DeepSpeed, or, named
+megatron-deepspeed or deepspeed-flash2, Megatron-DeepSpeed) and, for a plan given by flags, the
+profile it is priced under. A run's rows carry the profile they were
 priced under, which may be a variant of the target's (megatron-core-deepep launches as Megatron-LM
 with the flex dispatcher): with --run the plan is the N-th best among the rows whose framework
 launches in the target's format, priced and written under the row's own profile, so that what is
@@ -17,18 +18,30 @@ another format) gives its N-th best row priced again under --framework's profile
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from cli import COMMAND_HELP
 from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy
-from cli._export import MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
+from cli._export import MEGATRON_DEEPSPEED_PROFILES, MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, one_framework, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
 from costmodel._files import check_file_path, replaced_for
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
-EXPORT_FORMAT = {**dict.fromkeys(MEGATRON_PROFILES, "megatron"), "fsdp2": "torchtitan", "deepspeed": "deepspeed"}
+EXPORT_FORMAT = {**dict.fromkeys(MEGATRON_PROFILES, "megatron"), "fsdp2": "torchtitan", "deepspeed": "deepspeed",
+                 "deepspeed-flash2": "megatron-deepspeed"}
+# The profiles whose rows launch in each format (a run's rows priced under any of them).
+FORMAT_PROFILES = {"megatron": MEGATRON_PROFILES, "torchtitan": ("fsdp2",), "deepspeed": ("deepspeed",),
+                   "megatron-deepspeed": MEGATRON_DEEPSPEED_PROFILES}
+
+
+def export_format(word: str, profile: str) -> str:
+    """The launch format --framework names: megatron-deepspeed (the name, an alias of the deepspeed profile) writes
+    Megatron-DeepSpeed's launch; any other name its profile's format (EXPORT_FORMAT)."""
+    return "megatron-deepspeed" if re.sub(r"[\s_]+", "-", str(word).strip().lower()) == "megatron-deepspeed" \
+        else EXPORT_FORMAT[profile]
 
 
 def register(sub) -> None:
@@ -43,7 +56,11 @@ def register(sub) -> None:
                    "megatron-core-deepep-a2a-overlap: a torchrun command line of Megatron-LM arguments (core_v0.15.0; "
                    "the MoE profiles pick the token dispatcher and the all-to-all overlap); "
                    "fsdp2 (alias torchtitan): a torchtitan TOML job config (v0.2.2, the last with TOML configs); "
-                   "deepspeed: ds_config JSON and the launcher's parallel sizes (v0.19.5)")
+                   "deepspeed: ds_config JSON and the launcher's parallel sizes for your own script (v0.19.5); "
+                   "megatron-deepspeed, or deepspeed-flash2 (its FlashAttention-2): a bash script writing "
+                   "ds_config.json and launching Megatron-DeepSpeed's pretrain_gpt.py (4efb479), the code the "
+                   "deepspeed profiles price: Megatron's tensor and sequence parallelism and selective recompute, "
+                   "DeepSpeed-Ulysses for cp")
     p.add_argument("--model", default=None, help="preset name or JSON/YAML file (default gpt3-175b; with --run: "
                    "the run's)")
     p.add_argument("--cluster", default=None,
@@ -57,10 +74,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _from_run(args, target: str):
+def _from_run(args, target: str, fmt: str):
     """(model, cluster, StrategyTable, the row's framework) of the args.rank-th best row of the run args.run among the
-    rows whose framework launches as ``target`` does (EXPORT_FORMAT); of every row where none does (framework None:
-    priced under ``target``). Parts whose footer or pages do not read are left out and named, as show does."""
+    rows whose framework launches in the format ``fmt`` (FORMAT_PROFILES); of every row where none does (framework
+    None: priced under ``target``). Parts whose footer or pages do not read are left out and named, as show does."""
     from sweep._results import STRATEGY_COLUMNS
     from sweep._rundir import cluster_from_dict, model_from_dict
     from sweep._runview import best_rows, read_view
@@ -75,7 +92,7 @@ def _from_run(args, target: str):
 
     def best(view):
         study = _run_study(view, args)
-        launched = [f for f in study.frameworks() if EXPORT_FORMAT.get(f) == EXPORT_FORMAT[target]]
+        launched = [f for f in study.frameworks() if f in FORMAT_PROFILES[fmt]]
         return study, launched, best_rows(study.of_frameworks(launched) if launched else study, rank).to_pylist(), view
 
     study, launched, rows, view = read_view(args.run, best)
@@ -115,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     target = one_framework(args.framework, why="the launch target")
     if target not in EXPORT_FORMAT:
         raise InputError("--framework", "a framework with a launch format: " + ", ".join(EXPORT_FORMAT), args.framework)
+    fmt = export_format(args.framework, target)
     profile = target  # what the plan is priced under and the writer reads (the MoE dispatcher, ...)
     if args.out is not None:
         check_file_path("--out", args.out)
@@ -128,9 +146,10 @@ def run(args: argparse.Namespace) -> int:
         if given:
             raise InputError("--run", "no strategy flags beside it (the plan is the run's row)",
                              "--" + given[0].replace("_", "-"))
-        model, cluster, table, row_framework = _from_run(args, target)
+        model, cluster, table, row_framework = _from_run(args, target, fmt)
         if row_framework is None:
-            note = (f"plansweep export: note: no row of the run is priced under a framework launched as {target}; "
+            named = fmt if fmt == "megatron-deepspeed" else target
+            note = (f"plansweep export: note: no row of the run is priced under a framework launched as {named}; "
                     f"its best row is priced again under {target}")
         profile = row_framework or target
     else:
@@ -145,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
         raise reason_error(model, cluster, table.row(0), reason, profile)
-    text = WRITERS[EXPORT_FORMAT[profile]](canonical_plan(table.row(0), model), model, cluster, profile=profile)
+    text = WRITERS[fmt](canonical_plan(table.row(0), model), model, cluster, profile=profile)
     if note:
         print(note, file=sys.stderr)
     if reason == "out_of_memory":

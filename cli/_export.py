@@ -956,11 +956,12 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: s
     _model_kind(model, plan, "DeepSpeed")
     recompute = _one_recompute(plan, "DeepSpeed")
     if plan["cp"] > 1:
-        raise InputError("cp", "1 (DeepSpeed's Ulysses sequence parallelism exchanges heads by all-to-all, not "
-                         "the ring attention plansweep prices)", plan["cp"])
+        raise InputError("cp", "1 (a script of your own gets no sequence-parallel group here; export --framework "
+                         "megatron-deepspeed launches DeepSpeed-Ulysses)", plan["cp"])
     if plan["sequence_parallel"]:
         raise InputError("sequence_parallel", "false (DeepSpeed's tensor parallelism (AutoTP) does not shard the "
-                         "sequence)", plan["sequence_parallel"])
+                         "sequence; export --framework megatron-deepspeed launches Megatron's)",
+                         plan["sequence_parallel"])
     if plan["schedule"] != "1f1b" or plan["vpp"] != 1:
         raise InputError("schedule", "1f1b with vpp 1 (DeepSpeed's pipeline engine runs one 1F1B schedule)",
                          f"{plan['schedule']} with vpp={plan['vpp']}")
@@ -968,7 +969,8 @@ def to_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: s
         raise InputError("stage_layers", "equal layers per stage (PipelineModule's partition_method='uniform')",
                          plan["stage_layers"])
     if recompute == "selective":
-        raise InputError("recompute", "none or full (DeepSpeed checkpoints whole layers)", recompute)
+        raise InputError("recompute", "none or full (DeepSpeed checkpoints whole layers; export --framework "
+                         "megatron-deepspeed launches Megatron's selective recompute)", recompute)
     if plan["precision"] not in DEEPSPEED_PRECISION:
         raise InputError("precision", "bf16 or fp16 (ds_config's precision sections)", plan["precision"])
     nodes, per_node = _launcher(plan, cluster)
@@ -1019,8 +1021,180 @@ def from_deepspeed(text: str) -> dict:
             "stage_layers": None, "stage_recompute": [recompute] * p}
 
 
-WRITERS = {"megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed}
-READERS = {"megatron": from_megatron, "torchtitan": from_torchtitan, "deepspeed": from_deepspeed}
+# ---- Megatron-DeepSpeed (a shell script: the ds_config file and the deepspeed launch) -----------
+# The profiles deepspeed and deepspeed-flash2 price Megatron-DeepSpeed: Megatron's tensor parallelism with its
+# sequence parallelism and selective recompute, DeepSpeed's ZeRO and pipeline engine, DeepSpeed-Ulysses for cp > 1.
+# Its arguments plansweep writes and reads: flag -> argparse keyword arguments, names and choices from
+# deepspeedai/Megatron-DeepSpeed megatron/arguments.py at 4efb479 (2025-05), --deepspeed and --deepspeed_config from
+# DeepSpeed's add_config_arguments.
+MEGATRON_DEEPSPEED_VERSION = "Megatron-DeepSpeed 4efb479 (megatron/arguments.py) with DeepSpeed v0.19.5"
+MEGATRON_DEEPSPEED_ARGS: dict[str, dict] = {
+    "--tensor-model-parallel-size": {"type": int, "default": 1},
+    "--pipeline-model-parallel-size": {"type": int, "default": 1},
+    "--no-pipeline-parallel": {"action": "store_true"},
+    "--ds-sequence-parallel-size": {"type": int, "default": 1},
+    "--sequence-parallel": {"action": "store_true"},
+    "--num-layers": {"type": int},
+    "--hidden-size": {"type": int},
+    "--ffn-hidden-size": {"type": int},
+    "--num-attention-heads": {"type": int},
+    "--num-key-value-heads": {"type": int},
+    "--kv-channels": {"type": int},
+    "--seq-length": {"type": int},
+    "--max-position-embeddings": {"type": int},
+    "--use-rotary-position-embeddings": {"action": "store_true"},
+    "--no-position-embedding": {"action": "store_false", "dest": "add_position_embedding"},
+    "--normalization": {"choices": ["layernorm", "rmsnorm"], "default": "layernorm"},
+    "--swiglu": {"action": "store_true"},
+    "--disable-bias-linear": {"action": "store_false", "dest": "add_bias_linear"},
+    "--untie-embeddings-and-output-weights": {"action": "store_true"},
+    "--use-flash-attn-v2": {"action": "store_true"},
+    "--recompute-granularity": {"choices": ["full", "selective"]},
+    "--recompute-method": {"choices": ["uniform", "block"]},
+    "--recompute-num-layers": {"type": int, "default": 1},
+    "--micro-batch-size": {"type": int},
+    "--global-batch-size": {"type": int},
+    "--bf16": {"action": "store_true"},
+    "--fp16": {"action": "store_true"},
+    "--zero-stage": {"type": int},
+    "--deepspeed": {"action": "store_true"},
+    "--deepspeed_config": {"type": str},
+}
+MEGATRON_DEEPSPEED_PROFILES = ("deepspeed", "deepspeed-flash2")
+MEGATRON_DEEPSPEED_CONFIG = "ds_config.json"
+
+
+def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "deepspeed") -> str:
+    """A bash script that writes ds_config.json and launches Megatron-DeepSpeed's pretrain_gpt.py with the plan's
+    arguments under the deepspeed launcher. ``profile`` (MEGATRON_DEEPSPEED_PROFILES) picks the attention kernel:
+    deepspeed-flash2 writes --use-flash-attn-v2."""
+    if profile not in MEGATRON_DEEPSPEED_PROFILES:
+        raise InputError("--framework", "a DeepSpeed profile: " + ", ".join(MEGATRON_DEEPSPEED_PROFILES), profile)
+    _model_kind(model, plan, "Megatron-DeepSpeed")
+    recompute = _one_recompute(plan, "Megatron-DeepSpeed")
+    t, p, c = plan["tp"], plan["pp"], plan["cp"]
+    if model.is_moe:
+        raise InputError("--model", "a dense model (export --framework deepspeed writes DeepSpeed's MoE layer for "
+                         "your script)", model.name)
+    if model.mla or model.activation not in ("swiglu", "gelu"):
+        what = "MLA" if model.mla else f"a {model.activation} MLP"
+        raise InputError("--model", f"a GPT or Llama-style model (Megatron-DeepSpeed's has no {what})", model.name)
+    if c > 1 and (t > 1 or p > 1):  # (the deepspeed profiles refuse these first: costmodel._feasibility)
+        raise InputError("cp", f"1 with tp={t}, pp={p} (DeepSpeed-Ulysses runs only at tp 1 and pp 1)", c)
+    if plan["schedule"] != "1f1b" or plan["vpp"] != 1:
+        raise InputError("schedule", "1f1b with vpp 1 (DeepSpeed's pipeline engine runs one 1F1B schedule)",
+                         f"{plan['schedule']} with vpp={plan['vpp']}")
+    if len(set(plan["stage_layers"])) > 1:
+        raise InputError("stage_layers", "equal layers per stage (GPTModelPipe's partition_method "
+                         "'type:transformer' balances the layers)", plan["stage_layers"])
+    if plan["precision"] not in DEEPSPEED_PRECISION:
+        raise InputError("precision", "bf16 or fp16", plan["precision"])
+    if p > 1 and plan["zero_stage"] > 1:  # (the profiles refuse it: zero_incompatible_pp)
+        raise InputError("zero_stage", "0 or 1 with pp > 1 (DeepSpeed's pipeline engine)", plan["zero_stage"])
+    nodes, per_node = _launcher(plan, cluster)
+    a: list = ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size", model.ffn_hidden,
+               "--num-attention-heads", model.heads]
+    if model.kv_heads != model.heads:
+        a += ["--num-key-value-heads", model.kv_heads]
+    if model.head_dim is not None:
+        a += ["--kv-channels", model.head_dim]
+    a += ["--seq-length", model.seq_len, "--max-position-embeddings", model.seq_len]
+    if not model.learned_positions:
+        a += ["--use-rotary-position-embeddings", "--no-position-embedding"]
+    if model.norm == "rmsnorm":
+        a += ["--normalization", "rmsnorm"]
+    if model.activation == "swiglu":
+        a += ["--swiglu"]
+    if not model.bias:
+        a += ["--disable-bias-linear"]
+    if not model.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    if profile == "deepspeed-flash2":
+        a += ["--use-flash-attn-v2"]
+    a += ["--tensor-model-parallel-size", t, "--pipeline-model-parallel-size", p]
+    if p == 1:  # GPTModel, not DeepSpeed's PipelineModule (whose engine refuses ZeRO 2 and 3)
+        a += ["--no-pipeline-parallel"]
+    if c > 1:
+        a += ["--ds-sequence-parallel-size", c]
+    if plan["sequence_parallel"]:
+        a += ["--sequence-parallel"]
+    if recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+    elif recompute == "full":  # GPTModelPipe: activation_checkpoint_interval = --recompute-num-layers
+        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+    a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size", plan["global_batch"],
+          f"--{plan['precision']}", "--zero-stage", plan["zero_stage"], "--deepspeed", "--deepspeed_config",
+          MEGATRON_DEEPSPEED_CONFIG]
+    ds = {"train_batch_size": plan["global_batch"], "train_micro_batch_size_per_gpu": plan["micro_batch"],
+          "gradient_accumulation_steps": _microbatches(plan), plan["precision"]: {"enabled": True},
+          "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]}}
+    env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if plan["sequence_parallel"] and t > 1 else ""
+    words = [str(x) for x in a]
+    args, i = [], 0
+    while i < len(words):  # one flag (and its value) per line
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        args.append("    " + " ".join(shlex.quote(w) for w in words[i:j]))
+        i = j
+    dp_of = f"tp {t} x pp {p}" + (f" x Ulysses {c}" if c > 1 else "")
+    lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_DEEPSPEED_VERSION}",
+             f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / ({dp_of}); add your data, tokenizer "
+             f"(plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint arguments",
+             *(["# environment: Megatron-DeepSpeed's validate_args raises without CUDA_DEVICE_MAX_CONNECTIONS=1 "
+                "under sequence parallelism"] if env else []),
+             f"cat > {MEGATRON_DEEPSPEED_CONFIG} <<'EOF'", json.dumps(ds, indent=2), "EOF",
+             f"{env}deepspeed --num_nodes {nodes} --num_gpus {per_node} {MEGATRON_SCRIPT} \\"]
+    return "\n".join(lines) + "\n" + " \\\n".join(args) + "\n"
+
+
+def megatron_deepspeed_parts(text: str) -> tuple[dict, argparse.Namespace, argparse.Namespace]:
+    """(ds_config, the deepspeed launcher's arguments, pretrain_gpt.py's arguments) of a script written by
+    to_megatron_deepspeed."""
+    head, sep, rest = text.partition(f"cat > {MEGATRON_DEEPSPEED_CONFIG} <<'EOF'\n")
+    body, sep2, launch = rest.partition("\nEOF\n")
+    if not sep or not sep2:
+        raise InputError("megatron-deepspeed script", f"a {MEGATRON_DEEPSPEED_CONFIG} here-document, then the launch",
+                         text[:60])
+    try:
+        ds = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise InputError(MEGATRON_DEEPSPEED_CONFIG, "a JSON document", str(exc)) from None
+    words = shlex.split("\n".join(line for line in launch.splitlines()
+                                   if not line.lstrip().startswith("#")).replace("\\\n", " "))
+    if "deepspeed" not in words or MEGATRON_SCRIPT not in words:
+        raise InputError("megatron-deepspeed command", f"deepspeed ... {MEGATRON_SCRIPT} ARGS", launch[:60])
+    lp = argparse.ArgumentParser(add_help=False)
+    lp.add_argument("--num_nodes", type=int)
+    lp.add_argument("--num_gpus", type=int)
+    i = words.index(MEGATRON_SCRIPT)
+    la = lp.parse_args(words[words.index("deepspeed") + 1:i])
+    parser = _RaisingParser(prog=MEGATRON_SCRIPT, add_help=False, allow_abbrev=False)
+    for flag, kw in MEGATRON_DEEPSPEED_ARGS.items():
+        parser.add_argument(flag, **kw)
+    return ds, la, parser.parse_args(words[i + 1:])
+
+
+def from_megatron_deepspeed(text: str) -> dict:
+    """The plan of a script written by to_megatron_deepspeed."""
+    ds, la, a = megatron_deepspeed_parts(text)
+    t, p, c = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.ds_sequence_parallel_size
+    dp = la.num_nodes * la.num_gpus // (t * p * c)
+    if ds["train_batch_size"] != a.global_batch_size or ds["zero_optimization"]["stage"] != a.zero_stage:
+        raise InputError(MEGATRON_DEEPSPEED_CONFIG, "the batch and ZeRO stage of the command line",
+                         f"train_batch_size {ds['train_batch_size']}, stage {ds['zero_optimization']['stage']}")
+    recompute = a.recompute_granularity or "none"
+    return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": 1, "etp": 1, "micro_batch": a.micro_batch_size,
+            "global_batch": a.global_batch_size, "vpp": 1, "zero_stage": a.zero_stage, "schedule": "1f1b",
+            "recompute": recompute, "precision": "fp16" if a.fp16 else "bf16",
+            "sequence_parallel": a.sequence_parallel, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
+            "stage_layers": None, "stage_recompute": [recompute] * p}
+
+
+WRITERS = {"megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed,
+           "megatron-deepspeed": to_megatron_deepspeed}
+READERS = {"megatron": from_megatron, "torchtitan": from_torchtitan, "deepspeed": from_deepspeed,
+           "megatron-deepspeed": from_megatron_deepspeed}
 
 
 def read_back(framework: str, text: str, model: Transformer) -> dict:
