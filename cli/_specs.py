@@ -299,7 +299,13 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if row["zero_stage"] > fw.max_zero:
             return InputError("zero_stage", f"at most {fw.max_zero} under framework {fw.name}", row["zero_stage"])
         ep, etp = row.get("ep", 1), row.get("etp", 1)
-        refused = layout_refused(fw, model, row["zero_stage"], tp, cp, ep, etp, row["sequence_parallel"], pp)
+        refused = layout_refused(fw, model, row["zero_stage"], tp, cp, ep, etp, row["sequence_parallel"], pp, dp)
+        if refused == "ep" and fw.ep_in_dp:
+            return InputError("ep", f"a divisor of dp={dp} under framework {fw.name} (DeepSpeed cuts its expert-"
+                              "parallel groups from the data-parallel ranks)", ep)
+        if refused == "zero_stage" and fw.ep_in_dp:
+            return InputError("zero_stage", f"0, 1 or 2 for an MoE model under framework {fw.name} (DeepSpeed's "
+                              "MoE is not supported with ZeRO stage 3)", row["zero_stage"])
         if refused == "ep":
             return InputError("ep", f"ep x etp dividing tp x cp = {tp * cp} under framework {fw.name} at ZeRO "
                               f"{row['zero_stage']} (its experts fold into FSDP-sharded, CP and TP ranks, not DDP "

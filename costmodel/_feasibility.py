@@ -141,13 +141,14 @@ def ulysses_refused(fw: Framework, model: Transformer) -> bool:
     return bool(fw.cp_ulysses and (model.kind == "mlp" or model.mla or model.kv_heads != model.heads))
 
 
-def layout_refused(fw: Framework, model: Transformer, zero, tp, cp, ep, etp, sp, pp=1) -> str | None:
+def layout_refused(fw: Framework, model: Transformer, zero, tp, cp, ep, etp, sp, pp=1, dp=1) -> str | None:
     """The column of one row (scalars; every stage at tp) whose value the framework's layout rules refuse, or None:
     ep where its experts fold only into FSDP-sharded, CP and TP ranks (Framework.ep_in_sharded_dp), sequence_parallel
     where its tensor parallelism always shards the sequence (Framework.tp_needs_sp), zero_stage where it has no ZeRO-1
     (Framework.zero1), cp where its context parallelism is DeepSpeed-Ulysses and the row has tp or pp > 1 or the model
-    is one Ulysses cannot split (ulysses_refused); in that order. The scalar reference's and the CLI's form of the
-    checks stage_feasibility makes per stage and framework_runs per row."""
+    is one Ulysses cannot split (ulysses_refused), ep where its experts live in data-parallel ranks only and ep does
+    not divide ``dp`` and zero_stage 3 there with an MoE model (Framework.ep_in_dp); in that order. The scalar
+    reference's and the CLI's form of the checks stage_feasibility makes per stage and framework_runs per row."""
     if fw.ep_in_sharded_dp and model.is_moe and zero < 2 and (tp * cp) % (ep * etp):
         return "ep"
     if fw.tp_needs_sp and tp > 1 and not sp:
@@ -156,6 +157,10 @@ def layout_refused(fw: Framework, model: Transformer, zero, tp, cp, ep, etp, sp,
         return "zero_stage"
     if fw.cp_ulysses and cp > 1 and (tp > 1 or pp > 1 or ulysses_refused(fw, model)):
         return "cp"
+    if fw.ep_in_dp and model.is_moe and dp % ep:
+        return "ep"
+    if fw.ep_in_dp and model.is_moe and zero == 3:
+        return "zero_stage"
     return None
 
 
@@ -285,6 +290,9 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if fw.cp_ulysses:  # (Framework.cp_ulysses: cp > 1 only at tp 1 and pp 1, on a model Ulysses splits)
         u_ok = (c == 1) | ((p == 1) & ~np.any((t > 1) & on, axis=0) & (not ulysses_refused(fw, model)))
         cp_ok = u_ok if cp_ok is None else cp_ok & u_ok
+    if fw.ep_in_dp and model.is_moe:  # (Framework.ep_in_dp: experts in data-parallel ranks only, no ZeRO-3)
+        dp_ok = (r["zero_stage"] != 3) & ~np.any((d % e != 0) & on, axis=0)
+        cp_ok = dp_ok if cp_ok is None else cp_ok & dp_ok
     if fw.ep_in_sharded_dp and model.is_moe:  # (Framework.ep_in_sharded_dp: DDP replicas hold no experts)
         fold_ok = (r["zero_stage"] >= 2) | ~np.any(((t * c) % (e * u) != 0) & on, axis=0)
         cp_ok = fold_ok if cp_ok is None else cp_ok & fold_ok

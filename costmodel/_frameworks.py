@@ -138,6 +138,10 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         the cp group's K and V before its attention and computes the rank's queries against all of them in one
         kernel, the gather exposed; the backward gathers them again and reduce-scatters their gradients, both exposed
         (costmodel._layer_compute.all_gather_cp_terms); no ring, no merges
+    ep_in_dp: DeepSpeed's MoE: expert-parallel groups cut from the data-parallel ranks, so ep divides dp
+        (deepspeed/utils/groups.py _create_expert_data_and_model_parallel: _ensure_divisibility(dp_world_size,
+        expert_parallel_size_)), and no ZeRO-3 with an MoE model (runtime/engine.py: native DeepSpeed MoE is not
+        supported with ZeRO stage 3); elsewhere framework_unsupported
     cp_ulysses: context parallelism by DeepSpeed-Ulysses (Megatron-DeepSpeed's --ds-sequence-parallel-size): the heads
         exchanged by all-to-all around the attention, Q, K, V and the output each way (costmodel._layer_compute.
         te_a2a_terms, the same exchanges), for every model; only at tp 1 and pp 1, with as many K, V heads as query
@@ -347,6 +351,7 @@ class Framework:
     ep_in_sharded_dp: bool = False
     cp_all_gather: bool = False
     cp_ulysses: bool = False
+    ep_in_dp: bool = False
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
@@ -744,7 +749,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
         exchange_calls=2, handoff_gathers=(1.0, 2.0), handoff_gather_copy_bytes=2.0 + 4.0 + 4.0,
-        cp_ulysses=True,
+        cp_ulysses=True, ep_in_dp=True,
         sources=(DEEPSPEED_BLOCKING_P2P_SOURCE, DEEPSPEED_HANDOFF_GATHER_SOURCE,
                  "deepspeedai/Megatron-DeepSpeed 4efb479 (cp_ulysses): megatron/core/parallel_state.py "
                  "initialize_model_parallel asserts tensor and pipeline parallel size 1 with --ds-sequence-parallel-"

@@ -239,7 +239,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
     if r["zero_stage"] > fw.max_zero_with_pp and pp > 1:
         return "zero_incompatible_pp"
     if (sched not in fw.schedules or r["zero_stage"] > fw.max_zero
-            or layout_refused(fw, model, r["zero_stage"], tp, cp, ep, etp, r["sequence_parallel"], pp) is not None
+            or layout_refused(fw, model, r["zero_stage"], tp, cp, ep, etp, r["sequence_parallel"], pp,
+                               dp) is not None
             or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
