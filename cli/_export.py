@@ -1057,6 +1057,12 @@ MEGATRON_DEEPSPEED_ARGS: dict[str, dict] = {
     "--bf16": {"action": "store_true"},
     "--fp16": {"action": "store_true"},
     "--zero-stage": {"type": int},
+    "--num-experts": {"type": int, "nargs": "+", "default": [1]},
+    "--moe-expert-parallel-size": {"type": int, "default": 1},
+    "--topk": {"type": int, "default": 1},
+    "--expert-interval": {"type": int, "default": 2},
+    "--disable-moe-token-dropping": {"action": "store_false", "dest": "moe_token_dropping"},
+    "--moe-train-capacity-factor": {"type": float, "default": 1.0},
     "--deepspeed": {"action": "store_true"},
     "--deepspeed_config": {"type": str},
 }
@@ -1073,9 +1079,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     _model_kind(model, plan, "Megatron-DeepSpeed")
     recompute = _one_recompute(plan, "Megatron-DeepSpeed")
     t, p, c = plan["tp"], plan["pp"], plan["cp"]
-    if model.is_moe:
-        raise InputError("--model", "a dense model (export --framework deepspeed writes DeepSpeed's MoE layer for "
-                         "your script)", model.name)
+    moe = _megatron_deepspeed_moe(plan, model) if model.is_moe else []
     if model.mla or model.activation not in ("swiglu", "gelu"):
         what = "MLA" if model.mla else f"a {model.activation} MLP"
         raise InputError("--model", f"a GPT or Llama-style model (Megatron-DeepSpeed's has no {what})", model.name)
@@ -1092,8 +1096,9 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     if p > 1 and plan["zero_stage"] > 1:  # (the profiles refuse it: zero_incompatible_pp)
         raise InputError("zero_stage", "0 or 1 with pp > 1 (DeepSpeed's pipeline engine)", plan["zero_stage"])
     nodes, per_node = _launcher(plan, cluster)
-    a: list = ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size", model.ffn_hidden,
-               "--num-attention-heads", model.heads]
+    every = model.is_moe and model.moe_layers == model.layers  # (the dense width unused: the experts' written)
+    a: list = ["--num-layers", model.layers, "--hidden-size", model.hidden, "--ffn-hidden-size",
+               model.expert_ffn if every else model.ffn_hidden, "--num-attention-heads", model.heads]
     if model.kv_heads != model.heads:
         a += ["--num-key-value-heads", model.kv_heads]
     if model.head_dim is not None:
@@ -1111,6 +1116,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
         a += ["--untie-embeddings-and-output-weights"]
     if profile == "deepspeed-flash2":
         a += ["--use-flash-attn-v2"]
+    a += moe
     a += ["--tensor-model-parallel-size", t, "--pipeline-model-parallel-size", p]
     if p == 1:  # GPTModel, not DeepSpeed's PipelineModule (whose engine refuses ZeRO 2 and 3)
         a += ["--no-pipeline-parallel"]
@@ -1128,6 +1134,8 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     ds = {"train_batch_size": plan["global_batch"], "train_micro_batch_size_per_gpu": plan["micro_batch"],
           "gradient_accumulation_steps": _microbatches(plan), plan["precision"]: {"enabled": True},
           "zero_optimization": {"stage": plan["zero_stage"], "overlap_comm": plan["overlap_dp"]}}
+    if model.is_moe and p > 1 and t > 1:  # GPTModelPipe asserts both off for an MoE model with tp and pp > 1
+        ds["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if plan["sequence_parallel"] and t > 1 else ""
     words = [str(x) for x in a]
     args, i = [], 0
@@ -1146,6 +1154,35 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
              f"cat > {MEGATRON_DEEPSPEED_CONFIG} <<'EOF'", json.dumps(ds, indent=2), "EOF",
              f"{env}deepspeed --num_nodes {nodes} --num_gpus {per_node} {MEGATRON_SCRIPT} \\"]
     return "\n".join(lines) + "\n" + " \\\n".join(args) + "\n"
+
+
+def _megatron_deepspeed_moe(plan: dict, model: Transformer) -> list:
+    """Megatron-DeepSpeed's MoE arguments for ``model`` (DeepSpeed's MoE layer around its ParallelMLP), refusing what
+    they cannot express: every expert as wide as the dense MLP unless every layer is MoE (ParallelMLP(moe=True) takes
+    --ffn-hidden-size), MoE on every N-th layer from the N-th (get_num_experts_per_layer: layer n, 1-based, when n % N
+    == 0), no shared experts; and, as DeepSpeed's MoE needs them, etp 1, ep dividing dp, ZeRO 0-2."""
+    ep = plan["ep"]
+    if plan["etp"] != 1:
+        raise InputError("etp", "1 (the deepspeed profiles price experts without tensor parallelism)", plan["etp"])
+    if plan["dp"] % ep:
+        raise InputError("ep", f"a divisor of dp={plan['dp']} (DeepSpeed cuts expert-parallel groups from the "
+                         "data-parallel ranks)", ep)
+    if plan["zero_stage"] == 3:
+        raise InputError("zero_stage", "0, 1 or 2 with an MoE model (DeepSpeed's MoE is not supported with ZeRO "
+                         "stage 3)", plan["zero_stage"])
+    if model.shared_experts:
+        raise InputError("model.shared_experts", "0 (Megatron-DeepSpeed's residual MoE is one dense MLP mixed by a "
+                         "learned coefficient, not shared experts)", model.shared_experts)
+    if model.dense_layers:
+        raise InputError("model.dense_layers", "0 (Megatron-DeepSpeed's --expert-interval N puts experts on every "
+                         "N-th layer from the N-th)", model.dense_layers)
+    if model.moe_layers != model.layers and model.expert_ffn != model.ffn_hidden:
+        raise InputError("model.expert_ffn_hidden", f"the dense MLP's {model.ffn_hidden} (Megatron-DeepSpeed's experts "
+                         "are its ParallelMLP, --ffn-hidden-size wide)", model.expert_ffn)
+    cf = model.capacity_factor  # 1: plansweep's dropless expert
+    return ["--num-experts", model.experts, "--moe-expert-parallel-size", ep, "--topk", model.experts_per_token,
+            "--expert-interval", model.moe_layer_freq,
+            *(["--disable-moe-token-dropping"] if cf == 1.0 else ["--moe-train-capacity-factor", cf])]
 
 
 def megatron_deepspeed_parts(text: str) -> tuple[dict, argparse.Namespace, argparse.Namespace]:
@@ -1184,7 +1221,8 @@ def from_megatron_deepspeed(text: str) -> dict:
         raise InputError(MEGATRON_DEEPSPEED_CONFIG, "the batch and ZeRO stage of the command line",
                          f"train_batch_size {ds['train_batch_size']}, stage {ds['zero_optimization']['stage']}")
     recompute = a.recompute_granularity or "none"
-    return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": 1, "etp": 1, "micro_batch": a.micro_batch_size,
+    ep = a.moe_expert_parallel_size if max(a.num_experts) > 1 else 1
+    return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": ep, "etp": 1, "micro_batch": a.micro_batch_size,
             "global_batch": a.global_batch_size, "vpp": 1, "zero_stage": a.zero_stage, "schedule": "1f1b",
             "recompute": recompute, "precision": "fp16" if a.fp16 else "bf16",
             "sequence_parallel": a.sequence_parallel, "overlap_dp": ds["zero_optimization"]["overlap_comm"],

@@ -35,6 +35,8 @@ MEGATRON_DEEPSPEED_4EFB479_FLAGS = {
     "--recompute-granularity": ["full", "selective"], "--recompute-method": ["uniform", "block"],
     "--recompute-num-layers": None, "--micro-batch-size": None, "--global-batch-size": None, "--bf16": None,
     "--fp16": None, "--zero-stage": None, "--deepspeed": None, "--deepspeed_config": None,
+    "--num-experts": None, "--moe-expert-parallel-size": None, "--topk": None, "--expert-interval": None,
+    "--disable-moe-token-dropping": None, "--moe-train-capacity-factor": None,
 }
 MHA = costmodel.model_preset("megatron-22b")  # 64 heads, as many K, V heads: Ulysses splits it
 GQA = costmodel.model_preset("llama3-8b")
@@ -60,7 +62,10 @@ def _feasible(model, profile, n=20, seed=0):
     for _ in range(600):
         tp, pp = (int(x) for x in rng.choice([1, 2, 4, 8], size=2))
         cp = int(rng.choice([1, 2, 4])) if tp == pp == 1 else 1
-        rows.append(dict(tp=tp, pp=pp, cp=cp, dp=64 // (tp * pp * cp), micro_batch=int(rng.choice([1, 2])),
+        dp = 64 // (tp * pp * cp)
+        ep = int(rng.choice([e for e in (1, 2, 4, 8) if dp % e == 0 and model.experts % e == 0])) \
+            if model.is_moe else 1
+        rows.append(dict(tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, micro_batch=int(rng.choice([1, 2])),
                          global_batch=int(rng.choice([128, 256])), zero_stage=int(rng.choice([0, 1, 2, 3])),
                          recompute=str(rng.choice(["none", "selective", "full"])),
                          precision=str(rng.choice(["bf16", "fp16"])), sequence_parallel=bool(rng.integers(2)),
@@ -72,8 +77,10 @@ def _feasible(model, profile, n=20, seed=0):
     return model, [canonical_plan(table.row(int(i)), model) for i in ok]
 
 
-@pytest.mark.parametrize("model, profile", [(MHA, "deepspeed"), (MHA, "deepspeed-flash2"), (GQA, "deepspeed")],
-                         ids=["mha", "mha-flash2", "gqa"])
+@pytest.mark.parametrize("model, profile", [(MHA, "deepspeed"), (MHA, "deepspeed-flash2"), (GQA, "deepspeed"),
+                                            (costmodel.model_preset("mixtral-8x7b"), "deepspeed"),
+                                            (costmodel.model_preset("qwen3-30b-a3b"), "deepspeed-flash2")],
+                         ids=["mha", "mha-flash2", "gqa", "mixtral", "qwen3-moe"])
 def test_round_trip_of_random_feasible_plans(model, profile):
     model, plans = _feasible(model, profile)
     for plan in plans:
@@ -84,11 +91,15 @@ def test_round_trip_of_random_feasible_plans(model, profile):
             model.layers, model.hidden, model.heads, 8192)
         assert (a.num_key_value_heads or a.num_attention_heads) == model.kv_heads
         assert a.use_flash_attn_v2 == (profile == "deepspeed-flash2")
+        if model.is_moe:  # every layer an MoE layer: the experts' width is the MLP's; top-k, dropless
+            assert (a.num_experts, a.topk, a.expert_interval, a.ffn_hidden_size, a.moe_token_dropping) == (
+                [model.experts], model.experts_per_token, 1, model.expert_ffn, False)
     # the sample holds the dimensions the plain DeepSpeed config cannot
     assert any(p["sequence_parallel"] and p["tp"] > 1 for p in plans)
     assert any(p["recompute"] == "selective" for p in plans) and any(p["pp"] > 1 for p in plans)
-    assert len({p["zero_stage"] for p in plans}) >= 3
+    assert len({p["zero_stage"] for p in plans}) >= (2 if model.is_moe else 3)
     assert any(p["cp"] > 1 for p in plans) == (model.kv_heads == model.heads)
+    assert (len({p["ep"] for p in plans}) >= 3) == model.is_moe
 
 
 def test_worked_example():
@@ -120,10 +131,10 @@ def test_ulysses_is_written_for_context_parallelism():
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in out.stdout
 
 
-@pytest.mark.parametrize("model", ["llama3-8b", "megatron-22b"])
+@pytest.mark.parametrize("model", ["llama3-8b", "megatron-22b", "mixtral-8x7b"])
 def test_every_plan_rank_recommends_under_deepspeed_is_written(model):
     """The plans `rank --framework deepspeed` puts first (sequence parallelism, selective recompute, Ulysses where
-    the model allows) all launch; the plain DeepSpeed config refuses most of them."""
+    the model allows, experts) all launch; the plain DeepSpeed config refuses most of them."""
     out = _cli("rank", "--model", model, "--cluster", "h100x64", "--framework", "deepspeed", "--top", "15", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["rows"]
@@ -133,7 +144,8 @@ def test_every_plan_rank_recommends_under_deepspeed_is_written(model):
         flags = ["--model", model, "--cluster", "h100x64", "--dp", str(r["dp"]), "--tp", str(r["tp"]), "--pp",
                  str(r["pp"]), "--cp", str(r["cp"]), "--micro-batch", str(r["micro_batch"]), "--global-batch",
                  str(r["global_batch"]), "--zero-stage", str(r["zero_stage"]), "--recompute", r["recompute"],
-                 "--precision", r["precision"], *(["--sequence-parallel"] if r["sequence_parallel"] else []),
+                 "--precision", r["precision"], "--ep", str(r["ep"]),
+                 *(["--sequence-parallel"] if r["sequence_parallel"] else []),
                  *([] if r["overlap_dp"] else ["--no-overlap-dp"])]
         got = _cli("export", "--framework", "megatron-deepspeed", *flags)
         assert got.returncode == 0, (r, got.stderr)
@@ -142,7 +154,8 @@ def test_every_plan_rank_recommends_under_deepspeed_is_written(model):
 
 
 @pytest.mark.parametrize("flags, argument", [
-    (["--model", "mixtral-8x7b", "--ep", "8"], "--model"),
+    (["--model", "deepseek-v3", "--ep", "8"], "model.shared_experts"),
+    (["--model", "mixtral-8x7b", "--ep", "8", "--tp", "2", "--dp", "32", "--zero-stage", "3"], "zero_stage"),
     (["--pp", "4", "--stage-layers", "7,9,9,7"], "stage_layers"),
     (["--pp", "4", "--vpp", "2", "--schedule", "interleaved"], "schedule"),
     (["--cp", "2"], "cp"),
@@ -162,3 +175,17 @@ def test_plain_deepspeed_refusals_name_the_launch_that_takes_them():
     out = _cli("export", "--framework", "deepspeed", "--model", "llama3-8b", "--cluster", "h100x64", "--recompute",
                "selective")
     assert out.returncode == 2 and "export --framework megatron-deepspeed" in out.stderr
+
+
+def test_an_moe_pipeline_with_tensor_parallelism_turns_off_the_partitioned_hand_offs():
+    """GPTModelPipe asserts pipeline.pipe_partitioned and grad_partitioned off for an MoE model with tp and pp > 1
+    (DeepSpeed's default is on)."""
+    out = _cli("export", "--framework", "megatron-deepspeed", "--model", "mixtral-8x7b", "--cluster", "h100x64",
+               "--tp", "2", "--pp", "4", "--dp", "8", "--ep", "8", "--zero-stage", "1")
+    assert out.returncode == 0, out.stderr
+    ds, _, a = megatron_deepspeed_parts(out.stdout)
+    assert ds["pipeline"] == {"pipe_partitioned": False, "grad_partitioned": False}
+    assert a.moe_expert_parallel_size == 8 and a.num_experts == [8] and a.topk == 2
+    dense = _cli("export", "--framework", "megatron-deepspeed", "--model", "llama3-8b", "--cluster", "h100x64",
+                 "--tp", "2", "--pp", "4", "--zero-stage", "1")
+    assert "pipeline" not in megatron_deepspeed_parts(dense.stdout)[0]
