@@ -457,18 +457,17 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     if plan["sequence_parallel"]:
         a += ["--sequence-parallel"]
     uniform, layout = len(set(sl)) == 1, v > 1 and (min(sl) < v or any(n % v for n in sl))
+    layout = layout or len(set(sl[1:-1])) > 1  # stages between the first and last unequal: only a layout says so
     if layout:
-        # The first stage's first chunk the embedding alone, the last stage's last the output and loss alone, or a
-        # stage whose layers v does not divide in chunks one layer apart (chunk_layers, as the profile prices them):
-        # only a layout says so (Megatron-Core's PipelineParallelLayerLayout, core_v0.15.0: virtual stage j = chunk x
-        # pp + stage, 'E' embedding, 't' a decoder layer, 'L' the loss, '|' between virtual stages).
+        # The first stage's first chunk the embedding alone, the last stage's last the output and loss alone, a
+        # stage whose layers v does not divide in chunks one layer apart (chunk_layers, as the profile prices them),
+        # or unequal stages between the first and the last: only a layout says so (Megatron-Core's
+        # PipelineParallelLayerLayout, core_v0.15.0: virtual stage j = chunk x pp + stage, 'E' embedding, 't' a
+        # decoder layer, 'L' the loss, '|' between virtual stages; one a stage without interleaving, where
+        # validate_args sets no virtual pipeline size).
         a += ["--pipeline-model-parallel-layout", megatron_layout(sl, v)]
     elif not uniform:
         # Megatron-LM takes the first and last stage's layers; the stages between share the rest evenly.
-        middle = sl[1:-1]
-        if len(set(middle)) > 1:
-            raise InputError("stage_layers", "equal layers on every stage but the first and last (Megatron-LM's "
-                             "--decoder-first/last-pipeline-num-layers)", sl)
         a += ["--decoder-first-pipeline-num-layers", sl[0], "--decoder-last-pipeline-num-layers", sl[-1]]
     if v > 1 and not layout:
         if uniform:

@@ -415,6 +415,21 @@ def test_megatron_layout_gives_the_embedding_and_the_loss_a_chunk_of_their_own()
             _layout_stage_layers(bad, p)
 
 
+def test_megatron_layout_for_unequal_stages_between_the_first_and_the_last():
+    """Without interleaving, --decoder-first/last-pipeline-num-layers share the rest evenly; stages of 6, 8, 10 and 8
+    layers need a layout, one virtual stage a rank: the embedding with the first stage's 6 layers, the loss after
+    the last stage's 8 (validate_args then sets no virtual pipeline size)."""
+    out = _cli("export", "--framework", "megatron", "--model", "llama3-8b", "--cluster", "h100x64", "--pp", "4",
+               "--stage-layers", "6,8,10,8")
+    assert out.returncode == 0, out.stderr
+    a = megatron_parser().parse_args(out.stdout.split(" pretrain_gpt.py ")[1].replace("\\\n", " ").split())
+    assert a.pipeline_model_parallel_layout.strip("'") == "E" + "t" * 6 + "|" + "t" * 8 + "|" + "t" * 10 + "|" + \
+        "t" * 8 + "L"
+    assert a.decoder_first_pipeline_num_layers is None and a.num_virtual_stages_per_pipeline_rank is None
+    assert from_megatron(out.stdout)["stage_layers"] == [6, 8, 10, 8]
+    assert from_megatron(out.stdout)["vpp"] == 1 and from_megatron(out.stdout)["schedule"] == "1f1b"
+
+
 def test_megatron_layout_for_uniform_stages_that_the_chunks_do_not_divide():
     # 48 layers on 8 stages of 6, 4 chunks a stage: Megatron-Core's profile prices chunks one layer apart (2, 2, 1, 1:
     # Framework.uneven_chunks), which only a layout says; --num-layers-per-virtual-pipeline-stage 6 // 4 = 1 would
@@ -526,7 +541,6 @@ def test_llama3_ffn_width_by_hand():
 # ---- what a framework cannot express ---------------------------------------------------------
 @pytest.mark.parametrize("fw, flags, argument", [
     ("megatron", ["--schedule", "zb-h1"], "schedule"),
-    ("megatron", ["--pp", "4", "--stage-layers", "6,8,10,8"], "stage_layers"),
     ("torchtitan", ["--zero-stage", "1"], "zero_stage"),
     ("torchtitan", ["--tp", "2"], "sequence_parallel"),
     ("torchtitan", ["--no-overlap-dp"], "overlap_dp"),
