@@ -1087,9 +1087,12 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     if plan["schedule"] != "1f1b" or plan["vpp"] != 1:
         raise InputError("schedule", "1f1b with vpp 1 (DeepSpeed's pipeline engine runs one 1F1B schedule)",
                          f"{plan['schedule']} with vpp={plan['vpp']}")
-    if len(set(plan["stage_layers"])) > 1:
-        raise InputError("stage_layers", "equal layers per stage (GPTModelPipe's partition_method "
-                         "'type:transformer' balances the layers)", plan["stage_layers"])
+    base, extra = divmod(model.layers, p)
+    cut = [base + (j < extra) for j in range(p)]  # GPTModelPipe's 'type:transformer' (Framework.type_partition)
+    if plan["stage_layers"] != cut:
+        raise InputError("stage_layers", f"{','.join(map(str, cut))} (Megatron-DeepSpeed's GPTModelPipe cuts the "
+                         "layers with partition_method 'type:transformer'; BLOOM's fork, with the embeddings as "
+                         "layers, is another code)", ",".join(map(str, plan["stage_layers"])))
     if plan["precision"] not in DEEPSPEED_PRECISION:
         raise InputError("precision", "bf16 or fp16", plan["precision"])
     if p > 1 and plan["zero_stage"] > 1:  # (the profiles refuse it: zero_incompatible_pp)
@@ -1221,11 +1224,12 @@ def from_megatron_deepspeed(text: str) -> dict:
                          f"train_batch_size {ds['train_batch_size']}, stage {ds['zero_optimization']['stage']}")
     recompute = a.recompute_granularity or "none"
     ep = a.moe_expert_parallel_size if max(a.num_experts) > 1 else 1
+    base, extra = divmod(a.num_layers, p)  # GPTModelPipe's 'type:transformer' cut
     return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": ep, "etp": 1, "micro_batch": a.micro_batch_size,
             "global_batch": a.global_batch_size, "vpp": 1, "zero_stage": a.zero_stage, "schedule": "1f1b",
             "recompute": recompute, "precision": "fp16" if a.fp16 else "bf16",
             "sequence_parallel": a.sequence_parallel, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
-            "stage_layers": None, "stage_recompute": [recompute] * p}
+            "stage_layers": [base + (j < extra) for j in range(p)], "stage_recompute": [recompute] * p}
 
 
 WRITERS = {"megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed,

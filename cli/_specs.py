@@ -21,7 +21,13 @@ from costmodel import (
     model_from_mapping,
     model_preset,
 )
-from costmodel._feasibility import interleaving_runs, layout_refused, ulysses_refused
+from costmodel._feasibility import (
+    interleaving_runs,
+    layout_refused,
+    type_partition_refused,
+    type_partitions,
+    ulysses_refused,
+)
 from costmodel._files import read_text
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
@@ -313,6 +319,13 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
         if refused == "sequence_parallel":
             return InputError("sequence_parallel", f"true with tp={tp} under framework {fw.name} (its tensor "
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
+        layers = row.get("stage_layers") or [model.layers // pp] * pp
+        if type_partition_refused(fw, model, layers):
+            first, ends = (x.tolist() for x in type_partitions(model.layers, pp, np.arange(pp)))
+            return InputError("stage_layers", f"DeepSpeed's cut of {model.layers} layers over {pp} stages under "
+                              f"framework {fw.name}: {','.join(map(str, first))} (its PipelineModule's 'type:"
+                              f"transformer', Megatron-DeepSpeed's) or {','.join(map(str, ends))} ('type:transformer|"
+                              "embedding')", ",".join(map(str, layers)))
         if refused == "cp":
             why = "no attention" if model.kind == "mlp" else "grouped K, V heads" if model.kv_heads != model.heads \
                 else "MLA"

@@ -133,6 +133,26 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 # (Framework.cp_sdpa_only: torchtitan) has no cp > 1 for a windowed or chunked model.
 
 
+def type_partitions(L: int, p, j):
+    """The layers DeepSpeed's type partition gives stage ``j`` of ``p`` from L layers (Framework.type_partition),
+    arrays broadcasting with p and j, two ways: the first L mod p stages one layer more ('type:transformer'), and the
+    same over L + 2 units less the embedding on the first stage and the head on the last ('type:transformer|
+    embedding')."""
+    p = np.maximum(np.asarray(p, dtype=np.int64), 1)
+    base, extra = np.divmod(L, p)
+    base2, extra2 = np.divmod(L + 2, p)
+    return base + (j < extra), base2 + (j < extra2) - (j == 0) - (j == p - 1)
+
+
+def type_partition_refused(fw: Framework, model: Transformer, layers) -> bool:
+    """Whether ``layers`` (one row's layers per stage) is no cut DeepSpeed's type partition gives
+    (Framework.type_partition); False under other frameworks."""
+    if not fw.type_partition:
+        return False
+    first, ends = type_partitions(model.layers, len(layers), np.arange(len(layers)))
+    return list(layers) not in (first.tolist(), ends.tolist())
+
+
 def ulysses_refused(fw: Framework, model: Transformer) -> bool:
     """Whether the framework's context parallelism is DeepSpeed-Ulysses (Framework.cp_ulysses) and the model is one it
     cannot split: grouped K, V heads (kv_heads < heads; Megatron-DeepSpeed's ParallelAttention asserts
@@ -290,6 +310,10 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
     if fw.cp_ulysses:  # (Framework.cp_ulysses: cp > 1 only at tp 1 and pp 1, on a model Ulysses splits)
         u_ok = (c == 1) | ((p == 1) & ~np.any((t > 1) & on, axis=0) & (not ulysses_refused(fw, model)))
         cp_ok = u_ok if cp_ok is None else cp_ok & u_ok
+    if fw.type_partition:  # (Framework.type_partition: the stage cuts DeepSpeed's PipelineModule makes)
+        first, ends = type_partitions(L, p, sv.j)  # (a representative stage: its index in the pipeline)
+        cut_ok = np.all((n == first) | ~on, axis=0) | np.all((n == ends) | ~on, axis=0)
+        cp_ok = cut_ok if cp_ok is None else cp_ok & cut_ok
     if fw.ep_in_dp and model.is_moe:  # (Framework.ep_in_dp: experts in data-parallel ranks only, no ZeRO-3)
         dp_ok = (r["zero_stage"] != 3) & ~np.any((d % e != 0) & on, axis=0)
         cp_ok = dp_ok if cp_ok is None else cp_ok & dp_ok

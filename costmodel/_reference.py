@@ -32,7 +32,7 @@ from costmodel._experts import (
     SORT_ELEMS_PER_COPY,
     P2P_PER_CHANNEL_NET_GBps,
 )
-from costmodel._feasibility import REASONS, layout_refused
+from costmodel._feasibility import REASONS, layout_refused, type_partition_refused
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
@@ -245,7 +245,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
             or (cp > 1 and cp_by_all_to_all(fw, model) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))
-            or (cp > 1 and cp_refused_for_window(fw, model))):
+            or (cp > 1 and cp_refused_for_window(fw, model))
+            or type_partition_refused(fw, model, layers)):
         return "framework_unsupported"  # (Transformer Engine's all-to-all splits the tp share of the heads over cp;
         # Framework.cp_sdpa_only: no cp for a windowed model)
     m, rule = max(r["global_batch"] // (dp * r["micro_batch"]), 1), fw.interleaved_microbatches

@@ -119,6 +119,19 @@ def test_worked_example():
     assert a.recompute_granularity == "selective" and a.zero_stage == 1 and a.deepspeed_config == "ds_config.json"
 
 
+def test_a_layer_count_the_stages_do_not_divide_is_cut_as_gptmodelpipe_cuts_it():
+    """80 layers over 3 stages: DeepSpeed's partition_balanced over GPTModelPipe's layers gives the first 80 mod 3 = 2
+    stages one more, 27, 27, 26; the pipeline size alone says so, and the plan reads back with that cut."""
+    model = costmodel.model_preset("llama3-70b")
+    out = _cli("export", "--framework", "megatron-deepspeed", "--model", "llama3-70b", "--cluster", "h100x64",
+               "--tp", "8", "--pp", "3", "--dp", "2", "--stage-layers", "27,27,26", "--global-batch", "64")
+    assert out.returncode == 0, out.stderr
+    assert read_back("megatron-deepspeed", out.stdout, model)["stage_layers"] == [27, 27, 26]
+    other = _cli("export", "--framework", "megatron-deepspeed", "--model", "llama3-70b", "--cluster", "h100x64",
+                 "--tp", "8", "--pp", "3", "--dp", "2", "--stage-layers", "26,27,27", "--global-batch", "64")
+    assert other.returncode == 2 and "stage_layers: expected DeepSpeed's cut of 80 layers over 3 stages" in other.stderr
+
+
 def test_ulysses_is_written_for_context_parallelism():
     out = _cli("export", "--framework", "deepspeed-flash2", "--model", "megatron-22b", "--seq-len", "32768",
                "--cluster", "h100x64", "--cp", "4", "--zero-stage", "3", "--recompute", "full", "--global-batch", "64")

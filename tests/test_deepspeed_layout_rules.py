@@ -1,0 +1,77 @@
+"""The deepspeed profiles' layout rules, from DeepSpeed's code. Its MoE: expert-parallel groups are cut from the
+data-parallel ranks (ep divides dp: deepspeed/utils/groups.py), and an MoE model has no ZeRO-3 (DeepSpeed's engine
+asserts it). Its pipeline: PipelineModule cuts the stages itself ('type:...' partitions). Both evaluators refuse the
+rest as framework_unsupported; Megatron-Core's profile runs them."""
+
+import numpy as np
+import pytest
+
+from costmodel import REASONS, StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel._reference import evaluate_row
+
+MIXTRAL = model_preset("mixtral-8x7b")
+CLUSTER = cluster_preset("h100x64")
+
+
+def _row(**c):
+    cols = {"dp": 8, "tp": 8, "pp": 1, "ep": 8, "micro_batch": 1, "global_batch": 256, "zero_stage": 1,
+            "recompute": "selective", "sequence_parallel": True, **c}
+    return StrategyTable.from_columns(**cols)
+
+
+@pytest.mark.parametrize("c", [dict(dp=4, tp=8, pp=2, ep=8), dict(zero_stage=3)], ids=["ep-past-dp", "zero3"])
+@pytest.mark.parametrize("framework", ["deepspeed", "deepspeed-flash2"])
+def test_refused_by_both_evaluators(c, framework):
+    table = _row(**c)
+    out = evaluate(MIXTRAL, CLUSTER, table, framework=framework)
+    assert REASONS[int(out["reason"][0])] == "framework_unsupported"
+    assert not np.isfinite(evaluate_row(MIXTRAL, CLUSTER, table.row(0), framework=framework)["step_time_s"])
+    # Megatron-Core folds the 8 experts into tp x dp = 32 ranks and shards the weights at ZeRO-3: it prices both
+    assert REASONS[int(evaluate(MIXTRAL, CLUSTER, table, framework="megatron-core")["reason"][0])] in (
+        "ok", "out_of_memory")
+
+
+def test_the_same_plan_within_the_rules_runs_alike_in_both():
+    table = _row(dp=8, tp=4, pp=2, ep=8)  # ep 8 = dp 8; ZeRO-1
+    vec = evaluate(MIXTRAL, CLUSTER, table, framework="deepspeed")
+    ref = evaluate_row(MIXTRAL, CLUSTER, table.row(0), framework="deepspeed")
+    assert REASONS[int(vec["reason"][0])] in ("ok", "out_of_memory")
+    for k in ("step_time_s", "ep_comm_s", "mem_total_bytes"):
+        assert vec[k][0] == pytest.approx(ref[k], rel=1e-9), k
+
+
+def test_a_dense_model_is_not_held_to_them():
+    table = _row(ep=1, zero_stage=3)
+    out = evaluate(model_preset("llama3-8b"), CLUSTER, table, framework="deepspeed")
+    assert REASONS[int(out["reason"][0])] in ("ok", "out_of_memory")
+
+
+# ---- pipeline cuts ---------------------------------------------------------------------------
+@pytest.mark.parametrize("L, p, first, ends", [
+    (70, 12, [6] * 10 + [5, 5], [5] + [6] * 10 + [5]),       # BLOOM's 70 over 12: 72 units of 6, less its embeddings
+    (80, 6, [14, 14, 13, 13, 13, 13], [13, 14, 14, 14, 13, 12]),
+    (48, 4, [12] * 4, [12, 13, 12, 11]),
+])
+def test_deepspeed_cuts_by_hand(L, p, first, ends):
+    """'type:transformer': the first L mod p stages one layer more; 'type:transformer|embedding': the same over L + 2
+    units (80 + 2 over 6: 14, 14, 14, 14, 13, 13), less the embedding on the first stage and the head on the last."""
+    from costmodel._feasibility import type_partitions
+
+    got = type_partitions(L, p, np.arange(p))
+    assert [x.tolist() for x in got] == [first, ends]
+
+
+@pytest.mark.parametrize("layers, ok", [([14, 14, 13, 13, 13, 13], True), ([13, 14, 14, 14, 13, 12], True),
+                                        ([13, 13, 13, 13, 14, 14], False), ([12, 14, 14, 14, 14, 12], False)])
+def test_only_deepspeeds_cuts_run_under_its_profiles(layers, ok):
+    """Llama 3 70B's 80 layers over 6 stages: the two cuts above; a cut of neither is refused by both evaluators, and
+    Megatron-Core runs it."""
+    model = model_preset("llama3-70b")
+    table = StrategyTable.from_columns(dp=1, tp=8, pp=6, micro_batch=1, global_batch=64, zero_stage=1,
+                                       stage_layers=np.array([layers]))
+    reason = REASONS[int(evaluate(model, CLUSTER, table, framework="deepspeed")["reason"][0])]
+    assert (reason in ("ok", "out_of_memory")) == ok and (reason == "framework_unsupported") != ok
+    ref = evaluate_row(model, CLUSTER, table.row(0), framework="deepspeed")
+    assert REASONS[int(ref["reason"])] == reason
+    assert REASONS[int(evaluate(model, CLUSTER, table, framework="megatron-core")["reason"][0])] in (
+        "ok", "out_of_memory")
