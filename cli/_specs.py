@@ -24,8 +24,8 @@ from costmodel import (
 from costmodel._feasibility import (
     interleaving_runs,
     layout_refused,
+    type_partition,
     type_partition_refused,
-    type_partitions,
     ulysses_refused,
 )
 from costmodel._files import read_text
@@ -321,11 +321,10 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
         layers = row.get("stage_layers") or [model.layers // pp] * pp
         if type_partition_refused(fw, model, layers):
-            first, ends = (x.tolist() for x in type_partitions(model.layers, pp, np.arange(pp)))
-            return InputError("stage_layers", f"DeepSpeed's cut of {model.layers} layers over {pp} stages under "
-                              f"framework {fw.name}: {','.join(map(str, first))} (its PipelineModule's 'type:"
-                              f"transformer', Megatron-DeepSpeed's) or {','.join(map(str, ends))} ('type:transformer|"
-                              "embedding')", ",".join(map(str, layers)))
+            cut = type_partition(fw, model.layers, pp, np.arange(pp)).tolist()
+            return InputError("stage_layers", f"{','.join(map(str, cut))} under framework {fw.name} (DeepSpeed's "
+                              f"PipelineModule cuts {model.layers} layers over {pp} stages so, partition_method "
+                              f"'type:{fw.type_partition}')", ",".join(map(str, layers)))
         if refused == "cp":
             why = "no attention" if model.kind == "mlp" else "grouped K, V heads" if model.kv_heads != model.heads \
                 else "MLA"

@@ -84,7 +84,7 @@ FAMILY_OF_PROFILE = {
     "megatron-core-a2a-overlap": "megatron", "megatron-core-deepep": "megatron",
     "megatron-core-deepep-a2a-overlap": "megatron", "hai-llm": "megatron",
     "internevo": "megatron",  # its layers, tensor parallelism, schedules: Megatron's design, priced as megatron-core's
-    "deepspeed": "deepspeed", "deepspeed-flash2": "deepspeed",
+    "deepspeed": "deepspeed", "deepspeed-flash2": "deepspeed", "deepspeed-bigscience": "deepspeed",
     "fsdp2": "fsdp", "fsdp2-eager": "fsdp", "fsdp2-async-tp": "fsdp", "fsdp2-compiled-loss": "fsdp",
     "llm-foundry": "fsdp", "llm-foundry-triton": "fsdp", "llm-foundry-triton-pure": "fsdp",
     "llama3-fsdp": "fsdp",  # PyTorch FSDP with pipelines (Meta's Llama 3 stack)

@@ -133,24 +133,24 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
 # (Framework.cp_sdpa_only: torchtitan) has no cp > 1 for a windowed or chunked model.
 
 
-def type_partitions(L: int, p, j):
-    """The layers DeepSpeed's type partition gives stage ``j`` of ``p`` from L layers (Framework.type_partition),
-    arrays broadcasting with p and j, two ways: the first L mod p stages one layer more ('type:transformer'), and the
-    same over L + 2 units less the embedding on the first stage and the head on the last ('type:transformer|
-    embedding')."""
+def type_partition(fw: Framework, L: int, p, j):
+    """The layers DeepSpeed's type partition (Framework.type_partition) gives stage ``j`` of ``p`` from L layers,
+    broadcasting with p and j: the first L mod p stages one layer more ("transformer"), or the same over L + 2 units
+    less the embedding on the first stage and the head on the last ("transformer|embedding")."""
     p = np.maximum(np.asarray(p, dtype=np.int64), 1)
-    base, extra = np.divmod(L, p)
-    base2, extra2 = np.divmod(L + 2, p)
-    return base + (j < extra), base2 + (j < extra2) - (j == 0) - (j == p - 1)
+    if fw.type_partition == "transformer":
+        base, extra = np.divmod(L, p)
+        return base + (j < extra)
+    base, extra = np.divmod(L + 2, p)
+    return base + (j < extra) - (j == 0) - (j == p - 1)
 
 
 def type_partition_refused(fw: Framework, model: Transformer, layers) -> bool:
-    """Whether ``layers`` (one row's layers per stage) is no cut DeepSpeed's type partition gives
-    (Framework.type_partition); False under other frameworks."""
+    """Whether ``layers`` (one row's layers per stage) is not the cut the framework's DeepSpeed type partition gives
+    (Framework.type_partition); False where it has none."""
     if not fw.type_partition:
         return False
-    first, ends = type_partitions(model.layers, len(layers), np.arange(len(layers)))
-    return list(layers) not in (first.tolist(), ends.tolist())
+    return list(layers) != type_partition(fw, model.layers, len(layers), np.arange(len(layers))).tolist()
 
 
 def ulysses_refused(fw: Framework, model: Transformer) -> bool:
@@ -311,8 +311,8 @@ def stage_feasibility(model: Transformer, pa: dict, sv: StageView, fw: Framework
         u_ok = (c == 1) | ((p == 1) & ~np.any((t > 1) & on, axis=0) & (not ulysses_refused(fw, model)))
         cp_ok = u_ok if cp_ok is None else cp_ok & u_ok
     if fw.type_partition:  # (Framework.type_partition: the stage cuts DeepSpeed's PipelineModule makes)
-        first, ends = type_partitions(L, p, sv.j)  # (a representative stage: its index in the pipeline)
-        cut_ok = np.all((n == first) | ~on, axis=0) | np.all((n == ends) | ~on, axis=0)
+        cut = type_partition(fw, L, p, sv.j)  # (a representative stage: its index in the pipeline)
+        cut_ok = np.all((n == cut) | ~on, axis=0)
         cp_ok = cut_ok if cp_ok is None else cp_ok & cut_ok
     if fw.ep_in_dp and model.is_moe:  # (Framework.ep_in_dp: experts in data-parallel ranks only, no ZeRO-3)
         dp_ok = (r["zero_stage"] != 3) & ~np.any((d % e != 0) & on, axis=0)

@@ -138,12 +138,12 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         the cp group's K and V before its attention and computes the rank's queries against all of them in one
         kernel, the gather exposed; the backward gathers them again and reduce-scatters their gradients, both exposed
         (costmodel._layer_compute.all_gather_cp_terms); no ring, no merges
-    type_partition: pipeline stages as DeepSpeed's PipelineModule cuts them with partition_method 'type:...'
-        (runtime/utils.py partition_balanced over unit weights: the first L mod pp stages one unit more): over the
-        transformer layers (Megatron-DeepSpeed's GPTModelPipe, 'type:transformer'), or over the layers and the
-        embedding and tied head as a unit each, which then leave the first and last stage one layer fewer
-        (BigScience's Megatron-DeepSpeed, 'type:transformer|embedding', which trained BLOOM); other cuts
-        framework_unsupported (costmodel._feasibility.type_partitions)
+    type_partition: pipeline stages as DeepSpeed's PipelineModule cuts them with partition_method 'type:' and this
+        pattern (runtime/utils.py partition_balanced over unit weights: the first L mod pp stages one unit more):
+        "transformer" over the transformer layers (Megatron-DeepSpeed's GPTModelPipe), "transformer|embedding" over
+        the layers and the embedding and tied head as a unit each, which then leave the first and last stage one
+        layer fewer (BigScience's Megatron-DeepSpeed, which trained BLOOM); other cuts framework_unsupported
+        (costmodel._feasibility.type_partitions); "": any cut
     ep_in_dp: DeepSpeed's MoE: expert-parallel groups cut from the data-parallel ranks, so ep divides dp
         (deepspeed/utils/groups.py _create_expert_data_and_model_parallel: _ensure_divisibility(dp_world_size,
         expert_parallel_size_)), and no ZeRO-3 with an MoE model (runtime/engine.py: native DeepSpeed MoE is not
@@ -358,7 +358,7 @@ class Framework:
     cp_all_gather: bool = False
     cp_ulysses: bool = False
     ep_in_dp: bool = False
-    type_partition: bool = False
+    type_partition: str = ""
     dp_bucket_elems: tuple[float, float] = (math.inf, 0.0)
     dp_buckets_need_overlap: bool = False
     zero3_gathers: tuple[float, float, float] = (0.0, 1.0, 0.0)
@@ -756,13 +756,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         zero3_kept=(0.0, 0.0, 5e8), weight_gather_in_step=True, grad_buffer_bytes=(4.0,) * 3,
         zero2_scatter_every_microbatch=True, overlap_dp_min_zero=2, hp_grad_zero1_needs_pp=True, blocking_p2p=True,
         exchange_calls=2, handoff_gathers=(1.0, 2.0), handoff_gather_copy_bytes=2.0 + 4.0 + 4.0,
-        cp_ulysses=True, ep_in_dp=True, type_partition=True,
+        cp_ulysses=True, ep_in_dp=True, type_partition="transformer",
         sources=(DEEPSPEED_BLOCKING_P2P_SOURCE, DEEPSPEED_HANDOFF_GATHER_SOURCE,
                  "deepspeedai/Megatron-DeepSpeed 4efb479 megatron/model/gpt_model.py GPTModelPipe: "
                  "partition_method='type:transformer' (type_partition; DeepSpeed runtime/pipe/module.py, runtime/"
                  "utils.py partition_balanced, run on GPTModelPipe's layer list: 70 layers over 12 stages 6 x 10, 5, "
-                 "5; 80 over 6 14, 14, 13 x 4; 61 over 8 8 x 5, 7 x 3); bigscience-workshop/Megatron-DeepSpeed "
-                 "(BLOOM's): 'type:transformer|embedding'",
+                 "5; 80 over 6 14, 14, 13 x 4; 61 over 8 8 x 5, 7 x 3)",
                  "deepspeedai/Megatron-DeepSpeed 4efb479 (cp_ulysses): megatron/core/parallel_state.py "
                  "initialize_model_parallel asserts tensor and pipeline parallel size 1 with --ds-sequence-parallel-"
                  "size > 1 ('DeepSpeed's sequence parallel does not work with tensor parallel or pipeline parallel'); "
@@ -986,6 +985,15 @@ _derive("deepspeed", "deepspeed-flash2", fused_attention=True, attention_kernel=
              "self-attention under --use-flash-attn-v2, FlashAttention-2's flash_attn_varlen_func (its output and "
              "per-row softmax statistics kept, no scores); ParallelMLP: dense_h_to_4h 2 f wide under --swiglu",
              "Dao 2023, FlashAttention-2 (arXiv:2307.08691): the attention matrix never written to HBM",
+             "the deepspeed profile's sources"),
+)
+_derive("deepspeed", "deepspeed-bigscience", type_partition="transformer|embedding",
+    what="BigScience's Megatron-DeepSpeed fork, which trained BLOOM: as the deepspeed profile, its pipeline stages cut "
+         "with partition_method 'type:transformer|embedding' (the embedding and the tied head a layer each, on the "
+         "first and last stage)",
+    sources=("bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm (e726b15), BLOOM's training "
+             "script: --pp-partition-method 'type:transformer|embedding' (the fork's option; its default "
+             "'type:transformer'); BLOOM's 70 layers over 12 stages then 5, 6 x 10, 5 (72 units of 6)",
              "the deepspeed profile's sources"),
 )
 _derive("fsdp2", "fsdp2-eager", eager_elem_bytes=(64.0, 20.0, 4.0), layer_saves="torchtitan",

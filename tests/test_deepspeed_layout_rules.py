@@ -6,7 +6,7 @@ rest as framework_unsupported; Megatron-Core's profile runs them."""
 import numpy as np
 import pytest
 
-from costmodel import REASONS, StrategyTable, cluster_preset, evaluate, model_preset
+from costmodel import REASONS, StrategyTable, cluster_preset, evaluate, framework_preset, model_preset
 from costmodel._reference import evaluate_row
 
 MIXTRAL = model_preset("mixtral-8x7b")
@@ -55,23 +55,30 @@ def test_a_dense_model_is_not_held_to_them():
 def test_deepspeed_cuts_by_hand(L, p, first, ends):
     """'type:transformer': the first L mod p stages one layer more; 'type:transformer|embedding': the same over L + 2
     units (80 + 2 over 6: 14, 14, 14, 14, 13, 13), less the embedding on the first stage and the head on the last."""
-    from costmodel._feasibility import type_partitions
+    from costmodel._feasibility import type_partition
 
-    got = type_partitions(L, p, np.arange(p))
-    assert [x.tolist() for x in got] == [first, ends]
+    j = np.arange(p)
+    assert type_partition(framework_preset("deepspeed"), L, p, j).tolist() == first
+    assert type_partition(framework_preset("deepspeed-bigscience"), L, p, j).tolist() == ends
 
 
-@pytest.mark.parametrize("layers, ok", [([14, 14, 13, 13, 13, 13], True), ([13, 14, 14, 14, 13, 12], True),
-                                        ([13, 13, 13, 13, 14, 14], False), ([12, 14, 14, 14, 14, 12], False)])
-def test_only_deepspeeds_cuts_run_under_its_profiles(layers, ok):
-    """Llama 3 70B's 80 layers over 6 stages: the two cuts above; a cut of neither is refused by both evaluators, and
-    Megatron-Core runs it."""
+@pytest.mark.parametrize("layers, profile", [([14, 14, 13, 13, 13, 13], "deepspeed"),
+                                             ([13, 14, 14, 14, 13, 12], "deepspeed-bigscience"),
+                                             ([13, 13, 13, 13, 14, 14], None), ([12, 14, 14, 14, 14, 12], None)])
+def test_only_deepspeeds_cuts_run_under_its_profiles(layers, profile):
+    """Llama 3 70B's 80 layers over 6 stages: each cut runs under the profile that makes it, is refused by both
+    evaluators under the other, and Megatron-Core runs every one."""
     model = model_preset("llama3-70b")
     table = StrategyTable.from_columns(dp=1, tp=8, pp=6, micro_batch=1, global_batch=64, zero_stage=1,
                                        stage_layers=np.array([layers]))
-    reason = REASONS[int(evaluate(model, CLUSTER, table, framework="deepspeed")["reason"][0])]
-    assert (reason in ("ok", "out_of_memory")) == ok and (reason == "framework_unsupported") != ok
-    ref = evaluate_row(model, CLUSTER, table.row(0), framework="deepspeed")
-    assert REASONS[int(ref["reason"])] == reason
+    for fw in ("deepspeed", "deepspeed-bigscience"):
+        vec = evaluate(model, CLUSTER, table, framework=fw)
+        reason = REASONS[int(vec["reason"][0])]
+        assert (reason in ("ok", "out_of_memory")) == (fw == profile), fw
+        assert (reason == "framework_unsupported") == (fw != profile), fw
+        ref = evaluate_row(model, CLUSTER, table.row(0), framework=fw)
+        assert REASONS[int(ref["reason"])] == reason
+        for k in ("step_time_s", "mem_total_bytes"):
+            assert vec[k][0] == pytest.approx(ref[k], rel=1e-9) or not np.isfinite(ref[k]), k
     assert REASONS[int(evaluate(model, CLUSTER, table, framework="megatron-core")["reason"][0])] in (
         "ok", "out_of_memory")

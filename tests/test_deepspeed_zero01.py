@@ -16,7 +16,7 @@ def test_which_profiles_overlap_only_from_zero2():
     assert framework_preset("deepspeed").overlap_dp_min_zero == 2
     assert framework_preset("deepspeed-flash2").overlap_dp_min_zero == 2  # derived from deepspeed
     others = {n for n, fw in FRAMEWORKS.items() if fw.overlap_dp_min_zero}
-    assert others == {"deepspeed", "deepspeed-flash2"}
+    assert others == {"deepspeed", "deepspeed-flash2", "deepspeed-bigscience"}
 
 
 def test_framework_columns_turn_overlap_off_below_zero2():

@@ -120,7 +120,8 @@ def test_weight_gathers_by_framework_deepspeed_bf16_optimizer_and_megatron_param
     assert {k: f.weight_gather_bytes for k, f in FRAMEWORKS.items() if f.weight_gather_bytes != (2.0,) * 3} == {
         "megatron-bridge": (2.0, 2.0, 1.0)}
     assert {k: f.all_reduce_then_gather for k, f in FRAMEWORKS.items() if any(f.all_reduce_then_gather)} == {
-        "deepspeed": (True, False, False), "deepspeed-flash2": (True, False, False), "internevo": (True, True, True)}
+        "deepspeed": (True, False, False), "deepspeed-flash2": (True, False, False),
+        "deepspeed-bigscience": (True, False, False), "internevo": (True, True, True)}
     # DeepSpeed, no overlap: bf16 at ZeRO 0 and 1 moves 2 x 2 + 2 bytes an element in an all-reduce (the generic
     # profile's ZeRO 0) and an all-gather (half the generic ZeRO 1's reduce-scatter and all-gather, the same bytes
     # and message each): 1.5x the bytes; ZeRO 2 and fp16 rows as generic's. (DeepSpeed's collectives counted as

@@ -46,8 +46,12 @@ CASES = [(name, cluster, uneven) for name, cluster in [
 # Llama 3 8B with uniform stages: random uneven stages can tie exactly in stage time (6 layers
 # under full recompute against 8 without: 4 x 6 = 3 x 8 forward times), and which one the two
 # implementations call the bottleneck then depends on rounding.
+# (deepspeed-bigscience cuts stages over the layers and the embeddings: a uniform 96-layer GPT-3 runs there only at
+# pp 1-2, where it does not fit; Llama 3 8B's case keeps feasible rows, and tests/test_deepspeed_layout_rules.py
+# holds its cuts to the reference)
 FRAMEWORK_CASES = [(name, cluster, uneven, fw, 1000) for fw in FRAMEWORKS if fw != "generic"
-                   for name, cluster, uneven in (("gpt3-175b", "h100x1024", False), ("llama3-8b", "h100x64", False))]
+                   for name, cluster, uneven in (("gpt3-175b", "h100x1024", False), ("llama3-8b", "h100x64", False))
+                   if (fw, name) != ("deepspeed-bigscience", "gpt3-175b")]
 
 
 def assert_rows_equal_reference(model, cl, table, vec, framework):

@@ -133,7 +133,8 @@ def test_which_profiles_reduce_scatter_every_micro_batch():
     # Meta's stack; Megatron-Core's distributed optimizer and InternEvo reduce once a step.
     every = {name for name, fw in FRAMEWORKS.items() if fw.zero2_scatter_every_microbatch}
     assert every == {"fsdp2", "fsdp2-eager", "fsdp2-async-tp", "fsdp2-compiled-loss", "llm-foundry",
-                     "llm-foundry-triton", "llm-foundry-triton-pure", "deepspeed", "deepspeed-flash2", "llama3-fsdp"}
+                     "llm-foundry-triton", "llm-foundry-triton-pure", "deepspeed", "deepspeed-flash2",
+                     "deepspeed-bigscience", "llama3-fsdp"}
     fw = framework_preset("llama3-fsdp")
     assert fw.max_zero_with_pp == 2 and not fw.shard_with_pp_once and fw.grad_reduce_bytes == (4.0, 4.0, 4.0)
 
