@@ -24,8 +24,8 @@ from tests.kill_points import KILLED, run_killed
 # only with tp > 1), 8 under fsdp2 (its tp always sequence-parallel).
 STUDY = ["--model", "llama3-8b,llama3-70b", "--cluster", "h100x64..1024,b200x64..1024",
          "--framework", "megatron-core,fsdp2", "--space", "fixed", "--tp", "1,2,4,8", "--pp", "1,2",
-         "--zero-stage", "0", "--sequence-parallel", "true,false", "--unit-rows", "10000", "--in-process", "--no-progress",
-         "--top", "0"]
+         "--zero-stage", "0", "--sequence-parallel", "true,false", "--unit-rows", "10000", "--in-process",
+         "--no-progress", "--top", "0"]
 
 
 def test_cluster_ranges_expand_as_written():
