@@ -412,6 +412,19 @@ def _layout_stage_layers(text: str, p: int) -> tuple[list[int], int]:
     return layers, len(chunks) // p
 
 
+def flag_lines(a: list) -> list[str]:
+    """A command's arguments one flag (and its values) a line, indented and shell-quoted."""
+    words = [str(x) for x in a]
+    args, i = [], 0
+    while i < len(words):
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        args.append("    " + " ".join(shlex.quote(w) for w in words[i:j]))
+        i = j
+    return args
+
+
 def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "megatron-core") -> str:
     """A torchrun command line running Megatron-LM's pretrain_gpt.py with the plan's arguments.
     ``profile``, the framework profile the plan was priced under, picks the MoE token dispatcher
@@ -493,14 +506,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
              *([f"# environment: {why}"] if env else []),
              "".join(f"{k}={v} " for k, v in env.items())
              + f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
-    words = [str(x) for x in a]
-    args, i = [], 0
-    while i < len(words):  # one flag (and its value) per line
-        j = i + 1
-        while j < len(words) and not words[j].startswith("--"):
-            j += 1
-        args.append("    " + " ".join(shlex.quote(w) for w in words[i:j]))
-        i = j
+    args = flag_lines(a)
     return "\n".join(lines) + "\n" + " \\\n".join(args) + "\n"
 
 
@@ -517,18 +523,26 @@ def megatron_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _megatron_words(text: str) -> tuple[argparse.Namespace, argparse.Namespace]:
-    """(torchrun's arguments, Megatron-LM's arguments) of a command line written by to_megatron."""
+def _launch_words(text: str, launcher: str, launch_flags: tuple[str, ...], script_args: dict, what: str):
+    """(the launcher's integer flags, pretrain_gpt.py's arguments by ``script_args``) of a command line written as
+    ``launcher`` FLAGS pretrain_gpt.py ARGS, comments and line continuations aside."""
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     words = shlex.split(body.replace("\\\n", " "))
-    if "torchrun" not in words or MEGATRON_SCRIPT not in words:
-        raise InputError("megatron command", f"torchrun ... {MEGATRON_SCRIPT} ARGS", text[:60])
+    if launcher not in words or MEGATRON_SCRIPT not in words:
+        raise InputError(what, f"{launcher} ... {MEGATRON_SCRIPT} ARGS", text[:60])
     launch = argparse.ArgumentParser(add_help=False)
-    launch.add_argument("--nnodes", type=int)
-    launch.add_argument("--nproc-per-node", type=int)
+    for flag in launch_flags:
+        launch.add_argument(flag, type=int)
+    parser = _RaisingParser(prog=MEGATRON_SCRIPT, add_help=False, allow_abbrev=False)
+    for flag, kw in script_args.items():
+        parser.add_argument(flag, **kw)
     i = words.index(MEGATRON_SCRIPT)
-    lw = launch.parse_args(words[words.index("torchrun") + 1:i])
-    return lw, megatron_parser().parse_args(words[i + 1:])
+    return launch.parse_args(words[words.index(launcher) + 1:i]), parser.parse_args(words[i + 1:])
+
+
+def _megatron_words(text: str) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """(torchrun's arguments, Megatron-LM's arguments) of a command line written by to_megatron."""
+    return _launch_words(text, "torchrun", ("--nnodes", "--nproc-per-node"), MEGATRON_ARGS, "megatron command")
 
 
 def megatron_launch(text: str) -> dict:
@@ -903,21 +917,27 @@ DEEPSPEED_PRECISION = {"bf16": "bf16", "fp16": "fp16"}  # ds_config section enab
 DEEPSPEED_MOE_VERSION = "DeepSpeed v0.16.4 (e2dc3eeb19), deepspeed/moe/layer.py and deepspeed/utils/groups.py"
 
 
-def _deepspeed_moe(plan: dict, model: Transformer) -> dict:
-    """launcher.moe: the MoE layer's arguments (refusing what DeepSpeed's MoE cannot express)."""
-    ep = plan["ep"]
+def _deepspeed_moe_checks(plan: dict, model: Transformer) -> None:
+    """Refuses what DeepSpeed's MoE layer cannot run (both DeepSpeed formats): etp > 1, ep not dividing dp, ZeRO-3,
+    shared experts."""
     if plan["etp"] != 1:
         raise InputError("etp", "1 (DeepSpeed's enable_expert_tensor_parallelism can only reuse the whole tensor-"
-                         "parallel group, and plansweep prices the deepspeed profile with etp 1)", plan["etp"])
-    if plan["dp"] % ep:
+                         "parallel group, and plansweep prices the deepspeed profiles with etp 1)", plan["etp"])
+    if plan["dp"] % plan["ep"]:
         raise InputError("ep", f"a divisor of dp={plan['dp']} (DeepSpeed carves expert-parallel groups out of the "
-                         "data-parallel ranks: deepspeed/utils/groups.py)", ep)
+                         "data-parallel ranks: deepspeed/utils/groups.py)", plan["ep"])
     if plan["zero_stage"] == 3:
         raise InputError("zero_stage", "0, 1 or 2 with an MoE model (DeepSpeed's engine asserts 'MoE not supported "
                          "with Stage 3')", plan["zero_stage"])
     if model.shared_experts:
         raise InputError("model.shared_experts", "0 (DeepSpeed's MoE layer has no shared experts; use_residual is "
                          "Residual MoE's one dense MLP mixed by a learned coefficient)", model.shared_experts)
+
+
+def _deepspeed_moe(plan: dict, model: Transformer) -> dict:
+    """launcher.moe: the MoE layer's arguments (refusing what DeepSpeed's MoE cannot express)."""
+    _deepspeed_moe_checks(plan, model)
+    ep = plan["ep"]
     # capacity_factor 1 is plansweep's dropless expert (the busiest rank runs the routed copies);
     # DeepSpeed then takes drop_tokens false (capacity = the most tokens any expert receives).
     cf = model.capacity_factor
@@ -1139,14 +1159,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     if model.is_moe and p > 1 and t > 1:  # GPTModelPipe asserts both off for an MoE model with tp and pp > 1
         ds["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if plan["sequence_parallel"] and t > 1 else ""
-    words = [str(x) for x in a]
-    args, i = [], 0
-    while i < len(words):  # one flag (and its value) per line
-        j = i + 1
-        while j < len(words) and not words[j].startswith("--"):
-            j += 1
-        args.append("    " + " ".join(shlex.quote(w) for w in words[i:j]))
-        i = j
+    args = flag_lines(a)
     dp_of = f"tp {t} x pp {p}" + (f" x Ulysses {c}" if c > 1 else "")
     lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_DEEPSPEED_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / ({dp_of}); add your data, tokenizer "
@@ -1163,18 +1176,8 @@ def _megatron_deepspeed_moe(plan: dict, model: Transformer) -> list:
     they cannot express: every expert as wide as the dense MLP unless every layer is MoE (ParallelMLP(moe=True) takes
     --ffn-hidden-size), MoE on every N-th layer from the N-th (get_num_experts_per_layer: layer n, 1-based, when n % N
     == 0), no shared experts; and, as DeepSpeed's MoE needs them, etp 1, ep dividing dp, ZeRO 0-2."""
+    _deepspeed_moe_checks(plan, model)
     ep = plan["ep"]
-    if plan["etp"] != 1:
-        raise InputError("etp", "1 (the deepspeed profiles price experts without tensor parallelism)", plan["etp"])
-    if plan["dp"] % ep:
-        raise InputError("ep", f"a divisor of dp={plan['dp']} (DeepSpeed cuts expert-parallel groups from the "
-                         "data-parallel ranks)", ep)
-    if plan["zero_stage"] == 3:
-        raise InputError("zero_stage", "0, 1 or 2 with an MoE model (DeepSpeed's MoE is not supported with ZeRO "
-                         "stage 3)", plan["zero_stage"])
-    if model.shared_experts:
-        raise InputError("model.shared_experts", "0 (Megatron-DeepSpeed's residual MoE is one dense MLP mixed by a "
-                         "learned coefficient, not shared experts)", model.shared_experts)
     if model.dense_layers:
         raise InputError("model.dense_layers", "0 (Megatron-DeepSpeed's --expert-interval N puts experts on every "
                          "N-th layer from the N-th)", model.dense_layers)
@@ -1199,19 +1202,9 @@ def megatron_deepspeed_parts(text: str) -> tuple[dict, argparse.Namespace, argpa
         ds = json.loads(body)
     except json.JSONDecodeError as exc:
         raise InputError(MEGATRON_DEEPSPEED_CONFIG, "a JSON document", str(exc)) from None
-    words = shlex.split("\n".join(line for line in launch.splitlines()
-                                   if not line.lstrip().startswith("#")).replace("\\\n", " "))
-    if "deepspeed" not in words or MEGATRON_SCRIPT not in words:
-        raise InputError("megatron-deepspeed command", f"deepspeed ... {MEGATRON_SCRIPT} ARGS", launch[:60])
-    lp = argparse.ArgumentParser(add_help=False)
-    lp.add_argument("--num_nodes", type=int)
-    lp.add_argument("--num_gpus", type=int)
-    i = words.index(MEGATRON_SCRIPT)
-    la = lp.parse_args(words[words.index("deepspeed") + 1:i])
-    parser = _RaisingParser(prog=MEGATRON_SCRIPT, add_help=False, allow_abbrev=False)
-    for flag, kw in MEGATRON_DEEPSPEED_ARGS.items():
-        parser.add_argument(flag, **kw)
-    return ds, la, parser.parse_args(words[i + 1:])
+    la, a = _launch_words(launch, "deepspeed", ("--num_nodes", "--num_gpus"), MEGATRON_DEEPSPEED_ARGS,
+                          "megatron-deepspeed command")
+    return ds, la, a
 
 
 def from_megatron_deepspeed(text: str) -> dict:
