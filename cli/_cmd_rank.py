@@ -96,6 +96,9 @@ def idle_note(table, cluster) -> str:
 
 
 RANK_CHUNK = 1_000_000  # grid rows enumerated at once (a placement grid is mostly invalid rows)
+# The largest grid rank enumerates and prices in one process (every point; a million take about a second and a few
+# hundred MB): past it, sweep (chunked over workers, into Parquet) or search.
+RANK_MAX_POINTS = 20_000_000
 
 
 def run(args) -> int:
@@ -111,6 +114,13 @@ def run(args) -> int:
     check_objective(args.objective, cluster)
     space = (hetero_space_from_args(args, model, cluster, SWEEP_HETERO_DEFAULTS) if isinstance(cluster, HeteroCluster)
              else space_from_args(args, model, cluster))
+    if space.size > RANK_MAX_POINTS:
+        shifts = any(d.base == "stage_shift" for d in space.dims)
+        raise InputError("--stage-shift" if shifts else "--space", f"a space of at most {RANK_MAX_POINTS:,} grid "
+                         "points, which rank enumerates and prices every one of"
+                         + (" (each stage boundary's shifts multiply it)" if shifts else "")
+                         + "; narrow the space flags, or sweep it (plansweep sweep) or search it (plansweep search)",
+                         f"{float(space.size):.3g} points")
     tables = [space.rows(lo, lo + RANK_CHUNK)[1] for lo in range(0, int(space.size), RANK_CHUNK)]
     table = type(tables[0]).concat(tables)
     dtypes = state_dtypes_of(args)

@@ -57,6 +57,18 @@ def test_rank_refuses_values_past_their_bounds(capsys, flags, needle):
     _refused(["rank", *SMALL, "--space", "fixed", *flags], capsys, needle)
 
 
+def test_rank_refuses_a_space_it_cannot_enumerate(capsys):
+    """Llama 3 405B's default space with a shift of -1, 0 or 1 on every stage boundary: each boundary multiplies the
+    space by 3, past 1e34 points; rank prices every point, so it names the shifts in one line where it raised numpy's
+    int64 bound. A fixed space of 100 x 4 x 4 x 200 x 4 x 3 x 4 x 4 = 61,440,000 points names the space."""
+    _refused(["rank", "--model", "llama3-405b", "--cluster", "h100x8", "--stage-shift=-1,0,1"], capsys,
+             "--stage-shift: expected a space of at most 20,000,000 grid points")
+    _refused(["rank", *SMALL, "--space", "fixed", "--micro-batch", ",".join(map(str, range(1, 101))),
+              "--tp", "1,2,4,8", "--pp", "1,2,4,8", "--dp", ",".join(map(str, range(1, 201))), "--vpp", "1,2,3,4",
+              "--recompute", "none,selective,full", "--cp", "1,2,4,8", "--zero-stage", "0,1,2,3"], capsys,
+             "--space: expected a space of at most 20,000,000 grid points")
+
+
 @pytest.mark.parametrize("flag", ["--global-batch", "--micro-batch"])
 def test_evaluate_refuses_a_batch_past_its_bound(capsys, flag):
     _refused(["evaluate", *SMALL, "--tp", "8", flag, "2000000"], capsys,
