@@ -198,9 +198,16 @@ def stage_major_representatives(p):
 def representative_stages(table: StrategyTable, L: int):
     """Stage layout of a StrategyTable as (N, k) arrays: stage index, layers ((N, 1) for uniform
     stages), recompute code ((N, 1) unless given per stage), weight in sums. Uniform stages are
-    three_representatives; explicit per-stage layer counts use every stage."""
+    three_representatives; explicit per-stage layer counts, or a recompute given per stage, use every stage (L // pp
+    layers each where only the recompute is given)."""
     p, rc = table["pp"], table["recompute"]
-    if table.stage_layers is None:
+    if table.stage_layers is None and table.stage_recompute is not None:
+        S = table.stage_recompute.shape[1]
+        idx = np.broadcast_to(np.arange(S)[None, :], table.stage_recompute.shape)
+        w = (idx < p[:, None]).astype(np.int64)
+        n = np.where(w > 0, (L // np.maximum(p, 1))[:, None], 0)
+        rcs = table.stage_recompute
+    elif table.stage_layers is None:
         idx, w = three_representatives(p)  # (N, 3)
         n = (L // p)[:, None]  # (N, 1): every stage alike
         rcs = rc[:, None]
@@ -218,11 +225,13 @@ def strategy_view(model: Transformer, table: StrategyTable) -> StageView:
     c = table.columns
     d, t, b, B = c["dp"], c["tp"], c["micro_batch"], c["global_batch"]
     row = lambda x: np.asarray(x)[None, :]  # noqa: E731
-    explicit = "layers" in table.stages
+    explicit = "layers" in table.stages or "recompute" in table.stages  # (a recompute per stage: every stage too)
     if explicit:  # every stage, read stage-major as stored (representative_stages' explicit layout, transposed)
         S = table.num_stages
         j = np.ascontiguousarray(np.broadcast_to(np.arange(S)[:, None], (S, len(d))))
-        n, w = table.stages.major("layers", S), (j < c["pp"][None, :]).astype(np.int64)
+        w = (j < c["pp"][None, :]).astype(np.int64)
+        n = (table.stages.major("layers", S) if "layers" in table.stages  # (else uniform: L // pp a stage)
+             else np.where(w > 0, (model.layers // np.maximum(c["pp"], 1))[None, :], 0))
         rcs = table.stages.major("recompute", S) if "recompute" in table.stages else row(c["recompute"])
         lo = np.cumsum(n, axis=0) - n
     else:  # three representatives (representative_stages' uniform layout), built stage-major
