@@ -32,6 +32,7 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown, stage_rows
+from costmodel._feasibility import layout_refused, type_partition, type_partition_refused
 from costmodel._frameworks import (
     GRAD_DTYPE_BYTES,
     MAIN_PARAMS_DTYPE_BYTES,
@@ -548,11 +549,37 @@ HETERO_REASONS = {
 }
 
 
-def hetero_reason_error(args, model, table: StrategyTable, names: list[str], reason: str) -> InputError:
+def _hetero_layout_refusal(args, model, row: dict, framework: str | None) -> InputError | None:
+    """The framework's layout rule a placement strategy breaks, naming the file's field (or None): DeepSpeed's stage
+    cut, and per stage the rules layout_refused checks (Ulysses at tp and pp 1, experts within the data-parallel
+    ranks, ...)."""
+    if framework is None:
+        return None
+    fw = framework_preset(framework)
+    stages, f = row["stages"], f"--strategy {args.strategy}"
+    layers = [st["layers"] for st in stages]
+    if type_partition_refused(fw, model, layers):
+        cut = type_partition(fw, model.layers, len(layers), np.arange(len(layers))).tolist()
+        return InputError(f"{f} stages[].layers", f"{cut} under framework {fw.name} (DeepSpeed's PipelineModule cuts "
+                          f"{model.layers} layers over {len(layers)} stages so, partition_method "
+                          f"'type:{fw.type_partition}')", f"layers {layers}")
+    for st in stages:
+        col = layout_refused(fw, model, row["zero_stage"], st["tp"], row["cp"], row["ep"], row["etp"],
+                             row["sequence_parallel"], len(stages), st["dp"])
+        if col is not None:
+            return InputError(col, f"a value framework {fw.name} runs with stage tp={st['tp']}, dp={st['dp']} and "
+                              f"{len(stages)} stages (its layout rules: docs/frameworks.md)", row[col])
+    return None
+
+
+def hetero_reason_error(args, model, table: StrategyTable, names: list[str], reason: str,
+                        framework: str | None = None) -> InputError:
     """Why a placement strategy (a --strategy file with stages) was refused, naming the file's field."""
+    row = table.row(0, names)
+    if reason == "framework_unsupported" and (named := _hetero_layout_refusal(args, model, row, framework)):
+        return named
     arg, expected = HETERO_REASONS.get(reason, ("--strategy", "a feasible strategy"))
     where = f"--strategy {args.strategy} {arg}" if arg.startswith("stages") else arg
-    row = table.row(0, names)
     got = {"global_batch": f"global_batch={row['global_batch']}, microbatches={row['microbatches']}, "
                            f"dp per stage {[st['dp'] for st in row['stages']]}",
            "tp_not_divide_heads": f"tp per stage {[st['tp'] for st in row['stages']]}",
@@ -587,12 +614,13 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
         raise _naming_the_file(exc, args.strategy, keys) from None
     if len(frameworks) > 1:
         return print_side_by_side(args, model, cluster, table, frameworks,
-                                  lambda reason, fw: hetero_reason_error(args, model, table, names, reason), names)
+                                  lambda reason, fw: hetero_reason_error(args, model, table, names, reason, fw),
+                                  names)
     framework = frameworks[0]
     metrics = evaluate(model, cluster, table, pipeline="simulate", framework=framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise hetero_reason_error(args, model, table, names, reason)
+        raise hetero_reason_error(args, model, table, names, reason, framework)
     rows = stage_rows(model, cluster, table, framework=framework)
     m = {k: (v[0].item() if hasattr(v[0], "item") else v[0]) for k, v in metrics.items()}
     m["reason"] = reason

@@ -82,3 +82,34 @@ def test_only_deepspeeds_cuts_run_under_its_profiles(layers, profile):
             assert vec[k][0] == pytest.approx(ref[k], rel=1e-9) or not np.isfinite(ref[k]), k
     assert REASONS[int(evaluate(model, CLUSTER, table, framework="megatron-core")["reason"][0])] in (
         "ok", "out_of_memory")
+
+
+# ---- on a mixed cluster, evaluate names the file's field ----------------------------------------
+def _placement(tmp_path, stages, **extra):
+    import json as _json
+
+    path = tmp_path / "plan.json"
+    path.write_text(_json.dumps({"global_batch": 1536, "microbatches": 192, "zero_stage": 1, "sequence_parallel": True,
+                                 **extra, "stages": stages}))
+    return str(path)
+
+
+def test_a_mixed_cluster_names_the_cut_and_the_rule(tmp_path, capsys):
+    from cli import main
+    from tests.in_process import one_stderr_line
+
+    even = ([{"pool": "a100", "dp": 4, "tp": 4, "layers": 12}] * 4
+            + [{"pool": "h100", "dp": 2, "tp": 8, "layers": 12}] * 4)
+    plan = _placement(tmp_path, even)
+    base = ["evaluate", "--model", "gpt3-175b", "--cluster", "a100x64+h100x64", "--strategy", plan]
+    # 96 layers over 8 stages: 12 each is Megatron-DeepSpeed's cut, not BigScience's (98 units: 13, 13, 12 x 6, less
+    # the embedding and the head: 12, 13, 12, 12, 12, 12, 12, 11)
+    assert main([*base, "--framework", "deepspeed"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--framework", "deepspeed-bigscience"]) == 2
+    one_stderr_line(capsys, "stages[].layers: expected [12, 13, 12, 12, 12, 12, 12, 11] under framework "
+                            "deepspeed-bigscience")
+    # Ulysses with tp 4 and 8 stages
+    assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "a100x64+h100x64", "--framework", "deepspeed",
+                 "--strategy", _placement(tmp_path, [{**st, "dp": st["dp"] // 2} for st in even], cp=2)]) == 2
+    one_stderr_line(capsys, "cp: expected a value framework deepspeed runs with stage tp=4, dp=2 and 8 stages")
