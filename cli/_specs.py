@@ -22,6 +22,7 @@ from costmodel import (
     model_preset,
 )
 from costmodel._feasibility import (
+    cp_chunks,
     interleaving_runs,
     layout_refused,
     type_partition,
@@ -281,7 +282,9 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
             return InputError("stage_layers", expected, row["stage_layers"])
         return InputError("pp", f"a divisor of layers={model.layers} (or --stage-layers)", pp)
     if reason == "cp_not_divide_seq":
-        return InputError("cp", f"2*cp dividing seq_len={model.seq_len}", cp)
+        two = cp_chunks(framework_preset(framework)) == 2
+        return InputError("cp", f"2*cp dividing seq_len={model.seq_len}" if two
+                          else f"a divisor of seq_len={model.seq_len}", cp)
     if reason == "batch_not_divide":
         expected = f"a multiple of dp*micro_batch={dp * row['micro_batch']}"
         return InputError("global_batch", expected, row["global_batch"])

@@ -153,6 +153,13 @@ def type_partition_refused(fw: Framework, model: Transformer, layers) -> bool:
     return list(layers) != type_partition(fw, model.layers, len(layers), np.arange(len(layers))).tolist()
 
 
+def cp_chunks(fw: Framework) -> int:
+    """Sequence chunks a cp rank holds: 2 under a load-balanced causal split (Megatron-Core's and torchtitan's: chunks r
+    and 2 cp - 1 - r), so 2 cp must divide the sequence; 1 under DeepSpeed-Ulysses (Framework.cp_ulysses: each rank a
+    contiguous 1 / cp, Megatron-DeepSpeed's seq_length // ds_sequence_parallel_size)."""
+    return 1 if fw.cp_ulysses else 2
+
+
 def ulysses_refused(fw: Framework, model: Transformer) -> bool:
     """Whether the framework's context parallelism is DeepSpeed-Ulysses (Framework.cp_ulysses) and the model is one it
     cannot split: grouped K, V heads (kv_heads < heads; Megatron-DeepSpeed's ParallelAttention asserts
@@ -203,7 +210,7 @@ def reason_codes(*, gpus_ok, tp_ok, pp_ok, batch_ok, sched_ok, cp, pp, seq_len, 
         (tp_ok, "tp_not_divide_heads"),
         *(((ep_ok, "ep_invalid"),) if ep_ok is not None else ()),
         (pp_ok, "pp_not_divide_layers"),
-        ((cp == 1) | (seq_len % (2 * cp) == 0), "cp_not_divide_seq"),
+        ((cp == 1) | (seq_len % (cp_chunks(fw) * cp) == 0), "cp_not_divide_seq"),
         (batch_ok, "batch_not_divide"),
         (sched_ok, "schedule_invalid"),
         ((zero <= fw.max_zero_with_pp) | (pp == 1), "zero_incompatible_pp"),

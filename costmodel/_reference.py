@@ -32,7 +32,7 @@ from costmodel._experts import (
     SORT_ELEMS_PER_COPY,
     P2P_PER_CHANNEL_NET_GBps,
 )
-from costmodel._feasibility import REASONS, layout_refused, type_partition_refused
+from costmodel._feasibility import REASONS, cp_chunks, layout_refused, type_partition_refused
 from costmodel._frameworks import framework_preset
 from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
@@ -219,7 +219,7 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
         layers = [model.layers // pp] * pp
     elif len(layers) != pp or sum(layers) != model.layers or min(layers) < 1:
         return "pp_not_divide_layers"
-    if cp > 1 and model.seq_len % (2 * cp):
+    if cp > 1 and model.seq_len % (cp_chunks(fw) * cp):
         return "cp_not_divide_seq"
     if r["global_batch"] % (dp * r["micro_batch"]):
         return "batch_not_divide"

@@ -80,3 +80,17 @@ def test_evaluate_names_the_rule_in_one_line():
                           "--cluster", "h100x64", "--dp", "16", "--tp", "2", "--cp", "2", "--global-batch", "64",
                           "--seq-len", "8192"], capture_output=True, text=True)
     assert out.returncode == 2 and "cp: expected 1 with tp=2, pp=1 under framework deepspeed" in out.stderr
+
+
+def test_ulysses_needs_cp_to_divide_the_sequence_not_twice_cp():
+    """Ulysses gives each rank a contiguous 1 / cp of the sequence (seq_length // ds_sequence_parallel_size): 2,050
+    tokens run at cp 2 (1,025 a rank), where a load-balanced ring needs 2 cp = 4 to divide them; cp 4 divides neither."""
+    model = dataclasses.replace(MHA, seq_len=2050)
+    cl = cluster_preset("h100x64")
+    for cp, ulysses_ok in ((2, True), (4, False)):
+        table = _row(cp=cp, dp=64 // cp, global_batch=64)
+        ds = REASONS[int(evaluate(model, cl, table, framework=DS)["reason"][0])]
+        assert (ds != "cp_not_divide_seq") == ulysses_ok
+        ref = evaluate_row(model, cl, table.row(0), framework=DS)
+        assert REASONS[int(ref["reason"])] == ds
+        assert REASONS[int(evaluate(model, cl, table, framework="megatron-core")["reason"][0])] == "cp_not_divide_seq"
