@@ -39,7 +39,8 @@ def test_the_exchange_is_four_all_to_alls_each_way_by_hand():
 @pytest.mark.parametrize("c,model", [(dict(tp=2, dp=8), MHA),
                                      (dict(pp=2, dp=8, zero_stage=1), MHA),
                                      (dict(), dataclasses.replace(model_preset("llama3-8b"), seq_len=32768)),
-                                     (dict(cp=64, dp=1), dataclasses.replace(model_preset("gpt3-175b"), seq_len=32768))],
+                                     (dict(cp=64, dp=1), dataclasses.replace(model_preset("gpt3-175b"),
+                                                                             seq_len=32768))],
                          ids=["tp2", "pp2", "grouped-kv-heads", "heads-not-divisible"])
 def test_what_megatron_deepspeed_asserts_against_is_refused(c, model):
     """parallel_state.initialize_model_parallel asserts tp and pp 1; ParallelAttention asserts as many K, V heads as
@@ -84,7 +85,8 @@ def test_evaluate_names_the_rule_in_one_line():
 
 def test_ulysses_needs_cp_to_divide_the_sequence_not_twice_cp():
     """Ulysses gives each rank a contiguous 1 / cp of the sequence (seq_length // ds_sequence_parallel_size): 2,050
-    tokens run at cp 2 (1,025 a rank), where a load-balanced ring needs 2 cp = 4 to divide them; cp 4 divides neither."""
+    tokens run at cp 2 (1,025 a rank), where a load-balanced ring needs 2 cp = 4 to divide them; cp 4 divides
+    neither."""
     model = dataclasses.replace(MHA, seq_len=2050)
     cl = cluster_preset("h100x64")
     for cp, ulysses_ok in ((2, True), (4, False)):
