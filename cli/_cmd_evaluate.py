@@ -18,6 +18,7 @@ from cli._specs import (
     read_strategy,
     reason_error,
     strategy_from_mapping,
+    type_partition_error,
 )
 from costmodel import (
     DEFAULT_FRAMEWORK,
@@ -32,7 +33,7 @@ from costmodel import (
     plan_goodput,
 )
 from costmodel._evaluate import stage_breakdown, stage_rows
-from costmodel._feasibility import layout_refused, type_partition, type_partition_refused
+from costmodel._feasibility import layout_refused, type_partition_refused
 from costmodel._frameworks import (
     GRAD_DTYPE_BYTES,
     MAIN_PARAMS_DTYPE_BYTES,
@@ -559,10 +560,7 @@ def _hetero_layout_refusal(args, model, row: dict, framework: str | None) -> Inp
     stages, f = row["stages"], f"--strategy {args.strategy}"
     layers = [st["layers"] for st in stages]
     if type_partition_refused(fw, model, layers):
-        cut = type_partition(fw, model.layers, len(layers), np.arange(len(layers))).tolist()
-        return InputError(f"{f} stages[].layers", f"{cut} under framework {fw.name} (DeepSpeed's PipelineModule cuts "
-                          f"{model.layers} layers over {len(layers)} stages so, partition_method "
-                          f"'type:{fw.type_partition}')", f"layers {layers}")
+        return type_partition_error(fw, model, layers, f"{f} stages[].layers", f"layers {layers}", as_list=True)
     for st in stages:
         col = layout_refused(fw, model, row["zero_stage"], st["tp"], row["cp"], row["ep"], row["etp"],
                              row["sequence_parallel"], len(stages), st["dp"])

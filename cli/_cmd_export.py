@@ -18,7 +18,6 @@ another format) gives its N-th best row priced again under --framework's profile
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy
 from cli._export import MEGATRON_DEEPSPEED_PROFILES, MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, one_framework, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
+from costmodel._codes import name_words
 from costmodel._files import check_file_path, replaced_for
 
 # Framework profile (costmodel._frameworks) -> launch format (cli._export.WRITERS).
@@ -40,8 +40,7 @@ FORMAT_PROFILES = {"megatron": MEGATRON_PROFILES, "torchtitan": ("fsdp2",), "dee
 def export_format(word: str, profile: str) -> str:
     """The launch format --framework names: megatron-deepspeed (the name, an alias of the deepspeed profile) writes
     Megatron-DeepSpeed's launch; any other name its profile's format (EXPORT_FORMAT)."""
-    return "megatron-deepspeed" if re.sub(r"[\s_]+", "-", str(word).strip().lower()) == "megatron-deepspeed" \
-        else EXPORT_FORMAT[profile]
+    return "megatron-deepspeed" if "-".join(name_words(word)) == "megatron-deepspeed" else EXPORT_FORMAT[profile]
 
 
 def register(sub) -> None:

@@ -48,8 +48,11 @@ import math
 import re
 import shlex
 
+import numpy as np
+
 from costmodel import Cluster, InputError, Transformer
 from costmodel._codes import RECOMPUTE_MODULES, module_code, module_names
+from costmodel._feasibility import type_partition
 from costmodel._frameworks import framework_preset
 from costmodel._layer_compute import cp_by_all_to_all
 
@@ -1089,6 +1092,12 @@ MEGATRON_DEEPSPEED_PROFILES = ("deepspeed", "deepspeed-flash2")
 MEGATRON_DEEPSPEED_CONFIG = "ds_config.json"
 
 
+def gptmodelpipe_cut(L: int, p: int) -> list[int]:
+    """Layers per stage of Megatron-DeepSpeed's GPTModelPipe over p stages: the deepspeed profile's type partition
+    ('type:transformer', costmodel._feasibility.type_partition)."""
+    return type_partition(framework_preset("deepspeed"), L, p, np.arange(p)).tolist()
+
+
 def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, profile: str = "deepspeed") -> str:
     """A bash script that writes ds_config.json and launches Megatron-DeepSpeed's pretrain_gpt.py with the plan's
     arguments under the deepspeed launcher. ``profile`` (MEGATRON_DEEPSPEED_PROFILES) picks the attention kernel:
@@ -1107,8 +1116,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     if plan["schedule"] != "1f1b" or plan["vpp"] != 1:
         raise InputError("schedule", "1f1b with vpp 1 (DeepSpeed's pipeline engine runs one 1F1B schedule)",
                          f"{plan['schedule']} with vpp={plan['vpp']}")
-    base, extra = divmod(model.layers, p)
-    cut = [base + (j < extra) for j in range(p)]  # GPTModelPipe's 'type:transformer' (Framework.type_partition)
+    cut = gptmodelpipe_cut(model.layers, p)
     if plan["stage_layers"] != cut:
         raise InputError("stage_layers", f"{','.join(map(str, cut))} (Megatron-DeepSpeed's GPTModelPipe cuts the "
                          "layers with partition_method 'type:transformer'; BLOOM's fork, with the embeddings as "
@@ -1217,12 +1225,11 @@ def from_megatron_deepspeed(text: str) -> dict:
                          f"train_batch_size {ds['train_batch_size']}, stage {ds['zero_optimization']['stage']}")
     recompute = a.recompute_granularity or "none"
     ep = a.moe_expert_parallel_size if max(a.num_experts) > 1 else 1
-    base, extra = divmod(a.num_layers, p)  # GPTModelPipe's 'type:transformer' cut
     return {"dp": dp, "tp": t, "pp": p, "cp": c, "ep": ep, "etp": 1, "micro_batch": a.micro_batch_size,
             "global_batch": a.global_batch_size, "vpp": 1, "zero_stage": a.zero_stage, "schedule": "1f1b",
             "recompute": recompute, "precision": "fp16" if a.fp16 else "bf16",
             "sequence_parallel": a.sequence_parallel, "overlap_dp": ds["zero_optimization"]["overlap_comm"],
-            "stage_layers": [base + (j < extra) for j in range(p)], "stage_recompute": [recompute] * p}
+            "stage_layers": gptmodelpipe_cut(a.num_layers, p), "stage_recompute": [recompute] * p}
 
 
 WRITERS = {"megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed,

@@ -259,6 +259,18 @@ INTERLEAVE_NEEDS = {
 }
 
 
+def type_partition_error(fw, model: Transformer, layers: list[int], argument: str, got, *,
+                         as_list: bool = False) -> InputError:
+    """``argument``'s stage layers are not the cut DeepSpeed's PipelineModule makes under ``fw``
+    (costmodel._feasibility.type_partition): the one line naming that cut, comma-separated as --stage-layers takes it
+    (``as_list``: as a strategy file's list)."""
+    cut = type_partition(fw, model.layers, len(layers), np.arange(len(layers))).tolist()
+    shown = str(cut) if as_list else ",".join(map(str, cut))
+    return InputError(argument, f"{shown} under framework {fw.name} (DeepSpeed's PipelineModule cuts "
+                      f"{model.layers} layers over {len(layers)} stages so, partition_method 'type:"
+                      f"{fw.type_partition}')", got)
+
+
 def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, framework=None) -> InputError:
     """The InputError that explains why a strategy was refused (all but out-of-memory)."""
     dp, tp, pp, cp = row["dp"], row["tp"], row["pp"], row["cp"]
@@ -324,10 +336,7 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               "parallelism always shards the sequence between blocks)", row["sequence_parallel"])
         layers = row.get("stage_layers") or [model.layers // pp] * pp
         if type_partition_refused(fw, model, layers):
-            cut = type_partition(fw, model.layers, pp, np.arange(pp)).tolist()
-            return InputError("stage_layers", f"{','.join(map(str, cut))} under framework {fw.name} (DeepSpeed's "
-                              f"PipelineModule cuts {model.layers} layers over {pp} stages so, partition_method "
-                              f"'type:{fw.type_partition}')", ",".join(map(str, layers)))
+            return type_partition_error(fw, model, layers, "stage_layers", ",".join(map(str, layers)))
         if refused == "cp":
             why = "no attention" if model.kind == "mlp" else "grouped K, V heads" if model.kv_heads != model.heads \
                 else "MLA"
