@@ -172,9 +172,24 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
         eff = fitted.get(gpu.name)
         return gpu if eff is None else dataclasses.replace(gpu, **dataclasses.asdict(eff))
 
+    def latency(own: float, old_gpu, new_gpu, field: str) -> float:
+        """A link's latency: the file's for the GPU type where the cluster took its GPU's (the preset's, a cluster
+        file's and a pool's default), the cluster's own where it set another (a Calculon system file, a pool's
+        intra_latency_us / inter_latency_us, a100x16-flat's one tier)."""
+        return getattr(new_gpu, field) if own == getattr(old_gpu, field) else own
+
     if isinstance(cluster, HeteroCluster):
-        return dataclasses.replace(cluster, pools=tuple(dataclasses.replace(p, gpu=fit(p.gpu)) for p in cluster.pools))
-    return dataclasses.replace(cluster, gpu=fit(cluster.gpu))
+        pools = []
+        for p in cluster.pools:
+            g = fit(p.gpu)
+            pools.append(dataclasses.replace(
+                p, gpu=g, intra_latency_s=latency(p.intra_latency_s, p.gpu, g, "scaleup_latency_s"),
+                inter_latency_s=latency(p.inter_latency_s, p.gpu, g, "scaleout_latency_s")))
+        return dataclasses.replace(cluster, pools=tuple(pools))
+    g = fit(cluster.gpu)
+    return dataclasses.replace(
+        cluster, gpu=g, scaleup_latency_s=latency(cluster.scaleup_latency_s, cluster.gpu, g, "scaleup_latency_s"),
+        scaleout_latency_s=latency(cluster.scaleout_latency_s, cluster.gpu, g, "scaleout_latency_s"))
 
 
 def _hetero_file(data: dict, path: str) -> HeteroCluster:

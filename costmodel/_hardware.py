@@ -149,6 +149,32 @@ def _efficiency(mamf_fraction: float, gemm_half_dim: float = TILE_HALF_DIM) -> E
 
 
 _DEFAULT_EFF = _efficiency(792.1 / 989.4)
+
+
+def efficiency_values(consts, where: str) -> dict[str, float]:
+    """The efficiency constants a mapping names ({constant: value}, some of Efficiency's fields), checked: the
+    efficiencies (gemm_eff_max and the *_eff) in (0, 1], gemm_half_dim > 0, the latencies and kernel_overhead_s >= 0,
+    each a finite number. InputError naming ``where`` and the constant otherwise."""
+    names = [f.name for f in dataclasses.fields(Efficiency)]
+    if not isinstance(consts, dict):
+        raise InputError(where, "an object of constants", consts)
+    unknown = set(consts) - set(names)
+    if unknown:
+        raise InputError(where, "constants among " + ", ".join(names), sorted(unknown, key=str)[0])
+    values = {}
+    for k, v in consts.items():
+        ok = _is_number(v) and math.isfinite(v) and v >= 0
+        efficiency = k.endswith("_eff") or k == "gemm_eff_max"
+        if not ok or (efficiency and not 0 < v <= 1) or (k == "gemm_half_dim" and v <= 0):
+            raise InputError(f"{where}.{k}", "a number in (0, 1]" if efficiency else
+                             "a number > 0" if k == "gemm_half_dim" else "a number >= 0", v)
+        values[k] = float(v)
+    return values
+
+
+def efficiency_of(gpu: Efficiency) -> Efficiency:
+    """The efficiency constants a GPU (or any object with Efficiency's fields) carries."""
+    return Efficiency(**{f.name: getattr(gpu, f.name) for f in dataclasses.fields(Efficiency)})
 EFFICIENCY: dict[str, Efficiency] = {
     name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
 }

@@ -31,7 +31,8 @@ from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
 from costmodel._files import read_text, replaced_for
 from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
-from costmodel._hardware import PRECISIONS, Cluster, Efficiency, gpu_preset, make_cluster
+from costmodel._hardware import (PRECISIONS, Cluster, Efficiency, efficiency_of, efficiency_values, gpu_preset,
+                                 make_cluster)
 from costmodel._strategy import BOOL_WORDS, RECOMPUTE, StrategyTable
 from costmodel._workloads import GATED, Transformer, model_preset
 
@@ -665,25 +666,12 @@ def read_hardware(path: str | Path) -> dict[str, Efficiency]:
     if not isinstance(data, dict):
         raise InputError("--hardware", "a JSON object {gpu: {constant: value}}", type(data).__name__)
     out = {}
-    names = [f.name for f in dataclasses.fields(Efficiency)]
     for name, consts in data.items():
         try:
             gpu = gpu_preset(name)
         except InputError as exc:
             raise InputError(f"--hardware {path}", exc.expected, name) from None
-        if not isinstance(consts, dict):
-            raise InputError(f"--hardware {name}", "an object of constants", consts)
-        unknown = set(consts) - set(names)
-        if unknown:
-            raise InputError(f"--hardware {name}", "constants among " + ", ".join(names), sorted(unknown)[0])
-        values = {}
-        for k, v in consts.items():
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            efficiency = k.endswith("_eff") or k == "gemm_eff_max"
-            if not ok or (efficiency and not 0 < v <= 1) or (k == "gemm_half_dim" and v <= 0):
-                raise InputError(f"--hardware {name}.{k}", "a number in (0, 1]" if efficiency else
-                                 "a number > 0" if k == "gemm_half_dim" else "a number >= 0", v)
-            values[k] = float(v)
-        base = Efficiency(**{k: getattr(gpu, k) for k in names})  # the preset's own constants
+        values = efficiency_values(consts, f"--hardware {name}")
+        base = efficiency_of(gpu)  # the preset's own constants
         out[gpu.name] = dataclasses.replace(base, **values)
     return out
