@@ -18,6 +18,9 @@ File format (JSON or YAML), bandwidths in GB/s per GPU per direction, latencies 
       - {name: h100, gpu: h100, nodes: 8, gpus_per_node: 8, inter_GBps: 50, inter_latency_us: 10}
     links:
       - {between: [a100, h100], GBps: 25, latency_us: 12}
+
+A pool may carry ``efficiency: {constant: value}``, the GPU efficiency constants `plansweep calibrate` fits
+(gemm_eff_max, hbm_eff, link_eff, ...) in place of its preset's: what a run directory keeps of a ``--hardware`` file.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from costmodel._errors import InputError
-from costmodel._hardware import CLUSTER_INT_MAX, GPU, Cluster, cluster_preset, gpu_preset
+from costmodel._hardware import (CLUSTER_INT_MAX, GPU, Cluster, cluster_preset, efficiency_of, efficiency_values,
+                                 gpu_preset)
 
 _GB = 1e9
 _US = 1e-6
@@ -166,7 +170,7 @@ def make_hetero(pools: list[Pool], links: Mapping[tuple[str, str], tuple[float, 
 
 
 POOL_FIELDS = ("name", "gpu", "nodes", "gpus_per_node", "intra_GBps", "inter_GBps",
-               "intra_latency_us", "inter_latency_us")
+               "intra_latency_us", "inter_latency_us", "efficiency")
 LINK_FIELDS = ("between", "GBps", "latency_us")
 
 
@@ -216,8 +220,11 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
         if not isinstance(name, str) or not name.strip() or name.strip().isdigit():
             # (a strategy's stages name their pool, or give its index: a name of digits would read as one)
             raise InputError(f"{where}.name", "a name (a string, not a number: stages may give a pool's index)", name)
-        pools.append(make_pool(str(name), str(p["gpu"]), nodes=p["nodes"],
-                               gpus_per_node=p.get("gpus_per_node", 8), **opts))
+        gpu = gpu_preset(str(p["gpu"]))
+        if "efficiency" in p:  # constants `plansweep calibrate` fits, replacing the preset's (a run directory keeps
+            # the ones --hardware gave so)
+            gpu = dataclasses.replace(gpu, **efficiency_values(p["efficiency"], f"{where}.efficiency"))
+        pools.append(make_pool(str(name), gpu, nodes=p["nodes"], gpus_per_node=p.get("gpus_per_node", 8), **opts))
     names = [p.name for p in pools]
     if len(set(names)) != len(names):
         raise InputError("cluster.pools[].name", "distinct pool names", names)
@@ -242,11 +249,24 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
     return make_hetero(pools, links, name=str(data.get("name", default_name)))
 
 
+def _efficiency_entry(gpu: GPU) -> dict:
+    """A pool entry's "efficiency": the GPU's efficiency constants that differ from its preset's ({} where none do,
+    or the GPU is no preset)."""
+    try:
+        preset = gpu_preset(gpu.name)
+    except InputError:
+        return {}
+    own, base = dataclasses.asdict(efficiency_of(gpu)), dataclasses.asdict(efficiency_of(preset))
+    moved = {k: v for k, v in own.items() if v != base[k]}
+    return {"efficiency": moved} if moved else {}
+
+
 def hetero_to_mapping(cluster: HeteroCluster) -> dict:
     """The file form of a cluster (readable again by hetero_from_mapping)."""
     pools = [{"name": p.name, "gpu": p.gpu.name, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node,
               "intra_GBps": p.intra_Bps / _GB, "inter_GBps": p.inter_Bps / _GB,
-              "intra_latency_us": p.intra_latency_s / _US, "inter_latency_us": p.inter_latency_s / _US}
+              "intra_latency_us": p.intra_latency_s / _US, "inter_latency_us": p.inter_latency_s / _US,
+              **_efficiency_entry(p.gpu)}
              for p in cluster.pools]
     links = []
     P = len(cluster.pools)
