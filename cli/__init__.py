@@ -26,7 +26,8 @@ COMMANDS = (
     ("rank", "cli._cmd_rank", "rank a default strategy space in one process"),
     ("validate", "cli._cmd_validate", "predicted vs measured speed (and memory) of real runs, each held to its "
      "error band"),
-    ("calibrate", "cli._cmd_validate", "fit a GPU type's efficiency constants to measured runs"),
+    ("calibrate", "cli._cmd_validate", "fit a GPU type's efficiency constants to measured runs, or its links' "
+     "to nccl-tests logs"),
     ("bench", "cli._cmd_bench", "strategies per second: vectorised core vs scalar reference"),
     ("schedule", "cli._cmd_schedule", "simulate and draw one pipeline schedule"),
     ("schedule-experiments", "cli._cmd_schedule_experiments",

@@ -25,8 +25,18 @@ def register(sub) -> None:
                    "write them as JSON (plansweep's own: costmodel/data/error_bands.json, from "
                    "tests/data/validation/published_runs.csv; docs/validation.md, \"Error bands\")")
     p.set_defaults(func=run_validate)
-    c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"])
-    c.add_argument("file", metavar="FILE.csv|SET")
+    c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"],
+                       description="Fit a GPU type's efficiency constants to measured runs (FILE.csv: gemm_eff_max, "
+                       "hbm_eff, link_eff), or its links' constants to nccl-tests logs (--nccl-tests: link_eff and "
+                       "the scale-up and scale-out latencies), and write them for --hardware. An existing --out file of "
+                       "constants is read first: the fit starts from them and keeps those it does not move.")
+    c.add_argument("file", metavar="FILE.csv|SET", nargs="?", help="measured runs (columns: docs/validation.md), or a "
+                   "published set shipped with plansweep: narayanan2021-table1")
+    c.add_argument("--nccl-tests", nargs="+", metavar="LOG", help="logs of nccl-tests' all_reduce_perf, "
+                   "all_gather_perf or reduce_scatter_perf on your cluster (their output as printed), in place of "
+                   "FILE.csv")
+    c.add_argument("--cluster", help="with --nccl-tests: the cluster the logs ran on, for its GPU and its links' "
+                   "bandwidths (default: the GPU the logs name, with its preset's links)")
     add_framework_arg(c, "the framework of rows whose framework cell is empty", many=False)
     c.add_argument("--out", default="hardware.json", help="where to write the constants (default hardware.json)")
     c.set_defaults(func=run_calibrate)
@@ -130,16 +140,74 @@ def format_bands(table: dict) -> str:
 
 
 def run_calibrate(args) -> int:
+    if (args.file is None) == (args.nccl_tests is None):
+        raise InputError("FILE.csv|SET", "measured runs or --nccl-tests logs, one of the two",
+                         "both" if args.file else "neither")
+    for flag, value in (("--cluster", args.cluster),) if args.nccl_tests is None else (("--framework", args.framework),):
+        if value is not None:
+            raise InputError(flag, "no " + flag + (" beside measured runs (each row names its GPUs)"
+                                                    if flag == "--cluster" else " beside --nccl-tests"), value)
     out = Path(args.out)
     check_file_path("--out", args.out)
-    runs = read_runs(args.file, framework=empty_cells_framework(args))
+    start = constants_in(out)
+    if args.nccl_tests is not None:
+        return calibrate_links(args, out, start)
+    runs = read_runs(args.file, start or None, framework=empty_cells_framework(args))
     before = some_priced(args.file, validate(runs))["mean_abs_error_pct"]
     fitted = calibrate(runs)
     after = validate(read_runs(args.file, fitted, empty_cells_framework(args)))["mean_abs_error_pct"]
-    write_hardware(out, fitted)
+    write_hardware(out, {**start, **fitted})
     for name, eff in fitted.items():
         consts = ", ".join(f"{k}={getattr(eff, k):.4g}" for k in ("gemm_eff_max", "hbm_eff", "link_eff"))
         print(f"{name}: {consts}")
     print(f"mean |error| on {args.file}: {before:.2f}% before, {after:.2f}% after; wrote {out}")
     print(f"use it with: plansweep validate {args.file} --hardware {out}")
     return 0
+
+
+def calibrate_links(args, out: Path, start: dict) -> int:
+    """calibrate --nccl-tests: the logs' GPU's link_eff and latencies fitted (costmodel._nccl_tests.fit_links) from
+    its constants in ``start`` (the --out file's) or its preset's, written into --out beside the file's others."""
+    import dataclasses
+
+    import numpy as np
+
+    from cli._specs import load_cluster
+    from costmodel._hardware import Cluster, efficiency_of
+    from costmodel._nccl_tests import fit_links, log_errors, log_gpu, read_nccl_log
+
+    logs = [read_nccl_log(p) for p in args.nccl_tests]
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    if cluster is not None and not isinstance(cluster, Cluster):
+        raise InputError("--cluster", "a cluster of one GPU type (the logs' links)", args.cluster)
+    gpu = log_gpu(logs, None if cluster is None else cluster.gpu)
+    if gpu.name in start:
+        gpu = dataclasses.replace(gpu, **dataclasses.asdict(start[gpu.name]))
+    up, net = (gpu.scaleup_Bps, gpu.scaleout_Bps) if cluster is None else (cluster.scaleup_Bps, cluster.scaleout_Bps)
+    fitted = fit_links(logs, gpu, up, net)
+    before, after = log_errors(logs, gpu, up, net), log_errors(logs, gpu, up, net, fitted)
+    write_hardware(out, {**start, gpu.name: dataclasses.replace(efficiency_of(gpu), **fitted)})
+    print(f"nccl-tests logs on {gpu.name} (links {up / 1e9:g} GB/s inside a node, {net / 1e9:g} GB/s across nodes, "
+          "per GPU per direction): the model's time against the measured, median |model / measured - 1|")
+    print(f"  {'log':<28} {'collective':<14} {'ranks':>5} {'nodes':>5} {'sizes':>5} {'before':>8} {'after':>8}")
+    for lg, b, a in zip(logs, before, after, strict=True):
+        med = [100 * float(np.median(np.abs(np.expm1(e)))) for e in (b, a)]
+        print(f"  {Path(lg.path).name[:28]:<28} {lg.collective:<14} {lg.ranks:>5} {lg.nodes:>5} {len(lg.time_s):>5} "
+              f"{med[0]:7.1f}% {med[1]:7.1f}%")
+    units = {"link_eff": (1.0, "", ".3f"), "scaleup_latency_s": (1e6, " us", ".2f"),
+             "scaleout_latency_s": (1e6, " us", ".2f")}
+    print("fitted: " + ", ".join(f"{k} {getattr(gpu, k) * units[k][0]:{units[k][2]}} -> "
+                                 f"{v * units[k][0]:{units[k][2]}}{units[k][1]}" for k, v in fitted.items()))
+    print(f"wrote {out}: --hardware {out} prices with them (evaluate, rank, sweep, search, export, validate)")
+    return 0
+
+
+def constants_in(path: Path) -> dict:
+    """The constants an existing --out file holds, kept beside the fitted ones; {} where there is no such file or it
+    holds none (it is then replaced, as any output file is)."""
+    if not path.is_file():
+        return {}
+    try:
+        return read_hardware(path, "--out")
+    except InputError:
+        return {}

@@ -654,24 +654,24 @@ def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: st
         Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 
-def read_hardware(path: str | Path) -> dict[str, Efficiency]:
+def read_hardware(path: str | Path, argument: str = "--hardware") -> dict[str, Efficiency]:
     """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}},
-    each constant a finite number > 0 (efficiencies at most 1); InputError naming the GPU and
+    each constant a finite number > 0 (efficiencies at most 1); InputError naming ``argument``, the GPU and
     constant otherwise."""
-    text = read_text(path, "--hardware", "JSON file written by plansweep calibrate")
+    text = read_text(path, argument, "JSON file written by plansweep calibrate")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError("--hardware", "JSON written by plansweep calibrate", f"{path}: {exc.msg}") from None
+        raise InputError(argument, "JSON written by plansweep calibrate", f"{path}: {exc.msg}") from None
     if not isinstance(data, dict):
-        raise InputError("--hardware", "a JSON object {gpu: {constant: value}}", type(data).__name__)
+        raise InputError(argument, "a JSON object {gpu: {constant: value}}", type(data).__name__)
     out = {}
     for name, consts in data.items():
         try:
             gpu = gpu_preset(name)
         except InputError as exc:
-            raise InputError(f"--hardware {path}", exc.expected, name) from None
-        values = efficiency_values(consts, f"--hardware {name}")
+            raise InputError(f"{argument} {path}", exc.expected, name) from None
+        values = efficiency_values(consts, f"{argument} {name}")
         base = efficiency_of(gpu)  # the preset's own constants
         out[gpu.name] = dataclasses.replace(base, **values)
     return out

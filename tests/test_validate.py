@@ -166,3 +166,14 @@ def test_bench_with_fewer_rows_than_its_scalar_sample(capsys):
     # the scalar reference prices at most the rows evaluated (2,000 by default): 500 rows work
     assert main(["bench", "--rows", "500", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategies_per_s"] > 0
+
+
+def test_calibrate_replaces_an_out_file_that_holds_no_constants_and_keeps_one_that_does(tmp_path):
+    csv_file = _one_run(tmp_path)
+    out = tmp_path / "hw.json"
+    out.write_text("my notes\n")
+    assert cli("calibrate", csv_file, "--out", str(out)).returncode == 0
+    assert "my notes" not in out.read_text()
+    out.write_text(json.dumps({"a100": {"kernel_overhead_s": 7e-5}}))
+    assert cli("calibrate", csv_file, "--out", str(out)).returncode == 0
+    assert json.loads(out.read_text())["A100-SXM4-80GB"]["kernel_overhead_s"] == 7e-5
