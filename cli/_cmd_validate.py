@@ -143,10 +143,10 @@ def run_calibrate(args) -> int:
     if (args.file is None) == (args.nccl_tests is None):
         raise InputError("FILE.csv|SET", "measured runs or --nccl-tests logs, one of the two",
                          "both" if args.file else "neither")
-    for flag, value in (("--cluster", args.cluster),) if args.nccl_tests is None else (("--framework", args.framework),):
-        if value is not None:
-            raise InputError(flag, "no " + flag + (" beside measured runs (each row names its GPUs)"
-                                                    if flag == "--cluster" else " beside --nccl-tests"), value)
+    if args.nccl_tests is None and args.cluster is not None:
+        raise InputError("--cluster", "no --cluster beside measured runs (each row names its GPUs)", args.cluster)
+    if args.nccl_tests is not None and args.framework is not None:
+        raise InputError("--framework", "no --framework beside --nccl-tests (no run is priced)", args.framework)
     out = Path(args.out)
     check_file_path("--out", args.out)
     start = constants_in(out)
