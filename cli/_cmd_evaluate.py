@@ -34,6 +34,7 @@ from costmodel import (
 )
 from costmodel._evaluate import stage_breakdown, stage_rows
 from costmodel._feasibility import layout_refused, type_partition_refused
+from costmodel._goodput import FAILURE_BOUNDS
 from costmodel._frameworks import (
     GRAD_DTYPE_BYTES,
     MAIN_PARAMS_DTYPE_BYTES,
@@ -182,10 +183,14 @@ def failure_from_args(args) -> FailureModel:
                             node_storage_Bps=args.node_storage_GBps * 1e9, hardware_fraction=args.hardware_fraction,
                             repair_h=args.repair_h, ckpt_spread=not args.ckpt_rank0)
     except InputError as exc:
-        flag = FAILURE_FLAGS.get(exc.argument.removeprefix("failure."), exc.argument)
+        field = exc.argument.removeprefix("failure.")
+        flag = FAILURE_FLAGS.get(field, exc.argument)
         dest = flag.removeprefix("--").replace("-", "_")
-        raise InputError(flag, exc.expected + (" (GB/s)" if flag.endswith("GBps") else ""),
-                         getattr(args, dest, exc.got)) from None
+        expected = exc.expected
+        if flag.endswith("GBps"):  # the range in the flag's unit
+            lo, hi = FAILURE_BOUNDS[field]
+            expected = f"a number in [{lo / 1e9:g}, {hi / 1e9:g}] (GB/s)"
+        raise InputError(flag, expected, getattr(args, dest, exc.got)) from None
 
 
 def _with_flags(args, data: dict, model, skip: tuple[str, ...] = ()) -> dict:
@@ -252,10 +257,16 @@ def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
 
 def _check_stage_layers(data: dict) -> None:
     """A strategy's stage_layers (a flag's or a file's, one strategy): one count of at least one layer per stage,
-    pp of them (the table itself allows wider rows, padded with empty stages, for tables of several pipelines)."""
+    pp of them (the table itself allows wider rows, padded with empty stages, for tables of several pipelines); its
+    stage_recompute, one name per stage."""
     layers, pp = data.get("stage_layers"), data.get("pp", 1)
-    if layers is None or not isinstance(layers, list) or not isinstance(pp, int) or isinstance(pp, bool):
+    if not isinstance(pp, int) or isinstance(pp, bool):
         return  # (the table's own checks name other shapes and types)
+    kinds = data.get("stage_recompute")
+    if isinstance(kinds, list) and len(kinds) != pp:  # (the table takes wider rows, padded past pp: not here)
+        raise InputError("stage_recompute", f"pp={pp} names, one per stage", ",".join(map(str, kinds)))
+    if layers is None or not isinstance(layers, list):
+        return
     if len(layers) != pp:
         raise InputError("stage_layers", f"pp={pp} counts, one per stage", ",".join(map(str, layers)))
     if any(isinstance(n, int) and not isinstance(n, bool) and n < 1 for n in layers):

@@ -112,20 +112,26 @@ class FailureModel:
     def __post_init__(self) -> None:
         if not isinstance(self.ckpt_spread, bool):
             raise InputError("failure.ckpt_spread", "true or false", self.ckpt_spread)
-        zero_ok = ("restart_s", "repair_h")  # an instant restart, a node back at once
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name == "ckpt_spread":
                 continue
+            lo, hi = FAILURE_BOUNDS[f.name]
             number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             if f.name == "hardware_fraction":
                 if not (number and 0 <= v <= 1):
                     raise InputError("failure.hardware_fraction", "a share between 0 and 1", v)
-            elif f.name in zero_ok:
-                if not (number and v >= 0):
-                    raise InputError(f"failure.{f.name}", "a number >= 0", v)
-            elif not (number and v > 0):
-                raise InputError(f"failure.{f.name}", "a positive number", v)
+            elif not (number and lo <= v <= hi and (v > 0 or lo == 0)):
+                raise InputError(f"failure.{f.name}", f"a number in [{lo:g}, {hi:g}]" if lo else
+                                 f"a number >= 0 and at most {hi:g}", v)
+
+
+# The failure model's ranges: wide past any cluster, narrow enough that goodput's arithmetic stays finite (an MTBF of
+# 1e308 h made the job's failure rate underflow and the checkpoint interval inf / inf). restart_s and repair_h may be
+# 0 (an instant restart, a node back at once); the bandwidths in B/s (1 kB/s to 1 PB/s).
+FAILURE_BOUNDS = {"gpu_mtbf_h": (1e-3, 1e9), "restart_s": (0.0, 1e7), "write_Bps_per_gpu": (1e3, 1e15),
+                  "read_Bps_per_gpu": (1e3, 1e15), "node_storage_Bps": (1e3, 1e15), "hardware_fraction": (0.0, 1.0),
+                  "repair_h": (0.0, 1e6)}
 
 
 def daly_interval_s(delta, M):

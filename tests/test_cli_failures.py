@@ -21,7 +21,7 @@ def test_evaluate_reports_goodput_with_the_failure_flags(capsys):
     g1 = json.loads(capsys.readouterr().out)["goodput"]
     assert g1["job_mtbf_s"] == pytest.approx(3600.0) and g1["goodput_ratio"] < g["goodput_ratio"]
     assert main(["evaluate", *PLAN, "--gpu-mtbf-h", "0"]) == 2
-    assert "--gpu-mtbf-h: expected a positive number, got 0.0" in capsys.readouterr().err
+    assert "--gpu-mtbf-h: expected a number in [0.001, 1e+09], got 0.0" in capsys.readouterr().err
 
 
 def test_replan_table_parquet_and_png(tmp_path, capsys):
@@ -47,11 +47,15 @@ def test_replan_table_parquet_and_png(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag, value, needle", [
-    ("--ckpt-write-GBps", "-1", "--ckpt-write-GBps: expected a positive number (GB/s), got -1.0"),  # not -1e9 B/s
-    ("--ckpt-read-GBps", "0", "--ckpt-read-GBps: expected a positive number (GB/s), got 0.0"),
-    ("--node-storage-GBps", "-2.5", "--node-storage-GBps: expected a positive number (GB/s), got -2.5"),
-    ("--restart-s", "-1", "--restart-s: expected a number >= 0, got -1.0"),  # 0 is taken: an instant restart
-    ("--repair-h", "-1", "--repair-h: expected a number >= 0, got -1.0"),
+    ("--ckpt-write-GBps", "-1", "--ckpt-write-GBps: expected a number in [1e-06, 1e+06] (GB/s), got -1.0"),  # not -1e9 B/s
+    ("--ckpt-read-GBps", "0", "--ckpt-read-GBps: expected a number in [1e-06, 1e+06] (GB/s), got 0.0"),
+    ("--node-storage-GBps", "-2.5", "--node-storage-GBps: expected a number in [1e-06, 1e+06] (GB/s), got -2.5"),
+    ("--restart-s", "-1", "--restart-s: expected a number >= 0 and at most 1e+07, got -1.0"),  # 0: an instant restart
+    # past the ranges goodput's arithmetic overflowed (nan / inf goodput on a feasible plan)
+    ("--gpu-mtbf-h", "1e308", "--gpu-mtbf-h: expected a number in [0.001, 1e+09], got 1e+308"),
+    ("--ckpt-write-GBps", "5e-324", "--ckpt-write-GBps: expected a number in [1e-06, 1e+06] (GB/s), got 5e-324"),
+    ("--repair-h", "1e308", "--repair-h: expected a number >= 0 and at most 1e+06, got 1e+308"),
+    ("--repair-h", "-1", "--repair-h: expected a number >= 0 and at most 1e+06, got -1.0"),
     ("--hardware-fraction", "-1", "--hardware-fraction: expected a share between 0 and 1, got -1.0"),
 ])
 def test_failure_flags_say_what_they_take_and_name_the_value_typed(flag, value, needle):

@@ -288,7 +288,7 @@ OUT_OF_RANGE = [  # (searcher, flags, the line after "plansweep search: error: "
     ("mcmc", ["--checkpoint-every", "0"], "--checkpoint-every: expected an integer >= 1, got 0"),
     ("tpe", ["--part-rows", "0"], "--part-rows: expected an integer >= 1, got 0"),
     ("mcmc", ["--batch", "0"], "--batch: expected an integer >= 1, got 0"),
-    ("gradient", ["--gpu-mtbf-h", "-1"], "--gpu-mtbf-h: expected a positive number, got -1.0"),
+    ("gradient", ["--gpu-mtbf-h", "-1"], "--gpu-mtbf-h: expected a number in [0.001, 1e+09], got -1.0"),
 ]
 
 
@@ -319,8 +319,8 @@ def test_a_sweep_checks_the_failure_flags_by_raw_throughput_too(tmp_path, capsys
     """As rank and a search without --out do: before, a sweep ranked by raw throughput ignored them and ran."""
     code, _, err = _cli(["sweep", "--model", "llama3-8b", "--cluster", "h100x8", "--space", "fixed", "--gpu-mtbf-h",
                          "-1", "--out", str(tmp_path / "run"), "--in-process", "--no-progress"], capsys)
-    assert code == 2 and err.splitlines() == ["plansweep sweep: error: --gpu-mtbf-h: expected a positive number, "
-                                              "got -1.0"], err
+    assert code == 2 and err.splitlines() == ["plansweep sweep: error: --gpu-mtbf-h: expected a number in [0.001, "
+                                              "1e+09], got -1.0"], err
     assert not (tmp_path / "run").exists()
 
 

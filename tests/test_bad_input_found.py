@@ -1,0 +1,75 @@
+"""Inputs a fuzzing pass over the command line found mishandled: each is now one line and exit code 2, or written
+safely."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.in_process import cli, one_error_line
+
+
+@pytest.mark.parametrize("command", ["evaluate", "export"])
+@pytest.mark.parametrize("pp, kinds", [(2, "[full, none, full]"), (1, "[full, none]")])
+def test_a_stage_recompute_list_of_another_length_than_pp(tmp_path, command, pp, kinds):
+    # longer than pp: a numpy broadcast traceback; at pp 1 the extra names were dropped without a word
+    f = tmp_path / "s.yaml"
+    f.write_text(f"pp: {pp}\nstage_recompute: {kinds}\n")
+    extra = ("--framework", "megatron-core") if command == "export" else ()
+    one_error_line(cli(command, *extra, "--model", "llama3-8b", "--cluster", "h100x64", "--strategy", str(f)),
+                   f"stage_recompute: expected pp={pp} names, one per stage")
+
+
+@pytest.mark.parametrize("command", ["rank", "evaluate"])
+def test_a_sensitivity_factor_past_the_range_is_refused(command):
+    # rank divided by a zero throughput; evaluate printed inf with overflow warnings
+    plan = ("--top", "3") if command == "rank" else ("--tp", "2", "--pp", "2")
+    one_error_line(cli(command, "--model", "llama3-8b", "--cluster", "h100x64", *plan, "--sensitivity",
+                       "compute=1e-308"), "factors in [0.001, 1000], got 'compute=1e-308'")
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "megatron-deepspeed"])
+def test_a_name_with_a_newline_stays_inside_the_launch_scripts_comment(tmp_path, framework):
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"name": "x\ntouch PWNED #", "layers": 4, "hidden": 1024, "heads": 8,
+                                 "seq_len": 2048, "vocab": 32000, "activation": "swiglu", "norm": "rmsnorm",
+                                 "bias": False, "tied_embeddings": False, "learned_positions": False}))
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"gpu": "h100", "num_gpus": 8, "name": "c\recho INJECTED"}))
+    res = cli("export", "--framework", framework, "--model", str(model), "--cluster", str(cluster))
+    assert res.returncode == 0, res.stderr
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("# plansweep export: x\\ntouch PWNED # on c\\recho INJECTED")
+    assert not any(line.startswith(("touch", "echo")) for line in res.stdout.splitlines())
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257,
+      "activation_function": "silu"}, "activation_function"),
+    ({"model_type": "gpt_neox", "hidden_size": 2560, "num_attention_heads": 32, "num_hidden_layers": 32,
+      "intermediate_size": 10240, "vocab_size": 50432, "max_position_embeddings": 2048, "hidden_act": "silu"},
+     "hidden_act"),
+])
+def test_silu_in_a_two_matrix_mlp_is_refused_not_priced_gated(tmp_path, config, key):
+    # GPT-2 and GPT-NeoX's MLPs have two matrices: a SiLU one was priced (and exported) as SwiGLU's three
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    one_error_line(cli("evaluate", "--model", str(f), "--cluster", "h100x8"), f"{key}: expected a GELU or ReLU")
+
+
+@pytest.mark.parametrize("where, entry, needle", [
+    ("links", {"between": ["a", "b"], "GBps": 25, "latency_us": float("inf")},
+     "links[0].latency_us: expected a finite number >= 0, got inf"),
+    ("pool", {"inter_latency_us": float("inf")}, "pools[0].inter_latency_us: expected a finite number >= 0"),
+])
+def test_a_mixed_clusters_infinite_numbers_are_refused(tmp_path, where, entry, needle):
+    pools = [{"name": "a", "gpu": "a100", "nodes": 2}, {"name": "b", "gpu": "h100", "nodes": 2}]
+    links = []
+    if where == "pool":
+        pools[0].update(entry)
+    else:
+        links.append(entry)
+    f = tmp_path / "c.yaml"
+    f.write_text(json.dumps({"name": "mixed", "pools": pools, "links": links}).replace("Infinity", ".inf"))
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", str(f), "--tp", "4", "--pp", "2"), needle)
