@@ -26,11 +26,17 @@ DEFAULT_CASES = ("compute=0.9", "compute=1.1", "memory-bandwidth=0.9", "memory-b
                  "nvlink=1.2", "network=0.8", "network=1.2", "latency=2", "kernel-overhead=2")
 
 
+# The factors a case may move a constant by: a thousandth to a thousand times (a cluster past either end is no
+# cluster, and the prices of one overflow).
+FACTOR_RANGE = (1e-3, 1e3)
+
+
 def parse_cases(text: str, argument: str = "--sensitivity") -> tuple[tuple[tuple[str, float], ...], ...]:
     """Cases from ``knob=factor[+knob=factor...],...`` ("default": DEFAULT_CASES): per case its (knob, factor) pairs.
     Bad input: InputError naming ``argument``."""
     words = DEFAULT_CASES if text.strip() == "default" else tuple(w.strip() for w in text.split(","))
-    expected = "cases knob=factor[+knob=factor],... with knobs among " + ", ".join(KNOBS) + " and factors > 0"
+    expected = ("cases knob=factor[+knob=factor],... with knobs among " + ", ".join(KNOBS)
+                + f" and factors in [{FACTOR_RANGE[0]:g}, {FACTOR_RANGE[1]:g}]")
     cases = []
     for word in words:
         pairs = []
@@ -41,7 +47,7 @@ def parse_cases(text: str, argument: str = "--sensitivity") -> tuple[tuple[tuple
                 f = float(value)
             except ValueError:
                 f = math.nan
-            if not eq or knob not in KNOBS or not (0 < f < math.inf):
+            if not eq or knob not in KNOBS or not (FACTOR_RANGE[0] <= f <= FACTOR_RANGE[1]):
                 raise InputError(argument, expected, part.strip() or text)
             pairs.append((knob, f))
         cases.append(tuple(pairs))
@@ -82,6 +88,6 @@ def sensitivity(model, cluster, table, first: int, cases, *, objective: str = "t
                                                                state_dtypes=state_dtypes)
             first_score = score(first_m, one, moved)
             row.update(best=best, best_score=best_score, first_score=first_score,
-                       shortfall=0.0 if best == first else max(0.0, 1.0 - first_score / best_score))
+                       shortfall=0.0 if best == first or not best_score > 0 else max(0.0, 1.0 - first_score / best_score))
         out.append(row)
     return out
