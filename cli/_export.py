@@ -97,6 +97,12 @@ def _one_recompute(plan: dict, framework: str) -> str:
     return kinds[0]
 
 
+def one_line(text: str) -> str:
+    """``text`` for a comment line of a launch script: its characters that are not printable (a newline, which
+    would end the comment and run what follows as a command) written as Python escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def _launcher(plan: dict, cluster: Cluster) -> tuple[int, int]:
     """(nodes, GPUs per node) of a launcher running dp*tp*pp*cp processes on ``cluster``."""
     world = plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"]
@@ -502,7 +508,7 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
     a += ["--micro-batch-size", plan["micro_batch"], "--global-batch-size", plan["global_batch"]]
     a += MEGATRON_PRECISION[plan["precision"]]
     env, why = megatron_environment(plan, profile)
-    lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_VERSION}",
+    lines = [f"# plansweep export: {one_line(model.name)} on {one_line(cluster.name)}, for {MEGATRON_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / (tp {plan['tp']} x pp {p} x cp {plan['cp']}); "
              f"add your data, tokenizer (plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint "
              "arguments",
@@ -1169,7 +1175,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if plan["sequence_parallel"] and t > 1 else ""
     args = flag_lines(a)
     dp_of = f"tp {t} x pp {p}" + (f" x Ulysses {c}" if c > 1 else "")
-    lines = [f"# plansweep export: {model.name} on {cluster.name}, for {MEGATRON_DEEPSPEED_VERSION}",
+    lines = [f"# plansweep export: {one_line(model.name)} on {one_line(cluster.name)}, for {MEGATRON_DEEPSPEED_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / ({dp_of}); add your data, tokenizer "
              f"(plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint arguments",
              *(["# environment: Megatron-DeepSpeed's validate_args raises without CUDA_DEVICE_MAX_CONNECTIONS=1 "
