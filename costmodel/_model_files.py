@@ -291,6 +291,10 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         activation = "geglu"
     elif family in _GATED and activation != "swiglu":
         raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
+    elif family not in _GATED and activation == "swiglu":  # (SiLU is priced gated only: three matrices)
+        key = "activation_function" if family == "gpt2" else "hidden_act"
+        raise InputError(f"{argument} {key}", f"a GELU or ReLU ({family}'s MLP has two matrices; plansweep prices "
+                         "SiLU only in a gated MLP)", act)
     if family == "llama4_text":
         chunk, chunked, every = _hf_chunks(data, fields["layers"], argument)
         return Transformer(name=name, activation=activation, attention_chunk=chunk, window_layers=chunked,
