@@ -26,6 +26,7 @@ A pool may carry ``efficiency: {constant: value}``, the GPU efficiency constants
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 from costmodel._errors import InputError
@@ -177,8 +178,8 @@ LINK_FIELDS = ("between", "GBps", "latency_us")
 def _number(value: object, argument: str, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(argument, "a number", value)
-    if (positive and not value > 0) or (not positive and not value >= 0):
-        raise InputError(argument, "a positive number" if positive else "a number >= 0", value)
+    if not math.isfinite(value) or (positive and not value > 0) or (not positive and not value >= 0):
+        raise InputError(argument, "a finite number > 0" if positive else "a finite number >= 0", value)
     return float(value)
 
 
