@@ -788,7 +788,8 @@ class Space(SearchSpace):
         """Named valid (D,) digits: "data_parallel" (the largest dp, then tp = pp = cp = 1 where
         possible, no recompute, ZeRO 0), "fsdp" (FSDP's recipe: pp 1 and ZeRO-3, the most GPUs, the least
         recompute, the fewest micro-batches a step, then the smallest tp, cp 1, SP, 1F1B, among those that
-        fit in memory by costmodel.evaluate; where it is not the data-parallel point), "fsdp_tp" (the 2D recipe,
+        fit in memory by costmodel.evaluate; where it is not the data-parallel point), "fsdp_cp1" (FSDP's with cp 1
+        before the smallest tp; where it is no point above), "fsdp_tp" (the 2D recipe,
         torchtitan's FSDP + TP: FSDP's with the largest tp up to a node's GPUs, sequence parallelism, the fewest
         micro-batches a step, then the least recompute; where tp > 1 and it is no point above) and "megatron"
         (Megatron-LM's recipe, Narayanan et al. 2021 /
@@ -831,6 +832,13 @@ class Space(SearchSpace):
                 fsdp = digits[np.lexsort(keys)[0]]
                 if not np.array_equal(fsdp, out["data_parallel"]):
                     out["fsdp"] = fsdp
+                # the same with tensor parallelism before context parallelism where one of them must shard the
+                # activations: neither is the better in general (at 8k tokens context parallelism won for
+                # Llama 3 8B on 512 GPUs, tensor parallelism for 70B on 128), and each is a few changes from the other
+                keys = (*keys[:4], t["tp"], t["cp"], *keys[6:])
+                fsdp_cp1 = digits[np.lexsort(keys)[0]]
+                if not any(np.array_equal(fsdp_cp1, v) for v in out.values()):
+                    out["fsdp_cp1"] = fsdp_cp1
                 # the 2D recipe (torchtitan's FSDP + TP): FSDP's, with tensor parallelism inside a node (the largest
                 # valid tp up to its GPUs) and sequence parallelism, the fewest micro-batches a step before the
                 # least recompute (each micro-batch gathers the weights again)

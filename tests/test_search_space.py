@@ -289,6 +289,24 @@ def test_fsdp_tp_start_is_the_2d_plan_with_node_sized_tp_and_the_fewest_micro_ba
     assert got["recompute"] == ("none", "selective", "full")[least]
 
 
+def test_fsdp_starts_shard_the_activations_by_cp_and_by_tp():
+    """Llama 3 8B on 512 H200s at a batch of 256: dp is at most 256, so every GPU is used only with tp x cp = 2.
+    FSDP's recipe takes the smaller tp (tp 1, cp 2), its fsdp_cp1 twin cp 1 first (tp 2, cp 1); both pp 1, ZeRO-3,
+    one micro-batch a step and no recompute (24.5-24.8 GB of 143)."""
+    from search._screen import screened
+
+    space = Space.from_options(model_preset("llama3-8b"), cluster_preset("h200x512"), global_batch=256, base="fixed",
+                               framework="hai-llm", tp=[1, 2], cp=[1, 2], micro_batch=[1, 2],
+                               recompute=["none", "full"], sequence_parallel=[False, True], zero_stage=[1, 3])
+    _, members = screened(space)
+    starts = space.start_points(within=members)
+    got = {k: space.table(starts[k]).row(0) for k in ("fsdp", "fsdp_cp1")}
+    for k, (tp, cp) in {"fsdp": (1, 2), "fsdp_cp1": (2, 1)}.items():
+        r = got[k]
+        assert (r["dp"], r["tp"], r["cp"], r["pp"], r["zero_stage"], r["micro_batch"], r["recompute"]) == \
+            (256, tp, cp, 1, 3, 1, "none"), k
+
+
 def test_megatron_start_uses_every_gpu_before_uniform_stages():
     """Megatron-LM runs tp x pp x cp x dp = every GPU of the job. Llama 3 70B (80 layers) on 1,024 H100s, batch
     1024, tp 8, idle GPUs allowed: pp 5 and pp 10 divide the layers but leave dp at the largest that divides the
