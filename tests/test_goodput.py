@@ -216,7 +216,7 @@ def test_dp_rank0_checkpoints_slower_than_spread_on_a_plan():
 
 def test_infeasible_rows_have_no_goodput_and_bad_models_are_refused():
     assert goodput([0.0], [8], [1e9])["goodput_tokens_per_s"][0] == 0.0
-    with pytest.raises(InputError, match="failure.gpu_mtbf_h: expected a number in \[0.001, 1e\+09\]"):
+    with pytest.raises(InputError, match=r"failure.gpu_mtbf_h: expected a number in \[0.001, 1e\+09\]"):
         FailureModel(gpu_mtbf_h=0)
 
 
