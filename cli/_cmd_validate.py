@@ -28,8 +28,8 @@ def register(sub) -> None:
     c = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"],
                        description="Fit a GPU type's efficiency constants to measured runs (FILE.csv: gemm_eff_max, "
                        "hbm_eff, link_eff), or its links' constants to nccl-tests logs (--nccl-tests: link_eff and "
-                       "the scale-up and scale-out latencies), and write them for --hardware. An existing --out file of "
-                       "constants is read first: the fit starts from them and keeps those it does not move.")
+                       "the scale-up and scale-out latencies), and write them for --hardware. An existing --out file "
+                       "of constants is read first: the fit starts from them and keeps those it does not move.")
     c.add_argument("file", metavar="FILE.csv|SET", nargs="?", help="measured runs (columns: docs/validation.md), or a "
                    "published set shipped with plansweep: narayanan2021-table1")
     c.add_argument("--nccl-tests", nargs="+", metavar="LOG", help="logs of nccl-tests' all_reduce_perf, "

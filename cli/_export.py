@@ -1175,7 +1175,8 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if plan["sequence_parallel"] and t > 1 else ""
     args = flag_lines(a)
     dp_of = f"tp {t} x pp {p}" + (f" x Ulysses {c}" if c > 1 else "")
-    lines = [f"# plansweep export: {one_line(model.name)} on {one_line(cluster.name)}, for {MEGATRON_DEEPSPEED_VERSION}",
+    lines = [f"# plansweep export: {one_line(model.name)} on {one_line(cluster.name)}, "
+             f"for {MEGATRON_DEEPSPEED_VERSION}",
              f"# data parallel {plan['dp']} = {nodes * per_node} GPUs / ({dp_of}); add your data, tokenizer "
              f"(plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint arguments",
              *(["# environment: Megatron-DeepSpeed's validate_args raises without CUDA_DEVICE_MAX_CONNECTIONS=1 "

@@ -88,6 +88,7 @@ def sensitivity(model, cluster, table, first: int, cases, *, objective: str = "t
                                                                state_dtypes=state_dtypes)
             first_score = score(first_m, one, moved)
             row.update(best=best, best_score=best_score, first_score=first_score,
-                       shortfall=0.0 if best == first or not best_score > 0 else max(0.0, 1.0 - first_score / best_score))
+                       shortfall=(0.0 if best == first or not best_score > 0
+                                  else max(0.0, 1.0 - first_score / best_score)))
         out.append(row)
     return out

@@ -167,7 +167,8 @@ def test_an_older_logs_columns_and_mpiruns_tagged_lines_read():
         "#   Rank  0 Pid    920 on      node2 device  0 [0x0e] NVIDIA A100-SXM-80GB",
         "#   Rank  1 Pid    921 on      node2 device  1 [0x13] NVIDIA A100-SXM-80GB",
         "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
-        "   134217728      33554432     float    none    2345.6   57.22   50.07  0e+00    2345.0   57.24   50.08  0e+00",
+        "   134217728      33554432     float    none    2345.6   57.22   50.07  0e+00"
+        "    2345.0   57.24   50.08  0e+00",
     ))
     lg = parse_nccl_log(text, "all_gather_perf.txt")
     assert (lg.ranks, lg.nodes, lg.gpu_name) == (2, 1, "NVIDIA A100-SXM-80GB")
