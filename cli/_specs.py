@@ -373,6 +373,13 @@ def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, f
                               f"{row['global_batch']} ({m} micro-batches)")
         if row["precision"] == "fp8" and not fw.fp8:
             return InputError("precision", f"bf16 or fp16 under framework {fw.name}", row["precision"])
+        if row.get("ep", 1) > 1 and row["precision"] == "fp16" and not fw.ep_fp16:
+            return InputError("precision", f"bf16 or fp8 with ep > 1 under framework {fw.name} (Megatron-LM refuses "
+                              "fp16 with expert parallelism)", row["precision"])
+        if row.get("ep", 1) > 1 and pp > 1 and fw.overlap_ep and fw.overlap_ep_steady_only \
+                and row["schedule"] != "interleaved":
+            return InputError("vpp", f"2 or more (interleaved) with pp={pp} under framework {fw.name} (Megatron-Core's "
+                              "EP A2A overlap takes virtual pipeline stages wherever there is a pipeline)", row["vpp"])
         if row.get("ep", 1) > 1 and not fw.expert_parallel:
             return InputError("ep", f"1 under framework {fw.name} (no expert parallelism)", row["ep"])
         if row.get("etp", 1) > 1 and not fw.expert_tensor_parallel:

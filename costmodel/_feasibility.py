@@ -120,6 +120,13 @@ def framework_runs(fw: Framework, schedule, zero, sequence_parallel, precision, 
         ok &= ~sequence_parallel
     if not fw.fp8:
         ok &= precision != PRECISIONS.index("fp8")
+    if ep is not None and not fw.ep_fp16:  # (Framework.ep_fp16)
+        ok &= ~((ep > 1) & (precision == PRECISIONS.index("fp16")))
+    if ep is not None and pp is not None and fw.overlap_ep and fw.overlap_ep_steady_only:
+        # Megatron-Core's EP A2A overlap takes virtual pipeline stages wherever there is a pipeline (core_v0.15.0
+        # transformer_config.py __post_init__: "virtual_pipeline_model_parallel_size must be specified when
+        # pipeline_model_parallel_size > 1")
+        ok &= ~((ep > 1) & (pp > 1) & (schedule != SCHED["interleaved"]))
     return ok
 
 

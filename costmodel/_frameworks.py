@@ -34,6 +34,8 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         (torch.distributed.pipelining)
     expert_parallel: False: ep > 1 is ``framework_unsupported`` (the framework has no expert parallelism)
     expert_tensor_parallel: False: etp > 1 is ``framework_unsupported`` (only Megatron-Core has it)
+    ep_fp16: False: fp16 with ep > 1 is ``framework_unsupported`` (Megatron-LM core_v0.15.0 megatron/training/
+        arguments.py validate_args: "Expert parallelism is not supported with fp16 training.")
     ep_dispatch_per_node: a token goes once to each other node holding one of its experts, then over NVLink (DeepEP,
         HybridEP: Megatron-Core's flex dispatcher; DeepSeek-V3's own), not once per routed expert (alltoall dispatcher)
     fp8_dispatch: under fp8 the dispatch all-to-all (and its backward mirror) moves fp8 activations with 1 x 128 fp32
@@ -324,6 +326,7 @@ class Framework:
     sources: tuple[str, ...]
     expert_parallel: bool = True
     expert_tensor_parallel: bool = True
+    ep_fp16: bool = True
     overlap_ep: bool = False
     ep_dispatch_per_node: bool = False
     blocking_p2p: bool = False
@@ -567,7 +570,7 @@ _MEGATRON_CORE = Framework(
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
     te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
     blocking_p2p=True, dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
-    tp_backward_async=True, te_fp8_gather="delayed",
+    tp_backward_async=True, te_fp8_gather="delayed", ep_fp16=False,
     sources=(TP_BACKWARD_ASYNC_SOURCE, TE_FP8_GATHER_SOURCE,
              "Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "

@@ -244,6 +244,8 @@ def _reason(model: Transformer, cluster: Cluster, r: dict, fw) -> str:
             or (r["sequence_parallel"] and not fw.sequence_parallel)
             or (r["precision"] == "fp8" and not fw.fp8) or (r.get("ep", 1) > 1 and not fw.expert_parallel)
             or (r.get("etp", 1) > 1 and not fw.expert_tensor_parallel)
+            or (ep > 1 and r["precision"] == "fp16" and not fw.ep_fp16)
+            or (ep > 1 and pp > 1 and fw.overlap_ep and fw.overlap_ep_steady_only and sched != "interleaved")
             or (cp > 1 and cp_by_all_to_all(fw, model) and ((model.heads // tp) % cp or (model.kv_heads // tp) % cp))
             or (cp > 1 and cp_refused_for_window(fw, model))
             or type_partition_refused(fw, model, layers)):

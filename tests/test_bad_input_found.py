@@ -73,3 +73,17 @@ def test_a_mixed_clusters_infinite_numbers_are_refused(tmp_path, where, entry, n
     f = tmp_path / "c.yaml"
     f.write_text(json.dumps({"name": "mixed", "pools": pools, "links": links}).replace("Infinity", ".inf"))
     one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", str(f), "--tp", "4", "--pp", "2"), needle)
+
+
+@pytest.mark.parametrize("framework, flags, needle", [
+    ("megatron-core", ("--pp", "2", "--precision", "fp16"),
+     "precision: expected bf16 or fp8 with ep > 1 under framework megatron-core"),
+    ("megatron-core-a2a-overlap", ("--pp", "2"),
+     "vpp: expected 2 or more (interleaved) with pp=2 under framework megatron-core-a2a-overlap"),
+])
+def test_evaluate_refuses_what_megatron_lm_asserts_against_as_export_does(framework, flags, needle):
+    # evaluate priced these and export refused them: Megatron-LM core_v0.15.0 asserts against fp16 with expert
+    # parallelism (training/arguments.py) and against its EP A2A overlap at pp > 1 without virtual stages
+    # (transformer_config.py)
+    one_error_line(cli("evaluate", "--framework", framework, "--model", "qwen3-30b-a3b", "--cluster", "h100x64",
+                       "--tp", "2", "--ep", "8", "--recompute", "selective", *flags), needle)
