@@ -1115,7 +1115,7 @@ def to_megatron_deepspeed(plan: dict, model: Transformer, cluster: Cluster, *, p
     t, p, c = plan["tp"], plan["pp"], plan["cp"]
     moe = _megatron_deepspeed_moe(plan, model) if model.is_moe else []
     if model.mla or model.activation not in ("swiglu", "gelu"):
-        what = "MLA" if model.mla else f"a {model.activation} MLP"
+        what = "MLA" if model.mla else f"{model.activation} MLP"
         raise InputError("--model", f"a GPT or Llama-style model (Megatron-DeepSpeed's has no {what})", model.name)
     if c > 1 and (t > 1 or p > 1):  # (the deepspeed profiles refuse these first: costmodel._feasibility)
         raise InputError("cp", f"1 with tp={t}, pp={p} (DeepSpeed-Ulysses runs only at tp 1 and pp 1)", c)
