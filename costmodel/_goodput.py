@@ -93,6 +93,14 @@ HARDWARE_FRACTION = 0.78
 REPAIR_H = 2.2
 
 
+# The failure model's ranges: wide past any cluster, narrow enough that goodput's arithmetic stays finite (an MTBF of
+# 1e308 h made the job's failure rate underflow and the checkpoint interval inf / inf). restart_s and repair_h may be
+# 0 (an instant restart, a node back at once); the bandwidths in B/s (1 kB/s to 1 PB/s).
+FAILURE_BOUNDS = {"gpu_mtbf_h": (1e-3, 1e9), "restart_s": (0.0, 1e7), "write_Bps_per_gpu": (1e3, 1e15),
+                  "read_Bps_per_gpu": (1e3, 1e15), "node_storage_Bps": (1e3, 1e15), "hardware_fraction": (0.0, 1.0),
+                  "repair_h": (0.0, 1e6)}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FailureModel:
     """How often GPUs fail and what a failure costs; defaults from the Llama 3 405B run (module
@@ -121,17 +129,9 @@ class FailureModel:
             if f.name == "hardware_fraction":
                 if not (number and 0 <= v <= 1):
                     raise InputError("failure.hardware_fraction", "a share between 0 and 1", v)
-            elif not (number and lo <= v <= hi and (v > 0 or lo == 0)):
+            elif not (number and lo <= v <= hi):
                 raise InputError(f"failure.{f.name}", f"a number in [{lo:g}, {hi:g}]" if lo else
                                  f"a number >= 0 and at most {hi:g}", v)
-
-
-# The failure model's ranges: wide past any cluster, narrow enough that goodput's arithmetic stays finite (an MTBF of
-# 1e308 h made the job's failure rate underflow and the checkpoint interval inf / inf). restart_s and repair_h may be
-# 0 (an instant restart, a node back at once); the bandwidths in B/s (1 kB/s to 1 PB/s).
-FAILURE_BOUNDS = {"gpu_mtbf_h": (1e-3, 1e9), "restart_s": (0.0, 1e7), "write_Bps_per_gpu": (1e3, 1e15),
-                  "read_Bps_per_gpu": (1e3, 1e15), "node_storage_Bps": (1e3, 1e15), "hardware_fraction": (0.0, 1.0),
-                  "repair_h": (0.0, 1e6)}
 
 
 def daly_interval_s(delta, M):

@@ -149,6 +149,9 @@ def _efficiency(mamf_fraction: float, gemm_half_dim: float = TILE_HALF_DIM) -> E
 
 
 _DEFAULT_EFF = _efficiency(792.1 / 989.4)
+EFFICIENCY: dict[str, Efficiency] = {
+    name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
+}
 
 
 def efficiency_values(consts, where: str) -> dict[str, float]:
@@ -175,9 +178,7 @@ def efficiency_values(consts, where: str) -> dict[str, float]:
 def efficiency_of(gpu: Efficiency) -> Efficiency:
     """The efficiency constants a GPU (or any object with Efficiency's fields) carries."""
     return Efficiency(**{f.name: getattr(gpu, f.name) for f in dataclasses.fields(Efficiency)})
-EFFICIENCY: dict[str, Efficiency] = {
-    name: _efficiency(f, GEMM_HALF_DIM.get(name, TILE_HALF_DIM)) for name, f in MAMF_FRACTION.items()
-}
+
 
 # Fused attention kernels, priced apart from the GEMMs (Framework.attention_kernel). "standard": the whole s x s square
 # of QK^T and AV at the GEMM constant times the tile edges (ATTN_HALF_DIM on query rows, keys, head dimension). A kernel

@@ -835,7 +835,8 @@ class Space(SearchSpace):
                 # the same with tensor parallelism before context parallelism where one of them must shard the
                 # activations: neither is the better in general (at 8k tokens context parallelism won for
                 # Llama 3 8B on 512 GPUs, tensor parallelism for 70B on 128), and each is a few changes from the other
-                keys = (*keys[:4], t["tp"], t["cp"], *keys[6:])
+                keys = (t["overlap_dp"] == 0, ~t["sequence_parallel"], t["schedule"] != SCHEDULES.index("1f1b"),
+                        t["vpp"], t["tp"], t["cp"], micro, rc, -t.num_gpus, ~full)
                 fsdp_cp1 = digits[np.lexsort(keys)[0]]
                 if not any(np.array_equal(fsdp_cp1, v) for v in out.values()):
                     out["fsdp_cp1"] = fsdp_cp1
