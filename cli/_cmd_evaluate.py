@@ -15,6 +15,7 @@ from cli._specs import (
     load_model,
     number_list,
     read_mapping,
+    overlap_refusal,
     read_strategy,
     reason_error,
     strategy_from_mapping,
@@ -221,6 +222,20 @@ def _naming_the_file(exc: InputError, path: str | None, keys: set[str]) -> Input
     return InputError(f"--strategy {path}{field}", exc.expected, exc.got)
 
 
+def overlap_refusals(args, data, table: StrategyTable, names: list[str]) -> dict:
+    """{framework: InputError} for each of ``names`` that cannot run the overlap_dp the user asked for (--no-overlap-dp,
+    or a strategy file's overlap_dp: cli._specs.overlap_refusal); empty where neither sets it (the framework's own
+    choice is priced)."""
+    if getattr(args, "overlap_dp", None) is not None:
+        asked = "--no-overlap-dp"
+    elif isinstance(data, dict) and "overlap_dp" in data:
+        asked = f"--strategy {args.strategy} overlap_dp"
+    else:
+        return {}
+    overlap = bool(table.columns["overlap_dp"][0])
+    return {n: e for n in names if (e := overlap_refusal(n, overlap, asked)) is not None}
+
+
 def build_strategy(args, model, cluster) -> StrategyTable:
     from_file = read_strategy(args.strategy, cluster) if args.strategy else {}
     keys = _file_keys(args, from_file)
@@ -388,10 +403,14 @@ def run(args) -> int:
                              "per-stage placements", "a placed plan")
         return run_hetero(args, model, as_hetero(cluster), data, names, cases)
     table = build_strategy(args, model, cluster)
+    asked = overlap_refusals(args, data, table, names)
     if len(names) > 1:
         return print_side_by_side(args, model, cluster, table, names,
-                                  lambda reason, fw: reason_error(model, cluster, table.row(0), reason, fw))
+                                  lambda reason, fw: reason_error(model, cluster, table.row(0), reason, fw),
+                                  asked=asked)
     framework = names[0]
+    if framework in asked:
+        raise asked[framework]
     profile = with_state_dtypes(framework_preset(framework), **dtypes) if dtypes else framework
     metrics = evaluate(model, cluster, table, pipeline="simulate", framework=profile)  # one row: exact
     reason = REASONS[int(metrics["reason"][0])]
@@ -453,16 +472,23 @@ SIDE_BY_SIDE = (
     ("  buffers GB", "mem_buffers_bytes", 1e-9, ".2f"))
 
 
-def side_by_side(model, cluster, table: StrategyTable, names: list[str], refused, failure=None) -> list[dict]:
+def side_by_side(model, cluster, table: StrategyTable, names: list[str], refused, failure=None,
+                 asked: dict | None = None) -> list[dict]:
     """One entry per framework of ``names`` for the one-row ``table``: its report (metrics, stages, goodput on a
     homogeneous cluster) where the framework runs the strategy, else {"framework", "refused": why} (``refused(reason,
-    framework)``: the InputError that explains it). InputError where no framework runs it."""
+    framework)``: the InputError that explains it; ``asked``: {framework: InputError} refused before pricing,
+    overlap_refusals'). InputError where no framework runs it."""
     copies = table.take(np.zeros(len(names), dtype=np.int64))  # the one row once per framework
     rows = StrategyTable({**copies.columns, "framework": framework_codes(names)}, copies.stages)
     metrics = evaluate(model, cluster, rows, pipeline="simulate")  # one call: each row under its framework
     out, errors = [], []
     for i, name in enumerate(names):
         reason = REASONS[int(metrics["reason"][i])]
+        if asked and name in asked:
+            reason = "framework_unsupported"
+            errors.append(asked[name])
+            out.append({"framework": name, "reason": reason, "refused": str(errors[-1])})
+            continue
         if reason not in ("ok", "out_of_memory"):
             errors.append(refused(reason, name))
             out.append({"framework": name, "reason": reason, "refused": str(errors[-1])})
@@ -526,11 +552,11 @@ def format_side_by_side(entries: list[dict], hbm_bytes: float | None) -> str:
 
 
 def print_side_by_side(args, model, cluster, table: StrategyTable, names: list[str], refused,
-                       pool_names: list[str] | None = None) -> int:
+                       pool_names: list[str] | None = None, asked: dict | None = None) -> int:
     """`plansweep evaluate --framework A,B,...`: the strategy's time and memory under each, side by side (--json: one
-    entry per framework), and the fastest named."""
+    entry per framework), and the fastest named; ``asked``: overlap_refusals'."""
     failure = None if isinstance(cluster, HeteroCluster) else failure_from_args(args)
-    entries = side_by_side(model, cluster, table, names, refused, failure)
+    entries = side_by_side(model, cluster, table, names, refused, failure, asked)
     best, line = winner(entries)
     strategy = table.row(0, pool_names) if pool_names else table.row(0)
     if args.json:
@@ -621,11 +647,14 @@ def run_hetero(args, model, cluster, data, frameworks: list[str], cases=None) ->
         table = hetero_from_mapping(data, names, f"--strategy {args.strategy}")
     except InputError as exc:
         raise _naming_the_file(exc, args.strategy, keys) from None
+    asked = overlap_refusals(args, data, table, frameworks)
     if len(frameworks) > 1:
         return print_side_by_side(args, model, cluster, table, frameworks,
                                   lambda reason, fw: hetero_reason_error(args, model, table, names, reason, fw),
-                                  names)
+                                  names, asked=asked)
     framework = frameworks[0]
+    if framework in asked:
+        raise asked[framework]
     metrics = evaluate(model, cluster, table, pipeline="simulate", framework=framework)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):

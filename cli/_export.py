@@ -693,9 +693,9 @@ def to_torchtitan(plan: dict, model: Transformer, cluster: Cluster, *, profile: 
                          plan["zero_stage"])
     if plan["precision"] not in TORCHTITAN_PRECISION:
         raise InputError("precision", "bf16 or fp8 (torchtitan's mixed precision)", plan["precision"])
-    if plan["sequence_parallel"] != (plan["tp"] > 1):
-        raise InputError("sequence_parallel", f"{plan['tp'] > 1} with tp={plan['tp']} (torchtitan's tensor parallelism "
-                         "always shards the sequence between blocks, and only it does)", plan["sequence_parallel"])
+    if plan["tp"] > 1 and not plan["sequence_parallel"]:  # (at tp 1 there is no sequence to shard: nothing written)
+        raise InputError("sequence_parallel", f"true with tp={plan['tp']} (torchtitan's tensor parallelism "
+                         "always shards the sequence between blocks)", plan["sequence_parallel"])
     if not plan["overlap_dp"]:
         raise InputError("overlap_dp", "true (torchtitan's FSDP2 and DDP always overlap the gradient exchange)",
                          plan["overlap_dp"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli._specs import framework_list, number
+from cli._specs import framework_list, number, overlap_refusal
 from costmodel import RECOMPUTE, Cluster, InputError, Transformer
 from costmodel._strategy import DEFAULT_GLOBAL_BATCH, DIMENSION_VALUES, GLOBAL_BATCH_MAX, dimension_values
 from search import EXACT_CHOICES, PARTITION_SHIFTS, Space, default_choices
@@ -134,6 +134,10 @@ def space_from_args(args: argparse.Namespace, model: Transformer, cluster: Clust
     if "stage_shift" in choices:
         uneven = False
     frameworks = framework_list(getattr(args, "framework", None))  # one, or a framework dimension
+    for name in frameworks if "overlap_dp" in given else ():  # a profile that decides the overlap itself runs one
+        refusals = [overlap_refusal(name, v, "--overlap-dp", args.space_overlap_dp) for v in given["overlap_dp"]]
+        if all(refusals):
+            raise refusals[0]
     try:
         space = Space.from_options(model, cluster, global_batch=batch, base="fixed", all_gpus=all_gpus,
                                    uneven=uneven, framework=frameworks, **choices)

@@ -286,6 +286,19 @@ def type_partition_error(fw, model: Transformer, layers: list[int], argument: st
                       f"{fw.type_partition}')", got)
 
 
+def overlap_refusal(framework, overlap: bool, argument: str, got=None) -> InputError | None:
+    """The InputError for an overlap_dp a user asked for (a flag's or a strategy file's) that ``framework`` cannot run,
+    or None: a profile with one overlap_dp value (Framework.overlap_dp) decides it, and pricing the other would quietly
+    price what the framework does instead (torchtitan's FSDP2 and DDP always overlap the gradient exchange; Megatron-LM
+    of 2021 never did)."""
+    fw = framework_preset(framework)
+    if len(fw.overlap_dp) != 1 or bool(overlap) == fw.overlap_dp[0]:
+        return None
+    how = "always overlaps" if fw.overlap_dp[0] else "never overlaps"
+    return InputError(argument, f"{str(fw.overlap_dp[0]).lower()} under framework {fw.name} (it {how} the "
+                      "data-parallel gradient exchange with the backward pass)", overlap if got is None else got)
+
+
 def reason_error(model: Transformer, cluster: Cluster, row: dict, reason: str, framework=None) -> InputError:
     """The InputError that explains why a strategy was refused (all but out-of-memory)."""
     dp, tp, pp, cp = row["dp"], row["tp"], row["pp"], row["cp"]

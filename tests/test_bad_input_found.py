@@ -87,3 +87,35 @@ def test_evaluate_refuses_what_megatron_lm_asserts_against_as_export_does(framew
     # (transformer_config.py)
     one_error_line(cli("evaluate", "--framework", framework, "--model", "qwen3-30b-a3b", "--cluster", "h100x64",
                        "--tp", "2", "--ep", "8", "--recompute", "selective", *flags), needle)
+
+
+FSDP_PLAN = ("--model", "llama3-8b", "--cluster", "h100x64", "--dp", "64", "--zero-stage", "3", "--global-batch", "256")
+
+
+def test_an_overlap_the_framework_cannot_run_is_refused_not_priced_as_its_own(tmp_path):
+    # evaluate priced --no-overlap-dp under fsdp2 as the overlap torchtitan always runs, and export refused the plan
+    one_error_line(cli("evaluate", "--framework", "fsdp2", *FSDP_PLAN, "--no-overlap-dp"),
+                   "--no-overlap-dp: expected true under framework fsdp2 (it always overlaps")
+    f = tmp_path / "s.yaml"
+    f.write_text("tp: 1\noverlap_dp: true\n")  # Megatron-LM of 2021 has no overlapped gradient reduction
+    one_error_line(cli("evaluate", "--framework", "megatron-2021", "--model", "llama3-8b", "--cluster", "h100x64",
+                       "--strategy", str(f)), f"--strategy {f} overlap_dp: expected false under framework megatron-2021")
+    one_error_line(cli("rank", "--framework", "fsdp2", "--model", "llama3-8b", "--cluster", "h100x64", "--top", "2",
+                       "--overlap-dp", "false"), "--overlap-dp: expected true under framework fsdp2")
+    # side by side: the framework that cannot is refused in its entry, the other prices the plan without overlap
+    res = cli("evaluate", "--framework", "fsdp2,megatron-core", *FSDP_PLAN, "--no-overlap-dp", "--json")
+    entries = {e["framework"]: e for e in json.loads(res.stdout)["frameworks"]}
+    assert res.returncode == 0 and "always overlaps" in entries["fsdp2"]["refused"]
+    on = cli("evaluate", "--framework", "megatron-core", *FSDP_PLAN, "--json")
+    overlapped = json.loads(on.stdout)["metrics"]["step_time_s"]
+    assert entries["megatron-core"]["metrics"]["step_time_s"] > overlapped  # the exchange exposed, not hidden
+
+
+def test_torchtitan_export_takes_sequence_parallelism_at_tp_1_as_evaluate_prices_it():
+    # at tp 1 there is no sequence to shard: evaluate priced the plan as without it, export refused it
+    plan = ("--framework", "fsdp2", *FSDP_PLAN, "--sequence-parallel")
+    with_sp, without = (json.loads(cli("evaluate", *p, "--json").stdout)["metrics"]["step_time_s"]
+                        for p in (plan, plan[:-1]))
+    assert with_sp == without
+    res = cli("export", *plan)
+    assert res.returncode == 0 and "tensor_parallel_degree = 1" in res.stdout
