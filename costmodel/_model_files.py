@@ -250,7 +250,8 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         hidden = _get(data, "n_embd", argument)
         heads = _get(data, "n_head", argument)
         fields = dict(layers=_get(data, "n_layer", argument), hidden=hidden, heads=heads, kv_heads=heads,
-                      ffn_hidden=data.get("n_inner") or 4 * hidden, seq_len=_get(data, "n_positions", argument),
+                      ffn_hidden=4 * hidden if data.get("n_inner") is None else _get(data, "n_inner", argument),
+                      seq_len=_get(data, "n_positions", argument),
                       vocab=_get(data, "vocab_size", argument), norm="layernorm", bias=True,
                       tied_embeddings=_flag(data, "tie_word_embeddings", argument, True), learned_positions=True)
         act = data.get("activation_function", "gelu_new")
@@ -268,11 +269,12 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       learned_positions=False)
         act = data.get("hidden_act", "silu" if gated else "gelu")
         if family in _GEGLU_FAMILIES:  # (Gemma 2 and 3 name it hidden_activation too)
-            act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
+            act = next((data[k] for k in ("hidden_activation", "hidden_act") if data.get(k) is not None),
+                       "gelu_pytorch_tanh")
     if family == "llama4_text":  # dense layers of intermediate_size_mlp (the experts' is intermediate_size)
         fields["ffn_hidden"] = _get(data, "intermediate_size_mlp", argument)
     if family == "nemotron":  # NemotronConfig: attention_bias and mlp_bias, false by default
-        fields["bias"] = bool(data.get("attention_bias") or data.get("mlp_bias"))
+        fields["bias"] = _flag(data, "attention_bias", argument, False) or _flag(data, "mlp_bias", argument, False)
     elif family == "starcoder2":  # Starcoder2Config.use_bias, true by default: every linear and norm with its bias
         fields["bias"] = _flag(data, "use_bias", argument, True)
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
@@ -346,6 +348,9 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     if isinstance(types, list):
         if len(types) != layers:
             raise InputError(f"{argument} layer_types", f"num_hidden_layers={layers} entries, one a layer", len(types))
+        odd = [t for t in types if t not in ("full_attention", "sliding_attention")]
+        if odd:  # (a type plansweep does not price would otherwise be read as full attention)
+            raise InputError(f"{argument} layer_types", "entries full_attention or sliding_attention", odd[0])
         restricted = [t == "sliding_attention" for t in types]
     elif family in ("mistral", "mixtral", "phi3", "starcoder2"):  # (every layer: their attention passes the config's
         # sliding_window whatever the layer)
@@ -427,7 +432,7 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
         raise InputError(f"{argument} n_shared_experts", "an integer >= 0", shared)
     # group-limited routing: n_group groups, topk_group of them per token (DeepSeek-V3: 8 and 4); the
     # "greedy" top-k method (DeepSeek-V2-Lite) routes over all experts whatever the groups
-    groups, topk_group = data.get("n_group") or 1, data.get("topk_group") or 1
+    groups, topk_group = (1 if data.get(k) is None else _get(data, k, argument) for k in ("n_group", "topk_group"))
     if data.get("topk_method") == "greedy":
         groups, topk_group = 1, 1
     mla = {}

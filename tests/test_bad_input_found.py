@@ -119,3 +119,41 @@ def test_torchtitan_export_takes_sequence_parallelism_at_tp_1_as_evaluate_prices
     assert with_sp == without
     res = cli("export", *plan)
     assert res.returncode == 0 and "tensor_parallel_degree = 1" in res.stdout
+
+
+LLAMA_CONFIG = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 4,
+                "intermediate_size": 8192, "vocab_size": 32000, "max_position_embeddings": 4096, "hidden_act": "silu"}
+GPT2_CONFIG = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 4, "n_positions": 1024,
+               "vocab_size": 50257}
+DEEPSEEK_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 4,
+                   "intermediate_size": 8192, "vocab_size": 32000, "max_position_embeddings": 4096,
+                   "hidden_act": "silu", "n_routed_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512}
+
+
+@pytest.mark.parametrize("config, needle", [
+    # an unknown layer type was read as full attention
+    ({**LLAMA_CONFIG, "model_type": "qwen3", "sliding_window": 512,
+      "layer_types": ["full_attention", "sliding_attention", "linear_attention", "full_attention"]},
+     "layer_types: expected entries full_attention or sliding_attention, got 'linear_attention'"),
+    # a string "false" was read as biases on every linear layer
+    ({**LLAMA_CONFIG, "model_type": "nemotron", "hidden_act": "relu2", "attention_bias": "false"},
+     "attention_bias: expected true or false, got 'false'"),
+    # 0 was replaced by the defaults (4 x hidden; one group)
+    ({**GPT2_CONFIG, "n_inner": 0}, "n_inner: expected an integer >= 1, got 0"),
+    ({**DEEPSEEK_CONFIG, "n_group": 0}, "n_group: expected an integer >= 1, got 0"),
+    ({**LLAMA_CONFIG, "model_type": "gemma2", "hidden_act": None, "hidden_activation": ""},
+     "hidden_act: expected one of"),
+])
+def test_a_damaged_huggingface_value_is_refused_not_replaced(tmp_path, config, needle):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    one_error_line(cli("evaluate", "--model", str(f), "--cluster", "h100x8"), needle)
+
+
+def test_a_huggingface_configs_null_values_keep_their_defaults():
+    # null is HuggingFace's own "use the default": GPT-2's MLP 4 x n_embd, one routing group
+    for config, field, want in (({**GPT2_CONFIG, "n_inner": None}, "ffn_hidden", 4 * 1024),
+                                ({**DEEPSEEK_CONFIG, "n_group": None, "topk_group": None}, "router_groups", 1)):
+        from costmodel._model_files import model_from_mapping
+
+        assert getattr(model_from_mapping(config, "m"), field) == want
