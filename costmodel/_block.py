@@ -42,7 +42,7 @@ from costmodel._dtypes import ACT_BYTES
 from costmodel._experts import backward_chunk_excess, backward_chunks, expert_exchange, layer_mix, unpaired_share
 from costmodel._feasibility import REASON, interleaving_runs, stage_feasibility
 from costmodel._frameworks import framework_preset
-from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS
+from costmodel._hardware import ATTENTION_KERNELS, PRECISIONS, attention_head_dim_factor
 from costmodel._layer_compute import (
     AMAX_BYTES,
     UB_CONFIGS,
@@ -264,6 +264,13 @@ def pool_gpu(pa: dict, q):
     return types.SimpleNamespace(**{f: pa[f][q] for f in GPU_FIELDS})
 
 
+def head_dim_rates(pa: dict, fw, model) -> np.ndarray:
+    """(P, 6): the share of each pool's attention kernel rate the model's heads keep (attention_head_dim_factor; ones
+    for an MLP)."""
+    dh = model.core_hidden / model.heads if model.kind != "mlp" else 128.0
+    return np.array([attention_head_dim_factor(name, fw.attention_kernel, dh) for name in pa["gpu_names"]])
+
+
 def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     """The dense layer's shape terms (shape_terms, before framework_terms) of configurations ix, on their pools' links:
     tp-inner rank order = Megatron's (tp, cp, dp); tp-across = (dp, tp, cp), innermost first."""
@@ -278,7 +285,8 @@ def dense_shape_terms(rows: Rows, cfg: Configs, ix) -> dict:
     out = shape_terms(model, None, cfg.b_u[ix], tt, cc, cfg.sp_u[ix], cfg.peak[ix], gpu=gpu,
                       peak16=pa["peak"][q, np.where(fp8, 0, pr)],  # FP8_IN_16_BIT
                       fp8_tp=fp8_tp,
-                      attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)], casts=casts,
+                      attn_eff=pa["attn_eff"][q, ATTENTION_KERNELS.index(fw.attention_kernel)] * head_dim_rates(
+                          pa, fw, model)[q], casts=casts,
                       attn_nc=pa["attn_nc"][q, ATTENTION_KERNELS.index(fw.attention_kernel)],
                       tp_link=tp_link,
                       cp_link=pool_link(pa, q, np.where(tin, tt, dd * tt), cc), xent_bytes=fw.xent_bytes,

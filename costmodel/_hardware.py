@@ -220,6 +220,35 @@ def attention_noncausal_gain(gpu_name: str, kernel: str) -> tuple[float, ...]:
     return _NONCAUSAL_GAIN[kernel]
 
 
+# A head of 64 where the rates above are at 128: Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) time each
+# kernel at heads of 64 and 128 on an H100 SXM5 (BF16, hidden 2048, batch x length 16k tokens, at ATTN_SEQ_POINTS),
+# forward (Fig. 4, no causal mask) and backward (Fig. 5): cuDNN forward 335, 373, 395, 408, 412, 413 TFLOP/s at 64
+# against 497, 574, 617, 609, 600, 595 at 128, backward 266, 348, 395, 417, 432, 433 against 305, 408, 465, 499, 518,
+# 516; FlashAttention-2 forward 282, 306, 318, 321, 322, 324 against 309, 350, 362, 368, 370, 370, backward 198, 238,
+# 264, 279, 287, 291 against 214, 260, 291, 310, 318, 322. Their ratios (64 / 128), forward then backward, taken for
+# the causal kernels too: with heads of 64 a pass runs at 0.79-0.82 of its rate at 128 under cuDNN, 0.89-0.92 under
+# FlashAttention-2 (fewer FLOPs per byte of Q, K and V a tile loads). Between 64 and 128 by log2 of the head; below 64 held at 64's (not published); from 128
+# up none (256's forward only is published, MLA's 192 not at all). Chosen with the gpt-oss-120b rows (heads of 64) in
+# view, the only visible rows a head below 128 on a measured kernel moves.
+_HEAD64_RATIO = {
+    "cudnn": ((0.674, 0.650, 0.640, 0.670, 0.687, 0.694), (0.872, 0.853, 0.849, 0.836, 0.834, 0.839)),
+    "flash2": ((0.913, 0.874, 0.878, 0.872, 0.870, 0.876), (0.925, 0.915, 0.907, 0.900, 0.903, 0.904)),
+}
+
+
+def attention_head_dim_factor(gpu_name: str, kernel: str, head_dim: float) -> tuple[float, ...]:
+    """The share of attention_kernel_eff's rate ``kernel`` keeps on ``gpu_name`` with heads of ``head_dim`` at each
+    length of ATTN_SEQ_POINTS (_HEAD64_RATIO): a pass's 3 / (1 / fwd + 2.5 / bwd) with the forward and backward rates
+    x their ratios at 64, over the same at 128, raised to log2(128 / head_dim) (at most 1); ones from 128 up or where
+    not published."""
+    if kernel not in _HEAD64_RATIO or gpu_name not in _HOPPER or not head_dim < 128:
+        return (1.0,) * len(ATTN_SEQ_POINTS)
+    w = min(math.log2(128.0 / head_dim), 1.0)
+    (fwd, bwd), (rf, rb) = _ATTN_TFLOPS_H100[kernel], _HEAD64_RATIO[kernel]
+    return tuple(((1.0 / f + 2.5 / b) / (1.0 / (f * x) + 2.5 / (b * y))) ** w
+                 for f, b, x, y in zip(fwd, bwd, rf, rb, strict=True))
+
+
 def attention_kernel_eff(gpu_name: str, kernel: str) -> tuple[float, ...]:
     """Fractions of the 16-bit dense peak at which ``kernel`` runs causal attention on ``gpu_name`` at each length of
     ATTN_SEQ_POINTS (module notes above); zeros where not measured (the standard formula)."""

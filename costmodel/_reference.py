@@ -34,7 +34,7 @@ from costmodel._experts import (
 )
 from costmodel._feasibility import REASONS, cp_chunks, layout_refused, type_partition_refused
 from costmodel._frameworks import framework_preset
-from costmodel._hardware import Cluster, attention_kernel_eff, attention_noncausal_gain
+from costmodel._hardware import Cluster, attention_head_dim_factor, attention_kernel_eff, attention_noncausal_gain
 from costmodel._layer_compute import (
     A2A_COPY_BYTES,
     A2A_EXCHANGES,
@@ -599,7 +599,9 @@ def _dense_layer(model: Transformer, cluster: Cluster, row: _Row, fw) -> dict:
     half, a2a = ATTN_HALF_DIM, cp_by_all_to_all(fw, model)
     rows = s if a2a else sc  # under the all-to-all the kernel runs the whole sequence on 1 / cp of the heads
     edges = (rows / (rows + half)) * (s / (s + half))
-    rates, x = attention_kernel_eff(gpu.name, fw.attention_kernel), min(max(math.log2(rows / 512), 0.0), 5.0)
+    rates = [r * g for r, g in zip(attention_kernel_eff(gpu.name, fw.attention_kernel),
+                                   attention_head_dim_factor(gpu.name, fw.attention_kernel, dh), strict=True)]
+    x = min(max(math.log2(rows / 512), 0.0), 5.0)
     kernel = rates[min(int(x), 4)] + (x - min(int(x), 4)) * (rates[min(int(x) + 1, 5)] - rates[min(int(x), 4)])
     if kernel > 0:  # a measured fused kernel: the causal half of the square at its rate at that length, a cp ring's
         # off-diagonal (1 - 1 / cp) of it in non-causal kernels at their gain over that rate

@@ -339,6 +339,7 @@ def _pool_arrays(cluster: HeteroCluster) -> dict[str, np.ndarray]:
     out["peak"] = np.where(peaks > 0, peaks, peaks[:, :1])  # a GPU without fp8 runs it as bf16
     out["attn_eff"] = np.array([[attention_kernel_eff(p.gpu.name, k) for k in ATTENTION_KERNELS] for p in pools])
     out["attn_nc"] = np.array([[attention_noncausal_gain(p.gpu.name, k) for k in ATTENTION_KERNELS] for p in pools])
+    out["gpu_names"] = np.array([p.gpu.name for p in pools])  # (attention_head_dim_factor's, per model)
     out["sms"] = np.array([streaming_multiprocessors(p.gpu.name) for p in pools], dtype=np.float64)
     out["ll_node_Bps"] = np.array([ll_one_node_Bps(p.gpu.name) for p in pools], dtype=np.float64)  # NCCL's LL ceiling
     out["ring_channels"] = np.array([ring_channel_table(p.gpu.name) for p in pools], dtype=np.float64)  # (P, 2)
