@@ -513,6 +513,9 @@ def to_megatron(plan: dict, model: Transformer, cluster: Cluster, *, profile: st
              f"add your data, tokenizer (plansweep priced a vocabulary of {model.vocab}), optimizer and checkpoint "
              "arguments",
              *([f"# environment: {why}"] if env else []),
+             *([f"# the experts' activation clamp ({model.glu_clamp:g}) has no Megatron-LM argument: "
+                "TransformerConfig.activation_func_clamp_value (Megatron-Bridge's GPT-OSS provider sets it); plansweep "
+                "priced it"] if model.glu_clamp is not None else []),
              "".join(f"{k}={v} " for k, v in env.items())
              + f"torchrun --nnodes {nodes} --nproc-per-node {per_node} {MEGATRON_SCRIPT} \\"]
     args = flag_lines(a)

@@ -93,6 +93,25 @@ ROUTER_TOPK_BYTES = 4 + 8
 MOE_FIXED_KERNELS = 2 + 6 + 11 + 9
 # Shared experts: their FC1, activation and FC2 (shared_experts.py).
 SHARED_EXPERT_KERNELS = 3
+# A clamped gated activation (Transformer.glu_clamp, gpt-oss's): Megatron-Core core_v0.16.0 (3bec9aa)
+# fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl clamps the FC1 output's two halves and concatenates them in
+# eager PyTorch before its fused kernel (chunk, x_glu.clamp, x_linear.clamp, torch.cat): each clamp reads and writes its
+# half, the cat reads and writes the whole, 8 elements of the expert's width a copy forward (its 2 halves x 4); the
+# backward, the two clamps' gradients (read the gradient and the input, write it: 3 a half; the cat's gradient is a
+# view of each half): 6. Three kernels forward (twice that backward, as every element-wise kernel's). The clamp reruns
+# where the activation is recomputed (moe_act).
+CLAMP_ELEMS_FWD, CLAMP_ELEMS_BWD = 8, 6
+CLAMP_KERNELS = 3
+# Experts with biases under a framework whose FC2 bias is added by a loop over the local experts
+# (Framework.expert_bias_loop: Megatron-Core core_v0.16.0 experts.py TEGroupedMLP._apply_bias; FC1's bias rides in its
+# grouped GEMM): per expert t + b * p on its slice of the FC2 output, then torch.cat. Elements of h a copy (the FC2
+# output's rows: every copy the etp group received), forward: the product b p written 1, the sum reading the slice and
+# the product and writing 3, the cat reading and writing 2: 6; backward: the gradient's pieces concatenated for the
+# split (2) and, for the bias and for the probabilities, a product with the gradient (read 1, write 1) reduced (read
+# 1): 2 + 2 x 3 = 8. Two kernels a local expert forward (twice backward). In 16 bits: the probabilities in the
+# activations' dtype (fp32 router probabilities, --moe-router-dtype fp32, would widen the product and the sum).
+EXPERT_BIAS_ELEMS_FWD, EXPERT_BIAS_ELEMS_BWD = 6, 8
+EXPERT_BIAS_KERNELS_PER_LOCAL_EXPERT = 2
 # Per local expert: one GEMM for FC1 and one for FC2 (Transformer Engine v2.11, c188b53, GroupedLinear ->
 # general_grouped_gemm -> common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm: a cuBLAS GEMM per expert, round-robin
 # over its compute streams); under fp8 each expert's input is quantized by a kernel of its own (grouped_linear.py
@@ -234,13 +253,31 @@ def routed_copies(model: Transformer, T, t):
     return model.capacity_factor * model.experts_per_token * T / t
 
 
-def moe_launch_units(local, fp8_quant, shared: bool):
+def moe_launch_units(local, fp8_quant, shared: bool, extra=0.0):
     """Kernel-overhead units (kernel_overhead_s each, KERNELS_PER_SUBLAYER kernels a unit) of an MoE layer's forward:
     its attention sub-layer's 1 and its MLP part's launches, MOE_FIXED_KERNELS, the shared experts' and
-    KERNELS_PER_LOCAL_EXPERT per local expert, twice under fp8 quantization (``fp8_quant``, per row)."""
+    KERNELS_PER_LOCAL_EXPERT per local expert, twice under fp8 quantization (``fp8_quant``, per row), and ``extra``
+    (expert_extra_kernels)."""
     n = (MOE_FIXED_KERNELS + SHARED_EXPERT_KERNELS * shared
-         + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + np.asarray(fp8_quant, dtype=np.float64)))
+         + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + np.asarray(fp8_quant, dtype=np.float64)) + extra)
     return 1.0 + n / KERNELS_PER_SUBLAYER
+
+
+def expert_extra_terms(model: Transformer, copies, u, local, bias_loop: bool):
+    """(forward elements, backward elements, kernels) a forward of the routed experts' element-wise work outside their
+    fused kernels adds: a clamped activation's clamps (Transformer.glu_clamp: CLAMP_ELEMS_FWD / _BWD of the expert's
+    width a copy) and, where ``bias_loop`` and the experts have biases, the FC2 bias loop (EXPERT_BIAS_ELEMS_FWD / _BWD
+    of h a row of the FC2 output, u copies; EXPERT_BIAS_KERNELS_PER_LOCAL_EXPERT a local expert and the cat). Also
+    (forward elements of the clamp alone), which a recomputed activation runs again."""
+    clamp = model.glu_clamp is not None
+    loop = bias_loop and model.bias
+    cf = CLAMP_ELEMS_FWD * copies * model.expert_ffn if clamp else 0.0 * copies
+    fwd = cf + (EXPERT_BIAS_ELEMS_FWD * u * copies * model.hidden if loop else 0.0)
+    bwd = (CLAMP_ELEMS_BWD * copies * model.expert_ffn if clamp else 0.0) + (
+        EXPERT_BIAS_ELEMS_BWD * u * copies * model.hidden if loop else 0.0)
+    kernels = (CLAMP_KERNELS if clamp else 0.0) + (
+        (EXPERT_BIAS_KERNELS_PER_LOCAL_EXPERT * local + 1.0) if loop else 0.0)
+    return fwd, bwd, kernels, cf
 
 
 def permutation_elems(copies, T, t, u, local):
@@ -340,7 +377,7 @@ def overlapped_a2a_s(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
 
 def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, peak, overlap_ep: bool,
                     per_node: bool = False, u=1, etp_link=None, fp8_dispatch=False, *, fp8_cast=0.0,
-                    sm_frac=0.0, shared_cast=None, host_sync=False) -> dict:
+                    sm_frac=0.0, shared_cast=None, host_sync=False, bias_loop=False) -> dict:
     """Per-micro-batch times of one MoE layer on one GPU (the keys of layer_costs; xcast_f / xcast_b: the expert
     GEMMs' fp8 quantization forward and backward; ep_fwd / ep_bwd: the exposed dispatch + combine all-to-alls of
     forward and of backward), from the dense layer's costs ``lc`` at the same shape (its attention core, attention
@@ -358,7 +395,8 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     forward's GPU time, expert_launch_excess, 0 without the wait or under the EP A2A overlap). ``overlap_ep``: the
     all-to-alls under the EP A2A overlap (overlapped_a2a_s; ``sm_frac`` the share of the SMs they hold). The
     heterogeneous evaluator passes as ``cluster`` a stage configuration's pool (gpu, gpus_per_node and the scale-up /
-    scale-out links as arrays)."""
+    scale-out links as arrays). ``bias_loop``: Framework.expert_bias_loop; the experts' element-wise work outside their
+    fused kernels (expert_extra_terms) rides in xcast_f / xcast_b with the quantization, its kernels in the launches."""
     gpu = cluster.gpu
     h, E, fe = model.hidden, model.experts, model.expert_ffn
     mats, act = model.mlp_matrices, model.activation
@@ -382,8 +420,10 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     quant = np.asarray(fp8_cast, dtype=np.float64)
     xcast_f, xcast_b = expert_cast_s(model, quant, copies, u, gpu)
     scast_f, scast_b = shared_expert_cast_s(model, T, t, gpu, shared_cast)
-    xcast_f, xcast_b = xcast_f + scast_f, xcast_b + scast_b
-    units = moe_launch_units(local, quant > 0, bool(fs))
+    extra_f, extra_b, extra_k, clamp_f = expert_extra_terms(model, copies, u, local, bias_loop)
+    xcast_f = xcast_f + scast_f + hbm_s(ACT_BYTES * extra_f, gpu)
+    xcast_b = xcast_b + scast_b + hbm_s(ACT_BYTES * extra_b, gpu)
+    units = moe_launch_units(local, quant > 0, bool(fs), extra_k)
     overhead = lc["overhead"] * 0.5 * units  # lc["overhead"]: the dense layer's two sub-layer units
     a_d, a_c = one_way_a2a_s(model, cluster, copies, e, u, etp_link, fp8_dispatch, per_node)
     elem_a, elem_m = hbm_s(attn_bytes, gpu), hbm_s(mlp_bytes, gpu)
@@ -402,7 +442,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     # the expert phase (HOST_S_PER_KERNEL comment): its kernels, and their GPU time: the expert (and shared expert)
     # GEMMs, their element-wise kernels but the unsort after them, their fp8 quantization and their launches' share
     x_kernels = (EXPERT_PHASE_FIXED_KERNELS + SHARED_EXPERT_KERNELS * bool(fs)
-                 + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + (quant > 0)))  # (N,)
+                 + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + (quant > 0)) + extra_k)  # (N,)
     gpu_x = (mlp_gemm + elem_m - 0.5 * hbm_s(ACT_BYTES * sort * h, gpu) + xcast_f
              + lc["overhead"] * 0.5 * x_kernels / KERNELS_PER_SUBLAYER)
     on = np.asarray(host_sync) & (not overlap_ep)
@@ -419,7 +459,7 @@ def moe_layer_costs(model: Transformer, cluster: Cluster, lc: dict, t, sp, e, pe
     # activation and FC2
     perm_s = hbm_s(ACT_BYTES * permute * h + ROUTING_BYTES_PER_SCORE * T * E / t, gpu)
     moe_f = router + mlp_gemm + perm_s + elem_m + lc["overhead"] * 0.5 * (units - 1.0) + xcast_f
-    act_f = hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * copies * fe, gpu)
+    act_f = hbm_s(ACT_BYTES * (ELEM_TF_PER_LAYER[act] * copies * fe + clamp_f), gpu)
     shared_f = (shared_fc1 + shared_fc2
                 + hbm_s(ACT_BYTES * ELEM_TF_PER_LAYER[act] * T * fs / t, gpu) + scast_f) if fs else 0.0 * T
     return {**lc, "gemm": attn_gemm + mlp_gemm, "elem": elem_a + elem_m, "overhead": overhead, "xcast_f": xcast_f,

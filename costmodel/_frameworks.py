@@ -71,6 +71,9 @@ Pricing rules the fields drive (costmodel._layer_terms.framework_terms, costmode
         launches their kernels (costmodel._experts.HOST_S_PER_KERNEL), a forward's expert phase's launches the GPU does
         not cover before the rest of the layer (expert_launch_excess), and each backward pass starts behind a wait
         (backward_chunk_excess)
+    expert_bias_loop: the routed experts' FC2 bias (an MoE model with biases: gpt-oss) is added after the grouped GEMM
+        by a Python loop over the local experts (Megatron-Core's TEGroupedMLP._apply_bias): its element-wise passes and
+        launches priced (costmodel._experts.EXPERT_BIAS_ELEMS_FWD); False: inside the GEMM, not priced
     fused_attention: True: a fused (flash) kernel keeps only per-row softmax statistics, no s x s scores (Dao et al.
         2022); False: the scores are stored (Korthikanti et al. 2022 Sec. 4.1, 5 a s^2 b bytes per layer) and pass
         through HBM in the softmax and the attention dropout (costmodel._layer_compute.UNFUSED_SCORE_BYTES)
@@ -336,6 +339,7 @@ class Framework:
     expert_fp8_cast_bytes: float = 0.0
     overlap_ep_steady_only: bool = False
     moe_host_sync: bool = False
+    expert_bias_loop: bool = False
     attention_kernel: str = "standard"
     fp8_cast_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     fp8_norm_cast_bytes: float | None = None
@@ -568,10 +572,15 @@ _MEGATRON_CORE = Framework(
     xent_bytes=52.0, xent_peak_bytes=2.0 + 4.0, grad_reduce_bytes=(4.0, 2.0, 4.0), overlap_param_gather=True,
     layer_saves="te", dropout=False, expert_fp8_cast_bytes=2.0 + 1.0 + 1.0,
     fp8_cast_bytes=TE_FP8_CAST_BYTES["delayed"][0], fp8_norm_cast_bytes=TE_FP8_CAST_BYTES["delayed"][1],
-    te_ring_attention=True, moe_host_sync=True, recompute_modules=True, interleaved_microbatches="at_least_pp",
-    blocking_p2p=True, dp_bucket_elems=(40e6, 1e6), dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
+    te_ring_attention=True, moe_host_sync=True, expert_bias_loop=True, recompute_modules=True,
+    interleaved_microbatches="at_least_pp", blocking_p2p=True, dp_bucket_elems=(40e6, 1e6),
+    dp_buckets_need_overlap=True, zero3_gathers=(1.0, 1.0, 1.0),
     tp_backward_async=True, te_fp8_gather="delayed", ep_fp16=False,
     sources=(TP_BACKWARD_ASYNC_SOURCE, TE_FP8_GATHER_SOURCE,
+             "Megatron-LM core_v0.16.0 (3bec9aa) megatron/core/transformer/moe/experts.py TEGroupedMLP.forward: FC1's "
+             "bias inside Transformer Engine's GroupedLinear, FC2's (skip_bias_add) added by _apply_bias, torch.split "
+             "of the output and the probabilities by tokens per expert, t + b * p per local expert, torch.cat "
+             "(expert_bias_loop)",
              "Megatron-LM d98e8a6 megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, "
              "1000000 x dp size) elements, None (one bucket) without overlap_grad_reduce; the distributed optimizer "
              "reduce-scatters and all-gathers per bucket (a stage past the first, pp_rank > 0, runs one bucket: "

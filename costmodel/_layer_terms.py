@@ -144,7 +144,8 @@ def moe_shape_terms(model: Transformer, cluster, sh: dict, b, t, c, sp, peak, mo
                          fw.overlap_ep, fw.ep_dispatch_per_node, u, etp_link, fp8_dispatch,
                          fp8_cast=np.where(fp8, fw.expert_fp8_cast_bytes, 0.0),
                          sm_frac=comm_sm_fraction(fw.ep_dispatch_per_node, sms, ctas),
-                         shared_cast=fp8_cast_columns(fw, fp8), host_sync=fw.moe_host_sync)
+                         shared_cast=fp8_cast_columns(fw, fp8), host_sync=fw.moe_host_sync,
+                         bias_loop=fw.expert_bias_loop)
     zero = np.zeros_like(sh["T"])
     act, _, experts = moe_layer_activation_bytes(model, b, t, c, sp, u)
     # the all-to-alls' results, the dispatched copies and the combined ones (16 bits an element of h): what a per-op

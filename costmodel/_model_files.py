@@ -278,8 +278,13 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
     elif family == "starcoder2":  # Starcoder2Config.use_bias, true by default: every linear and norm with its bias
         fields["bias"] = _flag(data, "use_bias", argument, True)
     head_dim = None if data.get("head_dim") is None else _get(data, "head_dim", argument)
-    if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias)
+    if family == "gpt_oss":  # Q, K, V, output and experts with biases (the config's attention_bias); the experts'
+        # activation clamped at swiglu_limit (GptOssConfig's default 7.0)
         fields["bias"] = True
+        limit = data.get("swiglu_limit", 7.0)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
+            raise InputError(f"{argument} swiglu_limit", "a number > 0", limit)
+        fields["glu_clamp"] = float(limit)
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
     if head_dim is not None and "kv_lora_rank" not in fields and head_dim * heads != hidden:

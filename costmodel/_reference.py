@@ -16,7 +16,13 @@ from costmodel._collectives import PER_NODE_DISPATCH_NET_EFF
 from costmodel._dtypes import ACT_BYTES, GRAD_COMM_BYTES, WEIGHT_BYTES
 from costmodel._errors import InputError
 from costmodel._experts import (
+    CLAMP_ELEMS_BWD,
+    CLAMP_ELEMS_FWD,
+    CLAMP_KERNELS,
     DEEPEP_SMS,
+    EXPERT_BIAS_ELEMS_BWD,
+    EXPERT_BIAS_ELEMS_FWD,
+    EXPERT_BIAS_KERNELS_PER_LOCAL_EXPERT,
     EXPERT_PHASE_FIXED_KERNELS,
     FP8_DISPATCH_BYTES,
     HOST_S_PER_KERNEL,
@@ -394,9 +400,19 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
         xcast_f += _hbm(gpu, cx * x_in + cw * mats * h * fs / tp)
         xcast_b += _hbm(gpu, cg * T * ((mats - 1) * fs / tp + h) + cwb * mats * h * fs / tp
                         + fw.fp8_recast_input_bytes * x_in)
-    # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8)
+    # the experts' element-wise work outside their fused kernels: a clamped activation's clamps and cat (elements of
+    # the expert's width a copy), the framework's FC2 bias loop over the local experts (elements of h a row of the FC2
+    # output, etp x copies rows), riding with the quantization; their kernels
+    clamp, loop = model.glu_clamp is not None, fw.expert_bias_loop and model.bias
+    clamp_f = CLAMP_ELEMS_FWD * copies * fe if clamp else 0.0
+    xcast_f += _hbm(gpu, ACT_BYTES * (clamp_f + (EXPERT_BIAS_ELEMS_FWD * etp * copies * h if loop else 0.0)))
+    xcast_b += _hbm(gpu, ACT_BYTES * ((CLAMP_ELEMS_BWD * copies * fe if clamp else 0.0)
+                                      + (EXPERT_BIAS_ELEMS_BWD * etp * copies * h if loop else 0.0)))
+    extra = (CLAMP_KERNELS if clamp else 0) + (EXPERT_BIAS_KERNELS_PER_LOCAL_EXPERT * local + 1 if loop else 0)
+    # kernels: the attention sub-layer's unit, the fixed ones, the shared experts', per local expert (twice under fp8),
+    # the element-wise work's above
     kernels = MOE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0) + KERNELS_PER_LOCAL_EXPERT * local * (
-        2 if cast > 0 else 1)
+        2 if cast > 0 else 1) + extra
     units = 1 + kernels / KERNELS_PER_SUBLAYER
     host_f = units * KERNELS_PER_SUBLAYER * HOST_S_PER_KERNEL  # the host's launches of the layer's forward
     remote = _remote_nodes(model, max(min(ep, math.ceil(ep * etp / cluster.gpus_per_node)), 1))
@@ -412,7 +428,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     # the expert phase after the host's wait: its kernels' launches against the dispatch and their GPU time (the
     # expert GEMMs, their element-wise kernels but the unsort, their quantization, their launches' GPU share)
     x_kernels = (EXPERT_PHASE_FIXED_KERNELS + (SHARED_EXPERT_KERNELS if fs else 0)
-                 + KERNELS_PER_LOCAL_EXPERT * local * (2 if cast > 0 else 1))
+                 + KERNELS_PER_LOCAL_EXPERT * local * (2 if cast > 0 else 1) + extra)
     sort_s = _hbm(gpu, ACT_BYTES * SORT_ELEMS_PER_COPY * etp * copies * h) if local > 1 else 0.0
     gpu_x = m_gemm + elem_m - sort_s / 2 + xcast_f + overhead / 2 * x_kernels / KERNELS_PER_SUBLAYER
     host_x = max(x_kernels * HOST_S_PER_KERNEL - a_d - gpu_x, 0.0) if not fw.overlap_ep else 0.0
@@ -447,7 +463,7 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
     permute = _hbm(gpu, ACT_BYTES * PERMUTE_ELEMS_PER_COPY * copies * h + ACT_BYTES * T * h / tp
                    + ROUTING_BYTES_PER_SCORE * T * E / tp)  # routing, permute and unpermute
     moe_f = _gemm(gpu, peak, T / tp, E, h) + m_gemm + permute + elem_m + overhead / 2 * (units - 1) + xcast_f
-    act_f = _hbm(gpu, ACT_BYTES * ELEM_TF_PER_LAYER[model.activation] * copies * fe)
+    act_f = _hbm(gpu, ACT_BYTES * (ELEM_TF_PER_LAYER[model.activation] * copies * fe + clamp_f))
     shared_f = 0.0
     if fs:
         shared_f = (_gemm(gpu, peak, T, (mats - 1) * fs / tp, h) + _gemm(gpu, peak, T, h, fs / tp)

@@ -14,6 +14,7 @@ prices exactly as before the MoE fields existed.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from costmodel._errors import InputError
 
@@ -36,7 +37,7 @@ MOE_DENSE_VALUES = {"experts_per_token": 1, "shared_experts": 0, "expert_ffn_hid
 # and the sliding window's, without one.
 MLA_NONE_VALUES = {"q_lora_rank": None, "kv_lora_rank": None, "qk_rope_head_dim": 0, "v_head_dim": None}
 FIELDS_SINCE_MOE = {"head_dim": None, "experts": 1, **MOE_DENSE_VALUES, **MLA_NONE_VALUES, "sliding_window": None,
-                    "window_layers": None, "attention_chunk": None, "window_every": None}
+                    "window_layers": None, "attention_chunk": None, "window_every": None, "glu_clamp": None}
 # The key tile edge of the fused attention kernels (FlashAttention-2's and cuDNN's 128-row blocks): a kernel skips the
 # key tiles wholly outside its mask, a causal one those above the diagonal, a sliding window's those left of the band
 # too (flash-attention v2.6 csrc/flash_attn/src/flash_fwd_kernel.h: n_block_min from window_size_left).
@@ -77,6 +78,10 @@ class Transformer:
     layer (1-based) attends over the whole sequence and the others take the window or the chunks (gpt-oss 2, Gemma 3 6,
     Llama 4 4), L - L // window_every of them; 0: they follow no such pattern (a Qwen config's last layers); None: not
     said. The pricing reads only the count; a launch line that names the layers (Megatron-LM's) reads the pattern.
+
+    ``glu_clamp`` (None: none): the routed experts' gated activation clamps its two inputs to this limit first
+    (gpt-oss's swiglu_limit 7.0: the gate at most it, the linear half within plus or minus it); priced as the
+    elementwise passes it takes (costmodel._experts CLAMP_ELEMS_FWD). An MoE model's only.
     """
 
     name: str
@@ -112,6 +117,7 @@ class Transformer:
     window_layers: int | None = None
     attention_chunk: int | None = None
     window_every: int | None = None
+    glu_clamp: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("layers", "hidden", "heads", "seq_len"):
@@ -152,6 +158,12 @@ class Transformer:
                              "layer full) or 0", e)
         if self.activation not in ACTIVATIONS:
             raise InputError("model.activation", f"one of {ACTIVATIONS}", self.activation)
+        g = self.glu_clamp
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g <= 0):
+            raise InputError("model.glu_clamp", "a number > 0 (or null: no clamp)", g)
+        if g is not None and (self.activation not in GATED or not (isinstance(self.experts, int) and self.experts > 1)):
+            raise InputError("model.glu_clamp", "null but on an MoE model with a gated activation (the routed "
+                             "experts' clamp)", g)
         if self.norm not in NORMS:
             raise InputError("model.norm", f"one of {NORMS}", self.norm)
         if self.kv_heads is None:
@@ -567,19 +579,19 @@ MODEL_PRESETS: dict[str, Transformer] = {
     # experts of ffn 2880, 4 a token, vocab 201088, untied; Q, K, V, output and experts with biases) and its model card
     # (OpenAI 2025, arXiv:2508.10925 Table 1: 116.83B, 5.13B active); every other layer, from the first, attends within
     # 128 keys (layer_types; Megatron-Bridge's GPT-OSS provider: window_size (128, 0), window_attn_skip_freq 2);
-    # pre-trained and benchmarked at 4,096 tokens (initial_context_length). The attention sinks (64 a layer) and the
-    # router's bias are left out.
+    # pre-trained and benchmarked at 4,096 tokens (initial_context_length); the experts' activation clamped at
+    # swiglu_limit 7.0 (glu_clamp). The attention sinks (64 a layer) and the router's bias are left out.
     "gpt-oss-120b": Transformer(
         name="gpt-oss-120b", layers=36, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
-        experts=128, experts_per_token=4, sliding_window=128, window_layers=18, window_every=2,
+        experts=128, experts_per_token=4, sliding_window=128, window_layers=18, window_every=2, glu_clamp=7.0,
     ),
     # gpt-oss-20b: openai/gpt-oss-20b config.json, gpt-oss-120b's layer with 24 layers and 32 experts (the model card,
     # arXiv:2508.10925 Table 1: 20.91B, 3.61B active).
     "gpt-oss-20b": Transformer(
         name="gpt-oss-20b", layers=24, hidden=2880, ffn_hidden=2880, heads=64, kv_heads=8, head_dim=64, seq_len=4096,
         vocab=201088, activation="swiglu", norm="rmsnorm", bias=True, tied_embeddings=False, learned_positions=False,
-        experts=32, experts_per_token=4, sliding_window=128, window_layers=12, window_every=2,
+        experts=32, experts_per_token=4, sliding_window=128, window_layers=12, window_every=2, glu_clamp=7.0,
     ),
     # Kimi K2: moonshotai/Kimi-K2-Instruct config.json, DeepSeek-V3's architecture (MLA as DeepSeek-V3's) with 64 heads,
     # 384 routed experts of 2048 and one shared, 8 a token, no expert groups, the first layer dense (18432), vocab
