@@ -102,6 +102,11 @@ SHARED_EXPERT_KERNELS = 3
 # where the activation is recomputed (moe_act).
 CLAMP_ELEMS_FWD, CLAMP_ELEMS_BWD = 8, 6
 CLAMP_KERNELS = 3
+# What the clamp keeps for the backward: torch's clamp saves its input (derivatives.yaml clamp: clamp_backward(grad,
+# self, min, max)), the two halves of FC1's output, which the fused kernel kept anyway, and the fused kernel now saves
+# the cat's output, a second 16-bit copy of FC1's output: 2 elements of the expert width a copy, 4 bytes. Inside the
+# checkpointed activation (moe_act recompute) none of it is kept.
+CLAMP_SAVED_BYTES = 4.0
 # Experts with biases under a framework whose FC2 bias is added by a loop over the local experts
 # (Framework.expert_bias_loop: Megatron-Core core_v0.16.0 experts.py TEGroupedMLP._apply_bias; FC1's bias rides in its
 # grouped GEMM): per expert t + b * p on its slice of the FC2 output, then torch.cat. Elements of h a copy (the FC2
@@ -261,6 +266,12 @@ def moe_launch_units(local, fp8_quant, shared: bool, extra=0.0):
     n = (MOE_FIXED_KERNELS + SHARED_EXPERT_KERNELS * shared
          + KERNELS_PER_LOCAL_EXPERT * local * (1.0 + np.asarray(fp8_quant, dtype=np.float64)) + extra)
     return 1.0 + n / KERNELS_PER_SUBLAYER
+
+
+def clamp_saved_bytes(model: Transformer) -> float:
+    """Bytes an element of the expert width a routed copy keeps beyond the gated activation's own for a clamped
+    activation (Transformer.glu_clamp; CLAMP_SAVED_BYTES), 0.0 without one."""
+    return CLAMP_SAVED_BYTES if model.glu_clamp is not None else 0.0
 
 
 def expert_extra_terms(model: Transformer, copies, u, local, bias_loop: bool):

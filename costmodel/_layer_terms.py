@@ -18,7 +18,9 @@ import numpy as np
 from costmodel._codes import MODULE_BIT, module_names
 from costmodel._dtypes import ACT_BYTES
 from costmodel._errors import InputError
-from costmodel._experts import ROUTER_TOPK_BYTES, a2a_channels, comm_sm_fraction, moe_layer_costs, routed_copies
+from costmodel._experts import (
+    ROUTER_TOPK_BYTES, a2a_channels, clamp_saved_bytes, comm_sm_fraction, moe_layer_costs, routed_copies,
+)
 from costmodel._frameworks import FRAMEWORKS, Framework
 from costmodel._hardware import PRECISIONS, Cluster
 from costmodel._layer_compute import (
@@ -385,7 +387,7 @@ def module_terms(fw: Framework, model: Transformer, terms: dict, byte_s, t, sp, 
     if "moe_act_L" in terms:
         copies = routed_copies(model, T, t)
         fs = model.shared_experts * model.shared_expert_ffn
-        part = (np.where(bit["moe_act"], ACT_BYTES * copies * model.expert_ffn, 0.0)
+        part = (np.where(bit["moe_act"], (ACT_BYTES + clamp_saved_bytes(model)) * copies * model.expert_ffn, 0.0)
                 + np.where(bit["shared_experts"], (6 if model.gated else 4) * T * fs / t, 0.0))
         part_re = (np.where(bit["moe_act"], terms["moe_act_f"], 0.0)
                    + np.where(bit["shared_experts"], terms["moe_shared_f"], 0.0))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel._dtypes import ACT_BYTES, GRAD_BYTES, GRAD_COMM_BYTES, OPTIM_BYTES, WEIGHT_BYTES
-from costmodel._experts import ROUTER_PROB_BYTES, layer_mix, routed_copies
+from costmodel._experts import ROUTER_PROB_BYTES, clamp_saved_bytes, layer_mix, routed_copies
 from costmodel._workloads import Transformer
 
 # Memory the framework holds outside the model: CUDA context, cuBLAS/NCCL workspaces and
@@ -172,8 +172,9 @@ def moe_layer_activation_bytes(model: Transformer, b, t, c, sp, u=1):
     copies = routed_copies(model, T, t)
     repl = ACT_REPLICATED_H * T * h / np.where(sp, t, 1) + mla_latent_activation_bytes(model, T, np.where(sp, t, 1))
     split = (2 * T * (q + model.o_hidden) + 4 * T * hk + coef * T * fs) / t
-    # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates
-    routed = copies * (ACT_BYTES * h * u + coef * model.expert_ffn) + ROUTER_PROB_BYTES * model.experts * T / t
+    # u x the copies after the etp all-gather, each with 1 / u of the expert's intermediates (and a clamp's copy)
+    routed = (copies * (ACT_BYTES * h * u + (coef + clamp_saved_bytes(model)) * model.expert_ffn)
+              + ROUTER_PROB_BYTES * model.experts * T / t)
     scores = ACT_SCORE_BYTES * a * b * (s / c) * s / t
     return repl + split + routed + scores, scores, coef * T * fs / t + routed
 

@@ -19,6 +19,7 @@ from costmodel._experts import (
     CLAMP_ELEMS_BWD,
     CLAMP_ELEMS_FWD,
     CLAMP_KERNELS,
+    CLAMP_SAVED_BYTES,
     DEEPEP_SMS,
     EXPERT_BIAS_ELEMS_BWD,
     EXPERT_BIAS_ELEMS_FWD,
@@ -454,10 +455,12 @@ def _moe_layer(model: Transformer, cluster: Cluster, fw, peak: float, T: float, 
         a2a = a_d + a_c
     ep_x = a_d + a_c - a2a  # an unpaired pass's all-to-alls exposed beyond a paired one's
     coef = 6 if model.gated else 4
-    experts = coef * T * fs / tp + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp
+    clamp_kept = CLAMP_SAVED_BYTES if model.glu_clamp is not None else 0.0  # the clamp's cat output
+    experts = (coef * T * fs / tp + copies * (ACT_BYTES * h * etp + (coef + clamp_kept) * fe)
+               + ROUTER_PROB_BYTES * E * T / tp)
     act = (ACT_REPLICATED_H * T * h / ew_div + _latent_bytes(model, T, ew_div)
            + (2 * T * sum(_widths(model)) + coef * T * fs) / tp
-           + copies * (ACT_BYTES * h * etp + coef * fe) + ROUTER_PROB_BYTES * E * T / tp)
+           + copies * (ACT_BYTES * h * etp + (coef + clamp_kept) * fe) + ROUTER_PROB_BYTES * E * T / tp)
     # what the recompute modules run again: the MoE block's forward (moe), the experts' activation (moe_act), the shared
     # experts' forward (shared_experts)
     permute = _hbm(gpu, ACT_BYTES * PERMUTE_ELEMS_PER_COPY * copies * h + ACT_BYTES * T * h / tp
@@ -1040,7 +1043,8 @@ def _named_modules(model: Transformer, cluster: Cluster, row: _Row, fw, lay: dic
     if moe is not None:
         fs = model.shared_experts * model.shared_expert_ffn
         coef = 6 if model.gated else 4
-        part = ((ACT_BYTES * moe["copies"] * model.expert_ffn if on["moe_act"] else 0.0)
+        act_freed = ACT_BYTES + (CLAMP_SAVED_BYTES if model.glu_clamp is not None else 0.0)  # FC2's input, the cat's
+        part = ((act_freed * moe["copies"] * model.expert_ffn if on["moe_act"] else 0.0)
                 + (coef * T * fs / tp if on["shared_experts"] else 0.0))
         part_re = (moe["act_f"] if on["moe_act"] else 0.0) + (moe["shared_f"] if on["shared_experts"] else 0.0)
         work_m = sep_m * ln_b + (moe["experts"] if on["moe"] else part)

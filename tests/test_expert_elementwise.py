@@ -61,6 +61,7 @@ def test_the_reference_prices_them_alike(framework):
         ref = evaluate_row(OSS, H100, table.row(i), framework=framework)
         assert vec["step_time_s"][i] == pytest.approx(ref["step_time_s"], rel=1e-9)
         assert vec["compute_s"][i] == pytest.approx(ref["compute_s"], rel=1e-9)
+        assert vec["mem_total_bytes"][i] == pytest.approx(ref["mem_total_bytes"], rel=1e-9)
 
 
 def test_glu_clamp_is_read_checked_and_kept():
@@ -76,3 +77,21 @@ def test_glu_clamp_is_read_checked_and_kept():
         dataclasses.replace(OSS, glu_clamp=0.0)
     assert model_from_dict(model_to_dict(OSS)) == OSS
     assert "glu_clamp" not in model_to_dict(model_preset("llama3-8b"))  # a model without one as before
+
+
+def test_clamp_memory_by_hand():
+    """Without recompute each MoE layer keeps a second 16-bit copy of FC1's output, the cat's (the clamps keep their
+    inputs, FC1's output, which the fused kernel kept anyway): 2 x 2880 elements x 2 B = 4 B an element of the expert
+    width a copy. gpt-oss-120b at pp 1, micro-batch 1, ep 8: 16384 copies a layer (4 experts x 4096 tokens), 36
+    layers in flight: 36 x 16384 x 4 x 2880 = 6.79 GB. Recomputing the activation (moe_act) keeps none of it; one
+    layer's, 16384 x 4 x 2880, is held while that layer is rebuilt."""
+    kw = dict(dp=64, tp=1, pp=1, ep=8, micro_batch=1, global_batch=64, zero_stage=1)
+    plain = dataclasses.replace(OSS, glu_clamp=None)
+    none = StrategyTable.from_columns(**kw, recompute="none")
+    act = StrategyTable.from_columns(**kw, recompute="selective", recompute_modules=["moe_act"])
+    for table, extra in ((none, 36 * 16384 * 4 * 2880), (act, 16384 * 4 * 2880)):
+        a = evaluate(OSS, H100, table, framework="megatron-core")["mem_activations_bytes"][0]
+        b = evaluate(plain, H100, table, framework="megatron-core")["mem_activations_bytes"][0]
+        assert a - b == pytest.approx(extra, rel=1e-12)
+        ref = evaluate_row(OSS, H100, table.row(0), framework="megatron-core")["mem_activations_bytes"]
+        assert ref == pytest.approx(a, rel=1e-9)
