@@ -7,8 +7,9 @@ quantization before the expert GEMMs; "launches", the MoE layer's kernel launche
 "overlap", the EP A2A overlap as a pair of a forward and a backward on one communication stream, with the SMs DeepEP
 holds; "unpaired", the overlap's warm-up and cool-down passes (and pipelines without interleaving) run alone, their
 all-to-alls exposed (unpaired_share); "host", dropless routing's host wait (a pass no faster than the host launches
-its kernels, HOST_S_PER_KERNEL). "none" prices each off as the model did before them: permutation traffic 4
-elements of h a copy and no router, sort or quantization bytes; 2 kernel-overhead units on top of the dense layer's;
+its kernels, HOST_S_PER_KERNEL); "experts", the routed experts' element-wise work outside their fused kernels (a
+clamped activation's clamps and cat, Megatron-Core's FC2 bias loop: expert_extra_terms; gpt-oss's rows only).
+"none" prices each off as the model did before them: permutation traffic 4 elements of h a copy and no router, sort or quantization bytes; 2 kernel-overhead units on top of the dense layer's;
 under the overlap each direction's all-to-alls hidden behind its layer half's computation (max(dispatch + combine -
 (Af + Mf), 0) a direction, close to the earlier rule, which took the GEMMs and the attention core as the window),
 every pass paired. Printed: each MoE row's error (predicted - measured, % of measured, as `plansweep validate`) under
@@ -30,7 +31,7 @@ try:
 except ImportError:  # run as a script from benchmarks/
     from validation_by_source import CSV
 
-MECHANISMS = ("bytes", "launches", "overlap", "unpaired", "host")
+MECHANISMS = ("bytes", "launches", "overlap", "unpaired", "host", "experts")
 
 
 def _old_permutation(copies, T, t, u, local):
@@ -42,8 +43,13 @@ def _no_cast(model, quant, copies, u, gpu):
     return zero, zero
 
 
-def _old_units(local, fp8_quant, shared):
+def _old_units(local, fp8_quant, shared, extra=0.0):
     return 4.0 + 0.0 * local
+
+
+def _no_extra(model, copies, u, local, bias_loop):
+    zero = 0.0 * copies
+    return zero, zero, 0.0, zero
 
 
 def _old_overlap(Af, Mf, Mb, Mw, Ab, a_d, a_c, sm_frac):
@@ -58,7 +64,8 @@ def _all_paired(rows):
 def mechanisms_on(on: set[str]):
     """The cost model with only the mechanisms in ``on`` priced (the others as before them)."""
     saved = {k: getattr(experts, k) for k in ("permutation_elems", "expert_cast_s", "moe_launch_units",
-                                              "overlapped_a2a_s", "ROUTING_BYTES_PER_SCORE", "HOST_S_PER_KERNEL")}
+                                              "overlapped_a2a_s", "ROUTING_BYTES_PER_SCORE", "HOST_S_PER_KERNEL",
+                                              "expert_extra_terms")}
     saved_pairs = block.unpaired_layers
     try:
         if "bytes" not in on:
@@ -72,6 +79,8 @@ def mechanisms_on(on: set[str]):
             block.unpaired_layers = _all_paired
         if "host" not in on:
             experts.HOST_S_PER_KERNEL = 0.0
+        if "experts" not in on:
+            experts.expert_extra_terms = _no_extra
         yield
     finally:
         block.unpaired_layers = saved_pairs

@@ -46,7 +46,8 @@ def main() -> None:
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
     for model, cl, batch in CASES:
         cluster = cluster_preset(cl)
-        full = dataclasses.replace(model, sliding_window=None, window_layers=None, attention_chunk=None)
+        full = dataclasses.replace(model, sliding_window=None, window_layers=None, attention_chunk=None,
+                                   window_every=None)
         what = f"chunks of {model.attention_chunk:,}" if model.attention_chunk else f"{model.sliding_window:,}"
         row, t_w = best(model, cluster, batch)
         _, t_f = best(full, cluster, batch)
