@@ -6,14 +6,14 @@ Mechanisms (costmodel._experts): "bytes", the HBM bytes of the router, permutati
 quantization before the expert GEMMs; "launches", the MoE layer's kernel launches (one GEMM per local expert);
 "overlap", the EP A2A overlap as a pair of a forward and a backward on one communication stream, with the SMs DeepEP
 holds; "unpaired", the overlap's warm-up and cool-down passes (and pipelines without interleaving) run alone, their
-all-to-alls exposed (unpaired_share); "host", dropless routing's host wait (a pass no faster than the host launches
-its kernels, HOST_S_PER_KERNEL); "experts", the routed experts' element-wise work outside their fused kernels (a
-clamped activation's clamps and cat, Megatron-Core's FC2 bias loop: expert_extra_terms; gpt-oss's rows only).
-"none" prices each off as the model did before them: permutation traffic 4 elements of h a copy and no router, sort
-or quantization bytes; 2 kernel-overhead units on top of the dense layer's; under the overlap each direction's all-to-alls hidden behind its layer half's computation (max(dispatch + combine -
-(Af + Mf), 0) a direction, close to the earlier rule, which took the GEMMs and the attention core as the window),
-every pass paired. Printed: each MoE row's error (predicted - measured, % of measured, as `plansweep validate`) under
-none, each alone, all; then the mean |error|.
+all-to-alls exposed (unpaired_share); "host", dropless routing's host wait (a pass no faster than the host launches its
+kernels, HOST_S_PER_KERNEL); "experts", the routed experts' element-wise work outside their fused kernels (a clamped
+activation's clamps and cat, Megatron-Core's FC2 bias loop: expert_extra_terms; gpt-oss's rows only). "none" prices each
+off as the model did before them: permutation traffic 4 elements of h a copy and no router, sort or quantization bytes;
+2 kernel-overhead units on top of the dense layer's; under the overlap each direction's all-to-alls hidden behind its
+layer half's computation (max(dispatch + combine - (Af + Mf), 0) a direction, close to the earlier rule, which took the
+GEMMs and the attention core as the window), every pass paired. Printed: each MoE row's error (predicted - measured, %
+of measured, as `plansweep validate`) under none, each alone, all; then the mean |error|.
 """
 
 from __future__ import annotations
