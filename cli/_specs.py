@@ -37,9 +37,42 @@ from costmodel._pipeline_terms import SCHED
 from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
 
 
+class _DuplicateKey(ValueError):
+    """A key an object of the file names twice (JSON and YAML keep the last silently)."""
+
+
+def _unique_pairs(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: the object, refusing a key it names twice."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _yaml_unique_loader():
+    """yaml.SafeLoader refusing a mapping that names a key twice."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:  # (scalar keys as written, with their resolved tag; merges' << skipped)
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    if (key_node.tag, key_node.value) in seen:
+                        raise _DuplicateKey(key_node.value)
+                    seen.add((key_node.tag, key_node.value))
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_mapping(path: str, argument: str) -> dict:
-    """A JSON or YAML file holding one object."""
+    """A JSON or YAML file holding one object, each of whose objects names a key once."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(argument, "a JSON or YAML file", f"{path}: a directory")
     if not p.is_file():
         raise InputError(argument, "an existing JSON or YAML file", path)
     text = read_text(p, argument, "JSON or YAML file")
@@ -47,13 +80,18 @@ def read_mapping(path: str, argument: str) -> dict:
         if p.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_yaml_unique_loader())  # noqa: S506 (a SafeLoader)
         else:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as exc:
+        raise InputError(argument, "a file whose objects name each key once", f"{path}: {exc.args[0]!r} twice") \
+            from None
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
         raise InputError(argument, "a well-formed JSON or YAML file", f"{path}: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
-        raise InputError(argument, "a file holding one object (mapping)", f"{path}: {type(data).__name__}")
+        kind = {type(None): "null", list: "a list", str: "a string", bool: "true or false", int: "a number",
+                float: "a number"}.get(type(data), type(data).__name__)
+        raise InputError(argument, "a file holding one object (mapping)", f"{path}: {kind}")
     return data
 
 
@@ -66,7 +104,10 @@ def load_model(word: str, seq_len=None) -> Transformer:
     HuggingFace config.json or a Calculon model file (costmodel.model_from_mapping); ``seq_len``
     (--seq-len's word; None: the model's own) replaces its sequence length (with_seq_len)."""
     if not _looks_like_file(word):
-        model = model_preset(word)
+        try:
+            model = model_preset(word)
+        except InputError as exc:  # (the flag the word came from)
+            raise InputError("--model", exc.expected, exc.got) from None
     else:
         model = model_from_mapping(read_mapping(word, "--model"), Path(word).stem, f"--model {word}")
     return model if seq_len is None else with_seq_len(model, seq_len)

@@ -130,11 +130,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from costmodel._errors import InputError
 from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
 from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
-from costmodel._workloads import Transformer
+from costmodel._workloads import MODEL_INT_MAX, Transformer
 
 # Routed experts of intermediate_size, every layer MoE, none shared (Mixtral's shape; OLMoE names the count num_experts)
 _MIXTRAL_SHAPED = ("mixtral", "gpt_oss", "olmoe", "granitemoe")
@@ -178,37 +179,92 @@ _GPT2_KEYS = {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "kv_he
               "seq_len": "n_positions", "ffn_hidden": "n_inner"}
 
 
+# Where a family reads a field from a key of its own (the families' readers below)
+_FAMILY_KEYS = {
+    "dense_layers": {**dict.fromkeys(("qwen2_moe", "qwen3_moe"), "mlp_only_layers"),
+                     **dict.fromkeys(("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"), "first_k_dense_replace")},
+    "moe_layer_freq": {"qwen2_moe": "decoder_sparse_step", "qwen3_moe": "decoder_sparse_step",
+                       "llama4_text": "interleave_moe_layer_step"},
+    "shared_experts": dict.fromkeys(("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"), "n_shared_experts"),
+    "shared_expert_ffn_hidden": {"qwen2_moe": "shared_expert_intermediate_size",
+                                 "qwen3_moe": "shared_expert_intermediate_size"},
+    "experts": {"olmoe": "num_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
+                **dict.fromkeys(("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"), "n_routed_experts"),
+                **dict.fromkeys(("mixtral", "gpt_oss", "granitemoe", "llama4_text"), "num_local_experts")},
+    "ffn_hidden": {"llama4_text": "intermediate_size_mlp"},
+    "expert_ffn_hidden": {"llama4_text": "intermediate_size"},
+}
+_CALCULON_FIELDS = {"layers": "num_blocks", "hidden": "hidden", "heads": "attn_heads", "ffn_hidden": "feedforward",
+                    "seq_len": "seq_size"}
+
+
+def _text_config(data: dict) -> tuple[dict, str | None]:
+    """(the mapping a HuggingFace config's language model is read from, its family): a multimodal config's
+    text_config (_NESTED) where it has one."""
+    family = data.get("model_type")
+    if isinstance(family, str) and family in _NESTED and isinstance(data.get("text_config"), dict):
+        return data["text_config"], _NESTED[family]
+    return data, family if isinstance(family, str) else None
+
+
 def _hf_key(field: str, data: dict) -> str:
     """The config key (module notes above) of a Transformer field, or the field itself where none maps."""
-    if data.get("model_type") == "gpt2" and field in _GPT2_KEYS:
+    text, family = _text_config(data)
+    if family == "gpt2" and field in _GPT2_KEYS:
         return _GPT2_KEYS[field]
-    return _HF_KEYS.get(field, field)
+    if field == "head_dim" and text.get("kv_lora_rank") is not None:
+        return "qk_nope_head_dim"  # (MLA's head size: _hf_moe_fields)
+    return _FAMILY_KEYS.get(field, {}).get(family) or _HF_KEYS.get(field, field)
+
+
+def _renamed(expected: str, name) -> str:
+    """``expected`` with each Transformer field written as ``field=value`` renamed by ``name`` (a file's own key)."""
+    fields = sorted((f.name for f in dataclasses.fields(Transformer)), key=len, reverse=True)
+    return re.sub(r"\b(" + "|".join(fields) + r")=", lambda m: f"{name(m.group(1))}=", expected)
 
 
 def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Transformer:
     """A Transformer from a mapping read from a file: HuggingFace config (has model_type or
     architectures), Calculon model (has num_blocks and attn_heads), or Transformer's fields."""
+    odd = [k for k in data if not isinstance(k, str)]
+    if odd:  # (a YAML file's keys can be numbers, dates, ...)
+        raise InputError(argument, "keys that are strings (field names)", odd[0])
+    fields = {f.name for f in dataclasses.fields(Transformer)}
+    hf = "model_type" in data or "architectures" in data
+    # (a file of Calculon's keys with a stray one is Calculon's, refused naming the stray key; more of Transformer's
+    # fields than Calculon's: a plansweep model file)
+    calculon = not hf and len(set(data) & (set(CALCULON_KEYS) - {"hidden"})) > len(set(data) & (fields - {"hidden"}))
+    looks_hf = set(data) & {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                            "vocab_size", "n_embd", "n_layer"}
+    if not hf and not calculon and looks_hf and not set(data) & fields:
+        raise InputError(f"{argument} model_type", "a value (a HuggingFace config.json names its family; or "
+                         "architectures)", "missing")
     try:
-        if "model_type" in data or "architectures" in data:
+        if hf:
             return from_hf_config(data, name, argument)
-        if "num_blocks" in data and "attn_heads" in data:
+        if calculon:
             return from_calculon(data, name, argument)
-        fields = {f.name for f in dataclasses.fields(Transformer)}
         unknown = set(data) - fields
         if unknown:
             raise InputError(argument, "fields among " + ", ".join(sorted(fields))
                              + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
-        try:
-            return Transformer(**{"name": name, **data})
-        except TypeError as exc:
-            raise InputError(argument, "the fields layers, hidden (and heads, vocab, ...)", str(exc)) from None
+        kind = data.get("kind", "transformer")
+        for key in ("layers", "hidden", *(("heads", "seq_len", "vocab") if kind == "transformer" else ())):
+            if key not in data:  # (a transformer's defaults, 1 head and 1 token, are no one's model)
+                raise InputError(f"{argument} {key}", f"a value (a model file of kind {kind} must set it)", "missing")
+        return Transformer(**{"name": name, **data})
     except InputError as exc:  # Transformer's own checks ("model.layers"): the file's argument and field (a HuggingFace
-        # config's own key)
+        # config's own key, a Calculon file's)
         if not exc.argument.startswith("model."):
             raise
+        def name_of(f: str) -> str:
+            return _hf_key(f, data) if hf else _CALCULON_FIELDS.get(f, f) if calculon else f
+
+        where = argument
+        if hf and _text_config(data)[0] is not data:
+            where = f"{argument} text_config"
         field = exc.argument.removeprefix("model.")
-        hf = "model_type" in data or "architectures" in data
-        raise InputError(f"{argument} {_hf_key(field, data) if hf else field}", exc.expected, exc.got) from None
+        raise InputError(f"{where} {name_of(field)}", _renamed(exc.expected, name_of), exc.got) from None
 
 
 def _get(data: dict, key: str, argument: str, default=None, kind=int):
@@ -254,7 +310,7 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       seq_len=_get(data, "n_positions", argument),
                       vocab=_get(data, "vocab_size", argument), norm="layernorm", bias=True,
                       tied_embeddings=_flag(data, "tie_word_embeddings", argument, True), learned_positions=True)
-        act = data.get("activation_function", "gelu_new")
+        act, act_key = data.get("activation_function", "gelu_new"), "activation_function"
     else:
         hidden = _get(data, "hidden_size", argument)
         heads = _get(data, "num_attention_heads", argument)
@@ -267,10 +323,11 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
                       bias=not gated,
                       tied_embeddings=_flag(data, "tie_word_embeddings", argument, family in _GEGLU_FAMILIES),
                       learned_positions=False)
-        act = data.get("hidden_act", "silu" if gated else "gelu")
+        act, act_key = data.get("hidden_act", "silu" if gated else "gelu"), "hidden_act"
         if family in _GEGLU_FAMILIES:  # (Gemma 2 and 3 name it hidden_activation too)
-            act = next((data[k] for k in ("hidden_activation", "hidden_act") if data.get(k) is not None),
-                       "gelu_pytorch_tanh")
+            act_key = next((k for k in ("hidden_activation", "hidden_act") if data.get(k) is not None),
+                           "hidden_activation")
+            act = data.get(act_key, "gelu_pytorch_tanh")
     if family == "llama4_text":  # dense layers of intermediate_size_mlp (the experts' is intermediate_size)
         fields["ffn_hidden"] = _get(data, "intermediate_size_mlp", argument)
     if family == "nemotron":  # NemotronConfig: attention_bias and mlp_bias, false by default
@@ -287,21 +344,23 @@ def from_hf_config(data: dict, name: str, argument: str = "--model") -> Transfor
         fields["glu_clamp"] = float(limit)
     if family in _MOE_FAMILIES:
         fields.update(_hf_moe_fields(data, family, fields["layers"], argument))
+    if "kv_lora_rank" in fields and fields["kv_heads"] != heads:
+        raise InputError(f"{argument} num_key_value_heads", f"num_attention_heads={heads} (MLA gives every head its "
+                         "own K and V) or null", fields["kv_heads"])
     if head_dim is not None and "kv_lora_rank" not in fields and head_dim * heads != hidden:
         fields["head_dim"] = head_dim  # (DeepSeek's head sizes are MLA's: _hf_moe_fields)
     if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
-        raise InputError(f"{argument} hidden_act", "one of " + ", ".join(_HF_ACTIVATIONS), act)
+        raise InputError(f"{argument} {act_key}", "one of " + ", ".join(_HF_ACTIVATIONS), act)
     activation = _HF_ACTIVATIONS[act]
     if family in _GEGLU_FAMILIES:
         if activation != "gelu":
-            raise InputError(f"{argument} hidden_act", f"a GELU (the gated MLP of {family})", act)
+            raise InputError(f"{argument} {act_key}", f"a GELU (the gated MLP of {family})", act)
         activation = "geglu"
     elif family in _GATED and activation != "swiglu":
-        raise InputError(f"{argument} hidden_act", f"silu (the gated MLP of {family})", act)
+        raise InputError(f"{argument} {act_key}", f"silu (the gated MLP of {family})", act)
     elif family not in _GATED and activation == "swiglu":  # (SiLU is priced gated only: three matrices)
-        key = "activation_function" if family == "gpt2" else "hidden_act"
-        raise InputError(f"{argument} {key}", f"a GELU or ReLU ({family}'s MLP has two matrices; plansweep prices "
-                         "SiLU only in a gated MLP)", act)
+        raise InputError(f"{argument} {act_key}", f"a GELU or ReLU ({family}'s MLP has two matrices; plansweep "
+                         "prices SiLU only in a gated MLP)", act)
     if family == "llama4_text":
         chunk, chunked, every = _hf_chunks(data, fields["layers"], argument)
         return Transformer(name=name, activation=activation, attention_chunk=chunk, window_layers=chunked,
@@ -350,6 +409,8 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     """The sliding window of a HuggingFace config, how many layers take it (None: all) and which
     (Transformer.window_every), or (None, None, None) (module docstring)."""
     types = data.get("layer_types")
+    if types is not None and not isinstance(types, list):
+        raise InputError(f"{argument} layer_types", f"a list of num_hidden_layers={layers} entries (or null)", types)
     if isinstance(types, list):
         if len(types) != layers:
             raise InputError(f"{argument} layer_types", f"num_hidden_layers={layers} entries, one a layer", len(types))
@@ -387,6 +448,11 @@ def _hf_window(data: dict, family: str, layers: int, argument: str) -> tuple[int
     window = data.get("sliding_window") if windowed else None
     if window is not None and not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
         raise InputError(f"{argument} sliding_window", "an integer >= 1 or null", window)
+    if window is None and windowed and (restricted is not None or family.startswith("qwen")):
+        # (layer_types or use_sliding_window name windowed layers: their window must be said; Mistral's and Gemma's
+        # configs leave it null for no window)
+        why = "layer_types names sliding_attention layers" if restricted is not None else "use_sliding_window is true"
+        raise InputError(f"{argument} sliding_window", f"an integer >= 1 where {why}", window)
     if window is None:
         return None, None, None
     return window, None if windowed == layers else windowed, every
@@ -411,13 +477,15 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
                     moe_layer_freq=step)
     if family in ("qwen2_moe", "qwen3_moe"):
         step = _get(data, "decoder_sparse_step", argument, default=1)
-        mlp_only = data.get("mlp_only_layers") or []
+        mlp_only = data.get("mlp_only_layers")
+        mlp_only = [] if mlp_only is None else mlp_only
         first = len(mlp_only) if isinstance(mlp_only, list) else -1
-        if mlp_only != list(range(first)) or (first and step != 1):
+        ints = isinstance(mlp_only, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in mlp_only)
+        if not ints or mlp_only != list(range(first)) or (first and step != 1):
             raise InputError(f"{argument} mlp_only_layers", "the first layers [0, 1, ..., d - 1] (with "
                              "decoder_sparse_step 1), or none", mlp_only)
         shared = data.get("shared_expert_intermediate_size") or 0
-        if not (isinstance(shared, int) and shared >= 0):
+        if not (isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0):
             raise InputError(f"{argument} shared_expert_intermediate_size", "an integer >= 0", shared)
         return dict(experts=_get(data, "num_experts", argument),
                     experts_per_token=_get(data, "num_experts_per_tok", argument),
@@ -430,10 +498,10 @@ def _hf_moe_fields(data: dict, family: str, layers: int, argument: str) -> dict:
     if freq != 1:
         raise InputError(f"{argument} moe_layer_freq", "1 (every layer after the first_k_dense_replace is MoE)", freq)
     first = data.get("first_k_dense_replace") or 0
-    if not (isinstance(first, int) and 0 <= first < layers):
+    if not (isinstance(first, int) and not isinstance(first, bool) and 0 <= first < layers):
         raise InputError(f"{argument} first_k_dense_replace", f"an integer in [0, num_hidden_layers={layers})", first)
     shared = data.get("n_shared_experts") or 0
-    if not (isinstance(shared, int) and shared >= 0):
+    if not (isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0):
         raise InputError(f"{argument} n_shared_experts", "an integer >= 0", shared)
     # group-limited routing: n_group groups, topk_group of them per token (DeepSeek-V3: 8 and 4); the
     # "greedy" top-k method (DeepSeek-V2-Lite) routes over all experts whatever the groups
@@ -458,6 +526,9 @@ def from_calculon(data: dict, name: str, argument: str = "--model") -> Transform
     if unknown:
         raise InputError(argument, "Calculon model keys " + ", ".join(CALCULON_KEYS), sorted(unknown)[0])
     v = {k: _get(data, k, argument) for k in CALCULON_KEYS}
+    big = [k for k in CALCULON_KEYS if v[k] > MODEL_INT_MAX]
+    if big:
+        raise InputError(f"{argument} {big[0]}", f"an integer of at most {MODEL_INT_MAX:,}", v[big[0]])
     if v["attn_heads"] * v["attn_size"] != v["hidden"]:
         raise InputError(f"{argument} attn_size", f"hidden / attn_heads = {v['hidden'] // v['attn_heads']}",
                          v["attn_size"])

@@ -120,6 +120,9 @@ class Transformer:
     glu_clamp: float | None = None
 
     def __post_init__(self) -> None:
+        nm = self.name  # (it heads tables, names Parquet rows and is written into exported launch scripts)
+        if not (isinstance(nm, str) and nm.isprintable()):
+            raise InputError("model.name", "a string of printable characters", nm)
         for f in ("layers", "hidden", "heads", "seq_len"):
             v = getattr(self, f)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
@@ -134,6 +137,8 @@ class Transformer:
                 raise InputError(f"model.{f.name}", f"an integer of at most {MODEL_INT_MAX:,}", v)
         if self.kind not in KINDS:
             raise InputError("model.kind", f"one of {KINDS}", self.kind)
+        if self.kind == "mlp" and self.seq_len != 1:
+            raise InputError("model.seq_len", "1 for kind=mlp (an MLP's sample is one token)", self.seq_len)
         w = self.sliding_window
         if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= 1):
             raise InputError("model.sliding_window", "an integer >= 1 (or null: no window)", w)
@@ -175,14 +180,17 @@ class Transformer:
             raise InputError("model.kv_heads", f"an integer in [1, heads={self.heads}]", self.kv_heads)
         if self.heads % self.kv_heads:
             raise InputError("model.kv_heads", f"a divisor of heads={self.heads}", self.kv_heads)
+        f = self.ffn_hidden  # (read by every kind: an MLP's experts and parameter counts take it too)
+        if not (isinstance(f, int) and not isinstance(f, bool) and f >= 1):
+            raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
+        v = self.vocab
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise InputError("model.vocab", "an integer >= 0 (0: no embedding, kind=mlp)", v)
         if self.kind == "transformer":
             if self.hidden % self.heads and self.head_dim is None:
                 raise InputError("model.hidden", f"a multiple of heads={self.heads}", self.hidden)
-            if not (isinstance(self.vocab, int) and not isinstance(self.vocab, bool) and self.vocab >= 1):
+            if v < 1:
                 raise InputError("model.vocab", "an integer >= 1", self.vocab)
-            f = self.ffn_hidden
-            if not (isinstance(f, int) and not isinstance(f, bool) and f >= 1):
-                raise InputError("model.ffn_hidden", "an integer >= 1", self.ffn_hidden)
         self._check_moe()
 
     @property
@@ -280,7 +288,8 @@ class Transformer:
                              self.dense_layers)
         if self.moe_layer_freq > self.layers - self.dense_layers:
             raise InputError("model.moe_layer_freq",
-                             f"at most layers - dense_layers = {self.layers - self.dense_layers}", self.moe_layer_freq)
+                             f"at most {self.layers - self.dense_layers}, the layers after the dense ones "
+                             f"(layers={self.layers} less dense_layers={self.dense_layers})", self.moe_layer_freq)
 
     def _check_mla(self) -> None:
         """MLA's fields: set only with kv_lora_rank, on a transformer whose heads all have their own K/V."""

@@ -32,16 +32,20 @@ def test_a_sensitivity_factor_past_the_range_is_refused(command):
 @pytest.mark.parametrize("framework", ["megatron-core", "megatron-deepspeed"])
 def test_a_name_with_a_newline_stays_inside_the_launch_scripts_comment(tmp_path, framework):
     model = tmp_path / "m.json"
-    model.write_text(json.dumps({"name": "x\ntouch PWNED #", "layers": 4, "hidden": 1024, "heads": 8,
-                                 "seq_len": 2048, "vocab": 32000, "activation": "swiglu", "norm": "rmsnorm",
-                                 "bias": False, "tied_embeddings": False, "learned_positions": False}))
+    fields = {"layers": 4, "hidden": 1024, "heads": 8, "seq_len": 2048, "vocab": 32000, "activation": "swiglu",
+              "norm": "rmsnorm", "bias": False, "tied_embeddings": False, "learned_positions": False}
+    model.write_text(json.dumps({"name": "x", **fields}))
     cluster = tmp_path / "c.json"
     cluster.write_text(json.dumps({"gpu": "h100", "num_gpus": 8, "name": "c\recho INJECTED"}))
     res = cli("export", "--framework", framework, "--model", str(model), "--cluster", str(cluster))
     assert res.returncode == 0, res.stderr
     first = res.stdout.splitlines()[0]
-    assert first.startswith("# plansweep export: x\\ntouch PWNED # on c\\recho INJECTED")
+    assert first.startswith("# plansweep export: x on c\\recho INJECTED")
     assert not any(line.startswith(("touch", "echo")) for line in res.stdout.splitlines())
+    # a model's name is refused where it holds a control character (a damaged file), before anything is written
+    model.write_text(json.dumps({"name": "x\ntouch PWNED #", **fields}))
+    one_error_line(cli("export", "--framework", framework, "--model", str(model), "--cluster", str(cluster)),
+                   "name: expected a string of printable characters, got 'x\\ntouch PWNED #'")
 
 
 @pytest.mark.parametrize("config, key", [
@@ -142,7 +146,7 @@ DEEPSEEK_CONFIG = {"model_type": "deepseek_v3", "hidden_size": 2048, "num_attent
     ({**GPT2_CONFIG, "n_inner": 0}, "n_inner: expected an integer >= 1, got 0"),
     ({**DEEPSEEK_CONFIG, "n_group": 0}, "n_group: expected an integer >= 1, got 0"),
     ({**LLAMA_CONFIG, "model_type": "gemma2", "hidden_act": None, "hidden_activation": ""},
-     "hidden_act: expected one of"),
+     "hidden_activation: expected one of"),
 ])
 def test_a_damaged_huggingface_value_is_refused_not_replaced(tmp_path, config, needle):
     f = tmp_path / "config.json"
@@ -157,3 +161,101 @@ def test_a_huggingface_configs_null_values_keep_their_defaults():
         from costmodel._model_files import model_from_mapping
 
         assert getattr(model_from_mapping(config, "m"), field) == want
+
+
+# A second pass, over model files (HuggingFace configs, plansweep's own, Calculon's)
+
+NATIVE = {"layers": 4, "hidden": 1024, "heads": 8, "seq_len": 2048, "vocab": 32000}
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4,
+             "num_hidden_layers": 8, "intermediate_size": 6144, "vocab_size": 32000, "max_position_embeddings": 4096,
+             "hidden_act": "silu", "num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512}
+
+
+def _model_file(tmp_path, text: str, suffix: str = ".json"):
+    f = tmp_path / f"m{suffix}"
+    f.write_text(text)
+    return ("--model", str(f), "--cluster", "h100x8", "--global-batch", "64")
+
+
+@pytest.mark.parametrize("text, suffix, needle", [
+    # a traceback: the MLP's ffn_hidden was checked only for a transformer, then added to an int
+    (json.dumps({"layers": 4, "hidden": 1024, "kind": "mlp", "ffn_hidden": "abc"}), ".json",
+     "ffn_hidden: expected an integer >= 1, got 'abc'"),
+    # priced: an MLP's tokens a sample multiplied tokens/s by 5 (samples/s unchanged)
+    (json.dumps({"layers": 4, "hidden": 1024, "kind": "mlp", "seq_len": 5}), ".json",
+     "seq_len: expected 1 for kind=mlp (an MLP's sample is one token), got 5"),
+    # tracebacks: a YAML key that is a number sorted against strings; a name that is not a string reached Arrow
+    ("layers: 4\nhidden: 1024\n1: 2\n", ".yaml", "expected keys that are strings (field names), got 1"),
+    (json.dumps({**NATIVE, "name": 5}), ".json", "name: expected a string of printable characters, got 5"),
+    ("name: 2024-01-01\nlayers: 4\nhidden: 1024\nheads: 8\nseq_len: 2048\nvocab: 32000\n", ".yaml",
+     "name: expected a string of printable characters, got datetime.date(2024, 1, 1)"),
+    # priced: a key named twice kept its last value (JSON and YAML alike)
+    ('{"layers": 4, "hidden": 1024, "heads": 8, "seq_len": 2048, "vocab": 32000, "layers": 1}', ".json",
+     "expected a file whose objects name each key once, got"),
+    ("layers: 4\nhidden: 1024\nheads: 8\nseq_len: 2048\nvocab: 32000\nhidden: 64\n", ".yaml", "'hidden' twice"),
+    # priced: a plansweep model file without its sequence or heads trained 1-token sequences on 1 head
+    (json.dumps({"layers": 4, "hidden": 1024, "heads": 8, "vocab": 32000}), ".json",
+     "seq_len: expected a value (a model file of kind transformer must set it), got 'missing'"),
+    ("{}", ".json", "layers: expected a value (a model file of kind transformer must set it), got 'missing'"),
+    ("null", ".json", "expected a file holding one object (mapping), got"),
+])
+def test_a_damaged_model_file_is_one_line(tmp_path, text, suffix, needle):
+    one_error_line(cli("evaluate", *_model_file(tmp_path, text, suffix)), needle)
+
+
+def test_a_yaml_merge_key_is_not_a_key_named_twice(tmp_path):
+    # YAML's << merges a mapping whose keys the node may override: not a duplicate
+    f = tmp_path / "m.yaml"
+    f.write_text("base: &b\n  layers: 4\nmodel:\n  <<: *b\n  layers: 8\n")
+    from cli._specs import read_mapping
+
+    assert read_mapping(str(f), "--model") == {"base": {"layers": 4}, "model": {"layers": 8}}
+
+
+@pytest.mark.parametrize("config, needle", [
+    # priced as full attention: sliding layers without a window, a layer_types that is no list
+    ({**LLAMA_CONFIG, "layer_types": ["sliding_attention"] * 4},
+     "sliding_window: expected an integer >= 1 where layer_types names sliding_attention layers, got None"),
+    ({**LLAMA_CONFIG, "layer_types": "sliding_attention"}, "layer_types: expected a list of num_hidden_layers=4"),
+    ({**QWEN3_MOE, "use_sliding_window": True, "max_window_layers": 4, "sliding_window": None},
+     "sliding_window: expected an integer >= 1 where use_sliding_window is true, got None"),
+    # named by the model's own fields (moe_layer_freq, dense_layers, experts=...) instead of the config's keys
+    ({**QWEN3_MOE, "decoder_sparse_step": 9}, "decoder_sparse_step: expected at most 8, the layers after the dense "
+     "ones (num_hidden_layers=8 less mlp_only_layers=0), got 9"),
+    ({**QWEN3_MOE, "mlp_only_layers": list(range(8))}, "mlp_only_layers: expected fewer than num_hidden_layers=8"),
+    ({**QWEN3_MOE, "mlp_only_layers": [False]}, "mlp_only_layers: expected the first layers"),
+    ({**DEEPSEEK_CONFIG, "first_k_dense_replace": True}, "first_k_dense_replace: expected an integer in [0, "),
+    ({**DEEPSEEK_CONFIG, "n_shared_experts": True}, "n_shared_experts: expected an integer >= 0, got True"),
+    ({**DEEPSEEK_CONFIG, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+      "num_key_value_heads": 8}, "num_key_value_heads: expected num_attention_heads=16 (MLA gives every head"),
+    ({**GPT2_CONFIG, "activation_function": "bogus"}, "activation_function: expected one of"),
+    ({"model_type": "gemma3", "text_config": {**LLAMA_CONFIG, "model_type": "gemma3_text", "num_key_value_heads": 3,
+                                              "hidden_activation": "gelu_pytorch_tanh"}},
+     "text_config num_key_value_heads: expected a divisor of num_attention_heads=16, got 3"),
+    ({k: v for k, v in LLAMA_CONFIG.items() if k != "model_type"},
+     "model_type: expected a value (a HuggingFace config.json names its family; or architectures), got 'missing'"),
+])
+def test_a_damaged_huggingface_config_names_its_own_key(tmp_path, config, needle):
+    one_error_line(cli("evaluate", *_model_file(tmp_path, json.dumps(config))), needle)
+
+
+CALCULON_MODEL = {"hidden": 6144, "feedforward": 24576, "seq_size": 2048, "attn_heads": 64, "attn_size": 96,
+                  "num_blocks": 48}
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"attn_heads": 2**31}, "attn_heads: expected an integer of at most 2,147,483,647, got 2147483648"),
+    ({"attn_heads": None}, "attn_heads: expected a value (the config must set it), got 'missing'"),
+    ({"vocab": 50000}, "expected Calculon model keys hidden, feedforward, seq_size, attn_heads, attn_size, "
+     "num_blocks, got 'vocab'"),
+    ({"num_blocks": 0}, "num_blocks: expected an integer >= 1, got 0"),
+])
+def test_a_damaged_calculon_model_names_its_own_key(tmp_path, change, needle):
+    model = {k: v for k, v in {**CALCULON_MODEL, **change}.items() if v is not None}
+    one_error_line(cli("evaluate", *_model_file(tmp_path, json.dumps(model))), needle)
+
+
+def test_a_directory_or_an_empty_model_word_is_named(tmp_path):
+    (d := tmp_path / "d.json").mkdir()
+    one_error_line(cli("evaluate", "--model", str(d)), "--model: expected a JSON or YAML file, got")
+    one_error_line(cli("evaluate", "--model", ""), "--model: expected one of gpt3-175b")

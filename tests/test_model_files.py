@@ -313,7 +313,8 @@ def test_layer_types_name_a_window_in_any_family_and_bad_windows_are_named():
     with pytest.raises(InputError, match="--model sliding_window: expected an integer >= 1 or null, got '4096'"):
         from_hf_config({**MISTRAL_7B, "sliding_window": "4096"}, "x")
     with pytest.raises(InputError, match="model.sliding_window: expected an integer >= 1"):
-        model_from_mapping({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "sliding_window": 0}, "x")
+        model_from_mapping({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 128, "sliding_window": 0},
+                           "x")
 
 
 # Qwen3-32B's config.json (Qwen/Qwen3-32B): 64 heads of 128 on a hidden size of 5,120 (Q 8,192 wide).
@@ -375,11 +376,14 @@ def test_a_hf_config_refused_by_the_models_checks_names_the_configs_key(tmp_path
     cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 3, "max_position_embeddings": 8192, "vocab_size": 128256}
     (path := tmp_path / "c.json").write_text(json.dumps(cfg))
-    with pytest.raises(InputError, match=f"--model {path} num_key_value_heads: expected a divisor of heads=32, got 3"):
+    with pytest.raises(InputError,
+                       match=f"--model {path} num_key_value_heads: expected a divisor of "
+                             "num_attention_heads=32, got 3"):
         load_model(str(path))
     moe = {**cfg, "model_type": "mixtral", "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 9}
     path.write_text(json.dumps(moe))
-    with pytest.raises(InputError, match="num_experts_per_tok: expected an integer in \\[1, experts=8\\], got 9"):
+    with pytest.raises(InputError,
+                       match="num_experts_per_tok: expected an integer in \\[1, num_local_experts=8\\], got 9"):
         load_model(str(path))
     # a plansweep model file keeps its own field names
     (own := tmp_path / "m.json").write_text(json.dumps({"name": "m", "layers": 32, "hidden": 4096, "heads": 32,

@@ -81,7 +81,8 @@ def test_moe_layer_freq_places_every_other_layer():
     (dict(shared_experts=-1), "model.shared_experts: expected an integer >= 0, got -1"),
     (dict(expert_ffn_hidden=0), "model.expert_ffn_hidden: expected an integer >= 1 (or null for its default), got 0"),
     (dict(dense_layers=4), "model.dense_layers: expected fewer than layers=4"),
-    (dict(moe_layer_freq=4), "model.moe_layer_freq: expected at most layers - dense_layers = 3, got 4"),
+    (dict(moe_layer_freq=4), "model.moe_layer_freq: expected at most 3, the layers after the dense ones (layers=4 "
+     "less dense_layers=1), got 4"),
     (dict(head_dim=0), "model.head_dim: expected an integer >= 1"),
     (dict(experts=1), "model.experts_per_token: expected 1 for a dense model (experts=1), got 2"),
     (dict(experts=1, experts_per_token=1), "model.shared_experts: expected 0 for a dense model (experts=1), got 1"),

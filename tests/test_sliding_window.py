@@ -203,7 +203,7 @@ def test_gemma_configs_count_their_reports():
     nested = {"model_type": "gemma3", "text_config": {k: v for k, v in GEMMA3_1B.items() if k != "vocab_size"},
               "vision_config": {"model_type": "siglip_vision_model"}}
     assert from_hf_config(nested, "g3") == dataclasses.replace(g3, name="g3", vocab=262208)
-    with pytest.raises(InputError, match="--model hidden_act: expected a GELU \\(the gated MLP of gemma2\\)"):
+    with pytest.raises(InputError, match="--model hidden_activation: expected a GELU \\(the gated MLP of gemma2\\)"):
         from_hf_config({**GEMMA2_9B, "hidden_activation": "silu"}, "x")
 
 
