@@ -101,7 +101,7 @@ DEFAULT_RESTART_DUPLICATES = True
 # chains at once; fewer candidates each keeps a step's cost near one evaluation batch).
 NOVELTY_CANDIDATES = 64
 NOVELTY_CANDIDATES_PER_STEP = 4096
-DEFAULT_STARTS = ("data_parallel", "megatron", "fsdp", "fsdp_tp", "fsdp_cp1", "random")
+DEFAULT_STARTS = ("data_parallel", "megatron", "fsdp", "fsdp_tp", "fsdp_cp1", "fsdp_pp", "random")
 # Share of a known budget spent last on the unevaluated neighbours of the best points told (the
 # peaks, search._local; at least 64 evaluations up to 80%: late_evaluations), a batch of ``chains``
 # points at a time, instead of chain steps. Chosen on draw seed 1 (0.3, 0.5, 0.65 and 0.7 tried).

@@ -791,7 +791,10 @@ class Space(SearchSpace):
         fit in memory by costmodel.evaluate; where it is not the data-parallel point), "fsdp_cp1" (FSDP's with cp 1
         before the smallest tp; where it is no point above), "fsdp_tp" (the 2D recipe,
         torchtitan's FSDP + TP: FSDP's with the largest tp up to a node's GPUs, sequence parallelism, the fewest
-        micro-batches a step, then the least recompute; where tp > 1 and it is no point above) and "megatron"
+        micro-batches a step, then the least recompute; where tp > 1 and it is no point above), "fsdp_pp" (FSDP with
+        a pipeline, torchtitan's 3D recipe and Llama 3's: pp > 1 with ZeRO 2-3 where the framework shards beside
+        pipeline stages, on the most GPUs, the least recompute, then the smallest tp, the fewest stages and the
+        fewest micro-batches a step, among those that fit; where it is no point above) and "megatron"
         (Megatron-LM's recipe, Narayanan et al. 2021 /
         Korthikanti et al. 2022: tp = GPUs per node or the largest valid tp below it, for an MoE model
         the largest expert parallelism at that tp (Megatron-Core's MoE recipes spread the experts), on every GPU
@@ -850,6 +853,21 @@ class Space(SearchSpace):
                     two_d = digits[np.lexsort(keys)[0]]
                     if not any(np.array_equal(two_d, v) for v in out.values()):
                         out["fsdp_tp"] = two_d
+            # FSDP with a pipeline (torchtitan's 3D recipe, Llama 3's: the weights or gradients sharded beside pipeline
+            # stages, where the framework shards with pp > 1): the least recompute where it fits, the smallest tp,
+            # then the fewest stages, then the fewest micro-batches a step
+            sharded = (t["pp"] > 1) & (t["zero_stage"] >= 2)
+            if within is None and sharded.any():
+                cand = np.flatnonzero(sharded)
+                priced = evaluate(self.model, self.cluster, t.take(cand))
+                sharded[cand[priced["reason"] == REASON["out_of_memory"]]] = False
+            if sharded.any():
+                micro = t["global_batch"] // (t["dp"] * t["micro_batch"])
+                keys = (t["overlap_dp"] == 0, ~t["sequence_parallel"], t["schedule"] != SCHEDULES.index("1f1b"),
+                        t["vpp"], t["cp"], micro, t["pp"], t["tp"], rc, -t.num_gpus, ~sharded)
+                fsdp_pp = digits[np.lexsort(keys)[0]]
+                if not any(np.array_equal(fsdp_pp, v) for v in out.values()):
+                    out["fsdp_pp"] = fsdp_pp
         digits, t = among(self._core_valid({"stage_recompute": "selective"}))
         if len(digits):
             tps = t["tp"]

@@ -307,6 +307,34 @@ def test_fsdp_starts_shard_the_activations_by_cp_and_by_tp():
             (256, tp, cp, 1, 3, 1, "none"), k
 
 
+def test_fsdp_pp_start_is_the_sharded_pipeline_with_the_least_recompute_smallest_tp_and_fewest_stages():
+    """FSDP with a pipeline (torchtitan's 3D recipe, Llama 3's): among the points that fit, pp > 1 with the weights or
+    gradients sharded (ZeRO 2-3), on the most GPUs, the least recompute, the smallest tp, the fewest stages, then the
+    fewest micro-batches a step: checked against every point of the space priced by evaluate. GPT-3 175B on 512
+    H100s under llama3-fsdp (ZeRO-2 with pipelines)."""
+    from search._screen import screened
+
+    space = Space.from_options(GPT3, cluster_preset("h100x512"), global_batch=512, base="fixed",
+                               framework="llama3-fsdp", tp=[1, 2, 4, 8], pp=[1, 4, 8, 16], micro_batch=[1, 2],
+                               recompute=["none", "full"], sequence_parallel=[True], zero_stage=[0, 2, 3])
+    _, members = screened(space)
+    got = space.table(space.start_points(within=members)["fsdp_pp"]).row(0)
+    idx, table = space.rows(0, space.size)
+    m = evaluate(GPT3, space.cluster, table, framework="llama3-fsdp")
+    ok = m["feasible"] & (table["pp"] > 1) & (table["zero_stage"] >= 2)
+    ok &= table.num_gpus == table.num_gpus[ok].max()
+    ok &= table["recompute"] == table["recompute"][ok].min()
+    ok &= table["tp"] == table["tp"][ok].min()
+    ok &= table["pp"] == table["pp"][ok].min()
+    micro = table["global_batch"] // (table["dp"] * table["micro_batch"])
+    ok &= micro == micro[ok].min()
+    assert ok.any()
+    assert got["zero_stage"] >= 2 and got["pp"] > 1
+    assert (got["tp"], got["pp"], got["recompute"], got["micro_batch"]) == \
+        (table["tp"][ok][0], table["pp"][ok][0], ("none", "selective", "full")[table["recompute"][ok][0]],
+         table["micro_batch"][ok][0])
+
+
 def test_megatron_start_uses_every_gpu_before_uniform_stages():
     """Megatron-LM runs tp x pp x cp x dp = every GPU of the job. Llama 3 70B (80 layers) on 1,024 H100s, batch
     1024, tp 8, idle GPUs allowed: pp 5 and pp 10 divide the layers but leave dp at the largest that divides the
