@@ -245,14 +245,24 @@ def build_strategy(args, model, cluster) -> StrategyTable:
         raise _naming_the_file(exc, args.strategy, keys) from None
 
 
+def strategy_reason_error(args, model, cluster, table: StrategyTable, reason: str, framework) -> InputError:
+    """reason_error for the strategy priced, naming the --strategy file where what it refuses is the file's key."""
+    exc = reason_error(model, cluster, table.row(0), reason, framework)
+    if not getattr(args, "strategy", None):
+        return exc
+    return _naming_the_file(exc, args.strategy, _file_keys(args, read_strategy(args.strategy, cluster)))
+
+
 def _build_strategy(args, model, cluster, from_file: dict) -> StrategyTable:
     data = _with_flags(args, from_file, model)
     mods = data.get("recompute_modules")
+    mods_arg = "--recompute-modules" if args.recompute_modules is not None else "recompute_modules"  # (flag or file)
     if isinstance(mods, str) and not mods.replace(",", " ").split():  # (empty or only commas: none named)
-        raise InputError("--recompute-modules", "module names, comma-separated", mods)
+        raise InputError(mods_arg, "module names, comma-separated", mods)
     if mods:  # Megatron-Core reads the modules under selective granularity only
         if data.setdefault("recompute", "selective") != "selective":
-            raise InputError("--recompute", "selective (or none given) with --recompute-modules", data["recompute"])
+            raise InputError("--recompute" if args.recompute is not None else "recompute",
+                             f"selective (or none given) with {mods_arg}", data["recompute"])
     if args.stage_layers is not None:  # (an empty word too: refused by number_list)
         data["stage_layers"] = number_list(args.stage_layers, "--stage-layers", int, "comma-separated integers")
         data.setdefault("pp", len(data["stage_layers"]))
@@ -406,7 +416,7 @@ def run(args) -> int:
     asked = overlap_refusals(args, data, table, names)
     if len(names) > 1:
         return print_side_by_side(args, model, cluster, table, names,
-                                  lambda reason, fw: reason_error(model, cluster, table.row(0), reason, fw),
+                                  lambda reason, fw: strategy_reason_error(args, model, cluster, table, reason, fw),
                                   asked=asked)
     framework = names[0]
     if framework in asked:
@@ -415,7 +425,7 @@ def run(args) -> int:
     metrics = evaluate(model, cluster, table, pipeline="simulate", framework=profile)  # one row: exact
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason, framework)
+        raise strategy_reason_error(args, model, cluster, table, reason, framework)
     rep = report(model, cluster, table, metrics, failure_from_args(args), framework, profile=profile)
     if dtypes:
         rep["state_dtypes"] = dtypes

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from cli import COMMAND_HELP
-from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy
+from cli._cmd_evaluate import add_seq_len_arg, add_strategy_args, build_strategy, strategy_reason_error
 from cli._export import MEGATRON_DEEPSPEED_PROFILES, MEGATRON_PROFILES, PLAN_KEYS, WRITERS, canonical_plan
 from cli._specs import load_cluster, load_model, one_framework, reason_error, strategy_from_mapping
 from costmodel import REASONS, HeteroCluster, InputError, evaluate
@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate(model, cluster, table, framework=profile)
     reason = REASONS[int(metrics["reason"][0])]
     if reason not in ("ok", "out_of_memory"):
-        raise reason_error(model, cluster, table.row(0), reason, profile)
+        raise (reason_error(model, cluster, table.row(0), reason, profile) if args.run else
+               strategy_reason_error(args, model, cluster, table, reason, profile))
     text = WRITERS[fmt](canonical_plan(table.row(0), model), model, cluster, profile=profile)
     if note:
         print(note, file=sys.stderr)

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from cli import COMMAND_HELP
-from cli._cmd_evaluate import add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args
+from cli._cmd_evaluate import (add_failure_args, add_spec_args, add_strategy_args, build_strategy, failure_from_args,
+                               strategy_reason_error)
 from cli._specs import load_cluster, load_model, one_framework
-from costmodel import HeteroCluster, InputError
+from costmodel import REASONS, HeteroCluster, InputError, evaluate
 from costmodel._files import replaced_together
 from search import POLICIES, replan
 
@@ -66,7 +67,16 @@ def run(args) -> int:
     if out is not None and (not args.out or (out.exists() and not out.is_dir())):
         raise InputError("--out", "a directory", args.out)
     lost = _lost(args.lost, cluster.nodes)
-    plan = build_strategy(args, model, cluster).row(0)
+    table = build_strategy(args, model, cluster)
+    priced = evaluate(model, cluster, table, framework=framework)
+    reason = REASONS[int(priced["reason"][0])]
+    if reason == "out_of_memory":
+        raise InputError("--strategy" if args.strategy else "plan", f"a plan that fits in the "
+                         f"{cluster.gpu.hbm_bytes / 1e9:.1f} GB of a {cluster.gpu.name} on {cluster.name}",
+                         f"{priced['mem_total_bytes'][0] / 1e9:.1f} GB per GPU")
+    if reason != "ok":
+        raise strategy_reason_error(args, model, cluster, table, reason, framework)
+    plan = table.row(0)
     records = replan(model, cluster, plan, lost, policies=args.policies.split(","),
                      objective=args.objective, failure=failure_from_args(args), framework=framework)
     print(f"{model.name} on {cluster.name}: re-planning a plan of {plan['dp']} x {plan['tp']} x {plan['pp']} x "

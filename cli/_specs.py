@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel._hardware import MAX_GBPS
 from costmodel import (
     COLUMNS,
     Cluster,
@@ -68,6 +69,25 @@ def _yaml_unique_loader():
     return UniqueKeyLoader
 
 
+# A YAML file's aliases share one object between the places that name it, so a few lines can stand for billions of
+# values (an alias chain) that a check or a message would walk: refused past this many values, expanded.
+YAML_MAX_VALUES = 1_000_000
+
+
+def _expanded_size(data, cap: int) -> int:
+    """Values in ``data`` counting each alias's object again where it recurs, up to just past ``cap``."""
+    n, stack = 0, [data]
+    while stack and n <= cap:
+        v = stack.pop()
+        n += 1
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return n
+
+
 def read_mapping(path: str, argument: str) -> dict:
     """A JSON or YAML file holding one object, each of whose objects names a key once."""
     p = Path(path)
@@ -88,6 +108,9 @@ def read_mapping(path: str, argument: str) -> dict:
             from None
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError
         raise InputError(argument, "a well-formed JSON or YAML file", f"{path}: {str(exc).splitlines()[0]}") from None
+    if p.suffix.lower() in (".yaml", ".yml") and _expanded_size(data, YAML_MAX_VALUES) > YAML_MAX_VALUES:
+        raise InputError(argument, f"a file of at most {YAML_MAX_VALUES:,} values once its YAML aliases are expanded",
+                         f"{path}: more than that")
     if not isinstance(data, dict):
         kind = {type(None): "null", list: "a list", str: "a string", bool: "true or false", int: "a number",
                 float: "a number"}.get(type(data), type(data).__name__)
@@ -188,6 +211,9 @@ def load_cluster(word: str, hardware: str | None = None) -> Cluster | HeteroClus
                 raise InputError("--cluster", "a Calculon system file with its GPU count, FILE.json@GPUS", word)
             cluster = cluster_from_calculon(data, gpus, Path(path).stem, f"--cluster {path}")
         else:
+            if at:
+                raise InputError("--cluster", "FILE@GPUS only for a Calculon system file (a plansweep cluster file "
+                                 "sets its own num_gpus or pools)", word)
             data.setdefault("name", Path(path).stem)
             cluster = _hetero_file(data, path) if "pools" in data else _cluster_file(data, path)
     elif word.lower() in hetero_names() or "+" in word:
@@ -244,15 +270,15 @@ def _hetero_file(data: dict, path: str) -> HeteroCluster:
 def _cluster_file(data: dict, word: str) -> Cluster:
     unknown = set(data) - set(CLUSTER_FIELDS)
     if unknown:
-        raise InputError("--cluster", "fields among " + ", ".join(CLUSTER_FIELDS), sorted(unknown)[0])
+        raise InputError("--cluster", "fields among " + ", ".join(CLUSTER_FIELDS), sorted(unknown, key=str)[0])
     for k in ("gpu", "num_gpus"):
         if k not in data:
             raise InputError("--cluster", f"a '{k}' field", f"{word} without it")
     links = {}
     for k in ("scaleup_GBps", "scaleout_GBps"):
         v = data.get(k)
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf):
-            raise InputError(f"--cluster {word} {k}", "a number > 0 (GB/s per GPU per direction)", v)
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= MAX_GBPS):
+            raise InputError(f"--cluster {word} {k}", f"a number in (0, {MAX_GBPS:g}] (GB/s per GPU per direction)", v)
         links[k] = None if v is None else float(v) * 1e9
     if not isinstance(data["gpu"], str) or not isinstance(data["name"], str):
         bad = "gpu" if not isinstance(data["gpu"], str) else "name"
@@ -280,7 +306,7 @@ def strategy_from_mapping(data: dict, argument: str) -> StrategyTable:
     allowed = set(COLUMNS) | {"stage_layers", "stage_recompute", "recompute_modules"}
     unknown = set(data) - allowed
     if unknown:
-        raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown)[0])
+        raise InputError(argument, "strategy keys among " + ", ".join(sorted(allowed)), sorted(unknown, key=str)[0])
     data = dict(data)
     if data.get("recompute") is False:  # YAML's false / off / no: no recompute
         data["recompute"] = "none"

@@ -151,6 +151,8 @@ def read_text(path: str | os.PathLike, argument: str, what: str) -> str:
     """The text of the input file ``path`` (UTF-8, a byte-order mark allowed); InputError naming
     ``argument``, expecting ``what`` (e.g. "a JSON or YAML file"), where it is missing, not a
     file, unreadable or not UTF-8 text."""
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):  # a FIFO, a device: may block
+        raise InputError(argument, f"{what}, a regular file", f"{os.fspath(path)}: not a regular file")
     try:
         with open(path, "rb") as fh:
             data = fh.read()

@@ -70,9 +70,11 @@ class GPU(Efficiency):
     # and the efficiency constants, inherited from Efficiency
 
     def __post_init__(self) -> None:
-        for f in ("hbm_bytes", "hbm_Bps", "scaleup_Bps", "scaleout_Bps", "gemm_half_dim"):
-            if not (_is_number(getattr(self, f)) and getattr(self, f) > 0):
-                raise InputError(f"gpu.{f}", "a positive number", getattr(self, f))
+        if not (_is_number(self.hbm_bytes) and self.hbm_bytes > 0):  # (inf: memory not a bound, as validate asks)
+            raise InputError("gpu.hbm_bytes", "a positive number", self.hbm_bytes)
+        for f in ("hbm_Bps", "scaleup_Bps", "scaleout_Bps", "gemm_half_dim"):
+            if not (_is_number(getattr(self, f)) and 0 < getattr(self, f) < math.inf):
+                raise InputError(f"gpu.{f}", "a finite positive number", getattr(self, f))
         for f in ("gemm_eff_max", "hbm_eff", "link_eff"):
             v = getattr(self, f)
             if not (_is_number(v) and 0 < v <= 1):
@@ -80,7 +82,7 @@ class GPU(Efficiency):
         for f in ("scaleup_latency_s", "scaleout_latency_s", "kernel_overhead_s"):
             if not (_is_number(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):
                 raise InputError(f"gpu.{f}", "a time >= 0 s", getattr(self, f))
-        if any(not (_is_number(p) and p > 0) for p in self.peak_flops[:2]):
+        if any(not (_is_number(p) and 0 < p < math.inf) for p in self.peak_flops[:2]):
             raise InputError("gpu.peak_flops", "positive bf16 and fp16 peaks", self.peak_flops)
 
 
@@ -154,10 +156,18 @@ EFFICIENCY: dict[str, Efficiency] = {
 }
 
 
+# Ceilings of the constants a file may set, far past any GPU's (a step of a second, a GEMM side of 64k before half
+# the peak), so that a value past them is a damaged file, not a machine, and no step time overflows.
+MAX_LATENCY_S = 1.0
+MAX_GEMM_HALF_DIM = 65536.0
+MAX_GBPS = 1e6  # a link's GB/s per GPU per direction (a petabyte a second)
+
+
 def efficiency_values(consts, where: str) -> dict[str, float]:
     """The efficiency constants a mapping names ({constant: value}, some of Efficiency's fields), checked: the
-    efficiencies (gemm_eff_max and the *_eff) in (0, 1], gemm_half_dim > 0, the latencies and kernel_overhead_s >= 0,
-    each a finite number. InputError naming ``where`` and the constant otherwise."""
+    efficiencies (gemm_eff_max and the *_eff) in (0, 1], gemm_half_dim in (0, MAX_GEMM_HALF_DIM], the latencies and
+    kernel_overhead_s in [0, MAX_LATENCY_S], each a finite number. InputError naming ``where`` and the constant
+    otherwise."""
     names = [f.name for f in dataclasses.fields(Efficiency)]
     if not isinstance(consts, dict):
         raise InputError(where, "an object of constants", consts)
@@ -168,9 +178,12 @@ def efficiency_values(consts, where: str) -> dict[str, float]:
     for k, v in consts.items():
         ok = _is_number(v) and math.isfinite(v) and v >= 0
         efficiency = k.endswith("_eff") or k == "gemm_eff_max"
-        if not ok or (efficiency and not 0 < v <= 1) or (k == "gemm_half_dim" and v <= 0):
+        half = k == "gemm_half_dim"
+        if not ok or (efficiency and not 0 < v <= 1) or (half and not 0 < v <= MAX_GEMM_HALF_DIM) or (
+                not efficiency and not half and v > MAX_LATENCY_S):
             raise InputError(f"{where}.{k}", "a number in (0, 1]" if efficiency else
-                             "a number > 0" if k == "gemm_half_dim" else "a number >= 0", v)
+                             f"a number in (0, {MAX_GEMM_HALF_DIM:g}]" if half else
+                             f"a number of seconds in [0, {MAX_LATENCY_S:g}]", v)
         values[k] = float(v)
     return values
 
@@ -387,8 +400,8 @@ class Cluster:
             if v > CLUSTER_INT_MAX:
                 raise InputError(f"cluster.{f}", f"an integer of at most {CLUSTER_INT_MAX:,}", v)
         for f in ("scaleup_Bps", "scaleout_Bps"):
-            if not (_is_number(getattr(self, f)) and getattr(self, f) > 0):
-                raise InputError(f"cluster.{f}", "a positive bandwidth in B/s", getattr(self, f))
+            if not (_is_number(getattr(self, f)) and 0 < getattr(self, f) < math.inf):
+                raise InputError(f"cluster.{f}", "a finite positive bandwidth in B/s", getattr(self, f))
         for f in ("scaleup_latency_s", "scaleout_latency_s"):
             if not (_is_number(getattr(self, f)) and 0 <= getattr(self, f) < math.inf):
                 raise InputError(f"cluster.{f}", "a latency >= 0 s", getattr(self, f))
@@ -436,8 +449,9 @@ def make_cluster(gpu: GPU | str, num_gpus: int, *, gpus_per_node: int | None = N
         gpus_per_node = node_gpus(g.name)
         if gpus_per_node == RACK_TRAY_GPUS * RACK_TRAYS:
             gpus_per_node = rack_domain(num_gpus)
-    if not (isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool) and gpus_per_node >= 1):
-        raise InputError("gpus_per_node", "an integer >= 1", gpus_per_node)
+    if not (isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool)
+            and 1 <= gpus_per_node <= CLUSTER_INT_MAX):
+        raise InputError("gpus_per_node", f"an integer in [1, {CLUSTER_INT_MAX:,}]", gpus_per_node)
     if num_gpus % gpus_per_node and num_gpus > gpus_per_node:
         raise InputError("num_gpus", f"a multiple of gpus_per_node={gpus_per_node}", num_gpus)
     per_node = min(gpus_per_node, num_gpus)

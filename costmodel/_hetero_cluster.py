@@ -30,11 +30,12 @@ import math
 from collections.abc import Mapping
 
 from costmodel._errors import InputError
-from costmodel._hardware import (CLUSTER_INT_MAX, GPU, Cluster, cluster_preset, efficiency_of, efficiency_values,
-                                 gpu_preset)
+from costmodel._hardware import (CLUSTER_INT_MAX, GPU, MAX_GBPS, MAX_LATENCY_S, Cluster, cluster_preset,
+                                 efficiency_of, efficiency_values, gpu_preset)
 
 _GB = 1e9
 _US = 1e-6
+MAX_LATENCY_US = MAX_LATENCY_S / _US
 
 # PCIe Gen4 x16 is 32 GB/s per direction raw; an 8-GPU PCIe server routes GPU-to-GPU traffic
 # through shared switches and the CPU root complexes (and UPI between sockets), where NCCL's
@@ -65,10 +66,11 @@ class Pool:
         for fields, ok, what in ((("nodes", "gpus_per_node"),
                                   lambda v: isinstance(v, int) and 1 <= v <= CLUSTER_INT_MAX,
                                   f"an integer in [1, {CLUSTER_INT_MAX:,}]"),
-                                 (("intra_Bps", "inter_Bps"), lambda v: isinstance(v, float | int) and v > 0,
-                                  "a positive bandwidth in B/s"),
+                                 (("intra_Bps", "inter_Bps"), lambda v: isinstance(v, float | int) and 0 < v < math.inf,
+                                  "a finite positive bandwidth in B/s"),
                                  (("intra_latency_s", "inter_latency_s"),
-                                  lambda v: isinstance(v, float | int) and v >= 0, "a latency >= 0 s")):
+                                  lambda v: isinstance(v, float | int) and 0 <= v <= MAX_LATENCY_S,
+                                  f"a latency in [0, {MAX_LATENCY_S:g}] s")):
             for f in fields:
                 if isinstance(v := getattr(self, f), bool) or not ok(v):
                     raise InputError(f"pools[{self.name}].{f}", what, v)
@@ -175,11 +177,12 @@ POOL_FIELDS = ("name", "gpu", "nodes", "gpus_per_node", "intra_GBps", "inter_GBp
 LINK_FIELDS = ("between", "GBps", "latency_us")
 
 
-def _number(value: object, argument: str, *, positive: bool) -> float:
+def _number(value: object, argument: str, *, positive: bool, most: float) -> float:
+    """A file's number: > 0 (``positive``) or >= 0, at most ``most`` (MAX_GBPS, MAX_LATENCY_US: past any machine)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(argument, "a number", value)
-    if not math.isfinite(value) or (positive and not value > 0) or (not positive and not value >= 0):
-        raise InputError(argument, "a finite number > 0" if positive else "a finite number >= 0", value)
+    if not math.isfinite(value) or (positive and not value > 0) or (not positive and not value >= 0) or value > most:
+        raise InputError(argument, f"a number in {'(' if positive else '['}0, {most:g}]", value)
     return float(value)
 
 
@@ -189,14 +192,14 @@ def _check_entry(entry, where: str, fields) -> None:
         raise InputError(where, "a mapping", entry)
     bad = set(entry) - set(fields)
     if bad:
-        raise InputError(where, "keys among " + ", ".join(fields), sorted(bad)[0])
+        raise InputError(where, "keys among " + ", ".join(fields), sorted(bad, key=str)[0])
 
 
 def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> HeteroCluster:
     """Build and validate a HeteroCluster from a parsed file (see the module docstring)."""
     unknown = set(data) - {"name", "pools", "links"}
     if unknown:
-        raise InputError("cluster", "keys among name, pools, links", sorted(unknown)[0])
+        raise InputError("cluster", "keys among name, pools, links", sorted(unknown, key=str)[0])
     pools_in = data.get("pools")
     if not isinstance(pools_in, list) or not pools_in:
         raise InputError("cluster.pools", "a non-empty list of pools", pools_in)
@@ -213,10 +216,10 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
         opts = {}
         for f in ("intra_GBps", "inter_GBps"):
             if f in p:
-                opts[f] = _number(p[f], f"{where}.{f}", positive=True)
+                opts[f] = _number(p[f], f"{where}.{f}", positive=True, most=MAX_GBPS)
         for f in ("intra_latency_us", "inter_latency_us"):
             if f in p:
-                opts[f] = _number(p[f], f"{where}.{f}", positive=False)
+                opts[f] = _number(p[f], f"{where}.{f}", positive=False, most=MAX_LATENCY_US)
         name = p.get("name", p["gpu"])
         if not isinstance(name, str) or not name.strip() or name.strip().isdigit():
             # (a strategy's stages name their pool, or give its index: a name of digits would read as one)
@@ -241,13 +244,16 @@ def hetero_from_mapping(data: Mapping, *, default_name: str = "hetero") -> Heter
             raise InputError(f"{where}.between", "a list of two pool names", pair)
         if "GBps" not in ln:
             raise InputError(f"{where}.GBps", "a bandwidth in GB/s", None)
-        bw = _number(ln["GBps"], f"{where}.GBps", positive=True) * _GB
-        lat = _number(ln.get("latency_us", 10.0), f"{where}.latency_us", positive=False) * _US
+        bw = _number(ln["GBps"], f"{where}.GBps", positive=True, most=MAX_GBPS) * _GB
+        lat = _number(ln.get("latency_us", 10.0), f"{where}.latency_us", positive=False, most=MAX_LATENCY_US) * _US
         key = (str(pair[0]), str(pair[1]))
         if key in links or key[::-1] in links:
             raise InputError(f"{where}.between", "one link per pair of pools (a link runs both ways)", pair)
         links[key] = (bw, lat)
-    return make_hetero(pools, links, name=str(data.get("name", default_name)))
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("cluster.name", "a name (a string)", name)
+    return make_hetero(pools, links, name=name)
 
 
 def _efficiency_entry(gpu: GPU) -> dict:

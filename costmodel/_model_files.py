@@ -133,7 +133,7 @@ import math
 import re
 
 from costmodel._errors import InputError
-from costmodel._hardware import EFFICIENCY, GPU, Cluster, gpu_preset
+from costmodel._hardware import CLUSTER_INT_MAX, EFFICIENCY, GPU, MAX_GBPS, MAX_LATENCY_S, Cluster, gpu_preset
 from costmodel._strategy import INT_COLUMN_MAX  # the strategy table's own bound
 from costmodel._workloads import MODEL_INT_MAX, Transformer
 
@@ -247,7 +247,7 @@ def model_from_mapping(data: dict, name: str, argument: str = "--model") -> Tran
         unknown = set(data) - fields
         if unknown:
             raise InputError(argument, "fields among " + ", ".join(sorted(fields))
-                             + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown)[0])
+                             + " (or a HuggingFace config.json, or a Calculon model file)", sorted(unknown, key=str)[0])
         kind = data.get("kind", "transformer")
         for key in ("layers", "hidden", *(("heads", "seq_len", "vocab") if kind == "transformer" else ())):
             if key not in data:  # (a transformer's defaults, 1 head and 1 token, are no one's model)
@@ -524,7 +524,7 @@ def from_calculon(data: dict, name: str, argument: str = "--model") -> Transform
     """A Transformer from a Calculon model file (module docstring for what it adds)."""
     unknown = set(data) - set(CALCULON_KEYS)
     if unknown:
-        raise InputError(argument, "Calculon model keys " + ", ".join(CALCULON_KEYS), sorted(unknown)[0])
+        raise InputError(argument, "Calculon model keys " + ", ".join(CALCULON_KEYS), sorted(unknown, key=str)[0])
     v = {k: _get(data, k, argument) for k in CALCULON_KEYS}
     big = [k for k in CALCULON_KEYS if v[k] > MODEL_INT_MAX]
     if big:
@@ -543,11 +543,16 @@ def is_calculon_system(data: dict) -> bool:
     return all(k in data for k in CALCULON_SYSTEM_KEYS)
 
 
+# Ceilings of a Calculon system file's peak and memory, past any GPU's (a damaged file, not a machine).
+CALCULON_MAX_TFLOPS = 1e6
+CALCULON_MAX_GIB = 1e6
+
+
 def _calculon_number(data: dict, keys: tuple[str | int, ...], argument: str, *, integer: bool = False,
-                     low: float | None = None) -> float | int:
+                     low: float | None = None, high: float) -> float | int:
     """The number at ``data[keys[0]][keys[1]]...`` of a Calculon system file (an int key indexes a
-    list): finite and > 0 (>= ``low`` where given; a whole number with ``integer``); InputError
-    naming the field (``networks[0].bandwidth``) otherwise."""
+    list): finite, > 0 (>= ``low`` where given) and at most ``high``, a whole number with ``integer``;
+    InputError naming the field (``networks[0].bandwidth``) otherwise."""
     field = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
     value = data
     for k in keys:
@@ -560,8 +565,9 @@ def _calculon_number(data: dict, keys: tuple[str | int, ...], argument: str, *, 
         raise InputError(f"{argument} {field}", kind, value)
     if integer and value != int(value):
         raise InputError(f"{argument} {field}", kind, value)
-    if not (value > 0 if low is None else value >= low):
-        raise InputError(f"{argument} {field}", f"{kind} > 0" if low is None else f"{kind} >= {low:g}", value)
+    if not (value > 0 if low is None else value >= low) or value > high:
+        most = f"{high:,.0f}" if integer else f"{high:g}"
+        raise InputError(f"{argument} {field}", f"{kind} in {'(0' if low is None else f'[{low:g}'}, {most}]", value)
     return int(value) if integer else float(value)
 
 
@@ -585,15 +591,19 @@ def cluster_from_calculon(data: dict, num_gpus: int, name: str, argument: str = 
     def num(*keys, **kw):
         return _calculon_number(data, keys, argument, **kw)
 
-    f16 = num("matrix", "float16", "tflops") * 1e12
+    f16 = num("matrix", "float16", "tflops", high=CALCULON_MAX_TFLOPS) * 1e12
     has_f8 = isinstance(data["matrix"], dict) and "float8" in data["matrix"]
-    f8 = num("matrix", "float8", "tflops") * 1e12 if has_f8 else 0.0
-    hbm, hbm_Bps = num("mem1", "GiB") * 2**30, num("mem1", "GBps") * 1e9
-    per_node = num("networks", up, "size", integer=True)
-    up_Bps, out_Bps = num("networks", up, "bandwidth") * 1e9, num("networks", out, "bandwidth") * 1e9
-    up_lat, out_lat = num("networks", up, "latency", low=0.0), num("networks", out, "latency", low=0.0)
-    if not (isinstance(num_gpus, int) and num_gpus >= 1):
-        raise InputError(f"{argument} GPUs", "an integer >= 1", num_gpus)
+    f8 = num("matrix", "float8", "tflops", high=CALCULON_MAX_TFLOPS) * 1e12 if has_f8 else 0.0
+    hbm = num("mem1", "GiB", high=CALCULON_MAX_GIB) * 2**30
+    hbm_Bps = num("mem1", "GBps", high=MAX_GBPS) * 1e9
+    per_node = num("networks", up, "size", integer=True, high=CLUSTER_INT_MAX)
+    up_Bps = num("networks", up, "bandwidth", high=MAX_GBPS) * 1e9
+    out_Bps = num("networks", out, "bandwidth", high=MAX_GBPS) * 1e9
+    up_lat = num("networks", up, "latency", low=0.0, high=MAX_LATENCY_S)
+    out_lat = num("networks", out, "latency", low=0.0, high=MAX_LATENCY_S)
+    if not (isinstance(num_gpus, int) and not isinstance(num_gpus, bool) and 1 <= num_gpus <= CLUSTER_INT_MAX):
+        raise InputError(f"{argument} GPUs (num_gpus, or FILE@GPUS)", f"an integer in [1, {CLUSTER_INT_MAX:,}]",
+                         num_gpus)
     per_node = min(per_node, num_gpus)
     if num_gpus % per_node:
         raise InputError(f"{argument} GPUs", f"a multiple of the file's {per_node} GPUs per node", num_gpus)

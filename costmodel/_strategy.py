@@ -165,10 +165,11 @@ PLACED_DEFAULTS: dict[str, object] = {
 }
 
 
-def encode(column: str, values) -> np.ndarray:
-    """Strings (or codes) of a coded column -> int8 codes; raises InputError on unknowns (and on
-    values that are neither names nor whole-number codes)."""
+def encode(column: str, values, argument: str | None = None) -> np.ndarray:
+    """Strings (or codes) of a coded column -> int8 codes; raises InputError naming ``argument`` (default the
+    column) on unknowns (and on values that are neither names nor whole-number codes)."""
     names = CODE_COLUMNS[column]
+    column = argument or column
     arr = _array(column, values, "one of " + ", ".join(names))
     if arr.dtype.kind in "US":
         lookup = {n: i for i, n in enumerate(names)}
@@ -394,14 +395,14 @@ class StrategyTable:
         allowed = PLACED_COLUMNS + ("dp", "tp") if placed else COLUMNS
         unknown = set(cols) - set(allowed)
         if unknown:
-            raise InputError("strategy", "columns among " + ", ".join(allowed), sorted(unknown)[0])
+            raise InputError("strategy", "columns among " + ", ".join(allowed), sorted(unknown, key=str)[0])
         if stage_layers is not None:
             per_stage["layers"] = stage_layers
         elif placed:
             raise InputError("stage_layers", "layers per stage (a table with placements lists them)", None)
         arrs = {k: _stage_array(k, v) for k, v in per_stage.items()}
         if stage_recompute is not None:
-            sr = encode("recompute", stage_recompute)
+            sr = encode("recompute", stage_recompute, "stage_recompute")
             arrs["recompute"] = sr[None, :] if sr.ndim == 1 else sr
         shapes = {a.shape for a in arrs.values()}
         if any(len(s) != 2 for s in shapes) or (placed and len({s[1] for s in shapes}) > 1):
@@ -566,8 +567,17 @@ class StrategyTable:
         return StrategyTable(cols, stages)
 
 
+def _holds_bool(value) -> bool:
+    """Whether a value or the lists it nests hold a bool (true / false where a count belongs)."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_bool(x) for x in value)
+
+
 def _stage_array(name: str, value) -> np.ndarray:
     """(N, S) or (1, S) int64 array of a per-stage column; InputError unless whole numbers."""
+    if _holds_bool(value):  # (numpy reads [true, 31] as [1, 31])
+        raise InputError("stage_" + name, "integers per stage", value)
     a = _array("stage_" + name, value, "one value per stage, (N, S)")
     a = a[None, :] if a.ndim == 1 else a
     if a.ndim != 2:
@@ -594,7 +604,7 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
             raise InputError(where, "a mapping with pool, dp, tp, layers", st)
         bad = set(st) - allowed
         if bad:
-            raise InputError(where, "keys among " + ", ".join(sorted(allowed)), sorted(bad)[0])
+            raise InputError(where, "keys among " + ", ".join(sorted(allowed)), sorted(bad, key=str)[0])
         for req in ("pool", "layers"):
             if req not in st:
                 raise InputError(f"{where}.{req}", "a value", None)
@@ -621,11 +631,19 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
         if o not in ORDERS:
             raise InputError(f"{where}.order", "tp-inner or tp-across", o)
         cols["order"].append(ORDERS.index(o))
+        if "recompute" in st and not isinstance(st["recompute"], str):
+            raise InputError(f"{where}.recompute", "one of " + ", ".join(RECOMPUTE), st["recompute"])
         cols["recompute"].append(st.get("recompute", data.get("recompute", "none")))
     glob = {k: v for k, v in data.items() if k != "stages"}
     unknown = set(glob) - set(PLACED_COLUMNS)
     if unknown:
-        raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages", sorted(unknown)[0])
+        raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages",
+                         sorted(unknown, key=str)[0])
+    for k in set(glob) & set(CODE_COLUMNS):  # names, as a file writes them: the codes are the table's own
+        if not isinstance(glob[k], str):
+            raise InputError(f"{argument} {k}", "one of " + ", ".join(CODE_COLUMNS[k]), glob[k])
+    if "pp" in glob and (isinstance(glob["pp"], bool) or glob["pp"] != len(stages)):
+        raise InputError(f"{argument} pp", f"the number of stages listed, {len(stages)} (or no pp)", glob["pp"])
     glob["pp"] = len(stages)
     sr = cols["recompute"] if any("recompute" in st for st in stages) else None
     return StrategyTable.from_columns(stage_layers=[cols["layers"]], stage_recompute=None if sr is None else [sr],

@@ -654,23 +654,46 @@ def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: st
         Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 
+class _Twice(ValueError):
+    """A key a JSON object names twice."""
+
+
+def _pairs_once(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: the object, refusing a key it names twice (json keeps the last silently)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Twice(k)
+        out[k] = v
+    return out
+
+
 def read_hardware(path: str | Path, argument: str = "--hardware") -> dict[str, Efficiency]:
     """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}},
     each constant a finite number > 0 (efficiencies at most 1); InputError naming ``argument``, the GPU and
     constant otherwise."""
     text = read_text(path, argument, "JSON file written by plansweep calibrate")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_pairs_once)
+    except _Twice as exc:
+        raise InputError(argument, "a JSON file whose objects name each key once", f"{path}: {exc.args[0]!r} twice") \
+            from None
     except json.JSONDecodeError as exc:
         raise InputError(argument, "JSON written by plansweep calibrate", f"{path}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(argument, "JSON written by plansweep calibrate", f"{path}: nested too deep") from None
     if not isinstance(data, dict):
         raise InputError(argument, "a JSON object {gpu: {constant: value}}", type(data).__name__)
-    out = {}
+    out, named = {}, {}
     for name, consts in data.items():
         try:
             gpu = gpu_preset(name)
         except InputError as exc:
             raise InputError(f"{argument} {path}", exc.expected, name) from None
+        if gpu.name in named:
+            raise InputError(f"{argument} {path}", "each GPU type once", f"{named[gpu.name]!r} and {name!r}, both "
+                             f"{gpu.name}")
+        named[gpu.name] = name
         values = efficiency_values(consts, f"{argument} {name}")
         base = efficiency_of(gpu)  # the preset's own constants
         out[gpu.name] = dataclasses.replace(base, **values)

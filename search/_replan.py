@@ -88,7 +88,9 @@ def replan(model: Transformer, cluster: Cluster, plan: Mapping, nodes_lost: Iter
         if p not in POLICIES:
             raise InputError("policy", "one of " + ", ".join(POLICIES), p)
     plan = dict(plan)
-    base_table = StrategyTable.from_columns(**{k: plan[k] for k in COLUMNS if k in plan})
+    base_table = StrategyTable.from_columns(**{k: plan[k] for k in COLUMNS if k in plan},
+                                            **{k: [plan[k]] for k in ("stage_layers", "stage_recompute")
+                                               if plan.get(k) is not None})
     base = _scores(evaluate(model, cluster, base_table, framework=framework), base_table, cluster, objective, failure,
                    model)
     if not np.isfinite(base["score"][0]) or base["score"][0] <= 0:

@@ -282,7 +282,7 @@ class Space(SearchSpace):
             raise InputError("base", "default or fixed", base)
         unknown = set(choices) - DIM_NAMES - {SHIFT, STAGE_RECOMPUTE}
         if unknown:
-            raise InputError("space option", "names among " + ", ".join(sorted(DIM_NAMES)), sorted(unknown)[0])
+            raise InputError("space option", "names among " + ", ".join(sorted(DIM_NAMES)), sorted(unknown, key=str)[0])
         opts: dict[str, list] = {}
         if base == "default":
             opts.update(default_choices(model, cluster))

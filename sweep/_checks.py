@@ -399,7 +399,7 @@ def check_state(path: str, state: Mapping[str, np.ndarray], reference: Mapping[s
     """A searcher's state as read from ``path`` against ``reference`` (a fresh searcher's
     state_dict): no unknown entries; each entry of the same kind (integers, floats, bools, text)
     and the same shape (entries that start empty, memos: any number of rows)."""
-    unknown = sorted(set(state) - set(reference))
+    unknown = sorted(set(state) - set(reference), key=str)
     if unknown:
         raise InputError(path, "searcher entries among " + ", ".join(sorted(reference)), Shown(unknown[0]))
     for k in sorted(state):

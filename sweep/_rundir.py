@@ -134,6 +134,8 @@ class RunDir:
             return rd, True
         if os.path.lexists(run_json) or (os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path))):
             raise InputError("--out", "a new or empty directory", f"{path}: not empty and holds no run.json")
+        if "studies" in request:  # what resume will read back, read now: nothing is written for a run it would refuse
+            _build_studies(json.loads(json.dumps(request["studies"])), run_json)
         try:
             os.makedirs(os.path.join(path, STATE), exist_ok=True)
             os.makedirs(os.path.join(path, RESULTS), exist_ok=True)

@@ -64,8 +64,8 @@ def test_silu_in_a_two_matrix_mlp_is_refused_not_priced_gated(tmp_path, config, 
 
 @pytest.mark.parametrize("where, entry, needle", [
     ("links", {"between": ["a", "b"], "GBps": 25, "latency_us": float("inf")},
-     "links[0].latency_us: expected a finite number >= 0, got inf"),
-    ("pool", {"inter_latency_us": float("inf")}, "pools[0].inter_latency_us: expected a finite number >= 0"),
+     "links[0].latency_us: expected a number in [0, 1e+06], got inf"),
+    ("pool", {"inter_latency_us": float("inf")}, "pools[0].inter_latency_us: expected a number in [0, 1e+06]"),
 ])
 def test_a_mixed_clusters_infinite_numbers_are_refused(tmp_path, where, entry, needle):
     pools = [{"name": "a", "gpu": "a100", "nodes": 2}, {"name": "b", "gpu": "h100", "nodes": 2}]
@@ -259,3 +259,177 @@ def test_a_directory_or_an_empty_model_word_is_named(tmp_path):
     (d := tmp_path / "d.json").mkdir()
     one_error_line(cli("evaluate", "--model", str(d)), "--model: expected a JSON or YAML file, got")
     one_error_line(cli("evaluate", "--model", ""), "--model: expected one of gpt3-175b")
+
+
+# ---- cluster, strategy, plan and --hardware files ----------------------------------------------------------------
+CLUSTER = "gpu: h100\nnum_gpus: 16\ngpus_per_node: 8\n"
+MIXED = ("pools:\n  - {name: a100, gpu: a100, nodes: 2}\n  - {name: h100, gpu: h100, nodes: 2}\n"
+         "links:\n  - {between: [a100, h100], GBps: 25}\n")
+
+
+def _write(tmp_path, name: str, text: str) -> str:
+    f = tmp_path / name
+    f.write_text(text)
+    return str(f)
+
+
+@pytest.mark.parametrize("text, needle", [
+    (CLUSTER + "1: 2\nzzz: 3\n", "--cluster: expected fields among"),  # keys of two types: sorting them raised
+    (MIXED + "1: 2\nzzz: 3\n", "cluster: expected keys among name, pools, links"),
+])
+def test_unknown_keys_of_mixed_types_are_named_not_a_traceback(tmp_path, text, needle):
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", _write(tmp_path, "c.yaml", text)), needle)
+
+
+def test_a_strategy_with_unknown_keys_of_mixed_types(tmp_path):
+    f = _write(tmp_path, "s.yaml", "tp: 2\n1: 2\nzzz: 3\n")
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x16", "--strategy", f),
+                   "expected strategy keys among")
+
+
+def _alias_chain(levels: int, width: int) -> str:
+    """A YAML document whose last key stands for width ** levels values through aliases, in levels + 1 lines."""
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\ngpu: [{', '.join([f'*l{levels - 1}'] * width)}]\n"
+
+
+@pytest.mark.parametrize("argument", ["--cluster", "--strategy"])
+def test_a_yaml_alias_chain_is_refused_before_anything_walks_it(tmp_path, argument):
+    # 9 ** 9 (387 million) values in 10 lines: a check or a message walking it hung, then ran out of memory
+    f = _write(tmp_path, "bomb.yaml", "num_gpus: 16\n" + _alias_chain(9, 9))
+    spec = ["--cluster", f] if argument == "--cluster" else ["--cluster", "h100x16", "--strategy", f]
+    one_error_line(cli("evaluate", "--model", "llama3-8b", *spec),
+                   f"{argument}: expected a file of at most 1,000,000 values once its YAML aliases are expanded")
+
+
+def test_a_yaml_merge_key_is_still_read(tmp_path):
+    # aliases a file uses as written (a merge of shared fields) stay well under the bound
+    f = _write(tmp_path, "c.yaml", "base: &b {gpu: h100, gpus_per_node: 8}\n")
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", f), "--cluster: expected fields among")
+    g = _write(tmp_path, "m.yaml", "pools:\n  - &p {name: a, gpu: a100, nodes: 2}\n  - {<<: *p, name: b, gpu: h100}\n"
+               "links:\n  - {between: [a, b], GBps: 25}\n")
+    assert cli("evaluate", "--model", "llama3-8b", "--cluster", g, "--strategy",
+               _write(tmp_path, "p.yaml", "global_batch: 64\nstages:\n  - {pool: a, dp: 2, tp: 8, layers: 16}\n"
+                      "  - {pool: b, dp: 2, tp: 8, layers: 16}\n")).returncode == 0
+
+
+def test_a_long_value_in_a_message_is_cut_short():
+    from costmodel import InputError
+    from costmodel._errors import GOT_CHARS, bounded_repr
+
+    assert bounded_repr([1, (2,), {"a": {3}}, frozenset()]) == repr([1, (2,), {"a": {3}}, frozenset()])
+    chain = ["x"] * 9
+    for _ in range(8):
+        chain = [chain] * 9  # 9 ** 9 strings, shared
+    text = str(InputError("f", "a number", chain))
+    assert len(text) <= len("f: expected a number, got ") + GOT_CHARS + 3 and text.endswith("...")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[" * 100_000 + "]" * 100_000, "--hardware: expected JSON written by plansweep calibrate, got"),
+    ('{"h100": {"link_eff": 0.5}, "H100-SXM5-80GB": {"link_eff": 0.6}}', "expected each GPU type once, got"),
+    ('{"h100": {"link_eff": 0.5, "link_eff": 0.6}}', "'link_eff' twice"),
+    ('{"h100": {"gemm_half_dim": 1e308}}', "h100.gemm_half_dim: expected a number in (0, 65536], got 1e+308"),
+    ('{"h100": {"scaleout_latency_s": 1e308}}', "h100.scaleout_latency_s: expected a number of seconds in [0, 1]"),
+    ('{"h100": {"kernel_overhead_s": 2}}', "h100.kernel_overhead_s: expected a number of seconds in [0, 1], got 2"),
+])
+def test_a_damaged_hardware_file_is_one_line(tmp_path, text, needle):
+    # a deep nest raised RecursionError; a GPU named twice (or a key) kept the last; a step time overflowed to inf
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x16", "--hardware",
+                       _write(tmp_path, "h.json", text)), needle)
+
+
+def test_a_hardware_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x16", "--hardware", str(fifo)),
+                   "not a regular file")
+
+
+@pytest.mark.parametrize("text, needle", [
+    (CLUSTER + "scaleup_GBps: 1.0e+308\n", "scaleup_GBps: expected a number in (0, 1e+06]"),
+    (MIXED.replace("GBps: 25", "GBps: 1.0e+308"), "links[0].GBps: expected a number in (0, 1e+06], got 1e+308"),
+    (MIXED.replace("GBps: 25", "GBps: 25, latency_us: 1.0e+308"),
+     "links[0].latency_us: expected a number in [0, 1e+06]"),
+    (MIXED.replace("nodes: 2}\n  - {name: h100", "nodes: 2, intra_GBps: 1.0e+308}\n  - {name: h100"),
+     "pools[0].intra_GBps: expected a number in (0, 1e+06]"),
+    ("gpu: h100\nnum_gpus: 16\ngpus_per_node: 1000000000000000000000000000000\n",
+     "gpus_per_node: expected an integer in [1, 2,147,483,647]"),
+    ("name: [1]\n" + MIXED, "name: expected a name (a string), got [1]"),
+])
+def test_a_cluster_files_number_past_any_machine_is_refused(tmp_path, text, needle):
+    # each was accepted: 1e308 GB/s times 1e9 is inf, priced as an infinite link or an inf-second step
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", _write(tmp_path, "c.yaml", text)), needle)
+
+
+def test_a_sweep_refused_at_its_cluster_writes_no_run_directory(tmp_path):
+    out = tmp_path / "run"
+    c = _write(tmp_path, "c.yaml", MIXED.replace("GBps: 25", "GBps: 1.0e+308"))
+    one_error_line(cli("sweep", "--model", "llama3-8b", "--cluster", c, "--out", str(out), "--in-process"),
+                   "--cluster")
+    assert not out.exists()
+
+
+def test_a_gpu_count_after_at_is_for_calculon_files_only(tmp_path):
+    c = _write(tmp_path, "c.json", json.dumps({"gpu": "h100", "num_gpus": 16}))
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", c + "@999"),
+                   "--cluster: expected FILE@GPUS only for a Calculon system file")
+
+
+def test_a_calculon_systems_gpu_count_of_true_is_named(tmp_path):
+    system = {"matrix": {"float16": {"tflops": 989}}, "mem1": {"GiB": 80, "GBps": 3350},
+              "networks": [{"size": 8, "bandwidth": 450, "latency": 5e-6}, {"size": 1024, "bandwidth": 50,
+                                                                             "latency": 1e-5}], "num_gpus": True}
+    c = _write(tmp_path, "sys.json", json.dumps(system))
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", c), "GPUs (num_gpus, or FILE@GPUS): expected "
+                   "an integer in [1, 2,147,483,647], got True")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("tp: 3\npp: 2\ndp: 2\nglobal_batch: 64\n", "--strategy {f} tp: expected a divisor of heads=32 and kv_heads=8"),
+    ("tp: 4\npp: 2\ndp: 2\nglobal_batch: 64\nstage_layers: [10, 10]\n",
+     "--strategy {f} stage_layers: expected pp=2 counts >= 1 summing to layers=32, got [10, 10]"),
+    ("tp: 4\npp: 2\ndp: 2\nglobal_batch: 64\nstage_layers: [true, 31]\n",
+     "--strategy {f} stage_layers: expected integers per stage"),
+    ("tp: 4\npp: 2\ndp: 2\nglobal_batch: 64\nstage_recompute: [zzz, none]\n",
+     "--strategy {f} stage_recompute: expected one of none, selective, full, got 'zzz'"),
+    ("tp: 4\npp: 2\ndp: 2\nglobal_batch: 64\nrecompute_modules: ''\n",
+     "--strategy {f} recompute_modules: expected module names"),
+])
+@pytest.mark.parametrize("command", ["evaluate", "export", "replan"])
+def test_a_strategy_files_refusal_names_the_file_and_its_key(tmp_path, command, text, needle):
+    # named only the key (or the flag, or another key) before; replan priced stage_layers that did not sum
+    f = _write(tmp_path, "s.yaml", text)
+    extra = {"export": ("--framework", "megatron-core"), "replan": ("--lost", "1")}.get(command, ())
+    one_error_line(cli(command, "--model", "llama3-8b", "--cluster", "h100x16", "--strategy", f, *extra),
+                   needle.format(f=f))
+
+
+def test_replan_prices_the_plans_own_stage_cut(tmp_path):
+    # the re-plans are measured against the plan as given: an uneven cut is a slower plan than the even one
+    def kept(layers: str) -> float:
+        f = _write(tmp_path, f"s{layers}.yaml", f"tp: 4\npp: 2\ndp: 2\nglobal_batch: 64\nstage_layers: [{layers}]\n")
+        r = cli("replan", "--model", "llama3-8b", "--cluster", "h100x16", "--strategy", f, "--lost", "1",
+                "--policies", "re-layout")
+        assert r.returncode == 0, r.stderr
+        return float(r.stdout.splitlines()[-1].split("%")[0].split()[-1])
+
+    assert kept("4, 28") > kept("16, 16")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("schedule: 1\n", "--strategy {f} schedule: expected one of"),
+    ("schedule: true\n", "--strategy {f} schedule: expected one of"),
+    ("pp: 4\n", "--strategy {f} pp: expected the number of stages listed, 2 (or no pp), got 4"),
+    ("", "stages[0].recompute: expected one of none, selective, full, got 1"),
+])
+def test_a_placed_plans_names_and_pp_are_checked(tmp_path, text, needle):
+    # an int schedule was read as the table's code (1: 1f1b); pp beside the stages was overridden without a word
+    stages = ("stages:\n  - {pool: a100, dp: 2, tp: 8, layers: 16" + (", recompute: 1" if not text else "") + "}\n"
+              "  - {pool: h100, dp: 2, tp: 8, layers: 16}\n")
+    f = _write(tmp_path, "p.yaml", "global_batch: 64\n" + text + stages)
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", _write(tmp_path, "c.yaml", MIXED),
+                       "--strategy", f), needle.format(f=f))

@@ -173,12 +173,12 @@ def test_pipeline_on_tiny_layer_graphs(tmp_path, capsys):
 
 # ---- a Calculon system file with a network of size 0 (or other non-positive figures) ----------
 @pytest.mark.parametrize("field,value,named", [
-    (("networks", 0, "size"), 0, "networks[0].size: expected an integer > 0, got 0"),
+    (("networks", 0, "size"), 0, "networks[0].size: expected an integer in (0, 2,147,483,647], got 0"),
     (("networks", 0, "size"), 8.5, "networks[0].size: expected an integer, got 8.5"),
-    (("networks", 0, "bandwidth"), 0, "networks[0].bandwidth: expected a number > 0, got 0"),
-    (("networks", 1, "bandwidth"), -25, "networks[1].bandwidth: expected a number > 0, got -25"),
-    (("networks", 1, "latency"), -1, "networks[1].latency: expected a number >= 0, got -1"),
-    (("mem1", "GBps"), 0, "mem1.GBps: expected a number > 0, got 0"),
+    (("networks", 0, "bandwidth"), 0, "networks[0].bandwidth: expected a number in (0, 1e+06], got 0"),
+    (("networks", 1, "bandwidth"), -25, "networks[1].bandwidth: expected a number in (0, 1e+06], got -25"),
+    (("networks", 1, "latency"), -1, "networks[1].latency: expected a number in [0, 1], got -1"),
+    (("mem1", "GBps"), 0, "mem1.GBps: expected a number in (0, 1e+06], got 0"),
     (("mem1", "GiB"), "80", "mem1.GiB: expected a number, got '80'"),
     (("matrix", "float16", "tflops"), None, "matrix.float16.tflops: expected a number, got None"),
 ])
@@ -206,7 +206,8 @@ def test_calculon_system_without_networks_or_with_a_bad_count(tmp_path, capsys):
     path.write_text(json.dumps({**data, "num_gpus": "many"}))
     code, _, err = _cli(["evaluate", "--cluster", str(path), "--tp", "8", "--pp", "8"], capsys)
     assert code == 2
-    assert err == f"plansweep evaluate: error: --cluster {path} GPUs: expected an integer >= 1, got 'many'\n"
+    assert err == (f"plansweep evaluate: error: --cluster {path} GPUs (num_gpus, or FILE@GPUS): expected an integer "
+                   "in [1, 2,147,483,647], got 'many'\n")
 
 
 # ---- replan --lost ------------------------------------------------------------------------------
