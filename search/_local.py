@@ -44,6 +44,57 @@ LATE_MAX_SHARE = 0.8
 SAMPLE_MAX_POINTS = 200_000
 
 
+# A peak's re-factorisations change one or two of these parallel degrees and resize the micro-batch so that a step
+# keeps its micro-batches (dp x micro_batch as before): the same sequences a micro-batch on each GPU's share of the
+# model, the same pipeline fill, only the split of the GPUs moved (cp 4 with 4 sequences a micro-batch to dp x 4 with
+# one; tp 8 to tp 2 x cp 2 with dp doubled and half the micro-batch). Single changes reach them only through plans
+# with another micro-batch count, often slower or out of memory: on draw seed 99 the searchers' seeds rested one
+# re-factorisation below the optimum (BENCHMARKS.md, "Search quality on drawn problems").
+REFACTOR_DIMS = ("tp", "cp", "pp")
+REFACTOR = True
+
+
+def refactorings(space, x: np.ndarray) -> np.ndarray:
+    """(R, D) valid points that change one or two of x's REFACTOR_DIMS and its micro_batch so that dp x
+    micro_batch (the sequences of a step's micro-batch across the replicas) is x's; each degree change once (the
+    first micro-batch that keeps it). Empty where the space has no micro_batch or degree dimension."""
+    names = [d.name for d in space.dims]
+    none = np.zeros((0, len(x)), dtype=np.int64)
+    deg = [names.index(n) for n in REFACTOR_DIMS if n in names]
+    if "micro_batch" not in names or not deg:
+        return none
+    kb = names.index("micro_batch")
+    radices = np.asarray(space.radices)
+    rows = []
+    for i, k in enumerate(deg):
+        for v in range(radices[k]):
+            if v == x[k]:
+                continue
+            one = x.copy()
+            one[k] = v
+            rows.append(one)
+            for k2 in deg[i + 1:]:
+                for v2 in range(radices[k2]):
+                    if v2 != x[k2]:
+                        two = one.copy()
+                        two[k2] = v2
+                        rows.append(two)
+    if not rows:
+        return none
+    c = np.stack(rows)  # (C, D) the degree changes
+    nb = int(radices[kb])
+    cand = np.repeat(c, nb, axis=0)  # (C nb, D) each with every micro-batch
+    cand[:, kb] = np.tile(np.arange(nb), len(c))
+    base = space.table(x[None, :])
+    want = int(base["dp"][0]) * int(base["micro_batch"][0])
+    t = space.table(cand)
+    keep = space.valid(cand) & (t["dp"] * t["micro_batch"] == want) & (cand[:, kb] != x[kb])
+    hit = keep.reshape(len(c), nb)
+    first = np.argmax(hit, axis=1)  # the smallest micro-batch digit that keeps it
+    ok = hit.any(axis=1)
+    return cand.reshape(len(c), nb, -1)[np.flatnonzero(ok), first[ok]]
+
+
 def single_changes(space, dims) -> tuple[np.ndarray, np.ndarray]:
     """(ks, vs), both (K,): every (dimension, digit) pair of the dimensions ``dims`` (indices into
     space.dims), the single changes a neighbour makes."""
@@ -61,12 +112,12 @@ def walk_digits(space, points: int | None) -> np.ndarray | None:
 
 
 def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
-               fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               fit: np.ndarray | None = None, refactor: bool = REFACTOR) -> tuple[np.ndarray, np.ndarray]:
     """Valid digits near ``x``: (S, D) its valid single changes (dimension ks[j] to digit vs[j]), and
     (P, D) for each invalid single change its repairs, duplicates dropped: with ``fit`` ((M, D) the
     digits of every point walked), the points of ``fit`` that make that change with the fewest other
     changes; without, the valid points one more change away (like MCMC's repair: 1F1B to interleaved
-    with vpp, tp with pp)."""
+    with vpp, tp with pp); with ``refactor``, then x's re-factorisations (refactorings)."""
     K = len(ks)
     one = np.repeat(x[None, :], K, axis=0)  # (K, D) every single change of x
     one[np.arange(K), ks] = vs
@@ -87,6 +138,8 @@ def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
         two = two.reshape(-1, len(x))
         two = two[(two != x[None, :]).sum(axis=1) == 2]
         two = two[space.valid(two)] if len(two) else two
+    if refactor:
+        two = np.concatenate([two, refactorings(space, x)])
     _, first = np.unique(two, axis=0, return_index=True)
     return one[moved & ok], two[np.sort(first)]
 

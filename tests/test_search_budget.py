@@ -301,3 +301,25 @@ def test_an_equal_point_one_change_away_does_not_hide_a_peak():
     out = peak_neighbours(space, told, np.array([1.0, 1.5]), known, 1000, np.random.default_rng(0), ks, vs,
                           guided=False)
     assert digits[c].tolist() not in out.tolist()
+
+
+def test_refactorings_move_gpus_between_degrees_and_data_parallelism_keeping_the_micro_batches():
+    from search._local import refactorings
+
+    # Llama 3 8B on 256 H100s, batch 256: x = tp 1, pp 4, cp 4, micro-batch 4, so dp = 256 / 16 = 16 and a step
+    # has 256 / (16 x 4) = 4 micro-batches. By hand, the changes of one or two of tp, pp, cp with a new micro-batch
+    # that keep dp x micro-batch = 64: cp 4 -> 1 (dp 64, micro-batch 1) and pp 4 -> 2 (dp 32, micro-batch 2); tp 4
+    # alone needs micro-batch 16, tp 4 with cp 1 keeps micro-batch 4 (no change of it), pp 2 with cp 1 needs 0.5.
+    space = Space.from_options(model_preset("llama3-8b"), cluster_preset("h100x256"), global_batch=256, base="fixed",
+                               framework="megatron-core", tp=[1, 4], pp=[2, 4], cp=[1, 4], micro_batch=[1, 2, 4],
+                               schedule=["1f1b"], recompute=["selective"], zero_stage=[1])
+    names = [d.name for d in space.dims]
+    x = np.zeros(len(names), dtype=np.int64)
+    for name, value in {"tp": 1, "pp": 4, "cp": 4, "micro_batch": 4}.items():
+        x[names.index(name)] = space.dims[names.index(name)].choices.index(value)
+    got = space.table(refactorings(space, x))
+    assert sorted(zip(got["tp"].tolist(), got["pp"].tolist(), got["cp"].tolist(), got["dp"].tolist(),
+                      got["micro_batch"].tolist())) == [(1, 2, 4, 32, 2), (1, 4, 1, 64, 1)]
+    single, repaired = neighbours(space, x, *single_changes(space, range(len(names))))
+    assert not any((r == x).all() for r in repaired)
+    assert {tuple(r) for r in refactorings(space, x)} <= {tuple(r) for r in repaired}
