@@ -35,21 +35,8 @@ from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWOR
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._layer_compute import cp_by_all_to_all, cp_refused_for_window
 from costmodel._pipeline_terms import SCHED
+from costmodel._files import DuplicateKey, unique_pairs
 from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
-
-
-class _DuplicateKey(ValueError):
-    """A key an object of the file names twice (JSON and YAML keep the last silently)."""
-
-
-def _unique_pairs(pairs: list) -> dict:
-    """json.loads' object_pairs_hook: the object, refusing a key it names twice."""
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _DuplicateKey(k)
-        out[k] = v
-    return out
 
 
 def _yaml_unique_loader():
@@ -62,7 +49,7 @@ def _yaml_unique_loader():
             for key_node, _ in node.value:  # (scalar keys as written, with their resolved tag; merges' << skipped)
                 if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                     if (key_node.tag, key_node.value) in seen:
-                        raise _DuplicateKey(key_node.value)
+                        raise DuplicateKey(key_node.value)
                     seen.add((key_node.tag, key_node.value))
             return super().construct_mapping(node, deep=deep)
 
@@ -102,8 +89,8 @@ def read_mapping(path: str, argument: str) -> dict:
 
             data = yaml.load(text, Loader=_yaml_unique_loader())  # noqa: S506 (a SafeLoader)
         else:
-            data = json.loads(text, object_pairs_hook=_unique_pairs)
-    except _DuplicateKey as exc:
+            data = json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
         raise InputError(argument, "a file whose objects name each key once", f"{path}: {exc.args[0]!r} twice") \
             from None
     except Exception as exc:  # json.JSONDecodeError, yaml.YAMLError

@@ -147,6 +147,20 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+class DuplicateKey(ValueError):
+    """A key an object of an input file names twice (JSON and YAML keep the last silently)."""
+
+
+def unique_pairs(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: the object, refusing a key it names twice (DuplicateKey)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(k)
+        out[k] = v
+    return out
+
+
 def read_text(path: str | os.PathLike, argument: str, what: str) -> str:
     """The text of the input file ``path`` (UTF-8, a byte-order mark allowed); InputError naming
     ``argument``, expecting ``what`` (e.g. "a JSON or YAML file"), where it is missing, not a

@@ -29,7 +29,7 @@ from costmodel._codes import RECOMPUTE_MODULES, module_code
 from costmodel._errors import InputError
 from costmodel._evaluate import evaluate
 from costmodel._feasibility import REASONS
-from costmodel._files import read_text, replaced_for
+from costmodel._files import DuplicateKey, read_text, replaced_for, unique_pairs
 from costmodel._frameworks import DEFAULT_FRAMEWORK, Framework, framework_preset, with_state_dtypes
 from costmodel._hardware import (PRECISIONS, Cluster, Efficiency, efficiency_of, efficiency_values, gpu_preset,
                                  make_cluster)
@@ -654,28 +654,14 @@ def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: st
         Path(tmp).write_text(json.dumps({k: dataclasses.asdict(v) for k, v in fitted.items()}, indent=2) + "\n")
 
 
-class _Twice(ValueError):
-    """A key a JSON object names twice."""
-
-
-def _pairs_once(pairs: list) -> dict:
-    """json.loads' object_pairs_hook: the object, refusing a key it names twice (json keeps the last silently)."""
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _Twice(k)
-        out[k] = v
-    return out
-
-
 def read_hardware(path: str | Path, argument: str = "--hardware") -> dict[str, Efficiency]:
     """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}},
     each constant a finite number > 0 (efficiencies at most 1); InputError naming ``argument``, the GPU and
     constant otherwise."""
     text = read_text(path, argument, "JSON file written by plansweep calibrate")
     try:
-        data = json.loads(text, object_pairs_hook=_pairs_once)
-    except _Twice as exc:
+        data = json.loads(text, object_pairs_hook=unique_pairs)
+    except DuplicateKey as exc:
         raise InputError(argument, "a JSON file whose objects name each key once", f"{path}: {exc.args[0]!r} twice") \
             from None
     except json.JSONDecodeError as exc:
