@@ -161,13 +161,14 @@ EFFICIENCY: dict[str, Efficiency] = {
 MAX_LATENCY_S = 1.0
 MAX_GEMM_HALF_DIM = 65536.0
 MAX_GBPS = 1e6  # a link's GB/s per GPU per direction (a petabyte a second)
+MIN_EFF = 1e-3  # the least share of a peak an efficiency constant may give (a thousandth)
 
 
 def efficiency_values(consts, where: str) -> dict[str, float]:
     """The efficiency constants a mapping names ({constant: value}, some of Efficiency's fields), checked: the
-    efficiencies (gemm_eff_max and the *_eff) in (0, 1], gemm_half_dim in (0, MAX_GEMM_HALF_DIM], the latencies and
-    kernel_overhead_s in [0, MAX_LATENCY_S], each a finite number. InputError naming ``where`` and the constant
-    otherwise."""
+    efficiencies (gemm_eff_max and the *_eff) in [MIN_EFF, 1], gemm_half_dim in (0, MAX_GEMM_HALF_DIM], the
+    latencies and kernel_overhead_s in [0, MAX_LATENCY_S], each a finite number. InputError naming ``where`` and the
+    constant otherwise."""
     names = [f.name for f in dataclasses.fields(Efficiency)]
     if not isinstance(consts, dict):
         raise InputError(where, "an object of constants", consts)
@@ -179,9 +180,9 @@ def efficiency_values(consts, where: str) -> dict[str, float]:
         ok = _is_number(v) and math.isfinite(v) and v >= 0
         efficiency = k.endswith("_eff") or k == "gemm_eff_max"
         half = k == "gemm_half_dim"
-        if not ok or (efficiency and not 0 < v <= 1) or (half and not 0 < v <= MAX_GEMM_HALF_DIM) or (
+        if not ok or (efficiency and not MIN_EFF <= v <= 1) or (half and not 0 < v <= MAX_GEMM_HALF_DIM) or (
                 not efficiency and not half and v > MAX_LATENCY_S):
-            raise InputError(f"{where}.{k}", "a number in (0, 1]" if efficiency else
+            raise InputError(f"{where}.{k}", f"a number in [{MIN_EFF:g}, 1]" if efficiency else
                              f"a number in (0, {MAX_GEMM_HALF_DIM:g}]" if half else
                              f"a number of seconds in [0, {MAX_LATENCY_S:g}]", v)
         values[k] = float(v)

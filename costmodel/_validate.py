@@ -655,9 +655,9 @@ def write_hardware(path: str | Path, fitted: dict[str, Efficiency], argument: st
 
 
 def read_hardware(path: str | Path, argument: str = "--hardware") -> dict[str, Efficiency]:
-    """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}},
-    each constant a finite number > 0 (efficiencies at most 1); InputError naming ``argument``, the GPU and
-    constant otherwise."""
+    """Read a --hardware file written by ``plansweep calibrate``: {gpu name: {constant: value}}, each GPU type and
+    constant once, each constant in its range (costmodel._hardware.efficiency_values); InputError naming
+    ``argument``, the GPU and constant otherwise."""
     text = read_text(path, argument, "JSON file written by plansweep calibrate")
     try:
         data = json.loads(text, object_pairs_hook=unique_pairs)

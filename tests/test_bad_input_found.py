@@ -433,3 +433,10 @@ def test_a_placed_plans_names_and_pp_are_checked(tmp_path, text, needle):
     f = _write(tmp_path, "p.yaml", "global_batch: 64\n" + text + stages)
     one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", _write(tmp_path, "c.yaml", MIXED),
                        "--strategy", f), needle.format(f=f))
+
+
+def test_an_efficiency_of_almost_nothing_is_refused(tmp_path):
+    # 1e-300 of a peak was in (0, 1]: every time overflowed to inf, printed as an out-of-memory plan with exit code 0
+    one_error_line(cli("evaluate", "--model", "llama3-8b", "--cluster", "h100x16", "--hardware",
+                       _write(tmp_path, "h.json", '{"h100": {"gemm_eff_max": 1e-300}}')),
+                   "h100.gemm_eff_max: expected a number in [0.001, 1], got 1e-300")

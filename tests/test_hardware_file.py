@@ -72,7 +72,7 @@ def test_a_run_directory_keeps_a_mixed_clusters_fitted_constants(tmp_path):
 
 
 @pytest.mark.parametrize("bad, needle", [
-    ({"link_eff": 1.5}, "cluster.pools[0].efficiency.link_eff: expected a number in (0, 1]"),
+    ({"link_eff": 1.5}, "cluster.pools[0].efficiency.link_eff: expected a number in [0.001, 1]"),
     ({"gemm_eff": 0.5}, "cluster.pools[0].efficiency: expected constants among"),
     ([0.5], "cluster.pools[0].efficiency: expected an object of constants"),
 ])
