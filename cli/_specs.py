@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel._hardware import MAX_GBPS
 from costmodel import (
     COLUMNS,
     Cluster,
@@ -30,12 +29,12 @@ from costmodel._feasibility import (
     type_partition_refused,
     ulysses_refused,
 )
-from costmodel._files import read_text
+from costmodel._files import DuplicateKey, read_text, unique_pairs
 from costmodel._frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_ALIASES, FRAMEWORKS, framework_preset
+from costmodel._hardware import MAX_GBPS
 from costmodel._hetero_cluster import HeteroCluster, hetero_from_mapping, hetero_names, hetero_preset
 from costmodel._layer_compute import cp_by_all_to_all, cp_refused_for_window
 from costmodel._pipeline_terms import SCHED
-from costmodel._files import DuplicateKey, unique_pairs
 from costmodel._strategy import CODE_COLUMNS, FRAMEWORK_NAMES, RECOMPUTE, RECOMPUTE_MODULES
 
 

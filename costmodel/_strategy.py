@@ -639,7 +639,7 @@ def hetero_from_mapping(data: Mapping, pool_names: list[str], argument: str = "-
     if unknown:
         raise InputError(argument, "global keys among " + ", ".join(PLACED_COLUMNS) + " and stages",
                          sorted(unknown, key=str)[0])
-    for k in set(glob) & set(CODE_COLUMNS):  # names, as a file writes them: the codes are the table's own
+    for k in sorted(set(glob) & set(CODE_COLUMNS)):  # names, as a file writes them: the codes are the table's own
         if not isinstance(glob[k], str):
             raise InputError(f"{argument} {k}", "one of " + ", ".join(CODE_COLUMNS[k]), glob[k])
     if "pp" in glob and (isinstance(glob["pp"], bool) or glob["pp"] != len(stages)):

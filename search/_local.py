@@ -51,7 +51,6 @@ SAMPLE_MAX_POINTS = 200_000
 # with another micro-batch count, often slower or out of memory: on draw seed 99 the searchers' seeds rested one
 # re-factorisation below the optimum (BENCHMARKS.md, "Search quality on drawn problems").
 REFACTOR_DIMS = ("tp", "cp", "pp")
-REFACTOR = True
 
 
 def refactorings(space, x: np.ndarray) -> np.ndarray:
@@ -112,12 +111,12 @@ def walk_digits(space, points: int | None) -> np.ndarray | None:
 
 
 def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
-               fit: np.ndarray | None = None, refactor: bool = REFACTOR) -> tuple[np.ndarray, np.ndarray]:
+               fit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Valid digits near ``x``: (S, D) its valid single changes (dimension ks[j] to digit vs[j]), and
     (P, D) for each invalid single change its repairs, duplicates dropped: with ``fit`` ((M, D) the
     digits of every point walked), the points of ``fit`` that make that change with the fewest other
     changes; without, the valid points one more change away (like MCMC's repair: 1F1B to interleaved
-    with vpp, tp with pp); with ``refactor``, then x's re-factorisations (refactorings)."""
+    with vpp, tp with pp); then x's re-factorisations (refactorings)."""
     K = len(ks)
     one = np.repeat(x[None, :], K, axis=0)  # (K, D) every single change of x
     one[np.arange(K), ks] = vs
@@ -138,8 +137,7 @@ def neighbours(space, x: np.ndarray, ks: np.ndarray, vs: np.ndarray,
         two = two.reshape(-1, len(x))
         two = two[(two != x[None, :]).sum(axis=1) == 2]
         two = two[space.valid(two)] if len(two) else two
-    if refactor:
-        two = np.concatenate([two, refactorings(space, x)])
+    two = np.concatenate([two, refactorings(space, x)])
     _, first = np.unique(two, axis=0, return_index=True)
     return one[moved & ok], two[np.sort(first)]
 
