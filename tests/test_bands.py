@@ -316,10 +316,10 @@ def test_parquet_rows_carry_the_band():
     t = np.asarray(metrics["tokens_per_s"])
     lo, hi = arrow["tokens_per_s_low"].to_numpy(), arrow["tokens_per_s_high"].to_numpy()
     assert np.all(lo <= t) and np.all(t <= hi) and np.all((lo < hi) | (t == 0))
-    h = np.log(hi[t > 0] / t[t > 0])
     shipped = bands.shipped_bands()
-    expect = shipped.half_width[F["megatron"], [P["tp-pp"], P["deep-pp"], P["tp-pp"]]][t > 0]
-    assert h == pytest.approx(expect)
+    cells = (F["megatron"], [P["tp-pp"], P["deep-pp"], P["tp-pp"]])  # pp 16: the deep-pipeline regime
+    assert np.log(hi[t > 0] / t[t > 0]) == pytest.approx(shipped.half_high[cells][t > 0])
+    assert np.log(t[t > 0] / lo[t > 0]) == pytest.approx(shipped.half_low[cells][t > 0])
 
 
 def test_a_placed_plan_carries_its_band_too(capsys):
