@@ -3,7 +3,9 @@
     PYTHONPATH=. python3 benchmarks/nvl72_dense_rows.py
 
 Not in the validation set (tests/data/validation/published_runs.csv): a check of the rack-scale parts' presets on the
-published runs whose recipes add nothing the set's Megatron-Bridge Llama rows do not have. The figures are the
+published runs whose recipes add nothing the set's Megatron-Bridge Llama rows do not have. The set holds the 26.06
+container's figure of the Llama 3.1 405B FP8 layout on 256 GB200 (bridge-26.06-llama3.1-405b-gb200-256gpu); the
+26.02.01 figure of that layout below is a second container's. The figures are the
 '26.02.01 NeMo Container' tables of NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md (repo commit
 067f987d; the layouts as the table lists them), each row built from the set's Megatron-Bridge Llama row of the same
 model (its shape, the megatron-bridge profile, no recompute as the Llama recipes set none, sequence parallelism where

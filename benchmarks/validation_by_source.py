@@ -27,7 +27,7 @@ GROUPS = (("NVIDIA Megatron-LM README", "Megatron-LM README (Megatron-Core, H100
           ("pytorch/torchtitan", "torchtitan (FSDP2/TP/PP/CP, H100 96GB)"),
           ("Trainy", "Trainy (torchtitan, H200)"),
           ("mosaicml/llm-foundry", "LLM Foundry (FSDP, A100/H100)"),
-          ("NVIDIA-NeMo/Megatron-Bridge", "Megatron-Bridge (Megatron-Core, H100/B200, FP8, dense and MoE)"),
+          ("NVIDIA-NeMo/Megatron-Bridge", "Megatron-Bridge (Megatron-Core, H100/B200/GB200, FP8, dense and MoE)"),
           ("BigScience", "BLOOM-176B (Megatron-DeepSpeed, A100)"),
           ("Jiang et al. 2024, MegaScale", "MegaScale's Megatron-LM runs (A100, 175B/530B, pp 8-35)"),
           ("InternLM/InternEvo", "InternEvo (data parallel ZeRO-1, A100, RoCE)"),
