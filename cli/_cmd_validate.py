@@ -82,6 +82,7 @@ def run_validate(args) -> int:
              f"{res['reserved_memory_below_prediction']} below"
              if res.get("reserved_memory_runs") else ""))
     print(format_band_check(res))
+    print(format_gpus(res["gpus"]))
     for first, later in res["repeated_figures"]:
         print(f"note: {later} publishes the same figure as {first}, another layout of the same model on the same "
               "GPUs: one cell copied from the other? (the shipped set leaves such rows out)")
@@ -122,6 +123,15 @@ def format_band_check(res: dict) -> str:
     for g in res["regimes"]:
         out.append(f"  {g['regime']:<26} {g['runs']:>4} {g['mean_abs_error_pct']:>11.1f}% "
                    f"{g['inside_band']:>6} of {g['runs']}")
+    return "\n".join(out)
+
+
+def format_gpus(gpus: list[dict]) -> str:
+    """validate's per-GPU record ("gpus") as lines: each GPU type's priced runs, mean |error| and mean signed error
+    (+: the model slow)."""
+    out = ["by GPU type:", f"  {'gpu':<26} {'runs':>4} {'mean |error|':>12} {'mean signed':>11}"]
+    out += [f"  {g['gpu']:<26} {g['runs']:>4} {g['mean_abs_error_pct']:>11.1f}% {g['mean_signed_error_pct']:>+10.1f}%"
+            for g in gpus]
     return "\n".join(out)
 
 

@@ -522,8 +522,22 @@ def validate(runs: list[MeasuredRun], bands=None, *, check_bands: bool = True) -
         "reserved_memory_below_prediction": int(np.count_nonzero(above < 0.0)),
         "reserved_memory_mean_above_pct": float(above.mean()) if above.size else None,
         "repeated_figures": [list(pair) for pair in repeated_figures(runs)],
+        "gpus": gpu_summary([r.cluster.gpu.name for r in runs], [r["error_pct"] for r in rows]),
         **(band_summary(runs, rows, bands) if check_bands else {}),
     }
+
+
+def gpu_summary(gpus: list[str], errors: list[float]) -> list[dict]:
+    """Per GPU type (the preset names ``gpus``, one per run), the runs the model prices (a finite error in
+    ``errors``, per cent) and their mean |error| and mean signed error: how far the model's record on each GPU goes.
+    Most priced runs first, then by name; a GPU with no priced run is left out."""
+    groups: dict[str, list[float]] = {}
+    for g, e in zip(gpus, errors, strict=True):
+        if math.isfinite(e):
+            groups.setdefault(g, []).append(e)
+    return [{"gpu": g, "runs": len(v), "mean_abs_error_pct": float(np.mean(np.abs(v))),
+             "mean_signed_error_pct": float(np.mean(v))}
+            for g, v in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
 def band_summary(runs: list[MeasuredRun], rows: list[dict], bands=None) -> dict:

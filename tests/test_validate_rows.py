@@ -177,9 +177,13 @@ def test_overlap_and_layer_make_up_cells(tmp_path):
 
 
 def test_every_shipped_row_is_priced():
-    res = validate(read_runs(PUBLISHED))
+    runs = read_runs(PUBLISHED)
+    res = validate(runs)
     assert res["unpriced_runs"] == 0
     assert all(np.isfinite(r["error_pct"]) for r in res["rows"])
+    # every priced run counted once in the record per GPU type, under its own GPU
+    assert sum(g["runs"] for g in res["gpus"]) == len(runs)
+    assert {g["gpu"] for g in res["gpus"]} == {r.cluster.gpu.name for r in runs}
 
 
 def test_causal_counting_halves_attention_over_the_query_width():
@@ -193,3 +197,17 @@ def test_causal_counting_halves_attention_over_the_query_width():
         s = m.seq_len
         full, causal = (flops_per_iteration(m, 1, c) for c in ("model_flops", "causal_model_flops"))
         assert full - causal == pytest.approx(3 * layers * (s * q + s * o) * s, rel=1e-12)
+
+
+def test_the_record_per_gpu_type_groups_the_priced_runs():
+    from costmodel._validate import gpu_summary
+
+    # By hand: H100 runs at -10% and +4% (mean |error| 7%, signed -3%), one more H100 run the model could not price
+    # (inf: left out), two GB200 runs at +6% and +2% (4%, +4%), and an A100 whose only run is unpriced (no line).
+    # Most priced runs first, ties by name: GB200 before H100 at 2 runs each.
+    got = gpu_summary(["H100", "GB200", "H100", "A100", "GB200", "H100"],
+                      [-10.0, 6.0, 4.0, float("inf"), 2.0, float("inf")])
+    assert [g["gpu"] for g in got] == ["GB200", "H100"]
+    assert [g["runs"] for g in got] == [2, 2]
+    assert [g["mean_abs_error_pct"] for g in got] == pytest.approx([4.0, 7.0])
+    assert [g["mean_signed_error_pct"] for g in got] == pytest.approx([4.0, -3.0])
