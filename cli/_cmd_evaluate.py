@@ -312,11 +312,12 @@ def report(model, cluster, table: StrategyTable, metrics, failure: FailureModel 
         s["layers"] = int(s["layers"])
     kw = {"optim_bytes": profile.optim_state_bytes} if isinstance(profile, Framework) else {}
     g = {k: float(v[0]) for k, v in plan_goodput(metrics, table, cluster, failure, model=model, **kw).items()}
-    from costmodel._bands import error_band_row
+    from costmodel._bands import error_band_row, gpu_record
 
     return {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "nodes": cluster.nodes,
             "gpus_per_node": cluster.gpus_per_node, "framework": framework, "strategy": row,
             "error_band": error_band_row(m["tokens_per_s"], table, framework, model.seq_len),
+            "gpu_record": gpu_record(cluster.gpu.name),
             "metrics": {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()},
             "memory": memory_entry(m),
             "stages": stages, "goodput": g,
@@ -350,6 +351,12 @@ def format_report(rep: dict, hbm_bytes: float) -> str:
     if m["feasible"]:
         lines.append(f"error band {b['low']:,.0f} - {b['high']:,.0f} tokens/s (regime {b['regime']}"
                      + ("" if "too few" in b["regime"] else f", {b['runs']} published runs") + ")")
+        g = rep.get("gpu_record")
+        lines.append(f"  on {rep['gpu']}: " + ("no published run in the validation set; the band is the regime's on "
+                                                "other GPUs" if g is None else
+                                                f"{g['runs']} published run(s), mean |error| "
+                                                f"{g['mean_abs_error_pct']:.1f}% ({g['mean_signed_error_pct']:+.1f}% "
+                                                "signed, + the model slow)"))
     parts = [("compute", "compute_s"), ("recompute", "recompute_s"), ("tp comm (exposed)", "tp_comm_s"),
              ("cp comm (exposed)", "cp_comm_s"), ("ep comm (exposed)", "ep_comm_s"), ("pp comm (exposed)", "pp_comm_s"),
              ("dp comm (exposed)", "dp_comm_s"), ("pipeline bubble", "bubble_s"), ("optimizer step", "optimizer_s")]

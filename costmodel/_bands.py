@@ -334,13 +334,27 @@ def bands_from_json(doc: dict, where: str = "error bands") -> Bands:
 
 
 @functools.lru_cache(maxsize=4)
-def shipped_bands(path: str = str(BANDS_PATH)) -> Bands:
-    """The band table shipped with plansweep (costmodel/data/error_bands.json), read once."""
+def _shipped_doc(path: str) -> dict:
     try:
-        doc = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(path, "the band table plansweep validate --write-bands writes", str(exc)) from None
-    return bands_from_json(doc, path)
+
+
+@functools.lru_cache(maxsize=4)
+def shipped_bands(path: str = str(BANDS_PATH)) -> Bands:
+    """The band table shipped with plansweep (costmodel/data/error_bands.json), read once."""
+    return bands_from_json(_shipped_doc(path), path)
+
+
+def gpu_record(gpu_name: str, path: str = str(BANDS_PATH)) -> dict | None:
+    """The published runs of the band table's set on GPU type ``gpu_name`` (a preset's name): {"gpu", "runs",
+    "mean_abs_error_pct", "mean_signed_error_pct"} as validate's record per GPU type gives it; None where the set
+    holds none (or the table predates the record)."""
+    for g in _shipped_doc(path).get("gpus") or ():
+        if isinstance(g, dict) and g.get("gpu") == gpu_name:
+            return dict(g)
+    return None
 
 
 def error_bands(tokens_per_s: np.ndarray, table, framework, seq_len,

@@ -601,8 +601,13 @@ def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> di
               "sha256": hashlib.sha256(data).hexdigest(), "date": datetime.date.today().isoformat()}
     sources = [source_group(c.get("source"), r.name) for c, r in zip(cells, runs, strict=True)]
     families, parallelisms = regime_codes(runs)
-    return band_table([row["error_pct"] for row in result["rows"]], families, parallelisms, sources,
-                      [r.name for r in runs], origin)
+    table = band_table([row["error_pct"] for row in result["rows"]], families, parallelisms, sources,
+                       [r.name for r in runs], origin)
+    # the record per GPU type (gpu_summary), which evaluate shows beside a plan's band
+    record = gpu_summary([r.cluster.gpu.name for r in runs], [row["error_pct"] for row in result["rows"]])
+    table["gpus"] = [{**g, "mean_abs_error_pct": round(g["mean_abs_error_pct"], 3),
+                      "mean_signed_error_pct": round(g["mean_signed_error_pct"], 3)} for g in record]
+    return table
 
 
 def strict_json(value):

@@ -213,6 +213,9 @@ def test_the_shipped_table_is_what_validate_computes_from_the_shipped_runs():
             assert old[side] == pytest.approx(new[side], abs=2e-6), (old["regime"], side)
     for old, new in zip(shipped["runs"], fresh["runs"], strict=True):
         assert old["name"] == new["name"] and old["error_pct"] == pytest.approx(new["error_pct"], abs=1e-3)
+    for old, new in zip(shipped["gpus"], fresh["gpus"], strict=True):
+        assert (old["gpu"], old["runs"]) == (new["gpu"], new["runs"])
+        assert old["mean_abs_error_pct"] == pytest.approx(new["mean_abs_error_pct"], abs=1e-3)
     assert shipped["loso_coverage"] >= 0.8  # calibrated: the brief's leave-one-source-out target
 
 
@@ -329,3 +332,26 @@ def test_a_placed_plan_carries_its_band_too(capsys):
     band, t = doc["error_band"], doc["metrics"]["tokens_per_s"]
     assert band["regime"] == "megatron x tp-pp"  # tp 4 and 8, 8 stages, bf16
     assert band["low"] < t < band["high"]
+
+
+def test_evaluate_names_the_record_of_the_plans_gpu_type(capsys):
+    import csv as _csv
+
+    from cli import main
+    from costmodel import gpu_preset
+    from costmodel._bands import gpu_record
+
+    # the shipped table's GB200 runs: the published set's rows on GB200, counted from the file's gpu column
+    rows = list(_csv.DictReader(PUBLISHED.open()))
+    gb200 = gpu_preset("gb200").name
+    record = gpu_record(gb200)
+    assert record["runs"] == sum(1 for r in rows if gpu_preset(r["gpu"]).name == gb200) > 0
+    assert gpu_record(gpu_preset("mi300x").name) is None  # no published MI300X run
+    args = ["evaluate", "--model", "llama3-70b", "--dp", "8", "--tp", "4", "--pp", "2", "--micro-batch", "1",
+            "--global-batch", "256", "--sequence-parallel", "--recompute", "full"]
+    assert main([*args, "--cluster", "gb200x64"]) == 0
+    assert f"on {gb200}: {record['runs']} published run(s)" in capsys.readouterr().out
+    assert main([*args, "--cluster", "mi300xx64"]) == 0
+    assert "no published run in the validation set" in capsys.readouterr().out
+    assert main([*args, "--cluster", "gb200x64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu_record"] == record
