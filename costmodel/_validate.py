@@ -603,10 +603,9 @@ def band_table_of(path: str | Path, runs: list[MeasuredRun], result: dict) -> di
     families, parallelisms = regime_codes(runs)
     table = band_table([row["error_pct"] for row in result["rows"]], families, parallelisms, sources,
                        [r.name for r in runs], origin)
-    # the record per GPU type (gpu_summary), which evaluate shows beside a plan's band
-    record = gpu_summary([r.cluster.gpu.name for r in runs], [row["error_pct"] for row in result["rows"]])
+    # validate's record per GPU type (gpu_summary), which evaluate shows beside a plan's band
     table["gpus"] = [{**g, "mean_abs_error_pct": round(g["mean_abs_error_pct"], 3),
-                      "mean_signed_error_pct": round(g["mean_signed_error_pct"], 3)} for g in record]
+                      "mean_signed_error_pct": round(g["mean_signed_error_pct"], 3)} for g in result["gpus"]]
     return table
 
 
